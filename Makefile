@@ -1,0 +1,21 @@
+# `make demo`: set up .venv and train the demo ViT on the bundled digits. `make test`: the test suite.
+PYTHON ?= python3.11
+VENV := .venv
+WORKDIR ?= workdirs/demo
+
+.PHONY: install demo test
+
+$(VENV)/.installed: pyproject.toml requirements.lock
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet -r requirements.lock
+	$(VENV)/bin/pip install --quiet --no-deps -e .
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: install
+	$(VENV)/bin/python -m vit_jax.main --config=configs/demo.py --workdir=$(WORKDIR)
+
+test: install
+	$(VENV)/bin/python -m pytest -q

@@ -1,0 +1,72 @@
+"""Defaults shared by every experiment; an experiment file starts from `get_config()` and changes fields.
+
+Every field here is a knob the loop reads. Fields whose default is "not set" are typed placeholders, so
+they can still be given on the command line (`--config.total_steps=100`).
+"""
+import ml_collections
+from ml_collections import config_dict
+
+
+def get_config() -> ml_collections.ConfigDict:
+  config = ml_collections.ConfigDict()
+  config.seed = 0
+
+  # Data: 'digits' (bundled, offline), 'folder' (data_dir = root with train/ and test/ class folders)
+  # or any tensorflow_datasets name.
+  config.dataset = 'digits'
+  config.data_dir = config_dict.placeholder(str)
+  config.train_split = 'train'
+  config.eval_split = 'test'
+  config.image_size = 224
+  # Train-time preprocessing; eval always just resizes. crop: 'inception' | 'random' | 'resize'.
+  config.pp = ml_collections.ConfigDict(dict(crop='inception', min_area=0.05, pad=0, flip=True))
+  config.shuffle_buffer = 50_000
+
+  # Model: a variant name from configs/models.py; fields of `model` that are set override the preset.
+  config.variant = 'ViT-B_16'
+  config.model = ml_collections.ConfigDict(dict(
+      patch_size=config_dict.placeholder(int),
+      hidden_size=config_dict.placeholder(int),
+      num_layers=config_dict.placeholder(int),
+      mlp_dim=config_dict.placeholder(int),
+      num_heads=config_dict.placeholder(int),
+      classifier=config_dict.placeholder(str),  # 'token' | 'gap'
+      representation_size=config_dict.placeholder(int),  # tanh pre-logits layer width; unset = none
+      dropout_rate=config_dict.placeholder(float),
+      attention_dropout_rate=config_dict.placeholder(float),
+  ))
+  config.dtype = 'float32'  # Compute dtype; parameters and optimizer state stay float32.
+
+  # Loss: 'softmax_xent', or 'sigmoid_xent' for multi-label pretraining (as big_vision on ImageNet-21k).
+  config.loss = 'softmax_xent'
+  config.label_smoothing = 0.0
+
+  # Optimisation. Exactly one of total_steps / num_epochs.
+  config.batch_size = 4096
+  config.eval_batch_size = 1024
+  config.total_steps = config_dict.placeholder(int)
+  config.num_epochs = config_dict.placeholder(float)
+  config.optim = ml_collections.ConfigDict(dict(
+      name='adamw',  # 'adamw' | 'sgd'
+      b1=0.9, b2=0.999,  # adamw
+      # Decoupled and multiplied by the learning rate (optax.adamw), applied to kernels only.
+      weight_decay=0.1,
+      momentum=0.9,  # sgd
+  ))
+  config.lr = ml_collections.ConfigDict(dict(
+      base=1e-3,
+      warmup_steps=10_000,
+      decay='linear',  # 'linear' | 'cosine' | 'constant'
+      end=0.0,  # Value reached at the last step (linear and cosine).
+  ))
+  config.grad_clip_norm = 1.0  # Global-norm clipping; 0 disables it.
+
+  # Devices: axis name -> size; one size may be -1 to take the remaining devices.
+  config.mesh = (('data', -1),)
+
+  # Bookkeeping (in steps).
+  config.log_every_steps = 100
+  config.eval_every_steps = 1000
+  config.checkpoint_every_steps = 1000
+  config.keep_checkpoints = 3
+  return config

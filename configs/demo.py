@@ -1,0 +1,37 @@
+"""The demo: a small ViT on the bundled handwritten digits, on CPU, in a few minutes.
+
+  python -m vit_jax.main --config=configs/demo.py --workdir=workdirs/demo
+"""
+from configs import common
+
+
+def get_config():
+  config = common.get_config()
+  config.dataset = 'digits'
+  config.image_size = 8
+  config.pp.crop = 'random'
+  config.pp.pad = 1
+  config.pp.flip = False  # A mirrored digit is another digit (or none).
+
+  config.variant = 'ViT-Ti_2'
+  config.model.hidden_size = 64
+  config.model.num_layers = 4
+  config.model.num_heads = 4
+  config.model.mlp_dim = 128
+  config.model.dropout_rate = 0.1
+  config.dtype = 'float32'
+
+  config.batch_size = 128
+  config.eval_batch_size = 360
+  config.total_steps = 2000
+  config.optim.name = 'adamw'
+  config.optim.weight_decay = 0.05
+  config.lr.base = 1e-3
+  config.lr.warmup_steps = 100
+  config.lr.decay = 'cosine'
+  config.shuffle_buffer = 2000
+
+  config.log_every_steps = 100
+  config.eval_every_steps = 500
+  config.checkpoint_every_steps = 500
+  return config

@@ -1,0 +1,47 @@
+"""Model variants, named like the original checkpoints: `ViT-{size}_{patch}`, e.g. `ViT-B_16`.
+
+Sizes are the paper's Table 1 plus the common small ones (Ti, S) and a tiny one for tests. Any patch size
+is accepted; the published ones are 8, 14 (H), 16 and 32.
+"""
+import re
+from typing import Any, Mapping, Optional
+
+# name: (num_layers, hidden_size, mlp_dim, num_heads)
+SIZES = {
+    'testing': (2, 32, 64, 2),
+    'Ti': (12, 192, 768, 3),
+    'S': (12, 384, 1536, 6),
+    'B': (12, 768, 3072, 12),
+    'L': (24, 1024, 4096, 16),
+    'H': (32, 1280, 5120, 16),
+}
+PUBLISHED = ('ViT-Ti_16', 'ViT-S_16', 'ViT-S_32', 'ViT-B_8', 'ViT-B_16', 'ViT-B_32', 'ViT-L_16',
+             'ViT-L_32', 'ViT-H_14')
+_NAME = re.compile(r'^ViT-(?P<size>[A-Za-z]+)_(?P<patch>[0-9]+)$')
+
+
+def get_model_config(variant: str, overrides: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
+  """Keyword arguments of `VisionTransformer` (without num_classes/dtype) for a variant name.
+
+  `overrides` replaces preset fields; entries that are None keep the preset.
+  """
+  match = _NAME.match(variant)
+  if not match or match['size'] not in SIZES or int(match['patch']) < 1:
+    raise ValueError(
+        f"Unknown model variant {variant!r}: use ViT-<size>_<patch> with size in "
+        f"{', '.join(SIZES)} (e.g. {', '.join(PUBLISHED)}); set it with --config.variant=ViT-B_16")
+  num_layers, hidden_size, mlp_dim, num_heads = SIZES[match['size']]
+  model = dict(
+      patch_size=int(match['patch']), hidden_size=hidden_size, num_layers=num_layers, mlp_dim=mlp_dim,
+      num_heads=num_heads, classifier='token', representation_size=None, dropout_rate=0.0,
+      attention_dropout_rate=0.0)
+  for key, value in (overrides or {}).items():
+    if key not in model:
+      raise ValueError(f'Unknown model field {key!r}: known fields are {", ".join(model)}')
+    if value is not None:
+      model[key] = value
+  if model['hidden_size'] % model['num_heads']:
+    raise ValueError(
+        f"hidden_size={model['hidden_size']} is not divisible by num_heads={model['num_heads']}: "
+        'change --config.model.num_heads or --config.model.hidden_size')
+  return model

@@ -1,0 +1,54 @@
+"""Shared by the tests: tiny configs and reading what a run wrote."""
+import glob
+import importlib
+import os
+import subprocess
+import sys
+
+import ml_collections
+import tensorflow as tf
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# A model and run small enough for a few seconds on CPU, on the bundled digits.
+TINY = {
+    'variant': 'ViT-testing_4', 'image_size': 8, 'batch_size': 16, 'eval_batch_size': 64,
+    'total_steps': 12, 'log_every_steps': 4, 'eval_every_steps': 12, 'checkpoint_every_steps': 4,
+    'lr.warmup_steps': 2, 'shuffle_buffer': 256,
+}
+
+
+def load_config(name: str, overrides: dict | None = None) -> ml_collections.ConfigDict:
+  """`configs/<name>.py:get_config()` with dotted-name overrides, as the command line would apply."""
+  config = importlib.import_module(f'configs.{name}').get_config()
+  for key, value in (overrides or {}).items():
+    *parents, field = key.split('.')
+    node = config
+    for parent in parents:
+      node = node[parent]
+    node[field] = value
+  return config
+
+
+def main_args(config_file: str, workdir: str, overrides: dict) -> list[str]:
+  return [sys.executable, '-m', 'vit_jax.main', f'--config={config_file}', f'--workdir={workdir}',
+          *(f'--config.{k}={v}' for k, v in overrides.items())]
+
+
+def run_main(config_file: str, workdir: str, overrides: dict, **kwargs) -> subprocess.CompletedProcess:
+  return subprocess.run(main_args(config_file, workdir, overrides), cwd=REPO, capture_output=True,
+                        text=True, **kwargs)
+
+
+def read_scalars(workdir: str) -> dict[str, dict[int, float]]:
+  """tag -> step -> value from every TensorBoard event file in `workdir` (later files win)."""
+  scalars: dict[str, dict[int, float]] = {}
+  for path in sorted(glob.glob(os.path.join(workdir, 'events.out.tfevents.*')), key=os.path.getmtime):
+    for event in tf.compat.v1.train.summary_iterator(path):
+      for value in event.summary.value:
+        if value.HasField('tensor') and value.tensor.dtype in (tf.float32.as_datatype_enum,
+                                                               tf.float64.as_datatype_enum):
+          array = tf.make_ndarray(value.tensor)
+          if array.ndim == 0:
+            scalars.setdefault(value.tag, {})[event.step] = float(array)
+  return scalars

@@ -1,0 +1,350 @@
+"""Tests of vit_jax.data: the bundled digits, image folders, determinism, sharding, errors."""
+import collections
+import os
+import threading
+
+import ml_collections
+import numpy as np
+from PIL import Image
+import pytest
+
+from vit_jax import data
+from vit_jax.data import digits
+
+
+@pytest.fixture(scope='session')
+def data_dir(tmp_path_factory):
+  """A tfds data_dir with the digits prepared, so nothing lands in ~/tensorflow_datasets."""
+  path = str(tmp_path_factory.mktemp('tfds'))
+  digits.prepared_builder(path)
+  return path
+
+
+def make_config(data_dir, **overrides):
+  config = ml_collections.ConfigDict(dict(
+      dataset='digits', data_dir=data_dir, train_split='train', eval_split='test', image_size=8,
+      seed=0, shuffle_buffer=50_000,
+      pp=dict(crop='resize', min_area=0.05, pad=0, flip=False)))
+  pp = overrides.pop('pp', {})
+  config.update(overrides)
+  config.pp.update(pp)
+  return config
+
+
+def as_uint8(images):
+  """[-1, 1] floats of an un-augmented native-size image back to exact uint8 pixels."""
+  return np.round((images + 1) * 127.5).astype(np.uint8)
+
+
+def multiset(images, labels):
+  return collections.Counter((image.tobytes(), int(label)) for image, label in zip(images, labels))
+
+
+def take(iterator, n):
+  return [next(iterator) for _ in range(n)]
+
+
+def assert_same_batches(a, b):
+  assert len(a) == len(b)
+  for x, y in zip(a, b):
+    assert x.keys() == y.keys()
+    for key in x:
+      np.testing.assert_array_equal(x[key], y[key])
+
+
+# The bundled digits.
+
+def test_digits_split_is_the_stratified_sklearn_split(data_dir):
+  info = data.get_info(make_config(data_dir))
+  assert (info.num_train, info.num_eval, info.num_classes) == (1437, 360, 10)
+  assert info.class_names == tuple('0123456789')
+  arrays = digits.split_arrays()
+  assert arrays['train'][0].shape == (1437, 8, 8, 3) and arrays['test'][0].shape == (360, 8, 8, 3)
+  # Pixels are the 17 levels of scikit-learn's 0..16 counts, spread over 0..255, grey in RGB.
+  levels = np.round(np.arange(17) * 255 / 16).astype(np.uint8)
+  images = arrays['train'][0]
+  assert images.dtype == np.uint8 and np.isin(images, levels).all() and images.max() == 255
+  np.testing.assert_array_equal(images[..., 0], images[..., 2])
+  # Stratified: every class keeps its share in the test split.
+  assert np.bincount(arrays['test'][1]).min() >= 35
+
+
+def test_digits_tfds_files_hold_exactly_the_split(data_dir):
+  config = make_config(data_dir)
+  batches = list(data.eval_iterator(config, local_batch_size=360))
+  assert len(batches) == 1 and batches[0]['mask'].all()
+  got = multiset(as_uint8(batches[0]['image']), batches[0]['label'])
+  assert got == multiset(*digits.split_arrays()['test'])
+
+
+def test_concurrent_prepare_is_safe(tmp_path, monkeypatch):
+  """Two preparations of one data_dir that overlap for sure: both generate, one rename wins."""
+  both_generating = threading.Barrier(2, timeout=60)
+  generate = digits.VitJaxDigits._split_generators
+
+  def generate_together(self, dl_manager):
+    both_generating.wait()
+    return generate(self, dl_manager)
+
+  monkeypatch.setattr(digits.VitJaxDigits, '_split_generators', generate_together)
+  results, errors = [], []
+
+  def prepare():
+    try:
+      results.append(digits.prepared_builder(str(tmp_path)).info.splits['train'].num_examples)
+    except Exception as e:  # pylint: disable=broad-except
+      errors.append(e)
+
+  threads = [threading.Thread(target=prepare) for _ in range(2)]
+  for thread in threads:
+    thread.start()
+  for thread in threads:
+    thread.join()
+  assert not errors and results == [1437, 1437]
+  assert os.listdir(tmp_path / 'vit_jax_digits') == ['1.0.0']  # No temporary folder left behind.
+
+
+# Train batches.
+
+@pytest.mark.parametrize('crop', ['inception', 'random', 'resize'])
+def test_train_batches(data_dir, crop):
+  config = make_config(data_dir, image_size=16, pp=dict(crop=crop, pad=2, flip=True))
+  for batch in take(data.train_iterator(config, local_batch_size=32), 3):
+    assert set(batch) == {'image', 'label'}
+    assert batch['image'].shape == (32, 16, 16, 3) and batch['image'].dtype == np.float32
+    assert batch['label'].shape == (32,) and batch['label'].dtype == np.int32
+    assert -1 <= batch['image'].min() < 0 < batch['image'].max() <= 1
+    assert 0 <= batch['label'].min() and batch['label'].max() <= 9
+
+
+def test_each_epoch_is_a_new_permutation_of_the_split(data_dir):
+  # 1437 = 3 * 479, so three batches are one epoch. A window of 500 shuffles each 500-block.
+  for shuffle_buffer in (50_000, 500):
+    config = make_config(data_dir, shuffle_buffer=shuffle_buffer)
+    batches = take(data.train_iterator(config, local_batch_size=479), 6)
+    epochs = [batches[:3], batches[3:]]
+    images = [np.concatenate([as_uint8(b['image']) for b in epoch]) for epoch in epochs]
+    labels = [np.concatenate([b['label'] for b in epoch]) for epoch in epochs]
+    for x, y in zip(images, labels):
+      assert multiset(x, y) == multiset(*digits.split_arrays()['train'])
+    assert not np.array_equal(labels[0], labels[1])
+
+
+@pytest.mark.parametrize('pp,shuffle_buffer', [
+    (dict(crop='inception', flip=True), 50_000),
+    (dict(crop='random', pad=1, flip=True), 500),
+    (dict(crop='resize', flip=False), 1),
+])
+def test_resume_is_bitwise_identical(data_dir, pp, shuffle_buffer):
+  config = make_config(data_dir, image_size=12, shuffle_buffer=shuffle_buffer, pp=pp)
+  # 100 does not divide 1437: batch 14 spans epochs 0 and 1, batch 28 spans epochs 1 and 2.
+  for process_index, process_count in [(0, 1), (1, 2)]:
+    kwargs = dict(local_batch_size=100, process_index=process_index, process_count=process_count)
+    reference = take(data.train_iterator(config, **kwargs), 32)
+    for start in (5, 14, 29):
+      resumed = take(data.train_iterator(config, start_step=start, **kwargs), 3)
+      assert_same_batches(resumed, reference[start:start + 3])
+
+
+def test_augmentation_depends_on_seed_and_host(data_dir):
+  config = make_config(data_dir, pp=dict(crop='inception', flip=True))
+  a = next(data.train_iterator(config, local_batch_size=64))
+  b = next(data.train_iterator(make_config(data_dir, seed=1, pp=dict(crop='inception', flip=True)),
+                               local_batch_size=64))
+  assert not np.array_equal(a['label'], b['label'])
+  host0, host1 = (next(data.train_iterator(config, local_batch_size=64, process_index=i,
+                                           process_count=2)) for i in range(2))
+  assert not np.array_equal(host0['image'], host1['image'])
+
+
+def test_crops_are_wired(data_dir):
+  """An inception crop of the whole area and a random crop without padding are plain resizes; a
+  flip mirrors some images and leaves the others."""
+  def first_batch(**pp):
+    config = make_config(data_dir, image_size=16, pp=pp)
+    return next(data.train_iterator(config, local_batch_size=128))['image']
+
+  resized = first_batch(crop='resize', flip=False)
+  np.testing.assert_array_equal(first_batch(crop='inception', min_area=1.0, flip=False), resized)
+  np.testing.assert_array_equal(first_batch(crop='random', pad=0, flip=False), resized)
+  assert not np.array_equal(first_batch(crop='inception', min_area=0.05, flip=False), resized)
+  shifted = first_batch(crop='random', pad=2, flip=False)
+  assert not np.array_equal(shifted, resized) and (shifted == -1).any()  # Black padding shows.
+  flipped = first_batch(crop='resize', flip=True)
+  is_mirror = [np.array_equal(f, r[:, ::-1]) for f, r in zip(flipped, resized)]
+  is_same = [np.array_equal(f, r) for f, r in zip(flipped, resized)]
+  assert all(m or s for m, s in zip(is_mirror, is_same))
+  assert 20 < sum(m and not s for m, s in zip(is_mirror, is_same)) < 108
+
+
+# Sharding and eval.
+
+@pytest.mark.parametrize('process_count', [2, 3])
+def test_train_shards_are_disjoint_and_cover_the_split(data_dir, process_count):
+  config = make_config(data_dir)
+  info = data.get_info(config)
+  per_host = collections.Counter()
+  for process_index in range(process_count):
+    shard_size = len(range(process_index, info.num_train, process_count))
+    # One batch of the shard's size is exactly one epoch of that host's shard.
+    batch = next(data.train_iterator(config, local_batch_size=shard_size,
+                                     process_index=process_index, process_count=process_count))
+    per_host += multiset(as_uint8(batch['image']), batch['label'])
+  assert per_host == multiset(*digits.split_arrays()['train'])
+
+
+# 360 = 7 * 51 + 3: three hosts hold 52 examples, so they need a second, mostly padded batch.
+@pytest.mark.parametrize('process_count,batch', [(1, 64), (2, 64), (3, 360), (7, 51)])
+def test_eval_visits_each_example_once_with_equal_batch_counts(data_dir, process_count, batch):
+  config = make_config(data_dir)
+  expected = data.num_eval_batches(360, local_batch_size=batch, process_count=process_count)
+  seen = collections.Counter()
+  for process_index in range(process_count):
+    batches = list(data.eval_iterator(config, local_batch_size=batch, process_index=process_index,
+                                      process_count=process_count))
+    assert len(batches) == expected
+    for b in batches:
+      assert b['image'].shape == (batch, 8, 8, 3) and b['mask'].dtype == bool
+      real = b['mask']
+      seen += multiset(as_uint8(b['image'][real]), b['label'][real])
+      assert (b['image'][~real] == 0).all()
+  assert seen == multiset(*digits.split_arrays()['test'])
+
+
+def test_eval_resize_matches_pil_bilinear(data_dir):
+  native = next(data.eval_iterator(make_config(data_dir), local_batch_size=360))
+  upscaled = next(data.eval_iterator(make_config(data_dir, image_size=20), local_batch_size=360))
+  for small, big in zip(as_uint8(native['image'][:50]), upscaled['image'][:50]):
+    reference = np.asarray(Image.fromarray(small).resize((20, 20), Image.BILINEAR), np.float32)
+    # PIL rounds to uint8 after each of its two 1-D passes: less than one level apart.
+    np.testing.assert_allclose((big + 1) * 127.5, reference, atol=1.0)
+
+
+# Image folders.
+
+@pytest.fixture(scope='module')
+def image_folder(tmp_path_factory):
+  """root/{train,test}/{cat,dog}/ with 12x12 PNGs and JPEGs (some extensions upper-case), a
+  greyscale PNG, a non-image file, and a corrupt .jpg in each split's cat folder.
+
+  Returns the root and, per split, the multiset of exact (RGB pixels, label) of its PNGs.
+  """
+  root = tmp_path_factory.mktemp('folder')
+  rng = np.random.default_rng(0)
+  pngs = {}
+  for split, per_class in [('train', 4), ('test', 3)]:
+    pngs[split] = collections.Counter()
+    for label, name in enumerate(['cat', 'dog']):
+      folder = root / split / name
+      folder.mkdir(parents=True)
+      for i in range(per_class):
+        pixels = rng.integers(0, 256, (12, 12, 3), dtype=np.uint8)
+        Image.fromarray(pixels).save(folder / f'{i}.png')
+        Image.fromarray(pixels).save(folder / f'{i}.JPG', format='JPEG')
+        Image.fromarray(pixels).save(folder / f'{i}b.jpeg', format='JPEG')
+        pngs[split][(pixels.tobytes(), label)] += 1
+      grey = rng.integers(0, 256, (12, 12), dtype=np.uint8)
+      Image.fromarray(grey, 'L').save(folder / 'grey.PNG')
+      pngs[split][(np.repeat(grey[..., None], 3, -1).tobytes(), label)] += 1
+      (folder / 'notes.txt').write_text('not an image')
+    (root / split / 'cat' / 'corrupt.jpg').write_bytes(b'\xff\xd8\xff\xe0' + b'garbage' * 10)
+  return str(root), pngs
+
+
+def test_folder_info(image_folder):
+  root, _ = image_folder
+  info = data.get_info(make_config(root, dataset='folder'))
+  assert info.class_names == ('cat', 'dog') and info.num_classes == 2
+  # Per class: 3 files per index and a greyscale PNG; plus the corrupt file, found but not yet read.
+  assert (info.num_train, info.num_eval) == (2 * (3 * 4 + 1) + 1, 2 * (3 * 3 + 1) + 1)
+
+
+def test_folder_eval_skips_corrupt_file_with_warning(image_folder, caplog):
+  root, pngs = image_folder
+  config = make_config(root, dataset='folder', image_size=12)
+  with caplog.at_level('WARNING'):
+    batches = list(data.eval_iterator(config, local_batch_size=8))
+  assert any('Skipping' in r.getMessage() and r.getMessage().endswith('/test/cat/corrupt.jpg')
+             for r in caplog.records)
+  assert len(batches) == data.num_eval_batches(21, local_batch_size=8) == 3
+  mask = np.concatenate([b['mask'] for b in batches])
+  images = as_uint8(np.concatenate([b['image'] for b in batches])[mask])
+  labels = np.concatenate([b['label'] for b in batches])[mask]
+  assert len(labels) == 20 and np.bincount(labels).tolist() == [10, 10]  # All but the corrupt one.
+  # PNGs (and the greyscale PNG, as RGB) come through pixel-exact; the class is the folder's index.
+  assert not pngs['test'] - multiset(images, labels)
+
+
+def test_folder_train_skips_corrupt_file(image_folder, caplog):
+  root, _ = image_folder
+  config = make_config(root, dataset='folder', pp=dict(crop='inception', flip=True))
+  with caplog.at_level('WARNING'):
+    batches = take(data.train_iterator(config, local_batch_size=9), 6)  # Two epochs of 26 images.
+  assert any(r.getMessage().endswith('/train/cat/corrupt.jpg') for r in caplog.records)
+  labels = np.concatenate([b['label'] for b in batches])
+  assert batches[0]['image'].shape == (9, 8, 8, 3) and set(labels) == {0, 1}
+
+
+@pytest.mark.parametrize('process_count', [2, 3])
+def test_folder_shards_are_disjoint_and_cover_the_split(image_folder, process_count):
+  root, _ = image_folder
+  config = make_config(root, dataset='folder', image_size=12)
+
+  def real_rows(process_index, count):
+    batches = list(data.eval_iterator(config, local_batch_size=4, process_index=process_index,
+                                      process_count=count))
+    rows = collections.Counter()
+    for b in batches:
+      rows += multiset(as_uint8(b['image'][b['mask']]), b['label'][b['mask']])
+    return len(batches), rows
+
+  _, everything = real_rows(0, 1)
+  shards = [real_rows(i, process_count) for i in range(process_count)]
+  assert len({num_batches for num_batches, _ in shards}) == 1
+  assert sum((rows for _, rows in shards), collections.Counter()) == everything
+
+
+# Errors: one line, naming the fix.
+
+def expect_error(config, match):
+  with pytest.raises(ValueError, match=match) as e:
+    data.get_info(config)
+  assert '\n' not in str(e.value)
+
+
+def test_unknown_dataset(data_dir):
+  expect_error(make_config(data_dir, dataset='foo'),
+               r"^Unknown dataset 'foo': use 'digits' \(bundled, offline\), 'folder' .*imagenet21k")
+
+
+def test_tfds_dataset_not_prepared(tmp_path):
+  expect_error(make_config(str(tmp_path), dataset='cifar10'),
+               rf"'cifar10' is not prepared in {tmp_path}: run `tfds build cifar10 --data_dir=")
+
+
+def test_bad_tfds_version(tmp_path):
+  expect_error(make_config(str(tmp_path), dataset='cifar10:0.0.1'), r"Cannot load .*'cifar10:0.0.1'")
+
+
+def test_unknown_split(data_dir):
+  expect_error(make_config(data_dir, eval_split='validation'), r"Bad split 'validation'.*'test'")
+
+
+def test_folder_errors(tmp_path, image_folder):
+  expect_error(make_config(None, dataset='folder'), r"'folder' needs config.data_dir")
+  expect_error(make_config(str(tmp_path), dataset='folder'),
+               rf'{tmp_path}/train does not exist')
+  root, _ = image_folder
+  expect_error(make_config(root, dataset='folder', eval_split='val'), rf'{root}/val does not exist')
+  (tmp_path / 'train' / 'cat').mkdir(parents=True)
+  (tmp_path / 'test').mkdir()
+  expect_error(make_config(str(tmp_path), dataset='folder'), rf'No .* images .* of {tmp_path}/train')
+  (tmp_path / 'train' / 'cat' / 'a.png').write_bytes(b'')
+  (tmp_path / 'test' / 'cow').mkdir()
+  expect_error(make_config(str(tmp_path), dataset='folder'), rf'{tmp_path}/test/cow has no counterpart')
+
+
+def test_bad_preprocessing(data_dir):
+  expect_error(make_config(data_dir, pp=dict(crop='center')), r"Unknown config.pp.crop 'center'")
+  expect_error(make_config(data_dir, pp=dict(crop='inception', min_area=0.0)), r'min_area')
+  expect_error(make_config(data_dir, image_size=0), r'image_size')

@@ -1,0 +1,102 @@
+"""The ViT family: parameter tree of the original checkpoints, parameter counts, variants, dtypes."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import traverse_util
+
+from configs import models as variants
+from vit_jax.models import VisionTransformer
+
+
+def _param_shapes(num_classes=1000, image_size=224, **overrides):
+  model = VisionTransformer(num_classes=num_classes, **variants.get_model_config('ViT-B_16', overrides))
+  shapes = jax.eval_shape(model.init, jax.random.key(0),
+                          jnp.zeros((1, image_size, image_size, 3)))['params']
+  return {'/'.join(k): v.shape for k, v in traverse_util.flatten_dict(shapes).items()}
+
+
+def test_vit_b16_has_the_paper_parameter_count():
+  assert sum(np.prod(s) for s in _param_shapes().values()) == 86_567_656
+
+
+def test_vit_b16_tree_matches_the_original_checkpoint_layout():
+  shapes = _param_shapes(representation_size=768)
+  block = 'Transformer/encoderblock_11'
+  expected = {
+      'embedding/kernel': (16, 16, 3, 768), 'embedding/bias': (768,), 'cls': (1, 1, 768),
+      'Transformer/posembed_input/pos_embedding': (1, 197, 768),
+      f'{block}/LayerNorm_0/scale': (768,), f'{block}/LayerNorm_2/bias': (768,),
+      f'{block}/MultiHeadDotProductAttention_1/query/kernel': (768, 12, 64),
+      f'{block}/MultiHeadDotProductAttention_1/key/bias': (12, 64),
+      f'{block}/MultiHeadDotProductAttention_1/value/kernel': (768, 12, 64),
+      f'{block}/MultiHeadDotProductAttention_1/out/kernel': (12, 64, 768),
+      f'{block}/MultiHeadDotProductAttention_1/out/bias': (768,),
+      f'{block}/MlpBlock_3/Dense_0/kernel': (768, 3072), f'{block}/MlpBlock_3/Dense_1/kernel': (3072, 768),
+      'Transformer/encoder_norm/scale': (768,), 'pre_logits/kernel': (768, 768),
+      'head/kernel': (768, 1000), 'head/bias': (1000,),
+  }
+  for name, shape in expected.items():
+    assert shapes[name] == shape, name
+  assert 'Transformer/encoderblock_12/LayerNorm_0/scale' not in shapes
+  # embedding, cls, pos_embedding; 16 per block; encoder_norm, pre_logits, head.
+  assert len(shapes) == 2 + 1 + 1 + 12 * 16 + 2 + 2 + 2
+
+
+@pytest.mark.parametrize('variant,layers,width,mlp,heads', [
+    ('ViT-Ti_16', 12, 192, 768, 3), ('ViT-S_32', 12, 384, 1536, 6), ('ViT-B_8', 12, 768, 3072, 12),
+    ('ViT-L_16', 24, 1024, 4096, 16), ('ViT-H_14', 32, 1280, 5120, 16)])
+def test_variants_follow_table_1(variant, layers, width, mlp, heads):
+  c = variants.get_model_config(variant)
+  assert (c['num_layers'], c['hidden_size'], c['mlp_dim'], c['num_heads']) == (layers, width, mlp, heads)
+  assert c['patch_size'] == int(variant.split('_')[1])
+
+
+def test_unknown_variant_names_the_choices():
+  with pytest.raises(ValueError, match='ViT-B_16'):
+    variants.get_model_config('ViT-X_16')
+  with pytest.raises(ValueError, match='num_heads'):
+    variants.get_model_config('ViT-testing_4', {'num_heads': 3})
+
+
+def _tiny(**kwargs):
+  config = variants.get_model_config('ViT-testing_4')
+  config.update(kwargs)
+  return VisionTransformer(num_classes=5, **config)
+
+
+def test_gap_has_no_class_token_and_pre_logits_is_tanh():
+  model = _tiny(classifier='gap', representation_size=8)
+  images = jax.random.normal(jax.random.key(1), (2, 16, 16, 3))
+  params = model.init(jax.random.key(0), images)['params']
+  assert 'cls' not in params
+  assert params['Transformer']['posembed_input']['pos_embedding'].shape == (1, 16, 32)
+  features = VisionTransformer(num_classes=None, **{**variants.get_model_config('ViT-testing_4'),
+                                                    'classifier': 'gap', 'representation_size': 8}
+                               ).apply({'params': params}, images)
+  assert features.shape == (2, 8) and np.all(np.abs(features) < 1)
+
+
+def test_zero_head_gives_zero_logits_and_dropout_needs_train():
+  model = _tiny(dropout_rate=0.5)
+  images = jax.random.normal(jax.random.key(1), (2, 16, 16, 3))
+  params = model.init(jax.random.key(0), images)['params']
+  np.testing.assert_array_equal(model.apply({'params': params}, images), 0.0)
+  params['head']['kernel'] = jax.random.normal(jax.random.key(2), params['head']['kernel'].shape)
+  eval_logits = model.apply({'params': params}, images)
+  np.testing.assert_array_equal(eval_logits, model.apply({'params': params}, images))
+  train_logits = model.apply({'params': params}, images, train=True, rngs={'dropout': jax.random.key(3)})
+  assert not np.allclose(eval_logits, train_logits)
+
+
+def test_bfloat16_compute_keeps_float32_params_and_logits():
+  model = VisionTransformer(num_classes=5, dtype=jnp.bfloat16,
+                            **variants.get_model_config('ViT-testing_4'))
+  images = jax.random.normal(jax.random.key(1), (2, 16, 16, 3))
+  params = model.init(jax.random.key(0), images)['params']
+  assert all(p.dtype == jnp.float32 for p in jax.tree.leaves(params))
+  params['head']['kernel'] = jax.random.normal(jax.random.key(2), params['head']['kernel'].shape)
+  logits = model.apply({'params': params}, images)
+  assert logits.dtype == jnp.float32
+  reference = _tiny().apply({'params': params}, images)
+  np.testing.assert_allclose(logits, reference, atol=0.1, rtol=0.05)

@@ -1,0 +1,55 @@
+"""Schedules and optimizers built from the config."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import helpers
+from vit_jax import optim
+
+
+def _lr(**fields):
+  return helpers.load_config('demo', {f'lr.{k}': v for k, v in fields.items()}).lr
+
+
+def test_linear_warmup_then_linear_decay():
+  schedule = optim.make_schedule(_lr(base=1.0, warmup_steps=10, decay='linear', end=0.0), 110)
+  np.testing.assert_allclose([schedule(s) for s in (0, 5, 10, 60, 110)], [0, 0.5, 1.0, 0.5, 0.0],
+                             atol=1e-6)
+
+
+def test_cosine_decay_reaches_end_value():
+  schedule = optim.make_schedule(_lr(base=2.0, warmup_steps=0, decay='cosine', end=0.2), 100)
+  np.testing.assert_allclose([schedule(0), schedule(50), schedule(100)], [2.0, 1.1, 0.2], atol=1e-5)
+
+
+def test_unknown_decay_is_an_error():
+  with pytest.raises(ValueError, match="Unknown lr.decay 'step'"):
+    optim.make_schedule(_lr(decay='step'), 10)
+
+
+def _one_update(overrides, grads, params):
+  config = helpers.load_config('demo', overrides)
+  tx, _ = optim.make_optimizer(config, total_steps=10)
+  updates, _ = tx.update(grads, tx.init(params), params)
+  return updates
+
+
+def test_sgd_momentum_with_clipping_and_no_decay():
+  params = {'dense': {'kernel': jnp.ones((2, 2)), 'bias': jnp.ones(2)}}
+  grads = jax.tree.map(lambda p: 10 * p, params)  # Global norm sqrt(6) * 10, clipped to 1.
+  updates = _one_update({'optim.name': 'sgd', 'optim.weight_decay': 0.0, 'lr.base': 0.5,
+                         'lr.warmup_steps': 0, 'lr.decay': 'constant', 'grad_clip_norm': 1.0},
+                        grads, params)
+  expected = -0.5 * 10 / np.sqrt(600)
+  jax.tree.map(lambda u: np.testing.assert_allclose(u, expected, rtol=1e-6), updates)
+
+
+def test_adamw_decays_kernels_only():
+  params = {'dense': {'kernel': jnp.ones((2, 2)), 'bias': jnp.ones(2)}}
+  grads = jax.tree.map(jnp.zeros_like, params)
+  updates = _one_update({'optim.name': 'adamw', 'optim.weight_decay': 0.1, 'lr.base': 1.0,
+                         'lr.warmup_steps': 0, 'lr.decay': 'constant'}, grads, params)
+  np.testing.assert_allclose(updates['dense']['kernel'], -0.1)
+  np.testing.assert_allclose(updates['dense']['bias'], 0.0)

@@ -1,0 +1,132 @@
+"""The training loop end to end on the bundled digits: metrics, checkpoints, exact resume, bad input."""
+import os
+import signal
+import subprocess
+import time
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+
+import helpers
+from vit_jax import train
+
+
+@pytest.fixture(scope='session')
+def data_dir(tmp_path_factory):
+  return str(tmp_path_factory.mktemp('tfds'))
+
+
+def _checkpoint_steps(workdir):
+  return sorted(int(d) for d in os.listdir(os.path.join(workdir, 'checkpoints')) if d.isdigit())
+
+
+def test_loop_writes_metrics_and_keeps_the_last_checkpoints(tmp_path, data_dir):
+  config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': data_dir, 'keep_checkpoints': 2,
+                                       'lr.decay': 'linear'})
+  metrics = train.train_and_evaluate(train.prepare(config, str(tmp_path)))
+  assert set(metrics) == {'eval_top1', 'eval_top5', 'eval_loss'}
+  assert 0.0 <= metrics['eval_top1'] <= metrics['eval_top5'] <= 1.0
+  assert _checkpoint_steps(tmp_path) == [8, 12]
+  scalars = helpers.read_scalars(str(tmp_path))
+  for tag in ('train_loss', 'grad_norm', 'learning_rate', 'images_per_sec'):
+    assert sorted(scalars[tag]) == [4, 8, 12], tag
+  assert scalars['eval_top1'] == {12: pytest.approx(metrics['eval_top1'])}
+  assert 'steps_per_sec' in scalars  # clu's ReportProgress.
+  # Warmup over 2 steps then linear decay to 0 at step 12: mean lr over steps 9..12 (lr of steps 8..11).
+  expected_lr = np.mean([1e-3 * (1 - (s - 2) / 10) for s in range(8, 12)])
+  assert scalars['learning_rate'][12] == pytest.approx(expected_lr, rel=1e-5)
+
+
+def test_loop_learns_the_digits(tmp_path, data_dir):
+  config = helpers.load_config('demo', {
+      **helpers.TINY, 'data_dir': data_dir, 'total_steps': 150, 'batch_size': 64,
+      'lr.base': 3e-3, 'lr.warmup_steps': 10, 'eval_every_steps': 150, 'log_every_steps': 50,
+      'checkpoint_every_steps': 150})
+  metrics = train.train_and_evaluate(train.prepare(config, str(tmp_path)))
+  assert metrics['eval_top1'] > 0.6  # Chance is 0.1.
+
+
+@pytest.mark.parametrize('name', ['vit_b16_i1k', 'vit_l16_i21k'])
+def test_pretraining_configs_run_a_step(tmp_path, data_dir, name):
+  config = helpers.load_config(name, {
+      'dataset': 'digits', 'data_dir': data_dir, 'train_split': 'train', 'eval_split': 'test',
+      'variant': 'ViT-testing_8', 'model.representation_size': 16, 'image_size': 16,
+      'batch_size': 8, 'eval_batch_size': 120, 'total_steps': 1, 'num_epochs': None,
+      'shuffle_buffer': 64})
+  metrics = train.train_and_evaluate(train.prepare(config, str(tmp_path)))
+  assert np.isfinite(metrics['eval_loss'])
+  assert _checkpoint_steps(tmp_path) == [1]
+
+
+@pytest.mark.slow
+def test_resume_after_sigkill_is_exact(tmp_path, data_dir):
+  overrides = {**helpers.TINY, 'data_dir': data_dir, 'total_steps': 60, 'checkpoint_every_steps': 10,
+               'log_every_steps': 10, 'eval_every_steps': 20, 'model.dropout_rate': 0.1,
+               'model.attention_dropout_rate': 0.1}
+  reference, killed = str(tmp_path / 'reference'), str(tmp_path / 'killed')
+  run = helpers.run_main('configs/demo.py', reference, overrides, timeout=600)
+  assert run.returncode == 0, run.stderr[-3000:]
+
+  proc = subprocess.Popen(helpers.main_args('configs/demo.py', killed, overrides), cwd=helpers.REPO,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  deadline = time.time() + 300
+  while not os.path.isdir(os.path.join(killed, 'checkpoints', '10')):
+    assert proc.poll() is None and time.time() < deadline, 'no checkpoint before the run ended'
+    time.sleep(0.02)
+  proc.send_signal(signal.SIGKILL)
+  proc.wait()
+  assert 60 not in _checkpoint_steps(killed), 'the kill came too late to interrupt the run'
+
+  run = helpers.run_main('configs/demo.py', killed, overrides, timeout=600)
+  assert run.returncode == 0, run.stderr[-3000:]
+  assert 'Resumed from' in run.stderr
+
+  checkpointer = ocp.StandardCheckpointer()
+  final = [checkpointer.restore(os.path.join(w, 'checkpoints', '60', 'default')) for w in (reference, killed)]
+  jax.tree.map(np.testing.assert_array_equal, final[0], final[1])
+  scalars = [helpers.read_scalars(w) for w in (reference, killed)]
+  for tag in ('eval_top1', 'eval_loss'):
+    assert scalars[0][tag][60] == scalars[1][tag][60], tag
+  assert scalars[0]['train_loss'][60] == scalars[1]['train_loss'][60]
+
+
+# Bad input: a one-line error naming the fix, raised before anything is compiled or written.
+@pytest.mark.parametrize('overrides,message', [
+    ({'variant': 'ViT-Q_16'}, 'Unknown model variant'),
+    ({'dataset': 'no_such_dataset'}, "Unknown dataset 'no_such_dataset'"),
+    ({'batch_size': 12}, r'batch_size=12 is not divisible by the 8 devices.*--config.batch_size=8'),
+    ({'eval_batch_size': 20}, r'eval_batch_size=20 is not divisible'),
+    ({'image_size': 10}, r'image_size=10 is not divisible by the patch size 4.*--config.image_size=8'),
+    ({'mesh': (('data', 3),)}, 'multiply to 3, but there are 8 devices'),
+    ({'optim.name': 'lamb'}, "Unknown optim.name 'lamb'"),
+    ({'total_steps': None}, 'Set exactly one of config.total_steps and config.num_epochs'),
+])
+def test_bad_config_is_a_clear_error(tmp_path, data_dir, overrides, message):
+  config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': data_dir, **overrides})
+  with pytest.raises(ValueError, match=message) as error:
+    train.prepare(config, str(tmp_path / 'workdir'))
+  assert '\n' not in str(error.value)
+  assert not os.path.exists(tmp_path / 'workdir')
+
+
+def test_unwritable_workdir_is_a_clear_error(tmp_path, data_dir):
+  (tmp_path / 'a_file').write_text('')
+  config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': data_dir})
+  with pytest.raises(ValueError, match='is not writable.*--workdir'):
+    train.prepare(config, str(tmp_path / 'a_file' / 'workdir'))
+
+
+@pytest.mark.parametrize('args,message', [
+    (['--config.batch_sise=8'], 'the config has no field batch_sise.*Did you mean "batch_size"'),
+    (['--config.batch_size=12'], 'batch_size=12 is not divisible'),
+    (['--config.batch_size=many'], 'error: '),
+])
+def test_command_line_errors_are_one_line(tmp_path, data_dir, args, message):
+  cmd = helpers.main_args('configs/demo.py', str(tmp_path / 'w'), {'data_dir': data_dir}) + args
+  run = subprocess.run(cmd, cwd=helpers.REPO, capture_output=True, text=True, timeout=300)
+  assert run.returncode == 2
+  errors = [line for line in run.stderr.splitlines() if line.startswith('error: ')]
+  assert len(errors) == 1 and 'Traceback' not in run.stderr, run.stderr[-2000:]
+  assert __import__('re').search(message, errors[0]), errors[0]

@@ -1,0 +1,1 @@
+"""vit_jax: pretrain, fine-tune, evaluate and export Vision Transformers with JAX and Flax."""

@@ -1,0 +1,179 @@
+"""From a config to this host's iterators of numpy batches.
+
+Resumability: the train stream is a pure function of (config.seed, stream position, process_index,
+process_count). Epoch e of a host's shard is read in a fixed order, cut into windows of
+`config.shuffle_buffer` consecutive records, and each window is permuted with a stateless seed from
+(seed, e, window); the augmentation of the example at stream position p is seeded from (seed, p).
+So starting at step s only has to skip whole epochs arithmetically and, within the epoch, whole windows
+of undecoded records before the window that holds position s * batch; nothing is decoded to be skipped.
+A window of at least the shard's size is a full shuffle; a host holds about two windows of encoded
+records in memory.
+"""
+import dataclasses
+from typing import Iterator, Protocol
+
+import ml_collections
+import numpy as np
+import tensorflow as tf
+
+from vit_jax.data import digits
+from vit_jax.data import folder
+from vit_jax.data import preprocess
+from vit_jax.data import tfds_source
+
+# tf.data wants an end for a range of epochs; this one is never reached.
+_MANY_EPOCHS = 2**62
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetInfo:
+  num_classes: int
+  num_train: int  # Examples in config.train_split, all hosts together.
+  num_eval: int  # Examples in config.eval_split, all hosts together.
+  class_names: tuple[str, ...]
+
+
+class Source(Protocol):
+  """Where examples come from: a tfds dataset or an image folder."""
+  class_names: tuple[str, ...]
+
+  def num_examples(self, split: str, process_index: int = 0, process_count: int = 1) -> int:
+    """Examples in the shard of process `process_index` of `process_count` (disjoint shards)."""
+
+  def records(self, split: str, process_index: int = 0, process_count: int = 1) -> tf.data.Dataset:
+    """The shard as {'record': tf.string, 'label': int32} in a fixed order, nothing decoded yet."""
+
+  def load(self, ds: tf.data.Dataset) -> tf.data.Dataset:
+    """Replaces each example's 'record' by its decoded 'image' (uint8 [h, w, 3]), keeping the rest."""
+
+
+def make_source(config: ml_collections.ConfigDict) -> Source:
+  """The source named by config.dataset; raises a one-line ValueError that says what to fix."""
+  if config.dataset == 'digits':
+    return tfds_source.TfdsSource(digits.prepared_builder(config.data_dir))
+  if config.dataset == 'folder':
+    if not config.data_dir:
+      raise ValueError("config.dataset='folder' needs config.data_dir: set it to a root with "
+                       f'{config.train_split}/ and {config.eval_split}/ sub-folders of class folders')
+    return folder.FolderSource(config.data_dir, config.train_split)
+  return tfds_source.TfdsSource(tfds_source.prepared_builder(config.dataset, config.data_dir))
+
+
+def _check_config(config: ml_collections.ConfigDict) -> None:
+  if config.image_size < 1:
+    raise ValueError(f'config.image_size={config.image_size} must be a positive number of pixels')
+  if config.shuffle_buffer < 1:
+    raise ValueError(f'config.shuffle_buffer={config.shuffle_buffer} must be >= 1 (1 = no shuffling)')
+  preprocess.check_pp(config.pp)
+
+
+def get_info(config: ml_collections.ConfigDict) -> DatasetInfo:
+  """Sizes and class names; validates the data config (and prepares the digits if needed)."""
+  _check_config(config)
+  source = make_source(config)
+  return DatasetInfo(num_classes=len(source.class_names),
+                     num_train=source.num_examples(config.train_split),
+                     num_eval=source.num_examples(config.eval_split),
+                     class_names=source.class_names)
+
+
+def num_eval_batches(num_eval: int, *, local_batch_size: int, process_count: int = 1) -> int:
+  """Batches that eval_iterator yields on every host: enough for the largest host's shard."""
+  largest_shard = -(-num_eval // process_count)  # Shards differ in size by at most one example.
+  return -(-largest_shard // local_batch_size)
+
+
+def _shuffle_window(window: dict[str, tf.Tensor], seed: tf.Tensor) -> dict[str, tf.Tensor]:
+  order = tf.random.experimental.stateless_shuffle(tf.range(tf.shape(window['label'])[0]), seed)
+  return {k: tf.gather(v, order) for k, v in window.items()}
+
+
+def _shuffled_epoch(records: tf.data.Dataset, epoch: int | tf.Tensor, first_window: int,
+                    window_size: int, seed: tf.Tensor) -> tf.data.Dataset:
+  """Epoch `epoch` of `records` from window `first_window` on."""
+  # fold_in's result depends on the dtype of its data: int64 here, whether `epoch` is a Python int.
+  epoch_seed = tf.random.experimental.stateless_fold_in(seed, tf.cast(epoch, tf.int64))
+  windows = records.skip(first_window * window_size).batch(window_size).enumerate(first_window)
+  shuffled = windows.map(
+      lambda w, window: _shuffle_window(window, tf.random.experimental.stateless_fold_in(epoch_seed, w)))
+  # Gathers the next window while this one is consumed, instead of stalling at each window's start.
+  return shuffled.prefetch(1).unbatch()
+
+
+def _shuffled_stream(records: tf.data.Dataset, num_records: int, start: int, window_size: int,
+                     seed: tf.Tensor) -> tf.data.Dataset:
+  """The endless stream of epochs of `records`, from stream position `start` on, each example with
+  its stream 'position'."""
+  epoch, offset = divmod(start, num_records)
+  first = _shuffled_epoch(records, epoch, offset // window_size, window_size, seed)
+  later = tf.data.Dataset.range(epoch + 1, _MANY_EPOCHS).flat_map(
+      lambda e: _shuffled_epoch(records, e, 0, window_size, seed))
+  stream = first.skip(offset % window_size).concatenate(later)
+  return stream.enumerate(start).map(lambda position, example: {**example, 'position': position})
+
+
+def _as_numpy(ds: tf.data.Dataset) -> Iterator[dict[str, np.ndarray]]:
+  options = tf.data.Options()
+  # Parallel maps must keep the order, whatever a global TF setting says, or batches would not repeat.
+  options.deterministic = True
+  return ds.with_options(options).as_numpy_iterator()
+
+
+def train_iterator(config: ml_collections.ConfigDict, *, local_batch_size: int,
+                   start_step: int = 0, process_index: int = 0,
+                   process_count: int = 1) -> Iterator[dict[str, np.ndarray]]:
+  """This host's endless train batches {'image': float32 [b, H, W, 3] in [-1, 1], 'label': int32 [b]}.
+
+  Batch k with `start_step=s` is bitwise batch s + k with `start_step=0`. (In an image folder with
+  unreadable files, which are skipped when met, a resumed run is still deterministic but shifted by
+  the files skipped before `start_step`.)
+  """
+  _check_config(config)
+  source = make_source(config)
+  num_records = source.num_examples(config.train_split, process_index, process_count)
+  if num_records < 1:
+    raise ValueError(f'Split {config.train_split!r} has no examples for process {process_index} of '
+                     f'{process_count}: use a larger split or fewer processes')
+  # Separate seeds for the order and for the augmentation, both specific to this host's stream.
+  shuffle_seed, augment_seed = tf.unstack(tf.random.experimental.stateless_split(
+      tf.constant([config.seed, process_index], tf.int64), 2))
+
+  def augment(example):
+    seed = tf.random.experimental.stateless_fold_in(augment_seed, example['position'])
+    image = preprocess.train_preprocess(example['image'], seed, pp=config.pp,
+                                        image_size=config.image_size)
+    return {'image': image, 'label': example['label']}
+
+  ds = _shuffled_stream(source.records(config.train_split, process_index, process_count),
+                        num_records, start_step * local_batch_size, config.shuffle_buffer,
+                        shuffle_seed)
+  ds = source.load(ds).map(augment, num_parallel_calls=tf.data.AUTOTUNE)
+  return _as_numpy(ds.batch(local_batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE))
+
+
+def eval_iterator(config: ml_collections.ConfigDict, *, local_batch_size: int,
+                  process_index: int = 0,
+                  process_count: int = 1) -> Iterator[dict[str, np.ndarray]]:
+  """One pass over this host's shard of the eval split in full batches {'image', 'label', 'mask'}.
+
+  'mask' (bool [b]) is False on padding rows. Every host yields `num_eval_batches(...)` batches, so
+  hosts with a smaller shard (or skipped unreadable files) still join every collective.
+  """
+  _check_config(config)
+  source = make_source(config)
+  num_batches = num_eval_batches(source.num_examples(config.eval_split),
+                                 local_batch_size=local_batch_size, process_count=process_count)
+
+  def prepare(example):
+    image = preprocess.eval_preprocess(example['image'], image_size=config.image_size)
+    return {'image': image, 'label': example['label'], 'mask': tf.constant(True)}
+
+  size = config.image_size
+  padding = tf.data.Dataset.from_tensors({
+      'image': tf.zeros([size, size, 3], tf.float32),
+      'label': tf.constant(0, tf.int32),
+      'mask': tf.constant(False)}).repeat()
+  ds = source.load(source.records(config.eval_split, process_index, process_count))
+  ds = ds.map(prepare, num_parallel_calls=tf.data.AUTOTUNE).concatenate(padding)
+  ds = ds.take(num_batches * local_batch_size).batch(local_batch_size)
+  return _as_numpy(ds.prefetch(tf.data.AUTOTUNE))

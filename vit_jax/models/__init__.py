@@ -1,0 +1,1 @@
+from vit_jax.models.vit import VisionTransformer

@@ -1,0 +1,255 @@
+"""The training loop: one jitted train step over a device mesh, periodic eval, checkpoints, metrics.
+
+Everything a run depends on is a function of (config, step): the batch of step s is batch s of the data
+stream, the dropout key of step s is fold_in(seed, s). A run killed after a checkpoint and started again
+therefore continues exactly as if it had never stopped.
+"""
+import dataclasses
+import functools
+import math
+import os
+import tempfile
+import time
+from typing import Any, Callable
+
+import flax
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+from absl import logging
+from clu import metric_writers, parameter_overview, periodic_actions
+from jax.sharding import Mesh
+
+from configs import models as model_variants
+from vit_jax import checkpoint, data, optim, sharding
+from vit_jax.models import VisionTransformer
+
+LOSSES = ('softmax_xent', 'sigmoid_xent')
+DTYPES = ('float32', 'bfloat16', 'float16')
+
+
+@flax.struct.dataclass
+class TrainState:
+  step: jax.Array
+  params: Any
+  opt_state: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class Setup:
+  """A validated run: everything checked before anything is compiled."""
+  config: ml_collections.ConfigDict
+  workdir: str
+  info: data.DatasetInfo
+  model: VisionTransformer
+  mesh: Mesh
+  total_steps: int
+
+
+def _check_writable(workdir: str) -> None:
+  try:
+    os.makedirs(workdir, exist_ok=True)
+    with tempfile.TemporaryFile(dir=workdir):
+      pass
+  except OSError as e:
+    raise ValueError(f'workdir {workdir!r} is not writable ({e.strerror}): pass --workdir=DIR with a '
+                     'directory you can write to') from None
+
+
+def _total_steps(config: ml_collections.ConfigDict, info: data.DatasetInfo) -> int:
+  if (config.total_steps is None) == (config.num_epochs is None):
+    raise ValueError('Set exactly one of config.total_steps and config.num_epochs, '
+                     'e.g. --config.total_steps=1000')
+  if config.total_steps is not None:
+    steps = config.total_steps
+  else:
+    steps = math.ceil(config.num_epochs * info.num_train / config.batch_size)
+  if steps < 1:
+    raise ValueError(f'The run has {steps} steps: raise config.total_steps or config.num_epochs')
+  return steps
+
+
+def _check_batch(name: str, batch_size: int, mesh: Mesh) -> None:
+  shards = sharding.num_batch_shards(mesh)
+  multiple = math.lcm(shards, jax.process_count())
+  if batch_size < 1 or batch_size % multiple:
+    suggestion = max(multiple, batch_size // multiple * multiple)
+    raise ValueError(
+        f'config.{name}={batch_size} is not divisible by the {shards} devices on the batch axes '
+        f'{sharding.batch_axes(mesh)} (and {jax.process_count()} processes): use a multiple of '
+        f'{multiple}, e.g. --config.{name}={suggestion}')
+
+
+def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
+  """Checks the config, data and workdir; raises ValueError with a one-line fix on bad input."""
+  if config.loss not in LOSSES:
+    raise ValueError(f'Unknown config.loss {config.loss!r}: use one of {", ".join(LOSSES)}')
+  if config.dtype not in DTYPES:
+    raise ValueError(f'Unknown config.dtype {config.dtype!r}: use one of {", ".join(DTYPES)}')
+  model_kwargs = model_variants.get_model_config(config.variant, config.model.to_dict())
+  patch = model_kwargs['patch_size']
+  if config.image_size % patch:
+    raise ValueError(
+        f'config.image_size={config.image_size} is not divisible by the patch size {patch} of '
+        f'{config.variant}: use a multiple of {patch}, e.g. '
+        f'--config.image_size={max(patch, config.image_size // patch * patch)}')
+  mesh = sharding.make_mesh(config.mesh)
+  _check_batch('batch_size', config.batch_size, mesh)
+  _check_batch('eval_batch_size', config.eval_batch_size, mesh)
+  info = data.get_info(config)
+  total_steps = _total_steps(config, info)
+  optim.make_optimizer(config, total_steps)  # Validates the optimizer and schedule names.
+  _check_writable(workdir)
+  model = VisionTransformer(num_classes=info.num_classes, dtype=jnp.dtype(config.dtype),
+                            **model_kwargs)
+  return Setup(config, workdir, info, model, mesh, total_steps)
+
+
+def compute_loss(logits: jax.Array, labels: jax.Array, *, loss: str,
+                 label_smoothing: float = 0.0) -> jax.Array:
+  """Mean loss over the batch of float32 `logits` [b, classes] against integer `labels` [b]."""
+  targets = jax.nn.one_hot(labels, logits.shape[-1])
+  if label_smoothing:
+    targets = optax.smooth_labels(targets, label_smoothing)
+  if loss == 'softmax_xent':
+    return optax.softmax_cross_entropy(logits, targets).mean()
+  return optax.sigmoid_binary_cross_entropy(logits, targets).sum(-1).mean()
+
+
+def train_step(state: TrainState, batch: dict[str, jax.Array], *, model: VisionTransformer,
+               tx: optax.GradientTransformation, schedule: optax.Schedule,
+               loss_fn: Callable, dropout_key: jax.Array) -> tuple[TrainState, dict[str, jax.Array]]:
+  """One optimizer update on a global batch."""
+  step_key = jax.random.fold_in(dropout_key, state.step)
+
+  def loss_of(params):
+    logits = model.apply({'params': params}, batch['image'], train=True, rngs={'dropout': step_key})
+    return loss_fn(logits, batch['label'])
+
+  loss, grads = jax.value_and_grad(loss_of)(state.params)
+  updates, opt_state = tx.update(grads, state.opt_state, state.params)
+  params = optax.apply_updates(state.params, updates)
+  metrics = {'train_loss': loss, 'grad_norm': optax.global_norm(grads),
+             'learning_rate': schedule(state.step)}
+  return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
+
+
+def eval_step(params: Any, batch: dict[str, jax.Array], *,
+              model: VisionTransformer) -> dict[str, jax.Array]:
+  """Sums over the real (unmasked) examples of a batch: correct top-1 / top-5, loss, count."""
+  logits = model.apply({'params': params}, batch['image'], train=False)
+  mask = batch['mask'].astype(jnp.float32)
+  labels = batch['label']
+  top5 = jax.lax.top_k(logits, min(5, logits.shape[-1]))[1]
+  loss = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+  return {
+      'correct': jnp.sum((top5[:, 0] == labels) * mask),
+      'correct_top5': jnp.sum(jnp.any(top5 == labels[:, None], axis=-1) * mask),
+      'loss_sum': jnp.sum(loss * mask),
+      'count': jnp.sum(mask),
+  }
+
+
+def evaluate(params: Any, setup: Setup, eval_fn: Callable) -> dict[str, float]:
+  """Top-1, top-5 and loss over the whole eval split."""
+  local_batch = setup.config.eval_batch_size // jax.process_count()
+  totals = None
+  for batch in data.eval_iterator(setup.config, local_batch_size=local_batch,
+                                  process_index=jax.process_index(),
+                                  process_count=jax.process_count()):
+    sums = eval_fn(params, sharding.global_batch(batch, setup.mesh))
+    totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
+  totals = jax.device_get(totals)
+  count = max(float(totals['count']), 1.0)
+  return {'eval_top1': float(totals['correct']) / count,
+          'eval_top5': float(totals['correct_top5']) / count,
+          'eval_loss': float(totals['loss_sum']) / count}
+
+
+def _init_state(key: jax.Array, *, model: VisionTransformer, tx: optax.GradientTransformation,
+                image_size: int) -> TrainState:
+  params = model.init({'params': key}, jnp.zeros((1, image_size, image_size, 3)), train=False)['params']
+  return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
+
+
+def create_state(setup: Setup, tx: optax.GradientTransformation,
+                 manager: Any) -> tuple[TrainState, Any]:
+  """The train state on the mesh: restored from the latest checkpoint if any, else initialised there."""
+  init = functools.partial(_init_state, model=setup.model, tx=tx, image_size=setup.config.image_size)
+  key = jax.random.key(setup.config.seed)
+  abstract = jax.eval_shape(init, key)
+  shardings = jax.tree.map(lambda _: sharding.replicated(setup.mesh), abstract)
+  restored = checkpoint.restore(manager, checkpoint.abstract_with_shardings(abstract, shardings))
+  if restored is not None:
+    logging.info('Resumed from %s at step %d', manager.directory, int(restored.step))
+    return restored, shardings
+  return jax.jit(init, out_shardings=shardings)(key), shardings
+
+
+def _mean_metrics(history: list[dict[str, jax.Array]]) -> dict[str, float]:
+  stacked = jax.device_get(jax.tree.map(lambda *xs: jnp.stack(xs), *history))
+  return {k: float(np.mean(v)) for k, v in stacked.items()}
+
+
+def train_and_evaluate(setup: Setup) -> dict[str, float]:
+  """Runs (or resumes) training to `setup.total_steps`; returns the final eval metrics."""
+  config, mesh = setup.config, setup.mesh
+  writer = metric_writers.create_default_writer(setup.workdir, just_logging=jax.process_index() > 0)
+  writer.write_hparams({k: str(v) for k, v in config.items()})
+  tx, schedule = optim.make_optimizer(config, setup.total_steps)
+  manager = checkpoint.make_manager(setup.workdir, config.keep_checkpoints)
+  state, state_shardings = create_state(setup, tx, manager)
+  start_step = int(state.step)
+  if start_step == 0:
+    parameter_overview.log_parameter_overview(state.params)
+
+  loss_fn = functools.partial(compute_loss, loss=config.loss, label_smoothing=config.label_smoothing)
+  step_fn = jax.jit(
+      functools.partial(train_step, model=setup.model, tx=tx, schedule=schedule, loss_fn=loss_fn,
+                        dropout_key=jax.random.fold_in(jax.random.key(config.seed), 1)),
+      in_shardings=(state_shardings, sharding.batch_sharding(mesh)),
+      out_shardings=(state_shardings, sharding.replicated(mesh)),
+      donate_argnums=0)
+  eval_fn = jax.jit(functools.partial(eval_step, model=setup.model))
+
+  train_iter = data.train_iterator(
+      config, local_batch_size=config.batch_size // jax.process_count(), start_step=start_step,
+      process_index=jax.process_index(), process_count=jax.process_count())
+  report_progress = periodic_actions.ReportProgress(
+      num_train_steps=setup.total_steps, writer=writer, every_steps=config.log_every_steps,
+      every_secs=None)
+  logging.info('Training %d steps from step %d: %d train / %d eval examples, %d classes, %d devices',
+               setup.total_steps, start_step, setup.info.num_train, setup.info.num_eval,
+               setup.info.num_classes, jax.device_count())
+
+  eval_metrics: dict[str, float] = {}
+  history, window_start = [], time.time()
+  for step in range(start_step + 1, setup.total_steps + 1):
+    with jax.profiler.StepTraceAnnotation('train', step_num=step):
+      batch = sharding.global_batch(next(train_iter), mesh)
+      state, metrics = step_fn(state, batch)
+    history.append(metrics)
+    report_progress(step)
+    last = step == setup.total_steps
+    if step % config.log_every_steps == 0 or last:
+      summary = _mean_metrics(history)
+      elapsed = time.time() - window_start
+      summary['images_per_sec'] = len(history) * config.batch_size / elapsed
+      writer.write_scalars(step, summary)
+      history, window_start = [], time.time()
+    if step % config.eval_every_steps == 0 or last:
+      with report_progress.timed('eval'):
+        eval_metrics = evaluate(state.params, setup, eval_fn)
+      writer.write_scalars(step, eval_metrics)
+    if step % config.checkpoint_every_steps == 0 or last:
+      with report_progress.timed('checkpoint'):
+        checkpoint.save(manager, step, state)
+  if not eval_metrics:  # Resumed at the end: report the final model all the same.
+    eval_metrics = evaluate(state.params, setup, eval_fn)
+    writer.write_scalars(int(state.step), eval_metrics)
+  manager.wait_until_finished()
+  manager.close()
+  writer.flush()
+  return eval_metrics

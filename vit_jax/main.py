@@ -1,7 +1,14 @@
 """Entry point: `python -m vit_jax.main --config=configs/X.py[:arg] --workdir=DIR [--config.field=value]`."""
+import logging as python_logging
+import os
 import sys
 
-from absl import app, flags, logging
+# Before TensorFlow loads: its C++ start-up banners are noise for a training run. (TensorFlow only
+# runs the input pipeline, where oneDNN's kernels make no difference.)
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '0')
+
+from absl import app, flags, logging  # pylint: disable=g-import-not-at-top
 from ml_collections import config_flags
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -32,9 +39,19 @@ def parse_flags(argv: list[str]) -> list[str]:
     _fail(f'bad config override: {e}')
 
 
+class _OwnInfoOnly(python_logging.Filter):
+  """INFO lines from vit_jax and clu (metrics, progress, ETA) only; libraries speak from WARNING up."""
+
+  def filter(self, record: python_logging.LogRecord) -> bool:
+    if record.levelno >= python_logging.WARNING:
+      return 'tensorflow_datasets' not in record.pathname or record.levelno >= python_logging.ERROR
+    return any(f'{os.sep}{package}{os.sep}' in record.pathname for package in ('vit_jax', 'clu'))
+
+
 def main(argv: list[str]) -> None:
   if len(argv) > 1:
     _fail(f'unexpected arguments {argv[1:]}: config fields are set as --config.FIELD=VALUE')
+  logging.get_absl_handler().addFilter(_OwnInfoOnly())
   # Imported here so that `--help` and flag errors answer before TensorFlow and JAX load.
   from vit_jax import train  # pylint: disable=g-import-not-at-top
   try:

@@ -6,6 +6,7 @@ therefore continues exactly as if it had never stopped.
 """
 import dataclasses
 import functools
+import json
 import math
 import os
 import tempfile
@@ -82,14 +83,19 @@ def _check_batch(name: str, batch_size: int, mesh: Mesh) -> None:
         f'{multiple}, e.g. --config.{name}={suggestion}')
 
 
+def make_model(config: ml_collections.ConfigDict, num_classes: int | None) -> VisionTransformer:
+  """The model a config describes (`num_classes=None`: pre-logits features instead of logits)."""
+  return VisionTransformer(num_classes=num_classes, dtype=jnp.dtype(config.dtype),
+                           **model_variants.get_model_config(config.variant, config.model.to_dict()))
+
+
 def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
   """Checks the config, data and workdir; raises ValueError with a one-line fix on bad input."""
   if config.loss not in LOSSES:
     raise ValueError(f'Unknown config.loss {config.loss!r}: use one of {", ".join(LOSSES)}')
   if config.dtype not in DTYPES:
     raise ValueError(f'Unknown config.dtype {config.dtype!r}: use one of {", ".join(DTYPES)}')
-  model_kwargs = model_variants.get_model_config(config.variant, config.model.to_dict())
-  patch = model_kwargs['patch_size']
+  patch = model_variants.get_model_config(config.variant, config.model.to_dict())['patch_size']
   if config.image_size % patch:
     raise ValueError(
         f'config.image_size={config.image_size} is not divisible by the patch size {patch} of '
@@ -102,9 +108,7 @@ def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
   total_steps = _total_steps(config, info)
   optim.make_optimizer(config, total_steps)  # Validates the optimizer and schedule names.
   _check_writable(workdir)
-  model = VisionTransformer(num_classes=info.num_classes, dtype=jnp.dtype(config.dtype),
-                            **model_kwargs)
-  return Setup(config, workdir, info, model, mesh, total_steps)
+  return Setup(config, workdir, info, make_model(config, info.num_classes), mesh, total_steps)
 
 
 def compute_loss(logits: jax.Array, labels: jax.Array, *, loss: str,
@@ -189,13 +193,35 @@ def create_state(setup: Setup, tx: optax.GradientTransformation,
 
 
 def _mean_metrics(history: list[dict[str, jax.Array]]) -> dict[str, float]:
-  stacked = jax.device_get(jax.tree.map(lambda *xs: jnp.stack(xs), *history))
-  return {k: float(np.mean(v)) for k, v in stacked.items()}
+  history = jax.device_get(history)
+  return {k: float(np.mean([metrics[k] for metrics in history])) for k in history[0]}
+
+
+def write_run_info(setup: Setup) -> None:
+  """The config and dataset facts that export and inference need to rebuild the model."""
+  if jax.process_index() == 0:
+    with open(os.path.join(setup.workdir, 'config.json'), 'w') as f:
+      f.write(setup.config.to_json_best_effort(indent=2))
+    with open(os.path.join(setup.workdir, 'dataset_info.json'), 'w') as f:
+      json.dump(dataclasses.asdict(setup.info), f, indent=2)
+
+
+def load_run_info(workdir: str) -> tuple[ml_collections.ConfigDict, data.DatasetInfo]:
+  """What `write_run_info` wrote: the run's config and dataset info."""
+  try:
+    with open(os.path.join(workdir, 'config.json')) as f:
+      config = ml_collections.ConfigDict(json.load(f))
+    with open(os.path.join(workdir, 'dataset_info.json')) as f:
+      info = json.load(f)
+  except FileNotFoundError as e:
+    raise ValueError(f'{e.filename} is missing: is {workdir!r} the --workdir of a vit_jax run?') from None
+  return config, data.DatasetInfo(**{**info, 'class_names': tuple(info['class_names'])})
 
 
 def train_and_evaluate(setup: Setup) -> dict[str, float]:
   """Runs (or resumes) training to `setup.total_steps`; returns the final eval metrics."""
   config, mesh = setup.config, setup.mesh
+  write_run_info(setup)
   writer = metric_writers.create_default_writer(setup.workdir, just_logging=jax.process_index() > 0)
   writer.write_hparams({k: str(v) for k, v in config.items()})
   tx, schedule = optim.make_optimizer(config, setup.total_steps)

@@ -21,6 +21,9 @@ def get_config() -> ml_collections.ConfigDict:
   # Train-time preprocessing; eval always just resizes. crop: 'inception' | 'random' | 'resize'.
   config.pp = ml_collections.ConfigDict(dict(crop='inception', min_area=0.05, pad=0, flip=True))
   config.shuffle_buffer = 50_000
+  # The train split is read as this many disjoint streams, each host reading its share of them; the
+  # batches depend on it and not on the number of hosts (unset: one stream per host).
+  config.data_shards = config_dict.placeholder(int)
 
   # Model: a variant name from configs/models.py; fields of `model` that are set override the preset.
   config.variant = 'ViT-B_16'
@@ -60,8 +63,12 @@ def get_config() -> ml_collections.ConfigDict:
       end=0.0,  # Value reached at the last step (linear and cosine).
   ))
   config.grad_clip_norm = 1.0  # Global-norm clipping; 0 disables it.
+  # Gradient accumulation: batch_size is split into accum_steps micro-batches, one update per batch.
+  config.accum_steps = 1
 
-  # Devices: axis name -> size; one size may be -1 to take the remaining devices.
+  # Devices: (axis, size) pairs over 'data' (batch split, parameters replicated), 'fsdp' (batch and
+  # parameters + optimizer state split) and 'tensor' (heads and MLP units split); one size may be -1
+  # to take the remaining devices, e.g. "(('data', 2), ('fsdp', -1))".
   config.mesh = (('data', -1),)
 
   # Bookkeeping (in steps).

@@ -12,7 +12,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # A model and run small enough for a few seconds on CPU, on the bundled digits.
 TINY = {
-    'variant': 'ViT-testing_4', 'image_size': 8, 'batch_size': 16, 'eval_batch_size': 64,
+    'variant': 'ViT-testing_4', 'model.hidden_size': 32, 'model.num_layers': 2, 'model.num_heads': 2,
+    'model.mlp_dim': 64, 'image_size': 8, 'batch_size': 16, 'eval_batch_size': 64,
     'total_steps': 12, 'log_every_steps': 4, 'eval_every_steps': 12, 'checkpoint_every_steps': 4,
     'lr.warmup_steps': 2, 'shuffle_buffer': 256,
 }

@@ -23,7 +23,7 @@ def data_dir(tmp_path_factory):
 def make_config(data_dir, **overrides):
   config = ml_collections.ConfigDict(dict(
       dataset='digits', data_dir=data_dir, train_split='train', eval_split='test', image_size=8,
-      seed=0, shuffle_buffer=50_000,
+      seed=0, shuffle_buffer=50_000, data_shards=None,
       pp=dict(crop='resize', min_area=0.05, pad=0, flip=False)))
   pp = overrides.pop('pp', {})
   config.update(overrides)
@@ -191,6 +191,21 @@ def test_train_shards_are_disjoint_and_cover_the_split(data_dir, process_count):
                                      process_index=process_index, process_count=process_count))
     per_host += multiset(as_uint8(batch['image']), batch['label'])
   assert per_host == multiset(*digits.split_arrays()['train'])
+
+
+@pytest.mark.parametrize('pp', [dict(crop='inception', flip=True), dict(crop='resize')])
+def test_global_batches_do_not_depend_on_the_number_of_hosts(data_dir, pp):
+  config = make_config(data_dir, data_shards=4, shuffle_buffer=500, pp=pp)
+  one_host = take(data.train_iterator(config, local_batch_size=32, start_step=40), 3)
+  for process_count in (2, 4):
+    hosts = [take(data.train_iterator(config, local_batch_size=32 // process_count, start_step=40,
+                                      process_index=i, process_count=process_count), 3)
+             for i in range(process_count)]
+    assembled = [{k: np.concatenate([host[step][k] for host in hosts]) for k in ('image', 'label')}
+                 for step in range(3)]
+    assert_same_batches(one_host, assembled)
+  with pytest.raises(ValueError, match='data_shards=4 is not a multiple of the 3 processes'):
+    data.train_iterator(config, local_batch_size=8, process_count=3)
 
 
 # 360 = 7 * 51 + 3: three hosts hold 52 examples, so they need a second, mostly padded batch.

@@ -1,7 +1,9 @@
 """Entry point: `python -m vit_jax.main --config=configs/X.py[:arg] --workdir=DIR [--config.field=value]`."""
 import logging as python_logging
 import os
+import socket
 import sys
+import time
 
 # Before TensorFlow loads: its C++ start-up banners are noise for a training run. (TensorFlow only
 # runs the input pipeline, where oneDNN's kernels make no difference.)
@@ -16,6 +18,17 @@ _CONFIG = config_flags.DEFINE_config_file(
     lock_config=True)
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Directory for checkpoints, metrics and exports.')
 flags.mark_flags_as_required(['config', 'workdir'])
+# Multi-host. On TPU pods and SLURM, jax.distributed finds its peers by itself ('auto'); elsewhere
+# (e.g. several processes on one machine, see launch/local.py) give the coordinator explicitly.
+_DISTRIBUTED = flags.DEFINE_enum(
+    'distributed', 'auto', ['auto', 'on', 'off'],
+    "jax.distributed.initialize(): 'auto' = when a coordinator is given or a TPU pod / multi-task "
+    "SLURM job is detected; 'on' = always (cluster auto-detection); 'off' = single process.")
+_COORDINATOR = flags.DEFINE_string('coordinator_address', None, 'host:port of process 0.')
+_NUM_PROCESSES = flags.DEFINE_integer('num_processes', None, 'Processes in the run.')
+_PROCESS_ID = flags.DEFINE_integer('process_id', None, 'This process, in [0, num_processes).')
+_DISTRIBUTED_TIMEOUT = flags.DEFINE_integer(
+    'distributed_timeout', 300, 'Seconds to wait for all processes to reach the coordinator.')
 
 
 def _fail(message: str) -> None:
@@ -48,10 +61,58 @@ class _OwnInfoOnly(python_logging.Filter):
     return any(f'{os.sep}{package}{os.sep}' in record.pathname for package in ('vit_jax', 'clu'))
 
 
+def _cluster_detected() -> bool:
+  slurm_tasks = int(os.environ.get('SLURM_NTASKS', '1'))
+  tpu_workers = os.environ.get('TPU_WORKER_HOSTNAMES', '')
+  return slurm_tasks > 1 or ',' in tpu_workers
+
+
+def init_distributed() -> None:
+  """Joins the multi-process run, or returns at once for a single process."""
+  import jax  # pylint: disable=g-import-not-at-top
+  explicit = _COORDINATOR.value is not None
+  if _DISTRIBUTED.value == 'off' or (_DISTRIBUTED.value == 'auto' and not explicit
+                                     and not _cluster_detected()):
+    return
+  if explicit and (_NUM_PROCESSES.value is None or _PROCESS_ID.value is None):
+    _fail('--coordinator_address needs --num_processes and --process_id too')
+  if explicit and _PROCESS_ID.value > 0:
+    _wait_for_coordinator(_COORDINATOR.value, _DISTRIBUTED_TIMEOUT.value)
+  # Collectives between CPU processes (local multi-process runs and tests) go over gloo.
+  jax.config.update('jax_cpu_collectives_implementation', 'gloo')
+  jax.distributed.initialize(
+      coordinator_address=_COORDINATOR.value, num_processes=_NUM_PROCESSES.value,
+      process_id=_PROCESS_ID.value, initialization_timeout=_DISTRIBUTED_TIMEOUT.value)
+
+
+def _wait_for_coordinator(address: str, timeout: float) -> None:
+  """Fails in one line if nobody listens at `address` within `timeout` seconds.
+
+  jax.distributed aborts the whole process (a C++ fatal error with a stack trace) when it cannot
+  register with the coordinator, so the address is probed here first.
+  """
+  host, _, port = address.rpartition(':')
+  deadline = time.time() + timeout
+  while True:
+    try:
+      with socket.create_connection((host.strip('[]'), int(port)), timeout=1):
+        return
+    except (OSError, ValueError) as e:
+      if time.time() > deadline:
+        _fail(f'could not reach the coordinator at {address} within {timeout}s ({e}): start process 0 '
+              'with the same --coordinator_address (it hosts the coordinator), or check the address, '
+              'port and network')
+      time.sleep(0.5)
+
+
 def main(argv: list[str]) -> None:
   if len(argv) > 1:
     _fail(f'unexpected arguments {argv[1:]}: config fields are set as --config.FIELD=VALUE')
   logging.get_absl_handler().addFilter(_OwnInfoOnly())
+  init_distributed()
+  import jax  # pylint: disable=g-import-not-at-top
+  if jax.process_index() > 0:  # Process 0 speaks for the run.
+    logging.set_verbosity(logging.WARNING)
   # Imported here so that `--help` and flag errors answer before TensorFlow and JAX load.
   from vit_jax import train  # pylint: disable=g-import-not-at-top
   try:

@@ -1,6 +1,14 @@
-"""Device mesh and shardings: the mesh comes from `config.mesh`, the batch is split over data axes."""
+"""Device mesh, partition rules and shardings: data, FSDP and tensor parallelism from `config.mesh`.
+
+The mesh has up to three named axes. `data`: the batch is split, parameters are replicated (the pmap
+case). `fsdp`: the batch is split too, and every parameter and optimizer-state array is split along its
+largest dimension that the axis divides. `tensor`: attention heads and MLP hidden units are split
+(Megatron style). The strategies combine: a parameter's tensor-parallel dimension is taken first, FSDP
+picks among the others.
+"""
 import math
-from typing import Sequence
+import re
+from typing import Any, Sequence
 
 import jax
 import numpy as np
@@ -9,10 +17,24 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 AXES = ('data', 'fsdp', 'tensor')
 BATCH_AXES = ('data', 'fsdp')  # The global batch is split over these (FSDP is data parallel too).
 
+# Tensor parallelism: (regex over the '/'-joined parameter path, the dimension split over `tensor`).
+# Paths of optimizer-state leaves end with the parameter path, so the same rules serve them.
+TENSOR_RULES = (
+    (r'MultiHeadDotProductAttention_\d+/(query|key|value)/kernel$', 1),  # (D, heads, D/heads)
+    (r'MultiHeadDotProductAttention_\d+/(query|key|value)/bias$', 0),  # (heads, D/heads)
+    (r'MultiHeadDotProductAttention_\d+/out/kernel$', 0),  # (heads, D/heads, D)
+    (r'MlpBlock_\d+/Dense_0/kernel$', 1),  # (D, mlp)
+    (r'MlpBlock_\d+/Dense_0/bias$', 0),  # (mlp,)
+    (r'MlpBlock_\d+/Dense_1/kernel$', 0),  # (mlp, D)
+)
+
 
 def make_mesh(axes: Sequence[tuple[str, int]], devices: Sequence[jax.Device] | None = None) -> Mesh:
   """A mesh from (name, size) pairs; one size may be -1 to take the devices left over."""
   devices = list(jax.devices() if devices is None else devices)
+  if not axes or not all(isinstance(axis, (tuple, list)) and len(axis) == 2 for axis in axes):
+    raise ValueError(f'config.mesh must be (name, size) pairs, e.g. "((\'data\', 2), (\'fsdp\', -1))"; '
+                     f'got {axes!r}')
   names = [name for name, _ in axes]
   sizes = [size for _, size in axes]
   unknown = [name for name in names if name not in AXES]
@@ -29,7 +51,13 @@ def make_mesh(axes: Sequence[tuple[str, int]], devices: Sequence[jax.Device] | N
   if math.prod(sizes) != len(devices):
     raise ValueError(f'config.mesh sizes {dict(zip(names, sizes))} multiply to {math.prod(sizes)}, but '
                      f'there are {len(devices)} devices: make the product {len(devices)} or use -1 for one axis')
+  # Devices in the order jax lists them: process by process, so a host's devices are neighbours on
+  # the last axes and the batch axes span the hosts.
   return Mesh(np.asarray(devices).reshape(sizes), names)
+
+
+def axis_size(mesh: Mesh, name: str) -> int:
+  return mesh.shape[name] if name in mesh.axis_names else 1
 
 
 def batch_axes(mesh: Mesh) -> tuple[str, ...]:
@@ -44,8 +72,51 @@ def batch_sharding(mesh: Mesh) -> NamedSharding:
   return NamedSharding(mesh, P(batch_axes(mesh)))
 
 
+def micro_batch_sharding(mesh: Mesh) -> NamedSharding:
+  """Micro-batches stacked on a leading axis: each one split over the batch axes like a batch."""
+  return NamedSharding(mesh, P(None, batch_axes(mesh)))
+
+
 def replicated(mesh: Mesh) -> NamedSharding:
   return NamedSharding(mesh, P())
+
+
+def check_model_fits(mesh: Mesh, *, num_heads: int, mlp_dim: int) -> None:
+  """Tensor parallelism splits heads and MLP units: the axis must divide both."""
+  tensor = axis_size(mesh, 'tensor')
+  for name, value in (('num_heads', num_heads), ('mlp_dim', mlp_dim)):
+    if value % tensor:
+      raise ValueError(f'the mesh axis tensor={tensor} does not divide the model\'s {name}={value}: use '
+                       f'a tensor size that divides {name} (e.g. a divisor of {num_heads}) in --config.mesh')
+
+
+def _path_str(path: tuple[Any, ...]) -> str:
+  return '/'.join(str(getattr(key, 'key', getattr(key, 'name', getattr(key, 'idx', key))))
+                  for key in path)
+
+
+def partition_spec(path: str, shape: tuple[int, ...], mesh: Mesh) -> P:
+  """Where one parameter (or optimizer-state array) of `shape` at `path` lives on the mesh."""
+  spec: list[str | None] = [None] * len(shape)
+  tensor = axis_size(mesh, 'tensor')
+  if tensor > 1:
+    for pattern, dim in TENSOR_RULES:
+      if re.search(pattern, path) and shape[dim] % tensor == 0:
+        spec[dim] = 'tensor'
+        break
+  fsdp = axis_size(mesh, 'fsdp')
+  if fsdp > 1:
+    free = [d for d in range(len(shape)) if spec[d] is None and shape[d] % fsdp == 0]
+    if free:
+      spec[max(free, key=lambda d: (shape[d], -d))] = 'fsdp'
+  return P(*spec)
+
+
+def state_shardings(abstract_state: Any, mesh: Mesh) -> Any:
+  """NamedShardings for every array of a (train-state) pytree of ShapeDtypeStructs."""
+  return jax.tree_util.tree_map_with_path(
+      lambda path, x: NamedSharding(mesh, partition_spec(_path_str(path), tuple(x.shape), mesh)),
+      abstract_state)
 
 
 def global_batch(local_batch: dict[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:

@@ -72,15 +72,16 @@ def _total_steps(config: ml_collections.ConfigDict, info: data.DatasetInfo) -> i
   return steps
 
 
-def _check_batch(name: str, batch_size: int, mesh: Mesh) -> None:
+def _check_batch(name: str, batch_size: int, mesh: Mesh, accum_steps: int = 1) -> None:
   shards = sharding.num_batch_shards(mesh)
-  multiple = math.lcm(shards, jax.process_count())
+  multiple = math.lcm(shards * accum_steps, jax.process_count())
   if batch_size < 1 or batch_size % multiple:
     suggestion = max(multiple, batch_size // multiple * multiple)
+    accum = f' x accum_steps={accum_steps}' if accum_steps > 1 else ''
     raise ValueError(
         f'config.{name}={batch_size} is not divisible by the {shards} devices on the batch axes '
-        f'{sharding.batch_axes(mesh)} (and {jax.process_count()} processes): use a multiple of '
-        f'{multiple}, e.g. --config.{name}={suggestion}')
+        f'{sharding.batch_axes(mesh)}{accum} (and {jax.process_count()} processes): use a multiple '
+        f'of {multiple}, e.g. --config.{name}={suggestion}')
 
 
 def make_model(config: ml_collections.ConfigDict, num_classes: int | None) -> VisionTransformer:
@@ -95,15 +96,23 @@ def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
     raise ValueError(f'Unknown config.loss {config.loss!r}: use one of {", ".join(LOSSES)}')
   if config.dtype not in DTYPES:
     raise ValueError(f'Unknown config.dtype {config.dtype!r}: use one of {", ".join(DTYPES)}')
-  patch = model_variants.get_model_config(config.variant, config.model.to_dict())['patch_size']
+  model_kwargs = model_variants.get_model_config(config.variant, config.model.to_dict())
+  patch = model_kwargs['patch_size']
   if config.image_size % patch:
     raise ValueError(
         f'config.image_size={config.image_size} is not divisible by the patch size {patch} of '
         f'{config.variant}: use a multiple of {patch}, e.g. '
         f'--config.image_size={max(patch, config.image_size // patch * patch)}')
   mesh = sharding.make_mesh(config.mesh)
-  _check_batch('batch_size', config.batch_size, mesh)
+  sharding.check_model_fits(mesh, num_heads=model_kwargs['num_heads'], mlp_dim=model_kwargs['mlp_dim'])
+  if config.accum_steps < 1:
+    raise ValueError(f'config.accum_steps={config.accum_steps} must be at least 1')
+  _check_batch('batch_size', config.batch_size, mesh, config.accum_steps)
   _check_batch('eval_batch_size', config.eval_batch_size, mesh)
+  shards = data.num_data_shards(config, jax.process_count())
+  if config.batch_size % shards:
+    raise ValueError(f'config.batch_size={config.batch_size} does not split into '
+                     f'config.data_shards={shards} equal parts: use a multiple of {shards}')
   info = data.get_info(config)
   total_steps = _total_steps(config, info)
   optim.make_optimizer(config, total_steps)  # Validates the optimizer and schedule names.
@@ -123,16 +132,35 @@ def compute_loss(logits: jax.Array, labels: jax.Array, *, loss: str,
 
 
 def train_step(state: TrainState, batch: dict[str, jax.Array], *, model: VisionTransformer,
-               tx: optax.GradientTransformation, schedule: optax.Schedule,
-               loss_fn: Callable, dropout_key: jax.Array) -> tuple[TrainState, dict[str, jax.Array]]:
-  """One optimizer update on a global batch."""
+               tx: optax.GradientTransformation, schedule: optax.Schedule, loss_fn: Callable,
+               dropout_key: jax.Array, accum_steps: int = 1,
+               micro_batch_sharding: Any = None) -> tuple[TrainState, dict[str, jax.Array]]:
+  """One optimizer update on a global batch, optionally as `accum_steps` accumulated micro-batches."""
   step_key = jax.random.fold_in(dropout_key, state.step)
 
-  def loss_of(params):
-    logits = model.apply({'params': params}, batch['image'], train=True, rngs={'dropout': step_key})
-    return loss_fn(logits, batch['label'])
+  def loss_of(params, images, labels, key):
+    logits = model.apply({'params': params}, images, train=True, rngs={'dropout': key})
+    return loss_fn(logits, labels)
 
-  loss, grads = jax.value_and_grad(loss_of)(state.params)
+  grad_fn = jax.value_and_grad(loss_of)
+  if accum_steps == 1:
+    loss, grads = grad_fn(state.params, batch['image'], batch['label'], step_key)
+  else:
+    # Micro-batch i takes rows i, i + k, i + 2k, ...: every device holds a slice of every micro-batch.
+    def split(x):
+      x = x.reshape(x.shape[0] // accum_steps, accum_steps, *x.shape[1:]).swapaxes(0, 1)
+      return jax.lax.with_sharding_constraint(x, micro_batch_sharding)
+
+    def accumulate(totals, inputs):
+      i, images, labels = inputs
+      loss, grads = grad_fn(state.params, images, labels, jax.random.fold_in(step_key, i))
+      return jax.tree.map(jnp.add, totals, (loss, grads)), None
+
+    zeros = (jnp.zeros((), jnp.float32), jax.tree.map(jnp.zeros_like, state.params))
+    totals, _ = jax.lax.scan(accumulate, zeros, (jnp.arange(accum_steps), split(batch['image']),
+                                                 split(batch['label'])))
+    loss, grads = jax.tree.map(lambda x: x / accum_steps, totals)
+
   updates, opt_state = tx.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
   metrics = {'train_loss': loss, 'grad_norm': optax.global_norm(grads),
@@ -184,7 +212,7 @@ def create_state(setup: Setup, tx: optax.GradientTransformation,
   init = functools.partial(_init_state, model=setup.model, tx=tx, image_size=setup.config.image_size)
   key = jax.random.key(setup.config.seed)
   abstract = jax.eval_shape(init, key)
-  shardings = jax.tree.map(lambda _: sharding.replicated(setup.mesh), abstract)
+  shardings = sharding.state_shardings(abstract, setup.mesh)
   restored = checkpoint.restore(manager, checkpoint.abstract_with_shardings(abstract, shardings))
   if restored is not None:
     logging.info('Resumed from %s at step %d', manager.directory, int(restored.step))
@@ -234,7 +262,9 @@ def train_and_evaluate(setup: Setup) -> dict[str, float]:
   loss_fn = functools.partial(compute_loss, loss=config.loss, label_smoothing=config.label_smoothing)
   step_fn = jax.jit(
       functools.partial(train_step, model=setup.model, tx=tx, schedule=schedule, loss_fn=loss_fn,
-                        dropout_key=jax.random.fold_in(jax.random.key(config.seed), 1)),
+                        dropout_key=jax.random.fold_in(jax.random.key(config.seed), 1),
+                        accum_steps=config.accum_steps,
+                        micro_batch_sharding=sharding.micro_batch_sharding(mesh)),
       in_shardings=(state_shardings, sharding.batch_sharding(mesh)),
       out_shardings=(state_shardings, sharding.replicated(mesh)),
       donate_argnums=0)

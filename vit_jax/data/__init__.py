@@ -18,5 +18,6 @@ except RuntimeError:  # TF's devices were initialised before this import; that c
 from vit_jax.data.pipeline import DatasetInfo
 from vit_jax.data.pipeline import eval_iterator
 from vit_jax.data.pipeline import get_info
+from vit_jax.data.pipeline import num_data_shards
 from vit_jax.data.pipeline import num_eval_batches
 from vit_jax.data.pipeline import train_iterator

@@ -119,10 +119,24 @@ def _as_numpy(ds: tf.data.Dataset) -> Iterator[dict[str, np.ndarray]]:
   return ds.with_options(options).as_numpy_iterator()
 
 
+def num_data_shards(config: ml_collections.ConfigDict, process_count: int) -> int:
+  """Streams the train split is cut into: `config.data_shards`, or one per process if unset."""
+  shards = config.data_shards or process_count
+  if shards % process_count:
+    raise ValueError(f'config.data_shards={shards} is not a multiple of the {process_count} processes: '
+                     f'use a multiple, e.g. --config.data_shards={process_count}')
+  return shards
+
+
 def train_iterator(config: ml_collections.ConfigDict, *, local_batch_size: int,
                    start_step: int = 0, process_index: int = 0,
                    process_count: int = 1) -> Iterator[dict[str, np.ndarray]]:
   """This host's endless train batches {'image': float32 [b, H, W, 3] in [-1, 1], 'label': int32 [b]}.
+
+  The split is cut into `num_data_shards` disjoint streams; each global batch is the concatenation of
+  one equal slice from every stream, and a host reads only the streams of its slices. So the global
+  batches depend on `config.data_shards`, not on how many hosts share the work: 1 process and 2
+  processes with data_shards=2 train on the same batches.
 
   Batch k with `start_step=s` is bitwise batch s + k with `start_step=0`. (In an image folder with
   unreadable files, which are skipped when met, a resumed run is still deterministic but shifted by
@@ -130,13 +144,30 @@ def train_iterator(config: ml_collections.ConfigDict, *, local_batch_size: int,
   """
   _check_config(config)
   source = make_source(config)
-  num_records = source.num_examples(config.train_split, process_index, process_count)
+  num_shards = num_data_shards(config, process_count)
+  shards_per_process = num_shards // process_count
+  if local_batch_size % shards_per_process:
+    raise ValueError(f'The per-host batch {local_batch_size} does not split into {shards_per_process} '
+                     f'data shards: make config.batch_size a multiple of config.data_shards={num_shards}')
+  first = process_index * shards_per_process
+  streams = tuple(
+      _shard_stream(config, source, shard, num_shards, local_batch_size // shards_per_process,
+                    start_step) for shard in range(first, first + shards_per_process))
+  ds = streams[0] if len(streams) == 1 else tf.data.Dataset.zip(streams).map(
+      lambda *batches: {k: tf.concat([b[k] for b in batches], axis=0) for k in batches[0]})
+  return _as_numpy(ds.prefetch(tf.data.AUTOTUNE))
+
+
+def _shard_stream(config: ml_collections.ConfigDict, source: Source, shard: int, num_shards: int,
+                  batch_size: int, start_step: int) -> tf.data.Dataset:
+  """Batches of data shard `shard` of `num_shards`, from step `start_step` on."""
+  num_records = source.num_examples(config.train_split, shard, num_shards)
   if num_records < 1:
-    raise ValueError(f'Split {config.train_split!r} has no examples for process {process_index} of '
-                     f'{process_count}: use a larger split or fewer processes')
-  # Separate seeds for the order and for the augmentation, both specific to this host's stream.
+    raise ValueError(f'Split {config.train_split!r} has no examples for data shard {shard} of '
+                     f'{num_shards}: use a larger split or fewer data shards')
+  # Separate seeds for the order and for the augmentation, both specific to this shard's stream.
   shuffle_seed, augment_seed = tf.unstack(tf.random.experimental.stateless_split(
-      tf.constant([config.seed, process_index], tf.int64), 2))
+      tf.constant([config.seed, shard], tf.int64), 2))
 
   def augment(example):
     seed = tf.random.experimental.stateless_fold_in(augment_seed, example['position'])
@@ -144,11 +175,10 @@ def train_iterator(config: ml_collections.ConfigDict, *, local_batch_size: int,
                                         image_size=config.image_size)
     return {'image': image, 'label': example['label']}
 
-  ds = _shuffled_stream(source.records(config.train_split, process_index, process_count),
-                        num_records, start_step * local_batch_size, config.shuffle_buffer,
-                        shuffle_seed)
+  ds = _shuffled_stream(source.records(config.train_split, shard, num_shards), num_records,
+                        start_step * batch_size, config.shuffle_buffer, shuffle_seed)
   ds = source.load(ds).map(augment, num_parallel_calls=tf.data.AUTOTUNE)
-  return _as_numpy(ds.batch(local_batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE))
+  return ds.batch(batch_size, drop_remainder=True)
 
 
 def eval_iterator(config: ml_collections.ConfigDict, *, local_batch_size: int,

@@ -3,7 +3,7 @@ PYTHON ?= python3.11
 VENV := .venv
 WORKDIR ?= workdirs/demo
 
-.PHONY: install demo test
+.PHONY: install install-tpu install-cuda demo test
 
 $(VENV)/.installed: pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
@@ -13,6 +13,13 @@ $(VENV)/.installed: pyproject.toml requirements.lock
 	touch $@
 
 install: $(VENV)/.installed
+
+# The same environment with JAX for accelerators (TPU VMs; NVIDIA GPUs with CUDA 13).
+install-tpu: install
+	$(VENV)/bin/pip install --quiet "jax[tpu]==0.10.2"
+
+install-cuda: install
+	$(VENV)/bin/pip install --quiet "jax[cuda13]==0.10.2"
 
 demo: install
 	$(VENV)/bin/python -m vit_jax.main --config=configs/demo.py --workdir=$(WORKDIR)

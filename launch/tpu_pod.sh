@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Trains on a Cloud TPU VM slice (a pod slice runs one process per host, all started here).
+#   launch/tpu_pod.sh NAME ZONE ACCELERATOR_TYPE -- --config=configs/vit_l16_i21k.py --workdir=gs://B/run
+# Creates the TPU VM if it does not exist (set TPU_VERSION for the runtime image), copies this checkout
+# to every worker, installs the pinned environment with jax[tpu], and runs the same command on all
+# workers with `gcloud compute tpus tpu-vm ssh --worker=all`; jax.distributed finds the peers itself.
+# The workdir should be a gs:// bucket (or other storage every worker can reach).
+set -euo pipefail
+if [[ $# -lt 4 || "$4" != "--" ]]; then
+  sed -n '2,7p' "$0"; exit 2
+fi
+NAME=$1 ZONE=$2 TYPE=$3
+shift 4
+VERSION=${TPU_VERSION:-tpu-ubuntu2204-base}
+cd "$(dirname "$0")/.."
+
+if ! gcloud compute tpus tpu-vm describe "$NAME" --zone="$ZONE" >/dev/null 2>&1; then
+  gcloud compute tpus tpu-vm create "$NAME" --zone="$ZONE" --accelerator-type="$TYPE" --version="$VERSION"
+fi
+
+archive=$(mktemp --suffix=.tgz)
+git archive --format=tar.gz -o "$archive" HEAD
+gcloud compute tpus tpu-vm scp "$archive" "$NAME":vit_jax.tgz --zone="$ZONE" --worker=all
+rm -f "$archive"
+
+gcloud compute tpus tpu-vm ssh "$NAME" --zone="$ZONE" --worker=all --command="
+  set -e
+  mkdir -p vit_jax && tar xzf vit_jax.tgz -C vit_jax && cd vit_jax
+  make install-tpu PYTHON=\${PYTHON:-python3}
+  .venv/bin/python -m vit_jax.main --distributed=on $(printf '%q ' "$@")
+"

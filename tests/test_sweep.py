@@ -1,0 +1,44 @@
+"""launch/sweep.py: sweep files expand into runs with their own workdirs."""
+import os
+import subprocess
+import sys
+
+import helpers
+from vit_jax import train
+
+sys.path.insert(0, os.path.join(helpers.REPO, 'launch'))
+import sweep  # pylint: disable=wrong-import-position
+
+
+def test_lists_in_a_dict_are_a_product_and_dicts_concatenate():
+  runs = sweep.expand([{'lr.base': [0.1, 0.2], 'total_steps': [5, 6], 'seed': 0}, {'seed': 1}])
+  assert runs == [
+      {'lr.base': 0.1, 'total_steps': 5, 'seed': 0}, {'lr.base': 0.1, 'total_steps': 6, 'seed': 0},
+      {'lr.base': 0.2, 'total_steps': 5, 'seed': 0}, {'lr.base': 0.2, 'total_steps': 6, 'seed': 0},
+      {'seed': 1}]
+  assert sweep.run_name({'lr.base': 0.1, 'mesh': (('data', -1),)}) == "lr.base=0.1,mesh=___data_,_-1_,_"
+
+
+def test_shipped_sweep_prints_one_command_per_run():
+  out = subprocess.run([sys.executable, 'launch/sweep.py', '--sweep=configs/sweeps/demo_lr_steps.py',
+                        '--workdir=/runs', '--print'], cwd=helpers.REPO, capture_output=True, text=True,
+                       check=True).stdout.splitlines()
+  assert len(out) == 6
+  assert out[0].endswith('-m vit_jax.main --config=configs/demo.py '
+                         '--workdir=/runs/lr.base=0.0003,total_steps=1000 --config.lr.base=0.0003 '
+                         '--config.total_steps=1000')
+
+
+def test_sweep_runs_each_config_in_its_own_workdir(tmp_path):
+  sweep_file = tmp_path / 'tiny_sweep.py'
+  sweep_file.write_text("CONFIG = 'configs/demo.py'\n\ndef get_sweep():\n"
+                        "  return [{'lr.base': [0.001, 0.003]}]\n")
+  tiny = {**helpers.TINY, 'total_steps': 2, 'data_dir': str(tmp_path / 'tfds')}
+  run = subprocess.run([sys.executable, 'launch/sweep.py', f'--sweep={sweep_file}',
+                        f'--workdir={tmp_path / "runs"}', '--',
+                        *(f'--config.{k}={v}' for k, v in tiny.items())],
+                       cwd=helpers.REPO, capture_output=True, text=True, timeout=600)
+  assert run.returncode == 0, run.stderr[-3000:]
+  for lr in ('0.001', '0.003'):
+    config, _ = train.load_run_info(str(tmp_path / 'runs' / f'lr.base={lr}'))
+    assert config.lr.base == float(lr) and config.total_steps == 2

@@ -33,7 +33,7 @@ def per_device_bytes(config: ml_collections.ConfigDict, num_classes: int = 1000)
   model = train.make_model(config, num_classes)
   tx, _ = optim.make_optimizer(config, total_steps=1000)
   init = functools.partial(train._init_state, model=model, tx=tx,  # pylint: disable=protected-access
-                           image_size=config.image_size)
+                           image_size=config.image_size, polyak=config.polyak_decay is not None)
   abstract = jax.eval_shape(init, jax.random.key(0))
   shardings = sharding.state_shardings(abstract, mesh)
   per_device = np.zeros(len(mesh.devices.flat))

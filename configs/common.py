@@ -63,6 +63,9 @@ def get_config() -> ml_collections.ConfigDict:
       end=0.0,  # Value reached at the last step (linear and cosine).
   ))
   config.grad_clip_norm = 1.0  # Global-norm clipping; 0 disables it.
+  # Polyak averaging: an exponential moving average of the parameters with this decay (e.g. 0.9999),
+  # evaluated beside them (eval_polyak_*) and exported; unset = off.
+  config.polyak_decay = config_dict.placeholder(float)
   # Gradient accumulation: batch_size is split into accum_steps micro-batches, one update per batch.
   config.accum_steps = 1
 

@@ -51,6 +51,26 @@ def test_loop_learns_the_digits(tmp_path, data_dir):
   assert metrics['eval_top1'] > 0.6  # Chance is 0.1.
 
 
+def test_polyak_average_is_kept_and_evaluated(tmp_path, data_dir):
+  overrides = {**helpers.TINY, 'data_dir': data_dir, 'total_steps': 8, 'eval_every_steps': 8}
+  runs = {}
+  for decay in (None, 0.0, 0.5):
+    workdir = str(tmp_path / str(decay))
+    config = helpers.load_config('demo', {**overrides, 'polyak_decay': decay})
+    metrics = train.train_and_evaluate(train.prepare(config, workdir))
+    state = ocp.StandardCheckpointer().restore(os.path.join(workdir, 'checkpoints', '8', 'default'))
+    runs[decay] = metrics, state
+  assert 'eval_polyak_top1' not in runs[None][0] and runs[None][1]['ema_params'] is None
+  # Decay 0 averages nothing: the average is the parameters, and so are its metrics.
+  jax.tree.map(np.testing.assert_array_equal, runs[0.0][1]['ema_params'], runs[0.0][1]['params'])
+  assert runs[0.0][0]['eval_polyak_loss'] == pytest.approx(runs[0.0][0]['eval_loss'], rel=1e-6)
+  # Decay 0.5 lags behind: a different model with different metrics.
+  ema, params = runs[0.5][1]['ema_params'], runs[0.5][1]['params']
+  assert not np.allclose(ema['head']['kernel'], params['head']['kernel'])
+  assert runs[0.5][0]['eval_polyak_loss'] != runs[0.5][0]['eval_loss']
+  jax.tree.map(np.testing.assert_array_equal, params, runs[None][1]['params'])
+
+
 @pytest.mark.parametrize('name', ['vit_b16_i1k', 'vit_l16_i21k'])
 def test_pretraining_configs_run_a_step(tmp_path, data_dir, name):
   config = helpers.load_config(name, {
@@ -67,7 +87,7 @@ def test_pretraining_configs_run_a_step(tmp_path, data_dir, name):
 def test_resume_after_sigkill_is_exact(tmp_path, data_dir):
   overrides = {**helpers.TINY, 'data_dir': data_dir, 'total_steps': 60, 'checkpoint_every_steps': 10,
                'log_every_steps': 10, 'eval_every_steps': 20, 'model.dropout_rate': 0.1,
-               'model.attention_dropout_rate': 0.1}
+               'model.attention_dropout_rate': 0.1, 'polyak_decay': 0.9}
   reference, killed = str(tmp_path / 'reference'), str(tmp_path / 'killed')
   run = helpers.run_main('configs/demo.py', reference, overrides, timeout=600)
   assert run.returncode == 0, run.stderr[-3000:]
@@ -90,7 +110,8 @@ def test_resume_after_sigkill_is_exact(tmp_path, data_dir):
   final = [checkpointer.restore(os.path.join(w, 'checkpoints', '60', 'default')) for w in (reference, killed)]
   jax.tree.map(np.testing.assert_array_equal, final[0], final[1])
   scalars = [helpers.read_scalars(w) for w in (reference, killed)]
-  for tag in ('eval_top1', 'eval_loss'):
+  assert final[0]['ema_params'] is not None
+  for tag in ('eval_top1', 'eval_loss', 'eval_polyak_top1', 'eval_polyak_loss'):
     assert scalars[0][tag][60] == scalars[1][tag][60], tag
   assert scalars[0]['train_loss'][60] == scalars[1]['train_loss'][60]
 

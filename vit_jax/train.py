@@ -36,6 +36,7 @@ class TrainState:
   step: jax.Array
   params: Any
   opt_state: Any
+  ema_params: Any  # Polyak (exponential moving) average of params; None when config.polyak_decay is.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,6 +117,9 @@ def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
   info = data.get_info(config)
   total_steps = _total_steps(config, info)
   optim.make_optimizer(config, total_steps)  # Validates the optimizer and schedule names.
+  if config.polyak_decay is not None and not 0.0 <= config.polyak_decay < 1.0:
+    raise ValueError(f'config.polyak_decay={config.polyak_decay} must be in [0, 1), e.g. 0.9999 '
+                     '(or unset to turn Polyak averaging off)')
   _check_writable(workdir)
   return Setup(config, workdir, info, make_model(config, info.num_classes), mesh, total_steps)
 
@@ -133,8 +137,8 @@ def compute_loss(logits: jax.Array, labels: jax.Array, *, loss: str,
 
 def train_step(state: TrainState, batch: dict[str, jax.Array], *, model: VisionTransformer,
                tx: optax.GradientTransformation, schedule: optax.Schedule, loss_fn: Callable,
-               dropout_key: jax.Array, accum_steps: int = 1,
-               micro_batch_sharding: Any = None) -> tuple[TrainState, dict[str, jax.Array]]:
+               dropout_key: jax.Array, accum_steps: int = 1, micro_batch_sharding: Any = None,
+               polyak_decay: float | None = None) -> tuple[TrainState, dict[str, jax.Array]]:
   """One optimizer update on a global batch, optionally as `accum_steps` accumulated micro-batches."""
   step_key = jax.random.fold_in(dropout_key, state.step)
 
@@ -163,9 +167,13 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], *, model: VisionT
 
   updates, opt_state = tx.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
+  ema_params = state.ema_params
+  if polyak_decay is not None:
+    ema_params = optax.incremental_update(params, ema_params, step_size=1.0 - polyak_decay)
   metrics = {'train_loss': loss, 'grad_norm': optax.global_norm(grads),
              'learning_rate': schedule(state.step)}
-  return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
+  return state.replace(step=state.step + 1, params=params, opt_state=opt_state,
+                       ema_params=ema_params), metrics
 
 
 def eval_step(params: Any, batch: dict[str, jax.Array], *,
@@ -182,6 +190,15 @@ def eval_step(params: Any, batch: dict[str, jax.Array], *,
       'loss_sum': jnp.sum(loss * mask),
       'count': jnp.sum(mask),
   }
+
+
+def evaluate_state(state: TrainState, setup: Setup, eval_fn: Callable) -> dict[str, float]:
+  """Eval metrics of the parameters and, with Polyak averaging on, of their average (eval_polyak_*)."""
+  metrics = evaluate(state.params, setup, eval_fn)
+  if state.ema_params is not None:
+    averaged = evaluate(state.ema_params, setup, eval_fn)
+    metrics.update({k.replace('eval_', 'eval_polyak_'): v for k, v in averaged.items()})
+  return metrics
 
 
 def evaluate(params: Any, setup: Setup, eval_fn: Callable) -> dict[str, float]:
@@ -201,15 +218,17 @@ def evaluate(params: Any, setup: Setup, eval_fn: Callable) -> dict[str, float]:
 
 
 def _init_state(key: jax.Array, *, model: VisionTransformer, tx: optax.GradientTransformation,
-                image_size: int) -> TrainState:
+                image_size: int, polyak: bool) -> TrainState:
   params = model.init({'params': key}, jnp.zeros((1, image_size, image_size, 3)), train=False)['params']
-  return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
+  return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params),
+                    ema_params=params if polyak else None)
 
 
 def create_state(setup: Setup, tx: optax.GradientTransformation,
                  manager: Any) -> tuple[TrainState, Any]:
   """The train state on the mesh: restored from the latest checkpoint if any, else initialised there."""
-  init = functools.partial(_init_state, model=setup.model, tx=tx, image_size=setup.config.image_size)
+  init = functools.partial(_init_state, model=setup.model, tx=tx, image_size=setup.config.image_size,
+                           polyak=setup.config.polyak_decay is not None)
   key = jax.random.key(setup.config.seed)
   abstract = jax.eval_shape(init, key)
   shardings = sharding.state_shardings(abstract, setup.mesh)
@@ -264,7 +283,8 @@ def train_and_evaluate(setup: Setup) -> dict[str, float]:
       functools.partial(train_step, model=setup.model, tx=tx, schedule=schedule, loss_fn=loss_fn,
                         dropout_key=jax.random.fold_in(jax.random.key(config.seed), 1),
                         accum_steps=config.accum_steps,
-                        micro_batch_sharding=sharding.micro_batch_sharding(mesh)),
+                        micro_batch_sharding=sharding.micro_batch_sharding(mesh),
+                        polyak_decay=config.polyak_decay),
       in_shardings=(state_shardings, sharding.batch_sharding(mesh)),
       out_shardings=(state_shardings, sharding.replicated(mesh)),
       donate_argnums=0)
@@ -297,13 +317,13 @@ def train_and_evaluate(setup: Setup) -> dict[str, float]:
       history, window_start = [], time.time()
     if step % config.eval_every_steps == 0 or last:
       with report_progress.timed('eval'):
-        eval_metrics = evaluate(state.params, setup, eval_fn)
+        eval_metrics = evaluate_state(state, setup, eval_fn)
       writer.write_scalars(step, eval_metrics)
     if step % config.checkpoint_every_steps == 0 or last:
       with report_progress.timed('checkpoint'):
         checkpoint.save(manager, step, state)
   if not eval_metrics:  # Resumed at the end: report the final model all the same.
-    eval_metrics = evaluate(state.params, setup, eval_fn)
+    eval_metrics = evaluate_state(state, setup, eval_fn)
     writer.write_scalars(int(state.step), eval_metrics)
   manager.wait_until_finished()
   manager.close()

@@ -24,5 +24,9 @@ install-cuda: install
 demo: install
 	$(VENV)/bin/python -m vit_jax.main --config=configs/demo.py --workdir=$(WORKDIR)
 
-test: install
+$(VENV)/.installed-test: $(VENV)/.installed
+	$(VENV)/bin/pip install --quiet -e ".[test]"
+	touch $@
+
+test: $(VENV)/.installed-test
 	$(VENV)/bin/python -m pytest -q

@@ -40,6 +40,16 @@ def get_config() -> ml_collections.ConfigDict:
   ))
   config.dtype = 'float32'  # Compute dtype; parameters and optimizer state stay float32.
 
+  # Initialise from a pretrained checkpoint (unset: from scratch): an .npz in the original ViT layout,
+  # or a vit_jax workdir (its latest step, its Polyak average if it kept one; 'WORKDIR/checkpoints/STEP'
+  # for another step). The head is replaced by a zero-initialised one for this dataset's classes unless
+  # keep_head; the checkpoint's pre-logits layer is dropped unless keep_pre_logits (which needs
+  # model.representation_size set to its width); position embeddings are resized to the new grid.
+  config.init_from = config_dict.placeholder(str)
+  config.keep_head = False
+  config.keep_pre_logits = False
+  config.posemb_interpolation = 'bilinear'  # 'bilinear' (as the original code) | 'bicubic'
+
   # Loss: 'softmax_xent', or 'sigmoid_xent' for multi-label pretraining (as big_vision on ImageNet-21k).
   config.loss = 'softmax_xent'
   config.label_smoothing = 0.0

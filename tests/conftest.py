@@ -7,3 +7,5 @@ os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') +
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# torch's optional triton segfaults when loaded after TensorFlow; the CPU tests never need it.
+sys.modules.setdefault('triton', None)

@@ -8,9 +8,10 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
+from PIL import Image
 
 import helpers
-from vit_jax import train
+from vit_jax import checkpoint, optim, train
 
 
 @pytest.fixture(scope='session')
@@ -154,3 +155,82 @@ def test_command_line_errors_are_one_line(tmp_path, data_dir, args, message):
   errors = [line for line in run.stderr.splitlines() if line.startswith('error: ')]
   assert len(errors) == 1 and 'Traceback' not in run.stderr, run.stderr[-2000:]
   assert __import__('re').search(message, errors[0]), errors[0]
+
+
+# Fine-tuning from a checkpoint: config.init_from.
+@pytest.fixture(scope='module')
+def pretrained_workdir(tmp_path_factory, data_dir):
+  workdir = str(tmp_path_factory.mktemp('pretrained'))
+  config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': data_dir, 'total_steps': 4})
+  train.train_and_evaluate(train.prepare(config, workdir))
+  return workdir
+
+
+def test_finetune_at_a_new_resolution_resizes_posemb_and_replaces_head(tmp_path, data_dir,
+                                                                       pretrained_workdir, caplog):
+  config = helpers.load_config('demo_finetune', {
+      **helpers.TINY, 'data_dir': data_dir, 'init_from': pretrained_workdir, 'image_size': 16,
+      'total_steps': 2, 'polyak_decay': 0.9})
+  with caplog.at_level('INFO'):
+    setup = train.prepare(config, str(tmp_path))
+  assert 'resized pos_embedding 2x2 -> 4x4 (bilinear)' in caplog.text
+  assert 'replaced head (32, 10) with zeros (32, 10)' in caplog.text
+  np.testing.assert_array_equal(setup.init_params['head']['kernel'], 0.0)
+  pretrained = ocp.StandardCheckpointer().restore(
+      os.path.join(pretrained_workdir, 'checkpoints', '4', 'default'))['params']
+  np.testing.assert_array_equal(setup.init_params['embedding']['kernel'],
+                                pretrained['embedding']['kernel'])
+  # The loop starts from those parameters (and so does the Polyak average).
+  tx, _ = optim.make_optimizer(setup.config, setup.total_steps)
+  state, _ = train.create_state(setup, tx, checkpoint.make_manager(str(tmp_path), keep=1))
+  jax.tree.map(np.testing.assert_array_equal, jax.device_get(state.params), setup.init_params)
+  jax.tree.map(np.testing.assert_array_equal, jax.device_get(state.ema_params), setup.init_params)
+  assert np.isfinite(train.train_and_evaluate(setup)['eval_top1'])
+
+
+def _three_class_folder(root):
+  for split in ('train', 'test'):
+    for label in 'abc':
+      os.makedirs(root / split / label)
+      Image.new('RGB', (8, 8)).save(root / split / label / '0.png')
+  return str(root)
+
+
+@pytest.mark.parametrize('overrides,message', [
+    ({'init_from': '/nonexistent/ViT-B_16.npz'}, "no checkpoint file at '/nonexistent/ViT-B_16.npz'"),
+    ({'model.patch_size': 2}, r'embedding/kernel: checkpoint \(4, 4, 3, 32\) vs model \(2, 2, 3, 32\)'),
+    ({'keep_head': True, 'dataset': 'folder'},
+     r'head/kernel: checkpoint \(32, 10\) vs model \(32, 3\).*--config.keep_head=False'),
+])
+def test_bad_checkpoints_are_clear_errors(tmp_path, data_dir, pretrained_workdir, overrides, message):
+  overrides = {**helpers.TINY, 'data_dir': data_dir, 'init_from': pretrained_workdir, **overrides}
+  if overrides.get('dataset') == 'folder':
+    overrides['data_dir'] = _three_class_folder(tmp_path / 'images')
+  config = helpers.load_config('demo_finetune', overrides)
+  with pytest.raises(ValueError, match=message) as error:
+    train.prepare(config, str(tmp_path / 'workdir'))
+  assert '\n' not in str(error.value)
+  assert not os.path.exists(tmp_path / 'workdir')
+
+
+@pytest.mark.parametrize('name,dataset,resolution,steps', [
+    ('vit_b16_finetune', 'cifar10', 384, 10_000), ('vit_b16_finetune', 'oxford_iiit_pet', 384, 500),
+    ('vit_b16_finetune', 'imagenet2012', 384, 20_000), ('vit_l16_finetune', 'imagenet2012', 512, 20_000)])
+def test_finetune_configs_follow_the_paper(name, dataset, resolution, steps):
+  config = __import__(f'configs.{name}', fromlist=['get_config']).get_config(dataset)
+  assert (config.image_size, config.total_steps, config.batch_size) == (resolution, steps, 512)
+  assert (config.optim.name, config.optim.momentum, config.optim.weight_decay) == ('sgd', 0.9, 0.0)
+  assert (config.lr.decay, config.grad_clip_norm, config.keep_head) == ('cosine', 1.0, False)
+  assert config.model.representation_size is None
+
+
+def test_finetune_config_runs_from_an_npz(tmp_path, data_dir, pretrained_workdir):
+  params, _ = checkpoint.load_params(pretrained_workdir)
+  checkpoint.save_npz(params, str(tmp_path / 'tiny.npz'))
+  config = helpers.load_config('vit_b16_finetune', {
+      **helpers.TINY, 'dataset': 'digits', 'data_dir': data_dir, 'train_split': 'train',
+      'eval_split': 'test', 'init_from': str(tmp_path / 'tiny.npz'), 'image_size': 12, 'total_steps': 1,
+      'lr.warmup_steps': 0, 'dtype': 'float32'})
+  setup = train.prepare(config, str(tmp_path / 'workdir'))
+  assert setup.init_params['Transformer']['posembed_input']['pos_embedding'].shape == (1, 10, 32)
+  assert np.isfinite(train.train_and_evaluate(setup)['eval_loss'])

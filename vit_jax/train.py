@@ -48,6 +48,7 @@ class Setup:
   model: VisionTransformer
   mesh: Mesh
   total_steps: int
+  init_params: Any = None  # From config.init_from, fitted to the model (numpy); None: from scratch.
 
 
 def _check_writable(workdir: str) -> None:
@@ -120,8 +121,22 @@ def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
   if config.polyak_decay is not None and not 0.0 <= config.polyak_decay < 1.0:
     raise ValueError(f'config.polyak_decay={config.polyak_decay} must be in [0, 1), e.g. 0.9999 '
                      '(or unset to turn Polyak averaging off)')
+  model = make_model(config, info.num_classes)
+  init_params = _load_init_params(config, model) if config.init_from else None
   _check_writable(workdir)
-  return Setup(config, workdir, info, make_model(config, info.num_classes), mesh, total_steps)
+  return Setup(config, workdir, info, model, mesh, total_steps, init_params)
+
+
+def _load_init_params(config: ml_collections.ConfigDict, model: VisionTransformer) -> Any:
+  """The parameters of `config.init_from`, with head and position embeddings fitted to `model`."""
+  loaded, source = checkpoint.load_params(config.init_from)
+  shapes = jax.eval_shape(model.init, jax.random.key(0),
+                          jnp.zeros((1, config.image_size, config.image_size, 3)))['params']
+  params, notes = checkpoint.adapt_params(
+      loaded, shapes, keep_head=config.keep_head, keep_pre_logits=config.keep_pre_logits,
+      posemb_method=config.posemb_interpolation)
+  logging.info('Initialising from %s: %s', config.init_from, '; '.join([source, *notes]))
+  return params
 
 
 def compute_loss(logits: jax.Array, labels: jax.Array, *, loss: str,
@@ -236,7 +251,14 @@ def create_state(setup: Setup, tx: optax.GradientTransformation,
   if restored is not None:
     logging.info('Resumed from %s at step %d', manager.directory, int(restored.step))
     return restored, shardings
-  return jax.jit(init, out_shardings=shardings)(key), shardings
+  state = jax.jit(init, out_shardings=shardings)(key)
+  if setup.init_params is not None:
+    # Separate buffers for the average: the train step donates both trees.
+    state = state.replace(
+        params=jax.device_put(setup.init_params, shardings.params),
+        ema_params=None if state.ema_params is None else jax.device_put(setup.init_params,
+                                                                         shardings.ema_params))
+  return state, shardings
 
 
 def _mean_metrics(history: list[dict[str, jax.Array]]) -> dict[str, float]:

@@ -1,0 +1,218 @@
+"""Export of a trained run (model.npz, model.jaxexport, config.json) and loading a run's parameters.
+
+A tiny run of the real loop, trained once, is the workdir every test reads.
+"""
+import functools
+import json
+import os
+import shutil
+import subprocess
+import sys
+from typing import Any
+
+import flax
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+import timm.models.vision_transformer as timm_vit
+import torch
+
+import helpers
+from vit_jax import checkpoint, export, train
+
+EXPORT_CMD = [sys.executable, '-m', 'vit_jax.export']
+
+# Runs in a fresh interpreter with jax and numpy only: the artefact must not need vit_jax.
+_CALL_ARTEFACT = '''
+import sys
+import jax
+import numpy as np
+exported = jax.export.deserialize(open(sys.argv[1], 'rb').read())
+images = np.load(sys.argv[2])
+np.save(sys.argv[3], np.asarray(exported.call(images[:1])))
+np.save(sys.argv[4], np.asarray(exported.call(images)))
+assert not [m for m in sys.modules if m.startswith(('vit_jax', 'configs'))], 'vit_jax was imported'
+print(exported.in_avals[0].shape, exported.out_avals[0].shape)
+'''
+
+
+@pytest.fixture(scope='session')
+def workdir(tmp_path_factory):
+  workdir = str(tmp_path_factory.mktemp('run'))
+  # A high learning rate moves the zero-initialised head well away from zero in the 12 steps, so that
+  # comparing logits with another implementation means something.
+  config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': str(tmp_path_factory.mktemp('tfds')),
+                                       'lr.base': 1e-2})
+  train.train_and_evaluate(train.prepare(config, workdir))
+  return workdir
+
+
+@pytest.fixture(scope='session')
+def exported(workdir, tmp_path_factory):
+  out = str(tmp_path_factory.mktemp('export'))
+  export.export(workdir, out)
+  return out
+
+
+def _checkpoint_params(workdir, step):
+  """The raw parameters of a checkpoint, read with orbax directly."""
+  path = os.path.join(workdir, 'checkpoints', str(step), 'default')
+  restored = ocp.StandardCheckpointer().restore(path)
+  return jax.tree.map(np.asarray, restored['params'])
+
+
+def _assert_trees_equal(a, b):
+  assert jax.tree.structure(a) == jax.tree.structure(b)
+  jax.tree.map(np.testing.assert_array_equal, a, b)
+
+
+def _images(n, size):
+  return np.random.RandomState(0).uniform(-1, 1, (n, size, size, 3)).astype(np.float32)
+
+
+def _model_logits(workdir, params, images):
+  config, info = train.load_run_info(workdir)
+  return np.asarray(train.make_model(config, info.num_classes).apply({'params': params}, images))
+
+
+def test_export_writes_the_latest_parameters_in_the_original_layout(workdir, exported):
+  _assert_trees_equal(checkpoint.load_npz(os.path.join(exported, 'model.npz')),
+                      _checkpoint_params(workdir, 12))
+  with open(os.path.join(exported, 'config.json')) as f:
+    description = json.load(f)
+  assert description['variant'] == 'ViT-testing_4'
+  assert description['model'] == {
+      'patch_size': 4, 'hidden_size': 32, 'num_layers': 2, 'mlp_dim': 64, 'num_heads': 2,
+      'classifier': 'token', 'representation_size': None, 'dropout_rate': 0.1,
+      'attention_dropout_rate': 0.0}
+  assert (description['image_size'], description['num_classes']) == (8, 10)
+  assert description['class_names'] == list('0123456789')
+  assert (description['parameters'], description['step']) == ('raw', 12)
+
+
+def test_the_jaxexport_artefact_runs_without_vit_jax_for_any_batch(workdir, exported, tmp_path):
+  images = _images(5, 8)
+  np.save(tmp_path / 'images.npy', images)
+  run = subprocess.run(
+      [sys.executable, '-c', _CALL_ARTEFACT, os.path.join(exported, 'model.jaxexport'),
+       'images.npy', 'one.npy', 'five.npy'],
+      cwd=tmp_path, capture_output=True, text=True, timeout=120,
+      env={**os.environ, 'JAX_PLATFORMS': 'cpu', 'XLA_FLAGS': ''})
+  assert run.returncode == 0, run.stderr[-2000:]
+  assert run.stdout.split() == ['(b,', '8,', '8,', '3)', '(b,', '10)']  # A symbolic batch.
+  expected = _model_logits(workdir, _checkpoint_params(workdir, 12), images)
+  np.testing.assert_allclose(np.load(tmp_path / 'one.npy'), expected[:1], atol=1e-5)
+  np.testing.assert_allclose(np.load(tmp_path / 'five.npy'), expected, atol=1e-5)
+  assert np.load(tmp_path / 'five.npy').dtype == np.float32
+
+
+def test_timm_reads_the_exported_npz_with_equal_logits(workdir, exported):
+  with open(os.path.join(exported, 'config.json')) as f:
+    description = json.load(f)
+  model = description['model']
+  reference = timm_vit.VisionTransformer(
+      img_size=description['image_size'], patch_size=model['patch_size'],
+      embed_dim=model['hidden_size'], depth=model['num_layers'], num_heads=model['num_heads'],
+      mlp_ratio=model['mlp_dim'] / model['hidden_size'], num_classes=description['num_classes'],
+      qkv_bias=True, act_layer=functools.partial(torch.nn.GELU, approximate='tanh'),
+      norm_layer=functools.partial(torch.nn.LayerNorm, eps=1e-6)).eval()
+  reference.load_pretrained(os.path.join(exported, 'model.npz'))
+  images = _images(6, 8)
+  with torch.no_grad():
+    theirs = reference(torch.from_numpy(images.transpose(0, 3, 1, 2))).numpy()  # timm takes NCHW.
+  ours = _model_logits(workdir, _checkpoint_params(workdir, 12), images)
+  np.testing.assert_allclose(theirs, ours, atol=1e-4)
+  assert np.abs(ours).max() > 0.1  # The trained head is not (nearly) zero: a match of substance.
+
+
+@flax.struct.dataclass
+class _PolyakState:
+  """The train state of a run with Polyak averaging, as the loop saves it."""
+  step: Any
+  params: Any
+  opt_state: Any
+  ema_params: Any
+
+
+@pytest.mark.parametrize('polyak', [True, False])
+def test_export_takes_the_polyak_average_when_the_run_kept_one(workdir, tmp_path, polyak):
+  for name in ('config.json', 'dataset_info.json'):
+    shutil.copy(os.path.join(workdir, name), tmp_path / name)
+  params = _checkpoint_params(workdir, 12)
+  average = jax.tree.map(lambda x: 0.5 * x, params)
+  manager = checkpoint.make_manager(str(tmp_path), keep=1)
+  checkpoint.save(manager, 3, _PolyakState(step=np.int32(3), params=params, opt_state={},
+                                           ema_params=average if polyak else None))
+  manager.wait_until_finished()
+  description = export.export(str(tmp_path), str(tmp_path / 'out'))
+  assert description['parameters'] == ('polyak' if polyak else 'raw')
+  _assert_trees_equal(checkpoint.load_npz(str(tmp_path / 'out' / 'model.npz')),
+                      average if polyak else params)
+
+
+def test_command_line_exports_the_chosen_step(workdir, tmp_path):
+  run = subprocess.run([*EXPORT_CMD, f'--workdir={workdir}', f'--out={tmp_path}', '--step=8'],
+                       cwd=helpers.REPO, capture_output=True, text=True, timeout=300)
+  assert run.returncode == 0, run.stderr[-2000:]
+  assert f'exported step 8 (raw parameters) of {workdir}' in run.stdout
+  _assert_trees_equal(checkpoint.load_npz(str(tmp_path / 'model.npz')), _checkpoint_params(workdir, 8))
+  with open(tmp_path / 'config.json') as f:
+    assert json.load(f)['step'] == 8
+  assert os.path.getsize(tmp_path / 'model.jaxexport') > 0
+
+
+@pytest.mark.parametrize('args,message', [
+    (['--workdir={tmp}/nothing_here'], r"^error: '.*nothing_here' has no checkpoints/ directory"),
+    (['--workdir={workdir}', '--step=5'],
+     r'^error: .* has no checkpoint of step 5: use one of \[4, 8, 12\]'),
+    (['--workdir={workdir}', '--step=many'], r'^error: flag --step=many'),
+    ([], r'^error: flag --workdir=None'),
+    (['--workdir={workdir}', 'extra'], r"^error: unexpected arguments \['extra'\]"),
+])
+def test_command_line_bad_input_is_one_line(workdir, tmp_path, args, message):
+  args = [a.format(tmp=tmp_path, workdir=workdir) for a in args]
+  run = subprocess.run([*EXPORT_CMD, *args, f'--out={tmp_path}/out'], cwd=helpers.REPO,
+                       capture_output=True, text=True, timeout=300)
+  assert run.returncode == 2
+  assert len(run.stderr.strip().splitlines()) == 1, run.stderr[-2000:]
+  assert __import__('re').search(message, run.stderr), run.stderr
+  assert not os.path.exists(tmp_path / 'out')
+
+
+def test_export_of_a_directory_that_is_not_a_run_is_a_clear_error(workdir, tmp_path):
+  shutil.copytree(os.path.join(workdir, 'checkpoints'), tmp_path / 'checkpoints')
+  with pytest.raises(ValueError, match='config.json is missing: is .* the --workdir of a vit_jax run'):
+    export.export(str(tmp_path), str(tmp_path / 'out'))
+
+
+def test_export_to_an_unwritable_directory_is_a_clear_error(workdir, tmp_path):
+  (tmp_path / 'a_file').write_text('')
+  with pytest.raises(ValueError, match=r"cannot create --out=.*a_file/out.*directory you can write to"):
+    export.export(workdir, str(tmp_path / 'a_file' / 'out'))
+
+
+# `config.init_from`: a run's workdir, one of its step directories, or an .npz.
+
+def test_load_params_reads_a_workdir_a_step_directory_and_an_npz(workdir, exported):
+  params, note = checkpoint.load_params(workdir)
+  _assert_trees_equal(params, _checkpoint_params(workdir, 12))
+  assert note == f'loaded params of step 12 from {os.path.join(workdir, "checkpoints", "12")}'
+  params, note = checkpoint.load_params(os.path.join(workdir, 'checkpoints', '8'))
+  _assert_trees_equal(params, _checkpoint_params(workdir, 8))
+  params, note = checkpoint.load_params(os.path.join(exported, 'model.npz'))
+  _assert_trees_equal(params, _checkpoint_params(workdir, 12))
+  assert note == f'loaded {os.path.join(exported, "model.npz")}'
+
+
+def test_a_run_fine_tunes_at_another_resolution_from_its_loaded_parameters(workdir):
+  config, _ = train.load_run_info(workdir)
+  config.image_size = 16  # 4x4 patches instead of 2x2.
+  model = train.make_model(config, 3)
+  target = jax.eval_shape(model.init, jax.random.key(0), np.zeros((1, 16, 16, 3)))['params']
+  params, notes = checkpoint.adapt_params(checkpoint.load_params(workdir)[0], target,
+                                          keep_head=False, keep_pre_logits=False)
+  assert notes == ['replaced head (32, 10) with zeros (32, 3)',
+                   'resized pos_embedding 2x2 -> 4x4 (bilinear)']
+  logits = model.apply({'params': params}, _images(2, 16))
+  np.testing.assert_array_equal(logits, np.zeros((2, 3)))  # The zero head.

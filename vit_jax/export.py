@@ -1,0 +1,111 @@
+"""Exports a run's parameters for serving and for other code.
+
+  python -m vit_jax.export --workdir=W --out=DIR [--step=N]
+
+writes, from checkpoint N of W (default: the latest), using the Polyak average when the run kept one:
+  DIR/model.npz        the parameters under flat '/'-joined keys: the original ViT layout, which the
+                       original code and timm's ViT `load_pretrained` read;
+  DIR/model.jaxexport  a serialized `jax.export` of the inference function, float32 images
+                       [batch, H, W, 3] in [-1, 1] -> float32 logits [batch, classes], batch symbolic,
+                       parameters inside; it needs only jax:
+                         jax.export.deserialize(open(path, 'rb').read()).call(images);
+  DIR/config.json      the model, resolution, classes and where the parameters came from.
+"""
+import json
+import os
+import sys
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+from absl import app, flags
+
+from configs import models as model_variants
+from vit_jax import checkpoint
+
+_WORKDIR = flags.DEFINE_string('workdir', None, 'Workdir of the run to export.')
+_OUT = flags.DEFINE_string('out', None, 'Directory to write model.npz, model.jaxexport, config.json.')
+_STEP = flags.DEFINE_integer('step', None, 'Checkpoint step to export (default: the latest).')
+
+# The artefact carries one lowering per platform, so a model trained on TPU also serves on CPU or GPU.
+PLATFORMS = ('cpu', 'cuda', 'tpu')
+
+
+def serialize_inference(model: Any, params: Any, image_size: int) -> bytes:
+  """`jax.export` of images -> logits with `params` as constants, for any batch size."""
+  batch, = jax.export.symbolic_shape('b')
+
+  def infer(images):
+    return model.apply({'params': params}, images, train=False)
+
+  images = jax.ShapeDtypeStruct((batch, image_size, image_size, 3), jnp.float32)
+  return jax.export.export(jax.jit(infer), platforms=PLATFORMS)(images).serialize()
+
+
+def _make_out_dir(out: str) -> None:
+  try:
+    os.makedirs(out, exist_ok=True)
+  except OSError as e:
+    raise ValueError(f'cannot create --out={out!r} ({e.strerror}): pass a directory you can write to'
+                     ) from None
+
+
+def export(workdir: str, out: str, step: Optional[int] = None) -> dict[str, Any]:
+  """Writes the three files for checkpoint `step` (default: latest) of `workdir`; returns config.json."""
+  checkpoint_dir, step = checkpoint.find_checkpoint(workdir, step)
+  _make_out_dir(out)
+  # Imported here so that bad input is answered before TensorFlow (the input pipeline's) loads.
+  from vit_jax import train  # pylint: disable=g-import-not-at-top
+  config, info = train.load_run_info(workdir)
+  params, name = checkpoint.restore_params(checkpoint_dir)
+  model = train.make_model(config, info.num_classes)
+
+  checkpoint.save_npz(params, os.path.join(out, 'model.npz'))
+  with open(os.path.join(out, 'model.jaxexport'), 'wb') as f:
+    f.write(serialize_inference(model, params, config.image_size))
+  description = {
+      'variant': config.variant,
+      'model': model_variants.get_model_config(config.variant, config.model.to_dict()),
+      'dtype': config.dtype,
+      'image_size': config.image_size,
+      'num_classes': info.num_classes,
+      'class_names': list(info.class_names),
+      'parameters': 'polyak' if name == 'ema_params' else 'raw',
+      'step': step,
+      'checkpoint': os.path.abspath(checkpoint_dir),
+      'input': 'float32 images [batch, image_size, image_size, 3] in [-1, 1]',
+      'output': 'float32 logits [batch, num_classes]',
+      'jax_export_platforms': list(PLATFORMS),
+  }
+  with open(os.path.join(out, 'config.json'), 'w') as f:
+    json.dump(description, f, indent=2)
+  return description
+
+
+def _fail(message: str) -> None:
+  print(f'error: {message}', file=sys.stderr)
+  sys.exit(2)
+
+
+def _parse_flags(argv: list[str]) -> list[str]:
+  """absl flag parsing, with a missing or bad flag reported in one line instead of absl's usage text."""
+  try:
+    return flags.FLAGS(argv)
+  except flags.Error as e:
+    _fail(f'{str(e).splitlines()[0]}: use --workdir=W --out=DIR [--step=N]')
+
+
+def main(argv: list[str]) -> None:
+  if len(argv) > 1:
+    _fail(f'unexpected arguments {argv[1:]}: use --workdir=W --out=DIR [--step=N]')
+  try:
+    description = export(_WORKDIR.value, _OUT.value, _STEP.value)
+  except ValueError as e:
+    _fail(str(e))
+  print(f'exported step {description["step"]} ({description["parameters"]} parameters) of '
+        f'{_WORKDIR.value} to {_OUT.value}')
+
+
+if __name__ == '__main__':
+  flags.mark_flags_as_required(['workdir', 'out'])
+  app.run(main, flags_parser=_parse_flags)

@@ -50,6 +50,13 @@ def get_config() -> ml_collections.ConfigDict:
   config.keep_pre_logits = False
   config.posemb_interpolation = 'bilinear'  # 'bilinear' (as the original code) | 'bicubic'
 
+  # 'classification', or 'mpp': masked patch prediction, the paper's self-supervised pretraining.
+  config.task = 'classification'
+  config.mpp = ml_collections.ConfigDict(dict(
+      mask_rate=0.5,  # Fraction of patches corrupted (80% [mask], 10% another patch, 10% kept).
+      num_bits=3,  # Bits per colour channel of the predicted mean colour: 2^(3*3) = 512 classes.
+  ))
+
   # Loss: 'softmax_xent', or 'sigmoid_xent' for multi-label pretraining (as big_vision on ImageNet-21k).
   config.loss = 'softmax_xent'
   config.label_smoothing = 0.0

@@ -60,8 +60,7 @@ def _state_and_step(setup, accum_steps):
   manager = checkpoint.make_manager(setup.workdir, keep=1)
   state, shardings = train.create_state(setup, tx, manager)
   step = jax.jit(functools.partial(
-      train.train_step, model=setup.model, tx=tx, schedule=schedule,
-      loss_fn=functools.partial(train.compute_loss, loss='softmax_xent'),
+      train.train_step, tx=tx, schedule=schedule, loss_fn=train.make_loss_fn(setup.config, setup.model),
       dropout_key=jax.random.key(0), accum_steps=accum_steps,
       micro_batch_sharding=sharding.micro_batch_sharding(setup.mesh)))
   return state, step

@@ -44,6 +44,8 @@ _NPZ_PREFIXES = ('opt/target/', 'params/')  # Older Flax optimizer checkpoints; 
 _POSEMB = 'Transformer/posembed_input/pos_embedding'
 POSEMB_METHODS = ('bilinear', 'bicubic')
 _REPORT_FIRST = ('embedding/', 'cls')
+# Parameters of the masked-patch-prediction model that a classifier does not have.
+_SELF_SUPERVISION_ONLY = ('mask_token', 'mpp_head')
 
 
 def load_npz(path: str) -> dict[str, Any]:
@@ -219,6 +221,12 @@ def adapt_params(loaded: Any, target_shapes: Any, *, keep_head: bool, keep_pre_l
     params = _without(params, 'head')
     params.update({k: np.zeros(t.shape, t.dtype) for k, t in targets.items() if k.startswith('head/')})
     notes.append(f'replaced head {old} with zeros {new}' if old else f'added a zero head {new}')
+
+  for layer in _SELF_SUPERVISION_ONLY:
+    if any(k == layer or k.startswith(f'{layer}/') for k in params) and not any(
+        k == layer or k.startswith(f'{layer}/') for k in targets):
+      params = {k: v for k, v in params.items() if k != layer and not k.startswith(f'{layer}/')}
+      notes.append(f'dropped {layer} (masked patch prediction only)')
 
   if _POSEMB in params and _POSEMB in targets and ('cls' in params) == ('cls' in targets):
     old, new = params[_POSEMB].shape, targets[_POSEMB].shape

@@ -14,6 +14,7 @@ import time
 from typing import Any, Callable
 
 import flax
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -26,8 +27,10 @@ from jax.sharding import Mesh
 from configs import models as model_variants
 from vit_jax import checkpoint, data, optim, sharding
 from vit_jax.models import VisionTransformer
+from vit_jax.models.mpp import MaskedPatchPredictor, colour_targets
 
 LOSSES = ('softmax_xent', 'sigmoid_xent')
+TASKS = ('classification', 'mpp')
 DTYPES = ('float32', 'bfloat16', 'float16')
 
 
@@ -45,7 +48,7 @@ class Setup:
   config: ml_collections.ConfigDict
   workdir: str
   info: data.DatasetInfo
-  model: VisionTransformer
+  model: nn.Module
   mesh: Mesh
   total_steps: int
   init_params: Any = None  # From config.init_from, fitted to the model (numpy); None: from scratch.
@@ -86,14 +89,23 @@ def _check_batch(name: str, batch_size: int, mesh: Mesh, accum_steps: int = 1) -
         f'of {multiple}, e.g. --config.{name}={suggestion}')
 
 
-def make_model(config: ml_collections.ConfigDict, num_classes: int | None) -> VisionTransformer:
-  """The model a config describes (`num_classes=None`: pre-logits features instead of logits)."""
-  return VisionTransformer(num_classes=num_classes, dtype=jnp.dtype(config.dtype),
-                           **model_variants.get_model_config(config.variant, config.model.to_dict()))
+def make_model(config: ml_collections.ConfigDict, num_classes: int | None) -> nn.Module:
+  """The model a config describes: the ViT classifier (`num_classes=None`: pre-logits features instead
+  of logits), or for `config.task='mpp'` the masked-patch-prediction model."""
+  kwargs = model_variants.get_model_config(config.variant, config.model.to_dict())
+  if config.task == 'mpp':
+    if kwargs.pop('representation_size') is not None:
+      raise ValueError('config.task=mpp predicts colours from patch tokens and has no pre-logits '
+                       'layer: unset config.model.representation_size')
+    return MaskedPatchPredictor(mask_rate=config.mpp.mask_rate, num_bits=config.mpp.num_bits,
+                                dtype=jnp.dtype(config.dtype), **kwargs)
+  return VisionTransformer(num_classes=num_classes, dtype=jnp.dtype(config.dtype), **kwargs)
 
 
 def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
   """Checks the config, data and workdir; raises ValueError with a one-line fix on bad input."""
+  if config.task not in TASKS:
+    raise ValueError(f'Unknown config.task {config.task!r}: use one of {", ".join(TASKS)}')
   if config.loss not in LOSSES:
     raise ValueError(f'Unknown config.loss {config.loss!r}: use one of {", ".join(LOSSES)}')
   if config.dtype not in DTYPES:
@@ -127,7 +139,7 @@ def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
   return Setup(config, workdir, info, model, mesh, total_steps, init_params)
 
 
-def _load_init_params(config: ml_collections.ConfigDict, model: VisionTransformer) -> Any:
+def _load_init_params(config: ml_collections.ConfigDict, model: nn.Module) -> Any:
   """The parameters of `config.init_from`, with head and position embeddings fitted to `model`."""
   loaded, source = checkpoint.load_params(config.init_from)
   shapes = jax.eval_shape(model.init, jax.random.key(0),
@@ -150,18 +162,42 @@ def compute_loss(logits: jax.Array, labels: jax.Array, *, loss: str,
   return optax.sigmoid_binary_cross_entropy(logits, targets).sum(-1).mean()
 
 
-def train_step(state: TrainState, batch: dict[str, jax.Array], *, model: VisionTransformer,
-               tx: optax.GradientTransformation, schedule: optax.Schedule, loss_fn: Callable,
+def classification_loss(params: Any, images: jax.Array, labels: jax.Array, key: jax.Array, *,
+                        model: nn.Module, loss: str, label_smoothing: float) -> jax.Array:
+  logits = model.apply({'params': params}, images, train=True, rngs={'dropout': key})
+  return compute_loss(logits, labels, loss=loss, label_smoothing=label_smoothing)
+
+
+def mpp_loss(params: Any, images: jax.Array, labels: jax.Array, key: jax.Array, *,
+             model: nn.Module) -> jax.Array:
+  """Cross-entropy of the colour classes of the corrupted patches (labels are not used)."""
+  del labels
+  dropout_key, mpp_key = jax.random.split(key)
+  logits, corrupted = model.apply({'params': params}, images, train=True,
+                                  rngs={'dropout': dropout_key, 'mpp': mpp_key})
+  targets = colour_targets(images, model.patch_size, model.num_bits)
+  xent = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
+  return jnp.sum(xent * corrupted) / jnp.maximum(jnp.sum(corrupted), 1)
+
+
+def make_loss_fn(config: ml_collections.ConfigDict, model: nn.Module) -> Callable:
+  """loss(params, images, labels, key) -> scalar for the config's task."""
+  if config.task == 'mpp':
+    return functools.partial(mpp_loss, model=model)
+  return functools.partial(classification_loss, model=model, loss=config.loss,
+                           label_smoothing=config.label_smoothing)
+
+
+def train_step(state: TrainState, batch: dict[str, jax.Array], *, loss_fn: Callable,
+               tx: optax.GradientTransformation, schedule: optax.Schedule,
                dropout_key: jax.Array, accum_steps: int = 1, micro_batch_sharding: Any = None,
                polyak_decay: float | None = None) -> tuple[TrainState, dict[str, jax.Array]]:
-  """One optimizer update on a global batch, optionally as `accum_steps` accumulated micro-batches."""
+  """One optimizer update on a global batch, optionally as `accum_steps` accumulated micro-batches.
+
+  `loss_fn(params, images, labels, key)` is the task's loss (`make_loss_fn`).
+  """
   step_key = jax.random.fold_in(dropout_key, state.step)
-
-  def loss_of(params, images, labels, key):
-    logits = model.apply({'params': params}, images, train=True, rngs={'dropout': key})
-    return loss_fn(logits, labels)
-
-  grad_fn = jax.value_and_grad(loss_of)
+  grad_fn = jax.value_and_grad(loss_fn)
   if accum_steps == 1:
     loss, grads = grad_fn(state.params, batch['image'], batch['label'], step_key)
   else:
@@ -192,7 +228,7 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], *, model: VisionT
 
 
 def eval_step(params: Any, batch: dict[str, jax.Array], *,
-              model: VisionTransformer) -> dict[str, jax.Array]:
+              model: nn.Module) -> dict[str, jax.Array]:
   """Sums over the real (unmasked) examples of a batch: correct top-1 / top-5, loss, count."""
   logits = model.apply({'params': params}, batch['image'], train=False)
   mask = batch['mask'].astype(jnp.float32)
@@ -204,6 +240,24 @@ def eval_step(params: Any, batch: dict[str, jax.Array], *,
       'correct_top5': jnp.sum(jnp.any(top5 == labels[:, None], axis=-1) * mask),
       'loss_sum': jnp.sum(loss * mask),
       'count': jnp.sum(mask),
+  }
+
+
+def mpp_eval_step(params: Any, batch: dict[str, jax.Array], *,
+                  model: nn.Module) -> dict[str, jax.Array]:
+  """The same sums over the corrupted patches of real examples: colour-class accuracy and loss."""
+  # One fixed corruption pattern, so every evaluation of a run scores the same task.
+  logits, corrupted = model.apply({'params': params}, batch['image'], train=False,
+                                  rngs={'mpp': jax.random.key(0)})
+  targets = colour_targets(batch['image'], model.patch_size, model.num_bits)
+  weight = corrupted * batch['mask'][:, None].astype(jnp.float32)
+  top5 = jax.lax.top_k(logits, 5)[1]
+  loss = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
+  return {
+      'correct': jnp.sum((top5[..., 0] == targets) * weight),
+      'correct_top5': jnp.sum(jnp.any(top5 == targets[..., None], axis=-1) * weight),
+      'loss_sum': jnp.sum(loss * weight),
+      'count': jnp.sum(weight),
   }
 
 
@@ -232,9 +286,10 @@ def evaluate(params: Any, setup: Setup, eval_fn: Callable) -> dict[str, float]:
           'eval_loss': float(totals['loss_sum']) / count}
 
 
-def _init_state(key: jax.Array, *, model: VisionTransformer, tx: optax.GradientTransformation,
+def _init_state(key: jax.Array, *, model: nn.Module, tx: optax.GradientTransformation,
                 image_size: int, polyak: bool) -> TrainState:
-  params = model.init({'params': key}, jnp.zeros((1, image_size, image_size, 3)), train=False)['params']
+  params = model.init({'params': key, 'mpp': key}, jnp.zeros((1, image_size, image_size, 3)),
+                      train=False)['params']
   return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params),
                     ema_params=params if polyak else None)
 
@@ -300,9 +355,9 @@ def train_and_evaluate(setup: Setup) -> dict[str, float]:
   if start_step == 0:
     parameter_overview.log_parameter_overview(state.params)
 
-  loss_fn = functools.partial(compute_loss, loss=config.loss, label_smoothing=config.label_smoothing)
   step_fn = jax.jit(
-      functools.partial(train_step, model=setup.model, tx=tx, schedule=schedule, loss_fn=loss_fn,
+      functools.partial(train_step, loss_fn=make_loss_fn(config, setup.model), tx=tx,
+                        schedule=schedule,
                         dropout_key=jax.random.fold_in(jax.random.key(config.seed), 1),
                         accum_steps=config.accum_steps,
                         micro_batch_sharding=sharding.micro_batch_sharding(mesh),
@@ -310,7 +365,8 @@ def train_and_evaluate(setup: Setup) -> dict[str, float]:
       in_shardings=(state_shardings, sharding.batch_sharding(mesh)),
       out_shardings=(state_shardings, sharding.replicated(mesh)),
       donate_argnums=0)
-  eval_fn = jax.jit(functools.partial(eval_step, model=setup.model))
+  eval_fn = jax.jit(functools.partial(mpp_eval_step if config.task == 'mpp' else eval_step,
+                                      model=setup.model))
 
   train_iter = data.train_iterator(
       config, local_batch_size=config.batch_size // jax.process_count(), start_step=start_step,

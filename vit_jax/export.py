@@ -13,7 +13,6 @@ writes, from checkpoint N of W (default: the latest), using the Polyak average w
 """
 import json
 import os
-import sys
 from typing import Any, Optional
 
 import jax
@@ -21,7 +20,7 @@ import jax.numpy as jnp
 from absl import app, flags
 
 from configs import models as model_variants
-from vit_jax import checkpoint
+from vit_jax import checkpoint, cli
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Workdir of the run to export.')
 _OUT = flags.DEFINE_string('out', None, 'Directory to write model.npz, model.jaxexport, config.json.')
@@ -82,30 +81,20 @@ def export(workdir: str, out: str, step: Optional[int] = None) -> dict[str, Any]
   return description
 
 
-def _fail(message: str) -> None:
-  print(f'error: {message}', file=sys.stderr)
-  sys.exit(2)
-
-
-def _parse_flags(argv: list[str]) -> list[str]:
-  """absl flag parsing, with a missing or bad flag reported in one line instead of absl's usage text."""
-  try:
-    return flags.FLAGS(argv)
-  except flags.Error as e:
-    _fail(f'{str(e).splitlines()[0]}: use --workdir=W --out=DIR [--step=N]')
+_USAGE = '--workdir=W --out=DIR [--step=N]'
 
 
 def main(argv: list[str]) -> None:
   if len(argv) > 1:
-    _fail(f'unexpected arguments {argv[1:]}: use --workdir=W --out=DIR [--step=N]')
+    cli.fail(f'unexpected arguments {argv[1:]}: use {_USAGE}')
   try:
     description = export(_WORKDIR.value, _OUT.value, _STEP.value)
   except ValueError as e:
-    _fail(str(e))
+    cli.fail(str(e))
   print(f'exported step {description["step"]} ({description["parameters"]} parameters) of '
         f'{_WORKDIR.value} to {_OUT.value}')
 
 
 if __name__ == '__main__':
   flags.mark_flags_as_required(['workdir', 'out'])
-  app.run(main, flags_parser=_parse_flags)
+  app.run(main, flags_parser=cli.flags_parser(_USAGE))

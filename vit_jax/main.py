@@ -2,7 +2,6 @@
 import logging as python_logging
 import os
 import socket
-import sys
 import time
 
 # Before TensorFlow loads: its C++ start-up banners are noise for a training run. (TensorFlow only
@@ -12,6 +11,8 @@ os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '0')
 
 from absl import app, flags, logging  # pylint: disable=g-import-not-at-top
 from ml_collections import config_flags
+
+from vit_jax import cli
 
 _CONFIG = config_flags.DEFINE_config_file(
     'config', None, 'Experiment config file, optionally with an argument: configs/X.py:arg.',
@@ -31,25 +32,20 @@ _DISTRIBUTED_TIMEOUT = flags.DEFINE_integer(
     'distributed_timeout', 300, 'Seconds to wait for all processes to reach the coordinator.')
 
 
-def _fail(message: str) -> None:
-  print(f'error: {message}', file=sys.stderr)
-  sys.exit(2)
-
-
 def parse_flags(argv: list[str]) -> list[str]:
   """absl flag parsing, with bad config overrides reported in one line instead of a traceback."""
   try:
     return flags.FLAGS(argv)
   except flags.Error as e:
-    _fail(str(e).splitlines()[0])
+    cli.fail(str(e).splitlines()[0])
   except (AttributeError, KeyError) as e:
     # ml_collections words it as "'name'\nDid you mean ...", and KeyError quotes that once more.
     detail = str(e.args[0]).replace('\\n', ' ').replace("\\'", '').replace("'", '').strip('"')
     overrides = [a for a in argv if a.startswith('--config.')]
-    _fail(f'the config has no field {detail} (overrides given: {" ".join(overrides)}); '
+    cli.fail(f'the config has no field {detail} (overrides given: {" ".join(overrides)}); '
           'fix the name or add the field to the config file')
   except (TypeError, ValueError) as e:
-    _fail(f'bad config override: {e}')
+    cli.fail(f'bad config override: {e}')
 
 
 class _OwnInfoOnly(python_logging.Filter):
@@ -75,7 +71,7 @@ def init_distributed() -> None:
                                      and not _cluster_detected()):
     return
   if explicit and (_NUM_PROCESSES.value is None or _PROCESS_ID.value is None):
-    _fail('--coordinator_address needs --num_processes and --process_id too')
+    cli.fail('--coordinator_address needs --num_processes and --process_id too')
   if explicit and _PROCESS_ID.value > 0:
     _wait_for_coordinator(_COORDINATOR.value, _DISTRIBUTED_TIMEOUT.value)
   # Collectives between CPU processes (local multi-process runs and tests) go over gloo.
@@ -99,7 +95,7 @@ def _wait_for_coordinator(address: str, timeout: float) -> None:
         return
     except (OSError, ValueError) as e:
       if time.time() > deadline:
-        _fail(f'could not reach the coordinator at {address} within {timeout}s ({e}): start process 0 '
+        cli.fail(f'could not reach the coordinator at {address} within {timeout}s ({e}): start process 0 '
               'with the same --coordinator_address (it hosts the coordinator), or check the address, '
               'port and network')
       time.sleep(0.5)
@@ -107,7 +103,7 @@ def _wait_for_coordinator(address: str, timeout: float) -> None:
 
 def main(argv: list[str]) -> None:
   if len(argv) > 1:
-    _fail(f'unexpected arguments {argv[1:]}: config fields are set as --config.FIELD=VALUE')
+    cli.fail(f'unexpected arguments {argv[1:]}: config fields are set as --config.FIELD=VALUE')
   logging.get_absl_handler().addFilter(_OwnInfoOnly())
   init_distributed()
   import jax  # pylint: disable=g-import-not-at-top
@@ -118,7 +114,7 @@ def main(argv: list[str]) -> None:
   try:
     setup = train.prepare(_CONFIG.value, _WORKDIR.value)
   except ValueError as e:
-    _fail(str(e))
+    cli.fail(str(e))
   logging.info('Config:\n%s', setup.config)
   metrics = train.train_and_evaluate(setup)
   logging.info('Final eval: %s', ', '.join(f'{k}={v:.4f}' for k, v in sorted(metrics.items())))

@@ -1,0 +1,22 @@
+"""What the command-line tools share: bad input ends in one `error: ...` line, not a traceback."""
+import sys
+from typing import Callable, NoReturn
+
+from absl import flags
+
+
+def fail(message: str) -> NoReturn:
+  print(f'error: {message}', file=sys.stderr)
+  sys.exit(2)
+
+
+def flags_parser(usage: str) -> Callable[[list[str]], list[str]]:
+  """An absl `flags_parser` that reports a missing or bad flag in one line naming the usage."""
+
+  def parse(argv: list[str]) -> list[str]:
+    try:
+      return flags.FLAGS(argv)
+    except flags.Error as e:
+      fail(f'{str(e).splitlines()[0]}: use {usage}')
+
+  return parse

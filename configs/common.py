@@ -37,6 +37,12 @@ def get_config() -> ml_collections.ConfigDict:
       representation_size=config_dict.placeholder(int),  # tanh pre-logits layer width; unset = none
       dropout_rate=config_dict.placeholder(float),
       attention_dropout_rate=config_dict.placeholder(float),
+      # Fast paths: 'xla' | 'dot_product_attention' (cuDNN flash attention on GPU); a
+      # jax.checkpoint_policies name to rematerialise each block (e.g. 'nothing_saveable');
+      # nn.scan over the blocks for fast compiles of deep models (checkpoints keep per-block names).
+      attention=config_dict.placeholder(str),
+      remat=config_dict.placeholder(str),
+      scan=config_dict.placeholder(bool),
   ))
   config.dtype = 'float32'  # Compute dtype; parameters and optimizer state stay float32.
 
@@ -96,4 +102,17 @@ def get_config() -> ml_collections.ConfigDict:
   config.eval_every_steps = 1000
   config.checkpoint_every_steps = 1000
   config.keep_checkpoints = 3
+
+  # Few-shot linear evaluation of the frozen pre-logits features (paper Sec. 4), every `every_steps`
+  # steps (unset: off): `shots` unaugmented images per class of train_split (unset: config.train_split),
+  # ridge regression to {-1, 1} targets with `l2_reg`, accuracy on eval_split (unset:
+  # config.eval_split), the mean over `seeds` draws of the shots; logged as fewshot_<shots>shot.
+  config.fewshot = ml_collections.ConfigDict(dict(
+      every_steps=config_dict.placeholder(int),
+      shots=(1, 5, 10, 25),
+      seeds=3,
+      l2_reg=4.0,
+      train_split=config_dict.placeholder(str),
+      eval_split=config_dict.placeholder(str),
+  ))
   return config

@@ -18,6 +18,11 @@ SIZES = {
 PUBLISHED = ('ViT-Ti_16', 'ViT-S_16', 'ViT-S_32', 'ViT-B_8', 'ViT-B_16', 'ViT-B_32', 'ViT-L_16',
              'ViT-L_32', 'ViT-H_14')
 _NAME = re.compile(r'^ViT-(?P<size>[A-Za-z]+)_(?P<patch>[0-9]+)$')
+# Fast paths (vit_jax/models/vit.py). The remat policies are the `jax.checkpoint_policies` that take no
+# arguments, from saving nothing (recompute the whole block) to saving everything (no recomputation).
+ATTENTIONS = ('xla', 'dot_product_attention')
+REMAT_POLICIES = ('nothing_saveable', 'dots_saveable', 'dots_with_no_batch_dims_saveable',
+                  'checkpoint_dots', 'checkpoint_dots_with_no_batch_dims', 'everything_saveable')
 
 
 def get_model_config(variant: str, overrides: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
@@ -34,7 +39,7 @@ def get_model_config(variant: str, overrides: Optional[Mapping[str, Any]] = None
   model = dict(
       patch_size=int(match['patch']), hidden_size=hidden_size, num_layers=num_layers, mlp_dim=mlp_dim,
       num_heads=num_heads, classifier='token', representation_size=None, dropout_rate=0.0,
-      attention_dropout_rate=0.0)
+      attention_dropout_rate=0.0, attention='xla', remat=None, scan=False)
   for key, value in (overrides or {}).items():
     if key not in model:
       raise ValueError(f'Unknown model field {key!r}: known fields are {", ".join(model)}')
@@ -44,4 +49,12 @@ def get_model_config(variant: str, overrides: Optional[Mapping[str, Any]] = None
     raise ValueError(
         f"hidden_size={model['hidden_size']} is not divisible by num_heads={model['num_heads']}: "
         'change --config.model.num_heads or --config.model.hidden_size')
+  if model['attention'] not in ATTENTIONS:
+    raise ValueError(f"Unknown model.attention {model['attention']!r}: use one of {', '.join(ATTENTIONS)}")
+  if model['attention'] == 'dot_product_attention' and model['attention_dropout_rate']:
+    raise ValueError("model.attention='dot_product_attention' has no dropout on the attention weights: "
+                     "set --config.model.attention_dropout_rate=0 or --config.model.attention=xla")
+  if model['remat'] is not None and model['remat'] not in REMAT_POLICIES:
+    raise ValueError(f"Unknown model.remat policy {model['remat']!r}: use one of "
+                     f"{', '.join(REMAT_POLICIES)} (or leave it unset for no rematerialisation)")
   return model

@@ -9,3 +9,18 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # torch's optional triton segfaults when loaded after TensorFlow; the CPU tests never need it.
 sys.modules.setdefault('triton', None)
+
+
+import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+
+@pytest.fixture(scope='session')
+def trained_tiny_run(tmp_path_factory):
+  """The workdir of a 12-step tiny run on the digits, trained once per session."""
+  import helpers  # pylint: disable=g-import-not-at-top
+  from vit_jax import train  # pylint: disable=g-import-not-at-top
+  root = tmp_path_factory.getbasetemp()
+  config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': str(root / 'tiny_run_tfds'),
+                                       'lr.base': 1e-2})
+  train.train_and_evaluate(train.prepare(config, str(root / 'tiny_run')))
+  return str(root / 'tiny_run')

@@ -1,5 +1,4 @@
 """Masked patch prediction: targets, corruption, the loop's 'mpp' task and fine-tuning from it."""
-import os
 
 import jax
 import jax.numpy as jnp

@@ -6,9 +6,7 @@ import subprocess
 import sys
 
 import jax
-import jax.numpy as jnp
 import numpy as np
-import optax
 import pytest
 from jax.sharding import PartitionSpec as P
 

@@ -68,6 +68,7 @@ def export(workdir: str, out: str, step: Optional[int] = None) -> dict[str, Any]
       'dtype': config.dtype,
       'image_size': config.image_size,
       'num_classes': info.num_classes,
+      'loss': config.loss,  # softmax_xent or sigmoid_xent: how logits become probabilities.
       'class_names': list(info.class_names),
       'parameters': 'polyak' if name == 'ema_params' else 'raw',
       'step': step,

@@ -24,8 +24,9 @@ from absl import logging
 from clu import metric_writers, parameter_overview, periodic_actions
 from jax.sharding import Mesh
 
+from configs import common
 from configs import models as model_variants
-from vit_jax import checkpoint, data, optim, sharding
+from vit_jax import checkpoint, data, fewshot, optim, sharding
 from vit_jax.models import VisionTransformer
 from vit_jax.models.mpp import MaskedPatchPredictor, colour_targets
 
@@ -133,10 +134,27 @@ def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
   if config.polyak_decay is not None and not 0.0 <= config.polyak_decay < 1.0:
     raise ValueError(f'config.polyak_decay={config.polyak_decay} must be in [0, 1), e.g. 0.9999 '
                      '(or unset to turn Polyak averaging off)')
+  _check_fewshot(config.fewshot, info)
   model = make_model(config, info.num_classes)
   init_params = _load_init_params(config, model) if config.init_from else None
   _check_writable(workdir)
   return Setup(config, workdir, info, model, mesh, total_steps, init_params)
+
+
+def _check_fewshot(fewshot_config: ml_collections.ConfigDict, info: data.DatasetInfo) -> None:
+  if fewshot_config.every_steps is None:
+    return
+  if fewshot_config.every_steps < 1 or fewshot_config.seeds < 1 or fewshot_config.l2_reg <= 0:
+    raise ValueError('config.fewshot needs every_steps >= 1, seeds >= 1 and l2_reg > 0 (or unset '
+                     'every_steps to turn few-shot evaluation off)')
+  if not fewshot_config.shots or min(fewshot_config.shots) < 1:
+    raise ValueError(f'config.fewshot.shots={fewshot_config.shots} must be positive numbers of '
+                     'images per class, e.g. (1, 5, 10, 25)')
+  # Only a necessary condition (per-class counts would mean reading the split): a class with fewer
+  # images than the shots stops the run at its first few-shot evaluation.
+  if max(fewshot_config.shots) * info.num_classes > info.num_train:
+    raise ValueError(f'config.fewshot.shots={fewshot_config.shots}: {max(fewshot_config.shots)} shots '
+                     f'of {info.num_classes} classes need more than the {info.num_train} train images')
 
 
 def _load_init_params(config: ml_collections.ConfigDict, model: nn.Module) -> Any:
@@ -334,7 +352,8 @@ def load_run_info(workdir: str) -> tuple[ml_collections.ConfigDict, data.Dataset
   """What `write_run_info` wrote: the run's config and dataset info."""
   try:
     with open(os.path.join(workdir, 'config.json')) as f:
-      config = ml_collections.ConfigDict(json.load(f))
+      config = common.get_config()  # Today's defaults under it: runs saved before a field existed load.
+      config.update(json.load(f))
     with open(os.path.join(workdir, 'dataset_info.json')) as f:
       info = json.load(f)
   except FileNotFoundError as e:
@@ -367,6 +386,14 @@ def train_and_evaluate(setup: Setup) -> dict[str, float]:
       donate_argnums=0)
   eval_fn = jax.jit(functools.partial(mpp_eval_step if config.task == 'mpp' else eval_step,
                                       model=setup.model))
+  fewshot_fn = None
+  if config.fewshot.every_steps:
+    backbone = config.copy_and_resolve_references()
+    backbone.task = 'classification'  # Pre-logits features of the ViT, also of an MPP run.
+    fewshot_fn = fewshot.Evaluator(
+        config, make_model(backbone, None), mesh, shots=config.fewshot.shots,
+        seeds=config.fewshot.seeds, l2_reg=config.fewshot.l2_reg,
+        train_split=config.fewshot.train_split, eval_split=config.fewshot.eval_split)
 
   train_iter = data.train_iterator(
       config, local_batch_size=config.batch_size // jax.process_count(), start_step=start_step,
@@ -397,6 +424,9 @@ def train_and_evaluate(setup: Setup) -> dict[str, float]:
       with report_progress.timed('eval'):
         eval_metrics = evaluate_state(state, setup, eval_fn)
       writer.write_scalars(step, eval_metrics)
+    if fewshot_fn is not None and (step % config.fewshot.every_steps == 0 or last):
+      with report_progress.timed('fewshot'):
+        writer.write_scalars(step, fewshot_fn(state.params))
     if step % config.checkpoint_every_steps == 0 or last:
       with report_progress.timed('checkpoint'):
         checkpoint.save(manager, step, state)

@@ -57,6 +57,9 @@ class MaskedPatchPredictor(nn.Module):
   mask_rate: float = 0.5
   num_bits: int = 3
   dtype: jnp.dtype = jnp.float32
+  attention: str = 'xla'
+  remat: str | None = None
+  scan: bool = False
 
   @nn.compact
   def __call__(self, images: jnp.ndarray, *, train: bool = False):
@@ -72,7 +75,8 @@ class MaskedPatchPredictor(nn.Module):
       x = jnp.concatenate([jnp.tile(cls.astype(x.dtype), (n, 1, 1)), x], axis=1)
     x = Encoder(num_layers=self.num_layers, mlp_dim=self.mlp_dim, num_heads=self.num_heads,
                 dropout_rate=self.dropout_rate, attention_dropout_rate=self.attention_dropout_rate,
-                dtype=self.dtype, name='Transformer')(x, train=train)
+                dtype=self.dtype, attention=self.attention, remat=self.remat, scan=self.scan,
+                name='Transformer')(x, train=train)
     tokens = x[:, 1:] if self.classifier == 'token' else x
     logits = nn.Dense(2 ** (3 * self.num_bits), dtype=self.dtype, name='mpp_head')(tokens)
     return logits.astype(jnp.float32), corrupted

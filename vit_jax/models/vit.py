@@ -2,13 +2,59 @@
 
 Module and parameter names follow the original `vit_jax` code, so the parameter tree is the tree of the
 published `.npz` checkpoints (ViT-B_16.npz, the AugReg files) and they load without renaming.
+
+Fast paths (model fields; none changes the parameter tree): `attention='dot_product_attention'` computes
+attention with `jax.nn.dot_product_attention` (cuDNN flash attention on GPU, XLA elsewhere); `remat=POLICY`
+recomputes each block's activations in the backward pass except what the `jax.checkpoint_policies` policy
+saves; `scan=True` compiles one block and loops over `nn.scan`, so compile time does not grow with depth.
 """
 from typing import Any, Callable, Optional
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 
 Dtype = Any
+BLOCK = 'encoderblock'  # Blocks are `encoderblock_{i}` in the checkpoints, `encoderblock` when stacked.
+
+
+def stack_blocks(encoder_params: dict[str, Any], num_layers: int) -> dict[str, Any]:
+  """The encoder's (`Transformer/`) parameters with `encoderblock_{i}` stacked into `encoderblock`.
+
+  `encoderblock_0 .. encoderblock_{num_layers-1}` become one subtree whose arrays have a leading layer
+  axis, the layout `nn.scan` reads; the other entries (position embeddings, final norm) are kept.
+  """
+  names = [f'{BLOCK}_{i}' for i in range(num_layers)]
+  found = sorted(k for k in encoder_params if k.startswith(f'{BLOCK}_'))
+  if found != sorted(names):
+    raise ValueError(f'expected encoder blocks {BLOCK}_0..{BLOCK}_{num_layers - 1}, got {found}')
+  rest = {k: v for k, v in encoder_params.items() if k not in names}
+  return {**rest, BLOCK: jax.tree.map(lambda *xs: jnp.stack(xs), *[encoder_params[k] for k in names])}
+
+
+def unstack_blocks(encoder_params: dict[str, Any]) -> dict[str, Any]:
+  """The inverse of `stack_blocks`: `encoderblock` with a leading layer axis -> `encoderblock_{i}`."""
+  rest = {k: v for k, v in encoder_params.items() if k != BLOCK}
+  stacked = encoder_params[BLOCK]
+  num_layers = jax.tree.leaves(stacked)[0].shape[0]
+  return {**rest, **{f'{BLOCK}_{i}': jax.tree.map(lambda x, i=i: x[i], stacked)
+                     for i in range(num_layers)}}
+
+
+def fused_attention(query: jnp.ndarray, key: jnp.ndarray, value: jnp.ndarray, *,
+                    dropout_rate: float = 0.0, deterministic: bool = True) -> jnp.ndarray:
+  """`jax.nn.dot_product_attention` as an `attention_fn` of `nn.MultiHeadDotProductAttention`.
+
+  Both take [batch, tokens, heads, head_dim]; JAX picks cuDNN flash attention on GPU (for bfloat16 and
+  float16) and XLA elsewhere. The fused kernel has no dropout on the attention weights.
+  """
+  if dropout_rate > 0.0 and not deterministic:
+    raise ValueError(f"attention='dot_product_attention' has no dropout on the attention weights "
+                     f'(attention_dropout_rate={dropout_rate}): set it to 0 or use attention=\'xla\'')
+  return jax.nn.dot_product_attention(query, key, value)
+
+
+ATTENTION_FNS = {'xla': nn.dot_product_attention, 'dot_product_attention': fused_attention}
 
 
 class AddPositionEmbs(nn.Module):
@@ -51,15 +97,17 @@ class Encoder1DBlock(nn.Module):
   dropout_rate: float = 0.0
   attention_dropout_rate: float = 0.0
   dtype: Dtype = jnp.float32
+  attention: str = 'xla'  # A key of ATTENTION_FNS.
 
+  # `deterministic` may be positional: `nn.remat` needs it as a static positional argument.
   @nn.compact
-  def __call__(self, inputs: jnp.ndarray, *, deterministic: bool) -> jnp.ndarray:
+  def __call__(self, inputs: jnp.ndarray, deterministic: bool) -> jnp.ndarray:
     x = nn.LayerNorm(epsilon=1e-6, dtype=self.dtype, name='LayerNorm_0')(inputs)
     x = nn.MultiHeadDotProductAttention(
         num_heads=self.num_heads, dtype=self.dtype,
         kernel_init=nn.initializers.xavier_uniform(), broadcast_dropout=False,
         dropout_rate=self.attention_dropout_rate, deterministic=deterministic,
-        name='MultiHeadDotProductAttention_1')(x, x)
+        attention_fn=ATTENTION_FNS[self.attention], name='MultiHeadDotProductAttention_1')(x, x)
     x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
     x = x + inputs
     y = nn.LayerNorm(epsilon=1e-6, dtype=self.dtype, name='LayerNorm_2')(x)
@@ -68,25 +116,84 @@ class Encoder1DBlock(nn.Module):
     return x + y
 
 
+class ScanBlock(Encoder1DBlock):
+  """A block as an `nn.scan` body: (carry, deterministic) -> (carry, no output)."""
+
+  @nn.compact
+  def __call__(self, inputs: jnp.ndarray, deterministic: bool) -> tuple[jnp.ndarray, None]:
+    return super().__call__(inputs, deterministic), None
+
+
+class ScannedBlocks(nn.Module):
+  """`num_layers` blocks as one `nn.scan`: parameters stacked under `encoderblock` (layer axis first)."""
+  num_layers: int
+  block_kwargs: dict[str, Any]
+  remat: Optional[str] = None
+
+  @nn.compact
+  def __call__(self, x: jnp.ndarray, deterministic: bool) -> jnp.ndarray:
+    block = ScanBlock
+    if self.remat:
+      # prevent_cse=False: scan already keeps XLA from merging the recomputation into the forward pass.
+      block = nn.remat(block, policy=getattr(jax.checkpoint_policies, self.remat), prevent_cse=False,
+                       static_argnums=(2,))
+    # Each layer gets its own initialisation and dropout keys (split, not broadcast).
+    x, _ = nn.scan(block, variable_axes={'params': 0}, split_rngs={'params': True, 'dropout': True},
+                   in_axes=nn.broadcast, length=self.num_layers)(
+                       **self.block_kwargs, name=BLOCK)(x, deterministic)
+    return x
+
+
 class Encoder(nn.Module):
-  """Position embeddings, dropout, `num_layers` blocks and a final LayerNorm."""
+  """Position embeddings, dropout, `num_layers` blocks and a final LayerNorm.
+
+  `remat` names a `jax.checkpoint_policies` policy to rematerialise each block with (None: off); `scan`
+  runs the blocks as one `nn.scan`. Stored parameters keep the per-block names either way: the scanned
+  blocks see them stacked (`stack_blocks`) and initialise them unstacked (`unstack_blocks`).
+  """
   num_layers: int
   mlp_dim: int
   num_heads: int
   dropout_rate: float = 0.0
   attention_dropout_rate: float = 0.0
   dtype: Dtype = jnp.float32
+  attention: str = 'xla'
+  remat: Optional[str] = None
+  scan: bool = False
 
   @nn.compact
   def __call__(self, x: jnp.ndarray, *, train: bool) -> jnp.ndarray:
     x = AddPositionEmbs(name='posembed_input')(x)
     x = nn.Dropout(self.dropout_rate)(x, deterministic=not train)
-    for i in range(self.num_layers):
-      x = Encoder1DBlock(
-          mlp_dim=self.mlp_dim, num_heads=self.num_heads, dropout_rate=self.dropout_rate,
-          attention_dropout_rate=self.attention_dropout_rate, dtype=self.dtype,
-          name=f'encoderblock_{i}')(x, deterministic=not train)
+    block_kwargs = dict(
+        mlp_dim=self.mlp_dim, num_heads=self.num_heads, dropout_rate=self.dropout_rate,
+        attention_dropout_rate=self.attention_dropout_rate, dtype=self.dtype,
+        attention=self.attention)
+    if self.scan:
+      blocks = nn.map_variables(
+          ScannedBlocks, 'params', init=True,
+          trans_in_fn=lambda v: {**v, 'params': self._stacked(v.get('params', {}))},
+          trans_out_fn=lambda v: {**v, 'params': self._unstacked(v.get('params', {}))})(
+              num_layers=self.num_layers, block_kwargs=block_kwargs, remat=self.remat)
+      # The scanned blocks live in this module's scope, so their parameters sit at
+      # Transformer/encoderblock_{i} as in the checkpoints, not one level down.
+      nn.share_scope(self, blocks)
+      x = blocks(x, not train)
+    else:
+      block = Encoder1DBlock
+      if self.remat:
+        block = nn.remat(block, policy=getattr(jax.checkpoint_policies, self.remat),
+                         static_argnums=(2,))  # deterministic (self is 0).
+      for i in range(self.num_layers):
+        x = block(**block_kwargs, name=f'{BLOCK}_{i}')(x, not train)
     return nn.LayerNorm(epsilon=1e-6, dtype=self.dtype, name='encoder_norm')(x)
+
+  def _stacked(self, params: dict[str, Any]) -> dict[str, Any]:
+    # Nothing to stack while initialising, before the blocks exist.
+    return stack_blocks(params, self.num_layers) if f'{BLOCK}_0' in params else params
+
+  def _unstacked(self, params: dict[str, Any]) -> dict[str, Any]:
+    return unstack_blocks(params) if BLOCK in params else params
 
 
 class VisionTransformer(nn.Module):
@@ -106,6 +213,9 @@ class VisionTransformer(nn.Module):
   dropout_rate: float = 0.0
   attention_dropout_rate: float = 0.0
   dtype: Dtype = jnp.float32
+  attention: str = 'xla'  # 'xla' | 'dot_product_attention'
+  remat: Optional[str] = None  # A jax.checkpoint_policies name, e.g. 'nothing_saveable'; None: off.
+  scan: bool = False
 
   @nn.compact
   def __call__(self, images: jnp.ndarray, *, train: bool = False) -> jnp.ndarray:
@@ -123,7 +233,8 @@ class VisionTransformer(nn.Module):
     x = Encoder(
         num_layers=self.num_layers, mlp_dim=self.mlp_dim, num_heads=self.num_heads,
         dropout_rate=self.dropout_rate, attention_dropout_rate=self.attention_dropout_rate,
-        dtype=self.dtype, name='Transformer')(x, train=train)
+        dtype=self.dtype, attention=self.attention, remat=self.remat, scan=self.scan,
+        name='Transformer')(x, train=train)
     x = x[:, 0] if self.classifier == 'token' else jnp.mean(x, axis=1)
 
     if self.representation_size is not None:

@@ -1,0 +1,167 @@
+"""Fast paths of the ViT (fused attention, remat, scan, bfloat16): same parameters, same numbers."""
+import functools
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from configs import common
+from configs import models as variants
+from vit_jax import optim, train
+from vit_jax.models import VisionTransformer
+from vit_jax.models import vit
+
+IMAGES = jax.random.normal(jax.random.key(1), (4, 16, 16, 3))
+LABELS = jnp.array([0, 1, 2, 3])
+
+
+def _model(dtype=jnp.float32, **fields) -> VisionTransformer:
+  return VisionTransformer(num_classes=5, dtype=dtype,
+                           **variants.get_model_config('ViT-testing_4', fields))
+
+
+@functools.cache
+def _params():
+  """Parameters of the default model, with a non-zero head so that gradients reach every block."""
+  params = _model().init(jax.random.key(0), IMAGES)['params']
+  params['head']['kernel'] = jax.random.normal(jax.random.key(2), params['head']['kernel'].shape)
+  return params
+
+
+def _logits_and_grads(model: VisionTransformer, params):
+  def loss(p):
+    logits = model.apply({'params': p}, IMAGES, train=True)
+    return train.compute_loss(logits, LABELS, loss='softmax_xent'), logits
+  (_, logits), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
+  return logits, grads
+
+
+@functools.cache
+def _reference():
+  return _logits_and_grads(_model(), _params())
+
+
+def _shapes(tree):
+  return jax.tree.map(lambda x: (x.shape, x.dtype), tree)
+
+
+def _assert_same_results(model: VisionTransformer, *, rtol: float = 1e-5, atol: float = 1e-5):
+  """`model` has the default model's parameter tree and, on its parameters, its logits and gradients."""
+  params = _params()
+  assert _shapes(model.init(jax.random.key(0), IMAGES)['params']) == _shapes(params)
+  logits, grads = _logits_and_grads(model, params)
+  ref_logits, ref_grads = _reference()
+  np.testing.assert_allclose(logits, ref_logits, rtol=rtol, atol=atol)
+  jax.tree.map(functools.partial(np.testing.assert_allclose, rtol=rtol, atol=atol), grads, ref_grads)
+
+
+def _primitives(model: VisionTransformer) -> set[str]:
+  """The primitives in the jaxpr of the model's gradient: which transformations it went through."""
+  jaxpr = jax.make_jaxpr(lambda p: _logits_and_grads(model, p))(_params())
+  return set(re.findall(r'= ([a-z_0-9]+)\[', str(jaxpr)))
+
+
+def test_stack_and_unstack_blocks_round_trip_exactly():
+  encoder = _params()['Transformer']
+  stacked = vit.stack_blocks(encoder, num_layers=2)
+  assert sorted(stacked) == ['encoder_norm', 'encoderblock', 'posembed_input']
+  kernel = stacked['encoderblock']['MlpBlock_3']['Dense_0']['kernel']
+  assert kernel.shape == (2, 32, 64)
+  np.testing.assert_array_equal(kernel[1], encoder['encoderblock_1']['MlpBlock_3']['Dense_0']['kernel'])
+  jax.tree.map(np.testing.assert_array_equal, vit.unstack_blocks(stacked), encoder)
+  with pytest.raises(ValueError, match='encoderblock_0..encoderblock_2'):
+    vit.stack_blocks(encoder, num_layers=3)
+
+
+def test_scan_keeps_per_block_parameters_and_results():
+  _assert_same_results(_model(scan=True))
+  assert 'scan' in _primitives(_model(scan=True)) and 'scan' not in _primitives(_model())
+
+
+def test_scanned_blocks_see_the_stacked_layout():
+  # The scan body on stack_blocks(params) is the whole encoder stack of the unscanned model.
+  params = _params()['Transformer']
+  kwargs = dict(mlp_dim=64, num_heads=2)
+  tokens = jax.random.normal(jax.random.key(3), (2, 17, 32))
+  scanned = vit.ScannedBlocks(num_layers=2, block_kwargs=kwargs).apply(
+      {'params': vit.stack_blocks(params, 2)}, tokens, True)
+  x = tokens
+  for i in range(2):
+    x = vit.Encoder1DBlock(**kwargs).apply({'params': params[f'encoderblock_{i}']}, x, True)
+  np.testing.assert_allclose(scanned, x, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize('policy,scan', [('nothing_saveable', False), ('dots_saveable', True)])
+def test_remat_recomputes_blocks_with_the_same_results(policy, scan):
+  model = _model(remat=policy, scan=scan)
+  _assert_same_results(model)
+  assert 'remat2' in _primitives(model) and 'remat2' not in _primitives(_model(scan=scan))
+
+
+def test_dot_product_attention_computes_the_same_attention(monkeypatch):
+  _assert_same_results(_model(attention='dot_product_attention'))
+  calls = []
+  fused = jax.nn.dot_product_attention
+  monkeypatch.setattr(jax.nn, 'dot_product_attention', lambda *a, **k: calls.append(1) or fused(*a, **k))
+  _model(attention='dot_product_attention').apply({'params': _params()}, IMAGES)
+  assert len(calls) == 2  # One per block.
+
+
+def test_dot_product_attention_refuses_attention_dropout():
+  with pytest.raises(ValueError, match='attention_dropout_rate'):
+    variants.get_model_config('ViT-testing_4', {'attention': 'dot_product_attention',
+                                                'attention_dropout_rate': 0.1})
+  model = VisionTransformer(num_classes=5, **{**variants.get_model_config('ViT-testing_4'),
+                                              'attention': 'dot_product_attention',
+                                              'attention_dropout_rate': 0.1})
+  model.apply({'params': _params()}, IMAGES)  # Evaluation applies no dropout: allowed.
+  with pytest.raises(ValueError, match='no dropout on the attention weights'):
+    model.apply({'params': _params()}, IMAGES, train=True, rngs={'dropout': jax.random.key(0)})
+
+
+def test_unknown_fast_path_names_are_errors():
+  with pytest.raises(ValueError, match='dot_product_attention'):
+    variants.get_model_config('ViT-testing_4', {'attention': 'flash'})
+  with pytest.raises(ValueError, match='nothing_saveable'):
+    variants.get_model_config('ViT-testing_4', {'remat': 'everything'})
+
+
+def test_bfloat16_compute_matches_float32_with_float32_parameters():
+  model = _model(dtype=jnp.bfloat16)
+  assert all(p.dtype == jnp.float32 for p in jax.tree.leaves(model.init(jax.random.key(0), IMAGES)))
+  logits, grads = _logits_and_grads(model, _params())
+  ref_logits, ref_grads = _reference()
+  assert logits.dtype == jnp.float32 and all(g.dtype == jnp.float32 for g in jax.tree.leaves(grads))
+  np.testing.assert_allclose(logits, ref_logits, rtol=0.05, atol=0.1)
+  # bfloat16 keeps 8 bits of mantissa: gradients agree to a few percent of their norm.
+  difference = optax.global_norm(jax.tree.map(jnp.subtract, grads, ref_grads))
+  assert difference < 0.05 * optax.global_norm(ref_grads)
+
+
+def test_train_step_with_all_fast_paths_matches_the_default_step():
+  """The real train step from the same per-block state: the same update (and so the same checkpoints)."""
+  config = common.get_config()
+  config.variant, config.image_size, config.batch_size = 'ViT-testing_4', 16, 4
+  # SGD: the update is linear in the gradients, so it inherits their agreement (Adam's first step is
+  # about sign(gradient), which amplifies rounding where a gradient is near zero).
+  config.optim.name, config.lr.warmup_steps = 'sgd', 0
+  tx, schedule = optim.make_optimizer(config, total_steps=10)
+  state = train._init_state(jax.random.key(0), model=train.make_model(config, num_classes=5),  # pylint: disable=protected-access
+                            tx=tx, image_size=16, polyak=False)
+
+  def one_step(**fields):
+    config.model.update(fields)
+    model = train.make_model(config, num_classes=5)
+    step = functools.partial(train.train_step, loss_fn=train.make_loss_fn(config, model), tx=tx,
+                             schedule=schedule, dropout_key=jax.random.key(1))
+    return jax.jit(step)(state, {'image': IMAGES, 'label': LABELS})
+
+  default_state, default_metrics = one_step()
+  fast_state, fast_metrics = one_step(attention='dot_product_attention', remat='nothing_saveable',
+                                      scan=True)
+  assert _shapes(fast_state.params) == _shapes(default_state.params)
+  jax.tree.map(functools.partial(np.testing.assert_allclose, rtol=1e-5, atol=1e-6),
+               (fast_state.params, fast_metrics), (default_state.params, default_metrics))

@@ -1,0 +1,111 @@
+"""Few-shot linear evaluation: the closed-form fit, the shot sampling, the evaluator and the command."""
+import re
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+from sklearn import linear_model
+
+import helpers
+from vit_jax import checkpoint, fewshot, sharding, train
+
+
+def _blobs(rng, num_classes, per_class, dim, spread):
+  """Features of `num_classes` Gaussian clusters with centres `spread` apart, and their labels."""
+  centres = rng.normal(0, spread, (num_classes, dim))
+  labels = np.repeat(np.arange(num_classes), per_class)
+  return centres[labels] + rng.normal(0, 1, (len(labels), dim)), labels
+
+
+def test_separable_features_are_classified_almost_perfectly():
+  rng = np.random.default_rng(0)
+  x, y = _blobs(rng, 10, 80, 32, spread=5.0)
+  train_x, train_y, test_x, test_y = x[::2], y[::2], x[1::2], y[1::2]
+  accuracies = fewshot.linear_fewshot_accuracy(train_x, train_y, test_x, test_y, shots=(1, 5, 25),
+                                               seeds=3)
+  assert list(accuracies) == [1, 5, 25]
+  assert min(accuracies.values()) > 0.97, accuracies
+
+
+def test_features_unrelated_to_the_labels_score_chance():
+  rng = np.random.default_rng(0)
+  train_x, test_x = rng.normal(size=(500, 32)), rng.normal(size=(3000, 32))
+  train_y, test_y = np.repeat(np.arange(10), 50), rng.integers(0, 10, 3000)
+  accuracies = fewshot.linear_fewshot_accuracy(train_x, train_y, test_x, test_y, shots=(1, 10, 25),
+                                               seeds=3)
+  for accuracy in accuracies.values():
+    assert 0.07 < accuracy < 0.13, accuracies
+
+
+def test_the_fit_is_ridge_regression_to_plus_minus_one_targets_with_a_free_bias():
+  rng = np.random.default_rng(1)
+  x, y = _blobs(rng, 5, 26, 8, spread=1.0)
+  train = np.arange(len(y)) % 13 == 0  # Two of each class's 26.
+  train_x, train_y, test_x, test_y = x[train], y[train], x[~train], y[~train]
+  mean, std = train_x.mean(0), train_x.std(0) + 1e-5
+  reference = linear_model.Ridge(alpha=3.0, fit_intercept=True).fit(
+      (train_x - mean) / std, 2 * np.eye(5)[train_y] - 1)
+  expected = np.mean(reference.predict((test_x - mean) / std).argmax(-1) == test_y)
+  assert fewshot.fit_and_score(train_x, train_y, test_x, test_y, 5, l2_reg=3.0) == expected
+  assert 0.2 < expected < 1.0  # A test set where the fit makes mistakes: a comparison of substance.
+
+
+def test_shots_are_drawn_per_class_by_seed():
+  labels = np.repeat(np.arange(4), 10)
+  chosen = fewshot.sample_shots(labels, 3, 4, np.random.default_rng(7))
+  assert np.bincount(labels[chosen]).tolist() == [3, 3, 3, 3] and len(set(chosen)) == 12
+  np.testing.assert_array_equal(chosen, fewshot.sample_shots(labels, 3, 4, np.random.default_rng(7)))
+  assert set(chosen) != set(fewshot.sample_shots(labels, 3, 4, np.random.default_rng(8)))
+  assert set(chosen) < set(fewshot.sample_shots(labels, 5, 4, np.random.default_rng(7)))  # Nested.
+  with pytest.raises(ValueError, match='class 0 has 10 train examples, fewer than 11 shots'):
+    fewshot.sample_shots(labels, 11, 4, np.random.default_rng(0))
+
+
+def test_the_loop_evaluator_and_the_command_agree_on_the_tiny_run(trained_tiny_run):
+  config, _ = train.load_run_info(trained_tiny_run)
+  params, _ = checkpoint.restore_params(checkpoint.find_checkpoint(trained_tiny_run)[0])
+  mesh = sharding.make_mesh((('data', -1),))  # The 8 test devices, as the loop has them.
+  evaluator = fewshot.Evaluator(config, train.make_model(config, None), mesh, shots=(1, 10), seeds=2)
+  metrics = evaluator(jax.device_put(params, sharding.replicated(mesh)))  # Params with a head too.
+  print(f'\nfew-shot accuracy of the tiny run on the digits (chance 0.1): {metrics}')
+  assert list(metrics) == ['fewshot_1shot', 'fewshot_10shot']
+  assert metrics['fewshot_10shot'] > 0.4
+
+  run = subprocess.run([sys.executable, '-m', 'vit_jax.fewshot', f'--workdir={trained_tiny_run}',
+                        '--shots=1,10', '--seeds=2'], cwd=helpers.REPO, capture_output=True, text=True,
+                       timeout=300)
+  assert run.returncode == 0, run.stderr[-2000:]
+  print(run.stdout)
+  table = dict(re.findall(r'^\s+(\d+)\s+([0-9.]+)$', run.stdout, re.MULTILINE))
+  assert float(table['1']) == pytest.approx(metrics['fewshot_1shot'], abs=1e-4)
+  assert float(table['10']) == pytest.approx(metrics['fewshot_10shot'], abs=1e-4)
+  assert 'of step 12 of' in run.stdout
+
+
+def test_command_line_bad_shots_is_one_line(trained_tiny_run):
+  run = subprocess.run([sys.executable, '-m', 'vit_jax.fewshot', f'--workdir={trained_tiny_run}',
+                        '--shots=1,many'], cwd=helpers.REPO, capture_output=True, text=True,
+                       timeout=300)
+  assert run.returncode == 2
+  assert run.stderr.strip().splitlines() == [
+      'error: --shots=1,many must be positive integers, e.g. --shots=1,5,10,25']
+
+
+
+def test_the_loop_logs_fewshot_accuracy_when_configured(tmp_path):
+  config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': str(tmp_path / 'tfds'),
+                                       'fewshot.every_steps': 6, 'fewshot.shots': (1, 5),
+                                       'fewshot.seeds': 2})
+  train.train_and_evaluate(train.prepare(config, str(tmp_path / 'run')))
+  scalars = helpers.read_scalars(str(tmp_path / 'run'))
+  assert sorted(scalars['fewshot_1shot']) == sorted(scalars['fewshot_5shot']) == [6, 12]
+  assert scalars['fewshot_5shot'][12] > 0.3  # Chance is 0.1.
+
+
+def test_fewshot_shots_beyond_the_data_is_a_clear_error(tmp_path):
+  config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': str(tmp_path / 'tfds'),
+                                       'fewshot.every_steps': 6, 'fewshot.shots': (1, 500)})
+  with pytest.raises(ValueError, match=r'500 shots of 10 classes need more than the 1437 train'):
+    train.prepare(config, str(tmp_path / 'run'))

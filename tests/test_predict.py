@@ -1,0 +1,152 @@
+"""Inference on image files: preprocessing as evaluation's, class names, bad files, exports, the command.
+
+`trained_tiny_run` is the tiny run of the real loop that this file, test_inspect.py and test_fewshot.py
+read: trained once per session, whichever file asks first.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+from PIL import Image
+
+import helpers
+from vit_jax import checkpoint, data, export, predict, train
+from vit_jax.data import pipeline
+
+PREDICT_CMD = [sys.executable, '-m', 'vit_jax.predict']
+
+
+def _test_images(workdir, n):
+  """The first `n` raw test images (uint8 8x8x3) and their eval batch, in the eval pipeline's order."""
+  config, _ = train.load_run_info(workdir)
+  source = pipeline.make_source(config)
+  raw = [ex['image'] for ex in source.load(source.records('test')).take(n).as_numpy_iterator()]
+  batch = next(data.eval_iterator(config, local_batch_size=n))
+  return raw, batch['image'], config
+
+
+def test_images_in_any_format_are_predicted_as_evaluation_sees_them(trained_tiny_run, tmp_path):
+  raw, eval_images, config = _test_images(trained_tiny_run, 4)
+  # The same pixels as RGB, greyscale (the digits are grey) and RGBA PNGs, and 3x larger (a bilinear
+  # resize by 1/3 samples the centre pixel of each 3x3 block: the original image again).
+  Image.fromarray(raw[0]).save(tmp_path / 'rgb.png')
+  Image.fromarray(raw[1][..., 0]).save(tmp_path / 'grey.png')
+  Image.fromarray(raw[2]).convert('RGBA').save(tmp_path / 'rgba.png')
+  Image.fromarray(raw[3]).resize((24, 24), Image.NEAREST).save(tmp_path / 'large.png')
+  paths = [str(tmp_path / name) for name in ('rgb.png', 'grey.png', 'rgba.png', 'large.png')]
+  classifier = predict.load_run(trained_tiny_run)
+  results = predict.predict(paths, classifier, top_k=10, batch_size=3)  # Two batches, one padded.
+
+  model = train.make_model(config, 10)
+  params = checkpoint.restore_params(checkpoint.find_checkpoint(trained_tiny_run)[0])[0]
+  expected = jax.nn.softmax(model.apply({'params': params}, eval_images))
+  assert [path for path, _ in results] == paths
+  for (_, top), probs in zip(results, np.asarray(expected)):
+    assert [label for label, _ in top] == [str(i) for i in np.argsort(-probs, kind='stable')]
+    np.testing.assert_allclose([p for _, p in top], np.sort(probs)[::-1], atol=1e-5)
+  assert len(predict.predict(paths[:1], classifier, top_k=3)[0][1]) == 3
+
+
+def test_unreadable_files_are_reported_in_one_line_each_and_skipped(trained_tiny_run, tmp_path,
+                                                                    capsys):
+  raw, _, _ = _test_images(trained_tiny_run, 1)
+  Image.fromarray(raw[0]).save(tmp_path / 'good.png')
+  (tmp_path / 'corrupt.png').write_bytes(b'\x89PNG\r\n\x1a\n' + b'\0' * 40)
+  (tmp_path / 'empty.jpg').write_bytes(b'')
+  paths = [str(tmp_path / name) for name in ('corrupt.png', 'good.png', 'empty.jpg', 'missing.png')]
+  results = predict.predict(paths, predict.load_run(trained_tiny_run))
+  assert [path for path, _ in results] == [str(tmp_path / 'good.png')]
+  not_an_image = 'not a (complete) JPEG, PNG, GIF, BMP or WebP image'
+  assert capsys.readouterr().err.splitlines() == [
+      f'skipped: cannot decode {tmp_path}/corrupt.png: {not_an_image}',
+      f'skipped: cannot decode {tmp_path}/empty.jpg: {not_an_image}',
+      f'skipped: cannot read {tmp_path}/missing.png (No such file or directory)']
+
+
+def test_folders_are_searched_recursively_for_images(tmp_path):
+  for name in ('b/z.png', 'b/a.JPG', 'a.jpeg', 'b/c/d.png', 'notes.txt', 'b/c/e.gif'):
+    (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / name).write_bytes(b'')
+  assert predict.find_images([str(tmp_path), str(tmp_path / 'notes.txt')]) == [
+      f'{tmp_path}/a.jpeg', f'{tmp_path}/b/a.JPG', f'{tmp_path}/b/z.png', f'{tmp_path}/b/c/d.png',
+      f'{tmp_path}/notes.txt']  # A file named explicitly is tried whatever its name.
+
+
+def test_an_export_predicts_what_its_run_predicts(trained_tiny_run, tmp_path):
+  raw, _, _ = _test_images(trained_tiny_run, 3)
+  paths = []
+  for i, image in enumerate(raw):
+    Image.fromarray(image).save(tmp_path / f'{i}.png')
+    paths.append(str(tmp_path / f'{i}.png'))
+  export.export(trained_tiny_run, str(tmp_path / 'export'))
+  from_export = predict.predict(paths, predict.load_export(str(tmp_path / 'export')), top_k=10)
+  from_run = predict.predict(paths, predict.load_run(trained_tiny_run), top_k=10)
+  for a, b in zip(from_export, from_run):
+    assert a[0] == b[0] and [label for label, _ in a[1]] == [label for label, _ in b[1]]
+    np.testing.assert_allclose([p for _, p in a[1]], [p for _, p in b[1]], atol=1e-5)
+
+
+def test_a_sigmoid_trained_model_gets_independent_class_probabilities():
+  logits = np.array([[2.0, -1.0, 0.0]])
+  np.testing.assert_allclose(predict.probabilities(logits, 'sigmoid_xent'), 1 / (1 + np.exp(-logits)),
+                             rtol=1e-6)
+  np.testing.assert_allclose(predict.probabilities(logits, 'softmax_xent'),
+                             np.exp(logits) / np.exp(logits).sum(), rtol=1e-6)
+
+
+def test_command_line_prints_the_top_labels_and_skips_bad_files(trained_tiny_run, tmp_path):
+  raw, _, _ = _test_images(trained_tiny_run, 2)
+  (tmp_path / 'in' / 'sub').mkdir(parents=True)
+  Image.fromarray(raw[0]).save(tmp_path / 'in' / 'a.png')
+  Image.fromarray(raw[1]).save(tmp_path / 'in' / 'sub' / 'b.jpg', quality=95)
+  (tmp_path / 'in' / 'sub' / 'bad.png').write_text('not an image')
+  run = subprocess.run([*PREDICT_CMD, f'--workdir={trained_tiny_run}', '--top_k=2',
+                        str(tmp_path / 'in')], cwd=helpers.REPO, capture_output=True, text=True,
+                       timeout=300)
+  assert run.returncode == 0, run.stderr[-2000:]
+  lines = run.stdout.splitlines()
+  assert [lines[0], lines[3]] == [f'{tmp_path}/in/a.png', f'{tmp_path}/in/sub/b.jpg'] and len(lines) == 6
+  for line in lines[1:3] + lines[4:6]:
+    probability, label = line.split()
+    assert 0 <= float(probability) <= 1 and label in '0123456789'
+  skipped = [line for line in run.stderr.splitlines() if 'bad.png' in line]
+  assert skipped == [f'skipped: cannot decode {tmp_path}/in/sub/bad.png: not a (complete) JPEG, PNG, '
+                     'GIF, BMP or WebP image']
+
+
+def test_command_line_exits_1_when_no_image_could_be_predicted(trained_tiny_run, tmp_path):
+  (tmp_path / 'bad.png').write_text('not an image')
+  run = subprocess.run([*PREDICT_CMD, f'--workdir={trained_tiny_run}', str(tmp_path / 'bad.png'),
+                        str(tmp_path / 'missing.png')], cwd=helpers.REPO, capture_output=True,
+                       text=True, timeout=300)
+  assert run.returncode == 1, run.stderr[-2000:]
+  assert run.stdout == ''
+  assert run.stderr.splitlines()[-1].startswith('error: none of 2 image files could be predicted')
+
+
+@pytest.mark.parametrize('args,message', [
+    (['--workdir=W', '--export=E', 'x.png'], '^error: pass exactly one of --workdir and --export'),
+    (['--export=E', '--step=3', 'x.png'], '^error: --step chooses a checkpoint of --workdir'),
+    (['--workdir=W'], '^error: no images given'),
+    (['--workdir=W', '--top_k=none', 'x.png'], '^error: flag --top_k=none'),
+])
+def test_command_line_bad_input_is_one_line(args, message):
+  run = subprocess.run([*PREDICT_CMD, *args], cwd=helpers.REPO, capture_output=True, text=True,
+                       timeout=300)
+  assert run.returncode == 2
+  assert len(run.stderr.strip().splitlines()) == 1, run.stderr[-2000:]
+  assert __import__('re').search(message, run.stderr), run.stderr
+
+
+def test_a_run_without_a_classifier_is_a_clear_error(trained_tiny_run, tmp_path):
+  config = json.loads(open(os.path.join(trained_tiny_run, 'config.json')).read())
+  (tmp_path / 'config.json').write_text(json.dumps({**config, 'task': 'mpp'}))
+  shutil.copy(os.path.join(trained_tiny_run, 'dataset_info.json'), tmp_path)
+  os.symlink(os.path.join(trained_tiny_run, 'checkpoints'), tmp_path / 'checkpoints')
+  with pytest.raises(ValueError, match="is a 'mpp' run, which has no classifier: fine-tune it"):
+    predict.load_run(str(tmp_path))

@@ -1,0 +1,290 @@
+"""Pictures of what a trained ViT attends to and what it has learned (the paper's Figures 6 and 7).
+
+  python -m vit_jax.inspect --workdir=W [--step=N] --image=X --out=DIR
+
+writes, for checkpoint N of W (default: the latest) and the image file X, to DIR:
+  attention_rollout.png         the image and the attention rollout through all layers;
+  attention_rollout_layers.png  the rollout up to each layer;
+  position_embeddings.png       cosine similarity of each position's embedding to every position's;
+  embedding_filters.png         the top principal components of the patch-embedding filters;
+  attention_distance.png        the mean attention distance of each head, by layer.
+
+Attention rollout (Abnar & Zuidema, 2020): each layer's attention averaged over heads, plus the identity
+for the residual connection, rows renormalised; the product over layers 1..l says how much each token
+after layer l draws on each input token. The map is the class token's row over the patches (for a GAP
+model, without a class token, the mean of all rows). The attention weights are recomputed from each
+block's attention input and its query/key parameters, so the model code needs no changes for this.
+"""
+import math
+import os
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+import matplotlib
+import numpy as np
+from absl import app, flags, logging
+
+matplotlib.use('Agg')  # Files only: no display needed.
+from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+from vit_jax import checkpoint, cli  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+NUM_COMPONENTS = 28  # As the paper's Figure 7 (left).
+
+_USAGE = '--workdir=W [--step=N] --image=X --out=DIR'
+
+
+def dot_product_attention(x: jax.Array, query: dict[str, jax.Array],
+                          key: dict[str, jax.Array]) -> jax.Array:
+  """Attention weights [b, heads, q, k] of tokens x [b, tokens, D] under flax's
+  MultiHeadDotProductAttention parameters `query` and `key` (kernel (D, heads, head_dim), bias
+  (heads, head_dim)): softmax(q kᵀ / sqrt(head_dim))."""
+  q = jnp.einsum('btd,dhk->bthk', x, query['kernel']) + query['bias']
+  k = jnp.einsum('btd,dhk->bthk', x, key['kernel']) + key['bias']
+  return jax.nn.softmax(jnp.einsum('bqhk,bthk->bhqt', q, k) / jnp.sqrt(q.shape[-1]), axis=-1)
+
+
+def _is_attention_input(module: Any, method_name: str) -> bool:
+  # Each block's first LayerNorm feeds its attention: x + MSA(LN(x)).
+  return module.name == 'LayerNorm_0' and method_name == '__call__'
+
+
+def attention_weights(model: Any, params: Any, images: jax.Array) -> np.ndarray:
+  """Every block's attention weights for `images`: [layers, b, heads, tokens, tokens]."""
+  if getattr(model, 'scan', False):  # Blocks in one nn.scan hide their intermediates: unroll them.
+    model = model.clone(scan=False)
+  _, state = model.apply({'params': params}, images, train=False,
+                         capture_intermediates=_is_attention_input, mutable=['intermediates'])
+  inputs, blocks = state['intermediates']['Transformer'], params['Transformer']
+  layers = []
+  for i in range(len(inputs)):
+    attention = blocks[f'encoderblock_{i}']['MultiHeadDotProductAttention_1']
+    x = inputs[f'encoderblock_{i}']['LayerNorm_0']['__call__'][0]
+    layers.append(dot_product_attention(x.astype(jnp.float32), attention['query'], attention['key']))
+  return np.asarray(jnp.stack(layers))
+
+
+def attention_rollout(attention: np.ndarray) -> np.ndarray:
+  """The rollout up to each layer [layers, tokens, tokens] of attention [layers, heads, tokens, tokens]."""
+  tokens = attention.shape[-1]
+  mixed = attention.mean(axis=1) + np.eye(tokens)  # The identity stands for the residual connection.
+  mixed /= mixed.sum(axis=-1, keepdims=True)
+  joint, rollout = np.eye(tokens), []
+  for layer in mixed:
+    joint = layer @ joint
+    rollout.append(joint)
+  return np.stack(rollout)
+
+
+def rollout_maps(rollout: np.ndarray, num_prefix_tokens: int) -> np.ndarray:
+  """[layers, gh, gw]: how much the image's representation draws on each patch, up to each layer.
+
+  The class token's row of the rollout; without a class token (GAP: the representation is the mean of
+  the tokens) the mean of the rows.
+  """
+  rows = rollout[:, 0] if num_prefix_tokens else rollout.mean(axis=1)
+  return rows[:, num_prefix_tokens:].reshape(len(rows), *_grid(rows.shape[-1] - num_prefix_tokens))
+
+
+def _grid(num_patches: int) -> tuple[int, int]:
+  side = math.isqrt(num_patches)
+  if side * side != num_patches:
+    raise ValueError(f'{num_patches} patches are not a square grid: only square images are supported')
+  return side, side
+
+
+def patch_distances(grid: tuple[int, int], patch_pixels: float) -> np.ndarray:
+  """[patches, patches] distances in pixels between the patch centres of a grid (row-major order)."""
+  rows, cols = np.divmod(np.arange(grid[0] * grid[1]), grid[1])
+  return patch_pixels * np.hypot(rows[:, None] - rows[None], cols[:, None] - cols[None])
+
+
+def mean_attention_distance(attention: np.ndarray, patch_pixels: float,
+                            num_prefix_tokens: int) -> np.ndarray:
+  """[..., heads]: for attention [..., heads, tokens, tokens], the attention-weighted mean distance in
+  pixels from each query patch to the patches it attends to, averaged over the query patches."""
+  patches = attention[..., num_prefix_tokens:, num_prefix_tokens:]
+  # A class token has no position: the weights are renormalised over the patches.
+  patches = patches / patches.sum(axis=-1, keepdims=True)
+  distances = patch_distances(_grid(patches.shape[-1]), patch_pixels)
+  return (patches * distances).sum(axis=-1).mean(axis=-1)
+
+
+def position_similarity(pos_embedding: np.ndarray, num_prefix_tokens: int) -> np.ndarray:
+  """[gh, gw, gh, gw]: cosine similarity of each patch position's embedding to every position's."""
+  grid = pos_embedding.reshape(-1, pos_embedding.shape[-1])[num_prefix_tokens:]
+  grid = grid / np.linalg.norm(grid, axis=-1, keepdims=True)
+  gh, gw = _grid(len(grid))
+  return (grid @ grid.T).reshape(gh, gw, gh, gw)
+
+
+def embedding_components(kernel: np.ndarray, count: int = NUM_COMPONENTS) -> np.ndarray:
+  """[count, P, P, 3]: the top principal components of the patch-embedding filters, kernel [P, P, 3, D]
+  (each of the D filters is one sample of P*P*3 values)."""
+  p, _, channels, features = kernel.shape
+  filters = kernel.reshape(p * p * channels, features).T
+  _, _, components = np.linalg.svd(filters - filters.mean(axis=0), full_matrices=False)
+  return components[:count].reshape(-1, p, p, channels)
+
+
+def _mosaic(tiles: np.ndarray, columns: int, gap: float) -> np.ndarray:
+  """Tiles [n, h, w, ...] laid out in rows of `columns`, `gap` (e.g. NaN or white) between them."""
+  n, h, w = tiles.shape[:3]
+  rows = -(-n // columns)
+  out = np.full((rows * (h + 1) - 1, columns * (w + 1) - 1, *tiles.shape[3:]), gap, np.float64)
+  for i, tile in enumerate(tiles):
+    r, c = divmod(i, columns)
+    out[r * (h + 1):r * (h + 1) + h, c * (w + 1):c * (w + 1) + w] = tile
+  return out
+
+
+def _show(ax: Any, picture: np.ndarray, title: str, **kwargs: Any) -> None:
+  ax.imshow(picture, **kwargs)
+  ax.set_title(title, fontsize=9)
+  ax.axis('off')
+
+
+def attended(image: np.ndarray, heat: np.ndarray) -> np.ndarray:
+  """The image (uint8 [h, w, 3]) times the map [gh, gw] resized to it and scaled to a maximum of 1:
+  what the model looks at stays, the rest fades to black (as the paper's Figure 6)."""
+  mask = jax.image.resize(jnp.asarray(heat / heat.max(), jnp.float32), image.shape[:2], 'bilinear')
+  return np.clip(image / 255 * np.asarray(mask)[..., None], 0, 1)
+
+
+def _save(fig: Any, path: str) -> str:
+  fig.savefig(path, dpi=100, bbox_inches='tight')
+  plt.close(fig)
+  return path
+
+
+def plot_rollout(image: np.ndarray, maps: np.ndarray, query: str, path: str) -> str:
+  fig, (left, middle, right) = plt.subplots(1, 3, figsize=(8, 3.2))
+  _show(left, image, 'input')
+  _show(middle, maps[-1] / maps[-1].max(), f'rollout through all {len(maps)} layers', cmap='inferno',
+        vmin=0, vmax=1)
+  _show(right, attended(image, maps[-1]), 'input x rollout')
+  fig.suptitle(f'Attention rollout: {query}', fontsize=10)
+  return _save(fig, path)
+
+
+def plot_rollout_layers(image: np.ndarray, maps: np.ndarray, query: str, path: str) -> str:
+  fig, axes = plt.subplots(1, len(maps), figsize=(2.2 * len(maps), 2.6), squeeze=False)
+  for i, (ax, heat) in enumerate(zip(axes[0], maps)):
+    title = 'layer 1' if i == 0 else f'layers 1-{i + 1}'
+    _show(ax, attended(image, heat), title + (' (joint)' if i == len(maps) - 1 else ''))
+  fig.suptitle(f'Attention rollout up to each layer: {query}', fontsize=10)
+  return _save(fig, path)
+
+
+def plot_position_similarity(similarity: np.ndarray, path: str) -> str:
+  gh, gw = similarity.shape[:2]
+  fig, ax = plt.subplots(figsize=(6, 5.4))
+  image = ax.imshow(_mosaic(similarity.reshape(gh * gw, gh, gw), gw, np.nan), cmap='viridis',
+                    vmin=-1, vmax=1)
+  ax.set_xticks([(gw + 1) * c + (gw - 1) / 2 for c in range(gw)], range(1, gw + 1))
+  ax.set_yticks([(gh + 1) * r + (gh - 1) / 2 for r in range(gh)], range(1, gh + 1))
+  ax.set_xlabel('input patch column')
+  ax.set_ylabel('input patch row')
+  fig.colorbar(image, ax=ax, label='cosine similarity')
+  ax.set_title('Position embedding similarity', fontsize=10)
+  return _save(fig, path)
+
+
+def plot_embedding_components(components: np.ndarray, path: str) -> str:
+  low = components.min(axis=(1, 2, 3), keepdims=True)
+  high = components.max(axis=(1, 2, 3), keepdims=True)
+  tiles = (components - low) / np.maximum(high - low, 1e-12)  # Each component's own range, as RGB.
+  fig, ax = plt.subplots(figsize=(6, 3.8))
+  ax.imshow(_mosaic(tiles, 7, 1.0))
+  ax.axis('off')
+  ax.set_title(f'RGB embedding filters (first {len(components)} principal components)', fontsize=10)
+  return _save(fig, path)
+
+
+def plot_attention_distance(distances: np.ndarray, image_size: int, path: str) -> str:
+  layers, heads = distances.shape
+  fig, ax = plt.subplots(figsize=(5, 4))
+  for head in range(heads):
+    ax.scatter(np.arange(1, layers + 1), distances[:, head], s=18, label=f'head {head + 1}')
+  ax.set_xlim(0.5, layers + 0.5)
+  ax.set_xticks(range(1, layers + 1))
+  ax.set_ylim(0, image_size * math.sqrt(2))  # The diagonal: no distance can be larger.
+  ax.set_xlabel('network depth (layer)')
+  ax.set_ylabel(f'mean attention distance (pixels of the {image_size}x{image_size} input)')
+  if heads <= 16:
+    ax.legend(fontsize=7, ncol=2)
+  ax.set_title('Size of attended area by head and depth', fontsize=10)
+  return _save(fig, path)
+
+
+def _make_out_dir(out: str) -> None:
+  try:
+    os.makedirs(out, exist_ok=True)
+  except OSError as e:
+    raise ValueError(f'cannot create --out={out!r} ({e.strerror}): pass a directory you can write to'
+                     ) from None
+
+
+def write_pictures(model: Any, params: Any, image: np.ndarray, image_size: int,
+                   out: str) -> list[str]:
+  """Writes the five pictures for `image` (uint8 [h, w, 3]) to `out`; returns their paths."""
+  from vit_jax import predict  # pylint: disable=g-import-not-at-top
+  _make_out_dir(out)
+  prefix = 1 if 'cls' in params else 0  # A class token, or GAP (no prefix token).
+  query = 'from the class token' if prefix else 'mean over tokens (GAP model: no class token)'
+  attention = attention_weights(model, params, predict.model_input(image, image_size)[None])[:, 0]
+  maps = rollout_maps(attention_rollout(attention), prefix)
+  patch_pixels = image_size / maps.shape[-1]
+  return [
+      plot_rollout(image, maps, query, os.path.join(out, 'attention_rollout.png')),
+      plot_rollout_layers(image, maps, query, os.path.join(out, 'attention_rollout_layers.png')),
+      plot_position_similarity(
+          position_similarity(np.asarray(params['Transformer']['posembed_input']['pos_embedding']),
+                              prefix), os.path.join(out, 'position_embeddings.png')),
+      plot_embedding_components(embedding_components(np.asarray(params['embedding']['kernel'])),
+                                os.path.join(out, 'embedding_filters.png')),
+      plot_attention_distance(mean_attention_distance(attention, patch_pixels, prefix), image_size,
+                              os.path.join(out, 'attention_distance.png')),
+  ]
+
+
+def inspect_run(workdir: str, image_path: str, out: str, step: Optional[int] = None) -> list[str]:
+  """The pictures of checkpoint `step` (default: the latest) of a run for one image file."""
+  checkpoint_dir, _ = checkpoint.find_checkpoint(workdir, step)
+  from vit_jax import predict, train  # pylint: disable=g-import-not-at-top
+  image = predict.read_image(image_path)
+  config, _ = train.load_run_info(workdir)
+  config.task = 'classification'  # The ViT backbone, also of a masked-patch-prediction run.
+  config.dtype = 'float32'  # Measurements, whatever the run computed in.
+  params, _ = checkpoint.restore_params(checkpoint_dir)
+  return write_pictures(train.make_model(config, None), params, image, config.image_size, out)
+
+
+def _define_flags() -> None:
+  # Defined only when run as a command: other commands' modules have flags of the same names.
+  flags.DEFINE_string('workdir', None, 'Workdir of the run to inspect.')
+  flags.DEFINE_integer('step', None, 'Checkpoint step (default: the latest).')
+  flags.DEFINE_string('image', None, 'Image file (jpg/png) to show the attention on.')
+  flags.DEFINE_string('out', None, 'Directory to write the PNG pictures to.')
+  flags.mark_flags_as_required(['workdir', 'image', 'out'])
+
+
+def main(argv: list[str]) -> None:
+  logging.set_verbosity(logging.ERROR)
+  if len(argv) > 1:
+    cli.fail(f'unexpected arguments {argv[1:]}: use {_USAGE}')
+  args = flags.FLAGS
+  try:
+    paths = inspect_run(args.workdir, args.image, args.out, args.step)
+  except ValueError as e:
+    cli.fail(str(e))
+  print('\n'.join(paths))
+
+
+if __name__ == '__main__':
+  # Before TensorFlow (the input pipeline's) loads: its C++ start-up lines would garble stderr.
+  os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+  os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '0')
+  _define_flags()
+  app.run(main, flags_parser=cli.flags_parser(_USAGE))

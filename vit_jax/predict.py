@@ -1,0 +1,195 @@
+"""Top-k labels of image files, from a run's checkpoint or from an exported model.
+
+  python -m vit_jax.predict --workdir=W [--step=N] [--top_k=5] IMAGES_OR_FOLDERS...
+  python -m vit_jax.predict --export=DIR [--top_k=5] IMAGES_OR_FOLDERS...
+
+Folders are searched recursively for .jpg/.jpeg/.png files; a file named on the command line is read
+whatever its name. Each image (any size; greyscale and RGBA become RGB) gets the eval preprocessing of
+training, so the model sees what evaluation showed it. `--export=DIR` runs `DIR/model.jaxexport` (from
+`vit_jax.export`) and needs no model code. A file that cannot be read or decoded is reported on stderr
+in one line and skipped. Exit status: 0 if at least one image was predicted, 1 if none, 2 on bad input.
+"""
+import dataclasses
+import functools
+import itertools
+import json
+import os
+import sys
+from typing import Callable, Iterable, Iterator, Optional, Sequence
+
+import jax
+import numpy as np
+from absl import app, flags, logging
+
+from vit_jax import checkpoint, cli
+
+BATCH_SIZE = 64
+
+_USAGE = '--workdir=W [--step=N] (or --export=DIR) [--top_k=5] IMAGES_OR_FOLDERS...'
+
+Prediction = tuple[str, list[tuple[str, float]]]  # (path, [(label, probability), ...] best first)
+
+
+@dataclasses.dataclass(frozen=True)
+class Classifier:
+  """A model as prediction sees it: images [b, size, size, 3] in [-1, 1] -> logits [b, classes]."""
+  logits_fn: Callable[[np.ndarray], np.ndarray]
+  image_size: int
+  class_names: tuple[str, ...]
+  loss: str = 'softmax_xent'  # How the model was trained, so how logits become probabilities.
+
+
+def load_run(workdir: str, step: Optional[int] = None) -> Classifier:
+  """The classifier of checkpoint `step` (default: the latest) of a run; its Polyak average if kept."""
+  checkpoint_dir, _ = checkpoint.find_checkpoint(workdir, step)
+  # Imported here so that bad input is answered before the model code and TensorFlow load.
+  from vit_jax import train  # pylint: disable=g-import-not-at-top
+  config, info = train.load_run_info(workdir)
+  if config.get('task', 'classification') != 'classification':
+    raise ValueError(f'{workdir!r} is a {config.task!r} run, which has no classifier: fine-tune it '
+                     '(config.init_from) and predict with that run')
+  params, _ = checkpoint.restore_params(checkpoint_dir)
+  model = train.make_model(config, info.num_classes)
+  apply = jax.jit(lambda params, images: model.apply({'params': params}, images, train=False))
+  return Classifier(functools.partial(apply, params), config.image_size, info.class_names, config.loss)
+
+
+def load_export(export_dir: str) -> Classifier:
+  """The classifier serialized by `vit_jax.export` in `export_dir`."""
+  try:
+    with open(os.path.join(export_dir, 'config.json')) as f:
+      description = json.load(f)
+    with open(os.path.join(export_dir, 'model.jaxexport'), 'rb') as f:
+      exported = jax.export.deserialize(bytearray(f.read()))
+  except FileNotFoundError as e:
+    raise ValueError(f'{e.filename} is missing: is {export_dir!r} a directory written by '
+                     'python -m vit_jax.export?') from None
+  return Classifier(jax.jit(exported.call), description['image_size'], tuple(description['class_names']),
+                    description.get('loss', 'softmax_xent'))
+
+
+def find_images(inputs: Sequence[str]) -> list[str]:
+  """The files named in `inputs`, with each folder replaced by the images under it (sorted)."""
+  from vit_jax.data.folder import IMAGE_EXTENSIONS  # pylint: disable=g-import-not-at-top
+  paths = []
+  for path in inputs:
+    if not os.path.isdir(path):
+      paths.append(path)  # Whatever its name: a missing or unreadable file is reported when read.
+      continue
+    for root, dirs, files in os.walk(path):
+      dirs.sort()  # Walk in a fixed order.
+      paths += [os.path.join(root, name) for name in sorted(files)
+                if name.lower().endswith(IMAGE_EXTENSIONS)]
+  return paths
+
+
+def read_image(path: str) -> np.ndarray:
+  """The image in a file as uint8 [h, w, 3]; raises ValueError saying why it cannot be read."""
+  from vit_jax.data import preprocess  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  try:
+    with open(path, 'rb') as f:
+      encoded = f.read()
+  except OSError as e:
+    raise ValueError(f'cannot read {path} ({e.strerror})') from None
+  try:
+    # The decoder of the input pipeline, so that an image decodes to the same pixels as in training.
+    return preprocess.decode(encoded).numpy()
+  except tf.errors.InvalidArgumentError:
+    raise ValueError(f'cannot decode {path}: not a (complete) JPEG, PNG, GIF, BMP or WebP image'
+                     ) from None
+
+
+def model_input(image: np.ndarray, image_size: int) -> np.ndarray:
+  """The eval preprocessing of the input pipeline: float32 [image_size, image_size, 3] in [-1, 1]."""
+  from vit_jax.data import preprocess  # pylint: disable=g-import-not-at-top
+  return preprocess.eval_preprocess(image, image_size=image_size).numpy()
+
+
+def probabilities(logits: np.ndarray, loss: str) -> np.ndarray:
+  """Softmax over classes, or for a model trained with sigmoid_xent each class's own sigmoid."""
+  if loss == 'sigmoid_xent':
+    return np.asarray(jax.nn.sigmoid(logits))
+  return np.asarray(jax.nn.softmax(logits, axis=-1))
+
+
+def _top_k(probs: np.ndarray, class_names: Sequence[str], k: int) -> list[tuple[str, float]]:
+  order = np.argsort(-probs, kind='stable')[:k]
+  return [(class_names[i], float(probs[i])) for i in order]
+
+
+def _readable(paths: Sequence[str], image_size: int) -> Iterator[tuple[str, np.ndarray]]:
+  """(path, model input) of each file that reads; the others are reported on stderr and skipped."""
+  for path in paths:
+    try:
+      yield path, model_input(read_image(path), image_size)
+    except ValueError as e:
+      print(f'skipped: {e}', file=sys.stderr)
+
+
+def _chunks(items: Iterable, size: int) -> Iterator[list]:
+  items = iter(items)
+  while chunk := list(itertools.islice(items, size)):
+    yield chunk
+
+
+def predict(paths: Sequence[str], classifier: Classifier, *, top_k: int = 5,
+            batch_size: int = BATCH_SIZE) -> list[Prediction]:
+  """(path, top-k (label, probability)) for each readable image, in order; the others are reported
+  on stderr, one line each, and skipped."""
+  # Every batch is padded to one size, so the model compiles once.
+  batch_size = max(1, min(batch_size, len(paths)))
+  results = []
+  for chunk in _chunks(_readable(paths, classifier.image_size), batch_size):
+    images = np.zeros((batch_size, classifier.image_size, classifier.image_size, 3), np.float32)
+    images[:len(chunk)] = [image for _, image in chunk]
+    probs = probabilities(np.asarray(classifier.logits_fn(images), np.float32), classifier.loss)
+    results += [(path, _top_k(p, classifier.class_names, top_k)) for (path, _), p in zip(chunk, probs)]
+  return results
+
+
+def format_prediction(path: str, top: list[tuple[str, float]]) -> str:
+  return '\n'.join([path, *(f'  {prob:.4f}  {label}' for label, prob in top)])
+
+
+def _define_flags() -> None:
+  # Defined only when run as a command: the library functions are imported beside other commands
+  # (vit_jax.export, vit_jax.inspect) whose flags have the same names.
+  flags.DEFINE_string('workdir', None, 'Workdir of the run to predict with.')
+  flags.DEFINE_integer('step', None, 'Checkpoint step of --workdir (default: the latest).')
+  flags.DEFINE_string('export', None, 'Directory written by vit_jax.export, instead of --workdir.')
+  flags.DEFINE_integer('top_k', 5, 'Labels to print per image.')
+
+
+def main(argv: list[str]) -> None:
+  logging.set_verbosity(logging.ERROR)  # stderr is for the files that could not be predicted.
+  args = flags.FLAGS
+  if (args.workdir is None) == (args.export is None):
+    cli.fail(f'pass exactly one of --workdir and --export: use {_USAGE}')
+  if args.export is not None and args.step is not None:
+    cli.fail('--step chooses a checkpoint of --workdir; an export has one model: drop --step')
+  if args.top_k < 1:
+    cli.fail(f'--top_k={args.top_k} must be at least 1')
+  if len(argv) < 2:
+    cli.fail(f'no images given: use {_USAGE}')
+  try:
+    classifier = (load_export(args.export) if args.export is not None
+                  else load_run(args.workdir, args.step))
+  except ValueError as e:
+    cli.fail(str(e))
+  paths = find_images(argv[1:])
+  results = predict(paths, classifier, top_k=args.top_k)
+  for path, top in results:
+    print(format_prediction(path, top))
+  if not results:
+    print(f'error: none of {len(paths)} image files could be predicted (inputs: {" ".join(argv[1:])})',
+          file=sys.stderr)
+    sys.exit(1)
+
+
+if __name__ == '__main__':
+  # Before TensorFlow (the input pipeline's) loads: its C++ start-up lines would garble stderr.
+  os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+  os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '0')
+  _define_flags()
+  app.run(main, flags_parser=cli.flags_parser(_USAGE))

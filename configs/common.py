@@ -40,6 +40,9 @@ def get_config() -> ml_collections.ConfigDict:
       # Fast paths: 'xla' | 'dot_product_attention' (cuDNN flash attention on GPU); a
       # jax.checkpoint_policies name to rematerialise each block (e.g. 'nothing_saveable');
       # nn.scan over the blocks for fast compiles of deep models (checkpoints keep per-block names).
+      # The hybrid's ResNet stem (set by R50+ViT-* variants): units per stage and a width multiplier.
+      resnet_layers=config_dict.placeholder(tuple),
+      resnet_width_factor=config_dict.placeholder(float),
       attention=config_dict.placeholder(str),
       remat=config_dict.placeholder(str),
       scan=config_dict.placeholder(bool),

@@ -1,7 +1,9 @@
 """Model variants, named like the original checkpoints: `ViT-{size}_{patch}`, e.g. `ViT-B_16`.
 
 Sizes are the paper's Table 1 plus the common small ones (Ti, S) and a tiny one for tests. Any patch size
-is accepted; the published ones are 8, 14 (H), 16 and 32.
+is accepted; the published ones are 8, 14 (H), 16 and 32. `R50+ViT-{size}_{stride}` is the hybrid: a
+ResNet-50 stem (its first three stages, with 3, 4 and 9 units) whose feature map is cut into patches of
+stride / 16 pixels, i.e. 1x1 for the published `R50+ViT-B_16`.
 """
 import re
 from typing import Any, Mapping, Optional
@@ -17,12 +19,24 @@ SIZES = {
 }
 PUBLISHED = ('ViT-Ti_16', 'ViT-S_16', 'ViT-S_32', 'ViT-B_8', 'ViT-B_16', 'ViT-B_32', 'ViT-L_16',
              'ViT-L_32', 'ViT-H_14')
-_NAME = re.compile(r'^ViT-(?P<size>[A-Za-z]+)_(?P<patch>[0-9]+)$')
+PUBLISHED_HYBRIDS = ('R50+ViT-B_16', 'R50+ViT-L_32')
+_NAME = re.compile(r'^(?P<hybrid>R50\+)?ViT-(?P<size>[A-Za-z]+)_(?P<patch>[0-9]+)$')
+R50_LAYERS = (3, 4, 9)
 # Fast paths (vit_jax/models/vit.py). The remat policies are the `jax.checkpoint_policies` that take no
 # arguments, from saving nothing (recompute the whole block) to saving everything (no recomputation).
 ATTENTIONS = ('xla', 'dot_product_attention')
 REMAT_POLICIES = ('nothing_saveable', 'dots_saveable', 'dots_with_no_batch_dims_saveable',
                   'checkpoint_dots', 'checkpoint_dots_with_no_batch_dims', 'everything_saveable')
+
+
+def stem_stride(resnet_layers: Optional[tuple[int, ...]]) -> int:
+  """Pixels per feature-map cell of the hybrid's ResNet stem: root conv and pool 4, then 2 per stage."""
+  return 4 * 2 ** (len(resnet_layers) - 1) if resnet_layers else 1
+
+
+def input_stride(model: Mapping[str, Any]) -> int:
+  """Pixels per patch of the input image: the image size must be a multiple of it."""
+  return model['patch_size'] * stem_stride(model['resnet_layers'])
 
 
 def get_model_config(variant: str, overrides: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
@@ -34,17 +48,26 @@ def get_model_config(variant: str, overrides: Optional[Mapping[str, Any]] = None
   if not match or match['size'] not in SIZES or int(match['patch']) < 1:
     raise ValueError(
         f"Unknown model variant {variant!r}: use ViT-<size>_<patch> with size in "
-        f"{', '.join(SIZES)} (e.g. {', '.join(PUBLISHED)}); set it with --config.variant=ViT-B_16")
+        f"{', '.join(SIZES)} (e.g. {', '.join(PUBLISHED)}), or a hybrid R50+ViT-<size>_<stride> "
+        f"(e.g. {', '.join(PUBLISHED_HYBRIDS)}); set it with --config.variant=ViT-B_16")
   num_layers, hidden_size, mlp_dim, num_heads = SIZES[match['size']]
   model = dict(
       patch_size=int(match['patch']), hidden_size=hidden_size, num_layers=num_layers, mlp_dim=mlp_dim,
       num_heads=num_heads, classifier='token', representation_size=None, dropout_rate=0.0,
-      attention_dropout_rate=0.0, attention='xla', remat=None, scan=False)
+      attention_dropout_rate=0.0, attention='xla', remat=None, scan=False,
+      resnet_layers=R50_LAYERS if match['hybrid'] else None, resnet_width_factor=1.0)
   for key, value in (overrides or {}).items():
     if key not in model:
       raise ValueError(f'Unknown model field {key!r}: known fields are {", ".join(model)}')
     if value is not None:
-      model[key] = value
+      model[key] = tuple(value) if key == 'resnet_layers' else value
+  if match['hybrid'] and (overrides or {}).get('patch_size') is None:
+    # The name gives the total stride; the patches are cut from the stem's feature map.
+    stride = stem_stride(model['resnet_layers'])
+    if int(match['patch']) % stride:
+      raise ValueError(f'{variant}: the stride {match["patch"]} is not a multiple of the ResNet stem\'s '
+                       f'stride {stride}: use e.g. R50+ViT-{match["size"]}_{stride}')
+    model['patch_size'] = int(match['patch']) // stride
   if model['hidden_size'] % model['num_heads']:
     raise ValueError(
         f"hidden_size={model['hidden_size']} is not divisible by num_heads={model['num_heads']}: "

@@ -236,17 +236,20 @@ def write_pictures(model: Any, params: Any, image: np.ndarray, image_size: int,
   attention = attention_weights(model, params, predict.model_input(image, image_size)[None])[:, 0]
   maps = rollout_maps(attention_rollout(attention), prefix)
   patch_pixels = image_size / maps.shape[-1]
-  return [
+  kernel = np.asarray(params['embedding']['kernel'])
+  pictures = [
       plot_rollout(image, maps, query, os.path.join(out, 'attention_rollout.png')),
       plot_rollout_layers(image, maps, query, os.path.join(out, 'attention_rollout_layers.png')),
       plot_position_similarity(
           position_similarity(np.asarray(params['Transformer']['posembed_input']['pos_embedding']),
                               prefix), os.path.join(out, 'position_embeddings.png')),
-      plot_embedding_components(embedding_components(np.asarray(params['embedding']['kernel'])),
-                                os.path.join(out, 'embedding_filters.png')),
-      plot_attention_distance(mean_attention_distance(attention, patch_pixels, prefix), image_size,
-                              os.path.join(out, 'attention_distance.png')),
   ]
+  if kernel.shape[2] == 3:  # A hybrid's patch embedding reads ResNet features, not pixels.
+    pictures.append(plot_embedding_components(embedding_components(kernel),
+                                              os.path.join(out, 'embedding_filters.png')))
+  pictures.append(plot_attention_distance(mean_attention_distance(attention, patch_pixels, prefix),
+                                          image_size, os.path.join(out, 'attention_distance.png')))
+  return pictures
 
 
 def inspect_run(workdir: str, image_path: str, out: str, step: Optional[int] = None) -> list[str]:

@@ -98,6 +98,10 @@ def make_model(config: ml_collections.ConfigDict, num_classes: int | None) -> nn
     if kwargs.pop('representation_size') is not None:
       raise ValueError('config.task=mpp predicts colours from patch tokens and has no pre-logits '
                        'layer: unset config.model.representation_size')
+    if kwargs.pop('resnet_layers') is not None:
+      raise ValueError('config.task=mpp predicts the colours of image patches and needs a pure ViT, '
+                       'not a hybrid: use a ViT-<size>_<patch> variant')
+    kwargs.pop('resnet_width_factor')
     return MaskedPatchPredictor(mask_rate=config.mpp.mask_rate, num_bits=config.mpp.num_bits,
                                 dtype=jnp.dtype(config.dtype), **kwargs)
   return VisionTransformer(num_classes=num_classes, dtype=jnp.dtype(config.dtype), **kwargs)
@@ -112,12 +116,12 @@ def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
   if config.dtype not in DTYPES:
     raise ValueError(f'Unknown config.dtype {config.dtype!r}: use one of {", ".join(DTYPES)}')
   model_kwargs = model_variants.get_model_config(config.variant, config.model.to_dict())
-  patch = model_kwargs['patch_size']
-  if config.image_size % patch:
+  stride = model_variants.input_stride(model_kwargs)
+  if config.image_size % stride:
     raise ValueError(
-        f'config.image_size={config.image_size} is not divisible by the patch size {patch} of '
-        f'{config.variant}: use a multiple of {patch}, e.g. '
-        f'--config.image_size={max(patch, config.image_size // patch * patch)}')
+        f'config.image_size={config.image_size} is not divisible by the patch size {stride} (in '
+        f'input pixels) of {config.variant}: use a multiple of {stride}, e.g. '
+        f'--config.image_size={max(stride, config.image_size // stride * stride)}')
   mesh = sharding.make_mesh(config.mesh)
   sharding.check_model_fits(mesh, num_heads=model_kwargs['num_heads'], mlp_dim=model_kwargs['mlp_dim'])
   if config.accum_steps < 1:

@@ -14,6 +14,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from vit_jax.models import resnet
+
 Dtype = Any
 BLOCK = 'encoderblock'  # Blocks are `encoderblock_{i}` in the checkpoints, `encoderblock` when stacked.
 
@@ -216,12 +218,19 @@ class VisionTransformer(nn.Module):
   attention: str = 'xla'  # 'xla' | 'dot_product_attention'
   remat: Optional[str] = None  # A jax.checkpoint_policies name, e.g. 'nothing_saveable'; None: off.
   scan: bool = False
+  # The R50+ViT hybrid: units per stage of a ResNet-v2 stem before the patch embedding (None: pure ViT).
+  resnet_layers: Optional[tuple[int, ...]] = None
+  resnet_width_factor: float = 1.0
 
   @nn.compact
   def __call__(self, images: jnp.ndarray, *, train: bool = False) -> jnp.ndarray:
+    x = images.astype(self.dtype)
+    if self.resnet_layers:
+      x = resnet.resnet_stem(x, num_layers=self.resnet_layers, width_factor=self.resnet_width_factor,
+                             dtype=self.dtype)
     p = self.patch_size
     x = nn.Conv(self.hidden_size, (p, p), strides=(p, p), padding='VALID', dtype=self.dtype,
-                name='embedding')(images.astype(self.dtype))
+                name='embedding')(x)
     n, h, w, d = x.shape
     x = jnp.reshape(x, (n, h * w, d))
     if self.classifier == 'token':

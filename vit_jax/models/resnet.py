@@ -1,0 +1,78 @@
+"""The ResNet-v2 stem of the R50+ViT hybrid: weight-standardised convolutions and GroupNorm.
+
+Names and structure follow the original hybrid code and checkpoints (`conv_root`, `gn_root`,
+`block{n}/unit{m}/{conv1,gn1,conv2,gn2,conv3,gn3,conv_proj,gn_proj}`), so they load unchanged.
+"""
+from typing import Sequence
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+
+def weight_standardize(w: jnp.ndarray, axis: Sequence[int], eps: float) -> jnp.ndarray:
+  w = w - jnp.mean(w, axis=axis)
+  return w / (jnp.std(w, axis=axis) + eps)
+
+
+class StdConv(nn.Conv):
+  """A convolution whose kernel is standardised (zero mean, unit variance per output channel)."""
+
+  def param(self, name, *args, **kwargs):
+    param = super().param(name, *args, **kwargs)
+    if name == 'kernel':
+      param = weight_standardize(param, axis=[0, 1, 2], eps=1e-5)
+    return param
+
+
+class ResidualUnit(nn.Module):
+  """Bottleneck unit: 1x1 -> 3x3 (strided) -> 1x1 with 4x the features, plus a projected shortcut."""
+  features: int
+  strides: tuple[int, int] = (1, 1)
+  dtype: jnp.dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
+    conv = lambda features, kernel, name, strides=(1, 1): StdConv(
+        features, kernel, strides=strides, use_bias=False, dtype=self.dtype, name=name)
+    norm = lambda name, **kwargs: nn.GroupNorm(dtype=self.dtype, name=name, **kwargs)
+    residual = x
+    if x.shape[-1] != self.features * 4 or self.strides != (1, 1):
+      residual = conv(self.features * 4, (1, 1), 'conv_proj', self.strides)(residual)
+      residual = norm('gn_proj')(residual)
+    y = nn.relu(norm('gn1')(conv(self.features, (1, 1), 'conv1')(x)))
+    y = nn.relu(norm('gn2')(conv(self.features, (3, 3), 'conv2', self.strides)(y)))
+    # Zero-initialised last norm: each unit starts as the identity on its shortcut.
+    y = norm('gn3', scale_init=nn.initializers.zeros)(conv(self.features * 4, (1, 1), 'conv3')(y))
+    return nn.relu(residual + y)
+
+
+class ResNetStage(nn.Module):
+  """`block_size` units; the first one changes the width and (after the first stage) the stride."""
+  block_size: int
+  features: int
+  first_stride: tuple[int, int]
+  dtype: jnp.dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
+    for i in range(self.block_size):
+      x = ResidualUnit(self.features, strides=self.first_stride if i == 0 else (1, 1),
+                       dtype=self.dtype, name=f'unit{i + 1}')(x)
+    return x
+
+
+def resnet_stem(x: jnp.ndarray, *, num_layers: Sequence[int], width_factor: float,
+                dtype: jnp.dtype) -> jnp.ndarray:
+  """Root conv + max-pool and the stages `block1`, `block2`, ...: total stride 4 * 2^(stages - 1).
+
+  A function, not a module: called inside the ViT's compact `__call__`, its layers live at the top of
+  the parameter tree, where the original hybrid checkpoints have them.
+  """
+  width = int(64 * width_factor)
+  x = StdConv(width, (7, 7), strides=(2, 2), use_bias=False, dtype=dtype, name='conv_root')(x)
+  x = nn.relu(nn.GroupNorm(dtype=dtype, name='gn_root')(x))
+  x = nn.max_pool(x, window_shape=(3, 3), strides=(2, 2), padding='SAME')
+  for i, block_size in enumerate(num_layers):
+    x = ResNetStage(block_size, width * 2**i, first_stride=(2, 2) if i else (1, 1), dtype=dtype,
+                    name=f'block{i + 1}')(x)
+  return x

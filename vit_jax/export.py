@@ -41,18 +41,10 @@ def serialize_inference(model: Any, params: Any, image_size: int) -> bytes:
   return jax.export.export(jax.jit(infer), platforms=PLATFORMS)(images).serialize()
 
 
-def _make_out_dir(out: str) -> None:
-  try:
-    os.makedirs(out, exist_ok=True)
-  except OSError as e:
-    raise ValueError(f'cannot create --out={out!r} ({e.strerror}): pass a directory you can write to'
-                     ) from None
-
-
 def export(workdir: str, out: str, step: Optional[int] = None) -> dict[str, Any]:
   """Writes the three files for checkpoint `step` (default: latest) of `workdir`; returns config.json."""
   checkpoint_dir, step = checkpoint.find_checkpoint(workdir, step)
-  _make_out_dir(out)
+  cli.make_out_dir(out)
   # Imported here so that bad input is answered before TensorFlow (the input pipeline's) loads.
   from vit_jax import train  # pylint: disable=g-import-not-at-top
   config, info = train.load_run_info(workdir)

@@ -218,19 +218,11 @@ def plot_attention_distance(distances: np.ndarray, image_size: int, path: str) -
   return _save(fig, path)
 
 
-def _make_out_dir(out: str) -> None:
-  try:
-    os.makedirs(out, exist_ok=True)
-  except OSError as e:
-    raise ValueError(f'cannot create --out={out!r} ({e.strerror}): pass a directory you can write to'
-                     ) from None
-
-
 def write_pictures(model: Any, params: Any, image: np.ndarray, image_size: int,
                    out: str) -> list[str]:
   """Writes the five pictures for `image` (uint8 [h, w, 3]) to `out`; returns their paths."""
   from vit_jax import predict  # pylint: disable=g-import-not-at-top
-  _make_out_dir(out)
+  cli.make_out_dir(out)
   prefix = 1 if 'cls' in params else 0  # A class token, or GAP (no prefix token).
   query = 'from the class token' if prefix else 'mean over tokens (GAP model: no class token)'
   attention = attention_weights(model, params, predict.model_input(image, image_size)[None])[:, 0]

@@ -58,47 +58,64 @@ def _assert_same_results(model: VisionTransformer, *, rtol: float = 1e-5, atol: 
   jax.tree.map(functools.partial(np.testing.assert_allclose, rtol=rtol, atol=atol), grads, ref_grads)
 
 
-def _primitives(model: VisionTransformer) -> set[str]:
+@functools.cache
+def _primitives(**fields) -> set[str]:
   """The primitives in the jaxpr of the model's gradient: which transformations it went through."""
-  jaxpr = jax.make_jaxpr(lambda p: _logits_and_grads(model, p))(_params())
+  jaxpr = jax.make_jaxpr(lambda p: _logits_and_grads(_model(**fields), p))(_params())
   return set(re.findall(r'= ([a-z_0-9]+)\[', str(jaxpr)))
 
 
 def test_stack_and_unstack_blocks_round_trip_exactly():
-  encoder = _params()['Transformer']
-  stacked = vit.stack_blocks(encoder, num_layers=2)
-  assert sorted(stacked) == ['encoder_norm', 'encoderblock', 'posembed_input']
-  kernel = stacked['encoderblock']['MlpBlock_3']['Dense_0']['kernel']
+  params = _params()
+  stacked = vit.stack_blocks(params, num_layers=2)
+  assert sorted(stacked['Transformer']) == ['encoder_norm', 'encoderblock', 'posembed_input']
+  kernel = stacked['Transformer']['encoderblock']['MlpBlock_3']['Dense_0']['kernel']
   assert kernel.shape == (2, 32, 64)
-  np.testing.assert_array_equal(kernel[1], encoder['encoderblock_1']['MlpBlock_3']['Dense_0']['kernel'])
-  jax.tree.map(np.testing.assert_array_equal, vit.unstack_blocks(stacked), encoder)
+  np.testing.assert_array_equal(
+      kernel[1], params['Transformer']['encoderblock_1']['MlpBlock_3']['Dense_0']['kernel'])
+  jax.tree.map(np.testing.assert_array_equal, vit.unstack_blocks(stacked), params)
+  # A tree already in the target layout passes through untouched (the same arrays: no copies), which is
+  # why a scanned model applied to stacked parameters computes nothing to convert them.
+  for tree, same in ((stacked, vit.stack_blocks(stacked, 2)), (params, vit.unstack_blocks(params))):
+    assert all(a is b for a, b in zip(jax.tree.leaves(tree), jax.tree.leaves(same)))
   with pytest.raises(ValueError, match='encoderblock_0..encoderblock_2'):
-    vit.stack_blocks(encoder, num_layers=3)
+    vit.stack_blocks(params, num_layers=3)
+
+
+def test_stack_blocks_converts_a_whole_train_state():
+  """Parameters, Adam moments and the Polyak average of a train state all change layout together."""
+  config = common.get_config()
+  config.variant, config.image_size = 'ViT-testing_4', 16
+  tx, _ = optim.make_optimizer(config, total_steps=10)
+  state = train._init_state(jax.random.key(0), model=_model(), tx=tx, image_size=16,  # pylint: disable=protected-access
+                            polyak=True)
+  stacked = vit.stack_blocks(state, num_layers=2)
+  mu = stacked.opt_state[1][0].mu  # clip_by_global_norm, then adamw's scale_by_adam.
+  assert mu['Transformer']['encoderblock']['LayerNorm_0']['scale'].shape == (2, 32)
+  assert 'encoderblock_0' not in stacked.ema_params['Transformer']
+  jax.tree.map(np.testing.assert_array_equal, vit.unstack_blocks(stacked), state)
 
 
 def test_scan_keeps_per_block_parameters_and_results():
   _assert_same_results(_model(scan=True))
-  assert 'scan' in _primitives(_model(scan=True)) and 'scan' not in _primitives(_model())
+  assert 'scan' in _primitives(scan=True) and 'scan' not in _primitives()
 
 
-def test_scanned_blocks_see_the_stacked_layout():
-  # The scan body on stack_blocks(params) is the whole encoder stack of the unscanned model.
-  params = _params()['Transformer']
-  kwargs = dict(mlp_dim=64, num_heads=2)
-  tokens = jax.random.normal(jax.random.key(3), (2, 17, 32))
-  scanned = vit.ScannedBlocks(num_layers=2, block_kwargs=kwargs).apply(
-      {'params': vit.stack_blocks(params, 2)}, tokens, True)
-  x = tokens
-  for i in range(2):
-    x = vit.Encoder1DBlock(**kwargs).apply({'params': params[f'encoderblock_{i}']}, x, True)
-  np.testing.assert_allclose(scanned, x, rtol=1e-5, atol=1e-5)
+def test_scan_applies_stacked_parameters_with_the_same_results():
+  """The layout training keeps: stacked parameters in, stacked gradients out, no conversion inside."""
+  stacked = vit.stack_blocks(_params(), num_layers=2)
+  logits, grads = _logits_and_grads(_model(scan=True), stacked)
+  ref_logits, ref_grads = _reference()
+  np.testing.assert_allclose(logits, ref_logits, rtol=1e-5, atol=1e-5)
+  jax.tree.map(functools.partial(np.testing.assert_allclose, rtol=1e-5, atol=1e-5),
+               grads, vit.stack_blocks(ref_grads, num_layers=2))
 
 
 @pytest.mark.parametrize('policy,scan', [('nothing_saveable', False), ('dots_saveable', True)])
 def test_remat_recomputes_blocks_with_the_same_results(policy, scan):
   model = _model(remat=policy, scan=scan)
   _assert_same_results(model)
-  assert 'remat2' in _primitives(model) and 'remat2' not in _primitives(_model(scan=scan))
+  assert 'remat2' in _primitives(remat=policy, scan=scan) and 'remat2' not in _primitives(scan=scan)
 
 
 def test_dot_product_attention_computes_the_same_attention(monkeypatch):
@@ -142,7 +159,7 @@ def test_bfloat16_compute_matches_float32_with_float32_parameters():
 
 
 def test_train_step_with_all_fast_paths_matches_the_default_step():
-  """The real train step from the same per-block state: the same update (and so the same checkpoints)."""
+  """The real train step, the scanned one on the state stacked as training keeps it: the same update."""
   config = common.get_config()
   config.variant, config.image_size, config.batch_size = 'ViT-testing_4', 16, 4
   # SGD: the update is linear in the gradients, so it inherits their agreement (Adam's first step is
@@ -152,16 +169,18 @@ def test_train_step_with_all_fast_paths_matches_the_default_step():
   state = train._init_state(jax.random.key(0), model=train.make_model(config, num_classes=5),  # pylint: disable=protected-access
                             tx=tx, image_size=16, polyak=False)
 
-  def one_step(**fields):
+  def one_step(state, **fields):
     config.model.update(fields)
     model = train.make_model(config, num_classes=5)
     step = functools.partial(train.train_step, loss_fn=train.make_loss_fn(config, model), tx=tx,
                              schedule=schedule, dropout_key=jax.random.key(1))
     return jax.jit(step)(state, {'image': IMAGES, 'label': LABELS})
 
-  default_state, default_metrics = one_step()
-  fast_state, fast_metrics = one_step(attention='dot_product_attention', remat='nothing_saveable',
+  default_state, default_metrics = one_step(state)
+  fast_state, fast_metrics = one_step(vit.stack_blocks(state, num_layers=2),
+                                      attention='dot_product_attention', remat='nothing_saveable',
                                       scan=True)
+  fast_state = vit.unstack_blocks(fast_state)
   assert _shapes(fast_state.params) == _shapes(default_state.params)
   jax.tree.map(functools.partial(np.testing.assert_allclose, rtol=1e-5, atol=1e-6),
                (fast_state.params, fast_metrics), (default_state.params, default_metrics))

@@ -36,6 +36,11 @@ def test_partition_rules_combine_tensor_and_fsdp():
   assert spec('head/bias', (10,)) == P(None)  # 10 is not divisible by 4: replicated.
   # Optimizer-state paths end with the parameter path and get the same spec.
   assert spec(f'opt_state/1/0/mu/{block}/MlpBlock_3/Dense_0/kernel', (768, 3072)) == P('fsdp', 'tensor')
+  # A scanned model's stacked blocks: the layer axis stays whole, the rules apply to the rest.
+  stacked = 'opt_state/1/0/mu/Transformer/encoderblock'
+  assert spec(f'{stacked}/MlpBlock_3/Dense_0/kernel', (12, 768, 3072)) == P(None, 'fsdp', 'tensor')
+  assert spec(f'{stacked}/LayerNorm_0/scale', (12, 768)) == P(None, 'fsdp')
+  assert spec(f'{stacked}/LayerNorm_0/scale', (8, 6)) == P(None, None)  # Never split over layers.
   data_only = sharding.make_mesh((('data', -1),))
   assert sharding.partition_spec('embedding/kernel', (16, 16, 3, 768), data_only) == P(None, None, None, None)
 
@@ -56,7 +61,7 @@ def _tiny_setup(tmp_path, data_dir, **overrides):
 def _state_and_step(setup, accum_steps):
   tx, schedule = optim.make_optimizer(setup.config, setup.total_steps)
   manager = checkpoint.make_manager(setup.workdir, keep=1)
-  state, shardings = train.create_state(setup, tx, manager)
+  state, _, _ = train.create_state(setup, tx, manager)
   step = jax.jit(functools.partial(
       train.train_step, tx=tx, schedule=schedule, loss_fn=train.make_loss_fn(setup.config, setup.model),
       dropout_key=jax.random.key(0), accum_steps=accum_steps,
@@ -89,7 +94,7 @@ def test_checkpoint_moves_between_meshes(tmp_path, data_dir):
   fsdp = _tiny_setup(tmp_path, data_dir, mesh=(('fsdp', 8),))
   tx, _ = optim.make_optimizer(fsdp.config, fsdp.total_steps)
   manager = checkpoint.make_manager(fsdp.workdir, keep=1)
-  state, _ = train.create_state(fsdp, tx, manager)
+  state, _, _ = train.create_state(fsdp, tx, manager)
   kernel = state.params['Transformer']['encoderblock_0']['MlpBlock_3']['Dense_0']['kernel']
   assert kernel.sharding.spec == P(None, 'fsdp')
   checkpoint.save(manager, 0, state)

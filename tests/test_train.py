@@ -1,5 +1,6 @@
 """The training loop end to end on the bundled digits: metrics, checkpoints, exact resume, bad input."""
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -8,6 +9,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
+from jax.sharding import PartitionSpec as P
 from PIL import Image
 
 import helpers
@@ -182,7 +184,7 @@ def test_finetune_at_a_new_resolution_resizes_posemb_and_replaces_head(tmp_path,
                                 pretrained['embedding']['kernel'])
   # The loop starts from those parameters (and so does the Polyak average).
   tx, _ = optim.make_optimizer(setup.config, setup.total_steps)
-  state, _ = train.create_state(setup, tx, checkpoint.make_manager(str(tmp_path), keep=1))
+  state, _, _ = train.create_state(setup, tx, checkpoint.make_manager(str(tmp_path), keep=1))
   jax.tree.map(np.testing.assert_array_equal, jax.device_get(state.params), setup.init_params)
   jax.tree.map(np.testing.assert_array_equal, jax.device_get(state.ema_params), setup.init_params)
   assert np.isfinite(train.train_and_evaluate(setup)['eval_top1'])
@@ -194,6 +196,50 @@ def _three_class_folder(root):
       os.makedirs(root / split / label)
       Image.new('RGB', (8, 8)).save(root / split / label / '0.png')
   return str(root)
+
+
+def test_scanned_training_keeps_per_block_checkpoints_that_resume_either_way(tmp_path, data_dir):
+  """Scan trains on stacked blocks (sharded over fsdp and tensor), but writes the original layout."""
+  overrides = {**helpers.TINY, 'data_dir': data_dir, 'total_steps': 8, 'log_every_steps': 1,
+               'eval_every_steps': 8, 'mesh': (('fsdp', 4), ('tensor', 2)), 'polyak_decay': 0.5,
+               'model.dropout_rate': 0.0,  # Scanned blocks draw other dropout masks than a loop.
+               # SGD: Adam's first steps are about lr * sign(grad), which turns float noise in
+               # near-zero gradients into differences of 2 * lr.
+               'optim.name': 'sgd', 'optim.weight_decay': 0.0, 'lr.base': 0.1}
+  setup = train.prepare(helpers.load_config('demo', {**overrides, 'model.scan': True}),
+                        str(tmp_path / 'state'))
+  tx, _ = optim.make_optimizer(setup.config, setup.total_steps)
+  state, _, to_checkpoint = train.create_state(setup, tx, checkpoint.make_manager(setup.workdir, 1))
+  kernels = [leaf for path, leaf in jax.tree_util.tree_leaves_with_path(state) if
+             jax.tree_util.keystr(path).endswith("['encoderblock']['MlpBlock_3']['Dense_0']['kernel']")]
+  assert len(kernels) == 3  # Parameters, SGD momentum, Polyak average.
+  assert all(k.shape == (2, 32, 64) and k.sharding.spec == P(None, 'fsdp', 'tensor') for k in kernels)
+  assert sorted(to_checkpoint(state).ema_params['Transformer']) == [
+      'encoder_norm', 'encoderblock_0', 'encoderblock_1', 'posembed_input']
+
+  losses, params = {}, {}
+  for scan in (False, True):
+    workdir = str(tmp_path / f'scan={scan}')
+    train.train_and_evaluate(train.prepare(
+        helpers.load_config('demo', {**overrides, 'model.scan': scan}), workdir))
+    scalars = helpers.read_scalars(workdir)['train_loss']
+    losses[scan] = [scalars[step] for step in range(1, 9)]
+    params[scan], _ = checkpoint.restore_params(os.path.join(workdir, 'checkpoints', '8'))
+  np.testing.assert_allclose(losses[True], losses[False], rtol=1e-5)
+  assert 'encoderblock_1' in params[True]['Transformer'] and 'encoderblock' not in params[True]['Transformer']
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), params[True],
+               params[False])
+
+  # The scanned run's step-4 checkpoint resumes without scan (and an unscanned one with it).
+  for scan in (True, False):
+    resumed = str(tmp_path / f'resumed_from_scan={scan}')
+    shutil.copytree(str(tmp_path / f'scan={scan}'), resumed)
+    shutil.rmtree(os.path.join(resumed, 'checkpoints', '8'))
+    train.train_and_evaluate(train.prepare(
+        helpers.load_config('demo', {**overrides, 'model.scan': not scan}), resumed))
+    final, _ = checkpoint.restore_params(os.path.join(resumed, 'checkpoints', '8'))
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), final,
+                 params[scan])
 
 
 @pytest.mark.parametrize('overrides,message', [

@@ -27,6 +27,8 @@ TENSOR_RULES = (
     (r'MlpBlock_\d+/Dense_0/bias$', 0),  # (mlp,)
     (r'MlpBlock_\d+/Dense_1/kernel$', 0),  # (mlp, D)
 )
+# The stacked blocks of a scanned encoder (vit.stack_blocks); per-block ones are `encoderblock_{i}/`.
+STACKED_BLOCKS = r'(^|/)encoderblock/'
 
 
 def make_mesh(axes: Sequence[tuple[str, int]], devices: Sequence[jax.Device] | None = None) -> Mesh:
@@ -96,7 +98,13 @@ def _path_str(path: tuple[Any, ...]) -> str:
 
 
 def partition_spec(path: str, shape: tuple[int, ...], mesh: Mesh) -> P:
-  """Where one parameter (or optimizer-state array) of `shape` at `path` lives on the mesh."""
+  """Where one parameter (or optimizer-state array) of `shape` at `path` lives on the mesh.
+
+  The encoder blocks of a scanned model are stacked on a leading layer axis (`encoderblock/...`);
+  that axis stays whole (each scan iteration reads one layer) and the rules apply to the rest.
+  """
+  layers = 1 if re.search(STACKED_BLOCKS, path) else 0
+  shape = shape[layers:]
   spec: list[str | None] = [None] * len(shape)
   tensor = axis_size(mesh, 'tensor')
   if tensor > 1:
@@ -109,7 +117,7 @@ def partition_spec(path: str, shape: tuple[int, ...], mesh: Mesh) -> P:
     free = [d for d in range(len(shape)) if spec[d] is None and shape[d] % fsdp == 0]
     if free:
       spec[max(free, key=lambda d: (shape[d], -d))] = 'fsdp'
-  return P(*spec)
+  return P(*[None] * layers, *spec)
 
 
 def state_shardings(abstract_state: Any, mesh: Mesh) -> Any:

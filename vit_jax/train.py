@@ -27,7 +27,7 @@ from jax.sharding import Mesh
 from configs import common
 from configs import models as model_variants
 from vit_jax import checkpoint, data, fewshot, optim, sharding
-from vit_jax.models import VisionTransformer
+from vit_jax.models import VisionTransformer, vit
 from vit_jax.models.mpp import MaskedPatchPredictor, colour_targets
 
 LOSSES = ('softmax_xent', 'sigmoid_xent')
@@ -310,32 +310,53 @@ def evaluate(params: Any, setup: Setup, eval_fn: Callable) -> dict[str, float]:
 
 def _init_state(key: jax.Array, *, model: nn.Module, tx: optax.GradientTransformation,
                 image_size: int, polyak: bool) -> TrainState:
-  params = model.init({'params': key, 'mpp': key}, jnp.zeros((1, image_size, image_size, 3)),
-                      train=False)['params']
+  # Initialised as a loop of blocks even when scanned (a scan splits the key its own way): the fast
+  # paths change the speed of a run, never its results.
+  params = model.clone(scan=False).init({'params': key, 'mpp': key},
+                                        jnp.zeros((1, image_size, image_size, 3)), train=False)['params']
   return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params),
                     ema_params=params if polyak else None)
 
 
+def training_layout(tree: Any, model: nn.Module) -> Any:
+  """`tree` (a train state or parameters) as the train step keeps it.
+
+  A scanned model trains on its encoder blocks stacked on a layer axis (`vit.stack_blocks`): stacking
+  inside the step would put one slice per layer and array into its gradient, and compile slower than
+  no scan at all. Checkpoints keep the per-block layout of the original ViT (`vit.unstack_blocks`).
+  """
+  return vit.stack_blocks(tree, model.num_layers) if model.scan else tree
+
+
 def create_state(setup: Setup, tx: optax.GradientTransformation,
-                 manager: Any) -> tuple[TrainState, Any]:
-  """The train state on the mesh: restored from the latest checkpoint if any, else initialised there."""
+                 manager: Any) -> tuple[TrainState, Any, Callable[[TrainState], TrainState]]:
+  """The train state on the mesh: restored from the latest checkpoint if any, else initialised there.
+
+  Returns the state in its training layout, the shardings of that layout, and the function that brings
+  such a state back to the layout checkpoints store.
+  """
   init = functools.partial(_init_state, model=setup.model, tx=tx, image_size=setup.config.image_size,
                            polyak=setup.config.polyak_decay is not None)
+  to_training = functools.partial(training_layout, model=setup.model)
   key = jax.random.key(setup.config.seed)
   abstract = jax.eval_shape(init, key)
   shardings = sharding.state_shardings(abstract, setup.mesh)
+  train_shardings = sharding.state_shardings(jax.eval_shape(to_training, abstract), setup.mesh)
+  to_checkpoint = (jax.jit(vit.unstack_blocks, out_shardings=shardings) if setup.model.scan else
+                   lambda state: state)
   restored = checkpoint.restore(manager, checkpoint.abstract_with_shardings(abstract, shardings))
   if restored is not None:
     logging.info('Resumed from %s at step %d', manager.directory, int(restored.step))
-    return restored, shardings
-  state = jax.jit(init, out_shardings=shardings)(key)
+    return jax.jit(to_training, out_shardings=train_shardings)(restored), train_shardings, to_checkpoint
+  state = jax.jit(lambda key: to_training(init(key)), out_shardings=train_shardings)(key)
   if setup.init_params is not None:
-    # Separate buffers for the average: the train step donates both trees.
-    state = state.replace(
-        params=jax.device_put(setup.init_params, shardings.params),
-        ema_params=None if state.ema_params is None else jax.device_put(setup.init_params,
-                                                                         shardings.ema_params))
-  return state, shardings
+    def place_init_params():  # Separate buffers for each use: the train step donates both trees.
+      params = jax.device_put(setup.init_params, shardings.params)
+      return jax.jit(to_training, out_shardings=train_shardings.params)(params)
+
+    state = state.replace(params=place_init_params(),
+                          ema_params=None if state.ema_params is None else place_init_params())
+  return state, train_shardings, to_checkpoint
 
 
 def _mean_metrics(history: list[dict[str, jax.Array]]) -> dict[str, float]:
@@ -373,7 +394,7 @@ def train_and_evaluate(setup: Setup) -> dict[str, float]:
   writer.write_hparams({k: str(v) for k, v in config.items()})
   tx, schedule = optim.make_optimizer(config, setup.total_steps)
   manager = checkpoint.make_manager(setup.workdir, config.keep_checkpoints)
-  state, state_shardings = create_state(setup, tx, manager)
+  state, state_shardings, to_checkpoint = create_state(setup, tx, manager)
   start_step = int(state.step)
   if start_step == 0:
     parameter_overview.log_parameter_overview(state.params)
@@ -433,7 +454,7 @@ def train_and_evaluate(setup: Setup) -> dict[str, float]:
         writer.write_scalars(step, fewshot_fn(state.params))
     if step % config.checkpoint_every_steps == 0 or last:
       with report_progress.timed('checkpoint'):
-        checkpoint.save(manager, step, state)
+        checkpoint.save(manager, step, to_checkpoint(state))
   if not eval_metrics:  # Resumed at the end: report the final model all the same.
     eval_metrics = evaluate_state(state, setup, eval_fn)
     writer.write_scalars(int(state.step), eval_metrics)

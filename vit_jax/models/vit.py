@@ -7,8 +7,14 @@ Fast paths (model fields; none changes the parameter tree): `attention='dot_prod
 attention with `jax.nn.dot_product_attention` (cuDNN flash attention on GPU, XLA elsewhere); `remat=POLICY`
 recomputes each block's activations in the backward pass except what the `jax.checkpoint_policies` policy
 saves; `scan=True` compiles one block and loops over `nn.scan`, so compile time does not grow with depth.
+
+A scanned encoder reads its blocks stacked (`Transformer/encoderblock/...`, layer axis first). `init`
+still returns the per-block tree of the checkpoints, and `apply` takes either layout: per-block
+parameters are stacked inside the program, which is cheap to run but not to compile (the gradient of the
+stacking is one slice per layer and parameter), so training keeps them stacked (`stack_blocks`) and
+unstacks at the checkpoint boundary (`unstack_blocks`).
 """
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional
 
 import flax.linen as nn
 import jax
@@ -20,27 +26,44 @@ Dtype = Any
 BLOCK = 'encoderblock'  # Blocks are `encoderblock_{i}` in the checkpoints, `encoderblock` when stacked.
 
 
-def stack_blocks(encoder_params: dict[str, Any], num_layers: int) -> dict[str, Any]:
-  """The encoder's (`Transformer/`) parameters with `encoderblock_{i}` stacked into `encoderblock`.
+def _holds(node: Any, key: str) -> bool:
+  return isinstance(node, Mapping) and key in node
 
-  `encoderblock_0 .. encoderblock_{num_layers-1}` become one subtree whose arrays have a leading layer
-  axis, the layout `nn.scan` reads; the other entries (position embeddings, final norm) are kept.
+
+def stack_blocks(tree: Any, num_layers: int) -> Any:
+  """Per-block layout -> scan layout, wherever `tree` holds encoder blocks; the rest is unchanged.
+
+  In every mapping with `encoderblock_0 .. encoderblock_{num_layers-1}`, they become one `encoderblock`
+  whose arrays have a leading layer axis. `tree` may be parameters, an optimizer state (its moments are
+  parameter-shaped) or a whole train state, or their shapes under `jax.eval_shape`; a tree already
+  stacked is returned as it is. Under `jax.jit`, `out_shardings` places the result.
   """
   names = [f'{BLOCK}_{i}' for i in range(num_layers)]
-  found = sorted(k for k in encoder_params if k.startswith(f'{BLOCK}_'))
-  if found != sorted(names):
-    raise ValueError(f'expected encoder blocks {BLOCK}_0..{BLOCK}_{num_layers - 1}, got {found}')
-  rest = {k: v for k, v in encoder_params.items() if k not in names}
-  return {**rest, BLOCK: jax.tree.map(lambda *xs: jnp.stack(xs), *[encoder_params[k] for k in names])}
+
+  def stack(node):
+    if not _holds(node, names[0]):
+      return node
+    found = sorted(k for k in node if k.startswith(f'{BLOCK}_'))
+    if found != sorted(names):
+      raise ValueError(f'expected encoder blocks {names[0]}..{names[-1]}, got {", ".join(found)}')
+    rest = {k: v for k, v in node.items() if k not in names}
+    return {**rest, BLOCK: jax.tree.map(lambda *xs: jnp.stack(xs), *[node[k] for k in names])}
+
+  return jax.tree.map(stack, tree, is_leaf=lambda node: _holds(node, names[0]))
 
 
-def unstack_blocks(encoder_params: dict[str, Any]) -> dict[str, Any]:
-  """The inverse of `stack_blocks`: `encoderblock` with a leading layer axis -> `encoderblock_{i}`."""
-  rest = {k: v for k, v in encoder_params.items() if k != BLOCK}
-  stacked = encoder_params[BLOCK]
-  num_layers = jax.tree.leaves(stacked)[0].shape[0]
-  return {**rest, **{f'{BLOCK}_{i}': jax.tree.map(lambda x, i=i: x[i], stacked)
-                     for i in range(num_layers)}}
+def unstack_blocks(tree: Any) -> Any:
+  """Scan layout -> per-block layout (the inverse of `stack_blocks`); per-block trees are unchanged."""
+
+  def unstack(node):
+    if not _holds(node, BLOCK):
+      return node
+    rest = {k: v for k, v in node.items() if k != BLOCK}
+    num_layers = jax.tree.leaves(node[BLOCK])[0].shape[0]
+    return {**rest, **{f'{BLOCK}_{i}': jax.tree.map(lambda x, i=i: x[i], node[BLOCK])
+                       for i in range(num_layers)}}
+
+  return jax.tree.map(unstack, tree, is_leaf=lambda node: _holds(node, BLOCK))
 
 
 def fused_attention(query: jnp.ndarray, key: jnp.ndarray, value: jnp.ndarray, *,
@@ -150,8 +173,8 @@ class Encoder(nn.Module):
   """Position embeddings, dropout, `num_layers` blocks and a final LayerNorm.
 
   `remat` names a `jax.checkpoint_policies` policy to rematerialise each block with (None: off); `scan`
-  runs the blocks as one `nn.scan`. Stored parameters keep the per-block names either way: the scanned
-  blocks see them stacked (`stack_blocks`) and initialise them unstacked (`unstack_blocks`).
+  runs the blocks as one `nn.scan`; it initialises per-block parameters and applies with either layout
+  (see the module docstring).
   """
   num_layers: int
   mlp_dim: int
@@ -172,13 +195,15 @@ class Encoder(nn.Module):
         attention_dropout_rate=self.attention_dropout_rate, dtype=self.dtype,
         attention=self.attention)
     if self.scan:
+      # The scanned blocks read stacked parameters; per-block ones (from checkpoints) are stacked on
+      # the way in, and `init` unstacks what the scan creates, so the stored tree is per-block.
       blocks = nn.map_variables(
           ScannedBlocks, 'params', init=True,
-          trans_in_fn=lambda v: {**v, 'params': self._stacked(v.get('params', {}))},
-          trans_out_fn=lambda v: {**v, 'params': self._unstacked(v.get('params', {}))})(
+          trans_in_fn=lambda v: {**v, 'params': stack_blocks(v.get('params', {}), self.num_layers)},
+          trans_out_fn=lambda v: {**v, 'params': unstack_blocks(v.get('params', {}))})(
               num_layers=self.num_layers, block_kwargs=block_kwargs, remat=self.remat)
-      # The scanned blocks live in this module's scope, so their parameters sit at
-      # Transformer/encoderblock_{i} as in the checkpoints, not one level down.
+      # The blocks live in this module's scope, so their parameters sit at Transformer/encoderblock_{i}
+      # (or Transformer/encoderblock) as in the checkpoints, not one level down.
       nn.share_scope(self, blocks)
       x = blocks(x, not train)
     else:
@@ -189,13 +214,6 @@ class Encoder(nn.Module):
       for i in range(self.num_layers):
         x = block(**block_kwargs, name=f'{BLOCK}_{i}')(x, not train)
     return nn.LayerNorm(epsilon=1e-6, dtype=self.dtype, name='encoder_norm')(x)
-
-  def _stacked(self, params: dict[str, Any]) -> dict[str, Any]:
-    # Nothing to stack while initialising, before the blocks exist.
-    return stack_blocks(params, self.num_layers) if f'{BLOCK}_0' in params else params
-
-  def _unstacked(self, params: dict[str, Any]) -> dict[str, Any]:
-    return unstack_blocks(params) if BLOCK in params else params
 
 
 class VisionTransformer(nn.Module):

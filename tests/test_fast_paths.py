@@ -2,6 +2,7 @@
 import functools
 import re
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -125,6 +126,20 @@ def test_dot_product_attention_computes_the_same_attention(monkeypatch):
   monkeypatch.setattr(jax.nn, 'dot_product_attention', lambda *a, **k: calls.append(1) or fused(*a, **k))
   _model(attention='dot_product_attention').apply({'params': _params()}, IMAGES)
   assert len(calls) == 2  # One per block.
+
+
+@pytest.mark.parametrize('deterministic', [True, False])
+def test_head_major_attention_equals_flax_attention_with_its_dropout(deterministic):
+  """The default attention ('xla') is flax's computation in a layout XLA:CPU runs faster."""
+  query, key, value = jax.random.normal(jax.random.key(4), (3, 2, 9, 4, 8))  # [b, tokens, heads, d]
+  kwargs = dict(dropout_rng=jax.random.key(5), dropout_rate=0.25, deterministic=deterministic)
+  ours = vit.head_major_attention(query, key, value, **kwargs)
+  flax_out = nn.dot_product_attention(query, key, value, broadcast_dropout=False, **kwargs)
+  assert ours.shape == (2, 9, 4, 8)
+  np.testing.assert_allclose(ours, flax_out, rtol=1e-5, atol=1e-6)
+  grads = [jax.grad(lambda q, fn=fn: jnp.sum(jnp.sin(fn(q, key, value))))(query)
+           for fn in (vit.head_major_attention, nn.dot_product_attention)]
+  np.testing.assert_allclose(grads[0], grads[1], rtol=1e-5, atol=1e-6)
 
 
 def test_dot_product_attention_refuses_attention_dropout():

@@ -1,0 +1,86 @@
+"""Images/s of the training input pipeline on one host: read, decode, crop, flip, normalise, batch.
+
+  python benchmarks/input_pipeline.py --source=digits --image_size=224 --batch=32
+  python benchmarks/input_pipeline.py --source=folder --image_size=224 --batch=32   # generated JPEGs
+
+Runs `vit_jax.data.train_iterator` exactly as training does (stateless shuffle, inception crop, flip,
+[-1, 1] floats) and prints a markdown table row. `--source=folder` first writes `--num_images` random
+JPEGs of about ImageNet's size (500x375) into a temporary `train/<class>/` tree, so decoding is measured
+too. Compare the images/s with benchmarks/train_step.py's at the same image size and batch: the input
+pipeline must outrun the train step or the step waits for data.
+"""
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+import numpy as np
+from PIL import Image
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from configs import common  # pylint: disable=wrong-import-position
+from vit_jax import data  # pylint: disable=wrong-import-position
+
+
+def write_jpegs(root: str, num_images: int, num_classes: int = 10, size: tuple[int, int] = (500, 375)):
+  """`num_images` smooth random JPEGs (quality 90) in root/{train,test}/<class>/."""
+  rng = np.random.default_rng(0)
+  for split, count in (('train', num_images), ('test', num_classes)):
+    for i in range(count):
+      folder = os.path.join(root, split, f'class_{i % num_classes}')
+      os.makedirs(folder, exist_ok=True)
+      # Upsampled noise: compresses like a photograph more than white noise does.
+      small = rng.integers(0, 256, (size[1] // 8, size[0] // 8, 3), dtype=np.uint8)
+      image = Image.fromarray(small).resize(size, Image.BILINEAR)
+      image.save(os.path.join(folder, f'{i:05d}.jpg'), quality=90)
+
+
+def images_per_second(config, batch: int, warmup: int, batches: int) -> tuple[float, float]:
+  """(images/s after warm-up, seconds to the first batch)."""
+  start = time.perf_counter()
+  iterator = data.train_iterator(config, local_batch_size=batch)
+  next(iterator)
+  first = time.perf_counter() - start
+  for _ in range(warmup):
+    next(iterator)
+  start = time.perf_counter()
+  for _ in range(batches):
+    next(iterator)
+  return batch * batches / (time.perf_counter() - start), first
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+  parser.add_argument('--source', default='digits', choices=('digits', 'folder'))
+  parser.add_argument('--image_size', type=int, default=224)
+  parser.add_argument('--batch', type=int, default=32)
+  parser.add_argument('--crop', default='inception', choices=('inception', 'random', 'resize'))
+  parser.add_argument('--num_images', type=int, default=512, help='JPEGs to generate (folder)')
+  parser.add_argument('--warmup', type=int, default=3, help='batches before timing')
+  parser.add_argument('--batches', type=int, default=20, help='batches timed')
+  parser.add_argument('--data_dir', default=None, help='tfds data_dir of the digits (default: tfds)')
+  parser.add_argument('--header', action='store_true', help='print the table header first')
+  args = parser.parse_args()
+
+  config = common.get_config()
+  config.image_size, config.pp.crop, config.pp.flip = args.image_size, args.crop, True
+  config.shuffle_buffer = 1024
+  with tempfile.TemporaryDirectory() as tmp:
+    if args.source == 'folder':
+      write_jpegs(tmp, args.num_images)
+      config.dataset, config.data_dir = 'folder', tmp
+    else:
+      config.dataset, config.data_dir = 'digits', args.data_dir
+    rate, first = images_per_second(config, args.batch, args.warmup, args.batches)
+  if args.header:
+    print('| source | px | batch | crop | images/s | first batch s | cores |')
+    print('|---|---|---|---|---|---|---|')
+  source = ('bundled digits (8x8 PNG in tfds)' if args.source == 'digits' else
+            f'{args.num_images} generated 500x375 JPEGs')
+  print(f'| {source} | {args.image_size} | {args.batch} | {args.crop} + flip | {rate:.0f} | '
+        f'{first:.1f} | {len(os.sched_getaffinity(0))} |')
+
+
+if __name__ == '__main__':
+  main()

@@ -1,0 +1,333 @@
+"""Speed of the real train step (forward, backward, AdamW update) or forward pass, beside timm's.
+
+  python benchmarks/train_step.py --variant=ViT-B_16 --batch=8 --peer=timm --header
+  python benchmarks/train_step.py --variant=ViT-Ti_16 --batch=32 --mode=inference --peer=timm
+  python benchmarks/train_step.py --variant=ViT-B_16 --batch=8 --compile-only [--scan]
+  XLA_FLAGS=--xla_force_host_platform_device_count=2 python benchmarks/train_step.py --mesh="(('data', 2),)"
+
+Our step is `vit_jax.train.train_step`, built as the training loop builds it (model, optimizer, loss
+and shardings from a config of configs/common.py; a scanned model's blocks stacked in the state, as
+training keeps them) and jitted with the state donated; `--mode=inference` times the jitted forward
+pass. One markdown row per framework: images/s at the median and at the fastest step, median step ms,
+compile s, model TFLOP/s and MFU at the median, peak memory. Model FLOPs are the analytic count of
+`vit_flops` (training: 3x the forward pass), printed beside XLA's cost analysis of the compiled program.
+
+`--peer=timm` builds timm's VisionTransformer of the same shape in PyTorch in the same process, with as
+many threads as JAX's CPU client, and times it (forward, backward, clipping, AdamW; or forward under
+`torch.inference_mode()`) in rounds that alternate with ours, so both see the same load on a shared
+machine. The fastest step is what each does with the machine to itself; on a busy machine the medians
+mostly measure the neighbours.
+"""
+import argparse
+import ast
+import collections
+import functools
+import glob
+import os
+import re
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from configs import common  # pylint: disable=wrong-import-position
+from configs import models as variants  # pylint: disable=wrong-import-position
+from vit_jax import optim, sharding, train  # pylint: disable=wrong-import-position
+
+# Dense bfloat16 peak TFLOP/s by a substring of `device.device_kind`; CPUs need --peak-tflops.
+PEAK_TFLOPS = {'H100': 989.0, 'A100': 312.0, 'TPU v4': 275.0, 'TPU v5 lite': 197.0, 'TPU v5e': 197.0}
+NUM_CLASSES = 1000
+
+
+def vit_flops(model: dict[str, Any], image_size: int, num_classes: int = NUM_CLASSES) -> float:
+  """Forward FLOPs of one image (2 per multiply-add): patch embedding, blocks, pre-logits, head.
+
+  Per block with N tokens of width D: Q, K, V and output projections 4 N D^2, attention scores and
+  weighted values 2 N^2 D, MLP 2 N D mlp multiply-adds. Norms, softmax and GELU are not counted.
+  """
+  p, d, mlp = model['patch_size'], model['hidden_size'], model['mlp_dim']
+  patches = (image_size // p) ** 2
+  tokens = patches + (model['classifier'] == 'token')
+  macs = patches * p * p * 3 * d
+  macs += model['num_layers'] * (4 * tokens * d * d + 2 * tokens * tokens * d + 2 * tokens * d * mlp)
+  width = model['representation_size'] or d
+  macs += d * width * (model['representation_size'] is not None) + width * num_classes
+  return 2.0 * macs
+
+
+def make_config(args: argparse.Namespace) -> ml_collections.ConfigDict:
+  config = common.get_config()
+  config.variant, config.image_size, config.batch_size = args.variant, args.image_size, args.batch
+  config.dtype, config.mesh, config.total_steps = args.dtype, ast.literal_eval(args.mesh), 1000
+  config.model.attention, config.model.remat, config.model.scan = args.attention, args.remat, args.scan
+  return config
+
+
+def num_threads() -> int:
+  """Threads of JAX's CPU client: one per core this process may run on."""
+  return len(os.sched_getaffinity(0))
+
+
+def gemm_tflops(dtype: str, sizes: tuple[int, ...] = (1024, 2048, 4096), repeats: int = 10) -> float:
+  """The fastest TFLOP/s of jitted n^3 matmuls on device 0: a measured peak, for CPUs (no datasheet).
+
+  Several sizes, because on CPU the smaller ones that stay in cache are the fastest.
+  """
+  best = 0.0
+  for size in sizes:
+    a = jnp.ones((size, size), dtype)
+    matmul = jax.jit(jnp.matmul)
+    jax.block_until_ready(matmul(a, a))
+    times = time_steps(lambda: jax.block_until_ready(matmul(a, a)), repeats)
+    best = max(best, 2 * size ** 3 / min(times) / 1e12)
+  return best
+
+
+def max_rss_gb() -> float:
+  return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # Linux: kilobytes.
+
+
+def peak_memory() -> str:
+  stats = jax.devices()[0].memory_stats()
+  if stats and 'peak_bytes_in_use' in stats:
+    return f'{stats["peak_bytes_in_use"] / 2**30:.2f} GB (device 0)'
+  return f'{max_rss_gb():.2f} GB (process max RSS)'
+
+
+class Ours:
+  """The jitted train step (or forward pass) of vit_jax, compiled ahead of time from shapes alone."""
+
+  def __init__(self, config: ml_collections.ConfigDict, mode: str,
+               compiler_options: dict[str, Any] | None = None):
+    self.mode, self.config = mode, config
+    self.mesh = sharding.make_mesh(config.mesh)
+    model = train.make_model(config, NUM_CLASSES)
+    tx, schedule = optim.make_optimizer(config, config.total_steps)
+    init = functools.partial(train._init_state, model=model, tx=tx,  # pylint: disable=protected-access
+                             image_size=config.image_size, polyak=False)
+    init = lambda key, init=init: train.training_layout(init(key), model)  # As create_state does.
+    shardings = sharding.state_shardings(jax.eval_shape(init, jax.random.key(0)), self.mesh)
+    self.init = jax.jit(init, out_shardings=shardings)
+    batch_sharding = sharding.batch_sharding(self.mesh)
+    shape = (config.batch_size, config.image_size, config.image_size, 3)
+    abstract_batch = {'image': jax.ShapeDtypeStruct(shape, jnp.float32, sharding=batch_sharding),
+                      'label': jax.ShapeDtypeStruct(shape[:1], jnp.int32, sharding=batch_sharding)}
+    abstract_state = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+                                  jax.eval_shape(init, jax.random.key(0)), shardings)
+    if mode == 'train':
+      fn = jax.jit(
+          functools.partial(train.train_step, loss_fn=train.make_loss_fn(config, model), tx=tx,
+                            schedule=schedule, dropout_key=jax.random.key(1)),
+          in_shardings=(shardings, batch_sharding),
+          out_shardings=(shardings, sharding.replicated(self.mesh)), donate_argnums=0)
+      args = (abstract_state, abstract_batch)
+    else:
+      fn = jax.jit(lambda params, images: model.apply({'params': params}, images, train=False))
+      args = (abstract_state.params, abstract_batch['image'])
+    start = time.perf_counter()
+    lowered = fn.lower(*args)
+    self.trace_s = time.perf_counter() - start
+    self.compiled = lowered.compile(compiler_options)
+    self.compile_s = time.perf_counter() - start
+    cost = self.compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, (list, tuple)) else cost  # A list in older JAX versions.
+    # Of one device's program (times the devices for the total); a scan's body counts once.
+    self.xla_flops = float(cost.get('flops', float('nan'))) * self.mesh.size if cost else float('nan')
+
+  def allocate(self) -> None:
+    """The initial state and a random batch on the mesh (compiling needed neither)."""
+    self.state = self.init(jax.random.key(0))
+    rng, config = np.random.default_rng(0), self.config
+    images = rng.uniform(-1, 1, (config.batch_size, config.image_size, config.image_size, 3))
+    self.batch = sharding.global_batch(
+        {'image': images.astype(np.float32),
+         'label': rng.integers(0, NUM_CLASSES, config.batch_size).astype(np.int32)}, self.mesh)
+
+  def step(self) -> None:
+    if self.mode == 'train':
+      self.state, metrics = self.compiled(self.state, self.batch)
+      jax.block_until_ready(metrics)
+    else:
+      jax.block_until_ready(self.compiled(self.state.params, self.batch['image']))
+
+
+class Timm:
+  """timm's VisionTransformer of the same shape: forward, backward, clipping and AdamW in PyTorch."""
+
+  def __init__(self, model: dict[str, Any], config: ml_collections.ConfigDict, mode: str):
+    sys.modules.setdefault('triton', None)  # Its import crashes after TensorFlow's; CPU never needs it.
+    import timm.models.vision_transformer  # pylint: disable=g-import-not-at-top
+    import torch  # pylint: disable=g-import-not-at-top
+    self.torch, self.mode = torch, mode
+    torch.set_num_threads(num_threads())
+    torch.manual_seed(0)
+    self.net = timm.models.vision_transformer.VisionTransformer(
+        img_size=config.image_size, patch_size=model['patch_size'], embed_dim=model['hidden_size'],
+        depth=model['num_layers'], num_heads=model['num_heads'],
+        mlp_ratio=model['mlp_dim'] / model['hidden_size'], num_classes=NUM_CLASSES,
+        global_pool='token' if model['classifier'] == 'token' else 'avg',
+        class_token=model['classifier'] == 'token',
+        act_layer=functools.partial(torch.nn.GELU, approximate='tanh'))  # Ours is the tanh GELU.
+    self.net.train(mode == 'train')
+    self.images = torch.rand(config.batch_size, 3, config.image_size, config.image_size) * 2 - 1
+    self.labels = torch.randint(0, NUM_CLASSES, (config.batch_size,))
+    self.optimizer = torch.optim.AdamW(self.net.parameters(), lr=1e-4, betas=(0.9, 0.999),
+                                       weight_decay=0.1)
+    self.dtype = getattr(torch, config.dtype)
+
+  def step(self) -> None:
+    torch = self.torch
+    with torch.autocast('cpu', dtype=self.dtype, enabled=self.dtype != torch.float32):
+      if self.mode == 'train':
+        loss = torch.nn.functional.cross_entropy(self.net(self.images), self.labels)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.net.parameters(), 1.0)  # As ours: grad_clip_norm=1.
+        self.optimizer.step()
+      else:
+        with torch.inference_mode():
+          self.net(self.images)
+
+
+def time_steps(step: Callable[[], None], n: int) -> list[float]:
+  times = []
+  for _ in range(n):
+    start = time.perf_counter()
+    step()
+    times.append(time.perf_counter() - start)
+  return times
+
+
+def profile(ours: Ours, steps: int, top: int) -> None:
+  """Where our step's time goes: XLA ops grouped by source (blocks merged), from a jax.profiler trace.
+
+  Each op counts with its fastest execution over `steps` steps (what it costs without the neighbours'
+  load). On CPU, independent ops may run at once on different threads, so the sum can exceed the step.
+  """
+  from jax._src.lib import _profile_data  # pylint: disable=g-import-not-at-top
+  sources = {}  # Op name -> the jax source of the op, from the compiled HLO's metadata.
+  for match in re.finditer(r'%([\w.-]+) = .*?op_name="([^"]*)"', ours.compiled.as_text()):
+    source = re.sub(r'^jit\([^)]*\)/', '', match[2])
+    sources.setdefault(match[1], re.sub(r'encoderblock_\d+', 'encoderblock_*', source))
+  with tempfile.TemporaryDirectory() as trace_dir:
+    with jax.profiler.trace(trace_dir):
+      time_steps(ours.step, steps)
+    trace = _profile_data.ProfileData.from_file(
+        glob.glob(os.path.join(trace_dir, '**', '*.xplane.pb'), recursive=True)[0])
+  durations = collections.defaultdict(list)
+  for plane in trace.planes:
+    for line in plane.lines:
+      for event in line.events:
+        if event.name in sources:
+          durations[event.name].append(event.duration_ns / 1e6)
+  by_source = collections.Counter()
+  for name, ms in durations.items():
+    kind = 'ynn (XNNPACK)' if name.startswith('ynn') else re.sub(r'\.\d+$', '', name)
+    by_source[(kind, sources[name])] += min(ms) * len(ms) / steps
+  total = sum(by_source.values())
+  print(f'# profile: {total:.0f} ms of XLA ops per step (fastest of {steps} each); top {top}:')
+  for (kind, source), ms in by_source.most_common(top):
+    print(f'# {ms:8.1f} ms {100 * ms / total:5.1f}%  {kind:26s} {source}')
+
+
+HEADER = ('| framework | variant | px | batch | dtype | mode | devices | fast paths | img/s (median) | '
+          'img/s (fastest) | step ms (median) | compile s | model TFLOP/s | MFU | peak memory |\n'
+          '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|')
+
+
+def row(name: str, args: argparse.Namespace, times: list[float], compile_s: str, flops: float,
+        peak: float | None, memory: str) -> str:
+  step_s = statistics.median(times)
+  tflops = flops * args.batch / step_s / 1e12
+  mfu = f'{100 * tflops / peak:.1f}%' if peak else 'n/a'
+  if name == 'vit_jax':
+    devices = str(jax.device_count())
+    fast = ', '.join(f for f, on in (('dot_product_attention', args.attention != 'xla'),
+                                     (f'remat={args.remat}', args.remat), ('scan', args.scan)) if on)
+  else:  # timm: one PyTorch process with its own attention (scaled_dot_product_attention).
+    devices, fast = '-', 'timm defaults'
+  return (f'| {name} | {args.variant} | {args.image_size} | {args.batch} | {args.dtype} | {args.mode} '
+          f'| {devices} | {fast or "-"} | {args.batch / step_s:.2f} | {args.batch / min(times):.2f} | '
+          f'{1000 * step_s:.0f} | {compile_s} | {tflops:.3f} | {mfu} | {memory} |')
+
+
+def make_parser() -> argparse.ArgumentParser:
+  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+  parser.add_argument('--variant', default='ViT-B_16')
+  parser.add_argument('--image_size', type=int, default=224)
+  parser.add_argument('--batch', type=int, default=8)
+  parser.add_argument('--dtype', default='float32', choices=train.DTYPES)
+  parser.add_argument('--mesh', default="(('data', -1),)", help='config.mesh, as on the command line')
+  parser.add_argument('--mode', default='train', choices=('train', 'inference'))
+  parser.add_argument('--attention', default='xla', choices=variants.ATTENTIONS)
+  parser.add_argument('--remat', default=None, choices=variants.REMAT_POLICIES)
+  parser.add_argument('--scan', action='store_true')
+  parser.add_argument('--peer', default=None, choices=('timm',))
+  parser.add_argument('--warmup', type=int, default=2, help='untimed steps of each, after compiling')
+  parser.add_argument('--steps', type=int, default=2, help='timed steps of each per round')
+  parser.add_argument('--rounds', type=int, default=8, help='rounds alternating ours and the peer')
+  parser.add_argument('--peak-tflops', default=None,
+                      help='peak TFLOP/s of the device, for MFU (default: known accelerators only), or '
+                           '"gemm": what jitted matmuls in --dtype reach here (for CPUs)')
+  parser.add_argument('--compile-only', action='store_true', help='only compile, and print the times')
+  parser.add_argument('--header', action='store_true', help='print the table header first')
+  parser.add_argument('--profile', type=int, default=0, metavar='TOP',
+                      help='also print the TOP XLA ops of our step by time (a jax.profiler trace)')
+  return parser
+
+
+def main() -> None:
+  args = make_parser().parse_args()
+  config = make_config(args)
+  model = variants.get_model_config(config.variant, config.model.to_dict())
+  flops = vit_flops(model, args.image_size) * (3 if args.mode == 'train' else 1)
+  device = jax.devices()[0]
+  if args.peak_tflops == 'gemm':
+    peak = gemm_tflops(args.dtype)
+    print(f'# peak for MFU: {peak:.3f} TFLOP/s, the fastest jitted {args.dtype} matmul (1024-4096)')
+  elif args.peak_tflops:
+    peak = float(args.peak_tflops)
+  else:
+    peak = next((v for k, v in PEAK_TFLOPS.items() if k in device.device_kind), None)
+
+  ours = Ours(config, args.mode)
+  print(f'# {device.device_kind} x{jax.device_count()}, {num_threads()} threads; ours: trace '
+        f'{ours.trace_s:.1f} s, trace+compile {ours.compile_s:.1f} s; FLOPs/step: analytic '
+        f'{flops * args.batch / 1e9:.1f} G, XLA cost analysis {ours.xla_flops / 1e9:.1f} G'
+        + (' (scan body counted once)' if args.scan else ''))
+  if args.compile_only:
+    return
+  ours.allocate()
+  time_steps(ours.step, args.warmup)
+  our_memory = peak_memory()  # Before the peer exists: the process is ours alone.
+  peer = Timm(model, config, args.mode) if args.peer else None
+  if peer:
+    time_steps(peer.step, args.warmup)
+  our_times, peer_times = [], []
+  for _ in range(args.rounds):
+    our_times += time_steps(ours.step, args.steps)
+    if peer:
+      peer_times += time_steps(peer.step, args.steps)
+
+  if args.profile:
+    profile(ours, steps=5, top=args.profile)
+  if args.header:
+    print(HEADER)
+  print(row('vit_jax', args, our_times, f'{ours.compile_s:.1f}', flops, peak, our_memory))
+  if peer:
+    print(row('timm', args, peer_times, '-', flops, peak, f'{max_rss_gb():.2f} GB (process max RSS)'))
+    print(f'# ours/timm images/s: {statistics.median(peer_times) / statistics.median(our_times):.2f}x '
+          f'at the median, {min(peer_times) / min(our_times):.2f}x at the fastest step '
+          f'({len(our_times)} steps each)')
+
+
+if __name__ == '__main__':
+  main()

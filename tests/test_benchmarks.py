@@ -1,0 +1,44 @@
+"""The benchmark scripts: their FLOP count agrees with XLA's, and they run end to end (tiny sizes)."""
+import subprocess
+import sys
+
+import pytest
+
+import helpers
+
+sys.path.insert(0, f'{helpers.REPO}/benchmarks')
+import train_step  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+
+@pytest.mark.parametrize('mode,factor', [('train', 3), ('inference', 1)])
+def test_analytic_flops_agree_with_xla_cost_analysis(mode, factor):
+  args = train_step.make_parser().parse_args(['--variant=ViT-S_16', '--image_size=224', '--batch=8',
+                                              f'--mode={mode}'])
+  config = train_step.make_config(args)
+  model = train_step.variants.get_model_config(config.variant, config.model.to_dict())
+  analytic = factor * train_step.vit_flops(model, args.image_size) * args.batch
+  # XLA also counts norms, softmax, GELU and the optimizer (on each of the 8 devices: parameters are
+  # replicated): a little more than the matmuls.
+  assert analytic <= train_step.Ours(config, mode).xla_flops <= 1.05 * analytic
+
+
+def _run(script, *args):
+  run = subprocess.run([sys.executable, f'benchmarks/{script}', *args], cwd=helpers.REPO,
+                       capture_output=True, text=True, timeout=600)
+  assert run.returncode == 0, run.stderr[-3000:]
+  return run.stdout
+
+
+def test_train_step_compares_with_timm_in_one_run():
+  out = _run('train_step.py', '--variant=ViT-Ti_16', '--image_size=32', '--batch=8', '--peer=timm',
+             '--warmup=1', '--steps=1', '--rounds=2', '--peak-tflops=gemm', '--header', '--scan')
+  rows = [line for line in out.splitlines() if line.startswith('| vit_jax') or line.startswith('| timm')]
+  assert len(rows) == 2 and '| scan |' in rows[0], out
+  assert all(line.split('|')[14].strip().endswith('%') for line in rows), out  # MFU of the measured peak.
+  assert '# ours/timm images/s: ' in out
+
+
+def test_input_pipeline_reads_generated_jpegs():
+  out = _run('input_pipeline.py', '--source=folder', '--num_images=16', '--image_size=32', '--batch=8',
+             '--warmup=1', '--batches=2', '--header')
+  assert '| 16 generated 500x375 JPEGs | 32 | 8 | inception + flip |' in out, out

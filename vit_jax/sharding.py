@@ -14,6 +14,8 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from vit_jax.models.vit import BLOCK
+
 AXES = ('data', 'fsdp', 'tensor')
 BATCH_AXES = ('data', 'fsdp')  # The global batch is split over these (FSDP is data parallel too).
 
@@ -28,7 +30,7 @@ TENSOR_RULES = (
     (r'MlpBlock_\d+/Dense_1/kernel$', 0),  # (mlp, D)
 )
 # The stacked blocks of a scanned encoder (vit.stack_blocks); per-block ones are `encoderblock_{i}/`.
-STACKED_BLOCKS = r'(^|/)encoderblock/'
+STACKED_BLOCKS = rf'(^|/){BLOCK}/'
 
 
 def make_mesh(axes: Sequence[tuple[str, int]], devices: Sequence[jax.Device] | None = None) -> Mesh:

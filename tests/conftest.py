@@ -24,3 +24,19 @@ def trained_tiny_run(tmp_path_factory):
                                        'lr.base': 1e-2})
   train.train_and_evaluate(train.prepare(config, str(root / 'tiny_run')))
   return str(root / 'tiny_run')
+
+
+@pytest.fixture(scope='session')
+def sorted_digits_folder(tmp_path_factory):
+  """The bundled digits as an image folder root/{train,test}/<digit>/NNNN.png: listed class by class,
+  as every image folder is."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from PIL import Image  # pylint: disable=g-import-not-at-top
+  from vit_jax.data import digits  # pylint: disable=g-import-not-at-top
+  root = tmp_path_factory.mktemp('sorted_digits_folder')
+  for split, (images, labels) in digits.split_arrays().items():
+    for i in np.argsort(labels, kind='stable'):
+      folder = root / split / str(labels[i])
+      folder.mkdir(parents=True, exist_ok=True)
+      Image.fromarray(images[i]).save(folder / f'{i:04d}.png')
+  return str(root)

@@ -16,7 +16,7 @@ from PIL import Image
 
 import helpers
 from vit_jax import checkpoint, data, export, predict, train
-from vit_jax.data import pipeline
+from vit_jax.data import order, pipeline
 
 PREDICT_CMD = [sys.executable, '-m', 'vit_jax.predict']
 
@@ -25,7 +25,8 @@ def _test_images(workdir, n):
   """The first `n` raw test images (uint8 8x8x3) and their eval batch, in the eval pipeline's order."""
   config, _ = train.load_run_info(workdir)
   source = pipeline.make_source(config)
-  raw = [ex['image'] for ex in source.load(source.records('test')).take(n).as_numpy_iterator()]
+  raw = [ex['image'] for ex in
+         source.load(order.in_order(source.examples('test'))).take(n).as_numpy_iterator()]
   batch = next(data.eval_iterator(config, local_batch_size=n))
   return raw, batch['image'], config
 

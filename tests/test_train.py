@@ -87,8 +87,11 @@ def test_pretraining_configs_run_a_step(tmp_path, data_dir, name):
 
 
 @pytest.mark.slow
-def test_resume_after_sigkill_is_exact(tmp_path, data_dir):
-  overrides = {**helpers.TINY, 'data_dir': data_dir, 'total_steps': 60, 'checkpoint_every_steps': 10,
+@pytest.mark.parametrize('dataset', ['digits', 'folder'])
+def test_resume_after_sigkill_is_exact(tmp_path, data_dir, sorted_digits_folder, dataset):
+  source = ({'data_dir': data_dir} if dataset == 'digits' else
+            {'dataset': 'folder', 'data_dir': sorted_digits_folder})
+  overrides = {**helpers.TINY, **source, 'total_steps': 60, 'checkpoint_every_steps': 10,
                'log_every_steps': 10, 'eval_every_steps': 20, 'model.dropout_rate': 0.1,
                'model.attention_dropout_rate': 0.1, 'polyak_decay': 0.9}
   reference, killed = str(tmp_path / 'reference'), str(tmp_path / 'killed')

@@ -9,6 +9,7 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
+from vit_jax.data import order
 from vit_jax.data import preprocess
 
 IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png')
@@ -92,18 +93,18 @@ class FolderSource:
       self._files[split] = (paths, path_labels)
     return self._files[split]
 
-  def num_examples(self, split: str, process_index: int = 0, process_count: int = 1) -> int:
-    """Image files of `split` in the shard of process `process_index` of `process_count`; unreadable
-    ones are only found (and skipped) when read."""
-    return len(self._split_files(split)[0][process_index::process_count])
+  def examples(self, split: str, shard: int = 0, num_shards: int = 1) -> order.RandomAccess:
+    """Shard `shard` of `num_shards` of `split` as {'record': path, 'label': int32}, by index.
 
-  def records(self, split: str, process_index: int = 0, process_count: int = 1) -> tf.data.Dataset:
-    """This process's shard as {'record': path, 'label': int32}, in a fixed order."""
+    Striding (not contiguous blocks) keeps the classes balanced across shards. Unreadable files are
+    only found (and skipped) when read.
+    """
     paths, labels = self._split_files(split)
-    # Striding (not contiguous blocks) keeps the classes balanced across processes.
-    return tf.data.Dataset.from_tensor_slices({
-        'record': np.array(paths[process_index::process_count], dtype=object),
-        'label': np.array(labels[process_index::process_count], dtype=np.int32)})
+    paths = tf.constant(np.array(paths[shard::num_shards], dtype=object), tf.string)
+    labels = tf.constant(labels[shard::num_shards], tf.int32)
+    return order.RandomAccess(
+        int(paths.shape[0]),
+        lambda indices: {'record': tf.gather(paths, indices), 'label': tf.gather(labels, indices)})
 
   def load(self, ds: tf.data.Dataset) -> tf.data.Dataset:
     """Reads and decodes each 'record' into 'image'; unreadable files are skipped with a warning."""

@@ -1,13 +1,10 @@
 """From a config to this host's iterators of numpy batches.
 
-Resumability: the train stream is a pure function of (config.seed, stream position, process_index,
-process_count). Epoch e of a host's shard is read in a fixed order, cut into windows of
-`config.shuffle_buffer` consecutive records, and each window is permuted with a stateless seed from
-(seed, e, window); the augmentation of the example at stream position p is seeded from (seed, p).
-So starting at step s only has to skip whole epochs arithmetically and, within the epoch, whole windows
-of undecoded records before the window that holds position s * batch; nothing is decoded to be skipped.
-A window of at least the shard's size is a full shuffle; a host holds about two windows of encoded
-records in memory.
+Resumability: each data shard's train stream is a pure function of (config.seed, shard, stream
+position). Epoch e is a seeded permutation of the shard (see order.py: a full one for image folders
+and ArrayRecord datasets, windows of `config.shuffle_buffer` records over permuted file pieces for
+TFRecord datasets); the augmentation of the example at stream position p is seeded from (seed, p).
+So starting at step s skips to position s * batch arithmetically; nothing is decoded to be skipped.
 """
 import dataclasses
 from typing import Iterator, Protocol
@@ -18,11 +15,9 @@ import tensorflow as tf
 
 from vit_jax.data import digits
 from vit_jax.data import folder
+from vit_jax.data import order
 from vit_jax.data import preprocess
 from vit_jax.data import tfds_source
-
-# tf.data wants an end for a range of epochs; this one is never reached.
-_MANY_EPOCHS = 2**62
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,14 +32,13 @@ class Source(Protocol):
   """Where examples come from: a tfds dataset or an image folder."""
   class_names: tuple[str, ...]
 
-  def num_examples(self, split: str, process_index: int = 0, process_count: int = 1) -> int:
-    """Examples in the shard of process `process_index` of `process_count` (disjoint shards)."""
-
-  def records(self, split: str, process_index: int = 0, process_count: int = 1) -> tf.data.Dataset:
-    """The shard as {'record': tf.string, 'label': int32} in a fixed order, nothing decoded yet."""
+  def examples(self, split: str, shard: int = 0, num_shards: int = 1) -> order.Records:
+    """Shard `shard` of `num_shards` of `split` (disjoint, sizes within one), nothing decoded yet:
+    {'record': tf.string}, and 'label' (int32) where the record does not hold it."""
 
   def load(self, ds: tf.data.Dataset) -> tf.data.Dataset:
-    """Replaces each example's 'record' by its decoded 'image' (uint8 [h, w, 3]), keeping the rest."""
+    """Replaces each example's 'record' by its decoded 'image' (uint8 [h, w, 3]) and its int32
+    'label', keeping the rest."""
 
 
 def make_source(config: ml_collections.ConfigDict) -> Source:
@@ -63,7 +57,7 @@ def _check_config(config: ml_collections.ConfigDict) -> None:
   if config.image_size < 1:
     raise ValueError(f'config.image_size={config.image_size} must be a positive number of pixels')
   if config.shuffle_buffer < 1:
-    raise ValueError(f'config.shuffle_buffer={config.shuffle_buffer} must be >= 1 (1 = no shuffling)')
+    raise ValueError(f'config.shuffle_buffer={config.shuffle_buffer} must be >= 1 records')
   preprocess.check_pp(config.pp)
 
 
@@ -72,8 +66,8 @@ def get_info(config: ml_collections.ConfigDict) -> DatasetInfo:
   _check_config(config)
   source = make_source(config)
   return DatasetInfo(num_classes=len(source.class_names),
-                     num_train=source.num_examples(config.train_split),
-                     num_eval=source.num_examples(config.eval_split),
+                     num_train=source.examples(config.train_split).num_records,
+                     num_eval=source.examples(config.eval_split).num_records,
                      class_names=source.class_names)
 
 
@@ -81,35 +75,6 @@ def num_eval_batches(num_eval: int, *, local_batch_size: int, process_count: int
   """Batches that eval_iterator yields on every host: enough for the largest host's shard."""
   largest_shard = -(-num_eval // process_count)  # Shards differ in size by at most one example.
   return -(-largest_shard // local_batch_size)
-
-
-def _shuffle_window(window: dict[str, tf.Tensor], seed: tf.Tensor) -> dict[str, tf.Tensor]:
-  order = tf.random.experimental.stateless_shuffle(tf.range(tf.shape(window['label'])[0]), seed)
-  return {k: tf.gather(v, order) for k, v in window.items()}
-
-
-def _shuffled_epoch(records: tf.data.Dataset, epoch: int | tf.Tensor, first_window: int,
-                    window_size: int, seed: tf.Tensor) -> tf.data.Dataset:
-  """Epoch `epoch` of `records` from window `first_window` on."""
-  # fold_in's result depends on the dtype of its data: int64 here, whether `epoch` is a Python int.
-  epoch_seed = tf.random.experimental.stateless_fold_in(seed, tf.cast(epoch, tf.int64))
-  windows = records.skip(first_window * window_size).batch(window_size).enumerate(first_window)
-  shuffled = windows.map(
-      lambda w, window: _shuffle_window(window, tf.random.experimental.stateless_fold_in(epoch_seed, w)))
-  # Gathers the next window while this one is consumed, instead of stalling at each window's start.
-  return shuffled.prefetch(1).unbatch()
-
-
-def _shuffled_stream(records: tf.data.Dataset, num_records: int, start: int, window_size: int,
-                     seed: tf.Tensor) -> tf.data.Dataset:
-  """The endless stream of epochs of `records`, from stream position `start` on, each example with
-  its stream 'position'."""
-  epoch, offset = divmod(start, num_records)
-  first = _shuffled_epoch(records, epoch, offset // window_size, window_size, seed)
-  later = tf.data.Dataset.range(epoch + 1, _MANY_EPOCHS).flat_map(
-      lambda e: _shuffled_epoch(records, e, 0, window_size, seed))
-  stream = first.skip(offset % window_size).concatenate(later)
-  return stream.enumerate(start).map(lambda position, example: {**example, 'position': position})
 
 
 def _as_numpy(ds: tf.data.Dataset) -> Iterator[dict[str, np.ndarray]]:
@@ -161,8 +126,8 @@ def train_iterator(config: ml_collections.ConfigDict, *, local_batch_size: int,
 def _shard_stream(config: ml_collections.ConfigDict, source: Source, shard: int, num_shards: int,
                   batch_size: int, start_step: int) -> tf.data.Dataset:
   """Batches of data shard `shard` of `num_shards`, from step `start_step` on."""
-  num_records = source.num_examples(config.train_split, shard, num_shards)
-  if num_records < 1:
+  records = source.examples(config.train_split, shard, num_shards)
+  if records.num_records < 1:
     raise ValueError(f'Split {config.train_split!r} has no examples for data shard {shard} of '
                      f'{num_shards}: use a larger split or fewer data shards')
   # Separate seeds for the order and for the augmentation, both specific to this shard's stream.
@@ -175,8 +140,8 @@ def _shard_stream(config: ml_collections.ConfigDict, source: Source, shard: int,
                                         image_size=config.image_size)
     return {'image': image, 'label': example['label']}
 
-  ds = _shuffled_stream(source.records(config.train_split, shard, num_shards), num_records,
-                        start_step * batch_size, config.shuffle_buffer, shuffle_seed)
+  ds = order.shuffled_stream(records, start=start_step * batch_size,
+                             window_size=config.shuffle_buffer, seed=shuffle_seed)
   ds = source.load(ds).map(augment, num_parallel_calls=tf.data.AUTOTUNE)
   return ds.batch(batch_size, drop_remainder=True)
 
@@ -191,7 +156,7 @@ def eval_iterator(config: ml_collections.ConfigDict, *, local_batch_size: int,
   """
   _check_config(config)
   source = make_source(config)
-  num_batches = num_eval_batches(source.num_examples(config.eval_split),
+  num_batches = num_eval_batches(source.examples(config.eval_split).num_records,
                                  local_batch_size=local_batch_size, process_count=process_count)
 
   def prepare(example):
@@ -203,7 +168,7 @@ def eval_iterator(config: ml_collections.ConfigDict, *, local_batch_size: int,
       'image': tf.zeros([size, size, 3], tf.float32),
       'label': tf.constant(0, tf.int32),
       'mask': tf.constant(False)}).repeat()
-  ds = source.load(source.records(config.eval_split, process_index, process_count))
+  ds = source.load(order.in_order(source.examples(config.eval_split, process_index, process_count)))
   ds = ds.map(prepare, num_parallel_calls=tf.data.AUTOTUNE).concatenate(padding)
   ds = ds.take(num_batches * local_batch_size).batch(local_batch_size)
   return _as_numpy(ds.prefetch(tf.data.AUTOTUNE))

@@ -1,7 +1,9 @@
 """Datasets prepared by tensorflow_datasets (and the bundled digits, which is one)."""
+import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
+from vit_jax.data import order
 from vit_jax.data import preprocess
 
 UNKNOWN_DATASET = (
@@ -32,7 +34,13 @@ def prepared_builder(name: str, data_dir: str | None) -> tfds.core.DatasetBuilde
 
 
 class TfdsSource:
-  """A prepared tfds dataset with an 'image' feature and a ClassLabel 'label' feature."""
+  """A prepared tfds dataset with an 'image' feature and a ClassLabel 'label' feature.
+
+  Records are the serialized examples, read from the prepared files directly: by index where the
+  dataset was prepared as ArrayRecord (random access: train shards are strided, so each holds every
+  class even when the files are in class order), in file order where it was prepared as TFRecord
+  (shards are contiguous ranges, the `tfds.split_for_jax_process` layout).
+  """
 
   def __init__(self, builder: tfds.core.DatasetBuilder):
     features = dict(builder.info.features)
@@ -42,32 +50,60 @@ class TfdsSource:
           f'Dataset {builder.name!r} has features {sorted(features)}: vit_jax needs an '
           f"Image feature 'image' and a ClassLabel feature 'label'")
     self._builder = builder
+    self._random_access = builder.info.file_format == tfds.core.FileFormat.ARRAY_RECORD
     self.class_names = tuple(features['label'].names)
 
-  def _shard(self, split: str, process_index: int, process_count: int):
-    # Contiguous, equal-sized (to one example) blocks: the tfds.split_for_jax_process layout.
-    return tfds.even_splits(split, n=process_count)[process_index]
-
-  def num_examples(self, split: str, process_index: int = 0, process_count: int = 1) -> int:
-    """Examples of `split` in the shard of process `process_index` of `process_count`."""
+  def _split_info(self, split) -> tfds.core.SplitInfo:
     try:
-      return self._builder.info.splits[self._shard(split, process_index, process_count)].num_examples
+      return self._builder.info.splits[split]
     except ValueError as e:  # tfds: "Unknown split 'x'. Should be one of [...]." or a bad slice.
       first_line = str(e).strip().splitlines()[0]
       raise ValueError(f'Bad split {split!r} for dataset {self._builder.name!r}: {first_line}') from None
 
-  def records(self, split: str, process_index: int = 0, process_count: int = 1) -> tf.data.Dataset:
-    """This process's shard as {'record': encoded image bytes, 'label': int32}, in a fixed order."""
-    # Only the image bytes and the label are read; decoding waits until after any skipping.
-    decoders = tfds.decode.PartialDecoding({'image': True, 'label': True},
-                                           decoders={'image': tfds.decode.SkipDecoding()})
-    ds = self._builder.as_dataset(split=self._shard(split, process_index, process_count),
-                                  shuffle_files=False, decoders=decoders)
-    return ds.map(lambda ex: {'record': ex['image'], 'label': tf.cast(ex['label'], tf.int32)})
+  def _indexed(self, split: str, shard: int, num_shards: int) -> order.RandomAccess:
+    num_examples = self._split_info(split).num_examples
+    source = self._builder.as_data_source(
+        split=split, deserialize_method=tfds.decode.DeserializeMethod.RAW_BYTES)
+
+    def read_serialized(indices: np.ndarray) -> np.ndarray:
+      return np.array(source.__getitems__(indices.tolist()), dtype=object)
+
+    def read(indices: tf.Tensor) -> dict[str, tf.Tensor]:
+      records = tf.numpy_function(read_serialized, [shard + num_shards * indices], tf.string,
+                                  stateful=False)
+      return {'record': tf.ensure_shape(records, indices.shape)}
+
+    return order.RandomAccess(len(range(shard, num_examples, num_shards)), read)
+
+  def _files(self, split: str, shard: int, num_shards: int) -> order.Blocks:
+    instructions = self._split_info(tfds.even_splits(split, n=num_shards)[shard]).file_instructions
+    instructions = [i for i in instructions if i.take > 0]
+    filenames, skips, takes = (tf.constant(column) for column in zip(
+        *[(i.filename, i.skip, i.take) for i in instructions]))
+
+    def read(block: tf.Tensor) -> tf.data.Dataset:
+      ds = tf.data.TFRecordDataset(filenames[block]).skip(tf.cast(skips[block], tf.int64))
+      return ds.take(tf.cast(takes[block], tf.int64)).map(lambda record: {'record': record})
+
+    return order.Blocks(tuple(i.take for i in instructions), read)
+
+  def examples(self, split: str, shard: int = 0, num_shards: int = 1) -> order.Records:
+    """Shard `shard` of `num_shards` (disjoint, sizes within one) of `split`, as serialized examples."""
+    self._split_info(split)  # A one-line error for a bad split name, before it is sharded.
+    if self._random_access:
+      return self._indexed(split, shard, num_shards)
+    if self._split_info(tfds.even_splits(split, n=num_shards)[shard]).num_examples == 0:
+      return order.RandomAccess(0, lambda indices: {'record': tf.fill(tf.shape(indices), '')})
+    return self._files(split, shard, num_shards)
 
   def load(self, ds: tf.data.Dataset) -> tf.data.Dataset:
-    """Decodes each 'record' into 'image' (uint8 [h, w, 3])."""
-    def decode(example):
+    """Parses each 'record' into 'label' (int32) and 'image' (decoded, uint8 [h, w, 3])."""
+    features = self._builder.info.features
+
+    def parse(example):
       rest = {k: v for k, v in example.items() if k != 'record'}
-      return {**rest, 'image': preprocess.decode(example['record'])}
-    return ds.map(decode, num_parallel_calls=tf.data.AUTOTUNE)
+      parsed = features.deserialize_example(
+          example['record'], decoders={'image': tfds.decode.SkipDecoding()})
+      return {**rest, 'image': preprocess.decode(parsed['image']),
+              'label': tf.cast(parsed['label'], tf.int32)}
+    return ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE)

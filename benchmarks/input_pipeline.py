@@ -1,13 +1,18 @@
 """Images/s of the training input pipeline on one host: read, decode, crop, flip, normalise, batch.
 
   python benchmarks/input_pipeline.py --source=digits --image_size=224 --batch=32
+  python benchmarks/input_pipeline.py --source=digits_array_record --image_size=224 --batch=32
   python benchmarks/input_pipeline.py --source=folder --image_size=224 --batch=32   # generated JPEGs
 
 Runs `vit_jax.data.train_iterator` exactly as training does (stateless shuffle, inception crop, flip,
-[-1, 1] floats) and prints a markdown table row. `--source=folder` first writes `--num_images` random
+[-1, 1] floats) and prints a markdown table row. The digits are a tfds dataset, read as prepared
+(TFRecord: windows over file pieces) or prepared as ArrayRecord into a temporary data_dir (random
+access by index). `--source=folder` first writes `--num_images` random
 JPEGs of about ImageNet's size (500x375) into a temporary `train/<class>/` tree, so decoding is measured
-too. Compare the images/s with benchmarks/train_step.py's at the same image size and batch: the input
-pipeline must outrun the train step or the step waits for data.
+too. "resumed first batch s" is the time to the first batch of a run resumed at `--resume_step`: it
+must not grow with the step (the order is skipped arithmetically). Compare the images/s with
+benchmarks/train_step.py's at the same image size and batch: the input pipeline must outrun the train
+step or the step waits for data.
 """
 import argparse
 import os
@@ -17,10 +22,12 @@ import time
 
 import numpy as np
 from PIL import Image
+import tensorflow_datasets as tfds
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from configs import common  # pylint: disable=wrong-import-position
 from vit_jax import data  # pylint: disable=wrong-import-position
+from vit_jax.data import digits  # pylint: disable=wrong-import-position
 
 
 def write_jpegs(root: str, num_images: int, num_classes: int = 10, size: tuple[int, int] = (500, 375)):
@@ -36,12 +43,17 @@ def write_jpegs(root: str, num_images: int, num_classes: int = 10, size: tuple[i
       image.save(os.path.join(folder, f'{i:05d}.jpg'), quality=90)
 
 
+def first_batch(config, batch: int, start_step: int = 0):
+  """(the iterator, seconds to its first batch)."""
+  start = time.perf_counter()
+  iterator = data.train_iterator(config, local_batch_size=batch, start_step=start_step)
+  next(iterator)
+  return iterator, time.perf_counter() - start
+
+
 def images_per_second(config, batch: int, warmup: int, batches: int) -> tuple[float, float]:
   """(images/s after warm-up, seconds to the first batch)."""
-  start = time.perf_counter()
-  iterator = data.train_iterator(config, local_batch_size=batch)
-  next(iterator)
-  first = time.perf_counter() - start
+  iterator, first = first_batch(config, batch)
   for _ in range(warmup):
     next(iterator)
   start = time.perf_counter()
@@ -52,13 +64,15 @@ def images_per_second(config, batch: int, warmup: int, batches: int) -> tuple[fl
 
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-  parser.add_argument('--source', default='digits', choices=('digits', 'folder'))
+  parser.add_argument('--source', default='digits', choices=('digits', 'digits_array_record', 'folder'))
   parser.add_argument('--image_size', type=int, default=224)
   parser.add_argument('--batch', type=int, default=32)
   parser.add_argument('--crop', default='inception', choices=('inception', 'random', 'resize'))
   parser.add_argument('--num_images', type=int, default=512, help='JPEGs to generate (folder)')
   parser.add_argument('--warmup', type=int, default=3, help='batches before timing')
   parser.add_argument('--batches', type=int, default=20, help='batches timed')
+  parser.add_argument('--resume_step', type=int, default=1_000_000,
+                      help='step of the resumed run whose first batch is timed')
   parser.add_argument('--data_dir', default=None, help='tfds data_dir of the digits (default: tfds)')
   parser.add_argument('--header', action='store_true', help='print the table header first')
   args = parser.parse_args()
@@ -70,16 +84,23 @@ def main() -> None:
     if args.source == 'folder':
       write_jpegs(tmp, args.num_images)
       config.dataset, config.data_dir = 'folder', tmp
+    elif args.source == 'digits_array_record':
+      builder = digits.VitJaxDigits(data_dir=tmp, file_format='array_record')
+      builder.download_and_prepare(
+          download_config=tfds.download.DownloadConfig(try_download_gcs=False))
+      config.dataset, config.data_dir = builder.name, tmp  # tfds reads it back by name.
     else:
       config.dataset, config.data_dir = 'digits', args.data_dir
     rate, first = images_per_second(config, args.batch, args.warmup, args.batches)
+    _, resumed = first_batch(config, args.batch, args.resume_step)
   if args.header:
-    print('| source | px | batch | crop | images/s | first batch s | cores |')
-    print('|---|---|---|---|---|---|---|')
-  source = ('bundled digits (8x8 PNG in tfds)' if args.source == 'digits' else
-            f'{args.num_images} generated 500x375 JPEGs')
+    print('| source | px | batch | crop | images/s | first batch s | resumed first batch s | cores |')
+    print('|---|---|---|---|---|---|---|---|')
+  source = {'digits': 'bundled digits (8x8 PNG, tfds TFRecord)',
+            'digits_array_record': 'bundled digits (8x8 PNG, tfds ArrayRecord)',
+            'folder': f'{args.num_images} generated 500x375 JPEGs (image folder)'}[args.source]
   print(f'| {source} | {args.image_size} | {args.batch} | {args.crop} + flip | {rate:.0f} | '
-        f'{first:.1f} | {len(os.sched_getaffinity(0))} |')
+        f'{first:.1f} | {resumed:.1f} (step {args.resume_step}) | {len(os.sched_getaffinity(0))} |')
 
 
 if __name__ == '__main__':

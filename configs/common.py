@@ -20,6 +20,9 @@ def get_config() -> ml_collections.ConfigDict:
   config.image_size = 224
   # Train-time preprocessing; eval always just resizes. crop: 'inception' | 'random' | 'resize'.
   config.pp = ml_collections.ConfigDict(dict(crop='inception', min_area=0.05, pad=0, flip=True))
+  # Each epoch is a seeded permutation of the train split. Only tfds datasets prepared as TFRecord
+  # (read in file order) use this: windows of about this many records over randomly ordered pieces
+  # of the files are permuted; image folders and ArrayRecord datasets are fully permuted by index.
   config.shuffle_buffer = 50_000
   # The train split is read as this many disjoint streams, each host reading its share of them; the
   # batches depend on it and not on the number of hosts (unset: one stream per host).

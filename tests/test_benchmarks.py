@@ -38,7 +38,13 @@ def test_train_step_compares_with_timm_in_one_run():
   assert '# ours/timm images/s: ' in out
 
 
+def test_input_pipeline_reads_array_record():
+  out = _run('input_pipeline.py', '--source=digits_array_record', '--image_size=16', '--batch=8',
+             '--warmup=1', '--batches=2')
+  assert '| bundled digits (8x8 PNG, tfds ArrayRecord) | 16 | 8 | inception + flip |' in out, out
+
+
 def test_input_pipeline_reads_generated_jpegs():
   out = _run('input_pipeline.py', '--source=folder', '--num_images=16', '--image_size=32', '--batch=8',
              '--warmup=1', '--batches=2', '--header')
-  assert '| 16 generated 500x375 JPEGs | 32 | 8 | inception + flip |' in out, out
+  assert '| 16 generated 500x375 JPEGs (image folder) | 32 | 8 | inception + flip |' in out, out

@@ -137,6 +137,19 @@ def test_random_access_shards_are_disjoint_balanced_and_cover_the_split(sources,
   assert union == multiset(*SPLITS['train'])
 
 
+@pytest.mark.parametrize('name', ['folder', 'array_record', 'tfrecord'])
+def test_global_batches_depend_on_data_shards_not_on_hosts(sources, name):
+  config = make_config(sources[name], data_shards=4, shuffle_buffer=200)
+  one_host = take(data.train_iterator(config, local_batch_size=32, start_step=40), 2)
+  for process_count in (2, 4):
+    hosts = [take(data.train_iterator(config, local_batch_size=32 // process_count, start_step=40,
+                                      process_index=i, process_count=process_count), 2)
+             for i in range(process_count)]
+    for step, batch in enumerate(one_host):
+      for key in ('image', 'label'):
+        np.testing.assert_array_equal(np.concatenate([host[step][key] for host in hosts]), batch[key])
+
+
 @pytest.mark.parametrize('name,window', [('folder', 64), ('array_record', 64), ('tfrecord', 200),
                                          ('tfrecord', 50_000)])
 @pytest.mark.parametrize('process_index,process_count', [(0, 1), (1, 2)])

@@ -5,7 +5,10 @@ import os
 import subprocess
 import sys
 
+import collections
+
 import ml_collections
+import numpy as np
 import tensorflow as tf
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -53,3 +56,38 @@ def read_scalars(workdir: str) -> dict[str, dict[int, float]]:
           if array.ndim == 0:
             scalars.setdefault(value.tag, {})[event.step] = float(array)
   return scalars
+
+
+# The data pipeline's tests.
+
+def data_config(data_dir: str | None, **overrides) -> ml_collections.ConfigDict:
+  """The data fields of a config (the digits, unaugmented, at their native 8x8) with overrides."""
+  config = ml_collections.ConfigDict(dict(
+      dataset='digits', data_dir=data_dir, train_split='train', eval_split='test', image_size=8,
+      seed=0, shuffle_buffer=50_000, data_shards=None,
+      pp=dict(crop='resize', min_area=0.05, pad=0, flip=False)))
+  pp = overrides.pop('pp', {})
+  config.update(overrides)
+  config.pp.update(pp)
+  return config
+
+
+def as_uint8(images: np.ndarray) -> np.ndarray:
+  """[-1, 1] floats of an un-augmented native-size image back to exact uint8 pixels."""
+  return np.round((images + 1) * 127.5).astype(np.uint8)
+
+
+def multiset(images: np.ndarray, labels: np.ndarray) -> collections.Counter:
+  return collections.Counter((image.tobytes(), int(label)) for image, label in zip(images, labels))
+
+
+def take(iterator, n: int) -> list:
+  return [next(iterator) for _ in range(n)]
+
+
+def assert_same_batches(a: list[dict], b: list[dict]) -> None:
+  assert len(a) == len(b)
+  for x, y in zip(a, b):
+    assert x.keys() == y.keys()
+    for key in x:
+      np.testing.assert_array_equal(x[key], y[key])

@@ -3,11 +3,12 @@ import collections
 import os
 import threading
 
-import ml_collections
 import numpy as np
 from PIL import Image
 import pytest
 
+import helpers
+from helpers import as_uint8, assert_same_batches, multiset, take
 from vit_jax import data
 from vit_jax.data import digits
 
@@ -20,36 +21,7 @@ def data_dir(tmp_path_factory):
   return path
 
 
-def make_config(data_dir, **overrides):
-  config = ml_collections.ConfigDict(dict(
-      dataset='digits', data_dir=data_dir, train_split='train', eval_split='test', image_size=8,
-      seed=0, shuffle_buffer=50_000, data_shards=None,
-      pp=dict(crop='resize', min_area=0.05, pad=0, flip=False)))
-  pp = overrides.pop('pp', {})
-  config.update(overrides)
-  config.pp.update(pp)
-  return config
-
-
-def as_uint8(images):
-  """[-1, 1] floats of an un-augmented native-size image back to exact uint8 pixels."""
-  return np.round((images + 1) * 127.5).astype(np.uint8)
-
-
-def multiset(images, labels):
-  return collections.Counter((image.tobytes(), int(label)) for image, label in zip(images, labels))
-
-
-def take(iterator, n):
-  return [next(iterator) for _ in range(n)]
-
-
-def assert_same_batches(a, b):
-  assert len(a) == len(b)
-  for x, y in zip(a, b):
-    assert x.keys() == y.keys()
-    for key in x:
-      np.testing.assert_array_equal(x[key], y[key])
+make_config = helpers.data_config
 
 
 # The bundled digits.

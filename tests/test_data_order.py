@@ -6,13 +6,13 @@ class) and tfds datasets prepared with shuffling disabled, as ArrayRecord and as
 import collections
 
 from etils import epath
-import ml_collections
 import numpy as np
 import pytest
 from scipy import stats
 import tensorflow_datasets as tfds
 
 import helpers
+from helpers import as_uint8, assert_same_batches, multiset, take
 from vit_jax import data, train
 from vit_jax.data import digits
 
@@ -45,25 +45,8 @@ def sources(tmp_path_factory, sorted_digits_folder):
   return configs
 
 
-def make_config(overrides, **more):
-  config = ml_collections.ConfigDict(dict(
-      dataset='digits', data_dir=None, train_split='train', eval_split='test', image_size=8,
-      seed=0, shuffle_buffer=64, data_shards=None,
-      pp=dict(crop='resize', min_area=0.05, pad=0, flip=False)))
-  config.update({**overrides, **more})
-  return config
-
-
-def as_uint8(images):
-  return np.round((images + 1) * 127.5).astype(np.uint8)
-
-
-def multiset(images, labels):
-  return collections.Counter((image.tobytes(), int(label)) for image, label in zip(images, labels))
-
-
-def take(iterator, n):
-  return [next(iterator) for _ in range(n)]
+def make_config(source, **overrides):
+  return helpers.data_config(**{**source, 'shuffle_buffer': 64, **overrides})
 
 
 def test_the_sources_are_class_sorted(sources):
@@ -159,9 +142,7 @@ def test_resume_is_bitwise_identical(sources, name, window, process_index, proce
   reference = take(data.train_iterator(config, **kwargs), 20)
   for start in (3, 7, 15):  # Mid-epoch, at an epoch's edge (batch 7 spans epochs 0 and 1 of 719), later.
     resumed = take(data.train_iterator(config, start_step=start, **kwargs), 3)
-    for got, want in zip(resumed, reference[start:start + 3]):
-      np.testing.assert_array_equal(got['image'], want['image'])
-      np.testing.assert_array_equal(got['label'], want['label'])
+    assert_same_batches(resumed, reference[start:start + 3])
 
 
 @pytest.mark.parametrize('name,window', [('folder', 64), ('array_record', 64), ('tfrecord', 200)])
@@ -172,8 +153,7 @@ def test_resuming_far_into_a_run_skips_arithmetically(sources, name, window):
   step = 10**9
   before = take(data.train_iterator(config, local_batch_size=32, start_step=step - 1), 2)[1]
   at = next(data.train_iterator(config, local_batch_size=32, start_step=step))
-  np.testing.assert_array_equal(at['image'], before['image'])
-  np.testing.assert_array_equal(at['label'], before['label'])
+  assert_same_batches([at], [before])
 
 
 def test_array_record_eval_visits_each_example_once(sources):

@@ -6,8 +6,8 @@ A source offers its records in one of two ways, and each gets its own epoch orde
   `tf.random.experimental.index_shuffle` under a seed from (seed, e). Nothing is materialised, so
   starting at any stream position costs the same.
 - `Blocks` (tfds datasets prepared as TFRecord): records are readable only in order, in blocks (a
-  file, or the part of one in this shard). Blocks are cut into pieces of at most `window_size`
-  records; epoch e visits the pieces in a permuted order, consecutive permuted pieces are grouped into
+  file, or the part of one in this shard). Blocks are cut into pieces of `window_size` records (or an
+  eighth of the block, if that is more); epoch e visits the pieces in a permuted order, consecutive permuted pieces are grouped into
   windows of about `window_size` records, and each window is read (its pieces interleaved) and
   permuted as a whole. A window of at least the split's size is a full permutation. Starting
   mid-epoch skips whole windows without reading them and reads at most one window.
@@ -22,6 +22,8 @@ import tensorflow as tf
 
 # tf.data wants an end for a range of epochs; this one is never reached.
 _MANY_EPOCHS = 2**62
+# Pieces a block is cut into at most (see _Pieces.cut).
+_MAX_PIECES = 8
 # Indices permuted and read together: amortises the per-element cost of tf.data and of reads.
 _READ_CHUNK = 256
 
@@ -73,8 +75,7 @@ def _permuted_epoch(records: RandomAccess, epoch: int | tf.Tensor, first: int | 
 
 @dataclasses.dataclass(frozen=True)
 class _Pieces:
-  """The blocks cut into pieces of at most a window's records: piece i is records
-  [skip[i], skip[i] + take[i]) of block block[i]."""
+  """The blocks cut into pieces: piece i is records [skip[i], skip[i] + take[i]) of block block[i]."""
   block: np.ndarray
   skip: np.ndarray
   take: np.ndarray
@@ -82,8 +83,12 @@ class _Pieces:
 
   @classmethod
   def cut(cls, records: Blocks, window_size: int) -> '_Pieces':
-    pieces = [(b, skip, min(window_size, size - skip))
-              for b, size in enumerate(records.block_sizes) for skip in range(0, size, window_size)]
+    pieces = []
+    for b, size in enumerate(records.block_sizes):
+      # Reading a piece reads through the block up to it, so a block is cut into at most
+      # _MAX_PIECES: an epoch then reads a block at most (_MAX_PIECES + 1) / 2 times.
+      piece = max(window_size, -(-size // _MAX_PIECES))
+      pieces += [(b, skip, min(piece, size - skip)) for skip in range(0, size, piece)]
     block, skip, take = (np.array(column, np.int64) for column in zip(*pieces))
     per_window = max(1, min(len(take), round(window_size / take.mean())))
     return cls(block, skip, take, per_window)

@@ -52,6 +52,7 @@ class TfdsSource:
     self._builder = builder
     self._random_access = builder.info.file_format == tfds.core.FileFormat.ARRAY_RECORD
     self.class_names = tuple(features['label'].names)
+    self._data_sources = {}
 
   def _split_info(self, split) -> tfds.core.SplitInfo:
     try:
@@ -60,13 +61,18 @@ class TfdsSource:
       first_line = str(e).strip().splitlines()[0]
       raise ValueError(f'Bad split {split!r} for dataset {self._builder.name!r}: {first_line}') from None
 
+  def _data_source(self, split: str):
+    """The split's ArrayRecord files, opened on the first read (counting examples opens nothing)."""
+    if split not in self._data_sources:
+      self._data_sources[split] = self._builder.as_data_source(
+          split=split, deserialize_method=tfds.decode.DeserializeMethod.RAW_BYTES)
+    return self._data_sources[split]
+
   def _indexed(self, split: str, shard: int, num_shards: int) -> order.RandomAccess:
     num_examples = self._split_info(split).num_examples
-    source = self._builder.as_data_source(
-        split=split, deserialize_method=tfds.decode.DeserializeMethod.RAW_BYTES)
 
     def read_serialized(indices: np.ndarray) -> np.ndarray:
-      return np.array(source.__getitems__(indices.tolist()), dtype=object)
+      return np.array(self._data_source(split).__getitems__(indices.tolist()), dtype=object)
 
     def read(indices: tf.Tensor) -> dict[str, tf.Tensor]:
       records = tf.numpy_function(read_serialized, [shard + num_shards * indices], tf.string,

@@ -14,13 +14,15 @@ import numpy as np
 import orbax.checkpoint as ocp
 from flax import traverse_util
 
+from vit_jax import paths
+
 
 def make_manager(workdir: str, keep: int) -> ocp.CheckpointManager:
   options = ocp.CheckpointManagerOptions(
       max_to_keep=keep, create=True, enable_async_checkpointing=True,
       # A run killed mid-save leaves a temporary directory; it is never read, and removed at start.
       cleanup_tmp_directories=True)
-  return ocp.CheckpointManager(os.path.join(os.path.abspath(workdir), 'checkpoints'), options=options)
+  return ocp.CheckpointManager(os.path.join(paths.absolute(workdir), 'checkpoints'), options=options)
 
 
 def save(manager: ocp.CheckpointManager, step: int, state: Any) -> None:
@@ -77,8 +79,10 @@ def find_checkpoint(path: str, step: Optional[int] = None) -> tuple[str, int]:
   """The directory and step of an orbax train-state checkpoint.
 
   `path` is a step directory (`W/checkpoints/N`, when `step` is None) or a workdir `W`, whose
-  checkpoint `step` (default: the latest) is taken.
+  checkpoint `step` (default: the latest) is taken. The directory returned is absolute (orbax does
+  not read a relative one).
   """
+  path = paths.absolute(path)
   name = os.path.basename(os.path.normpath(path))
   if step is None and name.isdigit() and os.path.isdir(os.path.join(path, 'default')):
     return path, int(name)

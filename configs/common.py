@@ -103,6 +103,10 @@ def get_config() -> ml_collections.ConfigDict:
   # to take the remaining devices, e.g. "(('data', 2), ('fsdp', -1))".
   config.mesh = (('data', -1),)
 
+  # Seconds the workdir's (and init_from's) file system may take to answer the checks made before a
+  # run starts; a remote one (gs://) that does not answer by then is a one-line error, not a hang.
+  config.storage_timeout_s = 60.0
+
   # Bookkeeping (in steps).
   config.log_every_steps = 100
   config.eval_every_steps = 1000

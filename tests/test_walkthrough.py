@@ -2,6 +2,7 @@
 import os
 import subprocess
 import sys
+import time
 
 from PIL import Image
 import pytest
@@ -53,3 +54,44 @@ def test_paths_resolve_locally_and_leave_urls_alone(tmp_path, monkeypatch):
   assert paths.absolute('workdirs/demo') == str(tmp_path / 'workdirs/demo')
   assert paths.absolute('/data/run') == '/data/run'
   assert paths.absolute('gs://bucket/run1') == 'gs://bucket/run1'
+
+
+def _main_in(cwd, *args):
+  return subprocess.run([sys.executable, '-m', 'vit_jax.main', *args], cwd=cwd, capture_output=True,
+                        text=True, timeout=300)
+
+
+@pytest.mark.parametrize('target', ['workdir', 'init_from'])
+def test_an_unreachable_bucket_is_one_line_and_writes_nothing_locally(tmp_path, target):
+  """No network here (nor credentials in CI): the bucket cannot answer. The run stops in one line
+  naming the path, within the timeout, and nothing appears under the working directory."""
+  cwd = tmp_path / 'cwd'
+  cwd.mkdir()
+  url = 'gs://vit-jax-no-such-bucket-for-tests/run1'
+  args = [f'--config={helpers.REPO}/configs/demo.py', '--config.storage_timeout_s=20',
+          f'--config.data_dir={tmp_path / "tfds"}']
+  if target == 'workdir':
+    args.append(f'--workdir={url}')
+  else:
+    args += [f'--workdir={tmp_path / "w"}', f'--config.init_from={url}/ViT-B_16.npz']
+  run = _main_in(cwd, *args)
+  assert run.returncode != 0
+  errors = [line for line in run.stderr.splitlines() if line.startswith('error: ')]
+  assert len(errors) == 1 and 'Traceback' not in run.stderr, run.stderr[-2000:]
+  assert url in errors[0] and 'credentials' in errors[0], errors[0]
+  assert os.listdir(cwd) == []
+  assert not os.path.exists(tmp_path / 'w')
+
+
+def test_a_file_system_that_does_not_answer_times_out(monkeypatch, tmp_path):
+  def hang(*_, **__):
+    time.sleep(60)
+  local_path = type(paths.epath.Path(str(tmp_path)))
+  monkeypatch.setattr(local_path, 'mkdir', hang)
+  monkeypatch.setattr(local_path, 'exists', hang)
+  start = time.perf_counter()
+  with pytest.raises(ValueError, match=r"workdir '.*' did not answer within 0.5 s: .*storage_timeout_s"):
+    paths.check_writable(str(tmp_path / 'w'), timeout_s=0.5)
+  with pytest.raises(ValueError, match=r"config.init_from '.*' did not answer within 0.5 s"):
+    paths.check_reachable(str(tmp_path / 'x.npz'), timeout_s=0.5, what='config.init_from')
+  assert time.perf_counter() - start < 5

@@ -12,6 +12,7 @@ from typing import Any, Optional
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+from etils import epath
 from flax import traverse_util
 
 from vit_jax import paths
@@ -52,14 +53,16 @@ _SELF_SUPERVISION_ONLY = ('mask_token', 'mpp_head')
 
 def load_npz(path: str) -> dict[str, Any]:
   """The nested parameter tree of an `.npz` in the original ViT layout (keys joined by '/')."""
-  if not os.path.isfile(path):
+  if not epath.Path(path).is_file():
     raise ValueError(f'no checkpoint file at {path!r}: download it (e.g. gsutil cp '
                      'gs://vit_models/imagenet21k/ViT-B_16.npz .) or fix --config.init_from')
-  if not zipfile.is_zipfile(path):
-    raise ValueError(f'{path!r} is not an .npz file: pass an .npz checkpoint in the original ViT '
-                     'layout, or the workdir of a vit_jax run, as --config.init_from')
-  with np.load(path, allow_pickle=False) as npz:
-    flat = {key: npz[key] for key in npz.files}
+  with epath.Path(path).open('rb') as f:
+    if not zipfile.is_zipfile(f):
+      raise ValueError(f'{path!r} is not an .npz file: pass an .npz checkpoint in the original ViT '
+                       'layout, or the workdir of a vit_jax run, as --config.init_from')
+    f.seek(0)
+    with np.load(f, allow_pickle=False) as npz:
+      flat = {key: npz[key] for key in npz.files}
   for prefix in _NPZ_PREFIXES:
     if any(key.startswith(prefix) for key in flat):
       # The rest of such a file (e.g. `opt/state/...`) is optimizer state, not parameters.
@@ -71,7 +74,7 @@ def load_npz(path: str) -> dict[str, Any]:
 def save_npz(params: Any, path: str) -> None:
   """Writes `params` as float32 arrays under flat '/'-joined keys: the original ViT `.npz` layout."""
   flat = traverse_util.flatten_dict(jax.device_get(params), sep='/')
-  with open(path, 'wb') as f:  # A file object: np.savez would append '.npz' to other names.
+  with epath.Path(path).open('wb') as f:  # A file object: np.savez would append '.npz' to other names.
     np.savez(f, **{key: np.asarray(value, np.float32) for key, value in flat.items()})
 
 
@@ -83,15 +86,15 @@ def find_checkpoint(path: str, step: Optional[int] = None) -> tuple[str, int]:
   not read a relative one).
   """
   path = paths.absolute(path)
-  name = os.path.basename(os.path.normpath(path))
-  if step is None and name.isdigit() and os.path.isdir(os.path.join(path, 'default')):
+  name = epath.Path(path).name
+  if step is None and name.isdigit() and (epath.Path(path) / 'default').is_dir():
     return path, int(name)
   root = os.path.join(path, 'checkpoints')
-  if not os.path.isdir(root):
+  if not epath.Path(root).is_dir():
     raise ValueError(f'{path!r} has no checkpoints/ directory: pass the workdir of a vit_jax run that '
                      'has saved a checkpoint')
   # Finished saves only: one in progress (or killed) lives in a temporary `<step>.orbax-...` directory.
-  steps = sorted(int(d) for d in os.listdir(root) if d.isdigit())
+  steps = sorted(int(d.name) for d in epath.Path(root).iterdir() if d.name.isdigit())
   if not steps:
     raise ValueError(f'{root!r} holds no checkpoint yet: train first, or wait for the first save')
   if step is None:
@@ -123,7 +126,7 @@ def load_params(path: str) -> tuple[dict[str, Any], str]:
 
   Also returns a line for the log saying what was loaded.
   """
-  if path.endswith('.npz') or os.path.isfile(path):
+  if path.endswith('.npz') or epath.Path(path).is_file():
     return load_npz(path), f'loaded {path}'
   checkpoint_dir, step = find_checkpoint(path)
   params, name = restore_params(checkpoint_dir)

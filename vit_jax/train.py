@@ -8,8 +8,6 @@ import dataclasses
 import functools
 import json
 import math
-import os
-import tempfile
 import time
 from typing import Any, Callable
 
@@ -22,11 +20,12 @@ import numpy as np
 import optax
 from absl import logging
 from clu import metric_writers, parameter_overview, periodic_actions
+from etils import epath
 from jax.sharding import Mesh
 
 from configs import common
 from configs import models as model_variants
-from vit_jax import checkpoint, data, fewshot, optim, sharding
+from vit_jax import checkpoint, data, fewshot, optim, paths, sharding
 from vit_jax.models import VisionTransformer, vit
 from vit_jax.models.mpp import MaskedPatchPredictor, colour_targets
 
@@ -53,16 +52,6 @@ class Setup:
   mesh: Mesh
   total_steps: int
   init_params: Any = None  # From config.init_from, fitted to the model (numpy); None: from scratch.
-
-
-def _check_writable(workdir: str) -> None:
-  try:
-    os.makedirs(workdir, exist_ok=True)
-    with tempfile.TemporaryFile(dir=workdir):
-      pass
-  except OSError as e:
-    raise ValueError(f'workdir {workdir!r} is not writable ({e.strerror}): pass --workdir=DIR with a '
-                     'directory you can write to') from None
 
 
 def _total_steps(config: ml_collections.ConfigDict, info: data.DatasetInfo) -> int:
@@ -140,8 +129,12 @@ def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
                      '(or unset to turn Polyak averaging off)')
   _check_fewshot(config.fewshot, info)
   model = make_model(config, info.num_classes)
+  if not config.storage_timeout_s > 0:
+    raise ValueError(f'config.storage_timeout_s={config.storage_timeout_s} must be a positive number '
+                     'of seconds, e.g. 60')
   init_params = _load_init_params(config, model) if config.init_from else None
-  _check_writable(workdir)
+  workdir = paths.absolute(workdir)
+  paths.check_writable(workdir, config.storage_timeout_s)
   return Setup(config, workdir, info, model, mesh, total_steps, init_params)
 
 
@@ -163,7 +156,9 @@ def _check_fewshot(fewshot_config: ml_collections.ConfigDict, info: data.Dataset
 
 def _load_init_params(config: ml_collections.ConfigDict, model: nn.Module) -> Any:
   """The parameters of `config.init_from`, with head and position embeddings fitted to `model`."""
-  loaded, source = checkpoint.load_params(config.init_from)
+  init_from = paths.absolute(config.init_from)
+  paths.check_reachable(init_from, config.storage_timeout_s, 'config.init_from')
+  loaded, source = checkpoint.load_params(init_from)
   shapes = jax.eval_shape(model.init, jax.random.key(0),
                           jnp.zeros((1, config.image_size, config.image_size, 3)))['params']
   params, notes = checkpoint.adapt_params(
@@ -367,22 +362,20 @@ def _mean_metrics(history: list[dict[str, jax.Array]]) -> dict[str, float]:
 def write_run_info(setup: Setup) -> None:
   """The config and dataset facts that export and inference need to rebuild the model."""
   if jax.process_index() == 0:
-    with open(os.path.join(setup.workdir, 'config.json'), 'w') as f:
-      f.write(setup.config.to_json_best_effort(indent=2))
-    with open(os.path.join(setup.workdir, 'dataset_info.json'), 'w') as f:
-      json.dump(dataclasses.asdict(setup.info), f, indent=2)
+    workdir = epath.Path(setup.workdir)
+    (workdir / 'config.json').write_text(setup.config.to_json_best_effort(indent=2))
+    (workdir / 'dataset_info.json').write_text(json.dumps(dataclasses.asdict(setup.info), indent=2))
 
 
 def load_run_info(workdir: str) -> tuple[ml_collections.ConfigDict, data.DatasetInfo]:
   """What `write_run_info` wrote: the run's config and dataset info."""
-  try:
-    with open(os.path.join(workdir, 'config.json')) as f:
-      config = common.get_config()  # Today's defaults under it: runs saved before a field existed load.
-      config.update(json.load(f))
-    with open(os.path.join(workdir, 'dataset_info.json')) as f:
-      info = json.load(f)
-  except FileNotFoundError as e:
-    raise ValueError(f'{e.filename} is missing: is {workdir!r} the --workdir of a vit_jax run?') from None
+  files = {name: epath.Path(workdir) / name for name in ('config.json', 'dataset_info.json')}
+  for path in files.values():
+    if not path.exists():
+      raise ValueError(f'{path} is missing: is {workdir!r} the --workdir of a vit_jax run?')
+  config = common.get_config()  # Today's defaults under it: runs saved before a field existed load.
+  config.update(json.loads(files['config.json'].read_text()))
+  info = json.loads(files['dataset_info.json'].read_text())
   return config, data.DatasetInfo(**{**info, 'class_names': tuple(info['class_names'])})
 
 

@@ -189,7 +189,8 @@ def test_export_of_a_directory_that_is_not_a_run_is_a_clear_error(workdir, tmp_p
 
 def test_export_to_an_unwritable_directory_is_a_clear_error(workdir, tmp_path):
   (tmp_path / 'a_file').write_text('')
-  with pytest.raises(ValueError, match=r"cannot create --out=.*a_file/out.*directory you can write to"):
+  with pytest.raises(ValueError,
+                     match=r"--out='.*a_file/out' is not writable.*directory you can write to"):
     export.export(workdir, str(tmp_path / 'a_file' / 'out'))
 
 

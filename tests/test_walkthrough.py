@@ -90,7 +90,7 @@ def test_a_file_system_that_does_not_answer_times_out(monkeypatch, tmp_path):
   monkeypatch.setattr(local_path, 'mkdir', hang)
   monkeypatch.setattr(local_path, 'exists', hang)
   start = time.perf_counter()
-  with pytest.raises(ValueError, match=r"workdir '.*' did not answer within 0.5 s: .*storage_timeout_s"):
+  with pytest.raises(ValueError, match=r"--workdir='.*' did not answer within 0.5 s: .*storage_timeout_s"):
     paths.check_writable(str(tmp_path / 'w'), timeout_s=0.5)
   with pytest.raises(ValueError, match=r"config.init_from '.*' did not answer within 0.5 s"):
     paths.check_reachable(str(tmp_path / 'x.npz'), timeout_s=0.5, what='config.init_from')

@@ -1,9 +1,10 @@
 """What the command-line tools share: bad input ends in one `error: ...` line, not a traceback."""
-import os
 import sys
 from typing import Callable, NoReturn
 
 from absl import flags
+
+from vit_jax import paths
 
 
 def fail(message: str) -> NoReturn:
@@ -23,10 +24,6 @@ def flags_parser(usage: str) -> Callable[[list[str]], list[str]]:
   return parse
 
 
-def make_out_dir(out: str) -> None:
-  """Creates an --out directory, or raises a ValueError that says so in one line."""
-  try:
-    os.makedirs(out, exist_ok=True)
-  except OSError as e:
-    raise ValueError(f'cannot create --out={out!r} ({e.strerror}): pass a directory you can write to'
-                     ) from None
+def make_out_dir(out: str, timeout_s: float = 60.0) -> None:
+  """Creates an --out directory (local or gs://), or raises a ValueError that says why in one line."""
+  paths.check_writable(out, timeout_s, flag='--out')

@@ -12,12 +12,12 @@ writes, from checkpoint N of W (default: the latest), using the Polyak average w
   DIR/config.json      the model, resolution, classes and where the parameters came from.
 """
 import json
-import os
 from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
 from absl import app, flags
+from etils import epath
 
 from configs import models as model_variants
 from vit_jax import checkpoint, cli
@@ -51,9 +51,9 @@ def export(workdir: str, out: str, step: Optional[int] = None) -> dict[str, Any]
   params, name = checkpoint.restore_params(checkpoint_dir)
   model = train.make_model(config, info.num_classes)
 
-  checkpoint.save_npz(params, os.path.join(out, 'model.npz'))
-  with open(os.path.join(out, 'model.jaxexport'), 'wb') as f:
-    f.write(serialize_inference(model, params, config.image_size))
+  out_dir = epath.Path(out)
+  checkpoint.save_npz(params, str(out_dir / 'model.npz'))
+  (out_dir / 'model.jaxexport').write_bytes(serialize_inference(model, params, config.image_size))
   description = {
       'variant': config.variant,
       'model': model_variants.get_model_config(config.variant, config.model.to_dict()),
@@ -64,13 +64,12 @@ def export(workdir: str, out: str, step: Optional[int] = None) -> dict[str, Any]
       'class_names': list(info.class_names),
       'parameters': 'polyak' if name == 'ema_params' else 'raw',
       'step': step,
-      'checkpoint': os.path.abspath(checkpoint_dir),
+      'checkpoint': checkpoint_dir,  # Absolute: find_checkpoint resolved it.
       'input': 'float32 images [batch, image_size, image_size, 3] in [-1, 1]',
       'output': 'float32 logits [batch, num_classes]',
       'jax_export_platforms': list(PLATFORMS),
   }
-  with open(os.path.join(out, 'config.json'), 'w') as f:
-    json.dump(description, f, indent=2)
+  (out_dir / 'config.json').write_text(json.dumps(description, indent=2))
   return description
 
 

@@ -64,8 +64,9 @@ def check_reachable(path: str, timeout_s: float, what: str) -> None:
     raise ValueError(f'{what} {path!r} cannot be read ({_first_line(error)}): {_CREDENTIALS_HINT}')
 
 
-def check_writable(directory: str, timeout_s: float) -> None:
-  """Creates `directory` and writes and deletes a file in it, or raises a one-line ValueError."""
+def check_writable(directory: str, timeout_s: float, flag: str = '--workdir') -> None:
+  """Creates `directory` (given as `flag`) and writes and deletes a file in it within `timeout_s`
+  seconds, or raises a one-line ValueError."""
   def probe():
     path = epath.Path(directory)
     path.mkdir(parents=True, exist_ok=True)
@@ -75,9 +76,9 @@ def check_writable(directory: str, timeout_s: float) -> None:
 
   finished, error = _within(timeout_s, probe)
   if not finished:
-    raise ValueError(f'workdir {directory!r} did not answer within {timeout_s:g} s: '
+    raise ValueError(f'{flag}={directory!r} did not answer within {timeout_s:g} s: '
                      f'{_CREDENTIALS_HINT}, or raise config.storage_timeout_s')
   if error is not None:
     reason = error.strerror if isinstance(error, OSError) and error.strerror else _first_line(error)
-    raise ValueError(f'workdir {directory!r} is not writable ({reason}): pass --workdir=DIR with a '
+    raise ValueError(f'{flag}={directory!r} is not writable ({reason}): pass {flag}=DIR with a '
                      f'directory you can write to{"; " + _CREDENTIALS_HINT if is_url(directory) else ""}')

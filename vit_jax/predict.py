@@ -20,6 +20,7 @@ from typing import Callable, Iterable, Iterator, Optional, Sequence
 import jax
 import numpy as np
 from absl import app, flags, logging
+from etils import epath
 
 from vit_jax import checkpoint, cli
 
@@ -56,14 +57,13 @@ def load_run(workdir: str, step: Optional[int] = None) -> Classifier:
 
 def load_export(export_dir: str) -> Classifier:
   """The classifier serialized by `vit_jax.export` in `export_dir`."""
-  try:
-    with open(os.path.join(export_dir, 'config.json')) as f:
-      description = json.load(f)
-    with open(os.path.join(export_dir, 'model.jaxexport'), 'rb') as f:
-      exported = jax.export.deserialize(bytearray(f.read()))
-  except FileNotFoundError as e:
-    raise ValueError(f'{e.filename} is missing: is {export_dir!r} a directory written by '
-                     'python -m vit_jax.export?') from None
+  files = {name: epath.Path(export_dir) / name for name in ('config.json', 'model.jaxexport')}
+  for path in files.values():
+    if not path.is_file():
+      raise ValueError(f'{path} is missing: is {export_dir!r} a directory written by '
+                       'python -m vit_jax.export?')
+  description = json.loads(files['config.json'].read_text())
+  exported = jax.export.deserialize(bytearray(files['model.jaxexport'].read_bytes()))
   return Classifier(jax.jit(exported.call), description['image_size'], tuple(description['class_names']),
                     description.get('loss', 'softmax_xent'))
 

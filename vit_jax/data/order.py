@@ -7,9 +7,9 @@ A source offers its records in one of two ways, and each gets its own epoch orde
   starting at any stream position costs the same.
 - `Blocks` (tfds datasets prepared as TFRecord): records are readable only in order, in blocks (a
   file, or the part of one in this shard). Blocks are cut into pieces of `window_size` records (or an
-  eighth of the block, if that is more); epoch e visits the pieces in a permuted order, consecutive permuted pieces are grouped into
-  windows of about `window_size` records, and each window is read (its pieces interleaved) and
-  permuted as a whole. A window of at least the split's size is a full permutation. Starting
+  eighth of the block, if that is more); epoch e visits the pieces in a permuted order, consecutive
+  permuted pieces are grouped into windows of about `window_size` records, and each window is read
+  (its pieces interleaved) and permuted as a whole. A window of at least the split's size is a full permutation. Starting
   mid-epoch skips whole windows without reading them and reads at most one window.
 
 Both are stateless: the stream from position p is a pure function of (seed, p), so resume is bit-exact.
@@ -114,12 +114,13 @@ def _windowed_epoch(records: Blocks, pieces: _Pieces, epoch: int | tf.Tensor, fi
   epoch_seed = _epoch_seed(seed, epoch)
   block, skip, take = (tf.constant(column) for column in (pieces.block, pieces.skip, pieces.take))
   largest_window = pieces.per_window * int(pieces.take.max())
+  piece_order = pieces.order(epoch_seed)  # Once per epoch, not once per window.
 
   def read_piece(i):
     return records.read(block[i]).skip(skip[i]).take(take[i])
 
   def window(w):
-    in_window = pieces.order(epoch_seed)[w * pieces.per_window:(w + 1) * pieces.per_window]
+    in_window = piece_order[w * pieces.per_window:(w + 1) * pieces.per_window]
     read = tf.data.Dataset.from_tensor_slices(in_window).interleave(
         read_piece, cycle_length=pieces.per_window, num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=True)

@@ -25,9 +25,10 @@ from PIL import Image
 import tensorflow_datasets as tfds
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from configs import common  # pylint: disable=wrong-import-position
 from vit_jax import data  # pylint: disable=wrong-import-position
+from vit_jax import defaults  # pylint: disable=wrong-import-position
 from vit_jax.data import digits  # pylint: disable=wrong-import-position
+from vit_jax.data import preprocess  # pylint: disable=wrong-import-position
 
 
 def write_jpegs(root: str, num_images: int, num_classes: int = 10, size: tuple[int, int] = (500, 375)):
@@ -67,7 +68,7 @@ def main() -> None:
   parser.add_argument('--source', default='digits', choices=('digits', 'digits_array_record', 'folder'))
   parser.add_argument('--image_size', type=int, default=224)
   parser.add_argument('--batch', type=int, default=32)
-  parser.add_argument('--crop', default='inception', choices=('inception', 'random', 'resize'))
+  parser.add_argument('--crop', default='inception', choices=tuple(preprocess.CROPS))
   parser.add_argument('--num_images', type=int, default=512, help='JPEGs to generate (folder)')
   parser.add_argument('--warmup', type=int, default=3, help='batches before timing')
   parser.add_argument('--batches', type=int, default=20, help='batches timed')
@@ -77,7 +78,7 @@ def main() -> None:
   parser.add_argument('--header', action='store_true', help='print the table header first')
   args = parser.parse_args()
 
-  config = common.get_config()
+  config = defaults.get_config()
   config.image_size, config.pp.crop, config.pp.flip = args.image_size, args.crop, True
   config.shuffle_buffer = 1024
   with tempfile.TemporaryDirectory() as tmp:

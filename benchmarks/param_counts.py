@@ -10,8 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from configs import models as variants  # pylint: disable=wrong-import-position
-from vit_jax.models import VisionTransformer  # pylint: disable=wrong-import-position
+from vit_jax.models import VisionTransformer, variants  # pylint: disable=wrong-import-position
 
 VARIANTS = ('ViT-Ti_16', 'ViT-S_16', 'ViT-B_16', 'ViT-B_32', 'ViT-L_16', 'ViT-H_14', 'R50+ViT-B_16')
 

@@ -15,8 +15,9 @@ import ml_collections
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from configs import common  # pylint: disable=wrong-import-position
-from vit_jax import optim, sharding, train  # pylint: disable=wrong-import-position
+from vit_jax import defaults, optim, sharding  # pylint: disable=wrong-import-position
+from vit_jax.tasks import classification  # pylint: disable=wrong-import-position
+from vit_jax.train import state as train_state  # pylint: disable=wrong-import-position
 
 MESHES = {
     'data': (('data', -1),),
@@ -30,9 +31,9 @@ MESHES = {
 def per_device_bytes(config: ml_collections.ConfigDict, num_classes: int = 1000) -> int:
   """Bytes of the train state on the most loaded device for `config.mesh`."""
   mesh = sharding.make_mesh(config.mesh)
-  model = train.make_model(config, num_classes)
+  model = classification.make_model(config, num_classes)
   tx, _ = optim.make_optimizer(config, total_steps=1000)
-  init = functools.partial(train._init_state, model=model, tx=tx,  # pylint: disable=protected-access
+  init = functools.partial(train_state.init_state, model=model, tx=tx,
                            image_size=config.image_size, polyak=config.polyak_decay is not None)
   abstract = jax.eval_shape(init, jax.random.key(0))
   shardings = sharding.state_shardings(abstract, mesh)
@@ -47,7 +48,7 @@ def per_device_bytes(config: ml_collections.ConfigDict, num_classes: int = 1000)
 def table(variant: str, image_size: int) -> dict[str, int]:
   results = {}
   for name, axes in MESHES.items():
-    config = common.get_config()
+    config = defaults.get_config()
     config.variant, config.image_size, config.mesh = variant, image_size, axes
     results[name] = per_device_bytes(config)
   return results

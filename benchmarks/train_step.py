@@ -5,8 +5,8 @@
   python benchmarks/train_step.py --variant=ViT-B_16 --batch=8 --compile-only [--scan]
   XLA_FLAGS=--xla_force_host_platform_device_count=2 python benchmarks/train_step.py --mesh="(('data', 2),)"
 
-Our step is `vit_jax.train.train_step`, built as the training loop builds it (model, optimizer, loss
-and shardings from a config of configs/common.py; a scanned model's blocks stacked in the state, as
+Our step is `vit_jax.train.step.train_step`, built as the training loop builds it (model, optimizer, loss
+and shardings from a config of vit_jax/defaults.py; a scanned model's blocks stacked in the state, as
 training keeps them) and jitted with the state donated; `--mode=inference` times the jitted forward
 pass. One markdown row per framework: images/s at the median and at the fastest step, median step ms,
 compile s, model TFLOP/s and MFU at the median, peak memory. Model FLOPs are the analytic count of
@@ -38,9 +38,12 @@ import ml_collections
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from configs import common  # pylint: disable=wrong-import-position
-from configs import models as variants  # pylint: disable=wrong-import-position
-from vit_jax import optim, sharding, train  # pylint: disable=wrong-import-position
+from vit_jax import defaults  # pylint: disable=wrong-import-position
+from vit_jax import optim, sharding  # pylint: disable=wrong-import-position
+from vit_jax.tasks import classification  # pylint: disable=wrong-import-position
+from vit_jax.train import setup as train_setup  # pylint: disable=wrong-import-position
+from vit_jax.train import state as train_state, step as train_step  # pylint: disable=wrong-import-position
+from vit_jax.models import attention, variants  # pylint: disable=wrong-import-position
 
 # Dense bfloat16 peak TFLOP/s by a substring of `device.device_kind`; CPUs need --peak-tflops.
 PEAK_TFLOPS = {'H100': 989.0, 'A100': 312.0, 'TPU v4': 275.0, 'TPU v5 lite': 197.0, 'TPU v5e': 197.0}
@@ -64,7 +67,7 @@ def vit_flops(model: dict[str, Any], image_size: int, num_classes: int = NUM_CLA
 
 
 def make_config(args: argparse.Namespace) -> ml_collections.ConfigDict:
-  config = common.get_config()
+  config = defaults.get_config()
   config.variant, config.image_size, config.batch_size = args.variant, args.image_size, args.batch
   config.dtype, config.mesh, config.total_steps = args.dtype, ast.literal_eval(args.mesh), 1000
   config.model.attention, config.model.remat, config.model.scan = args.attention, args.remat, args.scan
@@ -109,11 +112,11 @@ class Ours:
                compiler_options: dict[str, Any] | None = None):
     self.mode, self.config = mode, config
     self.mesh = sharding.make_mesh(config.mesh)
-    model = train.make_model(config, NUM_CLASSES)
+    model = classification.make_model(config, NUM_CLASSES)
     tx, schedule = optim.make_optimizer(config, config.total_steps)
-    init = functools.partial(train._init_state, model=model, tx=tx,  # pylint: disable=protected-access
+    init = functools.partial(train_state.init_state, model=model, tx=tx,
                              image_size=config.image_size, polyak=False)
-    init = lambda key, init=init: train.training_layout(init(key), model)  # As create_state does.
+    init = lambda key, init=init: train_state.training_layout(init(key), model)  # As create_state does.
     shardings = sharding.state_shardings(jax.eval_shape(init, jax.random.key(0)), self.mesh)
     self.init = jax.jit(init, out_shardings=shardings)
     batch_sharding = sharding.batch_sharding(self.mesh)
@@ -124,7 +127,7 @@ class Ours:
                                   jax.eval_shape(init, jax.random.key(0)), shardings)
     if mode == 'train':
       fn = jax.jit(
-          functools.partial(train.train_step, loss_fn=train.make_loss_fn(config, model), tx=tx,
+          functools.partial(train_step.train_step, loss_fn=classification.make_loss(config, model), tx=tx,
                             schedule=schedule, dropout_key=jax.random.key(1)),
           in_shardings=(shardings, batch_sharding),
           out_shardings=(shardings, sharding.replicated(self.mesh)), donate_argnums=0)
@@ -264,10 +267,10 @@ def make_parser() -> argparse.ArgumentParser:
   parser.add_argument('--variant', default='ViT-B_16')
   parser.add_argument('--image_size', type=int, default=224)
   parser.add_argument('--batch', type=int, default=8)
-  parser.add_argument('--dtype', default='float32', choices=train.DTYPES)
+  parser.add_argument('--dtype', default='float32', choices=train_setup.DTYPES)
   parser.add_argument('--mesh', default="(('data', -1),)", help='config.mesh, as on the command line')
   parser.add_argument('--mode', default='train', choices=('train', 'inference'))
-  parser.add_argument('--attention', default='xla', choices=variants.ATTENTIONS)
+  parser.add_argument('--attention', default='xla', choices=tuple(attention.ATTENTION_FNS))
   parser.add_argument('--remat', default=None, choices=variants.REMAT_POLICIES)
   parser.add_argument('--scan', action='store_true')
   parser.add_argument('--peer', default=None, choices=('timm',))

@@ -2,11 +2,11 @@
 
   python -m vit_jax.main --config=configs/demo.py --workdir=workdirs/demo
 """
-from configs import common
+from vit_jax import defaults
 
 
 def get_config():
-  config = common.get_config()
+  config = defaults.get_config()
   config.dataset = 'digits'
   # The 8x8 digits upscaled to 16x16 and cut into 4x4 patches: 16 tokens + the class token.
   config.image_size = 16

@@ -7,7 +7,7 @@ vision_transformer fine-tuning configs.
 """
 import ml_collections
 
-from configs import common
+from vit_jax import defaults
 
 # dataset: (train split, eval split, total steps, resolution)
 DATASETS = {
@@ -25,7 +25,7 @@ def get_config(variant: str, dataset: str, *,
     raise ValueError(f'Unknown fine-tuning dataset {dataset!r}: use one of {", ".join(DATASETS)} '
                      '(e.g. --config=configs/vit_b16_finetune.py:cifar10)')
   train_split, eval_split, total_steps, resolution = DATASETS[dataset]
-  config = common.get_config()
+  config = defaults.get_config()
   config.dataset = dataset
   config.train_split, config.eval_split = train_split, eval_split
   config.image_size = imagenet_resolution if dataset == 'imagenet2012' else resolution

@@ -4,11 +4,11 @@ Adam (b1 0.9, b2 0.999), weight decay 0.1, batch 4096, 10k steps of linear warmu
 224 px, inception crop + flip, tanh pre-logits layer, dropout 0.1, 300 epochs. For TPU/GPU hardware:
   python -m vit_jax.main --config=configs/vit_b16_i1k.py --workdir=gs://bucket/vit_b16_i1k
 """
-from configs import common
+from vit_jax import defaults
 
 
 def get_config():
-  config = common.get_config()
+  config = defaults.get_config()
   config.dataset = 'imagenet2012'
   config.train_split = 'train[:99%]'  # The paper holds out 1% of train for model selection.
   config.eval_split = 'validation'

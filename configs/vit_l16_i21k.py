@@ -4,11 +4,11 @@ Adam (b1 0.9, b2 0.999), weight decay 0.1, batch 4096, 10k steps of linear warmu
 lr 1e-3, 224 px, inception crop + flip, tanh pre-logits layer, dropout 0.1, 90 epochs. For a pod slice:
   python -m vit_jax.main --config=configs/vit_l16_i21k.py --workdir=gs://bucket/vit_l16_i21k
 """
-from configs import common
+from vit_jax import defaults
 
 
 def get_config():
-  config = common.get_config()
+  config = defaults.get_config()
   # Prepare it yourself with tfds (it is not downloadable automatically); the first 51200 images of
   # 'full' are held out for evaluation, as big_vision does.
   config.dataset = 'imagenet21k'

@@ -15,14 +15,23 @@ import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
 @pytest.fixture(scope='session')
+def data_dir(tmp_path_factory):
+  """A tfds data_dir with the digits prepared, so nothing lands in ~/tensorflow_datasets."""
+  from vit_jax.data import digits  # pylint: disable=g-import-not-at-top
+  path = str(tmp_path_factory.mktemp('tfds'))
+  digits.prepared_builder(path)
+  return path
+
+
+@pytest.fixture(scope='session')
 def trained_tiny_run(tmp_path_factory):
   """The workdir of a 12-step tiny run on the digits, trained once per session."""
   import helpers  # pylint: disable=g-import-not-at-top
-  from vit_jax import train  # pylint: disable=g-import-not-at-top
+  from vit_jax.train import loop, setup as train_setup  # pylint: disable=g-import-not-at-top
   root = tmp_path_factory.getbasetemp()
   config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': str(root / 'tiny_run_tfds'),
                                        'lr.base': 1e-2})
-  train.train_and_evaluate(train.prepare(config, str(root / 'tiny_run')))
+  loop.train_and_evaluate(train_setup.prepare(config, str(root / 'tiny_run')))
   return str(root / 'tiny_run')
 
 

@@ -6,19 +6,13 @@ import threading
 import numpy as np
 from PIL import Image
 import pytest
+import tensorflow_datasets as tfds
 
 import helpers
 from helpers import as_uint8, assert_same_batches, multiset, take
 from vit_jax import data
 from vit_jax.data import digits
-
-
-@pytest.fixture(scope='session')
-def data_dir(tmp_path_factory):
-  """A tfds data_dir with the digits prepared, so nothing lands in ~/tensorflow_datasets."""
-  path = str(tmp_path_factory.mktemp('tfds'))
-  digits.prepared_builder(path)
-  return path
+from vit_jax.data import preprocess
 
 
 make_config = helpers.data_config
@@ -43,7 +37,7 @@ def test_digits_split_is_the_stratified_sklearn_split(data_dir):
 
 def test_digits_tfds_files_hold_exactly_the_split(data_dir):
   config = make_config(data_dir)
-  batches = list(data.eval_iterator(config, local_batch_size=360))
+  batches = list(data.eval_iterator(config, 'test', local_batch_size=360))
   assert len(batches) == 1 and batches[0]['mask'].all()
   got = multiset(as_uint8(batches[0]['image']), batches[0]['label'])
   assert got == multiset(*digits.split_arrays()['test'])
@@ -78,7 +72,7 @@ def test_concurrent_prepare_is_safe(tmp_path, monkeypatch):
 
 # Train batches.
 
-@pytest.mark.parametrize('crop', ['inception', 'random', 'resize'])
+@pytest.mark.parametrize('crop', list(preprocess.CROPS))
 def test_train_batches(data_dir, crop):
   config = make_config(data_dir, image_size=16, pp=dict(crop=crop, pad=2, flip=True))
   for batch in take(data.train_iterator(config, local_batch_size=32), 3):
@@ -187,8 +181,8 @@ def test_eval_visits_each_example_once_with_equal_batch_counts(data_dir, process
   expected = data.num_eval_batches(360, local_batch_size=batch, process_count=process_count)
   seen = collections.Counter()
   for process_index in range(process_count):
-    batches = list(data.eval_iterator(config, local_batch_size=batch, process_index=process_index,
-                                      process_count=process_count))
+    batches = list(data.eval_iterator(config, 'test', local_batch_size=batch,
+                                      process_index=process_index, process_count=process_count))
     assert len(batches) == expected
     for b in batches:
       assert b['image'].shape == (batch, 8, 8, 3) and b['mask'].dtype == bool
@@ -198,9 +192,50 @@ def test_eval_visits_each_example_once_with_equal_batch_counts(data_dir, process
   assert seen == multiset(*digits.split_arrays()['test'])
 
 
+@pytest.fixture(scope='module')
+def array_record_dir(tmp_path_factory):
+  """A tfds data_dir with the digits prepared as ArrayRecord (read by index), found by name."""
+  path = str(tmp_path_factory.mktemp('array_record'))
+  digits.VitJaxDigits(data_dir=path, file_format='array_record').download_and_prepare(
+      download_config=tfds.download.DownloadConfig(try_download_gcs=False))
+  return path
+
+
+@pytest.mark.parametrize('file_format', ['tfrecord', 'array_record'])
+def test_tfds_slices_hold_out_a_minival(data_dir, array_record_dir, file_format):
+  """train_split 'train[:90%]' and eval_split 'train[90%:]' cut the train split in two disjoint
+  parts, for sharded training, sharded eval and the counts alike."""
+  where = dict(data_dir=data_dir) if file_format == 'tfrecord' else dict(
+      dataset='vit_jax_digits', data_dir=array_record_dir)
+  config = make_config(train_split='train[:90%]', eval_split='train[90%:]', **where)
+  info = data.get_info(config)
+  assert (info.num_train, info.num_eval) == (1293, 144)
+  assert data.num_examples(config, 'train[90%:]') == 144
+
+  def eval_rows(split, process_count):
+    rows = collections.Counter()
+    for process_index in range(process_count):
+      for b in data.eval_iterator(config, split, local_batch_size=100,
+                                  process_index=process_index, process_count=process_count):
+        rows += multiset(as_uint8(b['image'][b['mask']]), b['label'][b['mask']])
+    return rows
+
+  held_in, held_out = eval_rows('train[:90%]', 3), eval_rows('train[90%:]', 2)
+  assert not held_in & held_out
+  assert held_in + held_out == multiset(*digits.split_arrays()['train'])
+  trained = collections.Counter()
+  for process_index in range(2):
+    # One batch of the host's shard size is one epoch of its shard of the slice.
+    batch = next(data.train_iterator(config, local_batch_size=len(range(process_index, 1293, 2)),
+                                     process_index=process_index, process_count=2))
+    trained += multiset(as_uint8(batch['image']), batch['label'])
+  assert trained == held_in
+
+
 def test_eval_resize_matches_pil_bilinear(data_dir):
-  native = next(data.eval_iterator(make_config(data_dir), local_batch_size=360))
-  upscaled = next(data.eval_iterator(make_config(data_dir, image_size=20), local_batch_size=360))
+  native = next(data.eval_iterator(make_config(data_dir), 'test', local_batch_size=360))
+  upscaled = next(data.eval_iterator(make_config(data_dir, image_size=20), 'test',
+                                     local_batch_size=360))
   for small, big in zip(as_uint8(native['image'][:50]), upscaled['image'][:50]):
     reference = np.asarray(Image.fromarray(small).resize((20, 20), Image.BILINEAR), np.float32)
     # PIL rounds to uint8 after each of its two 1-D passes: less than one level apart.
@@ -244,13 +279,14 @@ def test_folder_info(image_folder):
   assert info.class_names == ('cat', 'dog') and info.num_classes == 2
   # Per class: 3 files per index and a greyscale PNG; plus the corrupt file, found but not yet read.
   assert (info.num_train, info.num_eval) == (2 * (3 * 4 + 1) + 1, 2 * (3 * 3 + 1) + 1)
+  assert data.num_examples(make_config(root, dataset='folder'), 'train') == info.num_train
 
 
 def test_folder_eval_skips_corrupt_file_with_warning(image_folder, caplog):
   root, pngs = image_folder
   config = make_config(root, dataset='folder', image_size=12)
   with caplog.at_level('WARNING'):
-    batches = list(data.eval_iterator(config, local_batch_size=8))
+    batches = list(data.eval_iterator(config, 'test', local_batch_size=8))
   assert any('Skipping' in r.getMessage() and r.getMessage().endswith('/test/cat/corrupt.jpg')
              for r in caplog.records)
   assert len(batches) == data.num_eval_batches(21, local_batch_size=8) == 3
@@ -278,8 +314,8 @@ def test_folder_shards_are_disjoint_and_cover_the_split(image_folder, process_co
   config = make_config(root, dataset='folder', image_size=12)
 
   def real_rows(process_index, count):
-    batches = list(data.eval_iterator(config, local_batch_size=4, process_index=process_index,
-                                      process_count=count))
+    batches = list(data.eval_iterator(config, 'test', local_batch_size=4,
+                                      process_index=process_index, process_count=count))
     rows = collections.Counter()
     for b in batches:
       rows += multiset(as_uint8(b['image'][b['mask']]), b['label'][b['mask']])
@@ -315,6 +351,11 @@ def test_bad_tfds_version(tmp_path):
 
 def test_unknown_split(data_dir):
   expect_error(make_config(data_dir, eval_split='validation'), r"Bad split 'validation'.*'test'")
+  for split, match in [('validation', r"Bad split 'validation'.*'test'"),
+                       ('train[:200%]', r"Bad split 'train\[:200%\]'")]:
+    with pytest.raises(ValueError, match=match) as e:
+      data.num_examples(make_config(data_dir), split)
+    assert '\n' not in str(e.value)
 
 
 def test_folder_errors(tmp_path, image_folder):
@@ -334,4 +375,6 @@ def test_folder_errors(tmp_path, image_folder):
 def test_bad_preprocessing(data_dir):
   expect_error(make_config(data_dir, pp=dict(crop='center')), r"Unknown config.pp.crop 'center'")
   expect_error(make_config(data_dir, pp=dict(crop='inception', min_area=0.0)), r'min_area')
+  expect_error(make_config(data_dir, pp=dict(crop='random', pad=-1)), r'config.pp.pad=-1 must be')
+  data.get_info(make_config(data_dir, pp=dict(crop='resize', min_area=0.0)))  # A crop's own fields.
   expect_error(make_config(data_dir, image_size=0), r'image_size')

@@ -13,8 +13,9 @@ import tensorflow_datasets as tfds
 
 import helpers
 from helpers import as_uint8, assert_same_batches, multiset, take
-from vit_jax import data, train
+from vit_jax import data
 from vit_jax.data import digits
+from vit_jax.train import loop, setup as train_setup
 
 SPLITS = digits.split_arrays()
 TRAIN_LABELS = SPLITS['train'][1]
@@ -52,7 +53,7 @@ def make_config(source, **overrides):
 def test_the_sources_are_class_sorted(sources):
   """The premise: read in order, each source's first quarter holds only the first classes."""
   for overrides in sources.values():
-    labels = next(data.eval_iterator(make_config(overrides), local_batch_size=360))['label']
+    labels = next(data.eval_iterator(make_config(overrides), 'test', local_batch_size=360))['label']
     assert np.all(np.diff(labels) >= 0) and set(labels[:90]) <= {0, 1, 2}
 
 
@@ -160,8 +161,8 @@ def test_array_record_eval_visits_each_example_once(sources):
   config = make_config(sources['array_record'])
   seen = collections.Counter()
   for process_index in range(3):
-    for b in data.eval_iterator(config, local_batch_size=50, process_index=process_index,
-                                process_count=3):
+    for b in data.eval_iterator(config, 'test', local_batch_size=50,
+                                process_index=process_index, process_count=3):
       seen += multiset(as_uint8(b['image'][b['mask']]), b['label'][b['mask']])
   assert seen == multiset(*SPLITS['test'])
 
@@ -174,5 +175,5 @@ def test_training_on_a_class_sorted_folder_learns(tmp_path, sorted_digits_folder
       **helpers.TINY, 'dataset': 'folder', 'data_dir': sorted_digits_folder, 'shuffle_buffer': 64,
       'total_steps': 150, 'batch_size': 64, 'lr.base': 3e-3, 'lr.warmup_steps': 10,
       'eval_every_steps': 150, 'log_every_steps': 50, 'checkpoint_every_steps': 150})
-  metrics = train.train_and_evaluate(train.prepare(config, str(tmp_path)))
+  metrics = loop.train_and_evaluate(train_setup.prepare(config, str(tmp_path)))
   assert metrics['eval_top1'] > 0.6  # Chance is 0.1.

@@ -11,6 +11,7 @@ import sys
 from typing import Any
 
 import flax
+import chex
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
@@ -19,7 +20,10 @@ import timm.models.vision_transformer as timm_vit
 import torch
 
 import helpers
-from vit_jax import checkpoint, export, train
+from vit_jax import checkpoint, export, run_dir
+from vit_jax.models import loading
+from vit_jax.tasks import classification
+from vit_jax.train import loop, setup as train_setup
 
 EXPORT_CMD = [sys.executable, '-m', 'vit_jax.export']
 
@@ -44,7 +48,7 @@ def workdir(tmp_path_factory):
   # comparing logits with another implementation means something.
   config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': str(tmp_path_factory.mktemp('tfds')),
                                        'lr.base': 1e-2})
-  train.train_and_evaluate(train.prepare(config, workdir))
+  loop.train_and_evaluate(train_setup.prepare(config, workdir))
   return workdir
 
 
@@ -64,7 +68,7 @@ def _checkpoint_params(workdir, step):
 
 def _assert_trees_equal(a, b):
   assert jax.tree.structure(a) == jax.tree.structure(b)
-  jax.tree.map(np.testing.assert_array_equal, a, b)
+  chex.assert_trees_all_equal(a, b)
 
 
 def _images(n, size):
@@ -72,12 +76,12 @@ def _images(n, size):
 
 
 def _model_logits(workdir, params, images):
-  config, info = train.load_run_info(workdir)
-  return np.asarray(train.make_model(config, info.num_classes).apply({'params': params}, images))
+  config, info = run_dir.load_run_info(workdir)
+  return np.asarray(classification.make_model(config, info.num_classes).apply({'params': params}, images))
 
 
 def test_export_writes_the_latest_parameters_in_the_original_layout(workdir, exported):
-  _assert_trees_equal(checkpoint.load_npz(os.path.join(exported, 'model.npz')),
+  _assert_trees_equal(loading.load_npz(os.path.join(exported, 'model.npz')),
                       _checkpoint_params(workdir, 12))
   with open(os.path.join(exported, 'config.json')) as f:
     description = json.load(f)
@@ -148,7 +152,7 @@ def test_export_takes_the_polyak_average_when_the_run_kept_one(workdir, tmp_path
   manager.wait_until_finished()
   description = export.export(str(tmp_path), str(tmp_path / 'out'))
   assert description['parameters'] == ('polyak' if polyak else 'raw')
-  _assert_trees_equal(checkpoint.load_npz(str(tmp_path / 'out' / 'model.npz')),
+  _assert_trees_equal(loading.load_npz(str(tmp_path / 'out' / 'model.npz')),
                       average if polyak else params)
 
 
@@ -157,7 +161,7 @@ def test_command_line_exports_the_chosen_step(workdir, tmp_path):
                        cwd=helpers.REPO, capture_output=True, text=True, timeout=300)
   assert run.returncode == 0, run.stderr[-2000:]
   assert f'exported step 8 (raw parameters) of {workdir}' in run.stdout
-  _assert_trees_equal(checkpoint.load_npz(str(tmp_path / 'model.npz')), _checkpoint_params(workdir, 8))
+  _assert_trees_equal(loading.load_npz(str(tmp_path / 'model.npz')), _checkpoint_params(workdir, 8))
   with open(tmp_path / 'config.json') as f:
     assert json.load(f)['step'] == 8
   assert os.path.getsize(tmp_path / 'model.jaxexport') > 0
@@ -197,22 +201,22 @@ def test_export_to_an_unwritable_directory_is_a_clear_error(workdir, tmp_path):
 # `config.init_from`: a run's workdir, one of its step directories, or an .npz.
 
 def test_load_params_reads_a_workdir_a_step_directory_and_an_npz(workdir, exported):
-  params, note = checkpoint.load_params(workdir)
+  params, note = run_dir.load_params(workdir)
   _assert_trees_equal(params, _checkpoint_params(workdir, 12))
   assert note == f'loaded params of step 12 from {os.path.join(workdir, "checkpoints", "12")}'
-  params, note = checkpoint.load_params(os.path.join(workdir, 'checkpoints', '8'))
+  params, note = run_dir.load_params(os.path.join(workdir, 'checkpoints', '8'))
   _assert_trees_equal(params, _checkpoint_params(workdir, 8))
-  params, note = checkpoint.load_params(os.path.join(exported, 'model.npz'))
+  params, note = run_dir.load_params(os.path.join(exported, 'model.npz'))
   _assert_trees_equal(params, _checkpoint_params(workdir, 12))
   assert note == f'loaded {os.path.join(exported, "model.npz")}'
 
 
 def test_a_run_fine_tunes_at_another_resolution_from_its_loaded_parameters(workdir):
-  config, _ = train.load_run_info(workdir)
+  config, _ = run_dir.load_run_info(workdir)
   config.image_size = 16  # 4x4 patches instead of 2x2.
-  model = train.make_model(config, 3)
+  model = classification.make_model(config, 3)
   target = jax.eval_shape(model.init, jax.random.key(0), np.zeros((1, 16, 16, 3)))['params']
-  params, notes = checkpoint.adapt_params(checkpoint.load_params(workdir)[0], target,
+  params, notes = loading.adapt_params(run_dir.load_params(workdir)[0], target,
                                           keep_head=False, keep_pre_logits=False)
   assert notes == ['replaced head (32, 10) with zeros (32, 3)',
                    'resized pos_embedding 2x2 -> 4x4 (bilinear)']

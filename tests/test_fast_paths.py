@@ -3,17 +3,17 @@ import functools
 import re
 
 import flax.linen as nn
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
 
-from configs import common
-from configs import models as variants
-from vit_jax import optim, train
-from vit_jax.models import VisionTransformer
-from vit_jax.models import vit
+from vit_jax import defaults, optim, tasks
+from vit_jax.tasks import classification
+from vit_jax.train import state as train_state, step as train_step
+from vit_jax.models import VisionTransformer, attention, variants, vit
 
 IMAGES = jax.random.normal(jax.random.key(1), (4, 16, 16, 3))
 LABELS = jnp.array([0, 1, 2, 3])
@@ -35,7 +35,7 @@ def _params():
 def _logits_and_grads(model: VisionTransformer, params):
   def loss(p):
     logits = model.apply({'params': p}, IMAGES, train=True)
-    return train.compute_loss(logits, LABELS, loss='softmax_xent'), logits
+    return classification.compute_loss(logits, LABELS, loss='softmax_xent'), logits
   (_, logits), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
   return logits, grads
 
@@ -74,7 +74,7 @@ def test_stack_and_unstack_blocks_round_trip_exactly():
   assert kernel.shape == (2, 32, 64)
   np.testing.assert_array_equal(
       kernel[1], params['Transformer']['encoderblock_1']['MlpBlock_3']['Dense_0']['kernel'])
-  jax.tree.map(np.testing.assert_array_equal, vit.unstack_blocks(stacked), params)
+  chex.assert_trees_all_equal(vit.unstack_blocks(stacked), params)
   # A tree already in the target layout passes through untouched (the same arrays: no copies), which is
   # why a scanned model applied to stacked parameters computes nothing to convert them.
   for tree, same in ((stacked, vit.stack_blocks(stacked, 2)), (params, vit.unstack_blocks(params))):
@@ -85,16 +85,16 @@ def test_stack_and_unstack_blocks_round_trip_exactly():
 
 def test_stack_blocks_converts_a_whole_train_state():
   """Parameters, Adam moments and the Polyak average of a train state all change layout together."""
-  config = common.get_config()
+  config = defaults.get_config()
   config.variant, config.image_size = 'ViT-testing_4', 16
   tx, _ = optim.make_optimizer(config, total_steps=10)
-  state = train._init_state(jax.random.key(0), model=_model(), tx=tx, image_size=16,  # pylint: disable=protected-access
+  state = train_state.init_state(jax.random.key(0), model=_model(), tx=tx, image_size=16,
                             polyak=True)
   stacked = vit.stack_blocks(state, num_layers=2)
   mu = stacked.opt_state[1][0].mu  # clip_by_global_norm, then adamw's scale_by_adam.
   assert mu['Transformer']['encoderblock']['LayerNorm_0']['scale'].shape == (2, 32)
   assert 'encoderblock_0' not in stacked.ema_params['Transformer']
-  jax.tree.map(np.testing.assert_array_equal, vit.unstack_blocks(stacked), state)
+  chex.assert_trees_all_equal(vit.unstack_blocks(stacked), state)
 
 
 def test_scan_keeps_per_block_parameters_and_results():
@@ -133,12 +133,12 @@ def test_head_major_attention_equals_flax_attention_with_its_dropout(determinist
   """The default attention ('xla') is flax's computation in a layout XLA:CPU runs faster."""
   query, key, value = jax.random.normal(jax.random.key(4), (3, 2, 9, 4, 8))  # [b, tokens, heads, d]
   kwargs = dict(dropout_rng=jax.random.key(5), dropout_rate=0.25, deterministic=deterministic)
-  ours = vit.head_major_attention(query, key, value, **kwargs)
+  ours = attention.head_major_attention(query, key, value, **kwargs)
   flax_out = nn.dot_product_attention(query, key, value, broadcast_dropout=False, **kwargs)
   assert ours.shape == (2, 9, 4, 8)
   np.testing.assert_allclose(ours, flax_out, rtol=1e-5, atol=1e-6)
   grads = [jax.grad(lambda q, fn=fn: jnp.sum(jnp.sin(fn(q, key, value))))(query)
-           for fn in (vit.head_major_attention, nn.dot_product_attention)]
+           for fn in (attention.head_major_attention, nn.dot_product_attention)]
   np.testing.assert_allclose(grads[0], grads[1], rtol=1e-5, atol=1e-6)
 
 
@@ -175,19 +175,19 @@ def test_bfloat16_compute_matches_float32_with_float32_parameters():
 
 def test_train_step_with_all_fast_paths_matches_the_default_step():
   """The real train step, the scanned one on the state stacked as training keeps it: the same update."""
-  config = common.get_config()
+  config = defaults.get_config()
   config.variant, config.image_size, config.batch_size = 'ViT-testing_4', 16, 4
   # SGD: the update is linear in the gradients, so it inherits their agreement (Adam's first step is
   # about sign(gradient), which amplifies rounding where a gradient is near zero).
   config.optim.name, config.lr.warmup_steps = 'sgd', 0
   tx, schedule = optim.make_optimizer(config, total_steps=10)
-  state = train._init_state(jax.random.key(0), model=train.make_model(config, num_classes=5),  # pylint: disable=protected-access
+  state = train_state.init_state(jax.random.key(0), model=classification.make_model(config, num_classes=5),
                             tx=tx, image_size=16, polyak=False)
 
   def one_step(state, **fields):
     config.model.update(fields)
-    model = train.make_model(config, num_classes=5)
-    step = functools.partial(train.train_step, loss_fn=train.make_loss_fn(config, model), tx=tx,
+    model = classification.make_model(config, num_classes=5)
+    step = functools.partial(train_step.train_step, loss_fn=tasks.get(config.task).make_loss(config, model), tx=tx,
                              schedule=schedule, dropout_key=jax.random.key(1))
     return jax.jit(step)(state, {'image': IMAGES, 'label': LABELS})
 

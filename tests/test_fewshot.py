@@ -9,7 +9,10 @@ import pytest
 from sklearn import linear_model
 
 import helpers
-from vit_jax import checkpoint, fewshot, sharding, train
+from vit_jax import checkpoint, run_dir, sharding
+from vit_jax.evaluators import fewshot
+from vit_jax.tasks import classification
+from vit_jax.train import loop, setup as train_setup
 
 
 def _blobs(rng, num_classes, per_class, dim, spread):
@@ -24,7 +27,7 @@ def test_separable_features_are_classified_almost_perfectly():
   x, y = _blobs(rng, 10, 80, 32, spread=5.0)
   train_x, train_y, test_x, test_y = x[::2], y[::2], x[1::2], y[1::2]
   accuracies = fewshot.linear_fewshot_accuracy(train_x, train_y, test_x, test_y, shots=(1, 5, 25),
-                                               seeds=3)
+                                               seeds=3, l2_reg=4.0)
   assert list(accuracies) == [1, 5, 25]
   assert min(accuracies.values()) > 0.97, accuracies
 
@@ -34,7 +37,7 @@ def test_features_unrelated_to_the_labels_score_chance():
   train_x, test_x = rng.normal(size=(500, 32)), rng.normal(size=(3000, 32))
   train_y, test_y = np.repeat(np.arange(10), 50), rng.integers(0, 10, 3000)
   accuracies = fewshot.linear_fewshot_accuracy(train_x, train_y, test_x, test_y, shots=(1, 10, 25),
-                                               seeds=3)
+                                               seeds=3, l2_reg=4.0)
   for accuracy in accuracies.values():
     assert 0.07 < accuracy < 0.13, accuracies
 
@@ -64,14 +67,16 @@ def test_shots_are_drawn_per_class_by_seed():
 
 
 def test_the_loop_evaluator_and_the_command_agree_on_the_tiny_run(trained_tiny_run):
-  config, _ = train.load_run_info(trained_tiny_run)
+  config, _ = run_dir.load_run_info(trained_tiny_run)
   params, _ = checkpoint.restore_params(checkpoint.find_checkpoint(trained_tiny_run)[0])
   mesh = sharding.make_mesh((('data', -1),))  # The 8 test devices, as the loop has them.
-  evaluator = fewshot.Evaluator(config, train.make_model(config, None), mesh, shots=(1, 10), seeds=2)
+  evaluator = fewshot.FewShotEvaluator('fewshot', None, config=config,
+                                       model=classification.features_model(config), mesh=mesh,
+                                       shots=(1, 10), seeds=2, l2_reg=config.fewshot.l2_reg)
   metrics = evaluator(jax.device_put(params, sharding.replicated(mesh)))  # Params with a head too.
   print(f'\nfew-shot accuracy of the tiny run on the digits (chance 0.1): {metrics}')
-  assert list(metrics) == ['fewshot_1shot', 'fewshot_10shot']
-  assert metrics['fewshot_10shot'] > 0.4
+  assert list(metrics) == ['1shot', '10shot']
+  assert metrics['10shot'] > 0.4
 
   run = subprocess.run([sys.executable, '-m', 'vit_jax.fewshot', f'--workdir={trained_tiny_run}',
                         '--shots=1,10', '--seeds=2'], cwd=helpers.REPO, capture_output=True, text=True,
@@ -79,8 +84,8 @@ def test_the_loop_evaluator_and_the_command_agree_on_the_tiny_run(trained_tiny_r
   assert run.returncode == 0, run.stderr[-2000:]
   print(run.stdout)
   table = dict(re.findall(r'^\s+(\d+)\s+([0-9.]+)$', run.stdout, re.MULTILINE))
-  assert float(table['1']) == pytest.approx(metrics['fewshot_1shot'], abs=1e-4)
-  assert float(table['10']) == pytest.approx(metrics['fewshot_10shot'], abs=1e-4)
+  assert float(table['1']) == pytest.approx(metrics['1shot'], abs=1e-4)
+  assert float(table['10']) == pytest.approx(metrics['10shot'], abs=1e-4)
   assert 'of step 12 of' in run.stdout
 
 
@@ -94,18 +99,30 @@ def test_command_line_bad_shots_is_one_line(trained_tiny_run):
 
 
 
-def test_the_loop_logs_fewshot_accuracy_when_configured(tmp_path):
-  config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': str(tmp_path / 'tfds'),
+def test_the_loop_runs_every_evaluator_on_the_parameters_and_their_polyak_average(tmp_path, data_dir):
+  config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': data_dir, 'polyak_decay': 0.5,
                                        'fewshot.every_steps': 6, 'fewshot.shots': (1, 5),
                                        'fewshot.seeds': 2})
-  train.train_and_evaluate(train.prepare(config, str(tmp_path / 'run')))
+  # A minival held out of train beside the test split, and a second few-shot evaluation.
+  config.evals.minival = dict(type='classification', split='train[90%:]', every_steps=4)
+  config.evals.fewshot_minival = dict(type='fewshot', every_steps=12, shots=(2,), seeds=1, l2_reg=4.0,
+                                      train_split='train[:90%]', eval_split='train[90%:]')
+  metrics = loop.train_and_evaluate(train_setup.prepare(config, str(tmp_path / 'run')))
   scalars = helpers.read_scalars(str(tmp_path / 'run'))
-  assert sorted(scalars['fewshot_1shot']) == sorted(scalars['fewshot_5shot']) == [6, 12]
+  for name in ('fewshot_1shot', 'fewshot_5shot', 'fewshot_polyak_1shot', 'fewshot_polyak_5shot'):
+    assert sorted(scalars[name]) == [6, 12], name
+  for name in ('minival_top1', 'minival_loss', 'minival_polyak_top1'):
+    assert sorted(scalars[name]) == [4, 8, 12], name
+  assert sorted(scalars['fewshot_minival_2shot']) == sorted(scalars['eval_top1']) == [12]
   assert scalars['fewshot_5shot'][12] > 0.3  # Chance is 0.1.
+  assert scalars['fewshot_polyak_5shot'][12] > 0.3
+  # The Polyak average is another model than the last parameters: the loop measured both.
+  assert scalars['eval_polyak_loss'][12] != scalars['eval_loss'][12]
+  assert metrics['minival_top1'] == pytest.approx(scalars['minival_top1'][12])
 
 
 def test_fewshot_shots_beyond_the_data_is_a_clear_error(tmp_path):
   config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': str(tmp_path / 'tfds'),
                                        'fewshot.every_steps': 6, 'fewshot.shots': (1, 500)})
-  with pytest.raises(ValueError, match=r'500 shots of 10 classes need more than the 1437 train'):
-    train.prepare(config, str(tmp_path / 'run'))
+  with pytest.raises(ValueError, match=r'500 shots of 10 classes need more than the 1437 images of .train.'):
+    train_setup.prepare(config, str(tmp_path / 'run'))

@@ -1,5 +1,4 @@
 """The R50+ViT hybrid: the original checkpoint layout, the stride of the ResNet stem, training."""
-import os
 import subprocess
 import sys
 
@@ -7,11 +6,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import traverse_util
 
 import helpers
-from configs import models as variants
-from vit_jax import checkpoint, train
-from vit_jax.models import VisionTransformer
+from vit_jax import run_dir
+from vit_jax.train import loop, setup as train_setup
+from vit_jax.models import VisionTransformer, loading, variants
 
 
 def _original_hybrid_layout(num_classes):
@@ -41,14 +41,14 @@ def test_hybrid_loads_a_checkpoint_in_the_original_layout(tmp_path):
   shapes = jax.eval_shape(model.init, jax.random.key(0), jnp.zeros((1, 224, 224, 3)))['params']
   rng = np.random.default_rng(0)
   flat = {}
-  for key, value in checkpoint.traverse_util.flatten_dict(shapes, sep='/').items():
+  for key, value in traverse_util.flatten_dict(shapes, sep='/').items():
     if not key.startswith('Transformer/encoderblock_'):
       assert _original_hybrid_layout(5)[key] == value.shape, key
     flat[key] = rng.normal(0, 0.02, value.shape).astype(np.float32)
   assert set(_original_hybrid_layout(5)) <= set(flat)
   np.savez(tmp_path / 'R50+ViT-B_16.npz', **flat)
-  params, notes = checkpoint.adapt_params(checkpoint.load_npz(str(tmp_path / 'R50+ViT-B_16.npz')),
-                                          shapes, keep_head=True, keep_pre_logits=False)
+  params, notes = loading.adapt_params(loading.load_npz(str(tmp_path / 'R50+ViT-B_16.npz')),
+                                       shapes, keep_head=True, keep_pre_logits=False)
   assert not notes
   logits = jax.jit(lambda p, x: model.apply({'params': p}, x))(params, jnp.ones((1, 224, 224, 3)))
   assert logits.shape == (1, 5) and np.all(np.isfinite(logits))
@@ -66,9 +66,9 @@ def test_tiny_hybrid_trains_on_the_digits(tmp_path):
       **helpers.TINY, 'data_dir': str(tmp_path / 'tfds'), 'variant': 'R50+ViT-testing_8',
       'model.resnet_layers': (1, 1), 'model.resnet_width_factor': 0.5, 'image_size': 16,
       'total_steps': 3})
-  setup = train.prepare(config, str(tmp_path / 'run'))
-  assert np.isfinite(train.train_and_evaluate(setup)['eval_loss'])
-  params, _ = checkpoint.load_params(str(tmp_path / 'run'))
+  setup = train_setup.prepare(config, str(tmp_path / 'run'))
+  assert np.isfinite(loop.train_and_evaluate(setup)['eval_loss'])
+  params, _ = run_dir.load_params(str(tmp_path / 'run'))
   assert params['conv_root']['kernel'].shape == (7, 7, 3, 32)
   assert params['block2']['unit1']['conv_proj']['kernel'].shape == (1, 1, 128, 256)
   assert params['embedding']['kernel'].shape == (1, 1, 256, 32)  # The 8x stem leaves patch size 1.
@@ -78,4 +78,4 @@ def test_hybrid_image_size_must_fit_the_stem_stride(tmp_path):
   config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': str(tmp_path / 'tfds'),
                                         'variant': 'R50+ViT-testing_16', 'image_size': 24})
   with pytest.raises(ValueError, match=r'image_size=24 is not divisible by .* 16'):
-    train.prepare(config, str(tmp_path / 'run'))
+    train_setup.prepare(config, str(tmp_path / 'run'))

@@ -8,6 +8,7 @@ extra; without them these tests fail rather than skip.
 import functools
 import zipfile
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -17,9 +18,9 @@ import timm.models.vision_transformer as timm_vit
 import torch
 from PIL import Image
 
-from configs import models as model_variants
 from vit_jax import checkpoint
-from vit_jax.models import VisionTransformer
+from vit_jax.models import VisionTransformer, loading
+from vit_jax.models import variants as model_variants
 
 
 def _model(num_classes=10, **overrides):
@@ -38,16 +39,11 @@ def _random_params(model, image_size, seed=0):
   return jax.tree.map(lambda x: 0.3 * rng.randn(*x.shape).astype(np.float32), _shapes(model, image_size))
 
 
-def _assert_trees_equal(a, b):
-  assert jax.tree.structure(a) == jax.tree.structure(b)
-  jax.tree.map(np.testing.assert_array_equal, a, b)
-
-
 # Interpolation.
 
 def test_bilinear_posemb_matches_scipy_zoom_of_the_original_code():
   posemb = np.random.RandomState(0).randn(1, 1 + 14 * 14, 16).astype(np.float32)
-  resized = checkpoint.interpolate_posemb(posemb, (24, 24), num_prefix_tokens=1)
+  resized = loading.interpolate_posemb(posemb, (24, 24), num_prefix_tokens=1)
   # The original vit_jax fine-tuning code: zoom the (14, 14, D) grid by 24 / 14 with order=1.
   expected = scipy.ndimage.zoom(posemb[0, 1:].reshape(14, 14, 16), (24 / 14, 24 / 14, 1), order=1)
   assert resized.shape == (1, 1 + 24 * 24, 16) and resized.dtype == np.float32
@@ -58,7 +54,7 @@ def test_bilinear_posemb_matches_scipy_zoom_of_the_original_code():
 @pytest.mark.parametrize('new_grid', [(7, 10), (1, 5), (14, 14)])
 def test_bilinear_posemb_matches_scipy_zoom_on_other_grids(new_grid):
   posemb = np.random.RandomState(1).randn(1, 14 * 14, 4).astype(np.float32)  # GAP: no prefix token.
-  resized = checkpoint.interpolate_posemb(posemb, new_grid, num_prefix_tokens=0)
+  resized = loading.interpolate_posemb(posemb, new_grid, num_prefix_tokens=0)
   zoom = (new_grid[0] / 14, new_grid[1] / 14, 1)
   expected = scipy.ndimage.zoom(posemb[0].reshape(14, 14, 4), zoom, order=1)
   np.testing.assert_allclose(resized[0].reshape(*new_grid, 4), expected, atol=1e-6)
@@ -67,7 +63,7 @@ def test_bilinear_posemb_matches_scipy_zoom_on_other_grids(new_grid):
 @pytest.mark.parametrize('new_grid', [(24, 24), (7, 10)])
 def test_bicubic_posemb_matches_pil_bicubic_resize(new_grid):
   posemb = np.random.RandomState(2).randn(1, 1 + 14 * 14, 3).astype(np.float32)
-  resized = checkpoint.interpolate_posemb(posemb, new_grid, num_prefix_tokens=1, method='bicubic')
+  resized = loading.interpolate_posemb(posemb, new_grid, num_prefix_tokens=1, method='bicubic')
   grid = posemb[0, 1:].reshape(14, 14, 3)
   expected = np.stack([np.asarray(Image.fromarray(grid[..., c], mode='F').resize(
       new_grid[::-1], Image.Resampling.BICUBIC)) for c in range(3)], axis=-1)
@@ -77,9 +73,9 @@ def test_bicubic_posemb_matches_pil_bicubic_resize(new_grid):
 
 def test_interpolation_errors_are_one_line():
   with pytest.raises(ValueError, match="Unknown position embedding interpolation 'nearest'"):
-    checkpoint.interpolate_posemb(np.zeros((1, 5, 2)), (3, 3), num_prefix_tokens=1, method='nearest')
+    loading.interpolate_posemb(np.zeros((1, 5, 2)), (3, 3), num_prefix_tokens=1, method='nearest')
   with pytest.raises(ValueError, match='6 grid tokens are not a square grid'):
-    checkpoint.interpolate_posemb(np.zeros((1, 7, 2)), (3, 3), num_prefix_tokens=1)
+    loading.interpolate_posemb(np.zeros((1, 7, 2)), (3, 3), num_prefix_tokens=1)
 
 
 # The .npz layout.
@@ -87,15 +83,15 @@ def test_interpolation_errors_are_one_line():
 def test_save_npz_writes_the_original_flat_layout_and_load_npz_reads_it(tmp_path):
   params = _random_params(_model(), 8)
   path = str(tmp_path / 'model')  # No extension: written as named all the same.
-  checkpoint.save_npz(jax.tree.map(lambda x: x.astype(jnp.bfloat16), params), path)
+  loading.save_npz(jax.tree.map(lambda x: x.astype(jnp.bfloat16), params), path)
   with np.load(path) as npz:
     assert {'embedding/kernel', 'cls', 'Transformer/posembed_input/pos_embedding',
             'Transformer/encoderblock_1/MultiHeadDotProductAttention_1/query/kernel',
             'Transformer/encoder_norm/scale', 'head/kernel'} <= set(npz.files)
     assert {npz[k].dtype for k in npz.files} == {np.dtype(np.float32)}
-  loaded = checkpoint.load_npz(path)
+  loaded = loading.load_npz(path)
   expected = jax.tree.map(lambda x: np.asarray(x.astype(jnp.bfloat16), np.float32), params)
-  _assert_trees_equal(loaded, expected)
+  chex.assert_trees_all_equal(loaded, expected)
 
 
 @pytest.mark.parametrize('prefix', ['opt/target/', 'params/'])
@@ -103,7 +99,7 @@ def test_load_npz_strips_a_prefix_and_ignores_optimizer_state(tmp_path, prefix):
   flat = {'embedding/kernel': np.ones((4, 4, 3, 8)), 'cls': np.zeros((1, 1, 8))}
   path = tmp_path / 'prefixed.npz'
   np.savez(path, **{prefix + k: v for k, v in flat.items()}, **{'opt/state/step': np.array(3)})
-  loaded = checkpoint.load_npz(str(path))
+  loaded = loading.load_npz(str(path))
   assert sorted(loaded) == ['cls', 'embedding']
   np.testing.assert_array_equal(loaded['embedding']['kernel'], flat['embedding/kernel'])
 
@@ -111,10 +107,10 @@ def test_load_npz_strips_a_prefix_and_ignores_optimizer_state(tmp_path, prefix):
 def test_load_npz_errors_name_the_file_and_the_fix(tmp_path):
   missing = str(tmp_path / 'ViT-B_16.npz')
   with pytest.raises(ValueError, match=f"no checkpoint file at '{missing}': download it.*init_from"):
-    checkpoint.load_npz(missing)
+    loading.load_npz(missing)
   (tmp_path / 'notes.txt').write_text('not an npz')
   with pytest.raises(ValueError, match=r"notes.txt' is not an .npz file.*--config.init_from"):
-    checkpoint.load_npz(str(tmp_path / 'notes.txt'))
+    loading.load_npz(str(tmp_path / 'notes.txt'))
   assert not zipfile.is_zipfile(tmp_path / 'notes.txt')
 
 
@@ -124,36 +120,36 @@ def test_load_npz_errors_name_the_file_and_the_fix(tmp_path):
 def test_adapt_params_resizes_posemb_and_zeroes_a_new_head(classifier, prefix):
   loaded = _random_params(_model(num_classes=1000, classifier=classifier), 16)  # 4x4 grid.
   target = _shapes(_model(num_classes=7, classifier=classifier), 24)  # 6x6 grid, 7 classes.
-  params, notes = checkpoint.adapt_params(loaded, target, keep_head=False, keep_pre_logits=False)
-  assert jax.tree.map(lambda x: x.shape, params) == jax.tree.map(lambda x: x.shape, target)
+  params, notes = loading.adapt_params(loaded, target, keep_head=False, keep_pre_logits=False)
+  chex.assert_trees_all_equal_shapes(params, target)
   assert notes == ['replaced head (32, 1000) with zeros (32, 7)',
                    'resized pos_embedding 4x4 -> 6x6 (bilinear)']
   assert not np.any(params['head']['kernel']) and not np.any(params['head']['bias'])
   posemb = loaded['Transformer']['posembed_input']['pos_embedding']
   np.testing.assert_array_equal(params['Transformer']['posembed_input']['pos_embedding'],
-                                checkpoint.interpolate_posemb(posemb, (6, 6), num_prefix_tokens=prefix))
+                                loading.interpolate_posemb(posemb, (6, 6), num_prefix_tokens=prefix))
   del params['head'], params['Transformer']['posembed_input'], loaded['head']
   del loaded['Transformer']['posembed_input']
-  _assert_trees_equal(params, loaded)  # Everything else as loaded.
+  chex.assert_trees_all_equal(params, loaded)  # Everything else as loaded.
 
 
 def test_adapt_params_keeps_a_matching_head_and_drops_pre_logits():
   loaded = _random_params(_model(representation_size=16), 8)
-  params, notes = checkpoint.adapt_params(loaded, _shapes(_model(), 8), keep_head=False,
+  params, notes = loading.adapt_params(loaded, _shapes(_model(), 8), keep_head=False,
                                           keep_pre_logits=False)
   assert notes == ['dropped pre_logits (32, 16)', 'replaced head (16, 10) with zeros (32, 10)']
   loaded = _random_params(_model(), 8)
-  params, notes = checkpoint.adapt_params(loaded, _shapes(_model(), 8), keep_head=True,
+  params, notes = loading.adapt_params(loaded, _shapes(_model(), 8), keep_head=True,
                                           keep_pre_logits=False)
   assert notes == []
-  _assert_trees_equal(params, loaded)
+  chex.assert_trees_all_equal(params, loaded)
 
 
 def test_adapt_params_drops_a_head_the_model_lacks_and_adds_one_the_checkpoint_lacks():
-  params, notes = checkpoint.adapt_params(_random_params(_model(), 8), _shapes(_model(None), 8),
+  params, notes = loading.adapt_params(_random_params(_model(), 8), _shapes(_model(None), 8),
                                           keep_head=True, keep_pre_logits=False)
   assert 'head' not in params and notes == ['dropped head (32, 10): the model has none']
-  params, notes = checkpoint.adapt_params(_random_params(_model(None), 8), _shapes(_model(4), 8),
+  params, notes = loading.adapt_params(_random_params(_model(None), 8), _shapes(_model(4), 8),
                                           keep_head=False, keep_pre_logits=False)
   assert params['head']['kernel'].shape == (32, 4) and notes == ['added a zero head (32, 4)']
 
@@ -161,8 +157,8 @@ def test_adapt_params_drops_a_head_the_model_lacks_and_adds_one_the_checkpoint_l
 def test_adapt_params_keeps_pre_logits_when_asked_and_the_model_has_them():
   loaded = _random_params(_model(representation_size=16), 8)
   target = _shapes(_model(num_classes=3, representation_size=16), 8)
-  params, notes = checkpoint.adapt_params(loaded, target, keep_head=False, keep_pre_logits=True)
-  _assert_trees_equal(params['pre_logits'], loaded['pre_logits'])
+  params, notes = loading.adapt_params(loaded, target, keep_head=False, keep_pre_logits=True)
+  chex.assert_trees_all_equal(params['pre_logits'], loaded['pre_logits'])
   assert notes == ['replaced head (16, 10) with zeros (16, 3)']
 
 
@@ -187,14 +183,14 @@ def test_adapt_params_mismatch_is_a_one_line_error(loaded_model, image_size, tar
   loaded = _random_params(_model(**loaded_model), image_size)
   kwargs = {'keep_head': False, 'keep_pre_logits': True, **kwargs}
   with pytest.raises(ValueError, match=message) as error:
-    checkpoint.adapt_params(loaded, _shapes(_model(**target_model), 16), **kwargs)
+    loading.adapt_params(loaded, _shapes(_model(**target_model), 16), **kwargs)
   assert '\n' not in str(error.value)
 
 
 def test_adapt_params_rejects_an_unknown_interpolation_even_without_resizing():
   with pytest.raises(ValueError, match=r"Unknown position embedding interpolation 'nearest'.*"
                      r'--config.posemb_interpolation=bilinear'):
-    checkpoint.adapt_params(_random_params(_model(), 8), _shapes(_model(), 8), keep_head=True,
+    loading.adapt_params(_random_params(_model(), 8), _shapes(_model(), 8), keep_head=True,
                             keep_pre_logits=False, posemb_method='nearest')
 
 
@@ -203,7 +199,7 @@ def test_adapt_params_rejects_a_posemb_that_is_not_a_square_grid():
   loaded['Transformer']['posembed_input']['pos_embedding'] = np.zeros((1, 7, 32), np.float32)
   with pytest.raises(ValueError, match=r'^Transformer/posembed_input/pos_embedding: checkpoint '
                      r'\(1, 7, 32\) vs model \(1, 17, 32\): the checkpoint is another architecture'):
-    checkpoint.adapt_params(loaded, _shapes(_model(), 16), keep_head=True, keep_pre_logits=False)
+    loading.adapt_params(loaded, _shapes(_model(), 16), keep_head=True, keep_pre_logits=False)
 
 
 def test_find_checkpoint_of_a_workdir_without_one_is_a_clear_error(tmp_path):
@@ -271,7 +267,7 @@ def _images(n, size, seed=0):
 def test_timm_reads_our_npz_with_equal_logits(tmp_path, classifier):
   model = _model(num_classes=5, classifier=classifier)
   params = _random_params(model, 12)
-  checkpoint.save_npz(params, str(tmp_path / 'ours.npz'))
+  loading.save_npz(params, str(tmp_path / 'ours.npz'))
   reference = _timm_vit(classifier, 5, 12)
   reference.load_pretrained(str(tmp_path / 'ours.npz'))
   images = _images(4, 12)
@@ -289,7 +285,7 @@ def test_we_read_timm_weights_with_equal_logits(tmp_path, classifier):
       p.add_(0.1 * torch.randn_like(p))
   timm_to_npz(reference, str(tmp_path / 'timm.npz'))
   model = _model(num_classes=6, classifier=classifier)
-  params, notes = checkpoint.adapt_params(checkpoint.load_npz(str(tmp_path / 'timm.npz')),
+  params, notes = loading.adapt_params(loading.load_npz(str(tmp_path / 'timm.npz')),
                                           _shapes(model, 12), keep_head=True, keep_pre_logits=False)
   assert notes == []
   images = _images(4, 12, seed=1)

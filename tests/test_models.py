@@ -1,12 +1,13 @@
-"""The ViT family: parameter tree of the original checkpoints, parameter counts, variants, dtypes."""
+"""The ViT family: parameter tree of the original checkpoints, parameter counts, variants, dtypes, and
+the errors for inputs that do not fit the model."""
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import traverse_util
 
-from configs import models as variants
-from vit_jax.models import VisionTransformer
+from vit_jax.models import VisionTransformer, attention, variants
 
 
 def _param_shapes(num_classes=1000, image_size=224, **overrides):
@@ -57,6 +58,10 @@ def test_unknown_variant_names_the_choices():
     variants.get_model_config('ViT-X_16')
   with pytest.raises(ValueError, match='num_heads'):
     variants.get_model_config('ViT-testing_4', {'num_heads': 3})
+  # The attention names are the kernels' registry: one list validates and dispatches.
+  with pytest.raises(ValueError, match='use one of xla, dot_product_attention'):
+    variants.get_model_config('ViT-testing_4', {'attention': 'flash'})
+  assert list(attention.ATTENTION_FNS) == ['xla', 'dot_product_attention']
 
 
 def _tiny(**kwargs):
@@ -94,9 +99,35 @@ def test_bfloat16_compute_keeps_float32_params_and_logits():
                             **variants.get_model_config('ViT-testing_4'))
   images = jax.random.normal(jax.random.key(1), (2, 16, 16, 3))
   params = model.init(jax.random.key(0), images)['params']
-  assert all(p.dtype == jnp.float32 for p in jax.tree.leaves(params))
+  chex.assert_type(jax.tree.leaves(params), jnp.float32)
   params['head']['kernel'] = jax.random.normal(jax.random.key(2), params['head']['kernel'].shape)
   logits = model.apply({'params': params}, images)
   assert logits.dtype == jnp.float32
   reference = _tiny().apply({'params': params}, images)
   np.testing.assert_allclose(logits, reference, atol=0.1, rtol=0.05)
+
+
+@pytest.mark.parametrize('variant,overrides,stride', [
+    ('ViT-B_16', {}, 16), ('R50+ViT-B_16', {}, 16), ('R50+ViT-L_32', {}, 32),
+    ('R50+ViT-testing_8', {'resnet_layers': (1, 1)}, 8)])
+def test_input_stride_counts_the_resnet_stem(variant, overrides, stride):
+  config = variants.get_model_config(variant, overrides)
+  assert VisionTransformer(num_classes=3, **config).input_stride == stride
+  assert variants.input_stride(config) == stride
+
+
+def test_params_of_another_image_size_are_a_clear_error():
+  model = _tiny()
+  params = model.init(jax.random.key(0), jnp.zeros((1, 16, 16, 3)))['params']  # 4x4 patches + cls.
+  with pytest.raises(ValueError, match=r'position embeddings \(1, 17, 32\) are for 17 tokens, but the '
+                     r'images give 37: .*another image size.*adapt_params'):
+    model.apply({'params': params}, jnp.zeros((1, 24, 24, 3)))
+
+
+def test_images_that_do_not_fit_the_model_are_clear_errors():
+  model = _tiny()
+  with pytest.raises(ValueError, match='images of 18x16 pixels do not divide into patches of 4x4'):
+    model.init(jax.random.key(0), jnp.zeros((1, 18, 16, 3)))  # Would drop 2 rows silently.
+  for shape in ((16, 16, 3), (1, 16, 16, 1)):
+    with pytest.raises(AssertionError, match=r'RGB images \[batch, height, width, 3\]'):
+      model.init(jax.random.key(0), jnp.zeros(shape))

@@ -1,13 +1,16 @@
-"""Masked patch prediction: targets, corruption, the loop's 'mpp' task and fine-tuning from it."""
+"""Masked patch prediction: targets, corruption, the model (pure and hybrid), the loop's 'mpp' task and
+fine-tuning from it."""
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import helpers
-from vit_jax import checkpoint, train
-from vit_jax.models import mpp
+from vit_jax import run_dir
+from vit_jax.models import VisionTransformer, mpp, variants
+from vit_jax.train import loop, setup as train_setup
 
 
 def test_colour_targets_quantise_mean_colour_to_3_bits_per_channel():
@@ -31,26 +34,67 @@ def test_corruption_follows_the_bert_proportions():
   assert abs(masked - 0.8) < 0.02 and 0.08 < changed < 0.11
 
 
+def _mpp_and_classifier(variant, **overrides):
+  config = variants.get_model_config(variant, overrides)
+  del config['representation_size']
+  return (mpp.MaskedPatchPredictor(**config),
+          VisionTransformer(num_classes=None, representation_size=None, **config))
+
+
+@pytest.mark.parametrize('variant,overrides,image_size,tokens', [
+    ('ViT-testing_4', {}, 16, 16),
+    ('ViT-testing_4', {'classifier': 'gap'}, 16, 16),
+    # The hybrid: an 8x ResNet stem, 1x1 patches of its feature map: a token per 8x8 input pixels.
+    ('R50+ViT-testing_8', {'resnet_layers': (1, 1), 'resnet_width_factor': 0.5}, 16, 4)])
+def test_mpp_model_is_the_vit_plus_mask_token_and_head(variant, overrides, image_size, tokens):
+  model, classifier = _mpp_and_classifier(variant, **overrides)
+  images = jax.random.uniform(jax.random.key(1), (2, image_size, image_size, 3), minval=-1, maxval=1)
+  # Jitted: run op by op, the init of even a tiny hybrid takes half a minute on CPU.
+  params = jax.jit(model.init)({'params': jax.random.key(0), 'mpp': jax.random.key(1)}, images)['params']
+  # The classifier's tree, names and shapes, plus the two MPP parameters: fine-tuning starts from it.
+  vit_params = {k: v for k, v in params.items() if k not in ('mask_token', 'mpp_head')}
+  chex.assert_trees_all_equal_shapes_and_dtypes(
+      vit_params, jax.eval_shape(classifier.init, jax.random.key(0), images)['params'])
+  chex.assert_shape(params['mask_token'], (1, 1, 32))
+  logits, corrupted = jax.jit(lambda p, x: model.apply({'params': p}, x, rngs={'mpp': jax.random.key(2)})
+                              )(params, images)
+  chex.assert_shape(logits, (2, tokens, 512))
+  chex.assert_shape(corrupted, (2, tokens))
+  chex.assert_tree_all_finite(logits)
+  targets = mpp.colour_targets(images, model.input_stride, model.num_bits)
+  chex.assert_shape(targets, (2, tokens))  # One colour class per token.
+  assert (image_size // model.input_stride) ** 2 == tokens
+
+
+def test_hybrid_mpp_targets_are_the_colours_of_the_input_regions_its_tokens_cover():
+  model, _ = _mpp_and_classifier('R50+ViT-testing_8', resnet_layers=(1, 1))
+  assert model.input_stride == 8 and model.patch_size == 1
+  images = -np.ones((1, 16, 16, 3), np.float32)
+  images[0, :8, 8:] = 1.0  # Top-right token's 8x8 region: white.
+  np.testing.assert_array_equal(mpp.colour_targets(jnp.asarray(images), model.input_stride, 3),
+                                [[0, 511, 0, 0]])
+
+
 def test_mpp_pretraining_then_finetuning(tmp_path):
   data_dir = str(tmp_path / 'tfds')
   pretrain = helpers.load_config('mpp_demo', {**helpers.TINY, 'data_dir': data_dir, 'total_steps': 6})
   workdir = str(tmp_path / 'mpp')
-  metrics = train.train_and_evaluate(train.prepare(pretrain, workdir))
+  metrics = loop.train_and_evaluate(train_setup.prepare(pretrain, workdir))
   # The colour-class accuracy over corrupted patches: above chance (1/512) already.
   assert 0.05 < metrics['eval_top1'] <= 1.0
-  params, _ = checkpoint.load_params(workdir)
+  params, _ = run_dir.load_params(workdir)
   assert params['mpp_head']['kernel'].shape == (32, 512) and params['mask_token'].shape == (1, 1, 32)
 
   finetune = helpers.load_config('demo', {**helpers.TINY, 'data_dir': data_dir, 'init_from': workdir,
                                           'total_steps': 2})
-  setup = train.prepare(finetune, str(tmp_path / 'finetune'))
+  setup = train_setup.prepare(finetune, str(tmp_path / 'finetune'))
   assert 'mpp_head' not in setup.init_params and 'mask_token' not in setup.init_params
   np.testing.assert_array_equal(setup.init_params['embedding']['kernel'], params['embedding']['kernel'])
-  assert np.isfinite(train.train_and_evaluate(setup)['eval_loss'])
+  assert np.isfinite(loop.train_and_evaluate(setup)['eval_loss'])
 
 
 def test_mpp_has_no_pre_logits(tmp_path):
   config = helpers.load_config('mpp_demo', {**helpers.TINY, 'data_dir': str(tmp_path / 'tfds'),
                                             'model.representation_size': 16})
   with pytest.raises(ValueError, match='unset config.model.representation_size'):
-    train.prepare(config, str(tmp_path / 'w'))
+    train_setup.prepare(config, str(tmp_path / 'w'))

@@ -52,3 +52,36 @@ def test_adamw_decays_kernels_only():
                          'lr.warmup_steps': 0, 'lr.decay': 'constant'}, grads, params)
   np.testing.assert_allclose(updates['dense']['kernel'], -0.1)
   np.testing.assert_allclose(updates['dense']['bias'], 0.0)
+
+
+def test_unknown_optimizer_is_an_error():
+  config = helpers.load_config('demo', {'optim.name': 'lamb'})
+  with pytest.raises(ValueError, match="^Unknown optim.name 'lamb': use one of adamw, sgd$"):
+    optim.check_optim(config)
+  with pytest.raises(ValueError, match="Unknown optim.name 'lamb'"):
+    optim.make_optimizer(config, total_steps=10)
+
+
+def test_registries_name_what_the_config_accepts():
+  assert set(optim.OPTIMIZERS) == {'adamw', 'sgd'}
+  assert set(optim.DECAYS) == {'linear', 'cosine', 'constant'}
+  optim.check_optim(helpers.load_config('demo'))  # A valid config passes.
+
+
+@pytest.mark.parametrize('field,value,match', [
+    ('lr.base', -1e-3, r'^config.lr.base=-0.001 must be >= 0: set it to e.g. 1e-3$'),
+    ('lr.warmup_steps', -1, r'config.lr.warmup_steps=-1 must be >= 0'),
+    ('lr.end', -0.1, r'config.lr.end=-0.1 must be >= 0'),
+    ('lr.base', float('nan'), r'config.lr.base=nan must be >= 0'),
+    ('optim.b1', 1.0, r'^config.optim.b1=1.0 must be in \[0, 1\): set it to e.g. 0.9$'),
+    ('optim.b2', -0.5, r'config.optim.b2=-0.5 must be in \[0, 1\)'),
+    ('optim.weight_decay', -0.1, r'config.optim.weight_decay=-0.1 must be >= 0'),
+    ('optim.momentum', 1.5, r'config.optim.momentum=1.5 must be in \[0, 1\)'),
+    ('grad_clip_norm', -1.0, r'config.grad_clip_norm=-1.0 must be >= 0'),
+])
+def test_bad_numbers_are_one_line_errors(field, value, match):
+  config = helpers.load_config('demo', {field: value})
+  for check in (lambda: optim.check_optim(config), lambda: optim.make_optimizer(config, 10)):
+    with pytest.raises(ValueError, match=match) as e:
+      check()
+    assert '\n' not in str(e.value)

@@ -1,6 +1,6 @@
 """Inference on image files: preprocessing as evaluation's, class names, bad files, exports, the command.
 
-`trained_tiny_run` is the tiny run of the real loop that this file, test_inspect.py and test_fewshot.py
+`trained_tiny_run` is the tiny run of the real loop that this file, test_pictures.py and test_fewshot.py
 read: trained once per session, whichever file asks first.
 """
 import json
@@ -15,7 +15,8 @@ import pytest
 from PIL import Image
 
 import helpers
-from vit_jax import checkpoint, data, export, predict, train
+from vit_jax import checkpoint, data, export, predict, run_dir
+from vit_jax.tasks import classification
 from vit_jax.data import order, pipeline
 
 PREDICT_CMD = [sys.executable, '-m', 'vit_jax.predict']
@@ -23,11 +24,11 @@ PREDICT_CMD = [sys.executable, '-m', 'vit_jax.predict']
 
 def _test_images(workdir, n):
   """The first `n` raw test images (uint8 8x8x3) and their eval batch, in the eval pipeline's order."""
-  config, _ = train.load_run_info(workdir)
+  config, _ = run_dir.load_run_info(workdir)
   source = pipeline.make_source(config)
   raw = [ex['image'] for ex in
          source.load(order.in_order(source.examples('test'))).take(n).as_numpy_iterator()]
-  batch = next(data.eval_iterator(config, local_batch_size=n))
+  batch = next(data.eval_iterator(config, 'test', local_batch_size=n))
   return raw, batch['image'], config
 
 
@@ -43,7 +44,7 @@ def test_images_in_any_format_are_predicted_as_evaluation_sees_them(trained_tiny
   classifier = predict.load_run(trained_tiny_run)
   results = predict.predict(paths, classifier, top_k=10, batch_size=3)  # Two batches, one padded.
 
-  model = train.make_model(config, 10)
+  model = classification.make_model(config, 10)
   params = checkpoint.restore_params(checkpoint.find_checkpoint(trained_tiny_run)[0])[0]
   expected = jax.nn.softmax(model.apply({'params': params}, eval_images))
   assert [path for path, _ in results] == paths

@@ -5,13 +5,15 @@ import os
 import subprocess
 import sys
 
+import chex
 import jax
 import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
 import helpers
-from vit_jax import checkpoint, optim, sharding, train
+from vit_jax import checkpoint, optim, sharding, tasks
+from vit_jax.train import setup as train_setup, state as train_state, step as train_step
 
 sys.path.insert(0, os.path.join(helpers.REPO, 'benchmarks'))
 sys.path.insert(0, os.path.join(helpers.REPO, 'launch'))
@@ -55,15 +57,15 @@ def test_fsdp_cuts_per_device_state_of_vit_b16_at_least_6x():
 
 def _tiny_setup(tmp_path, data_dir, **overrides):
   config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': data_dir, **overrides})
-  return train.prepare(config, str(tmp_path))
+  return train_setup.prepare(config, str(tmp_path))
 
 
 def _state_and_step(setup, accum_steps):
   tx, schedule = optim.make_optimizer(setup.config, setup.total_steps)
   manager = checkpoint.make_manager(setup.workdir, keep=1)
-  state, _, _ = train.create_state(setup, tx, manager)
+  state, _, _ = train_state.create_state(setup, tx, manager)
   step = jax.jit(functools.partial(
-      train.train_step, tx=tx, schedule=schedule, loss_fn=train.make_loss_fn(setup.config, setup.model),
+      train_step.train_step, tx=tx, schedule=schedule, loss_fn=tasks.get(setup.config.task).make_loss(setup.config, setup.model),
       dropout_key=jax.random.key(0), accum_steps=accum_steps,
       micro_batch_sharding=sharding.micro_batch_sharding(setup.mesh)))
   return state, step
@@ -84,8 +86,7 @@ def test_gradient_accumulation_matches_one_big_batch(tmp_path, data_dir):
     state, step = _state_and_step(setup, accum_steps)
     state, metrics = step(state, batch)
     results.append((state.params, metrics))
-  jax.tree.map(functools.partial(np.testing.assert_allclose, atol=1e-5, rtol=1e-5),
-               results[0][0], results[1][0])
+  chex.assert_trees_all_close(results[0][0], results[1][0], atol=1e-5, rtol=1e-5)
   np.testing.assert_allclose(results[0][1]['train_loss'], results[1][1]['train_loss'], rtol=1e-5)
   assert not np.allclose(results[0][0]['head']['kernel'], 0)  # The step did move the parameters.
 
@@ -94,7 +95,7 @@ def test_checkpoint_moves_between_meshes(tmp_path, data_dir):
   fsdp = _tiny_setup(tmp_path, data_dir, mesh=(('fsdp', 8),))
   tx, _ = optim.make_optimizer(fsdp.config, fsdp.total_steps)
   manager = checkpoint.make_manager(fsdp.workdir, keep=1)
-  state, _, _ = train.create_state(fsdp, tx, manager)
+  state, _, _ = train_state.create_state(fsdp, tx, manager)
   kernel = state.params['Transformer']['encoderblock_0']['MlpBlock_3']['Dense_0']['kernel']
   assert kernel.sharding.spec == P(None, 'fsdp')
   checkpoint.save(manager, 0, state)
@@ -105,7 +106,7 @@ def test_checkpoint_moves_between_meshes(tmp_path, data_dir):
                sharding.make_mesh((('data', 2), ('tensor', 4)))):
     shardings = sharding.state_shardings(abstract, mesh)
     restored = checkpoint.restore(manager, checkpoint.abstract_with_shardings(abstract, shardings))
-    jax.tree.map(np.testing.assert_array_equal, jax.device_get(state), jax.device_get(restored))
+    chex.assert_trees_all_equal(jax.device_get(state), jax.device_get(restored))
     moved = restored.params['Transformer']['encoderblock_0']['MlpBlock_3']['Dense_0']['kernel']
     assert moved.sharding.mesh.shape == mesh.shape
     assert moved.sharding.spec == (P(None, None) if mesh.size == 1 else P(None, 'tensor'))

@@ -4,7 +4,7 @@ import subprocess
 import sys
 
 import helpers
-from vit_jax import train
+from vit_jax import run_dir
 
 sys.path.insert(0, os.path.join(helpers.REPO, 'launch'))
 import sweep  # pylint: disable=wrong-import-position
@@ -40,5 +40,5 @@ def test_sweep_runs_each_config_in_its_own_workdir(tmp_path):
                        cwd=helpers.REPO, capture_output=True, text=True, timeout=600)
   assert run.returncode == 0, run.stderr[-3000:]
   for lr in ('0.001', '0.003'):
-    config, _ = train.load_run_info(str(tmp_path / 'runs' / f'lr.base={lr}'))
+    config, _ = run_dir.load_run_info(str(tmp_path / 'runs' / f'lr.base={lr}'))
     assert config.lr.base == float(lr) and config.total_steps == 2

@@ -5,6 +5,7 @@ import signal
 import subprocess
 import time
 
+import chex
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
@@ -13,12 +14,9 @@ from jax.sharding import PartitionSpec as P
 from PIL import Image
 
 import helpers
-from vit_jax import checkpoint, optim, train
-
-
-@pytest.fixture(scope='session')
-def data_dir(tmp_path_factory):
-  return str(tmp_path_factory.mktemp('tfds'))
+from vit_jax import checkpoint, optim, run_dir
+from vit_jax.models import loading
+from vit_jax.train import loop, setup as train_setup, state as train_state
 
 
 def _checkpoint_steps(workdir):
@@ -28,7 +26,7 @@ def _checkpoint_steps(workdir):
 def test_loop_writes_metrics_and_keeps_the_last_checkpoints(tmp_path, data_dir):
   config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': data_dir, 'keep_checkpoints': 2,
                                        'lr.decay': 'linear'})
-  metrics = train.train_and_evaluate(train.prepare(config, str(tmp_path)))
+  metrics = loop.train_and_evaluate(train_setup.prepare(config, str(tmp_path)))
   assert set(metrics) == {'eval_top1', 'eval_top5', 'eval_loss'}
   assert 0.0 <= metrics['eval_top1'] <= metrics['eval_top5'] <= 1.0
   assert _checkpoint_steps(tmp_path) == [8, 12]
@@ -37,7 +35,7 @@ def test_loop_writes_metrics_and_keeps_the_last_checkpoints(tmp_path, data_dir):
     assert sorted(scalars[tag]) == [4, 8, 12], tag
   assert scalars['eval_top1'] == {12: pytest.approx(metrics['eval_top1'])}
   assert 'steps_per_sec' in scalars  # clu's ReportProgress.
-  saved_config, saved_info = train.load_run_info(str(tmp_path))
+  saved_config, saved_info = run_dir.load_run_info(str(tmp_path))
   assert saved_config.variant == 'ViT-testing_4' and saved_config.lr.decay == 'linear'
   assert saved_info.class_names == tuple('0123456789') and saved_info.num_train == 1437
   # Warmup over 2 steps then linear decay to 0 at step 12: mean lr over steps 9..12 (lr of steps 8..11).
@@ -50,7 +48,7 @@ def test_loop_learns_the_digits(tmp_path, data_dir):
       **helpers.TINY, 'data_dir': data_dir, 'total_steps': 150, 'batch_size': 64,
       'lr.base': 3e-3, 'lr.warmup_steps': 10, 'eval_every_steps': 150, 'log_every_steps': 50,
       'checkpoint_every_steps': 150})
-  metrics = train.train_and_evaluate(train.prepare(config, str(tmp_path)))
+  metrics = loop.train_and_evaluate(train_setup.prepare(config, str(tmp_path)))
   assert metrics['eval_top1'] > 0.6  # Chance is 0.1.
 
 
@@ -60,18 +58,18 @@ def test_polyak_average_is_kept_and_evaluated(tmp_path, data_dir):
   for decay in (None, 0.0, 0.5):
     workdir = str(tmp_path / str(decay))
     config = helpers.load_config('demo', {**overrides, 'polyak_decay': decay})
-    metrics = train.train_and_evaluate(train.prepare(config, workdir))
+    metrics = loop.train_and_evaluate(train_setup.prepare(config, workdir))
     state = ocp.StandardCheckpointer().restore(os.path.join(workdir, 'checkpoints', '8', 'default'))
     runs[decay] = metrics, state
   assert 'eval_polyak_top1' not in runs[None][0] and runs[None][1]['ema_params'] is None
   # Decay 0 averages nothing: the average is the parameters, and so are its metrics.
-  jax.tree.map(np.testing.assert_array_equal, runs[0.0][1]['ema_params'], runs[0.0][1]['params'])
+  chex.assert_trees_all_equal(runs[0.0][1]['ema_params'], runs[0.0][1]['params'])
   assert runs[0.0][0]['eval_polyak_loss'] == pytest.approx(runs[0.0][0]['eval_loss'], rel=1e-6)
   # Decay 0.5 lags behind: a different model with different metrics.
   ema, params = runs[0.5][1]['ema_params'], runs[0.5][1]['params']
   assert not np.allclose(ema['head']['kernel'], params['head']['kernel'])
   assert runs[0.5][0]['eval_polyak_loss'] != runs[0.5][0]['eval_loss']
-  jax.tree.map(np.testing.assert_array_equal, params, runs[None][1]['params'])
+  chex.assert_trees_all_equal(params, runs[None][1]['params'])
 
 
 @pytest.mark.parametrize('name', ['vit_b16_i1k', 'vit_l16_i21k'])
@@ -81,7 +79,7 @@ def test_pretraining_configs_run_a_step(tmp_path, data_dir, name):
       'variant': 'ViT-testing_8', 'model.representation_size': 16, 'image_size': 16,
       'batch_size': 8, 'eval_batch_size': 120, 'total_steps': 1, 'num_epochs': None,
       'shuffle_buffer': 64})
-  metrics = train.train_and_evaluate(train.prepare(config, str(tmp_path)))
+  metrics = loop.train_and_evaluate(train_setup.prepare(config, str(tmp_path)))
   assert np.isfinite(metrics['eval_loss'])
   assert _checkpoint_steps(tmp_path) == [1]
 
@@ -114,7 +112,7 @@ def test_resume_after_sigkill_is_exact(tmp_path, data_dir, sorted_digits_folder,
 
   checkpointer = ocp.StandardCheckpointer()
   final = [checkpointer.restore(os.path.join(w, 'checkpoints', '60', 'default')) for w in (reference, killed)]
-  jax.tree.map(np.testing.assert_array_equal, final[0], final[1])
+  chex.assert_trees_all_equal(final[0], final[1])
   scalars = [helpers.read_scalars(w) for w in (reference, killed)]
   assert final[0]['ema_params'] is not None
   for tag in ('eval_top1', 'eval_loss', 'eval_polyak_top1', 'eval_polyak_loss'):
@@ -136,7 +134,7 @@ def test_resume_after_sigkill_is_exact(tmp_path, data_dir, sorted_digits_folder,
 def test_bad_config_is_a_clear_error(tmp_path, data_dir, overrides, message):
   config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': data_dir, **overrides})
   with pytest.raises(ValueError, match=message) as error:
-    train.prepare(config, str(tmp_path / 'workdir'))
+    train_setup.prepare(config, str(tmp_path / 'workdir'))
   assert '\n' not in str(error.value)
   assert not os.path.exists(tmp_path / 'workdir')
 
@@ -145,7 +143,7 @@ def test_unwritable_workdir_is_a_clear_error(tmp_path, data_dir):
   (tmp_path / 'a_file').write_text('')
   config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': data_dir})
   with pytest.raises(ValueError, match='is not writable.*--workdir'):
-    train.prepare(config, str(tmp_path / 'a_file' / 'workdir'))
+    train_setup.prepare(config, str(tmp_path / 'a_file' / 'workdir'))
 
 
 @pytest.mark.parametrize('args,message', [
@@ -167,7 +165,7 @@ def test_command_line_errors_are_one_line(tmp_path, data_dir, args, message):
 def pretrained_workdir(tmp_path_factory, data_dir):
   workdir = str(tmp_path_factory.mktemp('pretrained'))
   config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': data_dir, 'total_steps': 4})
-  train.train_and_evaluate(train.prepare(config, workdir))
+  loop.train_and_evaluate(train_setup.prepare(config, workdir))
   return workdir
 
 
@@ -177,7 +175,7 @@ def test_finetune_at_a_new_resolution_resizes_posemb_and_replaces_head(tmp_path,
       **helpers.TINY, 'data_dir': data_dir, 'init_from': pretrained_workdir, 'image_size': 16,
       'total_steps': 2, 'polyak_decay': 0.9})
   with caplog.at_level('INFO'):
-    setup = train.prepare(config, str(tmp_path))
+    setup = train_setup.prepare(config, str(tmp_path))
   assert 'resized pos_embedding 2x2 -> 4x4 (bilinear)' in caplog.text
   assert 'replaced head (32, 10) with zeros (32, 10)' in caplog.text
   np.testing.assert_array_equal(setup.init_params['head']['kernel'], 0.0)
@@ -187,10 +185,10 @@ def test_finetune_at_a_new_resolution_resizes_posemb_and_replaces_head(tmp_path,
                                 pretrained['embedding']['kernel'])
   # The loop starts from those parameters (and so does the Polyak average).
   tx, _ = optim.make_optimizer(setup.config, setup.total_steps)
-  state, _, _ = train.create_state(setup, tx, checkpoint.make_manager(str(tmp_path), keep=1))
-  jax.tree.map(np.testing.assert_array_equal, jax.device_get(state.params), setup.init_params)
-  jax.tree.map(np.testing.assert_array_equal, jax.device_get(state.ema_params), setup.init_params)
-  assert np.isfinite(train.train_and_evaluate(setup)['eval_top1'])
+  state, _, _ = train_state.create_state(setup, tx, checkpoint.make_manager(str(tmp_path), keep=1))
+  chex.assert_trees_all_equal(jax.device_get(state.params), setup.init_params)
+  chex.assert_trees_all_equal(jax.device_get(state.ema_params), setup.init_params)
+  assert np.isfinite(loop.train_and_evaluate(setup)['eval_top1'])
 
 
 def _three_class_folder(root):
@@ -209,10 +207,10 @@ def test_scanned_training_keeps_per_block_checkpoints_that_resume_either_way(tmp
                # SGD: Adam's first steps are about lr * sign(grad), which turns float noise in
                # near-zero gradients into differences of 2 * lr.
                'optim.name': 'sgd', 'optim.weight_decay': 0.0, 'lr.base': 0.1}
-  setup = train.prepare(helpers.load_config('demo', {**overrides, 'model.scan': True}),
+  setup = train_setup.prepare(helpers.load_config('demo', {**overrides, 'model.scan': True}),
                         str(tmp_path / 'state'))
   tx, _ = optim.make_optimizer(setup.config, setup.total_steps)
-  state, _, to_checkpoint = train.create_state(setup, tx, checkpoint.make_manager(setup.workdir, 1))
+  state, _, to_checkpoint = train_state.create_state(setup, tx, checkpoint.make_manager(setup.workdir, 1))
   kernels = [leaf for path, leaf in jax.tree_util.tree_leaves_with_path(state) if
              jax.tree_util.keystr(path).endswith("['encoderblock']['MlpBlock_3']['Dense_0']['kernel']")]
   assert len(kernels) == 3  # Parameters, SGD momentum, Polyak average.
@@ -223,7 +221,7 @@ def test_scanned_training_keeps_per_block_checkpoints_that_resume_either_way(tmp
   losses, params = {}, {}
   for scan in (False, True):
     workdir = str(tmp_path / f'scan={scan}')
-    train.train_and_evaluate(train.prepare(
+    loop.train_and_evaluate(train_setup.prepare(
         helpers.load_config('demo', {**overrides, 'model.scan': scan}), workdir))
     scalars = helpers.read_scalars(workdir)['train_loss']
     losses[scan] = [scalars[step] for step in range(1, 9)]
@@ -238,7 +236,7 @@ def test_scanned_training_keeps_per_block_checkpoints_that_resume_either_way(tmp
     resumed = str(tmp_path / f'resumed_from_scan={scan}')
     shutil.copytree(str(tmp_path / f'scan={scan}'), resumed)
     shutil.rmtree(os.path.join(resumed, 'checkpoints', '8'))
-    train.train_and_evaluate(train.prepare(
+    loop.train_and_evaluate(train_setup.prepare(
         helpers.load_config('demo', {**overrides, 'model.scan': not scan}), resumed))
     final, _ = checkpoint.restore_params(os.path.join(resumed, 'checkpoints', '8'))
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), final,
@@ -257,7 +255,7 @@ def test_bad_checkpoints_are_clear_errors(tmp_path, data_dir, pretrained_workdir
     overrides['data_dir'] = _three_class_folder(tmp_path / 'images')
   config = helpers.load_config('demo_finetune', overrides)
   with pytest.raises(ValueError, match=message) as error:
-    train.prepare(config, str(tmp_path / 'workdir'))
+    train_setup.prepare(config, str(tmp_path / 'workdir'))
   assert '\n' not in str(error.value)
   assert not os.path.exists(tmp_path / 'workdir')
 
@@ -274,12 +272,12 @@ def test_finetune_configs_follow_the_paper(name, dataset, resolution, steps):
 
 
 def test_finetune_config_runs_from_an_npz(tmp_path, data_dir, pretrained_workdir):
-  params, _ = checkpoint.load_params(pretrained_workdir)
-  checkpoint.save_npz(params, str(tmp_path / 'tiny.npz'))
+  params, _ = run_dir.load_params(pretrained_workdir)
+  loading.save_npz(params, str(tmp_path / 'tiny.npz'))
   config = helpers.load_config('vit_b16_finetune', {
       **helpers.TINY, 'dataset': 'digits', 'data_dir': data_dir, 'train_split': 'train',
       'eval_split': 'test', 'init_from': str(tmp_path / 'tiny.npz'), 'image_size': 12, 'total_steps': 1,
       'lr.warmup_steps': 0, 'dtype': 'float32'})
-  setup = train.prepare(config, str(tmp_path / 'workdir'))
+  setup = train_setup.prepare(config, str(tmp_path / 'workdir'))
   assert setup.init_params['Transformer']['posembed_input']['pos_embedding'].shape == (1, 10, 32)
-  assert np.isfinite(train.train_and_evaluate(setup)['eval_loss'])
+  assert np.isfinite(loop.train_and_evaluate(setup)['eval_loss'])

@@ -42,7 +42,7 @@ def test_readme_walkthrough_with_relative_paths(tmp_path):
   assert os.path.isdir(tmp_path / 'workdirs/demo_finetune/checkpoints/20/default')
   accuracy = run(tmp_path, 'fewshot', '--workdir=workdirs/demo', '--shots=1', '--seeds=1')
   assert accuracy.splitlines()[-1].split()[0] == '1'
-  run(tmp_path, 'inspect', '--workdir=workdirs/demo', '--image=digit.png', '--out=pictures')
+  run(tmp_path, 'pictures', '--workdir=workdirs/demo', '--image=digit.png', '--out=pictures')
   assert 'attention_rollout.png' in os.listdir(tmp_path / 'pictures')
   # Nothing was written anywhere else: everything lies under the directory the user typed from.
   assert sorted(os.listdir(tmp_path)) == ['configs', 'digit.png', 'exported', 'pictures', 'tfds',

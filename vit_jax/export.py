@@ -19,8 +19,8 @@ import jax.numpy as jnp
 from absl import app, flags
 from etils import epath
 
-from configs import models as model_variants
-from vit_jax import checkpoint, cli
+from vit_jax import cli
+from vit_jax.models import variants
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Workdir of the run to export.')
 _OUT = flags.DEFINE_string('out', None, 'Directory to write model.npz, model.jaxexport, config.json.')
@@ -43,28 +43,28 @@ def serialize_inference(model: Any, params: Any, image_size: int) -> bytes:
 
 def export(workdir: str, out: str, step: Optional[int] = None) -> dict[str, Any]:
   """Writes the three files for checkpoint `step` (default: latest) of `workdir`; returns config.json."""
-  checkpoint_dir, step = checkpoint.find_checkpoint(workdir, step)
+  # Imported here so that bad flags are answered before TensorFlow (the input pipeline's) loads.
+  from vit_jax import run_dir  # pylint: disable=g-import-not-at-top
+  from vit_jax.models import loading  # pylint: disable=g-import-not-at-top
+  trained = run_dir.load_trained(workdir, step)
   cli.make_out_dir(out)
-  # Imported here so that bad input is answered before TensorFlow (the input pipeline's) loads.
-  from vit_jax import train  # pylint: disable=g-import-not-at-top
-  config, info = train.load_run_info(workdir)
-  params, name = checkpoint.restore_params(checkpoint_dir)
-  model = train.make_model(config, info.num_classes)
+  config, info = trained.config, trained.info
 
   out_dir = epath.Path(out)
-  checkpoint.save_npz(params, str(out_dir / 'model.npz'))
-  (out_dir / 'model.jaxexport').write_bytes(serialize_inference(model, params, config.image_size))
+  loading.save_npz(trained.params, str(out_dir / 'model.npz'))
+  (out_dir / 'model.jaxexport').write_bytes(
+      serialize_inference(trained.model, trained.params, config.image_size))
   description = {
       'variant': config.variant,
-      'model': model_variants.get_model_config(config.variant, config.model.to_dict()),
+      'model': variants.get_model_config(config.variant, config.model.to_dict()),
       'dtype': config.dtype,
       'image_size': config.image_size,
       'num_classes': info.num_classes,
       'loss': config.loss,  # softmax_xent or sigmoid_xent: how logits become probabilities.
       'class_names': list(info.class_names),
-      'parameters': 'polyak' if name == 'ema_params' else 'raw',
-      'step': step,
-      'checkpoint': checkpoint_dir,  # Absolute: find_checkpoint resolved it.
+      'parameters': trained.parameters,
+      'step': trained.step,
+      'checkpoint': trained.checkpoint_dir,
       'input': 'float32 images [batch, image_size, image_size, 3] in [-1, 1]',
       'output': 'float32 logits [batch, num_classes]',
       'jax_export_platforms': list(PLATFORMS),

@@ -110,13 +110,13 @@ def main(argv: list[str]) -> None:
   if jax.process_index() > 0:  # Process 0 speaks for the run.
     logging.set_verbosity(logging.WARNING)
   # Imported here so that `--help` and flag errors answer before TensorFlow and JAX load.
-  from vit_jax import train  # pylint: disable=g-import-not-at-top
+  from vit_jax.train import loop, setup  # pylint: disable=g-import-not-at-top
   try:
-    setup = train.prepare(_CONFIG.value, _WORKDIR.value)
+    run = setup.prepare(_CONFIG.value, _WORKDIR.value)
   except ValueError as e:
     cli.fail(str(e))
-  logging.info('Config:\n%s', setup.config)
-  metrics = train.train_and_evaluate(setup)
+  logging.info('Config:\n%s', run.config)
+  metrics = loop.train_and_evaluate(run)
   logging.info('Final eval: %s', ', '.join(f'{k}={v:.4f}' for k, v in sorted(metrics.items())))
 
 

@@ -12,7 +12,6 @@ in one line and skipped. Exit status: 0 if at least one image was predicted, 1 i
 import dataclasses
 import functools
 import itertools
-import json
 import os
 import sys
 from typing import Callable, Iterable, Iterator, Optional, Sequence
@@ -20,9 +19,8 @@ from typing import Callable, Iterable, Iterator, Optional, Sequence
 import jax
 import numpy as np
 from absl import app, flags, logging
-from etils import epath
 
-from vit_jax import checkpoint, cli
+from vit_jax import cli
 
 BATCH_SIZE = 64
 
@@ -42,29 +40,24 @@ class Classifier:
 
 def load_run(workdir: str, step: Optional[int] = None) -> Classifier:
   """The classifier of checkpoint `step` (default: the latest) of a run; its Polyak average if kept."""
-  checkpoint_dir, _ = checkpoint.find_checkpoint(workdir, step)
-  # Imported here so that bad input is answered before the model code and TensorFlow load.
-  from vit_jax import train  # pylint: disable=g-import-not-at-top
-  config, info = train.load_run_info(workdir)
-  if config.get('task', 'classification') != 'classification':
+  # Imported here so that bad flags are answered before the model code and TensorFlow load.
+  from vit_jax import run_dir  # pylint: disable=g-import-not-at-top
+  trained = run_dir.load_trained(workdir, step)
+  config = trained.config
+  if config.task != 'classification':
     raise ValueError(f'{workdir!r} is a {config.task!r} run, which has no classifier: fine-tune it '
                      '(config.init_from) and predict with that run')
-  params, _ = checkpoint.restore_params(checkpoint_dir)
-  model = train.make_model(config, info.num_classes)
+  model = trained.model
   apply = jax.jit(lambda params, images: model.apply({'params': params}, images, train=False))
-  return Classifier(functools.partial(apply, params), config.image_size, info.class_names, config.loss)
+  return Classifier(functools.partial(apply, trained.params), config.image_size,
+                    trained.info.class_names, config.loss)
 
 
 def load_export(export_dir: str) -> Classifier:
   """The classifier serialized by `vit_jax.export` in `export_dir`."""
-  files = {name: epath.Path(export_dir) / name for name in ('config.json', 'model.jaxexport')}
-  for path in files.values():
-    if not path.is_file():
-      raise ValueError(f'{path} is missing: is {export_dir!r} a directory written by '
-                       'python -m vit_jax.export?')
-  description = json.loads(files['config.json'].read_text())
-  exported = jax.export.deserialize(bytearray(files['model.jaxexport'].read_bytes()))
-  return Classifier(jax.jit(exported.call), description['image_size'], tuple(description['class_names']),
+  from vit_jax import run_dir  # pylint: disable=g-import-not-at-top
+  description, infer = run_dir.load_export(export_dir)
+  return Classifier(jax.jit(infer), description['image_size'], tuple(description['class_names']),
                     description.get('loss', 'softmax_xent'))
 
 
@@ -154,7 +147,7 @@ def format_prediction(path: str, top: list[tuple[str, float]]) -> str:
 
 def _define_flags() -> None:
   # Defined only when run as a command: the library functions are imported beside other commands
-  # (vit_jax.export, vit_jax.inspect) whose flags have the same names.
+  # (vit_jax.export, vit_jax.pictures) whose flags have the same names.
   flags.DEFINE_string('workdir', None, 'Workdir of the run to predict with.')
   flags.DEFINE_integer('step', None, 'Checkpoint step of --workdir (default: the latest).')
   flags.DEFINE_string('export', None, 'Directory written by vit_jax.export, instead of --workdir.')

@@ -3,34 +3,22 @@
 The mesh has up to three named axes. `data`: the batch is split, parameters are replicated (the pmap
 case). `fsdp`: the batch is split too, and every parameter and optimizer-state array is split along its
 largest dimension that the axis divides. `tensor`: attention heads and MLP hidden units are split
-(Megatron style). The strategies combine: a parameter's tensor-parallel dimension is taken first, FSDP
-picks among the others.
+(Megatron style, by the model's `vit.TENSOR_RULES`). The strategies combine: a parameter's
+tensor-parallel dimension is taken first, FSDP picks among the others.
 """
 import math
 import re
 from typing import Any, Sequence
 
+import chex
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from vit_jax.models.vit import BLOCK
+from vit_jax.models.vit import STACKED_BLOCKS, TENSOR_RULES
 
 AXES = ('data', 'fsdp', 'tensor')
 BATCH_AXES = ('data', 'fsdp')  # The global batch is split over these (FSDP is data parallel too).
-
-# Tensor parallelism: (regex over the '/'-joined parameter path, the dimension split over `tensor`).
-# Paths of optimizer-state leaves end with the parameter path, so the same rules serve them.
-TENSOR_RULES = (
-    (r'MultiHeadDotProductAttention_\d+/(query|key|value)/kernel$', 1),  # (D, heads, D/heads)
-    (r'MultiHeadDotProductAttention_\d+/(query|key|value)/bias$', 0),  # (heads, D/heads)
-    (r'MultiHeadDotProductAttention_\d+/out/kernel$', 0),  # (heads, D/heads, D)
-    (r'MlpBlock_\d+/Dense_0/kernel$', 1),  # (D, mlp)
-    (r'MlpBlock_\d+/Dense_0/bias$', 0),  # (mlp,)
-    (r'MlpBlock_\d+/Dense_1/kernel$', 0),  # (mlp, D)
-)
-# The stacked blocks of a scanned encoder (vit.stack_blocks); per-block ones are `encoderblock_{i}/`.
-STACKED_BLOCKS = rf'(^|/){BLOCK}/'
 
 
 def make_mesh(axes: Sequence[tuple[str, int]], devices: Sequence[jax.Device] | None = None) -> Mesh:
@@ -131,5 +119,7 @@ def state_shardings(abstract_state: Any, mesh: Mesh) -> Any:
 
 def global_batch(local_batch: dict[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:
   """Assembles each host's part of the batch into global arrays sharded over the batch axes."""
+  # Images, labels and masks must stay row-aligned: a short one would pair examples with other labels.
+  chex.assert_equal_shape_prefix(list(local_batch.values()), 1)
   sharding = batch_sharding(mesh)
   return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in local_batch.items()}

@@ -5,6 +5,11 @@
                                      process_index=jax.process_index(),
                                      process_count=jax.process_count()):
       ...
+    for batch in data.eval_iterator(config, config.eval_split, local_batch_size=b, ...):
+      ...  # batch['mask'] is False on padding rows.
+
+A split is a split name, or for a tensorflow_datasets dataset a slice of one (e.g. train_split
+'train[:90%]' and eval_split 'train[90%:]' hold out a minival); for an image folder, a sub-folder.
 """
 import tensorflow as tf
 
@@ -20,4 +25,5 @@ from vit_jax.data.pipeline import eval_iterator
 from vit_jax.data.pipeline import get_info
 from vit_jax.data.pipeline import num_data_shards
 from vit_jax.data.pipeline import num_eval_batches
+from vit_jax.data.pipeline import num_examples
 from vit_jax.data.pipeline import train_iterator

@@ -7,7 +7,7 @@ TFRecord datasets); the augmentation of the example at stream position p is seed
 So starting at step s skips to position s * batch arithmetically; nothing is decoded to be skipped.
 """
 import dataclasses
-from typing import Iterator, Protocol
+from typing import Callable, Iterator, Protocol
 
 import ml_collections
 import numpy as np
@@ -22,6 +22,7 @@ from vit_jax.data import tfds_source
 
 @dataclasses.dataclass(frozen=True)
 class DatasetInfo:
+  """What `get_info` reads of the config's splits; `num_examples` counts any other split."""
   num_classes: int
   num_train: int  # Examples in config.train_split, all hosts together.
   num_eval: int  # Examples in config.eval_split, all hosts together.
@@ -41,34 +42,56 @@ class Source(Protocol):
     'label', keeping the rest."""
 
 
-def make_source(config: ml_collections.ConfigDict) -> Source:
-  """The source named by config.dataset; raises a one-line ValueError that says what to fix."""
-  if config.dataset == 'digits':
-    return tfds_source.TfdsSource(digits.prepared_builder(config.data_dir))
-  if config.dataset == 'folder':
-    if not config.data_dir:
-      raise ValueError("config.dataset='folder' needs config.data_dir: set it to a root with "
-                       f'{config.train_split}/ and {config.eval_split}/ sub-folders of class folders')
-    return folder.FolderSource(config.data_dir, config.train_split)
+def _digits(config: ml_collections.ConfigDict) -> Source:
+  return tfds_source.TfdsSource(digits.prepared_builder(config.data_dir))
+
+
+def _folder(config: ml_collections.ConfigDict) -> Source:
+  if not config.data_dir:
+    raise ValueError("config.dataset='folder' needs config.data_dir: set it to a root with "
+                     f'{config.train_split}/ and {config.eval_split}/ sub-folders of class folders')
+  return folder.FolderSource(config.data_dir, config.train_split)
+
+
+def _tfds(config: ml_collections.ConfigDict) -> Source:
   return tfds_source.TfdsSource(tfds_source.prepared_builder(config.dataset, config.data_dir))
 
 
-def _check_config(config: ml_collections.ConfigDict) -> None:
+# config.dataset -> its Source; any other name is a tensorflow_datasets name.
+SOURCES: dict[str, Callable[[ml_collections.ConfigDict], Source]] = {
+    'digits': _digits,
+    'folder': _folder,
+}
+
+
+def make_source(config: ml_collections.ConfigDict) -> Source:
+  """The source named by config.dataset; raises a one-line ValueError that says what to fix."""
+  return SOURCES.get(config.dataset, _tfds)(config)
+
+
+def _checked_source(config: ml_collections.ConfigDict) -> Source:
+  """The source of a validated data config."""
   if config.image_size < 1:
     raise ValueError(f'config.image_size={config.image_size} must be a positive number of pixels')
   if config.shuffle_buffer < 1:
     raise ValueError(f'config.shuffle_buffer={config.shuffle_buffer} must be >= 1 records')
   preprocess.check_pp(config.pp)
+  return make_source(config)
 
 
 def get_info(config: ml_collections.ConfigDict) -> DatasetInfo:
   """Sizes and class names; validates the data config (and prepares the digits if needed)."""
-  _check_config(config)
-  source = make_source(config)
+  source = _checked_source(config)
   return DatasetInfo(num_classes=len(source.class_names),
                      num_train=source.examples(config.train_split).num_records,
                      num_eval=source.examples(config.eval_split).num_records,
                      class_names=source.class_names)
+
+
+def num_examples(config: ml_collections.ConfigDict, split: str) -> int:
+  """Examples in `split` (e.g. 'test', or a tfds slice such as 'train[90%:]'), all hosts together;
+  validates the data config and the split name."""
+  return _checked_source(config).examples(split).num_records
 
 
 def num_eval_batches(num_eval: int, *, local_batch_size: int, process_count: int = 1) -> int:
@@ -107,8 +130,7 @@ def train_iterator(config: ml_collections.ConfigDict, *, local_batch_size: int,
   unreadable files, which are skipped when met, a resumed run is still deterministic but shifted by
   the files skipped before `start_step`.)
   """
-  _check_config(config)
-  source = make_source(config)
+  source = _checked_source(config)
   num_shards = num_data_shards(config, process_count)
   shards_per_process = num_shards // process_count
   if local_batch_size % shards_per_process:
@@ -146,17 +168,17 @@ def _shard_stream(config: ml_collections.ConfigDict, source: Source, shard: int,
   return ds.batch(batch_size, drop_remainder=True)
 
 
-def eval_iterator(config: ml_collections.ConfigDict, *, local_batch_size: int,
+def eval_iterator(config: ml_collections.ConfigDict, split: str, *, local_batch_size: int,
                   process_index: int = 0,
                   process_count: int = 1) -> Iterator[dict[str, np.ndarray]]:
-  """One pass over this host's shard of the eval split in full batches {'image', 'label', 'mask'}.
+  """One unaugmented pass over this host's shard of `split`: full batches {'image', 'label', 'mask'}.
 
-  'mask' (bool [b]) is False on padding rows. Every host yields `num_eval_batches(...)` batches, so
-  hosts with a smaller shard (or skipped unreadable files) still join every collective.
+  `split` is any split of the dataset (e.g. config.eval_split, or config.train_split for few-shot
+  features). 'mask' (bool [b]) is False on padding rows. Every host yields `num_eval_batches(...)`
+  batches, so hosts with a smaller shard (or skipped unreadable files) still join every collective.
   """
-  _check_config(config)
-  source = make_source(config)
-  num_batches = num_eval_batches(source.examples(config.eval_split).num_records,
+  source = _checked_source(config)
+  num_batches = num_eval_batches(source.examples(split).num_records,
                                  local_batch_size=local_batch_size, process_count=process_count)
 
   def prepare(example):
@@ -168,7 +190,7 @@ def eval_iterator(config: ml_collections.ConfigDict, *, local_batch_size: int,
       'image': tf.zeros([size, size, 3], tf.float32),
       'label': tf.constant(0, tf.int32),
       'mask': tf.constant(False)}).repeat()
-  ds = source.load(order.in_order(source.examples(config.eval_split, process_index, process_count)))
+  ds = source.load(order.in_order(source.examples(split, process_index, process_count)))
   ds = ds.map(prepare, num_parallel_calls=tf.data.AUTOTUNE).concatenate(padding)
   ds = ds.take(num_batches * local_batch_size).batch(local_batch_size)
   return _as_numpy(ds.prefetch(tf.data.AUTOTUNE))

@@ -40,6 +40,10 @@ class TfdsSource:
   dataset was prepared as ArrayRecord (random access: train shards are strided, so each holds every
   class even when the files are in class order), in file order where it was prepared as TFRecord
   (shards are contiguous ranges, the `tfds.split_for_jax_process` layout).
+
+  A split may be a tfds slice, e.g. 'train[:90%]' to train on and 'train[90%:]' as a held-out
+  minival. tfds shuffles the examples when it prepares a dataset (unless its builder disables that),
+  so a slice is a random sample of the split.
   """
 
   def __init__(self, builder: tfds.core.DatasetBuilder):

@@ -3,20 +3,28 @@
 Half of the patch embeddings are corrupted (of those, 80% replaced by a learned [mask] embedding, 10% by
 another patch's embedding of the same image, 10% left as they are) and the model predicts, for each
 corrupted patch, its mean colour quantised to `num_bits` bits per channel (512 classes for 3 bits).
-The parameter names are the ViT's (`embedding`, `cls`, `Transformer/...`) plus `mask_token` and
-`mpp_head`, so the classifier fine-tunes from it by `config.init_from`.
+The model is the ViT backbone (pure or hybrid) with the corruption between patch embedding and encoder,
+so its parameters are the ViT's (`embedding`, `cls`, `Transformer/...`, the hybrid's ResNet stem) plus
+`mask_token` and `mpp_head`, and the classifier fine-tunes from it by `config.init_from`.
 """
+import chex
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from vit_jax.models.vit import Encoder
+from vit_jax.models.vit import ViTBackbone
 
 
-def colour_targets(images: jnp.ndarray, patch_size: int, num_bits: int) -> jnp.ndarray:
-  """The class of each patch's mean colour: images [b, H, W, 3] in [-1, 1] -> int32 [b, patches]."""
+def colour_targets(images: jnp.ndarray, patch_pixels: int, num_bits: int) -> jnp.ndarray:
+  """The class of each patch's mean colour: images [b, H, W, 3] in [-1, 1] -> int32 [b, patches].
+
+  Patches are `patch_pixels` x `patch_pixels` input pixels, in the order of the model's tokens: pass
+  the model's `input_stride`, so a hybrid's tokens (cut from the ResNet stem's feature map) get the
+  colours of the image regions they cover.
+  """
+  chex.assert_shape(images, (None, None, None, 3))
   b, h, w, c = images.shape
-  p = patch_size
+  p = patch_pixels
   patches = images.reshape(b, h // p, p, w // p, p, c).mean(axis=(2, 4)).reshape(b, -1, c)
   levels = 2 ** num_bits
   quantised = jnp.clip(jnp.floor((patches + 1) / 2 * levels), 0, levels - 1).astype(jnp.int32)
@@ -40,43 +48,24 @@ def corrupt_patches(x: jnp.ndarray, mask_token: jnp.ndarray, key: jax.Array,
   return x, corrupted
 
 
-class MaskedPatchPredictor(nn.Module):
-  """A ViT whose output is a colour class for every (corrupted) patch token.
+class MaskedPatchPredictor(ViTBackbone, kw_only=True):
+  """A ViT (the fields of `VisionTransformer` but num_classes and representation_size) whose output is
+  a colour class for every patch token.
 
   Returns float32 logits [b, patches, 2^(3 num_bits)] and the bool mask [b, patches] of corrupted
-  patches; needs an 'mpp' rng (and 'dropout' when training).
+  patches; needs an 'mpp' rng (and 'dropout' when training). The targets are
+  `colour_targets(images, model.input_stride, model.num_bits)`.
   """
-  patch_size: int
-  hidden_size: int
-  num_layers: int
-  mlp_dim: int
-  num_heads: int
-  classifier: str = 'token'
-  dropout_rate: float = 0.0
-  attention_dropout_rate: float = 0.0
   mask_rate: float = 0.5
   num_bits: int = 3
-  dtype: jnp.dtype = jnp.float32
-  attention: str = 'xla'
-  remat: str | None = None
-  scan: bool = False
 
   @nn.compact
-  def __call__(self, images: jnp.ndarray, *, train: bool = False):
-    p = self.patch_size
-    x = nn.Conv(self.hidden_size, (p, p), strides=(p, p), padding='VALID', dtype=self.dtype,
-                name='embedding')(images.astype(self.dtype))
-    n, h, w, d = x.shape
-    mask_token = self.param('mask_token', nn.initializers.normal(0.02), (1, 1, d), jnp.float32)
-    x, corrupted = corrupt_patches(jnp.reshape(x, (n, h * w, d)), mask_token, self.make_rng('mpp'),
-                                   self.mask_rate)
-    if self.classifier == 'token':
-      cls = self.param('cls', nn.initializers.zeros, (1, 1, d), jnp.float32)
-      x = jnp.concatenate([jnp.tile(cls.astype(x.dtype), (n, 1, 1)), x], axis=1)
-    x = Encoder(num_layers=self.num_layers, mlp_dim=self.mlp_dim, num_heads=self.num_heads,
-                dropout_rate=self.dropout_rate, attention_dropout_rate=self.attention_dropout_rate,
-                dtype=self.dtype, attention=self.attention, remat=self.remat, scan=self.scan,
-                name='Transformer')(x, train=train)
+  def __call__(self, images: jnp.ndarray, *, train: bool = False) -> tuple[jnp.ndarray, jnp.ndarray]:
+    x = self.embed_patches(images)
+    mask_token = self.param('mask_token', nn.initializers.normal(0.02), (1, 1, x.shape[-1]),
+                            jnp.float32)
+    x, corrupted = corrupt_patches(x, mask_token, self.make_rng('mpp'), self.mask_rate)
+    x = self.encode(x, train=train)
     tokens = x[:, 1:] if self.classifier == 'token' else x
     logits = nn.Dense(2 ** (3 * self.num_bits), dtype=self.dtype, name='mpp_head')(tokens)
     return logits.astype(jnp.float32), corrupted

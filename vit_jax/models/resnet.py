@@ -3,7 +3,7 @@
 Names and structure follow the original hybrid code and checkpoints (`conv_root`, `gn_root`,
 `block{n}/unit{m}/{conv1,gn1,conv2,gn2,conv3,gn3,conv_proj,gn_proj}`), so they load unchanged.
 """
-from typing import Sequence
+from typing import Optional, Sequence
 
 import flax.linen as nn
 import jax.numpy as jnp
@@ -61,9 +61,15 @@ class ResNetStage(nn.Module):
     return x
 
 
+def stem_stride(num_layers: Optional[Sequence[int]]) -> int:
+  """Input pixels per feature-map cell of `resnet_stem`: root conv and pool 4, then 2 per later stage
+  (1 without a stem)."""
+  return 4 * 2 ** (len(num_layers) - 1) if num_layers else 1
+
+
 def resnet_stem(x: jnp.ndarray, *, num_layers: Sequence[int], width_factor: float,
                 dtype: jnp.dtype) -> jnp.ndarray:
-  """Root conv + max-pool and the stages `block1`, `block2`, ...: total stride 4 * 2^(stages - 1).
+  """Root conv + max-pool and the stages `block1`, `block2`, ...: total stride `stem_stride`.
 
   A function, not a module: called inside the ViT's compact `__call__`, its layers live at the top of
   the parameter tree, where the original hybrid checkpoints have them.

@@ -1,12 +1,14 @@
 """The Vision Transformer of "An Image is Worth 16x16 Words" (Dosovitskiy et al., 2021).
 
 Module and parameter names follow the original `vit_jax` code, so the parameter tree is the tree of the
-published `.npz` checkpoints (ViT-B_16.npz, the AugReg files) and they load without renaming.
+published `.npz` checkpoints (ViT-B_16.npz, the AugReg files) and they load without renaming. The
+classifier and the masked patch predictor (mpp.py) share that layout: both are a `ViTBackbone`.
 
 Fast paths (model fields; none changes the parameter tree): `attention='dot_product_attention'` computes
-attention with `jax.nn.dot_product_attention` (cuDNN flash attention on GPU, XLA elsewhere); `remat=POLICY`
-recomputes each block's activations in the backward pass except what the `jax.checkpoint_policies` policy
-saves; `scan=True` compiles one block and loops over `nn.scan`, so compile time does not grow with depth.
+attention with `jax.nn.dot_product_attention` (cuDNN flash attention on GPU, XLA elsewhere; attention.py);
+`remat=POLICY` recomputes each block's activations in the backward pass except what the
+`jax.checkpoint_policies` policy saves; `scan=True` compiles one block and loops over `nn.scan`, so
+compile time does not grow with depth.
 
 A scanned encoder reads its blocks stacked (`Transformer/encoderblock/...`, layer axis first). `init`
 still returns the per-block tree of the checkpoints, and `apply` takes either layout: per-block
@@ -16,14 +18,18 @@ unstacks at the checkpoint boundary (`unstack_blocks`).
 """
 from typing import Any, Callable, Mapping, Optional
 
+import chex
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from vit_jax.models import resnet
+from vit_jax.models.attention import ATTENTION_FNS
 
 Dtype = Any
 BLOCK = 'encoderblock'  # Blocks are `encoderblock_{i}` in the checkpoints, `encoderblock` when stacked.
+# A path inside the stacked blocks: their arrays have a leading layer axis that sharding keeps whole.
+STACKED_BLOCKS = rf'(^|/){BLOCK}/'
 
 
 def _holds(node: Any, key: str) -> bool:
@@ -66,45 +72,6 @@ def unstack_blocks(tree: Any) -> Any:
   return jax.tree.map(unstack, tree, is_leaf=lambda node: _holds(node, BLOCK))
 
 
-def fused_attention(query: jnp.ndarray, key: jnp.ndarray, value: jnp.ndarray, *,
-                    dropout_rate: float = 0.0, deterministic: bool = True) -> jnp.ndarray:
-  """`jax.nn.dot_product_attention` as an `attention_fn` of `nn.MultiHeadDotProductAttention`.
-
-  Both take [batch, tokens, heads, head_dim]; JAX picks cuDNN flash attention on GPU (for bfloat16 and
-  float16) and XLA elsewhere. The fused kernel has no dropout on the attention weights.
-  """
-  if dropout_rate > 0.0 and not deterministic:
-    raise ValueError(f"attention='dot_product_attention' has no dropout on the attention weights "
-                     f'(attention_dropout_rate={dropout_rate}): set it to 0 or use attention=\'xla\'')
-  return jax.nn.dot_product_attention(query, key, value)
-
-
-def head_major_attention(query: jnp.ndarray, key: jnp.ndarray, value: jnp.ndarray, *,
-                         dropout_rng: Optional[jax.Array] = None, dropout_rate: float = 0.0,
-                         deterministic: bool = True, precision: Any = None,
-                         module: Optional[nn.Module] = None) -> jnp.ndarray:
-  """`nn.dot_product_attention` with the heads moved in front of the tokens for the two matmuls.
-
-  Takes and returns [batch, tokens, heads, head_dim] like it, with the same dropout masks; its batched
-  matmuls have their batch dimensions leading, which XLA:CPU runs several times faster (flax's
-  `...qhd,...khd` layout makes the forward pass of a ViT-Ti 1.8x slower on CPU). Like flax, it sows
-  the weights into `intermediates` when the attention module is called with `sow_weights=True`.
-  """
-  query = query / jnp.sqrt(query.shape[-1]).astype(query.dtype)
-  query, key, value = (jnp.swapaxes(x, -3, -2) for x in (query, key, value))
-  weights = jax.nn.softmax(jnp.einsum('...qd,...kd->...qk', query, key, precision=precision))
-  if module is not None:
-    module.sow('intermediates', 'attention_weights', weights)
-  if not deterministic and dropout_rate > 0.0:
-    keep_prob = 1.0 - dropout_rate
-    keep = jax.random.bernoulli(dropout_rng, keep_prob, weights.shape)
-    weights = weights * (keep.astype(weights.dtype) / jnp.asarray(keep_prob, weights.dtype))
-  return jnp.swapaxes(jnp.einsum('...qk,...kd->...qd', weights, value, precision=precision), -3, -2)
-
-
-ATTENTION_FNS = {'xla': head_major_attention, 'dot_product_attention': fused_attention}
-
-
 class AddPositionEmbs(nn.Module):
   """Adds learned 1D position embeddings, one per token (class token included)."""
   posemb_init: Callable = nn.initializers.normal(stddev=0.02)
@@ -112,6 +79,13 @@ class AddPositionEmbs(nn.Module):
   @nn.compact
   def __call__(self, inputs: jnp.ndarray) -> jnp.ndarray:
     shape = (1, inputs.shape[1], inputs.shape[2])
+    if self.has_variable('params', 'pos_embedding'):
+      # Flax would only say that the initializer's shape differs from the stored one.
+      stored = tuple(self.get_variable('params', 'pos_embedding').shape)
+      if stored != shape:
+        raise ValueError(f'the position embeddings {stored} are for {stored[1]} tokens, but the images '
+                         f'give {shape[1]}: the parameters are for another image size; fit them to this '
+                         'one with vit_jax.models.loading.adapt_params (as config.init_from does)')
     pos_embedding = self.param('pos_embedding', self.posemb_init, shape, jnp.float32)
     return inputs + pos_embedding.astype(inputs.dtype)
 
@@ -155,13 +129,28 @@ class Encoder1DBlock(nn.Module):
         num_heads=self.num_heads, dtype=self.dtype,
         kernel_init=nn.initializers.xavier_uniform(), broadcast_dropout=False,
         dropout_rate=self.attention_dropout_rate, deterministic=deterministic,
-        attention_fn=ATTENTION_FNS[self.attention], name='MultiHeadDotProductAttention_1')(x, x)
+        attention_fn=ATTENTION_FNS[self.attention], name='MultiHeadDotProductAttention_1')(
+            # The weights land in 'intermediates' only when it is mutable (the pictures tool asks).
+            x, x, sow_weights=self.attention == 'xla')
     x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
     x = x + inputs
     y = nn.LayerNorm(epsilon=1e-6, dtype=self.dtype, name='LayerNorm_2')(x)
     y = MlpBlock(self.mlp_dim, self.dropout_rate, self.dtype, name='MlpBlock_3')(
         y, deterministic=deterministic)
     return x + y
+
+
+# Tensor parallelism (Megatron style): (regex over the '/'-joined parameter path, the dimension split over
+# the mesh axis `tensor`) for the attention heads and MLP units of `Encoder1DBlock`. Paths of
+# optimizer-state leaves end with the parameter path, so the same rules serve them.
+TENSOR_RULES = (
+    (r'MultiHeadDotProductAttention_\d+/(query|key|value)/kernel$', 1),  # (D, heads, D/heads)
+    (r'MultiHeadDotProductAttention_\d+/(query|key|value)/bias$', 0),  # (heads, D/heads)
+    (r'MultiHeadDotProductAttention_\d+/out/kernel$', 0),  # (heads, D/heads, D)
+    (r'MlpBlock_\d+/Dense_0/kernel$', 1),  # (D, mlp)
+    (r'MlpBlock_\d+/Dense_0/bias$', 0),  # (mlp,)
+    (r'MlpBlock_\d+/Dense_1/kernel$', 0),  # (mlp, D)
+)
 
 
 class ScanBlock(Encoder1DBlock):
@@ -239,32 +228,44 @@ class Encoder(nn.Module):
     return nn.LayerNorm(epsilon=1e-6, dtype=self.dtype, name='encoder_norm')(x)
 
 
-class VisionTransformer(nn.Module):
-  """ViT classifier: patch embedding, transformer encoder, class-token or GAP pooling, head.
+class ViTBackbone(nn.Module):
+  """Fields and layers from images to encoded tokens, shared by `VisionTransformer` and the MPP model.
 
-  `representation_size` adds the tanh pre-logits layer used in pretraining; `num_classes=None` returns
-  the pooled (pre-logits) representation. Logits are float32 whatever the compute `dtype`.
+  `embed_patches`: the hybrid's ResNet stem and the patch embedding `embedding`; `encode`: the class
+  token `cls` (classifier 'token') and the encoder `Transformer`. Subclasses call both from their
+  compact `__call__`, so the layers sit at the top of their tree as in the original checkpoints, and
+  may change the patch embeddings in between (masked patch prediction corrupts them there).
   """
-  num_classes: Optional[int]
   patch_size: int
   hidden_size: int
   num_layers: int
   mlp_dim: int
   num_heads: int
   classifier: str = 'token'
-  representation_size: Optional[int] = None
   dropout_rate: float = 0.0
   attention_dropout_rate: float = 0.0
   dtype: Dtype = jnp.float32
-  attention: str = 'xla'  # 'xla' | 'dot_product_attention'
+  attention: str = 'xla'  # A key of ATTENTION_FNS.
   remat: Optional[str] = None  # A jax.checkpoint_policies name, e.g. 'nothing_saveable'; None: off.
   scan: bool = False
   # The R50+ViT hybrid: units per stage of a ResNet-v2 stem before the patch embedding (None: pure ViT).
   resnet_layers: Optional[tuple[int, ...]] = None
   resnet_width_factor: float = 1.0
 
-  @nn.compact
-  def __call__(self, images: jnp.ndarray, *, train: bool = False) -> jnp.ndarray:
+  @property
+  def input_stride(self) -> int:
+    """Input pixels per patch side: the patch size times the ResNet stem's stride (1 for a pure ViT)."""
+    return self.patch_size * resnet.stem_stride(self.resnet_layers)
+
+  def embed_patches(self, images: jnp.ndarray) -> jnp.ndarray:
+    """RGB images [b, H, W, 3] -> patch embeddings [b, H/s * W/s, hidden_size], s = `input_stride`."""
+    chex.assert_shape(images, (None, None, None, 3),
+                      custom_message='the model takes a batch of RGB images [batch, height, width, 3]')
+    s = self.input_stride
+    if images.shape[1] % s or images.shape[2] % s:
+      # The strided convolutions would silently drop the pixels that fill no whole patch.
+      raise ValueError(f'images of {images.shape[1]}x{images.shape[2]} pixels do not divide into '
+                       f'patches of {s}x{s} input pixels: use an image size that is a multiple of {s}')
     x = images.astype(self.dtype)
     if self.resnet_layers:
       x = resnet.resnet_stem(x, num_layers=self.resnet_layers, width_factor=self.resnet_width_factor,
@@ -273,18 +274,36 @@ class VisionTransformer(nn.Module):
     x = nn.Conv(self.hidden_size, (p, p), strides=(p, p), padding='VALID', dtype=self.dtype,
                 name='embedding')(x)
     n, h, w, d = x.shape
-    x = jnp.reshape(x, (n, h * w, d))
+    return jnp.reshape(x, (n, h * w, d))
+
+  def encode(self, x: jnp.ndarray, *, train: bool) -> jnp.ndarray:
+    """Patch embeddings [b, patches, D] -> encoded tokens [b, (1 +) patches, D], class token first."""
+    n, _, d = x.shape
     if self.classifier == 'token':
       cls = self.param('cls', nn.initializers.zeros, (1, 1, d), jnp.float32)
       x = jnp.concatenate([jnp.tile(cls.astype(x.dtype), (n, 1, 1)), x], axis=1)
     elif self.classifier != 'gap':
       raise ValueError(f"classifier must be 'token' or 'gap', got {self.classifier!r}")
-
-    x = Encoder(
+    return Encoder(
         num_layers=self.num_layers, mlp_dim=self.mlp_dim, num_heads=self.num_heads,
         dropout_rate=self.dropout_rate, attention_dropout_rate=self.attention_dropout_rate,
         dtype=self.dtype, attention=self.attention, remat=self.remat, scan=self.scan,
         name='Transformer')(x, train=train)
+
+
+# kw_only: the backbone's fields come first and have defaults; num_classes stays required all the same.
+class VisionTransformer(ViTBackbone, kw_only=True):
+  """ViT classifier: the backbone, class-token or GAP pooling, head.
+
+  `representation_size` adds the tanh pre-logits layer used in pretraining; `num_classes=None` returns
+  the pooled (pre-logits) representation. Logits are float32 whatever the compute `dtype`.
+  """
+  num_classes: Optional[int]
+  representation_size: Optional[int] = None
+
+  @nn.compact
+  def __call__(self, images: jnp.ndarray, *, train: bool = False) -> jnp.ndarray:
+    x = self.encode(self.embed_patches(images), train=train)
     x = x[:, 0] if self.classifier == 'token' else jnp.mean(x, axis=1)
 
     if self.representation_size is not None:

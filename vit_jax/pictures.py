@@ -1,6 +1,6 @@
 """Pictures of what a trained ViT attends to and what it has learned (the paper's Figures 6 and 7).
 
-  python -m vit_jax.inspect --workdir=W [--step=N] --image=X --out=DIR
+  python -m vit_jax.pictures --workdir=W [--step=N] --image=X --out=DIR
 
 writes, for checkpoint N of W (default: the latest) and the image file X, to DIR:
   attention_rollout.png         the image and the attention rollout through all layers;
@@ -12,13 +12,15 @@ writes, for checkpoint N of W (default: the latest) and the image file X, to DIR
 Attention rollout (Abnar & Zuidema, 2020): each layer's attention averaged over heads, plus the identity
 for the residual connection, rows renormalised; the product over layers 1..l says how much each token
 after layer l draws on each input token. The map is the class token's row over the patches (for a GAP
-model, without a class token, the mean of all rows). The attention weights are recomputed from each
-block's attention input and its query/key parameters, so the model code needs no changes for this.
+model, without a class token, the mean of all rows). The attention weights are those the model's
+attention modules sow into its 'intermediates' collection.
 """
 import math
 import os
 from typing import Any, Optional
 
+import chex
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import matplotlib
@@ -28,41 +30,26 @@ from absl import app, flags, logging
 matplotlib.use('Agg')  # Files only: no display needed.
 from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-from vit_jax import checkpoint, cli  # pylint: disable=g-import-not-at-top,wrong-import-position
+from vit_jax import cli, predict  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 NUM_COMPONENTS = 28  # As the paper's Figure 7 (left).
 
 _USAGE = '--workdir=W [--step=N] --image=X --out=DIR'
 
 
-def dot_product_attention(x: jax.Array, query: dict[str, jax.Array],
-                          key: dict[str, jax.Array]) -> jax.Array:
-  """Attention weights [b, heads, q, k] of tokens x [b, tokens, D] under flax's
-  MultiHeadDotProductAttention parameters `query` and `key` (kernel (D, heads, head_dim), bias
-  (heads, head_dim)): softmax(q kᵀ / sqrt(head_dim))."""
-  q = jnp.einsum('btd,dhk->bthk', x, query['kernel']) + query['bias']
-  k = jnp.einsum('btd,dhk->bthk', x, key['kernel']) + key['bias']
-  return jax.nn.softmax(jnp.einsum('bqhk,bthk->bhqt', q, k) / jnp.sqrt(q.shape[-1]), axis=-1)
-
-
-def _is_attention_input(module: Any, method_name: str) -> bool:
-  # Each block's first LayerNorm feeds its attention: x + MSA(LN(x)).
-  return module.name == 'LayerNorm_0' and method_name == '__call__'
-
-
-def attention_weights(model: Any, params: Any, images: jax.Array) -> np.ndarray:
-  """Every block's attention weights for `images`: [layers, b, heads, tokens, tokens]."""
-  if getattr(model, 'scan', False):  # Blocks in one nn.scan hide their intermediates: unroll them.
-    model = model.clone(scan=False)
-  _, state = model.apply({'params': params}, images, train=False,
-                         capture_intermediates=_is_attention_input, mutable=['intermediates'])
-  inputs, blocks = state['intermediates']['Transformer'], params['Transformer']
-  layers = []
-  for i in range(len(inputs)):
-    attention = blocks[f'encoderblock_{i}']['MultiHeadDotProductAttention_1']
-    x = inputs[f'encoderblock_{i}']['LayerNorm_0']['__call__'][0]
-    layers.append(dot_product_attention(x.astype(jnp.float32), attention['query'], attention['key']))
-  return np.asarray(jnp.stack(layers))
+def attention_weights(model: nn.Module, params: Any, images: jax.Array) -> np.ndarray:
+  """Every block's attention weights for `images` [b, h, w, 3]: [layers, b, heads, tokens, tokens]."""
+  # Measurements in float32, whatever the run computed in; the fused attention kernel sows no weights,
+  # and blocks under one nn.scan hide their intermediates.
+  model = model.clone(dtype=jnp.float32, attention='xla', scan=False)
+  _, state = model.apply({'params': params}, images, train=False, mutable=['intermediates'])
+  blocks = state['intermediates']['Transformer']
+  # encoderblock_10 sorts before encoderblock_2 as a string.
+  names = sorted(blocks, key=lambda name: int(name.rsplit('_', 1)[1]))
+  weights = np.stack([blocks[name]['MultiHeadDotProductAttention_1']['attention_weights'][0]
+                      for name in names])
+  chex.assert_shape(weights, (model.num_layers, len(images), model.num_heads, None, None))
+  return weights
 
 
 def attention_rollout(attention: np.ndarray) -> np.ndarray:
@@ -218,16 +205,16 @@ def plot_attention_distance(distances: np.ndarray, image_size: int, path: str) -
   return _save(fig, path)
 
 
-def write_pictures(model: Any, params: Any, image: np.ndarray, image_size: int,
+def write_pictures(model: nn.Module, params: Any, image: np.ndarray, image_size: int,
                    out: str) -> list[str]:
   """Writes the five pictures for `image` (uint8 [h, w, 3]) to `out`; returns their paths."""
-  from vit_jax import predict  # pylint: disable=g-import-not-at-top
   cli.make_out_dir(out)
-  prefix = 1 if 'cls' in params else 0  # A class token, or GAP (no prefix token).
+  prefix = 1 if model.classifier == 'token' else 0  # A class token, or GAP (no prefix token).
   query = 'from the class token' if prefix else 'mean over tokens (GAP model: no class token)'
   attention = attention_weights(model, params, predict.model_input(image, image_size)[None])[:, 0]
+  tokens = prefix + (image_size // model.input_stride)**2  # The model takes only sizes it divides.
+  chex.assert_shape(attention, (model.num_layers, model.num_heads, tokens, tokens))
   maps = rollout_maps(attention_rollout(attention), prefix)
-  patch_pixels = image_size / maps.shape[-1]
   kernel = np.asarray(params['embedding']['kernel'])
   pictures = [
       plot_rollout(image, maps, query, os.path.join(out, 'attention_rollout.png')),
@@ -239,26 +226,24 @@ def write_pictures(model: Any, params: Any, image: np.ndarray, image_size: int,
   if kernel.shape[2] == 3:  # A hybrid's patch embedding reads ResNet features, not pixels.
     pictures.append(plot_embedding_components(embedding_components(kernel),
                                               os.path.join(out, 'embedding_filters.png')))
-  pictures.append(plot_attention_distance(mean_attention_distance(attention, patch_pixels, prefix),
-                                          image_size, os.path.join(out, 'attention_distance.png')))
+  distances = mean_attention_distance(attention, model.input_stride, prefix)
+  pictures.append(plot_attention_distance(distances, image_size,
+                                          os.path.join(out, 'attention_distance.png')))
   return pictures
 
 
-def inspect_run(workdir: str, image_path: str, out: str, step: Optional[int] = None) -> list[str]:
+def draw_run(workdir: str, image_path: str, out: str, step: Optional[int] = None) -> list[str]:
   """The pictures of checkpoint `step` (default: the latest) of a run for one image file."""
-  checkpoint_dir, _ = checkpoint.find_checkpoint(workdir, step)
-  from vit_jax import predict, train  # pylint: disable=g-import-not-at-top
+  # Imported here: it loads TensorFlow, which `__main__` first tells to keep its start-up lines quiet.
+  from vit_jax import run_dir  # pylint: disable=g-import-not-at-top
+  run = run_dir.load_trained(workdir, step, features=True)  # The ViT backbone, also of an MPP run.
   image = predict.read_image(image_path)
-  config, _ = train.load_run_info(workdir)
-  config.task = 'classification'  # The ViT backbone, also of a masked-patch-prediction run.
-  config.dtype = 'float32'  # Measurements, whatever the run computed in.
-  params, _ = checkpoint.restore_params(checkpoint_dir)
-  return write_pictures(train.make_model(config, None), params, image, config.image_size, out)
+  return write_pictures(run.model, run.params, image, run.config.image_size, out)
 
 
 def _define_flags() -> None:
   # Defined only when run as a command: other commands' modules have flags of the same names.
-  flags.DEFINE_string('workdir', None, 'Workdir of the run to inspect.')
+  flags.DEFINE_string('workdir', None, 'Workdir of the run to draw.')
   flags.DEFINE_integer('step', None, 'Checkpoint step (default: the latest).')
   flags.DEFINE_string('image', None, 'Image file (jpg/png) to show the attention on.')
   flags.DEFINE_string('out', None, 'Directory to write the PNG pictures to.')
@@ -271,7 +256,7 @@ def main(argv: list[str]) -> None:
     cli.fail(f'unexpected arguments {argv[1:]}: use {_USAGE}')
   args = flags.FLAGS
   try:
-    paths = inspect_run(args.workdir, args.image, args.out, args.step)
+    paths = draw_run(args.workdir, args.image, args.out, args.step)
   except ValueError as e:
     cli.fail(str(e))
   print('\n'.join(paths))

@@ -8,6 +8,9 @@ stride / 16 pixels, i.e. 1x1 for the published `R50+ViT-B_16`.
 import re
 from typing import Any, Mapping, Optional
 
+from vit_jax.models.attention import ATTENTION_FNS
+from vit_jax.models.resnet import stem_stride
+
 # name: (num_layers, hidden_size, mlp_dim, num_heads)
 SIZES = {
     'testing': (2, 32, 64, 2),
@@ -22,20 +25,20 @@ PUBLISHED = ('ViT-Ti_16', 'ViT-S_16', 'ViT-S_32', 'ViT-B_8', 'ViT-B_16', 'ViT-B_
 PUBLISHED_HYBRIDS = ('R50+ViT-B_16', 'R50+ViT-L_32')
 _NAME = re.compile(r'^(?P<hybrid>R50\+)?ViT-(?P<size>[A-Za-z]+)_(?P<patch>[0-9]+)$')
 R50_LAYERS = (3, 4, 9)
-# Fast paths (vit_jax/models/vit.py). The remat policies are the `jax.checkpoint_policies` that take no
-# arguments, from saving nothing (recompute the whole block) to saving everything (no recomputation).
-ATTENTIONS = ('xla', 'dot_product_attention')
+# 'token': the class token's output is the representation; 'gap': the mean of the patch tokens.
+CLASSIFIERS = ('token', 'gap')
+# Fast paths (vit.py; the attention kernels are the keys of attention.ATTENTION_FNS). The remat policies
+# are the `jax.checkpoint_policies` that take no arguments, from saving nothing (recompute the whole
+# block) to saving everything (no recomputation).
 REMAT_POLICIES = ('nothing_saveable', 'dots_saveable', 'dots_with_no_batch_dims_saveable',
                   'checkpoint_dots', 'checkpoint_dots_with_no_batch_dims', 'everything_saveable')
 
 
-def stem_stride(resnet_layers: Optional[tuple[int, ...]]) -> int:
-  """Pixels per feature-map cell of the hybrid's ResNet stem: root conv and pool 4, then 2 per stage."""
-  return 4 * 2 ** (len(resnet_layers) - 1) if resnet_layers else 1
-
-
 def input_stride(model: Mapping[str, Any]) -> int:
-  """Pixels per patch of the input image: the image size must be a multiple of it."""
+  """Pixels per patch of the input image for a model config: the image size must be a multiple of it.
+
+  The same as the model's `input_stride` property, before the model is built.
+  """
   return model['patch_size'] * stem_stride(model['resnet_layers'])
 
 
@@ -68,12 +71,14 @@ def get_model_config(variant: str, overrides: Optional[Mapping[str, Any]] = None
       raise ValueError(f'{variant}: the stride {match["patch"]} is not a multiple of the ResNet stem\'s '
                        f'stride {stride}: use e.g. R50+ViT-{match["size"]}_{stride}')
     model['patch_size'] = int(match['patch']) // stride
+  _check_fields(model)
   if model['hidden_size'] % model['num_heads']:
     raise ValueError(
         f"hidden_size={model['hidden_size']} is not divisible by num_heads={model['num_heads']}: "
         'change --config.model.num_heads or --config.model.hidden_size')
-  if model['attention'] not in ATTENTIONS:
-    raise ValueError(f"Unknown model.attention {model['attention']!r}: use one of {', '.join(ATTENTIONS)}")
+  if model['attention'] not in ATTENTION_FNS:
+    raise ValueError(f"Unknown model.attention {model['attention']!r}: use one of "
+                     f"{', '.join(ATTENTION_FNS)}")
   if model['attention'] == 'dot_product_attention' and model['attention_dropout_rate']:
     raise ValueError("model.attention='dot_product_attention' has no dropout on the attention weights: "
                      "set --config.model.attention_dropout_rate=0 or --config.model.attention=xla")
@@ -81,3 +86,25 @@ def get_model_config(variant: str, overrides: Optional[Mapping[str, Any]] = None
     raise ValueError(f"Unknown model.remat policy {model['remat']!r}: use one of "
                      f"{', '.join(REMAT_POLICIES)} (or leave it unset for no rematerialisation)")
   return model
+
+
+def _check_fields(model: dict[str, Any]) -> None:
+  """One-line errors for values the modules would take and fail on (or silently misuse) later."""
+  for name in ('patch_size', 'hidden_size', 'num_layers', 'mlp_dim', 'num_heads'):
+    if not isinstance(model[name], int) or model[name] < 1:
+      raise ValueError(f'model.{name}={model[name]} must be a positive integer: fix --config.model.{name}')
+  if model['representation_size'] is not None and model['representation_size'] < 1:
+    raise ValueError(f"model.representation_size={model['representation_size']} must be a positive "
+                     'width (or unset for no pre-logits layer)')
+  for name in ('dropout_rate', 'attention_dropout_rate'):
+    if not 0.0 <= model[name] < 1.0:
+      raise ValueError(f'model.{name}={model[name]} must be in [0, 1), e.g. 0.1')
+  if model['classifier'] not in CLASSIFIERS:
+    raise ValueError(f"Unknown model.classifier {model['classifier']!r}: use one of "
+                     f"{', '.join(CLASSIFIERS)}")
+  layers = model['resnet_layers']
+  if layers is not None and (not layers or min(layers) < 1):
+    raise ValueError(f'model.resnet_layers={layers} must be positive numbers of units per stage, e.g. '
+                     f'{R50_LAYERS} (or unset for a pure ViT)')
+  if not model['resnet_width_factor'] > 0:
+    raise ValueError(f"model.resnet_width_factor={model['resnet_width_factor']} must be positive, e.g. 1")

@@ -28,7 +28,7 @@ def get_config() -> ml_collections.ConfigDict:
   # batches depend on it and not on the number of hosts (unset: one stream per host).
   config.data_shards = config_dict.placeholder(int)
 
-  # Model: a variant name from configs/models.py; fields of `model` that are set override the preset.
+  # Model: a variant name from vit_jax/models/variants.py; fields of `model` that are set override the preset.
   config.variant = 'ViT-B_16'
   config.model = ml_collections.ConfigDict(dict(
       patch_size=config_dict.placeholder(int),
@@ -113,6 +113,9 @@ def get_config() -> ml_collections.ConfigDict:
   config.checkpoint_every_steps = 1000
   config.keep_checkpoints = 3
 
+  # Evaluators (vit_jax/evaluators) run every N steps and at the end, on the parameters and on their
+  # Polyak average (<name>_polyak_<metric>). `eval`: the task's top1/top5/loss on eval_split every
+  # eval_every_steps, logged as eval_top1...
   # Few-shot linear evaluation of the frozen pre-logits features (paper Sec. 4), every `every_steps`
   # steps (unset: off): `shots` unaugmented images per class of train_split (unset: config.train_split),
   # ridge regression to {-1, 1} targets with `l2_reg`, accuracy on eval_split (unset:
@@ -121,8 +124,15 @@ def get_config() -> ml_collections.ConfigDict:
       every_steps=config_dict.placeholder(int),
       shots=(1, 5, 10, 25),
       seeds=3,
+      # Features are standardised before the fit, so one value serves features of any scale. Of
+      # 2^-4..2^14, 2^2 is within 1% of the best at 1-25 shots on the digits, for the demo model and a
+      # barely trained tiny one (the best grows with the shots: big_vision picks it on held-out data).
       l2_reg=4.0,
       train_split=config_dict.placeholder(str),
       eval_split=config_dict.placeholder(str),
   ))
+  # More evaluators, by name: dict(type='classification' (or the run's task) | 'fewshot',
+  # every_steps=N, ...its fields), e.g. a minival held out of train, logged as minival_top1...:
+  #   config.evals.minival = dict(type='classification', split='train[98%:]', every_steps=500)
+  config.evals = ml_collections.ConfigDict()
   return config

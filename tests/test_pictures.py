@@ -1,26 +1,27 @@
 """Attention rollout, attention distances, embedding pictures: the numbers on constructed inputs, the
-attention weights against flax's own, and the pictures of a trained run."""
+attention weights against a NumPy computation, and the pictures of a trained run."""
 import math
 import subprocess
 import sys
 
-import flax.linen as nn
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from PIL import Image
 
 import helpers
-from vit_jax import inspect, train
+from vit_jax import pictures
+from vit_jax.models import vit
 
 PICTURES = ('attention_rollout.png', 'attention_rollout_layers.png', 'position_embeddings.png',
             'embedding_filters.png', 'attention_distance.png')
 
 
-def _model_and_params(classifier='token'):
-  config = helpers.load_config('demo', {**helpers.TINY, 'model.classifier': classifier,
-                                        'model.num_layers': 3, 'image_size': 12})
-  model = train.make_model(config, 10)
+def _model_and_params(classifier='token', num_layers=11):
+  """A tiny ViT on 12x12 images, 4x4 patches; 11 blocks, so that encoderblock_10 is among them."""
+  model = vit.VisionTransformer(num_classes=10, patch_size=4, hidden_size=32, num_layers=num_layers,
+                                mlp_dim=64, num_heads=2, classifier=classifier)
   params = model.init(jax.random.key(0), np.zeros((1, 12, 12, 3)))['params']
   # Spread the query and key weights, so that attention is far from uniform: a comparison of substance.
   params = jax.tree_util.tree_map_with_path(
@@ -29,54 +30,51 @@ def _model_and_params(classifier='token'):
   return model, params
 
 
-def _flax_attention_weights(model, params, images):
-  """The weights flax's attention modules compute themselves, asked for with `sow_weights=True`."""
-  def sow_weights(next_fun, args, kwargs, context):
-    if isinstance(context.module, nn.MultiHeadDotProductAttention) and context.method_name == '__call__':
-      kwargs = {**kwargs, 'sow_weights': True}
-    return next_fun(*args, **kwargs)
+def _numpy_attention_weights(model, params, images):
+  """softmax(q kᵀ / sqrt(head_dim)) in NumPy from each block's parameters and attention input (its
+  first LayerNorm's output, asked of flax by the test), block by block in numeric order."""
+  _, state = model.apply({'params': params}, images, mutable=['intermediates'],
+                         capture_intermediates=lambda module, method: module.name == 'LayerNorm_0')
+  inputs, layers = state['intermediates']['Transformer'], []
+  for i in range(model.num_layers):
+    x = np.asarray(inputs[f'encoderblock_{i}']['LayerNorm_0']['__call__'][0], np.float64)
+    attention = params['Transformer'][f'encoderblock_{i}']['MultiHeadDotProductAttention_1']
+    q, k = (np.einsum('btd,dhk->bhtk', x, np.asarray(attention[name]['kernel'], np.float64))
+            + np.asarray(attention[name]['bias'], np.float64)[:, None] for name in ('query', 'key'))
+    logits = q @ k.swapaxes(-1, -2) / math.sqrt(q.shape[-1])
+    e = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    layers.append(e / e.sum(axis=-1, keepdims=True))
+  return np.stack(layers)
 
-  with nn.intercept_methods(sow_weights):
-    _, state = model.apply({'params': params}, images, mutable=['intermediates'])
-  blocks = state['intermediates']['Transformer']
-  return np.stack([blocks[f'encoderblock_{i}']['MultiHeadDotProductAttention_1']['attention_weights'][0]
-                   for i in range(len(blocks))])
 
-
-def test_attention_weights_are_those_of_the_model():
+def test_attention_weights_are_those_of_the_model_block_by_block():
   model, params = _model_and_params()
   images = np.random.RandomState(0).uniform(-1, 1, (2, 12, 12, 3)).astype(np.float32)
-  ours = inspect.attention_weights(model, params, images)
-  assert ours.shape == (3, 2, 2, 10, 10)  # Layers, batch, heads, and 9 patches + the class token.
-  np.testing.assert_allclose(ours, _flax_attention_weights(model, params, images), atol=1e-6)
+  ours = pictures.attention_weights(model, params, images)
+  assert ours.shape == (11, 2, 2, 10, 10)  # Layers, batch, heads, and 9 patches + the class token.
+  expected = _numpy_attention_weights(model, params, images)
+  np.testing.assert_allclose(ours, expected, atol=1e-5)
   assert ours.max() > 0.5  # Peaked, not uniform.
+  # The blocks differ, so the comparison also checks their order (encoderblock_10 after _9, not _1).
+  assert np.abs(expected[10] - expected[1]).max() > 0.1
 
 
 def test_attention_weights_of_a_model_with_fast_paths():
+  """A scanned, rematerialised bfloat16 model with fused attention (which sows nothing) gives the
+  weights of the plain float32 one: the tool measures a plain float32 clone."""
   model, params = _model_and_params()
-  if 'scan' not in type(model).__dataclass_fields__:
-    pytest.skip('this vit.py has no fast paths')
   images = np.random.RandomState(0).uniform(-1, 1, (2, 12, 12, 3)).astype(np.float32)
-  fast = model.clone(scan=True, remat='nothing_saveable', attention='dot_product_attention')
-  np.testing.assert_allclose(inspect.attention_weights(fast, params, images),
-                             inspect.attention_weights(model, params, images), atol=1e-4)
-
-
-def test_attention_from_kernels_matches_flax_dot_product_attention_weights():
-  rng = np.random.RandomState(1)
-  x = rng.normal(size=(2, 5, 8)).astype(np.float32)
-  dense = nn.DenseGeneral(features=(2, 4))
-  query, key = (dense.init(jax.random.key(i), x)['params'] for i in (1, 2))
-  expected = nn.dot_product_attention_weights(dense.apply({'params': query}, x),
-                                              dense.apply({'params': key}, x))
-  np.testing.assert_allclose(inspect.dot_product_attention(x, query, key), expected, atol=1e-6)
+  fast = model.clone(scan=True, remat='nothing_saveable', attention='dot_product_attention',
+                     dtype=jnp.bfloat16)
+  np.testing.assert_allclose(pictures.attention_weights(fast, params, images),
+                             pictures.attention_weights(model, params, images), atol=1e-6)
 
 
 def test_uniform_attention_rolls_out_to_uniform_maps_and_stochastic_rows():
   attention = np.full((4, 3, 10, 10), 0.1)  # 4 layers, 3 heads, class token + 3x3 patches.
-  rollout = inspect.attention_rollout(attention)
+  rollout = pictures.attention_rollout(attention)
   np.testing.assert_allclose(rollout.sum(-1), 1.0)
-  maps = inspect.rollout_maps(rollout, num_prefix_tokens=1)
+  maps = pictures.rollout_maps(rollout, num_prefix_tokens=1)
   assert maps.shape == (4, 3, 3)
   for heat in maps:
     np.testing.assert_allclose(heat, heat[0, 0])
@@ -86,7 +84,7 @@ def test_rollout_is_the_product_of_head_averaged_attention_plus_identity():
   # Two layers of two heads over two tokens.
   first = np.array([[[1.0, 0.0], [0.0, 1.0]], [[0.0, 1.0], [0.0, 1.0]]])  # Mean: [[.5, .5], [0, 1]].
   second = np.array([[[1.0, 0.0], [0.5, 0.5]], [[1.0, 0.0], [0.5, 0.5]]])  # Mean: [[1, 0], [.5, .5]].
-  rollout = inspect.attention_rollout(np.stack([first, second]))
+  rollout = pictures.attention_rollout(np.stack([first, second]))
   layer1 = np.array([[0.75, 0.25], [0.0, 1.0]])  # (mean + I) / 2: rows sum to 2 before.
   layer2 = np.array([[1.0, 0.0], [0.25, 0.75]])
   np.testing.assert_allclose(rollout[0], layer1)
@@ -96,33 +94,33 @@ def test_rollout_is_the_product_of_head_averaged_attention_plus_identity():
 
 def test_rollout_maps_read_the_class_token_row_or_for_gap_the_mean_row():
   rollout = np.arange(2 * 5 * 5, dtype=float).reshape(2, 5, 5)
-  np.testing.assert_array_equal(inspect.rollout_maps(rollout, 1), rollout[:, 0, 1:].reshape(2, 2, 2))
+  np.testing.assert_array_equal(pictures.rollout_maps(rollout, 1), rollout[:, 0, 1:].reshape(2, 2, 2))
   gap = rollout[:, 1:, 1:]  # Four patch tokens, no class token.
-  np.testing.assert_array_equal(inspect.rollout_maps(gap, 0), gap.mean(1).reshape(2, 2, 2))
+  np.testing.assert_array_equal(pictures.rollout_maps(gap, 0), gap.mean(1).reshape(2, 2, 2))
 
 
 def test_attention_to_itself_only_is_at_distance_zero():
   attention = np.broadcast_to(np.eye(17), (3, 4, 17, 17))  # Class token + 4x4 patches.
-  np.testing.assert_array_equal(inspect.mean_attention_distance(attention, 16.0, 1), np.zeros((3, 4)))
+  np.testing.assert_array_equal(pictures.mean_attention_distance(attention, 16.0, 1), np.zeros((3, 4)))
 
 
 def test_attention_distances_on_a_2x2_grid():
   uniform = np.full((4, 4), 0.25)
   # From each corner of a 2x2 grid of 4-pixel patches: 0, 4, 4 and 4√2 pixels.
-  assert inspect.mean_attention_distance(uniform[None], 4.0, 0) == pytest.approx(2 + math.sqrt(2))
+  assert pictures.mean_attention_distance(uniform[None], 4.0, 0) == pytest.approx(2 + math.sqrt(2))
   right_neighbour = np.zeros((5, 5))
   right_neighbour[:, 0] = 0.5  # Half on the class token, which has no position: ignored.
   for query, key in ((1, 2), (2, 1), (3, 4), (4, 3), (0, 1)):
     right_neighbour[query, key] = 0.5
-  assert inspect.mean_attention_distance(right_neighbour[None], 4.0, 1) == pytest.approx([4.0])
-  np.testing.assert_allclose(inspect.patch_distances((2, 2), 4.0)[0], [0, 4, 4, 4 * math.sqrt(2)])
+  assert pictures.mean_attention_distance(right_neighbour[None], 4.0, 1) == pytest.approx([4.0])
+  np.testing.assert_allclose(pictures.patch_distances((2, 2), 4.0)[0], [0, 4, 4, 4 * math.sqrt(2)])
 
 
 def test_position_similarity_is_cosine_similarity_on_the_grid():
   rng = np.random.RandomState(0)
   posemb = rng.normal(size=(1, 1 + 6 * 6, 8))
   posemb[0, 1 + 7] = 3 * posemb[0, 1 + 0]  # Position (1, 1) points as (0, 0) does.
-  similarity = inspect.position_similarity(posemb, 1)
+  similarity = pictures.position_similarity(posemb, 1)
   assert similarity.shape == (6, 6, 6, 6)
   np.testing.assert_allclose(similarity[0, 0, 1, 1], 1.0)
   np.testing.assert_allclose(np.einsum('ijij->ij', similarity), 1.0)
@@ -136,7 +134,7 @@ def test_the_first_principal_component_is_the_filters_main_direction():
   direction /= np.linalg.norm(direction)
   # 64 filters: multiples of one pattern plus a little noise.
   filters = rng.normal(0, 5, (64, 1)) * direction + rng.normal(0, 0.01, (64, 48))
-  components = inspect.embedding_components(filters.T.reshape(4, 4, 3, 64))
+  components = pictures.embedding_components(filters.T.reshape(4, 4, 3, 64))
   assert components.shape == (28, 4, 4, 3)
   assert abs(components[0].reshape(-1) @ direction) == pytest.approx(1.0, abs=1e-4)
 
@@ -150,17 +148,30 @@ def _assert_pictures(paths):
 
 
 def test_pictures_of_a_gap_model(tmp_path):
-  model, params = _model_and_params('gap')
+  model, params = _model_and_params('gap', num_layers=3)
   assert 'cls' not in params
   image = np.random.RandomState(0).randint(0, 256, (30, 20, 3), np.uint8)
-  paths = inspect.write_pictures(model, params, image, 12, str(tmp_path))
+  paths = pictures.write_pictures(model, params, image, 12, str(tmp_path))
   assert sorted(paths) == sorted(str(tmp_path / name) for name in PICTURES)
   _assert_pictures(paths)
 
 
+def test_pictures_of_a_hybrid(tmp_path):
+  """A ResNet stem of stride 8 makes 16 pixels 2 rows of patches: 4 patches and the class token (the
+  tool asserts that count); its patch embedding reads features, so no embedding filters."""
+  model = vit.VisionTransformer(num_classes=10, patch_size=1, hidden_size=32, num_layers=2, mlp_dim=64,
+                                num_heads=2, resnet_layers=(1, 1), resnet_width_factor=0.5)
+  params = model.init(jax.random.key(0), np.zeros((1, 16, 16, 3)))['params']
+  assert params['Transformer']['posembed_input']['pos_embedding'].shape[1] == 5
+  image = np.random.RandomState(0).randint(0, 256, (30, 20, 3), np.uint8)
+  paths = pictures.write_pictures(model, params, image, 16, str(tmp_path))
+  assert sorted(paths) == sorted(str(tmp_path / name) for name in PICTURES
+                                 if name != 'embedding_filters.png')
+
+
 def test_command_line_writes_the_pictures_of_a_run(trained_tiny_run, tmp_path):
   Image.fromarray(np.random.RandomState(0).randint(0, 256, (40, 40), np.uint8)).save(tmp_path / 'x.png')
-  run = subprocess.run([sys.executable, '-m', 'vit_jax.inspect', f'--workdir={trained_tiny_run}',
+  run = subprocess.run([sys.executable, '-m', 'vit_jax.pictures', f'--workdir={trained_tiny_run}',
                         f'--image={tmp_path}/x.png', f'--out={tmp_path}/out'], cwd=helpers.REPO,
                        capture_output=True, text=True, timeout=300)
   assert run.returncode == 0, run.stderr[-2000:]
@@ -169,7 +180,7 @@ def test_command_line_writes_the_pictures_of_a_run(trained_tiny_run, tmp_path):
 
 
 def test_command_line_bad_input_is_one_line(tmp_path):
-  run = subprocess.run([sys.executable, '-m', 'vit_jax.inspect', f'--workdir={tmp_path}/nothing',
+  run = subprocess.run([sys.executable, '-m', 'vit_jax.pictures', f'--workdir={tmp_path}/nothing',
                         f'--image={tmp_path}/x.png', f'--out={tmp_path}/out'], cwd=helpers.REPO,
                        capture_output=True, text=True, timeout=300)
   assert run.returncode == 2

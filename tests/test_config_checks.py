@@ -1,0 +1,132 @@
+"""Every field of the defaults, given an invalid value, is a one-line error from setup before the
+workdir is touched. A field added to vit_jax/defaults.py without an entry here fails the last test."""
+import os
+
+import ml_collections
+import pytest
+
+import helpers
+from vit_jax import defaults
+from vit_jax.train import setup as train_setup
+
+# field: (invalid value, other overrides it needs to matter, a pattern of the message).
+FEWSHOT_ON = {'fewshot.every_steps': 6}
+INVALID = {
+    'accum_steps': (0, {}, 'accum_steps=0 must be at least 1'),
+    'batch_size': (0, {}, 'batch_size=0 is not divisible'),
+    'checkpoint_every_steps': (0, {}, 'checkpoint_every_steps=0 must be at least 1'),
+    'data_dir': ('MISSING', {'dataset': 'folder'}, 'does not exist'),
+    'data_shards': (0, {}, 'data_shards=0 must be at least 1'),
+    'dataset': ('no_such_dataset', {}, "Unknown dataset 'no_such_dataset'"),
+    'dtype': ('float64', {}, "Unknown config.dtype 'float64'"),
+    'eval_batch_size': (12, {}, 'eval_batch_size=12 is not divisible'),
+    'eval_every_steps': (0, {}, r"'eval': every_steps=0 must be.*--config.eval_every_steps"),
+    'eval_split': ('validation', {}, "'validation'"),
+    'fewshot.eval_split': ('validation', FEWSHOT_ON, "'validation'"),
+    'fewshot.every_steps': (0, {}, "'fewshot': every_steps=0"),
+    'fewshot.l2_reg': (0.0, FEWSHOT_ON, 'l2_reg > 0'),
+    'fewshot.seeds': (0, FEWSHOT_ON, 'seeds >= 1'),
+    'fewshot.shots': ((0, 5), FEWSHOT_ON, r'shots=\(0, 5\) must be positive'),
+    'fewshot.train_split': ('validation', FEWSHOT_ON, "'validation'"),
+    'grad_clip_norm': (-1.0, {}, 'grad_clip_norm=-1.0'),
+    'image_size': (10, {}, 'image_size=10 is not divisible by the patch size 4'),
+    'init_from': ('MISSING/model.npz', {}, 'no checkpoint file'),
+    'keep_checkpoints': (0, {}, 'keep_checkpoints=0 must be at least 1'),
+    'label_smoothing': (1.5, {}, r'label_smoothing=1.5 must be in \[0, 1\)'),
+    'log_every_steps': (0, {}, 'log_every_steps=0 must be at least 1'),
+    'loss': ('hinge', {}, "Unknown config.loss 'hinge'"),
+    'lr.base': (-1.0, {}, 'lr.base=-1.0'),
+    'lr.decay': ('step', {}, "Unknown lr.decay 'step'"),
+    'lr.end': (-1.0, {}, 'lr.end=-1.0'),
+    'lr.warmup_steps': (-1, {}, 'lr.warmup_steps=-1'),
+    'mesh': ((('data', 3),), {}, 'multiply to 3, but there are 8 devices'),
+    'model.attention': ('flash', {}, "Unknown model.attention 'flash'"),
+    'model.attention_dropout_rate': (1.5, {}, 'attention_dropout_rate=1.5'),
+    'model.classifier': ('mean', {}, "Unknown model.classifier 'mean'"),
+    'model.dropout_rate': (-0.1, {}, 'dropout_rate=-0.1'),
+    'model.hidden_size': (33, {}, 'hidden_size=33 is not divisible by num_heads=2'),
+    'model.mlp_dim': (0, {}, 'mlp_dim=0'),
+    'model.num_heads': (0, {}, 'num_heads=0'),
+    'model.num_layers': (0, {}, 'num_layers=0'),
+    'model.patch_size': (0, {}, 'patch_size=0'),
+    'model.remat': ('everything', {}, "Unknown model.remat policy 'everything'"),
+    'model.representation_size': (0, {}, 'representation_size=0'),
+    'model.resnet_layers': ((3, -1), {}, r'resnet_layers=\(3, -1\)'),
+    'model.resnet_width_factor': (0.0, {}, 'resnet_width_factor=0.0'),
+    'mpp.mask_rate': (0.0, {}, r'mpp.mask_rate=0.0 must be in \(0, 1\]'),
+    'mpp.num_bits': (0, {}, 'mpp.num_bits=0 must be in 1..8'),
+    'num_epochs': (-1.0, {'total_steps': None}, 'The run has -'),
+    'optim.b1': (1.0, {}, 'b1=1.0'),
+    'optim.b2': (-0.1, {}, 'b2=-0.1'),
+    'optim.momentum': (1.0, {'optim.name': 'sgd'}, 'momentum=1.0'),
+    'optim.name': ('lamb', {}, "Unknown optim.name 'lamb'"),
+    'optim.weight_decay': (-0.1, {}, 'weight_decay=-0.1'),
+    'polyak_decay': (1.0, {}, r'polyak_decay=1.0 must be in \[0, 1\)'),
+    'posemb_interpolation': ('nearest', {}, "Unknown config.posemb_interpolation 'nearest'"),
+    'pp.crop': ('centre', {}, "Unknown config.pp.crop 'centre'"),
+    'pp.min_area': (0.0, {'pp.crop': 'inception'}, r'min_area=0.0 must be in \(0, 1\]'),
+    'pp.pad': (-1, {'pp.crop': 'random'}, 'pad=-1 must be >= 0'),
+    'shuffle_buffer': (0, {}, 'shuffle_buffer=0 must be >= 1'),
+    'storage_timeout_s': (0.0, {}, 'storage_timeout_s=0.0 must be a positive number'),
+    'task': ('detection', {}, "Unknown config.task 'detection'"),
+    'total_steps': (0, {}, 'The run has 0 steps'),
+    'train_split': ('validation', {}, "'validation'"),
+    'variant': ('ViT-Q_16', {}, "Unknown model variant 'ViT-Q_16'"),
+}
+# Fields for which every value of their type is valid.
+ALWAYS_VALID = {
+    'seed': 'any integer seeds the run',
+    'keep_head': 'a bool',
+    'keep_pre_logits': 'a bool (checked against the checkpoint when init_from is set)',
+    'model.scan': 'a bool',
+    'pp.flip': 'a bool',
+}
+BAD_EVALS = {
+    'unknown type': (dict(type='ocr', every_steps=5), "Unknown evaluator type 'ocr' of 'minival'"),
+    'unknown field': (dict(type='classification', split='test', every_steps=5, splt='test'),
+                      "'minival' has no field splt"),
+    'missing split': (dict(type='classification', split='validation', every_steps=5), "'validation'"),
+    'no cadence': (dict(type='classification', split='test', every_steps=0), 'every_steps=0'),
+    'other task': (dict(type='mpp', split='test', every_steps=5), "config.task='classification'"),
+    'no type': (dict(split='test', every_steps=5), 'config.evals.minival must be a dict with a type'),
+}
+
+
+def _fields(config: ml_collections.ConfigDict, prefix: str = '') -> list[str]:
+  names = []
+  for key, value in config.items():
+    if isinstance(value, ml_collections.ConfigDict) and key not in ('evals',):
+      names += _fields(value, f'{prefix}{key}.')
+    else:
+      names.append(prefix + key)
+  return names
+
+
+def _expect_one_line_error(config: ml_collections.ConfigDict, workdir: str, pattern: str) -> None:
+  with pytest.raises(ValueError, match=pattern) as error:
+    train_setup.prepare(config, workdir)
+  assert '\n' not in str(error.value)
+  assert not os.path.exists(workdir)
+
+
+@pytest.mark.parametrize('field', sorted(INVALID))
+def test_an_invalid_value_of_each_field_is_a_one_line_error(field, tmp_path, data_dir):
+  value, needs, pattern = INVALID[field]
+  if isinstance(value, str) and value.startswith('MISSING'):
+    value = str(tmp_path / value)
+  config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': data_dir, **needs, field: value})
+  _expect_one_line_error(config, str(tmp_path / 'workdir'), pattern)
+
+
+@pytest.mark.parametrize('case', sorted(BAD_EVALS))
+def test_a_bad_extra_evaluator_is_a_one_line_error(case, tmp_path, data_dir):
+  settings, pattern = BAD_EVALS[case]
+  config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': data_dir})
+  config.evals.minival = settings
+  _expect_one_line_error(config, str(tmp_path / 'workdir'), pattern)
+
+
+def test_every_field_of_the_defaults_has_a_check_here():
+  fields = set(_fields(defaults.get_config()))
+  assert fields - {'evals'} == set(INVALID) | set(ALWAYS_VALID), (
+      'a field without an invalid-value test (or a test of a field that is gone)')

@@ -1,0 +1,55 @@
+"""Evaluators: what the loop measures on the parameters while it trains.
+
+Each is built and validated in setup (before anything is compiled) from a config dict and called by
+the loop every `every_steps` steps and at the last step, on the raw parameters and, with Polyak
+averaging, on their average too; its metrics are logged as `<name>_<metric>` and
+`<name>_polyak_<metric>`. A run has
+  eval           the task's metrics (top1, top5, loss) on config.eval_split every config.eval_every_steps;
+  fewshot        linear few-shot accuracy from config.fewshot, when config.fewshot.every_steps is set;
+  config.evals   any number more, name -> dict(type=<a key of EVALUATORS>, every_steps=N, ...), e.g.
+                 config.evals.minival = dict(type='classification', split='train[98%:]', every_steps=500).
+
+Adding an evaluator is one module with a `build(name, settings, context)` and one entry in EVALUATORS.
+"""
+from typing import Callable
+
+import ml_collections
+
+from vit_jax import tasks
+from vit_jax.evaluators import fewshot, split
+from vit_jax.evaluators.base import Context, Evaluator
+
+
+Builder = Callable[[str, ml_collections.ConfigDict, Context], Evaluator]
+# The task's own metrics on a split, under the task's name; few-shot on the backbone's features.
+EVALUATORS: dict[str, Builder] = {**{name: split.build for name in tasks.TASKS}, 'fewshot': fewshot.build}
+_BUILT_IN = ('eval', 'fewshot')
+
+
+def settings(config: ml_collections.ConfigDict) -> dict[str, ml_collections.ConfigDict]:
+  """Every evaluator of the run by name: the built-in ones from their fields, then config.evals."""
+  named = {'eval': ml_collections.ConfigDict(dict(
+      type=config.task, split=config.eval_split, every_steps=config.eval_every_steps))}
+  if config.fewshot.every_steps is not None:
+    named['fewshot'] = ml_collections.ConfigDict({'type': 'fewshot', **config.fewshot.to_dict()})
+  for name, extra in config.get('evals', {}).items():
+    if name in _BUILT_IN:
+      raise ValueError(f'config.evals.{name}: {name!r} is a built-in evaluator ({", ".join(_BUILT_IN)}): '
+                       'give yours another name')
+    if not isinstance(extra, ml_collections.ConfigDict) or 'type' not in extra:
+      raise ValueError(f'config.evals.{name} must be a dict with a type (one of '
+                       f'{", ".join(EVALUATORS)}), e.g. dict(type="classification", split="test", '
+                       'every_steps=1000)')
+    named[name] = extra
+  return named
+
+
+def make_evaluators(context: Context) -> list[Evaluator]:
+  """The run's evaluators; raises a one-line ValueError naming the config field to fix."""
+  built = []
+  for name, fields in settings(context.config).items():
+    if fields.type not in EVALUATORS:
+      raise ValueError(f'Unknown evaluator type {fields.type!r} of {name!r}: use one of '
+                       f'{", ".join(EVALUATORS)}')
+    built.append(EVALUATORS[fields.type](name, fields, context))
+  return built

@@ -1,0 +1,39 @@
+"""What every evaluator shares: its interface, what it is built from, the check of its fields."""
+import dataclasses
+from types import ModuleType
+from typing import Any, Protocol
+
+import flax.linen as nn
+import ml_collections
+from jax.sharding import Mesh
+
+from vit_jax import data
+
+
+class Evaluator(Protocol):
+  name: str  # The prefix of its metrics.
+  every_steps: int
+
+  def __call__(self, params: Any) -> dict[str, float]:
+    """Metrics of `params` (in any layout the model applies), names without the prefix."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Context:
+  """What evaluators are built from: the run's config, dataset, task, model and mesh."""
+  config: ml_collections.ConfigDict
+  info: data.DatasetInfo
+  task: ModuleType
+  model: nn.Module
+  mesh: Mesh
+
+
+def check_fields(name: str, fields: ml_collections.ConfigDict, known: tuple[str, ...]) -> None:
+  """Unknown fields of an evaluator's settings (typos) are errors, not silently ignored."""
+  unknown = sorted(set(fields) - {'type', *known})
+  if unknown:
+    raise ValueError(f'Evaluator {name!r} has no field {", ".join(unknown)}: its fields are type, '
+                     f'{", ".join(known)}')
+  if not isinstance(fields.every_steps, int) or fields.every_steps < 1:
+    raise ValueError(f'Evaluator {name!r}: every_steps={fields.every_steps} must be a number of steps '
+                     '>= 1' + (' (--config.eval_every_steps)' if name == 'eval' else ''))

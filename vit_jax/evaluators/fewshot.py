@@ -1,0 +1,146 @@
+"""Few-shot linear evaluation: the paper's cheap proxy for how good a frozen representation is.
+
+For `shots` train images per class, the frozen model's pre-logits features are fitted to {-1, 1}
+one-hot targets by closed-form L2-regularised least squares, and the fit is scored on the eval split;
+the accuracy is averaged over `seeds` random choices of the shots (paper Sec. 4 and Appendix; as
+big_vision's few-shot evaluator, with one fixed regularisation instead of one chosen on held-out data).
+`FewShotEvaluator` measures it in the training loop (config.fewshot, or an evaluator of type 'fewshot'
+in config.evals) and for `python -m vit_jax.fewshot` on a saved run.
+"""
+import functools
+from typing import Any, Optional, Sequence
+
+import flax.linen as nn
+import jax
+import ml_collections
+import numpy as np
+from jax.sharding import Mesh
+
+from vit_jax import data, sharding
+from vit_jax.evaluators.base import Context, check_fields
+
+def sample_shots(labels: np.ndarray, shots: int, num_classes: int,
+                 rng: np.random.Generator) -> np.ndarray:
+  """Indices of `shots` random examples of each class (raises ValueError if a class has fewer).
+
+  The first `shots` of a random order of each class: generators in the same state draw nested sets,
+  the 1-shot examples among the 5-shot ones, and so on.
+  """
+  chosen = []
+  for label in range(num_classes):
+    members = np.flatnonzero(labels == label)
+    if len(members) < shots:
+      raise ValueError(f'class {label} has {len(members)} train examples, fewer than {shots} shots: '
+                       'use fewer shots')
+    chosen.append(rng.permutation(members)[:shots])
+  return np.concatenate(chosen)
+
+
+def fit_and_score(train_feats: np.ndarray, train_labels: np.ndarray, test_feats: np.ndarray,
+                  test_labels: np.ndarray, num_classes: int, l2_reg: float) -> float:
+  """Accuracy on the test set of ridge regression from features to {-1, 1} one-hot targets."""
+  # Standardising with the train statistics makes one l2_reg fit features of any scale. Centring
+  # features and targets leaves the bias out of the penalty: the bias is the targets' mean.
+  mean, std = train_feats.mean(0), train_feats.std(0) + 1e-5
+  x = (train_feats - mean) / std
+  y = 2.0 * np.eye(num_classes)[train_labels] - 1.0
+  y_mean = y.mean(0)
+  weights = np.linalg.solve(x.T @ x + l2_reg * np.eye(x.shape[1]), x.T @ (y - y_mean))
+  scores = ((test_feats - mean) / std) @ weights + y_mean
+  return float(np.mean(scores.argmax(-1) == test_labels))
+
+
+def linear_fewshot_accuracy(train_feats: np.ndarray, train_labels: np.ndarray,
+                            test_feats: np.ndarray, test_labels: np.ndarray, *,
+                            shots: Sequence[int], seeds: int,
+                            l2_reg: float) -> dict[int, float]:
+  """Mean test accuracy over `seeds` random draws of the train shots, for each number of shots.
+
+  Features are [n, D], labels [n] ints from 0 to the number of classes - 1. Seed s draws nested
+  shots: its 1-shot examples are among its 5-shot ones, and so on.
+  """
+  train_feats, test_feats = np.asarray(train_feats, np.float64), np.asarray(test_feats, np.float64)
+  num_classes = int(max(train_labels.max(), test_labels.max())) + 1
+  accuracies = {}
+  for n in shots:
+    scores = []
+    for seed in range(seeds):
+      chosen = sample_shots(train_labels, n, num_classes, np.random.default_rng(seed))
+      scores.append(fit_and_score(train_feats[chosen], train_labels[chosen], test_feats,
+                                  test_labels, num_classes, l2_reg))
+    accuracies[n] = float(np.mean(scores))
+  return accuracies
+
+
+def _features_of_batch(params: Any, batch: dict[str, jax.Array], *,
+                       model: nn.Module) -> dict[str, jax.Array]:
+  return {'features': model.apply({'params': params}, batch['image'], train=False),
+          'label': batch['label'], 'mask': batch['mask']}
+
+
+class FewShotEvaluator:
+  """Few-shot accuracy of parameters, on the unaugmented train and eval splits of a config's data.
+
+  `model` returns features (a task's `features_model`); the parameters may carry a head, which it
+  ignores. Works on any mesh and any number of hosts: every host gets all features and computes the
+  same numbers.
+  """
+
+  def __init__(self, name: str, every_steps: Optional[int], *, config: ml_collections.ConfigDict,
+               model: nn.Module, mesh: Mesh, shots: Sequence[int], seeds: int,
+               l2_reg: float, train_split: Optional[str] = None,
+               eval_split: Optional[str] = None):
+    self.name, self.every_steps = name, every_steps
+    self._config, self._mesh = config, mesh
+    self._splits = (train_split or config.train_split, eval_split or config.eval_split)
+    self._shots, self._seeds, self._l2_reg = tuple(shots), seeds, l2_reg
+    self._features_fn = jax.jit(functools.partial(_features_of_batch, model=model),
+                                out_shardings=sharding.replicated(mesh))
+
+  def features(self, params: Any, split: str) -> tuple[np.ndarray, np.ndarray]:
+    """Features [n, D] and labels [n] of every example of `split`, eval-preprocessed."""
+    feats, labels = [], []
+    local_batch_size = self._config.eval_batch_size // jax.process_count()
+    for local in data.eval_iterator(self._config, split, local_batch_size=local_batch_size,
+                                    process_index=jax.process_index(),
+                                    process_count=jax.process_count()):
+      out = jax.device_get(self._features_fn(params, sharding.global_batch(local, self._mesh)))
+      feats.append(out['features'][out['mask']])
+      labels.append(out['label'][out['mask']])
+    return np.concatenate(feats), np.concatenate(labels)
+
+  def accuracies(self, params: Any) -> dict[int, float]:
+    """Mean few-shot accuracy for each number of shots."""
+    train_split, eval_split = self._splits
+    return linear_fewshot_accuracy(
+        *self.features(params, train_split), *self.features(params, eval_split), shots=self._shots,
+        seeds=self._seeds, l2_reg=self._l2_reg)
+
+  def __call__(self, params: Any) -> dict[str, float]:
+    """{'<n>shot': accuracy} for each number of shots n."""
+    return {f'{n}shot': accuracy for n, accuracy in self.accuracies(params).items()}
+
+
+def build(name: str, fields: ml_collections.ConfigDict, context: Context) -> FewShotEvaluator:
+  check_fields(name, fields, ('every_steps', 'shots', 'seeds', 'l2_reg', 'train_split', 'eval_split'))
+  where = f'config.{name}' if name == 'fewshot' else f'config.evals.{name}'
+  if fields.seeds < 1 or fields.l2_reg <= 0:
+    raise ValueError(f'{where} needs seeds >= 1 and l2_reg > 0, e.g. seeds=3, l2_reg=4')
+  if not fields.shots or min(fields.shots) < 1:
+    raise ValueError(f'{where}.shots={fields.shots} must be positive numbers of images per class, '
+                     'e.g. (1, 5, 10, 25)')
+  config = context.config
+  train_split = fields.train_split or config.train_split
+  eval_split = fields.eval_split or config.eval_split
+  num_train = data.num_examples(config, train_split)
+  data.num_examples(config, eval_split)  # A split that does not exist fails here.
+  # Only a necessary condition (per-class counts would mean reading the split): a class with fewer
+  # images than the shots stops the run at its first few-shot evaluation.
+  num_classes = context.info.num_classes
+  if max(fields.shots) * num_classes > num_train:
+    raise ValueError(f'{where}.shots={fields.shots}: {max(fields.shots)} shots of {num_classes} '
+                     f'classes need more than the {num_train} images of {train_split!r}')
+  return FewShotEvaluator(name, fields.every_steps, config=config,
+                          model=context.task.features_model(config), mesh=context.mesh,
+                          shots=fields.shots, seeds=fields.seeds, l2_reg=fields.l2_reg,
+                          train_split=train_split, eval_split=eval_split)

@@ -1,0 +1,173 @@
+"""Parameter trees in and out of the models: the original ViT `.npz` layout (read and written), and
+fitting a loaded tree to a model of another resolution or class count (position-embedding
+interpolation, head surgery).
+
+It knows the models' parameter names (vit.py, mpp.py), so it lives beside them; orbax checkpoints of
+whole train states are vit_jax/checkpoint.py.
+"""
+import math
+import zipfile
+from typing import Any, Optional
+
+import jax
+import numpy as np
+from etils import epath
+from flax import traverse_util
+
+_NPZ_PREFIXES = ('opt/target/', 'params/')  # Older Flax optimizer checkpoints; trees saved with a root.
+_POSEMB = 'Transformer/posembed_input/pos_embedding'
+POSEMB_METHODS = ('bilinear', 'bicubic')
+_REPORT_FIRST = ('embedding/', 'cls')
+# Parameters of the masked-patch-prediction model that a classifier does not have.
+_SELF_SUPERVISION_ONLY = ('mask_token', 'mpp_head')
+
+
+def load_npz(path: str) -> dict[str, Any]:
+  """The nested parameter tree of an `.npz` in the original ViT layout (keys joined by '/')."""
+  if not epath.Path(path).is_file():
+    raise ValueError(f'no checkpoint file at {path!r}: download it (e.g. gsutil cp '
+                     'gs://vit_models/imagenet21k/ViT-B_16.npz .) or fix --config.init_from')
+  with epath.Path(path).open('rb') as f:
+    if not zipfile.is_zipfile(f):
+      raise ValueError(f'{path!r} is not an .npz file: pass an .npz checkpoint in the original ViT '
+                       'layout, or the workdir of a vit_jax run, as --config.init_from')
+    f.seek(0)
+    with np.load(f, allow_pickle=False) as npz:
+      flat = {key: npz[key] for key in npz.files}
+  for prefix in _NPZ_PREFIXES:
+    if any(key.startswith(prefix) for key in flat):
+      # The rest of such a file (e.g. `opt/state/...`) is optimizer state, not parameters.
+      flat = {key[len(prefix):]: value for key, value in flat.items() if key.startswith(prefix)}
+      break
+  return traverse_util.unflatten_dict(flat, sep='/')
+
+
+def save_npz(params: Any, path: str) -> None:
+  """Writes `params` as float32 arrays under flat '/'-joined keys: the original ViT `.npz` layout."""
+  flat = traverse_util.flatten_dict(jax.device_get(params), sep='/')
+  with epath.Path(path).open('wb') as f:  # A file object: np.savez would append '.npz' to other names.
+    np.savez(f, **{key: np.asarray(value, np.float32) for key, value in flat.items()})
+
+
+def _linear_weights(size_in: int, size_out: int) -> np.ndarray:
+  """(size_out, size_in) linear interpolation weights with the corner samples aligned.
+
+  Output i samples input position i * (size_in - 1) / (size_out - 1): the convention of
+  `scipy.ndimage.zoom(order=1)`, which the original ViT code used.
+  """
+  scale = (size_in - 1) / (size_out - 1) if size_out > 1 else 0.0
+  positions = np.arange(size_out) * scale
+  left = np.clip(np.floor(positions).astype(int), 0, max(size_in - 2, 0))
+  frac = positions - left
+  weights = np.zeros((size_out, size_in))
+  weights[np.arange(size_out), left] += 1 - frac
+  weights[np.arange(size_out), np.minimum(left + 1, size_in - 1)] += frac
+  return weights
+
+
+def _check_posemb_method(method: str) -> None:
+  if method not in POSEMB_METHODS:
+    raise ValueError(f'Unknown position embedding interpolation {method!r}: use one of '
+                     f'{", ".join(POSEMB_METHODS)}, e.g. --config.posemb_interpolation=bilinear')
+
+
+def interpolate_posemb(posemb: np.ndarray, new_grid: tuple[int, int], *, num_prefix_tokens: int,
+                       method: str = 'bilinear') -> np.ndarray:
+  """Resizes position embeddings (1, prefix + gs * gs, D) to the grid `new_grid` = (gh, gw).
+
+  The prefix (class token) embeddings are kept as they are; the square grid of the others is resized.
+  'bilinear' aligns the corner samples, exactly as the original code's `scipy.ndimage.zoom(order=1)`;
+  'bicubic' is `jax.image.resize` (half-pixel centres, Keys cubic a=-0.5, antialiased when shrinking;
+  the same as PIL's bicubic resize).
+  """
+  _check_posemb_method(method)
+  prefix, grid = posemb[:, :num_prefix_tokens], posemb[0, num_prefix_tokens:]
+  size = math.isqrt(grid.shape[0])
+  if size * size != grid.shape[0]:
+    raise ValueError(f'{_POSEMB}: {grid.shape[0]} grid tokens are not a square grid: the checkpoint '
+                     'is not a ViT of square images')
+  grid = grid.reshape(size, size, -1).astype(np.float64)
+  gh, gw = new_grid
+  if method == 'bilinear':
+    grid = np.einsum('hH,wW,HWd->hwd', _linear_weights(size, gh), _linear_weights(size, gw), grid)
+  else:
+    grid = np.asarray(jax.image.resize(grid.astype(np.float32), (gh, gw, grid.shape[-1]), 'bicubic'))
+  return np.concatenate([prefix, grid.reshape(1, gh * gw, -1).astype(posemb.dtype)], axis=1)
+
+
+def _architecture_error(path: str, loaded: Any, target: Any) -> ValueError:
+  return ValueError(f'{path}: checkpoint {loaded} vs model {target}: the checkpoint is another '
+                    'architecture; set --config.variant (and --config.model.*) to match it')
+
+
+def _kernel_shape(flat: dict[str, Any], layer: str) -> Optional[tuple[int, ...]]:
+  return tuple(flat[f'{layer}/kernel'].shape) if f'{layer}/kernel' in flat else None
+
+
+def _without(flat: dict[str, Any], layer: str) -> dict[str, Any]:
+  return {k: v for k, v in flat.items() if not k.startswith(f'{layer}/')}
+
+
+def adapt_params(loaded: Any, target_shapes: Any, *, keep_head: bool, keep_pre_logits: bool,
+                 posemb_method: str = 'bilinear') -> tuple[dict[str, Any], list[str]]:
+  """Fits a loaded parameter tree to a model's tree (of arrays or `jax.ShapeDtypeStruct`s).
+
+  The head becomes zeros of the model's shape (the fine-tuning recipe) unless `keep_head`; the
+  pre-logits layer is dropped unless `keep_pre_logits` and the model has one; the position embeddings
+  are resized to the model's grid. Everything else must match exactly. Returns the fitted numpy tree
+  and lines for the log saying what changed; raises ValueError naming the parameter on a mismatch.
+  """
+  _check_posemb_method(posemb_method)  # Also when this checkpoint needs no resizing: a typo is a typo.
+  params = traverse_util.flatten_dict(loaded, sep='/')
+  targets = traverse_util.flatten_dict(target_shapes, sep='/')
+  notes = []
+
+  old, new = _kernel_shape(params, 'pre_logits'), _kernel_shape(targets, 'pre_logits')
+  if old and not (keep_pre_logits and new):
+    params = _without(params, 'pre_logits')
+    notes.append(f'dropped pre_logits {old}')
+  if new and not (keep_pre_logits and old):
+    # A fresh pre-logits layer cannot be zeros (tanh(0) = 0 would give the zero head no gradient).
+    raise ValueError(f'pre_logits/kernel: checkpoint {old or "none"} vs model {new}: the model has a '
+                     'pre-logits layer to load; set --config.keep_pre_logits=True with a checkpoint '
+                     'that has one, or remove it with --config.model.representation_size=None')
+
+  old, new = _kernel_shape(params, 'head'), _kernel_shape(targets, 'head')
+  if keep_head and new and old != new:
+    raise ValueError(f'head/kernel: checkpoint {old or "none"} vs model {new}: keep_head needs the '
+                     "checkpoint's head for as many classes as the model; set --config.keep_head=False "
+                     'for a new zero-initialised head, or make the number of classes match')
+  if old and not new:
+    params = _without(params, 'head')
+    notes.append(f'dropped head {old}: the model has none')
+  elif new and not keep_head:
+    params = _without(params, 'head')
+    params.update({k: np.zeros(t.shape, t.dtype) for k, t in targets.items() if k.startswith('head/')})
+    notes.append(f'replaced head {old} with zeros {new}' if old else f'added a zero head {new}')
+
+  for layer in _SELF_SUPERVISION_ONLY:
+    if any(k == layer or k.startswith(f'{layer}/') for k in params) and not any(
+        k == layer or k.startswith(f'{layer}/') for k in targets):
+      params = {k: v for k, v in params.items() if k != layer and not k.startswith(f'{layer}/')}
+      notes.append(f'dropped {layer} (masked patch prediction only)')
+
+  if _POSEMB in params and _POSEMB in targets and ('cls' in params) == ('cls' in targets):
+    old, new = params[_POSEMB].shape, targets[_POSEMB].shape
+    if old[1] != new[1] and old[2] == new[2]:
+      prefix = 1 if 'cls' in targets else 0  # The class token; GAP models have none.
+      old_size, new_size = math.isqrt(old[1] - prefix), math.isqrt(new[1] - prefix)
+      if old_size ** 2 != old[1] - prefix or new_size ** 2 != new[1] - prefix:
+        raise _architecture_error(_POSEMB, old, new)
+      params[_POSEMB] = interpolate_posemb(params[_POSEMB], (new_size, new_size),
+                                           num_prefix_tokens=prefix, method=posemb_method)
+      notes.append(f'resized pos_embedding {old_size}x{old_size} -> {new_size}x{new_size} '
+                   f'({posemb_method})')
+
+  # The parameters that tell architectures apart most plainly (patch size, classifier) come first.
+  for key in sorted(set(params) | set(targets), key=lambda k: (not k.startswith(_REPORT_FIRST), k)):
+    got = tuple(params[key].shape) if key in params else 'none'
+    want = tuple(targets[key].shape) if key in targets else 'none'
+    if got != want:
+      raise _architecture_error(key, got, want)
+  fitted = {key: np.asarray(params[key], targets[key].dtype) for key in targets}
+  return traverse_util.unflatten_dict(fitted, sep='/'), notes

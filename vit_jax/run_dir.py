@@ -1,0 +1,99 @@
+"""A run's directory as the tools see it: the run info the loop writes beside its checkpoints, the
+trained model of a workdir (a step, the Polyak average) or of an export, and the parameters that
+config.init_from names. predict, export, fewshot and pictures read runs through it, never through the
+training loop."""
+import dataclasses
+import json
+from typing import Any, Callable, Optional
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+from absl import logging
+from etils import epath
+
+from vit_jax import checkpoint, data, defaults, paths, tasks
+from vit_jax.models import loading
+
+_RUN_FILES = ('config.json', 'dataset_info.json')
+
+
+def write_run_info(workdir: str, config: ml_collections.ConfigDict, info: data.DatasetInfo) -> None:
+  """The config and dataset facts that export and inference need to rebuild the model."""
+  if jax.process_index() == 0:
+    root = epath.Path(workdir)
+    (root / 'config.json').write_text(config.to_json_best_effort(indent=2))
+    (root / 'dataset_info.json').write_text(json.dumps(dataclasses.asdict(info), indent=2))
+
+
+def load_run_info(workdir: str) -> tuple[ml_collections.ConfigDict, data.DatasetInfo]:
+  """What `write_run_info` wrote: the run's config and dataset info."""
+  files = {name: epath.Path(workdir) / name for name in _RUN_FILES}
+  for path in files.values():
+    if not path.exists():
+      raise ValueError(f'{path} is missing: is {workdir!r} the --workdir of a vit_jax run?')
+  config = defaults.get_config()  # Today's defaults under it: runs saved before a field existed load.
+  config.update(json.loads(files['config.json'].read_text()))
+  info = json.loads(files['dataset_info.json'].read_text())
+  return config, data.DatasetInfo(**{**info, 'class_names': tuple(info['class_names'])})
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainedModel:
+  config: ml_collections.ConfigDict
+  info: data.DatasetInfo
+  model: nn.Module  # With features=True: the ViT backbone, images -> pre-logits features.
+  params: Any  # numpy arrays; the Polyak average if the run kept one.
+  step: int
+  checkpoint_dir: str  # Absolute.
+  parameters: str  # 'polyak' | 'raw'
+
+
+def load_trained(workdir: str, step: Optional[int] = None, *, features: bool = False) -> TrainedModel:
+  """The model of checkpoint `step` (default: the latest) of a run, as the run's task built it, or
+  (`features=True`) its ViT backbone, whatever the task."""
+  checkpoint_dir, step = checkpoint.find_checkpoint(workdir, step)
+  config, info = load_run_info(workdir)
+  task = tasks.get(config.task)
+  model = task.features_model(config) if features else task.make_model(config, info.num_classes)
+  params, name = checkpoint.restore_params(checkpoint_dir)
+  return TrainedModel(config, info, model, params, step, checkpoint_dir,
+                      'polyak' if name == 'ema_params' else 'raw')
+
+
+def load_export(export_dir: str) -> tuple[dict[str, Any], Callable[[jax.Array], jax.Array]]:
+  """What `vit_jax.export` wrote to `export_dir`: its description (config.json) and the deserialized
+  inference function, float32 images [b, H, W, 3] in [-1, 1] -> logits; no model code involved."""
+  files = {name: epath.Path(export_dir) / name for name in ('config.json', 'model.jaxexport')}
+  for path in files.values():
+    if not path.is_file():
+      raise ValueError(f'{path} is missing: is {export_dir!r} a directory written by '
+                       'python -m vit_jax.export?')
+  exported = jax.export.deserialize(bytearray(files['model.jaxexport'].read_bytes()))
+  return json.loads(files['config.json'].read_text()), exported.call
+
+
+def load_params(path: str) -> tuple[dict[str, Any], str]:
+  """Parameters to start from (`config.init_from`): an `.npz` file, or a workdir / step directory
+  (its Polyak average if kept). Also returns a line for the log saying what was loaded."""
+  if path.endswith('.npz') or epath.Path(path).is_file():
+    return loading.load_npz(path), f'loaded {path}'
+  checkpoint_dir, step = checkpoint.find_checkpoint(path)
+  params, name = checkpoint.restore_params(checkpoint_dir)
+  return params, f'loaded {name} of step {step} from {checkpoint_dir}'
+
+
+def load_init_params(config: ml_collections.ConfigDict, model: nn.Module) -> Any:
+  """The parameters of `config.init_from`, with head and position embeddings fitted to `model`."""
+  init_from = paths.absolute(config.init_from)
+  paths.check_reachable(init_from, config.storage_timeout_s, 'config.init_from')
+  loaded, source = load_params(init_from)
+  key = jax.random.key(0)
+  shapes = jax.eval_shape(model.init, {'params': key, 'mpp': key},
+                          jnp.zeros((1, config.image_size, config.image_size, 3)))['params']
+  params, notes = loading.adapt_params(
+      loaded, shapes, keep_head=config.keep_head, keep_pre_logits=config.keep_pre_logits,
+      posemb_method=config.posemb_interpolation)
+  logging.info('Initialising from %s: %s', config.init_from, '; '.join([source, *notes]))
+  return params

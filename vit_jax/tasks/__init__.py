@@ -1,0 +1,21 @@
+"""Tasks: what a run trains the ViT to do. One module each, with the same functions:
+
+  check(config)                      raises a one-line ValueError for a bad task config;
+  make_model(config, num_classes)    the model the task trains;
+  features_model(config)             the ViT backbone returning pre-logits features (few-shot, pictures);
+  make_loss(config, model)           loss(params, images, labels, key) -> scalar, for the train step;
+  eval_step(params, batch, *, model) sums of correct, correct_top5, loss_sum and count over a batch.
+
+Adding a task is one module and one entry in TASKS.
+"""
+from types import ModuleType
+
+from vit_jax.tasks import classification, mpp
+
+TASKS: dict[str, ModuleType] = {'classification': classification, 'mpp': mpp}
+
+
+def get(name: str) -> ModuleType:
+  if name not in TASKS:
+    raise ValueError(f'Unknown config.task {name!r}: use one of {", ".join(TASKS)}')
+  return TASKS[name]

@@ -1,0 +1,70 @@
+"""Image classification: the ViT classifier, softmax or sigmoid cross-entropy, top-1 / top-5."""
+from typing import Any, Callable
+
+import chex
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+import optax
+
+from vit_jax.models import VisionTransformer, variants
+
+LOSSES = ('softmax_xent', 'sigmoid_xent')
+
+
+def check(config: ml_collections.ConfigDict) -> None:
+  if config.loss not in LOSSES:
+    raise ValueError(f'Unknown config.loss {config.loss!r}: use one of {", ".join(LOSSES)}')
+  if not 0.0 <= config.label_smoothing < 1.0:
+    raise ValueError(f'config.label_smoothing={config.label_smoothing} must be in [0, 1), e.g. 0.1')
+
+
+def features_model(config: ml_collections.ConfigDict) -> nn.Module:
+  """The ViT without its head: images -> pre-logits features (few-shot, pictures)."""
+  return make_model(config, None)
+
+
+def make_model(config: ml_collections.ConfigDict, num_classes: int | None) -> nn.Module:
+  """The ViT classifier of the config (`num_classes=None`: pre-logits features instead of logits)."""
+  return VisionTransformer(num_classes=num_classes, dtype=jnp.dtype(config.dtype),
+                           **variants.get_model_config(config.variant, config.model.to_dict()))
+
+
+def compute_loss(logits: jax.Array, labels: jax.Array, *, loss: str,
+                 label_smoothing: float = 0.0) -> jax.Array:
+  """Mean loss over the batch of float32 `logits` [b, classes] against integer `labels` [b]."""
+  chex.assert_rank(logits, 2)
+  chex.assert_shape(labels, logits.shape[:1])
+  targets = jax.nn.one_hot(labels, logits.shape[-1])
+  if label_smoothing:
+    targets = optax.smooth_labels(targets, label_smoothing)
+  if loss == 'softmax_xent':
+    return optax.softmax_cross_entropy(logits, targets).mean()
+  return optax.sigmoid_binary_cross_entropy(logits, targets).sum(-1).mean()
+
+
+def make_loss(config: ml_collections.ConfigDict, model: nn.Module) -> Callable[..., jax.Array]:
+  """loss(params, images, labels, key) -> the mean loss of the batch, for the train step."""
+
+  def loss_fn(params: Any, images: jax.Array, labels: jax.Array, key: jax.Array) -> jax.Array:
+    logits = model.apply({'params': params}, images, train=True, rngs={'dropout': key})
+    return compute_loss(logits, labels, loss=config.loss, label_smoothing=config.label_smoothing)
+
+  return loss_fn
+
+
+def eval_step(params: Any, batch: dict[str, jax.Array], *, model: nn.Module) -> dict[str, jax.Array]:
+  """Sums over the real (unmasked) examples of a batch: correct top-1 / top-5, loss, count."""
+  logits = model.apply({'params': params}, batch['image'], train=False)
+  labels = batch['label']
+  chex.assert_shape(labels, logits.shape[:1])
+  mask = batch['mask'].astype(jnp.float32)
+  top5 = jax.lax.top_k(logits, min(5, logits.shape[-1]))[1]
+  loss = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+  return {
+      'correct': jnp.sum((top5[:, 0] == labels) * mask),
+      'correct_top5': jnp.sum(jnp.any(top5 == labels[:, None], axis=-1) * mask),
+      'loss_sum': jnp.sum(loss * mask),
+      'count': jnp.sum(mask),
+  }

@@ -1,0 +1,76 @@
+"""Masked patch prediction (paper Sec. 4.6): predict the mean colour of corrupted patches."""
+from typing import Any, Callable
+
+import chex
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+import optax
+
+from vit_jax.models import variants
+from vit_jax.models.mpp import MaskedPatchPredictor, colour_targets
+from vit_jax.tasks import classification
+
+
+def check(config: ml_collections.ConfigDict) -> None:
+  if not 0.0 < config.mpp.mask_rate <= 1.0:
+    raise ValueError(f'config.mpp.mask_rate={config.mpp.mask_rate} must be in (0, 1], e.g. 0.5')
+  if not 1 <= config.mpp.num_bits <= 8:
+    raise ValueError(f'config.mpp.num_bits={config.mpp.num_bits} must be in 1..8 bits per colour '
+                     'channel, e.g. 3')
+
+
+def features_model(config: ml_collections.ConfigDict) -> nn.Module:
+  """The ViT backbone of the run: its parameters are the classifier's plus the MPP ones."""
+  return classification.features_model(config)
+
+
+def make_model(config: ml_collections.ConfigDict, num_classes: int | None) -> nn.Module:
+  """The masked-patch-prediction model (it has no classes: `num_classes` is not used)."""
+  del num_classes
+  kwargs = variants.get_model_config(config.variant, config.model.to_dict())
+  if kwargs.pop('representation_size') is not None:
+    raise ValueError('config.task=mpp predicts colours from patch tokens and has no pre-logits '
+                     'layer: unset config.model.representation_size')
+  return MaskedPatchPredictor(mask_rate=config.mpp.mask_rate, num_bits=config.mpp.num_bits,
+                              dtype=jnp.dtype(config.dtype), **kwargs)
+
+
+def _targets(model: nn.Module, images: jax.Array, logits: jax.Array) -> jax.Array:
+  targets = colour_targets(images, model.input_stride, model.num_bits)
+  chex.assert_shape(targets, logits.shape[:-1])  # One colour class per patch token.
+  return targets
+
+
+def make_loss(config: ml_collections.ConfigDict, model: nn.Module) -> Callable[..., jax.Array]:
+  """loss(params, images, labels, key): cross-entropy of the colour classes of the corrupted patches
+  (labels are not used)."""
+  del config
+
+  def loss_fn(params: Any, images: jax.Array, labels: jax.Array, key: jax.Array) -> jax.Array:
+    del labels
+    dropout_key, mpp_key = jax.random.split(key)
+    logits, corrupted = model.apply({'params': params}, images, train=True,
+                                    rngs={'dropout': dropout_key, 'mpp': mpp_key})
+    xent = optax.softmax_cross_entropy_with_integer_labels(logits, _targets(model, images, logits))
+    return jnp.sum(xent * corrupted) / jnp.maximum(jnp.sum(corrupted), 1)
+
+  return loss_fn
+
+
+def eval_step(params: Any, batch: dict[str, jax.Array], *, model: nn.Module) -> dict[str, jax.Array]:
+  """The classification sums over the corrupted patches of real examples: colour-class accuracy."""
+  # One fixed corruption pattern, so every evaluation of a run scores the same task.
+  logits, corrupted = model.apply({'params': params}, batch['image'], train=False,
+                                  rngs={'mpp': jax.random.key(0)})
+  targets = _targets(model, batch['image'], logits)
+  weight = corrupted * batch['mask'][:, None].astype(jnp.float32)
+  top5 = jax.lax.top_k(logits, 5)[1]
+  loss = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
+  return {
+      'correct': jnp.sum((top5[..., 0] == targets) * weight),
+      'correct_top5': jnp.sum(jnp.any(top5 == targets[..., None], axis=-1) * weight),
+      'loss_sum': jnp.sum(loss * weight),
+      'count': jnp.sum(weight),
+  }

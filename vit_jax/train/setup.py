@@ -1,0 +1,113 @@
+"""From a config and a workdir to a validated run: every field is checked here, before the workdir is
+touched or anything is compiled, and a bad one is a one-line ValueError that names the fix."""
+import dataclasses
+import math
+from types import ModuleType
+from typing import Any
+
+import flax.linen as nn
+import jax
+import ml_collections
+from jax.sharding import Mesh
+
+from vit_jax import data, evaluators, optim, paths, run_dir, sharding, tasks
+from vit_jax.models import loading, variants
+
+DTYPES = ('float32', 'bfloat16', 'float16')
+# Steps between the loop's periodic actions, and checkpoints kept: each at least 1.
+_POSITIVE_COUNTS = ('log_every_steps', 'checkpoint_every_steps', 'keep_checkpoints')
+
+
+@dataclasses.dataclass(frozen=True)
+class Setup:
+  """A validated run: everything the state, the step and the loop read."""
+  config: ml_collections.ConfigDict
+  workdir: str  # Absolute (or a URL such as gs://...).
+  info: data.DatasetInfo
+  task: ModuleType  # A value of tasks.TASKS.
+  model: nn.Module
+  mesh: Mesh
+  total_steps: int
+  evaluators: tuple[evaluators.Evaluator, ...]
+  init_params: Any = None  # From config.init_from, fitted to the model (numpy); None: from scratch.
+
+
+def total_steps(config: ml_collections.ConfigDict, info: data.DatasetInfo) -> int:
+  if (config.total_steps is None) == (config.num_epochs is None):
+    raise ValueError('Set exactly one of config.total_steps and config.num_epochs, '
+                     'e.g. --config.total_steps=1000')
+  if config.total_steps is not None:
+    steps = config.total_steps
+  else:
+    steps = math.ceil(config.num_epochs * info.num_train / config.batch_size)
+  if steps < 1:
+    raise ValueError(f'The run has {steps} steps: raise config.total_steps or config.num_epochs')
+  return steps
+
+
+def check_batch(name: str, batch_size: int, mesh: Mesh, accum_steps: int = 1) -> None:
+  """The batch must split evenly over the devices of the batch axes, micro-batches and processes."""
+  shards = sharding.num_batch_shards(mesh)
+  multiple = math.lcm(shards * accum_steps, jax.process_count())
+  if batch_size < 1 or batch_size % multiple:
+    suggestion = max(multiple, batch_size // multiple * multiple)
+    accum = f' x accum_steps={accum_steps}' if accum_steps > 1 else ''
+    raise ValueError(
+        f'config.{name}={batch_size} is not divisible by the {shards} devices on the batch axes '
+        f'{sharding.batch_axes(mesh)}{accum} (and {jax.process_count()} processes): use a multiple '
+        f'of {multiple}, e.g. --config.{name}={suggestion}')
+
+
+def _check_numbers(config: ml_collections.ConfigDict) -> None:
+  """The fields that no other module reads before the loop does."""
+  if config.dtype not in DTYPES:
+    raise ValueError(f'Unknown config.dtype {config.dtype!r}: use one of {", ".join(DTYPES)}')
+  for name in _POSITIVE_COUNTS:
+    if config[name] < 1:
+      raise ValueError(f'config.{name}={config[name]} must be at least 1')
+  if config.accum_steps < 1:
+    raise ValueError(f'config.accum_steps={config.accum_steps} must be at least 1')
+  if config.polyak_decay is not None and not 0.0 <= config.polyak_decay < 1.0:
+    raise ValueError(f'config.polyak_decay={config.polyak_decay} must be in [0, 1), e.g. 0.9999 '
+                     '(or unset to turn Polyak averaging off)')
+  if not config.storage_timeout_s > 0:
+    raise ValueError(f'config.storage_timeout_s={config.storage_timeout_s} must be a positive number '
+                     'of seconds, e.g. 60')
+  if config.data_shards is not None and config.data_shards < 1:
+    raise ValueError(f'config.data_shards={config.data_shards} must be at least 1 (or unset: one per '
+                     'process)')
+  if config.posemb_interpolation not in loading.POSEMB_METHODS:
+    raise ValueError(f'Unknown config.posemb_interpolation {config.posemb_interpolation!r}: use one '
+                     f'of {", ".join(loading.POSEMB_METHODS)}')
+
+
+def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
+  """Checks the config, data and workdir; raises ValueError with a one-line fix on bad input."""
+  task = tasks.get(config.task)
+  for each_task in tasks.TASKS.values():  # A typo in another task's fields is still a typo.
+    each_task.check(config)
+  _check_numbers(config)
+  model_kwargs = variants.get_model_config(config.variant, config.model.to_dict())
+  stride = variants.input_stride(model_kwargs)
+  if config.image_size % stride:
+    raise ValueError(
+        f'config.image_size={config.image_size} is not divisible by the patch size {stride} (in '
+        f'input pixels) of {config.variant}: use a multiple of {stride}, e.g. '
+        f'--config.image_size={max(stride, config.image_size // stride * stride)}')
+  mesh = sharding.make_mesh(config.mesh)
+  sharding.check_model_fits(mesh, num_heads=model_kwargs['num_heads'], mlp_dim=model_kwargs['mlp_dim'])
+  check_batch('batch_size', config.batch_size, mesh, config.accum_steps)
+  check_batch('eval_batch_size', config.eval_batch_size, mesh)
+  shards = data.num_data_shards(config, jax.process_count())
+  if config.batch_size % shards:
+    raise ValueError(f'config.batch_size={config.batch_size} does not split into '
+                     f'config.data_shards={shards} equal parts: use a multiple of {shards}')
+  info = data.get_info(config)
+  steps = total_steps(config, info)
+  optim.make_optimizer(config, steps)  # Validates the optimizer and its schedule.
+  model = task.make_model(config, info.num_classes)
+  built = evaluators.make_evaluators(evaluators.Context(config, info, task, model, mesh))
+  init_params = run_dir.load_init_params(config, model) if config.init_from else None
+  workdir = paths.absolute(workdir)
+  paths.check_writable(workdir, config.storage_timeout_s)
+  return Setup(config, workdir, info, task, model, mesh, steps, tuple(built), init_params)

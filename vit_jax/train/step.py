@@ -1,0 +1,68 @@
+"""One optimizer update on a global batch: the function the loop jits over the mesh."""
+import functools
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from vit_jax import sharding
+from vit_jax.train.setup import Setup
+from vit_jax.train.state import TrainState
+
+
+def train_step(state: TrainState, batch: dict[str, jax.Array], *, loss_fn: Callable,
+               tx: optax.GradientTransformation, schedule: optax.Schedule,
+               dropout_key: jax.Array, accum_steps: int = 1, micro_batch_sharding: Any = None,
+               polyak_decay: float | None = None) -> tuple[TrainState, dict[str, jax.Array]]:
+  """One update, optionally from `accum_steps` accumulated micro-batches of the batch.
+
+  `loss_fn(params, images, labels, key)` is the task's loss (`task.make_loss`). The dropout key of step
+  s is fold_in(dropout_key, s), so a resumed run draws what an uninterrupted one would.
+  """
+  step_key = jax.random.fold_in(dropout_key, state.step)
+  grad_fn = jax.value_and_grad(loss_fn)
+  if accum_steps == 1:
+    loss, grads = grad_fn(state.params, batch['image'], batch['label'], step_key)
+  else:
+    # Micro-batch i takes rows i, i + k, i + 2k, ...: every device holds a slice of every micro-batch.
+    def split(x):
+      x = x.reshape(x.shape[0] // accum_steps, accum_steps, *x.shape[1:]).swapaxes(0, 1)
+      return jax.lax.with_sharding_constraint(x, micro_batch_sharding)
+
+    def accumulate(totals, inputs):
+      i, images, labels = inputs
+      loss, grads = grad_fn(state.params, images, labels, jax.random.fold_in(step_key, i))
+      return jax.tree.map(jnp.add, totals, (loss, grads)), None
+
+    zeros = (jnp.zeros((), jnp.float32), jax.tree.map(jnp.zeros_like, state.params))
+    totals, _ = jax.lax.scan(accumulate, zeros, (jnp.arange(accum_steps), split(batch['image']),
+                                                 split(batch['label'])))
+    loss, grads = jax.tree.map(lambda x: x / accum_steps, totals)
+
+  updates, opt_state = tx.update(grads, state.opt_state, state.params)
+  params = optax.apply_updates(state.params, updates)
+  ema_params = state.ema_params
+  if polyak_decay is not None:
+    ema_params = optax.incremental_update(params, ema_params, step_size=1.0 - polyak_decay)
+  metrics = {'train_loss': loss, 'grad_norm': optax.global_norm(grads),
+             'learning_rate': schedule(state.step)}
+  return state.replace(step=state.step + 1, params=params, opt_state=opt_state,
+                       ema_params=ema_params), metrics
+
+
+def jit_train_step(setup: Setup, tx: optax.GradientTransformation, schedule: optax.Schedule,
+                   state_shardings: Any) -> Callable[[TrainState, dict[str, jax.Array]],
+                                                      tuple[TrainState, dict[str, jax.Array]]]:
+  """The run's train step, jitted over its mesh; the state (in `state_shardings`) is donated."""
+  config, mesh = setup.config, setup.mesh
+  return jax.jit(
+      functools.partial(train_step, loss_fn=setup.task.make_loss(config, setup.model), tx=tx,
+                        schedule=schedule,
+                        dropout_key=jax.random.fold_in(jax.random.key(config.seed), 1),
+                        accum_steps=config.accum_steps,
+                        micro_batch_sharding=sharding.micro_batch_sharding(mesh),
+                        polyak_decay=config.polyak_decay),
+      in_shardings=(state_shardings, sharding.batch_sharding(mesh)),
+      out_shardings=(state_shardings, sharding.replicated(mesh)),
+      donate_argnums=0)

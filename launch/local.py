@@ -14,6 +14,11 @@ import sys
 import time
 
 
+# A process that stopped to be preempted (vit_jax.train.preemption.REQUEUE_STATUS) is not a failure:
+# the others are finishing the same save.
+REQUEUE_STATUS = 75
+
+
 def free_port() -> int:
   with socket.socket() as s:
     s.bind(('127.0.0.1', 0))
@@ -33,7 +38,7 @@ def launch(main_args: list[str], *, num_processes: int, devices_per_process: int
   deadline = None if timeout is None else time.time() + timeout
   try:
     while any(p.poll() is None for p in procs):
-      failed = [p.returncode for p in procs if p.returncode not in (None, 0)]
+      failed = [p.returncode for p in procs if p.returncode not in (None, 0, REQUEUE_STATUS)]
       if failed or (deadline is not None and time.time() > deadline):
         for p in procs:
           if p.poll() is None:

@@ -4,10 +4,12 @@
 # Creates the TPU VM if it does not exist (set TPU_VERSION for the runtime image), copies this checkout
 # to every worker, installs the pinned environment with jax[tpu], and runs the same command on all
 # workers with `gcloud compute tpus tpu-vm ssh --worker=all`; jax.distributed finds the peers itself.
-# The workdir should be a gs:// bucket (or other storage every worker can reach).
+# The workdir should be a gs:// bucket (or other storage every worker can reach). When the slice is
+# preempted or goes into maintenance, every host gets SIGTERM: the run saves the step it is at on all
+# hosts and exits with status 75; run this same command again (it re-creates a deleted VM) to resume.
 set -euo pipefail
 if [[ $# -lt 4 || "$4" != "--" ]]; then
-  sed -n '2,7p' "$0"; exit 2
+  sed -n '2,9p' "$0"; exit 2
 fi
 NAME=$1 ZONE=$2 TYPE=$3
 shift 4

@@ -9,6 +9,7 @@ from typing import Any, Optional
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+from absl import logging
 from etils import epath
 
 from vit_jax import paths
@@ -26,12 +27,25 @@ def save(manager: ocp.CheckpointManager, step: int, state: Any) -> None:
   manager.save(step, args=ocp.args.StandardSave(state))
 
 
-def restore(manager: ocp.CheckpointManager, abstract_state: Any, step: Optional[int] = None) -> Any:
-  """Restores `step` (default: latest) onto the shardings in `abstract_state`; None if there is none."""
-  step = manager.latest_step() if step is None else step
-  if step is None:
-    return None
-  return manager.restore(step, args=ocp.args.StandardRestore(abstract_state))
+def restore(manager: ocp.CheckpointManager, abstract_state: Any) -> Any:
+  """The latest readable checkpoint, restored onto the shardings in `abstract_state`; None if there is
+  none. One that cannot be read (a file lost or truncated by a storage fault) is reported in one line
+  and the one before it is used; if none can be read, a ValueError names the directory."""
+  steps = sorted(manager.all_steps(), reverse=True)
+  for step in steps:
+    try:
+      return manager.restore(step, args=ocp.args.StandardRestore(abstract_state))
+    except Exception as e:  # pylint: disable=broad-except  # tensorstore and orbax raise many kinds.
+      logging.warning('Checkpoint %d in %s cannot be read (%s): trying the one before it', step,
+                      manager.directory, _first_line(e))
+  if steps:
+    raise ValueError(f'none of the checkpoints {sorted(steps)} in {manager.directory} can be read: '
+                     'restore them from a backup, or move them away to start the run afresh')
+  return None
+
+
+def _first_line(error: Exception) -> str:
+  return (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
 
 
 def abstract_with_shardings(abstract_state: Any, shardings: Any) -> Any:
@@ -54,8 +68,7 @@ def find_checkpoint(path: str, step: Optional[int] = None) -> tuple[str, int]:
   if not epath.Path(root).is_dir():
     raise ValueError(f'{path!r} has no checkpoints/ directory: pass the workdir of a vit_jax run that '
                      'has saved a checkpoint')
-  # Finished saves only: one in progress (or killed) lives in a temporary `<step>.orbax-...` directory.
-  steps = sorted(int(d.name) for d in epath.Path(root).iterdir() if d.name.isdigit())
+  steps = saved_steps(path)
   if not steps:
     raise ValueError(f'{root!r} holds no checkpoint yet: train first, or wait for the first save')
   if step is None:
@@ -63,6 +76,30 @@ def find_checkpoint(path: str, step: Optional[int] = None) -> tuple[str, int]:
   elif step not in steps:
     raise ValueError(f'{root!r} has no checkpoint of step {step}: use one of {steps}')
   return os.path.join(root, str(step)), step
+
+
+def saved_steps(workdir: str) -> list[int]:
+  """The steps of the finished saves in `workdir`, in order (a save in progress, or killed, lives in a
+  temporary `<step>.orbax-...` directory)."""
+  root = epath.Path(workdir) / 'checkpoints'
+  return sorted(int(d.name) for d in root.iterdir() if d.name.isdigit()) if root.is_dir() else []
+
+
+def latest_saved_shapes(workdir: str) -> Optional[tuple[int, dict[str, Any]]]:
+  """The step and state tree (`jax.ShapeDtypeStruct`s) of the latest checkpoint of `workdir` whose
+  metadata reads (only metadata is read), as `restore` would choose it; None if there is none."""
+  for step in reversed(saved_steps(workdir)):
+    try:
+      return step, saved_shapes(os.path.join(paths.absolute(workdir), 'checkpoints', str(step)))
+    except Exception:  # pylint: disable=broad-except  # restore reports it and takes the one before.
+      continue
+  return None
+
+
+def saved_shapes(checkpoint_dir: str) -> dict[str, Any]:
+  """The train state's tree in a checkpoint as `jax.ShapeDtypeStruct`s (only the metadata is read)."""
+  tree = ocp.PyTreeCheckpointer().metadata(os.path.join(checkpoint_dir, 'default')).item_metadata.tree
+  return jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype), tree)
 
 
 def restore_params(checkpoint_dir: str) -> tuple[dict[str, Any], str]:

@@ -7,9 +7,10 @@ from absl import flags
 from vit_jax import paths
 
 
-def fail(message: str) -> NoReturn:
+def fail(message: str, status: int = 2) -> NoReturn:
+  """One `error: ...` line on stderr and exit: status 2 for bad input, 1 for a run that failed."""
   print(f'error: {message}', file=sys.stderr)
-  sys.exit(2)
+  sys.exit(status)
 
 
 def flags_parser(usage: str) -> Callable[[list[str]], list[str]]:

@@ -2,6 +2,7 @@
 import logging as python_logging
 import os
 import socket
+import sys
 import time
 
 # Before TensorFlow loads: its C++ start-up banners are noise for a training run. (TensorFlow only
@@ -110,13 +111,21 @@ def main(argv: list[str]) -> None:
   if jax.process_index() > 0:  # Process 0 speaks for the run.
     logging.set_verbosity(logging.WARNING)
   # Imported here so that `--help` and flag errors answer before TensorFlow and JAX load.
-  from vit_jax.train import loop, setup  # pylint: disable=g-import-not-at-top
+  from vit_jax.train import loop, preemption, setup, state  # pylint: disable=g-import-not-at-top
   try:
     run = setup.prepare(_CONFIG.value, _WORKDIR.value)
   except ValueError as e:
     cli.fail(str(e))
   logging.info('Config:\n%s', run.config)
-  metrics = loop.train_and_evaluate(run)
+  try:
+    metrics = loop.train_and_evaluate(run)
+  except state.ResumeError as e:
+    cli.fail(str(e))
+  except loop.DivergedError as e:
+    cli.fail(str(e), status=1)
+  except preemption.Preempted as e:
+    logging.warning('%s', e)
+    sys.exit(preemption.REQUEUE_STATUS)
   logging.info('Final eval: %s', ', '.join(f'{k}={v:.4f}' for k, v in sorted(metrics.items())))
 
 

@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import ml_collections
 from absl import logging
 from etils import epath
+from flax import traverse_util
 
 from vit_jax import checkpoint, data, defaults, paths, tasks
 from vit_jax.models import loading
@@ -20,11 +21,29 @@ _RUN_FILES = ('config.json', 'dataset_info.json')
 
 
 def write_run_info(workdir: str, config: ml_collections.ConfigDict, info: data.DatasetInfo) -> None:
-  """The config and dataset facts that export and inference need to rebuild the model."""
-  if jax.process_index() == 0:
-    root = epath.Path(workdir)
+  """The config and dataset facts that export and inference need to rebuild the model.
+
+  A resumed run keeps the config.json of its first start (the model the tools rebuild) and adds its
+  own config as config.resume_<k>.json when it differs, so a run's history is never overwritten.
+  """
+  if jax.process_index() > 0:
+    return
+  root = epath.Path(workdir)
+  if not (root / 'config.json').exists():
     (root / 'config.json').write_text(config.to_json_best_effort(indent=2))
     (root / 'dataset_info.json').write_text(json.dumps(dataclasses.asdict(info), indent=2))
+  elif config_changes(load_run_info(workdir)[0], config):
+    resumes = len(list(root.glob('config.resume_*.json')))
+    (root / f'config.resume_{resumes + 1}.json').write_text(config.to_json_best_effort(indent=2))
+
+
+def config_changes(old: ml_collections.ConfigDict,
+                   new: ml_collections.ConfigDict) -> list[tuple[str, Any, Any]]:
+  """(field, old value, new value) of every field that differs, dotted names, sorted."""
+  flat_old, flat_new = (traverse_util.flatten_dict(json.loads(c.to_json_best_effort()), sep='.')
+                        for c in (old, new))
+  return [(key, flat_old.get(key), flat_new.get(key)) for key in sorted(set(flat_old) | set(flat_new))
+          if flat_old.get(key) != flat_new.get(key)]
 
 
 def load_run_info(workdir: str) -> tuple[ml_collections.ConfigDict, data.DatasetInfo]:

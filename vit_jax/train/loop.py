@@ -5,7 +5,7 @@ stream, the dropout key of step s is fold_in(seed, s). A run killed after a chec
 therefore continues exactly as if it had never stopped.
 """
 import time
-from typing import Any
+from typing import Any, Callable, Iterator
 
 import jax
 import numpy as np
@@ -13,8 +13,9 @@ from absl import logging
 from clu import metric_writers, parameter_overview, periodic_actions
 
 from vit_jax import checkpoint, data, optim, run_dir, sharding
+from vit_jax.train import preemption
 from vit_jax.train.setup import Setup
-from vit_jax.train.state import TrainState, create_state
+from vit_jax.train.state import TrainState, check_resumable, create_state
 from vit_jax.train.step import jit_train_step
 
 
@@ -28,18 +29,36 @@ def evaluate(evaluator: Any, state: TrainState) -> dict[str, float]:
   return metrics
 
 
-def _mean_metrics(history: list[dict[str, jax.Array]]) -> dict[str, float]:
+class DivergedError(RuntimeError):
+  """A non-finite loss or gradient norm: the run stops before the poisoned state is saved."""
+
+
+def _checked_history(history: list[dict[str, jax.Array]], first_step: int) -> list[dict[str, float]]:
+  """The train metrics of steps first_step, first_step + 1, ... on the host; raises DivergedError at
+  the first step whose loss or gradient norm is not finite."""
   history = jax.device_get(history)
+  for step, metrics in enumerate(history, first_step):
+    for name in ('train_loss', 'grad_norm'):
+      if not np.isfinite(metrics[name]):
+        raise DivergedError(
+            f'{name} is {float(metrics[name])} at step {step}: the run stopped there and saved nothing '
+            'after it; lower the learning rate (config.lr.base) or raise config.lr.warmup_steps, then '
+            'resume from the last checkpoint')
+  return history
+
+
+def _mean_metrics(history: list[dict[str, float]]) -> dict[str, float]:
   return {k: float(np.mean([metrics[k] for metrics in history])) for k in history[0]}
 
 
 def train_and_evaluate(setup: Setup) -> dict[str, float]:
   """Runs (or resumes) training to `setup.total_steps`; returns the last metrics of every evaluator."""
-  config, mesh = setup.config, setup.mesh
+  config = setup.config
+  tx, schedule = optim.make_optimizer(config, setup.total_steps)
+  check_resumable(setup, tx)  # Before anything in the workdir is written.
   run_dir.write_run_info(setup.workdir, config, setup.info)
   writer = metric_writers.create_default_writer(setup.workdir, just_logging=jax.process_index() > 0)
   writer.write_hparams({k: str(v) for k, v in config.items()})
-  tx, schedule = optim.make_optimizer(config, setup.total_steps)
   manager = checkpoint.make_manager(setup.workdir, config.keep_checkpoints)
   state, state_shardings, to_checkpoint = create_state(setup, tx, manager)
   start_step = int(state.step)
@@ -57,17 +76,37 @@ def train_and_evaluate(setup: Setup) -> dict[str, float]:
                setup.total_steps, start_step, setup.info.num_train, setup.info.num_eval,
                setup.info.num_classes, jax.device_count())
 
+  notice = preemption.PreemptionNotice(manager)
+  try:
+    eval_metrics = _run_steps(setup, state, step_fn, train_iter, writer, report_progress, notice,
+                              lambda step, state: checkpoint.save(manager, step, to_checkpoint(state)))
+  finally:  # Also when the run stops early: the saves in flight complete, or stay unread temporaries.
+    notice.close()
+    manager.wait_until_finished()
+    manager.close()
+    writer.flush()
+  return eval_metrics
+
+
+def _run_steps(setup: Setup, state: TrainState, step_fn: Callable, train_iter: Iterator,
+               writer: metric_writers.MetricWriter, report_progress: periodic_actions.ReportProgress,
+               notice: preemption.PreemptionNotice,
+               save: Callable[[int, TrainState], None]) -> dict[str, float]:
+  """Steps int(state.step) + 1 .. total_steps with their logging, evaluations and saves; raises
+  preemption.Preempted after saving the step at which the run was asked to stop."""
+  config = setup.config
   eval_metrics: dict[str, float] = {}
   history, window_start = [], time.time()
-  for step in range(start_step + 1, setup.total_steps + 1):
+  for step in range(int(state.step) + 1, setup.total_steps + 1):
     with jax.profiler.StepTraceAnnotation('train', step_num=step):
-      batch = sharding.global_batch(next(train_iter), mesh)
+      batch = sharding.global_batch(next(train_iter), setup.mesh)
       state, metrics = step_fn(state, batch)
     history.append(metrics)
     report_progress(step)
     last = step == setup.total_steps
+    # The metrics are fetched (and checked) only here and before a save, so steps stay asynchronous.
     if step % config.log_every_steps == 0 or last:
-      summary = _mean_metrics(history)
+      summary = _mean_metrics(_checked_history(history, step - len(history) + 1))
       summary['images_per_sec'] = len(history) * config.batch_size / (time.time() - window_start)
       writer.write_scalars(step, summary)
       history, window_start = [], time.time()
@@ -79,14 +118,15 @@ def train_and_evaluate(setup: Setup) -> dict[str, float]:
     if measured:
       writer.write_scalars(step, measured)
       eval_metrics.update(measured)
-    if step % config.checkpoint_every_steps == 0 or last:
+    stop = notice(step) and not last
+    if step % config.checkpoint_every_steps == 0 or last or stop:
+      _checked_history(history, step - len(history) + 1)  # Never save a poisoned state.
       with report_progress.timed('checkpoint'):
-        checkpoint.save(manager, step, to_checkpoint(state))
+        save(step, state)
+    if stop:
+      raise preemption.Preempted(step)
   if not eval_metrics:  # Resumed at the end: report the final model all the same.
     for evaluator in setup.evaluators:
       eval_metrics.update(evaluate(evaluator, state))
     writer.write_scalars(int(state.step), eval_metrics)
-  manager.wait_until_finished()
-  manager.close()
-  writer.flush()
   return eval_metrics

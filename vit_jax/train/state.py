@@ -13,8 +13,9 @@ import jax
 import jax.numpy as jnp
 import optax
 from absl import logging
+from etils import epath
 
-from vit_jax import checkpoint, sharding
+from vit_jax import checkpoint, run_dir, sharding
 from vit_jax.models import vit
 from vit_jax.train.setup import Setup
 
@@ -38,6 +39,46 @@ def init_state(key: jax.Array, *, model: nn.Module, tx: optax.GradientTransforma
                     ema_params=params if polyak else None)
 
 
+class ResumeError(ValueError):
+  """The workdir holds a run that this config cannot continue."""
+
+
+def _layout(params: Any, opt_state: Any, ema_params: Any) -> tuple[Any, ...]:
+  """What a checkpoint must match to be restored: the parameter tree's shapes, and the shapes of the
+  optimizer state and the Polyak average (as sorted lists: their containers are stored as plain ones)."""
+  shapes = lambda tree: sorted(str(x.shape) for x in jax.tree.leaves(tree))
+  return jax.tree.map(lambda x: tuple(x.shape), params), shapes(opt_state), shapes(ema_params)
+
+
+def check_resumable(setup: Setup, tx: optax.GradientTransformation) -> None:
+  """A workdir that already holds a run must hold the same classes and a checkpoint this config's
+  state can be restored from; raises ResumeError naming the changed fields, before anything in the
+  workdir is written. Changes that the state takes (steps, cadences, mesh...) are logged."""
+  if not (epath.Path(setup.workdir) / 'config.json').exists():
+    return
+  old_config, old_info = run_dir.load_run_info(setup.workdir)
+  changes = run_dir.config_changes(old_config, setup.config)
+  described = '; '.join(f'{field} {old!r} -> {new!r}' for field, old, new in changes) or 'none'
+  if old_info.class_names != setup.info.class_names:
+    raise ResumeError(f'{setup.workdir} holds a run on the {old_info.num_classes} classes of other data '
+                      f'than this dataset\'s {setup.info.num_classes} (changed fields: {described}): '
+                      'use another --workdir, or the run\'s data')
+  latest = checkpoint.latest_saved_shapes(setup.workdir)
+  if latest is None:  # No checkpoint yet: nothing to restore, nothing to protect but the run info.
+    return
+  step, saved = latest
+  wanted = jax.eval_shape(functools.partial(
+      init_state, model=setup.model, tx=tx, image_size=setup.config.image_size,
+      polyak=setup.config.polyak_decay is not None), jax.random.key(0))
+  if (_layout(saved['params'], saved['opt_state'], saved['ema_params']) !=
+      _layout(wanted.params, wanted.opt_state, wanted.ema_params)):
+    raise ResumeError(f'the checkpoint of step {step} in {setup.workdir} does not fit the model and '
+                      f'optimizer of this config (changed fields: {described}): use another --workdir, '
+                      'or set these fields back')
+  if changes:
+    logging.info('Resuming %s with changed config fields: %s', setup.workdir, described)
+
+
 def training_layout(tree: Any, model: nn.Module) -> Any:
   """`tree` (a train state or parameters) as the train step keeps it: blocks stacked if scanned."""
   return vit.stack_blocks(tree, model.num_layers) if model.scan else tree
@@ -59,7 +100,10 @@ def create_state(setup: Setup, tx: optax.GradientTransformation,
   train_shardings = sharding.state_shardings(jax.eval_shape(to_training, abstract), setup.mesh)
   to_checkpoint = (jax.jit(vit.unstack_blocks, out_shardings=shardings) if setup.model.scan else
                    lambda state: state)
-  restored = checkpoint.restore(manager, checkpoint.abstract_with_shardings(abstract, shardings))
+  try:
+    restored = checkpoint.restore(manager, checkpoint.abstract_with_shardings(abstract, shardings))
+  except ValueError as e:  # Not one checkpoint readable.
+    raise ResumeError(str(e)) from None
   if restored is not None:
     logging.info('Resumed from %s at step %d', manager.directory, int(restored.step))
     return jax.jit(to_training, out_shardings=train_shardings)(restored), train_shardings, to_checkpoint

@@ -1,0 +1,187 @@
+"""What goes wrong on long runs, made to happen: divergence, a changed config or a damaged checkpoint
+on resume, preemption."""
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import chex
+import numpy as np
+import pytest
+from PIL import Image
+
+import helpers
+from vit_jax import checkpoint, run_dir
+from vit_jax.train import loop, preemption, setup as train_setup, state
+
+sys.path.insert(0, os.path.join(helpers.REPO, 'launch'))
+import local  # pylint: disable=wrong-import-position
+
+# SGD at a learning rate no model survives, unclipped: the loss of this run is NaN at step 4.
+DIVERGING = {**helpers.TINY, 'optim.name': 'sgd', 'lr.base': 1e3, 'lr.warmup_steps': 0,
+             'grad_clip_norm': 0.0, 'log_every_steps': 1, 'checkpoint_every_steps': 2}
+
+
+def test_a_diverged_run_stops_at_that_step_and_keeps_its_good_checkpoints(tmp_path, data_dir):
+  config = helpers.load_config('demo', {**DIVERGING, 'data_dir': data_dir})
+  with pytest.raises(loop.DivergedError, match=r'^train_loss is nan at step 4: .*config.lr.base'):
+    loop.train_and_evaluate(train_setup.prepare(config, str(tmp_path)))
+  assert sorted(os.listdir(tmp_path / 'checkpoints')) == ['2']  # Nothing of step 4 or later.
+  params, _ = checkpoint.restore_params(str(tmp_path / 'checkpoints' / '2'))
+  chex.assert_tree_all_finite(params)
+
+
+def test_a_diverged_run_is_one_line_and_a_failure_status_on_the_command_line(tmp_path, data_dir):
+  run = helpers.run_main('configs/demo.py', str(tmp_path), {**DIVERGING, 'data_dir': data_dir},
+                         timeout=300)
+  assert run.returncode == 1, run.stderr[-2000:]
+  errors = [line for line in run.stderr.splitlines() if line.startswith('error: ')]
+  assert len(errors) == 1 and 'train_loss is nan at step 4' in errors[0], run.stderr[-2000:]
+  assert 'Traceback' not in run.stderr
+
+
+def _copy_of(run: str, tmp_path) -> str:
+  workdir = str(tmp_path / 'run')
+  shutil.copytree(run, workdir)
+  return workdir
+
+
+def _files(workdir: str) -> dict[str, bytes]:
+  return {os.path.relpath(os.path.join(root, name), workdir): open(os.path.join(root, name), 'rb').read()
+          for root, _, names in os.walk(workdir) for name in names}
+
+
+def test_resuming_with_a_model_the_checkpoint_cannot_take_is_one_line_and_writes_nothing(
+    trained_tiny_run, tmp_path):
+  workdir = _copy_of(trained_tiny_run, tmp_path)
+  before = _files(workdir)
+  config, _ = run_dir.load_run_info(workdir)
+  run = helpers.run_main('configs/demo.py', workdir, {
+      **helpers.TINY, 'data_dir': config.data_dir, 'lr.base': config.lr.base,
+      'model.hidden_size': 64, 'total_steps': 20}, timeout=300)
+  assert run.returncode == 2, run.stderr[-2000:]
+  errors = [line for line in run.stderr.splitlines() if line.startswith('error: ')]
+  assert len(errors) == 1 and 'Traceback' not in run.stderr, run.stderr[-2000:]
+  assert 'does not fit the model and optimizer of this config' in errors[0]
+  assert "model.hidden_size 32 -> 64; total_steps 12 -> 20" in errors[0]
+  assert _files(workdir) == before  # config.json, checkpoints and metrics as they were.
+
+
+def test_resuming_on_other_classes_is_refused(trained_tiny_run, tmp_path):
+  workdir = _copy_of(trained_tiny_run, tmp_path)
+  folder = tmp_path / 'folder'
+  for split in ('train', 'test'):
+    for label in 'abc':
+      (folder / split / label).mkdir(parents=True)
+      Image.fromarray(np.full((8, 8, 3), 100, np.uint8)).save(folder / split / label / '0.png')
+  config = helpers.load_config('demo', {**helpers.TINY, 'dataset': 'folder', 'data_dir': str(folder),
+                                       'batch_size': 8, 'eval_batch_size': 8})
+  with pytest.raises(state.ResumeError, match=r'holds a run on the 10 classes of other data than this '
+                     r"dataset's 3 \(changed fields: .*dataset 'digits' -> 'folder'"):
+    loop.train_and_evaluate(train_setup.prepare(config, workdir))
+
+
+def test_a_safe_change_resumes_and_keeps_the_config_history(trained_tiny_run, tmp_path, caplog):
+  workdir = _copy_of(trained_tiny_run, tmp_path)
+  first = open(os.path.join(workdir, 'config.json')).read()
+  config, _ = run_dir.load_run_info(workdir)
+  config.total_steps, config.eval_every_steps = 16, 16
+  with caplog.at_level('INFO'):
+    metrics = loop.train_and_evaluate(train_setup.prepare(config, workdir))
+  assert 'changed config fields: eval_every_steps 12 -> 16; total_steps 12 -> 16' in caplog.text
+  assert np.isfinite(metrics['eval_top1'])
+  assert open(os.path.join(workdir, 'config.json')).read() == first  # The model the tools rebuild.
+  assert json.loads(open(os.path.join(workdir, 'config.resume_1.json')).read())['total_steps'] == 16
+  assert sorted(int(d) for d in os.listdir(os.path.join(workdir, 'checkpoints')) if d.isdigit())[-1] == 16
+
+
+def _damage(checkpoint_dir: str, how: str) -> None:
+  """What a storage fault leaves: a checkpoint's metadata lost, or its array data cut short."""
+  default = os.path.join(checkpoint_dir, 'default')
+  if how == 'lost metadata':
+    os.remove(os.path.join(default, '_METADATA'))
+    return
+  for root, _, names in os.walk(default):
+    for name in names:
+      if os.path.basename(root) == 'd':  # The array data (ocdbt), wherever orbax put it.
+        with open(os.path.join(root, name), 'r+b') as f:
+          f.truncate(os.path.getsize(os.path.join(root, name)) // 2)
+
+
+@pytest.mark.parametrize('how', ['lost metadata', 'truncated data'])
+def test_a_damaged_latest_checkpoint_is_reported_and_the_one_before_resumes(
+    trained_tiny_run, tmp_path, caplog, how):
+  workdir = _copy_of(trained_tiny_run, tmp_path)
+  _damage(os.path.join(workdir, 'checkpoints', '12'), how)
+  config, _ = run_dir.load_run_info(workdir)
+  config.total_steps = 16
+  with caplog.at_level('INFO'):
+    loop.train_and_evaluate(train_setup.prepare(config, workdir))
+  assert 'Checkpoint 12 in' in caplog.text and 'cannot be read' in caplog.text
+  assert 'at step 8' in caplog.text  # Resumed from the one before.
+  assert checkpoint.saved_steps(workdir)[-1] == 16
+
+
+def test_no_readable_checkpoint_is_one_line_naming_the_directory(trained_tiny_run, tmp_path):
+  workdir = _copy_of(trained_tiny_run, tmp_path)
+  for step in checkpoint.saved_steps(workdir):
+    _damage(os.path.join(workdir, 'checkpoints', str(step)), 'truncated data')
+  config, _ = run_dir.load_run_info(workdir)
+  with pytest.raises(ValueError, match=r'none of the checkpoints \[4, 8, 12\] in .*checkpoints can be '
+                     'read'):
+    loop.train_and_evaluate(train_setup.prepare(config, workdir))
+
+
+# Preemption: long runs stopped by SIGTERM once their step-4 checkpoint exists.
+LONG = {**helpers.TINY, 'total_steps': 100_000, 'log_every_steps': 2, 'eval_every_steps': 100_000}
+
+
+def _wait_for_checkpoint(workdir: str, procs: list[subprocess.Popen], step: int = 4) -> None:
+  deadline = time.time() + 300
+  while step not in checkpoint.saved_steps(workdir):
+    assert all(p.poll() is None for p in procs), 'a process ended before it was signalled'
+    assert time.time() < deadline, 'no checkpoint within 300 s'
+    time.sleep(0.2)
+
+
+def test_sigterm_saves_the_current_step_and_exits_to_be_requeued(tmp_path, data_dir):
+  workdir = str(tmp_path / 'run')
+  proc = subprocess.Popen(helpers.main_args('configs/demo.py', workdir, {**LONG, 'data_dir': data_dir}),
+                          cwd=helpers.REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  _wait_for_checkpoint(workdir, [proc])
+  proc.send_signal(signal.SIGTERM)
+  _, stderr = proc.communicate(timeout=300)
+  assert proc.returncode == preemption.REQUEUE_STATUS, stderr[-3000:]
+  stopped = int(re.search(r'stopped on request at step (\d+) after saving', stderr)[1])
+  assert stopped > 4 and checkpoint.saved_steps(workdir)[-1] == stopped
+  assert 'Traceback' not in stderr
+  # The same command resumes there (here with fewer steps to go).
+  run = helpers.run_main('configs/demo.py', workdir,
+                         {**LONG, 'data_dir': data_dir, 'total_steps': stopped + 2}, timeout=300)
+  assert run.returncode == 0, run.stderr[-3000:]
+  assert f'Training {stopped + 2} steps from step {stopped}' in run.stderr
+
+
+def test_sigterm_to_one_of_two_processes_saves_the_same_step_on_both(tmp_path, data_dir):
+  workdir = str(tmp_path / 'run')
+  env = dict(os.environ, JAX_PLATFORMS='cpu', XLA_FLAGS='--xla_force_host_platform_device_count=4')
+  args = helpers.main_args('configs/demo.py', workdir, {**LONG, 'data_dir': data_dir})
+  address = f'127.0.0.1:{local.free_port()}'
+  procs = [subprocess.Popen([*args, f'--coordinator_address={address}', '--num_processes=2',
+                             f'--process_id={i}'], cwd=helpers.REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True) for i in range(2)]
+  try:
+    _wait_for_checkpoint(workdir, procs)
+    procs[1].send_signal(signal.SIGTERM)  # Only one host hears it.
+    outputs = [p.communicate(timeout=300)[1] for p in procs]
+  finally:
+    for p in procs:
+      p.kill()
+  assert [p.returncode for p in procs] == [preemption.REQUEUE_STATUS] * 2, outputs[0][-3000:]
+  steps = [int(re.search(r'stopped on request at step (\d+)', out)[1]) for out in outputs]
+  assert steps[0] == steps[1] > 4
+  assert checkpoint.saved_steps(workdir)[-1] == steps[0]

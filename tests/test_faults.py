@@ -15,7 +15,7 @@ import pytest
 from PIL import Image
 
 import helpers
-from vit_jax import checkpoint, run_dir
+from vit_jax import checkpoint, export, run_dir
 from vit_jax.train import loop, preemption, setup as train_setup, state
 
 sys.path.insert(0, os.path.join(helpers.REPO, 'launch'))
@@ -69,6 +69,8 @@ def test_resuming_with_a_model_the_checkpoint_cannot_take_is_one_line_and_writes
   assert 'does not fit the model and optimizer of this config' in errors[0]
   assert "model.hidden_size 32 -> 64; total_steps 12 -> 20" in errors[0]
   assert _files(workdir) == before  # config.json, checkpoints and metrics as they were.
+  # So the tools still read the run.
+  assert export.export(workdir, str(tmp_path / 'exported'))['step'] == 12
 
 
 def test_resuming_on_other_classes_is_refused(trained_tiny_run, tmp_path):

@@ -96,9 +96,14 @@ def latest_saved_shapes(workdir: str) -> Optional[tuple[int, dict[str, Any]]]:
   return None
 
 
+def _metadata_tree(checkpointer: ocp.PyTreeCheckpointer, checkpoint_dir: str) -> dict[str, Any]:
+  """The train state's tree of array metadata in a checkpoint; no array is read."""
+  return checkpointer.metadata(os.path.join(checkpoint_dir, 'default')).item_metadata.tree
+
+
 def saved_shapes(checkpoint_dir: str) -> dict[str, Any]:
   """The train state's tree in a checkpoint as `jax.ShapeDtypeStruct`s (only the metadata is read)."""
-  tree = ocp.PyTreeCheckpointer().metadata(os.path.join(checkpoint_dir, 'default')).item_metadata.tree
+  tree = _metadata_tree(ocp.PyTreeCheckpointer(), checkpoint_dir)
   return jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype), tree)
 
 
@@ -109,7 +114,7 @@ def restore_params(checkpoint_dir: str) -> tuple[dict[str, Any], str]:
   is read, onto the host, so any number of devices can read a checkpoint that any mesh wrote.
   """
   checkpointer = ocp.PyTreeCheckpointer()
-  tree = checkpointer.metadata(os.path.join(checkpoint_dir, 'default')).item_metadata.tree
+  tree = _metadata_tree(checkpointer, checkpoint_dir)
   name = 'ema_params' if tree.get('ema_params') is not None else 'params'
   item = {name: tree[name]}
   restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), item)

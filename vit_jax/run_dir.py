@@ -4,11 +4,10 @@ config.init_from names. predict, export, fewshot and pictures read runs through 
 training loop."""
 import dataclasses
 import json
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import flax.linen as nn
 import jax
-import jax.numpy as jnp
 import ml_collections
 from absl import logging
 from etils import epath
@@ -20,11 +19,13 @@ from vit_jax.models import loading
 _RUN_FILES = ('config.json', 'dataset_info.json')
 
 
-def write_run_info(workdir: str, config: ml_collections.ConfigDict, info: data.DatasetInfo) -> None:
+def write_run_info(workdir: str, config: ml_collections.ConfigDict, info: data.DatasetInfo,
+                   changes: Sequence[tuple[str, Any, Any]] = ()) -> None:
   """The config and dataset facts that export and inference need to rebuild the model.
 
   A resumed run keeps the config.json of its first start (the model the tools rebuild) and adds its
-  own config as config.resume_<k>.json when it differs, so a run's history is never overwritten.
+  own config as config.resume_<k>.json when it has `changes` (`config_changes` from the stored one),
+  so a run's history is never overwritten.
   """
   if jax.process_index() > 0:
     return
@@ -32,7 +33,7 @@ def write_run_info(workdir: str, config: ml_collections.ConfigDict, info: data.D
   if not (root / 'config.json').exists():
     (root / 'config.json').write_text(config.to_json_best_effort(indent=2))
     (root / 'dataset_info.json').write_text(json.dumps(dataclasses.asdict(info), indent=2))
-  elif config_changes(load_run_info(workdir)[0], config):
+  elif changes:
     resumes = len(list(root.glob('config.resume_*.json')))
     (root / f'config.resume_{resumes + 1}.json').write_text(config.to_json_best_effort(indent=2))
 
@@ -108,11 +109,8 @@ def load_init_params(config: ml_collections.ConfigDict, model: nn.Module) -> Any
   init_from = paths.absolute(config.init_from)
   paths.check_reachable(init_from, config.storage_timeout_s, 'config.init_from')
   loaded, source = load_params(init_from)
-  key = jax.random.key(0)
-  shapes = jax.eval_shape(model.init, {'params': key, 'mpp': key},
-                          jnp.zeros((1, config.image_size, config.image_size, 3)))['params']
   params, notes = loading.adapt_params(
-      loaded, shapes, keep_head=config.keep_head, keep_pre_logits=config.keep_pre_logits,
+      loaded, loading.param_shapes(model, config.image_size), keep_head=config.keep_head, keep_pre_logits=config.keep_pre_logits,
       posemb_method=config.posemb_interpolation)
   logging.info('Initialising from %s: %s', config.init_from, '; '.join([source, *notes]))
   return params

@@ -27,6 +27,12 @@ class Context:
   model: nn.Module
   mesh: Mesh
 
+  def count(self, split: str) -> int:
+    """Examples in `split`; the run's train and eval splits are already counted in `info`. A split
+    that does not exist is a one-line ValueError."""
+    counted = {self.config.train_split: self.info.num_train, self.config.eval_split: self.info.num_eval}
+    return counted[split] if split in counted else data.num_examples(self.config, split)
+
 
 def check_fields(name: str, fields: ml_collections.ConfigDict, known: tuple[str, ...]) -> None:
   """Unknown fields of an evaluator's settings (typos) are errors, not silently ignored."""

@@ -132,8 +132,8 @@ def build(name: str, fields: ml_collections.ConfigDict, context: Context) -> Few
   config = context.config
   train_split = fields.train_split or config.train_split
   eval_split = fields.eval_split or config.eval_split
-  num_train = data.num_examples(config, train_split)
-  data.num_examples(config, eval_split)  # A split that does not exist fails here.
+  num_train = context.count(train_split)
+  context.count(eval_split)  # A split that does not exist fails here.
   # Only a necessary condition (per-class counts would mean reading the split): a class with fewer
   # images than the shots stops the run at its first few-shot evaluation.
   num_classes = context.info.num_classes

@@ -40,6 +40,6 @@ def build(name: str, fields: ml_collections.ConfigDict, context: Context) -> Spl
   if fields.type != context.config.task:
     raise ValueError(f'Evaluator {name!r} of type {fields.type!r} measures a {fields.type} model, but '
                      f'config.task={context.config.task!r}: use type={context.config.task!r}')
-  data.num_examples(context.config, fields.split)  # A split that does not exist fails here.
+  context.count(fields.split)  # A split that does not exist fails here.
   return SplitEvaluator(name, fields.every_steps, config=context.config, split=fields.split,
                         eval_step=context.task.eval_step, model=context.model, mesh=context.mesh)

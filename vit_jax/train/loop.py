@@ -55,8 +55,8 @@ def train_and_evaluate(setup: Setup) -> dict[str, float]:
   """Runs (or resumes) training to `setup.total_steps`; returns the last metrics of every evaluator."""
   config = setup.config
   tx, schedule = optim.make_optimizer(config, setup.total_steps)
-  check_resumable(setup, tx)  # Before anything in the workdir is written.
-  run_dir.write_run_info(setup.workdir, config, setup.info)
+  changes = check_resumable(setup, tx)  # Before anything in the workdir is written.
+  run_dir.write_run_info(setup.workdir, config, setup.info, changes)
   writer = metric_writers.create_default_writer(setup.workdir, just_logging=jax.process_index() > 0)
   writer.write_hparams({k: str(v) for k, v in config.items()})
   manager = checkpoint.make_manager(setup.workdir, config.keep_checkpoints)

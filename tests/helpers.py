@@ -11,6 +11,8 @@ import ml_collections
 import numpy as np
 import tensorflow as tf
 
+from vit_jax import defaults
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # A model and run small enough for a few seconds on CPU, on the bundled digits.
@@ -62,10 +64,11 @@ def read_scalars(workdir: str) -> dict[str, dict[int, float]]:
 
 def data_config(data_dir: str | None, **overrides) -> ml_collections.ConfigDict:
   """The data fields of a config (the digits, unaugmented, at their native 8x8) with overrides."""
+  pp, pp_eval = defaults.get_config().pp, defaults.get_config().pp_eval  # Every op off but the crop.
+  pp.update(dict(crop='resize', flip=False))
   config = ml_collections.ConfigDict(dict(
       dataset='digits', data_dir=data_dir, train_split='train', eval_split='test', image_size=8,
-      seed=0, shuffle_buffer=50_000, data_shards=None,
-      pp=dict(crop='resize', min_area=0.05, pad=0, flip=False)))
+      seed=0, shuffle_buffer=50_000, data_shards=None, pp=pp, pp_eval=pp_eval))
   pp = overrides.pop('pp', {})
   config.update(overrides)
   config.pp.update(pp)

@@ -18,8 +18,22 @@ def get_config() -> ml_collections.ConfigDict:
   config.train_split = 'train'
   config.eval_split = 'test'
   config.image_size = 224
-  # Train-time preprocessing; eval always just resizes. crop: 'inception' | 'random' | 'resize'.
-  config.pp = ml_collections.ConfigDict(dict(crop='inception', min_area=0.05, pad=0, flip=True))
+  # Train-time preprocessing: a crop ('inception' | 'random' | 'resize'), then each augmentation whose
+  # field is set, in this order: flip; RandAugment (randaug_layers ops of the TF reference's set at
+  # randaug_magnitude in [0, 10]; 0 layers: off); DeiT III's 3-Augment (one of grayscale, solarize,
+  # gaussian blur per image); colour jitter of this strength (brightness, contrast, saturation);
+  # random erasing (timm's reprob, random-pixel fill) with probability erase_prob, of erase_area of
+  # the image and aspect ratio (height / width) in erase_aspect.
+  config.pp = ml_collections.ConfigDict(dict(
+      crop='inception', min_area=0.05, pad=0, flip=True,
+      randaug_layers=0, randaug_magnitude=10,
+      three_augment=False,
+      color_jitter=0.0,
+      erase_prob=0.0, erase_area=(0.02, 1 / 3), erase_aspect=(0.3, 1 / 0.3),
+  ))
+  # Eval preprocessing: 'resize' to image_size, or 'central': resize the shorter side to
+  # image_size / crop_fraction and take the central image_size square (0.875: 256 -> 224, ImageNet's).
+  config.pp_eval = ml_collections.ConfigDict(dict(crop='resize', crop_fraction=0.875))
   # Each epoch is a seeded permutation of the train split. Only tfds datasets prepared as TFRecord
   # (read in file order) use this: windows of about this many records over randomly ordered pieces
   # of the files are permuted; image folders and ArrayRecord datasets are fully permuted by index.
@@ -36,7 +50,13 @@ def get_config() -> ml_collections.ConfigDict:
       num_layers=config_dict.placeholder(int),
       mlp_dim=config_dict.placeholder(int),
       num_heads=config_dict.placeholder(int),
-      classifier=config_dict.placeholder(str),  # 'token' | 'gap'
+      # 'token' | 'gap' (mean of the patch tokens) | 'map' (multihead attention pooling).
+      classifier=config_dict.placeholder(str),
+      fc_norm=config_dict.placeholder(bool),  # GAP/MAP: the final LayerNorm after pooling (timm's)
+      posemb=config_dict.placeholder(str),  # 'learn' | 'sincos2d' (fixed, big_vision's)
+      # Stochastic depth: per-sample drop of each residual branch, at a rate growing linearly with
+      # depth from 0 to this in the last block.
+      drop_path_rate=config_dict.placeholder(float),
       representation_size=config_dict.placeholder(int),  # tanh pre-logits layer width; unset = none
       dropout_rate=config_dict.placeholder(float),
       attention_dropout_rate=config_dict.placeholder(float),
@@ -72,6 +92,13 @@ def get_config() -> ml_collections.ConfigDict:
   # Loss: 'softmax_xent', or 'sigmoid_xent' for multi-label pretraining (as big_vision on ImageNet-21k).
   config.loss = 'softmax_xent'
   config.label_smoothing = 0.0
+  # Batch mixing in the train step (timm's Mixup): with probability `prob` a batch is mixed, by CutMix
+  # with probability switch_prob when both alphas are set; lambda ~ Beta(alpha, alpha); the labels
+  # become soft targets. Alphas 0: off. Unset until_step: mixing for the whole run.
+  config.mix = ml_collections.ConfigDict(dict(
+      mixup_alpha=0.0, cutmix_alpha=0.0, prob=1.0, switch_prob=0.5,
+      until_step=config_dict.placeholder(int),
+  ))
 
   # Optimisation. Exactly one of total_steps / num_epochs.
   config.batch_size = 4096
@@ -79,11 +106,19 @@ def get_config() -> ml_collections.ConfigDict:
   config.total_steps = config_dict.placeholder(int)
   config.num_epochs = config_dict.placeholder(float)
   config.optim = ml_collections.ConfigDict(dict(
-      name='adamw',  # 'adamw' | 'sgd'
-      b1=0.9, b2=0.999,  # adamw
+      name='adamw',  # 'adamw' | 'sgd' | 'lion' | 'adafactor'
+      b1=0.9, b2=0.999,  # adamw, lion
       # Decoupled and multiplied by the learning rate (optax.adamw), applied to kernels only.
       weight_decay=0.1,
       momentum=0.9,  # sgd
+      mu_dtype=config_dict.placeholder(str),  # adamw's first moment dtype, e.g. 'bfloat16'
+      # Parameter groups, by regex over '/'-joined parameter paths (first match wins):
+      # ((regex, multiplier), ...) of the learning rate and of the weight decay; frozen: regexes of
+      # parameters that are not updated and keep no optimizer state.
+      lr_mults=(), wd_mults=(), frozen=(),
+      # Layer-wise learning-rate decay (BEiT/MAE/timm): block i of L gets decay^(L - i), the
+      # embeddings decay^(L + 1), the head 1. Unset: off.
+      layer_decay=config_dict.placeholder(float),
   ))
   config.lr = ml_collections.ConfigDict(dict(
       base=1e-3,

@@ -59,6 +59,7 @@ def export(workdir: str, out: str, step: Optional[int] = None) -> dict[str, Any]
       'model': variants.get_model_config(config.variant, config.model.to_dict()),
       'dtype': config.dtype,
       'image_size': config.image_size,
+      'pp_eval': config.pp_eval.to_dict(),  # How to prepare an image: see vit_jax.predict.model_input.
       'num_classes': info.num_classes,
       'loss': config.loss,  # softmax_xent or sigmoid_xent: how logits become probabilities.
       'class_names': list(info.class_names),

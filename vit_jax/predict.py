@@ -14,9 +14,10 @@ import functools
 import itertools
 import os
 import sys
-from typing import Callable, Iterable, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence
 
 import jax
+import ml_collections
 import numpy as np
 from absl import app, flags, logging
 
@@ -26,6 +27,8 @@ BATCH_SIZE = 64
 
 _USAGE = '--workdir=W [--step=N] (or --export=DIR) [--top_k=5] IMAGES_OR_FOLDERS...'
 
+# config.pp_eval's default: what runs and exports made before the field prepared images with.
+DEFAULT_PP_EVAL = {'crop': 'resize', 'crop_fraction': 0.875}
 Prediction = tuple[str, list[tuple[str, float]]]  # (path, [(label, probability), ...] best first)
 
 
@@ -36,6 +39,8 @@ class Classifier:
   image_size: int
   class_names: tuple[str, ...]
   loss: str = 'softmax_xent'  # How the model was trained, so how logits become probabilities.
+  # The run's eval crop (config.pp_eval), so images are prepared as its evaluation prepared them.
+  pp_eval: dict[str, Any] = dataclasses.field(default_factory=lambda: dict(DEFAULT_PP_EVAL))
 
 
 def load_run(workdir: str, step: Optional[int] = None) -> Classifier:
@@ -50,7 +55,7 @@ def load_run(workdir: str, step: Optional[int] = None) -> Classifier:
   model = trained.model
   apply = jax.jit(lambda params, images: model.apply({'params': params}, images, train=False))
   return Classifier(functools.partial(apply, trained.params), config.image_size,
-                    trained.info.class_names, config.loss)
+                    trained.info.class_names, config.loss, config.pp_eval.to_dict())
 
 
 def load_export(export_dir: str) -> Classifier:
@@ -58,7 +63,8 @@ def load_export(export_dir: str) -> Classifier:
   from vit_jax import run_dir  # pylint: disable=g-import-not-at-top
   description, infer = run_dir.load_export(export_dir)
   return Classifier(jax.jit(infer), description['image_size'], tuple(description['class_names']),
-                    description.get('loss', 'softmax_xent'))
+                    description.get('loss', 'softmax_xent'),
+                    description.get('pp_eval', DEFAULT_PP_EVAL))  # Exports older than the field.
 
 
 def find_images(inputs: Sequence[str]) -> list[str]:
@@ -93,10 +99,13 @@ def read_image(path: str) -> np.ndarray:
                      ) from None
 
 
-def model_input(image: np.ndarray, image_size: int) -> np.ndarray:
-  """The eval preprocessing of the input pipeline: float32 [image_size, image_size, 3] in [-1, 1]."""
+def model_input(image: np.ndarray, image_size: int,
+                pp_eval: Mapping[str, Any] = DEFAULT_PP_EVAL) -> np.ndarray:
+  """The eval preprocessing of the input pipeline (the crop of `pp_eval`, a config.pp_eval): float32
+  [image_size, image_size, 3] in [-1, 1]."""
   from vit_jax.data import preprocess  # pylint: disable=g-import-not-at-top
-  return preprocess.eval_preprocess(image, image_size=image_size).numpy()
+  return preprocess.eval_preprocess(image, pp_eval=ml_collections.ConfigDict(dict(pp_eval)),
+                                    image_size=image_size).numpy()
 
 
 def probabilities(logits: np.ndarray, loss: str) -> np.ndarray:
@@ -111,11 +120,11 @@ def _top_k(probs: np.ndarray, class_names: Sequence[str], k: int) -> list[tuple[
   return [(class_names[i], float(probs[i])) for i in order]
 
 
-def _readable(paths: Sequence[str], image_size: int) -> Iterator[tuple[str, np.ndarray]]:
+def _readable(paths: Sequence[str], classifier: Classifier) -> Iterator[tuple[str, np.ndarray]]:
   """(path, model input) of each file that reads; the others are reported on stderr and skipped."""
   for path in paths:
     try:
-      yield path, model_input(read_image(path), image_size)
+      yield path, model_input(read_image(path), classifier.image_size, classifier.pp_eval)
     except ValueError as e:
       print(f'skipped: {e}', file=sys.stderr)
 
@@ -133,7 +142,7 @@ def predict(paths: Sequence[str], classifier: Classifier, *, top_k: int = 5,
   # Every batch is padded to one size, so the model compiles once.
   batch_size = max(1, min(batch_size, len(paths)))
   results = []
-  for chunk in _chunks(_readable(paths, classifier.image_size), batch_size):
+  for chunk in _chunks(_readable(paths, classifier), batch_size):
     images = np.zeros((batch_size, classifier.image_size, classifier.image_size, 3), np.float32)
     images[:len(chunk)] = [image for _, image in chunk]
     probs = probabilities(np.asarray(classifier.logits_fn(images), np.float32), classifier.loss)

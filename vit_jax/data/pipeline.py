@@ -76,6 +76,7 @@ def _checked_source(config: ml_collections.ConfigDict) -> Source:
   if config.shuffle_buffer < 1:
     raise ValueError(f'config.shuffle_buffer={config.shuffle_buffer} must be >= 1 records')
   preprocess.check_pp(config.pp)
+  preprocess.check_pp_eval(config.pp_eval)
   return make_source(config)
 
 
@@ -182,7 +183,8 @@ def eval_iterator(config: ml_collections.ConfigDict, split: str, *, local_batch_
                                  local_batch_size=local_batch_size, process_count=process_count)
 
   def prepare(example):
-    image = preprocess.eval_preprocess(example['image'], image_size=config.image_size)
+    image = preprocess.eval_preprocess(example['image'], pp_eval=config.pp_eval,
+                                       image_size=config.image_size)
     return {'image': image, 'label': example['label'], 'mask': tf.constant(True)}
 
   size = config.image_size

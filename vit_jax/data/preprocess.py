@@ -4,11 +4,16 @@ Every random op is stateless and takes its seed explicitly, so an augmented exam
 of its bytes and its seed: the same example at the same stream position looks the same in a resumed run.
 
 Train preprocessing is the crop named by `config.pp.crop` (a key of `CROPS`), then each op of
-`AUGMENTS` in order, then `normalize`. An op is `apply(image, seed, pp, image_size) -> image` plus a
-`check(pp)` of the `config.pp` fields it reads; a crop maps uint8 [h, w, 3] to float32
-[image_size, image_size, 3] in [0, 255], an augmentation keeps that shape, dtype and range. Adding a
-crop or an augmentation (e.g. RandAugment, random erasing: off unless its `pp` field is set) is one
-function (and its check) and one entry.
+`AUGMENTS` in order. An op is `apply(image, seed, pp, image_size) -> image` plus a `check(pp)` of
+the `config.pp` fields it reads; a crop maps uint8 [h, w, 3] to float32 [image_size, image_size, 3]
+in [0, 255]; the augmentations keep that shape and dtype, and the range: [0, 255] before the
+`normalize` entry of `AUGMENTS`, [-1, 1] (plus what they add) after it, where timm's random erasing
+works. Each augmentation is off unless its `pp` field is set, so an op is one function (and its
+check) and one entry. Op i's seed is the i-th of a prefix-stable sequence: it does not depend on the
+ops after it.
+
+Eval preprocessing is the crop named by `config.pp_eval.crop` (a key of `EVAL_CROPS`), then
+`normalize`.
 """
 import dataclasses
 from typing import Callable
@@ -16,8 +21,14 @@ from typing import Callable
 import ml_collections
 import tensorflow as tf
 
+from vit_jax.data import augment
+from vit_jax.data import randaugment
+
 # Aspect ratios (width / height) of the inception crop, as in the original Inception and ViT code.
 _ASPECT_RATIO_RANGE = (3 / 4, 4 / 3)
+# Largest RandAugment magnitude: AugReg's strongest recipes use 20; above it the reference's
+# Posterize would keep more than 8 bits.
+_MAX_RANDAUG_MAGNITUDE = 20
 
 
 def _no_check(pp: ml_collections.ConfigDict) -> None:
@@ -65,6 +76,19 @@ def pad_and_random_crop(image: tf.Tensor, seed: tf.Tensor, pad: int) -> tf.Tenso
   return tf.image.stateless_random_crop(padded, tf.shape(image), seed=seed)
 
 
+def central_crop(image: tf.Tensor, size: int, crop_fraction: float) -> tf.Tensor:
+  """Bilinear resize keeping the aspect ratio, the shorter side to round(size / crop_fraction), then
+  the central size x size square (ImageNet's eval: 256 -> 224 at 0.875), float32 in the input's
+  range."""
+  shape = tf.cast(tf.shape(image)[:2], tf.float32)
+  # The shorter side comes out exactly `target`: target * side / side is exact in float32.
+  target = round(size / crop_fraction)
+  scaled = tf.cast(tf.round(shape * target / tf.reduce_min(shape)), tf.int32)
+  offset = (scaled - size) // 2
+  return tf.slice(tf.image.resize(image, scaled, method='bilinear'),
+                  [offset[0], offset[1], 0], [size, size, 3])
+
+
 def _inception(image, seed, pp, image_size):
   return resize(inception_crop(image, seed, pp.min_area), image_size)
 
@@ -93,15 +117,74 @@ def _flip(image, seed, pp, image_size):
   return tf.image.stateless_random_flip_left_right(image, seed) if pp.flip else image
 
 
+def _randaug(image, seed, pp, image_size):
+  del image_size  # Keeps the size.
+  return randaugment.randaugment(image, seed, pp.randaug_layers, pp.randaug_magnitude)
+
+
+def _check_randaug(pp: ml_collections.ConfigDict) -> None:
+  if pp.randaug_layers < 0:  # The config keeps it an integer.
+    raise ValueError(f'config.pp.randaug_layers={pp.randaug_layers} must be >= 0, e.g. 2 (0: off)')
+  if not 0 <= pp.randaug_magnitude <= _MAX_RANDAUG_MAGNITUDE:
+    raise ValueError(f'config.pp.randaug_magnitude={pp.randaug_magnitude} must be in '
+                     f'[0, {_MAX_RANDAUG_MAGNITUDE}], e.g. 10')
+
+
+def _three_augment(image, seed, pp, image_size):
+  del image_size  # Keeps the size.
+  return augment.three_augment(image, seed) if pp.three_augment else image
+
+
+def _color_jitter(image, seed, pp, image_size):
+  del image_size  # Keeps the size.
+  return augment.color_jitter(image, seed, pp.color_jitter) if pp.color_jitter else image
+
+
+def _check_color_jitter(pp: ml_collections.ConfigDict) -> None:
+  if not pp.color_jitter >= 0:
+    raise ValueError(f'config.pp.color_jitter={pp.color_jitter} must be >= 0, e.g. 0.3 (0: off)')
+
+
+def _normalize(image, seed, pp, image_size):
+  del seed, pp, image_size  # Deterministic, and reads no field.
+  return normalize(image)
+
+
+def _erase(image, seed, pp, image_size):
+  del image_size  # Keeps the size.
+  if not pp.erase_prob:
+    return image
+  return augment.random_erase(image, seed, pp.erase_prob, pp.erase_area, pp.erase_aspect)
+
+
+def _check_erase(pp: ml_collections.ConfigDict) -> None:
+  if not 0 <= pp.erase_prob <= 1:
+    raise ValueError(f'config.pp.erase_prob={pp.erase_prob} must be in [0, 1], e.g. 0.25 (0: off)')
+  if len(pp.erase_area) != 2 or not 0 < pp.erase_area[0] <= pp.erase_area[1] <= 1:
+    raise ValueError(f'config.pp.erase_area={pp.erase_area} must be (min, max) area fractions with '
+                     '0 < min <= max <= 1, e.g. (0.02, 0.33)')
+  if len(pp.erase_aspect) != 2 or not 0 < pp.erase_aspect[0] <= pp.erase_aspect[1]:
+    raise ValueError(f'config.pp.erase_aspect={pp.erase_aspect} must be (min, max) aspect ratios '
+                     'with 0 < min <= max, e.g. (0.3, 3.3)')
+
+
 # config.pp.crop -> the crop: random resized crop; resize, pad `pp.pad`, random crop; resize only.
 CROPS: dict[str, Op] = {
     'inception': Op(_inception, _check_min_area),
     'random': Op(_random, _check_pad),
     'resize': Op(_resize),
 }
-# Applied after the crop, in this order; each is off unless its `pp` field says otherwise. Append new
-# ones: an op's seed is the same whatever ops come after it.
-AUGMENTS: tuple[Op, ...] = (Op(_flip),)
+# Applied after the crop, in this order; each but `normalize` is off unless its `pp` field is set.
+# Add an op where its value range is (before or after normalize): its seed is the one of its
+# position, so ops off at their defaults leave default runs bit-identical.
+AUGMENTS: tuple[Op, ...] = (
+    Op(_flip),
+    Op(_randaug, _check_randaug),
+    Op(_three_augment),  # A boolean field, always valid.
+    Op(_color_jitter, _check_color_jitter),
+    Op(_normalize),
+    Op(_erase, _check_erase),  # timm erases normalised images.
+)
 
 
 def check_pp(pp: ml_collections.ConfigDict) -> None:
@@ -114,7 +197,8 @@ def check_pp(pp: ml_collections.ConfigDict) -> None:
 
 def train_preprocess(image: tf.Tensor, seed: tf.Tensor, *, pp: ml_collections.ConfigDict,
                      image_size: int) -> tf.Tensor:
-  """Decoded uint8 [h, w, 3] to an augmented float32 [image_size, image_size, 3] in [-1, 1].
+  """Decoded uint8 [h, w, 3] to an augmented float32 [image_size, image_size, 3], normalised to
+  [-1, 1] (random erasing adds N(0, 1) noise beyond it).
 
   `seed` is a [2] int tensor. `pp` must have passed `check_pp`.
   """
@@ -122,9 +206,38 @@ def train_preprocess(image: tf.Tensor, seed: tf.Tensor, *, pp: ml_collections.Co
   # Split seeds are a prefix-stable sequence: op i's seed does not depend on how many ops follow.
   for op, op_seed in zip(ops, tf.unstack(tf.random.experimental.stateless_split(seed, len(ops)))):
     image = op.apply(image, op_seed, pp, image_size)
-  return normalize(image)
+  return image
 
 
-def eval_preprocess(image: tf.Tensor, *, image_size: int) -> tf.Tensor:
-  """Decoded uint8 [h, w, 3] to float32 [image_size, image_size, 3] in [-1, 1]: resize only."""
-  return normalize(resize(image, image_size))
+def _central(image, pp_eval, image_size):
+  return central_crop(image, image_size, pp_eval.crop_fraction)
+
+
+def _eval_resize(image, pp_eval, image_size):
+  del pp_eval  # Reads no field.
+  return resize(image, image_size)
+
+
+# config.pp_eval.crop -> (image, pp_eval, image_size) -> float32 [image_size, image_size, 3] in
+# [0, 255]: a resize to the square; the central square after resizing the shorter side.
+EVAL_CROPS: dict[str, Callable[[tf.Tensor, ml_collections.ConfigDict, int], tf.Tensor]] = {
+    'central': _central,
+    'resize': _eval_resize,
+}
+
+
+def check_pp_eval(pp_eval: ml_collections.ConfigDict) -> None:
+  """Raises ValueError, naming the field to fix, if the eval preprocessing config is invalid."""
+  if pp_eval.crop not in EVAL_CROPS:
+    raise ValueError(f'Unknown config.pp_eval.crop {pp_eval.crop!r}: use one of '
+                     f'{", ".join(map(repr, EVAL_CROPS))}')
+  if not 0 < pp_eval.crop_fraction <= 1:
+    raise ValueError(f'config.pp_eval.crop_fraction={pp_eval.crop_fraction} must be in (0, 1], '
+                     'e.g. 0.875')
+
+
+def eval_preprocess(image: tf.Tensor, *, pp_eval: ml_collections.ConfigDict,
+                    image_size: int) -> tf.Tensor:
+  """Decoded uint8 [h, w, 3] to float32 [image_size, image_size, 3] in [-1, 1], by the crop of
+  `pp_eval` (which must have passed `check_pp_eval`)."""
+  return normalize(EVAL_CROPS[pp_eval.crop](image, pp_eval, image_size))

@@ -1,0 +1,239 @@
+"""Tests of vit_jax.data.randaugment: each op against PIL or numpy, the magnitudes, the policy."""
+import numpy as np
+from PIL import Image, ImageEnhance, ImageOps
+import pytest
+import tensorflow as tf
+
+from vit_jax.data import randaugment as ra
+
+SHAPES = [(32, 32), (24, 40)]  # Square and not: catches swapped height / width.
+FILL = (128, 128, 128)
+
+
+def random_image(shape, low=0, high=256, seed=0):
+  return np.random.default_rng(seed).integers(low, high, (*shape, 3), dtype=np.uint8)
+
+
+def tf_op(name, image, *args):
+  return ra.OPS[name](tf.constant(image), *args).numpy()
+
+
+def pil_op(fn, image, *args):
+  return np.asarray(fn(Image.fromarray(image), *args))
+
+
+def assert_nearly_equal(got, want):
+  """Equal but for at most 0.5% of the values: coordinates within float error of a half pixel round
+  either way in TF and PIL (none do in these tests today)."""
+  assert np.mean(got != want) <= 0.005, np.mean(got != want)
+
+
+@pytest.mark.parametrize('shape', SHAPES)
+@pytest.mark.parametrize('name, pil_fn, args', [
+    ('AutoContrast', ImageOps.autocontrast, ()),
+    ('Equalize', ImageOps.equalize, ()),
+    ('Invert', ImageOps.invert, ()),
+    ('Posterize', ImageOps.posterize, (1,)),
+    ('Posterize', ImageOps.posterize, (4,)),
+    ('Solarize', ImageOps.solarize, (100,)),
+    ('Solarize', ImageOps.solarize, (256,)),
+])
+def test_lookup_ops_equal_pil(shape, name, pil_fn, args):
+  # A narrower range than [0, 255], so AutoContrast and Equalize have something to stretch.
+  image = random_image(shape, 30, 200)
+  np.testing.assert_array_equal(tf_op(name, image, *args), pil_op(pil_fn, image, *args))
+
+
+def test_posterize_to_zero_bits_is_black():
+  # PIL refuses 0 bits; magnitudes below 2.5 ask for them.
+  assert not tf_op('Posterize', random_image((8, 8)), 0).any()
+
+
+def test_constant_channels_are_kept_as_pil_does():
+  image = random_image((16, 16), 30, 200)
+  image[..., 1] = 77
+  for name, pil_fn in [('AutoContrast', ImageOps.autocontrast), ('Equalize', ImageOps.equalize)]:
+    np.testing.assert_array_equal(tf_op(name, image), pil_op(pil_fn, image))
+
+
+@pytest.mark.parametrize('shape', SHAPES)
+@pytest.mark.parametrize('factor', [0.1, 0.64, 1.0, 1.9])
+@pytest.mark.parametrize('name, enhancer', [
+    ('Color', ImageEnhance.Color),
+    ('Contrast', ImageEnhance.Contrast),
+    ('Brightness', ImageEnhance.Brightness),
+    ('Sharpness', ImageEnhance.Sharpness),
+])
+def test_enhance_ops_equal_pil(shape, factor, name, enhancer):
+  image = random_image(shape)
+  want = pil_op(lambda im, f: enhancer(im).enhance(f), image, factor)
+  np.testing.assert_array_equal(tf_op(name, image, factor), want)
+
+
+def test_contrast_blends_towards_the_mean_grey_not_pixel_count_over_256():
+  """The reference's bug would use 32 * 32 / 256 = 4 as the 'mean' of this bright image."""
+  image = random_image((32, 32), 150, 256)
+  want = pil_op(lambda im: ImageEnhance.Contrast(im).enhance(0.1), image)
+  np.testing.assert_array_equal(tf_op('Contrast', image, 0.1), want)
+
+
+@pytest.mark.parametrize('shape', SHAPES)
+@pytest.mark.parametrize('addition', [0, 55, 110])
+def test_solarize_add_equals_numpy(shape, addition):
+  image = random_image(shape)
+  want = np.where(image < 128, np.minimum(image.astype(int) + addition, 255), image)
+  np.testing.assert_array_equal(tf_op('SolarizeAdd', image, addition), want)
+
+
+@pytest.mark.parametrize('shape', SHAPES)
+@pytest.mark.parametrize('half_size, center', [(0, (5, 5)), (4, (10, 12)), (40, (3, 30)),
+                                               (6, (0, 0)), (6, (23, 31))])
+def test_cutout_equals_numpy_box(shape, half_size, center):
+  image = random_image(shape)
+  want = image.copy()
+  (cy, cx), p = center, half_size
+  want[max(cy - p, 0):cy + p, max(cx - p, 0):cx + p] = 128
+  np.testing.assert_array_equal(tf_op('Cutout', image, half_size, tf.constant(center)), want)
+
+
+def pil_affine(image, matrix):
+  """PIL's affine transform with nearest resampling and grey fill, for a matrix in pixel indices.
+
+  PIL samples input floor(M (x + 1/2, y + 1/2) + t) for output pixel (x, y); TF samples
+  round(M (x, y) + t'), so t' = t - 1/2 + M (1/2, 1/2) is the same map.
+  """
+  a, b, c, d, e, f = matrix
+  data = (a, b, c + 0.5 - (a + b) / 2, d, e, f + 0.5 - (d + e) / 2)
+  return np.asarray(Image.fromarray(image).transform(
+      Image.fromarray(image).size, Image.Transform.AFFINE, data, resample=Image.Resampling.NEAREST,
+      fillcolor=FILL))
+
+
+@pytest.mark.parametrize('shape', SHAPES)
+@pytest.mark.parametrize('name, arg, matrix', [
+    ('ShearX', 0.3, (1, 0.3, 0, 0, 1, 0)),
+    ('ShearX', -0.17, (1, -0.17, 0, 0, 1, 0)),
+    ('ShearY', 0.3, (1, 0, 0, 0.3, 1, 0)),
+    ('ShearY', -0.21, (1, 0, 0, -0.21, 1, 0)),
+    ('TranslateX', 7.0, (1, 0, 7, 0, 1, 0)),
+    ('TranslateX', -12.4, (1, 0, -12.4, 0, 1, 0)),
+    ('TranslateY', 5.0, (1, 0, 0, 0, 1, 5)),
+    ('TranslateY', -100.0, (1, 0, 0, 0, 1, -100)),
+])
+def test_shear_and_translate_match_pil_transform(shape, name, arg, matrix):
+  image = random_image(shape)
+  got = tf_op(name, image, tf.constant(arg))
+  assert_nearly_equal(got, pil_affine(image, matrix))
+
+
+@pytest.mark.parametrize('shape', SHAPES)
+@pytest.mark.parametrize('degrees', [30.0, -30.0, 13.5, 90.0])
+def test_rotate_matches_pil_rotate(shape, degrees):
+  image = random_image(shape)
+  want = pil_op(lambda im: im.rotate(degrees, resample=Image.Resampling.NEAREST, fillcolor=FILL),
+                image)
+  got = tf_op('Rotate', image, tf.constant(degrees))
+  assert_nearly_equal(got, want)
+
+
+def test_translate_moves_content_and_fills_grey():
+  image = random_image((8, 10))
+  got = tf_op('TranslateX', image, tf.constant(3.0))
+  np.testing.assert_array_equal(got[:, :7], image[:, 3:])
+  assert (got[:, 7:] == 128).all()
+
+
+def args_at(name, magnitude, seed=(1, 2)):
+  image = tf.zeros([50, 60, 3], tf.uint8)
+  args = ra.op_args(name, magnitude, tf.constant(seed), image)
+  return tuple(np.asarray(a).tolist() for a in args)
+
+
+# The reference's level_to_arg with big_vision's randaug constants (translate 100, cutout 40).
+@pytest.mark.parametrize('name, magnitude, want', [
+    ('AutoContrast', 10, ()), ('Equalize', 10, ()), ('Invert', 10, ()),
+    ('Posterize', 10, (4,)), ('Posterize', 5, (2,)), ('Posterize', 2, (0,)),
+    ('Solarize', 10, (256,)), ('Solarize', 5, (128,)),
+    ('SolarizeAdd', 10, (110,)), ('SolarizeAdd', 5, (55,)),
+    ('Color', 10, (1.9,)), ('Contrast', 5, (1.0,)), ('Brightness', 0, (0.1,)),
+    ('Sharpness', 9, (1.72,)),
+])
+def test_magnitude_to_fixed_args(name, magnitude, want):
+  np.testing.assert_allclose(args_at(name, magnitude), want, rtol=1e-6)
+
+
+@pytest.mark.parametrize('name, magnitude, size', [
+    ('Rotate', 10, 30.0), ('Rotate', 5, 15.0), ('ShearX', 10, 0.3), ('ShearY', 5, 0.15),
+    ('TranslateX', 10, 100.0), ('TranslateY', 3, 30.0),
+])
+def test_magnitude_to_signed_args(name, magnitude, size):
+  signed = [args_at(name, magnitude, (s, 0))[0] for s in range(40)]
+  np.testing.assert_allclose(np.abs(signed), size, rtol=1e-6)
+  assert 10 <= sum(v > 0 for v in signed) <= 30  # Each sign about half the time.
+
+
+def test_cutout_args_are_half_size_and_a_uniform_center():
+  centers = []
+  for s in range(200):
+    half_size, center = args_at('Cutout', 5, (s, 7))
+    assert half_size == 20
+    centers.append(center)
+  centers = np.array(centers)
+  assert centers.min(0).tolist() == [0, 0] and centers.max(0).tolist() == [49, 59]
+
+
+def augment(image, seed, num_layers=2, magnitude=9.0):
+  # int64, as tf.data's indices: a stateless op's stream depends on its seed's dtype.
+  return ra.randaugment(tf.constant(image, tf.float32), tf.constant(seed, tf.int64), num_layers,
+                        magnitude).numpy()
+
+
+@pytest.mark.parametrize('shape', [(48, 48), (40, 64)])
+def test_randaugment_is_a_function_of_image_and_seed(shape):
+  # Magnitude 3 translates by 30 pixels, less than these sizes: a larger shift turns them all grey.
+  image = random_image(shape, 10, 246)
+  outputs = [augment(image, (s, 3), magnitude=3.0) for s in range(8)]
+  np.testing.assert_array_equal(augment(image, (0, 3), magnitude=3.0), outputs[0])
+  assert len({o.tobytes() for o in outputs}) >= 6
+  for out in outputs:
+    assert out.dtype == np.float32 and out.shape == image.shape
+    assert out.min() >= 0 and out.max() <= 255 and (out == np.round(out)).all()
+
+
+def test_zero_layers_is_identity():
+  image = np.random.default_rng(0).uniform(0, 255, (12, 20, 3)).astype(np.float32)
+  np.testing.assert_array_equal(augment(image, (1, 2), num_layers=0), image)
+
+
+def test_in_dataset_map_equals_eager():
+  images = np.stack([random_image((24, 40), 10, 246, seed=s) for s in range(3)])
+  dataset = tf.data.Dataset.from_tensor_slices(images.astype(np.float32)).enumerate().map(
+      lambda i, image: ra.randaugment(image, tf.stack([i, 5]), 2, 9.0))
+  for i, (got, image) in enumerate(zip(dataset.as_numpy_iterator(), images)):
+    assert got.shape == (24, 40, 3)
+    np.testing.assert_array_equal(got, augment(image, (i, 5)))
+
+
+def test_one_layer_applies_one_uniformly_drawn_op_always():
+  """The 10 ops without random arguments: each drawn about 1/16 of the time, and never skipped."""
+  image = random_image((16, 24), 10, 246)
+  magnitude = 9.0
+  seedless = ['AutoContrast', 'Equalize', 'Invert', 'Posterize', 'Solarize', 'Color', 'Contrast',
+              'Brightness', 'Sharpness', 'SolarizeAdd']
+  expected = {}
+  for name in seedless:
+    args = ra.op_args(name, magnitude, tf.constant([0, 0]), tf.constant(image))
+    expected[tf_op(name, image, *args).tobytes()] = name
+  assert len(expected) == len(seedless)  # Distinguishable, and none is the identity:
+  assert image.tobytes() not in expected
+  n = 800
+  dataset = tf.data.Dataset.range(n).map(
+      lambda s: ra.randaugment(tf.constant(image, tf.float32), tf.stack([s, 1]), 1, magnitude))
+  counts = dict.fromkeys(seedless, 0)
+  for out in dataset.as_numpy_iterator():
+    assert out.tobytes() != image.astype(np.float32).tobytes()
+    name = expected.get(out.astype(np.uint8).tobytes())
+    if name:
+      counts[name] += 1
+  # 50 expected each; binomial std ~7.
+  assert all(25 <= c <= 80 for c in counts.values()), counts

@@ -13,7 +13,7 @@ import pytest
 from vit_jax import defaults, optim, tasks
 from vit_jax.tasks import classification
 from vit_jax.train import state as train_state, step as train_step
-from vit_jax.models import VisionTransformer, attention, variants, vit
+from vit_jax.models import VisionTransformer, attention, scan_layout, variants
 
 IMAGES = jax.random.normal(jax.random.key(1), (4, 16, 16, 3))
 LABELS = jnp.array([0, 1, 2, 3])
@@ -68,19 +68,19 @@ def _primitives(**fields) -> set[str]:
 
 def test_stack_and_unstack_blocks_round_trip_exactly():
   params = _params()
-  stacked = vit.stack_blocks(params, num_layers=2)
+  stacked = scan_layout.stack_blocks(params, num_layers=2)
   assert sorted(stacked['Transformer']) == ['encoder_norm', 'encoderblock', 'posembed_input']
   kernel = stacked['Transformer']['encoderblock']['MlpBlock_3']['Dense_0']['kernel']
   assert kernel.shape == (2, 32, 64)
   np.testing.assert_array_equal(
       kernel[1], params['Transformer']['encoderblock_1']['MlpBlock_3']['Dense_0']['kernel'])
-  chex.assert_trees_all_equal(vit.unstack_blocks(stacked), params)
+  chex.assert_trees_all_equal(scan_layout.unstack_blocks(stacked), params)
   # A tree already in the target layout passes through untouched (the same arrays: no copies), which is
   # why a scanned model applied to stacked parameters computes nothing to convert them.
-  for tree, same in ((stacked, vit.stack_blocks(stacked, 2)), (params, vit.unstack_blocks(params))):
+  for tree, same in ((stacked, scan_layout.stack_blocks(stacked, 2)), (params, scan_layout.unstack_blocks(params))):
     assert all(a is b for a, b in zip(jax.tree.leaves(tree), jax.tree.leaves(same)))
   with pytest.raises(ValueError, match='encoderblock_0..encoderblock_2'):
-    vit.stack_blocks(params, num_layers=3)
+    scan_layout.stack_blocks(params, num_layers=3)
 
 
 def test_stack_blocks_converts_a_whole_train_state():
@@ -90,11 +90,11 @@ def test_stack_blocks_converts_a_whole_train_state():
   tx, _ = optim.make_optimizer(config, total_steps=10)
   state = train_state.init_state(jax.random.key(0), model=_model(), tx=tx, image_size=16,
                             polyak=True)
-  stacked = vit.stack_blocks(state, num_layers=2)
+  stacked = scan_layout.stack_blocks(state, num_layers=2)
   mu = stacked.opt_state[1][0].mu  # clip_by_global_norm, then adamw's scale_by_adam.
   assert mu['Transformer']['encoderblock']['LayerNorm_0']['scale'].shape == (2, 32)
   assert 'encoderblock_0' not in stacked.ema_params['Transformer']
-  chex.assert_trees_all_equal(vit.unstack_blocks(stacked), state)
+  chex.assert_trees_all_equal(scan_layout.unstack_blocks(stacked), state)
 
 
 def test_scan_keeps_per_block_parameters_and_results():
@@ -104,12 +104,12 @@ def test_scan_keeps_per_block_parameters_and_results():
 
 def test_scan_applies_stacked_parameters_with_the_same_results():
   """The layout training keeps: stacked parameters in, stacked gradients out, no conversion inside."""
-  stacked = vit.stack_blocks(_params(), num_layers=2)
+  stacked = scan_layout.stack_blocks(_params(), num_layers=2)
   logits, grads = _logits_and_grads(_model(scan=True), stacked)
   ref_logits, ref_grads = _reference()
   np.testing.assert_allclose(logits, ref_logits, rtol=1e-5, atol=1e-5)
   jax.tree.map(functools.partial(np.testing.assert_allclose, rtol=1e-5, atol=1e-5),
-               grads, vit.stack_blocks(ref_grads, num_layers=2))
+               grads, scan_layout.stack_blocks(ref_grads, num_layers=2))
 
 
 @pytest.mark.parametrize('policy,scan', [('nothing_saveable', False), ('dots_saveable', True)])
@@ -192,10 +192,10 @@ def test_train_step_with_all_fast_paths_matches_the_default_step():
     return jax.jit(step)(state, {'image': IMAGES, 'label': LABELS})
 
   default_state, default_metrics = one_step(state)
-  fast_state, fast_metrics = one_step(vit.stack_blocks(state, num_layers=2),
+  fast_state, fast_metrics = one_step(scan_layout.stack_blocks(state, num_layers=2),
                                       attention='dot_product_attention', remat='nothing_saveable',
                                       scan=True)
-  fast_state = vit.unstack_blocks(fast_state)
+  fast_state = scan_layout.unstack_blocks(fast_state)
   assert _shapes(fast_state.params) == _shapes(default_state.params)
   jax.tree.map(functools.partial(np.testing.assert_allclose, rtol=1e-5, atol=1e-6),
                (fast_state.params, fast_metrics), (default_state.params, default_metrics))

@@ -17,7 +17,7 @@ attention modules sow into its 'intermediates' collection.
 """
 import math
 import os
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 import chex
 import flax.linen as nn
@@ -206,12 +206,13 @@ def plot_attention_distance(distances: np.ndarray, image_size: int, path: str) -
 
 
 def write_pictures(model: nn.Module, params: Any, image: np.ndarray, image_size: int,
-                   out: str) -> list[str]:
-  """Writes the five pictures for `image` (uint8 [h, w, 3]) to `out`; returns their paths."""
+                   out: str, pp_eval: Mapping[str, Any] = predict.DEFAULT_PP_EVAL) -> list[str]:
+  """Writes the pictures for `image` (uint8 [h, w, 3]), prepared by the eval crop `pp_eval`, to `out`
+  (five; four for fixed position embeddings); returns their paths."""
   cli.make_out_dir(out)
   prefix = 1 if model.classifier == 'token' else 0  # A class token, or GAP (no prefix token).
   query = 'from the class token' if prefix else 'mean over tokens (GAP model: no class token)'
-  attention = attention_weights(model, params, predict.model_input(image, image_size)[None])[:, 0]
+  attention = attention_weights(model, params, predict.model_input(image, image_size, pp_eval)[None])[:, 0]
   tokens = prefix + (image_size // model.input_stride)**2  # The model takes only sizes it divides.
   chex.assert_shape(attention, (model.num_layers, model.num_heads, tokens, tokens))
   maps = rollout_maps(attention_rollout(attention), prefix)
@@ -219,10 +220,11 @@ def write_pictures(model: nn.Module, params: Any, image: np.ndarray, image_size:
   pictures = [
       plot_rollout(image, maps, query, os.path.join(out, 'attention_rollout.png')),
       plot_rollout_layers(image, maps, query, os.path.join(out, 'attention_rollout_layers.png')),
-      plot_position_similarity(
-          position_similarity(np.asarray(params['Transformer']['posembed_input']['pos_embedding']),
-                              prefix), os.path.join(out, 'position_embeddings.png')),
   ]
+  if 'posembed_input' in params['Transformer']:  # Learned ones; fixed sin-cos ones have no picture.
+    pictures.append(plot_position_similarity(
+        position_similarity(np.asarray(params['Transformer']['posembed_input']['pos_embedding']),
+                            prefix), os.path.join(out, 'position_embeddings.png')))
   if kernel.shape[2] == 3:  # A hybrid's patch embedding reads ResNet features, not pixels.
     pictures.append(plot_embedding_components(embedding_components(kernel),
                                               os.path.join(out, 'embedding_filters.png')))
@@ -238,7 +240,8 @@ def draw_run(workdir: str, image_path: str, out: str, step: Optional[int] = None
   from vit_jax import run_dir  # pylint: disable=g-import-not-at-top
   run = run_dir.load_trained(workdir, step, features=True)  # The ViT backbone, also of an MPP run.
   image = predict.read_image(image_path)
-  return write_pictures(run.model, run.params, image, run.config.image_size, out)
+  return write_pictures(run.model, run.params, image, run.config.image_size, out,
+                        run.config.pp_eval.to_dict())
 
 
 def _define_flags() -> None:

@@ -3,7 +3,7 @@
 The mesh has up to three named axes. `data`: the batch is split, parameters are replicated (the pmap
 case). `fsdp`: the batch is split too, and every parameter and optimizer-state array is split along its
 largest dimension that the axis divides. `tensor`: attention heads and MLP hidden units are split
-(Megatron style, by the model's `vit.TENSOR_RULES`). The strategies combine: a parameter's
+(Megatron style, by the model's `encoder.TENSOR_RULES`). The strategies combine: a parameter's
 tensor-parallel dimension is taken first, FSDP picks among the others.
 """
 import math
@@ -15,7 +15,8 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from vit_jax.models.vit import STACKED_BLOCKS, TENSOR_RULES
+from vit_jax.models.encoder import TENSOR_RULES
+from vit_jax.models.scan_layout import STACKED_BLOCKS
 
 AXES = ('data', 'fsdp', 'tensor')
 BATCH_AXES = ('data', 'fsdp')  # The global batch is split over these (FSDP is data parallel too).
@@ -99,7 +100,7 @@ def partition_spec(path: str, shape: tuple[int, ...], mesh: Mesh) -> P:
   tensor = axis_size(mesh, 'tensor')
   if tensor > 1:
     for pattern, dim in TENSOR_RULES:
-      if re.search(pattern, path) and shape[dim] % tensor == 0:
+      if re.search(pattern, path) and dim < len(shape) and shape[dim] % tensor == 0:
         spec[dim] = 'tensor'
         break
   fsdp = axis_size(mesh, 'fsdp')

@@ -1,6 +1,7 @@
 """Parameter trees in and out of the models: the original ViT `.npz` layout (read and written), and
 fitting a loaded tree to a model of another resolution or class count (position-embedding
-interpolation, head surgery).
+interpolation, head surgery). A model with fixed position embeddings (`posemb='sincos2d'`) has no
+`pos_embedding`: there is nothing to resize, and a checkpoint with learned ones is an error, not a drop.
 
 It knows the models' parameter names (vit.py, mpp.py), so it lives beside them; orbax checkpoints of
 whole train states are vit_jax/checkpoint.py.
@@ -9,7 +10,9 @@ import math
 import zipfile
 from typing import Any, Optional
 
+import flax.linen as nn
 import jax
+import jax.numpy as jnp
 import numpy as np
 from etils import epath
 from flax import traverse_util
@@ -96,6 +99,13 @@ def interpolate_posemb(posemb: np.ndarray, new_grid: tuple[int, int], *, num_pre
 
 
 def _architecture_error(path: str, loaded: Any, target: Any) -> ValueError:
+  if path == _POSEMB and 'none' in (loaded, target):
+    # Learned embeddings are what the blocks were trained with: replacing them with fixed ones (or
+    # the reverse) is a change of architecture the config has to ask for.
+    fix = 'learn' if target == 'none' else 'sincos2d'
+    return ValueError(f'{path}: checkpoint {loaded} vs model {target}: the checkpoint has '
+                      f'{"learned" if fix == "learn" else "no learned"} position embeddings; set '
+                      f'--config.model.posemb={fix} to match it')
   return ValueError(f'{path}: checkpoint {loaded} vs model {target}: the checkpoint is another '
                     'architecture; set --config.variant (and --config.model.*) to match it')
 
@@ -171,3 +181,11 @@ def adapt_params(loaded: Any, target_shapes: Any, *, keep_head: bool, keep_pre_l
       raise _architecture_error(key, got, want)
   fitted = {key: np.asarray(params[key], targets[key].dtype) for key in targets}
   return traverse_util.unflatten_dict(fitted, sep='/'), notes
+
+
+def param_shapes(model: nn.Module, image_size: int) -> Any:
+  """The parameter tree `model` initialises for images of `image_size`, as `jax.ShapeDtypeStruct`s
+  in the per-block layout of the checkpoints; nothing is computed."""
+  key = jax.random.key(0)
+  return jax.eval_shape(lambda: model.clone(scan=False).init(
+      {'params': key, 'mpp': key}, jnp.zeros((1, image_size, image_size, 3)), train=False))['params']

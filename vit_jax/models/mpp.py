@@ -65,7 +65,8 @@ class MaskedPatchPredictor(ViTBackbone, kw_only=True):
     mask_token = self.param('mask_token', nn.initializers.normal(0.02), (1, 1, x.shape[-1]),
                             jnp.float32)
     x, corrupted = corrupt_patches(x, mask_token, self.make_rng('mpp'), self.mask_rate)
-    x = self.encode(x, train=train)
-    tokens = x[:, 1:] if self.classifier == 'token' else x
+    x = self.encode(x, grid=self.patch_grid(images), train=train)
+    # With fc_norm the encoder leaves the normalisation to the model: here per token.
+    tokens = self.apply_fc_norm(x[:, 1:] if self.classifier == 'token' else x)
     logits = nn.Dense(2 ** (3 * self.num_bits), dtype=self.dtype, name='mpp_head')(tokens)
     return logits.astype(jnp.float32), corrupted

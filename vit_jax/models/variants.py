@@ -9,6 +9,8 @@ import re
 from typing import Any, Mapping, Optional
 
 from vit_jax.models.attention import ATTENTION_FNS
+from vit_jax.models.pooling import CLASSIFIERS
+from vit_jax.models.posemb import POSEMBS
 from vit_jax.models.resnet import stem_stride
 
 # name: (num_layers, hidden_size, mlp_dim, num_heads)
@@ -25,11 +27,10 @@ PUBLISHED = ('ViT-Ti_16', 'ViT-S_16', 'ViT-S_32', 'ViT-B_8', 'ViT-B_16', 'ViT-B_
 PUBLISHED_HYBRIDS = ('R50+ViT-B_16', 'R50+ViT-L_32')
 _NAME = re.compile(r'^(?P<hybrid>R50\+)?ViT-(?P<size>[A-Za-z]+)_(?P<patch>[0-9]+)$')
 R50_LAYERS = (3, 4, 9)
-# 'token': the class token's output is the representation; 'gap': the mean of the patch tokens.
-CLASSIFIERS = ('token', 'gap')
-# Fast paths (vit.py; the attention kernels are the keys of attention.ATTENTION_FNS). The remat policies
-# are the `jax.checkpoint_policies` that take no arguments, from saving nothing (recompute the whole
-# block) to saving everything (no recomputation).
+# model.classifier and model.posemb are the keys of pooling.CLASSIFIERS and posemb.POSEMBS.
+# Fast paths (encoder.py; the attention kernels are the keys of attention.ATTENTION_FNS). The remat
+# policies are the `jax.checkpoint_policies` that take no arguments, from saving nothing (recompute the
+# whole block) to saving everything (no recomputation).
 REMAT_POLICIES = ('nothing_saveable', 'dots_saveable', 'dots_with_no_batch_dims_saveable',
                   'checkpoint_dots', 'checkpoint_dots_with_no_batch_dims', 'everything_saveable')
 
@@ -56,8 +57,9 @@ def get_model_config(variant: str, overrides: Optional[Mapping[str, Any]] = None
   num_layers, hidden_size, mlp_dim, num_heads = SIZES[match['size']]
   model = dict(
       patch_size=int(match['patch']), hidden_size=hidden_size, num_layers=num_layers, mlp_dim=mlp_dim,
-      num_heads=num_heads, classifier='token', representation_size=None, dropout_rate=0.0,
-      attention_dropout_rate=0.0, attention='xla', remat=None, scan=False,
+      num_heads=num_heads, classifier='token', fc_norm=False, posemb='learn', drop_path_rate=0.0,
+      representation_size=None, dropout_rate=0.0, attention_dropout_rate=0.0, attention='xla',
+      remat=None, scan=False,
       resnet_layers=R50_LAYERS if match['hybrid'] else None, resnet_width_factor=1.0)
   for key, value in (overrides or {}).items():
     if key not in model:
@@ -96,12 +98,21 @@ def _check_fields(model: dict[str, Any]) -> None:
   if model['representation_size'] is not None and model['representation_size'] < 1:
     raise ValueError(f"model.representation_size={model['representation_size']} must be a positive "
                      'width (or unset for no pre-logits layer)')
-  for name in ('dropout_rate', 'attention_dropout_rate'):
+  for name in ('dropout_rate', 'attention_dropout_rate', 'drop_path_rate'):
     if not 0.0 <= model[name] < 1.0:
       raise ValueError(f'model.{name}={model[name]} must be in [0, 1), e.g. 0.1')
   if model['classifier'] not in CLASSIFIERS:
     raise ValueError(f"Unknown model.classifier {model['classifier']!r}: use one of "
                      f"{', '.join(CLASSIFIERS)}")
+  # LayerNorm acts per token, so after taking the class token it is the encoder norm renamed.
+  if model['fc_norm'] and model['classifier'] == 'token':
+    raise ValueError("model.fc_norm=True changes nothing with model.classifier='token' but the "
+                     'parameter names: set --config.model.classifier=gap (or map), or fc_norm=False')
+  if model['posemb'] not in POSEMBS:
+    raise ValueError(f"Unknown model.posemb {model['posemb']!r}: use one of {', '.join(POSEMBS)}")
+  if model['posemb'] == 'sincos2d' and (model['hidden_size'] % 4 or model['hidden_size'] < 8):
+    raise ValueError(f"model.hidden_size={model['hidden_size']} must be a multiple of 4 (at least 8) "
+                     "for model.posemb='sincos2d': change it or set --config.model.posemb=learn")
   layers = model['resnet_layers']
   if layers is not None and (not layers or min(layers) < 1):
     raise ValueError(f'model.resnet_layers={layers} must be positive numbers of units per stage, e.g. '

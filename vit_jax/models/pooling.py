@@ -1,0 +1,60 @@
+"""Pooling of the encoded tokens into one representation: the values of `model.classifier`.
+
+`CLASSIFIERS` is their registry; each maps (encoded tokens [b, tokens, D], the model) to [b, D] and is
+called inside the model's `__call__`, so a pooling with parameters (MAP) adds them at the top of the
+model's tree. 'token': the class token's output (the model prepends one); 'gap': the mean of the patch
+tokens; 'map': multihead attention pooling.
+"""
+from typing import Any
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+from vit_jax.models.attention import ATTENTION_FNS
+from vit_jax.models.encoder import MlpBlock
+
+Dtype = Any
+
+
+class MAPHead(nn.Module):
+  """Multihead attention pooling (big_vision's `MAPHead`, timm's `AttentionPoolLatent`).
+
+  A learned probe token attends over the tokens, then x + MLP(LN(x)); its output is the representation.
+  The parameter names are big_vision's (`probe`, `MultiHeadDotProductAttention_0`, `LayerNorm_0`,
+  `MlpBlock_0`), so its checkpoints, and timm's reader of them, take these parameters as they are.
+  """
+  num_heads: int
+  mlp_dim: int
+  dtype: Dtype = jnp.float32
+  attention: str = 'xla'  # A key of ATTENTION_FNS.
+
+  @nn.compact
+  def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
+    n, _, d = x.shape
+    probe = self.param('probe', nn.initializers.xavier_uniform(), (1, 1, d), jnp.float32)
+    probe = jnp.tile(probe.astype(x.dtype), (n, 1, 1))
+    x = nn.MultiHeadDotProductAttention(
+        num_heads=self.num_heads, dtype=self.dtype, kernel_init=nn.initializers.xavier_uniform(),
+        attention_fn=ATTENTION_FNS[self.attention], name='MultiHeadDotProductAttention_0')(probe, x)
+    y = nn.LayerNorm(epsilon=1e-6, dtype=self.dtype, name='LayerNorm_0')(x)
+    # No dropout in the head, as in big_vision and timm.
+    x = x + MlpBlock(self.mlp_dim, dtype=self.dtype, name='MlpBlock_0')(y, deterministic=True)
+    return x[:, 0]
+
+
+def _class_token(x: jnp.ndarray, model: Any) -> jnp.ndarray:
+  del model
+  return x[:, 0]
+
+
+def _mean(x: jnp.ndarray, model: Any) -> jnp.ndarray:
+  del model
+  return jnp.mean(x, axis=1)
+
+
+def _attention_pooling(x: jnp.ndarray, model: Any) -> jnp.ndarray:
+  return MAPHead(num_heads=model.num_heads, mlp_dim=model.mlp_dim, dtype=model.dtype,
+                 attention=model.attention, name='MAPHead_0')(x)
+
+
+CLASSIFIERS = {'token': _class_token, 'gap': _mean, 'map': _attention_pooling}

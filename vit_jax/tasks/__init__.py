@@ -4,6 +4,8 @@
   make_model(config, num_classes)    the model the task trains;
   features_model(config)             the ViT backbone returning pre-logits features (few-shot, pictures);
   make_loss(config, model)           loss(params, images, labels, key) -> scalar, for the train step;
+  mix(config, num_classes)           None, or (images, labels, key, step) -> (images, labels): the
+                                     train step's transform of the global batch (Mixup, CutMix);
   eval_step(params, batch, *, model) sums of correct, correct_top5, loss_sum and count over a batch.
 
 Adding a task is one module and one entry in TASKS.

@@ -9,6 +9,7 @@ import ml_collections
 import optax
 
 from vit_jax.models import VisionTransformer, variants
+from vit_jax.tasks import mixing
 
 LOSSES = ('softmax_xent', 'sigmoid_xent')
 
@@ -18,6 +19,7 @@ def check(config: ml_collections.ConfigDict) -> None:
     raise ValueError(f'Unknown config.loss {config.loss!r}: use one of {", ".join(LOSSES)}')
   if not 0.0 <= config.label_smoothing < 1.0:
     raise ValueError(f'config.label_smoothing={config.label_smoothing} must be in [0, 1), e.g. 0.1')
+  mixing.check(config.mix)
 
 
 def features_model(config: ml_collections.ConfigDict) -> nn.Module:
@@ -33,25 +35,37 @@ def make_model(config: ml_collections.ConfigDict, num_classes: int | None) -> nn
 
 def compute_loss(logits: jax.Array, labels: jax.Array, *, loss: str,
                  label_smoothing: float = 0.0) -> jax.Array:
-  """Mean loss over the batch of float32 `logits` [b, classes] against integer `labels` [b]."""
+  """Mean loss over the batch of float32 `logits` [b, classes] against integer `labels` [b], one-hot
+  and smoothed by `label_smoothing`, or float targets [b, classes] taken as they are (mixing smooths
+  the one-hots before it mixes them, as timm does)."""
   chex.assert_rank(logits, 2)
-  chex.assert_shape(labels, logits.shape[:1])
-  targets = jax.nn.one_hot(labels, logits.shape[-1])
-  if label_smoothing:
-    targets = optax.smooth_labels(targets, label_smoothing)
+  if jnp.issubdtype(labels.dtype, jnp.integer):
+    chex.assert_shape(labels, logits.shape[:1])
+    targets = mixing.one_hot_targets(labels, logits.shape[-1], label_smoothing)
+  else:
+    chex.assert_shape(labels, logits.shape)
+    targets = labels
   if loss == 'softmax_xent':
     return optax.softmax_cross_entropy(logits, targets).mean()
   return optax.sigmoid_binary_cross_entropy(logits, targets).sum(-1).mean()
 
 
 def make_loss(config: ml_collections.ConfigDict, model: nn.Module) -> Callable[..., jax.Array]:
-  """loss(params, images, labels, key) -> the mean loss of the batch, for the train step."""
+  """loss(params, images, labels, key) -> the mean loss of the batch, for the train step; labels are
+  integers, or the soft targets of `mix`."""
 
   def loss_fn(params: Any, images: jax.Array, labels: jax.Array, key: jax.Array) -> jax.Array:
     logits = model.apply({'params': params}, images, train=True, rngs={'dropout': key})
     return compute_loss(logits, labels, loss=config.loss, label_smoothing=config.label_smoothing)
 
   return loss_fn
+
+
+def mix(config: ml_collections.ConfigDict, num_classes: int) -> mixing.MixFn | None:
+  """The train step's Mixup / CutMix of `config.mix` (None: off)."""
+  if not mixing.enabled(config.mix):
+    return None
+  return mixing.make(config.mix, num_classes, config.label_smoothing)
 
 
 def eval_step(params: Any, batch: dict[str, jax.Array], *, model: nn.Module) -> dict[str, jax.Array]:

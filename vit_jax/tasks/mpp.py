@@ -10,7 +10,7 @@ import optax
 
 from vit_jax.models import variants
 from vit_jax.models.mpp import MaskedPatchPredictor, colour_targets
-from vit_jax.tasks import classification
+from vit_jax.tasks import classification, mixing
 
 
 def check(config: ml_collections.ConfigDict) -> None:
@@ -19,6 +19,9 @@ def check(config: ml_collections.ConfigDict) -> None:
   if not 1 <= config.mpp.num_bits <= 8:
     raise ValueError(f'config.mpp.num_bits={config.mpp.num_bits} must be in 1..8 bits per colour '
                      'channel, e.g. 3')
+  if config.task == 'mpp' and mixing.enabled(config.mix):  # Every task checks every config.
+    raise ValueError('config.task=mpp has no labels to mix: set config.mix.mixup_alpha and '
+                     'config.mix.cutmix_alpha to 0')
 
 
 def features_model(config: ml_collections.ConfigDict) -> nn.Module:
@@ -57,6 +60,11 @@ def make_loss(config: ml_collections.ConfigDict, model: nn.Module) -> Callable[.
     return jnp.sum(xent * corrupted) / jnp.maximum(jnp.sum(corrupted), 1)
 
   return loss_fn
+
+
+def mix(config: ml_collections.ConfigDict, num_classes: int) -> None:
+  """No batch mixing (`check` refuses config.mix for this task)."""
+  del config, num_classes
 
 
 def eval_step(params: Any, batch: dict[str, jax.Array], *, model: nn.Module) -> dict[str, jax.Array]:

@@ -14,16 +14,23 @@ from vit_jax.train.state import TrainState
 def train_step(state: TrainState, batch: dict[str, jax.Array], *, loss_fn: Callable,
                tx: optax.GradientTransformation, schedule: optax.Schedule,
                dropout_key: jax.Array, accum_steps: int = 1, micro_batch_sharding: Any = None,
-               polyak_decay: float | None = None) -> tuple[TrainState, dict[str, jax.Array]]:
+               polyak_decay: float | None = None, mix: Callable | None = None,
+               mix_key: jax.Array | None = None) -> tuple[TrainState, dict[str, jax.Array]]:
   """One update, optionally from `accum_steps` accumulated micro-batches of the batch.
 
-  `loss_fn(params, images, labels, key)` is the task's loss (`task.make_loss`). The dropout key of step
-  s is fold_in(dropout_key, s), so a resumed run draws what an uninterrupted one would.
+  `loss_fn(params, images, labels, key)` is the task's loss (`task.make_loss`); `mix(images, labels,
+  key, step)` (`task.mix`), if given, transforms the whole batch before it is split into micro-batches,
+  so the mixing depends neither on the mesh nor on accum_steps. The dropout and mixing keys of step s
+  are fold_in(dropout_key, s) and fold_in(mix_key, s), so a resumed run draws what an uninterrupted one
+  would.
   """
   step_key = jax.random.fold_in(dropout_key, state.step)
   grad_fn = jax.value_and_grad(loss_fn)
+  images, labels = batch['image'], batch['label']
+  if mix is not None:
+    images, labels = mix(images, labels, jax.random.fold_in(mix_key, state.step), state.step)
   if accum_steps == 1:
-    loss, grads = grad_fn(state.params, batch['image'], batch['label'], step_key)
+    loss, grads = grad_fn(state.params, images, labels, step_key)
   else:
     # Micro-batch i takes rows i, i + k, i + 2k, ...: every device holds a slice of every micro-batch.
     def split(x):
@@ -36,8 +43,8 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], *, loss_fn: Calla
       return jax.tree.map(jnp.add, totals, (loss, grads)), None
 
     zeros = (jnp.zeros((), jnp.float32), jax.tree.map(jnp.zeros_like, state.params))
-    totals, _ = jax.lax.scan(accumulate, zeros, (jnp.arange(accum_steps), split(batch['image']),
-                                                 split(batch['label'])))
+    totals, _ = jax.lax.scan(accumulate, zeros, (jnp.arange(accum_steps), split(images),
+                                                 split(labels)))
     loss, grads = jax.tree.map(lambda x: x / accum_steps, totals)
 
   updates, opt_state = tx.update(grads, state.opt_state, state.params)
@@ -56,13 +63,16 @@ def jit_train_step(setup: Setup, tx: optax.GradientTransformation, schedule: opt
                                                       tuple[TrainState, dict[str, jax.Array]]]:
   """The run's train step, jitted over its mesh; the state (in `state_shardings`) is donated."""
   config, mesh = setup.config, setup.mesh
+  seed_key = jax.random.key(config.seed)
   return jax.jit(
       functools.partial(train_step, loss_fn=setup.task.make_loss(config, setup.model), tx=tx,
                         schedule=schedule,
-                        dropout_key=jax.random.fold_in(jax.random.key(config.seed), 1),
+                        dropout_key=jax.random.fold_in(seed_key, 1),
                         accum_steps=config.accum_steps,
                         micro_batch_sharding=sharding.micro_batch_sharding(mesh),
-                        polyak_decay=config.polyak_decay),
+                        polyak_decay=config.polyak_decay,
+                        mix=setup.task.mix(config, setup.info.num_classes),
+                        mix_key=jax.random.fold_in(seed_key, 2)),
       in_shardings=(state_shardings, sharding.batch_sharding(mesh)),
       out_shardings=(state_shardings, sharding.replicated(mesh)),
       donate_argnums=0)

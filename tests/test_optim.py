@@ -56,14 +56,15 @@ def test_adamw_decays_kernels_only():
 
 def test_unknown_optimizer_is_an_error():
   config = helpers.load_config('demo', {'optim.name': 'lamb'})
-  with pytest.raises(ValueError, match="^Unknown optim.name 'lamb': use one of adamw, sgd$"):
+  with pytest.raises(ValueError,
+                     match="^Unknown optim.name 'lamb': use one of adamw, sgd, lion, adafactor$"):
     optim.check_optim(config)
   with pytest.raises(ValueError, match="Unknown optim.name 'lamb'"):
     optim.make_optimizer(config, total_steps=10)
 
 
 def test_registries_name_what_the_config_accepts():
-  assert set(optim.OPTIMIZERS) == {'adamw', 'sgd'}
+  assert set(optim.OPTIMIZERS) == {'adamw', 'sgd', 'lion', 'adafactor'}
   assert set(optim.DECAYS) == {'linear', 'cosine', 'constant'}
   optim.check_optim(helpers.load_config('demo'))  # A valid config passes.
 

@@ -1,4 +1,5 @@
-"""Optimizers and learning-rate schedules from the config: AdamW pretraining, SGD-momentum fine-tuning.
+"""Optimizers and learning-rate schedules from the config: AdamW pretraining, SGD-momentum fine-tuning,
+Lion and Adafactor; per-parameter multipliers, layer decay and freezing are param_groups.py's.
 
 `OPTIMIZERS` and `DECAYS` map the names `config.optim.name` and `config.lr.decay` accept to the function
 that builds each: adding one is a function and an entry.
@@ -6,9 +7,12 @@ that builds each: adding one is a function and an entry.
 import math
 from typing import Callable
 
-import jax
+import jax.numpy as jnp
 import ml_collections
 import optax
+
+from vit_jax import param_groups
+from vit_jax.models import variants
 
 # (config.optim, schedule) -> the update rule, before clipping.
 Optimizer = Callable[[ml_collections.ConfigDict, optax.Schedule], optax.GradientTransformation]
@@ -16,21 +20,33 @@ Optimizer = Callable[[ml_collections.ConfigDict, optax.Schedule], optax.Gradient
 Decay = Callable[[ml_collections.ConfigDict, int], optax.Schedule]
 
 
-def _kernels_only(params):
-  """Weight decay applies to weight matrices, not to biases, norms, embeddings or the class token."""
-  return jax.tree_util.tree_map_with_path(lambda path, _: path[-1].key == 'kernel', params)
+def _decoupled(direction: optax.GradientTransformation, optim: ml_collections.ConfigDict,
+               schedule: optax.Schedule) -> optax.GradientTransformation:
+  """The chain of optax.adamw and optax.lion: a direction, plus weight decay, times the learning rate."""
+  return optax.chain(direction, param_groups.add_decayed_weights(optim),
+                     optax.scale_by_learning_rate(schedule))
 
 
 def _adamw(optim: ml_collections.ConfigDict, schedule: optax.Schedule) -> optax.GradientTransformation:
-  return optax.adamw(schedule, b1=optim.b1, b2=optim.b2, weight_decay=optim.weight_decay,
-                     mask=_kernels_only)
+  return _decoupled(optax.scale_by_adam(optim.b1, optim.b2, mu_dtype=optim.mu_dtype), optim, schedule)
+
+
+def _lion(optim: ml_collections.ConfigDict, schedule: optax.Schedule) -> optax.GradientTransformation:
+  return _decoupled(optax.scale_by_lion(optim.b1, optim.b2, mu_dtype=optim.mu_dtype), optim, schedule)
+
+
+def _adafactor(optim: ml_collections.ConfigDict,
+               schedule: optax.Schedule) -> optax.GradientTransformation:
+  # optax adds adafactor's weight decay after the learning rate: scheduled here, so that it is the
+  # decoupled weight decay times the learning rate, as for adamw.
+  return optax.adafactor(schedule, weight_decay_rate=lambda step: optim.weight_decay * schedule(step),
+                         weight_decay_mask=param_groups.kernels_only)
 
 
 def _sgd(optim: ml_collections.ConfigDict, schedule: optax.Schedule) -> optax.GradientTransformation:
   # Weight decay here is an L2 term added to the gradient (the fine-tuning recipe uses none).
   return optax.chain(
-      optax.add_decayed_weights(optim.weight_decay, mask=_kernels_only) if optim.weight_decay
-      else optax.identity(),
+      param_groups.add_decayed_weights(optim) if optim.weight_decay else optax.identity(),
       optax.sgd(schedule, momentum=optim.momentum or None))
 
 
@@ -47,7 +63,10 @@ def _constant(lr: ml_collections.ConfigDict, steps: int) -> optax.Schedule:
   return optax.constant_schedule(lr.base)
 
 
-OPTIMIZERS: dict[str, Optimizer] = {'adamw': _adamw, 'sgd': _sgd}
+OPTIMIZERS: dict[str, Optimizer] = {'adamw': _adamw, 'sgd': _sgd, 'lion': _lion,
+                                    'adafactor': _adafactor}
+# The optimizers whose first moment config.optim.mu_dtype sets.
+MU_DTYPE_OPTIMIZERS = ('adamw', 'lion')
 DECAYS: dict[str, Decay] = {'linear': _linear, 'cosine': _cosine, 'constant': _constant}
 
 
@@ -79,6 +98,36 @@ def _check_update(config: ml_collections.ConfigDict) -> None:
   _check_range('optim.weight_decay', optim.weight_decay, math.inf, '0.1 (0: none)')
   _check_range('optim.momentum', optim.momentum, 1, '0.9 (0: none)')
   _check_range('grad_clip_norm', config.grad_clip_norm, math.inf, '1.0 (0: no clipping)')
+  _check_mu_dtype(optim)
+  param_groups.check_config(optim)
+  if optim.name == 'adafactor':
+    _check_adafactor(config)
+
+
+def _check_mu_dtype(optim: ml_collections.ConfigDict) -> None:
+  if optim.mu_dtype is None:
+    return
+  if optim.name not in MU_DTYPE_OPTIMIZERS:
+    raise ValueError(f'config.optim.mu_dtype={optim.mu_dtype!r} is the first moment of '
+                     f'{" and ".join(MU_DTYPE_OPTIMIZERS)}, which {optim.name} does not keep: unset it')
+  try:
+    floating = jnp.issubdtype(jnp.dtype(optim.mu_dtype), jnp.floating)
+  except TypeError:
+    floating = False
+  if not floating:
+    raise ValueError(f'config.optim.mu_dtype={optim.mu_dtype!r} must name a float dtype, e.g. '
+                     "'bfloat16' (unset: the parameters' float32)")
+
+
+def _check_adafactor(config: ml_collections.ConfigDict) -> None:
+  if config.optim.wd_mults:
+    raise ValueError('config.optim.wd_mults are not supported by adafactor (its weight decay is '
+                     "optax's, one rate for all kernels): unset them, or use adamw")
+  if variants.get_model_config(config.variant, config.model.to_dict())['scan']:
+    # Its clipping and parameter scale take the RMS of each array: of all layers at once if stacked.
+    raise ValueError('config.optim.name=adafactor scales each parameter array by its RMS, which a '
+                     'scanned model (config.model.scan) computes over all blocks at once: set '
+                     '--config.model.scan=False, or use adamw')
 
 
 def check_optim(config: ml_collections.ConfigDict) -> None:
@@ -100,12 +149,17 @@ def make_schedule(lr: ml_collections.ConfigDict, total_steps: int) -> optax.Sche
 
 def make_optimizer(config: ml_collections.ConfigDict,
                    total_steps: int) -> tuple[optax.GradientTransformation, optax.Schedule]:
-  """The optimizer named by `config.optim`, with clipping first; returns it and its schedule.
+  """The optimizer named by `config.optim`: global-norm clipping, the update rule and the parameter
+  groups' multipliers, over the parameters that train (frozen ones get zero updates, keep no state and
+  count in no clipping norm, as in big_vision). Returns it and its schedule.
 
-  Raises the one-line errors of `check_optim` for an invalid config."""
+  Raises the one-line errors of `check_optim` for an invalid config; those that need the parameters'
+  paths are `param_groups.check_param_groups`'s."""
   _check_update(config)
   schedule = make_schedule(config.lr, total_steps)
   tx = OPTIMIZERS[config.optim.name](config.optim, schedule)
+  if param_groups.scales_updates(config.optim):
+    tx = optax.chain(tx, param_groups.scale_by_lr_multipliers(config))
   if config.grad_clip_norm:
     tx = optax.chain(optax.clip_by_global_norm(config.grad_clip_norm), tx)
-  return tx, schedule
+  return param_groups.freeze(tx, config.optim), schedule

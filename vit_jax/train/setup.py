@@ -10,7 +10,7 @@ import jax
 import ml_collections
 from jax.sharding import Mesh
 
-from vit_jax import data, evaluators, optim, paths, run_dir, sharding, tasks
+from vit_jax import data, evaluators, optim, param_groups, paths, run_dir, sharding, tasks
 from vit_jax.models import loading, variants
 
 DTYPES = ('float32', 'bfloat16', 'float16')
@@ -106,6 +106,7 @@ def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
   steps = total_steps(config, info)
   optim.make_optimizer(config, steps)  # Validates the optimizer and its schedule.
   model = task.make_model(config, info.num_classes)
+  param_groups.check_param_groups(config, loading.param_shapes(model, config.image_size))
   built = evaluators.make_evaluators(evaluators.Context(config, info, task, model, mesh))
   init_params = run_dir.load_init_params(config, model) if config.init_from else None
   workdir = paths.absolute(workdir)

@@ -1,8 +1,8 @@
 """The train state on the mesh: initialised there, or restored from the latest checkpoint.
 
-A scanned model trains on its encoder blocks stacked on a layer axis (`vit.stack_blocks`): stacking
+A scanned model trains on its encoder blocks stacked on a layer axis (`scan_layout.stack_blocks`): stacking
 inside the step would put one slice per layer and array into its gradient, and compile slower than no
-scan at all. Checkpoints keep the per-block layout of the original ViT (`vit.unstack_blocks`).
+scan at all. Checkpoints keep the per-block layout of the original ViT (`scan_layout.unstack_blocks`).
 """
 import functools
 from typing import Any, Callable
@@ -16,7 +16,7 @@ from absl import logging
 from etils import epath
 
 from vit_jax import checkpoint, run_dir, sharding
-from vit_jax.models import vit
+from vit_jax.models import scan_layout
 from vit_jax.train.setup import Setup
 
 
@@ -50,12 +50,19 @@ def _layout(params: Any, opt_state: Any, ema_params: Any) -> tuple[Any, ...]:
   return jax.tree.map(lambda x: tuple(x.shape), params), shapes(opt_state), shapes(ema_params)
 
 
-def check_resumable(setup: Setup, tx: optax.GradientTransformation) -> None:
+def _init_fn(setup: Setup, tx: optax.GradientTransformation) -> Callable[[jax.Array], TrainState]:
+  """key -> the run's fresh state (`init_state` with the setup's model and options)."""
+  return functools.partial(init_state, model=setup.model, tx=tx, image_size=setup.config.image_size,
+                           polyak=setup.config.polyak_decay is not None)
+
+
+def check_resumable(setup: Setup, tx: optax.GradientTransformation) -> list[tuple[str, Any, Any]]:
   """A workdir that already holds a run must hold the same classes and a checkpoint this config's
   state can be restored from; raises ResumeError naming the changed fields, before anything in the
-  workdir is written. Changes that the state takes (steps, cadences, mesh...) are logged."""
+  workdir is written. Returns the changed fields (`run_dir.config_changes`; none for a new run); the
+  changes that the state takes (steps, cadences, mesh...) are logged."""
   if not (epath.Path(setup.workdir) / 'config.json').exists():
-    return
+    return []
   old_config, old_info = run_dir.load_run_info(setup.workdir)
   changes = run_dir.config_changes(old_config, setup.config)
   described = '; '.join(f'{field} {old!r} -> {new!r}' for field, old, new in changes) or 'none'
@@ -65,11 +72,9 @@ def check_resumable(setup: Setup, tx: optax.GradientTransformation) -> None:
                       'use another --workdir, or the run\'s data')
   latest = checkpoint.latest_saved_shapes(setup.workdir)
   if latest is None:  # No checkpoint yet: nothing to restore, nothing to protect but the run info.
-    return
+    return changes
   step, saved = latest
-  wanted = jax.eval_shape(functools.partial(
-      init_state, model=setup.model, tx=tx, image_size=setup.config.image_size,
-      polyak=setup.config.polyak_decay is not None), jax.random.key(0))
+  wanted = jax.eval_shape(_init_fn(setup, tx), jax.random.key(0))
   if (_layout(saved['params'], saved['opt_state'], saved['ema_params']) !=
       _layout(wanted.params, wanted.opt_state, wanted.ema_params)):
     raise ResumeError(f'the checkpoint of step {step} in {setup.workdir} does not fit the model and '
@@ -77,11 +82,12 @@ def check_resumable(setup: Setup, tx: optax.GradientTransformation) -> None:
                       'or set these fields back')
   if changes:
     logging.info('Resuming %s with changed config fields: %s', setup.workdir, described)
+  return changes
 
 
 def training_layout(tree: Any, model: nn.Module) -> Any:
   """`tree` (a train state or parameters) as the train step keeps it: blocks stacked if scanned."""
-  return vit.stack_blocks(tree, model.num_layers) if model.scan else tree
+  return scan_layout.stack_blocks(tree, model.num_layers) if model.scan else tree
 
 
 def create_state(setup: Setup, tx: optax.GradientTransformation,
@@ -91,14 +97,13 @@ def create_state(setup: Setup, tx: optax.GradientTransformation,
   Returns the state in its training layout, the shardings of that layout, and the function that brings
   such a state back to the layout checkpoints store.
   """
-  init = functools.partial(init_state, model=setup.model, tx=tx, image_size=setup.config.image_size,
-                           polyak=setup.config.polyak_decay is not None)
+  init = _init_fn(setup, tx)
   to_training = functools.partial(training_layout, model=setup.model)
   key = jax.random.key(setup.config.seed)
   abstract = jax.eval_shape(init, key)
   shardings = sharding.state_shardings(abstract, setup.mesh)
   train_shardings = sharding.state_shardings(jax.eval_shape(to_training, abstract), setup.mesh)
-  to_checkpoint = (jax.jit(vit.unstack_blocks, out_shardings=shardings) if setup.model.scan else
+  to_checkpoint = (jax.jit(scan_layout.unstack_blocks, out_shardings=shardings) if setup.model.scan else
                    lambda state: state)
   try:
     restored = checkpoint.restore(manager, checkpoint.abstract_with_shardings(abstract, shardings))

@@ -44,6 +44,9 @@ INVALID = {
     'model.attention_dropout_rate': (1.5, {}, 'attention_dropout_rate=1.5'),
     'model.classifier': ('mean', {}, "Unknown model.classifier 'mean'"),
     'model.dropout_rate': (-0.1, {}, 'dropout_rate=-0.1'),
+    'model.drop_path_rate': (1.0, {}, r'model.drop_path_rate=1.0 must be in \[0, 1\)'),
+    'model.fc_norm': (True, {}, r"model.fc_norm=True changes nothing with model.classifier='token'"),
+    'model.posemb': ('sincos', {}, r"Unknown model.posemb 'sincos'"),
     'model.hidden_size': (33, {}, 'hidden_size=33 is not divisible by num_heads=2'),
     'model.mlp_dim': (0, {}, 'mlp_dim=0'),
     'model.num_heads': (0, {}, 'num_heads=0'),
@@ -61,11 +64,30 @@ INVALID = {
     'optim.momentum': (1.0, {'optim.name': 'sgd'}, 'momentum=1.0'),
     'optim.name': ('lamb', {}, "Unknown optim.name 'lamb'"),
     'optim.weight_decay': (-0.1, {}, 'weight_decay=-0.1'),
+    'optim.layer_decay': (1.5, {}, r'^config.optim.layer_decay=1.5 must be in \(0, 1\]'),
+    'optim.mu_dtype': ('int8', {}, r"^config.optim.mu_dtype='int8' must name a float dtype"),
+    'optim.lr_mults': ((('head', 0.0),), {}, r"^config.optim.lr_mults\[0\]=\('head', 0.0\): the "
+                       'multiplier must be > 0'),
+    'optim.wd_mults': ((('(', 1.0),), {}, r"^config.optim.wd_mults\[0\]='\(' is not a valid regex"),
+    'optim.frozen': ((3,), {}, r'^config.optim.frozen\[0\]=3 must be a regex string'),
     'polyak_decay': (1.0, {}, r'polyak_decay=1.0 must be in \[0, 1\)'),
     'posemb_interpolation': ('nearest', {}, "Unknown config.posemb_interpolation 'nearest'"),
     'pp.crop': ('centre', {}, "Unknown config.pp.crop 'centre'"),
     'pp.min_area': (0.0, {'pp.crop': 'inception'}, r'min_area=0.0 must be in \(0, 1\]'),
     'pp.pad': (-1, {'pp.crop': 'random'}, 'pad=-1 must be >= 0'),
+    'pp.randaug_layers': (-1, {}, r'config\.pp\.randaug_layers=-1 must be >= 0'),
+    'pp.randaug_magnitude': (25, {}, r'config\.pp\.randaug_magnitude=25 must be in \[0, 20\]'),
+    'pp.color_jitter': (-0.1, {}, r'config\.pp\.color_jitter=-0\.1 must be >= 0'),
+    'pp.erase_prob': (1.5, {}, r'config\.pp\.erase_prob=1\.5 must be in \[0, 1\]'),
+    'pp.erase_area': ((0.5, 0.2), {}, r'config\.pp\.erase_area=.* must be \(min, max\) area fractions'),
+    'pp.erase_aspect': ((0.0, 3.0), {}, r'config\.pp\.erase_aspect=.* must be \(min, max\) aspect'),
+    'pp_eval.crop': ('center', {}, r"Unknown config\.pp_eval\.crop 'center'"),
+    'pp_eval.crop_fraction': (1.2, {}, r'config\.pp_eval\.crop_fraction=1\.2 must be in \(0, 1\]'),
+    'mix.mixup_alpha': (-0.1, {}, r'mix\.mixup_alpha=-0\.1 must be at least 0'),
+    'mix.cutmix_alpha': (-1.0, {}, r'mix\.cutmix_alpha=-1\.0 must be at least 0'),
+    'mix.prob': (1.5, {}, r'mix\.prob=1\.5 must be in \[0, 1\]'),
+    'mix.switch_prob': (-0.5, {}, r'mix\.switch_prob=-0\.5 must be in \[0, 1\]'),
+    'mix.until_step': (0, {}, r'mix\.until_step=0 must be at least 1'),
     'shuffle_buffer': (0, {}, 'shuffle_buffer=0 must be >= 1'),
     'storage_timeout_s': (0.0, {}, 'storage_timeout_s=0.0 must be a positive number'),
     'task': ('detection', {}, "Unknown config.task 'detection'"),
@@ -80,6 +102,7 @@ ALWAYS_VALID = {
     'keep_pre_logits': 'a bool (checked against the checkpoint when init_from is set)',
     'model.scan': 'a bool',
     'pp.flip': 'a bool',
+    'pp.three_augment': 'a bool',
 }
 BAD_EVALS = {
     'unknown type': (dict(type='ocr', every_steps=5), "Unknown evaluator type 'ocr' of 'minival'"),
@@ -130,3 +153,11 @@ def test_every_field_of_the_defaults_has_a_check_here():
   fields = set(_fields(defaults.get_config()))
   assert fields - {'evals'} == set(INVALID) | set(ALWAYS_VALID), (
       'a field without an invalid-value test (or a test of a field that is gone)')
+
+
+@pytest.mark.parametrize('field', ['lr_mults', 'wd_mults', 'frozen'])
+def test_a_parameter_group_matching_no_parameter_is_a_one_line_error(field, tmp_path, data_dir):
+  value = (('haed', 2.0),) if field != 'frozen' else ('haed',)
+  config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': data_dir, f'optim.{field}': value})
+  _expect_one_line_error(config, str(tmp_path / 'workdir'),
+                         rf"^config.optim.{field} regex 'haed' matches no parameter")

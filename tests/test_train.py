@@ -84,11 +84,18 @@ def test_pretraining_configs_run_a_step(tmp_path, data_dir, name):
   assert _checkpoint_steps(tmp_path) == [1]
 
 
+# The image-folder run also has every recipe knob on, on a mesh that shards the parameters: their
+# randomness (augmentation, mixing, drop path) must be a function of (seed, step) as the rest.
+RECIPE_KNOBS = {'pp.randaug_layers': 2, 'pp.erase_prob': 0.5, 'pp.three_augment': True,
+                'pp.color_jitter': 0.3, 'mix.mixup_alpha': 0.8, 'mix.cutmix_alpha': 1.0,
+                'model.drop_path_rate': 0.2, 'optim.layer_decay': 0.75, 'mesh': "(('fsdp', -1),)"}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize('dataset', ['digits', 'folder'])
 def test_resume_after_sigkill_is_exact(tmp_path, data_dir, sorted_digits_folder, dataset):
   source = ({'data_dir': data_dir} if dataset == 'digits' else
-            {'dataset': 'folder', 'data_dir': sorted_digits_folder})
+            {'dataset': 'folder', 'data_dir': sorted_digits_folder, **RECIPE_KNOBS})
   overrides = {**helpers.TINY, **source, 'total_steps': 60, 'checkpoint_every_steps': 10,
                'log_every_steps': 10, 'eval_every_steps': 20, 'model.dropout_rate': 0.1,
                'model.attention_dropout_rate': 0.1, 'polyak_decay': 0.9}

@@ -3,6 +3,7 @@
   python benchmarks/input_pipeline.py --source=digits --image_size=224 --batch=32
   python benchmarks/input_pipeline.py --source=digits_array_record --image_size=224 --batch=32
   python benchmarks/input_pipeline.py --source=folder --image_size=224 --batch=32   # generated JPEGs
+  python benchmarks/input_pipeline.py --source=folder --image_size=224 --batch=32 --randaug=2,10
 
 Runs `vit_jax.data.train_iterator` exactly as training does (stateless shuffle, inception crop, flip,
 [-1, 1] floats) and prints a markdown table row. The digits are a tfds dataset, read as prepared
@@ -69,6 +70,8 @@ def main() -> None:
   parser.add_argument('--image_size', type=int, default=224)
   parser.add_argument('--batch', type=int, default=32)
   parser.add_argument('--crop', default='inception', choices=tuple(preprocess.CROPS))
+  parser.add_argument('--randaug', default=None, metavar='LAYERS,MAGNITUDE',
+                      help='RandAugment after the flip, e.g. 2,10 (default: off)')
   parser.add_argument('--num_images', type=int, default=512, help='JPEGs to generate (folder)')
   parser.add_argument('--warmup', type=int, default=3, help='batches before timing')
   parser.add_argument('--batches', type=int, default=20, help='batches timed')
@@ -80,6 +83,11 @@ def main() -> None:
 
   config = defaults.get_config()
   config.image_size, config.pp.crop, config.pp.flip = args.image_size, args.crop, True
+  ops = f'{args.crop} + flip'
+  if args.randaug:
+    layers, magnitude = (int(x) for x in args.randaug.split(','))
+    config.pp.randaug_layers, config.pp.randaug_magnitude = layers, magnitude
+    ops += f' + RandAugment({layers}, {magnitude})'
   config.shuffle_buffer = 1024
   with tempfile.TemporaryDirectory() as tmp:
     if args.source == 'folder':
@@ -100,7 +108,7 @@ def main() -> None:
   source = {'digits': 'bundled digits (8x8 PNG, tfds TFRecord)',
             'digits_array_record': 'bundled digits (8x8 PNG, tfds ArrayRecord)',
             'folder': f'{args.num_images} generated 500x375 JPEGs (image folder)'}[args.source]
-  print(f'| {source} | {args.image_size} | {args.batch} | {args.crop} + flip | {rate:.0f} | '
+  print(f'| {source} | {args.image_size} | {args.batch} | {ops} | {rate:.0f} | '
         f'{first:.1f} | {resumed:.1f} (step {args.resume_step}) | {len(os.sched_getaffinity(0))} |')
 
 

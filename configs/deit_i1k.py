@@ -29,6 +29,8 @@ def get_config(size: str = 'S'):
   config.dataset = 'imagenet2012'
   config.train_split = 'train'
   config.eval_split = 'validation'
+  # ImageNet-V2 (tfds imagenet_v2, prepared beside imagenet2012): the same classes, new images.
+  config.evals.v2 = dict(type='classification', dataset='imagenet_v2', split='test', every_steps=2500)
   config.image_size = 224
   config.shuffle_buffer = 250_000
   config.pp.crop = 'inception'

@@ -7,6 +7,7 @@ import sys
 
 import collections
 
+import jax
 import ml_collections
 import numpy as np
 import tensorflow as tf
@@ -22,6 +23,15 @@ TINY = {
     'total_steps': 12, 'log_every_steps': 4, 'eval_every_steps': 12, 'checkpoint_every_steps': 4,
     'lr.warmup_steps': 2, 'shuffle_buffer': 256,
 }
+
+
+def random_params(model, image_size: int, seed: int = 0):
+  """Every parameter of `model` random (numpy): a zero head, bias, class token or probe would hide a
+  layout bug."""
+  from vit_jax.models import loading  # pylint: disable=g-import-not-at-top
+  rng = np.random.RandomState(seed)
+  return jax.tree.map(lambda x: 0.3 * rng.randn(*x.shape).astype(np.float32),
+                      loading.param_shapes(model, image_size))
 
 
 def load_config(name: str, overrides: dict | None = None) -> ml_collections.ConfigDict:

@@ -46,5 +46,12 @@ def test_input_pipeline_reads_array_record():
 
 def test_input_pipeline_reads_generated_jpegs():
   out = _run('input_pipeline.py', '--source=folder', '--num_images=16', '--image_size=32', '--batch=8',
-             '--warmup=1', '--batches=2', '--header')
-  assert '| 16 generated 500x375 JPEGs (image folder) | 32 | 8 | inception + flip |' in out, out
+             '--warmup=1', '--batches=2', '--header', '--randaug=2,10')
+  assert ('| 16 generated 500x375 JPEGs (image folder) | 32 | 8 | inception + flip + RandAugment(2, 10) |'
+          in out), out
+
+
+def test_recipes_trains_each_recipe_and_prints_its_row(data_dir):
+  out = _run('recipes.py', '--steps=2', '--only=all four', f'--data_dir={data_dir}', '--header')
+  rows = [line for line in out.splitlines() if line.startswith('| + all four |')]
+  assert len(rows) == 1 and rows[0].split('|')[2].strip().endswith('%'), out

@@ -18,6 +18,7 @@ import timm.models.vision_transformer as timm_vit
 import torch
 from PIL import Image
 
+import helpers
 from vit_jax import checkpoint
 from vit_jax.models import VisionTransformer, loading
 from vit_jax.models import variants as model_variants
@@ -28,15 +29,6 @@ def _model(num_classes=10, **overrides):
                            **model_variants.get_model_config('ViT-testing_4', overrides))
 
 
-def _shapes(model, image_size):
-  images = jnp.zeros((1, image_size, image_size, 3))
-  return jax.eval_shape(model.init, jax.random.key(0), images)['params']
-
-
-def _random_params(model, image_size, seed=0):
-  """Every parameter random (numpy): a zero head, bias or cls token would hide a layout bug."""
-  rng = np.random.RandomState(seed)
-  return jax.tree.map(lambda x: 0.3 * rng.randn(*x.shape).astype(np.float32), _shapes(model, image_size))
 
 
 # Interpolation.
@@ -81,7 +73,7 @@ def test_interpolation_errors_are_one_line():
 # The .npz layout.
 
 def test_save_npz_writes_the_original_flat_layout_and_load_npz_reads_it(tmp_path):
-  params = _random_params(_model(), 8)
+  params = helpers.random_params(_model(), 8)
   path = str(tmp_path / 'model')  # No extension: written as named all the same.
   loading.save_npz(jax.tree.map(lambda x: x.astype(jnp.bfloat16), params), path)
   with np.load(path) as npz:
@@ -118,8 +110,8 @@ def test_load_npz_errors_name_the_file_and_the_fix(tmp_path):
 
 @pytest.mark.parametrize('classifier,prefix', [('token', 1), ('gap', 0)])
 def test_adapt_params_resizes_posemb_and_zeroes_a_new_head(classifier, prefix):
-  loaded = _random_params(_model(num_classes=1000, classifier=classifier), 16)  # 4x4 grid.
-  target = _shapes(_model(num_classes=7, classifier=classifier), 24)  # 6x6 grid, 7 classes.
+  loaded = helpers.random_params(_model(num_classes=1000, classifier=classifier), 16)  # 4x4 grid.
+  target = loading.param_shapes(_model(num_classes=7, classifier=classifier), 24)  # 6x6 grid, 7 classes.
   params, notes = loading.adapt_params(loaded, target, keep_head=False, keep_pre_logits=False)
   chex.assert_trees_all_equal_shapes(params, target)
   assert notes == ['replaced head (32, 1000) with zeros (32, 7)',
@@ -134,29 +126,29 @@ def test_adapt_params_resizes_posemb_and_zeroes_a_new_head(classifier, prefix):
 
 
 def test_adapt_params_keeps_a_matching_head_and_drops_pre_logits():
-  loaded = _random_params(_model(representation_size=16), 8)
-  params, notes = loading.adapt_params(loaded, _shapes(_model(), 8), keep_head=False,
+  loaded = helpers.random_params(_model(representation_size=16), 8)
+  params, notes = loading.adapt_params(loaded, loading.param_shapes(_model(), 8), keep_head=False,
                                           keep_pre_logits=False)
   assert notes == ['dropped pre_logits (32, 16)', 'replaced head (16, 10) with zeros (32, 10)']
-  loaded = _random_params(_model(), 8)
-  params, notes = loading.adapt_params(loaded, _shapes(_model(), 8), keep_head=True,
+  loaded = helpers.random_params(_model(), 8)
+  params, notes = loading.adapt_params(loaded, loading.param_shapes(_model(), 8), keep_head=True,
                                           keep_pre_logits=False)
   assert notes == []
   chex.assert_trees_all_equal(params, loaded)
 
 
 def test_adapt_params_drops_a_head_the_model_lacks_and_adds_one_the_checkpoint_lacks():
-  params, notes = loading.adapt_params(_random_params(_model(), 8), _shapes(_model(None), 8),
+  params, notes = loading.adapt_params(helpers.random_params(_model(), 8), loading.param_shapes(_model(None), 8),
                                           keep_head=True, keep_pre_logits=False)
   assert 'head' not in params and notes == ['dropped head (32, 10): the model has none']
-  params, notes = loading.adapt_params(_random_params(_model(None), 8), _shapes(_model(4), 8),
+  params, notes = loading.adapt_params(helpers.random_params(_model(None), 8), loading.param_shapes(_model(4), 8),
                                           keep_head=False, keep_pre_logits=False)
   assert params['head']['kernel'].shape == (32, 4) and notes == ['added a zero head (32, 4)']
 
 
 def test_adapt_params_keeps_pre_logits_when_asked_and_the_model_has_them():
-  loaded = _random_params(_model(representation_size=16), 8)
-  target = _shapes(_model(num_classes=3, representation_size=16), 8)
+  loaded = helpers.random_params(_model(representation_size=16), 8)
+  target = loading.param_shapes(_model(num_classes=3, representation_size=16), 8)
   params, notes = loading.adapt_params(loaded, target, keep_head=False, keep_pre_logits=True)
   chex.assert_trees_all_equal(params['pre_logits'], loaded['pre_logits'])
   assert notes == ['replaced head (16, 10) with zeros (16, 3)']
@@ -180,26 +172,26 @@ def test_adapt_params_keeps_pre_logits_when_asked_and_the_model_has_them():
 ])
 def test_adapt_params_mismatch_is_a_one_line_error(loaded_model, image_size, target_model, kwargs,
                                                    message):
-  loaded = _random_params(_model(**loaded_model), image_size)
+  loaded = helpers.random_params(_model(**loaded_model), image_size)
   kwargs = {'keep_head': False, 'keep_pre_logits': True, **kwargs}
   with pytest.raises(ValueError, match=message) as error:
-    loading.adapt_params(loaded, _shapes(_model(**target_model), 16), **kwargs)
+    loading.adapt_params(loaded, loading.param_shapes(_model(**target_model), 16), **kwargs)
   assert '\n' not in str(error.value)
 
 
 def test_adapt_params_rejects_an_unknown_interpolation_even_without_resizing():
   with pytest.raises(ValueError, match=r"Unknown position embedding interpolation 'nearest'.*"
                      r'--config.posemb_interpolation=bilinear'):
-    loading.adapt_params(_random_params(_model(), 8), _shapes(_model(), 8), keep_head=True,
+    loading.adapt_params(helpers.random_params(_model(), 8), loading.param_shapes(_model(), 8), keep_head=True,
                             keep_pre_logits=False, posemb_method='nearest')
 
 
 def test_adapt_params_rejects_a_posemb_that_is_not_a_square_grid():
-  loaded = _random_params(_model(), 8)
+  loaded = helpers.random_params(_model(), 8)
   loaded['Transformer']['posembed_input']['pos_embedding'] = np.zeros((1, 7, 32), np.float32)
   with pytest.raises(ValueError, match=r'^Transformer/posembed_input/pos_embedding: checkpoint '
                      r'\(1, 7, 32\) vs model \(1, 17, 32\): the checkpoint is another architecture'):
-    loading.adapt_params(loaded, _shapes(_model(), 16), keep_head=True, keep_pre_logits=False)
+    loading.adapt_params(loaded, loading.param_shapes(_model(), 16), keep_head=True, keep_pre_logits=False)
 
 
 def test_find_checkpoint_of_a_workdir_without_one_is_a_clear_error(tmp_path):
@@ -266,7 +258,7 @@ def _images(n, size, seed=0):
 @pytest.mark.parametrize('classifier', ['token', 'gap'])
 def test_timm_reads_our_npz_with_equal_logits(tmp_path, classifier):
   model = _model(num_classes=5, classifier=classifier)
-  params = _random_params(model, 12)
+  params = helpers.random_params(model, 12)
   loading.save_npz(params, str(tmp_path / 'ours.npz'))
   reference = _timm_vit(classifier, 5, 12)
   reference.load_pretrained(str(tmp_path / 'ours.npz'))
@@ -286,7 +278,7 @@ def test_we_read_timm_weights_with_equal_logits(tmp_path, classifier):
   timm_to_npz(reference, str(tmp_path / 'timm.npz'))
   model = _model(num_classes=6, classifier=classifier)
   params, notes = loading.adapt_params(loading.load_npz(str(tmp_path / 'timm.npz')),
-                                          _shapes(model, 12), keep_head=True, keep_pre_logits=False)
+                                          loading.param_shapes(model, 12), keep_head=True, keep_pre_logits=False)
   assert notes == []
   images = _images(4, 12, seed=1)
   np.testing.assert_allclose(np.asarray(model.apply({'params': params}, images)),

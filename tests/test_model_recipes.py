@@ -16,8 +16,10 @@ import torch
 from flax import traverse_util
 from jax.sharding import PartitionSpec as P
 
+import helpers
 from vit_jax import sharding
 from vit_jax.models import VisionTransformer, encoder, loading, mpp, posemb, variants
+from vit_jax.models.loading import param_shapes
 
 TIMM_POOL = {'token': 'token', 'gap': 'avg', 'map': 'map'}
 
@@ -27,15 +29,6 @@ def _model(num_classes=None, **overrides) -> VisionTransformer:
                            **variants.get_model_config('ViT-testing_4', overrides))
 
 
-def _shapes(model, image_size):
-  images = jnp.zeros((1, image_size, image_size, 3))
-  return jax.eval_shape(model.init, jax.random.key(0), images)['params']
-
-
-def _random_params(model, image_size, seed=0):
-  """Every parameter random: a zero head, bias or probe would hide a layout bug."""
-  rng = np.random.RandomState(seed)
-  return jax.tree.map(lambda x: 0.3 * rng.randn(*x.shape).astype(np.float32), _shapes(model, image_size))
 
 
 def _flat(tree):
@@ -78,16 +71,16 @@ def _timm_out(model, images):
 
 def test_default_trees_are_the_original_ones():
   model = VisionTransformer(num_classes=1000, **variants.get_model_config('ViT-B_16'))
-  shapes = _shapes(model, 224)
+  shapes = param_shapes(model, 224)
   assert sorted(shapes) == ['Transformer', 'cls', 'embedding', 'head']
   assert sorted(shapes['Transformer']) == sorted(
       ['encoder_norm', 'posembed_input'] + [f'encoderblock_{i}' for i in range(12)])
   assert shapes['Transformer']['posembed_input']['pos_embedding'].shape == (1, 197, 768)
-  gap = _shapes(VisionTransformer(num_classes=10, **variants.get_model_config(
+  gap = param_shapes(VisionTransformer(num_classes=10, **variants.get_model_config(
       'ViT-B_16', {'classifier': 'gap'})), 224)
   assert sorted(gap) == ['Transformer', 'embedding', 'head'] and 'encoder_norm' in gap['Transformer']
   # Stochastic depth has no parameters.
-  assert _flat(_shapes(_model(drop_path_rate=0.3), 8)) == _flat(_shapes(_model(), 8))
+  assert _flat(param_shapes(_model(drop_path_rate=0.3), 8)) == _flat(param_shapes(_model(), 8))
 
 
 # Stochastic depth.
@@ -113,7 +106,7 @@ def test_drop_path_rates_are_timm_linspace():
 
 
 def test_drop_path_is_identity_at_eval_and_needs_no_key_without_it():
-  params = _random_params(_model(), 8)
+  params = helpers.random_params(_model(), 8)
   images = _images(4, 8)
   plain = _model().apply({'params': params}, images)
   np.testing.assert_array_equal(_model(drop_path_rate=0.5).apply({'params': params}, images), plain)
@@ -138,7 +131,7 @@ class _Scale(torch.nn.Module):
 def _drop_path_case():
   """Random parameters of a 3-block model, 256 images, and timm's features for each of the 16 ways
   to keep or drop the four branches of blocks 1 and 2 (rates 0, 0.25, 0.5: block 0 is never dropped)."""
-  params = _random_params(_model(num_layers=3), 8)
+  params = helpers.random_params(_model(num_layers=3), 8)
   images = _images(256, 8, seed=3)
   reference = _timm('token', depth=3, drop_path_rate=0.5)
   with tempfile.TemporaryDirectory() as tmp:
@@ -227,8 +220,8 @@ def test_sincos2d_model_is_the_learned_one_with_those_embeddings(classifier):
 
 def test_sincos2d_models_load_at_any_resolution_and_refuse_learned_checkpoints():
   fixed = _model(num_classes=3, posemb='sincos2d')
-  loaded = _random_params(fixed, 8)
-  params, notes = loading.adapt_params(loaded, _shapes(fixed, 16), keep_head=True, keep_pre_logits=False)
+  loaded = helpers.random_params(fixed, 8)
+  params, notes = loading.adapt_params(loaded, param_shapes(fixed, 16), keep_head=True, keep_pre_logits=False)
   assert notes == []
   jax.tree.map(np.testing.assert_array_equal, params, loaded)
   assert fixed.apply({'params': params}, _images(2, 16)).shape == (2, 3)
@@ -236,20 +229,20 @@ def test_sincos2d_models_load_at_any_resolution_and_refuse_learned_checkpoints()
   with pytest.raises(ValueError, match=r'^Transformer/posembed_input/pos_embedding: checkpoint '
                      r'\(1, 5, 32\) vs model none: the checkpoint has learned position embeddings; '
                      r'set --config.model.posemb=learn to match it$'):
-    loading.adapt_params(_random_params(learned, 8), _shapes(fixed, 8), keep_head=True,
+    loading.adapt_params(helpers.random_params(learned, 8), param_shapes(fixed, 8), keep_head=True,
                          keep_pre_logits=False)
   with pytest.raises(ValueError, match=r'^Transformer/posembed_input/pos_embedding: checkpoint none vs '
                      r'model \(1, 5, 32\): the checkpoint has no learned .*posemb=sincos2d'):
-    loading.adapt_params(loaded, _shapes(learned, 8), keep_head=True, keep_pre_logits=False)
+    loading.adapt_params(loaded, param_shapes(learned, 8), keep_head=True, keep_pre_logits=False)
 
 
 # GAP with fc_norm, and the MAP head.
 
 def test_fc_norm_and_map_trees():
-  gap = _flat(_shapes(_model(num_classes=7, classifier='gap', fc_norm=True), 8))
+  gap = _flat(param_shapes(_model(num_classes=7, classifier='gap', fc_norm=True), 8))
   assert gap['fc_norm/scale'] == (32,) and gap['fc_norm/bias'] == (32,)
   assert not any(k.startswith(('Transformer/encoder_norm', 'cls')) for k in gap)
-  head = _flat(_shapes(_model(num_classes=7, classifier='map'), 8))
+  head = _flat(param_shapes(_model(num_classes=7, classifier='map'), 8))
   map_head = {k: v for k, v in head.items() if k.startswith('MAPHead_0/')}
   attention = 'MAPHead_0/MultiHeadDotProductAttention_0'
   assert map_head == {
@@ -266,7 +259,7 @@ def test_fc_norm_and_map_trees():
 
 def test_map_head_is_split_over_the_tensor_axis_like_the_blocks():
   mesh = sharding.make_mesh((('fsdp', 4), ('tensor', 2)))
-  shapes = _flat(_shapes(_model(classifier='map'), 8))
+  shapes = _flat(param_shapes(_model(classifier='map'), 8))
   attention = 'MAPHead_0/MultiHeadDotProductAttention_0'
   expected = {f'{attention}/query/kernel': P('fsdp', 'tensor', None),
               f'{attention}/value/bias': P('tensor', 'fsdp'),
@@ -280,7 +273,7 @@ def test_map_head_is_split_over_the_tensor_axis_like_the_blocks():
 @pytest.mark.parametrize('classifier,fc_norm', [('gap', True), ('map', False), ('map', True)])
 def test_pooling_matches_timm_reading_our_weights(tmp_path, classifier, fc_norm):
   model = _model(num_classes=5, classifier=classifier, fc_norm=fc_norm)
-  params = _random_params(model, 8)
+  params = helpers.random_params(model, 8)
   reference = _timm_reading(params, tmp_path, classifier=classifier, fc_norm=fc_norm, num_classes=5)
   images = _images(4, 8)
   ours = np.asarray(model.apply({'params': params}, images))
@@ -299,7 +292,7 @@ def test_mpp_keeps_the_classifier_tree_with_fc_norm_and_sincos():
   images = _images(2, 8)
   variables = predictor.init({'params': jax.random.key(0), 'mpp': jax.random.key(1)}, images)
   tree = _flat(variables['params'])
-  assert set(tree) - set(_flat(_shapes(_model(**overrides), 8))) == {
+  assert set(tree) - set(_flat(param_shapes(_model(**overrides), 8))) == {
       'mask_token', 'mpp_head/kernel', 'mpp_head/bias'}
   logits, corrupted = predictor.apply(variables, images, rngs={'mpp': jax.random.key(2)})
   assert logits.shape == (2, 4, 512) and corrupted.shape == (2, 4)

@@ -161,7 +161,8 @@ def test_sgd_weight_decay_multipliers_are_l2_terms():
 TIMM_NAMES = ((r'^cls_token$', 'cls'), (r'^pos_embed$', 'Transformer/posembed_input/'),
               (r'^patch_embed\.backbone\.stem\.conv\.', 'conv_root/'),
               (r'^patch_embed\.backbone\.stem\.norm\.', 'gn_root/'),
-              (r'^patch_embed\.backbone\.stages\.0\.', 'block1/'), (r'^patch_embed\.proj\.', 'embedding/'), (r'^blocks\.(\d+)\.', r'Transformer/encoderblock_\1/'),
+              (r'^patch_embed\.backbone\.stages\.0\.', 'block1/'),
+              (r'^patch_embed\.proj\.', 'embedding/'), (r'^blocks\.(\d+)\.', r'Transformer/encoderblock_\1/'),
               (r'^norm\.', 'Transformer/encoder_norm/'), (r'^fc_norm\.', 'fc_norm/'),
               (r'^attn_pool\.', 'MAPHead_0/'), (r'^head\.', 'head/'))
 

@@ -45,6 +45,8 @@ def _recipe(name: str, data_dir: str, **overrides):
     node[field] = value
   for evaluator in config.evals.values():  # Held-out slices of the digits instead of the dataset's.
     evaluator.split, evaluator.every_steps = 'train[90%:]', 2
+    if 'dataset' in evaluator:  # Another dataset with the same classes (ImageNet-V2).
+      evaluator.dataset, evaluator.data_dir = 'digits', data_dir
   return config
 
 

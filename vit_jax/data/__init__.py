@@ -21,6 +21,7 @@ except RuntimeError:  # TF's devices were initialised before this import; that c
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from vit_jax.data.pipeline import DatasetInfo
+from vit_jax.data.pipeline import class_names
 from vit_jax.data.pipeline import eval_iterator
 from vit_jax.data.pipeline import get_info
 from vit_jax.data.pipeline import num_data_shards

@@ -89,6 +89,11 @@ def get_info(config: ml_collections.ConfigDict) -> DatasetInfo:
                      class_names=source.class_names)
 
 
+def class_names(config: ml_collections.ConfigDict) -> tuple[str, ...]:
+  """The classes of config.dataset, in label order; validates the data config."""
+  return _checked_source(config).class_names
+
+
 def num_examples(config: ml_collections.ConfigDict, split: str) -> int:
   """Examples in `split` (e.g. 'test', or a tfds slice such as 'train[90%:]'), all hosts together;
   validates the data config and the split name."""

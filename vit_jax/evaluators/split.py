@@ -1,5 +1,5 @@
-"""The task's own metrics (top-1, top-5, loss) over every example of a split, e.g. the test split or a
-minival held out of train."""
+"""The task's own metrics (top-1, top-5, loss) over every example of a split, e.g. the test split, a
+minival held out of train, or a split of another dataset with the same classes (ImageNet-V2)."""
 import functools
 from typing import Any, Callable
 
@@ -35,11 +35,32 @@ class SplitEvaluator:
             'loss': float(totals['loss_sum']) / count}
 
 
+def _other_dataset(name: str, fields: ml_collections.ConfigDict,
+                   context: Context) -> ml_collections.ConfigDict:
+  """The run's config reading `fields.dataset` (in `fields.data_dir`, default the run's) instead, e.g.
+  ImageNet-V2 beside ImageNet; its classes must be the run's, in the same order."""
+  config = context.config.copy_and_resolve_references()
+  config.dataset = fields.dataset
+  config.data_dir = fields.get('data_dir') or config.data_dir
+  names = data.class_names(config)
+  if names != context.info.class_names:
+    raise ValueError(f'Evaluator {name!r}: dataset {fields.dataset!r} has {len(names)} classes '
+                     f'({", ".join(names[:3])}...), not the run\'s {context.info.num_classes} '
+                     f'({", ".join(context.info.class_names[:3])}...) in the same order: evaluate on '
+                     'a dataset with the same label set')
+  return config
+
+
 def build(name: str, fields: ml_collections.ConfigDict, context: Context) -> SplitEvaluator:
-  check_fields(name, fields, ('split', 'every_steps'))
+  check_fields(name, fields, ('split', 'every_steps', 'dataset', 'data_dir'))
   if fields.type != context.config.task:
     raise ValueError(f'Evaluator {name!r} of type {fields.type!r} measures a {fields.type} model, but '
                      f'config.task={context.config.task!r}: use type={context.config.task!r}')
-  context.count(fields.split)  # A split that does not exist fails here.
-  return SplitEvaluator(name, fields.every_steps, config=context.config, split=fields.split,
+  if fields.get('dataset'):
+    config = _other_dataset(name, fields, context)
+    data.num_examples(config, fields.split)  # A split that does not exist fails here.
+  else:
+    config = context.config
+    context.count(fields.split)
+  return SplitEvaluator(name, fields.every_steps, config=config, split=fields.split,
                         eval_step=context.task.eval_step, model=context.model, mesh=context.mesh)

@@ -168,6 +168,11 @@ def check_config(optim: ml_collections.ConfigDict) -> None:
                      '(unset: off)')
 
 
+def names_parameters(optim: ml_collections.ConfigDict) -> bool:
+  """Whether config.optim has regexes over parameter paths, which `check_param_groups` must see."""
+  return bool(optim.lr_mults or optim.wd_mults or optim.frozen)
+
+
 def check_param_groups(config: ml_collections.ConfigDict, params: Any) -> None:
   """One-line errors for parameter groups that do not fit the model: a regex of lr_mults, wd_mults or
   frozen that matches no parameter (a typo), or frozen blocks that a scanned model stacks with

@@ -106,7 +106,8 @@ def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
   steps = total_steps(config, info)
   optim.make_optimizer(config, steps)  # Validates the optimizer and its schedule.
   model = task.make_model(config, info.num_classes)
-  param_groups.check_param_groups(config, loading.param_shapes(model, config.image_size))
+  if param_groups.names_parameters(config.optim):  # Tracing the model's init costs start-up time.
+    param_groups.check_param_groups(config, loading.param_shapes(model, config.image_size))
   built = evaluators.make_evaluators(evaluators.Context(config, info, task, model, mesh))
   init_params = run_dir.load_init_params(config, model) if config.init_from else None
   workdir = paths.absolute(workdir)

@@ -25,6 +25,9 @@ def get_config():
   config.evals.minival = dict(type='classification', split='train[99%:]', every_steps=2500)
   # ImageNet-V2 (tfds imagenet_v2, prepared beside imagenet2012): the same classes, new images.
   config.evals.v2 = dict(type='classification', dataset='imagenet_v2', split='test', every_steps=2500)
+  # ImageNet-ReaL (tfds imagenet2012_real): the validation images' reassessed label sets.
+  config.evals.real = dict(type='real', dataset='imagenet2012_real', split='validation',
+                           every_steps=2500)
   config.image_size = 224
   config.shuffle_buffer = 250_000
   config.pp.crop = 'inception'

@@ -1,14 +1,59 @@
-"""An evaluator on a split of another dataset with the same classes (as ImageNet-V2 beside ImageNet)."""
+"""Evaluators on another dataset with the run's classes: a split of it (as ImageNet-V2 beside ImageNet),
+and multi-label top-1 (as ImageNet-ReaL)."""
+from etils import epath
+import jax
 import numpy as np
 import pytest
+import tensorflow_datasets as tfds
 from PIL import Image
 
 import helpers
+from vit_jax import data, evaluators, sharding, tasks
+from vit_jax.data import digits, preprocess
 from vit_jax.train import loop, setup as train_setup
+
+VALIDATION_IMAGES, VALIDATION_LABELS = digits.split_arrays()['test']
+
+
+def real_label_set(key: int, label: int) -> list[int]:
+  """A ReaL-like label set: none for some images (they are skipped), two classes, another class than
+  the original label, or the original label alone."""
+  return [[], [label, (label + 1) % 10], [(label + 2) % 10], [label]][key % 4]
+
+
+class RealDigits(digits.VitJaxDigits, skip_registration=True):
+  """The digits test split laid out as tfds' imagenet2012_real: 'original_label' and a Sequence of
+  ClassLabel 'real_label', no 'label'."""
+  pkg_dir_path = epath.Path(__file__).parent
+
+  def _info(self) -> tfds.core.DatasetInfo:
+    classes = [str(d) for d in range(10)]
+    return self.dataset_info_from_configs(features=tfds.features.FeaturesDict({
+        'image': tfds.features.Image(shape=(8, 8, 3)),
+        'original_label': tfds.features.ClassLabel(names=classes),
+        'real_label': tfds.features.Sequence(tfds.features.ClassLabel(names=classes)),
+    }))
+
+  def _split_generators(self, dl_manager):
+    del dl_manager
+    return {'validation': self._generate_examples(VALIDATION_IMAGES, VALIDATION_LABELS)}
+
+  def _generate_examples(self, images, labels):
+    for key, (image, label) in enumerate(zip(images, labels)):
+      yield key, {'image': image, 'original_label': label,
+                  'real_label': real_label_set(key, int(label))}
+
+
+@pytest.fixture(scope='module')
+def real_dir(tmp_path_factory):
+  path = str(tmp_path_factory.mktemp('real_digits'))
+  RealDigits(data_dir=path, file_format='array_record').download_and_prepare(
+      download_config=tfds.download.DownloadConfig(try_download_gcs=False))
+  return path
 
 
 def test_another_dataset_with_the_same_classes_measures_the_same_images_alike(
-    tmp_path, data_dir, sorted_digits_folder):
+    tmp_path, data_dir, sorted_digits_folder, real_dir):
   # The run reads the digits as an image folder; the extra evaluator reads the same test images from the
   # tfds digits: the same pixels, so the same metrics.
   config = helpers.load_config('demo', {**helpers.TINY, 'dataset': 'folder',
@@ -16,9 +61,11 @@ def test_another_dataset_with_the_same_classes_measures_the_same_images_alike(
                                        'eval_every_steps': 4})
   config.evals.digits_test = dict(type='classification', dataset='digits', data_dir=data_dir,
                                   split='test', every_steps=4)
+  config.evals.real = dict(type='real', dataset='real_digits', data_dir=real_dir, every_steps=4)
   metrics = loop.train_and_evaluate(train_setup.prepare(config, str(tmp_path / 'run')))
   assert metrics['digits_test_top1'] == pytest.approx(metrics['eval_top1'])
   assert metrics['digits_test_loss'] == pytest.approx(metrics['eval_loss'], rel=1e-5)
+  assert 0.0 <= metrics['real_top1'] <= metrics['real_top5'] <= 1.0
 
 
 def test_another_dataset_with_other_classes_is_a_one_line_error(tmp_path, data_dir):
@@ -33,3 +80,59 @@ def test_another_dataset_with_other_classes_is_a_one_line_error(tmp_path, data_d
                                        r"\(cat, dog, eel\.\.\.\), not the run's 10") as error:
     train_setup.prepare(config, str(tmp_path / 'run'))
   assert '\n' not in str(error.value) and not (tmp_path / 'run').exists()
+
+
+@pytest.mark.parametrize('eval_batch_size', [64, 8])  # 360 examples: padding rows, or none.
+def test_real_top1_is_the_prediction_in_the_label_set_over_labelled_images(
+    data_dir, real_dir, eval_batch_size):
+  config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': data_dir,
+                                       'eval_batch_size': eval_batch_size, 'mesh': [('data', 8)]})
+  config.evals.real = dict(type='real', dataset='real_digits', data_dir=real_dir, every_steps=4)
+  info = data.get_info(config)
+  task = tasks.get(config.task)
+  model = task.make_model(config, info.num_classes)
+  context = evaluators.Context(config, info, task, model, sharding.make_mesh(config.mesh))
+  real, = [e for e in evaluators.make_evaluators(context) if e.name == 'real']
+  params = helpers.random_params(model, config.image_size)
+  metrics = real(params)
+
+  # timm's RealLabelsImagenet, in NumPy, on logits of the same images applied one batch at a time.
+  images = np.stack([preprocess.eval_preprocess(image, pp_eval=config.pp_eval,
+                                                image_size=config.image_size).numpy()
+                     for image in VALIDATION_IMAGES])
+  logits = np.asarray(jax.jit(lambda x: model.apply({'params': params}, x, train=False))(images))
+  top5 = np.argsort(-logits, axis=-1)[:, :5]
+  label_sets = [real_label_set(key, int(label)) for key, label in enumerate(VALIDATION_LABELS)]
+  labelled = [(p, s) for p, s in zip(top5, label_sets) if s]
+  assert len(labelled) == 270
+  assert metrics['top1'] == pytest.approx(np.mean([p[0] in s for p, s in labelled]))
+  assert metrics['top5'] == pytest.approx(np.mean([any(c in s for c in p) for p, s in labelled]))
+  # The test tells: counting the unlabelled images, or the original labels, gives another number.
+  assert metrics['top1'] != pytest.approx(np.mean([p[0] in s for p, s in zip(top5, label_sets)]))
+  assert metrics['top1'] != pytest.approx(np.mean(top5[:, 0] == VALIDATION_LABELS))
+
+  # On a single-label feature, every image has a set of one: the usual top-1.
+  config.evals.real.label_feature = 'original_label'
+  real, = [e for e in evaluators.make_evaluators(context) if e.name == 'real']
+  assert real(params)['top1'] == pytest.approx(np.mean(top5[:, 0] == VALIDATION_LABELS))
+
+
+@pytest.mark.parametrize('where, error', [
+    ({'dataset': 'digits'}, r"^Dataset 'vit_jax_digits' has features \['image', 'label'\]: vit_jax "
+                            r"needs .* feature 'real_label'$"),
+    ({'dataset': 'folder'}, r"^An image folder has one class an image, not a label feature "
+                            r"'real_label': read it from a tensorflow_datasets dataset that has it$"),
+    ({'task': 'mpp'}, r"^Evaluator 'real' of type 'real' measures a classifier, but "
+                      r"config.task='mpp': drop config.evals.real$"),
+    ({'label_feature': 'file_name'}, r"^Dataset 'real_digits' has features .*: vit_jax needs .* "
+                                     r"feature 'file_name'$"),
+])
+def test_real_on_a_dataset_without_label_sets_is_a_one_line_error(tmp_path, data_dir, real_dir, where,
+                                                                   error):
+  config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': data_dir,
+                                       'task': where.pop('task', 'classification')})
+  config.evals.real = {'type': 'real', 'dataset': 'real_digits', 'data_dir': real_dir,
+                       'every_steps': 4, **where}
+  with pytest.raises(ValueError, match=error) as raised:
+    train_setup.prepare(config, str(tmp_path / 'run'))
+  assert '\n' not in str(raised.value) and not (tmp_path / 'run').exists()

@@ -47,6 +47,8 @@ def _recipe(name: str, data_dir: str, **overrides):
     evaluator.split, evaluator.every_steps = 'train[90%:]', 2
     if 'dataset' in evaluator:  # Another dataset with the same classes (ImageNet-V2).
       evaluator.dataset, evaluator.data_dir = 'digits', data_dir
+    if evaluator.type == 'real':  # The digits have one label an image: sets of one.
+      evaluator.label_feature = 'label'
   return config
 
 

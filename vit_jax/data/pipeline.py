@@ -42,34 +42,40 @@ class Source(Protocol):
     'label', keeping the rest."""
 
 
-def _digits(config: ml_collections.ConfigDict) -> Source:
-  return tfds_source.TfdsSource(digits.prepared_builder(config.data_dir))
+def _digits(config: ml_collections.ConfigDict, label_feature: str) -> Source:
+  return tfds_source.TfdsSource(digits.prepared_builder(config.data_dir), label_feature)
 
 
-def _folder(config: ml_collections.ConfigDict) -> Source:
+def _folder(config: ml_collections.ConfigDict, label_feature: str) -> Source:
+  if label_feature != 'label':
+    raise ValueError(f"An image folder has one class an image, not a label feature {label_feature!r}: "
+                     'read it from a tensorflow_datasets dataset that has it')
   if not config.data_dir:
     raise ValueError("config.dataset='folder' needs config.data_dir: set it to a root with "
                      f'{config.train_split}/ and {config.eval_split}/ sub-folders of class folders')
   return folder.FolderSource(config.data_dir, config.train_split)
 
 
-def _tfds(config: ml_collections.ConfigDict) -> Source:
-  return tfds_source.TfdsSource(tfds_source.prepared_builder(config.dataset, config.data_dir))
+def _tfds(config: ml_collections.ConfigDict, label_feature: str) -> Source:
+  return tfds_source.TfdsSource(tfds_source.prepared_builder(config.dataset, config.data_dir),
+                                label_feature)
 
 
-# config.dataset -> its Source; any other name is a tensorflow_datasets name.
-SOURCES: dict[str, Callable[[ml_collections.ConfigDict], Source]] = {
+# config.dataset -> its Source, reading the given label feature; any other name is a
+# tensorflow_datasets name.
+SOURCES: dict[str, Callable[[ml_collections.ConfigDict, str], Source]] = {
     'digits': _digits,
     'folder': _folder,
 }
 
 
-def make_source(config: ml_collections.ConfigDict) -> Source:
-  """The source named by config.dataset; raises a one-line ValueError that says what to fix."""
-  return SOURCES.get(config.dataset, _tfds)(config)
+def make_source(config: ml_collections.ConfigDict, label_feature: str = 'label') -> Source:
+  """The source named by config.dataset, its labels read from `label_feature` (a tfds feature);
+  raises a one-line ValueError that says what to fix."""
+  return SOURCES.get(config.dataset, _tfds)(config, label_feature)
 
 
-def _checked_source(config: ml_collections.ConfigDict) -> Source:
+def _checked_source(config: ml_collections.ConfigDict, label_feature: str = 'label') -> Source:
   """The source of a validated data config."""
   if config.image_size < 1:
     raise ValueError(f'config.image_size={config.image_size} must be a positive number of pixels')
@@ -77,7 +83,7 @@ def _checked_source(config: ml_collections.ConfigDict) -> Source:
     raise ValueError(f'config.shuffle_buffer={config.shuffle_buffer} must be >= 1 records')
   preprocess.check_pp(config.pp)
   preprocess.check_pp_eval(config.pp_eval)
-  return make_source(config)
+  return make_source(config, label_feature)
 
 
 def get_info(config: ml_collections.ConfigDict) -> DatasetInfo:
@@ -89,15 +95,15 @@ def get_info(config: ml_collections.ConfigDict) -> DatasetInfo:
                      class_names=source.class_names)
 
 
-def class_names(config: ml_collections.ConfigDict) -> tuple[str, ...]:
-  """The classes of config.dataset, in label order; validates the data config."""
-  return _checked_source(config).class_names
+def class_names(config: ml_collections.ConfigDict, label_feature: str = 'label') -> tuple[str, ...]:
+  """The classes of config.dataset's `label_feature`, in label order; validates the data config."""
+  return _checked_source(config, label_feature).class_names
 
 
-def num_examples(config: ml_collections.ConfigDict, split: str) -> int:
+def num_examples(config: ml_collections.ConfigDict, split: str, label_feature: str = 'label') -> int:
   """Examples in `split` (e.g. 'test', or a tfds slice such as 'train[90%:]'), all hosts together;
-  validates the data config and the split name."""
-  return _checked_source(config).examples(split).num_records
+  validates the data config, the label feature and the split name."""
+  return _checked_source(config, label_feature).examples(split).num_records
 
 
 def num_eval_batches(num_eval: int, *, local_batch_size: int, process_count: int = 1) -> int:
@@ -175,29 +181,30 @@ def _shard_stream(config: ml_collections.ConfigDict, source: Source, shard: int,
 
 
 def eval_iterator(config: ml_collections.ConfigDict, split: str, *, local_batch_size: int,
-                  process_index: int = 0,
-                  process_count: int = 1) -> Iterator[dict[str, np.ndarray]]:
+                  process_index: int = 0, process_count: int = 1,
+                  label_feature: str = 'label') -> Iterator[dict[str, np.ndarray]]:
   """One unaugmented pass over this host's shard of `split`: full batches {'image', 'label', 'mask'}.
 
   `split` is any split of the dataset (e.g. config.eval_split, or config.train_split for few-shot
   features). 'mask' (bool [b]) is False on padding rows. Every host yields `num_eval_batches(...)`
   batches, so hosts with a smaller shard (or skipped unreadable files) still join every collective.
+  A multi-label `label_feature` (a tfds Sequence of ClassLabel, as ImageNet-ReaL's 'real_label')
+  gives 'labels' (multi-hot bool [b, classes]) instead of 'label'.
   """
-  source = _checked_source(config)
+  source = _checked_source(config, label_feature)
   num_batches = num_eval_batches(source.examples(split).num_records,
                                  local_batch_size=local_batch_size, process_count=process_count)
 
   def prepare(example):
     image = preprocess.eval_preprocess(example['image'], pp_eval=config.pp_eval,
                                        image_size=config.image_size)
-    return {'image': image, 'label': example['label'], 'mask': tf.constant(True)}
+    labels = {k: example[k] for k in ('label', 'labels') if k in example}
+    return {'image': image, **labels, 'mask': tf.constant(True)}
 
-  size = config.image_size
-  padding = tf.data.Dataset.from_tensors({
-      'image': tf.zeros([size, size, 3], tf.float32),
-      'label': tf.constant(0, tf.int32),
-      'mask': tf.constant(False)}).repeat()
   ds = source.load(order.in_order(source.examples(split, process_index, process_count)))
-  ds = ds.map(prepare, num_parallel_calls=tf.data.AUTOTUNE).concatenate(padding)
+  ds = ds.map(prepare, num_parallel_calls=tf.data.AUTOTUNE)
+  # Padding rows: zeros (no labels) and mask False.
+  padding = tf.nest.map_structure(lambda spec: tf.zeros(spec.shape, spec.dtype), ds.element_spec)
+  ds = ds.concatenate(tf.data.Dataset.from_tensors(padding).repeat())
   ds = ds.take(num_batches * local_batch_size).batch(local_batch_size)
   return _as_numpy(ds.prefetch(tf.data.AUTOTUNE))

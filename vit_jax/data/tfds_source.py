@@ -34,7 +34,10 @@ def prepared_builder(name: str, data_dir: str | None) -> tfds.core.DatasetBuilde
 
 
 class TfdsSource:
-  """A prepared tfds dataset with an 'image' feature and a ClassLabel 'label' feature.
+  """A prepared tfds dataset with an 'image' feature and a label feature, by default 'label'.
+
+  The label feature is a ClassLabel (one class an image: 'label', int32) or a Sequence of ClassLabel
+  (a set of classes an image, as ImageNet-ReaL's 'real_label': 'labels', multi-hot bool [classes]).
 
   Records are the serialized examples, read from the prepared files directly: by index where the
   dataset was prepared as ArrayRecord (random access: train shards are strided, so each holds every
@@ -46,16 +49,20 @@ class TfdsSource:
   so a slice is a random sample of the split.
   """
 
-  def __init__(self, builder: tfds.core.DatasetBuilder):
+  def __init__(self, builder: tfds.core.DatasetBuilder, label_feature: str = 'label'):
     features = dict(builder.info.features)
+    label = features.get(label_feature)
+    self._multi_label = (isinstance(label, tfds.features.Sequence)
+                         and isinstance(label.feature, tfds.features.ClassLabel))
     if not (isinstance(features.get('image'), tfds.features.Image)
-            and isinstance(features.get('label'), tfds.features.ClassLabel)):
+            and (isinstance(label, tfds.features.ClassLabel) or self._multi_label)):
       raise ValueError(
-          f'Dataset {builder.name!r} has features {sorted(features)}: vit_jax needs an '
-          f"Image feature 'image' and a ClassLabel feature 'label'")
+          f'Dataset {builder.name!r} has features {sorted(features)}: vit_jax needs an Image feature '
+          f"'image' and a ClassLabel (or Sequence of ClassLabel) feature {label_feature!r}")
     self._builder = builder
+    self._label_feature = label_feature
     self._random_access = builder.info.file_format == tfds.core.FileFormat.ARRAY_RECORD
-    self.class_names = tuple(features['label'].names)
+    self.class_names = tuple((label.feature if self._multi_label else label).names)
     self._data_sources = {}
 
   def _split_info(self, split) -> tfds.core.SplitInfo:
@@ -107,13 +114,21 @@ class TfdsSource:
     return self._files(split, shard, num_shards)
 
   def load(self, ds: tf.data.Dataset) -> tf.data.Dataset:
-    """Parses each 'record' into 'label' (int32) and 'image' (decoded, uint8 [h, w, 3])."""
+    """Parses each 'record' into its decoded 'image' (uint8 [h, w, 3]) and its 'label' (int32), or
+    for a Sequence label feature its 'labels' (multi-hot bool [classes]; none set for an image
+    without labels)."""
     features = self._builder.info.features
+    num_classes = len(self.class_names)
 
     def parse(example):
       rest = {k: v for k, v in example.items() if k != 'record'}
       parsed = features.deserialize_example(
           example['record'], decoders={'image': tfds.decode.SkipDecoding()})
-      return {**rest, 'image': preprocess.decode(parsed['image']),
-              'label': tf.cast(parsed['label'], tf.int32)}
+      label = tf.cast(parsed[self._label_feature], tf.int32)
+      if self._multi_label:
+        counts = tf.math.bincount(label, minlength=num_classes, maxlength=num_classes)
+        labels = {'labels': tf.ensure_shape(counts, [num_classes]) > 0}
+      else:
+        labels = {'label': label}
+      return {**rest, 'image': preprocess.decode(parsed['image']), **labels}
     return ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE)

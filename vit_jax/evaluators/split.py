@@ -12,13 +12,18 @@ from vit_jax import data, sharding
 from vit_jax.evaluators.base import Context, check_fields
 
 
+# A metric -> the sum of `eval_step` it is the mean of; an eval step returns some of them, and 'count'.
+METRIC_SUMS = {'top1': 'correct', 'top5': 'correct_top5', 'loss': 'loss_sum'}
+
+
 class SplitEvaluator:
-  """Top-1, top-5 and loss of `eval_step`'s sums over one pass of `split` (eval preprocessing)."""
+  """Means of `eval_step`'s sums (METRIC_SUMS) over one pass of `split` (eval preprocessing)."""
 
   def __init__(self, name: str, every_steps: int, *, config: ml_collections.ConfigDict, split: str,
-               eval_step: Callable, model: Any, mesh: Mesh):
+               eval_step: Callable, model: Any, mesh: Mesh, label_feature: str = 'label'):
     self.name, self.every_steps = name, every_steps
     self._config, self._split, self._mesh = config, split, mesh
+    self._label_feature = label_feature
     self._eval_fn = jax.jit(functools.partial(eval_step, model=model))
 
   def __call__(self, params: Any) -> dict[str, float]:
@@ -26,25 +31,25 @@ class SplitEvaluator:
     totals = None
     for batch in data.eval_iterator(self._config, self._split, local_batch_size=local_batch,
                                     process_index=jax.process_index(),
-                                    process_count=jax.process_count()):
+                                    process_count=jax.process_count(),
+                                    label_feature=self._label_feature):
       sums = self._eval_fn(params, sharding.global_batch(batch, self._mesh))
       totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
     totals = jax.device_get(totals)
     count = max(float(totals['count']), 1.0)
-    return {'top1': float(totals['correct']) / count, 'top5': float(totals['correct_top5']) / count,
-            'loss': float(totals['loss_sum']) / count}
+    return {metric: float(totals[key]) / count for metric, key in METRIC_SUMS.items() if key in totals}
 
 
-def _other_dataset(name: str, fields: ml_collections.ConfigDict,
-                   context: Context) -> ml_collections.ConfigDict:
-  """The run's config reading `fields.dataset` (in `fields.data_dir`, default the run's) instead, e.g.
-  ImageNet-V2 beside ImageNet; its classes must be the run's, in the same order."""
+def other_dataset(name: str, dataset: str, data_dir: str | None, context: Context,
+                  label_feature: str = 'label') -> ml_collections.ConfigDict:
+  """The run's config reading `dataset` (in `data_dir`, default the run's) instead, e.g. ImageNet-V2
+  beside ImageNet; the classes of its `label_feature` must be the run's, in the same order."""
   config = context.config.copy_and_resolve_references()
-  config.dataset = fields.dataset
-  config.data_dir = fields.get('data_dir') or config.data_dir
-  names = data.class_names(config)
+  config.dataset = dataset
+  config.data_dir = data_dir or config.data_dir
+  names = data.class_names(config, label_feature)
   if names != context.info.class_names:
-    raise ValueError(f'Evaluator {name!r}: dataset {fields.dataset!r} has {len(names)} classes '
+    raise ValueError(f'Evaluator {name!r}: dataset {dataset!r} has {len(names)} classes '
                      f'({", ".join(names[:3])}...), not the run\'s {context.info.num_classes} '
                      f'({", ".join(context.info.class_names[:3])}...) in the same order: evaluate on '
                      'a dataset with the same label set')
@@ -57,7 +62,7 @@ def build(name: str, fields: ml_collections.ConfigDict, context: Context) -> Spl
     raise ValueError(f'Evaluator {name!r} of type {fields.type!r} measures a {fields.type} model, but '
                      f'config.task={context.config.task!r}: use type={context.config.task!r}')
   if fields.get('dataset'):
-    config = _other_dataset(name, fields, context)
+    config = other_dataset(name, fields.dataset, fields.get('data_dir'), context)
     data.num_examples(config, fields.split)  # A split that does not exist fails here.
   else:
     config = context.config

@@ -15,9 +15,15 @@ must not grow with the step (the order is skipped arithmetically). Compare the i
 benchmarks/train_step.py's at the same image size and batch: the input pipeline must outrun the train
 step or the step waits for data.
 """
-import argparse
-import os
+import os  # pylint: disable=g-bad-import-order
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from vit_jax import allocator  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+allocator.use_mimalloc()  # Before anything allocates: the train step's memory stays mapped on CPU.
+
+import argparse
 import tempfile
 import time
 
@@ -25,7 +31,6 @@ import numpy as np
 from PIL import Image
 import tensorflow_datasets as tfds
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from vit_jax import data  # pylint: disable=wrong-import-position
 from vit_jax import defaults  # pylint: disable=wrong-import-position
 from vit_jax.data import digits  # pylint: disable=wrong-import-position

@@ -5,16 +5,21 @@
 Prints one row per mesh: the train state (float32 parameters and AdamW moments) that the largest-loaded
 device holds, and its fraction of the replicated (pure data-parallel) figure.
 """
+import os  # pylint: disable=g-bad-import-order
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from vit_jax import allocator  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+allocator.use_mimalloc()  # Before anything allocates: the train step's memory stays mapped on CPU.
+
 import argparse
 import functools
-import os
-import sys
 
 import jax
 import ml_collections
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from vit_jax import defaults, optim, sharding  # pylint: disable=wrong-import-position
 from vit_jax.tasks import classification  # pylint: disable=wrong-import-position
 from vit_jax.train import state as train_state  # pylint: disable=wrong-import-position

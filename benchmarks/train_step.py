@@ -12,22 +12,31 @@ pass. One markdown row per framework: images/s at the median and at the fastest 
 compile s, model TFLOP/s and MFU at the median, peak memory. Model FLOPs are the analytic count of
 `vit_flops` (training: 3x the forward pass), printed beside XLA's cost analysis of the compiled program.
 
-`--peer=timm` builds timm's VisionTransformer of the same shape in PyTorch in the same process, with as
-many threads as JAX's CPU client, and times it (forward, backward, clipping, AdamW; or forward under
+`--peer=timm` builds timm's VisionTransformer of the same shape in PyTorch, with as many threads as JAX's
+CPU client, each as its users run it: ours with mimalloc preloaded (vit_jax/allocator.py), timm in a
+child process with the C library's malloc (`--peer-allocator=same`: in this process, with ours), and times it (forward, backward, clipping, AdamW; or forward under
 `torch.inference_mode()`) in rounds that alternate with ours, so both see the same load on a shared
 machine. The fastest step is what each does with the machine to itself; on a busy machine the medians
 mostly measure the neighbours.
 """
+import os  # pylint: disable=g-bad-import-order
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from vit_jax import allocator  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+allocator.use_mimalloc()  # Before anything allocates: the train step's memory stays mapped on CPU.
+
 import argparse
 import ast
 import collections
 import functools
 import glob
-import os
+import json
 import re
 import resource
 import statistics
-import sys
+import subprocess
 import tempfile
 import time
 from typing import Any, Callable
@@ -37,7 +46,6 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from vit_jax import defaults  # pylint: disable=wrong-import-position
 from vit_jax import optim, sharding  # pylint: disable=wrong-import-position
 from vit_jax.tasks import classification  # pylint: disable=wrong-import-position
@@ -95,7 +103,10 @@ def gemm_tflops(dtype: str, sizes: tuple[int, ...] = (1024, 2048, 4096), repeats
 
 
 def max_rss_gb() -> float:
-  return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # Linux: kilobytes.
+  """The process's peak resident memory. VmHWM, not ru_maxrss, which keeps the parent's peak in a
+  child process and the peak before an exec."""
+  with open('/proc/self/status') as status:
+    return next(int(line.split()[1]) for line in status if line.startswith('VmHWM:')) / 2**20  # kB
 
 
 def peak_memory() -> str:
@@ -186,6 +197,10 @@ class Timm:
                                        weight_decay=0.1)
     self.dtype = getattr(torch, config.dtype)
 
+  def run(self, n: int, kernel: collections.Counter | None = None) -> list[float]:
+    self.max_rss_gb = max_rss_gb()
+    return time_steps(self.step, n, kernel)
+
   def step(self) -> None:
     torch = self.torch
     with torch.autocast('cpu', dtype=self.dtype, enabled=self.dtype != torch.float32):
@@ -200,12 +215,55 @@ class Timm:
           self.net(self.images)
 
 
-def time_steps(step: Callable[[], None], n: int) -> list[float]:
+class PeerProcess:
+  """The peer in a child process with the C library's malloc, as its users run it; it times `n` steps
+  when asked, so its rounds still alternate with ours."""
+
+  def __init__(self):
+    env = {k: v for k, v in os.environ.items() if k != 'LD_PRELOAD'}
+    env[allocator.OPT_OUT] = 'system'
+    self._child = subprocess.Popen([sys.executable, *sys.orig_argv[1:], '--serve-peer'], env=env,
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    self.max_rss_gb = 0.0
+
+  def run(self, n: int, kernel: collections.Counter | None = None) -> list[float]:
+    self._child.stdin.write(f'{n}\n')
+    self._child.stdin.flush()
+    while not (line := self._child.stdout.readline()).startswith(_PEER_REPLY):
+      if not line:
+        raise RuntimeError(f'The peer process ended with status {self._child.wait()}')
+    reply = json.loads(line[len(_PEER_REPLY):])
+    if kernel is not None:
+      kernel.update(faults=reply['faults'], sys_s=reply['sys_s'])
+    self.max_rss_gb = reply['max_rss_gb']
+    return reply['times']
+
+
+_PEER_REPLY = 'peer: '
+
+
+def serve_peer(peer: 'Timm') -> None:
+  """The child's side of PeerProcess: reads a number of steps a line, answers with their timings."""
+  for line in sys.stdin:
+    kernel = collections.Counter(faults=0, sys_s=0.0)
+    times = time_steps(peer.step, int(line), kernel)
+    print(_PEER_REPLY + json.dumps({'times': times, 'max_rss_gb': max_rss_gb(), **kernel}), flush=True)
+
+
+def time_steps(step: Callable[[], None], n: int,
+               kernel: collections.Counter | None = None) -> list[float]:
+  """Wall seconds of each of `n` steps; adds the process's minor page faults and system CPU seconds
+  over them to `kernel` ('faults', 'sys_s'), where the kernel's time goes when memory is re-mapped."""
   times = []
+  before = resource.getrusage(resource.RUSAGE_SELF)
   for _ in range(n):
     start = time.perf_counter()
     step()
     times.append(time.perf_counter() - start)
+  if kernel is not None:
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    kernel['faults'] += after.ru_minflt - before.ru_minflt
+    kernel['sys_s'] += after.ru_stime - before.ru_stime
   return times
 
 
@@ -242,12 +300,13 @@ def profile(ours: Ours, steps: int, top: int) -> None:
 
 
 HEADER = ('| framework | variant | px | batch | dtype | mode | devices | fast paths | img/s (median) | '
-          'img/s (fastest) | step ms (median) | compile s | model TFLOP/s | MFU | peak memory |\n'
-          '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|')
+          'img/s (fastest) | step ms (median) | compile s | model TFLOP/s | MFU | peak memory | '
+          'faults/step | sys s/step |\n'
+          '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|')
 
 
 def row(name: str, args: argparse.Namespace, times: list[float], compile_s: str, flops: float,
-        peak: float | None, memory: str) -> str:
+        peak: float | None, memory: str, kernel: collections.Counter) -> str:
   step_s = statistics.median(times)
   tflops = flops * args.batch / step_s / 1e12
   mfu = f'{100 * tflops / peak:.1f}%' if peak else 'n/a'
@@ -259,7 +318,8 @@ def row(name: str, args: argparse.Namespace, times: list[float], compile_s: str,
     devices, fast = '-', 'timm defaults'
   return (f'| {name} | {args.variant} | {args.image_size} | {args.batch} | {args.dtype} | {args.mode} '
           f'| {devices} | {fast or "-"} | {args.batch / step_s:.2f} | {args.batch / min(times):.2f} | '
-          f'{1000 * step_s:.0f} | {compile_s} | {tflops:.3f} | {mfu} | {memory} |')
+          f'{1000 * step_s:.0f} | {compile_s} | {tflops:.3f} | {mfu} | {memory} | '
+          f'{kernel["faults"] / len(times):.0f} | {kernel["sys_s"] / len(times):.2f} |')
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -274,6 +334,10 @@ def make_parser() -> argparse.ArgumentParser:
   parser.add_argument('--remat', default=None, choices=variants.REMAT_POLICIES)
   parser.add_argument('--scan', action='store_true')
   parser.add_argument('--peer', default=None, choices=('timm',))
+  parser.add_argument('--peer-allocator', default='system', choices=('system', 'same'),
+                      help="the peer's malloc: the C library's in a child process, as timm's users "
+                      'run it, or the same as ours, in this process')
+  parser.add_argument('--serve-peer', action='store_true', help=argparse.SUPPRESS)
   parser.add_argument('--warmup', type=int, default=2, help='untimed steps of each, after compiling')
   parser.add_argument('--steps', type=int, default=2, help='timed steps of each per round')
   parser.add_argument('--rounds', type=int, default=8, help='rounds alternating ours and the peer')
@@ -292,6 +356,9 @@ def main() -> None:
   config = make_config(args)
   model = variants.get_model_config(config.variant, config.model.to_dict())
   flops = vit_flops(model, args.image_size) * (3 if args.mode == 'train' else 1)
+  if args.serve_peer:
+    serve_peer(Timm(model, config, args.mode))
+    return
   device = jax.devices()[0]
   if args.peak_tflops == 'gemm':
     peak = gemm_tflops(args.dtype)
@@ -302,6 +369,9 @@ def main() -> None:
     peak = next((v for k, v in PEAK_TFLOPS.items() if k in device.device_kind), None)
 
   ours = Ours(config, args.mode)
+  peer_malloc = {'system': 'the C library\'s, own process', 'same': 'the same, same process'}
+  print(f'# malloc: ours {allocator.in_effect()}'
+        + (f', peer {peer_malloc[args.peer_allocator]}' if args.peer else ''))
   print(f'# {device.device_kind} x{jax.device_count()}, {num_threads()} threads; ours: trace '
         f'{ours.trace_s:.1f} s, trace+compile {ours.compile_s:.1f} s; FLOPs/step: analytic '
         f'{flops * args.batch / 1e9:.1f} G, XLA cost analysis {ours.xla_flops / 1e9:.1f} G'
@@ -311,22 +381,25 @@ def main() -> None:
   ours.allocate()
   time_steps(ours.step, args.warmup)
   our_memory = peak_memory()  # Before the peer exists: the process is ours alone.
-  peer = Timm(model, config, args.mode) if args.peer else None
-  if peer:
-    time_steps(peer.step, args.warmup)
+  peer = None
+  if args.peer:
+    peer = PeerProcess() if args.peer_allocator == 'system' else Timm(model, config, args.mode)
+    peer.run(args.warmup)
   our_times, peer_times = [], []
+  our_kernel, peer_kernel = collections.Counter(), collections.Counter()
   for _ in range(args.rounds):
-    our_times += time_steps(ours.step, args.steps)
+    our_times += time_steps(ours.step, args.steps, our_kernel)
     if peer:
-      peer_times += time_steps(peer.step, args.steps)
+      peer_times += peer.run(args.steps, peer_kernel)
 
   if args.profile:
     profile(ours, steps=5, top=args.profile)
   if args.header:
     print(HEADER)
-  print(row('vit_jax', args, our_times, f'{ours.compile_s:.1f}', flops, peak, our_memory))
+  print(row('vit_jax', args, our_times, f'{ours.compile_s:.1f}', flops, peak, our_memory, our_kernel))
   if peer:
-    print(row('timm', args, peer_times, '-', flops, peak, f'{max_rss_gb():.2f} GB (process max RSS)'))
+    print(row('timm', args, peer_times, '-', flops, peak,
+              f'{peer.max_rss_gb:.2f} GB (process max RSS)', peer_kernel))
     print(f'# ours/timm images/s: {statistics.median(peer_times) / statistics.median(our_times):.2f}x '
           f'at the median, {min(peer_times) / min(our_times):.2f}x at the fastest step '
           f'({len(our_times)} steps each)')

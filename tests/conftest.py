@@ -2,8 +2,9 @@
 import os
 import sys
 
-os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') +
-                           ' --xla_force_host_platform_device_count=8').strip()
+_EIGHT_DEVICES = '--xla_force_host_platform_device_count=8'
+if not os.environ.get('XLA_FLAGS', '').endswith(_EIGHT_DEVICES):  # Once, though pytest re-runs itself.
+  os.environ['XLA_FLAGS'] = f"{os.environ.get('XLA_FLAGS', '')} {_EIGHT_DEVICES}".strip()
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -12,6 +13,15 @@ sys.modules.setdefault('triton', None)
 
 
 import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+from vit_jax import allocator  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+
+def pytest_configure(config):
+  """The tests run as users run vit_jax: on CPU with mimalloc (vit_jax/allocator.py). pytest re-runs
+  itself with it before any test allocates; xdist workers and test subprocesses inherit it."""
+  capture = config.pluginmanager.getplugin('capturemanager')
+  allocator.use_mimalloc(before_exec=capture.stop_global_capturing if capture else None)
 
 
 @pytest.fixture(scope='session')

@@ -29,6 +29,8 @@ INVALID = {
     'fewshot.shots': ((0, 5), FEWSHOT_ON, r'shots=\(0, 5\) must be positive'),
     'fewshot.train_split': ('validation', FEWSHOT_ON, "'validation'"),
     'grad_clip_norm': (-1.0, {}, 'grad_clip_norm=-1.0'),
+    'skip_nonfinite_steps': (-1, {}, r'config\.skip_nonfinite_steps=-1 must be at least 0 '
+                                     r'\(0: stop at the first non-finite step\)'),
     'image_size': (10, {}, 'image_size=10 is not divisible by the patch size 4'),
     'init_from': ('MISSING/model.npz', {}, 'no checkpoint file'),
     'keep_checkpoints': (0, {}, 'keep_checkpoints=0 must be at least 1'),
@@ -88,6 +90,7 @@ INVALID = {
     'mix.prob': (1.5, {}, r'mix\.prob=1\.5 must be in \[0, 1\]'),
     'mix.switch_prob': (-0.5, {}, r'mix\.switch_prob=-0\.5 must be in \[0, 1\]'),
     'mix.until_step': (0, {}, r'mix\.until_step=0 must be at least 1'),
+    'profile_steps': (-1, {}, r'config\.profile_steps=-1 must be at least 0 \(0: no trace\)'),
     'shuffle_buffer': (0, {}, 'shuffle_buffer=0 must be >= 1'),
     'storage_timeout_s': (0.0, {}, 'storage_timeout_s=0.0 must be a positive number'),
     'task': ('detection', {}, "Unknown config.task 'detection'"),

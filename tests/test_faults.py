@@ -187,3 +187,97 @@ def test_sigterm_to_one_of_two_processes_saves_the_same_step_on_both(tmp_path, d
   steps = [int(re.search(r'stopped on request at step (\d+)', out)[1]) for out in outputs]
   assert steps[0] == steps[1] > 4
   assert checkpoint.saved_steps(workdir)[-1] == steps[0]
+
+
+def _size_on_disk(path) -> int:
+  return sum(os.path.getsize(os.path.join(root, f)) for root, _, files in os.walk(path) for f in files)
+
+
+def _fill_at(checkpoints_dir, trained_tiny_run, monkeypatch) -> str:
+  """Makes `checkpoints_dir` a file system with room for a few checkpoints of the tiny run (about
+  three) and then no more: a small tmpfs where this process may mount one, else an injected ENOSPC on
+  the files of the third save. Returns which."""
+  one = _size_on_disk(os.path.join(trained_tiny_run, 'checkpoints', '4'))
+  os.makedirs(checkpoints_dir)
+  # tmpfs counts whole pages, so the room is set from the file count too.
+  files = sum(len(f) for _, _, f in os.walk(os.path.join(trained_tiny_run, 'checkpoints', '4')))
+  size_kb = 3 * (one + 4096 * files) // 1024
+  mounted = subprocess.run(['mount', '-t', 'tmpfs', '-o', f'size={size_kb}k', 'tmpfs',
+                            str(checkpoints_dir)], capture_output=True).returncode == 0
+  if mounted:
+    return 'tmpfs'
+  from orbax.checkpoint._src.path import async_path  # pylint: disable=g-import-not-at-top
+  write_text = async_path.write_text
+
+  async def full_disk(path, text, **kwargs):
+    if f'{os.sep}12.' in str(path) or f'{os.sep}12{os.sep}' in str(path):
+      raise OSError(28, 'No space left on device')
+    return await write_text(path, text, **kwargs)
+
+  monkeypatch.setattr(async_path, 'write_text', full_disk)
+  return 'injected'
+
+
+def test_a_full_disk_stops_the_run_in_one_line_and_the_earlier_checkpoints_stay(
+    tmp_path, data_dir, trained_tiny_run, monkeypatch):
+  workdir = tmp_path / 'run'
+  how = _fill_at(workdir / 'checkpoints', trained_tiny_run, monkeypatch)
+  try:
+    config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': data_dir, 'keep_checkpoints': 10,
+                                         'total_steps': 40})
+    with pytest.raises(checkpoint.SaveError) as error:
+      loop.train_and_evaluate(train_setup.prepare(config, str(workdir)))
+    message = str(error.value)
+    assert '\n' not in message, how
+    match = re.match(rf'^Saving checkpoint (\d+) in {re.escape(str(workdir))}/checkpoints failed '
+                     r'\(No space left on device, errno 28\): free space there .* of \[(.*)\]$',
+                     message)
+    assert match, (how, message)
+    failed, intact = int(match[1]), [int(s) for s in match[2].split(', ')]
+    # Every save before the failed one is finished and reads; nothing of it or after it is kept.
+    assert intact == checkpoint.saved_steps(str(workdir)) == list(range(4, failed, 4)), message
+    for step in intact:
+      chex.assert_tree_all_finite(checkpoint.restore_params(str(workdir / 'checkpoints' / str(step)))[0])
+  finally:
+    if how == 'tmpfs':
+      subprocess.run(['umount', str(workdir / 'checkpoints')], check=True)
+
+
+def test_profile_steps_writes_a_trace_of_those_steps_and_memory_is_logged(tmp_path, data_dir, caplog):
+  from jax._src.lib import _profile_data  # pylint: disable=g-import-not-at-top
+  config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': data_dir, 'total_steps': 6,
+                                       'profile_steps': 2})
+  with caplog.at_level('INFO'):
+    loop.train_and_evaluate(train_setup.prepare(config, str(tmp_path)))
+  traces = list((tmp_path / 'plugins' / 'profile').glob('*/*.xplane.pb'))
+  assert len(traces) == 1
+  steps = {dict(event.stats).get('step_num')
+           for plane in _profile_data.ProfileData.from_file(str(traces[0])).planes
+           for line in plane.lines for event in line.events if event.name == 'train'}
+  assert steps == {3, 4}
+  memory, = [r.getMessage() for r in caplog.records if r.getMessage().startswith('Memory in use')]
+  assert memory.startswith('Memory in use after step 1 (live arrays): '), memory
+  per_device = re.findall(r'cpu:(\d) (\d+\.\d) MiB', memory)
+  assert [int(d) for d, _ in per_device] == list(range(8)), memory
+  assert all(float(mib) > 0 for _, mib in per_device), memory  # Each holds a replica of the state.
+
+
+def test_skipped_non_finite_steps_within_the_budget_let_the_run_finish_and_are_counted(
+    tmp_path, data_dir):
+  # The diverging run's updates from step 4 on are skipped: its parameters stay those of step 3.
+  config = helpers.load_config('demo', {**DIVERGING, 'data_dir': data_dir, 'skip_nonfinite_steps': 100,
+                                       'keep_checkpoints': 10})
+  loop.train_and_evaluate(train_setup.prepare(config, str(tmp_path)))
+  skipped = helpers.read_scalars(str(tmp_path))['skipped_steps']
+  assert skipped == {step: max(0, step - 3) for step in range(1, 13)}
+  final, _ = checkpoint.restore_params(str(tmp_path / 'checkpoints' / '12'))
+  chex.assert_tree_all_finite(final)
+  chex.assert_trees_all_equal(final, checkpoint.restore_params(str(tmp_path / 'checkpoints' / '4'))[0])
+
+
+def test_more_skipped_steps_than_the_budget_stop_the_run_before_the_next_save(tmp_path, data_dir):
+  config = helpers.load_config('demo', {**DIVERGING, 'data_dir': data_dir, 'skip_nonfinite_steps': 2})
+  with pytest.raises(loop.DivergedError, match=r'^3 steps had non-finite gradients by step 6, more '
+                                               r'than config.skip_nonfinite_steps=2 allows: '):
+    loop.train_and_evaluate(train_setup.prepare(config, str(tmp_path)))
+  assert checkpoint.saved_steps(str(tmp_path)) == [2, 4]

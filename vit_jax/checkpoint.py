@@ -4,6 +4,7 @@ Also finding a run's checkpoint and reading its parameters alone (for fine-tunin
 original `.npz` layout and fitting parameters to a model are vit_jax/models/loading.py.
 """
 import os
+import re
 from typing import Any, Optional
 
 import jax
@@ -25,6 +26,61 @@ def make_manager(workdir: str, keep: int) -> ocp.CheckpointManager:
 
 def save(manager: ocp.CheckpointManager, step: int, state: Any) -> None:
   manager.save(step, args=ocp.args.StandardSave(state))
+
+
+class SaveError(RuntimeError):
+  """A checkpoint could not be written (disk full, no permission): the run stops there."""
+
+
+class Saver:
+  """Async saves through `manager` that, when one fails, stop the run with one line naming the step
+  and the directory. A save's error surfaces when the next save (or `wait`) waits for it, so the step
+  in flight is remembered."""
+
+  def __init__(self, manager: ocp.CheckpointManager):
+    self._manager, self._in_flight = manager, None
+
+  def save(self, step: int, state: Any) -> None:
+    self.wait()
+    try:
+      save(self._manager, step, state)
+    except Exception as e:  # pylint: disable=broad-except  # The file system's errors, of any kind.
+      raise self._failed(step, e) from None
+    self._in_flight = step
+
+  def wait(self) -> None:
+    """Waits for the save in flight; raises SaveError if it failed."""
+    try:
+      self._manager.wait_until_finished()
+    except Exception as e:  # pylint: disable=broad-except
+      raise self._failed(self._in_flight, e) from None
+    finally:
+      self._in_flight = None
+
+  def _failed(self, step: int | None, error: Exception) -> SaveError:
+    directory = str(self._manager.directory)
+    intact = [s for s in saved_steps(os.path.dirname(directory)) if _readable(directory, s)]
+    return SaveError(f'Saving checkpoint {step} in {directory} failed ({_os_reason(error)}): free '
+                     f'space there or make it writable, then start the run again to resume from the '
+                     f'last intact checkpoint of {intact or "none"}')
+
+
+def _os_reason(error: Exception) -> str:
+  """The operating system's reason in an error of Python (OSError) or of tensorstore (which names
+  the errno in a long message), else the error's first line."""
+  match = re.search(r"\[Errno (\d+)\]|os_error_code='(\d+)'", str(error))
+  if match:
+    code = int(match[1] or match[2])
+    return f'{os.strerror(code)}, errno {code}'
+  return _first_line(error)
+
+
+def _readable(directory: str, step: int) -> bool:
+  try:
+    saved_shapes(os.path.join(directory, str(step)))
+    return True
+  except Exception:  # pylint: disable=broad-except
+    return False
 
 
 def restore(manager: ocp.CheckpointManager, abstract_state: Any) -> Any:

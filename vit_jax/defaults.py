@@ -127,6 +127,9 @@ def get_config() -> ml_collections.ConfigDict:
       end=0.0,  # Value reached at the last step (linear and cosine).
   ))
   config.grad_clip_norm = 1.0  # Global-norm clipping; 0 disables it.
+  # Steps whose gradients are not finite that a run skips (no update, no optimizer step; the data moves
+  # on; optax.apply_if_finite) before it stops; 0: stop at the first such step.
+  config.skip_nonfinite_steps = 0
   # Polyak averaging: an exponential moving average of the parameters with this decay (e.g. 0.9999),
   # evaluated beside them (eval_polyak_*) and exported; unset = off.
   config.polyak_decay = config_dict.placeholder(float)
@@ -147,6 +150,9 @@ def get_config() -> ml_collections.ConfigDict:
   config.eval_every_steps = 1000
   config.checkpoint_every_steps = 1000
   config.keep_checkpoints = 3
+  # A profiler trace (TensorBoard's Profile tab) of this many steps into the workdir, from the third
+  # step of each start on (the first compiles); 0: none.
+  config.profile_steps = 0
 
   # Evaluators (vit_jax/evaluators) run every N steps and at the end, on the parameters and on their
   # Polyak average (<name>_polyak_<metric>). `eval`: the task's top1/top5/loss on eval_split every

@@ -11,6 +11,10 @@ writes, from checkpoint N of W (default: the latest), using the Polyak average w
                          jax.export.deserialize(open(path, 'rb').read()).call(images);
   DIR/config.json      the model, resolution, classes and where the parameters came from.
 """
+if __name__ == '__main__':  # Before anything allocates: see vit_jax/allocator.py.
+  from vit_jax import allocator  # pylint: disable=g-import-not-at-top
+  allocator.use_mimalloc()
+
 import json
 from typing import Any, Optional
 

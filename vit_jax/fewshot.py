@@ -5,6 +5,10 @@
 prints the accuracy per number of shots, for the run's ViT backbone (its Polyak average if kept) on
 the run's unaugmented train and eval splits.
 """
+if __name__ == '__main__':  # Before anything allocates: see vit_jax/allocator.py.
+  from vit_jax import allocator  # pylint: disable=g-import-not-at-top
+  allocator.use_mimalloc()
+
 import os
 from typing import Optional, Sequence
 

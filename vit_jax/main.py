@@ -1,4 +1,8 @@
 """Entry point: `python -m vit_jax.main --config=configs/X.py[:arg] --workdir=DIR [--config.field=value]`."""
+if __name__ == '__main__':  # Before anything allocates: see vit_jax/allocator.py.
+  from vit_jax import allocator  # pylint: disable=g-import-not-at-top
+  allocator.use_mimalloc()
+
 import logging as python_logging
 import os
 import socket
@@ -13,7 +17,7 @@ os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '0')
 from absl import app, flags, logging  # pylint: disable=g-import-not-at-top
 from ml_collections import config_flags
 
-from vit_jax import cli
+from vit_jax import allocator, cli
 
 _CONFIG = config_flags.DEFINE_config_file(
     'config', None, 'Experiment config file, optionally with an argument: configs/X.py:arg.',
@@ -110,7 +114,9 @@ def main(argv: list[str]) -> None:
   import jax  # pylint: disable=g-import-not-at-top
   if jax.process_index() > 0:  # Process 0 speaks for the run.
     logging.set_verbosity(logging.WARNING)
+  logging.info('malloc: %s (see vit_jax/allocator.py)', allocator.in_effect())
   # Imported here so that `--help` and flag errors answer before TensorFlow and JAX load.
+  from vit_jax import checkpoint  # pylint: disable=g-import-not-at-top
   from vit_jax.train import loop, preemption, setup, state  # pylint: disable=g-import-not-at-top
   try:
     run = setup.prepare(_CONFIG.value, _WORKDIR.value)
@@ -121,7 +127,7 @@ def main(argv: list[str]) -> None:
     metrics = loop.train_and_evaluate(run)
   except state.ResumeError as e:
     cli.fail(str(e))
-  except loop.DivergedError as e:
+  except (loop.DivergedError, checkpoint.SaveError) as e:
     cli.fail(str(e), status=1)
   except preemption.Preempted as e:
     logging.warning('%s', e)

@@ -98,6 +98,9 @@ def _check_update(config: ml_collections.ConfigDict) -> None:
   _check_range('optim.weight_decay', optim.weight_decay, math.inf, '0.1 (0: none)')
   _check_range('optim.momentum', optim.momentum, 1, '0.9 (0: none)')
   _check_range('grad_clip_norm', config.grad_clip_norm, math.inf, '1.0 (0: no clipping)')
+  if config.skip_nonfinite_steps < 0:
+    raise ValueError(f'config.skip_nonfinite_steps={config.skip_nonfinite_steps} must be at least 0 '
+                     '(0: stop at the first non-finite step)')
   _check_mu_dtype(optim)
   param_groups.check_config(optim)
   if optim.name == 'adafactor':
@@ -162,4 +165,7 @@ def make_optimizer(config: ml_collections.ConfigDict,
     tx = optax.chain(tx, param_groups.scale_by_lr_multipliers(config))
   if config.grad_clip_norm:
     tx = optax.chain(optax.clip_by_global_norm(config.grad_clip_norm), tx)
-  return param_groups.freeze(tx, config.optim), schedule
+  tx = param_groups.freeze(tx, config.optim)
+  if config.skip_nonfinite_steps:  # The loop stops the run when more steps than that were skipped.
+    tx = optax.apply_if_finite(tx, max_consecutive_errors=config.skip_nonfinite_steps)
+  return tx, schedule

@@ -15,6 +15,10 @@ after layer l draws on each input token. The map is the class token's row over t
 model, without a class token, the mean of all rows). The attention weights are those the model's
 attention modules sow into its 'intermediates' collection.
 """
+if __name__ == '__main__':  # Before anything allocates: see vit_jax/allocator.py.
+  from vit_jax import allocator  # pylint: disable=g-import-not-at-top
+  allocator.use_mimalloc()
+
 import math
 import os
 from typing import Any, Mapping, Optional

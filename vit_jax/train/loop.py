@@ -13,7 +13,7 @@ from absl import logging
 from clu import metric_writers, parameter_overview, periodic_actions
 
 from vit_jax import checkpoint, data, optim, run_dir, sharding
-from vit_jax.train import preemption
+from vit_jax.train import observe, preemption
 from vit_jax.train.setup import Setup
 from vit_jax.train.state import TrainState, check_resumable, create_state
 from vit_jax.train.step import jit_train_step
@@ -33,11 +33,20 @@ class DivergedError(RuntimeError):
   """A non-finite loss or gradient norm: the run stops before the poisoned state is saved."""
 
 
-def _checked_history(history: list[dict[str, jax.Array]], first_step: int) -> list[dict[str, float]]:
+def _checked_history(history: list[dict[str, jax.Array]], first_step: int,
+                     budget: int) -> list[dict[str, float]]:
   """The train metrics of steps first_step, first_step + 1, ... on the host; raises DivergedError at
-  the first step whose loss or gradient norm is not finite."""
+  the first step whose loss or gradient norm is not finite, or, when the run skips such steps, at the
+  first step at which more than `budget` of them were skipped."""
   history = jax.device_get(history)
   for step, metrics in enumerate(history, first_step):
+    if 'skipped_steps' in metrics:
+      if metrics['skipped_steps'] > budget:
+        raise DivergedError(
+            f'{int(metrics["skipped_steps"])} steps had non-finite gradients by step {step}, more than '
+            f'config.skip_nonfinite_steps={budget} allows: the run stopped there and saved nothing '
+            'after it; lower the learning rate (config.lr.base), then resume from the last checkpoint')
+      continue
     for name in ('train_loss', 'grad_norm'):
       if not np.isfinite(metrics[name]):
         raise DivergedError(
@@ -48,7 +57,14 @@ def _checked_history(history: list[dict[str, jax.Array]], first_step: int) -> li
 
 
 def _mean_metrics(history: list[dict[str, float]]) -> dict[str, float]:
-  return {k: float(np.mean([metrics[k] for metrics in history])) for k in history[0]}
+  """Means over the window's steps, of the finite values (skipped steps have none); the count of
+  skipped steps is the run's so far."""
+  means = {}
+  for k in history[0]:
+    values = [metrics[k] for metrics in history]
+    finite = [v for v in values if np.isfinite(v)]
+    means[k] = float(values[-1] if k == 'skipped_steps' else np.mean(finite) if finite else np.nan)
+  return means
 
 
 def train_and_evaluate(setup: Setup) -> dict[str, float]:
@@ -77,14 +93,17 @@ def train_and_evaluate(setup: Setup) -> dict[str, float]:
                setup.info.num_classes, jax.device_count())
 
   notice = preemption.PreemptionNotice(manager)
+  saver = checkpoint.Saver(manager)
   try:
     eval_metrics = _run_steps(setup, state, step_fn, train_iter, writer, report_progress, notice,
-                              lambda step, state: checkpoint.save(manager, step, to_checkpoint(state)))
+                              lambda step, state: saver.save(step, to_checkpoint(state)))
   finally:  # Also when the run stops early: the saves in flight complete, or stay unread temporaries.
     notice.close()
-    manager.wait_until_finished()
-    manager.close()
-    writer.flush()
+    try:
+      saver.wait()
+    finally:
+      manager.close()
+      writer.flush()
   return eval_metrics
 
 
@@ -97,34 +116,45 @@ def _run_steps(setup: Setup, state: TrainState, step_fn: Callable, train_iter: I
   config = setup.config
   eval_metrics: dict[str, float] = {}
   history, window_start = [], time.time()
-  for step in range(int(state.step) + 1, setup.total_steps + 1):
-    with jax.profiler.StepTraceAnnotation('train', step_num=step):
-      batch = sharding.global_batch(next(train_iter), setup.mesh)
-      state, metrics = step_fn(state, batch)
-    history.append(metrics)
-    report_progress(step)
-    last = step == setup.total_steps
-    # The metrics are fetched (and checked) only here and before a save, so steps stay asynchronous.
-    if step % config.log_every_steps == 0 or last:
-      summary = _mean_metrics(_checked_history(history, step - len(history) + 1))
-      summary['images_per_sec'] = len(history) * config.batch_size / (time.time() - window_start)
-      writer.write_scalars(step, summary)
-      history, window_start = [], time.time()
-    measured = {}
-    for evaluator in setup.evaluators:
-      if step % evaluator.every_steps == 0 or last:
-        with report_progress.timed(evaluator.name):
-          measured.update(evaluate(evaluator, state))
-    if measured:
-      writer.write_scalars(step, measured)
-      eval_metrics.update(measured)
-    stop = notice(step) and not last
-    if step % config.checkpoint_every_steps == 0 or last or stop:
-      _checked_history(history, step - len(history) + 1)  # Never save a poisoned state.
-      with report_progress.timed('checkpoint'):
-        save(step, state)
-    if stop:
-      raise preemption.Preempted(step)
+  first = int(state.step) + 1
+  budget = config.skip_nonfinite_steps
+  profiler = observe.StepProfiler(setup.workdir, first + 2, config.profile_steps)
+  try:
+    for step in range(first, setup.total_steps + 1):
+      profiler.before(step)
+      with jax.profiler.StepTraceAnnotation('train', step_num=step):
+        batch = sharding.global_batch(next(train_iter), setup.mesh)
+        state, metrics = step_fn(state, batch)
+      profiler.after(step, state)
+      if step == first:
+        jax.block_until_ready(metrics)
+        observe.log_memory(step)
+      history.append(metrics)
+      report_progress(step)
+      last = step == setup.total_steps
+      # The metrics are fetched (and checked) only here and before a save, so steps stay asynchronous.
+      if step % config.log_every_steps == 0 or last:
+        summary = _mean_metrics(_checked_history(history, step - len(history) + 1, budget))
+        summary['images_per_sec'] = len(history) * config.batch_size / (time.time() - window_start)
+        writer.write_scalars(step, summary)
+        history, window_start = [], time.time()
+      measured = {}
+      for evaluator in setup.evaluators:
+        if step % evaluator.every_steps == 0 or last:
+          with report_progress.timed(evaluator.name):
+            measured.update(evaluate(evaluator, state))
+      if measured:
+        writer.write_scalars(step, measured)
+        eval_metrics.update(measured)
+      stop = notice(step) and not last
+      if step % config.checkpoint_every_steps == 0 or last or stop:
+        _checked_history(history, step - len(history) + 1, budget)  # Never save a poisoned state.
+        with report_progress.timed('checkpoint'):
+          save(step, state)
+      if stop:
+        raise preemption.Preempted(step)
+  finally:  # A run that ends (or stops) inside the traced steps still writes its trace.
+    profiler.stop()
   if not eval_metrics:  # Resumed at the end: report the final model all the same.
     for evaluator in setup.evaluators:
       eval_metrics.update(evaluate(evaluator, state))

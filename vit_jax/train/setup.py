@@ -70,6 +70,8 @@ def _check_numbers(config: ml_collections.ConfigDict) -> None:
   if config.polyak_decay is not None and not 0.0 <= config.polyak_decay < 1.0:
     raise ValueError(f'config.polyak_decay={config.polyak_decay} must be in [0, 1), e.g. 0.9999 '
                      '(or unset to turn Polyak averaging off)')
+  if config.profile_steps < 0:
+    raise ValueError(f'config.profile_steps={config.profile_steps} must be at least 0 (0: no trace)')
   if not config.storage_timeout_s > 0:
     raise ValueError(f'config.storage_timeout_s={config.storage_timeout_s} must be a positive number '
                      'of seconds, e.g. 60')

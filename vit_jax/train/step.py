@@ -54,6 +54,8 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], *, loss_fn: Calla
     ema_params = optax.incremental_update(params, ema_params, step_size=1.0 - polyak_decay)
   metrics = {'train_loss': loss, 'grad_norm': optax.global_norm(grads),
              'learning_rate': schedule(state.step)}
+  if isinstance(opt_state, optax.ApplyIfFiniteState):  # config.skip_nonfinite_steps: the run's count.
+    metrics['skipped_steps'] = opt_state.total_notfinite
   return state.replace(step=state.step + 1, params=params, opt_state=opt_state,
                        ema_params=ema_params), metrics
 

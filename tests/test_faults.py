@@ -139,7 +139,10 @@ def test_no_readable_checkpoint_is_one_line_naming_the_directory(trained_tiny_ru
 
 
 # Preemption: long runs stopped by SIGTERM once their step-4 checkpoint exists.
-LONG = {**helpers.TINY, 'total_steps': 100_000, 'log_every_steps': 2, 'eval_every_steps': 100_000}
+# A run that goes on until it is signalled; its learning rate does not depend on total_steps, so a run
+# resumed with fewer steps to go can be compared with an uninterrupted one.
+LONG = {**helpers.TINY, 'total_steps': 100_000, 'log_every_steps': 2, 'eval_every_steps': 100_000,
+        'lr.decay': 'constant'}
 
 
 def _wait_for_checkpoint(workdir: str, procs: list[subprocess.Popen], step: int = 4) -> None:
@@ -166,6 +169,12 @@ def test_sigterm_saves_the_current_step_and_exits_to_be_requeued(tmp_path, data_
                          {**LONG, 'data_dir': data_dir, 'total_steps': stopped + 2}, timeout=300)
   assert run.returncode == 0, run.stderr[-3000:]
   assert f'Training {stopped + 2} steps from step {stopped}' in run.stderr
+  # ... and ends bit-identical to a run that was never stopped.
+  reference = helpers.load_config('demo', {**LONG, 'data_dir': data_dir, 'total_steps': stopped + 2})
+  loop.train_and_evaluate(train_setup.prepare(reference, str(tmp_path / 'reference')))
+  last = os.path.join('checkpoints', str(stopped + 2))
+  chex.assert_trees_all_equal(checkpoint.restore_params(os.path.join(workdir, last))[0],
+                              checkpoint.restore_params(str(tmp_path / 'reference' / last))[0])
 
 
 def test_sigterm_to_one_of_two_processes_saves_the_same_step_on_both(tmp_path, data_dir):

@@ -198,8 +198,9 @@ class Timm:
     self.dtype = getattr(torch, config.dtype)
 
   def run(self, n: int, kernel: collections.Counter | None = None) -> list[float]:
-    self.max_rss_gb = max_rss_gb()
-    return time_steps(self.step, n, kernel)
+    times = time_steps(self.step, n, kernel)
+    self.max_rss_gb = max_rss_gb()  # After the steps, as the child process reports its own.
+    return times
 
   def step(self) -> None:
     torch = self.torch

@@ -1,5 +1,6 @@
 """What goes wrong on long runs, made to happen: divergence, a changed config or a damaged checkpoint
 on resume, preemption."""
+import errno
 import json
 import os
 import re
@@ -198,22 +199,25 @@ def test_sigterm_to_one_of_two_processes_saves_the_same_step_on_both(tmp_path, d
   assert checkpoint.saved_steps(workdir)[-1] == steps[0]
 
 
-def _size_on_disk(path) -> int:
-  return sum(os.path.getsize(os.path.join(root, f)) for root, _, files in os.walk(path) for f in files)
-
-
 def _fill_at(checkpoints_dir, trained_tiny_run, monkeypatch) -> str:
-  """Makes `checkpoints_dir` a file system with room for a few checkpoints of the tiny run (about
-  three) and then no more: a small tmpfs where this process may mount one, else an injected ENOSPC on
-  the files of the third save. Returns which."""
-  one = _size_on_disk(os.path.join(trained_tiny_run, 'checkpoints', '4'))
+  """Makes `checkpoints_dir` fill up when the save of step 12 starts: a tmpfs where this process may
+  mount one, filled with a ballast file once the saves before have finished (sizing a small tmpfs for
+  "about three checkpoints" depends on how orbax stages its files, which differs between machines),
+  else an injected ENOSPC on the files of that save. Returns which."""
+  one = sum(os.path.getsize(os.path.join(root, f)) + 4096 for root, _, files in
+            os.walk(os.path.join(trained_tiny_run, 'checkpoints', '4')) for f in files)
   os.makedirs(checkpoints_dir)
-  # tmpfs counts whole pages, so the room is set from the file count too.
-  files = sum(len(f) for _, _, f in os.walk(os.path.join(trained_tiny_run, 'checkpoints', '4')))
-  size_kb = 3 * (one + 4096 * files) // 1024
-  mounted = subprocess.run(['mount', '-t', 'tmpfs', '-o', f'size={size_kb}k', 'tmpfs',
+  mounted = subprocess.run(['mount', '-t', 'tmpfs', '-o', f'size={20 * one // 1024}k', 'tmpfs',
                             str(checkpoints_dir)], capture_output=True).returncode == 0
   if mounted:
+    save = checkpoint.save
+
+    def save_on_a_full_disk(manager, step, state):
+      if step == 12:  # The Saver has waited for the saves before this one.
+        _fill(os.path.join(checkpoints_dir, 'ballast'))
+      return save(manager, step, state)
+
+    monkeypatch.setattr(checkpoint, 'save', save_on_a_full_disk)
     return 'tmpfs'
   from orbax.checkpoint._src.path import async_path  # pylint: disable=g-import-not-at-top
   write_text = async_path.write_text
@@ -225,6 +229,16 @@ def _fill_at(checkpoints_dir, trained_tiny_run, monkeypatch) -> str:
 
   monkeypatch.setattr(async_path, 'write_text', full_disk)
   return 'injected'
+
+
+def _fill(path: str) -> None:
+  with open(path, 'wb', buffering=0) as f:
+    for chunk in (1 << 20, 1 << 12):
+      try:
+        while True:
+          f.write(bytes(chunk))
+      except OSError as e:
+        assert e.errno == errno.ENOSPC, e
 
 
 def test_a_full_disk_stops_the_run_in_one_line_and_the_earlier_checkpoints_stay(

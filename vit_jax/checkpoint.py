@@ -38,7 +38,7 @@ class Saver:
   in flight is remembered."""
 
   def __init__(self, manager: ocp.CheckpointManager):
-    self._manager, self._in_flight = manager, None
+    self._manager, self._in_flight, self._last, self._reported = manager, None, None, False
 
   def save(self, step: int, state: Any) -> None:
     self.wait()
@@ -46,7 +46,7 @@ class Saver:
       save(self._manager, step, state)
     except Exception as e:  # pylint: disable=broad-except  # The file system's errors, of any kind.
       raise self._failed(step, e) from None
-    self._in_flight = step
+    self._in_flight = self._last = step
 
   def wait(self) -> None:
     """Waits for the save in flight; raises SaveError if it failed."""
@@ -57,7 +57,20 @@ class Saver:
     finally:
       self._in_flight = None
 
+  def close(self) -> None:
+    """Waits for the save in flight and releases the manager. Orbax's close raises a failed save's
+    error again; once it has been reported in one line, that repeat is dropped."""
+    try:
+      self.wait()
+    finally:
+      try:
+        self._manager.close()
+      except Exception as e:  # pylint: disable=broad-except
+        if not self._reported:
+          raise self._failed(self._last, e) from None
+
   def _failed(self, step: int | None, error: Exception) -> SaveError:
+    self._reported = True
     directory = str(self._manager.directory)
     intact = [s for s in saved_steps(os.path.dirname(directory)) if _readable(directory, s)]
     return SaveError(f'Saving checkpoint {step} in {directory} failed ({_os_reason(error)}): free '

@@ -100,9 +100,8 @@ def train_and_evaluate(setup: Setup) -> dict[str, float]:
   finally:  # Also when the run stops early: the saves in flight complete, or stay unread temporaries.
     notice.close()
     try:
-      saver.wait()
+      saver.close()
     finally:
-      manager.close()
       writer.flush()
   return eval_metrics
 

@@ -1,12 +1,21 @@
 """Tests run on CPU with 8 fake devices, so sharding code paths run as on a real mesh."""
 import os
+import shutil
 import sys
+import tempfile
 
 _EIGHT_DEVICES = '--xla_force_host_platform_device_count=8'
 if not os.environ.get('XLA_FLAGS', '').endswith(_EIGHT_DEVICES):  # Once, though pytest re-runs itself.
   os.environ['XLA_FLAGS'] = f"{os.environ.get('XLA_FLAGS', '')} {_EIGHT_DEVICES}".strip()
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+# One persistent XLA compilation cache for the run, its xdist workers and the vit_jax processes tests
+# start: the suite compiles the same tiny models over and over, in many processes.
+if 'JAX_COMPILATION_CACHE_DIR' not in os.environ:
+  os.environ.update(JAX_COMPILATION_CACHE_DIR=tempfile.mkdtemp(prefix='vit_jax_tests_xla_cache_'),
+                    VIT_JAX_TESTS_CACHE_OWNER=str(os.getpid()),
+                    JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS='0',
+                    JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES='0')
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # torch's optional triton segfaults when loaded after TensorFlow; the CPU tests never need it.
 sys.modules.setdefault('triton', None)
@@ -22,6 +31,12 @@ def pytest_configure(config):
   itself with it before any test allocates; xdist workers and test subprocesses inherit it."""
   capture = config.pluginmanager.getplugin('capturemanager')
   allocator.use_mimalloc(before_exec=capture.stop_global_capturing if capture else None)
+
+
+def pytest_unconfigure(config):
+  del config
+  if os.environ.get('VIT_JAX_TESTS_CACHE_OWNER') == str(os.getpid()):  # pytest itself (exec keeps the pid).
+    shutil.rmtree(os.environ['JAX_COMPILATION_CACHE_DIR'], ignore_errors=True)
 
 
 @pytest.fixture(scope='session')

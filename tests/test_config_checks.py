@@ -29,6 +29,7 @@ INVALID = {
     'fewshot.shots': ((0, 5), FEWSHOT_ON, r'shots=\(0, 5\) must be positive'),
     'fewshot.train_split': ('validation', FEWSHOT_ON, "'validation'"),
     'grad_clip_norm': (-1.0, {}, 'grad_clip_norm=-1.0'),
+    'hang_timeout_s': (-1.0, {}, r'config\.hang_timeout_s=-1\.0 must be at least 0 seconds'),
     'skip_nonfinite_steps': (-1, {}, r'config\.skip_nonfinite_steps=-1 must be at least 0 '
                                      r'\(0: stop at the first non-finite step\)'),
     'image_size': (10, {}, 'image_size=10 is not divisible by the patch size 4'),

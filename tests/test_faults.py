@@ -12,12 +12,13 @@ import time
 
 import chex
 import numpy as np
+import orbax.checkpoint as ocp
 import pytest
 from PIL import Image
 
 import helpers
 from vit_jax import checkpoint, export, run_dir
-from vit_jax.train import loop, preemption, setup as train_setup, state
+from vit_jax.train import loop, preemption, setup as train_setup, state, watchdog
 
 sys.path.insert(0, os.path.join(helpers.REPO, 'launch'))
 import local  # pylint: disable=wrong-import-position
@@ -304,3 +305,113 @@ def test_more_skipped_steps_than_the_budget_stop_the_run_before_the_next_save(tm
                                                r'than config.skip_nonfinite_steps=2 allows: '):
     loop.train_and_evaluate(train_setup.prepare(config, str(tmp_path)))
   assert checkpoint.saved_steps(str(tmp_path)) == [2, 4]
+
+
+def _faulty_main(workdir: str, overrides: dict) -> list[str]:
+  """The command line of tests/faulty_main.py (the fault is the environment's FAULT)."""
+  return [sys.executable, os.path.join(helpers.REPO, 'tests', 'faulty_main.py'),
+          *helpers.main_args('configs/demo.py', workdir, overrides)[3:]]
+
+
+STUCK = '''
+import time
+from vit_jax.train.watchdog import Watchdog
+def stuck_in_a_collective():
+  time.sleep(60)
+with Watchdog({timeout}, process_index=3) as watchdog:
+  for step in range({steps}):
+    watchdog.phase(f'train step {{step}}')
+    time.sleep(0.3)
+  stuck_in_a_collective()
+'''
+
+
+def test_the_watchdog_ends_a_process_stuck_in_one_phase_with_every_threads_stack():
+  start = time.time()
+  run = subprocess.run([sys.executable, '-c', STUCK.format(timeout=2, steps=10)], capture_output=True,
+                       text=True, timeout=60)
+  # Ten phases of 0.3 s each under the 2 s limit did not end it; the stuck one did, about 2 s later.
+  assert run.returncode == watchdog.HUNG_STATUS, run.stderr
+  assert 3 + 2 <= time.time() - start + 0.2 < 40
+  assert run.stderr.startswith('Watchdog: process 3 made no progress for 2 s in train step 9 '
+                               '(config.hang_timeout_s)'), run.stderr
+  assert 'in stuck_in_a_collective' in run.stderr and 'Thread' in run.stderr, run.stderr
+
+
+@pytest.mark.parametrize('code', [
+    'with Watchdog(1, 0) as watchdog:\n  watchdog.phase("train step 1")\ntime.sleep(3)',  # Closed.
+    'with Watchdog(0, 0) as watchdog:\n  watchdog.phase("train step 1")\n  time.sleep(3)',  # Off.
+])
+def test_a_closed_or_disabled_watchdog_does_not_end_the_process(code):
+  run = subprocess.run([sys.executable, '-c', f'import time\nfrom vit_jax.train.watchdog import Watchdog\n{code}'],
+                       capture_output=True, text=True, timeout=60)
+  assert run.returncode == 0 and not run.stderr, run.stderr
+
+
+@pytest.mark.slow
+def test_a_process_that_blocks_ends_every_process_of_the_run_through_the_watchdog(tmp_path, data_dir):
+  workdir = str(tmp_path / 'run')
+  env = dict(os.environ, JAX_PLATFORMS='cpu', XLA_FLAGS='--xla_force_host_platform_device_count=4',
+             FAULT='block:1:5')
+  args = _faulty_main(workdir, {**LONG, 'data_dir': data_dir, 'hang_timeout_s': 45})
+  address = f'127.0.0.1:{local.free_port()}'
+  procs = [subprocess.Popen([*args, f'--coordinator_address={address}', '--num_processes=2',
+                             f'--process_id={i}'], cwd=helpers.REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True) for i in range(2)]
+  try:
+    outputs = [p.communicate(timeout=400)[1] for p in procs]
+  finally:
+    for p in procs:
+      p.kill()
+  assert [p.returncode for p in procs] == [watchdog.HUNG_STATUS] * 2, outputs[0][-3000:]
+  for i, out in enumerate(outputs):
+    assert re.search(rf'^Watchdog: process {i} made no progress for 45 s in train step \d+', out, re.M), out[-3000:]
+  # The blocked process shows where it is; its peer waits in a collective of a step it dispatched.
+  assert 'in sleep' in outputs[1] and 'faulty_main.py' in outputs[1], outputs[1][-3000:]
+  assert 'Current thread' in outputs[0] or 'Thread 0x' in outputs[0], outputs[0][-3000:]
+
+
+# The image-folder run has every recipe knob on, on a mesh that shards the parameters: their
+# randomness (augmentation, mixing, drop path, dropout) must be a function of (seed, step) as the rest.
+RECIPE_KNOBS = {'pp.randaug_layers': 2, 'pp.erase_prob': 0.5, 'pp.three_augment': True,
+                'pp.color_jitter': 0.3, 'mix.mixup_alpha': 0.8, 'mix.cutmix_alpha': 1.0,
+                'model.drop_path_rate': 0.2, 'optim.layer_decay': 0.75, 'mesh': "(('fsdp', -1),)",
+                'model.dropout_rate': 0.1, 'model.attention_dropout_rate': 0.1, 'polyak_decay': 0.9}
+# Ten SIGKILLs spread over one 60-step run (checkpoints every 10 steps, evaluations every 20), each
+# at an exact point: before any step, between checkpoints, inside a save with its files half written,
+# when a written save waits for its rename, inside an evaluation.
+KILLS = ['kill_before_step:1', 'kill_before_step:7', 'kill_in_save:10', 'kill_before_step:14',
+         'kill_before_commit:20', 'kill_in_eval:20', 'kill_before_step:33', 'kill_in_save:40',
+         'kill_in_eval:60', 'kill_before_commit:60']
+
+
+@pytest.mark.slow
+def test_killed_at_ten_points_the_resumed_run_ends_bit_identical(tmp_path, sorted_digits_folder):
+  overrides = {**helpers.TINY, 'dataset': 'folder', 'data_dir': sorted_digits_folder, **RECIPE_KNOBS,
+               'total_steps': 60, 'checkpoint_every_steps': 10, 'log_every_steps': 10,
+               'eval_every_steps': 20}
+  killed, reference = str(tmp_path / 'killed'), str(tmp_path / 'reference')
+  for fault in KILLS + [None]:
+    newest = (checkpoint.saved_steps(killed) or [0])[-1]
+    env = dict(os.environ, FAULT=fault) if fault else os.environ
+    run = subprocess.run(_faulty_main(killed, overrides) if fault else
+                         helpers.main_args('configs/demo.py', killed, overrides), cwd=helpers.REPO,
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == (-signal.SIGKILL if fault else 0), (fault, run.stderr[-3000:])
+    # Each start resumes from the newest committed checkpoint: a kill loses only the steps after it.
+    assert f'Training 60 steps from step {newest}:' in run.stderr, (fault, newest, run.stderr[-3000:])
+    if fault and fault.startswith(('kill_in_save', 'kill_before_commit')):  # Killed inside that save.
+      step = fault.split(':')[1]
+      assert os.path.isdir(os.path.join(killed, 'checkpoints', f'{step}.orbax-checkpoint-tmp')), fault
+  # A save waits for the one before it, so the kills in saves 40 and 60 leave 50 as the last start.
+  assert newest == 50
+
+  loop.train_and_evaluate(train_setup.prepare(helpers.load_config('demo', overrides), reference))
+  checkpointer = ocp.StandardCheckpointer()  # The whole train state: parameters, optimizer, average.
+  final = [checkpointer.restore(os.path.join(w, 'checkpoints', '60', 'default'))
+           for w in (reference, killed)]
+  chex.assert_trees_all_equal(final[0], final[1])
+  assert final[0]['ema_params'] is not None
+  scalars = [helpers.read_scalars(w) for w in (reference, killed)]
+  for tag in ('eval_top1', 'eval_loss', 'eval_polyak_top1', 'eval_polyak_loss', 'train_loss'):
+    assert scalars[0][tag][60] == scalars[1][tag][60], tag

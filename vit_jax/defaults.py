@@ -144,6 +144,10 @@ def get_config() -> ml_collections.ConfigDict:
   # Seconds the workdir's (and init_from's) file system may take to answer the checks made before a
   # run starts; a remote one (gs://) that does not answer by then is a one-line error, not a hang.
   config.storage_timeout_s = 60.0
+  # Seconds a run may spend in one train step (the first compiles), evaluation or save before its
+  # watchdog prints every thread's stack and exits with status 70 for the scheduler to restart it (a
+  # hung collective or file system); 0: no watchdog.
+  config.hang_timeout_s = 1800.0
 
   # Bookkeeping (in steps).
   config.log_every_steps = 100

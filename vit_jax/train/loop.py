@@ -17,6 +17,7 @@ from vit_jax.train import observe, preemption
 from vit_jax.train.setup import Setup
 from vit_jax.train.state import TrainState, check_resumable, create_state
 from vit_jax.train.step import jit_train_step
+from vit_jax.train.watchdog import Watchdog
 
 
 def evaluate(evaluator: Any, state: TrainState) -> dict[str, float]:
@@ -69,6 +70,11 @@ def _mean_metrics(history: list[dict[str, float]]) -> dict[str, float]:
 
 def train_and_evaluate(setup: Setup) -> dict[str, float]:
   """Runs (or resumes) training to `setup.total_steps`; returns the last metrics of every evaluator."""
+  with Watchdog(setup.config.hang_timeout_s, jax.process_index()) as watchdog:
+    return _train(setup, watchdog)
+
+
+def _train(setup: Setup, watchdog: Watchdog) -> dict[str, float]:
   config = setup.config
   tx, schedule = optim.make_optimizer(config, setup.total_steps)
   changes = check_resumable(setup, tx)  # Before anything in the workdir is written.
@@ -96,9 +102,10 @@ def train_and_evaluate(setup: Setup) -> dict[str, float]:
   saver = checkpoint.Saver(manager)
   try:
     eval_metrics = _run_steps(setup, state, step_fn, train_iter, writer, report_progress, notice,
-                              lambda step, state: saver.save(step, to_checkpoint(state)))
+                              lambda step, state: saver.save(step, to_checkpoint(state)), watchdog)
   finally:  # Also when the run stops early: the saves in flight complete, or stay unread temporaries.
     notice.close()
+    watchdog.phase('waiting for the checkpoint saves to finish')
     try:
       saver.close()
     finally:
@@ -109,7 +116,7 @@ def train_and_evaluate(setup: Setup) -> dict[str, float]:
 def _run_steps(setup: Setup, state: TrainState, step_fn: Callable, train_iter: Iterator,
                writer: metric_writers.MetricWriter, report_progress: periodic_actions.ReportProgress,
                notice: preemption.PreemptionNotice,
-               save: Callable[[int, TrainState], None]) -> dict[str, float]:
+               save: Callable[[int, TrainState], None], watchdog: Watchdog) -> dict[str, float]:
   """Steps int(state.step) + 1 .. total_steps with their logging, evaluations and saves; raises
   preemption.Preempted after saving the step at which the run was asked to stop."""
   config = setup.config
@@ -120,6 +127,8 @@ def _run_steps(setup: Setup, state: TrainState, step_fn: Callable, train_iter: I
   profiler = observe.StepProfiler(setup.workdir, first + 2, config.profile_steps)
   try:
     for step in range(first, setup.total_steps + 1):
+      # Steps are dispatched ahead of the devices: a hung step stops the loop at the next fetch.
+      watchdog.phase(f'train step {step}' + (' (compiling)' if step == first else ''))
       profiler.before(step)
       with jax.profiler.StepTraceAnnotation('train', step_num=step):
         batch = sharding.global_batch(next(train_iter), setup.mesh)
@@ -140,6 +149,7 @@ def _run_steps(setup: Setup, state: TrainState, step_fn: Callable, train_iter: I
       measured = {}
       for evaluator in setup.evaluators:
         if step % evaluator.every_steps == 0 or last:
+          watchdog.phase(f'evaluation {evaluator.name} at step {step}')
           with report_progress.timed(evaluator.name):
             measured.update(evaluate(evaluator, state))
       if measured:
@@ -148,6 +158,7 @@ def _run_steps(setup: Setup, state: TrainState, step_fn: Callable, train_iter: I
       stop = notice(step) and not last
       if step % config.checkpoint_every_steps == 0 or last or stop:
         _checked_history(history, step - len(history) + 1, budget)  # Never save a poisoned state.
+        watchdog.phase(f'saving checkpoint {step}')
         with report_progress.timed('checkpoint'):
           save(step, state)
       if stop:
@@ -156,6 +167,7 @@ def _run_steps(setup: Setup, state: TrainState, step_fn: Callable, train_iter: I
     profiler.stop()
   if not eval_metrics:  # Resumed at the end: report the final model all the same.
     for evaluator in setup.evaluators:
+      watchdog.phase(f'evaluation {evaluator.name} at step {int(state.step)}')
       eval_metrics.update(evaluate(evaluator, state))
     writer.write_scalars(int(state.step), eval_metrics)
   return eval_metrics

@@ -75,6 +75,9 @@ def _check_numbers(config: ml_collections.ConfigDict) -> None:
   if not config.storage_timeout_s > 0:
     raise ValueError(f'config.storage_timeout_s={config.storage_timeout_s} must be a positive number '
                      'of seconds, e.g. 60')
+  if not config.hang_timeout_s >= 0:
+    raise ValueError(f'config.hang_timeout_s={config.hang_timeout_s} must be at least 0 seconds, e.g. '
+                     '1800 (0: no watchdog)')
   if config.data_shards is not None and config.data_shards < 1:
     raise ValueError(f'config.data_shards={config.data_shards} must be at least 1 (or unset: one per '
                      'process)')

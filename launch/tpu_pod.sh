@@ -7,9 +7,10 @@
 # The workdir should be a gs:// bucket (or other storage every worker can reach). When the slice is
 # preempted or goes into maintenance, every host gets SIGTERM: the run saves the step it is at on all
 # hosts and exits with status 75; run this same command again (it re-creates a deleted VM) to resume.
+# Status 70 is the watchdog's (no progress for config.hang_timeout_s): the same command resumes too.
 set -euo pipefail
 if [[ $# -lt 4 || "$4" != "--" ]]; then
-  sed -n '2,9p' "$0"; exit 2
+  sed -n '2,10p' "$0"; exit 2
 fi
 NAME=$1 ZONE=$2 TYPE=$3
 shift 4

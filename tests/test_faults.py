@@ -375,7 +375,7 @@ def test_a_process_that_blocks_ends_every_process_of_the_run_through_the_watchdo
 # randomness (augmentation, mixing, drop path, dropout) must be a function of (seed, step) as the rest.
 RECIPE_KNOBS = {'pp.randaug_layers': 2, 'pp.erase_prob': 0.5, 'pp.three_augment': True,
                 'pp.color_jitter': 0.3, 'mix.mixup_alpha': 0.8, 'mix.cutmix_alpha': 1.0,
-                'model.drop_path_rate': 0.2, 'optim.layer_decay': 0.75, 'mesh': "(('fsdp', -1),)",
+                'model.drop_path_rate': 0.2, 'optim.layer_decay': 0.75, 'mesh': (('fsdp', -1),),
                 'model.dropout_rate': 0.1, 'model.attention_dropout_rate': 0.1, 'polyak_decay': 0.9}
 # Ten SIGKILLs spread over one 60-step run (checkpoints every 10 steps, evaluations every 20), each
 # at an exact point: before any step, between checkpoints, inside a save with its files half written,

@@ -17,7 +17,7 @@ import pytest
 from PIL import Image
 
 import helpers
-from vit_jax import checkpoint, export, run_dir
+from vit_jax import checkpoint, dispatch, export, run_dir
 from vit_jax.train import loop, preemption, setup as train_setup, state, watchdog
 
 sys.path.insert(0, os.path.join(helpers.REPO, 'launch'))
@@ -415,3 +415,35 @@ def test_killed_at_ten_points_the_resumed_run_ends_bit_identical(tmp_path, sorte
   scalars = [helpers.read_scalars(w) for w in (reference, killed)]
   for tag in ('eval_top1', 'eval_loss', 'eval_polyak_top1', 'eval_polyak_loss', 'train_loss'):
     assert scalars[0][tag][60] == scalars[1][tag][60], tag
+
+
+class _Outputs:
+  def __init__(self, i: int, waited: list[int]):
+    self.i, self._waited = i, waited
+
+  def block_until_ready(self):
+    self._waited.append(self.i)
+    return self
+
+
+def test_the_host_waits_for_the_computation_dispatched_ahead_steps_before():
+  waited, in_flight = [], dispatch.BoundedDispatch()
+  for i in range(6):
+    in_flight.add(_Outputs(i, waited))
+    assert waited == list(range(i + 1 - dispatch.AHEAD)), (i, waited)
+
+
+# The README's 2 processes x 4 devices, started again and again with a short watchdog. Before the host
+# was held to dispatch.AHEAD steps ahead, about one demo run in five of 300 steps deadlocked in gloo
+# (the steps between two metric fetches could fill a device's 32 computations in flight).
+STRESS_RUNS = 3
+
+
+@pytest.mark.slow
+def test_two_processes_of_four_devices_run_again_and_again_without_a_hang(tmp_path, data_dir, capfd):
+  overrides = {**helpers.TINY, 'data_dir': data_dir, 'total_steps': 120, 'log_every_steps': 60,
+               'eval_every_steps': 60, 'checkpoint_every_steps': 60, 'hang_timeout_s': 120}
+  for run in range(STRESS_RUNS):
+    args = helpers.main_args('configs/demo.py', str(tmp_path / str(run)), overrides)[3:]
+    code = local.launch(args, num_processes=2, devices_per_process=4, timeout=600)
+    assert code == 0, (run, code, capfd.readouterr().err[-5000:])

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import ml_collections
 from jax.sharding import Mesh
 
-from vit_jax import data, sharding
+from vit_jax import data, dispatch, sharding
 from vit_jax.evaluators.base import Context, check_fields
 
 
@@ -28,13 +28,14 @@ class SplitEvaluator:
 
   def __call__(self, params: Any) -> dict[str, float]:
     local_batch = self._config.eval_batch_size // jax.process_count()
-    totals = None
+    totals, in_flight = None, dispatch.BoundedDispatch()
     for batch in data.eval_iterator(self._config, self._split, local_batch_size=local_batch,
                                     process_index=jax.process_index(),
                                     process_count=jax.process_count(),
                                     label_feature=self._label_feature):
       sums = self._eval_fn(params, sharding.global_batch(batch, self._mesh))
       totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
+      in_flight.add(totals)
     totals = jax.device_get(totals)
     count = max(float(totals['count']), 1.0)
     return {metric: float(totals[key]) / count for metric, key in METRIC_SUMS.items() if key in totals}

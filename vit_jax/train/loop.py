@@ -12,7 +12,7 @@ import numpy as np
 from absl import logging
 from clu import metric_writers, parameter_overview, periodic_actions
 
-from vit_jax import checkpoint, data, optim, run_dir, sharding
+from vit_jax import checkpoint, data, dispatch, optim, run_dir, sharding
 from vit_jax.train import observe, preemption
 from vit_jax.train.setup import Setup
 from vit_jax.train.state import TrainState, check_resumable, create_state
@@ -125,9 +125,10 @@ def _run_steps(setup: Setup, state: TrainState, step_fn: Callable, train_iter: I
   first = int(state.step) + 1
   budget = config.skip_nonfinite_steps
   profiler = observe.StepProfiler(setup.workdir, first + 2, config.profile_steps)
+  in_flight = dispatch.BoundedDispatch()
   try:
     for step in range(first, setup.total_steps + 1):
-      # Steps are dispatched ahead of the devices: a hung step stops the loop at the next fetch.
+      # Steps are dispatched ahead of the devices: a hung step stops the loop dispatch.AHEAD later.
       watchdog.phase(f'train step {step}' + (' (compiling)' if step == first else ''))
       profiler.before(step)
       with jax.profiler.StepTraceAnnotation('train', step_num=step):
@@ -138,6 +139,7 @@ def _run_steps(setup: Setup, state: TrainState, step_fn: Callable, train_iter: I
         jax.block_until_ready(metrics)
         observe.log_memory(step)
       history.append(metrics)
+      in_flight.add(metrics)
       report_progress(step)
       last = step == setup.total_steps
       # The metrics are fetched (and checked) only here and before a save, so steps stay asynchronous.

@@ -341,7 +341,7 @@ def test_the_watchdog_ends_a_process_stuck_in_one_phase_with_every_threads_stack
 @pytest.mark.parametrize('code', [
     'with Watchdog(1, 0) as watchdog:\n  watchdog.phase("train step 1")\ntime.sleep(3)',  # Closed.
     'with Watchdog(0, 0) as watchdog:\n  watchdog.phase("train step 1")\n  time.sleep(3)',  # Off.
-])
+], ids=['closed', 'off'])
 def test_a_closed_or_disabled_watchdog_does_not_end_the_process(code):
   run = subprocess.run([sys.executable, '-c', f'import time\nfrom vit_jax.train.watchdog import Watchdog\n{code}'],
                        capture_output=True, text=True, timeout=60)

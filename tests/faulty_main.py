@@ -36,30 +36,28 @@ def _at_step(step: int, fault) -> None:
   data.train_iterator = faulty_train_iterator
 
 
+def _kill_in_async_path(name: str, when) -> None:
+  """Kills when orbax's async_path.`name` (a file write or rename of a save) is called with
+  arguments for which `when(path, *args)` holds."""
+  from orbax.checkpoint._src.path import async_path  # pylint: disable=g-import-not-at-top
+  original = getattr(async_path, name)
+
+  async def faulty(path, *args, **kwargs):
+    if when(str(path), *args):
+      _kill()
+    return await original(path, *args, **kwargs)
+
+  setattr(async_path, name, faulty)
+
+
 def _in_save(step: int) -> None:
   """Kills at the first file the save of `step` writes through orbax's async_path (its metadata),
   while the arrays' writes are in flight."""
-  from orbax.checkpoint._src.path import async_path  # pylint: disable=g-import-not-at-top
-  write_text = async_path.write_text
-
-  async def faulty_write_text(path, *args, **kwargs):
-    if f'{os.sep}{step}.orbax-checkpoint-tmp' in str(path):
-      _kill()
-    return await write_text(path, *args, **kwargs)
-
-  async_path.write_text = faulty_write_text
+  _kill_in_async_path('write_text', lambda path, *_: f'{os.sep}{step}.orbax-checkpoint-tmp' in path)
 
 
 def _before_commit(step: int) -> None:
-  from orbax.checkpoint._src.path import async_path  # pylint: disable=g-import-not-at-top
-  rename = async_path.rename
-
-  async def faulty_rename(src, dst, *args, **kwargs):
-    if os.path.basename(str(dst)) == str(step):
-      _kill()
-    return await rename(src, dst, *args, **kwargs)
-
-  async_path.rename = faulty_rename
+  _kill_in_async_path('rename', lambda src, dst, *_: os.path.basename(str(dst)) == str(step))
 
 
 def _in_eval(step: int) -> None:

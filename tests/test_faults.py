@@ -179,14 +179,19 @@ def test_sigterm_saves_the_current_step_and_exits_to_be_requeued(tmp_path, data_
                               checkpoint.restore_params(str(tmp_path / 'reference' / last))[0])
 
 
+def _two_processes(args: list[str], **env: str) -> list[subprocess.Popen]:
+  """`args` started as the two processes of one run, with 4 CPU devices each."""
+  env = dict(os.environ, JAX_PLATFORMS='cpu', XLA_FLAGS='--xla_force_host_platform_device_count=4',
+             **env)
+  address = f'127.0.0.1:{local.free_port()}'
+  return [subprocess.Popen([*args, f'--coordinator_address={address}', '--num_processes=2',
+                            f'--process_id={i}'], cwd=helpers.REPO, env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True) for i in range(2)]
+
+
 def test_sigterm_to_one_of_two_processes_saves_the_same_step_on_both(tmp_path, data_dir):
   workdir = str(tmp_path / 'run')
-  env = dict(os.environ, JAX_PLATFORMS='cpu', XLA_FLAGS='--xla_force_host_platform_device_count=4')
-  args = helpers.main_args('configs/demo.py', workdir, {**LONG, 'data_dir': data_dir})
-  address = f'127.0.0.1:{local.free_port()}'
-  procs = [subprocess.Popen([*args, f'--coordinator_address={address}', '--num_processes=2',
-                             f'--process_id={i}'], cwd=helpers.REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True) for i in range(2)]
+  procs = _two_processes(helpers.main_args('configs/demo.py', workdir, {**LONG, 'data_dir': data_dir}))
   try:
     _wait_for_checkpoint(workdir, procs)
     procs[1].send_signal(signal.SIGTERM)  # Only one host hears it.
@@ -351,13 +356,8 @@ def test_a_closed_or_disabled_watchdog_does_not_end_the_process(code):
 @pytest.mark.slow
 def test_a_process_that_blocks_ends_every_process_of_the_run_through_the_watchdog(tmp_path, data_dir):
   workdir = str(tmp_path / 'run')
-  env = dict(os.environ, JAX_PLATFORMS='cpu', XLA_FLAGS='--xla_force_host_platform_device_count=4',
-             FAULT='block:1:5')
-  args = _faulty_main(workdir, {**LONG, 'data_dir': data_dir, 'hang_timeout_s': 45})
-  address = f'127.0.0.1:{local.free_port()}'
-  procs = [subprocess.Popen([*args, f'--coordinator_address={address}', '--num_processes=2',
-                             f'--process_id={i}'], cwd=helpers.REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True) for i in range(2)]
+  procs = _two_processes(_faulty_main(workdir, {**LONG, 'data_dir': data_dir, 'hang_timeout_s': 45}),
+                         FAULT='block:1:5')
   try:
     outputs = [p.communicate(timeout=400)[1] for p in procs]
   finally:

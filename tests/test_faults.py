@@ -343,6 +343,35 @@ def test_the_watchdog_ends_a_process_stuck_in_one_phase_with_every_threads_stack
   assert 'in stuck_in_a_collective' in run.stderr and 'Thread' in run.stderr, run.stderr
 
 
+STUCK_IN_A_RUN = '''
+import sys, time
+import jax
+from vit_jax.train.watchdog import Watchdog
+process = int(sys.argv[2])
+jax.distributed.initialize(sys.argv[1], num_processes=2, process_id=process)
+time.sleep(process)  # Process 0's watchdog fires first.
+with Watchdog(4, process_index=process, process_count=2) as watchdog:
+  time.sleep(60)
+'''
+
+
+def test_every_process_of_a_run_exits_through_its_watchdog_when_process_0_fires_first():
+  # Process 0 hosts the coordination service: had it exited at once, process 1 would abort (SIGABRT)
+  # before its own watchdog could end it with the status the scheduler requeues on.
+  address = f'127.0.0.1:{local.free_port()}'
+  procs = [subprocess.Popen([sys.executable, '-c', STUCK_IN_A_RUN, address, str(i)], cwd=helpers.REPO,
+                            env=dict(os.environ, JAX_PLATFORMS='cpu'), stderr=subprocess.PIPE, text=True)
+           for i in range(2)]
+  try:
+    outputs = [p.communicate(timeout=120)[1] for p in procs]
+  finally:
+    for p in procs:
+      p.kill()
+  assert [p.returncode for p in procs] == [watchdog.HUNG_STATUS] * 2, outputs
+  for i, out in enumerate(outputs):
+    assert f'Watchdog: process {i} made no progress for 4 s' in out, outputs
+
+
 @pytest.mark.parametrize('code', [
     'with Watchdog(1, 0) as watchdog:\n  watchdog.phase("train step 1")\ntime.sleep(3)',  # Closed.
     'with Watchdog(0, 0) as watchdog:\n  watchdog.phase("train step 1")\n  time.sleep(3)',  # Off.
@@ -355,20 +384,23 @@ def test_a_closed_or_disabled_watchdog_does_not_end_the_process(code):
 
 @pytest.mark.slow
 def test_a_process_that_blocks_ends_every_process_of_the_run_through_the_watchdog(tmp_path, data_dir):
+  # Process 0 blocks: it hosts the coordination service, whose end would abort process 1 (SIGABRT)
+  # if process 0 exited first, and the two watchdogs fire within one poll of each other.
   workdir = str(tmp_path / 'run')
   procs = _two_processes(_faulty_main(workdir, {**LONG, 'data_dir': data_dir, 'hang_timeout_s': 45}),
-                         FAULT='block:1:5')
+                         FAULT='block:0:5')
   try:
     outputs = [p.communicate(timeout=400)[1] for p in procs]
   finally:
     for p in procs:
       p.kill()
-  assert [p.returncode for p in procs] == [watchdog.HUNG_STATUS] * 2, outputs[0][-3000:]
+  tails = '\n'.join(f'--- process {i}:\n{out[-2500:]}' for i, out in enumerate(outputs))
+  assert [p.returncode for p in procs] == [watchdog.HUNG_STATUS] * 2, tails
   for i, out in enumerate(outputs):
-    assert re.search(rf'^Watchdog: process {i} made no progress for 45 s in train step \d+', out, re.M), out[-3000:]
+    assert re.search(rf'^Watchdog: process {i} made no progress for 45 s in train step \d+', out, re.M), tails
   # The blocked process shows where it is; its peer waits in a collective of a step it dispatched.
-  assert 'in sleep' in outputs[1] and 'faulty_main.py' in outputs[1], outputs[1][-3000:]
-  assert 'Current thread' in outputs[0] or 'Thread 0x' in outputs[0], outputs[0][-3000:]
+  assert 'in sleep' in outputs[0] and 'faulty_main.py' in outputs[0], tails
+  assert 'Current thread' in outputs[1] or 'Thread 0x' in outputs[1], tails
 
 
 # The image-folder run has every recipe knob on, on a mesh that shards the parameters: their

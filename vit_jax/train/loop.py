@@ -70,7 +70,7 @@ def _mean_metrics(history: list[dict[str, float]]) -> dict[str, float]:
 
 def train_and_evaluate(setup: Setup) -> dict[str, float]:
   """Runs (or resumes) training to `setup.total_steps`; returns the last metrics of every evaluator."""
-  with Watchdog(setup.config.hang_timeout_s, jax.process_index()) as watchdog:
+  with Watchdog(setup.config.hang_timeout_s, jax.process_index(), jax.process_count()) as watchdog:
     return _train(setup, watchdog)
 
 

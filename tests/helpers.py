@@ -1,5 +1,4 @@
 """Shared by the tests: tiny configs and reading what a run wrote."""
-import glob
 import importlib
 import os
 import subprocess
@@ -10,9 +9,8 @@ import collections
 import jax
 import ml_collections
 import numpy as np
-import tensorflow as tf
 
-from vit_jax import defaults
+from vit_jax import defaults, report
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -58,16 +56,7 @@ def run_main(config_file: str, workdir: str, overrides: dict, **kwargs) -> subpr
 
 def read_scalars(workdir: str) -> dict[str, dict[int, float]]:
   """tag -> step -> value from every TensorBoard event file in `workdir` (later files win)."""
-  scalars: dict[str, dict[int, float]] = {}
-  for path in sorted(glob.glob(os.path.join(workdir, 'events.out.tfevents.*')), key=os.path.getmtime):
-    for event in tf.compat.v1.train.summary_iterator(path):
-      for value in event.summary.value:
-        if value.HasField('tensor') and value.tensor.dtype in (tf.float32.as_datatype_enum,
-                                                               tf.float64.as_datatype_enum):
-          array = tf.make_ndarray(value.tensor)
-          if array.ndim == 0:
-            scalars.setdefault(value.tag, {})[event.step] = float(array)
-  return scalars
+  return report.read_scalars(workdir)
 
 
 # The data pipeline's tests.

@@ -1,0 +1,215 @@
+"""python -m vit_jax.report: the curves and the table of runs, from TensorBoard event files written here
+with tf.summary (as clu writes them) beside a config.json like a real run's, and from one real run."""
+import base64
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import matplotlib
+import numpy as np
+import pytest
+import tensorflow as tf
+from PIL import Image
+
+import helpers
+from vit_jax import report
+
+REPORT_CMD = [sys.executable, '-m', 'vit_jax.report']
+
+# Three runs of a sweep over lr.base x total_steps, as launch/sweep.py names their workdirs. The third
+# is still going: it has logged up to step 30 and evaluated once.
+EVALS = {
+    'lr.base=0.001,total_steps=50': {'eval_top1': {25: 0.75, 50: 0.5}, 'eval_loss': {25: 1.5, 50: 2.0}},
+    'lr.base=0.003,total_steps=50': {'eval_top1': {25: 0.25, 50: 0.625}, 'eval_loss': {25: 2.5, 50: 1.25}},
+    'lr.base=0.003,total_steps=100': {'eval_top1': {25: 0.375}, 'eval_loss': {25: 3.0}},
+}
+LAST_STEPS = {'lr.base=0.001,total_steps=50': 50, 'lr.base=0.003,total_steps=50': 50,
+              'lr.base=0.003,total_steps=100': 30}
+
+
+def _write_events(workdir: str, scalars: dict[str, dict[int, float]]) -> None:
+  """Scalars step by step, each step's in one write, as the training loop logs them."""
+  writer = tf.summary.create_file_writer(workdir)
+  with writer.as_default():
+    for step in sorted({s for values in scalars.values() for s in values}):
+      for tag, values in scalars.items():
+        if step in values:
+          tf.summary.scalar(tag, values[step], step=step)
+  writer.close()
+
+
+def _write_run(workdir: str, lr: float, total_steps: int, last_step: int,
+               evals: dict[str, dict[int, float]]) -> None:
+  os.makedirs(workdir)
+  config = helpers.load_config('demo', {'lr.base': lr, 'total_steps': total_steps})
+  with open(os.path.join(workdir, 'config.json'), 'w') as f:
+    f.write(config.to_json_best_effort(indent=2))  # As vit_jax.run_dir.write_run_info writes it.
+  steps = range(10, last_step + 1, 10)
+  _write_events(workdir, {
+      'train_loss': {s: 2.0 - s / (10 * total_steps) for s in steps},
+      'learning_rate': {s: lr * (1 - s / total_steps) for s in steps},
+      'grad_norm': {s: 1.0 for s in steps}, 'steps_per_sec': {s: 100.0 for s in steps}, **evals})
+
+
+@pytest.fixture(scope='module')
+def sweep_root(tmp_path_factory):
+  root = str(tmp_path_factory.mktemp('sweep'))
+  for name, evals in EVALS.items():
+    lr, total_steps = re.fullmatch(r'lr.base=(.*),total_steps=(.*)', name).groups()
+    _write_run(os.path.join(root, name), float(lr), int(total_steps), LAST_STEPS[name], evals)
+  return root
+
+
+def _tf_scalars(workdir: str) -> dict[str, dict[int, float]]:
+  """TensorFlow's own reading of the event files: what the report's reader must agree with."""
+  scalars = {}
+  for name in sorted(os.listdir(workdir)):
+    if name.startswith('events.out.tfevents.'):
+      for event in tf.compat.v1.train.summary_iterator(os.path.join(workdir, name)):
+        for value in event.summary.value:
+          if value.metadata.plugin_data.plugin_name == 'scalars':
+            scalars.setdefault(value.tag, {})[event.step] = float(tf.make_ndarray(value.tensor))
+  return scalars
+
+
+def _html_cells(path: str) -> list[list[str]]:
+  with open(path) as f:
+    rows = re.findall(r'<tr>(.*?)</tr>', f.read())
+  return [re.findall(r'<t[hd]>(.*?)</t[hd]>', row) for row in rows]
+
+
+def _run_colors(n: int) -> list[np.ndarray]:
+  return [np.round(np.array(c) * 255).astype(np.uint8) for c in matplotlib.colormaps['tab10'].colors[:n]]
+
+
+def test_table_has_each_runs_overrides_last_step_and_final_and_best_eval_metrics(sweep_root):
+  runs = [report.load_run(name, path) for name, path in report.find_runs([sweep_root])]
+  rows = report.table(runs)
+  assert [row['run'] for row in rows] == sorted(EVALS)
+  assert list(rows[0]) == ['run', 'differing config', 'last step', 'eval_loss final', 'eval_loss best',
+                           'eval_top1 final', 'eval_top1 best']
+  for row in rows:
+    lr, total_steps = re.fullmatch(r'lr.base=(.*),total_steps=(.*)', row['run']).groups()
+    # config.json holds the whole config: the fields the runs differ in are the sweep's overrides.
+    assert row['differing config'] == {'lr.base': float(lr), 'total_steps': int(total_steps)}
+    assert row['last step'] == LAST_STEPS[row['run']]
+    for metric, values in EVALS[row['run']].items():
+      assert row[f'{metric} final'] == values[max(values)]
+      # Accuracy: the greatest; loss: the least (the final value is neither for the first two runs).
+      assert row[f'{metric} best'] == (min if 'loss' in metric else max)(values.values())
+  assert rows[0]['eval_top1 best'] == 0.75 and rows[0]['eval_loss best'] == 1.5
+  assert report.panels(runs) == ['train_loss', 'learning_rate', 'eval_loss', 'eval_top1']
+
+
+def test_command_line_writes_the_picture_and_the_page_and_prints_only_their_paths(sweep_root, tmp_path):
+  out = tmp_path / 'out'
+  run = subprocess.run([*REPORT_CMD, sweep_root, f'--out={out}'], cwd=helpers.REPO, capture_output=True,
+                       text=True, timeout=300)
+  assert run.returncode == 0, run.stderr[-2000:]
+  assert run.stdout.splitlines() == [f'{out}/report.png', f'{out}/report.html']
+  # No TensorFlow or absl banners (matplotlib speaks once per machine, when it builds its font cache).
+  assert [line for line in run.stderr.splitlines() if 'font cache' not in line] == []
+
+  image = np.asarray(Image.open(out / 'report.png').convert('RGB'))
+  width, height = report.figure_inches(4, 3)  # 4 panels in 2 rows of 3, 3 runs in the legend.
+  assert image.shape == (round(height * report.DPI), round(width * report.DPI), 3)
+  present = [np.all(image == color, axis=-1).any() for color in _run_colors(4)]
+  assert present == [True, True, True, False]  # A colour a run, no fourth.
+  assert len(np.unique(image.reshape(-1, 3), axis=0)) > 50
+
+  with open(out / 'report.html') as f:
+    page = f.read()
+  png = base64.b64encode((out / 'report.png').read_bytes()).decode()
+  assert f'src="data:image/png;base64,{png}"' in page
+  assert _html_cells(str(out / 'report.html')) == [
+      ['run', 'differing config', 'last step', 'eval_loss final', 'eval_loss best', 'eval_top1 final',
+       'eval_top1 best'],
+      ['lr.base=0.001,total_steps=50', 'lr.base=0.001, total_steps=50', '50', '2', '1.5', '0.5', '0.75'],
+      ['lr.base=0.003,total_steps=100', 'lr.base=0.003, total_steps=100', '30', '3', '3', '0.375',
+       '0.375'],
+      ['lr.base=0.003,total_steps=50', 'lr.base=0.003, total_steps=50', '50', '1.25', '1.25', '0.625',
+       '0.625']]
+
+
+def test_a_sweep_root_expands_to_its_runs_and_a_workdir_is_one_run(sweep_root, tmp_path):
+  found = report.find_runs([sweep_root])
+  assert found == [(name, report.epath.Path(sweep_root) / name) for name in sorted(EVALS)]
+  one = os.path.join(sweep_root, 'lr.base=0.001,total_steps=50')
+  assert report.find_runs([one]) == [('lr.base=0.001,total_steps=50', report.epath.Path(one))]
+  # Sweeps under a root: paths under it; runs named alike in two roots: their full paths.
+  for group in ('a', 'b'):
+    shutil.copytree(one, tmp_path / 'root' / group / 'run')
+  assert [name for name, _ in report.find_runs([str(tmp_path / 'root')])] == ['a/run', 'b/run']
+  assert [name for name, _ in report.find_runs([str(tmp_path / 'root' / g) for g in 'ab'])] == [
+      str(tmp_path / 'root' / g / 'run') for g in 'ab']
+
+
+@pytest.mark.parametrize('cut', [2, 9, 30])
+def test_a_run_whose_last_record_is_cut_short_still_reports(sweep_root, tmp_path, cut):
+  """A resumed run writes a second event file (it wins the steps both have); this one is being written
+  and ends in half a record."""
+  workdir = str(tmp_path / 'run')
+  shutil.copytree(os.path.join(sweep_root, 'lr.base=0.001,total_steps=50'), workdir)
+  first, = [name for name in os.listdir(workdir) if name.startswith('events.out.tfevents.')]
+  _write_events(str(tmp_path / 'resumed'), {'train_loss': {50: 9.0, 60: 8.0}, 'eval_top1': {60: 0.875}})
+  created = int(first.split('.')[3]) + 100
+  second = os.path.join(workdir, f'events.out.tfevents.{created}.host.123.0.v2')
+  shutil.move(os.path.join(tmp_path / 'resumed', os.listdir(tmp_path / 'resumed')[0]), second)
+  assert report.read_scalars(workdir)['eval_top1'] == _tf_scalars(workdir)['eval_top1'] == {
+      25: 0.75, 50: 0.5, 60: 0.875}  # The last record, about to be cut.
+  with open(second, 'rb+') as f:
+    f.truncate(os.path.getsize(second) - cut)
+
+  scalars = report.read_scalars(workdir)
+  assert scalars['eval_top1'] == {25: 0.75, 50: 0.5}
+  assert scalars['train_loss'][50] == 9.0 and scalars['train_loss'][60] == 8.0
+  paths = report.report([workdir], str(tmp_path / 'out'))
+  assert paths == [str(tmp_path / 'out' / 'report.png'), str(tmp_path / 'out' / 'report.html')]
+  assert _html_cells(paths[1])[1][2:] == ['60', '2', '1.5', '0.5', '0.75']
+
+
+@pytest.mark.parametrize('args,error', [
+    (['{tmp}/nothing', '--out={tmp}/out'],
+     "error: '{tmp}/nothing' does not exist: pass run workdirs or the root of a sweep"),
+    (['{tmp}/empty', '--out={tmp}/out'],
+     "error: '{tmp}/empty' holds no run: neither it nor any directory under it has a config.json or "
+     'events.out.tfevents.* files'),
+    (['{tmp}/started', '--out={tmp}/out'],
+     'error: no run in {tmp}/started has logged its train loss or an eval metric yet (its '
+     'events.out.tfevents.* files)'),
+    (['--out={tmp}/out'], 'error: no WORKDIR given: use WORKDIR [WORKDIR ...] --out=DIR'),
+    (['{tmp}/started'], 'error: no --out given: use WORKDIR [WORKDIR ...] --out=DIR'),
+], ids=['missing', 'no-run', 'no-metrics-yet', 'no-workdir', 'no-out'])
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path, args, error):
+  (tmp_path / 'empty' / 'sub').mkdir(parents=True)
+  (tmp_path / 'started').mkdir()
+  (tmp_path / 'started' / 'config.json').write_text('{}')  # A run that has not logged anything yet.
+  run = subprocess.run([*REPORT_CMD, *(a.format(tmp=tmp_path) for a in args)], cwd=helpers.REPO,
+                       capture_output=True, text=True, timeout=300)
+  assert run.returncode == 2
+  assert run.stderr.splitlines() == [error.format(tmp=tmp_path)]
+  assert run.stdout == ''
+  assert not (tmp_path / 'out').exists()
+
+
+def test_a_real_run_reports_what_its_loop_logged(trained_tiny_run, tmp_path):
+  expected = _tf_scalars(trained_tiny_run)
+  assert report.read_scalars(trained_tiny_run) == expected
+  run = subprocess.run([*REPORT_CMD, trained_tiny_run, f'--out={tmp_path}'], cwd=helpers.REPO,
+                       capture_output=True, text=True, timeout=300)
+  assert run.returncode == 0, run.stderr[-2000:]
+  assert run.stdout.splitlines() == [f'{tmp_path}/report.png', f'{tmp_path}/report.html']
+  runs = [report.load_run(*found) for found in report.find_runs([trained_tiny_run])]
+  assert report.panels(runs) == ['train_loss', 'learning_rate', 'eval_loss', 'eval_top1', 'eval_top5']
+  row, = report.table(runs)
+  assert row['last step'] == 12 and row['differing config'] == {}
+  assert row['eval_top1 final'] == expected['eval_top1'][12]
+  cells = _html_cells(f'{tmp_path}/report.html')
+  assert cells[1][:3] == [os.path.basename(trained_tiny_run), '', '12']
+  assert cells[1][5] == f'{expected["eval_top1"][12]:.4g}'
+  with Image.open(tmp_path / 'report.png') as image:
+    width, height = report.figure_inches(5, 1)
+    assert image.size == (round(width * report.DPI), round(height * report.DPI))
+    assert np.all(np.asarray(image.convert('RGB')) == _run_colors(1)[0], axis=-1).any()

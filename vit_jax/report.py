@@ -1,0 +1,260 @@
+"""Compares runs: their curves in one picture and their final and best eval metrics in one table.
+
+  python -m vit_jax.report WORKDIR [WORKDIR ...] --out=DIR
+
+A WORKDIR is a run's workdir (it holds config.json or TensorBoard event files) or a directory with
+runs under it, e.g. the root of a sweep (launch/sweep.py); each run is named after its workdir's
+basename, or its path under the root. Writes and prints:
+  DIR/report.png   train loss, learning rate and every eval metric against steps, one line per run;
+  DIR/report.html  the picture and a table: each run's config fields that differ between the runs
+                   shown, its last step, and each eval metric's final and best value.
+It reads the event files as they are, so it reports on runs that are still training.
+"""
+import os
+
+if __name__ == '__main__':
+  # Before anything loads TensorFlow (epath does, for a gs:// path): its C++ banners are noise here.
+  os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+
+import base64
+import dataclasses
+import html
+import io
+import json
+import math
+import struct
+from typing import Any, Iterator, Sequence
+
+import matplotlib
+from absl import app, flags
+from etils import epath
+from google.protobuf import message
+from tensorboard.compat.proto import event_pb2
+from tensorboard.util import tensor_util
+
+matplotlib.use('Agg')  # Files only: no display needed.
+from matplotlib import pyplot as plt, ticker  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+from vit_jax import cli, paths  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+_OUT = flags.DEFINE_string('out', None, 'Directory to write report.png and report.html.')
+_USAGE = 'WORKDIR [WORKDIR ...] --out=DIR'
+
+EVENTS = 'events.out.tfevents.*'
+# What the training loop logs about itself (vit_jax/train/loop.py, clu's ReportProgress); every other
+# scalar comes from an evaluator, e.g. eval_top1, eval_polyak_loss, fewshot_5shot, minival_top1.
+TRAIN_TAGS = ('train_loss', 'learning_rate', 'grad_norm', 'images_per_sec', 'steps_per_sec', 'uptime',
+              'skipped_steps')
+PANEL_INCHES, LEGEND_ROW_INCHES, DPI, MAX_COLUMNS = (5.0, 3.5), 0.25, 100, 3
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  name: str
+  config: dict[str, Any]  # Flat, dotted field names; {} when the workdir holds no config.json.
+  scalars: dict[str, dict[int, float]]  # tag -> step -> value.
+
+
+def read_events(data: bytes) -> Iterator[event_pb2.Event]:
+  """The events of an event file's bytes (TFRecords: length, its CRC, the record, its CRC), up to the
+  first incomplete or unreadable record: a running writer may have written half of its last one."""
+  offset = 0
+  while offset + 12 <= len(data):
+    length, = struct.unpack_from('<Q', data, offset)
+    if offset + 12 + length + 4 > len(data):
+      return
+    try:
+      yield event_pb2.Event.FromString(data[offset + 12:offset + 12 + length])
+    except message.DecodeError:
+      return
+    offset += 12 + length + 4
+
+
+def _created(path: epath.Path) -> tuple[int, str]:
+  """events.out.tfevents.<seconds>.<host>...: a resumed run's new file sorts after the old ones."""
+  seconds = path.name.split('.')[3]
+  return (int(seconds) if seconds.isdigit() else 0, path.name)
+
+
+def read_scalars(workdir: str) -> dict[str, dict[int, float]]:
+  """tag -> step -> value of every scalar in `workdir`'s event files (a later file wins a step)."""
+  scalars: dict[str, dict[int, float]] = {}
+  for path in sorted(epath.Path(workdir).glob(EVENTS), key=_created):
+    for event in read_events(path.read_bytes()):
+      for value in event.summary.value:
+        if value.HasField('simple_value'):  # TF1-style summaries.
+          scalars.setdefault(value.tag, {})[event.step] = value.simple_value
+        elif value.metadata.plugin_data.plugin_name == 'scalars':  # tf.summary.scalar, as clu writes.
+          scalars.setdefault(value.tag, {})[event.step] = float(tensor_util.make_ndarray(value.tensor))
+  return scalars
+
+
+def _is_run(path: epath.Path) -> bool:
+  return (path / 'config.json').exists() or any(path.glob(EVENTS))
+
+
+def find_runs(workdirs: Sequence[str]) -> list[tuple[str, epath.Path]]:
+  """(name, path) of the run each of `workdirs` is or holds, or a one-line ValueError."""
+  found = []
+  for workdir in workdirs:
+    root = epath.Path(paths.absolute(workdir))
+    if not root.is_dir():
+      problem = 'is not a directory' if root.exists() else 'does not exist'
+      raise ValueError(f'{workdir!r} {problem}: pass run workdirs or the root of a sweep')
+    if _is_run(root):
+      found.append((root.name, root))
+      continue
+    under, stack = [], [root]
+    while stack:  # A run's own subdirectories (checkpoints/) are never entered.
+      for child in (p for p in stack.pop().iterdir() if p.is_dir()):
+        if _is_run(child):
+          under.append(child)
+        else:
+          stack.append(child)
+    if not under:
+      raise ValueError(f'{workdir!r} holds no run: neither it nor any directory under it has a '
+                       f'config.json or {EVENTS} files')
+    found.extend(sorted((os.path.relpath(str(run), str(root)), run) for run in under))
+  names = [name for name, _ in found]
+  if len(set(names)) < len(names):  # Runs of different sweeps named alike: their full paths.
+    found = [(str(path), path) for _, path in found]
+  return found
+
+
+def _flat(tree: dict[str, Any], prefix: str = '') -> dict[str, Any]:
+  flat = {}
+  for key, value in tree.items():
+    flat.update(_flat(value, f'{prefix}{key}.') if isinstance(value, dict) else
+                {f'{prefix}{key}': value})
+  return flat
+
+
+def load_run(name: str, path: epath.Path) -> Run:
+  """A run's scalars and config; a resumed run's latest config.resume_<k>.json is what it runs now."""
+  configs = sorted(path.glob('config.resume_*.json'), key=lambda p: int(p.stem.split('_')[-1]))
+  configs = configs or [path / 'config.json']
+  config = json.loads(configs[-1].read_text()) if configs[-1].exists() else {}
+  return Run(name, _flat(config), read_scalars(str(path)))
+
+
+def differing_fields(runs: Sequence[Run]) -> list[dict[str, Any]]:
+  """Each run's config fields whose values are not the same in all the runs shown (that have a config).
+
+  config.json holds the whole config, not which fields the command line or the sweep overrode, so this
+  is what tells the runs apart: a sweep's overrides, and anything else that differs.
+  """
+  configs = [run.config for run in runs if run.config]
+  keys = sorted({key for config in configs for key in config})
+  differ = [key for key in keys if any(config.get(key) != configs[0].get(key) for config in configs)]
+  return [{key: run.config.get(key) for key in differ} if run.config else {} for run in runs]
+
+
+def eval_metrics(runs: Sequence[Run]) -> list[str]:
+  return sorted({tag for run in runs for tag in run.scalars} - set(TRAIN_TAGS))
+
+
+def best(metric: str, values: Sequence[float]) -> float:
+  """The best of a metric's values: the least for a loss (a name containing 'loss'), else the greatest
+  (accuracies: top1, top5, fewshot_5shot...). Non-finite values never count as best."""
+  finite = [v for v in values if math.isfinite(v)]
+  return (min(finite) if 'loss' in metric else max(finite)) if finite else math.nan
+
+
+def table(runs: Sequence[Run]) -> list[dict[str, Any]]:
+  """One row a run: name, differing config fields, last step, and '<metric> final' / '<metric> best'
+  (None where the run has not logged the metric yet)."""
+  rows = []
+  for run, fields in zip(runs, differing_fields(runs)):
+    row = {'run': run.name, 'differing config': fields,
+           'last step': max((s for v in run.scalars.values() for s in v), default=None)}
+    for metric in eval_metrics(runs):
+      steps = run.scalars.get(metric, {})
+      row[f'{metric} final'] = steps[max(steps)] if steps else None
+      row[f'{metric} best'] = best(metric, list(steps.values())) if steps else None
+    rows.append(row)
+  return rows
+
+
+def figure_inches(num_panels: int, num_runs: int) -> tuple[float, float]:
+  """The picture's size: panels in rows of MAX_COLUMNS, and the legend's rows under them."""
+  columns = min(num_panels, MAX_COLUMNS)
+  rows = math.ceil(num_panels / columns)
+  return columns * PANEL_INCHES[0], rows * PANEL_INCHES[1] + LEGEND_ROW_INCHES * (
+      math.ceil(num_runs / columns) + 1)
+
+
+def panels(runs: Sequence[Run]) -> list[str]:
+  """The tags to plot: train loss, learning rate and each eval metric, where some run has logged them."""
+  return [tag for tag in ('train_loss', 'learning_rate') if any(tag in r.scalars for r in runs)
+          ] + eval_metrics(runs)
+
+
+def plot(runs: Sequence[Run], tags: Sequence[str]) -> bytes:
+  """The PNG: a panel a tag, a line a run, the same colour for a run in every panel."""
+  columns = min(len(tags), MAX_COLUMNS)
+  fig = plt.figure(figsize=figure_inches(len(tags), len(runs)), dpi=DPI, layout='constrained')
+  colors = plt.get_cmap('tab10' if len(runs) <= 10 else 'tab20').colors
+  lines = {}
+  for i, tag in enumerate(tags):
+    ax = fig.add_subplot(math.ceil(len(tags) / columns), columns, i + 1)
+    for j, run in enumerate(runs):
+      steps = sorted(run.scalars.get(tag, {}))
+      if steps:  # Few points (evaluations) need markers: one point is no line.
+        lines[run.name], = ax.plot(steps, [run.scalars[tag][s] for s in steps], markersize=3,
+                                   color=colors[j % len(colors)], marker='o' if len(steps) < 30 else None)
+    ax.set(title=tag, xlabel='step')
+    ax.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))
+    ax.grid(alpha=0.3)
+  fig.legend(list(lines.values()), list(lines), loc='outside lower center', ncol=columns, frameon=False)
+  buffer = io.BytesIO()
+  fig.savefig(buffer, format='png', dpi=DPI)
+  plt.close(fig)
+  return buffer.getvalue()
+
+
+def _cell(value: Any) -> str:
+  if value is None:
+    return ''
+  if isinstance(value, dict):
+    return ', '.join(f'{k}={json.dumps(v) if not isinstance(v, str) else v}' for k, v in value.items())
+  return f'{value:.4g}' if isinstance(value, float) else str(value)
+
+
+def to_html(png: bytes, rows: Sequence[dict[str, Any]]) -> str:
+  """A page with the picture inlined (one file to mail or attach) and the table."""
+  header = ''.join(f'<th>{html.escape(key)}</th>' for key in rows[0])
+  body = ''.join('<tr>' + ''.join(f'<td>{html.escape(_cell(v))}</td>' for v in row.values()) + '</tr>\n'
+                 for row in rows)
+  return ('<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>vit_jax report</title><style>'
+          'table{border-collapse:collapse}th,td{border:1px solid #bbb;padding:2px 6px}</style></head>\n'
+          f'<body>\n<img alt="curves" src="data:image/png;base64,{base64.b64encode(png).decode()}">\n'
+          f'<table>\n<tr>{header}</tr>\n{body}</table>\n</body></html>\n')
+
+
+def report(workdirs: Sequence[str], out: str) -> list[str]:
+  """Writes report.png and report.html about the runs of `workdirs` to `out`; returns their paths.
+  Bad input is a one-line ValueError, raised before anything is written."""
+  runs = [load_run(name, path) for name, path in find_runs(workdirs)]
+  tags = panels(runs)
+  if not tags:
+    raise ValueError(f'no run in {" ".join(workdirs)} has logged its train loss or an eval metric yet '
+                     f'(its {EVENTS} files)')
+  png = plot(runs, tags)
+  cli.make_out_dir(out)
+  written = [epath.Path(out) / 'report.png', epath.Path(out) / 'report.html']
+  written[0].write_bytes(png)
+  written[1].write_text(to_html(png, table(runs)))
+  return [str(path) for path in written]
+
+
+def main(argv: list[str]) -> None:
+  if len(argv) < 2 or not _OUT.value:
+    cli.fail(f'no {"WORKDIR" if len(argv) < 2 else "--out"} given: use {_USAGE}')
+  try:
+    print('\n'.join(report(argv[1:], _OUT.value)))
+  except ValueError as e:
+    cli.fail(str(e))
+
+
+if __name__ == '__main__':
+  app.run(main, flags_parser=cli.flags_parser(_USAGE))

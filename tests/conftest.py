@@ -61,6 +61,15 @@ def trained_tiny_run(tmp_path_factory):
 
 
 @pytest.fixture(scope='session')
+def exported_tiny_run(trained_tiny_run, tmp_path_factory):
+  """What `vit_jax.export` writes for the tiny run's last step."""
+  from vit_jax import export  # pylint: disable=g-import-not-at-top
+  out = str(tmp_path_factory.mktemp('export'))
+  export.export(trained_tiny_run, out)
+  return out
+
+
+@pytest.fixture(scope='session')
 def sorted_digits_folder(tmp_path_factory):
   """The bundled digits as an image folder root/{train,test}/<digit>/NNNN.png: listed class by class,
   as every image folder is."""

@@ -10,7 +10,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from vit_jax import defaults, report
+from vit_jax import defaults, events
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -56,7 +56,7 @@ def run_main(config_file: str, workdir: str, overrides: dict, **kwargs) -> subpr
 
 def read_scalars(workdir: str) -> dict[str, dict[int, float]]:
   """tag -> step -> value from every TensorBoard event file in `workdir` (later files win)."""
-  return report.read_scalars(workdir)
+  return events.read_scalars(workdir)
 
 
 # The data pipeline's tests.

@@ -23,7 +23,6 @@ import helpers
 from vit_jax import checkpoint, export, run_dir
 from vit_jax.models import loading
 from vit_jax.tasks import classification
-from vit_jax.train import loop, setup as train_setup
 
 EXPORT_CMD = [sys.executable, '-m', 'vit_jax.export']
 
@@ -42,21 +41,15 @@ print(exported.in_avals[0].shape, exported.out_avals[0].shape)
 
 
 @pytest.fixture(scope='session')
-def workdir(tmp_path_factory):
-  workdir = str(tmp_path_factory.mktemp('run'))
-  # A high learning rate moves the zero-initialised head well away from zero in the 12 steps, so that
-  # comparing logits with another implementation means something.
-  config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': str(tmp_path_factory.mktemp('tfds')),
-                                       'lr.base': 1e-2})
-  loop.train_and_evaluate(train_setup.prepare(config, workdir))
-  return workdir
+def workdir(trained_tiny_run):
+  # Its high learning rate moves the zero-initialised head well away from zero in the 12 steps, so
+  # that comparing logits with another implementation means something.
+  return trained_tiny_run
 
 
 @pytest.fixture(scope='session')
-def exported(workdir, tmp_path_factory):
-  out = str(tmp_path_factory.mktemp('export'))
-  export.export(workdir, out)
-  return out
+def exported(exported_tiny_run):
+  return exported_tiny_run
 
 
 def _checkpoint_params(workdir, step):
@@ -91,7 +84,7 @@ def test_export_writes_the_latest_parameters_in_the_original_layout(workdir, exp
       'classifier': 'token', 'representation_size': None, 'dropout_rate': 0.1,
       'attention_dropout_rate': 0.0, 'attention': 'xla', 'remat': None, 'scan': False,
       'resnet_layers': None, 'resnet_width_factor': 1.0, 'fc_norm': False, 'posemb': 'learn',
-      'drop_path_rate': 0.0}
+      'drop_path_rate': 0.0, 'mlp_activation': 'gelu_tanh'}
   assert (description['image_size'], description['num_classes']) == (8, 10)
   assert description['pp_eval'] == {'crop': 'resize', 'crop_fraction': 0.875}
   assert description['class_names'] == list('0123456789')

@@ -14,7 +14,7 @@ import tensorflow as tf
 from PIL import Image
 
 import helpers
-from vit_jax import report
+from vit_jax import events, report
 
 REPORT_CMD = [sys.executable, '-m', 'vit_jax.report']
 
@@ -157,12 +157,12 @@ def test_a_run_whose_last_record_is_cut_short_still_reports(sweep_root, tmp_path
   created = int(first.split('.')[3]) + 100
   second = os.path.join(workdir, f'events.out.tfevents.{created}.host.123.0.v2')
   shutil.move(os.path.join(tmp_path / 'resumed', os.listdir(tmp_path / 'resumed')[0]), second)
-  assert report.read_scalars(workdir)['eval_top1'] == _tf_scalars(workdir)['eval_top1'] == {
+  assert events.read_scalars(workdir)['eval_top1'] == _tf_scalars(workdir)['eval_top1'] == {
       25: 0.75, 50: 0.5, 60: 0.875}  # The last record, about to be cut.
   with open(second, 'rb+') as f:
     f.truncate(os.path.getsize(second) - cut)
 
-  scalars = report.read_scalars(workdir)
+  scalars = events.read_scalars(workdir)
   assert scalars['eval_top1'] == {25: 0.75, 50: 0.5}
   assert scalars['train_loss'][50] == 9.0 and scalars['train_loss'][60] == 8.0
   paths = report.report([workdir], str(tmp_path / 'out'))
@@ -196,7 +196,7 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, args, error):
 
 def test_a_real_run_reports_what_its_loop_logged(trained_tiny_run, tmp_path):
   expected = _tf_scalars(trained_tiny_run)
-  assert report.read_scalars(trained_tiny_run) == expected
+  assert events.read_scalars(trained_tiny_run) == expected
   run = subprocess.run([*REPORT_CMD, trained_tiny_run, f'--out={tmp_path}'], cwd=helpers.REPO,
                        capture_output=True, text=True, timeout=300)
   assert run.returncode == 0, run.stderr[-2000:]

@@ -60,12 +60,14 @@ def get_config() -> ml_collections.ConfigDict:
       representation_size=config_dict.placeholder(int),  # tanh pre-logits layer width; unset = none
       dropout_rate=config_dict.placeholder(float),
       attention_dropout_rate=config_dict.placeholder(float),
-      # Fast paths: 'xla' | 'dot_product_attention' (cuDNN flash attention on GPU); a
-      # jax.checkpoint_policies name to rematerialise each block (e.g. 'nothing_saveable');
-      # nn.scan over the blocks for fast compiles of deep models (checkpoints keep per-block names).
+      # 'gelu_tanh' (the original checkpoints') | 'gelu' (exact: timm's and Hugging Face's models).
+      mlp_activation=config_dict.placeholder(str),
       # The hybrid's ResNet stem (set by R50+ViT-* variants): units per stage and a width multiplier.
       resnet_layers=config_dict.placeholder(tuple),
       resnet_width_factor=config_dict.placeholder(float),
+      # Fast paths: 'xla' | 'dot_product_attention' (cuDNN flash attention on GPU); a
+      # jax.checkpoint_policies name to rematerialise each block (e.g. 'nothing_saveable');
+      # nn.scan over the blocks for fast compiles of deep models (checkpoints keep per-block names).
       attention=config_dict.placeholder(str),
       remat=config_dict.placeholder(str),
       scan=config_dict.placeholder(bool),

@@ -9,7 +9,10 @@ writes, from checkpoint N of W (default: the latest), using the Polyak average w
                        [batch, H, W, 3] in [-1, 1] -> float32 logits [batch, classes], batch symbolic,
                        parameters inside; it needs only jax:
                          jax.export.deserialize(open(path, 'rb').read()).call(images);
-  DIR/config.json      the model, resolution, classes and where the parameters came from.
+  DIR/config.json      the model, resolution, classes and where the parameters came from;
+  DIR/timm/            model.safetensors in timm's naming and the config.json that tells timm the
+                       architecture: timm.create_model('local-dir:DIR/timm', pretrained=True) (not
+                       written for what timm's ViT cannot hold: config.json's "timm" says why).
 """
 if __name__ == '__main__':  # Before anything allocates: see vit_jax/allocator.py.
   from vit_jax import allocator  # pylint: disable=g-import-not-at-top
@@ -25,10 +28,6 @@ from etils import epath
 
 from vit_jax import cli
 from vit_jax.models import variants
-
-_WORKDIR = flags.DEFINE_string('workdir', None, 'Workdir of the run to export.')
-_OUT = flags.DEFINE_string('out', None, 'Directory to write model.npz, model.jaxexport, config.json.')
-_STEP = flags.DEFINE_integer('step', None, 'Checkpoint step to export (default: the latest).')
 
 # The artefact carries one lowering per platform, so a model trained on TPU also serves on CPU or GPU.
 PLATFORMS = ('cpu', 'cuda', 'tpu')
@@ -49,7 +48,7 @@ def export(workdir: str, out: str, step: Optional[int] = None) -> dict[str, Any]
   """Writes the three files for checkpoint `step` (default: latest) of `workdir`; returns config.json."""
   # Imported here so that bad flags are answered before TensorFlow (the input pipeline's) loads.
   from vit_jax import run_dir  # pylint: disable=g-import-not-at-top
-  from vit_jax.models import loading  # pylint: disable=g-import-not-at-top
+  from vit_jax.models import loading, state_dicts  # pylint: disable=g-import-not-at-top
   trained = run_dir.load_trained(workdir, step)
   cli.make_out_dir(out)
   config, info = trained.config, trained.info
@@ -58,9 +57,21 @@ def export(workdir: str, out: str, step: Optional[int] = None) -> dict[str, Any]
   loading.save_npz(trained.params, str(out_dir / 'model.npz'))
   (out_dir / 'model.jaxexport').write_bytes(
       serialize_inference(trained.model, trained.params, config.image_size))
+  model = variants.get_model_config(config.variant, config.model.to_dict())
+  try:
+    timm_tensors = state_dicts.to_timm(trained.params)
+  except ValueError as e:
+    timm_files = f'not written: {e}'
+  else:
+    timm_dir = out_dir / 'timm'
+    timm_dir.mkdir(exist_ok=True)
+    state_dicts.write_safetensors(timm_tensors, str(timm_dir / state_dicts.SAFETENSORS))
+    (timm_dir / 'config.json').write_text(json.dumps(state_dicts.timm_config(
+        model, config.image_size, info.num_classes, list(info.class_names)), indent=2))
+    timm_files = 'timm/model.safetensors, timm/config.json'
   description = {
       'variant': config.variant,
-      'model': variants.get_model_config(config.variant, config.model.to_dict()),
+      'model': model,
       'dtype': config.dtype,
       'image_size': config.image_size,
       'pp_eval': config.pp_eval.to_dict(),  # How to prepare an image: see vit_jax.predict.model_input.
@@ -73,6 +84,7 @@ def export(workdir: str, out: str, step: Optional[int] = None) -> dict[str, Any]
       'input': 'float32 images [batch, image_size, image_size, 3] in [-1, 1]',
       'output': 'float32 logits [batch, num_classes]',
       'jax_export_platforms': list(PLATFORMS),
+      'timm': timm_files,
   }
   (out_dir / 'config.json').write_text(json.dumps(description, indent=2))
   return description
@@ -84,14 +96,24 @@ _USAGE = '--workdir=W --out=DIR [--step=N]'
 def main(argv: list[str]) -> None:
   if len(argv) > 1:
     cli.fail(f'unexpected arguments {argv[1:]}: use {_USAGE}')
+  workdir, out = flags.FLAGS.workdir, flags.FLAGS.out
   try:
-    description = export(_WORKDIR.value, _OUT.value, _STEP.value)
+    description = export(workdir, out, flags.FLAGS.step)
   except ValueError as e:
     cli.fail(str(e))
   print(f'exported step {description["step"]} ({description["parameters"]} parameters) of '
-        f'{_WORKDIR.value} to {_OUT.value}')
+        f'{workdir} to {out}' + ('' if description['timm'].startswith('timm/') else
+                                 f'; timm/ {description["timm"]}'))
+
+
+def _define_flags() -> None:
+  # Defined only when run as a command: other commands' modules have flags of the same names.
+  flags.DEFINE_string('workdir', None, 'Workdir of the run to export.')
+  flags.DEFINE_string('out', None, 'Directory to write model.npz, model.jaxexport, config.json, timm/.')
+  flags.DEFINE_integer('step', None, 'Checkpoint step to export (default: the latest).')
+  flags.mark_flags_as_required(['workdir', 'out'])
 
 
 if __name__ == '__main__':
-  flags.mark_flags_as_required(['workdir', 'out'])
+  _define_flags()
   app.run(main, flags_parser=cli.flags_parser(_USAGE))

@@ -22,25 +22,20 @@ import html
 import io
 import json
 import math
-import struct
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 import matplotlib
 from absl import app, flags
 from etils import epath
-from google.protobuf import message
-from tensorboard.compat.proto import event_pb2
-from tensorboard.util import tensor_util
 
 matplotlib.use('Agg')  # Files only: no display needed.
 from matplotlib import pyplot as plt, ticker  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from vit_jax import cli, paths  # pylint: disable=g-import-not-at-top,wrong-import-position
+from vit_jax.events import EVENTS, read_scalars  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-_OUT = flags.DEFINE_string('out', None, 'Directory to write report.png and report.html.')
 _USAGE = 'WORKDIR [WORKDIR ...] --out=DIR'
 
-EVENTS = 'events.out.tfevents.*'
 # What the training loop logs about itself (vit_jax/train/loop.py, clu's ReportProgress); every other
 # scalar comes from an evaluator, e.g. eval_top1, eval_polyak_loss, fewshot_5shot, minival_top1.
 TRAIN_TAGS = ('train_loss', 'learning_rate', 'grad_norm', 'images_per_sec', 'steps_per_sec', 'uptime',
@@ -53,40 +48,6 @@ class Run:
   name: str
   config: dict[str, Any]  # Flat, dotted field names; {} when the workdir holds no config.json.
   scalars: dict[str, dict[int, float]]  # tag -> step -> value.
-
-
-def read_events(data: bytes) -> Iterator[event_pb2.Event]:
-  """The events of an event file's bytes (TFRecords: length, its CRC, the record, its CRC), up to the
-  first incomplete or unreadable record: a running writer may have written half of its last one."""
-  offset = 0
-  while offset + 12 <= len(data):
-    length, = struct.unpack_from('<Q', data, offset)
-    if offset + 12 + length + 4 > len(data):
-      return
-    try:
-      yield event_pb2.Event.FromString(data[offset + 12:offset + 12 + length])
-    except message.DecodeError:
-      return
-    offset += 12 + length + 4
-
-
-def _created(path: epath.Path) -> tuple[int, str]:
-  """events.out.tfevents.<seconds>.<host>...: a resumed run's new file sorts after the old ones."""
-  seconds = path.name.split('.')[3]
-  return (int(seconds) if seconds.isdigit() else 0, path.name)
-
-
-def read_scalars(workdir: str) -> dict[str, dict[int, float]]:
-  """tag -> step -> value of every scalar in `workdir`'s event files (a later file wins a step)."""
-  scalars: dict[str, dict[int, float]] = {}
-  for path in sorted(epath.Path(workdir).glob(EVENTS), key=_created):
-    for event in read_events(path.read_bytes()):
-      for value in event.summary.value:
-        if value.HasField('simple_value'):  # TF1-style summaries.
-          scalars.setdefault(value.tag, {})[event.step] = value.simple_value
-        elif value.metadata.plugin_data.plugin_name == 'scalars':  # tf.summary.scalar, as clu writes.
-          scalars.setdefault(value.tag, {})[event.step] = float(tensor_util.make_ndarray(value.tensor))
-  return scalars
 
 
 def _is_run(path: epath.Path) -> bool:
@@ -248,13 +209,16 @@ def report(workdirs: Sequence[str], out: str) -> list[str]:
 
 
 def main(argv: list[str]) -> None:
-  if len(argv) < 2 or not _OUT.value:
+  out = flags.FLAGS.out
+  if len(argv) < 2 or not out:
     cli.fail(f'no {"WORKDIR" if len(argv) < 2 else "--out"} given: use {_USAGE}')
   try:
-    print('\n'.join(report(argv[1:], _OUT.value)))
+    print('\n'.join(report(argv[1:], out)))
   except ValueError as e:
     cli.fail(str(e))
 
 
 if __name__ == '__main__':
+  # Defined only when run as a command: other commands' modules have flags of the same names.
+  flags.DEFINE_string('out', None, 'Directory to write report.png and report.html.')
   app.run(main, flags_parser=cli.flags_parser(_USAGE))

@@ -14,7 +14,7 @@ from etils import epath
 from flax import traverse_util
 
 from vit_jax import checkpoint, data, defaults, paths, tasks
-from vit_jax.models import loading
+from vit_jax.models import loading, state_dicts
 
 _RUN_FILES = ('config.json', 'dataset_info.json')
 
@@ -94,9 +94,17 @@ def load_export(export_dir: str) -> tuple[dict[str, Any], Callable[[jax.Array], 
   return json.loads(files['config.json'].read_text()), exported.call
 
 
-def load_params(path: str) -> tuple[dict[str, Any], str]:
-  """Parameters to start from (`config.init_from`): an `.npz` file, or a workdir / step directory
-  (its Polyak average if kept). Also returns a line for the log saying what was loaded."""
+def load_params(path: str, num_heads: Optional[int] = None, mlp_activation: Optional[str] = None
+                ) -> tuple[dict[str, Any], str]:
+  """Parameters to start from (`config.init_from`): an `.npz` file, a timm or Hugging Face
+  transformers ViT (a .safetensors / .pth / .bin file or a model directory; these need the model's
+  `num_heads` to split the attention kernels), or a workdir / step directory (its Polyak average if
+  kept). Also returns a line for the log saying what was loaded."""
+  if state_dicts.is_state_dict_path(path):
+    if num_heads is None:
+      raise ValueError(f'{path}: a PyTorch-layout checkpoint needs the number of attention heads')
+    params, notes = state_dicts.load(path, num_heads, mlp_activation)
+    return params, f'loaded {path}: ' + '; '.join(notes)
   if path.endswith('.npz') or epath.Path(path).is_file():
     return loading.load_npz(path), f'loaded {path}'
   checkpoint_dir, step = checkpoint.find_checkpoint(path)
@@ -108,7 +116,7 @@ def load_init_params(config: ml_collections.ConfigDict, model: nn.Module) -> Any
   """The parameters of `config.init_from`, with head and position embeddings fitted to `model`."""
   init_from = paths.absolute(config.init_from)
   paths.check_reachable(init_from, config.storage_timeout_s, 'config.init_from')
-  loaded, source = load_params(init_from)
+  loaded, source = load_params(init_from, model.num_heads, model.mlp_activation)
   params, notes = loading.adapt_params(
       loaded, loading.param_shapes(model, config.image_size), keep_head=config.keep_head, keep_pre_logits=config.keep_pre_logits,
       posemb_method=config.posemb_interpolation)

@@ -11,7 +11,8 @@ the checkpoints, and `apply` takes either layout: per-block parameters are stack
 which is cheap to run but not to compile (the gradient of the stacking is one slice per layer and
 parameter), so training keeps them stacked (`stack_blocks`) and unstacks at the checkpoint boundary.
 """
-from typing import Any, Optional, Union
+import functools
+from typing import Any, Callable, Optional, Union
 
 import flax.linen as nn
 import jax
@@ -25,6 +26,12 @@ from vit_jax.models.scan_layout import BLOCK, stack_blocks, unstack_blocks
 Dtype = Any
 # A block's stochastic-depth rate: a float, an array inside the scan, None for none.
 Rate = Optional[Union[float, jax.Array]]
+# The MLP's nonlinearity (`mlp_activation`): the original code and checkpoints use the tanh
+# approximation of GELU; timm, Hugging Face and PyTorch models the exact one (erf).
+MLP_ACTIVATIONS: dict[str, Callable[[jnp.ndarray], jnp.ndarray]] = {
+    'gelu_tanh': functools.partial(nn.gelu, approximate=True),
+    'gelu': functools.partial(nn.gelu, approximate=False),
+}
 
 
 def drop_path_rates(rate: float, num_layers: int) -> np.ndarray:
@@ -46,6 +53,7 @@ class MlpBlock(nn.Module):
   mlp_dim: int
   dropout_rate: float = 0.0
   dtype: Dtype = jnp.float32
+  activation: str = 'gelu_tanh'  # A key of MLP_ACTIVATIONS.
 
   @nn.compact
   def __call__(self, inputs: jnp.ndarray, *, deterministic: bool) -> jnp.ndarray:
@@ -53,7 +61,7 @@ class MlpBlock(nn.Module):
         features, dtype=self.dtype, kernel_init=nn.initializers.xavier_uniform(),
         bias_init=nn.initializers.normal(stddev=1e-6), name=name)
     x = dense(self.mlp_dim, 'Dense_0')(inputs)
-    x = nn.gelu(x)  # The tanh approximation, as in the original code and checkpoints.
+    x = MLP_ACTIVATIONS[self.activation](x)
     x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
     x = dense(inputs.shape[-1], 'Dense_1')(x)
     return nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
@@ -72,6 +80,7 @@ class Encoder1DBlock(nn.Module):
   attention_dropout_rate: float = 0.0
   dtype: Dtype = jnp.float32
   attention: str = 'xla'  # A key of ATTENTION_FNS.
+  mlp_activation: str = 'gelu_tanh'  # A key of MLP_ACTIVATIONS.
 
   # Arguments are positional: `nn.remat` needs `deterministic` (and a float rate) as static positions.
   @nn.compact
@@ -88,7 +97,7 @@ class Encoder1DBlock(nn.Module):
     x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
     x = self._drop_path(x, drop_path_rate, deterministic) + inputs
     y = nn.LayerNorm(epsilon=1e-6, dtype=self.dtype, name='LayerNorm_2')(x)
-    y = MlpBlock(self.mlp_dim, self.dropout_rate, self.dtype, name='MlpBlock_3')(
+    y = MlpBlock(self.mlp_dim, self.dropout_rate, self.dtype, self.mlp_activation, name='MlpBlock_3')(
         y, deterministic=deterministic)
     return x + self._drop_path(y, drop_path_rate, deterministic)
 
@@ -164,6 +173,7 @@ class Encoder(nn.Module):
   posemb: str = 'learn'
   drop_path_rate: float = 0.0
   final_norm: bool = True
+  mlp_activation: str = 'gelu_tanh'
 
   @nn.compact
   def __call__(self, x: jnp.ndarray, *, grid: tuple[int, int], train: bool) -> jnp.ndarray:
@@ -173,7 +183,7 @@ class Encoder(nn.Module):
     block_kwargs = dict(
         mlp_dim=self.mlp_dim, num_heads=self.num_heads, dropout_rate=self.dropout_rate,
         attention_dropout_rate=self.attention_dropout_rate, dtype=self.dtype,
-        attention=self.attention)
+        attention=self.attention, mlp_activation=self.mlp_activation)
     rates = drop_path_rates(self.drop_path_rate, self.num_layers)
     if self.scan:
       # The scanned blocks read stacked parameters; per-block ones (from checkpoints) are stacked on

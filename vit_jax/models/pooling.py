@@ -27,6 +27,7 @@ class MAPHead(nn.Module):
   mlp_dim: int
   dtype: Dtype = jnp.float32
   attention: str = 'xla'  # A key of ATTENTION_FNS.
+  mlp_activation: str = 'gelu_tanh'  # A key of encoder.MLP_ACTIVATIONS.
 
   @nn.compact
   def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
@@ -38,7 +39,7 @@ class MAPHead(nn.Module):
         attention_fn=ATTENTION_FNS[self.attention], name='MultiHeadDotProductAttention_0')(probe, x)
     y = nn.LayerNorm(epsilon=1e-6, dtype=self.dtype, name='LayerNorm_0')(x)
     # No dropout in the head, as in big_vision and timm.
-    x = x + MlpBlock(self.mlp_dim, dtype=self.dtype, name='MlpBlock_0')(y, deterministic=True)
+    x = x + MlpBlock(self.mlp_dim, dtype=self.dtype, activation=self.mlp_activation, name='MlpBlock_0')(y, deterministic=True)
     return x[:, 0]
 
 
@@ -54,7 +55,7 @@ def _mean(x: jnp.ndarray, model: Any) -> jnp.ndarray:
 
 def _attention_pooling(x: jnp.ndarray, model: Any) -> jnp.ndarray:
   return MAPHead(num_heads=model.num_heads, mlp_dim=model.mlp_dim, dtype=model.dtype,
-                 attention=model.attention, name='MAPHead_0')(x)
+                 attention=model.attention, mlp_activation=model.mlp_activation, name='MAPHead_0')(x)
 
 
 CLASSIFIERS = {'token': _class_token, 'gap': _mean, 'map': _attention_pooling}

@@ -9,6 +9,7 @@ import re
 from typing import Any, Mapping, Optional
 
 from vit_jax.models.attention import ATTENTION_FNS
+from vit_jax.models.encoder import MLP_ACTIVATIONS
 from vit_jax.models.pooling import CLASSIFIERS
 from vit_jax.models.posemb import POSEMBS
 from vit_jax.models.resnet import stem_stride
@@ -59,7 +60,7 @@ def get_model_config(variant: str, overrides: Optional[Mapping[str, Any]] = None
       patch_size=int(match['patch']), hidden_size=hidden_size, num_layers=num_layers, mlp_dim=mlp_dim,
       num_heads=num_heads, classifier='token', fc_norm=False, posemb='learn', drop_path_rate=0.0,
       representation_size=None, dropout_rate=0.0, attention_dropout_rate=0.0, attention='xla',
-      remat=None, scan=False,
+      remat=None, scan=False, mlp_activation='gelu_tanh',
       resnet_layers=R50_LAYERS if match['hybrid'] else None, resnet_width_factor=1.0)
   for key, value in (overrides or {}).items():
     if key not in model:
@@ -108,6 +109,9 @@ def _check_fields(model: dict[str, Any]) -> None:
   if model['fc_norm'] and model['classifier'] == 'token':
     raise ValueError("model.fc_norm=True changes nothing with model.classifier='token' but the "
                      'parameter names: set --config.model.classifier=gap (or map), or fc_norm=False')
+  if model['mlp_activation'] not in MLP_ACTIVATIONS:
+    raise ValueError(f"Unknown model.mlp_activation {model['mlp_activation']!r}: use one of "
+                     f"{', '.join(MLP_ACTIVATIONS)} (gelu: timm's and Hugging Face's exact GELU)")
   if model['posemb'] not in POSEMBS:
     raise ValueError(f"Unknown model.posemb {model['posemb']!r}: use one of {', '.join(POSEMBS)}")
   if model['posemb'] == 'sincos2d' and (model['hidden_size'] % 4 or model['hidden_size'] < 8):

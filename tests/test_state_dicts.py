@@ -1,0 +1,195 @@
+"""timm and Hugging Face transformers weights in (`config.init_from`) and out (export's timm/).
+
+The references are the libraries themselves: models built by timm and transformers, saved by their own
+`save` functions, run by PyTorch on the same images. torch, timm and transformers are in the `test`
+extra; without them these tests fail rather than skip.
+"""
+import json
+import os
+
+import ml_dtypes
+import numpy as np
+import pytest
+import safetensors.numpy
+import safetensors.torch
+import timm
+import timm.models.vision_transformer as timm_vit
+import torch
+import transformers
+from etils import epath
+
+import helpers
+from test_export import _checkpoint_params, _model_logits
+from vit_jax import run_dir
+from vit_jax.models import state_dicts
+from vit_jax.tasks import classification
+
+IMAGE_SIZE, NUM_CLASSES = 8, 10
+MODEL = {'variant': 'ViT-testing_4', 'model.hidden_size': 32, 'model.num_layers': 2, 'model.num_heads': 2,
+         'model.mlp_dim': 64, 'image_size': IMAGE_SIZE, 'model.mlp_activation': 'gelu'}
+
+
+def _randomize(module: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
+  """Every tensor random: a zero head, bias or class token (timm's and transformers' inits) would hide
+  a layout bug. LayerNorm scales stay near 1."""
+  generator = torch.Generator().manual_seed(seed)
+  with torch.no_grad():
+    for layer in module.modules():
+      for name, p in layer.named_parameters(recurse=False):
+        noise = 0.3 * torch.randn(p.shape, generator=generator)
+        p.copy_(1 + noise if isinstance(layer, torch.nn.LayerNorm) and name == 'weight' else noise)
+  return module.eval()
+
+
+def _images(n: int = 5) -> np.ndarray:
+  return np.random.RandomState(1).uniform(-1, 1, (n, IMAGE_SIZE, IMAGE_SIZE, 3)).astype(np.float32)
+
+
+def _torch_outputs(module: torch.nn.Module, images: np.ndarray, **kwargs) -> torch.Tensor:
+  with torch.no_grad():
+    return module(torch.from_numpy(images.transpose(0, 3, 1, 2)), **kwargs)  # PyTorch takes NCHW.
+
+
+def _ours(init_from: str, num_classes, **overrides) -> np.ndarray:
+  """Logits of our model initialised from `init_from` through config.init_from, as a run would."""
+  config = helpers.load_config('demo', {**MODEL, 'init_from': init_from, 'keep_head': num_classes is not None,
+                                        **overrides})
+  model = classification.make_model(config, num_classes)
+  params = run_dir.load_init_params(config, model)
+  return np.asarray(model.apply({'params': params}, _images()))
+
+
+def _timm_model(**kwargs) -> timm_vit.VisionTransformer:
+  return _randomize(timm_vit.VisionTransformer(
+      img_size=IMAGE_SIZE, patch_size=4, embed_dim=32, depth=2, num_heads=2, mlp_ratio=2.0,
+      num_classes=NUM_CLASSES, **kwargs))
+
+
+@pytest.mark.parametrize('timm_kwargs,overrides', [
+    ({}, {}),
+    ({'class_token': False, 'global_pool': 'avg'}, {'model.classifier': 'gap', 'model.fc_norm': True}),
+    ({'class_token': False, 'global_pool': 'avg', 'fc_norm': False}, {'model.classifier': 'gap'}),
+], ids=['token', 'gap_fc_norm', 'gap'])
+def test_a_timm_vit_saved_by_timm_loads_through_init_from_with_equal_logits(tmp_path, timm_kwargs, overrides):
+  reference = _timm_model(**timm_kwargs)
+  path = str(tmp_path / 'model.safetensors')
+  safetensors.torch.save_file(reference.state_dict(), path)
+  np.testing.assert_allclose(_ours(path, NUM_CLASSES, **overrides), _torch_outputs(reference, _images()).numpy(),
+                             atol=1e-4)
+
+
+def test_a_timm_checkpoint_in_pytorch_format_and_in_bfloat16_loads_too(tmp_path):
+  reference = _timm_model()
+  torch.save({'state_dict': reference.state_dict()}, tmp_path / 'checkpoint.pth')  # A training checkpoint.
+  expected = _torch_outputs(reference, _images()).numpy()
+  np.testing.assert_allclose(_ours(str(tmp_path / 'checkpoint.pth'), NUM_CLASSES), expected, atol=1e-4)
+  safetensors.torch.save_file({k: v.bfloat16() for k, v in reference.state_dict().items()},
+                              tmp_path / 'bf16.safetensors')
+  loaded, _ = state_dicts.read(str(tmp_path / 'bf16.safetensors'))
+  assert loaded['pos_embed'].dtype == ml_dtypes.bfloat16
+  np.testing.assert_array_equal(loaded['pos_embed'].astype(np.float32),
+                                reference.state_dict()['pos_embed'].bfloat16().float().numpy())
+  np.testing.assert_allclose(_ours(str(tmp_path / 'bf16.safetensors'), NUM_CLASSES), expected, atol=0.1)
+
+
+def _transformers_config(**kwargs) -> transformers.ViTConfig:
+  return transformers.ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                                image_size=IMAGE_SIZE, patch_size=4, **kwargs)
+
+
+def test_a_transformers_classifier_saved_by_transformers_loads_with_equal_logits(tmp_path):
+  reference = _randomize(transformers.ViTForImageClassification(_transformers_config(num_labels=NUM_CLASSES)))
+  reference.save_pretrained(tmp_path / 'hf')  # config.json + model.safetensors, the hub's layout.
+  expected = _torch_outputs(reference, _images()).logits.numpy()
+  np.testing.assert_allclose(_ours(str(tmp_path / 'hf'), NUM_CLASSES), expected, atol=1e-4)
+  # Sharded as the hub shards big models: model.safetensors.index.json and its parts.
+  reference.save_pretrained(tmp_path / 'sharded', max_shard_size='20KB')
+  assert not (tmp_path / 'sharded' / 'model.safetensors').exists()
+  np.testing.assert_allclose(_ours(str(tmp_path / 'sharded'), NUM_CLASSES), expected, atol=1e-4)
+
+
+def test_a_transformers_vit_model_brings_its_pooler_as_the_pre_logits_layer(tmp_path):
+  reference = _randomize(transformers.ViTModel(_transformers_config(), add_pooling_layer=True))
+  reference.save_pretrained(tmp_path / 'hf')
+  expected = _torch_outputs(reference, _images()).pooler_output.numpy()
+  ours = _ours(str(tmp_path / 'hf'), None, **{'model.representation_size': 32, 'keep_pre_logits': True})
+  np.testing.assert_allclose(ours, expected, atol=1e-4)
+
+
+def test_our_export_loads_into_timm_with_equal_logits(trained_tiny_run, exported_tiny_run):
+  workdir, exported = trained_tiny_run, exported_tiny_run
+  timm_dir = os.path.join(exported, 'timm')
+  reference = timm.create_model(f'local-dir:{timm_dir}', pretrained=True).eval()
+  images = np.random.RandomState(0).uniform(-1, 1, (6, 8, 8, 3)).astype(np.float32)
+  ours = _model_logits(workdir, _checkpoint_params(workdir, 12), images)
+  np.testing.assert_allclose(_torch_outputs(reference, images).numpy(), ours, atol=1e-4)
+  assert np.abs(ours).max() > 0.1  # The trained head is not (nearly) zero: a match of substance.
+  assert reference.pretrained_cfg['label_names'] == list('0123456789')
+  with open(os.path.join(exported, 'config.json')) as f:
+    assert json.load(f)['timm'] == 'timm/model.safetensors, timm/config.json'
+  # And back: the exported directory is a timm model directory that init_from reads.
+  config = helpers.load_config('demo', {**helpers.TINY, 'init_from': timm_dir, 'keep_head': True})
+  model = classification.make_model(config, NUM_CLASSES)
+  np.testing.assert_allclose(np.asarray(model.apply({'params': run_dir.load_init_params(config, model)}, images)),
+                             ours, atol=1e-5)
+
+
+def test_the_safetensors_we_write_are_read_by_the_safetensors_package(tmp_path):
+  tensors = {'a': np.arange(6, dtype=np.float32).reshape(2, 3), 'b': np.ones((1, 5), ml_dtypes.bfloat16),
+             'c': np.zeros((), np.int64)}
+  state_dicts.write_safetensors(tensors, str(tmp_path / 'x.safetensors'))
+  theirs = safetensors.torch.load_file(tmp_path / 'x.safetensors')
+  assert theirs['b'].dtype == torch.bfloat16 and theirs['c'].shape == ()
+  np.testing.assert_array_equal(theirs['a'].numpy(), tensors['a'])
+  safetensors.numpy.save_file({'a': tensors['a']}, tmp_path / 'y.safetensors', metadata={'format': 'np'})
+  np.testing.assert_array_equal(state_dicts.read_safetensors(epath.Path(tmp_path / 'y.safetensors'))['a'],
+                                tensors['a'])
+
+
+@pytest.mark.parametrize('overrides,message', [
+    ({'model.representation_size': 16}, "timm's VisionTransformer has no pre-logits layer"),
+    ({'model.classifier': 'map'}, "timm's VisionTransformer has no MAP head"),
+    ({'model.posemb': 'sincos2d'}, 'no fixed sincos2d position embeddings'),
+])
+def test_what_timm_cannot_hold_is_said_and_not_written(overrides, message):
+  config = helpers.load_config('demo', {**MODEL, **overrides})
+  model = classification.make_model(config, NUM_CLASSES)
+  with pytest.raises(ValueError, match=message):
+    state_dicts.to_timm(helpers.random_params(model, IMAGE_SIZE))
+
+
+def test_a_checkpoint_of_another_model_is_a_one_line_error(tmp_path):
+  resnet = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4))
+  safetensors.torch.save_file(resnet.state_dict(), tmp_path / 'resnet.safetensors')
+  with pytest.raises(ValueError, match=r"resnet.safetensors: a state dict of another model \(\d+ tensors, "
+                     r"e.g. '0.bias'.*timm's or Hugging Face transformers' naming") as error:
+    _ours(str(tmp_path / 'resnet.safetensors'), NUM_CLASSES)
+  assert '\n' not in str(error.value)
+  # A ViT with parts ours has not (register tokens) names the first of them.
+  safetensors.torch.save_file(_timm_model(reg_tokens=1).state_dict(), tmp_path / 'reg.safetensors')
+  with pytest.raises(ValueError, match=r"timm tensor 'reg_token' \(1, 1, 32\) has no counterpart in "
+                     r"vit_jax's ViT \(1 such\): the checkpoint is another architecture"):
+    _ours(str(tmp_path / 'reg.safetensors'), NUM_CLASSES)
+  (tmp_path / 'broken.safetensors').write_bytes(b'\x10\x00\x00\x00\x00\x00\x00\x00{"a": [')
+  with pytest.raises(ValueError, match=r'broken.safetensors is not a readable safetensors file.*init_from'):
+    _ours(str(tmp_path / 'broken.safetensors'), NUM_CLASSES)
+
+
+def test_a_checkpoint_of_another_width_or_head_count_names_the_fix(tmp_path):
+  reference = transformers.ViTForImageClassification(_transformers_config(num_labels=NUM_CLASSES))
+  reference.save_pretrained(tmp_path / 'hf')
+  with pytest.raises(ValueError, match=r'has 2 attention heads, the model 4: set --config.model.num_heads=2'):
+    _ours(str(tmp_path / 'hf'), NUM_CLASSES, **{'model.num_heads': 4})
+  safetensors.torch.save_file(_timm_model().state_dict(), tmp_path / 'model.safetensors')
+  with pytest.raises(ValueError, match=r'^cls: checkpoint \(1, 1, 32\) vs model \(1, 1, 64\): the checkpoint is '
+                     r'another architecture'):
+    _ours(str(tmp_path / 'model.safetensors'), NUM_CLASSES,
+          **{'model.hidden_size': 64, 'model.mlp_dim': 128, 'keep_head': False})
+
+
+def test_the_log_says_when_the_checkpoint_used_another_gelu(tmp_path):
+  transformers.ViTModel(_transformers_config()).save_pretrained(tmp_path / 'hf')
+  _, note = run_dir.load_params(str(tmp_path / 'hf'), num_heads=2, mlp_activation='gelu_tanh')
+  assert 'trained with gelu, the model uses gelu_tanh (--config.model.mlp_activation=gelu' in note
+  _, note = run_dir.load_params(str(tmp_path / 'hf'), num_heads=2, mlp_activation='gelu')
+  assert 'trained with' not in note

@@ -1,0 +1,45 @@
+"""The scalars a run wrote to its TensorBoard event files (clu's metric writers), read without
+TensorFlow and while the run is still writing them."""
+import struct
+from typing import Iterator
+
+from etils import epath
+from google.protobuf import message
+from tensorboard.compat.proto import event_pb2
+from tensorboard.util import tensor_util
+
+EVENTS = 'events.out.tfevents.*'
+
+
+def read_events(data: bytes) -> Iterator[event_pb2.Event]:
+  """The events of an event file's bytes (TFRecords: length, its CRC, the record, its CRC), up to the
+  first incomplete or unreadable record: a running writer may have written half of its last one."""
+  offset = 0
+  while offset + 12 <= len(data):
+    length, = struct.unpack_from('<Q', data, offset)
+    if offset + 12 + length + 4 > len(data):
+      return
+    try:
+      yield event_pb2.Event.FromString(data[offset + 12:offset + 12 + length])
+    except message.DecodeError:
+      return
+    offset += 12 + length + 4
+
+
+def _created(path: epath.Path) -> tuple[int, str]:
+  """events.out.tfevents.<seconds>.<host>...: a resumed run's new file sorts after the old ones."""
+  seconds = path.name.split('.')[3]
+  return (int(seconds) if seconds.isdigit() else 0, path.name)
+
+
+def read_scalars(workdir: str) -> dict[str, dict[int, float]]:
+  """tag -> step -> value of every scalar in `workdir`'s event files (a later file wins a step)."""
+  scalars: dict[str, dict[int, float]] = {}
+  for path in sorted(epath.Path(workdir).glob(EVENTS), key=_created):
+    for event in read_events(path.read_bytes()):
+      for value in event.summary.value:
+        if value.HasField('simple_value'):  # TF1-style summaries.
+          scalars.setdefault(value.tag, {})[event.step] = value.simple_value
+        elif value.metadata.plugin_data.plugin_name == 'scalars':  # tf.summary.scalar, as clu writes.
+          scalars.setdefault(value.tag, {})[event.step] = float(tensor_util.make_ndarray(value.tensor))
+  return scalars

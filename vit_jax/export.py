@@ -17,13 +17,18 @@ writes, from checkpoint N of W (default: the latest), using the Polyak average w
 if __name__ == '__main__':  # Before anything allocates: see vit_jax/allocator.py.
   from vit_jax import allocator  # pylint: disable=g-import-not-at-top
   allocator.use_mimalloc()
+  # Before jax loads: set later, TensorFlow's C++ start-up lines and warnings (e.g. one for each image
+  # it cannot decode) still print once jax has loaded and its CPU backend has started.
+  import os  # pylint: disable=g-import-not-at-top
+  os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+  os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '0')
 
 import json
 from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
-from absl import app, flags
+from absl import app, flags, logging
 from etils import epath
 
 from vit_jax import cli
@@ -94,6 +99,9 @@ _USAGE = '--workdir=W --out=DIR [--step=N]'
 
 
 def main(argv: list[str]) -> None:
+  # The one line below is the output: orbax's and jax's INFO and WARNING lines (checkpoint reading,
+  # backends) are not the user's business here.
+  logging.set_verbosity(logging.ERROR)
   if len(argv) > 1:
     cli.fail(f'unexpected arguments {argv[1:]}: use {_USAGE}')
   workdir, out = flags.FLAGS.workdir, flags.FLAGS.out

@@ -12,6 +12,11 @@ in one line and skipped. Exit status: 0 if at least one image was predicted, 1 i
 if __name__ == '__main__':  # Before anything allocates: see vit_jax/allocator.py.
   from vit_jax import allocator  # pylint: disable=g-import-not-at-top
   allocator.use_mimalloc()
+  # Before jax loads: set later, TensorFlow's C++ start-up lines and warnings (e.g. one for each image
+  # it cannot decode) still print once jax has loaded and its CPU backend has started.
+  import os  # pylint: disable=g-import-not-at-top
+  os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+  os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '0')
 
 import dataclasses
 import functools
@@ -194,8 +199,5 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == '__main__':
-  # Before TensorFlow (the input pipeline's) loads: its C++ start-up lines would garble stderr.
-  os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
-  os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '0')
   _define_flags()
   app.run(main, flags_parser=cli.flags_parser(_USAGE))

@@ -13,7 +13,7 @@ from absl import logging
 from clu import metric_writers, parameter_overview, periodic_actions
 
 from vit_jax import checkpoint, data, dispatch, optim, run_dir, sharding
-from vit_jax.train import observe, preemption
+from vit_jax.train import observe, preemption, progress
 from vit_jax.train.setup import Setup
 from vit_jax.train.state import TrainState, check_resumable, create_state
 from vit_jax.train.step import jit_train_step
@@ -100,23 +100,29 @@ def _train(setup: Setup, watchdog: Watchdog) -> dict[str, float]:
 
   notice = preemption.PreemptionNotice(manager)
   saver = checkpoint.Saver(manager)
+  bar = progress.for_run(setup.total_steps, start_step, config.batch_size, jax.process_index())
   try:
     eval_metrics = _run_steps(setup, state, step_fn, train_iter, writer, report_progress, notice,
-                              lambda step, state: saver.save(step, to_checkpoint(state)), watchdog)
+                              lambda step, state: saver.save(step, to_checkpoint(state)), watchdog,
+                              bar)
   finally:  # Also when the run stops early: the saves in flight complete, or stay unread temporaries.
     notice.close()
     watchdog.phase('waiting for the checkpoint saves to finish')
     try:
       saver.close()
     finally:
-      writer.flush()
+      try:
+        writer.flush()
+      finally:
+        bar.close()  # After the writer thread's last lines, so that they print above the last bar.
   return eval_metrics
 
 
 def _run_steps(setup: Setup, state: TrainState, step_fn: Callable, train_iter: Iterator,
                writer: metric_writers.MetricWriter, report_progress: periodic_actions.ReportProgress,
                notice: preemption.PreemptionNotice,
-               save: Callable[[int, TrainState], None], watchdog: Watchdog) -> dict[str, float]:
+               save: Callable[[int, TrainState], None], watchdog: Watchdog,
+               bar: progress.Bar) -> dict[str, float]:
   """Steps int(state.step) + 1 .. total_steps with their logging, evaluations and saves; raises
   preemption.Preempted after saving the step at which the run was asked to stop."""
   config = setup.config
@@ -140,6 +146,7 @@ def _run_steps(setup: Setup, state: TrainState, step_fn: Callable, train_iter: I
         observe.log_memory(step)
       history.append(metrics)
       in_flight.add(metrics)
+      bar.advance(step)
       report_progress(step)
       last = step == setup.total_steps
       # The metrics are fetched (and checked) only here and before a save, so steps stay asynchronous.
@@ -147,6 +154,7 @@ def _run_steps(setup: Setup, state: TrainState, step_fn: Callable, train_iter: I
         summary = _mean_metrics(_checked_history(history, step - len(history) + 1, budget))
         summary['images_per_sec'] = len(history) * config.batch_size / (time.time() - window_start)
         writer.write_scalars(step, summary)
+        bar.show(summary)
         history, window_start = [], time.time()
       measured = {}
       for evaluator in setup.evaluators:
@@ -156,6 +164,7 @@ def _run_steps(setup: Setup, state: TrainState, step_fn: Callable, train_iter: I
             measured.update(evaluate(evaluator, state))
       if measured:
         writer.write_scalars(step, measured)
+        bar.show(measured)
         eval_metrics.update(measured)
       stop = notice(step) and not last
       if step % config.checkpoint_every_steps == 0 or last or stop:

@@ -30,4 +30,4 @@ $(VENV)/.installed-test: $(VENV)/.installed
 
 # Two workers: most tests wait on compiles and subprocesses, so two cores run them 1.3x faster.
 test: $(VENV)/.installed-test
-	$(VENV)/bin/python -m pytest -q -n 2
+	$(VENV)/bin/python -m pytest -q -n 2 --dist loadgroup

@@ -1,6 +1,10 @@
-"""Expands a sweep file into runs: one after another here, or printed as one command per run.
+"""Expands a sweep file into runs: one after another here, as a SLURM job array, or printed.
 
   python launch/sweep.py --sweep=configs/sweeps/demo_lr_steps.py --workdir=workdirs/sweep [--print]
+  python launch/sweep.py --sweep=... --workdir=/shared/sweep --slurm='--nodes=2' [--print]
+
+--slurm writes the runs' arguments to WORKDIR/sweep_runs.txt and submits launch/slurm.sbatch as a job
+array, one element per run (with the given sbatch options; --print only prints that sbatch line).
 
 A sweep file names the experiment config (`CONFIG = 'configs/X.py[:arg]'`) and defines `get_sweep()`,
 a list of dicts of config overrides. In each dict, a value that is a list is swept: the dict stands for
@@ -10,6 +14,7 @@ its overrides, under --workdir. Arguments after `--` go to every run (e.g. `-- -
 import argparse
 import importlib.util
 import itertools
+import os
 import re
 import shlex
 import subprocess
@@ -43,15 +48,36 @@ def commands(sweep_file: str, workdir: str, extra_args: list[str]) -> list[list[
           for overrides in expand(module.get_sweep())]
 
 
+def slurm_array(runs: list[list[str]], workdir: str, sbatch_options: str) -> list[str]:
+  """Writes WORKDIR/sweep_runs.txt (each run's vit_jax.main arguments, a line each, as launch/slurm.sbatch
+  reads them) and returns the sbatch command of the job array that runs them."""
+  os.makedirs(workdir, exist_ok=True)
+  runs_file = os.path.abspath(os.path.join(workdir, 'sweep_runs.txt'))
+  with open(runs_file, 'w') as f:
+    f.writelines(shlex.join(cmd[3:]) + '\n' for cmd in runs)  # Without `python -m vit_jax.main`.
+  return ['sbatch', f'--array=0-{len(runs) - 1}',
+          f'--output={os.path.abspath(workdir)}/slurm-%A_%a.out', *shlex.split(sbatch_options),
+          'launch/slurm.sbatch', f'--sweep_runs={runs_file}']
+
+
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
   parser.add_argument('--sweep', required=True, help='A sweep file, e.g. configs/sweeps/X.py.')
   parser.add_argument('--workdir', required=True, help='Root of the runs\' workdirs.')
   parser.add_argument('--print', action='store_true', help='Print the commands instead of running them.')
+  parser.add_argument('--slurm', nargs='?', const='', default=None, metavar='SBATCH_OPTIONS',
+                      help='Submit the runs as a SLURM job array, with these sbatch options.')
   parser.add_argument('extra', nargs=argparse.REMAINDER, help='After --: arguments for every run.')
   args = parser.parse_args()
   extra = args.extra[1:] if args.extra[:1] == ['--'] else args.extra
   runs = commands(args.sweep, args.workdir, extra)
+  if args.slurm is not None:
+    sbatch = slurm_array(runs, args.workdir, args.slurm)
+    print(shlex.join(sbatch), flush=True)
+    if not args.print:
+      sys.exit(subprocess.run(sbatch, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+                              ).returncode)
+    return
   if args.print:
     print('\n'.join(shlex.join(cmd) for cmd in runs))
     return

@@ -8,25 +8,31 @@
 # preempted or goes into maintenance, every host gets SIGTERM: the run saves the step it is at on all
 # hosts and exits with status 75; run this same command again (it re-creates a deleted VM) to resume.
 # Status 70 is the watchdog's (no progress for config.hang_timeout_s): the same command resumes too.
+# DRY_RUN=1 prints the gcloud commands (shell-quoted) instead of running them.
 set -euo pipefail
 if [[ $# -lt 4 || "$4" != "--" ]]; then
-  sed -n '2,10p' "$0"; exit 2
+  sed -n '2,11p' "$0"; exit 2
 fi
+DRY_RUN=${DRY_RUN:-0}
+run() {
+  if [[ $DRY_RUN == 1 ]]; then printf '%q ' "$@" | sed 's/ $//'; echo; else "$@"; fi
+}
 NAME=$1 ZONE=$2 TYPE=$3
 shift 4
 VERSION=${TPU_VERSION:-tpu-ubuntu2204-base}
 cd "$(dirname "$0")/.."
 
-if ! gcloud compute tpus tpu-vm describe "$NAME" --zone="$ZONE" >/dev/null 2>&1; then
-  gcloud compute tpus tpu-vm create "$NAME" --zone="$ZONE" --accelerator-type="$TYPE" --version="$VERSION"
+# A dry run cannot ask whether the VM exists: it shows the create command too.
+if [[ $DRY_RUN == 1 ]] || ! gcloud compute tpus tpu-vm describe "$NAME" --zone="$ZONE" >/dev/null 2>&1; then
+  run gcloud compute tpus tpu-vm create "$NAME" --zone="$ZONE" --accelerator-type="$TYPE" --version="$VERSION"
 fi
 
-archive=$(mktemp --suffix=.tgz)
-git archive --format=tar.gz -o "$archive" HEAD
-gcloud compute tpus tpu-vm scp "$archive" "$NAME":vit_jax.tgz --zone="$ZONE" --worker=all
-rm -f "$archive"
+archive=$([[ $DRY_RUN == 1 ]] && echo vit_jax.tgz || mktemp --suffix=.tgz)
+run git archive --format=tar.gz -o "$archive" HEAD
+run gcloud compute tpus tpu-vm scp "$archive" "$NAME":vit_jax.tgz --zone="$ZONE" --worker=all
+run rm -f "$archive"
 
-gcloud compute tpus tpu-vm ssh "$NAME" --zone="$ZONE" --worker=all --command="
+run gcloud compute tpus tpu-vm ssh "$NAME" --zone="$ZONE" --worker=all --command="
   set -e
   mkdir -p vit_jax && tar xzf vit_jax.tgz -C vit_jax && cd vit_jax
   make install-tpu PYTHON=\${PYTHON:-python3}

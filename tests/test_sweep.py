@@ -42,3 +42,21 @@ def test_sweep_runs_each_config_in_its_own_workdir(tmp_path):
   for lr in ('0.001', '0.003'):
     config, _ = run_dir.load_run_info(str(tmp_path / 'runs' / f'lr.base={lr}'))
     assert config.lr.base == float(lr) and config.total_steps == 2
+
+
+def test_slurm_mode_writes_the_runs_file_that_the_array_job_reads(tmp_path):
+  out = subprocess.run([sys.executable, 'launch/sweep.py', '--sweep=configs/sweeps/demo_lr_steps.py',
+                        f'--workdir={tmp_path}', '--slurm=--nodes=1 --gpus-per-node=0', '--print', '--',
+                        '--config.seed=1', "--config.model.hidden_size=64"], cwd=helpers.REPO,
+                       capture_output=True, text=True, check=True).stdout
+  assert out.strip() == (f'sbatch --array=0-5 --output={tmp_path}/slurm-%A_%a.out --nodes=1 --gpus-per-node=0 '
+                         f'launch/slurm.sbatch --sweep_runs={tmp_path}/sweep_runs.txt')
+  lines = (tmp_path / 'sweep_runs.txt').read_text().splitlines()
+  assert len(lines) == 6
+  # Line 2 is what array element 2 runs: the sbatch script's own parsing of it (bash, as SLURM runs it).
+  parsed = subprocess.run(['bash', '-c', 'mapfile -t runs < "$1"; eval "set -- ${runs[2]}"; printf "%s\\n" "$@"',
+                           'bash', str(tmp_path / 'sweep_runs.txt')], capture_output=True, text=True,
+                          check=True).stdout.splitlines()
+  assert parsed == ['--config=configs/demo.py', f'--workdir={tmp_path}/lr.base=0.001,total_steps=1000',
+                    '--config.lr.base=0.001', '--config.total_steps=1000', '--config.seed=1',
+                    '--config.model.hidden_size=64']

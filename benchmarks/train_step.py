@@ -48,6 +48,7 @@ import numpy as np
 
 from vit_jax import defaults  # pylint: disable=wrong-import-position
 from vit_jax import optim, sharding  # pylint: disable=wrong-import-position
+from vit_jax.chips import vit_flops  # pylint: disable=wrong-import-position
 from vit_jax.tasks import classification  # pylint: disable=wrong-import-position
 from vit_jax.train import setup as train_setup  # pylint: disable=wrong-import-position
 from vit_jax.train import state as train_state, step as train_step  # pylint: disable=wrong-import-position
@@ -56,22 +57,6 @@ from vit_jax.models import attention, variants  # pylint: disable=wrong-import-p
 # Dense bfloat16 peak TFLOP/s by a substring of `device.device_kind`; CPUs need --peak-tflops.
 PEAK_TFLOPS = {'H100': 989.0, 'A100': 312.0, 'TPU v4': 275.0, 'TPU v5 lite': 197.0, 'TPU v5e': 197.0}
 NUM_CLASSES = 1000
-
-
-def vit_flops(model: dict[str, Any], image_size: int, num_classes: int = NUM_CLASSES) -> float:
-  """Forward FLOPs of one image (2 per multiply-add): patch embedding, blocks, pre-logits, head.
-
-  Per block with N tokens of width D: Q, K, V and output projections 4 N D^2, attention scores and
-  weighted values 2 N^2 D, MLP 2 N D mlp multiply-adds. Norms, softmax and GELU are not counted.
-  """
-  p, d, mlp = model['patch_size'], model['hidden_size'], model['mlp_dim']
-  patches = (image_size // p) ** 2
-  tokens = patches + (model['classifier'] == 'token')
-  macs = patches * p * p * 3 * d
-  macs += model['num_layers'] * (4 * tokens * d * d + 2 * tokens * tokens * d + 2 * tokens * d * mlp)
-  width = model['representation_size'] or d
-  macs += d * width * (model['representation_size'] is not None) + width * num_classes
-  return 2.0 * macs
 
 
 def make_config(args: argparse.Namespace) -> ml_collections.ConfigDict:

@@ -1,0 +1,116 @@
+"""Accelerators the planner knows, the share of them a run gets, and the analytic FLOPs that turn a
+ViT's step into time on them.
+
+  python -m vit_jax.plan --config=configs/vit_b16_i1k.py --devices=128 --chip=tpu-v4
+
+`CHIPS` maps the names `--chip` accepts to each chip's HBM and peak dense bfloat16 FLOP/s, from its
+vendor's page. Memory is the datasheet's number read as GiB: HBM stacks come in binary sizes (an
+"80GB" H100 shows 81559 MiB in nvidia-smi), and the planner's headroom covers what the runtime keeps.
+"""
+import dataclasses
+from typing import Any, Mapping
+
+from vit_jax.models import variants
+
+GiB = 2**30
+T = 1e12
+
+
+@dataclasses.dataclass(frozen=True)
+class Chip:
+  name: str
+  hbm_bytes: int
+  peak_flops: float  # Dense (not 2:4 sparse) bfloat16 FLOP/s of one chip.
+
+
+CHIPS: dict[str, Chip] = {
+    # https://cloud.google.com/tpu/docs/v4: 275 TFLOP/s (bf16), 32 GiB HBM2 per chip.
+    'tpu-v4': Chip('TPU v4', 32 * GiB, 275 * T),
+    # https://cloud.google.com/tpu/docs/v5e: 197 TFLOP/s (bf16), 16 GB HBM2 per chip.
+    'tpu-v5e': Chip('TPU v5e', 16 * GiB, 197 * T),
+    # https://cloud.google.com/tpu/docs/v5p: 459 TFLOP/s (bf16), 95 GB HBM2e per chip.
+    'tpu-v5p': Chip('TPU v5p', 95 * GiB, 459 * T),
+    # https://cloud.google.com/tpu/docs/v6e: 918 TFLOP/s (bf16), 32 GB HBM per chip.
+    'tpu-v6e': Chip('TPU v6e', 32 * GiB, 918 * T),
+    # https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf:
+    # BFLOAT16 Tensor Core 312 TFLOPS (624 with sparsity), 40GB HBM2 / 80GB HBM2e.
+    'a100-40gb': Chip('A100 40GB', 40 * GiB, 312 * T),
+    'a100-80gb': Chip('A100 80GB', 80 * GiB, 312 * T),
+    # https://www.nvidia.com/en-us/data-center/h100/ (SXM): BFLOAT16 Tensor Core 1979 TFLOPS with
+    # sparsity, so 989 dense; 80GB HBM3.
+    'h100-80gb': Chip('H100 80GB', 80 * GiB, 989 * T),
+    # https://www.nvidia.com/en-us/data-center/h200/ (SXM): the H100's 1979 (sparse) BFLOAT16 TFLOPS,
+    # 141GB HBM3e.
+    'h200-141gb': Chip('H200 141GB', 141 * GiB, 989 * T),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+  """Where a run would train: `devices` chips, of whose memory the runtime keeps `headroom`."""
+  chip: Chip
+  devices: int
+  mfu: float = 0.4  # The model FLOPs utilisation step times assume.
+  headroom: float = 0.1
+
+  @property
+  def usable_bytes(self) -> int:
+    return int(self.chip.hbm_bytes * (1 - self.headroom))
+
+  def fits(self, estimate: Any) -> bool:
+    """Whether a plan (anything with a `total` of bytes per device) fits what the runtime leaves."""
+    return estimate.total <= self.usable_bytes
+
+
+def get(name: str) -> Chip:
+  if name not in CHIPS:
+    raise ValueError(f'unknown chip {name!r}: use one of {", ".join(CHIPS)} (--chip=NAME)')
+  return CHIPS[name]
+
+
+def _block_macs(model: Mapping[str, Any], tokens: int) -> tuple[int, int]:
+  """Multiply-adds of one encoder block: (all of them, those of the attention's two batched matmuls)."""
+  d, mlp = model['hidden_size'], model['mlp_dim']
+  attention = 2 * tokens * tokens * d  # Scores and weighted values.
+  return 4 * tokens * d * d + attention + 2 * tokens * d * mlp, attention
+
+
+def _tokens(model: Mapping[str, Any], image_size: int) -> tuple[int, int]:
+  patches = (image_size // variants.input_stride(model)) ** 2  # A hybrid's stem strides first.
+  return patches, patches + (model['classifier'] == 'token')
+
+
+def vit_flops(model: Mapping[str, Any], image_size: int, num_classes: int = 1000) -> float:
+  """Forward FLOPs of one image (2 per multiply-add): patch embedding, blocks, pre-logits, head.
+
+  Per block with N tokens of width D: Q, K, V and output projections 4 N D^2, attention scores and
+  weighted values 2 N^2 D, MLP 2 N D mlp multiply-adds. Norms, softmax, GELU and a hybrid's ResNet
+  stem are not counted.
+  """
+  p, d = model['patch_size'], model['hidden_size']
+  patches, tokens = _tokens(model, image_size)
+  macs = patches * p * p * 3 * d + model['num_layers'] * _block_macs(model, tokens)[0]
+  width = model['representation_size'] or d
+  macs += d * width * (model['representation_size'] is not None) + width * num_classes
+  return 2.0 * macs
+
+
+# What each remat policy recomputes in the backward pass, of the matmuls: every block's ('blocks'), the
+# attention's batched ones ('attention': the policies that save only dots without batch dimensions),
+# or none (the policies that save every dot recompute only elementwise work, which is not counted).
+RECOMPUTED = {'nothing_saveable': 'blocks', 'dots_with_no_batch_dims_saveable': 'attention',
+              'checkpoint_dots_with_no_batch_dims': 'attention'}
+
+
+def train_flops(model: Mapping[str, Any], image_size: int, num_classes: int,
+                remat: str | None) -> float:
+  """Training FLOPs of one image: forward, backward (twice the forward) and the remat recomputation."""
+  blocks, attention = _block_macs(model, _tokens(model, image_size)[1])
+  recomputed = {'blocks': blocks, 'attention': attention}.get(RECOMPUTED.get(remat), 0)
+  return 3 * vit_flops(model, image_size, num_classes) + 2.0 * model['num_layers'] * recomputed
+
+
+def step_seconds(flops: float, target: Target) -> float:
+  """A step of `flops` (all devices together) at the target's MFU: communication, input and anything
+  else that keeps the chips from their peak is in that fraction."""
+  return flops / target.devices / (target.chip.peak_flops * target.mfu)

@@ -78,6 +78,19 @@ def _num_blocks(state_dict: StateDict, pattern: str) -> int:
   return len({m[1] for name in state_dict if (m := re.match(pattern, name))})
 
 
+def _norms_and_mlp(r: _Reader, prefix: str, block: str, norms: tuple[str, str],
+                   denses: tuple[str, str]) -> dict[str, np.ndarray]:
+  """A block's two LayerNorms and two MLP layers, named `prefix` + `norms` / `denses` in PyTorch."""
+  tree = {}
+  for theirs, ours in zip(norms, ('LayerNorm_0', 'LayerNorm_2')):
+    tree[f'{block}/{ours}/scale'] = r.take(f'{prefix}{theirs}.weight')
+    tree[f'{block}/{ours}/bias'] = r.take(f'{prefix}{theirs}.bias')
+  for theirs, ours in zip(denses, ('Dense_0', 'Dense_1')):
+    tree[f'{block}/MlpBlock_3/{ours}/kernel'] = _kernel(r.take(f'{prefix}{theirs}.weight'))
+    tree[f'{block}/MlpBlock_3/{ours}/bias'] = r.take(f'{prefix}{theirs}.bias')
+  return tree
+
+
 def from_timm(state_dict: StateDict, num_heads: int, source: str = 'state dict') -> dict[str, Any]:
   """The nested tree of a timm `VisionTransformer` state dict."""
   r = _Reader(state_dict, source, 'timm')
@@ -93,12 +106,7 @@ def from_timm(state_dict: StateDict, num_heads: int, source: str = 'state dict')
     for j, name in enumerate('qkv'):
       weights[f'{name}.weight'], weights[f'{name}.bias'] = qkv_weight[j], qkv_bias[j]
     tree.update(_attention_in(_ATTENTION.format(i), weights, num_heads))
-    for theirs, our_norm in (('norm1', 'LayerNorm_0'), ('norm2', 'LayerNorm_2')):
-      tree[f'{ours}/{our_norm}/scale'] = r.take(f'{t}{theirs}.weight')
-      tree[f'{ours}/{our_norm}/bias'] = r.take(f'{t}{theirs}.bias')
-    for theirs, dense in (('fc1', 'Dense_0'), ('fc2', 'Dense_1')):
-      tree[f'{ours}/MlpBlock_3/{dense}/kernel'] = _kernel(r.take(f'{t}mlp.{theirs}.weight'))
-      tree[f'{ours}/MlpBlock_3/{dense}/bias'] = r.take(f'{t}mlp.{theirs}.bias')
+    tree.update(_norms_and_mlp(r, t, ours, ('norm1', 'norm2'), ('mlp.fc1', 'mlp.fc2')))
   for theirs, norm in (('norm', 'Transformer/encoder_norm'), ('fc_norm', 'fc_norm')):
     if r.has(f'{theirs}.weight'):
       tree[f'{norm}/scale'], tree[f'{norm}/bias'] = r.take(f'{theirs}.weight'), r.take(f'{theirs}.bias')
@@ -126,12 +134,8 @@ def from_transformers(state_dict: StateDict, num_heads: int, source: str = 'stat
       weights[f'{name}.weight'] = r.take(f'{t}attention.attention.{theirs}.weight')
       weights[f'{name}.bias'] = r.take(f'{t}attention.attention.{theirs}.bias')
     tree.update(_attention_in(_ATTENTION.format(i), weights, num_heads))
-    for theirs, our_norm in (('layernorm_before', 'LayerNorm_0'), ('layernorm_after', 'LayerNorm_2')):
-      tree[f'{ours}/{our_norm}/scale'] = r.take(f'{t}{theirs}.weight')
-      tree[f'{ours}/{our_norm}/bias'] = r.take(f'{t}{theirs}.bias')
-    for theirs, dense in (('intermediate.dense', 'Dense_0'), ('output.dense', 'Dense_1')):
-      tree[f'{ours}/MlpBlock_3/{dense}/kernel'] = _kernel(r.take(f'{t}{theirs}.weight'))
-      tree[f'{ours}/MlpBlock_3/{dense}/bias'] = r.take(f'{t}{theirs}.bias')
+    tree.update(_norms_and_mlp(r, t, ours, ('layernorm_before', 'layernorm_after'),
+                               ('intermediate.dense', 'output.dense')))
   tree['Transformer/encoder_norm/scale'] = r.take('layernorm.weight')
   tree['Transformer/encoder_norm/bias'] = r.take('layernorm.bias')
   for theirs, ours in (('pooler.dense', 'pre_logits'), ('classifier', 'head')):

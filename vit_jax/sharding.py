@@ -10,12 +10,14 @@ import math
 import re
 from typing import Any, Sequence
 
+import functools
+
 import chex
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from vit_jax.models.encoder import TENSOR_RULES
+from vit_jax.models.encoder import ACTIVATION_SHARDING, TENSOR_RULES
 from vit_jax.models.scan_layout import STACKED_BLOCKS
 
 AXES = ('data', 'fsdp', 'tensor')
@@ -59,6 +61,22 @@ def batch_axes(mesh: Mesh) -> tuple[str, ...]:
 
 def num_batch_shards(mesh: Mesh) -> int:
   return math.prod(mesh.shape[name] for name in batch_axes(mesh))
+
+
+def with_activation_sharding(fn: Any, mesh: Mesh) -> Any:
+  """`fn`, traced with encoder.ACTIVATION_SHARDING set to the batch split of `mesh`: the scanned
+  blocks keep their activations split over the batch. For what jits a model over the mesh (the train
+  and eval steps)."""
+
+  @functools.wraps(fn)
+  def traced(*args, **kwargs):
+    token = ACTIVATION_SHARDING.set(batch_sharding(mesh))
+    try:
+      return fn(*args, **kwargs)
+    finally:
+      ACTIVATION_SHARDING.reset(token)
+
+  return traced
 
 
 def batch_sharding(mesh: Mesh) -> NamedSharding:

@@ -24,7 +24,7 @@ class SplitEvaluator:
     self.name, self.every_steps = name, every_steps
     self._config, self._split, self._mesh = config, split, mesh
     self._label_feature = label_feature
-    self._eval_fn = jax.jit(functools.partial(eval_step, model=model))
+    self._eval_fn = jax.jit(sharding.with_activation_sharding(functools.partial(eval_step, model=model), mesh))
 
   def __call__(self, params: Any) -> dict[str, float]:
     local_batch = self._config.eval_batch_size // jax.process_count()

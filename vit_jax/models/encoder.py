@@ -11,6 +11,7 @@ the checkpoints, and `apply` takes either layout: per-block parameters are stack
 which is cheap to run but not to compile (the gradient of the stacking is one slice per layer and
 parameter), so training keeps them stacked (`stack_blocks`) and unstacks at the checkpoint boundary.
 """
+import contextvars
 import functools
 from typing import Any, Callable, Optional, Union
 
@@ -26,6 +27,10 @@ from vit_jax.models.scan_layout import BLOCK, stack_blocks, unstack_blocks
 Dtype = Any
 # A block's stochastic-depth rate: a float, an array inside the scan, None for none.
 Rate = Optional[Union[float, jax.Array]]
+# The sharding of a [batch, tokens, D] activation while a step over a mesh is traced (set by
+# sharding.with_activation_sharding); None elsewhere (init, export, the tools): see ScanBlock.
+ACTIVATION_SHARDING: contextvars.ContextVar[Optional[jax.sharding.Sharding]] = contextvars.ContextVar(
+    'activation_sharding', default=None)
 # The MLP's nonlinearity (`mlp_activation`): the original code and checkpoints use the tanh
 # approximation of GELU; timm, Hugging Face and PyTorch models the exact one (erf).
 MLP_ACTIVATIONS: dict[str, Callable[[jnp.ndarray], jnp.ndarray]] = {
@@ -123,11 +128,18 @@ TENSOR_RULES = (
 
 
 class ScanBlock(Encoder1DBlock):
-  """A block as an `nn.scan` body: (carry, deterministic, this layer's rate) -> (carry, no output)."""
+  """A block as an `nn.scan` body: (carry, deterministic, this layer's rate) -> (carry, no output).
+
+  Its input is constrained to stay split over the batch (ACTIVATION_SHARDING, when set): XLA's
+  sharding propagation into the scan's loop otherwise follows the fsdp-split parameters and has every
+  device compute the whole global batch (8x the memory and FLOPs on 8 devices).
+  """
 
   @nn.compact
   def __call__(self, inputs: jnp.ndarray, deterministic: bool, drop_path_rate: Rate = None
                ) -> tuple[jnp.ndarray, None]:
+    if (activation_sharding := ACTIVATION_SHARDING.get()) is not None:
+      inputs = jax.lax.with_sharding_constraint(inputs, activation_sharding)
     return super().__call__(inputs, deterministic, drop_path_rate), None
 
 

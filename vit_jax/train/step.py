@@ -67,14 +67,12 @@ def jit_train_step(setup: Setup, tx: optax.GradientTransformation, schedule: opt
   config, mesh = setup.config, setup.mesh
   seed_key = jax.random.key(config.seed)
   return jax.jit(
-      functools.partial(train_step, loss_fn=setup.task.make_loss(config, setup.model), tx=tx,
-                        schedule=schedule,
-                        dropout_key=jax.random.fold_in(seed_key, 1),
-                        accum_steps=config.accum_steps,
-                        micro_batch_sharding=sharding.micro_batch_sharding(mesh),
-                        polyak_decay=config.polyak_decay,
-                        mix=setup.task.mix(config, setup.info.num_classes),
-                        mix_key=jax.random.fold_in(seed_key, 2)),
+      sharding.with_activation_sharding(functools.partial(
+          train_step, loss_fn=setup.task.make_loss(config, setup.model), tx=tx, schedule=schedule,
+          dropout_key=jax.random.fold_in(seed_key, 1), accum_steps=config.accum_steps,
+          micro_batch_sharding=sharding.micro_batch_sharding(mesh), polyak_decay=config.polyak_decay,
+          mix=setup.task.mix(config, setup.info.num_classes), mix_key=jax.random.fold_in(seed_key, 2)),
+          mesh),
       in_shardings=(state_shardings, sharding.batch_sharding(mesh)),
       out_shardings=(state_shardings, sharding.replicated(mesh)),
       donate_argnums=0)

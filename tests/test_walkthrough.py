@@ -35,7 +35,7 @@ def test_readme_walkthrough_with_relative_paths(tmp_path):
   assert 'digit.png' in run(tmp_path, 'predict', '--workdir=workdirs/demo', 'digit.png')
   run(tmp_path, 'export', '--workdir=workdirs/demo', '--out=exported/demo')
   assert sorted(os.listdir(tmp_path / 'exported/demo')) == ['config.json', 'model.jaxexport',
-                                                            'model.npz']
+                                                            'model.npz', 'timm']
   from_export = run(tmp_path, 'predict', '--export=exported/demo', 'digit.png')
   assert from_export == run(tmp_path, 'predict', '--workdir=workdirs/demo', 'digit.png')
   run(tmp_path, 'main', '--config=configs/demo_finetune.py', '--workdir=workdirs/demo_finetune', *SHORT)

@@ -17,11 +17,8 @@ writes, from checkpoint N of W (default: the latest), using the Polyak average w
 if __name__ == '__main__':  # Before anything allocates: see vit_jax/allocator.py.
   from vit_jax import allocator  # pylint: disable=g-import-not-at-top
   allocator.use_mimalloc()
-  # Before jax loads: set later, TensorFlow's C++ start-up lines and warnings (e.g. one for each image
-  # it cannot decode) still print once jax has loaded and its CPU backend has started.
-  import os  # pylint: disable=g-import-not-at-top
-  os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
-  os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '0')
+  from vit_jax import quiet  # pylint: disable=g-import-not-at-top
+  quiet.quiet_tensorflow()
 
 import json
 from typing import Any, Optional

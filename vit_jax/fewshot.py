@@ -8,8 +8,9 @@ the run's unaugmented train and eval splits.
 if __name__ == '__main__':  # Before anything allocates: see vit_jax/allocator.py.
   from vit_jax import allocator  # pylint: disable=g-import-not-at-top
   allocator.use_mimalloc()
+  from vit_jax import quiet  # pylint: disable=g-import-not-at-top
+  quiet.quiet_tensorflow()
 
-import os
 from typing import Optional, Sequence
 
 from absl import app, flags, logging
@@ -85,8 +86,5 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == '__main__':
-  # Before TensorFlow (the input pipeline's) loads: its C++ start-up lines would garble stderr.
-  os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
-  os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '0')
   _define_flags()
   app.run(main, flags_parser=cli.flags_parser(_USAGE))

@@ -9,12 +9,11 @@ import socket
 import sys
 import time
 
-# Before TensorFlow loads: its C++ start-up banners are noise for a training run. (TensorFlow only
-# runs the input pipeline, where oneDNN's kernels make no difference.)
-os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
-os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '0')
+from vit_jax import quiet  # pylint: disable=g-import-not-at-top
 
-from absl import app, flags, logging  # pylint: disable=g-import-not-at-top
+quiet.quiet_tensorflow()  # Before TensorFlow loads: its C++ start-up banners are noise for a run.
+
+from absl import app, flags, logging  # pylint: disable=g-import-not-at-top,wrong-import-position
 from ml_collections import config_flags
 
 from vit_jax import allocator, cli

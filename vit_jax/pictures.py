@@ -18,6 +18,8 @@ attention modules sow into its 'intermediates' collection.
 if __name__ == '__main__':  # Before anything allocates: see vit_jax/allocator.py.
   from vit_jax import allocator  # pylint: disable=g-import-not-at-top
   allocator.use_mimalloc()
+  from vit_jax import quiet  # pylint: disable=g-import-not-at-top
+  quiet.quiet_tensorflow()
 
 import math
 import os
@@ -270,8 +272,5 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == '__main__':
-  # Before TensorFlow (the input pipeline's) loads: its C++ start-up lines would garble stderr.
-  os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
-  os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '0')
   _define_flags()
   app.run(main, flags_parser=cli.flags_parser(_USAGE))

@@ -12,9 +12,9 @@ It reads the event files as they are, so it reports on runs that are still train
 """
 import os
 
-if __name__ == '__main__':
-  # Before anything loads TensorFlow (epath does, for a gs:// path): its C++ banners are noise here.
-  os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+if __name__ == '__main__':  # Before anything loads TensorFlow (epath does, for a gs:// path).
+  from vit_jax import quiet  # pylint: disable=g-import-not-at-top
+  quiet.quiet_tensorflow()
 
 import base64
 import dataclasses

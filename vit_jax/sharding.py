@@ -6,11 +6,10 @@ largest dimension that the axis divides. `tensor`: attention heads and MLP hidde
 (Megatron style, by the model's `encoder.TENSOR_RULES`). The strategies combine: a parameter's
 tensor-parallel dimension is taken first, FSDP picks among the others.
 """
+import functools
 import math
 import re
 from typing import Any, Sequence
-
-import functools
 
 import chex
 import jax

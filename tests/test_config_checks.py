@@ -50,6 +50,7 @@ INVALID = {
     'model.drop_path_rate': (1.0, {}, r'model.drop_path_rate=1.0 must be in \[0, 1\)'),
     'model.fc_norm': (True, {}, r"model.fc_norm=True changes nothing with model.classifier='token'"),
     'model.posemb': ('sincos', {}, r"Unknown model.posemb 'sincos'"),
+    'model.posemb_where': ('stem', {}, r"Unknown model.posemb_where 'stem'"),
     'model.mlp_activation': ('relu', {}, r"Unknown model.mlp_activation 'relu': use one of gelu_tanh, gelu"),
     'model.hidden_size': (33, {}, 'hidden_size=33 is not divisible by num_heads=2'),
     'model.mlp_dim': (0, {}, 'mlp_dim=0'),

@@ -302,7 +302,8 @@ def test_mpp_keeps_the_classifier_tree_with_fc_norm_and_sincos():
 
 @pytest.mark.parametrize('overrides,message', [
     ({'classifier': 'mean'}, r"^Unknown model.classifier 'mean': use one of token, gap, map$"),
-    ({'posemb': 'sincos'}, r"^Unknown model.posemb 'sincos': use one of learn, sincos2d$"),
+    ({'posemb': 'sincos'},
+     r"^Unknown model.posemb 'sincos': use one of learn, sincos2d, none, learn2d, relative$"),
     ({'drop_path_rate': 1.0}, r'^model.drop_path_rate=1.0 must be in \[0, 1\)'),
     ({'drop_path_rate': -0.1}, r'^model.drop_path_rate=-0.1 must be in \[0, 1\)'),
     ({'fc_norm': True}, r"^model.fc_norm=True changes nothing with model.classifier='token'.*"
@@ -321,4 +322,6 @@ def test_model_config_presets_of_the_new_fields():
   assert (config['classifier'], config['fc_norm'], config['posemb'], config['drop_path_rate']) == (
       'token', False, 'learn', 0.0)
   assert list(variants.CLASSIFIERS) == ['token', 'gap', 'map']
-  assert list(posemb.POSEMBS) == ['learn', 'sincos2d']
+  assert list(posemb.POSEMBS) == ['learn', 'sincos2d', 'none', 'learn2d', 'relative']
+  assert config['posemb_where'] == 'input' and list(posemb.POSEMB_WHERE) == [
+      'input', 'every_layer', 'shared_every_layer']

@@ -53,7 +53,11 @@ def get_config() -> ml_collections.ConfigDict:
       # 'token' | 'gap' (mean of the patch tokens) | 'map' (multihead attention pooling).
       classifier=config_dict.placeholder(str),
       fc_norm=config_dict.placeholder(bool),  # GAP/MAP: the final LayerNorm after pooling (timm's)
-      posemb=config_dict.placeholder(str),  # 'learn' | 'sincos2d' (fixed, big_vision's)
+      # Position embeddings (the paper's Table 8): 'learn' (1-D) | 'learn2d' | 'sincos2d' (fixed,
+      # big_vision's) | 'relative' (a learned bias per head and offset in every block's attention) |
+      # 'none'; added at 'input' | 'every_layer' (each block its own) | 'shared_every_layer'.
+      posemb=config_dict.placeholder(str),
+      posemb_where=config_dict.placeholder(str),
       # Stochastic depth: per-sample drop of each residual branch, at a rate growing linearly with
       # depth from 0 to this in the last block.
       drop_path_rate=config_dict.placeholder(float),

@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from vit_jax.models import posemb
 from vit_jax.models.attention import ATTENTION_FNS
 from vit_jax.models.posemb import POSEMBS
 from vit_jax.models.scan_layout import BLOCK, stack_blocks, unstack_blocks
@@ -78,6 +79,10 @@ class Encoder1DBlock(nn.Module):
   Submodule names are spelled out: they are the names in the original checkpoints (older Flax numbered
   submodules across types), and current Flax would number them per type. At train time each residual
   branch is dropped by `drop_path` at `drop_path_rate`, with keys from the 'dropout' stream.
+
+  Position embeddings (posemb.py) of the block: `shared_posemb` [1, N, D] is added to its input
+  ('shared_every_layer'); its own `posemb` of the patch grid `grid` is a kind added to its input
+  ('every_layer', `posembed`) or 'relative', a bias of its attention logits (`relative_posemb`).
   """
   mlp_dim: int
   num_heads: int
@@ -86,17 +91,27 @@ class Encoder1DBlock(nn.Module):
   dtype: Dtype = jnp.float32
   attention: str = 'xla'  # A key of ATTENTION_FNS.
   mlp_activation: str = 'gelu_tanh'  # A key of MLP_ACTIVATIONS.
+  posemb: Optional[str] = None  # A key of POSEMBS: this block's own position embedding, or None.
+  grid: Optional[tuple[int, int]] = None  # The patch grid (rows, columns), for `posemb`.
 
   # Arguments are positional: `nn.remat` needs `deterministic` (and a float rate) as static positions.
   @nn.compact
-  def __call__(self, inputs: jnp.ndarray, deterministic: bool, drop_path_rate: Rate = None
-               ) -> jnp.ndarray:
+  def __call__(self, inputs: jnp.ndarray, deterministic: bool, drop_path_rate: Rate = None,
+               shared_posemb: Optional[jnp.ndarray] = None) -> jnp.ndarray:
+    if shared_posemb is not None:
+      inputs = inputs + shared_posemb.astype(inputs.dtype)
+    attention_fn = ATTENTION_FNS[self.attention]
+    if self.posemb == 'relative':
+      bias = POSEMBS['relative'](self.num_heads, name='relative_posemb')(inputs.shape[1], self.grid)
+      attention_fn = functools.partial(attention_fn, bias=bias.astype(self.dtype))
+    elif self.posemb is not None:
+      inputs = POSEMBS[self.posemb](name='posembed')(inputs, self.grid)
     x = nn.LayerNorm(epsilon=1e-6, dtype=self.dtype, name='LayerNorm_0')(inputs)
     x = nn.MultiHeadDotProductAttention(
         num_heads=self.num_heads, dtype=self.dtype,
         kernel_init=nn.initializers.xavier_uniform(), broadcast_dropout=False,
         dropout_rate=self.attention_dropout_rate, deterministic=deterministic,
-        attention_fn=ATTENTION_FNS[self.attention], name='MultiHeadDotProductAttention_1')(
+        attention_fn=attention_fn, name='MultiHeadDotProductAttention_1')(
             # The weights land in 'intermediates' only when it is mutable (the pictures tool asks).
             x, x, sow_weights=self.attention == 'xla')
     x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
@@ -115,8 +130,9 @@ class Encoder1DBlock(nn.Module):
 
 # Tensor parallelism (Megatron style): (regex over the '/'-joined parameter path, the dimension split over
 # the mesh axis `tensor`) for the attention heads and MLP units of `Encoder1DBlock` and of the MAP head
-# (pooling.py, `MAPHead_0/{MultiHeadDotProductAttention_0, MlpBlock_0}`). Paths of optimizer-state
-# leaves end with the parameter path, so the same rules serve them.
+# (pooling.py, `MAPHead_0/{MultiHeadDotProductAttention_0, MlpBlock_0}`), and the blocks' relative
+# position biases (posemb.py). Paths of optimizer-state leaves end with the parameter path, so the same
+# rules serve them.
 TENSOR_RULES = (
     (r'MultiHeadDotProductAttention_\d+/(query|key|value)/kernel$', 1),  # (D, heads, D/heads)
     (r'MultiHeadDotProductAttention_\d+/(query|key|value)/bias$', 0),  # (heads, D/heads)
@@ -124,7 +140,7 @@ TENSOR_RULES = (
     (r'MlpBlock_\d+/Dense_0/kernel$', 1),  # (D, mlp)
     (r'MlpBlock_\d+/Dense_0/bias$', 0),  # (mlp,)
     (r'MlpBlock_\d+/Dense_1/kernel$', 0),  # (mlp, D)
-)
+) + posemb.TENSOR_RULES
 
 
 class ScanBlock(Encoder1DBlock):
@@ -136,11 +152,11 @@ class ScanBlock(Encoder1DBlock):
   """
 
   @nn.compact
-  def __call__(self, inputs: jnp.ndarray, deterministic: bool, drop_path_rate: Rate = None
-               ) -> tuple[jnp.ndarray, None]:
+  def __call__(self, inputs: jnp.ndarray, deterministic: bool, drop_path_rate: Rate = None,
+               shared_posemb: Optional[jnp.ndarray] = None) -> tuple[jnp.ndarray, None]:
     if (activation_sharding := ACTIVATION_SHARDING.get()) is not None:
       inputs = jax.lax.with_sharding_constraint(inputs, activation_sharding)
-    return super().__call__(inputs, deterministic, drop_path_rate), None
+    return super().__call__(inputs, deterministic, drop_path_rate, shared_posemb), None
 
 
 class ScannedBlocks(nn.Module):
@@ -150,8 +166,10 @@ class ScannedBlocks(nn.Module):
   remat: Optional[str] = None
 
   @nn.compact
-  def __call__(self, x: jnp.ndarray, deterministic: bool, rates: Optional[jax.Array]) -> jnp.ndarray:
-    """`rates`: each layer's stochastic-depth rate (scanned over), or None for none."""
+  def __call__(self, x: jnp.ndarray, deterministic: bool, rates: Optional[jax.Array],
+               shared_posemb: Optional[jnp.ndarray]) -> jnp.ndarray:
+    """`rates`: each layer's stochastic-depth rate (scanned over), or None for none; `shared_posemb`:
+    the position embeddings every block adds to its input, or None."""
     block = ScanBlock
     if self.remat:
       # prevent_cse=False: scan already keeps XLA from merging the recomputation into the forward pass.
@@ -159,15 +177,15 @@ class ScannedBlocks(nn.Module):
                        static_argnums=(2,))
     # Each layer gets its own initialisation and dropout keys (split, not broadcast).
     x, _ = nn.scan(block, variable_axes={'params': 0}, split_rngs={'params': True, 'dropout': True},
-                   in_axes=(nn.broadcast, 0), length=self.num_layers)(
-                       **self.block_kwargs, name=BLOCK)(x, deterministic, rates)
+                   in_axes=(nn.broadcast, 0, nn.broadcast), length=self.num_layers)(
+                       **self.block_kwargs, name=BLOCK)(x, deterministic, rates, shared_posemb)
     return x
 
 
 class Encoder(nn.Module):
   """Position embeddings, dropout, `num_layers` blocks and a final LayerNorm (`final_norm`).
 
-  `posemb` is a key of `POSEMBS`; `drop_path_rate` is the stochastic-depth rate of the last block (see
+  `posemb` is a key of `POSEMBS`, `posemb_where` of `POSEMB_WHERE` (posemb.py); `drop_path_rate` is the stochastic-depth rate of the last block (see
   `drop_path_rates`); `final_norm=False` leaves the normalisation to the model (after pooling, timm's
   `fc_norm`). `remat` names a `jax.checkpoint_policies` policy to rematerialise each block with (None:
   off); `scan` runs the blocks as one `nn.scan`; it initialises per-block parameters and applies with
@@ -183,6 +201,7 @@ class Encoder(nn.Module):
   remat: Optional[str] = None
   scan: bool = False
   posemb: str = 'learn'
+  posemb_where: str = 'input'
   drop_path_rate: float = 0.0
   final_norm: bool = True
   mlp_activation: str = 'gelu_tanh'
@@ -190,12 +209,18 @@ class Encoder(nn.Module):
   @nn.compact
   def __call__(self, x: jnp.ndarray, *, grid: tuple[int, int], train: bool) -> jnp.ndarray:
     """Tokens [b, prefix + h * w, D] of the patch grid `grid` = (h, w) -> encoded tokens, same shape."""
-    x = POSEMBS[self.posemb](name='posembed_input')(x, grid)
+    kind, where, shared = self.posemb, self.posemb_where, None
+    if where == 'input' and kind != 'relative':  # Relative ones enter each block's attention.
+      x = POSEMBS[kind](name='posembed_input')(x, grid)
+    elif where == 'shared_every_layer':
+      # The embeddings themselves (added to zeros), made once: every block adds them to its input.
+      shared = POSEMBS[kind](name='posembed_input')(jnp.zeros((1,) + x.shape[1:], jnp.float32), grid)
     x = nn.Dropout(self.dropout_rate)(x, deterministic=not train)
     block_kwargs = dict(
         mlp_dim=self.mlp_dim, num_heads=self.num_heads, dropout_rate=self.dropout_rate,
         attention_dropout_rate=self.attention_dropout_rate, dtype=self.dtype,
-        attention=self.attention, mlp_activation=self.mlp_activation)
+        attention=self.attention, mlp_activation=self.mlp_activation, grid=grid,
+        posemb=kind if kind == 'relative' or where == 'every_layer' else None)
     rates = drop_path_rates(self.drop_path_rate, self.num_layers)
     if self.scan:
       # The scanned blocks read stacked parameters; per-block ones (from checkpoints) are stacked on
@@ -208,14 +233,14 @@ class Encoder(nn.Module):
       # The blocks live in this module's scope, so their parameters sit at Transformer/encoderblock_{i}
       # (or Transformer/encoderblock) as in the checkpoints, not one level down.
       nn.share_scope(self, blocks)
-      x = blocks(x, not train, jnp.asarray(rates, jnp.float32) if self.drop_path_rate else None)
+      x = blocks(x, not train, jnp.asarray(rates, jnp.float32) if self.drop_path_rate else None, shared)
     else:
       block = Encoder1DBlock
       if self.remat:
         block = nn.remat(block, policy=getattr(jax.checkpoint_policies, self.remat),
                          static_argnums=(2, 3))  # deterministic, drop_path_rate (self is 0).
       for i in range(self.num_layers):
-        x = block(**block_kwargs, name=f'{BLOCK}_{i}')(x, not train, float(rates[i]))
+        x = block(**block_kwargs, name=f'{BLOCK}_{i}')(x, not train, float(rates[i]), shared)
     if not self.final_norm:
       return x
     return nn.LayerNorm(epsilon=1e-6, dtype=self.dtype, name='encoder_norm')(x)

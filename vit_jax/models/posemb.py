@@ -1,13 +1,32 @@
-"""Position embeddings, the values of `model.posemb` (registry `POSEMBS`): learned, or fixed 2-D sin-cos.
+"""Position embeddings: their kind `model.posemb` (registry `POSEMBS`) and where they enter
+`model.posemb_where` (registry `POSEMB_WHERE`), the paper's ablation (Appendix D.4, Table 8).
 
-Each is a module the encoder names `posembed_input`, called with the tokens [b, prefix + h * w, D] and
-the patch grid (h, w). The learned one is the `Transformer/posembed_input/pos_embedding` parameter of the
-original checkpoints; the fixed one has no parameter, so a model using it has no `pos_embedding`.
+Kinds. Each added one is a module called with the tokens [b, prefix + h * w, D] and the patch grid
+(h, w), returning the tokens with their embeddings added:
+  'learn'     learned 1-D, one per token, class token included: `pos_embedding` (1, N, D), the original
+              checkpoints' `Transformer/posembed_input/pos_embedding`.
+  'learn2d'   learned 2-D: `x_embedding` (w, D/2) and `y_embedding` (h, D/2); the patch at row r,
+              column c gets concat(X[c], Y[r]). The class token gets its own learned `prefix_embedding`
+              (1, D), as in 1-D: at every layer it is not redundant with the learned `cls`.
+  'sincos2d'  fixed 2-D sin-cos (big_vision's), no parameters.
+  'none'      nothing: the encoder sees the patches as a set.
+  'relative'  a learned bias per head for each relative offset (dy, dx) between query and key patches,
+              added to every block's attention logits (each block has its own `relative_posemb`; the
+              paper's variant computes the bias from the query, this is the query-independent one of
+              Swin and BEiT). Pairs involving the class token get three learned biases of their own.
+
+Where (an added kind): 'input' once before the first block (the original); 'every_layer' each block
+adds its own embedding (`encoderblock_{i}/posembed`) to its input; 'shared_every_layer' one embedding
+(`posembed_input`, the input one's tree) added at every block's input. 'none' and 'relative' only
+take 'input' (Table 8's N/A cells).
 """
 from typing import Callable
 
 import flax.linen as nn
 import jax.numpy as jnp
+import numpy as np
+
+_INIT = nn.initializers.normal(stddev=0.02)
 
 
 def posemb_sincos_2d(h: int, w: int, width: int, temperature: float = 10_000.) -> jnp.ndarray:
@@ -26,23 +45,50 @@ def posemb_sincos_2d(h: int, w: int, width: int, temperature: float = 10_000.) -
   return jnp.concatenate([jnp.sin(x), jnp.cos(x), jnp.sin(y), jnp.cos(y)], axis=1)[None]
 
 
+def _grid_param(module: nn.Module, name: str, shape: tuple[int, ...], grid_axes: dict[int, str],
+                init: Callable = _INIT) -> jnp.ndarray:
+  """`module`'s float32 parameter `name` of `shape`, whose `grid_axes` (axis: unit) follow the grid.
+
+  Stored parameters of another grid are a one-line error: Flax would only say that the initializer's
+  shape differs from the stored one.
+  """
+  if module.has_variable('params', name):
+    stored = tuple(module.get_variable('params', name).shape)
+    for axis, unit in grid_axes.items():
+      if len(stored) == len(shape) and stored[axis] != shape[axis]:
+        raise ValueError(f'the position embeddings {stored} are for {stored[axis]} {unit}, but the images '
+                         f'give {shape[axis]}: the parameters are for another image size; fit them to '
+                         'this one with vit_jax.models.loading.adapt_params (as config.init_from does)')
+  return module.param(name, init, shape, jnp.float32)
+
+
 class AddPositionEmbs(nn.Module):
   """Adds learned 1D position embeddings, one per token (class token included)."""
-  posemb_init: Callable = nn.initializers.normal(stddev=0.02)
+  posemb_init: Callable = _INIT
 
   @nn.compact
   def __call__(self, inputs: jnp.ndarray, grid: tuple[int, int]) -> jnp.ndarray:
     del grid  # One embedding per token, whatever grid they come from.
-    shape = (1, inputs.shape[1], inputs.shape[2])
-    if self.has_variable('params', 'pos_embedding'):
-      # Flax would only say that the initializer's shape differs from the stored one.
-      stored = tuple(self.get_variable('params', 'pos_embedding').shape)
-      if stored != shape:
-        raise ValueError(f'the position embeddings {stored} are for {stored[1]} tokens, but the images '
-                         f'give {shape[1]}: the parameters are for another image size; fit them to this '
-                         'one with vit_jax.models.loading.adapt_params (as config.init_from does)')
-    pos_embedding = self.param('pos_embedding', self.posemb_init, shape, jnp.float32)
+    pos_embedding = _grid_param(self, 'pos_embedding', (1, inputs.shape[1], inputs.shape[2]),
+                                {1: 'tokens'}, self.posemb_init)
     return inputs + pos_embedding.astype(inputs.dtype)
+
+
+class Add2DPositionEmbs(nn.Module):
+  """Adds learned 2-D position embeddings: concat(X[column], Y[row]) for a patch, its own for a class
+  token. The width must be even."""
+
+  @nn.compact
+  def __call__(self, inputs: jnp.ndarray, grid: tuple[int, int]) -> jnp.ndarray:
+    (h, w), (_, n, d) = grid, inputs.shape
+    x = _grid_param(self, 'x_embedding', (w, d // 2), {0: 'columns'})
+    y = _grid_param(self, 'y_embedding', (h, d // 2), {0: 'rows'})
+    posemb = jnp.concatenate([jnp.broadcast_to(x[None], (h, w, d // 2)),
+                              jnp.broadcast_to(y[:, None], (h, w, d // 2))], axis=-1).reshape(h * w, d)
+    if n > h * w:
+      posemb = jnp.concatenate([self.param('prefix_embedding', _INIT, (n - h * w, d), jnp.float32),
+                                posemb])
+    return inputs + posemb[None].astype(inputs.dtype)
 
 
 class AddSincosPositionEmbs(nn.Module):
@@ -60,4 +106,59 @@ class AddSincosPositionEmbs(nn.Module):
     return inputs + posemb.astype(inputs.dtype)
 
 
-POSEMBS = {'learn': AddPositionEmbs, 'sincos2d': AddSincosPositionEmbs}
+class NoPositionEmbs(nn.Module):
+  """Adds nothing (Table 8's first row): permuting the patches permutes the encoded patch tokens."""
+
+  def __call__(self, inputs: jnp.ndarray, grid: tuple[int, int]) -> jnp.ndarray:
+    del grid
+    return inputs
+
+
+def relative_index(h: int, w: int, num_prefix: int) -> np.ndarray:
+  """[N, N] rows of the flattened bias table for each (query, key) pair of N = num_prefix + h * w tokens.
+
+  Patches (query row, col) and (key row, col) read the offset (dy, dx) = query - key at row
+  (dy + h - 1) * (2w - 1) + dx + w - 1; after the (2h - 1)(2w - 1) offsets come the three biases of the
+  prefix tokens: prefix query (any key), patch query to prefix key, prefix to prefix.
+  """
+  rows, cols = np.divmod(np.arange(h * w), w)
+  offsets = (2 * h - 1) * (2 * w - 1)
+  index = np.empty((num_prefix + h * w,) * 2, np.int32)
+  index[num_prefix:, num_prefix:] = ((rows[:, None] - rows[None] + h - 1) * (2 * w - 1)
+                                     + cols[:, None] - cols[None] + w - 1)
+  index[:num_prefix] = offsets
+  index[num_prefix:, :num_prefix] = offsets + 1
+  index[:num_prefix, :num_prefix] = offsets + 2
+  return index
+
+
+class RelativePositionBias(nn.Module):
+  """A block's learned relative position bias: `relative_bias` (2h - 1, 2w - 1, heads), one per offset
+  (dy, dx) in [-(h-1), h-1] x [-(w-1), w-1], and `prefix_bias` (3, heads) for the class token's pairs.
+
+  Called with the number of tokens and the grid; returns the float32 bias [heads, N, N] of the
+  attention logits (query, key).
+  """
+  num_heads: int
+
+  @nn.compact
+  def __call__(self, num_tokens: int, grid: tuple[int, int]) -> jnp.ndarray:
+    h, w = grid
+    table = _grid_param(self, 'relative_bias', (2 * h - 1, 2 * w - 1, self.num_heads),
+                        {0: 'row offsets', 1: 'column offsets'}).reshape(-1, self.num_heads)
+    if num_tokens > h * w:
+      table = jnp.concatenate([table, self.param('prefix_bias', _INIT, (3, self.num_heads), jnp.float32)])
+    return jnp.moveaxis(table[relative_index(h, w, num_tokens - h * w)], -1, 0)
+
+
+POSEMBS = {'learn': AddPositionEmbs, 'sincos2d': AddSincosPositionEmbs, 'none': NoPositionEmbs,
+           'learn2d': Add2DPositionEmbs, 'relative': RelativePositionBias}
+# model.posemb_where -> the kinds that can enter there: only added embeddings enter at every layer.
+_ADDED = ('learn', 'sincos2d', 'learn2d')
+POSEMB_WHERE = {'input': tuple(POSEMBS), 'every_layer': _ADDED, 'shared_every_layer': _ADDED}
+# Tensor parallelism (see encoder.TENSOR_RULES): the relative biases split over heads like the
+# attention whose logits they join.
+TENSOR_RULES = (
+    (r'relative_posemb/relative_bias$', 2),  # (2h - 1, 2w - 1, heads)
+    (r'relative_posemb/prefix_bias$', 1),  # (3, heads)
+)

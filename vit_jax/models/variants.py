@@ -11,7 +11,7 @@ from typing import Any, Mapping, Optional
 from vit_jax.models.attention import ATTENTION_FNS
 from vit_jax.models.encoder import MLP_ACTIVATIONS
 from vit_jax.models.pooling import CLASSIFIERS
-from vit_jax.models.posemb import POSEMBS
+from vit_jax.models.posemb import POSEMB_WHERE, POSEMBS
 from vit_jax.models.resnet import stem_stride
 
 # name: (num_layers, hidden_size, mlp_dim, num_heads)
@@ -28,7 +28,8 @@ PUBLISHED = ('ViT-Ti_16', 'ViT-S_16', 'ViT-S_32', 'ViT-B_8', 'ViT-B_16', 'ViT-B_
 PUBLISHED_HYBRIDS = ('R50+ViT-B_16', 'R50+ViT-L_32')
 _NAME = re.compile(r'^(?P<hybrid>R50\+)?ViT-(?P<size>[A-Za-z]+)_(?P<patch>[0-9]+)$')
 R50_LAYERS = (3, 4, 9)
-# model.classifier and model.posemb are the keys of pooling.CLASSIFIERS and posemb.POSEMBS.
+# model.classifier, model.posemb and model.posemb_where are the keys of pooling.CLASSIFIERS,
+# posemb.POSEMBS and posemb.POSEMB_WHERE.
 # Fast paths (encoder.py; the attention kernels are the keys of attention.ATTENTION_FNS). The remat
 # policies are the `jax.checkpoint_policies` that take no arguments, from saving nothing (recompute the
 # whole block) to saving everything (no recomputation).
@@ -58,7 +59,8 @@ def get_model_config(variant: str, overrides: Optional[Mapping[str, Any]] = None
   num_layers, hidden_size, mlp_dim, num_heads = SIZES[match['size']]
   model = dict(
       patch_size=int(match['patch']), hidden_size=hidden_size, num_layers=num_layers, mlp_dim=mlp_dim,
-      num_heads=num_heads, classifier='token', fc_norm=False, posemb='learn', drop_path_rate=0.0,
+      num_heads=num_heads, classifier='token', fc_norm=False, posemb='learn', posemb_where='input',
+      drop_path_rate=0.0,
       representation_size=None, dropout_rate=0.0, attention_dropout_rate=0.0, attention='xla',
       remat=None, scan=False, mlp_activation='gelu_tanh',
       resnet_layers=R50_LAYERS if match['hybrid'] else None, resnet_width_factor=1.0)
@@ -117,6 +119,21 @@ def _check_fields(model: dict[str, Any]) -> None:
   if model['posemb'] == 'sincos2d' and (model['hidden_size'] % 4 or model['hidden_size'] < 8):
     raise ValueError(f"model.hidden_size={model['hidden_size']} must be a multiple of 4 (at least 8) "
                      "for model.posemb='sincos2d': change it or set --config.model.posemb=learn")
+  if model['posemb'] == 'learn2d' and model['hidden_size'] % 2:
+    raise ValueError(f"model.hidden_size={model['hidden_size']} must be even for model.posemb='learn2d' "
+                     '(X and Y halves): change it or set --config.model.posemb=learn')
+  if model['posemb_where'] not in POSEMB_WHERE:
+    raise ValueError(f"Unknown model.posemb_where {model['posemb_where']!r}: use one of "
+                     f"{', '.join(POSEMB_WHERE)}")
+  kinds = POSEMB_WHERE[model['posemb_where']]
+  if model['posemb'] not in kinds:
+    raise ValueError(f"model.posemb='{model['posemb']}' does not enter at model.posemb_where="
+                     f"'{model['posemb_where']}' (only {', '.join(kinds)} do; relative ones enter every "
+                     "block's attention): set --config.model.posemb_where=input")
+  if model['posemb'] == 'relative' and model['attention'] != 'xla':
+    raise ValueError("model.posemb='relative' adds a learned bias to the attention logits, which "
+                     f"model.attention='{model['attention']}' does not train: "
+                     'set --config.model.attention=xla')
   layers = model['resnet_layers']
   if layers is not None and (not layers or min(layers) < 1):
     raise ValueError(f'model.resnet_layers={layers} must be positive numbers of units per stage, e.g. '

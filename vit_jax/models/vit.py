@@ -8,7 +8,8 @@ The parts live in their own modules: the encoder, its fast paths and stochastic 
 position embeddings (posemb.py), the poolings incl. the MAP head (pooling.py), the per-block and
 stacked layouts of the blocks (scan_layout.py). The later recipes' options are fields: `classifier`
 'map', `fc_norm` (timm's: the final LayerNorm after the pooling, as `fc_norm`), `posemb` 'sincos2d',
-`drop_path_rate`; at their defaults the model is the original one.
+`drop_path_rate`; the paper's position-embedding ablation is `posemb` and `posemb_where`; at their
+defaults the model is the original one.
 """
 from typing import Any, Optional
 
@@ -41,6 +42,7 @@ class ViTBackbone(nn.Module):
   # The final LayerNorm after the pooling (timm's fc_norm) instead of at the end of the encoder.
   fc_norm: bool = False
   posemb: str = 'learn'  # A key of posemb.POSEMBS.
+  posemb_where: str = 'input'  # A key of posemb.POSEMB_WHERE: where the position embeddings enter.
   drop_path_rate: float = 0.0  # Stochastic depth: the rate of the last block (encoder.drop_path_rates).
   dropout_rate: float = 0.0
   attention_dropout_rate: float = 0.0
@@ -94,8 +96,8 @@ class ViTBackbone(nn.Module):
         num_layers=self.num_layers, mlp_dim=self.mlp_dim, num_heads=self.num_heads,
         dropout_rate=self.dropout_rate, attention_dropout_rate=self.attention_dropout_rate,
         dtype=self.dtype, attention=self.attention, remat=self.remat, scan=self.scan,
-        posemb=self.posemb, drop_path_rate=self.drop_path_rate, final_norm=not self.fc_norm,
-        mlp_activation=self.mlp_activation, name='Transformer')(x, grid=grid, train=train)
+        posemb=self.posemb, posemb_where=self.posemb_where, drop_path_rate=self.drop_path_rate,
+        final_norm=not self.fc_norm, mlp_activation=self.mlp_activation, name='Transformer')(x, grid=grid, train=train)
 
   def apply_fc_norm(self, x: jnp.ndarray) -> jnp.ndarray:
     """The final LayerNorm `fc_norm` over the last axis when `fc_norm` (else `x` as it is)."""

@@ -61,6 +61,9 @@ def export(workdir: str, out: str, step: Optional[int] = None) -> dict[str, Any]
       serialize_inference(trained.model, trained.params, config.image_size))
   model = variants.get_model_config(config.variant, config.model.to_dict())
   try:
+    if model['posemb_where'] != 'input':  # 'shared_every_layer' has the tree of 'input': check here.
+      raise ValueError("timm's VisionTransformer adds position embeddings only at the input "
+                       f"(model.posemb_where={model['posemb_where']})")
     timm_tensors = state_dicts.to_timm(trained.params)
   except ValueError as e:
     timm_files = f'not written: {e}'

@@ -3,10 +3,17 @@ fitting a loaded tree to a model of another resolution or class count (position-
 interpolation, head surgery). A model with fixed position embeddings (`posemb='sincos2d'`) has no
 `pos_embedding`: there is nothing to resize, and a checkpoint with learned ones is an error, not a drop.
 
+Every learned position embedding (posemb.py) is resized to the new patch grid: the 1-D ones at the
+input or in each block (`every_layer`) as the original code does, the 2-D ones along each axis, the
+relative biases over their range of offsets (2h - 1, 2w - 1). A checkpoint with other kinds of position
+embeddings than the model is an error naming `model.posemb` / `model.posemb_where`; the tree of
+'shared_every_layer' is the tree of 'input' (one `posembed_input`), so only the config tells them apart.
+
 It knows the models' parameter names (vit.py, mpp.py), so it lives beside them; orbax checkpoints of
 whole train states are vit_jax/checkpoint.py.
 """
 import math
+import re
 import zipfile
 from typing import Any, Optional
 
@@ -19,6 +26,11 @@ from flax import traverse_util
 
 _NPZ_PREFIXES = ('opt/target/', 'params/')  # Older Flax optimizer checkpoints; trees saved with a root.
 _POSEMB = 'Transformer/posembed_input/pos_embedding'
+# Learned position embeddings (posemb.py) at the input or in a block, and the blocks' relative biases.
+_POSEMB_PARAM = re.compile(r'(^|/)(posembed_input|posembed|relative_posemb)/')
+_POSEMB_1D = re.compile(r'(^|/)(posembed_input|posembed)/pos_embedding$')
+_POSEMB_AXIS = re.compile(r'(^|/)(posembed_input|posembed)/(?P<axis>x|y)_embedding$')
+_RELATIVE = re.compile(r'(^|/)relative_posemb/relative_bias$')
 POSEMB_METHODS = ('bilinear', 'bicubic')
 _REPORT_FIRST = ('embedding/', 'cls')
 # Parameters of the masked-patch-prediction model that a classifier does not have.
@@ -74,6 +86,18 @@ def _check_posemb_method(method: str) -> None:
                      f'{", ".join(POSEMB_METHODS)}, e.g. --config.posemb_interpolation=bilinear')
 
 
+def resize_leading(array: np.ndarray, sizes: tuple[int, ...], method: str = 'bilinear') -> np.ndarray:
+  """`array` with its first one or two axes resized to `sizes`, the others kept (the embedding width,
+  the heads); float64 for 'bilinear' (see `interpolate_posemb` for the methods)."""
+  _check_posemb_method(method)
+  if method == 'bicubic':
+    return np.asarray(jax.image.resize(array.astype(np.float32), tuple(sizes) + array.shape[len(sizes):],
+                                       'bicubic'))
+  weights = [_linear_weights(n, size) for n, size in zip(array.shape, sizes)]
+  spec = {1: 'aA,A...->a...', 2: 'aA,bB,AB...->ab...'}[len(sizes)]
+  return np.einsum(spec, *weights, array.astype(np.float64))
+
+
 def interpolate_posemb(posemb: np.ndarray, new_grid: tuple[int, int], *, num_prefix_tokens: int,
                        method: str = 'bilinear') -> np.ndarray:
   """Resizes position embeddings (1, prefix + gs * gs, D) to the grid `new_grid` = (gh, gw).
@@ -89,23 +113,35 @@ def interpolate_posemb(posemb: np.ndarray, new_grid: tuple[int, int], *, num_pre
   if size * size != grid.shape[0]:
     raise ValueError(f'{_POSEMB}: {grid.shape[0]} grid tokens are not a square grid: the checkpoint '
                      'is not a ViT of square images')
-  grid = grid.reshape(size, size, -1).astype(np.float64)
   gh, gw = new_grid
-  if method == 'bilinear':
-    grid = np.einsum('hH,wW,HWd->hwd', _linear_weights(size, gh), _linear_weights(size, gw), grid)
-  else:
-    grid = np.asarray(jax.image.resize(grid.astype(np.float32), (gh, gw, grid.shape[-1]), 'bicubic'))
+  grid = resize_leading(grid.reshape(size, size, -1), (gh, gw), method)
   return np.concatenate([prefix, grid.reshape(1, gh * gw, -1).astype(posemb.dtype)], axis=1)
 
 
-def _architecture_error(path: str, loaded: Any, target: Any) -> ValueError:
-  if path == _POSEMB and 'none' in (loaded, target):
-    # Learned embeddings are what the blocks were trained with: replacing them with fixed ones (or
-    # the reverse) is a change of architecture the config has to ask for.
-    fix = 'learn' if target == 'none' else 'sincos2d'
-    return ValueError(f'{path}: checkpoint {loaded} vs model {target}: the checkpoint has '
-                      f'{"learned" if fix == "learn" else "no learned"} position embeddings; set '
-                      f'--config.model.posemb={fix} to match it')
+def _posemb_kind(flat: dict[str, Any]) -> tuple[str, str]:
+  """The position embeddings a flat tree has, told by its parameter names: (what, the flags that make
+  a model with them)."""
+  names = [k for k in flat if _POSEMB_PARAM.search(k)]
+  if not names:
+    return 'no learned position embeddings', '--config.model.posemb=sincos2d (or none)'
+  if any('relative_posemb/' in k for k in names):
+    return 'relative position embeddings', '--config.model.posemb=relative'
+  two_d = any(_POSEMB_AXIS.search(k) for k in names)
+  flags = f'--config.model.posemb={"learn2d" if two_d else "learn"}'
+  if any('/posembed/' in k for k in names):
+    return (f'learned {"2-D " if two_d else ""}position embeddings in every block',
+            f'{flags} --config.model.posemb_where=every_layer')
+  return f'learned {"2-D " if two_d else ""}position embeddings', flags
+
+
+def _architecture_error(path: str, loaded: Any, target: Any, params: dict[str, Any],
+                        targets: dict[str, Any]) -> ValueError:
+  kind, want = _posemb_kind(params), _posemb_kind(targets)
+  if _POSEMB_PARAM.search(path) and kind[0] != want[0]:
+    # Learned embeddings are what the blocks were trained with: replacing them with others is a
+    # change of architecture the config has to ask for.
+    return ValueError(f'{path}: checkpoint {loaded} vs model {target}: the checkpoint has {kind[0]}; '
+                      f'set {kind[1]} to match it')
   return ValueError(f'{path}: checkpoint {loaded} vs model {target}: the checkpoint is another '
                     'architecture; set --config.variant (and --config.model.*) to match it')
 
@@ -161,26 +197,45 @@ def adapt_params(loaded: Any, target_shapes: Any, *, keep_head: bool, keep_pre_l
       params = {k: v for k, v in params.items() if k != layer and not k.startswith(f'{layer}/')}
       notes.append(f'dropped {layer} (masked patch prediction only)')
 
-  if _POSEMB in params and _POSEMB in targets and ('cls' in params) == ('cls' in targets):
-    old, new = params[_POSEMB].shape, targets[_POSEMB].shape
-    if old[1] != new[1] and old[2] == new[2]:
-      prefix = 1 if 'cls' in targets else 0  # The class token; GAP models have none.
-      old_size, new_size = math.isqrt(old[1] - prefix), math.isqrt(new[1] - prefix)
-      if old_size ** 2 != old[1] - prefix or new_size ** 2 != new[1] - prefix:
-        raise _architecture_error(_POSEMB, old, new)
-      params[_POSEMB] = interpolate_posemb(params[_POSEMB], (new_size, new_size),
-                                           num_prefix_tokens=prefix, method=posemb_method)
-      notes.append(f'resized pos_embedding {old_size}x{old_size} -> {new_size}x{new_size} '
-                   f'({posemb_method})')
+  if ('cls' in params) == ('cls' in targets):
+    for key in sorted(set(params) & set(targets)):
+      note = _resize_posemb(params, key, targets[key].shape, 'cls' in targets, posemb_method)
+      notes.extend([note] if note else [])
 
   # The parameters that tell architectures apart most plainly (patch size, classifier) come first.
   for key in sorted(set(params) | set(targets), key=lambda k: (not k.startswith(_REPORT_FIRST), k)):
     got = tuple(params[key].shape) if key in params else 'none'
     want = tuple(targets[key].shape) if key in targets else 'none'
     if got != want:
-      raise _architecture_error(key, got, want)
+      raise _architecture_error(key, got, want, params, targets)
   fitted = {key: np.asarray(params[key], targets[key].dtype) for key in targets}
   return traverse_util.unflatten_dict(fitted, sep='/'), notes
+
+
+def _resize_posemb(params: dict[str, Any], key: str, new: tuple[int, ...], class_token: bool,
+                   method: str) -> Optional[str]:
+  """Resizes the learned position embedding `params[key]` to the shape `new` of the model's grid, in
+  place; returns the log's note, or None when `key` is none or its shape is not one of a new grid."""
+  old = params[key].shape
+  if old == new or len(old) != len(new) or old[-1] != new[-1]:
+    return None
+  name = 'pos_embedding' if key == _POSEMB else key
+  if _POSEMB_1D.search(key):
+    prefix = 1 if class_token else 0  # GAP models have no class token.
+    old_size, new_size = math.isqrt(old[1] - prefix), math.isqrt(new[1] - prefix)
+    if old_size ** 2 != old[1] - prefix or new_size ** 2 != new[1] - prefix:
+      return None  # Not square grids: the shape check names it.
+    params[key] = interpolate_posemb(params[key], (new_size, new_size), num_prefix_tokens=prefix,
+                                     method=method)
+    return f'resized {name} {old_size}x{old_size} -> {new_size}x{new_size} ({method})'
+  if (axis := _POSEMB_AXIS.search(key)) is not None:
+    params[key] = resize_leading(params[key], new[:1], method).astype(params[key].dtype)
+    unit = 'columns' if axis['axis'] == 'x' else 'rows'
+    return f'resized {name} {old[0]} -> {new[0]} {unit} ({method})'
+  if _RELATIVE.search(key):
+    params[key] = resize_leading(params[key], new[:2], method).astype(params[key].dtype)
+    return f'resized {name} {old[0]}x{old[1]} -> {new[0]}x{new[1]} offsets ({method})'
+  return None
 
 
 def param_shapes(model: nn.Module, image_size: int) -> Any:

@@ -155,7 +155,8 @@ def to_timm(params: Any) -> StateDict:
     if any(k.startswith(prefix) for k in flat):
       raise ValueError(f"timm's VisionTransformer has no {what}")
   if 'Transformer/posembed_input/pos_embedding' not in flat:
-    raise ValueError("timm's VisionTransformer has no fixed sincos2d position embeddings (model.posemb)")
+    raise ValueError("timm's VisionTransformer has no fixed sincos2d position embeddings, nor 2-D, "
+                     'relative or none (model.posemb): only learned 1-D ones')
   d = flat['embedding/bias'].shape[0]
   out = {'patch_embed.proj.weight': flat.pop('embedding/kernel').transpose(3, 2, 0, 1),
          'patch_embed.proj.bias': flat.pop('embedding/bias'),

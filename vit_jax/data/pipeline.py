@@ -18,6 +18,7 @@ from vit_jax.data import folder
 from vit_jax.data import order
 from vit_jax.data import preprocess
 from vit_jax.data import tfds_source
+from vit_jax.data import vtab
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,10 +63,11 @@ def _tfds(config: ml_collections.ConfigDict, label_feature: str) -> Source:
 
 
 # config.dataset -> its Source, reading the given label feature; any other name is a
-# tensorflow_datasets name.
+# tensorflow_datasets name. 'vtab/<task>': VTAB-1k's tasks (vtab.py).
 SOURCES: dict[str, Callable[[ml_collections.ConfigDict, str], Source]] = {
     'digits': _digits,
     'folder': _folder,
+    **vtab.SOURCES,
 }
 
 

@@ -33,36 +33,22 @@ def prepared_builder(name: str, data_dir: str | None) -> tfds.core.DatasetBuilde
   return builder
 
 
-class TfdsSource:
-  """A prepared tfds dataset with an 'image' feature and a label feature, by default 'label'.
+class TfdsRecords:
+  """The serialized examples of a prepared tfds dataset, by split and data shard.
 
-  The label feature is a ClassLabel (one class an image: 'label', int32) or a Sequence of ClassLabel
-  (a set of classes an image, as ImageNet-ReaL's 'real_label': 'labels', multi-hot bool [classes]).
-
-  Records are the serialized examples, read from the prepared files directly: by index where the
-  dataset was prepared as ArrayRecord (random access: train shards are strided, so each holds every
-  class even when the files are in class order), in file order where it was prepared as TFRecord
-  (shards are contiguous ranges, the `tfds.split_for_jax_process` layout).
+  Records are read from the prepared files directly: by index where the dataset was prepared as
+  ArrayRecord (random access: train shards are strided, so each holds every class even when the files
+  are in class order), in file order where it was prepared as TFRecord (shards are contiguous ranges,
+  the `tfds.split_for_jax_process` layout).
 
   A split may be a tfds slice, e.g. 'train[:90%]' to train on and 'train[90%:]' as a held-out
-  minival. tfds shuffles the examples when it prepares a dataset (unless its builder disables that),
-  so a slice is a random sample of the split.
+  minival, or a sum of them ('train[:800]+validation[:200]'). tfds shuffles the examples when it
+  prepares a dataset (unless its builder disables that), so a slice is a random sample of the split.
   """
 
-  def __init__(self, builder: tfds.core.DatasetBuilder, label_feature: str = 'label'):
-    features = dict(builder.info.features)
-    label = features.get(label_feature)
-    self._multi_label = (isinstance(label, tfds.features.Sequence)
-                         and isinstance(label.feature, tfds.features.ClassLabel))
-    if not (isinstance(features.get('image'), tfds.features.Image)
-            and (isinstance(label, tfds.features.ClassLabel) or self._multi_label)):
-      raise ValueError(
-          f'Dataset {builder.name!r} has features {sorted(features)}: vit_jax needs an Image feature '
-          f"'image' and a ClassLabel (or Sequence of ClassLabel) feature {label_feature!r}")
+  def __init__(self, builder: tfds.core.DatasetBuilder):
     self._builder = builder
-    self._label_feature = label_feature
     self._random_access = builder.info.file_format == tfds.core.FileFormat.ARRAY_RECORD
-    self.class_names = tuple((label.feature if self._multi_label else label).names)
     self._data_sources = {}
 
   def _split_info(self, split) -> tfds.core.SplitInfo:
@@ -112,6 +98,28 @@ class TfdsSource:
     if self._split_info(tfds.even_splits(split, n=num_shards)[shard]).num_examples == 0:
       return order.RandomAccess(0, lambda indices: {'record': tf.fill(tf.shape(indices), '')})
     return self._files(split, shard, num_shards)
+
+
+class TfdsSource(TfdsRecords):
+  """A prepared tfds dataset with an 'image' feature and a label feature, by default 'label'.
+
+  The label feature is a ClassLabel (one class an image: 'label', int32) or a Sequence of ClassLabel
+  (a set of classes an image, as ImageNet-ReaL's 'real_label': 'labels', multi-hot bool [classes]).
+  """
+
+  def __init__(self, builder: tfds.core.DatasetBuilder, label_feature: str = 'label'):
+    features = dict(builder.info.features)
+    label = features.get(label_feature)
+    self._multi_label = (isinstance(label, tfds.features.Sequence)
+                         and isinstance(label.feature, tfds.features.ClassLabel))
+    if not (isinstance(features.get('image'), tfds.features.Image)
+            and (isinstance(label, tfds.features.ClassLabel) or self._multi_label)):
+      raise ValueError(
+          f'Dataset {builder.name!r} has features {sorted(features)}: vit_jax needs an Image feature '
+          f"'image' and a ClassLabel (or Sequence of ClassLabel) feature {label_feature!r}")
+    super().__init__(builder)
+    self._label_feature = label_feature
+    self.class_names = tuple((label.feature if self._multi_label else label).names)
 
   def load(self, ds: tf.data.Dataset) -> tf.data.Dataset:
     """Parses each 'record' into its decoded 'image' (uint8 [h, w, 3]) and its 'label' (int32), or

@@ -41,7 +41,10 @@ def parse_flags(argv: list[str]) -> list[str]:
   try:
     return flags.FLAGS(argv)
   except flags.Error as e:
-    cli.fail(str(e).splitlines()[0])
+    lines = str(e).strip().splitlines()
+    # A config file's own error (e.g. configs/vtab.py:TASK's unknown task) ends the traceback that
+    # ml_collections puts in the message: its last line, without the exception's type, is the fix.
+    cli.fail(lines[-1].split(': ', 1)[-1] if 'Traceback' in str(e) else lines[0])
   except (AttributeError, KeyError) as e:
     # ml_collections words it as "'name'\nDid you mean ...", and KeyError quotes that once more.
     detail = str(e.args[0]).replace('\\n', ' ').replace("\\'", '').replace("'", '').strip('"')

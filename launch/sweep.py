@@ -8,8 +8,10 @@ array, one element per run (with the given sbatch options; --print only prints t
 
 A sweep file names the experiment config (`CONFIG = 'configs/X.py[:arg]'`) and defines `get_sweep()`,
 a list of dicts of config overrides. In each dict, a value that is a list is swept: the dict stands for
-the product of its lists. The list of dicts is concatenated. Each run gets its own workdir, named after
-its overrides, under --workdir. Arguments after `--` go to every run (e.g. `-- --config.seed=1`).
+the product of its lists. The list of dicts is concatenated. The key 'config' is the config file of
+those runs instead of CONFIG (and may be swept too: one task a config argument, e.g. vtab_lr.py).
+Each run gets its own workdir, named after its overrides, under --workdir. Arguments after `--` go to
+every run (e.g. `-- --config.seed=1`).
 """
 import argparse
 import importlib.util
@@ -42,9 +44,9 @@ def commands(sweep_file: str, workdir: str, extra_args: list[str]) -> list[list[
   spec = importlib.util.spec_from_file_location('sweep', sweep_file)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
-  return [[sys.executable, '-m', 'vit_jax.main', f'--config={module.CONFIG}',
+  return [[sys.executable, '-m', 'vit_jax.main', f'--config={overrides.get("config") or module.CONFIG}',
            f'--workdir={workdir.rstrip("/")}/{run_name(overrides)}',
-           *(f'--config.{k}={v}' for k, v in overrides.items()), *extra_args]
+           *(f'--config.{k}={v}' for k, v in overrides.items() if k != 'config'), *extra_args]
           for overrides in expand(module.get_sweep())]
 
 

@@ -148,10 +148,11 @@ def find_checkpoint(path: str, step: Optional[int] = None) -> tuple[str, int]:
 
 
 def saved_steps(workdir: str) -> list[int]:
-  """The steps of the finished saves in `workdir`, in order (a save in progress, or killed, lives in a
-  temporary `<step>.orbax-...` directory)."""
+  """The steps of the finished saves in `workdir`, in order, as orbax decides it: a save in progress
+  or killed lives in a temporary `<step>.orbax-...` directory on a local disk, and in its final
+  `<step>` directory without a `commit_success.txt` on cloud storage (which cannot rename)."""
   root = epath.Path(workdir) / 'checkpoints'
-  return sorted(int(d.name) for d in root.iterdir() if d.name.isdigit()) if root.is_dir() else []
+  return sorted(ocp.utils.checkpoint_steps(root)) if root.is_dir() else []
 
 
 def latest_saved_shapes(workdir: str) -> Optional[tuple[int, dict[str, Any]]]:

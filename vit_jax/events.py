@@ -1,4 +1,4 @@
-"""The scalars a run wrote to its TensorBoard event files (clu's metric writers), read without
+"""The scalars a run wrote to its TensorBoard event files (train/event_writer.py), read without
 TensorFlow and while the run is still writing them."""
 import struct
 from typing import Iterator
@@ -43,3 +43,4 @@ def read_scalars(workdir: str) -> dict[str, dict[int, float]]:
         elif value.metadata.plugin_data.plugin_name == 'scalars':  # tf.summary.scalar, as clu writes.
           scalars.setdefault(value.tag, {})[event.step] = float(tensor_util.make_ndarray(value.tensor))
   return scalars
+

@@ -21,11 +21,12 @@ if __name__ == '__main__':  # Before anything allocates: see vit_jax/allocator.p
   from vit_jax import quiet  # pylint: disable=g-import-not-at-top
   quiet.quiet_tensorflow()
 
+import io
 import math
-import os
 from typing import Any, Mapping, Optional
 
 import chex
+from etils import epath
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -146,8 +147,11 @@ def attended(image: np.ndarray, heat: np.ndarray) -> np.ndarray:
 
 
 def _save(fig: Any, path: str) -> str:
-  fig.savefig(path, dpi=100, bbox_inches='tight')
+  """Writes `fig` as a PNG to `path`, local or on cloud storage (matplotlib writes only local files)."""
+  png = io.BytesIO()
+  fig.savefig(png, format='png', dpi=100, bbox_inches='tight')
   plt.close(fig)
+  epath.Path(path).write_bytes(png.getvalue())
   return path
 
 
@@ -211,6 +215,10 @@ def plot_attention_distance(distances: np.ndarray, image_size: int, path: str) -
   return _save(fig, path)
 
 
+def _join(directory: str, name: str) -> str:
+  return str(epath.Path(directory) / name)
+
+
 def write_pictures(model: nn.Module, params: Any, image: np.ndarray, image_size: int,
                    out: str, pp_eval: Mapping[str, Any] = predict.DEFAULT_PP_EVAL) -> list[str]:
   """Writes the pictures for `image` (uint8 [h, w, 3]), prepared by the eval crop `pp_eval`, to `out`
@@ -224,19 +232,19 @@ def write_pictures(model: nn.Module, params: Any, image: np.ndarray, image_size:
   maps = rollout_maps(attention_rollout(attention), prefix)
   kernel = np.asarray(params['embedding']['kernel'])
   pictures = [
-      plot_rollout(image, maps, query, os.path.join(out, 'attention_rollout.png')),
-      plot_rollout_layers(image, maps, query, os.path.join(out, 'attention_rollout_layers.png')),
+      plot_rollout(image, maps, query, _join(out, 'attention_rollout.png')),
+      plot_rollout_layers(image, maps, query, _join(out, 'attention_rollout_layers.png')),
   ]
   if 'posembed_input' in params['Transformer']:  # Learned ones; fixed sin-cos ones have no picture.
     pictures.append(plot_position_similarity(
         position_similarity(np.asarray(params['Transformer']['posembed_input']['pos_embedding']),
-                            prefix), os.path.join(out, 'position_embeddings.png')))
+                            prefix), _join(out, 'position_embeddings.png')))
   if kernel.shape[2] == 3:  # A hybrid's patch embedding reads ResNet features, not pixels.
     pictures.append(plot_embedding_components(embedding_components(kernel),
-                                              os.path.join(out, 'embedding_filters.png')))
+                                              _join(out, 'embedding_filters.png')))
   distances = mean_attention_distance(attention, model.input_stride, prefix)
   pictures.append(plot_attention_distance(distances, image_size,
-                                          os.path.join(out, 'attention_distance.png')))
+                                          _join(out, 'attention_distance.png')))
   return pictures
 
 

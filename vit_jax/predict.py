@@ -18,12 +18,12 @@ if __name__ == '__main__':  # Before anything allocates: see vit_jax/allocator.p
 import dataclasses
 import functools
 import itertools
-import os
 import sys
 from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence
 
 import jax
 import ml_collections
+from etils import epath
 import numpy as np
 from absl import app, flags, logging
 
@@ -78,13 +78,12 @@ def find_images(inputs: Sequence[str]) -> list[str]:
   from vit_jax.data.folder import IMAGE_EXTENSIONS  # pylint: disable=g-import-not-at-top
   paths = []
   for path in inputs:
-    if not os.path.isdir(path):
+    if not epath.Path(path).is_dir():
       paths.append(path)  # Whatever its name: a missing or unreadable file is reported when read.
       continue
-    for root, dirs, files in os.walk(path):
+    for root, dirs, files in epath.Path(path).walk():
       dirs.sort()  # Walk in a fixed order.
-      paths += [os.path.join(root, name) for name in sorted(files)
-                if name.lower().endswith(IMAGE_EXTENSIONS)]
+      paths += [str(root / name) for name in sorted(files) if name.lower().endswith(IMAGE_EXTENSIONS)]
   return paths
 
 
@@ -93,10 +92,9 @@ def read_image(path: str) -> np.ndarray:
   from vit_jax.data import preprocess  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   try:
-    with open(path, 'rb') as f:
-      encoded = f.read()
+    encoded = epath.Path(path).read_bytes()
   except OSError as e:
-    raise ValueError(f'cannot read {path} ({e.strerror})') from None
+    raise ValueError(f'cannot read {path} ({e.strerror or e})') from None
   try:
     # The decoder of the input pipeline, so that an image decodes to the same pixels as in training.
     return preprocess.decode(encoded).numpy()

@@ -13,7 +13,7 @@ from absl import logging
 from clu import metric_writers, parameter_overview, periodic_actions
 
 from vit_jax import checkpoint, data, dispatch, optim, run_dir, sharding
-from vit_jax.train import observe, preemption, progress
+from vit_jax.train import event_writer, observe, preemption, progress
 from vit_jax.train.setup import Setup
 from vit_jax.train.state import TrainState, check_resumable, create_state
 from vit_jax.train.step import jit_train_step
@@ -79,7 +79,7 @@ def _train(setup: Setup, watchdog: Watchdog) -> dict[str, float]:
   tx, schedule = optim.make_optimizer(config, setup.total_steps)
   changes = check_resumable(setup, tx)  # Before anything in the workdir is written.
   run_dir.write_run_info(setup.workdir, config, setup.info, changes)
-  writer = metric_writers.create_default_writer(setup.workdir, just_logging=jax.process_index() > 0)
+  writer = event_writer.create_writer(setup.workdir, just_logging=jax.process_index() > 0)
   writer.write_hparams({k: str(v) for k, v in config.items()})
   manager = checkpoint.make_manager(setup.workdir, config.keep_checkpoints)
   state, state_shardings, to_checkpoint = create_state(setup, tx, manager)
@@ -170,6 +170,7 @@ def _run_steps(setup: Setup, state: TrainState, step_fn: Callable, train_iter: I
       if step % config.checkpoint_every_steps == 0 or last or stop:
         _checked_history(history, step - len(history) + 1, budget)  # Never save a poisoned state.
         watchdog.phase(f'saving checkpoint {step}')
+        writer.flush()  # The curves up to a checkpoint are kept with it: a resumed run has no gap.
         with report_progress.timed('checkpoint'):
           save(step, state)
       if stop:

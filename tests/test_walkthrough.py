@@ -25,7 +25,8 @@ def run(cwd, module, *args):
 @pytest.mark.slow
 def test_readme_walkthrough_with_relative_paths(tmp_path):
   """make demo (shortened), then predict, export, predict from the export, demo_finetune (whose
-  init_from is 'workdirs/demo'), fewshot and the pictures tool, each given relative paths."""
+  init_from is 'workdirs/demo'), fewshot, the pictures tool, the report and the planner, each given
+  relative paths."""
   os.symlink(os.path.join(helpers.REPO, 'configs'), tmp_path / 'configs')
   images, _ = digits.split_arrays()['test']
   Image.fromarray(images[0]).save(tmp_path / 'digit.png')
@@ -44,9 +45,13 @@ def test_readme_walkthrough_with_relative_paths(tmp_path):
   assert accuracy.splitlines()[-1].split()[0] == '1'
   run(tmp_path, 'pictures', '--workdir=workdirs/demo', '--image=digit.png', '--out=pictures')
   assert 'attention_rollout.png' in os.listdir(tmp_path / 'pictures')
+  run(tmp_path, 'report', 'workdirs', '--out=reports/demo')
+  assert sorted(os.listdir(tmp_path / 'reports/demo')) == ['report.html', 'report.png']
+  assert 'demo_finetune' in (tmp_path / 'reports/demo/report.html').read_text()
+  assert 'ViT-Ti_4' in run(tmp_path, 'plan', '--config=configs/demo.py', '--devices=1', '--chip=tpu-v4')
   # Nothing was written anywhere else: everything lies under the directory the user typed from.
-  assert sorted(os.listdir(tmp_path)) == ['configs', 'digit.png', 'exported', 'pictures', 'tfds',
-                                          'workdirs']
+  assert sorted(os.listdir(tmp_path)) == ['configs', 'digit.png', 'exported', 'pictures', 'reports',
+                                          'tfds', 'workdirs']
 
 
 def test_paths_resolve_locally_and_leave_urls_alone(tmp_path, monkeypatch):

@@ -1,0 +1,145 @@
+"""Accuracy against pre-training compute, a point a run: the paper's scaling study (Figures 5 and 8).
+
+  python -m vit_jax.scaling SWEEP_ROOT [SWEEP_ROOT ...] --out=DIR [--metric=eval_top1]
+
+A run's pre-training compute is 3 forward passes (the backward pass costs two) of
+vit_jax.chips.vit_flops per image, times the images it has trained on when it last logged the metric
+(batch_size x that step), in exaFLOPs (1e18 FLOPs): the paper's count (Table 6: ViT-B/32 for 7
+epochs of JFT-300M's 303M images is 55 exaFLOPs). Writes DIR/scaling.png (log-scale compute, a colour
+a model family: ViT, or the R50+ViT hybrid) and DIR/scaling.md (a row a run: family, shape,
+resolution, step, images, exaFLOPs, the metric), and prints the table. Runs that have not logged the
+metric are left out.
+"""
+if __name__ == '__main__':  # Before anything loads TensorFlow (epath does, for a gs:// path).
+  from vit_jax import quiet  # pylint: disable=g-import-not-at-top
+  quiet.quiet_tensorflow()
+
+import dataclasses
+import io
+import json
+from typing import Any, Sequence
+
+import matplotlib
+from absl import app, flags
+from etils import epath
+
+matplotlib.use('Agg')  # Files only: no display needed.
+from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+from vit_jax import chips, cli, report  # pylint: disable=g-import-not-at-top,wrong-import-position
+from vit_jax.models import variants  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+_USAGE = 'SWEEP_ROOT [SWEEP_ROOT ...] --out=DIR [--metric=eval_top1]'
+EXA = 1e18
+FIGURE_INCHES, DPI = (8.0, 5.5), 100
+
+
+@dataclasses.dataclass(frozen=True)
+class Point:
+  run: str
+  family: str  # 'ViT' | 'R50+ViT'.
+  shape: str  # e.g. '8 layers, D 1024, MLP 2048, /32' (the input pixels a token sees).
+  image_size: int
+  step: int  # Where the metric was last logged.
+  images: int  # Trained on by then: batch_size x step.
+  exaflops: float
+  accuracy: float
+
+
+def model_config(config: dict[str, Any]) -> dict[str, Any]:
+  """The model a run's flat config.json describes, as the training loop builds it."""
+  overrides = {key.removeprefix('model.'): value for key, value in config.items()
+               if key.startswith('model.')}
+  return variants.get_model_config(config['variant'], overrides)
+
+
+def pretraining_exaflops(model: dict[str, Any], image_size: int, num_classes: int,
+                         images: int) -> float:
+  return 3 * chips.vit_flops(model, image_size, num_classes) * images / EXA
+
+
+def point(run: report.Run, path: epath.Path, metric: str) -> Point:
+  info = path / 'dataset_info.json'
+  if not info.exists():
+    raise ValueError(f'{path} has no dataset_info.json (its head size): is it a vit_jax run?')
+  model = model_config(run.config)
+  step = max(run.scalars[metric])
+  images = run.config['batch_size'] * step
+  return Point(
+      run.name, 'R50+ViT' if model['resnet_layers'] else 'ViT',
+      f"{model['num_layers']} layers, D {model['hidden_size']}, MLP {model['mlp_dim']}, "
+      f'/{variants.input_stride(model)}', run.config['image_size'], step, images,
+      pretraining_exaflops(model, run.config['image_size'],
+                           json.loads(info.read_text())['num_classes'], images),
+      run.scalars[metric][step])
+
+
+def points(roots: Sequence[str], metric: str) -> list[Point]:
+  """A point for each run under `roots` that has logged `metric`; a one-line ValueError if none has."""
+  runs = [(report.load_run(name, path), path) for name, path in report.find_runs(roots)]
+  found = [point(run, path, metric) for run, path in runs if run.scalars.get(metric)]
+  if not found:
+    logged = sorted({tag for run, _ in runs for tag in run.scalars} - set(report.TRAIN_TAGS))
+    raise ValueError(f'no run logged {metric!r}: use --metric= one of {", ".join(logged) or "(none yet)"}')
+  return found
+
+
+def to_markdown(found: Sequence[Point], metric: str) -> str:
+  lines = [f'| run | family | model | image size | step | images | exaFLOPs | {metric} |',
+           '|---|---|---|---|---|---|---|---|']
+  lines += [f'| {p.run} | {p.family} | {p.shape} | {p.image_size} | {p.step} | {p.images} | '
+            f'{p.exaflops:.4g} | {p.accuracy:.4g} |' for p in found]
+  return '\n'.join(lines) + '\n'
+
+
+def plot(found: Sequence[Point], metric: str) -> bytes:
+  """The PNG: the metric against log-scale compute, a colour a family, each point named by its shape."""
+  fig, ax = plt.subplots(figsize=FIGURE_INCHES, dpi=DPI, layout='constrained')
+  colors = plt.get_cmap('tab10').colors
+  for i, family in enumerate(sorted({p.family for p in found}, key=['ViT', 'R50+ViT'].index)):
+    members = [p for p in found if p.family == family]
+    ax.scatter([p.exaflops for p in members], [p.accuracy for p in members], color=colors[i],
+               label=family, zorder=2)
+    for p in members:
+      ax.annotate(p.shape, (p.exaflops, p.accuracy), fontsize=6, xytext=(3, 3),
+                  textcoords='offset points')
+  ax.set(xscale='log', xlabel='pre-training compute (exaFLOPs)', ylabel=metric)
+  ax.margins(x=0.15)  # Room for the rightmost point's name.
+  ax.grid(alpha=0.3, which='both')
+  ax.legend(frameon=False)
+  buffer = io.BytesIO()
+  fig.savefig(buffer, format='png', dpi=DPI)
+  plt.close(fig)
+  return buffer.getvalue()
+
+
+def scaling(roots: Sequence[str], out: str, metric: str) -> tuple[str, list[str]]:
+  """Writes scaling.png and scaling.md to `out`; returns the table and their paths. Bad input is a
+  one-line ValueError, raised before anything is written."""
+  found = sorted(points(roots, metric), key=lambda p: (p.family, p.exaflops))
+  markdown = to_markdown(found, metric)
+  png = plot(found, metric)
+  cli.make_out_dir(out)
+  written = [epath.Path(out) / 'scaling.png', epath.Path(out) / 'scaling.md']
+  written[0].write_bytes(png)
+  written[1].write_text(markdown)
+  return markdown, [str(path) for path in written]
+
+
+def main(argv: list[str]) -> None:
+  out = flags.FLAGS.out
+  if len(argv) < 2 or not out:
+    cli.fail(f'no {"SWEEP_ROOT" if len(argv) < 2 else "--out"} given: use {_USAGE}')
+  try:
+    markdown, written = scaling(argv[1:], out, flags.FLAGS.metric)
+  except ValueError as e:
+    cli.fail(str(e))
+  print(markdown + ''.join(f'\n{path}' for path in written))
+
+
+if __name__ == '__main__':
+  # Defined only when run as a command: other commands' modules have flags of the same names.
+  flags.DEFINE_string('out', None, 'Directory to write scaling.png and scaling.md.')
+  flags.DEFINE_string('metric', 'eval_top1', 'The accuracy to plot: an eval metric the runs log, '
+                      'e.g. fewshot_5shot.')
+  app.run(main, flags_parser=cli.flags_parser(_USAGE))

@@ -19,7 +19,7 @@ from flax import traverse_util
 from jax.sharding import PartitionSpec as P
 
 import helpers
-from vit_jax import checkpoint, optim, sharding
+from vit_jax import checkpoint, optim, pictures, sharding
 from vit_jax.models import VisionTransformer, attention, encoder, loading, posemb, variants
 from vit_jax.train import loop, setup as train_setup, state as train_state, step as train_step
 
@@ -316,6 +316,16 @@ def test_params_of_another_grid_are_a_clear_error(kind, message):
   params = helpers.random_params(_model(posemb=kind), 8)
   with pytest.raises(ValueError, match=message):
     _model(posemb=kind).apply({'params': params}, _images(1, 16, 16))
+
+
+@pytest.mark.parametrize('kind,where', [('learn2d', 'input'), ('relative', 'input'),
+                                        ('learn', 'every_layer'), ('learn', 'shared_every_layer')])
+def test_pictures_show_the_1d_input_embeddings_only(tmp_path, kind, where):
+  model = _model(posemb=kind, posemb_where=where)
+  image = np.random.RandomState(0).randint(0, 256, (20, 20, 3), np.uint8)
+  paths = pictures.write_pictures(model, helpers.random_params(model, 8), image, 8, str(tmp_path))
+  assert (str(tmp_path / 'position_embeddings.png') in paths) == (where == 'shared_every_layer')
+  assert str(tmp_path / 'attention_rollout.png') in paths
 
 
 # Config errors.

@@ -235,7 +235,8 @@ def write_pictures(model: nn.Module, params: Any, image: np.ndarray, image_size:
       plot_rollout(image, maps, query, _join(out, 'attention_rollout.png')),
       plot_rollout_layers(image, maps, query, _join(out, 'attention_rollout_layers.png')),
   ]
-  if 'posembed_input' in params['Transformer']:  # Learned ones; fixed sin-cos ones have no picture.
+  # A learned 1-D `pos_embedding` (input or shared): the other kinds (posemb.py) have no picture.
+  if 'pos_embedding' in params['Transformer'].get('posembed_input', {}):
     pictures.append(plot_position_similarity(
         position_similarity(np.asarray(params['Transformer']['posembed_input']['pos_embedding']),
                             prefix), _join(out, 'position_embeddings.png')))

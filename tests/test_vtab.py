@@ -170,7 +170,7 @@ def test_sweep_file_is_every_task_at_each_learning_rate():
   commands = sweep.commands(sweep_file, '/runs', [])
   expected = [(f'--config=configs/vtab.py:{task}', f'--config.lr.base={lr}')
               for task in vtab_data.TASKS for lr in (0.001, 0.003, 0.01, 0.03)]
-  assert [(cmd[3], cmd[5]) for cmd in commands] == expected
+  assert [tuple(cmd[3:4] + cmd[5:]) for cmd in commands] == expected  # No --config.config.
   assert commands[0][4] == '--workdir=/runs/config=configs_vtab.py_caltech101,lr.base=0.001'
 
 
@@ -251,6 +251,36 @@ def test_table_has_the_best_val200_rate_and_the_logged_test_top1(vtab_root):
   assert 'val200_top1' not in final_run
   assert by_task['dsprites_ori'].test_top1 == _run(vtab_root, 'dsprites_ori', '', 0.003)['eval_top1'][STEPS]
   assert by_task['dmlab'] == vtab.Row('structured', 'dmlab')  # No run: an empty row.
+
+
+def _logged_run(name: str, lr: float, test: float, val200: float | None = None,
+                last_step: int = 10) -> report.Run:
+  """A run as report.load_run reads it: a sweep run when it has a val200 top-1, else a final run."""
+  config = {'dataset': 'vtab/dtd', 'lr.base': lr, 'total_steps': 10}
+  scalars = {'eval_top1': {last_step: test}}
+  if val200 is not None:
+    config['evals.val200.split'] = 'validation[:200]'
+    scalars['val200_top1'] = {last_step: val200}
+  return report.Run(name, config, scalars)
+
+
+def test_the_rate_is_chosen_on_val200_and_the_final_run_at_it_gives_the_test_top1():
+  sweep_runs = [_logged_run('a', 0.03, test=0.1, val200=0.5), _logged_run('b', 0.001, test=0.2, val200=0.5),
+                _logged_run('c', 0.01, test=0.9, val200=0.4)]
+  # Equally good rates: the lowest. A final run at another rate is not the task's result.
+  for finals in ([], [_logged_run('f', 0.01, test=0.8)]):
+    assert vtab.task_row('dtd', sweep_runs, finals) == vtab.Row('natural', 'dtd', 0.001, 0.5, 0.2,
+                                                                 'sweep run', 'b')
+  final = _logged_run('g', 0.001, test=0.7)
+  assert vtab.task_row('dtd', sweep_runs, [final]) == vtab.Row('natural', 'dtd', 0.001, 0.5, 0.7,
+                                                               'final run', 'g')
+  assert vtab.task_row('dtd', [], [final]) == vtab.Row('natural', 'dtd', 0.001, None, 0.7, 'final run', 'g')
+  with pytest.raises(ValueError, match=r'^VTAB task dtd has 2 final runs at lr 0.001: g, h: leave one'):
+    vtab.task_row('dtd', sweep_runs, [final, _logged_run('h', 0.001, test=0.6)])
+  # Runs that have not evaluated their last step are not counted.
+  unfinished = [_logged_run('u', 0.01, test=0.3, val200=0.9, last_step=5),
+                _logged_run('v', 0.01, test=0.3, last_step=5)]
+  assert vtab.vtab_runs(unfinished)['dtd'] == {'sweep': [], 'final': []}
 
 
 def test_group_means_are_the_numpy_means_of_their_task_rows(vtab_root):

@@ -30,7 +30,6 @@ from vit_jax.data import vtab as vtab_data  # pylint: disable=g-import-not-at-to
 _USAGE = 'SWEEP_ROOT [SWEEP_ROOT ...] [--out=DIR]'
 TEST_METRIC = 'eval_top1'  # configs/vtab.py evaluates the test split as eval_split in both phases.
 VAL_METRIC = 'val200_top1'
-COLUMNS = ('group', 'task', 'lr', 'val200_top1', 'test_top1', 'source', 'run')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,7 +72,8 @@ def task_row(name: str, sweep: Sequence[report.Run], final: Sequence[report.Run]
   lr = best.config['lr.base'] if best else None
   finals = [run for run in final if lr is None or run.config['lr.base'] == lr]
   if len(finals) > 1:
-    raise ValueError(f'VTAB task {name} has {len(finals)} final runs at lr {lr}: '
+    which = f'at lr {lr:g}' if best else 'and no sweep run to choose a rate'
+    raise ValueError(f'VTAB task {name} has {len(finals)} final runs {which}: '
                      f'{", ".join(r.name for r in finals)}: leave one of them under the roots')
   val200 = _last_value(best, VAL_METRIC) if best else None
   if finals:
@@ -122,7 +122,7 @@ def to_markdown(rows: Sequence[Row]) -> str:
 def to_csv(rows: Sequence[Row]) -> str:
   buffer = io.StringIO()
   writer = csv.writer(buffer, lineterminator='\n')
-  writer.writerow(COLUMNS)
+  writer.writerow(field.name for field in dataclasses.fields(Row))
   for row in rows:  # repr-exact floats: the numbers the runs logged.
     writer.writerow(['' if v is None else v for v in dataclasses.astuple(row)])
   return buffer.getvalue()

@@ -22,7 +22,6 @@ from vit_jax.data import preprocess
 from vit_jax.data import tfds_source
 
 GROUPS = ('natural', 'specialized', 'structured')
-SPLITS = ('train800', 'val200', 'train800val200', 'test')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,7 +35,7 @@ class Label:
 class Task:
   group: str
   tfds_name: str  # name[/config]:version, as tfds.builder takes it.
-  splits: dict[str, str]  # Each of SPLITS -> a tfds split.
+  splits: dict[str, str]  # 'train800', 'val200', 'train800val200' and 'test' -> a tfds split.
   label: str | Label = 'label'  # A ClassLabel feature, or a computed label.
   # BiT's preprocessing (Kolesnikov et al. 2020), which the paper follows for VTAB: a random crop and
   # a flip, left out where they change the label (positions, orientations, counts, distances; mirrored
@@ -88,16 +87,16 @@ def _closest_vehicle(ex: dict[str, tf.Tensor]) -> tf.Tensor:
 _NATURAL, _SPECIALIZED, _STRUCTURED = GROUPS
 _STILL = dict(crop=False, flip=False)  # Structured tasks: labels of positions, counts, distances.
 
-# The task names are the paper's (Table 9), lower-cased. Split sizes: train 90% of caltech101's
-# 3060, cifar100's 50000, svhn_cropped's 73257 and clevr's 70000 images, 80% of oxford_iiit_pet's
-# 3680 and dsprites' 737280, 60% of eurosat's 27000 and resisc45's 31500.
+# The task names follow the paper's (Table 9: Clevr-Count is clevr_count...). Split sizes: train
+# 90% of caltech101's 3060, cifar100's 50000, svhn_cropped's 73257 and clevr's 70000 images, 80% of
+# oxford_iiit_pet's 3680 and dsprites' 737280, 60% of eurosat's 27000 and resisc45's 31500.
 TASKS: dict[str, Task] = {
     'caltech101': Task(_NATURAL, 'caltech101:3.*.*', _held_out_of_train(2754)),
     'cifar100': Task(_NATURAL, 'cifar100:3.*.*', _held_out_of_train(45_000)),
     'dtd': Task(_NATURAL, 'dtd:3.*.*', _validation()),
     'flowers102': Task(_NATURAL, 'oxford_flowers102:2.*.*', _validation()),
-    # task_adaptation read version 3; tensorflow_datasets builds only 4.0.0 now (the same images and
-    # labels, corrupt files fixed, head boxes added).
+    # task_adaptation read version 3; tensorflow_datasets builds only 4.0.0 now (its release notes:
+    # corrupt images fixed, head boxes added; the same 3680 train images).
     'pets': Task(_NATURAL, 'oxford_iiit_pet:4.*.*', _held_out_of_train(2944)),
     'sun397': Task(_NATURAL, 'sun397/tfds:4.*.*', _validation()),
     'svhn': Task(_NATURAL, 'svhn_cropped:3.*.*', _held_out_of_train(65_931), flip=False),

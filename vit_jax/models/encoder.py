@@ -20,9 +20,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vit_jax.models import posemb
 from vit_jax.models.attention import ATTENTION_FNS
-from vit_jax.models.posemb import POSEMBS
+from vit_jax.models.posemb import POSEMBS, TENSOR_RULES as POSEMB_TENSOR_RULES
 from vit_jax.models.scan_layout import BLOCK, stack_blocks, unstack_blocks
 
 Dtype = Any
@@ -140,7 +139,7 @@ TENSOR_RULES = (
     (r'MlpBlock_\d+/Dense_0/kernel$', 1),  # (D, mlp)
     (r'MlpBlock_\d+/Dense_0/bias$', 0),  # (mlp,)
     (r'MlpBlock_\d+/Dense_1/kernel$', 0),  # (mlp, D)
-) + posemb.TENSOR_RULES
+) + POSEMB_TENSOR_RULES
 
 
 class ScanBlock(Encoder1DBlock):
@@ -185,11 +184,12 @@ class ScannedBlocks(nn.Module):
 class Encoder(nn.Module):
   """Position embeddings, dropout, `num_layers` blocks and a final LayerNorm (`final_norm`).
 
-  `posemb` is a key of `POSEMBS`, `posemb_where` of `POSEMB_WHERE` (posemb.py); `drop_path_rate` is the stochastic-depth rate of the last block (see
-  `drop_path_rates`); `final_norm=False` leaves the normalisation to the model (after pooling, timm's
-  `fc_norm`). `remat` names a `jax.checkpoint_policies` policy to rematerialise each block with (None:
-  off); `scan` runs the blocks as one `nn.scan`; it initialises per-block parameters and applies with
-  either layout (see the module docstring).
+  `posemb` is a key of `POSEMBS`, `posemb_where` of `POSEMB_WHERE` (posemb.py); `drop_path_rate` is
+  the stochastic-depth rate of the last block (see `drop_path_rates`); `final_norm=False` leaves the
+  normalisation to the model (after pooling, timm's `fc_norm`). `remat` names a
+  `jax.checkpoint_policies` policy to rematerialise each block with (None: off); `scan` runs the blocks
+  as one `nn.scan`; it initialises per-block parameters and applies with either layout (see the module
+  docstring).
   """
   num_layers: int
   mlp_dim: int

@@ -3,6 +3,7 @@ a sweep root of tiny runs. The VTAB datasets are not downloadable here, so a few
 temporary data_dir with random images under their tfds names and versions, with the real datasets'
 features (the registered builders' own), and the runs read them through configs/vtab.py."""
 import csv
+import dataclasses
 import os
 import subprocess
 import sys
@@ -281,6 +282,26 @@ def test_the_rate_is_chosen_on_val200_and_the_final_run_at_it_gives_the_test_top
   unfinished = [_logged_run('u', 0.01, test=0.3, val200=0.9, last_step=5),
                 _logged_run('v', 0.01, test=0.3, last_step=5)]
   assert vtab.vtab_runs(unfinished)['dtd'] == {'sweep': [], 'final': []}
+
+
+def test_shared_selection_takes_the_one_rate_with_the_best_mean_val200():
+  def run(task, lr, val200, test):
+    logged = _logged_run(f'{task}_{lr:g}', lr, test=test, val200=val200)
+    return dataclasses.replace(logged, config={**logged.config, 'dataset': f'vtab/{task}'})
+  # dtd alone would take 0.01 and svhn 0.001; over both, 0.001 is better (0.7 vs 0.6 mean).
+  runs = [run('dtd', 0.001, 0.6, 0.1), run('dtd', 0.01, 0.7, 0.2),
+          run('svhn', 0.001, 0.8, 0.3), run('svhn', 0.01, 0.5, 0.4), run('svhn', 0.03, 0.99, 0.5)]
+  found = vtab.vtab_runs(runs)
+  assert vtab.shared_rate(found) == 0.001  # 0.03 was not swept on dtd.
+  rows = {row.task: row for row in vtab.table(runs, 'shared') if row.task != 'mean'}
+  assert (rows['dtd'].lr, rows['dtd'].test_top1, rows['svhn'].lr, rows['svhn'].test_top1) == (
+      0.001, 0.1, 0.001, 0.3)
+  per_task = {row.task: row for row in vtab.table(runs) if row.task != 'mean'}
+  assert (per_task['dtd'].lr, per_task['svhn'].lr) == (0.01, 0.03)
+  with pytest.raises(ValueError, match=r'^no learning rate was swept on all of the 2 swept tasks '):
+    vtab.table([runs[0], runs[3]], 'shared')  # dtd at 0.001 only, svhn at 0.01 only.
+  with pytest.raises(ValueError, match=r'^unknown --select=best: use one of per_task, shared$'):
+    vtab.table(runs, 'best')
 
 
 def test_group_means_are_the_numpy_means_of_their_task_rows(vtab_root):

@@ -1,9 +1,10 @@
 """The VTAB-1k table of a sweep's runs (configs/vtab.py, configs/sweeps/vtab_lr.py).
 
-  python -m vit_jax.vtab SWEEP_ROOT [SWEEP_ROOT ...] [--out=DIR]
+  python -m vit_jax.vtab SWEEP_ROOT [SWEEP_ROOT ...] [--out=DIR] [--select=per_task|shared]
 
 A task's learning rate is that of its sweep run (trained on train800) with the best val200 top-1 at
-its last step; its test top-1 is that of the task's final run at that rate (trained on
+its last step (`--select=per_task`, the default), or with `--select=shared` the paper's protocol: one
+rate for every task, the one whose mean val200 top-1 over the tasks is best; its test top-1 is that of the task's final run at that rate (trained on
 train800val200: configs/vtab.py:TASK,final) where the roots hold one, else that of the sweep run.
 Prints the table, a row a task of each group (natural, specialized, structured), each group's mean
 and the mean over all tasks (the VTAB score), over the tasks that have a result; --out also writes
@@ -27,7 +28,7 @@ from etils import epath
 from vit_jax import cli, report  # pylint: disable=g-import-not-at-top,wrong-import-position
 from vit_jax.data import vtab as vtab_data  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-_USAGE = 'SWEEP_ROOT [SWEEP_ROOT ...] [--out=DIR]'
+_USAGE = 'SWEEP_ROOT [SWEEP_ROOT ...] [--out=DIR] [--select=per_task|shared]'
 TEST_METRIC = 'eval_top1'  # configs/vtab.py evaluates the test split as eval_split in both phases.
 VAL_METRIC = 'val200_top1'
 
@@ -62,10 +63,14 @@ def vtab_runs(runs: Sequence[report.Run]) -> dict[str, dict[str, list[report.Run
   return found
 
 
-def task_row(name: str, sweep: Sequence[report.Run], final: Sequence[report.Run]) -> Row:
-  """The task's result: the best val200 learning rate, and the test top-1 of the final run at it
-  (or of that sweep run); empty where the task has no finished run."""
+def task_row(name: str, sweep: Sequence[report.Run], final: Sequence[report.Run],
+             rate: float | None = None) -> Row:
+  """The task's result: the best val200 learning rate (or `rate`, when given), and the test top-1 of
+  the final run at it (or of that sweep run); empty where the task has no finished run."""
   group = vtab_data.TASKS[name].group
+  if rate is not None:
+    sweep = [run for run in sweep if run.config['lr.base'] == rate]
+    final = [run for run in final if run.config['lr.base'] == rate]
   # Of equally good rates, the lowest.
   best = max(sorted(sweep, key=lambda r: r.config['lr.base']), default=None,
              key=lambda r: _last_value(r, VAL_METRIC))
@@ -84,20 +89,44 @@ def task_row(name: str, sweep: Sequence[report.Run], final: Sequence[report.Run]
   return Row(group, name)
 
 
+def shared_rate(found: dict[str, dict[str, list[report.Run]]]) -> float | None:
+  """The paper's choice (Appendix B.1.1, after BiT): the one learning rate whose mean val200 top-1 over
+  the tasks is best, among the rates swept on every swept task; of equally good rates the lowest.
+  None without sweep runs (the final runs' own rates are then used)."""
+  by_rate: dict[float, dict[str, float]] = {}
+  for name, phases in found.items():
+    for run in phases['sweep']:
+      by_rate.setdefault(run.config['lr.base'], {})[name] = _last_value(run, VAL_METRIC)
+  swept = {name for values in by_rate.values() for name in values}
+  complete = {lr: values for lr, values in by_rate.items() if values.keys() == swept}
+  if by_rate and not complete:
+    raise ValueError(f'no learning rate was swept on all of the {len(swept)} swept tasks '
+                     f'(rates: {", ".join(f"{lr:g}" for lr in sorted(by_rate))}): finish the sweep, or '
+                     'use --select=per_task')
+  return max(sorted(complete), key=lambda lr: np.mean(list(complete[lr].values())), default=None)
+
+
+# --select: how a task's learning rate is chosen, from the VTAB runs found (None: each task's best).
+SELECTIONS = {'per_task': lambda found: None, 'shared': shared_rate}
+
+
 def mean_row(group: str, rows: Sequence[Row]) -> Row:
   values = [row.test_top1 for row in rows if row.test_top1 is not None]
   return Row(group, 'mean', test_top1=float(np.mean(values)) if values else None,
              source=f'{len(values)} of {len(rows)} tasks')
 
 
-def table(runs: Sequence[report.Run]) -> list[Row]:
-  """Each group's task rows then its mean, and the mean over all tasks last; a one-line ValueError
-  when no run is a finished VTAB run."""
+def table(runs: Sequence[report.Run], select: str = 'per_task') -> list[Row]:
+  """Each group's task rows then its mean, and the mean over all tasks last, the rates chosen by
+  SELECTIONS[select]; a one-line ValueError when no run is a finished VTAB run."""
+  if select not in SELECTIONS:
+    raise ValueError(f'unknown --select={select}: use one of {", ".join(SELECTIONS)}')
   found = vtab_runs(runs)
   if not any(phase for phases in found.values() for phase in phases.values()):
     raise ValueError('no finished VTAB run: none has a config.json with dataset vtab/<task> '
                      '(configs/vtab.py:TASK) and its test top-1 at its last step')
-  tasks = [task_row(name, found[name]['sweep'], found[name]['final']) for name in vtab_data.TASKS]
+  rate = SELECTIONS[select](found)
+  tasks = [task_row(name, found[name]['sweep'], found[name]['final'], rate) for name in vtab_data.TASKS]
   rows = []
   for group in vtab_data.GROUPS:
     members = [row for row in tasks if row.group == group]
@@ -128,10 +157,11 @@ def to_csv(rows: Sequence[Row]) -> str:
   return buffer.getvalue()
 
 
-def vtab_table(roots: Sequence[str], out: str | None = None) -> tuple[str, list[str]]:
+def vtab_table(roots: Sequence[str], out: str | None = None,
+               select: str = 'per_task') -> tuple[str, list[str]]:
   """The markdown table of the VTAB runs under `roots`, and the files written to `out` (if given).
   Bad input is a one-line ValueError, raised before anything is written."""
-  rows = table([report.load_run(name, path) for name, path in report.find_runs(roots)])
+  rows = table([report.load_run(name, path) for name, path in report.find_runs(roots)], select)
   markdown = to_markdown(rows)
   if not out:
     return markdown, []
@@ -146,7 +176,7 @@ def main(argv: list[str]) -> None:
   if len(argv) < 2:
     cli.fail(f'no SWEEP_ROOT given: use {_USAGE}')
   try:
-    markdown, written = vtab_table(argv[1:], flags.FLAGS.out)
+    markdown, written = vtab_table(argv[1:], flags.FLAGS.out, flags.FLAGS.select)
   except ValueError as e:
     cli.fail(str(e))
   print(markdown + ''.join(f'\n{path}' for path in written))
@@ -155,4 +185,6 @@ def main(argv: list[str]) -> None:
 if __name__ == '__main__':
   # Defined only when run as a command: other commands' modules have flags of the same names.
   flags.DEFINE_string('out', None, 'Directory to write vtab.md and vtab.csv (optional).')
+  flags.DEFINE_string('select', 'per_task', 'How each task\'s learning rate is chosen on val200: '
+                      'per_task (its best) or shared (the paper\'s: one rate, best mean over tasks).')
   app.run(main, flags_parser=cli.flags_parser(_USAGE))

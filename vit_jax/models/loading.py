@@ -9,8 +9,11 @@ relative biases over their range of offsets (2h - 1, 2w - 1). A checkpoint with 
 embeddings than the model is an error naming `model.posemb` / `model.posemb_where`; the tree of
 'shared_every_layer' is the tree of 'input' (one `posembed_input`), so only the config tells them apart.
 
-It knows the models' parameter names (vit.py, mpp.py), so it lives beside them; orbax checkpoints of
-whole train states are vit_jax/checkpoint.py.
+A BiT's `.npz` is in the published BiT layout, which `load_npz` converts (bit.py); a ResNet has no
+position embeddings, so fitting it to another resolution changes nothing but the head.
+
+It knows the models' parameter names (vit.py, mpp.py, bit.py), so it lives beside them; orbax
+checkpoints of whole train states are vit_jax/checkpoint.py.
 """
 import math
 import re
@@ -23,6 +26,8 @@ import jax.numpy as jnp
 import numpy as np
 from etils import epath
 from flax import traverse_util
+
+from vit_jax.models import bit, scan_layout
 
 _NPZ_PREFIXES = ('opt/target/', 'params/')  # Older Flax optimizer checkpoints; trees saved with a root.
 _POSEMB = 'Transformer/posembed_input/pos_embedding'
@@ -38,7 +43,8 @@ _SELF_SUPERVISION_ONLY = ('mask_token', 'mpp_head')
 
 
 def load_npz(path: str) -> dict[str, Any]:
-  """The nested parameter tree of an `.npz` in the original ViT layout (keys joined by '/')."""
+  """The nested parameter tree of an `.npz` in the original ViT layout (keys joined by '/'), or in
+  the published BiT layout (`resnet/...`, converted to our BiT's tree)."""
   if not epath.Path(path).is_file():
     raise ValueError(f'no checkpoint file at {path!r}: download it (e.g. gsutil cp '
                      'gs://vit_models/imagenet21k/ViT-B_16.npz .) or fix --config.init_from')
@@ -54,6 +60,8 @@ def load_npz(path: str) -> dict[str, Any]:
       # The rest of such a file (e.g. `opt/state/...`) is optimizer state, not parameters.
       flat = {key[len(prefix):]: value for key, value in flat.items() if key.startswith(prefix)}
       break
+  if bit.is_bit_npz(flat):
+    return bit.from_bit_npz(flat)
   return traverse_util.unflatten_dict(flat, sep='/')
 
 
@@ -242,5 +250,5 @@ def param_shapes(model: nn.Module, image_size: int) -> Any:
   """The parameter tree `model` initialises for images of `image_size`, as `jax.ShapeDtypeStruct`s
   in the per-block layout of the checkpoints; nothing is computed."""
   key = jax.random.key(0)
-  return jax.eval_shape(lambda: model.clone(scan=False).init(
+  return jax.eval_shape(lambda: scan_layout.per_block(model).init(
       {'params': key, 'mpp': key}, jnp.zeros((1, image_size, image_size, 3)), train=False))['params']

@@ -1,7 +1,8 @@
 """The ResNet-v2 stem of the R50+ViT hybrid: weight-standardised convolutions and GroupNorm.
 
 Names and structure follow the original hybrid code and checkpoints (`conv_root`, `gn_root`,
-`block{n}/unit{m}/{conv1,gn1,conv2,gn2,conv3,gn3,conv_proj,gn_proj}`), so they load unchanged.
+`block{n}/unit{m}/{conv1,gn1,conv2,gn2,conv3,gn3,conv_proj,gn_proj}`), so they load unchanged. The
+weight-standardised convolution is BiT's too (bit.py), with BiT's epsilon.
 """
 from typing import Optional, Sequence
 
@@ -9,18 +10,29 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 
-def weight_standardize(w: jnp.ndarray, axis: Sequence[int], eps: float) -> jnp.ndarray:
+def weight_standardize(w: jnp.ndarray, axis: Sequence[int], eps: float, *,
+                       eps_in_sqrt: bool = False) -> jnp.ndarray:
+  """`w` less its mean over `axis`, divided by its standard deviation plus `eps` (the original hybrid
+  code), or with `eps_in_sqrt` by sqrt(variance + eps) (BiT's code, timm's StdConv2d). With BiT's eps
+  of 1e-8 the two differ by 5e-5 relative for kernels of std 0.01, so each model keeps its own."""
   w = w - jnp.mean(w, axis=axis)
+  if eps_in_sqrt:
+    return w / jnp.sqrt(jnp.var(w, axis=axis) + eps)
   return w / (jnp.std(w, axis=axis) + eps)
 
 
 class StdConv(nn.Conv):
-  """A convolution whose kernel is standardised (zero mean, unit variance per output channel)."""
+  """A convolution whose kernel is standardised (zero mean, unit variance per output channel).
+
+  The defaults are the hybrid's; BiT sets eps=1e-8, eps_in_sqrt=True.
+  """
+  eps: float = 1e-5
+  eps_in_sqrt: bool = False
 
   def param(self, name, *args, **kwargs):
     param = super().param(name, *args, **kwargs)
     if name == 'kernel':
-      param = weight_standardize(param, axis=[0, 1, 2], eps=1e-5)
+      param = weight_standardize(param, axis=[0, 1, 2], eps=self.eps, eps_in_sqrt=self.eps_in_sqrt)
     return param
 
 

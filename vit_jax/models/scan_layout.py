@@ -6,6 +6,7 @@ any tree that holds blocks: parameters, an optimizer state, a whole train state.
 """
 from typing import Any, Mapping
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
@@ -52,3 +53,13 @@ def unstack_blocks(tree: Any) -> Any:
                        for i in range(num_layers)}}
 
   return jax.tree.map(unstack, tree, is_leaf=lambda node: _holds(node, BLOCK))
+
+
+def scanned(model: nn.Module) -> bool:
+  """Whether `model` trains its encoder blocks stacked: a ViT with scan=True (a BiT has no such field)."""
+  return getattr(model, 'scan', False)
+
+
+def per_block(model: nn.Module) -> nn.Module:
+  """`model` with its blocks in a loop, so that it initialises and applies the per-block layout."""
+  return model.clone(scan=False) if scanned(model) else model

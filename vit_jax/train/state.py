@@ -33,8 +33,8 @@ def init_state(key: jax.Array, *, model: nn.Module, tx: optax.GradientTransforma
   """A fresh state in the checkpoint layout (per-block parameters)."""
   # Initialised as a loop of blocks even when scanned (a scan splits the key its own way): the fast
   # paths change the speed of a run, never its results.
-  params = model.clone(scan=False).init({'params': key, 'mpp': key},
-                                        jnp.zeros((1, image_size, image_size, 3)), train=False)['params']
+  params = scan_layout.per_block(model).init({'params': key, 'mpp': key},
+                                             jnp.zeros((1, image_size, image_size, 3)), train=False)['params']
   return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params),
                     ema_params=params if polyak else None)
 
@@ -87,7 +87,7 @@ def check_resumable(setup: Setup, tx: optax.GradientTransformation) -> list[tupl
 
 def training_layout(tree: Any, model: nn.Module) -> Any:
   """`tree` (a train state or parameters) as the train step keeps it: blocks stacked if scanned."""
-  return scan_layout.stack_blocks(tree, model.num_layers) if model.scan else tree
+  return scan_layout.stack_blocks(tree, model.num_layers) if scan_layout.scanned(model) else tree
 
 
 def create_state(setup: Setup, tx: optax.GradientTransformation,
@@ -103,8 +103,8 @@ def create_state(setup: Setup, tx: optax.GradientTransformation,
   abstract = jax.eval_shape(init, key)
   shardings = sharding.state_shardings(abstract, setup.mesh)
   train_shardings = sharding.state_shardings(jax.eval_shape(to_training, abstract), setup.mesh)
-  to_checkpoint = (jax.jit(scan_layout.unstack_blocks, out_shardings=shardings) if setup.model.scan else
-                   lambda state: state)
+  to_checkpoint = (jax.jit(scan_layout.unstack_blocks, out_shardings=shardings)
+                   if scan_layout.scanned(setup.model) else lambda state: state)
   try:
     restored = checkpoint.restore(manager, checkpoint.abstract_with_shardings(abstract, shardings))
   except ValueError as e:  # Not one checkpoint readable.

@@ -18,7 +18,7 @@ from jax.sharding import PartitionSpec as P
 
 import helpers
 from vit_jax import sharding
-from vit_jax.models import VisionTransformer, encoder, loading, mpp, posemb, variants
+from vit_jax.models import VisionTransformer, block, encoder, loading, mpp, posemb, variants
 from vit_jax.models.loading import param_shapes
 
 TIMM_POOL = {'token': 'token', 'gap': 'avg', 'map': 'map'}
@@ -89,7 +89,7 @@ def test_drop_path_drops_or_scales_each_sample_and_keeps_the_expectation():
   rate, n = 0.3, 20_000
   x = np.random.RandomState(0).randn(1, 4, 3).astype(np.float32)
   f = np.tanh(2 * x) + 0.5  # A residual branch f(x).
-  branch = np.asarray(encoder.drop_path(jnp.asarray(np.tile(f, (n, 1, 1))), rate, jax.random.key(1)))
+  branch = np.asarray(block.drop_path(jnp.asarray(np.tile(f, (n, 1, 1))), rate, jax.random.key(1)))
   kept = np.all(np.isclose(branch, f / (1 - rate), atol=1e-6), axis=(1, 2))
   dropped = np.all(branch == 0, axis=(1, 2))
   assert np.all(kept ^ dropped)  # Each sample whole: all dropped or all scaled by 1 / (1 - rate).

@@ -11,7 +11,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from vit_jax.models.attention import ATTENTION_FNS
-from vit_jax.models.encoder import MlpBlock
+from vit_jax.models.block import MlpBlock
 
 Dtype = Any
 
@@ -27,7 +27,7 @@ class MAPHead(nn.Module):
   mlp_dim: int
   dtype: Dtype = jnp.float32
   attention: str = 'xla'  # A key of ATTENTION_FNS.
-  mlp_activation: str = 'gelu_tanh'  # A key of encoder.MLP_ACTIVATIONS.
+  mlp_activation: str = 'gelu_tanh'  # A key of block.MLP_ACTIVATIONS.
 
   @nn.compact
   def __call__(self, x: jnp.ndarray) -> jnp.ndarray:

@@ -9,7 +9,7 @@ import re
 from typing import Any, Mapping, Optional
 
 from vit_jax.models.attention import ATTENTION_FNS
-from vit_jax.models.encoder import MLP_ACTIVATIONS
+from vit_jax.models.block import MLP_ACTIVATIONS
 from vit_jax.models.pooling import CLASSIFIERS
 from vit_jax.models.posemb import POSEMB_WHERE, POSEMBS
 from vit_jax.models.resnet import stem_stride
@@ -26,7 +26,8 @@ SIZES = {
 PUBLISHED = ('ViT-Ti_16', 'ViT-S_16', 'ViT-S_32', 'ViT-B_8', 'ViT-B_16', 'ViT-B_32', 'ViT-L_16',
              'ViT-L_32', 'ViT-H_14')
 PUBLISHED_HYBRIDS = ('R50+ViT-B_16', 'R50+ViT-L_32')
-_NAME = re.compile(r'^(?P<hybrid>R50\+)?ViT-(?P<size>[A-Za-z]+)_(?P<patch>[0-9]+)$')
+AXIAL = ('Axial-ViT-B_16', 'Axial-ViT-B_32')  # Appendix D.7's.
+_NAME = re.compile(r'^(?:(?P<hybrid>R50\+)|(?P<axial>Axial-))?ViT-(?P<size>[A-Za-z]+)_(?P<patch>[0-9]+)$')
 R50_LAYERS = (3, 4, 9)
 # model.classifier, model.posemb and model.posemb_where are the keys of pooling.CLASSIFIERS,
 # posemb.POSEMBS and posemb.POSEMB_WHERE.
@@ -54,15 +55,16 @@ def get_model_config(variant: str, overrides: Optional[Mapping[str, Any]] = None
   if not match or match['size'] not in SIZES or int(match['patch']) < 1:
     raise ValueError(
         f"Unknown model variant {variant!r}: use ViT-<size>_<patch> with size in "
-        f"{', '.join(SIZES)} (e.g. {', '.join(PUBLISHED)}), or a hybrid R50+ViT-<size>_<stride> "
-        f"(e.g. {', '.join(PUBLISHED_HYBRIDS)}); set it with --config.variant=ViT-B_16")
+        f"{', '.join(SIZES)} (e.g. {', '.join(PUBLISHED)}), a hybrid R50+ViT-<size>_<stride> "
+        f"(e.g. {', '.join(PUBLISHED_HYBRIDS)}) or Axial-ViT-<size>_<patch> (e.g. {', '.join(AXIAL)}); "
+        "set it with --config.variant=ViT-B_16")
   num_layers, hidden_size, mlp_dim, num_heads = SIZES[match['size']]
   model = dict(
       patch_size=int(match['patch']), hidden_size=hidden_size, num_layers=num_layers, mlp_dim=mlp_dim,
-      num_heads=num_heads, classifier='token', fc_norm=False, posemb='learn', posemb_where='input',
+      num_heads=num_heads, classifier='gap' if match['axial'] else 'token', fc_norm=False, posemb='learn', posemb_where='input',
       drop_path_rate=0.0,
       representation_size=None, dropout_rate=0.0, attention_dropout_rate=0.0, attention='xla',
-      remat=None, scan=False, mlp_activation='gelu_tanh',
+      remat=None, scan=False, mlp_activation='gelu_tanh', block='axial' if match['axial'] else 'standard',
       resnet_layers=R50_LAYERS if match['hybrid'] else None, resnet_width_factor=1.0)
   for key, value in (overrides or {}).items():
     if key not in model:
@@ -77,6 +79,8 @@ def get_model_config(variant: str, overrides: Optional[Mapping[str, Any]] = None
                        f'stride {stride}: use e.g. R50+ViT-{match["size"]}_{stride}')
     model['patch_size'] = int(match['patch']) // stride
   _check_fields(model)
+  if model['block'] == 'axial':
+    _check_axial(model)
   if model['hidden_size'] % model['num_heads']:
     raise ValueError(
         f"hidden_size={model['hidden_size']} is not divisible by num_heads={model['num_heads']}: "
@@ -91,6 +95,22 @@ def get_model_config(variant: str, overrides: Optional[Mapping[str, Any]] = None
     raise ValueError(f"Unknown model.remat policy {model['remat']!r}: use one of "
                      f"{', '.join(REMAT_POLICIES)} (or leave it unset for no rematerialisation)")
   return model
+
+
+def _check_axial(model: dict[str, Any]) -> None:
+  """What an Axial-ViT's row and column blocks cannot take: tokens outside the grid, options that act
+  per block or per sequence (a row would be a sample of stochastic depth), the scanned layout."""
+  refused = {
+      'classifier': (model['classifier'] == 'token', 'gap (or map): a class token is in no row or column'),
+      'posemb_where': (model['posemb_where'] != 'input', 'input'),
+      'posemb': (model['posemb'] == 'relative', 'learn (or learn2d, sincos2d, none)'),
+      'drop_path_rate': (model['drop_path_rate'] > 0, '0: stochastic depth would drop rows, not images'),
+      'scan': (model['scan'], 'False: the scanned layout holds standard blocks'),
+  }
+  for field, (bad, fix) in refused.items():
+    if bad:
+      raise ValueError(f"Axial-ViT does not take model.{field}={model[field]!r}: set "
+                       f"--config.model.{field}={fix}")
 
 
 def _check_fields(model: dict[str, Any]) -> None:

@@ -46,7 +46,8 @@ class ViTBackbone(nn.Module):
   drop_path_rate: float = 0.0  # Stochastic depth: the rate of the last block (encoder.drop_path_rates).
   dropout_rate: float = 0.0
   attention_dropout_rate: float = 0.0
-  mlp_activation: str = 'gelu_tanh'  # A key of encoder.MLP_ACTIVATIONS.
+  mlp_activation: str = 'gelu_tanh'  # A key of block.MLP_ACTIVATIONS.
+  block: str = 'standard'  # A key of encoder.BLOCKS: 'axial' for Axial-ViT.
   dtype: Dtype = jnp.float32
   attention: str = 'xla'  # A key of ATTENTION_FNS.
   remat: Optional[str] = None  # A jax.checkpoint_policies name, e.g. 'nothing_saveable'; None: off.
@@ -97,7 +98,8 @@ class ViTBackbone(nn.Module):
         dropout_rate=self.dropout_rate, attention_dropout_rate=self.attention_dropout_rate,
         dtype=self.dtype, attention=self.attention, remat=self.remat, scan=self.scan,
         posemb=self.posemb, posemb_where=self.posemb_where, drop_path_rate=self.drop_path_rate,
-        final_norm=not self.fc_norm, mlp_activation=self.mlp_activation, name='Transformer')(x, grid=grid, train=train)
+        final_norm=not self.fc_norm, mlp_activation=self.mlp_activation, block=self.block,
+        name='Transformer')(x, grid=grid, train=train)
 
   def apply_fc_norm(self, x: jnp.ndarray) -> jnp.ndarray:
     """The final LayerNorm `fc_norm` over the last axis when `fc_norm` (else `x` as it is)."""

@@ -1,0 +1,106 @@
+"""The ViT's pre-LayerNorm transformer block and its MLP, as in the original checkpoints.
+
+Stochastic depth (`drop_path`) drops each residual branch per sample at train time; the blocks' own
+position embeddings (posemb.py) enter here when the model adds them at every layer.
+"""
+import functools
+from typing import Any, Callable, Optional, Union
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from vit_jax.models.attention import ATTENTION_FNS
+from vit_jax.models.posemb import POSEMBS
+
+Dtype = Any
+# A block's stochastic-depth rate: a float, an array inside the scan, None for none.
+Rate = Optional[Union[float, jax.Array]]
+# The MLP's nonlinearity (`mlp_activation`): the original code and checkpoints use the tanh
+# approximation of GELU; timm, Hugging Face and PyTorch models the exact one (erf).
+MLP_ACTIVATIONS: dict[str, Callable[[jnp.ndarray], jnp.ndarray]] = {
+    'gelu_tanh': functools.partial(nn.gelu, approximate=True),
+    'gelu': functools.partial(nn.gelu, approximate=False),
+}
+
+
+def drop_path(x: jnp.ndarray, rate: Union[float, jax.Array], key: jax.Array) -> jnp.ndarray:
+  """Stochastic depth (timm's DropPath): each sample's `x` is zeros with probability `rate`, else
+  `x / (1 - rate)`, so its expectation is `x`."""
+  keep = 1.0 - rate
+  mask = jax.random.bernoulli(key, keep, (x.shape[0],) + (1,) * (x.ndim - 1))
+  return x * (mask / keep).astype(x.dtype)
+
+
+class MlpBlock(nn.Module):
+  """Dense -> GELU -> dropout -> Dense -> dropout."""
+  mlp_dim: int
+  dropout_rate: float = 0.0
+  dtype: Dtype = jnp.float32
+  activation: str = 'gelu_tanh'  # A key of MLP_ACTIVATIONS.
+
+  @nn.compact
+  def __call__(self, inputs: jnp.ndarray, *, deterministic: bool) -> jnp.ndarray:
+    dense = lambda features, name: nn.Dense(
+        features, dtype=self.dtype, kernel_init=nn.initializers.xavier_uniform(),
+        bias_init=nn.initializers.normal(stddev=1e-6), name=name)
+    x = dense(self.mlp_dim, 'Dense_0')(inputs)
+    x = MLP_ACTIVATIONS[self.activation](x)
+    x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
+    x = dense(inputs.shape[-1], 'Dense_1')(x)
+    return nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
+
+
+class Encoder1DBlock(nn.Module):
+  """Pre-LayerNorm transformer block: x + MSA(LN(x)), then x + MLP(LN(x)).
+
+  Submodule names are spelled out: they are the names in the original checkpoints (older Flax numbered
+  submodules across types), and current Flax would number them per type. At train time each residual
+  branch is dropped by `drop_path` at `drop_path_rate`, with keys from the 'dropout' stream.
+
+  Position embeddings (posemb.py) of the block: `shared_posemb` [1, N, D] is added to its input
+  ('shared_every_layer'); its own `posemb` of the patch grid `grid` is a kind added to its input
+  ('every_layer', `posembed`) or 'relative', a bias of its attention logits (`relative_posemb`).
+  """
+  mlp_dim: int
+  num_heads: int
+  dropout_rate: float = 0.0
+  attention_dropout_rate: float = 0.0
+  dtype: Dtype = jnp.float32
+  attention: str = 'xla'  # A key of ATTENTION_FNS.
+  mlp_activation: str = 'gelu_tanh'  # A key of MLP_ACTIVATIONS.
+  posemb: Optional[str] = None  # A key of POSEMBS: this block's own position embedding, or None.
+  grid: Optional[tuple[int, int]] = None  # The patch grid (rows, columns), for `posemb`.
+
+  # Arguments are positional: `nn.remat` needs `deterministic` (and a float rate) as static positions.
+  @nn.compact
+  def __call__(self, inputs: jnp.ndarray, deterministic: bool, drop_path_rate: Rate = None,
+               shared_posemb: Optional[jnp.ndarray] = None) -> jnp.ndarray:
+    if shared_posemb is not None:
+      inputs = inputs + shared_posemb.astype(inputs.dtype)
+    attention_fn = ATTENTION_FNS[self.attention]
+    if self.posemb == 'relative':
+      bias = POSEMBS['relative'](self.num_heads, name='relative_posemb')(inputs.shape[1], self.grid)
+      attention_fn = functools.partial(attention_fn, bias=bias.astype(self.dtype))
+    elif self.posemb is not None:
+      inputs = POSEMBS[self.posemb](name='posembed')(inputs, self.grid)
+    x = nn.LayerNorm(epsilon=1e-6, dtype=self.dtype, name='LayerNorm_0')(inputs)
+    x = nn.MultiHeadDotProductAttention(
+        num_heads=self.num_heads, dtype=self.dtype,
+        kernel_init=nn.initializers.xavier_uniform(), broadcast_dropout=False,
+        dropout_rate=self.attention_dropout_rate, deterministic=deterministic,
+        attention_fn=attention_fn, name='MultiHeadDotProductAttention_1')(
+            # The weights land in 'intermediates' only when it is mutable (the pictures tool asks).
+            x, x, sow_weights=self.attention == 'xla')
+    x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
+    x = self._drop_path(x, drop_path_rate, deterministic) + inputs
+    y = nn.LayerNorm(epsilon=1e-6, dtype=self.dtype, name='LayerNorm_2')(x)
+    y = MlpBlock(self.mlp_dim, self.dropout_rate, self.dtype, self.mlp_activation, name='MlpBlock_3')(
+        y, deterministic=deterministic)
+    return x + self._drop_path(y, drop_path_rate, deterministic)
+
+  def _drop_path(self, branch: jnp.ndarray, rate: Rate, deterministic: bool) -> jnp.ndarray:
+    # A rate known to be zero draws no key: a model without stochastic depth needs no 'dropout' rng.
+    if deterministic or rate is None or (isinstance(rate, float) and rate == 0.0):
+      return branch
+    return drop_path(branch, rate, self.make_rng('dropout'))

@@ -10,9 +10,10 @@ sys.path.insert(0, f'{helpers.REPO}/benchmarks')
 import train_step  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
-@pytest.mark.parametrize('mode,factor', [('train', 3), ('inference', 1)])
-def test_analytic_flops_agree_with_xla_cost_analysis(mode, factor):
-  args = train_step.make_parser().parse_args(['--variant=ViT-S_16', '--image_size=224', '--batch=8',
+@pytest.mark.parametrize('variant,mode,factor', [('ViT-S_16', 'train', 3), ('ViT-S_16', 'inference', 1),
+                                                  ('Axial-ViT-S_16', 'inference', 1)])
+def test_analytic_flops_agree_with_xla_cost_analysis(variant, mode, factor):
+  args = train_step.make_parser().parse_args([f'--variant={variant}', '--image_size=224', '--batch=8',
                                               f'--mode={mode}'])
   config = train_step.make_config(args)
   model = train_step.variants.get_model_config(config.variant, config.model.to_dict())

@@ -8,6 +8,7 @@ vendor's page. Memory is the datasheet's number read as GiB: HBM stacks come in 
 "80GB" H100 shows 81559 MiB in nvidia-smi), and the planner's headroom covers what the runtime keeps.
 """
 import dataclasses
+import math
 from typing import Any, Mapping
 
 from vit_jax.models import variants
@@ -69,8 +70,16 @@ def get(name: str) -> Chip:
 
 
 def _block_macs(model: Mapping[str, Any], tokens: int) -> tuple[int, int]:
-  """Multiply-adds of one encoder block: (all of them, those of the attention's two batched matmuls)."""
+  """Multiply-adds of one encoder block: (all of them, those of the attention's two batched matmuls).
+
+  An axial block is two blocks over the same tokens whose attention spans a row (w tokens), then a
+  column (h): square grids, h = w = sqrt(tokens).
+  """
   d, mlp = model['hidden_size'], model['mlp_dim']
+  if model.get('block') == 'axial':
+    side = math.isqrt(tokens)
+    attention = 2 * (2 * tokens * side * d)
+    return 2 * (4 * tokens * d * d + 2 * tokens * d * mlp) + attention, attention
   attention = 2 * tokens * tokens * d  # Scores and weighted values.
   return 4 * tokens * d * d + attention + 2 * tokens * d * mlp, attention
 

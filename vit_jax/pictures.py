@@ -254,6 +254,9 @@ def draw_run(workdir: str, image_path: str, out: str, step: Optional[int] = None
   # Imported here: it loads TensorFlow, which `__main__` first tells to keep its start-up lines quiet.
   from vit_jax import run_dir  # pylint: disable=g-import-not-at-top
   run = run_dir.load_trained(workdir, step, features=True)  # The ViT backbone, also of an MPP run.
+  if run.model.block != 'standard':
+    raise ValueError(f'the pictures show attention over all patches; an {run.config.variant} attends '
+                     'along rows and columns only')
   image = predict.read_image(image_path)
   return write_pictures(run.model, run.params, image, run.config.image_size, out,
                         run.config.pp_eval.to_dict())

@@ -154,6 +154,8 @@ def to_timm(params: Any) -> StateDict:
                        ('conv_root/', 'ResNet stem (the R50 hybrid)')):
     if any(k.startswith(prefix) for k in flat):
       raise ValueError(f"timm's VisionTransformer has no {what}")
+  if any(k.startswith('Transformer/encoderblock_0/row/') for k in flat):
+    raise ValueError("timm's VisionTransformer has no axial blocks (Axial-ViT)")
   if 'Transformer/posembed_input/pos_embedding' not in flat:
     raise ValueError("timm's VisionTransformer has no fixed sincos2d position embeddings, nor 2-D, "
                      'relative or none (model.posemb): only learned 1-D ones')

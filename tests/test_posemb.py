@@ -19,7 +19,7 @@ from flax import traverse_util
 from jax.sharding import PartitionSpec as P
 
 import helpers
-from vit_jax import checkpoint, optim, pictures, sharding
+from vit_jax import checkpoint, optim, pictures, report, sharding
 from vit_jax.models import VisionTransformer, attention, encoder, loading, posemb, variants
 from vit_jax.train import loop, setup as train_setup, state as train_state, step as train_step
 
@@ -436,9 +436,8 @@ def test_the_sweep_runs_table_8_and_prints_it(tmp_path):
       for step, value in ((5, 0.1), (10, 0.5 + i / 10)):
         tf.summary.scalar('eval_top1', value, step=step)
     writer.close()
-  lines = table8.table(str(tmp_path)).splitlines()
-  assert lines[0] == '| eval_top1 | Default/Stem | Every Layer | Every Layer-Shared |'
-  assert lines[2:] == ['| No Pos. Emb. | 0.5000 | N/A | N/A |',
-                       '| 1-D Pos. Emb. | 0.7000 | - | - |',
-                       '| 2-D Pos. Emb. | - | - | - |',
-                       '| Rel. Pos. Emb. | 0.6000 | N/A | N/A |']
+  runs = [report.load_run(name, path) for name, path in report.find_runs([str(tmp_path)])]
+  lines = report.pivot(runs, 'model.posemb', 'model.posemb_where').splitlines()
+  assert lines[0] == ('| eval_top1: model.posemb (rows), model.posemb_where (columns) | '
+                      '(default) |')
+  assert sorted(lines[2:]) == ['| learn | 0.7000 |', '| none | 0.5000 |', '| relative | 0.6000 |']

@@ -213,3 +213,15 @@ def test_a_real_run_reports_what_its_loop_logged(trained_tiny_run, tmp_path):
     width, height = report.figure_inches(5, 1)
     assert image.size == (round(width * report.DPI), round(height * report.DPI))
     assert np.all(np.asarray(image.convert('RGB')) == _run_colors(1)[0], axis=-1).any()
+
+
+def test_pivot_lays_a_sweep_out_by_two_config_fields():
+  runs = [report.Run('a', {'lr.base': 0.1, 'total_steps': 10}, {'eval_top1': {5: 0.2, 10: 0.25}}),
+          report.Run('b', {'lr.base': 0.1, 'total_steps': 20}, {'eval_top1': {20: 0.5}}),
+          report.Run('c', {'lr.base': 0.3, 'total_steps': 10}, {}),  # Not evaluated yet.
+          report.Run('d', {'total_steps': 20}, {'eval_top1': {20: 0.125}})]
+  assert report.pivot(runs, 'lr.base', 'total_steps').splitlines() == [
+      '| eval_top1: lr.base (rows), total_steps (columns) | 10 | 20 |', '|---|---|---|',
+      '| 0.1 | 0.2500 | 0.5000 |', '| 0.3 | - | - |', '| (default) | - | 0.1250 |']
+  with pytest.raises(ValueError, match=r'^two runs have lr.base=0.1, total_steps=10: pass roots'):
+    report.pivot(runs + runs[:1], 'lr.base', 'total_steps')

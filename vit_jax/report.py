@@ -1,6 +1,7 @@
 """Compares runs: their curves in one picture and their final and best eval metrics in one table.
 
   python -m vit_jax.report WORKDIR [WORKDIR ...] --out=DIR
+  python -m vit_jax.report SWEEP_ROOT --pivot=ROW_FIELD,COLUMN_FIELD [--metric=eval_top1]
 
 A WORKDIR is a run's workdir (it holds config.json or TensorBoard event files) or a directory with
 runs under it, e.g. the root of a sweep (launch/sweep.py); each run is named after its workdir's
@@ -8,7 +9,10 @@ basename, or its path under the root. Writes and prints:
   DIR/report.png   train loss, learning rate and every eval metric against steps, one line per run;
   DIR/report.html  the picture and a table: each run's config fields that differ between the runs
                    shown, its last step, and each eval metric's final and best value.
-It reads the event files as they are, so it reports on runs that are still training.
+It reads the event files as they are, so it reports on runs that are still training. --pivot prints
+a sweep as the paper's tables are laid out: a row per value of one config field, a column per value
+of another, each cell the last logged `--metric` of the run with that pair (e.g. Table 8:
+--pivot=model.posemb,model.posemb_where).
 """
 import os
 
@@ -34,7 +38,7 @@ from matplotlib import pyplot as plt, ticker  # pylint: disable=g-import-not-at-
 from vit_jax import cli, paths  # pylint: disable=g-import-not-at-top,wrong-import-position
 from vit_jax.events import EVENTS, read_scalars  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-_USAGE = 'WORKDIR [WORKDIR ...] --out=DIR'
+_USAGE = 'WORKDIR [WORKDIR ...] --out=DIR | --pivot=ROW_FIELD,COLUMN_FIELD [--metric=M]'
 
 # What the training loop logs about itself (vit_jax/train/loop.py, clu's ReportProgress); every other
 # scalar comes from an evaluator, e.g. eval_top1, eval_polyak_loss, fewshot_5shot, minival_top1.
@@ -208,12 +212,44 @@ def report(workdirs: Sequence[str], out: str) -> list[str]:
   return [str(path) for path in written]
 
 
+def _value(config: dict[str, Any], field: str) -> str:
+  return '(default)' if config.get(field) is None else str(config[field])
+
+
+def pivot(runs: Sequence[Run], rows: str, columns: str, metric: str = 'eval_top1') -> str:
+  """Markdown: a row per value of the config field `rows`, a column per value of `columns` (unset:
+  '(default)'), each cell the last logged `metric` of the run with that pair ('-': no such run, or
+  not logged yet); a one-line ValueError when two runs share a cell."""
+  cells: dict[tuple[str, str], str] = {}
+  for run in runs:
+    key = (_value(run.config, rows), _value(run.config, columns))
+    if key in cells:
+      raise ValueError(f'two runs have {rows}={key[0]}, {columns}={key[1]}: pass roots with one run '
+                       'per pair')
+    values = run.scalars.get(metric)
+    cells[key] = f'{values[max(values)]:.4f}' if values else '-'
+  row_values = list(dict.fromkeys(key[0] for key in cells))
+  column_values = list(dict.fromkeys(key[1] for key in cells))
+  lines = [f'| {metric}: {rows} (rows), {columns} (columns) | ' + ' | '.join(column_values) + ' |',
+           '|---' * (len(column_values) + 1) + '|']
+  lines += [f'| {row} | ' + ' | '.join(cells.get((row, column), '-') for column in column_values) + ' |'
+            for row in row_values]
+  return '\n'.join(lines)
+
+
 def main(argv: list[str]) -> None:
-  out = flags.FLAGS.out
-  if len(argv) < 2 or not out:
-    cli.fail(f'no {"WORKDIR" if len(argv) < 2 else "--out"} given: use {_USAGE}')
+  out, fields = flags.FLAGS.out, flags.FLAGS.pivot
+  if len(argv) < 2 or not (out or fields):
+    cli.fail(f'no {"WORKDIR" if len(argv) < 2 else "--out or --pivot"} given: use {_USAGE}')
+  if fields and len(fields) != 2:
+    cli.fail(f'--pivot={",".join(fields)} names {len(fields)} fields: give a row and a column field, '
+             'e.g. --pivot=model.posemb,model.posemb_where')
   try:
-    print('\n'.join(report(argv[1:], out)))
+    if fields:
+      runs = [load_run(name, path) for name, path in find_runs(argv[1:])]
+      print(pivot(runs, *fields, flags.FLAGS.metric))
+    if out:
+      print('\n'.join(report(argv[1:], out)))
   except ValueError as e:
     cli.fail(str(e))
 
@@ -221,4 +257,6 @@ def main(argv: list[str]) -> None:
 if __name__ == '__main__':
   # Defined only when run as a command: other commands' modules have flags of the same names.
   flags.DEFINE_string('out', None, 'Directory to write report.png and report.html.')
+  flags.DEFINE_list('pivot', None, 'ROW_FIELD,COLUMN_FIELD: print the runs as a table of --metric.')
+  flags.DEFINE_string('metric', 'eval_top1', 'The scalar a --pivot table shows (its last value).')
   app.run(main, flags_parser=cli.flags_parser(_USAGE))

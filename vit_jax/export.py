@@ -4,7 +4,8 @@
 
 writes, from checkpoint N of W (default: the latest), using the Polyak average when the run kept one:
   DIR/model.npz        the parameters under flat '/'-joined keys: the original ViT layout, which the
-                       original code and timm's ViT `load_pretrained` read;
+                       original code and timm's ViT `load_pretrained` read (for a BiT the published
+                       BiT layout, which timm's resnetv2 `load_pretrained` reads);
   DIR/model.jaxexport  a serialized `jax.export` of the inference function, float32 images
                        [batch, H, W, 3] in [-1, 1] -> float32 logits [batch, classes], batch symbolic,
                        parameters inside; it needs only jax:
@@ -12,7 +13,8 @@ writes, from checkpoint N of W (default: the latest), using the Polyak average w
   DIR/config.json      the model, resolution, classes and where the parameters came from;
   DIR/timm/            model.safetensors in timm's naming and the config.json that tells timm the
                        architecture: timm.create_model('local-dir:DIR/timm', pretrained=True) (not
-                       written for what timm's ViT cannot hold: config.json's "timm" says why).
+                       written for what timm's ViT cannot hold, a BiT included: config.json's "timm"
+                       says why).
 """
 if __name__ == '__main__':  # Before anything allocates: see vit_jax/allocator.py.
   from vit_jax import allocator  # pylint: disable=g-import-not-at-top
@@ -56,11 +58,13 @@ def export(workdir: str, out: str, step: Optional[int] = None) -> dict[str, Any]
   config, info = trained.config, trained.info
 
   out_dir = epath.Path(out)
-  loading.save_npz(trained.params, str(out_dir / 'model.npz'))
+  family = variants.FAMILIES[variants.family(config.variant)]
+  loading.save_npz(family.to_npz(trained.params), str(out_dir / 'model.npz'))
   (out_dir / 'model.jaxexport').write_bytes(
       serialize_inference(trained.model, trained.params, config.image_size))
   model = variants.get_model_config(config.variant, config.model.to_dict())
   try:
+    variants.require_vit(config.variant, "timm's VisionTransformer")
     if model['posemb_where'] != 'input':  # 'shared_every_layer' has the tree of 'input': check here.
       raise ValueError("timm's VisionTransformer adds position embeddings only at the input "
                        f"(model.posemb_where={model['posemb_where']})")

@@ -103,6 +103,8 @@ def _check_update(config: ml_collections.ConfigDict) -> None:
                      '(0: stop at the first non-finite step)')
   _check_mu_dtype(optim)
   param_groups.check_config(optim)
+  if optim.layer_decay is not None:
+    variants.require_vit(config.variant, 'config.optim.layer_decay (a learning rate per ViT block)')
   if optim.name == 'adafactor':
     _check_adafactor(config)
 
@@ -126,7 +128,7 @@ def _check_adafactor(config: ml_collections.ConfigDict) -> None:
   if config.optim.wd_mults:
     raise ValueError('config.optim.wd_mults are not supported by adafactor (its weight decay is '
                      "optax's, one rate for all kernels): unset them, or use adamw")
-  if variants.get_model_config(config.variant, config.model.to_dict())['scan']:
+  if variants.get_model_config(config.variant, config.model.to_dict()).get('scan'):  # Only a ViT has it.
     # Its clipping and parameter scale take the RMS of each array: of all layers at once if stacked.
     raise ValueError('config.optim.name=adafactor scales each parameter array by its RMS, which a '
                      'scanned model (config.model.scan) computes over all blocks at once: set '

@@ -188,6 +188,6 @@ def check_param_groups(config: ml_collections.ConfigDict, params: Any) -> None:
       raise ValueError(f'config.optim.{field} regex {regex!r} matches no parameter: fix it (parameter '
                        f'paths look like {", ".join(paths[::max(len(paths) // 3, 1)][:3])})')
   model = variants.get_model_config(config.variant, config.model.to_dict())
-  if optim.frozen and model['scan']:
+  if optim.frozen and model.get('scan'):  # Only a ViT has the field.
     frozen_labels(optim, jax.eval_shape(functools.partial(scan_layout.stack_blocks,
                                                           num_layers=model['num_layers']), params))

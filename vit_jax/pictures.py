@@ -38,6 +38,7 @@ matplotlib.use('Agg')  # Files only: no display needed.
 from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from vit_jax import cli, predict  # pylint: disable=g-import-not-at-top,wrong-import-position
+from vit_jax.models import variants  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 NUM_COMPONENTS = 28  # As the paper's Figure 7 (left).
 
@@ -254,6 +255,7 @@ def draw_run(workdir: str, image_path: str, out: str, step: Optional[int] = None
   # Imported here: it loads TensorFlow, which `__main__` first tells to keep its start-up lines quiet.
   from vit_jax import run_dir  # pylint: disable=g-import-not-at-top
   run = run_dir.load_trained(workdir, step, features=True)  # The ViT backbone, also of an MPP run.
+  variants.require_vit(run.config.variant, "vit_jax.pictures (a ViT's attention and embeddings)")
   if run.model.block != 'standard':
     raise ValueError(f'the pictures show attention over all patches; an {run.config.variant} attends '
                      'along rows and columns only')

@@ -214,14 +214,15 @@ def estimate(config: ml_collections.ConfigDict, traced: Traced, mesh: dict[str, 
 def check(config: ml_collections.ConfigDict, devices: int) -> dict[str, int]:
   """The config's mesh on `devices` chips; a one-line ValueError for what training would refuse."""
   tasks.get(config.task)  # An image size the patches do not divide is the model's error, in trace.
+  variants.require_vit(config.variant, "vit_jax.plan (it models the memory of a ViT's blocks)")
   model = variants.get_model_config(config.variant, config.model.to_dict())
   if config.dtype not in ('float32', 'bfloat16', 'float16') or config.accum_steps < 1:
     raise ValueError(f'config.dtype={config.dtype!r} must be float32, bfloat16 or float16 and '
                      f'config.accum_steps={config.accum_steps} at least 1')
   optim.check_optim(config)
   mesh = mesh_shape(config.mesh, devices)
-  sharding.check_model_fits(AbstractMesh(tuple(mesh.values()), tuple(mesh)),
-                            num_heads=model['num_heads'], mlp_dim=model['mlp_dim'])
+  sharding.check_model_fits(AbstractMesh(tuple(mesh.values()), tuple(mesh)), config.variant,
+                            variants.FAMILIES['ViT'].tensor_split(model))
   multiple = mesh.get('data', 1) * mesh.get('fsdp', 1) * config.accum_steps
   if config.batch_size % multiple:
     raise ValueError(f'config.batch_size={config.batch_size} is not divisible by the batch axes of '

@@ -63,7 +63,7 @@ def load_run_info(workdir: str) -> tuple[ml_collections.ConfigDict, data.Dataset
 class TrainedModel:
   config: ml_collections.ConfigDict
   info: data.DatasetInfo
-  model: nn.Module  # With features=True: the ViT backbone, images -> pre-logits features.
+  model: nn.Module  # With features=True: the backbone, images -> pre-logits features.
   params: Any  # numpy arrays; the Polyak average if the run kept one.
   step: int
   checkpoint_dir: str  # Absolute.
@@ -72,7 +72,7 @@ class TrainedModel:
 
 def load_trained(workdir: str, step: Optional[int] = None, *, features: bool = False) -> TrainedModel:
   """The model of checkpoint `step` (default: the latest) of a run, as the run's task built it, or
-  (`features=True`) its ViT backbone, whatever the task."""
+  (`features=True`) its backbone, whatever the task."""
   checkpoint_dir, step = checkpoint.find_checkpoint(workdir, step)
   config, info = load_run_info(workdir)
   task = tasks.get(config.task)
@@ -102,7 +102,8 @@ def load_params(path: str, num_heads: Optional[int] = None, mlp_activation: Opti
   kept). Also returns a line for the log saying what was loaded."""
   if state_dicts.is_state_dict_path(path):
     if num_heads is None:
-      raise ValueError(f'{path}: a PyTorch-layout checkpoint needs the number of attention heads')
+      raise ValueError(f'{path}: PyTorch-layout checkpoints are read for ViTs (timm or Hugging Face '
+                       'naming): for this model pass an .npz or a vit_jax workdir as --config.init_from')
     params, notes = state_dicts.load(path, num_heads, mlp_activation)
     return params, f'loaded {path}: ' + '; '.join(notes)
   if path.endswith('.npz') or epath.Path(path).is_file():
@@ -116,7 +117,9 @@ def load_init_params(config: ml_collections.ConfigDict, model: nn.Module) -> Any
   """The parameters of `config.init_from`, with head and position embeddings fitted to `model`."""
   init_from = paths.absolute(config.init_from)
   paths.check_reachable(init_from, config.storage_timeout_s, 'config.init_from')
-  loaded, source = load_params(init_from, model.num_heads, model.mlp_activation)
+  # A BiT has no heads: its checkpoints are .npz files and workdirs, which need none.
+  loaded, source = load_params(init_from, getattr(model, 'num_heads', None),
+                               getattr(model, 'mlp_activation', None))
   params, notes = loading.adapt_params(
       loaded, loading.param_shapes(model, config.image_size), keep_head=config.keep_head, keep_pre_logits=config.keep_pre_logits,
       posemb_method=config.posemb_interpolation)

@@ -9,7 +9,7 @@ tensor-parallel dimension is taken first, FSDP picks among the others.
 import functools
 import math
 import re
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import chex
 import jax
@@ -91,13 +91,18 @@ def replicated(mesh: Mesh) -> NamedSharding:
   return NamedSharding(mesh, P())
 
 
-def check_model_fits(mesh: Mesh, *, num_heads: int, mlp_dim: int) -> None:
-  """Tensor parallelism splits heads and MLP units: the axis must divide both."""
+def check_model_fits(mesh: Mesh, variant: str, split: Mapping[str, int]) -> None:
+  """Tensor parallelism splits the model's `split` (a ViT's heads and MLP units: the variant family's
+  `tensor_split`): the axis must divide each; a model with nothing to split refuses it."""
   tensor = axis_size(mesh, 'tensor')
-  for name, value in (('num_heads', num_heads), ('mlp_dim', mlp_dim)):
+  if tensor > 1 and not split:
+    raise ValueError(f'the mesh axis tensor={tensor} splits attention heads and MLP units, which {variant} '
+                     "has none of: use only 'data' and 'fsdp' axes in --config.mesh")
+  for name, value in split.items():
     if value % tensor:
       raise ValueError(f'the mesh axis tensor={tensor} does not divide the model\'s {name}={value}: use '
-                       f'a tensor size that divides {name} (e.g. a divisor of {num_heads}) in --config.mesh')
+                       f'a tensor size that divides {name} (e.g. a divisor of {math.gcd(*split.values())}) '
+                       'in --config.mesh')
 
 
 def _path_str(path: tuple[Any, ...]) -> str:

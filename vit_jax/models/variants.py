@@ -4,15 +4,24 @@ Sizes are the paper's Table 1 plus the common small ones (Ti, S) and a tiny one 
 is accepted; the published ones are 8, 14 (H), 16 and 32. `R50+ViT-{size}_{stride}` is the hybrid: a
 ResNet-50 stem (its first three stages, with 3, 4 and 9 units) whose feature map is cut into patches of
 stride / 16 pixels, i.e. 1x1 for the published `R50+ViT-B_16`.
-"""
-import re
-from typing import Any, Mapping, Optional
 
+`BiT-R{depth}x{width}` is the paper's ResNet baseline (bit.py), e.g. `BiT-R50x1`, `BiT-R152x4`: depth
+50, 101 or 152, width 1 to 4. `FAMILIES` says which names are which model; every tool builds its model
+and asks what it supports through it.
+"""
+import dataclasses
+import re
+from typing import Any, Callable, Mapping, Optional
+
+import flax.linen as nn
+
+from vit_jax.models import bit
 from vit_jax.models.attention import ATTENTION_FNS
 from vit_jax.models.block import MLP_ACTIVATIONS
 from vit_jax.models.pooling import CLASSIFIERS
 from vit_jax.models.posemb import POSEMB_WHERE, POSEMBS
 from vit_jax.models.resnet import stem_stride
+from vit_jax.models.vit import VisionTransformer
 
 # name: (num_layers, hidden_size, mlp_dim, num_heads)
 SIZES = {
@@ -46,11 +55,8 @@ def input_stride(model: Mapping[str, Any]) -> int:
   return model['patch_size'] * stem_stride(model['resnet_layers'])
 
 
-def get_model_config(variant: str, overrides: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
-  """Keyword arguments of `VisionTransformer` (without num_classes/dtype) for a variant name.
-
-  `overrides` replaces preset fields; entries that are None keep the preset.
-  """
+def _vit_model_config(variant: str, overrides: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
+  """Keyword arguments of `VisionTransformer` (without num_classes/dtype) for a ViT variant name."""
   match = _NAME.match(variant)
   if not match or match['size'] not in SIZES or int(match['patch']) < 1:
     raise ValueError(
@@ -160,3 +166,90 @@ def _check_fields(model: dict[str, Any]) -> None:
                      f'{R50_LAYERS} (or unset for a pure ViT)')
   if not model['resnet_width_factor'] > 0:
     raise ValueError(f"model.resnet_width_factor={model['resnet_width_factor']} must be positive, e.g. 1")
+
+
+# depth: units per stage (BiT's R50, R101, R152).
+BIT_DEPTHS = {50: (3, 4, 6, 3), 101: (3, 4, 23, 3), 152: (3, 8, 36, 3)}
+BIT_WIDTHS = (1, 2, 3, 4)
+PUBLISHED_BIT = ('BiT-R50x1', 'BiT-R50x3', 'BiT-R101x1', 'BiT-R101x3', 'BiT-R152x2', 'BiT-R152x4')
+_BIT_NAME = re.compile(r'^BiT-R(?P<depth>[0-9]+)x(?P<width>[0-9]+)$')
+
+
+def _bit_model_config(variant: str, overrides: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
+  """Keyword arguments of `bit.BiT` (without num_classes/dtype) for a BiT variant name; of the model
+  fields only resnet_layers and resnet_width_factor apply (tests make tiny BiTs with them)."""
+  match = _BIT_NAME.match(variant)
+  if not match or int(match['depth']) not in BIT_DEPTHS or int(match['width']) not in BIT_WIDTHS:
+    raise ValueError(f'Unknown BiT variant {variant!r}: use BiT-R<depth>x<width> with depth in '
+                     f'{", ".join(map(str, BIT_DEPTHS))} and width in 1..{BIT_WIDTHS[-1]} (e.g. '
+                     f'{", ".join(PUBLISHED_BIT)}); set it with --config.variant=BiT-R50x1')
+  model = dict(resnet_layers=BIT_DEPTHS[int(match['depth'])], resnet_width_factor=float(match['width']))
+  for key, value in (overrides or {}).items():
+    if value is None:
+      continue
+    if key not in model:
+      raise ValueError(f'model.{key} does not apply to {variant}, a ResNet (it takes model.'
+                       f'{" and model.".join(model)}): unset --config.model.{key}')
+    model[key] = tuple(value) if key == 'resnet_layers' else value
+  layers, width = model['resnet_layers'], model['resnet_width_factor']
+  if not layers or not all(isinstance(n, int) and n >= 1 for n in layers):
+    raise ValueError(f'model.resnet_layers={layers} must be positive numbers of units per stage, e.g. '
+                     f'{BIT_DEPTHS[50]}')
+  if not width > 0 or bit.root_width(width) % bit.GROUPS:
+    raise ValueError(f'model.resnet_width_factor={width} gives {bit.root_width(width)} root channels, '
+                     f"not a positive multiple of GroupNorm's {bit.GROUPS} groups: use a multiple of 0.5")
+  return model
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+  """What a family of variants differs in, for the code that builds and handles its models."""
+  what: str  # For messages: '{variant} is {what}'.
+  names: re.Pattern  # Searched in a variant name; `model_config` rejects the unknown ones.
+  examples: tuple[str, ...]
+  model_config: Callable[[str, Optional[Mapping[str, Any]]], dict[str, Any]]
+  module: Callable[..., nn.Module]  # (num_classes=, dtype=, **model_config) -> the classifier.
+  input_stride: Callable[[Mapping[str, Any]], int]  # The image size must be a multiple of it.
+  # What tensor parallelism splits ({name: size}, each a multiple of the axis); none: it refuses it.
+  tensor_split: Callable[[Mapping[str, Any]], dict[str, int]]
+  to_npz: Callable[[Any], Any]  # Parameters -> the tree of the family's published .npz layout.
+
+
+FAMILIES: dict[str, Family] = {
+    'ViT': Family('a Vision Transformer', re.compile('ViT-'), PUBLISHED + PUBLISHED_HYBRIDS + AXIAL,
+                  _vit_model_config, VisionTransformer, input_stride,
+                  lambda model: {'num_heads': model['num_heads'], 'mlp_dim': model['mlp_dim']},
+                  lambda params: params),
+    'BiT': Family('a BiT ResNet', re.compile('^BiT-'), PUBLISHED_BIT, _bit_model_config, bit.BiT,
+                  lambda model: 1, lambda model: {}, bit.to_bit_npz),
+}
+
+
+def family(variant: str) -> str:
+  """The key of `FAMILIES` whose names `variant` is (ViT for the hybrids and Axial-ViTs too)."""
+  for name, entry in FAMILIES.items():
+    if entry.names.search(variant):
+      return name
+  examples = ', '.join(example for entry in FAMILIES.values() for example in entry.examples[:3])
+  raise ValueError(f'Unknown model variant {variant!r}: use one of {", ".join(FAMILIES)}, e.g. '
+                   f'{examples}; set it with --config.variant=ViT-B_16')
+
+
+def get_model_config(variant: str, overrides: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
+  """Keyword arguments of the variant's model (without num_classes/dtype): `VisionTransformer` or
+  `bit.BiT`. `overrides` replaces preset fields; entries that are None keep the preset."""
+  return FAMILIES[family(variant)].model_config(variant, overrides)
+
+
+def make_model(variant: str, overrides: Optional[Mapping[str, Any]] = None, *,
+               num_classes: Optional[int], dtype: Any) -> nn.Module:
+  """The classifier of a variant; `num_classes=None`: its pre-logits features instead of logits."""
+  entry = FAMILIES[family(variant)]
+  return entry.module(num_classes=num_classes, dtype=dtype, **entry.model_config(variant, overrides))
+
+
+def require_vit(variant: str, what: str) -> None:
+  """A one-line error when `what` (an option or tool that only a ViT has) is asked of another model."""
+  name = family(variant)
+  if name != 'ViT':
+    raise ValueError(f'{what} needs a ViT variant: {variant} is {FAMILIES[name].what}')

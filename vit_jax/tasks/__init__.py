@@ -2,7 +2,7 @@
 
   check(config)                      raises a one-line ValueError for a bad task config;
   make_model(config, num_classes)    the model the task trains;
-  features_model(config)             the ViT backbone returning pre-logits features (few-shot, pictures);
+  features_model(config)             the backbone returning pre-logits features (few-shot, pictures);
   make_loss(config, model)           loss(params, images, labels, key) -> scalar, for the train step;
   mix(config, num_classes)           None, or (images, labels, key, step) -> (images, labels): the
                                      train step's transform of the global batch (Mixup, CutMix);

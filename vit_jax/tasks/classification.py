@@ -1,4 +1,5 @@
-"""Image classification: the ViT classifier, softmax or sigmoid cross-entropy, top-1 / top-5."""
+"""Image classification: the variant's classifier (a ViT or a BiT), softmax or sigmoid cross-entropy,
+top-1 / top-5."""
 from typing import Any, Callable
 
 import chex
@@ -8,7 +9,7 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from vit_jax.models import VisionTransformer, variants
+from vit_jax.models import variants
 from vit_jax.tasks import mixing
 
 LOSSES = ('softmax_xent', 'sigmoid_xent')
@@ -23,14 +24,14 @@ def check(config: ml_collections.ConfigDict) -> None:
 
 
 def features_model(config: ml_collections.ConfigDict) -> nn.Module:
-  """The ViT without its head: images -> pre-logits features (few-shot, pictures)."""
+  """The classifier without its head: images -> pre-logits features (few-shot, pictures)."""
   return make_model(config, None)
 
 
 def make_model(config: ml_collections.ConfigDict, num_classes: int | None) -> nn.Module:
-  """The ViT classifier of the config (`num_classes=None`: pre-logits features instead of logits)."""
-  return VisionTransformer(num_classes=num_classes, dtype=jnp.dtype(config.dtype),
-                           **variants.get_model_config(config.variant, config.model.to_dict()))
+  """The classifier of the config (`num_classes=None`: pre-logits features instead of logits)."""
+  return variants.make_model(config.variant, config.model.to_dict(), num_classes=num_classes,
+                             dtype=jnp.dtype(config.dtype))
 
 
 def compute_loss(logits: jax.Array, labels: jax.Array, *, loss: str,

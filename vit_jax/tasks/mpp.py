@@ -19,7 +19,10 @@ def check(config: ml_collections.ConfigDict) -> None:
   if not 1 <= config.mpp.num_bits <= 8:
     raise ValueError(f'config.mpp.num_bits={config.mpp.num_bits} must be in 1..8 bits per colour '
                      'channel, e.g. 3')
-  if config.task == 'mpp' and mixing.enabled(config.mix):  # Every task checks every config.
+  if config.task != 'mpp':  # Every task checks every config; the rest is for this task's runs.
+    return
+  variants.require_vit(config.variant, "config.task='mpp' (masked patches of a ViT's tokens)")
+  if mixing.enabled(config.mix):
     raise ValueError('config.task=mpp has no labels to mix: set config.mix.mixup_alpha and '
                      'config.mix.cutmix_alpha to 0')
 

@@ -93,14 +93,15 @@ def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
     each_task.check(config)
   _check_numbers(config)
   model_kwargs = variants.get_model_config(config.variant, config.model.to_dict())
-  stride = variants.input_stride(model_kwargs)
+  family = variants.FAMILIES[variants.family(config.variant)]
+  stride = family.input_stride(model_kwargs)
   if config.image_size % stride:
     raise ValueError(
         f'config.image_size={config.image_size} is not divisible by the patch size {stride} (in '
         f'input pixels) of {config.variant}: use a multiple of {stride}, e.g. '
         f'--config.image_size={max(stride, config.image_size // stride * stride)}')
   mesh = sharding.make_mesh(config.mesh)
-  sharding.check_model_fits(mesh, num_heads=model_kwargs['num_heads'], mlp_dim=model_kwargs['mlp_dim'])
+  sharding.check_model_fits(mesh, config.variant, family.tensor_split(model_kwargs))
   check_batch('batch_size', config.batch_size, mesh, config.accum_steps)
   check_batch('eval_batch_size', config.eval_batch_size, mesh)
   shards = data.num_data_shards(config, jax.process_count())

@@ -82,7 +82,7 @@ def test_fig5_sweep_is_every_variant_at_both_lengths():
 def test_compute_is_the_papers_table_6(variant, epochs, paper):
   """JFT-300M (303M images, 18291 classes) at 224 px, pre-logits of the model's width."""
   model = variants.get_model_config(variant, {'representation_size': variants.SIZES[variant[4]][1]})
-  assert scaling.pretraining_exaflops(model, 224, 18291, 303_000_000 * epochs) == pytest.approx(
+  assert scaling.pretraining_exaflops(variant, model, 224, 18291, 303_000_000 * epochs) == pytest.approx(
       paper, rel=0.03)
 
 

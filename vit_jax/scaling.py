@@ -3,12 +3,12 @@
   python -m vit_jax.scaling SWEEP_ROOT [SWEEP_ROOT ...] --out=DIR [--metric=eval_top1]
 
 A run's pre-training compute is 3 forward passes (the backward pass costs two) of
-vit_jax.chips.vit_flops per image, times the images it has trained on when it last logged the metric
-(batch_size x that step), in exaFLOPs (1e18 FLOPs): the paper's count (Table 6: ViT-B/32 for 7
-epochs of JFT-300M's 303M images is 55 exaFLOPs). Writes DIR/scaling.png (log-scale compute, a colour
-a model family: ViT, or the R50+ViT hybrid) and DIR/scaling.md (a row a run: family, shape,
-resolution, step, images, exaFLOPs, the metric), and prints the table. Runs that have not logged the
-metric are left out.
+vit_jax.chips.vit_flops (a BiT's: bit_flops) per image, times the images it has trained on when it last
+logged the metric (batch_size x that step), in exaFLOPs (1e18 FLOPs): the paper's count (Table 6:
+ViT-B/32 for 7 epochs of JFT-300M's 303M images is 55 exaFLOPs). Writes DIR/scaling.png (log-scale
+compute, a colour a model family: ViT, the R50+ViT hybrid, BiT) and DIR/scaling.md (a row a run:
+family, shape, resolution, step, images, exaFLOPs, the metric), and prints the table. Runs that have
+not logged the metric are left out.
 """
 if __name__ == '__main__':  # Before anything loads TensorFlow (epath does, for a gs:// path).
   from vit_jax import quiet  # pylint: disable=g-import-not-at-top
@@ -37,8 +37,8 @@ FIGURE_INCHES, DPI = (8.0, 5.5), 100
 @dataclasses.dataclass(frozen=True)
 class Point:
   run: str
-  family: str  # 'ViT' | 'R50+ViT'.
-  shape: str  # e.g. '8 layers, D 1024, MLP 2048, /32' (the input pixels a token sees).
+  family: str  # One of FAMILY_ORDER: 'ViT' | 'R50+ViT' | 'BiT'.
+  shape: str  # e.g. '8 layers, D 1024, MLP 2048, /32' (the input pixels a token sees), 'R50x1'.
   image_size: int
   step: int  # Where the metric was last logged.
   images: int  # Trained on by then: batch_size x step.
@@ -53,23 +53,38 @@ def model_config(config: dict[str, Any]) -> dict[str, Any]:
   return variants.get_model_config(config['variant'], overrides)
 
 
-def pretraining_exaflops(model: dict[str, Any], image_size: int, num_classes: int,
+def pretraining_exaflops(variant: str, model: dict[str, Any], image_size: int, num_classes: int,
                          images: int) -> float:
-  return 3 * chips.vit_flops(model, image_size, num_classes) * images / EXA
+  return 3 * chips.FLOPS[variants.family(variant)](model, image_size, num_classes) * images / EXA
+
+
+def _vit_shape(model: dict[str, Any]) -> tuple[str, str]:
+  return ('R50+ViT' if model['resnet_layers'] else 'ViT',
+          f"{model['num_layers']} layers, D {model['hidden_size']}, MLP {model['mlp_dim']}, "
+          f'/{variants.input_stride(model)}')
+
+
+def _bit_shape(model: dict[str, Any]) -> tuple[str, str]:
+  # Three convolutions a unit, plus the root and the head: R50 for (3, 4, 6, 3).
+  return 'BiT', f"R{3 * sum(model['resnet_layers']) + 2}x{model['resnet_width_factor']:g}"
+
+
+# A model config -> (the family in the plot, the shape), by variants.FAMILIES key.
+FAMILY_SHAPES = {'ViT': _vit_shape, 'BiT': _bit_shape}
+FAMILY_ORDER = ('ViT', 'R50+ViT', 'BiT')  # Of the plot's colours.
 
 
 def point(run: report.Run, path: epath.Path, metric: str) -> Point:
   info = path / 'dataset_info.json'
   if not info.exists():
     raise ValueError(f'{path} has no dataset_info.json (its head size): is it a vit_jax run?')
-  model = model_config(run.config)
+  model, variant = model_config(run.config), run.config['variant']
   step = max(run.scalars[metric])
   images = run.config['batch_size'] * step
   return Point(
-      run.name, 'R50+ViT' if model['resnet_layers'] else 'ViT',
-      f"{model['num_layers']} layers, D {model['hidden_size']}, MLP {model['mlp_dim']}, "
-      f'/{variants.input_stride(model)}', run.config['image_size'], step, images,
-      pretraining_exaflops(model, run.config['image_size'],
+      run.name, *FAMILY_SHAPES[variants.family(variant)](model), run.config['image_size'], step,
+      images,
+      pretraining_exaflops(variant, model, run.config['image_size'],
                            json.loads(info.read_text())['num_classes'], images),
       run.scalars[metric][step])
 
@@ -96,7 +111,7 @@ def plot(found: Sequence[Point], metric: str) -> bytes:
   """The PNG: the metric against log-scale compute, a colour a family, each point named by its shape."""
   fig, ax = plt.subplots(figsize=FIGURE_INCHES, dpi=DPI, layout='constrained')
   colors = plt.get_cmap('tab10').colors
-  for i, family in enumerate(sorted({p.family for p in found}, key=['ViT', 'R50+ViT'].index)):
+  for i, family in enumerate(sorted({p.family for p in found}, key=FAMILY_ORDER.index)):
     members = [p for p in found if p.family == family]
     ax.scatter([p.exaflops for p in members], [p.accuracy for p in members], color=colors[i],
                label=family, zorder=2)

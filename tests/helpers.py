@@ -33,8 +33,10 @@ def random_params(model, image_size: int, seed: int = 0):
 
 
 def load_config(name: str, overrides: dict | None = None) -> ml_collections.ConfigDict:
-  """`configs/<name>.py:get_config()` with dotted-name overrides, as the command line would apply."""
-  config = importlib.import_module(f'configs.{name}').get_config()
+  """`configs/<name>.py:get_config()` (`<name>:<arg>`: get_config(arg)) with dotted-name overrides, as
+  the command line would apply."""
+  name, _, arg = name.partition(':')
+  config = importlib.import_module(f'configs.{name}').get_config(*([arg] if arg else []))
   for key, value in (overrides or {}).items():
     *parents, field = key.split('.')
     node = config

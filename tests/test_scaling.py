@@ -47,8 +47,14 @@ def _grid(sweep_file: str) -> list[tuple[str, int, int, int, int, float]]:
   spec.loader.exec_module(module)
   grid = []
   for overrides in sweep.expand(module.get_sweep()):
-    config = helpers.load_config(module.CONFIG.removeprefix('configs/').removesuffix('.py'), overrides)
+    config_file, _, arg = overrides.pop('config', module.CONFIG).partition(':')
+    name = config_file.removeprefix('configs/').removesuffix('.py')
+    config = helpers.load_config(f'{name}:{arg}' if arg else name, overrides)
     model = variants.get_model_config(config.variant, config.model.to_dict())
+    if variants.family(config.variant) == 'BiT':
+      grid.append(('BiT', model['resnet_layers'], model['resnet_width_factor'], config.lr.base,
+                   config.num_epochs))
+      continue
     assert model['representation_size'] == model['hidden_size']  # The paper's pre-logits.
     grid.append(('R50+ViT' if model['resnet_layers'] else 'ViT', model['num_layers'],
                  model['hidden_size'], model['mlp_dim'], variants.input_stride(model), config.num_epochs))
@@ -67,6 +73,16 @@ def test_fig8_sweep_scales_one_dimension_at_a_time_from_the_base():
 
 def test_fig5_sweep_is_every_variant_at_both_lengths():
   grid = _grid('configs/sweeps/scaling_fig5.py')
+  with pytest.raises(ValueError, match=r'^configs/bit_i21k.py:BiT-R18x1: use a BiT-R\{50,101,152\}x'):
+    helpers.load_config('bit_i21k:BiT-R18x1')
+  resnets = sorted(g for g in grid if g[0] == 'BiT')
+  grid = [g for g in grid if g[0] != 'BiT']
+  # The ResNets of Figure 5 with Table 3's learning rate by depth.
+  units = {50: (3, 4, 6, 3), 101: (3, 4, 23, 3), 152: (3, 8, 36, 3)}
+  assert resnets == sorted(('BiT', units[depth], float(width), lr, epochs)
+                           for depth, width, lr in [(50, 1, 1e-3), (50, 2, 1e-3), (101, 1, 8e-4),
+                                                    (152, 1, 6e-4), (152, 2, 6e-4)]
+                           for epochs in (7.0, 14.0))
   shapes = {('ViT', 12, 768, 3072): 'B', ('ViT', 24, 1024, 4096): 'L', ('ViT', 32, 1280, 5120): 'H',
             ('R50+ViT', 12, 768, 3072): 'R50+B', ('R50+ViT', 24, 1024, 4096): 'R50+L'}
   assert sorted((shapes[g[:4]], g[4], g[5]) for g in grid) == sorted(

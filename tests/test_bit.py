@@ -191,10 +191,10 @@ def _tiny_config(data_dir, **overrides):
 
 @pytest.fixture(scope='module')
 def tiny_run(tmp_path_factory, data_dir):
-  """A tiny BiT trained 12 steps on the digits under data x fsdp, with few-shot evaluation: its
+  """A tiny BiT trained 12 steps on the digits under fsdp x tensor, with few-shot evaluation: its
   workdir, config and final metrics."""
   workdir = str(tmp_path_factory.mktemp('bit_runs') / 'tiny_bit')
-  config = _tiny_config(data_dir, mesh=(('data', 2), ('fsdp', 4)), **{
+  config = _tiny_config(data_dir, mesh=(('fsdp', 4), ('tensor', 2)), **{
       'fewshot.every_steps': 12, 'fewshot.shots': (1, 5), 'fewshot.seeds': 1})
   return workdir, config, loop.train_and_evaluate(train_setup.prepare(config, workdir))
 
@@ -256,11 +256,11 @@ def _losses(setup, batches):
   return np.array(losses), state
 
 
-def test_fsdp_training_has_the_losses_of_one_device(tmp_path, data_dir):
+def test_fsdp_x_tensor_training_has_the_losses_of_one_device(tmp_path, data_dir):
   # SGD: Adam's first steps are about lr * sign(grad), which would turn float noise in near-zero
   # gradients into differences of 2 * lr.
-  config = _tiny_config(data_dir, mesh=(('fsdp', 8),), **{'optim.name': 'sgd', 'optim.weight_decay': 0.0,
-                                                          'lr.base': 0.1})
+  config = _tiny_config(data_dir, mesh=(('fsdp', 4), ('tensor', 2)),
+                        **{'optim.name': 'sgd', 'optim.weight_decay': 0.0, 'lr.base': 0.1})
   setup = train_setup.prepare(config, str(tmp_path / 'fsdp'))
   rng = np.random.default_rng(0)
   batches = [{'image': rng.uniform(-1, 1, (16, 16, 16, 3)).astype(np.float32),
@@ -272,13 +272,15 @@ def test_fsdp_training_has_the_losses_of_one_device(tmp_path, data_dir):
   np.testing.assert_allclose(losses, reference, rtol=1e-5)
   chex.assert_trees_all_close(jax.device_get(state.params), jax.device_get(one_state.params),
                               rtol=1e-5, atol=1e-6)
-  assert state.params['block3']['unit1']['conv2']['kernel'].sharding.spec == P(None, None, 'fsdp', None)
+  # Megatron's pattern in each unit: conv1's output channels and conv2's input channels over tensor.
+  unit = state.params['block3']['unit1']
+  assert unit['conv1']['kernel'].sharding.spec[3] == 'tensor'
+  assert unit['conv2']['kernel'].sharding.spec[2] == 'tensor'
+  assert 'fsdp' in unit['conv2']['kernel'].sharding.spec
   assert losses[-1] != losses[0]
 
 
 @pytest.mark.parametrize('overrides,message', [
-    ({'mesh': (('data', 4), ('tensor', 2))}, r"^the mesh axis tensor=2 splits attention heads and MLP "
-                                             r"units, which BiT-R50x1 has none of: use only 'data' and"),
     ({'model.scan': True}, r'^model.scan does not apply to BiT-R50x1, a ResNet'),
     ({'model.remat': 'nothing_saveable'}, r'^model.remat does not apply to BiT-R50x1'),
     ({'model.posemb': 'learn2d'}, r'^model.posemb does not apply to BiT-R50x1'),

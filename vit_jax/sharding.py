@@ -3,7 +3,7 @@
 The mesh has up to three named axes. `data`: the batch is split, parameters are replicated (the pmap
 case). `fsdp`: the batch is split too, and every parameter and optimizer-state array is split along its
 largest dimension that the axis divides. `tensor`: attention heads and MLP hidden units are split
-(Megatron style, by the model's `encoder.TENSOR_RULES`). The strategies combine: a parameter's
+(Megatron style, by the models' `TENSOR_RULES`: encoder.py's and, for ResNet units, resnet.py's). The strategies combine: a parameter's
 tensor-parallel dimension is taken first, FSDP picks among the others.
 """
 import functools
@@ -16,10 +16,13 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from vit_jax.models.encoder import ACTIVATION_SHARDING, TENSOR_RULES
+from vit_jax.models import resnet
+from vit_jax.models.encoder import ACTIVATION_SHARDING, TENSOR_RULES as ENCODER_TENSOR_RULES
 from vit_jax.models.scan_layout import STACKED_BLOCKS
 
 AXES = ('data', 'fsdp', 'tensor')
+# Which dimension of a parameter the mesh axis `tensor` splits, by its path (regexes; the first wins).
+TENSOR_RULES = ENCODER_TENSOR_RULES + resnet.TENSOR_RULES
 BATCH_AXES = ('data', 'fsdp')  # The global batch is split over these (FSDP is data parallel too).
 
 
@@ -92,12 +95,14 @@ def replicated(mesh: Mesh) -> NamedSharding:
 
 
 def check_model_fits(mesh: Mesh, variant: str, split: Mapping[str, int]) -> None:
-  """Tensor parallelism splits the model's `split` (a ViT's heads and MLP units: the variant family's
-  `tensor_split`): the axis must divide each; a model with nothing to split refuses it."""
+  """Tensor parallelism splits the model's `split` (a ViT's heads and MLP units, a ResNet's unit widths:
+  the variant family's `tensor_split`): the axis must divide each; a model with nothing to split
+  refuses it."""
   tensor = axis_size(mesh, 'tensor')
   if tensor > 1 and not split:
-    raise ValueError(f'the mesh axis tensor={tensor} splits attention heads and MLP units, which {variant} '
-                     "has none of: use only 'data' and 'fsdp' axes in --config.mesh")
+    raise ValueError(f'the mesh axis tensor={tensor} splits attention heads, MLP units and ResNet '
+                     f"units' widths, which {variant} has none of: use only 'data' and 'fsdp' axes in "
+                     '--config.mesh')
   for name, value in split.items():
     if value % tensor:
       raise ValueError(f'the mesh axis tensor={tensor} does not divide the model\'s {name}={value}: use '

@@ -73,6 +73,16 @@ class ResNetStage(nn.Module):
     return x
 
 
+# Tensor parallelism in a bottleneck unit (Megatron's pattern, as in the blocks' MLPs): the first 1x1
+# convolution's output channels and the 3x3 convolution's input channels are split over the mesh axis
+# `tensor`, so the norm and ReLU between them act on each device's channels and one all-reduce follows
+# the 3x3. Kernels are HWIO. The names are the hybrid stem's and BiT's (bit.py) units alike.
+TENSOR_RULES = (
+    (r'(^|/)block\d+/unit\d+/conv1/kernel$', 3),
+    (r'(^|/)block\d+/unit\d+/conv2/kernel$', 2),
+)
+
+
 def stem_stride(num_layers: Optional[Sequence[int]]) -> int:
   """Input pixels per feature-map cell of `resnet_stem`: root conv and pool 4, then 2 per later stage
   (1 without a stem)."""

@@ -221,7 +221,10 @@ FAMILIES: dict[str, Family] = {
                   lambda model: {'num_heads': model['num_heads'], 'mlp_dim': model['mlp_dim']},
                   lambda params: params),
     'BiT': Family('a BiT ResNet', re.compile('^BiT-'), PUBLISHED_BIT, _bit_model_config, bit.BiT,
-                  lambda model: 1, lambda model: {}, bit.to_bit_npz),
+                  lambda model: 1,
+                  # Every unit's width is a multiple of the root's (resnet.TENSOR_RULES).
+                  lambda model: {'root width': bit.root_width(model['resnet_width_factor'])},
+                  bit.to_bit_npz),
 }
 
 

@@ -1,4 +1,5 @@
 """Shared by the tests: tiny configs and reading what a run wrote."""
+import dataclasses
 import importlib
 import os
 import subprocess
@@ -95,3 +96,35 @@ def assert_same_batches(a: list[dict], b: list[dict]) -> None:
     assert x.keys() == y.keys()
     for key in x:
       np.testing.assert_array_equal(x[key], y[key])
+
+
+def _train_losses(setup, batches: list[dict]) -> tuple[np.ndarray, object]:
+  from vit_jax import checkpoint, optim, sharding  # pylint: disable=g-import-not-at-top
+  from vit_jax.train import state as train_state, step as train_step  # pylint: disable=g-import-not-at-top
+  tx, schedule = optim.make_optimizer(setup.config, setup.total_steps)
+  state, shardings, _ = train_state.create_state(setup, tx, checkpoint.make_manager(setup.workdir, 1))
+  step = train_step.jit_train_step(setup, tx, schedule, shardings)
+  losses = []
+  for batch in batches:
+    state, metrics = step(state, sharding.global_batch(batch, setup.mesh))
+    losses.append(float(metrics['train_loss']))
+  return np.array(losses), state
+
+
+def train_as_on_one_device(setup, one_workdir: str, steps: int = 3) -> tuple[np.ndarray, object]:
+  """Trains `steps` random batches (10 classes) with the run's jitted step on its mesh and again on one
+  device (workdir `one_workdir`), asserts the same losses and parameters, and returns the mesh's losses
+  and final train state."""
+  import chex  # pylint: disable=g-import-not-at-top
+  from vit_jax import sharding  # pylint: disable=g-import-not-at-top
+  size, rng = setup.config.image_size, np.random.default_rng(0)
+  batches = [{'image': rng.uniform(-1, 1, (setup.config.batch_size, size, size, 3)).astype(np.float32),
+              'label': rng.integers(0, 10, setup.config.batch_size).astype(np.int32)}
+             for _ in range(steps)]
+  losses, state = _train_losses(setup, batches)
+  one = sharding.make_mesh((('data', 1),), devices=jax.devices()[:1])
+  reference, one_state = _train_losses(dataclasses.replace(setup, mesh=one, workdir=one_workdir), batches)
+  np.testing.assert_allclose(losses, reference, rtol=1e-5)
+  chex.assert_trees_all_close(jax.device_get(state.params), jax.device_get(one_state.params),
+                              rtol=1e-5, atol=1e-6)
+  return losses, state

@@ -1,6 +1,5 @@
 """Axial-ViT (models/axial.py): against a NumPy transcription of row then column attention, in the loop,
 on a mesh, resumed; and the options it refuses."""
-import dataclasses
 import math
 import os
 import shutil
@@ -13,9 +12,9 @@ from PIL import Image
 import pytest
 
 import helpers
-from vit_jax import checkpoint, export, optim, pictures, sharding
+from vit_jax import checkpoint, export, pictures
 from vit_jax.models import VisionTransformer, axial, variants
-from vit_jax.train import loop, setup as train_setup, state as train_state, step as train_step
+from vit_jax.train import loop, setup as train_setup
 
 
 def _layer_norm(x, p):
@@ -79,30 +78,10 @@ _TRAIN = {**helpers.TINY, 'variant': 'Axial-ViT-testing_4', 'image_size': 12, 'o
           'optim.weight_decay': 0.0, 'lr.base': 0.1}
 
 
-def _losses(setup, batches):
-  tx, schedule = optim.make_optimizer(setup.config, setup.total_steps)
-  state, shardings, _ = train_state.create_state(setup, tx, checkpoint.make_manager(setup.workdir, 1))
-  step = train_step.jit_train_step(setup, tx, schedule, shardings)
-  losses = []
-  for batch in batches:
-    state, metrics = step(state, sharding.global_batch(batch, setup.mesh))
-    losses.append(float(metrics['train_loss']))
-  return np.array(losses), state
-
-
 def test_fsdp_x_tensor_training_has_the_losses_of_one_device(tmp_path, data_dir):
   overrides = {**_TRAIN, 'data_dir': data_dir, 'mesh': (('fsdp', 4), ('tensor', 2))}
   setup = train_setup.prepare(helpers.load_config('demo', overrides), str(tmp_path / 'mesh'))
-  rng = np.random.default_rng(0)
-  batches = [{'image': rng.uniform(-1, 1, (16, 12, 12, 3)).astype(np.float32),
-              'label': rng.integers(0, 10, 16).astype(np.int32)} for _ in range(3)]
-  losses, state = _losses(setup, batches)
-  one = sharding.make_mesh((('data', 1),), devices=jax.devices()[:1])
-  reference, one_state = _losses(dataclasses.replace(setup, mesh=one, workdir=str(tmp_path / 'one')),
-                                 batches)
-  np.testing.assert_allclose(losses, reference, rtol=1e-5)
-  chex.assert_trees_all_close(jax.device_get(state.params), jax.device_get(one_state.params),
-                              rtol=1e-5, atol=1e-6)
+  _, state = helpers.train_as_on_one_device(setup, str(tmp_path / 'one'))
   query = state.params['Transformer']['encoderblock_0']['column']['MultiHeadDotProductAttention_1']
   assert 'tensor' in query['query']['kernel'].sharding.spec  # Heads split as in a standard block.
 

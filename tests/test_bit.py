@@ -4,7 +4,6 @@ their parameter counts, the analytic FLOPs against XLA's, training on any mesh, 
 The reference is timm's `resnetv2_*_bit` (PyTorch); the .npz layout is written here from its state dict
 by inverting timm's `_load_weights`, independently of vit_jax's converter.
 """
-import dataclasses
 import functools
 import os
 import re
@@ -18,15 +17,13 @@ import pytest
 import timm
 import torch
 from flax import traverse_util
-from jax.sharding import PartitionSpec as P
 from timm.layers import StdConv2d
 from timm.models.resnetv2 import ResNetV2
 
 import helpers
-from vit_jax import (checkpoint, chips, export, fewshot, optim, pictures, plan, predict, run_dir,
-                     scaling, sharding)
+from vit_jax import checkpoint, chips, export, fewshot, pictures, plan, predict, run_dir, scaling
 from vit_jax.models import bit, loading, variants
-from vit_jax.train import loop, setup as train_setup, state as train_state, step as train_step
+from vit_jax.train import loop, setup as train_setup
 
 
 def _timm_bit(num_classes: int, seed: int = 0) -> torch.nn.Module:
@@ -245,33 +242,13 @@ def test_scaling_plots_a_bit_run_with_its_flops(tiny_run):
   assert point.exaflops == pytest.approx(3 * chips.bit_flops(model, 16, 10) * 12 * 16 / 1e18, rel=1e-12)
 
 
-def _losses(setup, batches):
-  tx, schedule = optim.make_optimizer(setup.config, setup.total_steps)
-  state, shardings, _ = train_state.create_state(setup, tx, checkpoint.make_manager(setup.workdir, 1))
-  step = train_step.jit_train_step(setup, tx, schedule, shardings)
-  losses = []
-  for batch in batches:
-    state, metrics = step(state, sharding.global_batch(batch, setup.mesh))
-    losses.append(float(metrics['train_loss']))
-  return np.array(losses), state
-
-
 def test_fsdp_x_tensor_training_has_the_losses_of_one_device(tmp_path, data_dir):
   # SGD: Adam's first steps are about lr * sign(grad), which would turn float noise in near-zero
   # gradients into differences of 2 * lr.
   config = _tiny_config(data_dir, mesh=(('fsdp', 4), ('tensor', 2)),
                         **{'optim.name': 'sgd', 'optim.weight_decay': 0.0, 'lr.base': 0.1})
   setup = train_setup.prepare(config, str(tmp_path / 'fsdp'))
-  rng = np.random.default_rng(0)
-  batches = [{'image': rng.uniform(-1, 1, (16, 16, 16, 3)).astype(np.float32),
-              'label': rng.integers(0, 10, 16).astype(np.int32)} for _ in range(3)]
-  losses, state = _losses(setup, batches)
-  one = sharding.make_mesh((('data', 1),), devices=jax.devices()[:1])
-  reference, one_state = _losses(dataclasses.replace(setup, mesh=one, workdir=str(tmp_path / 'one')),
-                                 batches)
-  np.testing.assert_allclose(losses, reference, rtol=1e-5)
-  chex.assert_trees_all_close(jax.device_get(state.params), jax.device_get(one_state.params),
-                              rtol=1e-5, atol=1e-6)
+  losses, state = helpers.train_as_on_one_device(setup, str(tmp_path / 'one'))
   # Megatron's pattern in each unit: conv1's output channels and conv2's input channels over tensor.
   unit = state.params['block3']['unit1']
   assert unit['conv1']['kernel'].sharding.spec[3] == 'tensor'

@@ -141,8 +141,8 @@ def _drop_path_case():
   combos, outputs = [], []
   for keep in np.ndindex(2, 2, 2, 2):
     scales = [k / (1 - r) for k, r in zip(keep, rates)]
-    for i, block in enumerate(reference.blocks[1:]):
-      block.drop_path1, block.drop_path2 = _Scale(scales[2 * i]), _Scale(scales[2 * i + 1])
+    for i, timm_block in enumerate(reference.blocks[1:]):
+      timm_block.drop_path1, timm_block.drop_path2 = _Scale(scales[2 * i]), _Scale(scales[2 * i + 1])
     combos.append(keep)
     outputs.append(_timm_out(reference, images))
   return params, images, np.array(combos), np.stack(outputs, axis=1)  # [256, 16, D]

@@ -1,7 +1,6 @@
 """The position-embedding ablation (paper Appendix D.4, Table 8): model.posemb none / learn / learn2d /
 relative x model.posemb_where input / every_layer / shared_every_layer. What each kind adds, where it
 enters, resizing to a new grid, sharded training, resume, the errors, and the sweep's table."""
-import dataclasses
 import functools
 import importlib
 import json
@@ -19,9 +18,9 @@ from flax import traverse_util
 from jax.sharding import PartitionSpec as P
 
 import helpers
-from vit_jax import checkpoint, optim, pictures, report, sharding
+from vit_jax import checkpoint, pictures, report, sharding
 from vit_jax.models import VisionTransformer, attention, encoder, loading, posemb, variants
-from vit_jax.train import loop, setup as train_setup, state as train_state, step as train_step
+from vit_jax.train import loop, setup as train_setup
 
 sys.path.insert(0, os.path.join(helpers.REPO, 'launch'))
 import sweep  # pylint: disable=wrong-import-position
@@ -253,7 +252,7 @@ def test_learn2d_resizes_each_axis_and_keeps_linear_embeddings_linear(where):
   loaded = helpers.random_params(model, 12)  # 3x3 patches.
   scope = 'posembed_input' if where == 'input' else 'encoderblock_1/posembed'
   flat = _flat(loaded)
-  columns, rows = np.arange(3.0)[:, None], np.arange(3.0)[:, None]
+  columns = np.arange(3.0)[:, None]
   flat[f'Transformer/{scope}/x_embedding'] = (0.5 + 2.0 * columns * np.ones(16)).astype(np.float32)
   flat[f'Transformer/{scope}/y_embedding'] = np.full((3, 16), 0.7, np.float32)  # Constant.
   loaded = traverse_util.unflatten_dict(flat, sep='/')
@@ -352,17 +351,6 @@ def test_model_config_errors_are_one_line(overrides, message):
 
 # Sharded training, resume.
 
-def _losses(setup, batches):
-  tx, schedule = optim.make_optimizer(setup.config, setup.total_steps)
-  state, shardings, _ = train_state.create_state(setup, tx, checkpoint.make_manager(setup.workdir, 1))
-  step = train_step.jit_train_step(setup, tx, schedule, shardings)
-  losses = []
-  for batch in batches:
-    state, metrics = step(state, sharding.global_batch(batch, setup.mesh))
-    losses.append(float(metrics['train_loss']))
-  return np.array(losses), state
-
-
 _TRAIN = {**helpers.TINY, 'optim.name': 'sgd', 'optim.weight_decay': 0.0, 'lr.base': 0.1,
           'model.dropout_rate': 0.0}
 
@@ -375,16 +363,7 @@ def test_fsdp_x_tensor_training_has_the_losses_of_one_device(tmp_path, data_dir,
   overrides = {**_TRAIN, 'data_dir': data_dir, 'mesh': (('fsdp', 4), ('tensor', 2)),
                'model.posemb': kind, 'model.posemb_where': where, 'model.scan': scan}
   setup = train_setup.prepare(helpers.load_config('demo', overrides), str(tmp_path / 'mesh'))
-  rng = np.random.default_rng(0)
-  batches = [{'image': rng.uniform(-1, 1, (16, 8, 8, 3)).astype(np.float32),
-              'label': rng.integers(0, 10, 16).astype(np.int32)} for _ in range(3)]
-  losses, state = _losses(setup, batches)
-  one = sharding.make_mesh((('data', 1),), devices=jax.devices()[:1])
-  reference, one_state = _losses(dataclasses.replace(setup, mesh=one, workdir=str(tmp_path / 'one')),
-                                 batches)
-  np.testing.assert_allclose(losses, reference, rtol=1e-5)
-  chex.assert_trees_all_close(jax.device_get(state.params), jax.device_get(one_state.params),
-                              rtol=1e-5, atol=1e-6)
+  _, state = helpers.train_as_on_one_device(setup, str(tmp_path / 'one'))
   if kind == 'relative':  # Split over heads with the attention (the stacked layer axis kept whole).
     bias = state.params['Transformer']['encoderblock' if scan else 'encoderblock_0']['relative_posemb']
     assert bias['relative_bias'].sharding.spec == (P(None, None, None, 'tensor') if scan else

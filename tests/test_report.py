@@ -170,6 +170,9 @@ def test_a_run_whose_last_record_is_cut_short_still_reports(sweep_root, tmp_path
   assert _html_cells(paths[1])[1][2:] == ['60', '2', '1.5', '0.5', '0.75']
 
 
+USAGE = 'WORKDIR [WORKDIR ...] --out=DIR | --pivot=ROW_FIELD,COLUMN_FIELD [--metric=M]'
+
+
 @pytest.mark.parametrize('args,error', [
     (['{tmp}/nothing', '--out={tmp}/out'],
      "error: '{tmp}/nothing' does not exist: pass run workdirs or the root of a sweep"),
@@ -179,9 +182,12 @@ def test_a_run_whose_last_record_is_cut_short_still_reports(sweep_root, tmp_path
     (['{tmp}/started', '--out={tmp}/out'],
      'error: no run in {tmp}/started has logged its train loss or an eval metric yet (its '
      'events.out.tfevents.* files)'),
-    (['--out={tmp}/out'], 'error: no WORKDIR given: use WORKDIR [WORKDIR ...] --out=DIR'),
-    (['{tmp}/started'], 'error: no --out given: use WORKDIR [WORKDIR ...] --out=DIR'),
-], ids=['missing', 'no-run', 'no-metrics-yet', 'no-workdir', 'no-out'])
+    (['--out={tmp}/out'], 'error: no WORKDIR given: use ' + USAGE),
+    (['{tmp}/started'], 'error: no --out or --pivot given: use ' + USAGE),
+    (['{tmp}/started', '--pivot=lr.base,total_steps,seed'],
+     'error: --pivot=lr.base,total_steps,seed names 3 fields: give a row and a column field, e.g. '
+     '--pivot=model.posemb,model.posemb_where'),
+], ids=['missing', 'no-run', 'no-metrics-yet', 'no-workdir', 'no-out', 'pivot-fields'])
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, args, error):
   (tmp_path / 'empty' / 'sub').mkdir(parents=True)
   (tmp_path / 'started').mkdir()

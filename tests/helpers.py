@@ -128,3 +128,18 @@ def train_as_on_one_device(setup, one_workdir: str, steps: int = 3) -> tuple[np.
   chex.assert_trees_all_close(jax.device_get(state.params), jax.device_get(one_state.params),
                               rtol=1e-5, atol=1e-6)
   return losses, state
+
+
+def assert_resume_is_bit_exact(config: ml_collections.ConfigDict, full: str, resumed: str) -> None:
+  """Copies the finished run `full` to `resumed` without its last checkpoint, resumes it from the one
+  before with `config`, and asserts the last checkpoint's parameters equal the uninterrupted run's."""
+  import shutil  # pylint: disable=g-import-not-at-top
+  import chex  # pylint: disable=g-import-not-at-top
+  from vit_jax import checkpoint  # pylint: disable=g-import-not-at-top
+  from vit_jax.train import loop, setup as train_setup  # pylint: disable=g-import-not-at-top
+  last = str(checkpoint.saved_steps(full)[-1])
+  shutil.copytree(full, resumed)
+  shutil.rmtree(os.path.join(resumed, 'checkpoints', last))
+  loop.train_and_evaluate(train_setup.prepare(config, resumed))
+  chex.assert_trees_all_equal(checkpoint.restore_params(os.path.join(resumed, 'checkpoints', last))[0],
+                              checkpoint.restore_params(os.path.join(full, 'checkpoints', last))[0])

@@ -2,7 +2,6 @@
 on a mesh, resumed; and the options it refuses."""
 import math
 import os
-import shutil
 
 import chex
 import jax
@@ -12,7 +11,7 @@ from PIL import Image
 import pytest
 
 import helpers
-from vit_jax import checkpoint, export, pictures
+from vit_jax import export, pictures
 from vit_jax.models import VisionTransformer, axial, variants
 from vit_jax.train import loop, setup as train_setup
 
@@ -106,12 +105,8 @@ def test_a_tiny_axial_vit_learns_the_digits_and_resumes_bit_exactly(tmp_path, da
   with pytest.raises(ValueError, match=r'^the pictures show attention over all patches; an '
                                        r'Axial-ViT-testing_4 attends along rows and columns only$'):
     pictures.draw_run(full, str(tmp_path / 'image.png'), str(tmp_path / 'pictures'))
-  resumed = str(tmp_path / 'resumed')
-  shutil.copytree(full, resumed)
-  shutil.rmtree(os.path.join(resumed, 'checkpoints', '150'))
-  loop.train_and_evaluate(train_setup.prepare(helpers.load_config('demo', overrides), resumed))
-  chex.assert_trees_all_equal(checkpoint.restore_params(os.path.join(resumed, 'checkpoints', '150'))[0],
-                              checkpoint.restore_params(os.path.join(full, 'checkpoints', '150'))[0])
+  helpers.assert_resume_is_bit_exact(helpers.load_config('demo', overrides), full,
+                                     str(tmp_path / 'resumed'))
 
 
 def test_remat_recomputes_the_same_axial_blocks():

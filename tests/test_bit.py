@@ -7,7 +7,6 @@ by inverting timm's `_load_weights`, independently of vit_jax's converter.
 import functools
 import os
 import re
-import shutil
 
 import chex
 import jax
@@ -21,7 +20,7 @@ from timm.layers import StdConv2d
 from timm.models.resnetv2 import ResNetV2
 
 import helpers
-from vit_jax import checkpoint, chips, export, fewshot, pictures, plan, predict, run_dir, scaling
+from vit_jax import chips, export, fewshot, pictures, plan, predict, run_dir, scaling
 from vit_jax.models import bit, loading, variants
 from vit_jax.train import loop, setup as train_setup
 
@@ -210,12 +209,7 @@ def test_a_tiny_bit_trains_and_evaluates_in_the_loop(tiny_run):
 
 def test_resume_is_bit_exact(tiny_run, tmp_path):
   full, config, _ = tiny_run
-  resumed = str(tmp_path / 'resumed')
-  shutil.copytree(full, resumed)
-  shutil.rmtree(os.path.join(resumed, 'checkpoints', '12'))
-  loop.train_and_evaluate(train_setup.prepare(config, resumed))
-  chex.assert_trees_all_equal(checkpoint.restore_params(os.path.join(resumed, 'checkpoints', '12'))[0],
-                              checkpoint.restore_params(os.path.join(full, 'checkpoints', '12'))[0])
+  helpers.assert_resume_is_bit_exact(config, full, str(tmp_path / 'resumed'))
 
 
 def test_export_predict_and_timm_agree(tiny_run, tmp_path):

@@ -6,9 +6,16 @@ from typing import Iterator
 from etils import epath
 from google.protobuf import message
 from tensorboard.compat.proto import event_pb2
+from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
 from tensorboard.util import tensor_util
 
 EVENTS = 'events.out.tfevents.*'
+
+
+def encode_record(data: bytes) -> bytes:
+  """One TFRecord, as `read_events` reads them: length, its masked CRC-32C, the data, its CRC."""
+  header = struct.pack('<Q', len(data))
+  return header + struct.pack('<I', masked_crc32c(header)) + data + struct.pack('<I', masked_crc32c(data))
 
 
 def read_events(data: bytes) -> Iterator[event_pb2.Event]:

@@ -2,7 +2,6 @@
 `etils.epath`, so that they go wherever the workdir's checkpoints go (vit_jax/events.py reads them)."""
 import os
 import socket
-import struct
 import time
 from typing import Any, Mapping
 
@@ -12,9 +11,10 @@ from etils import epath
 import numpy as np
 from tensorboard.compat.proto import event_pb2
 from tensorboard.compat.proto import summary_pb2
-from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
 from tensorboard.plugins.hparams import summary_v2 as hparams_summary
 from tensorboard.plugins.scalar import summary_v2 as scalar_summary
+
+from vit_jax import events
 
 _ONLY_SCALARS = "vit_jax's event writer writes scalars and hyper-parameters only"
 
@@ -48,10 +48,7 @@ class EventWriter(interface.MetricWriter):
     self._add(event_pb2.Event(wall_time=time.time(), file_version='brain.Event:2'))
 
   def _add(self, event: event_pb2.Event) -> None:
-    data = event.SerializeToString()
-    header = struct.pack('<Q', len(data))
-    self._records += (header + struct.pack('<I', masked_crc32c(header)) + data
-                      + struct.pack('<I', masked_crc32c(data)))
+    self._records += events.encode_record(event.SerializeToString())
     if time.monotonic() - self._last_flush >= self._flush_secs:
       self.flush()
 

@@ -56,3 +56,20 @@ def test_recipes_trains_each_recipe_and_prints_its_row(data_dir):
   out = _run('recipes.py', '--steps=2', '--only=all four', f'--data_dir={data_dir}', '--header')
   rows = [line for line in out.splitlines() if line.startswith('| + all four |')]
   assert len(rows) == 1 and rows[0].split('|')[2].strip().endswith('%'), out
+
+
+@pytest.mark.slow  # Two end-to-end training runs: our CLI and timm's loop, in their own processes.
+def test_folder_vs_timm_trains_both_sides_on_the_same_folder(tmp_path):
+  # One torch thread: with more, other load on the machine (the rest of the suite) slows timm's steps
+  # many times over.
+  out = _run('folder_vs_timm.py', '--steps=4', '--seeds=0', '--train_fraction=0.1', '--png_size=16',
+             '--timm_threads=1', f'--root={tmp_path / "digits"}', '--header')
+  rows = {line.split('|')[1].strip(): line.split('|') for line in out.splitlines()
+          if line.startswith(('| ours | 0 |', '| timm | 0 |'))}
+  assert set(rows) == {'ours', 'timm'}, out
+  for cells in rows.values():
+    top1, loss, wall, images_per_sec = (float(cells[i]) for i in range(3, 7))
+    assert 0 <= top1 <= 100 and loss > 0 and wall > 0 and images_per_sec > 0, out
+  ratios = [line for line in out.splitlines() if line.startswith('# ours/timm')]
+  assert len(ratios) == 1 and ' points, ' in ratios[0] and ratios[0].endswith('x'), out
+  assert '(142 train / 360 test' in out, out  # The first tenth of each class's train images.

@@ -221,12 +221,14 @@ def _check(process: subprocess.CompletedProcess, what: str, log: str) -> None:
     raise RuntimeError(f'{what} ended with status {process.returncode}; the end of its output:\n{tail}')
 
 
-def run_ours(root: str, seed: int, steps: int, batch_size: int, workdir: str) -> dict[str, float]:
-  """Our CLI on the folder, timed as a whole; the metrics from the event files of its workdir."""
+def run_ours(root: str, seed: int, steps: int, batch_size: int, workdir: str,
+             overrides: list[str]) -> dict[str, float]:
+  """Our CLI on the folder, timed as a whole; the metrics from the event files of its workdir.
+  `overrides`: more FIELD=VALUE config fields, as --config.FIELD=VALUE."""
   from vit_jax import events  # pylint: disable=g-import-not-at-top
   command = [sys.executable, '-m', 'vit_jax.main', '--config=configs/demo.py', f'--workdir={workdir}',
              '--config.dataset=folder', f'--config.data_dir={root}', f'--config.seed={seed}',
-             f'--config.total_steps={steps}']
+             f'--config.total_steps={steps}'] + [f'--config.{field}' for field in overrides]
   log = f'{workdir}.log'
   with open(log, 'w') as output:
     start = time.perf_counter()
@@ -389,6 +391,9 @@ def make_parser() -> argparse.ArgumentParser:
   parser.add_argument('--timm_dropout', default='head', choices=('head', 'ours'),
                       help="head: timm's drop_rate (train.py --drop), before the head; ours: timm's "
                       'pos_drop_rate and proj_drop_rate, where ours drops')
+  parser.add_argument('--ours_config', default='',
+                      help='comma-separated FIELD=VALUE config fields for our side (one factor at a '
+                      'time), e.g. model.weight_init=timm,model.mlp_activation=gelu')
   parser.add_argument('--timm_threads', type=int, default=0,
                       help="torch's threads on the timm side (default 0: one per usable core, as "
                       "JAX's CPU client has)")
@@ -414,12 +419,15 @@ def main() -> None:
   root = os.path.abspath(args.root or default_root(args.png_size, args.train_fraction))
   held = write_folder(root, args.png_size, args.train_fraction)
   recipe = timm_recipe(args.steps, args.timm_dropout)
+  ours_config = [field for field in args.ours_config.split(',') if field]
+  if bad := [field for field in ours_config if '=' not in field]:
+    raise SystemExit(f'--ours_config: {bad} is not FIELD=VALUE, e.g. model.weight_init=timm')
   images = args.steps * recipe['batch_size']
   print(machine())
   print(f'# folder: {root} ({held["images"]["train"]} train / {held["images"]["test"]} test greyscale '
         f'{args.png_size} px PNGs of the digits, train_fraction {args.train_fraction:g}); configs/demo.py, '
         f'{args.steps} steps of {recipe["batch_size"]}; timm dropout: {args.timm_dropout}, torch threads: '
-        f'{args.timm_threads or num_threads()}')
+        f'{args.timm_threads or num_threads()}; ours also: {args.ours_config or "-"}')
   if args.header:
     print(HEADER, flush=True)
   keep = args.workdirs
@@ -433,7 +441,7 @@ def main() -> None:
         if os.path.exists(workdir):  # Our CLI would resume the run there, not train one.
           raise SystemExit(f'{workdir} exists: pass --workdirs a new folder')
         if side == 'ours':
-          result = run_ours(root, seed, args.steps, recipe['batch_size'], workdir)
+          result = run_ours(root, seed, args.steps, recipe['batch_size'], workdir, ours_config)
         else:
           os.makedirs(workdir, exist_ok=True)
           result = run_timm(root, seed, recipe, args.timm_threads or num_threads(), workdir)

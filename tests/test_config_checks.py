@@ -52,6 +52,7 @@ INVALID = {
     'model.posemb': ('sincos', {}, r"Unknown model.posemb 'sincos'"),
     'model.posemb_where': ('stem', {}, r"Unknown model.posemb_where 'stem'"),
     'model.mlp_activation': ('relu', {}, r"Unknown model.mlp_activation 'relu': use one of gelu_tanh, gelu"),
+    'model.weight_init': ('xavier', {}, r"Unknown model.weight_init 'xavier': use one of original, timm"),
     'model.hidden_size': (33, {}, 'hidden_size=33 is not divisible by num_heads=2'),
     'model.mlp_dim': (0, {}, 'mlp_dim=0'),
     'model.num_heads': (0, {}, 'num_heads=0'),
@@ -108,6 +109,8 @@ ALWAYS_VALID = {
     'keep_pre_logits': 'a bool (checked against the checkpoint when init_from is set)',
     'model.scan': 'a bool',
     'pp.flip': 'a bool',
+    'pp.antialias': 'a bool',
+    'pp_eval.antialias': 'a bool',
     'pp.three_augment': 'a bool',
 }
 BAD_EVALS = {

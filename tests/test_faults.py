@@ -465,14 +465,15 @@ def test_the_host_waits_for_the_computation_dispatched_ahead_steps_before():
     assert waited == list(range(i + 1 - dispatch.AHEAD)), (i, waited)
 
 
-# The README's 2 processes x 4 devices, started again and again with a short watchdog. Before the host
-# was held to dispatch.AHEAD steps ahead, about one demo run in five of 300 steps deadlocked in gloo
-# (the steps between two metric fetches could fill a device's 32 computations in flight).
-STRESS_RUNS = 3
+# The README's 2 processes x 4 devices with a short watchdog. Before the host was held to
+# dispatch.AHEAD steps ahead, about one demo run in five of 300 steps deadlocked in gloo (the steps
+# between two metric fetches could fill a device's 32 computations in flight). The bound itself is
+# pinned by the test above; this run is the end-to-end check (one run: each costs ~2 min in the suite).
+STRESS_RUNS = 1
 
 
 @pytest.mark.slow
-def test_two_processes_of_four_devices_run_again_and_again_without_a_hang(tmp_path, data_dir, capfd):
+def test_two_processes_of_four_devices_run_without_a_hang(tmp_path, data_dir, capfd):
   overrides = {**helpers.TINY, 'data_dir': data_dir, 'total_steps': 120, 'log_every_steps': 60,
                'eval_every_steps': 60, 'checkpoint_every_steps': 60, 'hang_timeout_s': 120}
   for run in range(STRESS_RUNS):

@@ -25,7 +25,7 @@ def get_config() -> ml_collections.ConfigDict:
   # random erasing (timm's reprob, random-pixel fill) with probability erase_prob, of erase_area of
   # the image and aspect ratio (height / width) in erase_aspect.
   config.pp = ml_collections.ConfigDict(dict(
-      crop='inception', min_area=0.05, pad=0, flip=True,
+      crop='inception', min_area=0.05, pad=0, flip=True, antialias=False,
       randaug_layers=0, randaug_magnitude=10,
       three_augment=False,
       color_jitter=0.0,
@@ -33,7 +33,9 @@ def get_config() -> ml_collections.ConfigDict:
   ))
   # Eval preprocessing: 'resize' to image_size, or 'central': resize the shorter side to
   # image_size / crop_fraction and take the central image_size square (0.875: 256 -> 224, ImageNet's).
-  config.pp_eval = ml_collections.ConfigDict(dict(crop='resize', crop_fraction=0.875))
+  # antialias (pp and pp_eval): shrink with PIL's (timm's) antialiased bilinear filter instead of
+  # TensorFlow's default 2x2 one (the original code's); it matters when shrinking by more than 2.
+  config.pp_eval = ml_collections.ConfigDict(dict(crop='resize', crop_fraction=0.875, antialias=False))
   # Each epoch is a seeded permutation of the train split. Only tfds datasets prepared as TFRecord
   # (read in file order) use this: windows of about this many records over randomly ordered pieces
   # of the files are permuted; image folders and ArrayRecord datasets are fully permuted by index.
@@ -66,6 +68,9 @@ def get_config() -> ml_collections.ConfigDict:
       attention_dropout_rate=config_dict.placeholder(float),
       # 'gelu_tanh' (the original checkpoints') | 'gelu' (exact: timm's and Hugging Face's models).
       mlp_activation=config_dict.placeholder(str),
+      # 'original' (the modules' own initialisers, the original code's) | 'timm' (timm's
+      # VisionTransformer: matrices ~N(0, 0.02), a random head; vit_jax/models/inits.py).
+      weight_init=config_dict.placeholder(str),
       # The hybrid's ResNet stem (set by R50+ViT-* variants): units per stage and a width multiplier.
       resnet_layers=config_dict.placeholder(tuple),
       resnet_width_factor=config_dict.placeholder(float),

@@ -34,7 +34,7 @@ BATCH_SIZE = 64
 _USAGE = '--workdir=W [--step=N] (or --export=DIR) [--top_k=5] IMAGES_OR_FOLDERS...'
 
 # config.pp_eval's default: what runs and exports made before the field prepared images with.
-DEFAULT_PP_EVAL = {'crop': 'resize', 'crop_fraction': 0.875}
+DEFAULT_PP_EVAL = {'crop': 'resize', 'crop_fraction': 0.875, 'antialias': False}
 Prediction = tuple[str, list[tuple[str, float]]]  # (path, [(label, probability), ...] best first)
 
 
@@ -108,7 +108,9 @@ def model_input(image: np.ndarray, image_size: int,
   """The eval preprocessing of the input pipeline (the crop of `pp_eval`, a config.pp_eval): float32
   [image_size, image_size, 3] in [-1, 1]."""
   from vit_jax.data import preprocess  # pylint: disable=g-import-not-at-top
-  return preprocess.eval_preprocess(image, pp_eval=ml_collections.ConfigDict(dict(pp_eval)),
+  # Fields newer than the run or export take their defaults, which is how it prepared its images.
+  pp_eval = ml_collections.ConfigDict({**DEFAULT_PP_EVAL, **pp_eval})
+  return preprocess.eval_preprocess(image, pp_eval=pp_eval,
                                     image_size=image_size).numpy()
 
 

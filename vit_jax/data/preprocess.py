@@ -47,9 +47,13 @@ def decode(data: tf.Tensor) -> tf.Tensor:
   return tf.io.decode_image(data, channels=3, expand_animations=False)
 
 
-def resize(image: tf.Tensor, size: int) -> tf.Tensor:
-  """Bilinear resize of [h, w, 3] to float32 [size, size, 3] in the input's value range."""
-  return tf.image.resize(image, (size, size), method='bilinear')
+def resize(image: tf.Tensor, size: int, antialias: bool = False) -> tf.Tensor:
+  """Bilinear resize of [h, w, 3] to float32 [size, size, 3] in the input's value range.
+
+  `antialias`: when shrinking, each output pixel averages every input pixel under the scaled triangle
+  filter (PIL's resize, so timm's transforms); without it, only the 2x2 nearest ones (TensorFlow's
+  default and the original code's), which aliases fine detail when downscaling by more than 2."""
+  return tf.image.resize(image, (size, size), method='bilinear', antialias=antialias)
 
 
 def normalize(image: tf.Tensor) -> tf.Tensor:
@@ -76,21 +80,22 @@ def pad_and_random_crop(image: tf.Tensor, seed: tf.Tensor, pad: int) -> tf.Tenso
   return tf.image.stateless_random_crop(padded, tf.shape(image), seed=seed)
 
 
-def central_crop(image: tf.Tensor, size: int, crop_fraction: float) -> tf.Tensor:
+def central_crop(image: tf.Tensor, size: int, crop_fraction: float,
+                 antialias: bool = False) -> tf.Tensor:
   """Bilinear resize keeping the aspect ratio, the shorter side to round(size / crop_fraction), then
   the central size x size square (ImageNet's eval: 256 -> 224 at 0.875), float32 in the input's
-  range."""
+  range; `antialias` as in `resize`."""
   shape = tf.cast(tf.shape(image)[:2], tf.float32)
   # The shorter side comes out exactly `target`: target * side / side is exact in float32.
   target = round(size / crop_fraction)
   scaled = tf.cast(tf.round(shape * target / tf.reduce_min(shape)), tf.int32)
   offset = (scaled - size) // 2
-  return tf.slice(tf.image.resize(image, scaled, method='bilinear'),
+  return tf.slice(tf.image.resize(image, scaled, method='bilinear', antialias=antialias),
                   [offset[0], offset[1], 0], [size, size, 3])
 
 
 def _inception(image, seed, pp, image_size):
-  return resize(inception_crop(image, seed, pp.min_area), image_size)
+  return resize(inception_crop(image, seed, pp.min_area), image_size, pp.antialias)
 
 
 def _check_min_area(pp: ml_collections.ConfigDict) -> None:
@@ -99,7 +104,7 @@ def _check_min_area(pp: ml_collections.ConfigDict) -> None:
 
 
 def _random(image, seed, pp, image_size):
-  return pad_and_random_crop(resize(image, image_size), seed, pp.pad)
+  return pad_and_random_crop(resize(image, image_size, pp.antialias), seed, pp.pad)
 
 
 def _check_pad(pp: ml_collections.ConfigDict) -> None:
@@ -108,8 +113,8 @@ def _check_pad(pp: ml_collections.ConfigDict) -> None:
 
 
 def _resize(image, seed, pp, image_size):
-  del seed, pp  # Deterministic, and reads no field.
-  return resize(image, image_size)
+  del seed  # Deterministic.
+  return resize(image, image_size, pp.antialias)
 
 
 def _flip(image, seed, pp, image_size):
@@ -210,12 +215,11 @@ def train_preprocess(image: tf.Tensor, seed: tf.Tensor, *, pp: ml_collections.Co
 
 
 def _central(image, pp_eval, image_size):
-  return central_crop(image, image_size, pp_eval.crop_fraction)
+  return central_crop(image, image_size, pp_eval.crop_fraction, pp_eval.antialias)
 
 
 def _eval_resize(image, pp_eval, image_size):
-  del pp_eval  # Reads no field.
-  return resize(image, image_size)
+  return resize(image, image_size, pp_eval.antialias)
 
 
 # config.pp_eval.crop -> (image, pp_eval, image_size) -> float32 [image_size, image_size, 3] in

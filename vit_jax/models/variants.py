@@ -18,6 +18,7 @@ import flax.linen as nn
 from vit_jax.models import bit
 from vit_jax.models.attention import ATTENTION_FNS
 from vit_jax.models.block import MLP_ACTIVATIONS
+from vit_jax.models.inits import WEIGHT_INITS
 from vit_jax.models.pooling import CLASSIFIERS
 from vit_jax.models.posemb import POSEMB_WHERE, POSEMBS
 from vit_jax.models.resnet import stem_stride
@@ -70,7 +71,7 @@ def _vit_model_config(variant: str, overrides: Optional[Mapping[str, Any]] = Non
       num_heads=num_heads, classifier='gap' if match['axial'] else 'token', fc_norm=False, posemb='learn', posemb_where='input',
       drop_path_rate=0.0,
       representation_size=None, dropout_rate=0.0, attention_dropout_rate=0.0, attention='xla',
-      remat=None, scan=False, mlp_activation='gelu_tanh', block='axial' if match['axial'] else 'standard',
+      remat=None, scan=False, mlp_activation='gelu_tanh', weight_init='original', block='axial' if match['axial'] else 'standard',
       resnet_layers=R50_LAYERS if match['hybrid'] else None, resnet_width_factor=1.0)
   for key, value in (overrides or {}).items():
     if key not in model:
@@ -140,6 +141,12 @@ def _check_fields(model: dict[str, Any]) -> None:
   if model['mlp_activation'] not in MLP_ACTIVATIONS:
     raise ValueError(f"Unknown model.mlp_activation {model['mlp_activation']!r}: use one of "
                      f"{', '.join(MLP_ACTIVATIONS)} (gelu: timm's and Hugging Face's exact GELU)")
+  if model['weight_init'] not in WEIGHT_INITS:
+    raise ValueError(f"Unknown model.weight_init {model['weight_init']!r}: use one of "
+                     f"{', '.join(WEIGHT_INITS)} (timm: timm's VisionTransformer initialisation)")
+  if model['weight_init'] != 'original' and model['resnet_layers'] is not None:
+    raise ValueError(f"model.weight_init='{model['weight_init']}' re-draws a pure ViT; a hybrid's "
+                     "ResNet stem has no such scheme: set --config.model.weight_init=original")
   if model['posemb'] not in POSEMBS:
     raise ValueError(f"Unknown model.posemb {model['posemb']!r}: use one of {', '.join(POSEMBS)}")
   if model['posemb'] == 'sincos2d' and (model['hidden_size'] % 4 or model['hidden_size'] < 8):

@@ -47,6 +47,8 @@ class ViTBackbone(nn.Module):
   dropout_rate: float = 0.0
   attention_dropout_rate: float = 0.0
   mlp_activation: str = 'gelu_tanh'  # A key of block.MLP_ACTIVATIONS.
+  # A key of inits.WEIGHT_INITS: how the training state draws the first parameters (see inits.redraw).
+  weight_init: str = 'original'
   block: str = 'standard'  # A key of encoder.BLOCKS: 'axial' for Axial-ViT.
   dtype: Dtype = jnp.float32
   attention: str = 'xla'  # A key of ATTENTION_FNS.

@@ -16,7 +16,7 @@ from absl import logging
 from etils import epath
 
 from vit_jax import checkpoint, run_dir, sharding
-from vit_jax.models import scan_layout
+from vit_jax.models import inits, scan_layout
 from vit_jax.train.setup import Setup
 
 
@@ -35,6 +35,7 @@ def init_state(key: jax.Array, *, model: nn.Module, tx: optax.GradientTransforma
   # paths change the speed of a run, never its results.
   params = scan_layout.per_block(model).init({'params': key, 'mpp': key},
                                              jnp.zeros((1, image_size, image_size, 3)), train=False)['params']
+  params = inits.redraw(getattr(model, 'weight_init', 'original'), params, key)  # BiT has one way.
   return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params),
                     ema_params=params if polyak else None)
 

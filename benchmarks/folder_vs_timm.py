@@ -19,7 +19,9 @@ weight decay 0.05 on the weight matrices, 100 warmup steps then cosine to 0, gra
 1, batch 128), with --steps steps:
   ours: `python -m vit_jax.main --config=configs/demo.py --config.dataset=folder --config.data_dir=ROOT
         --config.seed=S --config.total_steps=N`, one process per run as a user runs it (it preloads
-        mimalloc itself), with the demo's cadence of logging, evaluation and checkpoints;
+        mimalloc itself), with the demo's cadence of logging, evaluation and checkpoints; the runs
+        share a compilation cache of this command's own (as a user's runs share theirs), so the
+        first run of ours compiles and the later ones load (--no_compile_cache: all compile);
   timm: a training loop written with timm's public API as its users write one, read from the same
         config: `timm.create_model('vit_tiny_patch16_224', ...)` of the same shape, `drop_rate` its
         dropout (train.py's --drop; --timm_dropout=ours puts it where ours has it instead),
@@ -262,9 +264,10 @@ def _check(process: subprocess.CompletedProcess, what: str, log: str) -> None:
 
 
 def run_ours(root: str, seed: int, steps: int, batch_size: int, workdir: str,
-             overrides: list[str]) -> dict[str, float]:
+             overrides: list[str], compile_cache: str | None) -> dict[str, float]:
   """Our CLI on the folder, timed as a whole; the metrics from the event files of its workdir.
-  `overrides`: more FIELD=VALUE config fields, as --config.FIELD=VALUE."""
+  `overrides`: more FIELD=VALUE config fields, as --config.FIELD=VALUE; `compile_cache`: the folder of
+  its persistent compilation cache (None: off)."""
   from vit_jax import events  # pylint: disable=g-import-not-at-top
   command = [sys.executable, '-m', 'vit_jax.main', '--config=configs/demo.py', f'--workdir={workdir}',
              '--config.dataset=folder', f'--config.data_dir={root}', f'--config.seed={seed}',
@@ -272,7 +275,10 @@ def run_ours(root: str, seed: int, steps: int, batch_size: int, workdir: str,
   log = f'{workdir}.log'
   with open(log, 'w') as output:
     start = time.perf_counter()
-    process = subprocess.run(command, cwd=REPO, stdout=output, stderr=subprocess.STDOUT, check=False)
+    env = dict(os.environ, **({'JAX_COMPILATION_CACHE_DIR': compile_cache} if compile_cache else
+                              {'VIT_JAX_COMPILATION_CACHE': 'off'}))
+    process = subprocess.run(command, cwd=REPO, env=env, stdout=output, stderr=subprocess.STDOUT,
+                             check=False)
     wall_s = time.perf_counter() - start
   _check(process, ' '.join(command), log)
   scalars = events.read_scalars(workdir)
@@ -437,6 +443,10 @@ def make_parser() -> argparse.ArgumentParser:
   parser.add_argument('--ours_config', default='',
                       help='comma-separated FIELD=VALUE config fields for our side (one factor at a '
                       'time), e.g. model.weight_init=timm,model.mlp_activation=gelu')
+  parser.add_argument('--no_compile_cache', action='store_true',
+                      help="compile every run of ours (default: the runs share a compilation cache "
+                      "of this command's own, so that the first compiles and later runs load, as a "
+                      "user's second run does; vit_jax/compile_cache.py)")
   parser.add_argument('--timm_threads', type=int, default=0,
                       help="torch's threads on the timm side (default 0: one per usable core, as "
                       "JAX's CPU client has)")
@@ -485,7 +495,8 @@ def main() -> None:
         if os.path.exists(workdir):  # Our CLI would resume the run there, not train one.
           raise SystemExit(f'{workdir} exists: pass --workdirs a new folder')
         if side == 'ours':
-          result = run_ours(root, seed, args.steps, recipe['batch_size'], workdir, ours_config)
+          result = run_ours(root, seed, args.steps, recipe['batch_size'], workdir, ours_config,
+                            None if args.no_compile_cache else os.path.join(base, 'xla_cache'))
         else:
           os.makedirs(workdir, exist_ok=True)
           result = run_timm(root, seed, recipe, args.timm_threads or num_threads(), workdir)

@@ -16,11 +16,9 @@ writes, from checkpoint N of W (default: the latest), using the Polyak average w
                        written for what timm's ViT cannot hold, a BiT included: config.json's "timm"
                        says why).
 """
-if __name__ == '__main__':  # Before anything allocates: see vit_jax/allocator.py.
-  from vit_jax import allocator  # pylint: disable=g-import-not-at-top
-  allocator.use_mimalloc()
-  from vit_jax import quiet  # pylint: disable=g-import-not-at-top
-  quiet.quiet_tensorflow()
+if __name__ == '__main__':  # Before anything allocates or loads jax: see vit_jax/startup.py.
+  from vit_jax import startup  # pylint: disable=g-import-not-at-top
+  startup.prepare_process()
 
 import json
 from typing import Any, Optional

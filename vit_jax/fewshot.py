@@ -5,11 +5,9 @@
 prints the accuracy per number of shots, for the run's ViT backbone (its Polyak average if kept) on
 the run's unaugmented train and eval splits.
 """
-if __name__ == '__main__':  # Before anything allocates: see vit_jax/allocator.py.
-  from vit_jax import allocator  # pylint: disable=g-import-not-at-top
-  allocator.use_mimalloc()
-  from vit_jax import quiet  # pylint: disable=g-import-not-at-top
-  quiet.quiet_tensorflow()
+if __name__ == '__main__':  # Before anything allocates or loads jax: see vit_jax/startup.py.
+  from vit_jax import startup  # pylint: disable=g-import-not-at-top
+  startup.prepare_process()
 
 from typing import Optional, Sequence
 

@@ -1,7 +1,7 @@
 """Entry point: `python -m vit_jax.main --config=configs/X.py[:arg] --workdir=DIR [--config.field=value]`."""
-if __name__ == '__main__':  # Before anything allocates: see vit_jax/allocator.py.
-  from vit_jax import allocator  # pylint: disable=g-import-not-at-top
-  allocator.use_mimalloc()
+if __name__ == '__main__':  # Before anything allocates or loads jax: see vit_jax/startup.py.
+  from vit_jax import startup  # pylint: disable=g-import-not-at-top
+  startup.prepare_process()
 
 import logging as python_logging
 import os
@@ -116,7 +116,9 @@ def main(argv: list[str]) -> None:
   import jax  # pylint: disable=g-import-not-at-top
   if jax.process_index() > 0:  # Process 0 speaks for the run.
     logging.set_verbosity(logging.WARNING)
-  logging.info('malloc: %s (see vit_jax/allocator.py)', allocator.in_effect())
+  logging.info('malloc: %s (see vit_jax/allocator.py); compilation cache: %s (see '
+               'vit_jax/compile_cache.py)', allocator.in_effect(),
+               jax.config.jax_compilation_cache_dir or 'off')
   # Imported here so that `--help` and flag errors answer before TensorFlow and JAX load.
   from vit_jax import checkpoint  # pylint: disable=g-import-not-at-top
   from vit_jax.train import loop, preemption, setup, state  # pylint: disable=g-import-not-at-top

@@ -15,11 +15,9 @@ after layer l draws on each input token. The map is the class token's row over t
 model, without a class token, the mean of all rows). The attention weights are those the model's
 attention modules sow into its 'intermediates' collection.
 """
-if __name__ == '__main__':  # Before anything allocates: see vit_jax/allocator.py.
-  from vit_jax import allocator  # pylint: disable=g-import-not-at-top
-  allocator.use_mimalloc()
-  from vit_jax import quiet  # pylint: disable=g-import-not-at-top
-  quiet.quiet_tensorflow()
+if __name__ == '__main__':  # Before anything allocates or loads jax: see vit_jax/startup.py.
+  from vit_jax import startup  # pylint: disable=g-import-not-at-top
+  startup.prepare_process()
 
 import io
 import math

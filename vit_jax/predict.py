@@ -9,11 +9,9 @@ training, so the model sees what evaluation showed it. `--export=DIR` runs `DIR/
 `vit_jax.export`) and needs no model code. A file that cannot be read or decoded is reported on stderr
 in one line and skipped. Exit status: 0 if at least one image was predicted, 1 if none, 2 on bad input.
 """
-if __name__ == '__main__':  # Before anything allocates: see vit_jax/allocator.py.
-  from vit_jax import allocator  # pylint: disable=g-import-not-at-top
-  allocator.use_mimalloc()
-  from vit_jax import quiet  # pylint: disable=g-import-not-at-top
-  quiet.quiet_tensorflow()
+if __name__ == '__main__':  # Before anything allocates or loads jax: see vit_jax/startup.py.
+  from vit_jax import startup  # pylint: disable=g-import-not-at-top
+  startup.prepare_process()
 
 import dataclasses
 import functools

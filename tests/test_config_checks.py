@@ -47,6 +47,7 @@ INVALID = {
     'model.attention_dropout_rate': (1.5, {}, 'attention_dropout_rate=1.5'),
     'model.classifier': ('mean', {}, "Unknown model.classifier 'mean'"),
     'model.dropout_rate': (-0.1, {}, 'dropout_rate=-0.1'),
+    'model.head_dropout_rate': (1.0, {}, r'model.head_dropout_rate=1.0 must be in \[0, 1\)'),
     'model.drop_path_rate': (1.0, {}, r'model.drop_path_rate=1.0 must be in \[0, 1\)'),
     'model.fc_norm': (True, {}, r"model.fc_norm=True changes nothing with model.classifier='token'"),
     'model.posemb': ('sincos', {}, r"Unknown model.posemb 'sincos'"),

@@ -94,6 +94,22 @@ def test_zero_head_gives_zero_logits_and_dropout_needs_train():
   assert not np.allclose(eval_logits, train_logits)
 
 
+def test_head_dropout_drops_the_pooled_features_before_the_head_only_in_training():
+  # timm's drop_rate: fc_norm -> dropout -> head. An identity head shows the dropped features as logits.
+  model = _tiny(num_heads=2, head_dropout_rate=0.5)
+  model = model.clone(num_classes=model.hidden_size)
+  images = jax.random.normal(jax.random.key(1), (64, 16, 16, 3))
+  params = model.init(jax.random.key(0), images)['params']
+  params['head']['kernel'] = jnp.eye(model.hidden_size)
+  features = model.clone(num_classes=None).apply({'params': params}, images, train=True)
+  np.testing.assert_array_equal(model.apply({'params': params}, images), features)
+  train_logits = np.asarray(model.apply({'params': params}, images, train=True,
+                                        rngs={'dropout': jax.random.key(3)}))
+  kept = train_logits != 0
+  np.testing.assert_allclose(train_logits[kept], 2 * np.asarray(features)[kept], rtol=1e-6)
+  assert abs(kept.mean() - 0.5) < 0.05
+
+
 def test_bfloat16_compute_keeps_float32_params_and_logits():
   model = VisionTransformer(num_classes=5, dtype=jnp.bfloat16,
                             **variants.get_model_config('ViT-testing_4'))

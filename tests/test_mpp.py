@@ -36,7 +36,7 @@ def test_corruption_follows_the_bert_proportions():
 
 def _mpp_and_classifier(variant, **overrides):
   config = variants.get_model_config(variant, overrides)
-  del config['representation_size']
+  del config['representation_size'], config['head_dropout_rate']
   return (mpp.MaskedPatchPredictor(**config),
           VisionTransformer(num_classes=None, representation_size=None, **config))
 
@@ -93,8 +93,11 @@ def test_mpp_pretraining_then_finetuning(tmp_path):
   assert np.isfinite(loop.train_and_evaluate(setup)['eval_loss'])
 
 
-def test_mpp_has_no_pre_logits(tmp_path):
+@pytest.mark.parametrize('field,value,fix', [
+    ('model.representation_size', 16, 'unset config.model.representation_size'),
+    ('model.head_dropout_rate', 0.1, 'set config.model.head_dropout_rate=0')])
+def test_mpp_has_no_pre_logits_and_no_head(tmp_path, field, value, fix):
   config = helpers.load_config('mpp_demo', {**helpers.TINY, 'data_dir': str(tmp_path / 'tfds'),
-                                            'model.representation_size': 16})
-  with pytest.raises(ValueError, match='unset config.model.representation_size'):
+                                            field: value})
+  with pytest.raises(ValueError, match=fix):
     train_setup.prepare(config, str(tmp_path / 'w'))

@@ -64,8 +64,11 @@ def get_config() -> ml_collections.ConfigDict:
       # depth from 0 to this in the last block.
       drop_path_rate=config_dict.placeholder(float),
       representation_size=config_dict.placeholder(int),  # tanh pre-logits layer width; unset = none
+      # Dropout after the position embeddings, the attention and in the MLP (the original ViT's), of
+      # the attention weights, and of the pooled features before the head (timm's drop_rate).
       dropout_rate=config_dict.placeholder(float),
       attention_dropout_rate=config_dict.placeholder(float),
+      head_dropout_rate=config_dict.placeholder(float),
       # 'gelu_tanh' (the original checkpoints') | 'gelu' (exact: timm's and Hugging Face's models).
       mlp_activation=config_dict.placeholder(str),
       # 'original' (the modules' own initialisers, the original code's) | 'timm' (timm's

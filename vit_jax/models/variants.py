@@ -70,7 +70,8 @@ def _vit_model_config(variant: str, overrides: Optional[Mapping[str, Any]] = Non
       patch_size=int(match['patch']), hidden_size=hidden_size, num_layers=num_layers, mlp_dim=mlp_dim,
       num_heads=num_heads, classifier='gap' if match['axial'] else 'token', fc_norm=False, posemb='learn', posemb_where='input',
       drop_path_rate=0.0,
-      representation_size=None, dropout_rate=0.0, attention_dropout_rate=0.0, attention='xla',
+      representation_size=None, dropout_rate=0.0, attention_dropout_rate=0.0, head_dropout_rate=0.0,
+      attention='xla',
       remat=None, scan=False, mlp_activation='gelu_tanh', weight_init='original', block='axial' if match['axial'] else 'standard',
       resnet_layers=R50_LAYERS if match['hybrid'] else None, resnet_width_factor=1.0)
   for key, value in (overrides or {}).items():
@@ -128,7 +129,7 @@ def _check_fields(model: dict[str, Any]) -> None:
   if model['representation_size'] is not None and model['representation_size'] < 1:
     raise ValueError(f"model.representation_size={model['representation_size']} must be a positive "
                      'width (or unset for no pre-logits layer)')
-  for name in ('dropout_rate', 'attention_dropout_rate', 'drop_path_rate'):
+  for name in ('dropout_rate', 'attention_dropout_rate', 'head_dropout_rate', 'drop_path_rate'):
     if not 0.0 <= model[name] < 1.0:
       raise ValueError(f'model.{name}={model[name]} must be in [0, 1), e.g. 0.1')
   if model['classifier'] not in CLASSIFIERS:

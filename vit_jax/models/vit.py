@@ -115,10 +115,13 @@ class VisionTransformer(ViTBackbone, kw_only=True):
   """ViT classifier: the backbone, a pooling (`classifier`: class token, GAP or MAP), head.
 
   `representation_size` adds the tanh pre-logits layer used in pretraining; `num_classes=None` returns
-  the pooled (pre-logits) representation. Logits are float32 whatever the compute `dtype`.
+  the pooled (pre-logits) representation, before `head_dropout_rate`'s dropout. Logits are float32 whatever the compute `dtype`.
   """
   num_classes: Optional[int]
   representation_size: Optional[int] = None
+  # Dropout of the pooled features before the head at train time (timm's `drop_rate`, train.py's
+  # --drop); the original model has none: its `dropout_rate` acts inside the encoder.
+  head_dropout_rate: float = 0.0
 
   @nn.compact
   def __call__(self, images: jnp.ndarray, *, train: bool = False) -> jnp.ndarray:
@@ -129,6 +132,7 @@ class VisionTransformer(ViTBackbone, kw_only=True):
       x = nn.tanh(nn.Dense(self.representation_size, dtype=self.dtype, name='pre_logits')(x))
     if self.num_classes is None:
       return x.astype(jnp.float32)
+    x = nn.Dropout(self.head_dropout_rate)(x, deterministic=not train)
     # Zero-initialised head: the fine-tuning recipe of the paper, and harmless for pretraining.
     x = nn.Dense(self.num_classes, dtype=self.dtype, kernel_init=nn.initializers.zeros,
                  name='head')(x)

@@ -39,6 +39,9 @@ def make_model(config: ml_collections.ConfigDict, num_classes: int | None) -> nn
   if kwargs.pop('representation_size') is not None:
     raise ValueError('config.task=mpp predicts colours from patch tokens and has no pre-logits '
                      'layer: unset config.model.representation_size')
+  if kwargs.pop('head_dropout_rate'):
+    raise ValueError('config.task=mpp has no classifier head to drop the features of: set '
+                     'config.model.head_dropout_rate=0 (or use model.dropout_rate)')
   return MaskedPatchPredictor(mask_rate=config.mpp.mask_rate, num_bits=config.mpp.num_bits,
                               dtype=jnp.dtype(config.dtype), **kwargs)
 

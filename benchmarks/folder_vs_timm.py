@@ -14,7 +14,7 @@ is written once under --root (default: a folder in the temp dir named after both
 while its marker file says that it holds the same.
 
 The recipe is configs/demo.py's (a ViT of width 64, 4 layers, 4 heads, MLP 128, 16 px images in 4x4
-patches; dropout 0.1, label smoothing 0.1, inception crop of >= 65% of the area, no flip; AdamW 1e-3,
+patches; its dropout, label smoothing 0.1, inception crop of >= 65% of the area, no flip; AdamW 1e-3,
 weight decay 0.05 on the weight matrices, 100 warmup steps then cosine to 0, gradient norm clipped at
 1, batch 128), with --steps steps:
   ours: `python -m vit_jax.main --config=configs/demo.py --config.dataset=folder --config.data_dir=ROOT
@@ -23,8 +23,9 @@ weight decay 0.05 on the weight matrices, 100 warmup steps then cosine to 0, gra
         share a compilation cache of this command's own (as a user's runs share theirs), so the
         first run of ours compiles and the later ones load (--no_compile_cache: all compile);
   timm: a training loop written with timm's public API as its users write one, read from the same
-        config: `timm.create_model('vit_tiny_patch16_224', ...)` of the same shape, `drop_rate` its
-        dropout (train.py's --drop; --timm_dropout=ours puts it where ours has it instead),
+        config: `timm.create_model('vit_tiny_patch16_224', ...)` of the same shape and dropout
+        (model.head_dropout_rate as `drop_rate`, train.py's --drop; model.dropout_rate as
+        `pos_drop_rate` and `proj_drop_rate`),
         `timm.data.create_transform` (RandomResizedCrop of the same scale range, no flip, no colour
         jitter, mean = std = 0.5 so that pixels land in [-1, 1] as ours), torchvision's ImageFolder
         (RGB) in a DataLoader (shuffle, drop_last, 2 persistent workers: train.py -j 2),
@@ -56,8 +57,7 @@ tanh approximation, the original checkpoints'; timm: exact), the crop sampler (T
 sample_distorted_bounding_box: up to 100 tries, aspect ratio uniform; timm: 10 tries then a central
 crop, log-uniform) and the resize (TensorFlow's bilinear without antialiasing; PIL's with it), the data
 order (ours: a seeded permutation per epoch, batches running across epochs; timm: a DataLoader with
-drop_last), and with the default --timm_dropout=head, where the dropout is (timm's drop_rate drops the
-pooled features before the head; ours drops after the position embeddings, the attention and in the MLP).
+drop_last).
 """
 import os  # pylint: disable=g-bad-import-order
 import sys
@@ -207,7 +207,7 @@ def write_folder(root: str, source: str, png_size: int, train_fraction: float) -
 # The recipe, read from configs/demo.py for both sides.
 
 
-def timm_recipe(steps: int, timm_dropout: str) -> dict[str, Any]:
+def timm_recipe(steps: int) -> dict[str, Any]:
   """configs/demo.py with `steps` steps, in the terms of timm's loop (what `train_timm` reads)."""
   from configs import demo  # pylint: disable=g-import-not-at-top
   from vit_jax.models import variants  # pylint: disable=g-import-not-at-top
@@ -228,15 +228,14 @@ def timm_recipe(steps: int, timm_dropout: str) -> dict[str, Any]:
     value = (config[section] if section else config)[field]
     if value:
       raise ValueError(f'configs/demo.py sets {name}={value!r}, which the timm side does not follow')
-  dropout = model['dropout_rate'] or 0.0
   return {
       'steps': steps, 'image_size': config.image_size, 'patch_size': model['patch_size'],
       'embed_dim': model['hidden_size'], 'depth': model['num_layers'], 'num_heads': model['num_heads'],
       'mlp_ratio': model['mlp_dim'] / model['hidden_size'],
-      # timm's drop_rate (train.py --drop) drops the pooled features before the head; ours drops after
-      # the position embeddings (timm's pos_drop_rate), the attention and in the MLP (proj_drop_rate).
-      'dropout': ({'drop_rate': dropout} if timm_dropout == 'head' else
-                  {'pos_drop_rate': dropout, 'proj_drop_rate': dropout}),
+      # timm's drop_rate (train.py --drop) drops the pooled features before the head, as ours'
+      # head_dropout_rate; its pos_drop_rate and proj_drop_rate are where ours' dropout_rate drops.
+      'dropout': {'drop_rate': model['head_dropout_rate'], 'pos_drop_rate': model['dropout_rate'],
+                  'proj_drop_rate': model['dropout_rate']},
       'min_area': config.pp.min_area, 'flip': config.pp.flip,
       'label_smoothing': config.label_smoothing, 'batch_size': config.batch_size,
       'eval_batch_size': config.eval_batch_size, 'lr': config.lr.base, 'lr_end': config.lr.end,
@@ -437,9 +436,6 @@ def make_parser() -> argparse.ArgumentParser:
                       'mnist5k 28)')
   parser.add_argument('--train_fraction', type=float, default=1.0,
                       help="the first fraction of each class's train images that is kept")
-  parser.add_argument('--timm_dropout', default='head', choices=('head', 'ours'),
-                      help="head: timm's drop_rate (train.py --drop), before the head; ours: timm's "
-                      'pos_drop_rate and proj_drop_rate, where ours drops')
   parser.add_argument('--ours_config', default='',
                       help='comma-separated FIELD=VALUE config fields for our side (one factor at a '
                       'time), e.g. model.weight_init=timm,model.mlp_activation=gelu')
@@ -472,7 +468,7 @@ def main() -> None:
   png_size = args.png_size or SOURCES[args.source][2]
   root = os.path.abspath(args.root or default_root(args.source, png_size, args.train_fraction))
   held = write_folder(root, args.source, png_size, args.train_fraction)
-  recipe = timm_recipe(args.steps, args.timm_dropout)
+  recipe = timm_recipe(args.steps)
   ours_config = [field for field in args.ours_config.split(',') if field]
   if bad := [field for field in ours_config if '=' not in field]:
     raise SystemExit(f'--ours_config: {bad} is not FIELD=VALUE, e.g. model.weight_init=timm')
@@ -480,7 +476,7 @@ def main() -> None:
   print(machine())
   print(f'# folder: {root} ({held["images"]["train"]} train / {held["images"]["test"]} test greyscale '
         f'{png_size} px PNGs of {args.source}, train_fraction {args.train_fraction:g}); configs/demo.py, '
-        f'{args.steps} steps of {recipe["batch_size"]}; timm dropout: {args.timm_dropout}, torch threads: '
+        f'{args.steps} steps of {recipe["batch_size"]}; timm dropout: {recipe["dropout"]}, torch threads: '
         f'{args.timm_threads or num_threads()}; ours also: {args.ours_config or "-"}')
   if args.header:
     print(HEADER, flush=True)

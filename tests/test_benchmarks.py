@@ -5,6 +5,7 @@ import sys
 import pytest
 
 import helpers
+from vit_jax.models import variants
 
 sys.path.insert(0, f'{helpers.REPO}/benchmarks')
 import train_step  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -73,3 +74,8 @@ def test_folder_vs_timm_trains_both_sides_on_the_same_folder(tmp_path):
   ratios = [line for line in out.splitlines() if line.startswith('# ours/timm')]
   assert len(ratios) == 1 and ' points, ' in ratios[0] and ratios[0].endswith('x'), out
   assert '(142 train / 360 test' in out, out  # The first tenth of each class's train images.
+  # timm drops where the demo config drops: the head's features, and inside the encoder.
+  config = helpers.load_config('demo')
+  model = variants.get_model_config(config.variant, config.model.to_dict())
+  assert (f"timm dropout: {{'drop_rate': {model['head_dropout_rate']}, 'pos_drop_rate': "
+          f"{model['dropout_rate']}, 'proj_drop_rate': {model['dropout_rate']}}}") in out, out

@@ -7,6 +7,7 @@ extra; without them these tests fail rather than skip.
 import json
 import os
 
+import jax
 import ml_dtypes
 import numpy as np
 import pytest
@@ -76,6 +77,26 @@ def test_a_timm_vit_saved_by_timm_loads_through_init_from_with_equal_logits(tmp_
   safetensors.torch.save_file(reference.state_dict(), path)
   np.testing.assert_allclose(_ours(path, NUM_CLASSES, **overrides), _torch_outputs(reference, _images()).numpy(),
                              atol=1e-4)
+
+
+def test_head_dropout_rate_drops_as_timms_drop_rate(tmp_path):
+  # The same weights in training mode, 2000 dropout draws per image on each side: timm's logits and
+  # ours have the same mean and spread only if both drop the same features at the same rate.
+  reference = _timm_model(drop_rate=0.5)
+  path = str(tmp_path / 'model.safetensors')
+  safetensors.torch.save_file(reference.state_dict(), path)
+  config = helpers.load_config('demo', {**MODEL, 'init_from': path, 'keep_head': True,
+                                        'model.dropout_rate': 0.0, 'model.head_dropout_rate': 0.5})
+  model = classification.make_model(config, NUM_CLASSES)
+  params = run_dir.load_init_params(config, model)
+  images = np.repeat(_images(2), 2000, axis=0)
+  ours = np.asarray(model.apply({'params': params}, images, train=True,
+                                rngs={'dropout': jax.random.key(0)})).reshape(2, 2000, NUM_CLASSES)
+  theirs = _torch_outputs(reference.train(), images).numpy().reshape(2, 2000, NUM_CLASSES)
+  spread = theirs.std(axis=1)
+  assert spread.min() > 0.1, spread
+  np.testing.assert_allclose(ours.std(axis=1), spread, rtol=0.1)
+  np.testing.assert_allclose(ours.mean(axis=1), theirs.mean(axis=1), atol=0.15 * spread.max())
 
 
 def test_a_timm_checkpoint_in_pytorch_format_and_in_bfloat16_loads_too(tmp_path):

@@ -13,6 +13,9 @@ from configs import demo
 def get_config():
   config = demo.get_config()
   config.task = 'mpp'
+  # No head to drop the features of: the dropout acts inside the encoder, the original ViT's.
+  config.model.head_dropout_rate = None
+  config.model.dropout_rate = 0.1
   config.label_smoothing = 0.0
   config.total_steps = 1000
   return config

@@ -76,7 +76,7 @@ def _images(n: int, size: int, seed: int = 0) -> np.ndarray:
 R50 = bit.BiT(num_classes=10, resnet_layers=(3, 4, 6, 3))
 # The demo config's ViT fields, unset for a BiT.
 _NO_VIT = {f'model.{name}': None for name in ('hidden_size', 'num_layers', 'num_heads', 'mlp_dim',
-                                               'dropout_rate')}
+                                               'head_dropout_rate')}
 
 
 @pytest.fixture(scope='module')

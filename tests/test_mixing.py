@@ -150,6 +150,7 @@ _MIX = dict(mixup_alpha=0.8, cutmix_alpha=1.0, prob=1.0, switch_prob=0.5, until_
 _TRAIN = {  # SGD and no dropout: one step's parameters compare across meshes and accumulation.
     **helpers.TINY, 'model.num_layers': 1, 'lr.warmup_steps': 0, 'lr.decay': 'constant', 'lr.base': 0.5,
     'optim.name': 'sgd', 'optim.weight_decay': 0.0, 'model.dropout_rate': 0.0,
+    'model.head_dropout_rate': 0.0,
     'label_smoothing': 0.1, **{f'mix.{k}': v for k, v in _MIX.items()}}
 
 

@@ -350,7 +350,7 @@ def test_model_config_errors_are_one_line(overrides, message):
 # Sharded training, resume.
 
 _TRAIN = {**helpers.TINY, 'optim.name': 'sgd', 'optim.weight_decay': 0.0, 'lr.base': 0.1,
-          'model.dropout_rate': 0.0}
+          'model.dropout_rate': 0.0, 'model.head_dropout_rate': 0.0}
 
 
 # Each option once (scanned too where the blocks hold the parameters).

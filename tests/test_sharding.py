@@ -77,7 +77,8 @@ def test_gradient_accumulation_matches_one_big_batch(tmp_path, data_dir):
   setup = _tiny_setup(tmp_path, data_dir, batch_size=64, accum_steps=4, mesh=(('data', 2), ('fsdp', 4)),
                       **{'lr.warmup_steps': 0, 'lr.decay': 'constant', 'lr.base': 0.5,
                          'optim.name': 'sgd', 'optim.weight_decay': 0.0,
-                         'model.dropout_rate': 0.0})  # Micro-batches draw their own dropout masks.
+                         'model.dropout_rate': 0.0,  # Micro-batches draw their own dropout masks.
+                         'model.head_dropout_rate': 0.0})
   rng = np.random.default_rng(0)
   batch = sharding.global_batch({'image': rng.uniform(-1, 1, (64, 8, 8, 3)).astype(np.float32),
                                  'label': rng.integers(0, 10, 64).astype(np.int32)}, setup.mesh)

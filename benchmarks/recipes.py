@@ -31,7 +31,7 @@ _DROP_PATH = {'model.drop_path_rate': 0.1}
 _ERASE = {'pp.erase_prob': 0.25}
 # name -> config overrides on top of the demo.
 RECIPES = {
-    'demo (inception crop, smoothing 0.1, dropout 0.1)': {},
+    'demo (inception crop, smoothing 0.1, head dropout 0.1)': {},
     '+ RandAugment(2, 10)': _RANDAUG,
     '+ Mixup 0.8 / CutMix 1.0': _MIX,
     '+ stochastic depth 0.1': _DROP_PATH,

@@ -18,7 +18,7 @@ from timm.optim import param_groups_layer_decay
 
 import helpers
 from vit_jax import checkpoint, optim, param_groups, sharding
-from vit_jax.models import scan_layout, variants, vit
+from vit_jax.models import scan_layout, state_dicts, variants, vit
 from vit_jax.train import setup as train_setup, state as train_state, step as train_step
 
 # One update is lr * (...) with no schedule or clipping in the way, unless a test says otherwise.
@@ -383,3 +383,23 @@ def test_state_on_an_fsdp_mesh_trains_and_checkpoints(tmp_path, data_dir):
   manager.wait_until_finished()
   restored, _, _ = train_state.create_state(setup, tx, manager)
   jax.tree.map(np.testing.assert_array_equal, jax.device_get(restored), jax.device_get(state))
+
+
+@pytest.mark.parametrize('timm_kwargs', [{}, {'class_token': False, 'global_pool': 'avg'}],
+                         ids=['token', 'gap_fc_norm'])
+def test_weight_decay_falls_on_what_timms_optimizer_decays(timm_kwargs):
+  # timm's create_optimizer_v2 splits the parameters into a decayed and an undecayed group (no decay
+  # for biases, norms, pos_embed and cls_token). Each timm tensor filled with 1 if it decays, else 0,
+  # read into our tree: our mask must be True exactly on the ones.
+  from timm.optim import create_optimizer_v2  # pylint: disable=g-import-not-at-top
+  model = TimmViT(img_size=8, patch_size=4, embed_dim=32, depth=2, num_heads=2, mlp_ratio=2.0,
+                  num_classes=3, **timm_kwargs)
+  groups = create_optimizer_v2(model, 'adamw', weight_decay=0.05).param_groups
+  decayed = {id(p) for group in groups if group['weight_decay'] > 0 for p in group['params']}
+  flags = {name: np.full(p.shape, float(id(p) in decayed), np.float32)
+           for name, p in model.named_parameters()}
+  tree = state_dicts.from_timm(flags, num_heads=2)
+  mask = dict(jax.tree_util.tree_leaves_with_path(param_groups.kernels_only(tree)))
+  for key_path, value in jax.tree_util.tree_leaves_with_path(tree):
+    assert np.all(value == float(mask[key_path])), param_groups.path_str(key_path)
+  assert 0 < sum(mask.values()) < len(mask)

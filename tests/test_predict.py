@@ -147,7 +147,8 @@ def test_command_line_bad_input_is_one_line(args, message):
 
 def test_a_run_without_a_classifier_is_a_clear_error(trained_tiny_run, tmp_path):
   config = json.loads(open(os.path.join(trained_tiny_run, 'config.json')).read())
-  (tmp_path / 'config.json').write_text(json.dumps({**config, 'task': 'mpp'}))
+  mpp_config = {**config, 'task': 'mpp', 'model': {**config['model'], 'head_dropout_rate': None}}
+  (tmp_path / 'config.json').write_text(json.dumps(mpp_config))
   shutil.copy(os.path.join(trained_tiny_run, 'dataset_info.json'), tmp_path)
   os.symlink(os.path.join(trained_tiny_run, 'checkpoints'), tmp_path / 'checkpoints')
   with pytest.raises(ValueError, match="is a 'mpp' run, which has no classifier: fine-tune it"):

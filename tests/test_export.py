@@ -82,7 +82,8 @@ def test_export_writes_the_latest_parameters_in_the_original_layout(workdir, exp
   assert description['model'] == {
       'patch_size': 4, 'hidden_size': 32, 'num_layers': 2, 'mlp_dim': 64, 'num_heads': 2,
       'classifier': 'token', 'representation_size': None, 'dropout_rate': 0.0,
-      'attention_dropout_rate': 0.0, 'head_dropout_rate': 0.1, 'attention': 'xla', 'remat': None, 'scan': False,
+      'attention_dropout_rate': 0.0, 'head_dropout_rate': 0.1, 'attention': 'xla', 'remat': None,
+      'scan': False,
       'resnet_layers': None, 'resnet_width_factor': 1.0, 'fc_norm': False, 'posemb': 'learn',
       'posemb_where': 'input', 'drop_path_rate': 0.0, 'mlp_activation': 'gelu_tanh',
       'weight_init': 'original', 'block': 'standard'}

@@ -286,8 +286,7 @@ def test_pooling_matches_timm_reading_our_weights(tmp_path, classifier, fc_norm)
 
 def test_mpp_keeps_the_classifier_tree_with_fc_norm_and_sincos():
   overrides = {'classifier': 'gap', 'fc_norm': True, 'posemb': 'sincos2d'}
-  config = variants.get_model_config('ViT-testing_4', overrides)
-  del config['representation_size'], config['head_dropout_rate']
+  config = mpp.backbone_fields(variants.get_model_config('ViT-testing_4', overrides))
   predictor = mpp.MaskedPatchPredictor(**config)
   images = _images(2, 8)
   variables = predictor.init({'params': jax.random.key(0), 'mpp': jax.random.key(1)}, images)

@@ -35,8 +35,7 @@ def test_corruption_follows_the_bert_proportions():
 
 
 def _mpp_and_classifier(variant, **overrides):
-  config = variants.get_model_config(variant, overrides)
-  del config['representation_size'], config['head_dropout_rate']
+  config = mpp.backbone_fields(variants.get_model_config(variant, overrides))
   return (mpp.MaskedPatchPredictor(**config),
           VisionTransformer(num_classes=None, representation_size=None, **config))
 

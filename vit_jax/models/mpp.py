@@ -7,12 +7,23 @@ The model is the ViT backbone (pure or hybrid) with the corruption between patch
 so its parameters are the ViT's (`embedding`, `cls`, `Transformer/...`, the hybrid's ResNet stem) plus
 `mask_token` and `mpp_head`, and the classifier fine-tunes from it by `config.init_from`.
 """
+from typing import Any, Mapping
+
 import chex
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from vit_jax.models.vit import ViTBackbone
+
+# Fields of a ViT model config (variants.get_model_config) for the classifier's parts beyond the
+# backbone, a pre-logits layer and dropout before the head: the predictor has neither.
+CLASSIFIER_FIELDS = ('representation_size', 'head_dropout_rate')
+
+
+def backbone_fields(model: Mapping[str, Any]) -> dict[str, Any]:
+  """A ViT model config without `CLASSIFIER_FIELDS`: the fields `MaskedPatchPredictor` takes."""
+  return {name: value for name, value in model.items() if name not in CLASSIFIER_FIELDS}
 
 
 def colour_targets(images: jnp.ndarray, patch_pixels: int, num_bits: int) -> jnp.ndarray:

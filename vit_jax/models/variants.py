@@ -71,8 +71,7 @@ def _vit_model_config(variant: str, overrides: Optional[Mapping[str, Any]] = Non
       num_heads=num_heads, classifier='gap' if match['axial'] else 'token', fc_norm=False, posemb='learn', posemb_where='input',
       drop_path_rate=0.0,
       representation_size=None, dropout_rate=0.0, attention_dropout_rate=0.0, head_dropout_rate=0.0,
-      attention='xla',
-      remat=None, scan=False, mlp_activation='gelu_tanh', weight_init='original', block='axial' if match['axial'] else 'standard',
+      attention='xla', remat=None, scan=False, mlp_activation='gelu_tanh', weight_init='original', block='axial' if match['axial'] else 'standard',
       resnet_layers=R50_LAYERS if match['hybrid'] else None, resnet_width_factor=1.0)
   for key, value in (overrides or {}).items():
     if key not in model:

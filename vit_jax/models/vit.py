@@ -115,7 +115,8 @@ class VisionTransformer(ViTBackbone, kw_only=True):
   """ViT classifier: the backbone, a pooling (`classifier`: class token, GAP or MAP), head.
 
   `representation_size` adds the tanh pre-logits layer used in pretraining; `num_classes=None` returns
-  the pooled (pre-logits) representation, before `head_dropout_rate`'s dropout. Logits are float32 whatever the compute `dtype`.
+  the pooled (pre-logits) representation, before `head_dropout_rate`'s dropout. Logits are float32
+  whatever the compute `dtype`.
   """
   num_classes: Optional[int]
   representation_size: Optional[int] = None

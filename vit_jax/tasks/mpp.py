@@ -9,7 +9,7 @@ import ml_collections
 import optax
 
 from vit_jax.models import variants
-from vit_jax.models.mpp import MaskedPatchPredictor, colour_targets
+from vit_jax.models.mpp import MaskedPatchPredictor, backbone_fields, colour_targets
 from vit_jax.tasks import classification, mixing
 
 
@@ -35,15 +35,15 @@ def features_model(config: ml_collections.ConfigDict) -> nn.Module:
 def make_model(config: ml_collections.ConfigDict, num_classes: int | None) -> nn.Module:
   """The masked-patch-prediction model (it has no classes: `num_classes` is not used)."""
   del num_classes
-  kwargs = variants.get_model_config(config.variant, config.model.to_dict())
-  if kwargs.pop('representation_size') is not None:
+  model = variants.get_model_config(config.variant, config.model.to_dict())
+  if model['representation_size'] is not None:
     raise ValueError('config.task=mpp predicts colours from patch tokens and has no pre-logits '
                      'layer: unset config.model.representation_size')
-  if kwargs.pop('head_dropout_rate'):
+  if model['head_dropout_rate']:
     raise ValueError('config.task=mpp has no classifier head to drop the features of: set '
                      'config.model.head_dropout_rate=0 (or use model.dropout_rate)')
   return MaskedPatchPredictor(mask_rate=config.mpp.mask_rate, num_bits=config.mpp.num_bits,
-                              dtype=jnp.dtype(config.dtype), **kwargs)
+                              dtype=jnp.dtype(config.dtype), **backbone_fields(model))
 
 
 def _targets(model: nn.Module, images: jax.Array, logits: jax.Array) -> jax.Array:

@@ -23,9 +23,10 @@ import os  # pylint: disable=g-bad-import-order
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from vit_jax import allocator  # pylint: disable=g-import-not-at-top,wrong-import-position
+from vit_jax import allocator, cpu_kernels  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 allocator.use_mimalloc()  # Before anything allocates: the train step's memory stays mapped on CPU.
+cpu_kernels.route_ops()  # As every entry point: matmuls on XLA's own kernels on AVX2 CPUs.
 
 import argparse
 import ast

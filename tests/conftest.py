@@ -5,7 +5,7 @@ import sys
 import tempfile
 
 _EIGHT_DEVICES = '--xla_force_host_platform_device_count=8'
-if not os.environ.get('XLA_FLAGS', '').endswith(_EIGHT_DEVICES):  # Once, though pytest re-runs itself.
+if _EIGHT_DEVICES not in os.environ.get('XLA_FLAGS', ''):  # Once, though pytest re-runs itself.
   os.environ['XLA_FLAGS'] = f"{os.environ.get('XLA_FLAGS', '')} {_EIGHT_DEVICES}".strip()
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
@@ -17,6 +17,9 @@ if 'JAX_COMPILATION_CACHE_DIR' not in os.environ:
                     JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS='0',
                     JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES='0')
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from vit_jax import cpu_kernels  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+cpu_kernels.route_ops()  # As every entry point does (vit_jax/cpu_kernels.py).
 # torch's optional triton segfaults when loaded after TensorFlow; the CPU tests never need it.
 sys.modules.setdefault('triton', None)
 

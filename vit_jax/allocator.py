@@ -58,7 +58,8 @@ def system_malloc_env() -> dict[str, str]:
   return env
 
 
-def _runs_on_cpu() -> bool:
+def runs_on_cpu() -> bool:
+  """Whether JAX will run on the CPU: JAX_PLATFORMS names cpu first, or no accelerator plugin is here."""
   platforms = os.environ.get('JAX_PLATFORMS', '')
   if platforms:
     return platforms.split(',')[0].strip() == 'cpu'
@@ -70,7 +71,7 @@ def use_mimalloc(before_exec: Callable[[], None] | None = None) -> None:
   Call it first thing in an entry point, before anything heavy is imported; `before_exec` runs just
   before (pytest restores the file descriptors it captures)."""
   if (os.environ.get(OPT_OUT, 'mimalloc') == 'system' or os.environ.get(_REEXECUTED)
-      or not sys.platform.startswith('linux') or in_effect() == 'mimalloc' or not _runs_on_cpu()):
+      or not sys.platform.startswith('linux') or in_effect() == 'mimalloc' or not runs_on_cpu()):
     return
   path = library()
   if path is None:

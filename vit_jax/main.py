@@ -16,7 +16,7 @@ quiet.quiet_tensorflow()  # Before TensorFlow loads: its C++ start-up banners ar
 from absl import app, flags, logging  # pylint: disable=g-import-not-at-top,wrong-import-position
 from ml_collections import config_flags
 
-from vit_jax import allocator, cli
+from vit_jax import allocator, cli, cpu_kernels
 
 _CONFIG = config_flags.DEFINE_config_file(
     'config', None, 'Experiment config file, optionally with an argument: configs/X.py:arg.',
@@ -116,8 +116,9 @@ def main(argv: list[str]) -> None:
   import jax  # pylint: disable=g-import-not-at-top
   if jax.process_index() > 0:  # Process 0 speaks for the run.
     logging.set_verbosity(logging.WARNING)
-  logging.info('malloc: %s (see vit_jax/allocator.py); compilation cache: %s (see '
-               'vit_jax/compile_cache.py)', allocator.in_effect(),
+  logging.info('malloc: %s (see vit_jax/allocator.py); XLA:CPU ops on YNNPACK: %s (see '
+               'vit_jax/cpu_kernels.py); compilation cache: %s (see vit_jax/compile_cache.py)',
+               allocator.in_effect(), cpu_kernels.in_effect(),
                jax.config.jax_compilation_cache_dir or 'off')
   # Imported here so that `--help` and flag errors answer before TensorFlow and JAX load.
   from vit_jax import checkpoint  # pylint: disable=g-import-not-at-top

@@ -1,0 +1,63 @@
+"""Which library runs XLA:CPU's ops on AVX2 CPUs: matmuls on Eigen, reductions and convolutions on YNNPACK.
+
+By default XLA:CPU (jax 0.10.2) hands matmuls, elementwise fusions, reductions and convolutions to
+YNNPACK. On an AVX2 CPU without AVX-512 (2-core AMD EPYC Zen 3) its matmuls are slower than XLA's own
+Eigen ones at the shapes of a small ViT: attention's batched matmuls (96 matrices of 197x64 at ViT-Ti/16
+batch 32) take 1.5-2.5x Eigen's time, and its elementwise fusions of the MLP's GELU with its gradient run
+several times slower than the same GELU alone. Keeping dots and elementwise ops on XLA's kernels makes
+the ViT-Ti/16 train step 11-19% faster there, and ViT-B/16 (768 wide) is within the noise (0.97-1.01x);
+benchmarks/RESULTS.md has the runs. On AVX-512 CPUs this was not measured, so XLA's default stays.
+
+`route_ops()` adds `--xla_cpu_experimental_ynn_fusion_type=<YNNPACK_OPS>` to XLA_FLAGS before JAX starts
+its CPU client. It does nothing when:
+  VIT_JAX_CPU_KERNELS=xla   (the opt-out: XLA's default) is set,
+  XLA_FLAGS already sets that option (the user's own choice),
+  the CPU is not x86-64 or has AVX-512,
+  JAX will not run on the CPU (allocator.runs_on_cpu).
+"""
+import os
+import platform
+
+from vit_jax import allocator
+
+OPT_OUT = 'VIT_JAX_CPU_KERNELS'  # 'xla' keeps XLA's default library for every op.
+OPTION = 'xla_cpu_experimental_ynn_fusion_type'
+YNNPACK_OPS = 'LIBRARY_FUSION_TYPE_REDUCE,LIBRARY_FUSION_TYPE_INDIVIDUAL_CONVOLUTION'
+
+
+def cpu_flags(cpuinfo_path: str = '/proc/cpuinfo') -> set[str]:
+  """The instruction-set flags of this machine's first CPU (empty where /proc/cpuinfo is missing)."""
+  try:
+    with open(cpuinfo_path) as cpuinfo:
+      for line in cpuinfo:
+        key, _, value = line.partition(':')
+        if key.strip() == 'flags':
+          return set(value.split())
+  except OSError:
+    pass
+  return set()
+
+
+def applies(cpuinfo_path: str = '/proc/cpuinfo') -> bool:
+  """Whether this machine is of the kind the routing was measured on: x86-64 with AVX2, no AVX-512."""
+  flags = cpu_flags(cpuinfo_path)
+  return (platform.machine() in ('x86_64', 'AMD64') and 'avx2' in flags
+          and not any(flag.startswith('avx512') for flag in flags))
+
+
+def route_ops() -> None:
+  """Keeps matmuls and elementwise ops off YNNPACK on AVX2 CPUs (see the module docstring); call it
+  before jax is imported."""
+  xla_flags = os.environ.get('XLA_FLAGS', '')
+  if (os.environ.get(OPT_OUT, '') == 'xla' or OPTION in xla_flags or not allocator.runs_on_cpu()
+      or not applies()):
+    return
+  os.environ['XLA_FLAGS'] = f'{xla_flags} --{OPTION}={YNNPACK_OPS}'.strip()
+
+
+def in_effect() -> str:
+  """What XLA_FLAGS hands to YNNPACK: this module's setting or the user's, else "XLA's default"."""
+  for flag in os.environ.get('XLA_FLAGS', '').split():
+    if flag.startswith(f'--{OPTION}='):
+      return flag.partition('=')[2] or 'none'
+  return "XLA's default"

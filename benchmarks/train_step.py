@@ -14,7 +14,9 @@ compile s, model TFLOP/s and MFU at the median, peak memory. Model FLOPs are the
 
 `--peer=timm` builds timm's VisionTransformer of the same shape in PyTorch, with as many threads as JAX's
 CPU client, each as its users run it: ours with mimalloc preloaded (vit_jax/allocator.py), timm in a
-child process with the C library's malloc (`--peer-allocator=same`: in this process, with ours), and times it (forward, backward, clipping, AdamW; or forward under
+child process with the C library's malloc (`--peer-allocator=same`: in this process, with ours); ours
+with matmuls on XLA's own kernels on AVX2 CPUs (vit_jax/cpu_kernels.py, VIT_JAX_CPU_KERNELS=xla for XLA's
+default). It times the peer (forward, backward, clipping, AdamW; or forward under
 `torch.inference_mode()`) in rounds that alternate with ours, so both see the same load on a shared
 machine. The fastest step is what each does with the machine to itself; on a busy machine the medians
 mostly measure the neighbours.
@@ -357,7 +359,8 @@ def main() -> None:
   ours = Ours(config, args.mode)
   peer_malloc = {'system': 'the C library\'s, own process', 'same': 'the same, same process'}
   print(f'# malloc: ours {allocator.in_effect()}'
-        + (f', peer {peer_malloc[args.peer_allocator]}' if args.peer else ''))
+        + (f', peer {peer_malloc[args.peer_allocator]}' if args.peer else '')
+        + f'; XLA:CPU ops on YNNPACK: {cpu_kernels.in_effect()} (vit_jax/cpu_kernels.py)')
   print(f'# {device.device_kind} x{jax.device_count()}, {num_threads()} threads; ours: trace '
         f'{ours.trace_s:.1f} s, trace+compile {ours.compile_s:.1f} s; FLOPs/step: analytic '
         f'{flops * args.batch / 1e9:.1f} G, XLA cost analysis {ours.xla_flops / 1e9:.1f} G'

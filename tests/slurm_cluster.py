@@ -2,6 +2,7 @@
 `munge` packages, with all their state, sockets and logs in one temporary directory and their own
 ports, stopped by their process ids. Commands reach it through SLURM_CONF (`Cluster.env`)."""
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -27,6 +28,7 @@ def _free_port() -> int:
 
 
 _SLURM_CONF = '''ClusterName=vitjaxtest
+FirstJobId={first_job_id}
 SlurmctldHost={host}
 SlurmctldPort={ctld_port}
 SlurmdPort={d_port}
@@ -71,6 +73,9 @@ class Cluster:
     self._daemons: list[subprocess.Popen] = []
 
   def start(self) -> None:
+    """Its jobs are numbered from a random first id: under SLURM, jax.distributed's coordinator port is
+    61440 + job id % 4096, and gRPC binds it with SO_REUSEPORT, so two test clusters on one host (runs
+    of the suite side by side) numbering from 1 would register each other's processes."""
     for name in ('state', 'spool'):
       os.makedirs(os.path.join(self.root, name), exist_ok=True)
     key = os.path.join(self.root, 'munge.key')
@@ -79,7 +84,8 @@ class Cluster:
     os.chmod(key, 0o400)
     with open(self.env['SLURM_CONF'], 'w') as f:
       f.write(_SLURM_CONF.format(host=self.host, root=self.root, cpus=self.cpus,
-                                 ctld_port=_free_port(), d_port=_free_port()))
+                                 ctld_port=_free_port(), d_port=_free_port(),
+                                 first_job_id=random.randint(1, 60_000_000)))
     munge = [_program('munged'), '--foreground', '--force', f'--key-file={key}',
              f'--socket={self.root}/munge.socket', f'--pid-file={self.root}/munged.pid',
              f'--log-file={self.root}/munged.log', f'--seed-file={self.root}/munged.seed']

@@ -37,12 +37,7 @@ DEVICES_PER_TASK = 2
 @pytest.fixture(scope='module')
 def cluster(tmp_path_factory):
   root = str(tmp_path_factory.mktemp('slurm'))
-  # jax.distributed's coordinator port under SLURM is derived from the job id (61440 + id % 4096),
-  # and this cluster numbers its jobs from 1: another such cluster on the same host (a concurrent
-  # test run) would share the port, as gRPC binds it with SO_REUSEPORT, and the two jobs' processes
-  # would register with each other's coordinators. A free port, exported to the jobs, avoids that.
-  env = {'JAX_PLATFORMS': 'cpu', 'XLA_FLAGS': f'--xla_force_host_platform_device_count={DEVICES_PER_TASK}',
-         'JAX_COORDINATOR_PORT': str(local.free_port())}
+  env = {'JAX_PLATFORMS': 'cpu', 'XLA_FLAGS': f'--xla_force_host_platform_device_count={DEVICES_PER_TASK}'}
   running = slurm_cluster.Cluster(root, env=env)
   try:
     running.start()

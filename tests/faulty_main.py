@@ -12,8 +12,7 @@ import signal
 import sys
 import time
 
-from absl import app
-
+from vit_jax import cli
 from vit_jax import main as vit_main
 
 
@@ -95,4 +94,4 @@ FAULTS = {
 if __name__ == '__main__':
   kind, *args = os.environ['FAULT'].split(':')
   FAULTS[kind](*args)
-  app.run(vit_main.main, flags_parser=vit_main.parse_flags)
+  cli.run(vit_main.main, flags_parser=vit_main.parse_flags)

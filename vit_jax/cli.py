@@ -1,8 +1,11 @@
 """What the command-line tools share: bad input ends in one `error: ...` line, not a traceback."""
+import atexit
+import os
 import sys
-from typing import Callable, NoReturn
+import threading
+from typing import Any, Callable, NoReturn
 
-from absl import flags
+from absl import app, flags
 
 from vit_jax import paths
 
@@ -28,3 +31,29 @@ def flags_parser(usage: str) -> Callable[[list[str]], list[str]]:
 def make_out_dir(out: str, timeout_s: float = 60.0) -> None:
   """Creates an --out directory (local or gs://), or raises a ValueError that says why in one line."""
   paths.check_writable(out, timeout_s, flag='--out')
+
+
+def run(main: Callable[[list[str]], Any], flags_parser: Callable[[list[str]], list[str]]) -> NoReturn:
+  """absl's `app.run(main)`, then the exit without the interpreter's teardown.
+
+  Tearing down the modules and libraries a command loaded (TensorFlow, XLA's CPU client and their
+  thread pools) takes ~2 s after a run has finished: 13% of a small run's 15 s. So once `main` has
+  exited, this does what that exit must do (waits for the threads that keep a process alive, runs the
+  atexit handlers: jax.distributed's shutdown, logging's flush) and ends the process with its status.
+  An exception other than SystemExit leaves the normal way, with its traceback.
+  """
+  status = None
+  try:
+    app.run(main, flags_parser=flags_parser)
+  except SystemExit as exit_:  # app.run ends in sys.exit(the value main returns), or main's own.
+    status = exit_.code
+  if status is not None and not isinstance(status, int):  # sys.exit('message'): print it, status 1.
+    print(status, file=sys.stderr)
+    status = 1
+  # As the interpreter's exit does, in its order: the threading module's exit callbacks (which stop
+  # concurrent.futures' idle workers), joining the non-daemon threads, then the atexit handlers.
+  threading._shutdown()  # pylint: disable=protected-access
+  atexit._run_exitfuncs()  # pylint: disable=protected-access
+  sys.stdout.flush()
+  sys.stderr.flush()
+  os._exit(status or 0)  # pylint: disable=protected-access

@@ -25,7 +25,7 @@ from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
-from absl import app, flags, logging
+from absl import flags, logging
 from etils import epath
 
 from vit_jax import cli
@@ -126,4 +126,4 @@ def _define_flags() -> None:
 
 if __name__ == '__main__':
   _define_flags()
-  app.run(main, flags_parser=cli.flags_parser(_USAGE))
+  cli.run(main, flags_parser=cli.flags_parser(_USAGE))

@@ -11,7 +11,7 @@ if __name__ == '__main__':  # Before anything allocates or loads jax: see vit_ja
 
 from typing import Optional, Sequence
 
-from absl import app, flags, logging
+from absl import flags, logging
 
 from vit_jax import cli, defaults
 
@@ -85,4 +85,4 @@ def main(argv: list[str]) -> None:
 
 if __name__ == '__main__':
   _define_flags()
-  app.run(main, flags_parser=cli.flags_parser(_USAGE))
+  cli.run(main, flags_parser=cli.flags_parser(_USAGE))

@@ -13,7 +13,7 @@ from vit_jax import quiet  # pylint: disable=g-import-not-at-top
 
 quiet.quiet_tensorflow()  # Before TensorFlow loads: its C++ start-up banners are noise for a run.
 
-from absl import app, flags, logging  # pylint: disable=g-import-not-at-top,wrong-import-position
+from absl import flags, logging  # pylint: disable=g-import-not-at-top,wrong-import-position
 from ml_collections import config_flags
 
 from vit_jax import allocator, cli, cpu_kernels
@@ -141,4 +141,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == '__main__':
-  app.run(main, flags_parser=parse_flags)
+  cli.run(main, flags_parser=parse_flags)

@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 import matplotlib
 import numpy as np
-from absl import app, flags, logging
+from absl import flags, logging
 
 matplotlib.use('Agg')  # Files only: no display needed.
 from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -285,4 +285,4 @@ def main(argv: list[str]) -> None:
 
 if __name__ == '__main__':
   _define_flags()
-  app.run(main, flags_parser=cli.flags_parser(_USAGE))
+  cli.run(main, flags_parser=cli.flags_parser(_USAGE))

@@ -26,7 +26,7 @@ import jax.extend.core as jax_core
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-from absl import app, flags
+from absl import flags
 from jax.sharding import AbstractMesh
 from ml_collections import config_flags
 
@@ -349,4 +349,4 @@ def main(argv: list[str]) -> None:
 
 if __name__ == '__main__':
   _define_flags()
-  app.run(main, flags_parser=_parse)
+  cli.run(main, flags_parser=_parse)

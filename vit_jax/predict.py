@@ -23,7 +23,7 @@ import jax
 import ml_collections
 from etils import epath
 import numpy as np
-from absl import app, flags, logging
+from absl import flags, logging
 
 from vit_jax import cli
 
@@ -195,4 +195,4 @@ def main(argv: list[str]) -> None:
 
 if __name__ == '__main__':
   _define_flags()
-  app.run(main, flags_parser=cli.flags_parser(_USAGE))
+  cli.run(main, flags_parser=cli.flags_parser(_USAGE))

@@ -29,7 +29,7 @@ import math
 from typing import Any, Sequence
 
 import matplotlib
-from absl import app, flags
+from absl import flags
 from etils import epath
 
 matplotlib.use('Agg')  # Files only: no display needed.
@@ -259,4 +259,4 @@ if __name__ == '__main__':
   flags.DEFINE_string('out', None, 'Directory to write report.png and report.html.')
   flags.DEFINE_list('pivot', None, 'ROW_FIELD,COLUMN_FIELD: print the runs as a table of --metric.')
   flags.DEFINE_string('metric', 'eval_top1', 'The scalar a --pivot table shows (its last value).')
-  app.run(main, flags_parser=cli.flags_parser(_USAGE))
+  cli.run(main, flags_parser=cli.flags_parser(_USAGE))

@@ -20,7 +20,7 @@ import json
 from typing import Any, Sequence
 
 import matplotlib
-from absl import app, flags
+from absl import flags
 from etils import epath
 
 matplotlib.use('Agg')  # Files only: no display needed.
@@ -157,4 +157,4 @@ if __name__ == '__main__':
   flags.DEFINE_string('out', None, 'Directory to write scaling.png and scaling.md.')
   flags.DEFINE_string('metric', 'eval_top1', 'The accuracy to plot: an eval metric the runs log, '
                       'e.g. fewshot_5shot.')
-  app.run(main, flags_parser=cli.flags_parser(_USAGE))
+  cli.run(main, flags_parser=cli.flags_parser(_USAGE))

@@ -22,7 +22,7 @@ import io
 from typing import Sequence
 
 import numpy as np
-from absl import app, flags
+from absl import flags
 from etils import epath
 
 from vit_jax import cli, report  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -187,4 +187,4 @@ if __name__ == '__main__':
   flags.DEFINE_string('out', None, 'Directory to write vtab.md and vtab.csv (optional).')
   flags.DEFINE_string('select', 'per_task', 'How each task\'s learning rate is chosen on val200: '
                       'per_task (its best) or shared (the paper\'s: one rate, best mean over tasks).')
-  app.run(main, flags_parser=cli.flags_parser(_USAGE))
+  cli.run(main, flags_parser=cli.flags_parser(_USAGE))

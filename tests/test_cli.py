@@ -1,0 +1,72 @@
+"""`cli.run`: the commands' exit, which skips the interpreter's teardown and keeps everything else."""
+import subprocess
+import sys
+
+import pytest
+
+import helpers
+
+# A command as the tools are written: `main` under cli.run (or absl's app.run, to compare).
+_COMMAND = '''
+import atexit, sys, threading, time
+from absl import app
+from vit_jax import cli
+
+
+class Teardown:
+  def __del__(self):
+    print('torn down', flush=True)
+
+
+KEPT_UNTIL_TEARDOWN = Teardown()
+
+
+def main(argv):
+  atexit.register(lambda: print('atexit ran', flush=True))
+  threading.Thread(target=lambda: (time.sleep(0.5), print('thread finished', flush=True))).start()
+  sys.stdout.write('buffered ')
+  outcome = argv[1]
+  if outcome == 'fail':
+    cli.fail('one line')
+  if outcome == 'message':
+    sys.exit('a message')
+  if outcome == 'status':
+    sys.exit(42)
+  if outcome == 'raise':
+    raise RuntimeError('boom')
+
+
+if __name__ == '__main__':
+  (cli.run if sys.argv.pop(1) == 'cli' else app.run)(main, flags_parser=cli.flags_parser('x'))
+'''
+
+
+def _run(tmp_path, runner: str, outcome: str) -> subprocess.CompletedProcess:
+  script = tmp_path / 'command.py'
+  script.write_text(_COMMAND)
+  return subprocess.run([sys.executable, str(script), runner, outcome], cwd=helpers.REPO,
+                        capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize('outcome,status,stderr', [
+    ('ok', 0, ''), ('fail', 2, 'error: one line'), ('message', 1, 'a message'), ('status', 42, '')])
+def test_a_command_exits_with_its_status_threads_atexit_and_output_but_no_teardown(
+    tmp_path, outcome, status, stderr):
+  run = _run(tmp_path, 'cli', outcome)
+  assert run.returncode == status, run.stderr
+  assert stderr in run.stderr
+  # The thread ran to its end and the atexit handler after it; the buffered line was not lost.
+  assert run.stdout == 'buffered thread finished\natexit ran\n', run.stdout
+
+
+def test_absl_alone_tears_the_interpreter_down(tmp_path):
+  """What cli.run skips (the reason it exists): absl's exit destroys every module's objects."""
+  run = _run(tmp_path, 'absl', 'ok')
+  assert run.returncode == 0, run.stderr
+  assert run.stdout == 'buffered thread finished\natexit ran\ntorn down\n', run.stdout
+
+
+def test_an_unexpected_exception_leaves_with_its_traceback(tmp_path):
+  run = _run(tmp_path, 'cli', 'raise')
+  assert run.returncode == 1
+  assert 'RuntimeError: boom' in run.stderr and 'Traceback' in run.stderr, run.stderr

@@ -15,6 +15,7 @@ from vit_jax import data
 from vit_jax.data import digits
 from vit_jax.data import order
 from vit_jax.data import preprocess
+from vit_jax.data.as_written import as_written
 
 
 make_config = helpers.data_config
@@ -70,6 +71,18 @@ def test_concurrent_prepare_is_safe(tmp_path, monkeypatch):
     thread.join()
   assert not errors and results == [1437, 1437]
   assert os.listdir(tmp_path / 'vit_jax_digits') == ['1.0.0']  # No temporary folder left behind.
+
+
+def test_as_written_traces_a_function_without_autograph():
+  """What the pipeline's functions are traced with (as_written.py): a Python `if` on a tensor, which
+  AutoGraph would rewrite into a graph conditional, is an error."""
+  def sign(x):
+    if x > 0:
+      return x
+    return -x
+  assert list(tf.data.Dataset.range(-1, 2).map(sign).as_numpy_iterator()) == [1, 0, 1]
+  with pytest.raises(TypeError, match='bool'):
+    tf.data.Dataset.range(-1, 2).map(as_written(sign))
 
 
 # Train batches.

@@ -9,6 +9,7 @@ import numpy as np
 import tensorflow as tf
 
 from vit_jax.data import order
+from vit_jax.data.as_written import as_written
 from vit_jax.data import preprocess
 
 IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png')
@@ -41,7 +42,7 @@ def _read_and_decode(example: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
 def _load_chunk(chunk: dict[str, tf.Tensor]) -> tf.data.Dataset:
   """The chunk's examples decoded, without those that cannot be (`ignore_errors` skips an element
   whose map raised, and only that one)."""
-  return tf.data.Dataset.from_tensor_slices(chunk).map(_read_and_decode).ignore_errors()
+  return tf.data.Dataset.from_tensor_slices(chunk).map(as_written(_read_and_decode)).ignore_errors()
 
 
 class FolderSource:
@@ -94,5 +95,6 @@ class FolderSource:
     """Reads and decodes each 'record' into 'image'; an unreadable file is dropped (the pipeline names
     it: unreadable.py). Chunks of examples decode in parallel, in order: a chunk yields all it has
     before the next one starts, whether or not it dropped one."""
-    return ds.batch(_CHUNK).interleave(_load_chunk, cycle_length=tf.data.AUTOTUNE, block_length=_CHUNK,
-                                       num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return ds.batch(_CHUNK).interleave(as_written(_load_chunk), cycle_length=tf.data.AUTOTUNE,
+                                       block_length=_CHUNK, num_parallel_calls=tf.data.AUTOTUNE,
+                                       deterministic=True)

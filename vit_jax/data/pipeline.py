@@ -15,6 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 from vit_jax.data import digits
+from vit_jax.data.as_written import as_written
 from vit_jax.data import folder
 from vit_jax.data import order
 from vit_jax.data import preprocess
@@ -193,7 +194,7 @@ def _shard_stream(config: ml_collections.ConfigDict, source: Source, shard: int,
   start = start_step * batch_size
   ds = order.shuffled_stream(records, start=start, window_size=config.shuffle_buffer,
                              seed=shuffle_seed)
-  ds = source.load(ds).map(augment, num_parallel_calls=tf.data.AUTOTUNE)
+  ds = source.load(ds).map(as_written(augment), num_parallel_calls=tf.data.AUTOTUNE)
   return _without_positions(ds.batch(batch_size, drop_remainder=True), records, start,
                             lambda positions: order.records_at(records, positions, shuffle_seed))
 
@@ -230,7 +231,7 @@ def eval_iterator(config: ml_collections.ConfigDict, split: str, *, local_batch_
 
   records = source.examples(split, process_index, process_count)
   ds = order.in_order(records).enumerate().map(lambda i, example: {**example, 'position': i})
-  ds = source.load(ds).map(prepare, num_parallel_calls=tf.data.AUTOTUNE)
+  ds = source.load(ds).map(as_written(prepare), num_parallel_calls=tf.data.AUTOTUNE)
   # Padding rows: zeros (no labels) and mask False; their positions run on after the last example's.
   zeros = tf.nest.map_structure(lambda spec: tf.zeros(spec.shape, spec.dtype), ds.element_spec)
   rows = num_batches * local_batch_size

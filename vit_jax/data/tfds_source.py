@@ -4,6 +4,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from vit_jax.data import order
+from vit_jax.data.as_written import as_written
 from vit_jax.data import preprocess
 
 UNKNOWN_DATASET = (
@@ -139,4 +140,4 @@ class TfdsSource(TfdsRecords):
       else:
         labels = {'label': label}
       return {**rest, 'image': preprocess.decode(parsed['image']), **labels}
-    return ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+    return ds.map(as_written(parse), num_parallel_calls=tf.data.AUTOTUNE)

@@ -19,6 +19,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from vit_jax.data import preprocess
+from vit_jax.data.as_written import as_written
 from vit_jax.data import tfds_source
 
 GROUPS = ('natural', 'specialized', 'structured')
@@ -167,7 +168,7 @@ class VtabSource(tfds_source.TfdsRecords):
       label = task.label.fn(parsed) if isinstance(task.label, Label) else parsed[task.label]
       return {**rest, 'image': image * 255 if task.binary_image else image,
               'label': tf.cast(label, tf.int32)}
-    return ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+    return ds.map(as_written(parse), num_parallel_calls=tf.data.AUTOTUNE)
 
 
 def make_source(name: str, config: ml_collections.ConfigDict, label_feature: str) -> VtabSource:

@@ -16,7 +16,9 @@ if 'JAX_COMPILATION_CACHE_DIR' not in os.environ:
                     VIT_JAX_TESTS_CACHE_OWNER=str(os.getpid()),
                     JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS='0',
                     JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES='0')
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, _REPO)
+sys.path.insert(0, os.path.join(_REPO, 'launch'))  # The launchers (`import local`, `import sweep`).
 from vit_jax import cpu_kernels  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 cpu_kernels.route_ops()  # As every entry point does (vit_jax/cpu_kernels.py).

@@ -9,6 +9,8 @@ import subprocess
 import time
 from typing import Optional
 
+import local
+
 DAEMONS = ('munged', 'slurmctld', 'slurmd', 'sbatch', 'squeue', 'scontrol', 'scancel', 'sinfo')
 
 
@@ -19,12 +21,6 @@ def missing_programs() -> list[str]:
 
 def _program(name: str) -> str:
   return shutil.which(name) or f'/usr/sbin/{name}'
-
-
-def _free_port() -> int:
-  with socket.socket() as s:
-    s.bind(('127.0.0.1', 0))
-    return s.getsockname()[1]
 
 
 _SLURM_CONF = '''ClusterName=vitjaxtest
@@ -84,7 +80,7 @@ class Cluster:
     os.chmod(key, 0o400)
     with open(self.env['SLURM_CONF'], 'w') as f:
       f.write(_SLURM_CONF.format(host=self.host, root=self.root, cpus=self.cpus,
-                                 ctld_port=_free_port(), d_port=_free_port(),
+                                 ctld_port=local.free_port(), d_port=local.free_port(),
                                  first_job_id=random.randint(1, 60_000_000)))
     munge = [_program('munged'), '--foreground', '--force', f'--key-file={key}',
              f'--socket={self.root}/munge.socket', f'--pid-file={self.root}/munged.pid',

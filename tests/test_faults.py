@@ -19,9 +19,7 @@ from PIL import Image
 import helpers
 from vit_jax import checkpoint, dispatch, export, run_dir
 from vit_jax.train import loop, preemption, setup as train_setup, state, watchdog
-
-sys.path.insert(0, os.path.join(helpers.REPO, 'launch'))
-import local  # pylint: disable=wrong-import-position
+import local
 
 # SGD at a learning rate no model survives, unclipped: the loss of this run is NaN at step 4.
 DIVERGING = {**helpers.TINY, 'optim.name': 'sgd', 'lr.base': 1e3, 'lr.warmup_steps': 0,

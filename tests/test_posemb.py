@@ -4,8 +4,6 @@ enters, resizing to a new grid, sharded training, resume, the errors, and the sw
 import functools
 import importlib
 import json
-import os
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -19,9 +17,7 @@ import helpers
 from vit_jax import pictures, report, sharding
 from vit_jax.models import VisionTransformer, attention, encoder, loading, posemb, variants
 from vit_jax.train import loop, setup as train_setup
-
-sys.path.insert(0, os.path.join(helpers.REPO, 'launch'))
-import sweep  # pylint: disable=wrong-import-position
+import sweep
 
 table8 = importlib.import_module('configs.sweeps.posemb_table8')
 NEW = [('none', 'input'), ('learn2d', 'input'), ('relative', 'input'), ('learn', 'every_layer'),

@@ -15,9 +15,7 @@ import helpers
 from vit_jax import chips, run_dir, scaling
 from vit_jax.models import variants
 from vit_jax.train import loop, setup as train_setup
-
-sys.path.insert(0, os.path.join(helpers.REPO, 'launch'))
-import sweep  # pylint: disable=wrong-import-position
+import sweep
 
 STEPS = 4
 # name: model overrides of the tiny run (helpers.TINY's ViT otherwise).

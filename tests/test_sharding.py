@@ -16,8 +16,7 @@ from vit_jax import checkpoint, optim, sharding, tasks
 from vit_jax.train import setup as train_setup, state as train_state, step as train_step
 
 sys.path.insert(0, os.path.join(helpers.REPO, 'benchmarks'))
-sys.path.insert(0, os.path.join(helpers.REPO, 'launch'))
-import local  # pylint: disable=wrong-import-position
+import local
 import sharding_memory  # pylint: disable=wrong-import-position
 
 

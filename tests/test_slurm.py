@@ -15,9 +15,7 @@ import pytest
 import helpers
 import slurm_cluster
 from vit_jax import checkpoint, run_dir
-
-sys.path.insert(0, os.path.join(helpers.REPO, 'launch'))
-import local  # pylint: disable=wrong-import-position
+import local
 
 pytestmark = [
     pytest.mark.slow,

@@ -1,13 +1,10 @@
 """launch/sweep.py: sweep files expand into runs with their own workdirs."""
-import os
 import subprocess
 import sys
 
 import helpers
 from vit_jax import run_dir
-
-sys.path.insert(0, os.path.join(helpers.REPO, 'launch'))
-import sweep  # pylint: disable=wrong-import-position
+import sweep
 
 
 def test_lists_in_a_dict_are_a_product_and_dicts_concatenate():

@@ -18,9 +18,7 @@ from configs import vtab as vtab_config
 from vit_jax import data, report, vtab
 from vit_jax.data import vtab as vtab_data
 from vit_jax.train import loop, setup as train_setup
-
-sys.path.insert(0, os.path.join(helpers.REPO, 'launch'))
-import sweep  # pylint: disable=wrong-import-position
+import sweep
 
 # Small stand-ins for the VTAB splits, in the layout each task's splits have.
 _HELD_OUT = dict(train800='train[:32]', val200='train[32:48]', train800val200='train[:32]+train[32:48]')

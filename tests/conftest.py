@@ -44,11 +44,11 @@ def pytest_unconfigure(config):
     shutil.rmtree(os.environ['JAX_COMPILATION_CACHE_DIR'], ignore_errors=True)
 
 
-
 def pytest_collection_modifyitems(items):
-  """The slow end-to-end runs (minutes each, several processes) first: handed out last, one of them
-  kept a worker busy long after the other had run out of tests."""
+  """The slow end-to-end runs (minutes each, several processes) first, so that none of them is handed
+  out last, to run alone while the other worker has nothing left."""
   items.sort(key=lambda item: item.get_closest_marker('slow') is None)
+
 
 @pytest.fixture(scope='session')
 def data_dir(tmp_path_factory):

@@ -1,4 +1,5 @@
-"""What the command-line tools share: bad input ends in one `error: ...` line, not a traceback."""
+"""What the command-line tools share: bad input ends in one `error: ...` line, not a traceback, and a
+finished command ends its process without the interpreter's teardown (`run`)."""
 import atexit
 import os
 import sys
@@ -56,4 +57,4 @@ def run(main: Callable[[list[str]], Any], flags_parser: Callable[[list[str]], li
   atexit._run_exitfuncs()  # pylint: disable=protected-access
   sys.stdout.flush()
   sys.stderr.flush()
-  os._exit(status or 0)  # pylint: disable=protected-access
+  os._exit(status or 0)

@@ -4,8 +4,9 @@ tf.data runs AutoGraph on each function given to `map`, `flat_map` or `interleav
 Python source of that function and of everything it calls, so that Python `if`s and loops over
 tensors become graph ops. The pipeline's functions branch with `tf.cond`, `tf.switch_case` and
 `tf.where` and never on a tensor's value in Python, so the rewrite changes nothing, and for the
-preprocessing chain it took ~0.7 s of building a train pipeline (0.8 s -> 1.6 s on 2 cores): ~5% of a
-small run's start-up, paid again by every process and every pipeline a test builds.
+preprocessing chain it was half of building a train pipeline (1.5-1.7 s with it, 0.8-0.9 s without,
+on 2 cores): ~5% of a small run's start-up, paid again by every process and every pipeline a test
+builds.
 """
 from typing import Callable, TypeVar
 

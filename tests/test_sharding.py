@@ -112,6 +112,22 @@ def test_checkpoint_moves_between_meshes(tmp_path, data_dir):
     assert moved.sharding.spec == (P(None, None) if mesh.size == 1 else P(None, 'tensor'))
 
 
+def test_one_process_saves_replicated_arrays_without_slicing_them(tmp_path, monkeypatch):
+  # Orbax's replica-parallel save would cut each replicated array into one slice per device.
+  slices = []
+  slice_in_dim = jax.lax.slice_in_dim
+  monkeypatch.setattr(jax.lax, 'slice_in_dim', lambda *a, **k: slices.append(1) or slice_in_dim(*a, **k))
+  replicated = jax.sharding.NamedSharding(sharding.make_mesh((('data', 8),)), P())
+  params = {'kernel': jax.device_put(np.arange(64 * 32, dtype=np.float32).reshape(64, 32), replicated),
+            'bias': jax.device_put(np.ones(64, np.float32), replicated)}
+  manager = checkpoint.make_manager(str(tmp_path), keep=1)
+  checkpoint.save(manager, 0, {'params': params})
+  manager.wait_until_finished()
+  assert not slices
+  restored, _ = checkpoint.restore_params(os.path.join(str(tmp_path), 'checkpoints', '0'))
+  chex.assert_trees_all_equal(restored, jax.device_get(params))
+
+
 @pytest.mark.parametrize('overrides,message', [
     ({'mesh': (('data', 2), ('tensor', 4))}, 'tensor=4 does not divide the model.s num_heads=2'),
     ({'mesh': (('data', 4), ('fsdp', 4))}, 'multiply to 16, but there are 8 devices'),

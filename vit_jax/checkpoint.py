@@ -17,11 +17,23 @@ from vit_jax import paths
 
 
 def make_manager(workdir: str, keep: int) -> ocp.CheckpointManager:
+  if jax.process_count() == 1:
+    _write_replicated_arrays_whole()
   options = ocp.CheckpointManagerOptions(
       max_to_keep=keep, create=True, enable_async_checkpointing=True,
       # A run killed mid-save leaves a temporary directory; it is never read, and removed at start.
       cleanup_tmp_directories=True)
   return ocp.CheckpointManager(os.path.join(paths.absolute(workdir), 'checkpoints'), options=options)
+
+
+def _write_replicated_arrays_whole() -> None:
+  """Orbax's replica-parallel saving (its default off GPU) has each replica of a replicated array
+  write a slice of it, so that the hosts of a multi-host run share the writing. In one process every
+  slice is written by the same host anyway, and cutting them costs a dispatched (and, the first time,
+  compiled) slice per array and device: 2 s of the first save of a small model on 8 CPU devices, 0.4 s
+  of every later one, measured. StandardSave takes no handler of its own, so this sets orbax's."""
+  ocp.type_handlers.register_type_handler(
+      jax.Array, ocp.type_handlers.ArrayHandler(use_replica_parallel=False), override=True)
 
 
 def save(manager: ocp.CheckpointManager, step: int, state: Any) -> None:

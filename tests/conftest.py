@@ -8,7 +8,6 @@ _EIGHT_DEVICES = '--xla_force_host_platform_device_count=8'
 if _EIGHT_DEVICES not in os.environ.get('XLA_FLAGS', ''):  # Once, though pytest re-runs itself.
   os.environ['XLA_FLAGS'] = f"{os.environ.get('XLA_FLAGS', '')} {_EIGHT_DEVICES}".strip()
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
-os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 # One persistent XLA compilation cache for the run, its xdist workers and the vit_jax processes tests
 # start: the suite compiles the same tiny models over and over, in many processes.
 if 'JAX_COMPILATION_CACHE_DIR' not in os.environ:
@@ -19,9 +18,12 @@ if 'JAX_COMPILATION_CACHE_DIR' not in os.environ:
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, _REPO)
 sys.path.insert(0, os.path.join(_REPO, 'launch'))  # The launchers (`import local`, `import sweep`).
-from vit_jax import cpu_kernels  # pylint: disable=g-import-not-at-top,wrong-import-position
+from vit_jax import cpu_kernels, quiet  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 cpu_kernels.route_ops()  # As every entry point does (vit_jax/cpu_kernels.py).
+# TensorFlow as the commands run it, also where a test imports it first: oneDNN's kernels would round
+# the augmentations differently from a command's (vit_jax/quiet.py).
+quiet.quiet_tensorflow()
 # torch's optional triton segfaults when loaded after TensorFlow; the CPU tests never need it.
 sys.modules.setdefault('triton', None)
 

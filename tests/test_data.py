@@ -1,6 +1,8 @@
 """Tests of vit_jax.data: the bundled digits, image folders, determinism, sharding, errors."""
 import collections
 import os
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -83,6 +85,30 @@ def test_as_written_traces_a_function_without_autograph():
   assert list(tf.data.Dataset.range(-1, 2).map(sign).as_numpy_iterator()) == [1, 0, 1]
   with pytest.raises(TypeError, match='bool'):
     tf.data.Dataset.range(-1, 2).map(as_written(sign))
+
+
+_COMMAND_IMPORTS = """
+import os
+import sys
+from vit_jax import data
+onednn = os.environ.get('TF_ENABLE_ONEDNN_OPTS')
+from vit_jax import export, fewshot, main, predict
+from vit_jax.train import loop, setup
+heavy = sorted({'keras', 'sklearn', 'matplotlib'} & sys.modules.keys())
+import tensorflow as tf
+print(heavy, onednn, tf.keras.layers.Dense(2)(tf.ones((1, 3))).shape)
+"""
+
+
+def test_vit_jax_loads_tensorflow_without_keras_and_onednn():
+  """Keras, scikit-learn and matplotlib are 1.5 s of every command's start (vit_jax/data/__init__.py),
+  and tf.keras still works; oneDNN stays off also where vit_jax is imported as a library
+  (vit_jax/quiet.py)."""
+  env = {k: v for k, v in os.environ.items() if not k.startswith('TF_')}
+  run = subprocess.run([sys.executable, '-c', _COMMAND_IMPORTS], cwd=helpers.REPO, capture_output=True,
+                       text=True, env=env, timeout=300)
+  assert run.returncode == 0, run.stderr[-3000:]
+  assert run.stdout.split('\n')[-2] == '[] 0 (1, 2)', run.stdout
 
 
 # Train batches.

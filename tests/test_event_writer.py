@@ -1,5 +1,8 @@
-"""The loop's event writer (train/event_writer.py), read back by TensorFlow and TensorBoard."""
+"""The loop's writers (train/event_writer.py: event files read back by TensorFlow and TensorBoard, log
+lines, the background thread) and its pace (train/pace.py)."""
+import logging
 import os
+import threading
 
 import numpy as np
 import pytest
@@ -9,7 +12,7 @@ from tensorboard.plugins.hparams import plugin_data_pb2
 from tensorboard.util import tensor_util
 
 from vit_jax import events
-from vit_jax.train import event_writer
+from vit_jax.train import event_writer, pace
 
 
 def _write(writer, steps):
@@ -68,3 +71,85 @@ def test_only_the_first_process_writes_event_files(tmp_path):
     writer.close()
   assert not (tmp_path / 'True').exists()
   assert events.read_scalars(str(tmp_path / 'False')) == {'train_loss': {1: 0.5}}
+
+
+def test_the_log_writer_prints_one_line_per_write(caplog):
+  caplog.set_level(logging.INFO)
+  writer = event_writer.LogWriter()
+  writer.write_scalars(8, {'train_loss': 0.123456789, 'skipped_steps': 2})
+  writer.write_hparams({'variant': 'ViT-B_16'})
+  assert caplog.messages == ['[8] skipped_steps=2, train_loss=0.123457',
+                             "[Hyperparameters] {'variant': 'ViT-B_16'}"]
+
+
+class _Recorder:
+
+  def __init__(self, fail_at=None):
+    self.calls, self._fail_at = [], fail_at
+
+  def write_scalars(self, step, scalars):
+    if step == self._fail_at:
+      raise OSError(f'disk full at {step}')
+    self.calls.append((threading.current_thread().name, step, scalars))
+
+  def write_hparams(self, hparams):
+    self.calls.append(('hparams', hparams))
+
+  def flush(self):
+    self.calls.append('flush')
+
+  def close(self):
+    self.calls.append('close')
+
+
+def test_the_background_writer_writes_in_order_off_the_main_thread_and_raises_at_flush():
+  first, second = _Recorder(), _Recorder(fail_at=3)
+  writer = event_writer.BackgroundWriter([first, second])
+  scalars = {'train_loss': 1.0}
+  for step in range(1, 6):
+    writer.write_scalars(step, scalars)
+  scalars['train_loss'] = 2.0  # The writer wrote a copy.
+  with pytest.raises(OSError, match='disk full at 3'):
+    writer.flush()
+  assert [step for _, step, _ in first.calls] == [1, 2, 3, 4, 5]
+  assert [step for _, step, _ in second.calls] == [1, 2, 4, 5]
+  assert {name for name, _, _ in first.calls} == {'metric_writer_0'}
+  assert all(s == {'train_loss': 1.0} for _, _, s in first.calls)
+  writer.write_hparams({'lr': '0.1'})
+  writer.close()
+  assert first.calls[5:] == [('hparams', {'lr': '0.1'}), 'flush', 'close']
+
+
+class _Clock:
+
+  def __init__(self):
+    self.now = 100.0
+
+  def __call__(self):
+    return self.now
+
+
+def test_pace_reports_steps_per_second_from_the_second_call_and_the_time_in_timed_parts(
+    monkeypatch, caplog):
+  caplog.set_level(logging.INFO)
+  clock = _Clock()
+  monkeypatch.setattr(pace.time, 'monotonic', clock)
+  recorder = _Recorder()
+  run_pace = pace.Pace(total_steps=10, every_steps=4, writer=recorder)
+  clock.now = 160.0  # Compiling.
+  run_pace(1)
+  for step in range(2, 11):
+    clock.now += 0.5
+    if step == 8:
+      with run_pace.timed('eval', after=np.zeros(3)):
+        clock.now += 7.0
+    run_pace(step)
+  steps = {step: scalars for _, step, scalars in recorder.calls}
+  assert steps.keys() == {4, 8, 10}
+  assert steps[4] == {'steps_per_sec': 2.0, 'uptime': 61.5}
+  assert steps[8] == {'steps_per_sec': pytest.approx(4 / 9), 'uptime': 70.5}
+  assert steps[10] == {'steps_per_sec': 2.0, 'uptime': 71.5}
+  assert caplog.messages == [
+      'Progress: 2.0 steps/s, 40.0% (4/10), ETA 0:00:03',
+      'Progress: 0.4 steps/s, 80.0% (8/10), ETA 0:00:04 (0:01:10 so far: 9.9% eval)',
+      'Progress: 2.0 steps/s, 100.0% (10/10), ETA 0:00:00 (0:01:11 so far: 9.8% eval)']

@@ -189,7 +189,7 @@ def test_a_run_without_a_terminal_prints_plain_lines(data_dir, tmp_path):
   lines = run.stderr.splitlines()
   assert len([line for line in lines if re.match(_LOG_LINE + r'\[\d+\] grad_norm=.*train_loss=', line)
               ]) == 3
-  assert len([line for line in lines if re.match(_LOG_LINE + 'Setting work unit notes: ', line)]) == 3
+  assert len([line for line in lines if re.match(_LOG_LINE + r'Progress: [\d.]+ steps/s, ', line)]) == 3
   assert re.match(_LOG_LINE + 'Final eval: ', lines[-1]), lines[-1]
 
 

@@ -1,6 +1,7 @@
 """Sharded training on any mesh: partition rules, equal results across meshes and hosts, accumulation,
 checkpoints moved between meshes, and the errors for meshes that do not fit."""
 import functools
+import logging
 import os
 import subprocess
 import sys
@@ -112,7 +113,7 @@ def test_checkpoint_moves_between_meshes(tmp_path, data_dir):
     assert moved.sharding.spec == (P(None, None) if mesh.size == 1 else P(None, 'tensor'))
 
 
-def test_one_process_saves_replicated_arrays_without_slicing_them(tmp_path, monkeypatch):
+def test_one_process_saves_replicated_arrays_without_slicing_them(tmp_path, monkeypatch, caplog):
   # Orbax's replica-parallel save would cut each replicated array into one slice per device.
   slices = []
   slice_in_dim = jax.lax.slice_in_dim
@@ -124,6 +125,7 @@ def test_one_process_saves_replicated_arrays_without_slicing_them(tmp_path, monk
   checkpoint.save(manager, 0, {'params': params})
   manager.wait_until_finished()
   assert not slices
+  assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
   restored, _ = checkpoint.restore_params(os.path.join(str(tmp_path), 'checkpoints', '0'))
   chex.assert_trees_all_equal(restored, jax.device_get(params))
 

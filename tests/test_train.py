@@ -32,7 +32,9 @@ def test_loop_writes_metrics_and_keeps_the_last_checkpoints(tmp_path, data_dir):
   for tag in ('train_loss', 'grad_norm', 'learning_rate', 'images_per_sec'):
     assert sorted(scalars[tag]) == [4, 8, 12], tag
   assert scalars['eval_top1'] == {12: pytest.approx(metrics['eval_top1'])}
-  assert 'steps_per_sec' in scalars  # clu's ReportProgress.
+  for tag in ('steps_per_sec', 'uptime'):  # vit_jax/train/pace.py.
+    assert sorted(scalars[tag]) == [4, 8, 12], tag
+  assert 0 < scalars['uptime'][4] < scalars['uptime'][8] < scalars['uptime'][12]
   saved_config, saved_info = run_dir.load_run_info(str(tmp_path))
   assert saved_config.variant == 'ViT-testing_4' and saved_config.lr.decay == 'linear'
   assert saved_info.class_names == tuple('0123456789') and saved_info.num_train == 1437

@@ -11,7 +11,31 @@
 A split is a split name, or for a tensorflow_datasets dataset a slice of one (e.g. train_split
 'train[:90%]' and eval_split 'train[90%:]' hold out a minival); for an image folder, a sub-folder.
 """
-import tensorflow as tf
+import sys
+
+from vit_jax import quiet
+
+
+def _import_tensorflow_without_keras() -> None:
+  """TensorFlow imports Keras' optimizers as it loads (for Keras models in SavedModels), and with them
+  all of Keras, scikit-learn and matplotlib: 1.5 s of every command's start, for nothing an input
+  pipeline uses. A None entry in sys.modules makes that one import fail, which TensorFlow allows
+  for; `tf.keras` still imports Keras when something first uses it."""
+  optimizers = 'keras.src.optimizers'
+  if 'tensorflow' in sys.modules or optimizers in sys.modules:
+    return
+  sys.modules[optimizers] = None
+  try:
+    import tensorflow  # pylint: disable=g-import-not-at-top,unused-import
+  finally:
+    del sys.modules[optimizers]
+
+
+# Also where vit_jax is used as a library: oneDNN's kernels round the augmentations differently, so a
+# run resumed by a command would not continue one started in a notebook bit for bit.
+quiet.quiet_tensorflow()
+_import_tensorflow_without_keras()
+import tensorflow as tf  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 # TensorFlow only feeds the input pipeline; it must leave the accelerators' memory to JAX.
 try:

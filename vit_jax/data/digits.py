@@ -5,13 +5,13 @@ The split is the seeded, stratified 80/20 one used for the baselines in DESIGN.m
 360 test images.
 """
 import numpy as np
-from sklearn import datasets as sk_datasets
-from sklearn import model_selection
 import tensorflow_datasets as tfds
 
 
 def digits_arrays() -> tuple[np.ndarray, np.ndarray]:
   """All 1,797 digits as uint8 RGB images [n, 8, 8, 3] and int64 labels [n], in scikit-learn's order."""
+  # Imported here: scikit-learn takes a second to import, and a run reads the prepared digits.
+  from sklearn import datasets as sk_datasets  # pylint: disable=g-import-not-at-top
   digits = sk_datasets.load_digits()
   # scikit-learn's pixels are counts in 0..16 (of a 4x4 block of a 32x32 bitmap); spread them to 0..255.
   grey = np.round(digits.images * 255 / 16).astype(np.uint8)
@@ -20,6 +20,7 @@ def digits_arrays() -> tuple[np.ndarray, np.ndarray]:
 
 def split_arrays() -> dict[str, tuple[np.ndarray, np.ndarray]]:
   """{'train': (images, labels), 'test': (images, labels)}: the fixed stratified split."""
+  from sklearn import model_selection  # pylint: disable=g-import-not-at-top
   images, labels = digits_arrays()
   train_x, test_x, train_y, test_y = model_selection.train_test_split(
       images, labels, test_size=0.2, random_state=0, stratify=labels)

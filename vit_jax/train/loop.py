@@ -10,10 +10,10 @@ from typing import Any, Callable, Iterator
 import jax
 import numpy as np
 from absl import logging
-from clu import metric_writers, parameter_overview, periodic_actions
+from clu import parameter_overview
 
 from vit_jax import checkpoint, data, dispatch, optim, run_dir, sharding
-from vit_jax.train import event_writer, observe, preemption, progress
+from vit_jax.train import event_writer, observe, pace, preemption, progress
 from vit_jax.train.setup import Setup
 from vit_jax.train.state import TrainState, check_resumable, create_state
 from vit_jax.train.step import jit_train_step
@@ -91,9 +91,7 @@ def _train(setup: Setup, watchdog: Watchdog) -> dict[str, float]:
   train_iter = data.train_iterator(
       config, local_batch_size=config.batch_size // jax.process_count(), start_step=start_step,
       process_index=jax.process_index(), process_count=jax.process_count())
-  report_progress = periodic_actions.ReportProgress(
-      num_train_steps=setup.total_steps, writer=writer, every_steps=config.log_every_steps,
-      every_secs=None)
+  run_pace = pace.Pace(setup.total_steps, config.log_every_steps, writer)
   logging.info('Training %d steps from step %d: %d train / %d eval examples, %d classes, %d devices',
                setup.total_steps, start_step, setup.info.num_train, setup.info.num_eval,
                setup.info.num_classes, jax.device_count())
@@ -102,7 +100,7 @@ def _train(setup: Setup, watchdog: Watchdog) -> dict[str, float]:
   saver = checkpoint.Saver(manager)
   bar = progress.for_run(setup.total_steps, start_step, config.batch_size, jax.process_index())
   try:
-    eval_metrics = _run_steps(setup, state, step_fn, train_iter, writer, report_progress, notice,
+    eval_metrics = _run_steps(setup, state, step_fn, train_iter, writer, run_pace, notice,
                               lambda step, state: saver.save(step, to_checkpoint(state)), watchdog,
                               bar)
   finally:  # Also when the run stops early: the saves in flight complete, or stay unread temporaries.
@@ -112,14 +110,14 @@ def _train(setup: Setup, watchdog: Watchdog) -> dict[str, float]:
       saver.close()
     finally:
       try:
-        writer.flush()
+        writer.close()
       finally:
         bar.close()  # After the writer thread's last lines, so that they print above the last bar.
   return eval_metrics
 
 
 def _run_steps(setup: Setup, state: TrainState, step_fn: Callable, train_iter: Iterator,
-               writer: metric_writers.MetricWriter, report_progress: periodic_actions.ReportProgress,
+               writer: event_writer.MetricWriter, run_pace: pace.Pace,
                notice: preemption.PreemptionNotice,
                save: Callable[[int, TrainState], None], watchdog: Watchdog,
                bar: progress.Bar) -> dict[str, float]:
@@ -147,7 +145,7 @@ def _run_steps(setup: Setup, state: TrainState, step_fn: Callable, train_iter: I
       history.append(metrics)
       in_flight.add(metrics)
       bar.advance(step)
-      report_progress(step)
+      run_pace(step)
       last = step == setup.total_steps
       # The metrics are fetched (and checked) only here and before a save, so steps stay asynchronous.
       if step % config.log_every_steps == 0 or last:
@@ -160,7 +158,7 @@ def _run_steps(setup: Setup, state: TrainState, step_fn: Callable, train_iter: I
       for evaluator in setup.evaluators:
         if step % evaluator.every_steps == 0 or last:
           watchdog.phase(f'evaluation {evaluator.name} at step {step}')
-          with report_progress.timed(evaluator.name):
+          with run_pace.timed(evaluator.name, after=state):
             measured.update(evaluate(evaluator, state))
       if measured:
         writer.write_scalars(step, measured)
@@ -171,7 +169,7 @@ def _run_steps(setup: Setup, state: TrainState, step_fn: Callable, train_iter: I
         _checked_history(history, step - len(history) + 1, budget)  # Never save a poisoned state.
         watchdog.phase(f'saving checkpoint {step}')
         writer.flush()  # The curves up to a checkpoint are kept with it: a resumed run has no gap.
-        with report_progress.timed('checkpoint'):
+        with run_pace.timed('checkpoint', after=state):
           save(step, state)
       if stop:
         raise preemption.Preempted(step)

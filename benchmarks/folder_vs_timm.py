@@ -63,13 +63,12 @@ import os  # pylint: disable=g-bad-import-order
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from vit_jax import allocator, quiet  # pylint: disable=g-import-not-at-top,wrong-import-position
+from vit_jax import allocator, cpuinfo, quiet  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 allocator.use_mimalloc()  # Before anything allocates (our CLI child inherits it; timm's gets the C one).
 quiet.quiet_tensorflow()  # Writing the folder loads TensorFlow (with tensorflow_datasets).
 
 import argparse
-import datetime
 import importlib.metadata
 import json
 import math
@@ -88,29 +87,10 @@ HEADER = ('| side | seed | test top-1 (%) | last train loss | wall s | train img
           '|---|---|---|---|---|---|')
 
 
-def num_threads() -> int:
-  """Cores this process may run on: JAX's CPU client uses one thread each, and so does timm's torch."""
-  return len(os.sched_getaffinity(0))
-
-
 def machine() -> str:
-  """The CPU model, its AVX-512 flags, the cores and today's date, as benchmarks/RESULTS.md records."""
-  model, flags = 'unknown CPU', []
-  try:
-    with open('/proc/cpuinfo') as cpuinfo:
-      for line in cpuinfo:
-        key, _, value = line.partition(':')
-        if key.strip() == 'model name' and model == 'unknown CPU':
-          model = value.strip()
-        elif key.strip() == 'flags' and not flags:
-          flags = value.split()
-  except OSError:
-    pass
-  avx512 = sorted(f for f in flags if f.startswith('avx512'))
+  """The machine (vit_jax/cpuinfo.py) and the versions, as benchmarks/RESULTS.md records."""
   versions = ', '.join(f'{name} {importlib.metadata.version(name)}' for name in ('jax', 'torch', 'timm'))
-  return (f'# machine: {model}, AVX-512: {"yes (" + " ".join(avx512) + ")" if avx512 else "no"}, '
-          f'{os.cpu_count()} cores ({num_threads()} usable); {datetime.date.today().isoformat()}; '
-          f'{versions}')
+  return f'# machine: {cpuinfo.summary()}; {versions}'
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -477,7 +457,7 @@ def main() -> None:
   print(f'# folder: {root} ({held["images"]["train"]} train / {held["images"]["test"]} test greyscale '
         f'{png_size} px PNGs of {args.source}, train_fraction {args.train_fraction:g}); configs/demo.py, '
         f'{args.steps} steps of {recipe["batch_size"]}; timm dropout: {recipe["dropout"]}, torch threads: '
-        f'{args.timm_threads or num_threads()}; ours also: {args.ours_config or "-"}')
+        f'{args.timm_threads or cpuinfo.usable_cores()}; ours also: {args.ours_config or "-"}')
   if args.header:
     print(HEADER, flush=True)
   keep = args.workdirs
@@ -495,7 +475,7 @@ def main() -> None:
                             None if args.no_compile_cache else os.path.join(base, 'xla_cache'))
         else:
           os.makedirs(workdir, exist_ok=True)
-          result = run_timm(root, seed, recipe, args.timm_threads or num_threads(), workdir)
+          result = run_timm(root, seed, recipe, args.timm_threads or cpuinfo.usable_cores(), workdir)
         results[side].append(result)
         print(run_row(side, seed, result, images), flush=True)
   finally:

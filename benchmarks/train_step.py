@@ -25,7 +25,7 @@ import os  # pylint: disable=g-bad-import-order
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from vit_jax import allocator, cpu_kernels  # pylint: disable=g-import-not-at-top,wrong-import-position
+from vit_jax import allocator, cpu_kernels, cpuinfo  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 allocator.use_mimalloc()  # Before anything allocates: the train step's memory stays mapped on CPU.
 cpu_kernels.route_ops()  # As every entry point: matmuls on XLA's own kernels on AVX2 CPUs.
@@ -68,11 +68,6 @@ def make_config(args: argparse.Namespace) -> ml_collections.ConfigDict:
   config.dtype, config.mesh, config.total_steps = args.dtype, ast.literal_eval(args.mesh), 1000
   config.model.attention, config.model.remat, config.model.scan = args.attention, args.remat, args.scan
   return config
-
-
-def num_threads() -> int:
-  """Threads of JAX's CPU client: one per core this process may run on."""
-  return len(os.sched_getaffinity(0))
 
 
 def gemm_tflops(dtype: str, sizes: tuple[int, ...] = (1024, 2048, 4096), repeats: int = 10) -> float:
@@ -169,7 +164,7 @@ class Timm:
     import timm.models.vision_transformer  # pylint: disable=g-import-not-at-top
     import torch  # pylint: disable=g-import-not-at-top
     self.torch, self.mode = torch, mode
-    torch.set_num_threads(num_threads())
+    torch.set_num_threads(cpuinfo.usable_cores())
     torch.manual_seed(0)
     self.net = timm.models.vision_transformer.VisionTransformer(
         img_size=config.image_size, patch_size=model['patch_size'], embed_dim=model['hidden_size'],
@@ -358,10 +353,11 @@ def main() -> None:
 
   ours = Ours(config, args.mode)
   peer_malloc = {'system': 'the C library\'s, own process', 'same': 'the same, same process'}
+  print(f'# machine: {cpuinfo.summary()}')
   print(f'# malloc: ours {allocator.in_effect()}'
         + (f', peer {peer_malloc[args.peer_allocator]}' if args.peer else '')
         + f'; XLA:CPU ops on YNNPACK: {cpu_kernels.in_effect()} (vit_jax/cpu_kernels.py)')
-  print(f'# {device.device_kind} x{jax.device_count()}, {num_threads()} threads; ours: trace '
+  print(f'# {device.device_kind} x{jax.device_count()}, {cpuinfo.usable_cores()} threads; ours: trace '
         f'{ours.trace_s:.1f} s, trace+compile {ours.compile_s:.1f} s; FLOPs/step: analytic '
         f'{flops * args.batch / 1e9:.1f} G, XLA cost analysis {ours.xla_flops / 1e9:.1f} G'
         + (' (scan body counted once)' if args.scan else ''))

@@ -1,4 +1,5 @@
 """The benchmark scripts: their FLOP count agrees with XLA's, and they run end to end (tiny sizes)."""
+import re
 import subprocess
 import sys
 
@@ -38,6 +39,8 @@ def test_train_step_compares_with_timm_in_one_run():
   assert len(rows) == 2 and '| scan |' in rows[0], out
   assert all(line.split('|')[14].strip().endswith('%') for line in rows), out  # MFU of the measured peak.
   assert '# ours/timm images/s: ' in out
+  assert re.search(r'^# machine: .*, AVX-512: (yes|no).*transparent huge pages: \w+; \d{4}-\d\d-\d\d$', out,
+                   re.M), out
 
 
 def test_input_pipeline_reads_array_record():

@@ -16,21 +16,21 @@ import hashlib
 import os
 import platform
 
+from vit_jax import cpuinfo
+
 OPT_OUT = 'VIT_JAX_COMPILATION_CACHE'  # 'off' (or 0, false, no): compile every time.
 MAX_BYTES = 4 << 30
 
 
-def machine_key(cpuinfo_path: str = '/proc/cpuinfo') -> str:
+def machine_key(cpuinfo_path: str = cpuinfo.CPUINFO) -> str:
   """12 hex digits naming this machine's CPU: its architecture, model and instruction-set flags."""
   described = [platform.machine()]
-  try:
-    with open(cpuinfo_path) as cpuinfo:
-      for line in cpuinfo:
-        key, _, value = line.partition(':')
-        if key.strip() in ('model name', 'flags', 'Features', 'CPU part') and value.strip() not in described:
-          described.append(value.strip())
-  except OSError:  # Not Linux: the processor's name is what there is.
+  lines = cpuinfo.entries(cpuinfo_path)
+  if lines is None:  # Not Linux: the processor's name is what there is.
     described.append(platform.processor())
+  for key, value in lines or []:
+    if key in ('model name', 'flags', 'Features', 'CPU part') and value not in described:
+      described.append(value)
   return hashlib.sha256('\n'.join(described).encode()).hexdigest()[:12]
 
 

@@ -20,29 +20,16 @@ its CPU client. It does nothing when:
 import os
 import platform
 
-from vit_jax import allocator
+from vit_jax import allocator, cpuinfo
 
 OPT_OUT = 'VIT_JAX_CPU_KERNELS'  # 'xla' keeps XLA's default library for every op.
 OPTION = 'xla_cpu_experimental_ynn_fusion_type'
 YNNPACK_OPS = 'LIBRARY_FUSION_TYPE_REDUCE,LIBRARY_FUSION_TYPE_INDIVIDUAL_CONVOLUTION'
 
 
-def cpu_flags(cpuinfo_path: str = '/proc/cpuinfo') -> set[str]:
-  """The instruction-set flags of this machine's first CPU (empty where /proc/cpuinfo is missing)."""
-  try:
-    with open(cpuinfo_path) as cpuinfo:
-      for line in cpuinfo:
-        key, _, value = line.partition(':')
-        if key.strip() == 'flags':
-          return set(value.split())
-  except OSError:
-    pass
-  return set()
-
-
-def applies(cpuinfo_path: str = '/proc/cpuinfo') -> bool:
+def applies(cpuinfo_path: str = cpuinfo.CPUINFO) -> bool:
   """Whether this machine is of the kind the routing was measured on: x86-64 with AVX2 (AVX-512 or not)."""
-  return platform.machine() in ('x86_64', 'AMD64') and 'avx2' in cpu_flags(cpuinfo_path)
+  return platform.machine() in ('x86_64', 'AMD64') and 'avx2' in cpuinfo.flags(cpuinfo_path)
 
 
 def route_ops() -> None:

@@ -20,7 +20,7 @@ from timm.layers import StdConv2d
 from timm.models.resnetv2 import ResNetV2
 
 import helpers
-from vit_jax import chips, export, fewshot, pictures, plan, predict, run_dir, scaling
+from vit_jax import chips, export, fewshot, footprint, pictures, predict, run_dir, scaling
 from vit_jax.models import bit, loading, variants
 from vit_jax.train import loop, setup as train_setup
 
@@ -272,5 +272,5 @@ def test_the_vit_tools_refuse_a_bit(tiny_run, tmp_path, data_dir):
     pictures.draw_run(workdir, 'unused.png', str(tmp_path / 'pictures'))
   with pytest.raises(ValueError, match=r"^vit_jax.plan \(it models the memory of a ViT's blocks\) "
                      'needs a ViT variant'):
-    plan.check(_tiny_config(data_dir), 8)
+    footprint.check(_tiny_config(data_dir), 8)
   assert not (tmp_path / 'pictures').exists()

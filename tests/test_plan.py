@@ -1,5 +1,5 @@
-"""The planner (vit_jax/plan.py): its per-device bytes against XLA's memory analysis of the real train
-step, its suggestions, its chip registry, its JSON and its one-line errors."""
+"""The planner (vit_jax/plan.py, vit_jax/footprint.py): its per-device bytes against XLA's memory
+analysis of the real train step, its suggestions, its chip registry, its JSON and its one-line errors."""
 import functools
 import json
 import subprocess
@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import pytest
 
 import helpers
-from vit_jax import chips, data, optim, plan, sharding
+from vit_jax import chips, data, footprint, optim, sharding
 from vit_jax.tasks import classification
 from vit_jax.train import setup as train_setup, state as train_state, step as train_step
 
@@ -52,9 +52,9 @@ def xla_bytes(config) -> int:
           m.temp_size_in_bytes)
 
 
-def planned(config) -> plan.Estimate:
-  mesh = plan.check(config, 8)
-  return plan.estimate(config, plan.trace(config, NUM_CLASSES), mesh, config.model.remat,
+def planned(config) -> footprint.Estimate:
+  mesh = footprint.check(config, 8)
+  return footprint.estimate(config, footprint.trace(config, NUM_CLASSES), mesh, config.model.remat,
                        config.accum_steps, H100)
 
 
@@ -83,7 +83,7 @@ def test_parameters_and_optimizer_state_are_what_the_state_holds():
   # adamw: float32 parameters and two moments, the first in bfloat16 here; fsdp splits them 8 ways.
   config = tiny(**{'mesh': (('fsdp', 8),), 'optim.mu_dtype': 'bfloat16'})
   e = planned(config)
-  params = 4 * sum(x.size for x in jax.tree.leaves(plan.abstract_state(config, NUM_CLASSES)['params']))
+  params = 4 * sum(x.size for x in jax.tree.leaves(footprint.abstract_state(config, NUM_CLASSES)['params']))
   assert params / 8 <= e.params <= params / 8 + 4 * 1000  # Arrays that 8 does not divide stay whole.
   assert e.optimizer_state == pytest.approx(e.params * 1.5, rel=0.02)
   assert e.polyak == 0 and e.gradients == e.params
@@ -91,12 +91,12 @@ def test_parameters_and_optimizer_state_are_what_the_state_holds():
 
 def test_remat_and_accumulation_shrink_the_activations():
   traced_config = tiny(**{'model.scan': True})
-  traced = plan.trace(traced_config, NUM_CLASSES)
+  traced = footprint.trace(traced_config, NUM_CLASSES)
   mesh = {'data': 8}
-  acts = {(remat, accum): plan.estimate(traced_config, traced, mesh, remat, accum, H100).activations
-          for remat in plan.REMATS for accum in (1, 2)}
+  acts = {(remat, accum): footprint.estimate(traced_config, traced, mesh, remat, accum, H100).activations
+          for remat in footprint.REMATS for accum in (1, 2)}
   assert acts[None, 1] > acts['dots_saveable', 1] > acts['nothing_saveable', 1]
-  assert all(acts[remat, 2] < acts[remat, 1] for remat in plan.REMATS)
+  assert all(acts[remat, 2] < acts[remat, 1] for remat in footprint.REMATS)
 
 
 def test_nothing_is_compiled_or_allocated():
@@ -117,26 +117,26 @@ def test_a_suggestion_that_fits_fits_when_planned_again():
   # accumulation.
   config = helpers.load_config('vit_b16_i1k')
   target = chips.Target(chips.get('tpu-v5e'), devices=8)
-  traced = plan.trace(config, 1000)
-  assert not target.fits(plan.estimate(config, traced, plan.check(config, 8), None, 1, target))
-  found = plan.suggest(config, traced, target)
+  traced = footprint.trace(config, 1000)
+  assert not target.fits(footprint.estimate(config, traced, footprint.check(config, 8), None, 1, target))
+  found = footprint.suggest(config, traced, target)
   assert found and found == sorted(found, key=lambda e: e.step_s)
   best = found[0]
   again = helpers.load_config('vit_b16_i1k', {'mesh': tuple(best.mesh.items()), 'model.remat': best.remat,
                                               'accum_steps': best.accum_steps})
-  replanned = plan.estimate(again, plan.trace(again, 1000), plan.check(again, 8), best.remat,
+  replanned = footprint.estimate(again, footprint.trace(again, 1000), footprint.check(again, 8), best.remat,
                             best.accum_steps, target)
   assert replanned == best and target.fits(replanned)
   # Nothing searched fits on chips of a 64th of the memory.
   small = chips.Chip('small', target.chip.hbm_bytes // 64, target.chip.peak_flops)
-  assert plan.suggest(config, traced, chips.Target(small, devices=8)) == []
+  assert footprint.suggest(config, traced, chips.Target(small, devices=8)) == []
 
 
 def test_step_time_counts_the_recomputation():
   config = helpers.load_config('vit_b16_i1k')
-  traced, target = plan.trace(config, 1000), chips.Target(chips.get('tpu-v4'), devices=128)
-  step = {remat: plan.estimate(config, traced, {'data': 128}, remat, 1, target).step_s
-          for remat in plan.REMATS}
+  traced, target = footprint.trace(config, 1000), chips.Target(chips.get('tpu-v4'), devices=128)
+  step = {remat: footprint.estimate(config, traced, {'data': 128}, remat, 1, target).step_s
+          for remat in footprint.REMATS}
   assert step[None] == pytest.approx(3 * chips.vit_flops(traced.model, 224) * 4096 / 128 / (275e12 * 0.4))
   assert step['dots_saveable'] == step[None] < step['nothing_saveable'] < 4 / 3 * step[None]
 
@@ -158,7 +158,7 @@ def test_chip_registry():
 ])
 def test_what_training_refuses_is_a_value_error(overrides, message):
   with pytest.raises(ValueError, match=message):
-    plan.check(tiny(**overrides), 8)
+    footprint.check(tiny(**overrides), 8)
 
 
 def _plan(*args):
@@ -173,7 +173,7 @@ def test_json_output():
   assert out['chip']['name'] == 'TPU v5e' and out['devices'] == 8 and out['mfu'] == 0.4
   assert out['config'] == {'variant': 'ViT-Ti_4', 'image_size': 16, 'batch_size': 64,
                            'dtype': 'float32'}
-  assert [p['remat'] for p in out['plans']] == list(plan.REMATS)
+  assert [p['remat'] for p in out['plans']] == list(footprint.REMATS)
   for p in out['plans'] + out['suggestions']:
     assert p['total'] == sum(p[k] for k in ('params', 'gradients', 'optimizer_state', 'polyak',
                                             'activations'))

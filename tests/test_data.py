@@ -15,6 +15,7 @@ import helpers
 from helpers import as_uint8, assert_same_batches, multiset, take
 from vit_jax import data
 from vit_jax.data import digits
+from vit_jax.data import folder
 from vit_jax.data import order
 from vit_jax.data import preprocess
 from vit_jax.data.as_written import as_written
@@ -337,6 +338,22 @@ def test_folder_info(image_folder):
   # Per class: 3 files per index and a greyscale PNG; plus the corrupt file, found but not yet read.
   assert (info.num_train, info.num_eval) == (2 * (3 * 4 + 1) + 1, 2 * (3 * 3 + 1) + 1)
   assert data.num_examples(make_config(root, dataset='folder'), 'train') == info.num_train
+
+
+def test_a_folder_is_listed_once_per_split_however_often_it_is_read(tmp_path, monkeypatch):
+  for split in ('train', 'test'):
+    for name in ('a', 'b'):
+      (tmp_path / split / name).mkdir(parents=True)
+      Image.new('RGB', (8, 8)).save(tmp_path / split / name / '0.png')
+  listed = collections.Counter()
+  image_files = folder._image_files  # pylint: disable=protected-access
+  monkeypatch.setattr(folder, '_image_files', lambda path: listed.update([path]) or image_files(path))
+  config = make_config(str(tmp_path), dataset='folder', eval_batch_size=2)
+  data.get_info(config)
+  take(data.train_iterator(config, local_batch_size=2), 2)
+  for _ in range(3):  # Three evaluations.
+    assert len(list(data.eval_iterator(config, 'test', local_batch_size=2))) == 1
+  assert listed == {str(tmp_path / split / name): 1 for split in ('train', 'test') for name in 'ab'}
 
 
 def test_folder_eval_skips_corrupt_file_with_warning(image_folder, caplog):

@@ -7,6 +7,7 @@ TFRecord datasets); the augmentation of the example at stream position p is seed
 So starting at step s skips to position s * batch arithmetically; nothing is decoded to be skipped.
 """
 import dataclasses
+import functools
 import os
 from typing import Callable, Iterator, Protocol
 
@@ -57,7 +58,15 @@ def _folder(config: ml_collections.ConfigDict, label_feature: str) -> Source:
   if not config.data_dir:
     raise ValueError("config.dataset='folder' needs config.data_dir: set it to a root with "
                      f'{config.train_split}/ and {config.eval_split}/ sub-folders of class folders')
-  return folder.FolderSource(config.data_dir, config.train_split)
+  return _listed_folder(config.data_dir, config.train_split)
+
+
+@functools.lru_cache(maxsize=8)
+def _listed_folder(root: str, train_split: str) -> folder.FolderSource:
+  """One FolderSource per folder and process: it lists each split once (it keeps the listing), where
+  the run's info, its train stream and every evaluation would each list the folder again; 1,000 class
+  folders on cloud storage take seconds to list."""
+  return folder.FolderSource(root, train_split)
 
 
 def _tfds(config: ml_collections.ConfigDict, label_feature: str) -> Source:

@@ -354,6 +354,8 @@ def test_a_folder_is_listed_once_per_split_however_often_it_is_read(tmp_path, mo
   for _ in range(3):  # Three evaluations.
     assert len(list(data.eval_iterator(config, 'test', local_batch_size=2))) == 1
   assert listed == {str(tmp_path / split / name): 1 for split in ('train', 'test') for name in 'ab'}
+  Image.new('RGB', (8, 8)).save(tmp_path / 'train' / 'a' / '1.png')
+  assert data.get_info(config).num_train == 3  # The next run lists the folder again.
 
 
 def test_folder_eval_skips_corrupt_file_with_warning(image_folder, caplog):

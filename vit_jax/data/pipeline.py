@@ -63,9 +63,9 @@ def _folder(config: ml_collections.ConfigDict, label_feature: str) -> Source:
 
 @functools.lru_cache(maxsize=8)
 def _listed_folder(root: str, train_split: str) -> folder.FolderSource:
-  """One FolderSource per folder and process: it lists each split once (it keeps the listing), where
-  the run's info, its train stream and every evaluation would each list the folder again; 1,000 class
-  folders on cloud storage take seconds to list."""
+  """One FolderSource per folder for a run: it lists each split once (it keeps the listing), where the
+  run's info, its train stream and every evaluation would each list the folder again; 1,000 class
+  folders on cloud storage take seconds to list. `get_info` starts a run, and lists afresh."""
   return folder.FolderSource(root, train_split)
 
 
@@ -101,7 +101,9 @@ def _checked_source(config: ml_collections.ConfigDict, label_feature: str = 'lab
 
 
 def get_info(config: ml_collections.ConfigDict) -> DatasetInfo:
-  """Sizes and class names; validates the data config (and prepares the digits if needed)."""
+  """Sizes and class names; validates the data config (and prepares the digits if needed). A run starts
+  here: an image folder is listed anew (a notebook may have added images since the last run)."""
+  _listed_folder.cache_clear()
   source = _checked_source(config)
   return DatasetInfo(num_classes=len(source.class_names),
                      num_train=source.examples(config.train_split).num_records,

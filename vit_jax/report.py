@@ -40,7 +40,7 @@ from vit_jax.events import EVENTS, read_scalars  # pylint: disable=g-import-not-
 
 _USAGE = 'WORKDIR [WORKDIR ...] --out=DIR | --pivot=ROW_FIELD,COLUMN_FIELD [--metric=M]'
 
-# What the training loop logs about itself (vit_jax/train/loop.py, clu's ReportProgress); every other
+# What the training loop logs about itself (vit_jax/train/loop.py and pace.py); every other
 # scalar comes from an evaluator, e.g. eval_top1, eval_polyak_loss, fewshot_5shot, minival_top1.
 TRAIN_TAGS = ('train_loss', 'learning_rate', 'grad_norm', 'images_per_sec', 'steps_per_sec', 'uptime',
               'skipped_steps')

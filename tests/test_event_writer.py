@@ -150,6 +150,6 @@ def test_pace_reports_steps_per_second_from_the_second_call_and_the_time_in_time
   assert steps[8] == {'steps_per_sec': pytest.approx(4 / 9), 'uptime': 70.5}
   assert steps[10] == {'steps_per_sec': 2.0, 'uptime': 71.5}
   assert caplog.messages == [
-      'Progress: 2.0 steps/s, 40.0% (4/10), ETA 0:00:03',
-      'Progress: 0.4 steps/s, 80.0% (8/10), ETA 0:00:04 (0:01:10 so far: 9.9% eval)',
-      'Progress: 2.0 steps/s, 100.0% (10/10), ETA 0:00:00 (0:01:11 so far: 9.8% eval)']
+      'Progress: 2.0 steps/s, 40.0% (4/10), ETA 0:03',
+      'Progress: 0.4 steps/s, 80.0% (8/10), ETA 0:04 (1:10 so far: 9.9% eval)',
+      'Progress: 2.0 steps/s, 100.0% (10/10), ETA 0:00 (1:12 so far: 9.8% eval)']

@@ -8,13 +8,7 @@ from typing import Any, Iterator
 import jax
 from absl import logging
 
-from vit_jax.train import event_writer
-
-
-def _duration(seconds: float) -> str:
-  minutes, seconds = divmod(int(seconds), 60)
-  hours, minutes = divmod(minutes, 60)
-  return f'{hours}:{minutes:02d}:{seconds:02d}'
+from vit_jax.train import event_writer, progress
 
 
 class Pace:
@@ -43,9 +37,9 @@ class Pace:
     uptime = now - self._start
     eta = (self._total_steps - step) / steps_per_sec
     message = (f'{steps_per_sec:.1f} steps/s, {100 * step / self._total_steps:.1f}% '
-               f'({step}/{self._total_steps}), ETA {_duration(eta)}')
+               f'({step}/{self._total_steps}), ETA {progress.duration(eta)}')
     if self._seconds_in:
-      message += ' ({} so far: {})'.format(_duration(uptime), ', '.join(
+      message += ' ({} so far: {})'.format(progress.duration(uptime), ', '.join(
           f'{100 * seconds / uptime:.1f}% {name}' for name, seconds in sorted(self._seconds_in.items())))
     logging.info('Progress: %s', message)
     self._writer.write_scalars(step, {'steps_per_sec': steps_per_sec, 'uptime': uptime})

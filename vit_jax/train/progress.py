@@ -48,7 +48,8 @@ def for_run(total_steps: int, start_step: int, batch_size: int, process_index: i
   return TerminalBar(total_steps, start_step, batch_size, stream)
 
 
-def _duration(seconds: float) -> str:
+def duration(seconds: float) -> str:
+  """`m:ss`, or `h:mm:ss` from an hour: the bar's ETA and the log's (pace.py)."""
   minutes, seconds = divmod(int(round(seconds)), 60)
   hours, minutes = divmod(minutes, 60)
   return f'{hours}:{minutes:02d}:{seconds:02d}' if hours else f'{minutes}:{seconds:02d}'
@@ -127,7 +128,7 @@ class TerminalBar(Bar):
     if remaining <= 0:
       fields.append('ETA 0:00')
     elif steps_per_s:
-      fields.append(f'ETA {_duration(remaining / steps_per_s)}')
+      fields.append(f'ETA {duration(remaining / steps_per_s)}')
     else:
       fields.append('ETA --')
     fields += [_SHOWN[k].format(self._metrics[k]) for k in _SHOWN if k in self._metrics]

@@ -77,6 +77,24 @@ def test_contrast_blends_towards_the_mean_grey_not_pixel_count_over_256():
   np.testing.assert_array_equal(tf_op('Contrast', image, 0.1), want)
 
 
+@pytest.mark.parametrize('shape', [(16, 16), (300, 300)])  # The second's sum is past float32's 2**24.
+def test_contrast_rounds_a_mean_ending_in_half_up_as_pil_does(shape):
+  grey = np.random.default_rng(0).integers(0, 100, shape)
+  count = grey.size
+  grey.reshape(-1)[:(count // 2 - grey.sum()) % count] += 1  # Now sum % count == count / 2.
+  assert grey.mean() % 1 == 0.5
+  image = np.repeat(grey[..., None], 3, axis=-1).astype(np.uint8)  # Grey pixels: PIL's L is the value.
+  want = pil_op(lambda im: ImageEnhance.Contrast(im).enhance(1.9), image)
+  np.testing.assert_array_equal(tf_op('Contrast', image, 1.9), want)
+
+
+@pytest.mark.parametrize('shape', [(1, 1), (2, 2), (2, 7), (7, 1), (3, 3)])
+def test_sharpness_of_images_under_three_pixels_wide_equals_pil(shape):
+  image = random_image(shape)
+  want = pil_op(lambda im: ImageEnhance.Sharpness(im).enhance(0.3), image)
+  np.testing.assert_array_equal(tf_op('Sharpness', image, 0.3), want)
+
+
 @pytest.mark.parametrize('shape', SHAPES)
 @pytest.mark.parametrize('addition', [0, 55, 110])
 def test_solarize_add_equals_numpy(shape, addition):

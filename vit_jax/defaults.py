@@ -20,10 +20,11 @@ def get_config() -> ml_collections.ConfigDict:
   config.image_size = 224
   # Train-time preprocessing: a crop ('inception' | 'random_resized' | 'random' | 'resize'), then each
   # augmentation whose field is set, in this order: flip; RandAugment (randaug_layers ops of the TF
-  # reference's set at randaug_magnitude in [0, 10]; 0 layers: off); DeiT III's 3-Augment (one of
-  # grayscale, solarize, gaussian blur per image); colour jitter of this strength (brightness,
-  # contrast, saturation); random erasing (timm's reprob, random-pixel fill) with probability
-  # erase_prob, of erase_area of the image and aspect ratio (height / width) in erase_aspect.
+  # reference's set at randaug_magnitude in [0, 20], 10 being its paper's top; 0 layers: off); DeiT
+  # III's 3-Augment (one of grayscale, solarize, gaussian blur per image); colour jitter of this
+  # strength (brightness, contrast, saturation); random erasing (timm's reprob, random-pixel fill)
+  # with probability erase_prob, of erase_area of the image and aspect ratio (height / width) in
+  # erase_aspect.
   config.pp = ml_collections.ConfigDict(dict(
       crop='inception', min_area=0.05, pad=0, flip=True, antialias=False,
       randaug_layers=0, randaug_magnitude=10,

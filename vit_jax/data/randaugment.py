@@ -91,7 +91,11 @@ def color(image: tf.Tensor, factor: float) -> tf.Tensor:
 
 def contrast(image: tf.Tensor, factor: float) -> tf.Tensor:
   """PIL's ImageEnhance.Contrast: 0 is the mean grey level, 1 the image."""
-  mean = tf.round(tf.reduce_mean(tf.cast(_grey(image), tf.float32)))
+  # PIL rounds a mean ending in .5 up (int(mean + 0.5)), not to even as tf.round does; summed in
+  # integers so that the mean of a large image is exact.
+  grey = _grey(image)
+  total = tf.cast(tf.reduce_sum(tf.cast(grey, tf.int64)), tf.float64)
+  mean = tf.cast(tf.floor(total / tf.cast(tf.size(grey), tf.float64) + 0.5), image.dtype)
   return _blend(tf.fill(tf.shape(image), mean), image, factor)
 
 
@@ -104,11 +108,16 @@ def sharpness(image: tf.Tensor, factor: float) -> tf.Tensor:
   """PIL's ImageEnhance.Sharpness: 0 is PIL's SMOOTH filter (border pixels kept), 1 the image."""
   kernel = tf.constant([[1, 1, 1], [1, 5, 1], [1, 1, 1]], tf.float32) / 13
   kernel = tf.tile(kernel[:, :, None, None], [1, 1, 3, 1])
+  # 'SAME' and a mask rather than 'VALID' and padding: an image under 3 pixels on a side is all
+  # border, which PIL returns as it is.
   smooth = tf.nn.depthwise_conv2d(
-      tf.cast(image, tf.float32)[None], kernel, strides=[1, 1, 1, 1], padding='VALID')[0]
+      tf.cast(image, tf.float32)[None], kernel, strides=[1, 1, 1, 1], padding='SAME')[0]
   smooth = tf.cast(tf.round(tf.clip_by_value(smooth, 0.0, 255.0)), tf.uint8)
-  interior = tf.pad(tf.ones_like(smooth, tf.bool), [[1, 1], [1, 1], [0, 0]])
-  smooth = tf.where(interior, tf.pad(smooth, [[1, 1], [1, 1], [0, 0]]), image)
+  height, width = tf.shape(image)[0], tf.shape(image)[1]
+  rows, cols = tf.range(height), tf.range(width)
+  interior = (((rows >= 1) & (rows < height - 1))[:, None, None]
+              & ((cols >= 1) & (cols < width - 1))[None, :, None])
+  smooth = tf.where(interior, smooth, image)
   return _blend(smooth, image, factor)
 
 

@@ -1,9 +1,12 @@
 """Evaluators on another dataset with the run's classes: a split of it (as ImageNet-V2 beside ImageNet),
-and multi-label top-1 (as ImageNet-ReaL)."""
+and multi-label top-1 (as ImageNet-ReaL); the eval loss; empty splits."""
+import re
+
 from etils import epath
 import jax
 import numpy as np
 import pytest
+import scipy.special
 import tensorflow_datasets as tfds
 from PIL import Image
 
@@ -138,3 +141,55 @@ def test_real_on_a_dataset_without_label_sets_is_a_one_line_error(tmp_path, data
   with pytest.raises(ValueError, match=error) as raised:
     train_setup.prepare(config, str(tmp_path / 'run'))
   assert '\n' not in str(raised.value) and not (tmp_path / 'run').exists()
+
+
+def _evaluator(config, name):
+  info = data.get_info(config)
+  task = tasks.get(config.task)
+  model = task.make_model(config, info.num_classes)
+  context = evaluators.Context(config, info, task, model, sharding.make_mesh(config.mesh))
+  evaluator, = [e for e in evaluators.make_evaluators(context) if e.name == name]
+  return evaluator, model
+
+
+@pytest.mark.parametrize('loss', ['softmax_xent', 'sigmoid_xent'])
+def test_eval_loss_is_the_runs_loss_over_every_image(data_dir, loss):
+  # 360 test images in batches of 64 on 8 devices: the last batch has padding rows.
+  config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': data_dir, 'loss': loss,
+                                       'label_smoothing': 0.1, 'eval_batch_size': 64,
+                                       'mesh': [('data', 8)]})
+  evaluator, model = _evaluator(config, 'eval')
+  params = helpers.random_params(model, config.image_size)
+  metrics = evaluator(params)
+
+  images = np.stack([preprocess.eval_preprocess(image, pp_eval=config.pp_eval,
+                                                image_size=config.image_size).numpy()
+                     for image in VALIDATION_IMAGES])
+  logits = np.asarray(jax.jit(lambda x: model.apply({'params': params}, x, train=False))(images),
+                      np.float64)
+  targets = np.eye(10)[VALIDATION_LABELS]  # Unsmoothed: the loss of the labels themselves.
+  if loss == 'softmax_xent':
+    log_probs = logits - scipy.special.logsumexp(logits, axis=-1, keepdims=True)
+    want = -np.sum(targets * log_probs, axis=-1)
+  else:  # Summed over the classes, as the train loss.
+    want = np.sum(np.logaddexp(0, logits) - targets * logits, axis=-1)
+  assert metrics['loss'] == pytest.approx(np.mean(want), rel=1e-5)
+  assert metrics['top1'] == pytest.approx(np.mean(logits.argmax(-1) == VALIDATION_LABELS))
+
+
+@pytest.mark.parametrize('evals, error', [
+    ({'eval_split': 'test[:0]'}, "'eval': split 'test[:0]' has no examples: set --config.eval_split"),
+    ({'evals.minival': {'type': 'classification', 'split': 'train[:0]', 'every_steps': 2}},
+     "'minival': split 'train[:0]' has no examples: set config.evals.minival.split"),
+])
+def test_an_evaluator_of_an_empty_split_is_a_one_line_error_at_the_start(tmp_path, data_dir, evals,
+                                                                         error):
+  config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': data_dir})
+  for field, value in evals.items():
+    if field.startswith('evals.'):
+      config.evals[field.partition('.')[2]] = value
+    else:
+      config[field] = value
+  with pytest.raises(ValueError, match=re.escape(error)):
+    train_setup.prepare(config, str(tmp_path / 'run'))
+  assert not (tmp_path / 'run').exists()

@@ -6,6 +6,7 @@ import sys
 import jax
 import numpy as np
 import pytest
+from PIL import Image
 from sklearn import linear_model
 
 import helpers
@@ -62,7 +63,7 @@ def test_shots_are_drawn_per_class_by_seed():
   np.testing.assert_array_equal(chosen, fewshot.sample_shots(labels, 3, 4, np.random.default_rng(7)))
   assert set(chosen) != set(fewshot.sample_shots(labels, 3, 4, np.random.default_rng(8)))
   assert set(chosen) < set(fewshot.sample_shots(labels, 5, 4, np.random.default_rng(7)))  # Nested.
-  with pytest.raises(ValueError, match='class 0 has 10 train examples, fewer than 11 shots'):
+  with pytest.raises(ValueError, match='class 0 has 10 readable train examples, fewer than 11 shots'):
     fewshot.sample_shots(labels, 11, 4, np.random.default_rng(0))
 
 
@@ -126,3 +127,22 @@ def test_fewshot_shots_beyond_the_data_is_a_clear_error(tmp_path):
                                        'fewshot.every_steps': 6, 'fewshot.shots': (1, 500)})
   with pytest.raises(ValueError, match=r'500 shots of 10 classes need more than the 1437 images of .train.'):
     train_setup.prepare(config, str(tmp_path / 'run'))
+
+
+def test_an_image_folder_class_short_of_shots_is_a_one_line_error_at_the_start(tmp_path):
+  rng = np.random.default_rng(0)
+  for split in ('train', 'test'):
+    for name, count in {'apple': 10, 'bean': 2, 'cherry': 10}.items():
+      (tmp_path / 'images' / split / name).mkdir(parents=True)
+      for i in range(count):
+        Image.fromarray(rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)).save(
+            tmp_path / 'images' / split / name / f'{i}.png')
+  config = helpers.load_config('demo', {**helpers.TINY, 'dataset': 'folder',
+                                       'data_dir': str(tmp_path / 'images'),
+                                       'fewshot.every_steps': 6, 'fewshot.shots': (1, 5)})
+  with pytest.raises(ValueError, match=re.escape("1 of the classes of 'train' have fewer than 5 images: "
+                                                 'bean (2); use fewer shots')):
+    train_setup.prepare(config, str(tmp_path / 'run'))
+  assert not (tmp_path / 'run').exists()
+  config.fewshot.shots = (1, 2)
+  train_setup.prepare(config, str(tmp_path / 'run'))

@@ -122,6 +122,17 @@ def num_examples(config: ml_collections.ConfigDict, split: str, label_feature: s
   return _checked_source(config, label_feature).examples(split).num_records
 
 
+def listed_labels(config: ml_collections.ConfigDict, split: str) -> np.ndarray | None:
+  """The label of every example of `split` where the source lists them without reading the examples
+  (an image folder's class folders); None where that would mean reading the split (tfds)."""
+  records = _checked_source(config).examples(split)
+  # Reading no records tells what a read lists; tfds' records hold their labels.
+  if (not isinstance(records, order.RandomAccess)
+      or 'label' not in records.read(tf.zeros([0], tf.int64))):
+    return None
+  return records.read(tf.range(records.num_records, dtype=tf.int64))['label'].numpy()
+
+
 def num_eval_batches(num_eval: int, *, local_batch_size: int, process_count: int = 1) -> int:
   """Batches that eval_iterator yields on every host: enough for the largest host's shard."""
   largest_shard = -(-num_eval // process_count)  # Shards differ in size by at most one example.

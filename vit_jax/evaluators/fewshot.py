@@ -30,8 +30,8 @@ def sample_shots(labels: np.ndarray, shots: int, num_classes: int,
   for label in range(num_classes):
     members = np.flatnonzero(labels == label)
     if len(members) < shots:
-      raise ValueError(f'class {label} has {len(members)} train examples, fewer than {shots} shots: '
-                       'use fewer shots')
+      raise ValueError(f'class {label} has {len(members)} readable train examples, fewer than '
+                       f'{shots} shots: use fewer shots')
     chosen.append(rng.permutation(members)[:shots])
   return np.concatenate(chosen)
 
@@ -134,12 +134,21 @@ def build(name: str, fields: ml_collections.ConfigDict, context: Context) -> Few
   eval_split = fields.eval_split or config.eval_split
   num_train = context.count(train_split)
   context.count(eval_split)  # A split that does not exist fails here.
-  # Only a necessary condition (per-class counts would mean reading the split): a class with fewer
-  # images than the shots stops the run at its first few-shot evaluation.
   num_classes = context.info.num_classes
   if max(fields.shots) * num_classes > num_train:
     raise ValueError(f'{where}.shots={fields.shots}: {max(fields.shots)} shots of {num_classes} '
                      f'classes need more than the {num_train} images of {train_split!r}')
+  # Where the labels are listed (an image folder), a class short of shots is found here; elsewhere
+  # (tfds: counting would mean reading the split) at the first few-shot evaluation.
+  labels = data.listed_labels(config, train_split)
+  if labels is not None:
+    counts = np.bincount(labels, minlength=num_classes)
+    short = [f'{context.info.class_names[c]} ({counts[c]})'
+             for c in np.flatnonzero(counts < max(fields.shots))]
+    if short:
+      raise ValueError(f'{where}.shots={fields.shots}: {len(short)} of the classes of {train_split!r} '
+                       f'have fewer than {max(fields.shots)} images: {", ".join(short[:5])}'
+                       f'{", ..." if len(short) > 5 else ""}; use fewer shots or add images')
   return FewShotEvaluator(name, fields.every_steps, config=config,
                           model=context.task.features_model(config), mesh=context.mesh,
                           shots=fields.shots, seeds=fields.seeds, l2_reg=fields.l2_reg,

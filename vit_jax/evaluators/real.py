@@ -6,6 +6,7 @@ the image's set of reassessed labels; images the raters gave no label are skippe
 It reads any tfds dataset whose label feature has the run's classes: a Sequence of ClassLabel (label
 sets), or a ClassLabel (sets of one, so top-1 is the usual one).
 """
+import functools
 from typing import Any
 
 import chex
@@ -44,7 +45,9 @@ def build(name: str, fields: ml_collections.ConfigDict, context: Context) -> spl
   settings = {**DEFAULTS, **{k: v for k, v in fields.items() if v is not None}}
   config = split.other_dataset(name, settings['dataset'], settings.get('data_dir'), context,
                                settings['label_feature'])
-  data.num_examples(config, settings['split'], settings['label_feature'])  # A bad split fails here.
+  split.require_examples(name, settings['split'],  # A split that does not exist fails here.
+                         data.num_examples(config, settings['split'], settings['label_feature']))
   return split.SplitEvaluator(name, fields.every_steps, config=config, split=settings['split'],
-                              eval_step=eval_step, model=context.model, mesh=context.mesh,
+                              eval_step=functools.partial(eval_step, model=context.model),
+                              mesh=context.mesh,
                               label_feature=settings['label_feature'])

@@ -1,6 +1,5 @@
 """The task's own metrics (top-1, top-5, loss) over every example of a split, e.g. the test split, a
 minival held out of train, or a split of another dataset with the same classes (ImageNet-V2)."""
-import functools
 from typing import Any, Callable
 
 import jax
@@ -20,11 +19,12 @@ class SplitEvaluator:
   """Means of `eval_step`'s sums (METRIC_SUMS) over one pass of `split` (eval preprocessing)."""
 
   def __init__(self, name: str, every_steps: int, *, config: ml_collections.ConfigDict, split: str,
-               eval_step: Callable, model: Any, mesh: Mesh, label_feature: str = 'label'):
+               eval_step: Callable[[Any, dict[str, jax.Array]], dict[str, jax.Array]], mesh: Mesh,
+               label_feature: str = 'label'):
     self.name, self.every_steps = name, every_steps
     self._config, self._split, self._mesh = config, split, mesh
     self._label_feature = label_feature
-    self._eval_fn = jax.jit(sharding.with_activation_sharding(functools.partial(eval_step, model=model), mesh))
+    self._eval_fn = jax.jit(sharding.with_activation_sharding(eval_step, mesh))
 
   def __call__(self, params: Any) -> dict[str, float]:
     local_batch = self._config.eval_batch_size // jax.process_count()
@@ -57,6 +57,14 @@ def other_dataset(name: str, dataset: str, data_dir: str | None, context: Contex
   return config
 
 
+def require_examples(name: str, split: str, count: int) -> None:
+  """An evaluator of an empty split would stop the run at its first evaluation: say so at the start."""
+  if count < 1:
+    field = '--config.eval_split' if name == 'eval' else f'config.evals.{name}.split'
+    raise ValueError(f'Evaluator {name!r}: split {split!r} has no examples: set {field} to a split '
+                     'with some')
+
+
 def build(name: str, fields: ml_collections.ConfigDict, context: Context) -> SplitEvaluator:
   check_fields(name, fields, ('split', 'every_steps', 'dataset', 'data_dir'))
   if fields.type != context.config.task:
@@ -64,9 +72,11 @@ def build(name: str, fields: ml_collections.ConfigDict, context: Context) -> Spl
                      f'config.task={context.config.task!r}: use type={context.config.task!r}')
   if fields.get('dataset'):
     config = other_dataset(name, fields.dataset, fields.get('data_dir'), context)
-    data.num_examples(config, fields.split)  # A split that does not exist fails here.
+    count = data.num_examples(config, fields.split)  # A split that does not exist fails here.
   else:
     config = context.config
-    context.count(fields.split)
+    count = context.count(fields.split)
+  require_examples(name, fields.split, count)
   return SplitEvaluator(name, fields.every_steps, config=config, split=fields.split,
-                        eval_step=context.task.eval_step, model=context.model, mesh=context.mesh)
+                        eval_step=context.task.make_eval_step(config, context.model),
+                        mesh=context.mesh)

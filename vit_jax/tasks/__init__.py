@@ -6,7 +6,8 @@
   make_loss(config, model)           loss(params, images, labels, key) -> scalar, for the train step;
   mix(config, num_classes)           None, or (images, labels, key, step) -> (images, labels): the
                                      train step's transform of the global batch (Mixup, CutMix);
-  eval_step(params, batch, *, model) sums of correct, correct_top5, loss_sum and count over a batch.
+  make_eval_step(config, model)      eval_step(params, batch) -> sums of correct, correct_top5,
+                                     loss_sum and count over a batch.
 
 Adding a task is one module and one entry in TASKS.
 """

@@ -12,7 +12,17 @@ import optax
 from vit_jax.models import variants
 from vit_jax.tasks import mixing
 
-LOSSES = ('softmax_xent', 'sigmoid_xent')
+
+def _sigmoid_xent(logits: jax.Array, targets: jax.Array) -> jax.Array:
+  return optax.sigmoid_binary_cross_entropy(logits, targets).sum(-1)
+
+
+# config.loss -> the loss of each example [b] from logits and targets [b, classes]; the sigmoid one is
+# summed over the classes, as big_vision's.
+LOSSES: dict[str, Callable[[jax.Array, jax.Array], jax.Array]] = {
+    'softmax_xent': optax.softmax_cross_entropy,
+    'sigmoid_xent': _sigmoid_xent,
+}
 
 
 def check(config: ml_collections.ConfigDict) -> None:
@@ -46,9 +56,7 @@ def compute_loss(logits: jax.Array, labels: jax.Array, *, loss: str,
   else:
     chex.assert_shape(labels, logits.shape)
     targets = labels
-  if loss == 'softmax_xent':
-    return optax.softmax_cross_entropy(logits, targets).mean()
-  return optax.sigmoid_binary_cross_entropy(logits, targets).sum(-1).mean()
+  return LOSSES[loss](logits, targets).mean()
 
 
 def make_loss(config: ml_collections.ConfigDict, model: nn.Module) -> Callable[..., jax.Array]:
@@ -69,17 +77,23 @@ def mix(config: ml_collections.ConfigDict, num_classes: int) -> mixing.MixFn | N
   return mixing.make(config.mix, num_classes, config.label_smoothing)
 
 
-def eval_step(params: Any, batch: dict[str, jax.Array], *, model: nn.Module) -> dict[str, jax.Array]:
-  """Sums over the real (unmasked) examples of a batch: correct top-1 / top-5, loss, count."""
-  logits = model.apply({'params': params}, batch['image'], train=False)
-  labels = batch['label']
-  chex.assert_shape(labels, logits.shape[:1])
-  mask = batch['mask'].astype(jnp.float32)
-  top5 = jax.lax.top_k(logits, min(5, logits.shape[-1]))[1]
-  loss = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
-  return {
-      'correct': jnp.sum((top5[:, 0] == labels) * mask),
-      'correct_top5': jnp.sum(jnp.any(top5 == labels[:, None], axis=-1) * mask),
-      'loss_sum': jnp.sum(loss * mask),
-      'count': jnp.sum(mask),
-  }
+def make_eval_step(config: ml_collections.ConfigDict,
+                   model: nn.Module) -> Callable[[Any, dict[str, jax.Array]], dict[str, jax.Array]]:
+  """eval_step(params, batch) -> sums over the real (unmasked) examples of a batch: correct top-1 /
+  top-5, the run's loss (config.loss, unsmoothed), count."""
+
+  def eval_step(params: Any, batch: dict[str, jax.Array]) -> dict[str, jax.Array]:
+    logits = model.apply({'params': params}, batch['image'], train=False)
+    labels = batch['label']
+    chex.assert_shape(labels, logits.shape[:1])
+    mask = batch['mask'].astype(jnp.float32)
+    top5 = jax.lax.top_k(logits, min(5, logits.shape[-1]))[1]
+    loss = LOSSES[config.loss](logits, jax.nn.one_hot(labels, logits.shape[-1]))
+    return {
+        'correct': jnp.sum((top5[:, 0] == labels) * mask),
+        'correct_top5': jnp.sum(jnp.any(top5 == labels[:, None], axis=-1) * mask),
+        'loss_sum': jnp.sum(loss * mask),
+        'count': jnp.sum(mask),
+    }
+
+  return eval_step

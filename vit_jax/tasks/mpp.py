@@ -73,18 +73,25 @@ def mix(config: ml_collections.ConfigDict, num_classes: int) -> None:
   del config, num_classes
 
 
-def eval_step(params: Any, batch: dict[str, jax.Array], *, model: nn.Module) -> dict[str, jax.Array]:
-  """The classification sums over the corrupted patches of real examples: colour-class accuracy."""
-  # One fixed corruption pattern, so every evaluation of a run scores the same task.
-  logits, corrupted = model.apply({'params': params}, batch['image'], train=False,
-                                  rngs={'mpp': jax.random.key(0)})
-  targets = _targets(model, batch['image'], logits)
-  weight = corrupted * batch['mask'][:, None].astype(jnp.float32)
-  top5 = jax.lax.top_k(logits, 5)[1]
-  loss = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
-  return {
-      'correct': jnp.sum((top5[..., 0] == targets) * weight),
-      'correct_top5': jnp.sum(jnp.any(top5 == targets[..., None], axis=-1) * weight),
-      'loss_sum': jnp.sum(loss * weight),
-      'count': jnp.sum(weight),
-  }
+def make_eval_step(config: ml_collections.ConfigDict,
+                   model: nn.Module) -> Callable[[Any, dict[str, jax.Array]], dict[str, jax.Array]]:
+  """eval_step(params, batch) -> the classification sums over the corrupted patches of real examples:
+  colour-class accuracy."""
+  del config
+
+  def eval_step(params: Any, batch: dict[str, jax.Array]) -> dict[str, jax.Array]:
+    # One fixed corruption pattern, so every evaluation of a run scores the same task.
+    logits, corrupted = model.apply({'params': params}, batch['image'], train=False,
+                                    rngs={'mpp': jax.random.key(0)})
+    targets = _targets(model, batch['image'], logits)
+    weight = corrupted * batch['mask'][:, None].astype(jnp.float32)
+    top5 = jax.lax.top_k(logits, 5)[1]
+    loss = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
+    return {
+        'correct': jnp.sum((top5[..., 0] == targets) * weight),
+        'correct_top5': jnp.sum(jnp.any(top5 == targets[..., None], axis=-1) * weight),
+        'loss_sum': jnp.sum(loss * weight),
+        'count': jnp.sum(weight),
+    }
+
+  return eval_step

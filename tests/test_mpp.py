@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import helpers
-from vit_jax import run_dir
+from vit_jax import data, evaluators, run_dir, sharding, tasks
 from vit_jax.models import VisionTransformer, mpp, variants
 from vit_jax.train import loop, setup as train_setup
 
@@ -22,16 +22,46 @@ def test_colour_targets_quantise_mean_colour_to_3_bits_per_channel():
                                 [[0, 7 * 64, 4 * 8, 511]])
 
 
-def test_corruption_follows_the_bert_proportions():
+@pytest.mark.parametrize('per_example_keys', [False, True])
+def test_corruption_follows_the_bert_proportions(per_example_keys):
   n, length = 64, 256
   x = jnp.broadcast_to(jnp.arange(length, dtype=jnp.float32)[None, :, None] + 1, (n, length, 1))
-  out, corrupted = mpp.corrupt_patches(x, jnp.full((1, 1, 1), -7.0), jax.random.key(0), 0.5)
+  key = jax.random.split(jax.random.key(0), n) if per_example_keys else jax.random.key(0)
+  out, corrupted = mpp.corrupt_patches(x, jnp.full((1, 1, 1), -7.0), key, 0.5)
   out, corrupted, x = np.asarray(out[..., 0]), np.asarray(corrupted), np.asarray(x[..., 0])
   assert abs(corrupted.mean() - 0.5) < 0.01
   assert np.array_equal(out[~corrupted], x[~corrupted])  # Untouched outside the corrupted set.
   masked = (out == -7.0)[corrupted].mean()
   changed = ((out != x) & (out != -7.0))[corrupted].mean()  # Another patch's embedding.
   assert abs(masked - 0.8) < 0.02 and 0.08 < changed < 0.11
+
+
+def test_an_examples_own_key_gives_it_its_own_pattern_in_any_row():
+  x = jax.random.normal(jax.random.key(1), (8, 16, 4))
+  keys = jax.random.split(jax.random.key(0), 8)
+  token = jnp.full((1, 1, 4), -7.0)
+  out, corrupted = mpp.corrupt_patches(x, token, keys, 0.5)
+  order = np.array([5, 2, 7, 0, 1, 3, 6, 4])
+  out_reordered, corrupted_reordered = mpp.corrupt_patches(x[order], token, keys[order], 0.5)
+  np.testing.assert_array_equal(corrupted_reordered, corrupted[order])
+  np.testing.assert_array_equal(out_reordered, out[order])
+  alone, _ = mpp.corrupt_patches(x[3:4], token, keys[3:4], 0.5)
+  np.testing.assert_array_equal(alone[0], out[3])
+
+
+def test_mpp_eval_scores_the_same_patterns_at_any_eval_batch_size(tmp_path):
+  metrics = {}
+  for eval_batch_size in (8, 64):  # 360 test images: other rows, other padding.
+    config = helpers.load_config('mpp_demo', {**helpers.TINY, 'data_dir': str(tmp_path / 'tfds'),
+                                              'eval_batch_size': eval_batch_size,
+                                              'mesh': [('data', 8)]})
+    info = data.get_info(config)
+    task = tasks.get(config.task)
+    model = task.make_model(config, info.num_classes)
+    context = evaluators.Context(config, info, task, model, sharding.make_mesh(config.mesh))
+    evaluator, = [e for e in evaluators.make_evaluators(context) if e.name == 'eval']
+    metrics[eval_batch_size] = evaluator(helpers.random_params(model, config.image_size))
+  assert metrics[8] == pytest.approx(metrics[64], rel=1e-5)
 
 
 def _mpp_and_classifier(variant, **overrides):

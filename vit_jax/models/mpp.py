@@ -47,13 +47,24 @@ def corrupt_patches(x: jnp.ndarray, mask_token: jnp.ndarray, key: jax.Array,
   """BERT-style corruption of patch embeddings x [b, patches, D]; returns them and the corrupted mask.
 
   Each patch is corrupted with probability `mask_rate`; a corrupted one becomes `mask_token` (80%),
-  another patch of the same image (10%), or stays as it is (10%).
+  another patch of the same image (10%), or stays as it is (10%). `key` draws the whole batch's
+  pattern, or is one key per example [b]: each example's pattern then is its own, whatever batch and
+  row it is in.
   """
   n, length, _ = x.shape
-  corrupt_key, kind_key, source_key = jax.random.split(key, 3)
-  corrupted = jax.random.bernoulli(corrupt_key, mask_rate, (n, length))
-  kind = jax.random.uniform(kind_key, (n, length))
-  other = jnp.take_along_axis(x, jax.random.randint(source_key, (n, length, 1), 0, length), axis=1)
+
+  def draws(key: jax.Array, rows: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+    corrupt_key, kind_key, source_key = jax.random.split(key, 3)
+    return (jax.random.bernoulli(corrupt_key, mask_rate, (rows, length)),
+            jax.random.uniform(kind_key, (rows, length)),
+            jax.random.randint(source_key, (rows, length, 1), 0, length))
+
+  if key.ndim == 0:
+    corrupted, kind, source = draws(key, n)
+  else:
+    chex.assert_shape(key, (n,))
+    corrupted, kind, source = (a[:, 0] for a in jax.vmap(draws, (0, None))(key, 1))
+  other = jnp.take_along_axis(x, source, axis=1)
   x = jnp.where((corrupted & (kind < 0.8))[..., None], mask_token.astype(x.dtype), x)
   x = jnp.where((corrupted & (kind >= 0.8) & (kind < 0.9))[..., None], other, x)
   return x, corrupted
@@ -64,18 +75,20 @@ class MaskedPatchPredictor(ViTBackbone, kw_only=True):
   a colour class for every patch token.
 
   Returns float32 logits [b, patches, 2^(3 num_bits)] and the bool mask [b, patches] of corrupted
-  patches; needs an 'mpp' rng (and 'dropout' when training). The targets are
-  `colour_targets(images, model.input_stride, model.num_bits)`.
+  patches; needs an 'mpp' rng, or `corruption_keys` (one key per image, see `corrupt_patches`), and
+  'dropout' when training. The targets are `colour_targets(images, model.input_stride, model.num_bits)`.
   """
   mask_rate: float = 0.5
   num_bits: int = 3
 
   @nn.compact
-  def __call__(self, images: jnp.ndarray, *, train: bool = False) -> tuple[jnp.ndarray, jnp.ndarray]:
+  def __call__(self, images: jnp.ndarray, *, train: bool = False,
+               corruption_keys: jax.Array | None = None) -> tuple[jnp.ndarray, jnp.ndarray]:
     x = self.embed_patches(images)
     mask_token = self.param('mask_token', nn.initializers.normal(0.02), (1, 1, x.shape[-1]),
                             jnp.float32)
-    x, corrupted = corrupt_patches(x, mask_token, self.make_rng('mpp'), self.mask_rate)
+    key = self.make_rng('mpp') if corruption_keys is None else corruption_keys
+    x, corrupted = corrupt_patches(x, mask_token, key, self.mask_rate)
     x = self.encode(x, grid=self.patch_grid(images), train=train)
     # With fc_norm the encoder leaves the normalisation to the model: here per token.
     tokens = self.apply_fc_norm(x[:, 1:] if self.classifier == 'token' else x)

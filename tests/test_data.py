@@ -1,5 +1,6 @@
 """Tests of vit_jax.data: the bundled digits, image folders, determinism, sharding, errors."""
 import collections
+import io
 import os
 import subprocess
 import sys
@@ -18,7 +19,9 @@ from vit_jax.data import digits
 from vit_jax.data import folder
 from vit_jax.data import order
 from vit_jax.data import preprocess
+from vit_jax.data import unreadable
 from vit_jax.data.as_written import as_written
+from vit_jax.train import setup as train_setup
 
 
 make_config = helpers.data_config
@@ -302,6 +305,12 @@ def test_eval_resize_matches_pil_bilinear(data_dir):
 
 # Image folders.
 
+@pytest.fixture(autouse=True)
+def forget_named_files(monkeypatch):
+  """Each test starts with no unreadable file named yet in the process (each is named once)."""
+  monkeypatch.setattr(unreadable, '_named', set())
+
+
 @pytest.fixture(scope='module')
 def image_folder(tmp_path_factory):
   """root/{train,test}/{cat,dog}/ with 12x12 PNGs and JPEGs (some extensions upper-case), a
@@ -384,7 +393,7 @@ def test_folder_train_skips_corrupt_file(image_folder, caplog):
   assert batches[0]['image'].shape == (9, 8, 8, 3) and set(labels) == {0, 1}
 
 
-def test_folder_names_every_dropped_file_each_time_it_is_met(tmp_path, caplog):
+def test_folder_names_each_dropped_file_once_a_process(tmp_path, caplog):
   # Corrupt files first and last in the split's order: the last one's gap shows only at the next
   # batch (train) or at the first padding row (eval).
   rng = np.random.default_rng(0)
@@ -408,15 +417,14 @@ def test_folder_names_every_dropped_file_each_time_it_is_met(tmp_path, caplog):
   with caplog.at_level('WARNING'):
     batches = take(data.train_iterator(config, local_batch_size=4), 8)  # 32 = 3 epochs of 10, + 2.
   assert all(len(b['label']) == 4 for b in batches)
-  # 32 readable examples are 3 epochs read through (the input pipeline may read further ahead):
-  # each file is named each time the stream meets it, and no other file is.
-  met = named('train')
-  assert set(met) == {c for c in corrupt if c.startswith('train')} and min(met.values()) >= 3
-  with caplog.at_level('WARNING'):
-    caplog.clear()
-    batches = list(data.eval_iterator(config, 'test', local_batch_size=4))
-  assert named('test') == collections.Counter({c: 1 for c in corrupt if c.startswith('test')})
-  assert sum(b['mask'].sum() for b in batches) == 10
+  # 32 readable examples are 3 epochs read through: the stream met each corrupt file 3 times or
+  # more, and named it once.
+  assert named('train') == collections.Counter({c: 1 for c in corrupt if c.startswith('train')})
+  for _ in range(2):  # Two evaluations: the first names the split's corrupt files, the second none.
+    with caplog.at_level('WARNING'):
+      batches = list(data.eval_iterator(config, 'test', local_batch_size=4))
+    assert named('test') == collections.Counter({c: 1 for c in corrupt if c.startswith('test')})
+    assert sum(b['mask'].sum() for b in batches) == 10
 
 
 def test_records_at_is_the_record_at_each_stream_position():
@@ -447,6 +455,156 @@ def test_folder_shards_are_disjoint_and_cover_the_split(image_folder, process_co
   shards = [real_rows(i, process_count) for i in range(process_count)]
   assert len({num_batches for num_batches, _ in shards}) == 1
   assert sum((rows for _, rows in shards), collections.Counter()) == everything
+
+
+def _save(path, pixels, **kwargs):
+  path.parent.mkdir(parents=True, exist_ok=True)
+  Image.fromarray(pixels).save(path, **kwargs)
+
+
+def _eval_rows(config, split):
+  """The multiset of (exact RGB pixels, label) of a split at its native size."""
+  batches = list(data.eval_iterator(config, split, local_batch_size=64))
+  return sum((multiset(as_uint8(b['image'][b['mask']]), b['label'][b['mask']]) for b in batches),
+             collections.Counter())
+
+
+def test_hidden_entries_are_not_data_and_subfolders_belong_to_their_class(tmp_path):
+  rng = np.random.default_rng(0)
+  want = collections.Counter()
+  for label, name in enumerate(['cat', 'dog']):
+    for path in ('0.png', 'sub/1.png', 'sub/deeper/2.png'):  # Images at any depth are the class's.
+      pixels = rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)
+      _save(tmp_path / 'train' / name / path, pixels)
+      want[(pixels.tobytes(), label)] += 1
+    _save(tmp_path / 'test' / name / '0.png', rng.integers(0, 256, (8, 8, 3), dtype=np.uint8))
+    # Not data: hidden files and folders at every level, and a folder named as an image.
+    (tmp_path / 'train' / name / '._0.png').write_bytes(b'AppleDouble')
+    _save(tmp_path / 'train' / name / '.hidden' / '3.png', np.zeros((8, 8, 3), np.uint8))
+    _save(tmp_path / 'train' / name / 'sub' / '.ipynb_checkpoints' / '4.png', np.zeros((8, 8, 3), np.uint8))
+    (tmp_path / 'train' / name / 'folder.png').mkdir()
+  for split in ('train', 'test'):  # Jupyter's checkpoints folder beside the class folders.
+    _save(tmp_path / split / '.ipynb_checkpoints' / '0.png', np.zeros((8, 8, 3), np.uint8))
+  config = make_config(str(tmp_path), dataset='folder')
+  info = data.get_info(config)
+  assert info.class_names == ('cat', 'dog') and (info.num_train, info.num_eval) == (6, 2)
+  assert _eval_rows(config, 'train') == want
+  # A class's own images first, then each sub-folder's: sorted, whatever order the disk lists them in.
+  assert folder._image_files(str(tmp_path / 'train' / 'cat')) == [  # pylint: disable=protected-access
+      '0.png', 'sub/1.png', 'sub/deeper/2.png']
+
+
+def test_a_cloud_listing_costs_no_request_per_image(monkeypatch):
+  # Cloud storage marks folders with a trailing '/' in a listing; an image name is then a file.
+  listings = {'gs://b/train/cat': ['1.png', 'sub/', 'dir.png/'], 'gs://b/train/cat/sub': ['2.JPG', '.x.png'],
+              'gs://b/train/cat/dir.png': ['3.webp']}
+  asked = []
+  monkeypatch.setattr(tf.io.gfile, 'listdir', lambda path: listings[path])
+  monkeypatch.setattr(tf.io.gfile, 'isdir', lambda path: asked.append(path) or False)
+  assert folder._image_files('gs://b/train/cat') == [  # pylint: disable=protected-access
+      '1.png', 'dir.png/3.webp', 'sub/2.JPG']
+  assert not asked
+
+
+@pytest.mark.parametrize('fmt, kwargs', [
+    ('JPEG', dict(quality=90)), ('JPEG', dict(quality=75, subsampling=0)), ('PNG', {}), ('BMP', {}),
+    ('GIF', {}), ('WEBP', dict(lossless=True)), ('WEBP', dict(quality=80))])
+def test_each_listed_format_decodes_as_pil_decodes_it(fmt, kwargs):
+  # Photo-like pixels (smooth, with noise), where JPEG's DCT rounding shows.
+  y, x = np.mgrid[0:48, 0:64]
+  smooth = np.stack([np.sin(x / 7) * 90 + 128, np.cos(y / 9) * 90 + 128, (x * 3 + y) % 256], -1)
+  pixels = np.clip(smooth + np.random.default_rng(0).normal(0, 20, smooth.shape), 0, 255).astype(np.uint8)
+  encoded = io.BytesIO()
+  Image.fromarray(pixels).save(encoded, format=fmt, **kwargs)
+  assert f'.{fmt.lower()}' in folder.IMAGE_EXTENSIONS  # A folder lists it.
+  want = np.asarray(Image.open(io.BytesIO(encoded.getvalue())).convert('RGB'))
+  np.testing.assert_array_equal(preprocess.decode(tf.constant(encoded.getvalue())).numpy(), want)
+
+
+def test_a_class_of_webp_images_trains(tmp_path):
+  rng = np.random.default_rng(0)
+  for split in ('train', 'test'):
+    for i in range(4):
+      _save(tmp_path / split / 'cat' / f'{i}.png', rng.integers(0, 256, (8, 8, 3), dtype=np.uint8))
+      _save(tmp_path / split / 'dog' / f'{i}.WEBP', rng.integers(0, 256, (8, 8, 3), dtype=np.uint8),
+            lossless=True)
+  config = make_config(str(tmp_path), dataset='folder')
+  assert data.get_info(config).num_train == 8
+  labels = np.concatenate([b['label'] for b in take(data.train_iterator(config, local_batch_size=4), 4)])
+  assert np.bincount(labels).tolist() == [8, 8]
+
+
+def test_an_empty_class_folder_is_refused_in_train_and_fine_in_eval(tmp_path):
+  for split in ('train', 'test'):
+    _save(tmp_path / split / 'cat' / '0.png', np.zeros((8, 8, 3), np.uint8))
+  (tmp_path / 'test' / 'dog').mkdir()
+  (tmp_path / 'train' / 'dog').mkdir()
+  (tmp_path / 'train' / 'dog' / 'notes.txt').write_text('no image')
+  _save(tmp_path / 'train' / 'dog' / '.ipynb_checkpoints' / '0.png', np.zeros((8, 8, 3), np.uint8))
+  config = make_config(str(tmp_path), dataset='folder')
+  expect_error(config, rf"^Class folders of {tmp_path}/train without .jpg/.*/.webp images: 'dog'; put "
+               'images in each or remove it$')
+  _save(tmp_path / 'train' / 'dog' / '0.png', np.zeros((8, 8, 3), np.uint8))
+  info = data.get_info(config)
+  assert info.class_names == ('cat', 'dog') and (info.num_train, info.num_eval) == (2, 1)
+
+
+def _garbage_folder(root, train_garbage, test_garbage, classes=('cat', 'dog')):
+  """root/{train,test}/<class>/ with 4 PNGs a class, or 4 files of garbage in the named classes."""
+  for split, garbage in [('train', train_garbage), ('test', test_garbage)]:
+    for name in classes:
+      for i in range(4):
+        if name in garbage:  # What a git-lfs checkout without `git lfs pull` holds.
+          (root / split / name).mkdir(parents=True, exist_ok=True)
+          (root / split / name / f'{i}.png').write_bytes(b'version https://git-lfs.github.com/spec/v1\n')
+        else:
+          _save(root / split / name / f'{i}.png', np.zeros((8, 8, 3), np.uint8))
+  return make_config(str(root), dataset='folder')
+
+
+def test_a_split_without_a_readable_image_is_refused_before_the_run_writes(tmp_path):
+  lfs_fix = r'\(a git-lfs pointer, not the image\); check that they are images \(a git-lfs checkout needs '
+  config = _garbage_folder(tmp_path / 'a', train_garbage=('cat', 'dog'), test_garbage=())
+  expect_error(config, rf"^No image of split 'train' decodes: none of 6 sampled, e.g. "
+               rf'{tmp_path}/a/train/cat/0.png {lfs_fix}`git lfs pull`\)$')
+  # A run stops there, before it writes anything (an endless train stream would skip every file).
+  run_config = helpers.load_config('demo', {**helpers.TINY, 'dataset': 'folder',
+                                            'data_dir': config.data_dir})
+  with pytest.raises(ValueError, match="No image of split 'train' decodes"):
+    train_setup.prepare(run_config, str(tmp_path / 'run'))
+  assert not (tmp_path / 'run').exists()
+
+  config = _garbage_folder(tmp_path / 'b', train_garbage=(), test_garbage=('cat', 'dog'))
+  expect_error(config, rf"^No image of split 'test' decodes: .* e.g. {tmp_path}/b/test/cat/0.png")
+  # The reason is the decoder's own where a file is not a git-lfs pointer.
+  (tmp_path / 'b' / 'test' / 'cat' / '0.png').write_bytes(b'\x89PNG truncated')
+  expect_error(config, rf'e.g. {tmp_path}/b/test/cat/0.png \(Unknown image file format. One of JPEG, ')
+
+
+def test_a_train_class_without_a_readable_image_is_refused(tmp_path):
+  config = _garbage_folder(tmp_path / 'a', train_garbage=('dog',), test_garbage=('dog',))
+  expect_error(config, rf"^Class 'dog' has no readable train image: none of 3 sampled decodes, e.g. "
+               rf'{tmp_path}/a/train/dog/0.png \(a git-lfs pointer, not the image\); check .*, or remove the '
+               'class folder$')
+  # In the eval split it is only skipped, each file named once (as any unreadable file).
+  config = _garbage_folder(tmp_path / 'b', train_garbage=(), test_garbage=('dog',))
+  assert data.get_info(config).num_eval == 8
+
+
+def test_the_readability_probe_decodes_a_bounded_sample(tmp_path, monkeypatch):
+  classes = [f'c{i:03d}' for i in range(100)]
+  for split in ('train', 'test'):
+    for name in classes:
+      for i in range(5):
+        _save(tmp_path / split / name / f'{i}.png', np.zeros((2, 2, 3), np.uint8))
+  probed = []
+  why_unreadable = folder._why_unreadable  # pylint: disable=protected-access
+  monkeypatch.setattr(folder, '_why_unreadable', lambda path: probed.append(path) or why_unreadable(path))
+  data.get_info(make_config(str(tmp_path), dataset='folder'))
+  # 3 files of each of 64 classes a split, spread over the sorted ones: the same on every run.
+  assert len(probed) == 2 * 64 * 3 and len(set(probed)) == len(probed)
+  train = sorted(p for p in probed if '/train/' in p)
+  assert train[:6] == [f'{tmp_path}/train/{c}/{i}.png' for c in ('c000', 'c001') for i in (0, 1, 3)]
 
 
 # Errors: one line, naming the fix.
@@ -486,10 +644,14 @@ def test_folder_errors(tmp_path, image_folder):
                rf'{tmp_path}/train does not exist')
   root, _ = image_folder
   expect_error(make_config(root, dataset='folder', eval_split='val'), rf'{root}/val does not exist')
+  for split in ('train_split', 'eval_split'):  # A tfds slice is no folder: name the folder to make.
+    expect_error(make_config(root, dataset='folder', **{split: 'train[:90%]'}),
+                 rf'^Image folder splits are sub-folder names, not slices: {root} has no train\[:90%\]/; '
+                 rf'make a folder of class folders \(e.g. {root}/val/\), then --config.eval_split=val$')
   (tmp_path / 'train' / 'cat').mkdir(parents=True)
   (tmp_path / 'test').mkdir()
   expect_error(make_config(str(tmp_path), dataset='folder'), rf'No .* images .* of {tmp_path}/train')
-  (tmp_path / 'train' / 'cat' / 'a.png').write_bytes(b'')
+  Image.new('RGB', (8, 8)).save(tmp_path / 'train' / 'cat' / 'a.png')
   (tmp_path / 'test' / 'cow').mkdir()
   expect_error(make_config(str(tmp_path), dataset='folder'), rf'{tmp_path}/test/cow has no counterpart')
 

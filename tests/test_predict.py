@@ -71,11 +71,13 @@ def test_unreadable_files_are_reported_in_one_line_each_and_skipped(trained_tiny
 
 
 def test_folders_are_searched_recursively_for_images(tmp_path):
-  for name in ('b/z.png', 'b/a.JPG', 'a.jpeg', 'b/c/d.png', 'notes.txt', 'b/c/e.gif'):
+  for name in ('b/z.png', 'b/a.JPG', 'a.jpeg', 'b/c/d.png', 'notes.txt', 'b/c/e.gif', 'b/._z.png',
+               '.ipynb_checkpoints/a.png'):
     (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
     (tmp_path / name).write_bytes(b'')
   assert predict.find_images([str(tmp_path), str(tmp_path / 'notes.txt')]) == [
       f'{tmp_path}/a.jpeg', f'{tmp_path}/b/a.JPG', f'{tmp_path}/b/z.png', f'{tmp_path}/b/c/d.png',
+      f'{tmp_path}/b/c/e.gif',  # The image folders' extensions (folder.IMAGE_EXTENSIONS).
       f'{tmp_path}/notes.txt']  # A file named explicitly is tried whatever its name.
 
 

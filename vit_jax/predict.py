@@ -72,7 +72,8 @@ def load_export(export_dir: str) -> Classifier:
 
 
 def find_images(inputs: Sequence[str]) -> list[str]:
-  """The files named in `inputs`, with each folder replaced by the images under it (sorted)."""
+  """The files named in `inputs`, with each folder replaced by the images under it (sorted), hidden
+  entries left out as image folders leave them out (.ipynb_checkpoints, macOS's ._x.png)."""
   from vit_jax.data.folder import IMAGE_EXTENSIONS  # pylint: disable=g-import-not-at-top
   paths = []
   for path in inputs:
@@ -80,8 +81,9 @@ def find_images(inputs: Sequence[str]) -> list[str]:
       paths.append(path)  # Whatever its name: a missing or unreadable file is reported when read.
       continue
     for root, dirs, files in epath.Path(path).walk():
-      dirs.sort()  # Walk in a fixed order.
-      paths += [str(root / name) for name in sorted(files) if name.lower().endswith(IMAGE_EXTENSIONS)]
+      dirs[:] = sorted(d for d in dirs if not d.startswith('.'))  # A fixed order; hidden: not walked.
+      paths += [str(root / name) for name in sorted(files)
+                if name.lower().endswith(IMAGE_EXTENSIONS) and not name.startswith('.')]
   return paths
 
 

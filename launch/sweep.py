@@ -40,11 +40,27 @@ def run_name(overrides: dict[str, Any]) -> str:
   return re.sub(r'[^A-Za-z0-9_.,=+-]', '_', name)
 
 
+def config_file(config: str, sweep_file: str) -> str:
+  """A sweep's `FILE[:ARG]` config: as written when FILE is found from the current directory, else
+  FILE under the sweep file's directory or the nearest of its parents that has it (a sweep file names
+  `configs/X.py` from its repository's root), absolute; unchanged if none has it (vit_jax.main says so)."""
+  path, colon, arg = config.partition(':')
+  if os.path.isabs(path) or os.path.isfile(path):
+    return config
+  directory = os.path.dirname(os.path.abspath(sweep_file))
+  while not os.path.isfile(os.path.join(directory, path)):
+    if os.path.dirname(directory) == directory:
+      return config
+    directory = os.path.dirname(directory)
+  return os.path.join(directory, path) + colon + arg
+
+
 def commands(sweep_file: str, workdir: str, extra_args: list[str]) -> list[list[str]]:
   spec = importlib.util.spec_from_file_location('sweep', sweep_file)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
-  return [[sys.executable, '-m', 'vit_jax.main', f'--config={overrides.get("config") or module.CONFIG}',
+  return [[sys.executable, '-m', 'vit_jax.main',
+           f'--config={config_file(overrides.get("config") or module.CONFIG, sweep_file)}',
            f'--workdir={workdir.rstrip("/")}/{run_name(overrides)}',
            *(f'--config.{k}={v}' for k, v in overrides.items() if k != 'config'), *extra_args]
           for overrides in expand(module.get_sweep())]

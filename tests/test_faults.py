@@ -83,8 +83,19 @@ def test_resuming_on_other_classes_is_refused(trained_tiny_run, tmp_path):
   config = helpers.load_config('demo', {**helpers.TINY, 'dataset': 'folder', 'data_dir': str(folder),
                                        'batch_size': 8, 'eval_batch_size': 8})
   with pytest.raises(state.ResumeError, match=r'holds a run on the 10 classes of other data than this '
-                     r"dataset's 3 \(changed fields: .*dataset 'digits' -> 'folder'"):
+                     r"dataset's 3 \(10 classes gone \('0', '1', '2' and 7 more\), 3 classes new \('a', "
+                     r"'b', 'c'\); changed fields: .*dataset 'digits' -> 'folder'"):
     loop.train_and_evaluate(train_setup.prepare(config, workdir))
+
+
+@pytest.mark.parametrize('old,new,said', [
+    (('Blue', 'grün', 'red apple'), ('grün', 'red apple', 'zblue'),  # The audit's renamed class folder.
+     "1 class gone ('Blue'), 1 class new ('zblue')"),
+    (('a', 'b'), ('a', 'b', 'c', 'd', 'e', 'f'), "4 classes new ('c', 'd', 'e' and 1 more)"),
+    (('a', 'b', 'c'), ('a', 'c', 'b'), "the same classes in another order: label 1 is 'c', was 'b'"),
+])
+def test_refusing_other_classes_names_those_that_differ(old, new, said):
+  assert state.class_changes(old, new) == said
 
 
 def test_a_safe_change_resumes_and_keeps_the_config_history(trained_tiny_run, tmp_path, caplog):

@@ -6,6 +6,7 @@ extra; without them these tests fail rather than skip.
 """
 import json
 import os
+import shutil
 
 import jax
 import ml_dtypes
@@ -214,3 +215,58 @@ def test_the_log_says_when_the_checkpoint_used_another_gelu(tmp_path):
   assert 'trained with gelu, the model uses gelu_tanh (--config.model.mlp_activation=gelu' in note
   _, note = run_dir.load_params(str(tmp_path / 'hf'), num_heads=2, mlp_activation='gelu')
   assert 'trained with' not in note
+
+
+def _timm_input(pretrained_cfg: dict, image: np.ndarray) -> np.ndarray:
+  """timm's eval transform for `pretrained_cfg` (resolve_data_config + create_transform, as timm's
+  users prepare images) applied to uint8 [h, w, 3]: float32 [h, w, 3]."""
+  from PIL import Image  # pylint: disable=g-import-not-at-top
+  transform = timm.data.create_transform(**timm.data.resolve_data_config(pretrained_cfg=pretrained_cfg))
+  return transform(Image.fromarray(image)).permute(1, 2, 0).numpy()
+
+
+@pytest.mark.parametrize('crop,crop_fraction,image_size', [
+    ('resize', 0.875, 16), ('central', 0.875, 16),
+    ('central', 0.9, 16),  # 16 / 0.9 = 17.8: we round to 18, timm floors; the crop_pct makes it 18.
+])
+@pytest.mark.parametrize('shape', [(40, 120), (70, 50)])
+def test_timms_transform_from_the_exported_config_prepares_images_as_our_evaluation(
+    crop, crop_fraction, image_size, shape):
+  from vit_jax import predict  # pylint: disable=g-import-not-at-top
+  pp_eval = {'crop': crop, 'crop_fraction': crop_fraction, 'antialias': True}  # PIL always antialiases.
+  config = state_dicts.timm_config(helpers.load_config('demo', MODEL).model.to_dict() | {
+      'patch_size': 4, 'classifier': 'token'}, image_size, NUM_CLASSES, pp_eval=pp_eval)
+  image = np.random.RandomState(0).randint(0, 256, (*shape, 3)).astype(np.uint8)
+  ours = predict.model_input(image, image_size, pp_eval)
+  # PIL resizes uint8 in two passes, rounding after each: up to a grey level on noise (1 / 127.5 here).
+  np.testing.assert_allclose(_timm_input(config['pretrained_cfg'], image), ours, atol=1.01 / 127.5)
+
+
+def test_timm_and_our_export_agree_on_a_wide_image_where_the_crops_disagree(trained_tiny_run, tmp_path):
+  """The audit's case: a wide image whose centre is another class than the whole. Its export once
+  gave timm no crop fields, so timm took its default 87.5% central crop, and a top-1 that vit_jax's
+  squashing resize (pp_eval.crop='resize') did not give."""
+  from PIL import Image  # pylint: disable=g-import-not-at-top
+  from vit_jax import export, predict  # pylint: disable=g-import-not-at-top
+  from vit_jax.data import digits  # pylint: disable=g-import-not-at-top
+  # The tiny run's parameters, evaluated with PIL's antialiased resize as timm's transforms resize:
+  # TensorFlow's default bilinear reads 2x2 pixels and, shrinking 120 to 8, sees other pixels.
+  workdir = shutil.copytree(trained_tiny_run, tmp_path / 'run')
+  config = json.loads((workdir / 'config.json').read_text())
+  config['pp_eval']['antialias'] = True
+  (workdir / 'config.json').write_text(json.dumps(config))
+  export.export(str(workdir), str(tmp_path / 'export'))
+  images, labels = digits.split_arrays()['test']
+  eight, three = (np.asarray(Image.fromarray(images[list(labels).index(d)]).resize((40, 40))) for d in (8, 3))
+  wide = np.concatenate([eight, three, eight], axis=1)  # 40 x 120: a 3 between two 8s.
+  Image.fromarray(wide).save(tmp_path / 'wide.png')
+  ours = dict(predict.predict([str(tmp_path / 'wide.png')], predict.load_export(str(tmp_path / 'export')),
+                              top_k=NUM_CLASSES)[0][1])
+  ours = np.array([ours[name] for name in '0123456789'])
+  reference = timm.create_model(f'local-dir:{tmp_path / "export" / "timm"}', pretrained=True).eval()
+  with torch.no_grad():
+    theirs = reference(torch.from_numpy(_timm_input(reference.pretrained_cfg, wide)).permute(2, 0, 1)[None])
+  theirs = theirs.softmax(-1)[0].numpy()
+  assert theirs.argmax() == ours.argmax(), (theirs.round(3), ours.round(3))
+  np.testing.assert_allclose(theirs, ours, atol=2e-3)  # Inputs within a grey level (the test above).
+  assert reference.pretrained_cfg['crop_mode'] == 'squash' and reference.pretrained_cfg['crop_pct'] == 1.0

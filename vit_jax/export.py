@@ -67,14 +67,16 @@ def export(workdir: str, out: str, step: Optional[int] = None) -> dict[str, Any]
       raise ValueError("timm's VisionTransformer adds position embeddings only at the input "
                        f"(model.posemb_where={model['posemb_where']})")
     timm_tensors = state_dicts.to_timm(trained.params)
+    # timm's transforms from this config prepare images as the run's evaluation did.
+    timm_config = state_dicts.timm_config(model, config.image_size, info.num_classes,
+                                          list(info.class_names), pp_eval=config.pp_eval.to_dict())
   except ValueError as e:
     timm_files = f'not written: {e}'
   else:
     timm_dir = out_dir / 'timm'
     timm_dir.mkdir(exist_ok=True)
     state_dicts.write_safetensors(timm_tensors, str(timm_dir / state_dicts.SAFETENSORS))
-    (timm_dir / 'config.json').write_text(json.dumps(state_dicts.timm_config(
-        model, config.image_size, info.num_classes, list(info.class_names)), indent=2))
+    (timm_dir / 'config.json').write_text(json.dumps(timm_config, indent=2))
     timm_files = 'timm/model.safetensors, timm/config.json'
   description = {
       'variant': config.variant,

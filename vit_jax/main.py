@@ -16,7 +16,7 @@ quiet.quiet_tensorflow()  # Before TensorFlow loads: its C++ start-up banners ar
 from absl import flags, logging  # pylint: disable=g-import-not-at-top,wrong-import-position
 from ml_collections import config_flags
 
-from vit_jax import allocator, cli, cpu_kernels
+from vit_jax import allocator, cli, config_files, cpu_kernels
 
 _CONFIG = config_flags.DEFINE_config_file(
     'config', None, 'Experiment config file, optionally with an argument: configs/X.py:arg.',
@@ -38,6 +38,7 @@ _DISTRIBUTED_TIMEOUT = flags.DEFINE_integer(
 
 def parse_flags(argv: list[str]) -> list[str]:
   """absl flag parsing, with bad config overrides reported in one line instead of a traceback."""
+  config_files.make_importable(argv)  # The config file's `from configs import ...`, from any directory.
   try:
     return flags.FLAGS(argv)
   except flags.Error as e:

@@ -19,7 +19,7 @@ import ml_collections
 from absl import flags
 from ml_collections import config_flags
 
-from vit_jax import chips, cli, footprint
+from vit_jax import chips, cli, config_files, footprint
 
 
 def _gib(n: float) -> str:
@@ -86,6 +86,7 @@ def _define_flags() -> None:
 
 
 def _parse(argv: list[str]) -> list[str]:
+  config_files.make_importable(argv)  # The config file's `from configs import ...`, from any directory.
   try:
     return flags.FLAGS(argv)
   except flags.Error as e:

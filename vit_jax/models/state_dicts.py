@@ -12,6 +12,7 @@ transformers' separate `query` / `key` / `value`; transformers' `pooler` is the 
 (Dense + tanh); neither names the hybrid's ResNet stem nor the MAP head in a way read here.
 """
 import json
+import math
 import re
 from typing import Any, Callable, Mapping, Optional
 
@@ -301,10 +302,34 @@ def load(path: str, num_heads: int, mlp_activation: Optional[str] = None) -> tup
   return LAYOUTS[layout][1](state_dict, num_heads, path), notes
 
 
+def timm_eval_crop(pp_eval: Mapping[str, Any], image_size: int) -> dict[str, Any]:
+  """timm's `crop_pct` and `crop_mode` for the eval crop of `pp_eval` (a config.pp_eval), so that
+  timm's `resolve_data_config` + `create_transform` prepare images as vit_jax's evaluation does.
+
+  'resize' squashes the whole image to the square: timm's 'squash' at crop_pct 1. 'central' resizes the
+  shorter side to round(image_size / crop_fraction), then takes the central square: timm's 'center',
+  whose shorter side is floor(image_size / crop_pct), so crop_pct is chosen to floor to the same size.
+  """
+  if pp_eval['crop'] == 'resize':
+    return {'crop_pct': 1.0, 'crop_mode': 'squash'}
+  if pp_eval['crop'] != 'central':
+    raise ValueError(f"config.pp_eval.crop={pp_eval['crop']!r} has no timm counterpart: use 'resize' or "
+                     "'central'")
+  target = round(image_size / pp_eval['crop_fraction'])
+  crop_pct = pp_eval['crop_fraction']
+  if math.floor(image_size / crop_pct) != target:
+    # E.g. 384 / 0.875 = 438.9 rounds to 439, floors to 438: aim timm's division at the middle of 439.
+    crop_pct = image_size / (target + 0.5)
+  return {'crop_pct': crop_pct, 'crop_mode': 'center'}
+
+
 def timm_config(model: Mapping[str, Any], image_size: int, num_classes: Optional[int],
-                class_names: Optional[list[str]] = None) -> dict[str, Any]:
+                class_names: Optional[list[str]] = None, *,
+                pp_eval: Mapping[str, Any]) -> dict[str, Any]:
   """The config.json with which `timm.create_model('local-dir:DIR', pretrained=True)` builds this
-  model and loads DIR/model.safetensors (`to_timm`). Images are in [-1, 1]: mean = std = 0.5."""
+  model and loads DIR/model.safetensors (`to_timm`). Images are in [-1, 1]: mean = std = 0.5. Its
+  preprocessing is the run's `pp_eval` (`timm_eval_crop`), resized with PIL's bilinear filter, which
+  always antialiases: pp_eval.antialias=True's resize (without it, a shrunk image differs)."""
   model_args = {
       'img_size': image_size, 'patch_size': model['patch_size'], 'embed_dim': model['hidden_size'],
       'depth': model['num_layers'], 'num_heads': model['num_heads'],
@@ -314,7 +339,7 @@ def timm_config(model: Mapping[str, Any], image_size: int, num_classes: Optional
       'fc_norm': bool(model['fc_norm']), 'act_layer': model['mlp_activation']}
   pretrained_cfg = {'input_size': [3, image_size, image_size], 'fixed_input_size': True,
                     'mean': [0.5] * 3, 'std': [0.5] * 3, 'interpolation': 'bilinear',
-                    'num_classes': num_classes or 0}
+                    **timm_eval_crop(pp_eval, image_size), 'num_classes': num_classes or 0}
   if class_names:
     pretrained_cfg['label_names'] = list(class_names)
   # Any registered ViT name: model_args replace its sizes.

@@ -86,8 +86,16 @@ def _check_numbers(config: ml_collections.ConfigDict) -> None:
                      f'of {", ".join(loading.POSEMB_METHODS)}')
 
 
+def absolute_data_dir(config: ml_collections.ConfigDict) -> None:
+  """Makes a relative `config.data_dir` absolute (a URL and unset stay as they are), in place: the
+  run's config.json is read by tools (fewshot, predict...) run later from other directories."""
+  if config.data_dir:
+    config.data_dir = paths.absolute(config.data_dir)
+
+
 def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
   """Checks the config, data and workdir; raises ValueError with a one-line fix on bad input."""
+  absolute_data_dir(config)
   task = tasks.get(config.task)
   for each_task in tasks.TASKS.values():  # A typo in another task's fields is still a typo.
     each_task.check(config)

@@ -5,7 +5,7 @@ inside the step would put one slice per layer and array into its gradient, and c
 scan at all. Checkpoints keep the per-block layout of the original ViT (`scan_layout.unstack_blocks`).
 """
 import functools
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import flax
 import flax.linen as nn
@@ -57,6 +57,27 @@ def _init_fn(setup: Setup, tx: optax.GradientTransformation) -> Callable[[jax.Ar
                            polyak=setup.config.polyak_decay is not None)
 
 
+def _some(names: Sequence[str], shown: int = 3) -> str:
+  """The first `shown` names, quoted, and how many more."""
+  quoted = ', '.join(repr(name) for name in names[:shown])
+  return quoted + (f' and {len(names) - shown} more' if len(names) > shown else '')
+
+
+def class_changes(old: Sequence[str], new: Sequence[str]) -> str:
+  """How the class names of a run (`old`) and of a dataset (`new`) differ, for a one-line error: the
+  classes gone and new (a few of each, with their count), or the first label whose class moved."""
+  old_set, new_set = set(old), set(new)  # Once: ImageNet-21k has 21,843 classes.
+  gone = [name for name in old if name not in new_set]
+  added = [name for name in new if name not in old_set]
+  if not gone and not added:
+    label = next(i for i, (was, now) in enumerate(zip(old, new)) if was != now)
+    return f'the same classes in another order: label {label} is {new[label]!r}, was {old[label]!r}'
+  counted = lambda names, what: f'{len(names)} {"class" if len(names) == 1 else "classes"} {what}'
+  parts = [f'{counted(gone, "gone")} ({_some(gone)})'] if gone else []
+  parts += [f'{counted(added, "new")} ({_some(added)})'] if added else []
+  return ', '.join(parts)
+
+
 def check_resumable(setup: Setup, tx: optax.GradientTransformation) -> list[tuple[str, Any, Any]]:
   """A workdir that already holds a run must hold the same classes and a checkpoint this config's
   state can be restored from; raises ResumeError naming the changed fields, before anything in the
@@ -69,8 +90,9 @@ def check_resumable(setup: Setup, tx: optax.GradientTransformation) -> list[tupl
   described = '; '.join(f'{field} {old!r} -> {new!r}' for field, old, new in changes) or 'none'
   if old_info.class_names != setup.info.class_names:
     raise ResumeError(f'{setup.workdir} holds a run on the {old_info.num_classes} classes of other data '
-                      f'than this dataset\'s {setup.info.num_classes} (changed fields: {described}): '
-                      'use another --workdir, or the run\'s data')
+                      f'than this dataset\'s {setup.info.num_classes} '
+                      f'({class_changes(old_info.class_names, setup.info.class_names)}; changed fields: '
+                      f'{described}): use another --workdir, or the run\'s data')
   latest = checkpoint.latest_saved_shapes(setup.workdir)
   if latest is None:  # No checkpoint yet: nothing to restore, nothing to protect but the run info.
     return changes

@@ -1,6 +1,7 @@
 """python -m vit_jax.report: the curves and the table of runs, from TensorBoard event files written here
 with tf.summary (as clu writes them) beside a config.json like a real run's, and from one real run."""
 import base64
+import math
 import os
 import re
 import shutil
@@ -101,6 +102,12 @@ def test_table_has_each_runs_overrides_last_step_and_final_and_best_eval_metrics
       assert row[f'{metric} best'] == (min if 'loss' in metric else max)(values.values())
   assert rows[0]['eval_top1 best'] == 0.75 and rows[0]['eval_loss best'] == 1.5
   assert report.panels(runs) == ['train_loss', 'learning_rate', 'eval_loss', 'eval_top1']
+
+
+def test_best_is_the_least_loss_and_the_greatest_of_any_other_metric():
+  assert report.best('eval_polyak_loss', [2.0, 1.0, math.nan]) == 1.0
+  assert report.best('lossy_test_top1', [0.5, 0.75]) == 0.75  # An evaluator named 'lossy_test'.
+  assert report.best('fewshot_5shot', [0.5, math.inf, 0.25]) == 0.5
 
 
 def test_command_line_writes_the_picture_and_the_page_and_prints_only_their_paths(sweep_root, tmp_path):

@@ -119,10 +119,11 @@ def eval_metrics(runs: Sequence[Run]) -> list[str]:
 
 
 def best(metric: str, values: Sequence[float]) -> float:
-  """The best of a metric's values: the least for a loss (a name containing 'loss'), else the greatest
-  (accuracies: top1, top5, fewshot_5shot...). Non-finite values never count as best."""
+  """The best of a metric's values: the least for a loss (a name ending in 'loss': the evaluator's own
+  name may hold the word, as 'lossy_test_top1'), else the greatest (accuracies: top1, top5,
+  fewshot_5shot...). Non-finite values never count as best."""
   finite = [v for v in values if math.isfinite(v)]
-  return (min(finite) if 'loss' in metric else max(finite)) if finite else math.nan
+  return (min(finite) if metric.endswith('loss') else max(finite)) if finite else math.nan
 
 
 def table(runs: Sequence[Run]) -> list[dict[str, Any]]:

@@ -1,6 +1,7 @@
 """Every field of the defaults, given an invalid value, is a one-line error from setup before the
 workdir is touched. A field added to vit_jax/defaults.py without an entry here fails the last test."""
 import os
+import re
 
 import ml_collections
 import pytest
@@ -149,6 +150,16 @@ def test_an_invalid_value_of_each_field_is_a_one_line_error(field, tmp_path, dat
     value = str(tmp_path / value)
   config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': data_dir, **needs, field: value})
   _expect_one_line_error(config, str(tmp_path / 'workdir'), pattern)
+
+
+@pytest.mark.parametrize('split, shards', [('train[5:5]', None), ('train[10:13]', 4)])
+def test_a_train_split_smaller_than_the_data_shards_is_a_one_line_error(split, shards, tmp_path,
+                                                                         data_dir):
+  config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': data_dir, 'train_split': split,
+                                       'data_shards': shards})
+  _expect_one_line_error(config, str(tmp_path / 'workdir'),
+                         rf"train_split='{re.escape(split)}' has {0 if shards is None else 3} examples, "
+                         rf'fewer than the {shards or 1} data shards')
 
 
 @pytest.mark.parametrize('case', sorted(BAD_EVALS))

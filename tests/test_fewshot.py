@@ -73,7 +73,8 @@ def test_the_loop_evaluator_and_the_command_agree_on_the_tiny_run(trained_tiny_r
   mesh = sharding.make_mesh((('data', -1),))  # The 8 test devices, as the loop has them.
   evaluator = fewshot.FewShotEvaluator('fewshot', None, config=config,
                                        model=classification.features_model(config), mesh=mesh,
-                                       shots=(1, 10), seeds=2, l2_reg=config.fewshot.l2_reg)
+                                       num_classes=10, shots=(1, 10), seeds=2,
+                                       l2_reg=config.fewshot.l2_reg)
   metrics = evaluator(jax.device_put(params, sharding.replicated(mesh)))  # Params with a head too.
   print(f'\nfew-shot accuracy of the tiny run on the digits (chance 0.1): {metrics}')
   assert list(metrics) == ['1shot', '10shot']
@@ -88,6 +89,24 @@ def test_the_loop_evaluator_and_the_command_agree_on_the_tiny_run(trained_tiny_r
   assert float(table['1']) == pytest.approx(metrics['1shot'], abs=1e-4)
   assert float(table['10']) == pytest.approx(metrics['10shot'], abs=1e-4)
   assert 'of step 12 of' in run.stdout
+
+
+def test_in_the_loop_shots_a_class_cannot_fill_are_nan_and_the_run_goes_on(trained_tiny_run, caplog):
+  # On tfds the class counts are known only once the features are read: the first evaluation.
+  config, _ = run_dir.load_run_info(trained_tiny_run)
+  params, _ = checkpoint.restore_params(checkpoint.find_checkpoint(trained_tiny_run)[0])
+  mesh = sharding.make_mesh((('data', -1),))
+  evaluator = fewshot.FewShotEvaluator('fewshot', None, config=config,
+                                       model=classification.features_model(config), mesh=mesh,
+                                       num_classes=10, shots=(1, 6), seeds=1, l2_reg=4.0,
+                                       train_split='train[:40]')  # 1 to 6 images a class.
+  params = jax.device_put(params, sharding.replicated(mesh))
+  metrics = evaluator(params)
+  assert 0.0 <= metrics['1shot'] <= 1.0 and np.isnan(metrics['6shot'])
+  assert re.search(r"fewshot: class \d of 'train\[:40\]' has \d readable images, too few for 6 "
+                   'shots: not measured', caplog.text)
+  with pytest.raises(ValueError, match='readable train examples, fewer than 6 shots'):
+    evaluator.accuracies(params)  # The command: a one-line error.
 
 
 def test_command_line_bad_shots_is_one_line(trained_tiny_run):

@@ -34,7 +34,8 @@ def evaluate_checkpoint(workdir: str, step: Optional[int] = None, *,
   devices = sharding.num_batch_shards(mesh)
   config.eval_batch_size = -(-config.eval_batch_size // devices) * devices
   evaluator = fewshot.FewShotEvaluator('fewshot', None, config=config, model=trained.model,
-                                       mesh=mesh, shots=shots, seeds=seeds, l2_reg=l2_reg)
+                                       mesh=mesh, num_classes=trained.info.num_classes,
+                                       shots=shots, seeds=seeds, l2_reg=l2_reg)
   params = jax.device_put(trained.params, sharding.replicated(mesh))
   return evaluator.accuracies(params), trained.step
 

@@ -8,8 +8,10 @@ big_vision's few-shot evaluator, with one fixed regularisation instead of one ch
 in config.evals) and for `python -m vit_jax.fewshot` on a saved run.
 """
 import functools
+import math
 from typing import Any, Optional, Sequence
 
+from absl import logging
 import flax.linen as nn
 import jax
 import ml_collections
@@ -87,13 +89,14 @@ class FewShotEvaluator:
   """
 
   def __init__(self, name: str, every_steps: Optional[int], *, config: ml_collections.ConfigDict,
-               model: nn.Module, mesh: Mesh, shots: Sequence[int], seeds: int,
+               model: nn.Module, mesh: Mesh, num_classes: int, shots: Sequence[int], seeds: int,
                l2_reg: float, train_split: Optional[str] = None,
                eval_split: Optional[str] = None):
     self.name, self.every_steps = name, every_steps
     self._config, self._mesh = config, mesh
     self._splits = (train_split or config.train_split, eval_split or config.eval_split)
     self._shots, self._seeds, self._l2_reg = tuple(shots), seeds, l2_reg
+    self._num_classes = num_classes
     self._features_fn = jax.jit(functools.partial(_features_of_batch, model=model),
                                 out_shardings=sharding.replicated(mesh))
 
@@ -109,16 +112,31 @@ class FewShotEvaluator:
       labels.append(out['label'][out['mask']])
     return np.concatenate(feats), np.concatenate(labels)
 
-  def accuracies(self, params: Any) -> dict[int, float]:
-    """Mean few-shot accuracy for each number of shots."""
+  def accuracies(self, params: Any, skip_unfillable: bool = False) -> dict[int, float]:
+    """Mean few-shot accuracy for each number of shots. A number of shots that a class of the train
+    split has too few (readable) images for raises a ValueError, or with `skip_unfillable` is NaN,
+    with a warning."""
     train_split, eval_split = self._splits
-    return linear_fewshot_accuracy(
-        *self.features(params, train_split), *self.features(params, eval_split), shots=self._shots,
-        seeds=self._seeds, l2_reg=self._l2_reg)
+    train_feats, train_labels = self.features(params, train_split)
+    shots = self._shots
+    if skip_unfillable:
+      counts = np.bincount(train_labels, minlength=self._num_classes)
+      shots = tuple(n for n in self._shots if n <= counts.min())
+      if shots != self._shots:
+        logging.warning('%s: class %d of %r has %d readable images, too few for %s shots: not measured',
+                        self.name, counts.argmin(), train_split, counts.min(),
+                        ', '.join(str(n) for n in self._shots if n not in shots))
+    accuracies = linear_fewshot_accuracy(
+        train_feats, train_labels, *self.features(params, eval_split), shots=shots,
+        seeds=self._seeds, l2_reg=self._l2_reg) if shots else {}
+    return {n: accuracies.get(n, math.nan) for n in self._shots}
 
   def __call__(self, params: Any) -> dict[str, float]:
-    """{'<n>shot': accuracy} for each number of shots n."""
-    return {f'{n}shot': accuracy for n, accuracy in self.accuracies(params).items()}
+    """{'<n>shot': accuracy} for each number of shots n; NaN for shots a class cannot fill (found only
+    now where reading the labels at the start would mean reading the split: tfds), so that the run
+    goes on."""
+    return {f'{n}shot': accuracy
+            for n, accuracy in self.accuracies(params, skip_unfillable=True).items()}
 
 
 def build(name: str, fields: ml_collections.ConfigDict, context: Context) -> FewShotEvaluator:
@@ -151,5 +169,5 @@ def build(name: str, fields: ml_collections.ConfigDict, context: Context) -> Few
                        f'{", ..." if len(short) > 5 else ""}; use fewer shots or add images')
   return FewShotEvaluator(name, fields.every_steps, config=config,
                           model=context.task.features_model(config), mesh=context.mesh,
-                          shots=fields.shots, seeds=fields.seeds, l2_reg=fields.l2_reg,
+                          num_classes=context.info.num_classes, shots=fields.shots, seeds=fields.seeds, l2_reg=fields.l2_reg,
                           train_split=train_split, eval_split=eval_split)

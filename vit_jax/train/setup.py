@@ -117,6 +117,10 @@ def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
     raise ValueError(f'config.batch_size={config.batch_size} does not split into '
                      f'config.data_shards={shards} equal parts: use a multiple of {shards}')
   info = data.get_info(config)
+  if info.num_train < shards:  # A data shard without examples would stop the run at its first step.
+    raise ValueError(f'config.train_split={config.train_split!r} has {info.num_train} examples, fewer '
+                     f'than the {shards} data shards (config.data_shards, else one a process): use a '
+                     'larger --config.train_split or fewer data shards')
   steps = total_steps(config, info)
   optim.make_optimizer(config, steps)  # Validates the optimizer and its schedule.
   model = task.make_model(config, info.num_classes)

@@ -20,17 +20,18 @@ _RUN_FILES = ('config.json', 'dataset_info.json')
 
 
 def write_run_info(workdir: str, config: ml_collections.ConfigDict, info: data.DatasetInfo,
-                   changes: Sequence[tuple[str, Any, Any]] = ()) -> None:
+                   changes: Optional[Sequence[tuple[str, Any, Any]]] = None) -> None:
   """The config and dataset facts that export and inference need to rebuild the model.
 
   A resumed run keeps the config.json of its first start (the model the tools rebuild) and adds its
   own config as config.resume_<k>.json when it has `changes` (`config_changes` from the stored one),
-  so a run's history is never overwritten.
+  so a run's history is never overwritten. `changes=None`: a run that starts afresh (no checkpoint
+  saved yet) writes its own config.json, whatever an earlier start that saved nothing wrote.
   """
   if jax.process_index() > 0:
     return
   root = epath.Path(workdir)
-  if not (root / 'config.json').exists():
+  if changes is None or not (root / 'config.json').exists():
     (root / 'config.json').write_text(config.to_json_best_effort(indent=2))
     (root / 'dataset_info.json').write_text(json.dumps(dataclasses.asdict(info), indent=2))
   elif changes:
@@ -53,9 +54,14 @@ def load_run_info(workdir: str) -> tuple[ml_collections.ConfigDict, data.Dataset
   for path in files.values():
     if not path.exists():
       raise ValueError(f'{path} is missing: is {workdir!r} the --workdir of a vit_jax run?')
+  try:
+    stored = {name: json.loads(path.read_text()) for name, path in files.items()}
+  except json.JSONDecodeError as e:
+    raise ValueError(f'the run info in {workdir} cannot be read ({e}): restore config.json and '
+                     'dataset_info.json from a backup, or use another --workdir') from None
   config = defaults.get_config()  # Today's defaults under it: runs saved before a field existed load.
-  config.update(json.loads(files['config.json'].read_text()))
-  info = json.loads(files['dataset_info.json'].read_text())
+  config.update(stored['config.json'])
+  info = stored['dataset_info.json']
   return config, data.DatasetInfo(**{**info, 'class_names': tuple(info['class_names'])})
 
 

@@ -251,6 +251,24 @@ def get_model_config(variant: str, overrides: Optional[Mapping[str, Any]] = None
   return FAMILIES[family(variant)].model_config(variant, overrides)
 
 
+# Model fields a resumed run may change: they change how the parameters are trained (regularisation),
+# computed (the attention kernel, rematerialisation, scanning the blocks) or first drawn, not the
+# function they define.
+RESUMABLE_FIELDS = frozenset({'dropout_rate', 'attention_dropout_rate', 'head_dropout_rate',
+                              'drop_path_rate', 'attention', 'remat', 'scan', 'weight_init'})
+
+
+def function_changes(old: tuple[str, Mapping[str, Any]],
+                     new: tuple[str, Mapping[str, Any]]) -> list[tuple[str, Any, Any]]:
+  """(field, old value, new value) of the model fields outside RESUMABLE_FIELDS that differ between two
+  (variant, model overrides) pairs, as their models resolve them: parameters of the same shapes that
+  compute another function (another activation, position embeddings elsewhere)."""
+  old_fields, new_fields = get_model_config(*old), get_model_config(*new)
+  return [(f'model.{name}', old_fields.get(name), new_fields.get(name))
+          for name in sorted(set(old_fields) | set(new_fields))
+          if name not in RESUMABLE_FIELDS and old_fields.get(name) != new_fields.get(name)]
+
+
 def make_model(variant: str, overrides: Optional[Mapping[str, Any]] = None, *,
                num_classes: Optional[int], dtype: Any) -> nn.Module:
   """The classifier of a variant; `num_classes=None`: its pre-logits features instead of logits."""

@@ -16,7 +16,7 @@ from absl import logging
 from etils import epath
 
 from vit_jax import checkpoint, run_dir, sharding
-from vit_jax.models import inits, scan_layout
+from vit_jax.models import inits, scan_layout, variants
 from vit_jax.train.setup import Setup
 
 
@@ -78,33 +78,63 @@ def class_changes(old: Sequence[str], new: Sequence[str]) -> str:
   return ', '.join(parts)
 
 
-def check_resumable(setup: Setup, tx: optax.GradientTransformation) -> list[tuple[str, Any, Any]]:
-  """A workdir that already holds a run must hold the same classes and a checkpoint this config's
-  state can be restored from; raises ResumeError naming the changed fields, before anything in the
-  workdir is written. Returns the changed fields (`run_dir.config_changes`; none for a new run); the
-  changes that the state takes (steps, cadences, mesh...) are logged."""
-  if not (epath.Path(setup.workdir) / 'config.json').exists():
-    return []
-  old_config, old_info = run_dir.load_run_info(setup.workdir)
-  changes = run_dir.config_changes(old_config, setup.config)
-  described = '; '.join(f'{field} {old!r} -> {new!r}' for field, old, new in changes) or 'none'
-  if old_info.class_names != setup.info.class_names:
-    raise ResumeError(f'{setup.workdir} holds a run on the {old_info.num_classes} classes of other data '
-                      f'than this dataset\'s {setup.info.num_classes} '
-                      f'({class_changes(old_info.class_names, setup.info.class_names)}; changed fields: '
-                      f'{described}): use another --workdir, or the run\'s data')
+def _check_fits(setup: Setup, tx: optax.GradientTransformation, described: str) -> None:
+  """The latest checkpoint whose metadata reads must have this config's state shapes."""
   latest = checkpoint.latest_saved_shapes(setup.workdir)
-  if latest is None:  # No checkpoint yet: nothing to restore, nothing to protect but the run info.
-    return changes
+  if latest is None:  # None reads: restoring says so, naming the directory.
+    return
   step, saved = latest
   wanted = jax.eval_shape(_init_fn(setup, tx), jax.random.key(0))
   if (_layout(saved['params'], saved['opt_state'], saved['ema_params']) !=
       _layout(wanted.params, wanted.opt_state, wanted.ema_params)):
     raise ResumeError(f'the checkpoint of step {step} in {setup.workdir} does not fit the model and '
-                      f'optimizer of this config (changed fields: {described}): use another --workdir, '
-                      'or set these fields back')
+                      f'optimizer of this config ({described}): use another --workdir, or set these '
+                      'fields back')
+
+
+def check_resumable(setup: Setup, tx: optax.GradientTransformation) -> list[tuple[str, Any, Any]] | None:
+  """A workdir that already holds a run must hold the same classes, the same model function and a
+  checkpoint this config's state can be restored from; raises ResumeError naming the changed fields,
+  before anything in the workdir is written.
+
+  Returns the changed fields (`run_dir.config_changes`), whose changes the state takes (steps,
+  cadences, mesh...) and which are logged; None where no checkpoint was saved yet (a new run, or one
+  stopped before its first save): the run starts afresh, and its run info is this config's.
+  """
+  workdir = epath.Path(setup.workdir)
+  has_config = (workdir / 'config.json').exists()
+  if not checkpoint.saved_steps(setup.workdir):
+    if has_config:
+      logging.info('%s holds no checkpoint yet: starting the run afresh with this config', workdir)
+    return None
+  if not has_config:  # Its config lost: the checkpoint's shapes are all there is to check.
+    _check_fits(setup, tx, f'and {workdir}/config.json, the run\'s config, is missing')
+    return []
+  try:
+    old_config, old_info = run_dir.load_run_info(setup.workdir)
+  except ValueError as e:  # Its run info damaged.
+    raise ResumeError(str(e)) from None
+  changes = run_dir.config_changes(old_config, setup.config)
+  described = '; '.join(f'{field} {old!r} -> {new!r}' for field, old, new in changes) or 'none'
+  if old_info.class_names != setup.info.class_names:
+    raise ResumeError(f'{workdir} holds a run on the {old_info.num_classes} classes of other data '
+                      f'than this dataset\'s {setup.info.num_classes} '
+                      f'({class_changes(old_info.class_names, setup.info.class_names)}; changed fields: '
+                      f'{described}): use another --workdir, or the run\'s data')
+  _check_fits(setup, tx, f'changed fields: {described}')
+  # Parameters of the same shapes may compute another function (another activation, position
+  # embeddings elsewhere): the tools would rebuild the first start's model around them.
+  model_changes = variants.function_changes((old_config.variant, old_config.model.to_dict()),
+                                            (setup.config.variant, setup.config.model.to_dict()))
+  if old_config.task != setup.config.task:
+    model_changes.insert(0, ('task', old_config.task, setup.config.task))
+  if model_changes:
+    raise ResumeError(f'{workdir} holds a run of another model ('
+                      + '; '.join(f'{field} {old!r} -> {new!r}' for field, old, new in model_changes)
+                      + f'; changed fields: {described}): use another --workdir, or set these fields '
+                      'back')
   if changes:
-    logging.info('Resuming %s with changed config fields: %s', setup.workdir, described)
+    logging.info('Resuming %s with changed config fields: %s', workdir, described)
   return changes
 
 

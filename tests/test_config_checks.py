@@ -36,6 +36,7 @@ INVALID = {
     'image_size': (10, {}, 'image_size=10 is not divisible by the patch size 4'),
     'init_from': ('MISSING/model.npz', {}, 'no checkpoint file'),
     'keep_checkpoints': (0, {}, 'keep_checkpoints=0 must be at least 1'),
+    'label_feature': ('fine_label', {}, r"has no ClassLabel .* feature 'fine_label'"),
     'label_smoothing': (1.5, {}, r'label_smoothing=1.5 must be in \[0, 1\)'),
     'log_every_steps': (0, {}, 'log_every_steps=0 must be at least 1'),
     'loss': ('hinge', {}, "Unknown config.loss 'hinge'"),

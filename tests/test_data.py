@@ -6,6 +6,7 @@ import subprocess
 import sys
 import threading
 
+from etils import epath
 import numpy as np
 from PIL import Image
 import pytest
@@ -21,7 +22,7 @@ from vit_jax.data import order
 from vit_jax.data import preprocess
 from vit_jax.data import unreadable
 from vit_jax.data.as_written import as_written
-from vit_jax.train import setup as train_setup
+from vit_jax.train import loop, setup as train_setup
 
 
 make_config = helpers.data_config
@@ -301,6 +302,135 @@ def test_eval_resize_matches_pil_bilinear(data_dir):
     reference = np.asarray(Image.fromarray(small).resize((20, 20), Image.BILINEAR), np.float32)
     # PIL rounds to uint8 after each of its two 1-D passes: less than one level apart.
     np.testing.assert_allclose((big + 1) * 127.5, reference, atol=1.0)
+
+
+# Label features, and tfds datasets prepared unshuffled.
+
+class CoarseDigits(digits.VitJaxDigits, skip_registration=True):
+  """The digits with a 2-class 'coarse_label' (small: 0-4, large: 5-9) beside their 10-class 'label',
+  as cifar100's 'coarse_label', and a Sequence of ClassLabel 'label_set' (ImageNet-ReaL's layout)."""
+  pkg_dir_path = epath.Path(__file__).parent
+
+  def _info(self) -> tfds.core.DatasetInfo:
+    classes = [str(d) for d in range(10)]
+    return self.dataset_info_from_configs(features=tfds.features.FeaturesDict({
+        'image': tfds.features.Image(shape=(8, 8, 3)),
+        'label': tfds.features.ClassLabel(names=classes),
+        'coarse_label': tfds.features.ClassLabel(names=['small', 'large']),
+        'label_set': tfds.features.Sequence(tfds.features.ClassLabel(names=classes)),
+    }))
+
+  def _generate_examples(self, images, labels):
+    for key, (image, label) in enumerate(zip(images, labels)):
+      yield key, {'image': image, 'label': label, 'coarse_label': int(label >= 5), 'label_set': [label]}
+
+
+class SortedDigits(digits.VitJaxDigits, skip_registration=True):
+  """The digits in class order, prepared without shuffling (builder.info.disable_shuffling), as
+  some tfds datasets are."""
+  pkg_dir_path = epath.Path(__file__).parent
+
+  def _info(self) -> tfds.core.DatasetInfo:
+    return self.dataset_info_from_configs(features=tfds.features.FeaturesDict({
+        'image': tfds.features.Image(shape=(8, 8, 3)),
+        'label': tfds.features.ClassLabel(names=[str(d) for d in range(10)]),
+    }), disable_shuffling=True)
+
+  def _generate_examples(self, images, labels):
+    in_class_order = np.argsort(labels, kind='stable')
+    return super()._generate_examples(images[in_class_order], labels[in_class_order])
+
+
+def _prepare(builder_class, path: str, file_format: str = 'tfrecord') -> str:
+  builder_class(data_dir=path, file_format=file_format).download_and_prepare(
+      download_config=tfds.download.DownloadConfig(try_download_gcs=False))
+  return path
+
+
+@pytest.fixture(scope='module')
+def coarse_dir(tmp_path_factory):
+  return _prepare(CoarseDigits, str(tmp_path_factory.mktemp('coarse_digits')))
+
+
+def _coarse(labels: np.ndarray) -> np.ndarray:
+  return (labels >= 5).astype(np.int64)
+
+
+def test_the_run_trains_and_evaluates_on_its_label_feature(coarse_dir):
+  config = make_config(coarse_dir, dataset='coarse_digits', label_feature='coarse_label')
+  info = data.get_info(config)
+  assert (info.num_classes, info.class_names) == (2, ('small', 'large'))
+  assert (info.num_train, info.num_eval) == (1437, 360)
+  assert data.class_names(config) == ('small', 'large')
+  train_images, train_labels = digits.split_arrays()['train']
+  epoch = next(data.train_iterator(config, local_batch_size=1437))
+  assert multiset(as_uint8(epoch['image']), epoch['label']) == multiset(train_images,
+                                                                       _coarse(train_labels))
+  # An evaluation that names no label feature (the eval split's, few-shot's) reads the run's...
+  test_images, test_labels = digits.split_arrays()['test']
+  batch, = data.eval_iterator(config, 'test', local_batch_size=360)
+  assert multiset(as_uint8(batch['image']), batch['label']) == multiset(test_images,
+                                                                       _coarse(test_labels))
+  # ...and one that names another reads that one.
+  batch, = data.eval_iterator(config, 'test', local_batch_size=360, label_feature='label')
+  assert multiset(as_uint8(batch['image']), batch['label']) == multiset(test_images, test_labels)
+
+
+def test_a_tiny_run_on_a_coarse_label_has_its_classes(tmp_path, coarse_dir):
+  config = helpers.load_config('demo', {**helpers.TINY, 'dataset': 'coarse_digits',
+                                       'data_dir': coarse_dir, 'label_feature': 'coarse_label',
+                                       'total_steps': 4, 'eval_every_steps': 4})
+  config.evals.minival = dict(type='classification', split='train[:100]', every_steps=4)
+  setup = train_setup.prepare(config, str(tmp_path / 'run'))
+  assert setup.info.num_classes == 2
+  metrics = loop.train_and_evaluate(setup)
+  # Top-5 of 2 classes holds every label of 2 classes; a label of the 10 digits would miss it.
+  assert metrics['eval_top5'] == metrics['minival_top5'] == 1.0
+  assert np.isfinite(metrics['eval_loss'])
+
+
+def test_label_feature_errors(coarse_dir, image_folder):
+  expect_error(make_config(coarse_dir, dataset='coarse_digits', label_feature='fine_label'),
+               r"^Dataset 'coarse_digits' has no ClassLabel \(or Sequence of ClassLabel\) feature "
+               r"'fine_label': set --config.label_feature \(or the evaluator's label_feature\) to one "
+               r"of its ClassLabel features \['coarse_label', 'label'\] or label sets \['label_set'\]$")
+  label_sets = make_config(coarse_dir, dataset='coarse_digits', label_feature='label_set')
+  error = (r"^config.label_feature='label_set' of dataset 'coarse_digits' is a set of classes an "
+           r"image \(a Sequence of ClassLabel\), which a run cannot train on: set "
+           r"--config.label_feature to one of \['coarse_label', 'label'\]")
+  expect_error(label_sets, error)
+  with pytest.raises(ValueError, match=error):
+    data.train_iterator(label_sets, local_batch_size=8)
+  root, _ = image_folder
+  expect_error(make_config(root, dataset='folder', label_feature='coarse_label'),
+               r"^An image folder has one class an image, not a label feature 'coarse_label'")
+
+
+@pytest.fixture(scope='module')
+def sorted_dirs(tmp_path_factory):
+  """data_dirs of the digits in class order, prepared unshuffled as TFRecord and as ArrayRecord."""
+  return {file_format: _prepare(SortedDigits, str(tmp_path_factory.mktemp(file_format)), file_format)
+          for file_format in ('tfrecord', 'array_record')}
+
+
+@pytest.mark.parametrize('dataset, file_format, shuffle_buffer, warns', [
+    ('sorted_digits', 'tfrecord', 256, True),
+    ('sorted_digits', 'tfrecord', 1437, False),  # A window of the whole split: a full permutation.
+    ('sorted_digits', 'array_record', 256, False),  # Read by index in a global random order.
+    ('vit_jax_digits', 'tfrecord', 256, False),  # Shuffled when tfds prepared it.
+])
+def test_unshuffled_tfrecord_files_read_through_a_small_window_warn(
+    sorted_dirs, data_dir, caplog, dataset, file_format, shuffle_buffer, warns):
+  where = data_dir if dataset == 'vit_jax_digits' else sorted_dirs[file_format]
+  config = make_config(where, dataset=dataset, shuffle_buffer=shuffle_buffer)
+  with caplog.at_level('WARNING'):
+    next(data.train_iterator(config, local_batch_size=32))
+  warnings = [r.getMessage() for r in caplog.records if 'disable_shuffling' in r.getMessage()]
+  assert len(warnings) == int(warns)
+  if warns:
+    assert warnings[0].startswith("Dataset 'sorted_digits' was prepared without shuffling")
+    assert 'raise --config.shuffle_buffer to >= 1437' in warnings[0]
+    assert "file_format='array_record'" in warnings[0] and '\n' not in warnings[0]
 
 
 # Image folders.
@@ -630,7 +760,14 @@ def test_bad_tfds_version(tmp_path):
 
 
 def test_unknown_split(data_dir):
-  expect_error(make_config(data_dir, eval_split='validation'), r"Bad split 'validation'.*'test'")
+  # A run's split names the config field to set.
+  expect_error(make_config(data_dir, eval_split='validation'),
+               r"^Bad split 'validation' for dataset 'vit_jax_digits': Unknown split 'validation'\. "
+               r"Should be one of \['train', 'test'\]; set --config\.eval_split to one of "
+               r"\['train', 'test'\] or a slice of one, e\.g\. 'train\[:90%\]'$")
+  expect_error(make_config(data_dir, train_split='train[:200%]'),
+               r"^Bad split 'train\[:200%\]' for dataset 'vit_jax_digits': Error parsing split "
+               r"'train\[:200%\]'\. See format at: .*; set --config\.train_split to one of ")
   for split, match in [('validation', r"Bad split 'validation'.*'test'"),
                        ('train[:200%]', r"Bad split 'train\[:200%\]'")]:
     with pytest.raises(ValueError, match=match) as e:

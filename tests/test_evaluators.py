@@ -121,14 +121,16 @@ def test_real_top1_is_the_prediction_in_the_label_set_over_labelled_images(
 
 
 @pytest.mark.parametrize('where, error', [
-    ({'dataset': 'digits'}, r"^Dataset 'vit_jax_digits' has features \['image', 'label'\]: vit_jax "
-                            r"needs .* feature 'real_label'$"),
+    ({'dataset': 'digits'}, r"^Dataset 'vit_jax_digits' has no ClassLabel \(or Sequence of ClassLabel\) "
+                            r"feature 'real_label': .* to one of its ClassLabel features \['label'\]$"),
     ({'dataset': 'folder'}, r"^An image folder has one class an image, not a label feature "
                             r"'real_label': read it from a tensorflow_datasets dataset that has it$"),
     ({'task': 'mpp'}, r"^Evaluator 'real' of type 'real' measures a classifier, but "
                       r"config.task='mpp': drop config.evals.real$"),
-    ({'label_feature': 'file_name'}, r"^Dataset 'real_digits' has features .*: vit_jax needs .* "
-                                     r"feature 'file_name'$"),
+    ({'label_feature': 'file_name'}, r"^Dataset 'real_digits' has no .* feature 'file_name': set "
+                                     r"--config.label_feature \(or the evaluator's label_feature\) to "
+                                     r"one of its ClassLabel features \['original_label'\] or label "
+                                     r"sets \['real_label'\]$"),
 ])
 def test_real_on_a_dataset_without_label_sets_is_a_one_line_error(tmp_path, data_dir, real_dir, where,
                                                                    error):
@@ -150,6 +152,22 @@ def _evaluator(config, name):
   context = evaluators.Context(config, info, task, model, sharding.make_mesh(config.mesh))
   evaluator, = [e for e in evaluators.make_evaluators(context) if e.name == name]
   return evaluator, model
+
+
+def test_a_classification_evaluator_reads_its_label_feature(data_dir, real_dir):
+  # real_digits' validation split is the digits' test split, its 'original_label' their 'label'.
+  config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': data_dir})
+  config.evals.original = dict(type='classification', dataset='real_digits', data_dir=real_dir,
+                               split='validation', label_feature='original_label', every_steps=4)
+  original, model = _evaluator(config, 'original')
+  evaluator, _ = _evaluator(config, 'eval')
+  params = helpers.random_params(model, config.image_size)
+  assert original(params) == pytest.approx(evaluator(params))
+  # A feature the dataset lacks is a one-line error at the start.
+  config.evals.original = dict(type='classification', split='test', label_feature='real_label',
+                               every_steps=4)
+  with pytest.raises(ValueError, match=r"^Dataset 'vit_jax_digits' has no .* feature 'real_label'"):
+    _evaluator(config, 'original')
 
 
 @pytest.mark.parametrize('loss', ['softmax_xent', 'sigmoid_xent'])

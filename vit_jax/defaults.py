@@ -17,6 +17,9 @@ def get_config() -> ml_collections.ConfigDict:
   config.data_dir = config_dict.placeholder(str)
   config.train_split = 'train'
   config.eval_split = 'test'
+  # The tfds ClassLabel feature the run trains and evaluates on (its classes are the model's), e.g.
+  # cifar100's 'coarse_label' for its 20 superclasses; image folders and VTAB tasks have only 'label'.
+  config.label_feature = 'label'
   config.image_size = 224
   # Train-time preprocessing: a crop ('inception' | 'random_resized' | 'random' | 'resize'), then each
   # augmentation whose field is set, in this order: flip; RandAugment (randaug_layers ops of the TF

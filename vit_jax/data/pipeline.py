@@ -11,6 +11,7 @@ import functools
 import os
 from typing import Callable, Iterator, Protocol
 
+from absl import logging
 import ml_collections
 import numpy as np
 import tensorflow as tf
@@ -83,14 +84,20 @@ SOURCES: dict[str, Callable[[ml_collections.ConfigDict, str], Source]] = {
 }
 
 
-def make_source(config: ml_collections.ConfigDict, label_feature: str = 'label') -> Source:
-  """The source named by config.dataset, its labels read from `label_feature` (a tfds feature);
-  raises a one-line ValueError that says what to fix."""
-  return SOURCES.get(config.dataset, _tfds)(config, label_feature)
+def _run_label_feature(config: ml_collections.ConfigDict) -> str:
+  """The feature the run trains and evaluates on: config.label_feature. A data-only config without
+  the field (one built by hand, not from vit_jax/defaults.py) reads 'label', as before it existed."""
+  return config.get('label_feature', 'label')
 
 
-def _checked_source(config: ml_collections.ConfigDict, label_feature: str = 'label') -> Source:
-  """The source of a validated data config."""
+def make_source(config: ml_collections.ConfigDict, label_feature: str | None = None) -> Source:
+  """The source named by config.dataset, its labels read from `label_feature` (a tfds feature;
+  None: the run's); raises a one-line ValueError that says what to fix."""
+  return SOURCES.get(config.dataset, _tfds)(config, label_feature or _run_label_feature(config))
+
+
+def _checked_source(config: ml_collections.ConfigDict, label_feature: str | None = None) -> Source:
+  """The source of a validated data config, reading `label_feature` (None: the run's)."""
   if config.image_size < 1:
     raise ValueError(f'config.image_size={config.image_size} must be a positive number of pixels')
   if config.shuffle_buffer < 1:
@@ -100,31 +107,51 @@ def _checked_source(config: ml_collections.ConfigDict, label_feature: str = 'lab
   return make_source(config, label_feature)
 
 
-def get_info(config: ml_collections.ConfigDict) -> DatasetInfo:
-  """Sizes and class names; validates the data config (and prepares the digits if needed). A run starts
-  here: an image folder is listed anew (a notebook may have added images since the last run)."""
-  _listed_folder.cache_clear()
+def _train_source(config: ml_collections.ConfigDict) -> Source:
+  """The source of the run's label feature, which it trains on: one class an image."""
   source = _checked_source(config)
+  if isinstance(source, tfds_source.TfdsSource) and source.multi_label:
+    raise ValueError(f'config.label_feature={_run_label_feature(config)!r} of dataset '
+                     f'{config.dataset!r} is a set of classes an image (a Sequence of ClassLabel), '
+                     'which a run cannot train on: set --config.label_feature to one of '
+                     f'{list(source.class_label_features)} (label sets are for evaluators of '
+                     "type='real')")
+  return source
+
+
+def get_info(config: ml_collections.ConfigDict) -> DatasetInfo:
+  """Sizes and class names of config.label_feature; validates the data config (and prepares the
+  digits if needed). A run starts here: an image folder is listed anew (a notebook may have added
+  images since the last run)."""
+  _listed_folder.cache_clear()
+  source = _train_source(config)
+  if isinstance(source, tfds_source.TfdsRecords):  # A bad split name names the field to set.
+    for field in ('train_split', 'eval_split'):
+      source.check_split(config[field], f'--config.{field}')
   return DatasetInfo(num_classes=len(source.class_names),
                      num_train=source.examples(config.train_split).num_records,
                      num_eval=source.examples(config.eval_split).num_records,
                      class_names=source.class_names)
 
 
-def class_names(config: ml_collections.ConfigDict, label_feature: str = 'label') -> tuple[str, ...]:
-  """The classes of config.dataset's `label_feature`, in label order; validates the data config."""
+def class_names(config: ml_collections.ConfigDict,
+                label_feature: str | None = None) -> tuple[str, ...]:
+  """The classes of config.dataset's `label_feature` (None: the run's), in label order; validates the
+  data config."""
   return _checked_source(config, label_feature).class_names
 
 
-def num_examples(config: ml_collections.ConfigDict, split: str, label_feature: str = 'label') -> int:
+def num_examples(config: ml_collections.ConfigDict, split: str,
+                 label_feature: str | None = None) -> int:
   """Examples in `split` (e.g. 'test', or a tfds slice such as 'train[90%:]'), all hosts together;
-  validates the data config, the label feature and the split name."""
+  validates the data config, the label feature (None: the run's) and the split name."""
   return _checked_source(config, label_feature).examples(split).num_records
 
 
 def listed_labels(config: ml_collections.ConfigDict, split: str) -> np.ndarray | None:
-  """The label of every example of `split` where the source lists them without reading the examples
-  (an image folder's class folders); None where that would mean reading the split (tfds)."""
+  """The label (of config.label_feature) of every example of `split` where the source lists them
+  without reading the examples (an image folder's class folders); None where that would mean reading
+  the split (tfds)."""
   records = _checked_source(config).examples(split)
   # Reading no records tells what a read lists; tfds' records hold their labels.
   if (not isinstance(records, order.RandomAccess)
@@ -170,7 +197,8 @@ def num_data_shards(config: ml_collections.ConfigDict, process_count: int) -> in
 def train_iterator(config: ml_collections.ConfigDict, *, local_batch_size: int,
                    start_step: int = 0, process_index: int = 0,
                    process_count: int = 1) -> Iterator[dict[str, np.ndarray]]:
-  """This host's endless train batches {'image': float32 [b, H, W, 3] in [-1, 1], 'label': int32 [b]}.
+  """This host's endless train batches {'image': float32 [b, H, W, 3] in [-1, 1], 'label': int32 [b]},
+  the labels of config.label_feature.
 
   The split is cut into `num_data_shards` disjoint streams; each global batch is the concatenation of
   one equal slice from every stream, and a host reads only the streams of its slices. So the global
@@ -181,7 +209,8 @@ def train_iterator(config: ml_collections.ConfigDict, *, local_batch_size: int,
   unreadable files, which are skipped when met, a resumed run is still deterministic but shifted by
   the files skipped before `start_step`.)
   """
-  source = _checked_source(config)
+  source = _train_source(config)
+  _warn_of_class_ordered_windows(config, source)
   num_shards = num_data_shards(config, process_count)
   shards_per_process = num_shards // process_count
   if local_batch_size % shards_per_process:
@@ -194,6 +223,23 @@ def train_iterator(config: ml_collections.ConfigDict, *, local_batch_size: int,
   ds = streams[0] if len(streams) == 1 else tf.data.Dataset.zip(streams).map(
       lambda *batches: {k: tf.concat([b[k] for b in batches], axis=0) for k in batches[0]})
   return _as_numpy(ds.prefetch(tf.data.AUTOTUNE))
+
+
+def _warn_of_class_ordered_windows(config: ml_collections.ConfigDict, source: Source) -> None:
+  """Files tfds wrote unshuffled are often in class order; read in file order (TFRecord) through
+  windows smaller than the split, they give batches of few classes: the run trains badly, and nothing
+  fails."""
+  if not (isinstance(source, tfds_source.TfdsRecords) and source.reads_unshuffled_files()):
+    return
+  num_train = source.examples(config.train_split).num_records
+  if config.shuffle_buffer < num_train:
+    logging.warning(
+        'Dataset %r was prepared without shuffling (disable_shuffling: its records are often in class '
+        'order) as TFRecord files, which are read in file order through windows of '
+        'config.shuffle_buffer=%d of its %d train records, so a batch may hold few classes: raise '
+        "--config.shuffle_buffer to >= %d, or prepare it with file_format='array_record' (`tfds build "
+        '%s --file_format=array_record`), which vit_jax reads in a global random order',
+        config.dataset, config.shuffle_buffer, num_train, num_train, config.dataset)
 
 
 def _shard_stream(config: ml_collections.ConfigDict, source: Source, shard: int, num_shards: int,
@@ -232,14 +278,15 @@ def _without_positions(ds: tf.data.Dataset, records: order.Records, first: int,
 
 def eval_iterator(config: ml_collections.ConfigDict, split: str, *, local_batch_size: int,
                   process_index: int = 0, process_count: int = 1,
-                  label_feature: str = 'label') -> Iterator[dict[str, np.ndarray]]:
+                  label_feature: str | None = None) -> Iterator[dict[str, np.ndarray]]:
   """One unaugmented pass over this host's shard of `split`: full batches {'image', 'label', 'mask'}.
 
   `split` is any split of the dataset (e.g. config.eval_split, or config.train_split for few-shot
   features). 'mask' (bool [b]) is False on padding rows. Every host yields `num_eval_batches(...)`
   batches, so hosts with a smaller shard (or skipped unreadable files) still join every collective.
-  A multi-label `label_feature` (a tfds Sequence of ClassLabel, as ImageNet-ReaL's 'real_label')
-  gives 'labels' (multi-hot bool [b, classes]) instead of 'label'.
+  Labels are of `label_feature`, by default (None) config.label_feature: callers that pass none (the
+  few-shot evaluator) follow the run. A multi-label `label_feature` (a tfds Sequence of ClassLabel, as
+  ImageNet-ReaL's 'real_label') gives 'labels' (multi-hot bool [b, classes]) instead of 'label'.
   """
   source = _checked_source(config, label_feature)
   num_batches = num_eval_batches(source.examples(split).num_records,

@@ -52,12 +52,27 @@ class TfdsRecords:
     self._random_access = builder.info.file_format == tfds.core.FileFormat.ARRAY_RECORD
     self._data_sources = {}
 
-  def _split_info(self, split) -> tfds.core.SplitInfo:
+  def _split_info(self, split: str, field: str | None = None) -> tfds.core.SplitInfo:
     try:
       return self._builder.info.splits[split]
     except ValueError as e:  # tfds: "Unknown split 'x'. Should be one of [...]." or a bad slice.
       first_line = str(e).strip().splitlines()[0]
-      raise ValueError(f'Bad split {split!r} for dataset {self._builder.name!r}: {first_line}') from None
+      error = f'Bad split {split!r} for dataset {self._builder.name!r}: {first_line}'
+      if field is None:
+        raise ValueError(error) from None
+      names = list(self._builder.info.splits)
+      raise ValueError(f"{error.rstrip('.')}; set {field} to one of {names} or a slice of one, e.g. "
+                       f"'{names[0]}[:90%]'") from None
+
+  def check_split(self, split: str, field: str) -> None:
+    """A one-line ValueError naming the config `field` to set (e.g. '--config.eval_split') where
+    `split` is not a split of the dataset or a slice of one."""
+    self._split_info(split, field)
+
+  def reads_unshuffled_files(self) -> bool:
+    """Whether splits are read in file order from files tfds wrote without shuffling them
+    (builder.info.disable_shuffling): their records are often in class order."""
+    return not self._random_access and self._builder.info.disable_shuffling
 
   def _data_source(self, split: str):
     """The split's ArrayRecord files, opened on the first read (counting examples opens nothing)."""
@@ -110,17 +125,25 @@ class TfdsSource(TfdsRecords):
 
   def __init__(self, builder: tfds.core.DatasetBuilder, label_feature: str = 'label'):
     features = dict(builder.info.features)
-    label = features.get(label_feature)
-    self._multi_label = (isinstance(label, tfds.features.Sequence)
-                         and isinstance(label.feature, tfds.features.ClassLabel))
-    if not (isinstance(features.get('image'), tfds.features.Image)
-            and (isinstance(label, tfds.features.ClassLabel) or self._multi_label)):
+    if not isinstance(features.get('image'), tfds.features.Image):
+      raise ValueError(f'Dataset {builder.name!r} has features {sorted(features)}: vit_jax needs an '
+                       "Image feature 'image'")
+    # The features a run can train on (one class an image), and label sets (evaluators only).
+    self.class_label_features = tuple(sorted(
+        k for k, f in features.items() if isinstance(f, tfds.features.ClassLabel)))
+    label_sets = sorted(k for k, f in features.items() if isinstance(f, tfds.features.Sequence)
+                        and isinstance(f.feature, tfds.features.ClassLabel))
+    if label_feature not in self.class_label_features + tuple(label_sets):
       raise ValueError(
-          f'Dataset {builder.name!r} has features {sorted(features)}: vit_jax needs an Image feature '
-          f"'image' and a ClassLabel (or Sequence of ClassLabel) feature {label_feature!r}")
+          f'Dataset {builder.name!r} has no ClassLabel (or Sequence of ClassLabel) feature '
+          f'{label_feature!r}: set --config.label_feature (or the evaluator\'s label_feature) to one '
+          f'of its ClassLabel features {list(self.class_label_features)}'
+          + (f' or label sets {label_sets}' if label_sets else ''))
     super().__init__(builder)
     self._label_feature = label_feature
-    self.class_names = tuple((label.feature if self._multi_label else label).names)
+    self.multi_label = label_feature in label_sets  # 'labels' (multi-hot), not 'label'.
+    label = features[label_feature]
+    self.class_names = tuple((label.feature if self.multi_label else label).names)
 
   def load(self, ds: tf.data.Dataset) -> tf.data.Dataset:
     """Parses each 'record' into its decoded 'image' (uint8 [h, w, 3]) and its 'label' (int32), or
@@ -134,7 +157,7 @@ class TfdsSource(TfdsRecords):
       parsed = features.deserialize_example(
           example['record'], decoders={'image': tfds.decode.SkipDecoding()})
       label = tf.cast(parsed[self._label_feature], tf.int32)
-      if self._multi_label:
+      if self.multi_label:
         counts = tf.math.bincount(label, minlength=num_classes, maxlength=num_classes)
         labels = {'labels': tf.ensure_shape(counts, [num_classes]) > 0}
       else:

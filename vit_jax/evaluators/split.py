@@ -1,5 +1,11 @@
 """The task's own metrics (top-1, top-5, loss) over every example of a split, e.g. the test split, a
-minival held out of train, or a split of another dataset with the same classes (ImageNet-V2)."""
+minival held out of train, or a split of another dataset with the same classes (ImageNet-V2).
+
+    config.evals.minival = dict(type='classification', split='train[98%:]', every_steps=1000)
+
+Optional fields: `dataset` and `data_dir` (default the run's), and `label_feature`, the tfds feature
+whose classes it measures (default the run's, config.label_feature); they must be the run's classes.
+"""
 from typing import Any, Callable
 
 import jax
@@ -16,11 +22,12 @@ METRIC_SUMS = {'top1': 'correct', 'top5': 'correct_top5', 'loss': 'loss_sum'}
 
 
 class SplitEvaluator:
-  """Means of `eval_step`'s sums (METRIC_SUMS) over one pass of `split` (eval preprocessing)."""
+  """Means of `eval_step`'s sums (METRIC_SUMS) over one pass of `split` (eval preprocessing), its labels
+  those of `label_feature` (None: the run's, config.label_feature)."""
 
   def __init__(self, name: str, every_steps: int, *, config: ml_collections.ConfigDict, split: str,
                eval_step: Callable[[Any, dict[str, jax.Array]], dict[str, jax.Array]], mesh: Mesh,
-               label_feature: str = 'label'):
+               label_feature: str | None = None):
     self.name, self.every_steps = name, every_steps
     self._config, self._split, self._mesh = config, split, mesh
     self._label_feature = label_feature
@@ -42,9 +49,10 @@ class SplitEvaluator:
 
 
 def other_dataset(name: str, dataset: str, data_dir: str | None, context: Context,
-                  label_feature: str = 'label') -> ml_collections.ConfigDict:
+                  label_feature: str | None = None) -> ml_collections.ConfigDict:
   """The run's config reading `dataset` (in `data_dir`, default the run's) instead, e.g. ImageNet-V2
-  beside ImageNet; the classes of its `label_feature` must be the run's, in the same order."""
+  beside ImageNet; the classes of its `label_feature` (None: the run's) must be the run's, in the same
+  order."""
   config = context.config.copy_and_resolve_references()
   config.dataset = dataset
   config.data_dir = data_dir or config.data_dir
@@ -66,17 +74,20 @@ def require_examples(name: str, split: str, count: int) -> None:
 
 
 def build(name: str, fields: ml_collections.ConfigDict, context: Context) -> SplitEvaluator:
-  check_fields(name, fields, ('split', 'every_steps', 'dataset', 'data_dir'))
+  check_fields(name, fields, ('split', 'every_steps', 'dataset', 'data_dir', 'label_feature'))
   if fields.type != context.config.task:
     raise ValueError(f'Evaluator {name!r} of type {fields.type!r} measures a {fields.type} model, but '
                      f'config.task={context.config.task!r}: use type={context.config.task!r}')
-  if fields.get('dataset'):
-    config = other_dataset(name, fields.dataset, fields.get('data_dir'), context)
-    count = data.num_examples(config, fields.split)  # A split that does not exist fails here.
+  label_feature = fields.get('label_feature')  # None: the run's.
+  if fields.get('dataset') or label_feature:  # Other labels: their classes must be the run's.
+    config = other_dataset(name, fields.get('dataset') or context.config.dataset,
+                           fields.get('data_dir'), context, label_feature)
+    # A split that does not exist fails here.
+    count = data.num_examples(config, fields.split, label_feature)
   else:
     config = context.config
     count = context.count(fields.split)
   require_examples(name, fields.split, count)
   return SplitEvaluator(name, fields.every_steps, config=config, split=fields.split,
                         eval_step=context.task.make_eval_step(config, context.model),
-                        mesh=context.mesh)
+                        mesh=context.mesh, label_feature=label_feature)

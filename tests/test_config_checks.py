@@ -14,7 +14,7 @@ from vit_jax.train import setup as train_setup
 FEWSHOT_ON = {'fewshot.every_steps': 6}
 INVALID = {
     'accum_steps': (0, {}, 'accum_steps=0 must be at least 1'),
-    'batch_size': (0, {}, 'batch_size=0 is not divisible'),
+    'batch_size': (0, {}, 'batch_size=0 must be at least 1 image'),
     'checkpoint_every_steps': (0, {}, 'checkpoint_every_steps=0 must be at least 1'),
     'data_dir': ('MISSING', {'dataset': 'folder'}, 'does not exist'),
     'data_shards': (0, {}, 'data_shards=0 must be at least 1'),

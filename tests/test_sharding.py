@@ -133,7 +133,8 @@ def test_one_process_saves_replicated_arrays_without_slicing_them(tmp_path, monk
 @pytest.mark.parametrize('overrides,message', [
     ({'mesh': (('data', 2), ('tensor', 4))}, 'tensor=4 does not divide the model.s num_heads=2'),
     ({'mesh': (('data', 4), ('fsdp', 4))}, 'multiply to 16, but there are 8 devices'),
-    ({'mesh': (('model', 8),)}, 'axis names must be distinct, from data, fsdp, tensor'),
+    ({'mesh': (('model', 8),)}, "Unknown config.mesh axis 'model': the axes are data, fsdp, tensor"),
+    ({'mesh': (('data', 2), ('data', 4))}, r"names an axis twice \(\['data', 'data'\]\)"),
     ({'mesh': ('data', 8)}, r'must be \(name, size\) pairs'),
     ({'batch_size': 16, 'accum_steps': 4}, r'not divisible by the 8 devices.*x accum_steps=4'),
 ])

@@ -108,6 +108,9 @@ def test_unwritable_workdir_is_a_clear_error(tmp_path, data_dir):
   config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': data_dir})
   with pytest.raises(ValueError, match='is not writable.*--workdir'):
     train_setup.prepare(config, str(tmp_path / 'a_file' / 'workdir'))
+  with pytest.raises(ValueError, match=r"--workdir='.*a_file' is not writable \(it is a file, not a "
+                     r'directory\)'):
+    train_setup.prepare(config, str(tmp_path / 'a_file'))
 
 
 @pytest.mark.parametrize('args,message', [

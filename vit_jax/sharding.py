@@ -35,8 +35,11 @@ def make_mesh(axes: Sequence[tuple[str, int]], devices: Sequence[jax.Device] | N
   names = [name for name, _ in axes]
   sizes = [size for _, size in axes]
   unknown = [name for name in names if name not in AXES]
-  if unknown or len(set(names)) != len(names):
-    raise ValueError(f'config.mesh axis names must be distinct, from {", ".join(AXES)}; got {names}')
+  if unknown:
+    raise ValueError(f'Unknown config.mesh axis {", ".join(map(repr, unknown))}: the axes are '
+                     f'{", ".join(AXES)}, e.g. "((\'data\', 2), (\'fsdp\', -1))"')
+  if len(set(names)) != len(names):
+    raise ValueError(f'config.mesh names an axis twice ({names}): name each of {", ".join(AXES)} once')
   if sizes.count(-1) > 1:
     raise ValueError(f'config.mesh may leave only one size as -1; got {tuple(axes)}')
   known = math.prod(size for size in sizes if size != -1)

@@ -49,7 +49,10 @@ def check_batch(name: str, batch_size: int, mesh: Mesh, accum_steps: int = 1) ->
   """The batch must split evenly over the devices of the batch axes, micro-batches and processes."""
   shards = sharding.num_batch_shards(mesh)
   multiple = math.lcm(shards * accum_steps, jax.process_count())
-  if batch_size < 1 or batch_size % multiple:
+  if batch_size < 1:
+    raise ValueError(f'config.{name}={batch_size} must be at least 1 image: use a multiple of '
+                     f'{multiple}, e.g. --config.{name}={multiple}')
+  if batch_size % multiple:
     suggestion = max(multiple, batch_size // multiple * multiple)
     accum = f' x accum_steps={accum_steps}' if accum_steps > 1 else ''
     raise ValueError(

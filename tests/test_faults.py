@@ -139,6 +139,62 @@ def test_a_damaged_latest_checkpoint_is_reported_and_the_one_before_resumes(
   assert checkpoint.saved_steps(workdir)[-1] == 16
 
 
+@pytest.mark.parametrize('how', ['lost metadata', 'truncated data'])
+def test_a_damaged_latest_checkpoint_is_set_aside_and_the_same_command_saves_it_again(
+    trained_tiny_run, tmp_path, how):
+  workdir = _copy_of(trained_tiny_run, tmp_path)
+  _damage(os.path.join(workdir, 'checkpoints', '12'), how)
+  config, _ = run_dir.load_run_info(workdir)
+  same = {**helpers.TINY, 'data_dir': config.data_dir, 'lr.base': config.lr.base}
+  run = helpers.run_main('configs/demo.py', workdir, same, timeout=300)
+  assert run.returncode == 0, run.stderr[-3000:]
+  assert 'Training 12 steps from step 8' in run.stderr
+  moved = os.path.join(workdir, 'checkpoints', '12.unreadable')
+  assert os.path.isdir(moved)  # Nothing written is deleted.
+  assert checkpoint.saved_steps(workdir) == [4, 8, 12]
+  assert export.export(workdir, str(tmp_path / 'exported'))['step'] == 12  # Reads again.
+  # The same command once more only evaluates the saved step.
+  again = helpers.run_main('configs/demo.py', workdir, same, timeout=300)
+  assert again.returncode == 0, again.stderr[-3000:]
+  assert 'Training 12 steps from step 12' in again.stderr
+  # One clean line more than that resume says what happened: no traceback (tensorstore's callbacks
+  # to orbax's closed event loops), no orbax warning about the metadata it looked for.
+  extra = [line for line in _warnings(run.stderr) if line not in _warnings(again.stderr)]
+  assert len(extra) == 1 and 'Traceback' not in run.stderr, run.stderr[-3000:]
+  assert re.match(rf'Checkpoint 12 in {re.escape(workdir)}/checkpoints cannot be read \([^\n]+\): moved '
+                  rf'it to {re.escape(moved)} so that its step is saved again; resuming from checkpoint '
+                  r'8$', extra[0]), extra[0]
+  assert 'TensorStore details' not in extra[0] and 'bound method' not in extra[0]
+
+
+def _warnings(stderr: str) -> list[str]:
+  """The messages of the warning lines of a run's output."""
+  return [line.split('] ', 1)[-1] for line in stderr.splitlines() if re.match(r'W\d{4} |WARNING', line)]
+
+
+def test_a_save_orbax_declines_is_an_error_not_a_silent_skip(trained_tiny_run, tmp_path):
+  workdir = _copy_of(trained_tiny_run, tmp_path)
+  saver = checkpoint.Saver(checkpoint.make_manager(workdir, keep=3))
+  with pytest.raises(checkpoint.SaveError, match=r'^orbax declined to save checkpoint 8 in '
+                     r'.*checkpoints, which holds steps \[4, 8, 12\]: move those from 8 on out of it'):
+    saver.save(8, {'x': np.zeros(2)})
+  saver.close()
+
+
+def test_an_unreadable_checkpoint_has_the_innermost_reason_without_tensorstore_spec():
+  try:
+    try:
+      raise ValueError('OUT_OF_RANGE: Error opening "cast" driver: Error opening "zarr" driver: Error '
+                       'reading "step/.zarray": Requested byte range [0, 8) is not valid for value of '
+                       "size 4 [tensorstore_spec='{\"driver\":\"zarr\"}']")
+    except ValueError as e:
+      raise Exception('Encountered error while reading array index: (). See full TensorStore details: '
+                      '<bound method pybind11_detail_function_record_v1_system_libstdcpp>.') from e
+  except Exception as e:  # pylint: disable=broad-except
+    assert checkpoint._reason(e) == ('OUT_OF_RANGE: Error reading "step/.zarray": Requested byte range '
+                                     '[0, 8) is not valid for value of size 4')
+
+
 def test_no_readable_checkpoint_is_one_line_naming_the_directory(trained_tiny_run, tmp_path):
   workdir = _copy_of(trained_tiny_run, tmp_path)
   for step in checkpoint.saved_steps(workdir):
@@ -279,6 +335,36 @@ def test_a_full_disk_stops_the_run_in_one_line_and_the_earlier_checkpoints_stay(
   finally:
     if how == 'tmpfs':
       subprocess.run(['umount', str(workdir / 'checkpoints')], check=True)
+
+
+# vit_jax.main on a file system that refuses the save of step 16 (EROFS, as a read-only mount does).
+READ_ONLY_AT_16 = '''
+import errno, os
+from orbax.checkpoint._src.path import async_path
+from vit_jax import cli, main
+mkdir = async_path.mkdir
+async def read_only(path, *args, **kwargs):
+  if os.path.basename(str(path)).startswith('16.'):
+    raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+  return await mkdir(path, *args, **kwargs)
+async_path.mkdir = read_only
+cli.run(main.main, flags_parser=main.parse_flags)
+'''
+
+
+def test_a_failed_save_on_the_command_line_exits_promptly_in_one_line(trained_tiny_run, tmp_path):
+  workdir = _copy_of(trained_tiny_run, tmp_path)
+  config, _ = run_dir.load_run_info(workdir)
+  args = helpers.main_args('configs/demo.py', workdir, {
+      **helpers.TINY, 'data_dir': config.data_dir, 'lr.base': config.lr.base, 'total_steps': 20})[3:]
+  # Orbax's threads waiting for the signal of the save that never started kept the process alive.
+  run = subprocess.run([sys.executable, '-c', READ_ONLY_AT_16, *args], cwd=helpers.REPO,
+                       capture_output=True, text=True, timeout=150)
+  assert run.returncode == 1, run.stderr[-3000:]
+  errors = [line for line in run.stderr.splitlines() if line.startswith('error: ')]
+  assert len(errors) == 1 and 'Traceback' not in run.stderr, run.stderr[-3000:]
+  assert re.match(rf'error: Saving checkpoint 16 in {re.escape(workdir)}/checkpoints failed \(Read-only '
+                  r'file system, errno 30\): .* of \[4, 8, 12\]$', errors[0]), errors[0]
 
 
 def test_profile_steps_writes_a_trace_of_those_steps_and_memory_is_logged(tmp_path, data_dir, caplog):

@@ -14,7 +14,7 @@ import orbax.checkpoint as ocp
 from absl import logging
 from etils import epath
 
-from vit_jax import paths
+from vit_jax import orbax_noise, paths
 
 
 def make_manager(workdir: str, keep: int) -> ocp.CheckpointManager:
@@ -53,8 +53,10 @@ def _write_replicated_arrays_whole() -> None:
     logging.get_absl_logger().removeFilter(quiet)
 
 
-def save(manager: ocp.CheckpointManager, step: int, state: Any) -> None:
-  manager.save(step, args=ocp.args.StandardSave(state))
+def save(manager: ocp.CheckpointManager, step: int, state: Any) -> bool:
+  """Starts the async save of `step`; False if orbax declined it (it skips a step at or before its
+  latest)."""
+  return manager.save(step, args=ocp.args.StandardSave(state))
 
 
 class SaveError(RuntimeError):
@@ -68,13 +70,19 @@ class Saver:
 
   def __init__(self, manager: ocp.CheckpointManager):
     self._manager, self._in_flight, self._last, self._reported = manager, None, None, False
+    self._quiet = orbax_noise.TracebacksAtDebug()
+    logging.get_absl_logger().addFilter(self._quiet)
 
   def save(self, step: int, state: Any) -> None:
     self.wait()
     try:
-      save(self._manager, step, state)
+      saved = save(self._manager, step, state)
     except Exception as e:  # pylint: disable=broad-except  # The file system's errors, of any kind.
       raise self._failed(step, e) from None
+    if not saved:  # A run must never end believing a step is saved that is not.
+      raise SaveError(f'orbax declined to save checkpoint {step} in {self._manager.directory}, which '
+                      f'holds steps {sorted(self._manager.all_steps())}: move those from {step} on out '
+                      'of it, then start the run again')
     self._in_flight = self._last = step
 
   def wait(self) -> None:
@@ -97,6 +105,8 @@ class Saver:
       except Exception as e:  # pylint: disable=broad-except
         if not self._reported:
           raise self._failed(self._last, e) from None
+      finally:
+        logging.get_absl_logger().removeFilter(self._quiet)
 
   def _failed(self, step: int | None, error: Exception) -> SaveError:
     self._reported = True
@@ -127,23 +137,71 @@ def _readable(directory: str, step: int) -> bool:
 
 def restore(manager: ocp.CheckpointManager, abstract_state: Any) -> Any:
   """The latest readable checkpoint, restored onto the shardings in `abstract_state`; None if there is
-  none. One that cannot be read (a file lost or truncated by a storage fault) is reported in one line
-  and the one before it is used; if none can be read, a ValueError names the directory."""
+  none. One that cannot be read (a file lost or truncated by a storage fault) is reported in one line,
+  moved aside (`_move_aside`) and the one before it is used; if none can be read, a ValueError names
+  the directory and nothing is moved."""
+  orbax_noise.drop_closed_event_loop_errors()
   steps = sorted(manager.all_steps(), reverse=True)
+  unreadable = []  # (step, reason) of the checkpoints after the one restored.
   for step in steps:
+    step_dir = os.path.join(str(manager.directory), str(step))
     try:
-      return manager.restore(step, args=ocp.args.StandardRestore(abstract_state))
+      # The tools (export, fine-tuning) read a checkpoint's metadata alone: it must read as well.
+      saved_shapes(step_dir)
+      restored = manager.restore(step, args=ocp.args.StandardRestore(abstract_state))
     except Exception as e:  # pylint: disable=broad-except  # tensorstore and orbax raise many kinds.
-      logging.warning('Checkpoint %d in %s cannot be read (%s): trying the one before it', step,
-                      manager.directory, _first_line(e))
+      unreadable.append((step, _reason(e).replace(step_dir + os.sep, '')))  # Its files, named within.
+      continue
+    _set_aside(manager, unreadable, step)
+    return restored
   if steps:
-    raise ValueError(f'none of the checkpoints {sorted(steps)} in {manager.directory} can be read: '
-                     'restore them from a backup, or move them away to start the run afresh')
+    raise ValueError(f'none of the checkpoints {sorted(steps)} in {manager.directory} can be read (the '
+                     f'latest: {unreadable[0][1]}): restore them from a backup, or move them away to '
+                     'start the run afresh')
   return None
 
 
-def _first_line(error: Exception) -> str:
-  return (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+def _set_aside(manager: ocp.CheckpointManager, unreadable: list[tuple[int, str]], resumed: int) -> None:
+  """Moves the unreadable checkpoints after `resumed` out of orbax's view: it never saves a step at or
+  before its latest one, so the retrained steps would never be written again and every start would
+  fall back anew. Process 0 moves them; every process then lists the directory again."""
+  if not unreadable:
+    return
+  if jax.process_index() == 0:
+    for step, reason in unreadable:
+      logging.warning('Checkpoint %d in %s cannot be read (%s): %s; resuming from checkpoint %d',
+                      step, manager.directory, reason, _move_aside(manager.directory, step), resumed)
+  ocp.multihost.sync_global_processes('vit_jax_checkpoint_set_aside')  # The others see the moves.
+  manager.reload()
+
+
+def _move_aside(directory: epath.Path, step: int) -> str:
+  """Renames checkpoint `step` to `<step>.unreadable` (or `-2`, `-3`... when taken) beside it, a name
+  that orbax neither lists as a step nor removes as a temporary; nothing is deleted. Says what it did."""
+  target, k = directory / f'{step}.unreadable', 1
+  while target.exists():
+    k += 1
+    target = directory / f'{step}.unreadable-{k}'
+  try:
+    (directory / str(step)).rename(target)
+  except Exception as e:  # pylint: disable=broad-except  # A file system's errors, of any kind.
+    return (f'it could not be moved aside ({_first_line(e)}), so its step cannot be saved again: move '
+            f'{directory / str(step)} away yourself')
+  return f'moved it to {target} so that its step is saved again'
+
+
+def _reason(error: Exception) -> str:
+  """Why a checkpoint cannot be read, in one line: the innermost error (orbax wraps tensorstore's in
+  one that quotes a bound method), without tensorstore's spec and driver chain."""
+  while error.__cause__ is not None:
+    error = error.__cause__
+  reason = re.split(r' \[(?:tensorstore_spec|source locations)=', _first_line(error, limit=None))[0]
+  reason = re.sub(r'Error opening "\w+" driver: ', '', reason)
+  return reason if len(reason) <= 300 else reason[:297] + '...'
+
+
+def _first_line(error: Exception, limit: Optional[int] = 200) -> str:
+  return (str(error).strip().splitlines() or [type(error).__name__])[0][:limit]
 
 
 def abstract_with_shardings(abstract_state: Any, shardings: Any) -> Any:
@@ -195,14 +253,17 @@ def latest_saved_shapes(workdir: str) -> Optional[tuple[int, dict[str, Any]]]:
   return None
 
 
-def _metadata_tree(checkpointer: ocp.PyTreeCheckpointer, checkpoint_dir: str) -> dict[str, Any]:
-  """The train state's tree of array metadata in a checkpoint; no array is read."""
-  return checkpointer.metadata(os.path.join(checkpoint_dir, 'default')).item_metadata.tree
+def _metadata_tree(checkpoint_dir: str) -> dict[str, Any]:
+  """The train state's tree of array metadata in a checkpoint; no array is read. Read by the handler
+  of its `default` item: a checkpointer would also look there for the step's metadata (which is one
+  level up), warn that it is missing, and return None for a tree that cannot be read."""
+  orbax_noise.drop_closed_event_loop_errors()
+  return ocp.PyTreeCheckpointHandler().metadata(epath.Path(checkpoint_dir) / 'default').tree
 
 
 def saved_shapes(checkpoint_dir: str) -> dict[str, Any]:
   """The train state's tree in a checkpoint as `jax.ShapeDtypeStruct`s (only the metadata is read)."""
-  tree = _metadata_tree(ocp.PyTreeCheckpointer(), checkpoint_dir)
+  tree = _metadata_tree(checkpoint_dir)
   return jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype), tree)
 
 
@@ -213,7 +274,7 @@ def restore_params(checkpoint_dir: str) -> tuple[dict[str, Any], str]:
   is read, onto the host, so any number of devices can read a checkpoint that any mesh wrote.
   """
   checkpointer = ocp.PyTreeCheckpointer()
-  tree = _metadata_tree(checkpointer, checkpoint_dir)
+  tree = _metadata_tree(checkpoint_dir)
   name = 'ema_params' if tree.get('ema_params') is not None else 'params'
   item = {name: tree[name]}
   restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), item)

@@ -41,7 +41,10 @@ def run(main: Callable[[list[str]], Any], flags_parser: Callable[[list[str]], li
   thread pools) takes ~2 s after a run has finished: 13% of a small run's 15 s. So once `main` has
   exited, this does what that exit must do (waits for the threads that keep a process alive, runs the
   atexit handlers: jax.distributed's shutdown, logging's flush) and ends the process with its status.
-  An exception other than SystemExit leaves the normal way, with its traceback.
+  A command that failed (a status other than 0) does not wait for its threads: what it had to finish
+  it has waited for (the train loop, for its saves), and a thread of a failed operation may wait for
+  ever (orbax's, for the signal of a save that could not start). An exception other than SystemExit
+  leaves the normal way, with its traceback.
   """
   status = None
   try:
@@ -53,7 +56,8 @@ def run(main: Callable[[list[str]], Any], flags_parser: Callable[[list[str]], li
     status = 1
   # As the interpreter's exit does, in its order: the threading module's exit callbacks (which stop
   # concurrent.futures' idle workers), joining the non-daemon threads, then the atexit handlers.
-  threading._shutdown()  # pylint: disable=protected-access
+  if not status:
+    threading._shutdown()  # pylint: disable=protected-access
   atexit._run_exitfuncs()  # pylint: disable=protected-access
   sys.stdout.flush()
   sys.stderr.flush()

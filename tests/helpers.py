@@ -2,6 +2,7 @@
 import dataclasses
 import importlib
 import os
+import shutil
 import subprocess
 import sys
 
@@ -143,3 +144,16 @@ def assert_resume_is_bit_exact(config: ml_collections.ConfigDict, full: str, res
   loop.train_and_evaluate(train_setup.prepare(config, resumed))
   chex.assert_trees_all_equal(checkpoint.restore_params(os.path.join(resumed, 'checkpoints', last))[0],
                               checkpoint.restore_params(os.path.join(full, 'checkpoints', last))[0])
+
+
+def copy_of(run: str, tmp_path) -> str:
+  """A copy of the workdir `run` in `tmp_path`, to resume or damage without touching a shared run."""
+  workdir = str(tmp_path / 'run')
+  shutil.copytree(run, workdir)
+  return workdir
+
+
+def files_of(workdir: str) -> dict[str, bytes]:
+  """Every file under `workdir` by relative path, with its bytes: what a refusal must leave as it was."""
+  return {os.path.relpath(os.path.join(root, name), workdir): open(os.path.join(root, name), 'rb').read()
+          for root, _, names in os.walk(workdir) for name in names}

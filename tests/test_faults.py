@@ -4,7 +4,6 @@ import errno
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -44,21 +43,10 @@ def test_a_diverged_run_is_one_line_and_a_failure_status_on_the_command_line(tmp
   assert 'Traceback' not in run.stderr
 
 
-def _copy_of(run: str, tmp_path) -> str:
-  workdir = str(tmp_path / 'run')
-  shutil.copytree(run, workdir)
-  return workdir
-
-
-def _files(workdir: str) -> dict[str, bytes]:
-  return {os.path.relpath(os.path.join(root, name), workdir): open(os.path.join(root, name), 'rb').read()
-          for root, _, names in os.walk(workdir) for name in names}
-
-
 def test_resuming_with_a_model_the_checkpoint_cannot_take_is_one_line_and_writes_nothing(
     trained_tiny_run, tmp_path):
-  workdir = _copy_of(trained_tiny_run, tmp_path)
-  before = _files(workdir)
+  workdir = helpers.copy_of(trained_tiny_run, tmp_path)
+  before = helpers.files_of(workdir)
   config, _ = run_dir.load_run_info(workdir)
   run = helpers.run_main('configs/demo.py', workdir, {
       **helpers.TINY, 'data_dir': config.data_dir, 'lr.base': config.lr.base,
@@ -68,13 +56,13 @@ def test_resuming_with_a_model_the_checkpoint_cannot_take_is_one_line_and_writes
   assert len(errors) == 1 and 'Traceback' not in run.stderr, run.stderr[-2000:]
   assert 'does not fit the model and optimizer of this config' in errors[0]
   assert "model.hidden_size 32 -> 64; total_steps 12 -> 20" in errors[0]
-  assert _files(workdir) == before  # config.json, checkpoints and metrics as they were.
+  assert helpers.files_of(workdir) == before  # config.json, checkpoints and metrics as they were.
   # So the tools still read the run.
   assert export.export(workdir, str(tmp_path / 'exported'))['step'] == 12
 
 
 def test_resuming_on_other_classes_is_refused(trained_tiny_run, tmp_path):
-  workdir = _copy_of(trained_tiny_run, tmp_path)
+  workdir = helpers.copy_of(trained_tiny_run, tmp_path)
   folder = tmp_path / 'folder'
   for split in ('train', 'test'):
     for label in 'abc':
@@ -99,7 +87,7 @@ def test_refusing_other_classes_names_those_that_differ(old, new, said):
 
 
 def test_a_safe_change_resumes_and_keeps_the_config_history(trained_tiny_run, tmp_path, caplog):
-  workdir = _copy_of(trained_tiny_run, tmp_path)
+  workdir = helpers.copy_of(trained_tiny_run, tmp_path)
   first = open(os.path.join(workdir, 'config.json')).read()
   config, _ = run_dir.load_run_info(workdir)
   config.total_steps, config.eval_every_steps = 16, 16
@@ -128,7 +116,7 @@ def _damage(checkpoint_dir: str, how: str) -> None:
 @pytest.mark.parametrize('how', ['lost metadata', 'truncated data'])
 def test_a_damaged_latest_checkpoint_is_reported_and_the_one_before_resumes(
     trained_tiny_run, tmp_path, caplog, how):
-  workdir = _copy_of(trained_tiny_run, tmp_path)
+  workdir = helpers.copy_of(trained_tiny_run, tmp_path)
   _damage(os.path.join(workdir, 'checkpoints', '12'), how)
   config, _ = run_dir.load_run_info(workdir)
   config.total_steps = 16
@@ -142,7 +130,7 @@ def test_a_damaged_latest_checkpoint_is_reported_and_the_one_before_resumes(
 @pytest.mark.parametrize('how', ['lost metadata', 'truncated data'])
 def test_a_damaged_latest_checkpoint_is_set_aside_and_the_same_command_saves_it_again(
     trained_tiny_run, tmp_path, how):
-  workdir = _copy_of(trained_tiny_run, tmp_path)
+  workdir = helpers.copy_of(trained_tiny_run, tmp_path)
   _damage(os.path.join(workdir, 'checkpoints', '12'), how)
   config, _ = run_dir.load_run_info(workdir)
   same = {**helpers.TINY, 'data_dir': config.data_dir, 'lr.base': config.lr.base}
@@ -173,7 +161,7 @@ def _warnings(stderr: str) -> list[str]:
 
 
 def test_a_save_orbax_declines_is_an_error_not_a_silent_skip(trained_tiny_run, tmp_path):
-  workdir = _copy_of(trained_tiny_run, tmp_path)
+  workdir = helpers.copy_of(trained_tiny_run, tmp_path)
   saver = checkpoint.Saver(checkpoint.make_manager(workdir, keep=3))
   with pytest.raises(checkpoint.SaveError, match=r'^orbax declined to save checkpoint 8 in '
                      r'.*checkpoints, which holds steps \[4, 8, 12\]: move those from 8 on out of it'):
@@ -196,7 +184,7 @@ def test_an_unreadable_checkpoint_has_the_innermost_reason_without_tensorstore_s
 
 
 def test_no_readable_checkpoint_is_one_line_naming_the_directory(trained_tiny_run, tmp_path):
-  workdir = _copy_of(trained_tiny_run, tmp_path)
+  workdir = helpers.copy_of(trained_tiny_run, tmp_path)
   for step in checkpoint.saved_steps(workdir):
     _damage(os.path.join(workdir, 'checkpoints', str(step)), 'truncated data')
   config, _ = run_dir.load_run_info(workdir)
@@ -353,7 +341,7 @@ cli.run(main.main, flags_parser=main.parse_flags)
 
 
 def test_a_failed_save_on_the_command_line_exits_promptly_in_one_line(trained_tiny_run, tmp_path):
-  workdir = _copy_of(trained_tiny_run, tmp_path)
+  workdir = helpers.copy_of(trained_tiny_run, tmp_path)
   config, _ = run_dir.load_run_info(workdir)
   args = helpers.main_args('configs/demo.py', workdir, {
       **helpers.TINY, 'data_dir': config.data_dir, 'lr.base': config.lr.base, 'total_steps': 20})[3:]

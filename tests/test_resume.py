@@ -11,17 +11,6 @@ from vit_jax import export, run_dir
 from vit_jax.train import loop, setup as train_setup, state
 
 
-def _copy_of(run: str, tmp_path) -> str:
-  workdir = str(tmp_path / 'run')
-  shutil.copytree(run, workdir)
-  return workdir
-
-
-def _files(workdir: str) -> dict[str, bytes]:
-  return {os.path.relpath(os.path.join(root, name), workdir): open(os.path.join(root, name), 'rb').read()
-          for root, _, names in os.walk(workdir) for name in names}
-
-
 def _config(workdir: str, **changes):
   config, _ = run_dir.load_run_info(workdir)
   config.total_steps = config.eval_every_steps = 14
@@ -38,24 +27,24 @@ def _config(workdir: str, **changes):
                                           ('model.posemb_where', 'shared_every_layer')])
 def test_a_model_of_the_same_shapes_but_another_function_is_refused(trained_tiny_run, tmp_path, field,
                                                                       value):
-  workdir = _copy_of(trained_tiny_run, tmp_path)
-  before = _files(workdir)
+  workdir = helpers.copy_of(trained_tiny_run, tmp_path)
+  before = helpers.files_of(workdir)
   config = _config(workdir, **{field: value})
   with pytest.raises(state.ResumeError, match=rf'holds a run of another model \({field} .* -> '
                      rf"'{value}'; changed fields: .*{field}"):
     loop.train_and_evaluate(train_setup.prepare(config, workdir))
-  assert _files(workdir) == before
+  assert helpers.files_of(workdir) == before
 
 
 def test_regularisation_and_the_attention_kernel_may_change(trained_tiny_run, tmp_path):
-  workdir = _copy_of(trained_tiny_run, tmp_path)
+  workdir = helpers.copy_of(trained_tiny_run, tmp_path)
   config = _config(workdir, **{'model.dropout_rate': 0.1, 'model.drop_path_rate': 0.1})
   assert loop.train_and_evaluate(train_setup.prepare(config, workdir))['eval_top1'] >= 0.0
 
 
 def test_a_run_stopped_before_its_first_save_starts_afresh_with_the_new_config(trained_tiny_run,
                                                                                tmp_path):
-  workdir = _copy_of(trained_tiny_run, tmp_path)
+  workdir = helpers.copy_of(trained_tiny_run, tmp_path)
   shutil.rmtree(os.path.join(workdir, 'checkpoints'))
   config = _config(workdir, **{'model.hidden_size': 16})
   loop.train_and_evaluate(train_setup.prepare(config, workdir))
@@ -65,22 +54,22 @@ def test_a_run_stopped_before_its_first_save_starts_afresh_with_the_new_config(t
 
 def test_a_run_whose_config_is_lost_resumes_only_a_model_its_checkpoint_fits(trained_tiny_run,
                                                                              tmp_path):
-  workdir = _copy_of(trained_tiny_run, tmp_path)
+  workdir = helpers.copy_of(trained_tiny_run, tmp_path)
   config = _config(workdir)
   os.remove(os.path.join(workdir, 'config.json'))
-  before = _files(workdir)
+  before = helpers.files_of(workdir)
   config.model.hidden_size = 16
   with pytest.raises(state.ResumeError, match=r'the checkpoint of step 12 .* does not fit the model '
                      r'and optimizer of this config \(and .*config.json, the run.s config, is missing\)'):
     loop.train_and_evaluate(train_setup.prepare(config, workdir))
-  assert _files(workdir) == before
+  assert helpers.files_of(workdir) == before
   config.model.hidden_size = 32
   loop.train_and_evaluate(train_setup.prepare(config, workdir))
   assert json.load(open(os.path.join(workdir, 'config.json')))['model']['hidden_size'] == 32
 
 
 def test_damaged_run_info_is_a_one_line_refusal(trained_tiny_run, tmp_path):
-  workdir = _copy_of(trained_tiny_run, tmp_path)
+  workdir = helpers.copy_of(trained_tiny_run, tmp_path)
   config = _config(workdir)
   with open(os.path.join(workdir, 'config.json'), 'r+') as f:
     f.truncate(100)

@@ -41,10 +41,9 @@ def run(main: Callable[[list[str]], Any], flags_parser: Callable[[list[str]], li
   thread pools) takes ~2 s after a run has finished: 13% of a small run's 15 s. So once `main` has
   exited, this does what that exit must do (waits for the threads that keep a process alive, runs the
   atexit handlers: jax.distributed's shutdown, logging's flush) and ends the process with its status.
-  A command that failed (a status other than 0) does not wait for its threads: what it had to finish
-  it has waited for (the train loop, for its saves), and a thread of a failed operation may wait for
-  ever (orbax's, for the signal of a save that could not start). An exception other than SystemExit
-  leaves the normal way, with its traceback.
+  A command that failed (a status other than 0) waits for its threads FAILED_EXIT_GRACE_S at most: a
+  thread of a failed operation may wait for ever (orbax's, for the signal of a save that could not
+  start). An exception other than SystemExit leaves the normal way, with its traceback.
   """
   status = None
   try:
@@ -54,11 +53,21 @@ def run(main: Callable[[list[str]], Any], flags_parser: Callable[[list[str]], li
   if status is not None and not isinstance(status, int):  # sys.exit('message'): print it, status 1.
     print(status, file=sys.stderr)
     status = 1
+  if status:
+    deadline = threading.Timer(FAILED_EXIT_GRACE_S, _exit, args=(status,))
+    deadline.daemon = True  # Not one of the threads the shutdown below waits for.
+    deadline.start()
   # As the interpreter's exit does, in its order: the threading module's exit callbacks (which stop
   # concurrent.futures' idle workers), joining the non-daemon threads, then the atexit handlers.
-  if not status:
-    threading._shutdown()  # pylint: disable=protected-access
+  threading._shutdown()  # pylint: disable=protected-access
   atexit._run_exitfuncs()  # pylint: disable=protected-access
+  _exit(status or 0)
+
+
+FAILED_EXIT_GRACE_S = 10.0
+
+
+def _exit(status: int) -> NoReturn:
   sys.stdout.flush()
   sys.stderr.flush()
-  os._exit(status or 0)
+  os._exit(status)

@@ -80,7 +80,7 @@ def check_writable(directory: str, timeout_s: float, flag: str = '--workdir') ->
                      f'{_CREDENTIALS_HINT}, or raise config.storage_timeout_s')
   if error is not None:
     reason = error.strerror if isinstance(error, OSError) and error.strerror else _first_line(error)
-    if isinstance(error, FileExistsError) or epath.Path(directory).is_file():
+    if isinstance(error, FileExistsError) or (not is_url(directory) and os.path.isfile(directory)):
       reason = 'it is a file, not a directory'  # mkdir's "File exists" would not say which.
     raise ValueError(f'{flag}={directory!r} is not writable ({reason}): pass {flag}=DIR with a '
                      f'directory you can write to{"; " + _CREDENTIALS_HINT if is_url(directory) else ""}')

@@ -169,5 +169,5 @@ def build(name: str, fields: ml_collections.ConfigDict, context: Context) -> Few
                        f'{", ..." if len(short) > 5 else ""}; use fewer shots or add images')
   return FewShotEvaluator(name, fields.every_steps, config=config,
                           model=context.task.features_model(config), mesh=context.mesh,
-                          num_classes=context.info.num_classes, shots=fields.shots, seeds=fields.seeds, l2_reg=fields.l2_reg,
-                          train_split=train_split, eval_split=eval_split)
+                          num_classes=num_classes, shots=fields.shots, seeds=fields.seeds,
+                          l2_reg=fields.l2_reg, train_split=train_split, eval_split=eval_split)

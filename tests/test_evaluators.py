@@ -211,3 +211,49 @@ def test_an_evaluator_of_an_empty_split_is_a_one_line_error_at_the_start(tmp_pat
   with pytest.raises(ValueError, match=re.escape(error)):
     train_setup.prepare(config, str(tmp_path / 'run'))
   assert not (tmp_path / 'run').exists()
+
+
+@pytest.mark.parametrize('extra, error', [
+    (dict(type='classification', split='test'),
+     r"^Evaluator 'x' needs every_steps: its required fields are type, split, every_steps \(optional: "),
+    (dict(type='classification', every_steps=4), r"^Evaluator 'x' needs split: "),
+    (dict(type='fewshot', every_steps=4, shots=(1,)), r"^Evaluator 'x' needs seeds, l2_reg: "),
+    (dict(type='real', dataset='real_digits'), r"^Evaluator 'x' needs every_steps: "),
+])
+def test_an_evaluator_missing_a_required_field_is_a_one_line_error(tmp_path, data_dir, extra, error):
+  # Each of these was a bare AttributeError naming only the field, e.g. "'every_steps'".
+  config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': data_dir})
+  config.evals.x = extra
+  with pytest.raises(ValueError, match=error) as raised:
+    train_setup.prepare(config, str(tmp_path / 'run'))
+  assert '\n' not in str(raised.value) and not (tmp_path / 'run').exists()
+
+
+@pytest.mark.parametrize('name, error', [
+    ('train', r"^config.evals.train: its train_loss would overwrite the training loss the loop logs"),
+    ('eval_polyak', r"^config.evals.eval_polyak: names ending in _polyak are those of the metrics of "
+                    r"the Polyak average"),
+    ('minival_polyak', r"^config.evals.minival_polyak: names ending in _polyak"),
+])
+def test_an_evaluator_whose_metrics_would_overwrite_others_is_a_one_line_error(tmp_path, data_dir, name,
+                                                                               error):
+  # An evaluator 'train' logged its loss as train_loss, over the loop's training loss at the same steps;
+  # one named 'eval_polyak' its top-1 as eval_polyak_top1, over the eval Polyak average's.
+  config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': data_dir, 'polyak_decay': 0.5})
+  config.evals.minival = dict(type='classification', split='train[90%:]', every_steps=4)
+  config.evals[name] = dict(type='classification', split='train[:64]', every_steps=4)
+  with pytest.raises(ValueError, match=error) as raised:
+    train_setup.prepare(config, str(tmp_path / 'run'))
+  assert '\n' not in str(raised.value) and not (tmp_path / 'run').exists()
+
+
+def test_real_on_a_split_without_labelled_images_is_nan_not_zero(data_dir, real_dir):
+  # A mean over no images is undefined: 0.0 read as a (worst) accuracy, and a loss of 0.0 as the best.
+  records = RealDigits(data_dir=real_dir).as_data_source(split='validation')
+  first_unlabelled = next(i for i in range(len(records)) if not len(records[i]['real_label']))
+  config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': data_dir, 'mesh': [('data', 8)]})
+  config.evals.real = dict(type='real', dataset='real_digits', data_dir=real_dir, every_steps=4,
+                           split=f'validation[{first_unlabelled}:{first_unlabelled + 1}]')
+  real, model = _evaluator(config, 'real')
+  metrics = real(helpers.random_params(model, config.image_size))
+  assert list(metrics) == ['top1', 'top5'] and all(np.isnan(v) for v in metrics.values()), metrics

@@ -165,3 +165,28 @@ def test_an_image_folder_class_short_of_shots_is_a_one_line_error_at_the_start(t
   assert not (tmp_path / 'run').exists()
   config.fewshot.shots = (1, 2)
   train_setup.prepare(config, str(tmp_path / 'run'))
+
+
+def test_a_fewshot_evaluator_without_splits_reads_the_runs(tmp_path, data_dir):
+  # train_split and eval_split are optional (unset: the run's); left out of a config.evals entry they
+  # were an AttributeError "'train_split'".
+  config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': data_dir})
+  config.evals.fewshot_run = dict(type='fewshot', every_steps=4, shots=(1, 5), seeds=1, l2_reg=4.0)
+  setup = train_setup.prepare(config, str(tmp_path / 'run'))
+  evaluator, = [e for e in setup.evaluators if e.name == 'fewshot_run']
+  assert evaluator.every_steps == 4
+
+
+@pytest.mark.parametrize('fields, error', [
+    ({'seeds': 3.0}, r'needs seeds >= 1 \(a whole number\)'),  # Was range(3.0) at the first evaluation.
+    ({'shots': 5}, r'shots=5 must be positive numbers of images per class'),  # Was min(5): TypeError.
+    ({'shots': (1, 2.5)}, r'shots=\(1, 2.5\) must be positive numbers'),  # Was a slice error, later.
+])
+def test_fewshot_seeds_and_shots_of_the_wrong_type_are_one_line_errors(tmp_path, data_dir, fields,
+                                                                        error):
+  config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': data_dir})
+  config.evals.fewshot_x = {'type': 'fewshot', 'every_steps': 4, 'shots': (1, 5), 'seeds': 1,
+                            'l2_reg': 4.0, 'train_split': 'train', 'eval_split': 'test', **fields}
+  with pytest.raises(ValueError, match=error) as raised:
+    train_setup.prepare(config, str(tmp_path / 'run'))
+  assert '\n' not in str(raised.value) and not (tmp_path / 'run').exists()

@@ -8,7 +8,8 @@ averaging, on their average too; its metrics are logged as `<name>_<metric>` and
   fewshot        linear few-shot accuracy from config.fewshot, when config.fewshot.every_steps is set;
   config.evals   any number more, name -> dict(type=<a key of EVALUATORS>, every_steps=N, ...), e.g.
                  config.evals.minival = dict(type='classification', split='train[98%:]', every_steps=500),
-                 config.evals.real = dict(type='real', every_steps=500) (ImageNet-ReaL).
+                 config.evals.real = dict(type='real', every_steps=500) (ImageNet-ReaL); a name is
+                 neither eval nor fewshot, nor train (the loop's train_loss), nor ends in _polyak.
 
 Adding an evaluator is one module with a `build(name, settings, context)` and one entry in EVALUATORS.
 """
@@ -27,6 +28,11 @@ Builder = Callable[[str, ml_collections.ConfigDict, Context], Evaluator]
 EVALUATORS: dict[str, Builder] = {**{name: split.build for name in tasks.TASKS},
                                   'fewshot': fewshot.build, 'real': real.build}
 _BUILT_IN = ('eval', 'fewshot')
+# Metric names are <name>_<metric>: an evaluator named 'train' would log train_loss over the loop's own
+# train_loss, and one named '<other>_polyak' <other>_polyak_top1 over the Polyak average's metrics of
+# evaluator <other>, in the events and in the metrics the run returns.
+_LOOP_PREFIX = 'train'
+_POLYAK = '_polyak'
 
 
 def settings(config: ml_collections.ConfigDict) -> dict[str, ml_collections.ConfigDict]:
@@ -39,6 +45,12 @@ def settings(config: ml_collections.ConfigDict) -> dict[str, ml_collections.Conf
     if name in _BUILT_IN:
       raise ValueError(f'config.evals.{name}: {name!r} is a built-in evaluator ({", ".join(_BUILT_IN)}): '
                        'give yours another name')
+    if name == _LOOP_PREFIX:
+      raise ValueError(f'config.evals.{name}: its {name}_loss would overwrite the training loss the loop '
+                       f'logs as {name}_loss: give it another name, e.g. {name}_subset')
+    if name.endswith(_POLYAK):
+      raise ValueError(f'config.evals.{name}: names ending in {_POLYAK} are those of the metrics of the '
+                       f'Polyak average (<evaluator>{_POLYAK}_top1...): give it another name')
     if not isinstance(extra, ml_collections.ConfigDict) or 'type' not in extra:
       raise ValueError(f'config.evals.{name} must be a dict with a type (one of '
                        f'{", ".join(EVALUATORS)}), e.g. dict(type="classification", split="test", '

@@ -34,12 +34,19 @@ class Context:
     return counted[split] if split in counted else data.num_examples(self.config, split)
 
 
-def check_fields(name: str, fields: ml_collections.ConfigDict, known: tuple[str, ...]) -> None:
-  """Unknown fields of an evaluator's settings (typos) are errors, not silently ignored."""
-  unknown = sorted(set(fields) - {'type', *known})
+def check_fields(name: str, fields: ml_collections.ConfigDict, required: tuple[str, ...],
+                 optional: tuple[str, ...] = ()) -> None:
+  """Unknown fields of an evaluator's settings (typos) are errors, not silently ignored; so are missing
+  required ones, which would otherwise surface as a bare AttributeError naming only the field."""
+  unknown = sorted(set(fields) - {'type', *required, *optional})
   if unknown:
     raise ValueError(f'Evaluator {name!r} has no field {", ".join(unknown)}: its fields are type, '
-                     f'{", ".join(known)}')
+                     f'{", ".join((*required, *optional))}')
+  missing = [field for field in required if field not in fields]
+  if missing:
+    raise ValueError(f'Evaluator {name!r} needs {", ".join(missing)}: its required fields are '
+                     f'type, {", ".join(required)}'
+                     + (f' (optional: {", ".join(optional)})' if optional else ''))
   if not isinstance(fields.every_steps, int) or fields.every_steps < 1:
     raise ValueError(f'Evaluator {name!r}: every_steps={fields.every_steps} must be a number of steps '
                      '>= 1' + (' (--config.eval_every_steps)' if name == 'eval' else ''))

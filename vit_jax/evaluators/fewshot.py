@@ -140,16 +140,21 @@ class FewShotEvaluator:
 
 
 def build(name: str, fields: ml_collections.ConfigDict, context: Context) -> FewShotEvaluator:
-  check_fields(name, fields, ('every_steps', 'shots', 'seeds', 'l2_reg', 'train_split', 'eval_split'))
+  check_fields(name, fields, ('every_steps', 'shots', 'seeds', 'l2_reg'), ('train_split', 'eval_split'))
   where = f'config.{name}' if name == 'fewshot' else f'config.evals.{name}'
-  if fields.seeds < 1 or fields.l2_reg <= 0:
-    raise ValueError(f'{where} needs seeds >= 1 and l2_reg > 0, e.g. seeds=3, l2_reg=4')
-  if not fields.shots or min(fields.shots) < 1:
-    raise ValueError(f'{where}.shots={fields.shots} must be positive numbers of images per class, '
+  # Checked as types too: a float seeds or shot count would pass the comparisons and fail only at the
+  # first few-shot evaluation (range(), slicing), after the run has trained for a while.
+  if not isinstance(fields.seeds, (int, np.integer)) or fields.seeds < 1 or fields.l2_reg <= 0:
+    raise ValueError(f'{where} needs seeds >= 1 (a whole number) and l2_reg > 0, e.g. seeds=3, l2_reg=4')
+  shots = fields.shots
+  if (not isinstance(shots, (list, tuple)) or not shots
+      or not all(isinstance(n, (int, np.integer)) and n >= 1 for n in shots)):
+    raise ValueError(f'{where}.shots={shots} must be positive numbers of images per class, '
                      'e.g. (1, 5, 10, 25)')
   config = context.config
-  train_split = fields.train_split or config.train_split
-  eval_split = fields.eval_split or config.eval_split
+  # Unset (None, or absent from a config.evals entry): the run's splits.
+  train_split = fields.get('train_split') or config.train_split
+  eval_split = fields.get('eval_split') or config.eval_split
   num_train = context.count(train_split)
   context.count(eval_split)  # A split that does not exist fails here.
   num_classes = context.info.num_classes

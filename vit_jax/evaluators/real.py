@@ -38,7 +38,7 @@ def eval_step(params: Any, batch: dict[str, jax.Array], *, model: nn.Module) -> 
 
 
 def build(name: str, fields: ml_collections.ConfigDict, context: Context) -> split.SplitEvaluator:
-  check_fields(name, fields, ('every_steps', 'dataset', 'data_dir', 'split', 'label_feature'))
+  check_fields(name, fields, ('every_steps',), ('dataset', 'data_dir', 'split', 'label_feature'))
   if context.config.task != 'classification':
     raise ValueError(f'Evaluator {name!r} of type {fields.type!r} measures a classifier, but '
                      f'config.task={context.config.task!r}: drop config.evals.{name}')

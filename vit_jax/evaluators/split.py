@@ -6,8 +6,10 @@ minival held out of train, or a split of another dataset with the same classes (
 Optional fields: `dataset` and `data_dir` (default the run's), and `label_feature`, the tfds feature
 whose classes it measures (default the run's, config.label_feature); they must be the run's classes.
 """
+import math
 from typing import Any, Callable
 
+from absl import logging
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -23,7 +25,14 @@ METRIC_SUMS = {'top1': 'correct', 'top5': 'correct_top5', 'loss': 'loss_sum'}
 
 class SplitEvaluator:
   """Means of `eval_step`'s sums (METRIC_SUMS) over one pass of `split` (eval preprocessing), its labels
-  those of `label_feature` (None: the run's, config.label_feature)."""
+  those of `label_feature` (None: the run's, config.label_feature); NaN where nothing was counted.
+
+  Each example is counted once, whatever the split's size against the batch and the devices (padding
+  rows are masked out). Top-1 / top-5 come from jax.lax.top_k, which puts the lower class index first
+  among equal logits: on a tie top-1 is np.argmax's class (as sklearn's accuracy_score of the argmax),
+  so all-equal logits (a zero head) score the share of class 0. sklearn's top_k_accuracy_score breaks
+  ties towards the higher index instead. With fewer than 5 classes top-5 is 1.
+  """
 
   def __init__(self, name: str, every_steps: int, *, config: ml_collections.ConfigDict, split: str,
                eval_step: Callable[[Any, dict[str, jax.Array]], dict[str, jax.Array]], mesh: Mesh,
@@ -44,7 +53,11 @@ class SplitEvaluator:
       totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
       in_flight.add(totals)
     totals = jax.device_get(totals)
-    count = max(float(totals['count']), 1.0)
+    count = float(totals['count'])
+    if count == 0:  # E.g. ReaL on a split whose images have no labels: a mean of nothing, not 0.
+      logging.warning('%s: no example of %r counted (unlabelled or unreadable): metrics are NaN',
+                      self.name, self._split)
+      return {metric: math.nan for metric, key in METRIC_SUMS.items() if key in totals}
     return {metric: float(totals[key]) / count for metric, key in METRIC_SUMS.items() if key in totals}
 
 
@@ -74,7 +87,7 @@ def require_examples(name: str, split: str, count: int) -> None:
 
 
 def build(name: str, fields: ml_collections.ConfigDict, context: Context) -> SplitEvaluator:
-  check_fields(name, fields, ('split', 'every_steps', 'dataset', 'data_dir', 'label_feature'))
+  check_fields(name, fields, ('split', 'every_steps'), ('dataset', 'data_dir', 'label_feature'))
   if fields.type != context.config.task:
     raise ValueError(f'Evaluator {name!r} of type {fields.type!r} measures a {fields.type} model, but '
                      f'config.task={context.config.task!r}: use type={context.config.task!r}')

@@ -380,8 +380,13 @@ def test_skipped_non_finite_steps_within_the_budget_let_the_run_finish_and_are_c
   config = helpers.load_config('demo', {**DIVERGING, 'data_dir': data_dir, 'skip_nonfinite_steps': 100,
                                        'keep_checkpoints': 10})
   loop.train_and_evaluate(train_setup.prepare(config, str(tmp_path)))
-  skipped = helpers.read_scalars(str(tmp_path))['skipped_steps']
-  assert skipped == {step: max(0, step - 3) for step in range(1, 13)}
+  scalars = helpers.read_scalars(str(tmp_path))
+  assert scalars['skipped_steps'] == {step: max(0, step - 3) for step in range(1, 13)}
+  # A skipped update holds the optimizer's count, so every later update applies update 3's rate (the
+  # decaying schedule's): the log shows that rate, not the train step's.
+  rates = scalars['learning_rate']
+  assert rates[4] < rates[3]
+  assert all(rates[step] == rates[4] for step in range(5, 13)), rates
   final, _ = checkpoint.restore_params(str(tmp_path / 'checkpoints' / '12'))
   chex.assert_tree_all_finite(final)
   chex.assert_trees_all_equal(final, checkpoint.restore_params(str(tmp_path / 'checkpoints' / '4'))[0])

@@ -86,3 +86,41 @@ def test_bad_numbers_are_one_line_errors(field, value, match):
     with pytest.raises(ValueError, match=match) as e:
       check()
     assert '\n' not in str(e.value)
+
+
+@pytest.mark.parametrize('name', ['adamw', 'sgd', 'adafactor'])
+@pytest.mark.parametrize('frozen', [(), ('^frozen$',)])
+def test_schedule_step_is_the_step_whose_rate_the_update_applies(name, frozen):
+  # A step skipped for non-finite gradients leaves the optimizer's count behind the train state's
+  # step: from then on the update applies schedule(step - 1), which the logged rate must show.
+  config = helpers.load_config('demo', {
+      'optim.name': name, 'optim.momentum': 0.0, 'optim.weight_decay': 0.0, 'optim.frozen': frozen,
+      'grad_clip_norm': 0.0, 'skip_nonfinite_steps': 3,
+      'lr.base': 1.0, 'lr.warmup_steps': 2, 'lr.decay': 'linear', 'lr.end': 0.0})
+  tx, schedule = optim.make_optimizer(config, total_steps=8)
+  params = {'w': jnp.ones(()), 'frozen': jnp.ones(())}
+  state = tx.init(params)
+  one_step = jax.jit(tx.update)
+  applied, reported = [], []
+  for step in range(6):
+    grad = jnp.nan if step == 2 else 1.0  # Step 2 is skipped.
+    reported.append(float(schedule(optim.schedule_step(state, jnp.asarray(step)))))
+    updates, state = one_step({'w': jnp.asarray(grad), 'frozen': jnp.ones(())}, state, params)
+    # A gradient of 1 on a parameter of 1: each optimizer's update is -lr (Adam's m / sqrt(v) is 1,
+    # Adafactor's relative step is scaled by the parameter's RMS of 1).
+    applied.append(-float(updates['w']))
+    if frozen:  # A frozen parameter is in no count and never moves.
+      assert not np.any(updates['frozen'])
+  assert reported == pytest.approx([0.0, 0.5, 1.0, 1.0, 5 / 6, 4 / 6], abs=1e-6)
+  assert applied == pytest.approx([0.0, 0.5, 0.0, 1.0, 5 / 6, 4 / 6], abs=1e-5)
+  assert float(schedule(5)) == pytest.approx(0.5)  # The train state's step is one ahead.
+
+
+def test_schedule_step_without_skipping_is_the_train_step():
+  config = helpers.load_config('demo', {'lr.warmup_steps': 0})
+  tx, _ = optim.make_optimizer(config, total_steps=8)
+  params = {'dense': {'kernel': jnp.ones((2, 2))}}
+  state = tx.init(params)
+  for step in range(3):
+    assert int(optim.schedule_step(state, jnp.asarray(step))) == step
+    _, state = tx.update(jax.tree.map(jnp.ones_like, params), state, params)

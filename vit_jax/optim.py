@@ -5,8 +5,9 @@ Lion and Adafactor; per-parameter multipliers, layer decay and freezing are para
 that builds each: adding one is a function and an entry.
 """
 import math
-from typing import Callable
+from typing import Any, Callable
 
+import jax
 import jax.numpy as jnp
 import ml_collections
 import optax
@@ -171,3 +172,21 @@ def make_optimizer(config: ml_collections.ConfigDict,
   if config.skip_nonfinite_steps:  # The loop stops the run when more steps than that were skipped.
     tx = optax.apply_if_finite(tx, max_consecutive_errors=config.skip_nonfinite_steps)
   return tx, schedule
+
+
+def _is_schedule_state(node: Any) -> bool:
+  return isinstance(node, optax.ScaleByScheduleState)
+
+
+def schedule_step(opt_state: Any, step: jax.Array) -> jax.Array:
+  """The step of the schedule that the next update of `opt_state` applies: the count of the updates the
+  optimizer has made, which the learning rate (optax.scale_by_learning_rate) reads.
+
+  It is not always the train state's `step`: a step skipped for non-finite gradients
+  (config.skip_nonfinite_steps, optax.apply_if_finite) leaves the optimizer's state, its count included,
+  as it was, so after k skipped steps the rate applied is schedule(step - k). The logged learning rate
+  must be schedule(schedule_step(opt_state, step)) to be the one applied. `step` is returned when no
+  state counts (every parameter frozen: nothing is applied)."""
+  counts = [s.count for s in jax.tree.leaves(opt_state, is_leaf=_is_schedule_state)
+            if _is_schedule_state(s)]
+  return counts[0] if counts else step

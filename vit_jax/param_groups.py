@@ -63,9 +63,10 @@ def scales_updates(optim: ml_collections.ConfigDict) -> bool:
 
 
 def lr_multipliers(config: ml_collections.ConfigDict, tree: Any) -> Any:
-  """The multiplier of each parameter's update, its decoupled weight decay included (as the
-  learning-rate scales of timm and big_vision): its lr_mults entry times layer_decay^(L + 1 - id),
-  id the parameter's `layer_ids.layer_id` in a model of L blocks."""
+  """The multiplier of each parameter's update, its decoupled weight decay included (as timm's
+  lr_scale and torch's per-group learning rate, which AdamW's decay is multiplied by; big_vision's
+  lr_mults leave its weight decay alone): its lr_mults entry times layer_decay^(L + 1 - id), id the
+  parameter's `layer_ids.layer_id` in a model of L blocks."""
   optim = config.optim
   num_layers = _num_layers(config) if optim.layer_decay is not None else 0
 

@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from vit_jax import sharding
+from vit_jax import optim, sharding
 from vit_jax.train.setup import Setup
 from vit_jax.train.state import TrainState
 
@@ -53,7 +53,8 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], *, loss_fn: Calla
   if polyak_decay is not None:
     ema_params = optax.incremental_update(params, ema_params, step_size=1.0 - polyak_decay)
   metrics = {'train_loss': loss, 'grad_norm': optax.global_norm(grads),
-             'learning_rate': schedule(state.step)}
+             # The rate this update applied: a skipped step (skip_nonfinite_steps) holds the count.
+             'learning_rate': schedule(optim.schedule_step(state.opt_state, state.step))}
   if isinstance(opt_state, optax.ApplyIfFiniteState):  # config.skip_nonfinite_steps: the run's count.
     metrics['skipped_steps'] = opt_state.total_notfinite
   return state.replace(step=state.step + 1, params=params, opt_state=opt_state,

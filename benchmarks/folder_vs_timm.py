@@ -190,6 +190,7 @@ def write_folder(root: str, source: str, png_size: int, train_fraction: float) -
 def timm_recipe(steps: int) -> dict[str, Any]:
   """configs/demo.py with `steps` steps, in the terms of timm's loop (what `train_timm` reads)."""
   from configs import demo  # pylint: disable=g-import-not-at-top
+  from vit_jax import optim  # pylint: disable=g-import-not-at-top
   from vit_jax.models import variants  # pylint: disable=g-import-not-at-top
   config = demo.get_config()
   model = variants.get_model_config(config.variant, config.model.to_dict())
@@ -220,7 +221,7 @@ def timm_recipe(steps: int) -> dict[str, Any]:
       'label_smoothing': config.label_smoothing, 'batch_size': config.batch_size,
       'eval_batch_size': config.eval_batch_size, 'lr': config.lr.base, 'lr_end': config.lr.end,
       'warmup_steps': config.lr.warmup_steps, 'weight_decay': config.optim.weight_decay,
-      'betas': (config.optim.b1, config.optim.b2), 'grad_clip_norm': config.grad_clip_norm,
+      'betas': (config.optim.b1, optim.beta2(config.optim)), 'grad_clip_norm': config.grad_clip_norm,
       'log_every_steps': config.log_every_steps, 'eval_every_steps': config.eval_every_steps,
       'checkpoint_every_steps': config.checkpoint_every_steps, 'num_workers': 2,
   }

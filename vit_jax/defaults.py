@@ -125,7 +125,8 @@ def get_config() -> ml_collections.ConfigDict:
   config.num_epochs = config_dict.placeholder(float)
   config.optim = ml_collections.ConfigDict(dict(
       name='adamw',  # 'adamw' | 'sgd' | 'lion' | 'adafactor'
-      b1=0.9, b2=0.999,  # adamw, lion
+      # adamw, lion; b2 unset: the optimizer's own (adamw 0.999, lion 0.99; optim.DEFAULT_B2).
+      b1=0.9, b2=config_dict.placeholder(float),
       # Decoupled and multiplied by the learning rate (optax.adamw), applied to kernels only.
       weight_decay=0.1,
       momentum=0.9,  # sgd

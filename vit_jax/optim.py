@@ -28,12 +28,22 @@ def _decoupled(direction: optax.GradientTransformation, optim: ml_collections.Co
                      optax.scale_by_learning_rate(schedule))
 
 
+# config.optim.b2 unset: each optimizer's own, as its paper and optax have it (Lion's 0.99 averages
+# the gradients it keeps over far fewer steps than Adam's second moment).
+DEFAULT_B2 = {'adamw': 0.999, 'lion': 0.99}
+
+
+def beta2(optim: ml_collections.ConfigDict) -> float:
+  """The b2 that config.optim names or, unset, its optimizer's own."""
+  return DEFAULT_B2[optim.name] if optim.b2 is None else optim.b2
+
+
 def _adamw(optim: ml_collections.ConfigDict, schedule: optax.Schedule) -> optax.GradientTransformation:
-  return _decoupled(optax.scale_by_adam(optim.b1, optim.b2, mu_dtype=optim.mu_dtype), optim, schedule)
+  return _decoupled(optax.scale_by_adam(optim.b1, beta2(optim), mu_dtype=optim.mu_dtype), optim, schedule)
 
 
 def _lion(optim: ml_collections.ConfigDict, schedule: optax.Schedule) -> optax.GradientTransformation:
-  return _decoupled(optax.scale_by_lion(optim.b1, optim.b2, mu_dtype=optim.mu_dtype), optim, schedule)
+  return _decoupled(optax.scale_by_lion(optim.b1, beta2(optim), mu_dtype=optim.mu_dtype), optim, schedule)
 
 
 def _adafactor(optim: ml_collections.ConfigDict,
@@ -95,7 +105,8 @@ def _check_update(config: ml_collections.ConfigDict) -> None:
   optim = config.optim
   _lookup(OPTIMIZERS, 'optim.name', optim.name)
   _check_range('optim.b1', optim.b1, 1, '0.9')
-  _check_range('optim.b2', optim.b2, 1, '0.999')
+  if optim.b2 is not None:
+    _check_range('optim.b2', optim.b2, 1, '0.999')
   _check_range('optim.weight_decay', optim.weight_decay, math.inf, '0.1 (0: none)')
   _check_range('optim.momentum', optim.momentum, 1, '0.9 (0: none)')
   _check_range('grad_clip_norm', config.grad_clip_norm, math.inf, '1.0 (0: no clipping)')

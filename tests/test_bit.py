@@ -203,8 +203,8 @@ def test_a_tiny_bit_trains_and_evaluates_in_the_loop(tiny_run):
   assert params['conv_root']['kernel'].shape == (7, 7, 3, 32)
   assert params['block4']['unit1']['conv_proj']['kernel'].shape == (1, 1, 512, 1024)
   assert params['head']['kernel'].shape == (1024, 10)
-  accuracies, step = fewshot.evaluate_checkpoint(workdir, shots=(1,), seeds=1)
-  assert step == 12 and 0 <= accuracies[1] <= 1
+  accuracies, used = fewshot.evaluate_checkpoint(workdir, shots=(1,), seeds=1)
+  assert used['step'] == 12 and 0 <= accuracies[1] <= 1
 
 
 def test_resume_is_bit_exact(tiny_run, tmp_path):

@@ -1,4 +1,6 @@
 """Few-shot linear evaluation: the closed-form fit, the shot sampling, the evaluator and the command."""
+import json
+import os
 import re
 import subprocess
 import sys
@@ -89,6 +91,26 @@ def test_the_loop_evaluator_and_the_command_agree_on_the_tiny_run(trained_tiny_r
   assert float(table['1']) == pytest.approx(metrics['1shot'], abs=1e-4)
   assert float(table['10']) == pytest.approx(metrics['10shot'], abs=1e-4)
   assert 'of step 12 of' in run.stdout
+
+
+def test_the_command_uses_the_runs_fewshot_settings_where_no_flag_is_given(trained_tiny_run, tmp_path):
+  # A run logging fewshot_* with its own settings: the command left to its defaults measures the same.
+  workdir = helpers.copy_of(trained_tiny_run, tmp_path)
+  info = json.loads(open(os.path.join(workdir, 'config.json')).read())
+  settings = dict(shots=[2], seeds=1, l2_reg=0.01, train_split='train[:300]', eval_split='train[300:400]')
+  info['fewshot'].update(settings)
+  open(os.path.join(workdir, 'config.json'), 'w').write(json.dumps(info))
+  from vit_jax import fewshot as command  # pylint: disable=g-import-not-at-top
+  accuracies, used = command.evaluate_checkpoint(workdir)
+  assert used == {'step': 12, 'shots': (2,), 'seeds': 1, 'l2_reg': 0.01}
+  config, _ = run_dir.load_run_info(workdir)
+  params, _ = checkpoint.restore_params(checkpoint.find_checkpoint(workdir)[0])
+  mesh = sharding.make_mesh((('data', -1),))
+  evaluator = fewshot.FewShotEvaluator('fewshot', None, config=config,
+                                       model=classification.features_model(config), mesh=mesh,
+                                       num_classes=10, **settings)
+  assert accuracies == evaluator.accuracies(jax.device_put(params, sharding.replicated(mesh)))
+  assert command.evaluate_checkpoint(workdir, l2_reg=4.0)[1]['l2_reg'] == 4.0  # A flag wins.
 
 
 def test_in_the_loop_shots_a_class_cannot_fill_are_nan_and_the_run_goes_on(trained_tiny_run, caplog):

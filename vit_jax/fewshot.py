@@ -3,26 +3,27 @@
   python -m vit_jax.fewshot --workdir=W [--step=N] [--shots=1,5,10,25] [--seeds=3] [--l2_reg=4]
 
 prints the accuracy per number of shots, for the run's ViT backbone (its Polyak average if kept) on
-the run's unaugmented train and eval splits.
+the run's unaugmented train and eval splits. A flag left out is the run's config.fewshot setting (its
+splits too), so the numbers are those the run logged as fewshot_<n>shot at that step.
 """
 if __name__ == '__main__':  # Before anything allocates or loads jax: see vit_jax/startup.py.
   from vit_jax import startup  # pylint: disable=g-import-not-at-top
   startup.prepare_process()
 
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from absl import flags, logging
 
-from vit_jax import cli, defaults
+from vit_jax import cli
 
-_DEFAULTS = defaults.get_config().fewshot
 _USAGE = '--workdir=W [--step=N] [--shots=1,5,10,25] [--seeds=3] [--l2_reg=4]'
 
 
 def evaluate_checkpoint(workdir: str, step: Optional[int] = None, *,
-                        shots: Sequence[int] = _DEFAULTS.shots, seeds: int = _DEFAULTS.seeds,
-                        l2_reg: float = _DEFAULTS.l2_reg) -> tuple[dict[int, float], int]:
-  """Few-shot accuracies of checkpoint `step` (default: the latest) of a run, and that step."""
+                        shots: Optional[Sequence[int]] = None, seeds: Optional[int] = None,
+                        l2_reg: Optional[float] = None) -> tuple[dict[int, float], dict[str, Any]]:
+  """Few-shot accuracies of checkpoint `step` (default: the latest) of a run, and the settings used:
+  the step, and shots / seeds / l2_reg, each the run's config.fewshot one where None."""
   # Imported here so that bad flags are answered before TensorFlow (the input pipeline's) loads.
   import jax  # pylint: disable=g-import-not-at-top
   from vit_jax import run_dir, sharding  # pylint: disable=g-import-not-at-top
@@ -33,11 +34,17 @@ def evaluate_checkpoint(workdir: str, step: Optional[int] = None, *,
   # Any batch that the devices divide: this machine may have other devices than the run had.
   devices = sharding.num_batch_shards(mesh)
   config.eval_batch_size = -(-config.eval_batch_size // devices) * devices
+  run = config.fewshot
+  used = {'step': trained.step, 'shots': tuple(run.shots if shots is None else shots),
+          'seeds': run.seeds if seeds is None else seeds,
+          'l2_reg': run.l2_reg if l2_reg is None else l2_reg}
   evaluator = fewshot.FewShotEvaluator('fewshot', None, config=config, model=trained.model,
                                        mesh=mesh, num_classes=trained.info.num_classes,
-                                       shots=shots, seeds=seeds, l2_reg=l2_reg)
+                                       shots=used['shots'], seeds=used['seeds'],
+                                       l2_reg=used['l2_reg'], train_split=run.get('train_split'),
+                                       eval_split=run.get('eval_split'))
   params = jax.device_put(trained.params, sharding.replicated(mesh))
-  return evaluator.accuracies(params), trained.step
+  return evaluator.accuracies(params), used
 
 
 def format_table(accuracies: dict[int, float]) -> str:
@@ -58,9 +65,10 @@ def _define_flags() -> None:
   # Defined only when run as a command: other commands' modules have flags of the same names.
   flags.DEFINE_string('workdir', None, 'Workdir of the run whose checkpoint is evaluated.')
   flags.DEFINE_integer('step', None, 'Checkpoint step (default: the latest).')
-  flags.DEFINE_list('shots', [str(s) for s in _DEFAULTS.shots], 'Train images per class, e.g. 1,5,10,25.')
-  flags.DEFINE_integer('seeds', _DEFAULTS.seeds, 'Random choices of the shots to average over.')
-  flags.DEFINE_float('l2_reg', _DEFAULTS.l2_reg, 'L2 regularisation of the least-squares fit.')
+  flags.DEFINE_list('shots', None, 'Train images per class, e.g. 1,5,10,25 (default: the run\'s).')
+  flags.DEFINE_integer('seeds', None, 'Random choices of the shots to average over (default: the '
+                       'run\'s).')
+  flags.DEFINE_float('l2_reg', None, 'L2 regularisation of the least-squares fit (default: the run\'s).')
   flags.mark_flags_as_required(['workdir'])
 
 
@@ -69,18 +77,18 @@ def main(argv: list[str]) -> None:
   if len(argv) > 1:
     cli.fail(f'unexpected arguments {argv[1:]}: use {_USAGE}')
   args = flags.FLAGS
-  shots = _parse_shots(args.shots)
-  if args.seeds < 1:
+  shots = None if args.shots is None else _parse_shots(args.shots)
+  if args.seeds is not None and args.seeds < 1:
     cli.fail(f'--seeds={args.seeds} must be at least 1')
-  if args.l2_reg <= 0:
-    cli.fail(f'--l2_reg={args.l2_reg} must be positive, e.g. --l2_reg={_DEFAULTS.l2_reg:g}')
+  if args.l2_reg is not None and args.l2_reg <= 0:
+    cli.fail(f'--l2_reg={args.l2_reg} must be positive, e.g. --l2_reg=4')
   try:
-    accuracies, step = evaluate_checkpoint(args.workdir, args.step, shots=shots, seeds=args.seeds,
+    accuracies, used = evaluate_checkpoint(args.workdir, args.step, shots=shots, seeds=args.seeds,
                                            l2_reg=args.l2_reg)
   except ValueError as e:
     cli.fail(str(e))
-  print(f'few-shot linear accuracy of step {step} of {args.workdir} (mean of {args.seeds} seeds, '
-        f'l2_reg={args.l2_reg:g}):')
+  print(f'few-shot linear accuracy of step {used["step"]} of {args.workdir} (mean of {used["seeds"]} '
+        f'seeds, l2_reg={used["l2_reg"]:g}):')
   print(format_table(accuracies))
 
 

@@ -6,7 +6,7 @@ import random
 import numpy as np
 from PIL import Image, ImageOps
 import pytest
-from scipy import optimize
+from scipy import optimize, stats
 import tensorflow as tf
 import timm.data.random_erasing
 import torch
@@ -220,6 +220,38 @@ def test_random_erasing_matches_timm():
   # 3 standard errors of the difference.
   tolerance = [0.05, 0.02, 0.1, 0.05] + [0.06] * 4
   assert (np.abs(np.subtract(ours_stats, timm_stats)) <= tolerance).all(), (ours_stats, timm_stats)
+
+
+def box_corners(erased: np.ndarray) -> np.ndarray:
+  """(top, left, height, width) of each erased image's box, of the erased images only."""
+  corners = []
+  for mask in erased:
+    rows, cols = np.flatnonzero(mask.any(1)), np.flatnonzero(mask.any(0))
+    if rows.size:
+      corners.append((rows[0], cols[0], rows.size, cols.size))
+  return np.array(corners)
+
+
+@pytest.mark.parametrize('height,width,area,aspect', [
+    (13, 31, (0.02, 1 / 3), (0.3, 1 / 0.3)),  # timm's defaults on a wide image.
+    # Large boxes, mostly tall (a range not symmetric in log: height and width swapped would show),
+    # many of which do not fit.
+    (31, 13, (0.3, 0.9), (0.5, 4.0)),
+])
+def test_random_erasing_boxes_and_positions_match_timm_on_non_square_images(height, width, area,
+                                                                            aspect):
+  prob, n = 0.7, 1500
+  ours = over_seeds(lambda s: augment.random_erase(tf.zeros([height, width, 1]), s, prob, area,
+                                                      aspect), n)[..., 0] != 0
+  erase = timm.data.random_erasing.RandomErasing(prob, area[0], area[1], aspect[0], aspect[1],
+                                                 mode='pixel', device='cpu')
+  random.seed(0)
+  torch.manual_seed(0)
+  theirs = np.stack([erase(torch.zeros(1, height, width))[0].numpy() for _ in range(n)]) != 0
+  ours, theirs = box_corners(ours), box_corners(theirs)
+  assert abs(len(ours) - len(theirs)) / n < 0.05  # About 3 standard errors of the difference.
+  for column in range(4):  # Top, left, height, width: each distributed as timm's.
+    assert stats.ks_2samp(ours[:, column], theirs[:, column]).pvalue > 1e-3, column
 
 
 def test_random_erasing_fills_normal_noise_and_keeps_the_rest():

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import pytest
+from scipy import stats
 import torch
 from timm.data import mixup as timm_mixup
 
@@ -100,6 +101,40 @@ def test_draws_follow_prob_switch_prob_and_beta():
   assert abs(lam.var() - 1 / (4 * (2 * alpha + 1))) < 0.01
   assert not np.asarray(_draws(_mix_config(mixup_alpha=alpha)).cutmix).any()
   assert np.asarray(_draws(_mix_config(cutmix_alpha=1.0)).cutmix).all()
+
+
+def _timm_draws(n, height, width, seed=0, **kwargs):
+  """timm's (lam, cutmix, box) of `n` batches, drawn in its order; lam corrected for clipping."""
+  mixer = timm_mixup.Mixup(mode='batch', num_classes=NUM_CLASSES, **kwargs)
+  np.random.seed(seed)
+  lams, cutmixes, boxes = [], [], []
+  for _ in range(n):
+    lam, cutmix = mixer._params_per_batch()  # pylint: disable=protected-access
+    box = (0, 0, 0, 0)
+    if cutmix and lam != 1:
+      box, lam = timm_mixup.cutmix_bbox_and_lam((height, width), lam)
+    lams.append(lam)
+    cutmixes.append(cutmix)
+    boxes.append(box)
+  return np.float32(lams), np.array(cutmixes), np.array(boxes)
+
+
+def test_lam_and_box_distributions_match_timm():
+  # Both alphas set and different, so drawing one kind's lam with the other's alpha shows; an odd,
+  # non-square image, so the boxes' clipping and the centre's range show.
+  fields = dict(mixup_alpha=0.3, cutmix_alpha=1.5, prob=0.8, switch_prob=0.4)
+  n, height, width = 6000, 13, 7
+  keys = jax.random.split(jax.random.key(3), n)
+  mix = _mix_config(**fields)
+  draws = jax.jit(jax.vmap(lambda key: mixing.draw(key, 0, mix, height, width)))(keys)
+  lam, cutmix, box = np.asarray(draws.lam), np.asarray(draws.cutmix), np.asarray(draws.box)
+  timm_lam, timm_cutmix, timm_box = _timm_draws(n, height, width, **fields)
+  assert abs(cutmix.mean() - timm_cutmix.mean()) < 0.03
+  # CutMix's lam takes few values here: rounded, so float32 and float64 arithmetic give the same ones.
+  for ours, theirs in [(lam[~cutmix], timm_lam[~timm_cutmix]),
+                       (np.round(lam[cutmix], 5), np.round(timm_lam[timm_cutmix], 5)),
+                       *zip(box[cutmix].T, timm_box[timm_cutmix].T)]:
+    assert stats.ks_2samp(ours, theirs).pvalue > 1e-3
 
 
 def test_mixing_stops_at_until_step():

@@ -9,7 +9,8 @@ import math
 
 import tensorflow as tf
 
-# 3-Augment's blur (DeiT III): sigma uniform in this range, as timm's GaussianBlur kernel size.
+# 3-Augment's blur (DeiT III): sigma uniform in this range; torchvision's GaussianBlur with a 23-tap
+# kernel (DeiT III's own code blurs with PIL's GaussianBlur(radius=sigma): within 4/255 of it).
 _BLUR_SIGMA_RANGE = (0.1, 2.0)
 _BLUR_KERNEL_SIZE = 23
 _ERASE_ATTEMPTS = 10  # Boxes tried per image by timm's RandomErasing before it gives up.

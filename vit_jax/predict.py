@@ -3,8 +3,9 @@
   python -m vit_jax.predict --workdir=W [--step=N] [--top_k=5] IMAGES_OR_FOLDERS...
   python -m vit_jax.predict --export=DIR [--top_k=5] IMAGES_OR_FOLDERS...
 
-Folders are searched recursively for .jpg/.jpeg/.png files; a file named on the command line is read
-whatever its name. Each image (any size; greyscale and RGBA become RGB) gets the eval preprocessing of
+Folders are searched recursively for the image folders' files (.jpg/.jpeg/.png/.bmp/.gif/.webp, in any
+case); a file named on the command line is read whatever its name. Each image (any size; greyscale and
+RGBA become RGB; decoded as in training, whatever its extension says) gets the eval preprocessing of
 training, so the model sees what evaluation showed it. `--export=DIR` runs `DIR/model.jaxexport` (from
 `vit_jax.export`) and needs no model code. A file that cannot be read or decoded is reported on stderr
 in one line and skipped. Exit status: 0 if at least one image was predicted, 1 if none, 2 on bad input.

@@ -35,7 +35,14 @@ def _is_folder(path: str, entry: str) -> bool:
 def _listing(path: str) -> tuple[list[str], list[str]]:
   """The sub-folders and the image files of `path`, each sorted, without hidden entries."""
   folders, images = [], []
-  for entry in tf.io.gfile.listdir(path):
+  try:
+    entries = tf.io.gfile.listdir(path)
+  except UnicodeDecodeError as e:
+    # tf.io.gfile decodes names as UTF-8 (a zip from Windows may hold Latin-1 or Shift-JIS names);
+    # uncaught, the run would stop on the codec's message, which names neither file nor folder.
+    raise ValueError(f'Image folder {path} holds a name that is not UTF-8: {e.object!r}; rename it '
+                     '(e.g. `convmv -f latin1 -t utf8 --notest -r ROOT`)') from None
+  for entry in entries:
     name = entry.rstrip('/')
     if name.startswith('.'):
       continue

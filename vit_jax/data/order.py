@@ -3,8 +3,8 @@
 A source offers its records in one of two ways, and each gets its own epoch order:
 - `RandomAccess` (image folders: a list of paths; tfds datasets prepared as ArrayRecord): record k is
   readable by index, so epoch e is a full permutation of the records, computed index by index with
-  `tf.random.experimental.index_shuffle` under a seed from (seed, e). Nothing is materialised, so
-  starting at any stream position costs the same.
+  TensorFlow's index shuffle under a key drawn from (seed, e) (`_epoch_key`). Nothing is
+  materialised, so starting at any stream position costs the same.
 - `Blocks` (tfds datasets prepared as TFRecord): records are readable only in order, in blocks (a
   file, or the part of one in this shard). Blocks are cut into pieces of `window_size` records (or an
   eighth of the block, if that is more); epoch e visits the pieces in a permuted order, consecutive
@@ -62,18 +62,34 @@ def _epoch_seed(seed: tf.Tensor, epoch: int | tf.Tensor) -> tf.Tensor:
   return tf.random.experimental.stateless_fold_in(seed, tf.cast(epoch, tf.int64))
 
 
-def _indices_in_epoch(records: RandomAccess, offsets: tf.Tensor, epoch_seed: tf.Tensor) -> tf.Tensor:
-  """The record indices at `offsets` (int64, any shape) into the epoch of seed `epoch_seed`."""
+def _epoch_key(epoch_seed: tf.Tensor) -> tf.Tensor:
+  """The index shuffle's key for the epoch of seed `epoch_seed`: three random int64 words.
+
+  The shuffle (a Simon cipher over blocks of 2W bits, the fewest that hold the split, W >= 8) reads
+  only the low W bits of each key word: 8 bits below 65,536 records, 11 for ImageNet. Keyed as
+  `tf.random.experimental.index_shuffle` keys it (a constant word, then the fold_in seed's two words:
+  a hash of the run's seed, and the epoch itself), epoch e + 2^W repeated epoch e (e + 256 for a
+  small split), and two seeds shared their order with chance 2^-W. Three random words drawn from
+  the epoch's seed fill the key's 3W bits from both."""
+  return tf.random.stateless_uniform([3], epoch_seed, minval=None, maxval=None, dtype=tf.int64,
+                                     alg='philox')
+
+
+def _indices_in_epoch(records: RandomAccess, offsets: tf.Tensor, epoch_key: tf.Tensor) -> tf.Tensor:
+  """The record indices at `offsets` (int64, a scalar or a vector) into the epoch of key `epoch_key`."""
   last = tf.constant(records.num_records - 1, tf.int64)
-  return tf.random.experimental.index_shuffle(offsets, epoch_seed, tf.fill(tf.shape(offsets), last))
+  # The op itself: tf.random.experimental.index_shuffle would put a constant first in the key. 4 rounds,
+  # as it uses.
+  return tf.raw_ops.RandomIndexShuffle(index=offsets, seed=epoch_key,
+                                       max_index=tf.fill(tf.shape(offsets), last), rounds=4)
 
 
 def _permuted_epoch(records: RandomAccess, epoch: int | tf.Tensor, first: int | tf.Tensor,
                     seed: tf.Tensor) -> tf.data.Dataset:
   """Epoch `epoch` of a random-access source, from its `first` record on."""
-  epoch_seed = _epoch_seed(seed, epoch)
+  epoch_key = _epoch_key(_epoch_seed(seed, epoch))
   positions = tf.data.Dataset.range(tf.cast(first, tf.int64), records.num_records).batch(_READ_CHUNK)
-  indices = positions.map(lambda p: _indices_in_epoch(records, p, epoch_seed))
+  indices = positions.map(lambda p: _indices_in_epoch(records, p, epoch_key))
   return indices.map(records.read, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).unbatch()
 
 
@@ -81,7 +97,7 @@ def records_at(records: RandomAccess, positions: tf.Tensor, seed: tf.Tensor) -> 
   """The records at stream `positions` (int64 [k]) of `shuffled_stream(records, seed=seed, ...)`."""
   indices = tf.map_fn(
       lambda p: _indices_in_epoch(records, p % records.num_records,
-                                  _epoch_seed(seed, p // records.num_records)),
+                                  _epoch_key(_epoch_seed(seed, p // records.num_records))),
       tf.cast(positions, tf.int64))
   return records.read(indices)
 

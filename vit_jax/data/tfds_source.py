@@ -94,25 +94,39 @@ class TfdsRecords:
 
     return order.RandomAccess(len(range(shard, num_examples, num_shards)), read)
 
-  def _files(self, split: str, shard: int, num_shards: int) -> order.Blocks:
-    instructions = self._split_info(tfds.even_splits(split, n=num_shards)[shard]).file_instructions
-    instructions = [i for i in instructions if i.take > 0]
-    filenames, skips, takes = (tf.constant(column) for column in zip(
-        *[(i.filename, i.skip, i.take) for i in instructions]))
+  def _files(self, split: str, shard: int, num_shards: int) -> order.Records:
+    # Shard `shard` is a contiguous range of the split's records in file order, the ranges' sizes
+    # within one (the first ones larger): tfds.split_for_jax_process's layout for a split or one slice
+    # of it. tfds.even_splits cuts each part of a sum ('train[:801]+validation[:201]') on its own, so
+    # its shards could differ by one example a part, and eval_iterator, which pads every host to the
+    # largest shard of an even cut, would drop the examples beyond it.
+    instructions = [i for i in self._split_info(split).file_instructions if i.take > 0]
+    total = sum(i.take for i in instructions)
+    size, larger = divmod(total, num_shards)
+    start = shard * size + min(shard, larger)
+    end = start + size + (shard < larger)
+    blocks = []  # (filename, skip, take) of each file's part in [start, end).
+    first_of_file = 0  # Position in the split of the file instruction's first record.
+    for i in instructions:
+      lo, hi = max(start, first_of_file), min(end, first_of_file + i.take)
+      if lo < hi:
+        blocks.append((i.filename, i.skip + lo - first_of_file, hi - lo))
+      first_of_file += i.take
+    if not blocks:
+      return order.RandomAccess(0, lambda indices: {'record': tf.fill(tf.shape(indices), '')})
+    filenames, skips, takes = (tf.constant(column) for column in zip(*blocks))
 
     def read(block: tf.Tensor) -> tf.data.Dataset:
       ds = tf.data.TFRecordDataset(filenames[block]).skip(tf.cast(skips[block], tf.int64))
       return ds.take(tf.cast(takes[block], tf.int64)).map(lambda record: {'record': record})
 
-    return order.Blocks(tuple(i.take for i in instructions), read)
+    return order.Blocks(tuple(take for _, _, take in blocks), read)
 
   def examples(self, split: str, shard: int = 0, num_shards: int = 1) -> order.Records:
     """Shard `shard` of `num_shards` (disjoint, sizes within one) of `split`, as serialized examples."""
     self._split_info(split)  # A one-line error for a bad split name, before it is sharded.
     if self._random_access:
       return self._indexed(split, shard, num_shards)
-    if self._split_info(tfds.even_splits(split, n=num_shards)[shard]).num_examples == 0:
-      return order.RandomAccess(0, lambda indices: {'record': tf.fill(tf.shape(indices), '')})
     return self._files(split, shard, num_shards)
 
 

@@ -168,6 +168,12 @@ def test_a_classification_evaluator_reads_its_label_feature(data_dir, real_dir):
                                every_steps=4)
   with pytest.raises(ValueError, match=r"^Dataset 'vit_jax_digits' has no .* feature 'real_label'"):
     _evaluator(config, 'original')
+  # A label set is the real evaluator's: at the start, not a shape error at the first evaluation.
+  config.evals.original = dict(type='classification', dataset='real_digits', data_dir=real_dir,
+                               split='validation', label_feature='real_label', every_steps=4)
+  with pytest.raises(ValueError, match=r"^Evaluator 'original': label_feature='real_label' is a set of "
+                                       r"classes an image: measure it with type='real'"):
+    _evaluator(config, 'original')
 
 
 @pytest.mark.parametrize('loss', ['softmax_xent', 'sigmoid_xent'])

@@ -48,6 +48,7 @@ from vit_jax.data.pipeline import DatasetInfo
 from vit_jax.data.pipeline import class_names
 from vit_jax.data.pipeline import eval_iterator
 from vit_jax.data.pipeline import get_info
+from vit_jax.data.pipeline import is_label_set
 from vit_jax.data.pipeline import listed_labels
 from vit_jax.data.pipeline import num_data_shards
 from vit_jax.data.pipeline import num_eval_batches

@@ -141,6 +141,13 @@ def class_names(config: ml_collections.ConfigDict,
   return _checked_source(config, label_feature).class_names
 
 
+def is_label_set(config: ml_collections.ConfigDict, label_feature: str) -> bool:
+  """Whether config.dataset's `label_feature` is a set of classes an image (a Sequence of ClassLabel,
+  e.g. imagenet2012_real's real_label), not one class an image."""
+  source = _checked_source(config, label_feature)
+  return isinstance(source, tfds_source.TfdsSource) and source.multi_label
+
+
 def num_examples(config: ml_collections.ConfigDict, split: str,
                  label_feature: str | None = None) -> int:
   """Examples in `split` (e.g. 'test', or a tfds slice such as 'train[90%:]'), all hosts together;

@@ -95,6 +95,9 @@ def build(name: str, fields: ml_collections.ConfigDict, context: Context) -> Spl
   if fields.get('dataset') or label_feature:  # Other labels: their classes must be the run's.
     config = other_dataset(name, fields.get('dataset') or context.config.dataset,
                            fields.get('data_dir'), context, label_feature)
+    if label_feature and data.is_label_set(config, label_feature):  # Its eval step takes one class.
+      raise ValueError(f'Evaluator {name!r}: label_feature={label_feature!r} is a set of classes an '
+                       "image: measure it with type='real' (a prediction in the set is right)")
     # A split that does not exist fails here.
     count = data.num_examples(config, fields.split, label_feature)
   else:

@@ -70,8 +70,8 @@ def data_config(data_dir: str | None, **overrides) -> ml_collections.ConfigDict:
   pp, pp_eval = defaults.get_config().pp, defaults.get_config().pp_eval  # Every op off but the crop.
   pp.update(dict(crop='resize', flip=False))
   config = ml_collections.ConfigDict(dict(
-      dataset='digits', data_dir=data_dir, train_split='train', eval_split='test', image_size=8,
-      seed=0, shuffle_buffer=50_000, data_shards=None, pp=pp, pp_eval=pp_eval))
+      dataset='digits', data_dir=data_dir, train_split='train', eval_split='test', label_feature='label',
+      image_size=8, seed=0, shuffle_buffer=50_000, data_shards=None, pp=pp, pp_eval=pp_eval))
   pp = overrides.pop('pp', {})
   config.update(overrides)
   config.pp.update(pp)

@@ -84,16 +84,10 @@ SOURCES: dict[str, Callable[[ml_collections.ConfigDict, str], Source]] = {
 }
 
 
-def _run_label_feature(config: ml_collections.ConfigDict) -> str:
-  """The feature the run trains and evaluates on: config.label_feature. A data-only config without
-  the field (one built by hand, not from vit_jax/defaults.py) reads 'label', as before it existed."""
-  return config.get('label_feature', 'label')
-
-
 def make_source(config: ml_collections.ConfigDict, label_feature: str | None = None) -> Source:
   """The source named by config.dataset, its labels read from `label_feature` (a tfds feature;
   None: the run's); raises a one-line ValueError that says what to fix."""
-  return SOURCES.get(config.dataset, _tfds)(config, label_feature or _run_label_feature(config))
+  return SOURCES.get(config.dataset, _tfds)(config, label_feature or config.label_feature)
 
 
 def _checked_source(config: ml_collections.ConfigDict, label_feature: str | None = None) -> Source:
@@ -111,7 +105,7 @@ def _train_source(config: ml_collections.ConfigDict) -> Source:
   """The source of the run's label feature, which it trains on: one class an image."""
   source = _checked_source(config)
   if isinstance(source, tfds_source.TfdsSource) and source.multi_label:
-    raise ValueError(f'config.label_feature={_run_label_feature(config)!r} of dataset '
+    raise ValueError(f'config.label_feature={config.label_feature!r} of dataset '
                      f'{config.dataset!r} is a set of classes an image (a Sequence of ClassLabel), '
                      'which a run cannot train on: set --config.label_feature to one of '
                      f'{list(source.class_label_features)} (label sets are for evaluators of '

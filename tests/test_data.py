@@ -624,9 +624,22 @@ def test_hidden_entries_are_not_data_and_subfolders_belong_to_their_class(tmp_pa
       '0.png', 'sub/1.png', 'sub/deeper/2.png']
 
 
+def test_images_of_formats_not_read_are_warned_of_once_per_extension(tmp_path, caplog, monkeypatch):
+  # torchvision's ImageFolder reads a .tif through PIL; here it would be left out without a word.
+  monkeypatch.setattr(folder, '_warned_extensions', set())
+  for name in ('cat', 'dog'):
+    _save(tmp_path / 'train' / name / '0.png', np.zeros((8, 8, 3), np.uint8))
+    for i in range(3):
+      Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(tmp_path / 'train' / name / f'{i}.tif')
+  assert folder._image_files(str(tmp_path / 'train' / 'cat')) == ['0.png']  # pylint: disable=protected-access
+  folder._image_files(str(tmp_path / 'train' / 'dog'))  # pylint: disable=protected-access
+  warnings = [r.getMessage() for r in caplog.records if '.tif files are not read' in r.getMessage()]
+  assert len(warnings) == 1 and 'convert them' in warnings[0], caplog.text
+
+
 def test_a_cloud_listing_costs_no_request_per_image(monkeypatch):
   # Cloud storage marks folders with a trailing '/' in a listing; an image name is then a file.
-  listings = {'gs://b/train/cat': ['1.png', 'sub/', 'dir.png/'], 'gs://b/train/cat/sub': ['2.JPG', '.x.png'],
+  listings = {'gs://b/train/cat': ['1.png', 'sub/', 'dir.png/', '5.tif'], 'gs://b/train/cat/sub': ['2.JPG', '.x.png'],
               'gs://b/train/cat/dir.png': ['3.webp']}
   asked = []
   monkeypatch.setattr(tf.io.gfile, 'listdir', lambda path: listings[path])

@@ -639,7 +639,8 @@ def test_images_of_formats_not_read_are_warned_of_once_per_extension(tmp_path, c
 
 def test_a_cloud_listing_costs_no_request_per_image(monkeypatch):
   # Cloud storage marks folders with a trailing '/' in a listing; an image name is then a file.
-  listings = {'gs://b/train/cat': ['1.png', 'sub/', 'dir.png/', '5.tif'], 'gs://b/train/cat/sub': ['2.JPG', '.x.png'],
+  listings = {'gs://b/train/cat': ['1.png', 'sub/', 'dir.png/', '5.tif'],
+              'gs://b/train/cat/sub': ['2.JPG', '.x.png'],
               'gs://b/train/cat/dir.png': ['3.webp']}
   asked = []
   monkeypatch.setattr(tf.io.gfile, 'listdir', lambda path: listings[path])

@@ -36,6 +36,10 @@ INVALID = {
     'image_size': (10, {}, 'image_size=10 is not divisible by the patch size 4'),
     'init_from': ('MISSING/model.npz', {}, 'no checkpoint file'),
     'keep_checkpoints': (0, {}, 'keep_checkpoints=0 must be at least 1'),
+    'keep_head': (True, {}, r'^config\.keep_head=True keeps part of the config\.init_from checkpoint, '
+                            r'which is unset: set --config\.init_from=PATH or --config\.keep_head=False$'),
+    'keep_pre_logits': (True, {}, r'^config\.keep_pre_logits=True keeps part of the config\.init_from '
+                                  'checkpoint, which is unset'),
     'label_feature': ('fine_label', {}, r"has no ClassLabel .* feature 'fine_label'"),
     'label_smoothing': (1.5, {}, r'label_smoothing=1.5 must be in \[0, 1\)'),
     'log_every_steps': (0, {}, 'log_every_steps=0 must be at least 1'),
@@ -97,6 +101,8 @@ INVALID = {
     'mix.prob': (1.5, {}, r'mix\.prob=1\.5 must be in \[0, 1\]'),
     'mix.switch_prob': (-0.5, {}, r'mix\.switch_prob=-0\.5 must be in \[0, 1\]'),
     'mix.until_step': (0, {}, r'mix\.until_step=0 must be at least 1'),
+    'seed': (2**63, {}, r'^config\.seed=9223372036854775808 must be a signed 64-bit integer, e.g. '
+                        r'--config\.seed=0$'),
     'profile_steps': (-1, {}, r'config\.profile_steps=-1 must be at least 0 \(0: no trace\)'),
     'shuffle_buffer': (0, {}, 'shuffle_buffer=0 must be >= 1'),
     'storage_timeout_s': (0.0, {}, 'storage_timeout_s=0.0 must be a positive number'),
@@ -107,14 +113,42 @@ INVALID = {
 }
 # Fields for which every value of their type is valid.
 ALWAYS_VALID = {
-    'seed': 'any integer seeds the run',
-    'keep_head': 'a bool',
-    'keep_pre_logits': 'a bool (checked against the checkpoint when init_from is set)',
     'model.scan': 'a bool',
     'pp.flip': 'a bool',
     'pp.antialias': 'a bool',
     'pp_eval.antialias': 'a bool',
     'pp.three_augment': 'a bool',
+}
+MPP = {'task': 'mpp', 'model.head_dropout_rate': None}
+# More invalid values, each once a traceback (at once, or at the first step after the workdir was
+# written) or a run that ignored the field: (overrides, a pattern of the message).
+ALSO_INVALID = {
+    'infinite epochs': ({'total_steps': None, 'num_epochs': float('inf')},
+                        r'^config\.num_epochs=inf must be a finite number of passes'),
+    'NaN epochs': ({'total_steps': None, 'num_epochs': float('nan')},
+                   r'^config\.num_epochs=nan must be a finite number of passes'),
+    'endless storage timeout': ({'storage_timeout_s': float('inf')},
+                                r'^config\.storage_timeout_s=inf must be a positive number of seconds up '
+                                'to'),
+    'string mesh size': ({'mesh': (('data', '8'),)}, r"^config\.mesh size '8' must be a positive integer "
+                                                     r'or -1'),
+    'float mesh size': ({'mesh': (('data', 2.5),)}, r'^config\.mesh size 2\.5 must be a positive integer'),
+    'bool mesh size': ({'mesh': (('data', True),)}, r'^config\.mesh size True must be a positive integer'),
+    'infinite mixup': ({'mix.mixup_alpha': float('inf')},
+                       r'^config\.mix\.mixup_alpha=inf must be at least 0 \(0: off\) and finite'),
+    'infinite cutmix': ({'mix.cutmix_alpha': float('inf')}, r'^config\.mix\.cutmix_alpha=inf must be'),
+    'until_step without mixing': ({'mix.until_step': 5}, r'^config\.mix\.until_step=5 ends a mixing that '
+                                                         r'is off .*--config\.mix\.mixup_alpha=0\.8$'),
+    'mpp with another loss': ({**MPP, 'loss': 'sigmoid_xent'},
+                              r"^config\.task=mpp trains on the softmax_xent .*, not "
+                              r"config\.loss='sigmoid_xent': set --config\.loss=softmax_xent$"),
+    'misspelt field': ({'lr.warmup': 5}, r'^config\.lr\.warmup is not a field of the config, so it would '
+                                         r'change nothing: .*did you mean config\.lr\.warmup_steps\?$'),
+    'misspelt top-level field': ({'label_smothing': 0.1}, r'did you mean config\.label_smoothing\?$'),
+    'unknown field': ({'pp.sharpen': 2}, r'^config\.pp\.sharpen is not a field of the config'),
+    'replaced dict': ({'pp': {'crop': 'resize'}}, r'^config\.pp\.antialias is missing: set the fields of '
+                                                  r'config\.pp one by one instead of replacing the dict'),
+    'dict unset': ({'pp_eval': None}, r'^config\.pp_eval=None must be the dict of fields'),
 }
 BAD_EVALS = {
     'unknown type': (dict(type='ocr', every_steps=5), "Unknown evaluator type 'ocr' of 'minival'"),
@@ -151,6 +185,24 @@ def test_an_invalid_value_of_each_field_is_a_one_line_error(field, tmp_path, dat
     value = str(tmp_path / value)
   config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': data_dir, **needs, field: value})
   _expect_one_line_error(config, str(tmp_path / 'workdir'), pattern)
+
+
+@pytest.mark.parametrize('case', sorted(ALSO_INVALID))
+def test_more_invalid_values_are_one_line_errors(case, tmp_path, data_dir):
+  overrides, pattern = ALSO_INVALID[case]
+  config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': data_dir, **overrides})
+  _expect_one_line_error(config, str(tmp_path / 'workdir'), pattern)
+
+
+def test_the_command_line_refuses_a_seed_out_of_range_before_writing(tmp_path, data_dir):
+  """It used to pass set-up, write the workdir and fail with a traceback where the state was made."""
+  workdir = str(tmp_path / 'workdir')
+  run = helpers.run_main('configs/demo.py', workdir, {**helpers.TINY, 'data_dir': data_dir, 'seed': 2**63},
+                         timeout=300)
+  assert run.returncode == 2, run.stderr[-2000:]
+  assert run.stderr.strip().splitlines()[-1] == (
+      'error: config.seed=9223372036854775808 must be a signed 64-bit integer, e.g. --config.seed=0')
+  assert not os.path.exists(workdir)
 
 
 @pytest.mark.parametrize('split, shards', [('train[5:5]', None), ('train[10:13]', 4)])

@@ -1,7 +1,8 @@
 """Defaults shared by every experiment; an experiment file starts from `get_config()` and changes fields.
 
-Every field here is a knob the loop reads. Fields whose default is "not set" are typed placeholders, so
-they can still be given on the command line (`--config.total_steps=100`).
+Every field here is a knob the loop reads, and a run's config has exactly these fields (a name an
+experiment file adds is a typo, refused by train/setup.py). Fields whose default is "not set" are typed
+placeholders, so they can still be given on the command line (`--config.total_steps=100`).
 """
 import ml_collections
 from ml_collections import config_dict
@@ -9,7 +10,7 @@ from ml_collections import config_dict
 
 def get_config() -> ml_collections.ConfigDict:
   config = ml_collections.ConfigDict()
-  config.seed = 0
+  config.seed = 0  # Any signed 64-bit integer.
 
   # Data: 'digits' (bundled, offline), 'folder' (data_dir = root with train/ and test/ class folders)
   # or any tensorflow_datasets name.
@@ -95,6 +96,7 @@ def get_config() -> ml_collections.ConfigDict:
   # for another step). The head is replaced by a zero-initialised one for this dataset's classes unless
   # keep_head; the checkpoint's pre-logits layer is dropped unless keep_pre_logits (which needs
   # model.representation_size set to its width); position embeddings are resized to the new grid.
+  # Without init_from, keep_head and keep_pre_logits have nothing to keep and must stay False.
   config.init_from = config_dict.placeholder(str)
   config.keep_head = False
   config.keep_pre_logits = False
@@ -107,12 +109,15 @@ def get_config() -> ml_collections.ConfigDict:
       num_bits=3,  # Bits per colour channel of the predicted mean colour: 2^(3*3) = 512 classes.
   ))
 
-  # Loss: 'softmax_xent', or 'sigmoid_xent' for multi-label pretraining (as big_vision on ImageNet-21k).
+  # Loss: 'softmax_xent', or 'sigmoid_xent' for multi-label pretraining (as big_vision on ImageNet-21k);
+  # task 'mpp' takes only 'softmax_xent'. label_smoothing smooths the one-hot targets (mpp's colour
+  # classes too).
   config.loss = 'softmax_xent'
   config.label_smoothing = 0.0
   # Batch mixing in the train step (timm's Mixup): with probability `prob` a batch is mixed, by CutMix
   # with probability switch_prob when both alphas are set; lambda ~ Beta(alpha, alpha); the labels
-  # become soft targets. Alphas 0: off. Unset until_step: mixing for the whole run.
+  # become soft targets. Alphas 0: off. Unset until_step: mixing for the whole run (set it only with
+  # an alpha).
   config.mix = ml_collections.ConfigDict(dict(
       mixup_alpha=0.0, cutmix_alpha=0.0, prob=1.0, switch_prob=0.5,
       until_step=config_dict.placeholder(int),

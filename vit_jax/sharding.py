@@ -40,6 +40,12 @@ def make_mesh(axes: Sequence[tuple[str, int]], devices: Sequence[jax.Device] | N
                      f'{", ".join(AXES)}, e.g. "((\'data\', 2), (\'fsdp\', -1))"')
   if len(set(names)) != len(names):
     raise ValueError(f'config.mesh names an axis twice ({names}): name each of {", ".join(AXES)} once')
+  # A bool, float or string size would multiply (or fail to) into a message about the device count.
+  bad = [size for size in sizes
+         if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or (size < 1 and size != -1)]
+  if bad:
+    raise ValueError(f'config.mesh size {bad[0]!r} must be a positive integer or -1 (the devices left '
+                     f'over); got {tuple(axes)}, e.g. "((\'data\', 2), (\'fsdp\', -1))"')
   if sizes.count(-1) > 1:
     raise ValueError(f'config.mesh may leave only one size as -1; got {tuple(axes)}')
   known = math.prod(size for size in sizes if size != -1)

@@ -6,6 +6,7 @@ lam ~ Beta(alpha, alpha) the weight of the batch itself; CutMix's lam is the sha
 its box. The labels become the soft targets lam * y + (1 - lam) * y reversed, smoothed before mixing.
 Everything is traced: the draws come from a key, the box is a mask, so one jit serves every step.
 """
+import math
 from typing import Callable, NamedTuple
 
 import jax
@@ -27,14 +28,19 @@ class Draw(NamedTuple):
 def check(mix: ml_collections.ConfigDict) -> None:
   """Raises a one-line ValueError for a bad field of `config.mix`."""
   for name in ('mixup_alpha', 'cutmix_alpha'):
-    if not mix[name] >= 0:
-      raise ValueError(f'config.mix.{name}={mix[name]} must be at least 0 (0: off), e.g. 0.8')
+    # Beta(inf, inf) draws NaN: the first mixed step's loss would be NaN.
+    if not 0 <= mix[name] < math.inf:
+      raise ValueError(f'config.mix.{name}={mix[name]} must be at least 0 (0: off) and finite, e.g. 0.8')
   for name in ('prob', 'switch_prob'):
     if not 0 <= mix[name] <= 1:
       raise ValueError(f'config.mix.{name}={mix[name]} must be in [0, 1], e.g. 0.5')
   if mix.until_step is not None and mix.until_step < 1:
     raise ValueError(f'config.mix.until_step={mix.until_step} must be at least 1 (or unset: mix '
                      'for the whole run)')
+  if mix.until_step is not None and not enabled(mix):
+    raise ValueError(f'config.mix.until_step={mix.until_step} ends a mixing that is off (mix.mixup_alpha '
+                     'and mix.cutmix_alpha are 0): unset it, or turn mixing on, e.g. '
+                     '--config.mix.mixup_alpha=0.8')
 
 
 def enabled(mix: ml_collections.ConfigDict) -> bool:

@@ -13,6 +13,10 @@ from vit_jax.models.mpp import MaskedPatchPredictor, backbone_fields, colour_tar
 from vit_jax.tasks import classification, mixing
 
 
+# The loss of the colour classes: the only config.loss this task takes.
+LOSS = 'softmax_xent'
+
+
 def check(config: ml_collections.ConfigDict) -> None:
   if not 0.0 < config.mpp.mask_rate <= 1.0:
     raise ValueError(f'config.mpp.mask_rate={config.mpp.mask_rate} must be in (0, 1], e.g. 0.5')
@@ -25,6 +29,9 @@ def check(config: ml_collections.ConfigDict) -> None:
   if mixing.enabled(config.mix):
     raise ValueError('config.task=mpp has no labels to mix: set config.mix.mixup_alpha and '
                      'config.mix.cutmix_alpha to 0')
+  if config.loss != LOSS:  # One colour class of many per patch: a softmax, never a multi-label loss.
+    raise ValueError(f'config.task=mpp trains on the {LOSS} of the patches\' colour classes, not '
+                     f'config.loss={config.loss!r}: set --config.loss={LOSS}')
 
 
 def features_model(config: ml_collections.ConfigDict) -> nn.Module:
@@ -53,16 +60,21 @@ def _targets(model: nn.Module, images: jax.Array, logits: jax.Array) -> jax.Arra
 
 
 def make_loss(config: ml_collections.ConfigDict, model: nn.Module) -> Callable[..., jax.Array]:
-  """loss(params, images, labels, key): cross-entropy of the colour classes of the corrupted patches
-  (labels are not used)."""
-  del config
+  """loss(params, images, labels, key): cross-entropy of the colour classes of the corrupted patches,
+  their one-hots smoothed by config.label_smoothing as classification's (labels are not used)."""
+  smoothing = config.label_smoothing
 
   def loss_fn(params: Any, images: jax.Array, labels: jax.Array, key: jax.Array) -> jax.Array:
     del labels
     dropout_key, mpp_key = jax.random.split(key)
     logits, corrupted = model.apply({'params': params}, images, train=True,
                                     rngs={'dropout': dropout_key, 'mpp': mpp_key})
-    xent = optax.softmax_cross_entropy_with_integer_labels(logits, _targets(model, images, logits))
+    targets = _targets(model, images, logits)
+    if smoothing:
+      xent = optax.softmax_cross_entropy(logits, mixing.one_hot_targets(targets, logits.shape[-1],
+                                                                        smoothing))
+    else:  # The integer form: unsmoothed runs stay bit for bit what they were.
+      xent = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
     return jnp.sum(xent * corrupted) / jnp.maximum(jnp.sum(corrupted), 1)
 
   return loss_fn

@@ -1,7 +1,9 @@
 """From a config and a workdir to a validated run: every field is checked here, before the workdir is
 touched or anything is compiled, and a bad one is a one-line ValueError that names the fix."""
 import dataclasses
+import difflib
 import math
+import threading
 from types import ModuleType
 from typing import Any
 
@@ -10,12 +12,18 @@ import jax
 import ml_collections
 from jax.sharding import Mesh
 
-from vit_jax import data, evaluators, optim, param_groups, paths, run_dir, sharding, tasks
+from vit_jax import data, defaults, evaluators, optim, param_groups, paths, run_dir, sharding, tasks
 from vit_jax.models import loading, variants
 
 DTYPES = ('float32', 'bfloat16', 'float16')
 # Steps between the loop's periodic actions, and checkpoints kept: each at least 1.
 _POSITIVE_COUNTS = ('log_every_steps', 'checkpoint_every_steps', 'keep_checkpoints')
+# Dicts of the config whose keys are names the user picks, not fields (evaluators checks config.evals).
+_OPEN_DICTS = ('evals',)
+# jax.random.key and the data pipeline's tf.int64 seeds take a signed 64-bit integer.
+_SEEDS = range(-2**63, 2**63)
+# Parts of a checkpoint that config.init_from's loading keeps instead of replacing or dropping them.
+_KEPT_FROM_INIT = ('keep_head', 'keep_pre_logits')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,10 +40,42 @@ class Setup:
   init_params: Any = None  # From config.init_from, fitted to the model (numpy); None: from scratch.
 
 
+def check_field_names(config: ml_collections.ConfigDict,
+                      reference: ml_collections.ConfigDict | None = None, prefix: str = '') -> None:
+  """The config has the fields of defaults.get_config(), nested dicts included. A config file may add
+  fields (only the command line is locked), so a misspelt one (config.lr.warmup) would change nothing,
+  and a dict it replaces whole (config.pp = dict(crop='resize')) would lack fields the modules read."""
+  reference = defaults.get_config() if reference is None else reference
+  for name in config.keys():
+    if name not in reference:
+      close = difflib.get_close_matches(name, list(reference.keys()), n=1)
+      hint = f'did you mean config.{prefix}{close[0]}?' if close else 'vit_jax/defaults.py lists them.'
+      raise ValueError(f'config.{prefix}{name} is not a field of the config, so it would change nothing: '
+                       f'fix its name in the config file; {hint}')
+  for name, default in reference.items():
+    if name not in config:
+      # Nested: the config file replaced the dict `prefix` names; top level: it did not start from
+      # the defaults.
+      fix = (f'set the fields of config.{prefix[:-1]} one by one instead of replacing the dict'
+             if prefix else 'start the config file from vit_jax.defaults.get_config()')
+      example = (f'defaults.get_config().{prefix}{name}' if isinstance(default, ml_collections.ConfigDict)
+                 else repr(default))
+      raise ValueError(f'config.{prefix}{name} is missing: {fix}, e.g. config.{prefix}{name} = {example}')
+    if isinstance(default, ml_collections.ConfigDict) and prefix + name not in _OPEN_DICTS:
+      if not isinstance(config[name], ml_collections.ConfigDict):
+        raise ValueError(f'config.{prefix}{name}={config[name]!r} must be the dict of fields that '
+                         'vit_jax/defaults.py gives it: set its fields one by one (e.g. '
+                         f'--config.{prefix}{name}.{next(iter(default.keys()))}=...)')
+      check_field_names(config[name], default, f'{prefix}{name}.')
+
+
 def total_steps(config: ml_collections.ConfigDict, info: data.DatasetInfo) -> int:
   if (config.total_steps is None) == (config.num_epochs is None):
     raise ValueError('Set exactly one of config.total_steps and config.num_epochs, '
                      'e.g. --config.total_steps=1000')
+  if config.num_epochs is not None and not math.isfinite(config.num_epochs):
+    raise ValueError(f'config.num_epochs={config.num_epochs} must be a finite number of passes over '
+                     'the train split, e.g. --config.num_epochs=90')
   if config.total_steps is not None:
     steps = config.total_steps
   else:
@@ -63,6 +103,8 @@ def check_batch(name: str, batch_size: int, mesh: Mesh, accum_steps: int = 1) ->
 
 def _check_numbers(config: ml_collections.ConfigDict) -> None:
   """The fields that no other module reads before the loop does."""
+  if config.seed not in _SEEDS:
+    raise ValueError(f'config.seed={config.seed} must be a signed 64-bit integer, e.g. --config.seed=0')
   if config.dtype not in DTYPES:
     raise ValueError(f'Unknown config.dtype {config.dtype!r}: use one of {", ".join(DTYPES)}')
   for name in _POSITIVE_COUNTS:
@@ -75,9 +117,10 @@ def _check_numbers(config: ml_collections.ConfigDict) -> None:
                      '(or unset to turn Polyak averaging off)')
   if config.profile_steps < 0:
     raise ValueError(f'config.profile_steps={config.profile_steps} must be at least 0 (0: no trace)')
-  if not config.storage_timeout_s > 0:
+  # The checks wait on a lock with this timeout: Python refuses one beyond threading.TIMEOUT_MAX.
+  if not 0 < config.storage_timeout_s <= threading.TIMEOUT_MAX:
     raise ValueError(f'config.storage_timeout_s={config.storage_timeout_s} must be a positive number '
-                     'of seconds, e.g. 60')
+                     f'of seconds up to {threading.TIMEOUT_MAX:.0f}, e.g. 60')
   if not config.hang_timeout_s >= 0:
     raise ValueError(f'config.hang_timeout_s={config.hang_timeout_s} must be at least 0 seconds, e.g. '
                      '1800 (0: no watchdog)')
@@ -98,6 +141,7 @@ def absolute_data_dir(config: ml_collections.ConfigDict) -> None:
 
 def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
   """Checks the config, data and workdir; raises ValueError with a one-line fix on bad input."""
+  check_field_names(config)  # First: the other checks read the fields.
   absolute_data_dir(config)
   task = tasks.get(config.task)
   for each_task in tasks.TASKS.values():  # A typo in another task's fields is still a typo.
@@ -130,6 +174,10 @@ def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
   if param_groups.names_parameters(config.optim):  # Tracing the model's init costs start-up time.
     param_groups.check_param_groups(config, loading.param_shapes(model, config.image_size))
   built = evaluators.make_evaluators(evaluators.Context(config, info, task, model, mesh))
+  for name in _KEPT_FROM_INIT:  # Without a checkpoint there is nothing to keep: the flag would do nothing.
+    if config[name] and not config.init_from:
+      raise ValueError(f'config.{name}=True keeps part of the config.init_from checkpoint, which is unset: '
+                       f'set --config.init_from=PATH or --config.{name}=False')
   init_params = run_dir.load_init_params(config, model) if config.init_from else None
   workdir = paths.absolute(workdir)
   paths.check_writable(workdir, config.storage_timeout_s)

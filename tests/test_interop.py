@@ -63,6 +63,21 @@ def test_bicubic_posemb_matches_pil_bicubic_resize(new_grid):
   np.testing.assert_allclose(resized[0, 1:].reshape(*new_grid, 3), expected, atol=1e-5)
 
 
+@pytest.mark.parametrize('old,new,prefix', [(14, 24, 1), (7, 12, 1), (24, 14, 1), (7, 12, 0)])
+def test_bicubic_posemb_matches_timms_resample_abs_pos_embed(old, new, prefix):
+  from timm.layers import resample_abs_pos_embed  # pylint: disable=g-import-not-at-top
+  posemb = np.random.RandomState(3).randn(1, prefix + old * old, 4).astype(np.float32)
+  # timm's defaults: bicubic, antialiased (also when growing: PIL's kernel), the prefix kept.
+  expected = resample_abs_pos_embed(torch.from_numpy(posemb), [new, new], num_prefix_tokens=prefix).numpy()
+  resized = loading.interpolate_posemb(posemb, (new, new), num_prefix_tokens=prefix, method='bicubic')
+  np.testing.assert_allclose(resized, expected, atol=1e-5)
+  # 'bilinear' is timm's bilinear with the corners aligned and no antialiasing (scipy's zoom).
+  expected = resample_abs_pos_embed(torch.from_numpy(posemb), [new, new], num_prefix_tokens=prefix,
+                                    interpolation='bilinear', antialias=False, align_corners=True).numpy()
+  np.testing.assert_allclose(loading.interpolate_posemb(posemb, (new, new), num_prefix_tokens=prefix),
+                             expected, atol=1e-5)
+
+
 def test_interpolation_errors_are_one_line():
   with pytest.raises(ValueError, match="Unknown position embedding interpolation 'nearest'"):
     loading.interpolate_posemb(np.zeros((1, 5, 2)), (3, 3), num_prefix_tokens=1, method='nearest')
@@ -152,6 +167,27 @@ def test_adapt_params_keeps_pre_logits_when_asked_and_the_model_has_them():
   params, notes = loading.adapt_params(loaded, target, keep_head=False, keep_pre_logits=True)
   chex.assert_trees_all_equal(params['pre_logits'], loaded['pre_logits'])
   assert notes == ['replaced head (16, 10) with zeros (16, 3)']
+
+
+@pytest.mark.parametrize('keep_pre_logits', [False, True])
+def test_keep_head_refuses_to_drop_the_pre_logits_layer_its_head_reads(keep_pre_logits):
+  # A pre-logits layer as wide as the encoder (ViT-B's 768): without the refusal the head would fit and
+  # read the pooled features instead of tanh(pre_logits(...)), silently other logits.
+  loaded = helpers.random_params(_model(representation_size=32), 8)
+  with pytest.raises(ValueError, match=r'^pre_logits/kernel: checkpoint \(32, 32\) vs model none: keep_head '
+                     r"keeps a head that reads the checkpoint's pre-logits layer; set "
+                     r'--config.keep_pre_logits=True and --config.model.representation_size=32') as error:
+    loading.adapt_params(loaded, loading.param_shapes(_model(), 8), keep_head=True,
+                         keep_pre_logits=keep_pre_logits)
+  assert '\n' not in str(error.value)
+  # Kept together, they compute the checkpoint's logits; a new head may drop them.
+  model = _model(representation_size=32)
+  params, _ = loading.adapt_params(loaded, loading.param_shapes(model, 8), keep_head=True, keep_pre_logits=True)
+  images = np.random.RandomState(0).uniform(-1, 1, (2, 8, 8, 3)).astype(np.float32)
+  np.testing.assert_array_equal(model.apply({'params': params}, images), model.apply({'params': loaded}, images))
+  _, notes = loading.adapt_params(loaded, loading.param_shapes(_model(), 8), keep_head=False,
+                                  keep_pre_logits=False)
+  assert notes == ['dropped pre_logits (32, 32)', 'replaced head (32, 10) with zeros (32, 10)']
 
 
 @pytest.mark.parametrize('loaded_model,image_size,target_model,kwargs,message', [

@@ -23,7 +23,7 @@ from etils import epath
 import helpers
 from test_export import _checkpoint_params, _model_logits
 from vit_jax import run_dir
-from vit_jax.models import state_dicts
+from vit_jax.models import state_dicts, variants
 from vit_jax.tasks import classification
 
 IMAGE_SIZE, NUM_CLASSES = 8, 10
@@ -78,6 +78,50 @@ def test_a_timm_vit_saved_by_timm_loads_through_init_from_with_equal_logits(tmp_
   safetensors.torch.save_file(reference.state_dict(), path)
   np.testing.assert_allclose(_ours(path, NUM_CLASSES, **overrides), _torch_outputs(reference, _images()).numpy(),
                              atol=1e-4)
+
+
+def _timm_saved_for_hf(directory, **kwargs) -> torch.nn.Module:
+  """A random tiny timm ViT written by timm's own `save_for_hf` (model.safetensors and the config.json
+  of a hub directory: its `global_pool` and `model_args`)."""
+  reference = _randomize(timm.create_model(
+      'vit_tiny_patch16_224', pretrained=False, img_size=IMAGE_SIZE, patch_size=4, embed_dim=32, depth=2,
+      num_heads=2, mlp_ratio=2.0, num_classes=NUM_CLASSES, **kwargs))
+  timm.models.save_for_hf(reference, directory, safe_serialization=True)
+  return reference
+
+
+def test_a_timm_vit_without_a_class_token_embedding_loads_with_equal_logits(tmp_path):
+  # no_embed_class (FlexiViT's): the class token is added no position embedding, and pos_embed has
+  # rows for the patches only; ours is the same with a zero row for the class token.
+  reference = _timm_saved_for_hf(tmp_path / 'flexi', no_embed_class=True)
+  assert reference.pos_embed.shape[1] == (IMAGE_SIZE // 4) ** 2
+  np.testing.assert_allclose(_ours(str(tmp_path / 'flexi'), NUM_CLASSES),
+                             _torch_outputs(reference, _images()).numpy(), atol=1e-4)
+
+
+@pytest.mark.parametrize('timm_kwargs,overrides,message', [
+    # The tensors of a class-token ViT, pooled as the mean of all tokens.
+    ({'class_token': True, 'global_pool': 'avg', 'fc_norm': False}, {},
+     r"averages its tokens although it has a class token \(global_pool='avg', class_token=True\)"),
+    # The tensors of a GAP ViT with fc_norm, pooled otherwise.
+    ({'class_token': False, 'global_pool': 'max'}, {'model.classifier': 'gap', 'model.fc_norm': True},
+     r"pools with global_pool='max', which vit_jax's ViT does not compute \(model.classifier: gap"),
+    ({'class_token': False, 'global_pool': 'avgmax'}, {'model.classifier': 'gap', 'model.fc_norm': True},
+     r"pools with global_pool='avgmax'"),
+], ids=['token_avg', 'max', 'avgmax'])
+def test_a_timm_pooling_our_vit_does_not_compute_is_a_one_line_error(tmp_path, timm_kwargs, overrides,
+                                                                     message):
+  # Pooling has no parameters: these state dicts load into our models, with other logits. timm's
+  # config.json says how it pools.
+  _timm_saved_for_hf(tmp_path / 'timm', **timm_kwargs)
+  with pytest.raises(ValueError, match=message) as error:
+    _ours(str(tmp_path / 'timm'), NUM_CLASSES, **overrides)
+  assert '\n' not in str(error.value)
+  # The poolings ours computes load as before.
+  reference = _timm_saved_for_hf(tmp_path / 'avg', class_token=False, global_pool='avg')
+  np.testing.assert_allclose(_ours(str(tmp_path / 'avg'), NUM_CLASSES, **{'model.classifier': 'gap',
+                                                                          'model.fc_norm': True}),
+                             _torch_outputs(reference, _images()).numpy(), atol=1e-4)
 
 
 def test_head_dropout_rate_drops_as_timms_drop_rate(tmp_path):
@@ -215,6 +259,39 @@ def test_the_log_says_when_the_checkpoint_used_another_gelu(tmp_path):
   assert 'trained with gelu, the model uses gelu_tanh (--config.model.mlp_activation=gelu' in note
   _, note = run_dir.load_params(str(tmp_path / 'hf'), num_heads=2, mlp_activation='gelu')
   assert 'trained with' not in note
+
+
+def test_an_mlp_activation_our_vit_has_not_is_a_one_line_error(tmp_path):
+  # An activation has no parameters: the weights would load and compute another function.
+  transformers.ViTModel(_transformers_config(hidden_act='quick_gelu')).save_pretrained(tmp_path / 'quick')
+  with pytest.raises(ValueError, match=r"the checkpoint's MLP uses the activation 'quick_gelu', which "
+                     r"vit_jax's ViT has not \(model.mlp_activation: gelu, gelu_tanh\)"):
+    run_dir.load_params(str(tmp_path / 'quick'), num_heads=2, mlp_activation='gelu')
+  # transformers' names of GELU's tanh form are ours.
+  reference = _randomize(transformers.ViTForImageClassification(
+      _transformers_config(num_labels=NUM_CLASSES, hidden_act='gelu_pytorch_tanh')))
+  reference.save_pretrained(tmp_path / 'tanh')
+  _, note = run_dir.load_params(str(tmp_path / 'tanh'), num_heads=2, mlp_activation='gelu')
+  assert 'trained with gelu_pytorch_tanh, the model uses gelu (--config.model.mlp_activation=gelu_tanh' in note
+  _, note = run_dir.load_params(str(tmp_path / 'tanh'), num_heads=2, mlp_activation='gelu_tanh')
+  assert 'trained with' not in note
+  np.testing.assert_allclose(_ours(str(tmp_path / 'tanh'), NUM_CLASSES, **{'model.mlp_activation': 'gelu_tanh'}),
+                             _torch_outputs(reference, _images()).logits.numpy(), atol=1e-4)
+
+
+@pytest.mark.parametrize('hidden_size,mlp_dim', [(32, 64), (56, 488)])  # 56 * (488 / 56) = 487.99...
+def test_timms_config_we_write_builds_an_mlp_of_our_width(tmp_path, hidden_size, mlp_dim):
+  config = helpers.load_config('demo', {**MODEL, 'model.hidden_size': hidden_size, 'model.mlp_dim': mlp_dim})
+  model = classification.make_model(config, NUM_CLASSES)
+  params = helpers.random_params(model, IMAGE_SIZE)
+  state_dicts.write_safetensors(state_dicts.to_timm(params), str(tmp_path / state_dicts.SAFETENSORS))
+  timm_config = state_dicts.timm_config(variants.get_model_config(config.variant, config.model.to_dict()),
+                                        IMAGE_SIZE, NUM_CLASSES,
+                                        pp_eval=config.pp_eval.to_dict())
+  (tmp_path / 'config.json').write_text(json.dumps(timm_config))
+  reference = timm.create_model(f'local-dir:{tmp_path}', pretrained=True).eval()
+  np.testing.assert_allclose(_torch_outputs(reference, _images()).numpy(),
+                             np.asarray(model.apply({'params': params}, _images())), atol=1e-4)
 
 
 def _timm_input(pretrained_cfg: dict, image: np.ndarray) -> np.ndarray:

@@ -177,6 +177,13 @@ def adapt_params(loaded: Any, target_shapes: Any, *, keep_head: bool, keep_pre_l
   notes = []
 
   old, new = _kernel_shape(params, 'pre_logits'), _kernel_shape(targets, 'pre_logits')
+  if old and not (keep_pre_logits and new) and keep_head and _kernel_shape(targets, 'head'):
+    # The checkpoint's head reads the pre-logits layer's output: without that layer it would read the
+    # pooled features instead, silently another function when their widths agree (ViT-B's 768).
+    raise ValueError(f'pre_logits/kernel: checkpoint {old} vs model {new or "none"}: keep_head keeps a head '
+                     "that reads the checkpoint's pre-logits layer; set --config.keep_pre_logits=True "
+                     f'and --config.model.representation_size={old[1]} to keep both, or '
+                     '--config.keep_head=False for a new zero-initialised head')
   if old and not (keep_pre_logits and new):
     params = _without(params, 'pre_logits')
     notes.append(f'dropped pre_logits {old}')

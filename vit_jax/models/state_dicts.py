@@ -9,7 +9,10 @@ attention kernels are split per head, (D, heads, D/heads).
 
 The architectures map one to one except: timm has no pre-logits layer; timm's fused `qkv` is
 transformers' separate `query` / `key` / `value`; transformers' `pooler` is the pre-logits layer
-(Dense + tanh); neither names the hybrid's ResNet stem nor the MAP head in a way read here.
+(Dense + tanh); timm's `no_embed_class` (no position embedding for the class token) is ours with a
+zero one; neither names the hybrid's ResNet stem nor the MAP head in a way read here. What has no
+parameters but changes the function (timm's pooling, the MLP's activation) is checked against the
+config.json beside the weights, when there is one.
 """
 import json
 import math
@@ -30,6 +33,11 @@ _SAFETENSORS_DTYPES = {'F64': np.float64, 'F32': np.float32, 'F16': np.float16,
                        'BF16': ml_dtypes.bfloat16, 'I64': np.int64, 'I32': np.int32, 'I16': np.int16,
                        'I8': np.int8, 'U8': np.uint8, 'BOOL': np.bool_}
 _SAFETENSORS_NAMES = {np.dtype(dtype): name for name, dtype in _SAFETENSORS_DTYPES.items()}
+# The MLP activations of timm's `act_layer` and transformers' `hidden_act` that vit_jax's ViT has:
+# their `model.mlp_activation` (transformers' gelu_new and gelu_pytorch_tanh are GELU's tanh form,
+# gelu_python the exact one).
+_ACTIVATIONS = {'gelu': 'gelu', 'gelu_tanh': 'gelu_tanh', 'gelu_new': 'gelu_tanh',
+                'gelu_pytorch_tanh': 'gelu_tanh', 'gelu_python': 'gelu'}
 
 
 def _kernel(weight: np.ndarray) -> np.ndarray:
@@ -100,6 +108,13 @@ def from_timm(state_dict: StateDict, num_heads: int, source: str = 'state dict')
           'Transformer/posembed_input/pos_embedding': r.take('pos_embed')}
   if r.has('cls_token'):
     tree['cls'] = r.take('cls_token')
+    posemb = tree['Transformer/posembed_input/pos_embedding']
+    if math.isqrt(posemb.shape[1]) ** 2 == posemb.shape[1]:
+      # timm's `no_embed_class` (e.g. FlexiViT): a square grid of embeddings and none for the class
+      # token (with one, 1 + gs * gs rows are never square). Ours adds one to every token: adding zeros
+      # to the class token computes the same.
+      tree['Transformer/posembed_input/pos_embedding'] = np.concatenate(
+          [np.zeros_like(posemb[:, :1]), posemb], axis=1)
   for i in range(_num_blocks(state_dict, r'blocks\.(\d+)\.')):
     t, ours = f'blocks.{i}.', _BLOCK.format(i)
     qkv_weight, qkv_bias = np.split(r.take(t + 'attn.qkv.weight'), 3), np.split(r.take(t + 'attn.qkv.bias'), 3)
@@ -294,12 +309,38 @@ def load(path: str, num_heads: int, mlp_activation: Optional[str] = None) -> tup
   if heads is not None and heads != num_heads:
     raise ValueError(f'{path}: the checkpoint has {heads} attention heads, the model {num_heads}: set '
                      f'--config.model.num_heads={heads} (or a --config.variant with that many)')
+  if layout == 'timm':
+    _check_timm_pooling(state_dict, config, path)
   notes = [f'read {layout} state dict ({len(state_dict)} tensors)']
-  activation = config.get('hidden_act', config.get('model_args', {}).get('act_layer'))
-  if mlp_activation and activation in ('gelu', 'gelu_tanh') and activation != mlp_activation:
-    notes.append(f'the checkpoint was trained with {activation}, the model uses {mlp_activation} '
+  named = config.get('hidden_act', config.get('model_args', {}).get('act_layer'))
+  activation = _ACTIVATIONS.get(named, named)
+  if named is not None and activation not in _ACTIVATIONS.values():
+    # The MLP's nonlinearity has no parameters: loading the weights would compute another function.
+    raise ValueError(f"{path}: the checkpoint's MLP uses the activation {named!r}, which vit_jax's ViT "
+                     f"has not (model.mlp_activation: {', '.join(sorted(set(_ACTIVATIONS.values())))})")
+  if mlp_activation and activation is not None and activation != mlp_activation:
+    notes.append(f'the checkpoint was trained with {named}, the model uses {mlp_activation} '
                  f'(--config.model.mlp_activation={activation} matches it)')
   return LAYOUTS[layout][1](state_dict, num_heads, path), notes
+
+
+def _check_timm_pooling(state_dict: StateDict, config: Mapping[str, Any], path: str) -> None:
+  """A one-line error when the config.json beside a timm state dict names a pooling our ViT does not
+  compute. Pooling has no parameters, so the state dict alone cannot tell: timm's class token with
+  global_pool='avg' (and fc_norm=False) has the tensors of a class-token ViT, 'max' and 'avgmax' those
+  of a GAP one, and they would load with other logits. Without a config.json this is not checked."""
+  pool = config.get('global_pool', config.get('model_args', {}).get('global_pool'))
+  class_token = 'cls_token' in state_dict
+  # 'map' (timm's attn_pool) is left to the reader, which names its tensors.
+  if pool in (None, '', 'map') or pool == ('token' if class_token else 'avg'):
+    return
+  if pool == 'avg':
+    raise ValueError(f"{path}: the timm model averages its tokens although it has a class token "
+                     "(global_pool='avg', class_token=True), which vit_jax's ViT does not compute: its "
+                     'model.classifier=gap has no class token, model.classifier=token pools the class token')
+  raise ValueError(f"{path}: the timm model pools with global_pool={pool!r}, which vit_jax's ViT does not "
+                   f"compute (model.classifier: {'token' if class_token else 'gap'} pools as timm's "
+                   f"{'token' if class_token else 'avg'})")
 
 
 def timm_eval_crop(pp_eval: Mapping[str, Any], image_size: int) -> dict[str, Any]:
@@ -323,6 +364,14 @@ def timm_eval_crop(pp_eval: Mapping[str, Any], image_size: int) -> dict[str, Any
   return {'crop_pct': crop_pct, 'crop_mode': 'center'}
 
 
+def _mlp_ratio(hidden_size: int, mlp_dim: int) -> float:
+  """timm's `mlp_ratio` for an MLP of `mlp_dim` units: timm makes int(hidden_size * mlp_ratio) of
+  them, and mlp_dim / hidden_size times hidden_size can round below mlp_dim (56 * (488 / 56) is
+  487.99...); half a unit more floors to mlp_dim."""
+  ratio = mlp_dim / hidden_size
+  return ratio if int(hidden_size * ratio) == mlp_dim else (mlp_dim + 0.5) / hidden_size
+
+
 def timm_config(model: Mapping[str, Any], image_size: int, num_classes: Optional[int],
                 class_names: Optional[list[str]] = None, *,
                 pp_eval: Mapping[str, Any]) -> dict[str, Any]:
@@ -333,7 +382,7 @@ def timm_config(model: Mapping[str, Any], image_size: int, num_classes: Optional
   model_args = {
       'img_size': image_size, 'patch_size': model['patch_size'], 'embed_dim': model['hidden_size'],
       'depth': model['num_layers'], 'num_heads': model['num_heads'],
-      'mlp_ratio': model['mlp_dim'] / model['hidden_size'], 'qkv_bias': True,
+      'mlp_ratio': _mlp_ratio(model['hidden_size'], model['mlp_dim']), 'qkv_bias': True,
       'class_token': model['classifier'] == 'token',
       'global_pool': {'token': 'token', 'gap': 'avg'}[model['classifier']],
       'fc_norm': bool(model['fc_norm']), 'act_layer': model['mlp_activation']}

@@ -149,6 +149,15 @@ ALSO_INVALID = {
     'replaced dict': ({'pp': {'crop': 'resize'}}, r'^config\.pp\.antialias is missing: set the fields of '
                                                   r'config\.pp one by one instead of replacing the dict'),
     'dict unset': ({'pp_eval': None}, r'^config\.pp_eval=None must be the dict of fields'),
+    'pad without its crop': ({'pp.pad': 4}, r"^config\.pp\.pad=4 pads the 'random' crop only, not "
+                                            r"config\.pp\.crop='inception': set --config\.pp\.crop=random"),
+    'infinite few-shot l2_reg': ({**FEWSHOT_ON, 'fewshot.l2_reg': float('inf')}, 'l2_reg > 0'),
+    'NaN few-shot l2_reg': ({**FEWSHOT_ON, 'fewshot.l2_reg': float('nan')}, 'l2_reg > 0'),
+    'end of a constant rate': ({'lr.decay': 'constant', 'lr.end': 1e-5},
+                               r"^config\.lr\.end=1e-05 is where a decay ends, and lr\.decay='constant'"),
+    'b2 of sgd': ({'optim.name': 'sgd', 'optim.b2': 0.99},
+                  r'^config\.optim\.b2=0\.99 is the second-moment decay of adamw and lion, which sgd does '
+                  r'not use: unset it$'),
 }
 BAD_EVALS = {
     'unknown type': (dict(type='ocr', every_steps=5), "Unknown evaluator type 'ocr' of 'minival'"),

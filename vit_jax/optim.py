@@ -96,6 +96,9 @@ def _check_range(field: str, value: float, high: float, example: str) -> None:
 
 def _check_lr(lr: ml_collections.ConfigDict) -> None:
   _lookup(DECAYS, 'lr.decay', lr.decay)
+  if lr.decay == 'constant' and lr.end:  # A constant rate never reaches it: the field does nothing.
+    raise ValueError(f"config.lr.end={lr.end} is where a decay ends, and lr.decay='constant' has none: "
+                     "set --config.lr.end=0.0, or --config.lr.decay=cosine")
   _check_range('lr.base', lr.base, math.inf, '1e-3')
   _check_range('lr.warmup_steps', lr.warmup_steps, math.inf, '10000 (0: no warmup)')
   _check_range('lr.end', lr.end, math.inf, '0.0')
@@ -107,6 +110,9 @@ def _check_update(config: ml_collections.ConfigDict) -> None:
   _check_range('optim.b1', optim.b1, 1, '0.9')
   if optim.b2 is not None:
     _check_range('optim.b2', optim.b2, 1, '0.999')
+    if optim.name not in DEFAULT_B2:  # sgd, adafactor: the field would do nothing.
+      raise ValueError(f'config.optim.b2={optim.b2} is the second-moment decay of '
+                       f'{" and ".join(DEFAULT_B2)}, which {optim.name} does not use: unset it')
   _check_range('optim.weight_decay', optim.weight_decay, math.inf, '0.1 (0: none)')
   _check_range('optim.momentum', optim.momentum, 1, '0.9 (0: none)')
   _check_range('grad_clip_norm', config.grad_clip_norm, math.inf, '1.0 (0: no clipping)')

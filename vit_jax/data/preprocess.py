@@ -336,6 +336,9 @@ def check_pp(pp: ml_collections.ConfigDict) -> None:
     raise ValueError(f'Unknown config.pp.crop {pp.crop!r}: use one of {", ".join(map(repr, CROPS))}')
   for op in (CROPS[pp.crop], *AUGMENTS):
     op.check(pp)
+  if pp.pad and pp.crop != 'random':  # Only that crop pads: with another the field does nothing.
+    raise ValueError(f"config.pp.pad={pp.pad} pads the 'random' crop only, not config.pp.crop="
+                     f"{pp.crop!r}: set --config.pp.crop=random, or --config.pp.pad=0")
 
 
 def train_preprocess(image: tf.Tensor, seed: tf.Tensor, *, pp: ml_collections.ConfigDict,

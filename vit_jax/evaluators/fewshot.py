@@ -144,7 +144,8 @@ def build(name: str, fields: ml_collections.ConfigDict, context: Context) -> Few
   where = f'config.{name}' if name == 'fewshot' else f'config.evals.{name}'
   # Checked as types too: a float seeds or shot count would pass the comparisons and fail only at the
   # first few-shot evaluation (range(), slicing), after the run has trained for a while.
-  if not isinstance(fields.seeds, (int, np.integer)) or fields.seeds < 1 or fields.l2_reg <= 0:
+  if (not isinstance(fields.seeds, (int, np.integer)) or fields.seeds < 1
+      or not 0 < fields.l2_reg < math.inf):
     raise ValueError(f'{where} needs seeds >= 1 (a whole number) and l2_reg > 0, e.g. seeds=3, l2_reg=4')
   shots = fields.shots
   if (not isinstance(shots, (list, tuple)) or not shots

@@ -42,7 +42,7 @@ def get_config(arg: str = 'cifar100') -> ml_collections.ConfigDict:
     config.evals.val200 = dict(type='classification', split=task.splits['val200'], every_steps=500)
   config.image_size = 384
   config.pp.crop = 'random' if task.crop else 'resize'
-  config.pp.pad = round(config.image_size * _CROP_PAD_FRACTION)
+  config.pp.pad = round(config.image_size * _CROP_PAD_FRACTION) if task.crop else 0  # Of the crop.
   config.pp.flip = task.flip
 
   config.variant = 'ViT-B_16'

@@ -4,6 +4,7 @@ temporary data_dir with random images under their tfds names and versions, with 
 features (the registered builders' own), and the runs read them through configs/vtab.py."""
 import csv
 import dataclasses
+import math
 import os
 import subprocess
 import sys
@@ -112,7 +113,8 @@ def tiny_config(task: str, phase: str, lr: float, data_dir: str):
                      checkpoint_every_steps=STEPS, init_from=None, dtype='float32',
                      shuffle_buffer=64, variant=helpers.TINY['variant']))
   config.model.update({k.split('.')[1]: v for k, v in helpers.TINY.items() if k.startswith('model.')})
-  config.pp.pad, config.lr.base, config.lr.warmup_steps = 1, lr, 1
+  config.pp.pad = 1 if config.pp.crop == 'random' else 0  # The crop's padding, at 8 px.
+  config.lr.base, config.lr.warmup_steps = lr, 1
   return config
 
 
@@ -300,6 +302,14 @@ def test_shared_selection_takes_the_one_rate_with_the_best_mean_val200():
     vtab.table([runs[0], runs[3]], 'shared')  # dtd at 0.001 only, svhn at 0.01 only.
   with pytest.raises(ValueError, match=r'^unknown --select=best: use one of per_task, shared$'):
     vtab.table(runs, 'best')
+
+
+def test_a_non_finite_val200_is_never_the_best_rate():
+  """max() keeps a NaN it meets first: the lowest rate, sorted first, won with a NaN val200 top-1."""
+  runs = [_logged_run('a', 0.001, test=0.1, val200=math.nan), _logged_run('b', 0.01, test=0.7, val200=0.8),
+          _logged_run('c', 0.03, test=0.5, val200=0.5)]
+  assert vtab.task_row('dtd', runs, []) == vtab.Row('natural', 'dtd', 0.01, 0.8, 0.7, 'sweep run', 'b')
+  assert vtab.shared_rate(vtab.vtab_runs(runs)) == 0.01
 
 
 def test_group_means_are_the_numpy_means_of_their_task_rows(vtab_root):

@@ -187,3 +187,62 @@ def test_command_line_bad_input_is_one_line(tmp_path):
   assert run.stderr.strip().splitlines() == [
       f"error: '{tmp_path}/nothing' has no checkpoints/ directory: pass the workdir of a vit_jax run "
       'that has saved a checkpoint']
+
+
+def _numpy_probe_attention(model, params, images):
+  """[b, tokens]: a MAP head's attention, softmax(q kᵀ / sqrt(head_dim)) of its probe over the
+  encoder's output (the head's input, asked of flax by the test), averaged over the heads."""
+  _, state = model.apply({'params': params}, images, mutable=['intermediates'],
+                         capture_intermediates=lambda module, method: module.name == 'Transformer')
+  x = np.asarray(state['intermediates']['Transformer']['__call__'][0], np.float64)
+  head = params['MAPHead_0']['MultiHeadDotProductAttention_0']
+  q = np.einsum('d,dhk->hk', np.asarray(params['MAPHead_0']['probe'][0, 0], np.float64),
+                np.asarray(head['query']['kernel'])) + np.asarray(head['query']['bias'])
+  k = np.einsum('btd,dhk->bhtk', x, np.asarray(head['key']['kernel'])) + np.asarray(
+      head['key']['bias'])[:, None]
+  logits = np.einsum('hk,bhtk->bht', q, k) / math.sqrt(q.shape[-1])
+  e = np.exp(logits - logits.max(-1, keepdims=True))
+  return (e / e.sum(-1, keepdims=True)).mean(axis=1)
+
+
+def test_a_map_models_rollout_is_weighted_by_its_probes_attention(tmp_path, monkeypatch):
+  """A MAP model has no class token: its representation is the probe's attention over the encoded
+  tokens, so the rollout's rows are weighted by that attention (the mean of heads), not averaged."""
+  model, params = _model_and_params('map', num_layers=3)
+  image = np.random.RandomState(1).randint(0, 256, (12, 12, 3), np.uint8)
+  inputs = pictures.predict.model_input(image, 12)[None]
+  probe = _numpy_probe_attention(model, params, inputs)[0]
+  assert np.abs(probe - 1 / 9).max() > 0.01  # Not the mean over the 9 tokens.
+  drawn = {}
+  monkeypatch.setattr(pictures, 'plot_rollout',
+                      lambda image, maps, query, path: drawn.update(maps=maps, query=query) or path)
+  pictures.write_pictures(model, params, image, 12, str(tmp_path))
+  rollout = pictures.attention_rollout(pictures.attention_weights(model, params, inputs)[:, 0])
+  np.testing.assert_allclose(drawn['maps'], np.einsum('t,lts->ls', probe, rollout).reshape(3, 3, 3),
+                             atol=1e-5)
+  assert 'MAP' in drawn['query'] and 'GAP' not in drawn['query']
+  np.testing.assert_allclose(pictures.probe_weights(model, params, inputs)[0], probe, atol=1e-5)
+
+
+def test_the_pictures_show_the_part_of_the_image_the_eval_crop_keeps(tmp_path, monkeypatch):
+  """With pp_eval.crop='central' the model sees the central square of a wide image: the maps cover
+  that square, so the pictures show it, not the whole image stretched under them."""
+  model, params = _model_and_params(num_layers=2)
+  yy, xx = np.mgrid[:30, :90]
+  image = np.stack([yy * 8, xx * 2, np.full_like(xx, 128)], -1).astype(np.uint8)
+  pp_eval = {'crop': 'central', 'crop_fraction': 0.75}
+  shown = []
+  monkeypatch.setattr(pictures, 'attended', lambda image, heat: shown.append(image) or image / 255)
+  pictures.write_pictures(model, params, image, 12, str(tmp_path), pp_eval)
+  # Shorter side 30 -> 16, the central 12 of 16: 30 * 12/16 = 22.5 of the image's 30 rows and columns,
+  # rows 3.75 to 26.25, columns 33.75 to 56.25.
+  assert len(shown) == 1 + model.num_layers
+  for seen in shown:
+    assert seen.shape[0] in (22, 23) and seen.shape[1] in (22, 23)
+    assert abs(seen[0, 0, 0] / 8 - 3.75) <= 0.5 and abs(seen[0, 0, 1] / 2 - 33.75) <= 0.5
+  # What the model was given is that part, resized.
+  resized = jax.image.resize(jnp.asarray(shown[0], jnp.float32), (12, 12, 3), 'bilinear',
+                             antialias=False)
+  model_input = (pictures.predict.model_input(image, 12, pp_eval) + 1) * 127.5
+  assert np.abs(np.asarray(resized) - model_input).max() < 8  # Up to a pixel's shift at the edges.
+  assert pictures.seen_part(image, 12, {'crop': 'resize'}) is image  # 'resize' sees all of it.

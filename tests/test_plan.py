@@ -155,6 +155,8 @@ def test_chip_registry():
     ({'mesh': (('fsdp', 2), ('tensor', 4))}, 'does not divide the model.s num_heads=2'),
     ({'batch_size': 60}, 'config.batch_size=60 is not divisible'),
     ({'variant': 'ViT-Q_16'}, 'Unknown model variant'),
+    # 0 images divide into any accumulation: suggest() doubled accum_steps forever.
+    ({'batch_size': 0}, 'config.batch_size=0 must be at least 1'),
 ])
 def test_what_training_refuses_is_a_value_error(overrides, message):
   with pytest.raises(ValueError, match=message):
@@ -205,3 +207,28 @@ def test_scanned_blocks_under_fsdp_compute_only_each_devices_share_of_the_batch(
   fsdp = xla_bytes(tiny(**{'model.scan': True, 'mesh': (('fsdp', -1),)}))
   data_parallel = xla_bytes(tiny(**{'model.scan': True, 'mesh': (('data', -1),)}))
   assert fsdp < 1.3 * data_parallel, (fsdp, data_parallel)
+
+
+def test_flags_the_plan_cannot_use_are_one_line_errors():
+  for args, message in [
+      # A head of no classes divided by zero in a traceback.
+      (('--devices=8', '--chip=tpu-v4', '--num_classes=0'), '--num_classes=0 must be at least 1'),
+      (('--devices=8', '--chip=tpu-v4', '--suggestions=-1'), '--suggestions=-1 at least 0'),
+  ]:
+    run = _plan(*args)
+    assert run.returncode == 2 and run.stdout == '', run
+    assert run.stderr.strip().splitlines() == [f'error: {run.stderr.strip()[7:]}'] and message in run.stderr
+  # config_flags raised the missing file's error at first use, a traceback of 40 lines.
+  run = subprocess.run([sys.executable, '-m', 'vit_jax.plan', '--config=configs/no_such_file.py',
+                        '--devices=8', '--chip=tpu-v4'], cwd=helpers.REPO, capture_output=True, text=True,
+                       timeout=300)
+  assert run.returncode == 2 and run.stderr.strip().splitlines() == [
+      "error: cannot load the --config file: [Errno 2] No such file or directory: "
+      "'configs/no_such_file.py'"], run.stderr
+
+
+def test_no_suggestions_asked_for_is_not_nothing_fits():
+  run = _plan('--devices=8', '--chip=tpu-v4', '--suggestions=0')
+  assert run.returncode == 0, run.stderr
+  assert '| fits in 28.80 GiB | yes | yes | yes |' in run.stdout  # All fit: it must not say otherwise.
+  assert 'Nothing searched fits' not in run.stdout and 'Suggestions' not in run.stdout

@@ -238,3 +238,36 @@ def test_pivot_lays_a_sweep_out_by_two_config_fields():
       '| 0.1 | 0.2500 | 0.5000 |', '| 0.3 | - | - |', '| (default) | - | 0.1250 |']
   with pytest.raises(ValueError, match=r'^two runs have lr.base=0.1, total_steps=10: pass roots'):
     report.pivot(runs + runs[:1], 'lr.base', 'total_steps')
+
+
+def test_a_resumed_run_drops_what_the_interrupted_run_logged_after_its_checkpoint(tmp_path):
+  """The interrupted run logged up to step 40 (an eval at 30) but saved its last checkpoint at 20; the
+  resumed run, in a later file, has logged step 30 so far. Steps 30 and 40 of the old file are of a
+  trajectory no longer there: the run is at step 30, its last eval the one at 20."""
+  workdir = tmp_path / 'run'
+  _write_events(str(tmp_path / 'old'), {'train_loss': {10: 2.0, 20: 1.5, 30: 1.25, 40: 1.0},
+                                        'eval_top1': {20: 0.5, 30: 0.9}})
+  _write_events(str(tmp_path / 'new'), {'train_loss': {30: 1.375}})
+  workdir.mkdir()
+  for created, part in ((1000, 'old'), (2000, 'new')):
+    name, = os.listdir(tmp_path / part)
+    shutil.move(str(tmp_path / part / name), str(workdir / f'events.out.tfevents.{created}.host.1.0.v2'))
+  assert events.read_scalars(str(workdir)) == {'train_loss': {10: 2.0, 20: 1.5, 30: 1.375},
+                                               'eval_top1': {20: 0.5}}
+  row, = report.table([report.load_run('run', workdir)])
+  assert row['last step'] == 30 and row['eval_top1 final'] == 0.5 and row['eval_top1 best'] == 0.5
+
+
+def test_pivot_on_a_field_no_run_has_or_a_metric_none_logged_is_one_line_naming_it():
+  runs = [report.Run('a', {'lr.base': 0.1, 'lr.warmup_steps': 5, 'seed': 0}, {'eval_top1': {5: 0.25}}),
+          report.Run('b', {'lr.base': 0.3, 'lr.warmup_steps': 5, 'seed': 0}, {'eval_top1': {5: 0.5}})]
+  # 'lr' is a group of fields (config.json's are flat) and 'sede' a typo: both were '(default)' in every
+  # run, 'two runs have lr=(default), seed=0' or a one-row table.
+  with pytest.raises(ValueError, match=r"^--pivot field 'lr' is in no run's config: the fields under it "
+                                       r'are lr.base, lr.warmup_steps$'):
+    report.pivot(runs, 'lr', 'seed')
+  with pytest.raises(ValueError, match=r"^--pivot field 'sede' is in no run's config: pass a dotted"):
+    report.pivot(runs, 'lr.base', 'sede')
+  with pytest.raises(ValueError, match=r"^no run logged 'eval_top_1': use --metric= one of eval_top1$"):
+    report.pivot(runs, 'lr.base', 'seed', 'eval_top_1')
+  assert report.pivot(runs, 'lr.base', 'seed').splitlines()[2:] == ['| 0.1 | 0.2500 |', '| 0.3 | 0.5000 |']

@@ -39,15 +39,38 @@ def _created(path: epath.Path) -> tuple[int, str]:
   return (int(seconds) if seconds.isdigit() else 0, path.name)
 
 
+def _scalars(event: event_pb2.Event) -> list[tuple[str, float]]:
+  """(tag, value) of each scalar in an event."""
+  found = []
+  for value in event.summary.value:
+    if value.HasField('simple_value'):  # TF1-style summaries.
+      found.append((value.tag, value.simple_value))
+    elif value.metadata.plugin_data.plugin_name == 'scalars':  # tf.summary.scalar, as clu writes.
+      found.append((value.tag, float(tensor_util.make_ndarray(value.tensor))))
+  return found
+
+
 def read_scalars(workdir: str) -> dict[str, dict[int, float]]:
-  """tag -> step -> value of every scalar in `workdir`'s event files (a later file wins a step)."""
+  """tag -> step -> value of every scalar in `workdir`'s event files, in the order they were written.
+
+  A resumed run restarts from its last checkpoint, and its new file (a later one) goes back to steps
+  the interrupted run had logged after that checkpoint: a scalar at a step before the latest one seen
+  drops every value logged at that step or after it (TensorBoard's purge of orphaned data), which the
+  resumed run logs again. So a later file wins a step, and what only the interrupted run logged after
+  its checkpoint (its last steps, an evaluation) is not reported as the run's.
+  """
   scalars: dict[str, dict[int, float]] = {}
+  latest = None
   for path in sorted(epath.Path(workdir).glob(EVENTS), key=_created):
     for event in read_events(path.read_bytes()):
-      for value in event.summary.value:
-        if value.HasField('simple_value'):  # TF1-style summaries.
-          scalars.setdefault(value.tag, {})[event.step] = value.simple_value
-        elif value.metadata.plugin_data.plugin_name == 'scalars':  # tf.summary.scalar, as clu writes.
-          scalars.setdefault(value.tag, {})[event.step] = float(tensor_util.make_ndarray(value.tensor))
-  return scalars
-
+      found = _scalars(event)
+      if not found:  # The file's header, hyper-parameters: no step of the curves.
+        continue
+      if latest is not None and event.step < latest:
+        for steps in scalars.values():
+          for step in [step for step in steps if step >= event.step]:
+            del steps[step]
+      latest = event.step
+      for tag, value in found:
+        scalars.setdefault(tag, {})[event.step] = value
+  return {tag: steps for tag, steps in scalars.items() if steps}

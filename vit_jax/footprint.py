@@ -207,6 +207,8 @@ def check(config: ml_collections.ConfigDict, devices: int) -> dict[str, int]:
   tasks.get(config.task)  # An image size the patches do not divide is the model's error, in trace.
   variants.require_vit(config.variant, "vit_jax.plan (it models the memory of a ViT's blocks)")
   model = variants.get_model_config(config.variant, config.model.to_dict())
+  if config.batch_size < 1:  # suggest() would double accum_steps forever: 0 divides by any of them.
+    raise ValueError(f'config.batch_size={config.batch_size} must be at least 1')
   if config.dtype not in ('float32', 'bfloat16', 'float16') or config.accum_steps < 1:
     raise ValueError(f'config.dtype={config.dtype!r} must be float32, bfloat16 or float16 and '
                      f'config.accum_steps={config.accum_steps} at least 1')

@@ -11,9 +11,12 @@ writes, for checkpoint N of W (default: the latest) and the image file X, to DIR
 
 Attention rollout (Abnar & Zuidema, 2020): each layer's attention averaged over heads, plus the identity
 for the residual connection, rows renormalised; the product over layers 1..l says how much each token
-after layer l draws on each input token. The map is the class token's row over the patches (for a GAP
-model, without a class token, the mean of all rows). The attention weights are those the model's
-attention modules sow into its 'intermediates' collection.
+after layer l draws on each input token. The map weighs those rows as the model pools its tokens into
+its representation: the class token's row (classifier 'token'), the mean of all rows (GAP), the MAP
+head's probe attention averaged over heads (MAP). The attention weights are those the model's
+attention modules sow into its 'intermediates' collection. The pictures show the part of the image the
+model sees: the central square of `pp_eval.crop='central'`, the whole image (squeezed to a square)
+of 'resize'.
 """
 if __name__ == '__main__':  # Before anything allocates or loads jax: see vit_jax/startup.py.
   from vit_jax import startup  # pylint: disable=g-import-not-at-top
@@ -36,26 +39,50 @@ matplotlib.use('Agg')  # Files only: no display needed.
 from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from vit_jax import cli, predict  # pylint: disable=g-import-not-at-top,wrong-import-position
-from vit_jax.models import variants  # pylint: disable=g-import-not-at-top,wrong-import-position
+from vit_jax.models import pooling, variants  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 NUM_COMPONENTS = 28  # As the paper's Figure 7 (left).
 
 _USAGE = '--workdir=W [--step=N] --image=X --out=DIR'
 
 
-def attention_weights(model: nn.Module, params: Any, images: jax.Array) -> np.ndarray:
-  """Every block's attention weights for `images` [b, h, w, 3]: [layers, b, heads, tokens, tokens]."""
+def _sow_probe_weights(next_fun: Any, args: Any, kwargs: Any, context: Any) -> Any:
+  """A flax method interceptor: the MAP head's attention sows its weights as the blocks' do (MAPHead
+  calls it without `sow_weights`, which the tool needs only here)."""
+  if (context.method_name == '__call__' and isinstance(context.module, nn.MultiHeadDotProductAttention)
+      and isinstance(context.module.parent, pooling.MAPHead)):
+    kwargs = {**kwargs, 'sow_weights': True}
+  return next_fun(*args, **kwargs)
+
+
+def _intermediates(model: nn.Module, params: Any, images: jax.Array) -> tuple[nn.Module, Any]:
+  """The float32 clone of `model` the weights are measured on, and what its attention sows."""
   # Measurements in float32, whatever the run computed in; the fused attention kernel sows no weights,
   # and blocks under one nn.scan hide their intermediates.
   model = model.clone(dtype=jnp.float32, attention='xla', scan=False)
-  _, state = model.apply({'params': params}, images, train=False, mutable=['intermediates'])
-  blocks = state['intermediates']['Transformer']
+  with nn.intercept_methods(_sow_probe_weights):
+    _, state = model.apply({'params': params}, images, train=False, mutable=['intermediates'])
+  return model, state['intermediates']
+
+
+def attention_weights(model: nn.Module, params: Any, images: jax.Array) -> np.ndarray:
+  """Every block's attention weights for `images` [b, h, w, 3]: [layers, b, heads, tokens, tokens]."""
+  model, intermediates = _intermediates(model, params, images)
+  blocks = intermediates['Transformer']
   # encoderblock_10 sorts before encoderblock_2 as a string.
   names = sorted(blocks, key=lambda name: int(name.rsplit('_', 1)[1]))
   weights = np.stack([blocks[name]['MultiHeadDotProductAttention_1']['attention_weights'][0]
                       for name in names])
   chex.assert_shape(weights, (model.num_layers, len(images), model.num_heads, None, None))
   return weights
+
+
+def probe_weights(model: nn.Module, params: Any, images: jax.Array) -> np.ndarray:
+  """[b, tokens]: a MAP model's (classifier 'map') pooling, the probe's attention over the encoded
+  tokens, averaged over its heads as the rollout averages each layer's."""
+  _, intermediates = _intermediates(model, params, images)
+  probe = intermediates['MAPHead_0']['MultiHeadDotProductAttention_0']['attention_weights'][0]
+  return np.asarray(probe)[:, :, 0].mean(axis=1)  # [b, heads, 1 probe, tokens].
 
 
 def attention_rollout(attention: np.ndarray) -> np.ndarray:
@@ -70,13 +97,18 @@ def attention_rollout(attention: np.ndarray) -> np.ndarray:
   return np.stack(rollout)
 
 
-def rollout_maps(rollout: np.ndarray, num_prefix_tokens: int) -> np.ndarray:
+def rollout_maps(rollout: np.ndarray, num_prefix_tokens: int,
+                 pooled: Optional[np.ndarray] = None) -> np.ndarray:
   """[layers, gh, gw]: how much the image's representation draws on each patch, up to each layer.
 
-  The class token's row of the rollout; without a class token (GAP: the representation is the mean of
-  the tokens) the mean of the rows.
+  `pooled` [tokens]: each token's weight in the representation (a MAP model's `probe_weights`); by
+  default the class token's row of the rollout, or without a class token (GAP: the representation is
+  the mean of the tokens) the mean of the rows.
   """
-  rows = rollout[:, 0] if num_prefix_tokens else rollout.mean(axis=1)
+  if pooled is None:
+    rows = rollout[:, 0] if num_prefix_tokens else rollout.mean(axis=1)
+  else:
+    rows = pooled @ rollout
   return rows[:, num_prefix_tokens:].reshape(len(rows), *_grid(rows.shape[-1] - num_prefix_tokens))
 
 
@@ -218,17 +250,41 @@ def _join(directory: str, name: str) -> str:
   return str(epath.Path(directory) / name)
 
 
+def seen_part(image: np.ndarray, image_size: int,
+              pp_eval: Mapping[str, Any] = predict.DEFAULT_PP_EVAL) -> np.ndarray:
+  """The part of `image` (uint8 [h, w, 3]) that the eval crop `pp_eval` makes the model input: the
+  central square of 'central' (to the pixel: preprocess.central_crop's arithmetic, in the image's own
+  pixels), all of it for 'resize' (which squeezes it to the square the maps cover)."""
+  pp_eval = {**predict.DEFAULT_PP_EVAL, **pp_eval}
+  if pp_eval['crop'] != 'central':
+    return image
+  shape = np.array(image.shape[:2], np.float64)
+  # The shorter side resized to `target`, then the central image_size square of that.
+  target = round(image_size / pp_eval['crop_fraction'])
+  scaled = np.round(shape * target / shape.min())
+  offset = (scaled - image_size) // 2
+  top, left = np.round(offset * shape / scaled).astype(int)
+  bottom, right = np.round((offset + image_size) * shape / scaled).astype(int)
+  return image[top:bottom, left:right]
+
+
 def write_pictures(model: nn.Module, params: Any, image: np.ndarray, image_size: int,
                    out: str, pp_eval: Mapping[str, Any] = predict.DEFAULT_PP_EVAL) -> list[str]:
   """Writes the pictures for `image` (uint8 [h, w, 3]), prepared by the eval crop `pp_eval`, to `out`
   (five; four for fixed position embeddings); returns their paths."""
   cli.make_out_dir(out)
-  prefix = 1 if model.classifier == 'token' else 0  # A class token, or GAP (no prefix token).
-  query = 'from the class token' if prefix else 'mean over tokens (GAP model: no class token)'
-  attention = attention_weights(model, params, predict.model_input(image, image_size, pp_eval)[None])[:, 0]
+  prefix = 1 if model.classifier == 'token' else 0  # A class token, or GAP / MAP (no prefix token).
+  query = {'token': 'from the class token', 'gap': 'mean over tokens (GAP model: no class token)',
+           'map': "weighted by the MAP head's attention (no class token)"}[model.classifier]
+  inputs = predict.model_input(image, image_size, pp_eval)[None]
+  attention = attention_weights(model, params, inputs)[:, 0]
   tokens = prefix + (image_size // model.input_stride)**2  # The model takes only sizes it divides.
   chex.assert_shape(attention, (model.num_layers, model.num_heads, tokens, tokens))
-  maps = rollout_maps(attention_rollout(attention), prefix)
+  # MAP pools with its probe's attention: the rollout's rows weighted by it, not their mean.
+  pooled = probe_weights(model, params, inputs)[0] if model.classifier == 'map' else None
+  maps = rollout_maps(attention_rollout(attention), prefix, pooled)
+  # The maps cover what the model sees, so the pictures show that part of the image.
+  image = seen_part(image, image_size, pp_eval)
   kernel = np.asarray(params['embedding']['kernel'])
   pictures = [
       plot_rollout(image, maps, query, _join(out, 'attention_rollout.png')),

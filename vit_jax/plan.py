@@ -27,8 +27,9 @@ def _gib(n: float) -> str:
 
 
 def render(config: ml_collections.ConfigDict, traced: footprint.Traced, plans: list[footprint.Estimate],
-           found: list[footprint.Estimate], target: chips.Target) -> str:
-  """The plans as a markdown table, a column per remat policy, then the suggestions."""
+           found: list[footprint.Estimate] | None, target: chips.Target) -> str:
+  """The plans as a markdown table, a column per remat policy, then the suggestions (None: none were
+  asked for, --suggestions=0)."""
   mesh, chip = plans[0].mesh, target.chip
   images = config.batch_size // (mesh.get('data', 1) * mesh.get('fsdp', 1))
   count = sum(x.size for x in jax.tree.leaves(traced.state['params']))
@@ -51,6 +52,8 @@ def render(config: ml_collections.ConfigDict, traced: footprint.Traced, plans: l
           (f'fits in {_gib(target.usable_bytes)} GiB', lambda p: 'yes' if target.fits(p) else 'NO'),
           ('step time (s)', lambda p: f'{p.step_s:.3f}')]
   lines += [f'| {name} | ' + ' | '.join(cell(p) for p in plans) + ' |' for name, cell in rows]
+  if found is None:
+    return '\n'.join(lines)
   if not found:
     return '\n'.join(lines + ['', 'Nothing searched fits: more devices, a smaller batch or a larger chip.'])
   return '\n'.join(lines + ['', 'Suggestions that fit, fastest first:', '',
@@ -80,7 +83,7 @@ def _define_flags() -> None:
   flags.DEFINE_integer('num_classes', 1000, "The head's classes (the data is not read).")
   flags.DEFINE_float('mfu', 0.4, 'Model FLOPs utilisation assumed for the step time, in (0, 1].')
   flags.DEFINE_float('headroom', 0.1, "Fraction of the chip's memory left to the runtime, in [0, 1).")
-  flags.DEFINE_integer('suggestions', 5, 'Suggestions to print at most.')
+  flags.DEFINE_integer('suggestions', 5, 'Suggestions to print at most (0: no search).')
   flags.DEFINE_boolean('json', False, 'Print one JSON object instead of the tables.')
   flags.mark_flags_as_required(['config', 'devices', 'chip'])
 
@@ -88,12 +91,19 @@ def _define_flags() -> None:
 def _parse(argv: list[str]) -> list[str]:
   config_files.make_importable(argv)  # The config file's `from configs import ...`, from any directory.
   try:
-    return flags.FLAGS(argv)
+    argv = flags.FLAGS(argv)
   except flags.Error as e:
     cli.fail(f'{str(e).splitlines()[0]}: use {_USAGE}')
   except (AttributeError, KeyError, TypeError, ValueError) as e:  # A config override, as vit_jax/main.py.
     cli.fail(f'bad config override ({str(e.args[0]).splitlines()[0]}): use --config.FIELD=VALUE with a '
              'field of the config')
+  try:
+    # config_flags keeps a file it could not load as an object that raises on first use, a traceback
+    # of many lines: ask now, and say its last line (e.g. "[Errno 2] No such file or directory: ...").
+    flags.FLAGS.config.get('variant')
+  except OSError as e:
+    cli.fail(f'cannot load the --config file: {str(e).strip().splitlines()[-1].strip()}')
+  return argv
 
 
 def main(argv: list[str]) -> None:
@@ -105,14 +115,17 @@ def main(argv: list[str]) -> None:
     target = chips.Target(chips.get(args.chip), args.devices, args.mfu, args.headroom)  # All checked first.
     if not 0 < args.mfu <= 1 or not 0 <= args.headroom < 1:
       raise ValueError(f'--mfu={args.mfu} must be in (0, 1] and --headroom={args.headroom} in [0, 1)')
+    if args.num_classes < 1 or args.suggestions < 0:
+      raise ValueError(f'--num_classes={args.num_classes} must be at least 1 and '
+                       f'--suggestions={args.suggestions} at least 0')
     mesh = footprint.check(config, args.devices)
     traced = footprint.trace(config, args.num_classes)
   except ValueError as e:
     cli.fail(str(e))
   plans = [footprint.estimate(config, traced, mesh, remat, config.accum_steps, target)
            for remat in dict.fromkeys((config.model.remat, *footprint.REMATS))]
-  found = footprint.suggest(config, traced, target)[:args.suggestions]
-  print(json.dumps(as_json(config, plans, found, target)) if args.json else
+  found = footprint.suggest(config, traced, target)[:args.suggestions] if args.suggestions else None
+  print(json.dumps(as_json(config, plans, found or [], target)) if args.json else
         render(config, traced, plans, found, target))
 
 

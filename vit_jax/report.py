@@ -220,7 +220,21 @@ def _value(config: dict[str, Any], field: str) -> str:
 def pivot(runs: Sequence[Run], rows: str, columns: str, metric: str = 'eval_top1') -> str:
   """Markdown: a row per value of the config field `rows`, a column per value of `columns` (unset:
   '(default)'), each cell the last logged `metric` of the run with that pair ('-': no such run, or
-  not logged yet); a one-line ValueError when two runs share a cell."""
+  not logged yet); a one-line ValueError when two runs share a cell, a field is in no run's config,
+  or no run has logged `metric`.
+  """
+  configs = [run.config for run in runs if run.config]
+  for field in (rows, columns):
+    # A misspelt field, or a group of fields (config.json's are flat: lr.base, not lr), would be
+    # '(default)' in every run: two runs in one cell, or a table of one row, saying nothing of why.
+    if configs and not any(field in config for config in configs):
+      under = sorted(key for config in configs for key in config if key.startswith(f'{field}.'))
+      hint = (f'the fields under it are {", ".join(dict.fromkeys(under))}' if under else
+              'pass a dotted field name of the runs\' config.json, e.g. lr.base')
+      raise ValueError(f'--pivot field {field!r} is in no run\'s config: {hint}')
+  if not any(run.scalars.get(metric) for run in runs):  # A misspelt metric: a table of '-' only.
+    raise ValueError(f'no run logged {metric!r}: use --metric= one of '
+                     f'{", ".join(eval_metrics(runs)) or "(none yet)"}')
   cells: dict[tuple[str, str], str] = {}
   for run in runs:
     key = (_value(run.config, rows), _value(run.config, columns))

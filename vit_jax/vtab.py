@@ -50,6 +50,12 @@ def _last_value(run: report.Run, metric: str) -> float | None:
   return run.scalars.get(metric, {}).get(run.config.get('total_steps'))
 
 
+def _rank(value: float) -> float:
+  """A val200 top-1 to choose by: a non-finite one (a diverged run's, or a mean holding one) ranks
+  below every other, where `max` would keep a NaN met first, e.g. at the lowest rate."""
+  return value if np.isfinite(value) else -np.inf
+
+
 def vtab_runs(runs: Sequence[report.Run]) -> dict[str, dict[str, list[report.Run]]]:
   """task -> {'sweep': runs, 'final': runs}: the VTAB runs that have logged their last step's test
   top-1 (and val200 top-1, in the sweep phase)."""
@@ -73,7 +79,7 @@ def task_row(name: str, sweep: Sequence[report.Run], final: Sequence[report.Run]
     final = [run for run in final if run.config['lr.base'] == rate]
   # Of equally good rates, the lowest.
   best = max(sorted(sweep, key=lambda r: r.config['lr.base']), default=None,
-             key=lambda r: _last_value(r, VAL_METRIC))
+             key=lambda r: _rank(_last_value(r, VAL_METRIC)))
   lr = best.config['lr.base'] if best else None
   finals = [run for run in final if lr is None or run.config['lr.base'] == lr]
   if len(finals) > 1:
@@ -103,7 +109,7 @@ def shared_rate(found: dict[str, dict[str, list[report.Run]]]) -> float | None:
     raise ValueError(f'no learning rate was swept on all of the {len(swept)} swept tasks '
                      f'(rates: {", ".join(f"{lr:g}" for lr in sorted(by_rate))}): finish the sweep, or '
                      'use --select=per_task')
-  return max(sorted(complete), key=lambda lr: np.mean(list(complete[lr].values())), default=None)
+  return max(sorted(complete), key=lambda lr: _rank(np.mean(list(complete[lr].values()))), default=None)
 
 
 # --select: how a task's learning rate is chosen, from the VTAB runs found (None: each task's best).

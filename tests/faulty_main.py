@@ -12,7 +12,7 @@ import signal
 import sys
 import time
 
-from vit_jax import cli
+from vit_jax import cli, config_files
 from vit_jax import main as vit_main
 
 
@@ -94,4 +94,4 @@ FAULTS = {
 if __name__ == '__main__':
   kind, *args = os.environ['FAULT'].split(':')
   FAULTS[kind](*args)
-  cli.run(vit_main.main, flags_parser=vit_main.parse_flags)
+  cli.run(vit_main.main, flags_parser=config_files.parse_flags)

@@ -329,14 +329,14 @@ def test_a_full_disk_stops_the_run_in_one_line_and_the_earlier_checkpoints_stay(
 READ_ONLY_AT_16 = '''
 import errno, os
 from orbax.checkpoint._src.path import async_path
-from vit_jax import cli, main
+from vit_jax import cli, config_files, main
 mkdir = async_path.mkdir
 async def read_only(path, *args, **kwargs):
   if os.path.basename(str(path)).startswith('16.'):
     raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
   return await mkdir(path, *args, **kwargs)
 async_path.mkdir = read_only
-cli.run(main.main, flags_parser=main.parse_flags)
+cli.run(main.main, flags_parser=config_files.parse_flags)
 '''
 
 

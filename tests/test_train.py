@@ -2,6 +2,7 @@
 import os
 import shutil
 import subprocess
+import sys
 
 import chex
 import jax
@@ -125,6 +126,17 @@ def test_command_line_errors_are_one_line(tmp_path, data_dir, args, message):
   errors = [line for line in run.stderr.splitlines() if line.startswith('error: ')]
   assert len(errors) == 1 and 'Traceback' not in run.stderr, run.stderr[-2000:]
   assert __import__('re').search(message, errors[0]), errors[0]
+
+
+def test_a_config_file_that_does_not_exist_is_one_line(tmp_path):
+  # config_flags raised the missing file's error at first use: a traceback of 40 lines.
+  run = subprocess.run([sys.executable, '-m', 'vit_jax.main', '--config=configs/no_such_file.py',
+                        f'--workdir={tmp_path / "w"}'], cwd=helpers.REPO, capture_output=True, text=True,
+                       timeout=300)
+  assert run.returncode == 2 and run.stderr.strip().splitlines() == [
+      "error: cannot load the --config file: [Errno 2] No such file or directory: "
+      "'configs/no_such_file.py'"], run.stderr
+  assert not (tmp_path / 'w').exists()
 
 
 # Fine-tuning from a checkpoint: config.init_from.

@@ -36,26 +36,6 @@ _DISTRIBUTED_TIMEOUT = flags.DEFINE_integer(
     'distributed_timeout', 300, 'Seconds to wait for all processes to reach the coordinator.')
 
 
-def parse_flags(argv: list[str]) -> list[str]:
-  """absl flag parsing, with bad config overrides reported in one line instead of a traceback."""
-  config_files.make_importable(argv)  # The config file's `from configs import ...`, from any directory.
-  try:
-    return flags.FLAGS(argv)
-  except flags.Error as e:
-    lines = str(e).strip().splitlines()
-    # A config file's own error (e.g. configs/vtab.py:TASK's unknown task) ends the traceback that
-    # ml_collections puts in the message: its last line, without the exception's type, is the fix.
-    cli.fail(lines[-1].split(': ', 1)[-1] if 'Traceback' in str(e) else lines[0])
-  except (AttributeError, KeyError) as e:
-    # ml_collections words it as "'name'\nDid you mean ...", and KeyError quotes that once more.
-    detail = str(e.args[0]).replace('\\n', ' ').replace("\\'", '').replace("'", '').strip('"')
-    overrides = [a for a in argv if a.startswith('--config.')]
-    cli.fail(f'the config has no field {detail} (overrides given: {" ".join(overrides)}); '
-          'fix the name or add the field to the config file')
-  except (TypeError, ValueError) as e:
-    cli.fail(f'bad config override: {e}')
-
-
 class _OwnInfoOnly(python_logging.Filter):
   """INFO lines from vit_jax and clu (metrics, progress, ETA) only; libraries speak from WARNING up."""
 
@@ -142,4 +122,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == '__main__':
-  cli.run(main, flags_parser=parse_flags)
+  cli.run(main, flags_parser=config_files.parse_flags)

@@ -88,24 +88,6 @@ def _define_flags() -> None:
   flags.mark_flags_as_required(['config', 'devices', 'chip'])
 
 
-def _parse(argv: list[str]) -> list[str]:
-  config_files.make_importable(argv)  # The config file's `from configs import ...`, from any directory.
-  try:
-    argv = flags.FLAGS(argv)
-  except flags.Error as e:
-    cli.fail(f'{str(e).splitlines()[0]}: use {_USAGE}')
-  except (AttributeError, KeyError, TypeError, ValueError) as e:  # A config override, as vit_jax/main.py.
-    cli.fail(f'bad config override ({str(e.args[0]).splitlines()[0]}): use --config.FIELD=VALUE with a '
-             'field of the config')
-  try:
-    # config_flags keeps a file it could not load as an object that raises on first use, a traceback
-    # of many lines: ask now, and say its last line (e.g. "[Errno 2] No such file or directory: ...").
-    flags.FLAGS.config.get('variant')
-  except OSError as e:
-    cli.fail(f'cannot load the --config file: {str(e).strip().splitlines()[-1].strip()}')
-  return argv
-
-
 def main(argv: list[str]) -> None:
   args = flags.FLAGS
   if len(argv) > 1:
@@ -131,4 +113,4 @@ def main(argv: list[str]) -> None:
 
 if __name__ == '__main__':
   _define_flags()
-  cli.run(main, flags_parser=_parse)
+  cli.run(main, flags_parser=config_files.parse_flags)

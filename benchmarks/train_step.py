@@ -19,7 +19,11 @@ with matmuls on XLA's own kernels on AVX2 CPUs (vit_jax/cpu_kernels.py, VIT_JAX_
 default). It times the peer (forward, backward, clipping, AdamW; or forward under
 `torch.inference_mode()`) in rounds that alternate with ours, so both see the same load on a shared
 machine. The fastest step is what each does with the machine to itself; on a busy machine the medians
-mostly measure the neighbours.
+mostly measure the neighbours. A shared VM also drifts by 10-15% over minutes, so the ratio to read is
+the paired one: each round's ours/peer ratio (the two sides a few seconds apart), their median and range.
+Each side first runs `--warmup` untimed steps: the first steps map the step's memory, and on a VM the
+first touch of each page costs the host's fault too (ours' first step: ~8 s of system time for 2 GB at
+ViT-Ti/16 batch 32; mimalloc settles on its addresses within 1-3 steps).
 """
 import os  # pylint: disable=g-bad-import-order
 import sys
@@ -250,6 +254,12 @@ def time_steps(step: Callable[[], None], n: int,
   return times
 
 
+def paired_ratio(our_rounds: list[list[float]], peer_rounds: list[list[float]]) -> tuple[float, float, float]:
+  """Ours/peer images/s of each round (its step times' sums), as (median, lowest, highest) over rounds."""
+  ratios = [sum(peer) / sum(ours) for ours, peer in zip(our_rounds, peer_rounds, strict=True)]
+  return statistics.median(ratios), min(ratios), max(ratios)
+
+
 def profile(ours: Ours, steps: int, top: int) -> None:
   """Where our step's time goes: XLA ops grouped by source (blocks merged), from a jax.profiler trace.
 
@@ -321,7 +331,8 @@ def make_parser() -> argparse.ArgumentParser:
                       help="the peer's malloc: the C library's in a child process, as timm's users "
                       'run it, or the same as ours, in this process')
   parser.add_argument('--serve-peer', action='store_true', help=argparse.SUPPRESS)
-  parser.add_argument('--warmup', type=int, default=2, help='untimed steps of each, after compiling')
+  parser.add_argument('--warmup', type=int, default=4,
+                      help='untimed steps of each, after compiling (the first ones map their memory)')
   parser.add_argument('--steps', type=int, default=2, help='timed steps of each per round')
   parser.add_argument('--rounds', type=int, default=8, help='rounds alternating ours and the peer')
   parser.add_argument('--peak-tflops', default=None,
@@ -370,12 +381,13 @@ def main() -> None:
   if args.peer:
     peer = PeerProcess() if args.peer_allocator == 'system' else Timm(model, config, args.mode)
     peer.run(args.warmup)
-  our_times, peer_times = [], []
+  our_rounds, peer_rounds = [], []
   our_kernel, peer_kernel = collections.Counter(), collections.Counter()
   for _ in range(args.rounds):
-    our_times += time_steps(ours.step, args.steps, our_kernel)
+    our_rounds.append(time_steps(ours.step, args.steps, our_kernel))
     if peer:
-      peer_times += peer.run(args.steps, peer_kernel)
+      peer_rounds.append(peer.run(args.steps, peer_kernel))
+  our_times, peer_times = sum(our_rounds, []), sum(peer_rounds, [])
 
   if args.profile:
     profile(ours, steps=5, top=args.profile)
@@ -388,6 +400,8 @@ def main() -> None:
     print(f'# ours/timm images/s: {statistics.median(peer_times) / statistics.median(our_times):.2f}x '
           f'at the median, {min(peer_times) / min(our_times):.2f}x at the fastest step '
           f'({len(our_times)} steps each)')
+    print('# ours/timm images/s paired by round: %.2fx median (%.2f-%.2fx over %d rounds)'
+          % (*paired_ratio(our_rounds, peer_rounds), args.rounds))
 
 
 if __name__ == '__main__':

@@ -39,8 +39,20 @@ def test_train_step_compares_with_timm_in_one_run():
   assert len(rows) == 2 and '| scan |' in rows[0], out
   assert all(line.split('|')[14].strip().endswith('%') for line in rows), out  # MFU of the measured peak.
   assert '# ours/timm images/s: ' in out
+  assert re.search(r'^# ours/timm images/s paired by round: [\d.]+x median \([\d.]+-[\d.]+x over 2 rounds\)$',
+                   out, re.M), out
   assert re.search(r'^# machine: .*, AVX-512: (yes|no).*transparent huge pages: \w+; \d{4}-\d\d-\d\d$', out,
                    re.M), out
+
+
+def test_paired_ratio_compares_each_round_with_its_neighbour():
+  # Ours is 2x the peer's speed in every round while the machine slows 3x between rounds: each round's
+  # ratio of sums is 2x.
+  ours, peer = [[1.0, 1.0], [3.0, 3.0], [1.5, 1.5]], [[2.0, 2.0], [6.0, 6.0], [2.4, 3.6]]
+  assert train_step.paired_ratio(ours, peer) == (2.0, 2.0, 2.0)
+  assert train_step.paired_ratio([[1.0], [1.0], [1.0]], [[0.9], [1.2], [1.0]]) == (1.0, 0.9, 1.2)
+  with pytest.raises(ValueError):
+    train_step.paired_ratio([[1.0]], [])
 
 
 def test_input_pipeline_reads_array_record():

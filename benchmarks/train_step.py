@@ -23,7 +23,8 @@ mostly measure the neighbours. A shared VM also drifts by 10-15% over minutes, s
 the paired one: each round's ours/peer ratio (the two sides a few seconds apart), their median and range.
 Each side first runs `--warmup` untimed steps: the first steps map the step's memory, and on a VM the
 first touch of each page costs the host's fault too (ours' first step: ~8 s of system time for 2 GB at
-ViT-Ti/16 batch 32; mimalloc settles on its addresses within 1-3 steps).
+ViT-Ti/16 batch 32; mimalloc settles on its addresses within 1-3 steps, though about once in 16 steps
+it moves the temporaries to memory it never touched, which the faults column shows; RESULTS.md).
 """
 import os  # pylint: disable=g-bad-import-order
 import sys

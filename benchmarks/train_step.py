@@ -164,11 +164,13 @@ class Ours:
 class Timm:
   """timm's VisionTransformer of the same shape: forward, backward, clipping and AdamW in PyTorch."""
 
-  def __init__(self, model: dict[str, Any], config: ml_collections.ConfigDict, mode: str):
-    sys.modules.setdefault('triton', None)  # Its import crashes after TensorFlow's; CPU never needs it.
+  def __init__(self, model: dict[str, Any], config: ml_collections.ConfigDict, mode: str,
+               device: str = 'cpu'):
+    if device == 'cpu':
+      sys.modules.setdefault('triton', None)  # Its import crashes after TensorFlow's; CPU never needs it.
     import timm.models.vision_transformer  # pylint: disable=g-import-not-at-top
     import torch  # pylint: disable=g-import-not-at-top
-    self.torch, self.mode = torch, mode
+    self.torch, self.mode, self.device = torch, mode, device
     torch.set_num_threads(cpuinfo.usable_cores())
     torch.manual_seed(0)
     self.net = timm.models.vision_transformer.VisionTransformer(
@@ -178,21 +180,25 @@ class Timm:
         global_pool='token' if model['classifier'] == 'token' else 'avg',
         class_token=model['classifier'] == 'token',
         act_layer=functools.partial(torch.nn.GELU, approximate='tanh'))  # Ours is the tanh GELU.
-    self.net.train(mode == 'train')
-    self.images = torch.rand(config.batch_size, 3, config.image_size, config.image_size) * 2 - 1
-    self.labels = torch.randint(0, NUM_CLASSES, (config.batch_size,))
+    self.net.train(mode == 'train').to(device)
+    self.images = (torch.rand(config.batch_size, 3, config.image_size, config.image_size) * 2 - 1).to(device)
+    self.labels = torch.randint(0, NUM_CLASSES, (config.batch_size,)).to(device)
     self.optimizer = torch.optim.AdamW(self.net.parameters(), lr=1e-4, betas=(0.9, 0.999),
                                        weight_decay=0.1)
     self.dtype = getattr(torch, config.dtype)
 
   def run(self, n: int, kernel: collections.Counter | None = None) -> list[float]:
-    times = time_steps(self.step, n, kernel)
-    self.max_rss_gb = max_rss_gb()  # After the steps, as the child process reports its own.
-    return times
+    return time_steps(self.step, n, kernel)
+
+  def memory(self) -> str:
+    """Peak memory, after the steps, as the child process reports its own."""
+    if self.device == 'cuda':
+      return f'{self.torch.cuda.max_memory_allocated() / 2**30:.2f} GB (device 0)'
+    return f'{max_rss_gb():.2f} GB (process max RSS)'
 
   def step(self) -> None:
     torch = self.torch
-    with torch.autocast('cpu', dtype=self.dtype, enabled=self.dtype != torch.float32):
+    with torch.autocast(self.device, dtype=self.dtype, enabled=self.dtype != torch.float32):
       if self.mode == 'train':
         loss = torch.nn.functional.cross_entropy(self.net(self.images), self.labels)
         self.optimizer.zero_grad(set_to_none=True)
@@ -202,17 +208,20 @@ class Timm:
       else:
         with torch.inference_mode():
           self.net(self.images)
+    if self.device == 'cuda':
+      torch.cuda.synchronize()  # As ours blocks until its step is done.
 
 
 class PeerProcess:
   """The peer in a child process with the C library's malloc, as its users run it; it times `n` steps
   when asked, so its rounds still alternate with ours."""
 
-  def __init__(self):
-    self._child = subprocess.Popen([sys.executable, *sys.orig_argv[1:], '--serve-peer'],
+  def __init__(self, device: str):
+    self._child = subprocess.Popen([sys.executable, *sys.orig_argv[1:], '--serve-peer',
+                                    f'--peer-device={device}'],
                                    env=allocator.system_malloc_env(),
                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    self.max_rss_gb = 0.0
+    self._memory = ''
 
   def run(self, n: int, kernel: collections.Counter | None = None) -> list[float]:
     self._child.stdin.write(f'{n}\n')
@@ -223,8 +232,11 @@ class PeerProcess:
     reply = json.loads(line[len(_PEER_REPLY):])
     if kernel is not None:
       kernel.update(faults=reply['faults'], sys_s=reply['sys_s'])
-    self.max_rss_gb = reply['max_rss_gb']
+    self._memory = reply['memory']
     return reply['times']
+
+  def memory(self) -> str:
+    return self._memory
 
 
 _PEER_REPLY = 'peer: '
@@ -235,7 +247,7 @@ def serve_peer(peer: 'Timm') -> None:
   for line in sys.stdin:
     kernel = collections.Counter(faults=0, sys_s=0.0)
     times = time_steps(peer.step, int(line), kernel)
-    print(_PEER_REPLY + json.dumps({'times': times, 'max_rss_gb': max_rss_gb(), **kernel}), flush=True)
+    print(_PEER_REPLY + json.dumps({'times': times, 'memory': peer.memory(), **kernel}), flush=True)
 
 
 def time_steps(step: Callable[[], None], n: int,
@@ -332,6 +344,7 @@ def make_parser() -> argparse.ArgumentParser:
                       help="the peer's malloc: the C library's in a child process, as timm's users "
                       'run it, or the same as ours, in this process')
   parser.add_argument('--serve-peer', action='store_true', help=argparse.SUPPRESS)
+  parser.add_argument('--peer-device', default='cpu', choices=('cpu', 'cuda'), help=argparse.SUPPRESS)
   parser.add_argument('--warmup', type=int, default=4,
                       help='untimed steps of each, after compiling (the first ones map their memory)')
   parser.add_argument('--steps', type=int, default=2, help='timed steps of each per round')
@@ -352,7 +365,7 @@ def main() -> None:
   model = variants.get_model_config(config.variant, config.model.to_dict())
   flops = vit_flops(model, args.image_size) * (3 if args.mode == 'train' else 1)
   if args.serve_peer:
-    serve_peer(Timm(model, config, args.mode))
+    serve_peer(Timm(model, config, args.mode, args.peer_device))
     return
   device = jax.devices()[0]
   if args.peak_tflops == 'gemm':
@@ -373,6 +386,9 @@ def main() -> None:
         f'{ours.trace_s:.1f} s, trace+compile {ours.compile_s:.1f} s; FLOPs/step: analytic '
         f'{flops * args.batch / 1e9:.1f} G, XLA cost analysis {ours.xla_flops / 1e9:.1f} G'
         + (' (scan body counted once)' if args.scan else ''))
+  if device.platform == 'gpu' and args.attention != 'xla':  # jax.nn.dot_product_attention may fall back.
+    fused = len(re.findall(r'custom_call_target="__cudnn\$fmha', ours.compiled.as_text()))
+    print(f'# cuDNN fused attention calls in our compiled program: {fused}')
   if args.compile_only:
     return
   ours.allocate()
@@ -380,7 +396,10 @@ def main() -> None:
   our_memory = peak_memory()  # Before the peer exists: the process is ours alone.
   peer = None
   if args.peer:
-    peer = PeerProcess() if args.peer_allocator == 'system' else Timm(model, config, args.mode)
+    # On a GPU, timm runs on it too (JAX leaves it room: XLA_PYTHON_CLIENT_MEM_FRACTION).
+    peer_device = 'cuda' if device.platform == 'gpu' else 'cpu'
+    peer = (PeerProcess(peer_device) if args.peer_allocator == 'system'
+            else Timm(model, config, args.mode, peer_device))
     peer.run(args.warmup)
   our_rounds, peer_rounds = [], []
   our_kernel, peer_kernel = collections.Counter(), collections.Counter()
@@ -396,8 +415,7 @@ def main() -> None:
     print(HEADER)
   print(row('vit_jax', args, our_times, f'{ours.compile_s:.1f}', flops, peak, our_memory, our_kernel))
   if peer:
-    print(row('timm', args, peer_times, '-', flops, peak,
-              f'{peer.max_rss_gb:.2f} GB (process max RSS)', peer_kernel))
+    print(row('timm', args, peer_times, '-', flops, peak, peer.memory(), peer_kernel))
     print(f'# ours/timm images/s: {statistics.median(peer_times) / statistics.median(our_times):.2f}x '
           f'at the median, {min(peer_times) / min(our_times):.2f}x at the fastest step '
           f'({len(our_times)} steps each)')

@@ -128,6 +128,32 @@ def test_dot_product_attention_computes_the_same_attention(monkeypatch):
   assert len(calls) == 2  # One per block.
 
 
+@pytest.mark.skipif(jax.default_backend() != 'gpu', reason='cuDNN runs on NVIDIA GPUs only')
+def test_dot_product_attention_is_cudnn_fused_attention_on_gpu():
+  """In bfloat16 on a GPU, at ViT-B/16's 197 tokens, it compiles to cuDNN's fused kernel (the path the
+  H100 row of benchmarks/RESULTS.md measures), forward and backward, with XLA's attention's numbers."""
+  query, key, value = jax.random.normal(jax.random.key(2), (3, 4, 197, 12, 64), jnp.bfloat16)
+  loss_fns = [lambda q, k, v, fn=fn: jnp.sum(jnp.sin(fn(q, k, v).astype(jnp.float32)))
+              for fn in (attention.fused_attention, attention.head_major_attention)]
+  fused_grad = jax.jit(jax.value_and_grad(loss_fns[0], argnums=(0, 1, 2)))
+  assert fused_grad.lower(query, key, value).compile().as_text().count('__cudnn$fmha') >= 2
+  as_float32 = tuple(x.astype(jnp.float32) for x in (query, key, value))
+  fused, reference = fused_grad(query, key, value), jax.value_and_grad(loss_fns[1], (0, 1, 2))(*as_float32)
+  chex.assert_trees_all_equal_shapes(fused[1], as_float32)
+  for ours, ref in zip(jax.tree.leaves(fused), jax.tree.leaves(reference)):  # bfloat16: 8 bits of mantissa.
+    assert jnp.linalg.norm(jnp.float32(ours) - ref) < 0.02 * jnp.linalg.norm(ref) + 0.05
+
+
+def test_attention_over_padded_tokens_is_the_attention_over_the_tokens():
+  """What cuDNN's kernel gets on a GPU (197 tokens padded to 200, the padding masked), here through XLA."""
+  query, key, value = jax.random.normal(jax.random.key(3), (3, 2, 197, 3, 16))
+  loss_fns = [lambda q, k, v, fn=fn: jnp.sum(jnp.sin(fn(q, k, v))) for fn in (
+      functools.partial(attention.padded_attention, implementation='xla'), jax.nn.dot_product_attention)]
+  with jax.default_matmul_precision('highest'):  # Not TF32 on a GPU.
+    padded, plain = (jax.value_and_grad(fn, (0, 1, 2))(query, key, value) for fn in loss_fns)
+  chex.assert_trees_all_close(padded, plain, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize('deterministic', [True, False])
 def test_head_major_attention_equals_flax_attention_with_its_dropout(deterministic):
   """The default attention ('xla') is flax's computation in a layout XLA:CPU runs faster."""

@@ -8,6 +8,7 @@ from typing import Any, Optional
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from absl import logging
 
 
 def fused_attention(query: jnp.ndarray, key: jnp.ndarray, value: jnp.ndarray, *,
@@ -15,8 +16,10 @@ def fused_attention(query: jnp.ndarray, key: jnp.ndarray, value: jnp.ndarray, *,
                     bias: Optional[jnp.ndarray] = None) -> jnp.ndarray:
   """`jax.nn.dot_product_attention` as an `attention_fn` of `nn.MultiHeadDotProductAttention`.
 
-  Both take [batch, tokens, heads, head_dim]; JAX picks cuDNN flash attention on GPU (for bfloat16 and
-  float16) and XLA elsewhere. The fused kernel has no dropout on the attention weights, and takes no
+  Both take [batch, tokens, heads, head_dim]. On a GPU in bfloat16 or float16 it asks for cuDNN's
+  flash attention, which JAX's default (`implementation=None`) never picks: that is XLA's attention
+  everywhere. Where cuDNN cannot run it (an older GPU or cuDNN, a head size it lacks) it falls back to
+  XLA's, with a warning. The fused kernel has no dropout on the attention weights, and takes no
   learned logit bias (`bias`, relative position embeddings): cuDNN's gives no gradient for it.
   """
   if bias is not None:
@@ -25,7 +28,28 @@ def fused_attention(query: jnp.ndarray, key: jnp.ndarray, value: jnp.ndarray, *,
   if dropout_rate > 0.0 and not deterministic:
     raise ValueError(f"attention='dot_product_attention' has no dropout on the attention weights "
                      f'(attention_dropout_rate={dropout_rate}): set it to 0 or use attention=\'xla\'')
-  return jax.nn.dot_product_attention(query, key, value)
+  if jax.default_backend() == 'gpu' and query.dtype in (jnp.bfloat16, jnp.float16):
+    try:
+      return padded_attention(query, key, value, implementation='cudnn')
+    except (NotImplementedError, RuntimeError) as e:  # What JAX raises where cuDNN's kernel cannot run.
+      logging.warning('cuDNN flash attention cannot run here (%s): XLA computes the attention', e)
+  return jax.nn.dot_product_attention(query, key, value, implementation='xla')
+
+
+def padded_attention(query: jnp.ndarray, key: jnp.ndarray, value: jnp.ndarray, *, implementation: str,
+                     multiple: int = 8) -> jnp.ndarray:
+  """`jax.nn.dot_product_attention` over the tokens padded to a multiple of `multiple`, the padding
+  masked out of the keys and cut from the result. cuDNN's kernel refuses a ViT's odd token counts
+  (197 = 14x14 patches and a class token) when training."""
+  tokens = query.shape[1]
+  padding = -tokens % multiple
+  if not padding:
+    return jax.nn.dot_product_attention(query, key, value, implementation=implementation)
+  query, key, value = (jnp.pad(x, ((0, 0), (0, padding), (0, 0), (0, 0))) for x in (query, key, value))
+  lengths = jnp.full((query.shape[0],), tokens, jnp.int32)
+  out = jax.nn.dot_product_attention(query, key, value, query_seq_lengths=lengths,
+                                     key_value_seq_lengths=lengths, implementation=implementation)
+  return out[:, :tokens]
 
 
 def head_major_attention(query: jnp.ndarray, key: jnp.ndarray, value: jnp.ndarray, *,

@@ -12,8 +12,9 @@ pass. One markdown row per framework: images/s at the median and at the fastest 
 compile s, model TFLOP/s and MFU at the median, peak memory. Model FLOPs are the analytic count of
 `vit_flops` (training: 3x the forward pass), printed beside XLA's cost analysis of the compiled program.
 
-`--peer=timm` builds timm's VisionTransformer of the same shape in PyTorch, with as many threads as JAX's
-CPU client, each as its users run it: ours with mimalloc preloaded (vit_jax/allocator.py), timm in a
+`--peer=timm` builds timm's VisionTransformer of the same shape in PyTorch, on the GPU where ours runs on
+one (JAX then needs XLA_PYTHON_CLIENT_MEM_FRACTION=0.45 or so, to leave timm room), else with as many
+threads as JAX's CPU client, each as its users run it: ours with mimalloc preloaded (vit_jax/allocator.py), timm in a
 child process with the C library's malloc (`--peer-allocator=same`: in this process, with ours); ours
 with matmuls on XLA's own kernels on AVX2 CPUs (vit_jax/cpu_kernels.py, VIT_JAX_CPU_KERNELS=xla for XLA's
 default). It times the peer (forward, backward, clipping, AdamW; or forward under

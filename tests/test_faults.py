@@ -505,6 +505,19 @@ KILLS = ['kill_before_step:1', 'kill_before_step:7', 'kill_in_save:10', 'kill_be
          'kill_in_eval:60', 'kill_before_commit:60']
 
 
+def _end_of(stderr: str) -> str:
+  """What a failed run's stderr says of its end: from a native crash's report on (the crashing thread
+  comes first in it, and a tail of the whole would show only the other threads), else its last lines."""
+  crash = stderr.find('Fatal Python error')
+  return stderr[crash:crash + 6000] if crash >= 0 else stderr[-3000:]
+
+
+def test_the_end_of_a_crashed_run_starts_at_its_crash_report():
+  crash = 'Fatal Python error: Segmentation fault\n\nCurrent thread 0x1 (most recent call first):\n'
+  assert _end_of('training...\n' + crash + 'Thread 0x2:\n' * 2000).startswith(crash)
+  assert _end_of('a' * 5000 + 'last line') == 'a' * 2991 + 'last line'
+
+
 @pytest.mark.slow
 def test_killed_at_ten_points_the_resumed_run_ends_bit_identical(tmp_path, sorted_digits_folder):
   overrides = {**helpers.TINY, 'dataset': 'folder', 'data_dir': sorted_digits_folder, **RECIPE_KNOBS,
@@ -517,7 +530,7 @@ def test_killed_at_ten_points_the_resumed_run_ends_bit_identical(tmp_path, sorte
     run = subprocess.run(_faulty_main(killed, overrides) if fault else
                          helpers.main_args('configs/demo.py', killed, overrides), cwd=helpers.REPO,
                          env=env, capture_output=True, text=True, timeout=600)
-    assert run.returncode == (-signal.SIGKILL if fault else 0), (fault, run.stderr[-3000:])
+    assert run.returncode == (-signal.SIGKILL if fault else 0), (fault, run.returncode, _end_of(run.stderr))
     # Each start resumes from the newest committed checkpoint: a kill loses only the steps after it.
     assert f'Training 60 steps from step {newest}:' in run.stderr, (fault, newest, run.stderr[-3000:])
     if fault and fault.startswith(('kill_in_save', 'kill_before_commit')):  # Killed inside that save.

@@ -93,6 +93,24 @@ def test_export_writes_the_latest_parameters_in_the_original_layout(workdir, exp
   assert (description['parameters'], description['step']) == ('raw', 12)
 
 
+def test_the_artefact_of_a_run_trained_with_fused_attention_holds_xlas_attention(monkeypatch):
+  """On a GPU the fused path is cuDNN's kernel, which the artefact's CPU and TPU lowerings could not
+  hold: export traces XLA's attention, on the same parameters."""
+  from vit_jax.models import VisionTransformer, attention, variants  # pylint: disable=g-import-not-at-top
+
+  def cudnn_only(*args, **kwargs):
+    raise AssertionError('the fused attention was traced for the artefact')
+
+  model = VisionTransformer(num_classes=3, **variants.get_model_config(
+      'ViT-testing_4', {'attention': 'dot_product_attention'}))
+  params = model.init(jax.random.key(0), np.zeros((1, 16, 16, 3), np.float32))['params']
+  monkeypatch.setitem(attention.ATTENTION_FNS, 'dot_product_attention', cudnn_only)
+  images = np.random.default_rng(0).uniform(-1, 1, (2, 16, 16, 3)).astype(np.float32)
+  served = jax.export.deserialize(export.serialize_inference(model, params, 16)).call(images)
+  reference = model.clone(attention='xla').apply({'params': params}, images)
+  np.testing.assert_allclose(served, reference, rtol=1e-5, atol=1e-5)
+
+
 def test_the_jaxexport_artefact_runs_without_vit_jax_for_any_batch(workdir, exported, tmp_path):
   images = _images(5, 8)
   np.save(tmp_path / 'images.npy', images)

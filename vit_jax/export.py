@@ -20,6 +20,7 @@ if __name__ == '__main__':  # Before anything allocates or loads jax: see vit_ja
   from vit_jax import startup  # pylint: disable=g-import-not-at-top
   startup.prepare_process()
 
+import dataclasses
 import json
 from typing import Any, Optional
 
@@ -36,8 +37,13 @@ PLATFORMS = ('cpu', 'cuda', 'tpu')
 
 
 def serialize_inference(model: Any, params: Any, image_size: int) -> bytes:
-  """`jax.export` of images -> logits with `params` as constants, for any batch size."""
+  """`jax.export` of images -> logits with `params` as constants, for any batch size.
+
+  The attention is XLA's whatever the run trained with: `attention='dot_product_attention'` traced on a
+  GPU is cuDNN's kernel, which no other platform of the artefact could run (same parameters)."""
   batch, = jax.export.symbolic_shape('b')
+  if 'attention' in {field.name for field in dataclasses.fields(model)}:
+    model = model.clone(attention='xla')
 
   def infer(images):
     return model.apply({'params': params}, images, train=False)

@@ -14,18 +14,20 @@ compile s, model TFLOP/s and MFU at the median, peak memory. Model FLOPs are the
 
 `--peer=timm` builds timm's VisionTransformer of the same shape in PyTorch, on the GPU where ours runs on
 one (JAX then needs XLA_PYTHON_CLIENT_MEM_FRACTION=0.45 or so, to leave timm room), else with as many
-threads as JAX's CPU client, each as its users run it: ours with mimalloc preloaded (vit_jax/allocator.py), timm in a
-child process with the C library's malloc (`--peer-allocator=same`: in this process, with ours); ours
-with matmuls on XLA's own kernels on AVX2 CPUs (vit_jax/cpu_kernels.py, VIT_JAX_CPU_KERNELS=xla for XLA's
-default). It times the peer (forward, backward, clipping, AdamW; or forward under
-`torch.inference_mode()`) in rounds that alternate with ours, so both see the same load on a shared
-machine. The fastest step is what each does with the machine to itself; on a busy machine the medians
-mostly measure the neighbours. A shared VM also drifts by 10-15% over minutes, so the ratio to read is
-the paired one: each round's ours/peer ratio (the two sides a few seconds apart), their median and range.
+threads as JAX's CPU client, each as its users run it: ours with mimalloc preloaded
+(vit_jax/allocator.py), timm in a child process with the C library's malloc (`--peer-allocator=same`: in
+this process, with ours); ours with matmuls on XLA's own kernels on AVX2 CPUs (vit_jax/cpu_kernels.py,
+VIT_JAX_CPU_KERNELS=xla for XLA's default). It times the peer (forward, backward, clipping, AdamW; or
+forward under `torch.inference_mode()`) in rounds that alternate with ours, so both see the same load on a
+shared machine. The fastest step is what each does with the machine to itself; on a busy machine the
+medians mostly measure the neighbours. A shared VM also drifts by 10-15% over minutes, so the ratio to
+read is the paired one: each round's ours/peer ratio (the two sides a few seconds apart), their median and
+range.
 Each side first runs `--warmup` untimed steps: the first steps map the step's memory, and on a VM the
 first touch of each page costs the host's fault too (ours' first step: ~8 s of system time for 2 GB at
-ViT-Ti/16 batch 32; mimalloc settles on its addresses within 1-3 steps, though about once in 16 steps
-it moves the temporaries to memory it never touched, which the faults column shows; RESULTS.md).
+ViT-Ti/16 batch 32). Once within about 16 steps, a step's temporaries are not yet freed when the next step
+asks for its own, which then get a second span, touched for the first time: one round of ~8 s more, which
+the faults column shows (RESULTS.md).
 """
 import os  # pylint: disable=g-bad-import-order
 import sys

@@ -32,7 +32,8 @@ def fused_attention(query: jnp.ndarray, key: jnp.ndarray, value: jnp.ndarray, *,
     try:
       return padded_attention(query, key, value, implementation='cudnn')
     except (NotImplementedError, RuntimeError) as e:  # What JAX raises where cuDNN's kernel cannot run.
-      logging.warning('cuDNN flash attention cannot run here (%s): XLA computes the attention', e)
+      logging.log_first_n(logging.WARNING, 'cuDNN flash attention cannot run here (%s): XLA computes '
+                          'the attention', 1, e)  # Once, not once per block.
   return jax.nn.dot_product_attention(query, key, value, implementation='xla')
 
 

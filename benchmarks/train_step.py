@@ -390,8 +390,8 @@ def main() -> None:
         f'{flops * args.batch / 1e9:.1f} G, XLA cost analysis {ours.xla_flops / 1e9:.1f} G'
         + (' (scan body counted once)' if args.scan else ''))
   if device.platform == 'gpu' and args.attention != 'xla':  # jax.nn.dot_product_attention may fall back.
-    fused = len(re.findall(r'custom_call_target="__cudnn\$fmha', ours.compiled.as_text()))
-    print(f'# cuDNN fused attention calls in our compiled program: {fused}')
+    print('# cuDNN fused attention calls in our compiled program: '
+          f'{attention.cudnn_attention_calls(ours.compiled.as_text())}')
   if args.compile_only:
     return
   ours.allocate()

@@ -3,6 +3,7 @@
 `ATTENTION_FNS` is the one registry of their names: the encoder dispatches on it and the model config
 (`variants.get_model_config`) validates `model.attention` against its keys.
 """
+import re
 from typing import Any, Optional
 
 import flax.linen as nn
@@ -35,6 +36,12 @@ def fused_attention(query: jnp.ndarray, key: jnp.ndarray, value: jnp.ndarray, *,
       logging.log_first_n(logging.WARNING, 'cuDNN flash attention cannot run here (%s): XLA computes '
                           'the attention', 1, e)  # Once, not once per block.
   return jax.nn.dot_product_attention(query, key, value, implementation='xla')
+
+
+def cudnn_attention_calls(compiled_hlo: str) -> int:
+  """How many calls of cuDNN's fused attention kernels (forward or backward) a compiled program's HLO
+  text holds: whether `fused_attention` got cuDNN's kernel or fell back to XLA's."""
+  return len(re.findall(r'custom_call_target="__cudnn\$fmha', compiled_hlo))
 
 
 def padded_attention(query: jnp.ndarray, key: jnp.ndarray, value: jnp.ndarray, *, implementation: str,

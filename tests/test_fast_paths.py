@@ -128,6 +128,19 @@ def test_dot_product_attention_computes_the_same_attention(monkeypatch):
   assert len(calls) == 2  # One per block.
 
 
+def test_dot_product_attention_pads_each_block_once_where_cudnn_may_run(monkeypatch):
+  """Where cuDNN's kernel may run (a GPU in bfloat16; pretended here, so XLA's computes it once cuDNN's
+  is refused), each block pads its 17 tokens to 24 before the projections, masks the padding out of
+  the keys and cuts it off: the same logits and gradients."""
+  monkeypatch.setattr(attention, '_cudnn_may_run', lambda dtype: True)
+  token_counts = []
+  fused = jax.nn.dot_product_attention
+  monkeypatch.setattr(jax.nn, 'dot_product_attention',
+                      lambda query, *a, **k: token_counts.append(query.shape[1]) or fused(query, *a, **k))
+  _assert_same_results(_model(attention='dot_product_attention'))
+  assert set(token_counts) == {24}
+
+
 @pytest.mark.skipif(jax.default_backend() != 'gpu', reason='cuDNN runs on NVIDIA GPUs only')
 def test_dot_product_attention_is_cudnn_fused_attention_on_gpu():
   """In bfloat16 on a GPU, at ViT-B/16's 197 tokens, it compiles to cuDNN's fused kernel (the path the

@@ -11,10 +11,12 @@ import jax
 import jax.numpy as jnp
 from absl import logging
 
+CUDNN_TOKEN_MULTIPLE = 8  # cuDNN's flash attention trains on token counts that are multiples of 8.
+
 
 def fused_attention(query: jnp.ndarray, key: jnp.ndarray, value: jnp.ndarray, *,
                     dropout_rate: float = 0.0, deterministic: bool = True,
-                    bias: Optional[jnp.ndarray] = None) -> jnp.ndarray:
+                    bias: Optional[jnp.ndarray] = None, tokens: Optional[int] = None) -> jnp.ndarray:
   """`jax.nn.dot_product_attention` as an `attention_fn` of `nn.MultiHeadDotProductAttention`.
 
   Both take [batch, tokens, heads, head_dim]. On a GPU in bfloat16 or float16 it asks for cuDNN's
@@ -22,6 +24,8 @@ def fused_attention(query: jnp.ndarray, key: jnp.ndarray, value: jnp.ndarray, *,
   everywhere. Where cuDNN cannot run it (an older GPU or cuDNN, a head size it lacks) it falls back to
   XLA's, with a warning. The fused kernel has no dropout on the attention weights, and takes no
   learned logit bias (`bias`, relative position embeddings): cuDNN's gives no gradient for it.
+  `tokens`: how many leading tokens are real where the caller padded them (`token_padding`); the
+  rest are masked out of the keys.
   """
   if bias is not None:
     raise ValueError("model.posemb='relative' adds a learned bias to the attention logits, which "
@@ -29,13 +33,29 @@ def fused_attention(query: jnp.ndarray, key: jnp.ndarray, value: jnp.ndarray, *,
   if dropout_rate > 0.0 and not deterministic:
     raise ValueError(f"attention='dot_product_attention' has no dropout on the attention weights "
                      f'(attention_dropout_rate={dropout_rate}): set it to 0 or use attention=\'xla\'')
-  if jax.default_backend() == 'gpu' and query.dtype in (jnp.bfloat16, jnp.float16):
+  if _cudnn_may_run(query.dtype):
     try:
-      return padded_attention(query, key, value, implementation='cudnn')
+      return padded_attention(query, key, value, tokens=tokens, implementation='cudnn')
     except (NotImplementedError, RuntimeError) as e:  # What JAX raises where cuDNN's kernel cannot run.
       logging.log_first_n(logging.WARNING, 'cuDNN flash attention cannot run here (%s): XLA computes '
                           'the attention', 1, e)  # Once, not once per block.
-  return jax.nn.dot_product_attention(query, key, value, implementation='xla')
+  return padded_attention(query, key, value, tokens=tokens, implementation='xla', multiple=1)
+
+
+def _cudnn_may_run(dtype: Any) -> bool:
+  return jax.default_backend() == 'gpu' and jnp.dtype(dtype) in (jnp.bfloat16, jnp.float16)
+
+
+def token_padding(attention: str, tokens: int, dtype: Any) -> int:
+  """How many tokens a block pads its attention's input with, for the kernel of `attention` in `dtype`.
+
+  cuDNN's kernel refuses a ViT's odd token counts (197 = 14x14 patches and a class token) when
+  training; padding the block's normalized input once, before the projections, costs the step less
+  than padding the queries, keys and values (on an H100, ViT-B/16 bf16 batch 256: RESULTS.md).
+  """
+  if attention != 'dot_product_attention' or not _cudnn_may_run(dtype):
+    return 0
+  return -tokens % CUDNN_TOKEN_MULTIPLE
 
 
 def cudnn_attention_calls(compiled_hlo: str) -> int:
@@ -45,19 +65,19 @@ def cudnn_attention_calls(compiled_hlo: str) -> int:
 
 
 def padded_attention(query: jnp.ndarray, key: jnp.ndarray, value: jnp.ndarray, *, implementation: str,
-                     multiple: int = 8) -> jnp.ndarray:
-  """`jax.nn.dot_product_attention` over the tokens padded to a multiple of `multiple`, the padding
-  masked out of the keys and cut from the result. cuDNN's kernel refuses a ViT's odd token counts
-  (197 = 14x14 patches and a class token) when training."""
-  tokens = query.shape[1]
-  padding = -tokens % multiple
-  if not padding:
+                     tokens: Optional[int] = None, multiple: int = CUDNN_TOKEN_MULTIPLE) -> jnp.ndarray:
+  """`jax.nn.dot_product_attention` over the tokens padded to a multiple of `multiple`, keys past the
+  first `tokens` (default: all the given ones) masked out, the result cut back to the given tokens."""
+  given = query.shape[1]
+  tokens = given if tokens is None else tokens
+  padding = -given % multiple
+  if not padding and tokens == given:
     return jax.nn.dot_product_attention(query, key, value, implementation=implementation)
   query, key, value = (jnp.pad(x, ((0, 0), (0, padding), (0, 0), (0, 0))) for x in (query, key, value))
   lengths = jnp.full((query.shape[0],), tokens, jnp.int32)
   out = jax.nn.dot_product_attention(query, key, value, query_seq_lengths=lengths,
                                      key_value_seq_lengths=lengths, implementation=implementation)
-  return out[:, :tokens]
+  return out[:, :given]
 
 
 def head_major_attention(query: jnp.ndarray, key: jnp.ndarray, value: jnp.ndarray, *,

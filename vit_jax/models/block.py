@@ -10,7 +10,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from vit_jax.models.attention import ATTENTION_FNS
+from vit_jax.models.attention import ATTENTION_FNS, token_padding
 from vit_jax.models.posemb import POSEMBS
 
 Dtype = Any
@@ -85,13 +85,18 @@ class Encoder1DBlock(nn.Module):
     elif self.posemb is not None:
       inputs = POSEMBS[self.posemb](name='posembed')(inputs, self.grid)
     x = nn.LayerNorm(epsilon=1e-6, dtype=self.dtype, name='LayerNorm_0')(inputs)
+    tokens = x.shape[1]
+    padding = token_padding(self.attention, tokens, self.dtype)
+    if padding:  # For the fused kernel; the padded tokens are masked out of the keys and cut off.
+      attention_fn = functools.partial(attention_fn, tokens=tokens)
+      x = jnp.pad(x, ((0, 0), (0, padding), (0, 0)))
     x = nn.MultiHeadDotProductAttention(
         num_heads=self.num_heads, dtype=self.dtype,
         kernel_init=nn.initializers.xavier_uniform(), broadcast_dropout=False,
         dropout_rate=self.attention_dropout_rate, deterministic=deterministic,
         attention_fn=attention_fn, name='MultiHeadDotProductAttention_1')(
             # The weights land in 'intermediates' only when it is mutable (the pictures tool asks).
-            x, x, sow_weights=self.attention == 'xla')
+            x, x, sow_weights=self.attention == 'xla')[:, :tokens]
     x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
     x = self._drop_path(x, drop_path_rate, deterministic) + inputs
     y = nn.LayerNorm(epsilon=1e-6, dtype=self.dtype, name='LayerNorm_2')(x)

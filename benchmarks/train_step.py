@@ -276,17 +276,38 @@ def paired_ratio(our_rounds: list[list[float]], peer_rounds: list[list[float]]) 
   return statistics.median(ratios), min(ratios), max(ratios)
 
 
-def profile(ours: Ours, steps: int, top: int) -> None:
-  """Where our step's time goes: XLA ops grouped by source (blocks merged), from a jax.profiler trace.
+def op_sources(compiled_hlo: str) -> dict[str, str]:
+  """Op name -> the jax source of the op (blocks merged), from a compiled program's HLO metadata; each
+  op also under its GPU kernel's name (its name with '_' for '.' and '-')."""
+  sources = {}
+  for match in re.finditer(r'%([\w.-]+) = .*?op_name="([^"]*)"', compiled_hlo):
+    source = re.sub(r'encoderblock_\d+', 'encoderblock_*', re.sub(r'^jit\([^)]*\)/', '', match[2]))
+    for name in (match[1], re.sub(r'[.-]', '_', match[1])):
+      sources.setdefault(name, source)
+  return sources
 
-  Each op counts with its fastest execution over `steps` steps (what it costs without the neighbours'
-  load). On CPU, independent ops may run at once on different threads, so the sum can exceed the step.
-  """
+
+def time_by_source(durations: dict[str, list[float]], sources: dict[str, str],
+                   steps: int) -> collections.Counter:
+  """ms per step by (kind of op, source): an op of the program with its fastest execution times its
+  count (what it costs without the neighbours' load); a library kernel (cuBLAS, cuDNN: one kernel runs
+  many ops, of many shapes) with all its time."""
+  by_source = collections.Counter()
+  for name, ms in durations.items():
+    kind = 'ynn (XNNPACK)' if name.startswith('ynn') else re.sub(r'[._]\d+$', '', name)[:40]
+    if name in sources:
+      by_source[(kind, sources[name])] += min(ms) * len(ms) / steps
+    else:
+      by_source[(kind, '(library kernel)')] += sum(ms) / steps
+  return by_source
+
+
+def profile(ours: Ours, steps: int, top: int) -> None:
+  """Where our step's time goes: XLA ops grouped by source (`time_by_source`), from a jax.profiler
+  trace of `steps` steps: on CPU the ops the host's threads run (independent ops may run at once, so
+  the sum can exceed the step), on a GPU the kernels of its streams."""
   from jax._src.lib import _profile_data  # pylint: disable=g-import-not-at-top
-  sources = {}  # Op name -> the jax source of the op, from the compiled HLO's metadata.
-  for match in re.finditer(r'%([\w.-]+) = .*?op_name="([^"]*)"', ours.compiled.as_text()):
-    source = re.sub(r'^jit\([^)]*\)/', '', match[2])
-    sources.setdefault(match[1], re.sub(r'encoderblock_\d+', 'encoderblock_*', source))
+  sources = op_sources(ours.compiled.as_text())
   with tempfile.TemporaryDirectory() as trace_dir:
     with jax.profiler.trace(trace_dir):
       time_steps(ours.step, steps)
@@ -295,13 +316,11 @@ def profile(ours: Ours, steps: int, top: int) -> None:
   durations = collections.defaultdict(list)
   for plane in trace.planes:
     for line in plane.lines:
+      kernels = plane.name.startswith('/device:') and line.name.startswith('Stream')
       for event in line.events:
-        if event.name in sources:
+        if event.name in sources or kernels:
           durations[event.name].append(event.duration_ns / 1e6)
-  by_source = collections.Counter()
-  for name, ms in durations.items():
-    kind = 'ynn (XNNPACK)' if name.startswith('ynn') else re.sub(r'\.\d+$', '', name)
-    by_source[(kind, sources[name])] += min(ms) * len(ms) / steps
+  by_source = time_by_source(durations, sources, steps)
   total = sum(by_source.values())
   print(f'# profile: {total:.0f} ms of XLA ops per step (fastest of {steps} each); top {top}:')
   for (kind, source), ms in by_source.most_common(top):

@@ -55,6 +55,31 @@ def test_paired_ratio_compares_each_round_with_its_neighbour():
     train_step.paired_ratio([[1.0]], [])
 
 
+def test_profile_names_gpu_kernels_by_their_ops_source():
+  """A GPU trace names an XLA fusion's kernel with '_' for its '.'; cuBLAS's kernels are not ops."""
+  hlo = ('%loop_add_fusion.3 = f32[8]{0} fusion(%p), kind=kLoop, metadata={op_name="jit(train_step)/'
+         'Transformer/encoderblock_4/add"}\n%dot.1 = f32[2]{0} dot(%a, %b), metadata={op_name="jit(f)/'
+         'encoderblock_0/MlpBlock_3/Dense_0/dot_general"}\n')
+  sources = train_step.op_sources(hlo)
+  assert sources['loop_add_fusion_3'] == sources['loop_add_fusion.3'] == 'Transformer/encoderblock_*/add'
+  durations = {'loop_add_fusion_3': [2.0, 1.0], 'dot.1': [4.0, 5.0],  # 2 steps: fastest of each op.
+               'nvjet_sm90_tst_128x160': [3.0, 1.0, 3.0, 1.0]}  # A library kernel: all of its time.
+  assert train_step.time_by_source(durations, sources, steps=2) == {
+      ('loop_add_fusion', 'Transformer/encoderblock_*/add'): 1.0,
+      ('dot', 'encoderblock_*/MlpBlock_3/Dense_0/dot_general'): 4.0,
+      ('nvjet_sm90_tst_128x160', '(library kernel)'): 4.0}
+
+
+def test_profile_prints_where_the_cpu_steps_time_goes(capsys):
+  args = train_step.make_parser().parse_args(['--variant=ViT-testing_4', '--image_size=16', '--batch=8'])
+  ours = train_step.Ours(train_step.make_config(args), 'train')
+  ours.allocate()
+  train_step.profile(ours, steps=2, top=5)
+  lines = capsys.readouterr().out.splitlines()
+  assert lines[0].startswith('# profile: ') and len(lines) == 6, lines
+  assert any('encoderblock_*' in line for line in lines[1:]), lines
+
+
 def test_input_pipeline_reads_array_record():
   out = _run('input_pipeline.py', '--source=digits_array_record', '--image_size=16', '--batch=8',
              '--warmup=1', '--batches=2')

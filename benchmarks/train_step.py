@@ -322,7 +322,8 @@ def profile(ours: Ours, steps: int, top: int) -> None:
           durations[event.name].append(event.duration_ns / 1e6)
   by_source = time_by_source(durations, sources, steps)
   total = sum(by_source.values())
-  print(f'# profile: {total:.0f} ms of XLA ops per step (fastest of {steps} each); top {top}:')
+  print(f'# profile: {total:.0f} ms of XLA ops per step (each op at its fastest of {steps}, a library '
+        f'kernel with all its time); top {top}:')
   for (kind, source), ms in by_source.most_common(top):
     print(f'# {ms:8.1f} ms {100 * ms / total:5.1f}%  {kind:26s} {source}')
 

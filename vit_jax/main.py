@@ -37,7 +37,7 @@ _DISTRIBUTED_TIMEOUT = flags.DEFINE_integer(
 
 
 class _OwnInfoOnly(python_logging.Filter):
-  """INFO lines from vit_jax and clu (metrics, progress, ETA) only; libraries speak from WARNING up."""
+  """INFO lines from vit_jax and clu (its parameter overview) only; libraries speak from WARNING up."""
 
   def filter(self, record: python_logging.LogRecord) -> bool:
     if record.levelno >= python_logging.WARNING:

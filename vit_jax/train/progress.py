@@ -3,7 +3,7 @@
 Only process 0 draws it, and only when stderr is a terminal: a pipe, a file, a SLURM or CI log gets
 the plain log lines and nothing else. While the bar is up, stderr (and the absl log handler's stream)
 is a `_Above`: whatever is written there first erases the bar, and once its line is complete the bar
-is drawn again below it, so a log line (also one from clu's writer thread) never lands inside the bar.
+is drawn again below it, so a log line (also one from the metric writer's thread) never lands inside the bar.
 
 The bar only reads the host: the step counter of the loop and metrics the loop has already fetched.
 It never waits on a device value, so it does not slow the steps down.
@@ -70,7 +70,7 @@ class TerminalBar(Bar):
     # (time, step) of recent steps. The first point is the first step's end, so the compile it waits
     # for is never part of the speed.
     self._points: collections.deque[tuple[float, int]] = collections.deque()
-    # Log lines come from the loop's thread and from clu's writer thread.
+    # Log lines come from the loop's thread and from the metric writer's thread.
     self._lock = threading.RLock()
     self._drawn = False  # The bar is on the last line, and the cursor after it.
     self._mid_line = False  # A write left the cursor after text: the bar waits for the newline.

@@ -34,6 +34,9 @@ def main(argv):
     sys.exit(42)
   if outcome == 'raise':
     raise RuntimeError('boom')
+  if outcome == 'raise_with_a_waiting_thread':  # As orbax's thread waits for a save that never starts.
+    threading.Thread(target=threading.Event().wait).start()
+    raise RuntimeError('boom')
 
 
 if __name__ == '__main__':
@@ -45,7 +48,7 @@ def _run(tmp_path, runner: str, outcome: str) -> subprocess.CompletedProcess:
   script = tmp_path / 'command.py'
   script.write_text(_COMMAND)
   return subprocess.run([sys.executable, str(script), runner, outcome], cwd=helpers.REPO,
-                        capture_output=True, text=True, timeout=120)
+                        capture_output=True, text=True, timeout=60)
 
 
 @pytest.mark.parametrize('outcome,status,stderr', [
@@ -68,5 +71,13 @@ def test_absl_alone_tears_the_interpreter_down(tmp_path):
 
 def test_an_unexpected_exception_leaves_with_its_traceback(tmp_path):
   run = _run(tmp_path, 'cli', 'raise')
+  assert run.returncode == 1
+  assert 'RuntimeError: boom' in run.stderr and 'Traceback' in run.stderr, run.stderr
+  assert run.stdout == 'buffered thread finished\natexit ran\n', run.stdout
+
+
+def test_an_unexpected_exception_does_not_wait_for_ever_on_a_thread_that_never_ends(tmp_path):
+  # Through the interpreter's exit, this process would wait for the thread until the timeout kills it.
+  run = _run(tmp_path, 'cli', 'raise_with_a_waiting_thread')
   assert run.returncode == 1
   assert 'RuntimeError: boom' in run.stderr and 'Traceback' in run.stderr, run.stderr

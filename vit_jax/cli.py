@@ -4,6 +4,7 @@ import atexit
 import os
 import sys
 import threading
+import traceback
 from typing import Any, Callable, NoReturn
 
 from absl import app, flags
@@ -43,13 +44,18 @@ def run(main: Callable[[list[str]], Any], flags_parser: Callable[[list[str]], li
   atexit handlers: jax.distributed's shutdown, logging's flush) and ends the process with its status.
   A command that failed (a status other than 0) waits for its threads FAILED_EXIT_GRACE_S at most: a
   thread of a failed operation may wait for ever (orbax's, for the signal of a save that could not
-  start). An exception other than SystemExit leaves the normal way, with its traceback.
+  start). An unexpected exception prints its traceback and ends the same way with status 1, so a
+  crash cannot hang the process at exit on a thread that waits for the failed run (on a pod, holding
+  every host).
   """
   status = None
   try:
     app.run(main, flags_parser=flags_parser)
   except SystemExit as exit_:  # app.run ends in sys.exit(the value main returns), or main's own.
     status = exit_.code
+  except Exception:  # pylint: disable=broad-except
+    traceback.print_exc()
+    status = 1
   if status is not None and not isinstance(status, int):  # sys.exit('message'): print it, status 1.
     print(status, file=sys.stderr)
     status = 1

@@ -48,7 +48,7 @@ def _run(tmp_path, runner: str, outcome: str) -> subprocess.CompletedProcess:
   script = tmp_path / 'command.py'
   script.write_text(_COMMAND)
   return subprocess.run([sys.executable, str(script), runner, outcome], cwd=helpers.REPO,
-                        capture_output=True, text=True, timeout=60)
+                        capture_output=True, text=True, timeout=120)
 
 
 @pytest.mark.parametrize('outcome,status,stderr', [

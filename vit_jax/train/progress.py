@@ -3,7 +3,8 @@
 Only process 0 draws it, and only when stderr is a terminal: a pipe, a file, a SLURM or CI log gets
 the plain log lines and nothing else. While the bar is up, stderr (and the absl log handler's stream)
 is a `_Above`: whatever is written there first erases the bar, and once its line is complete the bar
-is drawn again below it, so a log line (also one from the metric writer's thread) never lands inside the bar.
+is drawn again below it, so a log line (also one from the metric writer's thread) never lands inside
+the bar.
 
 The bar only reads the host: the step counter of the loop and metrics the loop has already fetched.
 It never waits on a device value, so it does not slow the steps down.

@@ -1,16 +1,15 @@
 """Images/s of the training input pipeline on one host: read, decode, crop, flip, normalise, batch.
 
   python benchmarks/input_pipeline.py --source=digits --image_size=224 --batch=32
-  python benchmarks/input_pipeline.py --source=digits_array_record --image_size=224 --batch=32
   python benchmarks/input_pipeline.py --source=folder --image_size=224 --batch=32   # generated JPEGs
+  python benchmarks/input_pipeline.py --source=folder --image_size=224 --batch=32 --workers=1,2,4
   python benchmarks/input_pipeline.py --source=folder --image_size=224 --batch=32 --randaug=2,10
 
-Runs `vit_jax.data.train_iterator` exactly as training does (stateless shuffle, inception crop, flip,
-[-1, 1] floats) and prints a markdown table row. The digits are a tfds dataset, read as prepared
-(TFRecord: windows over file pieces) or prepared as ArrayRecord into a temporary data_dir (random
-access by index). `--source=folder` first writes `--num_images` random
-JPEGs of about ImageNet's size (500x375) into a temporary `train/<class>/` tree, so decoding is measured
-too. "resumed first batch s" is the time to the first batch of a run resumed at `--resume_step`: it
+Runs `vit_jax.data.train_iterator` exactly as training does (seeded permutation, inception crop, flip,
+[-1, 1] floats) and prints a markdown table row per worker count (`config.data_workers`; default: the
+pipeline's own choice). The digits are served from memory. `--source=folder` first writes
+`--num_images` random JPEGs of about ImageNet's size (500x375) into a temporary `train/<class>/` tree,
+so reading and decoding are measured too. "resumed first batch s" is the time to the first batch of a run resumed at `--resume_step`: it
 must not grow with the step (the order is skipped arithmetically). Compare the images/s with
 benchmarks/train_step.py's at the same image size and batch: the input pipeline must outrun the train
 step or the step waits for data.
@@ -29,11 +28,9 @@ import time
 
 import numpy as np
 from PIL import Image
-import tensorflow_datasets as tfds
 
 from vit_jax import data  # pylint: disable=wrong-import-position
 from vit_jax import defaults  # pylint: disable=wrong-import-position
-from vit_jax.data import digits  # pylint: disable=wrong-import-position
 from vit_jax.data import preprocess  # pylint: disable=wrong-import-position
 
 
@@ -71,7 +68,7 @@ def images_per_second(config, batch: int, warmup: int, batches: int) -> tuple[fl
 
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-  parser.add_argument('--source', default='digits', choices=('digits', 'digits_array_record', 'folder'))
+  parser.add_argument('--source', default='digits', choices=('digits', 'folder'))
   parser.add_argument('--image_size', type=int, default=224)
   parser.add_argument('--batch', type=int, default=32)
   parser.add_argument('--crop', default='inception', choices=tuple(preprocess.CROPS))
@@ -82,7 +79,8 @@ def main() -> None:
   parser.add_argument('--batches', type=int, default=20, help='batches timed')
   parser.add_argument('--resume_step', type=int, default=1_000_000,
                       help='step of the resumed run whose first batch is timed')
-  parser.add_argument('--data_dir', default=None, help='tfds data_dir of the digits (default: tfds)')
+  parser.add_argument('--workers', default=None, metavar='N[,N...]',
+                      help='config.data_workers to measure, e.g. 0,1,2,4 (default: unset, automatic)')
   parser.add_argument('--header', action='store_true', help='print the table header first')
   args = parser.parse_args()
 
@@ -93,28 +91,26 @@ def main() -> None:
     layers, magnitude = (int(x) for x in args.randaug.split(','))
     config.pp.randaug_layers, config.pp.randaug_magnitude = layers, magnitude
     ops += f' + RandAugment({layers}, {magnitude})'
-  config.shuffle_buffer = 1024
+  workers = [None] if args.workers is None else [int(w) for w in args.workers.split(',')]
+  if args.header:
+    print('| source | px | batch | crop | workers | images/s | first batch s | resumed first batch s '
+          '| cores |')
+    print('|---|---|---|---|---|---|---|---|---|')
+  source = {'digits': 'bundled digits (8x8, in memory)',
+            'folder': f'{args.num_images} generated 500x375 JPEGs (image folder)'}[args.source]
   with tempfile.TemporaryDirectory() as tmp:
     if args.source == 'folder':
       write_jpegs(tmp, args.num_images)
       config.dataset, config.data_dir = 'folder', tmp
-    elif args.source == 'digits_array_record':
-      builder = digits.VitJaxDigits(data_dir=tmp, file_format='array_record')
-      builder.download_and_prepare(
-          download_config=tfds.download.DownloadConfig(try_download_gcs=False))
-      config.dataset, config.data_dir = builder.name, tmp  # tfds reads it back by name.
     else:
-      config.dataset, config.data_dir = 'digits', args.data_dir
-    rate, first = images_per_second(config, args.batch, args.warmup, args.batches)
-    _, resumed = first_batch(config, args.batch, args.resume_step)
-  if args.header:
-    print('| source | px | batch | crop | images/s | first batch s | resumed first batch s | cores |')
-    print('|---|---|---|---|---|---|---|---|')
-  source = {'digits': 'bundled digits (8x8 PNG, tfds TFRecord)',
-            'digits_array_record': 'bundled digits (8x8 PNG, tfds ArrayRecord)',
-            'folder': f'{args.num_images} generated 500x375 JPEGs (image folder)'}[args.source]
-  print(f'| {source} | {args.image_size} | {args.batch} | {ops} | {rate:.0f} | '
-        f'{first:.1f} | {resumed:.1f} (step {args.resume_step}) | {len(os.sched_getaffinity(0))} |')
+      config.dataset = 'digits'
+    for count in workers:
+      config.data_workers = count
+      rate, first = images_per_second(config, args.batch, args.warmup, args.batches)
+      _, resumed = first_batch(config, args.batch, args.resume_step)
+      print(f'| {source} | {args.image_size} | {args.batch} | {ops} | '
+            f'{"auto" if count is None else count} | {rate:.0f} | {first:.1f} | '
+            f'{resumed:.1f} (step {args.resume_step}) | {len(os.sched_getaffinity(0))} |', flush=True)
 
 
 if __name__ == '__main__':

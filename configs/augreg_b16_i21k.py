@@ -25,7 +25,6 @@ def get_config():
   config.eval_split = 'full[:25600]'
   config.evals.val = dict(type='classification', split='full[25600:51200]', every_steps=10_000)
   config.image_size = 224
-  config.shuffle_buffer = 250_000
   config.pp.crop = 'inception'
   config.pp.flip = True
   config.pp.randaug_layers, config.pp.randaug_magnitude = 2, 15

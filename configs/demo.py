@@ -35,7 +35,6 @@ def get_config():
   config.lr.base = 1e-3
   config.lr.warmup_steps = 100
   config.lr.decay = 'cosine'
-  config.shuffle_buffer = 2000
 
   config.log_every_steps = 100
   config.eval_every_steps = 500

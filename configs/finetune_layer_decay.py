@@ -29,7 +29,6 @@ def get_config():
   config.evals.real = dict(type='real', dataset='imagenet2012_real', split='validation',
                            every_steps=2500)
   config.image_size = 224
-  config.shuffle_buffer = 250_000
   config.pp.crop = 'inception'
   config.pp.min_area = 0.08
   config.pp.flip = True

@@ -34,7 +34,6 @@ def get_config(epochs: str = '90'):
   config.evals.real = dict(type='real', dataset='imagenet2012_real', split='validation',
                            every_steps=2500)
   config.image_size = 224
-  config.shuffle_buffer = 250_000
   config.pp.crop = 'inception'
   config.pp.flip = True
   config.pp.randaug_layers, config.pp.randaug_magnitude = 2, 10

@@ -54,11 +54,9 @@ def pytest_collection_modifyitems(items):
 
 @pytest.fixture(scope='session')
 def data_dir(tmp_path_factory):
-  """A tfds data_dir with the digits prepared, so nothing lands in ~/tensorflow_datasets."""
-  from vit_jax.data import digits  # pylint: disable=g-import-not-at-top
-  path = str(tmp_path_factory.mktemp('tfds'))
-  digits.prepared_builder(path)
-  return path
+  """A tfds data_dir of the tests' own, so nothing lands in ~/tensorflow_datasets (the digits, served
+  from memory, read nothing there)."""
+  return str(tmp_path_factory.mktemp('tfds'))
 
 
 @pytest.fixture(scope='session')

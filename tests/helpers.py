@@ -21,7 +21,7 @@ TINY = {
     'variant': 'ViT-testing_4', 'model.hidden_size': 32, 'model.num_layers': 2, 'model.num_heads': 2,
     'model.mlp_dim': 64, 'image_size': 8, 'batch_size': 16, 'eval_batch_size': 64,
     'total_steps': 12, 'log_every_steps': 4, 'eval_every_steps': 12, 'checkpoint_every_steps': 4,
-    'lr.warmup_steps': 2, 'shuffle_buffer': 256,
+    'lr.warmup_steps': 2,
 }
 
 
@@ -66,12 +66,14 @@ def read_scalars(workdir: str) -> dict[str, dict[int, float]]:
 # The data pipeline's tests.
 
 def data_config(data_dir: str | None, **overrides) -> ml_collections.ConfigDict:
-  """The data fields of a config (the digits, unaugmented, at their native 8x8) with overrides."""
+  """The data fields of a config (the digits, unaugmented, at their native 8x8) with overrides. No
+  worker processes (each costs seconds to start, and names unreadable files in its own log): tests of
+  them set data_workers."""
   pp, pp_eval = defaults.get_config().pp, defaults.get_config().pp_eval  # Every op off but the crop.
   pp.update(dict(crop='resize', flip=False))
   config = ml_collections.ConfigDict(dict(
       dataset='digits', data_dir=data_dir, train_split='train', eval_split='test', label_feature='label',
-      image_size=8, seed=0, shuffle_buffer=50_000, data_shards=None, pp=pp, pp_eval=pp_eval))
+      image_size=8, seed=0, data_shards=None, data_workers=0, pp=pp, pp_eval=pp_eval))
   pp = overrides.pop('pp', {})
   config.update(overrides)
   config.pp.update(pp)

@@ -1,5 +1,6 @@
 """Tests of the train augmentations and the eval crop of vit_jax.data.preprocess, against PIL,
 torchvision and timm."""
+import collections
 import itertools
 import random
 
@@ -7,7 +8,6 @@ import numpy as np
 from PIL import Image, ImageOps
 import pytest
 from scipy import optimize, stats
-import tensorflow as tf
 import timm.data.random_erasing
 import torch
 import torchvision.transforms.functional as TF
@@ -18,22 +18,16 @@ from vit_jax import defaults
 from vit_jax.data import augment
 from vit_jax.data import preprocess
 
-torch.set_num_threads(1)  # Beside TensorFlow's threads, more make small ops 100x slower.
+torch.set_num_threads(1)  # Small ops: more threads only add overhead.
 
 
 def random_image(shape, seed=0) -> np.ndarray:
   return np.random.default_rng(seed).integers(0, 256, shape, dtype=np.uint8)
 
 
-def seeds_dataset(fn, n: int) -> tf.data.Dataset:
-  """One batch of fn(seed) for seeds [i, 7], i < n, mapped in parallel as in the input pipeline."""
-  ds = tf.data.Dataset.range(n).map(lambda i: fn(tf.stack([i, tf.constant(7, tf.int64)])),
-                                    num_parallel_calls=tf.data.AUTOTUNE)
-  return ds.batch(n)
-
-
 def over_seeds(fn, n: int) -> np.ndarray:
-  return next(iter(seeds_dataset(fn, n))).numpy()
+  """fn(rng) for the generators of seeds [i, 7], i < n, stacked."""
+  return np.stack([fn(np.random.default_rng([i, 7])) for i in range(n)])
 
 
 def torch_chw(image: np.ndarray) -> torch.Tensor:
@@ -50,39 +44,51 @@ def pp_config(**overrides):
   return pp
 
 
-# Seeds: the defaults are today's crop, flip and normalize.
+def assert_float32_like(got: np.ndarray, image: np.ndarray) -> None:
+  assert got.dtype == np.float32 and got.shape == image.shape and got.flags.c_contiguous
+
+
+# The chain: op i draws from its own generator, and the defaults are crop, flip and normalize.
 
 @pytest.mark.parametrize('crop', list(preprocess.CROPS))
-def test_default_train_preprocess_is_bit_identical_to_crop_flip_normalize(crop):
+def test_default_train_preprocess_is_crop_flip_normalize(crop):
   pp = pp_config(crop=crop, pad=3)
-  image = tf.constant(random_image((20, 26, 3)))
-  for i in range(6):
-    seed = tf.constant([i, 3], tf.int64)
-    # The code before the augmentations: two split seeds, the crop's and the flip's.
-    crop_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
-    expected = preprocess.CROPS[crop].apply(image, crop_seed, pp, 16)
-    expected = tf.image.stateless_random_flip_left_right(expected, flip_seed) / 127.5 - 1
+  image = random_image((20, 26, 3))
+  flips = set()
+  for i in range(12):
+    seed = (i, 3)
+    cropped = preprocess.CROPS[crop].apply(image, np.random.default_rng([*seed, 0]), pp, 16)
     got = preprocess.train_preprocess(image, seed, pp=pp, image_size=16)
-    np.testing.assert_array_equal(got.numpy(), expected.numpy())
+    flipped = not np.array_equal(got, preprocess.normalize(cropped))
+    if flipped:
+      np.testing.assert_array_equal(got, preprocess.normalize(cropped[:, ::-1]))
+    flips.add(flipped)
+  assert flips == {False, True}
 
 
-def test_all_ops_are_stateless_in_tf_data():
+def test_train_preprocess_applies_op_i_with_generator_seed_i():
   pp = pp_config(randaug_layers=2, three_augment=True, color_jitter=0.4, erase_prob=0.5)
-  image = tf.constant(random_image((20, 26, 3)))
-  ds = seeds_dataset(lambda s: preprocess.train_preprocess(image, s, pp=pp, image_size=16), 24)
-  first, second = (next(iter(ds)).numpy() for _ in range(2))
-  np.testing.assert_array_equal(first, second)
-  np.testing.assert_allclose(
-      first[5], preprocess.train_preprocess(image, tf.constant([5, 7], tf.int64), pp=pp,
-                                            image_size=16).numpy(), atol=1e-4)
-  assert len({x.tobytes() for x in first}) == 24
+  image = random_image((20, 26, 3))
+  for seed in [(0, 5), (7, 1)]:
+    want = image
+    for i, op in enumerate((preprocess.CROPS[pp.crop], *preprocess.AUGMENTS)):
+      want = op.apply(want, np.random.default_rng([*seed, i]), pp, 16)
+    got = preprocess.train_preprocess(image, seed, pp=pp, image_size=16)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(preprocess.train_preprocess(image, seed, pp=pp, image_size=16),
+                                  got)
+    assert_float32_like(got, np.zeros((16, 16, 3)))
+  distinct = {preprocess.train_preprocess(image, (i, 7), pp=pp, image_size=16).tobytes()
+              for i in range(24)}
+  assert len(distinct) == 24
 
 
 # 3-Augment.
 
 def test_grayscale_matches_torchvision_and_pil():
   image = random_image((12, 14, 3))
-  got = augment.grayscale(tf.constant(image, tf.float32)).numpy()
+  got = augment.grayscale(image.astype(np.float32))
+  assert_float32_like(got, image)
   np.testing.assert_allclose(got, numpy_hwc(TF.rgb_to_grayscale(torch_chw(image), 3)), atol=1e-3)
   pil = np.asarray(Image.fromarray(image).convert('L'), np.float32)
   np.testing.assert_allclose(got, np.repeat(pil[..., None], 3, -1), atol=0.55)  # PIL rounds.
@@ -90,25 +96,47 @@ def test_grayscale_matches_torchvision_and_pil():
 
 def test_solarize_matches_pil():
   image = random_image((12, 14, 3))
-  got = augment.solarize(tf.constant(image, tf.float32)).numpy()
+  got = augment.solarize(image.astype(np.float32))
+  assert_float32_like(got, image)
   np.testing.assert_array_equal(got, np.asarray(ImageOps.solarize(Image.fromarray(image))))
 
 
-def torchvision_blur(image: np.ndarray, sigma: float) -> np.ndarray:
+def test_solarize_of_float_pixels_inverts_from_128_exactly():
+  image = np.random.default_rng(0).uniform(0, 255, (9, 11, 3)).astype(np.float32)
+  image[0, :6, 0] = [127.5, 127.99, 128, 128.01, 0, 255]
+  got = augment.solarize(image[:, ::-1])  # A view with negative strides, as a flip leaves.
+  assert_float32_like(got, image)
+  np.testing.assert_array_equal(got, np.where(image < 128, image, 255 - image)[:, ::-1])
+
+
+def torchvision_blur(image: np.ndarray, sigma: float, kernel_size: int = 23) -> np.ndarray:
   """torchvision's blur with timm's kernel size for 3-Augment-style blurs."""
-  return numpy_hwc(TF.gaussian_blur(torch_chw(image), [23, 23], [sigma, sigma]))
+  return numpy_hwc(TF.gaussian_blur(torch_chw(image), [kernel_size] * 2, [sigma, sigma]))
 
 
 @pytest.mark.parametrize('sigma', [0.1, 0.7, 2.0])
-def test_gaussian_blur_matches_torchvision(sigma):
-  image = random_image((24, 26, 3)).astype(np.float32)
-  got = augment.gaussian_blur(tf.constant(image), sigma, 23).numpy()
+@pytest.mark.parametrize('shape', [(24, 26), (31, 17)])
+def test_gaussian_blur_matches_torchvision(sigma, shape):
+  image = random_image((*shape, 3)).astype(np.float32)
+  got = augment.gaussian_blur(image, sigma, 23)
+  assert_float32_like(got, image)
   np.testing.assert_allclose(got, torchvision_blur(image, sigma), atol=1e-3)
+
+
+@pytest.mark.parametrize('shape', [(5, 9), (9, 2), (1, 4)])
+def test_gaussian_blur_of_images_under_the_kernel_radius_cuts_the_kernel(shape):
+  """torch cannot reflect a border as wide as the image: the kernel is cut to the shorter side's
+  2 * side - 1 taps, which torchvision's blur with that kernel size gives."""
+  image = random_image((*shape, 3)).astype(np.float32)
+  got = augment.gaussian_blur(image, 1.5, 23)
+  taps = 2 * min(shape) - 1
+  want = torchvision_blur(image, 1.5, taps) if taps > 1 else image
+  np.testing.assert_allclose(got, want, atol=1e-3)
 
 
 def test_three_augment_picks_each_branch_a_third_and_blurs_with_sigma_in_range():
   image = random_image((24, 24, 3)).astype(np.float32)
-  outputs = over_seeds(lambda s: augment.three_augment(tf.constant(image), s), 300)
+  outputs = over_seeds(lambda rng: augment.three_augment(image, rng), 300)
   grey = numpy_hwc(TF.rgb_to_grayscale(torch_chw(image), 3))
   solarized = np.asarray(ImageOps.solarize(Image.fromarray(image.astype(np.uint8))), np.float32)
   is_grey = [np.allclose(x, grey, atol=1e-3) for x in outputs]
@@ -124,6 +152,8 @@ def test_three_augment_picks_each_branch_a_third_and_blurs_with_sigma_in_range()
     assert fit.fun < 0.01
     sigmas.append(fit.x)
   assert 0.1 - 1e-3 <= min(sigmas) < 0.4 and 1.7 < max(sigmas) <= 2.0 + 1e-3
+  for x in outputs:
+    assert_float32_like(x, image)
 
 
 # Colour jitter.
@@ -145,7 +175,8 @@ def torchvision_jitter(image: np.ndarray, factors, order) -> np.ndarray:
 @pytest.mark.parametrize('factor', [0.0, 0.6, 1.0, 1.7])
 def test_color_adjustment_matches_torchvision(index, factor):
   image = random_image((10, 12, 3))
-  got = ADJUSTMENTS[index][0](tf.constant(image, tf.float32), factor).numpy()
+  got = ADJUSTMENTS[index][0](image.astype(np.float32), factor)
+  assert_float32_like(got, image)
   np.testing.assert_allclose(got, torchvision_jitter(image, {index: factor}, [index]), atol=1e-3)
 
 
@@ -154,8 +185,7 @@ def test_jitter_colors_applies_in_the_given_order():
   factors = np.float32([1.6, 0.4, 1.9])  # Strong enough to clip, so the order matters.
   outputs = set()
   for order in itertools.permutations(range(3)):
-    got = augment.jitter_colors(tf.constant(image, tf.float32), tf.constant(factors),
-                                   tf.constant(order)).numpy()
+    got = augment.jitter_colors(image.astype(np.float32), factors, order)
     np.testing.assert_allclose(got, torchvision_jitter(image, factors, order), atol=1e-3)
     outputs.add(np.round(got, 2).tobytes())
   assert len(outputs) > 1
@@ -165,11 +195,12 @@ def test_color_jitter_factors_are_uniform_in_range():
   # Mid-range colours do not clip: the three adjustments are then linear in the image, the pixel's
   # luma and the mean luma, and the three factors can be read back from the output.
   image = np.random.default_rng(0).uniform(70, 120, (8, 8, 3)).astype(np.float32)
-  outputs = over_seeds(lambda s: augment.color_jitter(tf.constant(image), s, 0.4), 300)
+  outputs = over_seeds(lambda rng: augment.color_jitter(image, rng, 0.4), 300)
   luma = numpy_hwc(TF.rgb_to_grayscale(torch_chw(image), 3))
   design = np.stack([image.ravel(), luma.ravel(), np.ones(image.size)], axis=1)
   factors = []
   for x in outputs:
+    assert_float32_like(x, image)
     (a, b, k), *_ = np.linalg.lstsq(design, x.ravel(), rcond=None)
     brightness = a + b + k / luma.mean()
     factors.append((brightness, (a + b) / brightness, a / (a + b)))
@@ -177,6 +208,23 @@ def test_color_jitter_factors_are_uniform_in_range():
   assert factors.min() > 0.6 - 1e-3 and factors.max() < 1.4 + 1e-3
   np.testing.assert_allclose(factors.mean(0), 1.0, atol=0.04)
   np.testing.assert_allclose(factors.std(0), 0.8 / np.sqrt(12), rtol=0.15)
+
+
+def test_color_jitter_orders_are_uniform():
+  """Each of the 6 orders about a sixth of the time, read back where only one order gives
+  torchvision's result (others commute where nothing clips)."""
+  image = random_image((10, 12, 3)).astype(np.float32)
+  counts = collections.Counter()
+  for s in range(600):
+    got = augment.color_jitter(image, np.random.default_rng([s, 7]), 0.9)  # Strong: clips.
+    factors = np.random.default_rng([s, 7]).uniform(0.1, 1.9, 3)
+    matches = [order for order in itertools.permutations(range(3))
+               if np.allclose(got, torchvision_jitter(image, factors, order), atol=1e-3)]
+    assert matches
+    if len(matches) == 1:
+      counts.update(matches)
+  # ~340 read back, ~57 each (binomial std ~7).
+  assert len(counts) == 6 and all(30 <= c <= 85 for c in counts.values()), counts
 
 
 # Random erasing.
@@ -193,10 +241,49 @@ def boxes_of(erased: np.ndarray) -> list[tuple[int, int]]:
   return boxes
 
 
+class GeneratorAsRandom:
+  """Python's `random` functions that timm's RandomErasing calls, drawing from a numpy Generator."""
+
+  def __init__(self, rng: np.random.Generator):
+    self.rng = rng
+
+  def random(self) -> float:
+    return self.rng.random()
+
+  def uniform(self, low: float, high: float) -> float:
+    return self.rng.uniform(low, high)
+
+  def randint(self, low: int, high: int) -> int:
+    return int(self.rng.integers(low, high + 1))
+
+
+@pytest.mark.parametrize('height,width,area,aspect', [
+    (40, 40, (0.02, 1 / 3), (0.3, 1 / 0.3)),
+    (13, 31, (0.02, 1 / 3), (0.3, 1 / 0.3)),
+    (31, 13, (0.3, 0.9), (0.5, 4.0)),  # Many boxes that do not fit.
+])
+def test_random_erasing_is_timms_algorithm_draw_for_draw(monkeypatch, height, width, area, aspect):
+  """timm's RandomErasing with its `random` draws taken from the same generator erases the same
+  boxes: the probability test, the attempts, the area and log-aspect draws, the rounding, the fit
+  test and the corner."""
+  erase = timm.data.random_erasing.RandomErasing(0.7, area[0], area[1], aspect[0], aspect[1],
+                                                 mode='pixel', device='cpu')
+  erased_count = 0
+  for s in range(300):
+    ours = augment.random_erase(np.zeros((height, width, 3), np.float32),
+                                np.random.default_rng([s, 7]), 0.7, area, aspect) != 0
+    monkeypatch.setattr(timm.data.random_erasing, 'random',
+                        GeneratorAsRandom(np.random.default_rng([s, 7])))
+    theirs = numpy_hwc(erase(torch.zeros(3, height, width))) != 0
+    np.testing.assert_array_equal(ours, theirs)
+    erased_count += ours.any()
+  assert 150 <= erased_count <= 230
+
+
 def test_random_erasing_matches_timm():
   size, prob, area, aspect, n = 40, 0.6, (0.02, 1 / 3), (0.3, 1 / 0.3), 2000
-  ours = over_seeds(lambda s: augment.random_erase(tf.zeros([size, size, 3]), s, prob, area,
-                                                      aspect), n) != 0
+  ours = over_seeds(lambda rng: augment.random_erase(np.zeros([size, size, 3], np.float32), rng,
+                                                     prob, area, aspect), n) != 0
   erase = timm.data.random_erasing.RandomErasing(prob, area[0], area[1], aspect[0], aspect[1],
                                                  mode='pixel', device='cpu')
   random.seed(0)
@@ -241,8 +328,8 @@ def box_corners(erased: np.ndarray) -> np.ndarray:
 def test_random_erasing_boxes_and_positions_match_timm_on_non_square_images(height, width, area,
                                                                             aspect):
   prob, n = 0.7, 1500
-  ours = over_seeds(lambda s: augment.random_erase(tf.zeros([height, width, 1]), s, prob, area,
-                                                      aspect), n)[..., 0] != 0
+  ours = over_seeds(lambda rng: augment.random_erase(np.zeros([height, width, 1], np.float32), rng,
+                                                     prob, area, aspect), n)[..., 0] != 0
   erase = timm.data.random_erasing.RandomErasing(prob, area[0], area[1], aspect[0], aspect[1],
                                                  mode='pixel', device='cpu')
   random.seed(0)
@@ -256,8 +343,8 @@ def test_random_erasing_boxes_and_positions_match_timm_on_non_square_images(heig
 
 def test_random_erasing_fills_normal_noise_and_keeps_the_rest():
   image = random_image((24, 20, 3)).astype(np.float32) / 127.5 - 1
-  outputs = over_seeds(lambda s: augment.random_erase(tf.constant(image), s, 1.0, (0.1, 0.3),
-                                                         (0.5, 2.0)), 200)
+  outputs = over_seeds(lambda rng: augment.random_erase(image, rng, 1.0, (0.1, 0.3), (0.5, 2.0)),
+                       200)
   erased = outputs != image
   assert len(boxes_of(erased.any(-1))) == 200
   np.testing.assert_array_equal(outputs[~erased], np.broadcast_to(image, outputs.shape)[~erased])
@@ -267,13 +354,18 @@ def test_random_erasing_fills_normal_noise_and_keeps_the_rest():
   h, w = np.array(boxes_of(erased.any(-1))).T
   histogram = np.histogram(np.log(h / w), bins=4, range=np.log([0.5, 2.0]))[0] / 200
   np.testing.assert_allclose(histogram, 0.25, atol=0.1)
+  for x in outputs:
+    assert_float32_like(x, image)
+  assert (image == random_image((24, 20, 3)).astype(np.float32) / 127.5 - 1).all()  # Not written.
 
 
 def test_train_preprocess_erases_after_normalize():
-  image = tf.constant(random_image((20, 26, 3)))
+  image = random_image((20, 26, 3))
   pp = pp_config(crop='resize', flip=False, erase_prob=1.0)
-  got = over_seeds(lambda s: preprocess.train_preprocess(image, s, pp=pp, image_size=16), 20)
-  clean = preprocess.normalize(preprocess.resize(image, 16)).numpy()
+  got = np.stack([preprocess.train_preprocess(image, (i, 7), pp=pp, image_size=16)
+                  for i in range(20)])
+  clean = preprocess.train_preprocess(image, (0, 7), pp=pp_config(crop='resize', flip=False),
+                                      image_size=16)
   erased = got != clean
   assert erased.any(axis=(1, 2, 3)).all()
   assert np.abs(got[erased]).max() > 2  # N(0, 1) noise in the normalised space.
@@ -283,13 +375,22 @@ def test_train_preprocess_erases_after_normalize():
 
 @pytest.mark.parametrize('shape,rows,cols', [((256, 320), (16, 240), (48, 272)),
                                              ((320, 256), (48, 272), (16, 240))])
-def test_central_crop_of_the_shorter_side_256_is_its_central_224(shape, rows, cols):
+@pytest.mark.parametrize('antialias', [False, True])
+def test_central_crop_of_the_shorter_side_256_is_its_central_224(shape, rows, cols, antialias):
   image = random_image((*shape, 3))
   pp_eval = defaults.get_config().pp_eval
-  pp_eval.crop = 'central'
-  got = preprocess.eval_preprocess(tf.constant(image), pp_eval=pp_eval, image_size=224).numpy()
+  pp_eval.update(dict(crop='central', antialias=antialias))
+  got = preprocess.eval_preprocess(image, pp_eval=pp_eval, image_size=224)
   expected = image[rows[0]:rows[1], cols[0]:cols[1]].astype(np.float32) / np.float32(127.5) - 1
   np.testing.assert_array_equal(got, expected)
+
+
+def pil_resize(image: np.ndarray, height: int, width: int,
+               resample=Image.Resampling.BILINEAR) -> np.ndarray:
+  """PIL's resize of float [h, w, 3], each channel in mode 'F'."""
+  return np.stack([np.asarray(Image.fromarray(np.float32(image[..., c])).resize((width, height),
+                                                                                resample))
+                   for c in range(image.shape[-1])], -1)
 
 
 def pil_central_crop(image: np.ndarray, size: int, crop_fraction: float) -> np.ndarray:
@@ -297,9 +398,7 @@ def pil_central_crop(image: np.ndarray, size: int, crop_fraction: float) -> np.n
   target = round(size / crop_fraction)
   h, w = image.shape[:2]
   new_h, new_w = round(h * target / min(h, w)), round(w * target / min(h, w))
-  resized = np.stack([np.asarray(Image.fromarray(image[..., c]).resize((new_w, new_h),
-                                                                       Image.BILINEAR))
-                      for c in range(3)], -1)
+  resized = pil_resize(image, new_h, new_w)
   top, left = (new_h - size) // 2, (new_w - size) // 2
   return resized[top:top + size, left:left + size]
 
@@ -307,16 +406,18 @@ def pil_central_crop(image: np.ndarray, size: int, crop_fraction: float) -> np.n
 def smooth_image(shape) -> np.ndarray:
   """A random image without detail at the pixel scale, where filters without antialiasing agree."""
   coarse = np.random.default_rng(0).uniform(0, 255, (shape[0] // 8, shape[1] // 8, 3))
-  return tf.image.resize(coarse, shape, method='bicubic').numpy().clip(0, 255).astype(np.float32)
+  return pil_resize(coarse, *shape, resample=Image.Resampling.BICUBIC).clip(0, 255)
 
 
-@pytest.mark.parametrize('shape,size,crop_fraction,mean_diff,max_diff', [
-    ((20, 30), 16, 0.5, 1e-4, 1e-3),  # Upscaling: both are plain bilinear interpolation.
-    ((120, 96), 56, 0.875, 1.0, 4.0),  # Downscaling by 1.5: PIL also antialiases.
+@pytest.mark.parametrize('shape,size,crop_fraction,antialias,mean_diff,max_diff', [
+    ((20, 30), 16, 0.5, False, 1e-4, 1e-3),  # Upscaling: both are plain bilinear interpolation.
+    ((120, 96), 56, 0.875, False, 1.0, 4.0),  # Downscaling by 1.5: PIL also antialiases.
+    ((20, 30), 16, 0.5, True, 1e-4, 1e-3),
+    ((120, 96), 56, 0.875, True, 1e-4, 1e-3),  # PIL's filter.
 ])
-def test_central_crop_matches_pil(shape, size, crop_fraction, mean_diff, max_diff):
+def test_central_crop_matches_pil(shape, size, crop_fraction, antialias, mean_diff, max_diff):
   image = smooth_image(shape)
-  got = preprocess.central_crop(tf.constant(image), size, crop_fraction).numpy()
+  got = preprocess.central_crop(image, size, crop_fraction, antialias)
   assert got.shape == (size, size, 3)
   diff = np.abs(got - pil_central_crop(image, size, crop_fraction))
   assert diff.mean() < mean_diff and diff.max() < max_diff

@@ -104,7 +104,7 @@ INVALID = {
     'seed': (2**63, {}, r'^config\.seed=9223372036854775808 must be a signed 64-bit integer, e.g. '
                         r'--config\.seed=0$'),
     'profile_steps': (-1, {}, r'config\.profile_steps=-1 must be at least 0 \(0: no trace\)'),
-    'shuffle_buffer': (0, {}, 'shuffle_buffer=0 must be >= 1'),
+    'data_workers': (-1, {}, r'config\.data_workers=-1 must be >= 0 worker processes'),
     'storage_timeout_s': (0.0, {}, 'storage_timeout_s=0.0 must be a positive number'),
     'task': ('detection', {}, "Unknown config.task 'detection'"),
     'total_steps': (0, {}, 'The run has 0 steps'),

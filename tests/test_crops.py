@@ -1,25 +1,75 @@
-"""pp.crop='random_resized': torchvision's RandomResizedCrop sampler (timm's train crop), against
-torchvision's own `get_params`."""
+"""The train crops, flip and train_preprocess's streams: pp.crop='random_resized' against timm's and
+torchvision's RandomResizedCrop, 'inception' against TensorFlow's sample_distorted_bounding_box
+(the original code's crop), 'random' (pad and crop), and how train_preprocess seeds each op."""
+import itertools
+
 import ml_collections
 import numpy as np
+from PIL import Image
 import pytest
-import tensorflow as tf
-import torch
 from scipy import stats
+import timm.data.transforms
+import torch
 from torchvision import transforms
 
+from vit_jax import defaults
 from vit_jax.data import preprocess
 
 _RATIO = (3 / 4, 4 / 3)
 
 
-@tf.function
-def _our_boxes(shape: tf.Tensor, seeds: tf.Tensor, min_area: float) -> tf.Tensor:
-  """[n, 4] rows of (top, left, height, width), one per seed."""
-  def box(seed):
-    begin, size = preprocess.random_resized_box(shape, seed, min_area)
-    return tf.concat([begin[:2], size[:2]], 0)
-  return tf.map_fn(box, seeds, fn_output_signature=tf.int32)
+def _pp(**overrides) -> ml_collections.ConfigDict:
+  pp = defaults.get_config().pp
+  pp.update(overrides)
+  return pp
+
+
+def _image(height: int, width: int, seed: int = 0) -> np.ndarray:
+  return np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
+
+
+class _PythonRandom:
+  """Python's `random` module as timm's transforms call it, drawing from a numpy Generator:
+  random.uniform(a, b) and Generator.uniform(a, b) are both a + (b - a) * U[0, 1)."""
+
+  def __init__(self, rng: np.random.Generator):
+    self._rng = rng
+
+  def uniform(self, low: float, high: float) -> float:
+    return self._rng.uniform(low, high)
+
+  def randint(self, low: int, high: int) -> int:  # Both ends included.
+    return int(self._rng.integers(low, high + 1))
+
+
+@pytest.mark.parametrize('height,width,min_area', [
+    (48, 64, 0.3), (40, 40, 0.08), (30, 90, 0.5), (375, 500, 0.05), (10, 200, 0.9), (200, 10, 0.9)])
+def test_random_resized_box_is_timms_given_the_same_draws(monkeypatch, height, width, min_area):
+  """timm's get_params, its arithmetic in float64 as ours, fed the same uniforms: the same box, the
+  fallback included (the last two shapes fit no draw)."""
+  image = Image.new('RGB', (width, height))
+  for seed in range(300):
+    monkeypatch.setattr(timm.data.transforms, 'random', _PythonRandom(np.random.default_rng(seed)))
+    expected = timm.data.transforms.RandomResizedCropAndInterpolation.get_params(
+        image, (min_area, 1.0), _RATIO)
+    got = preprocess.random_resized_box((height, width, 3), np.random.default_rng(seed), min_area)
+    assert got == expected, seed
+
+
+@pytest.mark.parametrize('min_area,size', [(0.08, 24), (0.5, 64)])
+def test_the_random_resized_crop_is_timms_to_the_bit(monkeypatch, min_area, size):
+  """pp.crop='random_resized' with pp.antialias: timm's RandomResizedCropAndInterpolation (bilinear)
+  on the decoded PIL image, fed the same uniforms: the crop, then PIL's 8-bit resize."""
+  image = _image(75, 100)
+  timm_crop = timm.data.transforms.RandomResizedCropAndInterpolation(
+      size, scale=(min_area, 1.0), interpolation='bilinear')
+  pp = _pp(crop='random_resized', min_area=min_area, antialias=True)
+  for seed in range(20):
+    monkeypatch.setattr(timm.data.transforms, 'random', _PythonRandom(np.random.default_rng(seed)))
+    expected = np.asarray(timm_crop(Image.fromarray(image)), np.float32)
+    got = preprocess.CROPS['random_resized'].apply(image, np.random.default_rng(seed), pp, size)
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, expected)
 
 
 def _torchvision_boxes(height: int, width: int, min_area: float, n: int) -> np.ndarray:
@@ -29,15 +79,16 @@ def _torchvision_boxes(height: int, width: int, min_area: float, n: int) -> np.n
                    for _ in range(n)])
 
 
-def _ours(height: int, width: int, min_area: float, n: int) -> np.ndarray:
-  seeds = tf.constant(np.stack([np.arange(n), np.full(n, 7)], axis=1), tf.int32)
-  return _our_boxes(tf.constant([height, width, 3]), seeds, min_area).numpy()
+def _our_boxes(height: int, width: int, min_area: float, n: int) -> np.ndarray:
+  return np.array([preprocess.random_resized_box((height, width, 3), np.random.default_rng([i, 7]),
+                                                 min_area) for i in range(n)])
 
 
 @pytest.mark.parametrize('height,width,min_area', [(48, 64, 0.3), (40, 40, 0.08), (30, 90, 0.5)])
 def test_boxes_are_distributed_as_torchvisions(height, width, min_area):
   n = 3000
-  ours, reference = _ours(height, width, min_area, n), _torchvision_boxes(height, width, min_area, n)
+  ours = _our_boxes(height, width, min_area, n)
+  reference = _torchvision_boxes(height, width, min_area, n)
   assert ((ours[:, 2] >= 1) & (ours[:, 0] + ours[:, 2] <= height)).all()
   assert ((ours[:, 3] >= 1) & (ours[:, 1] + ours[:, 3] <= width)).all()
   for column, name in enumerate(('top', 'left', 'height', 'width')):
@@ -49,33 +100,184 @@ def test_boxes_are_distributed_as_torchvisions(height, width, min_area):
   assert stats.ks_2samp(ratio, reference[:, 3] / reference[:, 2]).pvalue > 1e-3
 
 
-def test_the_inception_crop_is_another_sampler():
-  """What the test above tells apart: TensorFlow's sampler (uniform ratio, then uniform height) is
-  not torchvision's on the same image and range."""
-  height, width, min_area, n = 48, 64, 0.3, 3000
-  seeds = np.stack([np.arange(n), np.full(n, 7)], axis=1).astype(np.int32)
-  image = tf.zeros([height, width, 3], tf.uint8)
-  heights = [int(tf.shape(preprocess.inception_crop(image, tf.constant(s), min_area))[0])
-             for s in seeds[:n]]
-  reference = _torchvision_boxes(height, width, min_area, n)
-  assert stats.ks_2samp(heights, reference[:, 2]).pvalue < 1e-3
-
-
 @pytest.mark.parametrize('height,width', [(10, 200), (200, 10), (12, 100)])
 def test_when_no_draw_fits_the_central_crop_is_torchvisions(height, width):
   """Areas of >= 90% of so narrow an image never fit at a ratio in [3/4, 4/3]: torchvision's
   fallback, the central crop clamped to that ratio, exactly."""
   expected = _torchvision_boxes(height, width, 0.9, 1)[0]
-  for box in _ours(height, width, 0.9, 20):
+  for box in _our_boxes(height, width, 0.9, 20):
     np.testing.assert_array_equal(box, expected)
 
 
 def test_the_train_crop_reads_min_area_and_checks_it():
-  pp = ml_collections.ConfigDict(dict(crop='random_resized', min_area=0.0, pad=0, flip=False))
+  pp = _pp(crop='random_resized', min_area=0.0)
   with pytest.raises(ValueError, match=r'^config.pp.min_area=0.0 must be in \(0, 1\]'):
     preprocess.check_pp(pp)
-  image = np.random.RandomState(0).randint(0, 256, (40, 40, 3)).astype(np.uint8)
-  seed = tf.constant([3, 4])
-  whole = preprocess.random_resized_crop(image, seed, 1.0).numpy()
+  image = _image(40, 40)
+  whole = preprocess.random_resized_crop(image, np.random.default_rng(3), 1.0)
   np.testing.assert_array_equal(whole, image)  # A square image's whole area is the only box.
-  assert preprocess.random_resized_crop(image, seed, 0.1).shape[0] < 40
+  assert preprocess.random_resized_crop(image, np.random.default_rng(3), 0.1).shape[0] < 40
+
+
+# The inception crop: TensorFlow's sampler.
+
+def _inception_boxes(height: int, width: int, min_area: float, n: int) -> np.ndarray:
+  """[n, 4] rows of (top, left, height, width), one per seed, read off the crops of an image of
+  distinct pixel values."""
+  rows, cols = np.mgrid[0:height, 0:width]
+  image = np.stack([rows, cols, np.zeros_like(rows)], -1)
+  boxes = []
+  for i in range(n):
+    crop = preprocess.inception_crop(image, np.random.default_rng([i, 7]), min_area)
+    boxes.append((crop[0, 0, 0], crop[0, 0, 1], crop.shape[0], crop.shape[1]))
+  return np.array(boxes)
+
+
+def _tensorflow_boxes(height: int, width: int, min_area: float, n: int) -> np.ndarray:
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  @tf.function
+  def boxes(seeds):
+    def box(seed):
+      begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
+          [height, width, 3], tf.zeros([1, 0, 4]), seed, min_object_covered=0.0,
+          aspect_ratio_range=_RATIO, area_range=(min_area, 1.0),
+          use_image_if_no_bounding_boxes=True)
+      return tf.concat([begin[:2], size[:2]], 0)
+    return tf.map_fn(box, seeds)
+  return boxes(tf.constant(np.stack([np.arange(n), np.full(n, 7)], 1), tf.int32)).numpy()
+
+
+@pytest.mark.parametrize('height,width,min_area', [(48, 64, 0.3), (40, 40, 0.08), (30, 90, 0.5),
+                                                   (375, 500, 0.05)])
+def test_inception_boxes_are_distributed_as_tensorflows(height, width, min_area):
+  n = 3000
+  ours = _inception_boxes(height, width, min_area, n)
+  reference = _tensorflow_boxes(height, width, min_area, n)
+  for column, name in enumerate(('top', 'left', 'height', 'width')):
+    p = stats.ks_2samp(ours[:, column], reference[:, column]).pvalue
+    assert p > 1e-3, (name, p)
+  area, reference_area = (b[:, 2] * b[:, 3] / (height * width) for b in (ours, reference))
+  aspect, reference_aspect = (b[:, 3] / b[:, 2] for b in (ours, reference))
+  assert abs(area.mean() - reference_area.mean()) < 0.02
+  assert abs(aspect.mean() - reference_aspect.mean()) < 0.02
+  # Neither box reaches the last row or column unless it spans the side: TensorFlow's offsets.
+  for boxes in (ours, reference):
+    assert ((boxes[:, 0] + boxes[:, 2] < height) | (boxes[:, 2] == height)).all()
+    assert ((boxes[:, 1] + boxes[:, 3] < width) | (boxes[:, 3] == width)).all()
+
+
+@pytest.mark.parametrize('height,width,min_area', [(48, 64, 0.3), (30, 90, 0.5), (13, 11, 0.05),
+                                                   (10, 200, 0.9), (375, 500, 1.0)])
+def test_inception_boxes_cover_min_area_at_an_allowed_aspect_ratio_or_are_the_image(
+    height, width, min_area):
+  boxes = _inception_boxes(height, width, min_area, 500)
+  top, left, box_h, box_w = boxes.T
+  assert ((top >= 0) & (top + box_h <= height) & (left >= 0) & (left + box_w <= width)).all()
+  whole = (box_h == height) & (box_w == width)
+  area = box_h * box_w
+  # The width is the height times a ratio in [3/4, 4/3], rounded.
+  fits = ((area >= min_area * height * width) & (box_w >= np.round(box_h * _RATIO[0])) &
+          (box_w <= np.round(box_h * _RATIO[1])))
+  assert (fits | whole).all()
+
+
+@pytest.mark.parametrize('height,width,min_area', [(10, 200, 0.9), (375, 500, 1.0)])
+def test_when_no_inception_box_fits_both_take_the_whole_image(height, width, min_area):
+  """No box of the allowed ratios covers the area (500 / 375 is 4/3: only the exact ratio fits)."""
+  ours = _inception_boxes(height, width, min_area, 50)
+  reference = _tensorflow_boxes(height, width, min_area, 50)
+  whole = [0, 0, height, width]
+  assert (reference == whole).all(1).mean() > 0.9 and (ours == whole).all(1).mean() > 0.9
+  assert (ours == whole).all(1).all() == (reference == whole).all(1).all()
+
+
+def test_the_inception_crop_is_another_sampler():
+  """What the test of torchvision's distribution tells apart: TensorFlow's sampler (uniform ratio,
+  then uniform height) is not torchvision's on the same image and range."""
+  ours = _inception_boxes(48, 64, 0.3, 3000)
+  reference = _torchvision_boxes(48, 64, 0.3, 3000)
+  assert stats.ks_2samp(ours[:, 2], reference[:, 2]).pvalue < 1e-3
+
+
+# Pad and crop, flip.
+
+def test_pad_and_random_crop_shifts_by_each_offset_up_to_twice_the_pad():
+  image = _image(6, 7).astype(np.float32)
+  padded = np.pad(image, [(2, 2), (2, 2), (0, 0)])
+  offsets = []
+  for seed in range(500):
+    got = preprocess.pad_and_random_crop(image, np.random.default_rng(seed), 2)
+    assert got.shape == image.shape
+    offsets.append(next((top, left) for top in range(5) for left in range(5)
+                        if np.array_equal(got, padded[top:top + 6, left:left + 7])))
+  counts = np.bincount([top * 5 + left for top, left in offsets], minlength=25)
+  assert stats.chisquare(counts).pvalue > 1e-3  # All 25 offsets, uniformly.
+  np.testing.assert_array_equal(preprocess.pad_and_random_crop(image, np.random.default_rng(0), 0),
+                                image)
+
+
+def test_flip_mirrors_half_the_images_and_only_when_asked():
+  image = _image(5, 8).astype(np.float32)
+  flip = preprocess.AUGMENTS[0].apply
+  mirrored = 0
+  for seed in range(400):
+    got = flip(image, np.random.default_rng(seed), _pp(flip=True), 8)
+    assert got.shape == image.shape and got.flags.c_contiguous
+    is_mirror = np.array_equal(got, image[:, ::-1])
+    assert is_mirror or np.array_equal(got, image)
+    mirrored += is_mirror
+  assert stats.binomtest(mirrored, 400).pvalue > 1e-3
+  for seed in range(20):
+    assert flip(image, np.random.default_rng(seed), _pp(flip=False), 8) is image
+
+
+def test_normalize_maps_0_255_to_minus_1_1_in_a_new_contiguous_array():
+  image = np.float32([[[0] * 3, [127.5] * 3, [255] * 3]])[:, ::-1]
+  got = preprocess.normalize(image)
+  assert got.dtype == np.float32 and got.flags.c_contiguous
+  np.testing.assert_array_equal(got, [[[1] * 3, [0] * 3, [-1] * 3]])
+  np.testing.assert_array_equal(preprocess.normalize(np.uint8([[[0, 255, 51]]])),
+                                np.float32([[[0, 255, 51]]]) / np.float32(127.5) - 1)
+
+
+# train_preprocess: op i draws from default_rng([*seed, i]).
+
+@pytest.mark.parametrize('crop', list(preprocess.CROPS))
+def test_train_preprocess_is_its_ops_each_with_the_stream_of_its_position(crop):
+  """Prefix-stable: op i's stream is default_rng([*seed, i]) whatever follows it, so an op added
+  at the end (or off) leaves the others' draws as they were."""
+  pp = _pp(crop=crop, pad=3 if crop == 'random' else 0)
+  image = _image(20, 26)
+  for seed in [(0, 3), (5, 3), (1, 2, 3)]:
+    expected = image
+    for i, op in enumerate((preprocess.CROPS[crop], *preprocess.AUGMENTS)):
+      expected = op.apply(expected, np.random.default_rng([*seed, i]), pp, 16)
+    got = preprocess.train_preprocess(image, seed, pp=pp, image_size=16)
+    assert got.dtype == np.float32 and got.shape == (16, 16, 3) and got.flags.c_contiguous
+    np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize('pp', [
+    dict(), dict(crop='random_resized', antialias=True),
+    dict(randaug_layers=2, three_augment=True, color_jitter=0.4, erase_prob=0.5)], ids=str)
+def test_train_preprocess_is_a_function_of_the_image_and_seed(pp):
+  pp = _pp(**pp)
+  image = _image(30, 40)
+  first = [preprocess.train_preprocess(image, (i, 7), pp=pp, image_size=16) for i in range(12)]
+  again = [preprocess.train_preprocess(image, (i, 7), pp=pp, image_size=16) for i in range(12)]
+  np.testing.assert_array_equal(first, again)
+  assert len({x.tobytes() for x in first}) == 12  # Each seed its own augmentation.
+  for x in first:
+    assert x.dtype == np.float32 and x.shape == (16, 16, 3) and x.flags.c_contiguous
+
+
+def test_crops_of_the_whole_image_are_plain_resizes():
+  image = _image(24, 24)  # Square: the whole image is the only box of all its area.
+  for (crop, fields), antialias in itertools.product(
+      [('inception', dict(min_area=1.0)), ('random_resized', dict(min_area=1.0)),
+       ('random', dict(pad=0)), ('resize', {})], (False, True)):
+    pp = _pp(crop=crop, flip=False, antialias=antialias, **fields)
+    expected = preprocess.normalize(preprocess.resize(image, 16, antialias))
+    np.testing.assert_array_equal(preprocess.train_preprocess(image, (0, 1), pp=pp, image_size=16),
+                                  expected)

@@ -1,5 +1,5 @@
-"""The train order on awkward layouts: class folders of 1, 7 and 299 images, and tfds TFRecord files of
-1, 7 and 299 records, both class-sorted; 307 examples (a prime), so no batch, shard or process count
+"""The train order on awkward layouts: class folders of 1, 7 and 299 images, and tfds ArrayRecord files
+of 1, 7 and 299 records, both class-sorted; 307 examples (a prime), so no batch, shard or process count
 divides an epoch.
 
 Every image carries its own id in pixel (0, 0), so a batch says exactly which examples it holds.
@@ -9,10 +9,10 @@ import os
 import subprocess
 import sys
 
+from array_record.python import array_record_module
 import numpy as np
 from PIL import Image
 import pytest
-import tensorflow as tf
 import tensorflow_datasets as tfds
 
 import helpers
@@ -54,20 +54,22 @@ def _write_folder(root) -> str:
   return str(root)
 
 
-def _write_tfrecords(root, name: str) -> str:
-  """A tfds dataset `name` in root as tfds writes one, unshuffled: a train file of each class (1, 7 and
-  299 records; ids 0..306 in file order), and a test file of 3 records (ids 307..309)."""
+def _write_array_records(root, name: str) -> str:
+  """A tfds dataset `name` in root as tfds writes one, unshuffled, as ArrayRecord: a train file of each
+  class (1, 7 and 299 records; ids 0..306 in file order), and a test file of 3 records (ids
+  307..309)."""
   path = root / name / '1.0.0'
   path.mkdir(parents=True)
   files = {'train': [[label] * size for label, size in enumerate(CLASS_SIZES)], 'test': [[0, 1, 2]]}
   uid, split_infos = 0, []
   for split, labels_of_files in files.items():
     for i, labels in enumerate(labels_of_files):
-      filename = f'{name}-{split}.tfrecord-{i:05d}-of-{len(labels_of_files):05d}'  # tfds' names.
-      with tf.io.TFRecordWriter(str(path / filename)) as f:
-        for label in labels:
-          f.write(FEATURES.serialize_example({'image': _image(uid, label), 'label': label}))
-          uid += 1
+      filename = f'{name}-{split}.array_record-{i:05d}-of-{len(labels_of_files):05d}'  # tfds' names.
+      writer = array_record_module.ArrayRecordWriter(str(path / filename), 'group_size:1')
+      for label in labels:
+        writer.write(FEATURES.serialize_example({'image': _image(uid, label), 'label': label}))
+        uid += 1
+      writer.close()
     split_infos.append(tfds.core.SplitInfo(
         name=split, shard_lengths=[len(labels) for labels in labels_of_files], num_bytes=0))
   tfds.folder_dataset.write_metadata(data_dir=str(path), features=FEATURES, split_infos=split_infos,
@@ -77,22 +79,18 @@ def _write_tfrecords(root, name: str) -> str:
 
 @pytest.fixture(scope='module')
 def layouts(tmp_path_factory):
-  """{layout: config overrides}. The TFRecord files are read through a window of 64 records (pieces of
-  the files in a random order) or of the whole split (a full permutation)."""
+  """{layout: config overrides}."""
   folder = _write_folder(tmp_path_factory.mktemp('uneven_folder'))
-  tfrecords = _write_tfrecords(tmp_path_factory.mktemp('uneven_tfds'), 'uneven_files')
-  return {
-      'folder': dict(dataset='folder', data_dir=folder),
-      'tfrecord_window_64': dict(dataset='uneven_files', data_dir=tfrecords, shuffle_buffer=64),
-      'tfrecord_full_window': dict(dataset='uneven_files', data_dir=tfrecords, shuffle_buffer=50_000),
-  }
+  array_records = _write_array_records(tmp_path_factory.mktemp('uneven_tfds'), 'uneven_files')
+  return {'folder': dict(dataset='folder', data_dir=folder),
+          'array_record': dict(dataset='uneven_files', data_dir=array_records)}
 
 
 def make_config(overrides: dict, **more):
   return helpers.data_config(**{**overrides, **more})
 
 
-@pytest.mark.parametrize('layout', ['folder', 'tfrecord_window_64', 'tfrecord_full_window'])
+@pytest.mark.parametrize('layout', ['folder', 'array_record'])
 def test_each_epoch_is_a_new_permutation_across_batch_edges(layouts, layout):
   """Batches of 50: epochs end inside batches 6, 12 and 18. Each epoch holds every id once with its
   label, in a new order; the 8 images of the small classes (first in the listing) are spread."""
@@ -103,13 +101,13 @@ def test_each_epoch_is_a_new_permutation_across_batch_edges(layouts, layout):
   for e, epoch in enumerate(epochs):
     assert sorted(epoch) == list(range(NUM_TRAIN)), f'epoch {e}'
   assert not np.array_equal(epochs[0], epochs[1]) and not np.array_equal(epochs[1], epochs[2])
-  if layout != 'tfrecord_window_64':  # Full permutations: all 8 in the first 64 has chance 4e-6.
-    assert np.flatnonzero(TRAIN_LABELS[epochs[0]] < 2).max() >= 64, epochs[0][:64]
+  # Full permutations: all 8 in the first 64 has chance 4e-6.
+  assert np.flatnonzero(TRAIN_LABELS[epochs[0]] < 2).max() >= 64, epochs[0][:64]
 
 
-@pytest.mark.parametrize('layout', ['folder', 'tfrecord_window_64'])
+@pytest.mark.parametrize('layout', ['folder', 'array_record'])
 def test_batches_are_a_function_of_seed_and_step_on_any_host_count(layouts, layout):
-  """data_shards=4 of 307 examples (77, 77, 77, 76; TFRecord shards cut through the files), 6 examples
+  """data_shards=4 of 307 examples (77, 77, 77, 76; strided across the files), 6 examples
   of each shard a step (step 12 holds every shard's first epoch edge): resumed at step 12, or on 2 or
   4 hosts from step 11, the batches are those of one uninterrupted host."""
   config = make_config(layouts[layout], data_shards=4)
@@ -127,20 +125,15 @@ def test_batches_are_a_function_of_seed_and_step_on_any_host_count(layouts, layo
 
 
 def test_epoch_orders_neither_repeat_nor_collide_across_seeds():
-  """The index shuffle reads only the low 8 bits of each key word for a split below 65,536 records:
-  keyed with the epoch as a word, epoch 256 was epoch 0 again, and keyed with one word of the seed's
-  hash, 300 seeds had at most 256 orders."""
-  records = order.RandomAccess(NUM_TRAIN, lambda indices: {'index': indices})
-  # Traced once: eagerly, 600 calls take half a minute.
-  records_at = tf.function(lambda positions, seed: order.records_at(records, positions, seed)['index'])
-
+  """Each epoch's order is drawn from all of (seed, epoch): epoch 256 is not epoch 0 again (an index
+  shuffle keyed on the low 8 bits of each word once made it so), 300 seeds give 300 orders, and
+  negative seeds are seeds."""
   def epoch_head(seed: int, epoch: int) -> tuple[int, ...]:
     """The records at the first 16 positions of the epoch, which tell its order."""
-    positions = tf.range(epoch * NUM_TRAIN, epoch * NUM_TRAIN + 16, dtype=tf.int64)
-    return tuple(records_at(positions, tf.constant([seed, 0], tf.int64)).numpy())
+    return tuple(order.index_at(NUM_TRAIN, (seed, 0, 0), epoch * NUM_TRAIN + k) for k in range(16))
 
   assert len({epoch_head(0, epoch) for epoch in range(300)}) == 300
-  assert len({epoch_head(seed, 0) for seed in range(300)}) == 300
+  assert len({epoch_head(seed, 0) for seed in range(-150, 150)}) == 300
 
 
 def test_the_train_order_has_no_period_of_256_epochs(layouts):
@@ -152,10 +145,10 @@ def test_the_train_order_has_no_period_of_256_epochs(layouts):
   assert not np.array_equal(ids(first), ids(later))
 
 
-def test_a_sum_of_tfrecord_splits_is_cut_into_even_shards(layouts):
+def test_a_sum_of_splits_is_cut_into_even_shards(layouts):
   """'train[:301]+test' is 304 records: 152 a host. tfds.even_splits cuts each part on its own
   (151 + 2 and 150 + 1); evaluation pads every host to 152 rows of an even cut, and so dropped one."""
-  config = make_config(layouts['tfrecord_full_window'])
+  config = make_config(layouts['array_record'])
   split = 'train[:301]+test'
   seen = []
   for process_index in range(2):
@@ -164,7 +157,7 @@ def test_a_sum_of_tfrecord_splits_is_cut_into_even_shards(layouts):
       seen += list(ids(batch)[batch['mask']])
   assert sorted(seen) == list(range(301)) + [307, 308, 309]
   # Training on it: 2 shards of 152, each one epoch in one batch.
-  train = next(data.train_iterator(make_config(layouts['tfrecord_full_window'], train_split=split,
+  train = next(data.train_iterator(make_config(layouts['array_record'], train_split=split,
                                                data_shards=2), local_batch_size=304))
   assert sorted(ids(train)) == sorted(seen)
 
@@ -192,7 +185,7 @@ def _process_main(process_id: int, address: str, overrides: dict, out: str) -> N
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize('layout', ['folder', 'tfrecord_window_64'])
+@pytest.mark.parametrize('layout', ['folder', 'array_record'])
 def test_two_processes_assemble_the_global_batch_of_one(tmp_path, layouts, layout):
   """2 processes x 2 devices, a global batch of 8 (default data_shards: one a process) from step 37,
   where the shards of 154 and 153 examples turn their second epoch: the global batches are those of

@@ -1,11 +1,11 @@
 """The train order on class-sorted data: every batch is mixed, every epoch visits every example once.
 
 Sources written in class order, as users bring them: an image folder (folders list files class by
-class) and tfds datasets prepared with shuffling disabled, as ArrayRecord and as TFRecord.
+class) and a tfds dataset prepared (as ArrayRecord) with shuffling disabled; and the bundled digits,
+served from memory.
 """
 import collections
 
-from etils import epath
 import numpy as np
 import pytest
 from scipy import stats
@@ -13,6 +13,7 @@ import tensorflow_datasets as tfds
 
 import helpers
 from helpers import as_uint8, assert_same_batches, multiset, take
+import tfds_fixtures
 from vit_jax import data
 from vit_jax.data import digits
 from vit_jax.train import loop, setup as train_setup
@@ -21,9 +22,8 @@ SPLITS = digits.split_arrays()
 TRAIN_LABELS = SPLITS['train'][1]
 
 
-class ClassSortedDigits(digits.VitJaxDigits, skip_registration=True):
+class ClassSortedDigits(tfds_fixtures.DigitsBuilder, skip_registration=True):
   """The digits written in class order, and kept in that order by tfds."""
-  pkg_dir_path = epath.Path(__file__).parent  # tfds looks for metadata files beside the builder.
 
   def _info(self) -> tfds.core.DatasetInfo:
     return self.dataset_info_from_configs(features=super()._info().features, disable_shuffling=True)
@@ -35,24 +35,25 @@ class ClassSortedDigits(digits.VitJaxDigits, skip_registration=True):
 
 @pytest.fixture(scope='module')
 def sources(tmp_path_factory, sorted_digits_folder):
-  """{source name: config overrides} for the class-sorted digits in each format."""
-  root = tmp_path_factory.mktemp('sorted')
-  configs = {'folder': dict(dataset='folder', data_dir=sorted_digits_folder)}
-  for file_format in ('array_record', 'tfrecord'):
-    data_dir = str(root / file_format)
-    ClassSortedDigits(data_dir=data_dir, file_format=file_format).download_and_prepare(
-        download_config=tfds.download.DownloadConfig(try_download_gcs=False))
-    configs[file_format] = dict(dataset='class_sorted_digits', data_dir=data_dir)
-  return configs
+  """{source name: config overrides}: the class-sorted digits as a folder and as ArrayRecord, and the
+  digits in memory (in the stratified split's order)."""
+  data_dir = str(tmp_path_factory.mktemp('sorted'))
+  return {'folder': dict(dataset='folder', data_dir=sorted_digits_folder),
+          'array_record': dict(dataset=tfds_fixtures.prepare(ClassSortedDigits, data_dir),
+                               data_dir=data_dir),
+          'digits': dict(data_dir=None)}
+
+
+SOURCES = ['folder', 'array_record', 'digits']
 
 
 def make_config(source, **overrides):
-  return helpers.data_config(**{**source, 'shuffle_buffer': 64, **overrides})
+  return helpers.data_config(**{**source, **overrides})
 
 
 def test_the_sources_are_class_sorted(sources):
-  """The premise: read in order, each source's first quarter holds only the first classes."""
-  for overrides in sources.values():
+  """The premise: read in order, the sorted sources' first quarter holds only the first classes."""
+  for overrides in (sources['folder'], sources['array_record']):
     labels = next(data.eval_iterator(make_config(overrides), 'test', local_batch_size=360))['label']
     assert np.all(np.diff(labels) >= 0) and set(labels[:90]) <= {0, 1, 2}
 
@@ -64,16 +65,12 @@ def assert_mixed(labels, where):
   assert p > 1e-3, f'{where}: batch classes {np.bincount(labels, minlength=10)}, p={p:.2g}'
 
 
-# TFRecord files can only be read in order: the window must hold the split to fully permute it.
-WINDOWS = {'folder': 64, 'array_record': 64, 'tfrecord': 50_000}
-
-
-@pytest.mark.parametrize('name', ['folder', 'array_record', 'tfrecord'])
+@pytest.mark.parametrize('name', SOURCES)
 @pytest.mark.parametrize('process_count', [1, 2])
 def test_batches_are_mixed_from_the_first_on(sources, name, process_count):
-  """Global batches of 128, in the first epoch and (resumed) in the third; with random access every
-  host's part of a batch is mixed too (TFRecord shards are contiguous ranges of the files)."""
-  config = make_config(sources[name], shuffle_buffer=WINDOWS[name])
+  """Global batches of 128, in the first epoch and (resumed) in the third; every host's part of a
+  batch is mixed too."""
+  config = make_config(sources[name])
   steps_per_epoch = len(TRAIN_LABELS) // 128
   hosts = []
   for process_index in range(process_count):
@@ -83,16 +80,14 @@ def test_batches_are_mixed_from_the_first_on(sources, name, process_count):
     hosts.append([b['label'] for b in take(data.train_iterator(config, **kwargs), 3) + [next(later)]])
   for step, where in enumerate(['batch 0', 'batch 1', 'batch 2', 'a resumed batch of epoch 2']):
     assert_mixed(np.concatenate([host[step] for host in hosts]), f'{name}, {where}')
-    if name != 'tfrecord':
-      for process_index, host in enumerate(hosts):
-        assert_mixed(host[step], f'{name}, {where}, host {process_index} of {process_count}')
+    for process_index, host in enumerate(hosts):
+      assert_mixed(host[step], f'{name}, {where}, host {process_index} of {process_count}')
 
 
-@pytest.mark.parametrize('name', ['folder', 'array_record', 'tfrecord'])
+@pytest.mark.parametrize('name', SOURCES)
 def test_every_epoch_visits_every_example_once(sources, name):
-  # 1437 = 3 * 479: three batches are one epoch. A TFRecord window of 200 reads 8 pieces of the one
-  # file in a permuted order.
-  config = make_config(sources[name], shuffle_buffer=200)
+  # 1437 = 3 * 479: three batches are one epoch.
+  config = make_config(sources[name])
   batches = take(data.train_iterator(config, local_batch_size=479), 9)
   orders = []
   for epoch in range(3):
@@ -121,9 +116,9 @@ def test_random_access_shards_are_disjoint_balanced_and_cover_the_split(sources,
   assert union == multiset(*SPLITS['train'])
 
 
-@pytest.mark.parametrize('name', ['folder', 'array_record', 'tfrecord'])
+@pytest.mark.parametrize('name', SOURCES)
 def test_global_batches_depend_on_data_shards_not_on_hosts(sources, name):
-  config = make_config(sources[name], data_shards=4, shuffle_buffer=200)
+  config = make_config(sources[name], data_shards=4)
   one_host = take(data.train_iterator(config, local_batch_size=32, start_step=40), 2)
   for process_count in (2, 4):
     hosts = [take(data.train_iterator(config, local_batch_size=32 // process_count, start_step=40,
@@ -134,11 +129,10 @@ def test_global_batches_depend_on_data_shards_not_on_hosts(sources, name):
         np.testing.assert_array_equal(np.concatenate([host[step][key] for host in hosts]), batch[key])
 
 
-@pytest.mark.parametrize('name,window', [('folder', 64), ('array_record', 64), ('tfrecord', 200),
-                                         ('tfrecord', 50_000)])
+@pytest.mark.parametrize('name', SOURCES)
 @pytest.mark.parametrize('process_index,process_count', [(0, 1), (1, 2)])
-def test_resume_is_bitwise_identical(sources, name, window, process_index, process_count):
-  config = make_config(sources[name], shuffle_buffer=window, pp=dict(crop='inception', flip=True))
+def test_resume_is_bitwise_identical(sources, name, process_index, process_count):
+  config = make_config(sources[name], pp=dict(crop='inception', flip=True))
   kwargs = dict(local_batch_size=100, process_index=process_index, process_count=process_count)
   reference = take(data.train_iterator(config, **kwargs), 20)
   for start in (3, 7, 15):  # Mid-epoch, at an epoch's edge (batch 7 spans epochs 0 and 1 of 719), later.
@@ -146,19 +140,20 @@ def test_resume_is_bitwise_identical(sources, name, window, process_index, proce
     assert_same_batches(resumed, reference[start:start + 3])
 
 
-@pytest.mark.parametrize('name,window', [('folder', 64), ('array_record', 64), ('tfrecord', 200)])
-def test_resuming_far_into_a_run_skips_arithmetically(sources, name, window):
+@pytest.mark.parametrize('name', SOURCES)
+def test_resuming_far_into_a_run_skips_arithmetically(sources, name):
   """Resuming at step 10^9 reads nothing before it (it would take hours otherwise) and continues
   the stream of the step before it."""
-  config = make_config(sources[name], shuffle_buffer=window)
+  config = make_config(sources[name])
   step = 10**9
   before = take(data.train_iterator(config, local_batch_size=32, start_step=step - 1), 2)[1]
   at = next(data.train_iterator(config, local_batch_size=32, start_step=step))
   assert_same_batches([at], [before])
 
 
-def test_array_record_eval_visits_each_example_once(sources):
-  config = make_config(sources['array_record'])
+@pytest.mark.parametrize('name', SOURCES)
+def test_eval_visits_each_example_once(sources, name):
+  config = make_config(sources[name])
   seen = collections.Counter()
   for process_index in range(3):
     for b in data.eval_iterator(config, 'test', local_batch_size=50,
@@ -170,9 +165,9 @@ def test_array_record_eval_visits_each_example_once(sources):
 @pytest.mark.slow
 def test_training_on_a_class_sorted_folder_learns(tmp_path, sorted_digits_folder):
   """The demo recipe, shortened, on the digits as a class-sorted image folder. With a window of 64
-  consecutive files (the old order) every batch held one or two classes and top-1 stayed near chance."""
+  consecutive files (an old order) every batch held one or two classes and top-1 stayed near chance."""
   config = helpers.load_config('demo', {
-      **helpers.TINY, 'dataset': 'folder', 'data_dir': sorted_digits_folder, 'shuffle_buffer': 64,
+      **helpers.TINY, 'dataset': 'folder', 'data_dir': sorted_digits_folder,
       'total_steps': 150, 'batch_size': 64, 'lr.base': 3e-3, 'lr.warmup_steps': 10,
       'eval_every_steps': 150, 'log_every_steps': 50, 'checkpoint_every_steps': 150})
   metrics = loop.train_and_evaluate(train_setup.prepare(config, str(tmp_path)))

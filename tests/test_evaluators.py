@@ -2,7 +2,6 @@
 and multi-label top-1 (as ImageNet-ReaL); the eval loss; empty splits."""
 import re
 
-from etils import epath
 import jax
 import numpy as np
 import pytest
@@ -11,6 +10,7 @@ import tensorflow_datasets as tfds
 from PIL import Image
 
 import helpers
+import tfds_fixtures
 from vit_jax import data, evaluators, sharding, tasks
 from vit_jax.data import digits, preprocess
 from vit_jax.train import loop, setup as train_setup
@@ -24,10 +24,9 @@ def real_label_set(key: int, label: int) -> list[int]:
   return [[], [label, (label + 1) % 10], [(label + 2) % 10], [label]][key % 4]
 
 
-class RealDigits(digits.VitJaxDigits, skip_registration=True):
+class RealDigits(tfds_fixtures.DigitsBuilder, skip_registration=True):
   """The digits test split laid out as tfds' imagenet2012_real: 'original_label' and a Sequence of
   ClassLabel 'real_label', no 'label'."""
-  pkg_dir_path = epath.Path(__file__).parent
 
   def _info(self) -> tfds.core.DatasetInfo:
     classes = [str(d) for d in range(10)]
@@ -50,15 +49,14 @@ class RealDigits(digits.VitJaxDigits, skip_registration=True):
 @pytest.fixture(scope='module')
 def real_dir(tmp_path_factory):
   path = str(tmp_path_factory.mktemp('real_digits'))
-  RealDigits(data_dir=path, file_format='array_record').download_and_prepare(
-      download_config=tfds.download.DownloadConfig(try_download_gcs=False))
+  assert tfds_fixtures.prepare(RealDigits, path) == 'real_digits'
   return path
 
 
 def test_another_dataset_with_the_same_classes_measures_the_same_images_alike(
     tmp_path, data_dir, sorted_digits_folder, real_dir):
   # The run reads the digits as an image folder; the extra evaluator reads the same test images from the
-  # tfds digits: the same pixels, so the same metrics.
+  # digits in memory: the same pixels, so the same metrics.
   config = helpers.load_config('demo', {**helpers.TINY, 'dataset': 'folder',
                                        'data_dir': sorted_digits_folder, 'total_steps': 4,
                                        'eval_every_steps': 4})
@@ -101,7 +99,7 @@ def test_real_top1_is_the_prediction_in_the_label_set_over_labelled_images(
 
   # timm's RealLabelsImagenet, in NumPy, on logits of the same images applied one batch at a time.
   images = np.stack([preprocess.eval_preprocess(image, pp_eval=config.pp_eval,
-                                                image_size=config.image_size).numpy()
+                                                image_size=config.image_size)
                      for image in VALIDATION_IMAGES])
   logits = np.asarray(jax.jit(lambda x: model.apply({'params': params}, x, train=False))(images))
   top5 = np.argsort(-logits, axis=-1)[:, :5]
@@ -121,8 +119,8 @@ def test_real_top1_is_the_prediction_in_the_label_set_over_labelled_images(
 
 
 @pytest.mark.parametrize('where, error', [
-    ({'dataset': 'digits'}, r"^Dataset 'vit_jax_digits' has no ClassLabel \(or Sequence of ClassLabel\) "
-                            r"feature 'real_label': .* to one of its ClassLabel features \['label'\]$"),
+    ({'dataset': 'digits'}, r"^The digits have one label an image, not a label feature 'real_label': "
+                            r"leave config.label_feature at its default$"),
     ({'dataset': 'folder'}, r"^An image folder has one class an image, not a label feature "
                             r"'real_label': read it from a tensorflow_datasets dataset that has it$"),
     ({'task': 'mpp'}, r"^Evaluator 'real' of type 'real' measures a classifier, but "
@@ -166,7 +164,8 @@ def test_a_classification_evaluator_reads_its_label_feature(data_dir, real_dir):
   # A feature the dataset lacks is a one-line error at the start.
   config.evals.original = dict(type='classification', split='test', label_feature='real_label',
                                every_steps=4)
-  with pytest.raises(ValueError, match=r"^Dataset 'vit_jax_digits' has no .* feature 'real_label'"):
+  with pytest.raises(ValueError, match=r"^The digits have one label an image, not a label feature "
+                                       r"'real_label'"):
     _evaluator(config, 'original')
   # A label set is the real evaluator's: at the start, not a shape error at the first evaluation.
   config.evals.original = dict(type='classification', dataset='real_digits', data_dir=real_dir,
@@ -187,7 +186,7 @@ def test_eval_loss_is_the_runs_loss_over_every_image(data_dir, loss):
   metrics = evaluator(params)
 
   images = np.stack([preprocess.eval_preprocess(image, pp_eval=config.pp_eval,
-                                                image_size=config.image_size).numpy()
+                                                image_size=config.image_size)
                      for image in VALIDATION_IMAGES])
   logits = np.asarray(jax.jit(lambda x: model.apply({'params': params}, x, train=False))(images),
                       np.float64)

@@ -1,6 +1,6 @@
 """Image files as users have them, decoded as PIL's `Image.open(f).convert('RGB')` decodes them (what
 timm's and torchvision's ImageFolder train on): through `preprocess.decode`, an image folder and
-`predict.read_image`. Files PIL writes, and a few BMP variants it reads but does not write.
+`predict.read_image`. Files PIL writes, and variants it reads but does not write (BMPs, 16-bit PNG).
 """
 import io
 import struct
@@ -9,7 +9,6 @@ import zlib
 import numpy as np
 from PIL import Image
 import pytest
-import tensorflow as tf
 
 import helpers
 from vit_jax import data, predict
@@ -19,6 +18,7 @@ _RNG = np.random.default_rng(0)
 _RGB = _RNG.integers(0, 256, (10, 13, 3), dtype=np.uint8)  # Not square, and BMP rows need padding.
 _ALPHA = _RNG.integers(0, 256, (10, 13), dtype=np.uint8)
 _RGBA = np.dstack([_RGB, _ALPHA])
+_GREY16 = _RGB[..., 0].astype(np.uint16) * 257 + 100
 
 
 def _encoded(image: Image.Image, fmt: str, **kwargs) -> bytes:
@@ -31,6 +31,14 @@ def _animation(fmt: str, mode: str, **kwargs) -> bytes:
   first, second = Image.fromarray(_RGBA, 'RGBA').convert(mode), Image.fromarray(255 - _RGBA, 'RGBA')
   return _encoded(first, fmt, save_all=True, append_images=[second.convert(mode)], duration=100,
                   **kwargs)
+
+
+def _photo() -> np.ndarray:
+  """Photo-like pixels (smooth, with noise), where JPEG's DCT rounding shows."""
+  y, x = np.mgrid[0:48, 0:64]
+  smooth = np.stack([np.sin(x / 7) * 90 + 128, np.cos(y / 9) * 90 + 128, (x * 3 + y) % 256], -1)
+  noisy = smooth + np.random.default_rng(0).normal(0, 20, smooth.shape)
+  return np.clip(noisy, 0, 255).astype(np.uint8)
 
 
 def _png16(pixels: np.ndarray) -> bytes:
@@ -63,6 +71,29 @@ def _palette_bmp() -> bytes:
   return _bmp(8, 0, b''.join(bytes(row) + b'\0' * 3 for row in indices[::-1]), table, colours=5)
 
 
+def _4bit_bmp() -> bytes:
+  """4-bit, 16 colours: two indices a byte, 13 pixels in 7 bytes padded to 8."""
+  indices = np.random.default_rng(2).integers(0, 16, (10, 14), dtype=np.uint8)
+  rows = [bytes(row[0::2] << 4 | row[1::2]) + b'\0' for row in indices[::-1]]
+  table = b''.join(bytes([v, 255 - v, v // 2, 0]) for v in range(0, 256, 16))
+  return _bmp(4, 0, b''.join(rows), table, colours=16)
+
+
+def _16bit_bmp() -> bytes:
+  """16-bit, 5 bits a channel (x1r5g5b5), 26 bytes a row padded to 28."""
+  five = (_RGB >> 3).astype(np.uint16)
+  values = five[..., 0] << 10 | five[..., 1] << 5 | five[..., 2]
+  return _bmp(16, 0, b''.join(row.astype('<u2').tobytes() + b'\0\0' for row in values[::-1]))
+
+
+def _os2_bmp() -> bytes:
+  """24-bit with OS/2's 12-byte core header, where the fields are 16-bit."""
+  height, width = _RGB.shape[:2]
+  pixels = b''.join(row[:, ::-1].tobytes() + b'\0' for row in _RGB[::-1])  # BGR, 39 bytes + 1.
+  return (b'BM' + struct.pack('<IHHI', 26 + len(pixels), 0, 0, 26) +
+          struct.pack('<IHHHH', 12, width, height, 1, 24) + pixels)
+
+
 def _bgrx_bmp(masks: tuple[int, int, int]) -> bytes:
   """32-bit with bit fields `masks` (red, green, blue), pixels stored as blue, green, red, 255."""
   pixels = b''.join(bytes([b, g, r, 255]) for row in _RGB[::-1] for r, g, b in row)
@@ -82,7 +113,9 @@ def _palette(transparency=None) -> Image.Image:
   return image
 
 
-# Each of these decodes to exactly PIL's pixels.
+# Each of these decodes to exactly PIL's pixels, including what PIL does that is arguable: a 16-bit
+# greyscale image clipped to 255 (almost all white), a GIF's transparent pixels in their palette's
+# colour.
 AS_PIL = {
     'rgb.png': lambda: _encoded(Image.fromarray(_RGB), 'PNG'),
     'rgba.png': lambda: _encoded(Image.fromarray(_RGBA, 'RGBA'), 'PNG'),
@@ -93,22 +126,43 @@ AS_PIL = {
     'palette_alpha.png': lambda: _encoded(Image.fromarray(_RGBA, 'RGBA').quantize(32), 'PNG'),
     '1bit.png': lambda: _encoded(Image.fromarray(_RGB[..., 0] > 128), 'PNG'),
     '16bit_rgb.png': lambda: _png16(_RGB.astype(np.uint16) * 257 + _RGB[::-1]),  # Low bytes: noise.
+    '16bit_grey.png': lambda: _encoded(Image.fromarray(_GREY16), 'PNG'),
     'grey.jpg': lambda: _encoded(Image.fromarray(_RGB[..., 0]), 'JPEG', quality=90),
     'cmyk.jpg': lambda: _encoded(Image.fromarray(_RGB).convert('CMYK'), 'JPEG', quality=90),
     'progressive.jpg': lambda: _encoded(Image.fromarray(_RGB), 'JPEG', quality=90, progressive=True),
+    'photo.jpg': lambda: _encoded(Image.fromarray(_photo()), 'JPEG', quality=90),
+    'photo_444.jpg': lambda: _encoded(Image.fromarray(_photo()), 'JPEG', quality=75, subsampling=0),
     'rgb.bmp': lambda: _encoded(Image.fromarray(_RGB), 'BMP'),
     'rgba.bmp': lambda: _encoded(Image.fromarray(_RGBA, 'RGBA'), 'BMP'),
     'grey.bmp': lambda: _encoded(Image.fromarray(_RGB[..., 0]), 'BMP'),
     'palette.bmp': lambda: _encoded(_palette(), 'BMP'),
     'palette_5_colours.bmp': _palette_bmp,
+    '1bit.bmp': lambda: _encoded(Image.fromarray(_RGB[..., 0] > 128), 'BMP'),
+    '4bit.bmp': _4bit_bmp,
+    '16bit.bmp': _16bit_bmp,
+    'os2.bmp': _os2_bmp,
+    'rle8.bmp': _rle8_bmp,
     'bgr_bit_fields.bmp': lambda: _bgrx_bmp((0x00FF0000, 0x0000FF00, 0x000000FF)),
     'animated.gif': lambda: _animation('GIF', 'RGB'),
     'grey.gif': lambda: _encoded(Image.fromarray(_RGB[..., 0]), 'GIF'),
+    'transparent.gif': lambda: _encoded(_palette(3), 'GIF', transparency=3),
     'lossless.webp': lambda: _encoded(Image.fromarray(_RGB), 'WEBP', lossless=True),
     'lossy.webp': lambda: _encoded(Image.fromarray(_RGB), 'WEBP', quality=80),
     'rgba_lossless.webp': lambda: _encoded(Image.fromarray(_RGBA, 'RGBA'), 'WEBP', lossless=True),
     'rgba_lossy.webp': lambda: _encoded(Image.fromarray(_RGBA, 'RGBA'), 'WEBP', quality=80),
     'animated_rgba.webp': lambda: _animation('WEBP', 'RGBA', lossless=True),
+    'animated.webp': lambda: _animation('WEBP', 'RGB', lossless=True),
+    'rgb.tif': lambda: _encoded(Image.fromarray(_RGB), 'TIFF'),
+    'lzw.tif': lambda: _encoded(Image.fromarray(_RGBA, 'RGBA'), 'TIFF', compression='tiff_lzw'),
+    'cmyk.tif': lambda: _encoded(Image.fromarray(_RGB).convert('CMYK'), 'TIFF'),
+    '16bit_grey.tif': lambda: _encoded(Image.fromarray(_GREY16), 'TIFF'),
+    'float.tif': lambda: _encoded(Image.fromarray(_RGB[..., 0] / np.float32(3)), 'TIFF'),
+    'rgb.ppm': lambda: _encoded(Image.fromarray(_RGB), 'PPM'),
+    'grey.pgm': lambda: _encoded(Image.fromarray(_RGB[..., 0]), 'PPM'),
+    '16bit.pgm': lambda: _encoded(Image.fromarray(_GREY16), 'PPM'),
+    '1bit.pbm': lambda: _encoded(Image.fromarray(_RGB[..., 0] > 128), 'PPM'),
+    'lossless.jp2': lambda: _encoded(Image.fromarray(_RGB), 'JPEG2000', irreversible=False),
+    'lossy.jp2': lambda: _encoded(Image.fromarray(_photo()), 'JPEG2000', quality_layers=[20]),
     '1x1.png': lambda: _encoded(Image.fromarray(_RGB[:1, :1]), 'PNG'),
     '1x300.jpg': lambda: _encoded(Image.fromarray(np.tile(_RGB[:1], (1, 23, 1))[:, :300]), 'JPEG'),
     '300x1.webp': lambda: _encoded(Image.fromarray(np.tile(_RGB[:, :1], (30, 1, 1))), 'WEBP'),
@@ -122,40 +176,61 @@ def _pil(encoded: bytes) -> np.ndarray:
 @pytest.mark.parametrize('name', AS_PIL)
 def test_each_variant_decodes_to_pils_pixels(name):
   encoded = AS_PIL[name]()
-  np.testing.assert_array_equal(preprocess.decode(tf.constant(encoded)).numpy(), _pil(encoded))
+  decoded = preprocess.decode(encoded)
+  width, height = Image.open(io.BytesIO(encoded)).size
+  assert decoded.dtype == np.uint8 and decoded.shape == (height, width, 3)
+  np.testing.assert_array_equal(decoded, _pil(encoded))
 
 
-def test_where_pil_is_wrong_or_arbitrary():
-  # A 16-bit greyscale PNG: PIL clips the 16-bit value to 255 (almost all white); the high byte here,
-  # as PIL itself reads 16-bit RGB.
-  grey16 = _RGB[..., 0].astype(np.uint16) * 257 + 100
-  encoded = _encoded(Image.fromarray(grey16), 'PNG')
-  np.testing.assert_array_equal(preprocess.decode(encoded).numpy(), np.stack([grey16 >> 8] * 3, -1))
-  assert (_pil(encoded) == 255).mean() > 0.95
-  # A GIF's transparent pixels: the palette's colour in PIL, black here; the others as PIL's.
-  encoded = _encoded(_palette(3), 'GIF', transparency=3)
+def test_the_variants_pil_reads_arguably_are_read_as_pil_reads_them():
+  """What the pixels of the variants above are in PIL, so what training sees."""
+  # Clipped, not scaled.
+  assert (preprocess.decode(AS_PIL['16bit_grey.png']()) == 255).mean() > 0.95
+  encoded = AS_PIL['transparent.gif']()
   transparent = np.asarray(Image.open(io.BytesIO(encoded))) == 3
-  ours = preprocess.decode(encoded).numpy()
-  assert transparent.any() and (ours[transparent] == 0).all()
-  np.testing.assert_array_equal(ours[~transparent], _pil(encoded)[~transparent])
+  palette = np.array(Image.open(io.BytesIO(encoded)).getpalette(), np.uint8).reshape(-1, 3)
+  assert transparent.any()
+  assert (preprocess.decode(encoded)[transparent] == palette[3]).all()
 
 
+# An extension's format, where the extension alone does not say it: PNM's by the pixels' mode.
+_MODES = {'.pbm': '1', '.pgm': 'L'}
+
+
+@pytest.mark.parametrize('extension', preprocess.IMAGE_EXTENSIONS)
+def test_each_listed_extension_is_a_format_pil_reads_here(tmp_path, extension):
+  """An image folder lists these names: each is a format this PIL writes and reads (its codec is
+  installed), and decodes as PIL decodes the file."""
+  path = tmp_path / f'image{extension.upper()}'
+  Image.fromarray(_photo()).convert(_MODES.get(extension, 'RGB')).save(
+      path, format=Image.registered_extensions()[extension])
+  encoded = path.read_bytes()
+  with Image.open(path) as image:
+    want = np.asarray(image.convert('RGB'))
+  np.testing.assert_array_equal(preprocess.decode(encoded), want)
+
+
+_LFS_POINTER = (b'version https://git-lfs.github.com/spec/v1\n'
+                b'oid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\n'
+                b'size 12345\n')
+# Each fails with its one-line reason.
 UNREADABLE = {
-    'animated.webp': lambda: _animation('WEBP', 'RGB', lossless=True),  # channels=0 would crash.
-    '1bit.bmp': lambda: _encoded(Image.fromarray(_RGB[..., 0] > 128), 'BMP'),
-    'rle8.bmp': _rle8_bmp,
-    'rgb_bit_fields.bmp': lambda: _bgrx_bmp((0x000000FF, 0x0000FF00, 0x00FF0000)),  # PIL refuses it.
-    'truncated.jpg': lambda: AS_PIL['progressive.jpg']()[:200],
-    'truncated.png': lambda: AS_PIL['rgb.png']()[:200],
-    'empty.png': lambda: b'',
-    'not_an_image.png': lambda: b'not an image',
+    'rgb_bit_fields.bmp': (lambda: _bgrx_bmp((0x000000FF, 0x0000FF00, 0x00FF0000)),
+                           r'^OSError: Unsupported BMP bitfields layout$'),
+    'truncated.jpg': (lambda: AS_PIL['progressive.jpg']()[:200], r'^OSError: .*[Tt]runcated'),
+    'truncated.png': (lambda: AS_PIL['rgb.png']()[:200], r'^OSError: .*truncated'),
+    'empty.png': (lambda: b'', r'^not an image format PIL reads$'),
+    'not_an_image.png': (lambda: b'not an image', r'^not an image format PIL reads$'),
+    'lfs_pointer.jpg': (lambda: _LFS_POINTER, r'^a git-lfs pointer, not the image$'),
 }
 
 
 @pytest.mark.parametrize('name', UNREADABLE)
-def test_what_is_not_read_fails_instead_of_decoding_wrong_pixels(name):
-  with pytest.raises(tf.errors.InvalidArgumentError):
-    preprocess.decode(UNREADABLE[name]())
+def test_what_is_not_read_fails_with_a_one_line_reason(name):
+  encoded, reason = UNREADABLE[name]
+  with pytest.raises(preprocess.UnreadableImage, match=reason) as raised:
+    preprocess.decode(encoded())
+  assert isinstance(raised.value, ValueError) and '\n' not in str(raised.value)
 
 
 def test_a_folder_reads_pils_pixels_whatever_the_extension_and_skips_what_it_cannot_read(
@@ -163,7 +238,8 @@ def test_a_folder_reads_pils_pixels_whatever_the_extension_and_skips_what_it_can
   # A PNG named .jpg, a JPEG named .PNG, upper-case extensions; a class of only the hard cases.
   files = {'a/0.jpg': AS_PIL['rgba.png'](), 'a/1.PNG': AS_PIL['cmyk.jpg'](),
            'b/0.WEBP': AS_PIL['rgba_lossy.webp'](), 'b/1.bmp': AS_PIL['palette_5_colours.bmp'](),
-           'b/2.webp': UNREADABLE['animated.webp'](), 'b/3.jpg': b''}
+           'b/2.webp': UNREADABLE['rgb_bit_fields.bmp'][0](), 'b/3.jpg': b'',
+           'b/4.tif': AS_PIL['16bit_grey.tif']()}
   for split in ('train', 'test'):
     for name, encoded in files.items():
       (tmp_path / split / name).parent.mkdir(parents=True, exist_ok=True)
@@ -171,18 +247,21 @@ def test_a_folder_reads_pils_pixels_whatever_the_extension_and_skips_what_it_can
   config = helpers.data_config(str(tmp_path), dataset='folder', image_size=16)
   with caplog.at_level('WARNING'):
     batch = next(data.eval_iterator(config, 'test', local_batch_size=8))
-  read = ['a/0.jpg', 'a/1.PNG', 'b/0.WEBP', 'b/1.bmp']
+  read = ['a/0.jpg', 'a/1.PNG', 'b/0.WEBP', 'b/1.bmp', 'b/4.tif']
   want = [preprocess.eval_preprocess(_pil(files[name]), pp_eval=config.pp_eval, image_size=16)
           for name in read]
   np.testing.assert_allclose(batch['image'][batch['mask']], want, atol=1e-6)
-  assert batch['label'][batch['mask']].tolist() == [0, 0, 1, 1]
+  assert batch['label'][batch['mask']].tolist() == [0, 0, 1, 1, 1]
   skipped = [r.getMessage() for r in caplog.records if 'Skipping unreadable' in r.getMessage()]
-  assert sorted(skipped) == [f'Skipping unreadable image file {tmp_path}/test/b/{name}'
-                             for name in ('2.webp', '3.jpg')]
+  assert sorted(skipped) == [  # Each with decode's one-line reason.
+      f'Skipping unreadable image file {tmp_path}/test/b/2.webp (OSError: Unsupported BMP bitfields '
+      'layout)', f'Skipping unreadable image file {tmp_path}/test/b/3.jpg (not an image format PIL '
+      'reads)']
 
 
 def test_prediction_reads_pils_pixels(tmp_path):
-  for name in ('rgba_lossy.webp', 'palette_5_colours.bmp', 'animated_rgba.webp'):
+  for name in ('rgba_lossy.webp', 'palette_5_colours.bmp', 'animated_rgba.webp', 'rle8.bmp',
+               '16bit_grey.tif'):
     (tmp_path / name).write_bytes(AS_PIL[name]())
     np.testing.assert_array_equal(predict.read_image(str(tmp_path / name)), _pil(AS_PIL[name]()))
 

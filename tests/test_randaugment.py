@@ -2,7 +2,6 @@
 import numpy as np
 from PIL import Image, ImageEnhance, ImageOps
 import pytest
-import tensorflow as tf
 
 from vit_jax.data import randaugment as ra
 
@@ -14,8 +13,8 @@ def random_image(shape, low=0, high=256, seed=0):
   return np.random.default_rng(seed).integers(low, high, (*shape, 3), dtype=np.uint8)
 
 
-def tf_op(name, image, *args):
-  return ra.OPS[name](tf.constant(image), *args).numpy()
+def op(name, image, *args):
+  return ra.OPS[name](image, *args)
 
 
 def pil_op(fn, image, *args):
@@ -24,7 +23,7 @@ def pil_op(fn, image, *args):
 
 def assert_nearly_equal(got, want):
   """Equal but for at most 0.5% of the values: coordinates within float error of a half pixel round
-  either way in TF and PIL (none do in these tests today)."""
+  either way in numpy and PIL (none do in these tests today)."""
   assert np.mean(got != want) <= 0.005, np.mean(got != want)
 
 
@@ -41,23 +40,23 @@ def assert_nearly_equal(got, want):
 def test_lookup_ops_equal_pil(shape, name, pil_fn, args):
   # A narrower range than [0, 255], so AutoContrast and Equalize have something to stretch.
   image = random_image(shape, 30, 200)
-  np.testing.assert_array_equal(tf_op(name, image, *args), pil_op(pil_fn, image, *args))
+  np.testing.assert_array_equal(op(name, image, *args), pil_op(pil_fn, image, *args))
 
 
 def test_posterize_to_zero_bits_is_black():
   # PIL refuses 0 bits; magnitudes below 2.5 ask for them.
-  assert not tf_op('Posterize', random_image((8, 8)), 0).any()
+  assert not op('Posterize', random_image((8, 8)), 0).any()
 
 
 def test_constant_channels_are_kept_as_pil_does():
   image = random_image((16, 16), 30, 200)
   image[..., 1] = 77
   for name, pil_fn in [('AutoContrast', ImageOps.autocontrast), ('Equalize', ImageOps.equalize)]:
-    np.testing.assert_array_equal(tf_op(name, image), pil_op(pil_fn, image))
+    np.testing.assert_array_equal(op(name, image), pil_op(pil_fn, image))
 
 
 @pytest.mark.parametrize('shape', SHAPES)
-@pytest.mark.parametrize('factor', [0.1, 0.64, 1.0, 1.9])
+@pytest.mark.parametrize('factor', [0.1, 0.64, 1.0, 1.9, 3.7])  # 3.7: magnitude 20.
 @pytest.mark.parametrize('name, enhancer', [
     ('Color', ImageEnhance.Color),
     ('Contrast', ImageEnhance.Contrast),
@@ -67,32 +66,34 @@ def test_constant_channels_are_kept_as_pil_does():
 def test_enhance_ops_equal_pil(shape, factor, name, enhancer):
   image = random_image(shape)
   want = pil_op(lambda im, f: enhancer(im).enhance(f), image, factor)
-  np.testing.assert_array_equal(tf_op(name, image, factor), want)
+  np.testing.assert_array_equal(op(name, image, factor), want)
 
 
 def test_contrast_blends_towards_the_mean_grey_not_pixel_count_over_256():
   """The reference's bug would use 32 * 32 / 256 = 4 as the 'mean' of this bright image."""
   image = random_image((32, 32), 150, 256)
   want = pil_op(lambda im: ImageEnhance.Contrast(im).enhance(0.1), image)
-  np.testing.assert_array_equal(tf_op('Contrast', image, 0.1), want)
+  np.testing.assert_array_equal(op('Contrast', image, 0.1), want)
 
 
-@pytest.mark.parametrize('shape', [(16, 16), (300, 300)])  # The second's sum is past float32's 2**24.
+# The second's sum is past float32's 2**24.
+@pytest.mark.parametrize('shape', [(16, 16), (300, 300)])
 def test_contrast_rounds_a_mean_ending_in_half_up_as_pil_does(shape):
   grey = np.random.default_rng(0).integers(0, 100, shape)
   count = grey.size
   grey.reshape(-1)[:(count // 2 - grey.sum()) % count] += 1  # Now sum % count == count / 2.
   assert grey.mean() % 1 == 0.5
-  image = np.repeat(grey[..., None], 3, axis=-1).astype(np.uint8)  # Grey pixels: PIL's L is the value.
+  # Grey pixels: PIL's L is the value.
+  image = np.repeat(grey[..., None], 3, axis=-1).astype(np.uint8)
   want = pil_op(lambda im: ImageEnhance.Contrast(im).enhance(1.9), image)
-  np.testing.assert_array_equal(tf_op('Contrast', image, 1.9), want)
+  np.testing.assert_array_equal(op('Contrast', image, 1.9), want)
 
 
 @pytest.mark.parametrize('shape', [(1, 1), (2, 2), (2, 7), (7, 1), (3, 3)])
 def test_sharpness_of_images_under_three_pixels_wide_equals_pil(shape):
   image = random_image(shape)
   want = pil_op(lambda im: ImageEnhance.Sharpness(im).enhance(0.3), image)
-  np.testing.assert_array_equal(tf_op('Sharpness', image, 0.3), want)
+  np.testing.assert_array_equal(op('Sharpness', image, 0.3), want)
 
 
 @pytest.mark.parametrize('shape', SHAPES)
@@ -100,7 +101,7 @@ def test_sharpness_of_images_under_three_pixels_wide_equals_pil(shape):
 def test_solarize_add_equals_numpy(shape, addition):
   image = random_image(shape)
   want = np.where(image < 128, np.minimum(image.astype(int) + addition, 255), image)
-  np.testing.assert_array_equal(tf_op('SolarizeAdd', image, addition), want)
+  np.testing.assert_array_equal(op('SolarizeAdd', image, addition), want)
 
 
 @pytest.mark.parametrize('shape', SHAPES)
@@ -111,13 +112,14 @@ def test_cutout_equals_numpy_box(shape, half_size, center):
   want = image.copy()
   (cy, cx), p = center, half_size
   want[max(cy - p, 0):cy + p, max(cx - p, 0):cx + p] = 128
-  np.testing.assert_array_equal(tf_op('Cutout', image, half_size, tf.constant(center)), want)
+  np.testing.assert_array_equal(op('Cutout', image, half_size, center), want)
+  assert (image == random_image(shape)).all()  # A new array: the input is not written.
 
 
 def pil_affine(image, matrix):
   """PIL's affine transform with nearest resampling and grey fill, for a matrix in pixel indices.
 
-  PIL samples input floor(M (x + 1/2, y + 1/2) + t) for output pixel (x, y); TF samples
+  PIL samples input floor(M (x + 1/2, y + 1/2) + t) for output pixel (x, y); the ops sample
   round(M (x, y) + t'), so t' = t - 1/2 + M (1/2, 1/2) is the same map.
   """
   a, b, c, d, e, f = matrix
@@ -125,6 +127,27 @@ def pil_affine(image, matrix):
   return np.asarray(Image.fromarray(image).transform(
       Image.fromarray(image).size, Image.Transform.AFFINE, data, resample=Image.Resampling.NEAREST,
       fillcolor=FILL))
+
+
+def numpy_affine(image, matrix):
+  """Output pixel (x, y) = input pixel round(M (x, y) + t) (halves up), grey where that is outside
+  the image: the TF reference's nearest sampling, written independently of PIL."""
+  a, b, c, d, e, f = matrix
+  y, x = np.mgrid[:image.shape[0], :image.shape[1]].astype(np.float64)
+  src_x = np.floor(a * x + b * y + c + 0.5).astype(int)
+  src_y = np.floor(d * x + e * y + f + 0.5).astype(int)
+  inside = (src_x >= 0) & (src_x < image.shape[1]) & (src_y >= 0) & (src_y < image.shape[0])
+  out = np.full_like(image, 128)
+  out[inside] = image[src_y[inside], src_x[inside]]
+  return out
+
+
+def rotation_matrix(shape, degrees):
+  """Counter-clockwise about the centre ((w - 1) / 2, (h - 1) / 2) of pixel indices."""
+  radians = np.deg2rad(degrees)
+  cos, sin = np.cos(radians), np.sin(radians)
+  h, w = shape[0] - 1, shape[1] - 1
+  return (cos, -sin, (w - cos * w + sin * h) / 2, sin, cos, (h - sin * w - cos * h) / 2)
 
 
 @pytest.mark.parametrize('shape', SHAPES)
@@ -138,43 +161,45 @@ def pil_affine(image, matrix):
     ('TranslateY', 5.0, (1, 0, 0, 0, 1, 5)),
     ('TranslateY', -100.0, (1, 0, 0, 0, 1, -100)),
 ])
-def test_shear_and_translate_match_pil_transform(shape, name, arg, matrix):
+def test_shear_and_translate_match_pil_transform_and_numpy(shape, name, arg, matrix):
   image = random_image(shape)
-  got = tf_op(name, image, tf.constant(arg))
+  got = op(name, image, arg)
   assert_nearly_equal(got, pil_affine(image, matrix))
+  assert_nearly_equal(got, numpy_affine(image, matrix))
 
 
 @pytest.mark.parametrize('shape', SHAPES)
-@pytest.mark.parametrize('degrees', [30.0, -30.0, 13.5, 90.0])
-def test_rotate_matches_pil_rotate(shape, degrees):
+@pytest.mark.parametrize('degrees', [30.0, -30.0, 13.5, 90.0, 60.0])  # 60: magnitude 20.
+def test_rotate_matches_pil_rotate_and_numpy(shape, degrees):
   image = random_image(shape)
   want = pil_op(lambda im: im.rotate(degrees, resample=Image.Resampling.NEAREST, fillcolor=FILL),
                 image)
-  got = tf_op('Rotate', image, tf.constant(degrees))
-  assert_nearly_equal(got, want)
+  got = op('Rotate', image, degrees)
+  np.testing.assert_array_equal(got, want)
+  assert_nearly_equal(got, numpy_affine(image, rotation_matrix(shape, degrees)))
 
 
 def test_translate_moves_content_and_fills_grey():
   image = random_image((8, 10))
-  got = tf_op('TranslateX', image, tf.constant(3.0))
+  got = op('TranslateX', image, 3.0)
   np.testing.assert_array_equal(got[:, :7], image[:, 3:])
   assert (got[:, 7:] == 128).all()
 
 
 def args_at(name, magnitude, seed=(1, 2)):
-  image = tf.zeros([50, 60, 3], tf.uint8)
-  args = ra.op_args(name, magnitude, tf.constant(seed), image)
-  return tuple(np.asarray(a).tolist() for a in args)
+  image = np.zeros([50, 60, 3], np.uint8)
+  return ra.op_args(name, magnitude, np.random.default_rng(seed), image)
 
 
 # The reference's level_to_arg with big_vision's randaug constants (translate 100, cutout 40).
 @pytest.mark.parametrize('name, magnitude, want', [
     ('AutoContrast', 10, ()), ('Equalize', 10, ()), ('Invert', 10, ()),
     ('Posterize', 10, (4,)), ('Posterize', 5, (2,)), ('Posterize', 2, (0,)),
+    ('Posterize', 20, (8,)),
     ('Solarize', 10, (256,)), ('Solarize', 5, (128,)),
     ('SolarizeAdd', 10, (110,)), ('SolarizeAdd', 5, (55,)),
     ('Color', 10, (1.9,)), ('Contrast', 5, (1.0,)), ('Brightness', 0, (0.1,)),
-    ('Sharpness', 9, (1.72,)),
+    ('Sharpness', 9, (1.72,)), ('Color', 20, (3.7,)),
 ])
 def test_magnitude_to_fixed_args(name, magnitude, want):
   np.testing.assert_allclose(args_at(name, magnitude), want, rtol=1e-6)
@@ -201,9 +226,8 @@ def test_cutout_args_are_half_size_and_a_uniform_center():
 
 
 def augment(image, seed, num_layers=2, magnitude=9.0):
-  # int64, as tf.data's indices: a stateless op's stream depends on its seed's dtype.
-  return ra.randaugment(tf.constant(image, tf.float32), tf.constant(seed, tf.int64), num_layers,
-                        magnitude).numpy()
+  return ra.randaugment(np.asarray(image, np.float32), np.random.default_rng(seed), num_layers,
+                        magnitude)
 
 
 @pytest.mark.parametrize('shape', [(48, 48), (40, 64)])
@@ -214,8 +238,23 @@ def test_randaugment_is_a_function_of_image_and_seed(shape):
   np.testing.assert_array_equal(augment(image, (0, 3), magnitude=3.0), outputs[0])
   assert len({o.tobytes() for o in outputs}) >= 6
   for out in outputs:
-    assert out.dtype == np.float32 and out.shape == image.shape
+    assert out.dtype == np.float32 and out.shape == image.shape and out.flags.c_contiguous
     assert out.min() >= 0 and out.max() <= 255 and (out == np.round(out)).all()
+
+
+def test_draws_come_from_the_generator_in_order():
+  """Per layer: the op's index, uniform in [0, 16), then its arguments; nothing from numpy's global
+  state, which a worker process forked from another shares."""
+  image = random_image((24, 40), 10, 246)
+  for s in range(20):
+    np.random.seed(s)  # Would change the output if the ops drew from it.
+    got = augment(image, (s, 9), magnitude=5.0)
+    rng = np.random.default_rng((s, 9))
+    want = image
+    for _ in range(2):
+      name = list(ra.OPS)[rng.integers(16)]
+      want = ra.OPS[name](want, *ra.op_args(name, 5.0, rng, want))
+    np.testing.assert_array_equal(got, want)
 
 
 def test_zero_layers_is_identity():
@@ -223,13 +262,22 @@ def test_zero_layers_is_identity():
   np.testing.assert_array_equal(augment(image, (1, 2), num_layers=0), image)
 
 
-def test_in_dataset_map_equals_eager():
-  images = np.stack([random_image((24, 40), 10, 246, seed=s) for s in range(3)])
-  dataset = tf.data.Dataset.from_tensor_slices(images.astype(np.float32)).enumerate().map(
-      lambda i, image: ra.randaugment(image, tf.stack([i, 5]), 2, 9.0))
-  for i, (got, image) in enumerate(zip(dataset.as_numpy_iterator(), images)):
-    assert got.shape == (24, 40, 3)
-    np.testing.assert_array_equal(got, augment(image, (i, 5)))
+def test_float_pixels_are_rounded_half_to_even_and_clipped_for_the_ops():
+  image = np.float32([[[0.5, 1.5, 2.5], [127.49, 127.5, 128.5], [-3.0, 254.6, 300.0]]])
+  # A seed whose one layer draws Invert (index 2), an op that keeps every level distinct.
+  seed = next(s for s in range(100) if np.random.default_rng(s).integers(16) == 2)
+  got = augment(image, seed, num_layers=1)
+  rounded = np.float32([[[0, 2, 2], [127, 128, 128], [0, 255, 255]]])
+  np.testing.assert_array_equal(got, 255 - rounded)
+
+
+def test_every_op_at_magnitude_20_keeps_shape_dtype_and_range():
+  """AugReg's strongest recipes go to 20: Posterize keeps 8 bits, Rotate turns 60 degrees, ..."""
+  image = random_image((24, 40), 10, 246)
+  for name, fn in ra.OPS.items():
+    out = fn(image, *ra.op_args(name, 20.0, np.random.default_rng(0), image))
+    assert out.dtype == np.uint8 and out.shape == image.shape, name
+  np.testing.assert_array_equal(op('Posterize', image, *args_at('Posterize', 20)), image)
 
 
 def test_one_layer_applies_one_uniformly_drawn_op_always():
@@ -240,15 +288,14 @@ def test_one_layer_applies_one_uniformly_drawn_op_always():
               'Brightness', 'Sharpness', 'SolarizeAdd']
   expected = {}
   for name in seedless:
-    args = ra.op_args(name, magnitude, tf.constant([0, 0]), tf.constant(image))
-    expected[tf_op(name, image, *args).tobytes()] = name
+    args = ra.op_args(name, magnitude, np.random.default_rng(0), image)
+    expected[op(name, image, *args).tobytes()] = name
   assert len(expected) == len(seedless)  # Distinguishable, and none is the identity:
   assert image.tobytes() not in expected
   n = 800
-  dataset = tf.data.Dataset.range(n).map(
-      lambda s: ra.randaugment(tf.constant(image, tf.float32), tf.stack([s, 1]), 1, magnitude))
   counts = dict.fromkeys(seedless, 0)
-  for out in dataset.as_numpy_iterator():
+  for s in range(n):
+    out = augment(image, (s, 1), num_layers=1, magnitude=magnitude)
     assert out.tobytes() != image.astype(np.float32).tobytes()
     name = expected.get(out.astype(np.uint8).tobytes())
     if name:

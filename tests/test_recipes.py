@@ -34,7 +34,7 @@ def _recipe(name: str, data_dir: str, **overrides):
   config = _get_config(name, arg)
   stand_ins = {**TINY_SHAPE, 'dataset': 'digits', 'data_dir': data_dir, 'train_split': 'train',
                'eval_split': 'test', 'image_size': 8, 'batch_size': 16, 'eval_batch_size': 64,
-               'num_epochs': None, 'total_steps': 2, 'lr.warmup_steps': 1, 'shuffle_buffer': 256,
+               'num_epochs': None, 'total_steps': 2, 'lr.warmup_steps': 1,
                'log_every_steps': 1, 'eval_every_steps': 2, 'checkpoint_every_steps': 2,
                'dtype': 'float32', **needs, **overrides}
   for key, value in stand_ins.items():

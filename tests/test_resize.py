@@ -1,58 +1,166 @@
-"""pp.antialias / pp_eval.antialias: downscaling as PIL's bilinear resize (timm's transforms) does.
-
-The reference is PIL itself, on float images (mode 'F', no rounding), one channel at a time.
+"""Resizing and the eval crops: pp.antialias / pp_eval.antialias downscale as PIL's bilinear resize
+(timm's transforms) does, to the bit on uint8 images; without it as TensorFlow's bilinear resize
+(the original code's), which the tests import as the reference.
 """
 import ml_collections
 import numpy as np
-import pytest
 from PIL import Image
+import pytest
+import torch
+from torchvision import transforms
 
 import helpers
+from vit_jax import defaults
 from vit_jax import predict
 from vit_jax.data import preprocess
 
 
-def _image(height: int = 37, width: int = 53) -> np.ndarray:
+def _image(height: int = 37, width: int = 53, seed: int = 0) -> np.ndarray:
   """Fine detail (noise), where aliasing shows."""
-  return np.random.RandomState(0).randint(0, 256, (height, width, 3)).astype(np.uint8)
+  return np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
 
 
-def _pil_bilinear(image: np.ndarray, size: int) -> np.ndarray:
-  channels = [np.asarray(Image.fromarray(image[..., c].astype(np.float32), mode='F').resize(
+def _pil_rgb(image: np.ndarray, height: int, width: int) -> np.ndarray:
+  """timm's resize of a uint8 image: PIL's bilinear filter on the 8-bit RGB image."""
+  resized = Image.fromarray(image).resize((width, height), Image.Resampling.BILINEAR)
+  return np.asarray(resized, np.float32)
+
+
+def _pil_float(image: np.ndarray, size: int) -> np.ndarray:
+  """PIL's bilinear filter on float images (mode 'F', no rounding), one channel at a time."""
+  channels = [np.asarray(Image.fromarray(image[..., c].astype(np.float32)).resize(
       (size, size), Image.Resampling.BILINEAR)) for c in range(3)]
   return np.stack(channels, axis=-1)
 
 
+def _tensorflow(image: np.ndarray, height: int, width: int) -> np.ndarray:
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  return tf.image.resize(image, (height, width), method='bilinear', antialias=False).numpy()
+
+
+_SHAPES = [(37, 53, 16), (37, 53, 24), (10, 13, 40), (1, 7, 5), (300, 200, 224), (5, 5, 1),
+           (224, 224, 224)]
+
+
+@pytest.mark.parametrize('height,width,size', _SHAPES)
+def test_antialiased_resize_of_uint8_is_pils_8_bit_resize(height, width, size):
+  image = _image(height, width)
+  got = preprocess.resize(image, size, antialias=True)
+  assert got.dtype == np.float32 and got.shape == (size, size, 3) and got.flags.c_contiguous
+  np.testing.assert_array_equal(got, _pil_rgb(image, size, size))
+  # A crop (a strided view) resizes as the same pixels copied.
+  view = _image(height + 4, width + 6)[1:-3, 2:-4]
+  np.testing.assert_array_equal(preprocess.resize(view, size, True),
+                                _pil_rgb(np.ascontiguousarray(view), size, size))
+
+
 @pytest.mark.parametrize('size', [16, 24])
-def test_antialiased_resize_is_pils(size):
+def test_antialiased_resize_of_floats_is_pils_float_resize(size):
+  image = _image().astype(np.float32) + 0.25
+  np.testing.assert_array_equal(preprocess.resize(image, size, antialias=True),
+                                _pil_float(image, size))
+  # In 8 bits PIL rounds after each of its 1-D passes: within a level of the float resize.
+  uint8 = _image()
+  np.testing.assert_allclose(preprocess.resize(uint8, size, True), _pil_float(uint8, size), atol=1)
+
+
+@pytest.mark.parametrize('height,width,size', _SHAPES)
+@pytest.mark.parametrize('dtype', [np.uint8, np.float32])
+def test_resize_without_antialiasing_is_tensorflows(height, width, size, dtype):
+  image = (_image(height, width) * np.float32(0.7) + 3.3).astype(dtype)
+  got = preprocess.resize(image, size)
+  assert got.dtype == np.float32 and got.shape == (size, size, 3) and got.flags.c_contiguous
+  np.testing.assert_allclose(got, _tensorflow(image, size, size), atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize('size', [16, 24])
+def test_antialiasing_is_what_tells_the_filters_apart(size):
+  """TensorFlow's default reads 2x2 pixels per output: far from PIL's on noise shrunk by 2-3x."""
   image = _image()
-  reference = _pil_bilinear(image, size)
-  ours = preprocess.resize(image, size, antialias=True).numpy()
-  np.testing.assert_allclose(ours, reference, atol=0.05)
-  # TensorFlow's default reads 2x2 pixels per output: far from PIL's on noise shrunk by 2-3x.
-  assert np.abs(preprocess.resize(image, size).numpy() - reference).max() > 20
+  assert np.abs(preprocess.resize(image, size) - preprocess.resize(image, size, True)).max() > 20
 
 
 def test_train_and_eval_preprocessing_read_their_field():
   image, size = _image(), 16
-  expected = _pil_bilinear(image, size) / 127.5 - 1
+  expected = _pil_rgb(image, size, size) / np.float32(127.5) - 1
   config = helpers.load_config('demo', {'pp.crop': 'resize', 'pp.antialias': True,
                                         'pp_eval.antialias': True, 'image_size': size})
-  seed = np.array([1, 2], np.int32)
-  train = preprocess.train_preprocess(image, seed, pp=config.pp, image_size=size).numpy()
-  evaluated = preprocess.eval_preprocess(image, pp_eval=config.pp_eval, image_size=size).numpy()
-  np.testing.assert_allclose(train, expected, atol=1e-3)
-  np.testing.assert_allclose(evaluated, expected, atol=1e-3)
-  central = ml_collections.ConfigDict({**config.pp_eval, 'crop': 'central', 'crop_fraction': 1.0})
-  square = _image(48, 48)  # The shorter side resized to the size, nothing cut.
-  np.testing.assert_allclose(preprocess.eval_preprocess(square, pp_eval=central, image_size=size).numpy(),
-                             _pil_bilinear(square, size) / 127.5 - 1, atol=1e-3)
+  train = preprocess.train_preprocess(image, (1, 2), pp=config.pp, image_size=size)
+  evaluated = preprocess.eval_preprocess(image, pp_eval=config.pp_eval, image_size=size)
+  np.testing.assert_array_equal(train, expected)
+  np.testing.assert_array_equal(evaluated, expected)
+  config.pp_eval.antialias = False
+  unaliased = preprocess.eval_preprocess(image, pp_eval=config.pp_eval, image_size=size)
+  np.testing.assert_allclose(unaliased, _tensorflow(image, size, size) / 127.5 - 1, atol=1e-6)
 
 
 def test_prediction_prepares_images_as_the_run_did():
   image = _image()
-  antialiased = predict.model_input(image, 16, {'crop': 'resize', 'crop_fraction': 1.0, 'antialias': True})
-  np.testing.assert_allclose(antialiased, _pil_bilinear(image, 16) / 127.5 - 1, atol=1e-3)
+  antialiased = predict.model_input(image, 16,
+                                    {'crop': 'resize', 'crop_fraction': 1.0, 'antialias': True})
+  np.testing.assert_array_equal(antialiased, _pil_rgb(image, 16, 16) / np.float32(127.5) - 1)
   # An export written before the field prepared images without antialiasing.
   old = predict.model_input(image, 16, {'crop': 'resize', 'crop_fraction': 0.875})
-  np.testing.assert_array_equal(old, preprocess.resize(image, 16).numpy() / 127.5 - 1)
+  np.testing.assert_allclose(old, _tensorflow(image, 16, 16) / 127.5 - 1, atol=1e-6)
+
+
+# The central eval crop.
+
+def _central(crop_fraction: float, antialias: bool) -> ml_collections.ConfigDict:
+  pp_eval = defaults.get_config().pp_eval
+  pp_eval.update(dict(crop='central', crop_fraction=crop_fraction, antialias=antialias))
+  return pp_eval
+
+
+@pytest.mark.parametrize('antialias', [False, True])
+@pytest.mark.parametrize('shape,rows,cols', [((256, 320), (16, 240), (48, 272)),
+                                             ((320, 256), (48, 272), (16, 240))])
+def test_central_crop_of_the_shorter_side_256_is_its_central_224(shape, rows, cols, antialias):
+  image = _image(*shape)
+  got = preprocess.eval_preprocess(image, pp_eval=_central(0.875, antialias), image_size=224)
+  assert got.dtype == np.float32 and got.flags.c_contiguous
+  expected = image[rows[0]:rows[1], cols[0]:cols[1]].astype(np.float32) / np.float32(127.5) - 1
+  np.testing.assert_array_equal(got, expected)
+
+
+# Longer sides of 341.3, 79.5, 42.7 and 187.5, each rounded down; offsets of 58.5 and 2.5 rounded to
+# even (down), 15.5 (up).
+@pytest.mark.parametrize('height,width,size,crop_fraction', [
+    (375, 500, 224, 0.875), (500, 375, 224, 0.875), (20, 30, 48, 0.9), (40, 30, 16, 0.5),
+    (160, 240, 125, 1.0), (50, 50, 24, 1.0)])
+def test_antialiased_central_crop_is_torchvisions_resize_and_center_crop(height, width, size,
+                                                                         crop_fraction):
+  """timm's eval transform on the decoded PIL image: Resize(shorter side) + CenterCrop, bilinear."""
+  image = _image(height, width)
+  reference = transforms.Compose([
+      transforms.Resize(round(size / crop_fraction), transforms.InterpolationMode.BILINEAR),
+      transforms.CenterCrop(size)])
+  expected = np.asarray(reference(Image.fromarray(image)), np.float32)
+  got = preprocess.central_crop(image, size, crop_fraction, antialias=True)
+  assert got.shape == (size, size, 3)
+  np.testing.assert_array_equal(got, expected)
+  # torchvision on tensors (antialiased, in float) agrees within a level: its resize does not round.
+  tensor = transforms.functional.resize(torch.from_numpy(image).permute(2, 0, 1).float(),
+                                        round(size / crop_fraction), antialias=True)
+  tensor = transforms.functional.center_crop(tensor, size).permute(1, 2, 0).numpy()
+  np.testing.assert_allclose(got, tensor, atol=1.5)
+
+
+@pytest.mark.parametrize('height,width,size,crop_fraction',
+                         [(375, 500, 224, 0.875), (20, 30, 16, 0.5)])
+def test_central_crop_without_antialiasing_is_tensorflows_resize_then_the_central_square(
+    height, width, size, crop_fraction):
+  image = _image(height, width)
+  target = round(size / crop_fraction)
+  scaled_h, scaled_w = (int(side * target / min(height, width)) for side in (height, width))
+  top, left = round((scaled_h - size) / 2), round((scaled_w - size) / 2)
+  expected = _tensorflow(image, scaled_h, scaled_w)[top:top + size, left:left + size]
+  np.testing.assert_allclose(preprocess.central_crop(image, size, crop_fraction), expected,
+                             atol=1e-4, rtol=0)
+
+
+def test_the_eval_crop_is_checked():
+  with pytest.raises(ValueError, match=r"^Unknown config.pp_eval.crop 'middle'"):
+    preprocess.check_pp_eval(ml_collections.ConfigDict(dict(crop='middle', crop_fraction=0.875)))
+  with pytest.raises(ValueError, match=r'^config.pp_eval.crop_fraction=0.0 must be in \(0, 1\]'):
+    preprocess.check_pp_eval(_central(0.0, True))

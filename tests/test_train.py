@@ -78,8 +78,7 @@ def test_pretraining_configs_run_a_step(tmp_path, data_dir, name):
   config = helpers.load_config(name, {
       'dataset': 'digits', 'data_dir': data_dir, 'train_split': 'train', 'eval_split': 'test',
       'variant': 'ViT-testing_8', 'model.representation_size': 16, 'image_size': 16,
-      'batch_size': 8, 'eval_batch_size': 120, 'total_steps': 1, 'num_epochs': None,
-      'shuffle_buffer': 64})
+      'batch_size': 8, 'eval_batch_size': 120, 'total_steps': 1, 'num_epochs': None})
   metrics = loop.train_and_evaluate(train_setup.prepare(config, str(tmp_path)))
   assert np.isfinite(metrics['eval_loss'])
   assert _checkpoint_steps(tmp_path) == [1]

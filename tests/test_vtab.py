@@ -1,22 +1,25 @@
 """VTAB-1k: configs/vtab.py for every task, its labels, the sweep file, and python -m vit_jax.vtab on
-a sweep root of tiny runs. The VTAB datasets are not downloadable here, so a few are prepared in a
-temporary data_dir with random images under their tfds names and versions, with the real datasets'
-features (the registered builders' own), and the runs read them through configs/vtab.py."""
+a sweep root of tiny runs. The VTAB datasets are not downloadable here, so a few are prepared (as
+ArrayRecord, with TensorFlow to encode their images) in a temporary data_dir with random images under
+their tfds names and versions, with the real datasets' features (the registered builders' own), and
+the runs read them through configs/vtab.py."""
 import csv
 import dataclasses
 import math
 import os
+import pickle
 import subprocess
 import sys
 
+import ml_collections
 import numpy as np
 import pytest
-import tensorflow as tf
 import tensorflow_datasets as tfds
 
 import helpers
 from configs import vtab as vtab_config
 from vit_jax import data, report, vtab
+from vit_jax.data import tfds_source
 from vit_jax.data import vtab as vtab_data
 from vit_jax.train import loop, setup as train_setup
 import sweep
@@ -72,7 +75,7 @@ def fake_examples(tfds_name: str, split: str) -> list[dict]:
   return [example(rng) for _ in range(sizes[split])]
 
 
-def _prepare_fake(tfds_name: str, data_dir: str) -> None:
+def _prepare_fake(tfds_name: str, data_dir: str, file_format: str = 'array_record') -> None:
   """A dataset of random examples prepared as the registered builder `tfds_name` (its features),
   which tfds.builder then reads as the real one."""
   name, _, builder_config = tfds_name.partition('/')
@@ -89,7 +92,7 @@ def _prepare_fake(tfds_name: str, data_dir: str) -> None:
 
   Fake.name = name
   Fake(config=builder_config or None, data_dir=data_dir).download_and_prepare(
-      download_config=tfds.download.DownloadConfig(try_download_gcs=False))
+      download_config=tfds.download.DownloadConfig(try_download_gcs=False), file_format=file_format)
 
 
 @pytest.fixture(scope='module')
@@ -111,7 +114,7 @@ def tiny_config(task: str, phase: str, lr: float, data_dir: str):
   config.update(dict(data_dir=data_dir, image_size=8, batch_size=16, eval_batch_size=16,
                      total_steps=STEPS, eval_every_steps=STEPS, log_every_steps=2,
                      checkpoint_every_steps=STEPS, init_from=None, dtype='float32',
-                     shuffle_buffer=64, variant=helpers.TINY['variant']))
+                     variant=helpers.TINY['variant']))
   config.model.update({k.split('.')[1]: v for k, v in helpers.TINY.items() if k.startswith('model.')})
   config.pp.pad = 1 if config.pp.crop == 'random' else 0  # The crop's padding, at 8 px.
   config.lr.base, config.lr.warmup_steps = lr, 1
@@ -204,7 +207,11 @@ def test_computed_labels_are_task_adaptations():
                           for n in [0, 1, 1, 3, 5, 9] * 8]}
   for task, examples in cases.items():
     label = vtab_data.TASKS[task].label
-    values = [int(label.fn(tf.nest.map_structure(tf.constant, ex))) for ex in examples]
+    values = [label.fn(ex) for ex in examples]
+    # As tfds' numpy parser gives a Sequence feature: a list of its values (of arrays for vectors).
+    as_lists = [{**ex, 'objects': {k: list(v) for k, v in ex['objects'].items()}} if 'objects' in ex
+                else ex for ex in examples]
+    assert [label.fn(ex) for ex in as_lists] == values, task
     assert values == [_numpy_labels(task, ex) for ex in examples], task
     assert set(values) <= set(range(len(label.class_names))), task
 
@@ -227,6 +234,69 @@ def test_the_pipeline_reads_each_tasks_images_and_labels(task, vtab_data_dir):
   assert sorted(labels) == sorted(expected)
   if task == 'dsprites_loc':
     assert set(np.unique(np.concatenate(images))) <= {-1.0, 1.0}
+
+
+@pytest.mark.parametrize('task', ['svhn', 'eurosat', 'dsprites_loc', 'dsprites_ori', 'clevr_count',
+                                  'clevr_dist'])
+def test_the_source_gives_each_example_its_image_and_label(task, vtab_data_dir):
+  """VtabSource alone, on every split of the task: each loaded image is a prepared one, pixel for
+  pixel (PNG; dSprites' 0/1 as 0/255, grey as RGB), with that example's label."""
+  task_info = vtab_data.TASKS[task]
+  source = vtab_data.make_source(task, ml_collections.ConfigDict({'data_dir': vtab_data_dir}), 'label')
+  source = pickle.loads(pickle.dumps(source))  # As grain's worker processes get it.
+  builder = tfds.builder(task_info.tfds_name, data_dir=vtab_data_dir)
+  tfds_name = task_info.tfds_name.split(':')[0]
+  sizes = FAKE_DATASETS[tfds_name][0]
+  by_image = {}  # Image bytes as loaded -> the task's label.
+  for split in sizes:
+    for ex in fake_examples(tfds_name, split):
+      image = np.broadcast_to(ex['image'], ex['image'].shape[:2] + (3,))
+      label = ex['label'] if task_info.label == 'label' else _numpy_labels(task, ex)
+      by_image[(image * 255 if task_info.binary_image else image).tobytes()] = label
+  for split in FAKE_SPLITS.get(task, FAKE_SPLITS['clevr_dist']).values():
+    records = source.examples(split)
+    loaded = [source.load(records.read(k)) for k in range(records.num_records)]
+    assert len(loaded) == builder.info.splits[split].num_examples
+    for example in loaded:
+      assert example['image'].dtype == np.uint8 and example['image'].shape[2] == 3
+      assert example['label'].dtype == np.int32
+      assert by_image[example['image'].tobytes()] == example['label'], split
+  assert source.class_names == (task_info.label.class_names if isinstance(task_info.label, vtab_data.Label)
+                                else tuple(builder.info.features[task_info.label].names))
+  assert source.describe(source.examples('train[:32]').read(3)) == (
+      f'example 3 of split train[:32] of {tfds_name.split("/")[0]}')
+
+
+def test_a_task_on_a_dataset_without_its_label_feature_is_a_one_line_error(vtab_data_dir):
+  config = tiny_config('svhn', '', 0.01, vtab_data_dir)
+  with pytest.raises(ValueError) as error:
+    vtab_data.make_source('svhn', config, 'coarse_label')
+  assert str(error.value) == ("VTAB task 'svhn' has one label an image, not a label feature "
+                              "'coarse_label': leave the evaluator's label_feature unset")
+  builder = tfds.builder('svhn_cropped', data_dir=vtab_data_dir)
+  task = dataclasses.replace(vtab_data.TASKS['svhn'], label='label_azimuth')
+  with pytest.raises(ValueError, match=r"^Dataset 'svhn_cropped' 3\.\d+\.\d+ has no ClassLabel feature "
+                                       r"'label_azimuth': prepare the version VTAB reads, "
+                                       r'svhn_cropped:3\.\*\.\*$'):
+    vtab_data.VtabSource(task, builder)
+
+
+def test_a_task_prepared_as_tfrecord_reads_once_converted(tmp_path):
+  """A registered dataset (as the real VTAB ones) prepared as TFRecord: the one-line error, then
+  read through the ArrayRecord files the conversion writes beside the TFRecord ones."""
+  data_dir = str(tmp_path)
+  _prepare_fake('svhn_cropped', data_dir, 'tfrecord')
+  config = ml_collections.ConfigDict({'data_dir': data_dir})
+  builder = tfds.builder('svhn_cropped', data_dir=data_dir)
+  with pytest.raises(ValueError, match=r"^tensorflow_datasets dataset 'svhn_cropped' in "
+                                       rf'{builder.data_dir} is prepared as tfrecord, .* and '
+                                       rf'`python -m vit_jax.to_array_record {builder.data_dir}`$'):
+    vtab_data.make_source('svhn', config, 'label')
+  assert tfds_source.to_array_record(builder.data_dir)
+  source = pickle.loads(pickle.dumps(vtab_data.make_source('svhn', config, 'label')))
+  records = source.examples('test')
+  labels = [int(source.load(records.read(k))['label']) for k in range(records.num_records)]
+  assert sorted(labels) == sorted(ex['label'] for ex in fake_examples('svhn_cropped', 'test'))
 
 
 def _run(root: str, task: str, phase: str, lr: float) -> dict[str, dict[int, float]]:

@@ -30,7 +30,7 @@ def get_config() -> ml_collections.ConfigDict:
   # with probability erase_prob, of erase_area of the image and aspect ratio (height / width) in
   # erase_aspect.
   config.pp = ml_collections.ConfigDict(dict(
-      crop='inception', min_area=0.05, pad=0, flip=True, antialias=False,
+      crop='inception', min_area=0.05, pad=0, flip=True, antialias=True,
       randaug_layers=0, randaug_magnitude=10,
       three_augment=False,
       color_jitter=0.0,
@@ -38,13 +38,14 @@ def get_config() -> ml_collections.ConfigDict:
   ))
   # Eval preprocessing: 'resize' to image_size, or 'central': resize the shorter side to
   # image_size / crop_fraction and take the central image_size square (0.875: 256 -> 224, ImageNet's).
-  # antialias (pp and pp_eval): shrink with PIL's (timm's) antialiased bilinear filter instead of
-  # TensorFlow's default 2x2 one (the original code's); it matters when shrinking by more than 2.
-  config.pp_eval = ml_collections.ConfigDict(dict(crop='resize', crop_fraction=0.875, antialias=False))
-  # Each epoch is a seeded permutation of the train split. Only tfds datasets prepared as TFRecord
-  # (read in file order) use this: windows of about this many records over randomly ordered pieces
-  # of the files are permuted; image folders and ArrayRecord datasets are fully permuted by index.
-  config.shuffle_buffer = 50_000
+  # antialias (pp and pp_eval): shrink with PIL's (timm's) antialiased bilinear filter; False: the
+  # 2x2 bilinear taps of TensorFlow's default resize (the original code's, for its checkpoints'
+  # evaluation); it matters when shrinking by more than 2.
+  config.pp_eval = ml_collections.ConfigDict(dict(crop='resize', crop_fraction=0.875, antialias=True))
+  # Processes that decode and augment the input (grain's workers): unset, one a core for files (image
+  # folders, tfds datasets) and none for the digits; 0: threads of the training process only. The
+  # batches are the same for any number.
+  config.data_workers = config_dict.placeholder(int)
   # The train split is read as this many disjoint streams, each host reading its share of them; the
   # batches depend on it and not on the number of hosts (unset: one stream per host).
   config.data_shards = config_dict.placeholder(int)

@@ -11,7 +11,7 @@ import time
 
 from vit_jax import quiet  # pylint: disable=g-import-not-at-top
 
-quiet.quiet_tensorflow()  # Before TensorFlow loads: its C++ start-up banners are noise for a run.
+quiet.quiet_tensorflow()  # Before epath can load TensorFlow (for gs://, where it is installed).
 
 from absl import flags, logging  # pylint: disable=g-import-not-at-top,wrong-import-position
 from ml_collections import config_flags

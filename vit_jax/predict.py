@@ -50,7 +50,7 @@ class Classifier:
 
 def load_run(workdir: str, step: Optional[int] = None) -> Classifier:
   """The classifier of checkpoint `step` (default: the latest) of a run; its Polyak average if kept."""
-  # Imported here so that bad flags are answered before the model code and TensorFlow load.
+  # Imported here so that bad flags are answered before the model code loads.
   from vit_jax import run_dir  # pylint: disable=g-import-not-at-top
   trained = run_dir.load_trained(workdir, step)
   config = trained.config
@@ -75,7 +75,7 @@ def load_export(export_dir: str) -> Classifier:
 def find_images(inputs: Sequence[str]) -> list[str]:
   """The files named in `inputs`, with each folder replaced by the images under it (sorted), hidden
   entries left out as image folders leave them out (.ipynb_checkpoints, macOS's ._x.png)."""
-  from vit_jax.data.folder import IMAGE_EXTENSIONS  # pylint: disable=g-import-not-at-top
+  from vit_jax.data.preprocess import IMAGE_EXTENSIONS  # pylint: disable=g-import-not-at-top
   paths = []
   for path in inputs:
     if not epath.Path(path).is_dir():
@@ -91,17 +91,15 @@ def find_images(inputs: Sequence[str]) -> list[str]:
 def read_image(path: str) -> np.ndarray:
   """The image in a file as uint8 [h, w, 3]; raises ValueError saying why it cannot be read."""
   from vit_jax.data import preprocess  # pylint: disable=g-import-not-at-top
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   try:
     encoded = epath.Path(path).read_bytes()
   except OSError as e:
     raise ValueError(f'cannot read {path} ({e.strerror or e})') from None
   try:
     # The decoder of the input pipeline, so that an image decodes to the same pixels as in training.
-    return preprocess.decode(encoded).numpy()
-  except tf.errors.InvalidArgumentError:
-    raise ValueError(f'cannot decode {path}: not a (complete) JPEG, PNG, GIF, BMP or WebP image'
-                     ) from None
+    return preprocess.decode(encoded)
+  except preprocess.UnreadableImage as e:
+    raise ValueError(f'cannot decode {path}: {e}') from None
 
 
 def model_input(image: np.ndarray, image_size: int,
@@ -111,8 +109,7 @@ def model_input(image: np.ndarray, image_size: int,
   from vit_jax.data import preprocess  # pylint: disable=g-import-not-at-top
   # Fields newer than the run or export take their defaults, which is how it prepared its images.
   pp_eval = ml_collections.ConfigDict({**DEFAULT_PP_EVAL, **pp_eval})
-  return preprocess.eval_preprocess(image, pp_eval=pp_eval,
-                                    image_size=image_size).numpy()
+  return preprocess.eval_preprocess(image, pp_eval=pp_eval, image_size=image_size)
 
 
 def probabilities(logits: np.ndarray, loss: str) -> np.ndarray:

@@ -1,11 +1,9 @@
-"""Keeping TensorFlow's C++ start-up lines and warnings off the commands' output.
+"""TensorFlow's C++ start-up lines off, where it is installed (the `tfrecord` extra).
 
-TensorFlow (the input pipeline, image decoding) reads these variables once its C++ runtime starts, and
-that can happen as soon as jax has loaded and started its CPU backend: every command calls
-`quiet_tensorflow()` before it imports anything else, and vit_jax.data before it imports TensorFlow.
-oneDNN's kernels make no difference to an input pipeline's speed, their banner is noise, and on CPUs
-where TensorFlow turns them on (AVX-512) they round some augmentations differently: with them off
-everywhere, a run's batches are the same bit for bit whether a command or a notebook makes them.
+No command imports TensorFlow, but etils.epath serves gs:// paths through it when it is installed, and
+its C++ runtime reads these variables once, when it starts: every command calls `quiet_tensorflow()`
+before it imports anything else. Its banners are noise for a run, and oneDNN's kernels would round
+differently on AVX-512 CPUs than elsewhere.
 """
 import os
 

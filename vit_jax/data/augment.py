@@ -1,120 +1,146 @@
 """Augmentations after the crop besides RandAugment (randaugment.py): DeiT III's 3-Augment, timm's
-colour jitter and random erasing, as stateless TensorFlow graph functions.
+colour jitter and random erasing, in numpy.
 
-Each takes its randomness from an explicit seed; preprocess.AUGMENTS applies them where their value
-range is (3-Augment and colour jitter on [0, 255] pixels, erasing on normalised images, as timm does).
+Each draws all its randomness from the `np.random.Generator` it is given; preprocess.AUGMENTS
+applies them where their value range is (3-Augment and colour jitter on float32 [h, w, 3] pixels in
+[0, 255], erasing on normalised images, as timm does).
 """
-import functools
 import math
+from typing import Sequence
 
-import tensorflow as tf
+import numpy as np
 
 # 3-Augment's blur (DeiT III): sigma uniform in this range; torchvision's GaussianBlur with a 23-tap
 # kernel (DeiT III's own code blurs with PIL's GaussianBlur(radius=sigma): within 4/255 of it).
 _BLUR_SIGMA_RANGE = (0.1, 2.0)
 _BLUR_KERNEL_SIZE = 23
 _ERASE_ATTEMPTS = 10  # Boxes tried per image by timm's RandomErasing before it gives up.
+# torchvision's rgb_to_grayscale weights (ITU-R 601-2 luma, as TensorFlow's rgb_to_grayscale).
+_LUMA = np.float32([0.2989, 0.587, 0.114])
 
 
-def grayscale(image: tf.Tensor) -> tf.Tensor:
+def _luma(image: np.ndarray) -> np.ndarray:
+  """[h, w, 1] luma of float32 [h, w, 3]."""
+  return (image @ _LUMA)[..., None]
+
+
+def grayscale(image: np.ndarray) -> np.ndarray:
   """Luma of float [h, w, 3] (torchvision's weights), kept as 3 equal channels."""
-  return tf.image.grayscale_to_rgb(tf.image.rgb_to_grayscale(image))
+  return np.repeat(_luma(image), 3, axis=-1)
 
 
-def solarize(image: tf.Tensor, threshold: float = 128) -> tf.Tensor:
-  """Inverts the values >= `threshold` of an image in [0, 255] (PIL's ImageOps.solarize)."""
-  return tf.where(image < threshold, image, 255 - image)
+def solarize(image: np.ndarray, threshold: float = 128) -> np.ndarray:
+  """Inverts the values >= `threshold` of float [h, w, 3] in [0, 255] (PIL's ImageOps.solarize)."""
+  # np.where(image < threshold, image, inverted), bit for bit, selected by bit masks: np.where's
+  # float32 loop is several times slower on a mask that changes from one value to the next, as on
+  # the interleaved channels of any image.
+  image = np.asarray(image, np.float32)
+  keep = -(image < threshold).astype(np.int32)  # All bits set where a value stays.
+  inverted = (255 - image).view(np.int32)
+  selected = inverted ^ ((inverted ^ image.view(np.int32)) & keep)
+  return selected.view(np.float32)
 
 
-def gaussian_blur(image: tf.Tensor, sigma: tf.Tensor, kernel_size: int) -> tf.Tensor:
+def _correlate_rows(image: np.ndarray, kernel: np.ndarray) -> np.ndarray:
+  """`image` correlated with the symmetric, odd-length `kernel` along its first axis, the borders
+  reflected without repeating the edge (torch's 'reflect' padding)."""
+  radius, size = len(kernel) // 2, image.shape[0]
+  padded = np.pad(image, [(radius, radius)] + [(0, 0)] * (image.ndim - 1), mode='reflect')
+  out = kernel[radius] * padded[radius:radius + size]
+  pair = np.empty_like(out)
+  # Whole-slab shifted sums, one product per pair of taps. A banded matrix product is faster alone,
+  # but BLAS's threads slow it tenfold where the input workers already keep every core busy.
+  for i in range(radius):
+    np.add(padded[i:i + size], padded[2 * radius - i:2 * radius - i + size], out=pair)
+    pair *= kernel[i]
+    out += pair
+  return out
+
+
+def gaussian_blur(image: np.ndarray, sigma: float, kernel_size: int) -> np.ndarray:
   """torchvision's gaussian_blur of float [h, w, 3]: an odd `kernel_size`, reflected borders. On an
   image with a side not longer than the kernel's radius, the kernel is cut to side * 2 - 1."""
   # A reflected border is at most the image's side less one.
-  radius = tf.minimum(kernel_size // 2, tf.reduce_min(tf.shape(image)[:2]) - 1)
-  x = tf.cast(tf.range(-radius, radius + 1), tf.float32)
-  kernel = tf.exp(-0.5 * (x / sigma)**2)
-  kernel /= tf.reduce_sum(kernel)
-  padded = tf.pad(image, [[radius, radius], [radius, radius], [0, 0]], mode='REFLECT')
-  # The 2-D Gaussian is separable: a vertical then a horizontal pass, per channel.
-  vertical = tf.tile(kernel[:, None, None, None], [1, 1, 3, 1])
-  horizontal = tf.tile(kernel[None, :, None, None], [1, 1, 3, 1])
-  blurred = tf.nn.depthwise_conv2d(padded[None], vertical, [1, 1, 1, 1], 'VALID')
-  blurred = tf.nn.depthwise_conv2d(blurred, horizontal, [1, 1, 1, 1], 'VALID')[0]
-  return tf.ensure_shape(blurred, image.shape)
+  radius = min(kernel_size // 2, min(image.shape[:2]) - 1)
+  x = np.arange(-radius, radius + 1)
+  kernel = np.exp(-0.5 * (x / sigma)**2)
+  kernel = (kernel / kernel.sum()).astype(np.float32)
+  # The 2-D Gaussian is separable: down the columns, then (transposed) along the rows.
+  vertical = _correlate_rows(np.asarray(image, np.float32), kernel)
+  blurred = _correlate_rows(vertical.transpose(1, 0, 2), kernel)
+  return np.ascontiguousarray(blurred.transpose(1, 0, 2))
 
 
-def three_augment(image: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
+def three_augment(image: np.ndarray, rng: np.random.Generator) -> np.ndarray:
   """DeiT III's 3-Augment: grayscale, solarize or a Gaussian blur (sigma in [0.1, 2]), one chosen
-  uniformly, of float [h, w, 3] in [0, 255]."""
-  choice_seed, sigma_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
-  sigma = tf.random.stateless_uniform([], sigma_seed, *_BLUR_SIGMA_RANGE)
-  return tf.switch_case(
-      tf.random.stateless_uniform([], choice_seed, 0, 3, tf.int32),
-      [lambda: grayscale(image), lambda: solarize(image),
-       lambda: gaussian_blur(image, sigma, _BLUR_KERNEL_SIZE)])
+  uniformly, of float32 [h, w, 3] in [0, 255]."""
+  choice = rng.integers(3)
+  if choice == 0:
+    return grayscale(image)
+  if choice == 1:
+    return solarize(image)
+  return gaussian_blur(image, rng.uniform(*_BLUR_SIGMA_RANGE), _BLUR_KERNEL_SIZE)
 
 
-def _blend(image: tf.Tensor, other: tf.Tensor, factor: tf.Tensor) -> tf.Tensor:
-  return tf.clip_by_value(factor * image + (1 - factor) * other, 0, 255)
+def _blend(image: np.ndarray, other: np.ndarray, factor: float) -> np.ndarray:
+  return np.clip(np.float32(factor) * image + np.float32(1 - factor) * other, 0, 255)
 
 
-def adjust_brightness(image: tf.Tensor, factor: tf.Tensor) -> tf.Tensor:
+def adjust_brightness(image: np.ndarray, factor: float) -> np.ndarray:
   """torchvision's adjust_brightness of float [h, w, 3] in [0, 255]: 0 black, 1 unchanged."""
-  return _blend(image, tf.zeros_like(image), factor)
+  return _blend(image, np.float32(0), factor)
 
 
-def adjust_contrast(image: tf.Tensor, factor: tf.Tensor) -> tf.Tensor:
+def adjust_contrast(image: np.ndarray, factor: float) -> np.ndarray:
   """torchvision's adjust_contrast: 0 the image's mean luma, 1 unchanged."""
-  return _blend(image, tf.reduce_mean(tf.image.rgb_to_grayscale(image)), factor)
+  return _blend(image, _luma(image).mean(dtype=np.float32), factor)
 
 
-def adjust_saturation(image: tf.Tensor, factor: tf.Tensor) -> tf.Tensor:
+def adjust_saturation(image: np.ndarray, factor: float) -> np.ndarray:
   """torchvision's adjust_saturation: 0 grayscale, 1 unchanged."""
-  return _blend(image, tf.image.rgb_to_grayscale(image), factor)
+  return _blend(image, _luma(image), factor)
 
 
 _COLOR_ADJUSTMENTS = (adjust_brightness, adjust_contrast, adjust_saturation)
 
 
-def jitter_colors(image: tf.Tensor, factors: tf.Tensor, order: tf.Tensor) -> tf.Tensor:
+def jitter_colors(image: np.ndarray, factors: Sequence[float], order: Sequence[int]) -> np.ndarray:
   """Brightness, contrast and saturation by factors[0], [1], [2], applied in `order` (a permutation
   of 0, 1, 2): it matters where values clip."""
-  for step in range(len(_COLOR_ADJUSTMENTS)):
-    image = tf.switch_case(order[step], [functools.partial(adjust, image, factors[i])
-                                         for i, adjust in enumerate(_COLOR_ADJUSTMENTS)])
+  for i in order:
+    image = _COLOR_ADJUSTMENTS[i](image, factors[i])
   return image
 
 
-def color_jitter(image: tf.Tensor, seed: tf.Tensor, strength: float) -> tf.Tensor:
-  """timm's color_jitter (torchvision's ColorJitter, no hue): each factor uniform in
-  [max(0, 1 - strength), 1 + strength], in a random order."""
-  factor_seed, order_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
-  factors = tf.random.stateless_uniform([3], factor_seed, max(0.0, 1 - strength), 1 + strength)
-  order = tf.random.experimental.stateless_shuffle(tf.range(3), order_seed)
-  return jitter_colors(image, factors, order)
+def color_jitter(image: np.ndarray, rng: np.random.Generator, strength: float) -> np.ndarray:
+  """timm's color_jitter (torchvision's ColorJitter, no hue) of float32 [h, w, 3] in [0, 255]: each
+  factor uniform in [max(0, 1 - strength), 1 + strength], applied in a random order."""
+  factors = rng.uniform(max(0.0, 1 - strength), 1 + strength, 3)
+  return jitter_colors(image, factors, rng.permutation(len(_COLOR_ADJUSTMENTS)))
 
 
-def random_erase(image: tf.Tensor, seed: tf.Tensor, prob: float, area: tuple[float, float],
-                 aspect: tuple[float, float]) -> tf.Tensor:
-  """timm's RandomErasing(mode='pixel'): with probability `prob`, of up to 10 boxes of an area
-  fraction in `area` and a log-uniform aspect ratio (height / width) in `aspect`, the first that
-  fits is filled with N(0, 1) noise (the mean and std of a normalised image)."""
-  height, width = tf.shape(image)[0], tf.shape(image)[1]
-  seeds = tf.unstack(tf.random.experimental.stateless_split(seed, 6))
-  areas = tf.random.stateless_uniform([_ERASE_ATTEMPTS], seeds[0], *area) * tf.cast(
-      height * width, tf.float32)
-  ratios = tf.exp(tf.random.stateless_uniform([_ERASE_ATTEMPTS], seeds[1], *map(math.log, aspect)))
-  heights = tf.cast(tf.round(tf.sqrt(areas * ratios)), tf.int32)
-  widths = tf.cast(tf.round(tf.sqrt(areas / ratios)), tf.int32)
-  fits = (heights < height) & (widths < width)
-  first = tf.argmax(tf.cast(fits, tf.int32))
-  # An empty box where no attempt fits or the image is not erased.
-  erase = fits[first] & (tf.random.stateless_uniform([], seeds[2]) < prob)
-  box_height = tf.where(erase, heights[first], 0)
-  box_width = tf.where(erase, widths[first], 0)
-  top = tf.random.stateless_uniform([], seeds[3], 0, height - box_height + 1, tf.int32)
-  left = tf.random.stateless_uniform([], seeds[4], 0, width - box_width + 1, tf.int32)
-  rows = tf.range(height)[:, None]
-  cols = tf.range(width)[None, :]
-  box = (rows >= top) & (rows < top + box_height) & (cols >= left) & (cols < left + box_width)
-  return tf.where(box[..., None], tf.random.stateless_normal(tf.shape(image), seeds[5]), image)
+def random_erase(image: np.ndarray, rng: np.random.Generator, prob: float,
+                 area: tuple[float, float], aspect: tuple[float, float]) -> np.ndarray:
+  """timm's RandomErasing(mode='pixel') of a normalised float32 [h, w, c]: with probability `prob`,
+  of up to 10 boxes of an area fraction in `area` and a log-uniform aspect ratio (height / width)
+  in `aspect`, the first that fits is filled with N(0, 1) noise (the mean and std of a normalised
+  image); `image` itself where nothing is erased. timm's draws, in timm's order, from `rng` instead
+  of Python's `random`."""
+  if rng.random() > prob:
+    return image
+  height, width, channels = image.shape
+  log_aspect = (math.log(aspect[0]), math.log(aspect[1]))
+  for _ in range(_ERASE_ATTEMPTS):
+    target_area = rng.uniform(*area) * height * width
+    ratio = math.exp(rng.uniform(*log_aspect))
+    # Python's round (half to even), as timm's.
+    box_height = round(math.sqrt(target_area * ratio))
+    box_width = round(math.sqrt(target_area / ratio))
+    if box_height < height and box_width < width:
+      top = rng.integers(height - box_height + 1)
+      left = rng.integers(width - box_width + 1)
+      erased = image.copy()
+      erased[top:top + box_height, left:left + box_width] = rng.standard_normal(
+          (box_height, box_width, channels), np.float32)
+      return erased
+  return image

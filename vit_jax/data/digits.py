@@ -1,16 +1,24 @@
-"""The bundled offline dataset: scikit-learn's 8x8 handwritten digits as a tfds dataset.
+"""The bundled offline dataset: scikit-learn's 8x8 handwritten digits, served from memory.
 
-scikit-learn ships the 1,797 images inside its package, so preparing this dataset needs no network.
-The split is the seeded, stratified 80/20 one used for the baselines in DESIGN.md: 1,437 train and
-360 test images.
+scikit-learn ships the 1,797 images inside its package, so this dataset needs no network and no
+preparation. The split is the seeded, stratified 80/20 one used for the baselines in DESIGN.md: 1,437
+train and 360 test images. Splits take tensorflow_datasets' slice syntax ('train[:90%]',
+'train[:800]+test[:100]'), as a prepared tfds dataset's do.
 """
+import functools
+import types
+
 import numpy as np
 import tensorflow_datasets as tfds
+
+from vit_jax.data import order
+
+CLASS_NAMES = tuple(str(d) for d in range(10))
 
 
 def digits_arrays() -> tuple[np.ndarray, np.ndarray]:
   """All 1,797 digits as uint8 RGB images [n, 8, 8, 3] and int64 labels [n], in scikit-learn's order."""
-  # Imported here: scikit-learn takes a second to import, and a run reads the prepared digits.
+  # Imported here: scikit-learn takes a second to import, and only the digits need it.
   from sklearn import datasets as sk_datasets  # pylint: disable=g-import-not-at-top
   digits = sk_datasets.load_digits()
   # scikit-learn's pixels are counts in 0..16 (of a 4x4 block of a 32x32 bitmap); spread them to 0..255.
@@ -18,6 +26,7 @@ def digits_arrays() -> tuple[np.ndarray, np.ndarray]:
   return np.repeat(grey[..., None], 3, axis=-1), digits.target.astype(np.int64)
 
 
+@functools.cache
 def split_arrays() -> dict[str, tuple[np.ndarray, np.ndarray]]:
   """{'train': (images, labels), 'test': (images, labels)}: the fixed stratified split."""
   from sklearn import model_selection  # pylint: disable=g-import-not-at-top
@@ -27,46 +36,49 @@ def split_arrays() -> dict[str, tuple[np.ndarray, np.ndarray]]:
   return {'train': (train_x, train_y), 'test': (test_x, test_y)}
 
 
-# Not registered with tfds: `config.dataset='digits'` maps to this class in our code, so no tfds name
-# can clash with it and tfds's global registry is left alone.
-class VitJaxDigits(tfds.core.GeneratorBasedBuilder, skip_registration=True):
-  """scikit-learn's handwritten digits: 8x8 RGB (grey repeated), labels '0'..'9'."""
-
-  VERSION = tfds.core.Version('1.0.0')
-  RELEASE_NOTES = {'1.0.0': 'Stratified 80/20 split, random_state=0.'}
-  # tfds looks for download checksums next to a builder's code via `importlib_resources`, which is
-  # not always installed; this builder downloads nothing, so there is nothing to look for.
-  code_path = None
-
-  def _info(self) -> tfds.core.DatasetInfo:
-    return self.dataset_info_from_configs(
-        features=tfds.features.FeaturesDict({
-            'image': tfds.features.Image(shape=(8, 8, 3)),
-            'label': tfds.features.ClassLabel(names=[str(d) for d in range(10)]),
-        }),
-        supervised_keys=('image', 'label'),
-    )
-
-  def _split_generators(self, dl_manager: tfds.download.DownloadManager):
-    del dl_manager  # Nothing to download.
-    return {name: self._generate_examples(*arrays) for name, arrays in split_arrays().items()}
-
-  def _generate_examples(self, images: np.ndarray, labels: np.ndarray):
-    for key, (image, label) in enumerate(zip(images, labels)):
-      yield key, {'image': image, 'label': label}
+def split_indices(split: str, sizes: dict[str, int]) -> list[tuple[str, np.ndarray]]:
+  """(split name, indices) of each part of `split`, a tfds split spec over splits of `sizes`; a
+  one-line ValueError for a bad one."""
+  infos = {name: types.SimpleNamespace(num_examples=n) for name, n in sizes.items()}
+  try:
+    parts = tfds.core.ReadInstruction.from_spec(split).to_absolute(infos)
+  except (ValueError, AssertionError) as e:
+    first_line = str(e).strip().splitlines()[0]
+    raise ValueError(f'Bad split {split!r}: {first_line}') from None
+  return [(p.splitname, np.arange(sizes[p.splitname])[p.from_:p.to]) for p in parts]
 
 
-def prepared_builder(data_dir: str | None) -> VitJaxDigits:
-  """The digits builder for `data_dir`, preparing the data there first if needed (about a second)."""
-  builder = VitJaxDigits(data_dir=data_dir)
-  if not builder.is_prepared():
+class DigitsSource:
+  """The digits as a source (pipeline.Source): records are (image, label) pairs."""
+
+  class_names = CLASS_NAMES
+
+  def __init__(self):
+    self._splits = split_arrays()
+
+  def examples(self, split: str, shard: int = 0, num_shards: int = 1) -> order.Records:
+    """Shard `shard` of `num_shards` of `split` (strided, so each holds every class)."""
+    parts = split_indices(split, {name: len(labels) for name, (_, labels) in self._splits.items()})
+    images = np.concatenate([self._splits[name][0][i] for name, i in parts])[shard::num_shards]
+    labels = np.concatenate([self._splits[name][1][i] for name, i in parts])[shard::num_shards]
+    return order.Records(len(labels), functools.partial(_pair, images, labels))
+
+  def check_split(self, split: str, field: str) -> None:
+    """A one-line ValueError naming the config `field` to set (e.g. '--config.eval_split') where
+    `split` is not a split of the digits or a slice of one."""
     try:
-      builder.download_and_prepare(
-          download_config=tfds.download.DownloadConfig(try_download_gcs=False))
-    except OSError:
-      # tfds writes into a private temporary folder and renames it into place, so when several
-      # processes prepare at once, one rename wins and the others fail here on the existing folder.
-      if not VitJaxDigits(data_dir=data_dir).is_prepared():
-        raise
-  # A fresh builder reads the split sizes from the prepared files, whoever wrote them.
-  return VitJaxDigits(data_dir=data_dir)
+      split_indices(split, {name: len(labels) for name, (_, labels) in self._splits.items()})
+    except ValueError as e:
+      raise ValueError(f"{str(e).rstrip('.')}; set {field} to one of {list(self._splits)} or a slice "
+                       "of one, e.g. 'train[:90%]'") from None
+
+  def load(self, record: tuple[np.ndarray, np.ndarray]) -> dict[str, np.ndarray]:
+    image, label = record
+    return {'image': image, 'label': np.int32(label)}
+
+  def describe(self, record: tuple[np.ndarray, np.ndarray]) -> str:
+    return f'a digit {record[1]}'
+
+
+def _pair(images: np.ndarray, labels: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+  return images[k], labels[k]

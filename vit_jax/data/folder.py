@@ -1,59 +1,55 @@
-"""Image folders: `root/<split>/<class>/**/<image>`, the image formats of `IMAGE_EXTENSIONS`.
+"""Image folders: `root/<split>/<class>/**/<image>`, the image formats of `preprocess.IMAGE_EXTENSIONS`.
 
 Class names are the sorted sub-folder names of the train split's folder (Python's sort: by code point,
 so upper case before lower case) and a label is the index of its class name. A class's images are the
 files under its folder at any depth (as torchvision's ImageFolder). Hidden entries (a name starting
-with '.': Jupyter's .ipynb_checkpoints, macOS's ._x.png) are not data, at any level. Paths go through
-`tf.io.gfile`, so a root on GCS (gs://...) works like a local one.
+with '.': Jupyter's .ipynb_checkpoints, macOS's ._x.png) are not data, at any level. A root on cloud
+storage (gs://...) is read through `etils.epath`, a local one through `os`.
 """
 import concurrent.futures
 import os
-import re
 
 from absl import logging
+from etils import epath
 import numpy as np
-import tensorflow as tf
 
 from vit_jax.data import order
-from vit_jax.data.as_written import as_written
 from vit_jax.data import preprocess
 
-# What `preprocess.decode` reads (each checked against a file PIL wrote: tests/test_data.py).
-IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png', '.bmp', '.gif', '.webp')
-# Images of formats torchvision's ImageFolder reads (through PIL) but TensorFlow cannot decode: a
-# folder of them would lose those files without a word, so each such extension is warned of once.
-UNREAD_EXTENSIONS = ('.tif', '.tiff', '.ppm', '.pgm', '.pbm', '.pnm', '.jp2', '.heic', '.avif', '.ico')
+# Files that are images but that PIL cannot read here: a folder of them would lose those files
+# without a word, so each such extension is warned of once.
+UNREAD_EXTENSIONS = tuple(e for e in ('.heic', '.heif', '.avif', '.jxl', '.svg', '.raw', '.cr2',
+                                      '.nef', '.dng') if e not in preprocess.IMAGE_EXTENSIONS)
 _warned_extensions: set[str] = set()
 
 
-def _is_folder(path: str, entry: str) -> bool:
-  """Whether `entry` of `path`'s listing is a folder."""
-  if entry.endswith('/'):
-    return True  # Cloud storage marks the folders of a listing so.
-  if '://' in path and entry.lower().endswith(IMAGE_EXTENSIONS + UNREAD_EXTENSIONS):
-    # Unmarked there is a file: asking would be a request per image (hours for ImageNet on GCS).
-    return False
-  # A stat on a local disk: 4 us an image (16,000 listed in 0.07 s instead of 0.013 s; 2-core VM).
-  return tf.io.gfile.isdir(os.path.join(path, entry))
+def _is_remote(path: str) -> bool:
+  return '://' in path
 
 
 def _listing(path: str) -> tuple[list[str], list[str]]:
   """The sub-folders and the image files of `path`, each sorted, without hidden entries."""
   folders, images = [], []
   try:
-    entries = tf.io.gfile.listdir(path)
+    if _is_remote(path):
+      # A listing on cloud storage says nothing of what an entry is, and asking costs a request an
+      # image (hours for ImageNet on GCS): a name with an image's extension is taken for a file.
+      entries = [(p.name, not p.name.lower().endswith(preprocess.IMAGE_EXTENSIONS + UNREAD_EXTENSIONS)
+                  and p.is_dir()) for p in epath.Path(path).iterdir()]
+    else:
+      with os.scandir(path) as scan:
+        entries = [(e.name, e.is_dir()) for e in scan]
   except UnicodeDecodeError as e:
-    # tf.io.gfile decodes names as UTF-8 (a zip from Windows may hold Latin-1 or Shift-JIS names);
-    # uncaught, the run would stop on the codec's message, which names neither file nor folder.
+    # A zip from Windows may hold Latin-1 or Shift-JIS names; uncaught, the run would stop on the
+    # codec's message, which names neither file nor folder.
     raise ValueError(f'Image folder {path} holds a name that is not UTF-8: {e.object!r}; rename it '
                      '(e.g. `convmv -f latin1 -t utf8 --notest -r ROOT`)') from None
-  for entry in entries:
-    name = entry.rstrip('/')
+  for name, is_dir in entries:
     if name.startswith('.'):
       continue
-    if _is_folder(path, entry):
+    if is_dir:
       folders.append(name)
-    elif name.lower().endswith(IMAGE_EXTENSIONS):
+    elif name.lower().endswith(preprocess.IMAGE_EXTENSIONS):
       images.append(name)
     elif name.lower().endswith(UNREAD_EXTENSIONS):
       _warn_unread(os.path.join(path, name))
@@ -65,7 +61,7 @@ def _warn_unread(path: str) -> None:
   if extension not in _warned_extensions:
     _warned_extensions.add(extension)
     logging.warning('Image folders: %s files are not read (e.g. %s), only %s: convert them, e.g. to '
-                    'PNG with PIL', extension, path, ', '.join(IMAGE_EXTENSIONS))
+                    'PNG', extension, path, ', '.join(preprocess.IMAGE_EXTENSIONS))
 
 
 def _sub_folders(path: str) -> list[str]:
@@ -80,9 +76,20 @@ def _image_files(path: str) -> list[str]:
   return images
 
 
+def _is_dir(path: str) -> bool:
+  return epath.Path(path).is_dir() if _is_remote(path) else os.path.isdir(path)
+
+
+def read_file(path: str) -> bytes:
+  if _is_remote(path):
+    return epath.Path(path).read_bytes()
+  with open(path, 'rb') as f:
+    return f.read()
+
+
 def _split_dir(root: str, split: str) -> str:
   path = os.path.join(root, split)
-  if tf.io.gfile.isdir(path):
+  if _is_dir(path):
     return path
   if '[' in split or '+' in split:  # A tensorflow_datasets slice or union, as 'train[:90%]'.
     raise ValueError(f'Image folder splits are sub-folder names, not slices: {root} has no {split}/; '
@@ -92,9 +99,8 @@ def _split_dir(root: str, split: str) -> str:
 
 
 # The readability probe decodes this many files of a class, of this many classes of a split (each
-# evenly spread over the sorted ones): at most 192 files, whatever the size of the split. 192 JPEGs of
-# 375x500 on a local disk take 0.2 s (0.45 s the first time in a process) on a loaded 2-core VM; reads
-# run _PROBE_THREADS at a time, so the latency of cloud storage is paid about 12 times, not 192.
+# evenly spread over the sorted ones): at most 192 files, whatever the size of the split. Reads run
+# _PROBE_THREADS at a time, so the latency of cloud storage is paid about 12 times, not 192.
 _PROBE_PER_CLASS = 3
 _PROBE_CLASSES = 64
 _PROBE_THREADS = 16
@@ -109,20 +115,18 @@ def _spread(items: list, k: int) -> list:
 def _why_unreadable(path: str) -> str | None:
   """None if the file decodes as the pipeline decodes it, else why not, in one line."""
   try:
-    data = tf.io.read_file(path)
-    if data.numpy().startswith(b'version https://git-lfs'):
-      return 'a git-lfs pointer, not the image'
-    preprocess.decode(data)
+    preprocess.decode(read_file(path))
     return None
-  except tf.errors.OpError as e:
-    # TensorFlow's message without its op's prefix {{function_node ...}} and suffix [Op:...].
-    return re.sub(r'^\{\{.*?\}\}\s*|\s*\[Op:.*$', '', ' '.join(e.message.split()))
+  except preprocess.UnreadableImage as e:
+    return str(e)
+  except OSError as e:
+    return e.strerror or str(e)
 
 
 def _check_readable(split: str, split_dir: str, files: dict[str, list[str]], *, train: bool) -> None:
   """Raises a ValueError if none of a sample of the split's images decodes, or in the train split none
   of a class's: without it a folder of files that are not images (a git-lfs checkout without `git lfs
-  pull`) would train on nothing, forever, each file skipped with a warning."""
+  pull`) would train on nothing, each file skipped with a warning."""
   probed = {name: _spread(names, _PROBE_PER_CLASS)
             for name, names in _spread([(n, f) for n, f in files.items() if f], _PROBE_CLASSES)}
   paths = [os.path.join(split_dir, name, f) for name, names in probed.items() for f in names]
@@ -141,23 +145,9 @@ def _check_readable(split: str, split_dir: str, files: dict[str, list[str]], *, 
                        f'decodes, e.g. {path} ({reasons[path]}); {fix}, or remove the class folder')
 
 
-# Examples decoded by one dataset: a dataset per example would cost more than decoding it.
-_CHUNK = 64
-
-
-def _read_and_decode(example: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-  rest = {k: v for k, v in example.items() if k != 'record'}
-  return {**rest, 'image': preprocess.decode(tf.io.read_file(example['record']))}
-
-
-def _load_chunk(chunk: dict[str, tf.Tensor]) -> tf.data.Dataset:
-  """The chunk's examples decoded, without those that cannot be (`ignore_errors` skips an element
-  whose map raised, and only that one)."""
-  return tf.data.Dataset.from_tensor_slices(chunk).map(as_written(_read_and_decode)).ignore_errors()
-
-
 class FolderSource:
-  """The images under `root`, split by sub-folder name."""
+  """The images under `root`, split by sub-folder name (pipeline.Source): records are
+  (path, label) pairs."""
 
   def __init__(self, root: str, train_split: str):
     self._root = root
@@ -169,8 +159,8 @@ class FolderSource:
                        f'class in {train_dir}/<class name>/')
     self._files = {}
 
-  def _split_files(self, split: str) -> tuple[list[str], list[int]]:
-    """All image paths of a split, sorted by class then name, with their labels. Listing a split
+  def split_files(self, split: str) -> tuple[list[str], np.ndarray]:
+    """All image paths of a split, sorted by class then name, and their int32 labels. Listing a split
     checks that its images can be read (a sample of them: `_check_readable`)."""
     if split not in self._files:
       split_dir = _split_dir(self._root, split)
@@ -182,36 +172,48 @@ class FolderSource:
                            f'{self._train_dir}: every class needs a folder of train images')
         files[name] = _image_files(os.path.join(split_dir, name))
       if not any(files.values()):
-        raise ValueError(f'No {"/".join(IMAGE_EXTENSIONS)} images in the class folders of {split_dir}')
+        raise ValueError(f'No {"/".join(preprocess.IMAGE_EXTENSIONS)} images in the class folders of '
+                         f'{split_dir}')
       train = split == self._train_split
       empty = [name for name, names in files.items() if not names]
       if train and empty:  # A class without train images cannot be learned.
-        raise ValueError(f'Class folders of {split_dir} without {"/".join(IMAGE_EXTENSIONS)} images: '
+        raise ValueError(f'Class folders of {split_dir} without images: '
                          f'{", ".join(map(repr, empty[:5]))}{" ..." if len(empty) > 5 else ""}; '
                          'put images in each or remove it')
       _check_readable(split, split_dir, files, train=train)
       paths = [os.path.join(split_dir, name, f) for name, names in files.items() for f in names]
       path_labels = [labels[name] for name, names in files.items() for _ in names]
-      self._files[split] = (paths, path_labels)
+      self._files[split] = (paths, np.array(path_labels, np.int32))
     return self._files[split]
 
-  def examples(self, split: str, shard: int = 0, num_shards: int = 1) -> order.RandomAccess:
-    """Shard `shard` of `num_shards` of `split` as {'record': path, 'label': int32}, by index.
+  def examples(self, split: str, shard: int = 0, num_shards: int = 1) -> order.Records:
+    """Shard `shard` of `num_shards` of `split` as (path, label) records, by index.
 
     Striding (not contiguous blocks) keeps the classes balanced across shards. Unreadable files are
-    only found (and skipped) when read.
-    """
-    paths, labels = self._split_files(split)
-    paths = tf.constant(np.array(paths[shard::num_shards], dtype=object), tf.string)
-    labels = tf.constant(labels[shard::num_shards], tf.int32)
-    return order.RandomAccess(
-        int(paths.shape[0]),
-        lambda indices: {'record': tf.gather(paths, indices), 'label': tf.gather(labels, indices)})
+    only found when read."""
+    paths, labels = self.split_files(split)
+    return order.Records(len(paths[shard::num_shards]),
+                         _StridedFiles(paths[shard::num_shards], labels[shard::num_shards]))
 
-  def load(self, ds: tf.data.Dataset) -> tf.data.Dataset:
-    """Reads and decodes each 'record' into 'image'; an unreadable file is dropped (the pipeline names
-    it: unreadable.py). Chunks of examples decode in parallel, in order: a chunk yields all it has
-    before the next one starts, whether or not it dropped one."""
-    return ds.batch(_CHUNK).interleave(as_written(_load_chunk), cycle_length=tf.data.AUTOTUNE,
-                                       block_length=_CHUNK, num_parallel_calls=tf.data.AUTOTUNE,
-                                       deterministic=True)
+  def load(self, record: tuple[str, int]) -> dict[str, np.ndarray]:
+    """The image of `record` decoded, and its label; `preprocess.UnreadableImage` if it cannot be."""
+    path, label = record
+    try:
+      data = read_file(path)
+    except OSError as e:
+      raise preprocess.UnreadableImage(e.strerror or str(e)) from None
+    return {'image': preprocess.decode(data), 'label': np.int32(label)}
+
+  def describe(self, record: tuple[str, int]) -> str:
+    return record[0]
+
+
+class _StridedFiles:
+  """Record k of a shard: (path, label). A class, not a closure, so that it pickles by value."""
+
+  def __init__(self, paths: list[str], labels: np.ndarray):
+    self._paths = paths
+    self._labels = labels
+
+  def __call__(self, k: int) -> tuple[str, int]:
+    return self._paths[k], int(self._labels[k])

@@ -1,29 +1,33 @@
-"""From a config to this host's iterators of numpy batches.
+"""From a config to this host's iterators of numpy batches, on grain (no TensorFlow).
 
 Resumability: each data shard's train stream is a pure function of (config.seed, shard, stream
-position). Epoch e is a seeded permutation of the shard (see order.py: a full one for image folders
-and ArrayRecord datasets, windows of `config.shuffle_buffer` records over permuted file pieces for
-TFRecord datasets); the augmentation of the example at stream position p is seeded from (seed, p).
-So starting at step s skips to position s * batch arithmetically; nothing is decoded to be skipped.
+position). Epoch e is a seeded permutation of the shard (order.py); the augmentation of the example
+at stream position p is seeded from (seed, shard, p). So the batch of step s is a pure function of s:
+starting at step s reads nothing before it, and every batch is the same whether it is built in this
+process or in any of grain's worker processes (`config.data_workers`).
 """
 import dataclasses
 import functools
 import os
-from typing import Callable, Iterator, Protocol
+from typing import Any, Callable, Iterator, Protocol
 
-from absl import logging
+from absl import flags
+import grain
 import ml_collections
 import numpy as np
-import tensorflow as tf
 
 from vit_jax.data import digits
-from vit_jax.data.as_written import as_written
 from vit_jax.data import folder
 from vit_jax.data import order
 from vit_jax.data import preprocess
 from vit_jax.data import tfds_source
 from vit_jax.data import unreadable
 from vit_jax.data import vtab
+
+# The end of the range of train steps; never reached.
+_MANY = 2**62
+# Seed streams of a train shard: its epochs' order and its examples' augmentation.
+_ORDER, _AUGMENT = 0, 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,20 +40,28 @@ class DatasetInfo:
 
 
 class Source(Protocol):
-  """Where examples come from: a tfds dataset or an image folder."""
+  """Where examples come from: the digits, an image folder, a tfds dataset. It must pickle: grain's
+  worker processes read through it."""
   class_names: tuple[str, ...]
 
   def examples(self, split: str, shard: int = 0, num_shards: int = 1) -> order.Records:
-    """Shard `shard` of `num_shards` of `split` (disjoint, sizes within one), nothing decoded yet:
-    {'record': tf.string}, and 'label' (int32) where the record does not hold it."""
+    """Shard `shard` of `num_shards` of `split` (disjoint, sizes within one), nothing decoded yet."""
 
-  def load(self, ds: tf.data.Dataset) -> tf.data.Dataset:
-    """Replaces each example's 'record' by its decoded 'image' (uint8 [h, w, 3]) and its int32
-    'label', keeping the rest."""
+  def load(self, record: Any) -> dict[str, np.ndarray]:
+    """The record's decoded 'image' (uint8 [h, w, 3]) and its int32 'label' (or, for a label set,
+    'labels': multi-hot bool [classes]); `preprocess.UnreadableImage` where it cannot be decoded."""
+
+  def describe(self, record: Any) -> str:
+    """The record as a warning names it (a path)."""
 
 
 def _digits(config: ml_collections.ConfigDict, label_feature: str) -> Source:
-  return tfds_source.TfdsSource(digits.prepared_builder(config.data_dir), label_feature)
+  if label_feature != 'label':
+    raise ValueError(f"Dataset 'digits' has no ClassLabel (or Sequence of ClassLabel) feature "
+                     f"{label_feature!r}: set --config.label_feature (or the evaluator's "
+                     "label_feature) to 'label'")
+  del config  # The digits are the same for every config.
+  return digits.DigitsSource()
 
 
 def _folder(config: ml_collections.ConfigDict, label_feature: str) -> Source:
@@ -94,8 +106,9 @@ def _checked_source(config: ml_collections.ConfigDict, label_feature: str | None
   """The source of a validated data config, reading `label_feature` (None: the run's)."""
   if config.image_size < 1:
     raise ValueError(f'config.image_size={config.image_size} must be a positive number of pixels')
-  if config.shuffle_buffer < 1:
-    raise ValueError(f'config.shuffle_buffer={config.shuffle_buffer} must be >= 1 records')
+  if config.data_workers is not None and config.data_workers < 0:
+    raise ValueError(f'config.data_workers={config.data_workers} must be >= 0 worker processes (0: '
+                     'threads of this process only), or unset for one a core')
   preprocess.check_pp(config.pp)
   preprocess.check_pp_eval(config.pp_eval)
   return make_source(config, label_feature)
@@ -104,7 +117,7 @@ def _checked_source(config: ml_collections.ConfigDict, label_feature: str | None
 def _train_source(config: ml_collections.ConfigDict) -> Source:
   """The source of the run's label feature, which it trains on: one class an image."""
   source = _checked_source(config)
-  if isinstance(source, tfds_source.TfdsSource) and source.multi_label:
+  if getattr(source, 'multi_label', False):
     raise ValueError(f'config.label_feature={config.label_feature!r} of dataset '
                      f'{config.dataset!r} is a set of classes an image (a Sequence of ClassLabel), '
                      'which a run cannot train on: set --config.label_feature to one of '
@@ -114,12 +127,11 @@ def _train_source(config: ml_collections.ConfigDict) -> Source:
 
 
 def get_info(config: ml_collections.ConfigDict) -> DatasetInfo:
-  """Sizes and class names of config.label_feature; validates the data config (and prepares the
-  digits if needed). A run starts here: an image folder is listed anew (a notebook may have added
-  images since the last run)."""
+  """Sizes and class names of config.label_feature; validates the data config. A run starts here: an
+  image folder is listed anew (a notebook may have added images since the last run)."""
   _listed_folder.cache_clear()
   source = _train_source(config)
-  if isinstance(source, tfds_source.TfdsRecords):  # A bad split name names the field to set.
+  if hasattr(source, 'check_split'):  # A bad split name names the field to set.
     for field in ('train_split', 'eval_split'):
       source.check_split(config[field], f'--config.{field}')
   return DatasetInfo(num_classes=len(source.class_names),
@@ -138,8 +150,7 @@ def class_names(config: ml_collections.ConfigDict,
 def is_label_set(config: ml_collections.ConfigDict, label_feature: str) -> bool:
   """Whether config.dataset's `label_feature` is a set of classes an image (a Sequence of ClassLabel,
   e.g. imagenet2012_real's real_label), not one class an image."""
-  source = _checked_source(config, label_feature)
-  return isinstance(source, tfds_source.TfdsSource) and source.multi_label
+  return getattr(_checked_source(config, label_feature), 'multi_label', False)
 
 
 def num_examples(config: ml_collections.ConfigDict, split: str,
@@ -151,39 +162,19 @@ def num_examples(config: ml_collections.ConfigDict, split: str,
 
 def listed_labels(config: ml_collections.ConfigDict, split: str) -> np.ndarray | None:
   """The label (of config.label_feature) of every example of `split` where the source lists them
-  without reading the examples (an image folder's class folders); None where that would mean reading
-  the split (tfds)."""
-  records = _checked_source(config).examples(split)
-  # Reading no records tells what a read lists; tfds' records hold their labels.
-  if (not isinstance(records, order.RandomAccess)
-      or 'label' not in records.read(tf.zeros([0], tf.int64))):
+  without decoding the examples (an image folder's class folders, the digits); None where that would
+  mean reading the split (tfds)."""
+  source = _checked_source(config)
+  if not isinstance(source, (folder.FolderSource, digits.DigitsSource)):
     return None
-  return records.read(tf.range(records.num_records, dtype=tf.int64))['label'].numpy()
+  records = source.examples(split)
+  return np.array([records.read(k)[1] for k in range(records.num_records)], np.int32)
 
 
 def num_eval_batches(num_eval: int, *, local_batch_size: int, process_count: int = 1) -> int:
   """Batches that eval_iterator yields on every host: enough for the largest host's shard."""
   largest_shard = -(-num_eval // process_count)  # Shards differ in size by at most one example.
   return -(-largest_shard // local_batch_size)
-
-
-def _iterator_options() -> tf.data.Options:
-  """The options of every iterator this module makes."""
-  options = tf.data.Options()
-  # Parallel maps must keep the order, whatever a global TF setting says, or batches would not repeat.
-  options.deterministic = True
-  # No autotuning thread: destroying an iterator joins it, and it can miss the cancellation and sleep
-  # out its optimisation period (up to 60 s) first, at the end of a run or of an evaluation (seen in
-  # TF 2.21). Each AUTOTUNE parallelism is then fixed at the cores this process may use, which is
-  # autotuning's own ceiling (its default start is min(16, cores)).
-  options.autotune.enabled = False
-  options.autotune.initial_parallelism = (len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity')
-                                          else os.cpu_count() or 1)
-  return options
-
-
-def _as_numpy(ds: tf.data.Dataset) -> Iterator[dict[str, np.ndarray]]:
-  return ds.with_options(_iterator_options()).as_numpy_iterator()
 
 
 def num_data_shards(config: ml_collections.ConfigDict, process_count: int) -> int:
@@ -193,6 +184,87 @@ def num_data_shards(config: ml_collections.ConfigDict, process_count: int) -> in
     raise ValueError(f'config.data_shards={shards} is not a multiple of the {process_count} processes: '
                      f'use a multiple, e.g. --config.data_shards={process_count}')
   return shards
+
+
+def _cores() -> int:
+  return len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count() or 1
+
+
+def _num_workers(config: ml_collections.ConfigDict, source: Source) -> int:
+  """grain worker processes: config.data_workers, or unset, one a core for sources that decode files
+  (threads of this process would share one interpreter lock for the per-example Python and numpy)
+  and none for the digits (8x8 arrays in memory: a worker's start-up would cost more than it saves)."""
+  if config.data_workers is not None:
+    return config.data_workers
+  return 0 if isinstance(source, digits.DigitsSource) else _cores()
+
+
+def _iterate(ds: grain.MapDataset, workers: int) -> Iterator[dict[str, np.ndarray]]:
+  """The batches of `ds` in order: built by `workers` processes (0: threads of this one), a few
+  ahead of the consumer. grain hands batch i to worker i % workers and reads them back in order, so
+  the batches do not depend on the number of workers."""
+  if workers:
+    if not flags.FLAGS.is_parsed():
+      # grain reads its absl flags when it starts workers: a caller that parsed none (a notebook, a
+      # test; commands parse theirs) would get UnparsedFlagAccessError. Their defaults it is.
+      flags.FLAGS.mark_as_parsed()
+    # Each worker builds whole batches in its own thread; two batches ahead each.
+    it = ds.to_iter_dataset(grain.ReadOptions(num_threads=1, prefetch_buffer_size=2))
+    it = it.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers, per_worker_buffer_size=2))
+  else:
+    it = ds.to_iter_dataset(grain.ReadOptions(num_threads=min(4, _cores()), prefetch_buffer_size=4))
+  return iter(it)
+
+
+class _TrainStream:
+  """Data shard `shard`'s stream: the augmented example at each stream position."""
+
+  def __init__(self, config: ml_collections.ConfigDict, source: Source, shard: int, num_shards: int):
+    self._source = source
+    self._records = source.examples(config.train_split, shard, num_shards)
+    if self._records.num_records < 1:
+      raise ValueError(f'Split {config.train_split!r} has no examples for data shard {shard} of '
+                       f'{num_shards}: use a larger split or fewer data shards')
+    self._order_seed = (config.seed, shard, _ORDER)
+    self._augment_seed = (config.seed, shard, _AUGMENT)
+    self._pp = config.pp
+    self._image_size = config.image_size
+
+  def __call__(self, position: int) -> dict[str, np.ndarray]:
+    """The example at stream `position`. A record that cannot be decoded is named (once a process)
+    and replaced by the next one of the epoch's order, so a stream with unreadable files is still a
+    pure function of the position."""
+    n = self._records.num_records
+    epoch, offset = divmod(position, n)
+    for skipped in range(n):
+      record = self._records.read(
+          order.index_at(n, self._order_seed, epoch * n + (offset + skipped) % n))
+      try:
+        example = self._source.load(record)
+        break
+      except preprocess.UnreadableImage as e:
+        unreadable.name_once(self._source.describe(record), str(e))
+    else:
+      raise ValueError(f'No example of the train split could be read (e.g. '
+                       f'{self._source.describe(record)}): check that the files are images')
+    image = preprocess.train_preprocess(example['image'], (*order.words(*self._augment_seed), position),
+                                        pp=self._pp, image_size=self._image_size)
+    return {'image': image, 'label': example['label']}
+
+
+class _HostExamples:
+  """Example j of this host's train examples from step 0 on: each local batch is an equal slice of
+  every one of the host's shard streams, in shard order."""
+
+  def __init__(self, streams: tuple[_TrainStream, ...], local_batch_size: int):
+    self._streams = streams
+    self._local_batch_size = local_batch_size
+    self._per_shard = local_batch_size // len(streams)
+
+  def __call__(self, j: int) -> dict[str, np.ndarray]:
+    step, i = divmod(j, self._local_batch_size)
+    shard, row = divmod(i, self._per_shard)
+    return self._streams[shard](step * self._per_shard + row)
 
 
 def train_iterator(config: ml_collections.ConfigDict, *, local_batch_size: int,
@@ -206,75 +278,52 @@ def train_iterator(config: ml_collections.ConfigDict, *, local_batch_size: int,
   batches depend on `config.data_shards`, not on how many hosts share the work: 1 process and 2
   processes with data_shards=2 train on the same batches.
 
-  Batch k with `start_step=s` is bitwise batch s + k with `start_step=0`. (In an image folder with
-  unreadable files, which are skipped when met, a resumed run is still deterministic but shifted by
-  the files skipped before `start_step`.)
+  Batch k with `start_step=s` is bitwise batch s + k with `start_step=0`, unreadable files included
+  (each is replaced by the next record of its epoch's order).
   """
   source = _train_source(config)
-  _warn_of_class_ordered_windows(config, source)
   num_shards = num_data_shards(config, process_count)
   shards_per_process = num_shards // process_count
   if local_batch_size % shards_per_process:
     raise ValueError(f'The per-host batch {local_batch_size} does not split into {shards_per_process} '
                      f'data shards: make config.batch_size a multiple of config.data_shards={num_shards}')
   first = process_index * shards_per_process
-  streams = tuple(
-      _shard_stream(config, source, shard, num_shards, local_batch_size // shards_per_process,
-                    start_step) for shard in range(first, first + shards_per_process))
-  ds = streams[0] if len(streams) == 1 else tf.data.Dataset.zip(streams).map(
-      lambda *batches: {k: tf.concat([b[k] for b in batches], axis=0) for k in batches[0]})
-  return _as_numpy(ds.prefetch(tf.data.AUTOTUNE))
+  streams = tuple(_TrainStream(config, source, shard, num_shards)
+                  for shard in range(first, first + shards_per_process))
+  ds = grain.MapDataset.range(start_step * local_batch_size, _MANY).map(
+      _HostExamples(streams, local_batch_size)).batch(local_batch_size, drop_remainder=True)
+  return _iterate(ds, _num_workers(config, source))
 
 
-def _warn_of_class_ordered_windows(config: ml_collections.ConfigDict, source: Source) -> None:
-  """Files tfds wrote unshuffled are often in class order; read in file order (TFRecord) through
-  windows smaller than the split, they give batches of few classes: the run trains badly, and nothing
-  fails."""
-  if not (isinstance(source, tfds_source.TfdsRecords) and source.reads_unshuffled_files()):
-    return
-  num_train = source.examples(config.train_split).num_records
-  if config.shuffle_buffer < num_train:
-    logging.warning(
-        'Dataset %r was prepared without shuffling (disable_shuffling: its records are often in class '
-        'order) as TFRecord files, which are read in file order through windows of '
-        'config.shuffle_buffer=%d of its %d train records, so a batch may hold few classes: raise '
-        "--config.shuffle_buffer to >= %d, or prepare it with file_format='array_record' (`tfds build "
-        '%s --file_format=array_record`), which vit_jax reads in a global random order',
-        config.dataset, config.shuffle_buffer, num_train, num_train, config.dataset)
+class _EvalRows:
+  """Row i of this host's evaluation batches: example i of its shard, or a padding row (zeros, mask
+  False) past the shard's end or where an example cannot be decoded (named once a process)."""
 
+  def __init__(self, config: ml_collections.ConfigDict, source: Source, records: order.Records):
+    self._source = source
+    self._records = records
+    self._pp_eval = config.pp_eval
+    self._image_size = config.image_size
+    size = config.image_size
+    self._padding = {'image': np.zeros([size, size, 3], np.float32), 'mask': np.False_}
+    if getattr(source, 'multi_label', False):
+      self._padding['labels'] = np.zeros([len(source.class_names)], bool)
+    else:
+      self._padding['label'] = np.int32(0)
 
-def _shard_stream(config: ml_collections.ConfigDict, source: Source, shard: int, num_shards: int,
-                  batch_size: int, start_step: int) -> tf.data.Dataset:
-  """Batches of data shard `shard` of `num_shards`, from step `start_step` on."""
-  records = source.examples(config.train_split, shard, num_shards)
-  if records.num_records < 1:
-    raise ValueError(f'Split {config.train_split!r} has no examples for data shard {shard} of '
-                     f'{num_shards}: use a larger split or fewer data shards')
-  # Separate seeds for the order and for the augmentation, both specific to this shard's stream.
-  shuffle_seed, augment_seed = tf.unstack(tf.random.experimental.stateless_split(
-      tf.constant([config.seed, shard], tf.int64), 2))
-
-  def augment(example):
-    seed = tf.random.experimental.stateless_fold_in(augment_seed, example['position'])
-    image = preprocess.train_preprocess(example['image'], seed, pp=config.pp,
-                                        image_size=config.image_size)
-    return {'image': image, 'label': example['label'], 'position': example['position']}
-
-  start = start_step * batch_size
-  ds = order.shuffled_stream(records, start=start, window_size=config.shuffle_buffer,
-                             seed=shuffle_seed)
-  ds = source.load(ds).map(as_written(augment), num_parallel_calls=tf.data.AUTOTUNE)
-  return _without_positions(ds.batch(batch_size, drop_remainder=True), records, start,
-                            lambda positions: order.records_at(records, positions, shuffle_seed))
-
-
-def _without_positions(ds: tf.data.Dataset, records: order.Records, first: int,
-                       records_at: Callable[[tf.Tensor], dict[str, tf.Tensor]]) -> tf.data.Dataset:
-  """`ds` without 'position'; where a source may drop examples (random access: image folders), each
-  dropped one is named in a warning (unreadable.py)."""
-  if isinstance(records, order.RandomAccess):
-    return unreadable.name_dropped(ds, first, lambda positions: records_at(positions)['record'])
-  return ds.map(lambda element: {k: v for k, v in element.items() if k != 'position'})
+  def __call__(self, i: int) -> dict[str, np.ndarray]:
+    if i >= self._records.num_records:
+      return self._padding
+    record = self._records.read(i)
+    try:
+      example = self._source.load(record)
+    except preprocess.UnreadableImage as e:
+      unreadable.name_once(self._source.describe(record), str(e))
+      return self._padding
+    image = preprocess.eval_preprocess(example['image'], pp_eval=self._pp_eval,
+                                       image_size=self._image_size)
+    labels = {k: example[k] for k in ('label', 'labels') if k in example}
+    return {'image': image, **labels, 'mask': np.True_}
 
 
 def eval_iterator(config: ml_collections.ConfigDict, split: str, *, local_batch_size: int,
@@ -284,7 +333,7 @@ def eval_iterator(config: ml_collections.ConfigDict, split: str, *, local_batch_
 
   `split` is any split of the dataset (e.g. config.eval_split, or config.train_split for few-shot
   features). 'mask' (bool [b]) is False on padding rows. Every host yields `num_eval_batches(...)`
-  batches, so hosts with a smaller shard (or skipped unreadable files) still join every collective.
+  batches, so hosts with a smaller shard (or unreadable files) still join every collective.
   Labels are of `label_feature`, by default (None) config.label_feature: callers that pass none (the
   few-shot evaluator) follow the run. A multi-label `label_feature` (a tfds Sequence of ClassLabel, as
   ImageNet-ReaL's 'real_label') gives 'labels' (multi-hot bool [b, classes]) instead of 'label'.
@@ -292,21 +341,7 @@ def eval_iterator(config: ml_collections.ConfigDict, split: str, *, local_batch_
   source = _checked_source(config, label_feature)
   num_batches = num_eval_batches(source.examples(split).num_records,
                                  local_batch_size=local_batch_size, process_count=process_count)
-
-  def prepare(example):
-    image = preprocess.eval_preprocess(example['image'], pp_eval=config.pp_eval,
-                                       image_size=config.image_size)
-    labels = {k: example[k] for k in ('label', 'labels') if k in example}
-    return {'image': image, **labels, 'mask': tf.constant(True), 'position': example['position']}
-
   records = source.examples(split, process_index, process_count)
-  ds = order.in_order(records).enumerate().map(lambda i, example: {**example, 'position': i})
-  ds = source.load(ds).map(as_written(prepare), num_parallel_calls=tf.data.AUTOTUNE)
-  # Padding rows: zeros (no labels) and mask False; their positions run on after the last example's.
-  zeros = tf.nest.map_structure(lambda spec: tf.zeros(spec.shape, spec.dtype), ds.element_spec)
-  rows = num_batches * local_batch_size
-  padding = tf.data.Dataset.range(records.num_records, records.num_records + rows).map(
-      lambda i: {**zeros, 'position': i})
-  ds = ds.concatenate(padding).take(rows).batch(local_batch_size)
-  ds = _without_positions(ds, records, 0, records.read)
-  return _as_numpy(ds.prefetch(tf.data.AUTOTUNE))
+  ds = grain.MapDataset.range(num_batches * local_batch_size).map(
+      _EvalRows(config, source, records)).batch(local_batch_size)
+  return _iterate(ds, _num_workers(config, source))

@@ -1,36 +1,274 @@
-"""Per-example image ops, as TensorFlow graph functions for tf.data.
+"""Per-example image ops on numpy arrays, with PIL for decoding and antialiased resizing.
 
-Every random op is stateless and takes its seed explicitly, so an augmented example is a pure function
-of its bytes and its seed: the same example at the same stream position looks the same in a resumed run.
+Every random op draws only from the `np.random.Generator` it is given, so an augmented example is a
+pure function of its bytes and its seed: the same example at the same stream position looks the same
+in a resumed run, in whichever worker process it is prepared.
 
 Train preprocessing is the crop named by `config.pp.crop` (a key of `CROPS`), then each op of
-`AUGMENTS` in order. An op is `apply(image, seed, pp, image_size) -> image` plus a `check(pp)` of
-the `config.pp` fields it reads; a crop maps uint8 [h, w, 3] to float32 [image_size, image_size, 3]
-in [0, 255]; the augmentations keep that shape and dtype, and the range: [0, 255] before the
+`AUGMENTS` in order. An op is `apply(image, rng, pp, image_size) -> image` plus a `check(pp)` of the
+`config.pp` fields it reads; a crop maps uint8 [h, w, 3] to float32 [image_size, image_size, 3] in
+[0, 255]; the augmentations keep that shape and dtype, and the range: [0, 255] before the
 `normalize` entry of `AUGMENTS`, [-1, 1] (plus what they add) after it, where timm's random erasing
 works. Each augmentation is off unless its `pp` field is set, so an op is one function (and its
-check) and one entry. Op i's seed is the i-th of a prefix-stable sequence: it does not depend on the
-ops after it.
+check) and one entry. Op i draws from `np.random.default_rng([*seed, i])`: a prefix-stable sequence
+of streams, so op i's draws do not depend on the ops after it.
 
 Eval preprocessing is the crop named by `config.pp_eval.crop` (a key of `EVAL_CROPS`), then
 `normalize`.
+
+The pixel work is PIL's (decoding, antialiased resizing), which releases the GIL while it runs, or
+whole-array numpy: no per-pixel Python.
 """
 import dataclasses
-import functools
+import io
 import math
 from typing import Callable
 
 import ml_collections
-import tensorflow as tf
+import numpy as np
+from PIL import Image
 
 from vit_jax.data import augment
 from vit_jax.data import randaugment
 
+# The extensions of the files an image folder lists: formats PIL reads (each checked in
+# tests/test_image_formats.py against a file PIL wrote). `decode` reads by content, not by name.
+IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png', '.bmp', '.gif', '.webp', '.tif', '.tiff', '.ppm',
+                    '.pgm', '.pbm', '.pnm', '.jp2')
+
 # Aspect ratios (width / height) of the inception crop, as in the original Inception and ViT code.
 _ASPECT_RATIO_RANGE = (3 / 4, 4 / 3)
+# Boxes TensorFlow's sample_distorted_bounding_box tries before it takes the whole image.
+_INCEPTION_TRIES = 100
 # Largest RandAugment magnitude: AugReg's strongest recipes use 20; above it the reference's
 # Posterize would keep more than 8 bits.
 _MAX_RANDAUG_MAGNITUDE = 20
+# What a file checked out without `git lfs pull` holds instead of the image.
+_LFS_POINTER = b'version https://git-lfs'
+
+
+class UnreadableImage(ValueError):
+  """Bytes that `decode` cannot read as an image; the message is a one-line reason."""
+
+
+def decode(data: bytes) -> np.ndarray:
+  """Encoded image bytes, any format PIL reads, whatever a file name says, to uint8 [h, w, 3]:
+  exactly PIL's Image.open(BytesIO(data)).convert('RGB'), what timm's and torchvision's ImageFolder
+  train on, because it is that. So every variant PIL reads is read as PIL reads it: JPEG (with
+  libjpeg's accurate integer DCT, at full resolution: no draft mode, which changes pixels), PNG of
+  any bit depth (16-bit greyscale clipped to 255 as PIL's conversion clips it), GIF (the first
+  frame; transparent pixels take their palette colour), every BMP PIL reads (1-, 4-, 8-, 16-, 24-
+  and 32-bit, run-length compressed, OS/2), WebP (animations too: the first frame), TIFF, PNM and
+  JPEG 2000. Greyscale becomes RGB, alpha is dropped (not blended), EXIF orientation is not applied
+  (as PIL's Image.open). The array is read-only.
+
+  Raises UnreadableImage with a one-line reason for bytes PIL cannot read (truncated or corrupt
+  files, other formats, a git-lfs pointer file in place of the image)."""
+  if data.startswith(_LFS_POINTER):
+    raise UnreadableImage('a git-lfs pointer, not the image')
+  try:
+    with Image.open(io.BytesIO(data)) as image:
+      # convert('RGB') of an RGB image is a copy: skipping it saves one copy of the pixels.
+      return np.asarray(image if image.mode == 'RGB' else image.convert('RGB'))
+  except Image.UnidentifiedImageError:
+    raise UnreadableImage('not an image format PIL reads') from None
+  # PIL's decoders raise many types for corrupt data (OSError, SyntaxError, ValueError, EOFError,
+  # struct.error, DecompressionBombError, ...): each makes the file unreadable, not the run fail.
+  except Exception as e:  # pylint: disable=broad-exception-caught
+    reason = str(e).strip().splitlines()
+    raise UnreadableImage(f'{type(e).__name__}: {reason[0]}' if reason else type(e).__name__) from e
+
+
+def _pil_resize(image: np.ndarray, height: int, width: int) -> np.ndarray:
+  """PIL's bilinear (antialiased) resize to float32 [height, width, 3]. A uint8 image is resized as
+  an 8-bit 'RGB' image (rounded to integers after each 1-D pass), exactly as timm's transforms
+  resize the uint8 crops they take of decoded images; any other dtype one channel at a time in
+  float mode 'F' (no rounding)."""
+  if image.dtype == np.uint8:
+    resized = Image.fromarray(image).resize((width, height), Image.Resampling.BILINEAR)
+    return np.asarray(resized, np.float32)
+  channels = [np.asarray(Image.fromarray(np.ascontiguousarray(image[..., c], np.float32))
+                         .resize((width, height), Image.Resampling.BILINEAR)) for c in range(3)]
+  return np.stack(channels, axis=-1)
+
+
+def _bilinear_taps(in_size: int, out_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """TensorFlow's half-pixel-centre bilinear taps along one axis: (lower, upper, weight of upper),
+  in its float32 arithmetic (resize_bilinear_op.cc's compute_interpolation_weights)."""
+  scale = np.float32(in_size / out_size)
+  position = (np.arange(out_size, dtype=np.float32) + np.float32(0.5)) * scale - np.float32(0.5)
+  floor = np.floor(position)
+  lower = np.maximum(floor, 0).astype(np.intp)
+  upper = np.minimum(np.ceil(position), in_size - 1).astype(np.intp)
+  return lower, upper, position - floor
+
+
+def _flat_columns(columns: np.ndarray, channels: int) -> np.ndarray:
+  """The indices of pixel columns `columns` in an image's rows flattened to [h, w * channels]:
+  numpy loops over such rows 5-20x faster than over [h, w, 3]'s pixels (an inner loop of 3). Taken
+  with np.take, which writes C-contiguous rows (image[:, indices] writes them transposed)."""
+  return (columns[:, None] * channels + np.arange(channels)).ravel()
+
+
+def _tf_resize(image: np.ndarray, height: int, width: int) -> np.ndarray:
+  """TensorFlow's tf.image.resize(method='bilinear', antialias=False) to float32 [height, width, 3]:
+  each output pixel interpolates the 2x2 input pixels nearest its centre, in TensorFlow's order of
+  float32 operations (left-right, then top-bottom)."""
+  in_height, in_width, channels = image.shape
+  top, bottom, y_weight = _bilinear_taps(in_height, height)
+  left, right, x_weight = _bilinear_taps(in_width, width)
+  left, right = _flat_columns(left, channels), _flat_columns(right, channels)
+  x_weight = np.repeat(x_weight, channels)
+  rows = image.reshape(in_height, in_width * channels)
+
+  def lerp(low: np.ndarray, high: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """low + (high - low) * weight, in place in `high`: glibc maps each new array this large
+    afresh, and its page faults cost more than the arithmetic."""
+    high -= low
+    high *= weight
+    high += low
+    return high
+
+  def horizontal(taps: np.ndarray) -> np.ndarray:
+    # Gathered before the conversion to float32, so that only the taps are converted: new arrays.
+    left_taps, right_taps = (np.take(taps, c, 1).astype(np.float32, copy=False)
+                             for c in (left, right))
+    return lerp(left_taps, right_taps, x_weight)
+  upper, lower = horizontal(rows[top]), horizontal(rows[bottom])
+  return lerp(upper, lower, y_weight[:, None]).reshape(height, width, channels)
+
+
+def _resize_to(image: np.ndarray, height: int, width: int, antialias: bool) -> np.ndarray:
+  if image.shape[:2] == (height, width):
+    return image.astype(np.float32)  # Both filters leave an image at its size as it is.
+  return (_pil_resize if antialias else _tf_resize)(image, height, width)
+
+
+def resize(image: np.ndarray, size: int, antialias: bool = False) -> np.ndarray:
+  """Bilinear resize of [h, w, 3] to float32 [size, size, 3] in the input's value range.
+
+  `antialias`: PIL's bilinear resize (timm's transforms): when shrinking, each output pixel averages
+  every input pixel under the scaled triangle filter; uint8 images are resized in 8 bits, as timm
+  resizes its uint8 crops, so the crops' outputs are timm's to the bit. Without it, TensorFlow's
+  default (the original code's): only the 2x2 nearest input pixels, which aliases fine detail when
+  shrinking by more than 2."""
+  return _resize_to(image, size, size, antialias)
+
+
+def normalize(image: np.ndarray) -> np.ndarray:
+  """Pixel values in [0, 255] to a new C-contiguous float32 array in [-1, 1]."""
+  out = image.astype(np.float32, order='C')
+  out /= np.float32(127.5)
+  out -= np.float32(1)
+  return out
+
+
+def _inception_box(height: int, width: int, rng: np.random.Generator, min_area: float,
+                   aspect_ratio: float) -> tuple[int, int, int, int] | None:
+  """One try of TensorFlow's GenerateRandomCrop (sample_distorted_bounding_box_op.cc): the crop's
+  height uniform among the integers whose box at `aspect_ratio` covers [min_area, 1] of the image,
+  a uniform offset; None where rounding leaves no such box. Python's round is C's lrintf in its
+  default rounding mode: halves to even."""
+  min_pixels, max_pixels = min_area * height * width, float(height * width)
+  box_h = round(math.sqrt(min_pixels / aspect_ratio))
+  max_h = round(math.sqrt(max_pixels / aspect_ratio))
+  if round(max_h * aspect_ratio) > width:
+    # The largest height whose rounded width fits (TensorFlow's epsilon, then its correction).
+    max_h = int((width + 0.5 - 1e-7) / aspect_ratio)
+    if round(max_h * aspect_ratio) > width:
+      max_h -= 1
+  max_h = min(max_h, height)
+  box_h = min(box_h, max_h)
+  if box_h < max_h:
+    box_h += int(rng.integers(max_h - box_h + 1))
+  box_w = round(box_h * aspect_ratio)
+  # Rounding may leave the area just outside the range: TensorFlow tries one row more, or less.
+  if box_w * box_h < min_pixels:
+    box_h += 1
+    box_w = round(box_h * aspect_ratio)
+  if box_w * box_h > max_pixels:
+    box_h -= 1
+    box_w = round(box_h * aspect_ratio)
+  if not (min_pixels <= box_w * box_h <= max_pixels and 0 < box_w <= width and 0 < box_h <= height):
+    return None
+  # TensorFlow's offsets are uniform in [0, room), not [0, room]: a box shorter than the image never
+  # reaches its last row (nor a narrower one its last column).
+  top = int(rng.integers(height - box_h)) if box_h < height else 0
+  left = int(rng.integers(width - box_w)) if box_w < width else 0
+  return top, left, box_h, box_w
+
+
+def inception_crop(image: np.ndarray, rng: np.random.Generator, min_area: float) -> np.ndarray:
+  """A random crop covering [min_area, 1] of the image with aspect ratio in [3/4, 4/3]: TensorFlow's
+  sample_distorted_bounding_box (the original code's crop) with the whole image as the object, its
+  arithmetic in float64 instead of float32. Up to 100 tries, each of an aspect ratio (width /
+  height) uniform in [3/4, 4/3], then a height uniform among those that fit it; the whole image if
+  none fits. `random_resized_crop` is torchvision's sampler: log-uniform ratio, uniform area."""
+  height, width = image.shape[:2]
+  for _ in range(_INCEPTION_TRIES):
+    box = _inception_box(height, width, rng, min_area, rng.uniform(*_ASPECT_RATIO_RANGE))
+    if box is not None:
+      top, left, box_h, box_w = box
+      return image[top:top + box_h, left:left + box_w]
+  return image
+
+
+def random_resized_box(shape: tuple[int, ...], rng: np.random.Generator, min_area: float,
+                       tries: int = 10) -> tuple[int, int, int, int]:
+  """torchvision's RandomResizedCrop.get_params (timm's train crop) for an image of `shape`
+  [h, w, ...], as (top, left, height, width), with the same arithmetic and order of draws.
+
+  Up to `tries` draws of an area uniform in [min_area, 1] of the image and an aspect ratio (width /
+  height) log-uniform in [3/4, 4/3]; the first box that fits lands at a uniform offset. If none fits,
+  the central crop of the whole image, its aspect ratio clamped to that range."""
+  height, width = shape[:2]
+  low, high = _ASPECT_RATIO_RANGE
+  for _ in range(tries):
+    target_area = height * width * rng.uniform(min_area, 1.0)
+    aspect_ratio = math.exp(rng.uniform(math.log(low), math.log(high)))
+    # Python's round, as torchvision's: halves to even.
+    box_w = round(math.sqrt(target_area * aspect_ratio))
+    box_h = round(math.sqrt(target_area / aspect_ratio))
+    if 0 < box_w <= width and 0 < box_h <= height:
+      top = int(rng.integers(height - box_h + 1))
+      left = int(rng.integers(width - box_w + 1))
+      return top, left, box_h, box_w
+  in_ratio = width / height
+  box_h, box_w = height, width
+  if in_ratio < low:
+    box_h = round(width / low)
+  elif in_ratio > high:
+    box_w = round(height * high)
+  return (height - box_h) // 2, (width - box_w) // 2, box_h, box_w
+
+
+def random_resized_crop(image: np.ndarray, rng: np.random.Generator, min_area: float) -> np.ndarray:
+  """The crop of `random_resized_box`: timm's sampler of [min_area, 1] of the image."""
+  top, left, box_h, box_w = random_resized_box(image.shape, rng, min_area)
+  return image[top:top + box_h, left:left + box_w]
+
+
+def pad_and_random_crop(image: np.ndarray, rng: np.random.Generator, pad: int) -> np.ndarray:
+  """Pads `pad` black pixels on every side, then crops back to the input size at an offset uniform
+  in [0, 2 * pad] along each axis."""
+  top, left = rng.integers(2 * pad + 1, size=2)
+  padded = np.pad(image, [(pad, pad), (pad, pad), (0, 0)])
+  return padded[top:top + image.shape[0], left:left + image.shape[1]]
+
+
+def central_crop(image: np.ndarray, size: int, crop_fraction: float,
+                 antialias: bool = False) -> np.ndarray:
+  """Bilinear resize keeping the aspect ratio, the shorter side to round(size / crop_fraction), then
+  the central size x size square (ImageNet's eval: 256 -> 224 at 0.875), float32 in the input's
+  range; `antialias` as in `resize`. The geometry is torchvision's Resize(int) + CenterCrop (timm's
+  eval transform), so with `antialias` its pixels are too: the longer side's proportion rounded
+  down, the offset rounded half to even."""
+  height, width = image.shape[:2]
+  target = round(size / crop_fraction)
+  longer = int(target * max(height, width) / min(height, width))
+  scaled_h, scaled_w = (longer, target) if height > width else (target, longer)
+  top, left = round((scaled_h - size) / 2), round((scaled_w - size) / 2)
+  return _resize_to(image, scaled_h, scaled_w, antialias)[top:top + size, left:left + size]
 
 
 def _no_check(pp: ml_collections.ConfigDict) -> None:
@@ -40,205 +278,16 @@ def _no_check(pp: ml_collections.ConfigDict) -> None:
 @dataclasses.dataclass(frozen=True)
 class Op:
   """A train-time image op and the check (a one-line ValueError naming the field) of its fields."""
-  apply: Callable[[tf.Tensor, tf.Tensor, ml_collections.ConfigDict, int], tf.Tensor]
+  apply: Callable[[np.ndarray, np.random.Generator, ml_collections.ConfigDict, int], np.ndarray]
   check: Callable[[ml_collections.ConfigDict], None] = _no_check
 
 
-# The header bytes `decode` reads: up to a BMP's blue mask (file offset 62-65).
-_HEADER_BYTES = 66
-# Header fields `decode` reads: (file offset, bytes), each a little-endian unsigned integer.
-_FIELDS = {
-    'chunk': (12, 4), 'vp8x_flags': (20, 1), 'vp8l_bits': (24, 1),  # WebP's.
-    'info_size': (14, 4), 'compression': (30, 4), 'colours': (46, 4),  # BMP's.
-    'red_mask': (54, 4), 'green_mask': (58, 4), 'blue_mask': (62, 4),
-}
-# [fields, header bytes]: a field's row weights its bytes 1, 256, 256^2, 256^3 (float64 is exact).
-_FIELD_WEIGHTS = [[256.0 ** (i - start) if start <= i < start + length else 0.0
-                   for i in range(_HEADER_BYTES)] for start, length in _FIELDS.values()]
+def _inception(image, rng, pp, image_size):
+  return resize(inception_crop(image, rng, pp.min_area), image_size, pp.antialias)
 
 
-def _header_fields(data: tf.Tensor) -> dict[str, tf.Tensor]:
-  """`_FIELDS` of `data`'s first bytes (zero-padded if it is shorter), as float64 scalars."""
-  head = tf.strings.join([tf.strings.substr(data, 0, _HEADER_BYTES), b'\0' * _HEADER_BYTES])
-  head = tf.cast(tf.io.decode_raw(head, tf.uint8)[:_HEADER_BYTES], tf.float64)
-  weights = tf.constant(_FIELD_WEIGHTS, tf.float64)
-  return dict(zip(_FIELDS, tf.unstack(tf.linalg.matvec(weights, head))))
-
-
-def _bit(field: tf.Tensor, bit: int) -> tf.Tensor:
-  return tf.math.floormod(tf.math.floordiv(field, 2 ** bit), 2) == 1
-
-
-def _decode_webp(data: tf.Tensor) -> tf.Tensor:
-  """A WebP's RGB, alpha dropped as PIL's convert('RGB') drops it. TensorFlow decodes a WebP only to
-  exactly the channels it has (RGBA fails with channels=3, RGB with 4), so to the channels it has
-  (channels=0); but that corrupts memory on an animation without alpha (TF 2.21: it decodes
-  animations as RGBA), which fails here instead, by the header's flags as libwebp reads them."""
-  f = _header_fields(data)
-  vp8x = f['chunk'] == int.from_bytes(b'VP8X', 'little')
-  animation_without_alpha = vp8x & _bit(f['vp8x_flags'], 1) & ~_bit(f['vp8x_flags'], 4)
-  check = tf.raw_ops.Assert(condition=~animation_without_alpha,
-                            data=['An animated WebP without alpha: not read'])
-  with tf.control_dependencies([check]):
-    rgb = tf.io.decode_image(data, channels=0, expand_animations=False)[..., :3]
-  return tf.ensure_shape(rgb, [None, None, 3])  # 3 or 4 channels decoded: 3 kept.
-
-
-def _decode_bmp(data: tf.Tensor) -> tf.Tensor:
-  """A BMP's RGB. TensorFlow reads the pixel bytes only: it takes an 8-bit image's colour indices
-  for grey levels, and ignores compression and bit fields. So the indices go through the palette
-  here, and what TensorFlow would misread fails instead: run-length compression, bit fields other
-  than BGR, an OS/2 header (its fields are elsewhere). 1-, 4- and 16-bit images fail in TensorFlow
-  itself."""
-  f = _header_fields(data)
-  bgr_fields = ((f['red_mask'] == 0x00FF0000) & (f['green_mask'] == 0x0000FF00) &
-                (f['blue_mask'] == 0x000000FF))
-  readable = (f['info_size'] >= 40) & (
-      (f['compression'] == 0) | ((f['compression'] == 3) & bgr_fields))
-  check = tf.raw_ops.Assert(condition=readable, data=[
-      'A BMP with run-length compression, bit fields other than BGR or an OS/2 header: not read'])
-  with tf.control_dependencies([check]):
-    image = tf.io.decode_bmp(data, channels=0)  # 1 (indices), 3 or 4 channels.
-  # The palette, 256 entries of blue, green, red, 0 (zeros past its end), follows the header.
-  table = tf.strings.substr(data, 14 + tf.cast(f['info_size'], tf.int64), 4 * 256)
-  table = tf.io.decode_raw(tf.strings.join([table, b'\0' * 4 * 256]), tf.uint8)[:4 * 256]
-  palette = tf.reshape(table, [256, 4])[:, 2::-1]
-  through_palette = tf.gather(palette, tf.cast(image[..., 0], tf.int32))
-  # Selected, not branched on: a cond here would nest in decode's switch (see there).
-  rgb = tf.where(tf.shape(image)[-1] == 1, through_palette, image[..., :3])
-  return tf.ensure_shape(rgb, [None, None, 3])
-
-
-@functools.cache
-def _format_table() -> tf.lookup.StaticHashTable:
-  """A file's first two bytes -> `decode`'s branch: JPEG, WebP (RIFF), BMP; anything else 3 (PNG, GIF).
-  Made eagerly (init_scope) even when first asked for while tf.data traces a function, so that every
-  later trace and eager call can use the one cached table."""
-  with tf.init_scope():
-    return tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(
-        tf.constant([b'\xff\xd8', b'RI', b'BM']), tf.constant([0, 1, 2], tf.int32)), default_value=3)
-
-
-def decode(data: tf.Tensor) -> tf.Tensor:
-  """Encoded JPEG / PNG / GIF / BMP / WebP bytes to uint8 [h, w, 3], whatever the extension says:
-  pixel-exact as PIL's Image.open(f).convert('RGB') (timm's and torchvision's ImageFolder), in all
-  the variants of tests/test_image_formats.py, but:
-  - 16-bit greyscale PNGs: 8-bit here (the high byte, as PIL reads 16-bit RGB), where PIL clips the
-    16-bit value to 255 (a white image);
-  - transparent pixels of a GIF are black here, the palette's colour there (neither is the image);
-  - some files PIL reads fail here (skipped, with a warning naming them): animated WebPs without
-    alpha; 1-, 4- and 16-bit, OS/2 and run-length compressed BMPs.
-  Greyscale becomes RGB, alpha is dropped (not blended), a GIF gives its first frame. EXIF
-  orientation is not applied (as PIL's Image.open).
-
-  JPEGs decode with libjpeg's accurate integer DCT, as PIL (so timm) does: pixel-exact, where
-  TensorFlow's default DCT is up to 6 levels off (mean 1). It costs little: 1.47 vs 1.43 ms per
-  224-500 px JPEG (2-core VM, min of 5 x 160 decodes; within the noise of repeats).
-
-  One flat switch on the format's first two bytes, looked up in a table, no control flow nested in
-  it (tf.debugging.Assert is a cond, the raw op is not): in tf.data a nested cond costs 0.1-0.7 ms an
-  image, and comparing header fields ~0.03 ms. What the routing costs over a plain JPEG-or-not cond:
-  0.089 against 0.069 ms per 32x32 PNG, level for JPEGs (2-core VM, one core, min of 5 x 2000).
-  A RIFF file that is not a WebP, or bytes that are not an image, fail in their decoder."""
-  branch = _format_table().lookup(tf.strings.substr(data, 0, 2))  # Shorter files: all they have.
-  return tf.switch_case(branch, [
-      lambda: tf.io.decode_jpeg(data, channels=3, dct_method='INTEGER_ACCURATE'),
-      lambda: _decode_webp(data),
-      lambda: _decode_bmp(data),
-      lambda: tf.io.decode_image(data, channels=3, expand_animations=False),  # PNG, GIF.
-  ])
-
-
-def resize(image: tf.Tensor, size: int, antialias: bool = False) -> tf.Tensor:
-  """Bilinear resize of [h, w, 3] to float32 [size, size, 3] in the input's value range.
-
-  `antialias`: when shrinking, each output pixel averages every input pixel under the scaled triangle
-  filter (PIL's resize, so timm's transforms); without it, only the 2x2 nearest ones (TensorFlow's
-  default and the original code's), which aliases fine detail when downscaling by more than 2."""
-  return tf.image.resize(image, (size, size), method='bilinear', antialias=antialias)
-
-
-def normalize(image: tf.Tensor) -> tf.Tensor:
-  """Pixel values in [0, 255] to float32 in [-1, 1]."""
-  return tf.cast(image, tf.float32) / 127.5 - 1
-
-
-def inception_crop(image: tf.Tensor, seed: tf.Tensor, min_area: float) -> tf.Tensor:
-  """A random crop covering [min_area, 1] of the image with aspect ratio in [3/4, 4/3]."""
-  begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
-      tf.shape(image),
-      bounding_boxes=tf.zeros([1, 0, 4], tf.float32),
-      seed=seed,
-      min_object_covered=0.0,
-      aspect_ratio_range=_ASPECT_RATIO_RANGE,
-      area_range=(min_area, 1.0),
-      use_image_if_no_bounding_boxes=True)
-  return tf.slice(image, begin, size)
-
-
-def random_resized_box(shape: tf.Tensor, seed: tf.Tensor, min_area: float,
-                       tries: int = 10) -> tuple[tf.Tensor, tf.Tensor]:
-  """torchvision's RandomResizedCrop box (timm's train crop), as (begin, size) for `tf.slice`.
-
-  Up to `tries` draws of an area uniform in [min_area, 1] of the image and an aspect ratio (width /
-  height) log-uniform in [3/4, 4/3]; the first box that fits lands at a uniform offset. If none fits,
-  the central crop of the whole image, its aspect ratio clamped to that range. `inception_crop`
-  differs: TensorFlow draws the ratio uniformly, then the height uniformly, over 100 tries."""
-  height, width = tf.unstack(tf.cast(shape[:2], tf.float32))
-  area_seed, ratio_seed, top_seed, left_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 4))
-  area = tf.random.stateless_uniform([tries], area_seed, min_area, 1.0) * height * width
-  low, high = _ASPECT_RATIO_RANGE
-  ratio = tf.exp(tf.random.stateless_uniform([tries], ratio_seed, math.log(low), math.log(high)))
-  # tf.round and Python's round (torchvision's) both round half to even.
-  box_w, box_h = tf.round(tf.sqrt(area * ratio)), tf.round(tf.sqrt(area / ratio))
-  fits = (box_w > 0) & (box_w <= width) & (box_h > 0) & (box_h <= height)
-  first = tf.argmax(tf.cast(fits, tf.int32))  # 0 when none fits, and then unused.
-  in_ratio = width / height
-  fallback_w = tf.where(in_ratio > high, tf.round(height * high), width)
-  fallback_h = tf.where(in_ratio < low, tf.round(width / low), height)
-  found = tf.reduce_any(fits)
-  size_hw = tf.cast(tf.where(found, tf.stack([box_h[first], box_w[first]]),
-                             tf.stack([fallback_h, fallback_w])), tf.int32)
-  room = tf.cast(shape[:2], tf.int32) - size_hw
-  random_offset = tf.stack([
-      tf.random.stateless_uniform([], top_seed, 0, room[0] + 1, dtype=tf.int32),
-      tf.random.stateless_uniform([], left_seed, 0, room[1] + 1, dtype=tf.int32)])
-  offset = tf.where(found, random_offset, room // 2)
-  return tf.concat([offset, [0]], 0), tf.concat([size_hw, [-1]], 0)
-
-
-def random_resized_crop(image: tf.Tensor, seed: tf.Tensor, min_area: float) -> tf.Tensor:
-  """The crop of `random_resized_box`: timm's sampler of [min_area, 1] of the image."""
-  begin, size = random_resized_box(tf.shape(image), seed, min_area)
-  return tf.slice(image, begin, size)
-
-
-def pad_and_random_crop(image: tf.Tensor, seed: tf.Tensor, pad: int) -> tf.Tensor:
-  """Pads `pad` black pixels on every side, then crops back to the input size at a random offset."""
-  padded = tf.pad(image, [[pad, pad], [pad, pad], [0, 0]])
-  return tf.image.stateless_random_crop(padded, tf.shape(image), seed=seed)
-
-
-def central_crop(image: tf.Tensor, size: int, crop_fraction: float,
-                 antialias: bool = False) -> tf.Tensor:
-  """Bilinear resize keeping the aspect ratio, the shorter side to round(size / crop_fraction), then
-  the central size x size square (ImageNet's eval: 256 -> 224 at 0.875), float32 in the input's
-  range; `antialias` as in `resize`."""
-  shape = tf.cast(tf.shape(image)[:2], tf.float32)
-  # The shorter side comes out exactly `target`: target * side / side is exact in float32.
-  target = round(size / crop_fraction)
-  scaled = tf.cast(tf.round(shape * target / tf.reduce_min(shape)), tf.int32)
-  offset = (scaled - size) // 2
-  return tf.slice(tf.image.resize(image, scaled, method='bilinear', antialias=antialias),
-                  [offset[0], offset[1], 0], [size, size, 3])
-
-
-def _inception(image, seed, pp, image_size):
-  return resize(inception_crop(image, seed, pp.min_area), image_size, pp.antialias)
-
-
-def _random_resized(image, seed, pp, image_size):
-  return resize(random_resized_crop(image, seed, pp.min_area), image_size, pp.antialias)
+def _random_resized(image, rng, pp, image_size):
+  return resize(random_resized_crop(image, rng, pp.min_area), image_size, pp.antialias)
 
 
 def _check_min_area(pp: ml_collections.ConfigDict) -> None:
@@ -246,8 +295,8 @@ def _check_min_area(pp: ml_collections.ConfigDict) -> None:
     raise ValueError(f'config.pp.min_area={pp.min_area} must be in (0, 1], e.g. 0.05')
 
 
-def _random(image, seed, pp, image_size):
-  return pad_and_random_crop(resize(image, image_size, pp.antialias), seed, pp.pad)
+def _random(image, rng, pp, image_size):
+  return pad_and_random_crop(resize(image, image_size, pp.antialias), rng, pp.pad)
 
 
 def _check_pad(pp: ml_collections.ConfigDict) -> None:
@@ -255,19 +304,25 @@ def _check_pad(pp: ml_collections.ConfigDict) -> None:
     raise ValueError(f'config.pp.pad={pp.pad} must be >= 0 pixels')
 
 
-def _resize(image, seed, pp, image_size):
-  del seed  # Deterministic.
+def _resize(image, rng, pp, image_size):
+  del rng  # Deterministic.
   return resize(image, image_size, pp.antialias)
 
 
-def _flip(image, seed, pp, image_size):
+def _flip(image, rng, pp, image_size):
   del image_size  # Keeps the size.
-  return tf.image.stateless_random_flip_left_right(image, seed) if pp.flip else image
+  if not pp.flip or rng.random() >= 0.5:
+    return image
+  height, width, channels = image.shape
+  mirrored = _flat_columns(np.arange(width - 1, -1, -1), channels)
+  return np.take(image.reshape(height, width * channels), mirrored, 1).reshape(image.shape)
 
 
-def _randaug(image, seed, pp, image_size):
+def _randaug(image, rng, pp, image_size):
   del image_size  # Keeps the size.
-  return randaugment.randaugment(image, seed, pp.randaug_layers, pp.randaug_magnitude)
+  if not pp.randaug_layers:
+    return image
+  return randaugment.randaugment(image, rng, pp.randaug_layers, pp.randaug_magnitude)
 
 
 def _check_randaug(pp: ml_collections.ConfigDict) -> None:
@@ -278,14 +333,14 @@ def _check_randaug(pp: ml_collections.ConfigDict) -> None:
                      f'[0, {_MAX_RANDAUG_MAGNITUDE}], e.g. 10')
 
 
-def _three_augment(image, seed, pp, image_size):
+def _three_augment(image, rng, pp, image_size):
   del image_size  # Keeps the size.
-  return augment.three_augment(image, seed) if pp.three_augment else image
+  return augment.three_augment(image, rng) if pp.three_augment else image
 
 
-def _color_jitter(image, seed, pp, image_size):
+def _color_jitter(image, rng, pp, image_size):
   del image_size  # Keeps the size.
-  return augment.color_jitter(image, seed, pp.color_jitter) if pp.color_jitter else image
+  return augment.color_jitter(image, rng, pp.color_jitter) if pp.color_jitter else image
 
 
 def _check_color_jitter(pp: ml_collections.ConfigDict) -> None:
@@ -293,16 +348,16 @@ def _check_color_jitter(pp: ml_collections.ConfigDict) -> None:
     raise ValueError(f'config.pp.color_jitter={pp.color_jitter} must be >= 0, e.g. 0.3 (0: off)')
 
 
-def _normalize(image, seed, pp, image_size):
-  del seed, pp, image_size  # Deterministic, and reads no field.
+def _normalize(image, rng, pp, image_size):
+  del rng, pp, image_size  # Deterministic, and reads no field.
   return normalize(image)
 
 
-def _erase(image, seed, pp, image_size):
+def _erase(image, rng, pp, image_size):
   del image_size  # Keeps the size.
   if not pp.erase_prob:
     return image
-  return augment.random_erase(image, seed, pp.erase_prob, pp.erase_area, pp.erase_aspect)
+  return augment.random_erase(image, rng, pp.erase_prob, pp.erase_area, pp.erase_aspect)
 
 
 def _check_erase(pp: ml_collections.ConfigDict) -> None:
@@ -325,7 +380,7 @@ CROPS: dict[str, Op] = {
     'resize': Op(_resize),
 }
 # Applied after the crop, in this order; each but `normalize` is off unless its `pp` field is set.
-# Add an op where its value range is (before or after normalize): its seed is the one of its
+# Add an op where its value range is (before or after normalize): its stream is the one of its
 # position, so ops off at their defaults leave default runs bit-identical.
 AUGMENTS: tuple[Op, ...] = (
     Op(_flip),
@@ -348,18 +403,16 @@ def check_pp(pp: ml_collections.ConfigDict) -> None:
                      f"{pp.crop!r}: set --config.pp.crop=random, or --config.pp.pad=0")
 
 
-def train_preprocess(image: tf.Tensor, seed: tf.Tensor, *, pp: ml_collections.ConfigDict,
-                     image_size: int) -> tf.Tensor:
-  """Decoded uint8 [h, w, 3] to an augmented float32 [image_size, image_size, 3], normalised to
-  [-1, 1] (random erasing adds N(0, 1) noise beyond it).
+def train_preprocess(image: np.ndarray, seed: tuple[int, ...], *, pp: ml_collections.ConfigDict,
+                     image_size: int) -> np.ndarray:
+  """Decoded uint8 [h, w, 3] to an augmented C-contiguous float32 [image_size, image_size, 3],
+  normalised to [-1, 1] (random erasing adds N(0, 1) noise beyond it).
 
-  `seed` is a [2] int tensor. `pp` must have passed `check_pp`.
-  """
-  ops = (CROPS[pp.crop], *AUGMENTS)
-  # Split seeds are a prefix-stable sequence: op i's seed does not depend on how many ops follow.
-  for op, op_seed in zip(ops, tf.unstack(tf.random.experimental.stateless_split(seed, len(ops)))):
-    image = op.apply(image, op_seed, pp, image_size)
-  return image
+  `seed`: non-negative integers; op i draws from np.random.default_rng([*seed, i]). `pp` must have
+  passed `check_pp`."""
+  for i, op in enumerate((CROPS[pp.crop], *AUGMENTS)):
+    image = op.apply(image, np.random.default_rng([*seed, i]), pp, image_size)
+  return np.ascontiguousarray(image, np.float32)
 
 
 def _central(image, pp_eval, image_size):
@@ -372,7 +425,7 @@ def _eval_resize(image, pp_eval, image_size):
 
 # config.pp_eval.crop -> (image, pp_eval, image_size) -> float32 [image_size, image_size, 3] in
 # [0, 255]: a resize to the square; the central square after resizing the shorter side.
-EVAL_CROPS: dict[str, Callable[[tf.Tensor, ml_collections.ConfigDict, int], tf.Tensor]] = {
+EVAL_CROPS: dict[str, Callable[[np.ndarray, ml_collections.ConfigDict, int], np.ndarray]] = {
     'central': _central,
     'resize': _eval_resize,
 }
@@ -388,8 +441,8 @@ def check_pp_eval(pp_eval: ml_collections.ConfigDict) -> None:
                      'e.g. 0.875')
 
 
-def eval_preprocess(image: tf.Tensor, *, pp_eval: ml_collections.ConfigDict,
-                    image_size: int) -> tf.Tensor:
-  """Decoded uint8 [h, w, 3] to float32 [image_size, image_size, 3] in [-1, 1], by the crop of
-  `pp_eval` (which must have passed `check_pp_eval`)."""
+def eval_preprocess(image: np.ndarray, *, pp_eval: ml_collections.ConfigDict,
+                    image_size: int) -> np.ndarray:
+  """Decoded uint8 [h, w, 3] to C-contiguous float32 [image_size, image_size, 3] in [-1, 1], by the
+  crop of `pp_eval` (which must have passed `check_pp_eval`)."""
   return normalize(EVAL_CROPS[pp_eval.crop](image, pp_eval, image_size))

@@ -1,10 +1,22 @@
-"""Datasets prepared by tensorflow_datasets (and the bundled digits, which is one)."""
+"""Datasets prepared by tensorflow_datasets as ArrayRecord, read without TensorFlow.
+
+Examples are read by index from the prepared ArrayRecord files (`builder.as_data_source`), parsed
+with tfds' numpy parser, and their images decoded by `preprocess.decode` (PIL). A dataset prepared
+as TFRecord (tfds' default file format) is readable in order only, and only by TensorFlow:
+`to_array_record` converts it once, with TensorFlow (`pip install '.[tfrecord]'`), writing the
+ArrayRecord files beside the TFRecord ones.
+"""
+import functools
+import os
+from typing import Any, NamedTuple
+
+from array_record.python import array_record_module
+from etils import epath
 import numpy as np
-import tensorflow as tf
 import tensorflow_datasets as tfds
 
+from vit_jax import cli
 from vit_jax.data import order
-from vit_jax.data.as_written import as_written
 from vit_jax.data import preprocess
 
 UNKNOWN_DATASET = (
@@ -12,6 +24,12 @@ UNKNOWN_DATASET = (
     "root with train/ and test/ sub-folders of class folders), or a tensorflow_datasets name such as "
     "cifar10, cifar100, oxford_iiit_pet, oxford_flowers102, imagenet2012, imagenet21k "
     "(see tfds.list_builders())")
+
+# The command that runs `convert_main` (vit_jax/to_array_record.py).
+CONVERT_COMMAND = 'python -m vit_jax.to_array_record'
+CONVERT_USAGE = (f'{CONVERT_COMMAND} DATASET_DIR (a prepared version folder, e.g. '
+                 'DATA_DIR/cifar10/3.0.2)')
+_ARRAY_RECORD = tfds.core.FileFormat.ARRAY_RECORD
 
 
 def prepared_builder(name: str, data_dir: str | None) -> tfds.core.DatasetBuilder:
@@ -28,29 +46,50 @@ def prepared_builder(name: str, data_dir: str | None) -> tfds.core.DatasetBuilde
     root = builder.data_dir_root
     raise ValueError(
         f'tensorflow_datasets dataset {name!r} is not prepared in {root}: run '
-        f'`tfds build {name} --data_dir={root}` on a machine with internet (some datasets, e.g. '
-        f'imagenet2012, need a manual download first) and copy {root}/{builder.name} here, or set '
-        f'config.data_dir to where it is prepared')
+        f'`tfds build {name} --data_dir={root} --file_format=array_record` on a machine with '
+        f'internet (some datasets, e.g. imagenet2012, need a manual download first) and copy '
+        f'{root}/{builder.name} here, or set config.data_dir to where it is prepared')
   return builder
 
 
-class TfdsRecords:
-  """The serialized examples of a prepared tfds dataset, by split and data shard.
+class Example(NamedTuple):
+  """A record: example `index` of `split` (the split as the source was asked for it, a slice or a
+  sum of them), serialized as tfds wrote it."""
+  split: str
+  index: int
+  serialized: bytes
 
-  Records are read from the prepared files directly: by index where the dataset was prepared as
-  ArrayRecord (random access: train shards are strided, so each holds every class even when the files
-  are in class order), in file order where it was prepared as TFRecord (shards are contiguous ranges,
-  the `tfds.split_for_jax_process` layout).
+
+class TfdsRecords:
+  """The serialized examples of a dataset prepared as ArrayRecord, by split and data shard.
 
   A split may be a tfds slice, e.g. 'train[:90%]' to train on and 'train[90%:]' as a held-out
   minival, or a sum of them ('train[:800]+validation[:200]'). tfds shuffles the examples when it
   prepares a dataset (unless its builder disables that), so a slice is a random sample of the split.
+  Shards are strided (record k of shard s is example s + k * num_shards of the split), so each holds
+  every class even where the files are in class order.
+
+  Pickles without its open files (grain's worker processes reopen them on their first read).
   """
 
   def __init__(self, builder: tfds.core.DatasetBuilder):
+    # A format added by a conversion (`to_array_record`, `tfds convert_format`) is listed in
+    # dataset_info.json's alternative formats, which a registered builder (tfds.builder('cifar10'))
+    # reads into its proto only, not into available_file_formats().
+    formats = {f.value for f in builder.info.available_file_formats()}
+    formats |= set(builder.info.as_proto.alternative_file_formats)
+    if _ARRAY_RECORD.value not in formats:
+      prepared_as = ', '.join(sorted(formats)) or 'no known file format'
+      raise ValueError(
+          f'tensorflow_datasets dataset {builder.name!r} in {builder.data_dir} is prepared as '
+          f'{prepared_as}, and vit_jax reads only ArrayRecord: convert it once (the ArrayRecord '
+          f"files go beside the others) with `pip install '.[tfrecord]'` (TensorFlow, to read "
+          f'them) and `{CONVERT_COMMAND} {builder.data_dir}`')
     self._builder = builder
-    self._random_access = builder.info.file_format == tfds.core.FileFormat.ARRAY_RECORD
     self._data_sources = {}
+
+  def __getstate__(self) -> dict[str, Any]:
+    return {**self.__dict__, '_data_sources': {}}
 
   def _split_info(self, split: str, field: str | None = None) -> tfds.core.SplitInfo:
     try:
@@ -69,65 +108,40 @@ class TfdsRecords:
     `split` is not a split of the dataset or a slice of one."""
     self._split_info(split, field)
 
-  def reads_unshuffled_files(self) -> bool:
-    """Whether splits are read in file order from files tfds wrote without shuffling them
-    (builder.info.disable_shuffling): their records are often in class order."""
-    return not self._random_access and self._builder.info.disable_shuffling
-
   def _data_source(self, split: str):
     """The split's ArrayRecord files, opened on the first read (counting examples opens nothing)."""
     if split not in self._data_sources:
+      info = self._builder.info
+      if info.file_format != _ARRAY_RECORD:  # A converted dataset (see __init__).
+        # As as_data_source itself switches to a random-access format that it sees.
+        info.set_file_format(_ARRAY_RECORD, override=True, override_if_initialized=True)
       self._data_sources[split] = self._builder.as_data_source(
-          split=split, deserialize_method=tfds.decode.DeserializeMethod.RAW_BYTES)
+          split=split, deserialize_method=tfds.decode.DeserializeMethod.RAW_BYTES,
+          file_format=_ARRAY_RECORD)
     return self._data_sources[split]
 
-  def _indexed(self, split: str, shard: int, num_shards: int) -> order.RandomAccess:
-    num_examples = self._split_info(split).num_examples
-
-    def read_serialized(indices: np.ndarray) -> np.ndarray:
-      return np.array(self._data_source(split).__getitems__(indices.tolist()), dtype=object)
-
-    def read(indices: tf.Tensor) -> dict[str, tf.Tensor]:
-      records = tf.numpy_function(read_serialized, [shard + num_shards * indices], tf.string,
-                                  stateful=False)
-      return {'record': tf.ensure_shape(records, indices.shape)}
-
-    return order.RandomAccess(len(range(shard, num_examples, num_shards)), read)
-
-  def _files(self, split: str, shard: int, num_shards: int) -> order.Records:
-    # Shard `shard` is a contiguous range of the split's records in file order, the ranges' sizes
-    # within one (the first ones larger): tfds.split_for_jax_process's layout for a split or one slice
-    # of it. tfds.even_splits cuts each part of a sum ('train[:801]+validation[:201]') on its own, so
-    # its shards could differ by one example a part, and eval_iterator, which pads every host to the
-    # largest shard of an even cut, would drop the examples beyond it.
-    instructions = [i for i in self._split_info(split).file_instructions if i.take > 0]
-    total = sum(i.take for i in instructions)
-    size, larger = divmod(total, num_shards)
-    start = shard * size + min(shard, larger)
-    end = start + size + (shard < larger)
-    blocks = []  # (filename, skip, take) of each file's part in [start, end).
-    first_of_file = 0  # Position in the split of the file instruction's first record.
-    for i in instructions:
-      lo, hi = max(start, first_of_file), min(end, first_of_file + i.take)
-      if lo < hi:
-        blocks.append((i.filename, i.skip + lo - first_of_file, hi - lo))
-      first_of_file += i.take
-    if not blocks:
-      return order.RandomAccess(0, lambda indices: {'record': tf.fill(tf.shape(indices), '')})
-    filenames, skips, takes = (tf.constant(column) for column in zip(*blocks))
-
-    def read(block: tf.Tensor) -> tf.data.Dataset:
-      ds = tf.data.TFRecordDataset(filenames[block]).skip(tf.cast(skips[block], tf.int64))
-      return ds.take(tf.cast(takes[block], tf.int64)).map(lambda record: {'record': record})
-
-    return order.Blocks(tuple(take for _, _, take in blocks), read)
+  def _read(self, split: str, shard: int, num_shards: int, k: int) -> Example:
+    index = shard + k * num_shards
+    return Example(split, index, self._data_source(split)[index])
 
   def examples(self, split: str, shard: int = 0, num_shards: int = 1) -> order.Records:
-    """Shard `shard` of `num_shards` (disjoint, sizes within one) of `split`, as serialized examples."""
-    self._split_info(split)  # A one-line error for a bad split name, before it is sharded.
-    if self._random_access:
-      return self._indexed(split, shard, num_shards)
-    return self._files(split, shard, num_shards)
+    """Shard `shard` of `num_shards` (disjoint, sizes within one) of `split`, as `Example`s."""
+    num_examples = self._split_info(split).num_examples
+    return order.Records(len(range(shard, num_examples, num_shards)),
+                         functools.partial(self._read, split, shard, num_shards))
+
+  def describe(self, record: Example) -> str:
+    """The record as a warning names it."""
+    return f'example {record.index} of split {record.split} of {self._builder.name}'
+
+  def _deserialize(self, record: Example) -> dict[str, Any]:
+    """The record's features as numpy values, with every image feature left as its encoded bytes:
+    only 'image' is decoded, by PIL (smallNORB's second camera and Pets' masks are never looked
+    at)."""
+    features = self._builder.info.features
+    undecoded = {name: tfds.decode.SkipDecoding() for name, feature in features.items()
+                 if isinstance(feature, tfds.features.Image)}
+    return features.deserialize_example_np(record.serialized, decoders=undecoded)
 
 
 class TfdsSource(TfdsRecords):
@@ -159,22 +173,63 @@ class TfdsSource(TfdsRecords):
     label = features[label_feature]
     self.class_names = tuple((label.feature if self.multi_label else label).names)
 
-  def load(self, ds: tf.data.Dataset) -> tf.data.Dataset:
-    """Parses each 'record' into its decoded 'image' (uint8 [h, w, 3]) and its 'label' (int32), or
-    for a Sequence label feature its 'labels' (multi-hot bool [classes]; none set for an image
-    without labels)."""
-    features = self._builder.info.features
-    num_classes = len(self.class_names)
+  def load(self, record: Example) -> dict[str, np.ndarray]:
+    """The record's decoded 'image' (uint8 [h, w, 3]) and its 'label' (int32), or for a Sequence
+    label feature its 'labels' (multi-hot bool [classes]; none set for an image without labels).
+    Raises `preprocess.UnreadableImage` for an image PIL cannot decode."""
+    parsed = self._deserialize(record)
+    label = parsed[self._label_feature]
+    if self.multi_label:
+      labels = np.zeros(len(self.class_names), bool)
+      labels[np.asarray(label, np.int64)] = True
+      return {'image': preprocess.decode(parsed['image']), 'labels': labels}
+    return {'image': preprocess.decode(parsed['image']), 'label': np.int32(label)}
 
-    def parse(example):
-      rest = {k: v for k, v in example.items() if k != 'record'}
-      parsed = features.deserialize_example(
-          example['record'], decoders={'image': tfds.decode.SkipDecoding()})
-      label = tf.cast(parsed[self._label_feature], tf.int32)
-      if self.multi_label:
-        counts = tf.math.bincount(label, minlength=num_classes, maxlength=num_classes)
-        labels = {'labels': tf.ensure_shape(counts, [num_classes]) > 0}
-      else:
-        labels = {'label': label}
-      return {**rest, 'image': preprocess.decode(parsed['image']), **labels}
-    return ds.map(as_written(parse), num_parallel_calls=tf.data.AUTOTUNE)
+
+def to_array_record(dataset_dir: str) -> bool:
+  """Writes an ArrayRecord copy of the TFRecord files of the dataset prepared in `dataset_dir` (a
+  version folder, e.g. DATA_DIR/cifar10/3.0.2) beside them, and adds the format to its
+  dataset_info.json, as `tfds convert_format` does (which needs apache-beam even without Beam).
+
+  Returns False where the dataset has ArrayRecord files already. Reading TFRecord files needs
+  TensorFlow (`pip install '.[tfrecord]'`); raises a one-line ValueError without it, or where
+  `dataset_dir` holds no prepared dataset.
+  """
+  try:
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top: only this conversion needs it.
+  except ImportError:
+    raise ValueError("Reading TFRecord files needs TensorFlow: pip install '.[tfrecord]'") from None
+  if not (epath.Path(dataset_dir) / 'dataset_info.json').exists():
+    raise ValueError(f'No prepared tensorflow_datasets dataset in {dataset_dir}: give its version '
+                     'folder, the one with dataset_info.json (e.g. DATA_DIR/cifar10/3.0.2)')
+  info = tfds.builder_from_directory(dataset_dir).info
+  if _ARRAY_RECORD in info.available_file_formats():
+    return False
+  for split in info.splits.values():
+    template = split.filename_template
+    for shard in range(split.num_shards):
+      source = template.sharded_filepath(shard_index=shard, num_shards=split.num_shards)
+      target = template.replace(filetype_suffix=_ARRAY_RECORD.file_suffix).sharded_filepath(
+          shard_index=shard, num_shards=split.num_shards)
+      # Written under another name and renamed once whole: an interrupted conversion leaves no file
+      # that reads as a shard.
+      partial = f'{target}.incomplete'
+      writer = array_record_module.ArrayRecordWriter(partial, 'group_size:1')  # As tfds writes it.
+      for serialized in tf.data.TFRecordDataset(os.fspath(source)).as_numpy_iterator():
+        writer.write(serialized)
+      writer.close()
+      os.replace(partial, target)
+  info.add_alternative_file_format(_ARRAY_RECORD)
+  info.write_dataset_info_json(dataset_dir)
+  return True
+
+
+def convert_main(argv: list[str]) -> None:
+  """`CONVERT_USAGE`: to_array_record as a command (for vit_jax.cli.run)."""
+  if len(argv) != 2:
+    cli.fail(f'give one dataset folder: use {CONVERT_USAGE}')
+  try:
+    written = to_array_record(argv[1])
+  except ValueError as e:
+    cli.fail(str(e))
+  print(f'{argv[1]}: {"ArrayRecord files written" if written else "has ArrayRecord files already"}')

@@ -12,14 +12,13 @@ on 'train800val200' (the same 1000 images) and reports 'test'.
 """
 import dataclasses
 import functools
-from typing import Callable
+from typing import Any, Callable
 
 import ml_collections
-import tensorflow as tf
+import numpy as np
 import tensorflow_datasets as tfds
 
 from vit_jax.data import preprocess
-from vit_jax.data.as_written import as_written
 from vit_jax.data import tfds_source
 
 GROUPS = ('natural', 'specialized', 'structured')
@@ -27,9 +26,11 @@ GROUPS = ('natural', 'specialized', 'structured')
 
 @dataclasses.dataclass(frozen=True)
 class Label:
-  """A label computed from an example's deserialized features, and the names of its classes."""
+  """A label computed from an example's features (as tfds' numpy parser gives them: a Sequence
+  feature's values as a list), and the names of its classes. `fn` pickles: sources go to grain's
+  worker processes."""
   class_names: tuple[str, ...]
-  fn: Callable[[dict[str, tf.Tensor]], tf.Tensor]
+  fn: Callable[[dict[str, Any]], int]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,14 +59,18 @@ def _validation(val: str = 'validation', test: str = 'test') -> dict[str, str]:
               train800val200=f'train[:800]+{val}[:200]', test=test)
 
 
-def _bins(thresholds: tuple[float, ...], value: tf.Tensor) -> tf.Tensor:
+def _bins(thresholds: tuple[float, ...], value: np.float32) -> int:
   """The index of the bin (thresholds[i], thresholds[i + 1]] that holds `value`, as VTAB bins it."""
-  return tf.reduce_sum(tf.cast(tf.constant(thresholds, tf.float32) < value, tf.int32)) - 1
+  return int(np.sum(np.array(thresholds, np.float32) < value)) - 1
 
 
-def _coarser(feature: str, factor: float) -> Callable[[dict[str, tf.Tensor]], tf.Tensor]:
+def _coarser(feature: str, factor: float) -> Callable[[dict[str, Any]], int]:
   """dSprites: `factor` neighbouring classes of a ClassLabel feature merged into one."""
-  return lambda ex: tf.cast(tf.math.floordiv(tf.cast(ex[feature], tf.float32), factor), tf.int32)
+  return functools.partial(_coarser_class, feature, factor)  # A lambda would not pickle.
+
+
+def _coarser_class(feature: str, factor: float, ex: dict[str, Any]) -> int:
+  return int(np.float32(ex[feature]) // np.float32(factor))
 
 
 _CLEVR_DISTANCES = (0.0, 8.0, 8.5, 9.0, 9.5, 10.0, 100.0)
@@ -73,16 +78,26 @@ _KITTI_DISTANCES = (-100.0, 8.0, 20.0, 999.0)
 _KITTI_VEHICLES = 3  # objects/type below this is Car, Van or Truck.
 
 
-def _closest_object(ex: dict[str, tf.Tensor]) -> tf.Tensor:
+def _xyz(values: Any) -> np.ndarray:
+  """A Sequence of 3-vectors as float32 [objects, 3], also when there are none."""
+  return np.asarray(values, np.float32).reshape(-1, 3)
+
+
+def _object_count(ex: dict[str, Any]) -> int:
+  """CLEVR: the number of objects, from 3 (class 0) to 10."""
+  return len(ex['objects']['size']) - 3
+
+
+def _closest_object(ex: dict[str, Any]) -> int:
   """CLEVR: the bin of the depth of the object closest to the camera."""
-  return _bins(_CLEVR_DISTANCES, tf.reduce_min(ex['objects']['pixel_coords'][:, 2]))
+  return _bins(_CLEVR_DISTANCES, _xyz(ex['objects']['pixel_coords'])[:, 2].min())
 
 
-def _closest_vehicle(ex: dict[str, tf.Tensor]) -> tf.Tensor:
+def _closest_vehicle(ex: dict[str, Any]) -> int:
   """KITTI: the depth bin of the closest car, van or truck; 1000 m (the last bin) when there is none."""
   objects = ex['objects']
-  depths = tf.boolean_mask(objects['location'][:, 2], objects['type'] < _KITTI_VEHICLES)
-  return _bins(_KITTI_DISTANCES, tf.reduce_min(tf.concat([depths, [1000.0]], axis=0)))
+  depths = _xyz(objects['location'])[np.asarray(objects['type'], np.int64) < _KITTI_VEHICLES, 2]
+  return _bins(_KITTI_DISTANCES, np.append(depths, np.float32(1000.0)).min())
 
 
 _NATURAL, _SPECIALIZED, _STRUCTURED = GROUPS
@@ -107,8 +122,7 @@ TASKS: dict[str, Task] = {
     'retinopathy': Task(_SPECIALIZED, 'diabetic_retinopathy_detection/btgraham-300:3.*.*',
                         _validation()),
     'clevr_count': Task(_STRUCTURED, 'clevr:3.*.*', _held_out_of_train(63_000, 'validation'),
-                        Label(tuple(str(n) for n in range(3, 11)),  # 3 to 10 objects.
-                              lambda ex: tf.size(ex['objects']['size']) - 3), **_STILL),
+                        Label(tuple(str(n) for n in range(3, 11)), _object_count), **_STILL),
     'clevr_dist': Task(_STRUCTURED, 'clevr:3.*.*', _held_out_of_train(63_000, 'validation'),
                        Label(('up to 8', '8-8.5', '8.5-9', '9-9.5', '9.5-10', 'over 10'),
                              _closest_object),
@@ -153,22 +167,15 @@ class VtabSource(tfds_source.TfdsRecords):
                          f'{task.label!r}: prepare the version VTAB reads, {task.tfds_name}')
       self.class_names = tuple(feature.names)
 
-  def load(self, ds: tf.data.Dataset) -> tf.data.Dataset:
-    """Replaces each 'record' by its decoded 'image' (uint8 [h, w, 3]) and the task's 'label'."""
-    features = self._builder.info.features
-    # Only 'image' is decoded: smallNORB's second camera and Pets' masks are never looked at.
-    undecoded = {name: tfds.decode.SkipDecoding() for name, feature in features.items()
-                 if isinstance(feature, tfds.features.Image)}
+  def load(self, record: tfds_source.Example) -> dict[str, np.ndarray]:
+    """The record's decoded 'image' (uint8 [h, w, 3]) and the task's 'label' (int32). Raises
+    `preprocess.UnreadableImage` for an image PIL cannot decode."""
+    parsed = self._deserialize(record)
     task = self._task
-
-    def parse(example):
-      rest = {k: v for k, v in example.items() if k != 'record'}
-      parsed = features.deserialize_example(example['record'], decoders=undecoded)
-      image = preprocess.decode(parsed['image'])
-      label = task.label.fn(parsed) if isinstance(task.label, Label) else parsed[task.label]
-      return {**rest, 'image': image * 255 if task.binary_image else image,
-              'label': tf.cast(label, tf.int32)}
-    return ds.map(as_written(parse), num_parallel_calls=tf.data.AUTOTUNE)
+    image = preprocess.decode(parsed['image'])
+    label = task.label.fn(parsed) if isinstance(task.label, Label) else parsed[task.label]
+    return {'image': image * np.uint8(255) if task.binary_image else image,
+            'label': np.int32(label)}
 
 
 def make_source(name: str, config: ml_collections.ConfigDict, label_feature: str) -> VtabSource:

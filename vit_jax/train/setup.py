@@ -20,7 +20,7 @@ DTYPES = ('float32', 'bfloat16', 'float16')
 _POSITIVE_COUNTS = ('log_every_steps', 'checkpoint_every_steps', 'keep_checkpoints')
 # Dicts of the config whose keys are names the user picks, not fields (evaluators checks config.evals).
 _OPEN_DICTS = ('evals',)
-# jax.random.key and the data pipeline's tf.int64 seeds take a signed 64-bit integer.
+# jax.random.key takes a signed 64-bit integer (the input pipeline hashes it as an unsigned word).
 _SEEDS = range(-2**63, 2**63)
 # Parts of a checkpoint that config.init_from's loading keeps instead of replacing or dropping them.
 _KEPT_FROM_INIT = ('keep_head', 'keep_pre_logits')

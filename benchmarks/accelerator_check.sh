@@ -1,0 +1,229 @@
+#!/usr/bin/env bash
+# The framework end to end on one accelerator, one command of at most 8 minutes (issues 38, 39):
+#
+#   bash benchmarks/accelerator_check.sh                            # on a GPU machine
+#   JAX_PLATFORMS=cpu bash benchmarks/accelerator_check.sh --small  # the same steps, tiny, on CPU
+#
+# First the wheels in .whl/ (benchmarks/accelerator_wheels.sh makes them; git ignores them, so a
+# device run names .whl in its carry) go into /tmp/site, unless the packages import already.
+# Then each step runs, timed, and its status is recorded; a failed step does not stop the others:
+#   env             the device, the driver and the packages' versions
+#   demo            configs/demo.py through `python3 -m vit_jax.main`: its final eval top-1
+#   resume          a shortened demo killed (SIGKILL) after its first checkpoint and resumed by the
+#                   same command: its final parameters bit-identical to an uninterrupted run's
+#   export_predict  vit_jax.export of the demo's workdir; vit_jax.predict on test digits from the
+#                   workdir and from the export
+#   finetune        configs/demo_finetune.py from the demo's workdir
+#   input_pipeline  benchmarks/input_pipeline.py on generated 500x375 JPEGs at 224 px, batch 256,
+#                   inception crop + flip, on all host cores
+#   b16_synthetic   benchmarks/train_step.py: ViT-B/16 bf16 batch 256 on synthetic batches
+#   b16_folder      the same model and batch trained through the CLI from a folder of such JPEGs:
+#                   its images/s beside the synthetic batches'
+# The summary table is printed and written to $OUT/summary.md (else to a temporary folder, named at
+# the end), with every step's log in logs/ beside it. Exit status: 0 if every step passed.
+# PYTHON (default python3) is the interpreter; WORK (default: a temporary folder, removed at the
+# end) holds the workdirs and images; ONLY='demo finetune' runs only those steps (and the wheels').
+set -u
+cd "$(dirname "$0")/.."
+
+SMALL=0
+[[ ${1:-} == --small ]] && SMALL=1
+PY=${PYTHON:-python3}
+RESULTS=${OUT:-$(mktemp -d -t accelerator_check.XXXXXX)}
+LOGS=$RESULTS/logs
+mkdir -p "$LOGS"
+: > "$LOGS/steps.tsv"
+if [[ -z ${WORK:-} ]]; then
+  WORK=$(mktemp -d -t accelerator_work.XXXXXX)
+  trap 'rm -rf "$WORK"' EXIT
+fi
+CORES=$(nproc)
+
+if ((SMALL)); then  # Minutes on a 2-core CPU: tiny step counts, ViT-Ti, small images, few JPEGs.
+  DEMO=(--config.total_steps=60 --config.log_every_steps=20 --config.eval_every_steps=60
+        --config.checkpoint_every_steps=60)
+  DEMO_BAR=0
+  RESUME=(--config.total_steps=100 --config.log_every_steps=10 --config.eval_every_steps=100
+          --config.checkpoint_every_steps=10)
+  KILL_AT=10
+  FINETUNE=(--config.total_steps=20 --config.log_every_steps=10 --config.eval_every_steps=20
+            --config.checkpoint_every_steps=20)
+  DIGITS=20
+  INPUT=(--image_size=64 --batch=32 --num_images=64 --warmup=1 --batches=4)
+  JPEGS=64
+  MODEL=(--variant=ViT-Ti_16 --image_size=32 --batch=16)
+  SYNTHETIC=(--warmup=1 --steps=1 --rounds=2)
+  B16=(--config.variant=ViT-Ti_16 --config.image_size=32 --config.batch_size=16
+       --config.num_epochs=2 --config.log_every_steps=2 --config.lr.warmup_steps=2)  # 8 steps
+else
+  DEMO=()
+  DEMO_BAR=0.97  # The README's "above 97%".
+  RESUME=(--config.total_steps=500 --config.log_every_steps=100 --config.eval_every_steps=500
+          --config.checkpoint_every_steps=100)
+  KILL_AT=100
+  FINETUNE=()
+  DIGITS=200
+  INPUT=(--image_size=224 --batch=256 --num_images=2048)
+  JPEGS=2048
+  MODEL=(--variant=ViT-B_16 --image_size=224 --batch=256)
+  SYNTHETIC=()
+  # The recipe counts epochs (total_steps cannot be set beside it): 300 steps of 256 JPEGs.
+  B16=(--config.batch_size=256 --config.num_epochs=37.5 --config.log_every_steps=50
+       --config.lr.warmup_steps=30)
+fi
+# The input pipeline's worker processes, where it has them (the TensorFlow-free pipeline).
+WORKERS=()
+grep -q -- "'--workers'" benchmarks/input_pipeline.py && WORKERS=(--workers="$CORES")
+
+# step NAME LIMIT_S FUNCTION: runs FUNCTION with its output in logs/NAME.log and its commands
+# bounded to LIMIT_S seconds in all, and records its status, seconds and what it noted.
+step() {
+  local name=$1 start=$SECONDS rc status=ok
+  [[ -n ${ONLY:-} && $name != wheels && " $ONLY " != *" $name "* ]] && return
+  DEADLINE=$((SECONDS + $2)) NOTE=$LOGS/$name.note
+  : > "$NOTE"
+  echo "== $name (at most $2 s)" >&2
+  "$3" > "$LOGS/$name.log" 2>&1
+  rc=$?
+  ((rc == 124 || rc == 137)) && status="FAIL (out of time, exit $rc)"
+  ((rc && rc != 124 && rc != 137)) && status="FAIL (exit $rc)"
+  ((rc)) && echo "last line: $(grep -v '^\s*$' "$LOGS/$name.log" | tail -1 | cut -c1-300)" >> "$NOTE"
+  printf '%s\t%s\t%s\t%s\n' "$name" "$status" $((SECONDS - start)) "$(paste -sd' ' "$NOTE")" \
+    >> "$LOGS/steps.tsv"
+  echo "   $status in $((SECONDS - start)) s: $(paste -sd' ' "$NOTE")" >&2
+}
+
+note() { echo "$*" >> "$NOTE"; }
+# A command within the step's time left.
+bounded() { timeout -k 10 $((DEADLINE - SECONDS > 1 ? DEADLINE - SECONDS : 1)) "$@"; }
+py() { bounded "$PY" "$@"; }
+# A line from benchmarks/accelerator_check.py, noted (its status is the pipeline's: pipefail).
+helper() { py benchmarks/accelerator_check.py "$@" | tee -a "$NOTE"; }
+main() { py -m vit_jax.main --config="$1" --workdir="$2" "${@:3}"; }  # main CONFIG WORKDIR FLAGS...
+# running PID: the process has not ended (nor is it a zombie, which kill -0 still finds).
+running() { [[ $(awk '{print $3}' "/proc/$1/stat" 2> /dev/null) =~ ^[^ZX]$ ]]; }
+
+install_wheels() {  # In this shell (not a subshell): PYTHONPATH is for every later step.
+  if "$PY" -c 'import ml_collections, clu, grain, array_record, tensorflow_datasets' 2> /dev/null
+  then
+    note 'the packages import already: nothing installed'
+    return
+  fi
+  bounded "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl || return
+  export PYTHONPATH=/tmp/site:$PWD
+  note "installed $(ls .whl/*.whl | wc -l) wheels into /tmp/site"
+}
+
+check_env() ( set -eo pipefail; helper environment; )
+
+check_demo() (
+  set -eo pipefail
+  local start=$SECONDS
+  main configs/demo.py "$WORK/demo" "${DEMO[@]}"
+  note "wall $((SECONDS - start)) s;"
+  helper metric "$WORK/demo" eval_top1 --at_least="$DEMO_BAR"
+)
+
+check_resume() (
+  set -eo pipefail
+  local total killed=$WORK/resume_killed last
+  total=$(printf '%s\n' "${RESUME[@]}" | sed -n 's/^--config.total_steps=//p')
+  main configs/demo.py "$WORK/resume_reference" "${RESUME[@]}"
+  # In its own process group (setsid): worker processes it leaves behind are counted, then ended.
+  setsid "$PY" -m vit_jax.main --config=configs/demo.py --workdir="$killed" "${RESUME[@]}" &
+  local pid=$!
+  until [[ -d $killed/checkpoints/$KILL_AT ]] || ! running "$pid"; do
+    ((SECONDS < DEADLINE)) || { note "no checkpoint $KILL_AT in time"; kill -9 "$pid"; exit 124; }
+    sleep 0.05
+  done
+  running "$pid" && kill -KILL "$pid" || { note 'the run ended before it was killed'; exit 1; }
+  wait "$pid" || true
+  sleep 1
+  local left
+  left=$(pgrep -g "$pid" | wc -l || true)
+  ((left == 0)) || { note "$left processes of the killed run were left"; pkill -KILL -g "$pid"; }
+  last=$(ls "$killed/checkpoints" | grep -E '^[0-9]+$' | sort -n | tail -1)
+  note "killed after checkpoint $last of $total;"
+  ((last < total)) || { note 'the run had finished'; exit 1; }
+  main configs/demo.py "$killed" "${RESUME[@]}"
+  helper same_params "$killed" "$WORK/resume_reference"
+)
+
+check_export_predict() (
+  set -eo pipefail
+  py -m vit_jax.export --workdir="$WORK/demo" --out="$WORK/export"
+  py benchmarks/accelerator_check.py digits "$WORK/digits" --count="$DIGITS"
+  for source in --workdir="$WORK/demo" --export="$WORK/export"; do
+    py -m vit_jax.predict "$source" --top_k=1 "$WORK/digits" | tee "$WORK/predictions.txt"
+    note "${source%%=*}:"
+    helper predictions "$WORK/predictions.txt"
+  done
+)
+
+check_finetune() (
+  set -eo pipefail
+  main configs/demo_finetune.py "$WORK/demo_finetune" --config.init_from="$WORK/demo" \
+    "${FINETUNE[@]}"
+  helper metric "$WORK/demo_finetune" eval_top1
+  helper metric "$WORK/demo_finetune" eval_polyak_top1
+)
+
+check_input_pipeline() (
+  set -eo pipefail
+  py benchmarks/input_pipeline.py --source=folder "${INPUT[@]}" "${WORKERS[@]}" --header \
+    | tee "$WORK/input_pipeline.md"
+  helper table_value "$WORK/input_pipeline.md" '' images/s
+  note "images/s on $CORES cores${WORKERS[*]:+ (${WORKERS[*]})}"
+)
+
+check_b16_synthetic() (
+  set -eo pipefail
+  py benchmarks/accelerator_check.py jpegs "$WORK/jpegs" --num_images="$JPEGS"  # b16_folder's
+  py benchmarks/train_step.py "${MODEL[@]}" --dtype=bfloat16 "${SYNTHETIC[@]}" --header \
+    | tee "$WORK/synthetic.md"
+  note "images/s:"
+  helper table_value "$WORK/synthetic.md" vit_jax 'img/s (median)'
+  note "MFU:"
+  helper table_value "$WORK/synthetic.md" vit_jax MFU
+)
+
+check_b16_folder() (
+  set -eo pipefail
+  main configs/vit_b16_i1k.py "$WORK/b16" --config.dataset=folder \
+    --config.data_dir="$WORK/jpegs" --config.train_split=train --config.eval_split=test \
+    --config.dtype=bfloat16 --config.eval_batch_size=32 --config.eval_every_steps=100000 \
+    --config.checkpoint_every_steps=100000 "${B16[@]}"
+  local synthetic
+  synthetic=$(py benchmarks/accelerator_check.py table_value "$WORK/synthetic.md" vit_jax \
+    'img/s (median)')
+  helper train_rate "$WORK/b16" --synthetic="$synthetic"
+)
+
+step wheels 120 install_wheels
+step env 60 check_env
+step demo 180 check_demo
+step resume 150 check_resume
+step export_predict 90 check_export_predict
+step finetune 120 check_finetune
+step input_pipeline 120 check_input_pipeline
+step b16_synthetic 180 check_b16_synthetic
+step b16_folder 240 check_b16_folder
+
+for run in demo demo_finetune b16; do  # The runs' curves come back with the summary (a few KB).
+  mkdir -p "$RESULTS/events/$run"
+  cp "$WORK/$run"/{events.out.tfevents.*,config.json} "$RESULTS/events/$run/" 2> /dev/null
+done
+{
+  echo "# benchmarks/accelerator_check.sh$( ((SMALL)) && echo ' --small')," \
+    "$(date -u '+%Y-%m-%d %H:%M UTC'), git $(git rev-parse --short HEAD 2> /dev/null)" \
+    "$(git diff --quiet HEAD 2> /dev/null || echo '(with changes)'), $CORES cores"
+  echo
+  echo '| step | status | s | result |'
+  echo '|---|---|---|---|'
+  awk -F'\t' '{gsub(/\|/, "\\|", $4); printf "| %s | %s | %s | %s |\n", $1, $2, $3, $4}' \
+    "$LOGS/steps.tsv"
+} > "$RESULTS/summary.md"
+cat "$RESULTS/summary.md"
+echo "summary and logs: $RESULTS" >&2
+! grep -q FAIL "$LOGS/steps.tsv"

@@ -87,7 +87,8 @@ step() {
   rc=$?
   ((rc == 124 || rc == 137)) && status="FAIL (out of time, exit $rc)"
   ((rc && rc != 124 && rc != 137)) && status="FAIL (exit $rc)"
-  ((rc)) && echo "last line: $(grep -v '^\s*$' "$LOGS/$name.log" | tail -1 | cut -c1-300)" >> "$NOTE"
+  ((rc)) && echo "last line: $(grep -v '^\s*$' "$LOGS/$name.log" | tail -1 | cut -c1-300)" \
+    >> "$NOTE"
   printf '%s\t%s\t%s\t%s\n' "$name" "$status" $((SECONDS - start)) "$(paste -sd' ' "$NOTE")" \
     >> "$LOGS/steps.tsv"
   echo "   $status in $((SECONDS - start)) s: $(paste -sd' ' "$NOTE")" >&2
@@ -134,7 +135,11 @@ check_resume() (
   setsid "$PY" -m vit_jax.main --config=configs/demo.py --workdir="$killed" "${RESUME[@]}" &
   local pid=$!
   until [[ -d $killed/checkpoints/$KILL_AT ]] || ! running "$pid"; do
-    ((SECONDS < DEADLINE)) || { note "no checkpoint $KILL_AT in time"; kill -9 "$pid"; exit 124; }
+    ((SECONDS < DEADLINE)) || {
+      note "no checkpoint $KILL_AT in time"
+      kill -KILL "$pid"
+      exit 124
+    }
     sleep 0.05
   done
   running "$pid" && kill -KILL "$pid" || { note 'the run ended before it was killed'; exit 1; }
@@ -142,7 +147,10 @@ check_resume() (
   sleep 1
   local left
   left=$(pgrep -g "$pid" | wc -l || true)
-  ((left == 0)) || { note "$left processes of the killed run were left"; pkill -KILL -g "$pid"; }
+  if ((left)); then
+    note "$left processes of the killed run were left;"
+    pkill -KILL -g "$pid" || :
+  fi
   last=$(ls "$killed/checkpoints" | grep -E '^[0-9]+$' | sort -n | tail -1)
   note "killed after checkpoint $last of $total;"
   ((last < total)) || { note 'the run had finished'; exit 1; }

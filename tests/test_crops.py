@@ -43,10 +43,11 @@ class _PythonRandom:
 
 
 @pytest.mark.parametrize('height,width,min_area', [
-    (48, 64, 0.3), (40, 40, 0.08), (30, 90, 0.5), (375, 500, 0.05), (10, 200, 0.9), (200, 10, 0.9)])
+    (48, 64, 0.3), (40, 40, 0.08), (30, 90, 0.5), (375, 500, 0.05), (10, 200, 0.9), (200, 11, 0.9),
+    (11, 200, 0.9)])
 def test_random_resized_box_is_timms_given_the_same_draws(monkeypatch, height, width, min_area):
   """timm's get_params, its arithmetic in float64 as ours, fed the same uniforms: the same box, the
-  fallback included (the last two shapes fit no draw)."""
+  fallback included (the last three shapes fit no draw; 11 * 4 / 3 rounds up)."""
   image = Image.new('RGB', (width, height))
   for seed in range(300):
     monkeypatch.setattr(timm.data.transforms, 'random', _PythonRandom(np.random.default_rng(seed)))

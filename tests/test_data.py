@@ -4,7 +4,6 @@ import io
 import os
 import subprocess
 import sys
-import textwrap
 
 import numpy as np
 from PIL import Image

@@ -119,8 +119,9 @@ def test_real_top1_is_the_prediction_in_the_label_set_over_labelled_images(
 
 
 @pytest.mark.parametrize('where, error', [
-    ({'dataset': 'digits'}, r"^The digits have one label an image, not a label feature 'real_label': "
-                            r"leave config.label_feature at its default$"),
+    ({'dataset': 'digits'}, r"^Dataset 'digits' has no ClassLabel \(or Sequence of ClassLabel\) feature "
+                            r"'real_label': set --config.label_feature \(or the evaluator's "
+                            r"label_feature\) to 'label'$"),
     ({'dataset': 'folder'}, r"^An image folder has one class an image, not a label feature "
                             r"'real_label': read it from a tensorflow_datasets dataset that has it$"),
     ({'task': 'mpp'}, r"^Evaluator 'real' of type 'real' measures a classifier, but "
@@ -164,8 +165,7 @@ def test_a_classification_evaluator_reads_its_label_feature(data_dir, real_dir):
   # A feature the dataset lacks is a one-line error at the start.
   config.evals.original = dict(type='classification', split='test', label_feature='real_label',
                                every_steps=4)
-  with pytest.raises(ValueError, match=r"^The digits have one label an image, not a label feature "
-                                       r"'real_label'"):
+  with pytest.raises(ValueError, match=r"^Dataset 'digits' has no .* feature 'real_label'"):
     _evaluator(config, 'original')
   # A label set is the real evaluator's: at the start, not a shape error at the first evaluation.
   config.evals.original = dict(type='classification', dataset='real_digits', data_dir=real_dir,

@@ -259,10 +259,13 @@ def seen_part(image: np.ndarray, image_size: int,
   if pp_eval['crop'] != 'central':
     return image
   shape = np.array(image.shape[:2], np.float64)
-  # The shorter side resized to `target`, then the central image_size square of that.
+  # The shorter side resized to `target` (the longer one's proportion rounded down), then the central
+  # image_size square of that, its offset rounded half to even (torchvision's geometry).
   target = round(image_size / pp_eval['crop_fraction'])
-  scaled = np.round(shape * target / shape.min())
-  offset = (scaled - image_size) // 2
+  h, w = image.shape[:2]
+  longer = int(target * max(h, w) / min(h, w))
+  scaled = np.array((longer, target) if h > w else (target, longer), np.float64)
+  offset = np.round((scaled - image_size) / 2)
   top, left = np.round(offset * shape / scaled).astype(int)
   bottom, right = np.round((offset + image_size) * shape / scaled).astype(int)
   return image[top:bottom, left:right]

@@ -38,7 +38,12 @@ def _listing(path: str) -> tuple[list[str], list[str]]:
                   and p.is_dir()) for p in epath.Path(path).iterdir()]
     else:
       with os.scandir(path) as scan:
-        entries = [(e.name, e.is_dir()) for e in scan]
+        # Python gives a name that is not UTF-8 surrogates for its bytes: encoding it fails.
+        entries = [(e.name.encode().decode(), e.is_dir()) for e in scan]
+  except UnicodeEncodeError as e:
+    raise ValueError(f'Image folder {path} holds a name that is not UTF-8: '
+                     f'{os.fsencode(e.object)!r}; rename it (e.g. `convmv -f latin1 -t utf8 --notest '
+                     '-r ROOT`)') from None
   except UnicodeDecodeError as e:
     # A zip from Windows may hold Latin-1 or Shift-JIS names; uncaught, the run would stop on the
     # codec's message, which names neither file nor folder.

@@ -215,8 +215,9 @@ def inception_crop(image: np.ndarray, rng: np.random.Generator, min_area: float)
 
 def random_resized_box(shape: tuple[int, ...], rng: np.random.Generator, min_area: float,
                        tries: int = 10) -> tuple[int, int, int, int]:
-  """torchvision's RandomResizedCrop.get_params (timm's train crop) for an image of `shape`
-  [h, w, ...], as (top, left, height, width), with the same arithmetic and order of draws.
+  """torchvision's RandomResizedCrop box (timm's train crop) for an image of `shape` [h, w, ...], as
+  (top, left, height, width): timm's get_params, its float64 arithmetic and order of draws, and
+  torchvision's check that a side is not 0 (torchvision's own draws are float32).
 
   Up to `tries` draws of an area uniform in [min_area, 1] of the image and an aspect ratio (width /
   height) log-uniform in [3/4, 4/3]; the first box that fits lands at a uniform offset. If none fits,

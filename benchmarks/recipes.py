@@ -65,8 +65,8 @@ def last_train_loss(workdir: str) -> float:
   from tensorboard.backend.event_processing import event_accumulator  # pylint: disable=g-import-not-at-top
   events = event_accumulator.EventAccumulator(workdir, size_guidance={'tensors': 0})
   events.Reload()
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  return float(tf.make_ndarray(events.Tensors('train_loss')[-1].tensor_proto))
+  from tensorboard.util import tensor_util  # pylint: disable=g-import-not-at-top
+  return float(tensor_util.make_ndarray(events.Tensors('train_loss')[-1].tensor_proto))
 
 
 def main() -> None:

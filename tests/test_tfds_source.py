@@ -220,8 +220,11 @@ def test_a_tfrecord_dataset_is_a_one_line_error_naming_the_conversion(tfrecord_d
       "`pip install '.[tfrecord]'` (TensorFlow, to read them) and "
       f'`python -m vit_jax.to_array_record {version_dir}`')
 
-  assert tfds_source.to_array_record(version_dir)
-  assert not tfds_source.to_array_record(version_dir)  # Once is enough.
+  # The command the line names, as a user runs it.
+  for said in ('ArrayRecord files written', 'has ArrayRecord files already'):  # Once is enough.
+    run = subprocess.run([sys.executable, '-m', 'vit_jax.to_array_record', version_dir],
+                         cwd=helpers.REPO, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and run.stdout == f'{version_dir}: {said}\n', run.stderr[-3000:]
   src = source(data_dir)
   records = read_all(src, 'train[:7]+validation')
   # The converted records are the TFRecord files' in their order: the ArrayRecord preparation's.

@@ -51,7 +51,7 @@ def test_readme_walkthrough_with_relative_paths(tmp_path):
   assert 'ViT-Ti_4' in run(tmp_path, 'plan', '--config=configs/demo.py', '--devices=1', '--chip=tpu-v4')
   # Nothing was written anywhere else: everything lies under the directory the user typed from.
   assert sorted(os.listdir(tmp_path)) == ['configs', 'digit.png', 'exported', 'pictures', 'reports',
-                                          'tfds', 'workdirs']
+                                          'workdirs']
 
 
 def test_paths_resolve_locally_and_leave_urls_alone(tmp_path, monkeypatch):

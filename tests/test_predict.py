@@ -17,7 +17,7 @@ from PIL import Image
 import helpers
 from vit_jax import checkpoint, data, export, predict, run_dir
 from vit_jax.tasks import classification
-from vit_jax.data import order, pipeline
+from vit_jax.data import pipeline
 
 PREDICT_CMD = [sys.executable, '-m', 'vit_jax.predict']
 
@@ -26,21 +26,20 @@ def _test_images(workdir, n):
   """The first `n` raw test images (uint8 8x8x3) and their eval batch, in the eval pipeline's order."""
   config, _ = run_dir.load_run_info(workdir)
   source = pipeline.make_source(config)
-  raw = [ex['image'] for ex in
-         source.load(order.in_order(source.examples('test'))).take(n).as_numpy_iterator()]
+  records = source.examples('test')
+  raw = [source.load(records.read(k))['image'] for k in range(n)]
   batch = next(data.eval_iterator(config, 'test', local_batch_size=n))
   return raw, batch['image'], config
 
 
 def test_images_in_any_format_are_predicted_as_evaluation_sees_them(trained_tiny_run, tmp_path):
   raw, eval_images, config = _test_images(trained_tiny_run, 4)
-  # The same pixels as RGB, greyscale (the digits are grey) and RGBA PNGs, and 3x larger (a bilinear
-  # resize by 1/3 samples the centre pixel of each 3x3 block: the original image again).
+  # The same pixels as RGB, greyscale (the digits are grey) and RGBA PNGs, and a BMP.
   Image.fromarray(raw[0]).save(tmp_path / 'rgb.png')
   Image.fromarray(raw[1][..., 0]).save(tmp_path / 'grey.png')
   Image.fromarray(raw[2]).convert('RGBA').save(tmp_path / 'rgba.png')
-  Image.fromarray(raw[3]).resize((24, 24), Image.NEAREST).save(tmp_path / 'large.png')
-  paths = [str(tmp_path / name) for name in ('rgb.png', 'grey.png', 'rgba.png', 'large.png')]
+  Image.fromarray(raw[3]).save(tmp_path / 'image.bmp')
+  paths = [str(tmp_path / name) for name in ('rgb.png', 'grey.png', 'rgba.png', 'image.bmp')]
   classifier = predict.load_run(trained_tiny_run)
   results = predict.predict(paths, classifier, top_k=10, batch_size=3)  # Two batches, one padded.
 

@@ -29,7 +29,7 @@ def get_config():
 
   config.batch_size = 128
   config.eval_batch_size = 360
-  config.total_steps = 2000
+  config.total_steps = 3000  # 98.33% on a 2-core AMD EPYC (seed 0); 2000 steps gave 96.39% there.
   config.optim.name = 'adamw'
   config.optim.weight_decay = 0.05
   config.lr.base = 1e-3

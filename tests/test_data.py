@@ -4,6 +4,7 @@ import io
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 from PIL import Image
@@ -174,6 +175,46 @@ def test_batches_do_not_depend_on_the_number_of_worker_processes(data_dir, image
     assert_same_batches(eval_in_workers, eval_in_process)
     uninterrupted, _ = batches(0, 0, **where)
     assert_same_batches(uninterrupted[2:], in_process[:1])
+
+
+_KILLED_WITH_WORKERS = """
+import multiprocessing, os, signal, sys
+sys.path.insert(0, 'tests')
+import helpers
+from vit_jax import data
+config = helpers.data_config(sys.argv[1], dataset='folder', data_workers=2)
+batches = data.train_iterator(config, local_batch_size=4)
+next(batches)
+print(*[child.pid for child in multiprocessing.active_children()], flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def _ended(pid: int) -> bool:
+  """Whether process `pid` has ended: gone, or a zombie its new parent has not reaped."""
+  try:
+    with open(f'/proc/{pid}/stat') as f:
+      return f.read().rsplit(')', 1)[1].split()[0] == 'Z'
+  except FileNotFoundError:
+    return True
+
+
+@pytest.mark.skipif(not os.path.isdir('/proc'), reason='reads process states from /proc')
+def test_worker_processes_end_with_a_killed_run(image_folder):
+  """A run that is SIGKILLed (the OOM killer, a scheduler) takes its grain workers with it: they
+  would otherwise run on, holding their memory and the run's output pipes (so that a caller reading
+  them to the end waits for ever)."""
+  root, _ = image_folder
+  run = subprocess.Popen([sys.executable, '-c', _KILLED_WITH_WORKERS, root], cwd=helpers.REPO,
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+  workers = [int(pid) for pid in run.stdout.readline().split()]
+  assert run.wait(timeout=300) == -9
+  assert len(workers) == 2
+  deadline = time.monotonic() + 30
+  while not all(_ended(pid) for pid in workers) and time.monotonic() < deadline:
+    time.sleep(0.1)
+  assert all(_ended(pid) for pid in workers), workers
+  assert run.stdout.read() == ''  # The pipe's end: no worker holds it.
 
 
 def test_augmentation_depends_on_seed_and_host(data_dir):

@@ -88,7 +88,7 @@ def test_export_writes_the_latest_parameters_in_the_original_layout(workdir, exp
       'posemb_where': 'input', 'drop_path_rate': 0.0, 'mlp_activation': 'gelu_tanh',
       'weight_init': 'original', 'block': 'standard'}
   assert (description['image_size'], description['num_classes']) == (8, 10)
-  assert description['pp_eval'] == {'crop': 'resize', 'crop_fraction': 0.875, 'antialias': False}
+  assert description['pp_eval'] == {'crop': 'resize', 'crop_fraction': 0.875, 'antialias': True}
   assert description['class_names'] == list('0123456789')
   assert (description['parameters'], description['step']) == ('raw', 12)
 

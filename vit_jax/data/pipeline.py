@@ -8,7 +8,10 @@ process or in any of grain's worker processes (`config.data_workers`).
 """
 import dataclasses
 import functools
+import multiprocessing
+import multiprocessing.connection
 import os
+import threading
 from typing import Any, Callable, Iterator, Protocol
 
 from absl import flags
@@ -199,7 +202,23 @@ def _num_workers(config: ml_collections.ConfigDict, source: Source) -> int:
   return 0 if isinstance(source, digits.DigitsSource) else _cores()
 
 
-def _iterate(ds: grain.MapDataset, workers: int) -> Iterator[dict[str, np.ndarray]]:
+def _exit_with_parent(worker_index: int, worker_count: int) -> None:
+  """grain worker set-up: end this worker when the process that started it ends. grain's workers
+  stop only when told to, so after a SIGKILL of the run (the OOM killer, a scheduler's kill after its
+  grace period) they would run on for ever, holding their memory and the run's stdout and stderr."""
+  del worker_index, worker_count
+  parent = multiprocessing.parent_process()
+  if parent is None:
+    return
+
+  def exit_when_parent_ends():
+    multiprocessing.connection.wait([parent.sentinel])  # Readable once the parent has ended.
+    os._exit(1)  # pylint: disable=protected-access
+
+  threading.Thread(target=exit_when_parent_ends, name='exit-with-parent', daemon=True).start()
+
+
+def _iterate(ds: grain.MapDataset, workers: int) -> grain.DatasetIterator:
   """The batches of `ds` in order: built by `workers` processes (0: threads of this one), a few
   ahead of the consumer. grain hands batch i to worker i % workers and reads them back in order, so
   the batches do not depend on the number of workers."""
@@ -210,7 +229,8 @@ def _iterate(ds: grain.MapDataset, workers: int) -> Iterator[dict[str, np.ndarra
       flags.FLAGS.mark_as_parsed()
     # Each worker builds whole batches in its own thread; two batches ahead each.
     it = ds.to_iter_dataset(grain.ReadOptions(num_threads=1, prefetch_buffer_size=2))
-    it = it.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers, per_worker_buffer_size=2))
+    it = it.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers, per_worker_buffer_size=2),
+                        worker_init_fn=_exit_with_parent)
   else:
     it = ds.to_iter_dataset(grain.ReadOptions(num_threads=min(4, _cores()), prefetch_buffer_size=4))
   return iter(it)
@@ -269,7 +289,7 @@ class _HostExamples:
 
 def train_iterator(config: ml_collections.ConfigDict, *, local_batch_size: int,
                    start_step: int = 0, process_index: int = 0,
-                   process_count: int = 1) -> Iterator[dict[str, np.ndarray]]:
+                   process_count: int = 1) -> grain.DatasetIterator:
   """This host's endless train batches {'image': float32 [b, H, W, 3] in [-1, 1], 'label': int32 [b]},
   the labels of config.label_feature.
 
@@ -279,7 +299,7 @@ def train_iterator(config: ml_collections.ConfigDict, *, local_batch_size: int,
   processes with data_shards=2 train on the same batches.
 
   Batch k with `start_step=s` is bitwise batch s + k with `start_step=0`, unreadable files included
-  (each is replaced by the next record of its epoch's order).
+  (each is replaced by the next record of its epoch's order). `close()` ends its worker processes.
   """
   source = _train_source(config)
   num_shards = num_data_shards(config, process_count)

@@ -104,6 +104,9 @@ def _train(setup: Setup, watchdog: Watchdog) -> dict[str, float]:
                               lambda step, state: saver.save(step, to_checkpoint(state)), watchdog,
                               bar)
   finally:  # Also when the run stops early: the saves in flight complete, or stay unread temporaries.
+    # Now, not when the interpreter ends, where grain's clean-up of its worker processes would find
+    # its modules gone (a traceback on the console per worker).
+    train_iter.close()
     notice.close()
     watchdog.phase('waiting for the checkpoint saves to finish')
     try:

@@ -16,6 +16,39 @@ from vit_jax import defaults, events
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+
+def without_tensorflow() -> dict[str, str]:
+  """The environment of a subprocess where TensorFlow is not installed, as on the accelerator
+  machines (tests/without_tensorflow/sitecustomize.py)."""
+  hide = os.path.join(REPO, 'tests', 'without_tensorflow')
+  return dict(os.environ, PYTHONPATH=os.pathsep.join([hide, os.environ.get('PYTHONPATH', '')]))
+
+def running(pid: int) -> bool:
+  """Whether process `pid` runs (Linux's /proc): not gone, nor a zombie that no one has reaped (a
+  container's first process may never reap the orphans it inherits)."""
+  try:
+    with open(f'/proc/{pid}/stat') as f:
+      return f.read().rsplit(')', 1)[1].split()[0] != 'Z'
+  except FileNotFoundError:
+    return False
+
+
+def running_in_group(pgid: int) -> list[int]:
+  """The running processes of process group `pgid` (Linux's /proc)."""
+  found = []
+  for entry in os.listdir('/proc'):
+    if not entry.isdigit():
+      continue
+    try:
+      with open(f'/proc/{entry}/stat') as f:
+        state, _, group = f.read().rsplit(')', 1)[1].split()[:3]
+    except OSError:  # It ended meanwhile.
+      continue
+    if int(group) == pgid and state != 'Z':
+      found.append(int(entry))
+  return found
+
+
 # A model and run small enough for a few seconds on CPU, on the bundled digits.
 TINY = {
     'variant': 'ViT-testing_4', 'model.hidden_size': 32, 'model.num_layers': 2, 'model.num_heads': 2,

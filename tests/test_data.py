@@ -190,15 +190,6 @@ os.kill(os.getpid(), signal.SIGKILL)
 """
 
 
-def _ended(pid: int) -> bool:
-  """Whether process `pid` has ended: gone, or a zombie its new parent has not reaped."""
-  try:
-    with open(f'/proc/{pid}/stat') as f:
-      return f.read().rsplit(')', 1)[1].split()[0] == 'Z'
-  except FileNotFoundError:
-    return True
-
-
 @pytest.mark.skipif(not os.path.isdir('/proc'), reason='reads process states from /proc')
 def test_worker_processes_end_with_a_killed_run(image_folder):
   """A run that is SIGKILLed (the OOM killer, a scheduler) takes its grain workers with it: they
@@ -211,9 +202,9 @@ def test_worker_processes_end_with_a_killed_run(image_folder):
   assert run.wait(timeout=300) == -9
   assert len(workers) == 2
   deadline = time.monotonic() + 30
-  while not all(_ended(pid) for pid in workers) and time.monotonic() < deadline:
+  while any(helpers.running(pid) for pid in workers) and time.monotonic() < deadline:
     time.sleep(0.1)
-  assert all(_ended(pid) for pid in workers), workers
+  assert not any(helpers.running(pid) for pid in workers), workers
   assert run.stdout.read() == ''  # The pipe's end: no worker holds it.
 
 

@@ -232,6 +232,29 @@ def test_sigterm_saves_the_current_step_and_exits_to_be_requeued(tmp_path, data_
                               checkpoint.restore_params(str(tmp_path / 'reference' / last))[0])
 
 
+@pytest.mark.skipif(not os.path.isdir('/proc'), reason='reads process groups from /proc')
+def test_ctrl_c_at_a_terminal_saves_and_stops_the_run_and_its_data_workers(tmp_path,
+                                                                          sorted_digits_folder):
+  """Ctrl-C signals every process of the terminal's foreground group: the run's grain workers too.
+  They leave the stop to the run, which saves, stops them and exits to be requeued, with no
+  traceback from any of them."""
+  workdir = str(tmp_path / 'run')
+  overrides = {**LONG, 'dataset': 'folder', 'data_dir': sorted_digits_folder, 'data_workers': 2}
+  proc = subprocess.Popen(helpers.main_args('configs/demo.py', workdir, overrides), cwd=helpers.REPO,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          start_new_session=True)  # Its own process group, as a terminal's job.
+  _wait_for_checkpoint(workdir, [proc])
+  os.killpg(proc.pid, signal.SIGINT)
+  _, stderr = proc.communicate(timeout=300)
+  assert proc.returncode == preemption.REQUEUE_STATUS, stderr[-3000:]
+  assert re.search(r'stopped on request at step \d+ after saving', stderr), stderr[-3000:]
+  assert 'Traceback' not in stderr and 'KeyboardInterrupt' not in stderr, stderr[-3000:]
+  deadline = time.time() + 30  # multiprocessing's resource tracker ends once its pipe closes.
+  while helpers.running_in_group(proc.pid) and time.time() < deadline:
+    time.sleep(0.1)
+  assert not helpers.running_in_group(proc.pid)  # No worker is left.
+
+
 def _two_processes(args: list[str], **env: str) -> list[subprocess.Popen]:
   """`args` started as the two processes of one run, with 4 CPU devices each."""
   env = dict(os.environ, JAX_PLATFORMS='cpu', XLA_FLAGS='--xla_force_host_platform_device_count=4',

@@ -11,6 +11,7 @@ import functools
 import multiprocessing
 import multiprocessing.connection
 import os
+import signal
 import threading
 from typing import Any, Callable, Iterator, Protocol
 
@@ -202,11 +203,16 @@ def _num_workers(config: ml_collections.ConfigDict, source: Source) -> int:
   return 0 if isinstance(source, digits.DigitsSource) else _cores()
 
 
-def _exit_with_parent(worker_index: int, worker_count: int) -> None:
-  """grain worker set-up: end this worker when the process that started it ends. grain's workers
-  stop only when told to, so after a SIGKILL of the run (the OOM killer, a scheduler's kill after its
-  grace period) they would run on for ever, holding their memory and the run's stdout and stderr."""
+def _worker_init(worker_index: int, worker_count: int) -> None:
+  """grain worker set-up. The run decides when its workers stop: Ctrl-C and a scheduler's SIGTERM
+  reach every process of the job, and the run saves before it stops them (a worker that died
+  there would print its traceback and could break the batch the run is waiting on). A worker also
+  ends when the process that started it ends: grain's stop only when told to, so after a SIGKILL of
+  the run (the OOM killer, a scheduler's kill after its grace period) they would run on for ever,
+  holding their memory and the run's stdout and stderr."""
   del worker_index, worker_count
+  signal.signal(signal.SIGINT, signal.SIG_IGN)
+  signal.signal(signal.SIGTERM, signal.SIG_IGN)
   parent = multiprocessing.parent_process()
   if parent is None:
     return
@@ -230,7 +236,7 @@ def _iterate(ds: grain.MapDataset, workers: int) -> grain.DatasetIterator:
     # Each worker builds whole batches in its own thread; two batches ahead each.
     it = ds.to_iter_dataset(grain.ReadOptions(num_threads=1, prefetch_buffer_size=2))
     it = it.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers, per_worker_buffer_size=2),
-                        worker_init_fn=_exit_with_parent)
+                        worker_init_fn=_worker_init)
   else:
     it = ds.to_iter_dataset(grain.ReadOptions(num_threads=min(4, _cores()), prefetch_buffer_size=4))
   return iter(it)

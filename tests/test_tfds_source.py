@@ -248,25 +248,9 @@ def test_conversion_errors_are_one_line(tmp_path, capsys):
       f'error: give one dataset folder: use {tfds_source.CONVERT_USAGE}\n')
 
 
-# A process where `import tensorflow` fails as where it is not installed: tfds and etils ask
-# importlib whether it is there (sys.modules['tensorflow'] = None would tell them it is loaded).
-_WITHOUT_TENSORFLOW = '''
-import importlib.machinery
-import sys
-
-class _NoTensorFlow(importlib.machinery.PathFinder):
-  @classmethod
-  def find_spec(cls, name, path=None, target=None):
-    if name.partition('.')[0] == 'tensorflow':
-      return None
-    return super().find_spec(name, path, target)
-
-sys.meta_path[sys.meta_path.index(importlib.machinery.PathFinder)] = _NoTensorFlow
-'''
-
-
 def test_reads_without_tensorflow(array_record_dir, tfrecord_dir):
-  script = _WITHOUT_TENSORFLOW + f'''
+  script = f'''
+import sys
 try:
   import tensorflow
   raise AssertionError('tensorflow imported')
@@ -285,8 +269,8 @@ except ValueError as e:
   print(e)
 assert 'tensorflow' not in sys.modules, 'tensorflow loaded'
 '''
-  run = subprocess.run([sys.executable, '-c', script], cwd=helpers.REPO, capture_output=True,
-                       text=True, timeout=300)
+  run = subprocess.run([sys.executable, '-c', script], cwd=helpers.REPO,
+                       env=helpers.without_tensorflow(), capture_output=True, text=True, timeout=300)
   assert run.returncode == 0, run.stderr[-3000:]
   lines = run.stdout.splitlines()
   assert lines[0].startswith('example 5 of split train[:4]+validation[:2] of tiny (')

@@ -41,6 +41,14 @@ def test_digits_split_is_the_stratified_sklearn_split(data_dir):
   np.testing.assert_array_equal(images[..., 0], images[..., 2])
   # Stratified: every class keeps its share in the test split.
   assert np.bincount(arrays['test'][1]).min() >= 35
+  # scikit-learn's own images and split, which the digits read from its file and a copy of its split.
+  from sklearn import datasets, model_selection  # pylint: disable=g-import-not-at-top
+  sk = datasets.load_digits()
+  train_x, test_x, train_y, test_y = model_selection.train_test_split(
+      sk.images, sk.target, test_size=0.2, random_state=0, stratify=sk.target)
+  for name, (x, y) in {'train': (train_x, train_y), 'test': (test_x, test_y)}.items():
+    np.testing.assert_array_equal(arrays[name][0][..., 1], np.round(x * 255 / 16).astype(np.uint8))
+    np.testing.assert_array_equal(arrays[name][1], y)
 
 
 def test_digits_eval_holds_exactly_the_split(data_dir):

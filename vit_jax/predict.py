@@ -90,9 +90,9 @@ def find_images(inputs: Sequence[str]) -> list[str]:
 
 def read_image(path: str) -> np.ndarray:
   """The image in a file as uint8 [h, w, 3]; raises ValueError saying why it cannot be read."""
-  from vit_jax.data import preprocess  # pylint: disable=g-import-not-at-top
+  from vit_jax.data import folder, preprocess  # pylint: disable=g-import-not-at-top
   try:
-    encoded = epath.Path(path).read_bytes()
+    encoded = folder.read_file(path)  # As an image folder's files are read: local or cloud storage.
   except OSError as e:
     raise ValueError(f'cannot read {path} ({e.strerror or e})') from None
   try:

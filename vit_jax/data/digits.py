@@ -6,6 +6,8 @@ train and 360 test images. Splits take tensorflow_datasets' slice syntax ('train
 'train[:800]+test[:100]'), as a prepared tfds dataset's do.
 """
 import functools
+import importlib.util
+import os
 import types
 
 import numpy as np
@@ -16,24 +18,31 @@ from vit_jax.data import order
 CLASS_NAMES = tuple(str(d) for d in range(10))
 
 
+def _sklearn_digits_file() -> str:
+  """scikit-learn's digits.csv.gz, what `sklearn.datasets.load_digits` reads, found without importing
+  scikit-learn: that import (scipy.stats and more) would be a second of every digits run's start."""
+  spec = importlib.util.find_spec('sklearn')
+  if spec is None or not spec.submodule_search_locations:
+    raise ValueError('The bundled digits come with scikit-learn: pip install scikit-learn')
+  return os.path.join(spec.submodule_search_locations[0], 'datasets', 'data', 'digits.csv.gz')
+
+
 def digits_arrays() -> tuple[np.ndarray, np.ndarray]:
   """All 1,797 digits as uint8 RGB images [n, 8, 8, 3] and int64 labels [n], in scikit-learn's order."""
-  # Imported here: scikit-learn takes a second to import, and only the digits need it.
-  from sklearn import datasets as sk_datasets  # pylint: disable=g-import-not-at-top
-  digits = sk_datasets.load_digits()
+  rows = np.loadtxt(_sklearn_digits_file(), delimiter=',')  # 64 pixels, then the label.
   # scikit-learn's pixels are counts in 0..16 (of a 4x4 block of a 32x32 bitmap); spread them to 0..255.
-  grey = np.round(digits.images * 255 / 16).astype(np.uint8)
-  return np.repeat(grey[..., None], 3, axis=-1), digits.target.astype(np.int64)
+  grey = np.round(rows[:, :-1].reshape(-1, 8, 8) * 255 / 16).astype(np.uint8)
+  return np.repeat(grey[..., None], 3, axis=-1), rows[:, -1].astype(np.int64)
 
 
 @functools.cache
 def split_arrays() -> dict[str, tuple[np.ndarray, np.ndarray]]:
-  """{'train': (images, labels), 'test': (images, labels)}: the fixed stratified split."""
-  from sklearn import model_selection  # pylint: disable=g-import-not-at-top
+  """{'train': (images, labels), 'test': (images, labels)}: the fixed stratified split, scikit-learn's
+  `train_test_split(test_size=0.2, random_state=0, stratify=labels)`, whose indices (in its order)
+  digits_split.npz holds (tests/test_data.py checks them against scikit-learn's)."""
   images, labels = digits_arrays()
-  train_x, test_x, train_y, test_y = model_selection.train_test_split(
-      images, labels, test_size=0.2, random_state=0, stratify=labels)
-  return {'train': (train_x, train_y), 'test': (test_x, test_y)}
+  with np.load(os.path.join(os.path.dirname(__file__), 'digits_split.npz')) as split:
+    return {name: (images[split[name]], labels[split[name]]) for name in ('train', 'test')}
 
 
 def split_indices(split: str, sizes: dict[str, int]) -> list[tuple[str, np.ndarray]]:

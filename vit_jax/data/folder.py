@@ -86,6 +86,7 @@ def _is_dir(path: str) -> bool:
 
 
 def read_file(path: str) -> bytes:
+  """A file's bytes, from local disk or cloud storage (gs://...); raises OSError."""
   if _is_remote(path):
     return epath.Path(path).read_bytes()
   with open(path, 'rb') as f:

@@ -5,9 +5,12 @@
 
 Each process gets `devices_per_process` fake CPU devices and joins the run through jax.distributed on
 localhost; process 0 prints, the others log warnings only. If any process fails, the rest are stopped.
+Ctrl-C or SIGTERM to the launcher stops the run as a preemption does: every process saves the same
+step and the launcher exits with their status 75 (REQUEUE_STATUS); the same command resumes there.
 """
 import argparse
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -27,16 +30,35 @@ def free_port() -> int:
 
 def launch(main_args: list[str], *, num_processes: int, devices_per_process: int,
            module: str = 'vit_jax.main', port: int | None = None, timeout: float | None = None) -> int:
-  """Starts the processes, waits for all of them, and returns the first non-zero exit code (or 0)."""
+  """Starts the processes, waits for all of them, and returns the first non-zero exit code (or 0).
+
+  SIGINT and SIGTERM to the launcher reach the processes as SIGTERM, the preemption signal their
+  coordination service acts on. SIGTERM for Ctrl-C too: a terminal's Ctrl-C also reaches them (the
+  same process group), and a second SIGINT would interrupt them at once, unsaved.
+  """
   address = f'127.0.0.1:{port or free_port()}'
   env = dict(os.environ, JAX_PLATFORMS='cpu',
              XLA_FLAGS=f'--xla_force_host_platform_device_count={devices_per_process}')
-  procs = [subprocess.Popen(
-      [sys.executable, '-m', module, *main_args, f'--coordinator_address={address}',
-       f'--num_processes={num_processes}', f'--process_id={i}'], env=env)
-           for i in range(num_processes)]
-  deadline = None if timeout is None else time.time() + timeout
+  procs: list[subprocess.Popen] = []
+  signalled = False
+
+  def forward(signum: int | None = None, frame=None) -> None:
+    del signum, frame
+    nonlocal signalled
+    signalled = True
+    for p in procs:
+      p.send_signal(signal.SIGTERM)  # Nothing once it has ended.
+
+  # Before the first process starts: the launcher must not die of a signal and leave them orphaned.
+  previous = {signum: signal.signal(signum, forward) for signum in (signal.SIGINT, signal.SIGTERM)}
   try:
+    for i in range(num_processes):
+      procs.append(subprocess.Popen(
+          [sys.executable, '-m', module, *main_args, f'--coordinator_address={address}',
+           f'--num_processes={num_processes}', f'--process_id={i}'], env=env))
+    if signalled:  # While they started: tell those started after the signal too.
+      forward()
+    deadline = None if timeout is None else time.time() + timeout
     while any(p.poll() is None for p in procs):
       failed = [p.returncode for p in procs if p.returncode not in (None, 0, REQUEUE_STATUS)]
       if failed or (deadline is not None and time.time() > deadline):
@@ -48,6 +70,8 @@ def launch(main_args: list[str], *, num_processes: int, devices_per_process: int
   finally:
     for p in procs:
       p.wait()
+    for signum, handler in previous.items():
+      signal.signal(signum, handler)
   codes = [p.returncode for p in procs]
   return next((code for code in codes if code), 0)
 
@@ -60,8 +84,9 @@ def main() -> None:
   parser.add_argument('main_args', nargs=argparse.REMAINDER, help='Arguments for the module, after --.')
   args = parser.parse_args()
   main_args = args.main_args[1:] if args.main_args[:1] == ['--'] else args.main_args
-  sys.exit(launch(main_args, num_processes=args.num_processes,
-                  devices_per_process=args.devices_per_process, module=args.module))
+  code = launch(main_args, num_processes=args.num_processes,
+                devices_per_process=args.devices_per_process, module=args.module)
+  sys.exit(code if code >= 0 else 128 - code)  # Killed by signal N: the shell's status, 128 + N.
 
 
 if __name__ == '__main__':

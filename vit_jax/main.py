@@ -92,6 +92,14 @@ def _wait_for_coordinator(address: str, timeout: float) -> None:
 def main(argv: list[str]) -> None:
   if len(argv) > 1:
     cli.fail(f'unexpected arguments {argv[1:]}: config fields are set as --config.FIELD=VALUE')
+  try:
+    _train()
+  except KeyboardInterrupt:  # Ctrl-C before the run catches it (train/preemption.py), or twice.
+    cli.fail('interrupted: stopped at once, without saving; the same command resumes from the last '
+             'checkpoint, if there is one', status=130)
+
+
+def _train() -> None:
   logging.get_absl_handler().addFilter(_OwnInfoOnly())
   init_distributed()
   import jax  # pylint: disable=g-import-not-at-top

@@ -1,5 +1,6 @@
 """Stopping a run when the cluster asks: SIGTERM (preemption, maintenance, a scheduler's time limit)
 or SIGINT, at a step every host agrees on, so that all of them save that same step."""
+import os
 import signal
 import types
 from typing import Any, Optional
@@ -24,23 +25,40 @@ class PreemptionNotice:
   """`notice(step)` is True once the run was asked to stop, at the same step on every host.
 
   With several processes, JAX's coordination service catches SIGTERM on any host and picks the step
-  (orbax's `reached_preemption`, i.e. multihost_utils.reached_preemption_sync_point). A single
-  process catches SIGTERM and SIGINT itself; a second SIGINT interrupts at once.
+  (orbax's `reached_preemption`, i.e. multihost_utils.reached_preemption_sync_point). It does not
+  catch SIGINT (a terminal's Ctrl-C, to every process of the job), so each process passes its SIGINT
+  on to that service as a SIGTERM to itself. A single process catches SIGTERM and SIGINT itself.
+  Either way a second SIGINT interrupts at once (KeyboardInterrupt), unsaved.
   """
 
   def __init__(self, manager: ocp.CheckpointManager):
     self._manager = manager
     self._requested = False
+    self._interrupted = False
     self._previous: dict[int, Any] = {}
     if jax.process_count() == 1:
       for signum in (signal.SIGTERM, signal.SIGINT):
         self._previous[signum] = signal.signal(signum, self._handle)
+    else:  # SIGTERM stays with the handler jax.distributed.initialize() installed.
+      self._previous[signal.SIGINT] = signal.signal(signal.SIGINT, self._sigint_as_sigterm)
 
   def _handle(self, signum: int, frame: Optional[types.FrameType]) -> None:
     del frame
-    if self._requested and signum == signal.SIGINT:
-      raise KeyboardInterrupt
+    if signum == signal.SIGINT:
+      self._count_sigint()
     self._requested = True
+
+  def _sigint_as_sigterm(self, signum: int, frame: Optional[types.FrameType]) -> None:
+    del signum, frame
+    self._count_sigint()
+    os.kill(os.getpid(), signal.SIGTERM)
+
+  def _count_sigint(self) -> None:
+    # Only a second SIGINT interrupts: a SIGTERM besides a Ctrl-C (launch/local.py passes both on as
+    # SIGTERM, and the terminal's SIGINT reaches its processes too) must still save.
+    if self._interrupted:
+      raise KeyboardInterrupt
+    self._interrupted = True
 
   def __call__(self, step: int) -> bool:
     if jax.process_count() > 1:

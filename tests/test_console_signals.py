@@ -1,0 +1,147 @@
+"""What a run does on the console when it is signalled: Ctrl-C (SIGINT to the terminal's process
+group) or SIGTERM, to one process, to a multi-process run, or to launch/local.py."""
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import helpers
+import local
+from vit_jax import checkpoint
+from vit_jax.train import preemption
+
+# A run that goes on until it is signalled.
+LONG = {**helpers.TINY, 'total_steps': 100_000, 'log_every_steps': 2, 'eval_every_steps': 100_000,
+        'lr.decay': 'constant'}
+
+pytestmark = pytest.mark.skipif(not os.path.isdir('/proc'), reason='reads processes from /proc')
+
+
+def _wait_for_checkpoint(workdir: str, procs: list[subprocess.Popen], step: int = 4) -> None:
+  deadline = time.time() + 300
+  while step not in checkpoint.saved_steps(workdir):
+    assert all(p.poll() is None for p in procs), 'a process ended before it was signalled'
+    assert time.time() < deadline, 'no checkpoint within 300 s'
+    time.sleep(0.2)
+
+
+def _children(pid: int) -> list[int]:
+  with open(f'/proc/{pid}/task/{pid}/children') as f:
+    return [int(child) for child in f.read().split()]
+
+
+def _launcher(workdir: str, data_dir: str, log) -> subprocess.Popen:
+  """launch/local.py running a long run as two processes of 4 CPU devices, as its own process group
+  (a terminal's job), its processes' output to the file `log` (a pipe would stay open as long as
+  any of them runs)."""
+  args = helpers.main_args('configs/demo.py', workdir, {**LONG, 'data_dir': data_dir})[3:]
+  return subprocess.Popen(
+      [sys.executable, os.path.join(helpers.REPO, 'launch', 'local.py'), '--num_processes=2',
+       '--devices_per_process=4', '--', *args], cwd=helpers.REPO, stdout=log, stderr=log,
+      start_new_session=True)
+
+
+def _stop_launched(workdir: str, data_dir: str, tmp_path, signal_it) -> tuple[int, str, list[int]]:
+  """Starts the launcher, signals it with `signal_it(launcher)` once the step-4 checkpoint exists
+  and waits for it. Returns its status, its processes' output and those of them that it left running
+  (then killed)."""
+  with open(tmp_path / 'log', 'w') as log:
+    proc = _launcher(workdir, data_dir, log)
+  children = []
+  try:
+    _wait_for_checkpoint(workdir, [proc])
+    children = _children(proc.pid)
+    signal_it(proc)
+    proc.wait(timeout=300)
+  finally:
+    if proc.poll() is None:  # The test failed: its processes go with it.
+      children = children or _children(proc.pid)
+      proc.kill()
+      proc.wait()
+    orphans = [child for child in children if helpers.running(child)]
+    for child in orphans:
+      os.kill(child, signal.SIGKILL)
+  assert len(children) == 2
+  return proc.returncode, (tmp_path / 'log').read_text(), orphans
+
+
+def _assert_both_saved_the_same_step(workdir: str, output: str) -> None:
+  steps = [int(step)
+           for step in re.findall(r'stopped on request at step (\d+) after saving', output)]
+  assert len(steps) == 2 and steps[0] == steps[1] > 4, output[-3000:]
+  assert checkpoint.saved_steps(workdir)[-1] == steps[0]
+  assert 'Traceback' not in output and 'KeyboardInterrupt' not in output, output[-3000:]
+
+
+@pytest.mark.slow
+def test_ctrl_c_to_the_processes_of_a_multi_process_run_saves_the_same_step_on_both(tmp_path,
+                                                                                    data_dir):
+  """JAX's coordination service acts on SIGTERM only: each process passes its Ctrl-C on to it."""
+  workdir = str(tmp_path / 'run')
+  env = dict(os.environ, JAX_PLATFORMS='cpu', XLA_FLAGS='--xla_force_host_platform_device_count=4')
+  args = helpers.main_args('configs/demo.py', workdir, {**LONG, 'data_dir': data_dir})
+  address = f'127.0.0.1:{local.free_port()}'
+  procs = [subprocess.Popen(
+      [*args, f'--coordinator_address={address}', '--num_processes=2', f'--process_id={i}'],
+      cwd=helpers.REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+           for i in range(2)]
+  try:
+    _wait_for_checkpoint(workdir, procs)
+    for p in procs:  # As a terminal's Ctrl-C: every process of the run hears it.
+      p.send_signal(signal.SIGINT)
+    outputs = [p.communicate(timeout=300)[1] for p in procs]
+  finally:
+    for p in procs:
+      p.kill()
+  assert [p.returncode for p in procs] == [preemption.REQUEUE_STATUS] * 2, outputs[0][-3000:]
+  _assert_both_saved_the_same_step(workdir, outputs[0] + outputs[1])
+
+
+@pytest.mark.slow
+def test_ctrl_c_to_the_launcher_and_its_processes_saves_the_same_step_and_exits_75(tmp_path,
+                                                                                  data_dir):
+  """A terminal's Ctrl-C reaches the launcher and its processes: all of them end, no traceback, the
+  step both processes agreed on is saved, and the launcher exits with their status."""
+  workdir = str(tmp_path / 'run')
+  status, output, orphans = _stop_launched(workdir, data_dir, tmp_path,
+                                           lambda proc: os.killpg(proc.pid, signal.SIGINT))
+  assert status == preemption.REQUEUE_STATUS and not orphans, output[-3000:]
+  _assert_both_saved_the_same_step(workdir, output)
+
+
+@pytest.mark.slow
+def test_sigterm_to_the_launcher_alone_stops_its_processes_and_exits_with_their_status(tmp_path,
+                                                                                     data_dir):
+  """The launcher passes the signal on and waits: its processes save and end, none is orphaned."""
+  workdir = str(tmp_path / 'run')
+  status, output, orphans = _stop_launched(workdir, data_dir, tmp_path,
+                                           lambda proc: proc.send_signal(signal.SIGTERM))
+  assert not orphans, output[-3000:]
+  assert status == preemption.REQUEUE_STATUS, output[-3000:]
+  _assert_both_saved_the_same_step(workdir, output)
+
+
+def test_ctrl_c_before_the_first_step_is_one_line_and_status_130(tmp_path, data_dir):
+  workdir = str(tmp_path / 'run')
+  args = helpers.main_args('configs/demo.py', workdir, {**LONG, 'data_dir': data_dir})
+  proc = subprocess.Popen(args, cwd=helpers.REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, start_new_session=True)
+  try:
+    lines = []
+    for line in proc.stderr:  # Its first line of its own, long before the first step.
+      lines.append(line)
+      if 'malloc:' in line:
+        break
+    os.killpg(proc.pid, signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+  finally:
+    proc.kill()
+  stderr = ''.join(lines) + stderr
+  assert proc.returncode == 130, stderr[-3000:]
+  assert 'Traceback' not in stderr and 'KeyboardInterrupt' not in stderr, stderr[-3000:]
+  assert stderr.splitlines()[-1].startswith('error: interrupted'), stderr[-3000:]
+  assert not checkpoint.saved_steps(workdir)

@@ -5,7 +5,7 @@ import os
 import sys
 import threading
 import traceback
-from typing import Any, Callable, NoReturn
+from typing import Any, Callable, NoReturn, Sequence
 
 from absl import app, flags
 
@@ -18,6 +18,26 @@ def fail(message: str, status: int = 2) -> NoReturn:
   sys.exit(status)
 
 
+# absl's help flags: they print the usage and exit with status 1, before main.
+_HELP_FLAGS = ('help', 'helpshort', 'helpfull', 'helpxml', '?')
+
+
+def asks_for_help(argv: Sequence[str]) -> bool:
+  """Whether a command line (argv[0] the program) asks for the usage: --help, -?, --helpfull..."""
+  for arg in argv[1:]:
+    if arg == '--':
+      return False
+    if arg.startswith('-') and arg.lstrip('-').split('=', 1)[0] in _HELP_FLAGS:
+      return True
+  return False
+
+
+def help_exits_0(error: SystemExit, argv: Sequence[str]) -> None:
+  """absl's --help exits with status 1, as for an error; the usage asked for is a success."""
+  if error.code == 1 and asks_for_help(argv):
+    sys.exit(0)
+
+
 def flags_parser(usage: str) -> Callable[[list[str]], list[str]]:
   """An absl `flags_parser` that reports a missing or bad flag in one line naming the usage."""
 
@@ -26,6 +46,9 @@ def flags_parser(usage: str) -> Callable[[list[str]], list[str]]:
       return flags.FLAGS(argv)
     except flags.Error as e:
       fail(f'{str(e).splitlines()[0]}: use {usage}')
+    except SystemExit as e:
+      help_exits_0(e, argv)
+      raise
 
   return parse
 

@@ -12,6 +12,8 @@ The estimates are vit_jax/footprint.py's.
 """
 import dataclasses
 import json
+import os
+import sys
 from typing import Any
 
 import jax
@@ -107,8 +109,14 @@ def main(argv: list[str]) -> None:
   plans = [footprint.estimate(config, traced, mesh, remat, config.accum_steps, target)
            for remat in dict.fromkeys((config.model.remat, *footprint.REMATS))]
   found = footprint.suggest(config, traced, target)[:args.suggestions] if args.suggestions else None
-  print(json.dumps(as_json(config, plans, found or [], target)) if args.json else
-        render(config, traced, plans, found, target))
+  try:
+    print(json.dumps(as_json(config, plans, found or [], target)) if args.json else
+          render(config, traced, plans, found, target))
+    sys.stdout.flush()
+  except BrokenPipeError:
+    # The reader stopped reading (`| head`): it has what it wanted. Later writes, and the flush at exit,
+    # go to /dev/null, not into another BrokenPipeError's traceback.
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 if __name__ == '__main__':

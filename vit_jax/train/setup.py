@@ -70,7 +70,11 @@ def check_field_names(config: ml_collections.ConfigDict,
 
 
 def total_steps(config: ml_collections.ConfigDict, info: data.DatasetInfo) -> int:
-  if (config.total_steps is None) == (config.num_epochs is None):
+  if config.total_steps is not None and config.num_epochs is not None:
+    raise ValueError(f'config.total_steps={config.total_steps} and config.num_epochs='
+                     f'{config.num_epochs} are both set, and a run takes exactly one: clear one, e.g. '
+                     '--config.num_epochs=None (or --config.total_steps=None)')
+  if config.total_steps is None and config.num_epochs is None:
     raise ValueError('Set exactly one of config.total_steps and config.num_epochs, '
                      'e.g. --config.total_steps=1000')
   if config.num_epochs is not None and not math.isfinite(config.num_epochs):

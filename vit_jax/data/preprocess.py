@@ -80,13 +80,13 @@ def decode(data: bytes) -> np.ndarray:
 
 
 def _pil_resize(image: np.ndarray, height: int, width: int) -> np.ndarray:
-  """PIL's bilinear (antialiased) resize to float32 [height, width, 3]. A uint8 image is resized as
-  an 8-bit 'RGB' image (rounded to integers after each 1-D pass), exactly as timm's transforms
-  resize the uint8 crops they take of decoded images; any other dtype one channel at a time in
-  float mode 'F' (no rounding)."""
+  """PIL's bilinear (antialiased) resize to [height, width, 3]. A uint8 image is resized as an 8-bit
+  'RGB' image (rounded to integers after each 1-D pass), exactly as timm's transforms resize the
+  uint8 crops they take of decoded images, and stays uint8 (a quarter of the bytes for the ops
+  after it to move); any other dtype to float32, one channel at a time in float mode 'F' (no
+  rounding)."""
   if image.dtype == np.uint8:
-    resized = Image.fromarray(image).resize((width, height), Image.Resampling.BILINEAR)
-    return np.asarray(resized, np.float32)
+    return np.asarray(Image.fromarray(image).resize((width, height), Image.Resampling.BILINEAR))
   channels = [np.asarray(Image.fromarray(np.ascontiguousarray(image[..., c], np.float32))
                          .resize((width, height), Image.Resampling.BILINEAR)) for c in range(3)]
   return np.stack(channels, axis=-1)
@@ -139,13 +139,14 @@ def _tf_resize(image: np.ndarray, height: int, width: int) -> np.ndarray:
 
 
 def _resize_to(image: np.ndarray, height: int, width: int, antialias: bool) -> np.ndarray:
-  if image.shape[:2] == (height, width):
-    return image.astype(np.float32)  # Both filters leave an image at its size as it is.
+  if image.shape[:2] == (height, width):  # Both filters leave an image at its size as it is.
+    return image if antialias and image.dtype == np.uint8 else image.astype(np.float32)
   return (_pil_resize if antialias else _tf_resize)(image, height, width)
 
 
 def resize(image: np.ndarray, size: int, antialias: bool = False) -> np.ndarray:
-  """Bilinear resize of [h, w, 3] to float32 [size, size, 3] in the input's value range.
+  """Bilinear resize of [h, w, 3] to [size, size, 3] in the input's value range: uint8 for a uint8
+  image with `antialias`, else float32.
 
   `antialias`: PIL's bilinear resize (timm's transforms): when shrinking, each output pixel averages
   every input pixel under the scaled triangle filter; uint8 images are resized in 8 bits, as timm
@@ -260,8 +261,8 @@ def pad_and_random_crop(image: np.ndarray, rng: np.random.Generator, pad: int) -
 def central_crop(image: np.ndarray, size: int, crop_fraction: float,
                  antialias: bool = False) -> np.ndarray:
   """Bilinear resize keeping the aspect ratio, the shorter side to round(size / crop_fraction), then
-  the central size x size square (ImageNet's eval: 256 -> 224 at 0.875), float32 in the input's
-  range; `antialias` as in `resize`. The geometry is torchvision's Resize(int) + CenterCrop (timm's
+  the central size x size square (ImageNet's eval: 256 -> 224 at 0.875), in the input's range and
+  of `resize`'s dtype; `antialias` as in `resize`. The geometry is torchvision's Resize(int) + CenterCrop (timm's
   eval transform), so with `antialias` its pixels are too: the longer side's proportion rounded
   down, the offset rounded half to even."""
   height, width = image.shape[:2]

@@ -120,3 +120,14 @@ def test_folder_vs_timm_trains_both_sides_on_the_same_folder(tmp_path):
   model = variants.get_model_config(config.variant, config.model.to_dict())
   assert (f"timm dropout: {{'drop_rate': {model['head_dropout_rate']}, 'pos_drop_rate': "
           f"{model['dropout_rate']}, 'proj_drop_rate': {model['dropout_rate']}}}") in out, out
+
+
+@pytest.mark.slow  # Four demo commands (a cold one and three warm), each its own process.
+def test_startup_times_the_demo_command_against_a_peer_checkout():
+  out = _run('startup.py', '--runs=1', f'--peer={helpers.REPO}')
+  rows = [line for line in out.splitlines() if line.startswith(('| this', '| peer'))]
+  assert len(rows) == 2, out
+  for row in rows:
+    first_step, whole = (float(cell.split()[0]) for cell in row.split('|')[2:4])
+    assert 0 < first_step < whole, row
+  assert out.splitlines()[-1].startswith('this / peer: first step '), out

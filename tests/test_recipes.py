@@ -104,7 +104,7 @@ def test_every_knob_on_gives_the_same_losses_on_8_devices_with_fsdp_as_on_one(tm
   assert np.ptp(fsdp) > 1e-3  # The steps train (step 0's zero-initialised head gives log(10)).
 
 
-@pytest.mark.slow  # The whole demo, 2000 steps: the bar its README line and its recipe choices rest on.
+@pytest.mark.slow  # The whole demo, 4000 steps: the bar its README line and its recipe choices rest on.
 def test_the_demo_reaches_97_percent_on_the_digits(data_dir, tmp_path):
   metrics = loop.train_and_evaluate(train_setup.prepare(
       helpers.load_config('demo', {'data_dir': data_dir}), str(tmp_path)))

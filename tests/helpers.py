@@ -5,6 +5,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import collections
 
@@ -12,7 +13,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from vit_jax import defaults, events
+from vit_jax import checkpoint, defaults, events
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -57,6 +58,20 @@ TINY = {
     'lr.warmup_steps': 2,
 }
 
+
+# A run that goes on until it is signalled; its learning rate does not depend on total_steps, so a run
+# resumed with fewer steps to go can be compared with an uninterrupted one.
+LONG = {**TINY, 'total_steps': 100_000, 'log_every_steps': 2, 'eval_every_steps': 100_000,
+        'lr.decay': 'constant'}
+
+
+def wait_for_checkpoint(workdir: str, procs: list[subprocess.Popen], step: int = 4) -> None:
+  """Waits until the runs of `procs` have saved checkpoint `step` in `workdir` (at most 300 s)."""
+  deadline = time.time() + 300
+  while step not in checkpoint.saved_steps(workdir):
+    assert all(p.poll() is None for p in procs), 'a process ended before it was signalled'
+    assert time.time() < deadline, 'no checkpoint within 300 s'
+    time.sleep(0.2)
 
 def random_params(model, image_size: int, seed: int = 0):
   """Every parameter of `model` random (numpy): a zero head, bias, class token or probe would hide a

@@ -5,7 +5,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -14,19 +13,8 @@ import local
 from vit_jax import checkpoint
 from vit_jax.train import preemption
 
-# A run that goes on until it is signalled.
-LONG = {**helpers.TINY, 'total_steps': 100_000, 'log_every_steps': 2, 'eval_every_steps': 100_000,
-        'lr.decay': 'constant'}
 
 pytestmark = pytest.mark.skipif(not os.path.isdir('/proc'), reason='reads processes from /proc')
-
-
-def _wait_for_checkpoint(workdir: str, procs: list[subprocess.Popen], step: int = 4) -> None:
-  deadline = time.time() + 300
-  while step not in checkpoint.saved_steps(workdir):
-    assert all(p.poll() is None for p in procs), 'a process ended before it was signalled'
-    assert time.time() < deadline, 'no checkpoint within 300 s'
-    time.sleep(0.2)
 
 
 def _children(pid: int) -> list[int]:
@@ -38,7 +26,7 @@ def _launcher(workdir: str, data_dir: str, log) -> subprocess.Popen:
   """launch/local.py running a long run as two processes of 4 CPU devices, as its own process group
   (a terminal's job), its processes' output to the file `log` (a pipe would stay open as long as
   any of them runs)."""
-  args = helpers.main_args('configs/demo.py', workdir, {**LONG, 'data_dir': data_dir})[3:]
+  args = helpers.main_args('configs/demo.py', workdir, {**helpers.LONG, 'data_dir': data_dir})[3:]
   return subprocess.Popen(
       [sys.executable, os.path.join(helpers.REPO, 'launch', 'local.py'), '--num_processes=2',
        '--devices_per_process=4', '--', *args], cwd=helpers.REPO, stdout=log, stderr=log,
@@ -53,7 +41,7 @@ def _stop_launched(workdir: str, data_dir: str, tmp_path, signal_it) -> tuple[in
     proc = _launcher(workdir, data_dir, log)
   children = []
   try:
-    _wait_for_checkpoint(workdir, [proc])
+    helpers.wait_for_checkpoint(workdir, [proc])
     children = _children(proc.pid)
     signal_it(proc)
     proc.wait(timeout=300)
@@ -83,14 +71,14 @@ def test_ctrl_c_to_the_processes_of_a_multi_process_run_saves_the_same_step_on_b
   """JAX's coordination service acts on SIGTERM only: each process passes its Ctrl-C on to it."""
   workdir = str(tmp_path / 'run')
   env = dict(os.environ, JAX_PLATFORMS='cpu', XLA_FLAGS='--xla_force_host_platform_device_count=4')
-  args = helpers.main_args('configs/demo.py', workdir, {**LONG, 'data_dir': data_dir})
+  args = helpers.main_args('configs/demo.py', workdir, {**helpers.LONG, 'data_dir': data_dir})
   address = f'127.0.0.1:{local.free_port()}'
   procs = [subprocess.Popen(
       [*args, f'--coordinator_address={address}', '--num_processes=2', f'--process_id={i}'],
       cwd=helpers.REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
            for i in range(2)]
   try:
-    _wait_for_checkpoint(workdir, procs)
+    helpers.wait_for_checkpoint(workdir, procs)
     for p in procs:  # As a terminal's Ctrl-C: every process of the run hears it.
       p.send_signal(signal.SIGINT)
     outputs = [p.communicate(timeout=300)[1] for p in procs]
@@ -127,9 +115,12 @@ def test_sigterm_to_the_launcher_alone_stops_its_processes_and_exits_with_their_
 
 def test_ctrl_c_before_the_first_step_is_one_line_and_status_130(tmp_path, data_dir):
   workdir = str(tmp_path / 'run')
-  args = helpers.main_args('configs/demo.py', workdir, {**LONG, 'data_dir': data_dir})
+  args = helpers.main_args('configs/demo.py', workdir, {**helpers.LONG, 'data_dir': data_dir})
+  # As a terminal starts it: SIGINT at its default. A process inherits an ignored SIGINT (as
+  # pytest-xdist's workers have it), and Python then leaves it ignored until the run's own handler.
   proc = subprocess.Popen(args, cwd=helpers.REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True, start_new_session=True)
+                          text=True, start_new_session=True,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
   try:
     lines = []
     for line in proc.stderr:  # Its first line of its own, long before the first step.

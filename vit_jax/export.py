@@ -1,6 +1,6 @@
 """Exports a run's parameters for serving and for other code.
 
-  python -m vit_jax.export --workdir=W --out=DIR [--step=N]
+  python -m vit_jax.export --workdir=W --out=DIR [--step=N] [--overwrite]
 
 writes, from checkpoint N of W (default: the latest), using the Polyak average when the run kept one:
   DIR/model.npz        the parameters under flat '/'-joined keys: the original ViT layout, which the
@@ -52,13 +52,20 @@ def serialize_inference(model: Any, params: Any, image_size: int) -> bytes:
   return jax.export.export(jax.jit(infer), platforms=PLATFORMS)(images).serialize()
 
 
-def export(workdir: str, out: str, step: Optional[int] = None) -> dict[str, Any]:
-  """Writes the three files for checkpoint `step` (default: latest) of `workdir`; returns config.json."""
+def export(workdir: str, out: str, step: Optional[int] = None, *,
+           overwrite: bool = False) -> dict[str, Any]:
+  """Writes the three files for checkpoint `step` (default: latest) of `workdir`; returns config.json.
+  Refuses an `out` that already holds an export unless `overwrite`."""
   # Imported here so that bad flags are answered before TensorFlow (the input pipeline's) loads.
   from vit_jax import run_dir  # pylint: disable=g-import-not-at-top
   from vit_jax.models import loading, state_dicts  # pylint: disable=g-import-not-at-top
   trained = run_dir.load_trained(workdir, step)
   cli.make_out_dir(out)
+  # Checked after make_out_dir, which answers a cloud path that does not answer within a time limit.
+  existing = [name for name in ('model.npz', 'config.json') if (epath.Path(out) / name).exists()]
+  if existing and not overwrite:
+    raise ValueError(f'--out={out!r} already holds an export ({", ".join(existing)}): pass '
+                     '--overwrite to replace it, or another --out')
   config, info = trained.config, trained.info
 
   out_dir = epath.Path(out)
@@ -105,7 +112,7 @@ def export(workdir: str, out: str, step: Optional[int] = None) -> dict[str, Any]
   return description
 
 
-_USAGE = '--workdir=W --out=DIR [--step=N]'
+_USAGE = '--workdir=W --out=DIR [--step=N] [--overwrite]'
 
 
 def main(argv: list[str]) -> None:
@@ -116,7 +123,7 @@ def main(argv: list[str]) -> None:
     cli.fail(f'unexpected arguments {argv[1:]}: use {_USAGE}')
   workdir, out = flags.FLAGS.workdir, flags.FLAGS.out
   try:
-    description = export(workdir, out, flags.FLAGS.step)
+    description = export(workdir, out, flags.FLAGS.step, overwrite=flags.FLAGS.overwrite)
   except ValueError as e:
     cli.fail(str(e))
   print(f'exported step {description["step"]} ({description["parameters"]} parameters) of '
@@ -129,6 +136,7 @@ def _define_flags() -> None:
   flags.DEFINE_string('workdir', None, 'Workdir of the run to export.')
   flags.DEFINE_string('out', None, 'Directory to write model.npz, model.jaxexport, config.json, timm/.')
   flags.DEFINE_integer('step', None, 'Checkpoint step to export (default: the latest).')
+  flags.DEFINE_bool('overwrite', False, 'Replace the export that --out already holds.')
   flags.mark_flags_as_required(['workdir', 'out'])
 
 

@@ -184,6 +184,11 @@ def main(argv: list[str]) -> None:
   except ValueError as e:
     cli.fail(str(e))
   paths = find_images(argv[1:])
+  if not paths:  # Empty folders, or folders of other files: "none of 0 predicted" would not say so.
+    from vit_jax.data.preprocess import IMAGE_EXTENSIONS  # pylint: disable=g-import-not-at-top
+    cli.fail(f'the inputs hold no image files (folders are searched for '
+             f'{"/".join(IMAGE_EXTENSIONS)} files; inputs: {" ".join(argv[1:])}): pass image files, '
+             'or folders that hold them', status=1)
   results = predict(paths, classifier, top_k=args.top_k)
   for path, top in results:
     print(format_prediction(path, top))

@@ -4,6 +4,7 @@ config.init_from names. predict, export, fewshot and pictures read runs through 
 training loop."""
 import dataclasses
 import json
+import os
 from typing import Any, Callable, Optional, Sequence
 
 import flax.linen as nn
@@ -46,6 +47,21 @@ def config_changes(old: ml_collections.ConfigDict,
                         for c in (old, new))
   return [(key, flat_old.get(key), flat_new.get(key)) for key in sorted(set(flat_old) | set(flat_new))
           if flat_old.get(key) != flat_new.get(key)]
+
+
+# Fields that a resumed run may change: how long it runs, how often it logs, evaluates and saves, and
+# on what it runs. The train state does not depend on them, so a refused resume never asks to set
+# them back (they are still among its `config_changes`, logged and stored in config.resume_<k>.json).
+RESUMABLE_FIELDS = frozenset({
+    'total_steps', 'num_epochs', 'log_every_steps', 'eval_every_steps', 'checkpoint_every_steps',
+    'keep_checkpoints', 'profile_steps', 'eval_batch_size', 'data_workers', 'mesh',
+    'storage_timeout_s', 'hang_timeout_s',
+})
+
+
+def changes_to_set_back(changes: Sequence[tuple[str, Any, Any]]) -> list[tuple[str, Any, Any]]:
+  """The `config_changes` that a refused resume names to set back: all but RESUMABLE_FIELDS'."""
+  return [change for change in changes if change[0] not in RESUMABLE_FIELDS]
 
 
 def load_run_info(workdir: str) -> tuple[ml_collections.ConfigDict, data.DatasetInfo]:
@@ -119,10 +135,29 @@ def load_params(path: str, num_heads: Optional[int] = None, mlp_activation: Opti
   return params, f'loaded {name} of step {step} from {checkpoint_dir}'
 
 
+def _missing_init_from(given: str) -> str:
+  """The one-line error for a `config.init_from` that does not exist: the path as given and as
+  resolved, and how to fix it."""
+  resolved = paths.absolute(given)
+  if given == resolved:
+    return (f'config.init_from={given!r} does not exist: pass the workdir of a vit_jax run, e.g. '
+            '--config.init_from=/abs/path/to/workdir')
+  return (f'config.init_from={given!r} does not exist: a relative path is taken from the current '
+          f'directory, here {os.getcwd()!r}, so it is {resolved!r}; pass the workdir by an absolute '
+          'path, e.g. --config.init_from=/abs/path/to/workdir, or run from the directory it is '
+          'relative to')
+
+
 def load_init_params(config: ml_collections.ConfigDict, model: nn.Module) -> Any:
   """The parameters of `config.init_from`, with head and position embeddings fitted to `model`."""
   init_from = paths.absolute(config.init_from)
   paths.check_reachable(init_from, config.storage_timeout_s, 'config.init_from')
+  # A missing workdir: a config file's relative init_from (configs/demo_finetune.py's) read from
+  # another directory would otherwise be "has no checkpoints/ directory", naming neither the field
+  # nor the directory it was read from. Missing files say so when loaded, with a download hint.
+  names_a_file = init_from.endswith('.npz') or state_dicts.is_state_dict_path(init_from)
+  if not paths.is_url(init_from) and not names_a_file and not os.path.exists(init_from):
+    raise ValueError(_missing_init_from(config.init_from))
   # A BiT has no heads: its checkpoints are .npz files and workdirs, which need none.
   loaded, source = load_params(init_from, getattr(model, 'num_heads', None),
                                getattr(model, 'mlp_activation', None))

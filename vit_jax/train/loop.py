@@ -92,9 +92,12 @@ def _train(setup: Setup, watchdog: Watchdog) -> dict[str, float]:
       config, local_batch_size=config.batch_size // jax.process_count(), start_step=start_step,
       process_index=jax.process_index(), process_count=jax.process_count())
   run_pace = pace.Pace(setup.total_steps, config.log_every_steps, writer)
-  logging.info('Training %d steps from step %d: %d train / %d eval examples, %d classes, %d devices',
-               setup.total_steps, start_step, setup.info.num_train, setup.info.num_eval,
-               setup.info.num_classes, jax.device_count())
+  logging.info('%s %d train / %d eval examples, %d classes, %d devices',
+               (f'Run already at step {start_step} of {setup.total_steps}: evaluating only;'
+                if start_step >= setup.total_steps else  # A finished run started again.
+                f'Training {setup.total_steps} steps from step {start_step}:'),
+               setup.info.num_train, setup.info.num_eval, setup.info.num_classes,
+               jax.device_count())
 
   notice = preemption.PreemptionNotice(manager)
   saver = checkpoint.Saver(manager)

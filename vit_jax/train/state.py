@@ -115,7 +115,8 @@ def check_resumable(setup: Setup, tx: optax.GradientTransformation) -> list[tupl
   except ValueError as e:  # Its run info damaged.
     raise ResumeError(str(e)) from None
   changes = run_dir.config_changes(old_config, setup.config)
-  described = '; '.join(f'{field} {old!r} -> {new!r}' for field, old, new in changes) or 'none'
+  describe = lambda changes: '; '.join(f'{field} {old!r} -> {new!r}' for field, old, new in changes)
+  described = describe(run_dir.changes_to_set_back(changes)) or 'none'  # What a refusal names.
   if old_info.class_names != setup.info.class_names:
     raise ResumeError(f'{workdir} holds a run on the {old_info.num_classes} classes of other data '
                       f'than this dataset\'s {setup.info.num_classes} '
@@ -134,7 +135,7 @@ def check_resumable(setup: Setup, tx: optax.GradientTransformation) -> list[tupl
                       + f'; changed fields: {described}): use another --workdir, or set these fields '
                       'back')
   if changes:
-    logging.info('Resuming %s with changed config fields: %s', workdir, described)
+    logging.info('Resuming %s with changed config fields: %s', workdir, describe(changes))
   return changes
 
 

@@ -1,0 +1,98 @@
+"""What a new user reads at the console beyond flag errors: a config file's relative init_from read from
+another directory, a refused resume, a finished run started again, predict on folders without images,
+and export over an earlier export. Each says what happened and names the fix in one line."""
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import helpers
+from vit_jax import run_dir
+from vit_jax.train import loop, setup as train_setup, state
+
+
+def _error_lines(stderr: str) -> list[str]:
+  return [line for line in stderr.splitlines() if line.startswith('error: ')]
+
+
+def test_a_relative_init_from_read_from_another_directory_names_the_field_and_the_fix(tmp_path):
+  # configs/demo_finetune.py sets init_from='workdirs/demo', relative to the repository.
+  workdir = tmp_path / 'finetune'
+  run = subprocess.run([sys.executable, '-m', 'vit_jax.main',
+                        f'--config={helpers.REPO}/configs/demo_finetune.py', f'--workdir={workdir}'],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=300)
+  assert run.returncode == 2 and 'Traceback' not in run.stderr, run.stderr[-3000:]
+  errors = _error_lines(run.stderr)
+  assert errors == [
+      f"error: config.init_from='workdirs/demo' does not exist: a relative path is taken from the "
+      f"current directory, here '{tmp_path}', so it is '{tmp_path}/workdirs/demo'; pass the workdir "
+      'by an absolute path, e.g. --config.init_from=/abs/path/to/workdir, or run from the directory '
+      'it is relative to'], run.stderr[-3000:]
+  assert not workdir.exists()  # Refused before anything is written.
+
+
+def test_a_refused_resume_does_not_ask_to_set_back_the_fields_that_may_change(trained_tiny_run,
+                                                                              tmp_path):
+  workdir = helpers.copy_of(trained_tiny_run, tmp_path)
+  config, _ = run_dir.load_run_info(workdir)
+  config.model.mlp_activation = 'gelu'
+  config.total_steps = 16
+  config.checkpoint_every_steps = config.eval_every_steps = config.log_every_steps = 8
+  with pytest.raises(state.ResumeError) as refusal:
+    loop.train_and_evaluate(train_setup.prepare(config, workdir))
+  message = str(refusal.value)
+  assert message == (f"{workdir} holds a run of another model (model.mlp_activation 'gelu_tanh' -> "
+                     "'gelu'; changed fields: model.mlp_activation None -> 'gelu'): use "
+                     'another --workdir, or set these fields back'), message
+  # They are still changes of the config, which a resume that goes ahead logs.
+  changed = [field for field, _, _ in run_dir.config_changes(run_dir.load_run_info(workdir)[0], config)]
+  assert changed == ['checkpoint_every_steps', 'eval_every_steps', 'log_every_steps',
+                     'model.mlp_activation', 'total_steps']
+
+
+def test_a_finished_run_started_again_says_it_only_evaluates(trained_tiny_run, tmp_path):
+  workdir = helpers.copy_of(trained_tiny_run, tmp_path)
+  config, _ = run_dir.load_run_info(workdir)
+  same = {**helpers.TINY, 'data_dir': config.data_dir, 'lr.base': config.lr.base}
+  run = helpers.run_main('configs/demo.py', workdir, same, timeout=300)
+  assert run.returncode == 0, run.stderr[-3000:]
+  assert 'Run already at step 12 of 12: evaluating only;' in run.stderr, run.stderr[-3000:]
+  assert 'Training 12 steps from step 12' not in run.stderr
+
+
+def test_predict_on_folders_without_images_names_the_extensions(trained_tiny_run, tmp_path):
+  from vit_jax.data.preprocess import IMAGE_EXTENSIONS  # pylint: disable=g-import-not-at-top
+  (tmp_path / 'empty').mkdir()
+  (tmp_path / 'notes').mkdir()
+  (tmp_path / 'notes' / 'readme.txt').write_text('not an image')
+  run = subprocess.run([sys.executable, '-m', 'vit_jax.predict', f'--workdir={trained_tiny_run}',
+                        f'{tmp_path}/empty/', f'{tmp_path}/notes'], cwd=helpers.REPO,
+                       capture_output=True, text=True, timeout=300)
+  assert run.returncode == 1, run.stderr[-2000:]
+  assert run.stdout == ''
+  assert _error_lines(run.stderr) == [
+      f'error: the inputs hold no image files (folders are searched for {"/".join(IMAGE_EXTENSIONS)} '
+      f'files; inputs: {tmp_path}/empty/ {tmp_path}/notes): pass image files, or folders that hold '
+      'them'], run.stderr[-2000:]
+
+
+def test_export_over_an_earlier_export_is_refused_unless_overwrite(trained_tiny_run,
+                                                                   exported_tiny_run, tmp_path):
+  out = tmp_path / 'out'
+  shutil.copytree(exported_tiny_run, out)
+  before = helpers.files_of(str(out))
+  export = [sys.executable, '-m', 'vit_jax.export', f'--workdir={trained_tiny_run}', f'--out={out}',
+            '--step=8']
+  refused = subprocess.run(export, cwd=helpers.REPO, capture_output=True, text=True, timeout=300)
+  assert refused.returncode == 2, refused.stderr[-2000:]
+  assert refused.stderr.strip().splitlines() == [
+      f"error: --out='{out}' already holds an export (model.npz, config.json): pass --overwrite to "
+      'replace it, or another --out'], refused.stderr[-2000:]
+  assert helpers.files_of(str(out)) == before
+  replaced = subprocess.run([*export, '--overwrite'], cwd=helpers.REPO, capture_output=True,
+                            text=True, timeout=300)
+  assert replaced.returncode == 0, replaced.stderr[-2000:]
+  assert f'exported step 8 (raw parameters) of {trained_tiny_run} to {out}' in replaced.stdout
+  assert os.path.getsize(out / 'model.npz') > 0

@@ -131,3 +131,11 @@ def test_startup_times_the_demo_command_against_a_peer_checkout():
     first_step, whole = (float(cell.split()[0]) for cell in row.split('|')[2:4])
     assert 0 < first_step < whole, row
   assert out.splitlines()[-1].startswith('this / peer: first step '), out
+
+
+def test_host_to_device_times_float32_and_uint8_batches():
+  out = _run('host_to_device.py', '--batch=2', '--image_size=8', '--repeats=1')
+  rows = [line.split('|')[1].strip() for line in out.splitlines() if line.startswith('| f')
+          or line.startswith('| u')]
+  assert rows == ['float32', 'uint8'], out
+  assert out.splitlines()[-1].startswith('uint8 (copy + normalise) / float32 (copy): '), out

@@ -24,30 +24,28 @@ def without_tensorflow() -> dict[str, str]:
   hide = os.path.join(REPO, 'tests', 'without_tensorflow')
   return dict(os.environ, PYTHONPATH=os.pathsep.join([hide, os.environ.get('PYTHONPATH', '')]))
 
+def _state_and_group(pid: int) -> tuple[str, int] | None:
+  """Process `pid`'s state letter and process group from Linux's /proc/<pid>/stat; None if gone."""
+  try:
+    with open(f'/proc/{pid}/stat') as f:
+      state, _, group = f.read().rsplit(')', 1)[1].split()[:3]
+  except OSError:  # It ended (meanwhile).
+    return None
+  return state, int(group)
+
+
 def running(pid: int) -> bool:
   """Whether process `pid` runs (Linux's /proc): not gone, nor a zombie that no one has reaped (a
   container's first process may never reap the orphans it inherits)."""
-  try:
-    with open(f'/proc/{pid}/stat') as f:
-      return f.read().rsplit(')', 1)[1].split()[0] != 'Z'
-  except FileNotFoundError:
-    return False
+  found = _state_and_group(pid)
+  return found is not None and found[0] != 'Z'
 
 
 def running_in_group(pgid: int) -> list[int]:
   """The running processes of process group `pgid` (Linux's /proc)."""
-  found = []
-  for entry in os.listdir('/proc'):
-    if not entry.isdigit():
-      continue
-    try:
-      with open(f'/proc/{entry}/stat') as f:
-        state, _, group = f.read().rsplit(')', 1)[1].split()[:3]
-    except OSError:  # It ended meanwhile.
-      continue
-    if int(group) == pgid and state != 'Z':
-      found.append(int(entry))
-  return found
+  processes = {int(entry): _state_and_group(int(entry)) for entry in os.listdir('/proc')
+               if entry.isdigit()}
+  return [pid for pid, found in processes.items() if found and found[0] != 'Z' and found[1] == pgid]
 
 
 # A model and run small enough for a few seconds on CPU, on the bundled digits.

@@ -127,7 +127,10 @@ def data_config(data_dir: str | None, **overrides) -> ml_collections.ConfigDict:
 
 
 def as_uint8(images: np.ndarray) -> np.ndarray:
-  """[-1, 1] floats of an un-augmented native-size image back to exact uint8 pixels."""
+  """A batch's images of an un-augmented native-size image as exact uint8 pixels: uint8 batches as
+  they are, [-1, 1] floats back to their levels."""
+  if images.dtype == np.uint8:
+    return images
   return np.round((images + 1) * 127.5).astype(np.uint8)
 
 

@@ -58,7 +58,7 @@ def test_default_train_preprocess_is_crop_flip_normalize(crop):
   for i in range(12):
     seed = (i, 3)
     cropped = preprocess.CROPS[crop].apply(image, np.random.default_rng([*seed, 0]), pp, 16)
-    got = preprocess.train_preprocess(image, seed, pp=pp, image_size=16)
+    got = preprocess.model_input(preprocess.train_preprocess(image, seed, pp=pp, image_size=16))
     flipped = not np.array_equal(got, preprocess.normalize(cropped))
     if flipped:
       np.testing.assert_array_equal(got, preprocess.normalize(cropped[:, ::-1]))
@@ -380,7 +380,7 @@ def test_central_crop_of_the_shorter_side_256_is_its_central_224(shape, rows, co
   image = random_image((*shape, 3))
   pp_eval = defaults.get_config().pp_eval
   pp_eval.update(dict(crop='central', antialias=antialias))
-  got = preprocess.eval_preprocess(image, pp_eval=pp_eval, image_size=224)
+  got = preprocess.model_input(preprocess.eval_preprocess(image, pp_eval=pp_eval, image_size=224))
   expected = image[rows[0]:rows[1], cols[0]:cols[1]].astype(np.float32) / np.float32(127.5) - 1
   np.testing.assert_array_equal(got, expected)
 

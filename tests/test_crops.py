@@ -255,8 +255,9 @@ def test_train_preprocess_is_its_ops_each_with_the_stream_of_its_position(crop):
     for i, op in enumerate((preprocess.CROPS[crop], *preprocess.AUGMENTS)):
       expected = op.apply(expected, np.random.default_rng([*seed, i]), pp, 16)
     got = preprocess.train_preprocess(image, seed, pp=pp, image_size=16)
-    assert got.dtype == np.float32 and got.shape == (16, 16, 3) and got.flags.c_contiguous
-    np.testing.assert_array_equal(got, expected)
+    assert got.dtype == preprocess.train_dtype(pp) and got.shape == (16, 16, 3)
+    assert got.flags.c_contiguous
+    np.testing.assert_array_equal(preprocess.model_input(got), expected)
 
 
 @pytest.mark.parametrize('pp', [
@@ -270,7 +271,7 @@ def test_train_preprocess_is_a_function_of_the_image_and_seed(pp):
   np.testing.assert_array_equal(first, again)
   assert len({x.tobytes() for x in first}) == 12  # Each seed its own augmentation.
   for x in first:
-    assert x.dtype == np.float32 and x.shape == (16, 16, 3) and x.flags.c_contiguous
+    assert x.dtype == preprocess.train_dtype(pp) and x.shape == (16, 16, 3) and x.flags.c_contiguous
 
 
 def test_crops_of_the_whole_image_are_plain_resizes():
@@ -280,5 +281,5 @@ def test_crops_of_the_whole_image_are_plain_resizes():
        ('random', dict(pad=0)), ('resize', {})], (False, True)):
     pp = _pp(crop=crop, flip=False, antialias=antialias, **fields)
     expected = preprocess.normalize(preprocess.resize(image, 16, antialias))
-    np.testing.assert_array_equal(preprocess.train_preprocess(image, (0, 1), pp=pp, image_size=16),
-                                  expected)
+    got = preprocess.train_preprocess(image, (0, 1), pp=pp, image_size=16)
+    np.testing.assert_array_equal(preprocess.model_input(got), expected)

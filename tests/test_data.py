@@ -98,9 +98,10 @@ def test_train_batches(data_dir, crop):
   config = make_config(data_dir, image_size=16, pp=dict(crop=crop, pad=pad, flip=True))
   for batch in take(data.train_iterator(config, local_batch_size=32), 3):
     assert set(batch) == {'image', 'label'}
-    assert batch['image'].shape == (32, 16, 16, 3) and batch['image'].dtype == np.float32
+    assert batch['image'].shape == (32, 16, 16, 3) and batch['image'].dtype == np.uint8
     assert batch['label'].shape == (32,) and batch['label'].dtype == np.int32
-    assert -1 <= batch['image'].min() < 0 < batch['image'].max() <= 1
+    images = preprocess.model_input(batch['image'])
+    assert -1 <= images.min() < 0 < images.max() <= 1
     assert 0 <= batch['label'].min() and batch['label'].max() <= 9
 
 
@@ -219,7 +220,7 @@ def test_crops_are_wired(data_dir):
   flip mirrors some images and leaves the others."""
   def first_batch(**pp):
     config = make_config(data_dir, image_size=16, pp=pp)
-    return next(data.train_iterator(config, local_batch_size=128))['image']
+    return preprocess.model_input(next(data.train_iterator(config, local_batch_size=128))['image'])
 
   resized = first_batch(crop='resize', flip=False)
   np.testing.assert_array_equal(first_batch(crop='inception', min_area=1.0, flip=False), resized)
@@ -332,7 +333,7 @@ def test_eval_resize_matches_pil_bilinear(data_dir):
   for small, big in zip(as_uint8(native['image'][:50]), upscaled['image'][:50]):
     reference = np.asarray(Image.fromarray(small).resize((20, 20), Image.BILINEAR), np.float32)
     # PIL rounds to uint8 after each of its two 1-D passes: less than one level apart.
-    np.testing.assert_allclose((big + 1) * 127.5, reference, atol=1.0)
+    np.testing.assert_allclose((preprocess.model_input(big) + 1) * 127.5, reference, atol=1.0)
 
 
 # Label features, and tfds datasets prepared unshuffled.

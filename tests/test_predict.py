@@ -16,6 +16,7 @@ from PIL import Image
 
 import helpers
 from vit_jax import checkpoint, data, export, predict, run_dir
+from vit_jax.data import on_device
 from vit_jax.tasks import classification
 from vit_jax.data import pipeline
 
@@ -23,13 +24,14 @@ PREDICT_CMD = [sys.executable, '-m', 'vit_jax.predict']
 
 
 def _test_images(workdir, n):
-  """The first `n` raw test images (uint8 8x8x3) and their eval batch, in the eval pipeline's order."""
+  """The first `n` raw test images (uint8 8x8x3) and their eval batch's images as the eval step
+  gives them to the model, in the eval pipeline's order."""
   config, _ = run_dir.load_run_info(workdir)
   source = pipeline.make_source(config)
   records = source.examples('test')
   raw = [source.load(records.read(k))['image'] for k in range(n)]
   batch = next(data.eval_iterator(config, 'test', local_batch_size=n))
-  return raw, batch['image'], config
+  return raw, on_device.model_input(jax.numpy.asarray(batch['image'])), config
 
 
 def test_images_in_any_format_are_predicted_as_evaluation_sees_them(trained_tiny_run, tmp_path):

@@ -86,8 +86,10 @@ def test_train_and_eval_preprocessing_read_their_field():
   expected = _pil_rgb(image, size, size) / np.float32(127.5) - 1
   config = helpers.load_config('demo', {'pp.crop': 'resize', 'pp.antialias': True,
                                         'pp_eval.antialias': True, 'image_size': size})
-  train = preprocess.train_preprocess(image, (1, 2), pp=config.pp, image_size=size)
-  evaluated = preprocess.eval_preprocess(image, pp_eval=config.pp_eval, image_size=size)
+  train = preprocess.model_input(
+      preprocess.train_preprocess(image, (1, 2), pp=config.pp, image_size=size))
+  evaluated = preprocess.model_input(
+      preprocess.eval_preprocess(image, pp_eval=config.pp_eval, image_size=size))
   np.testing.assert_array_equal(train, expected)
   np.testing.assert_array_equal(evaluated, expected)
   config.pp_eval.antialias = False
@@ -119,7 +121,8 @@ def _central(crop_fraction: float, antialias: bool) -> ml_collections.ConfigDict
 def test_central_crop_of_the_shorter_side_256_is_its_central_224(shape, rows, cols, antialias):
   image = _image(*shape)
   got = preprocess.eval_preprocess(image, pp_eval=_central(0.875, antialias), image_size=224)
-  assert got.dtype == np.float32 and got.flags.c_contiguous
+  assert got.dtype == (np.uint8 if antialias else np.float32) and got.flags.c_contiguous
+  got = preprocess.model_input(got)
   expected = image[rows[0]:rows[1], cols[0]:cols[1]].astype(np.float32) / np.float32(127.5) - 1
   np.testing.assert_array_equal(got, expected)
 

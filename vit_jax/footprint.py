@@ -189,7 +189,8 @@ def estimate(config: ml_collections.ConfigDict, traced: Traced, mesh: dict[str, 
     working = micro * kept * recomputed
   # fsdp all-gathers each block's weights before using them: the one in use and the next one.
   gathered = 2 * traced.block_params / tensor if mesh.get('fsdp', 1) > 1 else 0
-  # float32 images and int32 labels; accumulation splits them into micro-batches, a copy.
+  # float32 images (a uint8 batch's, normalised in the step) and int32 labels; accumulation splits
+  # them into micro-batches, a copy.
   inputs = images * (config.image_size ** 2 * 3 * 4 + 4) * (2 if accum_steps > 1 else 1)
   flops = chips.train_flops(traced.model, config.image_size, traced.num_classes, remat)
   return Estimate(

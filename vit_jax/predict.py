@@ -109,7 +109,8 @@ def model_input(image: np.ndarray, image_size: int,
   from vit_jax.data import preprocess  # pylint: disable=g-import-not-at-top
   # Fields newer than the run or export take their defaults, which is how it prepared its images.
   pp_eval = ml_collections.ConfigDict({**DEFAULT_PP_EVAL, **pp_eval})
-  return preprocess.eval_preprocess(image, pp_eval=pp_eval, image_size=image_size)
+  return preprocess.model_input(
+      preprocess.eval_preprocess(image, pp_eval=pp_eval, image_size=image_size))
 
 
 def probabilities(logits: np.ndarray, loss: str) -> np.ndarray:

@@ -296,8 +296,9 @@ class _HostExamples:
 def train_iterator(config: ml_collections.ConfigDict, *, local_batch_size: int,
                    start_step: int = 0, process_index: int = 0,
                    process_count: int = 1) -> grain.DatasetIterator:
-  """This host's endless train batches {'image': float32 [b, H, W, 3] in [-1, 1], 'label': int32 [b]},
-  the labels of config.label_feature.
+  """This host's endless train batches {'image': [b, H, W, 3], 'label': int32 [b]}, the labels of
+  config.label_feature. The images are uint8 pixels or float32 in [-1, 1] (`preprocess.train_dtype`);
+  `on_device.model_input` in the step makes either the model's float32.
 
   The split is cut into `num_data_shards` disjoint streams; each global batch is the concatenation of
   one equal slice from every stream, and a host reads only the streams of its slices. So the global
@@ -331,7 +332,8 @@ class _EvalRows:
     self._pp_eval = config.pp_eval
     self._image_size = config.image_size
     size = config.image_size
-    self._padding = {'image': np.zeros([size, size, 3], np.float32), 'mask': np.False_}
+    self._padding = {'image': np.zeros([size, size, 3], preprocess.eval_dtype(config.pp_eval)),
+                     'mask': np.False_}
     if getattr(source, 'multi_label', False):
       self._padding['labels'] = np.zeros([len(source.class_names)], bool)
     else:
@@ -355,7 +357,8 @@ class _EvalRows:
 def eval_iterator(config: ml_collections.ConfigDict, split: str, *, local_batch_size: int,
                   process_index: int = 0, process_count: int = 1,
                   label_feature: str | None = None) -> Iterator[dict[str, np.ndarray]]:
-  """One unaugmented pass over this host's shard of `split`: full batches {'image', 'label', 'mask'}.
+  """One unaugmented pass over this host's shard of `split`: full batches {'image', 'label', 'mask'},
+  the images of `preprocess.eval_dtype` (as the train iterator's: for `on_device.model_input`).
 
   `split` is any split of the dataset (e.g. config.eval_split, or config.train_split for few-shot
   features). 'mask' (bool [b]) is False on padding rows. Every host yields `num_eval_batches(...)`

@@ -6,15 +6,17 @@ in a resumed run, in whichever worker process it is prepared.
 
 Train preprocessing is the crop named by `config.pp.crop` (a key of `CROPS`), then each op of
 `AUGMENTS` in order. An op is `apply(image, rng, pp, image_size) -> image` plus a `check(pp)` of the
-`config.pp` fields it reads; a crop maps uint8 [h, w, 3] to float32 [image_size, image_size, 3] in
-[0, 255]; the augmentations keep that shape and dtype, and the range: [0, 255] before the
-`normalize` entry of `AUGMENTS`, [-1, 1] (plus what they add) after it, where timm's random erasing
-works. Each augmentation is off unless its `pp` field is set, so an op is one function (and its
+`config.pp` fields it reads; a crop maps uint8 [h, w, 3] to [image_size, image_size, 3] in
+[0, 255], uint8 with `pp.antialias` (PIL's 8-bit resize) and float32 without; the augmentations
+keep that shape and the range: [0, 255] before the `normalize` entry of `AUGMENTS`, [-1, 1] (plus
+what they add) after it, where timm's random erasing works. Where every op that is on keeps 8-bit
+pixels and none after `normalize` is on, the images stop before it, uint8 (`train_dtype`), and the
+step normalises them on the device. Each augmentation is off unless its `pp` field is set, so an op is one function (and its
 check) and one entry. Op i draws from `np.random.default_rng([*seed, i])`: a prefix-stable sequence
 of streams, so op i's draws do not depend on the ops after it.
 
-Eval preprocessing is the crop named by `config.pp_eval.crop` (a key of `EVAL_CROPS`), then
-`normalize`.
+Eval preprocessing is the crop named by `config.pp_eval.crop` (a key of `EVAL_CROPS`): uint8 pixels
+with `pp_eval.antialias`, else `normalize`d (`eval_dtype`).
 
 The pixel work is PIL's (decoding, antialiased resizing), which releases the GIL while it runs, or
 whole-array numpy: no per-pixel Python.
@@ -162,6 +164,13 @@ def normalize(image: np.ndarray) -> np.ndarray:
   out /= np.float32(127.5)
   out -= np.float32(1)
   return out
+
+
+# `normalize` of each uint8 level. The step normalises uint8 batches by looking their pixels up here
+# (`on_device.model_input`), so its images equal the host's to the bit on every backend: XLA's own
+# arithmetic for the same formula multiplies by a rounded reciprocal and fuses the multiply-add, and
+# differs in the last bit for most levels.
+LEVELS = normalize(np.arange(256, dtype=np.uint8))
 
 
 def _inception_box(height: int, width: int, rng: np.random.Generator, min_area: float,
@@ -355,6 +364,9 @@ def _normalize(image, rng, pp, image_size):
   return normalize(image)
 
 
+_NORMALIZE = Op(_normalize)
+
+
 def _erase(image, rng, pp, image_size):
   del image_size  # Keeps the size.
   if not pp.erase_prob:
@@ -389,7 +401,7 @@ AUGMENTS: tuple[Op, ...] = (
     Op(_randaug, _check_randaug),
     Op(_three_augment),  # A boolean field, always valid.
     Op(_color_jitter, _check_color_jitter),
-    Op(_normalize),
+    _NORMALIZE,
     Op(_erase, _check_erase),  # timm erases normalised images.
 )
 
@@ -405,16 +417,41 @@ def check_pp(pp: ml_collections.ConfigDict) -> None:
                      f"{pp.crop!r}: set --config.pp.crop=random, or --config.pp.pad=0")
 
 
+def train_dtype(pp: ml_collections.ConfigDict) -> type[np.generic]:
+  """The dtype of `train_preprocess`'s images: uint8 pixels where every op that is on keeps 8-bit
+  pixels (the antialiased crops, flip, RandAugment) and none works on normalised ones (random
+  erasing); else float32 in [-1, 1]. A uint8 batch is a quarter of the bytes to stack, share between
+  processes and copy to the device, where the step normalises it (`on_device.model_input`)."""
+  eight_bit = pp.antialias and not pp.three_augment and not pp.color_jitter
+  return np.uint8 if eight_bit and not pp.erase_prob else np.float32
+
+
+def _checked(image: np.ndarray, dtype: type[np.generic]) -> np.ndarray:
+  if image.dtype != dtype:  # An op's dtype out of step with train_dtype / eval_dtype: a bug here.
+    raise TypeError(f'preprocessing made {image.dtype} images where {np.dtype(dtype)} was declared')
+  return np.ascontiguousarray(image)
+
+
 def train_preprocess(image: np.ndarray, seed: tuple[int, ...], *, pp: ml_collections.ConfigDict,
                      image_size: int) -> np.ndarray:
-  """Decoded uint8 [h, w, 3] to an augmented C-contiguous float32 [image_size, image_size, 3],
-  normalised to [-1, 1] (random erasing adds N(0, 1) noise beyond it).
+  """Decoded uint8 [h, w, 3] to an augmented C-contiguous [image_size, image_size, 3] of
+  `train_dtype(pp)`: uint8 pixels, or float32 normalised to [-1, 1] (random erasing adds N(0, 1)
+  noise beyond it). `model_input` of either is the same.
 
   `seed`: non-negative integers; op i draws from np.random.default_rng([*seed, i]). `pp` must have
   passed `check_pp`."""
+  dtype = train_dtype(pp)
   for i, op in enumerate((CROPS[pp.crop], *AUGMENTS)):
+    if op is _NORMALIZE and dtype == np.uint8:
+      break  # The step normalises; no op after it is on.
     image = op.apply(image, np.random.default_rng([*seed, i]), pp, image_size)
-  return np.ascontiguousarray(image, np.float32)
+  return _checked(image, dtype)
+
+
+def model_input(image: np.ndarray) -> np.ndarray:
+  """An image of `train_preprocess` or `eval_preprocess` as the model takes it: float32 in [-1, 1]
+  (uint8 pixels normalised, as `on_device.model_input` does in a step; float32 as it is)."""
+  return normalize(image) if image.dtype == np.uint8 else image
 
 
 def _central(image, pp_eval, image_size):
@@ -443,8 +480,17 @@ def check_pp_eval(pp_eval: ml_collections.ConfigDict) -> None:
                      'e.g. 0.875')
 
 
+def eval_dtype(pp_eval: ml_collections.ConfigDict) -> type[np.generic]:
+  """The dtype of `eval_preprocess`'s images: uint8 pixels from the antialiased crops, else float32
+  in [-1, 1] (TensorFlow's resize interpolates between levels)."""
+  return np.uint8 if pp_eval.antialias else np.float32
+
+
 def eval_preprocess(image: np.ndarray, *, pp_eval: ml_collections.ConfigDict,
                     image_size: int) -> np.ndarray:
-  """Decoded uint8 [h, w, 3] to C-contiguous float32 [image_size, image_size, 3] in [-1, 1], by the
-  crop of `pp_eval` (which must have passed `check_pp_eval`)."""
-  return normalize(EVAL_CROPS[pp_eval.crop](image, pp_eval, image_size))
+  """Decoded uint8 [h, w, 3] to C-contiguous [image_size, image_size, 3] of `eval_dtype(pp_eval)`,
+  by the crop of `pp_eval` (which must have passed `check_pp_eval`): uint8 pixels, or float32 in
+  [-1, 1]; `model_input` of it is what the model sees."""
+  image = EVAL_CROPS[pp_eval.crop](image, pp_eval, image_size)
+  dtype = eval_dtype(pp_eval)
+  return _checked(image if dtype == np.uint8 else normalize(image), dtype)

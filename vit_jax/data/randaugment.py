@@ -200,15 +200,17 @@ def randaugment(image: np.ndarray, rng: np.random.Generator, layers: int,
                 magnitude: float) -> np.ndarray:
   """Applies `layers` ops, each drawn uniformly from `OPS`, at `magnitude` (0-20, see op_args).
 
-  `image` is float32 [h, w, 3] in [0, 255]; the output has the same shape, dtype and range, and is a
-  function of the image and `rng`'s draws. The ops work on uint8, as the reference's and PIL's do,
-  so the image is rounded (half to even) to whole grey levels first (0 layers: returned unchanged).
+  `image` is uint8 or float32 [h, w, 3] in [0, 255]; the output has the same shape, dtype and
+  range, and is a function of the image and `rng`'s draws. The ops work on uint8, as the
+  reference's and PIL's do, so a float32 image is rounded (half to even) to whole grey levels first
+  (0 layers: returned unchanged).
   """
+  eight_bit = image.dtype == np.uint8
   if layers == 0:
-    return np.ascontiguousarray(image, np.float32)
-  augmented = np.clip(np.rint(image), 0, 255).astype(np.uint8)
+    return np.ascontiguousarray(image, None if eight_bit else np.float32)
+  augmented = image if eight_bit else np.clip(np.rint(image), 0, 255).astype(np.uint8)
   names = list(OPS)
   for _ in range(layers):
     name = names[rng.integers(len(names))]
     augmented = OPS[name](augmented, *op_args(name, magnitude, rng, augmented))
-  return augmented.astype(np.float32)
+  return augmented if eight_bit else augmented.astype(np.float32)

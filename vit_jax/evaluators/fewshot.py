@@ -19,6 +19,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from vit_jax import data, sharding
+from vit_jax.data import on_device
 from vit_jax.evaluators.base import Context, check_fields
 
 def sample_shots(labels: np.ndarray, shots: int, num_classes: int,
@@ -76,7 +77,8 @@ def linear_fewshot_accuracy(train_feats: np.ndarray, train_labels: np.ndarray,
 
 def _features_of_batch(params: Any, batch: dict[str, jax.Array], *,
                        model: nn.Module) -> dict[str, jax.Array]:
-  return {'features': model.apply({'params': params}, batch['image'], train=False),
+  return {'features': model.apply({'params': params}, on_device.model_input(batch['image']),
+                                  train=False),
           'label': batch['label'], 'mask': batch['mask']}
 
 

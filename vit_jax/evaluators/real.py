@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import ml_collections
 
 from vit_jax import data
+from vit_jax.data import on_device
 from vit_jax.evaluators import split
 from vit_jax.evaluators.base import Context, check_fields
 
@@ -24,7 +25,7 @@ DEFAULTS = {'dataset': 'imagenet2012_real', 'split': 'validation', 'label_featur
 
 def eval_step(params: Any, batch: dict[str, jax.Array], *, model: nn.Module) -> dict[str, jax.Array]:
   """Sums over the labelled, unmasked examples: top-1 / any of top-5 in the label set, and count."""
-  logits = model.apply({'params': params}, batch['image'], train=False)
+  logits = model.apply({'params': params}, on_device.model_input(batch['image']), train=False)
   if 'labels' in batch:  # Multi-hot bool [b, classes].
     labels = batch['labels']
   else:  # A single-label feature: sets of one.

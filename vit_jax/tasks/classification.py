@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
+from vit_jax.data import on_device
 from vit_jax.models import variants
 from vit_jax.tasks import mixing
 
@@ -83,7 +84,7 @@ def make_eval_step(config: ml_collections.ConfigDict,
   top-5, the run's loss (config.loss, unsmoothed), count."""
 
   def eval_step(params: Any, batch: dict[str, jax.Array]) -> dict[str, jax.Array]:
-    logits = model.apply({'params': params}, batch['image'], train=False)
+    logits = model.apply({'params': params}, on_device.model_input(batch['image']), train=False)
     labels = batch['label']
     chex.assert_shape(labels, logits.shape[:1])
     mask = batch['mask'].astype(jnp.float32)

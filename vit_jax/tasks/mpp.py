@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
+from vit_jax.data import on_device
 from vit_jax.models import variants
 from vit_jax.models.mpp import MaskedPatchPredictor, backbone_fields, colour_targets
 from vit_jax.tasks import classification, mixing
@@ -104,9 +105,10 @@ def make_eval_step(config: ml_collections.ConfigDict,
 
   def eval_step(params: Any, batch: dict[str, jax.Array]) -> dict[str, jax.Array]:
     # Every evaluation of a run scores the same task, whatever the eval batch size and mesh.
-    logits, corrupted = model.apply({'params': params}, batch['image'], train=False,
-                                    corruption_keys=_example_keys(batch['image']))
-    targets = _targets(model, batch['image'], logits)
+    images = on_device.model_input(batch['image'])
+    logits, corrupted = model.apply({'params': params}, images, train=False,
+                                    corruption_keys=_example_keys(images))
+    targets = _targets(model, images, logits)
     weight = corrupted * batch['mask'][:, None].astype(jnp.float32)
     top5 = jax.lax.top_k(logits, 5)[1]
     loss = optax.softmax_cross_entropy_with_integer_labels(logits, targets)

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import optax
 
 from vit_jax import optim, sharding
+from vit_jax.data import on_device
 from vit_jax.train.setup import Setup
 from vit_jax.train.state import TrainState
 
@@ -26,7 +27,7 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], *, loss_fn: Calla
   """
   step_key = jax.random.fold_in(dropout_key, state.step)
   grad_fn = jax.value_and_grad(loss_fn)
-  images, labels = batch['image'], batch['label']
+  images, labels = on_device.model_input(batch['image']), batch['label']
   if mix is not None:
     images, labels = mix(images, labels, jax.random.fold_in(mix_key, state.step), state.step)
   if accum_steps == 1:

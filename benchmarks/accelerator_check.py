@@ -1,6 +1,7 @@
 """The Python half of benchmarks/accelerator_check.sh: the inputs it writes, the figures it reads.
 
   python3 benchmarks/accelerator_check.py environment
+  python3 benchmarks/accelerator_check.py normalize_bits
   python3 benchmarks/accelerator_check.py jpegs DIR --num_images=2048
   python3 benchmarks/accelerator_check.py digits DIR --count=100
   python3 benchmarks/accelerator_check.py metric WORKDIR eval_top1 [--at_least=0.97]
@@ -180,6 +181,20 @@ def environment() -> str:
           f'{", ".join(versions)}')
 
 
+def normalize_bits() -> str:
+  """Asserts that the default device normalises every uint8 level (a batch's pixels, in the jitted
+  step) to the bits of the host's `preprocess.normalize`."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from vit_jax.data import on_device, preprocess  # pylint: disable=g-import-not-at-top
+  levels = np.repeat(np.arange(256, dtype=np.uint8).reshape(1, 16, 16, 1), 3, axis=-1)
+  got = np.asarray(jax.jit(on_device.model_input)(jax.device_put(levels)))
+  wrong = np.flatnonzero(got[..., 0].ravel() != preprocess.normalize(levels)[..., 0].ravel())
+  if got.dtype != np.float32 or wrong.size:
+    raise CheckFailed(f'{wrong.size} of 256 levels differ on {jax.default_backend()} (e.g. level '
+                      f'{wrong[:1]}), or the dtype: {got.dtype}')
+  return f'all 256 uint8 levels normalised on {jax.default_backend()} to the host\'s bits'
+
+
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__,
                                    formatter_class=argparse.RawTextHelpFormatter)
@@ -205,10 +220,12 @@ def main() -> None:
   for name in ('log', 'row', 'column'):
     command.add_argument(name)
   commands.add_parser('environment')
+  commands.add_parser('normalize_bits')
   args = vars(parser.parse_args())
   function = {'jpegs': write_jpegs, 'digits': write_digits, 'metric': final_metric,
               'same_params': same_params, 'predictions': predictions, 'train_rate': train_rate,
-              'table_value': table_value, 'environment': environment}[args.pop('command')]
+              'table_value': table_value, 'environment': environment,
+              'normalize_bits': normalize_bits}[args.pop('command')]
   try:
     print(function(**args))
   except CheckFailed as e:

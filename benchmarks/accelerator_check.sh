@@ -8,6 +8,7 @@
 # device run names .whl in its carry) go into /tmp/site, unless the packages import already.
 # Then each step runs, timed, and its status is recorded; a failed step does not stop the others:
 #   env             the device, the driver and the packages' versions
+#   normalize       uint8 batches normalised on the device: every level to the host's bits
 #   demo            configs/demo.py through `python3 -m vit_jax.main`: its final eval top-1
 #   resume          a shortened demo killed (SIGKILL) after its first checkpoint and resumed by the
 #                   same command: its final parameters bit-identical to an uninterrupted run's
@@ -16,9 +17,15 @@
 #   finetune        configs/demo_finetune.py from the demo's workdir
 #   input_pipeline  benchmarks/input_pipeline.py on generated 500x375 JPEGs at 224 px, batch 256,
 #                   inception crop + flip, on all host cores
+#   jpegs           a folder of 2048 such JPEGs, for b16_folder
 #   b16_synthetic   benchmarks/train_step.py: ViT-B/16 bf16 batch 256 on synthetic batches
-#   b16_folder      the same model and batch trained through the CLI from a folder of such JPEGs:
-#                   its images/s beside the synthetic batches'
+#   b16_folder      the same model and batch trained through the CLI from the JPEG folder: its
+#                   images/s beside the synthetic batches'
+#   l16_synthetic   benchmarks/train_step.py: ViT-L/16 bf16 batch 128 on synthetic batches
+# ATTENTIONS (default 'xla') lists the model.attention values b16_synthetic and b16_folder measure,
+# each a step of its own, named after it (e.g. ATTENTIONS='xla dot_product_attention': cuDNN's
+# fused attention on a GPU, steps b16_synthetic_dot_product_attention...); l16_synthetic takes the
+# first.
 # The summary table is printed and written to $OUT/summary.md (else to a temporary folder, named at
 # the end), with every step's log in logs/ beside it. Exit status: 0 if every step passed.
 # PYTHON (default python3) is the interpreter; WORK (default: a temporary folder, removed at the
@@ -38,6 +45,7 @@ if [[ -z ${WORK:-} ]]; then
   trap 'rm -rf "$WORK"' EXIT
 fi
 CORES=$(nproc)
+ATTENTIONS=(${ATTENTIONS:-xla})
 
 if ((SMALL)); then  # Minutes on a 2-core CPU: tiny step counts, ViT-Ti, small images, few JPEGs.
   DEMO=(--config.total_steps=60 --config.log_every_steps=20 --config.eval_every_steps=60
@@ -52,6 +60,7 @@ if ((SMALL)); then  # Minutes on a 2-core CPU: tiny step counts, ViT-Ti, small i
   INPUT=(--image_size=64 --batch=32 --num_images=64 --warmup=1 --batches=4)
   JPEGS=64
   MODEL=(--variant=ViT-Ti_16 --image_size=32 --batch=16)
+  LARGE=(--variant=ViT-Ti_16 --image_size=32 --batch=8)
   SYNTHETIC=(--warmup=1 --steps=1 --rounds=2)
   B16=(--config.variant=ViT-Ti_16 --config.image_size=32 --config.batch_size=16
        --config.num_epochs=2 --config.log_every_steps=2 --config.lr.warmup_steps=2)  # 8 steps
@@ -66,9 +75,10 @@ else
   INPUT=(--image_size=224 --batch=256 --num_images=2048)
   JPEGS=2048
   MODEL=(--variant=ViT-B_16 --image_size=224 --batch=256)
+  LARGE=(--variant=ViT-L_16 --image_size=224 --batch=128)
   SYNTHETIC=()
-  # The recipe counts epochs (total_steps cannot be set beside it): 300 steps of 256 JPEGs.
-  B16=(--config.batch_size=256 --config.num_epochs=37.5 --config.log_every_steps=50
+  # The recipe counts epochs (total_steps cannot be set beside it): 200 steps of 256 JPEGs.
+  B16=(--config.batch_size=256 --config.num_epochs=25 --config.log_every_steps=50
        --config.lr.warmup_steps=30)
 fi
 # The input pipeline's worker processes, where it has them (the TensorFlow-free pipeline).
@@ -117,6 +127,8 @@ install_wheels() {  # In this shell (not a subshell): PYTHONPATH is for every la
 }
 
 check_env() ( set -eo pipefail; helper environment; )
+
+check_normalize() ( set -eo pipefail; helper normalize_bits; )
 
 check_demo() (
   set -eo pipefail
@@ -185,40 +197,52 @@ check_input_pipeline() (
   note "images/s on $CORES cores${WORKERS[*]:+ (${WORKERS[*]})}"
 )
 
-check_b16_synthetic() (
-  set -eo pipefail
-  py benchmarks/accelerator_check.py jpegs "$WORK/jpegs" --num_images="$JPEGS"  # b16_folder's
-  py benchmarks/train_step.py "${MODEL[@]}" --dtype=bfloat16 "${SYNTHETIC[@]}" --header \
-    | tee "$WORK/synthetic.md"
+check_jpegs() ( set -eo pipefail; helper jpegs "$WORK/jpegs" --num_images="$JPEGS"; )
+
+# synthetic NAME MODEL_FLAGS...: train_step.py's ViT on synthetic batches, with $ATTENTION.
+synthetic() {
+  py benchmarks/train_step.py "${@:2}" --dtype=bfloat16 --attention="$ATTENTION" "${SYNTHETIC[@]}" \
+    --header | tee "$WORK/$1.md"
   note "images/s:"
-  helper table_value "$WORK/synthetic.md" vit_jax 'img/s (median)'
+  helper table_value "$WORK/$1.md" vit_jax 'img/s (median)'
   note "MFU:"
-  helper table_value "$WORK/synthetic.md" vit_jax MFU
-)
+  helper table_value "$WORK/$1.md" vit_jax MFU
+}
+
+check_b16_synthetic() ( set -eo pipefail; synthetic "synthetic_$ATTENTION" "${MODEL[@]}"; )
+
+check_l16_synthetic() ( set -eo pipefail; synthetic l16_synthetic "${LARGE[@]}"; )
 
 check_b16_folder() (
   set -eo pipefail
-  main configs/vit_b16_i1k.py "$WORK/b16" --config.dataset=folder \
+  main configs/vit_b16_i1k.py "$WORK/b16_$ATTENTION" --config.dataset=folder \
     --config.data_dir="$WORK/jpegs" --config.train_split=train --config.eval_split=test \
     --config.dtype=bfloat16 --config.eval_batch_size=32 --config.eval_every_steps=100000 \
-    --config.checkpoint_every_steps=100000 "${B16[@]}"
+    --config.checkpoint_every_steps=100000 --config.model.attention="$ATTENTION" "${B16[@]}"
   local synthetic
-  synthetic=$(py benchmarks/accelerator_check.py table_value "$WORK/synthetic.md" vit_jax \
-    'img/s (median)')
-  helper train_rate "$WORK/b16" --synthetic="$synthetic"
+  synthetic=$(py benchmarks/accelerator_check.py table_value "$WORK/synthetic_$ATTENTION.md" \
+    vit_jax 'img/s (median)')
+  helper train_rate "$WORK/b16_$ATTENTION" --synthetic="$synthetic"
 )
 
 step wheels 120 install_wheels
 step env 60 check_env
+step normalize 60 check_normalize
 step demo 180 check_demo
 step resume 150 check_resume
 step export_predict 90 check_export_predict
 step finetune 120 check_finetune
 step input_pipeline 120 check_input_pipeline
-step b16_synthetic 180 check_b16_synthetic
-step b16_folder 240 check_b16_folder
+step jpegs 60 check_jpegs
+for ATTENTION in "${ATTENTIONS[@]}"; do
+  suffix=${ATTENTION/#xla/}
+  step "b16_synthetic${suffix:+_$suffix}" 150 check_b16_synthetic
+  step "b16_folder${suffix:+_$suffix}" 240 check_b16_folder
+done
+ATTENTION=${ATTENTIONS[0]}
+step l16_synthetic 150 check_l16_synthetic
 
-for run in demo demo_finetune b16; do  # The runs' curves come back with the summary (a few KB).
+for run in demo demo_finetune "${ATTENTIONS[@]/#/b16_}"; do  # The runs' curves (a few KB each).
   mkdir -p "$RESULTS/events/$run"
   cp "$WORK/$run"/{events.out.tfevents.*,config.json} "$RESULTS/events/$run/" 2> /dev/null
 done

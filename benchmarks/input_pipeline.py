@@ -6,7 +6,7 @@
   python benchmarks/input_pipeline.py --source=folder --image_size=224 --batch=32 --randaug=2,10
 
 Runs `vit_jax.data.train_iterator` exactly as training does (seeded permutation, inception crop, flip,
-[-1, 1] floats) and prints a markdown table row per worker count (`config.data_workers`; default: the
+uint8 batches) and prints a markdown table row per worker count (`config.data_workers`; default: the
 pipeline's own choice). The digits are served from memory. `--source=folder` first writes
 `--num_images` random JPEGs of about ImageNet's size (500x375) into a temporary `train/<class>/` tree,
 so reading and decoding are measured too. "resumed first batch s" is the time to the first batch of a run resumed at `--resume_step`: it
@@ -48,7 +48,8 @@ def write_jpegs(root: str, num_images: int, num_classes: int = 10, size: tuple[i
 
 
 def first_batch(config, batch: int, start_step: int = 0):
-  """(the iterator, seconds to its first batch)."""
+  """(the iterator, seconds to its first batch). The caller closes the iterator: its threads and
+  workers read ahead until then."""
   start = time.perf_counter()
   iterator = data.train_iterator(config, local_batch_size=batch, start_step=start_step)
   next(iterator)
@@ -58,12 +59,15 @@ def first_batch(config, batch: int, start_step: int = 0):
 def images_per_second(config, batch: int, warmup: int, batches: int) -> tuple[float, float]:
   """(images/s after warm-up, seconds to the first batch)."""
   iterator, first = first_batch(config, batch)
-  for _ in range(warmup):
-    next(iterator)
-  start = time.perf_counter()
-  for _ in range(batches):
-    next(iterator)
-  return batch * batches / (time.perf_counter() - start), first
+  try:
+    for _ in range(warmup):
+      next(iterator)
+    start = time.perf_counter()
+    for _ in range(batches):
+      next(iterator)
+    return batch * batches / (time.perf_counter() - start), first
+  finally:
+    iterator.close()
 
 
 def main() -> None:
@@ -107,7 +111,8 @@ def main() -> None:
     for count in workers:
       config.data_workers = count
       rate, first = images_per_second(config, args.batch, args.warmup, args.batches)
-      _, resumed = first_batch(config, args.batch, args.resume_step)
+      resumed_iterator, resumed = first_batch(config, args.batch, args.resume_step)
+      resumed_iterator.close()
       print(f'| {source} | {args.image_size} | {args.batch} | {ops} | '
             f'{"auto" if count is None else count} | {rate:.0f} | {first:.1f} | '
             f'{resumed:.1f} (step {args.resume_step}) | {len(os.sched_getaffinity(0))} |', flush=True)

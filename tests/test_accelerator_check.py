@@ -12,8 +12,8 @@ import helpers
 sys.path.insert(0, f'{helpers.REPO}/benchmarks')
 import accelerator_check  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-STEPS = ('wheels', 'env', 'demo', 'resume', 'export_predict', 'finetune', 'input_pipeline',
-         'b16_synthetic', 'b16_folder')
+STEPS = ('wheels', 'env', 'normalize', 'demo', 'resume', 'export_predict', 'finetune',
+         'input_pipeline', 'jpegs', 'b16_synthetic', 'b16_folder', 'l16_synthetic')
 
 
 @pytest.mark.slow  # A dozen commands, each its own process: a few minutes on 2 cores.

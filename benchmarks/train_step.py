@@ -66,7 +66,7 @@ from vit_jax.train import state as train_state, step as train_step  # pylint: di
 from vit_jax.models import attention, variants  # pylint: disable=wrong-import-position
 
 # Dense bfloat16 peak TFLOP/s by a substring of `device.device_kind`; CPUs need --peak-tflops.
-PEAK_TFLOPS = {'H100': 989.0, 'A100': 312.0, 'TPU v4': 275.0, 'TPU v5 lite': 197.0, 'TPU v5e': 197.0}
+PEAK_TFLOPS = {'H100': 989.0, 'H200': 989.0, 'A100': 312.0, 'TPU v4': 275.0, 'TPU v5 lite': 197.0, 'TPU v5e': 197.0}
 NUM_CLASSES = 1000
 
 

@@ -96,3 +96,24 @@ def test_export_over_an_earlier_export_is_refused_unless_overwrite(trained_tiny_
   assert replaced.returncode == 0, replaced.stderr[-2000:]
   assert f'exported step 8 (raw parameters) of {trained_tiny_run} to {out}' in replaced.stdout
   assert os.path.getsize(out / 'model.npz') > 0
+
+
+def test_a_run_starts_with_one_header_line_and_the_full_config_at_verbosity_1(tmp_path, data_dir):
+  overrides = {**helpers.TINY, 'data_dir': data_dir, 'total_steps': 1, 'eval_every_steps': 1}
+  quiet = helpers.run_main('configs/demo.py', str(tmp_path / 'quiet'), overrides, timeout=300)
+  assert quiet.returncode == 0, quiet.stderr[-3000:]
+  before_training = quiet.stderr.split('Training 1 steps from step 0:')[0].splitlines()
+  assert len(before_training) <= 1, before_training  # Only the header line's own prefix.
+  header = next(line for line in quiet.stderr.splitlines() if 'Training 1 steps' in line)
+  for part in ('ViT-testing_4, 0.0M parameters, float32, 8 px; digits: 1437 train / 360 eval',
+               'batch 16 on 8 devices (mesh data=8)', f'workdir {tmp_path}/quiet'):
+    assert part in header, header
+  assert len(quiet.stderr.splitlines()) < 20, quiet.stderr
+  for noise in ('Config:', '[Hyperparameters]', 'Total: ', 'malloc:'):
+    assert noise not in quiet.stderr
+  verbose = subprocess.run(helpers.main_args('configs/demo.py', str(tmp_path / 'verbose'), overrides)
+                           + ['--verbosity=1'], cwd=helpers.REPO, capture_output=True, text=True,
+                           timeout=300)
+  assert verbose.returncode == 0, verbose.stderr[-3000:]
+  for detail in ('Config:', '[Hyperparameters]', 'Total: ', 'malloc:', 'variant: ViT-testing_4'):
+    assert detail in verbose.stderr

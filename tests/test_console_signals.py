@@ -116,6 +116,7 @@ def test_sigterm_to_the_launcher_alone_stops_its_processes_and_exits_with_their_
 def test_ctrl_c_before_the_first_step_is_one_line_and_status_130(tmp_path, data_dir):
   workdir = str(tmp_path / 'run')
   args = helpers.main_args('configs/demo.py', workdir, {**helpers.LONG, 'data_dir': data_dir})
+  args.append('--verbosity=1')  # Its first line, the malloc's, is the mark of start-up.
   # As a terminal starts it: SIGINT at its default. A process inherits an ignored SIGINT (as
   # pytest-xdist's workers have it), and Python then leaves it ignored until the run's own handler.
   proc = subprocess.Popen(args, cwd=helpers.REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

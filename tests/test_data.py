@@ -173,6 +173,29 @@ def test_batches_do_not_depend_on_the_number_of_worker_processes(data_dir, image
     assert_same_batches(uninterrupted[2:], in_process[:1])
 
 
+_CLOSED_WITH_WORKERS_IN_FLIGHT = """
+import sys
+sys.path.insert(0, 'tests')
+import helpers
+from vit_jax import data
+config = helpers.data_config(sys.argv[1], dataset='folder', data_workers=2)
+batches = data.train_iterator(config, local_batch_size=4)
+next(batches)
+for _ in data.eval_iterator(config, 'test', local_batch_size=2):  # A whole evaluation.
+  pass
+batches.close()
+"""
+
+
+def test_a_run_with_worker_processes_ends_without_a_shared_memory_warning(image_folder):
+  """Batches still in the workers' shared memory when the run ends are unlinked by multiprocessing's
+  resource tracker, which says so in a UserWarning ("leaked shared_memory objects") on the console."""
+  run = subprocess.run([sys.executable, '-c', _CLOSED_WITH_WORKERS_IN_FLIGHT, image_folder[0]],
+                       cwd=helpers.REPO, capture_output=True, text=True, timeout=300)
+  assert run.returncode == 0, run.stderr[-3000:]
+  assert 'resource_tracker' not in run.stderr and 'leaked' not in run.stderr, run.stderr[-3000:]
+
+
 _KILLED_WITH_WORKERS = """
 import multiprocessing, os, signal, sys
 sys.path.insert(0, 'tests')

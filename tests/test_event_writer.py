@@ -74,7 +74,7 @@ def test_only_the_first_process_writes_event_files(tmp_path):
 
 
 def test_the_log_writer_prints_one_line_per_write(caplog):
-  caplog.set_level(logging.INFO)
+  caplog.set_level(logging.DEBUG)  # The hyperparameters at --verbosity=1 only.
   writer = event_writer.LogWriter()
   writer.write_scalars(8, {'train_loss': 0.123456789, 'skipped_steps': 2})
   writer.write_hparams({'variant': 'ViT-B_16'})

@@ -105,7 +105,7 @@ def _train() -> None:
   import jax  # pylint: disable=g-import-not-at-top
   if jax.process_index() > 0:  # Process 0 speaks for the run.
     logging.set_verbosity(logging.WARNING)
-  logging.info('malloc: %s (see vit_jax/allocator.py); XLA:CPU ops on YNNPACK: %s (see '
+  logging.debug('malloc: %s (see vit_jax/allocator.py); XLA:CPU ops on YNNPACK: %s (see '
                'vit_jax/cpu_kernels.py); compilation cache: %s (see vit_jax/compile_cache.py)',
                allocator.in_effect(), cpu_kernels.in_effect(),
                jax.config.jax_compilation_cache_dir or 'off')
@@ -116,7 +116,7 @@ def _train() -> None:
     run = setup.prepare(_CONFIG.value, _WORKDIR.value)
   except ValueError as e:
     cli.fail(str(e))
-  logging.info('Config:\n%s', run.config)
+  logging.debug('Config:\n%s', run.config)
   try:
     metrics = loop.train_and_evaluate(run)
   except state.ResumeError as e:

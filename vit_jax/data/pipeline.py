@@ -12,6 +12,7 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import signal
+import sys
 import threading
 from typing import Any, Callable, Iterator, Protocol
 
@@ -224,6 +225,18 @@ def _worker_init(worker_index: int, worker_count: int) -> None:
   threading.Thread(target=exit_when_parent_ends, name='exit-with-parent', daemon=True).start()
 
 
+# multiprocessing's resource tracker, at the end of a run with worker processes, warns of each
+# worker's batches still in shared memory ("There appear to be 3 leaked shared_memory objects"), and
+# then unlinks them: that is the clean-up, not a leak. It runs in a process of its own, which takes
+# its warning filters from this process's -W options when it starts (with the first workers).
+_TRACKER_WARNING = 'ignore:resource_tracker:UserWarning'
+
+
+def _quiet_resource_tracker() -> None:
+  if _TRACKER_WARNING not in sys.warnoptions:
+    sys.warnoptions.append(_TRACKER_WARNING)
+
+
 def _iterate(ds: grain.MapDataset, workers: int) -> grain.DatasetIterator:
   """The batches of `ds` in order: built by `workers` processes (0: threads of this one), a few
   ahead of the consumer. grain hands batch i to worker i % workers and reads them back in order, so
@@ -233,6 +246,7 @@ def _iterate(ds: grain.MapDataset, workers: int) -> grain.DatasetIterator:
       # grain reads its absl flags when it starts workers: a caller that parsed none (a notebook, a
       # test; commands parse theirs) would get UnparsedFlagAccessError. Their defaults it is.
       flags.FLAGS.mark_as_parsed()
+    _quiet_resource_tracker()
     # Each worker builds whole batches in its own thread; two batches ahead each.
     it = ds.to_iter_dataset(grain.ReadOptions(num_threads=1, prefetch_buffer_size=2))
     it = it.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers, per_worker_buffer_size=2),

@@ -96,7 +96,7 @@ class LogWriter:
         f'{k}={v:.6g}' if isinstance(v, float) else f'{k}={v}' for k, v in sorted(scalars.items())))
 
   def write_hparams(self, hparams: Mapping[str, Any]) -> None:
-    logging.info('[Hyperparameters] %s', dict(hparams))
+    logging.debug('[Hyperparameters] %s', dict(hparams))  # config.json holds them too.
 
   def flush(self) -> None:
     pass

@@ -68,6 +68,20 @@ def _mean_metrics(history: list[dict[str, float]]) -> dict[str, float]:
   return means
 
 
+def run_header(setup: Setup, num_params: int) -> str:
+  """The run in one line: model, data, batch and mesh, workdir. The config's every field is in the
+  workdir's config.json (and at --verbosity=1 in the log)."""
+  config, info = setup.config, setup.info
+  mesh = ' x '.join(f'{name}={size}' for name, size in setup.mesh.shape.items())
+  data_dir = f' {config.data_dir}' if config.data_dir and config.dataset == 'folder' else ''
+  devices = jax.device_count()
+  return (f'{config.variant}, {num_params / 1e6:.1f}M parameters, {config.dtype}, '
+          f'{config.image_size} px; {config.dataset}{data_dir}: {info.num_train} train / '
+          f'{info.num_eval} eval examples, {info.num_classes} classes; batch {config.batch_size} on '
+          f'{devices} device{"s" * (devices > 1)} (mesh {mesh}); workdir {setup.workdir} (every '
+          'field in its config.json; --verbosity=1 logs them)')
+
+
 def train_and_evaluate(setup: Setup) -> dict[str, float]:
   """Runs (or resumes) training to `setup.total_steps`; returns the last metrics of every evaluator."""
   with Watchdog(setup.config.hang_timeout_s, jax.process_index(), jax.process_count()) as watchdog:
@@ -84,20 +98,18 @@ def _train(setup: Setup, watchdog: Watchdog) -> dict[str, float]:
   manager = checkpoint.make_manager(setup.workdir, config.keep_checkpoints)
   state, state_shardings, to_checkpoint = create_state(setup, tx, manager)
   start_step = int(state.step)
-  if start_step == 0:
-    parameter_overview.log_parameter_overview(state.params)
+  if start_step == 0 and logging.level_debug():  # Its statistics read every parameter.
+    logging.debug('%s', parameter_overview.get_parameter_overview(state.params))
   step_fn = jit_train_step(setup, tx, schedule, state_shardings)
 
   train_iter = data.train_iterator(
       config, local_batch_size=config.batch_size // jax.process_count(), start_step=start_step,
       process_index=jax.process_index(), process_count=jax.process_count())
   run_pace = pace.Pace(setup.total_steps, config.log_every_steps, writer)
-  logging.info('%s %d train / %d eval examples, %d classes, %d devices',
-               (f'Run already at step {start_step} of {setup.total_steps}: evaluating only;'
-                if start_step >= setup.total_steps else  # A finished run started again.
-                f'Training {setup.total_steps} steps from step {start_step}:'),
-               setup.info.num_train, setup.info.num_eval, setup.info.num_classes,
-               jax.device_count())
+  logging.info('%s %s', (f'Run already at step {start_step} of {setup.total_steps}: evaluating only;'
+                          if start_step >= setup.total_steps else  # A finished run started again.
+                          f'Training {setup.total_steps} steps from step {start_step}:'),
+               run_header(setup, sum(x.size for x in jax.tree.leaves(state.params))))
 
   notice = preemption.PreemptionNotice(manager)
   saver = checkpoint.Saver(manager)

@@ -6,6 +6,8 @@ import shutil
 import subprocess
 import sys
 
+import numpy as np
+from PIL import Image
 import pytest
 
 import helpers
@@ -99,7 +101,8 @@ def test_export_over_an_earlier_export_is_refused_unless_overwrite(trained_tiny_
 
 
 def test_a_run_starts_with_one_header_line_and_the_full_config_at_verbosity_1(tmp_path, data_dir):
-  overrides = {**helpers.TINY, 'data_dir': data_dir, 'total_steps': 1, 'eval_every_steps': 1}
+  overrides = {**helpers.TINY, 'data_dir': data_dir, 'total_steps': 1, 'eval_every_steps': 1,
+               'lr.warmup_steps': 0}
   quiet = helpers.run_main('configs/demo.py', str(tmp_path / 'quiet'), overrides, timeout=300)
   assert quiet.returncode == 0, quiet.stderr[-3000:]
   before_training = quiet.stderr.split('Training 1 steps from step 0:')[0].splitlines()
@@ -117,3 +120,35 @@ def test_a_run_starts_with_one_header_line_and_the_full_config_at_verbosity_1(tm
   assert verbose.returncode == 0, verbose.stderr[-3000:]
   for detail in ('Config:', '[Hyperparameters]', 'Total: ', 'malloc:', 'variant: ViT-testing_4'):
     assert detail in verbose.stderr
+
+
+def _one_class_folder(root) -> str:
+  rng = np.random.default_rng(0)
+  for split in ('train', 'test'):
+    (root / split / 'cat').mkdir(parents=True)
+    for i in range(4):
+      Image.fromarray(rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)).save(
+          root / split / 'cat' / f'{i}.png')
+  return str(root)
+
+
+def test_a_folder_of_one_class_is_refused_for_classification_and_kept_for_mpp(tmp_path):
+  data_dir = _one_class_folder(tmp_path / 'data')
+  overrides = {**helpers.TINY, 'dataset': 'folder', 'data_dir': data_dir, 'batch_size': 8,
+               'eval_batch_size': 8}
+  run = helpers.run_main('configs/demo.py', str(tmp_path / 'run'), overrides, timeout=300)
+  assert run.returncode == 2 and _error_lines(run.stderr) == [
+      f"error: {data_dir}/train/ has one class folder, 'cat': config.task='classification' needs 2 "
+      'or more classes; add a folder of images for each class beside it'], run.stderr[-3000:]
+  assert not (tmp_path / 'run').exists()
+  config = helpers.load_config('mpp_demo', overrides)
+  assert train_setup.prepare(config, str(tmp_path / 'mpp')).info.num_classes == 1
+
+
+def test_warmup_past_the_end_of_the_run_is_a_warning(tmp_path, data_dir, caplog):
+  config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': data_dir, 'total_steps': 12,
+                                        'lr.warmup_steps': 20})
+  train_setup.prepare(config, str(tmp_path / 'run'))
+  assert [r.getMessage() for r in caplog.records if r.levelname == 'WARNING'] == [
+      "config.lr.warmup_steps=20 is not below the run's 12 steps: the learning rate never reaches "
+      'config.lr.base=0.001; use fewer warmup steps (e.g. --config.lr.warmup_steps=1) or more steps']

@@ -7,7 +7,8 @@
   mix(config, num_classes)           None, or (images, labels, key, step) -> (images, labels): the
                                      train step's transform of the global batch (Mixup, CutMix);
   make_eval_step(config, model)      eval_step(params, batch) -> sums of correct, correct_top5,
-                                     loss_sum and count over a batch.
+                                     loss_sum and count over a batch;
+  MIN_CLASSES                        the fewest classes of config.label_feature it trains on.
 
 Adding a task is one module and one entry in TASKS.
 """

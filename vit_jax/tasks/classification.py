@@ -13,6 +13,9 @@ from vit_jax.data import on_device
 from vit_jax.models import variants
 from vit_jax.tasks import mixing
 
+# One class would train to a loss of 0 and a top-1 of 100% and learn nothing.
+MIN_CLASSES = 2
+
 
 def _sigmoid_xent(logits: jax.Array, targets: jax.Array) -> jax.Array:
   return optax.sigmoid_binary_cross_entropy(logits, targets).sum(-1)

@@ -13,6 +13,9 @@ from vit_jax.models import variants
 from vit_jax.models.mpp import MaskedPatchPredictor, backbone_fields, colour_targets
 from vit_jax.tasks import classification, mixing
 
+# Its targets are the patches' colours, not the labels: an unlabelled folder (one class) will do.
+MIN_CLASSES = 1
+
 
 # The loss of the colour classes: the only config.loss this task takes.
 LOSS = 'softmax_xent'

@@ -7,6 +7,7 @@ import threading
 from types import ModuleType
 from typing import Any
 
+from absl import logging
 import flax.linen as nn
 import jax
 import ml_collections
@@ -143,6 +144,16 @@ def absolute_data_dir(config: ml_collections.ConfigDict) -> None:
     config.data_dir = paths.absolute(config.data_dir)
 
 
+def _too_few_classes(config: ml_collections.ConfigDict, info: data.DatasetInfo, needed: int) -> str:
+  where = (f'{config.data_dir}/{config.train_split}/ has one class folder, {info.class_names[0]!r}'
+           if config.dataset == 'folder' else
+           f'config.label_feature={config.label_feature!r} of {config.dataset!r} has '
+           f'{info.num_classes} class')
+  fix = ('add a folder of images for each class beside it' if config.dataset == 'folder' else
+         'train on a label feature with more classes')
+  return f'{where}: config.task={config.task!r} needs {needed} or more classes; {fix}'
+
+
 def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
   """Checks the config, data and workdir; raises ValueError with a one-line fix on bad input."""
   check_field_names(config)  # First: the other checks read the fields.
@@ -172,8 +183,15 @@ def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
     raise ValueError(f'config.train_split={config.train_split!r} has {info.num_train} examples, fewer '
                      f'than the {shards} data shards (config.data_shards, else one a process): use a '
                      'larger --config.train_split or fewer data shards')
+  if info.num_classes < task.MIN_CLASSES:
+    raise ValueError(_too_few_classes(config, info, task.MIN_CLASSES))
   steps = total_steps(config, info)
   optim.make_optimizer(config, steps)  # Validates the optimizer and its schedule.
+  if config.lr.warmup_steps >= steps:
+    logging.warning('config.lr.warmup_steps=%d is not below the run\'s %d steps: the learning rate '
+                    'never reaches config.lr.base=%g; use fewer warmup steps (e.g. '
+                    '--config.lr.warmup_steps=%d) or more steps', config.lr.warmup_steps, steps,
+                    config.lr.base, steps // 10)
   model = task.make_model(config, info.num_classes)
   if param_groups.names_parameters(config.optim):  # Tracing the model's init costs start-up time.
     param_groups.check_param_groups(config, loading.param_shapes(model, config.image_size))

@@ -11,7 +11,8 @@ a list of dicts of config overrides. In each dict, a value that is a list is swe
 the product of its lists. The list of dicts is concatenated. The key 'config' is the config file of
 those runs instead of CONFIG (and may be swept too: one task a config argument, e.g. vtab_lr.py).
 Each run gets its own workdir, named after its overrides, under --workdir. Arguments after `--` go to
-every run (e.g. `-- --config.seed=1`).
+every run (e.g. `-- --config.seed=1`); one that sets a field the sweep file sets (or --config, or
+--workdir) is an error: it would make the runs of that field the same, in folders named apart.
 """
 import argparse
 import importlib.util
@@ -55,10 +56,37 @@ def config_file(config: str, sweep_file: str) -> str:
   return os.path.join(directory, path) + colon + arg
 
 
+class SweepError(ValueError):
+  """A sweep that cannot run as asked; the message is one line naming the fix."""
+
+
+def _field_of(arg: str) -> str | None:
+  """The config field an argument of vit_jax.main sets ('config' for the file, 'workdir'), or None."""
+  match = re.fullmatch(r'--(config(?:\.[\w.]+)?|workdir)(=.*)?', arg)
+  return match and match.group(1).removeprefix('config.')
+
+
+def check_extra_args(runs: list[dict[str, Any]], extra_args: list[str]) -> None:
+  """Raises SweepError where an argument for every run sets what the sweep sets: a field (or a field
+  inside it, or one it is inside), the config file, or the workdir (each run has its own)."""
+  set_by_sweep = {key for overrides in runs for key in overrides} | {'workdir'}
+  for arg in extra_args:
+    field = _field_of(arg)
+    clash = field and next((key for key in sorted(set_by_sweep) if key == field
+                            or key.startswith(f'{field}.') or field.startswith(f'{key}.')), None)
+    if clash:
+      values = sorted({str(overrides[clash]) for overrides in runs if clash in overrides})
+      raise SweepError(f'{arg} (after --) sets {clash!r}, which the sweep file sets '
+                       f'({", ".join(values) or "each run its own"}): the runs would differ only in '
+                       f'their folder names; change {clash!r} in the sweep file, or leave the flag out')
+
+
 def commands(sweep_file: str, workdir: str, extra_args: list[str]) -> list[list[str]]:
+  """Each run's vit_jax.main command; raises SweepError for an argument that clashes with the sweep."""
   spec = importlib.util.spec_from_file_location('sweep', sweep_file)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
+  check_extra_args(expand(module.get_sweep()), extra_args)
   return [[sys.executable, '-m', 'vit_jax.main',
            f'--config={config_file(overrides.get("config") or module.CONFIG, sweep_file)}',
            f'--workdir={workdir.rstrip("/")}/{run_name(overrides)}',
@@ -88,7 +116,11 @@ def main() -> None:
   parser.add_argument('extra', nargs=argparse.REMAINDER, help='After --: arguments for every run.')
   args = parser.parse_args()
   extra = args.extra[1:] if args.extra[:1] == ['--'] else args.extra
-  runs = commands(args.sweep, args.workdir, extra)
+  try:
+    runs = commands(args.sweep, args.workdir, extra)
+  except SweepError as e:
+    print(f'error: {e}', file=sys.stderr)
+    sys.exit(2)
   if args.slurm is not None:
     sbatch = slurm_array(runs, args.workdir, args.slurm)
     print(shlex.join(sbatch), flush=True)

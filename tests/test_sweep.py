@@ -2,6 +2,8 @@
 import subprocess
 import sys
 
+import pytest
+
 import helpers
 from vit_jax import run_dir
 import sweep
@@ -57,3 +59,22 @@ def test_slurm_mode_writes_the_runs_file_that_the_array_job_reads(tmp_path):
   assert parsed == ['--config=configs/demo.py', f'--workdir={tmp_path}/lr.base=0.001,total_steps=1000',
                     '--config.lr.base=0.001', '--config.total_steps=1000', '--config.seed=1',
                     '--config.model.hidden_size=64']
+
+
+def test_an_argument_for_every_run_that_sets_a_swept_field_is_one_line_and_runs_nothing(tmp_path):
+  run = subprocess.run([sys.executable, 'launch/sweep.py', '--sweep=configs/sweeps/demo_lr_steps.py',
+                        f'--workdir={tmp_path}', '--', '--config.seed=1', '--config.total_steps=20'],
+                       cwd=helpers.REPO, capture_output=True, text=True, timeout=120)
+  assert run.returncode == 2 and run.stdout == '' and run.stderr == (
+      "error: --config.total_steps=20 (after --) sets 'total_steps', which the sweep file sets (1000, "
+      '2000): the runs would differ only in their folder names; change \'total_steps\' in the sweep '
+      'file, or leave the flag out\n')
+  assert not list(tmp_path.iterdir())
+
+
+def test_the_fields_an_argument_for_every_run_may_not_set():
+  runs = sweep.expand([{'lr.base': [0.1, 0.2], 'config': 'configs/demo.py'}])
+  for arg in ('--config.lr.base=1', '--config.lr={}', '--config=configs/x.py', '--workdir=/w'):
+    with pytest.raises(sweep.SweepError, match='which the sweep file sets'):
+      sweep.check_extra_args(runs, [arg])
+  sweep.check_extra_args(runs, ['--config.lr.warmup_steps=5', '--config.seed=1', '--verbosity=1'])

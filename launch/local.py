@@ -4,7 +4,8 @@
       --config=configs/demo.py --workdir=workdirs/demo_2x4
 
 Each process gets `devices_per_process` fake CPU devices and joins the run through jax.distributed on
-localhost; process 0 prints, the others log warnings only. If any process fails, the rest are stopped.
+localhost; process 0 prints, the others log warnings only, and a message process 0 printed too is
+shown once (launch/console.py). If any process fails, the rest are stopped.
 Ctrl-C or SIGTERM to the launcher stops the run as a preemption does: every process saves the same
 step and the launcher exits with their status 75 (REQUEUE_STATUS); the same command resumes there.
 """
@@ -15,6 +16,8 @@ import socket
 import subprocess
 import sys
 import time
+
+import console as console_lib
 
 
 # A process that stopped to be preempted (vit_jax.train.preemption.REQUEUE_STATUS) is not a failure:
@@ -30,7 +33,8 @@ def free_port() -> int:
 
 def launch(main_args: list[str], *, num_processes: int, devices_per_process: int,
            module: str = 'vit_jax.main', port: int | None = None, timeout: float | None = None) -> int:
-  """Starts the processes, waits for all of them, and returns the first non-zero exit code (or 0).
+  """Starts the processes, waits for all of them, and returns the first exit code that is neither 0
+  nor REQUEUE_STATUS, else REQUEUE_STATUS if any process stopped to be requeued, else 0.
 
   SIGINT and SIGTERM to the launcher reach the processes as SIGTERM, the preemption signal their
   coordination service acts on. SIGTERM for Ctrl-C too: a terminal's Ctrl-C also reaches them (the
@@ -40,6 +44,7 @@ def launch(main_args: list[str], *, num_processes: int, devices_per_process: int
   env = dict(os.environ, JAX_PLATFORMS='cpu',
              XLA_FLAGS=f'--xla_force_host_platform_device_count={devices_per_process}')
   procs: list[subprocess.Popen] = []
+  console = console_lib.Console()
   signalled = False
 
   def forward(signum: int | None = None, frame=None) -> None:
@@ -53,9 +58,12 @@ def launch(main_args: list[str], *, num_processes: int, devices_per_process: int
   previous = {signum: signal.signal(signum, forward) for signum in (signal.SIGINT, signal.SIGTERM)}
   try:
     for i in range(num_processes):
+      stdout, stderr = console.streams(i)
       procs.append(subprocess.Popen(
           [sys.executable, '-m', module, *main_args, f'--coordinator_address={address}',
-           f'--num_processes={num_processes}', f'--process_id={i}'], env=env))
+           f'--num_processes={num_processes}', f'--process_id={i}'], env=env, stdout=stdout,
+          stderr=stderr))
+      console.started(i)
     if signalled:  # While they started: tell those started after the signal too.
       forward()
     deadline = None if timeout is None else time.time() + timeout
@@ -66,14 +74,19 @@ def launch(main_args: list[str], *, num_processes: int, devices_per_process: int
           if p.poll() is None:
             p.kill()
         break
+      console.flush()
       time.sleep(0.2)
   finally:
     for p in procs:
       p.wait()
+    console.close()
     for signum, handler in previous.items():
       signal.signal(signum, handler)
   codes = [p.returncode for p in procs]
-  return next((code for code in codes if code), 0)
+  # A failure (or a kill) over the others' requeue: a run whose processes did not all save is not
+  # one to requeue.
+  return next((code for code in codes if code not in (0, REQUEUE_STATUS)),
+              REQUEUE_STATUS if REQUEUE_STATUS in codes else 0)
 
 
 def main() -> None:

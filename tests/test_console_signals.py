@@ -139,3 +139,26 @@ def test_ctrl_c_before_the_first_step_is_one_line_and_status_130(tmp_path, data_
   assert 'Traceback' not in stderr and 'KeyboardInterrupt' not in stderr, stderr[-3000:]
   assert stderr.splitlines()[-1].startswith('error: interrupted'), stderr[-3000:]
   assert not checkpoint.saved_steps(workdir)
+
+
+# SIGINT to itself as soon as start-up is done, before the command's imports.
+_INTERRUPTED_WHILE_STARTING = """
+import os, signal, time
+from vit_jax import startup
+startup.prepare_process()
+os.kill(os.getpid(), signal.SIGINT)
+time.sleep(10)
+print('not interrupted')
+"""
+
+
+@pytest.mark.parametrize('inherited', [signal.SIG_DFL, signal.SIG_IGN])
+def test_ctrl_c_while_a_command_imports_is_one_line_unless_sigint_is_ignored(inherited):
+  run = subprocess.run([sys.executable, '-c', _INTERRUPTED_WHILE_STARTING], cwd=helpers.REPO,
+                       env=dict(os.environ, VIT_JAX_ALLOCATOR='system'), capture_output=True,
+                       text=True, timeout=60, preexec_fn=lambda: signal.signal(signal.SIGINT, inherited))
+  if inherited == signal.SIG_DFL:
+    assert (run.returncode, run.stdout) == (130, ''), run.stderr
+    assert run.stderr == 'error: interrupted while starting: nothing was done\n'
+  else:  # nohup's, a background job's: the command runs on.
+    assert (run.returncode, run.stdout, run.stderr) == (0, 'not interrupted\n', ''), run.stderr

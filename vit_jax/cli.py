@@ -2,6 +2,7 @@
 finished command ends its process without the interpreter's teardown (`run`)."""
 import atexit
 import os
+import signal
 import sys
 import threading
 import traceback
@@ -10,6 +11,7 @@ from typing import Any, Callable, NoReturn, Sequence
 from absl import app, flags
 
 from vit_jax import paths
+from vit_jax import startup
 
 
 def fail(message: str, status: int = 2) -> NoReturn:
@@ -71,6 +73,8 @@ def run(main: Callable[[list[str]], Any], flags_parser: Callable[[list[str]], li
   crash cannot hang the process at exit on a thread that waits for the failed run (on a pod, holding
   every host).
   """
+  if signal.getsignal(signal.SIGINT) is startup.stop_while_starting:
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # The command's to handle now.
   status = None
   try:
     app.run(main, flags_parser=flags_parser)

@@ -1,4 +1,8 @@
 """What every command does first, before it imports anything heavy (jax, TensorFlow)."""
+import os
+import signal
+import sys
+
 from vit_jax import allocator
 from vit_jax import compile_cache
 from vit_jax import cpu_kernels
@@ -13,3 +17,16 @@ def prepare_process() -> None:
   cpu_kernels.route_ops()
   compile_cache.use_persistent_cache()
   quiet.quiet_tensorflow()
+  # A Ctrl-C while the command imports its modules would print Python's traceback of the import.
+  # An ignored SIGINT (nohup, a job in the background) stays ignored. `cli.run` gives Ctrl-C back to
+  # the command.
+  if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+    signal.signal(signal.SIGINT, stop_while_starting)
+
+
+def stop_while_starting(signum: int, frame) -> None:
+  """SIGINT before the command has started: nothing is done yet, so one line and status 130."""
+  del signum, frame
+  sys.stderr.write('error: interrupted while starting: nothing was done\n')
+  sys.stderr.flush()
+  os._exit(130)  # pylint: disable=protected-access

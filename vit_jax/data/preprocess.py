@@ -11,9 +11,9 @@ Train preprocessing is the crop named by `config.pp.crop` (a key of `CROPS`), th
 keep that shape and the range: [0, 255] before the `normalize` entry of `AUGMENTS`, [-1, 1] (plus
 what they add) after it, where timm's random erasing works. Where every op that is on keeps 8-bit
 pixels and none after `normalize` is on, the images stop before it, uint8 (`train_dtype`), and the
-step normalises them on the device. Each augmentation is off unless its `pp` field is set, so an op is one function (and its
-check) and one entry. Op i draws from `np.random.default_rng([*seed, i])`: a prefix-stable sequence
-of streams, so op i's draws do not depend on the ops after it.
+step normalises them on the device. Each augmentation is off unless its `pp` field is set, so an op
+is one function (and its check) and one entry. Op i draws from `np.random.default_rng([*seed, i])`:
+a prefix-stable sequence of streams, so op i's draws do not depend on the ops after it.
 
 Eval preprocessing is the crop named by `config.pp_eval.crop` (a key of `EVAL_CROPS`): uint8 pixels
 with `pp_eval.antialias`, else `normalize`d (`eval_dtype`).

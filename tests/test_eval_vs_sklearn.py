@@ -14,7 +14,7 @@ from sklearn import linear_model, metrics as sk_metrics
 
 import helpers
 from vit_jax import data, evaluators, sharding, tasks
-from vit_jax.data import digits, preprocess
+from vit_jax.data import digits, on_device, preprocess
 from vit_jax.evaluators import fewshot, real, split as split_lib
 from vit_jax.tasks import classification
 
@@ -57,7 +57,8 @@ def test_split_metrics_are_sklearns_over_every_example_once(data_dir, split, eva
   metrics = evaluator(params)
 
   images, labels = _split_images(config, split)
-  logits = np.asarray(jax.jit(lambda x: model.apply({'params': params}, x, train=False))(images),
+  logits = np.asarray(jax.jit(lambda x: model.apply({'params': params}, on_device.model_input(x),
+                                                     train=False))(images),
                       np.float64)
   classes = np.arange(info.num_classes)
   assert metrics['top1'] == pytest.approx(sk_metrics.accuracy_score(labels, logits.argmax(-1)))

@@ -12,7 +12,7 @@ from PIL import Image
 import helpers
 import tfds_fixtures
 from vit_jax import data, evaluators, sharding, tasks
-from vit_jax.data import digits, preprocess
+from vit_jax.data import digits, on_device, preprocess
 from vit_jax.train import loop, setup as train_setup
 
 VALIDATION_IMAGES, VALIDATION_LABELS = digits.split_arrays()['test']
@@ -101,7 +101,8 @@ def test_real_top1_is_the_prediction_in_the_label_set_over_labelled_images(
   images = np.stack([preprocess.eval_preprocess(image, pp_eval=config.pp_eval,
                                                 image_size=config.image_size)
                      for image in VALIDATION_IMAGES])
-  logits = np.asarray(jax.jit(lambda x: model.apply({'params': params}, x, train=False))(images))
+  logits = np.asarray(jax.jit(lambda x: model.apply({'params': params}, on_device.model_input(x),
+                                                     train=False))(images))
   top5 = np.argsort(-logits, axis=-1)[:, :5]
   label_sets = [real_label_set(key, int(label)) for key, label in enumerate(VALIDATION_LABELS)]
   labelled = [(p, s) for p, s in zip(top5, label_sets) if s]
@@ -188,7 +189,8 @@ def test_eval_loss_is_the_runs_loss_over_every_image(data_dir, loss):
   images = np.stack([preprocess.eval_preprocess(image, pp_eval=config.pp_eval,
                                                 image_size=config.image_size)
                      for image in VALIDATION_IMAGES])
-  logits = np.asarray(jax.jit(lambda x: model.apply({'params': params}, x, train=False))(images),
+  logits = np.asarray(jax.jit(lambda x: model.apply({'params': params}, on_device.model_input(x),
+                                                     train=False))(images),
                       np.float64)
   targets = np.eye(10)[VALIDATION_LABELS]  # Unsmoothed: the loss of the labels themselves.
   if loss == 'softmax_xent':

@@ -20,6 +20,7 @@ import tensorflow_datasets as tfds
 import helpers
 from configs import vtab as vtab_config
 from vit_jax import data, report, vtab
+from vit_jax.data import preprocess
 from vit_jax.data import tfds_source
 from vit_jax.data import vtab as vtab_data
 from vit_jax.train import loop, setup as train_setup
@@ -235,7 +236,7 @@ def test_the_pipeline_reads_each_tasks_images_and_labels(task, vtab_data_dir):
   expected = [ex['label'] if label == 'label' else _numpy_labels(task, ex) for ex in examples]
   assert sorted(labels) == sorted(expected)
   if task == 'dsprites_loc':
-    assert set(np.unique(np.concatenate(images))) <= {-1.0, 1.0}
+    assert set(np.unique(preprocess.model_input(np.concatenate(images)))) <= {-1.0, 1.0}
 
 
 @pytest.mark.parametrize('task', ['svhn', 'eurosat', 'dsprites_loc', 'dsprites_ori', 'clevr_count',

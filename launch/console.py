@@ -9,6 +9,7 @@ process) are dropped.
 """
 import os
 import re
+import subprocess
 import sys
 import threading
 import time
@@ -31,39 +32,35 @@ def message(line: str) -> str:
 
 
 class Console:
-  """Collects the processes' output; `streams(k)` gives Popen's stdout and stderr of process k,
-  `started(k)` starts reading them, `flush()` prints the held lines that are due and `close()`, once
-  the processes have ended, the rest."""
+  """Collects the processes' output: `popen(k, ...)` starts process k with its output read here,
+  `flush()` prints the held lines that are due and `close()`, once the processes have ended, the
+  rest."""
 
   def __init__(self):
     self._lock = threading.Lock()
     self._said: dict[str, float] = {}  # Process 0's messages, by when it printed them.
     self._held: list[tuple[float, int, TextIO, str]] = []  # (due, process, stream, line)
     self._readers: list[threading.Thread] = []
-    self._child_ends: dict[int, list[int]] = {}
-    self._parent_ends: dict[int, list[tuple[int, TextIO]]] = {}
 
-  def streams(self, index: int) -> tuple[int, int]:
-    """File descriptors for process `index`'s stdout and stderr."""
-    ends, children = [], []
+  def popen(self, index: int, args: list[str], **kwargs) -> subprocess.Popen:
+    """Starts process `index` (`subprocess.Popen(args, **kwargs)`), its stdout and stderr read here."""
+    ends = []  # (the launcher's end, the process's end, where its lines go)
     for target in (sys.stdout, sys.stderr):
       if index == 0 and target is sys.stderr and _isatty(sys.stderr):
         import pty  # pylint: disable=g-import-not-at-top
-        parent, child = pty.openpty()
+        ends.append((*pty.openpty(), target))
       else:
-        parent, child = os.pipe()
-      ends.append((parent, target))
-      children.append(child)
-    self._parent_ends[index], self._child_ends[index] = ends, children
-    return children[0], children[1]
-
-  def started(self, index: int) -> None:
-    for child in self._child_ends.pop(index):
-      os.close(child)
-    for parent, target in self._parent_ends.pop(index):
+        ends.append((*os.pipe(), target))
+    try:
+      process = subprocess.Popen(args, stdout=ends[0][1], stderr=ends[1][1], **kwargs)
+    finally:
+      for _, child, _ in ends:
+        os.close(child)
+    for parent, _, target in ends:
       reader = threading.Thread(target=self._read, args=(index, parent, target), daemon=True)
       reader.start()
       self._readers.append(reader)
+    return process
 
   def _read(self, index: int, fd: int, target) -> None:
     pending = b''
@@ -80,7 +77,8 @@ class Console:
         self._line(index, target, line.decode(errors='replace') + '\n')
       # Process 0's bar redraws its line without ending it: that passes at once.
       if index == 0 and pending and not _GLOO.encode().startswith(pending[:len(_GLOO)]):
-        self._write(target, pending.decode(errors='replace'))
+        with self._lock:
+          _write(target, pending.decode(errors='replace'))
         pending = b''
     if pending:
       self._line(index, target, pending.decode(errors='replace'))
@@ -94,13 +92,9 @@ class Console:
     with self._lock:
       if index == 0:
         self._said[text] = now
-        self._write(target, line)
+        _write(target, line)
       else:
         self._held.append((now + HOLD_S, index, target, line))
-
-  def _write(self, target, text: str) -> None:
-    target.write(text)
-    target.flush()
 
   def flush(self, everything: bool = False) -> None:
     """Prints the held lines that are due (all of them with `everything`) unless process 0 said the
@@ -111,7 +105,7 @@ class Console:
       self._held = [held for held in self._held if not (everything or held[0] <= now)]
       for _, index, target, line in due:
         if message(line) not in self._said:
-          self._write(target, f'[process {index}] {line}')
+          _write(target, f'[process {index}] {line}')
       # Process 0's messages are kept as long as another's same line may still be held.
       self._said = {text: t for text, t in self._said.items() if t > now - 2 * HOLD_S or everything}
 
@@ -120,6 +114,11 @@ class Console:
     for reader in self._readers:
       reader.join(timeout)
     self.flush(everything=True)
+
+
+def _write(target: TextIO, text: str) -> None:
+  target.write(text)
+  target.flush()
 
 
 def _isatty(stream) -> bool:

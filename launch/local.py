@@ -58,12 +58,9 @@ def launch(main_args: list[str], *, num_processes: int, devices_per_process: int
   previous = {signum: signal.signal(signum, forward) for signum in (signal.SIGINT, signal.SIGTERM)}
   try:
     for i in range(num_processes):
-      stdout, stderr = console.streams(i)
-      procs.append(subprocess.Popen(
-          [sys.executable, '-m', module, *main_args, f'--coordinator_address={address}',
-           f'--num_processes={num_processes}', f'--process_id={i}'], env=env, stdout=stdout,
-          stderr=stderr))
-      console.started(i)
+      procs.append(console.popen(
+          i, [sys.executable, '-m', module, *main_args, f'--coordinator_address={address}',
+              f'--num_processes={num_processes}', f'--process_id={i}'], env=env))
     if signalled:  # While they started: tell those started after the signal too.
       forward()
     deadline = None if timeout is None else time.time() + timeout

@@ -1,5 +1,4 @@
 """launch/console.py: a local multi-process run's output shows each message once."""
-import subprocess
 import sys
 
 import console as console_lib
@@ -19,12 +18,7 @@ print('error: Unknown model variant', file=sys.stderr, flush=True)
 
 def test_each_message_shows_once_and_another_processs_own_lines_are_marked(capsys):
   console = console_lib.Console()
-  procs = []
-  for index in range(2):
-    stdout, stderr = console.streams(index)
-    procs.append(subprocess.Popen([sys.executable, '-c', _PROCESS, str(index)], stdout=stdout,
-                                  stderr=stderr))
-    console.started(index)
+  procs = [console.popen(index, [sys.executable, '-c', _PROCESS, str(index)]) for index in range(2)]
   for p in procs:
     p.wait(timeout=60)
   console.close()

@@ -63,7 +63,9 @@ class Console:
     return process
 
   def _read(self, index: int, fd: int, target) -> None:
-    pending = b''
+    # `shown`: the bytes of process 0's unfinished line already written. A line often comes in two
+    # writes (print's text, then its newline): its message is the whole line's, once it ends.
+    pending, shown = b'', 0
     while True:
       try:
         chunk = os.read(fd, 65536)
@@ -74,27 +76,30 @@ class Console:
       pending += chunk
       *lines, pending = pending.split(b'\n')
       for line in lines:
-        self._line(index, target, line.decode(errors='replace') + '\n')
+        self._line(index, target, line + b'\n', shown)
+        shown = 0
       # Process 0's bar redraws its line without ending it: that passes at once.
-      if index == 0 and pending and not _GLOO.encode().startswith(pending[:len(_GLOO)]):
+      if (index == 0 and len(pending) > shown
+          and not _GLOO.encode().startswith(pending[:len(_GLOO)])):
         with self._lock:
-          _write(target, pending.decode(errors='replace'))
-        pending = b''
+          _write(target, pending[shown:].decode(errors='replace'))
+        shown = len(pending)
     if pending:
-      self._line(index, target, pending.decode(errors='replace'))
+      self._line(index, target, pending, shown)
     os.close(fd)
 
-  def _line(self, index: int, target, line: str) -> None:
-    text = message(line)
-    if text.startswith(_GLOO):
+  def _line(self, index: int, target, line: bytes, shown: int) -> None:
+    """A whole line of process `index`, of which the first `shown` bytes are written already."""
+    text = line.decode(errors='replace')
+    if message(text).startswith(_GLOO):
       return
     now = time.monotonic()
     with self._lock:
       if index == 0:
-        self._said[text] = now
-        _write(target, line)
+        self._said[message(text)] = now
+        _write(target, line[shown:].decode(errors='replace'))
       else:
-        self._held.append((now + HOLD_S, index, target, line))
+        self._held.append((now + HOLD_S, index, target, text))
 
   def flush(self, everything: bool = False) -> None:
     """Prints the held lines that are due (all of them with `everything`) unless process 0 said the

@@ -6,6 +6,7 @@ import shutil
 import subprocess
 import sys
 import time
+from typing import Sequence
 
 import collections
 
@@ -99,9 +100,11 @@ def main_args(config_file: str, workdir: str, overrides: dict) -> list[str]:
           *(f'--config.{k}={v}' for k, v in overrides.items())]
 
 
-def run_main(config_file: str, workdir: str, overrides: dict, **kwargs) -> subprocess.CompletedProcess:
-  return subprocess.run(main_args(config_file, workdir, overrides), cwd=REPO, capture_output=True,
-                        text=True, **kwargs)
+def run_main(config_file: str, workdir: str, overrides: dict, extra_args: Sequence[str] = (),
+             **kwargs) -> subprocess.CompletedProcess:
+  """vit_jax.main as a user starts it, with `extra_args` (e.g. '--verbosity=1') after the overrides."""
+  return subprocess.run([*main_args(config_file, workdir, overrides), *extra_args], cwd=REPO,
+                        capture_output=True, text=True, **kwargs)
 
 
 def read_scalars(workdir: str) -> dict[str, dict[int, float]]:
@@ -150,7 +153,8 @@ def assert_same_batches(a: list[dict], b: list[dict]) -> None:
       np.testing.assert_array_equal(x[key], y[key])
 
 
-def _train_losses(setup, batches: list[dict]) -> tuple[np.ndarray, object]:
+def train_losses(setup, batches: list[dict]) -> tuple[np.ndarray, object]:
+  """The losses of the run's jitted train step on `batches`, from a fresh state, and its last state."""
   from vit_jax import checkpoint, optim, sharding  # pylint: disable=g-import-not-at-top
   from vit_jax.train import state as train_state, step as train_step  # pylint: disable=g-import-not-at-top
   tx, schedule = optim.make_optimizer(setup.config, setup.total_steps)
@@ -173,9 +177,9 @@ def train_as_on_one_device(setup, one_workdir: str, steps: int = 3) -> tuple[np.
   batches = [{'image': rng.uniform(-1, 1, (setup.config.batch_size, size, size, 3)).astype(np.float32),
               'label': rng.integers(0, 10, setup.config.batch_size).astype(np.int32)}
              for _ in range(steps)]
-  losses, state = _train_losses(setup, batches)
+  losses, state = train_losses(setup, batches)
   one = sharding.make_mesh((('data', 1),), devices=jax.devices()[:1])
-  reference, one_state = _train_losses(dataclasses.replace(setup, mesh=one, workdir=one_workdir), batches)
+  reference, one_state = train_losses(dataclasses.replace(setup, mesh=one, workdir=one_workdir), batches)
   np.testing.assert_allclose(losses, reference, rtol=1e-5)
   chex.assert_trees_all_close(jax.device_get(state.params), jax.device_get(one_state.params),
                               rtol=1e-5, atol=1e-6)

@@ -20,10 +20,9 @@ def _fresh_env(**extra) -> dict[str, str]:
 @pytest.mark.parametrize('env, expected', [({}, 'mimalloc'), ({allocator.OPT_OUT: 'system'}, 'system')])
 def test_vit_jax_main_started_as_users_start_it_runs_with_mimalloc(tmp_path, data_dir, env, expected):
   # A bad variant ends the run in setup, after the line that says which malloc the process has.
-  run = subprocess.run(
-      helpers.main_args('configs/demo.py', str(tmp_path / 'run'),
-                        {'data_dir': data_dir, 'variant': 'ViT-nope'}) + ['--verbosity=1'],
-      cwd=helpers.REPO, env=_fresh_env(**env), capture_output=True, text=True, timeout=300)
+  run = helpers.run_main('configs/demo.py', str(tmp_path / 'run'),
+                         {'data_dir': data_dir, 'variant': 'ViT-nope'}, ['--verbosity=1'],
+                         env=_fresh_env(**env), timeout=300)
   assert run.returncode == 2 and "Unknown model variant 'ViT-nope'" in run.stderr, run.stderr[-2000:]
   assert f'malloc: {expected} ' in run.stderr
 

@@ -1,7 +1,6 @@
 """The commands' persistent compilation cache, one folder per machine (vit_jax/compile_cache.py)."""
 import glob
 import os
-import subprocess
 
 import pytest
 
@@ -24,10 +23,9 @@ def users_env(monkeypatch, tmp_path):
 
 def test_vit_jax_main_started_as_users_start_it_keeps_its_programs_in_this_machines_folder(
     users_env, tmp_path, data_dir):
-  run = subprocess.run(helpers.main_args('configs/demo.py', str(tmp_path / 'run'),
-                                         {'data_dir': data_dir, 'total_steps': 1}) + ['--verbosity=1'],
-                       cwd=helpers.REPO, env=dict(os.environ), capture_output=True, text=True,
-                       timeout=600)
+  run = helpers.run_main('configs/demo.py', str(tmp_path / 'run'),
+                         {'data_dir': data_dir, 'total_steps': 1}, ['--verbosity=1'],
+                         env=dict(os.environ), timeout=600)
   assert run.returncode == 0, run.stderr[-3000:]
   folder = users_env / 'vit_jax' / 'xla' / compile_cache.machine_key()
   assert f'compilation cache: {folder} ' in run.stderr

@@ -114,9 +114,8 @@ def test_a_run_starts_with_one_header_line_and_the_full_config_at_verbosity_1(tm
   assert len(quiet.stderr.splitlines()) < 20, quiet.stderr
   for noise in ('Config:', '[Hyperparameters]', 'Total: ', 'malloc:'):
     assert noise not in quiet.stderr
-  verbose = subprocess.run(helpers.main_args('configs/demo.py', str(tmp_path / 'verbose'), overrides)
-                           + ['--verbosity=1'], cwd=helpers.REPO, capture_output=True, text=True,
-                           timeout=300)
+  verbose = helpers.run_main('configs/demo.py', str(tmp_path / 'verbose'), overrides,
+                             ['--verbosity=1'], timeout=300)
   assert verbose.returncode == 0, verbose.stderr[-3000:]
   for detail in ('Config:', '[Hyperparameters]', 'Total: ', 'malloc:', 'variant: ViT-testing_4'):
     assert detail in verbose.stderr

@@ -57,7 +57,7 @@ def test_a_uint8_batch_trains_as_its_normalised_float32_batch(tmp_path, data_dir
   runs = {}
   for dtype, as_batch in [('uint8', lambda x: x), ('float32', preprocess.normalize)]:
     setup = train_setup.prepare(config, str(tmp_path / dtype))
-    runs[dtype] = helpers._train_losses(  # pylint: disable=protected-access
+    runs[dtype] = helpers.train_losses(
         setup, [{'image': as_batch(x), 'label': y} for x, y in zip(images, labels)])
   np.testing.assert_array_equal(runs['uint8'][0], runs['float32'][0])
   jax.tree.map(np.testing.assert_array_equal, jax.device_get(runs['uint8'][1].params),

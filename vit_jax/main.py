@@ -106,9 +106,9 @@ def _train() -> None:
   if jax.process_index() > 0:  # Process 0 speaks for the run.
     logging.set_verbosity(logging.WARNING)
   logging.debug('malloc: %s (see vit_jax/allocator.py); XLA:CPU ops on YNNPACK: %s (see '
-               'vit_jax/cpu_kernels.py); compilation cache: %s (see vit_jax/compile_cache.py)',
-               allocator.in_effect(), cpu_kernels.in_effect(),
-               jax.config.jax_compilation_cache_dir or 'off')
+                'vit_jax/cpu_kernels.py); compilation cache: %s (see vit_jax/compile_cache.py)',
+                allocator.in_effect(), cpu_kernels.in_effect(),
+                jax.config.jax_compilation_cache_dir or 'off')
   # Imported here so that `--help` and flag errors answer before TensorFlow and JAX load.
   from vit_jax import checkpoint  # pylint: disable=g-import-not-at-top
   from vit_jax.train import loop, preemption, setup, state  # pylint: disable=g-import-not-at-top

@@ -271,9 +271,9 @@ def central_crop(image: np.ndarray, size: int, crop_fraction: float,
                  antialias: bool = False) -> np.ndarray:
   """Bilinear resize keeping the aspect ratio, the shorter side to round(size / crop_fraction), then
   the central size x size square (ImageNet's eval: 256 -> 224 at 0.875), in the input's range and
-  of `resize`'s dtype; `antialias` as in `resize`. The geometry is torchvision's Resize(int) + CenterCrop (timm's
-  eval transform), so with `antialias` its pixels are too: the longer side's proportion rounded
-  down, the offset rounded half to even."""
+  of `resize`'s dtype; `antialias` as in `resize`. The geometry is torchvision's Resize(int) +
+  CenterCrop (timm's eval transform), so with `antialias` its pixels are too: the longer side's
+  proportion rounded down, the offset rounded half to even."""
   height, width = image.shape[:2]
   target = round(size / crop_fraction)
   longer = int(target * max(height, width) / min(height, width))

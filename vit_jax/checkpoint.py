@@ -140,7 +140,7 @@ def restore(manager: ocp.CheckpointManager, abstract_state: Any) -> Any:
   none. One that cannot be read (a file lost or truncated by a storage fault) is reported in one line,
   moved aside (`_move_aside`) and the one before it is used; if none can be read, a ValueError names
   the directory and nothing is moved."""
-  orbax_noise.drop_closed_event_loop_errors()
+  orbax_noise.quiet_failed_reads()
   steps = sorted(manager.all_steps(), reverse=True)
   unreadable = []  # (step, reason) of the checkpoints after the one restored.
   for step in steps:
@@ -257,7 +257,7 @@ def _metadata_tree(checkpoint_dir: str) -> dict[str, Any]:
   """The train state's tree of array metadata in a checkpoint; no array is read. Read by the handler
   of its `default` item: a checkpointer would also look there for the step's metadata (which is one
   level up), warn that it is missing, and return None for a tree that cannot be read."""
-  orbax_noise.drop_closed_event_loop_errors()
+  orbax_noise.quiet_failed_reads()
   return ocp.PyTreeCheckpointHandler().metadata(epath.Path(checkpoint_dir) / 'default').tree
 
 

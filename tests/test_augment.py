@@ -66,13 +66,30 @@ def test_default_train_preprocess_is_crop_flip_normalize(crop):
   assert flips == {False, True}
 
 
+def test_an_op_that_is_off_makes_no_generator(monkeypatch):
+  image = random_image((20, 26, 3))
+  made = []
+  seeded = np.random.default_rng
+
+  def default_rng(seed):
+    made.append(seed[-1])  # The op's position.
+    return seeded(seed)
+  monkeypatch.setattr(np.random, 'default_rng', default_rng)
+  preprocess.train_preprocess(image, (0, 5), pp=pp_config(flip=False), image_size=16)
+  assert made == [0]  # The crop's.
+  made.clear()
+  preprocess.train_preprocess(image, (0, 5), pp=pp_config(flip=True, color_jitter=0.4), image_size=16)
+  assert made == [0, 1, 4, 5]  # Crop, flip, colour jitter, normalize: each op's own stream.
+
+
 def test_train_preprocess_applies_op_i_with_generator_seed_i():
   pp = pp_config(randaug_layers=2, three_augment=True, color_jitter=0.4, erase_prob=0.5)
   image = random_image((20, 26, 3))
   for seed in [(0, 5), (7, 1)]:
     want = image
     for i, op in enumerate((preprocess.CROPS[pp.crop], *preprocess.AUGMENTS)):
-      want = op.apply(want, np.random.default_rng([*seed, i]), pp, 16)
+      if op.on(pp):
+        want = op.apply(want, np.random.default_rng([*seed, i]), pp, 16)
     got = preprocess.train_preprocess(image, seed, pp=pp, image_size=16)
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(preprocess.train_preprocess(image, seed, pp=pp, image_size=16),

@@ -5,14 +5,14 @@ pure function of its bytes and its seed: the same example at the same stream pos
 in a resumed run, in whichever worker process it is prepared.
 
 Train preprocessing is the crop named by `config.pp.crop` (a key of `CROPS`), then each op of
-`AUGMENTS` in order. An op is `apply(image, rng, pp, image_size) -> image` plus a `check(pp)` of the
-`config.pp` fields it reads; a crop maps uint8 [h, w, 3] to [image_size, image_size, 3] in
+`AUGMENTS` in order. An op is `apply(image, rng, pp, image_size) -> image`, a `check(pp)` of the
+`config.pp` fields it reads and `on(pp)`; a crop maps uint8 [h, w, 3] to [image_size, image_size, 3] in
 [0, 255], uint8 with `pp.antialias` (PIL's 8-bit resize) and float32 without; the augmentations
 keep that shape and the range: [0, 255] before the `normalize` entry of `AUGMENTS`, [-1, 1] (plus
 what they add) after it, where timm's random erasing works. Where every op that is on keeps 8-bit
 pixels and none after `normalize` is on, the images stop before it, uint8 (`train_dtype`), and the
-step normalises them on the device. Each augmentation is off unless its `pp` field is set, so an op
-is one function (and its check) and one entry. Op i draws from `np.random.default_rng([*seed, i])`:
+step normalises them on the device. Each augmentation is off (skipped, no generator made) unless
+its `pp` field is set, so an op is one entry of three functions. Op i draws from `np.random.default_rng([*seed, i])`:
 a prefix-stable sequence of streams, so op i's draws do not depend on the ops after it.
 
 Eval preprocessing is the crop named by `config.pp_eval.crop` (a key of `EVAL_CROPS`): uint8 pixels
@@ -286,11 +286,19 @@ def _no_check(pp: ml_collections.ConfigDict) -> None:
   del pp  # Reads no field that can be wrong.
 
 
+def _always(pp: ml_collections.ConfigDict) -> bool:
+  del pp  # On in every config.
+  return True
+
+
 @dataclasses.dataclass(frozen=True)
 class Op:
-  """A train-time image op and the check (a one-line ValueError naming the field) of its fields."""
+  """A train-time image op, the check (a one-line ValueError naming the field) of its fields, and
+  whether `pp` turns it on. An op that is off is skipped before its generator is made: seeding one
+  costs about as much as a small image's flip, for each example and op."""
   apply: Callable[[np.ndarray, np.random.Generator, ml_collections.ConfigDict, int], np.ndarray]
   check: Callable[[ml_collections.ConfigDict], None] = _no_check
+  on: Callable[[ml_collections.ConfigDict], bool] = _always
 
 
 def _inception(image, rng, pp, image_size):
@@ -321,8 +329,8 @@ def _resize(image, rng, pp, image_size):
 
 
 def _flip(image, rng, pp, image_size):
-  del image_size  # Keeps the size.
-  if not pp.flip or rng.random() >= 0.5:
+  del pp, image_size  # Keeps the size.
+  if rng.random() >= 0.5:
     return image
   height, width, channels = image.shape
   mirrored = _flat_columns(np.arange(width - 1, -1, -1), channels)
@@ -331,8 +339,6 @@ def _flip(image, rng, pp, image_size):
 
 def _randaug(image, rng, pp, image_size):
   del image_size  # Keeps the size.
-  if not pp.randaug_layers:
-    return image
   return randaugment.randaugment(image, rng, pp.randaug_layers, pp.randaug_magnitude)
 
 
@@ -345,13 +351,13 @@ def _check_randaug(pp: ml_collections.ConfigDict) -> None:
 
 
 def _three_augment(image, rng, pp, image_size):
-  del image_size  # Keeps the size.
-  return augment.three_augment(image, rng) if pp.three_augment else image
+  del pp, image_size  # Keeps the size.
+  return augment.three_augment(image, rng)
 
 
 def _color_jitter(image, rng, pp, image_size):
   del image_size  # Keeps the size.
-  return augment.color_jitter(image, rng, pp.color_jitter) if pp.color_jitter else image
+  return augment.color_jitter(image, rng, pp.color_jitter)
 
 
 def _check_color_jitter(pp: ml_collections.ConfigDict) -> None:
@@ -369,8 +375,6 @@ _NORMALIZE = Op(_normalize)
 
 def _erase(image, rng, pp, image_size):
   del image_size  # Keeps the size.
-  if not pp.erase_prob:
-    return image
   return augment.random_erase(image, rng, pp.erase_prob, pp.erase_area, pp.erase_aspect)
 
 
@@ -397,12 +401,12 @@ CROPS: dict[str, Op] = {
 # Add an op where its value range is (before or after normalize): its stream is the one of its
 # position, so ops off at their defaults leave default runs bit-identical.
 AUGMENTS: tuple[Op, ...] = (
-    Op(_flip),
-    Op(_randaug, _check_randaug),
-    Op(_three_augment),  # A boolean field, always valid.
-    Op(_color_jitter, _check_color_jitter),
+    Op(_flip, on=lambda pp: pp.flip),
+    Op(_randaug, _check_randaug, on=lambda pp: pp.randaug_layers > 0),
+    Op(_three_augment, on=lambda pp: pp.three_augment),  # A boolean field, always valid.
+    Op(_color_jitter, _check_color_jitter, on=lambda pp: pp.color_jitter > 0),
     _NORMALIZE,
-    Op(_erase, _check_erase),  # timm erases normalised images.
+    Op(_erase, _check_erase, on=lambda pp: pp.erase_prob > 0),  # timm erases normalised images.
 )
 
 
@@ -444,7 +448,8 @@ def train_preprocess(image: np.ndarray, seed: tuple[int, ...], *, pp: ml_collect
   for i, op in enumerate((CROPS[pp.crop], *AUGMENTS)):
     if op is _NORMALIZE and dtype == np.uint8:
       break  # The step normalises; no op after it is on.
-    image = op.apply(image, np.random.default_rng([*seed, i]), pp, image_size)
+    if op.on(pp):
+      image = op.apply(image, np.random.default_rng([*seed, i]), pp, image_size)
   return _checked(image, dtype)
 
 

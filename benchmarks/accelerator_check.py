@@ -71,7 +71,7 @@ def write_digits(folder: str, count: int) -> str:
 
 def final_metric(workdir: str, tag: str, at_least: float | None = None) -> str:
   """The last logged value of `tag` in the run's TensorBoard events."""
-  from vit_jax import events  # pylint: disable=g-import-not-at-top
+  from vit_jax.train import events  # pylint: disable=g-import-not-at-top
   values = events.read_scalars(workdir).get(tag)
   if not values:
     raise CheckFailed(f'no {tag} logged in {workdir}')
@@ -85,7 +85,7 @@ def final_metric(workdir: str, tag: str, at_least: float | None = None) -> str:
 def same_params(run_a: str, run_b: str) -> str:
   """Asserts that the last checkpoints of two workdirs are of the same step and hold bit-identical
   parameters (the Polyak average where the runs keep one: what checkpoint.restore_params reads)."""
-  from vit_jax import checkpoint  # pylint: disable=g-import-not-at-top
+  from vit_jax.checkpoints import checkpoint  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
   steps = [checkpoint.saved_steps(run)[-1:] for run in (run_a, run_b)]
   if not all(steps) or steps[0] != steps[1]:
@@ -128,7 +128,7 @@ def predictions(log: str) -> str:
 def train_rate(workdir: str, synthetic: float | None = None) -> str:
   """The median images/s of a run's logged windows after the first (which holds the compilation),
   and its ratio to `synthetic` images/s (the train step's on synthetic batches)."""
-  from vit_jax import events  # pylint: disable=g-import-not-at-top
+  from vit_jax.train import events  # pylint: disable=g-import-not-at-top
   windows = events.read_scalars(workdir).get('images_per_sec', {})
   rates = [windows[step] for step in sorted(windows)[1:]]
   if not rates:
@@ -161,7 +161,7 @@ def environment() -> str:
   import jax  # pylint: disable=g-import-not-at-top
   import grain  # pylint: disable=g-import-not-at-top,unused-import
   import tensorflow_datasets  # pylint: disable=g-import-not-at-top,unused-import
-  from vit_jax import cpuinfo  # pylint: disable=g-import-not-at-top
+  from vit_jax.runtime import cpuinfo  # pylint: disable=g-import-not-at-top
   devices = jax.devices()
   text = f'{devices[0].device_kind} x{len(devices)} ({jax.default_backend()})'
   try:

@@ -12,7 +12,7 @@
 #   demo            configs/demo.py through `python3 -m vit_jax.main`: its final eval top-1
 #   resume          a shortened demo killed (SIGKILL) after its first checkpoint and resumed by the
 #                   same command: its final parameters bit-identical to an uninterrupted run's
-#   export_predict  vit_jax.export of the demo's workdir; vit_jax.predict on test digits from the
+#   export_predict  vit_jax.tools.export of the demo's workdir; vit_jax.tools.predict on test digits from the
 #                   workdir and from the export
 #   finetune        configs/demo_finetune.py from the demo's workdir
 #   input_pipeline  benchmarks/input_pipeline.py on generated 500x375 JPEGs at 224 px, batch 256,
@@ -172,10 +172,10 @@ check_resume() (
 
 check_export_predict() (
   set -eo pipefail
-  py -m vit_jax.export --workdir="$WORK/demo" --out="$WORK/export"
+  py -m vit_jax.tools.export --workdir="$WORK/demo" --out="$WORK/export"
   py benchmarks/accelerator_check.py digits "$WORK/digits" --count="$DIGITS"
   for source in --workdir="$WORK/demo" --export="$WORK/export"; do
-    py -m vit_jax.predict "$source" --top_k=1 "$WORK/digits" | tee "$WORK/predictions.txt"
+    py -m vit_jax.tools.predict "$source" --top_k=1 "$WORK/digits" | tee "$WORK/predictions.txt"
     note "${source%%=*}:"
     helper predictions "$WORK/predictions.txt"
   done

@@ -63,7 +63,7 @@ import os  # pylint: disable=g-bad-import-order
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from vit_jax import allocator, cpuinfo, quiet  # pylint: disable=g-import-not-at-top,wrong-import-position
+from vit_jax.runtime import allocator, cpuinfo, quiet  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 allocator.use_mimalloc()  # Before anything allocates (our CLI child inherits it; timm's gets the C one).
 quiet.quiet_tensorflow()  # Writing the folder loads TensorFlow (with tensorflow_datasets).
@@ -88,7 +88,7 @@ HEADER = ('| side | seed | test top-1 (%) | last train loss | wall s | train img
 
 
 def machine() -> str:
-  """The machine (vit_jax/cpuinfo.py) and the versions, as benchmarks/RESULTS.md records."""
+  """The machine (vit_jax/runtime/cpuinfo.py) and the versions, as benchmarks/RESULTS.md records."""
   versions = ', '.join(f'{name} {importlib.metadata.version(name)}' for name in ('jax', 'torch', 'timm'))
   return f'# machine: {cpuinfo.summary()}; {versions}'
 
@@ -190,7 +190,7 @@ def write_folder(root: str, source: str, png_size: int, train_fraction: float) -
 def timm_recipe(steps: int) -> dict[str, Any]:
   """configs/demo.py with `steps` steps, in the terms of timm's loop (what `train_timm` reads)."""
   from configs import demo  # pylint: disable=g-import-not-at-top
-  from vit_jax import optim  # pylint: disable=g-import-not-at-top
+  from vit_jax.train import optim  # pylint: disable=g-import-not-at-top
   from vit_jax.models import variants  # pylint: disable=g-import-not-at-top
   config = demo.get_config()
   model = variants.get_model_config(config.variant, config.model.to_dict())
@@ -248,7 +248,7 @@ def run_ours(root: str, seed: int, steps: int, batch_size: int, workdir: str,
   """Our CLI on the folder, timed as a whole; the metrics from the event files of its workdir.
   `overrides`: more FIELD=VALUE config fields, as --config.FIELD=VALUE; `compile_cache`: the folder of
   its persistent compilation cache (None: off)."""
-  from vit_jax import events  # pylint: disable=g-import-not-at-top
+  from vit_jax.train import events  # pylint: disable=g-import-not-at-top
   command = [sys.executable, '-m', 'vit_jax.main', '--config=configs/demo.py', f'--workdir={workdir}',
              '--config.dataset=folder', f'--config.data_dir={root}', f'--config.seed={seed}',
              f'--config.total_steps={steps}'] + [f'--config.{field}' for field in overrides]
@@ -423,12 +423,12 @@ def make_parser() -> argparse.ArgumentParser:
   parser.add_argument('--no_compile_cache', action='store_true',
                       help="compile every run of ours (default: the runs share a compilation cache "
                       "of this command's own, so that the first compiles and later runs load, as a "
-                      "user's second run does; vit_jax/compile_cache.py)")
+                      "user's second run does; vit_jax/runtime/compile_cache.py)")
   parser.add_argument('--timm_threads', type=int, default=0,
                       help="torch's threads on the timm side (default 0: one per usable core, as "
                       "JAX's CPU client has)")
   parser.add_argument('--workdirs', default=None,
-                      help='keep the runs here (ours: workdirs for python -m vit_jax.report; logs)')
+                      help='keep the runs here (ours: workdirs for python -m vit_jax.tools.report; logs)')
   parser.add_argument('--header', action='store_true', help='print the table header first')
   parser.add_argument('--timm_child', default=None, help=argparse.SUPPRESS)
   return parser

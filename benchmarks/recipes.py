@@ -13,7 +13,7 @@ import os  # pylint: disable=g-bad-import-order
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from vit_jax import allocator  # pylint: disable=g-import-not-at-top,wrong-import-position
+from vit_jax.runtime import allocator  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 allocator.use_mimalloc()  # Before anything allocates: the train step's memory stays mapped on CPU.
 

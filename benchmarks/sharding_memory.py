@@ -9,7 +9,7 @@ import os  # pylint: disable=g-bad-import-order
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from vit_jax import allocator  # pylint: disable=g-import-not-at-top,wrong-import-position
+from vit_jax.runtime import allocator  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 allocator.use_mimalloc()  # Before anything allocates: the train step's memory stays mapped on CPU.
 
@@ -20,7 +20,8 @@ import jax
 import ml_collections
 import numpy as np
 
-from vit_jax import defaults, optim, sharding  # pylint: disable=wrong-import-position
+from vit_jax import defaults, sharding  # pylint: disable=wrong-import-position
+from vit_jax.train import optim  # pylint: disable=wrong-import-position
 from vit_jax.tasks import classification  # pylint: disable=wrong-import-position
 from vit_jax.train import state as train_state  # pylint: disable=wrong-import-position
 

@@ -15,8 +15,8 @@ compile s, model TFLOP/s and MFU at the median, peak memory. Model FLOPs are the
 `--peer=timm` builds timm's VisionTransformer of the same shape in PyTorch, on the GPU where ours runs on
 one (JAX then needs XLA_PYTHON_CLIENT_MEM_FRACTION=0.45 or so, to leave timm room), else with as many
 threads as JAX's CPU client, each as its users run it: ours with mimalloc preloaded
-(vit_jax/allocator.py), timm in a child process with the C library's malloc (`--peer-allocator=same`: in
-this process, with ours); ours with matmuls on XLA's own kernels on AVX2 CPUs (vit_jax/cpu_kernels.py,
+(vit_jax/runtime/allocator.py), timm in a child process with the C library's malloc (`--peer-allocator=same`: in
+this process, with ours); ours with matmuls on XLA's own kernels on AVX2 CPUs (vit_jax/runtime/cpu_kernels.py,
 VIT_JAX_CPU_KERNELS=xla for XLA's default). It times the peer (forward, backward, clipping, AdamW; or
 forward under `torch.inference_mode()`) in rounds that alternate with ours, so both see the same load on a
 shared machine. The fastest step is what each does with the machine to itself; on a busy machine the
@@ -33,7 +33,7 @@ import os  # pylint: disable=g-bad-import-order
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from vit_jax import allocator, cpu_kernels, cpuinfo  # pylint: disable=g-import-not-at-top,wrong-import-position
+from vit_jax.runtime import allocator, cpu_kernels, cpuinfo  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 allocator.use_mimalloc()  # Before anything allocates: the train step's memory stays mapped on CPU.
 cpu_kernels.route_ops()  # As every entry point: matmuls on XLA's own kernels on AVX2 CPUs.
@@ -58,8 +58,9 @@ import ml_collections
 import numpy as np
 
 from vit_jax import defaults  # pylint: disable=wrong-import-position
-from vit_jax import optim, sharding  # pylint: disable=wrong-import-position
-from vit_jax.chips import vit_flops  # pylint: disable=wrong-import-position
+from vit_jax import sharding  # pylint: disable=wrong-import-position
+from vit_jax.train import optim  # pylint: disable=wrong-import-position
+from vit_jax.planning.chips import vit_flops  # pylint: disable=wrong-import-position
 from vit_jax.tasks import classification  # pylint: disable=wrong-import-position
 from vit_jax.train import setup as train_setup  # pylint: disable=wrong-import-position
 from vit_jax.train import state as train_state, step as train_step  # pylint: disable=wrong-import-position
@@ -404,7 +405,7 @@ def main() -> None:
   print(f'# machine: {cpuinfo.summary()}')
   print(f'# malloc: ours {allocator.in_effect()}'
         + (f', peer {peer_malloc[args.peer_allocator]}' if args.peer else '')
-        + f'; XLA:CPU ops on YNNPACK: {cpu_kernels.in_effect()} (vit_jax/cpu_kernels.py)')
+        + f'; XLA:CPU ops on YNNPACK: {cpu_kernels.in_effect()} (vit_jax/runtime/cpu_kernels.py)')
   print(f'# {device.device_kind} x{jax.device_count()}, {cpuinfo.usable_cores()} threads; ours: trace '
         f'{ours.trace_s:.1f} s, trace+compile {ours.compile_s:.1f} s; FLOPs/step: analytic '
         f'{flops * args.batch / 1e9:.1f} G, XLA cost analysis {ours.xla_flops / 1e9:.1f} G'

@@ -17,7 +17,7 @@ after 500 warmup steps, no weight decay, clipping at global norm 1, lr 0.01 (the
 for all tasks, chosen on the val200 sets; configs/sweeps/vtab_lr.py sweeps 0.001-0.03 per task),
 384 px for every task, and the preprocessing of BiT (Kolesnikov et al. 2020) that the paper follows: a
 random crop and flip where they keep the label, a plain resize where they do not and for evaluation.
-`python -m vit_jax.vtab ROOT` makes the table of a sweep's runs.
+`python -m vit_jax.tools.vtab ROOT` makes the table of a sweep's runs.
 """
 import ml_collections
 

@@ -18,11 +18,11 @@ if 'JAX_COMPILATION_CACHE_DIR' not in os.environ:
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, _REPO)
 sys.path.insert(0, os.path.join(_REPO, 'launch'))  # The launchers (`import local`, `import sweep`).
-from vit_jax import cpu_kernels, quiet  # pylint: disable=g-import-not-at-top,wrong-import-position
+from vit_jax.runtime import cpu_kernels, quiet  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-cpu_kernels.route_ops()  # As every entry point does (vit_jax/cpu_kernels.py).
+cpu_kernels.route_ops()  # As every entry point does (vit_jax/runtime/cpu_kernels.py).
 # TensorFlow as the commands run it, also where a test imports it first: oneDNN's kernels would round
-# the augmentations differently from a command's (vit_jax/quiet.py).
+# the augmentations differently from a command's (vit_jax/runtime/quiet.py).
 quiet.quiet_tensorflow()
 # torch's optional triton segfaults when loaded after TensorFlow; the CPU tests never need it.
 sys.modules.setdefault('triton', None)
@@ -30,11 +30,11 @@ sys.modules.setdefault('triton', None)
 
 import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-from vit_jax import allocator  # pylint: disable=g-import-not-at-top,wrong-import-position
+from vit_jax.runtime import allocator  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
 def pytest_configure(config):
-  """The tests run as users run vit_jax: on CPU with mimalloc (vit_jax/allocator.py). pytest re-runs
+  """The tests run as users run vit_jax: on CPU with mimalloc (vit_jax/runtime/allocator.py). pytest re-runs
   itself with it before any test allocates; xdist workers and test subprocesses inherit it."""
   capture = config.pluginmanager.getplugin('capturemanager')
   allocator.use_mimalloc(before_exec=capture.stop_global_capturing if capture else None)
@@ -73,8 +73,8 @@ def trained_tiny_run(tmp_path_factory):
 
 @pytest.fixture(scope='session')
 def exported_tiny_run(trained_tiny_run, tmp_path_factory):
-  """What `vit_jax.export` writes for the tiny run's last step."""
-  from vit_jax import export  # pylint: disable=g-import-not-at-top
+  """What `vit_jax.tools.export` writes for the tiny run's last step."""
+  from vit_jax.tools import export  # pylint: disable=g-import-not-at-top
   out = str(tmp_path_factory.mktemp('export'))
   export.export(trained_tiny_run, out)
   return out

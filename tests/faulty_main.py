@@ -12,7 +12,7 @@ import signal
 import sys
 import time
 
-from vit_jax import cli, config_files
+from vit_jax.runtime import cli, config_files
 from vit_jax import main as vit_main
 
 

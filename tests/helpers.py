@@ -14,7 +14,9 @@ import jax
 import ml_collections
 import numpy as np
 
-from vit_jax import checkpoint, defaults, events
+from vit_jax import defaults
+from vit_jax.checkpoints import checkpoint
+from vit_jax.train import events
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -75,7 +77,7 @@ def wait_for_checkpoint(workdir: str, procs: list[subprocess.Popen], step: int =
 def random_params(model, image_size: int, seed: int = 0):
   """Every parameter of `model` random (numpy): a zero head, bias, class token or probe would hide a
   layout bug."""
-  from vit_jax.models import loading  # pylint: disable=g-import-not-at-top
+  from vit_jax.checkpoints import loading  # pylint: disable=g-import-not-at-top
   rng = np.random.RandomState(seed)
   return jax.tree.map(lambda x: 0.3 * rng.randn(*x.shape).astype(np.float32),
                       loading.param_shapes(model, image_size))
@@ -155,7 +157,9 @@ def assert_same_batches(a: list[dict], b: list[dict]) -> None:
 
 def train_losses(setup, batches: list[dict]) -> tuple[np.ndarray, object]:
   """The losses of the run's jitted train step on `batches`, from a fresh state, and its last state."""
-  from vit_jax import checkpoint, optim, sharding  # pylint: disable=g-import-not-at-top
+  from vit_jax import sharding  # pylint: disable=g-import-not-at-top
+  from vit_jax.checkpoints import checkpoint  # pylint: disable=g-import-not-at-top
+  from vit_jax.train import optim  # pylint: disable=g-import-not-at-top
   from vit_jax.train import state as train_state, step as train_step  # pylint: disable=g-import-not-at-top
   tx, schedule = optim.make_optimizer(setup.config, setup.total_steps)
   state, shardings, _ = train_state.create_state(setup, tx, checkpoint.make_manager(setup.workdir, 1))
@@ -191,7 +195,7 @@ def assert_resume_is_bit_exact(config: ml_collections.ConfigDict, full: str, res
   before with `config`, and asserts the last checkpoint's parameters equal the uninterrupted run's."""
   import shutil  # pylint: disable=g-import-not-at-top
   import chex  # pylint: disable=g-import-not-at-top
-  from vit_jax import checkpoint  # pylint: disable=g-import-not-at-top
+  from vit_jax.checkpoints import checkpoint  # pylint: disable=g-import-not-at-top
   from vit_jax.train import loop, setup as train_setup  # pylint: disable=g-import-not-at-top
   last = str(checkpoint.saved_steps(full)[-1])
   shutil.copytree(full, resumed)

@@ -1,4 +1,4 @@
-"""Entry points re-run themselves with mimalloc on CPU (vit_jax/allocator.py); its speed is measured by
+"""Entry points re-run themselves with mimalloc on CPU (vit_jax/runtime/allocator.py); its speed is measured by
 benchmarks/train_step.py, not here."""
 import os
 import subprocess
@@ -7,7 +7,7 @@ import sys
 import pytest
 
 import helpers
-from vit_jax import allocator
+from vit_jax.runtime import allocator
 
 
 def _fresh_env(**extra) -> dict[str, str]:

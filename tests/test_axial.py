@@ -11,7 +11,7 @@ from PIL import Image
 import pytest
 
 import helpers
-from vit_jax import export, pictures
+from vit_jax.tools import export, pictures
 from vit_jax.models import VisionTransformer, axial, variants
 from vit_jax.train import loop, setup as train_setup
 

@@ -20,8 +20,11 @@ from timm.layers import StdConv2d
 from timm.models.resnetv2 import ResNetV2
 
 import helpers
-from vit_jax import chips, export, fewshot, footprint, pictures, predict, run_dir, scaling
-from vit_jax.models import bit, loading, variants
+from vit_jax.checkpoints import run_dir
+from vit_jax.planning import chips, footprint
+from vit_jax.tools import export, fewshot, pictures, predict, scaling
+from vit_jax.checkpoints import loading
+from vit_jax.models import bit, variants
 from vit_jax.train import loop, setup as train_setup
 
 
@@ -267,10 +270,10 @@ def test_what_only_a_vit_has_is_a_one_line_error(tmp_path, data_dir, overrides, 
 
 def test_the_vit_tools_refuse_a_bit(tiny_run, tmp_path, data_dir):
   workdir, _, _ = tiny_run
-  with pytest.raises(ValueError, match=r"^vit_jax.pictures \(a ViT's attention and embeddings\) needs "
+  with pytest.raises(ValueError, match=r"^vit_jax.tools.pictures \(a ViT's attention and embeddings\) needs "
                      r'a ViT variant: BiT-R50x1 is a BiT ResNet$'):
     pictures.draw_run(workdir, 'unused.png', str(tmp_path / 'pictures'))
-  with pytest.raises(ValueError, match=r"^vit_jax.plan \(it models the memory of a ViT's blocks\) "
+  with pytest.raises(ValueError, match=r"^vit_jax.tools.plan \(it models the memory of a ViT's blocks\) "
                      'needs a ViT variant'):
     footprint.check(_tiny_config(data_dir), 8)
   assert not (tmp_path / 'pictures').exists()

@@ -10,7 +10,7 @@ import helpers
 _COMMAND = '''
 import atexit, sys, threading, time
 from absl import app
-from vit_jax import cli
+from vit_jax.runtime import cli
 
 
 class Teardown:

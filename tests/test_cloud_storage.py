@@ -17,7 +17,8 @@ import pytest
 
 import gcs_emulator
 import helpers
-from vit_jax import checkpoint, events
+from vit_jax.checkpoints import checkpoint
+from vit_jax.train import events
 from vit_jax.data import digits
 from vit_jax.train import loop, setup as train_setup
 
@@ -77,12 +78,12 @@ def test_train_resume_init_export_and_every_tool_on_gcs(tmp_path, data_dir, gcs,
   scalars = events.read_scalars(f'{root}/runs/pre')  # TensorBoard's files went to the bucket too.
   assert scalars['eval_top1'][12] == events.read_scalars(reference)['eval_top1'][12]
 
-  _run(cwd, env, '-m', 'vit_jax.export', f'--workdir={root}/runs/pre', f'--out={root}/exported/pre')
+  _run(cwd, env, '-m', 'vit_jax.tools.export', f'--workdir={root}/runs/pre', f'--out={root}/exported/pre')
   assert sorted(p.name for p in epath.Path(f'{root}/exported/pre').iterdir()) == [
       'config.json', 'model.jaxexport', 'model.npz', 'timm']
   image = f'{root}/images/digit.png'
-  from_run = _run(cwd, env, '-m', 'vit_jax.predict', f'--workdir={root}/runs/pre', image).stdout
-  from_export = _run(cwd, env, '-m', 'vit_jax.predict', f'--export={root}/exported/pre', image).stdout
+  from_run = _run(cwd, env, '-m', 'vit_jax.tools.predict', f'--workdir={root}/runs/pre', image).stdout
+  from_export = _run(cwd, env, '-m', 'vit_jax.tools.predict', f'--export={root}/exported/pre', image).stdout
   assert 'digit.png' in from_run and from_run == from_export
 
   # Fine-tuning at a new resolution from the exported .npz and from the run's workdir: the same
@@ -99,12 +100,12 @@ def test_train_resume_init_export_and_every_tool_on_gcs(tmp_path, data_dir, gcs,
   # The killed run wrote its curves up to its last checkpoint before it was killed.
   assert sorted(scalars['train_loss']) == [4, 8, 12]
 
-  fewshot = _run(cwd, env, '-m', 'vit_jax.fewshot', f'--workdir={root}/runs/pre', '--shots=1',
+  fewshot = _run(cwd, env, '-m', 'vit_jax.tools.fewshot', f'--workdir={root}/runs/pre', '--shots=1',
                  '--seeds=1').stdout
   assert fewshot.splitlines()[-1].split()[0] == '1'
-  _run(cwd, env, '-m', 'vit_jax.pictures', f'--workdir={root}/runs/pre', f'--image={image}',
+  _run(cwd, env, '-m', 'vit_jax.tools.pictures', f'--workdir={root}/runs/pre', f'--image={image}',
        f'--out={root}/pictures')
   assert epath.Path(f'{root}/pictures/attention_rollout.png').exists()
-  _run(cwd, env, '-m', 'vit_jax.report', f'{root}/runs', f'--out={root}/report')
+  _run(cwd, env, '-m', 'vit_jax.tools.report', f'{root}/runs', f'--out={root}/report')
   assert {p.name for p in epath.Path(f'{root}/report').iterdir()} == {'report.png', 'report.html'}
   assert os.listdir(cwd) == []

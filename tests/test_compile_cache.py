@@ -1,11 +1,11 @@
-"""The commands' persistent compilation cache, one folder per machine (vit_jax/compile_cache.py)."""
+"""The commands' persistent compilation cache, one folder per machine (vit_jax/runtime/compile_cache.py)."""
 import glob
 import os
 
 import pytest
 
 import helpers
-from vit_jax import compile_cache
+from vit_jax.runtime import compile_cache
 
 _JAX_CACHE_VARIABLES = ('JAX_COMPILATION_CACHE_DIR', 'JAX_COMPILATION_CACHE_MAX_SIZE',
                         'JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS',

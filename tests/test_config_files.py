@@ -1,5 +1,5 @@
 """Config files load from any working directory, their `from configs import ...` included, in every
-command that takes --config (vit_jax.main, vit_jax.plan) and in the sweep runner; and the paths in a
+command that takes --config (vit_jax.main, vit_jax.tools.plan) and in the sweep runner; and the paths in a
 run's config stay valid from any working directory."""
 import glob
 import os
@@ -9,7 +9,7 @@ import sys
 import pytest
 
 import helpers
-from vit_jax import config_files
+from vit_jax.runtime import config_files
 from vit_jax.train import setup as train_setup
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -41,7 +41,7 @@ def test_main_and_plan_take_a_relative_config_path_from_another_directory(tmp_pa
   relative = os.path.relpath(os.path.join(REPO, 'configs', 'demo_finetune.py'), tmp_path)
   run = _run(['-m', 'vit_jax.main', f'--config={relative}', '--workdir=w', 'stray'], cwd=str(tmp_path))
   assert "error: unexpected arguments ['stray']" in run.stderr, run.stderr
-  run = _run(['-m', 'vit_jax.plan', f'--config={relative}', '--devices=1', '--chip=tpu-v4', 'stray'],
+  run = _run(['-m', 'vit_jax.tools.plan', f'--config={relative}', '--devices=1', '--chip=tpu-v4', 'stray'],
              cwd=str(tmp_path))
   assert "error: unexpected arguments ['stray']" in run.stderr, run.stderr
 

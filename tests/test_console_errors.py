@@ -78,7 +78,7 @@ def test_help_exits_0(command, flag):
 
 
 def test_a_plan_piped_into_a_reader_that_stops_ends_quietly():
-  plan = subprocess.Popen([sys.executable, '-m', 'vit_jax.plan', '--config=configs/vit_b16_i1k.py',
+  plan = subprocess.Popen([sys.executable, '-m', 'vit_jax.tools.plan', '--config=configs/vit_b16_i1k.py',
                            '--devices=128', '--chip=tpu-v4', '--json'], cwd=helpers.REPO,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
   plan.stdout.close()  # As `| head` does once it has its lines: every write finds the pipe broken.

@@ -11,7 +11,7 @@ from PIL import Image
 import pytest
 
 import helpers
-from vit_jax import run_dir
+from vit_jax.checkpoints import run_dir
 from vit_jax.train import loop, setup as train_setup, state
 
 
@@ -69,7 +69,7 @@ def test_predict_on_folders_without_images_names_the_extensions(trained_tiny_run
   (tmp_path / 'empty').mkdir()
   (tmp_path / 'notes').mkdir()
   (tmp_path / 'notes' / 'readme.txt').write_text('not an image')
-  run = subprocess.run([sys.executable, '-m', 'vit_jax.predict', f'--workdir={trained_tiny_run}',
+  run = subprocess.run([sys.executable, '-m', 'vit_jax.tools.predict', f'--workdir={trained_tiny_run}',
                         f'{tmp_path}/empty/', f'{tmp_path}/notes'], cwd=helpers.REPO,
                        capture_output=True, text=True, timeout=300)
   assert run.returncode == 1, run.stderr[-2000:]
@@ -85,7 +85,7 @@ def test_export_over_an_earlier_export_is_refused_unless_overwrite(trained_tiny_
   out = tmp_path / 'out'
   shutil.copytree(exported_tiny_run, out)
   before = helpers.files_of(str(out))
-  export = [sys.executable, '-m', 'vit_jax.export', f'--workdir={trained_tiny_run}', f'--out={out}',
+  export = [sys.executable, '-m', 'vit_jax.tools.export', f'--workdir={trained_tiny_run}', f'--out={out}',
             '--step=8']
   refused = subprocess.run(export, cwd=helpers.REPO, capture_output=True, text=True, timeout=300)
   assert refused.returncode == 2, refused.stderr[-2000:]

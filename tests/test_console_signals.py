@@ -10,7 +10,7 @@ import pytest
 
 import helpers
 import local
-from vit_jax import checkpoint
+from vit_jax.checkpoints import checkpoint
 from vit_jax.train import preemption
 
 
@@ -144,7 +144,7 @@ def test_ctrl_c_before_the_first_step_is_one_line_and_status_130(tmp_path, data_
 # SIGINT to itself as soon as start-up is done, before the command's imports.
 _INTERRUPTED_WHILE_STARTING = """
 import os, signal, time
-from vit_jax import startup
+from vit_jax.runtime import startup
 startup.prepare_process()
 os.kill(os.getpid(), signal.SIGINT)
 time.sleep(10)

@@ -1,4 +1,4 @@
-"""On x86 CPUs with AVX2 the entry points keep matmuls off YNNPACK (vit_jax/cpu_kernels.py); its speed is measured
+"""On x86 CPUs with AVX2 the entry points keep matmuls off YNNPACK (vit_jax/runtime/cpu_kernels.py); its speed is measured
 by benchmarks/train_step.py, not here."""
 import os
 import subprocess
@@ -7,7 +7,7 @@ import sys
 import pytest
 
 import helpers
-from vit_jax import cpu_kernels
+from vit_jax.runtime import cpu_kernels
 
 _AVX2 = 'fpu sse sse2 avx fma avx2 bmi2'
 _AVX512 = _AVX2 + ' avx512f avx512dq avx512bw avx512vl'
@@ -69,10 +69,10 @@ def test_route_ops_does_nothing_for_accelerators(avx2_cpu, monkeypatch):
 # A process started as an entry point starts: prepare_process, then jax; it prints whether a compiled
 # matmul and a compiled reduction run in YNNPACK.
 _PROBE = '''
-from vit_jax import startup
+from vit_jax.runtime import startup
 startup.prepare_process()
 import jax, jax.numpy as jnp
-from vit_jax import cpu_kernels
+from vit_jax.runtime import cpu_kernels
 x = jnp.ones((64, 64))
 print('routing applies:', cpu_kernels.applies())
 for name, fn in (('matmul', lambda a: a @ a), ('reduction', lambda a: a.sum(axis=1))):

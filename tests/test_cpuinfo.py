@@ -1,7 +1,7 @@
-"""vit_jax/cpuinfo.py on a /proc/cpuinfo of two CPUs and a transparent-huge-page setting of our own."""
+"""vit_jax/runtime/cpuinfo.py on a /proc/cpuinfo of two CPUs and a transparent-huge-page setting of our own."""
 import datetime
 
-from vit_jax import cpuinfo
+from vit_jax.runtime import cpuinfo
 
 _CPUINFO = ('processor\t: 0\nmodel name\t: Some CPU @ 2.60GHz\nflags\t\t: fpu avx2 avx512f avx512bw\n\n'
             'processor\t: 1\nmodel name\t: Another CPU\nflags\t\t: fpu sse2\n\n')

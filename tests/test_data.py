@@ -62,7 +62,8 @@ def test_digits_eval_holds_exactly_the_split(data_dir):
 _NO_TENSORFLOW = """
 import sys
 from vit_jax import data
-from vit_jax import export, fewshot, main, predict
+from vit_jax import main
+from vit_jax.tools import export, fewshot, predict
 from vit_jax.train import loop, setup
 heavy = sorted({'tensorflow', 'keras', 'sklearn', 'matplotlib'} & sys.modules.keys())
 sys.path.insert(0, 'tests')

@@ -11,7 +11,7 @@ from tensorboard.backend.event_processing import event_accumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 from tensorboard.util import tensor_util
 
-from vit_jax import events
+from vit_jax.train import events
 from vit_jax.train import event_writer, pace
 
 

@@ -20,11 +20,12 @@ import timm.models.vision_transformer as timm_vit
 import torch
 
 import helpers
-from vit_jax import checkpoint, export, run_dir
-from vit_jax.models import loading
+from vit_jax.checkpoints import checkpoint, run_dir
+from vit_jax.tools import export
+from vit_jax.checkpoints import loading
 from vit_jax.tasks import classification
 
-EXPORT_CMD = [sys.executable, '-m', 'vit_jax.export']
+EXPORT_CMD = [sys.executable, '-m', 'vit_jax.tools.export']
 
 # Runs in a fresh interpreter with jax and numpy only: the artefact must not need vit_jax.
 _CALL_ARTEFACT = '''

@@ -10,7 +10,8 @@ import numpy as np
 import optax
 import pytest
 
-from vit_jax import defaults, optim, tasks
+from vit_jax import defaults, tasks
+from vit_jax.train import optim
 from vit_jax.tasks import classification
 from vit_jax.train import state as train_state, step as train_step
 from vit_jax.models import VisionTransformer, attention, scan_layout, variants

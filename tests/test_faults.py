@@ -16,7 +16,9 @@ import pytest
 from PIL import Image
 
 import helpers
-from vit_jax import checkpoint, dispatch, export, run_dir
+from vit_jax.checkpoints import checkpoint, run_dir
+from vit_jax.runtime import dispatch
+from vit_jax.tools import export
 from vit_jax.train import loop, preemption, setup as train_setup, state, watchdog
 import local
 
@@ -343,7 +345,8 @@ def test_a_full_disk_stops_the_run_in_one_line_and_the_earlier_checkpoints_stay(
 READ_ONLY_AT_16 = '''
 import errno, os
 from orbax.checkpoint._src.path import async_path
-from vit_jax import cli, config_files, main
+from vit_jax import main
+from vit_jax.runtime import cli, config_files
 mkdir = async_path.mkdir
 async def read_only(path, *args, **kwargs):
   if os.path.basename(str(path)).startswith('16.'):

@@ -12,7 +12,8 @@ from PIL import Image
 from sklearn import linear_model
 
 import helpers
-from vit_jax import checkpoint, run_dir, sharding
+from vit_jax import sharding
+from vit_jax.checkpoints import checkpoint, run_dir
 from vit_jax.evaluators import fewshot
 from vit_jax.tasks import classification
 from vit_jax.train import loop, setup as train_setup
@@ -82,7 +83,7 @@ def test_the_loop_evaluator_and_the_command_agree_on_the_tiny_run(trained_tiny_r
   assert list(metrics) == ['1shot', '10shot']
   assert metrics['10shot'] > 0.4
 
-  run = subprocess.run([sys.executable, '-m', 'vit_jax.fewshot', f'--workdir={trained_tiny_run}',
+  run = subprocess.run([sys.executable, '-m', 'vit_jax.tools.fewshot', f'--workdir={trained_tiny_run}',
                         '--shots=1,10', '--seeds=2'], cwd=helpers.REPO, capture_output=True, text=True,
                        timeout=300)
   assert run.returncode == 0, run.stderr[-2000:]
@@ -100,7 +101,7 @@ def test_the_command_uses_the_runs_fewshot_settings_where_no_flag_is_given(train
   settings = dict(shots=[2], seeds=1, l2_reg=0.01, train_split='train[:300]', eval_split='train[300:400]')
   info['fewshot'].update(settings)
   open(os.path.join(workdir, 'config.json'), 'w').write(json.dumps(info))
-  from vit_jax import fewshot as command  # pylint: disable=g-import-not-at-top
+  from vit_jax.tools import fewshot as command  # pylint: disable=g-import-not-at-top
   accuracies, used = command.evaluate_checkpoint(workdir)
   assert used == {'step': 12, 'shots': (2,), 'seeds': 1, 'l2_reg': 0.01}
   config, _ = run_dir.load_run_info(workdir)
@@ -132,7 +133,7 @@ def test_in_the_loop_shots_a_class_cannot_fill_are_nan_and_the_run_goes_on(train
 
 
 def test_command_line_bad_shots_is_one_line(trained_tiny_run):
-  run = subprocess.run([sys.executable, '-m', 'vit_jax.fewshot', f'--workdir={trained_tiny_run}',
+  run = subprocess.run([sys.executable, '-m', 'vit_jax.tools.fewshot', f'--workdir={trained_tiny_run}',
                         '--shots=1,many'], cwd=helpers.REPO, capture_output=True, text=True,
                        timeout=300)
   assert run.returncode == 2

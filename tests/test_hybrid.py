@@ -11,9 +11,10 @@ import pytest
 from flax import traverse_util
 
 import helpers
-from vit_jax import run_dir
+from vit_jax.checkpoints import run_dir
 from vit_jax.train import loop, setup as train_setup
-from vit_jax.models import VisionTransformer, loading, variants
+from vit_jax.checkpoints import loading
+from vit_jax.models import VisionTransformer, variants
 
 
 def _original_hybrid_layout(num_classes):

@@ -11,7 +11,8 @@ from PIL import Image
 import pytest
 
 import helpers
-from vit_jax import data, predict
+from vit_jax import data
+from vit_jax.tools import predict
 from vit_jax.data import preprocess
 
 _RNG = np.random.default_rng(0)

@@ -12,8 +12,9 @@ import torch
 from flax import traverse_util
 
 import helpers
-from vit_jax import optim
-from vit_jax.models import state_dicts, variants
+from vit_jax.train import optim
+from vit_jax.checkpoints import state_dicts
+from vit_jax.models import variants
 from vit_jax.tasks import classification
 from vit_jax.train import state as train_state
 

@@ -19,8 +19,9 @@ import torch
 from PIL import Image
 
 import helpers
-from vit_jax import checkpoint
-from vit_jax.models import VisionTransformer, loading
+from vit_jax.checkpoints import checkpoint
+from vit_jax.checkpoints import loading
+from vit_jax.models import VisionTransformer
 from vit_jax.models import variants as model_variants
 
 

@@ -8,7 +8,7 @@ import sys
 import helpers
 
 PACKAGE = os.path.join(helpers.REPO, 'vit_jax')
-TOOLS = ('vit_jax.predict', 'vit_jax.export', 'vit_jax.fewshot', 'vit_jax.pictures', 'vit_jax.run_dir')
+TOOLS = ('vit_jax.tools.predict', 'vit_jax.tools.export', 'vit_jax.tools.fewshot', 'vit_jax.tools.pictures', 'vit_jax.checkpoints.run_dir')
 
 
 def _module_name(path: str) -> str:

@@ -12,7 +12,9 @@ import torch
 from timm.data import mixup as timm_mixup
 
 import helpers
-from vit_jax import checkpoint, optim, sharding
+from vit_jax import sharding
+from vit_jax.checkpoints import checkpoint
+from vit_jax.train import optim
 from vit_jax.tasks import classification, mixing
 from vit_jax.train import setup as train_setup, state as train_state, step as train_step
 

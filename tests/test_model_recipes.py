@@ -18,8 +18,9 @@ from jax.sharding import PartitionSpec as P
 
 import helpers
 from vit_jax import sharding
-from vit_jax.models import VisionTransformer, block, encoder, loading, mpp, posemb, variants
-from vit_jax.models.loading import param_shapes
+from vit_jax.checkpoints import loading
+from vit_jax.models import VisionTransformer, block, encoder, mpp, posemb, variants
+from vit_jax.checkpoints.loading import param_shapes
 
 TIMM_POOL = {'token': 'token', 'gap': 'avg', 'map': 'map'}
 

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import helpers
-from vit_jax import data, evaluators, run_dir, sharding, tasks
+from vit_jax import data, evaluators, sharding, tasks
+from vit_jax.checkpoints import run_dir
 from vit_jax.models import VisionTransformer, mpp, variants
 from vit_jax.train import loop, setup as train_setup
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import helpers
-from vit_jax import optim
+from vit_jax.train import optim
 
 
 def _lr(**fields):

@@ -17,8 +17,11 @@ from timm.models.vision_transformer_hybrid import _resnetv2
 from timm.optim import param_groups_layer_decay
 
 import helpers
-from vit_jax import checkpoint, optim, param_groups, sharding
-from vit_jax.models import scan_layout, state_dicts, variants, vit
+from vit_jax import sharding
+from vit_jax.checkpoints import checkpoint
+from vit_jax.train import optim, param_groups
+from vit_jax.checkpoints import state_dicts
+from vit_jax.models import scan_layout, variants, vit
 from vit_jax.train import setup as train_setup, state as train_state, step as train_step
 
 # One update is lr * (...) with no schedule or clipping in the way, unless a test says otherwise.

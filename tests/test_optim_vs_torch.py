@@ -11,7 +11,7 @@ import timm.scheduler
 import torch
 
 import helpers
-from vit_jax import optim
+from vit_jax.train import optim
 from vit_jax.train import state as train_state, step as train_step
 
 STEPS = 10

@@ -1,7 +1,7 @@
-"""vit_jax/orbax_noise.py: what a failed checkpoint read leaves behind stays off the output."""
+"""vit_jax/checkpoints/orbax_noise.py: what a failed checkpoint read leaves behind stays off the output."""
 import logging
 
-from vit_jax import orbax_noise
+from vit_jax.checkpoints import orbax_noise
 
 _UNRETRIEVED = ("Task exception was never retrieved\nfuture: <Task finished coro=<_wrap_awaitable()> "
                 "exception=ValueError('OUT_OF_RANGE: Error reading local file: Requested byte range "

@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 import helpers
-from vit_jax import pictures
+from vit_jax.tools import pictures
 from vit_jax.models import vit
 
 PICTURES = ('attention_rollout.png', 'attention_rollout_layers.png', 'position_embeddings.png',
@@ -171,7 +171,7 @@ def test_pictures_of_a_hybrid(tmp_path):
 
 def test_command_line_writes_the_pictures_of_a_run(trained_tiny_run, tmp_path):
   Image.fromarray(np.random.RandomState(0).randint(0, 256, (40, 40), np.uint8)).save(tmp_path / 'x.png')
-  run = subprocess.run([sys.executable, '-m', 'vit_jax.pictures', f'--workdir={trained_tiny_run}',
+  run = subprocess.run([sys.executable, '-m', 'vit_jax.tools.pictures', f'--workdir={trained_tiny_run}',
                         f'--image={tmp_path}/x.png', f'--out={tmp_path}/out'], cwd=helpers.REPO,
                        capture_output=True, text=True, timeout=300)
   assert run.returncode == 0, run.stderr[-2000:]
@@ -180,7 +180,7 @@ def test_command_line_writes_the_pictures_of_a_run(trained_tiny_run, tmp_path):
 
 
 def test_command_line_bad_input_is_one_line(tmp_path):
-  run = subprocess.run([sys.executable, '-m', 'vit_jax.pictures', f'--workdir={tmp_path}/nothing',
+  run = subprocess.run([sys.executable, '-m', 'vit_jax.tools.pictures', f'--workdir={tmp_path}/nothing',
                         f'--image={tmp_path}/x.png', f'--out={tmp_path}/out'], cwd=helpers.REPO,
                        capture_output=True, text=True, timeout=300)
   assert run.returncode == 2

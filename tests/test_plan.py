@@ -1,4 +1,4 @@
-"""The planner (vit_jax/plan.py, vit_jax/footprint.py): its per-device bytes against XLA's memory
+"""The planner (vit_jax/tools/plan.py, vit_jax/planning/footprint.py): its per-device bytes against XLA's memory
 analysis of the real train step, its suggestions, its chip registry, its JSON and its one-line errors."""
 import functools
 import json
@@ -10,7 +10,9 @@ import jax.numpy as jnp
 import pytest
 
 import helpers
-from vit_jax import chips, data, footprint, optim, sharding
+from vit_jax import data, sharding
+from vit_jax.planning import chips, footprint
+from vit_jax.train import optim
 from vit_jax.tasks import classification
 from vit_jax.train import setup as train_setup, state as train_state, step as train_step
 
@@ -164,7 +166,7 @@ def test_what_training_refuses_is_a_value_error(overrides, message):
 
 
 def _plan(*args):
-  return subprocess.run([sys.executable, '-m', 'vit_jax.plan', '--config=configs/demo.py', *args],
+  return subprocess.run([sys.executable, '-m', 'vit_jax.tools.plan', '--config=configs/demo.py', *args],
                         cwd=helpers.REPO, capture_output=True, text=True, timeout=300)
 
 
@@ -219,7 +221,7 @@ def test_flags_the_plan_cannot_use_are_one_line_errors():
     assert run.returncode == 2 and run.stdout == '', run
     assert run.stderr.strip().splitlines() == [f'error: {run.stderr.strip()[7:]}'] and message in run.stderr
   # config_flags raised the missing file's error at first use, a traceback of 40 lines.
-  run = subprocess.run([sys.executable, '-m', 'vit_jax.plan', '--config=configs/no_such_file.py',
+  run = subprocess.run([sys.executable, '-m', 'vit_jax.tools.plan', '--config=configs/no_such_file.py',
                         '--devices=8', '--chip=tpu-v4'], cwd=helpers.REPO, capture_output=True, text=True,
                        timeout=300)
   assert run.returncode == 2 and run.stderr.strip().splitlines() == [

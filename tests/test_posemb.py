@@ -14,8 +14,10 @@ from flax import traverse_util
 from jax.sharding import PartitionSpec as P
 
 import helpers
-from vit_jax import pictures, report, sharding
-from vit_jax.models import VisionTransformer, attention, encoder, loading, posemb, variants
+from vit_jax import sharding
+from vit_jax.tools import pictures, report
+from vit_jax.checkpoints import loading
+from vit_jax.models import VisionTransformer, attention, encoder, posemb, variants
 from vit_jax.train import loop, setup as train_setup
 import sweep
 

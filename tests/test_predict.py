@@ -15,12 +15,14 @@ import pytest
 from PIL import Image
 
 import helpers
-from vit_jax import checkpoint, data, export, predict, run_dir
+from vit_jax import data
+from vit_jax.checkpoints import checkpoint, run_dir
+from vit_jax.tools import export, predict
 from vit_jax.data import on_device
 from vit_jax.tasks import classification
 from vit_jax.data import pipeline
 
-PREDICT_CMD = [sys.executable, '-m', 'vit_jax.predict']
+PREDICT_CMD = [sys.executable, '-m', 'vit_jax.tools.predict']
 
 
 def _test_images(workdir, n):

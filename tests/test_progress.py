@@ -195,7 +195,7 @@ def test_a_run_without_a_terminal_prints_plain_lines(data_dir, tmp_path):
 
 def test_export_prints_its_one_line_only(trained_tiny_run, tmp_path):
   out = str(tmp_path / 'out')
-  run = subprocess.run([sys.executable, '-m', 'vit_jax.export', f'--workdir={trained_tiny_run}',
+  run = subprocess.run([sys.executable, '-m', 'vit_jax.tools.export', f'--workdir={trained_tiny_run}',
                         f'--out={out}'], cwd=helpers.REPO, env=_USER_ENV, stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, text=True, timeout=300)
   assert run.returncode == 0, run.stdout[-3000:]
@@ -209,7 +209,7 @@ def test_predict_prints_its_own_lines_only(trained_tiny_run, exported_tiny_run, 
   Image.fromarray(image).save(tmp_path / 'a.png')
   (tmp_path / 'bad.png').write_text('not an image')  # TensorFlow's decoder warns in C++ about it.
   flag = f'--workdir={trained_tiny_run}' if source == 'workdir' else f'--export={exported_tiny_run}'
-  run = subprocess.run([sys.executable, '-m', 'vit_jax.predict', flag, '--top_k=2',
+  run = subprocess.run([sys.executable, '-m', 'vit_jax.tools.predict', flag, '--top_k=2',
                         str(tmp_path / 'a.png'), str(tmp_path / 'bad.png')],
                        cwd=helpers.REPO, env=_USER_ENV, capture_output=True, text=True, timeout=300)
   assert run.returncode == 0, run.stderr[-3000:]

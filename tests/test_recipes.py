@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 import helpers
-from vit_jax import checkpoint, data, optim, sharding
+from vit_jax import data, sharding
+from vit_jax.checkpoints import checkpoint
+from vit_jax.train import optim
 from vit_jax.train import loop, setup as train_setup, state as train_state, step as train_step
 
 # The tiny model's shape; the recipe keeps its pooling, position embeddings and regularisation.

@@ -1,4 +1,4 @@
-"""python -m vit_jax.report: the curves and the table of runs, from TensorBoard event files written here
+"""python -m vit_jax.tools.report: the curves and the table of runs, from TensorBoard event files written here
 with tf.summary (as clu writes them) beside a config.json like a real run's, and from one real run."""
 import base64
 import math
@@ -15,9 +15,10 @@ import tensorflow as tf
 from PIL import Image
 
 import helpers
-from vit_jax import events, report
+from vit_jax.tools import report
+from vit_jax.train import events
 
-REPORT_CMD = [sys.executable, '-m', 'vit_jax.report']
+REPORT_CMD = [sys.executable, '-m', 'vit_jax.tools.report']
 
 # Three runs of a sweep over lr.base x total_steps, as launch/sweep.py names their workdirs. The third
 # is still going: it has logged up to step 30 and evaluated once.
@@ -46,7 +47,7 @@ def _write_run(workdir: str, lr: float, total_steps: int, last_step: int,
   os.makedirs(workdir)
   config = helpers.load_config('demo', {'lr.base': lr, 'total_steps': total_steps})
   with open(os.path.join(workdir, 'config.json'), 'w') as f:
-    f.write(config.to_json_best_effort(indent=2))  # As vit_jax.run_dir.write_run_info writes it.
+    f.write(config.to_json_best_effort(indent=2))  # As vit_jax.checkpoints.run_dir.write_run_info writes it.
   steps = range(10, last_step + 1, 10)
   _write_events(workdir, {
       'train_loss': {s: 2.0 - s / (10 * total_steps) for s in steps},

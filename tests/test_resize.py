@@ -11,7 +11,7 @@ from torchvision import transforms
 
 import helpers
 from vit_jax import defaults
-from vit_jax import predict
+from vit_jax.tools import predict
 from vit_jax.data import preprocess
 
 

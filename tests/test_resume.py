@@ -7,7 +7,8 @@ import shutil
 import pytest
 
 import helpers
-from vit_jax import export, run_dir
+from vit_jax.checkpoints import run_dir
+from vit_jax.tools import export
 from vit_jax.train import loop, setup as train_setup, state
 
 

@@ -1,5 +1,5 @@
 """The scaling study: configs/sweeps/scaling_fig5.py and scaling_fig8.py expand to the paper's grids,
-the compute is the paper's (Table 6), and python -m vit_jax.scaling on a root of tiny runs on the
+the compute is the paper's (Table 6), and python -m vit_jax.tools.scaling on a root of tiny runs on the
 digits (a ViT and a hybrid)."""
 import importlib.util
 import os
@@ -12,7 +12,9 @@ import pytest
 from PIL import Image
 
 import helpers
-from vit_jax import chips, run_dir, scaling
+from vit_jax.checkpoints import run_dir
+from vit_jax.planning import chips
+from vit_jax.tools import scaling
 from vit_jax.models import variants
 from vit_jax.train import loop, setup as train_setup
 import sweep
@@ -123,7 +125,7 @@ def test_a_metric_no_run_logged_is_a_one_line_error_naming_those_logged(scaling_
 
 def test_command_line_writes_the_picture_and_the_table(scaling_root, tmp_path):
   out = tmp_path / 'out'
-  run = subprocess.run([sys.executable, '-m', 'vit_jax.scaling', scaling_root, f'--out={out}'],
+  run = subprocess.run([sys.executable, '-m', 'vit_jax.tools.scaling', scaling_root, f'--out={out}'],
                        cwd=helpers.REPO, capture_output=True, text=True, timeout=300)
   assert run.returncode == 0, run.stderr[-2000:]
   table = (out / 'scaling.md').read_text()

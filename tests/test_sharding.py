@@ -13,7 +13,9 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 import helpers
-from vit_jax import checkpoint, optim, sharding, tasks
+from vit_jax import sharding, tasks
+from vit_jax.checkpoints import checkpoint
+from vit_jax.train import optim
 from vit_jax.train import setup as train_setup, state as train_state, step as train_step
 
 sys.path.insert(0, os.path.join(helpers.REPO, 'benchmarks'))

@@ -14,7 +14,7 @@ import pytest
 
 import helpers
 import slurm_cluster
-from vit_jax import checkpoint, run_dir
+from vit_jax.checkpoints import checkpoint, run_dir
 import local
 
 pytestmark = [

@@ -22,8 +22,9 @@ from etils import epath
 
 import helpers
 from test_export import _checkpoint_params, _model_logits
-from vit_jax import run_dir
-from vit_jax.models import state_dicts, variants
+from vit_jax.checkpoints import run_dir
+from vit_jax.checkpoints import state_dicts
+from vit_jax.models import variants
 from vit_jax.tasks import classification
 
 IMAGE_SIZE, NUM_CLASSES = 8, 10
@@ -309,7 +310,7 @@ def _timm_input(pretrained_cfg: dict, image: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize('shape', [(40, 120), (70, 50)])
 def test_timms_transform_from_the_exported_config_prepares_images_as_our_evaluation(
     crop, crop_fraction, image_size, shape):
-  from vit_jax import predict  # pylint: disable=g-import-not-at-top
+  from vit_jax.tools import predict  # pylint: disable=g-import-not-at-top
   pp_eval = {'crop': crop, 'crop_fraction': crop_fraction, 'antialias': True}  # PIL always antialiases.
   config = state_dicts.timm_config(helpers.load_config('demo', MODEL).model.to_dict() | {
       'patch_size': 4, 'classifier': 'token'}, image_size, NUM_CLASSES, pp_eval=pp_eval)
@@ -324,7 +325,7 @@ def test_timm_and_our_export_agree_on_a_wide_image_where_the_crops_disagree(trai
   gave timm no crop fields, so timm took its default 87.5% central crop, and a top-1 that vit_jax's
   squashing resize (pp_eval.crop='resize') did not give."""
   from PIL import Image  # pylint: disable=g-import-not-at-top
-  from vit_jax import export, predict  # pylint: disable=g-import-not-at-top
+  from vit_jax.tools import export, predict  # pylint: disable=g-import-not-at-top
   from vit_jax.data import digits  # pylint: disable=g-import-not-at-top
   # The tiny run's parameters, evaluated with PIL's antialiased resize as timm's transforms resize:
   # TensorFlow's default bilinear reads 2x2 pixels and, shrinking 120 to 8, sees other pixels.

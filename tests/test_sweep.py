@@ -5,7 +5,7 @@ import sys
 import pytest
 
 import helpers
-from vit_jax import run_dir
+from vit_jax.checkpoints import run_dir
 import sweep
 
 

@@ -218,11 +218,11 @@ def test_a_tfrecord_dataset_is_a_one_line_error_naming_the_conversion(tfrecord_d
       f"tensorflow_datasets dataset 'tiny' in {version_dir} is prepared as tfrecord, and vit_jax "
       "reads only ArrayRecord: convert it once (the ArrayRecord files go beside the others) with "
       "`pip install '.[tfrecord]'` (TensorFlow, to read them) and "
-      f'`python -m vit_jax.to_array_record {version_dir}`')
+      f'`python -m vit_jax.tools.to_array_record {version_dir}`')
 
   # The command the line names, as a user runs it.
   for said in ('ArrayRecord files written', 'has ArrayRecord files already'):  # Once is enough.
-    run = subprocess.run([sys.executable, '-m', 'vit_jax.to_array_record', version_dir],
+    run = subprocess.run([sys.executable, '-m', 'vit_jax.tools.to_array_record', version_dir],
                          cwd=helpers.REPO, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0 and run.stdout == f'{version_dir}: {said}\n', run.stderr[-3000:]
   src = source(data_dir)

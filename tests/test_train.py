@@ -13,8 +13,9 @@ from jax.sharding import PartitionSpec as P
 from PIL import Image
 
 import helpers
-from vit_jax import checkpoint, optim, run_dir
-from vit_jax.models import loading
+from vit_jax.checkpoints import checkpoint, run_dir
+from vit_jax.train import optim
+from vit_jax.checkpoints import loading
 from vit_jax.train import loop, setup as train_setup, state as train_state
 
 

@@ -1,4 +1,4 @@
-"""VTAB-1k: configs/vtab.py for every task, its labels, the sweep file, and python -m vit_jax.vtab on
+"""VTAB-1k: configs/vtab.py for every task, its labels, the sweep file, and python -m vit_jax.tools.vtab on
 a sweep root of tiny runs. The VTAB datasets are not downloadable here, so a few are prepared (as
 ArrayRecord, with TensorFlow to encode their images) in a temporary data_dir with random images under
 their tfds names and versions, with the real datasets' features (the registered builders' own), and
@@ -19,7 +19,8 @@ import tensorflow_datasets as tfds
 
 import helpers
 from configs import vtab as vtab_config
-from vit_jax import data, report, vtab
+from vit_jax import data
+from vit_jax.tools import report, vtab
 from vit_jax.data import preprocess
 from vit_jax.data import tfds_source
 from vit_jax.data import vtab as vtab_data
@@ -293,7 +294,7 @@ def test_a_task_prepared_as_tfrecord_reads_once_converted(tmp_path):
   builder = tfds.builder('svhn_cropped', data_dir=data_dir)
   with pytest.raises(ValueError, match=r"^tensorflow_datasets dataset 'svhn_cropped' in "
                                        rf'{builder.data_dir} is prepared as tfrecord, .* and '
-                                       rf'`python -m vit_jax.to_array_record {builder.data_dir}`$'):
+                                       rf'`python -m vit_jax.tools.to_array_record {builder.data_dir}`$'):
     vtab_data.make_source('svhn', config, 'label')
   assert tfds_source.to_array_record(builder.data_dir)
   source = pickle.loads(pickle.dumps(vtab_data.make_source('svhn', config, 'label')))
@@ -401,7 +402,7 @@ def test_group_means_are_the_numpy_means_of_their_task_rows(vtab_root):
 
 def test_command_line_prints_the_table_and_writes_markdown_and_csv(vtab_root, tmp_path):
   out = tmp_path / 'out'
-  run = subprocess.run([sys.executable, '-m', 'vit_jax.vtab', vtab_root, f'--out={out}'],
+  run = subprocess.run([sys.executable, '-m', 'vit_jax.tools.vtab', vtab_root, f'--out={out}'],
                        cwd=helpers.REPO, capture_output=True, text=True, timeout=300)
   assert run.returncode == 0, run.stderr[-2000:]
   assert run.stderr == ''

@@ -8,7 +8,7 @@ from PIL import Image
 import pytest
 
 import helpers
-from vit_jax import paths
+from vit_jax.runtime import paths
 from vit_jax.data import digits
 
 SHORT = ['--config.total_steps=20', '--config.log_every_steps=10', '--config.eval_every_steps=20',

@@ -38,23 +38,23 @@ def test_the_demo_trains_and_its_model_exports_predicts_and_is_looked_into(tmp_p
                        env=helpers.without_tensorflow(), capture_output=True, text=True, timeout=300)
   assert run.returncode == 0, run.stderr[-3000:]
   assert 'Final eval: ' in run.stderr
-  _command('vit_jax.export', f'--workdir={workdir}', f'--out={exported}')
+  _command('vit_jax.tools.export', f'--workdir={workdir}', f'--out={exported}')
   assert os.path.isfile(os.path.join(exported, 'model.npz'))
 
   images, labels = digits.split_arrays()['test']
   image = str(tmp_path / f'digit_{labels[0]}.png')
   Image.fromarray(np.kron(images[0], np.ones((4, 4, 1), np.uint8))).save(image)
-  from_workdir = _command('vit_jax.predict', f'--workdir={workdir}', '--top_k=2', image).stdout
-  from_export = _command('vit_jax.predict', f'--export={exported}', '--top_k=2', image).stdout
+  from_workdir = _command('vit_jax.tools.predict', f'--workdir={workdir}', '--top_k=2', image).stdout
+  from_export = _command('vit_jax.tools.predict', f'--export={exported}', '--top_k=2', image).stdout
   assert from_workdir == from_export and from_workdir.splitlines()[0] == image
   assert len(from_workdir.splitlines()) == 3
 
   pictures = str(tmp_path / 'pictures')
-  _command('vit_jax.pictures', f'--workdir={workdir}', f'--image={image}', f'--out={pictures}')
+  _command('vit_jax.tools.pictures', f'--workdir={workdir}', f'--image={image}', f'--out={pictures}')
   assert any(name.endswith('.png') for name in os.listdir(pictures))
-  fewshot = _command('vit_jax.fewshot', f'--workdir={workdir}', '--shots=1', '--seeds=1')
+  fewshot = _command('vit_jax.tools.fewshot', f'--workdir={workdir}', '--shots=1', '--seeds=1')
   assert re.search(r'^shots  accuracy\n    1  0\.\d{4}$', fewshot.stdout, re.M), fewshot.stdout
-  _command('vit_jax.report', workdir, f'--out={tmp_path / "report"}')
+  _command('vit_jax.tools.report', workdir, f'--out={tmp_path / "report"}')
   assert os.path.isfile(tmp_path / 'report' / 'report.html')
-  plan = _command('vit_jax.plan', '--config=configs/demo.py', '--devices=1', '--chip=h100-80gb')
+  plan = _command('vit_jax.tools.plan', '--config=configs/demo.py', '--devices=1', '--chip=h100-80gb')
   assert plan.stdout

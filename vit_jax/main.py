@@ -1,6 +1,6 @@
 """Entry point: `python -m vit_jax.main --config=configs/X.py[:arg] --workdir=DIR [--config.field=value]`."""
-if __name__ == '__main__':  # Before anything allocates or loads jax: see vit_jax/startup.py.
-  from vit_jax import startup  # pylint: disable=g-import-not-at-top
+if __name__ == '__main__':  # Before anything allocates or loads jax: see vit_jax/runtime/startup.py.
+  from vit_jax.runtime import startup  # pylint: disable=g-import-not-at-top
   startup.prepare_process()
 
 import logging as python_logging
@@ -9,14 +9,14 @@ import socket
 import sys
 import time
 
-from vit_jax import quiet  # pylint: disable=g-import-not-at-top
+from vit_jax.runtime import quiet  # pylint: disable=g-import-not-at-top
 
 quiet.quiet_tensorflow()  # Before epath can load TensorFlow (for gs://, where it is installed).
 
 from absl import flags, logging  # pylint: disable=g-import-not-at-top,wrong-import-position
 from ml_collections import config_flags
 
-from vit_jax import allocator, cli, config_files, cpu_kernels
+from vit_jax.runtime import allocator, cli, config_files, cpu_kernels
 
 _CONFIG = config_flags.DEFINE_config_file(
     'config', None, 'Experiment config file, optionally with an argument: configs/X.py:arg.',
@@ -105,12 +105,12 @@ def _train() -> None:
   import jax  # pylint: disable=g-import-not-at-top
   if jax.process_index() > 0:  # Process 0 speaks for the run.
     logging.set_verbosity(logging.WARNING)
-  logging.debug('malloc: %s (see vit_jax/allocator.py); XLA:CPU ops on YNNPACK: %s (see '
-                'vit_jax/cpu_kernels.py); compilation cache: %s (see vit_jax/compile_cache.py)',
+  logging.debug('malloc: %s (see vit_jax/runtime/allocator.py); XLA:CPU ops on YNNPACK: %s (see '
+                'vit_jax/runtime/cpu_kernels.py); compilation cache: %s (see vit_jax/runtime/compile_cache.py)',
                 allocator.in_effect(), cpu_kernels.in_effect(),
                 jax.config.jax_compilation_cache_dir or 'off')
   # Imported here so that `--help` and flag errors answer before TensorFlow and JAX load.
-  from vit_jax import checkpoint  # pylint: disable=g-import-not-at-top
+  from vit_jax.checkpoints import checkpoint  # pylint: disable=g-import-not-at-top
   from vit_jax.train import loop, preemption, setup, state  # pylint: disable=g-import-not-at-top
   try:
     run = setup.prepare(_CONFIG.value, _WORKDIR.value)

@@ -3,7 +3,7 @@ relative position embeddings x columns input / every layer / shared every layer 
 only at the input: Table 8's N/A cells).
 
   python launch/sweep.py --sweep=configs/sweeps/posemb_table8.py --workdir=workdirs/posemb_table8
-  python -m vit_jax.report workdirs/posemb_table8 --pivot=model.posemb,model.posemb_where
+  python -m vit_jax.tools.report workdirs/posemb_table8 --pivot=model.posemb,model.posemb_where
 """
 CONFIG = 'configs/demo.py'
 

@@ -3,7 +3,7 @@ models of each size, pre-trained for 7 and 14 epochs (Table 6 ran B/32, B/16, L/
 L/16, H/14 for 14; this grid has both lengths for every model, pre-logits of the model's width).
 
   python launch/sweep.py --sweep=configs/sweeps/scaling_fig5.py --workdir=gs://B/fig5 --print
-  python -m vit_jax.scaling gs://B/fig5 --out=reports/fig5   # --metric=fewshot_5shot with few-shot on
+  python -m vit_jax.tools.scaling gs://B/fig5 --out=reports/fig5   # --metric=fewshot_5shot with few-shot on
 
 The paper pre-trained on JFT-300M, which is not public; this pre-trains on ImageNet-21k
 (configs/vit_l16_i21k.py's recipe; the ResNets configs/bit_i21k.py's, the same but Table 3's rates),

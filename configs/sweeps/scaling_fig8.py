@@ -6,7 +6,7 @@ figure; the base's shape is the appendix's.
 
   python launch/sweep.py --sweep=configs/sweeps/scaling_fig8.py --workdir=gs://B/fig8 --print \\
       -- --config.fewshot.every_steps=5000 --config.fewshot.shots='(5,)'
-  python -m vit_jax.scaling gs://B/fig8 --out=reports/fig8 --metric=fewshot_5shot
+  python -m vit_jax.tools.scaling gs://B/fig8 --out=reports/fig8 --metric=fewshot_5shot
 
 JFT-300M is not public: this pre-trains on ImageNet-21k (configs/vit_l16_i21k.py's recipe) for 7
 epochs, Figure 5's shorter length, and few-shot evaluates on its held-out images.

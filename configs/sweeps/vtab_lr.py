@@ -3,7 +3,7 @@
 
   python launch/sweep.py --sweep=configs/sweeps/vtab_lr.py --workdir=gs://B/vtab --print \\
       -- --config.init_from=/path/to/ViT-B_16.npz --config.data_dir=/path/to/tfds
-  python -m vit_jax.vtab gs://B/vtab --out=reports/vtab   # best val200 lr per task -> its test top-1
+  python -m vit_jax.tools.vtab gs://B/vtab --out=reports/vtab   # best val200 lr per task -> its test top-1
 
 The paper then used one setting for every task (lr 0.01, 2500 steps, the best mean val200 of a
 smaller sweep). For the final numbers, train each task at its rate on train800val200 under the same

@@ -15,7 +15,7 @@ from etils import epath
 import numpy as np
 import tensorflow_datasets as tfds
 
-from vit_jax import cli
+from vit_jax.runtime import cli
 from vit_jax.data import order
 from vit_jax.data import preprocess
 
@@ -25,8 +25,8 @@ UNKNOWN_DATASET = (
     "cifar10, cifar100, oxford_iiit_pet, oxford_flowers102, imagenet2012, imagenet21k "
     "(see tfds.list_builders())")
 
-# The command that runs `convert_main` (vit_jax/to_array_record.py).
-CONVERT_COMMAND = 'python -m vit_jax.to_array_record'
+# The command that runs `convert_main` (vit_jax/tools/to_array_record.py).
+CONVERT_COMMAND = 'python -m vit_jax.tools.to_array_record'
 CONVERT_USAGE = (f'{CONVERT_COMMAND} DATASET_DIR (a prepared version folder, e.g. '
                  'DATA_DIR/cifar10/3.0.2)')
 _ARRAY_RECORD = tfds.core.FileFormat.ARRAY_RECORD
@@ -225,7 +225,7 @@ def to_array_record(dataset_dir: str) -> bool:
 
 
 def convert_main(argv: list[str]) -> None:
-  """`CONVERT_USAGE`: to_array_record as a command (for vit_jax.cli.run)."""
+  """`CONVERT_USAGE`: to_array_record as a command (for vit_jax.runtime.cli.run)."""
   if len(argv) != 2:
     cli.fail(f'give one dataset folder: use {CONVERT_USAGE}')
   try:

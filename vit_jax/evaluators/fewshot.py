@@ -5,7 +5,7 @@ one-hot targets by closed-form L2-regularised least squares, and the fit is scor
 the accuracy is averaged over `seeds` random choices of the shots (paper Sec. 4 and Appendix; as
 big_vision's few-shot evaluator, with one fixed regularisation instead of one chosen on held-out data).
 `FewShotEvaluator` measures it in the training loop (config.fewshot, or an evaluator of type 'fewshot'
-in config.evals) and for `python -m vit_jax.fewshot` on a saved run.
+in config.evals) and for `python -m vit_jax.tools.fewshot` on a saved run.
 """
 import functools
 import math

@@ -15,7 +15,8 @@ import jax.numpy as jnp
 import ml_collections
 from jax.sharding import Mesh
 
-from vit_jax import data, dispatch, sharding
+from vit_jax import data, sharding
+from vit_jax.runtime import dispatch
 from vit_jax.evaluators.base import Context, check_fields
 
 

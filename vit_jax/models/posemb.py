@@ -58,7 +58,7 @@ def _grid_param(module: nn.Module, name: str, shape: tuple[int, ...], grid_axes:
       if len(stored) == len(shape) and stored[axis] != shape[axis]:
         raise ValueError(f'the position embeddings {stored} are for {stored[axis]} {unit}, but the images '
                          f'give {shape[axis]}: the parameters are for another image size; fit them to '
-                         'this one with vit_jax.models.loading.adapt_params (as config.init_from does)')
+                         'this one with vit_jax.checkpoints.loading.adapt_params (as config.init_from does)')
   return module.param(name, init, shape, jnp.float32)
 
 

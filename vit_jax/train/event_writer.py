@@ -1,5 +1,5 @@
 """The training loop's metric writer: log lines, and TensorBoard event files written through
-`etils.epath`, so that they go wherever the workdir's checkpoints go (vit_jax/events.py reads them).
+`etils.epath`, so that they go wherever the workdir's checkpoints go (vit_jax/train/events.py reads them).
 
 Written here rather than with clu's metric writers: importing those imports all of Keras (through
 TensorBoard's hparams Keras callback), 1.5 s of every command's start.
@@ -18,7 +18,7 @@ from tensorboard.compat.proto import summary_pb2
 from tensorboard.plugins.hparams import summary_v2 as hparams_summary
 from tensorboard.plugins.scalar import summary_v2 as scalar_summary
 
-from vit_jax import events
+from vit_jax.train import events
 
 
 

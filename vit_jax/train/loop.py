@@ -12,7 +12,10 @@ import numpy as np
 from absl import logging
 from clu import parameter_overview
 
-from vit_jax import checkpoint, data, dispatch, optim, run_dir, sharding
+from vit_jax import data, sharding
+from vit_jax.checkpoints import checkpoint, run_dir
+from vit_jax.runtime import dispatch
+from vit_jax.train import optim
 from vit_jax.train import event_writer, observe, pace, preemption, progress
 from vit_jax.train.setup import Setup
 from vit_jax.train.state import TrainState, check_resumable, create_state

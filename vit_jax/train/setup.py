@@ -13,8 +13,12 @@ import jax
 import ml_collections
 from jax.sharding import Mesh
 
-from vit_jax import data, defaults, evaluators, optim, param_groups, paths, run_dir, sharding, tasks
-from vit_jax.models import loading, variants
+from vit_jax import data, defaults, evaluators, sharding, tasks
+from vit_jax.checkpoints import run_dir
+from vit_jax.runtime import paths
+from vit_jax.train import optim, param_groups
+from vit_jax.checkpoints import loading
+from vit_jax.models import variants
 
 DTYPES = ('float32', 'bfloat16', 'float16')
 # Steps between the loop's periodic actions, and checkpoints kept: each at least 1.

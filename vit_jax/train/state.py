@@ -15,7 +15,8 @@ import optax
 from absl import logging
 from etils import epath
 
-from vit_jax import checkpoint, run_dir, sharding
+from vit_jax import sharding
+from vit_jax.checkpoints import checkpoint, run_dir
 from vit_jax.models import inits, scan_layout, variants
 from vit_jax.train.setup import Setup
 

@@ -6,7 +6,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from vit_jax import optim, sharding
+from vit_jax import sharding
+from vit_jax.train import optim
 from vit_jax.data import on_device
 from vit_jax.train.setup import Setup
 from vit_jax.train.state import TrainState

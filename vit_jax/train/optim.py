@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from vit_jax import param_groups
+from vit_jax.train import param_groups
 from vit_jax.models import variants
 
 # (config.optim, schedule) -> the update rule, before clipping.

@@ -1,20 +1,20 @@
 """Few-shot linear accuracy of a saved run (the evaluator is vit_jax/evaluators/fewshot.py):
 
-  python -m vit_jax.fewshot --workdir=W [--step=N] [--shots=1,5,10,25] [--seeds=3] [--l2_reg=4]
+  python -m vit_jax.tools.fewshot --workdir=W [--step=N] [--shots=1,5,10,25] [--seeds=3] [--l2_reg=4]
 
 prints the accuracy per number of shots, for the run's ViT backbone (its Polyak average if kept) on
 the run's unaugmented train and eval splits. A flag left out is the run's config.fewshot setting (its
 splits too), so the numbers are those the run logged as fewshot_<n>shot at that step.
 """
-if __name__ == '__main__':  # Before anything allocates or loads jax: see vit_jax/startup.py.
-  from vit_jax import startup  # pylint: disable=g-import-not-at-top
+if __name__ == '__main__':  # Before anything allocates or loads jax: see vit_jax/runtime/startup.py.
+  from vit_jax.runtime import startup  # pylint: disable=g-import-not-at-top
   startup.prepare_process()
 
 from typing import Any, Optional, Sequence
 
 from absl import flags, logging
 
-from vit_jax import cli
+from vit_jax.runtime import cli
 
 _USAGE = '--workdir=W [--step=N] [--shots=1,5,10,25] [--seeds=3] [--l2_reg=4]'
 
@@ -26,7 +26,8 @@ def evaluate_checkpoint(workdir: str, step: Optional[int] = None, *,
   the step, and shots / seeds / l2_reg, each the run's config.fewshot one where None."""
   # Imported here so that bad flags are answered before TensorFlow (the input pipeline's) loads.
   import jax  # pylint: disable=g-import-not-at-top
-  from vit_jax import run_dir, sharding  # pylint: disable=g-import-not-at-top
+  from vit_jax import sharding  # pylint: disable=g-import-not-at-top
+  from vit_jax.checkpoints import run_dir  # pylint: disable=g-import-not-at-top
   from vit_jax.evaluators import fewshot  # pylint: disable=g-import-not-at-top
   trained = run_dir.load_trained(workdir, step, features=True)
   config = trained.config

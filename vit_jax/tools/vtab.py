@@ -1,6 +1,6 @@
 """The VTAB-1k table of a sweep's runs (configs/vtab.py, configs/sweeps/vtab_lr.py).
 
-  python -m vit_jax.vtab SWEEP_ROOT [SWEEP_ROOT ...] [--out=DIR] [--select=per_task|shared]
+  python -m vit_jax.tools.vtab SWEEP_ROOT [SWEEP_ROOT ...] [--out=DIR] [--select=per_task|shared]
 
 A task's learning rate is that of its sweep run (trained on train800) with the best val200 top-1 at
 its last step (`--select=per_task`, the default), or with `--select=shared` the paper's protocol: one
@@ -13,7 +13,7 @@ config.json (dataset vtab/<task>; the sweep phase has evals.val200), not their d
 that has not evaluated its last step yet is left out.
 """
 if __name__ == '__main__':  # Before anything loads TensorFlow (vit_jax.data does).
-  from vit_jax import quiet  # pylint: disable=g-import-not-at-top
+  from vit_jax.runtime import quiet  # pylint: disable=g-import-not-at-top
   quiet.quiet_tensorflow()
 
 import csv
@@ -25,7 +25,8 @@ import numpy as np
 from absl import flags
 from etils import epath
 
-from vit_jax import cli, report  # pylint: disable=g-import-not-at-top,wrong-import-position
+from vit_jax.runtime import cli  # pylint: disable=g-import-not-at-top,wrong-import-position
+from vit_jax.tools import report  # pylint: disable=g-import-not-at-top,wrong-import-position
 from vit_jax.data import vtab as vtab_data  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _USAGE = 'SWEEP_ROOT [SWEEP_ROOT ...] [--out=DIR] [--select=per_task|shared]'

@@ -1,7 +1,7 @@
 """Accelerators the planner knows, the share of them a run gets, and the analytic FLOPs that turn a
 ViT's step into time on them (and a BiT's forward pass into the compute axis of the scaling study).
 
-  python -m vit_jax.plan --config=configs/vit_b16_i1k.py --devices=128 --chip=tpu-v4
+  python -m vit_jax.tools.plan --config=configs/vit_b16_i1k.py --devices=128 --chip=tpu-v4
 
 `CHIPS` maps the names `--chip` accepts to each chip's HBM and peak dense bfloat16 FLOP/s, from its
 vendor's page. Memory is the datasheet's number read as GiB: HBM stacks come in binary sizes (an

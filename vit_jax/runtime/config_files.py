@@ -15,7 +15,8 @@ from typing import Optional, Sequence
 import ml_collections
 from absl import flags
 
-from vit_jax import cli, defaults
+from vit_jax import defaults
+from vit_jax.runtime import cli
 
 
 _OVERRIDE = re.compile(r'^--?(?:no)?config\.([^=]+)(?:=(.*))?$')

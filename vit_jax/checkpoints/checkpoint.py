@@ -1,7 +1,7 @@
 """Orbax checkpoints of the train state in `workdir/checkpoints`: async, keep-N, atomic, resumable.
 
 Also finding a run's checkpoint and reading its parameters alone (for fine-tuning and export). The
-original `.npz` layout and fitting parameters to a model are vit_jax/models/loading.py.
+original `.npz` layout and fitting parameters to a model are vit_jax/checkpoints/loading.py.
 """
 import logging as python_logging
 import os
@@ -14,7 +14,8 @@ import orbax.checkpoint as ocp
 from absl import logging
 from etils import epath
 
-from vit_jax import orbax_noise, paths
+from vit_jax.checkpoints import orbax_noise
+from vit_jax.runtime import paths
 
 
 def make_manager(workdir: str, keep: int) -> ocp.CheckpointManager:

@@ -3,16 +3,16 @@ import os
 import signal
 import sys
 
-from vit_jax import allocator
-from vit_jax import compile_cache
-from vit_jax import cpu_kernels
-from vit_jax import quiet
+from vit_jax.runtime import allocator
+from vit_jax.runtime import compile_cache
+from vit_jax.runtime import cpu_kernels
+from vit_jax.runtime import quiet
 
 
 def prepare_process() -> None:
-  """mimalloc preloaded on CPU (re-executes the command; vit_jax/allocator.py), matmuls on XLA's own
-  kernels on AVX2 CPUs (vit_jax/cpu_kernels.py), this machine's compilation cache
-  (vit_jax/compile_cache.py), TensorFlow's start-up lines off (vit_jax/quiet.py)."""
+  """mimalloc preloaded on CPU (re-executes the command; vit_jax/runtime/allocator.py), matmuls on XLA's own
+  kernels on AVX2 CPUs (vit_jax/runtime/cpu_kernels.py), this machine's compilation cache
+  (vit_jax/runtime/compile_cache.py), TensorFlow's start-up lines off (vit_jax/runtime/quiet.py)."""
   allocator.use_mimalloc()
   cpu_kernels.route_ops()
   compile_cache.use_persistent_cache()

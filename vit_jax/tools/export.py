@@ -1,6 +1,6 @@
 """Exports a run's parameters for serving and for other code.
 
-  python -m vit_jax.export --workdir=W --out=DIR [--step=N] [--overwrite]
+  python -m vit_jax.tools.export --workdir=W --out=DIR [--step=N] [--overwrite]
 
 writes, from checkpoint N of W (default: the latest), using the Polyak average when the run kept one:
   DIR/model.npz        the parameters under flat '/'-joined keys: the original ViT layout, which the
@@ -16,8 +16,8 @@ writes, from checkpoint N of W (default: the latest), using the Polyak average w
                        written for what timm's ViT cannot hold, a BiT included: config.json's "timm"
                        says why).
 """
-if __name__ == '__main__':  # Before anything allocates or loads jax: see vit_jax/startup.py.
-  from vit_jax import startup  # pylint: disable=g-import-not-at-top
+if __name__ == '__main__':  # Before anything allocates or loads jax: see vit_jax/runtime/startup.py.
+  from vit_jax.runtime import startup  # pylint: disable=g-import-not-at-top
   startup.prepare_process()
 
 import dataclasses
@@ -29,7 +29,7 @@ import jax.numpy as jnp
 from absl import flags, logging
 from etils import epath
 
-from vit_jax import cli
+from vit_jax.runtime import cli
 from vit_jax.models import variants
 
 # The artefact carries one lowering per platform, so a model trained on TPU also serves on CPU or GPU.
@@ -57,8 +57,8 @@ def export(workdir: str, out: str, step: Optional[int] = None, *,
   """Writes the three files for checkpoint `step` (default: latest) of `workdir`; returns config.json.
   Refuses an `out` that already holds an export unless `overwrite`."""
   # Imported here so that bad flags are answered before TensorFlow (the input pipeline's) loads.
-  from vit_jax import run_dir  # pylint: disable=g-import-not-at-top
-  from vit_jax.models import loading, state_dicts  # pylint: disable=g-import-not-at-top
+  from vit_jax.checkpoints import run_dir  # pylint: disable=g-import-not-at-top
+  from vit_jax.checkpoints import loading, state_dicts  # pylint: disable=g-import-not-at-top
   trained = run_dir.load_trained(workdir, step)
   cli.make_out_dir(out)
   # Checked after make_out_dir, which answers a cloud path that does not answer within a time limit.
@@ -96,7 +96,7 @@ def export(workdir: str, out: str, step: Optional[int] = None, *,
       'model': model,
       'dtype': config.dtype,
       'image_size': config.image_size,
-      'pp_eval': config.pp_eval.to_dict(),  # How to prepare an image: see vit_jax.predict.model_input.
+      'pp_eval': config.pp_eval.to_dict(),  # How to prepare an image: see vit_jax.tools.predict.model_input.
       'num_classes': info.num_classes,
       'loss': config.loss,  # softmax_xent or sigmoid_xent: how logits become probabilities.
       'class_names': list(info.class_names),

@@ -16,7 +16,7 @@ import hashlib
 import os
 import platform
 
-from vit_jax import cpuinfo
+from vit_jax.runtime import cpuinfo
 
 OPT_OUT = 'VIT_JAX_COMPILATION_CACHE'  # 'off' (or 0, false, no): compile every time.
 MAX_BYTES = 4 << 30

@@ -1,7 +1,7 @@
 """Compares runs: their curves in one picture and their final and best eval metrics in one table.
 
-  python -m vit_jax.report WORKDIR [WORKDIR ...] --out=DIR
-  python -m vit_jax.report SWEEP_ROOT --pivot=ROW_FIELD,COLUMN_FIELD [--metric=eval_top1]
+  python -m vit_jax.tools.report WORKDIR [WORKDIR ...] --out=DIR
+  python -m vit_jax.tools.report SWEEP_ROOT --pivot=ROW_FIELD,COLUMN_FIELD [--metric=eval_top1]
 
 A WORKDIR is a run's workdir (it holds config.json or TensorBoard event files) or a directory with
 runs under it, e.g. the root of a sweep (launch/sweep.py); each run is named after its workdir's
@@ -17,7 +17,7 @@ of another, each cell the last logged `--metric` of the run with that pair (e.g.
 import os
 
 if __name__ == '__main__':  # Before anything loads TensorFlow (epath does, for a gs:// path).
-  from vit_jax import quiet  # pylint: disable=g-import-not-at-top
+  from vit_jax.runtime import quiet  # pylint: disable=g-import-not-at-top
   quiet.quiet_tensorflow()
 
 import base64
@@ -35,8 +35,8 @@ from etils import epath
 matplotlib.use('Agg')  # Files only: no display needed.
 from matplotlib import pyplot as plt, ticker  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-from vit_jax import cli, paths  # pylint: disable=g-import-not-at-top,wrong-import-position
-from vit_jax.events import EVENTS, read_scalars  # pylint: disable=g-import-not-at-top,wrong-import-position
+from vit_jax.runtime import cli, paths  # pylint: disable=g-import-not-at-top,wrong-import-position
+from vit_jax.train.events import EVENTS, read_scalars  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _USAGE = 'WORKDIR [WORKDIR ...] --out=DIR | --pivot=ROW_FIELD,COLUMN_FIELD [--metric=M]'
 

@@ -10,8 +10,8 @@ from typing import Any, Callable, NoReturn, Sequence
 
 from absl import app, flags
 
-from vit_jax import paths
-from vit_jax import startup
+from vit_jax.runtime import paths
+from vit_jax.runtime import startup
 
 
 def fail(message: str, status: int = 2) -> NoReturn:

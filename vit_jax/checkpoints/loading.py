@@ -13,7 +13,7 @@ A BiT's `.npz` is in the published BiT layout, which `load_npz` converts (bit.py
 position embeddings, so fitting it to another resolution changes nothing but the head.
 
 It knows the models' parameter names (vit.py, mpp.py, bit.py), so it lives beside them; orbax
-checkpoints of whole train states are vit_jax/checkpoint.py.
+checkpoints of whole train states are vit_jax/checkpoints/checkpoint.py.
 """
 import math
 import re

@@ -20,7 +20,7 @@ its CPU client. It does nothing when:
 import os
 import platform
 
-from vit_jax import allocator, cpuinfo
+from vit_jax.runtime import allocator, cpuinfo
 
 OPT_OUT = 'VIT_JAX_CPU_KERNELS'  # 'xla' keeps XLA's default library for every op.
 OPTION = 'xla_cpu_experimental_ynn_fusion_type'

@@ -1,6 +1,6 @@
 """Will it fit? Per-device memory and step time of a config's training on N chips, compiling nothing.
 
-  python -m vit_jax.plan --config=configs/vit_b16_i1k.py --devices=128 --chip=tpu-v4 \
+  python -m vit_jax.tools.plan --config=configs/vit_b16_i1k.py --devices=128 --chip=tpu-v4 \
       [--config.FIELD=VALUE ...] [--num_classes=1000] [--mfu=0.4] [--headroom=0.1] [--json]
 
 prints the bytes per device of the parameters, gradients, optimizer state, Polyak copy and activations
@@ -8,7 +8,7 @@ under the config's mesh and accum_steps, a column per remat policy, whether each
 headroom, and the step time at the assumed MFU; then the mesh / remat / accum_steps that fit, fastest
 first (`--json`: the same as one JSON object).
 
-The estimates are vit_jax/footprint.py's.
+The estimates are vit_jax/planning/footprint.py's.
 """
 import dataclasses
 import json
@@ -21,7 +21,8 @@ import ml_collections
 from absl import flags
 from ml_collections import config_flags
 
-from vit_jax import chips, cli, config_files, footprint
+from vit_jax.planning import chips, footprint
+from vit_jax.runtime import cli, config_files
 
 
 def _gib(n: float) -> str:

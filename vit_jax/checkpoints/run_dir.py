@@ -14,8 +14,10 @@ from absl import logging
 from etils import epath
 from flax import traverse_util
 
-from vit_jax import checkpoint, data, defaults, paths, tasks
-from vit_jax.models import loading, state_dicts
+from vit_jax import data, defaults, tasks
+from vit_jax.checkpoints import checkpoint
+from vit_jax.runtime import paths
+from vit_jax.checkpoints import loading, state_dicts
 
 _RUN_FILES = ('config.json', 'dataset_info.json')
 
@@ -105,13 +107,13 @@ def load_trained(workdir: str, step: Optional[int] = None, *, features: bool = F
 
 
 def load_export(export_dir: str) -> tuple[dict[str, Any], Callable[[jax.Array], jax.Array]]:
-  """What `vit_jax.export` wrote to `export_dir`: its description (config.json) and the deserialized
+  """What `vit_jax.tools.export` wrote to `export_dir`: its description (config.json) and the deserialized
   inference function, float32 images [b, H, W, 3] in [-1, 1] -> logits; no model code involved."""
   files = {name: epath.Path(export_dir) / name for name in ('config.json', 'model.jaxexport')}
   for path in files.values():
     if not path.is_file():
       raise ValueError(f'{path} is missing: is {export_dir!r} a directory written by '
-                       'python -m vit_jax.export?')
+                       'python -m vit_jax.tools.export?')
   exported = jax.export.deserialize(bytearray(files['model.jaxexport'].read_bytes()))
   return json.loads(files['config.json'].read_text()), exported.call
 

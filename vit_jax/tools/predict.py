@@ -1,17 +1,17 @@
 """Top-k labels of image files, from a run's checkpoint or from an exported model.
 
-  python -m vit_jax.predict --workdir=W [--step=N] [--top_k=5] IMAGES_OR_FOLDERS...
-  python -m vit_jax.predict --export=DIR [--top_k=5] IMAGES_OR_FOLDERS...
+  python -m vit_jax.tools.predict --workdir=W [--step=N] [--top_k=5] IMAGES_OR_FOLDERS...
+  python -m vit_jax.tools.predict --export=DIR [--top_k=5] IMAGES_OR_FOLDERS...
 
 Folders are searched recursively for the image folders' files (.jpg/.jpeg/.png/.bmp/.gif/.webp, in any
 case); a file named on the command line is read whatever its name. Each image (any size; greyscale and
 RGBA become RGB; decoded as in training, whatever its extension says) gets the eval preprocessing of
 training, so the model sees what evaluation showed it. `--export=DIR` runs `DIR/model.jaxexport` (from
-`vit_jax.export`) and needs no model code. A file that cannot be read or decoded is reported on stderr
+`vit_jax.tools.export`) and needs no model code. A file that cannot be read or decoded is reported on stderr
 in one line and skipped. Exit status: 0 if at least one image was predicted, 1 if none, 2 on bad input.
 """
-if __name__ == '__main__':  # Before anything allocates or loads jax: see vit_jax/startup.py.
-  from vit_jax import startup  # pylint: disable=g-import-not-at-top
+if __name__ == '__main__':  # Before anything allocates or loads jax: see vit_jax/runtime/startup.py.
+  from vit_jax.runtime import startup  # pylint: disable=g-import-not-at-top
   startup.prepare_process()
 
 import dataclasses
@@ -26,7 +26,7 @@ from etils import epath
 import numpy as np
 from absl import flags, logging
 
-from vit_jax import cli
+from vit_jax.runtime import cli
 
 BATCH_SIZE = 64
 
@@ -51,7 +51,7 @@ class Classifier:
 def load_run(workdir: str, step: Optional[int] = None) -> Classifier:
   """The classifier of checkpoint `step` (default: the latest) of a run; its Polyak average if kept."""
   # Imported here so that bad flags are answered before the model code loads.
-  from vit_jax import run_dir  # pylint: disable=g-import-not-at-top
+  from vit_jax.checkpoints import run_dir  # pylint: disable=g-import-not-at-top
   trained = run_dir.load_trained(workdir, step)
   config = trained.config
   if config.task != 'classification':
@@ -64,8 +64,8 @@ def load_run(workdir: str, step: Optional[int] = None) -> Classifier:
 
 
 def load_export(export_dir: str) -> Classifier:
-  """The classifier serialized by `vit_jax.export` in `export_dir`."""
-  from vit_jax import run_dir  # pylint: disable=g-import-not-at-top
+  """The classifier serialized by `vit_jax.tools.export` in `export_dir`."""
+  from vit_jax.checkpoints import run_dir  # pylint: disable=g-import-not-at-top
   description, infer = run_dir.load_export(export_dir)
   return Classifier(jax.jit(infer), description['image_size'], tuple(description['class_names']),
                     description.get('loss', 'softmax_xent'),
@@ -161,10 +161,10 @@ def format_prediction(path: str, top: list[tuple[str, float]]) -> str:
 
 def _define_flags() -> None:
   # Defined only when run as a command: the library functions are imported beside other commands
-  # (vit_jax.export, vit_jax.pictures) whose flags have the same names.
+  # (vit_jax.tools.export, vit_jax.tools.pictures) whose flags have the same names.
   flags.DEFINE_string('workdir', None, 'Workdir of the run to predict with.')
   flags.DEFINE_integer('step', None, 'Checkpoint step of --workdir (default: the latest).')
-  flags.DEFINE_string('export', None, 'Directory written by vit_jax.export, instead of --workdir.')
+  flags.DEFINE_string('export', None, 'Directory written by vit_jax.tools.export, instead of --workdir.')
   flags.DEFINE_integer('top_k', 5, 'Labels to print per image.')
 
 

@@ -1,9 +1,9 @@
 """Accuracy against pre-training compute, a point a run: the paper's scaling study (Figures 5 and 8).
 
-  python -m vit_jax.scaling SWEEP_ROOT [SWEEP_ROOT ...] --out=DIR [--metric=eval_top1]
+  python -m vit_jax.tools.scaling SWEEP_ROOT [SWEEP_ROOT ...] --out=DIR [--metric=eval_top1]
 
 A run's pre-training compute is 3 forward passes (the backward pass costs two) of
-vit_jax.chips.vit_flops (a BiT's: bit_flops) per image, times the images it has trained on when it last
+vit_jax.planning.chips.vit_flops (a BiT's: bit_flops) per image, times the images it has trained on when it last
 logged the metric (batch_size x that step), in exaFLOPs (1e18 FLOPs): the paper's count (Table 6:
 ViT-B/32 for 7 epochs of JFT-300M's 303M images is 55 exaFLOPs). Writes DIR/scaling.png (log-scale
 compute, a colour a model family: ViT, the R50+ViT hybrid, BiT) and DIR/scaling.md (a row a run:
@@ -11,7 +11,7 @@ family, shape, resolution, step, images, exaFLOPs, the metric), and prints the t
 not logged the metric are left out.
 """
 if __name__ == '__main__':  # Before anything loads TensorFlow (epath does, for a gs:// path).
-  from vit_jax import quiet  # pylint: disable=g-import-not-at-top
+  from vit_jax.runtime import quiet  # pylint: disable=g-import-not-at-top
   quiet.quiet_tensorflow()
 
 import dataclasses
@@ -26,7 +26,9 @@ from etils import epath
 matplotlib.use('Agg')  # Files only: no display needed.
 from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-from vit_jax import chips, cli, report  # pylint: disable=g-import-not-at-top,wrong-import-position
+from vit_jax.planning import chips  # pylint: disable=g-import-not-at-top,wrong-import-position
+from vit_jax.runtime import cli  # pylint: disable=g-import-not-at-top,wrong-import-position
+from vit_jax.tools import report  # pylint: disable=g-import-not-at-top,wrong-import-position
 from vit_jax.models import variants  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _USAGE = 'SWEEP_ROOT [SWEEP_ROOT ...] --out=DIR [--metric=eval_top1]'

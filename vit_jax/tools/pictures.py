@@ -1,6 +1,6 @@
 """Pictures of what a trained ViT attends to and what it has learned (the paper's Figures 6 and 7).
 
-  python -m vit_jax.pictures --workdir=W [--step=N] --image=X --out=DIR
+  python -m vit_jax.tools.pictures --workdir=W [--step=N] --image=X --out=DIR
 
 writes, for checkpoint N of W (default: the latest) and the image file X, to DIR:
   attention_rollout.png         the image and the attention rollout through all layers;
@@ -18,8 +18,8 @@ attention modules sow into its 'intermediates' collection. The pictures show the
 model sees: the central square of `pp_eval.crop='central'`, the whole image (squeezed to a square)
 of 'resize'.
 """
-if __name__ == '__main__':  # Before anything allocates or loads jax: see vit_jax/startup.py.
-  from vit_jax import startup  # pylint: disable=g-import-not-at-top
+if __name__ == '__main__':  # Before anything allocates or loads jax: see vit_jax/runtime/startup.py.
+  from vit_jax.runtime import startup  # pylint: disable=g-import-not-at-top
   startup.prepare_process()
 
 import io
@@ -38,7 +38,8 @@ from absl import flags, logging
 matplotlib.use('Agg')  # Files only: no display needed.
 from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-from vit_jax import cli, predict  # pylint: disable=g-import-not-at-top,wrong-import-position
+from vit_jax.runtime import cli  # pylint: disable=g-import-not-at-top,wrong-import-position
+from vit_jax.tools import predict  # pylint: disable=g-import-not-at-top,wrong-import-position
 from vit_jax.models import pooling, variants  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 NUM_COMPONENTS = 28  # As the paper's Figure 7 (left).
@@ -310,9 +311,9 @@ def write_pictures(model: nn.Module, params: Any, image: np.ndarray, image_size:
 def draw_run(workdir: str, image_path: str, out: str, step: Optional[int] = None) -> list[str]:
   """The pictures of checkpoint `step` (default: the latest) of a run for one image file."""
   # Imported here: it loads TensorFlow, which `__main__` first tells to keep its start-up lines quiet.
-  from vit_jax import run_dir  # pylint: disable=g-import-not-at-top
+  from vit_jax.checkpoints import run_dir  # pylint: disable=g-import-not-at-top
   run = run_dir.load_trained(workdir, step, features=True)  # The ViT backbone, also of an MPP run.
-  variants.require_vit(run.config.variant, "vit_jax.pictures (a ViT's attention and embeddings)")
+  variants.require_vit(run.config.variant, "vit_jax.tools.pictures (a ViT's attention and embeddings)")
   if run.model.block != 'standard':
     raise ValueError(f'the pictures show attention over all patches; an {run.config.variant} attends '
                      'along rows and columns only')

@@ -1,9 +1,9 @@
 """Converts a tfds dataset prepared as TFRecord (tfds' default) to ArrayRecord once, beside it, so that
 vit_jax reads it without TensorFlow. The conversion itself needs TensorFlow: pip install '.[tfrecord]'.
 
-  python -m vit_jax.to_array_record DATA_DIR/cifar10/3.0.2
+  python -m vit_jax.tools.to_array_record DATA_DIR/cifar10/3.0.2
 """
-from vit_jax import cli
+from vit_jax.runtime import cli
 from vit_jax.data import tfds_source
 
 if __name__ == '__main__':

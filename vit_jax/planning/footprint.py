@@ -1,5 +1,5 @@
 """Per-device memory and step time of a config's training on a mesh of N chips, compiling nothing
-(what `python -m vit_jax.plan` prints).
+(what `python -m vit_jax.tools.plan` prints).
 
 Shapes come from `jax.eval_shape` of the model and optimizer, the partitioning from `sharding`'s rules
 on an abstract mesh of the axis sizes (no devices needed), the activations from the residuals JAX's
@@ -20,7 +20,9 @@ import ml_collections
 import numpy as np
 from jax.sharding import AbstractMesh
 
-from vit_jax import chips, optim, sharding, tasks
+from vit_jax import sharding, tasks
+from vit_jax.planning import chips
+from vit_jax.train import optim
 from vit_jax.models import scan_layout, variants
 
 
@@ -206,7 +208,7 @@ def estimate(config: ml_collections.ConfigDict, traced: Traced, mesh: dict[str, 
 def check(config: ml_collections.ConfigDict, devices: int) -> dict[str, int]:
   """The config's mesh on `devices` chips; a one-line ValueError for what training would refuse."""
   tasks.get(config.task)  # An image size the patches do not divide is the model's error, in trace.
-  variants.require_vit(config.variant, "vit_jax.plan (it models the memory of a ViT's blocks)")
+  variants.require_vit(config.variant, "vit_jax.tools.plan (it models the memory of a ViT's blocks)")
   model = variants.get_model_config(config.variant, config.model.to_dict())
   if config.batch_size < 1:  # suggest() would double accum_steps forever: 0 divides by any of them.
     raise ValueError(f'config.batch_size={config.batch_size} must be at least 1')

@@ -67,9 +67,10 @@ def test_total_steps_over_a_file_with_num_epochs_says_how_to_clear_it():
 
 
 @pytest.mark.parametrize('command,flag', [
-    ('main', '--config'), ('plan', '--config'), ('predict', '--top_k'), ('export', '--out'),
-    ('report', '--pivot'), ('fewshot', '--shots'), ('pictures', '--image'), ('vtab', '--select'),
-    ('scaling', '--out')])
+    ('main', '--config'), ('tools.plan', '--config'), ('tools.predict', '--top_k'),
+    ('tools.export', '--out'), ('tools.report', '--pivot'), ('tools.fewshot', '--shots'),
+    ('tools.pictures', '--image'), ('tools.vtab', '--select'), ('tools.scaling', '--out'),
+    ('tools.to_array_record', 'DATA_DIR')])
 def test_help_exits_0(command, flag):
   run = subprocess.run([sys.executable, '-m', f'vit_jax.{command}', '--help'], cwd=helpers.REPO,
                        capture_output=True, text=True, timeout=300)

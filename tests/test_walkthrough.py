@@ -33,22 +33,22 @@ def test_readme_walkthrough_with_relative_paths(tmp_path):
 
   run(tmp_path, 'main', '--config=configs/demo.py', '--workdir=workdirs/demo', *SHORT)
   assert os.path.isdir(tmp_path / 'workdirs/demo/checkpoints/20/default')
-  assert 'digit.png' in run(tmp_path, 'predict', '--workdir=workdirs/demo', 'digit.png')
-  run(tmp_path, 'export', '--workdir=workdirs/demo', '--out=exported/demo')
+  assert 'digit.png' in run(tmp_path, 'tools.predict', '--workdir=workdirs/demo', 'digit.png')
+  run(tmp_path, 'tools.export', '--workdir=workdirs/demo', '--out=exported/demo')
   assert sorted(os.listdir(tmp_path / 'exported/demo')) == ['config.json', 'model.jaxexport',
                                                             'model.npz', 'timm']
-  from_export = run(tmp_path, 'predict', '--export=exported/demo', 'digit.png')
-  assert from_export == run(tmp_path, 'predict', '--workdir=workdirs/demo', 'digit.png')
+  from_export = run(tmp_path, 'tools.predict', '--export=exported/demo', 'digit.png')
+  assert from_export == run(tmp_path, 'tools.predict', '--workdir=workdirs/demo', 'digit.png')
   run(tmp_path, 'main', '--config=configs/demo_finetune.py', '--workdir=workdirs/demo_finetune', *SHORT)
   assert os.path.isdir(tmp_path / 'workdirs/demo_finetune/checkpoints/20/default')
-  accuracy = run(tmp_path, 'fewshot', '--workdir=workdirs/demo', '--shots=1', '--seeds=1')
+  accuracy = run(tmp_path, 'tools.fewshot', '--workdir=workdirs/demo', '--shots=1', '--seeds=1')
   assert accuracy.splitlines()[-1].split()[0] == '1'
-  run(tmp_path, 'pictures', '--workdir=workdirs/demo', '--image=digit.png', '--out=pictures')
+  run(tmp_path, 'tools.pictures', '--workdir=workdirs/demo', '--image=digit.png', '--out=pictures')
   assert 'attention_rollout.png' in os.listdir(tmp_path / 'pictures')
-  run(tmp_path, 'report', 'workdirs', '--out=reports/demo')
+  run(tmp_path, 'tools.report', 'workdirs', '--out=reports/demo')
   assert sorted(os.listdir(tmp_path / 'reports/demo')) == ['report.html', 'report.png']
   assert 'demo_finetune' in (tmp_path / 'reports/demo/report.html').read_text()
-  assert 'ViT-Ti_4' in run(tmp_path, 'plan', '--config=configs/demo.py', '--devices=1', '--chip=tpu-v4')
+  assert 'ViT-Ti_4' in run(tmp_path, 'tools.plan', '--config=configs/demo.py', '--devices=1', '--chip=tpu-v4')
   # Nothing was written anywhere else: everything lies under the directory the user typed from.
   assert sorted(os.listdir(tmp_path)) == ['configs', 'digit.png', 'exported', 'pictures', 'reports',
                                           'workdirs']

@@ -1,9 +1,10 @@
-# `make demo`: set up .venv and train the demo ViT on the bundled digits. `make test`: the test suite.
+# `make demo`: set up .venv and train the demo ViT on the bundled digits. `make test`: the fast tests;
+# `make test-all`: every test (CI).
 PYTHON ?= python3.11
 VENV := .venv
 WORKDIR ?= workdirs/demo
 
-.PHONY: install install-tpu install-cuda demo test
+.PHONY: install install-tpu install-cuda demo test test-all
 
 $(VENV)/.installed: pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +29,17 @@ $(VENV)/.installed-test: $(VENV)/.installed
 	$(VENV)/bin/pip install --quiet -e ".[test]"
 	touch $@
 
+$(VENV)/.installed-test-all: $(VENV)/.installed-test
+	$(VENV)/bin/pip install --quiet -e ".[test-all]"
+	touch $@
+
 # Two workers: most tests wait on compiles and subprocesses, so two cores run them 1.3x faster.
+PYTEST := $(VENV)/bin/python -m pytest -q -n 2 --dist loadgroup
+
+# The fast tier: every test not marked slow (tests/conftest.py marks tests/e2e and *_vs_torch.py slow).
 test: $(VENV)/.installed-test
-	$(VENV)/bin/python -m pytest -q -n 2 --dist loadgroup
+	$(PYTEST) -m "not slow"
+
+# Everything: the fast tier, then the slow one (end-to-end runs, the torch-based comparisons).
+test-all: test $(VENV)/.installed-test-all
+	$(PYTEST) -m slow

@@ -1,4 +1,5 @@
 """Tests run on CPU with 8 fake devices, so sharding code paths run as on a real mesh."""
+import importlib.util
 import os
 import shutil
 import sys
@@ -46,9 +47,20 @@ def pytest_unconfigure(config):
     shutil.rmtree(os.environ['JAX_COMPILATION_CACHE_DIR'], ignore_errors=True)
 
 
+# The comparisons with the torch-based peers need `make test-all`'s extra; without it (`make test`'s
+# environment) they are not collected.
+collect_ignore_glob = [] if importlib.util.find_spec('torch') else ['*_vs_torch.py']
+_SLOW_TIER = ('e2e',)  # Folders of end-to-end runs: each test minutes, several processes.
+
+
 def pytest_collection_modifyitems(items):
-  """The slow end-to-end runs (minutes each, several processes) first, so that none of them is handed
-  out last, to run alone while the other worker has nothing left."""
+  """Marks make test-all's tier slow (tests/e2e, the torch-based comparisons, besides the tests marked
+  so), then puts the slow tests first, so that none of them is handed out last, to run alone while the
+  other worker has nothing left."""
+  for item in items:
+    path = item.path
+    if path.name.endswith('_vs_torch.py') or path.parent.name in _SLOW_TIER:
+      item.add_marker(pytest.mark.slow)
   items.sort(key=lambda item: item.get_closest_marker('slow') is None)
 
 

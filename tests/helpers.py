@@ -13,12 +13,15 @@ import collections
 import jax
 import ml_collections
 import numpy as np
+import orbax.checkpoint as ocp
 
 from vit_jax import defaults
-from vit_jax.checkpoints import checkpoint
+from vit_jax.checkpoints import checkpoint, run_dir
+from vit_jax.tasks import classification
 from vit_jax.train import events
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TESTS = os.path.dirname(os.path.abspath(__file__))  # Its helper modules: helpers, faulty_main, ...
+REPO = os.path.dirname(TESTS)
 
 
 def without_tensorflow() -> dict[str, str]:
@@ -216,3 +219,16 @@ def files_of(workdir: str) -> dict[str, bytes]:
   """Every file under `workdir` by relative path, with its bytes: what a refusal must leave as it was."""
   return {os.path.relpath(os.path.join(root, name), workdir): open(os.path.join(root, name), 'rb').read()
           for root, _, names in os.walk(workdir) for name in names}
+
+
+def checkpoint_params(workdir: str, step: int):
+  """The raw parameters of a checkpoint, read with orbax directly."""
+  path = os.path.join(workdir, 'checkpoints', str(step), 'default')
+  restored = ocp.StandardCheckpointer().restore(path)
+  return jax.tree.map(np.asarray, restored['params'])
+
+
+def model_logits(workdir: str, params, images: np.ndarray) -> np.ndarray:
+  """The logits of the run's model in `workdir` with `params`."""
+  config, info = run_dir.load_run_info(workdir)
+  return np.asarray(classification.make_model(config, info.num_classes).apply({'params': params}, images))

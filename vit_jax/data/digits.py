@@ -39,7 +39,7 @@ def digits_arrays() -> tuple[np.ndarray, np.ndarray]:
 def split_arrays() -> dict[str, tuple[np.ndarray, np.ndarray]]:
   """{'train': (images, labels), 'test': (images, labels)}: the fixed stratified split, scikit-learn's
   `train_test_split(test_size=0.2, random_state=0, stratify=labels)`, whose indices (in its order)
-  digits_split.npz holds (tests/test_data.py checks them against scikit-learn's)."""
+  digits_split.npz holds (tests/data/test_data.py checks them against scikit-learn's)."""
   images, labels = digits_arrays()
   with np.load(os.path.join(os.path.dirname(__file__), 'digits_split.npz')) as split:
     return {name: (images[split[name]], labels[split[name]]) for name in ('train', 'test')}

@@ -34,7 +34,7 @@ from vit_jax.data import augment
 from vit_jax.data import randaugment
 
 # The extensions of the files an image folder lists: formats PIL reads (each checked in
-# tests/test_image_formats.py against a file PIL wrote). `decode` reads by content, not by name.
+# tests/data/test_image_formats.py against a file PIL wrote). `decode` reads by content, not by name.
 IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png', '.bmp', '.gif', '.webp', '.tif', '.tiff', '.ppm',
                     '.pgm', '.pbm', '.pnm', '.jp2')
 

@@ -5,7 +5,7 @@ Shapes come from `jax.eval_shape` of the model and optimizer, the partitioning f
 on an abstract mesh of the axis sizes (no devices needed), the activations from the residuals JAX's
 autodiff keeps for the backward pass (`jax.vjp` under `jax.make_jaxpr`) of a 1- and 2-block model at
 batch 1 and 2, scaled to the layers and micro-batch; plus the batch, the backward pass's working set
-of one block and the fsdp all-gather of a block's weights. tests/test_plan.py holds the totals to XLA's
+of one block and the fsdp all-gather of a block's weights. tests/planning/test_plan.py holds the totals to XLA's
 memory analysis of the compiled train step on CPU.
 """
 import dataclasses

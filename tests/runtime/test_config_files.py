@@ -12,7 +12,7 @@ import helpers
 from vit_jax.runtime import config_files
 from vit_jax.train import setup as train_setup
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = helpers.REPO
 # Every shipped config that imports another: found, so that one added later is tested too.
 SIBLING_IMPORTERS = sorted(
     path for path in glob.glob(os.path.join(REPO, 'configs', '**', '*.py'), recursive=True)

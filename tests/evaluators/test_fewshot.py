@@ -141,7 +141,6 @@ def test_command_line_bad_shots_is_one_line(trained_tiny_run):
       'error: --shots=1,many must be positive integers, e.g. --shots=1,5,10,25']
 
 
-
 def test_the_loop_runs_every_evaluator_on_the_parameters_and_their_polyak_average(tmp_path, data_dir):
   config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': data_dir, 'polyak_decay': 0.5,
                                        'fewshot.every_steps': 6, 'fewshot.shots': (1, 5),

@@ -117,7 +117,6 @@ def test_a_job_preempted_with_sigterm_is_requeued_and_ends_bit_identical(cluster
   assert ours['eval_top1'] == theirs['eval_top1']
 
 
-
 def test_a_sweep_runs_as_a_job_array(cluster, data_dir, tmp_path):
   sweep_file = tmp_path / 'tiny_sweep.py'
   sweep_file.write_text("CONFIG = 'configs/demo.py'\n\ndef get_sweep():\n"

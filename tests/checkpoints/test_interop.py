@@ -5,7 +5,6 @@ The reference implementations are independent of vit_jax: scipy and PIL for the 
 (PyTorch) for the model and its reader of the original `.npz` files. torch and timm are in the `test`
 extra; without them these tests fail rather than skip.
 """
-import functools
 import zipfile
 
 import chex
@@ -14,8 +13,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.ndimage
-import timm.models.vision_transformer as timm_vit
-import torch
 from PIL import Image
 
 import helpers
@@ -28,8 +25,6 @@ from vit_jax.models import variants as model_variants
 def _model(num_classes=10, **overrides):
   return VisionTransformer(num_classes=num_classes,
                            **model_variants.get_model_config('ViT-testing_4', overrides))
-
-
 
 
 # Interpolation.
@@ -62,21 +57,6 @@ def test_bicubic_posemb_matches_pil_bicubic_resize(new_grid):
       new_grid[::-1], Image.Resampling.BICUBIC)) for c in range(3)], axis=-1)
   np.testing.assert_array_equal(resized[:, :1], posemb[:, :1])
   np.testing.assert_allclose(resized[0, 1:].reshape(*new_grid, 3), expected, atol=1e-5)
-
-
-@pytest.mark.parametrize('old,new,prefix', [(14, 24, 1), (7, 12, 1), (24, 14, 1), (7, 12, 0)])
-def test_bicubic_posemb_matches_timms_resample_abs_pos_embed(old, new, prefix):
-  from timm.layers import resample_abs_pos_embed  # pylint: disable=g-import-not-at-top
-  posemb = np.random.RandomState(3).randn(1, prefix + old * old, 4).astype(np.float32)
-  # timm's defaults: bicubic, antialiased (also when growing: PIL's kernel), the prefix kept.
-  expected = resample_abs_pos_embed(torch.from_numpy(posemb), [new, new], num_prefix_tokens=prefix).numpy()
-  resized = loading.interpolate_posemb(posemb, (new, new), num_prefix_tokens=prefix, method='bicubic')
-  np.testing.assert_allclose(resized, expected, atol=1e-5)
-  # 'bilinear' is timm's bilinear with the corners aligned and no antialiasing (scipy's zoom).
-  expected = resample_abs_pos_embed(torch.from_numpy(posemb), [new, new], num_prefix_tokens=prefix,
-                                    interpolation='bilinear', antialias=False, align_corners=True).numpy()
-  np.testing.assert_allclose(loading.interpolate_posemb(posemb, (new, new), num_prefix_tokens=prefix),
-                             expected, atol=1e-5)
 
 
 def test_interpolation_errors_are_one_line():
@@ -235,88 +215,3 @@ def test_find_checkpoint_of_a_workdir_without_one_is_a_clear_error(tmp_path):
   (tmp_path / 'checkpoints').mkdir()
   with pytest.raises(ValueError, match=r'holds no checkpoint yet: train first'):
     checkpoint.find_checkpoint(str(tmp_path))
-
-
-# Both directions against timm.
-
-def _timm_vit(classifier: str, num_classes: int, image_size: int) -> timm_vit.VisionTransformer:
-  """timm's ViT with the dimensions and numerics of ViT-testing_4."""
-  cfg = model_variants.get_model_config('ViT-testing_4')
-  return timm_vit.VisionTransformer(
-      img_size=image_size, patch_size=cfg['patch_size'], embed_dim=cfg['hidden_size'],
-      depth=cfg['num_layers'], num_heads=cfg['num_heads'],
-      mlp_ratio=cfg['mlp_dim'] / cfg['hidden_size'], num_classes=num_classes, qkv_bias=True,
-      class_token=classifier == 'token', global_pool='token' if classifier == 'token' else 'avg',
-      fc_norm=False,  # The encoder norm before pooling, as ours; timm's GAP default norms after it.
-      act_layer=functools.partial(torch.nn.GELU, approximate='tanh'),
-      norm_layer=functools.partial(torch.nn.LayerNorm, eps=1e-6)).eval()
-
-
-def timm_to_npz(model: timm_vit.VisionTransformer, path: str) -> None:
-  """timm's parameters in the original ViT `.npz` layout: the inverse of timm's `_load_weights`."""
-  sd = {k: v.detach().numpy() for k, v in model.state_dict().items()}
-  d = model.embed_dim
-  heads = model.blocks[0].attn.num_heads
-  flat = {'embedding/kernel': sd['patch_embed.proj.weight'].transpose(2, 3, 1, 0),
-          'embedding/bias': sd['patch_embed.proj.bias'],
-          'Transformer/posembed_input/pos_embedding': sd['pos_embed'],
-          'Transformer/encoder_norm/scale': sd['norm.weight'],
-          'Transformer/encoder_norm/bias': sd['norm.bias'],
-          'head/kernel': sd['head.weight'].T, 'head/bias': sd['head.bias']}
-  if 'cls_token' in sd:
-    flat['cls'] = sd['cls_token']
-  for i in range(len(model.blocks)):
-    t, f = f'blocks.{i}.', f'Transformer/encoderblock_{i}/'
-    for ln, name in (('norm1', 'LayerNorm_0'), ('norm2', 'LayerNorm_2')):
-      flat[f + name + '/scale'], flat[f + name + '/bias'] = sd[t + ln + '.weight'], sd[t + ln + '.bias']
-    qkv_w, qkv_b = sd[t + 'attn.qkv.weight'], sd[t + 'attn.qkv.bias']  # (3D, D): rows q, k, v.
-    for j, name in enumerate(('query', 'key', 'value')):
-      a = f + f'MultiHeadDotProductAttention_1/{name}/'
-      flat[a + 'kernel'] = qkv_w[j * d:(j + 1) * d].T.reshape(d, heads, d // heads)
-      flat[a + 'bias'] = qkv_b[j * d:(j + 1) * d].reshape(heads, d // heads)
-    a = f + 'MultiHeadDotProductAttention_1/out/'
-    flat[a + 'kernel'] = sd[t + 'attn.proj.weight'].T.reshape(heads, d // heads, d)
-    flat[a + 'bias'] = sd[t + 'attn.proj.bias']
-    for r in range(2):
-      flat[f + f'MlpBlock_3/Dense_{r}/kernel'] = sd[t + f'mlp.fc{r + 1}.weight'].T
-      flat[f + f'MlpBlock_3/Dense_{r}/bias'] = sd[t + f'mlp.fc{r + 1}.bias']
-  np.savez(path, **flat)
-
-
-def _timm_logits(model, images):
-  with torch.no_grad():
-    return model(torch.from_numpy(images.transpose(0, 3, 1, 2))).numpy()  # timm takes NCHW.
-
-
-def _images(n, size, seed=0):
-  return np.random.RandomState(seed).uniform(-1, 1, (n, size, size, 3)).astype(np.float32)
-
-
-@pytest.mark.parametrize('classifier', ['token', 'gap'])
-def test_timm_reads_our_npz_with_equal_logits(tmp_path, classifier):
-  model = _model(num_classes=5, classifier=classifier)
-  params = helpers.random_params(model, 12)
-  loading.save_npz(params, str(tmp_path / 'ours.npz'))
-  reference = _timm_vit(classifier, 5, 12)
-  reference.load_pretrained(str(tmp_path / 'ours.npz'))
-  images = _images(4, 12)
-  ours = np.asarray(model.apply({'params': params}, images))
-  np.testing.assert_allclose(_timm_logits(reference, images), ours, atol=1e-4)
-  assert np.abs(ours).max() > 0.1  # Logits of substance, not a vacuous match.
-
-
-@pytest.mark.parametrize('classifier', ['token', 'gap'])
-def test_we_read_timm_weights_with_equal_logits(tmp_path, classifier):
-  torch.manual_seed(0)
-  reference = _timm_vit(classifier, 6, 12)
-  with torch.no_grad():  # timm initialises biases, cls and the head to zero: make them count.
-    for p in reference.parameters():
-      p.add_(0.1 * torch.randn_like(p))
-  timm_to_npz(reference, str(tmp_path / 'timm.npz'))
-  model = _model(num_classes=6, classifier=classifier)
-  params, notes = loading.adapt_params(loading.load_npz(str(tmp_path / 'timm.npz')),
-                                          loading.param_shapes(model, 12), keep_head=True, keep_pre_logits=False)
-  assert notes == []
-  images = _images(4, 12, seed=1)
-  np.testing.assert_allclose(np.asarray(model.apply({'params': params}, images)),
-                             _timm_logits(reference, images), atol=1e-4)

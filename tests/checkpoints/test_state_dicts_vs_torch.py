@@ -21,7 +21,6 @@ import transformers
 from etils import epath
 
 import helpers
-from test_export import _checkpoint_params, _model_logits
 from vit_jax.checkpoints import run_dir
 from vit_jax.checkpoints import state_dicts
 from vit_jax.models import variants
@@ -188,7 +187,7 @@ def test_our_export_loads_into_timm_with_equal_logits(trained_tiny_run, exported
   timm_dir = os.path.join(exported, 'timm')
   reference = timm.create_model(f'local-dir:{timm_dir}', pretrained=True).eval()
   images = np.random.RandomState(0).uniform(-1, 1, (6, 8, 8, 3)).astype(np.float32)
-  ours = _model_logits(workdir, _checkpoint_params(workdir, 12), images)
+  ours = helpers.model_logits(workdir, helpers.checkpoint_params(workdir, 12), images)
   np.testing.assert_allclose(_torch_outputs(reference, images).numpy(), ours, atol=1e-4)
   assert np.abs(ours).max() > 0.1  # The trained head is not (nearly) zero: a match of substance.
   assert reference.pretrained_cfg['label_names'] == list('0123456789')

@@ -193,7 +193,7 @@ def test_two_processes_assemble_the_global_batch_of_one(tmp_path, layouts, layou
   import local  # pylint: disable=g-import-not-at-top
   out = str(tmp_path / 'batches.npz')
   env = dict(os.environ, JAX_PLATFORMS='cpu', XLA_FLAGS='--xla_force_host_platform_device_count=2',
-             PYTHONPATH=os.pathsep.join([helpers.REPO, os.environ.get('PYTHONPATH', '')]))
+             PYTHONPATH=os.pathsep.join([helpers.REPO, helpers.TESTS, os.environ.get('PYTHONPATH', '')]))
   address = f'127.0.0.1:{local.free_port()}'
   logs = [tmp_path / f'process_{i}.log' for i in range(2)]
   procs = [subprocess.Popen(

@@ -16,7 +16,6 @@ Each command prints one line, what the check's summary shows for its step, and e
 import argparse
 import concurrent.futures
 import os
-import re
 import statistics
 import sys
 
@@ -159,8 +158,8 @@ def environment() -> str:
   import importlib.metadata  # pylint: disable=g-import-not-at-top
   import subprocess  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
-  import grain  # pylint: disable=g-import-not-at-top,unused-import
-  import tensorflow_datasets  # pylint: disable=g-import-not-at-top,unused-import
+  import grain  # noqa: F401  # pylint: disable=g-import-not-at-top,unused-import
+  import tensorflow_datasets  # noqa: F401  # pylint: disable=g-import-not-at-top,unused-import
   from vit_jax.runtime import cpuinfo  # pylint: disable=g-import-not-at-top
   devices = jax.devices()
   text = f'{devices[0].device_kind} x{len(devices)} ({jax.default_backend()})'

@@ -67,8 +67,8 @@ def main() -> None:
   args = parser.parse_args()
   results = table(args.variant, args.image_size)
   print(f'{args.variant} at {args.image_size}px, {jax.device_count()} devices, AdamW state in float32')
-  print(f'| mesh | per-device MiB | fraction of replicated |')
-  print(f'|---|---|---|')
+  print('| mesh | per-device MiB | fraction of replicated |')
+  print('|---|---|---|')
   for name, size in results.items():
     print(f'| {name} {MESHES[name]} | {size / 2**20:.1f} | {size / results["data"]:.3f} |')
 

@@ -13,6 +13,7 @@
 Each command prints one line, what the check's summary shows for its step, and exits with status 1
 (the line saying why) where the step fails.
 """
+
 import argparse
 import concurrent.futures
 import os
@@ -31,6 +32,7 @@ class CheckFailed(Exception):
 
 def _write_jpeg(path: str, seed: tuple[int, ...], size: tuple[int, int]) -> None:
   from PIL import Image  # pylint: disable=g-import-not-at-top
+
   rng = np.random.default_rng(seed)
   # Upsampled noise compresses like a photograph more than white noise does (as
   # benchmarks/input_pipeline.py writes its JPEGs).
@@ -38,8 +40,9 @@ def _write_jpeg(path: str, seed: tuple[int, ...], size: tuple[int, int]) -> None
   Image.fromarray(small).resize(size, Image.BILINEAR).save(path, quality=90)
 
 
-def write_jpegs(root: str, num_images: int, num_classes: int = 10,
-                size: tuple[int, int] = (500, 375)) -> str:
+def write_jpegs(
+    root: str, num_images: int, num_classes: int = 10, size: tuple[int, int] = (500, 375)
+) -> str:
   """`num_images` random JPEGs of `size` (quality 90) in root/train/<class>/ and `num_classes` in
   root/test/<class>/: an image folder dataset, written on every core."""
   jobs = []
@@ -58,10 +61,12 @@ def write_digits(folder: str, count: int) -> str:
   splits them) as 8x8 PNGs named <label>_<index>.png, for predict."""
   from PIL import Image  # pylint: disable=g-import-not-at-top
   from sklearn import datasets, model_selection  # pylint: disable=g-import-not-at-top
+
   digits = datasets.load_digits()
   grey = np.round(digits.images * 255 / 16).astype(np.uint8)
   _, images, _, labels = model_selection.train_test_split(
-      grey, digits.target, test_size=0.2, random_state=0, stratify=digits.target)
+      grey, digits.target, test_size=0.2, random_state=0, stratify=digits.target
+  )
   os.makedirs(folder, exist_ok=True)
   for i, (image, label) in enumerate(zip(images[:count], labels[:count])):
     Image.fromarray(image).save(os.path.join(folder, f'{label}_{i:04d}.png'))
@@ -71,6 +76,7 @@ def write_digits(folder: str, count: int) -> str:
 def final_metric(workdir: str, tag: str, at_least: float | None = None) -> str:
   """The last logged value of `tag` in the run's TensorBoard events."""
   from vit_jax.train import events  # pylint: disable=g-import-not-at-top
+
   values = events.read_scalars(workdir).get(tag)
   if not values:
     raise CheckFailed(f'no {tag} logged in {workdir}')
@@ -86,11 +92,14 @@ def same_params(run_a: str, run_b: str) -> str:
   parameters (the Polyak average where the runs keep one: what checkpoint.restore_params reads)."""
   from vit_jax.checkpoints import checkpoint  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
+
   steps = [checkpoint.saved_steps(run)[-1:] for run in (run_a, run_b)]
   if not all(steps) or steps[0] != steps[1]:
     raise CheckFailed(f'last checkpoints differ: {steps[0]} in {run_a}, {steps[1]} in {run_b}')
-  (a, name), (b, _) = (checkpoint.restore_params(os.path.join(run, 'checkpoints', str(steps[0][0])))
-                       for run in (run_a, run_b))
+  (a, name), (b, _) = (
+      checkpoint.restore_params(os.path.join(run, 'checkpoints', str(steps[0][0])))
+      for run in (run_a, run_b)
+  )
   leaves_a, leaves_b = (jax.tree_util.tree_leaves_with_path(tree) for tree in (a, b))
   if [p for p, _ in leaves_a] != [p for p, _ in leaves_b]:
     raise CheckFailed('the parameter trees differ')
@@ -102,8 +111,10 @@ def same_params(run_a: str, run_b: str) -> str:
       gap = np.max(np.abs(x.astype(np.float64) - y.astype(np.float64)))
       differing.append(f'{jax.tree_util.keystr(path)} (max |difference| {gap:.3g})')
   if differing:
-    raise CheckFailed(f'{len(differing)} of {len(leaves_a)} {name} arrays differ at step '
-                      f'{steps[0][0]}, e.g. {differing[0]}')
+    raise CheckFailed(
+        f'{len(differing)} of {len(leaves_a)} {name} arrays differ at step '
+        f'{steps[0][0]}, e.g. {differing[0]}'
+    )
   size = sum(x.size for _, x in leaves_a)
   return f'{name} bit-identical at step {steps[0][0]} ({len(leaves_a)} arrays, {size:,} values)'
 
@@ -128,6 +139,7 @@ def train_rate(workdir: str, synthetic: float | None = None) -> str:
   """The median images/s of a run's logged windows after the first (which holds the compilation),
   and its ratio to `synthetic` images/s (the train step's on synthetic batches)."""
   from vit_jax.train import events  # pylint: disable=g-import-not-at-top
+
   windows = events.read_scalars(workdir).get('images_per_sec', {})
   rates = [windows[step] for step in sorted(windows)[1:]]
   if not rates:
@@ -135,7 +147,7 @@ def train_rate(workdir: str, synthetic: float | None = None) -> str:
   rate = statistics.median(rates)
   text = f'{rate:.1f} images/s (median of {len(rates)} windows, {min(rates):.1f}-{max(rates):.1f})'
   if synthetic:
-    text += f', {rate / synthetic:.2f}x the synthetic batches\' {synthetic:.1f}'
+    text += f", {rate / synthetic:.2f}x the synthetic batches' {synthetic:.1f}"
   return text
 
 
@@ -147,8 +159,12 @@ def table_value(log: str, row: str, column: str) -> str:
     cells = [cell.strip() for cell in line.strip().strip('|').split('|')]
     if column in cells:
       header = cells
-    elif (header and len(cells) == len(header) and not set(cells[0]) <= set('-:')
-          and (cells[0] == row or not row)):
+    elif (
+        header
+        and len(cells) == len(header)
+        and not set(cells[0]) <= set('-:')
+        and (cells[0] == row or not row)
+    ):
       return cells[header.index(column)]
   raise CheckFailed(f'no row {row!r} under a header with {column!r} in {log}')
 
@@ -161,23 +177,45 @@ def environment() -> str:
   import grain  # noqa: F401  # pylint: disable=g-import-not-at-top,unused-import
   import tensorflow_datasets  # noqa: F401  # pylint: disable=g-import-not-at-top,unused-import
   from vit_jax.runtime import cpuinfo  # pylint: disable=g-import-not-at-top
+
   devices = jax.devices()
   text = f'{devices[0].device_kind} x{len(devices)} ({jax.default_backend()})'
   try:
-    text += '; driver ' + subprocess.run(
-        ['nvidia-smi', '--query-gpu=driver_version', '--format=csv,noheader'], capture_output=True,
-        text=True, check=True, timeout=30).stdout.split()[0]
+    text += (
+        '; driver '
+        + subprocess.run(
+            ['nvidia-smi', '--query-gpu=driver_version', '--format=csv,noheader'],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+        ).stdout.split()[0]
+    )
   except (OSError, subprocess.SubprocessError, IndexError):
     pass
   versions = []
-  for name in ('jax', 'jaxlib', 'flax', 'optax', 'orbax-checkpoint', 'numpy', 'pillow', 'grain',
-               'tensorflow-datasets', 'protobuf', 'tensorflow', 'tensorflow-cpu'):
+  for name in (
+      'jax',
+      'jaxlib',
+      'flax',
+      'optax',
+      'orbax-checkpoint',
+      'numpy',
+      'pillow',
+      'grain',
+      'tensorflow-datasets',
+      'protobuf',
+      'tensorflow',
+      'tensorflow-cpu',
+  ):
     try:
       versions.append(f'{name} {importlib.metadata.version(name)}')
     except importlib.metadata.PackageNotFoundError:
       versions.append(f'{name} absent')
-  return (f'{text}; host: {cpuinfo.summary()}; Python {sys.version.split()[0]}; '
-          f'{", ".join(versions)}')
+  return (
+      f'{text}; host: {cpuinfo.summary()}; Python {sys.version.split()[0]}; '
+      f'{", ".join(versions)}'
+  )
 
 
 def normalize_bits() -> str:
@@ -185,18 +223,22 @@ def normalize_bits() -> str:
   step) to the bits of the host's `preprocess.normalize`."""
   import jax  # pylint: disable=g-import-not-at-top
   from vit_jax.data import on_device, preprocess  # pylint: disable=g-import-not-at-top
+
   levels = np.repeat(np.arange(256, dtype=np.uint8).reshape(1, 16, 16, 1), 3, axis=-1)
   got = np.asarray(jax.jit(on_device.model_input)(jax.device_put(levels)))
   wrong = np.flatnonzero(got[..., 0].ravel() != preprocess.normalize(levels)[..., 0].ravel())
   if got.dtype != np.float32 or wrong.size:
-    raise CheckFailed(f'{wrong.size} of 256 levels differ on {jax.default_backend()} (e.g. level '
-                      f'{wrong[:1]}), or the dtype: {got.dtype}')
-  return f'all 256 uint8 levels normalised on {jax.default_backend()} to the host\'s bits'
+    raise CheckFailed(
+        f'{wrong.size} of 256 levels differ on {jax.default_backend()} (e.g. level '
+        f'{wrong[:1]}), or the dtype: {got.dtype}'
+    )
+  return f"all 256 uint8 levels normalised on {jax.default_backend()} to the host's bits"
 
 
 def main() -> None:
-  parser = argparse.ArgumentParser(description=__doc__,
-                                   formatter_class=argparse.RawTextHelpFormatter)
+  parser = argparse.ArgumentParser(
+      description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+  )
   commands = parser.add_subparsers(dest='command', required=True)
   command = commands.add_parser('jpegs')
   command.add_argument('root')
@@ -221,10 +263,17 @@ def main() -> None:
   commands.add_parser('environment')
   commands.add_parser('normalize_bits')
   args = vars(parser.parse_args())
-  function = {'jpegs': write_jpegs, 'digits': write_digits, 'metric': final_metric,
-              'same_params': same_params, 'predictions': predictions, 'train_rate': train_rate,
-              'table_value': table_value, 'environment': environment,
-              'normalize_bits': normalize_bits}[args.pop('command')]
+  function = {
+      'jpegs': write_jpegs,
+      'digits': write_digits,
+      'metric': final_metric,
+      'same_params': same_params,
+      'predictions': predictions,
+      'train_rate': train_rate,
+      'table_value': table_value,
+      'environment': environment,
+      'normalize_bits': normalize_bits,
+  }[args.pop('command')]
   try:
     print(function(**args))
   except CheckFailed as e:

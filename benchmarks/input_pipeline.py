@@ -14,6 +14,7 @@ must not grow with the step (the order is skipped arithmetically). Compare the i
 benchmarks/train_step.py's at the same image size and batch: the input pipeline must outrun the train
 step or the step waits for data.
 """
+
 import os  # pylint: disable=g-bad-import-order
 import sys
 
@@ -34,7 +35,9 @@ from vit_jax import defaults  # pylint: disable=wrong-import-position
 from vit_jax.data import preprocess  # pylint: disable=wrong-import-position
 
 
-def write_jpegs(root: str, num_images: int, num_classes: int = 10, size: tuple[int, int] = (500, 375)):
+def write_jpegs(
+    root: str, num_images: int, num_classes: int = 10, size: tuple[int, int] = (500, 375)
+):
   """`num_images` smooth random JPEGs (quality 90) in root/{train,test}/<class>/."""
   rng = np.random.default_rng(0)
   for split, count in (('train', num_images), ('test', num_classes)):
@@ -71,20 +74,34 @@ def images_per_second(config, batch: int, warmup: int, batches: int) -> tuple[fl
 
 
 def main() -> None:
-  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+  parser = argparse.ArgumentParser(
+      description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+  )
   parser.add_argument('--source', default='digits', choices=('digits', 'folder'))
   parser.add_argument('--image_size', type=int, default=224)
   parser.add_argument('--batch', type=int, default=32)
   parser.add_argument('--crop', default='inception', choices=tuple(preprocess.CROPS))
-  parser.add_argument('--randaug', default=None, metavar='LAYERS,MAGNITUDE',
-                      help='RandAugment after the flip, e.g. 2,10 (default: off)')
+  parser.add_argument(
+      '--randaug',
+      default=None,
+      metavar='LAYERS,MAGNITUDE',
+      help='RandAugment after the flip, e.g. 2,10 (default: off)',
+  )
   parser.add_argument('--num_images', type=int, default=512, help='JPEGs to generate (folder)')
   parser.add_argument('--warmup', type=int, default=3, help='batches before timing')
   parser.add_argument('--batches', type=int, default=20, help='batches timed')
-  parser.add_argument('--resume_step', type=int, default=1_000_000,
-                      help='step of the resumed run whose first batch is timed')
-  parser.add_argument('--workers', default=None, metavar='N[,N...]',
-                      help='config.data_workers to measure, e.g. 0,1,2,4 (default: unset, automatic)')
+  parser.add_argument(
+      '--resume_step',
+      type=int,
+      default=1_000_000,
+      help='step of the resumed run whose first batch is timed',
+  )
+  parser.add_argument(
+      '--workers',
+      default=None,
+      metavar='N[,N...]',
+      help='config.data_workers to measure, e.g. 0,1,2,4 (default: unset, automatic)',
+  )
   parser.add_argument('--header', action='store_true', help='print the table header first')
   args = parser.parse_args()
 
@@ -97,11 +114,15 @@ def main() -> None:
     ops += f' + RandAugment({layers}, {magnitude})'
   workers = [None] if args.workers is None else [int(w) for w in args.workers.split(',')]
   if args.header:
-    print('| source | px | batch | crop | workers | images/s | first batch s | resumed first batch s '
-          '| cores |')
+    print(
+        '| source | px | batch | crop | workers | images/s | first batch s | resumed first batch s '
+        '| cores |'
+    )
     print('|---|---|---|---|---|---|---|---|---|')
-  source = {'digits': 'bundled digits (8x8, in memory)',
-            'folder': f'{args.num_images} generated 500x375 JPEGs (image folder)'}[args.source]
+  source = {
+      'digits': 'bundled digits (8x8, in memory)',
+      'folder': f'{args.num_images} generated 500x375 JPEGs (image folder)',
+  }[args.source]
   with tempfile.TemporaryDirectory() as tmp:
     if args.source == 'folder':
       write_jpegs(tmp, args.num_images)
@@ -113,9 +134,12 @@ def main() -> None:
       rate, first = images_per_second(config, args.batch, args.warmup, args.batches)
       resumed_iterator, resumed = first_batch(config, args.batch, args.resume_step)
       resumed_iterator.close()
-      print(f'| {source} | {args.image_size} | {args.batch} | {ops} | '
-            f'{"auto" if count is None else count} | {rate:.0f} | {first:.1f} | '
-            f'{resumed:.1f} (step {args.resume_step}) | {len(os.sched_getaffinity(0))} |', flush=True)
+      print(
+          f'| {source} | {args.image_size} | {args.batch} | {ops} | '
+          f'{"auto" if count is None else count} | {rate:.0f} | {first:.1f} | '
+          f'{resumed:.1f} (step {args.resume_step}) | {len(os.sched_getaffinity(0))} |',
+          flush=True,
+      )
 
 
 if __name__ == '__main__':

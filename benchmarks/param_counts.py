@@ -3,6 +3,7 @@ the BiT baselines).
 
   python benchmarks/param_counts.py
 """
+
 import os
 import sys
 
@@ -13,8 +14,18 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from vit_jax.models import variants  # pylint: disable=wrong-import-position
 
-VARIANTS = ('ViT-Ti_16', 'ViT-S_16', 'ViT-B_16', 'ViT-B_32', 'ViT-L_16', 'ViT-H_14', 'R50+ViT-B_16',
-            'BiT-R50x1', 'BiT-R101x3', 'BiT-R152x4')
+VARIANTS = (
+    'ViT-Ti_16',
+    'ViT-S_16',
+    'ViT-B_16',
+    'ViT-B_32',
+    'ViT-L_16',
+    'ViT-H_14',
+    'R50+ViT-B_16',
+    'BiT-R50x1',
+    'BiT-R101x3',
+    'BiT-R152x4',
+)
 
 
 def count(variant: str, num_classes: int = 1000, image_size: int = 224) -> int:

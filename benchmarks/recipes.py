@@ -9,6 +9,7 @@ stochastic depth, with random erasing, and with all of them. Prints a markdown r
 top-1 of the last step, its train loss and the seconds the run took. One seed per recipe: differences
 under ~1% are noise (rerun with --seed to see the spread).
 """
+
 import os  # pylint: disable=g-bad-import-order
 import sys
 
@@ -51,10 +52,19 @@ def set_fields(config, overrides: dict) -> None:
 
 def train(overrides: dict, args: argparse.Namespace, workdir: str) -> tuple[dict, float]:
   config = demo.get_config()
-  set_fields(config, {'train_split': args.train_split, 'total_steps': args.steps, 'seed': args.seed,
-                      'eval_every_steps': args.steps, 'checkpoint_every_steps': args.steps,
-                      'log_every_steps': max(args.steps // 10, 1), 'data_dir': args.data_dir,
-                      **overrides})
+  set_fields(
+      config,
+      {
+          'train_split': args.train_split,
+          'total_steps': args.steps,
+          'seed': args.seed,
+          'eval_every_steps': args.steps,
+          'checkpoint_every_steps': args.steps,
+          'log_every_steps': max(args.steps // 10, 1),
+          'data_dir': args.data_dir,
+          **overrides,
+      },
+  )
   start = time.perf_counter()
   metrics = loop.train_and_evaluate(train_setup.prepare(config, workdir))
   return metrics, time.perf_counter() - start
@@ -63,24 +73,32 @@ def train(overrides: dict, args: argparse.Namespace, workdir: str) -> tuple[dict
 def last_train_loss(workdir: str) -> float:
   """The train loss of the last logged step, from the run's TensorBoard events."""
   from tensorboard.backend.event_processing import event_accumulator  # pylint: disable=g-import-not-at-top
+
   events = event_accumulator.EventAccumulator(workdir, size_guidance={'tensors': 0})
   events.Reload()
   from tensorboard.util import tensor_util  # pylint: disable=g-import-not-at-top
+
   return float(tensor_util.make_ndarray(events.Tensors('train_loss')[-1].tensor_proto))
 
 
 def main() -> None:
-  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+  parser = argparse.ArgumentParser(
+      description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+  )
   parser.add_argument('--train_split', default='train[:25%]')
   parser.add_argument('--steps', type=int, default=1500)
   parser.add_argument('--seed', type=int, default=0)
   parser.add_argument('--only', default=None, help='run the recipes whose name contains this')
-  parser.add_argument('--data_dir', default=None, help='tfds data_dir of the digits (default: tfds)')
+  parser.add_argument(
+      '--data_dir', default=None, help='tfds data_dir of the digits (default: tfds)'
+  )
   parser.add_argument('--header', action='store_true', help='print the table header first')
   args = parser.parse_args()
   if args.header:
-    print(f'| recipe ({args.train_split} of the digits, {args.steps} steps, seed {args.seed}) '
-          '| test top-1 | last train loss | seconds |')
+    print(
+        f'| recipe ({args.train_split} of the digits, {args.steps} steps, seed {args.seed}) '
+        '| test top-1 | last train loss | seconds |'
+    )
     print('|---|---|---|---|')
   for name, overrides in RECIPES.items():
     if args.only and args.only not in name:
@@ -88,7 +106,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as workdir:
       metrics, seconds = train(overrides, args, workdir)
       loss = last_train_loss(workdir)
-    print(f'| {name} | {100 * metrics["eval_top1"]:.1f}% | {loss:.3f} | {seconds:.0f} |', flush=True)
+    print(
+        f'| {name} | {100 * metrics["eval_top1"]:.1f}% | {loss:.3f} | {seconds:.0f} |', flush=True
+    )
 
 
 if __name__ == '__main__':

@@ -5,6 +5,7 @@
 Prints one row per mesh: the train state (float32 parameters and AdamW moments) that the largest-loaded
 device holds, and its fraction of the replicated (pure data-parallel) figure.
 """
+
 import os  # pylint: disable=g-bad-import-order
 import sys
 
@@ -39,8 +40,13 @@ def per_device_bytes(config: ml_collections.ConfigDict, num_classes: int = 1000)
   mesh = sharding.make_mesh(config.mesh)
   model = classification.make_model(config, num_classes)
   tx, _ = optim.make_optimizer(config, total_steps=1000)
-  init = functools.partial(train_state.init_state, model=model, tx=tx,
-                           image_size=config.image_size, polyak=config.polyak_decay is not None)
+  init = functools.partial(
+      train_state.init_state,
+      model=model,
+      tx=tx,
+      image_size=config.image_size,
+      polyak=config.polyak_decay is not None,
+  )
   abstract = jax.eval_shape(init, jax.random.key(0))
   shardings = sharding.state_shardings(abstract, mesh)
   per_device = np.zeros(len(mesh.devices.flat))
@@ -66,7 +72,9 @@ def main() -> None:
   parser.add_argument('--image_size', type=int, default=224)
   args = parser.parse_args()
   results = table(args.variant, args.image_size)
-  print(f'{args.variant} at {args.image_size}px, {jax.device_count()} devices, AdamW state in float32')
+  print(
+      f'{args.variant} at {args.image_size}px, {jax.device_count()} devices, AdamW state in float32'
+  )
   print('| mesh | per-device MiB | fraction of replicated |')
   print('|---|---|---|')
   for name, size in results.items():

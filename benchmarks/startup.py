@@ -10,6 +10,7 @@ the command's exit. With --peer, the same command of another checkout (e.g. `git
 /tmp/before <commit>`) runs alternately with this one, in this Python, and the last line gives the
 ratios of the medians (this / peer).
 """
+
 import argparse
 import datetime
 import os
@@ -22,8 +23,12 @@ import time
 
 _HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _FIRST_STEP = re.compile(r'^I(\d{4}) (\d\d:\d\d:\d\d\.\d+) .*Memory in use after step 1 ', re.M)
-_OVERRIDES = ['--config.total_steps=2', '--config.log_every_steps=1', '--config.eval_every_steps=2',
-              '--config.checkpoint_every_steps=2']
+_OVERRIDES = [
+    '--config.total_steps=2',
+    '--config.log_every_steps=1',
+    '--config.eval_every_steps=2',
+    '--config.checkpoint_every_steps=2',
+]
 
 
 def _log_time(month_day: str, clock: str) -> float:
@@ -38,9 +43,21 @@ def time_run(checkout: str, cache_home: str) -> tuple[float, float]:
   with tempfile.TemporaryDirectory() as workdir:
     env = dict(os.environ, XDG_CACHE_HOME=cache_home)
     start = time.time()
-    run = subprocess.run([sys.executable, '-m', 'vit_jax.main', '--config=configs/demo.py',
-                          f'--workdir={workdir}', *_OVERRIDES], cwd=checkout, env=env,
-                         capture_output=True, text=True, check=False)
+    run = subprocess.run(
+        [
+            sys.executable,
+            '-m',
+            'vit_jax.main',
+            '--config=configs/demo.py',
+            f'--workdir={workdir}',
+            *_OVERRIDES,
+        ],
+        cwd=checkout,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     end = time.time()
   if run.returncode:
     raise SystemExit(f'{checkout}: the demo failed:\n{run.stderr[-3000:]}')
@@ -69,11 +86,15 @@ def main() -> None:
   for name, runs in times.items():
     first, whole = zip(*runs)
     medians[name] = statistics.median(first), statistics.median(whole)
-    print(f'| {name} ({checkouts[name]}) | {medians[name][0]:.2f} ({", ".join(f"{t:.2f}" for t in first)}) '
-          f'| {medians[name][1]:.2f} ({", ".join(f"{t:.2f}" for t in whole)}) |')
+    print(
+        f'| {name} ({checkouts[name]}) | {medians[name][0]:.2f} ({", ".join(f"{t:.2f}" for t in first)}) '
+        f'| {medians[name][1]:.2f} ({", ".join(f"{t:.2f}" for t in whole)}) |'
+    )
   if 'peer' in medians:
-    print(f'this / peer: first step {medians["this"][0] / medians["peer"][0]:.2f}x, '
-          f'whole run {medians["this"][1] / medians["peer"][1]:.2f}x')
+    print(
+        f'this / peer: first step {medians["this"][0] / medians["peer"][0]:.2f}x, '
+        f'whole run {medians["this"][1] / medians["peer"][1]:.2f}x'
+    )
 
 
 if __name__ == '__main__':

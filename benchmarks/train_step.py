@@ -29,6 +29,7 @@ ViT-Ti/16 batch 32). Once within about 16 steps, a step's temporaries are not ye
 asks for its own, which then get a second span, touched for the first time: one round of ~8 s more, which
 the faults column shows (RESULTS.md).
 """
+
 import os  # pylint: disable=g-bad-import-order
 import sys
 
@@ -67,7 +68,14 @@ from vit_jax.train import state as train_state, step as train_step  # pylint: di
 from vit_jax.models import attention, variants  # pylint: disable=wrong-import-position
 
 # Dense bfloat16 peak TFLOP/s by a substring of `device.device_kind`; CPUs need --peak-tflops.
-PEAK_TFLOPS = {'H100': 989.0, 'H200': 989.0, 'A100': 312.0, 'TPU v4': 275.0, 'TPU v5 lite': 197.0, 'TPU v5e': 197.0}
+PEAK_TFLOPS = {
+    'H100': 989.0,
+    'H200': 989.0,
+    'A100': 312.0,
+    'TPU v4': 275.0,
+    'TPU v5 lite': 197.0,
+    'TPU v5e': 197.0,
+}
 NUM_CLASSES = 1000
 
 
@@ -75,11 +83,17 @@ def make_config(args: argparse.Namespace) -> ml_collections.ConfigDict:
   config = defaults.get_config()
   config.variant, config.image_size, config.batch_size = args.variant, args.image_size, args.batch
   config.dtype, config.mesh, config.total_steps = args.dtype, ast.literal_eval(args.mesh), 1000
-  config.model.attention, config.model.remat, config.model.scan = args.attention, args.remat, args.scan
+  config.model.attention, config.model.remat, config.model.scan = (
+      args.attention,
+      args.remat,
+      args.scan,
+  )
   return config
 
 
-def gemm_tflops(dtype: str, sizes: tuple[int, ...] = (1024, 2048, 4096), repeats: int = 10) -> float:
+def gemm_tflops(
+    dtype: str, sizes: tuple[int, ...] = (1024, 2048, 4096), repeats: int = 10
+) -> float:
   """The fastest TFLOP/s of jitted n^3 matmuls on device 0: a measured peak, for CPUs (no datasheet).
 
   Several sizes, because on CPU the smaller ones that stay in cache are the fastest.
@@ -90,7 +104,7 @@ def gemm_tflops(dtype: str, sizes: tuple[int, ...] = (1024, 2048, 4096), repeats
     matmul = jax.jit(jnp.matmul)
     jax.block_until_ready(matmul(a, a))
     times = time_steps(lambda: jax.block_until_ready(matmul(a, a)), repeats)
-    best = max(best, 2 * size ** 3 / min(times) / 1e12)
+    best = max(best, 2 * size**3 / min(times) / 1e12)
   return best
 
 
@@ -111,29 +125,48 @@ def peak_memory() -> str:
 class Ours:
   """The jitted train step (or forward pass) of vit_jax, compiled ahead of time from shapes alone."""
 
-  def __init__(self, config: ml_collections.ConfigDict, mode: str,
-               compiler_options: dict[str, Any] | None = None):
+  def __init__(
+      self,
+      config: ml_collections.ConfigDict,
+      mode: str,
+      compiler_options: dict[str, Any] | None = None,
+  ):
     self.mode, self.config = mode, config
     self.mesh = sharding.make_mesh(config.mesh)
     model = classification.make_model(config, NUM_CLASSES)
     tx, schedule = optim.make_optimizer(config, config.total_steps)
-    init = functools.partial(train_state.init_state, model=model, tx=tx,
-                             image_size=config.image_size, polyak=False)
-    init = lambda key, init=init: train_state.training_layout(init(key), model)  # As create_state does.
+    init = functools.partial(
+        train_state.init_state, model=model, tx=tx, image_size=config.image_size, polyak=False
+    )
+    init = lambda key, init=init: train_state.training_layout(
+        init(key), model
+    )  # As create_state does.
     shardings = sharding.state_shardings(jax.eval_shape(init, jax.random.key(0)), self.mesh)
     self.init = jax.jit(init, out_shardings=shardings)
     batch_sharding = sharding.batch_sharding(self.mesh)
     shape = (config.batch_size, config.image_size, config.image_size, 3)
-    abstract_batch = {'image': jax.ShapeDtypeStruct(shape, jnp.float32, sharding=batch_sharding),
-                      'label': jax.ShapeDtypeStruct(shape[:1], jnp.int32, sharding=batch_sharding)}
-    abstract_state = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
-                                  jax.eval_shape(init, jax.random.key(0)), shardings)
+    abstract_batch = {
+        'image': jax.ShapeDtypeStruct(shape, jnp.float32, sharding=batch_sharding),
+        'label': jax.ShapeDtypeStruct(shape[:1], jnp.int32, sharding=batch_sharding),
+    }
+    abstract_state = jax.tree.map(
+        lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+        jax.eval_shape(init, jax.random.key(0)),
+        shardings,
+    )
     if mode == 'train':
       fn = jax.jit(
-          functools.partial(train_step.train_step, loss_fn=classification.make_loss(config, model), tx=tx,
-                            schedule=schedule, dropout_key=jax.random.key(1)),
+          functools.partial(
+              train_step.train_step,
+              loss_fn=classification.make_loss(config, model),
+              tx=tx,
+              schedule=schedule,
+              dropout_key=jax.random.key(1),
+          ),
           in_shardings=(shardings, batch_sharding),
-          out_shardings=(shardings, sharding.replicated(self.mesh)), donate_argnums=0)
+          out_shardings=(shardings, sharding.replicated(self.mesh)),
+          donate_argnums=0,
+      )
       args = (abstract_state, abstract_batch)
     else:
       fn = jax.jit(lambda params, images: model.apply({'params': params}, images, train=False))
@@ -146,7 +179,9 @@ class Ours:
     cost = self.compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, (list, tuple)) else cost  # A list in older JAX versions.
     # Of one device's program (times the devices for the total); a scan's body counts once.
-    self.xla_flops = float(cost.get('flops', float('nan'))) * self.mesh.size if cost else float('nan')
+    self.xla_flops = (
+        float(cost.get('flops', float('nan'))) * self.mesh.size if cost else float('nan')
+    )
 
   def allocate(self) -> None:
     """The initial state and a random batch on the mesh (compiling needed neither)."""
@@ -154,8 +189,12 @@ class Ours:
     rng, config = np.random.default_rng(0), self.config
     images = rng.uniform(-1, 1, (config.batch_size, config.image_size, config.image_size, 3))
     self.batch = sharding.global_batch(
-        {'image': images.astype(np.float32),
-         'label': rng.integers(0, NUM_CLASSES, config.batch_size).astype(np.int32)}, self.mesh)
+        {
+            'image': images.astype(np.float32),
+            'label': rng.integers(0, NUM_CLASSES, config.batch_size).astype(np.int32),
+        },
+        self.mesh,
+    )
 
   def step(self) -> None:
     if self.mode == 'train':
@@ -168,27 +207,39 @@ class Ours:
 class Timm:
   """timm's VisionTransformer of the same shape: forward, backward, clipping and AdamW in PyTorch."""
 
-  def __init__(self, model: dict[str, Any], config: ml_collections.ConfigDict, mode: str,
-               device: str = 'cpu'):
+  def __init__(
+      self, model: dict[str, Any], config: ml_collections.ConfigDict, mode: str, device: str = 'cpu'
+  ):
     if device == 'cpu':
-      sys.modules.setdefault('triton', None)  # Its import crashes after TensorFlow's; CPU never needs it.
+      sys.modules.setdefault(
+          'triton', None
+      )  # Its import crashes after TensorFlow's; CPU never needs it.
     import timm.models.vision_transformer  # pylint: disable=g-import-not-at-top
     import torch  # pylint: disable=g-import-not-at-top
+
     self.torch, self.mode, self.device = torch, mode, device
     torch.set_num_threads(cpuinfo.usable_cores())
     torch.manual_seed(0)
     self.net = timm.models.vision_transformer.VisionTransformer(
-        img_size=config.image_size, patch_size=model['patch_size'], embed_dim=model['hidden_size'],
-        depth=model['num_layers'], num_heads=model['num_heads'],
-        mlp_ratio=model['mlp_dim'] / model['hidden_size'], num_classes=NUM_CLASSES,
+        img_size=config.image_size,
+        patch_size=model['patch_size'],
+        embed_dim=model['hidden_size'],
+        depth=model['num_layers'],
+        num_heads=model['num_heads'],
+        mlp_ratio=model['mlp_dim'] / model['hidden_size'],
+        num_classes=NUM_CLASSES,
         global_pool='token' if model['classifier'] == 'token' else 'avg',
         class_token=model['classifier'] == 'token',
-        act_layer=functools.partial(torch.nn.GELU, approximate='tanh'))  # Ours is the tanh GELU.
+        act_layer=functools.partial(torch.nn.GELU, approximate='tanh'),
+    )  # Ours is the tanh GELU.
     self.net.train(mode == 'train').to(device)
-    self.images = (torch.rand(config.batch_size, 3, config.image_size, config.image_size) * 2 - 1).to(device)
+    self.images = (
+        torch.rand(config.batch_size, 3, config.image_size, config.image_size) * 2 - 1
+    ).to(device)
     self.labels = torch.randint(0, NUM_CLASSES, (config.batch_size,)).to(device)
-    self.optimizer = torch.optim.AdamW(self.net.parameters(), lr=1e-4, betas=(0.9, 0.999),
-                                       weight_decay=0.1)
+    self.optimizer = torch.optim.AdamW(
+        self.net.parameters(), lr=1e-4, betas=(0.9, 0.999), weight_decay=0.1
+    )
     self.dtype = getattr(torch, config.dtype)
 
   def run(self, n: int, kernel: collections.Counter | None = None) -> list[float]:
@@ -221,10 +272,13 @@ class PeerProcess:
   when asked, so its rounds still alternate with ours."""
 
   def __init__(self, device: str):
-    self._child = subprocess.Popen([sys.executable, *sys.orig_argv[1:], '--serve-peer',
-                                    f'--peer-device={device}'],
-                                   env=allocator.system_malloc_env(),
-                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    self._child = subprocess.Popen(
+        [sys.executable, *sys.orig_argv[1:], '--serve-peer', f'--peer-device={device}'],
+        env=allocator.system_malloc_env(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     self._memory = ''
 
   def run(self, n: int, kernel: collections.Counter | None = None) -> list[float]:
@@ -233,7 +287,7 @@ class PeerProcess:
     while not (line := self._child.stdout.readline()).startswith(_PEER_REPLY):
       if not line:
         raise RuntimeError(f'The peer process ended with status {self._child.wait()}')
-    reply = json.loads(line[len(_PEER_REPLY):])
+    reply = json.loads(line[len(_PEER_REPLY) :])
     if kernel is not None:
       kernel.update(faults=reply['faults'], sys_s=reply['sys_s'])
     self._memory = reply['memory']
@@ -254,10 +308,12 @@ def serve_peer(peer: 'Timm') -> None:
     print(_PEER_REPLY + json.dumps({'times': times, 'memory': peer.memory(), **kernel}), flush=True)
 
 
-def time_steps(step: Callable[[], None], n: int,
-               kernel: collections.Counter | None = None) -> list[float]:
+def time_steps(
+    step: Callable[[], None], n: int, kernel: collections.Counter | None = None
+) -> list[float]:
   """Wall seconds of each of `n` steps; adds the process's minor page faults and system CPU seconds
-  over them to `kernel` ('faults', 'sys_s'), where the kernel's time goes when memory is re-mapped."""
+  over them to `kernel` ('faults', 'sys_s'), where the kernel's time goes when memory is re-mapped.
+  """
   times = []
   before = resource.getrusage(resource.RUSAGE_SELF)
   for _ in range(n):
@@ -271,7 +327,9 @@ def time_steps(step: Callable[[], None], n: int,
   return times
 
 
-def paired_ratio(our_rounds: list[list[float]], peer_rounds: list[list[float]]) -> tuple[float, float, float]:
+def paired_ratio(
+    our_rounds: list[list[float]], peer_rounds: list[list[float]]
+) -> tuple[float, float, float]:
   """Ours/peer images/s of each round (its step times' sums), as (median, lowest, highest) over rounds."""
   ratios = [sum(peer) / sum(ours) for ours, peer in zip(our_rounds, peer_rounds, strict=True)]
   return statistics.median(ratios), min(ratios), max(ratios)
@@ -288,8 +346,9 @@ def op_sources(compiled_hlo: str) -> dict[str, str]:
   return sources
 
 
-def time_by_source(durations: dict[str, list[float]], sources: dict[str, str],
-                   steps: int) -> collections.Counter:
+def time_by_source(
+    durations: dict[str, list[float]], sources: dict[str, str], steps: int
+) -> collections.Counter:
   """ms per step by (kind of op, source): an op of the program with its fastest execution times its
   count (what it costs without the neighbours' load); a library kernel (cuBLAS, cuDNN: one kernel runs
   many ops, of many shapes) with all its time."""
@@ -308,12 +367,14 @@ def profile(ours: Ours, steps: int, top: int) -> None:
   trace of `steps` steps: on CPU the ops the host's threads run (independent ops may run at once, so
   the sum can exceed the step), on a GPU the kernels of its streams."""
   from jax._src.lib import _profile_data  # pylint: disable=g-import-not-at-top
+
   sources = op_sources(ours.compiled.as_text())
   with tempfile.TemporaryDirectory() as trace_dir:
     with jax.profiler.trace(trace_dir):
       time_steps(ours.step, steps)
     trace = _profile_data.ProfileData.from_file(
-        glob.glob(os.path.join(trace_dir, '**', '*.xplane.pb'), recursive=True)[0])
+        glob.glob(os.path.join(trace_dir, '**', '*.xplane.pb'), recursive=True)[0]
+    )
   durations = collections.defaultdict(list)
   for plane in trace.planes:
     for line in plane.lines:
@@ -323,63 +384,108 @@ def profile(ours: Ours, steps: int, top: int) -> None:
           durations[event.name].append(event.duration_ns / 1e6)
   by_source = time_by_source(durations, sources, steps)
   total = sum(by_source.values())
-  print(f'# profile: {total:.0f} ms of XLA ops per step (each op at its fastest of {steps}, a library '
-        f'kernel with all its time); top {top}:')
+  print(
+      f'# profile: {total:.0f} ms of XLA ops per step (each op at its fastest of {steps}, a library '
+      f'kernel with all its time); top {top}:'
+  )
   for (kind, source), ms in by_source.most_common(top):
     print(f'# {ms:8.1f} ms {100 * ms / total:5.1f}%  {kind:26s} {source}')
 
 
-HEADER = ('| framework | variant | px | batch | dtype | mode | devices | fast paths | img/s (median) | '
-          'img/s (fastest) | step ms (median) | compile s | model TFLOP/s | MFU | peak memory | '
-          'faults/step | sys s/step |\n'
-          '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|')
+HEADER = (
+    '| framework | variant | px | batch | dtype | mode | devices | fast paths | img/s (median) | '
+    'img/s (fastest) | step ms (median) | compile s | model TFLOP/s | MFU | peak memory | '
+    'faults/step | sys s/step |\n'
+    '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|'
+)
 
 
-def row(name: str, args: argparse.Namespace, times: list[float], compile_s: str, flops: float,
-        peak: float | None, memory: str, kernel: collections.Counter) -> str:
+def row(
+    name: str,
+    args: argparse.Namespace,
+    times: list[float],
+    compile_s: str,
+    flops: float,
+    peak: float | None,
+    memory: str,
+    kernel: collections.Counter,
+) -> str:
   step_s = statistics.median(times)
   tflops = flops * args.batch / step_s / 1e12
   mfu = f'{100 * tflops / peak:.1f}%' if peak else 'n/a'
   if name == 'vit_jax':
     devices = str(jax.device_count())
-    fast = ', '.join(f for f, on in (('dot_product_attention', args.attention != 'xla'),
-                                     (f'remat={args.remat}', args.remat), ('scan', args.scan)) if on)
+    fast = ', '.join(
+        f
+        for f, on in (
+            ('dot_product_attention', args.attention != 'xla'),
+            (f'remat={args.remat}', args.remat),
+            ('scan', args.scan),
+        )
+        if on
+    )
   else:  # timm: one PyTorch process with its own attention (scaled_dot_product_attention).
     devices, fast = '-', 'timm defaults'
-  return (f'| {name} | {args.variant} | {args.image_size} | {args.batch} | {args.dtype} | {args.mode} '
-          f'| {devices} | {fast or "-"} | {args.batch / step_s:.2f} | {args.batch / min(times):.2f} | '
-          f'{1000 * step_s:.0f} | {compile_s} | {tflops:.3f} | {mfu} | {memory} | '
-          f'{kernel["faults"] / len(times):.0f} | {kernel["sys_s"] / len(times):.2f} |')
+  return (
+      f'| {name} | {args.variant} | {args.image_size} | {args.batch} | {args.dtype} | {args.mode} '
+      f'| {devices} | {fast or "-"} | {args.batch / step_s:.2f} | {args.batch / min(times):.2f} | '
+      f'{1000 * step_s:.0f} | {compile_s} | {tflops:.3f} | {mfu} | {memory} | '
+      f'{kernel["faults"] / len(times):.0f} | {kernel["sys_s"] / len(times):.2f} |'
+  )
 
 
 def make_parser() -> argparse.ArgumentParser:
-  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+  parser = argparse.ArgumentParser(
+      description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+  )
   parser.add_argument('--variant', default='ViT-B_16')
   parser.add_argument('--image_size', type=int, default=224)
   parser.add_argument('--batch', type=int, default=8)
   parser.add_argument('--dtype', default='float32', choices=train_setup.DTYPES)
-  parser.add_argument('--mesh', default="(('data', -1),)", help='config.mesh, as on the command line')
+  parser.add_argument(
+      '--mesh', default="(('data', -1),)", help='config.mesh, as on the command line'
+  )
   parser.add_argument('--mode', default='train', choices=('train', 'inference'))
   parser.add_argument('--attention', default='xla', choices=tuple(attention.ATTENTION_FNS))
   parser.add_argument('--remat', default=None, choices=variants.REMAT_POLICIES)
   parser.add_argument('--scan', action='store_true')
   parser.add_argument('--peer', default=None, choices=('timm',))
-  parser.add_argument('--peer-allocator', default='system', choices=('system', 'same'),
-                      help="the peer's malloc: the C library's in a child process, as timm's users "
-                      'run it, or the same as ours, in this process')
+  parser.add_argument(
+      '--peer-allocator',
+      default='system',
+      choices=('system', 'same'),
+      help="the peer's malloc: the C library's in a child process, as timm's users "
+      'run it, or the same as ours, in this process',
+  )
   parser.add_argument('--serve-peer', action='store_true', help=argparse.SUPPRESS)
-  parser.add_argument('--peer-device', default='cpu', choices=('cpu', 'cuda'), help=argparse.SUPPRESS)
-  parser.add_argument('--warmup', type=int, default=4,
-                      help='untimed steps of each, after compiling (the first ones map their memory)')
+  parser.add_argument(
+      '--peer-device', default='cpu', choices=('cpu', 'cuda'), help=argparse.SUPPRESS
+  )
+  parser.add_argument(
+      '--warmup',
+      type=int,
+      default=4,
+      help='untimed steps of each, after compiling (the first ones map their memory)',
+  )
   parser.add_argument('--steps', type=int, default=2, help='timed steps of each per round')
   parser.add_argument('--rounds', type=int, default=8, help='rounds alternating ours and the peer')
-  parser.add_argument('--peak-tflops', default=None,
-                      help='peak TFLOP/s of the device, for MFU (default: known accelerators only), or '
-                           '"gemm": what jitted matmuls in --dtype reach here (for CPUs)')
-  parser.add_argument('--compile-only', action='store_true', help='only compile, and print the times')
+  parser.add_argument(
+      '--peak-tflops',
+      default=None,
+      help='peak TFLOP/s of the device, for MFU (default: known accelerators only), or '
+      '"gemm": what jitted matmuls in --dtype reach here (for CPUs)',
+  )
+  parser.add_argument(
+      '--compile-only', action='store_true', help='only compile, and print the times'
+  )
   parser.add_argument('--header', action='store_true', help='print the table header first')
-  parser.add_argument('--profile', type=int, default=0, metavar='TOP',
-                      help='also print the TOP XLA ops of our step by time (a jax.profiler trace)')
+  parser.add_argument(
+      '--profile',
+      type=int,
+      default=0,
+      metavar='TOP',
+      help='also print the TOP XLA ops of our step by time (a jax.profiler trace)',
+  )
   return parser
 
 
@@ -401,18 +507,26 @@ def main() -> None:
     peak = next((v for k, v in PEAK_TFLOPS.items() if k in device.device_kind), None)
 
   ours = Ours(config, args.mode)
-  peer_malloc = {'system': 'the C library\'s, own process', 'same': 'the same, same process'}
+  peer_malloc = {'system': "the C library's, own process", 'same': 'the same, same process'}
   print(f'# machine: {cpuinfo.summary()}')
-  print(f'# malloc: ours {allocator.in_effect()}'
-        + (f', peer {peer_malloc[args.peer_allocator]}' if args.peer else '')
-        + f'; XLA:CPU ops on YNNPACK: {cpu_kernels.in_effect()} (vit_jax/runtime/cpu_kernels.py)')
-  print(f'# {device.device_kind} x{jax.device_count()}, {cpuinfo.usable_cores()} threads; ours: trace '
-        f'{ours.trace_s:.1f} s, trace+compile {ours.compile_s:.1f} s; FLOPs/step: analytic '
-        f'{flops * args.batch / 1e9:.1f} G, XLA cost analysis {ours.xla_flops / 1e9:.1f} G'
-        + (' (scan body counted once)' if args.scan else ''))
-  if device.platform == 'gpu' and args.attention != 'xla':  # jax.nn.dot_product_attention may fall back.
-    print('# cuDNN fused attention calls in our compiled program: '
-          f'{attention.cudnn_attention_calls(ours.compiled.as_text())}')
+  print(
+      f'# malloc: ours {allocator.in_effect()}'
+      + (f', peer {peer_malloc[args.peer_allocator]}' if args.peer else '')
+      + f'; XLA:CPU ops on YNNPACK: {cpu_kernels.in_effect()} (vit_jax/runtime/cpu_kernels.py)'
+  )
+  print(
+      f'# {device.device_kind} x{jax.device_count()}, {cpuinfo.usable_cores()} threads; ours: trace '
+      f'{ours.trace_s:.1f} s, trace+compile {ours.compile_s:.1f} s; FLOPs/step: analytic '
+      f'{flops * args.batch / 1e9:.1f} G, XLA cost analysis {ours.xla_flops / 1e9:.1f} G'
+      + (' (scan body counted once)' if args.scan else '')
+  )
+  if (
+      device.platform == 'gpu' and args.attention != 'xla'
+  ):  # jax.nn.dot_product_attention may fall back.
+    print(
+        '# cuDNN fused attention calls in our compiled program: '
+        f'{attention.cudnn_attention_calls(ours.compiled.as_text())}'
+    )
   if args.compile_only:
     return
   ours.allocate()
@@ -422,8 +536,11 @@ def main() -> None:
   if args.peer:
     # On a GPU, timm runs on it too (JAX leaves it room: XLA_PYTHON_CLIENT_MEM_FRACTION).
     peer_device = 'cuda' if device.platform == 'gpu' else 'cpu'
-    peer = (PeerProcess(peer_device) if args.peer_allocator == 'system'
-            else Timm(model, config, args.mode, peer_device))
+    peer = (
+        PeerProcess(peer_device)
+        if args.peer_allocator == 'system'
+        else Timm(model, config, args.mode, peer_device)
+    )
     peer.run(args.warmup)
   our_rounds, peer_rounds = [], []
   our_kernel, peer_kernel = collections.Counter(), collections.Counter()
@@ -437,14 +554,20 @@ def main() -> None:
     profile(ours, steps=5, top=args.profile)
   if args.header:
     print(HEADER)
-  print(row('vit_jax', args, our_times, f'{ours.compile_s:.1f}', flops, peak, our_memory, our_kernel))
+  print(
+      row('vit_jax', args, our_times, f'{ours.compile_s:.1f}', flops, peak, our_memory, our_kernel)
+  )
   if peer:
     print(row('timm', args, peer_times, '-', flops, peak, peer.memory(), peer_kernel))
-    print(f'# ours/timm images/s: {statistics.median(peer_times) / statistics.median(our_times):.2f}x '
-          f'at the median, {min(peer_times) / min(our_times):.2f}x at the fastest step '
-          f'({len(our_times)} steps each)')
-    print('# ours/timm images/s paired by round: %.2fx median (%.2f-%.2fx over %d rounds)'
-          % (*paired_ratio(our_rounds, peer_rounds), args.rounds))
+    print(
+        f'# ours/timm images/s: {statistics.median(peer_times) / statistics.median(our_times):.2f}x '
+        f'at the median, {min(peer_times) / min(our_times):.2f}x at the fastest step '
+        f'({len(our_times)} steps each)'
+    )
+    print(
+        '# ours/timm images/s paired by round: %.2fx median (%.2f-%.2fx over %d rounds)'
+        % (*paired_ratio(our_rounds, peer_rounds), args.rounds)
+    )
 
 
 if __name__ == '__main__':

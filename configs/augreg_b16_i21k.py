@@ -15,6 +15,7 @@ depth (big_vision: they did not help ImageNet-21k pretraining). 51,200 images of
 Differences from big_vision: no -10 initial head bias for the sigmoid loss; Mixup pairs each image
 with the batch reversed (big_vision: rolled by one).
 """
+
 from vit_jax import defaults
 
 

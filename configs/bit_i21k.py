@@ -4,6 +4,7 @@ R152x{1,2}: batch 4096, weight decay 0.1, linear decay, lr 1e-3 / 8e-4 / 6e-4 by
 
   python -m vit_jax.main --config=configs/bit_i21k.py:BiT-R50x1 --workdir=gs://bucket/bit_r50x1_i21k
 """
+
 from vit_jax import defaults
 
 LR = {50: 1e-3, 101: 8e-4, 152: 6e-4}  # Table 3, by depth.
@@ -28,8 +29,10 @@ def get_config(variant: str = 'BiT-R50x1'):
   config.optim.weight_decay = 0.1
   depth = variant.removeprefix('BiT-R').split('x')[0]
   if not depth.isdigit() or int(depth) not in LR:
-    raise ValueError(f'configs/bit_i21k.py:{variant}: use a BiT-R{{{",".join(map(str, LR))}}}x<width> '
-                     'variant, e.g. configs/bit_i21k.py:BiT-R50x1')
+    raise ValueError(
+        f'configs/bit_i21k.py:{variant}: use a BiT-R{{{",".join(map(str, LR))}}}x<width> '
+        'variant, e.g. configs/bit_i21k.py:BiT-R50x1'
+    )
   config.lr.base = LR[int(depth)]
   config.lr.warmup_steps = 10_000
   config.lr.decay = 'linear'

@@ -14,6 +14,7 @@ Differences from DeiT: RandAugment is the TF reference's op set (big_vision's) a
 not timm's rand-m9-mstd0.5-inc1 (magnitude noise, "increasing" ops); no repeated augmentation; weights
 initialised as the original ViT (xavier), not truncated normal.
 """
+
 from vit_jax import defaults
 
 # size -> (variant, published top-1 %).
@@ -23,17 +24,22 @@ _TRAIN_IMAGES = 1_281_167
 
 def get_config(size: str = 'S'):
   if size not in SIZES:
-    raise ValueError(f'Unknown DeiT size {size!r}: use one of {", ".join(SIZES)} '
-                     '(e.g. --config=configs/deit_i1k.py:B)')
+    raise ValueError(
+        f'Unknown DeiT size {size!r}: use one of {", ".join(SIZES)} '
+        '(e.g. --config=configs/deit_i1k.py:B)'
+    )
   config = defaults.get_config()
   config.dataset = 'imagenet2012'
   config.train_split = 'train'
   config.eval_split = 'validation'
   # ImageNet-V2 (tfds imagenet_v2, prepared beside imagenet2012): the same classes, new images.
-  config.evals.v2 = dict(type='classification', dataset='imagenet_v2', split='test', every_steps=2500)
+  config.evals.v2 = dict(
+      type='classification', dataset='imagenet_v2', split='test', every_steps=2500
+  )
   # ImageNet-ReaL (tfds imagenet2012_real): the validation images' reassessed label sets.
-  config.evals.real = dict(type='real', dataset='imagenet2012_real', split='validation',
-                           every_steps=2500)
+  config.evals.real = dict(
+      type='real', dataset='imagenet2012_real', split='validation', every_steps=2500
+  )
   config.image_size = 224
   config.pp.crop = 'inception'
   config.pp.min_area = 0.08  # torchvision's RandomResizedCrop scale, which DeiT uses.

@@ -1,7 +1,8 @@
 """The demo: a small ViT on the bundled handwritten digits, on CPU, in a few minutes.
 
-  python -m vit_jax.main --config=configs/demo.py --workdir=workdirs/demo
+python -m vit_jax.main --config=configs/demo.py --workdir=workdirs/demo
 """
+
 from vit_jax import defaults
 
 

@@ -6,6 +6,7 @@
 The 4x4 grid of position embeddings is interpolated to 6x6 for 24x24 inputs, the head is replaced by a
 zero-initialised one, and SGD with momentum and cosine decay trains the whole model.
 """
+
 from configs import demo
 
 

@@ -5,6 +5,7 @@ clipping at 1, a zero-initialised linear head in place of the pretrained head an
 position embeddings interpolated to the higher resolution. Steps and splits follow the original
 vision_transformer fine-tuning configs.
 """
+
 import ml_collections
 
 from vit_jax import defaults
@@ -19,11 +20,14 @@ DATASETS = {
 }
 
 
-def get_config(variant: str, dataset: str, *,
-               imagenet_resolution: int = 384) -> ml_collections.ConfigDict:
+def get_config(
+    variant: str, dataset: str, *, imagenet_resolution: int = 384
+) -> ml_collections.ConfigDict:
   if dataset not in DATASETS:
-    raise ValueError(f'Unknown fine-tuning dataset {dataset!r}: use one of {", ".join(DATASETS)} '
-                     '(e.g. --config=configs/vit_b16_finetune.py:cifar10)')
+    raise ValueError(
+        f'Unknown fine-tuning dataset {dataset!r}: use one of {", ".join(DATASETS)} '
+        '(e.g. --config=configs/vit_b16_finetune.py:cifar10)'
+    )
   train_split, eval_split, total_steps, resolution = DATASETS[dataset]
   config = defaults.get_config()
   config.dataset = dataset

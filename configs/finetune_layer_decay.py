@@ -12,6 +12,7 @@ weight decay 0.05, 5 warmup epochs then cosine, label smoothing 0.1, RandAugment
   python -m vit_jax.main --config=configs/finetune_layer_decay.py --workdir=W \\
       --config.init_from=/path/to/ViT-B_16.npz
 """
+
 from vit_jax import defaults
 
 _TRAIN_IMAGES = 1_281_167 * 99 // 100
@@ -24,10 +25,13 @@ def get_config():
   config.eval_split = 'validation'
   config.evals.minival = dict(type='classification', split='train[99%:]', every_steps=2500)
   # ImageNet-V2 (tfds imagenet_v2, prepared beside imagenet2012): the same classes, new images.
-  config.evals.v2 = dict(type='classification', dataset='imagenet_v2', split='test', every_steps=2500)
+  config.evals.v2 = dict(
+      type='classification', dataset='imagenet_v2', split='test', every_steps=2500
+  )
   # ImageNet-ReaL (tfds imagenet2012_real): the validation images' reassessed label sets.
-  config.evals.real = dict(type='real', dataset='imagenet2012_real', split='validation',
-                           every_steps=2500)
+  config.evals.real = dict(
+      type='real', dataset='imagenet2012_real', split='validation', every_steps=2500
+  )
   config.image_size = 224
   config.pp.crop = 'inception'
   config.pp.min_area = 0.08

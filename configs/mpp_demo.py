@@ -7,6 +7,7 @@
 Labels are not used: the model predicts the 3-bit mean colour of corrupted patches (paper Sec. 4.6).
 Its eval_top1 is the colour-class accuracy on corrupted patches of the test images.
 """
+
 from configs import demo
 
 

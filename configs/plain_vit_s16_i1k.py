@@ -13,6 +13,7 @@ clipping at 1.0; evaluation resizes to 256 and takes the central 224. 1% of trai
 Differences from big_vision: Mixup pairs each image with the batch reversed (big_vision: rolled by one)
 and draws lambda from Beta(0.2, 0.2) without folding it to >= 0.5 (the same distribution of mixes).
 """
+
 from vit_jax import defaults
 
 # epochs -> the published top-1 (%), for the log and the README table.
@@ -21,18 +22,23 @@ EXPECTED_TOP1 = {90: 76.5, 150: 78.5, 300: 80.0}
 
 def get_config(epochs: str = '90'):
   if int(epochs) not in EXPECTED_TOP1:
-    raise ValueError(f'Unknown schedule {epochs!r}: use one of {", ".join(map(str, EXPECTED_TOP1))} '
-                     '(e.g. --config=configs/plain_vit_s16_i1k.py:300)')
+    raise ValueError(
+        f'Unknown schedule {epochs!r}: use one of {", ".join(map(str, EXPECTED_TOP1))} '
+        '(e.g. --config=configs/plain_vit_s16_i1k.py:300)'
+    )
   config = defaults.get_config()
   config.dataset = 'imagenet2012'
   config.train_split = 'train[:99%]'
   config.eval_split = 'validation'
   config.evals.minival = dict(type='classification', split='train[99%:]', every_steps=2500)
   # ImageNet-V2 (tfds imagenet_v2, prepared beside imagenet2012): the same classes, new images.
-  config.evals.v2 = dict(type='classification', dataset='imagenet_v2', split='test', every_steps=2500)
+  config.evals.v2 = dict(
+      type='classification', dataset='imagenet_v2', split='test', every_steps=2500
+  )
   # ImageNet-ReaL (tfds imagenet2012_real): the validation images' reassessed label sets.
-  config.evals.real = dict(type='real', dataset='imagenet2012_real', split='validation',
-                           every_steps=2500)
+  config.evals.real = dict(
+      type='real', dataset='imagenet2012_real', split='validation', every_steps=2500
+  )
   config.image_size = 224
   config.pp.crop = 'inception'
   config.pp.flip = True

@@ -5,6 +5,7 @@
 
 Datasets: cifar10, cifar100, oxford_iiit_pet, oxford_flowers102, imagenet2012 (see configs/finetune.py).
 """
+
 from configs import finetune
 
 

@@ -4,6 +4,7 @@ Adam (b1 0.9, b2 0.999), weight decay 0.1, batch 4096, 10k steps of linear warmu
 224 px, inception crop + flip, tanh pre-logits layer, dropout 0.1, 300 epochs. For TPU/GPU hardware:
   python -m vit_jax.main --config=configs/vit_b16_i1k.py --workdir=gs://bucket/vit_b16_i1k
 """
+
 from vit_jax import defaults
 
 

@@ -3,6 +3,7 @@
   python -m vit_jax.main --config=configs/vit_l16_finetune.py:imagenet2012 --workdir=W \\
       --config.init_from=/path/to/ViT-L_16.npz
 """
+
 from configs import finetune
 
 

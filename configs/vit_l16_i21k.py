@@ -4,6 +4,7 @@ Adam (b1 0.9, b2 0.999), weight decay 0.1, batch 4096, 10k steps of linear warmu
 lr 1e-3, 224 px, inception crop + flip, tanh pre-logits layer, dropout 0.1, 90 epochs. For a pod slice:
   python -m vit_jax.main --config=configs/vit_l16_i21k.py --workdir=gs://bucket/vit_l16_i21k
 """
+
 from vit_jax import defaults
 
 

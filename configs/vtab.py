@@ -19,6 +19,7 @@ for all tasks, chosen on the val200 sets; configs/sweeps/vtab_lr.py sweeps 0.001
 random crop and flip where they keep the label, a plain resize where they do not and for evaluation.
 `python -m vit_jax.tools.vtab ROOT` makes the table of a sweep's runs.
 """
+
 import ml_collections
 
 from vit_jax import defaults
@@ -32,8 +33,10 @@ def get_config(arg: str = 'cifar100') -> ml_collections.ConfigDict:
   name, _, phase = arg.partition(',')
   task = vtab.get(name)
   if phase not in ('', 'final'):
-    raise ValueError(f'Unknown VTAB phase {phase!r} in {arg!r}: use {name} (train800, val200, test) '
-                     f'or {name},final (train800val200, test)')
+    raise ValueError(
+        f'Unknown VTAB phase {phase!r} in {arg!r}: use {name} (train800, val200, test) '
+        f'or {name},final (train800val200, test)'
+    )
   config = defaults.get_config()
   config.dataset = f'vtab/{name}'
   config.train_split = task.splits['train800val200' if phase == 'final' else 'train800']

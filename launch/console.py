@@ -7,6 +7,7 @@ line is held for `HOLD_S` and printed, marked `[process k]`, only if process 0 h
 same message. gloo's connection lines (`[Gloo] Rank 0 is connected to 1 peer ranks...`, one a
 process) are dropped.
 """
+
 import os
 import re
 import subprocess
@@ -48,6 +49,7 @@ class Console:
     for target in (sys.stdout, sys.stderr):
       if index == 0 and target is sys.stderr and _isatty(sys.stderr):
         import pty  # pylint: disable=g-import-not-at-top
+
         ends.append((*pty.openpty(), target))
       else:
         ends.append((*os.pipe(), target))
@@ -79,8 +81,11 @@ class Console:
         self._line(index, target, line + b'\n', shown)
         shown = 0
       # Process 0's bar redraws its line without ending it: that passes at once.
-      if (index == 0 and len(pending) > shown
-          and not _GLOO.encode().startswith(pending[:len(_GLOO)])):
+      if (
+          index == 0
+          and len(pending) > shown
+          and not _GLOO.encode().startswith(pending[: len(_GLOO)])
+      ):
         with self._lock:
           _write(target, pending[shown:].decode(errors='replace'))
         shown = len(pending)

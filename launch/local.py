@@ -9,6 +9,7 @@ shown once (launch/console.py). If any process fails, the rest are stopped.
 Ctrl-C or SIGTERM to the launcher stops the run as a preemption does: every process saves the same
 step and the launcher exits with their status 75 (REQUEUE_STATUS); the same command resumes there.
 """
+
 import argparse
 import os
 import signal
@@ -18,7 +19,6 @@ import sys
 import time
 
 import console as console_lib
-
 
 # A process that stopped to be preempted (vit_jax.train.preemption.REQUEUE_STATUS) is not a failure:
 # the others are finishing the same save.
@@ -31,8 +31,15 @@ def free_port() -> int:
     return s.getsockname()[1]
 
 
-def launch(main_args: list[str], *, num_processes: int, devices_per_process: int,
-           module: str = 'vit_jax.main', port: int | None = None, timeout: float | None = None) -> int:
+def launch(
+    main_args: list[str],
+    *,
+    num_processes: int,
+    devices_per_process: int,
+    module: str = 'vit_jax.main',
+    port: int | None = None,
+    timeout: float | None = None,
+) -> int:
   """Starts the processes, waits for all of them, and returns the first exit code that is neither 0
   nor REQUEUE_STATUS, else REQUEUE_STATUS if any process stopped to be requeued, else 0.
 
@@ -41,8 +48,11 @@ def launch(main_args: list[str], *, num_processes: int, devices_per_process: int
   same process group), and a second SIGINT would interrupt them at once, unsaved.
   """
   address = f'127.0.0.1:{port or free_port()}'
-  env = dict(os.environ, JAX_PLATFORMS='cpu',
-             XLA_FLAGS=f'--xla_force_host_platform_device_count={devices_per_process}')
+  env = dict(
+      os.environ,
+      JAX_PLATFORMS='cpu',
+      XLA_FLAGS=f'--xla_force_host_platform_device_count={devices_per_process}',
+  )
   procs: list[subprocess.Popen] = []
   console = console_lib.Console()
   signalled = False
@@ -58,9 +68,21 @@ def launch(main_args: list[str], *, num_processes: int, devices_per_process: int
   previous = {signum: signal.signal(signum, forward) for signum in (signal.SIGINT, signal.SIGTERM)}
   try:
     for i in range(num_processes):
-      procs.append(console.popen(
-          i, [sys.executable, '-m', module, *main_args, f'--coordinator_address={address}',
-              f'--num_processes={num_processes}', f'--process_id={i}'], env=env))
+      procs.append(
+          console.popen(
+              i,
+              [
+                  sys.executable,
+                  '-m',
+                  module,
+                  *main_args,
+                  f'--coordinator_address={address}',
+                  f'--num_processes={num_processes}',
+                  f'--process_id={i}',
+              ],
+              env=env,
+          )
+      )
     if signalled:  # While they started: tell those started after the signal too.
       forward()
     deadline = None if timeout is None else time.time() + timeout
@@ -82,20 +104,30 @@ def launch(main_args: list[str], *, num_processes: int, devices_per_process: int
   codes = [p.returncode for p in procs]
   # A failure (or a kill) over the others' requeue: a run whose processes did not all save is not
   # one to requeue.
-  return next((code for code in codes if code not in (0, REQUEUE_STATUS)),
-              REQUEUE_STATUS if REQUEUE_STATUS in codes else 0)
+  return next(
+      (code for code in codes if code not in (0, REQUEUE_STATUS)),
+      REQUEUE_STATUS if REQUEUE_STATUS in codes else 0,
+  )
 
 
 def main() -> None:
-  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+  parser = argparse.ArgumentParser(
+      description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+  )
   parser.add_argument('--num_processes', type=int, default=2)
   parser.add_argument('--devices_per_process', type=int, default=4)
   parser.add_argument('--module', default='vit_jax.main', help='Python module each process runs.')
-  parser.add_argument('main_args', nargs=argparse.REMAINDER, help='Arguments for the module, after --.')
+  parser.add_argument(
+      'main_args', nargs=argparse.REMAINDER, help='Arguments for the module, after --.'
+  )
   args = parser.parse_args()
   main_args = args.main_args[1:] if args.main_args[:1] == ['--'] else args.main_args
-  code = launch(main_args, num_processes=args.num_processes,
-                devices_per_process=args.devices_per_process, module=args.module)
+  code = launch(
+      main_args,
+      num_processes=args.num_processes,
+      devices_per_process=args.devices_per_process,
+      module=args.module,
+  )
   sys.exit(code if code >= 0 else 128 - code)  # Killed by signal N: the shell's status, 128 + N.
 
 

@@ -14,6 +14,7 @@ Each run gets its own workdir, named after its overrides, under --workdir. Argum
 every run (e.g. `-- --config.seed=1`); one that sets a field the sweep file sets (or --config, or
 --workdir) is an error: it would make the runs of that field the same, in folders named apart.
 """
+
 import argparse
 import importlib.util
 import itertools
@@ -44,7 +45,8 @@ def run_name(overrides: dict[str, Any]) -> str:
 def config_file(config: str, sweep_file: str) -> str:
   """A sweep's `FILE[:ARG]` config: as written when FILE is found from the current directory, else
   FILE under the sweep file's directory or the nearest of its parents that has it (a sweep file names
-  `configs/X.py` from its repository's root), absolute; unchanged if none has it (vit_jax.main says so)."""
+  `configs/X.py` from its repository's root), absolute; unchanged if none has it (vit_jax.main says so).
+  """
   path, colon, arg = config.partition(':')
   if os.path.isabs(path) or os.path.isfile(path):
     return config
@@ -72,13 +74,21 @@ def check_extra_args(runs: list[dict[str, Any]], extra_args: list[str]) -> None:
   set_by_sweep = {key for overrides in runs for key in overrides} | {'workdir'}
   for arg in extra_args:
     field = _field_of(arg)
-    clash = field and next((key for key in sorted(set_by_sweep) if key == field
-                            or key.startswith(f'{field}.') or field.startswith(f'{key}.')), None)
+    clash = field and next(
+        (
+            key
+            for key in sorted(set_by_sweep)
+            if key == field or key.startswith(f'{field}.') or field.startswith(f'{key}.')
+        ),
+        None,
+    )
     if clash:
       values = sorted({str(overrides[clash]) for overrides in runs if clash in overrides})
-      raise SweepError(f'{arg} (after --) sets {clash!r}, which the sweep file sets '
-                       f'({", ".join(values) or "each run its own"}): the runs would differ only in '
-                       f'their folder names; change {clash!r} in the sweep file, or leave the flag out')
+      raise SweepError(
+          f'{arg} (after --) sets {clash!r}, which the sweep file sets '
+          f'({", ".join(values) or "each run its own"}): the runs would differ only in '
+          f'their folder names; change {clash!r} in the sweep file, or leave the flag out'
+      )
 
 
 def commands(sweep_file: str, workdir: str, extra_args: list[str]) -> list[list[str]]:
@@ -87,11 +97,18 @@ def commands(sweep_file: str, workdir: str, extra_args: list[str]) -> list[list[
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   check_extra_args(expand(module.get_sweep()), extra_args)
-  return [[sys.executable, '-m', 'vit_jax.main',
-           f'--config={config_file(overrides.get("config") or module.CONFIG, sweep_file)}',
-           f'--workdir={workdir.rstrip("/")}/{run_name(overrides)}',
-           *(f'--config.{k}={v}' for k, v in overrides.items() if k != 'config'), *extra_args]
-          for overrides in expand(module.get_sweep())]
+  return [
+      [
+          sys.executable,
+          '-m',
+          'vit_jax.main',
+          f'--config={config_file(overrides.get("config") or module.CONFIG, sweep_file)}',
+          f'--workdir={workdir.rstrip("/")}/{run_name(overrides)}',
+          *(f'--config.{k}={v}' for k, v in overrides.items() if k != 'config'),
+          *extra_args,
+      ]
+      for overrides in expand(module.get_sweep())
+  ]
 
 
 def slurm_array(runs: list[list[str]], workdir: str, sbatch_options: str) -> list[str]:
@@ -101,18 +118,33 @@ def slurm_array(runs: list[list[str]], workdir: str, sbatch_options: str) -> lis
   runs_file = os.path.abspath(os.path.join(workdir, 'sweep_runs.txt'))
   with open(runs_file, 'w') as f:
     f.writelines(shlex.join(cmd[3:]) + '\n' for cmd in runs)  # Without `python -m vit_jax.main`.
-  return ['sbatch', f'--array=0-{len(runs) - 1}',
-          f'--output={os.path.abspath(workdir)}/slurm-%A_%a.out', *shlex.split(sbatch_options),
-          'launch/slurm.sbatch', f'--sweep_runs={runs_file}']
+  return [
+      'sbatch',
+      f'--array=0-{len(runs) - 1}',
+      f'--output={os.path.abspath(workdir)}/slurm-%A_%a.out',
+      *shlex.split(sbatch_options),
+      'launch/slurm.sbatch',
+      f'--sweep_runs={runs_file}',
+  ]
 
 
 def main() -> None:
-  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+  parser = argparse.ArgumentParser(
+      description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+  )
   parser.add_argument('--sweep', required=True, help='A sweep file, e.g. configs/sweeps/X.py.')
-  parser.add_argument('--workdir', required=True, help='Root of the runs\' workdirs.')
-  parser.add_argument('--print', action='store_true', help='Print the commands instead of running them.')
-  parser.add_argument('--slurm', nargs='?', const='', default=None, metavar='SBATCH_OPTIONS',
-                      help='Submit the runs as a SLURM job array, with these sbatch options.')
+  parser.add_argument('--workdir', required=True, help="Root of the runs' workdirs.")
+  parser.add_argument(
+      '--print', action='store_true', help='Print the commands instead of running them.'
+  )
+  parser.add_argument(
+      '--slurm',
+      nargs='?',
+      const='',
+      default=None,
+      metavar='SBATCH_OPTIONS',
+      help='Submit the runs as a SLURM job array, with these sbatch options.',
+  )
   parser.add_argument('extra', nargs=argparse.REMAINDER, help='After --: arguments for every run.')
   args = parser.parse_args()
   extra = args.extra[1:] if args.extra[:1] == ['--'] else args.extra
@@ -125,8 +157,11 @@ def main() -> None:
     sbatch = slurm_array(runs, args.workdir, args.slurm)
     print(shlex.join(sbatch), flush=True)
     if not args.print:
-      sys.exit(subprocess.run(sbatch, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-                              ).returncode)
+      sys.exit(
+          subprocess.run(
+              sbatch, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+          ).returncode
+      )
     return
   if args.print:
     print('\n'.join(shlex.join(cmd) for cmd in runs))
@@ -137,7 +172,9 @@ def main() -> None:
     if subprocess.run(cmd).returncode:
       failed.append(cmd)
   if failed:
-    sys.exit(f'{len(failed)} of {len(runs)} runs failed: ' + '; '.join(shlex.join(c) for c in failed))
+    sys.exit(
+        f'{len(failed)} of {len(runs)} runs failed: ' + '; '.join(shlex.join(c) for c in failed)
+    )
 
 
 if __name__ == '__main__':

@@ -1,4 +1,5 @@
 """Tests run on CPU with 8 fake devices, so sharding code paths run as on a real mesh."""
+
 import importlib.util
 import os
 import shutil
@@ -12,10 +13,12 @@ os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 # One persistent XLA compilation cache for the run, its xdist workers and the vit_jax processes tests
 # start: the suite compiles the same tiny models over and over, in many processes.
 if 'JAX_COMPILATION_CACHE_DIR' not in os.environ:
-  os.environ.update(JAX_COMPILATION_CACHE_DIR=tempfile.mkdtemp(prefix='vit_jax_tests_xla_cache_'),
-                    VIT_JAX_TESTS_CACHE_OWNER=str(os.getpid()),
-                    JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS='0',
-                    JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES='0')
+  os.environ.update(
+      JAX_COMPILATION_CACHE_DIR=tempfile.mkdtemp(prefix='vit_jax_tests_xla_cache_'),
+      VIT_JAX_TESTS_CACHE_OWNER=str(os.getpid()),
+      JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS='0',
+      JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES='0',
+  )
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, _REPO)
 sys.path.insert(0, os.path.join(_REPO, 'launch'))  # The launchers (`import local`, `import sweep`).
@@ -43,7 +46,9 @@ def pytest_configure(config):
 
 def pytest_unconfigure(config):
   del config
-  if os.environ.get('VIT_JAX_TESTS_CACHE_OWNER') == str(os.getpid()):  # pytest itself (exec keeps the pid).
+  if os.environ.get('VIT_JAX_TESTS_CACHE_OWNER') == str(
+      os.getpid()
+  ):  # pytest itself (exec keeps the pid).
     shutil.rmtree(os.environ['JAX_COMPILATION_CACHE_DIR'], ignore_errors=True)
 
 
@@ -76,9 +81,11 @@ def trained_tiny_run(tmp_path_factory):
   """The workdir of a 12-step tiny run on the digits, trained once per session."""
   import helpers  # pylint: disable=g-import-not-at-top
   from vit_jax.train import loop, setup as train_setup  # pylint: disable=g-import-not-at-top
+
   root = tmp_path_factory.getbasetemp()
-  config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': str(root / 'tiny_run_tfds'),
-                                       'lr.base': 1e-2})
+  config = helpers.load_config(
+      'demo', {**helpers.TINY, 'data_dir': str(root / 'tiny_run_tfds'), 'lr.base': 1e-2}
+  )
   loop.train_and_evaluate(train_setup.prepare(config, str(root / 'tiny_run')))
   return str(root / 'tiny_run')
 
@@ -87,6 +94,7 @@ def trained_tiny_run(tmp_path_factory):
 def exported_tiny_run(trained_tiny_run, tmp_path_factory):
   """What `vit_jax.tools.export` writes for the tiny run's last step."""
   from vit_jax.tools import export  # pylint: disable=g-import-not-at-top
+
   out = str(tmp_path_factory.mktemp('export'))
   export.export(trained_tiny_run, out)
   return out
@@ -99,6 +107,7 @@ def sorted_digits_folder(tmp_path_factory):
   import numpy as np  # pylint: disable=g-import-not-at-top
   from PIL import Image  # pylint: disable=g-import-not-at-top
   from vit_jax.data import digits  # pylint: disable=g-import-not-at-top
+
   root = tmp_path_factory.mktemp('sorted_digits_folder')
   for split, (images, labels) in digits.split_arrays().items():
     for i in np.argsort(labels, kind='stable'):

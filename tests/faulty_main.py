@@ -7,6 +7,7 @@ environment's FAULT, at an exact point of the run, for the fault-injection tests
   kill_in_eval:S        SIGKILL inside the evaluation at step S
   block:P:S             process P sleeps for good before step S (a collective its peers never see end)
 """
+
 import os
 import signal
 import sys
@@ -24,10 +25,13 @@ def _kill() -> None:
 def _at_step(step: int, fault) -> None:
   """Calls `fault` when the train loop asks for the batch of `step`."""
   from vit_jax import data  # pylint: disable=g-import-not-at-top
+
   train_iterator = data.train_iterator
 
   def faulty_train_iterator(config, *, start_step: int, **kwargs):
-    for s, batch in enumerate(train_iterator(config, start_step=start_step, **kwargs), start_step + 1):
+    for s, batch in enumerate(
+        train_iterator(config, start_step=start_step, **kwargs), start_step + 1
+    ):
       if s == step:
         fault()
       yield batch
@@ -39,6 +43,7 @@ def _kill_in_async_path(name: str, when) -> None:
   """Kills when orbax's async_path.`name` (a file write or rename of a save) is called with
   arguments for which `when(path, *args)` holds."""
   from orbax.checkpoint._src.path import async_path  # pylint: disable=g-import-not-at-top
+
   original = getattr(async_path, name)
 
   async def faulty(path, *args, **kwargs):
@@ -61,6 +66,7 @@ def _before_commit(step: int) -> None:
 
 def _in_eval(step: int) -> None:
   from vit_jax.train import loop  # pylint: disable=g-import-not-at-top
+
   evaluate = loop.evaluate
 
   def faulty_evaluate(evaluator, state):

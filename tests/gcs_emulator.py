@@ -7,6 +7,7 @@ until killed:
 
   python tests/gcs_emulator.py PORT BUCKET
 """
+
 import socket
 import subprocess
 import sys
@@ -17,7 +18,8 @@ import urllib.request
 def _serve(port: int, bucket: str) -> None:
   """The emulator, mended where tensorstore needs more than it gives: a download must carry its
   object's generation (x-goog-generation), which tensorstore reads back as the condition of its next
-  write (the OCDBT manifest); without it every checkpoint save fails with "Malformed StorageGeneration"."""
+  write (the OCDBT manifest); without it every checkpoint save fails with "Malformed StorageGeneration".
+  """
   from gcp_storage_emulator import server  # pylint: disable=g-import-not-at-top
   from gcp_storage_emulator.handlers import objects  # pylint: disable=g-import-not-at-top
 
@@ -50,16 +52,19 @@ class GcsEmulator:
     self.bucket = bucket
     self.url = f'http://127.0.0.1:{_free_port()}'
     self.env = {
-        'EPATH_USE_TF': 'false', 'STORAGE_EMULATOR_HOST': self.url,
-        'TENSORSTORE_GCS_HTTP_URL': self.url, 'GOOGLE_AUTH_TOKEN_FOR_TESTING': 'emulator',
+        'EPATH_USE_TF': 'false',
+        'STORAGE_EMULATOR_HOST': self.url,
+        'TENSORSTORE_GCS_HTTP_URL': self.url,
+        'GOOGLE_AUTH_TOKEN_FOR_TESTING': 'emulator',
         # gcsfs's default file system asks a Google endpoint what kind of bucket this is, per call.
         'GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT': 'false',
     }
     port = self.url.rsplit(':', 1)[1]
     self._log_path = log_path
     with open(log_path, 'wb') as log:
-      self._process = subprocess.Popen([sys.executable, __file__, port, bucket], stdout=log,
-                                       stderr=subprocess.STDOUT)
+      self._process = subprocess.Popen(
+          [sys.executable, __file__, port, bucket], stdout=log, stderr=subprocess.STDOUT
+      )
     deadline = time.monotonic() + 60
     while not self._answers():
       if self._process.poll() is not None or time.monotonic() > deadline:

@@ -1,4 +1,5 @@
 """Shared by the tests: tiny configs and reading what a run wrote."""
+
 import dataclasses
 import importlib
 import os
@@ -30,6 +31,7 @@ def without_tensorflow() -> dict[str, str]:
   hide = os.path.join(REPO, 'tests', 'without_tensorflow')
   return dict(os.environ, PYTHONPATH=os.pathsep.join([hide, os.environ.get('PYTHONPATH', '')]))
 
+
 def _state_and_group(pid: int) -> tuple[str, int] | None:
   """Process `pid`'s state letter and process group from Linux's /proc/<pid>/stat; None if gone."""
   try:
@@ -49,24 +51,39 @@ def running(pid: int) -> bool:
 
 def running_in_group(pgid: int) -> list[int]:
   """The running processes of process group `pgid` (Linux's /proc)."""
-  processes = {int(entry): _state_and_group(int(entry)) for entry in os.listdir('/proc')
-               if entry.isdigit()}
+  processes = {
+      int(entry): _state_and_group(int(entry)) for entry in os.listdir('/proc') if entry.isdigit()
+  }
   return [pid for pid, found in processes.items() if found and found[0] != 'Z' and found[1] == pgid]
 
 
 # A model and run small enough for a few seconds on CPU, on the bundled digits.
 TINY = {
-    'variant': 'ViT-testing_4', 'model.hidden_size': 32, 'model.num_layers': 2, 'model.num_heads': 2,
-    'model.mlp_dim': 64, 'image_size': 8, 'batch_size': 16, 'eval_batch_size': 64,
-    'total_steps': 12, 'log_every_steps': 4, 'eval_every_steps': 12, 'checkpoint_every_steps': 4,
+    'variant': 'ViT-testing_4',
+    'model.hidden_size': 32,
+    'model.num_layers': 2,
+    'model.num_heads': 2,
+    'model.mlp_dim': 64,
+    'image_size': 8,
+    'batch_size': 16,
+    'eval_batch_size': 64,
+    'total_steps': 12,
+    'log_every_steps': 4,
+    'eval_every_steps': 12,
+    'checkpoint_every_steps': 4,
     'lr.warmup_steps': 2,
 }
 
 
 # A run that goes on until it is signalled; its learning rate does not depend on total_steps, so a run
 # resumed with fewer steps to go can be compared with an uninterrupted one.
-LONG = {**TINY, 'total_steps': 100_000, 'log_every_steps': 2, 'eval_every_steps': 100_000,
-        'lr.decay': 'constant'}
+LONG = {
+    **TINY,
+    'total_steps': 100_000,
+    'log_every_steps': 2,
+    'eval_every_steps': 100_000,
+    'lr.decay': 'constant',
+}
 
 
 def wait_for_checkpoint(workdir: str, procs: list[subprocess.Popen], step: int = 4) -> None:
@@ -77,13 +94,17 @@ def wait_for_checkpoint(workdir: str, procs: list[subprocess.Popen], step: int =
     assert time.time() < deadline, 'no checkpoint within 300 s'
     time.sleep(0.2)
 
+
 def random_params(model, image_size: int, seed: int = 0):
   """Every parameter of `model` random (numpy): a zero head, bias, class token or probe would hide a
   layout bug."""
   from vit_jax.checkpoints import loading  # pylint: disable=g-import-not-at-top
+
   rng = np.random.RandomState(seed)
-  return jax.tree.map(lambda x: 0.3 * rng.randn(*x.shape).astype(np.float32),
-                      loading.param_shapes(model, image_size))
+  return jax.tree.map(
+      lambda x: 0.3 * rng.randn(*x.shape).astype(np.float32),
+      loading.param_shapes(model, image_size),
+  )
 
 
 def load_config(name: str, overrides: dict | None = None) -> ml_collections.ConfigDict:
@@ -101,15 +122,27 @@ def load_config(name: str, overrides: dict | None = None) -> ml_collections.Conf
 
 
 def main_args(config_file: str, workdir: str, overrides: dict) -> list[str]:
-  return [sys.executable, '-m', 'vit_jax.main', f'--config={config_file}', f'--workdir={workdir}',
-          *(f'--config.{k}={v}' for k, v in overrides.items())]
+  return [
+      sys.executable,
+      '-m',
+      'vit_jax.main',
+      f'--config={config_file}',
+      f'--workdir={workdir}',
+      *(f'--config.{k}={v}' for k, v in overrides.items()),
+  ]
 
 
-def run_main(config_file: str, workdir: str, overrides: dict, extra_args: Sequence[str] = (),
-             **kwargs) -> subprocess.CompletedProcess:
+def run_main(
+    config_file: str, workdir: str, overrides: dict, extra_args: Sequence[str] = (), **kwargs
+) -> subprocess.CompletedProcess:
   """vit_jax.main as a user starts it, with `extra_args` (e.g. '--verbosity=1') after the overrides."""
-  return subprocess.run([*main_args(config_file, workdir, overrides), *extra_args], cwd=REPO,
-                        capture_output=True, text=True, **kwargs)
+  return subprocess.run(
+      [*main_args(config_file, workdir, overrides), *extra_args],
+      cwd=REPO,
+      capture_output=True,
+      text=True,
+      **kwargs,
+  )
 
 
 def read_scalars(workdir: str) -> dict[str, dict[int, float]]:
@@ -119,15 +152,31 @@ def read_scalars(workdir: str) -> dict[str, dict[int, float]]:
 
 # The data pipeline's tests.
 
+
 def data_config(data_dir: str | None, **overrides) -> ml_collections.ConfigDict:
   """The data fields of a config (the digits, unaugmented, at their native 8x8) with overrides. No
   worker processes (each costs seconds to start, and names unreadable files in its own log): tests of
   them set data_workers."""
-  pp, pp_eval = defaults.get_config().pp, defaults.get_config().pp_eval  # Every op off but the crop.
+  pp, pp_eval = (
+      defaults.get_config().pp,
+      defaults.get_config().pp_eval,
+  )  # Every op off but the crop.
   pp.update(dict(crop='resize', flip=False))
-  config = ml_collections.ConfigDict(dict(
-      dataset='digits', data_dir=data_dir, train_split='train', eval_split='test', label_feature='label',
-      image_size=8, seed=0, data_shards=None, data_workers=0, pp=pp, pp_eval=pp_eval))
+  config = ml_collections.ConfigDict(
+      dict(
+          dataset='digits',
+          data_dir=data_dir,
+          train_split='train',
+          eval_split='test',
+          label_feature='label',
+          image_size=8,
+          seed=0,
+          data_shards=None,
+          data_workers=0,
+          pp=pp,
+          pp_eval=pp_eval,
+      )
+  )
   pp = overrides.pop('pp', {})
   config.update(overrides)
   config.pp.update(pp)
@@ -164,8 +213,11 @@ def train_losses(setup, batches: list[dict]) -> tuple[np.ndarray, object]:
   from vit_jax.checkpoints import checkpoint  # pylint: disable=g-import-not-at-top
   from vit_jax.train import optim  # pylint: disable=g-import-not-at-top
   from vit_jax.train import state as train_state, step as train_step  # pylint: disable=g-import-not-at-top
+
   tx, schedule = optim.make_optimizer(setup.config, setup.total_steps)
-  state, shardings, _ = train_state.create_state(setup, tx, checkpoint.make_manager(setup.workdir, 1))
+  state, shardings, _ = train_state.create_state(
+      setup, tx, checkpoint.make_manager(setup.workdir, 1)
+  )
   step = train_step.jit_train_step(setup, tx, schedule, shardings)
   losses = []
   for batch in batches:
@@ -180,32 +232,44 @@ def train_as_on_one_device(setup, one_workdir: str, steps: int = 3) -> tuple[np.
   and final train state."""
   import chex  # pylint: disable=g-import-not-at-top
   from vit_jax import sharding  # pylint: disable=g-import-not-at-top
+
   size, rng = setup.config.image_size, np.random.default_rng(0)
-  batches = [{'image': rng.uniform(-1, 1, (setup.config.batch_size, size, size, 3)).astype(np.float32),
-              'label': rng.integers(0, 10, setup.config.batch_size).astype(np.int32)}
-             for _ in range(steps)]
+  batches = [
+      {
+          'image': rng.uniform(-1, 1, (setup.config.batch_size, size, size, 3)).astype(np.float32),
+          'label': rng.integers(0, 10, setup.config.batch_size).astype(np.int32),
+      }
+      for _ in range(steps)
+  ]
   losses, state = train_losses(setup, batches)
   one = sharding.make_mesh((('data', 1),), devices=jax.devices()[:1])
-  reference, one_state = train_losses(dataclasses.replace(setup, mesh=one, workdir=one_workdir), batches)
+  reference, one_state = train_losses(
+      dataclasses.replace(setup, mesh=one, workdir=one_workdir), batches
+  )
   np.testing.assert_allclose(losses, reference, rtol=1e-5)
-  chex.assert_trees_all_close(jax.device_get(state.params), jax.device_get(one_state.params),
-                              rtol=1e-5, atol=1e-6)
+  chex.assert_trees_all_close(
+      jax.device_get(state.params), jax.device_get(one_state.params), rtol=1e-5, atol=1e-6
+  )
   return losses, state
 
 
 def assert_resume_is_bit_exact(config: ml_collections.ConfigDict, full: str, resumed: str) -> None:
   """Copies the finished run `full` to `resumed` without its last checkpoint, resumes it from the one
-  before with `config`, and asserts the last checkpoint's parameters equal the uninterrupted run's."""
+  before with `config`, and asserts the last checkpoint's parameters equal the uninterrupted run's.
+  """
   import shutil  # pylint: disable=g-import-not-at-top
   import chex  # pylint: disable=g-import-not-at-top
   from vit_jax.checkpoints import checkpoint  # pylint: disable=g-import-not-at-top
   from vit_jax.train import loop, setup as train_setup  # pylint: disable=g-import-not-at-top
+
   last = str(checkpoint.saved_steps(full)[-1])
   shutil.copytree(full, resumed)
   shutil.rmtree(os.path.join(resumed, 'checkpoints', last))
   loop.train_and_evaluate(train_setup.prepare(config, resumed))
-  chex.assert_trees_all_equal(checkpoint.restore_params(os.path.join(resumed, 'checkpoints', last))[0],
-                              checkpoint.restore_params(os.path.join(full, 'checkpoints', last))[0])
+  chex.assert_trees_all_equal(
+      checkpoint.restore_params(os.path.join(resumed, 'checkpoints', last))[0],
+      checkpoint.restore_params(os.path.join(full, 'checkpoints', last))[0],
+  )
 
 
 def copy_of(run: str, tmp_path) -> str:
@@ -217,8 +281,13 @@ def copy_of(run: str, tmp_path) -> str:
 
 def files_of(workdir: str) -> dict[str, bytes]:
   """Every file under `workdir` by relative path, with its bytes: what a refusal must leave as it was."""
-  return {os.path.relpath(os.path.join(root, name), workdir): open(os.path.join(root, name), 'rb').read()
-          for root, _, names in os.walk(workdir) for name in names}
+  return {
+      os.path.relpath(os.path.join(root, name), workdir): open(
+          os.path.join(root, name), 'rb'
+      ).read()
+      for root, _, names in os.walk(workdir)
+      for name in names
+  }
 
 
 def checkpoint_params(workdir: str, step: int):
@@ -231,4 +300,6 @@ def checkpoint_params(workdir: str, step: int):
 def model_logits(workdir: str, params, images: np.ndarray) -> np.ndarray:
   """The logits of the run's model in `workdir` with `params`."""
   config, info = run_dir.load_run_info(workdir)
-  return np.asarray(classification.make_model(config, info.num_classes).apply({'params': params}, images))
+  return np.asarray(
+      classification.make_model(config, info.num_classes).apply({'params': params}, images)
+  )

@@ -1,6 +1,7 @@
 """A single-node SLURM cluster for the tests: munged, slurmctld and slurmd of Debian's `slurm-wlm` and
 `munge` packages, with all their state, sockets and logs in one temporary directory and their own
 ports, stopped by their process ids. Commands reach it through SLURM_CONF (`Cluster.env`)."""
+
 import os
 import random
 import shutil
@@ -15,15 +16,18 @@ DAEMONS = ('munged', 'slurmctld', 'slurmd', 'sbatch', 'squeue', 'scontrol', 'sca
 
 
 def missing_programs() -> list[str]:
-  return [name for name in DAEMONS if shutil.which(name) is None and
-          not os.path.exists(f'/usr/sbin/{name}')]
+  return [
+      name
+      for name in DAEMONS
+      if shutil.which(name) is None and not os.path.exists(f'/usr/sbin/{name}')
+  ]
 
 
 def _program(name: str) -> str:
   return shutil.which(name) or f'/usr/sbin/{name}'
 
 
-_SLURM_CONF = '''ClusterName=vitjaxtest
+_SLURM_CONF = """ClusterName=vitjaxtest
 FirstJobId={first_job_id}
 SlurmctldHost={host}
 SlurmctldPort={ctld_port}
@@ -54,7 +58,7 @@ KillWait=30
 MinJobAge=600
 NodeName={host} CPUs={cpus} State=UNKNOWN
 PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
-'''
+"""
 
 
 class Cluster:
@@ -79,12 +83,26 @@ class Cluster:
       f.write(os.urandom(1024))
     os.chmod(key, 0o400)
     with open(self.env['SLURM_CONF'], 'w') as f:
-      f.write(_SLURM_CONF.format(host=self.host, root=self.root, cpus=self.cpus,
-                                 ctld_port=local.free_port(), d_port=local.free_port(),
-                                 first_job_id=random.randint(1, 60_000_000)))
-    munge = [_program('munged'), '--foreground', '--force', f'--key-file={key}',
-             f'--socket={self.root}/munge.socket', f'--pid-file={self.root}/munged.pid',
-             f'--log-file={self.root}/munged.log', f'--seed-file={self.root}/munged.seed']
+      f.write(
+          _SLURM_CONF.format(
+              host=self.host,
+              root=self.root,
+              cpus=self.cpus,
+              ctld_port=local.free_port(),
+              d_port=local.free_port(),
+              first_job_id=random.randint(1, 60_000_000),
+          )
+      )
+    munge = [
+        _program('munged'),
+        '--foreground',
+        '--force',
+        f'--key-file={key}',
+        f'--socket={self.root}/munge.socket',
+        f'--pid-file={self.root}/munged.pid',
+        f'--log-file={self.root}/munged.log',
+        f'--seed-file={self.root}/munged.seed',
+    ]
     self._spawn(munge)
     self._wait_for(lambda: os.path.exists(f'{self.root}/munge.socket'), 'munged')
     self._spawn([_program('slurmctld'), '-D', '-i'])
@@ -93,7 +111,9 @@ class Cluster:
 
   def _spawn(self, command: list[str]) -> None:
     log = open(os.path.join(self.root, os.path.basename(command[0]) + '.out'), 'w')
-    self._daemons.append(subprocess.Popen(command, env=self.env, stdout=log, stderr=subprocess.STDOUT))
+    self._daemons.append(
+        subprocess.Popen(command, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+    )
 
   def _node_idle(self) -> bool:
     out = self.run('sinfo', '-h', '-o', '%T', check=False).stdout
@@ -104,18 +124,29 @@ class Cluster:
     while not ready():
       dead = [d.args[0] for d in self._daemons if d.poll() is not None]
       if dead or time.time() > deadline:
-        raise RuntimeError(f'SLURM test cluster: waiting for {what}; {dead or "none"} exited; logs in '
-                           f'{self.root}: {self.logs()[-3000:]}')
+        raise RuntimeError(
+            f'SLURM test cluster: waiting for {what}; {dead or "none"} exited; logs in '
+            f'{self.root}: {self.logs()[-3000:]}'
+        )
       time.sleep(0.5)
 
   def logs(self) -> str:
-    return ''.join(f'--- {name}\n' + open(os.path.join(self.root, name)).read()
-                   for name in sorted(os.listdir(self.root)) if name.endswith(('.log', '.out'))
-                   and os.path.isfile(os.path.join(self.root, name)))
+    return ''.join(
+        f'--- {name}\n' + open(os.path.join(self.root, name)).read()
+        for name in sorted(os.listdir(self.root))
+        if name.endswith(('.log', '.out')) and os.path.isfile(os.path.join(self.root, name))
+    )
 
   def run(self, *command: str, check: bool = True, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([_program(command[0]), *command[1:]], env=self.env, capture_output=True,
-                          text=True, check=check, timeout=60, **kwargs)
+    return subprocess.run(
+        [_program(command[0]), *command[1:]],
+        env=self.env,
+        capture_output=True,
+        text=True,
+        check=check,
+        timeout=60,
+        **kwargs,
+    )
 
   def stop(self) -> None:
     for daemon in reversed(self._daemons):

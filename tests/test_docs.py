@@ -1,4 +1,5 @@
 """The README and docs/ name only what exists: commands, config fields, files and pages."""
+
 import glob
 import importlib.util
 import os
@@ -10,8 +11,10 @@ import pytest
 import helpers
 from vit_jax import defaults
 
-PAGES = [os.path.join(helpers.REPO, 'README.md'),
-         *sorted(glob.glob(os.path.join(helpers.REPO, 'docs', '*.md')))]
+PAGES = [
+    os.path.join(helpers.REPO, 'README.md'),
+    *sorted(glob.glob(os.path.join(helpers.REPO, 'docs', '*.md'))),
+]
 # Dicts whose keys a config chooses: any name below them is valid.
 _OPEN = ('evals',)
 # What the docs name on purpose as the misspelling a config check catches.
@@ -27,8 +30,13 @@ def _text(page: str) -> str:
 
 def _names(pattern: str) -> list[tuple[str, str]]:
   """(page, match) for each distinct match of `pattern`'s first group on each page."""
-  return sorted({(os.path.relpath(page, helpers.REPO), m) for page in PAGES
-                 for m in re.findall(pattern, _text(page))})
+  return sorted(
+      {
+          (os.path.relpath(page, helpers.REPO), m)
+          for page in PAGES
+          for m in re.findall(pattern, _text(page))
+      }
+  )
 
 
 def _is_field(path: str) -> bool:
@@ -57,18 +65,27 @@ def test_every_command_named_exists():
     assert importlib.util.find_spec(module) is not None, (page, module)
 
 
-@pytest.mark.parametrize('pattern', [r'--config\.([a-z_]\w*(?:\.\w+)*)=',
-                                     r'`config\.' + _FILE + r'([a-z_]\w*(?:\.[a-z_]\w*)*)',
-                                     r'\bconfig\.' + _FILE + r'([a-z_]\w*(?:\.[a-z_]\w*)*)\s*=[^=]'])
+@pytest.mark.parametrize(
+    'pattern',
+    [
+        r'--config\.([a-z_]\w*(?:\.\w+)*)=',
+        r'`config\.' + _FILE + r'([a-z_]\w*(?:\.[a-z_]\w*)*)',
+        r'\bconfig\.' + _FILE + r'([a-z_]\w*(?:\.[a-z_]\w*)*)\s*=[^=]',
+    ],
+)
 def test_every_config_field_named_exists(pattern):
   fields = _names(pattern)
   assert fields
-  missing = [(page, field) for page, field in fields if not _is_field(field) and field not in _MISSPELT]
+  missing = [
+      (page, field) for page, field in fields if not _is_field(field) and field not in _MISSPELT
+  ]
   assert not missing, missing
 
 
 def test_every_file_named_exists():
-  files = _names(r'\b((?:configs|benchmarks|launch|vit_jax|tests)/[a-z0-9_/]+\.(?:py|sh|sbatch|md))')
+  files = _names(
+      r'\b((?:configs|benchmarks|launch|vit_jax|tests)/[a-z0-9_/]+\.(?:py|sh|sbatch|md))'
+  )
   assert len(files) > 20
   missing = [(page, f) for page, f in files if not os.path.exists(os.path.join(helpers.REPO, f))]
   assert not missing, missing

@@ -1,5 +1,6 @@
 """The package's layout as the README describes it: no import cycles, tools that load a trained model
 without the training loop, no library code outside vit_jax/."""
+
 import ast
 import os
 import subprocess
@@ -8,11 +9,17 @@ import sys
 import helpers
 
 PACKAGE = os.path.join(helpers.REPO, 'vit_jax')
-TOOLS = ('vit_jax.tools.predict', 'vit_jax.tools.export', 'vit_jax.tools.fewshot', 'vit_jax.tools.pictures', 'vit_jax.checkpoints.run_dir')
+TOOLS = (
+    'vit_jax.tools.predict',
+    'vit_jax.tools.export',
+    'vit_jax.tools.fewshot',
+    'vit_jax.tools.pictures',
+    'vit_jax.checkpoints.run_dir',
+)
 
 
 def _module_name(path: str) -> str:
-  relative = os.path.relpath(path, helpers.REPO)[:-len('.py')].split(os.sep)
+  relative = os.path.relpath(path, helpers.REPO)[: -len('.py')].split(os.sep)
   return '.'.join(relative[:-1] if relative[-1] == '__init__' else relative)
 
 
@@ -52,7 +59,9 @@ def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
 def test_no_import_cycles():
   graph = _imports()
   for module in graph:
-    assert module not in _reachable(graph, module), f'{module} imports itself through another module'
+    assert module not in _reachable(
+        graph, module
+    ), f'{module} imports itself through another module'
 
 
 def test_the_tools_that_load_a_trained_model_do_not_import_the_training_loop():
@@ -60,10 +69,13 @@ def test_the_tools_that_load_a_trained_model_do_not_import_the_training_loop():
   for tool in TOOLS:
     assert not any(m.startswith('vit_jax.train') for m in _reachable(graph, tool) | {tool}), tool
   # And at run time, all the way down.
-  code = (f'import sys; import {", ".join(TOOLS)}; '
-          "print(sorted(m for m in sys.modules if m.startswith('vit_jax.train')))")
-  run = subprocess.run([sys.executable, '-c', code], cwd=helpers.REPO, capture_output=True, text=True,
-                       timeout=300)
+  code = (
+      f'import sys; import {", ".join(TOOLS)}; '
+      "print(sorted(m for m in sys.modules if m.startswith('vit_jax.train')))"
+  )
+  run = subprocess.run(
+      [sys.executable, '-c', code], cwd=helpers.REPO, capture_output=True, text=True, timeout=300
+  )
   assert run.returncode == 0, run.stderr[-2000:]
   assert run.stdout.strip() == '[]'
 
@@ -76,7 +88,16 @@ def test_configs_hold_experiment_files_only():
         tree = ast.parse(open(os.path.join(root, name)).read())
         functions = [n.name for n in tree.body if isinstance(n, ast.FunctionDef)]
         assert set(functions) <= {'get_config', 'get_sweep'}, (name, functions)
-  package = subprocess.run([sys.executable, '-c', 'import vit_jax.train.loop, sys; '
-                            "print([m for m in sys.modules if m.split('.')[0] == 'configs'])"],
-                           cwd=helpers.REPO, capture_output=True, text=True, timeout=300)
+  package = subprocess.run(
+      [
+          sys.executable,
+          '-c',
+          'import vit_jax.train.loop, sys; '
+          "print([m for m in sys.modules if m.split('.')[0] == 'configs'])",
+      ],
+      cwd=helpers.REPO,
+      capture_output=True,
+      text=True,
+      timeout=300,
+  )
   assert package.stdout.strip() == '[]', 'the library imports configs/'

@@ -4,6 +4,7 @@ vit_jax serves the digits from memory (vit_jax/data/digits.py); the tests prepar
 needs TensorFlow to encode images: the test extra has it) to exercise the tfds source on known data.
 Subclasses change the features or the order (class-sorted, coarse labels, label sets).
 """
+
 from etils import epath
 import numpy as np
 import tensorflow_datasets as tfds
@@ -22,24 +23,29 @@ class DigitsBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
 
   def _info(self) -> tfds.core.DatasetInfo:
     return self.dataset_info_from_configs(
-        features=tfds.features.FeaturesDict({
-            'image': tfds.features.Image(shape=(8, 8, 3)),
-            'label': tfds.features.ClassLabel(names=[str(d) for d in range(10)]),
-        }),
+        features=tfds.features.FeaturesDict(
+            {
+                'image': tfds.features.Image(shape=(8, 8, 3)),
+                'label': tfds.features.ClassLabel(names=[str(d) for d in range(10)]),
+            }
+        ),
         supervised_keys=('image', 'label'),
     )
 
   def _split_generators(self, dl_manager: tfds.download.DownloadManager):
     del dl_manager  # Nothing to download.
-    return {name: self._generate_examples(*arrays) for name, arrays in digits.split_arrays().items()}
+    return {
+        name: self._generate_examples(*arrays) for name, arrays in digits.split_arrays().items()
+    }
 
   def _generate_examples(self, images: np.ndarray, labels: np.ndarray):
     for key, (image, label) in enumerate(zip(images, labels)):
       yield key, {'image': image, 'label': label}
 
 
-def prepare(builder_class: type[tfds.core.DatasetBuilder], data_dir: str,
-            file_format: str = 'array_record') -> str:
+def prepare(
+    builder_class: type[tfds.core.DatasetBuilder], data_dir: str, file_format: str = 'array_record'
+) -> str:
   """Prepares `builder_class`'s dataset in `data_dir` (ArrayRecord: what vit_jax reads); its name."""
   builder = builder_class(data_dir=data_dir, file_format=file_format)
   builder.download_and_prepare(download_config=tfds.download.DownloadConfig(try_download_gcs=False))

@@ -4,6 +4,7 @@ Every field here is a knob the loop reads, and a run's config has exactly these 
 experiment file adds is a typo, refused by train/setup.py). Fields whose default is "not set" are typed
 placeholders, so they can still be given on the command line (`--config.total_steps=100`).
 """
+
 import ml_collections
 from ml_collections import config_dict
 
@@ -29,19 +30,30 @@ def get_config() -> ml_collections.ConfigDict:
   # strength (brightness, contrast, saturation); random erasing (timm's reprob, random-pixel fill)
   # with probability erase_prob, of erase_area of the image and aspect ratio (height / width) in
   # erase_aspect.
-  config.pp = ml_collections.ConfigDict(dict(
-      crop='inception', min_area=0.05, pad=0, flip=True, antialias=True,
-      randaug_layers=0, randaug_magnitude=10,
-      three_augment=False,
-      color_jitter=0.0,
-      erase_prob=0.0, erase_area=(0.02, 1 / 3), erase_aspect=(0.3, 1 / 0.3),
-  ))
+  config.pp = ml_collections.ConfigDict(
+      dict(
+          crop='inception',
+          min_area=0.05,
+          pad=0,
+          flip=True,
+          antialias=True,
+          randaug_layers=0,
+          randaug_magnitude=10,
+          three_augment=False,
+          color_jitter=0.0,
+          erase_prob=0.0,
+          erase_area=(0.02, 1 / 3),
+          erase_aspect=(0.3, 1 / 0.3),
+      )
+  )
   # Eval preprocessing: 'resize' to image_size, or 'central': resize the shorter side to
   # image_size / crop_fraction and take the central image_size square (0.875: 256 -> 224, ImageNet's).
   # antialias (pp and pp_eval): shrink with PIL's (timm's) antialiased bilinear filter; False: the
   # 2x2 bilinear taps of TensorFlow's default resize (the original code's, for its checkpoints'
   # evaluation); it matters when shrinking by more than 2.
-  config.pp_eval = ml_collections.ConfigDict(dict(crop='resize', crop_fraction=0.875, antialias=True))
+  config.pp_eval = ml_collections.ConfigDict(
+      dict(crop='resize', crop_fraction=0.875, antialias=True)
+  )
   # Processes that decode and augment the input (grain's workers): unset, one a core for files (image
   # folders, tfds datasets) and none for the digits; 0: threads of the training process only. The
   # batches are the same for any number.
@@ -52,44 +64,50 @@ def get_config() -> ml_collections.ConfigDict:
 
   # Model: a variant name from vit_jax/models/variants.py; fields of `model` that are set override the preset.
   config.variant = 'ViT-B_16'
-  config.model = ml_collections.ConfigDict(dict(
-      patch_size=config_dict.placeholder(int),
-      hidden_size=config_dict.placeholder(int),
-      num_layers=config_dict.placeholder(int),
-      mlp_dim=config_dict.placeholder(int),
-      num_heads=config_dict.placeholder(int),
-      # 'token' | 'gap' (mean of the patch tokens) | 'map' (multihead attention pooling).
-      classifier=config_dict.placeholder(str),
-      fc_norm=config_dict.placeholder(bool),  # GAP/MAP: the final LayerNorm after pooling (timm's)
-      # Position embeddings (the paper's Table 8): 'learn' (1-D) | 'learn2d' | 'sincos2d' (fixed,
-      # big_vision's) | 'relative' (a learned bias per head and offset in every block's attention) |
-      # 'none'; added at 'input' | 'every_layer' (each block its own) | 'shared_every_layer'.
-      posemb=config_dict.placeholder(str),
-      posemb_where=config_dict.placeholder(str),
-      # Stochastic depth: per-sample drop of each residual branch, at a rate growing linearly with
-      # depth from 0 to this in the last block.
-      drop_path_rate=config_dict.placeholder(float),
-      representation_size=config_dict.placeholder(int),  # tanh pre-logits layer width; unset = none
-      # Dropout after the position embeddings, the attention and in the MLP (the original ViT's), of
-      # the attention weights, and of the pooled features before the head (timm's drop_rate).
-      dropout_rate=config_dict.placeholder(float),
-      attention_dropout_rate=config_dict.placeholder(float),
-      head_dropout_rate=config_dict.placeholder(float),
-      # 'gelu_tanh' (the original checkpoints') | 'gelu' (exact: timm's and Hugging Face's models).
-      mlp_activation=config_dict.placeholder(str),
-      # 'original' (the modules' own initialisers, the original code's) | 'timm' (timm's
-      # VisionTransformer: matrices ~N(0, 0.02), a random head; vit_jax/models/inits.py).
-      weight_init=config_dict.placeholder(str),
-      # The hybrid's ResNet stem (set by R50+ViT-* variants): units per stage and a width multiplier.
-      resnet_layers=config_dict.placeholder(tuple),
-      resnet_width_factor=config_dict.placeholder(float),
-      # Fast paths: 'xla' | 'dot_product_attention' (cuDNN flash attention on GPU); a
-      # jax.checkpoint_policies name to rematerialise each block (e.g. 'nothing_saveable');
-      # nn.scan over the blocks for fast compiles of deep models (checkpoints keep per-block names).
-      attention=config_dict.placeholder(str),
-      remat=config_dict.placeholder(str),
-      scan=config_dict.placeholder(bool),
-  ))
+  config.model = ml_collections.ConfigDict(
+      dict(
+          patch_size=config_dict.placeholder(int),
+          hidden_size=config_dict.placeholder(int),
+          num_layers=config_dict.placeholder(int),
+          mlp_dim=config_dict.placeholder(int),
+          num_heads=config_dict.placeholder(int),
+          # 'token' | 'gap' (mean of the patch tokens) | 'map' (multihead attention pooling).
+          classifier=config_dict.placeholder(str),
+          fc_norm=config_dict.placeholder(
+              bool
+          ),  # GAP/MAP: the final LayerNorm after pooling (timm's)
+          # Position embeddings (the paper's Table 8): 'learn' (1-D) | 'learn2d' | 'sincos2d' (fixed,
+          # big_vision's) | 'relative' (a learned bias per head and offset in every block's attention) |
+          # 'none'; added at 'input' | 'every_layer' (each block its own) | 'shared_every_layer'.
+          posemb=config_dict.placeholder(str),
+          posemb_where=config_dict.placeholder(str),
+          # Stochastic depth: per-sample drop of each residual branch, at a rate growing linearly with
+          # depth from 0 to this in the last block.
+          drop_path_rate=config_dict.placeholder(float),
+          representation_size=config_dict.placeholder(
+              int
+          ),  # tanh pre-logits layer width; unset = none
+          # Dropout after the position embeddings, the attention and in the MLP (the original ViT's), of
+          # the attention weights, and of the pooled features before the head (timm's drop_rate).
+          dropout_rate=config_dict.placeholder(float),
+          attention_dropout_rate=config_dict.placeholder(float),
+          head_dropout_rate=config_dict.placeholder(float),
+          # 'gelu_tanh' (the original checkpoints') | 'gelu' (exact: timm's and Hugging Face's models).
+          mlp_activation=config_dict.placeholder(str),
+          # 'original' (the modules' own initialisers, the original code's) | 'timm' (timm's
+          # VisionTransformer: matrices ~N(0, 0.02), a random head; vit_jax/models/inits.py).
+          weight_init=config_dict.placeholder(str),
+          # The hybrid's ResNet stem (set by R50+ViT-* variants): units per stage and a width multiplier.
+          resnet_layers=config_dict.placeholder(tuple),
+          resnet_width_factor=config_dict.placeholder(float),
+          # Fast paths: 'xla' | 'dot_product_attention' (cuDNN flash attention on GPU); a
+          # jax.checkpoint_policies name to rematerialise each block (e.g. 'nothing_saveable');
+          # nn.scan over the blocks for fast compiles of deep models (checkpoints keep per-block names).
+          attention=config_dict.placeholder(str),
+          remat=config_dict.placeholder(str),
+          scan=config_dict.placeholder(bool),
+      )
+  )
   config.dtype = 'float32'  # Compute dtype; parameters and optimizer state stay float32.
 
   # Initialise from a pretrained checkpoint (unset: from scratch): an .npz in the original ViT layout,
@@ -105,10 +123,12 @@ def get_config() -> ml_collections.ConfigDict:
 
   # 'classification', or 'mpp': masked patch prediction, the paper's self-supervised pretraining.
   config.task = 'classification'
-  config.mpp = ml_collections.ConfigDict(dict(
-      mask_rate=0.5,  # Fraction of patches corrupted (80% [mask], 10% another patch, 10% kept).
-      num_bits=3,  # Bits per colour channel of the predicted mean colour: 2^(3*3) = 512 classes.
-  ))
+  config.mpp = ml_collections.ConfigDict(
+      dict(
+          mask_rate=0.5,  # Fraction of patches corrupted (80% [mask], 10% another patch, 10% kept).
+          num_bits=3,  # Bits per colour channel of the predicted mean colour: 2^(3*3) = 512 classes.
+      )
+  )
 
   # Loss: 'softmax_xent', or 'sigmoid_xent' for multi-label pretraining (as big_vision on ImageNet-21k);
   # task 'mpp' takes only 'softmax_xent'. label_smoothing smooths the one-hot targets (mpp's colour
@@ -119,38 +139,50 @@ def get_config() -> ml_collections.ConfigDict:
   # with probability switch_prob when both alphas are set; lambda ~ Beta(alpha, alpha); the labels
   # become soft targets. Alphas 0: off. Unset until_step: mixing for the whole run (set it only with
   # an alpha).
-  config.mix = ml_collections.ConfigDict(dict(
-      mixup_alpha=0.0, cutmix_alpha=0.0, prob=1.0, switch_prob=0.5,
-      until_step=config_dict.placeholder(int),
-  ))
+  config.mix = ml_collections.ConfigDict(
+      dict(
+          mixup_alpha=0.0,
+          cutmix_alpha=0.0,
+          prob=1.0,
+          switch_prob=0.5,
+          until_step=config_dict.placeholder(int),
+      )
+  )
 
   # Optimisation. Exactly one of total_steps / num_epochs.
   config.batch_size = 4096
   config.eval_batch_size = 1024
   config.total_steps = config_dict.placeholder(int)
   config.num_epochs = config_dict.placeholder(float)
-  config.optim = ml_collections.ConfigDict(dict(
-      name='adamw',  # 'adamw' | 'sgd' | 'lion' | 'adafactor'
-      # adamw, lion; b2 unset: the optimizer's own (adamw 0.999, lion 0.99; optim.DEFAULT_B2).
-      b1=0.9, b2=config_dict.placeholder(float),
-      # Decoupled and multiplied by the learning rate (optax.adamw), applied to kernels only.
-      weight_decay=0.1,
-      momentum=0.9,  # sgd
-      mu_dtype=config_dict.placeholder(str),  # adamw's first moment dtype, e.g. 'bfloat16'
-      # Parameter groups, by regex over '/'-joined parameter paths (first match wins):
-      # ((regex, multiplier), ...) of the learning rate and of the weight decay; frozen: regexes of
-      # parameters that are not updated and keep no optimizer state.
-      lr_mults=(), wd_mults=(), frozen=(),
-      # Layer-wise learning-rate decay (BEiT/MAE/timm): block i of L gets decay^(L - i), the
-      # embeddings decay^(L + 1), the head 1. Unset: off.
-      layer_decay=config_dict.placeholder(float),
-  ))
-  config.lr = ml_collections.ConfigDict(dict(
-      base=1e-3,
-      warmup_steps=10_000,
-      decay='linear',  # 'linear' | 'cosine' | 'constant'
-      end=0.0,  # Value reached at the last step (linear and cosine).
-  ))
+  config.optim = ml_collections.ConfigDict(
+      dict(
+          name='adamw',  # 'adamw' | 'sgd' | 'lion' | 'adafactor'
+          # adamw, lion; b2 unset: the optimizer's own (adamw 0.999, lion 0.99; optim.DEFAULT_B2).
+          b1=0.9,
+          b2=config_dict.placeholder(float),
+          # Decoupled and multiplied by the learning rate (optax.adamw), applied to kernels only.
+          weight_decay=0.1,
+          momentum=0.9,  # sgd
+          mu_dtype=config_dict.placeholder(str),  # adamw's first moment dtype, e.g. 'bfloat16'
+          # Parameter groups, by regex over '/'-joined parameter paths (first match wins):
+          # ((regex, multiplier), ...) of the learning rate and of the weight decay; frozen: regexes of
+          # parameters that are not updated and keep no optimizer state.
+          lr_mults=(),
+          wd_mults=(),
+          frozen=(),
+          # Layer-wise learning-rate decay (BEiT/MAE/timm): block i of L gets decay^(L - i), the
+          # embeddings decay^(L + 1), the head 1. Unset: off.
+          layer_decay=config_dict.placeholder(float),
+      )
+  )
+  config.lr = ml_collections.ConfigDict(
+      dict(
+          base=1e-3,
+          warmup_steps=10_000,
+          decay='linear',  # 'linear' | 'cosine' | 'constant'
+          end=0.0,  # Value reached at the last step (linear and cosine).
+      )
+  )
   config.grad_clip_norm = 1.0  # Global-norm clipping; 0 disables it.
   # Steps whose gradients are not finite that a run skips (no update, no optimizer step; the data moves
   # on; optax.apply_if_finite) before it stops; 0: stop at the first such step.
@@ -190,17 +222,19 @@ def get_config() -> ml_collections.ConfigDict:
   # steps (unset: off): `shots` unaugmented images per class of train_split (unset: config.train_split),
   # ridge regression to {-1, 1} targets with `l2_reg`, accuracy on eval_split (unset:
   # config.eval_split), the mean over `seeds` draws of the shots; logged as fewshot_<shots>shot.
-  config.fewshot = ml_collections.ConfigDict(dict(
-      every_steps=config_dict.placeholder(int),
-      shots=(1, 5, 10, 25),
-      seeds=3,
-      # Features are standardised before the fit, so one value serves features of any scale. Of
-      # 2^-4..2^14, 2^2 is within 1% of the best at 1-25 shots on the digits, for the demo model and a
-      # barely trained tiny one (the best grows with the shots: big_vision picks it on held-out data).
-      l2_reg=4.0,
-      train_split=config_dict.placeholder(str),
-      eval_split=config_dict.placeholder(str),
-  ))
+  config.fewshot = ml_collections.ConfigDict(
+      dict(
+          every_steps=config_dict.placeholder(int),
+          shots=(1, 5, 10, 25),
+          seeds=3,
+          # Features are standardised before the fit, so one value serves features of any scale. Of
+          # 2^-4..2^14, 2^2 is within 1% of the best at 1-25 shots on the digits, for the demo model and a
+          # barely trained tiny one (the best grows with the shots: big_vision picks it on held-out data).
+          l2_reg=4.0,
+          train_split=config_dict.placeholder(str),
+          eval_split=config_dict.placeholder(str),
+      )
+  )
   # More evaluators, by name: dict(type='classification' (or the run's task) | 'fewshot',
   # every_steps=N, ...its fields), e.g. a minival held out of train, logged as minival_top1...:
   #   config.evals.minival = dict(type='classification', split='train[98%:]', every_steps=500)

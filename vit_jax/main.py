@@ -1,6 +1,10 @@
 """Entry point: `python -m vit_jax.main --config=configs/X.py[:arg] --workdir=DIR [--config.field=value]`."""
-if __name__ == '__main__':  # Before anything allocates or loads jax: see vit_jax/runtime/startup.py.
+
+if (
+    __name__ == '__main__'
+):  # Before anything allocates or loads jax: see vit_jax/runtime/startup.py.
   from vit_jax.runtime import startup  # pylint: disable=g-import-not-at-top
+
   startup.prepare_process()
 
 import logging as python_logging
@@ -19,21 +23,28 @@ from ml_collections import config_flags
 from vit_jax.runtime import allocator, cli, config_files, cpu_kernels
 
 _CONFIG = config_flags.DEFINE_config_file(
-    'config', None, 'Experiment config file, optionally with an argument: configs/X.py:arg.',
-    lock_config=True)
+    'config',
+    None,
+    'Experiment config file, optionally with an argument: configs/X.py:arg.',
+    lock_config=True,
+)
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Directory for checkpoints, metrics and exports.')
 flags.mark_flags_as_required(['config', 'workdir'])
 # Multi-host. On TPU pods and SLURM, jax.distributed finds its peers by itself ('auto'); elsewhere
 # (e.g. several processes on one machine, see launch/local.py) give the coordinator explicitly.
 _DISTRIBUTED = flags.DEFINE_enum(
-    'distributed', 'auto', ['auto', 'on', 'off'],
+    'distributed',
+    'auto',
+    ['auto', 'on', 'off'],
     "jax.distributed.initialize(): 'auto' = when a coordinator is given or a TPU pod / multi-task "
-    "SLURM job is detected; 'on' = always (cluster auto-detection); 'off' = single process.")
+    "SLURM job is detected; 'on' = always (cluster auto-detection); 'off' = single process.",
+)
 _COORDINATOR = flags.DEFINE_string('coordinator_address', None, 'host:port of process 0.')
 _NUM_PROCESSES = flags.DEFINE_integer('num_processes', None, 'Processes in the run.')
 _PROCESS_ID = flags.DEFINE_integer('process_id', None, 'This process, in [0, num_processes).')
 _DISTRIBUTED_TIMEOUT = flags.DEFINE_integer(
-    'distributed_timeout', 300, 'Seconds to wait for all processes to reach the coordinator.')
+    'distributed_timeout', 300, 'Seconds to wait for all processes to reach the coordinator.'
+)
 
 
 class _OwnInfoOnly(python_logging.Filter):
@@ -54,9 +65,11 @@ def _cluster_detected() -> bool:
 def init_distributed() -> None:
   """Joins the multi-process run, or returns at once for a single process."""
   import jax  # pylint: disable=g-import-not-at-top
+
   explicit = _COORDINATOR.value is not None
-  if _DISTRIBUTED.value == 'off' or (_DISTRIBUTED.value == 'auto' and not explicit
-                                     and not _cluster_detected()):
+  if _DISTRIBUTED.value == 'off' or (
+      _DISTRIBUTED.value == 'auto' and not explicit and not _cluster_detected()
+  ):
     return
   if explicit and (_NUM_PROCESSES.value is None or _PROCESS_ID.value is None):
     cli.fail('--coordinator_address needs --num_processes and --process_id too')
@@ -65,8 +78,11 @@ def init_distributed() -> None:
   # Collectives between CPU processes (local multi-process runs and tests) go over gloo.
   jax.config.update('jax_cpu_collectives_implementation', 'gloo')
   jax.distributed.initialize(
-      coordinator_address=_COORDINATOR.value, num_processes=_NUM_PROCESSES.value,
-      process_id=_PROCESS_ID.value, initialization_timeout=_DISTRIBUTED_TIMEOUT.value)
+      coordinator_address=_COORDINATOR.value,
+      num_processes=_NUM_PROCESSES.value,
+      process_id=_PROCESS_ID.value,
+      initialization_timeout=_DISTRIBUTED_TIMEOUT.value,
+  )
 
 
 def _wait_for_coordinator(address: str, timeout: float) -> None:
@@ -83,9 +99,11 @@ def _wait_for_coordinator(address: str, timeout: float) -> None:
         return
     except (OSError, ValueError) as e:
       if time.time() > deadline:
-        cli.fail(f'could not reach the coordinator at {address} within {timeout}s ({e}): start process 0 '
-              'with the same --coordinator_address (it hosts the coordinator), or check the address, '
-              'port and network')
+        cli.fail(
+            f'could not reach the coordinator at {address} within {timeout}s ({e}): start process 0 '
+            'with the same --coordinator_address (it hosts the coordinator), or check the address, '
+            'port and network'
+        )
       time.sleep(0.5)
 
 
@@ -95,23 +113,31 @@ def main(argv: list[str]) -> None:
   try:
     _train()
   except KeyboardInterrupt:  # Ctrl-C before the run catches it (train/preemption.py), or twice.
-    cli.fail('interrupted: stopped at once, without saving; the same command resumes from the last '
-             'checkpoint, if there is one', status=130)
+    cli.fail(
+        'interrupted: stopped at once, without saving; the same command resumes from the last '
+        'checkpoint, if there is one',
+        status=130,
+    )
 
 
 def _train() -> None:
   logging.get_absl_handler().addFilter(_OwnInfoOnly())
   init_distributed()
   import jax  # pylint: disable=g-import-not-at-top
+
   if jax.process_index() > 0:  # Process 0 speaks for the run.
     logging.set_verbosity(logging.WARNING)
-  logging.debug('malloc: %s (see vit_jax/runtime/allocator.py); XLA:CPU ops on YNNPACK: %s (see '
-                'vit_jax/runtime/cpu_kernels.py); compilation cache: %s (see vit_jax/runtime/compile_cache.py)',
-                allocator.in_effect(), cpu_kernels.in_effect(),
-                jax.config.jax_compilation_cache_dir or 'off')
+  logging.debug(
+      'malloc: %s (see vit_jax/runtime/allocator.py); XLA:CPU ops on YNNPACK: %s (see '
+      'vit_jax/runtime/cpu_kernels.py); compilation cache: %s (see vit_jax/runtime/compile_cache.py)',
+      allocator.in_effect(),
+      cpu_kernels.in_effect(),
+      jax.config.jax_compilation_cache_dir or 'off',
+  )
   # Imported here so that `--help` and flag errors answer before TensorFlow and JAX load.
   from vit_jax.checkpoints import checkpoint  # pylint: disable=g-import-not-at-top
   from vit_jax.train import loop, preemption, setup, state  # pylint: disable=g-import-not-at-top
+
   try:
     run = setup.prepare(_CONFIG.value, _WORKDIR.value)
   except ValueError as e:

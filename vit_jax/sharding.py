@@ -6,6 +6,7 @@ largest dimension that the axis divides. `tensor`: attention heads and MLP hidde
 (Megatron style, by the models' `TENSOR_RULES`: encoder.py's and, for ResNet units, resnet.py's). The strategies combine: a parameter's
 tensor-parallel dimension is taken first, FSDP picks among the others.
 """
+
 import functools
 import math
 import re
@@ -30,33 +31,50 @@ def make_mesh(axes: Sequence[tuple[str, int]], devices: Sequence[jax.Device] | N
   """A mesh from (name, size) pairs; one size may be -1 to take the devices left over."""
   devices = list(jax.devices() if devices is None else devices)
   if not axes or not all(isinstance(axis, (tuple, list)) and len(axis) == 2 for axis in axes):
-    raise ValueError(f'config.mesh must be (name, size) pairs, e.g. "((\'data\', 2), (\'fsdp\', -1))"; '
-                     f'got {axes!r}')
+    raise ValueError(
+        f"config.mesh must be (name, size) pairs, e.g. \"(('data', 2), ('fsdp', -1))\"; "
+        f'got {axes!r}'
+    )
   names = [name for name, _ in axes]
   sizes = [size for _, size in axes]
   unknown = [name for name in names if name not in AXES]
   if unknown:
-    raise ValueError(f'Unknown config.mesh axis {", ".join(map(repr, unknown))}: the axes are '
-                     f'{", ".join(AXES)}, e.g. "((\'data\', 2), (\'fsdp\', -1))"')
+    raise ValueError(
+        f'Unknown config.mesh axis {", ".join(map(repr, unknown))}: the axes are '
+        f'{", ".join(AXES)}, e.g. "((\'data\', 2), (\'fsdp\', -1))"'
+    )
   if len(set(names)) != len(names):
-    raise ValueError(f'config.mesh names an axis twice ({names}): name each of {", ".join(AXES)} once')
+    raise ValueError(
+        f'config.mesh names an axis twice ({names}): name each of {", ".join(AXES)} once'
+    )
   # A bool, float or string size would multiply (or fail to) into a message about the device count.
-  bad = [size for size in sizes
-         if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or (size < 1 and size != -1)]
+  bad = [
+      size
+      for size in sizes
+      if isinstance(size, bool)
+      or not isinstance(size, (int, np.integer))
+      or (size < 1 and size != -1)
+  ]
   if bad:
-    raise ValueError(f'config.mesh size {bad[0]!r} must be a positive integer or -1 (the devices left '
-                     f'over); got {tuple(axes)}, e.g. "((\'data\', 2), (\'fsdp\', -1))"')
+    raise ValueError(
+        f'config.mesh size {bad[0]!r} must be a positive integer or -1 (the devices left '
+        f"over); got {tuple(axes)}, e.g. \"(('data', 2), ('fsdp', -1))\""
+    )
   if sizes.count(-1) > 1:
     raise ValueError(f'config.mesh may leave only one size as -1; got {tuple(axes)}')
   known = math.prod(size for size in sizes if size != -1)
   if -1 in sizes:
     if known < 1 or len(devices) % known:
-      raise ValueError(f'config.mesh {tuple(axes)} does not fit {len(devices)} devices: the fixed sizes '
-                       f'must divide the device count')
+      raise ValueError(
+          f'config.mesh {tuple(axes)} does not fit {len(devices)} devices: the fixed sizes '
+          f'must divide the device count'
+      )
     sizes[sizes.index(-1)] = len(devices) // known
   if math.prod(sizes) != len(devices):
-    raise ValueError(f'config.mesh sizes {dict(zip(names, sizes))} multiply to {math.prod(sizes)}, but '
-                     f'there are {len(devices)} devices: make the product {len(devices)} or use -1 for one axis')
+    raise ValueError(
+        f'config.mesh sizes {dict(zip(names, sizes))} multiply to {math.prod(sizes)}, but '
+        f'there are {len(devices)} devices: make the product {len(devices)} or use -1 for one axis'
+    )
   # Devices in the order jax lists them: process by process, so a host's devices are neighbours on
   # the last axes and the batch axes span the hosts.
   return Mesh(np.asarray(devices).reshape(sizes), names)
@@ -109,19 +127,24 @@ def check_model_fits(mesh: Mesh, variant: str, split: Mapping[str, int]) -> None
   refuses it."""
   tensor = axis_size(mesh, 'tensor')
   if tensor > 1 and not split:
-    raise ValueError(f'the mesh axis tensor={tensor} splits attention heads, MLP units and ResNet '
-                     f"units' widths, which {variant} has none of: use only 'data' and 'fsdp' axes in "
-                     '--config.mesh')
+    raise ValueError(
+        f'the mesh axis tensor={tensor} splits attention heads, MLP units and ResNet '
+        f"units' widths, which {variant} has none of: use only 'data' and 'fsdp' axes in "
+        '--config.mesh'
+    )
   for name, value in split.items():
     if value % tensor:
-      raise ValueError(f'the mesh axis tensor={tensor} does not divide the model\'s {name}={value}: use '
-                       f'a tensor size that divides {name} (e.g. a divisor of {math.gcd(*split.values())}) '
-                       'in --config.mesh')
+      raise ValueError(
+          f"the mesh axis tensor={tensor} does not divide the model's {name}={value}: use "
+          f'a tensor size that divides {name} (e.g. a divisor of {math.gcd(*split.values())}) '
+          'in --config.mesh'
+      )
 
 
 def _path_str(path: tuple[Any, ...]) -> str:
-  return '/'.join(str(getattr(key, 'key', getattr(key, 'name', getattr(key, 'idx', key))))
-                  for key in path)
+  return '/'.join(
+      str(getattr(key, 'key', getattr(key, 'name', getattr(key, 'idx', key)))) for key in path
+  )
 
 
 def partition_spec(path: str, shape: tuple[int, ...], mesh: Mesh) -> P:
@@ -151,7 +174,8 @@ def state_shardings(abstract_state: Any, mesh: Mesh) -> Any:
   """NamedShardings for every array of a (train-state) pytree of ShapeDtypeStructs."""
   return jax.tree_util.tree_map_with_path(
       lambda path, x: NamedSharding(mesh, partition_spec(_path_str(path), tuple(x.shape), mesh)),
-      abstract_state)
+      abstract_state,
+  )
 
 
 def global_batch(local_batch: dict[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:

@@ -3,6 +3,7 @@
 
   python launch/sweep.py --sweep=configs/sweeps/demo_lr_steps.py --workdir=workdirs/demo_sweep
 """
+
 CONFIG = 'configs/demo.py'
 
 

@@ -3,6 +3,7 @@
   python launch/sweep.py --sweep=configs/sweeps/finetune_lr_steps.py --workdir=gs://B/sweep --print \\
       -- --config.init_from=/path/to/ViT-B_16.npz
 """
+
 CONFIG = 'configs/vit_b16_finetune.py:cifar10'
 
 

@@ -5,10 +5,15 @@ only at the input: Table 8's N/A cells).
   python launch/sweep.py --sweep=configs/sweeps/posemb_table8.py --workdir=workdirs/posemb_table8
   python -m vit_jax.tools.report workdirs/posemb_table8 --pivot=model.posemb,model.posemb_where
 """
+
 CONFIG = 'configs/demo.py'
 
 
 def get_sweep():
-  return [{'model.posemb': ['none', 'relative']},
-          {'model.posemb': ['learn', 'learn2d'],
-           'model.posemb_where': ['input', 'every_layer', 'shared_every_layer']}]
+  return [
+      {'model.posemb': ['none', 'relative']},
+      {
+          'model.posemb': ['learn', 'learn2d'],
+          'model.posemb_where': ['input', 'every_layer', 'shared_every_layer'],
+      },
+  ]

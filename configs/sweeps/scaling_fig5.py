@@ -10,18 +10,33 @@ The paper pre-trained on JFT-300M, which is not public; this pre-trains on Image
 whose epochs are 1/23 of JFT's images. The ResNets are Figure 5's BiT points up to R152x2 (its R200x3
 is no BiT variant here).
 """
+
 CONFIG = 'configs/vit_l16_i21k.py'
 
 # variant: the width of its pre-logits layer.
-VARIANTS = {'ViT-B_32': 768, 'ViT-B_16': 768, 'ViT-L_32': 1024, 'ViT-L_16': 1024, 'ViT-H_14': 1280,
-            'R50+ViT-B_32': 768, 'R50+ViT-B_16': 768, 'R50+ViT-L_32': 1024, 'R50+ViT-L_16': 1024}
+VARIANTS = {
+    'ViT-B_32': 768,
+    'ViT-B_16': 768,
+    'ViT-L_32': 1024,
+    'ViT-L_16': 1024,
+    'ViT-H_14': 1280,
+    'R50+ViT-B_32': 768,
+    'R50+ViT-B_16': 768,
+    'R50+ViT-L_32': 1024,
+    'R50+ViT-L_16': 1024,
+}
 
 
 RESNETS = ('BiT-R50x1', 'BiT-R50x2', 'BiT-R101x1', 'BiT-R152x1', 'BiT-R152x2')
 
 
 def get_sweep():
-  return [{'variant': variant, 'model.representation_size': width, 'num_epochs': [7.0, 14.0]}
-          for variant, width in VARIANTS.items()] + [
-              {'config': [f'configs/bit_i21k.py:{variant}' for variant in RESNETS],
-               'num_epochs': [7.0, 14.0]}]
+  return [
+      {'variant': variant, 'model.representation_size': width, 'num_epochs': [7.0, 14.0]}
+      for variant, width in VARIANTS.items()
+  ] + [
+      {
+          'config': [f'configs/bit_i21k.py:{variant}' for variant in RESNETS],
+          'num_epochs': [7.0, 14.0],
+      }
+  ]

@@ -11,17 +11,30 @@ figure; the base's shape is the appendix's.
 JFT-300M is not public: this pre-trains on ImageNet-21k (configs/vit_l16_i21k.py's recipe) for 7
 epochs, Figure 5's shorter length, and few-shot evaluates on its held-out images.
 """
+
 CONFIG = 'configs/vit_l16_i21k.py'
 
-BASE = {'variant': 'ViT-L_32', 'model.num_layers': 8, 'model.mlp_dim': 2048,
-        'model.representation_size': 1024, 'num_epochs': 7.0}
+BASE = {
+    'variant': 'ViT-L_32',
+    'model.num_layers': 8,
+    'model.mlp_dim': 2048,
+    'model.representation_size': 1024,
+    'num_epochs': 7.0,
+}
 
 
 def get_sweep():
   return [
       {**BASE, 'model.num_layers': [1, 2, 4, 8, 16, 32, 64]},  # Depth; the base once, here.
-      *({**BASE, 'model.hidden_size': width, 'model.num_heads': width // 64,
-         'model.representation_size': width} for width in (256, 512, 2048)),
+      *(
+          {
+              **BASE,
+              'model.hidden_size': width,
+              'model.num_heads': width // 64,
+              'model.representation_size': width,
+          }
+          for width in (256, 512, 2048)
+      ),
       {**BASE, 'model.mlp_dim': [512, 1024, 4096, 8192]},
       {**BASE, 'variant': ['ViT-L_16', 'ViT-L_8']},  # Patch size 16 and 8.
   ]

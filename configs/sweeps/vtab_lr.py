@@ -9,13 +9,35 @@ The paper then used one setting for every task (lr 0.01, 2500 steps, the best me
 smaller sweep). For the final numbers, train each task at its rate on train800val200 under the same
 root: configs/vtab.py:TASK,final with --config.lr.base=LR.
 """
+
 # vit_jax/data/vtab.py's TASKS, written out: importing it would load TensorFlow to print commands.
-TASKS = ('caltech101', 'cifar100', 'dtd', 'flowers102', 'pets', 'sun397', 'svhn',  # Natural.
-         'camelyon', 'eurosat', 'resisc45', 'retinopathy',  # Specialized.
-         'clevr_count', 'clevr_dist', 'dmlab', 'dsprites_loc', 'dsprites_ori', 'kitti_dist',  # Structured.
-         'smallnorb_azim', 'smallnorb_elev')
+TASKS = (
+    'caltech101',
+    'cifar100',
+    'dtd',
+    'flowers102',
+    'pets',
+    'sun397',
+    'svhn',  # Natural.
+    'camelyon',
+    'eurosat',
+    'resisc45',
+    'retinopathy',  # Specialized.
+    'clevr_count',
+    'clevr_dist',
+    'dmlab',
+    'dsprites_loc',
+    'dsprites_ori',
+    'kitti_dist',  # Structured.
+    'smallnorb_azim',
+    'smallnorb_elev',
+)
 
 
 def get_sweep():
-  return [{'config': [f'configs/vtab.py:{task}' for task in TASKS],
-           'lr.base': [0.001, 0.003, 0.01, 0.03]}]
+  return [
+      {
+          'config': [f'configs/vtab.py:{task}' for task in TASKS],
+          'lr.base': [0.001, 0.003, 0.01, 0.03],
+      }
+  ]

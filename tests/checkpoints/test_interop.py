@@ -5,6 +5,7 @@ The reference implementations are independent of vit_jax: scipy and PIL for the 
 (PyTorch) for the model and its reader of the original `.npz` files. torch and timm are in the `test`
 extra; without them these tests fail rather than skip.
 """
+
 import zipfile
 
 import chex
@@ -23,11 +24,13 @@ from vit_jax.models import variants as model_variants
 
 
 def _model(num_classes=10, **overrides):
-  return VisionTransformer(num_classes=num_classes,
-                           **model_variants.get_model_config('ViT-testing_4', overrides))
+  return VisionTransformer(
+      num_classes=num_classes, **model_variants.get_model_config('ViT-testing_4', overrides)
+  )
 
 
 # Interpolation.
+
 
 def test_bilinear_posemb_matches_scipy_zoom_of_the_original_code():
   posemb = np.random.RandomState(0).randn(1, 1 + 14 * 14, 16).astype(np.float32)
@@ -53,8 +56,17 @@ def test_bicubic_posemb_matches_pil_bicubic_resize(new_grid):
   posemb = np.random.RandomState(2).randn(1, 1 + 14 * 14, 3).astype(np.float32)
   resized = loading.interpolate_posemb(posemb, new_grid, num_prefix_tokens=1, method='bicubic')
   grid = posemb[0, 1:].reshape(14, 14, 3)
-  expected = np.stack([np.asarray(Image.fromarray(grid[..., c], mode='F').resize(
-      new_grid[::-1], Image.Resampling.BICUBIC)) for c in range(3)], axis=-1)
+  expected = np.stack(
+      [
+          np.asarray(
+              Image.fromarray(grid[..., c], mode='F').resize(
+                  new_grid[::-1], Image.Resampling.BICUBIC
+              )
+          )
+          for c in range(3)
+      ],
+      axis=-1,
+  )
   np.testing.assert_array_equal(resized[:, :1], posemb[:, :1])
   np.testing.assert_allclose(resized[0, 1:].reshape(*new_grid, 3), expected, atol=1e-5)
 
@@ -68,14 +80,20 @@ def test_interpolation_errors_are_one_line():
 
 # The .npz layout.
 
+
 def test_save_npz_writes_the_original_flat_layout_and_load_npz_reads_it(tmp_path):
   params = helpers.random_params(_model(), 8)
   path = str(tmp_path / 'model')  # No extension: written as named all the same.
   loading.save_npz(jax.tree.map(lambda x: x.astype(jnp.bfloat16), params), path)
   with np.load(path) as npz:
-    assert {'embedding/kernel', 'cls', 'Transformer/posembed_input/pos_embedding',
-            'Transformer/encoderblock_1/MultiHeadDotProductAttention_1/query/kernel',
-            'Transformer/encoder_norm/scale', 'head/kernel'} <= set(npz.files)
+    assert {
+        'embedding/kernel',
+        'cls',
+        'Transformer/posembed_input/pos_embedding',
+        'Transformer/encoderblock_1/MultiHeadDotProductAttention_1/query/kernel',
+        'Transformer/encoder_norm/scale',
+        'head/kernel',
+    } <= set(npz.files)
     assert {npz[k].dtype for k in npz.files} == {np.dtype(np.float32)}
   loaded = loading.load_npz(path)
   expected = jax.tree.map(lambda x: np.asarray(x.astype(jnp.bfloat16), np.float32), params)
@@ -94,7 +112,9 @@ def test_load_npz_strips_a_prefix_and_ignores_optimizer_state(tmp_path, prefix):
 
 def test_load_npz_errors_name_the_file_and_the_fix(tmp_path):
   missing = str(tmp_path / 'ViT-B_16.npz')
-  with pytest.raises(ValueError, match=f"no checkpoint file at '{missing}': download it.*init_from"):
+  with pytest.raises(
+      ValueError, match=f"no checkpoint file at '{missing}': download it.*init_from"
+  ):
     loading.load_npz(missing)
   (tmp_path / 'notes.txt').write_text('not an npz')
   with pytest.raises(ValueError, match=r"notes.txt' is not an .npz file.*--config.init_from"):
@@ -104,18 +124,25 @@ def test_load_npz_errors_name_the_file_and_the_fix(tmp_path):
 
 # Fitting a loaded tree to a model.
 
+
 @pytest.mark.parametrize('classifier,prefix', [('token', 1), ('gap', 0)])
 def test_adapt_params_resizes_posemb_and_zeroes_a_new_head(classifier, prefix):
   loaded = helpers.random_params(_model(num_classes=1000, classifier=classifier), 16)  # 4x4 grid.
-  target = loading.param_shapes(_model(num_classes=7, classifier=classifier), 24)  # 6x6 grid, 7 classes.
+  target = loading.param_shapes(
+      _model(num_classes=7, classifier=classifier), 24
+  )  # 6x6 grid, 7 classes.
   params, notes = loading.adapt_params(loaded, target, keep_head=False, keep_pre_logits=False)
   chex.assert_trees_all_equal_shapes(params, target)
-  assert notes == ['replaced head (32, 1000) with zeros (32, 7)',
-                   'resized pos_embedding 4x4 -> 6x6 (bilinear)']
+  assert notes == [
+      'replaced head (32, 1000) with zeros (32, 7)',
+      'resized pos_embedding 4x4 -> 6x6 (bilinear)',
+  ]
   assert not np.any(params['head']['kernel']) and not np.any(params['head']['bias'])
   posemb = loaded['Transformer']['posembed_input']['pos_embedding']
-  np.testing.assert_array_equal(params['Transformer']['posembed_input']['pos_embedding'],
-                                loading.interpolate_posemb(posemb, (6, 6), num_prefix_tokens=prefix))
+  np.testing.assert_array_equal(
+      params['Transformer']['posembed_input']['pos_embedding'],
+      loading.interpolate_posemb(posemb, (6, 6), num_prefix_tokens=prefix),
+  )
   del params['head'], params['Transformer']['posembed_input'], loaded['head']
   del loaded['Transformer']['posembed_input']
   chex.assert_trees_all_equal(params, loaded)  # Everything else as loaded.
@@ -123,22 +150,32 @@ def test_adapt_params_resizes_posemb_and_zeroes_a_new_head(classifier, prefix):
 
 def test_adapt_params_keeps_a_matching_head_and_drops_pre_logits():
   loaded = helpers.random_params(_model(representation_size=16), 8)
-  params, notes = loading.adapt_params(loaded, loading.param_shapes(_model(), 8), keep_head=False,
-                                          keep_pre_logits=False)
+  params, notes = loading.adapt_params(
+      loaded, loading.param_shapes(_model(), 8), keep_head=False, keep_pre_logits=False
+  )
   assert notes == ['dropped pre_logits (32, 16)', 'replaced head (16, 10) with zeros (32, 10)']
   loaded = helpers.random_params(_model(), 8)
-  params, notes = loading.adapt_params(loaded, loading.param_shapes(_model(), 8), keep_head=True,
-                                          keep_pre_logits=False)
+  params, notes = loading.adapt_params(
+      loaded, loading.param_shapes(_model(), 8), keep_head=True, keep_pre_logits=False
+  )
   assert notes == []
   chex.assert_trees_all_equal(params, loaded)
 
 
 def test_adapt_params_drops_a_head_the_model_lacks_and_adds_one_the_checkpoint_lacks():
-  params, notes = loading.adapt_params(helpers.random_params(_model(), 8), loading.param_shapes(_model(None), 8),
-                                          keep_head=True, keep_pre_logits=False)
+  params, notes = loading.adapt_params(
+      helpers.random_params(_model(), 8),
+      loading.param_shapes(_model(None), 8),
+      keep_head=True,
+      keep_pre_logits=False,
+  )
   assert 'head' not in params and notes == ['dropped head (32, 10): the model has none']
-  params, notes = loading.adapt_params(helpers.random_params(_model(None), 8), loading.param_shapes(_model(4), 8),
-                                          keep_head=False, keep_pre_logits=False)
+  params, notes = loading.adapt_params(
+      helpers.random_params(_model(None), 8),
+      loading.param_shapes(_model(4), 8),
+      keep_head=False,
+      keep_pre_logits=False,
+  )
   assert params['head']['kernel'].shape == (32, 4) and notes == ['added a zero head (32, 4)']
 
 
@@ -155,40 +192,78 @@ def test_keep_head_refuses_to_drop_the_pre_logits_layer_its_head_reads(keep_pre_
   # A pre-logits layer as wide as the encoder (ViT-B's 768): without the refusal the head would fit and
   # read the pooled features instead of tanh(pre_logits(...)), silently other logits.
   loaded = helpers.random_params(_model(representation_size=32), 8)
-  with pytest.raises(ValueError, match=r'^pre_logits/kernel: checkpoint \(32, 32\) vs model none: keep_head '
-                     r"keeps a head that reads the checkpoint's pre-logits layer; set "
-                     r'--config.keep_pre_logits=True and --config.model.representation_size=32') as error:
-    loading.adapt_params(loaded, loading.param_shapes(_model(), 8), keep_head=True,
-                         keep_pre_logits=keep_pre_logits)
+  with pytest.raises(
+      ValueError,
+      match=r'^pre_logits/kernel: checkpoint \(32, 32\) vs model none: keep_head '
+      r"keeps a head that reads the checkpoint's pre-logits layer; set "
+      r'--config.keep_pre_logits=True and --config.model.representation_size=32',
+  ) as error:
+    loading.adapt_params(
+        loaded, loading.param_shapes(_model(), 8), keep_head=True, keep_pre_logits=keep_pre_logits
+    )
   assert '\n' not in str(error.value)
   # Kept together, they compute the checkpoint's logits; a new head may drop them.
   model = _model(representation_size=32)
-  params, _ = loading.adapt_params(loaded, loading.param_shapes(model, 8), keep_head=True, keep_pre_logits=True)
+  params, _ = loading.adapt_params(
+      loaded, loading.param_shapes(model, 8), keep_head=True, keep_pre_logits=True
+  )
   images = np.random.RandomState(0).uniform(-1, 1, (2, 8, 8, 3)).astype(np.float32)
-  np.testing.assert_array_equal(model.apply({'params': params}, images), model.apply({'params': loaded}, images))
-  _, notes = loading.adapt_params(loaded, loading.param_shapes(_model(), 8), keep_head=False,
-                                  keep_pre_logits=False)
+  np.testing.assert_array_equal(
+      model.apply({'params': params}, images), model.apply({'params': loaded}, images)
+  )
+  _, notes = loading.adapt_params(
+      loaded, loading.param_shapes(_model(), 8), keep_head=False, keep_pre_logits=False
+  )
   assert notes == ['dropped pre_logits (32, 32)', 'replaced head (32, 10) with zeros (32, 10)']
 
 
-@pytest.mark.parametrize('loaded_model,image_size,target_model,kwargs,message', [
-    # Another patch size: the token count differs too, but the kernel is what names the problem.
-    (dict(), 16, dict(patch_size=8), {},
-     r'^embedding/kernel: checkpoint \(4, 4, 3, 32\) vs model \(8, 8, 3, 32\): the checkpoint is '
-     r'another architecture; set --config.variant'),
-    (dict(num_layers=3), 8, dict(), {},
-     r'^Transformer/encoderblock_2/LayerNorm_0/bias: checkpoint \(32,\) vs model none'),
-    (dict(num_layers=1), 8, dict(), {},
-     r'^Transformer/encoderblock_1/LayerNorm_0/bias: checkpoint none vs model \(32,\)'),
-    (dict(classifier='gap'), 8, dict(), {}, r'^cls: checkpoint none vs model \(1, 1, 32\)'),
-    (dict(num_classes=1000), 8, dict(), {'keep_head': True},
-     r'^head/kernel: checkpoint \(32, 1000\) vs model \(32, 10\).*--config.keep_head=False'),
-    (dict(), 8, dict(representation_size=16), {},
-     r'^pre_logits/kernel: checkpoint none vs model \(32, 16\).*keep_pre_logits=True.*'
-     r'representation_size=None'),
-])
-def test_adapt_params_mismatch_is_a_one_line_error(loaded_model, image_size, target_model, kwargs,
-                                                   message):
+@pytest.mark.parametrize(
+    'loaded_model,image_size,target_model,kwargs,message',
+    [
+        # Another patch size: the token count differs too, but the kernel is what names the problem.
+        (
+            dict(),
+            16,
+            dict(patch_size=8),
+            {},
+            r'^embedding/kernel: checkpoint \(4, 4, 3, 32\) vs model \(8, 8, 3, 32\): the checkpoint is '
+            r'another architecture; set --config.variant',
+        ),
+        (
+            dict(num_layers=3),
+            8,
+            dict(),
+            {},
+            r'^Transformer/encoderblock_2/LayerNorm_0/bias: checkpoint \(32,\) vs model none',
+        ),
+        (
+            dict(num_layers=1),
+            8,
+            dict(),
+            {},
+            r'^Transformer/encoderblock_1/LayerNorm_0/bias: checkpoint none vs model \(32,\)',
+        ),
+        (dict(classifier='gap'), 8, dict(), {}, r'^cls: checkpoint none vs model \(1, 1, 32\)'),
+        (
+            dict(num_classes=1000),
+            8,
+            dict(),
+            {'keep_head': True},
+            r'^head/kernel: checkpoint \(32, 1000\) vs model \(32, 10\).*--config.keep_head=False',
+        ),
+        (
+            dict(),
+            8,
+            dict(representation_size=16),
+            {},
+            r'^pre_logits/kernel: checkpoint none vs model \(32, 16\).*keep_pre_logits=True.*'
+            r'representation_size=None',
+        ),
+    ],
+)
+def test_adapt_params_mismatch_is_a_one_line_error(
+    loaded_model, image_size, target_model, kwargs, message
+):
   loaded = helpers.random_params(_model(**loaded_model), image_size)
   kwargs = {'keep_head': False, 'keep_pre_logits': True, **kwargs}
   with pytest.raises(ValueError, match=message) as error:
@@ -197,18 +272,31 @@ def test_adapt_params_mismatch_is_a_one_line_error(loaded_model, image_size, tar
 
 
 def test_adapt_params_rejects_an_unknown_interpolation_even_without_resizing():
-  with pytest.raises(ValueError, match=r"Unknown position embedding interpolation 'nearest'.*"
-                     r'--config.posemb_interpolation=bilinear'):
-    loading.adapt_params(helpers.random_params(_model(), 8), loading.param_shapes(_model(), 8), keep_head=True,
-                            keep_pre_logits=False, posemb_method='nearest')
+  with pytest.raises(
+      ValueError,
+      match=r"Unknown position embedding interpolation 'nearest'.*"
+      r'--config.posemb_interpolation=bilinear',
+  ):
+    loading.adapt_params(
+        helpers.random_params(_model(), 8),
+        loading.param_shapes(_model(), 8),
+        keep_head=True,
+        keep_pre_logits=False,
+        posemb_method='nearest',
+    )
 
 
 def test_adapt_params_rejects_a_posemb_that_is_not_a_square_grid():
   loaded = helpers.random_params(_model(), 8)
   loaded['Transformer']['posembed_input']['pos_embedding'] = np.zeros((1, 7, 32), np.float32)
-  with pytest.raises(ValueError, match=r'^Transformer/posembed_input/pos_embedding: checkpoint '
-                     r'\(1, 7, 32\) vs model \(1, 17, 32\): the checkpoint is another architecture'):
-    loading.adapt_params(loaded, loading.param_shapes(_model(), 16), keep_head=True, keep_pre_logits=False)
+  with pytest.raises(
+      ValueError,
+      match=r'^Transformer/posembed_input/pos_embedding: checkpoint '
+      r'\(1, 7, 32\) vs model \(1, 17, 32\): the checkpoint is another architecture',
+  ):
+    loading.adapt_params(
+        loaded, loading.param_shapes(_model(), 16), keep_head=True, keep_pre_logits=False
+    )
 
 
 def test_find_checkpoint_of_a_workdir_without_one_is_a_clear_error(tmp_path):

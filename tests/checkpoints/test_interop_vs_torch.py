@@ -1,5 +1,6 @@
 """timm's ViT reads what we write, and we read timm's: the comparisons of test_interop.py with the
 torch-based peers, which `make test-all` runs (they need the test extra)."""
+
 import functools
 
 import numpy as np
@@ -16,29 +17,48 @@ from test_interop import _model
 @pytest.mark.parametrize('old,new,prefix', [(14, 24, 1), (7, 12, 1), (24, 14, 1), (7, 12, 0)])
 def test_bicubic_posemb_matches_timms_resample_abs_pos_embed(old, new, prefix):
   from timm.layers import resample_abs_pos_embed  # pylint: disable=g-import-not-at-top
+
   posemb = np.random.RandomState(3).randn(1, prefix + old * old, 4).astype(np.float32)
   # timm's defaults: bicubic, antialiased (also when growing: PIL's kernel), the prefix kept.
-  expected = resample_abs_pos_embed(torch.from_numpy(posemb), [new, new], num_prefix_tokens=prefix).numpy()
-  resized = loading.interpolate_posemb(posemb, (new, new), num_prefix_tokens=prefix, method='bicubic')
+  expected = resample_abs_pos_embed(
+      torch.from_numpy(posemb), [new, new], num_prefix_tokens=prefix
+  ).numpy()
+  resized = loading.interpolate_posemb(
+      posemb, (new, new), num_prefix_tokens=prefix, method='bicubic'
+  )
   np.testing.assert_allclose(resized, expected, atol=1e-5)
   # 'bilinear' is timm's bilinear with the corners aligned and no antialiasing (scipy's zoom).
-  expected = resample_abs_pos_embed(torch.from_numpy(posemb), [new, new], num_prefix_tokens=prefix,
-                                    interpolation='bilinear', antialias=False, align_corners=True).numpy()
-  np.testing.assert_allclose(loading.interpolate_posemb(posemb, (new, new), num_prefix_tokens=prefix),
-                             expected, atol=1e-5)
+  expected = resample_abs_pos_embed(
+      torch.from_numpy(posemb),
+      [new, new],
+      num_prefix_tokens=prefix,
+      interpolation='bilinear',
+      antialias=False,
+      align_corners=True,
+  ).numpy()
+  np.testing.assert_allclose(
+      loading.interpolate_posemb(posemb, (new, new), num_prefix_tokens=prefix), expected, atol=1e-5
+  )
 
 
 def _timm_vit(classifier: str, num_classes: int, image_size: int) -> timm_vit.VisionTransformer:
   """timm's ViT with the dimensions and numerics of ViT-testing_4."""
   cfg = model_variants.get_model_config('ViT-testing_4')
   return timm_vit.VisionTransformer(
-      img_size=image_size, patch_size=cfg['patch_size'], embed_dim=cfg['hidden_size'],
-      depth=cfg['num_layers'], num_heads=cfg['num_heads'],
-      mlp_ratio=cfg['mlp_dim'] / cfg['hidden_size'], num_classes=num_classes, qkv_bias=True,
-      class_token=classifier == 'token', global_pool='token' if classifier == 'token' else 'avg',
+      img_size=image_size,
+      patch_size=cfg['patch_size'],
+      embed_dim=cfg['hidden_size'],
+      depth=cfg['num_layers'],
+      num_heads=cfg['num_heads'],
+      mlp_ratio=cfg['mlp_dim'] / cfg['hidden_size'],
+      num_classes=num_classes,
+      qkv_bias=True,
+      class_token=classifier == 'token',
+      global_pool='token' if classifier == 'token' else 'avg',
       fc_norm=False,  # The encoder norm before pooling, as ours; timm's GAP default norms after it.
       act_layer=functools.partial(torch.nn.GELU, approximate='tanh'),
-      norm_layer=functools.partial(torch.nn.LayerNorm, eps=1e-6)).eval()
+      norm_layer=functools.partial(torch.nn.LayerNorm, eps=1e-6),
+  ).eval()
 
 
 def timm_to_npz(model: timm_vit.VisionTransformer, path: str) -> None:
@@ -46,23 +66,29 @@ def timm_to_npz(model: timm_vit.VisionTransformer, path: str) -> None:
   sd = {k: v.detach().numpy() for k, v in model.state_dict().items()}
   d = model.embed_dim
   heads = model.blocks[0].attn.num_heads
-  flat = {'embedding/kernel': sd['patch_embed.proj.weight'].transpose(2, 3, 1, 0),
-          'embedding/bias': sd['patch_embed.proj.bias'],
-          'Transformer/posembed_input/pos_embedding': sd['pos_embed'],
-          'Transformer/encoder_norm/scale': sd['norm.weight'],
-          'Transformer/encoder_norm/bias': sd['norm.bias'],
-          'head/kernel': sd['head.weight'].T, 'head/bias': sd['head.bias']}
+  flat = {
+      'embedding/kernel': sd['patch_embed.proj.weight'].transpose(2, 3, 1, 0),
+      'embedding/bias': sd['patch_embed.proj.bias'],
+      'Transformer/posembed_input/pos_embedding': sd['pos_embed'],
+      'Transformer/encoder_norm/scale': sd['norm.weight'],
+      'Transformer/encoder_norm/bias': sd['norm.bias'],
+      'head/kernel': sd['head.weight'].T,
+      'head/bias': sd['head.bias'],
+  }
   if 'cls_token' in sd:
     flat['cls'] = sd['cls_token']
   for i in range(len(model.blocks)):
     t, f = f'blocks.{i}.', f'Transformer/encoderblock_{i}/'
     for ln, name in (('norm1', 'LayerNorm_0'), ('norm2', 'LayerNorm_2')):
-      flat[f + name + '/scale'], flat[f + name + '/bias'] = sd[t + ln + '.weight'], sd[t + ln + '.bias']
+      flat[f + name + '/scale'], flat[f + name + '/bias'] = (
+          sd[t + ln + '.weight'],
+          sd[t + ln + '.bias'],
+      )
     qkv_w, qkv_b = sd[t + 'attn.qkv.weight'], sd[t + 'attn.qkv.bias']  # (3D, D): rows q, k, v.
     for j, name in enumerate(('query', 'key', 'value')):
       a = f + f'MultiHeadDotProductAttention_1/{name}/'
-      flat[a + 'kernel'] = qkv_w[j * d:(j + 1) * d].T.reshape(d, heads, d // heads)
-      flat[a + 'bias'] = qkv_b[j * d:(j + 1) * d].reshape(heads, d // heads)
+      flat[a + 'kernel'] = qkv_w[j * d : (j + 1) * d].T.reshape(d, heads, d // heads)
+      flat[a + 'bias'] = qkv_b[j * d : (j + 1) * d].reshape(heads, d // heads)
     a = f + 'MultiHeadDotProductAttention_1/out/'
     flat[a + 'kernel'] = sd[t + 'attn.proj.weight'].T.reshape(heads, d // heads, d)
     flat[a + 'bias'] = sd[t + 'attn.proj.bias']
@@ -103,9 +129,16 @@ def test_we_read_timm_weights_with_equal_logits(tmp_path, classifier):
       p.add_(0.1 * torch.randn_like(p))
   timm_to_npz(reference, str(tmp_path / 'timm.npz'))
   model = _model(num_classes=6, classifier=classifier)
-  params, notes = loading.adapt_params(loading.load_npz(str(tmp_path / 'timm.npz')),
-                                          loading.param_shapes(model, 12), keep_head=True, keep_pre_logits=False)
+  params, notes = loading.adapt_params(
+      loading.load_npz(str(tmp_path / 'timm.npz')),
+      loading.param_shapes(model, 12),
+      keep_head=True,
+      keep_pre_logits=False,
+  )
   assert notes == []
   images = _images(4, 12, seed=1)
-  np.testing.assert_allclose(np.asarray(model.apply({'params': params}, images)),
-                             _timm_logits(reference, images), atol=1e-4)
+  np.testing.assert_allclose(
+      np.asarray(model.apply({'params': params}, images)),
+      _timm_logits(reference, images),
+      atol=1e-4,
+  )

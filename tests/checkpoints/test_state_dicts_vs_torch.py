@@ -4,6 +4,7 @@ The references are the libraries themselves: models built by timm and transforme
 `save` functions, run by PyTorch on the same images. torch, timm and transformers are in the `test`
 extra; without them these tests fail rather than skip.
 """
+
 import json
 import os
 import shutil
@@ -27,8 +28,15 @@ from vit_jax.models import variants
 from vit_jax.tasks import classification
 
 IMAGE_SIZE, NUM_CLASSES = 8, 10
-MODEL = {'variant': 'ViT-testing_4', 'model.hidden_size': 32, 'model.num_layers': 2, 'model.num_heads': 2,
-         'model.mlp_dim': 64, 'image_size': IMAGE_SIZE, 'model.mlp_activation': 'gelu'}
+MODEL = {
+    'variant': 'ViT-testing_4',
+    'model.hidden_size': 32,
+    'model.num_layers': 2,
+    'model.num_heads': 2,
+    'model.mlp_dim': 64,
+    'image_size': IMAGE_SIZE,
+    'model.mlp_activation': 'gelu',
+}
 
 
 def _randomize(module: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
@@ -54,38 +62,72 @@ def _torch_outputs(module: torch.nn.Module, images: np.ndarray, **kwargs) -> tor
 
 def _ours(init_from: str, num_classes, **overrides) -> np.ndarray:
   """Logits of our model initialised from `init_from` through config.init_from, as a run would."""
-  config = helpers.load_config('demo', {**MODEL, 'init_from': init_from, 'keep_head': num_classes is not None,
-                                        **overrides})
+  config = helpers.load_config(
+      'demo', {**MODEL, 'init_from': init_from, 'keep_head': num_classes is not None, **overrides}
+  )
   model = classification.make_model(config, num_classes)
   params = run_dir.load_init_params(config, model)
   return np.asarray(model.apply({'params': params}, _images()))
 
 
 def _timm_model(**kwargs) -> timm_vit.VisionTransformer:
-  return _randomize(timm_vit.VisionTransformer(
-      img_size=IMAGE_SIZE, patch_size=4, embed_dim=32, depth=2, num_heads=2, mlp_ratio=2.0,
-      num_classes=NUM_CLASSES, **kwargs))
+  return _randomize(
+      timm_vit.VisionTransformer(
+          img_size=IMAGE_SIZE,
+          patch_size=4,
+          embed_dim=32,
+          depth=2,
+          num_heads=2,
+          mlp_ratio=2.0,
+          num_classes=NUM_CLASSES,
+          **kwargs,
+      )
+  )
 
 
-@pytest.mark.parametrize('timm_kwargs,overrides', [
-    ({}, {}),
-    ({'class_token': False, 'global_pool': 'avg'}, {'model.classifier': 'gap', 'model.fc_norm': True}),
-    ({'class_token': False, 'global_pool': 'avg', 'fc_norm': False}, {'model.classifier': 'gap'}),
-], ids=['token', 'gap_fc_norm', 'gap'])
-def test_a_timm_vit_saved_by_timm_loads_through_init_from_with_equal_logits(tmp_path, timm_kwargs, overrides):
+@pytest.mark.parametrize(
+    'timm_kwargs,overrides',
+    [
+        ({}, {}),
+        (
+            {'class_token': False, 'global_pool': 'avg'},
+            {'model.classifier': 'gap', 'model.fc_norm': True},
+        ),
+        (
+            {'class_token': False, 'global_pool': 'avg', 'fc_norm': False},
+            {'model.classifier': 'gap'},
+        ),
+    ],
+    ids=['token', 'gap_fc_norm', 'gap'],
+)
+def test_a_timm_vit_saved_by_timm_loads_through_init_from_with_equal_logits(
+    tmp_path, timm_kwargs, overrides
+):
   reference = _timm_model(**timm_kwargs)
   path = str(tmp_path / 'model.safetensors')
   safetensors.torch.save_file(reference.state_dict(), path)
-  np.testing.assert_allclose(_ours(path, NUM_CLASSES, **overrides), _torch_outputs(reference, _images()).numpy(),
-                             atol=1e-4)
+  np.testing.assert_allclose(
+      _ours(path, NUM_CLASSES, **overrides), _torch_outputs(reference, _images()).numpy(), atol=1e-4
+  )
 
 
 def _timm_saved_for_hf(directory, **kwargs) -> torch.nn.Module:
   """A random tiny timm ViT written by timm's own `save_for_hf` (model.safetensors and the config.json
   of a hub directory: its `global_pool` and `model_args`)."""
-  reference = _randomize(timm.create_model(
-      'vit_tiny_patch16_224', pretrained=False, img_size=IMAGE_SIZE, patch_size=4, embed_dim=32, depth=2,
-      num_heads=2, mlp_ratio=2.0, num_classes=NUM_CLASSES, **kwargs))
+  reference = _randomize(
+      timm.create_model(
+          'vit_tiny_patch16_224',
+          pretrained=False,
+          img_size=IMAGE_SIZE,
+          patch_size=4,
+          embed_dim=32,
+          depth=2,
+          num_heads=2,
+          mlp_ratio=2.0,
+          num_classes=NUM_CLASSES,
+          **kwargs,
+      )
+  )
   timm.models.save_for_hf(reference, directory, safe_serialization=True)
   return reference
 
@@ -95,22 +137,39 @@ def test_a_timm_vit_without_a_class_token_embedding_loads_with_equal_logits(tmp_
   # rows for the patches only; ours is the same with a zero row for the class token.
   reference = _timm_saved_for_hf(tmp_path / 'flexi', no_embed_class=True)
   assert reference.pos_embed.shape[1] == (IMAGE_SIZE // 4) ** 2
-  np.testing.assert_allclose(_ours(str(tmp_path / 'flexi'), NUM_CLASSES),
-                             _torch_outputs(reference, _images()).numpy(), atol=1e-4)
+  np.testing.assert_allclose(
+      _ours(str(tmp_path / 'flexi'), NUM_CLASSES),
+      _torch_outputs(reference, _images()).numpy(),
+      atol=1e-4,
+  )
 
 
-@pytest.mark.parametrize('timm_kwargs,overrides,message', [
-    # The tensors of a class-token ViT, pooled as the mean of all tokens.
-    ({'class_token': True, 'global_pool': 'avg', 'fc_norm': False}, {},
-     r"averages its tokens although it has a class token \(global_pool='avg', class_token=True\)"),
-    # The tensors of a GAP ViT with fc_norm, pooled otherwise.
-    ({'class_token': False, 'global_pool': 'max'}, {'model.classifier': 'gap', 'model.fc_norm': True},
-     r"pools with global_pool='max', which vit_jax's ViT does not compute \(model.classifier: gap"),
-    ({'class_token': False, 'global_pool': 'avgmax'}, {'model.classifier': 'gap', 'model.fc_norm': True},
-     r"pools with global_pool='avgmax'"),
-], ids=['token_avg', 'max', 'avgmax'])
-def test_a_timm_pooling_our_vit_does_not_compute_is_a_one_line_error(tmp_path, timm_kwargs, overrides,
-                                                                     message):
+@pytest.mark.parametrize(
+    'timm_kwargs,overrides,message',
+    [
+        # The tensors of a class-token ViT, pooled as the mean of all tokens.
+        (
+            {'class_token': True, 'global_pool': 'avg', 'fc_norm': False},
+            {},
+            r"averages its tokens although it has a class token \(global_pool='avg', class_token=True\)",
+        ),
+        # The tensors of a GAP ViT with fc_norm, pooled otherwise.
+        (
+            {'class_token': False, 'global_pool': 'max'},
+            {'model.classifier': 'gap', 'model.fc_norm': True},
+            r"pools with global_pool='max', which vit_jax's ViT does not compute \(model.classifier: gap",
+        ),
+        (
+            {'class_token': False, 'global_pool': 'avgmax'},
+            {'model.classifier': 'gap', 'model.fc_norm': True},
+            r"pools with global_pool='avgmax'",
+        ),
+    ],
+    ids=['token_avg', 'max', 'avgmax'],
+)
+def test_a_timm_pooling_our_vit_does_not_compute_is_a_one_line_error(
+    tmp_path, timm_kwargs, overrides, message
+):
   # Pooling has no parameters: these state dicts load into our models, with other logits. timm's
   # config.json says how it pools.
   _timm_saved_for_hf(tmp_path / 'timm', **timm_kwargs)
@@ -119,9 +178,13 @@ def test_a_timm_pooling_our_vit_does_not_compute_is_a_one_line_error(tmp_path, t
   assert '\n' not in str(error.value)
   # The poolings ours computes load as before.
   reference = _timm_saved_for_hf(tmp_path / 'avg', class_token=False, global_pool='avg')
-  np.testing.assert_allclose(_ours(str(tmp_path / 'avg'), NUM_CLASSES, **{'model.classifier': 'gap',
-                                                                          'model.fc_norm': True}),
-                             _torch_outputs(reference, _images()).numpy(), atol=1e-4)
+  np.testing.assert_allclose(
+      _ours(
+          str(tmp_path / 'avg'), NUM_CLASSES, **{'model.classifier': 'gap', 'model.fc_norm': True}
+      ),
+      _torch_outputs(reference, _images()).numpy(),
+      atol=1e-4,
+  )
 
 
 def test_head_dropout_rate_drops_as_timms_drop_rate(tmp_path):
@@ -130,13 +193,22 @@ def test_head_dropout_rate_drops_as_timms_drop_rate(tmp_path):
   reference = _timm_model(drop_rate=0.5)
   path = str(tmp_path / 'model.safetensors')
   safetensors.torch.save_file(reference.state_dict(), path)
-  config = helpers.load_config('demo', {**MODEL, 'init_from': path, 'keep_head': True,
-                                        'model.dropout_rate': 0.0, 'model.head_dropout_rate': 0.5})
+  config = helpers.load_config(
+      'demo',
+      {
+          **MODEL,
+          'init_from': path,
+          'keep_head': True,
+          'model.dropout_rate': 0.0,
+          'model.head_dropout_rate': 0.5,
+      },
+  )
   model = classification.make_model(config, NUM_CLASSES)
   params = run_dir.load_init_params(config, model)
   images = np.repeat(_images(2), 2000, axis=0)
-  ours = np.asarray(model.apply({'params': params}, images, train=True,
-                                rngs={'dropout': jax.random.key(0)})).reshape(2, 2000, NUM_CLASSES)
+  ours = np.asarray(
+      model.apply({'params': params}, images, train=True, rngs={'dropout': jax.random.key(0)})
+  ).reshape(2, 2000, NUM_CLASSES)
   theirs = _torch_outputs(reference.train(), images).numpy().reshape(2, 2000, NUM_CLASSES)
   spread = theirs.std(axis=1)
   assert spread.min() > 0.1, spread
@@ -146,25 +218,43 @@ def test_head_dropout_rate_drops_as_timms_drop_rate(tmp_path):
 
 def test_a_timm_checkpoint_in_pytorch_format_and_in_bfloat16_loads_too(tmp_path):
   reference = _timm_model()
-  torch.save({'state_dict': reference.state_dict()}, tmp_path / 'checkpoint.pth')  # A training checkpoint.
+  torch.save(
+      {'state_dict': reference.state_dict()}, tmp_path / 'checkpoint.pth'
+  )  # A training checkpoint.
   expected = _torch_outputs(reference, _images()).numpy()
-  np.testing.assert_allclose(_ours(str(tmp_path / 'checkpoint.pth'), NUM_CLASSES), expected, atol=1e-4)
-  safetensors.torch.save_file({k: v.bfloat16() for k, v in reference.state_dict().items()},
-                              tmp_path / 'bf16.safetensors')
+  np.testing.assert_allclose(
+      _ours(str(tmp_path / 'checkpoint.pth'), NUM_CLASSES), expected, atol=1e-4
+  )
+  safetensors.torch.save_file(
+      {k: v.bfloat16() for k, v in reference.state_dict().items()}, tmp_path / 'bf16.safetensors'
+  )
   loaded, _ = state_dicts.read(str(tmp_path / 'bf16.safetensors'))
   assert loaded['pos_embed'].dtype == ml_dtypes.bfloat16
-  np.testing.assert_array_equal(loaded['pos_embed'].astype(np.float32),
-                                reference.state_dict()['pos_embed'].bfloat16().float().numpy())
-  np.testing.assert_allclose(_ours(str(tmp_path / 'bf16.safetensors'), NUM_CLASSES), expected, atol=0.1)
+  np.testing.assert_array_equal(
+      loaded['pos_embed'].astype(np.float32),
+      reference.state_dict()['pos_embed'].bfloat16().float().numpy(),
+  )
+  np.testing.assert_allclose(
+      _ours(str(tmp_path / 'bf16.safetensors'), NUM_CLASSES), expected, atol=0.1
+  )
 
 
 def _transformers_config(**kwargs) -> transformers.ViTConfig:
-  return transformers.ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-                                image_size=IMAGE_SIZE, patch_size=4, **kwargs)
+  return transformers.ViTConfig(
+      hidden_size=32,
+      num_hidden_layers=2,
+      num_attention_heads=2,
+      intermediate_size=64,
+      image_size=IMAGE_SIZE,
+      patch_size=4,
+      **kwargs,
+  )
 
 
 def test_a_transformers_classifier_saved_by_transformers_loads_with_equal_logits(tmp_path):
-  reference = _randomize(transformers.ViTForImageClassification(_transformers_config(num_labels=NUM_CLASSES)))
+  reference = _randomize(
+      transformers.ViTForImageClassification(_transformers_config(num_labels=NUM_CLASSES))
+  )
   reference.save_pretrained(tmp_path / 'hf')  # config.json + model.safetensors, the hub's layout.
   expected = _torch_outputs(reference, _images()).logits.numpy()
   np.testing.assert_allclose(_ours(str(tmp_path / 'hf'), NUM_CLASSES), expected, atol=1e-4)
@@ -178,7 +268,9 @@ def test_a_transformers_vit_model_brings_its_pooler_as_the_pre_logits_layer(tmp_
   reference = _randomize(transformers.ViTModel(_transformers_config(), add_pooling_layer=True))
   reference.save_pretrained(tmp_path / 'hf')
   expected = _torch_outputs(reference, _images()).pooler_output.numpy()
-  ours = _ours(str(tmp_path / 'hf'), None, **{'model.representation_size': 32, 'keep_pre_logits': True})
+  ours = _ours(
+      str(tmp_path / 'hf'), None, **{'model.representation_size': 32, 'keep_pre_logits': True}
+  )
   np.testing.assert_allclose(ours, expected, atol=1e-4)
 
 
@@ -196,27 +288,39 @@ def test_our_export_loads_into_timm_with_equal_logits(trained_tiny_run, exported
   # And back: the exported directory is a timm model directory that init_from reads.
   config = helpers.load_config('demo', {**helpers.TINY, 'init_from': timm_dir, 'keep_head': True})
   model = classification.make_model(config, NUM_CLASSES)
-  np.testing.assert_allclose(np.asarray(model.apply({'params': run_dir.load_init_params(config, model)}, images)),
-                             ours, atol=1e-5)
+  np.testing.assert_allclose(
+      np.asarray(model.apply({'params': run_dir.load_init_params(config, model)}, images)),
+      ours,
+      atol=1e-5,
+  )
 
 
 def test_the_safetensors_we_write_are_read_by_the_safetensors_package(tmp_path):
-  tensors = {'a': np.arange(6, dtype=np.float32).reshape(2, 3), 'b': np.ones((1, 5), ml_dtypes.bfloat16),
-             'c': np.zeros((), np.int64)}
+  tensors = {
+      'a': np.arange(6, dtype=np.float32).reshape(2, 3),
+      'b': np.ones((1, 5), ml_dtypes.bfloat16),
+      'c': np.zeros((), np.int64),
+  }
   state_dicts.write_safetensors(tensors, str(tmp_path / 'x.safetensors'))
   theirs = safetensors.torch.load_file(tmp_path / 'x.safetensors')
   assert theirs['b'].dtype == torch.bfloat16 and theirs['c'].shape == ()
   np.testing.assert_array_equal(theirs['a'].numpy(), tensors['a'])
-  safetensors.numpy.save_file({'a': tensors['a']}, tmp_path / 'y.safetensors', metadata={'format': 'np'})
-  np.testing.assert_array_equal(state_dicts.read_safetensors(epath.Path(tmp_path / 'y.safetensors'))['a'],
-                                tensors['a'])
+  safetensors.numpy.save_file(
+      {'a': tensors['a']}, tmp_path / 'y.safetensors', metadata={'format': 'np'}
+  )
+  np.testing.assert_array_equal(
+      state_dicts.read_safetensors(epath.Path(tmp_path / 'y.safetensors'))['a'], tensors['a']
+  )
 
 
-@pytest.mark.parametrize('overrides,message', [
-    ({'model.representation_size': 16}, "timm's VisionTransformer has no pre-logits layer"),
-    ({'model.classifier': 'map'}, "timm's VisionTransformer has no MAP head"),
-    ({'model.posemb': 'sincos2d'}, 'no fixed sincos2d position embeddings'),
-])
+@pytest.mark.parametrize(
+    'overrides,message',
+    [
+        ({'model.representation_size': 16}, "timm's VisionTransformer has no pre-logits layer"),
+        ({'model.classifier': 'map'}, "timm's VisionTransformer has no MAP head"),
+        ({'model.posemb': 'sincos2d'}, 'no fixed sincos2d position embeddings'),
+    ],
+)
 def test_what_timm_cannot_hold_is_said_and_not_written(overrides, message):
   config = helpers.load_config('demo', {**MODEL, **overrides})
   model = classification.make_model(config, NUM_CLASSES)
@@ -227,30 +331,46 @@ def test_what_timm_cannot_hold_is_said_and_not_written(overrides, message):
 def test_a_checkpoint_of_another_model_is_a_one_line_error(tmp_path):
   resnet = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4))
   safetensors.torch.save_file(resnet.state_dict(), tmp_path / 'resnet.safetensors')
-  with pytest.raises(ValueError, match=r"resnet.safetensors: a state dict of another model \(\d+ tensors, "
-                     r"e.g. '0.bias'.*timm's or Hugging Face transformers' naming") as error:
+  with pytest.raises(
+      ValueError,
+      match=r'resnet.safetensors: a state dict of another model \(\d+ tensors, '
+      r"e.g. '0.bias'.*timm's or Hugging Face transformers' naming",
+  ) as error:
     _ours(str(tmp_path / 'resnet.safetensors'), NUM_CLASSES)
   assert '\n' not in str(error.value)
   # A ViT with parts ours has not (register tokens) names the first of them.
   safetensors.torch.save_file(_timm_model(reg_tokens=1).state_dict(), tmp_path / 'reg.safetensors')
-  with pytest.raises(ValueError, match=r"timm tensor 'reg_token' \(1, 1, 32\) has no counterpart in "
-                     r"vit_jax's ViT \(1 such\): the checkpoint is another architecture"):
+  with pytest.raises(
+      ValueError,
+      match=r"timm tensor 'reg_token' \(1, 1, 32\) has no counterpart in "
+      r"vit_jax's ViT \(1 such\): the checkpoint is another architecture",
+  ):
     _ours(str(tmp_path / 'reg.safetensors'), NUM_CLASSES)
   (tmp_path / 'broken.safetensors').write_bytes(b'\x10\x00\x00\x00\x00\x00\x00\x00{"a": [')
-  with pytest.raises(ValueError, match=r'broken.safetensors is not a readable safetensors file.*init_from'):
+  with pytest.raises(
+      ValueError, match=r'broken.safetensors is not a readable safetensors file.*init_from'
+  ):
     _ours(str(tmp_path / 'broken.safetensors'), NUM_CLASSES)
 
 
 def test_a_checkpoint_of_another_width_or_head_count_names_the_fix(tmp_path):
   reference = transformers.ViTForImageClassification(_transformers_config(num_labels=NUM_CLASSES))
   reference.save_pretrained(tmp_path / 'hf')
-  with pytest.raises(ValueError, match=r'has 2 attention heads, the model 4: set --config.model.num_heads=2'):
+  with pytest.raises(
+      ValueError, match=r'has 2 attention heads, the model 4: set --config.model.num_heads=2'
+  ):
     _ours(str(tmp_path / 'hf'), NUM_CLASSES, **{'model.num_heads': 4})
   safetensors.torch.save_file(_timm_model().state_dict(), tmp_path / 'model.safetensors')
-  with pytest.raises(ValueError, match=r'^cls: checkpoint \(1, 1, 32\) vs model \(1, 1, 64\): the checkpoint is '
-                     r'another architecture'):
-    _ours(str(tmp_path / 'model.safetensors'), NUM_CLASSES,
-          **{'model.hidden_size': 64, 'model.mlp_dim': 128, 'keep_head': False})
+  with pytest.raises(
+      ValueError,
+      match=r'^cls: checkpoint \(1, 1, 32\) vs model \(1, 1, 64\): the checkpoint is '
+      r'another architecture',
+  ):
+    _ours(
+        str(tmp_path / 'model.safetensors'),
+        NUM_CLASSES,
+        **{'model.hidden_size': 64, 'model.mlp_dim': 128, 'keep_head': False},
+    )
 
 
 def test_the_log_says_when_the_checkpoint_used_another_gelu(tmp_path):
@@ -263,63 +383,112 @@ def test_the_log_says_when_the_checkpoint_used_another_gelu(tmp_path):
 
 def test_an_mlp_activation_our_vit_has_not_is_a_one_line_error(tmp_path):
   # An activation has no parameters: the weights would load and compute another function.
-  transformers.ViTModel(_transformers_config(hidden_act='quick_gelu')).save_pretrained(tmp_path / 'quick')
-  with pytest.raises(ValueError, match=r"the checkpoint's MLP uses the activation 'quick_gelu', which "
-                     r"vit_jax's ViT has not \(model.mlp_activation: gelu, gelu_tanh\)"):
+  transformers.ViTModel(_transformers_config(hidden_act='quick_gelu')).save_pretrained(
+      tmp_path / 'quick'
+  )
+  with pytest.raises(
+      ValueError,
+      match=r"the checkpoint's MLP uses the activation 'quick_gelu', which "
+      r"vit_jax's ViT has not \(model.mlp_activation: gelu, gelu_tanh\)",
+  ):
     run_dir.load_params(str(tmp_path / 'quick'), num_heads=2, mlp_activation='gelu')
   # transformers' names of GELU's tanh form are ours.
-  reference = _randomize(transformers.ViTForImageClassification(
-      _transformers_config(num_labels=NUM_CLASSES, hidden_act='gelu_pytorch_tanh')))
+  reference = _randomize(
+      transformers.ViTForImageClassification(
+          _transformers_config(num_labels=NUM_CLASSES, hidden_act='gelu_pytorch_tanh')
+      )
+  )
   reference.save_pretrained(tmp_path / 'tanh')
   _, note = run_dir.load_params(str(tmp_path / 'tanh'), num_heads=2, mlp_activation='gelu')
-  assert 'trained with gelu_pytorch_tanh, the model uses gelu (--config.model.mlp_activation=gelu_tanh' in note
+  assert (
+      'trained with gelu_pytorch_tanh, the model uses gelu (--config.model.mlp_activation=gelu_tanh'
+      in note
+  )
   _, note = run_dir.load_params(str(tmp_path / 'tanh'), num_heads=2, mlp_activation='gelu_tanh')
   assert 'trained with' not in note
-  np.testing.assert_allclose(_ours(str(tmp_path / 'tanh'), NUM_CLASSES, **{'model.mlp_activation': 'gelu_tanh'}),
-                             _torch_outputs(reference, _images()).logits.numpy(), atol=1e-4)
+  np.testing.assert_allclose(
+      _ours(str(tmp_path / 'tanh'), NUM_CLASSES, **{'model.mlp_activation': 'gelu_tanh'}),
+      _torch_outputs(reference, _images()).logits.numpy(),
+      atol=1e-4,
+  )
 
 
-@pytest.mark.parametrize('hidden_size,mlp_dim', [(32, 64), (56, 488)])  # 56 * (488 / 56) = 487.99...
+@pytest.mark.parametrize(
+    'hidden_size,mlp_dim', [(32, 64), (56, 488)]
+)  # 56 * (488 / 56) = 487.99...
 def test_timms_config_we_write_builds_an_mlp_of_our_width(tmp_path, hidden_size, mlp_dim):
-  config = helpers.load_config('demo', {**MODEL, 'model.hidden_size': hidden_size, 'model.mlp_dim': mlp_dim})
+  config = helpers.load_config(
+      'demo', {**MODEL, 'model.hidden_size': hidden_size, 'model.mlp_dim': mlp_dim}
+  )
   model = classification.make_model(config, NUM_CLASSES)
   params = helpers.random_params(model, IMAGE_SIZE)
-  state_dicts.write_safetensors(state_dicts.to_timm(params), str(tmp_path / state_dicts.SAFETENSORS))
-  timm_config = state_dicts.timm_config(variants.get_model_config(config.variant, config.model.to_dict()),
-                                        IMAGE_SIZE, NUM_CLASSES,
-                                        pp_eval=config.pp_eval.to_dict())
+  state_dicts.write_safetensors(
+      state_dicts.to_timm(params), str(tmp_path / state_dicts.SAFETENSORS)
+  )
+  timm_config = state_dicts.timm_config(
+      variants.get_model_config(config.variant, config.model.to_dict()),
+      IMAGE_SIZE,
+      NUM_CLASSES,
+      pp_eval=config.pp_eval.to_dict(),
+  )
   (tmp_path / 'config.json').write_text(json.dumps(timm_config))
   reference = timm.create_model(f'local-dir:{tmp_path}', pretrained=True).eval()
-  np.testing.assert_allclose(_torch_outputs(reference, _images()).numpy(),
-                             np.asarray(model.apply({'params': params}, _images())), atol=1e-4)
+  np.testing.assert_allclose(
+      _torch_outputs(reference, _images()).numpy(),
+      np.asarray(model.apply({'params': params}, _images())),
+      atol=1e-4,
+  )
 
 
 def _timm_input(pretrained_cfg: dict, image: np.ndarray) -> np.ndarray:
   """timm's eval transform for `pretrained_cfg` (resolve_data_config + create_transform, as timm's
   users prepare images) applied to uint8 [h, w, 3]: float32 [h, w, 3]."""
   from PIL import Image  # pylint: disable=g-import-not-at-top
-  transform = timm.data.create_transform(**timm.data.resolve_data_config(pretrained_cfg=pretrained_cfg))
+
+  transform = timm.data.create_transform(
+      **timm.data.resolve_data_config(pretrained_cfg=pretrained_cfg)
+  )
   return transform(Image.fromarray(image)).permute(1, 2, 0).numpy()
 
 
-@pytest.mark.parametrize('crop,crop_fraction,image_size', [
-    ('resize', 0.875, 16), ('central', 0.875, 16),
-    ('central', 0.9, 16),  # 16 / 0.9 = 17.8: we round to 18, timm floors; the crop_pct makes it 18.
-])
+@pytest.mark.parametrize(
+    'crop,crop_fraction,image_size',
+    [
+        ('resize', 0.875, 16),
+        ('central', 0.875, 16),
+        (
+            'central',
+            0.9,
+            16,
+        ),  # 16 / 0.9 = 17.8: we round to 18, timm floors; the crop_pct makes it 18.
+    ],
+)
 @pytest.mark.parametrize('shape', [(40, 120), (70, 50)])
 def test_timms_transform_from_the_exported_config_prepares_images_as_our_evaluation(
-    crop, crop_fraction, image_size, shape):
+    crop, crop_fraction, image_size, shape
+):
   from vit_jax.tools import predict  # pylint: disable=g-import-not-at-top
-  pp_eval = {'crop': crop, 'crop_fraction': crop_fraction, 'antialias': True}  # PIL always antialiases.
-  config = state_dicts.timm_config(helpers.load_config('demo', MODEL).model.to_dict() | {
-      'patch_size': 4, 'classifier': 'token'}, image_size, NUM_CLASSES, pp_eval=pp_eval)
+
+  pp_eval = {
+      'crop': crop,
+      'crop_fraction': crop_fraction,
+      'antialias': True,
+  }  # PIL always antialiases.
+  config = state_dicts.timm_config(
+      helpers.load_config('demo', MODEL).model.to_dict() | {'patch_size': 4, 'classifier': 'token'},
+      image_size,
+      NUM_CLASSES,
+      pp_eval=pp_eval,
+  )
   image = np.random.RandomState(0).randint(0, 256, (*shape, 3)).astype(np.uint8)
   ours = predict.model_input(image, image_size, pp_eval)
   # PIL resizes uint8 in two passes, rounding after each: up to a grey level on noise (1 / 127.5 here).
   np.testing.assert_allclose(_timm_input(config['pretrained_cfg'], image), ours, atol=1.01 / 127.5)
 
 
-def test_timm_and_our_export_agree_on_a_wide_image_where_the_crops_disagree(trained_tiny_run, tmp_path):
+def test_timm_and_our_export_agree_on_a_wide_image_where_the_crops_disagree(
+    trained_tiny_run, tmp_path
+):
   """The audit's case: a wide image whose centre is another class than the whole. Its export once
   gave timm no crop fields, so timm took its default 87.5% central crop, and a top-1 that vit_jax's
   squashing resize (pp_eval.crop='resize') did not give."""
@@ -334,16 +503,30 @@ def test_timm_and_our_export_agree_on_a_wide_image_where_the_crops_disagree(trai
   (workdir / 'config.json').write_text(json.dumps(config))
   export.export(str(workdir), str(tmp_path / 'export'))
   images, labels = digits.split_arrays()['test']
-  eight, three = (np.asarray(Image.fromarray(images[list(labels).index(d)]).resize((40, 40))) for d in (8, 3))
+  eight, three = (
+      np.asarray(Image.fromarray(images[list(labels).index(d)]).resize((40, 40))) for d in (8, 3)
+  )
   wide = np.concatenate([eight, three, eight], axis=1)  # 40 x 120: a 3 between two 8s.
   Image.fromarray(wide).save(tmp_path / 'wide.png')
-  ours = dict(predict.predict([str(tmp_path / 'wide.png')], predict.load_export(str(tmp_path / 'export')),
-                              top_k=NUM_CLASSES)[0][1])
+  ours = dict(
+      predict.predict(
+          [str(tmp_path / 'wide.png')],
+          predict.load_export(str(tmp_path / 'export')),
+          top_k=NUM_CLASSES,
+      )[0][1]
+  )
   ours = np.array([ours[name] for name in '0123456789'])
   reference = timm.create_model(f'local-dir:{tmp_path / "export" / "timm"}', pretrained=True).eval()
   with torch.no_grad():
-    theirs = reference(torch.from_numpy(_timm_input(reference.pretrained_cfg, wide)).permute(2, 0, 1)[None])
+    theirs = reference(
+        torch.from_numpy(_timm_input(reference.pretrained_cfg, wide)).permute(2, 0, 1)[None]
+    )
   theirs = theirs.softmax(-1)[0].numpy()
   assert theirs.argmax() == ours.argmax(), (theirs.round(3), ours.round(3))
-  np.testing.assert_allclose(theirs, ours, atol=2e-3)  # Inputs within a grey level (the test above).
-  assert reference.pretrained_cfg['crop_mode'] == 'squash' and reference.pretrained_cfg['crop_pct'] == 1.0
+  np.testing.assert_allclose(
+      theirs, ours, atol=2e-3
+  )  # Inputs within a grey level (the test above).
+  assert (
+      reference.pretrained_cfg['crop_mode'] == 'squash'
+      and reference.pretrained_cfg['crop_pct'] == 1.0
+  )

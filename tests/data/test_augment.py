@@ -33,6 +33,7 @@ def assert_float32_like(got: np.ndarray, image: np.ndarray) -> None:
 
 # The chain: op i draws from its own generator, and the defaults are crop, flip and normalize.
 
+
 @pytest.mark.parametrize('crop', list(preprocess.CROPS))
 def test_default_train_preprocess_is_crop_flip_normalize(crop):
   pp = pp_config(crop=crop, pad=3)
@@ -57,11 +58,14 @@ def test_an_op_that_is_off_makes_no_generator(monkeypatch):
   def default_rng(seed):
     made.append(seed[-1])  # The op's position.
     return seeded(seed)
+
   monkeypatch.setattr(np.random, 'default_rng', default_rng)
   preprocess.train_preprocess(image, (0, 5), pp=pp_config(flip=False), image_size=16)
   assert made == [0]  # The crop's.
   made.clear()
-  preprocess.train_preprocess(image, (0, 5), pp=pp_config(flip=True, color_jitter=0.4), image_size=16)
+  preprocess.train_preprocess(
+      image, (0, 5), pp=pp_config(flip=True, color_jitter=0.4), image_size=16
+  )
   assert made == [0, 1, 4, 5]  # Crop, flip, colour jitter, normalize: each op's own stream.
 
 
@@ -75,11 +79,13 @@ def test_train_preprocess_applies_op_i_with_generator_seed_i():
         want = op.apply(want, np.random.default_rng([*seed, i]), pp, 16)
     got = preprocess.train_preprocess(image, seed, pp=pp, image_size=16)
     np.testing.assert_array_equal(got, want)
-    np.testing.assert_array_equal(preprocess.train_preprocess(image, seed, pp=pp, image_size=16),
-                                  got)
+    np.testing.assert_array_equal(
+        preprocess.train_preprocess(image, seed, pp=pp, image_size=16), got
+    )
     assert_float32_like(got, np.zeros((16, 16, 3)))
-  distinct = {preprocess.train_preprocess(image, (i, 7), pp=pp, image_size=16).tobytes()
-              for i in range(24)}
+  distinct = {
+      preprocess.train_preprocess(image, (i, 7), pp=pp, image_size=16).tobytes() for i in range(24)
+  }
   assert len(distinct) == 24
 
 
@@ -106,13 +112,14 @@ def test_solarize_of_float_pixels_inverts_from_128_exactly():
 
 # Random erasing.
 
+
 def boxes_of(erased: np.ndarray) -> list[tuple[int, int]]:
   """(height, width) of each erased image's box; asserts the erased pixels form one rectangle."""
   boxes = []
   for mask in erased:
     rows, cols = np.flatnonzero(mask.any(1)), np.flatnonzero(mask.any(0))
     if rows.size:
-      assert mask[rows[0]:rows[-1] + 1, cols[0]:cols[-1] + 1].all()
+      assert mask[rows[0] : rows[-1] + 1, cols[0] : cols[-1] + 1].all()
       assert mask.sum() == rows.size * cols.size
       boxes.append((rows.size, cols.size))
   return boxes
@@ -120,8 +127,9 @@ def boxes_of(erased: np.ndarray) -> list[tuple[int, int]]:
 
 def test_random_erasing_fills_normal_noise_and_keeps_the_rest():
   image = random_image((24, 20, 3)).astype(np.float32) / 127.5 - 1
-  outputs = over_seeds(lambda rng: augment.random_erase(image, rng, 1.0, (0.1, 0.3), (0.5, 2.0)),
-                       200)
+  outputs = over_seeds(
+      lambda rng: augment.random_erase(image, rng, 1.0, (0.1, 0.3), (0.5, 2.0)), 200
+  )
   erased = outputs != image
   assert len(boxes_of(erased.any(-1))) == 200
   np.testing.assert_array_equal(outputs[~erased], np.broadcast_to(image, outputs.shape)[~erased])
@@ -139,10 +147,12 @@ def test_random_erasing_fills_normal_noise_and_keeps_the_rest():
 def test_train_preprocess_erases_after_normalize():
   image = random_image((20, 26, 3))
   pp = pp_config(crop='resize', flip=False, erase_prob=1.0)
-  got = np.stack([preprocess.train_preprocess(image, (i, 7), pp=pp, image_size=16)
-                  for i in range(20)])
-  clean = preprocess.train_preprocess(image, (0, 7), pp=pp_config(crop='resize', flip=False),
-                                      image_size=16)
+  got = np.stack(
+      [preprocess.train_preprocess(image, (i, 7), pp=pp, image_size=16) for i in range(20)]
+  )
+  clean = preprocess.train_preprocess(
+      image, (0, 7), pp=pp_config(crop='resize', flip=False), image_size=16
+  )
   erased = got != clean
   assert erased.any(axis=(1, 2, 3)).all()
   assert np.abs(got[erased]).max() > 2  # N(0, 1) noise in the normalised space.
@@ -150,24 +160,31 @@ def test_train_preprocess_erases_after_normalize():
 
 # Eval crop.
 
-@pytest.mark.parametrize('shape,rows,cols', [((256, 320), (16, 240), (48, 272)),
-                                             ((320, 256), (48, 272), (16, 240))])
+
+@pytest.mark.parametrize(
+    'shape,rows,cols', [((256, 320), (16, 240), (48, 272)), ((320, 256), (48, 272), (16, 240))]
+)
 @pytest.mark.parametrize('antialias', [False, True])
 def test_central_crop_of_the_shorter_side_256_is_its_central_224(shape, rows, cols, antialias):
   image = random_image((*shape, 3))
   pp_eval = defaults.get_config().pp_eval
   pp_eval.update(dict(crop='central', antialias=antialias))
   got = preprocess.model_input(preprocess.eval_preprocess(image, pp_eval=pp_eval, image_size=224))
-  expected = image[rows[0]:rows[1], cols[0]:cols[1]].astype(np.float32) / np.float32(127.5) - 1
+  expected = image[rows[0] : rows[1], cols[0] : cols[1]].astype(np.float32) / np.float32(127.5) - 1
   np.testing.assert_array_equal(got, expected)
 
 
-def pil_resize(image: np.ndarray, height: int, width: int,
-               resample=Image.Resampling.BILINEAR) -> np.ndarray:
+def pil_resize(
+    image: np.ndarray, height: int, width: int, resample=Image.Resampling.BILINEAR
+) -> np.ndarray:
   """PIL's resize of float [h, w, 3], each channel in mode 'F'."""
-  return np.stack([np.asarray(Image.fromarray(np.float32(image[..., c])).resize((width, height),
-                                                                                resample))
-                   for c in range(image.shape[-1])], -1)
+  return np.stack(
+      [
+          np.asarray(Image.fromarray(np.float32(image[..., c])).resize((width, height), resample))
+          for c in range(image.shape[-1])
+      ],
+      -1,
+  )
 
 
 def pil_central_crop(image: np.ndarray, size: int, crop_fraction: float) -> np.ndarray:
@@ -177,7 +194,7 @@ def pil_central_crop(image: np.ndarray, size: int, crop_fraction: float) -> np.n
   new_h, new_w = round(h * target / min(h, w)), round(w * target / min(h, w))
   resized = pil_resize(image, new_h, new_w)
   top, left = (new_h - size) // 2, (new_w - size) // 2
-  return resized[top:top + size, left:left + size]
+  return resized[top : top + size, left : left + size]
 
 
 def smooth_image(shape) -> np.ndarray:
@@ -186,12 +203,15 @@ def smooth_image(shape) -> np.ndarray:
   return pil_resize(coarse, *shape, resample=Image.Resampling.BICUBIC).clip(0, 255)
 
 
-@pytest.mark.parametrize('shape,size,crop_fraction,antialias,mean_diff,max_diff', [
-    ((20, 30), 16, 0.5, False, 1e-4, 1e-3),  # Upscaling: both are plain bilinear interpolation.
-    ((120, 96), 56, 0.875, False, 1.0, 4.0),  # Downscaling by 1.5: PIL also antialiases.
-    ((20, 30), 16, 0.5, True, 1e-4, 1e-3),
-    ((120, 96), 56, 0.875, True, 1e-4, 1e-3),  # PIL's filter.
-])
+@pytest.mark.parametrize(
+    'shape,size,crop_fraction,antialias,mean_diff,max_diff',
+    [
+        ((20, 30), 16, 0.5, False, 1e-4, 1e-3),  # Upscaling: both are plain bilinear interpolation.
+        ((120, 96), 56, 0.875, False, 1.0, 4.0),  # Downscaling by 1.5: PIL also antialiases.
+        ((20, 30), 16, 0.5, True, 1e-4, 1e-3),
+        ((120, 96), 56, 0.875, True, 1e-4, 1e-3),  # PIL's filter.
+    ],
+)
 def test_central_crop_matches_pil(shape, size, crop_fraction, antialias, mean_diff, max_diff):
   image = smooth_image(shape)
   got = preprocess.central_crop(image, size, crop_fraction, antialias)

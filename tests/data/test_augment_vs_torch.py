@@ -1,5 +1,7 @@
 """3-Augment, colour jitter and random erasing against torchvision and timm: the comparisons of
-test_augment.py with the torch-based peers, which `make test-all` runs (they need the test extra)."""
+test_augment.py with the torch-based peers, which `make test-all` runs (they need the test extra).
+"""
+
 import collections
 import itertools
 import random
@@ -72,9 +74,12 @@ def test_three_augment_picks_each_branch_a_third_and_blurs_with_sigma_in_range()
     assert 70 <= count <= 130  # 100 expected; 3.6 standard deviations.
   sigmas = []
   for x in blurred[:40]:
-    fit = optimize.minimize_scalar(lambda s: np.abs(torchvision_blur(image, s) - x).max(),
-                                   bounds=(0.01, 3.0), method='bounded',
-                                   options=dict(xatol=1e-5))
+    fit = optimize.minimize_scalar(
+        lambda s: np.abs(torchvision_blur(image, s) - x).max(),
+        bounds=(0.01, 3.0),
+        method='bounded',
+        options=dict(xatol=1e-5),
+    )
     assert fit.fun < 0.01
     sigmas.append(fit.x)
   assert 0.1 - 1e-3 <= min(sigmas) < 0.4 and 1.7 < max(sigmas) <= 2.0 + 1e-3
@@ -82,9 +87,11 @@ def test_three_augment_picks_each_branch_a_third_and_blurs_with_sigma_in_range()
     assert_float32_like(x, image)
 
 
-ADJUSTMENTS = [(augment.adjust_brightness, TF.adjust_brightness),
-               (augment.adjust_contrast, TF.adjust_contrast),
-               (augment.adjust_saturation, TF.adjust_saturation)]
+ADJUSTMENTS = [
+    (augment.adjust_brightness, TF.adjust_brightness),
+    (augment.adjust_contrast, TF.adjust_contrast),
+    (augment.adjust_saturation, TF.adjust_saturation),
+]
 
 
 def torchvision_jitter(image: np.ndarray, factors, order) -> np.ndarray:
@@ -142,8 +149,11 @@ def test_color_jitter_orders_are_uniform():
   for s in range(600):
     got = augment.color_jitter(image, np.random.default_rng([s, 7]), 0.9)  # Strong: clips.
     factors = np.random.default_rng([s, 7]).uniform(0.1, 1.9, 3)
-    matches = [order for order in itertools.permutations(range(3))
-               if np.allclose(got, torchvision_jitter(image, factors, order), atol=1e-3)]
+    matches = [
+        order
+        for order in itertools.permutations(range(3))
+        if np.allclose(got, torchvision_jitter(image, factors, order), atol=1e-3)
+    ]
     assert matches
     if len(matches) == 1:
       counts.update(matches)
@@ -167,23 +177,36 @@ class GeneratorAsRandom:
     return int(self.rng.integers(low, high + 1))
 
 
-@pytest.mark.parametrize('height,width,area,aspect', [
-    (40, 40, (0.02, 1 / 3), (0.3, 1 / 0.3)),
-    (13, 31, (0.02, 1 / 3), (0.3, 1 / 0.3)),
-    (31, 13, (0.3, 0.9), (0.5, 4.0)),  # Many boxes that do not fit.
-])
+@pytest.mark.parametrize(
+    'height,width,area,aspect',
+    [
+        (40, 40, (0.02, 1 / 3), (0.3, 1 / 0.3)),
+        (13, 31, (0.02, 1 / 3), (0.3, 1 / 0.3)),
+        (31, 13, (0.3, 0.9), (0.5, 4.0)),  # Many boxes that do not fit.
+    ],
+)
 def test_random_erasing_is_timms_algorithm_draw_for_draw(monkeypatch, height, width, area, aspect):
   """timm's RandomErasing with its `random` draws taken from the same generator erases the same
   boxes: the probability test, the attempts, the area and log-aspect draws, the rounding, the fit
   test and the corner."""
-  erase = timm.data.random_erasing.RandomErasing(0.7, area[0], area[1], aspect[0], aspect[1],
-                                                 mode='pixel', device='cpu')
+  erase = timm.data.random_erasing.RandomErasing(
+      0.7, area[0], area[1], aspect[0], aspect[1], mode='pixel', device='cpu'
+  )
   erased_count = 0
   for s in range(300):
-    ours = augment.random_erase(np.zeros((height, width, 3), np.float32),
-                                np.random.default_rng([s, 7]), 0.7, area, aspect) != 0
-    monkeypatch.setattr(timm.data.random_erasing, 'random',
-                        GeneratorAsRandom(np.random.default_rng([s, 7])))
+    ours = (
+        augment.random_erase(
+            np.zeros((height, width, 3), np.float32),
+            np.random.default_rng([s, 7]),
+            0.7,
+            area,
+            aspect,
+        )
+        != 0
+    )
+    monkeypatch.setattr(
+        timm.data.random_erasing, 'random', GeneratorAsRandom(np.random.default_rng([s, 7]))
+    )
     theirs = numpy_hwc(erase(torch.zeros(3, height, width))) != 0
     np.testing.assert_array_equal(ours, theirs)
     erased_count += ours.any()
@@ -192,10 +215,18 @@ def test_random_erasing_is_timms_algorithm_draw_for_draw(monkeypatch, height, wi
 
 def test_random_erasing_matches_timm():
   size, prob, area, aspect, n = 40, 0.6, (0.02, 1 / 3), (0.3, 1 / 0.3), 2000
-  ours = over_seeds(lambda rng: augment.random_erase(np.zeros([size, size, 3], np.float32), rng,
-                                                     prob, area, aspect), n) != 0
-  erase = timm.data.random_erasing.RandomErasing(prob, area[0], area[1], aspect[0], aspect[1],
-                                                 mode='pixel', device='cpu')
+  ours = (
+      over_seeds(
+          lambda rng: augment.random_erase(
+              np.zeros([size, size, 3], np.float32), rng, prob, area, aspect
+          ),
+          n,
+      )
+      != 0
+  )
+  erase = timm.data.random_erasing.RandomErasing(
+      prob, area[0], area[1], aspect[0], aspect[1], mode='pixel', device='cpu'
+  )
   random.seed(0)
   torch.manual_seed(0)
   theirs = np.stack([numpy_hwc(erase(torch.zeros(3, size, size))) for _ in range(n)]) != 0
@@ -209,8 +240,15 @@ def test_random_erasing_matches_timm():
     assert ((h - 0.5) * (w - 0.5) <= area[1] * size**2).all()
     assert ((h + 0.5) / (w - 0.5) >= aspect[0]).all() and ((h - 0.5) / (w + 0.5) <= aspect[1]).all()
     log_aspect = np.log(h / w)
-    stats.append([len(boxes) / n, (h * w).mean() / size**2, log_aspect.mean(), log_aspect.std(),
-                  *np.histogram(log_aspect, bins=4, range=np.log(aspect))[0] / len(boxes)])
+    stats.append(
+        [
+            len(boxes) / n,
+            (h * w).mean() / size**2,
+            log_aspect.mean(),
+            log_aspect.std(),
+            *np.histogram(log_aspect, bins=4, range=np.log(aspect))[0] / len(boxes),
+        ]
+    )
   ours_stats, timm_stats = stats
   assert abs(ours_stats[0] - prob) < 0.04
   # Erased share, mean area fraction, log-aspect mean and std, log-aspect histogram: each about
@@ -229,19 +267,31 @@ def box_corners(erased: np.ndarray) -> np.ndarray:
   return np.array(corners)
 
 
-@pytest.mark.parametrize('height,width,area,aspect', [
-    (13, 31, (0.02, 1 / 3), (0.3, 1 / 0.3)),  # timm's defaults on a wide image.
-    # Large boxes, mostly tall (a range not symmetric in log: height and width swapped would show),
-    # many of which do not fit.
-    (31, 13, (0.3, 0.9), (0.5, 4.0)),
-])
-def test_random_erasing_boxes_and_positions_match_timm_on_non_square_images(height, width, area,
-                                                                            aspect):
+@pytest.mark.parametrize(
+    'height,width,area,aspect',
+    [
+        (13, 31, (0.02, 1 / 3), (0.3, 1 / 0.3)),  # timm's defaults on a wide image.
+        # Large boxes, mostly tall (a range not symmetric in log: height and width swapped would show),
+        # many of which do not fit.
+        (31, 13, (0.3, 0.9), (0.5, 4.0)),
+    ],
+)
+def test_random_erasing_boxes_and_positions_match_timm_on_non_square_images(
+    height, width, area, aspect
+):
   prob, n = 0.7, 1500
-  ours = over_seeds(lambda rng: augment.random_erase(np.zeros([height, width, 1], np.float32), rng,
-                                                     prob, area, aspect), n)[..., 0] != 0
-  erase = timm.data.random_erasing.RandomErasing(prob, area[0], area[1], aspect[0], aspect[1],
-                                                 mode='pixel', device='cpu')
+  ours = (
+      over_seeds(
+          lambda rng: augment.random_erase(
+              np.zeros([height, width, 1], np.float32), rng, prob, area, aspect
+          ),
+          n,
+      )[..., 0]
+      != 0
+  )
+  erase = timm.data.random_erasing.RandomErasing(
+      prob, area[0], area[1], aspect[0], aspect[1], mode='pixel', device='cpu'
+  )
   random.seed(0)
   torch.manual_seed(0)
   theirs = np.stack([erase(torch.zeros(1, height, width))[0].numpy() for _ in range(n)]) != 0

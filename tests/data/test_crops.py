@@ -1,6 +1,7 @@
 """The train crops, flip and train_preprocess's streams: pp.crop='random_resized' against timm's and
 torchvision's RandomResizedCrop, 'inception' against TensorFlow's sample_distorted_bounding_box
 (the original code's crop), 'random' (pad and crop), and how train_preprocess seeds each op."""
+
 import itertools
 
 import ml_collections
@@ -36,6 +37,7 @@ def test_the_train_crop_reads_min_area_and_checks_it():
 
 # The inception crop: TensorFlow's sampler.
 
+
 def _inception_boxes(height: int, width: int, min_area: float, n: int) -> np.ndarray:
   """[n, 4] rows of (top, left, height, width), one per seed, read off the crops of an image of
   distinct pixel values."""
@@ -55,16 +57,24 @@ def _tensorflow_boxes(height: int, width: int, min_area: float, n: int) -> np.nd
   def boxes(seeds):
     def box(seed):
       begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
-          [height, width, 3], tf.zeros([1, 0, 4]), seed, min_object_covered=0.0,
-          aspect_ratio_range=_RATIO, area_range=(min_area, 1.0),
-          use_image_if_no_bounding_boxes=True)
+          [height, width, 3],
+          tf.zeros([1, 0, 4]),
+          seed,
+          min_object_covered=0.0,
+          aspect_ratio_range=_RATIO,
+          area_range=(min_area, 1.0),
+          use_image_if_no_bounding_boxes=True,
+      )
       return tf.concat([begin[:2], size[:2]], 0)
+
     return tf.map_fn(box, seeds)
+
   return boxes(tf.constant(np.stack([np.arange(n), np.full(n, 7)], 1), tf.int32)).numpy()
 
 
-@pytest.mark.parametrize('height,width,min_area', [(48, 64, 0.3), (40, 40, 0.08), (30, 90, 0.5),
-                                                   (375, 500, 0.05)])
+@pytest.mark.parametrize(
+    'height,width,min_area', [(48, 64, 0.3), (40, 40, 0.08), (30, 90, 0.5), (375, 500, 0.05)]
+)
 def test_inception_boxes_are_distributed_as_tensorflows(height, width, min_area):
   n = 3000
   ours = _inception_boxes(height, width, min_area, n)
@@ -82,18 +92,24 @@ def test_inception_boxes_are_distributed_as_tensorflows(height, width, min_area)
     assert ((boxes[:, 1] + boxes[:, 3] < width) | (boxes[:, 3] == width)).all()
 
 
-@pytest.mark.parametrize('height,width,min_area', [(48, 64, 0.3), (30, 90, 0.5), (13, 11, 0.05),
-                                                   (10, 200, 0.9), (375, 500, 1.0)])
+@pytest.mark.parametrize(
+    'height,width,min_area',
+    [(48, 64, 0.3), (30, 90, 0.5), (13, 11, 0.05), (10, 200, 0.9), (375, 500, 1.0)],
+)
 def test_inception_boxes_cover_min_area_at_an_allowed_aspect_ratio_or_are_the_image(
-    height, width, min_area):
+    height, width, min_area
+):
   boxes = _inception_boxes(height, width, min_area, 500)
   top, left, box_h, box_w = boxes.T
   assert ((top >= 0) & (top + box_h <= height) & (left >= 0) & (left + box_w <= width)).all()
   whole = (box_h == height) & (box_w == width)
   area = box_h * box_w
   # The width is the height times a ratio in [3/4, 4/3], rounded.
-  fits = ((area >= min_area * height * width) & (box_w >= np.round(box_h * _RATIO[0])) &
-          (box_w <= np.round(box_h * _RATIO[1])))
+  fits = (
+      (area >= min_area * height * width)
+      & (box_w >= np.round(box_h * _RATIO[0]))
+      & (box_w <= np.round(box_h * _RATIO[1]))
+  )
   assert (fits | whole).all()
 
 
@@ -109,6 +125,7 @@ def test_when_no_inception_box_fits_both_take_the_whole_image(height, width, min
 
 # Pad and crop, flip.
 
+
 def test_pad_and_random_crop_shifts_by_each_offset_up_to_twice_the_pad():
   image = _image(6, 7).astype(np.float32)
   padded = np.pad(image, [(2, 2), (2, 2), (0, 0)])
@@ -116,12 +133,19 @@ def test_pad_and_random_crop_shifts_by_each_offset_up_to_twice_the_pad():
   for seed in range(500):
     got = preprocess.pad_and_random_crop(image, np.random.default_rng(seed), 2)
     assert got.shape == image.shape
-    offsets.append(next((top, left) for top in range(5) for left in range(5)
-                        if np.array_equal(got, padded[top:top + 6, left:left + 7])))
+    offsets.append(
+        next(
+            (top, left)
+            for top in range(5)
+            for left in range(5)
+            if np.array_equal(got, padded[top : top + 6, left : left + 7])
+        )
+    )
   counts = np.bincount([top * 5 + left for top, left in offsets], minlength=25)
   assert stats.chisquare(counts).pvalue > 1e-3  # All 25 offsets, uniformly.
-  np.testing.assert_array_equal(preprocess.pad_and_random_crop(image, np.random.default_rng(0), 0),
-                                image)
+  np.testing.assert_array_equal(
+      preprocess.pad_and_random_crop(image, np.random.default_rng(0), 0), image
+  )
 
 
 def test_flip_mirrors_half_the_images_and_only_when_asked():
@@ -135,7 +159,9 @@ def test_flip_mirrors_half_the_images_and_only_when_asked():
     assert is_mirror or np.array_equal(got, image)
     mirrored += is_mirror
   assert stats.binomtest(mirrored, 400).pvalue > 1e-3
-  assert preprocess.AUGMENTS[0].on(_pp(flip=True)) and not preprocess.AUGMENTS[0].on(_pp(flip=False))
+  assert preprocess.AUGMENTS[0].on(_pp(flip=True)) and not preprocess.AUGMENTS[0].on(
+      _pp(flip=False)
+  )
 
 
 def test_normalize_maps_0_255_to_minus_1_1_in_a_new_contiguous_array():
@@ -143,11 +169,14 @@ def test_normalize_maps_0_255_to_minus_1_1_in_a_new_contiguous_array():
   got = preprocess.normalize(image)
   assert got.dtype == np.float32 and got.flags.c_contiguous
   np.testing.assert_array_equal(got, [[[1] * 3, [0] * 3, [-1] * 3]])
-  np.testing.assert_array_equal(preprocess.normalize(np.uint8([[[0, 255, 51]]])),
-                                np.float32([[[0, 255, 51]]]) / np.float32(127.5) - 1)
+  np.testing.assert_array_equal(
+      preprocess.normalize(np.uint8([[[0, 255, 51]]])),
+      np.float32([[[0, 255, 51]]]) / np.float32(127.5) - 1,
+  )
 
 
 # train_preprocess: op i draws from default_rng([*seed, i]).
+
 
 @pytest.mark.parametrize('crop', list(preprocess.CROPS))
 def test_train_preprocess_is_its_ops_each_with_the_stream_of_its_position(crop):
@@ -166,9 +195,15 @@ def test_train_preprocess_is_its_ops_each_with_the_stream_of_its_position(crop):
     np.testing.assert_array_equal(preprocess.model_input(got), expected)
 
 
-@pytest.mark.parametrize('pp', [
-    dict(), dict(crop='random_resized', antialias=True),
-    dict(randaug_layers=2, three_augment=True, color_jitter=0.4, erase_prob=0.5)], ids=str)
+@pytest.mark.parametrize(
+    'pp',
+    [
+        dict(),
+        dict(crop='random_resized', antialias=True),
+        dict(randaug_layers=2, three_augment=True, color_jitter=0.4, erase_prob=0.5),
+    ],
+    ids=str,
+)
 def test_train_preprocess_is_a_function_of_the_image_and_seed(pp):
   pp = _pp(**pp)
   image = _image(30, 40)
@@ -183,8 +218,14 @@ def test_train_preprocess_is_a_function_of_the_image_and_seed(pp):
 def test_crops_of_the_whole_image_are_plain_resizes():
   image = _image(24, 24)  # Square: the whole image is the only box of all its area.
   for (crop, fields), antialias in itertools.product(
-      [('inception', dict(min_area=1.0)), ('random_resized', dict(min_area=1.0)),
-       ('random', dict(pad=0)), ('resize', {})], (False, True)):
+      [
+          ('inception', dict(min_area=1.0)),
+          ('random_resized', dict(min_area=1.0)),
+          ('random', dict(pad=0)),
+          ('resize', {}),
+      ],
+      (False, True),
+  ):
     pp = _pp(crop=crop, flip=False, antialias=antialias, **fields)
     expected = preprocess.normalize(preprocess.resize(image, 16, antialias))
     got = preprocess.train_preprocess(image, (0, 1), pp=pp, image_size=16)

@@ -27,9 +27,18 @@ class _PythonRandom:
     return int(self._rng.integers(low, high + 1))
 
 
-@pytest.mark.parametrize('height,width,min_area', [
-    (48, 64, 0.3), (40, 40, 0.08), (30, 90, 0.5), (375, 500, 0.05), (10, 200, 0.9), (200, 11, 0.9),
-    (11, 200, 0.9)])
+@pytest.mark.parametrize(
+    'height,width,min_area',
+    [
+        (48, 64, 0.3),
+        (40, 40, 0.08),
+        (30, 90, 0.5),
+        (375, 500, 0.05),
+        (10, 200, 0.9),
+        (200, 11, 0.9),
+        (11, 200, 0.9),
+    ],
+)
 def test_random_resized_box_is_timms_given_the_same_draws(monkeypatch, height, width, min_area):
   """timm's get_params, its arithmetic in float64 as ours, fed the same uniforms: the same box, the
   fallback included (the last three shapes fit no draw; 11 * 4 / 3 rounds up)."""
@@ -37,7 +46,8 @@ def test_random_resized_box_is_timms_given_the_same_draws(monkeypatch, height, w
   for seed in range(300):
     monkeypatch.setattr(timm.data.transforms, 'random', _PythonRandom(np.random.default_rng(seed)))
     expected = timm.data.transforms.RandomResizedCropAndInterpolation.get_params(
-        image, (min_area, 1.0), _RATIO)
+        image, (min_area, 1.0), _RATIO
+    )
     got = preprocess.random_resized_box((height, width, 3), np.random.default_rng(seed), min_area)
     assert got == expected, seed
 
@@ -48,7 +58,8 @@ def test_the_random_resized_crop_is_timms_to_the_bit(monkeypatch, min_area, size
   on the decoded PIL image, fed the same uniforms: the crop, then PIL's 8-bit resize."""
   image = _image(75, 100)
   timm_crop = timm.data.transforms.RandomResizedCropAndInterpolation(
-      size, scale=(min_area, 1.0), interpolation='bilinear')
+      size, scale=(min_area, 1.0), interpolation='bilinear'
+  )
   pp = _pp(crop='random_resized', min_area=min_area, antialias=True)
   for seed in range(20):
     monkeypatch.setattr(timm.data.transforms, 'random', _PythonRandom(np.random.default_rng(seed)))
@@ -61,13 +72,18 @@ def test_the_random_resized_crop_is_timms_to_the_bit(monkeypatch, min_area, size
 def _torchvision_boxes(height: int, width: int, min_area: float, n: int) -> np.ndarray:
   torch.manual_seed(0)
   image = torch.zeros(3, height, width)
-  return np.array([transforms.RandomResizedCrop.get_params(image, (min_area, 1.0), _RATIO)
-                   for _ in range(n)])
+  return np.array(
+      [transforms.RandomResizedCrop.get_params(image, (min_area, 1.0), _RATIO) for _ in range(n)]
+  )
 
 
 def _our_boxes(height: int, width: int, min_area: float, n: int) -> np.ndarray:
-  return np.array([preprocess.random_resized_box((height, width, 3), np.random.default_rng([i, 7]),
-                                                 min_area) for i in range(n)])
+  return np.array(
+      [
+          preprocess.random_resized_box((height, width, 3), np.random.default_rng([i, 7]), min_area)
+          for i in range(n)
+      ]
+  )
 
 
 @pytest.mark.parametrize('height,width,min_area', [(48, 64, 0.3), (40, 40, 0.08), (30, 90, 0.5)])

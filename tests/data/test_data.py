@@ -1,4 +1,5 @@
 """Tests of vit_jax.data: the bundled digits, image folders, determinism, sharding, errors."""
+
 import collections
 import io
 import os
@@ -22,11 +23,11 @@ from vit_jax.data import preprocess
 from vit_jax.data import unreadable
 from vit_jax.train import loop, setup as train_setup
 
-
 make_config = helpers.data_config
 
 
 # The bundled digits.
+
 
 def test_digits_split_is_the_stratified_sklearn_split(data_dir):
   info = data.get_info(make_config(data_dir))
@@ -43,9 +44,11 @@ def test_digits_split_is_the_stratified_sklearn_split(data_dir):
   assert np.bincount(arrays['test'][1]).min() >= 35
   # scikit-learn's own images and split, which the digits read from its file and a copy of its split.
   from sklearn import datasets, model_selection  # pylint: disable=g-import-not-at-top
+
   sk = datasets.load_digits()
   train_x, test_x, train_y, test_y = model_selection.train_test_split(
-      sk.images, sk.target, test_size=0.2, random_state=0, stratify=sk.target)
+      sk.images, sk.target, test_size=0.2, random_state=0, stratify=sk.target
+  )
   for name, (x, y) in {'train': (train_x, train_y), 'test': (test_x, test_y)}.items():
     np.testing.assert_array_equal(arrays[name][0][..., 1], np.round(x * 255 / 16).astype(np.uint8))
     np.testing.assert_array_equal(arrays[name][1], y)
@@ -83,15 +86,24 @@ def test_a_run_does_not_import_tensorflow(image_folder):
   Keras, scikit-learn and matplotlib are not loaded by a command's imports either (seconds of its
   start)."""
   root, _ = image_folder
-  run = subprocess.run([sys.executable, '-c', _NO_TENSORFLOW, root], cwd=helpers.REPO,
-                       env=helpers.without_tensorflow(), capture_output=True, text=True, timeout=300)
+  run = subprocess.run(
+      [sys.executable, '-c', _NO_TENSORFLOW, root],
+      cwd=helpers.REPO,
+      env=helpers.without_tensorflow(),
+      capture_output=True,
+      text=True,
+      timeout=300,
+  )
   assert run.returncode == 0, run.stderr[-3000:]
-  assert run.stdout.splitlines()[-3:] == ['digits (4, 8, 8, 3) (4, 8, 8, 3) 4',
-                                          'folder (4, 8, 8, 3) (4, 8, 8, 3) 4',
-                                          '[] False'], run.stdout
+  assert run.stdout.splitlines()[-3:] == [
+      'digits (4, 8, 8, 3) (4, 8, 8, 3) 4',
+      'folder (4, 8, 8, 3) (4, 8, 8, 3) 4',
+      '[] False',
+  ], run.stdout
 
 
 # Train batches.
+
 
 @pytest.mark.parametrize('crop', list(preprocess.CROPS))
 def test_train_batches(data_dir, crop):
@@ -125,6 +137,7 @@ def test_each_epoch_is_a_new_permutation_of_the_split(data_dir):
 
 def test_epoch_permutations_differ_across_epochs_and_seeds_and_visit_every_record_once():
   n = 37
+
   def epoch_order(seed, epoch):
     return tuple(order.index_at(n, seed, epoch * n + k) for k in range(n))
 
@@ -139,9 +152,14 @@ def test_epoch_permutations_differ_across_epochs_and_seeds_and_visit_every_recor
   assert epoch_order((-1, 0, 0), 3) != epoch_order((1, 0, 0), 3)
 
 
-@pytest.mark.parametrize('pp', [
-    dict(crop='inception', flip=True), dict(crop='random', pad=1, flip=True),
-    dict(crop='resize', flip=False)])
+@pytest.mark.parametrize(
+    'pp',
+    [
+        dict(crop='inception', flip=True),
+        dict(crop='random', pad=1, flip=True),
+        dict(crop='resize', flip=False),
+    ],
+)
 def test_resume_is_bitwise_identical(data_dir, pp):
   config = make_config(data_dir, image_size=12, pp=pp)
   # 100 does not divide 1437: batch 14 spans epochs 0 and 1, batch 28 spans epochs 1 and 2.
@@ -150,7 +168,7 @@ def test_resume_is_bitwise_identical(data_dir, pp):
     reference = take(data.train_iterator(config, **kwargs), 32)
     for start in (5, 14, 29):
       resumed = take(data.train_iterator(config, start_step=start, **kwargs), 3)
-      assert_same_batches(resumed, reference[start:start + 3])
+      assert_same_batches(resumed, reference[start : start + 3])
 
 
 def test_batches_do_not_depend_on_the_number_of_worker_processes(data_dir, image_folder):
@@ -158,9 +176,11 @@ def test_batches_do_not_depend_on_the_number_of_worker_processes(data_dir, image
   first step or resumed, augmented, with an unreadable file in each split (the image folder's)."""
   root, _ = image_folder
   for where in (dict(data_dir=data_dir), dict(data_dir=root, dataset='folder')):
+
     def batches(workers, start_step, **where):
-      config = make_config(**where, image_size=12, data_workers=workers,
-                           pp=dict(crop='inception', flip=True))
+      config = make_config(
+          **where, image_size=12, data_workers=workers, pp=dict(crop='inception', flip=True)
+      )
       train = take(data.train_iterator(config, local_batch_size=10, start_step=start_step), 3)
       if 'dataset' not in where:  # The digits' eval rows are no different in kind.
         return train, []
@@ -190,9 +210,15 @@ batches.close()
 
 def test_a_run_with_worker_processes_ends_without_a_shared_memory_warning(image_folder):
   """Batches still in the workers' shared memory when the run ends are unlinked by multiprocessing's
-  resource tracker, which says so in a UserWarning ("leaked shared_memory objects") on the console."""
-  run = subprocess.run([sys.executable, '-c', _CLOSED_WITH_WORKERS_IN_FLIGHT, image_folder[0]],
-                       cwd=helpers.REPO, capture_output=True, text=True, timeout=300)
+  resource tracker, which says so in a UserWarning ("leaked shared_memory objects") on the console.
+  """
+  run = subprocess.run(
+      [sys.executable, '-c', _CLOSED_WITH_WORKERS_IN_FLIGHT, image_folder[0]],
+      cwd=helpers.REPO,
+      capture_output=True,
+      text=True,
+      timeout=300,
+  )
   assert run.returncode == 0, run.stderr[-3000:]
   assert 'resource_tracker' not in run.stderr and 'leaked' not in run.stderr, run.stderr[-3000:]
 
@@ -216,8 +242,13 @@ def test_worker_processes_end_with_a_killed_run(image_folder):
   would otherwise run on, holding their memory and the run's output pipes (so that a caller reading
   them to the end waits for ever)."""
   root, _ = image_folder
-  run = subprocess.Popen([sys.executable, '-c', _KILLED_WITH_WORKERS, root], cwd=helpers.REPO,
-                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+  run = subprocess.Popen(
+      [sys.executable, '-c', _KILLED_WITH_WORKERS, root],
+      cwd=helpers.REPO,
+      stdout=subprocess.PIPE,
+      stderr=subprocess.DEVNULL,
+      text=True,
+  )
   workers = [int(pid) for pid in run.stdout.readline().split()]
   assert run.wait(timeout=300) == -9
   assert len(workers) == 2
@@ -231,24 +262,32 @@ def test_worker_processes_end_with_a_killed_run(image_folder):
 def test_augmentation_depends_on_seed_and_host(data_dir):
   config = make_config(data_dir, pp=dict(crop='inception', flip=True))
   a = next(data.train_iterator(config, local_batch_size=64))
-  b = next(data.train_iterator(make_config(data_dir, seed=1, pp=dict(crop='inception', flip=True)),
-                               local_batch_size=64))
+  b = next(
+      data.train_iterator(
+          make_config(data_dir, seed=1, pp=dict(crop='inception', flip=True)), local_batch_size=64
+      )
+  )
   assert not np.array_equal(a['label'], b['label'])
-  host0, host1 = (next(data.train_iterator(config, local_batch_size=64, process_index=i,
-                                           process_count=2)) for i in range(2))
+  host0, host1 = (
+      next(data.train_iterator(config, local_batch_size=64, process_index=i, process_count=2))
+      for i in range(2)
+  )
   assert not np.array_equal(host0['image'], host1['image'])
 
 
 def test_crops_are_wired(data_dir):
   """An inception crop of the whole area and a random crop without padding are plain resizes; a
   flip mirrors some images and leaves the others."""
+
   def first_batch(**pp):
     config = make_config(data_dir, image_size=16, pp=pp)
     return preprocess.model_input(next(data.train_iterator(config, local_batch_size=128))['image'])
 
   resized = first_batch(crop='resize', flip=False)
   np.testing.assert_array_equal(first_batch(crop='inception', min_area=1.0, flip=False), resized)
-  np.testing.assert_array_equal(first_batch(crop='random_resized', min_area=1.0, flip=False), resized)
+  np.testing.assert_array_equal(
+      first_batch(crop='random_resized', min_area=1.0, flip=False), resized
+  )
   np.testing.assert_array_equal(first_batch(crop='random', pad=0, flip=False), resized)
   assert not np.array_equal(first_batch(crop='inception', min_area=0.05, flip=False), resized)
   assert not np.array_equal(first_batch(crop='random_resized', min_area=0.05, flip=False), resized)
@@ -263,6 +302,7 @@ def test_crops_are_wired(data_dir):
 
 # Sharding and eval.
 
+
 @pytest.mark.parametrize('process_count', [2, 3])
 def test_train_shards_are_disjoint_and_cover_the_split(data_dir, process_count):
   config = make_config(data_dir)
@@ -271,8 +311,14 @@ def test_train_shards_are_disjoint_and_cover_the_split(data_dir, process_count):
   for process_index in range(process_count):
     shard_size = len(range(process_index, info.num_train, process_count))
     # One batch of the shard's size is exactly one epoch of that host's shard.
-    batch = next(data.train_iterator(config, local_batch_size=shard_size,
-                                     process_index=process_index, process_count=process_count))
+    batch = next(
+        data.train_iterator(
+            config,
+            local_batch_size=shard_size,
+            process_index=process_index,
+            process_count=process_count,
+        )
+    )
     per_host += multiset(as_uint8(batch['image']), batch['label'])
   assert per_host == multiset(*digits.split_arrays()['train'])
 
@@ -282,11 +328,23 @@ def test_global_batches_do_not_depend_on_the_number_of_hosts(data_dir, pp):
   config = make_config(data_dir, data_shards=4, pp=pp)
   one_host = take(data.train_iterator(config, local_batch_size=32, start_step=40), 3)
   for process_count in (2, 4):
-    hosts = [take(data.train_iterator(config, local_batch_size=32 // process_count, start_step=40,
-                                      process_index=i, process_count=process_count), 3)
-             for i in range(process_count)]
-    assembled = [{k: np.concatenate([host[step][k] for host in hosts]) for k in ('image', 'label')}
-                 for step in range(3)]
+    hosts = [
+        take(
+            data.train_iterator(
+                config,
+                local_batch_size=32 // process_count,
+                start_step=40,
+                process_index=i,
+                process_count=process_count,
+            ),
+            3,
+        )
+        for i in range(process_count)
+    ]
+    assembled = [
+        {k: np.concatenate([host[step][k] for host in hosts]) for k in ('image', 'label')}
+        for step in range(3)
+    ]
     assert_same_batches(one_host, assembled)
   with pytest.raises(ValueError, match='data_shards=4 is not a multiple of the 3 processes'):
     data.train_iterator(config, local_batch_size=8, process_count=3)
@@ -299,8 +357,15 @@ def test_eval_visits_each_example_once_with_equal_batch_counts(data_dir, process
   expected = data.num_eval_batches(360, local_batch_size=batch, process_count=process_count)
   seen = collections.Counter()
   for process_index in range(process_count):
-    batches = list(data.eval_iterator(config, 'test', local_batch_size=batch,
-                                      process_index=process_index, process_count=process_count))
+    batches = list(
+        data.eval_iterator(
+            config,
+            'test',
+            local_batch_size=batch,
+            process_index=process_index,
+            process_count=process_count,
+        )
+    )
     assert len(batches) == expected
     for b in batches:
       assert b['image'].shape == (batch, 8, 8, 3) and b['mask'].dtype == bool
@@ -323,8 +388,11 @@ def test_tfds_slices_hold_out_a_minival(data_dir, array_record_dir, source):
   """train_split 'train[:90%]' and eval_split 'train[90%:]' cut the train split in two disjoint
   parts, for sharded training, sharded eval and the counts alike: on the digits in memory and on a
   tfds dataset."""
-  where = dict(data_dir=data_dir) if source == 'digits' else dict(
-      dataset='digits_builder', data_dir=array_record_dir)
+  where = (
+      dict(data_dir=data_dir)
+      if source == 'digits'
+      else dict(dataset='digits_builder', data_dir=array_record_dir)
+  )
   config = make_config(train_split='train[:90%]', eval_split='train[90%:]', **where)
   info = data.get_info(config)
   assert (info.num_train, info.num_eval) == (1293, 144)
@@ -333,8 +401,13 @@ def test_tfds_slices_hold_out_a_minival(data_dir, array_record_dir, source):
   def eval_rows(split, process_count):
     rows = collections.Counter()
     for process_index in range(process_count):
-      for b in data.eval_iterator(config, split, local_batch_size=100,
-                                  process_index=process_index, process_count=process_count):
+      for b in data.eval_iterator(
+          config,
+          split,
+          local_batch_size=100,
+          process_index=process_index,
+          process_count=process_count,
+      ):
         rows += multiset(as_uint8(b['image'][b['mask']]), b['label'][b['mask']])
     return rows
 
@@ -344,16 +417,23 @@ def test_tfds_slices_hold_out_a_minival(data_dir, array_record_dir, source):
   trained = collections.Counter()
   for process_index in range(2):
     # One batch of the host's shard size is one epoch of its shard of the slice.
-    batch = next(data.train_iterator(config, local_batch_size=len(range(process_index, 1293, 2)),
-                                     process_index=process_index, process_count=2))
+    batch = next(
+        data.train_iterator(
+            config,
+            local_batch_size=len(range(process_index, 1293, 2)),
+            process_index=process_index,
+            process_count=2,
+        )
+    )
     trained += multiset(as_uint8(batch['image']), batch['label'])
   assert trained == held_in
 
 
 def test_eval_resize_matches_pil_bilinear(data_dir):
   native = next(data.eval_iterator(make_config(data_dir), 'test', local_batch_size=360))
-  upscaled = next(data.eval_iterator(make_config(data_dir, image_size=20), 'test',
-                                     local_batch_size=360))
+  upscaled = next(
+      data.eval_iterator(make_config(data_dir, image_size=20), 'test', local_batch_size=360)
+  )
   for small, big in zip(as_uint8(native['image'][:50]), upscaled['image'][:50]):
     reference = np.asarray(Image.fromarray(small).resize((20, 20), Image.BILINEAR), np.float32)
     # PIL rounds to uint8 after each of its two 1-D passes: less than one level apart.
@@ -362,22 +442,33 @@ def test_eval_resize_matches_pil_bilinear(data_dir):
 
 # Label features, and tfds datasets prepared unshuffled.
 
+
 class CoarseDigits(tfds_fixtures.DigitsBuilder, skip_registration=True):
   """The digits with a 2-class 'coarse_label' (small: 0-4, large: 5-9) beside their 10-class 'label',
-  as cifar100's 'coarse_label', and a Sequence of ClassLabel 'label_set' (ImageNet-ReaL's layout)."""
+  as cifar100's 'coarse_label', and a Sequence of ClassLabel 'label_set' (ImageNet-ReaL's layout).
+  """
 
   def _info(self) -> tfds.core.DatasetInfo:
     classes = [str(d) for d in range(10)]
-    return self.dataset_info_from_configs(features=tfds.features.FeaturesDict({
-        'image': tfds.features.Image(shape=(8, 8, 3)),
-        'label': tfds.features.ClassLabel(names=classes),
-        'coarse_label': tfds.features.ClassLabel(names=['small', 'large']),
-        'label_set': tfds.features.Sequence(tfds.features.ClassLabel(names=classes)),
-    }))
+    return self.dataset_info_from_configs(
+        features=tfds.features.FeaturesDict(
+            {
+                'image': tfds.features.Image(shape=(8, 8, 3)),
+                'label': tfds.features.ClassLabel(names=classes),
+                'coarse_label': tfds.features.ClassLabel(names=['small', 'large']),
+                'label_set': tfds.features.Sequence(tfds.features.ClassLabel(names=classes)),
+            }
+        )
+    )
 
   def _generate_examples(self, images, labels):
     for key, (image, label) in enumerate(zip(images, labels)):
-      yield key, {'image': image, 'label': label, 'coarse_label': int(label >= 5), 'label_set': [label]}
+      yield key, {
+          'image': image,
+          'label': label,
+          'coarse_label': int(label >= 5),
+          'label_set': [label],
+      }
 
 
 @pytest.fixture(scope='module')
@@ -399,22 +490,33 @@ def test_the_run_trains_and_evaluates_on_its_label_feature(coarse_dir):
   assert data.class_names(config) == ('small', 'large')
   train_images, train_labels = digits.split_arrays()['train']
   epoch = next(data.train_iterator(config, local_batch_size=1437))
-  assert multiset(as_uint8(epoch['image']), epoch['label']) == multiset(train_images,
-                                                                       _coarse(train_labels))
+  assert multiset(as_uint8(epoch['image']), epoch['label']) == multiset(
+      train_images, _coarse(train_labels)
+  )
   # An evaluation that names no label feature (the eval split's, few-shot's) reads the run's...
   test_images, test_labels = digits.split_arrays()['test']
-  batch, = data.eval_iterator(config, 'test', local_batch_size=360)
-  assert multiset(as_uint8(batch['image']), batch['label']) == multiset(test_images,
-                                                                       _coarse(test_labels))
+  (batch,) = data.eval_iterator(config, 'test', local_batch_size=360)
+  assert multiset(as_uint8(batch['image']), batch['label']) == multiset(
+      test_images, _coarse(test_labels)
+  )
   # ...and one that names another reads that one.
-  batch, = data.eval_iterator(config, 'test', local_batch_size=360, label_feature='label')
+  (batch,) = data.eval_iterator(config, 'test', local_batch_size=360, label_feature='label')
   assert multiset(as_uint8(batch['image']), batch['label']) == multiset(test_images, test_labels)
 
 
 def test_a_tiny_run_on_a_coarse_label_has_its_classes(tmp_path, coarse_dir):
-  config = helpers.load_config('demo', {**helpers.TINY, 'dataset': 'coarse_digits',
-                                       'data_dir': coarse_dir, 'label_feature': 'coarse_label',
-                                       'total_steps': 4, 'eval_every_steps': 4, 'data_workers': 0})
+  config = helpers.load_config(
+      'demo',
+      {
+          **helpers.TINY,
+          'dataset': 'coarse_digits',
+          'data_dir': coarse_dir,
+          'label_feature': 'coarse_label',
+          'total_steps': 4,
+          'eval_every_steps': 4,
+          'data_workers': 0,
+      },
+  )
   config.evals.minival = dict(type='classification', split='train[:100]', every_steps=4)
   setup = train_setup.prepare(config, str(tmp_path / 'run'))
   assert setup.info.num_classes == 2
@@ -425,23 +527,30 @@ def test_a_tiny_run_on_a_coarse_label_has_its_classes(tmp_path, coarse_dir):
 
 
 def test_label_feature_errors(coarse_dir, image_folder):
-  expect_error(make_config(coarse_dir, dataset='coarse_digits', label_feature='fine_label'),
-               r"^Dataset 'coarse_digits' has no ClassLabel \(or Sequence of ClassLabel\) feature "
-               r"'fine_label': set --config.label_feature \(or the evaluator's label_feature\) to one "
-               r"of its ClassLabel features \['coarse_label', 'label'\] or label sets \['label_set'\]$")
+  expect_error(
+      make_config(coarse_dir, dataset='coarse_digits', label_feature='fine_label'),
+      r"^Dataset 'coarse_digits' has no ClassLabel \(or Sequence of ClassLabel\) feature "
+      r"'fine_label': set --config.label_feature \(or the evaluator's label_feature\) to one "
+      r"of its ClassLabel features \['coarse_label', 'label'\] or label sets \['label_set'\]$",
+  )
   label_sets = make_config(coarse_dir, dataset='coarse_digits', label_feature='label_set')
-  error = (r"^config.label_feature='label_set' of dataset 'coarse_digits' is a set of classes an "
-           r"image \(a Sequence of ClassLabel\), which a run cannot train on: set "
-           r"--config.label_feature to one of \['coarse_label', 'label'\]")
+  error = (
+      r"^config.label_feature='label_set' of dataset 'coarse_digits' is a set of classes an "
+      r'image \(a Sequence of ClassLabel\), which a run cannot train on: set '
+      r"--config.label_feature to one of \['coarse_label', 'label'\]"
+  )
   expect_error(label_sets, error)
   with pytest.raises(ValueError, match=error):
     data.train_iterator(label_sets, local_batch_size=8)
   root, _ = image_folder
-  expect_error(make_config(root, dataset='folder', label_feature='coarse_label'),
-               r"^An image folder has one class an image, not a label feature 'coarse_label'")
+  expect_error(
+      make_config(root, dataset='folder', label_feature='coarse_label'),
+      r"^An image folder has one class an image, not a label feature 'coarse_label'",
+  )
 
 
 # Image folders.
+
 
 @pytest.fixture(autouse=True)
 def forget_named_files(monkeypatch):
@@ -494,7 +603,9 @@ def test_a_folder_is_listed_once_per_split_however_often_it_is_read(tmp_path, mo
       Image.new('RGB', (8, 8)).save(tmp_path / split / name / '0.png')
   listed = collections.Counter()
   image_files = folder._image_files  # pylint: disable=protected-access
-  monkeypatch.setattr(folder, '_image_files', lambda path: listed.update([path]) or image_files(path))
+  monkeypatch.setattr(
+      folder, '_image_files', lambda path: listed.update([path]) or image_files(path)
+  )
   config = make_config(str(tmp_path), dataset='folder', eval_batch_size=2)
   data.get_info(config)
   take(data.train_iterator(config, local_batch_size=2), 2)
@@ -510,8 +621,11 @@ def test_folder_eval_skips_corrupt_file_with_warning(image_folder, caplog):
   config = make_config(root, dataset='folder', image_size=12)
   with caplog.at_level('WARNING'):
     batches = list(data.eval_iterator(config, 'test', local_batch_size=8))
-  assert any(r.getMessage().startswith('Skipping unreadable image file ')
-             and '/test/cat/corrupt.jpg (' in r.getMessage() for r in caplog.records)
+  assert any(
+      r.getMessage().startswith('Skipping unreadable image file ')
+      and '/test/cat/corrupt.jpg (' in r.getMessage()
+      for r in caplog.records
+  )
   assert len(batches) == data.num_eval_batches(21, local_batch_size=8) == 3
   mask = np.concatenate([b['mask'] for b in batches])
   images = as_uint8(np.concatenate([b['image'] for b in batches])[mask])
@@ -559,13 +673,19 @@ def test_folder_names_each_dropped_file_once_a_process(tmp_path, caplog):
   # batch (train) or at the first padding row (eval).
   _folder_with_corrupt_files(tmp_path)
   config = make_config(str(tmp_path), dataset='folder', image_size=8)
-  corrupt = {f'{split}/{path}' for split in ('train', 'test')
-             for path in ('a/0_corrupt.jpg', 'b/z_corrupt.png')}
+  corrupt = {
+      f'{split}/{path}'
+      for split in ('train', 'test')
+      for path in ('a/0_corrupt.jpg', 'b/z_corrupt.png')
+  }
 
   def named(split):
     # 'Skipping unreadable image file PATH (REASON)'.
-    names = [r.getMessage().rsplit(str(tmp_path) + os.sep, 1)[-1].split(' (')[0]
-             for r in caplog.records if r.getMessage().startswith('Skipping unreadable image file')]
+    names = [
+        r.getMessage().rsplit(str(tmp_path) + os.sep, 1)[-1].split(' (')[0]
+        for r in caplog.records
+        if r.getMessage().startswith('Skipping unreadable image file')
+    ]
     return collections.Counter(n for n in names if n.startswith(split))
 
   with caplog.at_level('WARNING'):
@@ -591,19 +711,24 @@ def test_an_unreadable_train_file_is_replaced_by_the_next_record_of_its_epoch(tm
   reference = take(data.train_iterator(config, local_batch_size=4), 9)  # 3 epochs of 12.
   orders = []
   for epoch in range(3):
-    rows = reference[3 * epoch:3 * epoch + 3]
-    got = multiset(np.concatenate([as_uint8(b['image']) for b in rows]),
-                   np.concatenate([b['label'] for b in rows]))
+    rows = reference[3 * epoch : 3 * epoch + 3]
+    got = multiset(
+        np.concatenate([as_uint8(b['image']) for b in rows]),
+        np.concatenate([b['label'] for b in rows]),
+    )
     assert set(got) == set(readable) and sum(got.values()) == 12, f'epoch {epoch}'
     assert sorted(got.values()) == [1] * 8 + [2] * 2, f'epoch {epoch}'
     orders.append(np.concatenate([as_uint8(b['image']) for b in rows]))
   assert not np.array_equal(orders[0], orders[1])
   for start in (1, 3, 5):
-    assert_same_batches(take(data.train_iterator(config, local_batch_size=4, start_step=start), 3),
-                        reference[start:start + 3])
+    assert_same_batches(
+        take(data.train_iterator(config, local_batch_size=4, start_step=start), 3),
+        reference[start : start + 3],
+    )
   workers = make_config(str(tmp_path), dataset='folder', image_size=8, data_workers=2)
-  assert_same_batches(take(data.train_iterator(workers, local_batch_size=4, start_step=4), 3),
-                      reference[4:7])
+  assert_same_batches(
+      take(data.train_iterator(workers, local_batch_size=4, start_step=4), 3), reference[4:7]
+  )
 
 
 @pytest.mark.parametrize('process_count', [2, 3])
@@ -612,8 +737,11 @@ def test_folder_shards_are_disjoint_and_cover_the_split(image_folder, process_co
   config = make_config(root, dataset='folder', image_size=12)
 
   def real_rows(process_index, count):
-    batches = list(data.eval_iterator(config, 'test', local_batch_size=4,
-                                      process_index=process_index, process_count=count))
+    batches = list(
+        data.eval_iterator(
+            config, 'test', local_batch_size=4, process_index=process_index, process_count=count
+        )
+    )
     rows = collections.Counter()
     for b in batches:
       rows += multiset(as_uint8(b['image'][b['mask']]), b['label'][b['mask']])
@@ -633,8 +761,10 @@ def _save(path, pixels, **kwargs):
 def _eval_rows(config, split):
   """The multiset of (exact RGB pixels, label) of a split at its native size."""
   batches = list(data.eval_iterator(config, split, local_batch_size=64))
-  return sum((multiset(as_uint8(b['image'][b['mask']]), b['label'][b['mask']]) for b in batches),
-             collections.Counter())
+  return sum(
+      (multiset(as_uint8(b['image'][b['mask']]), b['label'][b['mask']]) for b in batches),
+      collections.Counter(),
+  )
 
 
 def test_hidden_entries_are_not_data_and_subfolders_belong_to_their_class(tmp_path):
@@ -649,7 +779,10 @@ def test_hidden_entries_are_not_data_and_subfolders_belong_to_their_class(tmp_pa
     # Not data: hidden files and folders at every level, and a folder named as an image.
     (tmp_path / 'train' / name / '._0.png').write_bytes(b'AppleDouble')
     _save(tmp_path / 'train' / name / '.hidden' / '3.png', np.zeros((8, 8, 3), np.uint8))
-    _save(tmp_path / 'train' / name / 'sub' / '.ipynb_checkpoints' / '4.png', np.zeros((8, 8, 3), np.uint8))
+    _save(
+        tmp_path / 'train' / name / 'sub' / '.ipynb_checkpoints' / '4.png',
+        np.zeros((8, 8, 3), np.uint8),
+    )
     (tmp_path / 'train' / name / 'folder.png').mkdir()
   for split in ('train', 'test'):  # Jupyter's checkpoints folder beside the class folders.
     _save(tmp_path / split / '.ipynb_checkpoints' / '0.png', np.zeros((8, 8, 3), np.uint8))
@@ -659,7 +792,10 @@ def test_hidden_entries_are_not_data_and_subfolders_belong_to_their_class(tmp_pa
   assert _eval_rows(config, 'train') == want
   # A class's own images first, then each sub-folder's: sorted, whatever order the disk lists them in.
   assert folder._image_files(str(tmp_path / 'train' / 'cat')) == [  # pylint: disable=protected-access
-      '0.png', 'sub/1.png', 'sub/deeper/2.png']
+      '0.png',
+      'sub/1.png',
+      'sub/deeper/2.png',
+  ]
 
 
 def test_images_of_formats_not_read_are_warned_of_once_per_extension(tmp_path, caplog, monkeypatch):
@@ -672,17 +808,24 @@ def test_images_of_formats_not_read_are_warned_of_once_per_extension(tmp_path, c
     for i in range(3):
       (tmp_path / 'train' / name / f'{i}.HEIC').write_bytes(b'not read')
   assert folder._image_files(str(tmp_path / 'train' / 'cat')) == [  # pylint: disable=protected-access
-      '0.png', '1.tif']
+      '0.png',
+      '1.tif',
+  ]
   folder._image_files(str(tmp_path / 'train' / 'dog'))  # pylint: disable=protected-access
-  warnings = [r.getMessage() for r in caplog.records if '.heic files are not read' in r.getMessage()]
+  warnings = [
+      r.getMessage() for r in caplog.records if '.heic files are not read' in r.getMessage()
+  ]
   assert len(warnings) == 1 and 'convert them' in warnings[0], caplog.text
 
 
 class _CloudPath:
   """etils.epath.Path on a bucket: a listing says nothing of what an entry is; each is_dir() is a
   request, recorded in `asked`."""
-  listings = {'gs://b/train/cat': ['1.png', 'sub', '5.TIF', 'notes.txt', '6.heic'],
-              'gs://b/train/cat/sub': ['2.JPG', '.x.png', '.hidden']}
+
+  listings = {
+      'gs://b/train/cat': ['1.png', 'sub', '5.TIF', 'notes.txt', '6.heic'],
+      'gs://b/train/cat/sub': ['2.JPG', '.x.png', '.hidden'],
+  }
   asked = []
 
   def __init__(self, path: str):
@@ -702,19 +845,36 @@ def test_a_cloud_listing_costs_no_request_per_image(monkeypatch):
   monkeypatch.setattr(folder.epath, 'Path', _CloudPath)
   monkeypatch.setattr(_CloudPath, 'asked', [])
   assert folder._image_files('gs://b/train/cat') == [  # pylint: disable=protected-access
-      '1.png', '5.TIF', 'sub/2.JPG']
-  assert _CloudPath.asked == ['gs://b/train/cat/sub', 'gs://b/train/cat/notes.txt',
-                              'gs://b/train/cat/sub/.hidden']
+      '1.png',
+      '5.TIF',
+      'sub/2.JPG',
+  ]
+  assert _CloudPath.asked == [
+      'gs://b/train/cat/sub',
+      'gs://b/train/cat/notes.txt',
+      'gs://b/train/cat/sub/.hidden',
+  ]
 
 
-@pytest.mark.parametrize('fmt, kwargs', [
-    ('JPEG', dict(quality=90)), ('JPEG', dict(quality=75, subsampling=0)), ('PNG', {}), ('BMP', {}),
-    ('GIF', {}), ('WEBP', dict(lossless=True)), ('WEBP', dict(quality=80))])
+@pytest.mark.parametrize(
+    'fmt, kwargs',
+    [
+        ('JPEG', dict(quality=90)),
+        ('JPEG', dict(quality=75, subsampling=0)),
+        ('PNG', {}),
+        ('BMP', {}),
+        ('GIF', {}),
+        ('WEBP', dict(lossless=True)),
+        ('WEBP', dict(quality=80)),
+    ],
+)
 def test_each_listed_format_decodes_as_pil_decodes_it(fmt, kwargs):
   # Photo-like pixels (smooth, with noise), where JPEG's DCT rounding shows.
   y, x = np.mgrid[0:48, 0:64]
   smooth = np.stack([np.sin(x / 7) * 90 + 128, np.cos(y / 9) * 90 + 128, (x * 3 + y) % 256], -1)
-  pixels = np.clip(smooth + np.random.default_rng(0).normal(0, 20, smooth.shape), 0, 255).astype(np.uint8)
+  pixels = np.clip(smooth + np.random.default_rng(0).normal(0, 20, smooth.shape), 0, 255).astype(
+      np.uint8
+  )
   encoded = io.BytesIO()
   Image.fromarray(pixels).save(encoded, format=fmt, **kwargs)
   assert f'.{fmt.lower()}' in preprocess.IMAGE_EXTENSIONS  # A folder lists it.
@@ -729,11 +889,16 @@ def test_a_class_of_webp_images_trains(tmp_path):
   for split in ('train', 'test'):
     for i in range(4):
       _save(tmp_path / split / 'cat' / f'{i}.png', rng.integers(0, 256, (8, 8, 3), dtype=np.uint8))
-      _save(tmp_path / split / 'dog' / f'{i}.WEBP', rng.integers(0, 256, (8, 8, 3), dtype=np.uint8),
-            lossless=True)
+      _save(
+          tmp_path / split / 'dog' / f'{i}.WEBP',
+          rng.integers(0, 256, (8, 8, 3), dtype=np.uint8),
+          lossless=True,
+      )
   config = make_config(str(tmp_path), dataset='folder')
   assert data.get_info(config).num_train == 8
-  labels = np.concatenate([b['label'] for b in take(data.train_iterator(config, local_batch_size=4), 4)])
+  labels = np.concatenate(
+      [b['label'] for b in take(data.train_iterator(config, local_batch_size=4), 4)]
+  )
   assert np.bincount(labels).tolist() == [8, 8]
 
 
@@ -745,8 +910,11 @@ def test_an_empty_class_folder_is_refused_in_train_and_fine_in_eval(tmp_path):
   (tmp_path / 'train' / 'dog' / 'notes.txt').write_text('no image')
   _save(tmp_path / 'train' / 'dog' / '.ipynb_checkpoints' / '0.png', np.zeros((8, 8, 3), np.uint8))
   config = make_config(str(tmp_path), dataset='folder')
-  expect_error(config, rf"^Class folders of {tmp_path}/train without images: 'dog'; put "
-               'images in each or remove it$')
+  expect_error(
+      config,
+      rf"^Class folders of {tmp_path}/train without images: 'dog'; put "
+      'images in each or remove it$',
+  )
   _save(tmp_path / 'train' / 'dog' / '0.png', np.zeros((8, 8, 3), np.uint8))
   info = data.get_info(config)
   assert info.class_names == ('cat', 'dog') and (info.num_train, info.num_eval) == (2, 1)
@@ -759,7 +927,9 @@ def _garbage_folder(root, train_garbage, test_garbage, classes=('cat', 'dog')):
       for i in range(4):
         if name in garbage:  # What a git-lfs checkout without `git lfs pull` holds.
           (root / split / name).mkdir(parents=True, exist_ok=True)
-          (root / split / name / f'{i}.png').write_bytes(b'version https://git-lfs.github.com/spec/v1\n')
+          (root / split / name / f'{i}.png').write_bytes(
+              b'version https://git-lfs.github.com/spec/v1\n'
+          )
         else:
           _save(root / split / name / f'{i}.png', np.zeros((8, 8, 3), np.uint8))
   return make_config(str(root), dataset='folder')
@@ -768,11 +938,15 @@ def _garbage_folder(root, train_garbage, test_garbage, classes=('cat', 'dog')):
 def test_a_split_without_a_readable_image_is_refused_before_the_run_writes(tmp_path):
   lfs_fix = r'\(a git-lfs pointer, not the image\); check that they are images \(a git-lfs checkout needs '
   config = _garbage_folder(tmp_path / 'a', train_garbage=('cat', 'dog'), test_garbage=())
-  expect_error(config, rf"^No image of split 'train' decodes: none of 6 sampled, e.g. "
-               rf'{tmp_path}/a/train/cat/0.png {lfs_fix}`git lfs pull`\)$')
+  expect_error(
+      config,
+      rf"^No image of split 'train' decodes: none of 6 sampled, e.g. "
+      rf'{tmp_path}/a/train/cat/0.png {lfs_fix}`git lfs pull`\)$',
+  )
   # A run stops there, before it writes anything (an endless train stream would skip every file).
-  run_config = helpers.load_config('demo', {**helpers.TINY, 'dataset': 'folder',
-                                            'data_dir': config.data_dir})
+  run_config = helpers.load_config(
+      'demo', {**helpers.TINY, 'dataset': 'folder', 'data_dir': config.data_dir}
+  )
   with pytest.raises(ValueError, match="No image of split 'train' decodes"):
     train_setup.prepare(run_config, str(tmp_path / 'run'))
   assert not (tmp_path / 'run').exists()
@@ -786,9 +960,12 @@ def test_a_split_without_a_readable_image_is_refused_before_the_run_writes(tmp_p
 
 def test_a_train_class_without_a_readable_image_is_refused(tmp_path):
   config = _garbage_folder(tmp_path / 'a', train_garbage=('dog',), test_garbage=('dog',))
-  expect_error(config, rf"^Class 'dog' has no readable train image: none of 3 sampled decodes, e.g. "
-               rf'{tmp_path}/a/train/dog/0.png \(a git-lfs pointer, not the image\); check .*, or remove the '
-               'class folder$')
+  expect_error(
+      config,
+      rf"^Class 'dog' has no readable train image: none of 3 sampled decodes, e.g. "
+      rf'{tmp_path}/a/train/dog/0.png \(a git-lfs pointer, not the image\); check .*, or remove the '
+      'class folder$',
+  )
   # In the eval split it is only skipped, each file named once (as any unreadable file).
   config = _garbage_folder(tmp_path / 'b', train_garbage=(), test_garbage=('dog',))
   assert data.get_info(config).num_eval == 8
@@ -802,7 +979,9 @@ def test_the_readability_probe_decodes_a_bounded_sample(tmp_path, monkeypatch):
         _save(tmp_path / split / name / f'{i}.png', np.zeros((2, 2, 3), np.uint8))
   probed = []
   why_unreadable = folder._why_unreadable  # pylint: disable=protected-access
-  monkeypatch.setattr(folder, '_why_unreadable', lambda path: probed.append(path) or why_unreadable(path))
+  monkeypatch.setattr(
+      folder, '_why_unreadable', lambda path: probed.append(path) or why_unreadable(path)
+  )
   data.get_info(make_config(str(tmp_path), dataset='folder'))
   # 3 files of each of 64 classes a split, spread over the sorted ones: the same on every run.
   assert len(probed) == 2 * 64 * 3 and len(set(probed)) == len(probed)
@@ -812,6 +991,7 @@ def test_the_readability_probe_decodes_a_bounded_sample(tmp_path, monkeypatch):
 
 # Errors: one line, naming the fix.
 
+
 def expect_error(config, match):
   with pytest.raises(ValueError, match=match) as e:
     data.get_info(config)
@@ -819,30 +999,42 @@ def expect_error(config, match):
 
 
 def test_unknown_dataset(data_dir):
-  expect_error(make_config(data_dir, dataset='foo'),
-               r"^Unknown dataset 'foo': use 'digits' \(bundled, offline\), 'folder' .*imagenet21k")
+  expect_error(
+      make_config(data_dir, dataset='foo'),
+      r"^Unknown dataset 'foo': use 'digits' \(bundled, offline\), 'folder' .*imagenet21k",
+  )
 
 
 def test_tfds_dataset_not_prepared(tmp_path):
-  expect_error(make_config(str(tmp_path), dataset='cifar10'),
-               rf"'cifar10' is not prepared in {tmp_path}: run `tfds build cifar10 --data_dir=")
+  expect_error(
+      make_config(str(tmp_path), dataset='cifar10'),
+      rf"'cifar10' is not prepared in {tmp_path}: run `tfds build cifar10 --data_dir=",
+  )
 
 
 def test_bad_tfds_version(tmp_path):
-  expect_error(make_config(str(tmp_path), dataset='cifar10:0.0.1'), r"Cannot load .*'cifar10:0.0.1'")
+  expect_error(
+      make_config(str(tmp_path), dataset='cifar10:0.0.1'), r"Cannot load .*'cifar10:0.0.1'"
+  )
 
 
 def test_unknown_split(data_dir):
   # A run's split names the config field to set.
-  expect_error(make_config(data_dir, eval_split='validation'),
-               r"^Bad split 'validation': Unknown split 'validation'\. "
-               r"Should be one of \['train', 'test'\]; set --config\.eval_split to one of "
-               r"\['train', 'test'\] or a slice of one, e\.g\. 'train\[:90%\]'$")
-  expect_error(make_config(data_dir, train_split='train[:200%]'),
-               r"^Bad split 'train\[:200%\]': Error parsing split "
-               r"'train\[:200%\]'\. See format at: .*; set --config\.train_split to one of ")
-  for split, match in [('validation', r"Bad split 'validation'.*'test'"),
-                       ('train[:200%]', r"Bad split 'train\[:200%\]'")]:
+  expect_error(
+      make_config(data_dir, eval_split='validation'),
+      r"^Bad split 'validation': Unknown split 'validation'\. "
+      r"Should be one of \['train', 'test'\]; set --config\.eval_split to one of "
+      r"\['train', 'test'\] or a slice of one, e\.g\. 'train\[:90%\]'$",
+  )
+  expect_error(
+      make_config(data_dir, train_split='train[:200%]'),
+      r"^Bad split 'train\[:200%\]': Error parsing split "
+      r"'train\[:200%\]'\. See format at: .*; set --config\.train_split to one of ",
+  )
+  for split, match in [
+      ('validation', r"Bad split 'validation'.*'test'"),
+      ('train[:200%]', r"Bad split 'train\[:200%\]'"),
+  ]:
     with pytest.raises(ValueError, match=match) as e:
       data.num_examples(make_config(data_dir), split)
     assert '\n' not in str(e.value)
@@ -850,20 +1042,25 @@ def test_unknown_split(data_dir):
 
 def test_folder_errors(tmp_path, image_folder):
   expect_error(make_config(None, dataset='folder'), r"'folder' needs config.data_dir")
-  expect_error(make_config(str(tmp_path), dataset='folder'),
-               rf'{tmp_path}/train does not exist')
+  expect_error(make_config(str(tmp_path), dataset='folder'), rf'{tmp_path}/train does not exist')
   root, _ = image_folder
   expect_error(make_config(root, dataset='folder', eval_split='val'), rf'{root}/val does not exist')
   for split in ('train_split', 'eval_split'):  # A tfds slice is no folder: name the folder to make.
-    expect_error(make_config(root, dataset='folder', **{split: 'train[:90%]'}),
-                 rf'^Image folder splits are sub-folder names, not slices: {root} has no train\[:90%\]/; '
-                 rf'make a folder of class folders \(e.g. {root}/val/\), then --config.eval_split=val$')
+    expect_error(
+        make_config(root, dataset='folder', **{split: 'train[:90%]'}),
+        rf'^Image folder splits are sub-folder names, not slices: {root} has no train\[:90%\]/; '
+        rf'make a folder of class folders \(e.g. {root}/val/\), then --config.eval_split=val$',
+    )
   (tmp_path / 'train' / 'cat').mkdir(parents=True)
   (tmp_path / 'test').mkdir()
-  expect_error(make_config(str(tmp_path), dataset='folder'), rf'No .* images .* of {tmp_path}/train')
+  expect_error(
+      make_config(str(tmp_path), dataset='folder'), rf'No .* images .* of {tmp_path}/train'
+  )
   Image.new('RGB', (8, 8)).save(tmp_path / 'train' / 'cat' / 'a.png')
   (tmp_path / 'test' / 'cow').mkdir()
-  expect_error(make_config(str(tmp_path), dataset='folder'), rf'{tmp_path}/test/cow has no counterpart')
+  expect_error(
+      make_config(str(tmp_path), dataset='folder'), rf'{tmp_path}/test/cow has no counterpart'
+  )
 
 
 def test_bad_preprocessing(data_dir):

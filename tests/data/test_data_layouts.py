@@ -4,6 +4,7 @@ divides an epoch.
 
 Every image carries its own id in pixel (0, 0), so a batch says exactly which examples it holds.
 """
+
 import json
 import os
 import subprocess
@@ -23,9 +24,12 @@ from vit_jax.data import order
 CLASS_SIZES = (1, 7, 299)  # Train images of class 0, 1, 2, listed (and written) in class order.
 NUM_TRAIN = sum(CLASS_SIZES)
 TRAIN_LABELS = np.repeat(np.arange(3), CLASS_SIZES)  # The label of train example id i.
-FEATURES = tfds.features.FeaturesDict({
-    'image': tfds.features.Image(shape=(8, 8, 3)),
-    'label': tfds.features.ClassLabel(names=['c0', 'c1', 'c2'])})
+FEATURES = tfds.features.FeaturesDict(
+    {
+        'image': tfds.features.Image(shape=(8, 8, 3)),
+        'label': tfds.features.ClassLabel(names=['c0', 'c1', 'c2']),
+    }
+)
 
 
 def _image(uid: int, label: int) -> np.ndarray:
@@ -64,16 +68,26 @@ def _write_array_records(root, name: str) -> str:
   uid, split_infos = 0, []
   for split, labels_of_files in files.items():
     for i, labels in enumerate(labels_of_files):
-      filename = f'{name}-{split}.array_record-{i:05d}-of-{len(labels_of_files):05d}'  # tfds' names.
+      filename = (
+          f'{name}-{split}.array_record-{i:05d}-of-{len(labels_of_files):05d}'  # tfds' names.
+      )
       writer = array_record_module.ArrayRecordWriter(str(path / filename), 'group_size:1')
       for label in labels:
         writer.write(FEATURES.serialize_example({'image': _image(uid, label), 'label': label}))
         uid += 1
       writer.close()
-    split_infos.append(tfds.core.SplitInfo(
-        name=split, shard_lengths=[len(labels) for labels in labels_of_files], num_bytes=0))
-  tfds.folder_dataset.write_metadata(data_dir=str(path), features=FEATURES, split_infos=split_infos,
-                                     disable_shuffling=True, check_data=False)
+    split_infos.append(
+        tfds.core.SplitInfo(
+            name=split, shard_lengths=[len(labels) for labels in labels_of_files], num_bytes=0
+        )
+    )
+  tfds.folder_dataset.write_metadata(
+      data_dir=str(path),
+      features=FEATURES,
+      split_infos=split_infos,
+      disable_shuffling=True,
+      check_data=False,
+  )
   return str(root)
 
 
@@ -82,8 +96,10 @@ def layouts(tmp_path_factory):
   """{layout: config overrides}."""
   folder = _write_folder(tmp_path_factory.mktemp('uneven_folder'))
   array_records = _write_array_records(tmp_path_factory.mktemp('uneven_tfds'), 'uneven_files')
-  return {'folder': dict(dataset='folder', data_dir=folder),
-          'array_record': dict(dataset='uneven_files', data_dir=array_records)}
+  return {
+      'folder': dict(dataset='folder', data_dir=folder),
+      'array_record': dict(dataset='uneven_files', data_dir=array_records),
+  }
 
 
 def make_config(overrides: dict, **more):
@@ -97,7 +113,7 @@ def test_each_epoch_is_a_new_permutation_across_batch_edges(layouts, layout):
   batches = take(data.train_iterator(make_config(layouts[layout]), local_batch_size=50), 19)
   stream = np.concatenate([ids(b) for b in batches])
   np.testing.assert_array_equal(np.concatenate([b['label'] for b in batches]), TRAIN_LABELS[stream])
-  epochs = [stream[e * NUM_TRAIN:(e + 1) * NUM_TRAIN] for e in range(3)]
+  epochs = [stream[e * NUM_TRAIN : (e + 1) * NUM_TRAIN] for e in range(3)]
   for e, epoch in enumerate(epochs):
     assert sorted(epoch) == list(range(NUM_TRAIN)), f'epoch {e}'
   assert not np.array_equal(epochs[0], epochs[1]) and not np.array_equal(epochs[1], epochs[2])
@@ -112,22 +128,37 @@ def test_batches_are_a_function_of_seed_and_step_on_any_host_count(layouts, layo
   4 hosts from step 11, the batches are those of one uninterrupted host."""
   config = make_config(layouts[layout], data_shards=4)
   reference = take(data.train_iterator(config, local_batch_size=24), 15)
-  helpers.assert_same_batches(take(data.train_iterator(config, local_batch_size=24, start_step=12), 3),
-                              reference[12:15])
+  helpers.assert_same_batches(
+      take(data.train_iterator(config, local_batch_size=24, start_step=12), 3), reference[12:15]
+  )
   for process_count in (2, 4):
-    hosts = [take(data.train_iterator(config, local_batch_size=24 // process_count, start_step=11,
-                                      process_index=i, process_count=process_count), 3)
-             for i in range(process_count)]
+    hosts = [
+        take(
+            data.train_iterator(
+                config,
+                local_batch_size=24 // process_count,
+                start_step=11,
+                process_index=i,
+                process_count=process_count,
+            ),
+            3,
+        )
+        for i in range(process_count)
+    ]
     for step in range(3):
       for key in ('image', 'label'):
-        np.testing.assert_array_equal(np.concatenate([host[step][key] for host in hosts]),
-                                      reference[11 + step][key], err_msg=f'{process_count} hosts')
+        np.testing.assert_array_equal(
+            np.concatenate([host[step][key] for host in hosts]),
+            reference[11 + step][key],
+            err_msg=f'{process_count} hosts',
+        )
 
 
 def test_epoch_orders_neither_repeat_nor_collide_across_seeds():
   """Each epoch's order is drawn from all of (seed, epoch): epoch 256 is not epoch 0 again (an index
   shuffle keyed on the low 8 bits of each word once made it so), 300 seeds give 300 orders, and
   negative seeds are seeds."""
+
   def epoch_head(seed: int, epoch: int) -> tuple[int, ...]:
     """The records at the first 16 positions of the epoch, which tell its order."""
     return tuple(order.index_at(NUM_TRAIN, (seed, 0, 0), epoch * NUM_TRAIN + k) for k in range(16))
@@ -139,26 +170,34 @@ def test_epoch_orders_neither_repeat_nor_collide_across_seeds():
 def test_the_train_order_has_no_period_of_256_epochs(layouts):
   """One batch a whole epoch of the folder: epoch 256 is not epoch 0 again."""
   config = make_config(layouts['folder'])
-  first, later = (next(data.train_iterator(config, local_batch_size=NUM_TRAIN, start_step=step))
-                  for step in (0, 256))
+  first, later = (
+      next(data.train_iterator(config, local_batch_size=NUM_TRAIN, start_step=step))
+      for step in (0, 256)
+  )
   assert sorted(ids(first)) == sorted(ids(later)) == list(range(NUM_TRAIN))
   assert not np.array_equal(ids(first), ids(later))
 
 
 def test_a_sum_of_splits_is_cut_into_even_shards(layouts):
   """'train[:301]+test' is 304 records: 152 a host. tfds.even_splits cuts each part on its own
-  (151 + 2 and 150 + 1); evaluation pads every host to 152 rows of an even cut, and so dropped one."""
+  (151 + 2 and 150 + 1); evaluation pads every host to 152 rows of an even cut, and so dropped one.
+  """
   config = make_config(layouts['array_record'])
   split = 'train[:301]+test'
   seen = []
   for process_index in range(2):
-    for batch in data.eval_iterator(config, split, local_batch_size=8, process_index=process_index,
-                                    process_count=2):
+    for batch in data.eval_iterator(
+        config, split, local_batch_size=8, process_index=process_index, process_count=2
+    ):
       seen += list(ids(batch)[batch['mask']])
   assert sorted(seen) == list(range(301)) + [307, 308, 309]
   # Training on it: 2 shards of 152, each one epoch in one batch.
-  train = next(data.train_iterator(make_config(layouts['array_record'], train_split=split,
-                                               data_shards=2), local_batch_size=304))
+  train = next(
+      data.train_iterator(
+          make_config(layouts['array_record'], train_split=split, data_shards=2),
+          local_batch_size=304,
+      )
+  )
   assert sorted(ids(train)) == sorted(seen)
 
 
@@ -169,13 +208,20 @@ _STEPS, _START = 3, 37
 
 def _process_main(process_id: int, address: str, overrides: dict, out: str) -> None:
   import jax  # pylint: disable=g-import-not-at-top
+
   jax.config.update('jax_cpu_collectives_implementation', 'gloo')
   jax.distributed.initialize(coordinator_address=address, num_processes=2, process_id=process_id)
   from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
   from vit_jax import sharding  # pylint: disable=g-import-not-at-top
+
   mesh = sharding.make_mesh((('data', -1),))
-  batches = data.train_iterator(make_config(overrides), local_batch_size=4, start_step=_START,
-                                process_index=jax.process_index(), process_count=jax.process_count())
+  batches = data.train_iterator(
+      make_config(overrides),
+      local_batch_size=4,
+      start_step=_START,
+      process_index=jax.process_index(),
+      process_count=jax.process_count(),
+  )
   rows = {}
   for step in range(_STEPS):
     for key, value in sharding.global_batch(next(batches), mesh).items():
@@ -191,14 +237,26 @@ def test_two_processes_assemble_the_global_batch_of_one(tmp_path, layouts, layou
   where the shards of 154 and 153 examples turn their second epoch: the global batches are those of
   one process with data_shards=2."""
   import local  # pylint: disable=g-import-not-at-top
+
   out = str(tmp_path / 'batches.npz')
-  env = dict(os.environ, JAX_PLATFORMS='cpu', XLA_FLAGS='--xla_force_host_platform_device_count=2',
-             PYTHONPATH=os.pathsep.join([helpers.REPO, helpers.TESTS, os.environ.get('PYTHONPATH', '')]))
+  env = dict(
+      os.environ,
+      JAX_PLATFORMS='cpu',
+      XLA_FLAGS='--xla_force_host_platform_device_count=2',
+      PYTHONPATH=os.pathsep.join([helpers.REPO, helpers.TESTS, os.environ.get('PYTHONPATH', '')]),
+  )
   address = f'127.0.0.1:{local.free_port()}'
   logs = [tmp_path / f'process_{i}.log' for i in range(2)]
-  procs = [subprocess.Popen(
-      [sys.executable, __file__, str(i), address, json.dumps(layouts[layout]), out], cwd=helpers.REPO,
-      env=env, stdout=open(log, 'w'), stderr=subprocess.STDOUT) for i, log in enumerate(logs)]
+  procs = [
+      subprocess.Popen(
+          [sys.executable, __file__, str(i), address, json.dumps(layouts[layout]), out],
+          cwd=helpers.REPO,
+          env=env,
+          stdout=open(log, 'w'),
+          stderr=subprocess.STDOUT,
+      )
+      for i, log in enumerate(logs)
+  ]
   try:
     codes = [p.wait(timeout=300) for p in procs]
   finally:  # A process left waiting for the other one is stopped, not left behind.
@@ -208,8 +266,9 @@ def test_two_processes_assemble_the_global_batch_of_one(tmp_path, layouts, layou
         p.wait()
   assert codes == [0, 0], ''.join(log.read_text()[-3000:] for log in logs)
   got = np.load(out)
-  one = data.train_iterator(make_config(layouts[layout], data_shards=2), local_batch_size=8,
-                            start_step=_START)
+  one = data.train_iterator(
+      make_config(layouts[layout], data_shards=2), local_batch_size=8, start_step=_START
+  )
   for step in range(_STEPS):
     batch = next(one)
     for key in ('image', 'label'):

@@ -4,6 +4,7 @@ Sources written in class order, as users bring them: an image folder (folders li
 class) and a tfds dataset prepared (as ArrayRecord) with shuffling disabled; and the bundled digits,
 served from memory.
 """
+
 import collections
 
 import numpy as np
@@ -38,10 +39,13 @@ def sources(tmp_path_factory, sorted_digits_folder):
   """{source name: config overrides}: the class-sorted digits as a folder and as ArrayRecord, and the
   digits in memory (in the stratified split's order)."""
   data_dir = str(tmp_path_factory.mktemp('sorted'))
-  return {'folder': dict(dataset='folder', data_dir=sorted_digits_folder),
-          'array_record': dict(dataset=tfds_fixtures.prepare(ClassSortedDigits, data_dir),
-                               data_dir=data_dir),
-          'digits': dict(data_dir=None)}
+  return {
+      'folder': dict(dataset='folder', data_dir=sorted_digits_folder),
+      'array_record': dict(
+          dataset=tfds_fixtures.prepare(ClassSortedDigits, data_dir), data_dir=data_dir
+      ),
+      'digits': dict(data_dir=None),
+  }
 
 
 SOURCES = ['folder', 'array_record', 'digits']
@@ -74,10 +78,15 @@ def test_batches_are_mixed_from_the_first_on(sources, name, process_count):
   steps_per_epoch = len(TRAIN_LABELS) // 128
   hosts = []
   for process_index in range(process_count):
-    kwargs = dict(local_batch_size=128 // process_count, process_index=process_index,
-                  process_count=process_count)
+    kwargs = dict(
+        local_batch_size=128 // process_count,
+        process_index=process_index,
+        process_count=process_count,
+    )
     later = data.train_iterator(config, start_step=2 * steps_per_epoch + 5, **kwargs)
-    hosts.append([b['label'] for b in take(data.train_iterator(config, **kwargs), 3) + [next(later)]])
+    hosts.append(
+        [b['label'] for b in take(data.train_iterator(config, **kwargs), 3) + [next(later)]]
+    )
   for step, where in enumerate(['batch 0', 'batch 1', 'batch 2', 'a resumed batch of epoch 2']):
     assert_mixed(np.concatenate([host[step] for host in hosts]), f'{name}, {where}')
     for process_index, host in enumerate(hosts):
@@ -91,8 +100,8 @@ def test_every_epoch_visits_every_example_once(sources, name):
   batches = take(data.train_iterator(config, local_batch_size=479), 9)
   orders = []
   for epoch in range(3):
-    images = np.concatenate([as_uint8(b['image']) for b in batches[3 * epoch:3 * epoch + 3]])
-    labels = np.concatenate([b['label'] for b in batches[3 * epoch:3 * epoch + 3]])
+    images = np.concatenate([as_uint8(b['image']) for b in batches[3 * epoch : 3 * epoch + 3]])
+    labels = np.concatenate([b['label'] for b in batches[3 * epoch : 3 * epoch + 3]])
     assert multiset(images, labels) == multiset(*SPLITS['train']), f'epoch {epoch}'
     orders.append(labels)
   assert not np.array_equal(orders[0], orders[1]) and not np.array_equal(orders[1], orders[2])
@@ -100,15 +109,19 @@ def test_every_epoch_visits_every_example_once(sources, name):
 
 @pytest.mark.parametrize('name', ['folder', 'array_record'])
 @pytest.mark.parametrize('process_count', [2, 3])
-def test_random_access_shards_are_disjoint_balanced_and_cover_the_split(sources, name,
-                                                                        process_count):
+def test_random_access_shards_are_disjoint_balanced_and_cover_the_split(
+    sources, name, process_count
+):
   config = make_config(sources[name])
   union = collections.Counter()
   for process_index in range(process_count):
     size = len(range(process_index, len(TRAIN_LABELS), process_count))
     # One batch of the shard's size is one epoch of that host's shard.
-    batch = next(data.train_iterator(config, local_batch_size=size, process_index=process_index,
-                                     process_count=process_count))
+    batch = next(
+        data.train_iterator(
+            config, local_batch_size=size, process_index=process_index, process_count=process_count
+        )
+    )
     union += multiset(as_uint8(batch['image']), batch['label'])
     # Strided shards of a class-sorted list hold each class's share to within one example.
     share = np.bincount(TRAIN_LABELS, minlength=10) / process_count
@@ -121,12 +134,24 @@ def test_global_batches_depend_on_data_shards_not_on_hosts(sources, name):
   config = make_config(sources[name], data_shards=4)
   one_host = take(data.train_iterator(config, local_batch_size=32, start_step=40), 2)
   for process_count in (2, 4):
-    hosts = [take(data.train_iterator(config, local_batch_size=32 // process_count, start_step=40,
-                                      process_index=i, process_count=process_count), 2)
-             for i in range(process_count)]
+    hosts = [
+        take(
+            data.train_iterator(
+                config,
+                local_batch_size=32 // process_count,
+                start_step=40,
+                process_index=i,
+                process_count=process_count,
+            ),
+            2,
+        )
+        for i in range(process_count)
+    ]
     for step, batch in enumerate(one_host):
       for key in ('image', 'label'):
-        np.testing.assert_array_equal(np.concatenate([host[step][key] for host in hosts]), batch[key])
+        np.testing.assert_array_equal(
+            np.concatenate([host[step][key] for host in hosts]), batch[key]
+        )
 
 
 @pytest.mark.parametrize('name', SOURCES)
@@ -135,9 +160,13 @@ def test_resume_is_bitwise_identical(sources, name, process_index, process_count
   config = make_config(sources[name], pp=dict(crop='inception', flip=True))
   kwargs = dict(local_batch_size=100, process_index=process_index, process_count=process_count)
   reference = take(data.train_iterator(config, **kwargs), 20)
-  for start in (3, 7, 15):  # Mid-epoch, at an epoch's edge (batch 7 spans epochs 0 and 1 of 719), later.
+  for start in (
+      3,
+      7,
+      15,
+  ):  # Mid-epoch, at an epoch's edge (batch 7 spans epochs 0 and 1 of 719), later.
     resumed = take(data.train_iterator(config, start_step=start, **kwargs), 3)
-    assert_same_batches(resumed, reference[start:start + 3])
+    assert_same_batches(resumed, reference[start : start + 3])
 
 
 @pytest.mark.parametrize('name', SOURCES)
@@ -156,8 +185,9 @@ def test_eval_visits_each_example_once(sources, name):
   config = make_config(sources[name])
   seen = collections.Counter()
   for process_index in range(3):
-    for b in data.eval_iterator(config, 'test', local_batch_size=50,
-                                process_index=process_index, process_count=3):
+    for b in data.eval_iterator(
+        config, 'test', local_batch_size=50, process_index=process_index, process_count=3
+    ):
       seen += multiset(as_uint8(b['image'][b['mask']]), b['label'][b['mask']])
   assert seen == multiset(*SPLITS['test'])
 
@@ -165,10 +195,22 @@ def test_eval_visits_each_example_once(sources, name):
 @pytest.mark.slow
 def test_training_on_a_class_sorted_folder_learns(tmp_path, sorted_digits_folder):
   """The demo recipe, shortened, on the digits as a class-sorted image folder. With a window of 64
-  consecutive files (an old order) every batch held one or two classes and top-1 stayed near chance."""
-  config = helpers.load_config('demo', {
-      **helpers.TINY, 'dataset': 'folder', 'data_dir': sorted_digits_folder,
-      'total_steps': 150, 'batch_size': 64, 'lr.base': 3e-3, 'lr.warmup_steps': 10,
-      'eval_every_steps': 150, 'log_every_steps': 50, 'checkpoint_every_steps': 150})
+  consecutive files (an old order) every batch held one or two classes and top-1 stayed near chance.
+  """
+  config = helpers.load_config(
+      'demo',
+      {
+          **helpers.TINY,
+          'dataset': 'folder',
+          'data_dir': sorted_digits_folder,
+          'total_steps': 150,
+          'batch_size': 64,
+          'lr.base': 3e-3,
+          'lr.warmup_steps': 10,
+          'eval_every_steps': 150,
+          'log_every_steps': 50,
+          'checkpoint_every_steps': 150,
+      },
+  )
   metrics = loop.train_and_evaluate(train_setup.prepare(config, str(tmp_path)))
   assert metrics['eval_top1'] > 0.6  # Chance is 0.1.

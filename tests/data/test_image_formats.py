@@ -2,6 +2,7 @@
 timm's and torchvision's ImageFolder train on): through `preprocess.decode`, an image folder and
 `predict.read_image`. Files PIL writes, and variants it reads but does not write (BMPs, 16-bit PNG).
 """
+
 import io
 import struct
 import zlib
@@ -30,8 +31,9 @@ def _encoded(image: Image.Image, fmt: str, **kwargs) -> bytes:
 
 def _animation(fmt: str, mode: str, **kwargs) -> bytes:
   first, second = Image.fromarray(_RGBA, 'RGBA').convert(mode), Image.fromarray(255 - _RGBA, 'RGBA')
-  return _encoded(first, fmt, save_all=True, append_images=[second.convert(mode)], duration=100,
-                  **kwargs)
+  return _encoded(
+      first, fmt, save_all=True, append_images=[second.convert(mode)], duration=100, **kwargs
+  )
 
 
 def _photo() -> np.ndarray:
@@ -49,18 +51,40 @@ def _png16(pixels: np.ndarray) -> bytes:
 
   def chunk(kind: bytes, body: bytes) -> bytes:
     return struct.pack('>I', len(body)) + kind + body + struct.pack('>I', zlib.crc32(kind + body))
+
   header = struct.pack('>IIBBBBB', width, height, 16, 2, 0, 0, 0)  # 16 bits, RGB.
-  return (b'\x89PNG\r\n\x1a\n' + chunk(b'IHDR', header) + chunk(b'IDAT', zlib.compress(rows)) +
-          chunk(b'IEND', b''))
+  return (
+      b'\x89PNG\r\n\x1a\n'
+      + chunk(b'IHDR', header)
+      + chunk(b'IDAT', zlib.compress(rows))
+      + chunk(b'IEND', b'')
+  )
 
 
 def _bmp(bits: int, compression: int, pixels: bytes, extra: bytes = b'', colours: int = 0) -> bytes:
   """A BMP with a 40-byte info header, then `extra` (palette or bit fields), then `pixels`."""
   height, width = _RGB.shape[:2]
   offset = 14 + 40 + len(extra)
-  return (b'BM' + struct.pack('<IHHI', offset + len(pixels), 0, 0, offset) +
-          struct.pack('<IiiHHIIiiII', 40, width, height, 1, bits, compression, len(pixels), 2835, 2835,
-                      colours, 0) + extra + pixels)
+  return (
+      b'BM'
+      + struct.pack('<IHHI', offset + len(pixels), 0, 0, offset)
+      + struct.pack(
+          '<IiiHHIIiiII',
+          40,
+          width,
+          height,
+          1,
+          bits,
+          compression,
+          len(pixels),
+          2835,
+          2835,
+          colours,
+          0,
+      )
+      + extra
+      + pixels
+  )
 
 
 def _palette_bmp() -> bytes:
@@ -91,8 +115,12 @@ def _os2_bmp() -> bytes:
   """24-bit with OS/2's 12-byte core header, where the fields are 16-bit."""
   height, width = _RGB.shape[:2]
   pixels = b''.join(row[:, ::-1].tobytes() + b'\0' for row in _RGB[::-1])  # BGR, 39 bytes + 1.
-  return (b'BM' + struct.pack('<IHHI', 26 + len(pixels), 0, 0, 26) +
-          struct.pack('<IHHHH', 12, width, height, 1, 24) + pixels)
+  return (
+      b'BM'
+      + struct.pack('<IHHI', 26 + len(pixels), 0, 0, 26)
+      + struct.pack('<IHHHH', 12, width, height, 1, 24)
+      + pixels
+  )
 
 
 def _bgrx_bmp(masks: tuple[int, int, int]) -> bytes:
@@ -130,7 +158,9 @@ AS_PIL = {
     '16bit_grey.png': lambda: _encoded(Image.fromarray(_GREY16), 'PNG'),
     'grey.jpg': lambda: _encoded(Image.fromarray(_RGB[..., 0]), 'JPEG', quality=90),
     'cmyk.jpg': lambda: _encoded(Image.fromarray(_RGB).convert('CMYK'), 'JPEG', quality=90),
-    'progressive.jpg': lambda: _encoded(Image.fromarray(_RGB), 'JPEG', quality=90, progressive=True),
+    'progressive.jpg': lambda: _encoded(
+        Image.fromarray(_RGB), 'JPEG', quality=90, progressive=True
+    ),
     'photo.jpg': lambda: _encoded(Image.fromarray(_photo()), 'JPEG', quality=90),
     'photo_444.jpg': lambda: _encoded(Image.fromarray(_photo()), 'JPEG', quality=75, subsampling=0),
     'rgb.bmp': lambda: _encoded(Image.fromarray(_RGB), 'BMP'),
@@ -204,20 +234,25 @@ def test_each_listed_extension_is_a_format_pil_reads_here(tmp_path, extension):
   installed), and decodes as PIL decodes the file."""
   path = tmp_path / f'image{extension.upper()}'
   Image.fromarray(_photo()).convert(_MODES.get(extension, 'RGB')).save(
-      path, format=Image.registered_extensions()[extension])
+      path, format=Image.registered_extensions()[extension]
+  )
   encoded = path.read_bytes()
   with Image.open(path) as image:
     want = np.asarray(image.convert('RGB'))
   np.testing.assert_array_equal(preprocess.decode(encoded), want)
 
 
-_LFS_POINTER = (b'version https://git-lfs.github.com/spec/v1\n'
-                b'oid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\n'
-                b'size 12345\n')
+_LFS_POINTER = (
+    b'version https://git-lfs.github.com/spec/v1\n'
+    b'oid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\n'
+    b'size 12345\n'
+)
 # Each fails with its one-line reason.
 UNREADABLE = {
-    'rgb_bit_fields.bmp': (lambda: _bgrx_bmp((0x000000FF, 0x0000FF00, 0x00FF0000)),
-                           r'^OSError: Unsupported BMP bitfields layout$'),
+    'rgb_bit_fields.bmp': (
+        lambda: _bgrx_bmp((0x000000FF, 0x0000FF00, 0x00FF0000)),
+        r'^OSError: Unsupported BMP bitfields layout$',
+    ),
     'truncated.jpg': (lambda: AS_PIL['progressive.jpg']()[:200], r'^OSError: .*[Tt]runcated'),
     'truncated.png': (lambda: AS_PIL['rgb.png']()[:200], r'^OSError: .*truncated'),
     'empty.png': (lambda: b'', r'^not an image format PIL reads$'),
@@ -235,12 +270,18 @@ def test_what_is_not_read_fails_with_a_one_line_reason(name):
 
 
 def test_a_folder_reads_pils_pixels_whatever_the_extension_and_skips_what_it_cannot_read(
-    tmp_path, caplog):
+    tmp_path, caplog
+):
   # A PNG named .jpg, a JPEG named .PNG, upper-case extensions; a class of only the hard cases.
-  files = {'a/0.jpg': AS_PIL['rgba.png'](), 'a/1.PNG': AS_PIL['cmyk.jpg'](),
-           'b/0.WEBP': AS_PIL['rgba_lossy.webp'](), 'b/1.bmp': AS_PIL['palette_5_colours.bmp'](),
-           'b/2.webp': UNREADABLE['rgb_bit_fields.bmp'][0](), 'b/3.jpg': b'',
-           'b/4.tif': AS_PIL['16bit_grey.tif']()}
+  files = {
+      'a/0.jpg': AS_PIL['rgba.png'](),
+      'a/1.PNG': AS_PIL['cmyk.jpg'](),
+      'b/0.WEBP': AS_PIL['rgba_lossy.webp'](),
+      'b/1.bmp': AS_PIL['palette_5_colours.bmp'](),
+      'b/2.webp': UNREADABLE['rgb_bit_fields.bmp'][0](),
+      'b/3.jpg': b'',
+      'b/4.tif': AS_PIL['16bit_grey.tif'](),
+  }
   for split in ('train', 'test'):
     for name, encoded in files.items():
       (tmp_path / split / name).parent.mkdir(parents=True, exist_ok=True)
@@ -249,20 +290,28 @@ def test_a_folder_reads_pils_pixels_whatever_the_extension_and_skips_what_it_can
   with caplog.at_level('WARNING'):
     batch = next(data.eval_iterator(config, 'test', local_batch_size=8))
   read = ['a/0.jpg', 'a/1.PNG', 'b/0.WEBP', 'b/1.bmp', 'b/4.tif']
-  want = [preprocess.eval_preprocess(_pil(files[name]), pp_eval=config.pp_eval, image_size=16)
-          for name in read]
+  want = [
+      preprocess.eval_preprocess(_pil(files[name]), pp_eval=config.pp_eval, image_size=16)
+      for name in read
+  ]
   np.testing.assert_allclose(batch['image'][batch['mask']], want, atol=1e-6)
   assert batch['label'][batch['mask']].tolist() == [0, 0, 1, 1, 1]
   skipped = [r.getMessage() for r in caplog.records if 'Skipping unreadable' in r.getMessage()]
   assert sorted(skipped) == [  # Each with decode's one-line reason.
       f'Skipping unreadable image file {tmp_path}/test/b/2.webp (OSError: Unsupported BMP bitfields '
-      'layout)', f'Skipping unreadable image file {tmp_path}/test/b/3.jpg (not an image format PIL '
-      'reads)']
+      'layout)',
+      f'Skipping unreadable image file {tmp_path}/test/b/3.jpg (not an image format PIL ' 'reads)',
+  ]
 
 
 def test_prediction_reads_pils_pixels(tmp_path):
-  for name in ('rgba_lossy.webp', 'palette_5_colours.bmp', 'animated_rgba.webp', 'rle8.bmp',
-               '16bit_grey.tif'):
+  for name in (
+      'rgba_lossy.webp',
+      'palette_5_colours.bmp',
+      'animated_rgba.webp',
+      'rle8.bmp',
+      '16bit_grey.tif',
+  ):
     (tmp_path / name).write_bytes(AS_PIL[name]())
     np.testing.assert_array_equal(predict.read_image(str(tmp_path / name)), _pil(AS_PIL[name]()))
 
@@ -275,6 +324,11 @@ def test_a_file_name_that_is_not_utf8_is_a_one_line_error_naming_its_folder(tmp_
   with open(bytes(tmp_path / 'train' / 'cat') + b'/caf\xe9.png', 'wb') as f:
     f.write(AS_PIL['rgb.png']())
   config = helpers.data_config(str(tmp_path), dataset='folder')
-  with pytest.raises(ValueError, match=(rf"^Image folder {tmp_path}/train/cat holds a name that is not "
-                                        r"UTF-8: b'caf\\xe9.png'; rename it")):
+  with pytest.raises(
+      ValueError,
+      match=(
+          rf'^Image folder {tmp_path}/train/cat holds a name that is not '
+          r"UTF-8: b'caf\\xe9.png'; rename it"
+      ),
+  ):
     data.get_info(config)

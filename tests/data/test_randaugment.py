@@ -1,4 +1,5 @@
 """Tests of vit_jax.data.randaugment: each op against PIL or numpy, the magnitudes, the policy."""
+
 import numpy as np
 from PIL import Image, ImageEnhance, ImageOps
 import pytest
@@ -28,15 +29,18 @@ def assert_nearly_equal(got, want):
 
 
 @pytest.mark.parametrize('shape', SHAPES)
-@pytest.mark.parametrize('name, pil_fn, args', [
-    ('AutoContrast', ImageOps.autocontrast, ()),
-    ('Equalize', ImageOps.equalize, ()),
-    ('Invert', ImageOps.invert, ()),
-    ('Posterize', ImageOps.posterize, (1,)),
-    ('Posterize', ImageOps.posterize, (4,)),
-    ('Solarize', ImageOps.solarize, (100,)),
-    ('Solarize', ImageOps.solarize, (256,)),
-])
+@pytest.mark.parametrize(
+    'name, pil_fn, args',
+    [
+        ('AutoContrast', ImageOps.autocontrast, ()),
+        ('Equalize', ImageOps.equalize, ()),
+        ('Invert', ImageOps.invert, ()),
+        ('Posterize', ImageOps.posterize, (1,)),
+        ('Posterize', ImageOps.posterize, (4,)),
+        ('Solarize', ImageOps.solarize, (100,)),
+        ('Solarize', ImageOps.solarize, (256,)),
+    ],
+)
 def test_lookup_ops_equal_pil(shape, name, pil_fn, args):
   # A narrower range than [0, 255], so AutoContrast and Equalize have something to stretch.
   image = random_image(shape, 30, 200)
@@ -57,12 +61,15 @@ def test_constant_channels_are_kept_as_pil_does():
 
 @pytest.mark.parametrize('shape', SHAPES)
 @pytest.mark.parametrize('factor', [0.1, 0.64, 1.0, 1.9, 3.7])  # 3.7: magnitude 20.
-@pytest.mark.parametrize('name, enhancer', [
-    ('Color', ImageEnhance.Color),
-    ('Contrast', ImageEnhance.Contrast),
-    ('Brightness', ImageEnhance.Brightness),
-    ('Sharpness', ImageEnhance.Sharpness),
-])
+@pytest.mark.parametrize(
+    'name, enhancer',
+    [
+        ('Color', ImageEnhance.Color),
+        ('Contrast', ImageEnhance.Contrast),
+        ('Brightness', ImageEnhance.Brightness),
+        ('Sharpness', ImageEnhance.Sharpness),
+    ],
+)
 def test_enhance_ops_equal_pil(shape, factor, name, enhancer):
   image = random_image(shape)
   want = pil_op(lambda im, f: enhancer(im).enhance(f), image, factor)
@@ -81,7 +88,7 @@ def test_contrast_blends_towards_the_mean_grey_not_pixel_count_over_256():
 def test_contrast_rounds_a_mean_ending_in_half_up_as_pil_does(shape):
   grey = np.random.default_rng(0).integers(0, 100, shape)
   count = grey.size
-  grey.reshape(-1)[:(count // 2 - grey.sum()) % count] += 1  # Now sum % count == count / 2.
+  grey.reshape(-1)[: (count // 2 - grey.sum()) % count] += 1  # Now sum % count == count / 2.
   assert grey.mean() % 1 == 0.5
   # Grey pixels: PIL's L is the value.
   image = np.repeat(grey[..., None], 3, axis=-1).astype(np.uint8)
@@ -105,13 +112,14 @@ def test_solarize_add_equals_numpy(shape, addition):
 
 
 @pytest.mark.parametrize('shape', SHAPES)
-@pytest.mark.parametrize('half_size, center', [(0, (5, 5)), (4, (10, 12)), (40, (3, 30)),
-                                               (6, (0, 0)), (6, (23, 31))])
+@pytest.mark.parametrize(
+    'half_size, center', [(0, (5, 5)), (4, (10, 12)), (40, (3, 30)), (6, (0, 0)), (6, (23, 31))]
+)
 def test_cutout_equals_numpy_box(shape, half_size, center):
   image = random_image(shape)
   want = image.copy()
   (cy, cx), p = center, half_size
-  want[max(cy - p, 0):cy + p, max(cx - p, 0):cx + p] = 128
+  want[max(cy - p, 0) : cy + p, max(cx - p, 0) : cx + p] = 128
   np.testing.assert_array_equal(op('Cutout', image, half_size, center), want)
   assert (image == random_image(shape)).all()  # A new array: the input is not written.
 
@@ -124,16 +132,22 @@ def pil_affine(image, matrix):
   """
   a, b, c, d, e, f = matrix
   data = (a, b, c + 0.5 - (a + b) / 2, d, e, f + 0.5 - (d + e) / 2)
-  return np.asarray(Image.fromarray(image).transform(
-      Image.fromarray(image).size, Image.Transform.AFFINE, data, resample=Image.Resampling.NEAREST,
-      fillcolor=FILL))
+  return np.asarray(
+      Image.fromarray(image).transform(
+          Image.fromarray(image).size,
+          Image.Transform.AFFINE,
+          data,
+          resample=Image.Resampling.NEAREST,
+          fillcolor=FILL,
+      )
+  )
 
 
 def numpy_affine(image, matrix):
   """Output pixel (x, y) = input pixel round(M (x, y) + t) (halves up), grey where that is outside
   the image: the TF reference's nearest sampling, written independently of PIL."""
   a, b, c, d, e, f = matrix
-  y, x = np.mgrid[:image.shape[0], :image.shape[1]].astype(np.float64)
+  y, x = np.mgrid[: image.shape[0], : image.shape[1]].astype(np.float64)
   src_x = np.floor(a * x + b * y + c + 0.5).astype(int)
   src_y = np.floor(d * x + e * y + f + 0.5).astype(int)
   inside = (src_x >= 0) & (src_x < image.shape[1]) & (src_y >= 0) & (src_y < image.shape[0])
@@ -151,16 +165,19 @@ def rotation_matrix(shape, degrees):
 
 
 @pytest.mark.parametrize('shape', SHAPES)
-@pytest.mark.parametrize('name, arg, matrix', [
-    ('ShearX', 0.3, (1, 0.3, 0, 0, 1, 0)),
-    ('ShearX', -0.17, (1, -0.17, 0, 0, 1, 0)),
-    ('ShearY', 0.3, (1, 0, 0, 0.3, 1, 0)),
-    ('ShearY', -0.21, (1, 0, 0, -0.21, 1, 0)),
-    ('TranslateX', 7.0, (1, 0, 7, 0, 1, 0)),
-    ('TranslateX', -12.4, (1, 0, -12.4, 0, 1, 0)),
-    ('TranslateY', 5.0, (1, 0, 0, 0, 1, 5)),
-    ('TranslateY', -100.0, (1, 0, 0, 0, 1, -100)),
-])
+@pytest.mark.parametrize(
+    'name, arg, matrix',
+    [
+        ('ShearX', 0.3, (1, 0.3, 0, 0, 1, 0)),
+        ('ShearX', -0.17, (1, -0.17, 0, 0, 1, 0)),
+        ('ShearY', 0.3, (1, 0, 0, 0.3, 1, 0)),
+        ('ShearY', -0.21, (1, 0, 0, -0.21, 1, 0)),
+        ('TranslateX', 7.0, (1, 0, 7, 0, 1, 0)),
+        ('TranslateX', -12.4, (1, 0, -12.4, 0, 1, 0)),
+        ('TranslateY', 5.0, (1, 0, 0, 0, 1, 5)),
+        ('TranslateY', -100.0, (1, 0, 0, 0, 1, -100)),
+    ],
+)
 def test_shear_and_translate_match_pil_transform_and_numpy(shape, name, arg, matrix):
   image = random_image(shape)
   got = op(name, image, arg)
@@ -172,8 +189,9 @@ def test_shear_and_translate_match_pil_transform_and_numpy(shape, name, arg, mat
 @pytest.mark.parametrize('degrees', [30.0, -30.0, 13.5, 90.0, 60.0])  # 60: magnitude 20.
 def test_rotate_matches_pil_rotate_and_numpy(shape, degrees):
   image = random_image(shape)
-  want = pil_op(lambda im: im.rotate(degrees, resample=Image.Resampling.NEAREST, fillcolor=FILL),
-                image)
+  want = pil_op(
+      lambda im: im.rotate(degrees, resample=Image.Resampling.NEAREST, fillcolor=FILL), image
+  )
   got = op('Rotate', image, degrees)
   np.testing.assert_array_equal(got, want)
   assert_nearly_equal(got, numpy_affine(image, rotation_matrix(shape, degrees)))
@@ -192,23 +210,42 @@ def args_at(name, magnitude, seed=(1, 2)):
 
 
 # The reference's level_to_arg with big_vision's randaug constants (translate 100, cutout 40).
-@pytest.mark.parametrize('name, magnitude, want', [
-    ('AutoContrast', 10, ()), ('Equalize', 10, ()), ('Invert', 10, ()),
-    ('Posterize', 10, (4,)), ('Posterize', 5, (2,)), ('Posterize', 2, (0,)),
-    ('Posterize', 20, (8,)),
-    ('Solarize', 10, (256,)), ('Solarize', 5, (128,)),
-    ('SolarizeAdd', 10, (110,)), ('SolarizeAdd', 5, (55,)),
-    ('Color', 10, (1.9,)), ('Contrast', 5, (1.0,)), ('Brightness', 0, (0.1,)),
-    ('Sharpness', 9, (1.72,)), ('Color', 20, (3.7,)),
-])
+@pytest.mark.parametrize(
+    'name, magnitude, want',
+    [
+        ('AutoContrast', 10, ()),
+        ('Equalize', 10, ()),
+        ('Invert', 10, ()),
+        ('Posterize', 10, (4,)),
+        ('Posterize', 5, (2,)),
+        ('Posterize', 2, (0,)),
+        ('Posterize', 20, (8,)),
+        ('Solarize', 10, (256,)),
+        ('Solarize', 5, (128,)),
+        ('SolarizeAdd', 10, (110,)),
+        ('SolarizeAdd', 5, (55,)),
+        ('Color', 10, (1.9,)),
+        ('Contrast', 5, (1.0,)),
+        ('Brightness', 0, (0.1,)),
+        ('Sharpness', 9, (1.72,)),
+        ('Color', 20, (3.7,)),
+    ],
+)
 def test_magnitude_to_fixed_args(name, magnitude, want):
   np.testing.assert_allclose(args_at(name, magnitude), want, rtol=1e-6)
 
 
-@pytest.mark.parametrize('name, magnitude, size', [
-    ('Rotate', 10, 30.0), ('Rotate', 5, 15.0), ('ShearX', 10, 0.3), ('ShearY', 5, 0.15),
-    ('TranslateX', 10, 100.0), ('TranslateY', 3, 30.0),
-])
+@pytest.mark.parametrize(
+    'name, magnitude, size',
+    [
+        ('Rotate', 10, 30.0),
+        ('Rotate', 5, 15.0),
+        ('ShearX', 10, 0.3),
+        ('ShearY', 5, 0.15),
+        ('TranslateX', 10, 100.0),
+        ('TranslateY', 3, 30.0),
+    ],
+)
 def test_magnitude_to_signed_args(name, magnitude, size):
   signed = [args_at(name, magnitude, (s, 0))[0] for s in range(40)]
   np.testing.assert_allclose(np.abs(signed), size, rtol=1e-6)
@@ -226,8 +263,9 @@ def test_cutout_args_are_half_size_and_a_uniform_center():
 
 
 def augment(image, seed, num_layers=2, magnitude=9.0):
-  return ra.randaugment(np.asarray(image, np.float32), np.random.default_rng(seed), num_layers,
-                        magnitude)
+  return ra.randaugment(
+      np.asarray(image, np.float32), np.random.default_rng(seed), num_layers, magnitude
+  )
 
 
 @pytest.mark.parametrize('shape', [(48, 48), (40, 64)])
@@ -284,8 +322,18 @@ def test_one_layer_applies_one_uniformly_drawn_op_always():
   """The 10 ops without random arguments: each drawn about 1/16 of the time, and never skipped."""
   image = random_image((16, 24), 10, 246)
   magnitude = 9.0
-  seedless = ['AutoContrast', 'Equalize', 'Invert', 'Posterize', 'Solarize', 'Color', 'Contrast',
-              'Brightness', 'Sharpness', 'SolarizeAdd']
+  seedless = [
+      'AutoContrast',
+      'Equalize',
+      'Invert',
+      'Posterize',
+      'Solarize',
+      'Color',
+      'Contrast',
+      'Brightness',
+      'Sharpness',
+      'SolarizeAdd',
+  ]
   expected = {}
   for name in seedless:
     args = ra.op_args(name, magnitude, np.random.default_rng(0), image)

@@ -2,6 +2,7 @@
 (timm's transforms) does, to the bit on uint8 images; without it as TensorFlow's bilinear resize
 (the original code's), which the tests import as the reference.
 """
+
 import ml_collections
 import numpy as np
 from PIL import Image
@@ -26,18 +27,32 @@ def _pil_rgb(image: np.ndarray, height: int, width: int) -> np.ndarray:
 
 def _pil_float(image: np.ndarray, size: int) -> np.ndarray:
   """PIL's bilinear filter on float images (mode 'F', no rounding), one channel at a time."""
-  channels = [np.asarray(Image.fromarray(image[..., c].astype(np.float32)).resize(
-      (size, size), Image.Resampling.BILINEAR)) for c in range(3)]
+  channels = [
+      np.asarray(
+          Image.fromarray(image[..., c].astype(np.float32)).resize(
+              (size, size), Image.Resampling.BILINEAR
+          )
+      )
+      for c in range(3)
+  ]
   return np.stack(channels, axis=-1)
 
 
 def _tensorflow(image: np.ndarray, height: int, width: int) -> np.ndarray:
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
   return tf.image.resize(image, (height, width), method='bilinear', antialias=False).numpy()
 
 
-_SHAPES = [(37, 53, 16), (37, 53, 24), (10, 13, 40), (1, 7, 5), (300, 200, 224), (5, 5, 1),
-           (224, 224, 224)]
+_SHAPES = [
+    (37, 53, 16),
+    (37, 53, 24),
+    (10, 13, 40),
+    (1, 7, 5),
+    (300, 200, 224),
+    (5, 5, 1),
+    (224, 224, 224),
+]
 
 
 @pytest.mark.parametrize('height,width,size', _SHAPES)
@@ -49,15 +64,17 @@ def test_antialiased_resize_of_uint8_is_pils_8_bit_resize(height, width, size):
   np.testing.assert_array_equal(got, _pil_rgb(image, size, size))
   # A crop (a strided view) resizes as the same pixels copied.
   view = _image(height + 4, width + 6)[1:-3, 2:-4]
-  np.testing.assert_array_equal(preprocess.resize(view, size, True),
-                                _pil_rgb(np.ascontiguousarray(view), size, size))
+  np.testing.assert_array_equal(
+      preprocess.resize(view, size, True), _pil_rgb(np.ascontiguousarray(view), size, size)
+  )
 
 
 @pytest.mark.parametrize('size', [16, 24])
 def test_antialiased_resize_of_floats_is_pils_float_resize(size):
   image = _image().astype(np.float32) + 0.25
-  np.testing.assert_array_equal(preprocess.resize(image, size, antialias=True),
-                                _pil_float(image, size))
+  np.testing.assert_array_equal(
+      preprocess.resize(image, size, antialias=True), _pil_float(image, size)
+  )
   # In 8 bits PIL rounds after each of its 1-D passes: within a level of the float resize.
   uint8 = _image()
   np.testing.assert_allclose(preprocess.resize(uint8, size, True), _pil_float(uint8, size), atol=1)
@@ -82,12 +99,16 @@ def test_antialiasing_is_what_tells_the_filters_apart(size):
 def test_train_and_eval_preprocessing_read_their_field():
   image, size = _image(), 16
   expected = _pil_rgb(image, size, size) / np.float32(127.5) - 1
-  config = helpers.load_config('demo', {'pp.crop': 'resize', 'pp.antialias': True,
-                                        'pp_eval.antialias': True, 'image_size': size})
+  config = helpers.load_config(
+      'demo',
+      {'pp.crop': 'resize', 'pp.antialias': True, 'pp_eval.antialias': True, 'image_size': size},
+  )
   train = preprocess.model_input(
-      preprocess.train_preprocess(image, (1, 2), pp=config.pp, image_size=size))
+      preprocess.train_preprocess(image, (1, 2), pp=config.pp, image_size=size)
+  )
   evaluated = preprocess.model_input(
-      preprocess.eval_preprocess(image, pp_eval=config.pp_eval, image_size=size))
+      preprocess.eval_preprocess(image, pp_eval=config.pp_eval, image_size=size)
+  )
   np.testing.assert_array_equal(train, expected)
   np.testing.assert_array_equal(evaluated, expected)
   config.pp_eval.antialias = False
@@ -97,8 +118,9 @@ def test_train_and_eval_preprocessing_read_their_field():
 
 def test_prediction_prepares_images_as_the_run_did():
   image = _image()
-  antialiased = predict.model_input(image, 16,
-                                    {'crop': 'resize', 'crop_fraction': 1.0, 'antialias': True})
+  antialiased = predict.model_input(
+      image, 16, {'crop': 'resize', 'crop_fraction': 1.0, 'antialias': True}
+  )
   np.testing.assert_array_equal(antialiased, _pil_rgb(image, 16, 16) / np.float32(127.5) - 1)
   # An export written before the field prepared images without antialiasing.
   old = predict.model_input(image, 16, {'crop': 'resize', 'crop_fraction': 0.875})
@@ -107,6 +129,7 @@ def test_prediction_prepares_images_as_the_run_did():
 
 # The central eval crop.
 
+
 def _central(crop_fraction: float, antialias: bool) -> ml_collections.ConfigDict:
   pp_eval = defaults.get_config().pp_eval
   pp_eval.update(dict(crop='central', crop_fraction=crop_fraction, antialias=antialias))
@@ -114,28 +137,32 @@ def _central(crop_fraction: float, antialias: bool) -> ml_collections.ConfigDict
 
 
 @pytest.mark.parametrize('antialias', [False, True])
-@pytest.mark.parametrize('shape,rows,cols', [((256, 320), (16, 240), (48, 272)),
-                                             ((320, 256), (48, 272), (16, 240))])
+@pytest.mark.parametrize(
+    'shape,rows,cols', [((256, 320), (16, 240), (48, 272)), ((320, 256), (48, 272), (16, 240))]
+)
 def test_central_crop_of_the_shorter_side_256_is_its_central_224(shape, rows, cols, antialias):
   image = _image(*shape)
   got = preprocess.eval_preprocess(image, pp_eval=_central(0.875, antialias), image_size=224)
   assert got.dtype == (np.uint8 if antialias else np.float32) and got.flags.c_contiguous
   got = preprocess.model_input(got)
-  expected = image[rows[0]:rows[1], cols[0]:cols[1]].astype(np.float32) / np.float32(127.5) - 1
+  expected = image[rows[0] : rows[1], cols[0] : cols[1]].astype(np.float32) / np.float32(127.5) - 1
   np.testing.assert_array_equal(got, expected)
 
 
-@pytest.mark.parametrize('height,width,size,crop_fraction',
-                         [(375, 500, 224, 0.875), (20, 30, 16, 0.5)])
+@pytest.mark.parametrize(
+    'height,width,size,crop_fraction', [(375, 500, 224, 0.875), (20, 30, 16, 0.5)]
+)
 def test_central_crop_without_antialiasing_is_tensorflows_resize_then_the_central_square(
-    height, width, size, crop_fraction):
+    height, width, size, crop_fraction
+):
   image = _image(height, width)
   target = round(size / crop_fraction)
   scaled_h, scaled_w = (int(side * target / min(height, width)) for side in (height, width))
   top, left = round((scaled_h - size) / 2), round((scaled_w - size) / 2)
-  expected = _tensorflow(image, scaled_h, scaled_w)[top:top + size, left:left + size]
-  np.testing.assert_allclose(preprocess.central_crop(image, size, crop_fraction), expected,
-                             atol=1e-4, rtol=0)
+  expected = _tensorflow(image, scaled_h, scaled_w)[top : top + size, left : left + size]
+  np.testing.assert_allclose(
+      preprocess.central_crop(image, size, crop_fraction), expected, atol=1e-4, rtol=0
+  )
 
 
 def test_the_eval_crop_is_checked():

@@ -1,6 +1,7 @@
 """The tensorflow_datasets source (vit_jax/data/tfds_source.py) on a tiny dataset prepared here:
 its splits and slices, shards, labels and label sets, errors, pickling, reading without TensorFlow,
 and a dataset prepared as TFRecord: the one-line error, then its conversion to ArrayRecord."""
+
 import io
 import pickle
 import shutil
@@ -23,24 +24,33 @@ def tiny_example(split: str, key: int) -> dict:
   """Example `key` of `split`: an image of its own size and pixels, a class, a coarser class and a
   set of classes (none for some)."""
   rng = np.random.RandomState([len(split), key])
-  return {'image': rng.randint(256, size=(3 + key % 4, 5 + key % 3, 3), dtype=np.uint8),
-          'label': key % 3, 'coarse': key % 2, 'label_set': [c for c in range(3) if (key >> c) & 1],
-          'name': f'{split}/{key}'}
+  return {
+      'image': rng.randint(256, size=(3 + key % 4, 5 + key % 3, 3), dtype=np.uint8),
+      'label': key % 3,
+      'coarse': key % 2,
+      'label_set': [c for c in range(3) if (key >> c) & 1],
+      'name': f'{split}/{key}',
+  }
 
 
 class Tiny(tfds.core.GeneratorBasedBuilder, skip_registration=True):
   """Prepared under its name in a data_dir, where tfds.builder finds it as a real dataset."""
+
   VERSION = tfds.core.Version('1.0.0')
   pkg_dir_path = epath.Path(__file__).parent  # tfds looks for metadata files beside the builder.
 
   def _info(self) -> tfds.core.DatasetInfo:
-    return self.dataset_info_from_configs(features=tfds.features.FeaturesDict({
-        'image': tfds.features.Image(shape=(None, None, 3)),
-        'label': tfds.features.ClassLabel(names=CLASSES),
-        'coarse': tfds.features.ClassLabel(names=['odd', 'even']),
-        'label_set': tfds.features.Sequence(tfds.features.ClassLabel(names=CLASSES)),
-        'name': tfds.features.Text(),
-    }))
+    return self.dataset_info_from_configs(
+        features=tfds.features.FeaturesDict(
+            {
+                'image': tfds.features.Image(shape=(None, None, 3)),
+                'label': tfds.features.ClassLabel(names=CLASSES),
+                'coarse': tfds.features.ClassLabel(names=['odd', 'even']),
+                'label_set': tfds.features.Sequence(tfds.features.ClassLabel(names=CLASSES)),
+                'name': tfds.features.Text(),
+            }
+        )
+    )
 
   def _split_generators(self, dl_manager):
     del dl_manager
@@ -53,7 +63,8 @@ class Tiny(tfds.core.GeneratorBasedBuilder, skip_registration=True):
 
 def prepare(data_dir: str, file_format: str) -> str:
   Tiny(data_dir=data_dir, file_format=file_format).download_and_prepare(
-      download_config=tfds.download.DownloadConfig(try_download_gcs=False))
+      download_config=tfds.download.DownloadConfig(try_download_gcs=False)
+  )
   return data_dir
 
 
@@ -90,8 +101,12 @@ def test_splits_slices_and_sums_hold_the_examples_tfds_counts(array_record_dir):
   train = [name_of(src, r) for r in read_all(src, 'train')]
   validation = [name_of(src, r) for r in read_all(src, 'validation')]
   assert sorted(train) == sorted(f'train/{k}' for k in range(10))  # tfds shuffled them.
-  cases = {'train[:90%]': train[:9], 'train[90%:]': train[9:], 'train[2:5]': train[2:5],
-           'train[:4]+validation[:2]': train[:4] + validation[:2]}
+  cases = {
+      'train[:90%]': train[:9],
+      'train[90%:]': train[9:],
+      'train[2:5]': train[2:5],
+      'train[:4]+validation[:2]': train[:4] + validation[:2],
+  }
   for split, names in cases.items():
     assert src.examples(split).num_records == info.splits[split].num_examples == len(names), split
     assert [name_of(src, r) for r in read_all(src, split)] == names, split
@@ -105,14 +120,18 @@ def test_shards_are_strided_disjoint_and_cover_the_split(array_record_dir, num_s
   shards = [read_all(src, split, s, num_shards) for s in range(num_shards)]
   for s, shard in enumerate(shards):  # Record k of shard s is example s + k * num_shards.
     assert [(r.index, r.serialized) for r in shard] == [
-        (i, whole[i].serialized) for i in range(s, len(whole), num_shards)]
+        (i, whole[i].serialized) for i in range(s, len(whole), num_shards)
+    ]
   assert sorted(len(shard) for shard in shards)[-1] - min(len(shard) for shard in shards) <= 1
 
 
 def test_load_decodes_the_image_and_its_label(array_record_dir):
   src = source(array_record_dir)
   assert (src.class_names, src.class_label_features, src.multi_label) == (
-      tuple(CLASSES), ('coarse', 'label'), False)
+      tuple(CLASSES),
+      ('coarse', 'label'),
+      False,
+  )
   records = read_all(src, 'validation')
   for record, example in zip(records, expected([name_of(src, r) for r in records])):
     loaded = src.load(record)
@@ -123,7 +142,8 @@ def test_load_decodes_the_image_and_its_label(array_record_dir):
   coarse = source(array_record_dir, 'coarse')
   assert coarse.class_names == ('odd', 'even')
   assert [coarse.load(r)['label'] for r in records] == [
-      e['coarse'] for e in expected([name_of(src, r) for r in records])]
+      e['coarse'] for e in expected([name_of(src, r) for r in records])
+  ]
 
 
 def test_a_label_set_is_multi_hot(array_record_dir):
@@ -159,8 +179,9 @@ def test_an_undecodable_image_raises_unreadable_image(array_record_dir):
   src = source(array_record_dir)
   features = tfds_source.prepared_builder('tiny', array_record_dir).info.features
   # A file object is written as its bytes, unchecked.
-  serialized = features.serialize_example({**tiny_example('train', 0),
-                                           'image': io.BytesIO(b'not an image')})
+  serialized = features.serialize_example(
+      {**tiny_example('train', 0), 'image': io.BytesIO(b'not an image')}
+  )
   with pytest.raises(tfds_source.preprocess.UnreadableImage):
     src.load(tfds_source.Example('train', 0, serialized))
 
@@ -172,17 +193,23 @@ def test_split_errors_are_one_line_and_name_the_field(array_record_dir):
   assert str(error.value) == (
       "Bad split 'test' for dataset 'tiny': Unknown split 'test'. Should be one of ['train', "
       "'validation']; set --config.eval_split to one of ['train', 'validation'] or a slice of one, "
-      "e.g. 'train[:90%]'")
-  with pytest.raises(ValueError, match=r"^Bad split 'train\[:200%\]' for dataset 'tiny': Error "
-                                       r'parsing split .*[^\n]$'):
+      "e.g. 'train[:90%]'"
+  )
+  with pytest.raises(
+      ValueError,
+      match=r"^Bad split 'train\[:200%\]' for dataset 'tiny': Error " r'parsing split .*[^\n]$',
+  ):
     src.examples('train[:200%]')
   src.check_split('train[10%:]+validation', '--config.train_split')
 
 
 def test_builder_errors_are_one_line(array_record_dir, tmp_path):
-  with pytest.raises(ValueError, match=r"^Unknown dataset 'no_such_dataset': use 'digits' "
-                                       r"\(bundled, offline\), 'folder' .*imagenet21k "
-                                       r'\(see tfds.list_builders\(\)\)$'):
+  with pytest.raises(
+      ValueError,
+      match=r"^Unknown dataset 'no_such_dataset': use 'digits' "
+      r"\(bundled, offline\), 'folder' .*imagenet21k "
+      r'\(see tfds.list_builders\(\)\)$',
+  ):
     tfds_source.prepared_builder('no_such_dataset', array_record_dir)
   with pytest.raises(ValueError) as error:
     tfds_source.prepared_builder('cifar10', str(tmp_path))
@@ -190,9 +217,11 @@ def test_builder_errors_are_one_line(array_record_dir, tmp_path):
       f"tensorflow_datasets dataset 'cifar10' is not prepared in {tmp_path}: run `tfds build "
       f'cifar10 --data_dir={tmp_path} --file_format=array_record` on a machine with internet (some '
       f'datasets, e.g. imagenet2012, need a manual download first) and copy {tmp_path}/cifar10 '
-      'here, or set config.data_dir to where it is prepared')
-  with pytest.raises(ValueError, match=r"^Cannot load tensorflow_datasets dataset 'cifar10:0.0.1': "
-                                       r'[^\n]*$'):
+      'here, or set config.data_dir to where it is prepared'
+  )
+  with pytest.raises(
+      ValueError, match=r"^Cannot load tensorflow_datasets dataset 'cifar10:0.0.1': " r'[^\n]*$'
+  ):
     tfds_source.prepared_builder('cifar10:0.0.1', str(tmp_path))
 
 
@@ -203,7 +232,8 @@ def test_label_feature_errors(array_record_dir):
   assert str(error.value) == (
       "Dataset 'tiny' has no ClassLabel (or Sequence of ClassLabel) feature 'fine_label': set "
       "--config.label_feature (or the evaluator's label_feature) to one of its ClassLabel features "
-      "['coarse', 'label'] or label sets ['label_set']")
+      "['coarse', 'label'] or label sets ['label_set']"
+  )
   with pytest.raises(ValueError, match=r"^Dataset 'tiny' has no ClassLabel .* feature 'name':"):
     tfds_source.TfdsSource(builder, 'name')  # Text, not a label.
 
@@ -216,20 +246,27 @@ def test_a_tfrecord_dataset_is_a_one_line_error_naming_the_conversion(tfrecord_d
     source(data_dir)
   assert str(error.value) == (
       f"tensorflow_datasets dataset 'tiny' in {version_dir} is prepared as tfrecord, and vit_jax "
-      "reads only ArrayRecord: convert it once (the ArrayRecord files go beside the others) with "
+      'reads only ArrayRecord: convert it once (the ArrayRecord files go beside the others) with '
       "`pip install '.[tfrecord]'` (TensorFlow, to read them) and "
-      f'`python -m vit_jax.tools.to_array_record {version_dir}`')
+      f'`python -m vit_jax.tools.to_array_record {version_dir}`'
+  )
 
   # The command the line names, as a user runs it.
   for said in ('ArrayRecord files written', 'has ArrayRecord files already'):  # Once is enough.
-    run = subprocess.run([sys.executable, '-m', 'vit_jax.tools.to_array_record', version_dir],
-                         cwd=helpers.REPO, capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [sys.executable, '-m', 'vit_jax.tools.to_array_record', version_dir],
+        cwd=helpers.REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0 and run.stdout == f'{version_dir}: {said}\n', run.stderr[-3000:]
   src = source(data_dir)
   records = read_all(src, 'train[:7]+validation')
   # The converted records are the TFRecord files' in their order: the ArrayRecord preparation's.
-  prepared_as_array_record = read_all(source(prepare(str(tmp_path / 'ar'), 'array_record')),
-                                      'train[:7]+validation')
+  prepared_as_array_record = read_all(
+      source(prepare(str(tmp_path / 'ar'), 'array_record')), 'train[:7]+validation'
+  )
   assert [r.serialized for r in records] == [r.serialized for r in prepared_as_array_record]
   for record, example in zip(records, expected([name_of(src, r) for r in records])):
     np.testing.assert_array_equal(src.load(record)['image'], example['image'])
@@ -238,18 +275,22 @@ def test_a_tfrecord_dataset_is_a_one_line_error_naming_the_conversion(tfrecord_d
 
 
 def test_conversion_errors_are_one_line(tmp_path, capsys):
-  with pytest.raises(ValueError, match=rf'^No prepared tensorflow_datasets dataset in {tmp_path}: '
-                                       r'give its version folder, the one with dataset_info.json'):
+  with pytest.raises(
+      ValueError,
+      match=rf'^No prepared tensorflow_datasets dataset in {tmp_path}: '
+      r'give its version folder, the one with dataset_info.json',
+  ):
     tfds_source.to_array_record(str(tmp_path))
   with pytest.raises(SystemExit) as exit_:
     tfds_source.convert_main(['to_array_record'])
   assert exit_.value.code == 2
   assert capsys.readouterr().err == (
-      f'error: give one dataset folder: use {tfds_source.CONVERT_USAGE}\n')
+      f'error: give one dataset folder: use {tfds_source.CONVERT_USAGE}\n'
+  )
 
 
 def test_reads_without_tensorflow(array_record_dir, tfrecord_dir):
-  script = f'''
+  script = f"""
 import sys
 try:
   import tensorflow
@@ -268,9 +309,15 @@ try:
 except ValueError as e:
   print(e)
 assert 'tensorflow' not in sys.modules, 'tensorflow loaded'
-'''
-  run = subprocess.run([sys.executable, '-c', script], cwd=helpers.REPO,
-                       env=helpers.without_tensorflow(), capture_output=True, text=True, timeout=300)
+"""
+  run = subprocess.run(
+      [sys.executable, '-c', script],
+      cwd=helpers.REPO,
+      env=helpers.without_tensorflow(),
+      capture_output=True,
+      text=True,
+      timeout=300,
+  )
   assert run.returncode == 0, run.stderr[-3000:]
   lines = run.stdout.splitlines()
   assert lines[0].startswith('example 5 of split train[:4]+validation[:2] of tiny (')

@@ -1,5 +1,6 @@
 """uint8 batches: the pipeline hands 8-bit pixels to the step where its ops keep them, and the step
 normalises them on the device to what the host's normalize makes, to the bit."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -24,15 +25,19 @@ def test_the_device_normalises_every_level_to_the_hosts_bits():
   np.testing.assert_array_equal(jax.jit(on_device.model_input)(normalised), normalised)
 
 
-@pytest.mark.parametrize('pp,dtype', [
-    ({}, np.uint8),
-    ({'randaug_layers': 2}, np.uint8),
-    ({'crop': 'random', 'pad': 2}, np.uint8),
-    ({'antialias': False}, np.float32),  # TensorFlow's resize interpolates between levels.
-    ({'three_augment': True}, np.float32),
-    ({'color_jitter': 0.4}, np.float32),
-    ({'erase_prob': 0.25}, np.float32),  # Erases normalised images.
-], ids=str)
+@pytest.mark.parametrize(
+    'pp,dtype',
+    [
+        ({}, np.uint8),
+        ({'randaug_layers': 2}, np.uint8),
+        ({'crop': 'random', 'pad': 2}, np.uint8),
+        ({'antialias': False}, np.float32),  # TensorFlow's resize interpolates between levels.
+        ({'three_augment': True}, np.float32),
+        ({'color_jitter': 0.4}, np.float32),
+        ({'erase_prob': 0.25}, np.float32),  # Erases normalised images.
+    ],
+    ids=str,
+)
 def test_train_batches_are_uint8_where_every_op_keeps_8_bit_pixels(data_dir, pp, dtype):
   config = helpers.data_config(data_dir, image_size=12, pp={'crop': 'inception', **pp})
   assert preprocess.train_dtype(config.pp) == dtype
@@ -50,7 +55,9 @@ def test_eval_batches_and_their_padding_are_of_eval_dtype(data_dir, antialias, d
 
 def test_a_uint8_batch_trains_as_its_normalised_float32_batch(tmp_path, data_dir):
   """The same losses and parameters, bit for bit, with mixing on: it mixes the normalised images."""
-  config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': data_dir, 'mix.mixup_alpha': 0.8})
+  config = helpers.load_config(
+      'demo', {**helpers.TINY, 'data_dir': data_dir, 'mix.mixup_alpha': 0.8}
+  )
   rng = np.random.default_rng(0)
   images = rng.integers(0, 256, (3, 16, 8, 8, 3), dtype=np.uint8)
   labels = rng.integers(0, 10, (3, 16)).astype(np.int32)
@@ -58,8 +65,12 @@ def test_a_uint8_batch_trains_as_its_normalised_float32_batch(tmp_path, data_dir
   for dtype, as_batch in [('uint8', lambda x: x), ('float32', preprocess.normalize)]:
     setup = train_setup.prepare(config, str(tmp_path / dtype))
     runs[dtype] = helpers.train_losses(
-        setup, [{'image': as_batch(x), 'label': y} for x, y in zip(images, labels)])
+        setup, [{'image': as_batch(x), 'label': y} for x, y in zip(images, labels)]
+    )
   np.testing.assert_array_equal(runs['uint8'][0], runs['float32'][0])
-  jax.tree.map(np.testing.assert_array_equal, jax.device_get(runs['uint8'][1].params),
-               jax.device_get(runs['float32'][1].params))
+  jax.tree.map(
+      np.testing.assert_array_equal,
+      jax.device_get(runs['uint8'][1].params),
+      jax.device_get(runs['float32'][1].params),
+  )
   assert jnp.isfinite(runs['uint8'][0]).all()

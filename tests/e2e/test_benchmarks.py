@@ -1,4 +1,5 @@
 """The benchmark scripts: their FLOP count agrees with XLA's, and they run end to end (tiny sizes)."""
+
 import re
 import subprocess
 import sys
@@ -12,11 +13,14 @@ sys.path.insert(0, f'{helpers.REPO}/benchmarks')
 import train_step  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
-@pytest.mark.parametrize('variant,mode,factor', [('ViT-S_16', 'train', 3), ('ViT-S_16', 'inference', 1),
-                                                  ('Axial-ViT-S_16', 'inference', 1)])
+@pytest.mark.parametrize(
+    'variant,mode,factor',
+    [('ViT-S_16', 'train', 3), ('ViT-S_16', 'inference', 1), ('Axial-ViT-S_16', 'inference', 1)],
+)
 def test_analytic_flops_agree_with_xla_cost_analysis(variant, mode, factor):
-  args = train_step.make_parser().parse_args([f'--variant={variant}', '--image_size=224', '--batch=8',
-                                              f'--mode={mode}'])
+  args = train_step.make_parser().parse_args(
+      [f'--variant={variant}', '--image_size=224', '--batch=8', f'--mode={mode}']
+  )
   config = train_step.make_config(args)
   model = train_step.variants.get_model_config(config.variant, config.model.to_dict())
   analytic = factor * train_step.vit_flops(model, args.image_size) * args.batch
@@ -26,23 +30,47 @@ def test_analytic_flops_agree_with_xla_cost_analysis(variant, mode, factor):
 
 
 def _run(script, *args):
-  run = subprocess.run([sys.executable, f'benchmarks/{script}', *args], cwd=helpers.REPO,
-                       capture_output=True, text=True, timeout=600)
+  run = subprocess.run(
+      [sys.executable, f'benchmarks/{script}', *args],
+      cwd=helpers.REPO,
+      capture_output=True,
+      text=True,
+      timeout=600,
+  )
   assert run.returncode == 0, run.stderr[-3000:]
   return run.stdout
 
 
 def test_train_step_compares_with_timm_in_one_run():
-  out = _run('train_step.py', '--variant=ViT-Ti_16', '--image_size=32', '--batch=8', '--peer=timm',
-             '--warmup=1', '--steps=1', '--rounds=2', '--peak-tflops=gemm', '--header', '--scan')
-  rows = [line for line in out.splitlines() if line.startswith('| vit_jax') or line.startswith('| timm')]
+  out = _run(
+      'train_step.py',
+      '--variant=ViT-Ti_16',
+      '--image_size=32',
+      '--batch=8',
+      '--peer=timm',
+      '--warmup=1',
+      '--steps=1',
+      '--rounds=2',
+      '--peak-tflops=gemm',
+      '--header',
+      '--scan',
+  )
+  rows = [
+      line for line in out.splitlines() if line.startswith('| vit_jax') or line.startswith('| timm')
+  ]
   assert len(rows) == 2 and '| scan |' in rows[0], out
-  assert all(line.split('|')[14].strip().endswith('%') for line in rows), out  # MFU of the measured peak.
+  assert all(
+      line.split('|')[14].strip().endswith('%') for line in rows
+  ), out  # MFU of the measured peak.
   assert '# ours/timm images/s: ' in out
-  assert re.search(r'^# ours/timm images/s paired by round: [\d.]+x median \([\d.]+-[\d.]+x over 2 rounds\)$',
-                   out, re.M), out
-  assert re.search(r'^# machine: .*, AVX-512: (yes|no).*transparent huge pages: \w+; \d{4}-\d\d-\d\d$', out,
-                   re.M), out
+  assert re.search(
+      r'^# ours/timm images/s paired by round: [\d.]+x median \([\d.]+-[\d.]+x over 2 rounds\)$',
+      out,
+      re.M,
+  ), out
+  assert re.search(
+      r'^# machine: .*, AVX-512: (yes|no).*transparent huge pages: \w+; \d{4}-\d\d-\d\d$', out, re.M
+  ), out
 
 
 def test_paired_ratio_compares_each_round_with_its_neighbour():
@@ -57,21 +85,33 @@ def test_paired_ratio_compares_each_round_with_its_neighbour():
 
 def test_profile_names_gpu_kernels_by_their_ops_source():
   """A GPU trace names an XLA fusion's kernel with '_' for its '.'; cuBLAS's kernels are not ops."""
-  hlo = ('%loop_add_fusion.3 = f32[8]{0} fusion(%p), kind=kLoop, metadata={op_name="jit(train_step)/'
-         'Transformer/encoderblock_4/add"}\n%dot.1 = f32[2]{0} dot(%a, %b), metadata={op_name="jit(f)/'
-         'encoderblock_0/MlpBlock_3/Dense_0/dot_general"}\n')
+  hlo = (
+      '%loop_add_fusion.3 = f32[8]{0} fusion(%p), kind=kLoop, metadata={op_name="jit(train_step)/'
+      'Transformer/encoderblock_4/add"}\n%dot.1 = f32[2]{0} dot(%a, %b), metadata={op_name="jit(f)/'
+      'encoderblock_0/MlpBlock_3/Dense_0/dot_general"}\n'
+  )
   sources = train_step.op_sources(hlo)
-  assert sources['loop_add_fusion_3'] == sources['loop_add_fusion.3'] == 'Transformer/encoderblock_*/add'
-  durations = {'loop_add_fusion_3': [2.0, 1.0], 'dot.1': [4.0, 5.0],  # 2 steps: fastest of each op.
-               'nvjet_sm90_tst_128x160': [3.0, 1.0, 3.0, 1.0]}  # A library kernel: all of its time.
+  assert (
+      sources['loop_add_fusion_3']
+      == sources['loop_add_fusion.3']
+      == 'Transformer/encoderblock_*/add'
+  )
+  durations = {
+      'loop_add_fusion_3': [2.0, 1.0],
+      'dot.1': [4.0, 5.0],  # 2 steps: fastest of each op.
+      'nvjet_sm90_tst_128x160': [3.0, 1.0, 3.0, 1.0],
+  }  # A library kernel: all of its time.
   assert train_step.time_by_source(durations, sources, steps=2) == {
       ('loop_add_fusion', 'Transformer/encoderblock_*/add'): 1.0,
       ('dot', 'encoderblock_*/MlpBlock_3/Dense_0/dot_general'): 4.0,
-      ('nvjet_sm90_tst_128x160', '(library kernel)'): 4.0}
+      ('nvjet_sm90_tst_128x160', '(library kernel)'): 4.0,
+  }
 
 
 def test_profile_prints_where_the_cpu_steps_time_goes(capsys):
-  args = train_step.make_parser().parse_args(['--variant=ViT-testing_4', '--image_size=16', '--batch=8'])
+  args = train_step.make_parser().parse_args(
+      ['--variant=ViT-testing_4', '--image_size=16', '--batch=8']
+  )
   ours = train_step.Ours(train_step.make_config(args), 'train')
   ours.allocate()
   train_step.profile(ours, steps=2, top=5)
@@ -81,17 +121,37 @@ def test_profile_prints_where_the_cpu_steps_time_goes(capsys):
 
 
 def test_input_pipeline_reads_the_digits_with_and_without_workers():
-  out = _run('input_pipeline.py', '--source=digits', '--image_size=16', '--batch=8', '--warmup=1',
-             '--batches=2', '--workers=0,1')
+  out = _run(
+      'input_pipeline.py',
+      '--source=digits',
+      '--image_size=16',
+      '--batch=8',
+      '--warmup=1',
+      '--batches=2',
+      '--workers=0,1',
+  )
   for workers in (0, 1):
-    assert f'| bundled digits (8x8, in memory) | 16 | 8 | inception + flip | {workers} |' in out, out
+    assert (
+        f'| bundled digits (8x8, in memory) | 16 | 8 | inception + flip | {workers} |' in out
+    ), out
 
 
 def test_input_pipeline_reads_generated_jpegs():
-  out = _run('input_pipeline.py', '--source=folder', '--num_images=16', '--image_size=32', '--batch=8',
-             '--warmup=1', '--batches=2', '--header', '--randaug=2,10')
-  assert ('| 16 generated 500x375 JPEGs (image folder) | 32 | 8 | inception + flip + RandAugment(2, 10) '
-          '| auto |' in out), out
+  out = _run(
+      'input_pipeline.py',
+      '--source=folder',
+      '--num_images=16',
+      '--image_size=32',
+      '--batch=8',
+      '--warmup=1',
+      '--batches=2',
+      '--header',
+      '--randaug=2,10',
+  )
+  assert (
+      '| 16 generated 500x375 JPEGs (image folder) | 32 | 8 | inception + flip + RandAugment(2, 10) '
+      '| auto |' in out
+  ), out
 
 
 def test_recipes_trains_each_recipe_and_prints_its_row(data_dir):
@@ -104,10 +164,21 @@ def test_recipes_trains_each_recipe_and_prints_its_row(data_dir):
 def test_folder_vs_timm_trains_both_sides_on_the_same_folder(tmp_path):
   # One torch thread: with more, other load on the machine (the rest of the suite) slows timm's steps
   # many times over.
-  out = _run('folder_vs_timm.py', '--steps=4', '--seeds=0', '--train_fraction=0.1', '--png_size=16',
-             '--timm_threads=1', f'--root={tmp_path / "digits"}', '--header')
-  rows = {line.split('|')[1].strip(): line.split('|') for line in out.splitlines()
-          if line.startswith(('| ours | 0 |', '| timm | 0 |'))}
+  out = _run(
+      'folder_vs_timm.py',
+      '--steps=4',
+      '--seeds=0',
+      '--train_fraction=0.1',
+      '--png_size=16',
+      '--timm_threads=1',
+      f'--root={tmp_path / "digits"}',
+      '--header',
+  )
+  rows = {
+      line.split('|')[1].strip(): line.split('|')
+      for line in out.splitlines()
+      if line.startswith(('| ours | 0 |', '| timm | 0 |'))
+  }
   assert set(rows) == {'ours', 'timm'}, out
   for cells in rows.values():
     top1, loss, wall, images_per_sec = (float(cells[i]) for i in range(3, 7))
@@ -118,8 +189,10 @@ def test_folder_vs_timm_trains_both_sides_on_the_same_folder(tmp_path):
   # timm drops where the demo config drops: the head's features, and inside the encoder.
   config = helpers.load_config('demo')
   model = variants.get_model_config(config.variant, config.model.to_dict())
-  assert (f"timm dropout: {{'drop_rate': {model['head_dropout_rate']}, 'pos_drop_rate': "
-          f"{model['dropout_rate']}, 'proj_drop_rate': {model['dropout_rate']}}}") in out, out
+  assert (
+      f"timm dropout: {{'drop_rate': {model['head_dropout_rate']}, 'pos_drop_rate': "
+      f"{model['dropout_rate']}, 'proj_drop_rate': {model['dropout_rate']}}}"
+  ) in out, out
 
 
 @pytest.mark.slow  # Four demo commands (a cold one and three warm), each its own process.
@@ -135,7 +208,10 @@ def test_startup_times_the_demo_command_against_a_peer_checkout():
 
 def test_host_to_device_times_float32_and_uint8_batches():
   out = _run('host_to_device.py', '--batch=2', '--image_size=8', '--repeats=1')
-  rows = [line.split('|')[1].strip() for line in out.splitlines() if line.startswith('| f')
-          or line.startswith('| u')]
+  rows = [
+      line.split('|')[1].strip()
+      for line in out.splitlines()
+      if line.startswith('| f') or line.startswith('| u')
+  ]
   assert rows == ['float32', 'uint8'], out
   assert out.splitlines()[-1].startswith('uint8 (copy + normalise) / float32 (copy): '), out

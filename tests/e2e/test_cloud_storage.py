@@ -2,6 +2,7 @@
 
 The programs run from an empty working directory, which must stay empty: a gs:// path taken for a
 local one would leave a `gs:` directory there."""
+
 import io
 import os
 import signal
@@ -36,8 +37,9 @@ def gcs(tmp_path_factory):
 
 
 def _run(cwd, env, *args, returncode=0):
-  result = subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=600)
+  result = subprocess.run(
+      [sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+  )
   assert result.returncode == returncode, f'{args}:\n{result.stderr[-3000:]}'
   # gcsfs keeps the listings it has seen in this process; the child processes have changed them.
   backend.fsspec_backend.fs('gs://').invalidate_cache()
@@ -61,10 +63,18 @@ def test_train_resume_init_export_and_every_tool_on_gcs(tmp_path, data_dir, gcs,
   # A run killed (SIGKILL) after its first checkpoints resumes from its newest one on the bucket and
   # ends bit-identical to the same run on a local disk.
   overrides = {**helpers.TINY, 'data_dir': data_dir, 'lr.base': 1e-2}
-  flags = [f'--config={helpers.REPO}/configs/demo.py', f'--workdir={root}/runs/pre',
-           *(f'--config.{k}={v}' for k, v in overrides.items())]
-  _run(cwd, dict(env, FAULT='kill_before_step:10'), os.path.join(helpers.REPO, 'tests/faulty_main.py'),
-       *flags, returncode=-signal.SIGKILL)
+  flags = [
+      f'--config={helpers.REPO}/configs/demo.py',
+      f'--workdir={root}/runs/pre',
+      *(f'--config.{k}={v}' for k, v in overrides.items()),
+  ]
+  _run(
+      cwd,
+      dict(env, FAULT='kill_before_step:10'),
+      os.path.join(helpers.REPO, 'tests/faulty_main.py'),
+      *flags,
+      returncode=-signal.SIGKILL,
+  )
   newest = checkpoint.saved_steps(f'{root}/runs/pre')[-1]
   assert newest in (4, 8)
   resumed = _run(cwd, env, '-m', 'vit_jax.main', *flags)
@@ -72,39 +82,82 @@ def test_train_resume_init_export_and_every_tool_on_gcs(tmp_path, data_dir, gcs,
   reference = str(tmp_path / 'reference')
   loop.train_and_evaluate(train_setup.prepare(helpers.load_config('demo', overrides), reference))
   checkpointer = ocp.StandardCheckpointer()
-  final = [checkpointer.restore(f'{workdir}/checkpoints/12/default')
-           for workdir in (reference, f'{root}/runs/pre')]
+  final = [
+      checkpointer.restore(f'{workdir}/checkpoints/12/default')
+      for workdir in (reference, f'{root}/runs/pre')
+  ]
   chex.assert_trees_all_equal(final[0], final[1])
   scalars = events.read_scalars(f'{root}/runs/pre')  # TensorBoard's files went to the bucket too.
   assert scalars['eval_top1'][12] == events.read_scalars(reference)['eval_top1'][12]
 
-  _run(cwd, env, '-m', 'vit_jax.tools.export', f'--workdir={root}/runs/pre', f'--out={root}/exported/pre')
+  _run(
+      cwd,
+      env,
+      '-m',
+      'vit_jax.tools.export',
+      f'--workdir={root}/runs/pre',
+      f'--out={root}/exported/pre',
+  )
   assert sorted(p.name for p in epath.Path(f'{root}/exported/pre').iterdir()) == [
-      'config.json', 'model.jaxexport', 'model.npz', 'timm']
+      'config.json',
+      'model.jaxexport',
+      'model.npz',
+      'timm',
+  ]
   image = f'{root}/images/digit.png'
-  from_run = _run(cwd, env, '-m', 'vit_jax.tools.predict', f'--workdir={root}/runs/pre', image).stdout
-  from_export = _run(cwd, env, '-m', 'vit_jax.tools.predict', f'--export={root}/exported/pre', image).stdout
+  from_run = _run(
+      cwd, env, '-m', 'vit_jax.tools.predict', f'--workdir={root}/runs/pre', image
+  ).stdout
+  from_export = _run(
+      cwd, env, '-m', 'vit_jax.tools.predict', f'--export={root}/exported/pre', image
+  ).stdout
   assert 'digit.png' in from_run and from_run == from_export
 
   # Fine-tuning at a new resolution from the exported .npz and from the run's workdir: the same
   # parameters, so the same losses; not those of the same run from scratch.
   finetuned = {}
-  for name, init_from in (('npz', f'{root}/exported/pre/model.npz'), ('workdir', f'{root}/runs/pre'),
-                          ('scratch', None)):
+  for name, init_from in (
+      ('npz', f'{root}/exported/pre/model.npz'),
+      ('workdir', f'{root}/runs/pre'),
+      ('scratch', None),
+  ):
     workdir = f'{root}/runs/finetune_{name}'
-    _run(cwd, env, '-m', 'vit_jax.main', f'--config={helpers.REPO}/configs/demo.py', f'--workdir={workdir}',
-         *(f'--config.{k}={v}' for k, v in overrides.items()), '--config.image_size=12',
-         '--config.total_steps=4', *([f'--config.init_from={init_from}'] if init_from else []))
+    _run(
+        cwd,
+        env,
+        '-m',
+        'vit_jax.main',
+        f'--config={helpers.REPO}/configs/demo.py',
+        f'--workdir={workdir}',
+        *(f'--config.{k}={v}' for k, v in overrides.items()),
+        '--config.image_size=12',
+        '--config.total_steps=4',
+        *([f'--config.init_from={init_from}'] if init_from else []),
+    )
     finetuned[name] = events.read_scalars(workdir)['train_loss'][4]
   assert finetuned['npz'] == finetuned['workdir'] != finetuned['scratch']
   # The killed run wrote its curves up to its last checkpoint before it was killed.
   assert sorted(scalars['train_loss']) == [4, 8, 12]
 
-  fewshot = _run(cwd, env, '-m', 'vit_jax.tools.fewshot', f'--workdir={root}/runs/pre', '--shots=1',
-                 '--seeds=1').stdout
+  fewshot = _run(
+      cwd,
+      env,
+      '-m',
+      'vit_jax.tools.fewshot',
+      f'--workdir={root}/runs/pre',
+      '--shots=1',
+      '--seeds=1',
+  ).stdout
   assert fewshot.splitlines()[-1].split()[0] == '1'
-  _run(cwd, env, '-m', 'vit_jax.tools.pictures', f'--workdir={root}/runs/pre', f'--image={image}',
-       f'--out={root}/pictures')
+  _run(
+      cwd,
+      env,
+      '-m',
+      'vit_jax.tools.pictures',
+      f'--workdir={root}/runs/pre',
+      f'--image={image}',
+      f'--out={root}/pictures',
+  )
   assert epath.Path(f'{root}/pictures/attention_rollout.png').exists()
   _run(cwd, env, '-m', 'vit_jax.tools.report', f'{root}/runs', f'--out={root}/report')
   assert {p.name for p in epath.Path(f'{root}/report').iterdir()} == {'report.png', 'report.html'}

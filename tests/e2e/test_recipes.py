@@ -2,6 +2,7 @@
 finetune_layer_decay.py) load, pass every check, and train a step with every knob they set: their
 datasets are not here, so the digits and a tiny model of the same kind stand in. And every recipe knob
 at once trains alike on any mesh (resume with them all: tests/train/test_train.py)."""
+
 import dataclasses
 import importlib
 
@@ -34,11 +35,25 @@ def _get_config(name: str, arg: str | None = None):
 def _recipe(name: str, data_dir: str, **overrides):
   arg, needs = RECIPES[name]
   config = _get_config(name, arg)
-  stand_ins = {**TINY_SHAPE, 'dataset': 'digits', 'data_dir': data_dir, 'train_split': 'train',
-               'eval_split': 'test', 'image_size': 8, 'batch_size': 16, 'eval_batch_size': 64,
-               'num_epochs': None, 'total_steps': 2, 'lr.warmup_steps': 1,
-               'log_every_steps': 1, 'eval_every_steps': 2, 'checkpoint_every_steps': 2,
-               'dtype': 'float32', **needs, **overrides}
+  stand_ins = {
+      **TINY_SHAPE,
+      'dataset': 'digits',
+      'data_dir': data_dir,
+      'train_split': 'train',
+      'eval_split': 'test',
+      'image_size': 8,
+      'batch_size': 16,
+      'eval_batch_size': 64,
+      'num_epochs': None,
+      'total_steps': 2,
+      'lr.warmup_steps': 1,
+      'log_every_steps': 1,
+      'eval_every_steps': 2,
+      'checkpoint_every_steps': 2,
+      'dtype': 'float32',
+      **needs,
+      **overrides,
+  }
   for key, value in stand_ins.items():
     *parents, field = key.split('.')
     node = config
@@ -65,11 +80,23 @@ def test_each_recipe_trains_a_step_with_its_knobs_on_the_digits(name, data_dir, 
 
 def test_the_recipes_set_what_their_papers_use():
   plain = helpers.load_config('plain_vit_s16_i1k')
-  assert (plain.model.classifier, plain.model.posemb, plain.pp.randaug_layers, plain.mix.mixup_alpha,
-          plain.optim.mu_dtype, plain.pp_eval.crop) == ('gap', 'sincos2d', 2, 0.2, 'bfloat16', 'central')
+  assert (
+      plain.model.classifier,
+      plain.model.posemb,
+      plain.pp.randaug_layers,
+      plain.mix.mixup_alpha,
+      plain.optim.mu_dtype,
+      plain.pp_eval.crop,
+  ) == ('gap', 'sincos2d', 2, 0.2, 'bfloat16', 'central')
   deit = _get_config('deit_i1k', 'S')
-  assert (deit.mix.mixup_alpha, deit.mix.cutmix_alpha, deit.pp.erase_prob, deit.model.drop_path_rate,
-          deit.label_smoothing, deit.variant) == (0.8, 1.0, 0.25, 0.1, 0.1, 'ViT-S_16')
+  assert (
+      deit.mix.mixup_alpha,
+      deit.mix.cutmix_alpha,
+      deit.pp.erase_prob,
+      deit.model.drop_path_rate,
+      deit.label_smoothing,
+      deit.variant,
+  ) == (0.8, 1.0, 0.25, 0.1, 0.1, 'ViT-S_16')
   assert helpers.load_config('finetune_layer_decay').optim.layer_decay == 0.65
   with pytest.raises(ValueError, match="Unknown DeiT size 'L'"):
     _get_config('deit_i1k', 'L')
@@ -77,9 +104,18 @@ def test_the_recipes_set_what_their_papers_use():
 
 # Every recipe knob at once: RandAugment, random erasing, Mixup + CutMix, stochastic depth, layer decay,
 # bfloat16 first moment (applied to the tiny model on the digits).
-ALL_KNOBS = {**helpers.TINY, 'pp.randaug_layers': 2, 'pp.randaug_magnitude': 10, 'pp.erase_prob': 0.5,
-             'mix.mixup_alpha': 0.8, 'mix.cutmix_alpha': 1.0, 'model.drop_path_rate': 0.2,
-             'optim.layer_decay': 0.75, 'optim.mu_dtype': 'bfloat16', 'label_smoothing': 0.1}
+ALL_KNOBS = {
+    **helpers.TINY,
+    'pp.randaug_layers': 2,
+    'pp.randaug_magnitude': 10,
+    'pp.erase_prob': 0.5,
+    'mix.mixup_alpha': 0.8,
+    'mix.cutmix_alpha': 1.0,
+    'model.drop_path_rate': 0.2,
+    'optim.layer_decay': 0.75,
+    'optim.mu_dtype': 'bfloat16',
+    'label_smoothing': 0.1,
+}
 
 
 def _losses(tmp_path, data_dir, name: str, single_device: bool, steps: int = 4) -> np.ndarray:
@@ -89,7 +125,9 @@ def _losses(tmp_path, data_dir, name: str, single_device: bool, steps: int = 4) 
   if single_device:
     setup = dataclasses.replace(setup, mesh=sharding.make_mesh((('data', 1),), jax.devices()[:1]))
   tx, schedule = optim.make_optimizer(setup.config, setup.total_steps)
-  state, shardings, _ = train_state.create_state(setup, tx, checkpoint.make_manager(setup.workdir, 1))
+  state, shardings, _ = train_state.create_state(
+      setup, tx, checkpoint.make_manager(setup.workdir, 1)
+  )
   step_fn = train_step.jit_train_step(setup, tx, schedule, shardings)
   batches = data.train_iterator(config, local_batch_size=config.batch_size)
   losses = []
@@ -108,6 +146,7 @@ def test_every_knob_on_gives_the_same_losses_on_8_devices_with_fsdp_as_on_one(tm
 
 @pytest.mark.slow  # The whole demo, 4000 steps: the bar its README line and its recipe choices rest on.
 def test_the_demo_reaches_97_percent_on_the_digits(data_dir, tmp_path):
-  metrics = loop.train_and_evaluate(train_setup.prepare(
-      helpers.load_config('demo', {'data_dir': data_dir}), str(tmp_path)))
+  metrics = loop.train_and_evaluate(
+      train_setup.prepare(helpers.load_config('demo', {'data_dir': data_dir}), str(tmp_path))
+  )
   assert metrics['eval_top1'] >= 0.97, metrics

@@ -1,5 +1,6 @@
 """Starting a command again on a workdir that holds a run, or the beginnings of one: what it resumes,
 what it refuses (in one line, writing nothing), what it starts afresh."""
+
 import json
 import os
 import shutil
@@ -24,15 +25,20 @@ def _config(workdir: str, **changes):
   return config
 
 
-@pytest.mark.parametrize('field, value', [('model.mlp_activation', 'gelu'),
-                                          ('model.posemb_where', 'shared_every_layer')])
-def test_a_model_of_the_same_shapes_but_another_function_is_refused(trained_tiny_run, tmp_path, field,
-                                                                      value):
+@pytest.mark.parametrize(
+    'field, value', [('model.mlp_activation', 'gelu'), ('model.posemb_where', 'shared_every_layer')]
+)
+def test_a_model_of_the_same_shapes_but_another_function_is_refused(
+    trained_tiny_run, tmp_path, field, value
+):
   workdir = helpers.copy_of(trained_tiny_run, tmp_path)
   before = helpers.files_of(workdir)
   config = _config(workdir, **{field: value})
-  with pytest.raises(state.ResumeError, match=rf'holds a run of another model \({field} .* -> '
-                     rf"'{value}'; changed fields: .*{field}"):
+  with pytest.raises(
+      state.ResumeError,
+      match=rf'holds a run of another model \({field} .* -> '
+      rf"'{value}'; changed fields: .*{field}",
+  ):
     loop.train_and_evaluate(train_setup.prepare(config, workdir))
   assert helpers.files_of(workdir) == before
 
@@ -43,8 +49,9 @@ def test_regularisation_and_the_attention_kernel_may_change(trained_tiny_run, tm
   assert loop.train_and_evaluate(train_setup.prepare(config, workdir))['eval_top1'] >= 0.0
 
 
-def test_a_run_stopped_before_its_first_save_starts_afresh_with_the_new_config(trained_tiny_run,
-                                                                               tmp_path):
+def test_a_run_stopped_before_its_first_save_starts_afresh_with_the_new_config(
+    trained_tiny_run, tmp_path
+):
   workdir = helpers.copy_of(trained_tiny_run, tmp_path)
   shutil.rmtree(os.path.join(workdir, 'checkpoints'))
   config = _config(workdir, **{'model.hidden_size': 16})
@@ -53,15 +60,19 @@ def test_a_run_stopped_before_its_first_save_starts_afresh_with_the_new_config(t
   assert export.export(workdir, str(tmp_path / 'exported'))['step'] == 14  # The tools rebuild it.
 
 
-def test_a_run_whose_config_is_lost_resumes_only_a_model_its_checkpoint_fits(trained_tiny_run,
-                                                                             tmp_path):
+def test_a_run_whose_config_is_lost_resumes_only_a_model_its_checkpoint_fits(
+    trained_tiny_run, tmp_path
+):
   workdir = helpers.copy_of(trained_tiny_run, tmp_path)
   config = _config(workdir)
   os.remove(os.path.join(workdir, 'config.json'))
   before = helpers.files_of(workdir)
   config.model.hidden_size = 16
-  with pytest.raises(state.ResumeError, match=r'the checkpoint of step 12 .* does not fit the model '
-                     r'and optimizer of this config \(and .*config.json, the run.s config, is missing\)'):
+  with pytest.raises(
+      state.ResumeError,
+      match=r'the checkpoint of step 12 .* does not fit the model '
+      r'and optimizer of this config \(and .*config.json, the run.s config, is missing\)',
+  ):
     loop.train_and_evaluate(train_setup.prepare(config, workdir))
   assert helpers.files_of(workdir) == before
   config.model.hidden_size = 32
@@ -74,6 +85,7 @@ def test_damaged_run_info_is_a_one_line_refusal(trained_tiny_run, tmp_path):
   config = _config(workdir)
   with open(os.path.join(workdir, 'config.json'), 'r+') as f:
     f.truncate(100)
-  with pytest.raises(state.ResumeError, match=r'^the run info in .* cannot be read \(.*\): restore '
-                     'config.json'):
+  with pytest.raises(
+      state.ResumeError, match=r'^the run info in .* cannot be read \(.*\): restore ' 'config.json'
+  ):
     loop.train_and_evaluate(train_setup.prepare(config, workdir))

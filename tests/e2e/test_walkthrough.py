@@ -1,4 +1,5 @@
 """The README's walk-through as a new user types it: relative paths, from a clone's root."""
+
 import os
 import subprocess
 import sys
@@ -11,13 +12,23 @@ import helpers
 from vit_jax.runtime import paths
 from vit_jax.data import digits
 
-SHORT = ['--config.total_steps=20', '--config.log_every_steps=10', '--config.eval_every_steps=20',
-         '--config.checkpoint_every_steps=20', '--config.data_dir=tfds']
+SHORT = [
+    '--config.total_steps=20',
+    '--config.log_every_steps=10',
+    '--config.eval_every_steps=20',
+    '--config.checkpoint_every_steps=20',
+    '--config.data_dir=tfds',
+]
 
 
 def run(cwd, module, *args):
-  result = subprocess.run([sys.executable, '-m', f'vit_jax.{module}', *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=600)
+  result = subprocess.run(
+      [sys.executable, '-m', f'vit_jax.{module}', *args],
+      cwd=cwd,
+      capture_output=True,
+      text=True,
+      timeout=600,
+  )
   assert result.returncode == 0, f'{module} {args}:\n{result.stderr[-3000:]}'
   return result.stdout
 
@@ -35,11 +46,21 @@ def test_readme_walkthrough_with_relative_paths(tmp_path):
   assert os.path.isdir(tmp_path / 'workdirs/demo/checkpoints/20/default')
   assert 'digit.png' in run(tmp_path, 'tools.predict', '--workdir=workdirs/demo', 'digit.png')
   run(tmp_path, 'tools.export', '--workdir=workdirs/demo', '--out=exported/demo')
-  assert sorted(os.listdir(tmp_path / 'exported/demo')) == ['config.json', 'model.jaxexport',
-                                                            'model.npz', 'timm']
+  assert sorted(os.listdir(tmp_path / 'exported/demo')) == [
+      'config.json',
+      'model.jaxexport',
+      'model.npz',
+      'timm',
+  ]
   from_export = run(tmp_path, 'tools.predict', '--export=exported/demo', 'digit.png')
   assert from_export == run(tmp_path, 'tools.predict', '--workdir=workdirs/demo', 'digit.png')
-  run(tmp_path, 'main', '--config=configs/demo_finetune.py', '--workdir=workdirs/demo_finetune', *SHORT)
+  run(
+      tmp_path,
+      'main',
+      '--config=configs/demo_finetune.py',
+      '--workdir=workdirs/demo_finetune',
+      *SHORT,
+  )
   assert os.path.isdir(tmp_path / 'workdirs/demo_finetune/checkpoints/20/default')
   accuracy = run(tmp_path, 'tools.fewshot', '--workdir=workdirs/demo', '--shots=1', '--seeds=1')
   assert accuracy.splitlines()[-1].split()[0] == '1'
@@ -48,10 +69,18 @@ def test_readme_walkthrough_with_relative_paths(tmp_path):
   run(tmp_path, 'tools.report', 'workdirs', '--out=reports/demo')
   assert sorted(os.listdir(tmp_path / 'reports/demo')) == ['report.html', 'report.png']
   assert 'demo_finetune' in (tmp_path / 'reports/demo/report.html').read_text()
-  assert 'ViT-Ti_4' in run(tmp_path, 'tools.plan', '--config=configs/demo.py', '--devices=1', '--chip=tpu-v4')
+  assert 'ViT-Ti_4' in run(
+      tmp_path, 'tools.plan', '--config=configs/demo.py', '--devices=1', '--chip=tpu-v4'
+  )
   # Nothing was written anywhere else: everything lies under the directory the user typed from.
-  assert sorted(os.listdir(tmp_path)) == ['configs', 'digit.png', 'exported', 'pictures', 'reports',
-                                          'workdirs']
+  assert sorted(os.listdir(tmp_path)) == [
+      'configs',
+      'digit.png',
+      'exported',
+      'pictures',
+      'reports',
+      'workdirs',
+  ]
 
 
 def test_paths_resolve_locally_and_leave_urls_alone(tmp_path, monkeypatch):
@@ -62,8 +91,13 @@ def test_paths_resolve_locally_and_leave_urls_alone(tmp_path, monkeypatch):
 
 
 def _main_in(cwd, *args):
-  return subprocess.run([sys.executable, '-m', 'vit_jax.main', *args], cwd=cwd, capture_output=True,
-                        text=True, timeout=300)
+  return subprocess.run(
+      [sys.executable, '-m', 'vit_jax.main', *args],
+      cwd=cwd,
+      capture_output=True,
+      text=True,
+      timeout=300,
+  )
 
 
 @pytest.mark.parametrize('target', ['workdir', 'init_from'])
@@ -73,8 +107,11 @@ def test_an_unreachable_bucket_is_one_line_and_writes_nothing_locally(tmp_path, 
   cwd = tmp_path / 'cwd'
   cwd.mkdir()
   url = 'gs://vit-jax-no-such-bucket-for-tests/run1'
-  args = [f'--config={helpers.REPO}/configs/demo.py', '--config.storage_timeout_s=20',
-          f'--config.data_dir={tmp_path / "tfds"}']
+  args = [
+      f'--config={helpers.REPO}/configs/demo.py',
+      '--config.storage_timeout_s=20',
+      f'--config.data_dir={tmp_path / "tfds"}',
+  ]
   if target == 'workdir':
     args.append(f'--workdir={url}')
   else:
@@ -91,11 +128,14 @@ def test_an_unreachable_bucket_is_one_line_and_writes_nothing_locally(tmp_path, 
 def test_a_file_system_that_does_not_answer_times_out(monkeypatch, tmp_path):
   def hang(*_, **__):
     time.sleep(60)
+
   local_path = type(paths.epath.Path(str(tmp_path)))
   monkeypatch.setattr(local_path, 'mkdir', hang)
   monkeypatch.setattr(local_path, 'exists', hang)
   start = time.perf_counter()
-  with pytest.raises(ValueError, match=r"--workdir='.*' did not answer within 0.5 s: .*storage_timeout_s"):
+  with pytest.raises(
+      ValueError, match=r"--workdir='.*' did not answer within 0.5 s: .*storage_timeout_s"
+  ):
     paths.check_writable(str(tmp_path / 'w'), timeout_s=0.5)
   with pytest.raises(ValueError, match=r"config.init_from '.*' did not answer within 0.5 s"):
     paths.check_reachable(str(tmp_path / 'x.npz'), timeout_s=0.5, what='config.init_from')

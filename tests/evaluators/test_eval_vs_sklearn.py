@@ -1,5 +1,6 @@
 """The evaluators against independent implementations: scikit-learn's metrics and ridge classifier,
 timm's ImageNet-ReaL scorer, and big_vision's few-shot formula and shot sampling (in NumPy)."""
+
 import json
 import warnings
 
@@ -34,88 +35,132 @@ def _split_images(config, split):
   name, _, bounds = split.rstrip(']').partition('[')
   start, stop = (int(b) if b else None for b in bounds.split(':'))
   images, labels = (arrays[start:stop] for arrays in digits.split_arrays()[name])
-  return np.stack([preprocess.eval_preprocess(image, pp_eval=config.pp_eval,
-                                              image_size=config.image_size)
-                   for image in images]), np.asarray(labels)
+  return np.stack(
+      [
+          preprocess.eval_preprocess(image, pp_eval=config.pp_eval, image_size=config.image_size)
+          for image in images
+      ]
+  ), np.asarray(labels)
 
 
 # Splits of 3 (fewer than the 8 devices, in one batch of 64), 37 (batches of 24: 3 per device, the
 # last batch part padding) and 13 (batches of 16) examples.
-@pytest.mark.parametrize('split, eval_batch_size, loss', [
-    ('test[:3]', 64, 'softmax_xent'), ('test[5:42]', 24, 'softmax_xent'),
-    ('test[:13]', 16, 'sigmoid_xent')])
+@pytest.mark.parametrize(
+    'split, eval_batch_size, loss',
+    [
+        ('test[:3]', 64, 'softmax_xent'),
+        ('test[5:42]', 24, 'softmax_xent'),
+        ('test[:13]', 16, 'sigmoid_xent'),
+    ],
+)
 def test_split_metrics_are_sklearns_over_every_example_once(data_dir, split, eval_batch_size, loss):
-  config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': data_dir, 'eval_split': split,
-                                       'eval_batch_size': eval_batch_size, 'loss': loss,
-                                       'label_smoothing': 0.1, 'mesh': [('data', 8)]})
+  config = helpers.load_config(
+      'demo',
+      {
+          **helpers.TINY,
+          'data_dir': data_dir,
+          'eval_split': split,
+          'eval_batch_size': eval_batch_size,
+          'loss': loss,
+          'label_smoothing': 0.1,
+          'mesh': [('data', 8)],
+      },
+  )
   info = data.get_info(config)
   task = tasks.get(config.task)
   model = task.make_model(config, info.num_classes)
   context = evaluators.Context(config, info, task, model, sharding.make_mesh(config.mesh))
-  evaluator, = [e for e in evaluators.make_evaluators(context) if e.name == 'eval']
+  (evaluator,) = [e for e in evaluators.make_evaluators(context) if e.name == 'eval']
   params = helpers.random_params(model, config.image_size)
   metrics = evaluator(params)
 
   images, labels = _split_images(config, split)
-  logits = np.asarray(jax.jit(lambda x: model.apply({'params': params}, on_device.model_input(x),
-                                                     train=False))(images),
-                      np.float64)
+  logits = np.asarray(
+      jax.jit(lambda x: model.apply({'params': params}, on_device.model_input(x), train=False))(
+          images
+      ),
+      np.float64,
+  )
   classes = np.arange(info.num_classes)
   assert metrics['top1'] == pytest.approx(sk_metrics.accuracy_score(labels, logits.argmax(-1)))
   assert metrics['top5'] == pytest.approx(
-      sk_metrics.top_k_accuracy_score(labels, logits, k=5, labels=classes))
+      sk_metrics.top_k_accuracy_score(labels, logits, k=5, labels=classes)
+  )
   if loss == 'softmax_xent':
     want = sk_metrics.log_loss(labels, scipy.special.softmax(logits, axis=-1), labels=classes)
   else:  # Binary cross-entropy of each class against the one-hot labels, summed over the classes.
-    want = sum(sk_metrics.log_loss(labels == c, scipy.special.expit(logits[:, c]), labels=[0, 1])
-               for c in classes)
+    want = sum(
+        sk_metrics.log_loss(labels == c, scipy.special.expit(logits[:, c]), labels=[0, 1])
+        for c in classes
+    )
   assert metrics['loss'] == pytest.approx(want, rel=1e-5)
 
   # Every example exactly once: the mean label and the mean pixel sum of the counted rows.
   def sums_of_real_rows(params, batch):
     del params
     mask = batch['mask'].astype(jnp.float32)
-    return {'correct': jnp.sum(mask * batch['label']),
-            'correct_top5': jnp.sum(mask * batch['image'].sum(axis=(1, 2, 3))),
-            'count': jnp.sum(mask)}
+    return {
+        'correct': jnp.sum(mask * batch['label']),
+        'correct_top5': jnp.sum(mask * batch['image'].sum(axis=(1, 2, 3))),
+        'count': jnp.sum(mask),
+    }
 
-  counter = split_lib.SplitEvaluator('count', 1, config=config, split=split,
-                                     eval_step=sums_of_real_rows, mesh=context.mesh)
+  counter = split_lib.SplitEvaluator(
+      'count', 1, config=config, split=split, eval_step=sums_of_real_rows, mesh=context.mesh
+  )
   means = counter(params)
   assert means['top1'] == pytest.approx(labels.mean())
   assert means['top5'] == pytest.approx(images.sum(axis=(1, 2, 3)).mean(), rel=1e-6)
 
 
 def test_top1_of_tied_logits_is_the_lowest_class_index_and_top5_of_4_classes_is_1():
-  eval_step = classification.make_eval_step(ml_collections.ConfigDict({'loss': 'softmax_xent'}),
-                                            _LogitsAreTheInput())
-  logits = np.array([[1, 1, 1, 1], [0, 2, 2, 0], [3, 3, 3, 3], [0, 1, 0, 1], [4, 0, 1, 2]], np.float32)
+  eval_step = classification.make_eval_step(
+      ml_collections.ConfigDict({'loss': 'softmax_xent'}), _LogitsAreTheInput()
+  )
+  logits = np.array(
+      [[1, 1, 1, 1], [0, 2, 2, 0], [3, 3, 3, 3], [0, 1, 0, 1], [4, 0, 1, 2]], np.float32
+  )
   labels = np.array([0, 2, 3, 3, 0])
   mask = np.array([True, True, True, True, False])  # A padding row never counts.
   sums = eval_step({}, {'image': logits, 'label': labels, 'mask': mask})
   # On a tie, np.argmax's class (the lowest index): only row 0 is right; rows 1, 2 and 3 predict
   # classes 1, 0 and 1, not their labels 2, 3 and 3 (ties broken upwards would score 3 of 4).
-  assert float(sums['correct']) == sk_metrics.accuracy_score(labels[:4], logits[:4].argmax(-1),
-                                                             normalize=False) == 1
-  with warnings.catch_warnings():  # sklearn warns that k >= the classes makes every prediction right.
+  assert (
+      float(sums['correct'])
+      == sk_metrics.accuracy_score(labels[:4], logits[:4].argmax(-1), normalize=False)
+      == 1
+  )
+  with (
+      warnings.catch_warnings()
+  ):  # sklearn warns that k >= the classes makes every prediction right.
     warnings.simplefilter('ignore')
-    assert float(sums['correct_top5']) / 4 == sk_metrics.top_k_accuracy_score(
-        labels[:4], logits[:4], k=5, labels=np.arange(4)) == 1.0
+    assert (
+        float(sums['correct_top5']) / 4
+        == sk_metrics.top_k_accuracy_score(labels[:4], logits[:4], k=5, labels=np.arange(4))
+        == 1.0
+    )
   assert float(sums['count']) == 4
   assert float(sums['loss_sum']) == pytest.approx(
-      4 * sk_metrics.log_loss(labels[:4], scipy.special.softmax(logits[:4], axis=-1),
-                              labels=np.arange(4)), rel=1e-6)
+      4
+      * sk_metrics.log_loss(
+          labels[:4], scipy.special.softmax(logits[:4], axis=-1), labels=np.arange(4)
+      ),
+      rel=1e-6,
+  )
 
 
 def test_real_eval_step_is_timms_real_labels_scorer(tmp_path):
   torch = pytest.importorskip('torch')
   from timm.data.real_labels import RealLabelsImagenet  # pylint: disable=g-import-not-at-top
+
   rng = np.random.default_rng(0)
   num_images, num_classes = 203, 12
   logits = rng.normal(size=(num_images, num_classes)).astype(np.float32)  # Ties have probability 0.
   # Label sets of 0 to 3 classes: about a quarter of the images are unlabelled and skipped.
-  label_sets = [sorted(rng.choice(num_classes, rng.integers(0, 4), replace=False).tolist())
-                for _ in range(num_images)]
+  label_sets = [
+      sorted(rng.choice(num_classes, rng.integers(0, 4), replace=False).tolist())
+      for _ in range(num_images)
+  ]
   (tmp_path / 'real.json').write_text(json.dumps(label_sets))
   filenames = [f'ILSVRC2012_val_{i + 1:08d}.JPEG' for i in range(num_images)]
   theirs = RealLabelsImagenet(filenames, real_json=str(tmp_path / 'real.json'))
@@ -127,12 +172,16 @@ def test_real_eval_step_is_timms_real_labels_scorer(tmp_path):
   # Padded to batches of 64 as the evaluator feeds it: padding rows have no labels and mask False.
   rows = 256
   padded = lambda x: np.concatenate([x, np.zeros((rows - num_images, *x.shape[1:]), x.dtype)])
-  batch = {'image': padded(logits), 'labels': padded(multi_hot),
-           'mask': padded(np.ones(num_images, bool))}
+  batch = {
+      'image': padded(logits),
+      'labels': padded(multi_hot),
+      'mask': padded(np.ones(num_images, bool)),
+  }
   sums = {k: 0.0 for k in ('correct', 'correct_top5', 'count')}
   for start in range(0, rows, 64):
-    out = real.eval_step({}, {k: v[start:start + 64] for k, v in batch.items()},
-                         model=_LogitsAreTheInput())
+    out = real.eval_step(
+        {}, {k: v[start : start + 64] for k, v in batch.items()}, model=_LogitsAreTheInput()
+    )
     sums = {k: sums[k] + float(out[k]) for k in sums}
   assert sums['count'] == sum(1 for labels in label_sets if labels)
   assert 100 * sums['correct'] / sums['count'] == pytest.approx(theirs.get_accuracy(1))
@@ -156,7 +205,9 @@ def test_the_fewshot_fit_is_sklearns_ridge_classifier_and_big_visions_formula():
     num_classes, dim, shots = rng.integers(2, 12), rng.integers(2, 40), rng.integers(1, 6)
     centres = rng.normal(0, 1, (num_classes, dim))
     y, y_test = np.repeat(np.arange(num_classes), shots), rng.integers(0, num_classes, 200)
-    x = (centres[y] + rng.normal(0, 1, (len(y), dim))) * rng.uniform(0.1, 10, dim) + rng.normal(0, 5, dim)
+    x = (centres[y] + rng.normal(0, 1, (len(y), dim))) * rng.uniform(0.1, 10, dim) + rng.normal(
+        0, 5, dim
+    )
     x_test = (centres[y_test] + rng.normal(0, 1, (200, dim))) * rng.uniform(0.1, 10, dim)
     l2_reg = float(rng.choice([1e-3, 0.1, 1.0, 4.0, 100.0]))
     ours = fewshot.fit_and_score(x, y, x_test, y_test, num_classes, l2_reg)

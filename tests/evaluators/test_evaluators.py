@@ -1,5 +1,6 @@
 """Evaluators on another dataset with the run's classes: a split of it (as ImageNet-V2 beside ImageNet),
 and multi-label top-1 (as ImageNet-ReaL); the eval loss; empty splits."""
+
 import re
 
 import jax
@@ -30,11 +31,15 @@ class RealDigits(tfds_fixtures.DigitsBuilder, skip_registration=True):
 
   def _info(self) -> tfds.core.DatasetInfo:
     classes = [str(d) for d in range(10)]
-    return self.dataset_info_from_configs(features=tfds.features.FeaturesDict({
-        'image': tfds.features.Image(shape=(8, 8, 3)),
-        'original_label': tfds.features.ClassLabel(names=classes),
-        'real_label': tfds.features.Sequence(tfds.features.ClassLabel(names=classes)),
-    }))
+    return self.dataset_info_from_configs(
+        features=tfds.features.FeaturesDict(
+            {
+                'image': tfds.features.Image(shape=(8, 8, 3)),
+                'original_label': tfds.features.ClassLabel(names=classes),
+                'real_label': tfds.features.Sequence(tfds.features.ClassLabel(names=classes)),
+            }
+        )
+    )
 
   def _split_generators(self, dl_manager):
     del dl_manager
@@ -42,8 +47,11 @@ class RealDigits(tfds_fixtures.DigitsBuilder, skip_registration=True):
 
   def _generate_examples(self, images, labels):
     for key, (image, label) in enumerate(zip(images, labels)):
-      yield key, {'image': image, 'original_label': label,
-                  'real_label': real_label_set(key, int(label))}
+      yield key, {
+          'image': image,
+          'original_label': label,
+          'real_label': real_label_set(key, int(label)),
+      }
 
 
 @pytest.fixture(scope='module')
@@ -54,14 +62,23 @@ def real_dir(tmp_path_factory):
 
 
 def test_another_dataset_with_the_same_classes_measures_the_same_images_alike(
-    tmp_path, data_dir, sorted_digits_folder, real_dir):
+    tmp_path, data_dir, sorted_digits_folder, real_dir
+):
   # The run reads the digits as an image folder; the extra evaluator reads the same test images from the
   # digits in memory: the same pixels, so the same metrics.
-  config = helpers.load_config('demo', {**helpers.TINY, 'dataset': 'folder',
-                                       'data_dir': sorted_digits_folder, 'total_steps': 4,
-                                       'eval_every_steps': 4})
-  config.evals.digits_test = dict(type='classification', dataset='digits', data_dir=data_dir,
-                                  split='test', every_steps=4)
+  config = helpers.load_config(
+      'demo',
+      {
+          **helpers.TINY,
+          'dataset': 'folder',
+          'data_dir': sorted_digits_folder,
+          'total_steps': 4,
+          'eval_every_steps': 4,
+      },
+  )
+  config.evals.digits_test = dict(
+      type='classification', dataset='digits', data_dir=data_dir, split='test', every_steps=4
+  )
   config.evals.real = dict(type='real', dataset='real_digits', data_dir=real_dir, every_steps=4)
   metrics = loop.train_and_evaluate(train_setup.prepare(config, str(tmp_path / 'run')))
   assert metrics['digits_test_top1'] == pytest.approx(metrics['eval_top1'])
@@ -73,36 +90,60 @@ def test_another_dataset_with_other_classes_is_a_one_line_error(tmp_path, data_d
   for split in ('train', 'test'):  # An image folder's classes are its train split's sub-folders.
     for name in ('cat', 'dog', 'eel'):
       (tmp_path / 'other' / split / name).mkdir(parents=True)
-      Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(tmp_path / 'other' / split / name / '0.png')
+      Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(
+          tmp_path / 'other' / split / name / '0.png'
+      )
   config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': data_dir})
-  config.evals.other = dict(type='classification', dataset='folder', data_dir=str(tmp_path / 'other'),
-                            split='test', every_steps=4)
-  with pytest.raises(ValueError, match=r"^Evaluator 'other': dataset 'folder' has 3 classes "
-                                       r"\(cat, dog, eel\.\.\.\), not the run's 10") as error:
+  config.evals.other = dict(
+      type='classification',
+      dataset='folder',
+      data_dir=str(tmp_path / 'other'),
+      split='test',
+      every_steps=4,
+  )
+  with pytest.raises(
+      ValueError,
+      match=r"^Evaluator 'other': dataset 'folder' has 3 classes "
+      r"\(cat, dog, eel\.\.\.\), not the run's 10",
+  ) as error:
     train_setup.prepare(config, str(tmp_path / 'run'))
   assert '\n' not in str(error.value) and not (tmp_path / 'run').exists()
 
 
 @pytest.mark.parametrize('eval_batch_size', [64, 8])  # 360 examples: padding rows, or none.
 def test_real_top1_is_the_prediction_in_the_label_set_over_labelled_images(
-    data_dir, real_dir, eval_batch_size):
-  config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': data_dir,
-                                       'eval_batch_size': eval_batch_size, 'mesh': [('data', 8)]})
+    data_dir, real_dir, eval_batch_size
+):
+  config = helpers.load_config(
+      'demo',
+      {
+          **helpers.TINY,
+          'data_dir': data_dir,
+          'eval_batch_size': eval_batch_size,
+          'mesh': [('data', 8)],
+      },
+  )
   config.evals.real = dict(type='real', dataset='real_digits', data_dir=real_dir, every_steps=4)
   info = data.get_info(config)
   task = tasks.get(config.task)
   model = task.make_model(config, info.num_classes)
   context = evaluators.Context(config, info, task, model, sharding.make_mesh(config.mesh))
-  real, = [e for e in evaluators.make_evaluators(context) if e.name == 'real']
+  (real,) = [e for e in evaluators.make_evaluators(context) if e.name == 'real']
   params = helpers.random_params(model, config.image_size)
   metrics = real(params)
 
   # timm's RealLabelsImagenet, in NumPy, on logits of the same images applied one batch at a time.
-  images = np.stack([preprocess.eval_preprocess(image, pp_eval=config.pp_eval,
-                                                image_size=config.image_size)
-                     for image in VALIDATION_IMAGES])
-  logits = np.asarray(jax.jit(lambda x: model.apply({'params': params}, on_device.model_input(x),
-                                                     train=False))(images))
+  images = np.stack(
+      [
+          preprocess.eval_preprocess(image, pp_eval=config.pp_eval, image_size=config.image_size)
+          for image in VALIDATION_IMAGES
+      ]
+  )
+  logits = np.asarray(
+      jax.jit(lambda x: model.apply({'params': params}, on_device.model_input(x), train=False))(
+          images
+      )
+  )
   top5 = np.argsort(-logits, axis=-1)[:, :5]
   label_sets = [real_label_set(key, int(label)) for key, label in enumerate(VALIDATION_LABELS)]
   labelled = [(p, s) for p, s in zip(top5, label_sets) if s]
@@ -115,31 +156,59 @@ def test_real_top1_is_the_prediction_in_the_label_set_over_labelled_images(
 
   # On a single-label feature, every image has a set of one: the usual top-1.
   config.evals.real.label_feature = 'original_label'
-  real, = [e for e in evaluators.make_evaluators(context) if e.name == 'real']
+  (real,) = [e for e in evaluators.make_evaluators(context) if e.name == 'real']
   assert real(params)['top1'] == pytest.approx(np.mean(top5[:, 0] == VALIDATION_LABELS))
 
 
-@pytest.mark.parametrize('where, error', [
-    ({'dataset': 'digits'}, r"^Dataset 'digits' has no ClassLabel \(or Sequence of ClassLabel\) feature "
-                            r"'real_label': set --config.label_feature \(or the evaluator's "
-                            r"label_feature\) to 'label'$"),
-    ({'dataset': 'folder'}, r"^An image folder has one class an image, not a label feature "
-                            r"'real_label': read it from a tensorflow_datasets dataset that has it$"),
-    ({'task': 'mpp'}, r"^Evaluator 'real' of type 'real' measures a classifier, but "
-                      r"config.task='mpp': drop config.evals.real$"),
-    ({'label_feature': 'file_name'}, r"^Dataset 'real_digits' has no .* feature 'file_name': set "
-                                     r"--config.label_feature \(or the evaluator's label_feature\) to "
-                                     r"one of its ClassLabel features \['original_label'\] or label "
-                                     r"sets \['real_label'\]$"),
-])
-def test_real_on_a_dataset_without_label_sets_is_a_one_line_error(tmp_path, data_dir, real_dir, where,
-                                                                   error):
+@pytest.mark.parametrize(
+    'where, error',
+    [
+        (
+            {'dataset': 'digits'},
+            r"^Dataset 'digits' has no ClassLabel \(or Sequence of ClassLabel\) feature "
+            r"'real_label': set --config.label_feature \(or the evaluator's "
+            r"label_feature\) to 'label'$",
+        ),
+        (
+            {'dataset': 'folder'},
+            r'^An image folder has one class an image, not a label feature '
+            r"'real_label': read it from a tensorflow_datasets dataset that has it$",
+        ),
+        (
+            {'task': 'mpp'},
+            r"^Evaluator 'real' of type 'real' measures a classifier, but "
+            r"config.task='mpp': drop config.evals.real$",
+        ),
+        (
+            {'label_feature': 'file_name'},
+            r"^Dataset 'real_digits' has no .* feature 'file_name': set "
+            r"--config.label_feature \(or the evaluator's label_feature\) to "
+            r"one of its ClassLabel features \['original_label'\] or label "
+            r"sets \['real_label'\]$",
+        ),
+    ],
+)
+def test_real_on_a_dataset_without_label_sets_is_a_one_line_error(
+    tmp_path, data_dir, real_dir, where, error
+):
   task = where.pop('task', 'classification')
-  config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': data_dir, 'task': task,
-                                        # An MPP run has no head to drop out before.
-                                        **({'model.head_dropout_rate': None} if task == 'mpp' else {})})
-  config.evals.real = {'type': 'real', 'dataset': 'real_digits', 'data_dir': real_dir,
-                       'every_steps': 4, **where}
+  config = helpers.load_config(
+      'demo',
+      {
+          **helpers.TINY,
+          'data_dir': data_dir,
+          'task': task,
+          # An MPP run has no head to drop out before.
+          **({'model.head_dropout_rate': None} if task == 'mpp' else {}),
+      },
+  )
+  config.evals.real = {
+      'type': 'real',
+      'dataset': 'real_digits',
+      'data_dir': real_dir,
+      'every_steps': 4,
+      **where,
+  }
   with pytest.raises(ValueError, match=error) as raised:
     train_setup.prepare(config, str(tmp_path / 'run'))
   assert '\n' not in str(raised.value) and not (tmp_path / 'run').exists()
@@ -150,48 +219,78 @@ def _evaluator(config, name):
   task = tasks.get(config.task)
   model = task.make_model(config, info.num_classes)
   context = evaluators.Context(config, info, task, model, sharding.make_mesh(config.mesh))
-  evaluator, = [e for e in evaluators.make_evaluators(context) if e.name == name]
+  (evaluator,) = [e for e in evaluators.make_evaluators(context) if e.name == name]
   return evaluator, model
 
 
 def test_a_classification_evaluator_reads_its_label_feature(data_dir, real_dir):
   # real_digits' validation split is the digits' test split, its 'original_label' their 'label'.
   config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': data_dir})
-  config.evals.original = dict(type='classification', dataset='real_digits', data_dir=real_dir,
-                               split='validation', label_feature='original_label', every_steps=4)
+  config.evals.original = dict(
+      type='classification',
+      dataset='real_digits',
+      data_dir=real_dir,
+      split='validation',
+      label_feature='original_label',
+      every_steps=4,
+  )
   original, model = _evaluator(config, 'original')
   evaluator, _ = _evaluator(config, 'eval')
   params = helpers.random_params(model, config.image_size)
   assert original(params) == pytest.approx(evaluator(params))
   # A feature the dataset lacks is a one-line error at the start.
-  config.evals.original = dict(type='classification', split='test', label_feature='real_label',
-                               every_steps=4)
+  config.evals.original = dict(
+      type='classification', split='test', label_feature='real_label', every_steps=4
+  )
   with pytest.raises(ValueError, match=r"^Dataset 'digits' has no .* feature 'real_label'"):
     _evaluator(config, 'original')
   # A label set is the real evaluator's: at the start, not a shape error at the first evaluation.
-  config.evals.original = dict(type='classification', dataset='real_digits', data_dir=real_dir,
-                               split='validation', label_feature='real_label', every_steps=4)
-  with pytest.raises(ValueError, match=r"^Evaluator 'original': label_feature='real_label' is a set of "
-                                       r"classes an image: measure it with type='real'"):
+  config.evals.original = dict(
+      type='classification',
+      dataset='real_digits',
+      data_dir=real_dir,
+      split='validation',
+      label_feature='real_label',
+      every_steps=4,
+  )
+  with pytest.raises(
+      ValueError,
+      match=r"^Evaluator 'original': label_feature='real_label' is a set of "
+      r"classes an image: measure it with type='real'",
+  ):
     _evaluator(config, 'original')
 
 
 @pytest.mark.parametrize('loss', ['softmax_xent', 'sigmoid_xent'])
 def test_eval_loss_is_the_runs_loss_over_every_image(data_dir, loss):
   # 360 test images in batches of 64 on 8 devices: the last batch has padding rows.
-  config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': data_dir, 'loss': loss,
-                                       'label_smoothing': 0.1, 'eval_batch_size': 64,
-                                       'mesh': [('data', 8)]})
+  config = helpers.load_config(
+      'demo',
+      {
+          **helpers.TINY,
+          'data_dir': data_dir,
+          'loss': loss,
+          'label_smoothing': 0.1,
+          'eval_batch_size': 64,
+          'mesh': [('data', 8)],
+      },
+  )
   evaluator, model = _evaluator(config, 'eval')
   params = helpers.random_params(model, config.image_size)
   metrics = evaluator(params)
 
-  images = np.stack([preprocess.eval_preprocess(image, pp_eval=config.pp_eval,
-                                                image_size=config.image_size)
-                     for image in VALIDATION_IMAGES])
-  logits = np.asarray(jax.jit(lambda x: model.apply({'params': params}, on_device.model_input(x),
-                                                     train=False))(images),
-                      np.float64)
+  images = np.stack(
+      [
+          preprocess.eval_preprocess(image, pp_eval=config.pp_eval, image_size=config.image_size)
+          for image in VALIDATION_IMAGES
+      ]
+  )
+  logits = np.asarray(
+      jax.jit(lambda x: model.apply({'params': params}, on_device.model_input(x), train=False))(
+          images
+      ),
+      np.float64,
+  )
   targets = np.eye(10)[VALIDATION_LABELS]  # Unsmoothed: the loss of the labels themselves.
   if loss == 'softmax_xent':
     log_probs = logits - scipy.special.logsumexp(logits, axis=-1, keepdims=True)
@@ -202,13 +301,22 @@ def test_eval_loss_is_the_runs_loss_over_every_image(data_dir, loss):
   assert metrics['top1'] == pytest.approx(np.mean(logits.argmax(-1) == VALIDATION_LABELS))
 
 
-@pytest.mark.parametrize('evals, error', [
-    ({'eval_split': 'test[:0]'}, "'eval': split 'test[:0]' has no examples: set --config.eval_split"),
-    ({'evals.minival': {'type': 'classification', 'split': 'train[:0]', 'every_steps': 2}},
-     "'minival': split 'train[:0]' has no examples: set config.evals.minival.split"),
-])
-def test_an_evaluator_of_an_empty_split_is_a_one_line_error_at_the_start(tmp_path, data_dir, evals,
-                                                                         error):
+@pytest.mark.parametrize(
+    'evals, error',
+    [
+        (
+            {'eval_split': 'test[:0]'},
+            "'eval': split 'test[:0]' has no examples: set --config.eval_split",
+        ),
+        (
+            {'evals.minival': {'type': 'classification', 'split': 'train[:0]', 'every_steps': 2}},
+            "'minival': split 'train[:0]' has no examples: set config.evals.minival.split",
+        ),
+    ],
+)
+def test_an_evaluator_of_an_empty_split_is_a_one_line_error_at_the_start(
+    tmp_path, data_dir, evals, error
+):
   config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': data_dir})
   for field, value in evals.items():
     if field.startswith('evals.'):
@@ -220,14 +328,21 @@ def test_an_evaluator_of_an_empty_split_is_a_one_line_error_at_the_start(tmp_pat
   assert not (tmp_path / 'run').exists()
 
 
-@pytest.mark.parametrize('extra, error', [
-    (dict(type='classification', split='test'),
-     r"^Evaluator 'x' needs every_steps: its required fields are type, split, every_steps \(optional: "),
-    (dict(type='classification', every_steps=4), r"^Evaluator 'x' needs split: "),
-    (dict(type='fewshot', every_steps=4, shots=(1,)), r"^Evaluator 'x' needs seeds, l2_reg: "),
-    (dict(type='real', dataset='real_digits'), r"^Evaluator 'x' needs every_steps: "),
-])
-def test_an_evaluator_missing_a_required_field_is_a_one_line_error(tmp_path, data_dir, extra, error):
+@pytest.mark.parametrize(
+    'extra, error',
+    [
+        (
+            dict(type='classification', split='test'),
+            r"^Evaluator 'x' needs every_steps: its required fields are type, split, every_steps \(optional: ",
+        ),
+        (dict(type='classification', every_steps=4), r"^Evaluator 'x' needs split: "),
+        (dict(type='fewshot', every_steps=4, shots=(1,)), r"^Evaluator 'x' needs seeds, l2_reg: "),
+        (dict(type='real', dataset='real_digits'), r"^Evaluator 'x' needs every_steps: "),
+    ],
+)
+def test_an_evaluator_missing_a_required_field_is_a_one_line_error(
+    tmp_path, data_dir, extra, error
+):
   # Each of these was a bare AttributeError naming only the field, e.g. "'every_steps'".
   config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': data_dir})
   config.evals.x = extra
@@ -236,14 +351,24 @@ def test_an_evaluator_missing_a_required_field_is_a_one_line_error(tmp_path, dat
   assert '\n' not in str(raised.value) and not (tmp_path / 'run').exists()
 
 
-@pytest.mark.parametrize('name, error', [
-    ('train', r"^config.evals.train: its train_loss would overwrite the training loss the loop logs"),
-    ('eval_polyak', r"^config.evals.eval_polyak: names ending in _polyak are those of the metrics of "
-                    r"the Polyak average"),
-    ('minival_polyak', r"^config.evals.minival_polyak: names ending in _polyak"),
-])
-def test_an_evaluator_whose_metrics_would_overwrite_others_is_a_one_line_error(tmp_path, data_dir, name,
-                                                                               error):
+@pytest.mark.parametrize(
+    'name, error',
+    [
+        (
+            'train',
+            r'^config.evals.train: its train_loss would overwrite the training loss the loop logs',
+        ),
+        (
+            'eval_polyak',
+            r'^config.evals.eval_polyak: names ending in _polyak are those of the metrics of '
+            r'the Polyak average',
+        ),
+        ('minival_polyak', r'^config.evals.minival_polyak: names ending in _polyak'),
+    ],
+)
+def test_an_evaluator_whose_metrics_would_overwrite_others_is_a_one_line_error(
+    tmp_path, data_dir, name, error
+):
   # An evaluator 'train' logged its loss as train_loss, over the loop's training loss at the same steps;
   # one named 'eval_polyak' its top-1 as eval_polyak_top1, over the eval Polyak average's.
   config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': data_dir, 'polyak_decay': 0.5})
@@ -258,9 +383,16 @@ def test_real_on_a_split_without_labelled_images_is_nan_not_zero(data_dir, real_
   # A mean over no images is undefined: 0.0 read as a (worst) accuracy, and a loss of 0.0 as the best.
   records = RealDigits(data_dir=real_dir).as_data_source(split='validation')
   first_unlabelled = next(i for i in range(len(records)) if not len(records[i]['real_label']))
-  config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': data_dir, 'mesh': [('data', 8)]})
-  config.evals.real = dict(type='real', dataset='real_digits', data_dir=real_dir, every_steps=4,
-                           split=f'validation[{first_unlabelled}:{first_unlabelled + 1}]')
+  config = helpers.load_config(
+      'demo', {**helpers.TINY, 'data_dir': data_dir, 'mesh': [('data', 8)]}
+  )
+  config.evals.real = dict(
+      type='real',
+      dataset='real_digits',
+      data_dir=real_dir,
+      every_steps=4,
+      split=f'validation[{first_unlabelled}:{first_unlabelled + 1}]',
+  )
   real, model = _evaluator(config, 'real')
   metrics = real(helpers.random_params(model, config.image_size))
   assert list(metrics) == ['top1', 'top5'] and all(np.isnan(v) for v in metrics.values()), metrics

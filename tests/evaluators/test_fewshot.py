@@ -1,4 +1,5 @@
 """Few-shot linear evaluation: the closed-form fit, the shot sampling, the evaluator and the command."""
+
 import json
 import os
 import re
@@ -30,8 +31,9 @@ def test_separable_features_are_classified_almost_perfectly():
   rng = np.random.default_rng(0)
   x, y = _blobs(rng, 10, 80, 32, spread=5.0)
   train_x, train_y, test_x, test_y = x[::2], y[::2], x[1::2], y[1::2]
-  accuracies = fewshot.linear_fewshot_accuracy(train_x, train_y, test_x, test_y, shots=(1, 5, 25),
-                                               seeds=3, l2_reg=4.0)
+  accuracies = fewshot.linear_fewshot_accuracy(
+      train_x, train_y, test_x, test_y, shots=(1, 5, 25), seeds=3, l2_reg=4.0
+  )
   assert list(accuracies) == [1, 5, 25]
   assert min(accuracies.values()) > 0.97, accuracies
 
@@ -40,8 +42,9 @@ def test_features_unrelated_to_the_labels_score_chance():
   rng = np.random.default_rng(0)
   train_x, test_x = rng.normal(size=(500, 32)), rng.normal(size=(3000, 32))
   train_y, test_y = np.repeat(np.arange(10), 50), rng.integers(0, 10, 3000)
-  accuracies = fewshot.linear_fewshot_accuracy(train_x, train_y, test_x, test_y, shots=(1, 10, 25),
-                                               seeds=3, l2_reg=4.0)
+  accuracies = fewshot.linear_fewshot_accuracy(
+      train_x, train_y, test_x, test_y, shots=(1, 10, 25), seeds=3, l2_reg=4.0
+  )
   for accuracy in accuracies.values():
     assert 0.07 < accuracy < 0.13, accuracies
 
@@ -53,7 +56,8 @@ def test_the_fit_is_ridge_regression_to_plus_minus_one_targets_with_a_free_bias(
   train_x, train_y, test_x, test_y = x[train], y[train], x[~train], y[~train]
   mean, std = train_x.mean(0), train_x.std(0) + 1e-5
   reference = linear_model.Ridge(alpha=3.0, fit_intercept=True).fit(
-      (train_x - mean) / std, 2 * np.eye(5)[train_y] - 1)
+      (train_x - mean) / std, 2 * np.eye(5)[train_y] - 1
+  )
   expected = np.mean(reference.predict((test_x - mean) / std).argmax(-1) == test_y)
   assert fewshot.fit_and_score(train_x, train_y, test_x, test_y, 5, l2_reg=3.0) == expected
   assert 0.2 < expected < 1.0  # A test set where the fit makes mistakes: a comparison of substance.
@@ -63,10 +67,14 @@ def test_shots_are_drawn_per_class_by_seed():
   labels = np.repeat(np.arange(4), 10)
   chosen = fewshot.sample_shots(labels, 3, 4, np.random.default_rng(7))
   assert np.bincount(labels[chosen]).tolist() == [3, 3, 3, 3] and len(set(chosen)) == 12
-  np.testing.assert_array_equal(chosen, fewshot.sample_shots(labels, 3, 4, np.random.default_rng(7)))
+  np.testing.assert_array_equal(
+      chosen, fewshot.sample_shots(labels, 3, 4, np.random.default_rng(7))
+  )
   assert set(chosen) != set(fewshot.sample_shots(labels, 3, 4, np.random.default_rng(8)))
   assert set(chosen) < set(fewshot.sample_shots(labels, 5, 4, np.random.default_rng(7)))  # Nested.
-  with pytest.raises(ValueError, match='class 0 has 10 readable train examples, fewer than 11 shots'):
+  with pytest.raises(
+      ValueError, match='class 0 has 10 readable train examples, fewer than 11 shots'
+  ):
     fewshot.sample_shots(labels, 11, 4, np.random.default_rng(0))
 
 
@@ -74,18 +82,36 @@ def test_the_loop_evaluator_and_the_command_agree_on_the_tiny_run(trained_tiny_r
   config, _ = run_dir.load_run_info(trained_tiny_run)
   params, _ = checkpoint.restore_params(checkpoint.find_checkpoint(trained_tiny_run)[0])
   mesh = sharding.make_mesh((('data', -1),))  # The 8 test devices, as the loop has them.
-  evaluator = fewshot.FewShotEvaluator('fewshot', None, config=config,
-                                       model=classification.features_model(config), mesh=mesh,
-                                       num_classes=10, shots=(1, 10), seeds=2,
-                                       l2_reg=config.fewshot.l2_reg)
+  evaluator = fewshot.FewShotEvaluator(
+      'fewshot',
+      None,
+      config=config,
+      model=classification.features_model(config),
+      mesh=mesh,
+      num_classes=10,
+      shots=(1, 10),
+      seeds=2,
+      l2_reg=config.fewshot.l2_reg,
+  )
   metrics = evaluator(jax.device_put(params, sharding.replicated(mesh)))  # Params with a head too.
   print(f'\nfew-shot accuracy of the tiny run on the digits (chance 0.1): {metrics}')
   assert list(metrics) == ['1shot', '10shot']
   assert metrics['10shot'] > 0.4
 
-  run = subprocess.run([sys.executable, '-m', 'vit_jax.tools.fewshot', f'--workdir={trained_tiny_run}',
-                        '--shots=1,10', '--seeds=2'], cwd=helpers.REPO, capture_output=True, text=True,
-                       timeout=300)
+  run = subprocess.run(
+      [
+          sys.executable,
+          '-m',
+          'vit_jax.tools.fewshot',
+          f'--workdir={trained_tiny_run}',
+          '--shots=1,10',
+          '--seeds=2',
+      ],
+      cwd=helpers.REPO,
+      capture_output=True,
+      text=True,
+      timeout=300,
+  )
   assert run.returncode == 0, run.stderr[-2000:]
   print(run.stdout)
   table = dict(re.findall(r'^\s+(\d+)\s+([0-9.]+)$', run.stdout, re.MULTILINE))
@@ -94,61 +120,113 @@ def test_the_loop_evaluator_and_the_command_agree_on_the_tiny_run(trained_tiny_r
   assert 'of step 12 of' in run.stdout
 
 
-def test_the_command_uses_the_runs_fewshot_settings_where_no_flag_is_given(trained_tiny_run, tmp_path):
+def test_the_command_uses_the_runs_fewshot_settings_where_no_flag_is_given(
+    trained_tiny_run, tmp_path
+):
   # A run logging fewshot_* with its own settings: the command left to its defaults measures the same.
   workdir = helpers.copy_of(trained_tiny_run, tmp_path)
   info = json.loads(open(os.path.join(workdir, 'config.json')).read())
-  settings = dict(shots=[2], seeds=1, l2_reg=0.01, train_split='train[:300]', eval_split='train[300:400]')
+  settings = dict(
+      shots=[2], seeds=1, l2_reg=0.01, train_split='train[:300]', eval_split='train[300:400]'
+  )
   info['fewshot'].update(settings)
   open(os.path.join(workdir, 'config.json'), 'w').write(json.dumps(info))
   from vit_jax.tools import fewshot as command  # pylint: disable=g-import-not-at-top
+
   accuracies, used = command.evaluate_checkpoint(workdir)
   assert used == {'step': 12, 'shots': (2,), 'seeds': 1, 'l2_reg': 0.01}
   config, _ = run_dir.load_run_info(workdir)
   params, _ = checkpoint.restore_params(checkpoint.find_checkpoint(workdir)[0])
   mesh = sharding.make_mesh((('data', -1),))
-  evaluator = fewshot.FewShotEvaluator('fewshot', None, config=config,
-                                       model=classification.features_model(config), mesh=mesh,
-                                       num_classes=10, **settings)
+  evaluator = fewshot.FewShotEvaluator(
+      'fewshot',
+      None,
+      config=config,
+      model=classification.features_model(config),
+      mesh=mesh,
+      num_classes=10,
+      **settings,
+  )
   assert accuracies == evaluator.accuracies(jax.device_put(params, sharding.replicated(mesh)))
   assert command.evaluate_checkpoint(workdir, l2_reg=4.0)[1]['l2_reg'] == 4.0  # A flag wins.
 
 
-def test_in_the_loop_shots_a_class_cannot_fill_are_nan_and_the_run_goes_on(trained_tiny_run, caplog):
+def test_in_the_loop_shots_a_class_cannot_fill_are_nan_and_the_run_goes_on(
+    trained_tiny_run, caplog
+):
   # On tfds the class counts are known only once the features are read: the first evaluation.
   config, _ = run_dir.load_run_info(trained_tiny_run)
   params, _ = checkpoint.restore_params(checkpoint.find_checkpoint(trained_tiny_run)[0])
   mesh = sharding.make_mesh((('data', -1),))
-  evaluator = fewshot.FewShotEvaluator('fewshot', None, config=config,
-                                       model=classification.features_model(config), mesh=mesh,
-                                       num_classes=10, shots=(1, 6), seeds=1, l2_reg=4.0,
-                                       train_split='train[:40]')  # 1 to 6 images a class.
+  evaluator = fewshot.FewShotEvaluator(
+      'fewshot',
+      None,
+      config=config,
+      model=classification.features_model(config),
+      mesh=mesh,
+      num_classes=10,
+      shots=(1, 6),
+      seeds=1,
+      l2_reg=4.0,
+      train_split='train[:40]',
+  )  # 1 to 6 images a class.
   params = jax.device_put(params, sharding.replicated(mesh))
   metrics = evaluator(params)
   assert 0.0 <= metrics['1shot'] <= 1.0 and np.isnan(metrics['6shot'])
-  assert re.search(r"fewshot: class \d of 'train\[:40\]' has \d readable images, too few for 6 "
-                   'shots: not measured', caplog.text)
+  assert re.search(
+      r"fewshot: class \d of 'train\[:40\]' has \d readable images, too few for 6 "
+      'shots: not measured',
+      caplog.text,
+  )
   with pytest.raises(ValueError, match='readable train examples, fewer than 6 shots'):
     evaluator.accuracies(params)  # The command: a one-line error.
 
 
 def test_command_line_bad_shots_is_one_line(trained_tiny_run):
-  run = subprocess.run([sys.executable, '-m', 'vit_jax.tools.fewshot', f'--workdir={trained_tiny_run}',
-                        '--shots=1,many'], cwd=helpers.REPO, capture_output=True, text=True,
-                       timeout=300)
+  run = subprocess.run(
+      [
+          sys.executable,
+          '-m',
+          'vit_jax.tools.fewshot',
+          f'--workdir={trained_tiny_run}',
+          '--shots=1,many',
+      ],
+      cwd=helpers.REPO,
+      capture_output=True,
+      text=True,
+      timeout=300,
+  )
   assert run.returncode == 2
   assert run.stderr.strip().splitlines() == [
-      'error: --shots=1,many must be positive integers, e.g. --shots=1,5,10,25']
+      'error: --shots=1,many must be positive integers, e.g. --shots=1,5,10,25'
+  ]
 
 
-def test_the_loop_runs_every_evaluator_on_the_parameters_and_their_polyak_average(tmp_path, data_dir):
-  config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': data_dir, 'polyak_decay': 0.5,
-                                       'fewshot.every_steps': 6, 'fewshot.shots': (1, 5),
-                                       'fewshot.seeds': 2})
+def test_the_loop_runs_every_evaluator_on_the_parameters_and_their_polyak_average(
+    tmp_path, data_dir
+):
+  config = helpers.load_config(
+      'demo',
+      {
+          **helpers.TINY,
+          'data_dir': data_dir,
+          'polyak_decay': 0.5,
+          'fewshot.every_steps': 6,
+          'fewshot.shots': (1, 5),
+          'fewshot.seeds': 2,
+      },
+  )
   # A minival held out of train beside the test split, and a second few-shot evaluation.
   config.evals.minival = dict(type='classification', split='train[90%:]', every_steps=4)
-  config.evals.fewshot_minival = dict(type='fewshot', every_steps=12, shots=(2,), seeds=1, l2_reg=4.0,
-                                      train_split='train[:90%]', eval_split='train[90%:]')
+  config.evals.fewshot_minival = dict(
+      type='fewshot',
+      every_steps=12,
+      shots=(2,),
+      seeds=1,
+      l2_reg=4.0,
+      train_split='train[:90%]',
+      eval_split='train[90%:]',
+  )
   metrics = loop.train_and_evaluate(train_setup.prepare(config, str(tmp_path / 'run')))
   scalars = helpers.read_scalars(str(tmp_path / 'run'))
   for name in ('fewshot_1shot', 'fewshot_5shot', 'fewshot_polyak_1shot', 'fewshot_polyak_5shot'):
@@ -164,9 +242,18 @@ def test_the_loop_runs_every_evaluator_on_the_parameters_and_their_polyak_averag
 
 
 def test_fewshot_shots_beyond_the_data_is_a_clear_error(tmp_path):
-  config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': str(tmp_path / 'tfds'),
-                                       'fewshot.every_steps': 6, 'fewshot.shots': (1, 500)})
-  with pytest.raises(ValueError, match=r'500 shots of 10 classes need more than the 1437 images of .train.'):
+  config = helpers.load_config(
+      'demo',
+      {
+          **helpers.TINY,
+          'data_dir': str(tmp_path / 'tfds'),
+          'fewshot.every_steps': 6,
+          'fewshot.shots': (1, 500),
+      },
+  )
+  with pytest.raises(
+      ValueError, match=r'500 shots of 10 classes need more than the 1437 images of .train.'
+  ):
     train_setup.prepare(config, str(tmp_path / 'run'))
 
 
@@ -177,12 +264,24 @@ def test_an_image_folder_class_short_of_shots_is_a_one_line_error_at_the_start(t
       (tmp_path / 'images' / split / name).mkdir(parents=True)
       for i in range(count):
         Image.fromarray(rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)).save(
-            tmp_path / 'images' / split / name / f'{i}.png')
-  config = helpers.load_config('demo', {**helpers.TINY, 'dataset': 'folder',
-                                       'data_dir': str(tmp_path / 'images'),
-                                       'fewshot.every_steps': 6, 'fewshot.shots': (1, 5)})
-  with pytest.raises(ValueError, match=re.escape("1 of the classes of 'train' have fewer than 5 images: "
-                                                 'bean (2); use fewer shots')):
+            tmp_path / 'images' / split / name / f'{i}.png'
+        )
+  config = helpers.load_config(
+      'demo',
+      {
+          **helpers.TINY,
+          'dataset': 'folder',
+          'data_dir': str(tmp_path / 'images'),
+          'fewshot.every_steps': 6,
+          'fewshot.shots': (1, 5),
+      },
+  )
+  with pytest.raises(
+      ValueError,
+      match=re.escape(
+          "1 of the classes of 'train' have fewer than 5 images: " 'bean (2); use fewer shots'
+      ),
+  ):
     train_setup.prepare(config, str(tmp_path / 'run'))
   assert not (tmp_path / 'run').exists()
   config.fewshot.shots = (1, 2)
@@ -195,20 +294,41 @@ def test_a_fewshot_evaluator_without_splits_reads_the_runs(tmp_path, data_dir):
   config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': data_dir})
   config.evals.fewshot_run = dict(type='fewshot', every_steps=4, shots=(1, 5), seeds=1, l2_reg=4.0)
   setup = train_setup.prepare(config, str(tmp_path / 'run'))
-  evaluator, = [e for e in setup.evaluators if e.name == 'fewshot_run']
+  (evaluator,) = [e for e in setup.evaluators if e.name == 'fewshot_run']
   assert evaluator.every_steps == 4
 
 
-@pytest.mark.parametrize('fields, error', [
-    ({'seeds': 3.0}, r'needs seeds >= 1 \(a whole number\)'),  # Was range(3.0) at the first evaluation.
-    ({'shots': 5}, r'shots=5 must be positive numbers of images per class'),  # Was min(5): TypeError.
-    ({'shots': (1, 2.5)}, r'shots=\(1, 2.5\) must be positive numbers'),  # Was a slice error, later.
-])
-def test_fewshot_seeds_and_shots_of_the_wrong_type_are_one_line_errors(tmp_path, data_dir, fields,
-                                                                        error):
+@pytest.mark.parametrize(
+    'fields, error',
+    [
+        (
+            {'seeds': 3.0},
+            r'needs seeds >= 1 \(a whole number\)',
+        ),  # Was range(3.0) at the first evaluation.
+        (
+            {'shots': 5},
+            r'shots=5 must be positive numbers of images per class',
+        ),  # Was min(5): TypeError.
+        (
+            {'shots': (1, 2.5)},
+            r'shots=\(1, 2.5\) must be positive numbers',
+        ),  # Was a slice error, later.
+    ],
+)
+def test_fewshot_seeds_and_shots_of_the_wrong_type_are_one_line_errors(
+    tmp_path, data_dir, fields, error
+):
   config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': data_dir})
-  config.evals.fewshot_x = {'type': 'fewshot', 'every_steps': 4, 'shots': (1, 5), 'seeds': 1,
-                            'l2_reg': 4.0, 'train_split': 'train', 'eval_split': 'test', **fields}
+  config.evals.fewshot_x = {
+      'type': 'fewshot',
+      'every_steps': 4,
+      'shots': (1, 5),
+      'seeds': 1,
+      'l2_reg': 4.0,
+      'train_split': 'train',
+      'eval_split': 'test',
+      **fields,
+  }
   with pytest.raises(ValueError, match=error) as raised:
     train_setup.prepare(config, str(tmp_path / 'run'))
   assert '\n' not in str(raised.value) and not (tmp_path / 'run').exists()

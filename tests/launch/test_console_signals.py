@@ -1,5 +1,6 @@
 """What a run does on the console when it is signalled: Ctrl-C (SIGINT to the terminal's process
 group) or SIGTERM, to one process, to a multi-process run, or to launch/local.py."""
+
 import os
 import re
 import signal
@@ -12,7 +13,6 @@ import helpers
 import local
 from vit_jax.checkpoints import checkpoint
 from vit_jax.train import preemption
-
 
 pytestmark = pytest.mark.skipif(not os.path.isdir('/proc'), reason='reads processes from /proc')
 
@@ -28,9 +28,19 @@ def _launcher(workdir: str, data_dir: str, log) -> subprocess.Popen:
   any of them runs)."""
   args = helpers.main_args('configs/demo.py', workdir, {**helpers.LONG, 'data_dir': data_dir})[3:]
   return subprocess.Popen(
-      [sys.executable, os.path.join(helpers.REPO, 'launch', 'local.py'), '--num_processes=2',
-       '--devices_per_process=4', '--', *args], cwd=helpers.REPO, stdout=log, stderr=log,
-      start_new_session=True)
+      [
+          sys.executable,
+          os.path.join(helpers.REPO, 'launch', 'local.py'),
+          '--num_processes=2',
+          '--devices_per_process=4',
+          '--',
+          *args,
+      ],
+      cwd=helpers.REPO,
+      stdout=log,
+      stderr=log,
+      start_new_session=True,
+  )
 
 
 def _stop_launched(workdir: str, data_dir: str, tmp_path, signal_it) -> tuple[int, str, list[int]]:
@@ -60,25 +70,34 @@ def _stop_launched(workdir: str, data_dir: str, tmp_path, signal_it) -> tuple[in
 def _assert_both_saved_the_same_step(workdir: str, output: str, messages: int = 1) -> None:
   """`messages`: how many of the processes' 'stopped on request' lines the output shows (the
   launcher shows process 0's, and another's only where it differs: a different step)."""
-  steps = [int(step)
-           for step in re.findall(r'stopped on request at step (\d+) after saving', output)]
+  steps = [
+      int(step) for step in re.findall(r'stopped on request at step (\d+) after saving', output)
+  ]
   assert len(steps) == messages and len(set(steps)) == 1 and steps[0] > 4, output[-3000:]
   assert checkpoint.saved_steps(workdir)[-1] == steps[0]
   assert 'Traceback' not in output and 'KeyboardInterrupt' not in output, output[-3000:]
 
 
 @pytest.mark.slow
-def test_ctrl_c_to_the_processes_of_a_multi_process_run_saves_the_same_step_on_both(tmp_path,
-                                                                                    data_dir):
+def test_ctrl_c_to_the_processes_of_a_multi_process_run_saves_the_same_step_on_both(
+    tmp_path, data_dir
+):
   """JAX's coordination service acts on SIGTERM only: each process passes its Ctrl-C on to it."""
   workdir = str(tmp_path / 'run')
   env = dict(os.environ, JAX_PLATFORMS='cpu', XLA_FLAGS='--xla_force_host_platform_device_count=4')
   args = helpers.main_args('configs/demo.py', workdir, {**helpers.LONG, 'data_dir': data_dir})
   address = f'127.0.0.1:{local.free_port()}'
-  procs = [subprocess.Popen(
-      [*args, f'--coordinator_address={address}', '--num_processes=2', f'--process_id={i}'],
-      cwd=helpers.REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-           for i in range(2)]
+  procs = [
+      subprocess.Popen(
+          [*args, f'--coordinator_address={address}', '--num_processes=2', f'--process_id={i}'],
+          cwd=helpers.REPO,
+          env=env,
+          stdout=subprocess.PIPE,
+          stderr=subprocess.PIPE,
+          text=True,
+      )
+      for i in range(2)
+  ]
   try:
     helpers.wait_for_checkpoint(workdir, procs)
     for p in procs:  # As a terminal's Ctrl-C: every process of the run hears it.
@@ -92,24 +111,28 @@ def test_ctrl_c_to_the_processes_of_a_multi_process_run_saves_the_same_step_on_b
 
 
 @pytest.mark.slow
-def test_ctrl_c_to_the_launcher_and_its_processes_saves_the_same_step_and_exits_75(tmp_path,
-                                                                                  data_dir):
+def test_ctrl_c_to_the_launcher_and_its_processes_saves_the_same_step_and_exits_75(
+    tmp_path, data_dir
+):
   """A terminal's Ctrl-C reaches the launcher and its processes: all of them end, no traceback, the
   step both processes agreed on is saved, and the launcher exits with their status."""
   workdir = str(tmp_path / 'run')
-  status, output, orphans = _stop_launched(workdir, data_dir, tmp_path,
-                                           lambda proc: os.killpg(proc.pid, signal.SIGINT))
+  status, output, orphans = _stop_launched(
+      workdir, data_dir, tmp_path, lambda proc: os.killpg(proc.pid, signal.SIGINT)
+  )
   assert status == preemption.REQUEUE_STATUS and not orphans, output[-3000:]
   _assert_both_saved_the_same_step(workdir, output)
 
 
 @pytest.mark.slow
-def test_sigterm_to_the_launcher_alone_stops_its_processes_and_exits_with_their_status(tmp_path,
-                                                                                     data_dir):
+def test_sigterm_to_the_launcher_alone_stops_its_processes_and_exits_with_their_status(
+    tmp_path, data_dir
+):
   """The launcher passes the signal on and waits: its processes save and end, none is orphaned."""
   workdir = str(tmp_path / 'run')
-  status, output, orphans = _stop_launched(workdir, data_dir, tmp_path,
-                                           lambda proc: proc.send_signal(signal.SIGTERM))
+  status, output, orphans = _stop_launched(
+      workdir, data_dir, tmp_path, lambda proc: proc.send_signal(signal.SIGTERM)
+  )
   assert not orphans, output[-3000:]
   assert status == preemption.REQUEUE_STATUS, output[-3000:]
   _assert_both_saved_the_same_step(workdir, output)
@@ -121,9 +144,15 @@ def test_ctrl_c_before_the_first_step_is_one_line_and_status_130(tmp_path, data_
   args.append('--verbosity=1')  # Its first line, the malloc's, is the mark of start-up.
   # As a terminal starts it: SIGINT at its default. A process inherits an ignored SIGINT (as
   # pytest-xdist's workers have it), and Python then leaves it ignored until the run's own handler.
-  proc = subprocess.Popen(args, cwd=helpers.REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True, start_new_session=True,
-                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+  proc = subprocess.Popen(
+      args,
+      cwd=helpers.REPO,
+      stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE,
+      text=True,
+      start_new_session=True,
+      preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+  )
   try:
     lines = []
     for line in proc.stderr:  # Its first line of its own, long before the first step.
@@ -154,9 +183,15 @@ print('not interrupted')
 
 @pytest.mark.parametrize('inherited', [signal.SIG_DFL, signal.SIG_IGN])
 def test_ctrl_c_while_a_command_imports_is_one_line_unless_sigint_is_ignored(inherited):
-  run = subprocess.run([sys.executable, '-c', _INTERRUPTED_WHILE_STARTING], cwd=helpers.REPO,
-                       env=dict(os.environ, VIT_JAX_ALLOCATOR='system'), capture_output=True,
-                       text=True, timeout=60, preexec_fn=lambda: signal.signal(signal.SIGINT, inherited))
+  run = subprocess.run(
+      [sys.executable, '-c', _INTERRUPTED_WHILE_STARTING],
+      cwd=helpers.REPO,
+      env=dict(os.environ, VIT_JAX_ALLOCATOR='system'),
+      capture_output=True,
+      text=True,
+      timeout=60,
+      preexec_fn=lambda: signal.signal(signal.SIGINT, inherited),
+  )
   if inherited == signal.SIG_DFL:
     assert (run.returncode, run.stdout) == (130, ''), run.stderr
     assert run.stderr == 'error: interrupted while starting: nothing was done\n'

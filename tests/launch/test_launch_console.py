@@ -1,4 +1,5 @@
 """launch/console.py: a local multi-process run's output shows each message once."""
+
 import sys
 
 import console as console_lib
@@ -24,12 +25,15 @@ def test_each_message_shows_once_and_another_processs_own_lines_are_marked(capsy
   console.close()
   out, err = capsys.readouterr()
   assert out.splitlines() == ['own line of process 0', '[process 1] own line of process 1']
-  assert err.splitlines() == ['W1127 20:00:00.1 140386950 setup.py:191] warmup past the end',
-                              'error: Unknown model variant']
+  assert err.splitlines() == [
+      'W1127 20:00:00.1 140386950 setup.py:191] warmup past the end',
+      'error: Unknown model variant',
+  ]
 
 
 def test_a_message_is_what_a_line_says_without_absls_time_and_thread_or_the_terminals_codes():
   assert console_lib.message('W1127 20:00:23.921209 140386958190400 setup.py:191] lr high\n') == (
-      'setup.py:191] lr high')
+      'setup.py:191] lr high'
+  )
   assert console_lib.message('\r\x1b[K[12] loss=1\r\n') == '[12] loss=1'
   assert console_lib.message('error: x\n') == 'error: x'

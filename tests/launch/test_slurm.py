@@ -3,6 +3,7 @@ single-node SLURM (tests/slurm_cluster.py), against the local multi-process laun
 
 Needs Debian's `slurm-wlm` and `munge` packages (`.ci/run` installs them); skipped without them.
 """
+
 import os
 import re
 import sys
@@ -20,14 +21,21 @@ import local
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.xdist_group('slurm'),  # One cluster: its tests run in one worker.
-    pytest.mark.skipif(bool(slurm_cluster.missing_programs()),
-                       reason=f'SLURM is not installed ({", ".join(slurm_cluster.missing_programs())} '
-                              'missing): apt-get install slurm-wlm munge'),
+    pytest.mark.skipif(
+        bool(slurm_cluster.missing_programs()),
+        reason=f'SLURM is not installed ({", ".join(slurm_cluster.missing_programs())} '
+        'missing): apt-get install slurm-wlm munge',
+    ),
 ]
 
 # Two tasks of two CPU devices each; long enough to be preempted after its first checkpoint.
-RUN = {**helpers.TINY, 'total_steps': 160, 'checkpoint_every_steps': 20, 'log_every_steps': 20,
-       'eval_every_steps': 160}
+RUN = {
+    **helpers.TINY,
+    'total_steps': 160,
+    'checkpoint_every_steps': 20,
+    'log_every_steps': 20,
+    'eval_every_steps': 160,
+}
 JOB = ['--nodes=1', '--ntasks-per-node=2', '--gpus-per-node=0', '--cpus-per-task=1']
 DEVICES_PER_TASK = 2
 
@@ -35,11 +43,16 @@ DEVICES_PER_TASK = 2
 @pytest.fixture(scope='module')
 def cluster(tmp_path_factory):
   root = str(tmp_path_factory.mktemp('slurm'))
-  env = {'JAX_PLATFORMS': 'cpu', 'XLA_FLAGS': f'--xla_force_host_platform_device_count={DEVICES_PER_TASK}'}
+  env = {
+      'JAX_PLATFORMS': 'cpu',
+      'XLA_FLAGS': f'--xla_force_host_platform_device_count={DEVICES_PER_TASK}',
+  }
   running = slurm_cluster.Cluster(root, env=env)
   try:
     running.start()
-  except RuntimeError as e:  # The daemons need what some machines lack (a resolvable host name, ports).
+  except (
+      RuntimeError
+  ) as e:  # The daemons need what some machines lack (a resolvable host name, ports).
     running.stop()
     pytest.skip(f'the SLURM test cluster did not start: {str(e)[:2000]}')
   yield running
@@ -56,8 +69,16 @@ def reference(tmp_path_factory, data_dir):
 
 
 def _sbatch(cluster, options: list[str], script_args: list[str], output: str) -> str:
-  run = cluster.run('sbatch', '--parsable', *options, f'--output={output}', '--open-mode=append',
-                    'launch/slurm.sbatch', *script_args, cwd=helpers.REPO)
+  run = cluster.run(
+      'sbatch',
+      '--parsable',
+      *options,
+      f'--output={output}',
+      '--open-mode=append',
+      'launch/slurm.sbatch',
+      *script_args,
+      cwd=helpers.REPO,
+  )
   return run.stdout.strip().split(';')[0]
 
 
@@ -83,24 +104,32 @@ def _final_params(workdir: str):
 
 
 def test_a_two_task_sbatch_job_trains_exactly_as_the_local_two_process_launcher(
-    cluster, reference, data_dir, tmp_path):
+    cluster, reference, data_dir, tmp_path
+):
   workdir = str(tmp_path / 'run')
   job = _sbatch(cluster, JOB, _main_args(workdir, data_dir), str(tmp_path / 'job.out'))
   fields = _wait(cluster, job, lambda f: f.get('JobState') in ('COMPLETED', 'FAILED', 'CANCELLED'))
   output = open(tmp_path / 'job.out').read()
   assert fields['JobState'] == 'COMPLETED', output[-3000:]
   assert 'Final eval' in output and '4 devices' in output, output[-3000:]
-  assert helpers.read_scalars(workdir)['train_loss'] == helpers.read_scalars(reference)['train_loss']
+  assert (
+      helpers.read_scalars(workdir)['train_loss'] == helpers.read_scalars(reference)['train_loss']
+  )
 
 
-def test_a_job_preempted_with_sigterm_is_requeued_and_ends_bit_identical(cluster, reference, data_dir,
-                                                                        tmp_path):
+def test_a_job_preempted_with_sigterm_is_requeued_and_ends_bit_identical(
+    cluster, reference, data_dir, tmp_path
+):
   workdir = str(tmp_path / 'run')
   job = _sbatch(cluster, JOB, _main_args(workdir, data_dir), str(tmp_path / 'job.out'))
   _wait(cluster, job, lambda f: os.path.isdir(os.path.join(workdir, 'checkpoints', '20')))
   cluster.run('scancel', '--signal=TERM', job)  # To the job's tasks, as SLURM's preemption does.
-  fields = _wait(cluster, job, lambda f: f.get('JobState') in ('COMPLETED', 'FAILED', 'CANCELLED')
-                 and f.get('Restarts') != '0')
+  fields = _wait(
+      cluster,
+      job,
+      lambda f: f.get('JobState') in ('COMPLETED', 'FAILED', 'CANCELLED')
+      and f.get('Restarts') != '0',
+  )
   output = open(tmp_path / 'job.out').read()
   assert fields['JobState'] == 'COMPLETED' and fields['Restarts'] == '1', output[-4000:]
   stopped = int(re.search(r'stopped on request at step (\d+)', output)[1])
@@ -113,19 +142,29 @@ def test_a_job_preempted_with_sigterm_is_requeued_and_ends_bit_identical(cluster
   # window lies after the restart.
   ours, theirs = helpers.read_scalars(workdir), helpers.read_scalars(reference)
   after = [step for step in theirs['train_loss'] if step - RUN['log_every_steps'] >= stopped]
-  assert len(after) >= 5 and [ours['train_loss'][s] for s in after] == [theirs['train_loss'][s] for s in after]
+  assert len(after) >= 5 and [ours['train_loss'][s] for s in after] == [
+      theirs['train_loss'][s] for s in after
+  ]
   assert ours['eval_top1'] == theirs['eval_top1']
 
 
 def test_a_sweep_runs_as_a_job_array(cluster, data_dir, tmp_path):
   sweep_file = tmp_path / 'tiny_sweep.py'
-  sweep_file.write_text("CONFIG = 'configs/demo.py'\n\ndef get_sweep():\n"
-                        "  return [{'lr.base': [0.001, 0.003]}]\n")
+  sweep_file.write_text(
+      "CONFIG = 'configs/demo.py'\n\ndef get_sweep():\n" "  return [{'lr.base': [0.001, 0.003]}]\n"
+  )
   tiny = {**helpers.TINY, 'data_dir': data_dir}
   root = tmp_path / 'sweep'
-  run = cluster.run(sys.executable, 'launch/sweep.py', f'--sweep={sweep_file}', f'--workdir={root}',
-                    '--slurm=--nodes=1 --ntasks-per-node=1 --gpus-per-node=0 --cpus-per-task=1', '--',
-                    *(f'--config.{k}={v}' for k, v in tiny.items()), cwd=helpers.REPO)
+  run = cluster.run(
+      sys.executable,
+      'launch/sweep.py',
+      f'--sweep={sweep_file}',
+      f'--workdir={root}',
+      '--slurm=--nodes=1 --ntasks-per-node=1 --gpus-per-node=0 --cpus-per-task=1',
+      '--',
+      *(f'--config.{k}={v}' for k, v in tiny.items()),
+      cwd=helpers.REPO,
+  )
   job = re.search(r'Submitted batch job (\d+)', run.stdout)[1]
   deadline = time.time() + 600
   while cluster.run('squeue', '-h', '-j', job).stdout.strip():

@@ -1,4 +1,5 @@
 """launch/sweep.py: sweep files expand into runs with their own workdirs."""
+
 import subprocess
 import sys
 
@@ -12,31 +13,60 @@ import sweep
 def test_lists_in_a_dict_are_a_product_and_dicts_concatenate():
   runs = sweep.expand([{'lr.base': [0.1, 0.2], 'total_steps': [5, 6], 'seed': 0}, {'seed': 1}])
   assert runs == [
-      {'lr.base': 0.1, 'total_steps': 5, 'seed': 0}, {'lr.base': 0.1, 'total_steps': 6, 'seed': 0},
-      {'lr.base': 0.2, 'total_steps': 5, 'seed': 0}, {'lr.base': 0.2, 'total_steps': 6, 'seed': 0},
-      {'seed': 1}]
-  assert sweep.run_name({'lr.base': 0.1, 'mesh': (('data', -1),)}) == "lr.base=0.1,mesh=___data_,_-1_,_"
+      {'lr.base': 0.1, 'total_steps': 5, 'seed': 0},
+      {'lr.base': 0.1, 'total_steps': 6, 'seed': 0},
+      {'lr.base': 0.2, 'total_steps': 5, 'seed': 0},
+      {'lr.base': 0.2, 'total_steps': 6, 'seed': 0},
+      {'seed': 1},
+  ]
+  assert (
+      sweep.run_name({'lr.base': 0.1, 'mesh': (('data', -1),)})
+      == 'lr.base=0.1,mesh=___data_,_-1_,_'
+  )
 
 
 def test_shipped_sweep_prints_one_command_per_run():
-  out = subprocess.run([sys.executable, 'launch/sweep.py', '--sweep=configs/sweeps/demo_lr_steps.py',
-                        '--workdir=/runs', '--print'], cwd=helpers.REPO, capture_output=True, text=True,
-                       check=True).stdout.splitlines()
+  out = subprocess.run(
+      [
+          sys.executable,
+          'launch/sweep.py',
+          '--sweep=configs/sweeps/demo_lr_steps.py',
+          '--workdir=/runs',
+          '--print',
+      ],
+      cwd=helpers.REPO,
+      capture_output=True,
+      text=True,
+      check=True,
+  ).stdout.splitlines()
   assert len(out) == 6
-  assert out[0].endswith('-m vit_jax.main --config=configs/demo.py '
-                         '--workdir=/runs/lr.base=0.0003,total_steps=1000 --config.lr.base=0.0003 '
-                         '--config.total_steps=1000')
+  assert out[0].endswith(
+      '-m vit_jax.main --config=configs/demo.py '
+      '--workdir=/runs/lr.base=0.0003,total_steps=1000 --config.lr.base=0.0003 '
+      '--config.total_steps=1000'
+  )
 
 
 def test_sweep_runs_each_config_in_its_own_workdir(tmp_path):
   sweep_file = tmp_path / 'tiny_sweep.py'
-  sweep_file.write_text("CONFIG = 'configs/demo.py'\n\ndef get_sweep():\n"
-                        "  return [{'lr.base': [0.001, 0.003]}]\n")
+  sweep_file.write_text(
+      "CONFIG = 'configs/demo.py'\n\ndef get_sweep():\n" "  return [{'lr.base': [0.001, 0.003]}]\n"
+  )
   tiny = {**helpers.TINY, 'total_steps': 2, 'data_dir': str(tmp_path / 'tfds')}
-  run = subprocess.run([sys.executable, 'launch/sweep.py', f'--sweep={sweep_file}',
-                        f'--workdir={tmp_path / "runs"}', '--',
-                        *(f'--config.{k}={v}' for k, v in tiny.items())],
-                       cwd=helpers.REPO, capture_output=True, text=True, timeout=600)
+  run = subprocess.run(
+      [
+          sys.executable,
+          'launch/sweep.py',
+          f'--sweep={sweep_file}',
+          f'--workdir={tmp_path / "runs"}',
+          '--',
+          *(f'--config.{k}={v}' for k, v in tiny.items()),
+      ],
+      cwd=helpers.REPO,
+      capture_output=True,
+      text=True,
+      timeout=600,
+  )
   assert run.returncode == 0, run.stderr[-3000:]
   for lr in ('0.001', '0.003'):
     config, _ = run_dir.load_run_info(str(tmp_path / 'runs' / f'lr.base={lr}'))
@@ -44,31 +74,78 @@ def test_sweep_runs_each_config_in_its_own_workdir(tmp_path):
 
 
 def test_slurm_mode_writes_the_runs_file_that_the_array_job_reads(tmp_path):
-  out = subprocess.run([sys.executable, 'launch/sweep.py', '--sweep=configs/sweeps/demo_lr_steps.py',
-                        f'--workdir={tmp_path}', '--slurm=--nodes=1 --gpus-per-node=0', '--print', '--',
-                        '--config.seed=1', "--config.model.hidden_size=64"], cwd=helpers.REPO,
-                       capture_output=True, text=True, check=True).stdout
-  assert out.strip() == (f'sbatch --array=0-5 --output={tmp_path}/slurm-%A_%a.out --nodes=1 --gpus-per-node=0 '
-                         f'launch/slurm.sbatch --sweep_runs={tmp_path}/sweep_runs.txt')
+  out = subprocess.run(
+      [
+          sys.executable,
+          'launch/sweep.py',
+          '--sweep=configs/sweeps/demo_lr_steps.py',
+          f'--workdir={tmp_path}',
+          '--slurm=--nodes=1 --gpus-per-node=0',
+          '--print',
+          '--',
+          '--config.seed=1',
+          '--config.model.hidden_size=64',
+      ],
+      cwd=helpers.REPO,
+      capture_output=True,
+      text=True,
+      check=True,
+  ).stdout
+  assert out.strip() == (
+      f'sbatch --array=0-5 --output={tmp_path}/slurm-%A_%a.out --nodes=1 --gpus-per-node=0 '
+      f'launch/slurm.sbatch --sweep_runs={tmp_path}/sweep_runs.txt'
+  )
   lines = (tmp_path / 'sweep_runs.txt').read_text().splitlines()
   assert len(lines) == 6
   # Line 2 is what array element 2 runs: the sbatch script's own parsing of it (bash, as SLURM runs it).
-  parsed = subprocess.run(['bash', '-c', 'mapfile -t runs < "$1"; eval "set -- ${runs[2]}"; printf "%s\\n" "$@"',
-                           'bash', str(tmp_path / 'sweep_runs.txt')], capture_output=True, text=True,
-                          check=True).stdout.splitlines()
-  assert parsed == ['--config=configs/demo.py', f'--workdir={tmp_path}/lr.base=0.001,total_steps=1000',
-                    '--config.lr.base=0.001', '--config.total_steps=1000', '--config.seed=1',
-                    '--config.model.hidden_size=64']
+  parsed = subprocess.run(
+      [
+          'bash',
+          '-c',
+          'mapfile -t runs < "$1"; eval "set -- ${runs[2]}"; printf "%s\\n" "$@"',
+          'bash',
+          str(tmp_path / 'sweep_runs.txt'),
+      ],
+      capture_output=True,
+      text=True,
+      check=True,
+  ).stdout.splitlines()
+  assert parsed == [
+      '--config=configs/demo.py',
+      f'--workdir={tmp_path}/lr.base=0.001,total_steps=1000',
+      '--config.lr.base=0.001',
+      '--config.total_steps=1000',
+      '--config.seed=1',
+      '--config.model.hidden_size=64',
+  ]
 
 
 def test_an_argument_for_every_run_that_sets_a_swept_field_is_one_line_and_runs_nothing(tmp_path):
-  run = subprocess.run([sys.executable, 'launch/sweep.py', '--sweep=configs/sweeps/demo_lr_steps.py',
-                        f'--workdir={tmp_path}', '--', '--config.seed=1', '--config.total_steps=20'],
-                       cwd=helpers.REPO, capture_output=True, text=True, timeout=120)
-  assert run.returncode == 2 and run.stdout == '' and run.stderr == (
-      "error: --config.total_steps=20 (after --) sets 'total_steps', which the sweep file sets (1000, "
-      '2000): the runs would differ only in their folder names; change \'total_steps\' in the sweep '
-      'file, or leave the flag out\n')
+  run = subprocess.run(
+      [
+          sys.executable,
+          'launch/sweep.py',
+          '--sweep=configs/sweeps/demo_lr_steps.py',
+          f'--workdir={tmp_path}',
+          '--',
+          '--config.seed=1',
+          '--config.total_steps=20',
+      ],
+      cwd=helpers.REPO,
+      capture_output=True,
+      text=True,
+      timeout=120,
+  )
+  assert (
+      run.returncode == 2
+      and run.stdout == ''
+      and run.stderr
+      == (
+          "error: --config.total_steps=20 (after --) sets 'total_steps', which the sweep file sets (1000, "
+          "2000): the runs would differ only in their folder names; change 'total_steps' in the sweep "
+          'file, or leave the flag out\n'
+      )
+  )
   assert not list(tmp_path.iterdir())
 
 

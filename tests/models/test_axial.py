@@ -1,5 +1,6 @@
 """Axial-ViT (models/axial.py): against a NumPy transcription of row then column attention, in the loop,
 on a mesh, resumed; and the options it refuses."""
+
 import math
 import os
 
@@ -25,8 +26,10 @@ def _block(x, p):
   """The ViT's pre-LN block on sequences x [n, tokens, D], in NumPy."""
   attention = p['MultiHeadDotProductAttention_1']
   y = _layer_norm(x, p['LayerNorm_0'])
-  q, k, v = (np.einsum('ntd,dhk->nthk', y, attention[name]['kernel']) + attention[name]['bias']
-             for name in ('query', 'key', 'value'))
+  q, k, v = (
+      np.einsum('ntd,dhk->nthk', y, attention[name]['kernel']) + attention[name]['bias']
+      for name in ('query', 'key', 'value')
+  )
   logits = np.einsum('nqhk,nthk->nhqt', q, k) / math.sqrt(q.shape[-1])
   weights = np.exp(logits - logits.max(-1, keepdims=True))
   weights /= weights.sum(-1, keepdims=True)
@@ -59,22 +62,41 @@ def test_an_axial_block_is_row_attention_then_column_attention():
 def test_variants_and_what_they_refuse():
   model = variants.get_model_config('Axial-ViT-B_16')
   assert (model['block'], model['classifier'], model['num_layers'], model['hidden_size']) == (
-      'axial', 'gap', 12, 768)
-  params = jax.eval_shape(VisionTransformer(num_classes=10, **variants.get_model_config('Axial-ViT-testing_4')).init,
-                          jax.random.key(0), jnp.zeros((1, 12, 12, 3)))['params']
+      'axial',
+      'gap',
+      12,
+      768,
+  )
+  params = jax.eval_shape(
+      VisionTransformer(num_classes=10, **variants.get_model_config('Axial-ViT-testing_4')).init,
+      jax.random.key(0),
+      jnp.zeros((1, 12, 12, 3)),
+  )['params']
   assert set(params['Transformer']['encoderblock_0']) == {'row', 'column'} and 'cls' not in params
-  for field, value, fix in [('classifier', 'token', 'gap'), ('scan', True, 'False'),
-                            ('drop_path_rate', 0.1, '0'), ('posemb', 'relative', 'learn'),
-                            ('posemb_where', 'every_layer', 'input')]:
-    with pytest.raises(ValueError, match=rf"^Axial-ViT does not take model.{field}=.*: set "
-                                         rf"--config.model.{field}={fix}"):
+  for field, value, fix in [
+      ('classifier', 'token', 'gap'),
+      ('scan', True, 'False'),
+      ('drop_path_rate', 0.1, '0'),
+      ('posemb', 'relative', 'learn'),
+      ('posemb_where', 'every_layer', 'input'),
+  ]:
+    with pytest.raises(
+        ValueError,
+        match=rf'^Axial-ViT does not take model.{field}=.*: set ' rf'--config.model.{field}={fix}',
+    ):
       variants.get_model_config('Axial-ViT-B_16', {field: value})
   with pytest.raises(ValueError, match=r'Axial-ViT-<size>_<patch>'):
     variants.get_model_config('Axial-R50+ViT-B_16')
 
 
-_TRAIN = {**helpers.TINY, 'variant': 'Axial-ViT-testing_4', 'image_size': 12, 'optim.name': 'sgd',
-          'optim.weight_decay': 0.0, 'lr.base': 0.1}
+_TRAIN = {
+    **helpers.TINY,
+    'variant': 'Axial-ViT-testing_4',
+    'image_size': 12,
+    'optim.name': 'sgd',
+    'optim.weight_decay': 0.0,
+    'lr.base': 0.1,
+}
 
 
 def test_fsdp_x_tensor_training_has_the_losses_of_one_device(tmp_path, data_dir):
@@ -87,10 +109,19 @@ def test_fsdp_x_tensor_training_has_the_losses_of_one_device(tmp_path, data_dir)
 
 @pytest.mark.slow
 def test_a_tiny_axial_vit_learns_the_digits_and_resumes_bit_exactly(tmp_path, data_dir):
-  overrides = {**_TRAIN, 'data_dir': data_dir, 'total_steps': 150, 'batch_size': 64,
-               'log_every_steps': 50, 'eval_every_steps': 150, 'checkpoint_every_steps': 100,
-               'lr.base': 3e-3, 'optim.name': 'adamw', 'lr.warmup_steps': 10,
-               'mesh': (('fsdp', 4), ('tensor', 2))}
+  overrides = {
+      **_TRAIN,
+      'data_dir': data_dir,
+      'total_steps': 150,
+      'batch_size': 64,
+      'log_every_steps': 50,
+      'eval_every_steps': 150,
+      'checkpoint_every_steps': 100,
+      'lr.base': 3e-3,
+      'optim.name': 'adamw',
+      'lr.warmup_steps': 10,
+      'mesh': (('fsdp', 4), ('tensor', 2)),
+  }
   full = str(tmp_path / 'full')
   loop.train_and_evaluate(train_setup.prepare(helpers.load_config('demo', overrides), full))
   scalars = helpers.read_scalars(full)
@@ -98,15 +129,25 @@ def test_a_tiny_axial_vit_learns_the_digits_and_resumes_bit_exactly(tmp_path, da
   # Export writes the .npz and the jax.export program (and says why timm gets nothing); the
   # attention pictures, drawn over all patches, are refused in one line.
   description = export.export(full, str(tmp_path / 'exported'))
-  assert description['timm'] == "not written: timm's VisionTransformer has no axial blocks (Axial-ViT)"
-  assert sorted(os.listdir(tmp_path / 'exported')) == ['config.json', 'model.jaxexport', 'model.npz']
+  assert (
+      description['timm'] == "not written: timm's VisionTransformer has no axial blocks (Axial-ViT)"
+  )
+  assert sorted(os.listdir(tmp_path / 'exported')) == [
+      'config.json',
+      'model.jaxexport',
+      'model.npz',
+  ]
   image = np.zeros((12, 12, 3), np.uint8)
   Image.fromarray(image).save(tmp_path / 'image.png')
-  with pytest.raises(ValueError, match=r'^the pictures show attention over all patches; an '
-                                       r'Axial-ViT-testing_4 attends along rows and columns only$'):
+  with pytest.raises(
+      ValueError,
+      match=r'^the pictures show attention over all patches; an '
+      r'Axial-ViT-testing_4 attends along rows and columns only$',
+  ):
     pictures.draw_run(full, str(tmp_path / 'image.png'), str(tmp_path / 'pictures'))
-  helpers.assert_resume_is_bit_exact(helpers.load_config('demo', overrides), full,
-                                     str(tmp_path / 'resumed'))
+  helpers.assert_resume_is_bit_exact(
+      helpers.load_config('demo', overrides), full, str(tmp_path / 'resumed')
+  )
 
 
 def test_remat_recomputes_the_same_axial_blocks():
@@ -114,14 +155,19 @@ def test_remat_recomputes_the_same_axial_blocks():
   labels = jnp.arange(2)
 
   def loss_and_grads(remat):
-    model = VisionTransformer(num_classes=10, **variants.get_model_config(
-        'Axial-ViT-testing_4', {'remat': remat}))
+    model = VisionTransformer(
+        num_classes=10, **variants.get_model_config('Axial-ViT-testing_4', {'remat': remat})
+    )
     params = helpers.random_params(model, 12)
-    loss = lambda p: -jnp.mean(jax.nn.log_softmax(model.apply({'params': p}, images))[jnp.arange(2), labels])
+    loss = lambda p: -jnp.mean(
+        jax.nn.log_softmax(model.apply({'params': p}, images))[jnp.arange(2), labels]
+    )
     program = str(jax.make_jaxpr(jax.grad(loss))(params))
     return jax.value_and_grad(loss)(params), program.count('dot_general[')
 
-  (plain, matmuls), (rematerialised, recomputed) = loss_and_grads(None), loss_and_grads('nothing_saveable')
+  (plain, matmuls), (rematerialised, recomputed) = loss_and_grads(None), loss_and_grads(
+      'nothing_saveable'
+  )
   chex.assert_trees_all_close(plain, rematerialised, rtol=1e-5, atol=1e-6)
   # The backward pass recomputes both halves' forward matmuls of every block.
   assert recomputed > matmuls, (recomputed, matmuls)

@@ -4,6 +4,7 @@ their parameter counts, the analytic FLOPs against XLA's, training on any mesh, 
 The reference is timm's `resnetv2_*_bit` (PyTorch); the .npz layout is written here from its state dict
 by inverting timm's `_load_weights`, independently of vit_jax's converter.
 """
+
 import os
 
 import jax
@@ -18,26 +19,49 @@ from vit_jax.tools import fewshot, pictures, scaling
 from vit_jax.models import bit, variants
 from vit_jax.train import loop, setup as train_setup
 
-
 # The demo config's ViT fields, unset for a BiT.
-_NO_VIT = {f'model.{name}': None for name in ('hidden_size', 'num_layers', 'num_heads', 'mlp_dim',
-                                               'head_dropout_rate')}
+_NO_VIT = {
+    f'model.{name}': None
+    for name in ('hidden_size', 'num_layers', 'num_heads', 'mlp_dim', 'head_dropout_rate')
+}
 
 
 # The variants.
 
 
-@pytest.mark.parametrize('variant,overrides,message', [
-    ('BiT-R34x1', {}, r"^Unknown BiT variant 'BiT-R34x1': use BiT-R<depth>x<width> with depth in 50, "
-                      r'101, 152 and width in 1..4 \(e.g. BiT-R50x1'),
-    ('BiT-R50x5', {}, r"^Unknown BiT variant 'BiT-R50x5'"),
-    ('ResNet-50', {}, r"^Unknown model variant 'ResNet-50': use one of ViT, BiT, e.g. .*BiT-R50x1"),
-    ('BiT-R50x1', {'num_heads': 4}, r'^model.num_heads does not apply to BiT-R50x1, a ResNet \(it takes '
-                                    r'model.resnet_layers and model.resnet_width_factor\): unset'),
-    ('BiT-R50x1', {'resnet_width_factor': 0.25},
-     r"^model.resnet_width_factor=0.25 gives 16 root channels, not a positive multiple of GroupNorm's 32"),
-    ('BiT-R50x1', {'resnet_layers': (3, 0)}, r'^model.resnet_layers=\(3, 0\) must be positive numbers'),
-])
+@pytest.mark.parametrize(
+    'variant,overrides,message',
+    [
+        (
+            'BiT-R34x1',
+            {},
+            r"^Unknown BiT variant 'BiT-R34x1': use BiT-R<depth>x<width> with depth in 50, "
+            r'101, 152 and width in 1..4 \(e.g. BiT-R50x1',
+        ),
+        ('BiT-R50x5', {}, r"^Unknown BiT variant 'BiT-R50x5'"),
+        (
+            'ResNet-50',
+            {},
+            r"^Unknown model variant 'ResNet-50': use one of ViT, BiT, e.g. .*BiT-R50x1",
+        ),
+        (
+            'BiT-R50x1',
+            {'num_heads': 4},
+            r'^model.num_heads does not apply to BiT-R50x1, a ResNet \(it takes '
+            r'model.resnet_layers and model.resnet_width_factor\): unset',
+        ),
+        (
+            'BiT-R50x1',
+            {'resnet_width_factor': 0.25},
+            r"^model.resnet_width_factor=0.25 gives 16 root channels, not a positive multiple of GroupNorm's 32",
+        ),
+        (
+            'BiT-R50x1',
+            {'resnet_layers': (3, 0)},
+            r'^model.resnet_layers=\(3, 0\) must be positive numbers',
+        ),
+    ],
+)
 def test_bad_variants_are_one_line_errors(variant, overrides, message):
   with pytest.raises(ValueError, match=message) as error:
     variants.get_model_config(variant, overrides)
@@ -53,20 +77,32 @@ def test_analytic_flops_are_xlas_count_of_the_convolutions():
   params = jax.eval_shape(model.init, jax.random.key(0), jnp.zeros((1, size, size, 3)))
 
   def xla_flops(batch):
-    cost = jax.jit(model.apply).lower(
-        params, jax.ShapeDtypeStruct((batch, size, size, 3), jnp.float32)).compile().cost_analysis()
+    cost = (
+        jax.jit(model.apply)
+        .lower(params, jax.ShapeDtypeStruct((batch, size, size, 3), jnp.float32))
+        .compile()
+        .cost_analysis()
+    )
     return (cost[0] if isinstance(cost, (list, tuple)) else cost)['flops']
 
   analytic = chips.bit_flops(config, size, num_classes=10)
   assert analytic <= xla_flops(2) - xla_flops(1) <= 1.03 * analytic
   # The ViT paper's R50 at 224 px: 4.1 GMACs with whole windows; ours leaves the padding's out.
-  assert chips.bit_flops(variants.get_model_config('BiT-R50x1'), 224) == pytest.approx(7.89e9, rel=1e-3)
+  assert chips.bit_flops(variants.get_model_config('BiT-R50x1'), 224) == pytest.approx(
+      7.89e9, rel=1e-3
+  )
 
 
 # Training and the tools, on a tiny BiT.
 
-TINY_BIT = {**helpers.TINY, **_NO_VIT, 'variant': 'BiT-R50x1', 'model.resnet_layers': (1, 1, 1, 1),
-            'model.resnet_width_factor': 0.5, 'image_size': 16}
+TINY_BIT = {
+    **helpers.TINY,
+    **_NO_VIT,
+    'variant': 'BiT-R50x1',
+    'model.resnet_layers': (1, 1, 1, 1),
+    'model.resnet_width_factor': 0.5,
+    'image_size': 16,
+}
 
 
 def _tiny_config(data_dir, **overrides):
@@ -78,8 +114,11 @@ def tiny_run(tmp_path_factory, data_dir):
   """A tiny BiT trained 12 steps on the digits under fsdp x tensor, with few-shot evaluation: its
   workdir, config and final metrics."""
   workdir = str(tmp_path_factory.mktemp('bit_runs') / 'tiny_bit')
-  config = _tiny_config(data_dir, mesh=(('fsdp', 4), ('tensor', 2)), **{
-      'fewshot.every_steps': 12, 'fewshot.shots': (1, 5), 'fewshot.seeds': 1})
+  config = _tiny_config(
+      data_dir,
+      mesh=(('fsdp', 4), ('tensor', 2)),
+      **{'fewshot.every_steps': 12, 'fewshot.shots': (1, 5), 'fewshot.seeds': 1},
+  )
   return workdir, config, loop.train_and_evaluate(train_setup.prepare(config, workdir))
 
 
@@ -102,17 +141,24 @@ def test_resume_is_bit_exact(tiny_run, tmp_path):
 
 def test_scaling_plots_a_bit_run_with_its_flops(tiny_run):
   workdir, _, _ = tiny_run
-  point, = scaling.points([os.path.dirname(workdir)], 'eval_top1')
-  model = variants.get_model_config('BiT-R50x1', {'resnet_layers': (1, 1, 1, 1), 'resnet_width_factor': 0.5})
+  (point,) = scaling.points([os.path.dirname(workdir)], 'eval_top1')
+  model = variants.get_model_config(
+      'BiT-R50x1', {'resnet_layers': (1, 1, 1, 1), 'resnet_width_factor': 0.5}
+  )
   assert (point.family, point.shape) == ('BiT', 'R14x0.5')
-  assert point.exaflops == pytest.approx(3 * chips.bit_flops(model, 16, 10) * 12 * 16 / 1e18, rel=1e-12)
+  assert point.exaflops == pytest.approx(
+      3 * chips.bit_flops(model, 16, 10) * 12 * 16 / 1e18, rel=1e-12
+  )
 
 
 def test_fsdp_x_tensor_training_has_the_losses_of_one_device(tmp_path, data_dir):
   # SGD: Adam's first steps are about lr * sign(grad), which would turn float noise in near-zero
   # gradients into differences of 2 * lr.
-  config = _tiny_config(data_dir, mesh=(('fsdp', 4), ('tensor', 2)),
-                        **{'optim.name': 'sgd', 'optim.weight_decay': 0.0, 'lr.base': 0.1})
+  config = _tiny_config(
+      data_dir,
+      mesh=(('fsdp', 4), ('tensor', 2)),
+      **{'optim.name': 'sgd', 'optim.weight_decay': 0.0, 'lr.base': 0.1},
+  )
   setup = train_setup.prepare(config, str(tmp_path / 'fsdp'))
   losses, state = helpers.train_as_on_one_device(setup, str(tmp_path / 'one'))
   # Megatron's pattern in each unit: conv1's output channels and conv2's input channels over tensor.
@@ -123,14 +169,23 @@ def test_fsdp_x_tensor_training_has_the_losses_of_one_device(tmp_path, data_dir)
   assert losses[-1] != losses[0]
 
 
-@pytest.mark.parametrize('overrides,message', [
-    ({'model.scan': True}, r'^model.scan does not apply to BiT-R50x1, a ResNet'),
-    ({'model.remat': 'nothing_saveable'}, r'^model.remat does not apply to BiT-R50x1'),
-    ({'model.posemb': 'learn2d'}, r'^model.posemb does not apply to BiT-R50x1'),
-    ({'optim.layer_decay': 0.75}, r'^config.optim.layer_decay \(a learning rate per ViT block\) needs a '
-                                  r'ViT variant: BiT-R50x1 is a BiT ResNet$'),
-    ({'task': 'mpp'}, r"^config.task='mpp' \(masked patches of a ViT's tokens\) needs a ViT variant"),
-])
+@pytest.mark.parametrize(
+    'overrides,message',
+    [
+        ({'model.scan': True}, r'^model.scan does not apply to BiT-R50x1, a ResNet'),
+        ({'model.remat': 'nothing_saveable'}, r'^model.remat does not apply to BiT-R50x1'),
+        ({'model.posemb': 'learn2d'}, r'^model.posemb does not apply to BiT-R50x1'),
+        (
+            {'optim.layer_decay': 0.75},
+            r'^config.optim.layer_decay \(a learning rate per ViT block\) needs a '
+            r'ViT variant: BiT-R50x1 is a BiT ResNet$',
+        ),
+        (
+            {'task': 'mpp'},
+            r"^config.task='mpp' \(masked patches of a ViT's tokens\) needs a ViT variant",
+        ),
+    ],
+)
 def test_what_only_a_vit_has_is_a_one_line_error(tmp_path, data_dir, overrides, message):
   with pytest.raises(ValueError, match=message) as error:
     train_setup.prepare(_tiny_config(data_dir, **overrides), str(tmp_path / 'run'))
@@ -139,10 +194,16 @@ def test_what_only_a_vit_has_is_a_one_line_error(tmp_path, data_dir, overrides, 
 
 def test_the_vit_tools_refuse_a_bit(tiny_run, tmp_path, data_dir):
   workdir, _, _ = tiny_run
-  with pytest.raises(ValueError, match=r"^vit_jax.tools.pictures \(a ViT's attention and embeddings\) needs "
-                     r'a ViT variant: BiT-R50x1 is a BiT ResNet$'):
+  with pytest.raises(
+      ValueError,
+      match=r"^vit_jax.tools.pictures \(a ViT's attention and embeddings\) needs "
+      r'a ViT variant: BiT-R50x1 is a BiT ResNet$',
+  ):
     pictures.draw_run(workdir, 'unused.png', str(tmp_path / 'pictures'))
-  with pytest.raises(ValueError, match=r"^vit_jax.tools.plan \(it models the memory of a ViT's blocks\) "
-                     'needs a ViT variant'):
+  with pytest.raises(
+      ValueError,
+      match=r"^vit_jax.tools.plan \(it models the memory of a ViT's blocks\) "
+      'needs a ViT variant',
+  ):
     footprint.check(_tiny_config(data_dir), 8)
   assert not (tmp_path / 'pictures').exists()

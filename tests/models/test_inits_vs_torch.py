@@ -1,5 +1,6 @@
 """Initialisations against timm's ViT: the comparisons of test_inits.py with the torch-based peers,
 which `make test-all` runs (they need the test extra)."""
+
 import numpy as np
 import pytest
 import timm.models.vision_transformer as timm_vit
@@ -12,9 +13,12 @@ from test_inits import _fresh_params
 
 def _timm_params() -> dict:
   torch.manual_seed(0)
-  reference = timm_vit.VisionTransformer(img_size=16, patch_size=4, embed_dim=64, depth=4, num_heads=4,
-                                         mlp_ratio=2.0, num_classes=10)
-  tree = state_dicts.from_timm({k: v.numpy() for k, v in reference.state_dict().items()}, num_heads=4)
+  reference = timm_vit.VisionTransformer(
+      img_size=16, patch_size=4, embed_dim=64, depth=4, num_heads=4, mlp_ratio=2.0, num_classes=10
+  )
+  tree = state_dicts.from_timm(
+      {k: v.numpy() for k, v in reference.state_dict().items()}, num_heads=4
+  )
   return traverse_util.flatten_dict(tree, sep='/')
 
 

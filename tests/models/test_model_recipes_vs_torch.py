@@ -1,6 +1,7 @@
 """Model recipes (drop path, class token choices, pooling) against timm's ViT: the comparisons of
 test_model_recipes.py with the torch-based peers, which `make test-all` runs (they need the test
 extra)."""
+
 import functools
 import tempfile
 
@@ -16,18 +17,27 @@ from vit_jax.checkpoints import loading
 from vit_jax.models import encoder
 from test_model_recipes import _images, _model
 
-
 TIMM_POOL = {'token': 'token', 'gap': 'avg', 'map': 'map'}
 
 
 def _timm(classifier, *, fc_norm=False, num_classes=0, image_size=8, depth=2, drop_path_rate=0.0):
   """timm's ViT with the dimensions and numerics of ViT-testing_4 (num_classes=0: pooled features)."""
   return timm_vit.VisionTransformer(
-      img_size=image_size, patch_size=4, embed_dim=32, depth=depth, num_heads=2, mlp_ratio=2,
-      num_classes=num_classes, qkv_bias=True, class_token=classifier == 'token',
-      global_pool=TIMM_POOL[classifier], fc_norm=fc_norm, drop_path_rate=drop_path_rate,
+      img_size=image_size,
+      patch_size=4,
+      embed_dim=32,
+      depth=depth,
+      num_heads=2,
+      mlp_ratio=2,
+      num_classes=num_classes,
+      qkv_bias=True,
+      class_token=classifier == 'token',
+      global_pool=TIMM_POOL[classifier],
+      fc_norm=fc_norm,
+      drop_path_rate=drop_path_rate,
       act_layer=functools.partial(torch.nn.GELU, approximate='tanh'),
-      norm_layer=functools.partial(torch.nn.LayerNorm, eps=1e-6)).eval()
+      norm_layer=functools.partial(torch.nn.LayerNorm, eps=1e-6),
+  ).eval()
 
 
 def _timm_reading(params, tmp_path, **timm_kwargs):
@@ -69,7 +79,8 @@ class _Scale(torch.nn.Module):
 @functools.lru_cache()
 def _drop_path_case():
   """Random parameters of a 3-block model, 256 images, and timm's features for each of the 16 ways
-  to keep or drop the four branches of blocks 1 and 2 (rates 0, 0.25, 0.5: block 0 is never dropped)."""
+  to keep or drop the four branches of blocks 1 and 2 (rates 0, 0.25, 0.5: block 0 is never dropped).
+  """
   params = helpers.random_params(_model(num_layers=3), 8)
   images = _images(256, 8, seed=3)
   reference = _timm('token', depth=3, drop_path_rate=0.5)
@@ -81,14 +92,18 @@ def _drop_path_case():
   for keep in np.ndindex(2, 2, 2, 2):
     scales = [k / (1 - r) for k, r in zip(keep, rates)]
     for i, timm_block in enumerate(reference.blocks[1:]):
-      timm_block.drop_path1, timm_block.drop_path2 = _Scale(scales[2 * i]), _Scale(scales[2 * i + 1])
+      timm_block.drop_path1, timm_block.drop_path2 = _Scale(scales[2 * i]), _Scale(
+          scales[2 * i + 1]
+      )
     combos.append(keep)
     outputs.append(_timm_out(reference, images))
   return params, images, np.array(combos), np.stack(outputs, axis=1)  # [256, 16, D]
 
 
-@pytest.mark.parametrize('scan,remat', [(False, None), (True, None), (False, 'nothing_saveable'),
-                                        (True, 'nothing_saveable')])
+@pytest.mark.parametrize(
+    'scan,remat',
+    [(False, None), (True, None), (False, 'nothing_saveable'), (True, 'nothing_saveable')],
+)
 def test_drop_path_in_the_model_matches_timm_with_each_branch_kept_or_dropped(scan, remat):
   params, images, combos, references = _drop_path_case()
   model = _model(num_layers=3, drop_path_rate=0.5, scan=scan, remat=remat)
@@ -109,13 +124,18 @@ def test_remat_keeps_the_drop_path_keys_results_and_gradients(scan):
 
   def loss_and_grads(remat):
     model = _model(num_layers=3, drop_path_rate=0.5, scan=scan, remat=remat)
-    loss = lambda p: jnp.sum(model.apply({'params': p}, images, train=True,
-                                         rngs={'dropout': jax.random.key(5)}) ** 2)
+    loss = lambda p: jnp.sum(
+        model.apply({'params': p}, images, train=True, rngs={'dropout': jax.random.key(5)}) ** 2
+    )
     return jax.value_and_grad(loss)(params)
 
-  (loss, grads), (remat_loss, remat_grads) = loss_and_grads(None), loss_and_grads('nothing_saveable')
+  (loss, grads), (remat_loss, remat_grads) = loss_and_grads(None), loss_and_grads(
+      'nothing_saveable'
+  )
   np.testing.assert_allclose(remat_loss, loss, rtol=1e-6)
-  jax.tree.map(functools.partial(np.testing.assert_allclose, rtol=1e-5, atol=1e-6), remat_grads, grads)
+  jax.tree.map(
+      functools.partial(np.testing.assert_allclose, rtol=1e-5, atol=1e-6), remat_grads, grads
+  )
 
 
 @pytest.mark.parametrize('classifier,fc_norm', [('gap', True), ('map', False), ('map', True)])
@@ -128,5 +148,6 @@ def test_pooling_matches_timm_reading_our_weights(tmp_path, classifier, fc_norm)
   assert ours.shape == (4, 5) and np.abs(ours).max() > 0.1
   np.testing.assert_allclose(_timm_out(reference, images), ours, atol=1e-4)
   features = _model(classifier=classifier, fc_norm=fc_norm).apply(
-      {'params': {k: v for k, v in params.items() if k != 'head'}}, images)
+      {'params': {k: v for k, v in params.items() if k != 'head'}}, images
+  )
   assert features.shape == (4, 32)

@@ -1,5 +1,6 @@
 """The ViT family: parameter tree of the original checkpoints, parameter counts, variants, dtypes, and
 the errors for inputs that do not fit the model."""
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -11,9 +12,12 @@ from vit_jax.models import VisionTransformer, attention, variants
 
 
 def _param_shapes(num_classes=1000, image_size=224, **overrides):
-  model = VisionTransformer(num_classes=num_classes, **variants.get_model_config('ViT-B_16', overrides))
-  shapes = jax.eval_shape(model.init, jax.random.key(0),
-                          jnp.zeros((1, image_size, image_size, 3)))['params']
+  model = VisionTransformer(
+      num_classes=num_classes, **variants.get_model_config('ViT-B_16', overrides)
+  )
+  shapes = jax.eval_shape(model.init, jax.random.key(0), jnp.zeros((1, image_size, image_size, 3)))[
+      'params'
+  ]
   return {'/'.join(k): v.shape for k, v in traverse_util.flatten_dict(shapes).items()}
 
 
@@ -25,17 +29,23 @@ def test_vit_b16_tree_matches_the_original_checkpoint_layout():
   shapes = _param_shapes(representation_size=768)
   block = 'Transformer/encoderblock_11'
   expected = {
-      'embedding/kernel': (16, 16, 3, 768), 'embedding/bias': (768,), 'cls': (1, 1, 768),
+      'embedding/kernel': (16, 16, 3, 768),
+      'embedding/bias': (768,),
+      'cls': (1, 1, 768),
       'Transformer/posembed_input/pos_embedding': (1, 197, 768),
-      f'{block}/LayerNorm_0/scale': (768,), f'{block}/LayerNorm_2/bias': (768,),
+      f'{block}/LayerNorm_0/scale': (768,),
+      f'{block}/LayerNorm_2/bias': (768,),
       f'{block}/MultiHeadDotProductAttention_1/query/kernel': (768, 12, 64),
       f'{block}/MultiHeadDotProductAttention_1/key/bias': (12, 64),
       f'{block}/MultiHeadDotProductAttention_1/value/kernel': (768, 12, 64),
       f'{block}/MultiHeadDotProductAttention_1/out/kernel': (12, 64, 768),
       f'{block}/MultiHeadDotProductAttention_1/out/bias': (768,),
-      f'{block}/MlpBlock_3/Dense_0/kernel': (768, 3072), f'{block}/MlpBlock_3/Dense_1/kernel': (3072, 768),
-      'Transformer/encoder_norm/scale': (768,), 'pre_logits/kernel': (768, 768),
-      'head/kernel': (768, 1000), 'head/bias': (1000,),
+      f'{block}/MlpBlock_3/Dense_0/kernel': (768, 3072),
+      f'{block}/MlpBlock_3/Dense_1/kernel': (3072, 768),
+      'Transformer/encoder_norm/scale': (768,),
+      'pre_logits/kernel': (768, 768),
+      'head/kernel': (768, 1000),
+      'head/bias': (1000,),
   }
   for name, shape in expected.items():
     assert shapes[name] == shape, name
@@ -44,12 +54,24 @@ def test_vit_b16_tree_matches_the_original_checkpoint_layout():
   assert len(shapes) == 2 + 1 + 1 + 12 * 16 + 2 + 2 + 2
 
 
-@pytest.mark.parametrize('variant,layers,width,mlp,heads', [
-    ('ViT-Ti_16', 12, 192, 768, 3), ('ViT-S_32', 12, 384, 1536, 6), ('ViT-B_8', 12, 768, 3072, 12),
-    ('ViT-L_16', 24, 1024, 4096, 16), ('ViT-H_14', 32, 1280, 5120, 16)])
+@pytest.mark.parametrize(
+    'variant,layers,width,mlp,heads',
+    [
+        ('ViT-Ti_16', 12, 192, 768, 3),
+        ('ViT-S_32', 12, 384, 1536, 6),
+        ('ViT-B_8', 12, 768, 3072, 12),
+        ('ViT-L_16', 24, 1024, 4096, 16),
+        ('ViT-H_14', 32, 1280, 5120, 16),
+    ],
+)
 def test_variants_follow_table_1(variant, layers, width, mlp, heads):
   c = variants.get_model_config(variant)
-  assert (c['num_layers'], c['hidden_size'], c['mlp_dim'], c['num_heads']) == (layers, width, mlp, heads)
+  assert (c['num_layers'], c['hidden_size'], c['mlp_dim'], c['num_heads']) == (
+      layers,
+      width,
+      mlp,
+      heads,
+  )
   assert c['patch_size'] == int(variant.split('_')[1])
 
 
@@ -76,9 +98,14 @@ def test_gap_has_no_class_token_and_pre_logits_is_tanh():
   params = model.init(jax.random.key(0), images)['params']
   assert 'cls' not in params
   assert params['Transformer']['posembed_input']['pos_embedding'].shape == (1, 16, 32)
-  features = VisionTransformer(num_classes=None, **{**variants.get_model_config('ViT-testing_4'),
-                                                    'classifier': 'gap', 'representation_size': 8}
-                               ).apply({'params': params}, images)
+  features = VisionTransformer(
+      num_classes=None,
+      **{
+          **variants.get_model_config('ViT-testing_4'),
+          'classifier': 'gap',
+          'representation_size': 8,
+      },
+  ).apply({'params': params}, images)
   assert features.shape == (2, 8) and np.all(np.abs(features) < 1)
 
 
@@ -90,7 +117,9 @@ def test_zero_head_gives_zero_logits_and_dropout_needs_train():
   params['head']['kernel'] = jax.random.normal(jax.random.key(2), params['head']['kernel'].shape)
   eval_logits = model.apply({'params': params}, images)
   np.testing.assert_array_equal(eval_logits, model.apply({'params': params}, images))
-  train_logits = model.apply({'params': params}, images, train=True, rngs={'dropout': jax.random.key(3)})
+  train_logits = model.apply(
+      {'params': params}, images, train=True, rngs={'dropout': jax.random.key(3)}
+  )
   assert not np.allclose(eval_logits, train_logits)
 
 
@@ -103,16 +132,18 @@ def test_head_dropout_drops_the_pooled_features_before_the_head_only_in_training
   params['head']['kernel'] = jnp.eye(model.hidden_size)
   features = model.clone(num_classes=None).apply({'params': params}, images, train=True)
   np.testing.assert_array_equal(model.apply({'params': params}, images), features)
-  train_logits = np.asarray(model.apply({'params': params}, images, train=True,
-                                        rngs={'dropout': jax.random.key(3)}))
+  train_logits = np.asarray(
+      model.apply({'params': params}, images, train=True, rngs={'dropout': jax.random.key(3)})
+  )
   kept = train_logits != 0
   np.testing.assert_allclose(train_logits[kept], 2 * np.asarray(features)[kept], rtol=1e-6)
   assert abs(kept.mean() - 0.5) < 0.05
 
 
 def test_bfloat16_compute_keeps_float32_params_and_logits():
-  model = VisionTransformer(num_classes=5, dtype=jnp.bfloat16,
-                            **variants.get_model_config('ViT-testing_4'))
+  model = VisionTransformer(
+      num_classes=5, dtype=jnp.bfloat16, **variants.get_model_config('ViT-testing_4')
+  )
   images = jax.random.normal(jax.random.key(1), (2, 16, 16, 3))
   params = model.init(jax.random.key(0), images)['params']
   chex.assert_type(jax.tree.leaves(params), jnp.float32)
@@ -123,9 +154,15 @@ def test_bfloat16_compute_keeps_float32_params_and_logits():
   np.testing.assert_allclose(logits, reference, atol=0.1, rtol=0.05)
 
 
-@pytest.mark.parametrize('variant,overrides,stride', [
-    ('ViT-B_16', {}, 16), ('R50+ViT-B_16', {}, 16), ('R50+ViT-L_32', {}, 32),
-    ('R50+ViT-testing_8', {'resnet_layers': (1, 1)}, 8)])
+@pytest.mark.parametrize(
+    'variant,overrides,stride',
+    [
+        ('ViT-B_16', {}, 16),
+        ('R50+ViT-B_16', {}, 16),
+        ('R50+ViT-L_32', {}, 32),
+        ('R50+ViT-testing_8', {'resnet_layers': (1, 1)}, 8),
+    ],
+)
 def test_input_stride_counts_the_resnet_stem(variant, overrides, stride):
   config = variants.get_model_config(variant, overrides)
   assert VisionTransformer(num_classes=3, **config).input_stride == stride
@@ -135,8 +172,11 @@ def test_input_stride_counts_the_resnet_stem(variant, overrides, stride):
 def test_params_of_another_image_size_are_a_clear_error():
   model = _tiny()
   params = model.init(jax.random.key(0), jnp.zeros((1, 16, 16, 3)))['params']  # 4x4 patches + cls.
-  with pytest.raises(ValueError, match=r'position embeddings \(1, 17, 32\) are for 17 tokens, but the '
-                     r'images give 37: .*another image size.*adapt_params'):
+  with pytest.raises(
+      ValueError,
+      match=r'position embeddings \(1, 17, 32\) are for 17 tokens, but the '
+      r'images give 37: .*another image size.*adapt_params',
+  ):
     model.apply({'params': params}, jnp.zeros((1, 24, 24, 3)))
 
 

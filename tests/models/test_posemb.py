@@ -1,6 +1,7 @@
 """The position-embedding ablation (paper Appendix D.4, Table 8): model.posemb none / learn / learn2d /
 relative x model.posemb_where input / every_layer / shared_every_layer. What each kind adds, where it
 enters, resizing to a new grid, sharded training, resume, the errors, and the sweep's table."""
+
 import functools
 import importlib
 import json
@@ -22,13 +23,21 @@ from vit_jax.train import loop, setup as train_setup
 import sweep
 
 table8 = importlib.import_module('configs.sweeps.posemb_table8')
-NEW = [('none', 'input'), ('learn2d', 'input'), ('relative', 'input'), ('learn', 'every_layer'),
-       ('learn2d', 'every_layer'), ('learn', 'shared_every_layer'), ('learn2d', 'shared_every_layer')]
+NEW = [
+    ('none', 'input'),
+    ('learn2d', 'input'),
+    ('relative', 'input'),
+    ('learn', 'every_layer'),
+    ('learn2d', 'every_layer'),
+    ('learn', 'shared_every_layer'),
+    ('learn2d', 'shared_every_layer'),
+]
 
 
 def _model(num_classes=5, **overrides) -> VisionTransformer:
-  return VisionTransformer(num_classes=num_classes,
-                           **variants.get_model_config('ViT-testing_4', overrides))
+  return VisionTransformer(
+      num_classes=num_classes, **variants.get_model_config('ViT-testing_4', overrides)
+  )
 
 
 def _flat(tree):
@@ -48,23 +57,28 @@ def _random(module, *args):
 
 # What each kind adds.
 
+
 def test_learn2d_patches_in_a_row_share_y_and_in_a_column_share_x():
   h, w, d = 3, 4, 8
   tokens = jnp.zeros((1, 1 + h * w, d))
   module = posemb.Add2DPositionEmbs()
   params = _random(module, tokens, (h, w))
   assert {k: v.shape for k, v in _flat(params).items()} == {
-      'x_embedding': (w, d // 2), 'y_embedding': (h, d // 2), 'prefix_embedding': (1, d)}
+      'x_embedding': (w, d // 2),
+      'y_embedding': (h, d // 2),
+      'prefix_embedding': (1, d),
+  }
   added = np.asarray(module.apply({'params': params}, tokens, (h, w)))[0]
   np.testing.assert_array_equal(added[0], params['prefix_embedding'][0])  # The class token's own.
   grid = added[1:].reshape(h, w, d)
   for r in range(h):
     for c in range(w):
-      np.testing.assert_array_equal(grid[r, c], np.concatenate([params['x_embedding'][c],
-                                                                params['y_embedding'][r]]))
-  assert np.all(grid[:, :, d // 2:] == grid[:, :1, d // 2:])  # Same row: the same Y half.
-  assert np.all(grid[:, :, :d // 2] == grid[:1, :, :d // 2])  # Same column: the same X half.
-  assert len({grid[0, c, :d // 2].tobytes() for c in range(w)}) == w  # ...and only then.
+      np.testing.assert_array_equal(
+          grid[r, c], np.concatenate([params['x_embedding'][c], params['y_embedding'][r]])
+      )
+  assert np.all(grid[:, :, d // 2 :] == grid[:, :1, d // 2 :])  # Same row: the same Y half.
+  assert np.all(grid[:, :, : d // 2] == grid[:1, :, : d // 2])  # Same column: the same X half.
+  assert len({grid[0, c, : d // 2].tobytes() for c in range(w)}) == w  # ...and only then.
 
 
 def _numpy_relative_bias(table, prefix_bias, h, w, num_prefix):
@@ -98,8 +112,10 @@ def test_relative_bias_depends_only_on_the_offset(h, w, num_prefix):
       np.testing.assert_array_equal(offset.setdefault(key, entry), entry)
   assert len(offset) == (2 * h - 1) * (2 * w - 1)  # ...and every offset has its own entry.
   assert len({tuple(v) for v in offset.values()}) == len(offset)
-  np.testing.assert_array_equal(bias, _numpy_relative_bias(
-      params['relative_bias'], params.get('prefix_bias'), h, w, num_prefix))
+  np.testing.assert_array_equal(
+      bias,
+      _numpy_relative_bias(params['relative_bias'], params.get('prefix_bias'), h, w, num_prefix),
+  )
 
 
 def test_xla_attention_adds_the_bias_to_the_logits():
@@ -110,8 +126,12 @@ def test_xla_attention_adds_the_bias_to_the_logits():
   weights = np.exp(logits - logits.max(-1, keepdims=True))
   weights /= weights.sum(-1, keepdims=True)
   expected = np.einsum('bhqk,bkhd->bqhd', weights, v)
-  np.testing.assert_allclose(attention.head_major_attention(q, k, v, bias=bias), expected, atol=1e-5)
-  with pytest.raises(ValueError, match=r"^model.posemb='relative' .* set --config.model.attention=xla$"):
+  np.testing.assert_allclose(
+      attention.head_major_attention(q, k, v, bias=bias), expected, atol=1e-5
+  )
+  with pytest.raises(
+      ValueError, match=r"^model.posemb='relative' .* set --config.model.attention=xla$"
+  ):
     attention.fused_attention(q, k, v, bias=bias)
 
 
@@ -119,11 +139,19 @@ def test_relative_model_adds_each_blocks_bias_to_its_attention():
   images = _images(2, 12, 16)  # 3x4 patches.
   model = _model(posemb='relative')
   rng = np.random.RandomState(3)
-  params = jax.tree.map(lambda x: 0.3 * rng.randn(*x.shape).astype(np.float32),
-                        jax.eval_shape(model.init, jax.random.key(0), images)['params'])
-  assert params['Transformer']['encoderblock_1']['relative_posemb']['relative_bias'].shape == (5, 7, 2)
+  params = jax.tree.map(
+      lambda x: 0.3 * rng.randn(*x.shape).astype(np.float32),
+      jax.eval_shape(model.init, jax.random.key(0), images)['params'],
+  )
+  assert params['Transformer']['encoderblock_1']['relative_posemb']['relative_bias'].shape == (
+      5,
+      7,
+      2,
+  )
   relative = lambda path: 'relative_posemb' in jax.tree_util.keystr(path)
-  zeroed = jax.tree_util.tree_map_with_path(lambda p, x: np.zeros_like(x) if relative(p) else x, params)
+  zeroed = jax.tree_util.tree_map_with_path(
+      lambda p, x: np.zeros_like(x) if relative(p) else x, params
+  )
   none = jax.tree.map(lambda x: x, params)
   for i in range(2):
     del none['Transformer'][f'encoderblock_{i}']['relative_posemb']
@@ -131,8 +159,10 @@ def test_relative_model_adds_each_blocks_bias_to_its_attention():
   # A zero bias is no bias; a learned one moves the logits.
   np.testing.assert_allclose(model.apply({'params': zeroed}, images), plain, atol=1e-5)
   assert not np.allclose(model.apply({'params': params}, images), plain, atol=1e-3)
-  with pytest.raises(ValueError, match="attention='dot_product_attention' does not train: set "
-                     '--config.model.attention=xla'):
+  with pytest.raises(
+      ValueError,
+      match="attention='dot_product_attention' does not train: set " '--config.model.attention=xla',
+  ):
     model.clone(attention='dot_product_attention').apply({'params': params}, images)
 
 
@@ -153,12 +183,16 @@ def test_without_position_embeddings_permuting_the_patches_permutes_the_tokens()
   for kind, invariant in (('none', True), ('learn', False)):
     model = _model(posemb=kind)
     params = helpers.random_params(model, 16)
-    same = np.allclose(model.apply({'params': params}, shuffled), model.apply({'params': params}, images),
-                       atol=1e-4)
+    same = np.allclose(
+        model.apply({'params': params}, shuffled),
+        model.apply({'params': params}, images),
+        atol=1e-4,
+    )
     assert same == invariant, kind
 
 
 # Where they enter.
+
 
 def _shapes(**overrides):
   shapes = traverse_util.flatten_dict(loading.param_shapes(_model(**overrides), 16), sep='/')
@@ -172,7 +206,8 @@ def test_defaults_are_the_original_tree_and_every_layer_adds_one_embedding_per_b
   count = lambda shapes: sum(np.prod(s) for s in shapes.values())
   every = _shapes(posemb_where='every_layer')
   assert {k for k in every if 'posemb' in k} == {
-      f'Transformer/encoderblock_{i}/posembed/pos_embedding' for i in range(2)}
+      f'Transformer/encoderblock_{i}/posembed/pos_embedding' for i in range(2)
+  }
   assert count(every) == count(default) + 17 * 32  # Two layers: one embedding more than the input.
   assert _shapes(posemb_where='shared_every_layer') == default  # One embedding, the input's tree.
   assert count(_shapes(posemb='none')) == count(default) - 17 * 32
@@ -180,11 +215,15 @@ def test_defaults_are_the_original_tree_and_every_layer_adds_one_embedding_per_b
   assert {k: v for k, v in two_d.items() if 'posemb' in k} == {
       **{f'Transformer/encoderblock_{i}/posembed/x_embedding': (4, 16) for i in range(2)},
       **{f'Transformer/encoderblock_{i}/posembed/y_embedding': (4, 16) for i in range(2)},
-      **{f'Transformer/encoderblock_{i}/posembed/prefix_embedding': (1, 32) for i in range(2)}}
+      **{f'Transformer/encoderblock_{i}/posembed/prefix_embedding': (1, 32) for i in range(2)},
+  }
   relative = _shapes(posemb='relative')
   assert {k: v for k, v in relative.items() if 'posemb' in k} == {
-      **{f'Transformer/encoderblock_{i}/relative_posemb/relative_bias': (7, 7, 2) for i in range(2)},
-      **{f'Transformer/encoderblock_{i}/relative_posemb/prefix_bias': (3, 2) for i in range(2)}}
+      **{
+          f'Transformer/encoderblock_{i}/relative_posemb/relative_bias': (7, 7, 2) for i in range(2)
+      },
+      **{f'Transformer/encoderblock_{i}/relative_posemb/prefix_bias': (3, 2) for i in range(2)},
+  }
 
 
 @pytest.mark.parametrize('kind', ['learn', 'learn2d'])
@@ -192,13 +231,25 @@ def test_shared_every_layer_is_every_layer_with_one_embedding_copied_into_each_b
   images = _images(2, 16, 16)
   shared = helpers.random_params(_model(posemb=kind, posemb_where='shared_every_layer'), 16)
   embedding = shared['Transformer']['posembed_input']
-  every = {**shared, 'Transformer': {
-      **{k: v for k, v in shared['Transformer'].items() if k != 'posembed_input'},
-      **{f'encoderblock_{i}': {**shared['Transformer'][f'encoderblock_{i}'], 'posembed': embedding}
-         for i in range(2)}}}
+  every = {
+      **shared,
+      'Transformer': {
+          **{k: v for k, v in shared['Transformer'].items() if k != 'posembed_input'},
+          **{
+              f'encoderblock_{i}': {
+                  **shared['Transformer'][f'encoderblock_{i}'],
+                  'posembed': embedding,
+              }
+              for i in range(2)
+          },
+      },
+  }
   out = _model(posemb=kind, posemb_where='shared_every_layer').apply({'params': shared}, images)
   np.testing.assert_allclose(
-      _model(posemb=kind, posemb_where='every_layer').apply({'params': every}, images), out, atol=1e-5)
+      _model(posemb=kind, posemb_where='every_layer').apply({'params': every}, images),
+      out,
+      atol=1e-5,
+  )
   # Added at every layer, not once: the input-only model with the same tree differs.
   assert not np.allclose(_model(posemb=kind).apply({'params': shared}, images), out, atol=1e-3)
 
@@ -214,31 +265,47 @@ def test_scan_and_remat_give_the_loops_outputs_and_gradients(kind, where):
 
   loss, grads = loss_and_grads()
   scale = max(np.abs(g).max() for g in jax.tree.leaves(grads))
-  for fast in ({'scan': True}, {'scan': True, 'remat': 'nothing_saveable'}, {'remat': 'dots_saveable'}):
+  for fast in (
+      {'scan': True},
+      {'scan': True, 'remat': 'nothing_saveable'},
+      {'remat': 'dots_saveable'},
+  ):
     fast_loss, fast_grads = loss_and_grads(**fast)
     np.testing.assert_allclose(fast_loss, loss, rtol=1e-5)
-    jax.tree.map(functools.partial(np.testing.assert_allclose, atol=1e-5 * scale), fast_grads, grads)
+    jax.tree.map(
+        functools.partial(np.testing.assert_allclose, atol=1e-5 * scale), fast_grads, grads
+    )
 
 
 # A new resolution.
 
+
 def _adapt(loaded, model, image_size, method='bilinear'):
-  return loading.adapt_params(loaded, loading.param_shapes(model, image_size), keep_head=True,
-                              keep_pre_logits=False, posemb_method=method)
+  return loading.adapt_params(
+      loaded,
+      loading.param_shapes(model, image_size),
+      keep_head=True,
+      keep_pre_logits=False,
+      posemb_method=method,
+  )
 
 
 def test_every_layers_embeddings_are_each_resized_like_the_input_one():
   model = _model(posemb_where='every_layer')
   loaded = helpers.random_params(model, 8)  # 2x2 patches.
   params, notes = _adapt(loaded, model, 16)
-  assert notes == [f'resized Transformer/encoderblock_{i}/posembed/pos_embedding 2x2 -> 4x4 (bilinear)'
-                   for i in range(2)]
+  assert notes == [
+      f'resized Transformer/encoderblock_{i}/posembed/pos_embedding 2x2 -> 4x4 (bilinear)'
+      for i in range(2)
+  ]
   for i in range(2):
     block = f'encoderblock_{i}'
-    np.testing.assert_array_equal(params['Transformer'][block]['posembed']['pos_embedding'],
-                                  loading.interpolate_posemb(
-                                      loaded['Transformer'][block]['posembed']['pos_embedding'], (4, 4),
-                                      num_prefix_tokens=1))
+    np.testing.assert_array_equal(
+        params['Transformer'][block]['posembed']['pos_embedding'],
+        loading.interpolate_posemb(
+            loaded['Transformer'][block]['posembed']['pos_embedding'], (4, 4), num_prefix_tokens=1
+        ),
+    )
   assert model.apply({'params': params}, _images(2, 16, 16)).shape == (2, 5)
 
 
@@ -260,8 +327,10 @@ def test_learn2d_resizes_each_axis_and_keeps_linear_embeddings_linear(where):
   expected_x = 0.5 + 2.0 * (np.arange(7.0) * 2 / 6)[:, None] * np.ones(16)
   np.testing.assert_allclose(resized[f'Transformer/{scope}/x_embedding'], expected_x, rtol=1e-6)
   np.testing.assert_allclose(resized[f'Transformer/{scope}/y_embedding'], 0.7, rtol=1e-6)
-  np.testing.assert_array_equal(resized[f'Transformer/{scope}/prefix_embedding'],
-                                flat[f'Transformer/{scope}/prefix_embedding'])
+  np.testing.assert_array_equal(
+      resized[f'Transformer/{scope}/prefix_embedding'],
+      flat[f'Transformer/{scope}/prefix_embedding'],
+  )
   bicubic, _ = _adapt(loaded, model, 28, 'bicubic')
   assert _flat(bicubic)[f'Transformer/{scope}/x_embedding'].shape == (7, 16)
   np.testing.assert_allclose(_flat(bicubic)[f'Transformer/{scope}/y_embedding'], 0.7, rtol=1e-5)
@@ -272,49 +341,83 @@ def test_relative_biases_are_resized_over_their_range_of_offsets():
   model = _model(posemb='relative')
   loaded = helpers.random_params(model, 12)  # 3x3 patches: offsets -2..2, a 5x5 table.
   params, notes = _adapt(loaded, model, 20)  # 5x5 patches: offsets -4..4, 9x9.
-  assert notes == [f'resized Transformer/encoderblock_{i}/relative_posemb/relative_bias 5x5 -> 9x9 '
-                   'offsets (bilinear)' for i in range(2)]
+  assert notes == [
+      f'resized Transformer/encoderblock_{i}/relative_posemb/relative_bias 5x5 -> 9x9 '
+      'offsets (bilinear)'
+      for i in range(2)
+  ]
   for i in range(2):
     old = loaded['Transformer'][f'encoderblock_{i}']['relative_posemb']
     new = params['Transformer'][f'encoderblock_{i}']['relative_posemb']
     assert new['relative_bias'].shape == (9, 9, 2)
-    np.testing.assert_allclose(new['relative_bias'], loading.resize_leading(old['relative_bias'], (9, 9)),
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        new['relative_bias'], loading.resize_leading(old['relative_bias'], (9, 9)), rtol=1e-6
+    )
     np.testing.assert_allclose(new['relative_bias'][4, 4], old['relative_bias'][2, 2], rtol=1e-6)
     np.testing.assert_allclose(new['relative_bias'][::2, ::2], old['relative_bias'], rtol=1e-6)
     np.testing.assert_array_equal(new['prefix_bias'], old['prefix_bias'])
   assert model.apply({'params': params}, _images(2, 20, 20)).shape == (2, 5)
 
 
-@pytest.mark.parametrize('checkpoint_kind,model_kind,message', [
-    ({'posemb': 'learn2d'}, {'posemb': 'relative'},
-     r'the checkpoint has learned 2-D position embeddings; set --config.model.posemb=learn2d to match it$'),
-    ({'posemb': 'relative'}, {}, r'the checkpoint has relative position embeddings; set '
-                                 r'--config.model.posemb=relative to match it$'),
-    ({'posemb_where': 'every_layer'}, {}, r'the checkpoint has learned position embeddings in every '
-     r'block; set --config.model.posemb=learn --config.model.posemb_where=every_layer to match it$'),
-    ({'posemb': 'none'}, {'posemb': 'learn2d'}, r'the checkpoint has no learned position embeddings; '
-                                                r'set --config.model.posemb=sincos2d \(or none\)'),
-])
-def test_other_position_embeddings_than_the_models_are_a_one_line_error(checkpoint_kind, model_kind,
-                                                                         message):
+@pytest.mark.parametrize(
+    'checkpoint_kind,model_kind,message',
+    [
+        (
+            {'posemb': 'learn2d'},
+            {'posemb': 'relative'},
+            r'the checkpoint has learned 2-D position embeddings; set --config.model.posemb=learn2d to match it$',
+        ),
+        (
+            {'posemb': 'relative'},
+            {},
+            r'the checkpoint has relative position embeddings; set '
+            r'--config.model.posemb=relative to match it$',
+        ),
+        (
+            {'posemb_where': 'every_layer'},
+            {},
+            r'the checkpoint has learned position embeddings in every '
+            r'block; set --config.model.posemb=learn --config.model.posemb_where=every_layer to match it$',
+        ),
+        (
+            {'posemb': 'none'},
+            {'posemb': 'learn2d'},
+            r'the checkpoint has no learned position embeddings; '
+            r'set --config.model.posemb=sincos2d \(or none\)',
+        ),
+    ],
+)
+def test_other_position_embeddings_than_the_models_are_a_one_line_error(
+    checkpoint_kind, model_kind, message
+):
   loaded = helpers.random_params(_model(**checkpoint_kind), 8)
   with pytest.raises(ValueError, match=message) as error:
     _adapt(loaded, _model(**model_kind), 16)
   assert '\n' not in str(error.value)
 
 
-@pytest.mark.parametrize('kind,message', [
-    ('learn2d', r'\(2, 16\) are for 2 columns, but the images give 4: .*adapt_params'),
-    ('relative', r'\(3, 3, 2\) are for 3 row offsets, but the images give 7: .*adapt_params')])
+@pytest.mark.parametrize(
+    'kind,message',
+    [
+        ('learn2d', r'\(2, 16\) are for 2 columns, but the images give 4: .*adapt_params'),
+        ('relative', r'\(3, 3, 2\) are for 3 row offsets, but the images give 7: .*adapt_params'),
+    ],
+)
 def test_params_of_another_grid_are_a_clear_error(kind, message):
   params = helpers.random_params(_model(posemb=kind), 8)
   with pytest.raises(ValueError, match=message):
     _model(posemb=kind).apply({'params': params}, _images(1, 16, 16))
 
 
-@pytest.mark.parametrize('kind,where', [('learn2d', 'input'), ('relative', 'input'),
-                                        ('learn', 'every_layer'), ('learn', 'shared_every_layer')])
+@pytest.mark.parametrize(
+    'kind,where',
+    [
+        ('learn2d', 'input'),
+        ('relative', 'input'),
+        ('learn', 'every_layer'),
+        ('learn', 'shared_every_layer'),
+    ],
+)
 def test_pictures_show_the_1d_input_embeddings_only(tmp_path, kind, where):
   model = _model(posemb=kind, posemb_where=where)
   image = np.random.RandomState(0).randint(0, 256, (20, 20, 3), np.uint8)
@@ -325,20 +428,34 @@ def test_pictures_show_the_1d_input_embeddings_only(tmp_path, kind, where):
 
 # Config errors.
 
-@pytest.mark.parametrize('overrides,message', [
-    ({'posemb_where': 'stem'},
-     r"^Unknown model.posemb_where 'stem': use one of input, every_layer, shared_every_layer$"),
-    ({'posemb': 'none', 'posemb_where': 'every_layer'},
-     r"^model.posemb='none' does not enter at model.posemb_where='every_layer' .*"
-     r'set --config.model.posemb_where=input$'),
-    ({'posemb': 'relative', 'posemb_where': 'shared_every_layer'},
-     r"^model.posemb='relative' does not enter .*relative ones enter every block's attention.*"
-     r'posemb_where=input$'),
-    ({'posemb': 'relative', 'attention': 'dot_product_attention'},
-     r"^model.posemb='relative' .* set --config.model.attention=xla$"),
-    ({'posemb': 'learn2d', 'hidden_size': 35, 'num_heads': 5},
-     r"^model.hidden_size=35 must be even for model.posemb='learn2d'"),
-])
+
+@pytest.mark.parametrize(
+    'overrides,message',
+    [
+        (
+            {'posemb_where': 'stem'},
+            r"^Unknown model.posemb_where 'stem': use one of input, every_layer, shared_every_layer$",
+        ),
+        (
+            {'posemb': 'none', 'posemb_where': 'every_layer'},
+            r"^model.posemb='none' does not enter at model.posemb_where='every_layer' .*"
+            r'set --config.model.posemb_where=input$',
+        ),
+        (
+            {'posemb': 'relative', 'posemb_where': 'shared_every_layer'},
+            r"^model.posemb='relative' does not enter .*relative ones enter every block's attention.*"
+            r'posemb_where=input$',
+        ),
+        (
+            {'posemb': 'relative', 'attention': 'dot_product_attention'},
+            r"^model.posemb='relative' .* set --config.model.attention=xla$",
+        ),
+        (
+            {'posemb': 'learn2d', 'hidden_size': 35, 'num_heads': 5},
+            r"^model.hidden_size=35 must be even for model.posemb='learn2d'",
+        ),
+    ],
+)
 def test_model_config_errors_are_one_line(overrides, message):
   with pytest.raises(ValueError, match=message) as error:
     variants.get_model_config('ViT-testing_4', overrides)
@@ -347,33 +464,63 @@ def test_model_config_errors_are_one_line(overrides, message):
 
 # Sharded training, resume.
 
-_TRAIN = {**helpers.TINY, 'optim.name': 'sgd', 'optim.weight_decay': 0.0, 'lr.base': 0.1,
-          'model.dropout_rate': 0.0, 'model.head_dropout_rate': 0.0}
+_TRAIN = {
+    **helpers.TINY,
+    'optim.name': 'sgd',
+    'optim.weight_decay': 0.0,
+    'lr.base': 0.1,
+    'model.dropout_rate': 0.0,
+    'model.head_dropout_rate': 0.0,
+}
 
 
 # Each option once (scanned too where the blocks hold the parameters).
-@pytest.mark.parametrize('kind,where,scan', [
-    ('none', 'input', False), ('relative', 'input', False), ('relative', 'input', True),
-    ('learn2d', 'every_layer', True), ('learn', 'shared_every_layer', False)])
+@pytest.mark.parametrize(
+    'kind,where,scan',
+    [
+        ('none', 'input', False),
+        ('relative', 'input', False),
+        ('relative', 'input', True),
+        ('learn2d', 'every_layer', True),
+        ('learn', 'shared_every_layer', False),
+    ],
+)
 def test_fsdp_x_tensor_training_has_the_losses_of_one_device(tmp_path, data_dir, kind, where, scan):
-  overrides = {**_TRAIN, 'data_dir': data_dir, 'mesh': (('fsdp', 4), ('tensor', 2)),
-               'model.posemb': kind, 'model.posemb_where': where, 'model.scan': scan}
+  overrides = {
+      **_TRAIN,
+      'data_dir': data_dir,
+      'mesh': (('fsdp', 4), ('tensor', 2)),
+      'model.posemb': kind,
+      'model.posemb_where': where,
+      'model.scan': scan,
+  }
   setup = train_setup.prepare(helpers.load_config('demo', overrides), str(tmp_path / 'mesh'))
   _, state = helpers.train_as_on_one_device(setup, str(tmp_path / 'one'))
   if kind == 'relative':  # Split over heads with the attention (the stacked layer axis kept whole).
-    bias = state.params['Transformer']['encoderblock' if scan else 'encoderblock_0']['relative_posemb']
-    assert bias['relative_bias'].sharding.spec == (P(None, None, None, 'tensor') if scan else
-                                                   P(None, None, 'tensor'))
+    bias = state.params['Transformer']['encoderblock' if scan else 'encoderblock_0'][
+        'relative_posemb'
+    ]
+    assert bias['relative_bias'].sharding.spec == (
+        P(None, None, None, 'tensor') if scan else P(None, None, 'tensor')
+    )
 
 
 def test_resume_is_bit_exact(tmp_path, data_dir):
-  overrides = {**_TRAIN, 'data_dir': data_dir, 'total_steps': 8, 'checkpoint_every_steps': 4,
-               'eval_every_steps': 8, 'mesh': (('fsdp', 4), ('tensor', 2)), 'model.posemb': 'relative',
-               'model.dropout_rate': 0.1}
+  overrides = {
+      **_TRAIN,
+      'data_dir': data_dir,
+      'total_steps': 8,
+      'checkpoint_every_steps': 4,
+      'eval_every_steps': 8,
+      'mesh': (('fsdp', 4), ('tensor', 2)),
+      'model.posemb': 'relative',
+      'model.dropout_rate': 0.1,
+  }
   full = str(tmp_path / 'full')
   loop.train_and_evaluate(train_setup.prepare(helpers.load_config('demo', overrides), full))
-  helpers.assert_resume_is_bit_exact(helpers.load_config('demo', overrides), full,
-                                     str(tmp_path / 'resumed'))
+  helpers.assert_resume_is_bit_exact(
+      helpers.load_config('demo', overrides), full, str(tmp_path / 'resumed')
+  )
 
 
 def test_partition_rules_split_the_relative_biases_over_heads():
@@ -384,17 +531,23 @@ def test_partition_rules_split_the_relative_biases_over_heads():
   assert spec(f'{block}/prefix_bias', (3, 12)) == P(None, 'tensor')
   assert spec(f'opt_state/0/mu/{block}/relative_bias', (27, 27, 12)) == P(None, None, 'tensor')
   assert spec('Transformer/encoderblock/relative_posemb/relative_bias', (12, 27, 27, 12)) == P(
-      None, None, None, 'tensor')
+      None, None, None, 'tensor'
+  )
   assert spec('Transformer/posembed_input/x_embedding', (14, 384)) == P(None, 'fsdp')
 
 
 # The sweep.
 
+
 def test_the_sweep_runs_table_8_and_prints_it(tmp_path):
-  cells = [(r['model.posemb'], r.get('model.posemb_where', 'input'))
-           for r in sweep.expand(table8.get_sweep())]
-  assert sorted(cells) == sorted([('none', 'input'), ('relative', 'input')] + [
-      (kind, where) for kind in ('learn', 'learn2d') for where in posemb.POSEMB_WHERE])
+  cells = [
+      (r['model.posemb'], r.get('model.posemb_where', 'input'))
+      for r in sweep.expand(table8.get_sweep())
+  ]
+  assert sorted(cells) == sorted(
+      [('none', 'input'), ('relative', 'input')]
+      + [(kind, where) for kind in ('learn', 'learn2d') for where in posemb.POSEMB_WHERE]
+  )
   for kind, where in cells:  # Every cell is a valid model.
     variants.get_model_config('ViT-testing_4', {'posemb': kind, 'posemb_where': where})
   for i, (kind, where) in enumerate(cells[:3]):
@@ -409,6 +562,7 @@ def test_the_sweep_runs_table_8_and_prints_it(tmp_path):
     writer.close()
   runs = [report.load_run(name, path) for name, path in report.find_runs([str(tmp_path)])]
   lines = report.pivot(runs, 'model.posemb', 'model.posemb_where').splitlines()
-  assert lines[0] == ('| eval_top1: model.posemb (rows), model.posemb_where (columns) | '
-                      '(default) |')
+  assert lines[0] == (
+      '| eval_top1: model.posemb (rows), model.posemb_where (columns) | ' '(default) |'
+  )
   assert sorted(lines[2:]) == ['| learn | 0.7000 |', '| none | 0.5000 |', '| relative | 0.6000 |']

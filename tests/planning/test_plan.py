@@ -1,5 +1,7 @@
 """The planner (vit_jax/tools/plan.py, vit_jax/planning/footprint.py): its per-device bytes against XLA's memory
-analysis of the real train step, its suggestions, its chip registry, its JSON and its one-line errors."""
+analysis of the real train step, its suggestions, its chip registry, its JSON and its one-line errors.
+"""
+
 import functools
 import json
 import subprocess
@@ -17,13 +19,17 @@ from vit_jax.tasks import classification
 from vit_jax.train import setup as train_setup, state as train_state, step as train_step
 
 NUM_CLASSES = 10
-H100 = chips.Target(chips.get('h100-80gb'), devices=8)  # Only fits and step times depend on the chip.
+H100 = chips.Target(
+    chips.get('h100-80gb'), devices=8
+)  # Only fits and step times depend on the chip.
 
 
 def tiny(**overrides):
   """The tests' tiny ViT (2 blocks of width 32) at 32 px, 65 tokens: a batch of 64 (8 images a device)
   makes the activations most of the bytes. The demo's dropout 0.1 and AdamW stay on."""
-  return helpers.load_config('demo', {**helpers.TINY, 'image_size': 32, 'batch_size': 64, **overrides})
+  return helpers.load_config(
+      'demo', {**helpers.TINY, 'image_size': 32, 'batch_size': 64, **overrides}
+  )
 
 
 def xla_bytes(config) -> int:
@@ -38,26 +44,49 @@ def xla_bytes(config) -> int:
   model = classification.make_model(config, NUM_CLASSES)
   tx, schedule = optim.make_optimizer(config, config.total_steps)
   info = data.DatasetInfo(NUM_CLASSES, 1000, 100, tuple(map(str, range(NUM_CLASSES))))
-  setup = train_setup.Setup(config, '/unused', info, classification, model, mesh, config.total_steps, ())
-  init = functools.partial(train_state.init_state, model=model, tx=tx, image_size=config.image_size,
-                           polyak=config.polyak_decay is not None)
-  abstract = jax.eval_shape(lambda key: train_state.training_layout(init(key), model), jax.random.key(0))
+  setup = train_setup.Setup(
+      config, '/unused', info, classification, model, mesh, config.total_steps, ()
+  )
+  init = functools.partial(
+      train_state.init_state,
+      model=model,
+      tx=tx,
+      image_size=config.image_size,
+      polyak=config.polyak_decay is not None,
+  )
+  abstract = jax.eval_shape(
+      lambda key: train_state.training_layout(init(key), model), jax.random.key(0)
+  )
   shardings = sharding.state_shardings(abstract, mesh)
-  state = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), abstract, shardings)
+  state = jax.tree.map(
+      lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), abstract, shardings
+  )
   batch_sharding = sharding.batch_sharding(mesh)
   shape = (config.batch_size, config.image_size, config.image_size, 3)
-  batch = {'image': jax.ShapeDtypeStruct(shape, jnp.float32, sharding=batch_sharding),
-           'label': jax.ShapeDtypeStruct(shape[:1], jnp.int32, sharding=batch_sharding)}
+  batch = {
+      'image': jax.ShapeDtypeStruct(shape, jnp.float32, sharding=batch_sharding),
+      'label': jax.ShapeDtypeStruct(shape[:1], jnp.int32, sharding=batch_sharding),
+  }
   step = train_step.jit_train_step(setup, tx, schedule, shardings)
   m = step.lower(state, batch).compile().memory_analysis()
-  return (m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes +
-          m.temp_size_in_bytes)
+  return (
+      m.argument_size_in_bytes
+      + m.output_size_in_bytes
+      - m.alias_size_in_bytes
+      + m.temp_size_in_bytes
+  )
 
 
 def planned(config) -> footprint.Estimate:
   mesh = footprint.check(config, 8)
-  return footprint.estimate(config, footprint.trace(config, NUM_CLASSES), mesh, config.model.remat,
-                       config.accum_steps, H100)
+  return footprint.estimate(
+      config,
+      footprint.trace(config, NUM_CLASSES),
+      mesh,
+      config.model.remat,
+      config.accum_steps,
+      H100,
+  )
 
 
 # Remat is tested on scanned models: XLA:CPU drops an unscanned model's remat (the same temp bytes with
@@ -66,8 +95,11 @@ def planned(config) -> footprint.Estimate:
 CASES = {
     'data': {},
     'fsdp_sgd_polyak': {'mesh': (('fsdp', 8),), 'optim.name': 'sgd', 'polyak_decay': 0.999},
-    'fsdp_x_tensor_accum2_bf16_mu': {'mesh': (('fsdp', 4), ('tensor', 2)), 'accum_steps': 2,
-                                     'optim.mu_dtype': 'bfloat16'},
+    'fsdp_x_tensor_accum2_bf16_mu': {
+        'mesh': (('fsdp', 4), ('tensor', 2)),
+        'accum_steps': 2,
+        'optim.mu_dtype': 'bfloat16',
+    },
     'scan_nothing_saveable': {'model.scan': True, 'model.remat': 'nothing_saveable'},
     'scan_dots_saveable': {'model.scan': True, 'model.remat': 'dots_saveable'},
 }
@@ -85,8 +117,12 @@ def test_parameters_and_optimizer_state_are_what_the_state_holds():
   # adamw: float32 parameters and two moments, the first in bfloat16 here; fsdp splits them 8 ways.
   config = tiny(**{'mesh': (('fsdp', 8),), 'optim.mu_dtype': 'bfloat16'})
   e = planned(config)
-  params = 4 * sum(x.size for x in jax.tree.leaves(footprint.abstract_state(config, NUM_CLASSES)['params']))
-  assert params / 8 <= e.params <= params / 8 + 4 * 1000  # Arrays that 8 does not divide stay whole.
+  params = 4 * sum(
+      x.size for x in jax.tree.leaves(footprint.abstract_state(config, NUM_CLASSES)['params'])
+  )
+  assert (
+      params / 8 <= e.params <= params / 8 + 4 * 1000
+  )  # Arrays that 8 does not divide stay whole.
   assert e.optimizer_state == pytest.approx(e.params * 1.5, rel=0.02)
   assert e.polyak == 0 and e.gradients == e.params
 
@@ -95,8 +131,13 @@ def test_remat_and_accumulation_shrink_the_activations():
   traced_config = tiny(**{'model.scan': True})
   traced = footprint.trace(traced_config, NUM_CLASSES)
   mesh = {'data': 8}
-  acts = {(remat, accum): footprint.estimate(traced_config, traced, mesh, remat, accum, H100).activations
-          for remat in footprint.REMATS for accum in (1, 2)}
+  acts = {
+      (remat, accum): footprint.estimate(
+          traced_config, traced, mesh, remat, accum, H100
+      ).activations
+      for remat in footprint.REMATS
+      for accum in (1, 2)
+  }
   assert acts[None, 1] > acts['dots_saveable', 1] > acts['nothing_saveable', 1]
   assert all(acts[remat, 2] < acts[remat, 1] for remat in footprint.REMATS)
 
@@ -120,14 +161,28 @@ def test_a_suggestion_that_fits_fits_when_planned_again():
   config = helpers.load_config('vit_b16_i1k')
   target = chips.Target(chips.get('tpu-v5e'), devices=8)
   traced = footprint.trace(config, 1000)
-  assert not target.fits(footprint.estimate(config, traced, footprint.check(config, 8), None, 1, target))
+  assert not target.fits(
+      footprint.estimate(config, traced, footprint.check(config, 8), None, 1, target)
+  )
   found = footprint.suggest(config, traced, target)
   assert found and found == sorted(found, key=lambda e: e.step_s)
   best = found[0]
-  again = helpers.load_config('vit_b16_i1k', {'mesh': tuple(best.mesh.items()), 'model.remat': best.remat,
-                                              'accum_steps': best.accum_steps})
-  replanned = footprint.estimate(again, footprint.trace(again, 1000), footprint.check(again, 8), best.remat,
-                            best.accum_steps, target)
+  again = helpers.load_config(
+      'vit_b16_i1k',
+      {
+          'mesh': tuple(best.mesh.items()),
+          'model.remat': best.remat,
+          'accum_steps': best.accum_steps,
+      },
+  )
+  replanned = footprint.estimate(
+      again,
+      footprint.trace(again, 1000),
+      footprint.check(again, 8),
+      best.remat,
+      best.accum_steps,
+      target,
+  )
   assert replanned == best and target.fits(replanned)
   # Nothing searched fits on chips of a 64th of the memory.
   small = chips.Chip('small', target.chip.hbm_bytes // 64, target.chip.peak_flops)
@@ -137,50 +192,79 @@ def test_a_suggestion_that_fits_fits_when_planned_again():
 def test_step_time_counts_the_recomputation():
   config = helpers.load_config('vit_b16_i1k')
   traced, target = footprint.trace(config, 1000), chips.Target(chips.get('tpu-v4'), devices=128)
-  step = {remat: footprint.estimate(config, traced, {'data': 128}, remat, 1, target).step_s
-          for remat in footprint.REMATS}
-  assert step[None] == pytest.approx(3 * chips.vit_flops(traced.model, 224) * 4096 / 128 / (275e12 * 0.4))
+  step = {
+      remat: footprint.estimate(config, traced, {'data': 128}, remat, 1, target).step_s
+      for remat in footprint.REMATS
+  }
+  assert step[None] == pytest.approx(
+      3 * chips.vit_flops(traced.model, 224) * 4096 / 128 / (275e12 * 0.4)
+  )
   assert step['dots_saveable'] == step[None] < step['nothing_saveable'] < 4 / 3 * step[None]
 
 
 def test_chip_registry():
-  assert {'tpu-v4', 'tpu-v5e', 'tpu-v5p', 'tpu-v6e', 'a100-40gb', 'a100-80gb', 'h100-80gb',
-          'h200-141gb'} == set(chips.CHIPS)
+  assert {
+      'tpu-v4',
+      'tpu-v5e',
+      'tpu-v5p',
+      'tpu-v6e',
+      'a100-40gb',
+      'a100-80gb',
+      'h100-80gb',
+      'h200-141gb',
+  } == set(chips.CHIPS)
   assert all(c.hbm_bytes >= 16 * 2**30 and c.peak_flops >= 197e12 for c in chips.CHIPS.values())
-  with pytest.raises(ValueError, match='unknown chip .tpu-v9.: use one of tpu-v4, tpu-v5e, .*h200-141gb'):
+  with pytest.raises(
+      ValueError, match='unknown chip .tpu-v9.: use one of tpu-v4, tpu-v5e, .*h200-141gb'
+  ):
     chips.get('tpu-v9')
 
 
-@pytest.mark.parametrize('overrides,message', [
-    ({'mesh': (('fsdp', -1), ('tensor', 3))}, 'does not fit 8 devices'),
-    ({'mesh': (('data', 4),)}, 'multiply to 4, but there are 8 devices'),
-    ({'mesh': (('fsdp', 2), ('tensor', 4))}, 'does not divide the model.s num_heads=2'),
-    ({'batch_size': 60}, 'config.batch_size=60 is not divisible'),
-    ({'variant': 'ViT-Q_16'}, 'Unknown model variant'),
-    # 0 images divide into any accumulation: suggest() doubled accum_steps forever.
-    ({'batch_size': 0}, 'config.batch_size=0 must be at least 1'),
-])
+@pytest.mark.parametrize(
+    'overrides,message',
+    [
+        ({'mesh': (('fsdp', -1), ('tensor', 3))}, 'does not fit 8 devices'),
+        ({'mesh': (('data', 4),)}, 'multiply to 4, but there are 8 devices'),
+        ({'mesh': (('fsdp', 2), ('tensor', 4))}, 'does not divide the model.s num_heads=2'),
+        ({'batch_size': 60}, 'config.batch_size=60 is not divisible'),
+        ({'variant': 'ViT-Q_16'}, 'Unknown model variant'),
+        # 0 images divide into any accumulation: suggest() doubled accum_steps forever.
+        ({'batch_size': 0}, 'config.batch_size=0 must be at least 1'),
+    ],
+)
 def test_what_training_refuses_is_a_value_error(overrides, message):
   with pytest.raises(ValueError, match=message):
     footprint.check(tiny(**overrides), 8)
 
 
 def _plan(*args):
-  return subprocess.run([sys.executable, '-m', 'vit_jax.tools.plan', '--config=configs/demo.py', *args],
-                        cwd=helpers.REPO, capture_output=True, text=True, timeout=300)
+  return subprocess.run(
+      [sys.executable, '-m', 'vit_jax.tools.plan', '--config=configs/demo.py', *args],
+      cwd=helpers.REPO,
+      capture_output=True,
+      text=True,
+      timeout=300,
+  )
 
 
 def test_json_output():
-  run = _plan('--devices=8', '--chip=tpu-v5e', '--json', '--num_classes=10', '--config.batch_size=64')
+  run = _plan(
+      '--devices=8', '--chip=tpu-v5e', '--json', '--num_classes=10', '--config.batch_size=64'
+  )
   assert run.returncode == 0, run.stderr
   out = json.loads(run.stdout)
   assert out['chip']['name'] == 'TPU v5e' and out['devices'] == 8 and out['mfu'] == 0.4
-  assert out['config'] == {'variant': 'ViT-Ti_4', 'image_size': 16, 'batch_size': 64,
-                           'dtype': 'float32'}
+  assert out['config'] == {
+      'variant': 'ViT-Ti_4',
+      'image_size': 16,
+      'batch_size': 64,
+      'dtype': 'float32',
+  }
   assert [p['remat'] for p in out['plans']] == list(footprint.REMATS)
   for p in out['plans'] + out['suggestions']:
-    assert p['total'] == sum(p[k] for k in ('params', 'gradients', 'optimizer_state', 'polyak',
-                                            'activations'))
+    assert p['total'] == sum(
+        p[k] for k in ('params', 'gradients', 'optimizer_state', 'polyak', 'activations')
+    )
     assert p['fits'] == (p['total'] <= out['usable_bytes'])
   assert out['plans'][0]['mesh'] == {'data': 8} and out['suggestions'][0]['fits']
 
@@ -192,8 +276,10 @@ def test_table_output_and_one_line_errors():
   assert 'step time at 40% MFU' in run.stdout and 'Suggestions that fit' in run.stdout
   for args, message in [
       (('--devices=8', '--chip=tpu-v9'), "unknown chip 'tpu-v9': use one of tpu-v4, tpu-v5e"),
-      (('--devices=6', '--chip=tpu-v4', "--config.mesh=(('fsdp', -1), ('tensor', 4))"),
-       'does not fit 6 devices'),
+      (
+          ('--devices=6', '--chip=tpu-v4', "--config.mesh=(('fsdp', -1), ('tensor', 4))"),
+          'does not fit 6 devices',
+      ),
       (('--devices=8',), 'Flag --chip must have a value'),
       (('--devices=8', '--chip=tpu-v4', '--config.no_such_field=1'), 'bad config override'),
   ]:
@@ -219,18 +305,35 @@ def test_flags_the_plan_cannot_use_are_one_line_errors():
   ]:
     run = _plan(*args)
     assert run.returncode == 2 and run.stdout == '', run
-    assert run.stderr.strip().splitlines() == [f'error: {run.stderr.strip()[7:]}'] and message in run.stderr
+    assert (
+        run.stderr.strip().splitlines() == [f'error: {run.stderr.strip()[7:]}']
+        and message in run.stderr
+    )
   # config_flags raised the missing file's error at first use, a traceback of 40 lines.
-  run = subprocess.run([sys.executable, '-m', 'vit_jax.tools.plan', '--config=configs/no_such_file.py',
-                        '--devices=8', '--chip=tpu-v4'], cwd=helpers.REPO, capture_output=True, text=True,
-                       timeout=300)
+  run = subprocess.run(
+      [
+          sys.executable,
+          '-m',
+          'vit_jax.tools.plan',
+          '--config=configs/no_such_file.py',
+          '--devices=8',
+          '--chip=tpu-v4',
+      ],
+      cwd=helpers.REPO,
+      capture_output=True,
+      text=True,
+      timeout=300,
+  )
   assert run.returncode == 2 and run.stderr.strip().splitlines() == [
-      "error: cannot load the --config file: [Errno 2] No such file or directory: "
-      "'configs/no_such_file.py'"], run.stderr
+      'error: cannot load the --config file: [Errno 2] No such file or directory: '
+      "'configs/no_such_file.py'"
+  ], run.stderr
 
 
 def test_no_suggestions_asked_for_is_not_nothing_fits():
   run = _plan('--devices=8', '--chip=tpu-v4', '--suggestions=0')
   assert run.returncode == 0, run.stderr
-  assert '| fits in 28.80 GiB | yes | yes | yes |' in run.stdout  # All fit: it must not say otherwise.
+  assert (
+      '| fits in 28.80 GiB | yes | yes | yes |' in run.stdout
+  )  # All fit: it must not say otherwise.
   assert 'Nothing searched fits' not in run.stdout and 'Suggestions' not in run.stdout

@@ -1,4 +1,5 @@
 """`cli.run`: the commands' exit, which skips the interpreter's teardown and keeps everything else."""
+
 import subprocess
 import sys
 
@@ -7,7 +8,7 @@ import pytest
 import helpers
 
 # A command as the tools are written: `main` under cli.run (or absl's app.run, to compare).
-_COMMAND = '''
+_COMMAND = """
 import atexit, sys, threading, time
 from absl import app
 from vit_jax.runtime import cli
@@ -41,20 +42,33 @@ def main(argv):
 
 if __name__ == '__main__':
   (cli.run if sys.argv.pop(1) == 'cli' else app.run)(main, flags_parser=cli.flags_parser('x'))
-'''
+"""
 
 
 def _run(tmp_path, runner: str, outcome: str) -> subprocess.CompletedProcess:
   script = tmp_path / 'command.py'
   script.write_text(_COMMAND)
-  return subprocess.run([sys.executable, str(script), runner, outcome], cwd=helpers.REPO,
-                        capture_output=True, text=True, timeout=120)
+  return subprocess.run(
+      [sys.executable, str(script), runner, outcome],
+      cwd=helpers.REPO,
+      capture_output=True,
+      text=True,
+      timeout=120,
+  )
 
 
-@pytest.mark.parametrize('outcome,status,stderr', [
-    ('ok', 0, ''), ('fail', 2, 'error: one line'), ('message', 1, 'a message'), ('status', 42, '')])
+@pytest.mark.parametrize(
+    'outcome,status,stderr',
+    [
+        ('ok', 0, ''),
+        ('fail', 2, 'error: one line'),
+        ('message', 1, 'a message'),
+        ('status', 42, ''),
+    ],
+)
 def test_a_command_exits_with_its_status_threads_atexit_and_output_but_no_teardown(
-    tmp_path, outcome, status, stderr):
+    tmp_path, outcome, status, stderr
+):
   run = _run(tmp_path, 'cli', outcome)
   assert run.returncode == status, run.stderr
   assert stderr in run.stderr

@@ -1,6 +1,7 @@
 """What a new user meets at the console: each mistake is one `error:` line that names the fix (no
 traceback), `--help` is a success and a plan piped into `head` ends quietly. Each error here is raised
 while the flags are parsed, before anything compiles."""
+
 import subprocess
 import sys
 
@@ -11,8 +12,13 @@ import helpers
 
 def _errors(args: list[str]) -> list[str]:
   """The `error:` lines of `vit_jax.main` run with `args`, asserting status 2 and no traceback."""
-  run = subprocess.run([sys.executable, '-m', 'vit_jax.main', '--workdir=unused', *args], cwd=helpers.REPO,
-                       capture_output=True, text=True, timeout=300)
+  run = subprocess.run(
+      [sys.executable, '-m', 'vit_jax.main', '--workdir=unused', *args],
+      cwd=helpers.REPO,
+      capture_output=True,
+      text=True,
+      timeout=300,
+  )
   assert run.returncode == 2 and 'Traceback' not in run.stderr, run.stderr[-3000:]
   errors = [line for line in run.stderr.splitlines() if line.startswith('error: ')]
   assert len(errors) == 1, run.stderr[-3000:]
@@ -20,68 +26,126 @@ def _errors(args: list[str]) -> list[str]:
 
 
 def test_a_config_file_with_a_syntax_error_names_its_line(tmp_path):
-  (tmp_path / 'broken.py').write_text('from vit_jax import defaults\n\n\ndef get_config():\n'
-                                      '  config = defaults.get_config(\n  return config\n')
+  (tmp_path / 'broken.py').write_text(
+      'from vit_jax import defaults\n\n\ndef get_config():\n'
+      '  config = defaults.get_config(\n  return config\n'
+  )
   errors = _errors([f'--config={tmp_path / "broken.py"}'])
   assert errors[0].startswith(f'error: {tmp_path / "broken.py"}:5: SyntaxError: '), errors
 
 
-@pytest.mark.parametrize('body,line,error', [
-    ("  raise ValueError('no such recipe')\n", 5, 'get_config raised ValueError: no such recipe'),
-    ('  return config.no_such_dict.size\n', 5, "get_config raised AttributeError: 'no_such_dict'"),
-    ("  return {'a': 1}['b']\n", 5, "get_config raised KeyError: 'b'"),
-])
+@pytest.mark.parametrize(
+    'body,line,error',
+    [
+        (
+            "  raise ValueError('no such recipe')\n",
+            5,
+            'get_config raised ValueError: no such recipe',
+        ),
+        (
+            '  return config.no_such_dict.size\n',
+            5,
+            "get_config raised AttributeError: 'no_such_dict'",
+        ),
+        ("  return {'a': 1}['b']\n", 5, "get_config raised KeyError: 'b'"),
+    ],
+)
 def test_a_config_file_whose_get_config_raises_names_its_line(tmp_path, body, line, error):
-  (tmp_path / 'raises.py').write_text('from vit_jax import defaults\n\ndef get_config():\n'
-                                      f'  config = defaults.get_config()\n{body}')
+  (tmp_path / 'raises.py').write_text(
+      'from vit_jax import defaults\n\ndef get_config():\n'
+      f'  config = defaults.get_config()\n{body}'
+  )
   errors = _errors([f'--config={tmp_path / "raises.py"}'])
   assert errors[0].startswith(f'error: {tmp_path / "raises.py"}:{line}: {error}'), errors
 
 
 def test_a_misspelt_override_suggests_the_field():
   errors = _errors(['--config=configs/demo.py', '--config.lr.warmup=10'])
-  assert errors == ['error: bad config override --config.lr.warmup=10: the config has no field '
-                    'lr.warmup. Did you mean "lr.warmup_steps" (--config.lr.warmup_steps=10)?']
+  assert errors == [
+      'error: bad config override --config.lr.warmup=10: the config has no field '
+      'lr.warmup. Did you mean "lr.warmup_steps" (--config.lr.warmup_steps=10)?'
+  ]
   assert 'add the field' not in errors[0]
 
 
 def test_none_unsets_a_field_that_may_be_unset():
   # head_dropout_rate's default is unset: None is accepted, and the run goes on to the next check.
-  errors = _errors(['--config=configs/demo.py', '--config.model.head_dropout_rate=None',
-                    '--config.total_steps=0'])
+  errors = _errors(
+      [
+          '--config=configs/demo.py',
+          '--config.model.head_dropout_rate=None',
+          '--config.total_steps=0',
+      ]
+  )
   assert errors == ['error: The run has 0 steps: raise config.total_steps or config.num_epochs']
   # A field whose default is a value cannot be unset: the error gives it one.
   errors = _errors(['--config=configs/demo.py', '--config.lr.base=None'])
-  assert errors[0].startswith('error: --config.lr.base=None: config.lr.base cannot be unset'), errors
+  assert errors[0].startswith(
+      'error: --config.lr.base=None: config.lr.base cannot be unset'
+  ), errors
   assert errors[0].endswith('e.g. --config.lr.base=0.001'), errors
 
 
 def test_total_steps_over_a_file_with_num_epochs_says_how_to_clear_it():
   errors = _errors(['--config=configs/bit_i21k.py', '--config.total_steps=3'])
-  assert errors == ['error: --config.total_steps=3 is given, but configs/bit_i21k.py sets '
-                    'config.num_epochs=90.0, and a run takes exactly one of them: add '
-                    "--config.num_epochs=None to clear the file's"]
+  assert errors == [
+      'error: --config.total_steps=3 is given, but configs/bit_i21k.py sets '
+      'config.num_epochs=90.0, and a run takes exactly one of them: add '
+      "--config.num_epochs=None to clear the file's"
+  ]
   # As told: the file's num_epochs cleared, the run goes on to the next check (bit_i21k's dataset).
-  errors = _errors(['--config=configs/bit_i21k.py', '--config.total_steps=3', '--config.num_epochs=None'])
+  errors = _errors(
+      ['--config=configs/bit_i21k.py', '--config.total_steps=3', '--config.num_epochs=None']
+  )
   assert 'num_epochs' not in errors[0], errors
 
 
-@pytest.mark.parametrize('command,flag', [
-    ('main', '--config'), ('tools.plan', '--config'), ('tools.predict', '--top_k'),
-    ('tools.export', '--out'), ('tools.report', '--pivot'), ('tools.fewshot', '--shots'),
-    ('tools.pictures', '--image'), ('tools.vtab', '--select'), ('tools.scaling', '--out'),
-    ('tools.to_array_record', 'DATA_DIR')])
+@pytest.mark.parametrize(
+    'command,flag',
+    [
+        ('main', '--config'),
+        ('tools.plan', '--config'),
+        ('tools.predict', '--top_k'),
+        ('tools.export', '--out'),
+        ('tools.report', '--pivot'),
+        ('tools.fewshot', '--shots'),
+        ('tools.pictures', '--image'),
+        ('tools.vtab', '--select'),
+        ('tools.scaling', '--out'),
+        ('tools.to_array_record', 'DATA_DIR'),
+    ],
+)
 def test_help_exits_0(command, flag):
-  run = subprocess.run([sys.executable, '-m', f'vit_jax.{command}', '--help'], cwd=helpers.REPO,
-                       capture_output=True, text=True, timeout=300)
-  assert run.returncode == 0 and flag in run.stdout, (run.returncode, run.stdout[-2000:],
-                                                      run.stderr[-2000:])
+  run = subprocess.run(
+      [sys.executable, '-m', f'vit_jax.{command}', '--help'],
+      cwd=helpers.REPO,
+      capture_output=True,
+      text=True,
+      timeout=300,
+  )
+  assert run.returncode == 0 and flag in run.stdout, (
+      run.returncode,
+      run.stdout[-2000:],
+      run.stderr[-2000:],
+  )
 
 
 def test_a_plan_piped_into_a_reader_that_stops_ends_quietly():
-  plan = subprocess.Popen([sys.executable, '-m', 'vit_jax.tools.plan', '--config=configs/vit_b16_i1k.py',
-                           '--devices=128', '--chip=tpu-v4', '--json'], cwd=helpers.REPO,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  plan = subprocess.Popen(
+      [
+          sys.executable,
+          '-m',
+          'vit_jax.tools.plan',
+          '--config=configs/vit_b16_i1k.py',
+          '--devices=128',
+          '--chip=tpu-v4',
+          '--json',
+      ],
+      cwd=helpers.REPO,
+      stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE,
+      text=True,
+  )
   plan.stdout.close()  # As `| head` does once it has its lines: every write finds the pipe broken.
   stderr = plan.stderr.read()
   assert plan.wait(timeout=300) == 0 and stderr == '', stderr[-2000:]

@@ -15,10 +15,13 @@ from test_mixing import HEIGHT, NUM_CLASSES, SMOOTHING, WIDTH, _batch, _mix_conf
 
 def _timm(images, labels, seed, **kwargs):
   """timm's batch mixing of NHWC numpy images, its draws from numpy's global generator at `seed`."""
-  mixer = timm_mixup.Mixup(mode='batch', label_smoothing=SMOOTHING, num_classes=NUM_CLASSES, **kwargs)
+  mixer = timm_mixup.Mixup(
+      mode='batch', label_smoothing=SMOOTHING, num_classes=NUM_CLASSES, **kwargs
+  )
   np.random.seed(seed)
-  mixed, targets = mixer(torch.from_numpy(images.transpose(0, 3, 1, 2)).clone(),
-                         torch.from_numpy(labels).long())
+  mixed, targets = mixer(
+      torch.from_numpy(images.transpose(0, 3, 1, 2)).clone(), torch.from_numpy(labels).long()
+  )
   return mixed.numpy().transpose(0, 2, 3, 1), targets.numpy()
 
 
@@ -31,8 +34,9 @@ def test_mixup_matches_timm(seed):
   lam = jnp.float32(np.random.beta(0.8, 0.8))
   mixed = mixing.mix_images(jnp.asarray(images), lam, jnp.bool_(False), jnp.zeros(4, jnp.int32))
   np.testing.assert_allclose(mixed, expected_images, atol=1e-6)
-  np.testing.assert_allclose(mixing.mix_targets(labels, NUM_CLASSES, lam, SMOOTHING),
-                             expected_targets, atol=1e-6)
+  np.testing.assert_allclose(
+      mixing.mix_targets(labels, NUM_CLASSES, lam, SMOOTHING), expected_targets, atol=1e-6
+  )
   assert not np.allclose(mixed, images)
 
 
@@ -40,7 +44,9 @@ def test_cutmix_matches_timm():
   corrected = []
   for seed in range(24):
     images, labels = _batch(seed)
-    expected_images, expected_targets = _timm(images, labels, seed, mixup_alpha=0.0, cutmix_alpha=1.0)
+    expected_images, expected_targets = _timm(
+        images, labels, seed, mixup_alpha=0.0, cutmix_alpha=1.0
+    )
     np.random.seed(seed)  # timm's draws, in its order: apply?, lam, then the box's centre.
     np.random.rand()
     raw_lam = np.random.beta(1.0, 1.0)
@@ -55,8 +61,9 @@ def test_cutmix_matches_timm():
     np.testing.assert_allclose(lam, expected_lam, rtol=1e-6)
     mixed = mixing.mix_images(jnp.asarray(images), lam, jnp.bool_(True), box)
     np.testing.assert_array_equal(mixed, expected_images)
-    np.testing.assert_allclose(mixing.mix_targets(labels, NUM_CLASSES, lam, SMOOTHING),
-                               expected_targets, atol=1e-6)
+    np.testing.assert_allclose(
+        mixing.mix_targets(labels, NUM_CLASSES, lam, SMOOTHING), expected_targets, atol=1e-6
+    )
     corrected.append(abs(float(lam) - raw_lam) > 0.05)
   assert 3 <= sum(corrected) <= 21  # Clipped boxes and unclipped ones were both compared.
 
@@ -89,7 +96,9 @@ def test_lam_and_box_distributions_match_timm():
   timm_lam, timm_cutmix, timm_box = _timm_draws(n, height, width, **fields)
   assert abs(cutmix.mean() - timm_cutmix.mean()) < 0.03
   # CutMix's lam takes few values here: rounded, so float32 and float64 arithmetic give the same ones.
-  for ours, theirs in [(lam[~cutmix], timm_lam[~timm_cutmix]),
-                       (np.round(lam[cutmix], 5), np.round(timm_lam[timm_cutmix], 5)),
-                       *zip(box[cutmix].T, timm_box[timm_cutmix].T)]:
+  for ours, theirs in [
+      (lam[~cutmix], timm_lam[~timm_cutmix]),
+      (np.round(lam[cutmix], 5), np.round(timm_lam[timm_cutmix], 5)),
+      *zip(box[cutmix].T, timm_box[timm_cutmix].T),
+  ]:
     assert stats.ks_2samp(ours, theirs).pvalue > 1e-3

@@ -19,8 +19,9 @@ def test_colour_targets_quantise_mean_colour_to_3_bits_per_channel():
   images[0, :4, 4:] = [1.0, -1.0, -1.0]  # Top-right patch: pure red.
   images[0, 4:, 4:] = 1.0  # Bottom-right: white.
   images[0, 4:, :4, 1] = 0.0  # Bottom-left: green channel at the middle level (4 of 0..7).
-  np.testing.assert_array_equal(mpp.colour_targets(jnp.asarray(images), 4, 3),
-                                [[0, 7 * 64, 4 * 8, 511]])
+  np.testing.assert_array_equal(
+      mpp.colour_targets(jnp.asarray(images), 4, 3), [[0, 7 * 64, 4 * 8, 511]]
+  )
 
 
 @pytest.mark.parametrize('per_example_keys', [False, True])
@@ -53,41 +54,59 @@ def test_an_examples_own_key_gives_it_its_own_pattern_in_any_row():
 def test_mpp_eval_scores_the_same_patterns_at_any_eval_batch_size(tmp_path):
   metrics = {}
   for eval_batch_size in (8, 64):  # 360 test images: other rows, other padding.
-    config = helpers.load_config('mpp_demo', {**helpers.TINY, 'data_dir': str(tmp_path / 'tfds'),
-                                              'eval_batch_size': eval_batch_size,
-                                              'mesh': [('data', 8)]})
+    config = helpers.load_config(
+        'mpp_demo',
+        {
+            **helpers.TINY,
+            'data_dir': str(tmp_path / 'tfds'),
+            'eval_batch_size': eval_batch_size,
+            'mesh': [('data', 8)],
+        },
+    )
     info = data.get_info(config)
     task = tasks.get(config.task)
     model = task.make_model(config, info.num_classes)
     context = evaluators.Context(config, info, task, model, sharding.make_mesh(config.mesh))
-    evaluator, = [e for e in evaluators.make_evaluators(context) if e.name == 'eval']
+    (evaluator,) = [e for e in evaluators.make_evaluators(context) if e.name == 'eval']
     metrics[eval_batch_size] = evaluator(helpers.random_params(model, config.image_size))
   assert metrics[8] == pytest.approx(metrics[64], rel=1e-5)
 
 
 def _mpp_and_classifier(variant, **overrides):
   config = mpp.backbone_fields(variants.get_model_config(variant, overrides))
-  return (mpp.MaskedPatchPredictor(**config),
-          VisionTransformer(num_classes=None, representation_size=None, **config))
+  return (
+      mpp.MaskedPatchPredictor(**config),
+      VisionTransformer(num_classes=None, representation_size=None, **config),
+  )
 
 
-@pytest.mark.parametrize('variant,overrides,image_size,tokens', [
-    ('ViT-testing_4', {}, 16, 16),
-    ('ViT-testing_4', {'classifier': 'gap'}, 16, 16),
-    # The hybrid: an 8x ResNet stem, 1x1 patches of its feature map: a token per 8x8 input pixels.
-    ('R50+ViT-testing_8', {'resnet_layers': (1, 1), 'resnet_width_factor': 0.5}, 16, 4)])
+@pytest.mark.parametrize(
+    'variant,overrides,image_size,tokens',
+    [
+        ('ViT-testing_4', {}, 16, 16),
+        ('ViT-testing_4', {'classifier': 'gap'}, 16, 16),
+        # The hybrid: an 8x ResNet stem, 1x1 patches of its feature map: a token per 8x8 input pixels.
+        ('R50+ViT-testing_8', {'resnet_layers': (1, 1), 'resnet_width_factor': 0.5}, 16, 4),
+    ],
+)
 def test_mpp_model_is_the_vit_plus_mask_token_and_head(variant, overrides, image_size, tokens):
   model, classifier = _mpp_and_classifier(variant, **overrides)
-  images = jax.random.uniform(jax.random.key(1), (2, image_size, image_size, 3), minval=-1, maxval=1)
+  images = jax.random.uniform(
+      jax.random.key(1), (2, image_size, image_size, 3), minval=-1, maxval=1
+  )
   # Jitted: run op by op, the init of even a tiny hybrid takes half a minute on CPU.
-  params = jax.jit(model.init)({'params': jax.random.key(0), 'mpp': jax.random.key(1)}, images)['params']
+  params = jax.jit(model.init)({'params': jax.random.key(0), 'mpp': jax.random.key(1)}, images)[
+      'params'
+  ]
   # The classifier's tree, names and shapes, plus the two MPP parameters: fine-tuning starts from it.
   vit_params = {k: v for k, v in params.items() if k not in ('mask_token', 'mpp_head')}
   chex.assert_trees_all_equal_shapes_and_dtypes(
-      vit_params, jax.eval_shape(classifier.init, jax.random.key(0), images)['params'])
+      vit_params, jax.eval_shape(classifier.init, jax.random.key(0), images)['params']
+  )
   chex.assert_shape(params['mask_token'], (1, 1, 32))
-  logits, corrupted = jax.jit(lambda p, x: model.apply({'params': p}, x, rngs={'mpp': jax.random.key(2)})
-                              )(params, images)
+  logits, corrupted = jax.jit(
+      lambda p, x: model.apply({'params': p}, x, rngs={'mpp': jax.random.key(2)})
+  )(params, images)
   chex.assert_shape(logits, (2, tokens, 512))
   chex.assert_shape(corrupted, (2, tokens))
   chex.assert_tree_all_finite(logits)
@@ -101,33 +120,48 @@ def test_hybrid_mpp_targets_are_the_colours_of_the_input_regions_its_tokens_cove
   assert model.input_stride == 8 and model.patch_size == 1
   images = -np.ones((1, 16, 16, 3), np.float32)
   images[0, :8, 8:] = 1.0  # Top-right token's 8x8 region: white.
-  np.testing.assert_array_equal(mpp.colour_targets(jnp.asarray(images), model.input_stride, 3),
-                                [[0, 511, 0, 0]])
+  np.testing.assert_array_equal(
+      mpp.colour_targets(jnp.asarray(images), model.input_stride, 3), [[0, 511, 0, 0]]
+  )
 
 
 def test_mpp_pretraining_then_finetuning(tmp_path):
   data_dir = str(tmp_path / 'tfds')
-  pretrain = helpers.load_config('mpp_demo', {**helpers.TINY, 'data_dir': data_dir, 'total_steps': 6})
+  pretrain = helpers.load_config(
+      'mpp_demo', {**helpers.TINY, 'data_dir': data_dir, 'total_steps': 6}
+  )
   workdir = str(tmp_path / 'mpp')
   metrics = loop.train_and_evaluate(train_setup.prepare(pretrain, workdir))
   # The colour-class accuracy over corrupted patches: above chance (1/512) already.
   assert 0.05 < metrics['eval_top1'] <= 1.0
   params, _ = run_dir.load_params(workdir)
-  assert params['mpp_head']['kernel'].shape == (32, 512) and params['mask_token'].shape == (1, 1, 32)
+  assert params['mpp_head']['kernel'].shape == (32, 512) and params['mask_token'].shape == (
+      1,
+      1,
+      32,
+  )
 
-  finetune = helpers.load_config('demo', {**helpers.TINY, 'data_dir': data_dir, 'init_from': workdir,
-                                          'total_steps': 2})
+  finetune = helpers.load_config(
+      'demo', {**helpers.TINY, 'data_dir': data_dir, 'init_from': workdir, 'total_steps': 2}
+  )
   setup = train_setup.prepare(finetune, str(tmp_path / 'finetune'))
   assert 'mpp_head' not in setup.init_params and 'mask_token' not in setup.init_params
-  np.testing.assert_array_equal(setup.init_params['embedding']['kernel'], params['embedding']['kernel'])
+  np.testing.assert_array_equal(
+      setup.init_params['embedding']['kernel'], params['embedding']['kernel']
+  )
   assert np.isfinite(loop.train_and_evaluate(setup)['eval_loss'])
 
 
-@pytest.mark.parametrize('field,value,fix', [
-    ('model.representation_size', 16, 'unset config.model.representation_size'),
-    ('model.head_dropout_rate', 0.1, 'set config.model.head_dropout_rate=0')])
+@pytest.mark.parametrize(
+    'field,value,fix',
+    [
+        ('model.representation_size', 16, 'unset config.model.representation_size'),
+        ('model.head_dropout_rate', 0.1, 'set config.model.head_dropout_rate=0'),
+    ],
+)
 def test_mpp_has_no_pre_logits_and_no_head(tmp_path, field, value, fix):
-  config = helpers.load_config('mpp_demo', {**helpers.TINY, 'data_dir': str(tmp_path / 'tfds'),
-                                            field: value})
+  config = helpers.load_config(
+      'mpp_demo', {**helpers.TINY, 'data_dir': str(tmp_path / 'tfds'), field: value}
+  )
   with pytest.raises(ValueError, match=fix):
     train_setup.prepare(config, str(tmp_path / 'w'))

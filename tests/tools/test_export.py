@@ -2,6 +2,7 @@
 
 A tiny run of the real loop, trained once, is the workdir every test reads.
 """
+
 import json
 import os
 import shutil
@@ -24,7 +25,7 @@ from vit_jax.tasks import classification
 EXPORT_CMD = [sys.executable, '-m', 'vit_jax.tools.export']
 
 # Runs in a fresh interpreter with jax and numpy only: the artefact must not need vit_jax.
-_CALL_ARTEFACT = '''
+_CALL_ARTEFACT = """
 import sys
 import jax
 import numpy as np
@@ -34,7 +35,7 @@ np.save(sys.argv[3], np.asarray(exported.call(images[:1])))
 np.save(sys.argv[4], np.asarray(exported.call(images)))
 assert not [m for m in sys.modules if m.startswith(('vit_jax', 'configs'))], 'vit_jax was imported'
 print(exported.in_avals[0].shape, exported.out_avals[0].shape)
-'''
+"""
 
 
 @pytest.fixture(scope='session')
@@ -59,19 +60,36 @@ def _images(n, size):
 
 
 def test_export_writes_the_latest_parameters_in_the_original_layout(workdir, exported):
-  _assert_trees_equal(loading.load_npz(os.path.join(exported, 'model.npz')),
-                      helpers.checkpoint_params(workdir, 12))
+  _assert_trees_equal(
+      loading.load_npz(os.path.join(exported, 'model.npz')), helpers.checkpoint_params(workdir, 12)
+  )
   with open(os.path.join(exported, 'config.json')) as f:
     description = json.load(f)
   assert description['variant'] == 'ViT-testing_4'
   assert description['model'] == {
-      'patch_size': 4, 'hidden_size': 32, 'num_layers': 2, 'mlp_dim': 64, 'num_heads': 2,
-      'classifier': 'token', 'representation_size': None, 'dropout_rate': 0.0,
-      'attention_dropout_rate': 0.0, 'head_dropout_rate': 0.1, 'attention': 'xla', 'remat': None,
+      'patch_size': 4,
+      'hidden_size': 32,
+      'num_layers': 2,
+      'mlp_dim': 64,
+      'num_heads': 2,
+      'classifier': 'token',
+      'representation_size': None,
+      'dropout_rate': 0.0,
+      'attention_dropout_rate': 0.0,
+      'head_dropout_rate': 0.1,
+      'attention': 'xla',
+      'remat': None,
       'scan': False,
-      'resnet_layers': None, 'resnet_width_factor': 1.0, 'fc_norm': False, 'posemb': 'learn',
-      'posemb_where': 'input', 'drop_path_rate': 0.0, 'mlp_activation': 'gelu_tanh',
-      'weight_init': 'original', 'block': 'standard'}
+      'resnet_layers': None,
+      'resnet_width_factor': 1.0,
+      'fc_norm': False,
+      'posemb': 'learn',
+      'posemb_where': 'input',
+      'drop_path_rate': 0.0,
+      'mlp_activation': 'gelu_tanh',
+      'weight_init': 'original',
+      'block': 'standard',
+  }
   assert (description['image_size'], description['num_classes']) == (8, 10)
   assert description['pp_eval'] == {'crop': 'resize', 'crop_fraction': 0.875, 'antialias': True}
   assert description['class_names'] == list('0123456789')
@@ -86,8 +104,10 @@ def test_the_artefact_of_a_run_trained_with_fused_attention_holds_xlas_attention
   def cudnn_only(*args, **kwargs):
     raise AssertionError('the fused attention was traced for the artefact')
 
-  model = VisionTransformer(num_classes=3, **variants.get_model_config(
-      'ViT-testing_4', {'attention': 'dot_product_attention'}))
+  model = VisionTransformer(
+      num_classes=3,
+      **variants.get_model_config('ViT-testing_4', {'attention': 'dot_product_attention'}),
+  )
   params = model.init(jax.random.key(0), np.zeros((1, 16, 16, 3), np.float32))['params']
   monkeypatch.setitem(attention.ATTENTION_FNS, 'dot_product_attention', cudnn_only)
   images = np.random.default_rng(0).uniform(-1, 1, (2, 16, 16, 3)).astype(np.float32)
@@ -100,10 +120,21 @@ def test_the_jaxexport_artefact_runs_without_vit_jax_for_any_batch(workdir, expo
   images = _images(5, 8)
   np.save(tmp_path / 'images.npy', images)
   run = subprocess.run(
-      [sys.executable, '-c', _CALL_ARTEFACT, os.path.join(exported, 'model.jaxexport'),
-       'images.npy', 'one.npy', 'five.npy'],
-      cwd=tmp_path, capture_output=True, text=True, timeout=120,
-      env={**os.environ, 'JAX_PLATFORMS': 'cpu', 'XLA_FLAGS': ''})
+      [
+          sys.executable,
+          '-c',
+          _CALL_ARTEFACT,
+          os.path.join(exported, 'model.jaxexport'),
+          'images.npy',
+          'one.npy',
+          'five.npy',
+      ],
+      cwd=tmp_path,
+      capture_output=True,
+      text=True,
+      timeout=120,
+      env={**os.environ, 'JAX_PLATFORMS': 'cpu', 'XLA_FLAGS': ''},
+  )
   assert run.returncode == 0, run.stderr[-2000:]
   assert run.stdout.split() == ['(b,', '8,', '8,', '3)', '(b,', '10)']  # A symbolic batch.
   expected = helpers.model_logits(workdir, helpers.checkpoint_params(workdir, 12), images)
@@ -115,6 +146,7 @@ def test_the_jaxexport_artefact_runs_without_vit_jax_for_any_batch(workdir, expo
 @flax.struct.dataclass
 class _PolyakState:
   """The train state of a run with Polyak averaging, as the loop saves it."""
+
   step: Any
   params: Any
   opt_state: Any
@@ -128,38 +160,64 @@ def test_export_takes_the_polyak_average_when_the_run_kept_one(workdir, tmp_path
   params = helpers.checkpoint_params(workdir, 12)
   average = jax.tree.map(lambda x: 0.5 * x, params)
   manager = checkpoint.make_manager(str(tmp_path), keep=1)
-  checkpoint.save(manager, 3, _PolyakState(step=np.int32(3), params=params, opt_state={},
-                                           ema_params=average if polyak else None))
+  checkpoint.save(
+      manager,
+      3,
+      _PolyakState(
+          step=np.int32(3), params=params, opt_state={}, ema_params=average if polyak else None
+      ),
+  )
   manager.wait_until_finished()
   description = export.export(str(tmp_path), str(tmp_path / 'out'))
   assert description['parameters'] == ('polyak' if polyak else 'raw')
-  _assert_trees_equal(loading.load_npz(str(tmp_path / 'out' / 'model.npz')),
-                      average if polyak else params)
+  _assert_trees_equal(
+      loading.load_npz(str(tmp_path / 'out' / 'model.npz')), average if polyak else params
+  )
 
 
 def test_command_line_exports_the_chosen_step(workdir, tmp_path):
-  run = subprocess.run([*EXPORT_CMD, f'--workdir={workdir}', f'--out={tmp_path}', '--step=8'],
-                       cwd=helpers.REPO, capture_output=True, text=True, timeout=300)
+  run = subprocess.run(
+      [*EXPORT_CMD, f'--workdir={workdir}', f'--out={tmp_path}', '--step=8'],
+      cwd=helpers.REPO,
+      capture_output=True,
+      text=True,
+      timeout=300,
+  )
   assert run.returncode == 0, run.stderr[-2000:]
   assert f'exported step 8 (raw parameters) of {workdir}' in run.stdout
-  _assert_trees_equal(loading.load_npz(str(tmp_path / 'model.npz')), helpers.checkpoint_params(workdir, 8))
+  _assert_trees_equal(
+      loading.load_npz(str(tmp_path / 'model.npz')), helpers.checkpoint_params(workdir, 8)
+  )
   with open(tmp_path / 'config.json') as f:
     assert json.load(f)['step'] == 8
   assert os.path.getsize(tmp_path / 'model.jaxexport') > 0
 
 
-@pytest.mark.parametrize('args,message', [
-    (['--workdir={tmp}/nothing_here'], r"^error: '.*nothing_here' has no checkpoints/ directory"),
-    (['--workdir={workdir}', '--step=5'],
-     r'^error: .* has no checkpoint of step 5: use one of \[4, 8, 12\]'),
-    (['--workdir={workdir}', '--step=many'], r'^error: flag --step=many'),
-    ([], r'^error: flag --workdir=None'),
-    (['--workdir={workdir}', 'extra'], r"^error: unexpected arguments \['extra'\]"),
-])
+@pytest.mark.parametrize(
+    'args,message',
+    [
+        (
+            ['--workdir={tmp}/nothing_here'],
+            r"^error: '.*nothing_here' has no checkpoints/ directory",
+        ),
+        (
+            ['--workdir={workdir}', '--step=5'],
+            r'^error: .* has no checkpoint of step 5: use one of \[4, 8, 12\]',
+        ),
+        (['--workdir={workdir}', '--step=many'], r'^error: flag --step=many'),
+        ([], r'^error: flag --workdir=None'),
+        (['--workdir={workdir}', 'extra'], r"^error: unexpected arguments \['extra'\]"),
+    ],
+)
 def test_command_line_bad_input_is_one_line(workdir, tmp_path, args, message):
   args = [a.format(tmp=tmp_path, workdir=workdir) for a in args]
-  run = subprocess.run([*EXPORT_CMD, *args, f'--out={tmp_path}/out'], cwd=helpers.REPO,
-                       capture_output=True, text=True, timeout=300)
+  run = subprocess.run(
+      [*EXPORT_CMD, *args, f'--out={tmp_path}/out'],
+      cwd=helpers.REPO,
+      capture_output=True,
+      text=True,
+      timeout=300,
+  )
   assert run.returncode == 2
   assert len(run.stderr.strip().splitlines()) == 1, run.stderr[-2000:]
   assert __import__('re').search(message, run.stderr), run.stderr
@@ -168,18 +226,22 @@ def test_command_line_bad_input_is_one_line(workdir, tmp_path, args, message):
 
 def test_export_of_a_directory_that_is_not_a_run_is_a_clear_error(workdir, tmp_path):
   shutil.copytree(os.path.join(workdir, 'checkpoints'), tmp_path / 'checkpoints')
-  with pytest.raises(ValueError, match='config.json is missing: is .* the --workdir of a vit_jax run'):
+  with pytest.raises(
+      ValueError, match='config.json is missing: is .* the --workdir of a vit_jax run'
+  ):
     export.export(str(tmp_path), str(tmp_path / 'out'))
 
 
 def test_export_to_an_unwritable_directory_is_a_clear_error(workdir, tmp_path):
   (tmp_path / 'a_file').write_text('')
-  with pytest.raises(ValueError,
-                     match=r"--out='.*a_file/out' is not writable.*directory you can write to"):
+  with pytest.raises(
+      ValueError, match=r"--out='.*a_file/out' is not writable.*directory you can write to"
+  ):
     export.export(workdir, str(tmp_path / 'a_file' / 'out'))
 
 
 # `config.init_from`: a run's workdir, one of its step directories, or an .npz.
+
 
 def test_load_params_reads_a_workdir_a_step_directory_and_an_npz(workdir, exported):
   params, note = run_dir.load_params(workdir)
@@ -197,9 +259,12 @@ def test_a_run_fine_tunes_at_another_resolution_from_its_loaded_parameters(workd
   config.image_size = 16  # 4x4 patches instead of 2x2.
   model = classification.make_model(config, 3)
   target = jax.eval_shape(model.init, jax.random.key(0), np.zeros((1, 16, 16, 3)))['params']
-  params, notes = loading.adapt_params(run_dir.load_params(workdir)[0], target,
-                                          keep_head=False, keep_pre_logits=False)
-  assert notes == ['replaced head (32, 10) with zeros (32, 3)',
-                   'resized pos_embedding 2x2 -> 4x4 (bilinear)']
+  params, notes = loading.adapt_params(
+      run_dir.load_params(workdir)[0], target, keep_head=False, keep_pre_logits=False
+  )
+  assert notes == [
+      'replaced head (32, 10) with zeros (32, 3)',
+      'resized pos_embedding 2x2 -> 4x4 (bilinear)',
+  ]
   logits = model.apply({'params': params}, _images(2, 16))
   np.testing.assert_array_equal(logits, np.zeros((2, 3)))  # The zero head.

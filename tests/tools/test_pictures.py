@@ -1,5 +1,6 @@
 """Attention rollout, attention distances, embedding pictures: the numbers on constructed inputs, the
 attention weights against a NumPy computation, and the pictures of a trained run."""
+
 import math
 import subprocess
 import sys
@@ -14,33 +15,53 @@ import helpers
 from vit_jax.tools import pictures
 from vit_jax.models import vit
 
-PICTURES = ('attention_rollout.png', 'attention_rollout_layers.png', 'position_embeddings.png',
-            'embedding_filters.png', 'attention_distance.png')
+PICTURES = (
+    'attention_rollout.png',
+    'attention_rollout_layers.png',
+    'position_embeddings.png',
+    'embedding_filters.png',
+    'attention_distance.png',
+)
 
 
 def _model_and_params(classifier='token', num_layers=11):
   """A tiny ViT on 12x12 images, 4x4 patches; 11 blocks, so that encoderblock_10 is among them."""
-  model = vit.VisionTransformer(num_classes=10, patch_size=4, hidden_size=32, num_layers=num_layers,
-                                mlp_dim=64, num_heads=2, classifier=classifier)
+  model = vit.VisionTransformer(
+      num_classes=10,
+      patch_size=4,
+      hidden_size=32,
+      num_layers=num_layers,
+      mlp_dim=64,
+      num_heads=2,
+      classifier=classifier,
+  )
   params = model.init(jax.random.key(0), np.zeros((1, 12, 12, 3)))['params']
   # Spread the query and key weights, so that attention is far from uniform: a comparison of substance.
   params = jax.tree_util.tree_map_with_path(
       lambda path, x: x * 8 if any(getattr(k, 'key', '') in ('query', 'key') for k in path) else x,
-      params)
+      params,
+  )
   return model, params
 
 
 def _numpy_attention_weights(model, params, images):
   """softmax(q kᵀ / sqrt(head_dim)) in NumPy from each block's parameters and attention input (its
   first LayerNorm's output, asked of flax by the test), block by block in numeric order."""
-  _, state = model.apply({'params': params}, images, mutable=['intermediates'],
-                         capture_intermediates=lambda module, method: module.name == 'LayerNorm_0')
+  _, state = model.apply(
+      {'params': params},
+      images,
+      mutable=['intermediates'],
+      capture_intermediates=lambda module, method: module.name == 'LayerNorm_0',
+  )
   inputs, layers = state['intermediates']['Transformer'], []
   for i in range(model.num_layers):
     x = np.asarray(inputs[f'encoderblock_{i}']['LayerNorm_0']['__call__'][0], np.float64)
     attention = params['Transformer'][f'encoderblock_{i}']['MultiHeadDotProductAttention_1']
-    q, k = (np.einsum('btd,dhk->bhtk', x, np.asarray(attention[name]['kernel'], np.float64))
-            + np.asarray(attention[name]['bias'], np.float64)[:, None] for name in ('query', 'key'))
+    q, k = (
+        np.einsum('btd,dhk->bhtk', x, np.asarray(attention[name]['kernel'], np.float64))
+        + np.asarray(attention[name]['bias'], np.float64)[:, None]
+        for name in ('query', 'key')
+    )
     logits = q @ k.swapaxes(-1, -2) / math.sqrt(q.shape[-1])
     e = np.exp(logits - logits.max(axis=-1, keepdims=True))
     layers.append(e / e.sum(axis=-1, keepdims=True))
@@ -64,10 +85,14 @@ def test_attention_weights_of_a_model_with_fast_paths():
   weights of the plain float32 one: the tool measures a plain float32 clone."""
   model, params = _model_and_params()
   images = np.random.RandomState(0).uniform(-1, 1, (2, 12, 12, 3)).astype(np.float32)
-  fast = model.clone(scan=True, remat='nothing_saveable', attention='dot_product_attention',
-                     dtype=jnp.bfloat16)
-  np.testing.assert_allclose(pictures.attention_weights(fast, params, images),
-                             pictures.attention_weights(model, params, images), atol=1e-6)
+  fast = model.clone(
+      scan=True, remat='nothing_saveable', attention='dot_product_attention', dtype=jnp.bfloat16
+  )
+  np.testing.assert_allclose(
+      pictures.attention_weights(fast, params, images),
+      pictures.attention_weights(model, params, images),
+      atol=1e-6,
+  )
 
 
 def test_uniform_attention_rolls_out_to_uniform_maps_and_stochastic_rows():
@@ -82,8 +107,12 @@ def test_uniform_attention_rolls_out_to_uniform_maps_and_stochastic_rows():
 
 def test_rollout_is_the_product_of_head_averaged_attention_plus_identity():
   # Two layers of two heads over two tokens.
-  first = np.array([[[1.0, 0.0], [0.0, 1.0]], [[0.0, 1.0], [0.0, 1.0]]])  # Mean: [[.5, .5], [0, 1]].
-  second = np.array([[[1.0, 0.0], [0.5, 0.5]], [[1.0, 0.0], [0.5, 0.5]]])  # Mean: [[1, 0], [.5, .5]].
+  first = np.array(
+      [[[1.0, 0.0], [0.0, 1.0]], [[0.0, 1.0], [0.0, 1.0]]]
+  )  # Mean: [[.5, .5], [0, 1]].
+  second = np.array(
+      [[[1.0, 0.0], [0.5, 0.5]], [[1.0, 0.0], [0.5, 0.5]]]
+  )  # Mean: [[1, 0], [.5, .5]].
   rollout = pictures.attention_rollout(np.stack([first, second]))
   layer1 = np.array([[0.75, 0.25], [0.0, 1.0]])  # (mean + I) / 2: rows sum to 2 before.
   layer2 = np.array([[1.0, 0.0], [0.25, 0.75]])
@@ -94,14 +123,18 @@ def test_rollout_is_the_product_of_head_averaged_attention_plus_identity():
 
 def test_rollout_maps_read_the_class_token_row_or_for_gap_the_mean_row():
   rollout = np.arange(2 * 5 * 5, dtype=float).reshape(2, 5, 5)
-  np.testing.assert_array_equal(pictures.rollout_maps(rollout, 1), rollout[:, 0, 1:].reshape(2, 2, 2))
+  np.testing.assert_array_equal(
+      pictures.rollout_maps(rollout, 1), rollout[:, 0, 1:].reshape(2, 2, 2)
+  )
   gap = rollout[:, 1:, 1:]  # Four patch tokens, no class token.
   np.testing.assert_array_equal(pictures.rollout_maps(gap, 0), gap.mean(1).reshape(2, 2, 2))
 
 
 def test_attention_to_itself_only_is_at_distance_zero():
   attention = np.broadcast_to(np.eye(17), (3, 4, 17, 17))  # Class token + 4x4 patches.
-  np.testing.assert_array_equal(pictures.mean_attention_distance(attention, 16.0, 1), np.zeros((3, 4)))
+  np.testing.assert_array_equal(
+      pictures.mean_attention_distance(attention, 16.0, 1), np.zeros((3, 4))
+  )
 
 
 def test_attention_distances_on_a_2x2_grid():
@@ -159,47 +192,90 @@ def test_pictures_of_a_gap_model(tmp_path):
 def test_pictures_of_a_hybrid(tmp_path):
   """A ResNet stem of stride 8 makes 16 pixels 2 rows of patches: 4 patches and the class token (the
   tool asserts that count); its patch embedding reads features, so no embedding filters."""
-  model = vit.VisionTransformer(num_classes=10, patch_size=1, hidden_size=32, num_layers=2, mlp_dim=64,
-                                num_heads=2, resnet_layers=(1, 1), resnet_width_factor=0.5)
+  model = vit.VisionTransformer(
+      num_classes=10,
+      patch_size=1,
+      hidden_size=32,
+      num_layers=2,
+      mlp_dim=64,
+      num_heads=2,
+      resnet_layers=(1, 1),
+      resnet_width_factor=0.5,
+  )
   params = model.init(jax.random.key(0), np.zeros((1, 16, 16, 3)))['params']
   assert params['Transformer']['posembed_input']['pos_embedding'].shape[1] == 5
   image = np.random.RandomState(0).randint(0, 256, (30, 20, 3), np.uint8)
   paths = pictures.write_pictures(model, params, image, 16, str(tmp_path))
-  assert sorted(paths) == sorted(str(tmp_path / name) for name in PICTURES
-                                 if name != 'embedding_filters.png')
+  assert sorted(paths) == sorted(
+      str(tmp_path / name) for name in PICTURES if name != 'embedding_filters.png'
+  )
 
 
 def test_command_line_writes_the_pictures_of_a_run(trained_tiny_run, tmp_path):
-  Image.fromarray(np.random.RandomState(0).randint(0, 256, (40, 40), np.uint8)).save(tmp_path / 'x.png')
-  run = subprocess.run([sys.executable, '-m', 'vit_jax.tools.pictures', f'--workdir={trained_tiny_run}',
-                        f'--image={tmp_path}/x.png', f'--out={tmp_path}/out'], cwd=helpers.REPO,
-                       capture_output=True, text=True, timeout=300)
+  Image.fromarray(np.random.RandomState(0).randint(0, 256, (40, 40), np.uint8)).save(
+      tmp_path / 'x.png'
+  )
+  run = subprocess.run(
+      [
+          sys.executable,
+          '-m',
+          'vit_jax.tools.pictures',
+          f'--workdir={trained_tiny_run}',
+          f'--image={tmp_path}/x.png',
+          f'--out={tmp_path}/out',
+      ],
+      cwd=helpers.REPO,
+      capture_output=True,
+      text=True,
+      timeout=300,
+  )
   assert run.returncode == 0, run.stderr[-2000:]
   assert run.stdout.split() == [f'{tmp_path}/out/{name}' for name in PICTURES]
   _assert_pictures(run.stdout.split())
 
 
 def test_command_line_bad_input_is_one_line(tmp_path):
-  run = subprocess.run([sys.executable, '-m', 'vit_jax.tools.pictures', f'--workdir={tmp_path}/nothing',
-                        f'--image={tmp_path}/x.png', f'--out={tmp_path}/out'], cwd=helpers.REPO,
-                       capture_output=True, text=True, timeout=300)
+  run = subprocess.run(
+      [
+          sys.executable,
+          '-m',
+          'vit_jax.tools.pictures',
+          f'--workdir={tmp_path}/nothing',
+          f'--image={tmp_path}/x.png',
+          f'--out={tmp_path}/out',
+      ],
+      cwd=helpers.REPO,
+      capture_output=True,
+      text=True,
+      timeout=300,
+  )
   assert run.returncode == 2
   assert run.stderr.strip().splitlines() == [
       f"error: '{tmp_path}/nothing' has no checkpoints/ directory: pass the workdir of a vit_jax run "
-      'that has saved a checkpoint']
+      'that has saved a checkpoint'
+  ]
 
 
 def _numpy_probe_attention(model, params, images):
   """[b, tokens]: a MAP head's attention, softmax(q kᵀ / sqrt(head_dim)) of its probe over the
   encoder's output (the head's input, asked of flax by the test), averaged over the heads."""
-  _, state = model.apply({'params': params}, images, mutable=['intermediates'],
-                         capture_intermediates=lambda module, method: module.name == 'Transformer')
+  _, state = model.apply(
+      {'params': params},
+      images,
+      mutable=['intermediates'],
+      capture_intermediates=lambda module, method: module.name == 'Transformer',
+  )
   x = np.asarray(state['intermediates']['Transformer']['__call__'][0], np.float64)
   head = params['MAPHead_0']['MultiHeadDotProductAttention_0']
-  q = np.einsum('d,dhk->hk', np.asarray(params['MAPHead_0']['probe'][0, 0], np.float64),
-                np.asarray(head['query']['kernel'])) + np.asarray(head['query']['bias'])
-  k = np.einsum('btd,dhk->bhtk', x, np.asarray(head['key']['kernel'])) + np.asarray(
-      head['key']['bias'])[:, None]
+  q = np.einsum(
+      'd,dhk->hk',
+      np.asarray(params['MAPHead_0']['probe'][0, 0], np.float64),
+      np.asarray(head['query']['kernel']),
+  ) + np.asarray(head['query']['bias'])
+  k = (
+      np.einsum('btd,dhk->bhtk', x, np.asarray(head['key']['kernel']))
+      + np.asarray(head['key']['bias'])[:, None]
+  )
   logits = np.einsum('hk,bhtk->bht', q, k) / math.sqrt(q.shape[-1])
   e = np.exp(logits - logits.max(-1, keepdims=True))
   return (e / e.sum(-1, keepdims=True)).mean(axis=1)
@@ -214,12 +290,16 @@ def test_a_map_models_rollout_is_weighted_by_its_probes_attention(tmp_path, monk
   probe = _numpy_probe_attention(model, params, inputs)[0]
   assert np.abs(probe - 1 / 9).max() > 0.01  # Not the mean over the 9 tokens.
   drawn = {}
-  monkeypatch.setattr(pictures, 'plot_rollout',
-                      lambda image, maps, query, path: drawn.update(maps=maps, query=query) or path)
+  monkeypatch.setattr(
+      pictures,
+      'plot_rollout',
+      lambda image, maps, query, path: drawn.update(maps=maps, query=query) or path,
+  )
   pictures.write_pictures(model, params, image, 12, str(tmp_path))
   rollout = pictures.attention_rollout(pictures.attention_weights(model, params, inputs)[:, 0])
-  np.testing.assert_allclose(drawn['maps'], np.einsum('t,lts->ls', probe, rollout).reshape(3, 3, 3),
-                             atol=1e-5)
+  np.testing.assert_allclose(
+      drawn['maps'], np.einsum('t,lts->ls', probe, rollout).reshape(3, 3, 3), atol=1e-5
+  )
   assert 'MAP' in drawn['query'] and 'GAP' not in drawn['query']
   np.testing.assert_allclose(pictures.probe_weights(model, params, inputs)[0], probe, atol=1e-5)
 
@@ -241,8 +321,9 @@ def test_the_pictures_show_the_part_of_the_image_the_eval_crop_keeps(tmp_path, m
     assert seen.shape[0] in (22, 23) and seen.shape[1] in (22, 23)
     assert abs(seen[0, 0, 0] / 8 - 3.75) <= 0.5 and abs(seen[0, 0, 1] / 2 - 33.75) <= 0.5
   # What the model was given is that part, resized.
-  resized = jax.image.resize(jnp.asarray(shown[0], jnp.float32), (12, 12, 3), 'bilinear',
-                             antialias=False)
+  resized = jax.image.resize(
+      jnp.asarray(shown[0], jnp.float32), (12, 12, 3), 'bilinear', antialias=False
+  )
   model_input = (pictures.predict.model_input(image, 12, pp_eval) + 1) * 127.5
   assert np.abs(np.asarray(resized) - model_input).max() < 8  # Up to a pixel's shift at the edges.
   assert pictures.seen_part(image, 12, {'crop': 'resize'}) is image  # 'resize' sees all of it.

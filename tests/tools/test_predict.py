@@ -3,6 +3,7 @@
 `trained_tiny_run` is the tiny run of the real loop that this file, test_pictures.py and test_fewshot.py
 read: trained once per session, whichever file asks first.
 """
+
 import json
 import os
 import shutil
@@ -57,8 +58,9 @@ def test_images_in_any_format_are_predicted_as_evaluation_sees_them(trained_tiny
   assert len(predict.predict(paths[:1], classifier, top_k=3)[0][1]) == 3
 
 
-def test_unreadable_files_are_reported_in_one_line_each_and_skipped(trained_tiny_run, tmp_path,
-                                                                    capsys):
+def test_unreadable_files_are_reported_in_one_line_each_and_skipped(
+    trained_tiny_run, tmp_path, capsys
+):
   raw, _, _ = _test_images(trained_tiny_run, 1)
   Image.fromarray(raw[0]).save(tmp_path / 'good.png')
   (tmp_path / 'corrupt.png').write_bytes(b'\x89PNG\r\n\x1a\n' + b'\0' * 40)
@@ -70,18 +72,31 @@ def test_unreadable_files_are_reported_in_one_line_each_and_skipped(trained_tiny
   assert capsys.readouterr().err.splitlines() == [
       f'skipped: cannot decode {tmp_path}/corrupt.png: {not_an_image}',
       f'skipped: cannot decode {tmp_path}/empty.jpg: {not_an_image}',
-      f'skipped: cannot read {tmp_path}/missing.png (No such file or directory)']
+      f'skipped: cannot read {tmp_path}/missing.png (No such file or directory)',
+  ]
 
 
 def test_folders_are_searched_recursively_for_images(tmp_path):
-  for name in ('b/z.png', 'b/a.JPG', 'a.jpeg', 'b/c/d.png', 'notes.txt', 'b/c/e.gif', 'b/._z.png',
-               '.ipynb_checkpoints/a.png'):
+  for name in (
+      'b/z.png',
+      'b/a.JPG',
+      'a.jpeg',
+      'b/c/d.png',
+      'notes.txt',
+      'b/c/e.gif',
+      'b/._z.png',
+      '.ipynb_checkpoints/a.png',
+  ):
     (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
     (tmp_path / name).write_bytes(b'')
   assert predict.find_images([str(tmp_path), str(tmp_path / 'notes.txt')]) == [
-      f'{tmp_path}/a.jpeg', f'{tmp_path}/b/a.JPG', f'{tmp_path}/b/z.png', f'{tmp_path}/b/c/d.png',
+      f'{tmp_path}/a.jpeg',
+      f'{tmp_path}/b/a.JPG',
+      f'{tmp_path}/b/z.png',
+      f'{tmp_path}/b/c/d.png',
       f'{tmp_path}/b/c/e.gif',  # The image folders' extensions (folder.IMAGE_EXTENSIONS).
-      f'{tmp_path}/notes.txt']  # A file named explicitly is tried whatever its name.
+      f'{tmp_path}/notes.txt',
+  ]  # A file named explicitly is tried whatever its name.
 
 
 def test_an_export_predicts_what_its_run_predicts(trained_tiny_run, tmp_path):
@@ -100,10 +115,14 @@ def test_an_export_predicts_what_its_run_predicts(trained_tiny_run, tmp_path):
 
 def test_a_sigmoid_trained_model_gets_independent_class_probabilities():
   logits = np.array([[2.0, -1.0, 0.0]])
-  np.testing.assert_allclose(predict.probabilities(logits, 'sigmoid_xent'), 1 / (1 + np.exp(-logits)),
-                             rtol=1e-6)
-  np.testing.assert_allclose(predict.probabilities(logits, 'softmax_xent'),
-                             np.exp(logits) / np.exp(logits).sum(), rtol=1e-6)
+  np.testing.assert_allclose(
+      predict.probabilities(logits, 'sigmoid_xent'), 1 / (1 + np.exp(-logits)), rtol=1e-6
+  )
+  np.testing.assert_allclose(
+      predict.probabilities(logits, 'softmax_xent'),
+      np.exp(logits) / np.exp(logits).sum(),
+      rtol=1e-6,
+  )
 
 
 def test_command_line_prints_the_top_labels_and_skips_bad_files(trained_tiny_run, tmp_path):
@@ -112,39 +131,62 @@ def test_command_line_prints_the_top_labels_and_skips_bad_files(trained_tiny_run
   Image.fromarray(raw[0]).save(tmp_path / 'in' / 'a.png')
   Image.fromarray(raw[1]).save(tmp_path / 'in' / 'sub' / 'b.jpg', quality=95)
   (tmp_path / 'in' / 'sub' / 'bad.png').write_text('not an image')
-  run = subprocess.run([*PREDICT_CMD, f'--workdir={trained_tiny_run}', '--top_k=2',
-                        str(tmp_path / 'in')], cwd=helpers.REPO, capture_output=True, text=True,
-                       timeout=300)
+  run = subprocess.run(
+      [*PREDICT_CMD, f'--workdir={trained_tiny_run}', '--top_k=2', str(tmp_path / 'in')],
+      cwd=helpers.REPO,
+      capture_output=True,
+      text=True,
+      timeout=300,
+  )
   assert run.returncode == 0, run.stderr[-2000:]
   lines = run.stdout.splitlines()
-  assert [lines[0], lines[3]] == [f'{tmp_path}/in/a.png', f'{tmp_path}/in/sub/b.jpg'] and len(lines) == 6
+  assert [lines[0], lines[3]] == [f'{tmp_path}/in/a.png', f'{tmp_path}/in/sub/b.jpg'] and len(
+      lines
+  ) == 6
   for line in lines[1:3] + lines[4:6]:
     probability, label = line.split()
     assert 0 <= float(probability) <= 1 and label in '0123456789'
   skipped = [line for line in run.stderr.splitlines() if 'bad.png' in line]
-  assert skipped == [f'skipped: cannot decode {tmp_path}/in/sub/bad.png: not an image format PIL '
-                     'reads']
+  assert skipped == [
+      f'skipped: cannot decode {tmp_path}/in/sub/bad.png: not an image format PIL ' 'reads'
+  ]
 
 
 def test_command_line_exits_1_when_no_image_could_be_predicted(trained_tiny_run, tmp_path):
   (tmp_path / 'bad.png').write_text('not an image')
-  run = subprocess.run([*PREDICT_CMD, f'--workdir={trained_tiny_run}', str(tmp_path / 'bad.png'),
-                        str(tmp_path / 'missing.png')], cwd=helpers.REPO, capture_output=True,
-                       text=True, timeout=300)
+  run = subprocess.run(
+      [
+          *PREDICT_CMD,
+          f'--workdir={trained_tiny_run}',
+          str(tmp_path / 'bad.png'),
+          str(tmp_path / 'missing.png'),
+      ],
+      cwd=helpers.REPO,
+      capture_output=True,
+      text=True,
+      timeout=300,
+  )
   assert run.returncode == 1, run.stderr[-2000:]
   assert run.stdout == ''
   assert run.stderr.splitlines()[-1].startswith('error: none of 2 image files could be predicted')
 
 
-@pytest.mark.parametrize('args,message', [
-    (['--workdir=W', '--export=E', 'x.png'], '^error: pass exactly one of --workdir and --export'),
-    (['--export=E', '--step=3', 'x.png'], '^error: --step chooses a checkpoint of --workdir'),
-    (['--workdir=W'], '^error: no images given'),
-    (['--workdir=W', '--top_k=none', 'x.png'], '^error: flag --top_k=none'),
-])
+@pytest.mark.parametrize(
+    'args,message',
+    [
+        (
+            ['--workdir=W', '--export=E', 'x.png'],
+            '^error: pass exactly one of --workdir and --export',
+        ),
+        (['--export=E', '--step=3', 'x.png'], '^error: --step chooses a checkpoint of --workdir'),
+        (['--workdir=W'], '^error: no images given'),
+        (['--workdir=W', '--top_k=none', 'x.png'], '^error: flag --top_k=none'),
+    ],
+)
 def test_command_line_bad_input_is_one_line(args, message):
-  run = subprocess.run([*PREDICT_CMD, *args], cwd=helpers.REPO, capture_output=True, text=True,
-                       timeout=300)
+  run = subprocess.run(
+      [*PREDICT_CMD, *args], cwd=helpers.REPO, capture_output=True, text=True, timeout=300
+  )
   assert run.returncode == 2
   assert len(run.stderr.strip().splitlines()) == 1, run.stderr[-2000:]
   assert __import__('re').search(message, run.stderr), run.stderr

@@ -3,6 +3,7 @@ a sweep root of tiny runs. The VTAB datasets are not downloadable here, so a few
 ArrayRecord, with TensorFlow to encode their images) in a temporary data_dir with random images under
 their tfds names and versions, with the real datasets' features (the registered builders' own), and
 the runs read them through configs/vtab.py."""
+
 import csv
 import dataclasses
 import math
@@ -28,45 +29,81 @@ from vit_jax.train import loop, setup as train_setup
 import sweep
 
 # Small stand-ins for the VTAB splits, in the layout each task's splits have.
-_HELD_OUT = dict(train800='train[:32]', val200='train[32:48]', train800val200='train[:32]+train[32:48]')
-FAKE_SPLITS = {'svhn': {**_HELD_OUT, 'test': 'test'}, 'eurosat': {**_HELD_OUT, 'test': 'train[48:]'},
-               'dsprites_loc': {**_HELD_OUT, 'test': 'train[48:]'},
-               'dsprites_ori': {**_HELD_OUT, 'test': 'train[48:]'},
-               'clevr_dist': {**_HELD_OUT, 'test': 'validation'}}
+_HELD_OUT = dict(
+    train800='train[:32]', val200='train[32:48]', train800val200='train[:32]+train[32:48]'
+)
+FAKE_SPLITS = {
+    'svhn': {**_HELD_OUT, 'test': 'test'},
+    'eurosat': {**_HELD_OUT, 'test': 'train[48:]'},
+    'dsprites_loc': {**_HELD_OUT, 'test': 'train[48:]'},
+    'dsprites_ori': {**_HELD_OUT, 'test': 'train[48:]'},
+    'clevr_dist': {**_HELD_OUT, 'test': 'validation'},
+}
 # The sweep root's runs: (task, phase, lr), a group each and two structured tasks; two head sizes
 # (10 and 16 classes), so the tiny model compiles twice.
-RUNS = [('svhn', '', 0.001), ('svhn', '', 0.01), ('eurosat', '', 0.01), ('eurosat', ',final', 0.01),
-        ('dsprites_loc', '', 0.01), ('dsprites_ori', '', 0.003)]
+RUNS = [
+    ('svhn', '', 0.001),
+    ('svhn', '', 0.01),
+    ('eurosat', '', 0.01),
+    ('eurosat', ',final', 0.01),
+    ('dsprites_loc', '', 0.01),
+    ('dsprites_ori', '', 0.003),
+]
 STEPS = 4
 
 
 def _dsprites(rng: np.random.RandomState) -> dict:
   example = {'image': (rng.rand(64, 64, 1) > 0.5).astype(np.uint8)}  # 0/1 pixels, as dSprites.
-  for name, classes in (('orientation', 40), ('scale', 6), ('shape', 3), ('x_position', 32),
-                        ('y_position', 32)):
+  for name, classes in (
+      ('orientation', 40),
+      ('scale', 6),
+      ('shape', 3),
+      ('x_position', 32),
+      ('y_position', 32),
+  ):
     example[f'label_{name}'], example[f'value_{name}'] = rng.randint(classes), rng.rand()
   return example
 
 
 def _clevr(rng: np.random.RandomState) -> dict:
   n = rng.randint(3, 11)
-  objects = {'3d_coords': rng.rand(n, 3), 'color': rng.randint(8, size=n),
-             'material': rng.randint(2, size=n), 'pixel_coords': rng.rand(n, 3) * 4 + 7,
-             'rotation': rng.rand(n), 'shape': rng.randint(3, size=n), 'size': rng.randint(2, size=n)}
-  return {'file_name': 'x.png', 'image': rng.randint(256, size=(12, 16, 3), dtype=np.uint8),
-          'objects': {k: np.asarray(v, np.float32 if v.dtype == float else np.int64)
-                      for k, v in objects.items()},
-          'question_answer': {'answer': [], 'question': []}}
+  objects = {
+      '3d_coords': rng.rand(n, 3),
+      'color': rng.randint(8, size=n),
+      'material': rng.randint(2, size=n),
+      'pixel_coords': rng.rand(n, 3) * 4 + 7,
+      'rotation': rng.rand(n),
+      'shape': rng.randint(3, size=n),
+      'size': rng.randint(2, size=n),
+  }
+  return {
+      'file_name': 'x.png',
+      'image': rng.randint(256, size=(12, 16, 3), dtype=np.uint8),
+      'objects': {
+          k: np.asarray(v, np.float32 if v.dtype == float else np.int64) for k, v in objects.items()
+      },
+      'question_answer': {'answer': [], 'question': []},
+  }
 
 
 # tfds name: (split sizes, an example from a random state): the real features, random values.
 FAKE_DATASETS = {
-    'svhn_cropped': ({'train': 48, 'test': 16}, lambda rng: {
-        'id': 'x', 'image': rng.randint(256, size=(32, 32, 3), dtype=np.uint8),
-        'label': rng.randint(10)}),
-    'eurosat/rgb': ({'train': 64}, lambda rng: {
-        'filename': 'x', 'image': rng.randint(256, size=(64, 64, 3), dtype=np.uint8),
-        'label': rng.randint(10)}),
+    'svhn_cropped': (
+        {'train': 48, 'test': 16},
+        lambda rng: {
+            'id': 'x',
+            'image': rng.randint(256, size=(32, 32, 3), dtype=np.uint8),
+            'label': rng.randint(10),
+        },
+    ),
+    'eurosat/rgb': (
+        {'train': 64},
+        lambda rng: {
+            'filename': 'x',
+            'image': rng.randint(256, size=(64, 64, 3), dtype=np.uint8),
+            'label': rng.randint(10),
+        },
+    ),
     'dsprites': ({'train': 64}, _dsprites),
     'clevr': ({'train': 48, 'validation': 16}, _clevr),
 }
@@ -95,7 +132,8 @@ def _prepare_fake(tfds_name: str, data_dir: str, file_format: str = 'array_recor
 
   Fake.name = name
   Fake(config=builder_config or None, data_dir=data_dir).download_and_prepare(
-      download_config=tfds.download.DownloadConfig(try_download_gcs=False), file_format=file_format)
+      download_config=tfds.download.DownloadConfig(try_download_gcs=False), file_format=file_format
+  )
 
 
 @pytest.fixture(scope='module')
@@ -114,11 +152,24 @@ def tiny_config(task: str, phase: str, lr: float, data_dir: str):
   config.eval_split = splits['test']
   if not phase:
     config.evals.val200.split, config.evals.val200.every_steps = splits['val200'], STEPS
-  config.update(dict(data_dir=data_dir, image_size=8, batch_size=16, eval_batch_size=16,
-                     total_steps=STEPS, eval_every_steps=STEPS, log_every_steps=2,
-                     checkpoint_every_steps=STEPS, init_from=None, dtype='float32',
-                     variant=helpers.TINY['variant']))
-  config.model.update({k.split('.')[1]: v for k, v in helpers.TINY.items() if k.startswith('model.')})
+  config.update(
+      dict(
+          data_dir=data_dir,
+          image_size=8,
+          batch_size=16,
+          eval_batch_size=16,
+          total_steps=STEPS,
+          eval_every_steps=STEPS,
+          log_every_steps=2,
+          checkpoint_every_steps=STEPS,
+          init_from=None,
+          dtype='float32',
+          variant=helpers.TINY['variant'],
+      )
+  )
+  config.model.update(
+      {k.split('.')[1]: v for k, v in helpers.TINY.items() if k.startswith('model.')}
+  )
   config.pp.pad = 1 if config.pp.crop == 'random' else 0  # The crop's padding, at 8 px.
   config.lr.base, config.lr.warmup_steps = lr, 1
   return config
@@ -130,8 +181,9 @@ def vtab_root(vtab_data_dir, tmp_path_factory):
   root = tmp_path_factory.mktemp('vtab_root')
   for task, phase, lr in RUNS:
     workdir = root / sweep.run_name({'config': f'configs/vtab.py:{task}{phase}', 'lr.base': lr})
-    loop.train_and_evaluate(train_setup.prepare(tiny_config(task, phase, lr, vtab_data_dir),
-                                                str(workdir)))
+    loop.train_and_evaluate(
+        train_setup.prepare(tiny_config(task, phase, lr, vtab_data_dir), str(workdir))
+    )
   return str(root)
 
 
@@ -142,42 +194,66 @@ def test_every_task_builds_both_phases_without_data(task):
   assert config.dataset == final.dataset == f'vtab/{task}'
   assert config.dataset in data.pipeline.SOURCES
   assert (config.train_split, config.evals.val200.split, config.eval_split) == (
-      splits['train800'], splits['val200'], splits['test'])
+      splits['train800'],
+      splits['val200'],
+      splits['test'],
+  )
   # The final run trains on the sweep's train800 and val200 images and evaluates nothing else.
   assert final.train_split == f'{splits["train800"]}+{splits["val200"]}' == splits['train800val200']
   assert final.eval_split == splits['test'] and 'val200' not in final.evals
-  assert (config.image_size, config.batch_size, config.total_steps, config.optim.name,
-          config.optim.momentum, config.lr.base) == (384, 512, 2500, 'sgd', 0.9, 0.01)
+  assert (
+      config.image_size,
+      config.batch_size,
+      config.total_steps,
+      config.optim.name,
+      config.optim.momentum,
+      config.lr.base,
+  ) == (384, 512, 2500, 'sgd', 0.9, 0.01)
   if vtab_data.TASKS[task].group == 'structured':  # Labels of positions, counts and distances.
     assert (config.pp.crop, config.pp.flip) == ('resize', False)
 
 
 def test_the_groups_are_vtabs():
-  groups = {group: [name for name, task in vtab_data.TASKS.items() if task.group == group]
-            for group in vtab_data.GROUPS}
+  groups = {
+      group: [name for name, task in vtab_data.TASKS.items() if task.group == group]
+      for group in vtab_data.GROUPS
+  }
   assert [len(names) for names in groups.values()] == [7, 4, 8]
 
 
 def test_unknown_task_or_phase_is_a_one_line_error_naming_the_valid_ones():
-  with pytest.raises(ValueError, match=r"^Unknown VTAB task 'cifar': use one of caltech101, cifar100, "
-                                       r'.*smallnorb_elev'):
+  with pytest.raises(
+      ValueError,
+      match=r"^Unknown VTAB task 'cifar': use one of caltech101, cifar100, " r'.*smallnorb_elev',
+  ):
     vtab_config.get_config('cifar')
   with pytest.raises(ValueError, match=r"Unknown VTAB phase 'last'.*cifar100,final"):
     vtab_config.get_config('cifar100,last')
-  run = subprocess.run([sys.executable, '-m', 'vit_jax.main', '--config=configs/vtab.py:cifar',
-                        '--workdir=unused'], cwd=helpers.REPO, capture_output=True, text=True, timeout=300)
+  run = subprocess.run(
+      [sys.executable, '-m', 'vit_jax.main', '--config=configs/vtab.py:cifar', '--workdir=unused'],
+      cwd=helpers.REPO,
+      capture_output=True,
+      text=True,
+      timeout=300,
+  )
   assert run.returncode == 2
   [line] = run.stderr.splitlines()
-  assert re.fullmatch(r"error: configs/vtab\.py:\d+: get_config raised ValueError: Unknown VTAB task "
-                      rf"'cifar': use one of {re.escape(', '.join(vtab_data.TASKS))} "
-                      r"\(e\.g\. --config=configs/vtab\.py:cifar100\)", line), line
+  assert re.fullmatch(
+      r'error: configs/vtab\.py:\d+: get_config raised ValueError: Unknown VTAB task '
+      rf"'cifar': use one of {re.escape(', '.join(vtab_data.TASKS))} "
+      r'\(e\.g\. --config=configs/vtab\.py:cifar100\)',
+      line,
+  ), line
 
 
 def test_sweep_file_is_every_task_at_each_learning_rate():
   sweep_file = os.path.join(helpers.REPO, 'configs/sweeps/vtab_lr.py')
   commands = sweep.commands(sweep_file, '/runs', [])
-  expected = [(f'--config=configs/vtab.py:{task}', f'--config.lr.base={lr}')
-              for task in vtab_data.TASKS for lr in (0.001, 0.003, 0.01, 0.03)]
+  expected = [
+      (f'--config=configs/vtab.py:{task}', f'--config.lr.base={lr}')
+      for task in vtab_data.TASKS
+      for lr in (0.001, 0.003, 0.01, 0.03)
+  ]
   assert [tuple(cmd[3:4] + cmd[5:]) for cmd in commands] == expected  # No --config.config.
   assert commands[0][4] == '--workdir=/runs/config=configs_vtab.py_caltech101,lr.base=0.001'
 
@@ -202,19 +278,29 @@ def _numpy_labels(task: str, example: dict) -> int:
 
 def test_computed_labels_are_task_adaptations():
   rng = np.random.RandomState(0)
-  cases = {'dsprites_loc': [_dsprites(rng) for _ in range(50)],
-           'dsprites_ori': [_dsprites(rng) for _ in range(50)],
-           'clevr_count': [_clevr(rng) for _ in range(20)],
-           'clevr_dist': [_clevr(rng) for _ in range(50)],
-           'kitti_dist': [{'objects': {'type': rng.randint(8, size=n),
-                                       'location': (rng.rand(n, 3) * 40).astype(np.float32)}}
-                          for n in [0, 1, 1, 3, 5, 9] * 8]}
+  cases = {
+      'dsprites_loc': [_dsprites(rng) for _ in range(50)],
+      'dsprites_ori': [_dsprites(rng) for _ in range(50)],
+      'clevr_count': [_clevr(rng) for _ in range(20)],
+      'clevr_dist': [_clevr(rng) for _ in range(50)],
+      'kitti_dist': [
+          {
+              'objects': {
+                  'type': rng.randint(8, size=n),
+                  'location': (rng.rand(n, 3) * 40).astype(np.float32),
+              }
+          }
+          for n in [0, 1, 1, 3, 5, 9] * 8
+      ],
+  }
   for task, examples in cases.items():
     label = vtab_data.TASKS[task].label
     values = [label.fn(ex) for ex in examples]
     # As tfds' numpy parser gives a Sequence feature: a list of its values (of arrays for vectors).
-    as_lists = [{**ex, 'objects': {k: list(v) for k, v in ex['objects'].items()}} if 'objects' in ex
-                else ex for ex in examples]
+    as_lists = [
+        {**ex, 'objects': {k: list(v) for k, v in ex['objects'].items()}} if 'objects' in ex else ex
+        for ex in examples
+    ]
     assert [label.fn(ex) for ex in as_lists] == values, task
     assert values == [_numpy_labels(task, ex) for ex in examples], task
     assert set(values) <= set(range(len(label.class_names))), task
@@ -240,13 +326,16 @@ def test_the_pipeline_reads_each_tasks_images_and_labels(task, vtab_data_dir):
     assert set(np.unique(preprocess.model_input(np.concatenate(images)))) <= {-1.0, 1.0}
 
 
-@pytest.mark.parametrize('task', ['svhn', 'eurosat', 'dsprites_loc', 'dsprites_ori', 'clevr_count',
-                                  'clevr_dist'])
+@pytest.mark.parametrize(
+    'task', ['svhn', 'eurosat', 'dsprites_loc', 'dsprites_ori', 'clevr_count', 'clevr_dist']
+)
 def test_the_source_gives_each_example_its_image_and_label(task, vtab_data_dir):
   """VtabSource alone, on every split of the task: each loaded image is a prepared one, pixel for
   pixel (PNG; dSprites' 0/1 as 0/255, grey as RGB), with that example's label."""
   task_info = vtab_data.TASKS[task]
-  source = vtab_data.make_source(task, ml_collections.ConfigDict({'data_dir': vtab_data_dir}), 'label')
+  source = vtab_data.make_source(
+      task, ml_collections.ConfigDict({'data_dir': vtab_data_dir}), 'label'
+  )
   source = pickle.loads(pickle.dumps(source))  # As grain's worker processes get it.
   builder = tfds.builder(task_info.tfds_name, data_dir=vtab_data_dir)
   tfds_name = task_info.tfds_name.split(':')[0]
@@ -265,23 +354,32 @@ def test_the_source_gives_each_example_its_image_and_label(task, vtab_data_dir):
       assert example['image'].dtype == np.uint8 and example['image'].shape[2] == 3
       assert example['label'].dtype == np.int32
       assert by_image[example['image'].tobytes()] == example['label'], split
-  assert source.class_names == (task_info.label.class_names if isinstance(task_info.label, vtab_data.Label)
-                                else tuple(builder.info.features[task_info.label].names))
+  assert source.class_names == (
+      task_info.label.class_names
+      if isinstance(task_info.label, vtab_data.Label)
+      else tuple(builder.info.features[task_info.label].names)
+  )
   assert source.describe(source.examples('train[:32]').read(3)) == (
-      f'example 3 of split train[:32] of {tfds_name.split("/")[0]}')
+      f'example 3 of split train[:32] of {tfds_name.split("/")[0]}'
+  )
 
 
 def test_a_task_on_a_dataset_without_its_label_feature_is_a_one_line_error(vtab_data_dir):
   config = tiny_config('svhn', '', 0.01, vtab_data_dir)
   with pytest.raises(ValueError) as error:
     vtab_data.make_source('svhn', config, 'coarse_label')
-  assert str(error.value) == ("VTAB task 'svhn' has one label an image, not a label feature "
-                              "'coarse_label': leave the evaluator's label_feature unset")
+  assert str(error.value) == (
+      "VTAB task 'svhn' has one label an image, not a label feature "
+      "'coarse_label': leave the evaluator's label_feature unset"
+  )
   builder = tfds.builder('svhn_cropped', data_dir=vtab_data_dir)
   task = dataclasses.replace(vtab_data.TASKS['svhn'], label='label_azimuth')
-  with pytest.raises(ValueError, match=r"^Dataset 'svhn_cropped' 3\.\d+\.\d+ has no ClassLabel feature "
-                                       r"'label_azimuth': prepare the version VTAB reads, "
-                                       r'svhn_cropped:3\.\*\.\*$'):
+  with pytest.raises(
+      ValueError,
+      match=r"^Dataset 'svhn_cropped' 3\.\d+\.\d+ has no ClassLabel feature "
+      r"'label_azimuth': prepare the version VTAB reads, "
+      r'svhn_cropped:3\.\*\.\*$',
+  ):
     vtab_data.VtabSource(task, builder)
 
 
@@ -292,9 +390,12 @@ def test_a_task_prepared_as_tfrecord_reads_once_converted(tmp_path):
   _prepare_fake('svhn_cropped', data_dir, 'tfrecord')
   config = ml_collections.ConfigDict({'data_dir': data_dir})
   builder = tfds.builder('svhn_cropped', data_dir=data_dir)
-  with pytest.raises(ValueError, match=r"^tensorflow_datasets dataset 'svhn_cropped' in "
-                                       rf'{builder.data_dir} is prepared as tfrecord, .* and '
-                                       rf'`python -m vit_jax.tools.to_array_record {builder.data_dir}`$'):
+  with pytest.raises(
+      ValueError,
+      match=r"^tensorflow_datasets dataset 'svhn_cropped' in "
+      rf'{builder.data_dir} is prepared as tfrecord, .* and '
+      rf'`python -m vit_jax.tools.to_array_record {builder.data_dir}`$',
+  ):
     vtab_data.make_source('svhn', config, 'label')
   assert tfds_source.to_array_record(builder.data_dir)
   source = pickle.loads(pickle.dumps(vtab_data.make_source('svhn', config, 'label')))
@@ -304,8 +405,11 @@ def test_a_task_prepared_as_tfrecord_reads_once_converted(tmp_path):
 
 
 def _run(root: str, task: str, phase: str, lr: float) -> dict[str, dict[int, float]]:
-  return helpers.read_scalars(os.path.join(
-      root, sweep.run_name({'config': f'configs/vtab.py:{task}{phase}', 'lr.base': lr})))
+  return helpers.read_scalars(
+      os.path.join(
+          root, sweep.run_name({'config': f'configs/vtab.py:{task}{phase}', 'lr.base': lr})
+      )
+  )
 
 
 def test_table_has_the_best_val200_rate_and_the_logged_test_top1(vtab_root):
@@ -319,17 +423,23 @@ def test_table_has_the_best_val200_rate_and_the_logged_test_top1(vtab_root):
   assert by_task['svhn'].val200_top1 == runs[best]['val200_top1'][STEPS]
   assert by_task['svhn'].test_top1 == runs[best]['eval_top1'][STEPS]
   # eurosat: the final run's test top-1 at the chosen rate, beside the sweep run's val200.
-  sweep_run, final_run = _run(vtab_root, 'eurosat', '', 0.01), _run(vtab_root, 'eurosat', ',final', 0.01)
+  sweep_run, final_run = _run(vtab_root, 'eurosat', '', 0.01), _run(
+      vtab_root, 'eurosat', ',final', 0.01
+  )
   assert by_task['eurosat'].source == 'final run' and by_task['eurosat'].lr == 0.01
   assert by_task['eurosat'].val200_top1 == sweep_run['val200_top1'][STEPS]
   assert by_task['eurosat'].test_top1 == final_run['eval_top1'][STEPS]
   assert 'val200_top1' not in final_run
-  assert by_task['dsprites_ori'].test_top1 == _run(vtab_root, 'dsprites_ori', '', 0.003)['eval_top1'][STEPS]
+  assert (
+      by_task['dsprites_ori'].test_top1
+      == _run(vtab_root, 'dsprites_ori', '', 0.003)['eval_top1'][STEPS]
+  )
   assert by_task['dmlab'] == vtab.Row('structured', 'dmlab')  # No run: an empty row.
 
 
-def _logged_run(name: str, lr: float, test: float, val200: float | None = None,
-                last_step: int = 10) -> report.Run:
+def _logged_run(
+    name: str, lr: float, test: float, val200: float | None = None, last_step: int = 10
+) -> report.Run:
   """A run as report.load_run reads it: a sweep run when it has a val200 top-1, else a final run."""
   config = {'dataset': 'vtab/dtd', 'lr.base': lr, 'total_steps': 10}
   scalars = {'eval_top1': {last_step: test}}
@@ -340,21 +450,32 @@ def _logged_run(name: str, lr: float, test: float, val200: float | None = None,
 
 
 def test_the_rate_is_chosen_on_val200_and_the_final_run_at_it_gives_the_test_top1():
-  sweep_runs = [_logged_run('a', 0.03, test=0.1, val200=0.5), _logged_run('b', 0.001, test=0.2, val200=0.5),
-                _logged_run('c', 0.01, test=0.9, val200=0.4)]
+  sweep_runs = [
+      _logged_run('a', 0.03, test=0.1, val200=0.5),
+      _logged_run('b', 0.001, test=0.2, val200=0.5),
+      _logged_run('c', 0.01, test=0.9, val200=0.4),
+  ]
   # Equally good rates: the lowest. A final run at another rate is not the task's result.
   for finals in ([], [_logged_run('f', 0.01, test=0.8)]):
-    assert vtab.task_row('dtd', sweep_runs, finals) == vtab.Row('natural', 'dtd', 0.001, 0.5, 0.2,
-                                                                 'sweep run', 'b')
+    assert vtab.task_row('dtd', sweep_runs, finals) == vtab.Row(
+        'natural', 'dtd', 0.001, 0.5, 0.2, 'sweep run', 'b'
+    )
   final = _logged_run('g', 0.001, test=0.7)
-  assert vtab.task_row('dtd', sweep_runs, [final]) == vtab.Row('natural', 'dtd', 0.001, 0.5, 0.7,
-                                                               'final run', 'g')
-  assert vtab.task_row('dtd', [], [final]) == vtab.Row('natural', 'dtd', 0.001, None, 0.7, 'final run', 'g')
-  with pytest.raises(ValueError, match=r'^VTAB task dtd has 2 final runs at lr 0.001: g, h: leave one'):
+  assert vtab.task_row('dtd', sweep_runs, [final]) == vtab.Row(
+      'natural', 'dtd', 0.001, 0.5, 0.7, 'final run', 'g'
+  )
+  assert vtab.task_row('dtd', [], [final]) == vtab.Row(
+      'natural', 'dtd', 0.001, None, 0.7, 'final run', 'g'
+  )
+  with pytest.raises(
+      ValueError, match=r'^VTAB task dtd has 2 final runs at lr 0.001: g, h: leave one'
+  ):
     vtab.task_row('dtd', sweep_runs, [final, _logged_run('h', 0.001, test=0.6)])
   # Runs that have not evaluated their last step are not counted.
-  unfinished = [_logged_run('u', 0.01, test=0.3, val200=0.9, last_step=5),
-                _logged_run('v', 0.01, test=0.3, last_step=5)]
+  unfinished = [
+      _logged_run('u', 0.01, test=0.3, val200=0.9, last_step=5),
+      _logged_run('v', 0.01, test=0.3, last_step=5),
+  ]
   assert vtab.vtab_runs(unfinished)['dtd'] == {'sweep': [], 'final': []}
 
 
@@ -362,14 +483,24 @@ def test_shared_selection_takes_the_one_rate_with_the_best_mean_val200():
   def run(task, lr, val200, test):
     logged = _logged_run(f'{task}_{lr:g}', lr, test=test, val200=val200)
     return dataclasses.replace(logged, config={**logged.config, 'dataset': f'vtab/{task}'})
+
   # dtd alone would take 0.01 and svhn 0.001; over both, 0.001 is better (0.7 vs 0.6 mean).
-  runs = [run('dtd', 0.001, 0.6, 0.1), run('dtd', 0.01, 0.7, 0.2),
-          run('svhn', 0.001, 0.8, 0.3), run('svhn', 0.01, 0.5, 0.4), run('svhn', 0.03, 0.99, 0.5)]
+  runs = [
+      run('dtd', 0.001, 0.6, 0.1),
+      run('dtd', 0.01, 0.7, 0.2),
+      run('svhn', 0.001, 0.8, 0.3),
+      run('svhn', 0.01, 0.5, 0.4),
+      run('svhn', 0.03, 0.99, 0.5),
+  ]
   found = vtab.vtab_runs(runs)
   assert vtab.shared_rate(found) == 0.001  # 0.03 was not swept on dtd.
   rows = {row.task: row for row in vtab.table(runs, 'shared') if row.task != 'mean'}
   assert (rows['dtd'].lr, rows['dtd'].test_top1, rows['svhn'].lr, rows['svhn'].test_top1) == (
-      0.001, 0.1, 0.001, 0.3)
+      0.001,
+      0.1,
+      0.001,
+      0.3,
+  )
   per_task = {row.task: row for row in vtab.table(runs) if row.task != 'mean'}
   assert (per_task['dtd'].lr, per_task['svhn'].lr) == (0.01, 0.03)
   with pytest.raises(ValueError, match=r'^no learning rate was swept on all of the 2 swept tasks '):
@@ -380,9 +511,14 @@ def test_shared_selection_takes_the_one_rate_with_the_best_mean_val200():
 
 def test_a_non_finite_val200_is_never_the_best_rate():
   """max() keeps a NaN it meets first: the lowest rate, sorted first, won with a NaN val200 top-1."""
-  runs = [_logged_run('a', 0.001, test=0.1, val200=math.nan), _logged_run('b', 0.01, test=0.7, val200=0.8),
-          _logged_run('c', 0.03, test=0.5, val200=0.5)]
-  assert vtab.task_row('dtd', runs, []) == vtab.Row('natural', 'dtd', 0.01, 0.8, 0.7, 'sweep run', 'b')
+  runs = [
+      _logged_run('a', 0.001, test=0.1, val200=math.nan),
+      _logged_run('b', 0.01, test=0.7, val200=0.8),
+      _logged_run('c', 0.03, test=0.5, val200=0.5),
+  ]
+  assert vtab.task_row('dtd', runs, []) == vtab.Row(
+      'natural', 'dtd', 0.01, 0.8, 0.7, 'sweep run', 'b'
+  )
   assert vtab.shared_rate(vtab.vtab_runs(runs)) == 0.01
 
 
@@ -392,18 +528,29 @@ def test_group_means_are_the_numpy_means_of_their_task_rows(vtab_root):
   means = {row.group: row for row in rows if row.task == 'mean'}
   assert list(means) == [*vtab_data.GROUPS, 'all']
   for group, mean in means.items():
-    values = [row.test_top1 for row in tasks if group in ('all', row.group) and row.test_top1 is not None]
+    values = [
+        row.test_top1 for row in tasks if group in ('all', row.group) and row.test_top1 is not None
+    ]
     assert mean.test_top1 == np.mean(values)
     size = len(tasks) if group == 'all' else sum(row.group == group for row in tasks)
     assert mean.source == f'{len(values)} of {size} tasks'
-  assert [means[g].source for g in means] == ['1 of 7 tasks', '1 of 4 tasks', '2 of 8 tasks',
-                                              '4 of 19 tasks']
+  assert [means[g].source for g in means] == [
+      '1 of 7 tasks',
+      '1 of 4 tasks',
+      '2 of 8 tasks',
+      '4 of 19 tasks',
+  ]
 
 
 def test_command_line_prints_the_table_and_writes_markdown_and_csv(vtab_root, tmp_path):
   out = tmp_path / 'out'
-  run = subprocess.run([sys.executable, '-m', 'vit_jax.tools.vtab', vtab_root, f'--out={out}'],
-                       cwd=helpers.REPO, capture_output=True, text=True, timeout=300)
+  run = subprocess.run(
+      [sys.executable, '-m', 'vit_jax.tools.vtab', vtab_root, f'--out={out}'],
+      cwd=helpers.REPO,
+      capture_output=True,
+      text=True,
+      timeout=300,
+  )
   assert run.returncode == 0, run.stderr[-2000:]
   assert run.stderr == ''
   markdown = (out / 'vtab.md').read_text()
@@ -419,11 +566,18 @@ def test_command_line_prints_the_table_and_writes_markdown_and_csv(vtab_root, tm
 
 
 def test_a_root_without_finished_vtab_runs_is_a_one_line_error(tmp_path):
-  for name, config in (('demo', helpers.load_config('demo')), ('vtab', vtab_config.get_config('dtd'))):
+  for name, config in (
+      ('demo', helpers.load_config('demo')),
+      ('vtab', vtab_config.get_config('dtd')),
+  ):
     (tmp_path / name).mkdir()
-    (tmp_path / name / 'config.json').write_text(config.to_json_best_effort())  # Nothing logged yet.
+    (tmp_path / name / 'config.json').write_text(
+        config.to_json_best_effort()
+    )  # Nothing logged yet.
   with pytest.raises(ValueError) as error:
     vtab.vtab_table([str(tmp_path)], str(tmp_path / 'out'))
-  assert str(error.value) == ('no finished VTAB run: none has a config.json with dataset vtab/<task> '
-                              '(configs/vtab.py:TASK) and its test top-1 at its last step')
+  assert str(error.value) == (
+      'no finished VTAB run: none has a config.json with dataset vtab/<task> '
+      '(configs/vtab.py:TASK) and its test top-1 at its last step'
+  )
   assert not (tmp_path / 'out').exists()

@@ -1,5 +1,7 @@
 """Every field of the defaults, given an invalid value, is a one-line error from setup before the
-workdir is touched. A field added to vit_jax/defaults.py without an entry here fails the last test."""
+workdir is touched. A field added to vit_jax/defaults.py without an entry here fails the last test.
+"""
+
 import os
 import re
 
@@ -31,15 +33,27 @@ INVALID = {
     'fewshot.train_split': ('validation', FEWSHOT_ON, "'validation'"),
     'grad_clip_norm': (-1.0, {}, 'grad_clip_norm=-1.0'),
     'hang_timeout_s': (-1.0, {}, r'config\.hang_timeout_s=-1\.0 must be at least 0 seconds'),
-    'skip_nonfinite_steps': (-1, {}, r'config\.skip_nonfinite_steps=-1 must be at least 0 '
-                                     r'\(0: stop at the first non-finite step\)'),
+    'skip_nonfinite_steps': (
+        -1,
+        {},
+        r'config\.skip_nonfinite_steps=-1 must be at least 0 '
+        r'\(0: stop at the first non-finite step\)',
+    ),
     'image_size': (10, {}, 'image_size=10 is not divisible by the patch size 4'),
     'init_from': ('MISSING/model.npz', {}, 'no checkpoint file'),
     'keep_checkpoints': (0, {}, 'keep_checkpoints=0 must be at least 1'),
-    'keep_head': (True, {}, r'^config\.keep_head=True keeps part of the config\.init_from checkpoint, '
-                            r'which is unset: set --config\.init_from=PATH or --config\.keep_head=False$'),
-    'keep_pre_logits': (True, {}, r'^config\.keep_pre_logits=True keeps part of the config\.init_from '
-                                  'checkpoint, which is unset'),
+    'keep_head': (
+        True,
+        {},
+        r'^config\.keep_head=True keeps part of the config\.init_from checkpoint, '
+        r'which is unset: set --config\.init_from=PATH or --config\.keep_head=False$',
+    ),
+    'keep_pre_logits': (
+        True,
+        {},
+        r'^config\.keep_pre_logits=True keeps part of the config\.init_from '
+        'checkpoint, which is unset',
+    ),
     'label_feature': ('fine_label', {}, r"has no ClassLabel .* feature 'fine_label'"),
     'label_smoothing': (1.5, {}, r'label_smoothing=1.5 must be in \[0, 1\)'),
     'log_every_steps': (0, {}, 'log_every_steps=0 must be at least 1'),
@@ -55,11 +69,23 @@ INVALID = {
     'model.dropout_rate': (-0.1, {}, 'dropout_rate=-0.1'),
     'model.head_dropout_rate': (1.0, {}, r'model.head_dropout_rate=1.0 must be in \[0, 1\)'),
     'model.drop_path_rate': (1.0, {}, r'model.drop_path_rate=1.0 must be in \[0, 1\)'),
-    'model.fc_norm': (True, {}, r"model.fc_norm=True changes nothing with model.classifier='token'"),
+    'model.fc_norm': (
+        True,
+        {},
+        r"model.fc_norm=True changes nothing with model.classifier='token'",
+    ),
     'model.posemb': ('sincos', {}, r"Unknown model.posemb 'sincos'"),
     'model.posemb_where': ('stem', {}, r"Unknown model.posemb_where 'stem'"),
-    'model.mlp_activation': ('relu', {}, r"Unknown model.mlp_activation 'relu': use one of gelu_tanh, gelu"),
-    'model.weight_init': ('xavier', {}, r"Unknown model.weight_init 'xavier': use one of original, timm"),
+    'model.mlp_activation': (
+        'relu',
+        {},
+        r"Unknown model.mlp_activation 'relu': use one of gelu_tanh, gelu",
+    ),
+    'model.weight_init': (
+        'xavier',
+        {},
+        r"Unknown model.weight_init 'xavier': use one of original, timm",
+    ),
     'model.hidden_size': (33, {}, 'hidden_size=33 is not divisible by num_heads=2'),
     'model.mlp_dim': (0, {}, 'mlp_dim=0'),
     'model.num_heads': (0, {}, 'num_heads=0'),
@@ -79,8 +105,11 @@ INVALID = {
     'optim.weight_decay': (-0.1, {}, 'weight_decay=-0.1'),
     'optim.layer_decay': (1.5, {}, r'^config.optim.layer_decay=1.5 must be in \(0, 1\]'),
     'optim.mu_dtype': ('int8', {}, r"^config.optim.mu_dtype='int8' must name a float dtype"),
-    'optim.lr_mults': ((('head', 0.0),), {}, r"^config.optim.lr_mults\[0\]=\('head', 0.0\): the "
-                       'multiplier must be > 0'),
+    'optim.lr_mults': (
+        (('head', 0.0),),
+        {},
+        r"^config.optim.lr_mults\[0\]=\('head', 0.0\): the " 'multiplier must be > 0',
+    ),
     'optim.wd_mults': ((('(', 1.0),), {}, r"^config.optim.wd_mults\[0\]='\(' is not a valid regex"),
     'optim.frozen': ((3,), {}, r'^config.optim.frozen\[0\]=3 must be a regex string'),
     'polyak_decay': (1.0, {}, r'polyak_decay=1.0 must be in \[0, 1\)'),
@@ -92,7 +121,11 @@ INVALID = {
     'pp.randaug_magnitude': (25, {}, r'config\.pp\.randaug_magnitude=25 must be in \[0, 20\]'),
     'pp.color_jitter': (-0.1, {}, r'config\.pp\.color_jitter=-0\.1 must be >= 0'),
     'pp.erase_prob': (1.5, {}, r'config\.pp\.erase_prob=1\.5 must be in \[0, 1\]'),
-    'pp.erase_area': ((0.5, 0.2), {}, r'config\.pp\.erase_area=.* must be \(min, max\) area fractions'),
+    'pp.erase_area': (
+        (0.5, 0.2),
+        {},
+        r'config\.pp\.erase_area=.* must be \(min, max\) area fractions',
+    ),
     'pp.erase_aspect': ((0.0, 3.0), {}, r'config\.pp\.erase_aspect=.* must be \(min, max\) aspect'),
     'pp_eval.crop': ('center', {}, r"Unknown config\.pp_eval\.crop 'center'"),
     'pp_eval.crop_fraction': (1.2, {}, r'config\.pp_eval\.crop_fraction=1\.2 must be in \(0, 1\]'),
@@ -101,8 +134,12 @@ INVALID = {
     'mix.prob': (1.5, {}, r'mix\.prob=1\.5 must be in \[0, 1\]'),
     'mix.switch_prob': (-0.5, {}, r'mix\.switch_prob=-0\.5 must be in \[0, 1\]'),
     'mix.until_step': (0, {}, r'mix\.until_step=0 must be at least 1'),
-    'seed': (2**63, {}, r'^config\.seed=9223372036854775808 must be a signed 64-bit integer, e.g. '
-                        r'--config\.seed=0$'),
+    'seed': (
+        2**63,
+        {},
+        r'^config\.seed=9223372036854775808 must be a signed 64-bit integer, e.g. '
+        r'--config\.seed=0$',
+    ),
     'profile_steps': (-1, {}, r'config\.profile_steps=-1 must be at least 0 \(0: no trace\)'),
     'data_workers': (-1, {}, r'config\.data_workers=-1 must be >= 0 worker processes'),
     'storage_timeout_s': (0.0, {}, 'storage_timeout_s=0.0 must be a positive number'),
@@ -123,50 +160,97 @@ MPP = {'task': 'mpp', 'model.head_dropout_rate': None}
 # More invalid values, each once a traceback (at once, or at the first step after the workdir was
 # written) or a run that ignored the field: (overrides, a pattern of the message).
 ALSO_INVALID = {
-    'infinite epochs': ({'total_steps': None, 'num_epochs': float('inf')},
-                        r'^config\.num_epochs=inf must be a finite number of passes'),
-    'NaN epochs': ({'total_steps': None, 'num_epochs': float('nan')},
-                   r'^config\.num_epochs=nan must be a finite number of passes'),
-    'endless storage timeout': ({'storage_timeout_s': float('inf')},
-                                r'^config\.storage_timeout_s=inf must be a positive number of seconds up '
-                                'to'),
-    'string mesh size': ({'mesh': (('data', '8'),)}, r"^config\.mesh size '8' must be a positive integer "
-                                                     r'or -1'),
-    'float mesh size': ({'mesh': (('data', 2.5),)}, r'^config\.mesh size 2\.5 must be a positive integer'),
-    'bool mesh size': ({'mesh': (('data', True),)}, r'^config\.mesh size True must be a positive integer'),
-    'infinite mixup': ({'mix.mixup_alpha': float('inf')},
-                       r'^config\.mix\.mixup_alpha=inf must be at least 0 \(0: off\) and finite'),
-    'infinite cutmix': ({'mix.cutmix_alpha': float('inf')}, r'^config\.mix\.cutmix_alpha=inf must be'),
-    'until_step without mixing': ({'mix.until_step': 5}, r'^config\.mix\.until_step=5 ends a mixing that '
-                                                         r'is off .*--config\.mix\.mixup_alpha=0\.8$'),
-    'mpp with another loss': ({**MPP, 'loss': 'sigmoid_xent'},
-                              r"^config\.task=mpp trains on the softmax_xent .*, not "
-                              r"config\.loss='sigmoid_xent': set --config\.loss=softmax_xent$"),
-    'misspelt field': ({'lr.warmup': 5}, r'^config\.lr\.warmup is not a field of the config, so it would '
-                                         r'change nothing: .*did you mean config\.lr\.warmup_steps\?$'),
-    'misspelt top-level field': ({'label_smothing': 0.1}, r'did you mean config\.label_smoothing\?$'),
+    'infinite epochs': (
+        {'total_steps': None, 'num_epochs': float('inf')},
+        r'^config\.num_epochs=inf must be a finite number of passes',
+    ),
+    'NaN epochs': (
+        {'total_steps': None, 'num_epochs': float('nan')},
+        r'^config\.num_epochs=nan must be a finite number of passes',
+    ),
+    'endless storage timeout': (
+        {'storage_timeout_s': float('inf')},
+        r'^config\.storage_timeout_s=inf must be a positive number of seconds up ' 'to',
+    ),
+    'string mesh size': (
+        {'mesh': (('data', '8'),)},
+        r"^config\.mesh size '8' must be a positive integer " r'or -1',
+    ),
+    'float mesh size': (
+        {'mesh': (('data', 2.5),)},
+        r'^config\.mesh size 2\.5 must be a positive integer',
+    ),
+    'bool mesh size': (
+        {'mesh': (('data', True),)},
+        r'^config\.mesh size True must be a positive integer',
+    ),
+    'infinite mixup': (
+        {'mix.mixup_alpha': float('inf')},
+        r'^config\.mix\.mixup_alpha=inf must be at least 0 \(0: off\) and finite',
+    ),
+    'infinite cutmix': (
+        {'mix.cutmix_alpha': float('inf')},
+        r'^config\.mix\.cutmix_alpha=inf must be',
+    ),
+    'until_step without mixing': (
+        {'mix.until_step': 5},
+        r'^config\.mix\.until_step=5 ends a mixing that '
+        r'is off .*--config\.mix\.mixup_alpha=0\.8$',
+    ),
+    'mpp with another loss': (
+        {**MPP, 'loss': 'sigmoid_xent'},
+        r'^config\.task=mpp trains on the softmax_xent .*, not '
+        r"config\.loss='sigmoid_xent': set --config\.loss=softmax_xent$",
+    ),
+    'misspelt field': (
+        {'lr.warmup': 5},
+        r'^config\.lr\.warmup is not a field of the config, so it would '
+        r'change nothing: .*did you mean config\.lr\.warmup_steps\?$',
+    ),
+    'misspelt top-level field': (
+        {'label_smothing': 0.1},
+        r'did you mean config\.label_smoothing\?$',
+    ),
     'unknown field': ({'pp.sharpen': 2}, r'^config\.pp\.sharpen is not a field of the config'),
-    'replaced dict': ({'pp': {'crop': 'resize'}}, r'^config\.pp\.antialias is missing: set the fields of '
-                                                  r'config\.pp one by one instead of replacing the dict'),
+    'replaced dict': (
+        {'pp': {'crop': 'resize'}},
+        r'^config\.pp\.antialias is missing: set the fields of '
+        r'config\.pp one by one instead of replacing the dict',
+    ),
     'dict unset': ({'pp_eval': None}, r'^config\.pp_eval=None must be the dict of fields'),
-    'pad without its crop': ({'pp.pad': 4}, r"^config\.pp\.pad=4 pads the 'random' crop only, not "
-                                            r"config\.pp\.crop='inception': set --config\.pp\.crop=random"),
+    'pad without its crop': (
+        {'pp.pad': 4},
+        r"^config\.pp\.pad=4 pads the 'random' crop only, not "
+        r"config\.pp\.crop='inception': set --config\.pp\.crop=random",
+    ),
     'infinite few-shot l2_reg': ({**FEWSHOT_ON, 'fewshot.l2_reg': float('inf')}, 'l2_reg > 0'),
     'NaN few-shot l2_reg': ({**FEWSHOT_ON, 'fewshot.l2_reg': float('nan')}, 'l2_reg > 0'),
-    'end of a constant rate': ({'lr.decay': 'constant', 'lr.end': 1e-5},
-                               r"^config\.lr\.end=1e-05 is where a decay ends, and lr\.decay='constant'"),
-    'b2 of sgd': ({'optim.name': 'sgd', 'optim.b2': 0.99},
-                  r'^config\.optim\.b2=0\.99 is the second-moment decay of adamw and lion, which sgd does '
-                  r'not use: unset it$'),
+    'end of a constant rate': (
+        {'lr.decay': 'constant', 'lr.end': 1e-5},
+        r"^config\.lr\.end=1e-05 is where a decay ends, and lr\.decay='constant'",
+    ),
+    'b2 of sgd': (
+        {'optim.name': 'sgd', 'optim.b2': 0.99},
+        r'^config\.optim\.b2=0\.99 is the second-moment decay of adamw and lion, which sgd does '
+        r'not use: unset it$',
+    ),
 }
 BAD_EVALS = {
     'unknown type': (dict(type='ocr', every_steps=5), "Unknown evaluator type 'ocr' of 'minival'"),
-    'unknown field': (dict(type='classification', split='test', every_steps=5, splt='test'),
-                      "'minival' has no field splt"),
-    'missing split': (dict(type='classification', split='validation', every_steps=5), "'validation'"),
+    'unknown field': (
+        dict(type='classification', split='test', every_steps=5, splt='test'),
+        "'minival' has no field splt",
+    ),
+    'missing split': (
+        dict(type='classification', split='validation', every_steps=5),
+        "'validation'",
+    ),
     'no cadence': (dict(type='classification', split='test', every_steps=0), 'every_steps=0'),
     'other task': (dict(type='mpp', split='test', every_steps=5), "config.task='classification'"),
-    'no type': (dict(split='test', every_steps=5), 'config.evals.minival must be a dict with a type'),
+    'no type': (
+        dict(split='test', every_steps=5),
+        'config.evals.minival must be a dict with a type',
+    ),
 }
 
 
@@ -192,7 +276,9 @@ def test_an_invalid_value_of_each_field_is_a_one_line_error(field, tmp_path, dat
   value, needs, pattern = INVALID[field]
   if isinstance(value, str) and value.startswith('MISSING'):
     value = str(tmp_path / value)
-  config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': data_dir, **needs, field: value})
+  config = helpers.load_config(
+      'demo', {**helpers.TINY, 'data_dir': data_dir, **needs, field: value}
+  )
   _expect_one_line_error(config, str(tmp_path / 'workdir'), pattern)
 
 
@@ -206,22 +292,29 @@ def test_more_invalid_values_are_one_line_errors(case, tmp_path, data_dir):
 def test_the_command_line_refuses_a_seed_out_of_range_before_writing(tmp_path, data_dir):
   """It used to pass set-up, write the workdir and fail with a traceback where the state was made."""
   workdir = str(tmp_path / 'workdir')
-  run = helpers.run_main('configs/demo.py', workdir, {**helpers.TINY, 'data_dir': data_dir, 'seed': 2**63},
-                         timeout=300)
+  run = helpers.run_main(
+      'configs/demo.py', workdir, {**helpers.TINY, 'data_dir': data_dir, 'seed': 2**63}, timeout=300
+  )
   assert run.returncode == 2, run.stderr[-2000:]
   assert run.stderr.strip().splitlines()[-1] == (
-      'error: config.seed=9223372036854775808 must be a signed 64-bit integer, e.g. --config.seed=0')
+      'error: config.seed=9223372036854775808 must be a signed 64-bit integer, e.g. --config.seed=0'
+  )
   assert not os.path.exists(workdir)
 
 
 @pytest.mark.parametrize('split, shards', [('train[5:5]', None), ('train[10:13]', 4)])
-def test_a_train_split_smaller_than_the_data_shards_is_a_one_line_error(split, shards, tmp_path,
-                                                                         data_dir):
-  config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': data_dir, 'train_split': split,
-                                       'data_shards': shards})
-  _expect_one_line_error(config, str(tmp_path / 'workdir'),
-                         rf"train_split='{re.escape(split)}' has {0 if shards is None else 3} examples, "
-                         rf'fewer than the {shards or 1} data shards')
+def test_a_train_split_smaller_than_the_data_shards_is_a_one_line_error(
+    split, shards, tmp_path, data_dir
+):
+  config = helpers.load_config(
+      'demo', {**helpers.TINY, 'data_dir': data_dir, 'train_split': split, 'data_shards': shards}
+  )
+  _expect_one_line_error(
+      config,
+      str(tmp_path / 'workdir'),
+      rf"train_split='{re.escape(split)}' has {0 if shards is None else 3} examples, "
+      rf'fewer than the {shards or 1} data shards',
+  )
 
 
 @pytest.mark.parametrize('case', sorted(BAD_EVALS))
@@ -234,13 +327,17 @@ def test_a_bad_extra_evaluator_is_a_one_line_error(case, tmp_path, data_dir):
 
 def test_every_field_of_the_defaults_has_a_check_here():
   fields = set(_fields(defaults.get_config()))
-  assert fields - {'evals'} == set(INVALID) | set(ALWAYS_VALID), (
-      'a field without an invalid-value test (or a test of a field that is gone)')
+  assert fields - {'evals'} == set(INVALID) | set(
+      ALWAYS_VALID
+  ), 'a field without an invalid-value test (or a test of a field that is gone)'
 
 
 @pytest.mark.parametrize('field', ['lr_mults', 'wd_mults', 'frozen'])
 def test_a_parameter_group_matching_no_parameter_is_a_one_line_error(field, tmp_path, data_dir):
   value = (('haed', 2.0),) if field != 'frozen' else ('haed',)
-  config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': data_dir, f'optim.{field}': value})
-  _expect_one_line_error(config, str(tmp_path / 'workdir'),
-                         rf"^config.optim.{field} regex 'haed' matches no parameter")
+  config = helpers.load_config(
+      'demo', {**helpers.TINY, 'data_dir': data_dir, f'optim.{field}': value}
+  )
+  _expect_one_line_error(
+      config, str(tmp_path / 'workdir'), rf"^config.optim.{field} regex 'haed' matches no parameter"
+  )

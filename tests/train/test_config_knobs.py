@@ -1,4 +1,5 @@
 """A knob the config names changes what it says it changes: run the code with and without it."""
+
 import glob
 import os
 
@@ -16,17 +17,20 @@ _IMAGES = np.random.default_rng(0).uniform(-1, 1, (4, 8, 8, 3)).astype(np.float3
 
 def _mpp_loss(label_smoothing: float) -> tuple[float, float]:
   """The tiny MPP model's train loss of random images (random parameters), and the unsmoothed
-  integer-label cross-entropy of the same logits (what the loss was before it read label_smoothing)."""
+  integer-label cross-entropy of the same logits (what the loss was before it read label_smoothing).
+  """
   config = helpers.load_config('mpp_demo', {**helpers.TINY, 'label_smoothing': label_smoothing})
   model = mpp.make_model(config, None)
   params = helpers.random_params(model, config.image_size)
   key = jax.random.key(0)
   loss = float(mpp.make_loss(config, model)(params, _IMAGES, None, key))
   dropout_key, mpp_key = jax.random.split(key)  # As make_loss splits it.
-  logits, corrupted = model.apply({'params': params}, _IMAGES, train=True,
-                                  rngs={'dropout': dropout_key, 'mpp': mpp_key})
+  logits, corrupted = model.apply(
+      {'params': params}, _IMAGES, train=True, rngs={'dropout': dropout_key, 'mpp': mpp_key}
+  )
   xent = optax.softmax_cross_entropy_with_integer_labels(
-      logits, mpp.colour_targets(_IMAGES, model.input_stride, model.num_bits))
+      logits, mpp.colour_targets(_IMAGES, model.input_stride, model.num_bits)
+  )
   return loss, float(np.sum(xent * corrupted) / np.maximum(np.sum(corrupted), 1))
 
 
@@ -42,8 +46,11 @@ def test_label_smoothing_smooths_the_mpp_colour_targets():
 def _config_files() -> list[str]:
   # finetune.py is the recipe the vit_*_finetune files call (with a variant and a dataset).
   files = glob.glob(os.path.join(helpers.REPO, 'configs', '*.py'))
-  return sorted(os.path.basename(path)[:-3] for path in files
-                if os.path.basename(path) not in ('__init__.py', 'finetune.py'))
+  return sorted(
+      os.path.basename(path)[:-3]
+      for path in files
+      if os.path.basename(path) not in ('__init__.py', 'finetune.py')
+  )
 
 
 @pytest.mark.parametrize('name', _config_files())

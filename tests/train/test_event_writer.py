@@ -1,5 +1,6 @@
 """The loop's writers (train/event_writer.py: event files read back by TensorFlow and TensorBoard, log
 lines, the background thread) and its pace (train/pace.py)."""
+
 import logging
 import os
 import threading
@@ -17,7 +18,9 @@ from vit_jax.train import event_writer, pace
 
 def _write(writer, steps):
   for step in steps:
-    writer.write_scalars(step, {'train_loss': 1.0 / (step + 1), 'learning_rate': np.float32(step) * 1e-3})
+    writer.write_scalars(
+        step, {'train_loss': 1.0 / (step + 1), 'learning_rate': np.float32(step) * 1e-3}
+    )
 
 
 def test_tensorboard_reads_what_the_writer_writes(tmp_path):
@@ -31,8 +34,10 @@ def test_tensorboard_reads_what_the_writer_writes(tmp_path):
   assert sum(1 for _ in tf.data.TFRecordDataset(str(tmp_path / path))) == 1 + 1 + 2 * 5
   accumulator = event_accumulator.EventAccumulator(str(tmp_path))
   accumulator.Reload()
-  assert {e.step: float(tensor_util.make_ndarray(e.tensor_proto))
-          for e in accumulator.Tensors('train_loss')} == pytest.approx({s: 1 / (s + 1) for s in range(5)})
+  assert {
+      e.step: float(tensor_util.make_ndarray(e.tensor_proto))
+      for e in accumulator.Tensors('train_loss')
+  } == pytest.approx({s: 1 / (s + 1) for s in range(5)})
   [hparams] = accumulator.Tensors('_hparams_/session_start_info')
   assert hparams.step == 0
   content = accumulator.SummaryMetadata('_hparams_/session_start_info').plugin_data.content
@@ -66,7 +71,9 @@ def test_a_writer_flushes_by_itself_after_flush_secs(tmp_path):
 
 def test_only_the_first_process_writes_event_files(tmp_path):
   for just_logging in (True, False):
-    writer = event_writer.create_writer(str(tmp_path / str(just_logging)), just_logging=just_logging)
+    writer = event_writer.create_writer(
+        str(tmp_path / str(just_logging)), just_logging=just_logging
+    )
     writer.write_scalars(1, {'train_loss': 0.5})
     writer.close()
   assert not (tmp_path / 'True').exists()
@@ -78,8 +85,10 @@ def test_the_log_writer_prints_one_line_per_write(caplog):
   writer = event_writer.LogWriter()
   writer.write_scalars(8, {'train_loss': 0.123456789, 'skipped_steps': 2})
   writer.write_hparams({'variant': 'ViT-B_16'})
-  assert caplog.messages == ['[8] skipped_steps=2, train_loss=0.123457',
-                             "[Hyperparameters] {'variant': 'ViT-B_16'}"]
+  assert caplog.messages == [
+      '[8] skipped_steps=2, train_loss=0.123457',
+      "[Hyperparameters] {'variant': 'ViT-B_16'}",
+  ]
 
 
 class _Recorder:
@@ -130,7 +139,8 @@ class _Clock:
 
 
 def test_pace_reports_steps_per_second_from_the_second_call_and_the_time_in_timed_parts(
-    monkeypatch, caplog):
+    monkeypatch, caplog
+):
   caplog.set_level(logging.INFO)
   clock = _Clock()
   monkeypatch.setattr(pace.time, 'monotonic', clock)
@@ -152,4 +162,5 @@ def test_pace_reports_steps_per_second_from_the_second_call_and_the_time_in_time
   assert caplog.messages == [
       'Progress: 2.0 steps/s, 40.0% (4/10), ETA 0:03',
       'Progress: 0.4 steps/s, 80.0% (8/10), ETA 0:04 (1:10 so far: 9.9% eval)',
-      'Progress: 2.0 steps/s, 100.0% (10/10), ETA 0:00 (1:12 so far: 9.8% eval)']
+      'Progress: 2.0 steps/s, 100.0% (10/10), ETA 0:00 (1:12 so far: 9.8% eval)',
+  ]

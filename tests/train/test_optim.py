@@ -1,4 +1,5 @@
 """Schedules and optimizers built from the config."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -14,8 +15,9 @@ def _lr(**fields):
 
 def test_linear_warmup_then_linear_decay():
   schedule = optim.make_schedule(_lr(base=1.0, warmup_steps=10, decay='linear', end=0.0), 110)
-  np.testing.assert_allclose([schedule(s) for s in (0, 5, 10, 60, 110)], [0, 0.5, 1.0, 0.5, 0.0],
-                             atol=1e-6)
+  np.testing.assert_allclose(
+      [schedule(s) for s in (0, 5, 10, 60, 110)], [0, 0.5, 1.0, 0.5, 0.0], atol=1e-6
+  )
 
 
 def test_cosine_decay_reaches_end_value():
@@ -38,9 +40,18 @@ def _one_update(overrides, grads, params):
 def test_sgd_momentum_with_clipping_and_no_decay():
   params = {'dense': {'kernel': jnp.ones((2, 2)), 'bias': jnp.ones(2)}}
   grads = jax.tree.map(lambda p: 10 * p, params)  # Global norm sqrt(6) * 10, clipped to 1.
-  updates = _one_update({'optim.name': 'sgd', 'optim.weight_decay': 0.0, 'lr.base': 0.5,
-                         'lr.warmup_steps': 0, 'lr.decay': 'constant', 'grad_clip_norm': 1.0},
-                        grads, params)
+  updates = _one_update(
+      {
+          'optim.name': 'sgd',
+          'optim.weight_decay': 0.0,
+          'lr.base': 0.5,
+          'lr.warmup_steps': 0,
+          'lr.decay': 'constant',
+          'grad_clip_norm': 1.0,
+      },
+      grads,
+      params,
+  )
   expected = -0.5 * 10 / np.sqrt(600)
   jax.tree.map(lambda u: np.testing.assert_allclose(u, expected, rtol=1e-6), updates)
 
@@ -48,16 +59,26 @@ def test_sgd_momentum_with_clipping_and_no_decay():
 def test_adamw_decays_kernels_only():
   params = {'dense': {'kernel': jnp.ones((2, 2)), 'bias': jnp.ones(2)}}
   grads = jax.tree.map(jnp.zeros_like, params)
-  updates = _one_update({'optim.name': 'adamw', 'optim.weight_decay': 0.1, 'lr.base': 1.0,
-                         'lr.warmup_steps': 0, 'lr.decay': 'constant'}, grads, params)
+  updates = _one_update(
+      {
+          'optim.name': 'adamw',
+          'optim.weight_decay': 0.1,
+          'lr.base': 1.0,
+          'lr.warmup_steps': 0,
+          'lr.decay': 'constant',
+      },
+      grads,
+      params,
+  )
   np.testing.assert_allclose(updates['dense']['kernel'], -0.1)
   np.testing.assert_allclose(updates['dense']['bias'], 0.0)
 
 
 def test_unknown_optimizer_is_an_error():
   config = helpers.load_config('demo', {'optim.name': 'lamb'})
-  with pytest.raises(ValueError,
-                     match="^Unknown optim.name 'lamb': use one of adamw, sgd, lion, adafactor$"):
+  with pytest.raises(
+      ValueError, match="^Unknown optim.name 'lamb': use one of adamw, sgd, lion, adafactor$"
+  ):
     optim.check_optim(config)
   with pytest.raises(ValueError, match="Unknown optim.name 'lamb'"):
     optim.make_optimizer(config, total_steps=10)
@@ -69,17 +90,20 @@ def test_registries_name_what_the_config_accepts():
   optim.check_optim(helpers.load_config('demo'))  # A valid config passes.
 
 
-@pytest.mark.parametrize('field,value,match', [
-    ('lr.base', -1e-3, r'^config.lr.base=-0.001 must be >= 0: set it to e.g. 1e-3$'),
-    ('lr.warmup_steps', -1, r'config.lr.warmup_steps=-1 must be >= 0'),
-    ('lr.end', -0.1, r'config.lr.end=-0.1 must be >= 0'),
-    ('lr.base', float('nan'), r'config.lr.base=nan must be >= 0'),
-    ('optim.b1', 1.0, r'^config.optim.b1=1.0 must be in \[0, 1\): set it to e.g. 0.9$'),
-    ('optim.b2', -0.5, r'config.optim.b2=-0.5 must be in \[0, 1\)'),
-    ('optim.weight_decay', -0.1, r'config.optim.weight_decay=-0.1 must be >= 0'),
-    ('optim.momentum', 1.5, r'config.optim.momentum=1.5 must be in \[0, 1\)'),
-    ('grad_clip_norm', -1.0, r'config.grad_clip_norm=-1.0 must be >= 0'),
-])
+@pytest.mark.parametrize(
+    'field,value,match',
+    [
+        ('lr.base', -1e-3, r'^config.lr.base=-0.001 must be >= 0: set it to e.g. 1e-3$'),
+        ('lr.warmup_steps', -1, r'config.lr.warmup_steps=-1 must be >= 0'),
+        ('lr.end', -0.1, r'config.lr.end=-0.1 must be >= 0'),
+        ('lr.base', float('nan'), r'config.lr.base=nan must be >= 0'),
+        ('optim.b1', 1.0, r'^config.optim.b1=1.0 must be in \[0, 1\): set it to e.g. 0.9$'),
+        ('optim.b2', -0.5, r'config.optim.b2=-0.5 must be in \[0, 1\)'),
+        ('optim.weight_decay', -0.1, r'config.optim.weight_decay=-0.1 must be >= 0'),
+        ('optim.momentum', 1.5, r'config.optim.momentum=1.5 must be in \[0, 1\)'),
+        ('grad_clip_norm', -1.0, r'config.grad_clip_norm=-1.0 must be >= 0'),
+    ],
+)
 def test_bad_numbers_are_one_line_errors(field, value, match):
   config = helpers.load_config('demo', {field: value})
   for check in (lambda: optim.check_optim(config), lambda: optim.make_optimizer(config, 10)):
@@ -93,10 +117,21 @@ def test_bad_numbers_are_one_line_errors(field, value, match):
 def test_schedule_step_is_the_step_whose_rate_the_update_applies(name, frozen):
   # A step skipped for non-finite gradients leaves the optimizer's count behind the train state's
   # step: from then on the update applies schedule(step - 1), which the logged rate must show.
-  config = helpers.load_config('demo', {
-      'optim.name': name, 'optim.momentum': 0.0, 'optim.weight_decay': 0.0, 'optim.frozen': frozen,
-      'grad_clip_norm': 0.0, 'skip_nonfinite_steps': 3,
-      'lr.base': 1.0, 'lr.warmup_steps': 2, 'lr.decay': 'linear', 'lr.end': 0.0})
+  config = helpers.load_config(
+      'demo',
+      {
+          'optim.name': name,
+          'optim.momentum': 0.0,
+          'optim.weight_decay': 0.0,
+          'optim.frozen': frozen,
+          'grad_clip_norm': 0.0,
+          'skip_nonfinite_steps': 3,
+          'lr.base': 1.0,
+          'lr.warmup_steps': 2,
+          'lr.decay': 'linear',
+          'lr.end': 0.0,
+      },
+  )
   tx, schedule = optim.make_optimizer(config, total_steps=8)
   params = {'w': jnp.ones(()), 'frozen': jnp.ones(())}
   state = tx.init(params)

@@ -1,6 +1,7 @@
 """Recipes of modern ViT training in the optimizer: per-parameter learning-rate and weight-decay
 multipliers, layer-wise learning-rate decay (against timm), frozen parameters, a bfloat16 first moment,
 Lion and Adafactor (against optax), on both layouts of the encoder blocks and on an FSDP mesh."""
+
 import functools
 import re
 
@@ -19,8 +20,13 @@ from vit_jax.models import scan_layout, variants, vit
 from vit_jax.train import setup as train_setup, state as train_state, step as train_step
 
 # One update is lr * (...) with no schedule or clipping in the way, unless a test says otherwise.
-PLAIN = {'lr.base': 0.1, 'lr.warmup_steps': 0, 'lr.decay': 'constant', 'grad_clip_norm': 0.0,
-         'optim.weight_decay': 0.1}
+PLAIN = {
+    'lr.base': 0.1,
+    'lr.warmup_steps': 0,
+    'lr.decay': 'constant',
+    'grad_clip_norm': 0.0,
+    'optim.weight_decay': 0.1,
+}
 
 
 def _config(*overrides: dict):
@@ -33,8 +39,9 @@ def _config(*overrides: dict):
 
 def _params(config, seed=0):
   """Random parameters of the config's model, per-block layout (numpy)."""
-  model = vit.VisionTransformer(num_classes=3, **variants.get_model_config(config.variant,
-                                                                           config.model.to_dict()))
+  model = vit.VisionTransformer(
+      num_classes=3, **variants.get_model_config(config.variant, config.model.to_dict())
+  )
   shapes = jax.eval_shape(lambda: model.init(jax.random.key(0), jnp.zeros((1, 8, 8, 3)))['params'])
   rng = np.random.default_rng(seed)
   return jax.tree.map(lambda s: rng.normal(size=s.shape).astype(np.float32), shapes)
@@ -64,8 +71,9 @@ def _params_like(tree, seed):
 
 def _first_moment(opt_state):
   """The `mu` of the one Adam or Lion state in `opt_state`."""
-  [moments] = [s for s in jax.tree.leaves(opt_state, is_leaf=lambda s: hasattr(s, 'mu'))
-               if hasattr(s, 'mu')]
+  [moments] = [
+      s for s in jax.tree.leaves(opt_state, is_leaf=lambda s: hasattr(s, 'mu')) if hasattr(s, 'mu')
+  ]
   return moments.mu
 
 
@@ -79,30 +87,52 @@ def _updates(tx, params, steps=3):
   return all_updates, state, params
 
 
-@pytest.mark.parametrize('name,reference', [
-    # b2 unset: optax's own default, as each reference below.
-    ('adamw', lambda c, s, mask: optax.adamw(s, b1=c.optim.b1, weight_decay=c.optim.weight_decay,
-                                             mask=mask)),
-    ('sgd', lambda c, s, mask: optax.chain(optax.add_decayed_weights(c.optim.weight_decay, mask),
-                                           optax.sgd(s, momentum=c.optim.momentum))),
-])
+@pytest.mark.parametrize(
+    'name,reference',
+    [
+        # b2 unset: optax's own default, as each reference below.
+        (
+            'adamw',
+            lambda c, s, mask: optax.adamw(
+                s, b1=c.optim.b1, weight_decay=c.optim.weight_decay, mask=mask
+            ),
+        ),
+        (
+            'sgd',
+            lambda c, s, mask: optax.chain(
+                optax.add_decayed_weights(c.optim.weight_decay, mask),
+                optax.sgd(s, momentum=c.optim.momentum),
+            ),
+        ),
+    ],
+)
 def test_without_the_new_fields_updates_are_optax_bit_for_bit(name, reference):
   # TINY warms up over 2 steps; demo clips at 1.0; sgd with weight decay to exercise the L2 term.
   config = _config({'optim.name': name, 'optim.weight_decay': 1e-3 if name == 'sgd' else 0.05})
   params = _params(config)
   ours, state, _ = _updates(optim.make_optimizer(config, 10)[0], params)
   schedule = optim.make_schedule(config.lr, 10)
-  expected_tx = optax.chain(optax.clip_by_global_norm(config.grad_clip_norm),
-                            reference(config, schedule, _kernel_mask(params)))
+  expected_tx = optax.chain(
+      optax.clip_by_global_norm(config.grad_clip_norm),
+      reference(config, schedule, _kernel_mask(params)),
+  )
   expected, expected_state, _ = _updates(expected_tx, params)
   jax.tree.map(np.testing.assert_array_equal, ours, expected)
-  assert jax.tree.structure(state) == jax.tree.structure(expected_state)  # Checkpoints still restore.
+  assert jax.tree.structure(state) == jax.tree.structure(
+      expected_state
+  )  # Checkpoints still restore.
 
 
 # Groups that overlap (the first match wins) and differ between blocks (stacked, one value per layer).
-MULTS = {'optim.lr_mults': (('^head/', 10.0), ('encoderblock_1/.*Dense_0/kernel', 0.25),
-                            ('Dense_0/kernel$', 0.5), ('Dense_0', 7.0)),
-         'optim.wd_mults': (('encoderblock_0/MlpBlock_3/Dense_1/', 3.0), ('^head', 0.0))}
+MULTS = {
+    'optim.lr_mults': (
+        ('^head/', 10.0),
+        ('encoderblock_1/.*Dense_0/kernel', 0.25),
+        ('Dense_0/kernel$', 0.5),
+        ('Dense_0', 7.0),
+    ),
+    'optim.wd_mults': (('encoderblock_0/MlpBlock_3/Dense_1/', 3.0), ('^head', 0.0)),
+}
 
 
 def _lr_mult(path):  # MULTS, written out.
@@ -168,18 +198,26 @@ def test_frozen_parameters_stay_and_keep_no_state():
   for path, after in _flat(final).items():
     assert np.array_equal(_flat(params)[path], after) == is_frozen(path), path
   # The others train as if they were the whole model: clipping and Adam's state ignore frozen ones.
-  reference = optax.chain(optax.clip_by_global_norm(0.5), optax.adamw(
-      optax.constant_schedule(0.1), weight_decay=0.1,
-      mask={name: name.endswith('kernel') for name in trained}))
+  reference = optax.chain(
+      optax.clip_by_global_norm(0.5),
+      optax.adamw(
+          optax.constant_schedule(0.1),
+          weight_decay=0.1,
+          mask={name: name.endswith('kernel') for name in trained},
+      ),
+  )
   ref_params, ref_state = trained, reference.init(trained)
   for seed, ours in enumerate(updates):
-    grads = {path: g for path, g in _flat(_params_like(params, seed + 10)).items() if path in trained}
+    grads = {
+        path: g for path, g in _flat(_params_like(params, seed + 10)).items() if path in trained
+    }
     ref_updates, ref_state = reference.update(grads, ref_state, ref_params)
     ref_params = optax.apply_updates(ref_params, ref_updates)
     for path, u in ref_updates.items():
       np.testing.assert_allclose(_flat(ours)[path], u, rtol=1e-5, atol=1e-8)
-  assert (sum(x.size for x in jax.tree.leaves(state)) ==
-          sum(x.size for x in jax.tree.leaves(ref_state)))
+  assert sum(x.size for x in jax.tree.leaves(state)) == sum(
+      x.size for x in jax.tree.leaves(ref_state)
+  )
 
 
 def test_scanned_models_freeze_whole_stacks_only():
@@ -195,23 +233,35 @@ def test_scanned_models_freeze_whole_stacks_only():
   assert np.all(updates['Transformer']['encoderblock']['LayerNorm_2']['scale'])
 
   config.optim.frozen = ('encoderblock_0/LayerNorm_0',)
-  with pytest.raises(ValueError, match=r'^config.optim.frozen freezes some blocks of '
-                                       r'Transformer/encoderblock/LayerNorm_0/bias but not all'):
+  with pytest.raises(
+      ValueError,
+      match=r'^config.optim.frozen freezes some blocks of '
+      r'Transformer/encoderblock/LayerNorm_0/bias but not all',
+  ):
     param_groups.check_param_groups(config, shapes)
 
 
-@pytest.mark.parametrize('name,reference', [
-    ('lion', lambda c, s, mask: optax.lion(s, b1=c.optim.b1, weight_decay=c.optim.weight_decay,
-                                           mask=mask)),
-    ('adafactor', lambda c, s, mask: optax.adafactor(s)),
-])
+@pytest.mark.parametrize(
+    'name,reference',
+    [
+        (
+            'lion',
+            lambda c, s, mask: optax.lion(
+                s, b1=c.optim.b1, weight_decay=c.optim.weight_decay, mask=mask
+            ),
+        ),
+        ('adafactor', lambda c, s, mask: optax.adafactor(s)),
+    ],
+)
 def test_lion_and_adafactor_are_optaxs(name, reference):
-  config = _config(PLAIN, {'optim.name': name,
-                           'optim.weight_decay': 0.1 if name == 'lion' else 0.0})
+  config = _config(
+      PLAIN, {'optim.name': name, 'optim.weight_decay': 0.1 if name == 'lion' else 0.0}
+  )
   params = _params(config)
   ours, _, _ = _updates(optim.make_optimizer(config, 10)[0], params)
-  expected, _, _ = _updates(reference(config, optim.make_schedule(config.lr, 10),
-                                      _kernel_mask(params)), params)
+  expected, _, _ = _updates(
+      reference(config, optim.make_schedule(config.lr, 10), _kernel_mask(params)), params
+  )
   jax.tree.map(functools.partial(np.testing.assert_allclose, rtol=1e-6), ours, expected)
 
 
@@ -230,21 +280,36 @@ def test_bfloat16_first_moment(name, reference):
   params = _params(config)
   ours, state, _ = _updates(optim.make_optimizer(config, 10)[0], params)
   assert {x.dtype for x in jax.tree.leaves(_first_moment(state))} == {jnp.dtype(jnp.bfloat16)}
-  expected, _, _ = _updates(reference(0.1, b1=config.optim.b1, weight_decay=0.1,
-                                      mu_dtype=jnp.bfloat16, mask=_kernel_mask(params)), params)
+  expected, _, _ = _updates(
+      reference(
+          0.1,
+          b1=config.optim.b1,
+          weight_decay=0.1,
+          mu_dtype=jnp.bfloat16,
+          mask=_kernel_mask(params),
+      ),
+      params,
+  )
   jax.tree.map(np.testing.assert_array_equal, ours, expected)
 
 
-@pytest.mark.parametrize('field,value', [
-    ('lr_mults', (('haed', 10.0),)), ('wd_mults', (('^head', 0.0), ('Dense_9', 2.0))),
-    ('frozen', ('embeding',)),
-])
+@pytest.mark.parametrize(
+    'field,value',
+    [
+        ('lr_mults', (('haed', 10.0),)),
+        ('wd_mults', (('^head', 0.0), ('Dense_9', 2.0))),
+        ('frozen', ('embeding',)),
+    ],
+)
 def test_a_regex_that_matches_nothing_is_a_one_line_error(field, value):
   config = _config({f'optim.{field}': value})
   shapes = jax.eval_shape(lambda: _params(config))
   regex = value[-1] if field == 'frozen' else value[-1][0]
-  with pytest.raises(ValueError, match=f"^config.optim.{field} regex '{regex}' matches no parameter: "
-                                       r"fix it \(parameter paths look like Transformer/") as e:
+  with pytest.raises(
+      ValueError,
+      match=f"^config.optim.{field} regex '{regex}' matches no parameter: "
+      r'fix it \(parameter paths look like Transformer/',
+  ) as e:
     param_groups.check_param_groups(config, shapes)
   assert '\n' not in str(e.value)
 
@@ -254,15 +319,27 @@ BAD_FIELDS = [
     ('optim.layer_decay', 0.0, r'^config.optim.layer_decay=0.0 must be in \(0, 1\], e.g. 0.75'),
     ('optim.layer_decay', 1.5, r'^config.optim.layer_decay=1.5 must be in \(0, 1\]'),
     ('optim.layer_decay', -0.5, r'^config.optim.layer_decay=-0.5 must be in \(0, 1\]'),
-    ('optim.mu_dtype', 'int8',
-     r"^config.optim.mu_dtype='int8' must name a float dtype, e.g. 'bfloat16'"),
+    (
+        'optim.mu_dtype',
+        'int8',
+        r"^config.optim.mu_dtype='int8' must name a float dtype, e.g. 'bfloat16'",
+    ),
     ('optim.mu_dtype', 'bfloat61', r"^config.optim.mu_dtype='bfloat61' must name a float dtype"),
-    ('optim.lr_mults', (('head', 0.0),),
-     r"^config.optim.lr_mults\[0\]=\('head', 0.0\): the multiplier must be > 0 \(config.optim.frozen"),
-    ('optim.lr_mults', ('head',),
-     r"^config.optim.lr_mults\[0\]='head' must be a \(regex, multiplier\) pair"),
-    ('optim.wd_mults', (('head', -1.0),),
-     r"^config.optim.wd_mults\[0\]=\('head', -1.0\): the multiplier must be >= 0"),
+    (
+        'optim.lr_mults',
+        (('head', 0.0),),
+        r"^config.optim.lr_mults\[0\]=\('head', 0.0\): the multiplier must be > 0 \(config.optim.frozen",
+    ),
+    (
+        'optim.lr_mults',
+        ('head',),
+        r"^config.optim.lr_mults\[0\]='head' must be a \(regex, multiplier\) pair",
+    ),
+    (
+        'optim.wd_mults',
+        (('head', -1.0),),
+        r"^config.optim.wd_mults\[0\]=\('head', -1.0\): the multiplier must be >= 0",
+    ),
     ('optim.wd_mults', (('(', 1.0),), r"^config.optim.wd_mults\[0\]='\(' is not a valid regex"),
     ('optim.frozen', (3,), r'^config.optim.frozen\[0\]=3 must be a regex string'),
 ]
@@ -277,25 +354,42 @@ def test_bad_fields_are_one_line_errors(field, value, match):
     assert '\n' not in str(e.value)
 
 
-@pytest.mark.parametrize('overrides,match', [
-    ({'optim.name': 'sgd', 'optim.mu_dtype': 'bfloat16'},
-     r"^config.optim.mu_dtype='bfloat16' is the first moment of adamw and lion, which sgd does not "
-     'keep'),
-    ({'optim.name': 'adafactor', 'optim.wd_mults': (('head', 0.0),)},
-     r'^config.optim.wd_mults are not supported by adafactor'),
-    ({'optim.name': 'adafactor', 'model.scan': True},
-     r'^config.optim.name=adafactor scales each parameter array by its RMS'),
-])
+@pytest.mark.parametrize(
+    'overrides,match',
+    [
+        (
+            {'optim.name': 'sgd', 'optim.mu_dtype': 'bfloat16'},
+            r"^config.optim.mu_dtype='bfloat16' is the first moment of adamw and lion, which sgd does not "
+            'keep',
+        ),
+        (
+            {'optim.name': 'adafactor', 'optim.wd_mults': (('head', 0.0),)},
+            r'^config.optim.wd_mults are not supported by adafactor',
+        ),
+        (
+            {'optim.name': 'adafactor', 'model.scan': True},
+            r'^config.optim.name=adafactor scales each parameter array by its RMS',
+        ),
+    ],
+)
 def test_combinations_that_do_not_work_are_one_line_errors(overrides, match):
   with pytest.raises(ValueError, match=match):
     optim.check_optim(_config(overrides))
 
 
 def test_state_on_an_fsdp_mesh_trains_and_checkpoints(tmp_path, data_dir):
-  config = _config({'data_dir': data_dir, 'mesh': (('fsdp', 8),), 'model.scan': True,
-                    'optim.frozen': ('LayerNorm_2', '^cls$'), 'optim.layer_decay': 0.75,
-                    'optim.lr_mults': (('^head', 10.0),), 'optim.mu_dtype': 'bfloat16',
-                    'lr.warmup_steps': 0})
+  config = _config(
+      {
+          'data_dir': data_dir,
+          'mesh': (('fsdp', 8),),
+          'model.scan': True,
+          'optim.frozen': ('LayerNorm_2', '^cls$'),
+          'optim.layer_decay': 0.75,
+          'optim.lr_mults': (('^head', 10.0),),
+          'optim.mu_dtype': 'bfloat16',
+          'lr.warmup_steps': 0,
+      }
+  )
   setup = train_setup.prepare(config, str(tmp_path))
   init = lambda: setup.model.clone(scan=False).init(jax.random.key(0), jnp.zeros((1, 8, 8, 3)))
   param_groups.check_param_groups(config, jax.eval_shape(init)['params'])
@@ -309,8 +403,13 @@ def test_state_on_an_fsdp_mesh_trains_and_checkpoints(tmp_path, data_dir):
 
   step = train_step.jit_train_step(setup, tx, schedule, shardings)
   rng = np.random.default_rng(0)
-  batch = sharding.global_batch({'image': rng.uniform(-1, 1, (16, 8, 8, 3)).astype(np.float32),
-                                 'label': rng.integers(0, 10, 16).astype(np.int32)}, setup.mesh)
+  batch = sharding.global_batch(
+      {
+          'image': rng.uniform(-1, 1, (16, 8, 8, 3)).astype(np.float32),
+          'label': rng.integers(0, 10, 16).astype(np.int32),
+      },
+      setup.mesh,
+  )
   before = _flat(jax.device_get(state.params))
   for _ in range(2):  # The zero-initialised head passes gradients on from the second step.
     state, _ = step(state, batch)

@@ -1,5 +1,6 @@
 """What the commands print: the training run's progress bar in a terminal (and plain lines without
 one), and export and predict printing their own lines only."""
+
 import contextlib
 import fcntl
 import io
@@ -24,8 +25,11 @@ from vit_jax.train import progress
 
 # A user's environment: the tests' conftest quiets TensorFlow for every process it starts, which
 # would hide what the commands themselves fail to quiet.
-_USER_ENV = {k: v for k, v in os.environ.items()
-             if k not in ('TF_CPP_MIN_LOG_LEVEL', 'TF_ENABLE_ONEDNN_OPTS')}
+_USER_ENV = {
+    k: v
+    for k, v in os.environ.items()
+    if k not in ('TF_CPP_MIN_LOG_LEVEL', 'TF_ENABLE_ONEDNN_OPTS')
+}
 # An absl log line, whole: nothing of the bar before it or inside it.
 _LOG_LINE = r'^[IWE]\d{4} \d\d:\d\d:\d\d\.\d{6} +\d+ [\w.]+:\d+\] '
 _ESCAPE = '\x1b'
@@ -112,7 +116,8 @@ def test_close_leaves_the_last_bar_on_its_line_and_gives_stderr_back():
   bar.close()
   assert sys.stderr is stderr
   assert terminal.getvalue().endswith('\n') and _visible_lines(terminal.getvalue())[-2].startswith(
-      'step 12/12 [########################] 100% | ')
+      'step 12/12 [########################] 100% | '
+  )
 
 
 def test_only_process_0_of_an_interactive_run_gets_a_bar(monkeypatch):
@@ -134,9 +139,12 @@ def _run_in_terminal(args: list[str], timeout: float = 300) -> tuple[int, str]:
   """Runs `args` with stdout and stderr on a pseudo-terminal; (status, everything it wrote)."""
   master, slave = pty.openpty()
   tty.setraw(slave)  # No '\n' -> '\r\n': the test reads exactly what the process wrote.
-  fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack('HHHH', 40, 160, 0, 0))  # 40 rows, 160 columns.
-  process = subprocess.Popen(args, cwd=helpers.REPO, env=_USER_ENV, stdin=subprocess.DEVNULL,
-                             stdout=slave, stderr=slave)
+  fcntl.ioctl(
+      slave, termios.TIOCSWINSZ, struct.pack('HHHH', 40, 160, 0, 0)
+  )  # 40 rows, 160 columns.
+  process = subprocess.Popen(
+      args, cwd=helpers.REPO, env=_USER_ENV, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave
+  )
   os.close(slave)
   chunks, deadline = [], time.time() + timeout
   try:
@@ -165,14 +173,21 @@ def test_an_interactive_run_shows_a_bar_below_intact_metric_lines(data_dir, tmp_
   train = [line for line in lines if 'train_loss=' in line]
   assert len(train) == 3, train  # Steps 4, 8 and 12, each whole on its own line:
   for line in train:
-    assert re.match(_LOG_LINE + r'\[(4|8|12)\] grad_norm=[\d.e-]+, images_per_sec=[\d.e+-]+, '
-                    r'learning_rate=[\d.e-]+, train_loss=[\d.]+$', line), repr(line)
+    assert re.match(
+        _LOG_LINE + r'\[(4|8|12)\] grad_norm=[\d.e-]+, images_per_sec=[\d.e+-]+, '
+        r'learning_rate=[\d.e-]+, train_loss=[\d.]+$',
+        line,
+    ), repr(line)
   evals = [line for line in lines if 'eval_top1=' in line]
   assert len(evals) == 2 and re.match(_LOG_LINE + r'\[12\] eval_loss=', evals[0]), evals
   assert re.match(_LOG_LINE + 'Final eval: ', evals[1]), evals
   bars = [line for line in lines if line.startswith('step ')]
   final = bars[-1]
-  assert final.startswith('step 12/12 [') and ' 100% | ' in final and ' img/s | ETA 0:00 | loss ' in final
+  assert (
+      final.startswith('step 12/12 [')
+      and ' 100% | ' in final
+      and ' img/s | ETA 0:00 | loss ' in final
+  )
   top1 = float(re.search(r'eval_top1=([\d.]+)', evals[0]).group(1))
   assert final.endswith(f' | eval top-1 {top1:.2%}'), final
   assert lines.index(final) < lines.index(evals[1])  # The last bar stays, above what follows.
@@ -180,27 +195,54 @@ def test_an_interactive_run_shows_a_bar_below_intact_metric_lines(data_dir, tmp_
 
 
 def test_a_run_without_a_terminal_prints_plain_lines(data_dir, tmp_path):
-  run = subprocess.run(_tiny_run_args(data_dir, str(tmp_path / 'run')), cwd=helpers.REPO,
-                       env=_USER_ENV, capture_output=True, text=True, timeout=300)
+  run = subprocess.run(
+      _tiny_run_args(data_dir, str(tmp_path / 'run')),
+      cwd=helpers.REPO,
+      env=_USER_ENV,
+      capture_output=True,
+      text=True,
+      timeout=300,
+  )
   assert run.returncode == 0, run.stderr[-3000:]
   output = run.stdout + run.stderr
   assert '\r' not in output and _ESCAPE not in output
   assert not re.search(r'step \d+/12', output)
   lines = run.stderr.splitlines()
-  assert len([line for line in lines if re.match(_LOG_LINE + r'\[\d+\] grad_norm=.*train_loss=', line)
-              ]) == 3
-  assert len([line for line in lines if re.match(_LOG_LINE + r'Progress: [\d.]+ steps/s, ', line)]) == 3
+  assert (
+      len(
+          [line for line in lines if re.match(_LOG_LINE + r'\[\d+\] grad_norm=.*train_loss=', line)]
+      )
+      == 3
+  )
+  assert (
+      len([line for line in lines if re.match(_LOG_LINE + r'Progress: [\d.]+ steps/s, ', line)])
+      == 3
+  )
   assert re.match(_LOG_LINE + 'Final eval: ', lines[-1]), lines[-1]
 
 
 def test_export_prints_its_one_line_only(trained_tiny_run, tmp_path):
   out = str(tmp_path / 'out')
-  run = subprocess.run([sys.executable, '-m', 'vit_jax.tools.export', f'--workdir={trained_tiny_run}',
-                        f'--out={out}'], cwd=helpers.REPO, env=_USER_ENV, stdout=subprocess.PIPE,
-                       stderr=subprocess.STDOUT, text=True, timeout=300)
+  run = subprocess.run(
+      [
+          sys.executable,
+          '-m',
+          'vit_jax.tools.export',
+          f'--workdir={trained_tiny_run}',
+          f'--out={out}',
+      ],
+      cwd=helpers.REPO,
+      env=_USER_ENV,
+      stdout=subprocess.PIPE,
+      stderr=subprocess.STDOUT,
+      text=True,
+      timeout=300,
+  )
   assert run.returncode == 0, run.stdout[-3000:]
   # Not orbax's INFO lines on reading the checkpoint, nor jax's, nor TensorFlow's C++ banners.
-  assert run.stdout.splitlines() == [f'exported step 12 (raw parameters) of {trained_tiny_run} to {out}']
+  assert run.stdout.splitlines() == [
+      f'exported step 12 (raw parameters) of {trained_tiny_run} to {out}'
+  ]
 
 
 @pytest.mark.parametrize('source', ['workdir', 'export'])
@@ -209,13 +251,27 @@ def test_predict_prints_its_own_lines_only(trained_tiny_run, exported_tiny_run, 
   Image.fromarray(image).save(tmp_path / 'a.png')
   (tmp_path / 'bad.png').write_text('not an image')  # TensorFlow's decoder warns in C++ about it.
   flag = f'--workdir={trained_tiny_run}' if source == 'workdir' else f'--export={exported_tiny_run}'
-  run = subprocess.run([sys.executable, '-m', 'vit_jax.tools.predict', flag, '--top_k=2',
-                        str(tmp_path / 'a.png'), str(tmp_path / 'bad.png')],
-                       cwd=helpers.REPO, env=_USER_ENV, capture_output=True, text=True, timeout=300)
+  run = subprocess.run(
+      [
+          sys.executable,
+          '-m',
+          'vit_jax.tools.predict',
+          flag,
+          '--top_k=2',
+          str(tmp_path / 'a.png'),
+          str(tmp_path / 'bad.png'),
+      ],
+      cwd=helpers.REPO,
+      env=_USER_ENV,
+      capture_output=True,
+      text=True,
+      timeout=300,
+  )
   assert run.returncode == 0, run.stderr[-3000:]
   lines = run.stdout.splitlines()
   assert lines[0] == str(tmp_path / 'a.png') and len(lines) == 3, run.stdout
   assert all(re.fullmatch(r'  [01]\.\d{4}  \d', line) for line in lines[1:]), lines
   # Not TensorFlow's 'W0000 ... local_rendezvous.cc ...' warning for bad.png, nor absl's note on it.
   assert run.stderr.splitlines() == [
-      f'skipped: cannot decode {tmp_path}/bad.png: not an image format PIL reads']
+      f'skipped: cannot decode {tmp_path}/bad.png: not an image format PIL reads'
+  ]

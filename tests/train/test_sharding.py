@@ -1,5 +1,6 @@
 """Sharded training on any mesh: partition rules, equal results across meshes and hosts, accumulation,
 checkpoints moved between meshes, and the errors for meshes that do not fit."""
+
 import functools
 import logging
 import os
@@ -32,21 +33,29 @@ def test_partition_rules_combine_tensor_and_fsdp():
   mesh = sharding.make_mesh((('fsdp', 4), ('tensor', 2)))
   spec = functools.partial(sharding.partition_spec, mesh=mesh)
   block = 'Transformer/encoderblock_3'
-  assert spec(f'{block}/MultiHeadDotProductAttention_1/query/kernel', (768, 12, 64)) == P('fsdp', 'tensor', None)
-  assert spec(f'{block}/MultiHeadDotProductAttention_1/out/kernel', (12, 64, 768)) == P('tensor', None, 'fsdp')
+  assert spec(f'{block}/MultiHeadDotProductAttention_1/query/kernel', (768, 12, 64)) == P(
+      'fsdp', 'tensor', None
+  )
+  assert spec(f'{block}/MultiHeadDotProductAttention_1/out/kernel', (12, 64, 768)) == P(
+      'tensor', None, 'fsdp'
+  )
   assert spec(f'{block}/MlpBlock_3/Dense_0/kernel', (768, 3072)) == P('fsdp', 'tensor')
   assert spec(f'{block}/MlpBlock_3/Dense_1/kernel', (3072, 768)) == P('tensor', 'fsdp')
   assert spec(f'{block}/LayerNorm_0/scale', (768,)) == P('fsdp')
   assert spec('head/bias', (10,)) == P(None)  # 10 is not divisible by 4: replicated.
   # Optimizer-state paths end with the parameter path and get the same spec.
-  assert spec(f'opt_state/1/0/mu/{block}/MlpBlock_3/Dense_0/kernel', (768, 3072)) == P('fsdp', 'tensor')
+  assert spec(f'opt_state/1/0/mu/{block}/MlpBlock_3/Dense_0/kernel', (768, 3072)) == P(
+      'fsdp', 'tensor'
+  )
   # A scanned model's stacked blocks: the layer axis stays whole, the rules apply to the rest.
   stacked = 'opt_state/1/0/mu/Transformer/encoderblock'
   assert spec(f'{stacked}/MlpBlock_3/Dense_0/kernel', (12, 768, 3072)) == P(None, 'fsdp', 'tensor')
   assert spec(f'{stacked}/LayerNorm_0/scale', (12, 768)) == P(None, 'fsdp')
   assert spec(f'{stacked}/LayerNorm_0/scale', (8, 6)) == P(None, None)  # Never split over layers.
   data_only = sharding.make_mesh((('data', -1),))
-  assert sharding.partition_spec('embedding/kernel', (16, 16, 3, 768), data_only) == P(None, None, None, None)
+  assert sharding.partition_spec('embedding/kernel', (16, 16, 3, 768), data_only) == P(
+      None, None, None, None
+  )
 
 
 def test_fsdp_cuts_per_device_state_of_vit_b16_at_least_6x():
@@ -66,24 +75,47 @@ def _state_and_step(setup, accum_steps):
   tx, schedule = optim.make_optimizer(setup.config, setup.total_steps)
   manager = checkpoint.make_manager(setup.workdir, keep=1)
   state, _, _ = train_state.create_state(setup, tx, manager)
-  step = jax.jit(functools.partial(
-      train_step.train_step, tx=tx, schedule=schedule, loss_fn=tasks.get(setup.config.task).make_loss(setup.config, setup.model),
-      dropout_key=jax.random.key(0), accum_steps=accum_steps,
-      micro_batch_sharding=sharding.micro_batch_sharding(setup.mesh)))
+  step = jax.jit(
+      functools.partial(
+          train_step.train_step,
+          tx=tx,
+          schedule=schedule,
+          loss_fn=tasks.get(setup.config.task).make_loss(setup.config, setup.model),
+          dropout_key=jax.random.key(0),
+          accum_steps=accum_steps,
+          micro_batch_sharding=sharding.micro_batch_sharding(setup.mesh),
+      )
+  )
   return state, step
 
 
 def test_gradient_accumulation_matches_one_big_batch(tmp_path, data_dir):
   # SGD: Adam's first step is about lr * sign(grad), which would turn float noise in near-zero
   # gradients into differences of 2 * lr.
-  setup = _tiny_setup(tmp_path, data_dir, batch_size=64, accum_steps=4, mesh=(('data', 2), ('fsdp', 4)),
-                      **{'lr.warmup_steps': 0, 'lr.decay': 'constant', 'lr.base': 0.5,
-                         'optim.name': 'sgd', 'optim.weight_decay': 0.0,
-                         'model.dropout_rate': 0.0,  # Micro-batches draw their own dropout masks.
-                         'model.head_dropout_rate': 0.0})
+  setup = _tiny_setup(
+      tmp_path,
+      data_dir,
+      batch_size=64,
+      accum_steps=4,
+      mesh=(('data', 2), ('fsdp', 4)),
+      **{
+          'lr.warmup_steps': 0,
+          'lr.decay': 'constant',
+          'lr.base': 0.5,
+          'optim.name': 'sgd',
+          'optim.weight_decay': 0.0,
+          'model.dropout_rate': 0.0,  # Micro-batches draw their own dropout masks.
+          'model.head_dropout_rate': 0.0,
+      },
+  )
   rng = np.random.default_rng(0)
-  batch = sharding.global_batch({'image': rng.uniform(-1, 1, (64, 8, 8, 3)).astype(np.float32),
-                                 'label': rng.integers(0, 10, 64).astype(np.int32)}, setup.mesh)
+  batch = sharding.global_batch(
+      {
+          'image': rng.uniform(-1, 1, (64, 8, 8, 3)).astype(np.float32),
+          'label': rng.integers(0, 10, 64).astype(np.int32),
+      },
+      setup.mesh,
+  )
   results = []
   for accum_steps in (1, 4):
     state, step = _state_and_step(setup, accum_steps)
@@ -105,8 +137,10 @@ def test_checkpoint_moves_between_meshes(tmp_path, data_dir):
   manager.wait_until_finished()
 
   abstract = jax.eval_shape(lambda: state)
-  for mesh in (sharding.make_mesh((('data', 1),), devices=jax.devices()[:1]),
-               sharding.make_mesh((('data', 2), ('tensor', 4)))):
+  for mesh in (
+      sharding.make_mesh((('data', 1),), devices=jax.devices()[:1]),
+      sharding.make_mesh((('data', 2), ('tensor', 4))),
+  ):
     shardings = sharding.state_shardings(abstract, mesh)
     restored = checkpoint.restore(manager, checkpoint.abstract_with_shardings(abstract, shardings))
     chex.assert_trees_all_equal(jax.device_get(state), jax.device_get(restored))
@@ -119,10 +153,14 @@ def test_one_process_saves_replicated_arrays_without_slicing_them(tmp_path, monk
   # Orbax's replica-parallel save would cut each replicated array into one slice per device.
   slices = []
   slice_in_dim = jax.lax.slice_in_dim
-  monkeypatch.setattr(jax.lax, 'slice_in_dim', lambda *a, **k: slices.append(1) or slice_in_dim(*a, **k))
+  monkeypatch.setattr(
+      jax.lax, 'slice_in_dim', lambda *a, **k: slices.append(1) or slice_in_dim(*a, **k)
+  )
   replicated = jax.sharding.NamedSharding(sharding.make_mesh((('data', 8),)), P())
-  params = {'kernel': jax.device_put(np.arange(64 * 32, dtype=np.float32).reshape(64, 32), replicated),
-            'bias': jax.device_put(np.ones(64, np.float32), replicated)}
+  params = {
+      'kernel': jax.device_put(np.arange(64 * 32, dtype=np.float32).reshape(64, 32), replicated),
+      'bias': jax.device_put(np.ones(64, np.float32), replicated),
+  }
   manager = checkpoint.make_manager(str(tmp_path), keep=1)
   checkpoint.save(manager, 0, {'params': params})
   manager.wait_until_finished()
@@ -132,14 +170,23 @@ def test_one_process_saves_replicated_arrays_without_slicing_them(tmp_path, monk
   chex.assert_trees_all_equal(restored, jax.device_get(params))
 
 
-@pytest.mark.parametrize('overrides,message', [
-    ({'mesh': (('data', 2), ('tensor', 4))}, 'tensor=4 does not divide the model.s num_heads=2'),
-    ({'mesh': (('data', 4), ('fsdp', 4))}, 'multiply to 16, but there are 8 devices'),
-    ({'mesh': (('model', 8),)}, "Unknown config.mesh axis 'model': the axes are data, fsdp, tensor"),
-    ({'mesh': (('data', 2), ('data', 4))}, r"names an axis twice \(\['data', 'data'\]\)"),
-    ({'mesh': ('data', 8)}, r'must be \(name, size\) pairs'),
-    ({'batch_size': 16, 'accum_steps': 4}, r'not divisible by the 8 devices.*x accum_steps=4'),
-])
+@pytest.mark.parametrize(
+    'overrides,message',
+    [
+        (
+            {'mesh': (('data', 2), ('tensor', 4))},
+            'tensor=4 does not divide the model.s num_heads=2',
+        ),
+        ({'mesh': (('data', 4), ('fsdp', 4))}, 'multiply to 16, but there are 8 devices'),
+        (
+            {'mesh': (('model', 8),)},
+            "Unknown config.mesh axis 'model': the axes are data, fsdp, tensor",
+        ),
+        ({'mesh': (('data', 2), ('data', 4))}, r"names an axis twice \(\['data', 'data'\]\)"),
+        ({'mesh': ('data', 8)}, r'must be \(name, size\) pairs'),
+        ({'batch_size': 16, 'accum_steps': 4}, r'not divisible by the 8 devices.*x accum_steps=4'),
+    ],
+)
 def test_meshes_that_do_not_fit_are_clear_errors(tmp_path, data_dir, overrides, message):
   with pytest.raises(ValueError, match=message):
     _tiny_setup(tmp_path, data_dir, **overrides)
@@ -147,8 +194,11 @@ def test_meshes_that_do_not_fit_are_clear_errors(tmp_path, data_dir, overrides, 
 
 def test_unreachable_coordinator_fails_within_the_timeout(tmp_path):
   cmd = helpers.main_args('configs/demo.py', str(tmp_path), {}) + [
-      f'--coordinator_address=127.0.0.1:{local.free_port()}', '--num_processes=2', '--process_id=1',
-      '--distributed_timeout=5']
+      f'--coordinator_address=127.0.0.1:{local.free_port()}',
+      '--num_processes=2',
+      '--process_id=1',
+      '--distributed_timeout=5',
+  ]
   run = subprocess.run(cmd, cwd=helpers.REPO, capture_output=True, text=True, timeout=120)
   assert run.returncode == 2, run.stderr[-2000:]
   errors = [line for line in run.stderr.splitlines() if line.startswith('error: ')]
@@ -157,8 +207,15 @@ def test_unreachable_coordinator_fails_within_the_timeout(tmp_path):
 
 # Same data, same seed, any mesh: the same 20 losses (dropout included). data_shards=2 fixes the data
 # streams, so one process and two processes see the same batches.
-_TRAJECTORY = {**helpers.TINY, 'total_steps': 20, 'log_every_steps': 1, 'eval_every_steps': 20,
-               'checkpoint_every_steps': 20, 'model.dropout_rate': 0.1, 'data_shards': 2}
+_TRAJECTORY = {
+    **helpers.TINY,
+    'total_steps': 20,
+    'log_every_steps': 1,
+    'eval_every_steps': 20,
+    'checkpoint_every_steps': 20,
+    'model.dropout_rate': 0.1,
+    'data_shards': 2,
+}
 
 
 def _losses(workdir):
@@ -171,20 +228,36 @@ def _losses(workdir):
 def test_loss_trajectory_is_the_same_on_every_mesh_and_across_hosts(tmp_path, data_dir):
   overrides = {**_TRAJECTORY, 'data_dir': data_dir}
   env_1_device = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=1')
-  run = subprocess.run(helpers.main_args('configs/demo.py', str(tmp_path / 'one'), overrides),
-                       cwd=helpers.REPO, capture_output=True, text=True, env=env_1_device, timeout=600)
+  run = subprocess.run(
+      helpers.main_args('configs/demo.py', str(tmp_path / 'one'), overrides),
+      cwd=helpers.REPO,
+      capture_output=True,
+      text=True,
+      env=env_1_device,
+      timeout=600,
+  )
   assert run.returncode == 0, run.stderr[-3000:]
   reference = _losses(str(tmp_path / 'one'))
 
-  for name, mesh in [('data8', "(('data', 8),)"), ('data2_fsdp4', "(('data', 2), ('fsdp', 4))"),
-                     ('tensor2_data4', "(('tensor', 2), ('data', 4))")]:
-    run = helpers.run_main('configs/demo.py', str(tmp_path / name), {**overrides, 'mesh': mesh},
-                           timeout=600)
+  for name, mesh in [
+      ('data8', "(('data', 8),)"),
+      ('data2_fsdp4', "(('data', 2), ('fsdp', 4))"),
+      ('tensor2_data4', "(('tensor', 2), ('data', 4))"),
+  ]:
+    run = helpers.run_main(
+        'configs/demo.py', str(tmp_path / name), {**overrides, 'mesh': mesh}, timeout=600
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     np.testing.assert_allclose(_losses(str(tmp_path / name)), reference, rtol=1e-5, err_msg=name)
 
   workdir = str(tmp_path / 'two_hosts')
-  code = local.launch(helpers.main_args('configs/demo.py', workdir, overrides)[3:],
-                      num_processes=2, devices_per_process=4, timeout=600)
+  code = local.launch(
+      helpers.main_args('configs/demo.py', workdir, overrides)[3:],
+      num_processes=2,
+      devices_per_process=4,
+      timeout=600,
+  )
   assert code == 0
-  np.testing.assert_allclose(_losses(workdir), reference, rtol=1e-5, err_msg='2 processes x 4 devices')
+  np.testing.assert_allclose(
+      _losses(workdir), reference, rtol=1e-5, err_msg='2 processes x 4 devices'
+  )

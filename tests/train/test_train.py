@@ -1,4 +1,5 @@
 """The training loop end to end on the bundled digits: metrics, checkpoints, exact resume, bad input."""
+
 import os
 import shutil
 import subprocess
@@ -24,8 +25,9 @@ def _checkpoint_steps(workdir):
 
 
 def test_loop_writes_metrics_and_keeps_the_last_checkpoints(tmp_path, data_dir):
-  config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': data_dir, 'keep_checkpoints': 2,
-                                       'lr.decay': 'linear'})
+  config = helpers.load_config(
+      'demo', {**helpers.TINY, 'data_dir': data_dir, 'keep_checkpoints': 2, 'lr.decay': 'linear'}
+  )
   metrics = loop.train_and_evaluate(train_setup.prepare(config, str(tmp_path)))
   assert set(metrics) == {'eval_top1', 'eval_top5', 'eval_loss'}
   assert 0.0 <= metrics['eval_top1'] <= metrics['eval_top5'] <= 1.0
@@ -46,10 +48,20 @@ def test_loop_writes_metrics_and_keeps_the_last_checkpoints(tmp_path, data_dir):
 
 
 def test_loop_learns_the_digits(tmp_path, data_dir):
-  config = helpers.load_config('demo', {
-      **helpers.TINY, 'data_dir': data_dir, 'total_steps': 150, 'batch_size': 64,
-      'lr.base': 3e-3, 'lr.warmup_steps': 10, 'eval_every_steps': 150, 'log_every_steps': 50,
-      'checkpoint_every_steps': 150})
+  config = helpers.load_config(
+      'demo',
+      {
+          **helpers.TINY,
+          'data_dir': data_dir,
+          'total_steps': 150,
+          'batch_size': 64,
+          'lr.base': 3e-3,
+          'lr.warmup_steps': 10,
+          'eval_every_steps': 150,
+          'log_every_steps': 50,
+          'checkpoint_every_steps': 150,
+      },
+  )
   metrics = loop.train_and_evaluate(train_setup.prepare(config, str(tmp_path)))
   assert metrics['eval_top1'] > 0.6  # Chance is 0.1.
 
@@ -76,26 +88,47 @@ def test_polyak_average_is_kept_and_evaluated(tmp_path, data_dir):
 
 @pytest.mark.parametrize('name', ['vit_b16_i1k', 'vit_l16_i21k'])
 def test_pretraining_configs_run_a_step(tmp_path, data_dir, name):
-  config = helpers.load_config(name, {
-      'dataset': 'digits', 'data_dir': data_dir, 'train_split': 'train', 'eval_split': 'test',
-      'variant': 'ViT-testing_8', 'model.representation_size': 16, 'image_size': 16,
-      'batch_size': 8, 'eval_batch_size': 120, 'total_steps': 1, 'num_epochs': None})
+  config = helpers.load_config(
+      name,
+      {
+          'dataset': 'digits',
+          'data_dir': data_dir,
+          'train_split': 'train',
+          'eval_split': 'test',
+          'variant': 'ViT-testing_8',
+          'model.representation_size': 16,
+          'image_size': 16,
+          'batch_size': 8,
+          'eval_batch_size': 120,
+          'total_steps': 1,
+          'num_epochs': None,
+      },
+  )
   metrics = loop.train_and_evaluate(train_setup.prepare(config, str(tmp_path)))
   assert np.isfinite(metrics['eval_loss'])
   assert _checkpoint_steps(tmp_path) == [1]
 
 
 # Bad input: a one-line error naming the fix, raised before anything is compiled or written.
-@pytest.mark.parametrize('overrides,message', [
-    ({'variant': 'ViT-Q_16'}, 'Unknown model variant'),
-    ({'dataset': 'no_such_dataset'}, "Unknown dataset 'no_such_dataset'"),
-    ({'batch_size': 12}, r'batch_size=12 is not divisible by the 8 devices.*--config.batch_size=8'),
-    ({'eval_batch_size': 20}, r'eval_batch_size=20 is not divisible'),
-    ({'image_size': 10}, r'image_size=10 is not divisible by the patch size 4.*--config.image_size=8'),
-    ({'mesh': (('data', 3),)}, 'multiply to 3, but there are 8 devices'),
-    ({'optim.name': 'lamb'}, "Unknown optim.name 'lamb'"),
-    ({'total_steps': None}, 'Set exactly one of config.total_steps and config.num_epochs'),
-])
+@pytest.mark.parametrize(
+    'overrides,message',
+    [
+        ({'variant': 'ViT-Q_16'}, 'Unknown model variant'),
+        ({'dataset': 'no_such_dataset'}, "Unknown dataset 'no_such_dataset'"),
+        (
+            {'batch_size': 12},
+            r'batch_size=12 is not divisible by the 8 devices.*--config.batch_size=8',
+        ),
+        ({'eval_batch_size': 20}, r'eval_batch_size=20 is not divisible'),
+        (
+            {'image_size': 10},
+            r'image_size=10 is not divisible by the patch size 4.*--config.image_size=8',
+        ),
+        ({'mesh': (('data', 3),)}, 'multiply to 3, but there are 8 devices'),
+        ({'optim.name': 'lamb'}, "Unknown optim.name 'lamb'"),
+        ({'total_steps': None}, 'Set exactly one of config.total_steps and config.num_epochs'),
+    ],
+)
 def test_bad_config_is_a_clear_error(tmp_path, data_dir, overrides, message):
   config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': data_dir, **overrides})
   with pytest.raises(ValueError, match=message) as error:
@@ -109,16 +142,24 @@ def test_unwritable_workdir_is_a_clear_error(tmp_path, data_dir):
   config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': data_dir})
   with pytest.raises(ValueError, match='is not writable.*--workdir'):
     train_setup.prepare(config, str(tmp_path / 'a_file' / 'workdir'))
-  with pytest.raises(ValueError, match=r"--workdir='.*a_file' is not writable \(it is a file, not a "
-                     r'directory\)'):
+  with pytest.raises(
+      ValueError,
+      match=r"--workdir='.*a_file' is not writable \(it is a file, not a " r'directory\)',
+  ):
     train_setup.prepare(config, str(tmp_path / 'a_file'))
 
 
-@pytest.mark.parametrize('args,message', [
-    (['--config.batch_sise=8'], 'the config has no field batch_sise.*Did you mean "batch_size"'),
-    (['--config.batch_size=12'], 'batch_size=12 is not divisible'),
-    (['--config.batch_size=many'], 'error: '),
-])
+@pytest.mark.parametrize(
+    'args,message',
+    [
+        (
+            ['--config.batch_sise=8'],
+            'the config has no field batch_sise.*Did you mean "batch_size"',
+        ),
+        (['--config.batch_size=12'], 'batch_size=12 is not divisible'),
+        (['--config.batch_size=many'], 'error: '),
+    ],
+)
 def test_command_line_errors_are_one_line(tmp_path, data_dir, args, message):
   cmd = helpers.main_args('configs/demo.py', str(tmp_path / 'w'), {'data_dir': data_dir}) + args
   run = subprocess.run(cmd, cwd=helpers.REPO, capture_output=True, text=True, timeout=300)
@@ -130,12 +171,23 @@ def test_command_line_errors_are_one_line(tmp_path, data_dir, args, message):
 
 def test_a_config_file_that_does_not_exist_is_one_line(tmp_path):
   # config_flags raised the missing file's error at first use: a traceback of 40 lines.
-  run = subprocess.run([sys.executable, '-m', 'vit_jax.main', '--config=configs/no_such_file.py',
-                        f'--workdir={tmp_path / "w"}'], cwd=helpers.REPO, capture_output=True, text=True,
-                       timeout=300)
+  run = subprocess.run(
+      [
+          sys.executable,
+          '-m',
+          'vit_jax.main',
+          '--config=configs/no_such_file.py',
+          f'--workdir={tmp_path / "w"}',
+      ],
+      cwd=helpers.REPO,
+      capture_output=True,
+      text=True,
+      timeout=300,
+  )
   assert run.returncode == 2 and run.stderr.strip().splitlines() == [
-      "error: cannot load the --config file: [Errno 2] No such file or directory: "
-      "'configs/no_such_file.py'"], run.stderr
+      'error: cannot load the --config file: [Errno 2] No such file or directory: '
+      "'configs/no_such_file.py'"
+  ], run.stderr
   assert not (tmp_path / 'w').exists()
 
 
@@ -148,20 +200,31 @@ def pretrained_workdir(tmp_path_factory, data_dir):
   return workdir
 
 
-def test_finetune_at_a_new_resolution_resizes_posemb_and_replaces_head(tmp_path, data_dir,
-                                                                       pretrained_workdir, caplog):
-  config = helpers.load_config('demo_finetune', {
-      **helpers.TINY, 'data_dir': data_dir, 'init_from': pretrained_workdir, 'image_size': 16,
-      'total_steps': 2, 'polyak_decay': 0.9})
+def test_finetune_at_a_new_resolution_resizes_posemb_and_replaces_head(
+    tmp_path, data_dir, pretrained_workdir, caplog
+):
+  config = helpers.load_config(
+      'demo_finetune',
+      {
+          **helpers.TINY,
+          'data_dir': data_dir,
+          'init_from': pretrained_workdir,
+          'image_size': 16,
+          'total_steps': 2,
+          'polyak_decay': 0.9,
+      },
+  )
   with caplog.at_level('INFO'):
     setup = train_setup.prepare(config, str(tmp_path))
   assert 'resized pos_embedding 2x2 -> 4x4 (bilinear)' in caplog.text
   assert 'replaced head (32, 10) with zeros (32, 10)' in caplog.text
   np.testing.assert_array_equal(setup.init_params['head']['kernel'], 0.0)
   pretrained = ocp.StandardCheckpointer().restore(
-      os.path.join(pretrained_workdir, 'checkpoints', '4', 'default'))['params']
-  np.testing.assert_array_equal(setup.init_params['embedding']['kernel'],
-                                pretrained['embedding']['kernel'])
+      os.path.join(pretrained_workdir, 'checkpoints', '4', 'default')
+  )['params']
+  np.testing.assert_array_equal(
+      setup.init_params['embedding']['kernel'], pretrained['embedding']['kernel']
+  )
   # The loop starts from those parameters (and so does the Polyak average).
   tx, _ = optim.make_optimizer(setup.config, setup.total_steps)
   state, _, _ = train_state.create_state(setup, tx, checkpoint.make_manager(str(tmp_path), keep=1))
@@ -180,55 +243,100 @@ def _three_class_folder(root):
 
 def test_scanned_training_keeps_per_block_checkpoints_that_resume_either_way(tmp_path, data_dir):
   """Scan trains on stacked blocks (sharded over fsdp and tensor), but writes the original layout."""
-  overrides = {**helpers.TINY, 'data_dir': data_dir, 'total_steps': 8, 'log_every_steps': 1,
-               'eval_every_steps': 8, 'mesh': (('fsdp', 4), ('tensor', 2)), 'polyak_decay': 0.5,
-               'model.dropout_rate': 0.0,  # Scanned blocks draw other dropout masks than a loop.
-               # SGD: Adam's first steps are about lr * sign(grad), which turns float noise in
-               # near-zero gradients into differences of 2 * lr.
-               'optim.name': 'sgd', 'optim.weight_decay': 0.0, 'lr.base': 0.1}
-  setup = train_setup.prepare(helpers.load_config('demo', {**overrides, 'model.scan': True}),
-                        str(tmp_path / 'state'))
+  overrides = {
+      **helpers.TINY,
+      'data_dir': data_dir,
+      'total_steps': 8,
+      'log_every_steps': 1,
+      'eval_every_steps': 8,
+      'mesh': (('fsdp', 4), ('tensor', 2)),
+      'polyak_decay': 0.5,
+      'model.dropout_rate': 0.0,  # Scanned blocks draw other dropout masks than a loop.
+      # SGD: Adam's first steps are about lr * sign(grad), which turns float noise in
+      # near-zero gradients into differences of 2 * lr.
+      'optim.name': 'sgd',
+      'optim.weight_decay': 0.0,
+      'lr.base': 0.1,
+  }
+  setup = train_setup.prepare(
+      helpers.load_config('demo', {**overrides, 'model.scan': True}), str(tmp_path / 'state')
+  )
   tx, _ = optim.make_optimizer(setup.config, setup.total_steps)
-  state, _, to_checkpoint = train_state.create_state(setup, tx, checkpoint.make_manager(setup.workdir, 1))
-  kernels = [leaf for path, leaf in jax.tree_util.tree_leaves_with_path(state) if
-             jax.tree_util.keystr(path).endswith("['encoderblock']['MlpBlock_3']['Dense_0']['kernel']")]
+  state, _, to_checkpoint = train_state.create_state(
+      setup, tx, checkpoint.make_manager(setup.workdir, 1)
+  )
+  kernels = [
+      leaf
+      for path, leaf in jax.tree_util.tree_leaves_with_path(state)
+      if jax.tree_util.keystr(path).endswith("['encoderblock']['MlpBlock_3']['Dense_0']['kernel']")
+  ]
   assert len(kernels) == 3  # Parameters, SGD momentum, Polyak average.
-  assert all(k.shape == (2, 32, 64) and k.sharding.spec == P(None, 'fsdp', 'tensor') for k in kernels)
+  assert all(
+      k.shape == (2, 32, 64) and k.sharding.spec == P(None, 'fsdp', 'tensor') for k in kernels
+  )
   assert sorted(to_checkpoint(state).ema_params['Transformer']) == [
-      'encoder_norm', 'encoderblock_0', 'encoderblock_1', 'posembed_input']
+      'encoder_norm',
+      'encoderblock_0',
+      'encoderblock_1',
+      'posembed_input',
+  ]
 
   losses, params = {}, {}
   for scan in (False, True):
     workdir = str(tmp_path / f'scan={scan}')
-    loop.train_and_evaluate(train_setup.prepare(
-        helpers.load_config('demo', {**overrides, 'model.scan': scan}), workdir))
+    loop.train_and_evaluate(
+        train_setup.prepare(helpers.load_config('demo', {**overrides, 'model.scan': scan}), workdir)
+    )
     scalars = helpers.read_scalars(workdir)['train_loss']
     losses[scan] = [scalars[step] for step in range(1, 9)]
     params[scan], _ = checkpoint.restore_params(os.path.join(workdir, 'checkpoints', '8'))
   np.testing.assert_allclose(losses[True], losses[False], rtol=1e-5)
-  assert 'encoderblock_1' in params[True]['Transformer'] and 'encoderblock' not in params[True]['Transformer']
-  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), params[True],
-               params[False])
+  assert (
+      'encoderblock_1' in params[True]['Transformer']
+      and 'encoderblock' not in params[True]['Transformer']
+  )
+  jax.tree.map(
+      lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6),
+      params[True],
+      params[False],
+  )
 
   # The scanned run's step-4 checkpoint resumes without scan (and an unscanned one with it).
   for scan in (True, False):
     resumed = str(tmp_path / f'resumed_from_scan={scan}')
     shutil.copytree(str(tmp_path / f'scan={scan}'), resumed)
     shutil.rmtree(os.path.join(resumed, 'checkpoints', '8'))
-    loop.train_and_evaluate(train_setup.prepare(
-        helpers.load_config('demo', {**overrides, 'model.scan': not scan}), resumed))
+    loop.train_and_evaluate(
+        train_setup.prepare(
+            helpers.load_config('demo', {**overrides, 'model.scan': not scan}), resumed
+        )
+    )
     final, _ = checkpoint.restore_params(os.path.join(resumed, 'checkpoints', '8'))
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), final,
-                 params[scan])
+    jax.tree.map(
+        lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), final, params[scan]
+    )
 
 
-@pytest.mark.parametrize('overrides,message', [
-    ({'init_from': '/nonexistent/ViT-B_16.npz'}, "no checkpoint file at '/nonexistent/ViT-B_16.npz'"),
-    ({'model.patch_size': 2}, r'embedding/kernel: checkpoint \(4, 4, 3, 32\) vs model \(2, 2, 3, 32\)'),
-    ({'keep_head': True, 'dataset': 'folder'},
-     r'head/kernel: checkpoint \(32, 10\) vs model \(32, 3\).*--config.keep_head=False'),
-])
-def test_bad_checkpoints_are_clear_errors(tmp_path, data_dir, pretrained_workdir, overrides, message):
+@pytest.mark.parametrize(
+    'overrides,message',
+    [
+        (
+            {'init_from': '/nonexistent/ViT-B_16.npz'},
+            "no checkpoint file at '/nonexistent/ViT-B_16.npz'",
+        ),
+        (
+            {'model.patch_size': 2},
+            r'embedding/kernel: checkpoint \(4, 4, 3, 32\) vs model \(2, 2, 3, 32\)',
+        ),
+        (
+            {'keep_head': True, 'dataset': 'folder'},
+            r'head/kernel: checkpoint \(32, 10\) vs model \(32, 3\).*--config.keep_head=False',
+        ),
+    ],
+)
+def test_bad_checkpoints_are_clear_errors(
+    tmp_path, data_dir, pretrained_workdir, overrides, message
+):
   overrides = {**helpers.TINY, 'data_dir': data_dir, 'init_from': pretrained_workdir, **overrides}
   if overrides.get('dataset') == 'folder':
     overrides['data_dir'] = _three_class_folder(tmp_path / 'images')
@@ -239,9 +347,15 @@ def test_bad_checkpoints_are_clear_errors(tmp_path, data_dir, pretrained_workdir
   assert not os.path.exists(tmp_path / 'workdir')
 
 
-@pytest.mark.parametrize('name,dataset,resolution,steps', [
-    ('vit_b16_finetune', 'cifar10', 384, 10_000), ('vit_b16_finetune', 'oxford_iiit_pet', 384, 500),
-    ('vit_b16_finetune', 'imagenet2012', 384, 20_000), ('vit_l16_finetune', 'imagenet2012', 512, 20_000)])
+@pytest.mark.parametrize(
+    'name,dataset,resolution,steps',
+    [
+        ('vit_b16_finetune', 'cifar10', 384, 10_000),
+        ('vit_b16_finetune', 'oxford_iiit_pet', 384, 500),
+        ('vit_b16_finetune', 'imagenet2012', 384, 20_000),
+        ('vit_l16_finetune', 'imagenet2012', 512, 20_000),
+    ],
+)
 def test_finetune_configs_follow_the_paper(name, dataset, resolution, steps):
   config = __import__(f'configs.{name}', fromlist=['get_config']).get_config(dataset)
   assert (config.image_size, config.total_steps, config.batch_size) == (resolution, steps, 512)
@@ -253,10 +367,21 @@ def test_finetune_configs_follow_the_paper(name, dataset, resolution, steps):
 def test_finetune_config_runs_from_an_npz(tmp_path, data_dir, pretrained_workdir):
   params, _ = run_dir.load_params(pretrained_workdir)
   loading.save_npz(params, str(tmp_path / 'tiny.npz'))
-  config = helpers.load_config('vit_b16_finetune', {
-      **helpers.TINY, 'dataset': 'digits', 'data_dir': data_dir, 'train_split': 'train',
-      'eval_split': 'test', 'init_from': str(tmp_path / 'tiny.npz'), 'image_size': 12, 'total_steps': 1,
-      'lr.warmup_steps': 0, 'dtype': 'float32'})
+  config = helpers.load_config(
+      'vit_b16_finetune',
+      {
+          **helpers.TINY,
+          'dataset': 'digits',
+          'data_dir': data_dir,
+          'train_split': 'train',
+          'eval_split': 'test',
+          'init_from': str(tmp_path / 'tiny.npz'),
+          'image_size': 12,
+          'total_steps': 1,
+          'lr.warmup_steps': 0,
+          'dtype': 'float32',
+      },
+  )
   setup = train_setup.prepare(config, str(tmp_path / 'workdir'))
   assert setup.init_params['Transformer']['posembed_input']['pos_embedding'].shape == (1, 10, 32)
   assert np.isfinite(loop.train_and_evaluate(setup)['eval_loss'])

@@ -2,6 +2,7 @@
 (helpers.WITHOUT_TENSORFLOW). `import tensorflow` then fails as it does where it is absent, and
 importlib's find_spec says it is not there: tfds and etils ask importlib, so sys.modules['tensorflow'] =
 None (which says it is loaded) would break them where the real absence does not."""
+
 import importlib.machinery
 import sys
 

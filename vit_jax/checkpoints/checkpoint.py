@@ -3,6 +3,7 @@
 Also finding a run's checkpoint and reading its parameters alone (for fine-tuning and export). The
 original `.npz` layout and fitting parameters to a model are vit_jax/checkpoints/loading.py.
 """
+
 import logging as python_logging
 import os
 import re
@@ -22,10 +23,15 @@ def make_manager(workdir: str, keep: int) -> ocp.CheckpointManager:
   if jax.process_count() == 1:
     _write_replicated_arrays_whole()
   options = ocp.CheckpointManagerOptions(
-      max_to_keep=keep, create=True, enable_async_checkpointing=True,
+      max_to_keep=keep,
+      create=True,
+      enable_async_checkpointing=True,
       # A run killed mid-save leaves a temporary directory; it is never read, and removed at start.
-      cleanup_tmp_directories=True)
-  return ocp.CheckpointManager(os.path.join(paths.absolute(workdir), 'checkpoints'), options=options)
+      cleanup_tmp_directories=True,
+  )
+  return ocp.CheckpointManager(
+      os.path.join(paths.absolute(workdir), 'checkpoints'), options=options
+  )
 
 
 _WHOLE_ARRAYS = ocp.type_handlers.ArrayHandler(use_replica_parallel=False)
@@ -81,9 +87,11 @@ class Saver:
     except Exception as e:  # pylint: disable=broad-except  # The file system's errors, of any kind.
       raise self._failed(step, e) from None
     if not saved:  # A run must never end believing a step is saved that is not.
-      raise SaveError(f'orbax declined to save checkpoint {step} in {self._manager.directory}, which '
-                      f'holds steps {sorted(self._manager.all_steps())}: move those from {step} on out '
-                      'of it, then start the run again')
+      raise SaveError(
+          f'orbax declined to save checkpoint {step} in {self._manager.directory}, which '
+          f'holds steps {sorted(self._manager.all_steps())}: move those from {step} on out '
+          'of it, then start the run again'
+      )
     self._in_flight = self._last = step
 
   def wait(self) -> None:
@@ -113,9 +121,11 @@ class Saver:
     self._reported = True
     directory = str(self._manager.directory)
     intact = [s for s in saved_steps(os.path.dirname(directory)) if _readable(directory, s)]
-    return SaveError(f'Saving checkpoint {step} in {directory} failed ({_os_reason(error)}): free '
-                     f'space there or make it writable, then start the run again to resume from the '
-                     f'last intact checkpoint of {intact or "none"}')
+    return SaveError(
+        f'Saving checkpoint {step} in {directory} failed ({_os_reason(error)}): free '
+        f'space there or make it writable, then start the run again to resume from the '
+        f'last intact checkpoint of {intact or "none"}'
+    )
 
 
 def _os_reason(error: Exception) -> str:
@@ -151,18 +161,24 @@ def restore(manager: ocp.CheckpointManager, abstract_state: Any) -> Any:
       saved_shapes(step_dir)
       restored = manager.restore(step, args=ocp.args.StandardRestore(abstract_state))
     except Exception as e:  # pylint: disable=broad-except  # tensorstore and orbax raise many kinds.
-      unreadable.append((step, _reason(e).replace(step_dir + os.sep, '')))  # Its files, named within.
+      unreadable.append(
+          (step, _reason(e).replace(step_dir + os.sep, ''))
+      )  # Its files, named within.
       continue
     _set_aside(manager, unreadable, step)
     return restored
   if steps:
-    raise ValueError(f'none of the checkpoints {sorted(steps)} in {manager.directory} can be read (the '
-                     f'latest: {unreadable[0][1]}): restore them from a backup, or move them away to '
-                     'start the run afresh')
+    raise ValueError(
+        f'none of the checkpoints {sorted(steps)} in {manager.directory} can be read (the '
+        f'latest: {unreadable[0][1]}): restore them from a backup, or move them away to '
+        'start the run afresh'
+    )
   return None
 
 
-def _set_aside(manager: ocp.CheckpointManager, unreadable: list[tuple[int, str]], resumed: int) -> None:
+def _set_aside(
+    manager: ocp.CheckpointManager, unreadable: list[tuple[int, str]], resumed: int
+) -> None:
   """Moves the unreadable checkpoints after `resumed` out of orbax's view: it never saves a step at or
   before its latest one, so the retrained steps would never be written again and every start would
   fall back anew. Process 0 moves them; every process then lists the directory again."""
@@ -170,15 +186,22 @@ def _set_aside(manager: ocp.CheckpointManager, unreadable: list[tuple[int, str]]
     return
   if jax.process_index() == 0:
     for step, reason in unreadable:
-      logging.warning('Checkpoint %d in %s cannot be read (%s): %s; resuming from checkpoint %d',
-                      step, manager.directory, reason, _move_aside(manager.directory, step), resumed)
+      logging.warning(
+          'Checkpoint %d in %s cannot be read (%s): %s; resuming from checkpoint %d',
+          step,
+          manager.directory,
+          reason,
+          _move_aside(manager.directory, step),
+          resumed,
+      )
   ocp.multihost.sync_global_processes('vit_jax_checkpoint_set_aside')  # The others see the moves.
   manager.reload()
 
 
 def _move_aside(directory: epath.Path, step: int) -> str:
   """Renames checkpoint `step` to `<step>.unreadable` (or `-2`, `-3`... when taken) beside it, a name
-  that orbax neither lists as a step nor removes as a temporary; nothing is deleted. Says what it did."""
+  that orbax neither lists as a step nor removes as a temporary; nothing is deleted. Says what it did.
+  """
   target, k = directory / f'{step}.unreadable', 1
   while target.exists():
     k += 1
@@ -186,8 +209,10 @@ def _move_aside(directory: epath.Path, step: int) -> str:
   try:
     (directory / str(step)).rename(target)
   except Exception as e:  # pylint: disable=broad-except  # A file system's errors, of any kind.
-    return (f'it could not be moved aside ({_first_line(e)}), so its step cannot be saved again: move '
-            f'{directory / str(step)} away yourself')
+    return (
+        f'it could not be moved aside ({_first_line(e)}), so its step cannot be saved again: move '
+        f'{directory / str(step)} away yourself'
+    )
   return f'moved it to {target} so that its step is saved again'
 
 
@@ -206,8 +231,9 @@ def _first_line(error: Exception, limit: Optional[int] = 200) -> str:
 
 
 def abstract_with_shardings(abstract_state: Any, shardings: Any) -> Any:
-  return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
-                      abstract_state, shardings)
+  return jax.tree.map(
+      lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), abstract_state, shardings
+  )
 
 
 def find_checkpoint(path: str, step: Optional[int] = None) -> tuple[str, int]:
@@ -223,8 +249,10 @@ def find_checkpoint(path: str, step: Optional[int] = None) -> tuple[str, int]:
     return path, int(name)
   root = os.path.join(path, 'checkpoints')
   if not epath.Path(root).is_dir():
-    raise ValueError(f'{path!r} has no checkpoints/ directory: pass the workdir of a vit_jax run that '
-                     'has saved a checkpoint')
+    raise ValueError(
+        f'{path!r} has no checkpoints/ directory: pass the workdir of a vit_jax run that '
+        'has saved a checkpoint'
+    )
   steps = saved_steps(path)
   if not steps:
     raise ValueError(f'{root!r} holds no checkpoint yet: train first, or wait for the first save')
@@ -281,5 +309,6 @@ def restore_params(checkpoint_dir: str) -> tuple[dict[str, Any], str]:
   restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), item)
   restored = checkpointer.restore(
       os.path.join(checkpoint_dir, 'default'),
-      args=ocp.args.PyTreeRestore(item=item, restore_args=restore_args, partial_restore=True))
+      args=ocp.args.PyTreeRestore(item=item, restore_args=restore_args, partial_restore=True),
+  )
   return restored[name], name

@@ -15,6 +15,7 @@ position embeddings, so fitting it to another resolution changes nothing but the
 It knows the models' parameter names (vit.py, mpp.py, bit.py), so it lives beside them; orbax
 checkpoints of whole train states are vit_jax/checkpoints/checkpoint.py.
 """
+
 import math
 import re
 import zipfile
@@ -29,7 +30,10 @@ from flax import traverse_util
 
 from vit_jax.models import bit, scan_layout
 
-_NPZ_PREFIXES = ('opt/target/', 'params/')  # Older Flax optimizer checkpoints; trees saved with a root.
+_NPZ_PREFIXES = (
+    'opt/target/',
+    'params/',
+)  # Older Flax optimizer checkpoints; trees saved with a root.
 _POSEMB = 'Transformer/posembed_input/pos_embedding'
 # Learned position embeddings (posemb.py) at the input or in a block, and the blocks' relative biases.
 _POSEMB_PARAM = re.compile(r'(^|/)(posembed_input|posembed|relative_posemb)/')
@@ -46,19 +50,23 @@ def load_npz(path: str) -> dict[str, Any]:
   """The nested parameter tree of an `.npz` in the original ViT layout (keys joined by '/'), or in
   the published BiT layout (`resnet/...`, converted to our BiT's tree)."""
   if not epath.Path(path).is_file():
-    raise ValueError(f'no checkpoint file at {path!r}: download it (e.g. gsutil cp '
-                     'gs://vit_models/imagenet21k/ViT-B_16.npz .) or fix --config.init_from')
+    raise ValueError(
+        f'no checkpoint file at {path!r}: download it (e.g. gsutil cp '
+        'gs://vit_models/imagenet21k/ViT-B_16.npz .) or fix --config.init_from'
+    )
   with epath.Path(path).open('rb') as f:
     if not zipfile.is_zipfile(f):
-      raise ValueError(f'{path!r} is not an .npz file: pass an .npz checkpoint in the original ViT '
-                       'layout, or the workdir of a vit_jax run, as --config.init_from')
+      raise ValueError(
+          f'{path!r} is not an .npz file: pass an .npz checkpoint in the original ViT '
+          'layout, or the workdir of a vit_jax run, as --config.init_from'
+      )
     f.seek(0)
     with np.load(f, allow_pickle=False) as npz:
       flat = {key: npz[key] for key in npz.files}
   for prefix in _NPZ_PREFIXES:
     if any(key.startswith(prefix) for key in flat):
       # The rest of such a file (e.g. `opt/state/...`) is optimizer state, not parameters.
-      flat = {key[len(prefix):]: value for key, value in flat.items() if key.startswith(prefix)}
+      flat = {key[len(prefix) :]: value for key, value in flat.items() if key.startswith(prefix)}
       break
   if bit.is_bit_npz(flat):
     return bit.from_bit_npz(flat)
@@ -68,7 +76,9 @@ def load_npz(path: str) -> dict[str, Any]:
 def save_npz(params: Any, path: str) -> None:
   """Writes `params` as float32 arrays under flat '/'-joined keys: the original ViT `.npz` layout."""
   flat = traverse_util.flatten_dict(jax.device_get(params), sep='/')
-  with epath.Path(path).open('wb') as f:  # A file object: np.savez would append '.npz' to other names.
+  with epath.Path(path).open(
+      'wb'
+  ) as f:  # A file object: np.savez would append '.npz' to other names.
     np.savez(f, **{key: np.asarray(value, np.float32) for key, value in flat.items()})
 
 
@@ -90,24 +100,36 @@ def _linear_weights(size_in: int, size_out: int) -> np.ndarray:
 
 def _check_posemb_method(method: str) -> None:
   if method not in POSEMB_METHODS:
-    raise ValueError(f'Unknown position embedding interpolation {method!r}: use one of '
-                     f'{", ".join(POSEMB_METHODS)}, e.g. --config.posemb_interpolation=bilinear')
+    raise ValueError(
+        f'Unknown position embedding interpolation {method!r}: use one of '
+        f'{", ".join(POSEMB_METHODS)}, e.g. --config.posemb_interpolation=bilinear'
+    )
 
 
-def resize_leading(array: np.ndarray, sizes: tuple[int, ...], method: str = 'bilinear') -> np.ndarray:
+def resize_leading(
+    array: np.ndarray, sizes: tuple[int, ...], method: str = 'bilinear'
+) -> np.ndarray:
   """`array` with its first one or two axes resized to `sizes`, the others kept (the embedding width,
   the heads); float64 for 'bilinear' (see `interpolate_posemb` for the methods)."""
   _check_posemb_method(method)
   if method == 'bicubic':
-    return np.asarray(jax.image.resize(array.astype(np.float32), tuple(sizes) + array.shape[len(sizes):],
-                                       'bicubic'))
+    return np.asarray(
+        jax.image.resize(
+            array.astype(np.float32), tuple(sizes) + array.shape[len(sizes) :], 'bicubic'
+        )
+    )
   weights = [_linear_weights(n, size) for n, size in zip(array.shape, sizes)]
   spec = {1: 'aA,A...->a...', 2: 'aA,bB,AB...->ab...'}[len(sizes)]
   return np.einsum(spec, *weights, array.astype(np.float64))
 
 
-def interpolate_posemb(posemb: np.ndarray, new_grid: tuple[int, int], *, num_prefix_tokens: int,
-                       method: str = 'bilinear') -> np.ndarray:
+def interpolate_posemb(
+    posemb: np.ndarray,
+    new_grid: tuple[int, int],
+    *,
+    num_prefix_tokens: int,
+    method: str = 'bilinear',
+) -> np.ndarray:
   """Resizes position embeddings (1, prefix + gs * gs, D) to the grid `new_grid` = (gh, gw).
 
   The prefix (class token) embeddings are kept as they are; the square grid of the others is resized.
@@ -119,8 +141,10 @@ def interpolate_posemb(posemb: np.ndarray, new_grid: tuple[int, int], *, num_pre
   prefix, grid = posemb[:, :num_prefix_tokens], posemb[0, num_prefix_tokens:]
   size = math.isqrt(grid.shape[0])
   if size * size != grid.shape[0]:
-    raise ValueError(f'{_POSEMB}: {grid.shape[0]} grid tokens are not a square grid: the checkpoint '
-                     'is not a ViT of square images')
+    raise ValueError(
+        f'{_POSEMB}: {grid.shape[0]} grid tokens are not a square grid: the checkpoint '
+        'is not a ViT of square images'
+    )
   gh, gw = new_grid
   grid = resize_leading(grid.reshape(size, size, -1), (gh, gw), method)
   return np.concatenate([prefix, grid.reshape(1, gh * gw, -1).astype(posemb.dtype)], axis=1)
@@ -137,21 +161,28 @@ def _posemb_kind(flat: dict[str, Any]) -> tuple[str, str]:
   two_d = any(_POSEMB_AXIS.search(k) for k in names)
   flags = f'--config.model.posemb={"learn2d" if two_d else "learn"}'
   if any('/posembed/' in k for k in names):
-    return (f'learned {"2-D " if two_d else ""}position embeddings in every block',
-            f'{flags} --config.model.posemb_where=every_layer')
+    return (
+        f'learned {"2-D " if two_d else ""}position embeddings in every block',
+        f'{flags} --config.model.posemb_where=every_layer',
+    )
   return f'learned {"2-D " if two_d else ""}position embeddings', flags
 
 
-def _architecture_error(path: str, loaded: Any, target: Any, params: dict[str, Any],
-                        targets: dict[str, Any]) -> ValueError:
+def _architecture_error(
+    path: str, loaded: Any, target: Any, params: dict[str, Any], targets: dict[str, Any]
+) -> ValueError:
   kind, want = _posemb_kind(params), _posemb_kind(targets)
   if _POSEMB_PARAM.search(path) and kind[0] != want[0]:
     # Learned embeddings are what the blocks were trained with: replacing them with others is a
     # change of architecture the config has to ask for.
-    return ValueError(f'{path}: checkpoint {loaded} vs model {target}: the checkpoint has {kind[0]}; '
-                      f'set {kind[1]} to match it')
-  return ValueError(f'{path}: checkpoint {loaded} vs model {target}: the checkpoint is another '
-                    'architecture; set --config.variant (and --config.model.*) to match it')
+    return ValueError(
+        f'{path}: checkpoint {loaded} vs model {target}: the checkpoint has {kind[0]}; '
+        f'set {kind[1]} to match it'
+    )
+  return ValueError(
+      f'{path}: checkpoint {loaded} vs model {target}: the checkpoint is another '
+      'architecture; set --config.variant (and --config.model.*) to match it'
+  )
 
 
 def _kernel_shape(flat: dict[str, Any], layer: str) -> Optional[tuple[int, ...]]:
@@ -162,8 +193,14 @@ def _without(flat: dict[str, Any], layer: str) -> dict[str, Any]:
   return {k: v for k, v in flat.items() if not k.startswith(f'{layer}/')}
 
 
-def adapt_params(loaded: Any, target_shapes: Any, *, keep_head: bool, keep_pre_logits: bool,
-                 posemb_method: str = 'bilinear') -> tuple[dict[str, Any], list[str]]:
+def adapt_params(
+    loaded: Any,
+    target_shapes: Any,
+    *,
+    keep_head: bool,
+    keep_pre_logits: bool,
+    posemb_method: str = 'bilinear',
+) -> tuple[dict[str, Any], list[str]]:
   """Fits a loaded parameter tree to a model's tree (of arrays or `jax.ShapeDtypeStruct`s).
 
   The head becomes zeros of the model's shape (the fine-tuning recipe) unless `keep_head`; the
@@ -171,7 +208,9 @@ def adapt_params(loaded: Any, target_shapes: Any, *, keep_head: bool, keep_pre_l
   are resized to the model's grid. Everything else must match exactly. Returns the fitted numpy tree
   and lines for the log saying what changed; raises ValueError naming the parameter on a mismatch.
   """
-  _check_posemb_method(posemb_method)  # Also when this checkpoint needs no resizing: a typo is a typo.
+  _check_posemb_method(
+      posemb_method
+  )  # Also when this checkpoint needs no resizing: a typo is a typo.
   params = traverse_util.flatten_dict(loaded, sep='/')
   targets = traverse_util.flatten_dict(target_shapes, sep='/')
   notes = []
@@ -180,35 +219,44 @@ def adapt_params(loaded: Any, target_shapes: Any, *, keep_head: bool, keep_pre_l
   if old and not (keep_pre_logits and new) and keep_head and _kernel_shape(targets, 'head'):
     # The checkpoint's head reads the pre-logits layer's output: without that layer it would read the
     # pooled features instead, silently another function when their widths agree (ViT-B's 768).
-    raise ValueError(f'pre_logits/kernel: checkpoint {old} vs model {new or "none"}: keep_head keeps a head '
-                     "that reads the checkpoint's pre-logits layer; set --config.keep_pre_logits=True "
-                     f'and --config.model.representation_size={old[1]} to keep both, or '
-                     '--config.keep_head=False for a new zero-initialised head')
+    raise ValueError(
+        f'pre_logits/kernel: checkpoint {old} vs model {new or "none"}: keep_head keeps a head '
+        "that reads the checkpoint's pre-logits layer; set --config.keep_pre_logits=True "
+        f'and --config.model.representation_size={old[1]} to keep both, or '
+        '--config.keep_head=False for a new zero-initialised head'
+    )
   if old and not (keep_pre_logits and new):
     params = _without(params, 'pre_logits')
     notes.append(f'dropped pre_logits {old}')
   if new and not (keep_pre_logits and old):
     # A fresh pre-logits layer cannot be zeros (tanh(0) = 0 would give the zero head no gradient).
-    raise ValueError(f'pre_logits/kernel: checkpoint {old or "none"} vs model {new}: the model has a '
-                     'pre-logits layer to load; set --config.keep_pre_logits=True with a checkpoint '
-                     'that has one, or remove it with --config.model.representation_size=None')
+    raise ValueError(
+        f'pre_logits/kernel: checkpoint {old or "none"} vs model {new}: the model has a '
+        'pre-logits layer to load; set --config.keep_pre_logits=True with a checkpoint '
+        'that has one, or remove it with --config.model.representation_size=None'
+    )
 
   old, new = _kernel_shape(params, 'head'), _kernel_shape(targets, 'head')
   if keep_head and new and old != new:
-    raise ValueError(f'head/kernel: checkpoint {old or "none"} vs model {new}: keep_head needs the '
-                     "checkpoint's head for as many classes as the model; set --config.keep_head=False "
-                     'for a new zero-initialised head, or make the number of classes match')
+    raise ValueError(
+        f'head/kernel: checkpoint {old or "none"} vs model {new}: keep_head needs the '
+        "checkpoint's head for as many classes as the model; set --config.keep_head=False "
+        'for a new zero-initialised head, or make the number of classes match'
+    )
   if old and not new:
     params = _without(params, 'head')
     notes.append(f'dropped head {old}: the model has none')
   elif new and not keep_head:
     params = _without(params, 'head')
-    params.update({k: np.zeros(t.shape, t.dtype) for k, t in targets.items() if k.startswith('head/')})
+    params.update(
+        {k: np.zeros(t.shape, t.dtype) for k, t in targets.items() if k.startswith('head/')}
+    )
     notes.append(f'replaced head {old} with zeros {new}' if old else f'added a zero head {new}')
 
   for layer in _SELF_SUPERVISION_ONLY:
     if any(k == layer or k.startswith(f'{layer}/') for k in params) and not any(
-        k == layer or k.startswith(f'{layer}/') for k in targets):
+        k == layer or k.startswith(f'{layer}/') for k in targets
+    ):
       params = {k: v for k, v in params.items() if k != layer and not k.startswith(f'{layer}/')}
       notes.append(f'dropped {layer} (masked patch prediction only)')
 
@@ -227,10 +275,12 @@ def adapt_params(loaded: Any, target_shapes: Any, *, keep_head: bool, keep_pre_l
   return traverse_util.unflatten_dict(fitted, sep='/'), notes
 
 
-def _resize_posemb(params: dict[str, Any], key: str, new: tuple[int, ...], class_token: bool,
-                   method: str) -> Optional[str]:
+def _resize_posemb(
+    params: dict[str, Any], key: str, new: tuple[int, ...], class_token: bool, method: str
+) -> Optional[str]:
   """Resizes the learned position embedding `params[key]` to the shape `new` of the model's grid, in
-  place; returns the log's note, or None when `key` is none or its shape is not one of a new grid."""
+  place; returns the log's note, or None when `key` is none or its shape is not one of a new grid.
+  """
   old = params[key].shape
   if old == new or len(old) != len(new) or old[-1] != new[-1]:
     return None
@@ -238,10 +288,11 @@ def _resize_posemb(params: dict[str, Any], key: str, new: tuple[int, ...], class
   if _POSEMB_1D.search(key):
     prefix = 1 if class_token else 0  # GAP models have no class token.
     old_size, new_size = math.isqrt(old[1] - prefix), math.isqrt(new[1] - prefix)
-    if old_size ** 2 != old[1] - prefix or new_size ** 2 != new[1] - prefix:
+    if old_size**2 != old[1] - prefix or new_size**2 != new[1] - prefix:
       return None  # Not square grids: the shape check names it.
-    params[key] = interpolate_posemb(params[key], (new_size, new_size), num_prefix_tokens=prefix,
-                                     method=method)
+    params[key] = interpolate_posemb(
+        params[key], (new_size, new_size), num_prefix_tokens=prefix, method=method
+    )
     return f'resized {name} {old_size}x{old_size} -> {new_size}x{new_size} ({method})'
   if (axis := _POSEMB_AXIS.search(key)) is not None:
     params[key] = resize_leading(params[key], new[:1], method).astype(params[key].dtype)
@@ -257,5 +308,8 @@ def param_shapes(model: nn.Module, image_size: int) -> Any:
   """The parameter tree `model` initialises for images of `image_size`, as `jax.ShapeDtypeStruct`s
   in the per-block layout of the checkpoints; nothing is computed."""
   key = jax.random.key(0)
-  return jax.eval_shape(lambda: scan_layout.per_block(model).init(
-      {'params': key, 'mpp': key}, jnp.zeros((1, image_size, image_size, 3)), train=False))['params']
+  return jax.eval_shape(
+      lambda: scan_layout.per_block(model).init(
+          {'params': key, 'mpp': key}, jnp.zeros((1, image_size, image_size, 3)), train=False
+      )
+  )['params']

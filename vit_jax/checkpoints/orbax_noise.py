@@ -1,5 +1,6 @@
 """What orbax and tensorstore print around a failed save or read, kept off a command's output: the
 checkpoint module reports each failure in one line of its own."""
+
 import logging as python_logging
 import os
 import sys
@@ -13,8 +14,12 @@ class TracebacksAtDebug(python_logging.Filter):
   the Saver reports it in one line: those records are logged at DEBUG instead (`--verbosity=1`)."""
 
   def filter(self, record: python_logging.LogRecord) -> bool:
-    if (record.levelno >= python_logging.ERROR and record.exc_info and record.exc_info[0]
-        and f'{os.sep}orbax{os.sep}' in record.pathname):
+    if (
+        record.levelno >= python_logging.ERROR
+        and record.exc_info
+        and record.exc_info[0]
+        and f'{os.sep}orbax{os.sep}' in record.pathname
+    ):
       logging.debug('%s', record.getMessage(), exc_info=record.exc_info)
       return False
     return True
@@ -24,7 +29,8 @@ class UnretrievedReadErrorsAtDebug(python_logging.Filter):
   """When one of orbax's concurrent tensorstore reads of a checkpoint fails, the others' failures
   are left in their asyncio tasks, and asyncio logs each, with its traceback, as "Task exception was
   never retrieved" when the task is collected (or not: it depends on the garbage collector's timing).
-  The checkpoint module reports the read's failure in one line: those records go to DEBUG instead."""
+  The checkpoint module reports the read's failure in one line: those records go to DEBUG instead.
+  """
 
   def filter(self, record: python_logging.LogRecord) -> bool:
     message = record.getMessage()

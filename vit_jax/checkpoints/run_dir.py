@@ -2,6 +2,7 @@
 trained model of a workdir (a step, the Polyak average) or of an export, and the parameters that
 config.init_from names. predict, export, fewshot and pictures read runs through it, never through the
 training loop."""
+
 import dataclasses
 import json
 import os
@@ -22,8 +23,12 @@ from vit_jax.checkpoints import loading, state_dicts
 _RUN_FILES = ('config.json', 'dataset_info.json')
 
 
-def write_run_info(workdir: str, config: ml_collections.ConfigDict, info: data.DatasetInfo,
-                   changes: Optional[Sequence[tuple[str, Any, Any]]] = None) -> None:
+def write_run_info(
+    workdir: str,
+    config: ml_collections.ConfigDict,
+    info: data.DatasetInfo,
+    changes: Optional[Sequence[tuple[str, Any, Any]]] = None,
+) -> None:
   """The config and dataset facts that export and inference need to rebuild the model.
 
   A resumed run keeps the config.json of its first start (the model the tools rebuild) and adds its
@@ -42,23 +47,39 @@ def write_run_info(workdir: str, config: ml_collections.ConfigDict, info: data.D
     (root / f'config.resume_{resumes + 1}.json').write_text(config.to_json_best_effort(indent=2))
 
 
-def config_changes(old: ml_collections.ConfigDict,
-                   new: ml_collections.ConfigDict) -> list[tuple[str, Any, Any]]:
+def config_changes(
+    old: ml_collections.ConfigDict, new: ml_collections.ConfigDict
+) -> list[tuple[str, Any, Any]]:
   """(field, old value, new value) of every field that differs, dotted names, sorted."""
-  flat_old, flat_new = (traverse_util.flatten_dict(json.loads(c.to_json_best_effort()), sep='.')
-                        for c in (old, new))
-  return [(key, flat_old.get(key), flat_new.get(key)) for key in sorted(set(flat_old) | set(flat_new))
-          if flat_old.get(key) != flat_new.get(key)]
+  flat_old, flat_new = (
+      traverse_util.flatten_dict(json.loads(c.to_json_best_effort()), sep='.') for c in (old, new)
+  )
+  return [
+      (key, flat_old.get(key), flat_new.get(key))
+      for key in sorted(set(flat_old) | set(flat_new))
+      if flat_old.get(key) != flat_new.get(key)
+  ]
 
 
 # Fields that a resumed run may change: how long it runs, how often it logs, evaluates and saves, and
 # on what it runs. The train state does not depend on them, so a refused resume never asks to set
 # them back (they are still among its `config_changes`, logged and stored in config.resume_<k>.json).
-RESUMABLE_FIELDS = frozenset({
-    'total_steps', 'num_epochs', 'log_every_steps', 'eval_every_steps', 'checkpoint_every_steps',
-    'keep_checkpoints', 'profile_steps', 'eval_batch_size', 'data_workers', 'mesh',
-    'storage_timeout_s', 'hang_timeout_s',
-})
+RESUMABLE_FIELDS = frozenset(
+    {
+        'total_steps',
+        'num_epochs',
+        'log_every_steps',
+        'eval_every_steps',
+        'checkpoint_every_steps',
+        'keep_checkpoints',
+        'profile_steps',
+        'eval_batch_size',
+        'data_workers',
+        'mesh',
+        'storage_timeout_s',
+        'hang_timeout_s',
+    }
+)
 
 
 def changes_to_set_back(changes: Sequence[tuple[str, Any, Any]]) -> list[tuple[str, Any, Any]]:
@@ -75,9 +96,13 @@ def load_run_info(workdir: str) -> tuple[ml_collections.ConfigDict, data.Dataset
   try:
     stored = {name: json.loads(path.read_text()) for name, path in files.items()}
   except json.JSONDecodeError as e:
-    raise ValueError(f'the run info in {workdir} cannot be read ({e}): restore config.json and '
-                     'dataset_info.json from a backup, or use another --workdir') from None
-  config = defaults.get_config()  # Today's defaults under it: runs saved before a field existed load.
+    raise ValueError(
+        f'the run info in {workdir} cannot be read ({e}): restore config.json and '
+        'dataset_info.json from a backup, or use another --workdir'
+    ) from None
+  config = (
+      defaults.get_config()
+  )  # Today's defaults under it: runs saved before a field existed load.
   config.update(stored['config.json'])
   info = stored['dataset_info.json']
   return config, data.DatasetInfo(**{**info, 'class_names': tuple(info['class_names'])})
@@ -94,7 +119,9 @@ class TrainedModel:
   parameters: str  # 'polyak' | 'raw'
 
 
-def load_trained(workdir: str, step: Optional[int] = None, *, features: bool = False) -> TrainedModel:
+def load_trained(
+    workdir: str, step: Optional[int] = None, *, features: bool = False
+) -> TrainedModel:
   """The model of checkpoint `step` (default: the latest) of a run, as the run's task built it, or
   (`features=True`) its backbone, whatever the task."""
   checkpoint_dir, step = checkpoint.find_checkpoint(workdir, step)
@@ -102,8 +129,9 @@ def load_trained(workdir: str, step: Optional[int] = None, *, features: bool = F
   task = tasks.get(config.task)
   model = task.features_model(config) if features else task.make_model(config, info.num_classes)
   params, name = checkpoint.restore_params(checkpoint_dir)
-  return TrainedModel(config, info, model, params, step, checkpoint_dir,
-                      'polyak' if name == 'ema_params' else 'raw')
+  return TrainedModel(
+      config, info, model, params, step, checkpoint_dir, 'polyak' if name == 'ema_params' else 'raw'
+  )
 
 
 def load_export(export_dir: str) -> tuple[dict[str, Any], Callable[[jax.Array], jax.Array]]:
@@ -112,22 +140,27 @@ def load_export(export_dir: str) -> tuple[dict[str, Any], Callable[[jax.Array], 
   files = {name: epath.Path(export_dir) / name for name in ('config.json', 'model.jaxexport')}
   for path in files.values():
     if not path.is_file():
-      raise ValueError(f'{path} is missing: is {export_dir!r} a directory written by '
-                       'python -m vit_jax.tools.export?')
+      raise ValueError(
+          f'{path} is missing: is {export_dir!r} a directory written by '
+          'python -m vit_jax.tools.export?'
+      )
   exported = jax.export.deserialize(bytearray(files['model.jaxexport'].read_bytes()))
   return json.loads(files['config.json'].read_text()), exported.call
 
 
-def load_params(path: str, num_heads: Optional[int] = None, mlp_activation: Optional[str] = None
-                ) -> tuple[dict[str, Any], str]:
+def load_params(
+    path: str, num_heads: Optional[int] = None, mlp_activation: Optional[str] = None
+) -> tuple[dict[str, Any], str]:
   """Parameters to start from (`config.init_from`): an `.npz` file, a timm or Hugging Face
   transformers ViT (a .safetensors / .pth / .bin file or a model directory; these need the model's
   `num_heads` to split the attention kernels), or a workdir / step directory (its Polyak average if
   kept). Also returns a line for the log saying what was loaded."""
   if state_dicts.is_state_dict_path(path):
     if num_heads is None:
-      raise ValueError(f'{path}: PyTorch-layout checkpoints are read for ViTs (timm or Hugging Face '
-                       'naming): for this model pass an .npz or a vit_jax workdir as --config.init_from')
+      raise ValueError(
+          f'{path}: PyTorch-layout checkpoints are read for ViTs (timm or Hugging Face '
+          'naming): for this model pass an .npz or a vit_jax workdir as --config.init_from'
+      )
     params, notes = state_dicts.load(path, num_heads, mlp_activation)
     return params, f'loaded {path}: ' + '; '.join(notes)
   if path.endswith('.npz') or epath.Path(path).is_file():
@@ -142,12 +175,16 @@ def _missing_init_from(given: str) -> str:
   resolved, and how to fix it."""
   resolved = paths.absolute(given)
   if given == resolved:
-    return (f'config.init_from={given!r} does not exist: pass the workdir of a vit_jax run, e.g. '
-            '--config.init_from=/abs/path/to/workdir')
-  return (f'config.init_from={given!r} does not exist: a relative path is taken from the current '
-          f'directory, here {os.getcwd()!r}, so it is {resolved!r}; pass the workdir by an absolute '
-          'path, e.g. --config.init_from=/abs/path/to/workdir, or run from the directory it is '
-          'relative to')
+    return (
+        f'config.init_from={given!r} does not exist: pass the workdir of a vit_jax run, e.g. '
+        '--config.init_from=/abs/path/to/workdir'
+    )
+  return (
+      f'config.init_from={given!r} does not exist: a relative path is taken from the current '
+      f'directory, here {os.getcwd()!r}, so it is {resolved!r}; pass the workdir by an absolute '
+      'path, e.g. --config.init_from=/abs/path/to/workdir, or run from the directory it is '
+      'relative to'
+  )
 
 
 def load_init_params(config: ml_collections.ConfigDict, model: nn.Module) -> Any:
@@ -161,10 +198,15 @@ def load_init_params(config: ml_collections.ConfigDict, model: nn.Module) -> Any
   if not paths.is_url(init_from) and not names_a_file and not os.path.exists(init_from):
     raise ValueError(_missing_init_from(config.init_from))
   # A BiT has no heads: its checkpoints are .npz files and workdirs, which need none.
-  loaded, source = load_params(init_from, getattr(model, 'num_heads', None),
-                               getattr(model, 'mlp_activation', None))
+  loaded, source = load_params(
+      init_from, getattr(model, 'num_heads', None), getattr(model, 'mlp_activation', None)
+  )
   params, notes = loading.adapt_params(
-      loaded, loading.param_shapes(model, config.image_size), keep_head=config.keep_head, keep_pre_logits=config.keep_pre_logits,
-      posemb_method=config.posemb_interpolation)
+      loaded,
+      loading.param_shapes(model, config.image_size),
+      keep_head=config.keep_head,
+      keep_pre_logits=config.keep_pre_logits,
+      posemb_method=config.posemb_interpolation,
+  )
   logging.info('Initialising from %s: %s', config.init_from, '; '.join([source, *notes]))
   return params

@@ -14,6 +14,7 @@ zero one; neither names the hybrid's ResNet stem nor the MAP head in a way read 
 parameters but changes the function (timm's pooling, the MLP's activation) is checked against the
 config.json beside the weights, when there is one.
 """
+
 import json
 import math
 import re
@@ -29,15 +30,29 @@ _BLOCK = 'Transformer/encoderblock_{}'
 _ATTENTION = _BLOCK + '/MultiHeadDotProductAttention_1'
 SAFETENSORS = 'model.safetensors'
 _TORCH_SUFFIXES = ('.pth', '.pt', '.bin')
-_SAFETENSORS_DTYPES = {'F64': np.float64, 'F32': np.float32, 'F16': np.float16,
-                       'BF16': ml_dtypes.bfloat16, 'I64': np.int64, 'I32': np.int32, 'I16': np.int16,
-                       'I8': np.int8, 'U8': np.uint8, 'BOOL': np.bool_}
+_SAFETENSORS_DTYPES = {
+    'F64': np.float64,
+    'F32': np.float32,
+    'F16': np.float16,
+    'BF16': ml_dtypes.bfloat16,
+    'I64': np.int64,
+    'I32': np.int32,
+    'I16': np.int16,
+    'I8': np.int8,
+    'U8': np.uint8,
+    'BOOL': np.bool_,
+}
 _SAFETENSORS_NAMES = {np.dtype(dtype): name for name, dtype in _SAFETENSORS_DTYPES.items()}
 # The MLP activations of timm's `act_layer` and transformers' `hidden_act` that vit_jax's ViT has:
 # their `model.mlp_activation` (transformers' gelu_new and gelu_pytorch_tanh are GELU's tanh form,
 # gelu_python the exact one).
-_ACTIVATIONS = {'gelu': 'gelu', 'gelu_tanh': 'gelu_tanh', 'gelu_new': 'gelu_tanh',
-                'gelu_pytorch_tanh': 'gelu_tanh', 'gelu_python': 'gelu'}
+_ACTIVATIONS = {
+    'gelu': 'gelu',
+    'gelu_tanh': 'gelu_tanh',
+    'gelu_new': 'gelu_tanh',
+    'gelu_pytorch_tanh': 'gelu_tanh',
+    'gelu_python': 'gelu',
+}
 
 
 def _kernel(weight: np.ndarray) -> np.ndarray:
@@ -48,13 +63,19 @@ def _patch_kernel(weight: np.ndarray) -> np.ndarray:
   return weight.transpose(2, 3, 1, 0)  # (D, 3, p, p) -> (p, p, 3, D)
 
 
-def _attention_in(prefix: str, weights: dict[str, np.ndarray], num_heads: int) -> dict[str, np.ndarray]:
+def _attention_in(
+    prefix: str, weights: dict[str, np.ndarray], num_heads: int
+) -> dict[str, np.ndarray]:
   """Our query/key/value/out parameters from (out, in) weights and biases named q, k, v, out."""
   d = weights['out.weight'].shape[0]
-  tree = {f'{prefix}/out/kernel': weights['out.weight'].T.reshape(num_heads, d // num_heads, d),
-          f'{prefix}/out/bias': weights['out.bias']}
+  tree = {
+      f'{prefix}/out/kernel': weights['out.weight'].T.reshape(num_heads, d // num_heads, d),
+      f'{prefix}/out/bias': weights['out.bias'],
+  }
   for name, ours in (('q', 'query'), ('k', 'key'), ('v', 'value')):
-    tree[f'{prefix}/{ours}/kernel'] = weights[f'{name}.weight'].T.reshape(d, num_heads, d // num_heads)
+    tree[f'{prefix}/{ours}/kernel'] = weights[f'{name}.weight'].T.reshape(
+        d, num_heads, d // num_heads
+    )
     tree[f'{prefix}/{ours}/bias'] = weights[f'{name}.bias'].reshape(num_heads, d // num_heads)
   return tree
 
@@ -71,24 +92,29 @@ class _Reader:
 
   def take(self, name: str) -> np.ndarray:
     if name not in self._left:
-      raise ValueError(f'{self._source}: {self._layout} tensor {name!r} is missing: the file is not a '
-                       'complete ViT in that naming')
+      raise ValueError(
+          f'{self._source}: {self._layout} tensor {name!r} is missing: the file is not a '
+          'complete ViT in that naming'
+      )
     return np.asarray(self._left.pop(name), np.float32)
 
   def check_all_taken(self) -> None:
     if self._left:
       name = sorted(self._left)[0]
-      raise ValueError(f'{self._source}: {self._layout} tensor {name!r} {self._left[name].shape} has no '
-                       f'counterpart in vit_jax\'s ViT ({len(self._left)} such): the checkpoint is '
-                       'another architecture')
+      raise ValueError(
+          f'{self._source}: {self._layout} tensor {name!r} {self._left[name].shape} has no '
+          f"counterpart in vit_jax's ViT ({len(self._left)} such): the checkpoint is "
+          'another architecture'
+      )
 
 
 def _num_blocks(state_dict: StateDict, pattern: str) -> int:
   return len({m[1] for name in state_dict if (m := re.match(pattern, name))})
 
 
-def _norms_and_mlp(r: _Reader, prefix: str, block: str, norms: tuple[str, str],
-                   denses: tuple[str, str]) -> dict[str, np.ndarray]:
+def _norms_and_mlp(
+    r: _Reader, prefix: str, block: str, norms: tuple[str, str], denses: tuple[str, str]
+) -> dict[str, np.ndarray]:
   """A block's two LayerNorms and two MLP layers, named `prefix` + `norms` / `denses` in PyTorch."""
   tree = {}
   for theirs, ours in zip(norms, ('LayerNorm_0', 'LayerNorm_2')):
@@ -103,9 +129,11 @@ def _norms_and_mlp(r: _Reader, prefix: str, block: str, norms: tuple[str, str],
 def from_timm(state_dict: StateDict, num_heads: int, source: str = 'state dict') -> dict[str, Any]:
   """The nested tree of a timm `VisionTransformer` state dict."""
   r = _Reader(state_dict, source, 'timm')
-  tree = {'embedding/kernel': _patch_kernel(r.take('patch_embed.proj.weight')),
-          'embedding/bias': r.take('patch_embed.proj.bias'),
-          'Transformer/posembed_input/pos_embedding': r.take('pos_embed')}
+  tree = {
+      'embedding/kernel': _patch_kernel(r.take('patch_embed.proj.weight')),
+      'embedding/bias': r.take('patch_embed.proj.bias'),
+      'Transformer/posembed_input/pos_embedding': r.take('pos_embed'),
+  }
   if r.has('cls_token'):
     tree['cls'] = r.take('cls_token')
     posemb = tree['Transformer/posembed_input/pos_embedding']
@@ -114,49 +142,72 @@ def from_timm(state_dict: StateDict, num_heads: int, source: str = 'state dict')
       # token (with one, 1 + gs * gs rows are never square). Ours adds one to every token: adding zeros
       # to the class token computes the same.
       tree['Transformer/posembed_input/pos_embedding'] = np.concatenate(
-          [np.zeros_like(posemb[:, :1]), posemb], axis=1)
+          [np.zeros_like(posemb[:, :1]), posemb], axis=1
+      )
   for i in range(_num_blocks(state_dict, r'blocks\.(\d+)\.')):
     t, ours = f'blocks.{i}.', _BLOCK.format(i)
-    qkv_weight, qkv_bias = np.split(r.take(t + 'attn.qkv.weight'), 3), np.split(r.take(t + 'attn.qkv.bias'), 3)
-    weights = {'out.weight': r.take(t + 'attn.proj.weight'), 'out.bias': r.take(t + 'attn.proj.bias')}
+    qkv_weight, qkv_bias = np.split(r.take(t + 'attn.qkv.weight'), 3), np.split(
+        r.take(t + 'attn.qkv.bias'), 3
+    )
+    weights = {
+        'out.weight': r.take(t + 'attn.proj.weight'),
+        'out.bias': r.take(t + 'attn.proj.bias'),
+    }
     for j, name in enumerate('qkv'):
       weights[f'{name}.weight'], weights[f'{name}.bias'] = qkv_weight[j], qkv_bias[j]
     tree.update(_attention_in(_ATTENTION.format(i), weights, num_heads))
     tree.update(_norms_and_mlp(r, t, ours, ('norm1', 'norm2'), ('mlp.fc1', 'mlp.fc2')))
   for theirs, norm in (('norm', 'Transformer/encoder_norm'), ('fc_norm', 'fc_norm')):
     if r.has(f'{theirs}.weight'):
-      tree[f'{norm}/scale'], tree[f'{norm}/bias'] = r.take(f'{theirs}.weight'), r.take(f'{theirs}.bias')
+      tree[f'{norm}/scale'], tree[f'{norm}/bias'] = r.take(f'{theirs}.weight'), r.take(
+          f'{theirs}.bias'
+      )
   if r.has('head.weight'):
     tree['head/kernel'], tree['head/bias'] = _kernel(r.take('head.weight')), r.take('head.bias')
   r.check_all_taken()
   return traverse_util.unflatten_dict(tree, sep='/')
 
 
-def from_transformers(state_dict: StateDict, num_heads: int, source: str = 'state dict') -> dict[str, Any]:
+def from_transformers(
+    state_dict: StateDict, num_heads: int, source: str = 'state dict'
+) -> dict[str, Any]:
   """The nested tree of a transformers `ViTModel` or `ViTForImageClassification` state dict."""
   # The classifier wraps the encoder as `vit.`; ViTModel's names have no prefix.
   state_dict = {name.removeprefix('vit.'): value for name, value in state_dict.items()}
   r = _Reader(state_dict, source, 'transformers')
   e = 'embeddings.'
-  tree = {'embedding/kernel': _patch_kernel(r.take(e + 'patch_embeddings.projection.weight')),
-          'embedding/bias': r.take(e + 'patch_embeddings.projection.bias'),
-          'cls': r.take(e + 'cls_token'),
-          'Transformer/posembed_input/pos_embedding': r.take(e + 'position_embeddings')}
+  tree = {
+      'embedding/kernel': _patch_kernel(r.take(e + 'patch_embeddings.projection.weight')),
+      'embedding/bias': r.take(e + 'patch_embeddings.projection.bias'),
+      'cls': r.take(e + 'cls_token'),
+      'Transformer/posembed_input/pos_embedding': r.take(e + 'position_embeddings'),
+  }
   for i in range(_num_blocks(state_dict, r'encoder\.layer\.(\d+)\.')):
     t, ours = f'encoder.layer.{i}.', _BLOCK.format(i)
-    weights = {'out.weight': r.take(t + 'attention.output.dense.weight'),
-               'out.bias': r.take(t + 'attention.output.dense.bias')}
+    weights = {
+        'out.weight': r.take(t + 'attention.output.dense.weight'),
+        'out.bias': r.take(t + 'attention.output.dense.bias'),
+    }
     for name, theirs in (('q', 'query'), ('k', 'key'), ('v', 'value')):
       weights[f'{name}.weight'] = r.take(f'{t}attention.attention.{theirs}.weight')
       weights[f'{name}.bias'] = r.take(f'{t}attention.attention.{theirs}.bias')
     tree.update(_attention_in(_ATTENTION.format(i), weights, num_heads))
-    tree.update(_norms_and_mlp(r, t, ours, ('layernorm_before', 'layernorm_after'),
-                               ('intermediate.dense', 'output.dense')))
+    tree.update(
+        _norms_and_mlp(
+            r,
+            t,
+            ours,
+            ('layernorm_before', 'layernorm_after'),
+            ('intermediate.dense', 'output.dense'),
+        )
+    )
   tree['Transformer/encoder_norm/scale'] = r.take('layernorm.weight')
   tree['Transformer/encoder_norm/bias'] = r.take('layernorm.bias')
   for theirs, ours in (('pooler.dense', 'pre_logits'), ('classifier', 'head')):
     if r.has(f'{theirs}.weight'):
-      tree[f'{ours}/kernel'], tree[f'{ours}/bias'] = _kernel(r.take(f'{theirs}.weight')), r.take(f'{theirs}.bias')
+      tree[f'{ours}/kernel'], tree[f'{ours}/bias'] = _kernel(r.take(f'{theirs}.weight')), r.take(
+          f'{theirs}.bias'
+      )
   r.check_all_taken()
   return traverse_util.unflatten_dict(tree, sep='/')
 
@@ -164,21 +215,29 @@ def from_transformers(state_dict: StateDict, num_heads: int, source: str = 'stat
 def to_timm(params: Any) -> StateDict:
   """A timm `VisionTransformer` state dict of a tree in our layout (float32 numpy arrays); raises a
   one-line ValueError for what timm's ViT cannot hold."""
-  flat = {k: np.asarray(v, np.float32) for k, v in traverse_util.flatten_dict(params, sep='/').items()}
-  for prefix, what in (('pre_logits/', 'pre-logits layer (model.representation_size)'),
-                       ('MAPHead_0/', "MAP head (model.classifier='map')"),
-                       ('conv_root/', 'ResNet stem (the R50 hybrid)')):
+  flat = {
+      k: np.asarray(v, np.float32) for k, v in traverse_util.flatten_dict(params, sep='/').items()
+  }
+  for prefix, what in (
+      ('pre_logits/', 'pre-logits layer (model.representation_size)'),
+      ('MAPHead_0/', "MAP head (model.classifier='map')"),
+      ('conv_root/', 'ResNet stem (the R50 hybrid)'),
+  ):
     if any(k.startswith(prefix) for k in flat):
       raise ValueError(f"timm's VisionTransformer has no {what}")
   if any(k.startswith('Transformer/encoderblock_0/row/') for k in flat):
     raise ValueError("timm's VisionTransformer has no axial blocks (Axial-ViT)")
   if 'Transformer/posembed_input/pos_embedding' not in flat:
-    raise ValueError("timm's VisionTransformer has no fixed sincos2d position embeddings, nor 2-D, "
-                     'relative or none (model.posemb): only learned 1-D ones')
+    raise ValueError(
+        "timm's VisionTransformer has no fixed sincos2d position embeddings, nor 2-D, "
+        'relative or none (model.posemb): only learned 1-D ones'
+    )
   d = flat['embedding/bias'].shape[0]
-  out = {'patch_embed.proj.weight': flat.pop('embedding/kernel').transpose(3, 2, 0, 1),
-         'patch_embed.proj.bias': flat.pop('embedding/bias'),
-         'pos_embed': flat.pop('Transformer/posembed_input/pos_embedding')}
+  out = {
+      'patch_embed.proj.weight': flat.pop('embedding/kernel').transpose(3, 2, 0, 1),
+      'patch_embed.proj.bias': flat.pop('embedding/bias'),
+      'pos_embed': flat.pop('Transformer/posembed_input/pos_embedding'),
+  }
   if 'cls' in flat:
     out['cls_token'] = flat.pop('cls')
   i = 0
@@ -186,8 +245,11 @@ def to_timm(params: Any) -> StateDict:
     t, ours, attention = f'blocks.{i}.', _BLOCK.format(i), _ATTENTION.format(i)
     take = lambda name: flat.pop(f'{attention}/{name}')  # pylint: disable=cell-var-from-loop
     out[t + 'attn.qkv.weight'] = np.concatenate(
-        [take(f'{n}/kernel').reshape(d, d).T for n in ('query', 'key', 'value')])
-    out[t + 'attn.qkv.bias'] = np.concatenate([take(f'{n}/bias').reshape(d) for n in ('query', 'key', 'value')])
+        [take(f'{n}/kernel').reshape(d, d).T for n in ('query', 'key', 'value')]
+    )
+    out[t + 'attn.qkv.bias'] = np.concatenate(
+        [take(f'{n}/bias').reshape(d) for n in ('query', 'key', 'value')]
+    )
     out[t + 'attn.proj.weight'] = take('out/kernel').reshape(d, d).T
     out[t + 'attn.proj.bias'] = take('out/bias')
     for theirs, our_norm in (('norm1', 'LayerNorm_0'), ('norm2', 'LayerNorm_2')):
@@ -197,7 +259,11 @@ def to_timm(params: Any) -> StateDict:
       out[f'{t}mlp.{theirs}.weight'] = flat.pop(f'{ours}/MlpBlock_3/{dense}/kernel').T
       out[f'{t}mlp.{theirs}.bias'] = flat.pop(f'{ours}/MlpBlock_3/{dense}/bias')
     i += 1
-  for ours, theirs in (('Transformer/encoder_norm', 'norm'), ('fc_norm', 'fc_norm'), ('head', 'head')):
+  for ours, theirs in (
+      ('Transformer/encoder_norm', 'norm'),
+      ('fc_norm', 'fc_norm'),
+      ('head', 'head'),
+  ):
     if f'{ours}/bias' in flat:
       weight = flat.pop(f'{ours}/scale' if ours != 'head' else 'head/kernel')
       out[f'{theirs}.weight'] = weight.T if ours == 'head' else weight
@@ -230,22 +296,31 @@ def read_safetensors(path: epath.Path) -> StateDict:
   data = path.read_bytes()
   try:
     size = int.from_bytes(data[:8], 'little')
-    header = json.loads(data[8:8 + size])
+    header = json.loads(data[8 : 8 + size])
     header.pop('__metadata__', None)
-    body = memoryview(data)[8 + size:]
-    return {name: np.frombuffer(body[slice(*t['data_offsets'])], _SAFETENSORS_DTYPES[t['dtype']]
-                                ).reshape(t['shape']) for name, t in header.items()}
+    body = memoryview(data)[8 + size :]
+    return {
+        name: np.frombuffer(
+            body[slice(*t['data_offsets'])], _SAFETENSORS_DTYPES[t['dtype']]
+        ).reshape(t['shape'])
+        for name, t in header.items()
+    }
   except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
-    raise ValueError(f'{path} is not a readable safetensors file ({type(e).__name__}: '
-                     f'{str(e).splitlines()[0] if str(e) else ""}): fix --config.init_from') from None
+    raise ValueError(
+        f'{path} is not a readable safetensors file ({type(e).__name__}: '
+        f'{str(e).splitlines()[0] if str(e) else ""}): fix --config.init_from'
+    ) from None
 
 
 def write_safetensors(tensors: StateDict, path: str) -> None:
   """`tensors` as a .safetensors file (the layout `read_safetensors` reads), data 8-byte aligned."""
   header, offset = {}, 0
   for name, array in tensors.items():
-    header[name] = {'dtype': _SAFETENSORS_NAMES[array.dtype], 'shape': list(array.shape),
-                    'data_offsets': [offset, offset + array.nbytes]}
+    header[name] = {
+        'dtype': _SAFETENSORS_NAMES[array.dtype],
+        'shape': list(array.shape),
+        'data_offsets': [offset, offset + array.nbytes],
+    }
     offset += array.nbytes
   encoded = json.dumps(header, separators=(',', ':')).encode()
   encoded += b' ' * (-len(encoded) % 8)
@@ -259,15 +334,20 @@ def _read_torch(path: epath.Path) -> StateDict:
   try:
     import torch  # pylint: disable=g-import-not-at-top
   except ImportError:
-    raise ValueError(f'{path}: reading a PyTorch file needs torch (pip install torch); or save it as '
-                     '.safetensors, which needs none') from None
+    raise ValueError(
+        f'{path}: reading a PyTorch file needs torch (pip install torch); or save it as '
+        '.safetensors, which needs none'
+    ) from None
   with path.open('rb') as f:
     loaded = torch.load(f, map_location='cpu', weights_only=True)
   for key in ('state_dict', 'model'):  # Training checkpoints wrap the weights.
     if isinstance(loaded, dict) and isinstance(loaded.get(key), dict):
       loaded = loaded[key]
-  return {k.removeprefix('module.'): v.float().numpy() for k, v in loaded.items()
-          if isinstance(v, torch.Tensor)}
+  return {
+      k.removeprefix('module.'): v.float().numpy()
+      for k, v in loaded.items()
+      if isinstance(v, torch.Tensor)
+  }
 
 
 def read(path: str) -> tuple[StateDict, dict[str, Any]]:
@@ -282,7 +362,9 @@ def read(path: str) -> tuple[StateDict, dict[str, Any]]:
     files, read_file = [p / SAFETENSORS], read_safetensors
   else:
     index = json.loads((p / f'{SAFETENSORS}.index.json').read_text())
-    files, read_file = [p / name for name in sorted(set(index['weight_map'].values()))], read_safetensors
+    files, read_file = [
+        p / name for name in sorted(set(index['weight_map'].values()))
+    ], read_safetensors
   for file in files:
     if not file.is_file():
       raise ValueError(f'no checkpoint file at {str(file)!r}: fix --config.init_from')
@@ -294,21 +376,33 @@ def read(path: str) -> tuple[StateDict, dict[str, Any]]:
   return state_dict, config
 
 
-def load(path: str, num_heads: int, mlp_activation: Optional[str] = None) -> tuple[dict[str, Any], list[str]]:
+def load(
+    path: str, num_heads: int, mlp_activation: Optional[str] = None
+) -> tuple[dict[str, Any], list[str]]:
   """The tree of the timm or transformers ViT at `path`, for a model with `num_heads` heads, and lines
   for the log; a one-line ValueError when it is something else."""
   state_dict, config = read(path)
-  layout = next((name for name, (marker, _) in LAYOUTS.items()
-                 if any(k.removeprefix('vit.') == marker for k in state_dict)), None)
+  layout = next(
+      (
+          name
+          for name, (marker, _) in LAYOUTS.items()
+          if any(k.removeprefix('vit.') == marker for k in state_dict)
+      ),
+      None,
+  )
   if layout is None:
     examples = ', '.join(repr(k) for k in sorted(state_dict)[:3])
-    raise ValueError(f'{path}: a state dict of another model ({len(state_dict)} tensors, e.g. {examples}): '
-                     "init_from reads ViTs in timm's or Hugging Face transformers' naming, .npz files "
-                     'and vit_jax workdirs')
+    raise ValueError(
+        f'{path}: a state dict of another model ({len(state_dict)} tensors, e.g. {examples}): '
+        "init_from reads ViTs in timm's or Hugging Face transformers' naming, .npz files "
+        'and vit_jax workdirs'
+    )
   heads = config.get('num_attention_heads', config.get('model_args', {}).get('num_heads'))
   if heads is not None and heads != num_heads:
-    raise ValueError(f'{path}: the checkpoint has {heads} attention heads, the model {num_heads}: set '
-                     f'--config.model.num_heads={heads} (or a --config.variant with that many)')
+    raise ValueError(
+        f'{path}: the checkpoint has {heads} attention heads, the model {num_heads}: set '
+        f'--config.model.num_heads={heads} (or a --config.variant with that many)'
+    )
   if layout == 'timm':
     _check_timm_pooling(state_dict, config, path)
   notes = [f'read {layout} state dict ({len(state_dict)} tensors)']
@@ -316,11 +410,15 @@ def load(path: str, num_heads: int, mlp_activation: Optional[str] = None) -> tup
   activation = _ACTIVATIONS.get(named, named)
   if named is not None and activation not in _ACTIVATIONS.values():
     # The MLP's nonlinearity has no parameters: loading the weights would compute another function.
-    raise ValueError(f"{path}: the checkpoint's MLP uses the activation {named!r}, which vit_jax's ViT "
-                     f"has not (model.mlp_activation: {', '.join(sorted(set(_ACTIVATIONS.values())))})")
+    raise ValueError(
+        f"{path}: the checkpoint's MLP uses the activation {named!r}, which vit_jax's ViT "
+        f"has not (model.mlp_activation: {', '.join(sorted(set(_ACTIVATIONS.values())))})"
+    )
   if mlp_activation and activation is not None and activation != mlp_activation:
-    notes.append(f'the checkpoint was trained with {named}, the model uses {mlp_activation} '
-                 f'(--config.model.mlp_activation={activation} matches it)')
+    notes.append(
+        f'the checkpoint was trained with {named}, the model uses {mlp_activation} '
+        f'(--config.model.mlp_activation={activation} matches it)'
+    )
   return LAYOUTS[layout][1](state_dict, num_heads, path), notes
 
 
@@ -335,12 +433,16 @@ def _check_timm_pooling(state_dict: StateDict, config: Mapping[str, Any], path: 
   if pool in (None, '', 'map') or pool == ('token' if class_token else 'avg'):
     return
   if pool == 'avg':
-    raise ValueError(f"{path}: the timm model averages its tokens although it has a class token "
-                     "(global_pool='avg', class_token=True), which vit_jax's ViT does not compute: its "
-                     'model.classifier=gap has no class token, model.classifier=token pools the class token')
-  raise ValueError(f"{path}: the timm model pools with global_pool={pool!r}, which vit_jax's ViT does not "
-                   f"compute (model.classifier: {'token' if class_token else 'gap'} pools as timm's "
-                   f"{'token' if class_token else 'avg'})")
+    raise ValueError(
+        f'{path}: the timm model averages its tokens although it has a class token '
+        "(global_pool='avg', class_token=True), which vit_jax's ViT does not compute: its "
+        'model.classifier=gap has no class token, model.classifier=token pools the class token'
+    )
+  raise ValueError(
+      f"{path}: the timm model pools with global_pool={pool!r}, which vit_jax's ViT does not "
+      f"compute (model.classifier: {'token' if class_token else 'gap'} pools as timm's "
+      f"{'token' if class_token else 'avg'})"
+  )
 
 
 def timm_eval_crop(pp_eval: Mapping[str, Any], image_size: int) -> dict[str, Any]:
@@ -354,8 +456,10 @@ def timm_eval_crop(pp_eval: Mapping[str, Any], image_size: int) -> dict[str, Any
   if pp_eval['crop'] == 'resize':
     return {'crop_pct': 1.0, 'crop_mode': 'squash'}
   if pp_eval['crop'] != 'central':
-    raise ValueError(f"config.pp_eval.crop={pp_eval['crop']!r} has no timm counterpart: use 'resize' or "
-                     "'central'")
+    raise ValueError(
+        f"config.pp_eval.crop={pp_eval['crop']!r} has no timm counterpart: use 'resize' or "
+        "'central'"
+    )
   target = round(image_size / pp_eval['crop_fraction'])
   crop_pct = pp_eval['crop_fraction']
   if math.floor(image_size / crop_pct) != target:
@@ -372,25 +476,47 @@ def _mlp_ratio(hidden_size: int, mlp_dim: int) -> float:
   return ratio if int(hidden_size * ratio) == mlp_dim else (mlp_dim + 0.5) / hidden_size
 
 
-def timm_config(model: Mapping[str, Any], image_size: int, num_classes: Optional[int],
-                class_names: Optional[list[str]] = None, *,
-                pp_eval: Mapping[str, Any]) -> dict[str, Any]:
+def timm_config(
+    model: Mapping[str, Any],
+    image_size: int,
+    num_classes: Optional[int],
+    class_names: Optional[list[str]] = None,
+    *,
+    pp_eval: Mapping[str, Any],
+) -> dict[str, Any]:
   """The config.json with which `timm.create_model('local-dir:DIR', pretrained=True)` builds this
   model and loads DIR/model.safetensors (`to_timm`). Images are in [-1, 1]: mean = std = 0.5. Its
   preprocessing is the run's `pp_eval` (`timm_eval_crop`), resized with PIL's bilinear filter, which
   always antialiases: pp_eval.antialias=True's resize (without it, a shrunk image differs)."""
   model_args = {
-      'img_size': image_size, 'patch_size': model['patch_size'], 'embed_dim': model['hidden_size'],
-      'depth': model['num_layers'], 'num_heads': model['num_heads'],
-      'mlp_ratio': _mlp_ratio(model['hidden_size'], model['mlp_dim']), 'qkv_bias': True,
+      'img_size': image_size,
+      'patch_size': model['patch_size'],
+      'embed_dim': model['hidden_size'],
+      'depth': model['num_layers'],
+      'num_heads': model['num_heads'],
+      'mlp_ratio': _mlp_ratio(model['hidden_size'], model['mlp_dim']),
+      'qkv_bias': True,
       'class_token': model['classifier'] == 'token',
       'global_pool': {'token': 'token', 'gap': 'avg'}[model['classifier']],
-      'fc_norm': bool(model['fc_norm']), 'act_layer': model['mlp_activation']}
-  pretrained_cfg = {'input_size': [3, image_size, image_size], 'fixed_input_size': True,
-                    'mean': [0.5] * 3, 'std': [0.5] * 3, 'interpolation': 'bilinear',
-                    **timm_eval_crop(pp_eval, image_size), 'num_classes': num_classes or 0}
+      'fc_norm': bool(model['fc_norm']),
+      'act_layer': model['mlp_activation'],
+  }
+  pretrained_cfg = {
+      'input_size': [3, image_size, image_size],
+      'fixed_input_size': True,
+      'mean': [0.5] * 3,
+      'std': [0.5] * 3,
+      'interpolation': 'bilinear',
+      **timm_eval_crop(pp_eval, image_size),
+      'num_classes': num_classes or 0,
+  }
   if class_names:
     pretrained_cfg['label_names'] = list(class_names)
   # Any registered ViT name: model_args replace its sizes.
-  return {'architecture': 'vit_base_patch16_224', 'num_classes': num_classes or 0,
-          'num_features': model['hidden_size'], 'model_args': model_args, 'pretrained_cfg': pretrained_cfg}
+  return {
+      'architecture': 'vit_base_patch16_224',
+      'num_classes': num_classes or 0,
+      'num_features': model['hidden_size'],
+      'model_args': model_args,
+      'pretrained_cfg': pretrained_cfg,
+  }

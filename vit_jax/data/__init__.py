@@ -13,6 +13,7 @@ A split is a split name, or for a tensorflow_datasets dataset or the digits a sl
 train_split 'train[:90%]' and eval_split 'train[90%:]' hold out a minival); for an image folder, a
 sub-folder.
 """
+
 from vit_jax.data.pipeline import DatasetInfo
 from vit_jax.data.pipeline import class_names
 from vit_jax.data.pipeline import eval_iterator

@@ -5,6 +5,7 @@ Each draws all its randomness from the `np.random.Generator` it is given; prepro
 applies them where their value range is (3-Augment and colour jitter on float32 [h, w, 3] pixels in
 [0, 255], erasing on normalised images, as timm does).
 """
+
 import math
 from typing import Sequence
 
@@ -46,12 +47,12 @@ def _correlate_rows(image: np.ndarray, kernel: np.ndarray) -> np.ndarray:
   reflected without repeating the edge (torch's 'reflect' padding)."""
   radius, size = len(kernel) // 2, image.shape[0]
   padded = np.pad(image, [(radius, radius)] + [(0, 0)] * (image.ndim - 1), mode='reflect')
-  out = kernel[radius] * padded[radius:radius + size]
+  out = kernel[radius] * padded[radius : radius + size]
   pair = np.empty_like(out)
   # Whole-slab shifted sums, one product per pair of taps. A banded matrix product is faster alone,
   # but BLAS's threads slow it tenfold where the input workers already keep every core busy.
   for i in range(radius):
-    np.add(padded[i:i + size], padded[2 * radius - i:2 * radius - i + size], out=pair)
+    np.add(padded[i : i + size], padded[2 * radius - i : 2 * radius - i + size], out=pair)
     pair *= kernel[i]
     out += pair
   return out
@@ -63,7 +64,7 @@ def gaussian_blur(image: np.ndarray, sigma: float, kernel_size: int) -> np.ndarr
   # A reflected border is at most the image's side less one.
   radius = min(kernel_size // 2, min(image.shape[:2]) - 1)
   x = np.arange(-radius, radius + 1)
-  kernel = np.exp(-0.5 * (x / sigma)**2)
+  kernel = np.exp(-0.5 * (x / sigma) ** 2)
   kernel = (kernel / kernel.sum()).astype(np.float32)
   # The 2-D Gaussian is separable: down the columns, then (transposed) along the rows.
   vertical = _correlate_rows(np.asarray(image, np.float32), kernel)
@@ -119,8 +120,13 @@ def color_jitter(image: np.ndarray, rng: np.random.Generator, strength: float) -
   return jitter_colors(image, factors, rng.permutation(len(_COLOR_ADJUSTMENTS)))
 
 
-def random_erase(image: np.ndarray, rng: np.random.Generator, prob: float,
-                 area: tuple[float, float], aspect: tuple[float, float]) -> np.ndarray:
+def random_erase(
+    image: np.ndarray,
+    rng: np.random.Generator,
+    prob: float,
+    area: tuple[float, float],
+    aspect: tuple[float, float],
+) -> np.ndarray:
   """timm's RandomErasing(mode='pixel') of a normalised float32 [h, w, c]: with probability `prob`,
   of up to 10 boxes of an area fraction in `area` and a log-uniform aspect ratio (height / width)
   in `aspect`, the first that fits is filled with N(0, 1) noise (the mean and std of a normalised
@@ -140,7 +146,8 @@ def random_erase(image: np.ndarray, rng: np.random.Generator, prob: float,
       top = rng.integers(height - box_height + 1)
       left = rng.integers(width - box_width + 1)
       erased = image.copy()
-      erased[top:top + box_height, left:left + box_width] = rng.standard_normal(
-          (box_height, box_width, channels), np.float32)
+      erased[top : top + box_height, left : left + box_width] = rng.standard_normal(
+          (box_height, box_width, channels), np.float32
+      )
       return erased
   return image

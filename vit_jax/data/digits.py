@@ -5,6 +5,7 @@ preparation. The split is the seeded, stratified 80/20 one used for the baseline
 train and 360 test images. Splits take tensorflow_datasets' slice syntax ('train[:90%]',
 'train[:800]+test[:100]'), as a prepared tfds dataset's do.
 """
+
 import functools
 import importlib.util
 import os
@@ -54,7 +55,7 @@ def split_indices(split: str, sizes: dict[str, int]) -> list[tuple[str, np.ndarr
   except (ValueError, AssertionError) as e:
     first_line = str(e).strip().splitlines()[0]
     raise ValueError(f'Bad split {split!r}: {first_line}') from None
-  return [(p.splitname, np.arange(sizes[p.splitname])[p.from_:p.to]) for p in parts]
+  return [(p.splitname, np.arange(sizes[p.splitname])[p.from_ : p.to]) for p in parts]
 
 
 class DigitsSource:
@@ -78,8 +79,10 @@ class DigitsSource:
     try:
       split_indices(split, {name: len(labels) for name, (_, labels) in self._splits.items()})
     except ValueError as e:
-      raise ValueError(f"{str(e).rstrip('.')}; set {field} to one of {list(self._splits)} or a slice "
-                       "of one, e.g. 'train[:90%]'") from None
+      raise ValueError(
+          f"{str(e).rstrip('.')}; set {field} to one of {list(self._splits)} or a slice "
+          "of one, e.g. 'train[:90%]'"
+      ) from None
 
   def load(self, record: tuple[np.ndarray, np.ndarray]) -> dict[str, np.ndarray]:
     image, label = record

@@ -6,6 +6,7 @@ files under its folder at any depth (as torchvision's ImageFolder). Hidden entri
 with '.': Jupyter's .ipynb_checkpoints, macOS's ._x.png) are not data, at any level. A root on cloud
 storage (gs://...) is read through `etils.epath`, a local one through `os`.
 """
+
 import concurrent.futures
 import os
 
@@ -18,8 +19,11 @@ from vit_jax.data import preprocess
 
 # Files that are images but that PIL cannot read here: a folder of them would lose those files
 # without a word, so each such extension is warned of once.
-UNREAD_EXTENSIONS = tuple(e for e in ('.heic', '.heif', '.avif', '.jxl', '.svg', '.raw', '.cr2',
-                                      '.nef', '.dng') if e not in preprocess.IMAGE_EXTENSIONS)
+UNREAD_EXTENSIONS = tuple(
+    e
+    for e in ('.heic', '.heif', '.avif', '.jxl', '.svg', '.raw', '.cr2', '.nef', '.dng')
+    if e not in preprocess.IMAGE_EXTENSIONS
+)
 _warned_extensions: set[str] = set()
 
 
@@ -34,21 +38,31 @@ def _listing(path: str) -> tuple[list[str], list[str]]:
     if _is_remote(path):
       # A listing on cloud storage says nothing of what an entry is, and asking costs a request an
       # image (hours for ImageNet on GCS): a name with an image's extension is taken for a file.
-      entries = [(p.name, not p.name.lower().endswith(preprocess.IMAGE_EXTENSIONS + UNREAD_EXTENSIONS)
-                  and p.is_dir()) for p in epath.Path(path).iterdir()]
+      entries = [
+          (
+              p.name,
+              not p.name.lower().endswith(preprocess.IMAGE_EXTENSIONS + UNREAD_EXTENSIONS)
+              and p.is_dir(),
+          )
+          for p in epath.Path(path).iterdir()
+      ]
     else:
       with os.scandir(path) as scan:
         # Python gives a name that is not UTF-8 surrogates for its bytes: encoding it fails.
         entries = [(e.name.encode().decode(), e.is_dir()) for e in scan]
   except UnicodeEncodeError as e:
-    raise ValueError(f'Image folder {path} holds a name that is not UTF-8: '
-                     f'{os.fsencode(e.object)!r}; rename it (e.g. `convmv -f latin1 -t utf8 --notest '
-                     '-r ROOT`)') from None
+    raise ValueError(
+        f'Image folder {path} holds a name that is not UTF-8: '
+        f'{os.fsencode(e.object)!r}; rename it (e.g. `convmv -f latin1 -t utf8 --notest '
+        '-r ROOT`)'
+    ) from None
   except UnicodeDecodeError as e:
     # A zip from Windows may hold Latin-1 or Shift-JIS names; uncaught, the run would stop on the
     # codec's message, which names neither file nor folder.
-    raise ValueError(f'Image folder {path} holds a name that is not UTF-8: {e.object!r}; rename it '
-                     '(e.g. `convmv -f latin1 -t utf8 --notest -r ROOT`)') from None
+    raise ValueError(
+        f'Image folder {path} holds a name that is not UTF-8: {e.object!r}; rename it '
+        '(e.g. `convmv -f latin1 -t utf8 --notest -r ROOT`)'
+    ) from None
   for name, is_dir in entries:
     if name.startswith('.'):
       continue
@@ -65,8 +79,12 @@ def _warn_unread(path: str) -> None:
   extension = os.path.splitext(path)[1].lower()
   if extension not in _warned_extensions:
     _warned_extensions.add(extension)
-    logging.warning('Image folders: %s files are not read (e.g. %s), only %s: convert them, e.g. to '
-                    'PNG', extension, path, ', '.join(preprocess.IMAGE_EXTENSIONS))
+    logging.warning(
+        'Image folders: %s files are not read (e.g. %s), only %s: convert them, e.g. to ' 'PNG',
+        extension,
+        path,
+        ', '.join(preprocess.IMAGE_EXTENSIONS),
+    )
 
 
 def _sub_folders(path: str) -> list[str]:
@@ -98,10 +116,14 @@ def _split_dir(root: str, split: str) -> str:
   if _is_dir(path):
     return path
   if '[' in split or '+' in split:  # A tensorflow_datasets slice or union, as 'train[:90%]'.
-    raise ValueError(f'Image folder splits are sub-folder names, not slices: {root} has no {split}/; '
-                     f'make a folder of class folders (e.g. {root}/val/), then --config.eval_split=val')
-  raise ValueError(f'Image folder {path} does not exist: config.data_dir must hold a {split}/ '
-                   'sub-folder of class folders')
+    raise ValueError(
+        f'Image folder splits are sub-folder names, not slices: {root} has no {split}/; '
+        f'make a folder of class folders (e.g. {root}/val/), then --config.eval_split=val'
+    )
+  raise ValueError(
+      f'Image folder {path} does not exist: config.data_dir must hold a {split}/ '
+      'sub-folder of class folders'
+  )
 
 
 # The readability probe decodes this many files of a class, of this many classes of a split (each
@@ -129,26 +151,34 @@ def _why_unreadable(path: str) -> str | None:
     return e.strerror or str(e)
 
 
-def _check_readable(split: str, split_dir: str, files: dict[str, list[str]], *, train: bool) -> None:
+def _check_readable(
+    split: str, split_dir: str, files: dict[str, list[str]], *, train: bool
+) -> None:
   """Raises a ValueError if none of a sample of the split's images decodes, or in the train split none
   of a class's: without it a folder of files that are not images (a git-lfs checkout without `git lfs
   pull`) would train on nothing, each file skipped with a warning."""
-  probed = {name: _spread(names, _PROBE_PER_CLASS)
-            for name, names in _spread([(n, f) for n, f in files.items() if f], _PROBE_CLASSES)}
+  probed = {
+      name: _spread(names, _PROBE_PER_CLASS)
+      for name, names in _spread([(n, f) for n, f in files.items() if f], _PROBE_CLASSES)
+  }
   paths = [os.path.join(split_dir, name, f) for name, names in probed.items() for f in names]
   with concurrent.futures.ThreadPoolExecutor(_PROBE_THREADS) as pool:
     reasons = dict(zip(paths, pool.map(_why_unreadable, paths)))
   fix = 'check that they are images (a git-lfs checkout needs `git lfs pull`)'
   if all(reasons.values()):
-    raise ValueError(f'No image of split {split!r} decodes: none of {len(paths)} sampled, e.g. '
-                     f'{paths[0]} ({reasons[paths[0]]}); {fix}')
+    raise ValueError(
+        f'No image of split {split!r} decodes: none of {len(paths)} sampled, e.g. '
+        f'{paths[0]} ({reasons[paths[0]]}); {fix}'
+    )
   if not train:
     return  # An evaluation skips unreadable files; a class without images is no obstacle there.
   for name, names in probed.items():
     path = os.path.join(split_dir, name, names[0])
     if all(reasons[os.path.join(split_dir, name, f)] for f in names):
-      raise ValueError(f'Class {name!r} has no readable train image: none of {len(names)} sampled '
-                       f'decodes, e.g. {path} ({reasons[path]}); {fix}, or remove the class folder')
+      raise ValueError(
+          f'Class {name!r} has no readable train image: none of {len(names)} sampled '
+          f'decodes, e.g. {path} ({reasons[path]}); {fix}, or remove the class folder'
+      )
 
 
 class FolderSource:
@@ -161,8 +191,10 @@ class FolderSource:
     self._train_dir = train_dir = _split_dir(root, train_split)
     self.class_names = tuple(_sub_folders(train_dir))
     if not self.class_names:
-      raise ValueError(f'Image folder {train_dir} has no class sub-folders: put the images of each '
-                       f'class in {train_dir}/<class name>/')
+      raise ValueError(
+          f'Image folder {train_dir} has no class sub-folders: put the images of each '
+          f'class in {train_dir}/<class name>/'
+      )
     self._files = {}
 
   def split_files(self, split: str) -> tuple[list[str], np.ndarray]:
@@ -174,18 +206,24 @@ class FolderSource:
       files = {}
       for name in _sub_folders(split_dir):
         if name not in labels:
-          raise ValueError(f'Class folder {os.path.join(split_dir, name)} has no counterpart in '
-                           f'{self._train_dir}: every class needs a folder of train images')
+          raise ValueError(
+              f'Class folder {os.path.join(split_dir, name)} has no counterpart in '
+              f'{self._train_dir}: every class needs a folder of train images'
+          )
         files[name] = _image_files(os.path.join(split_dir, name))
       if not any(files.values()):
-        raise ValueError(f'No {"/".join(preprocess.IMAGE_EXTENSIONS)} images in the class folders of '
-                         f'{split_dir}')
+        raise ValueError(
+            f'No {"/".join(preprocess.IMAGE_EXTENSIONS)} images in the class folders of '
+            f'{split_dir}'
+        )
       train = split == self._train_split
       empty = [name for name, names in files.items() if not names]
       if train and empty:  # A class without train images cannot be learned.
-        raise ValueError(f'Class folders of {split_dir} without images: '
-                         f'{", ".join(map(repr, empty[:5]))}{" ..." if len(empty) > 5 else ""}; '
-                         'put images in each or remove it')
+        raise ValueError(
+            f'Class folders of {split_dir} without images: '
+            f'{", ".join(map(repr, empty[:5]))}{" ..." if len(empty) > 5 else ""}; '
+            'put images in each or remove it'
+        )
       _check_readable(split, split_dir, files, train=train)
       paths = [os.path.join(split_dir, name, f) for name, names in files.items() for f in names]
       path_labels = [labels[name] for name, names in files.items() for _ in names]
@@ -198,8 +236,10 @@ class FolderSource:
     Striding (not contiguous blocks) keeps the classes balanced across shards. Unreadable files are
     only found when read."""
     paths, labels = self.split_files(split)
-    return order.Records(len(paths[shard::num_shards]),
-                         _StridedFiles(paths[shard::num_shards], labels[shard::num_shards]))
+    return order.Records(
+        len(paths[shard::num_shards]),
+        _StridedFiles(paths[shard::num_shards], labels[shard::num_shards]),
+    )
 
   def load(self, record: tuple[str, int]) -> dict[str, np.ndarray]:
     """The image of `record` decoded, and its label; `preprocess.UnreadableImage` if it cannot be."""

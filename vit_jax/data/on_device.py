@@ -1,4 +1,5 @@
 """The batch's images as the model takes them, inside the jitted steps."""
+
 import jax
 import jax.numpy as jnp
 

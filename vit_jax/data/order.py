@@ -10,6 +10,7 @@ The permutation is materialised (int32, 4 bytes a record: 5 MB for ImageNet-1k, 
 ImageNet-21k) once per epoch and process, in 0.05 s per million records on a 2-core VM; a keyed
 cipher over the indices would need no memory but costs a Python call per record in a worker.
 """
+
 import dataclasses
 import functools
 from typing import Any, Callable, Sequence
@@ -25,6 +26,7 @@ class Records:
   """`num_records` records; `read(k)` is record k (a path, serialized bytes, an example's arrays).
 
   `read` must pickle with its source: grain's worker processes call it."""
+
   num_records: int
   read: Callable[[int], Any]
 

@@ -6,6 +6,7 @@ at stream position p is seeded from (seed, shard, p). So the batch of step s is 
 starting at step s reads nothing before it, and every batch is the same whether it is built in this
 process or in any of grain's worker processes (`config.data_workers`).
 """
+
 import dataclasses
 import functools
 import multiprocessing
@@ -38,6 +39,7 @@ _ORDER, _AUGMENT = 0, 1
 @dataclasses.dataclass(frozen=True)
 class DatasetInfo:
   """What `get_info` reads of the config's splits; `num_examples` counts any other split."""
+
   num_classes: int
   num_train: int  # Examples in config.train_split, all hosts together.
   num_eval: int  # Examples in config.eval_split, all hosts together.
@@ -47,6 +49,7 @@ class DatasetInfo:
 class Source(Protocol):
   """Where examples come from: the digits, an image folder, a tfds dataset. It must pickle: grain's
   worker processes read through it."""
+
   class_names: tuple[str, ...]
 
   def examples(self, split: str, shard: int = 0, num_shards: int = 1) -> order.Records:
@@ -62,20 +65,26 @@ class Source(Protocol):
 
 def _digits(config: ml_collections.ConfigDict, label_feature: str) -> Source:
   if label_feature != 'label':
-    raise ValueError(f"Dataset 'digits' has no ClassLabel (or Sequence of ClassLabel) feature "
-                     f"{label_feature!r}: set --config.label_feature (or the evaluator's "
-                     "label_feature) to 'label'")
+    raise ValueError(
+        f"Dataset 'digits' has no ClassLabel (or Sequence of ClassLabel) feature "
+        f"{label_feature!r}: set --config.label_feature (or the evaluator's "
+        "label_feature) to 'label'"
+    )
   del config  # The digits are the same for every config.
   return digits.DigitsSource()
 
 
 def _folder(config: ml_collections.ConfigDict, label_feature: str) -> Source:
   if label_feature != 'label':
-    raise ValueError(f"An image folder has one class an image, not a label feature {label_feature!r}: "
-                     'read it from a tensorflow_datasets dataset that has it')
+    raise ValueError(
+        f'An image folder has one class an image, not a label feature {label_feature!r}: '
+        'read it from a tensorflow_datasets dataset that has it'
+    )
   if not config.data_dir:
-    raise ValueError("config.dataset='folder' needs config.data_dir: set it to a root with "
-                     f'{config.train_split}/ and {config.eval_split}/ sub-folders of class folders')
+    raise ValueError(
+        "config.dataset='folder' needs config.data_dir: set it to a root with "
+        f'{config.train_split}/ and {config.eval_split}/ sub-folders of class folders'
+    )
   return _listed_folder(config.data_dir, config.train_split)
 
 
@@ -88,8 +97,9 @@ def _listed_folder(root: str, train_split: str) -> folder.FolderSource:
 
 
 def _tfds(config: ml_collections.ConfigDict, label_feature: str) -> Source:
-  return tfds_source.TfdsSource(tfds_source.prepared_builder(config.dataset, config.data_dir),
-                                label_feature)
+  return tfds_source.TfdsSource(
+      tfds_source.prepared_builder(config.dataset, config.data_dir), label_feature
+  )
 
 
 # config.dataset -> its Source, reading the given label feature; any other name is a
@@ -112,8 +122,10 @@ def _checked_source(config: ml_collections.ConfigDict, label_feature: str | None
   if config.image_size < 1:
     raise ValueError(f'config.image_size={config.image_size} must be a positive number of pixels')
   if config.data_workers is not None and config.data_workers < 0:
-    raise ValueError(f'config.data_workers={config.data_workers} must be >= 0 worker processes (0: '
-                     'threads of this process only), or unset for one a core')
+    raise ValueError(
+        f'config.data_workers={config.data_workers} must be >= 0 worker processes (0: '
+        'threads of this process only), or unset for one a core'
+    )
   preprocess.check_pp(config.pp)
   preprocess.check_pp_eval(config.pp_eval)
   return make_source(config, label_feature)
@@ -123,11 +135,13 @@ def _train_source(config: ml_collections.ConfigDict) -> Source:
   """The source of the run's label feature, which it trains on: one class an image."""
   source = _checked_source(config)
   if getattr(source, 'multi_label', False):
-    raise ValueError(f'config.label_feature={config.label_feature!r} of dataset '
-                     f'{config.dataset!r} is a set of classes an image (a Sequence of ClassLabel), '
-                     'which a run cannot train on: set --config.label_feature to one of '
-                     f'{list(source.class_label_features)} (label sets are for evaluators of '
-                     "type='real')")
+    raise ValueError(
+        f'config.label_feature={config.label_feature!r} of dataset '
+        f'{config.dataset!r} is a set of classes an image (a Sequence of ClassLabel), '
+        'which a run cannot train on: set --config.label_feature to one of '
+        f'{list(source.class_label_features)} (label sets are for evaluators of '
+        "type='real')"
+    )
   return source
 
 
@@ -139,14 +153,17 @@ def get_info(config: ml_collections.ConfigDict) -> DatasetInfo:
   if hasattr(source, 'check_split'):  # A bad split name names the field to set.
     for field in ('train_split', 'eval_split'):
       source.check_split(config[field], f'--config.{field}')
-  return DatasetInfo(num_classes=len(source.class_names),
-                     num_train=source.examples(config.train_split).num_records,
-                     num_eval=source.examples(config.eval_split).num_records,
-                     class_names=source.class_names)
+  return DatasetInfo(
+      num_classes=len(source.class_names),
+      num_train=source.examples(config.train_split).num_records,
+      num_eval=source.examples(config.eval_split).num_records,
+      class_names=source.class_names,
+  )
 
 
-def class_names(config: ml_collections.ConfigDict,
-                label_feature: str | None = None) -> tuple[str, ...]:
+def class_names(
+    config: ml_collections.ConfigDict, label_feature: str | None = None
+) -> tuple[str, ...]:
   """The classes of config.dataset's `label_feature` (None: the run's), in label order; validates the
   data config."""
   return _checked_source(config, label_feature).class_names
@@ -158,8 +175,9 @@ def is_label_set(config: ml_collections.ConfigDict, label_feature: str) -> bool:
   return getattr(_checked_source(config, label_feature), 'multi_label', False)
 
 
-def num_examples(config: ml_collections.ConfigDict, split: str,
-                 label_feature: str | None = None) -> int:
+def num_examples(
+    config: ml_collections.ConfigDict, split: str, label_feature: str | None = None
+) -> int:
   """Examples in `split` (e.g. 'test', or a tfds slice such as 'train[90%:]'), all hosts together;
   validates the data config, the label feature (None: the run's) and the split name."""
   return _checked_source(config, label_feature).examples(split).num_records
@@ -186,8 +204,10 @@ def num_data_shards(config: ml_collections.ConfigDict, process_count: int) -> in
   """Streams the train split is cut into: `config.data_shards`, or one per process if unset."""
   shards = config.data_shards or process_count
   if shards % process_count:
-    raise ValueError(f'config.data_shards={shards} is not a multiple of the {process_count} processes: '
-                     f'use a multiple, e.g. --config.data_shards={process_count}')
+    raise ValueError(
+        f'config.data_shards={shards} is not a multiple of the {process_count} processes: '
+        f'use a multiple, e.g. --config.data_shards={process_count}'
+    )
   return shards
 
 
@@ -198,7 +218,8 @@ def _cores() -> int:
 def _num_workers(config: ml_collections.ConfigDict, source: Source) -> int:
   """grain worker processes: config.data_workers, or unset, one a core for sources that decode files
   (threads of this process would share one interpreter lock for the per-example Python and numpy)
-  and none for the digits (8x8 arrays in memory: a worker's start-up would cost more than it saves)."""
+  and none for the digits (8x8 arrays in memory: a worker's start-up would cost more than it saves).
+  """
   if config.data_workers is not None:
     return config.data_workers
   return 0 if isinstance(source, digits.DigitsSource) else _cores()
@@ -249,8 +270,10 @@ def _iterate(ds: grain.MapDataset, workers: int) -> grain.DatasetIterator:
     _quiet_resource_tracker()
     # Each worker builds whole batches in its own thread; two batches ahead each.
     it = ds.to_iter_dataset(grain.ReadOptions(num_threads=1, prefetch_buffer_size=2))
-    it = it.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers, per_worker_buffer_size=2),
-                        worker_init_fn=_worker_init)
+    it = it.mp_prefetch(
+        grain.MultiprocessingOptions(num_workers=workers, per_worker_buffer_size=2),
+        worker_init_fn=_worker_init,
+    )
   else:
     it = ds.to_iter_dataset(grain.ReadOptions(num_threads=min(4, _cores()), prefetch_buffer_size=4))
   return iter(it)
@@ -259,12 +282,16 @@ def _iterate(ds: grain.MapDataset, workers: int) -> grain.DatasetIterator:
 class _TrainStream:
   """Data shard `shard`'s stream: the augmented example at each stream position."""
 
-  def __init__(self, config: ml_collections.ConfigDict, source: Source, shard: int, num_shards: int):
+  def __init__(
+      self, config: ml_collections.ConfigDict, source: Source, shard: int, num_shards: int
+  ):
     self._source = source
     self._records = source.examples(config.train_split, shard, num_shards)
     if self._records.num_records < 1:
-      raise ValueError(f'Split {config.train_split!r} has no examples for data shard {shard} of '
-                       f'{num_shards}: use a larger split or fewer data shards')
+      raise ValueError(
+          f'Split {config.train_split!r} has no examples for data shard {shard} of '
+          f'{num_shards}: use a larger split or fewer data shards'
+      )
     self._order_seed = (config.seed, shard, _ORDER)
     self._augment_seed = (config.seed, shard, _AUGMENT)
     self._pp = config.pp
@@ -278,17 +305,24 @@ class _TrainStream:
     epoch, offset = divmod(position, n)
     for skipped in range(n):
       record = self._records.read(
-          order.index_at(n, self._order_seed, epoch * n + (offset + skipped) % n))
+          order.index_at(n, self._order_seed, epoch * n + (offset + skipped) % n)
+      )
       try:
         example = self._source.load(record)
         break
       except preprocess.UnreadableImage as e:
         unreadable.name_once(self._source.describe(record), str(e))
     else:
-      raise ValueError(f'No example of the train split could be read (e.g. '
-                       f'{self._source.describe(record)}): check that the files are images')
-    image = preprocess.train_preprocess(example['image'], (*order.words(*self._augment_seed), position),
-                                        pp=self._pp, image_size=self._image_size)
+      raise ValueError(
+          f'No example of the train split could be read (e.g. '
+          f'{self._source.describe(record)}): check that the files are images'
+      )
+    image = preprocess.train_preprocess(
+        example['image'],
+        (*order.words(*self._augment_seed), position),
+        pp=self._pp,
+        image_size=self._image_size,
+    )
     return {'image': image, 'label': example['label']}
 
 
@@ -307,9 +341,14 @@ class _HostExamples:
     return self._streams[shard](step * self._per_shard + row)
 
 
-def train_iterator(config: ml_collections.ConfigDict, *, local_batch_size: int,
-                   start_step: int = 0, process_index: int = 0,
-                   process_count: int = 1) -> grain.DatasetIterator:
+def train_iterator(
+    config: ml_collections.ConfigDict,
+    *,
+    local_batch_size: int,
+    start_step: int = 0,
+    process_index: int = 0,
+    process_count: int = 1,
+) -> grain.DatasetIterator:
   """This host's endless train batches {'image': [b, H, W, 3], 'label': int32 [b]}, the labels of
   config.label_feature. The images are uint8 pixels or float32 in [-1, 1] (`preprocess.train_dtype`);
   `on_device.model_input` in the step makes either the model's float32.
@@ -326,13 +365,20 @@ def train_iterator(config: ml_collections.ConfigDict, *, local_batch_size: int,
   num_shards = num_data_shards(config, process_count)
   shards_per_process = num_shards // process_count
   if local_batch_size % shards_per_process:
-    raise ValueError(f'The per-host batch {local_batch_size} does not split into {shards_per_process} '
-                     f'data shards: make config.batch_size a multiple of config.data_shards={num_shards}')
+    raise ValueError(
+        f'The per-host batch {local_batch_size} does not split into {shards_per_process} '
+        f'data shards: make config.batch_size a multiple of config.data_shards={num_shards}'
+    )
   first = process_index * shards_per_process
-  streams = tuple(_TrainStream(config, source, shard, num_shards)
-                  for shard in range(first, first + shards_per_process))
-  ds = grain.MapDataset.range(start_step * local_batch_size, _MANY).map(
-      _HostExamples(streams, local_batch_size)).batch(local_batch_size, drop_remainder=True)
+  streams = tuple(
+      _TrainStream(config, source, shard, num_shards)
+      for shard in range(first, first + shards_per_process)
+  )
+  ds = (
+      grain.MapDataset.range(start_step * local_batch_size, _MANY)
+      .map(_HostExamples(streams, local_batch_size))
+      .batch(local_batch_size, drop_remainder=True)
+  )
   return _iterate(ds, _num_workers(config, source))
 
 
@@ -346,8 +392,10 @@ class _EvalRows:
     self._pp_eval = config.pp_eval
     self._image_size = config.image_size
     size = config.image_size
-    self._padding = {'image': np.zeros([size, size, 3], preprocess.eval_dtype(config.pp_eval)),
-                     'mask': np.False_}
+    self._padding = {
+        'image': np.zeros([size, size, 3], preprocess.eval_dtype(config.pp_eval)),
+        'mask': np.False_,
+    }
     if getattr(source, 'multi_label', False):
       self._padding['labels'] = np.zeros([len(source.class_names)], bool)
     else:
@@ -362,15 +410,22 @@ class _EvalRows:
     except preprocess.UnreadableImage as e:
       unreadable.name_once(self._source.describe(record), str(e))
       return self._padding
-    image = preprocess.eval_preprocess(example['image'], pp_eval=self._pp_eval,
-                                       image_size=self._image_size)
+    image = preprocess.eval_preprocess(
+        example['image'], pp_eval=self._pp_eval, image_size=self._image_size
+    )
     labels = {k: example[k] for k in ('label', 'labels') if k in example}
     return {'image': image, **labels, 'mask': np.True_}
 
 
-def eval_iterator(config: ml_collections.ConfigDict, split: str, *, local_batch_size: int,
-                  process_index: int = 0, process_count: int = 1,
-                  label_feature: str | None = None) -> Iterator[dict[str, np.ndarray]]:
+def eval_iterator(
+    config: ml_collections.ConfigDict,
+    split: str,
+    *,
+    local_batch_size: int,
+    process_index: int = 0,
+    process_count: int = 1,
+    label_feature: str | None = None,
+) -> Iterator[dict[str, np.ndarray]]:
   """One unaugmented pass over this host's shard of `split`: full batches {'image', 'label', 'mask'},
   the images of `preprocess.eval_dtype` (as the train iterator's: for `on_device.model_input`).
 
@@ -382,9 +437,15 @@ def eval_iterator(config: ml_collections.ConfigDict, split: str, *, local_batch_
   ImageNet-ReaL's 'real_label') gives 'labels' (multi-hot bool [b, classes]) instead of 'label'.
   """
   source = _checked_source(config, label_feature)
-  num_batches = num_eval_batches(source.examples(split).num_records,
-                                 local_batch_size=local_batch_size, process_count=process_count)
+  num_batches = num_eval_batches(
+      source.examples(split).num_records,
+      local_batch_size=local_batch_size,
+      process_count=process_count,
+  )
   records = source.examples(split, process_index, process_count)
-  ds = grain.MapDataset.range(num_batches * local_batch_size).map(
-      _EvalRows(config, source, records)).batch(local_batch_size)
+  ds = (
+      grain.MapDataset.range(num_batches * local_batch_size)
+      .map(_EvalRows(config, source, records))
+      .batch(local_batch_size)
+  )
   return _iterate(ds, _num_workers(config, source))

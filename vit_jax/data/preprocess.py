@@ -21,6 +21,7 @@ with `pp_eval.antialias`, else `normalize`d (`eval_dtype`).
 The pixel work is PIL's (decoding, antialiased resizing), which releases the GIL while it runs, or
 whole-array numpy: no per-pixel Python.
 """
+
 import dataclasses
 import io
 import math
@@ -35,8 +36,21 @@ from vit_jax.data import randaugment
 
 # The extensions of the files an image folder lists: formats PIL reads (each checked in
 # tests/data/test_image_formats.py against a file PIL wrote). `decode` reads by content, not by name.
-IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png', '.bmp', '.gif', '.webp', '.tif', '.tiff', '.ppm',
-                    '.pgm', '.pbm', '.pnm', '.jp2')
+IMAGE_EXTENSIONS = (
+    '.jpg',
+    '.jpeg',
+    '.png',
+    '.bmp',
+    '.gif',
+    '.webp',
+    '.tif',
+    '.tiff',
+    '.ppm',
+    '.pgm',
+    '.pbm',
+    '.pnm',
+    '.jp2',
+)
 
 # Aspect ratios (width / height) of the inception crop, as in the original Inception and ViT code.
 _ASPECT_RATIO_RANGE = (3 / 4, 4 / 3)
@@ -89,8 +103,14 @@ def _pil_resize(image: np.ndarray, height: int, width: int) -> np.ndarray:
   rounding)."""
   if image.dtype == np.uint8:
     return np.asarray(Image.fromarray(image).resize((width, height), Image.Resampling.BILINEAR))
-  channels = [np.asarray(Image.fromarray(np.ascontiguousarray(image[..., c], np.float32))
-                         .resize((width, height), Image.Resampling.BILINEAR)) for c in range(3)]
+  channels = [
+      np.asarray(
+          Image.fromarray(np.ascontiguousarray(image[..., c], np.float32)).resize(
+              (width, height), Image.Resampling.BILINEAR
+          )
+      )
+      for c in range(3)
+  ]
   return np.stack(channels, axis=-1)
 
 
@@ -133,9 +153,11 @@ def _tf_resize(image: np.ndarray, height: int, width: int) -> np.ndarray:
 
   def horizontal(taps: np.ndarray) -> np.ndarray:
     # Gathered before the conversion to float32, so that only the taps are converted: new arrays.
-    left_taps, right_taps = (np.take(taps, c, 1).astype(np.float32, copy=False)
-                             for c in (left, right))
+    left_taps, right_taps = (
+        np.take(taps, c, 1).astype(np.float32, copy=False) for c in (left, right)
+    )
     return lerp(left_taps, right_taps, x_weight)
+
   upper, lower = horizontal(rows[top]), horizontal(rows[bottom])
   return lerp(upper, lower, y_weight[:, None]).reshape(height, width, channels)
 
@@ -173,8 +195,9 @@ def normalize(image: np.ndarray) -> np.ndarray:
 LEVELS = normalize(np.arange(256, dtype=np.uint8))
 
 
-def _inception_box(height: int, width: int, rng: np.random.Generator, min_area: float,
-                   aspect_ratio: float) -> tuple[int, int, int, int] | None:
+def _inception_box(
+    height: int, width: int, rng: np.random.Generator, min_area: float, aspect_ratio: float
+) -> tuple[int, int, int, int] | None:
   """One try of TensorFlow's GenerateRandomCrop (sample_distorted_bounding_box_op.cc): the crop's
   height uniform among the integers whose box at `aspect_ratio` covers [min_area, 1] of the image,
   a uniform offset; None where rounding leaves no such box. Python's round is C's lrintf in its
@@ -219,12 +242,13 @@ def inception_crop(image: np.ndarray, rng: np.random.Generator, min_area: float)
     box = _inception_box(height, width, rng, min_area, rng.uniform(*_ASPECT_RATIO_RANGE))
     if box is not None:
       top, left, box_h, box_w = box
-      return image[top:top + box_h, left:left + box_w]
+      return image[top : top + box_h, left : left + box_w]
   return image
 
 
-def random_resized_box(shape: tuple[int, ...], rng: np.random.Generator, min_area: float,
-                       tries: int = 10) -> tuple[int, int, int, int]:
+def random_resized_box(
+    shape: tuple[int, ...], rng: np.random.Generator, min_area: float, tries: int = 10
+) -> tuple[int, int, int, int]:
   """torchvision's RandomResizedCrop box (timm's train crop) for an image of `shape` [h, w, ...], as
   (top, left, height, width): timm's get_params, its float64 arithmetic and order of draws, and
   torchvision's check that a side is not 0 (torchvision's own draws are float32).
@@ -256,7 +280,7 @@ def random_resized_box(shape: tuple[int, ...], rng: np.random.Generator, min_are
 def random_resized_crop(image: np.ndarray, rng: np.random.Generator, min_area: float) -> np.ndarray:
   """The crop of `random_resized_box`: timm's sampler of [min_area, 1] of the image."""
   top, left, box_h, box_w = random_resized_box(image.shape, rng, min_area)
-  return image[top:top + box_h, left:left + box_w]
+  return image[top : top + box_h, left : left + box_w]
 
 
 def pad_and_random_crop(image: np.ndarray, rng: np.random.Generator, pad: int) -> np.ndarray:
@@ -264,11 +288,12 @@ def pad_and_random_crop(image: np.ndarray, rng: np.random.Generator, pad: int) -
   in [0, 2 * pad] along each axis."""
   top, left = rng.integers(2 * pad + 1, size=2)
   padded = np.pad(image, [(pad, pad), (pad, pad), (0, 0)])
-  return padded[top:top + image.shape[0], left:left + image.shape[1]]
+  return padded[top : top + image.shape[0], left : left + image.shape[1]]
 
 
-def central_crop(image: np.ndarray, size: int, crop_fraction: float,
-                 antialias: bool = False) -> np.ndarray:
+def central_crop(
+    image: np.ndarray, size: int, crop_fraction: float, antialias: bool = False
+) -> np.ndarray:
   """Bilinear resize keeping the aspect ratio, the shorter side to round(size / crop_fraction), then
   the central size x size square (ImageNet's eval: 256 -> 224 at 0.875), in the input's range and
   of `resize`'s dtype; `antialias` as in `resize`. The geometry is torchvision's Resize(int) +
@@ -279,7 +304,7 @@ def central_crop(image: np.ndarray, size: int, crop_fraction: float,
   longer = int(target * max(height, width) / min(height, width))
   scaled_h, scaled_w = (longer, target) if height > width else (target, longer)
   top, left = round((scaled_h - size) / 2), round((scaled_w - size) / 2)
-  return _resize_to(image, scaled_h, scaled_w, antialias)[top:top + size, left:left + size]
+  return _resize_to(image, scaled_h, scaled_w, antialias)[top : top + size, left : left + size]
 
 
 def _no_check(pp: ml_collections.ConfigDict) -> None:
@@ -296,6 +321,7 @@ class Op:
   """A train-time image op, the check (a one-line ValueError naming the field) of its fields, and
   whether `pp` turns it on. An op that is off is skipped before its generator is made: seeding one
   costs about as much as a small image's flip, for each example and op."""
+
   apply: Callable[[np.ndarray, np.random.Generator, ml_collections.ConfigDict, int], np.ndarray]
   check: Callable[[ml_collections.ConfigDict], None] = _no_check
   on: Callable[[ml_collections.ConfigDict], bool] = _always
@@ -346,8 +372,10 @@ def _check_randaug(pp: ml_collections.ConfigDict) -> None:
   if pp.randaug_layers < 0:  # The config keeps it an integer.
     raise ValueError(f'config.pp.randaug_layers={pp.randaug_layers} must be >= 0, e.g. 2 (0: off)')
   if not 0 <= pp.randaug_magnitude <= _MAX_RANDAUG_MAGNITUDE:
-    raise ValueError(f'config.pp.randaug_magnitude={pp.randaug_magnitude} must be in '
-                     f'[0, {_MAX_RANDAUG_MAGNITUDE}], e.g. 10')
+    raise ValueError(
+        f'config.pp.randaug_magnitude={pp.randaug_magnitude} must be in '
+        f'[0, {_MAX_RANDAUG_MAGNITUDE}], e.g. 10'
+    )
 
 
 def _three_augment(image, rng, pp, image_size):
@@ -382,11 +410,15 @@ def _check_erase(pp: ml_collections.ConfigDict) -> None:
   if not 0 <= pp.erase_prob <= 1:
     raise ValueError(f'config.pp.erase_prob={pp.erase_prob} must be in [0, 1], e.g. 0.25 (0: off)')
   if len(pp.erase_area) != 2 or not 0 < pp.erase_area[0] <= pp.erase_area[1] <= 1:
-    raise ValueError(f'config.pp.erase_area={pp.erase_area} must be (min, max) area fractions with '
-                     '0 < min <= max <= 1, e.g. (0.02, 0.33)')
+    raise ValueError(
+        f'config.pp.erase_area={pp.erase_area} must be (min, max) area fractions with '
+        '0 < min <= max <= 1, e.g. (0.02, 0.33)'
+    )
   if len(pp.erase_aspect) != 2 or not 0 < pp.erase_aspect[0] <= pp.erase_aspect[1]:
-    raise ValueError(f'config.pp.erase_aspect={pp.erase_aspect} must be (min, max) aspect ratios '
-                     'with 0 < min <= max, e.g. (0.3, 3.3)')
+    raise ValueError(
+        f'config.pp.erase_aspect={pp.erase_aspect} must be (min, max) aspect ratios '
+        'with 0 < min <= max, e.g. (0.3, 3.3)'
+    )
 
 
 # config.pp.crop -> the crop: TensorFlow's random resized crop (the original code's), torchvision's
@@ -413,12 +445,16 @@ AUGMENTS: tuple[Op, ...] = (
 def check_pp(pp: ml_collections.ConfigDict) -> None:
   """Raises ValueError, naming the field to fix, if the train preprocessing config is invalid."""
   if pp.crop not in CROPS:
-    raise ValueError(f'Unknown config.pp.crop {pp.crop!r}: use one of {", ".join(map(repr, CROPS))}')
+    raise ValueError(
+        f'Unknown config.pp.crop {pp.crop!r}: use one of {", ".join(map(repr, CROPS))}'
+    )
   for op in (CROPS[pp.crop], *AUGMENTS):
     op.check(pp)
   if pp.pad and pp.crop != 'random':  # Only that crop pads: with another the field does nothing.
-    raise ValueError(f"config.pp.pad={pp.pad} pads the 'random' crop only, not config.pp.crop="
-                     f"{pp.crop!r}: set --config.pp.crop=random, or --config.pp.pad=0")
+    raise ValueError(
+        f"config.pp.pad={pp.pad} pads the 'random' crop only, not config.pp.crop="
+        f'{pp.crop!r}: set --config.pp.crop=random, or --config.pp.pad=0'
+    )
 
 
 def train_dtype(pp: ml_collections.ConfigDict) -> type[np.generic]:
@@ -436,8 +472,9 @@ def _checked(image: np.ndarray, dtype: type[np.generic]) -> np.ndarray:
   return np.ascontiguousarray(image)
 
 
-def train_preprocess(image: np.ndarray, seed: tuple[int, ...], *, pp: ml_collections.ConfigDict,
-                     image_size: int) -> np.ndarray:
+def train_preprocess(
+    image: np.ndarray, seed: tuple[int, ...], *, pp: ml_collections.ConfigDict, image_size: int
+) -> np.ndarray:
   """Decoded uint8 [h, w, 3] to an augmented C-contiguous [image_size, image_size, 3] of
   `train_dtype(pp)`: uint8 pixels, or float32 normalised to [-1, 1] (random erasing adds N(0, 1)
   noise beyond it). `model_input` of either is the same.
@@ -478,11 +515,14 @@ EVAL_CROPS: dict[str, Callable[[np.ndarray, ml_collections.ConfigDict, int], np.
 def check_pp_eval(pp_eval: ml_collections.ConfigDict) -> None:
   """Raises ValueError, naming the field to fix, if the eval preprocessing config is invalid."""
   if pp_eval.crop not in EVAL_CROPS:
-    raise ValueError(f'Unknown config.pp_eval.crop {pp_eval.crop!r}: use one of '
-                     f'{", ".join(map(repr, EVAL_CROPS))}')
+    raise ValueError(
+        f'Unknown config.pp_eval.crop {pp_eval.crop!r}: use one of '
+        f'{", ".join(map(repr, EVAL_CROPS))}'
+    )
   if not 0 < pp_eval.crop_fraction <= 1:
-    raise ValueError(f'config.pp_eval.crop_fraction={pp_eval.crop_fraction} must be in (0, 1], '
-                     'e.g. 0.875')
+    raise ValueError(
+        f'config.pp_eval.crop_fraction={pp_eval.crop_fraction} must be in (0, 1], ' 'e.g. 0.875'
+    )
 
 
 def eval_dtype(pp_eval: ml_collections.ConfigDict) -> type[np.generic]:
@@ -491,8 +531,9 @@ def eval_dtype(pp_eval: ml_collections.ConfigDict) -> type[np.generic]:
   return np.uint8 if pp_eval.antialias else np.float32
 
 
-def eval_preprocess(image: np.ndarray, *, pp_eval: ml_collections.ConfigDict,
-                    image_size: int) -> np.ndarray:
+def eval_preprocess(
+    image: np.ndarray, *, pp_eval: ml_collections.ConfigDict, image_size: int
+) -> np.ndarray:
   """Decoded uint8 [h, w, 3] to C-contiguous [image_size, image_size, 3] of `eval_dtype(pp_eval)`,
   by the crop of `pp_eval` (which must have passed `check_pp_eval`): uint8 pixels, or float32 in
   [-1, 1]; `model_input` of it is what the model sees."""

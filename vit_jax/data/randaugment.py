@@ -16,6 +16,7 @@ they shape the published recipes: Solarize's threshold grows with the magnitude 
 10: no pixel changes); Posterize keeps int(0.4 * magnitude) bits (0 bits, a black image, below
 magnitude 2.5, which PIL refuses).
 """
+
 from typing import Callable
 
 import numpy as np
@@ -49,7 +50,7 @@ def invert(image: np.ndarray) -> np.ndarray:
 
 def posterize(image: np.ndarray, bits: int) -> np.ndarray:
   """Keeps the `bits` high bits of each value (PIL's ImageOps.posterize, also for 0 bits)."""
-  return image & np.uint8(256 - 2**(8 - bits))
+  return image & np.uint8(256 - 2 ** (8 - bits))
 
 
 def _lookup(image: np.ndarray, table: np.ndarray) -> np.ndarray:
@@ -96,15 +97,24 @@ def _affine(image: np.ndarray, matrix: tuple[float, ...]) -> np.ndarray:
   """
   a, b, c, d, e, f = matrix
   data = (a, b, c + 0.5 - (a + b) / 2, d, e, f + 0.5 - (d + e) / 2)
-  return _pil(lambda im: im.transform(im.size, Image.Transform.AFFINE, data,
-                                      resample=Image.Resampling.NEAREST, fillcolor=(_FILL,) * 3),
-              image)
+  return _pil(
+      lambda im: im.transform(
+          im.size,
+          Image.Transform.AFFINE,
+          data,
+          resample=Image.Resampling.NEAREST,
+          fillcolor=(_FILL,) * 3,
+      ),
+      image,
+  )
 
 
 def rotate(image: np.ndarray, degrees: float) -> np.ndarray:
   """PIL's rotate: counter-clockwise about the image centre, nearest pixel."""
-  return _pil(lambda im: im.rotate(degrees, resample=Image.Resampling.NEAREST,
-                                   fillcolor=(_FILL,) * 3), image)
+  return _pil(
+      lambda im: im.rotate(degrees, resample=Image.Resampling.NEAREST, fillcolor=(_FILL,) * 3),
+      image,
+  )
 
 
 def shear_x(image: np.ndarray, level: float) -> np.ndarray:
@@ -128,7 +138,7 @@ def translate_y(image: np.ndarray, pixels: float) -> np.ndarray:
 def cutout(image: np.ndarray, half_size: int, center: tuple[int, int]) -> np.ndarray:
   """Greys rows [cy - half_size, cy + half_size) x columns [cx - half_size, cx + half_size)."""
   (cy, cx), out = center, image.copy()
-  out[max(cy - half_size, 0):cy + half_size, max(cx - half_size, 0):cx + half_size] = _FILL
+  out[max(cy - half_size, 0) : cy + half_size, max(cx - half_size, 0) : cx + half_size] = _FILL
   return out
 
 
@@ -184,8 +194,10 @@ _ARGS: dict[str, Callable[[float, np.random.Generator, np.ndarray], tuple]] = {
     'ShearY': lambda level, rng, image: (_random_sign(level * 0.3, rng),),
     'TranslateX': lambda level, rng, image: (_random_sign(level * _TRANSLATE_PIXELS, rng),),
     'TranslateY': lambda level, rng, image: (_random_sign(level * _TRANSLATE_PIXELS, rng),),
-    'Cutout': lambda level, rng, image: (int(level * _CUTOUT_HALF_SIZE),
-                                         _random_center(image, rng)),
+    'Cutout': lambda level, rng, image: (
+        int(level * _CUTOUT_HALF_SIZE),
+        _random_center(image, rng),
+    ),
     'SolarizeAdd': lambda level, rng, image: (int(level * 110),),
 }
 
@@ -196,8 +208,9 @@ def op_args(name: str, magnitude: float, rng: np.random.Generator, image: np.nda
   return _ARGS[name](magnitude / _MAX_LEVEL, rng, image)
 
 
-def randaugment(image: np.ndarray, rng: np.random.Generator, layers: int,
-                magnitude: float) -> np.ndarray:
+def randaugment(
+    image: np.ndarray, rng: np.random.Generator, layers: int, magnitude: float
+) -> np.ndarray:
   """Applies `layers` ops, each drawn uniformly from `OPS`, at `magnitude` (0-20, see op_args).
 
   `image` is uint8 or float32 [h, w, 3] in [0, 255]; the output has the same shape, dtype and

@@ -6,6 +6,7 @@ as TFRecord (tfds' default file format) is readable in order only, and only by T
 `to_array_record` converts it once, with TensorFlow (`pip install '.[tfrecord]'`), writing the
 ArrayRecord files beside the TFRecord ones.
 """
+
 import functools
 import os
 from typing import Any, NamedTuple
@@ -21,14 +22,16 @@ from vit_jax.data import preprocess
 
 UNKNOWN_DATASET = (
     "Unknown dataset {name!r}: use 'digits' (bundled, offline), 'folder' (set config.data_dir to a "
-    "root with train/ and test/ sub-folders of class folders), or a tensorflow_datasets name such as "
-    "cifar10, cifar100, oxford_iiit_pet, oxford_flowers102, imagenet2012, imagenet21k "
-    "(see tfds.list_builders())")
+    'root with train/ and test/ sub-folders of class folders), or a tensorflow_datasets name such as '
+    'cifar10, cifar100, oxford_iiit_pet, oxford_flowers102, imagenet2012, imagenet21k '
+    '(see tfds.list_builders())'
+)
 
 # The command that runs `convert_main` (vit_jax/tools/to_array_record.py).
 CONVERT_COMMAND = 'python -m vit_jax.tools.to_array_record'
-CONVERT_USAGE = (f'{CONVERT_COMMAND} DATASET_DIR (a prepared version folder, e.g. '
-                 'DATA_DIR/cifar10/3.0.2)')
+CONVERT_USAGE = (
+    f'{CONVERT_COMMAND} DATASET_DIR (a prepared version folder, e.g. ' 'DATA_DIR/cifar10/3.0.2)'
+)
 _ARRAY_RECORD = tfds.core.FileFormat.ARRAY_RECORD
 
 
@@ -48,13 +51,15 @@ def prepared_builder(name: str, data_dir: str | None) -> tfds.core.DatasetBuilde
         f'tensorflow_datasets dataset {name!r} is not prepared in {root}: run '
         f'`tfds build {name} --data_dir={root} --file_format=array_record` on a machine with '
         f'internet (some datasets, e.g. imagenet2012, need a manual download first) and copy '
-        f'{root}/{builder.name} here, or set config.data_dir to where it is prepared')
+        f'{root}/{builder.name} here, or set config.data_dir to where it is prepared'
+    )
   return builder
 
 
 class Example(NamedTuple):
   """A record: example `index` of `split` (the split as the source was asked for it, a slice or a
   sum of them), serialized as tfds wrote it."""
+
   split: str
   index: int
   serialized: bytes
@@ -84,7 +89,8 @@ class TfdsRecords:
           f'tensorflow_datasets dataset {builder.name!r} in {builder.data_dir} is prepared as '
           f'{prepared_as}, and vit_jax reads only ArrayRecord: convert it once (the ArrayRecord '
           f"files go beside the others) with `pip install '.[tfrecord]'` (TensorFlow, to read "
-          f'them) and `{CONVERT_COMMAND} {builder.data_dir}`')
+          f'them) and `{CONVERT_COMMAND} {builder.data_dir}`'
+      )
     self._builder = builder
     self._data_sources = {}
 
@@ -100,8 +106,10 @@ class TfdsRecords:
       if field is None:
         raise ValueError(error) from None
       names = list(self._builder.info.splits)
-      raise ValueError(f"{error.rstrip('.')}; set {field} to one of {names} or a slice of one, e.g. "
-                       f"'{names[0]}[:90%]'") from None
+      raise ValueError(
+          f"{error.rstrip('.')}; set {field} to one of {names} or a slice of one, e.g. "
+          f"'{names[0]}[:90%]'"
+      ) from None
 
   def check_split(self, split: str, field: str) -> None:
     """A one-line ValueError naming the config `field` to set (e.g. '--config.eval_split') where
@@ -116,8 +124,10 @@ class TfdsRecords:
         # As as_data_source itself switches to a random-access format that it sees.
         info.set_file_format(_ARRAY_RECORD, override=True, override_if_initialized=True)
       self._data_sources[split] = self._builder.as_data_source(
-          split=split, deserialize_method=tfds.decode.DeserializeMethod.RAW_BYTES,
-          file_format=_ARRAY_RECORD)
+          split=split,
+          deserialize_method=tfds.decode.DeserializeMethod.RAW_BYTES,
+          file_format=_ARRAY_RECORD,
+      )
     return self._data_sources[split]
 
   def _read(self, split: str, shard: int, num_shards: int, k: int) -> Example:
@@ -127,8 +137,10 @@ class TfdsRecords:
   def examples(self, split: str, shard: int = 0, num_shards: int = 1) -> order.Records:
     """Shard `shard` of `num_shards` (disjoint, sizes within one) of `split`, as `Example`s."""
     num_examples = self._split_info(split).num_examples
-    return order.Records(len(range(shard, num_examples, num_shards)),
-                         functools.partial(self._read, split, shard, num_shards))
+    return order.Records(
+        len(range(shard, num_examples, num_shards)),
+        functools.partial(self._read, split, shard, num_shards),
+    )
 
   def describe(self, record: Example) -> str:
     """The record as a warning names it."""
@@ -139,8 +151,11 @@ class TfdsRecords:
     only 'image' is decoded, by PIL (smallNORB's second camera and Pets' masks are never looked
     at)."""
     features = self._builder.info.features
-    undecoded = {name: tfds.decode.SkipDecoding() for name, feature in features.items()
-                 if isinstance(feature, tfds.features.Image)}
+    undecoded = {
+        name: tfds.decode.SkipDecoding()
+        for name, feature in features.items()
+        if isinstance(feature, tfds.features.Image)
+    }
     return features.deserialize_example_np(record.serialized, decoders=undecoded)
 
 
@@ -154,19 +169,26 @@ class TfdsSource(TfdsRecords):
   def __init__(self, builder: tfds.core.DatasetBuilder, label_feature: str = 'label'):
     features = dict(builder.info.features)
     if not isinstance(features.get('image'), tfds.features.Image):
-      raise ValueError(f'Dataset {builder.name!r} has features {sorted(features)}: vit_jax needs an '
-                       "Image feature 'image'")
+      raise ValueError(
+          f'Dataset {builder.name!r} has features {sorted(features)}: vit_jax needs an '
+          "Image feature 'image'"
+      )
     # The features a run can train on (one class an image), and label sets (evaluators only).
-    self.class_label_features = tuple(sorted(
-        k for k, f in features.items() if isinstance(f, tfds.features.ClassLabel)))
-    label_sets = sorted(k for k, f in features.items() if isinstance(f, tfds.features.Sequence)
-                        and isinstance(f.feature, tfds.features.ClassLabel))
+    self.class_label_features = tuple(
+        sorted(k for k, f in features.items() if isinstance(f, tfds.features.ClassLabel))
+    )
+    label_sets = sorted(
+        k
+        for k, f in features.items()
+        if isinstance(f, tfds.features.Sequence) and isinstance(f.feature, tfds.features.ClassLabel)
+    )
     if label_feature not in self.class_label_features + tuple(label_sets):
       raise ValueError(
           f'Dataset {builder.name!r} has no ClassLabel (or Sequence of ClassLabel) feature '
-          f'{label_feature!r}: set --config.label_feature (or the evaluator\'s label_feature) to one '
+          f"{label_feature!r}: set --config.label_feature (or the evaluator's label_feature) to one "
           f'of its ClassLabel features {list(self.class_label_features)}'
-          + (f' or label sets {label_sets}' if label_sets else ''))
+          + (f' or label sets {label_sets}' if label_sets else '')
+      )
     super().__init__(builder)
     self._label_feature = label_feature
     self.multi_label = label_feature in label_sets  # 'labels' (multi-hot), not 'label'.
@@ -200,8 +222,10 @@ def to_array_record(dataset_dir: str) -> bool:
   except ImportError:
     raise ValueError("Reading TFRecord files needs TensorFlow: pip install '.[tfrecord]'") from None
   if not (epath.Path(dataset_dir) / 'dataset_info.json').exists():
-    raise ValueError(f'No prepared tensorflow_datasets dataset in {dataset_dir}: give its version '
-                     'folder, the one with dataset_info.json (e.g. DATA_DIR/cifar10/3.0.2)')
+    raise ValueError(
+        f'No prepared tensorflow_datasets dataset in {dataset_dir}: give its version '
+        'folder, the one with dataset_info.json (e.g. DATA_DIR/cifar10/3.0.2)'
+    )
   info = tfds.builder_from_directory(dataset_dir).info
   if _ARRAY_RECORD in info.available_file_formats():
     return False
@@ -210,7 +234,8 @@ def to_array_record(dataset_dir: str) -> bool:
     for shard in range(split.num_shards):
       source = template.sharded_filepath(shard_index=shard, num_shards=split.num_shards)
       target = template.replace(filetype_suffix=_ARRAY_RECORD.file_suffix).sharded_filepath(
-          shard_index=shard, num_shards=split.num_shards)
+          shard_index=shard, num_shards=split.num_shards
+      )
       # Written under another name and renamed once whole: an interrupted conversion leaves no file
       # that reads as a shard.
       partial = f'{target}.incomplete'

@@ -4,6 +4,7 @@ An unreadable file is named where it is met (pipeline.py replaces it in a train 
 an evaluation). Each is named once per process: an endless train stream meets it again every epoch,
 and a log of the same names over and over hides everything else.
 """
+
 import threading
 
 from absl import logging

@@ -10,6 +10,7 @@ the split sizes it reads from the datasets' info are the published ones, so no d
 build a config. VTAB-1k trains on 'train800' and selects hyper-parameters on 'val200', then trains
 on 'train800val200' (the same 1000 images) and reports 'test'.
 """
+
 import dataclasses
 import functools
 from typing import Any, Callable
@@ -29,6 +30,7 @@ class Label:
   """A label computed from an example's features (as tfds' numpy parser gives them: a Sequence
   feature's values as a list), and the names of its classes. `fn` pickles: sources go to grain's
   worker processes."""
+
   class_names: tuple[str, ...]
   fn: Callable[[dict[str, Any]], int]
 
@@ -55,8 +57,12 @@ def _held_out_of_train(train_count: int, test: str = 'test') -> dict[str, str]:
 
 
 def _validation(val: str = 'validation', test: str = 'test') -> dict[str, str]:
-  return dict(train800='train[:800]', val200=f'{val}[:200]',
-              train800val200=f'train[:800]+{val}[:200]', test=test)
+  return dict(
+      train800='train[:800]',
+      val200=f'{val}[:200]',
+      train800val200=f'train[:800]+{val}[:200]',
+      test=test,
+  )
 
 
 def _bins(thresholds: tuple[float, ...], value: np.float32) -> int:
@@ -119,36 +125,73 @@ TASKS: dict[str, Task] = {
     'camelyon': Task(_SPECIALIZED, 'patch_camelyon:2.*.*', _validation()),
     'eurosat': Task(_SPECIALIZED, 'eurosat/rgb:2.*.*', _held_out_of_train(16_200, 'train[21600:]')),
     'resisc45': Task(_SPECIALIZED, 'resisc45:3.*.*', _held_out_of_train(18_900, 'train[25200:]')),
-    'retinopathy': Task(_SPECIALIZED, 'diabetic_retinopathy_detection/btgraham-300:3.*.*',
-                        _validation()),
-    'clevr_count': Task(_STRUCTURED, 'clevr:3.*.*', _held_out_of_train(63_000, 'validation'),
-                        Label(tuple(str(n) for n in range(3, 11)), _object_count), **_STILL),
-    'clevr_dist': Task(_STRUCTURED, 'clevr:3.*.*', _held_out_of_train(63_000, 'validation'),
-                       Label(('up to 8', '8-8.5', '8.5-9', '9-9.5', '9.5-10', 'over 10'),
-                             _closest_object),
-                       **_STILL),
+    'retinopathy': Task(
+        _SPECIALIZED, 'diabetic_retinopathy_detection/btgraham-300:3.*.*', _validation()
+    ),
+    'clevr_count': Task(
+        _STRUCTURED,
+        'clevr:3.*.*',
+        _held_out_of_train(63_000, 'validation'),
+        Label(tuple(str(n) for n in range(3, 11)), _object_count),
+        **_STILL,
+    ),
+    'clevr_dist': Task(
+        _STRUCTURED,
+        'clevr:3.*.*',
+        _held_out_of_train(63_000, 'validation'),
+        Label(('up to 8', '8-8.5', '8.5-9', '9-9.5', '9.5-10', 'over 10'), _closest_object),
+        **_STILL,
+    ),
     'dmlab': Task(_STRUCTURED, 'dmlab:2.0.1', _validation(), **_STILL),
-    'dsprites_loc': Task(_STRUCTURED, 'dsprites:2.*.*', _held_out_of_train(589_824, 'train[663552:]'),
-                         Label(tuple(f'x {2 * i}-{2 * i + 1} of 32' for i in range(16)),
-                               _coarser('label_x_position', 2.0)), binary_image=True, **_STILL),
-    'dsprites_ori': Task(_STRUCTURED, 'dsprites:2.*.*', _held_out_of_train(589_824, 'train[663552:]'),
-                         Label(tuple(f'orientation {i} of 16' for i in range(16)),
-                               _coarser('label_orientation', 40 / 16)), binary_image=True, **_STILL),
-    'kitti_dist': Task(_STRUCTURED, 'kitti:3.1.0', _validation(),
-                       Label(('up to 8 m', '8-20 m', 'over 20 m', 'no vehicle'), _closest_vehicle),
-                       **_STILL),
-    'smallnorb_azim': Task(_STRUCTURED, 'smallnorb:2.*.*', _validation('test', 'test[50%:]'),
-                           'label_azimuth', **_STILL),
-    'smallnorb_elev': Task(_STRUCTURED, 'smallnorb:2.*.*', _validation('test', 'test[50%:]'),
-                           'label_elevation', **_STILL),
+    'dsprites_loc': Task(
+        _STRUCTURED,
+        'dsprites:2.*.*',
+        _held_out_of_train(589_824, 'train[663552:]'),
+        Label(
+            tuple(f'x {2 * i}-{2 * i + 1} of 32' for i in range(16)),
+            _coarser('label_x_position', 2.0),
+        ),
+        binary_image=True,
+        **_STILL,
+    ),
+    'dsprites_ori': Task(
+        _STRUCTURED,
+        'dsprites:2.*.*',
+        _held_out_of_train(589_824, 'train[663552:]'),
+        Label(
+            tuple(f'orientation {i} of 16' for i in range(16)),
+            _coarser('label_orientation', 40 / 16),
+        ),
+        binary_image=True,
+        **_STILL,
+    ),
+    'kitti_dist': Task(
+        _STRUCTURED,
+        'kitti:3.1.0',
+        _validation(),
+        Label(('up to 8 m', '8-20 m', 'over 20 m', 'no vehicle'), _closest_vehicle),
+        **_STILL,
+    ),
+    'smallnorb_azim': Task(
+        _STRUCTURED, 'smallnorb:2.*.*', _validation('test', 'test[50%:]'), 'label_azimuth', **_STILL
+    ),
+    'smallnorb_elev': Task(
+        _STRUCTURED,
+        'smallnorb:2.*.*',
+        _validation('test', 'test[50%:]'),
+        'label_elevation',
+        **_STILL,
+    ),
 }
 
 
 def get(name: str) -> Task:
   """The task `name`, or a one-line ValueError listing the valid names."""
   if name not in TASKS:
-    raise ValueError(f'Unknown VTAB task {name!r}: use one of {", ".join(TASKS)} '
-                     '(e.g. --config=configs/vtab.py:cifar100)')
+    raise ValueError(
+        f'Unknown VTAB task {name!r}: use one of {", ".join(TASKS)} '
+        '(e.g. --config=configs/vtab.py:cifar100)'
+    )
   return TASKS[name]
 
 
@@ -163,8 +206,10 @@ class VtabSource(tfds_source.TfdsRecords):
     else:
       feature = dict(builder.info.features).get(task.label)
       if not isinstance(feature, tfds.features.ClassLabel):
-        raise ValueError(f'Dataset {builder.name!r} {builder.version} has no ClassLabel feature '
-                         f'{task.label!r}: prepare the version VTAB reads, {task.tfds_name}')
+        raise ValueError(
+            f'Dataset {builder.name!r} {builder.version} has no ClassLabel feature '
+            f'{task.label!r}: prepare the version VTAB reads, {task.tfds_name}'
+        )
       self.class_names = tuple(feature.names)
 
   def load(self, record: tfds_source.Example) -> dict[str, np.ndarray]:
@@ -174,14 +219,18 @@ class VtabSource(tfds_source.TfdsRecords):
     task = self._task
     image = preprocess.decode(parsed['image'])
     label = task.label.fn(parsed) if isinstance(task.label, Label) else parsed[task.label]
-    return {'image': image * np.uint8(255) if task.binary_image else image,
-            'label': np.int32(label)}
+    return {
+        'image': image * np.uint8(255) if task.binary_image else image,
+        'label': np.int32(label),
+    }
 
 
 def make_source(name: str, config: ml_collections.ConfigDict, label_feature: str) -> VtabSource:
   if label_feature != 'label':
-    raise ValueError(f'VTAB task {name!r} has one label an image, not a label feature '
-                     f'{label_feature!r}: leave the evaluator\'s label_feature unset')
+    raise ValueError(
+        f'VTAB task {name!r} has one label an image, not a label feature '
+        f"{label_feature!r}: leave the evaluator's label_feature unset"
+    )
   task = TASKS[name]
   return VtabSource(task, tfds_source.prepared_builder(task.tfds_name, config.data_dir))
 

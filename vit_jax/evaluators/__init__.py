@@ -13,6 +13,7 @@ averaging, on their average too; its metrics are logged as `<name>_<metric>` and
 
 Adding an evaluator is one module with a `build(name, settings, context)` and one entry in EVALUATORS.
 """
+
 from typing import Callable
 
 import ml_collections
@@ -21,12 +22,14 @@ from vit_jax import tasks
 from vit_jax.evaluators import fewshot, real, split
 from vit_jax.evaluators.base import Context, Evaluator
 
-
 Builder = Callable[[str, ml_collections.ConfigDict, Context], Evaluator]
 # The task's own metrics on a split, under the task's name; few-shot on the backbone's features;
 # ImageNet-ReaL's multi-label top-1.
-EVALUATORS: dict[str, Builder] = {**{name: split.build for name in tasks.TASKS},
-                                  'fewshot': fewshot.build, 'real': real.build}
+EVALUATORS: dict[str, Builder] = {
+    **{name: split.build for name in tasks.TASKS},
+    'fewshot': fewshot.build,
+    'real': real.build,
+}
 _BUILT_IN = ('eval', 'fewshot')
 # Metric names are <name>_<metric>: an evaluator named 'train' would log train_loss over the loop's own
 # train_loss, and one named '<other>_polyak' <other>_polyak_top1 over the Polyak average's metrics of
@@ -37,24 +40,35 @@ _POLYAK = '_polyak'
 
 def settings(config: ml_collections.ConfigDict) -> dict[str, ml_collections.ConfigDict]:
   """Every evaluator of the run by name: the built-in ones from their fields, then config.evals."""
-  named = {'eval': ml_collections.ConfigDict(dict(
-      type=config.task, split=config.eval_split, every_steps=config.eval_every_steps))}
+  named = {
+      'eval': ml_collections.ConfigDict(
+          dict(type=config.task, split=config.eval_split, every_steps=config.eval_every_steps)
+      )
+  }
   if config.fewshot.every_steps is not None:
     named['fewshot'] = ml_collections.ConfigDict({'type': 'fewshot', **config.fewshot.to_dict()})
   for name, extra in config.get('evals', {}).items():
     if name in _BUILT_IN:
-      raise ValueError(f'config.evals.{name}: {name!r} is a built-in evaluator ({", ".join(_BUILT_IN)}): '
-                       'give yours another name')
+      raise ValueError(
+          f'config.evals.{name}: {name!r} is a built-in evaluator ({", ".join(_BUILT_IN)}): '
+          'give yours another name'
+      )
     if name == _LOOP_PREFIX:
-      raise ValueError(f'config.evals.{name}: its {name}_loss would overwrite the training loss the loop '
-                       f'logs as {name}_loss: give it another name, e.g. {name}_subset')
+      raise ValueError(
+          f'config.evals.{name}: its {name}_loss would overwrite the training loss the loop '
+          f'logs as {name}_loss: give it another name, e.g. {name}_subset'
+      )
     if name.endswith(_POLYAK):
-      raise ValueError(f'config.evals.{name}: names ending in {_POLYAK} are those of the metrics of the '
-                       f'Polyak average (<evaluator>{_POLYAK}_top1...): give it another name')
+      raise ValueError(
+          f'config.evals.{name}: names ending in {_POLYAK} are those of the metrics of the '
+          f'Polyak average (<evaluator>{_POLYAK}_top1...): give it another name'
+      )
     if not isinstance(extra, ml_collections.ConfigDict) or 'type' not in extra:
-      raise ValueError(f'config.evals.{name} must be a dict with a type (one of '
-                       f'{", ".join(EVALUATORS)}), e.g. dict(type="classification", split="test", '
-                       'every_steps=1000)')
+      raise ValueError(
+          f'config.evals.{name} must be a dict with a type (one of '
+          f'{", ".join(EVALUATORS)}), e.g. dict(type="classification", split="test", '
+          'every_steps=1000)'
+      )
     named[name] = extra
   return named
 
@@ -64,7 +78,9 @@ def make_evaluators(context: Context) -> list[Evaluator]:
   built = []
   for name, fields in settings(context.config).items():
     if fields.type not in EVALUATORS:
-      raise ValueError(f'Unknown evaluator type {fields.type!r} of {name!r}: use one of '
-                       f'{", ".join(EVALUATORS)}')
+      raise ValueError(
+          f'Unknown evaluator type {fields.type!r} of {name!r}: use one of '
+          f'{", ".join(EVALUATORS)}'
+      )
     built.append(EVALUATORS[fields.type](name, fields, context))
   return built

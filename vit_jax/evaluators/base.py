@@ -1,4 +1,5 @@
 """What every evaluator shares: its interface, what it is built from, the check of its fields."""
+
 import dataclasses
 from types import ModuleType
 from typing import Any, Protocol
@@ -21,6 +22,7 @@ class Evaluator(Protocol):
 @dataclasses.dataclass(frozen=True)
 class Context:
   """What evaluators are built from: the run's config, dataset, task, model and mesh."""
+
   config: ml_collections.ConfigDict
   info: data.DatasetInfo
   task: ModuleType
@@ -30,23 +32,35 @@ class Context:
   def count(self, split: str) -> int:
     """Examples in `split`; the run's train and eval splits are already counted in `info`. A split
     that does not exist is a one-line ValueError."""
-    counted = {self.config.train_split: self.info.num_train, self.config.eval_split: self.info.num_eval}
+    counted = {
+        self.config.train_split: self.info.num_train,
+        self.config.eval_split: self.info.num_eval,
+    }
     return counted[split] if split in counted else data.num_examples(self.config, split)
 
 
-def check_fields(name: str, fields: ml_collections.ConfigDict, required: tuple[str, ...],
-                 optional: tuple[str, ...] = ()) -> None:
+def check_fields(
+    name: str,
+    fields: ml_collections.ConfigDict,
+    required: tuple[str, ...],
+    optional: tuple[str, ...] = (),
+) -> None:
   """Unknown fields of an evaluator's settings (typos) are errors, not silently ignored; so are missing
   required ones, which would otherwise surface as a bare AttributeError naming only the field."""
   unknown = sorted(set(fields) - {'type', *required, *optional})
   if unknown:
-    raise ValueError(f'Evaluator {name!r} has no field {", ".join(unknown)}: its fields are type, '
-                     f'{", ".join((*required, *optional))}')
+    raise ValueError(
+        f'Evaluator {name!r} has no field {", ".join(unknown)}: its fields are type, '
+        f'{", ".join((*required, *optional))}'
+    )
   missing = [field for field in required if field not in fields]
   if missing:
-    raise ValueError(f'Evaluator {name!r} needs {", ".join(missing)}: its required fields are '
-                     f'type, {", ".join(required)}'
-                     + (f' (optional: {", ".join(optional)})' if optional else ''))
+    raise ValueError(
+        f'Evaluator {name!r} needs {", ".join(missing)}: its required fields are '
+        f'type, {", ".join(required)}' + (f' (optional: {", ".join(optional)})' if optional else '')
+    )
   if not isinstance(fields.every_steps, int) or fields.every_steps < 1:
-    raise ValueError(f'Evaluator {name!r}: every_steps={fields.every_steps} must be a number of steps '
-                     '>= 1' + (' (--config.eval_every_steps)' if name == 'eval' else ''))
+    raise ValueError(
+        f'Evaluator {name!r}: every_steps={fields.every_steps} must be a number of steps '
+        '>= 1' + (' (--config.eval_every_steps)' if name == 'eval' else '')
+    )

@@ -7,6 +7,7 @@ big_vision's few-shot evaluator, with one fixed regularisation instead of one ch
 `FewShotEvaluator` measures it in the training loop (config.fewshot, or an evaluator of type 'fewshot'
 in config.evals) and for `python -m vit_jax.tools.fewshot` on a saved run.
 """
+
 import functools
 import math
 from typing import Any, Optional, Sequence
@@ -22,8 +23,10 @@ from vit_jax import data, sharding
 from vit_jax.data import on_device
 from vit_jax.evaluators.base import Context, check_fields
 
-def sample_shots(labels: np.ndarray, shots: int, num_classes: int,
-                 rng: np.random.Generator) -> np.ndarray:
+
+def sample_shots(
+    labels: np.ndarray, shots: int, num_classes: int, rng: np.random.Generator
+) -> np.ndarray:
   """Indices of `shots` random examples of each class (raises ValueError if a class has fewer).
 
   The first `shots` of a random order of each class: generators in the same state draw nested sets,
@@ -33,14 +36,22 @@ def sample_shots(labels: np.ndarray, shots: int, num_classes: int,
   for label in range(num_classes):
     members = np.flatnonzero(labels == label)
     if len(members) < shots:
-      raise ValueError(f'class {label} has {len(members)} readable train examples, fewer than '
-                       f'{shots} shots: use fewer shots')
+      raise ValueError(
+          f'class {label} has {len(members)} readable train examples, fewer than '
+          f'{shots} shots: use fewer shots'
+      )
     chosen.append(rng.permutation(members)[:shots])
   return np.concatenate(chosen)
 
 
-def fit_and_score(train_feats: np.ndarray, train_labels: np.ndarray, test_feats: np.ndarray,
-                  test_labels: np.ndarray, num_classes: int, l2_reg: float) -> float:
+def fit_and_score(
+    train_feats: np.ndarray,
+    train_labels: np.ndarray,
+    test_feats: np.ndarray,
+    test_labels: np.ndarray,
+    num_classes: int,
+    l2_reg: float,
+) -> float:
   """Accuracy on the test set of ridge regression from features to {-1, 1} one-hot targets."""
   # Standardising with the train statistics makes one l2_reg fit features of any scale. Centring
   # features and targets leaves the bias out of the penalty: the bias is the targets' mean.
@@ -53,10 +64,16 @@ def fit_and_score(train_feats: np.ndarray, train_labels: np.ndarray, test_feats:
   return float(np.mean(scores.argmax(-1) == test_labels))
 
 
-def linear_fewshot_accuracy(train_feats: np.ndarray, train_labels: np.ndarray,
-                            test_feats: np.ndarray, test_labels: np.ndarray, *,
-                            shots: Sequence[int], seeds: int,
-                            l2_reg: float) -> dict[int, float]:
+def linear_fewshot_accuracy(
+    train_feats: np.ndarray,
+    train_labels: np.ndarray,
+    test_feats: np.ndarray,
+    test_labels: np.ndarray,
+    *,
+    shots: Sequence[int],
+    seeds: int,
+    l2_reg: float,
+) -> dict[int, float]:
   """Mean test accuracy over `seeds` random draws of the train shots, for each number of shots.
 
   Features are [n, D], labels [n] ints from 0 to the number of classes - 1. Seed s draws nested
@@ -69,17 +86,30 @@ def linear_fewshot_accuracy(train_feats: np.ndarray, train_labels: np.ndarray,
     scores = []
     for seed in range(seeds):
       chosen = sample_shots(train_labels, n, num_classes, np.random.default_rng(seed))
-      scores.append(fit_and_score(train_feats[chosen], train_labels[chosen], test_feats,
-                                  test_labels, num_classes, l2_reg))
+      scores.append(
+          fit_and_score(
+              train_feats[chosen],
+              train_labels[chosen],
+              test_feats,
+              test_labels,
+              num_classes,
+              l2_reg,
+          )
+      )
     accuracies[n] = float(np.mean(scores))
   return accuracies
 
 
-def _features_of_batch(params: Any, batch: dict[str, jax.Array], *,
-                       model: nn.Module) -> dict[str, jax.Array]:
-  return {'features': model.apply({'params': params}, on_device.model_input(batch['image']),
-                                  train=False),
-          'label': batch['label'], 'mask': batch['mask']}
+def _features_of_batch(
+    params: Any, batch: dict[str, jax.Array], *, model: nn.Module
+) -> dict[str, jax.Array]:
+  return {
+      'features': model.apply(
+          {'params': params}, on_device.model_input(batch['image']), train=False
+      ),
+      'label': batch['label'],
+      'mask': batch['mask'],
+  }
 
 
 class FewShotEvaluator:
@@ -90,25 +120,41 @@ class FewShotEvaluator:
   same numbers.
   """
 
-  def __init__(self, name: str, every_steps: Optional[int], *, config: ml_collections.ConfigDict,
-               model: nn.Module, mesh: Mesh, num_classes: int, shots: Sequence[int], seeds: int,
-               l2_reg: float, train_split: Optional[str] = None,
-               eval_split: Optional[str] = None):
+  def __init__(
+      self,
+      name: str,
+      every_steps: Optional[int],
+      *,
+      config: ml_collections.ConfigDict,
+      model: nn.Module,
+      mesh: Mesh,
+      num_classes: int,
+      shots: Sequence[int],
+      seeds: int,
+      l2_reg: float,
+      train_split: Optional[str] = None,
+      eval_split: Optional[str] = None,
+  ):
     self.name, self.every_steps = name, every_steps
     self._config, self._mesh = config, mesh
     self._splits = (train_split or config.train_split, eval_split or config.eval_split)
     self._shots, self._seeds, self._l2_reg = tuple(shots), seeds, l2_reg
     self._num_classes = num_classes
-    self._features_fn = jax.jit(functools.partial(_features_of_batch, model=model),
-                                out_shardings=sharding.replicated(mesh))
+    self._features_fn = jax.jit(
+        functools.partial(_features_of_batch, model=model), out_shardings=sharding.replicated(mesh)
+    )
 
   def features(self, params: Any, split: str) -> tuple[np.ndarray, np.ndarray]:
     """Features [n, D] and labels [n] of every example of `split`, eval-preprocessed."""
     feats, labels = [], []
     local_batch_size = self._config.eval_batch_size // jax.process_count()
-    for local in data.eval_iterator(self._config, split, local_batch_size=local_batch_size,
-                                    process_index=jax.process_index(),
-                                    process_count=jax.process_count()):
+    for local in data.eval_iterator(
+        self._config,
+        split,
+        local_batch_size=local_batch_size,
+        process_index=jax.process_index(),
+        process_count=jax.process_count(),
+    ):
       out = jax.device_get(self._features_fn(params, sharding.global_batch(local, self._mesh)))
       feats.append(out['features'][out['mask']])
       labels.append(out['label'][out['mask']])
@@ -125,35 +171,63 @@ class FewShotEvaluator:
       counts = np.bincount(train_labels, minlength=self._num_classes)
       shots = tuple(n for n in self._shots if n <= counts.min())
       if shots != self._shots:
-        logging.warning('%s: class %d of %r has %d readable images, too few for %s shots: not measured',
-                        self.name, counts.argmin(), train_split, counts.min(),
-                        ', '.join(str(n) for n in self._shots if n not in shots))
-    accuracies = linear_fewshot_accuracy(
-        train_feats, train_labels, *self.features(params, eval_split), shots=shots,
-        seeds=self._seeds, l2_reg=self._l2_reg) if shots else {}
+        logging.warning(
+            '%s: class %d of %r has %d readable images, too few for %s shots: not measured',
+            self.name,
+            counts.argmin(),
+            train_split,
+            counts.min(),
+            ', '.join(str(n) for n in self._shots if n not in shots),
+        )
+    accuracies = (
+        linear_fewshot_accuracy(
+            train_feats,
+            train_labels,
+            *self.features(params, eval_split),
+            shots=shots,
+            seeds=self._seeds,
+            l2_reg=self._l2_reg,
+        )
+        if shots
+        else {}
+    )
     return {n: accuracies.get(n, math.nan) for n in self._shots}
 
   def __call__(self, params: Any) -> dict[str, float]:
     """{'<n>shot': accuracy} for each number of shots n; NaN for shots a class cannot fill (found only
     now where reading the labels at the start would mean reading the split: tfds), so that the run
     goes on."""
-    return {f'{n}shot': accuracy
-            for n, accuracy in self.accuracies(params, skip_unfillable=True).items()}
+    return {
+        f'{n}shot': accuracy
+        for n, accuracy in self.accuracies(params, skip_unfillable=True).items()
+    }
 
 
 def build(name: str, fields: ml_collections.ConfigDict, context: Context) -> FewShotEvaluator:
-  check_fields(name, fields, ('every_steps', 'shots', 'seeds', 'l2_reg'), ('train_split', 'eval_split'))
+  check_fields(
+      name, fields, ('every_steps', 'shots', 'seeds', 'l2_reg'), ('train_split', 'eval_split')
+  )
   where = f'config.{name}' if name == 'fewshot' else f'config.evals.{name}'
   # Checked as types too: a float seeds or shot count would pass the comparisons and fail only at the
   # first few-shot evaluation (range(), slicing), after the run has trained for a while.
-  if (not isinstance(fields.seeds, (int, np.integer)) or fields.seeds < 1
-      or not 0 < fields.l2_reg < math.inf):
-    raise ValueError(f'{where} needs seeds >= 1 (a whole number) and l2_reg > 0, e.g. seeds=3, l2_reg=4')
+  if (
+      not isinstance(fields.seeds, (int, np.integer))
+      or fields.seeds < 1
+      or not 0 < fields.l2_reg < math.inf
+  ):
+    raise ValueError(
+        f'{where} needs seeds >= 1 (a whole number) and l2_reg > 0, e.g. seeds=3, l2_reg=4'
+    )
   shots = fields.shots
-  if (not isinstance(shots, (list, tuple)) or not shots
-      or not all(isinstance(n, (int, np.integer)) and n >= 1 for n in shots)):
-    raise ValueError(f'{where}.shots={shots} must be positive numbers of images per class, '
-                     'e.g. (1, 5, 10, 25)')
+  if (
+      not isinstance(shots, (list, tuple))
+      or not shots
+      or not all(isinstance(n, (int, np.integer)) and n >= 1 for n in shots)
+  ):
+    raise ValueError(
+        f'{where}.shots={shots} must be positive numbers of images per class, '
+        'e.g. (1, 5, 10, 25)'
+    )
   config = context.config
   # Unset (None, or absent from a config.evals entry): the run's splits.
   train_split = fields.get('train_split') or config.train_split
@@ -162,20 +236,35 @@ def build(name: str, fields: ml_collections.ConfigDict, context: Context) -> Few
   context.count(eval_split)  # A split that does not exist fails here.
   num_classes = context.info.num_classes
   if max(fields.shots) * num_classes > num_train:
-    raise ValueError(f'{where}.shots={fields.shots}: {max(fields.shots)} shots of {num_classes} '
-                     f'classes need more than the {num_train} images of {train_split!r}')
+    raise ValueError(
+        f'{where}.shots={fields.shots}: {max(fields.shots)} shots of {num_classes} '
+        f'classes need more than the {num_train} images of {train_split!r}'
+    )
   # Where the labels are listed (an image folder), a class short of shots is found here; elsewhere
   # (tfds: counting would mean reading the split) at the first few-shot evaluation.
   labels = data.listed_labels(config, train_split)
   if labels is not None:
     counts = np.bincount(labels, minlength=num_classes)
-    short = [f'{context.info.class_names[c]} ({counts[c]})'
-             for c in np.flatnonzero(counts < max(fields.shots))]
+    short = [
+        f'{context.info.class_names[c]} ({counts[c]})'
+        for c in np.flatnonzero(counts < max(fields.shots))
+    ]
     if short:
-      raise ValueError(f'{where}.shots={fields.shots}: {len(short)} of the classes of {train_split!r} '
-                       f'have fewer than {max(fields.shots)} images: {", ".join(short[:5])}'
-                       f'{", ..." if len(short) > 5 else ""}; use fewer shots or add images')
-  return FewShotEvaluator(name, fields.every_steps, config=config,
-                          model=context.task.features_model(config), mesh=context.mesh,
-                          num_classes=num_classes, shots=fields.shots, seeds=fields.seeds,
-                          l2_reg=fields.l2_reg, train_split=train_split, eval_split=eval_split)
+      raise ValueError(
+          f'{where}.shots={fields.shots}: {len(short)} of the classes of {train_split!r} '
+          f'have fewer than {max(fields.shots)} images: {", ".join(short[:5])}'
+          f'{", ..." if len(short) > 5 else ""}; use fewer shots or add images'
+      )
+  return FewShotEvaluator(
+      name,
+      fields.every_steps,
+      config=config,
+      model=context.task.features_model(config),
+      mesh=context.mesh,
+      num_classes=num_classes,
+      shots=fields.shots,
+      seeds=fields.seeds,
+      l2_reg=fields.l2_reg,
+      train_split=train_split,
+      eval_split=eval_split,
+  )

@@ -6,6 +6,7 @@ the image's set of reassessed labels; images the raters gave no label are skippe
 It reads any tfds dataset whose label feature has the run's classes: a Sequence of ClassLabel (label
 sets), or a ClassLabel (sets of one, so top-1 is the usual one).
 """
+
 import functools
 from typing import Any
 
@@ -23,7 +24,9 @@ from vit_jax.evaluators.base import Context, check_fields
 DEFAULTS = {'dataset': 'imagenet2012_real', 'split': 'validation', 'label_feature': 'real_label'}
 
 
-def eval_step(params: Any, batch: dict[str, jax.Array], *, model: nn.Module) -> dict[str, jax.Array]:
+def eval_step(
+    params: Any, batch: dict[str, jax.Array], *, model: nn.Module
+) -> dict[str, jax.Array]:
   """Sums over the labelled, unmasked examples: top-1 / any of top-5 in the label set, and count."""
   logits = model.apply({'params': params}, on_device.model_input(batch['image']), train=False)
   if 'labels' in batch:  # Multi-hot bool [b, classes].
@@ -34,21 +37,35 @@ def eval_step(params: Any, batch: dict[str, jax.Array], *, model: nn.Module) -> 
   labelled = batch['mask'] & jnp.any(labels, axis=-1)
   top5 = jax.lax.top_k(logits, min(5, logits.shape[-1]))[1]
   hits = jnp.take_along_axis(labels, top5, axis=-1) & labelled[:, None]
-  return {'correct': jnp.sum(hits[:, 0]), 'correct_top5': jnp.sum(jnp.any(hits, axis=-1)),
-          'count': jnp.sum(labelled)}
+  return {
+      'correct': jnp.sum(hits[:, 0]),
+      'correct_top5': jnp.sum(jnp.any(hits, axis=-1)),
+      'count': jnp.sum(labelled),
+  }
 
 
 def build(name: str, fields: ml_collections.ConfigDict, context: Context) -> split.SplitEvaluator:
   check_fields(name, fields, ('every_steps',), ('dataset', 'data_dir', 'split', 'label_feature'))
   if context.config.task != 'classification':
-    raise ValueError(f'Evaluator {name!r} of type {fields.type!r} measures a classifier, but '
-                     f'config.task={context.config.task!r}: drop config.evals.{name}')
+    raise ValueError(
+        f'Evaluator {name!r} of type {fields.type!r} measures a classifier, but '
+        f'config.task={context.config.task!r}: drop config.evals.{name}'
+    )
   settings = {**DEFAULTS, **{k: v for k, v in fields.items() if v is not None}}
-  config = split.other_dataset(name, settings['dataset'], settings.get('data_dir'), context,
-                               settings['label_feature'])
-  split.require_examples(name, settings['split'],  # A split that does not exist fails here.
-                         data.num_examples(config, settings['split'], settings['label_feature']))
-  return split.SplitEvaluator(name, fields.every_steps, config=config, split=settings['split'],
-                              eval_step=functools.partial(eval_step, model=context.model),
-                              mesh=context.mesh,
-                              label_feature=settings['label_feature'])
+  config = split.other_dataset(
+      name, settings['dataset'], settings.get('data_dir'), context, settings['label_feature']
+  )
+  split.require_examples(
+      name,
+      settings['split'],  # A split that does not exist fails here.
+      data.num_examples(config, settings['split'], settings['label_feature']),
+  )
+  return split.SplitEvaluator(
+      name,
+      fields.every_steps,
+      config=config,
+      split=settings['split'],
+      eval_step=functools.partial(eval_step, model=context.model),
+      mesh=context.mesh,
+      label_feature=settings['label_feature'],
+  )

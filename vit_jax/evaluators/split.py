@@ -6,6 +6,7 @@ minival held out of train, or a split of another dataset with the same classes (
 Optional fields: `dataset` and `data_dir` (default the run's), and `label_feature`, the tfds feature
 whose classes it measures (default the run's, config.label_feature); they must be the run's classes.
 """
+
 import math
 from typing import Any, Callable
 
@@ -18,7 +19,6 @@ from jax.sharding import Mesh
 from vit_jax import data, sharding
 from vit_jax.runtime import dispatch
 from vit_jax.evaluators.base import Context, check_fields
-
 
 # A metric -> the sum of `eval_step` it is the mean of; an eval step returns some of them, and 'count'.
 METRIC_SUMS = {'top1': 'correct', 'top5': 'correct_top5', 'loss': 'loss_sum'}
@@ -35,9 +35,17 @@ class SplitEvaluator:
   ties towards the higher index instead. With fewer than 5 classes top-5 is 1.
   """
 
-  def __init__(self, name: str, every_steps: int, *, config: ml_collections.ConfigDict, split: str,
-               eval_step: Callable[[Any, dict[str, jax.Array]], dict[str, jax.Array]], mesh: Mesh,
-               label_feature: str | None = None):
+  def __init__(
+      self,
+      name: str,
+      every_steps: int,
+      *,
+      config: ml_collections.ConfigDict,
+      split: str,
+      eval_step: Callable[[Any, dict[str, jax.Array]], dict[str, jax.Array]],
+      mesh: Mesh,
+      label_feature: str | None = None,
+  ):
     self.name, self.every_steps = name, every_steps
     self._config, self._split, self._mesh = config, split, mesh
     self._label_feature = label_feature
@@ -46,24 +54,38 @@ class SplitEvaluator:
   def __call__(self, params: Any) -> dict[str, float]:
     local_batch = self._config.eval_batch_size // jax.process_count()
     totals, in_flight = None, dispatch.BoundedDispatch()
-    for batch in data.eval_iterator(self._config, self._split, local_batch_size=local_batch,
-                                    process_index=jax.process_index(),
-                                    process_count=jax.process_count(),
-                                    label_feature=self._label_feature):
+    for batch in data.eval_iterator(
+        self._config,
+        self._split,
+        local_batch_size=local_batch,
+        process_index=jax.process_index(),
+        process_count=jax.process_count(),
+        label_feature=self._label_feature,
+    ):
       sums = self._eval_fn(params, sharding.global_batch(batch, self._mesh))
       totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
       in_flight.add(totals)
     totals = jax.device_get(totals)
     count = float(totals['count'])
     if count == 0:  # E.g. ReaL on a split whose images have no labels: a mean of nothing, not 0.
-      logging.warning('%s: no example of %r counted (unlabelled or unreadable): metrics are NaN',
-                      self.name, self._split)
+      logging.warning(
+          '%s: no example of %r counted (unlabelled or unreadable): metrics are NaN',
+          self.name,
+          self._split,
+      )
       return {metric: math.nan for metric, key in METRIC_SUMS.items() if key in totals}
-    return {metric: float(totals[key]) / count for metric, key in METRIC_SUMS.items() if key in totals}
+    return {
+        metric: float(totals[key]) / count for metric, key in METRIC_SUMS.items() if key in totals
+    }
 
 
-def other_dataset(name: str, dataset: str, data_dir: str | None, context: Context,
-                  label_feature: str | None = None) -> ml_collections.ConfigDict:
+def other_dataset(
+    name: str,
+    dataset: str,
+    data_dir: str | None,
+    context: Context,
+    label_feature: str | None = None,
+) -> ml_collections.ConfigDict:
   """The run's config reading `dataset` (in `data_dir`, default the run's) instead, e.g. ImageNet-V2
   beside ImageNet; the classes of its `label_feature` (None: the run's) must be the run's, in the same
   order."""
@@ -72,10 +94,12 @@ def other_dataset(name: str, dataset: str, data_dir: str | None, context: Contex
   config.data_dir = data_dir or config.data_dir
   names = data.class_names(config, label_feature)
   if names != context.info.class_names:
-    raise ValueError(f'Evaluator {name!r}: dataset {dataset!r} has {len(names)} classes '
-                     f'({", ".join(names[:3])}...), not the run\'s {context.info.num_classes} '
-                     f'({", ".join(context.info.class_names[:3])}...) in the same order: evaluate on '
-                     'a dataset with the same label set')
+    raise ValueError(
+        f'Evaluator {name!r}: dataset {dataset!r} has {len(names)} classes '
+        f'({", ".join(names[:3])}...), not the run\'s {context.info.num_classes} '
+        f'({", ".join(context.info.class_names[:3])}...) in the same order: evaluate on '
+        'a dataset with the same label set'
+    )
   return config
 
 
@@ -83,28 +107,44 @@ def require_examples(name: str, split: str, count: int) -> None:
   """An evaluator of an empty split would stop the run at its first evaluation: say so at the start."""
   if count < 1:
     field = '--config.eval_split' if name == 'eval' else f'config.evals.{name}.split'
-    raise ValueError(f'Evaluator {name!r}: split {split!r} has no examples: set {field} to a split '
-                     'with some')
+    raise ValueError(
+        f'Evaluator {name!r}: split {split!r} has no examples: set {field} to a split ' 'with some'
+    )
 
 
 def build(name: str, fields: ml_collections.ConfigDict, context: Context) -> SplitEvaluator:
   check_fields(name, fields, ('split', 'every_steps'), ('dataset', 'data_dir', 'label_feature'))
   if fields.type != context.config.task:
-    raise ValueError(f'Evaluator {name!r} of type {fields.type!r} measures a {fields.type} model, but '
-                     f'config.task={context.config.task!r}: use type={context.config.task!r}')
+    raise ValueError(
+        f'Evaluator {name!r} of type {fields.type!r} measures a {fields.type} model, but '
+        f'config.task={context.config.task!r}: use type={context.config.task!r}'
+    )
   label_feature = fields.get('label_feature')  # None: the run's.
   if fields.get('dataset') or label_feature:  # Other labels: their classes must be the run's.
-    config = other_dataset(name, fields.get('dataset') or context.config.dataset,
-                           fields.get('data_dir'), context, label_feature)
+    config = other_dataset(
+        name,
+        fields.get('dataset') or context.config.dataset,
+        fields.get('data_dir'),
+        context,
+        label_feature,
+    )
     if label_feature and data.is_label_set(config, label_feature):  # Its eval step takes one class.
-      raise ValueError(f'Evaluator {name!r}: label_feature={label_feature!r} is a set of classes an '
-                       "image: measure it with type='real' (a prediction in the set is right)")
+      raise ValueError(
+          f'Evaluator {name!r}: label_feature={label_feature!r} is a set of classes an '
+          "image: measure it with type='real' (a prediction in the set is right)"
+      )
     # A split that does not exist fails here.
     count = data.num_examples(config, fields.split, label_feature)
   else:
     config = context.config
     count = context.count(fields.split)
   require_examples(name, fields.split, count)
-  return SplitEvaluator(name, fields.every_steps, config=config, split=fields.split,
-                        eval_step=context.task.make_eval_step(config, context.model),
-                        mesh=context.mesh, label_feature=label_feature)
+  return SplitEvaluator(
+      name,
+      fields.every_steps,
+      config=config,
+      split=fields.split,
+      eval_step=context.task.make_eval_step(config, context.model),
+      mesh=context.mesh,
+      label_feature=label_feature,
+  )

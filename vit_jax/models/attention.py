@@ -3,6 +3,7 @@
 `ATTENTION_FNS` is the one registry of their names: the encoder dispatches on it and the model config
 (`variants.get_model_config`) validates `model.attention` against its keys.
 """
+
 import re
 from typing import Any, Optional
 
@@ -14,9 +15,16 @@ from absl import logging
 CUDNN_TOKEN_MULTIPLE = 8  # cuDNN's flash attention trains on token counts that are multiples of 8.
 
 
-def fused_attention(query: jnp.ndarray, key: jnp.ndarray, value: jnp.ndarray, *,
-                    dropout_rate: float = 0.0, deterministic: bool = True,
-                    bias: Optional[jnp.ndarray] = None, tokens: Optional[int] = None) -> jnp.ndarray:
+def fused_attention(
+    query: jnp.ndarray,
+    key: jnp.ndarray,
+    value: jnp.ndarray,
+    *,
+    dropout_rate: float = 0.0,
+    deterministic: bool = True,
+    bias: Optional[jnp.ndarray] = None,
+    tokens: Optional[int] = None,
+) -> jnp.ndarray:
   """`jax.nn.dot_product_attention` as an `attention_fn` of `nn.MultiHeadDotProductAttention`.
 
   Both take [batch, tokens, heads, head_dim]. On a GPU in bfloat16 or float16 it asks for cuDNN's
@@ -28,17 +36,28 @@ def fused_attention(query: jnp.ndarray, key: jnp.ndarray, value: jnp.ndarray, *,
   rest are masked out of the keys.
   """
   if bias is not None:
-    raise ValueError("model.posemb='relative' adds a learned bias to the attention logits, which "
-                     "attention='dot_product_attention' does not train: set --config.model.attention=xla")
+    raise ValueError(
+        "model.posemb='relative' adds a learned bias to the attention logits, which "
+        "attention='dot_product_attention' does not train: set --config.model.attention=xla"
+    )
   if dropout_rate > 0.0 and not deterministic:
-    raise ValueError(f"attention='dot_product_attention' has no dropout on the attention weights "
-                     f'(attention_dropout_rate={dropout_rate}): set it to 0 or use attention=\'xla\'')
+    raise ValueError(
+        f"attention='dot_product_attention' has no dropout on the attention weights "
+        f"(attention_dropout_rate={dropout_rate}): set it to 0 or use attention='xla'"
+    )
   if _cudnn_may_run(query.dtype):
     try:
       return padded_attention(query, key, value, tokens=tokens, implementation='cudnn')
-    except (NotImplementedError, RuntimeError) as e:  # What JAX raises where cuDNN's kernel cannot run.
-      logging.log_first_n(logging.WARNING, 'cuDNN flash attention cannot run here (%s): XLA computes '
-                          'the attention', 1, e)  # Once, not once per block.
+    except (
+        NotImplementedError,
+        RuntimeError,
+    ) as e:  # What JAX raises where cuDNN's kernel cannot run.
+      logging.log_first_n(
+          logging.WARNING,
+          'cuDNN flash attention cannot run here (%s): XLA computes ' 'the attention',
+          1,
+          e,
+      )  # Once, not once per block.
   return padded_attention(query, key, value, tokens=tokens, implementation='xla', multiple=1)
 
 
@@ -64,27 +83,50 @@ def cudnn_attention_calls(compiled_hlo: str) -> int:
   return len(re.findall(r'custom_call_target="__cudnn\$fmha', compiled_hlo))
 
 
-def padded_attention(query: jnp.ndarray, key: jnp.ndarray, value: jnp.ndarray, *, implementation: str,
-                     tokens: Optional[int] = None, multiple: int = CUDNN_TOKEN_MULTIPLE) -> jnp.ndarray:
+def padded_attention(
+    query: jnp.ndarray,
+    key: jnp.ndarray,
+    value: jnp.ndarray,
+    *,
+    implementation: str,
+    tokens: Optional[int] = None,
+    multiple: int = CUDNN_TOKEN_MULTIPLE,
+) -> jnp.ndarray:
   """`jax.nn.dot_product_attention` over the tokens padded to a multiple of `multiple`, keys past the
-  first `tokens` (default: all the given ones) masked out, the result cut back to the given tokens."""
+  first `tokens` (default: all the given ones) masked out, the result cut back to the given tokens.
+  """
   given = query.shape[1]
   tokens = given if tokens is None else tokens
   padding = -given % multiple
   if not padding and tokens == given:
     return jax.nn.dot_product_attention(query, key, value, implementation=implementation)
-  query, key, value = (jnp.pad(x, ((0, 0), (0, padding), (0, 0), (0, 0))) for x in (query, key, value))
+  query, key, value = (
+      jnp.pad(x, ((0, 0), (0, padding), (0, 0), (0, 0))) for x in (query, key, value)
+  )
   lengths = jnp.full((query.shape[0],), tokens, jnp.int32)
-  out = jax.nn.dot_product_attention(query, key, value, query_seq_lengths=lengths,
-                                     key_value_seq_lengths=lengths, implementation=implementation)
+  out = jax.nn.dot_product_attention(
+      query,
+      key,
+      value,
+      query_seq_lengths=lengths,
+      key_value_seq_lengths=lengths,
+      implementation=implementation,
+  )
   return out[:, :given]
 
 
-def head_major_attention(query: jnp.ndarray, key: jnp.ndarray, value: jnp.ndarray, *,
-                         dropout_rng: Optional[jax.Array] = None, dropout_rate: float = 0.0,
-                         deterministic: bool = True, precision: Any = None,
-                         module: Optional[nn.Module] = None,
-                         bias: Optional[jnp.ndarray] = None) -> jnp.ndarray:
+def head_major_attention(
+    query: jnp.ndarray,
+    key: jnp.ndarray,
+    value: jnp.ndarray,
+    *,
+    dropout_rng: Optional[jax.Array] = None,
+    dropout_rate: float = 0.0,
+    deterministic: bool = True,
+    precision: Any = None,
+    module: Optional[nn.Module] = None,
+    bias: Optional[jnp.ndarray] = None,
+) -> jnp.ndarray:
   """`nn.dot_product_attention` with the heads moved in front of the tokens for the two matmuls.
 
   Takes and returns [batch, tokens, heads, head_dim] like it, with the same dropout masks; its batched

@@ -6,6 +6,7 @@ of w tokens) and then on its columns (h tokens), so attention costs N (h + w) in
 patches, at twice the projections and MLPs. The tokens are the grid alone: the model pools them
 (classifier 'gap' or 'map'), as a class token belongs to no row or column.
 """
+
 import dataclasses
 from typing import Optional
 
@@ -21,17 +22,27 @@ class AxialBlock(Encoder1DBlock):
   first; both halves have this block's fields. Called as an `Encoder1DBlock` is."""
 
   @nn.compact
-  def __call__(self, inputs: jnp.ndarray, deterministic: bool, drop_path_rate: Rate = None,
-               shared_posemb: Optional[jnp.ndarray] = None) -> jnp.ndarray:
+  def __call__(
+      self,
+      inputs: jnp.ndarray,
+      deterministic: bool,
+      drop_path_rate: Rate = None,
+      shared_posemb: Optional[jnp.ndarray] = None,
+  ) -> jnp.ndarray:
     if self.posemb is not None or shared_posemb is not None or drop_path_rate:
       # Refused by variants.py; here so that no caller adds per-row embeddings or drops a row of an
       # image instead of the image.
       raise ValueError('an axial block takes no per-block position embeddings nor stochastic depth')
     b, n, d = inputs.shape
     h, w = self.grid
-    chex.assert_shape(inputs, (b, h * w, d), custom_message='axial blocks take the patch grid alone')
-    fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(Encoder1DBlock)
-              if f.init and f.name not in ('parent', 'name')}
+    chex.assert_shape(
+        inputs, (b, h * w, d), custom_message='axial blocks take the patch grid alone'
+    )
+    fields = {
+        f.name: getattr(self, f.name)
+        for f in dataclasses.fields(Encoder1DBlock)
+        if f.init and f.name not in ('parent', 'name')
+    }
     x = Encoder1DBlock(**fields, name='row')(inputs.reshape(b * h, w, d), deterministic)
     x = x.reshape(b, h, w, d).transpose(0, 2, 1, 3).reshape(b * w, h, d)
     x = Encoder1DBlock(**fields, name='column')(x, deterministic)

@@ -13,6 +13,7 @@ conv_proj}`, `norm-pre-head`, `head`. `from_bit_npz` and `to_bit_npz` convert it
 published BiT `.npz` layout (`resnet/root_block/standardized_conv2d/kernel`,
 `resnet/block1/unit01/a/group_norm/gamma`, ...), which timm's resnetv2 `load_pretrained` reads.
 """
+
 import functools
 import re
 from typing import Any, Mapping, Optional
@@ -44,6 +45,7 @@ def _norm(**kwargs) -> nn.GroupNorm:
 
 class PreActUnit(nn.Module):
   """Bottleneck unit of `features` (output 4x that), the stride in its 3x3 convolution."""
+
   features: int
   strides: int = 1
   projection: bool = False  # The first unit of a stage: its shortcut is a 1x1 convolution.
@@ -57,7 +59,9 @@ class PreActUnit(nn.Module):
     x_pre = nn.relu(norm(name='gn1')(x))
     shortcut = x
     if self.projection:
-      shortcut = conv(self.features * 4, (1, 1), strides=s, padding='VALID', name='conv_proj')(x_pre)
+      shortcut = conv(self.features * 4, (1, 1), strides=s, padding='VALID', name='conv_proj')(
+          x_pre
+      )
     y = conv(self.features, (1, 1), padding='VALID', name='conv1')(x_pre)
     y = nn.relu(norm(name='gn2')(y))
     y = conv(self.features, (3, 3), strides=s, padding=((1, 1), (1, 1)), name='conv2')(y)
@@ -68,6 +72,7 @@ class PreActUnit(nn.Module):
 
 class Stage(nn.Module):
   """`units` units of `features`; the first one projects the shortcut and strides."""
+
   units: int
   features: int
   strides: int
@@ -76,14 +81,20 @@ class Stage(nn.Module):
   @nn.compact
   def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
     for u in range(self.units):
-      x = PreActUnit(self.features, strides=self.strides if u == 0 else 1, projection=u == 0,
-                     dtype=self.dtype, name=f'unit{u + 1}')(x)
+      x = PreActUnit(
+          self.features,
+          strides=self.strides if u == 0 else 1,
+          projection=u == 0,
+          dtype=self.dtype,
+          name=f'unit{u + 1}',
+      )(x)
     return x
 
 
 class BiT(nn.Module):
   """BiT ResNet-v2 classifier; `num_classes=None` returns the pooled (pre-head) features. Any image
   size: the network is convolutional up to the global average pooling. Logits are float32."""
+
   num_classes: Optional[int]
   resnet_layers: tuple[int, ...]  # Units per stage, e.g. (3, 4, 6, 3) for R50.
   resnet_width_factor: float = 1.0
@@ -92,36 +103,55 @@ class BiT(nn.Module):
   @nn.compact
   def __call__(self, images: jnp.ndarray, *, train: bool = False) -> jnp.ndarray:
     del train  # No dropout and no batch statistics: training computes what evaluation does.
-    chex.assert_shape(images, (None, None, None, 3),
-                      custom_message='the model takes a batch of RGB images [batch, height, width, 3]')
+    chex.assert_shape(
+        images,
+        (None, None, None, 3),
+        custom_message='the model takes a batch of RGB images [batch, height, width, 3]',
+    )
     width = root_width(self.resnet_width_factor)
-    x = _conv(width, (7, 7), strides=(2, 2), padding=((3, 3), (3, 3)), dtype=self.dtype,
-              name='conv_root')(images.astype(self.dtype))
+    x = _conv(
+        width, (7, 7), strides=(2, 2), padding=((3, 3), (3, 3)), dtype=self.dtype, name='conv_root'
+    )(images.astype(self.dtype))
     # Zeros, not the -inf of a padded max-pool: BiT's (and timm's 'fixed' stem's) padding, which
     # matters here because the pre-activation root has negative outputs.
     x = jnp.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)))
     x = nn.max_pool(x, (3, 3), strides=(2, 2), padding='VALID')
     for s, units in enumerate(self.resnet_layers):
-      x = Stage(units, width * 2**s, strides=2 if s else 1, dtype=self.dtype, name=f'block{s + 1}')(x)
+      x = Stage(
+          units, width * 2**s, strides=2 if s else 1, dtype=self.dtype, name=f'block{s + 1}'
+      )(x)
     x = nn.relu(_norm(dtype=self.dtype, name='norm-pre-head')(x))
     x = jnp.mean(x, axis=(1, 2))
-    chex.assert_shape(x, (images.shape[0], width * 2**(len(self.resnet_layers) - 1) * 4))
+    chex.assert_shape(x, (images.shape[0], width * 2 ** (len(self.resnet_layers) - 1) * 4))
     if self.num_classes is None:
       return x.astype(jnp.float32)
-    x = nn.Dense(self.num_classes, dtype=self.dtype, kernel_init=nn.initializers.zeros, name='head')(x)
+    x = nn.Dense(
+        self.num_classes, dtype=self.dtype, kernel_init=nn.initializers.zeros, name='head'
+    )(x)
     return x.astype(jnp.float32)
 
 
 # Our names -> the published layout's: at the top, and inside each unit (its layers a, b, c are our
 # 1, 2, 3; the projection is under a).
-_TOP = {'conv_root/kernel': 'resnet/root_block/standardized_conv2d/kernel',
-        'norm-pre-head/scale': 'resnet/group_norm/gamma', 'norm-pre-head/bias': 'resnet/group_norm/beta',
-        'head/kernel': 'resnet/head/conv2d/kernel', 'head/bias': 'resnet/head/conv2d/bias'}
-_IN_UNIT = {'conv_proj/kernel': 'a/proj/standardized_conv2d/kernel',
-            **{f'{ours}{i}/{param}': f'{layer}/{theirs}' for i, layer in enumerate('abc', 1)
-               for ours, param, theirs in (('conv', 'kernel', 'standardized_conv2d/kernel'),
-                                           ('gn', 'scale', 'group_norm/gamma'),
-                                           ('gn', 'bias', 'group_norm/beta'))}}
+_TOP = {
+    'conv_root/kernel': 'resnet/root_block/standardized_conv2d/kernel',
+    'norm-pre-head/scale': 'resnet/group_norm/gamma',
+    'norm-pre-head/bias': 'resnet/group_norm/beta',
+    'head/kernel': 'resnet/head/conv2d/kernel',
+    'head/bias': 'resnet/head/conv2d/bias',
+}
+_IN_UNIT = {
+    'conv_proj/kernel': 'a/proj/standardized_conv2d/kernel',
+    **{
+        f'{ours}{i}/{param}': f'{layer}/{theirs}'
+        for i, layer in enumerate('abc', 1)
+        for ours, param, theirs in (
+            ('conv', 'kernel', 'standardized_conv2d/kernel'),
+            ('gn', 'scale', 'group_norm/gamma'),
+            ('gn', 'bias', 'group_norm/beta'),
+        )
+    },
+}
 _OUR_UNIT = re.compile(r'^block(?P<s>\d+)/unit(?P<u>\d+)/(?P<name>.+)$')
 _THEIR_UNIT = re.compile(r'^resnet/block(?P<s>\d+)/unit(?P<u>\d+)/(?P<name>.+)$')
 

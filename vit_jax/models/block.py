@@ -3,6 +3,7 @@
 Stochastic depth (`drop_path`) drops each residual branch per sample at train time; the blocks' own
 position embeddings (posemb.py) enter here when the model adds them at every layer.
 """
+
 import functools
 from typing import Any, Callable, Optional, Union
 
@@ -34,6 +35,7 @@ def drop_path(x: jnp.ndarray, rate: Union[float, jax.Array], key: jax.Array) -> 
 
 class MlpBlock(nn.Module):
   """Dense -> GELU -> dropout -> Dense -> dropout."""
+
   mlp_dim: int
   dropout_rate: float = 0.0
   dtype: Dtype = jnp.float32
@@ -42,8 +44,12 @@ class MlpBlock(nn.Module):
   @nn.compact
   def __call__(self, inputs: jnp.ndarray, *, deterministic: bool) -> jnp.ndarray:
     dense = lambda features, name: nn.Dense(
-        features, dtype=self.dtype, kernel_init=nn.initializers.xavier_uniform(),
-        bias_init=nn.initializers.normal(stddev=1e-6), name=name)
+        features,
+        dtype=self.dtype,
+        kernel_init=nn.initializers.xavier_uniform(),
+        bias_init=nn.initializers.normal(stddev=1e-6),
+        name=name,
+    )
     x = dense(self.mlp_dim, 'Dense_0')(inputs)
     x = MLP_ACTIVATIONS[self.activation](x)
     x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
@@ -62,6 +68,7 @@ class Encoder1DBlock(nn.Module):
   ('shared_every_layer'); its own `posemb` of the patch grid `grid` is a kind added to its input
   ('every_layer', `posembed`) or 'relative', a bias of its attention logits (`relative_posemb`).
   """
+
   mlp_dim: int
   num_heads: int
   dropout_rate: float = 0.0
@@ -74,8 +81,13 @@ class Encoder1DBlock(nn.Module):
 
   # Arguments are positional: `nn.remat` needs `deterministic` (and a float rate) as static positions.
   @nn.compact
-  def __call__(self, inputs: jnp.ndarray, deterministic: bool, drop_path_rate: Rate = None,
-               shared_posemb: Optional[jnp.ndarray] = None) -> jnp.ndarray:
+  def __call__(
+      self,
+      inputs: jnp.ndarray,
+      deterministic: bool,
+      drop_path_rate: Rate = None,
+      shared_posemb: Optional[jnp.ndarray] = None,
+  ) -> jnp.ndarray:
     if shared_posemb is not None:
       inputs = inputs + shared_posemb.astype(inputs.dtype)
     attention_fn = ATTENTION_FNS[self.attention]
@@ -91,17 +103,28 @@ class Encoder1DBlock(nn.Module):
       attention_fn = functools.partial(attention_fn, tokens=tokens)
       x = jnp.pad(x, ((0, 0), (0, padding), (0, 0)))
     x = nn.MultiHeadDotProductAttention(
-        num_heads=self.num_heads, dtype=self.dtype,
-        kernel_init=nn.initializers.xavier_uniform(), broadcast_dropout=False,
-        dropout_rate=self.attention_dropout_rate, deterministic=deterministic,
-        attention_fn=attention_fn, name='MultiHeadDotProductAttention_1')(
-            # The weights land in 'intermediates' only when it is mutable (the pictures tool asks).
-            x, x, sow_weights=self.attention == 'xla')[:, :tokens]
+        num_heads=self.num_heads,
+        dtype=self.dtype,
+        kernel_init=nn.initializers.xavier_uniform(),
+        broadcast_dropout=False,
+        dropout_rate=self.attention_dropout_rate,
+        deterministic=deterministic,
+        attention_fn=attention_fn,
+        name='MultiHeadDotProductAttention_1',
+    )(
+        # The weights land in 'intermediates' only when it is mutable (the pictures tool asks).
+        x,
+        x,
+        sow_weights=self.attention == 'xla',
+    )[
+        :, :tokens
+    ]
     x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
     x = self._drop_path(x, drop_path_rate, deterministic) + inputs
     y = nn.LayerNorm(epsilon=1e-6, dtype=self.dtype, name='LayerNorm_2')(x)
-    y = MlpBlock(self.mlp_dim, self.dropout_rate, self.dtype, self.mlp_activation, name='MlpBlock_3')(
-        y, deterministic=deterministic)
+    y = MlpBlock(
+        self.mlp_dim, self.dropout_rate, self.dtype, self.mlp_activation, name='MlpBlock_3'
+    )(y, deterministic=deterministic)
     return x + self._drop_path(y, drop_path_rate, deterministic)
 
   def _drop_path(self, branch: jnp.ndarray, rate: Rate, deterministic: bool) -> jnp.ndarray:

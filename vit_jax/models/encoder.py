@@ -14,6 +14,7 @@ the checkpoints, and `apply` takes either layout: per-block parameters are stack
 which is cheap to run but not to compile (the gradient of the stacking is one slice per layer and
 parameter), so training keeps them stacked (`stack_blocks`) and unstacks at the checkpoint boundary.
 """
+
 import contextvars
 from typing import Any, Optional
 
@@ -29,8 +30,9 @@ from vit_jax.models.scan_layout import BLOCK, stack_blocks, unstack_blocks
 
 # The sharding of a [batch, tokens, D] activation while a step over a mesh is traced (set by
 # sharding.with_activation_sharding); None elsewhere (init, export, the tools): see ScanBlock.
-ACTIVATION_SHARDING: contextvars.ContextVar[Optional[jax.sharding.Sharding]] = contextvars.ContextVar(
-    'activation_sharding', default=None)
+ACTIVATION_SHARDING: contextvars.ContextVar[Optional[jax.sharding.Sharding]] = (
+    contextvars.ContextVar('activation_sharding', default=None)
+)
 # model.block: what each of the encoder's `num_layers` blocks is.
 BLOCKS = {'standard': Encoder1DBlock, 'axial': AxialBlock}
 
@@ -65,8 +67,13 @@ class ScanBlock(Encoder1DBlock):
   """
 
   @nn.compact
-  def __call__(self, inputs: jnp.ndarray, deterministic: bool, drop_path_rate: Rate = None,
-               shared_posemb: Optional[jnp.ndarray] = None) -> tuple[jnp.ndarray, None]:
+  def __call__(
+      self,
+      inputs: jnp.ndarray,
+      deterministic: bool,
+      drop_path_rate: Rate = None,
+      shared_posemb: Optional[jnp.ndarray] = None,
+  ) -> tuple[jnp.ndarray, None]:
     if (activation_sharding := ACTIVATION_SHARDING.get()) is not None:
       inputs = jax.lax.with_sharding_constraint(inputs, activation_sharding)
     return super().__call__(inputs, deterministic, drop_path_rate, shared_posemb), None
@@ -74,24 +81,38 @@ class ScanBlock(Encoder1DBlock):
 
 class ScannedBlocks(nn.Module):
   """`num_layers` blocks as one `nn.scan`: parameters stacked under `encoderblock` (layer axis first)."""
+
   num_layers: int
   block_kwargs: dict[str, Any]
   remat: Optional[str] = None
 
   @nn.compact
-  def __call__(self, x: jnp.ndarray, deterministic: bool, rates: Optional[jax.Array],
-               shared_posemb: Optional[jnp.ndarray]) -> jnp.ndarray:
+  def __call__(
+      self,
+      x: jnp.ndarray,
+      deterministic: bool,
+      rates: Optional[jax.Array],
+      shared_posemb: Optional[jnp.ndarray],
+  ) -> jnp.ndarray:
     """`rates`: each layer's stochastic-depth rate (scanned over), or None for none; `shared_posemb`:
     the position embeddings every block adds to its input, or None."""
     block = ScanBlock
     if self.remat:
       # prevent_cse=False: scan already keeps XLA from merging the recomputation into the forward pass.
-      block = nn.remat(block, policy=getattr(jax.checkpoint_policies, self.remat), prevent_cse=False,
-                       static_argnums=(2,))
+      block = nn.remat(
+          block,
+          policy=getattr(jax.checkpoint_policies, self.remat),
+          prevent_cse=False,
+          static_argnums=(2,),
+      )
     # Each layer gets its own initialisation and dropout keys (split, not broadcast).
-    x, _ = nn.scan(block, variable_axes={'params': 0}, split_rngs={'params': True, 'dropout': True},
-                   in_axes=(nn.broadcast, 0, nn.broadcast), length=self.num_layers)(
-                       **self.block_kwargs, name=BLOCK)(x, deterministic, rates, shared_posemb)
+    x, _ = nn.scan(
+        block,
+        variable_axes={'params': 0},
+        split_rngs={'params': True, 'dropout': True},
+        in_axes=(nn.broadcast, 0, nn.broadcast),
+        length=self.num_layers,
+    )(**self.block_kwargs, name=BLOCK)(x, deterministic, rates, shared_posemb)
     return x
 
 
@@ -105,6 +126,7 @@ class Encoder(nn.Module):
   as one `nn.scan`; it initialises per-block parameters and applies with either layout (see the module
   docstring).
   """
+
   num_layers: int
   mlp_dim: int
   num_heads: int
@@ -129,31 +151,44 @@ class Encoder(nn.Module):
       x = POSEMBS[kind](name='posembed_input')(x, grid)
     elif where == 'shared_every_layer':
       # The embeddings themselves (added to zeros), made once: every block adds them to its input.
-      shared = POSEMBS[kind](name='posembed_input')(jnp.zeros((1,) + x.shape[1:], jnp.float32), grid)
+      shared = POSEMBS[kind](name='posembed_input')(
+          jnp.zeros((1,) + x.shape[1:], jnp.float32), grid
+      )
     x = nn.Dropout(self.dropout_rate)(x, deterministic=not train)
     block_kwargs = dict(
-        mlp_dim=self.mlp_dim, num_heads=self.num_heads, dropout_rate=self.dropout_rate,
-        attention_dropout_rate=self.attention_dropout_rate, dtype=self.dtype,
-        attention=self.attention, mlp_activation=self.mlp_activation, grid=grid,
-        posemb=kind if kind == 'relative' or where == 'every_layer' else None)
+        mlp_dim=self.mlp_dim,
+        num_heads=self.num_heads,
+        dropout_rate=self.dropout_rate,
+        attention_dropout_rate=self.attention_dropout_rate,
+        dtype=self.dtype,
+        attention=self.attention,
+        mlp_activation=self.mlp_activation,
+        grid=grid,
+        posemb=kind if kind == 'relative' or where == 'every_layer' else None,
+    )
     rates = drop_path_rates(self.drop_path_rate, self.num_layers)
     if self.scan:
       # The scanned blocks read stacked parameters; per-block ones (from checkpoints) are stacked on
       # the way in, and `init` unstacks what the scan creates, so the stored tree is per-block.
       blocks = nn.map_variables(
-          ScannedBlocks, 'params', init=True,
+          ScannedBlocks,
+          'params',
+          init=True,
           trans_in_fn=lambda v: {**v, 'params': stack_blocks(v.get('params', {}), self.num_layers)},
-          trans_out_fn=lambda v: {**v, 'params': unstack_blocks(v.get('params', {}))})(
-              num_layers=self.num_layers, block_kwargs=block_kwargs, remat=self.remat)
+          trans_out_fn=lambda v: {**v, 'params': unstack_blocks(v.get('params', {}))},
+      )(num_layers=self.num_layers, block_kwargs=block_kwargs, remat=self.remat)
       # The blocks live in this module's scope, so their parameters sit at Transformer/encoderblock_{i}
       # (or Transformer/encoderblock) as in the checkpoints, not one level down.
       nn.share_scope(self, blocks)
-      x = blocks(x, not train, jnp.asarray(rates, jnp.float32) if self.drop_path_rate else None, shared)
+      x = blocks(
+          x, not train, jnp.asarray(rates, jnp.float32) if self.drop_path_rate else None, shared
+      )
     else:
       block = BLOCKS[self.block]
       if self.remat:
-        block = nn.remat(block, policy=getattr(jax.checkpoint_policies, self.remat),
-                         static_argnums=(2, 3))  # deterministic, drop_path_rate (self is 0).
+        block = nn.remat(
+            block, policy=getattr(jax.checkpoint_policies, self.remat), static_argnums=(2, 3)
+        )  # deterministic, drop_path_rate (self is 0).
       for i in range(self.num_layers):
         x = block(**block_kwargs, name=f'{BLOCK}_{i}')(x, not train, float(rates[i]), shared)
     if not self.final_norm:

@@ -12,6 +12,7 @@ timm's latent; position embeddings and LayerNorms as 'original' (the same distri
 Width-64 matrices are drawn with a standard deviation of 0.02 instead of Xavier's 0.125 there, and the
 head starts random instead of zero: on small models and short schedules the two train differently.
 """
+
 from typing import Any, Callable, Optional
 
 import jax
@@ -30,12 +31,13 @@ def _truncated_normal(key: jax.Array, shape: tuple[int, ...], std: float) -> jnp
 def _conv_default(key: jax.Array, shape: tuple[int, ...], fan_in: int) -> jnp.ndarray:
   """PyTorch's Conv2d.reset_parameters: weight (kaiming_uniform_ with a=sqrt(5)) and bias both
   ~U(-1/sqrt(fan_in), 1/sqrt(fan_in))."""
-  bound = 1.0 / fan_in ** 0.5
+  bound = 1.0 / fan_in**0.5
   return jax.random.uniform(key, shape, jnp.float32, -bound, bound)
 
 
-def _timm_leaf(path: tuple[str, ...], value: jnp.ndarray,
-               embedding_fan_in: int) -> Optional[Callable[[jax.Array], jnp.ndarray]]:
+def _timm_leaf(
+    path: tuple[str, ...], value: jnp.ndarray, embedding_fan_in: int
+) -> Optional[Callable[[jax.Array], jnp.ndarray]]:
   """The draw of one parameter under timm's scheme (a function of a key), or None to keep it."""
   *parents, name = path
   parent = parents[-1] if parents else ''
@@ -58,7 +60,9 @@ def timm_init(params: Params, key: jax.Array) -> Params:
   """`params` of a pure ViT (per-block layout) re-drawn as timm's VisionTransformer draws its own."""
   flat = traverse_util.flatten_dict(params)
   kernel = flat[('embedding', 'kernel')]
-  fan_in = kernel.shape[0] * kernel.shape[1] * kernel.shape[2]  # [p, p, 3, D]: PyTorch's in * p * p.
+  fan_in = (
+      kernel.shape[0] * kernel.shape[1] * kernel.shape[2]
+  )  # [p, p, 3, D]: PyTorch's in * p * p.
   paths = sorted(flat)  # One key per parameter, in a fixed order.
   keys = jax.random.split(key, len(paths))
   for path, leaf_key in zip(paths, keys):

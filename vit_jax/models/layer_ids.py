@@ -4,14 +4,16 @@ Paths are '/'-joined parameter paths of the checkpoint layout (`Transformer/enco
 scanned model trains on its blocks stacked (`Transformer/encoderblock/...`, layer axis first):
 `per_block_paths` names the checkpoint-layout parameter behind each slice of such an array.
 """
+
 import re
 
 from vit_jax.models.scan_layout import BLOCK
 
 # The stem, layer id 0: the patch embedding, the class and mask tokens, the position embeddings and
 # the hybrid's ResNet stem (conv_root, gn_root, block1..blockN at the top of the tree).
-_STEM = re.compile(r'^(embedding|cls|mask_token|conv_root|gn_root|block\d+|Transformer/posembed_input)'
-                   r'(/|$)')
+_STEM = re.compile(
+    r'^(embedding|cls|mask_token|conv_root|gn_root|block\d+|Transformer/posembed_input)' r'(/|$)'
+)
 _BLOCK = re.compile(rf'^Transformer/{BLOCK}_(\d+)/')
 # The encoder's final norm goes with its last block, as timm groups it (MATCH_PREV_GROUP).
 _FINAL_NORM = re.compile(r'^Transformer/encoder_norm/')

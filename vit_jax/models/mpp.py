@@ -7,6 +7,7 @@ The model is the ViT backbone (pure or hybrid) with the corruption between patch
 so its parameters are the ViT's (`embedding`, `cls`, `Transformer/...`, the hybrid's ResNet stem) plus
 `mask_token` and `mpp_head`, and the classifier fine-tunes from it by `config.init_from`.
 """
+
 from typing import Any, Mapping
 
 import chex
@@ -37,13 +38,14 @@ def colour_targets(images: jnp.ndarray, patch_pixels: int, num_bits: int) -> jnp
   b, h, w, c = images.shape
   p = patch_pixels
   patches = images.reshape(b, h // p, p, w // p, p, c).mean(axis=(2, 4)).reshape(b, -1, c)
-  levels = 2 ** num_bits
+  levels = 2**num_bits
   quantised = jnp.clip(jnp.floor((patches + 1) / 2 * levels), 0, levels - 1).astype(jnp.int32)
   return (quantised[..., 0] * levels + quantised[..., 1]) * levels + quantised[..., 2]
 
 
-def corrupt_patches(x: jnp.ndarray, mask_token: jnp.ndarray, key: jax.Array,
-                    mask_rate: float) -> tuple[jnp.ndarray, jnp.ndarray]:
+def corrupt_patches(
+    x: jnp.ndarray, mask_token: jnp.ndarray, key: jax.Array, mask_rate: float
+) -> tuple[jnp.ndarray, jnp.ndarray]:
   """BERT-style corruption of patch embeddings x [b, patches, D]; returns them and the corrupted mask.
 
   Each patch is corrupted with probability `mask_rate`; a corrupted one becomes `mask_token` (80%),
@@ -55,9 +57,11 @@ def corrupt_patches(x: jnp.ndarray, mask_token: jnp.ndarray, key: jax.Array,
 
   def draws(key: jax.Array, rows: int) -> tuple[jax.Array, jax.Array, jax.Array]:
     corrupt_key, kind_key, source_key = jax.random.split(key, 3)
-    return (jax.random.bernoulli(corrupt_key, mask_rate, (rows, length)),
-            jax.random.uniform(kind_key, (rows, length)),
-            jax.random.randint(source_key, (rows, length, 1), 0, length))
+    return (
+        jax.random.bernoulli(corrupt_key, mask_rate, (rows, length)),
+        jax.random.uniform(kind_key, (rows, length)),
+        jax.random.randint(source_key, (rows, length, 1), 0, length),
+    )
 
   if key.ndim == 0:
     corrupted, kind, source = draws(key, n)
@@ -78,15 +82,18 @@ class MaskedPatchPredictor(ViTBackbone, kw_only=True):
   patches; needs an 'mpp' rng, or `corruption_keys` (one key per image, see `corrupt_patches`), and
   'dropout' when training. The targets are `colour_targets(images, model.input_stride, model.num_bits)`.
   """
+
   mask_rate: float = 0.5
   num_bits: int = 3
 
   @nn.compact
-  def __call__(self, images: jnp.ndarray, *, train: bool = False,
-               corruption_keys: jax.Array | None = None) -> tuple[jnp.ndarray, jnp.ndarray]:
+  def __call__(
+      self, images: jnp.ndarray, *, train: bool = False, corruption_keys: jax.Array | None = None
+  ) -> tuple[jnp.ndarray, jnp.ndarray]:
     x = self.embed_patches(images)
-    mask_token = self.param('mask_token', nn.initializers.normal(0.02), (1, 1, x.shape[-1]),
-                            jnp.float32)
+    mask_token = self.param(
+        'mask_token', nn.initializers.normal(0.02), (1, 1, x.shape[-1]), jnp.float32
+    )
     key = self.make_rng('mpp') if corruption_keys is None else corruption_keys
     x, corrupted = corrupt_patches(x, mask_token, key, self.mask_rate)
     x = self.encode(x, grid=self.patch_grid(images), train=train)

@@ -5,6 +5,7 @@ called inside the model's `__call__`, so a pooling with parameters (MAP) adds th
 model's tree. 'token': the class token's output (the model prepends one); 'gap': the mean of the patch
 tokens; 'map': multihead attention pooling.
 """
+
 from typing import Any
 
 import flax.linen as nn
@@ -23,6 +24,7 @@ class MAPHead(nn.Module):
   The parameter names are big_vision's (`probe`, `MultiHeadDotProductAttention_0`, `LayerNorm_0`,
   `MlpBlock_0`), so its checkpoints, and timm's reader of them, take these parameters as they are.
   """
+
   num_heads: int
   mlp_dim: int
   dtype: Dtype = jnp.float32
@@ -35,11 +37,17 @@ class MAPHead(nn.Module):
     probe = self.param('probe', nn.initializers.xavier_uniform(), (1, 1, d), jnp.float32)
     probe = jnp.tile(probe.astype(x.dtype), (n, 1, 1))
     x = nn.MultiHeadDotProductAttention(
-        num_heads=self.num_heads, dtype=self.dtype, kernel_init=nn.initializers.xavier_uniform(),
-        attention_fn=ATTENTION_FNS[self.attention], name='MultiHeadDotProductAttention_0')(probe, x)
+        num_heads=self.num_heads,
+        dtype=self.dtype,
+        kernel_init=nn.initializers.xavier_uniform(),
+        attention_fn=ATTENTION_FNS[self.attention],
+        name='MultiHeadDotProductAttention_0',
+    )(probe, x)
     y = nn.LayerNorm(epsilon=1e-6, dtype=self.dtype, name='LayerNorm_0')(x)
     # No dropout in the head, as in big_vision and timm.
-    x = x + MlpBlock(self.mlp_dim, dtype=self.dtype, activation=self.mlp_activation, name='MlpBlock_0')(y, deterministic=True)
+    x = x + MlpBlock(
+        self.mlp_dim, dtype=self.dtype, activation=self.mlp_activation, name='MlpBlock_0'
+    )(y, deterministic=True)
     return x[:, 0]
 
 
@@ -54,8 +62,14 @@ def _mean(x: jnp.ndarray, model: Any) -> jnp.ndarray:
 
 
 def _attention_pooling(x: jnp.ndarray, model: Any) -> jnp.ndarray:
-  return MAPHead(num_heads=model.num_heads, mlp_dim=model.mlp_dim, dtype=model.dtype,
-                 attention=model.attention, mlp_activation=model.mlp_activation, name='MAPHead_0')(x)
+  return MAPHead(
+      num_heads=model.num_heads,
+      mlp_dim=model.mlp_dim,
+      dtype=model.dtype,
+      attention=model.attention,
+      mlp_activation=model.mlp_activation,
+      name='MAPHead_0',
+  )(x)
 
 
 CLASSIFIERS = {'token': _class_token, 'gap': _mean, 'map': _attention_pooling}

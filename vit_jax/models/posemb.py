@@ -20,6 +20,7 @@ adds its own embedding (`encoderblock_{i}/posembed`) to its input; 'shared_every
 (`posembed_input`, the input one's tree) added at every block's input. 'none' and 'relative' only
 take 'input' (Table 8's N/A cells).
 """
+
 from typing import Callable
 
 import flax.linen as nn
@@ -29,15 +30,17 @@ import numpy as np
 _INIT = nn.initializers.normal(stddev=0.02)
 
 
-def posemb_sincos_2d(h: int, w: int, width: int, temperature: float = 10_000.) -> jnp.ndarray:
+def posemb_sincos_2d(h: int, w: int, width: int, temperature: float = 10_000.0) -> jnp.ndarray:
   """big_vision's fixed 2-D position embeddings (MoCo v3): float32 (1, h * w, width), rows first.
 
   A quarter of the channels each is sin(x w_k), cos(x w_k), sin(y w_k), cos(y w_k), for the column x,
   the row y and w_k = temperature^(-k / (width / 4 - 1)), k < width / 4.
   """
   if width % 4 or width < 8:
-    raise ValueError(f'sincos2d position embeddings need a width that is a multiple of 4 (at least 8), '
-                     f'got {width}')
+    raise ValueError(
+        f'sincos2d position embeddings need a width that is a multiple of 4 (at least 8), '
+        f'got {width}'
+    )
   y, x = jnp.mgrid[:h, :w]
   omega = 1.0 / temperature ** (jnp.arange(width // 4) / (width // 4 - 1))
   y = jnp.einsum('m,d->md', y.flatten(), omega)
@@ -45,8 +48,13 @@ def posemb_sincos_2d(h: int, w: int, width: int, temperature: float = 10_000.) -
   return jnp.concatenate([jnp.sin(x), jnp.cos(x), jnp.sin(y), jnp.cos(y)], axis=1)[None]
 
 
-def _grid_param(module: nn.Module, name: str, shape: tuple[int, ...], grid_axes: dict[int, str],
-                init: Callable = _INIT) -> jnp.ndarray:
+def _grid_param(
+    module: nn.Module,
+    name: str,
+    shape: tuple[int, ...],
+    grid_axes: dict[int, str],
+    init: Callable = _INIT,
+) -> jnp.ndarray:
   """`module`'s float32 parameter `name` of `shape`, whose `grid_axes` (axis: unit) follow the grid.
 
   Stored parameters of another grid are a one-line error: Flax would only say that the initializer's
@@ -56,21 +64,29 @@ def _grid_param(module: nn.Module, name: str, shape: tuple[int, ...], grid_axes:
     stored = tuple(module.get_variable('params', name).shape)
     for axis, unit in grid_axes.items():
       if len(stored) == len(shape) and stored[axis] != shape[axis]:
-        raise ValueError(f'the position embeddings {stored} are for {stored[axis]} {unit}, but the images '
-                         f'give {shape[axis]}: the parameters are for another image size; fit them to '
-                         'this one with vit_jax.checkpoints.loading.adapt_params (as config.init_from does)')
+        raise ValueError(
+            f'the position embeddings {stored} are for {stored[axis]} {unit}, but the images '
+            f'give {shape[axis]}: the parameters are for another image size; fit them to '
+            'this one with vit_jax.checkpoints.loading.adapt_params (as config.init_from does)'
+        )
   return module.param(name, init, shape, jnp.float32)
 
 
 class AddPositionEmbs(nn.Module):
   """Adds learned 1D position embeddings, one per token (class token included)."""
+
   posemb_init: Callable = _INIT
 
   @nn.compact
   def __call__(self, inputs: jnp.ndarray, grid: tuple[int, int]) -> jnp.ndarray:
     del grid  # One embedding per token, whatever grid they come from.
-    pos_embedding = _grid_param(self, 'pos_embedding', (1, inputs.shape[1], inputs.shape[2]),
-                                {1: 'tokens'}, self.posemb_init)
+    pos_embedding = _grid_param(
+        self,
+        'pos_embedding',
+        (1, inputs.shape[1], inputs.shape[2]),
+        {1: 'tokens'},
+        self.posemb_init,
+    )
     return inputs + pos_embedding.astype(inputs.dtype)
 
 
@@ -83,11 +99,14 @@ class Add2DPositionEmbs(nn.Module):
     (h, w), (_, n, d) = grid, inputs.shape
     x = _grid_param(self, 'x_embedding', (w, d // 2), {0: 'columns'})
     y = _grid_param(self, 'y_embedding', (h, d // 2), {0: 'rows'})
-    posemb = jnp.concatenate([jnp.broadcast_to(x[None], (h, w, d // 2)),
-                              jnp.broadcast_to(y[:, None], (h, w, d // 2))], axis=-1).reshape(h * w, d)
+    posemb = jnp.concatenate(
+        [jnp.broadcast_to(x[None], (h, w, d // 2)), jnp.broadcast_to(y[:, None], (h, w, d // 2))],
+        axis=-1,
+    ).reshape(h * w, d)
     if n > h * w:
-      posemb = jnp.concatenate([self.param('prefix_embedding', _INIT, (n - h * w, d), jnp.float32),
-                                posemb])
+      posemb = jnp.concatenate(
+          [self.param('prefix_embedding', _INIT, (n - h * w, d), jnp.float32), posemb]
+      )
     return inputs + posemb[None].astype(inputs.dtype)
 
 
@@ -124,8 +143,9 @@ def relative_index(h: int, w: int, num_prefix: int) -> np.ndarray:
   rows, cols = np.divmod(np.arange(h * w), w)
   offsets = (2 * h - 1) * (2 * w - 1)
   index = np.empty((num_prefix + h * w,) * 2, np.int32)
-  index[num_prefix:, num_prefix:] = ((rows[:, None] - rows[None] + h - 1) * (2 * w - 1)
-                                     + cols[:, None] - cols[None] + w - 1)
+  index[num_prefix:, num_prefix:] = (
+      (rows[:, None] - rows[None] + h - 1) * (2 * w - 1) + cols[:, None] - cols[None] + w - 1
+  )
   index[:num_prefix] = offsets
   index[num_prefix:, :num_prefix] = offsets + 1
   index[:num_prefix, :num_prefix] = offsets + 2
@@ -139,20 +159,32 @@ class RelativePositionBias(nn.Module):
   Called with the number of tokens and the grid; returns the float32 bias [heads, N, N] of the
   attention logits (query, key).
   """
+
   num_heads: int
 
   @nn.compact
   def __call__(self, num_tokens: int, grid: tuple[int, int]) -> jnp.ndarray:
     h, w = grid
-    table = _grid_param(self, 'relative_bias', (2 * h - 1, 2 * w - 1, self.num_heads),
-                        {0: 'row offsets', 1: 'column offsets'}).reshape(-1, self.num_heads)
+    table = _grid_param(
+        self,
+        'relative_bias',
+        (2 * h - 1, 2 * w - 1, self.num_heads),
+        {0: 'row offsets', 1: 'column offsets'},
+    ).reshape(-1, self.num_heads)
     if num_tokens > h * w:
-      table = jnp.concatenate([table, self.param('prefix_bias', _INIT, (3, self.num_heads), jnp.float32)])
+      table = jnp.concatenate(
+          [table, self.param('prefix_bias', _INIT, (3, self.num_heads), jnp.float32)]
+      )
     return jnp.moveaxis(table[relative_index(h, w, num_tokens - h * w)], -1, 0)
 
 
-POSEMBS = {'learn': AddPositionEmbs, 'sincos2d': AddSincosPositionEmbs, 'none': NoPositionEmbs,
-           'learn2d': Add2DPositionEmbs, 'relative': RelativePositionBias}
+POSEMBS = {
+    'learn': AddPositionEmbs,
+    'sincos2d': AddSincosPositionEmbs,
+    'none': NoPositionEmbs,
+    'learn2d': Add2DPositionEmbs,
+    'relative': RelativePositionBias,
+}
 # model.posemb_where -> the kinds that can enter there: only added embeddings enter at every layer.
 _ADDED = ('learn', 'sincos2d', 'learn2d')
 POSEMB_WHERE = {'input': tuple(POSEMBS), 'every_layer': _ADDED, 'shared_every_layer': _ADDED}

@@ -4,14 +4,16 @@ Names and structure follow the original hybrid code and checkpoints (`conv_root`
 `block{n}/unit{m}/{conv1,gn1,conv2,gn2,conv3,gn3,conv_proj,gn_proj}`), so they load unchanged. The
 weight-standardised convolution is BiT's too (bit.py), with BiT's epsilon.
 """
+
 from typing import Optional, Sequence
 
 import flax.linen as nn
 import jax.numpy as jnp
 
 
-def weight_standardize(w: jnp.ndarray, axis: Sequence[int], eps: float, *,
-                       eps_in_sqrt: bool = False) -> jnp.ndarray:
+def weight_standardize(
+    w: jnp.ndarray, axis: Sequence[int], eps: float, *, eps_in_sqrt: bool = False
+) -> jnp.ndarray:
   """`w` less its mean over `axis`, divided by its standard deviation plus `eps` (the original hybrid
   code), or with `eps_in_sqrt` by sqrt(variance + eps) (BiT's code, timm's StdConv2d). With BiT's eps
   of 1e-8 the two differ by 5e-5 relative for kernels of std 0.01, so each model keeps its own."""
@@ -26,6 +28,7 @@ class StdConv(nn.Conv):
 
   The defaults are the hybrid's; BiT sets eps=1e-8, eps_in_sqrt=True.
   """
+
   eps: float = 1e-5
   eps_in_sqrt: bool = False
 
@@ -38,6 +41,7 @@ class StdConv(nn.Conv):
 
 class ResidualUnit(nn.Module):
   """Bottleneck unit: 1x1 -> 3x3 (strided) -> 1x1 with 4x the features, plus a projected shortcut."""
+
   features: int
   strides: tuple[int, int] = (1, 1)
   dtype: jnp.dtype = jnp.float32
@@ -45,7 +49,8 @@ class ResidualUnit(nn.Module):
   @nn.compact
   def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
     conv = lambda features, kernel, name, strides=(1, 1): StdConv(
-        features, kernel, strides=strides, use_bias=False, dtype=self.dtype, name=name)
+        features, kernel, strides=strides, use_bias=False, dtype=self.dtype, name=name
+    )
     norm = lambda name, **kwargs: nn.GroupNorm(dtype=self.dtype, name=name, **kwargs)
     residual = x
     if x.shape[-1] != self.features * 4 or self.strides != (1, 1):
@@ -60,6 +65,7 @@ class ResidualUnit(nn.Module):
 
 class ResNetStage(nn.Module):
   """`block_size` units; the first one changes the width and (after the first stage) the stride."""
+
   block_size: int
   features: int
   first_stride: tuple[int, int]
@@ -68,8 +74,12 @@ class ResNetStage(nn.Module):
   @nn.compact
   def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
     for i in range(self.block_size):
-      x = ResidualUnit(self.features, strides=self.first_stride if i == 0 else (1, 1),
-                       dtype=self.dtype, name=f'unit{i + 1}')(x)
+      x = ResidualUnit(
+          self.features,
+          strides=self.first_stride if i == 0 else (1, 1),
+          dtype=self.dtype,
+          name=f'unit{i + 1}',
+      )(x)
     return x
 
 
@@ -89,8 +99,9 @@ def stem_stride(num_layers: Optional[Sequence[int]]) -> int:
   return 4 * 2 ** (len(num_layers) - 1) if num_layers else 1
 
 
-def resnet_stem(x: jnp.ndarray, *, num_layers: Sequence[int], width_factor: float,
-                dtype: jnp.dtype) -> jnp.ndarray:
+def resnet_stem(
+    x: jnp.ndarray, *, num_layers: Sequence[int], width_factor: float, dtype: jnp.dtype
+) -> jnp.ndarray:
   """Root conv + max-pool and the stages `block1`, `block2`, ...: total stride `stem_stride`.
 
   A function, not a module: called inside the ViT's compact `__call__`, its layers live at the top of
@@ -101,6 +112,11 @@ def resnet_stem(x: jnp.ndarray, *, num_layers: Sequence[int], width_factor: floa
   x = nn.relu(nn.GroupNorm(dtype=dtype, name='gn_root')(x))
   x = nn.max_pool(x, window_shape=(3, 3), strides=(2, 2), padding='SAME')
   for i, block_size in enumerate(num_layers):
-    x = ResNetStage(block_size, width * 2**i, first_stride=(2, 2) if i else (1, 1), dtype=dtype,
-                    name=f'block{i + 1}')(x)
+    x = ResNetStage(
+        block_size,
+        width * 2**i,
+        first_stride=(2, 2) if i else (1, 1),
+        dtype=dtype,
+        name=f'block{i + 1}',
+    )(x)
   return x

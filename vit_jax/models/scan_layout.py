@@ -4,13 +4,16 @@ A scanned encoder reads its blocks stacked (`Transformer/encoderblock/...`, laye
 checkpoints and `init` have them per block (`Transformer/encoderblock_{i}/...`). These functions convert
 any tree that holds blocks: parameters, an optimizer state, a whole train state.
 """
+
 from typing import Any, Mapping
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-BLOCK = 'encoderblock'  # Blocks are `encoderblock_{i}` in the checkpoints, `encoderblock` when stacked.
+BLOCK = (
+    'encoderblock'  # Blocks are `encoderblock_{i}` in the checkpoints, `encoderblock` when stacked.
+)
 # A path inside the stacked blocks: their arrays have a leading layer axis that sharding keeps whole.
 STACKED_BLOCKS = rf'(^|/){BLOCK}/'
 
@@ -49,8 +52,13 @@ def unstack_blocks(tree: Any) -> Any:
       return node
     rest = {k: v for k, v in node.items() if k != BLOCK}
     num_layers = jax.tree.leaves(node[BLOCK])[0].shape[0]
-    return {**rest, **{f'{BLOCK}_{i}': jax.tree.map(lambda x, i=i: x[i], node[BLOCK])
-                       for i in range(num_layers)}}
+    return {
+        **rest,
+        **{
+            f'{BLOCK}_{i}': jax.tree.map(lambda x, i=i: x[i], node[BLOCK])
+            for i in range(num_layers)
+        },
+    }
 
   return jax.tree.map(unstack, tree, is_leaf=lambda node: _holds(node, BLOCK))
 

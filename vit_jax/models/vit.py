@@ -11,6 +11,7 @@ stacked layouts of the blocks (scan_layout.py). The later recipes' options are f
 `drop_path_rate`; the paper's position-embedding ablation is `posemb` and `posemb_where`; at their
 defaults the model is the original one.
 """
+
 from typing import Any, Optional
 
 import chex
@@ -33,6 +34,7 @@ class ViTBackbone(nn.Module):
   sit at the top of their tree as in the original checkpoints, and may change the patch embeddings in
   between (masked patch prediction corrupts them there).
   """
+
   patch_size: int
   hidden_size: int
   num_layers: int
@@ -43,7 +45,9 @@ class ViTBackbone(nn.Module):
   fc_norm: bool = False
   posemb: str = 'learn'  # A key of posemb.POSEMBS.
   posemb_where: str = 'input'  # A key of posemb.POSEMB_WHERE: where the position embeddings enter.
-  drop_path_rate: float = 0.0  # Stochastic depth: the rate of the last block (encoder.drop_path_rates).
+  drop_path_rate: float = (
+      0.0  # Stochastic depth: the rate of the last block (encoder.drop_path_rates).
+  )
   dropout_rate: float = 0.0
   attention_dropout_rate: float = 0.0
   mlp_activation: str = 'gelu_tanh'  # A key of block.MLP_ACTIVATIONS.
@@ -65,20 +69,32 @@ class ViTBackbone(nn.Module):
 
   def embed_patches(self, images: jnp.ndarray) -> jnp.ndarray:
     """RGB images [b, H, W, 3] -> patch embeddings [b, H/s * W/s, hidden_size], s = `input_stride`."""
-    chex.assert_shape(images, (None, None, None, 3),
-                      custom_message='the model takes a batch of RGB images [batch, height, width, 3]')
+    chex.assert_shape(
+        images,
+        (None, None, None, 3),
+        custom_message='the model takes a batch of RGB images [batch, height, width, 3]',
+    )
     s = self.input_stride
     if images.shape[1] % s or images.shape[2] % s:
       # The strided convolutions would silently drop the pixels that fill no whole patch.
-      raise ValueError(f'images of {images.shape[1]}x{images.shape[2]} pixels do not divide into '
-                       f'patches of {s}x{s} input pixels: use an image size that is a multiple of {s}')
+      raise ValueError(
+          f'images of {images.shape[1]}x{images.shape[2]} pixels do not divide into '
+          f'patches of {s}x{s} input pixels: use an image size that is a multiple of {s}'
+      )
     x = images.astype(self.dtype)
     if self.resnet_layers:
-      x = resnet.resnet_stem(x, num_layers=self.resnet_layers, width_factor=self.resnet_width_factor,
-                             dtype=self.dtype)
+      x = resnet.resnet_stem(
+          x, num_layers=self.resnet_layers, width_factor=self.resnet_width_factor, dtype=self.dtype
+      )
     p = self.patch_size
-    x = nn.Conv(self.hidden_size, (p, p), strides=(p, p), padding='VALID', dtype=self.dtype,
-                name='embedding')(x)
+    x = nn.Conv(
+        self.hidden_size,
+        (p, p),
+        strides=(p, p),
+        padding='VALID',
+        dtype=self.dtype,
+        name='embedding',
+    )(x)
     n, h, w, d = x.shape
     return jnp.reshape(x, (n, h * w, d))
 
@@ -91,17 +107,30 @@ class ViTBackbone(nn.Module):
     class token first; not normalised when `fc_norm` (see `apply_fc_norm`)."""
     n, _, d = x.shape
     if self.classifier not in CLASSIFIERS:
-      raise ValueError(f"classifier must be one of {', '.join(CLASSIFIERS)}, got {self.classifier!r}")
+      raise ValueError(
+          f"classifier must be one of {', '.join(CLASSIFIERS)}, got {self.classifier!r}"
+      )
     if self.classifier == 'token':
       cls = self.param('cls', nn.initializers.zeros, (1, 1, d), jnp.float32)
       x = jnp.concatenate([jnp.tile(cls.astype(x.dtype), (n, 1, 1)), x], axis=1)
     return Encoder(
-        num_layers=self.num_layers, mlp_dim=self.mlp_dim, num_heads=self.num_heads,
-        dropout_rate=self.dropout_rate, attention_dropout_rate=self.attention_dropout_rate,
-        dtype=self.dtype, attention=self.attention, remat=self.remat, scan=self.scan,
-        posemb=self.posemb, posemb_where=self.posemb_where, drop_path_rate=self.drop_path_rate,
-        final_norm=not self.fc_norm, mlp_activation=self.mlp_activation, block=self.block,
-        name='Transformer')(x, grid=grid, train=train)
+        num_layers=self.num_layers,
+        mlp_dim=self.mlp_dim,
+        num_heads=self.num_heads,
+        dropout_rate=self.dropout_rate,
+        attention_dropout_rate=self.attention_dropout_rate,
+        dtype=self.dtype,
+        attention=self.attention,
+        remat=self.remat,
+        scan=self.scan,
+        posemb=self.posemb,
+        posemb_where=self.posemb_where,
+        drop_path_rate=self.drop_path_rate,
+        final_norm=not self.fc_norm,
+        mlp_activation=self.mlp_activation,
+        block=self.block,
+        name='Transformer',
+    )(x, grid=grid, train=train)
 
   def apply_fc_norm(self, x: jnp.ndarray) -> jnp.ndarray:
     """The final LayerNorm `fc_norm` over the last axis when `fc_norm` (else `x` as it is)."""
@@ -118,6 +147,7 @@ class VisionTransformer(ViTBackbone, kw_only=True):
   the pooled (pre-logits) representation, before `head_dropout_rate`'s dropout. Logits are float32
   whatever the compute `dtype`.
   """
+
   num_classes: Optional[int]
   representation_size: Optional[int] = None
   # Dropout of the pooled features before the head at train time (timm's `drop_rate`, train.py's
@@ -135,6 +165,7 @@ class VisionTransformer(ViTBackbone, kw_only=True):
       return x.astype(jnp.float32)
     x = nn.Dropout(self.head_dropout_rate)(x, deterministic=not train)
     # Zero-initialised head: the fine-tuning recipe of the paper, and harmless for pretraining.
-    x = nn.Dense(self.num_classes, dtype=self.dtype, kernel_init=nn.initializers.zeros,
-                 name='head')(x)
+    x = nn.Dense(
+        self.num_classes, dtype=self.dtype, kernel_init=nn.initializers.zeros, name='head'
+    )(x)
     return x.astype(jnp.float32)

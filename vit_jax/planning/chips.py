@@ -7,6 +7,7 @@ ViT's step into time on them (and a BiT's forward pass into the compute axis of 
 vendor's page. Memory is the datasheet's number read as GiB: HBM stacks come in binary sizes (an
 "80GB" H100 shows 81559 MiB in nvidia-smi), and the planner's headroom covers what the runtime keeps.
 """
+
 import dataclasses
 import math
 from typing import Any, Mapping
@@ -49,6 +50,7 @@ CHIPS: dict[str, Chip] = {
 @dataclasses.dataclass(frozen=True)
 class Target:
   """Where a run would train: `devices` chips, of whose memory the runtime keeps `headroom`."""
+
   chip: Chip
   devices: int
   mfu: float = 0.4  # The model FLOPs utilisation step times assume.
@@ -104,7 +106,9 @@ def vit_flops(model: Mapping[str, Any], image_size: int, num_classes: int = 1000
   return 2.0 * macs
 
 
-def _conv_macs(size: int, kernel: int, stride: int, pad: int, channels: tuple[int, int]) -> tuple[int, int]:
+def _conv_macs(
+    size: int, kernel: int, stride: int, pad: int, channels: tuple[int, int]
+) -> tuple[int, int]:
   """(output size, multiply-adds) of a square convolution on a square input: the kernel taps that fall
   on the input, not on its padding, as XLA's cost analysis counts them."""
   out = (size + 2 * pad - kernel) // stride + 1
@@ -143,12 +147,16 @@ FLOPS = {'ViT': vit_flops, 'BiT': bit_flops}
 # What each remat policy recomputes in the backward pass, of the matmuls: every block's ('blocks'), the
 # attention's batched ones ('attention': the policies that save only dots without batch dimensions),
 # or none (the policies that save every dot recompute only elementwise work, which is not counted).
-RECOMPUTED = {'nothing_saveable': 'blocks', 'dots_with_no_batch_dims_saveable': 'attention',
-              'checkpoint_dots_with_no_batch_dims': 'attention'}
+RECOMPUTED = {
+    'nothing_saveable': 'blocks',
+    'dots_with_no_batch_dims_saveable': 'attention',
+    'checkpoint_dots_with_no_batch_dims': 'attention',
+}
 
 
-def train_flops(model: Mapping[str, Any], image_size: int, num_classes: int,
-                remat: str | None) -> float:
+def train_flops(
+    model: Mapping[str, Any], image_size: int, num_classes: int, remat: str | None
+) -> float:
   """Training FLOPs of one image: forward, backward (twice the forward) and the remat recomputation."""
   blocks, attention = _block_macs(model, _tokens(model, image_size)[1])
   recomputed = {'blocks': blocks, 'attention': attention}.get(RECOMPUTED.get(remat), 0)

@@ -8,6 +8,7 @@ batch 1 and 2, scaled to the layers and micro-batch; plus the batch, the backwar
 of one block and the fsdp all-gather of a block's weights. tests/planning/test_plan.py holds the totals to XLA's
 memory analysis of the compiled train step on CPU.
 """
+
 import dataclasses
 import math
 import re
@@ -25,12 +26,15 @@ from vit_jax.planning import chips
 from vit_jax.train import optim
 from vit_jax.models import scan_layout, variants
 
-
 # XLA fuses the elementwise chains of LayerNorm, GELU and softmax and recomputes some of their
 # residuals in the backward pass's fusions: XLA:CPU keeps 76-93% of an unscanned block's (float32, the
 # test models and ViT-S/16). A scanned block hands them across the loop as JAX keeps them.
 KEPT_UNSCANNED = 0.85
-REMATS = (None, 'dots_saveable', 'nothing_saveable')  # Shown in every plan; also what suggest tries.
+REMATS = (
+    None,
+    'dots_saveable',
+    'nothing_saveable',
+)  # Shown in every plan; also what suggest tries.
 MESH_ORDER = ('data', 'fsdp', 'tensor')  # Simplest (least communication) first.
 
 
@@ -38,6 +42,7 @@ MESH_ORDER = ('data', 'fsdp', 'tensor')  # Simplest (least communication) first.
 class Residuals:
   """Bytes the backward pass keeps, as [replicated over `tensor`, split over it] per image: of one
   block and of the rest of the model; and the weight copies (compute-dtype casts) it keeps."""
+
   block: np.ndarray
   rest: np.ndarray
   weights_block: float
@@ -47,6 +52,7 @@ class Residuals:
 @dataclasses.dataclass(frozen=True)
 class Traced:
   """What the plans of one config share: the train state's shapes and each remat policy's residuals."""
+
   model: dict[str, Any]  # variants.get_model_config of the config.
   num_classes: int
   state: dict[str, Any]
@@ -57,6 +63,7 @@ class Traced:
 @dataclasses.dataclass(frozen=True)
 class Estimate:
   """Bytes per device of one choice of mesh, remat policy and accum_steps, and the step time."""
+
   mesh: dict[str, int]
   remat: str | None
   accum_steps: int
@@ -89,7 +96,9 @@ def _with(config: ml_collections.ConfigDict, **model: Any) -> ml_collections.Con
 
 def _init_params(model: Any, size: int) -> Any:
   key = jax.random.key(0)
-  return model.init({'params': key, 'mpp': key}, jnp.zeros((1, size, size, 3)), train=False)['params']
+  return model.init({'params': key, 'mpp': key}, jnp.zeros((1, size, size, 3)), train=False)[
+      'params'
+  ]
 
 
 def abstract_state(config: ml_collections.ConfigDict, num_classes: int) -> dict[str, Any]:
@@ -99,8 +108,11 @@ def abstract_state(config: ml_collections.ConfigDict, num_classes: int) -> dict[
 
   def init():
     params = _init_params(model, config.image_size)
-    state = {'params': params, 'opt_state': tx.init(params),
-             'ema_params': params if config.polyak_decay is not None else None}
+    state = {
+        'params': params,
+        'opt_state': tx.init(params),
+        'ema_params': params if config.polyak_decay is not None else None,
+    }
     return scan_layout.stack_blocks(state, model.num_layers) if config.model.scan else state
 
   return jax.eval_shape(init)
@@ -113,15 +125,20 @@ def _split_over_tensor(shape: tuple[int, ...], model: dict[str, Any]) -> bool:
   return heads or (len(shape) > 1 and shape[-1] == model['mlp_dim'] != model['hidden_size'])
 
 
-def _traced(config: ml_collections.ConfigDict, num_classes: int, layers: int, batch: int) -> np.ndarray:
+def _traced(
+    config: ml_collections.ConfigDict, num_classes: int, layers: int, batch: int
+) -> np.ndarray:
   """[replicated, split] bytes of the residuals of the task's loss on `batch` images, `layers` blocks."""
   config = _with(config, num_layers=layers, scan=False)
   task = tasks.get(config.task)
   model = task.make_model(config, num_classes)
   size = config.image_size
-  args = (jax.eval_shape(lambda: _init_params(model, size)),
-          jax.ShapeDtypeStruct((batch, size, size, 3), jnp.float32),
-          jax.ShapeDtypeStruct((batch,), jnp.int32), jax.eval_shape(lambda: jax.random.key(0)))
+  args = (
+      jax.eval_shape(lambda: _init_params(model, size)),
+      jax.ShapeDtypeStruct((batch, size, size, 3), jnp.float32),
+      jax.ShapeDtypeStruct((batch,), jnp.int32),
+      jax.eval_shape(lambda: jax.random.key(0)),
+  )
   jaxpr = jax.make_jaxpr(lambda *a: jax.vjp(task.make_loss(config, model), *a)[1])(*args).jaxpr
   # The vjp closure's leaves are the residuals; the arguments among them (the float32 parameters) are
   # the state's own buffers, not extra memory.
@@ -138,37 +155,61 @@ def _traced(config: ml_collections.ConfigDict, num_classes: int, layers: int, ba
 
 
 def _residuals(config: ml_collections.ConfigDict, num_classes: int) -> Residuals:
-  t = {(layers, batch): _traced(config, num_classes, layers, batch) for layers in (1, 2) for batch in (1, 2)}
+  t = {
+      (layers, batch): _traced(config, num_classes, layers, batch)
+      for layers in (1, 2)
+      for batch in (1, 2)
+  }
   # Residuals grow linearly in the images (per image: the difference of batch 2 and 1) and in the
   # blocks (per block: the difference of 2 blocks and 1); what does not grow with images is weights.
   per_image = {layers: t[layers, 2] - t[layers, 1] for layers in (1, 2)}
   weights = {layers: (2 * t[layers, 1] - t[layers, 2]).sum() for layers in (1, 2)}
   block = per_image[2] - per_image[1]
-  return Residuals(block, per_image[1] - block, weights[2] - weights[1], 2 * weights[1] - weights[2])
+  return Residuals(
+      block, per_image[1] - block, weights[2] - weights[1], 2 * weights[1] - weights[2]
+  )
 
 
 def trace(config: ml_collections.ConfigDict, num_classes: int) -> Traced:
   """Shapes, and the residuals of REMATS and the config's own remat policy."""
   state = abstract_state(config, num_classes)
   model = variants.get_model_config(config.variant, config.model.to_dict())
-  in_blocks = [x for path, x in jax.tree_util.tree_leaves_with_path(state['params'])
-               if re.search(r"\['encoderblock(_\d+)?'\]", jax.tree_util.keystr(path))]
-  return Traced(model, num_classes, state,
-                {remat: _residuals(_with(config, remat=remat), num_classes)
-                 for remat in dict.fromkeys((None, config.model.remat, *REMATS))},
-                _bytes(in_blocks) // model['num_layers'])
+  in_blocks = [
+      x
+      for path, x in jax.tree_util.tree_leaves_with_path(state['params'])
+      if re.search(r"\['encoderblock(_\d+)?'\]", jax.tree_util.keystr(path))
+  ]
+  return Traced(
+      model,
+      num_classes,
+      state,
+      {
+          remat: _residuals(_with(config, remat=remat), num_classes)
+          for remat in dict.fromkeys((None, config.model.remat, *REMATS))
+      },
+      _bytes(in_blocks) // model['num_layers'],
+  )
 
 
 def _bytes(tree: Any, shardings: Any = None) -> int:
   """Bytes of the arrays of `tree`: each one's shard under `shardings`, or all of it."""
   leaves = jax.tree.leaves(tree)
-  sizes = ([math.prod(s.shard_shape(x.shape)) for x, s in zip(leaves, jax.tree.leaves(shardings))]
-           if shardings is not None else [x.size for x in leaves])
+  sizes = (
+      [math.prod(s.shard_shape(x.shape)) for x, s in zip(leaves, jax.tree.leaves(shardings))]
+      if shardings is not None
+      else [x.size for x in leaves]
+  )
   return sum(n * x.dtype.itemsize for n, x in zip(sizes, leaves))
 
 
-def estimate(config: ml_collections.ConfigDict, traced: Traced, mesh: dict[str, int],
-             remat: str | None, accum_steps: int, target: chips.Target) -> Estimate:
+def estimate(
+    config: ml_collections.ConfigDict,
+    traced: Traced,
+    mesh: dict[str, int],
+    remat: str | None,
+    accum_steps: int,
+    target: chips.Target,
+) -> Estimate:
   """Per-device bytes and step time of training `config` on `mesh` with this remat and accumulation."""
   state, tensor, layers = traced.state, mesh.get('tensor', 1), traced.model['num_layers']
   shardings = sharding.state_shardings(state, AbstractMesh(tuple(mesh.values()), tuple(mesh)))
@@ -193,36 +234,49 @@ def estimate(config: ml_collections.ConfigDict, traced: Traced, mesh: dict[str, 
   gathered = 2 * traced.block_params / tensor if mesh.get('fsdp', 1) > 1 else 0
   # float32 images (a uint8 batch's, normalised in the step) and int32 labels; accumulation splits
   # them into micro-batches, a copy.
-  inputs = images * (config.image_size ** 2 * 3 * 4 + 4) * (2 if accum_steps > 1 else 1)
+  inputs = images * (config.image_size**2 * 3 * 4 + 4) * (2 if accum_steps > 1 else 1)
   flops = chips.train_flops(traced.model, config.image_size, traced.num_classes, remat)
   return Estimate(
-      mesh=mesh, remat=remat, accum_steps=accum_steps, params=params,
+      mesh=mesh,
+      remat=remat,
+      accum_steps=accum_steps,
+      params=params,
       # Accumulation adds a buffer: the running sum beside each micro-batch's gradients.
       gradients=params * (2 if accum_steps > 1 else 1),
       optimizer_state=_bytes(state['opt_state'], shardings['opt_state']),
       polyak=_bytes(state['ema_params'], shardings['ema_params']),
       activations=int(inputs + saved + working + gathered),
-      step_s=chips.step_seconds(flops * config.batch_size, target))
+      step_s=chips.step_seconds(flops * config.batch_size, target),
+  )
 
 
 def check(config: ml_collections.ConfigDict, devices: int) -> dict[str, int]:
   """The config's mesh on `devices` chips; a one-line ValueError for what training would refuse."""
   tasks.get(config.task)  # An image size the patches do not divide is the model's error, in trace.
-  variants.require_vit(config.variant, "vit_jax.tools.plan (it models the memory of a ViT's blocks)")
+  variants.require_vit(
+      config.variant, "vit_jax.tools.plan (it models the memory of a ViT's blocks)"
+  )
   model = variants.get_model_config(config.variant, config.model.to_dict())
   if config.batch_size < 1:  # suggest() would double accum_steps forever: 0 divides by any of them.
     raise ValueError(f'config.batch_size={config.batch_size} must be at least 1')
   if config.dtype not in ('float32', 'bfloat16', 'float16') or config.accum_steps < 1:
-    raise ValueError(f'config.dtype={config.dtype!r} must be float32, bfloat16 or float16 and '
-                     f'config.accum_steps={config.accum_steps} at least 1')
+    raise ValueError(
+        f'config.dtype={config.dtype!r} must be float32, bfloat16 or float16 and '
+        f'config.accum_steps={config.accum_steps} at least 1'
+    )
   optim.check_optim(config)
   mesh = mesh_shape(config.mesh, devices)
-  sharding.check_model_fits(AbstractMesh(tuple(mesh.values()), tuple(mesh)), config.variant,
-                            variants.FAMILIES['ViT'].tensor_split(model))
+  sharding.check_model_fits(
+      AbstractMesh(tuple(mesh.values()), tuple(mesh)),
+      config.variant,
+      variants.FAMILIES['ViT'].tensor_split(model),
+  )
   multiple = mesh.get('data', 1) * mesh.get('fsdp', 1) * config.accum_steps
   if config.batch_size % multiple:
-    raise ValueError(f'config.batch_size={config.batch_size} is not divisible by the batch axes of '
-                     f'{mesh_name(mesh)} x accum_steps={config.accum_steps}: use a multiple of {multiple}')
+    raise ValueError(
+        f'config.batch_size={config.batch_size} is not divisible by the batch axes of '
+        f'{mesh_name(mesh)} x accum_steps={config.accum_steps}: use a multiple of {multiple}'
+    )
   return mesh
 
 
@@ -230,13 +284,18 @@ def mesh_name(mesh: dict[str, int]) -> str:
   return ' x '.join(f'{name}={size}' for name, size in mesh.items())
 
 
-def suggest(config: ml_collections.ConfigDict, traced: Traced, target: chips.Target) -> list[Estimate]:
+def suggest(
+    config: ml_collections.ConfigDict, traced: Traced, target: chips.Target
+) -> list[Estimate]:
   """Meshes (data, fsdp, fsdp x 2/4/8-way tensor where heads divide) x REMATS, each with the fewest
   accumulation steps that fit; fastest first, then fewer accumulation steps (larger matmuls), less
   remat, a simpler mesh (less communication), less memory."""
   n, heads, mlp = target.devices, traced.model['num_heads'], traced.model['mlp_dim']
-  meshes = [{'data': n}] + ([{'fsdp': n}] if n > 1 else []) + [
-      {'fsdp': n // t, 'tensor': t} for t in (2, 4, 8) if not (n % t or heads % t or mlp % t)]
+  meshes = (
+      [{'data': n}]
+      + ([{'fsdp': n}] if n > 1 else [])
+      + [{'fsdp': n // t, 'tensor': t} for t in (2, 4, 8) if not (n % t or heads % t or mlp % t)]
+  )
   found = []
   for mesh in meshes:
     for remat in REMATS:
@@ -246,5 +305,13 @@ def suggest(config: ml_collections.ConfigDict, traced: Traced, target: chips.Tar
           found.append(e)
           break
         accum *= 2
-  return sorted(found, key=lambda e: (round(e.step_s, 6), e.accum_steps, REMATS.index(e.remat),
-                                      max(MESH_ORDER.index(axis) for axis in e.mesh), e.total))
+  return sorted(
+      found,
+      key=lambda e: (
+          round(e.step_s, 6),
+          e.accum_steps,
+          REMATS.index(e.remat),
+          max(MESH_ORDER.index(axis) for axis in e.mesh),
+          e.total,
+      ),
+  )

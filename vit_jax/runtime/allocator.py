@@ -16,6 +16,7 @@ LD_PRELOAD. It does nothing when:
   installed and JAX_PLATFORMS does not ask for cpu): accelerator steps keep their memory on the device,
   the process already has mimalloc (a child of a process that re-executed inherits LD_PRELOAD).
 """
+
 import importlib.metadata
 import importlib.util
 import os
@@ -27,8 +28,13 @@ _REEXECUTED = 'VIT_JAX_ALLOCATOR_REEXECUTED'  # Guards against a loop if the pre
 _LIBRARY = 'libmimalloc.so.3'
 # Never hand freed memory back to the OS: each step reuses the pages the last one faulted in.
 MIMALLOC_OPTIONS = {'MIMALLOC_PURGE_DELAY': '-1'}
-_ACCELERATOR_PLUGINS = ('jax_cuda12_plugin', 'jax_cuda13_plugin', 'libtpu', 'jax_rocm60_plugin',
-                        'jax_rocm7_plugin')
+_ACCELERATOR_PLUGINS = (
+    'jax_cuda12_plugin',
+    'jax_cuda13_plugin',
+    'libtpu',
+    'jax_rocm60_plugin',
+    'jax_rocm7_plugin',
+)
 
 
 def library() -> str | None:
@@ -70,8 +76,13 @@ def use_mimalloc(before_exec: Callable[[], None] | None = None) -> None:
   """Re-executes this process with mimalloc preloaded, where that applies (see the module docstring).
   Call it first thing in an entry point, before anything heavy is imported; `before_exec` runs just
   before (pytest restores the file descriptors it captures)."""
-  if (os.environ.get(OPT_OUT, 'mimalloc') == 'system' or os.environ.get(_REEXECUTED)
-      or not sys.platform.startswith('linux') or in_effect() == 'mimalloc' or not runs_on_cpu()):
+  if (
+      os.environ.get(OPT_OUT, 'mimalloc') == 'system'
+      or os.environ.get(_REEXECUTED)
+      or not sys.platform.startswith('linux')
+      or in_effect() == 'mimalloc'
+      or not runs_on_cpu()
+  ):
     return
   path = library()
   if path is None:

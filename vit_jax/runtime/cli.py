@@ -1,5 +1,6 @@
 """What the command-line tools share: bad input ends in one `error: ...` line, not a traceback, and a
 finished command ends its process without the interpreter's teardown (`run`)."""
+
 import atexit
 import os
 import signal
@@ -60,7 +61,9 @@ def make_out_dir(out: str, timeout_s: float = 60.0) -> None:
   paths.check_writable(out, timeout_s, flag='--out')
 
 
-def run(main: Callable[[list[str]], Any], flags_parser: Callable[[list[str]], list[str]]) -> NoReturn:
+def run(
+    main: Callable[[list[str]], Any], flags_parser: Callable[[list[str]], list[str]]
+) -> NoReturn:
   """absl's `app.run(main)`, then the exit without the interpreter's teardown.
 
   Tearing down the modules and libraries a command loaded (TensorFlow, XLA's CPU client and their

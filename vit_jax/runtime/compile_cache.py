@@ -12,6 +12,7 @@ recently used entries go first).
 CPU that compiled them, and a home folder shared by cluster nodes with different CPUs would otherwise
 hand one node another's code. VIT_JAX_COMPILATION_CACHE=off turns the cache off.
 """
+
 import hashlib
 import os
 import platform

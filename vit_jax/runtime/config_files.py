@@ -5,6 +5,7 @@ where only the current directory stands for the repository: `configs/demo_finetu
 elsewhere failed with "No module named 'configs'". So, as pytest does for a test file, the directory
 above the file's outermost package (the last parent holding an `__init__.py`) goes on `sys.path`.
 """
+
 import difflib
 import os
 import re
@@ -18,7 +19,6 @@ from absl import flags
 from vit_jax import defaults
 from vit_jax.runtime import cli
 
-
 _OVERRIDE = re.compile(r'^--?(?:no)?config\.([^=]+)(?:=(.*))?$')
 # Fields of which a run takes exactly one (train/setup.py checks it too, without the command line).
 _ONE_OF = ('total_steps', 'num_epochs')
@@ -29,7 +29,7 @@ def config_arg(argv: Sequence[str], flag: str = 'config') -> Optional[str]:
   for i, arg in enumerate(argv):
     for prefix in (f'--{flag}', f'-{flag}'):
       if arg.startswith(prefix + '='):
-        return arg[len(prefix) + 1:]
+        return arg[len(prefix) + 1 :]
       if arg == prefix and i + 1 < len(argv):
         return argv[i + 1]
   return None
@@ -107,8 +107,9 @@ def _is_unset(arg: str) -> bool:
   return bool(match) and match[2] == 'None' and not arg.lstrip('-').startswith('no')
 
 
-def _parse_error(error: Exception, argv: Sequence[str],
-                 overrides: dict[str, Optional[str]]) -> Optional[str]:
+def _parse_error(
+    error: Exception, argv: Sequence[str], overrides: dict[str, Optional[str]]
+) -> Optional[str]:
   """The one line that says what went wrong in parsing the flags, None for an unexpected error."""
   located = _config_file_error(error, config_path(argv))
   if located is not None:
@@ -140,8 +141,11 @@ def _config_file_error(error: BaseException, path: Optional[str]) -> Optional[st
     seen.add(id(error))
     if isinstance(error, SyntaxError) and error.filename and os.path.isfile(error.filename):
       return f'{shown(error.filename)}:{error.lineno}: {type(error).__name__}: {error.msg}'
-    frames = [f for f in traceback.extract_tb(error.__traceback__)
-              if os.path.abspath(f.filename) == target]
+    frames = [
+        f
+        for f in traceback.extract_tb(error.__traceback__)
+        if os.path.abspath(f.filename) == target
+    ]
     if frames:
       # ml_collections' AttributeError quotes its KeyError's "'name'" once more.
       text = str(error).strip().strip('"')
@@ -169,15 +173,17 @@ def _unknown_field(argv: Sequence[str], overrides: dict[str, Optional[str]]) -> 
         bad = f'bad config override {given(field, value)}: the config has no field {field}'
         close = difflib.get_close_matches(part, list(node.keys()), n=1)
         if close:
-          meant = '.'.join(parts[:i] + close + parts[i + 1:])
+          meant = '.'.join(parts[:i] + close + parts[i + 1 :])
           return f'{bad}. Did you mean "{meant}" ({given(meant, value)})?'
         parent = '.'.join(parts[:i])
         if parent and len(node) <= 20:
           return f'{bad}: config.{parent} has the fields {", ".join(node.keys())}'
         return f'{bad}: vit_jax/defaults.py lists the fields'
       node = node[part]
-  return (f'bad config override: the config has no field of '
-          f'{" ".join(given(f, v) for f, v in overrides.items())}; vit_jax/defaults.py lists the fields')
+  return (
+      f'bad config override: the config has no field of '
+      f'{" ".join(given(f, v) for f, v in overrides.items())}; vit_jax/defaults.py lists the fields'
+  )
 
 
 def _unset(config: ml_collections.ConfigDict, field: str) -> None:
@@ -187,16 +193,20 @@ def _unset(config: ml_collections.ConfigDict, field: str) -> None:
   for parent in parents:
     node = node[parent]
     default = default.get(parent) if isinstance(default, ml_collections.ConfigDict) else None
-  optional = node[name] is None or (isinstance(default, ml_collections.ConfigDict) and
-                                    name in default and default[name] is None)
+  optional = node[name] is None or (
+      isinstance(default, ml_collections.ConfigDict) and name in default and default[name] is None
+  )
   if not optional:
-    cli.fail(f'--config.{field}=None: config.{field} cannot be unset, only a field whose default is '
-             f'unset (vit_jax/defaults.py) can: give it a value, e.g. --config.{field}={node[name]!r}')
+    cli.fail(
+        f'--config.{field}=None: config.{field} cannot be unset, only a field whose default is '
+        f'unset (vit_jax/defaults.py) can: give it a value, e.g. --config.{field}={node[name]!r}'
+    )
   node[name] = None
 
 
-def _check_one_of(config: ml_collections.ConfigDict, path: Optional[str],
-                  overrides: dict[str, Optional[str]]) -> None:
+def _check_one_of(
+    config: ml_collections.ConfigDict, path: Optional[str], overrides: dict[str, Optional[str]]
+) -> None:
   """One of `_ONE_OF` given on the command line while the config file sets the other: the file's is
   in the way of the flag just given, so say how to clear it."""
   if not all(name in config for name in _ONE_OF) or any(config[name] is None for name in _ONE_OF):
@@ -205,6 +215,8 @@ def _check_one_of(config: ml_collections.ConfigDict, path: Optional[str],
   if len(given) != 1:  # Both from the file, or both given: train/setup.py says to set one.
     return
   other = next(name for name in _ONE_OF if name != given[0])
-  cli.fail(f'--config.{given[0]}={config[given[0]]} is given, but {path} sets '
-           f'config.{other}={config[other]}, and a run takes exactly one of them: add '
-           f'--config.{other}=None to clear the file\'s')
+  cli.fail(
+      f'--config.{given[0]}={config[given[0]]} is given, but {path} sets '
+      f'config.{other}={config[other]}, and a run takes exactly one of them: add '
+      f"--config.{other}=None to clear the file's"
+  )

@@ -17,6 +17,7 @@ its CPU client. It does nothing when:
   the CPU is not x86-64 with AVX2,
   JAX will not run on the CPU (allocator.runs_on_cpu).
 """
+
 import os
 import platform
 
@@ -36,8 +37,12 @@ def route_ops() -> None:
   """Keeps matmuls and elementwise ops off YNNPACK on x86 CPUs (see the module docstring); call it
   before jax is imported."""
   xla_flags = os.environ.get('XLA_FLAGS', '')
-  if (os.environ.get(OPT_OUT, '') == 'xla' or OPTION in xla_flags or not allocator.runs_on_cpu()
-      or not applies()):
+  if (
+      os.environ.get(OPT_OUT, '') == 'xla'
+      or OPTION in xla_flags
+      or not allocator.runs_on_cpu()
+      or not applies()
+  ):
     return
   os.environ['XLA_FLAGS'] = f'{xla_flags} --{OPTION}={YNNPACK_OPS}'.strip()
 

@@ -1,5 +1,7 @@
 """This machine's CPU as Linux describes it (/proc/cpuinfo): what vit_jax's CPU-dependent choices key on
-(cpu_kernels.py's routing, compile_cache.py's folder) and what the benchmarks record beside a result."""
+(cpu_kernels.py's routing, compile_cache.py's folder) and what the benchmarks record beside a result.
+"""
+
 import datetime
 import os
 
@@ -46,7 +48,9 @@ def summary() -> str:
   """The CPU model, its AVX-512 flags, cores, transparent huge pages and today's date: what
   benchmarks/RESULTS.md records beside each result."""
   avx512 = sorted(flag for flag in flags(CPUINFO) if flag.startswith('avx512'))
-  return (f'{first("model name", CPUINFO) or "unknown CPU"}, AVX-512: '
-          f'{"yes (" + " ".join(avx512) + ")" if avx512 else "no"}, {os.cpu_count()} cores '
-          f'({usable_cores()} usable), transparent huge pages: {transparent_huge_pages()}; '
-          f'{datetime.date.today().isoformat()}')
+  return (
+      f'{first("model name", CPUINFO) or "unknown CPU"}, AVX-512: '
+      f'{"yes (" + " ".join(avx512) + ")" if avx512 else "no"}, {os.cpu_count()} cores '
+      f'({usable_cores()} usable), transparent huge pages: {transparent_huge_pages()}; '
+      f'{datetime.date.today().isoformat()}'
+  )

@@ -1,4 +1,5 @@
 """How far the host runs ahead of the devices."""
+
 import collections
 from typing import Any
 

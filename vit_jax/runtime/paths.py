@@ -9,6 +9,7 @@ A remote file system that does not answer (no network, no credentials, a firewal
 hang or end in a traceback from deep inside TensorFlow's GCS client; `check_reachable` and
 `check_writable` turn that into one line, within a time limit.
 """
+
 import os
 import threading
 import uuid
@@ -16,8 +17,10 @@ from typing import Callable
 
 from etils import epath
 
-_CREDENTIALS_HINT = ('check the path, the network and the credentials (e.g. `gcloud auth '
-                     'application-default login`)')
+_CREDENTIALS_HINT = (
+    'check the path, the network and the credentials (e.g. `gcloud auth '
+    'application-default login`)'
+)
 
 
 def is_url(path: str) -> bool:
@@ -58,8 +61,10 @@ def check_reachable(path: str, timeout_s: float, what: str) -> None:
   """Raises a one-line ValueError unless `path`'s file system answers within `timeout_s` seconds."""
   finished, error = _within(timeout_s, lambda: epath.Path(path).exists())
   if not finished:
-    raise ValueError(f'{what} {path!r} did not answer within {timeout_s:g} s: {_CREDENTIALS_HINT}, or '
-                     'raise config.storage_timeout_s')
+    raise ValueError(
+        f'{what} {path!r} did not answer within {timeout_s:g} s: {_CREDENTIALS_HINT}, or '
+        'raise config.storage_timeout_s'
+    )
   if error is not None:
     raise ValueError(f'{what} {path!r} cannot be read ({_first_line(error)}): {_CREDENTIALS_HINT}')
 
@@ -67,6 +72,7 @@ def check_reachable(path: str, timeout_s: float, what: str) -> None:
 def check_writable(directory: str, timeout_s: float, flag: str = '--workdir') -> None:
   """Creates `directory` (given as `flag`) and writes and deletes a file in it within `timeout_s`
   seconds, or raises a one-line ValueError."""
+
   def probe():
     path = epath.Path(directory)
     path.mkdir(parents=True, exist_ok=True)
@@ -76,11 +82,15 @@ def check_writable(directory: str, timeout_s: float, flag: str = '--workdir') ->
 
   finished, error = _within(timeout_s, probe)
   if not finished:
-    raise ValueError(f'{flag}={directory!r} did not answer within {timeout_s:g} s: '
-                     f'{_CREDENTIALS_HINT}, or raise config.storage_timeout_s')
+    raise ValueError(
+        f'{flag}={directory!r} did not answer within {timeout_s:g} s: '
+        f'{_CREDENTIALS_HINT}, or raise config.storage_timeout_s'
+    )
   if error is not None:
     reason = error.strerror if isinstance(error, OSError) and error.strerror else _first_line(error)
     if isinstance(error, FileExistsError) or (not is_url(directory) and os.path.isfile(directory)):
       reason = 'it is a file, not a directory'  # mkdir's "File exists" would not say which.
-    raise ValueError(f'{flag}={directory!r} is not writable ({reason}): pass {flag}=DIR with a '
-                     f'directory you can write to{"; " + _CREDENTIALS_HINT if is_url(directory) else ""}')
+    raise ValueError(
+        f'{flag}={directory!r} is not writable ({reason}): pass {flag}=DIR with a '
+        f'directory you can write to{"; " + _CREDENTIALS_HINT if is_url(directory) else ""}'
+    )

@@ -5,6 +5,7 @@ its C++ runtime reads these variables once, when it starts: every command calls 
 before it imports anything else. Its banners are noise for a run, and oneDNN's kernels would round
 differently on AVX-512 CPUs than elsewhere.
 """
+
 import os
 
 

@@ -1,4 +1,5 @@
 """What every command does first, before it imports anything heavy (jax, TensorFlow)."""
+
 import os
 import signal
 import sys

@@ -12,6 +12,7 @@
 
 Adding a task is one module and one entry in TASKS.
 """
+
 from types import ModuleType
 
 from vit_jax.tasks import classification, mpp

@@ -1,5 +1,6 @@
 """Image classification: the variant's classifier (a ViT or a BiT), softmax or sigmoid cross-entropy,
 top-1 / top-5."""
+
 from typing import Any, Callable
 
 import chex
@@ -44,12 +45,14 @@ def features_model(config: ml_collections.ConfigDict) -> nn.Module:
 
 def make_model(config: ml_collections.ConfigDict, num_classes: int | None) -> nn.Module:
   """The classifier of the config (`num_classes=None`: pre-logits features instead of logits)."""
-  return variants.make_model(config.variant, config.model.to_dict(), num_classes=num_classes,
-                             dtype=jnp.dtype(config.dtype))
+  return variants.make_model(
+      config.variant, config.model.to_dict(), num_classes=num_classes, dtype=jnp.dtype(config.dtype)
+  )
 
 
-def compute_loss(logits: jax.Array, labels: jax.Array, *, loss: str,
-                 label_smoothing: float = 0.0) -> jax.Array:
+def compute_loss(
+    logits: jax.Array, labels: jax.Array, *, loss: str, label_smoothing: float = 0.0
+) -> jax.Array:
   """Mean loss over the batch of float32 `logits` [b, classes] against integer `labels` [b], one-hot
   and smoothed by `label_smoothing`, or float targets [b, classes] taken as they are (mixing smooths
   the one-hots before it mixes them, as timm does)."""
@@ -81,8 +84,9 @@ def mix(config: ml_collections.ConfigDict, num_classes: int) -> mixing.MixFn | N
   return mixing.make(config.mix, num_classes, config.label_smoothing)
 
 
-def make_eval_step(config: ml_collections.ConfigDict,
-                   model: nn.Module) -> Callable[[Any, dict[str, jax.Array]], dict[str, jax.Array]]:
+def make_eval_step(
+    config: ml_collections.ConfigDict, model: nn.Module
+) -> Callable[[Any, dict[str, jax.Array]], dict[str, jax.Array]]:
   """eval_step(params, batch) -> sums over the real (unmasked) examples of a batch: correct top-1 /
   top-5, the run's loss (config.loss, unsmoothed), count."""
 

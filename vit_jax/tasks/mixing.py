@@ -6,6 +6,7 @@ lam ~ Beta(alpha, alpha) the weight of the batch itself; CutMix's lam is the sha
 its box. The labels become the soft targets lam * y + (1 - lam) * y reversed, smoothed before mixing.
 Everything is traced: the draws come from a key, the box is a mask, so one jit serves every step.
 """
+
 import math
 from typing import Callable, NamedTuple
 
@@ -20,6 +21,7 @@ MixFn = Callable[[jax.Array, jax.Array, jax.Array, jax.Array], tuple[jax.Array, 
 
 class Draw(NamedTuple):
   """The random choices of one batch."""
+
   lam: jax.Array  # float32 []: the weight of the batch itself; 1: unmixed.
   cutmix: jax.Array  # bool []: paste a box of the reversed batch (else blend, unless lam is 1).
   box: jax.Array  # int32 [4]: top, bottom, left, right (bottom and right exclusive).
@@ -30,17 +32,23 @@ def check(mix: ml_collections.ConfigDict) -> None:
   for name in ('mixup_alpha', 'cutmix_alpha'):
     # Beta(inf, inf) draws NaN: the first mixed step's loss would be NaN.
     if not 0 <= mix[name] < math.inf:
-      raise ValueError(f'config.mix.{name}={mix[name]} must be at least 0 (0: off) and finite, e.g. 0.8')
+      raise ValueError(
+          f'config.mix.{name}={mix[name]} must be at least 0 (0: off) and finite, e.g. 0.8'
+      )
   for name in ('prob', 'switch_prob'):
     if not 0 <= mix[name] <= 1:
       raise ValueError(f'config.mix.{name}={mix[name]} must be in [0, 1], e.g. 0.5')
   if mix.until_step is not None and mix.until_step < 1:
-    raise ValueError(f'config.mix.until_step={mix.until_step} must be at least 1 (or unset: mix '
-                     'for the whole run)')
+    raise ValueError(
+        f'config.mix.until_step={mix.until_step} must be at least 1 (or unset: mix '
+        'for the whole run)'
+    )
   if mix.until_step is not None and not enabled(mix):
-    raise ValueError(f'config.mix.until_step={mix.until_step} ends a mixing that is off (mix.mixup_alpha '
-                     'and mix.cutmix_alpha are 0): unset it, or turn mixing on, e.g. '
-                     '--config.mix.mixup_alpha=0.8')
+    raise ValueError(
+        f'config.mix.until_step={mix.until_step} ends a mixing that is off (mix.mixup_alpha '
+        'and mix.cutmix_alpha are 0): unset it, or turn mixing on, e.g. '
+        '--config.mix.mixup_alpha=0.8'
+    )
 
 
 def enabled(mix: ml_collections.ConfigDict) -> bool:
@@ -54,16 +62,21 @@ def one_hot_targets(labels: jax.Array, num_classes: int, smoothing: float = 0.0)
   return optax.smooth_labels(targets, smoothing) if smoothing else targets
 
 
-def cutmix_box(lam: jax.Array, centre_y: jax.Array, centre_x: jax.Array, height: int,
-               width: int) -> jax.Array:
+def cutmix_box(
+    lam: jax.Array, centre_y: jax.Array, centre_x: jax.Array, height: int, width: int
+) -> jax.Array:
   """timm's `rand_bbox` given its centre: sides sqrt(1 - lam) of the image's, clipped to the image."""
   ratio = jnp.sqrt(1.0 - lam)
   cut_h = jnp.floor(height * ratio).astype(jnp.int32)
   cut_w = jnp.floor(width * ratio).astype(jnp.int32)
-  return jnp.stack([jnp.clip(centre_y - cut_h // 2, 0, height),
-                    jnp.clip(centre_y + (cut_h + 1) // 2, 0, height),
-                    jnp.clip(centre_x - cut_w // 2, 0, width),
-                    jnp.clip(centre_x + (cut_w + 1) // 2, 0, width)])
+  return jnp.stack(
+      [
+          jnp.clip(centre_y - cut_h // 2, 0, height),
+          jnp.clip(centre_y + (cut_h + 1) // 2, 0, height),
+          jnp.clip(centre_x - cut_w // 2, 0, width),
+          jnp.clip(centre_x + (cut_w + 1) // 2, 0, width),
+      ]
+  )
 
 
 def box_lam(box: jax.Array, height: int, width: int) -> jax.Array:
@@ -72,8 +85,9 @@ def box_lam(box: jax.Array, height: int, width: int) -> jax.Array:
   return 1.0 - ((bottom - top) * (right - left)).astype(jnp.float32) / (height * width)
 
 
-def draw(key: jax.Array, step: jax.Array, mix: ml_collections.ConfigDict, height: int,
-         width: int) -> Draw:
+def draw(
+    key: jax.Array, step: jax.Array, mix: ml_collections.ConfigDict, height: int, width: int
+) -> Draw:
   """The choices of the batch of train step `step` (0-based) for `config.mix`."""
   mixed_key, cutmix_key, lam_key, y_key, x_key = jax.random.split(key, 5)
   mixed = jax.random.uniform(mixed_key) < mix.prob
@@ -85,8 +99,13 @@ def draw(key: jax.Array, step: jax.Array, mix: ml_collections.ConfigDict, height
     cutmix = jnp.asarray(mix.cutmix_alpha > 0)
   alpha = jnp.where(cutmix, mix.cutmix_alpha, mix.mixup_alpha)
   lam = jax.random.beta(lam_key, alpha, alpha)
-  box = cutmix_box(lam, jax.random.randint(y_key, (), 0, height),
-                   jax.random.randint(x_key, (), 0, width), height, width)
+  box = cutmix_box(
+      lam,
+      jax.random.randint(y_key, (), 0, height),
+      jax.random.randint(x_key, (), 0, width),
+      height,
+      width,
+  )
   lam = jnp.where(cutmix, box_lam(box, height, width), lam)
   return Draw(lam=jnp.where(mixed, lam, 1.0), cutmix=mixed & cutmix, box=box)
 
@@ -117,12 +136,17 @@ def mix_targets(labels: jax.Array, num_classes: int, lam: jax.Array, smoothing: 
 
 def make(mix: ml_collections.ConfigDict, num_classes: int, smoothing: float) -> MixFn:
   """The batch transform of `config.mix` for integer labels of `num_classes` classes."""
-  mix = ml_collections.FrozenConfigDict(mix)  # Later edits of the config cannot change the traced step.
+  mix = ml_collections.FrozenConfigDict(
+      mix
+  )  # Later edits of the config cannot change the traced step.
 
-  def mix_batch(images: jax.Array, labels: jax.Array, key: jax.Array,
-                step: jax.Array) -> tuple[jax.Array, jax.Array]:
+  def mix_batch(
+      images: jax.Array, labels: jax.Array, key: jax.Array, step: jax.Array
+  ) -> tuple[jax.Array, jax.Array]:
     chosen = draw(key, step, mix, *images.shape[1:3])
-    return (mix_images(images, chosen.lam, chosen.cutmix, chosen.box),
-            mix_targets(labels, num_classes, chosen.lam, smoothing))
+    return (
+        mix_images(images, chosen.lam, chosen.cutmix, chosen.box),
+        mix_targets(labels, num_classes, chosen.lam, smoothing),
+    )
 
   return mix_batch

@@ -1,4 +1,5 @@
 """Masked patch prediction (paper Sec. 4.6): predict the mean colour of corrupted patches."""
+
 from typing import Any, Callable
 
 import chex
@@ -25,17 +26,25 @@ def check(config: ml_collections.ConfigDict) -> None:
   if not 0.0 < config.mpp.mask_rate <= 1.0:
     raise ValueError(f'config.mpp.mask_rate={config.mpp.mask_rate} must be in (0, 1], e.g. 0.5')
   if not 1 <= config.mpp.num_bits <= 8:
-    raise ValueError(f'config.mpp.num_bits={config.mpp.num_bits} must be in 1..8 bits per colour '
-                     'channel, e.g. 3')
+    raise ValueError(
+        f'config.mpp.num_bits={config.mpp.num_bits} must be in 1..8 bits per colour '
+        'channel, e.g. 3'
+    )
   if config.task != 'mpp':  # Every task checks every config; the rest is for this task's runs.
     return
   variants.require_vit(config.variant, "config.task='mpp' (masked patches of a ViT's tokens)")
   if mixing.enabled(config.mix):
-    raise ValueError('config.task=mpp has no labels to mix: set config.mix.mixup_alpha and '
-                     'config.mix.cutmix_alpha to 0')
-  if config.loss != LOSS:  # One colour class of many per patch: a softmax, never a multi-label loss.
-    raise ValueError(f'config.task=mpp trains on the {LOSS} of the patches\' colour classes, not '
-                     f'config.loss={config.loss!r}: set --config.loss={LOSS}')
+    raise ValueError(
+        'config.task=mpp has no labels to mix: set config.mix.mixup_alpha and '
+        'config.mix.cutmix_alpha to 0'
+    )
+  if (
+      config.loss != LOSS
+  ):  # One colour class of many per patch: a softmax, never a multi-label loss.
+    raise ValueError(
+        f"config.task=mpp trains on the {LOSS} of the patches' colour classes, not "
+        f'config.loss={config.loss!r}: set --config.loss={LOSS}'
+    )
 
 
 def features_model(config: ml_collections.ConfigDict) -> nn.Module:
@@ -48,13 +57,21 @@ def make_model(config: ml_collections.ConfigDict, num_classes: int | None) -> nn
   del num_classes
   model = variants.get_model_config(config.variant, config.model.to_dict())
   if model['representation_size'] is not None:
-    raise ValueError('config.task=mpp predicts colours from patch tokens and has no pre-logits '
-                     'layer: unset config.model.representation_size')
+    raise ValueError(
+        'config.task=mpp predicts colours from patch tokens and has no pre-logits '
+        'layer: unset config.model.representation_size'
+    )
   if model['head_dropout_rate']:
-    raise ValueError('config.task=mpp has no classifier head to drop the features of: set '
-                     'config.model.head_dropout_rate=0 (or use model.dropout_rate)')
-  return MaskedPatchPredictor(mask_rate=config.mpp.mask_rate, num_bits=config.mpp.num_bits,
-                              dtype=jnp.dtype(config.dtype), **backbone_fields(model))
+    raise ValueError(
+        'config.task=mpp has no classifier head to drop the features of: set '
+        'config.model.head_dropout_rate=0 (or use model.dropout_rate)'
+    )
+  return MaskedPatchPredictor(
+      mask_rate=config.mpp.mask_rate,
+      num_bits=config.mpp.num_bits,
+      dtype=jnp.dtype(config.dtype),
+      **backbone_fields(model),
+  )
 
 
 def _targets(model: nn.Module, images: jax.Array, logits: jax.Array) -> jax.Array:
@@ -71,12 +88,14 @@ def make_loss(config: ml_collections.ConfigDict, model: nn.Module) -> Callable[.
   def loss_fn(params: Any, images: jax.Array, labels: jax.Array, key: jax.Array) -> jax.Array:
     del labels
     dropout_key, mpp_key = jax.random.split(key)
-    logits, corrupted = model.apply({'params': params}, images, train=True,
-                                    rngs={'dropout': dropout_key, 'mpp': mpp_key})
+    logits, corrupted = model.apply(
+        {'params': params}, images, train=True, rngs={'dropout': dropout_key, 'mpp': mpp_key}
+    )
     targets = _targets(model, images, logits)
     if smoothing:
-      xent = optax.softmax_cross_entropy(logits, mixing.one_hot_targets(targets, logits.shape[-1],
-                                                                        smoothing))
+      xent = optax.softmax_cross_entropy(
+          logits, mixing.one_hot_targets(targets, logits.shape[-1], smoothing)
+      )
     else:  # The integer form: unsmoothed runs stay bit for bit what they were.
       xent = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
     return jnp.sum(xent * corrupted) / jnp.maximum(jnp.sum(corrupted), 1)
@@ -94,14 +113,17 @@ def _example_keys(images: jax.Array) -> jax.Array:
 
   The hash is a weighted sum of the 8-bit pixel values in wrapping uint32 arithmetic, exact in any
   order of summation, so any mesh gives the same keys."""
-  levels = jnp.round((images.astype(jnp.float32) + 1) * 127.5).astype(jnp.uint32)  # normalize's inverse.
+  levels = jnp.round((images.astype(jnp.float32) + 1) * 127.5).astype(
+      jnp.uint32
+  )  # normalize's inverse.
   weights = jax.random.bits(jax.random.key(0), images.shape[1:], jnp.uint32) | 1
   hashes = jnp.sum(levels * weights, axis=(1, 2, 3), dtype=jnp.uint32)
   return jax.vmap(jax.random.fold_in, (None, 0))(jax.random.key(0), hashes)
 
 
-def make_eval_step(config: ml_collections.ConfigDict,
-                   model: nn.Module) -> Callable[[Any, dict[str, jax.Array]], dict[str, jax.Array]]:
+def make_eval_step(
+    config: ml_collections.ConfigDict, model: nn.Module
+) -> Callable[[Any, dict[str, jax.Array]], dict[str, jax.Array]]:
   """eval_step(params, batch) -> the classification sums over the corrupted patches of real examples:
   colour-class accuracy."""
   del config
@@ -109,8 +131,9 @@ def make_eval_step(config: ml_collections.ConfigDict,
   def eval_step(params: Any, batch: dict[str, jax.Array]) -> dict[str, jax.Array]:
     # Every evaluation of a run scores the same task, whatever the eval batch size and mesh.
     images = on_device.model_input(batch['image'])
-    logits, corrupted = model.apply({'params': params}, images, train=False,
-                                    corruption_keys=_example_keys(images))
+    logits, corrupted = model.apply(
+        {'params': params}, images, train=False, corruption_keys=_example_keys(images)
+    )
     targets = _targets(model, images, logits)
     weight = corrupted * batch['mask'][:, None].astype(jnp.float32)
     top5 = jax.lax.top_k(logits, 5)[1]

@@ -16,8 +16,12 @@ writes, from checkpoint N of W (default: the latest), using the Polyak average w
                        written for what timm's ViT cannot hold, a BiT included: config.json's "timm"
                        says why).
 """
-if __name__ == '__main__':  # Before anything allocates or loads jax: see vit_jax/runtime/startup.py.
+
+if (
+    __name__ == '__main__'
+):  # Before anything allocates or loads jax: see vit_jax/runtime/startup.py.
   from vit_jax.runtime import startup  # pylint: disable=g-import-not-at-top
+
   startup.prepare_process()
 
 import dataclasses
@@ -41,7 +45,7 @@ def serialize_inference(model: Any, params: Any, image_size: int) -> bytes:
 
   The attention is XLA's whatever the run trained with: `attention='dot_product_attention'` traced on a
   GPU is cuDNN's kernel, which no other platform of the artefact could run (same parameters)."""
-  batch, = jax.export.symbolic_shape('b')
+  (batch,) = jax.export.symbolic_shape('b')
   if 'attention' in {field.name for field in dataclasses.fields(model)}:
     model = model.clone(attention='xla')
 
@@ -52,37 +56,51 @@ def serialize_inference(model: Any, params: Any, image_size: int) -> bytes:
   return jax.export.export(jax.jit(infer), platforms=PLATFORMS)(images).serialize()
 
 
-def export(workdir: str, out: str, step: Optional[int] = None, *,
-           overwrite: bool = False) -> dict[str, Any]:
+def export(
+    workdir: str, out: str, step: Optional[int] = None, *, overwrite: bool = False
+) -> dict[str, Any]:
   """Writes the three files for checkpoint `step` (default: latest) of `workdir`; returns config.json.
   Refuses an `out` that already holds an export unless `overwrite`."""
   # Imported here so that bad flags are answered before TensorFlow (the input pipeline's) loads.
   from vit_jax.checkpoints import run_dir  # pylint: disable=g-import-not-at-top
   from vit_jax.checkpoints import loading, state_dicts  # pylint: disable=g-import-not-at-top
+
   trained = run_dir.load_trained(workdir, step)
   cli.make_out_dir(out)
   # Checked after make_out_dir, which answers a cloud path that does not answer within a time limit.
   existing = [name for name in ('model.npz', 'config.json') if (epath.Path(out) / name).exists()]
   if existing and not overwrite:
-    raise ValueError(f'--out={out!r} already holds an export ({", ".join(existing)}): pass '
-                     '--overwrite to replace it, or another --out')
+    raise ValueError(
+        f'--out={out!r} already holds an export ({", ".join(existing)}): pass '
+        '--overwrite to replace it, or another --out'
+    )
   config, info = trained.config, trained.info
 
   out_dir = epath.Path(out)
   family = variants.FAMILIES[variants.family(config.variant)]
   loading.save_npz(family.to_npz(trained.params), str(out_dir / 'model.npz'))
   (out_dir / 'model.jaxexport').write_bytes(
-      serialize_inference(trained.model, trained.params, config.image_size))
+      serialize_inference(trained.model, trained.params, config.image_size)
+  )
   model = variants.get_model_config(config.variant, config.model.to_dict())
   try:
     variants.require_vit(config.variant, "timm's VisionTransformer")
-    if model['posemb_where'] != 'input':  # 'shared_every_layer' has the tree of 'input': check here.
-      raise ValueError("timm's VisionTransformer adds position embeddings only at the input "
-                       f"(model.posemb_where={model['posemb_where']})")
+    if (
+        model['posemb_where'] != 'input'
+    ):  # 'shared_every_layer' has the tree of 'input': check here.
+      raise ValueError(
+          "timm's VisionTransformer adds position embeddings only at the input "
+          f"(model.posemb_where={model['posemb_where']})"
+      )
     timm_tensors = state_dicts.to_timm(trained.params)
     # timm's transforms from this config prepare images as the run's evaluation did.
-    timm_config = state_dicts.timm_config(model, config.image_size, info.num_classes,
-                                          list(info.class_names), pp_eval=config.pp_eval.to_dict())
+    timm_config = state_dicts.timm_config(
+        model,
+        config.image_size,
+        info.num_classes,
+        list(info.class_names),
+        pp_eval=config.pp_eval.to_dict(),
+    )
   except ValueError as e:
     timm_files = f'not written: {e}'
   else:
@@ -126,15 +144,19 @@ def main(argv: list[str]) -> None:
     description = export(workdir, out, flags.FLAGS.step, overwrite=flags.FLAGS.overwrite)
   except ValueError as e:
     cli.fail(str(e))
-  print(f'exported step {description["step"]} ({description["parameters"]} parameters) of '
-        f'{workdir} to {out}' + ('' if description['timm'].startswith('timm/') else
-                                 f'; timm/ {description["timm"]}'))
+  print(
+      f'exported step {description["step"]} ({description["parameters"]} parameters) of '
+      f'{workdir} to {out}'
+      + ('' if description['timm'].startswith('timm/') else f'; timm/ {description["timm"]}')
+  )
 
 
 def _define_flags() -> None:
   # Defined only when run as a command: other commands' modules have flags of the same names.
   flags.DEFINE_string('workdir', None, 'Workdir of the run to export.')
-  flags.DEFINE_string('out', None, 'Directory to write model.npz, model.jaxexport, config.json, timm/.')
+  flags.DEFINE_string(
+      'out', None, 'Directory to write model.npz, model.jaxexport, config.json, timm/.'
+  )
   flags.DEFINE_integer('step', None, 'Checkpoint step to export (default: the latest).')
   flags.DEFINE_bool('overwrite', False, 'Replace the export that --out already holds.')
   flags.mark_flags_as_required(['workdir', 'out'])

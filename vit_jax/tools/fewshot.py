@@ -6,8 +6,12 @@ prints the accuracy per number of shots, for the run's ViT backbone (its Polyak 
 the run's unaugmented train and eval splits. A flag left out is the run's config.fewshot setting (its
 splits too), so the numbers are those the run logged as fewshot_<n>shot at that step.
 """
-if __name__ == '__main__':  # Before anything allocates or loads jax: see vit_jax/runtime/startup.py.
+
+if (
+    __name__ == '__main__'
+):  # Before anything allocates or loads jax: see vit_jax/runtime/startup.py.
   from vit_jax.runtime import startup  # pylint: disable=g-import-not-at-top
+
   startup.prepare_process()
 
 from typing import Any, Optional, Sequence
@@ -19,9 +23,14 @@ from vit_jax.runtime import cli
 _USAGE = '--workdir=W [--step=N] [--shots=1,5,10,25] [--seeds=3] [--l2_reg=4]'
 
 
-def evaluate_checkpoint(workdir: str, step: Optional[int] = None, *,
-                        shots: Optional[Sequence[int]] = None, seeds: Optional[int] = None,
-                        l2_reg: Optional[float] = None) -> tuple[dict[int, float], dict[str, Any]]:
+def evaluate_checkpoint(
+    workdir: str,
+    step: Optional[int] = None,
+    *,
+    shots: Optional[Sequence[int]] = None,
+    seeds: Optional[int] = None,
+    l2_reg: Optional[float] = None,
+) -> tuple[dict[int, float], dict[str, Any]]:
   """Few-shot accuracies of checkpoint `step` (default: the latest) of a run, and the settings used:
   the step, and shots / seeds / l2_reg, each the run's config.fewshot one where None."""
   # Imported here so that bad flags are answered before TensorFlow (the input pipeline's) loads.
@@ -29,6 +38,7 @@ def evaluate_checkpoint(workdir: str, step: Optional[int] = None, *,
   from vit_jax import sharding  # pylint: disable=g-import-not-at-top
   from vit_jax.checkpoints import run_dir  # pylint: disable=g-import-not-at-top
   from vit_jax.evaluators import fewshot  # pylint: disable=g-import-not-at-top
+
   trained = run_dir.load_trained(workdir, step, features=True)
   config = trained.config
   mesh = sharding.make_mesh((('data', -1),))
@@ -36,14 +46,25 @@ def evaluate_checkpoint(workdir: str, step: Optional[int] = None, *,
   devices = sharding.num_batch_shards(mesh)
   config.eval_batch_size = -(-config.eval_batch_size // devices) * devices
   run = config.fewshot
-  used = {'step': trained.step, 'shots': tuple(run.shots if shots is None else shots),
-          'seeds': run.seeds if seeds is None else seeds,
-          'l2_reg': run.l2_reg if l2_reg is None else l2_reg}
-  evaluator = fewshot.FewShotEvaluator('fewshot', None, config=config, model=trained.model,
-                                       mesh=mesh, num_classes=trained.info.num_classes,
-                                       shots=used['shots'], seeds=used['seeds'],
-                                       l2_reg=used['l2_reg'], train_split=run.get('train_split'),
-                                       eval_split=run.get('eval_split'))
+  used = {
+      'step': trained.step,
+      'shots': tuple(run.shots if shots is None else shots),
+      'seeds': run.seeds if seeds is None else seeds,
+      'l2_reg': run.l2_reg if l2_reg is None else l2_reg,
+  }
+  evaluator = fewshot.FewShotEvaluator(
+      'fewshot',
+      None,
+      config=config,
+      model=trained.model,
+      mesh=mesh,
+      num_classes=trained.info.num_classes,
+      shots=used['shots'],
+      seeds=used['seeds'],
+      l2_reg=used['l2_reg'],
+      train_split=run.get('train_split'),
+      eval_split=run.get('eval_split'),
+  )
   params = jax.device_put(trained.params, sharding.replicated(mesh))
   return evaluator.accuracies(params), used
 
@@ -66,10 +87,13 @@ def _define_flags() -> None:
   # Defined only when run as a command: other commands' modules have flags of the same names.
   flags.DEFINE_string('workdir', None, 'Workdir of the run whose checkpoint is evaluated.')
   flags.DEFINE_integer('step', None, 'Checkpoint step (default: the latest).')
-  flags.DEFINE_list('shots', None, 'Train images per class, e.g. 1,5,10,25 (default: the run\'s).')
-  flags.DEFINE_integer('seeds', None, 'Random choices of the shots to average over (default: the '
-                       'run\'s).')
-  flags.DEFINE_float('l2_reg', None, 'L2 regularisation of the least-squares fit (default: the run\'s).')
+  flags.DEFINE_list('shots', None, "Train images per class, e.g. 1,5,10,25 (default: the run's).")
+  flags.DEFINE_integer(
+      'seeds', None, 'Random choices of the shots to average over (default: the ' "run's)."
+  )
+  flags.DEFINE_float(
+      'l2_reg', None, "L2 regularisation of the least-squares fit (default: the run's)."
+  )
   flags.mark_flags_as_required(['workdir'])
 
 
@@ -84,12 +108,15 @@ def main(argv: list[str]) -> None:
   if args.l2_reg is not None and args.l2_reg <= 0:
     cli.fail(f'--l2_reg={args.l2_reg} must be positive, e.g. --l2_reg=4')
   try:
-    accuracies, used = evaluate_checkpoint(args.workdir, args.step, shots=shots, seeds=args.seeds,
-                                           l2_reg=args.l2_reg)
+    accuracies, used = evaluate_checkpoint(
+        args.workdir, args.step, shots=shots, seeds=args.seeds, l2_reg=args.l2_reg
+    )
   except ValueError as e:
     cli.fail(str(e))
-  print(f'few-shot linear accuracy of step {used["step"]} of {args.workdir} (mean of {used["seeds"]} '
-        f'seeds, l2_reg={used["l2_reg"]:g}):')
+  print(
+      f'few-shot linear accuracy of step {used["step"]} of {args.workdir} (mean of {used["seeds"]} '
+      f'seeds, l2_reg={used["l2_reg"]:g}):'
+  )
   print(format_table(accuracies))
 
 

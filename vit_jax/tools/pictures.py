@@ -18,8 +18,12 @@ attention modules sow into its 'intermediates' collection. The pictures show the
 model sees: the central square of `pp_eval.crop='central'`, the whole image (squeezed to a square)
 of 'resize'.
 """
-if __name__ == '__main__':  # Before anything allocates or loads jax: see vit_jax/runtime/startup.py.
+
+if (
+    __name__ == '__main__'
+):  # Before anything allocates or loads jax: see vit_jax/runtime/startup.py.
   from vit_jax.runtime import startup  # pylint: disable=g-import-not-at-top
+
   startup.prepare_process()
 
 import io
@@ -50,8 +54,11 @@ _USAGE = '--workdir=W [--step=N] --image=X --out=DIR'
 def _sow_probe_weights(next_fun: Any, args: Any, kwargs: Any, context: Any) -> Any:
   """A flax method interceptor: the MAP head's attention sows its weights as the blocks' do (MAPHead
   calls it without `sow_weights`, which the tool needs only here)."""
-  if (context.method_name == '__call__' and isinstance(context.module, nn.MultiHeadDotProductAttention)
-      and isinstance(context.module.parent, pooling.MAPHead)):
+  if (
+      context.method_name == '__call__'
+      and isinstance(context.module, nn.MultiHeadDotProductAttention)
+      and isinstance(context.module.parent, pooling.MAPHead)
+  ):
     kwargs = {**kwargs, 'sow_weights': True}
   return next_fun(*args, **kwargs)
 
@@ -72,8 +79,9 @@ def attention_weights(model: nn.Module, params: Any, images: jax.Array) -> np.nd
   blocks = intermediates['Transformer']
   # encoderblock_10 sorts before encoderblock_2 as a string.
   names = sorted(blocks, key=lambda name: int(name.rsplit('_', 1)[1]))
-  weights = np.stack([blocks[name]['MultiHeadDotProductAttention_1']['attention_weights'][0]
-                      for name in names])
+  weights = np.stack(
+      [blocks[name]['MultiHeadDotProductAttention_1']['attention_weights'][0] for name in names]
+  )
   chex.assert_shape(weights, (model.num_layers, len(images), model.num_heads, None, None))
   return weights
 
@@ -89,7 +97,9 @@ def probe_weights(model: nn.Module, params: Any, images: jax.Array) -> np.ndarra
 def attention_rollout(attention: np.ndarray) -> np.ndarray:
   """The rollout up to each layer [layers, tokens, tokens] of attention [layers, heads, tokens, tokens]."""
   tokens = attention.shape[-1]
-  mixed = attention.mean(axis=1) + np.eye(tokens)  # The identity stands for the residual connection.
+  mixed = attention.mean(axis=1) + np.eye(
+      tokens
+  )  # The identity stands for the residual connection.
   mixed /= mixed.sum(axis=-1, keepdims=True)
   joint, rollout = np.eye(tokens), []
   for layer in mixed:
@@ -98,8 +108,9 @@ def attention_rollout(attention: np.ndarray) -> np.ndarray:
   return np.stack(rollout)
 
 
-def rollout_maps(rollout: np.ndarray, num_prefix_tokens: int,
-                 pooled: Optional[np.ndarray] = None) -> np.ndarray:
+def rollout_maps(
+    rollout: np.ndarray, num_prefix_tokens: int, pooled: Optional[np.ndarray] = None
+) -> np.ndarray:
   """[layers, gh, gw]: how much the image's representation draws on each patch, up to each layer.
 
   `pooled` [tokens]: each token's weight in the representation (a MAP model's `probe_weights`); by
@@ -116,7 +127,9 @@ def rollout_maps(rollout: np.ndarray, num_prefix_tokens: int,
 def _grid(num_patches: int) -> tuple[int, int]:
   side = math.isqrt(num_patches)
   if side * side != num_patches:
-    raise ValueError(f'{num_patches} patches are not a square grid: only square images are supported')
+    raise ValueError(
+        f'{num_patches} patches are not a square grid: only square images are supported'
+    )
   return side, side
 
 
@@ -126,8 +139,9 @@ def patch_distances(grid: tuple[int, int], patch_pixels: float) -> np.ndarray:
   return patch_pixels * np.hypot(rows[:, None] - rows[None], cols[:, None] - cols[None])
 
 
-def mean_attention_distance(attention: np.ndarray, patch_pixels: float,
-                            num_prefix_tokens: int) -> np.ndarray:
+def mean_attention_distance(
+    attention: np.ndarray, patch_pixels: float, num_prefix_tokens: int
+) -> np.ndarray:
   """[..., heads]: for attention [..., heads, tokens, tokens], the attention-weighted mean distance in
   pixels from each query patch to the patches it attends to, averaged over the query patches."""
   patches = attention[..., num_prefix_tokens:, num_prefix_tokens:]
@@ -161,7 +175,7 @@ def _mosaic(tiles: np.ndarray, columns: int, gap: float) -> np.ndarray:
   out = np.full((rows * (h + 1) - 1, columns * (w + 1) - 1, *tiles.shape[3:]), gap, np.float64)
   for i, tile in enumerate(tiles):
     r, c = divmod(i, columns)
-    out[r * (h + 1):r * (h + 1) + h, c * (w + 1):c * (w + 1) + w] = tile
+    out[r * (h + 1) : r * (h + 1) + h, c * (w + 1) : c * (w + 1) + w] = tile
   return out
 
 
@@ -190,8 +204,14 @@ def _save(fig: Any, path: str) -> str:
 def plot_rollout(image: np.ndarray, maps: np.ndarray, query: str, path: str) -> str:
   fig, (left, middle, right) = plt.subplots(1, 3, figsize=(8, 3.2))
   _show(left, image, 'input')
-  _show(middle, maps[-1] / maps[-1].max(), f'rollout through all {len(maps)} layers', cmap='inferno',
-        vmin=0, vmax=1)
+  _show(
+      middle,
+      maps[-1] / maps[-1].max(),
+      f'rollout through all {len(maps)} layers',
+      cmap='inferno',
+      vmin=0,
+      vmax=1,
+  )
   _show(right, attended(image, maps[-1]), 'input x rollout')
   fig.suptitle(f'Attention rollout: {query}', fontsize=10)
   return _save(fig, path)
@@ -209,8 +229,9 @@ def plot_rollout_layers(image: np.ndarray, maps: np.ndarray, query: str, path: s
 def plot_position_similarity(similarity: np.ndarray, path: str) -> str:
   gh, gw = similarity.shape[:2]
   fig, ax = plt.subplots(figsize=(6, 5.4))
-  image = ax.imshow(_mosaic(similarity.reshape(gh * gw, gh, gw), gw, np.nan), cmap='viridis',
-                    vmin=-1, vmax=1)
+  image = ax.imshow(
+      _mosaic(similarity.reshape(gh * gw, gh, gw), gw, np.nan), cmap='viridis', vmin=-1, vmax=1
+  )
   ax.set_xticks([(gw + 1) * c + (gw - 1) / 2 for c in range(gw)], range(1, gw + 1))
   ax.set_yticks([(gh + 1) * r + (gh - 1) / 2 for r in range(gh)], range(1, gh + 1))
   ax.set_xlabel('input patch column')
@@ -251,8 +272,9 @@ def _join(directory: str, name: str) -> str:
   return str(epath.Path(directory) / name)
 
 
-def seen_part(image: np.ndarray, image_size: int,
-              pp_eval: Mapping[str, Any] = predict.DEFAULT_PP_EVAL) -> np.ndarray:
+def seen_part(
+    image: np.ndarray, image_size: int, pp_eval: Mapping[str, Any] = predict.DEFAULT_PP_EVAL
+) -> np.ndarray:
   """The part of `image` (uint8 [h, w, 3]) that the eval crop `pp_eval` makes the model input: the
   central square of 'central' (to the pixel: preprocess.central_crop's arithmetic, in the image's own
   pixels), all of it for 'resize' (which squeezes it to the square the maps cover)."""
@@ -272,17 +294,28 @@ def seen_part(image: np.ndarray, image_size: int,
   return image[top:bottom, left:right]
 
 
-def write_pictures(model: nn.Module, params: Any, image: np.ndarray, image_size: int,
-                   out: str, pp_eval: Mapping[str, Any] = predict.DEFAULT_PP_EVAL) -> list[str]:
+def write_pictures(
+    model: nn.Module,
+    params: Any,
+    image: np.ndarray,
+    image_size: int,
+    out: str,
+    pp_eval: Mapping[str, Any] = predict.DEFAULT_PP_EVAL,
+) -> list[str]:
   """Writes the pictures for `image` (uint8 [h, w, 3]), prepared by the eval crop `pp_eval`, to `out`
   (five; four for fixed position embeddings); returns their paths."""
   cli.make_out_dir(out)
   prefix = 1 if model.classifier == 'token' else 0  # A class token, or GAP / MAP (no prefix token).
-  query = {'token': 'from the class token', 'gap': 'mean over tokens (GAP model: no class token)',
-           'map': "weighted by the MAP head's attention (no class token)"}[model.classifier]
+  query = {
+      'token': 'from the class token',
+      'gap': 'mean over tokens (GAP model: no class token)',
+      'map': "weighted by the MAP head's attention (no class token)",
+  }[model.classifier]
   inputs = predict.model_input(image, image_size, pp_eval)[None]
   attention = attention_weights(model, params, inputs)[:, 0]
-  tokens = prefix + (image_size // model.input_stride)**2  # The model takes only sizes it divides.
+  tokens = (
+      prefix + (image_size // model.input_stride) ** 2
+  )  # The model takes only sizes it divides.
   chex.assert_shape(attention, (model.num_layers, model.num_heads, tokens, tokens))
   # MAP pools with its probe's attention: the rollout's rows weighted by it, not their mean.
   pooled = probe_weights(model, params, inputs)[0] if model.classifier == 'map' else None
@@ -296,15 +329,22 @@ def write_pictures(model: nn.Module, params: Any, image: np.ndarray, image_size:
   ]
   # A learned 1-D `pos_embedding` (input or shared): the other kinds (posemb.py) have no picture.
   if 'pos_embedding' in params['Transformer'].get('posembed_input', {}):
-    pictures.append(plot_position_similarity(
-        position_similarity(np.asarray(params['Transformer']['posembed_input']['pos_embedding']),
-                            prefix), _join(out, 'position_embeddings.png')))
+    pictures.append(
+        plot_position_similarity(
+            position_similarity(
+                np.asarray(params['Transformer']['posembed_input']['pos_embedding']), prefix
+            ),
+            _join(out, 'position_embeddings.png'),
+        )
+    )
   if kernel.shape[2] == 3:  # A hybrid's patch embedding reads ResNet features, not pixels.
-    pictures.append(plot_embedding_components(embedding_components(kernel),
-                                              _join(out, 'embedding_filters.png')))
+    pictures.append(
+        plot_embedding_components(embedding_components(kernel), _join(out, 'embedding_filters.png'))
+    )
   distances = mean_attention_distance(attention, model.input_stride, prefix)
-  pictures.append(plot_attention_distance(distances, image_size,
-                                          _join(out, 'attention_distance.png')))
+  pictures.append(
+      plot_attention_distance(distances, image_size, _join(out, 'attention_distance.png'))
+  )
   return pictures
 
 
@@ -312,14 +352,20 @@ def draw_run(workdir: str, image_path: str, out: str, step: Optional[int] = None
   """The pictures of checkpoint `step` (default: the latest) of a run for one image file."""
   # Imported here: it loads TensorFlow, which `__main__` first tells to keep its start-up lines quiet.
   from vit_jax.checkpoints import run_dir  # pylint: disable=g-import-not-at-top
+
   run = run_dir.load_trained(workdir, step, features=True)  # The ViT backbone, also of an MPP run.
-  variants.require_vit(run.config.variant, "vit_jax.tools.pictures (a ViT's attention and embeddings)")
+  variants.require_vit(
+      run.config.variant, "vit_jax.tools.pictures (a ViT's attention and embeddings)"
+  )
   if run.model.block != 'standard':
-    raise ValueError(f'the pictures show attention over all patches; an {run.config.variant} attends '
-                     'along rows and columns only')
+    raise ValueError(
+        f'the pictures show attention over all patches; an {run.config.variant} attends '
+        'along rows and columns only'
+    )
   image = predict.read_image(image_path)
-  return write_pictures(run.model, run.params, image, run.config.image_size, out,
-                        run.config.pp_eval.to_dict())
+  return write_pictures(
+      run.model, run.params, image, run.config.image_size, out, run.config.pp_eval.to_dict()
+  )
 
 
 def _define_flags() -> None:

@@ -10,6 +10,7 @@ first (`--json`: the same as one JSON object).
 
 The estimates are vit_jax/planning/footprint.py's.
 """
+
 import dataclasses
 import json
 import os
@@ -29,8 +30,13 @@ def _gib(n: float) -> str:
   return f'{n / 2**30:.2f}'
 
 
-def render(config: ml_collections.ConfigDict, traced: footprint.Traced, plans: list[footprint.Estimate],
-           found: list[footprint.Estimate] | None, target: chips.Target) -> str:
+def render(
+    config: ml_collections.ConfigDict,
+    traced: footprint.Traced,
+    plans: list[footprint.Estimate],
+    found: list[footprint.Estimate] | None,
+    target: chips.Target,
+) -> str:
   """The plans as a markdown table, a column per remat policy, then the suggestions (None: none were
   asked for, --suggestions=0)."""
   mesh, chip = plans[0].mesh, target.chip
@@ -38,40 +44,68 @@ def render(config: ml_collections.ConfigDict, traced: footprint.Traced, plans: l
   count = sum(x.size for x in jax.tree.leaves(traced.state['params']))
   mu = f' (first moment {config.optim.mu_dtype})' if config.optim.mu_dtype else ''
   own = lambda p: ' (config)' if p.remat == config.model.remat and len(plans) > 1 else ''
-  lines = [f'{config.variant}, {count / 1e6:.1f}M parameters, {config.image_size} px, batch '
-           f'{config.batch_size} ({images} per device, accum_steps {config.accum_steps}), '
-           f'{config.dtype} compute, {config.optim.name}{mu}',
-           f'{target.devices} x {chip.name} ({_gib(chip.hbm_bytes)} GiB, '
-           f'{chip.peak_flops / 1e12:.0f} TFLOP/s bf16 each), mesh {footprint.mesh_name(mesh)}; '
-           f'{_gib(target.usable_bytes)} GiB usable ({target.headroom:.0%} headroom); step time at '
-           f'{target.mfu:.0%} MFU', '',
-           '| GiB per device | ' + ' | '.join(f'remat {p.remat or "none"}{own(p)}' for p in plans) + ' |',
-           '|---' * (len(plans) + 1) + '|']
-  rows = [('parameters (float32)', lambda p: _gib(p.params)),
-          ('gradients (float32)', lambda p: _gib(p.gradients)),
-          (f'optimizer state ({config.optim.name})', lambda p: _gib(p.optimizer_state)),
-          ('Polyak copy', lambda p: _gib(p.polyak) if config.polyak_decay is not None else '-'),
-          ('activations', lambda p: _gib(p.activations)), ('total', lambda p: _gib(p.total)),
-          (f'fits in {_gib(target.usable_bytes)} GiB', lambda p: 'yes' if target.fits(p) else 'NO'),
-          ('step time (s)', lambda p: f'{p.step_s:.3f}')]
+  lines = [
+      f'{config.variant}, {count / 1e6:.1f}M parameters, {config.image_size} px, batch '
+      f'{config.batch_size} ({images} per device, accum_steps {config.accum_steps}), '
+      f'{config.dtype} compute, {config.optim.name}{mu}',
+      f'{target.devices} x {chip.name} ({_gib(chip.hbm_bytes)} GiB, '
+      f'{chip.peak_flops / 1e12:.0f} TFLOP/s bf16 each), mesh {footprint.mesh_name(mesh)}; '
+      f'{_gib(target.usable_bytes)} GiB usable ({target.headroom:.0%} headroom); step time at '
+      f'{target.mfu:.0%} MFU',
+      '',
+      '| GiB per device | '
+      + ' | '.join(f'remat {p.remat or "none"}{own(p)}' for p in plans)
+      + ' |',
+      '|---' * (len(plans) + 1) + '|',
+  ]
+  rows = [
+      ('parameters (float32)', lambda p: _gib(p.params)),
+      ('gradients (float32)', lambda p: _gib(p.gradients)),
+      (f'optimizer state ({config.optim.name})', lambda p: _gib(p.optimizer_state)),
+      ('Polyak copy', lambda p: _gib(p.polyak) if config.polyak_decay is not None else '-'),
+      ('activations', lambda p: _gib(p.activations)),
+      ('total', lambda p: _gib(p.total)),
+      (f'fits in {_gib(target.usable_bytes)} GiB', lambda p: 'yes' if target.fits(p) else 'NO'),
+      ('step time (s)', lambda p: f'{p.step_s:.3f}'),
+  ]
   lines += [f'| {name} | ' + ' | '.join(cell(p) for p in plans) + ' |' for name, cell in rows]
   if found is None:
     return '\n'.join(lines)
   if not found:
-    return '\n'.join(lines + ['', 'Nothing searched fits: more devices, a smaller batch or a larger chip.'])
-  return '\n'.join(lines + ['', 'Suggestions that fit, fastest first:', '',
-                            '| mesh | remat | accum_steps | GiB per device | step time (s) |',
-                            '|---|---|---|---|---|'] +
-                   [f'| {footprint.mesh_name(s.mesh)} | {s.remat or "none"} | {s.accum_steps} | '
-                    f'{_gib(s.total)} | {s.step_s:.3f} |' for s in found])
+    return '\n'.join(
+        lines + ['', 'Nothing searched fits: more devices, a smaller batch or a larger chip.']
+    )
+  return '\n'.join(
+      lines
+      + [
+          '',
+          'Suggestions that fit, fastest first:',
+          '',
+          '| mesh | remat | accum_steps | GiB per device | step time (s) |',
+          '|---|---|---|---|---|',
+      ]
+      + [
+          f'| {footprint.mesh_name(s.mesh)} | {s.remat or "none"} | {s.accum_steps} | '
+          f'{_gib(s.total)} | {s.step_s:.3f} |'
+          for s in found
+      ]
+  )
 
 
-def as_json(config: ml_collections.ConfigDict, plans: list[footprint.Estimate],
-            found: list[footprint.Estimate], target: chips.Target) -> dict[str, Any]:
+def as_json(
+    config: ml_collections.ConfigDict,
+    plans: list[footprint.Estimate],
+    found: list[footprint.Estimate],
+    target: chips.Target,
+) -> dict[str, Any]:
   entry = lambda e: {**dataclasses.asdict(e), 'total': e.total, 'fits': target.fits(e)}
-  return {'config': {k: config[k] for k in ('variant', 'image_size', 'batch_size', 'dtype')},
-          **dataclasses.asdict(target), 'usable_bytes': target.usable_bytes,
-          'plans': [entry(e) for e in plans], 'suggestions': [entry(e) for e in found]}
+  return {
+      'config': {k: config[k] for k in ('variant', 'image_size', 'batch_size', 'dtype')},
+      **dataclasses.asdict(target),
+      'usable_bytes': target.usable_bytes,
+      'plans': [entry(e) for e in plans],
+      'suggestions': [entry(e) for e in found],
+  }
 
 
 _USAGE = '--config=FILE --devices=N --chip=NAME [--config.FIELD=VALUE ...] [--json]'
@@ -79,13 +113,16 @@ _USAGE = '--config=FILE --devices=N --chip=NAME [--config.FIELD=VALUE ...] [--js
 
 def _define_flags() -> None:
   # Defined only when run as a command: vit_jax.main defines --config too.
-  config_flags.DEFINE_config_file('config', None, 'Experiment config file (configs/X.py[:arg]).',
-                                  lock_config=True)
+  config_flags.DEFINE_config_file(
+      'config', None, 'Experiment config file (configs/X.py[:arg]).', lock_config=True
+  )
   flags.DEFINE_integer('devices', None, 'Chips the run trains on.')
   flags.DEFINE_string('chip', None, f'The chip: one of {", ".join(chips.CHIPS)}.')
   flags.DEFINE_integer('num_classes', 1000, "The head's classes (the data is not read).")
   flags.DEFINE_float('mfu', 0.4, 'Model FLOPs utilisation assumed for the step time, in (0, 1].')
-  flags.DEFINE_float('headroom', 0.1, "Fraction of the chip's memory left to the runtime, in [0, 1).")
+  flags.DEFINE_float(
+      'headroom', 0.1, "Fraction of the chip's memory left to the runtime, in [0, 1)."
+  )
   flags.DEFINE_integer('suggestions', 5, 'Suggestions to print at most (0: no search).')
   flags.DEFINE_boolean('json', False, 'Print one JSON object instead of the tables.')
   flags.mark_flags_as_required(['config', 'devices', 'chip'])
@@ -97,22 +134,35 @@ def main(argv: list[str]) -> None:
     cli.fail(f'unexpected arguments {argv[1:]}: use {_USAGE}')
   config = args.config
   try:
-    target = chips.Target(chips.get(args.chip), args.devices, args.mfu, args.headroom)  # All checked first.
+    target = chips.Target(
+        chips.get(args.chip), args.devices, args.mfu, args.headroom
+    )  # All checked first.
     if not 0 < args.mfu <= 1 or not 0 <= args.headroom < 1:
-      raise ValueError(f'--mfu={args.mfu} must be in (0, 1] and --headroom={args.headroom} in [0, 1)')
+      raise ValueError(
+          f'--mfu={args.mfu} must be in (0, 1] and --headroom={args.headroom} in [0, 1)'
+      )
     if args.num_classes < 1 or args.suggestions < 0:
-      raise ValueError(f'--num_classes={args.num_classes} must be at least 1 and '
-                       f'--suggestions={args.suggestions} at least 0')
+      raise ValueError(
+          f'--num_classes={args.num_classes} must be at least 1 and '
+          f'--suggestions={args.suggestions} at least 0'
+      )
     mesh = footprint.check(config, args.devices)
     traced = footprint.trace(config, args.num_classes)
   except ValueError as e:
     cli.fail(str(e))
-  plans = [footprint.estimate(config, traced, mesh, remat, config.accum_steps, target)
-           for remat in dict.fromkeys((config.model.remat, *footprint.REMATS))]
-  found = footprint.suggest(config, traced, target)[:args.suggestions] if args.suggestions else None
+  plans = [
+      footprint.estimate(config, traced, mesh, remat, config.accum_steps, target)
+      for remat in dict.fromkeys((config.model.remat, *footprint.REMATS))
+  ]
+  found = (
+      footprint.suggest(config, traced, target)[: args.suggestions] if args.suggestions else None
+  )
   try:
-    print(json.dumps(as_json(config, plans, found or [], target)) if args.json else
-          render(config, traced, plans, found, target))
+    print(
+        json.dumps(as_json(config, plans, found or [], target))
+        if args.json
+        else render(config, traced, plans, found, target)
+    )
     sys.stdout.flush()
   except BrokenPipeError:
     # The reader stopped reading (`| head`): it has what it wanted. Later writes, and the flush at exit,

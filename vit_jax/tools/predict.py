@@ -10,8 +10,12 @@ training, so the model sees what evaluation showed it. `--export=DIR` runs `DIR/
 `vit_jax.tools.export`) and needs no model code. A file that cannot be read or decoded is reported on stderr
 in one line and skipped. Exit status: 0 if at least one image was predicted, 1 if none, 2 on bad input.
 """
-if __name__ == '__main__':  # Before anything allocates or loads jax: see vit_jax/runtime/startup.py.
+
+if (
+    __name__ == '__main__'
+):  # Before anything allocates or loads jax: see vit_jax/runtime/startup.py.
   from vit_jax.runtime import startup  # pylint: disable=g-import-not-at-top
+
   startup.prepare_process()
 
 import dataclasses
@@ -40,6 +44,7 @@ Prediction = tuple[str, list[tuple[str, float]]]  # (path, [(label, probability)
 @dataclasses.dataclass(frozen=True)
 class Classifier:
   """A model as prediction sees it: images [b, size, size, 3] in [-1, 1] -> logits [b, classes]."""
+
   logits_fn: Callable[[np.ndarray], np.ndarray]
   image_size: int
   class_names: tuple[str, ...]
@@ -52,45 +57,65 @@ def load_run(workdir: str, step: Optional[int] = None) -> Classifier:
   """The classifier of checkpoint `step` (default: the latest) of a run; its Polyak average if kept."""
   # Imported here so that bad flags are answered before the model code loads.
   from vit_jax.checkpoints import run_dir  # pylint: disable=g-import-not-at-top
+
   trained = run_dir.load_trained(workdir, step)
   config = trained.config
   if config.task != 'classification':
-    raise ValueError(f'{workdir!r} is a {config.task!r} run, which has no classifier: fine-tune it '
-                     '(config.init_from) and predict with that run')
+    raise ValueError(
+        f'{workdir!r} is a {config.task!r} run, which has no classifier: fine-tune it '
+        '(config.init_from) and predict with that run'
+    )
   model = trained.model
   apply = jax.jit(lambda params, images: model.apply({'params': params}, images, train=False))
-  return Classifier(functools.partial(apply, trained.params), config.image_size,
-                    trained.info.class_names, config.loss, config.pp_eval.to_dict())
+  return Classifier(
+      functools.partial(apply, trained.params),
+      config.image_size,
+      trained.info.class_names,
+      config.loss,
+      config.pp_eval.to_dict(),
+  )
 
 
 def load_export(export_dir: str) -> Classifier:
   """The classifier serialized by `vit_jax.tools.export` in `export_dir`."""
   from vit_jax.checkpoints import run_dir  # pylint: disable=g-import-not-at-top
+
   description, infer = run_dir.load_export(export_dir)
-  return Classifier(jax.jit(infer), description['image_size'], tuple(description['class_names']),
-                    description.get('loss', 'softmax_xent'),
-                    description.get('pp_eval', DEFAULT_PP_EVAL))  # Exports older than the field.
+  return Classifier(
+      jax.jit(infer),
+      description['image_size'],
+      tuple(description['class_names']),
+      description.get('loss', 'softmax_xent'),
+      description.get('pp_eval', DEFAULT_PP_EVAL),
+  )  # Exports older than the field.
 
 
 def find_images(inputs: Sequence[str]) -> list[str]:
   """The files named in `inputs`, with each folder replaced by the images under it (sorted), hidden
   entries left out as image folders leave them out (.ipynb_checkpoints, macOS's ._x.png)."""
   from vit_jax.data.preprocess import IMAGE_EXTENSIONS  # pylint: disable=g-import-not-at-top
+
   paths = []
   for path in inputs:
     if not epath.Path(path).is_dir():
       paths.append(path)  # Whatever its name: a missing or unreadable file is reported when read.
       continue
     for root, dirs, files in epath.Path(path).walk():
-      dirs[:] = sorted(d for d in dirs if not d.startswith('.'))  # A fixed order; hidden: not walked.
-      paths += [str(root / name) for name in sorted(files)
-                if name.lower().endswith(IMAGE_EXTENSIONS) and not name.startswith('.')]
+      dirs[:] = sorted(
+          d for d in dirs if not d.startswith('.')
+      )  # A fixed order; hidden: not walked.
+      paths += [
+          str(root / name)
+          for name in sorted(files)
+          if name.lower().endswith(IMAGE_EXTENSIONS) and not name.startswith('.')
+      ]
   return paths
 
 
 def read_image(path: str) -> np.ndarray:
   """The image in a file as uint8 [h, w, 3]; raises ValueError saying why it cannot be read."""
   from vit_jax.data import folder, preprocess  # pylint: disable=g-import-not-at-top
+
   try:
     encoded = folder.read_file(path)  # As an image folder's files are read: local or cloud storage.
   except OSError as e:
@@ -102,15 +127,17 @@ def read_image(path: str) -> np.ndarray:
     raise ValueError(f'cannot decode {path}: {e}') from None
 
 
-def model_input(image: np.ndarray, image_size: int,
-                pp_eval: Mapping[str, Any] = DEFAULT_PP_EVAL) -> np.ndarray:
+def model_input(
+    image: np.ndarray, image_size: int, pp_eval: Mapping[str, Any] = DEFAULT_PP_EVAL
+) -> np.ndarray:
   """The eval preprocessing of the input pipeline (the crop of `pp_eval`, a config.pp_eval): float32
   [image_size, image_size, 3] in [-1, 1]."""
   from vit_jax.data import preprocess  # pylint: disable=g-import-not-at-top
   # Fields newer than the run or export take their defaults, which is how it prepared its images.
   pp_eval = ml_collections.ConfigDict({**DEFAULT_PP_EVAL, **pp_eval})
   return preprocess.model_input(
-      preprocess.eval_preprocess(image, pp_eval=pp_eval, image_size=image_size))
+      preprocess.eval_preprocess(image, pp_eval=pp_eval, image_size=image_size)
+  )
 
 
 def probabilities(logits: np.ndarray, loss: str) -> np.ndarray:
@@ -140,8 +167,9 @@ def _chunks(items: Iterable, size: int) -> Iterator[list]:
     yield chunk
 
 
-def predict(paths: Sequence[str], classifier: Classifier, *, top_k: int = 5,
-            batch_size: int = BATCH_SIZE) -> list[Prediction]:
+def predict(
+    paths: Sequence[str], classifier: Classifier, *, top_k: int = 5, batch_size: int = BATCH_SIZE
+) -> list[Prediction]:
   """(path, top-k (label, probability)) for each readable image, in order; the others are reported
   on stderr, one line each, and skipped."""
   # Every batch is padded to one size, so the model compiles once.
@@ -149,9 +177,11 @@ def predict(paths: Sequence[str], classifier: Classifier, *, top_k: int = 5,
   results = []
   for chunk in _chunks(_readable(paths, classifier), batch_size):
     images = np.zeros((batch_size, classifier.image_size, classifier.image_size, 3), np.float32)
-    images[:len(chunk)] = [image for _, image in chunk]
+    images[: len(chunk)] = [image for _, image in chunk]
     probs = probabilities(np.asarray(classifier.logits_fn(images), np.float32), classifier.loss)
-    results += [(path, _top_k(p, classifier.class_names, top_k)) for (path, _), p in zip(chunk, probs)]
+    results += [
+        (path, _top_k(p, classifier.class_names, top_k)) for (path, _), p in zip(chunk, probs)
+    ]
   return results
 
 
@@ -164,7 +194,9 @@ def _define_flags() -> None:
   # (vit_jax.tools.export, vit_jax.tools.pictures) whose flags have the same names.
   flags.DEFINE_string('workdir', None, 'Workdir of the run to predict with.')
   flags.DEFINE_integer('step', None, 'Checkpoint step of --workdir (default: the latest).')
-  flags.DEFINE_string('export', None, 'Directory written by vit_jax.tools.export, instead of --workdir.')
+  flags.DEFINE_string(
+      'export', None, 'Directory written by vit_jax.tools.export, instead of --workdir.'
+  )
   flags.DEFINE_integer('top_k', 5, 'Labels to print per image.')
 
 
@@ -180,22 +212,29 @@ def main(argv: list[str]) -> None:
   if len(argv) < 2:
     cli.fail(f'no images given: use {_USAGE}')
   try:
-    classifier = (load_export(args.export) if args.export is not None
-                  else load_run(args.workdir, args.step))
+    classifier = (
+        load_export(args.export) if args.export is not None else load_run(args.workdir, args.step)
+    )
   except ValueError as e:
     cli.fail(str(e))
   paths = find_images(argv[1:])
   if not paths:  # Empty folders, or folders of other files: "none of 0 predicted" would not say so.
     from vit_jax.data.preprocess import IMAGE_EXTENSIONS  # pylint: disable=g-import-not-at-top
-    cli.fail(f'the inputs hold no image files (folders are searched for '
-             f'{"/".join(IMAGE_EXTENSIONS)} files; inputs: {" ".join(argv[1:])}): pass image files, '
-             'or folders that hold them', status=1)
+
+    cli.fail(
+        f'the inputs hold no image files (folders are searched for '
+        f'{"/".join(IMAGE_EXTENSIONS)} files; inputs: {" ".join(argv[1:])}): pass image files, '
+        'or folders that hold them',
+        status=1,
+    )
   results = predict(paths, classifier, top_k=args.top_k)
   for path, top in results:
     print(format_prediction(path, top))
   if not results:
-    print(f'error: none of {len(paths)} image files could be predicted (inputs: {" ".join(argv[1:])})',
-          file=sys.stderr)
+    print(
+        f'error: none of {len(paths)} image files could be predicted (inputs: {" ".join(argv[1:])})',
+        file=sys.stderr,
+    )
     sys.exit(1)
 
 

@@ -14,10 +14,12 @@ a sweep as the paper's tables are laid out: a row per value of one config field,
 of another, each cell the last logged `--metric` of the run with that pair (e.g. Table 8:
 --pivot=model.posemb,model.posemb_where).
 """
+
 import os
 
 if __name__ == '__main__':  # Before anything loads TensorFlow (epath does, for a gs:// path).
   from vit_jax.runtime import quiet  # pylint: disable=g-import-not-at-top
+
   quiet.quiet_tensorflow()
 
 import base64
@@ -42,8 +44,15 @@ _USAGE = 'WORKDIR [WORKDIR ...] --out=DIR | --pivot=ROW_FIELD,COLUMN_FIELD [--me
 
 # What the training loop logs about itself (vit_jax/train/loop.py and pace.py); every other
 # scalar comes from an evaluator, e.g. eval_top1, eval_polyak_loss, fewshot_5shot, minival_top1.
-TRAIN_TAGS = ('train_loss', 'learning_rate', 'grad_norm', 'images_per_sec', 'steps_per_sec', 'uptime',
-              'skipped_steps')
+TRAIN_TAGS = (
+    'train_loss',
+    'learning_rate',
+    'grad_norm',
+    'images_per_sec',
+    'steps_per_sec',
+    'uptime',
+    'skipped_steps',
+)
 PANEL_INCHES, LEGEND_ROW_INCHES, DPI, MAX_COLUMNS = (5.0, 3.5), 0.25, 100, 3
 
 
@@ -77,8 +86,10 @@ def find_runs(workdirs: Sequence[str]) -> list[tuple[str, epath.Path]]:
         else:
           stack.append(child)
     if not under:
-      raise ValueError(f'{workdir!r} holds no run: neither it nor any directory under it has a '
-                       f'config.json or {EVENTS} files')
+      raise ValueError(
+          f'{workdir!r} holds no run: neither it nor any directory under it has a '
+          f'config.json or {EVENTS} files'
+      )
     found.extend(sorted((os.path.relpath(str(run), str(root)), run) for run in under))
   names = [name for name, _ in found]
   if len(set(names)) < len(names):  # Runs of different sweeps named alike: their full paths.
@@ -89,8 +100,9 @@ def find_runs(workdirs: Sequence[str]) -> list[tuple[str, epath.Path]]:
 def _flat(tree: dict[str, Any], prefix: str = '') -> dict[str, Any]:
   flat = {}
   for key, value in tree.items():
-    flat.update(_flat(value, f'{prefix}{key}.') if isinstance(value, dict) else
-                {f'{prefix}{key}': value})
+    flat.update(
+        _flat(value, f'{prefix}{key}.') if isinstance(value, dict) else {f'{prefix}{key}': value}
+    )
   return flat
 
 
@@ -110,7 +122,9 @@ def differing_fields(runs: Sequence[Run]) -> list[dict[str, Any]]:
   """
   configs = [run.config for run in runs if run.config]
   keys = sorted({key for config in configs for key in config})
-  differ = [key for key in keys if any(config.get(key) != configs[0].get(key) for config in configs)]
+  differ = [
+      key for key in keys if any(config.get(key) != configs[0].get(key) for config in configs)
+  ]
   return [{key: run.config.get(key) for key in differ} if run.config else {} for run in runs]
 
 
@@ -131,8 +145,11 @@ def table(runs: Sequence[Run]) -> list[dict[str, Any]]:
   (None where the run has not logged the metric yet)."""
   rows = []
   for run, fields in zip(runs, differing_fields(runs)):
-    row = {'run': run.name, 'differing config': fields,
-           'last step': max((s for v in run.scalars.values() for s in v), default=None)}
+    row = {
+        'run': run.name,
+        'differing config': fields,
+        'last step': max((s for v in run.scalars.values() for s in v), default=None),
+    }
     for metric in eval_metrics(runs):
       steps = run.scalars.get(metric, {})
       row[f'{metric} final'] = steps[max(steps)] if steps else None
@@ -146,13 +163,15 @@ def figure_inches(num_panels: int, num_runs: int) -> tuple[float, float]:
   columns = min(num_panels, MAX_COLUMNS)
   rows = math.ceil(num_panels / columns)
   return columns * PANEL_INCHES[0], rows * PANEL_INCHES[1] + LEGEND_ROW_INCHES * (
-      math.ceil(num_runs / columns) + 1)
+      math.ceil(num_runs / columns) + 1
+  )
 
 
 def panels(runs: Sequence[Run]) -> list[str]:
   """The tags to plot: train loss, learning rate and each eval metric, where some run has logged them."""
-  return [tag for tag in ('train_loss', 'learning_rate') if any(tag in r.scalars for r in runs)
-          ] + eval_metrics(runs)
+  return [
+      tag for tag in ('train_loss', 'learning_rate') if any(tag in r.scalars for r in runs)
+  ] + eval_metrics(runs)
 
 
 def plot(runs: Sequence[Run], tags: Sequence[str]) -> bytes:
@@ -166,12 +185,19 @@ def plot(runs: Sequence[Run], tags: Sequence[str]) -> bytes:
     for j, run in enumerate(runs):
       steps = sorted(run.scalars.get(tag, {}))
       if steps:  # Few points (evaluations) need markers: one point is no line.
-        lines[run.name], = ax.plot(steps, [run.scalars[tag][s] for s in steps], markersize=3,
-                                   color=colors[j % len(colors)], marker='o' if len(steps) < 30 else None)
+        (lines[run.name],) = ax.plot(
+            steps,
+            [run.scalars[tag][s] for s in steps],
+            markersize=3,
+            color=colors[j % len(colors)],
+            marker='o' if len(steps) < 30 else None,
+        )
     ax.set(title=tag, xlabel='step')
     ax.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))
     ax.grid(alpha=0.3)
-  fig.legend(list(lines.values()), list(lines), loc='outside lower center', ncol=columns, frameon=False)
+  fig.legend(
+      list(lines.values()), list(lines), loc='outside lower center', ncol=columns, frameon=False
+  )
   buffer = io.BytesIO()
   fig.savefig(buffer, format='png', dpi=DPI)
   plt.close(fig)
@@ -182,19 +208,25 @@ def _cell(value: Any) -> str:
   if value is None:
     return ''
   if isinstance(value, dict):
-    return ', '.join(f'{k}={json.dumps(v) if not isinstance(v, str) else v}' for k, v in value.items())
+    return ', '.join(
+        f'{k}={json.dumps(v) if not isinstance(v, str) else v}' for k, v in value.items()
+    )
   return f'{value:.4g}' if isinstance(value, float) else str(value)
 
 
 def to_html(png: bytes, rows: Sequence[dict[str, Any]]) -> str:
   """A page with the picture inlined (one file to mail or attach) and the table."""
   header = ''.join(f'<th>{html.escape(key)}</th>' for key in rows[0])
-  body = ''.join('<tr>' + ''.join(f'<td>{html.escape(_cell(v))}</td>' for v in row.values()) + '</tr>\n'
-                 for row in rows)
-  return ('<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>vit_jax report</title><style>'
-          'table{border-collapse:collapse}th,td{border:1px solid #bbb;padding:2px 6px}</style></head>\n'
-          f'<body>\n<img alt="curves" src="data:image/png;base64,{base64.b64encode(png).decode()}">\n'
-          f'<table>\n<tr>{header}</tr>\n{body}</table>\n</body></html>\n')
+  body = ''.join(
+      '<tr>' + ''.join(f'<td>{html.escape(_cell(v))}</td>' for v in row.values()) + '</tr>\n'
+      for row in rows
+  )
+  return (
+      '<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>vit_jax report</title><style>'
+      'table{border-collapse:collapse}th,td{border:1px solid #bbb;padding:2px 6px}</style></head>\n'
+      f'<body>\n<img alt="curves" src="data:image/png;base64,{base64.b64encode(png).decode()}">\n'
+      f'<table>\n<tr>{header}</tr>\n{body}</table>\n</body></html>\n'
+  )
 
 
 def report(workdirs: Sequence[str], out: str) -> list[str]:
@@ -203,8 +235,10 @@ def report(workdirs: Sequence[str], out: str) -> list[str]:
   runs = [load_run(name, path) for name, path in find_runs(workdirs)]
   tags = panels(runs)
   if not tags:
-    raise ValueError(f'no run in {" ".join(workdirs)} has logged its train loss or an eval metric yet '
-                     f'(its {EVENTS} files)')
+    raise ValueError(
+        f'no run in {" ".join(workdirs)} has logged its train loss or an eval metric yet '
+        f'(its {EVENTS} files)'
+    )
   png = plot(runs, tags)
   cli.make_out_dir(out)
   written = [epath.Path(out) / 'report.png', epath.Path(out) / 'report.html']
@@ -229,26 +263,36 @@ def pivot(runs: Sequence[Run], rows: str, columns: str, metric: str = 'eval_top1
     # '(default)' in every run: two runs in one cell, or a table of one row, saying nothing of why.
     if configs and not any(field in config for config in configs):
       under = sorted(key for config in configs for key in config if key.startswith(f'{field}.'))
-      hint = (f'the fields under it are {", ".join(dict.fromkeys(under))}' if under else
-              'pass a dotted field name of the runs\' config.json, e.g. lr.base')
-      raise ValueError(f'--pivot field {field!r} is in no run\'s config: {hint}')
+      hint = (
+          f'the fields under it are {", ".join(dict.fromkeys(under))}'
+          if under
+          else "pass a dotted field name of the runs' config.json, e.g. lr.base"
+      )
+      raise ValueError(f"--pivot field {field!r} is in no run's config: {hint}")
   if not any(run.scalars.get(metric) for run in runs):  # A misspelt metric: a table of '-' only.
-    raise ValueError(f'no run logged {metric!r}: use --metric= one of '
-                     f'{", ".join(eval_metrics(runs)) or "(none yet)"}')
+    raise ValueError(
+        f'no run logged {metric!r}: use --metric= one of '
+        f'{", ".join(eval_metrics(runs)) or "(none yet)"}'
+    )
   cells: dict[tuple[str, str], str] = {}
   for run in runs:
     key = (_value(run.config, rows), _value(run.config, columns))
     if key in cells:
-      raise ValueError(f'two runs have {rows}={key[0]}, {columns}={key[1]}: pass roots with one run '
-                       'per pair')
+      raise ValueError(
+          f'two runs have {rows}={key[0]}, {columns}={key[1]}: pass roots with one run ' 'per pair'
+      )
     values = run.scalars.get(metric)
     cells[key] = f'{values[max(values)]:.4f}' if values else '-'
   row_values = list(dict.fromkeys(key[0] for key in cells))
   column_values = list(dict.fromkeys(key[1] for key in cells))
-  lines = [f'| {metric}: {rows} (rows), {columns} (columns) | ' + ' | '.join(column_values) + ' |',
-           '|---' * (len(column_values) + 1) + '|']
-  lines += [f'| {row} | ' + ' | '.join(cells.get((row, column), '-') for column in column_values) + ' |'
-            for row in row_values]
+  lines = [
+      f'| {metric}: {rows} (rows), {columns} (columns) | ' + ' | '.join(column_values) + ' |',
+      '|---' * (len(column_values) + 1) + '|',
+  ]
+  lines += [
+      f'| {row} | ' + ' | '.join(cells.get((row, column), '-') for column in column_values) + ' |'
+      for row in row_values
+  ]
   return '\n'.join(lines)
 
 
@@ -257,8 +301,10 @@ def main(argv: list[str]) -> None:
   if len(argv) < 2 or not (out or fields):
     cli.fail(f'no {"WORKDIR" if len(argv) < 2 else "--out or --pivot"} given: use {_USAGE}')
   if fields and len(fields) != 2:
-    cli.fail(f'--pivot={",".join(fields)} names {len(fields)} fields: give a row and a column field, '
-             'e.g. --pivot=model.posemb,model.posemb_where')
+    cli.fail(
+        f'--pivot={",".join(fields)} names {len(fields)} fields: give a row and a column field, '
+        'e.g. --pivot=model.posemb,model.posemb_where'
+    )
   try:
     if fields:
       runs = [load_run(name, path) for name, path in find_runs(argv[1:])]

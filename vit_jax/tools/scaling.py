@@ -10,8 +10,10 @@ compute, a colour a model family: ViT, the R50+ViT hybrid, BiT) and DIR/scaling.
 family, shape, resolution, step, images, exaFLOPs, the metric), and prints the table. Runs that have
 not logged the metric are left out.
 """
+
 if __name__ == '__main__':  # Before anything loads TensorFlow (epath does, for a gs:// path).
   from vit_jax.runtime import quiet  # pylint: disable=g-import-not-at-top
+
   quiet.quiet_tensorflow()
 
 import dataclasses
@@ -50,20 +52,24 @@ class Point:
 
 def model_config(config: dict[str, Any]) -> dict[str, Any]:
   """The model a run's flat config.json describes, as the training loop builds it."""
-  overrides = {key.removeprefix('model.'): value for key, value in config.items()
-               if key.startswith('model.')}
+  overrides = {
+      key.removeprefix('model.'): value for key, value in config.items() if key.startswith('model.')
+  }
   return variants.get_model_config(config['variant'], overrides)
 
 
-def pretraining_exaflops(variant: str, model: dict[str, Any], image_size: int, num_classes: int,
-                         images: int) -> float:
+def pretraining_exaflops(
+    variant: str, model: dict[str, Any], image_size: int, num_classes: int, images: int
+) -> float:
   return 3 * chips.FLOPS[variants.family(variant)](model, image_size, num_classes) * images / EXA
 
 
 def _vit_shape(model: dict[str, Any]) -> tuple[str, str]:
-  return ('R50+ViT' if model['resnet_layers'] else 'ViT',
-          f"{model['num_layers']} layers, D {model['hidden_size']}, MLP {model['mlp_dim']}, "
-          f'/{variants.input_stride(model)}')
+  return (
+      'R50+ViT' if model['resnet_layers'] else 'ViT',
+      f"{model['num_layers']} layers, D {model['hidden_size']}, MLP {model['mlp_dim']}, "
+      f'/{variants.input_stride(model)}',
+  )
 
 
 def _bit_shape(model: dict[str, Any]) -> tuple[str, str]:
@@ -84,11 +90,20 @@ def point(run: report.Run, path: epath.Path, metric: str) -> Point:
   step = max(run.scalars[metric])
   images = run.config['batch_size'] * step
   return Point(
-      run.name, *FAMILY_SHAPES[variants.family(variant)](model), run.config['image_size'], step,
+      run.name,
+      *FAMILY_SHAPES[variants.family(variant)](model),
+      run.config['image_size'],
+      step,
       images,
-      pretraining_exaflops(variant, model, run.config['image_size'],
-                           json.loads(info.read_text())['num_classes'], images),
-      run.scalars[metric][step])
+      pretraining_exaflops(
+          variant,
+          model,
+          run.config['image_size'],
+          json.loads(info.read_text())['num_classes'],
+          images,
+      ),
+      run.scalars[metric][step],
+  )
 
 
 def points(roots: Sequence[str], metric: str) -> list[Point]:
@@ -97,15 +112,22 @@ def points(roots: Sequence[str], metric: str) -> list[Point]:
   found = [point(run, path, metric) for run, path in runs if run.scalars.get(metric)]
   if not found:
     logged = sorted({tag for run, _ in runs for tag in run.scalars} - set(report.TRAIN_TAGS))
-    raise ValueError(f'no run logged {metric!r}: use --metric= one of {", ".join(logged) or "(none yet)"}')
+    raise ValueError(
+        f'no run logged {metric!r}: use --metric= one of {", ".join(logged) or "(none yet)"}'
+    )
   return found
 
 
 def to_markdown(found: Sequence[Point], metric: str) -> str:
-  lines = [f'| run | family | model | image size | step | images | exaFLOPs | {metric} |',
-           '|---|---|---|---|---|---|---|---|']
-  lines += [f'| {p.run} | {p.family} | {p.shape} | {p.image_size} | {p.step} | {p.images} | '
-            f'{p.exaflops:.4g} | {p.accuracy:.4g} |' for p in found]
+  lines = [
+      f'| run | family | model | image size | step | images | exaFLOPs | {metric} |',
+      '|---|---|---|---|---|---|---|---|',
+  ]
+  lines += [
+      f'| {p.run} | {p.family} | {p.shape} | {p.image_size} | {p.step} | {p.images} | '
+      f'{p.exaflops:.4g} | {p.accuracy:.4g} |'
+      for p in found
+  ]
   return '\n'.join(lines) + '\n'
 
 
@@ -115,11 +137,17 @@ def plot(found: Sequence[Point], metric: str) -> bytes:
   colors = plt.get_cmap('tab10').colors
   for i, family in enumerate(sorted({p.family for p in found}, key=FAMILY_ORDER.index)):
     members = [p for p in found if p.family == family]
-    ax.scatter([p.exaflops for p in members], [p.accuracy for p in members], color=colors[i],
-               label=family, zorder=2)
+    ax.scatter(
+        [p.exaflops for p in members],
+        [p.accuracy for p in members],
+        color=colors[i],
+        label=family,
+        zorder=2,
+    )
     for p in members:
-      ax.annotate(p.shape, (p.exaflops, p.accuracy), fontsize=6, xytext=(3, 3),
-                  textcoords='offset points')
+      ax.annotate(
+          p.shape, (p.exaflops, p.accuracy), fontsize=6, xytext=(3, 3), textcoords='offset points'
+      )
   ax.set(xscale='log', xlabel='pre-training compute (exaFLOPs)', ylabel=metric)
   ax.margins(x=0.15)  # Room for the rightmost point's name.
   ax.grid(alpha=0.3, which='both')
@@ -157,6 +185,9 @@ def main(argv: list[str]) -> None:
 if __name__ == '__main__':
   # Defined only when run as a command: other commands' modules have flags of the same names.
   flags.DEFINE_string('out', None, 'Directory to write scaling.png and scaling.md.')
-  flags.DEFINE_string('metric', 'eval_top1', 'The accuracy to plot: an eval metric the runs log, '
-                      'e.g. fewshot_5shot.')
+  flags.DEFINE_string(
+      'metric',
+      'eval_top1',
+      'The accuracy to plot: an eval metric the runs log, ' 'e.g. fewshot_5shot.',
+  )
   cli.run(main, flags_parser=cli.flags_parser(_USAGE))

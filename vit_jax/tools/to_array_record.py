@@ -3,6 +3,7 @@ vit_jax reads it without TensorFlow. The conversion itself needs TensorFlow: pip
 
   python -m vit_jax.tools.to_array_record DATA_DIR/cifar10/3.0.2
 """
+
 from vit_jax.runtime import cli
 from vit_jax.data import tfds_source
 

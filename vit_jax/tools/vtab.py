@@ -12,8 +12,10 @@ it to DIR/vtab.md and DIR/vtab.csv (top-1 as logged, fractions). Runs are recogn
 config.json (dataset vtab/<task>; the sweep phase has evals.val200), not their directory names; a run
 that has not evaluated its last step yet is left out.
 """
+
 if __name__ == '__main__':  # Before anything loads TensorFlow (vit_jax.data does).
   from vit_jax.runtime import quiet  # pylint: disable=g-import-not-at-top
+
   quiet.quiet_tensorflow()
 
 import csv
@@ -37,6 +39,7 @@ VAL_METRIC = 'val200_top1'
 @dataclasses.dataclass(frozen=True)
 class Row:
   """A task's result, or a mean over tasks (task 'mean', source 'k of n tasks')."""
+
   group: str
   task: str
   lr: float | None = None
@@ -70,8 +73,9 @@ def vtab_runs(runs: Sequence[report.Run]) -> dict[str, dict[str, list[report.Run
   return found
 
 
-def task_row(name: str, sweep: Sequence[report.Run], final: Sequence[report.Run],
-             rate: float | None = None) -> Row:
+def task_row(
+    name: str, sweep: Sequence[report.Run], final: Sequence[report.Run], rate: float | None = None
+) -> Row:
   """The task's result: the best val200 learning rate (or `rate`, when given), and the test top-1 of
   the final run at it (or of that sweep run); empty where the task has no finished run."""
   group = vtab_data.TASKS[name].group
@@ -79,18 +83,30 @@ def task_row(name: str, sweep: Sequence[report.Run], final: Sequence[report.Run]
     sweep = [run for run in sweep if run.config['lr.base'] == rate]
     final = [run for run in final if run.config['lr.base'] == rate]
   # Of equally good rates, the lowest.
-  best = max(sorted(sweep, key=lambda r: r.config['lr.base']), default=None,
-             key=lambda r: _rank(_last_value(r, VAL_METRIC)))
+  best = max(
+      sorted(sweep, key=lambda r: r.config['lr.base']),
+      default=None,
+      key=lambda r: _rank(_last_value(r, VAL_METRIC)),
+  )
   lr = best.config['lr.base'] if best else None
   finals = [run for run in final if lr is None or run.config['lr.base'] == lr]
   if len(finals) > 1:
     which = f'at lr {lr:g}' if best else 'and no sweep run to choose a rate'
-    raise ValueError(f'VTAB task {name} has {len(finals)} final runs {which}: '
-                     f'{", ".join(r.name for r in finals)}: leave one of them under the roots')
+    raise ValueError(
+        f'VTAB task {name} has {len(finals)} final runs {which}: '
+        f'{", ".join(r.name for r in finals)}: leave one of them under the roots'
+    )
   val200 = _last_value(best, VAL_METRIC) if best else None
   if finals:
-    return Row(group, name, finals[0].config['lr.base'], val200, _last_value(finals[0], TEST_METRIC),
-               'final run', finals[0].name)
+    return Row(
+        group,
+        name,
+        finals[0].config['lr.base'],
+        val200,
+        _last_value(finals[0], TEST_METRIC),
+        'final run',
+        finals[0].name,
+    )
   if best:
     return Row(group, name, lr, val200, _last_value(best, TEST_METRIC), 'sweep run', best.name)
   return Row(group, name)
@@ -107,10 +123,14 @@ def shared_rate(found: dict[str, dict[str, list[report.Run]]]) -> float | None:
   swept = {name for values in by_rate.values() for name in values}
   complete = {lr: values for lr, values in by_rate.items() if values.keys() == swept}
   if by_rate and not complete:
-    raise ValueError(f'no learning rate was swept on all of the {len(swept)} swept tasks '
-                     f'(rates: {", ".join(f"{lr:g}" for lr in sorted(by_rate))}): finish the sweep, or '
-                     'use --select=per_task')
-  return max(sorted(complete), key=lambda lr: _rank(np.mean(list(complete[lr].values()))), default=None)
+    raise ValueError(
+        f'no learning rate was swept on all of the {len(swept)} swept tasks '
+        f'(rates: {", ".join(f"{lr:g}" for lr in sorted(by_rate))}): finish the sweep, or '
+        'use --select=per_task'
+    )
+  return max(
+      sorted(complete), key=lambda lr: _rank(np.mean(list(complete[lr].values()))), default=None
+  )
 
 
 # --select: how a task's learning rate is chosen, from the VTAB runs found (None: each task's best).
@@ -119,8 +139,12 @@ SELECTIONS = {'per_task': lambda found: None, 'shared': shared_rate}
 
 def mean_row(group: str, rows: Sequence[Row]) -> Row:
   values = [row.test_top1 for row in rows if row.test_top1 is not None]
-  return Row(group, 'mean', test_top1=float(np.mean(values)) if values else None,
-             source=f'{len(values)} of {len(rows)} tasks')
+  return Row(
+      group,
+      'mean',
+      test_top1=float(np.mean(values)) if values else None,
+      source=f'{len(values)} of {len(rows)} tasks',
+  )
 
 
 def table(runs: Sequence[report.Run], select: str = 'per_task') -> list[Row]:
@@ -130,10 +154,14 @@ def table(runs: Sequence[report.Run], select: str = 'per_task') -> list[Row]:
     raise ValueError(f'unknown --select={select}: use one of {", ".join(SELECTIONS)}')
   found = vtab_runs(runs)
   if not any(phase for phases in found.values() for phase in phases.values()):
-    raise ValueError('no finished VTAB run: none has a config.json with dataset vtab/<task> '
-                     '(configs/vtab.py:TASK) and its test top-1 at its last step')
+    raise ValueError(
+        'no finished VTAB run: none has a config.json with dataset vtab/<task> '
+        '(configs/vtab.py:TASK) and its test top-1 at its last step'
+    )
   rate = SELECTIONS[select](found)
-  tasks = [task_row(name, found[name]['sweep'], found[name]['final'], rate) for name in vtab_data.TASKS]
+  tasks = [
+      task_row(name, found[name]['sweep'], found[name]['final'], rate) for name in vtab_data.TASKS
+  ]
   rows = []
   for group in vtab_data.GROUPS:
     members = [row for row in tasks if row.group == group]
@@ -146,12 +174,16 @@ def _percent(value: float | None) -> str:
 
 
 def to_markdown(rows: Sequence[Row]) -> str:
-  lines = ['| group | task | lr | val200 top-1 (%) | test top-1 (%) | test from | run |',
-           '|---|---|---|---|---|---|---|']
+  lines = [
+      '| group | task | lr | val200 top-1 (%) | test top-1 (%) | test from | run |',
+      '|---|---|---|---|---|---|---|',
+  ]
   for row in rows:
     task = f'**{row.task}**' if row.task == 'mean' else row.task
-    lines.append(f'| {row.group} | {task} | {"" if row.lr is None else f"{row.lr:g}"} | '
-                 f'{_percent(row.val200_top1)} | {_percent(row.test_top1)} | {row.source} | {row.run} |')
+    lines.append(
+        f'| {row.group} | {task} | {"" if row.lr is None else f"{row.lr:g}"} | '
+        f'{_percent(row.val200_top1)} | {_percent(row.test_top1)} | {row.source} | {row.run} |'
+    )
   return '\n'.join(lines) + '\n'
 
 
@@ -164,8 +196,9 @@ def to_csv(rows: Sequence[Row]) -> str:
   return buffer.getvalue()
 
 
-def vtab_table(roots: Sequence[str], out: str | None = None,
-               select: str = 'per_task') -> tuple[str, list[str]]:
+def vtab_table(
+    roots: Sequence[str], out: str | None = None, select: str = 'per_task'
+) -> tuple[str, list[str]]:
   """The markdown table of the VTAB runs under `roots`, and the files written to `out` (if given).
   Bad input is a one-line ValueError, raised before anything is written."""
   rows = table([report.load_run(name, path) for name, path in report.find_runs(roots)], select)
@@ -192,6 +225,10 @@ def main(argv: list[str]) -> None:
 if __name__ == '__main__':
   # Defined only when run as a command: other commands' modules have flags of the same names.
   flags.DEFINE_string('out', None, 'Directory to write vtab.md and vtab.csv (optional).')
-  flags.DEFINE_string('select', 'per_task', 'How each task\'s learning rate is chosen on val200: '
-                      'per_task (its best) or shared (the paper\'s: one rate, best mean over tasks).')
+  flags.DEFINE_string(
+      'select',
+      'per_task',
+      "How each task's learning rate is chosen on val200: "
+      "per_task (its best) or shared (the paper's: one rate, best mean over tasks).",
+  )
   cli.run(main, flags_parser=cli.flags_parser(_USAGE))

@@ -4,6 +4,7 @@
 Written here rather than with clu's metric writers: importing those imports all of Keras (through
 TensorBoard's hparams Keras callback), 1.5 s of every command's start.
 """
+
 from concurrent import futures
 import os
 import socket
@@ -21,16 +22,19 @@ from tensorboard.plugins.scalar import summary_v2 as scalar_summary
 from vit_jax.train import events
 
 
-
 class MetricWriter(Protocol):
 
-  def write_scalars(self, step: int, scalars: Mapping[str, float]) -> None: ...
+  def write_scalars(self, step: int, scalars: Mapping[str, float]) -> None:
+    ...
 
-  def write_hparams(self, hparams: Mapping[str, Any]) -> None: ...
+  def write_hparams(self, hparams: Mapping[str, Any]) -> None:
+    ...
 
-  def flush(self) -> None: ...
+  def flush(self) -> None:
+    ...
 
-  def close(self) -> None: ...
+  def close(self) -> None:
+    ...
 
 
 class EventWriter:
@@ -53,8 +57,10 @@ class EventWriter:
   def _start_file(self) -> None:
     # Named like TensorFlow's files (`read_scalars` orders them by the seconds), numbered for the
     # files one process starts within a second.
-    self._path = self._dir / (f'events.out.tfevents.{int(time.time())}.{socket.gethostname()}.'
-                              f'{os.getpid()}.{self._files:04d}.vit_jax')
+    self._path = self._dir / (
+        f'events.out.tfevents.{int(time.time())}.{socket.gethostname()}.'
+        f'{os.getpid()}.{self._files:04d}.vit_jax'
+    )
     self._files += 1
     self._records = bytearray()
     self._written = -1  # Nothing yet: the first flush writes the file even with the header alone.
@@ -92,8 +98,14 @@ class LogWriter:
   """One log line per write: `[step] name=value, ...` (values to 6 significant digits)."""
 
   def write_scalars(self, step: int, scalars: Mapping[str, float]) -> None:
-    logging.info('[%d] %s', step, ', '.join(
-        f'{k}={v:.6g}' if isinstance(v, float) else f'{k}={v}' for k, v in sorted(scalars.items())))
+    logging.info(
+        '[%d] %s',
+        step,
+        ', '.join(
+            f'{k}={v:.6g}' if isinstance(v, float) else f'{k}={v}'
+            for k, v in sorted(scalars.items())
+        ),
+    )
 
   def write_hparams(self, hparams: Mapping[str, Any]) -> None:
     logging.debug('[Hyperparameters] %s', dict(hparams))  # config.json holds them too.

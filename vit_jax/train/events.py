@@ -1,5 +1,6 @@
 """The scalars a run wrote to its TensorBoard event files (train/event_writer.py), read without
 TensorFlow and while the run is still writing them."""
+
 import struct
 from typing import Iterator
 
@@ -15,7 +16,12 @@ EVENTS = 'events.out.tfevents.*'
 def encode_record(data: bytes) -> bytes:
   """One TFRecord, as `read_events` reads them: length, its masked CRC-32C, the data, its CRC."""
   header = struct.pack('<Q', len(data))
-  return header + struct.pack('<I', masked_crc32c(header)) + data + struct.pack('<I', masked_crc32c(data))
+  return (
+      header
+      + struct.pack('<I', masked_crc32c(header))
+      + data
+      + struct.pack('<I', masked_crc32c(data))
+  )
 
 
 def read_events(data: bytes) -> Iterator[event_pb2.Event]:
@@ -23,11 +29,11 @@ def read_events(data: bytes) -> Iterator[event_pb2.Event]:
   first incomplete or unreadable record: a running writer may have written half of its last one."""
   offset = 0
   while offset + 12 <= len(data):
-    length, = struct.unpack_from('<Q', data, offset)
+    (length,) = struct.unpack_from('<Q', data, offset)
     if offset + 12 + length + 4 > len(data):
       return
     try:
-      yield event_pb2.Event.FromString(data[offset + 12:offset + 12 + length])
+      yield event_pb2.Event.FromString(data[offset + 12 : offset + 12 + length])
     except message.DecodeError:
       return
     offset += 12 + length + 4

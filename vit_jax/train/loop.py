@@ -4,6 +4,7 @@ Everything a run depends on is a function of (config, step): the batch of step s
 stream, the dropout key of step s is fold_in(seed, s). A run killed after a checkpoint and started again
 therefore continues exactly as if it had never stopped.
 """
+
 import time
 from typing import Any, Callable, Iterator
 
@@ -28,8 +29,9 @@ def evaluate(evaluator: Any, state: TrainState) -> dict[str, float]:
   their average."""
   metrics = {f'{evaluator.name}_{k}': v for k, v in evaluator(state.params).items()}
   if state.ema_params is not None:
-    metrics.update({f'{evaluator.name}_polyak_{k}': v
-                    for k, v in evaluator(state.ema_params).items()})
+    metrics.update(
+        {f'{evaluator.name}_polyak_{k}': v for k, v in evaluator(state.ema_params).items()}
+    )
   return metrics
 
 
@@ -37,8 +39,9 @@ class DivergedError(RuntimeError):
   """A non-finite loss or gradient norm: the run stops before the poisoned state is saved."""
 
 
-def _checked_history(history: list[dict[str, jax.Array]], first_step: int,
-                     budget: int) -> list[dict[str, float]]:
+def _checked_history(
+    history: list[dict[str, jax.Array]], first_step: int, budget: int
+) -> list[dict[str, float]]:
   """The train metrics of steps first_step, first_step + 1, ... on the host; raises DivergedError at
   the first step whose loss or gradient norm is not finite, or, when the run skips such steps, at the
   first step at which more than `budget` of them were skipped."""
@@ -49,14 +52,16 @@ def _checked_history(history: list[dict[str, jax.Array]], first_step: int,
         raise DivergedError(
             f'{int(metrics["skipped_steps"])} steps had non-finite gradients by step {step}, more than '
             f'config.skip_nonfinite_steps={budget} allows: the run stopped there and saved nothing '
-            'after it; lower the learning rate (config.lr.base), then resume from the last checkpoint')
+            'after it; lower the learning rate (config.lr.base), then resume from the last checkpoint'
+        )
       continue
     for name in ('train_loss', 'grad_norm'):
       if not np.isfinite(metrics[name]):
         raise DivergedError(
             f'{name} is {float(metrics[name])} at step {step}: the run stopped there and saved nothing '
             'after it; lower the learning rate (config.lr.base) or raise config.lr.warmup_steps, then '
-            'resume from the last checkpoint')
+            'resume from the last checkpoint'
+        )
   return history
 
 
@@ -78,11 +83,13 @@ def run_header(setup: Setup, num_params: int) -> str:
   mesh = ' x '.join(f'{name}={size}' for name, size in setup.mesh.shape.items())
   data_dir = f' {config.data_dir}' if config.data_dir and config.dataset == 'folder' else ''
   devices = jax.device_count()
-  return (f'{config.variant}, {num_params / 1e6:.1f}M parameters, {config.dtype}, '
-          f'{config.image_size} px; {config.dataset}{data_dir}: {info.num_train} train / '
-          f'{info.num_eval} eval examples, {info.num_classes} classes; batch {config.batch_size} on '
-          f'{devices} device{"s" * (devices > 1)} (mesh {mesh}); workdir {setup.workdir} (every '
-          'field in its config.json; --verbosity=1 logs them)')
+  return (
+      f'{config.variant}, {num_params / 1e6:.1f}M parameters, {config.dtype}, '
+      f'{config.image_size} px; {config.dataset}{data_dir}: {info.num_train} train / '
+      f'{info.num_eval} eval examples, {info.num_classes} classes; batch {config.batch_size} on '
+      f'{devices} device{"s" * (devices > 1)} (mesh {mesh}); workdir {setup.workdir} (every '
+      'field in its config.json; --verbosity=1 logs them)'
+  )
 
 
 def train_and_evaluate(setup: Setup) -> dict[str, float]:
@@ -106,21 +113,39 @@ def _train(setup: Setup, watchdog: Watchdog) -> dict[str, float]:
   step_fn = jit_train_step(setup, tx, schedule, state_shardings)
 
   train_iter = data.train_iterator(
-      config, local_batch_size=config.batch_size // jax.process_count(), start_step=start_step,
-      process_index=jax.process_index(), process_count=jax.process_count())
+      config,
+      local_batch_size=config.batch_size // jax.process_count(),
+      start_step=start_step,
+      process_index=jax.process_index(),
+      process_count=jax.process_count(),
+  )
   run_pace = pace.Pace(setup.total_steps, config.log_every_steps, writer)
-  logging.info('%s %s', (f'Run already at step {start_step} of {setup.total_steps}: evaluating only;'
-                          if start_step >= setup.total_steps else  # A finished run started again.
-                          f'Training {setup.total_steps} steps from step {start_step}:'),
-               run_header(setup, sum(x.size for x in jax.tree.leaves(state.params))))
+  logging.info(
+      '%s %s',
+      (
+          f'Run already at step {start_step} of {setup.total_steps}: evaluating only;'
+          if start_step >= setup.total_steps  # A finished run started again.
+          else f'Training {setup.total_steps} steps from step {start_step}:'
+      ),
+      run_header(setup, sum(x.size for x in jax.tree.leaves(state.params))),
+  )
 
   notice = preemption.PreemptionNotice(manager)
   saver = checkpoint.Saver(manager)
   bar = progress.for_run(setup.total_steps, start_step, config.batch_size, jax.process_index())
   try:
-    eval_metrics = _run_steps(setup, state, step_fn, train_iter, writer, run_pace, notice,
-                              lambda step, state: saver.save(step, to_checkpoint(state)), watchdog,
-                              bar)
+    eval_metrics = _run_steps(
+        setup,
+        state,
+        step_fn,
+        train_iter,
+        writer,
+        run_pace,
+        notice,
+        lambda step, state: saver.save(step, to_checkpoint(state)),
+        watchdog,
+        bar,
+    )
   finally:  # Also when the run stops early: the saves in flight complete, or stay unread temporaries.
     # Now, not when the interpreter ends, where grain's clean-up of its worker processes would find
     # its modules gone (a traceback on the console per worker).
@@ -137,11 +162,18 @@ def _train(setup: Setup, watchdog: Watchdog) -> dict[str, float]:
   return eval_metrics
 
 
-def _run_steps(setup: Setup, state: TrainState, step_fn: Callable, train_iter: Iterator,
-               writer: event_writer.MetricWriter, run_pace: pace.Pace,
-               notice: preemption.PreemptionNotice,
-               save: Callable[[int, TrainState], None], watchdog: Watchdog,
-               bar: progress.Bar) -> dict[str, float]:
+def _run_steps(
+    setup: Setup,
+    state: TrainState,
+    step_fn: Callable,
+    train_iter: Iterator,
+    writer: event_writer.MetricWriter,
+    run_pace: pace.Pace,
+    notice: preemption.PreemptionNotice,
+    save: Callable[[int, TrainState], None],
+    watchdog: Watchdog,
+    bar: progress.Bar,
+) -> dict[str, float]:
   """Steps int(state.step) + 1 .. total_steps with their logging, evaluations and saves; raises
   preemption.Preempted after saving the step at which the run was asked to stop."""
   config = setup.config

@@ -1,4 +1,5 @@
 """What a run shows of itself beside its metrics: a profiler trace of a few steps, memory in use."""
+
 from typing import Any
 
 import jax
@@ -28,8 +29,12 @@ class StepProfiler:
       jax.block_until_ready(outputs)
       jax.profiler.stop_trace()
       self._tracing = False
-      logging.info('Profiled steps %d-%d into %s/plugins/profile (TensorBoard: Profile)',
-                   self._steps.start, self._steps[-1], self._logdir)
+      logging.info(
+          'Profiled steps %d-%d into %s/plugins/profile (TensorBoard: Profile)',
+          self._steps.start,
+          self._steps[-1],
+          self._logdir,
+      )
 
 
 def memory_in_use() -> tuple[str, dict[str, int]]:
@@ -51,5 +56,9 @@ def _size(num_bytes: int) -> str:
 
 def log_memory(step: int) -> None:
   counted_by, in_use = memory_in_use()
-  logging.info('Memory in use after step %d (%s): %s', step, counted_by,
-               ', '.join(f'{d} {_size(b)}' for d, b in in_use.items()))
+  logging.info(
+      'Memory in use after step %d (%s): %s',
+      step,
+      counted_by,
+      ', '.join(f'{d} {_size(b)}' for d, b in in_use.items()),
+  )

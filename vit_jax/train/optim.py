@@ -4,6 +4,7 @@ Lion and Adafactor; per-parameter multipliers, layer decay and freezing are para
 `OPTIMIZERS` and `DECAYS` map the names `config.optim.name` and `config.lr.decay` accept to the function
 that builds each: adding one is a function and an entry.
 """
+
 import math
 from typing import Any, Callable
 
@@ -21,11 +22,15 @@ Optimizer = Callable[[ml_collections.ConfigDict, optax.Schedule], optax.Gradient
 Decay = Callable[[ml_collections.ConfigDict, int], optax.Schedule]
 
 
-def _decoupled(direction: optax.GradientTransformation, optim: ml_collections.ConfigDict,
-               schedule: optax.Schedule) -> optax.GradientTransformation:
+def _decoupled(
+    direction: optax.GradientTransformation,
+    optim: ml_collections.ConfigDict,
+    schedule: optax.Schedule,
+) -> optax.GradientTransformation:
   """The chain of optax.adamw and optax.lion: a direction, plus weight decay, times the learning rate."""
-  return optax.chain(direction, param_groups.add_decayed_weights(optim),
-                     optax.scale_by_learning_rate(schedule))
+  return optax.chain(
+      direction, param_groups.add_decayed_weights(optim), optax.scale_by_learning_rate(schedule)
+  )
 
 
 # config.optim.b2 unset: each optimizer's own, as its paper and optax have it (Lion's 0.99 averages
@@ -38,27 +43,42 @@ def beta2(optim: ml_collections.ConfigDict) -> float:
   return DEFAULT_B2[optim.name] if optim.b2 is None else optim.b2
 
 
-def _adamw(optim: ml_collections.ConfigDict, schedule: optax.Schedule) -> optax.GradientTransformation:
-  return _decoupled(optax.scale_by_adam(optim.b1, beta2(optim), mu_dtype=optim.mu_dtype), optim, schedule)
+def _adamw(
+    optim: ml_collections.ConfigDict, schedule: optax.Schedule
+) -> optax.GradientTransformation:
+  return _decoupled(
+      optax.scale_by_adam(optim.b1, beta2(optim), mu_dtype=optim.mu_dtype), optim, schedule
+  )
 
 
-def _lion(optim: ml_collections.ConfigDict, schedule: optax.Schedule) -> optax.GradientTransformation:
-  return _decoupled(optax.scale_by_lion(optim.b1, beta2(optim), mu_dtype=optim.mu_dtype), optim, schedule)
+def _lion(
+    optim: ml_collections.ConfigDict, schedule: optax.Schedule
+) -> optax.GradientTransformation:
+  return _decoupled(
+      optax.scale_by_lion(optim.b1, beta2(optim), mu_dtype=optim.mu_dtype), optim, schedule
+  )
 
 
-def _adafactor(optim: ml_collections.ConfigDict,
-               schedule: optax.Schedule) -> optax.GradientTransformation:
+def _adafactor(
+    optim: ml_collections.ConfigDict, schedule: optax.Schedule
+) -> optax.GradientTransformation:
   # optax adds adafactor's weight decay after the learning rate: scheduled here, so that it is the
   # decoupled weight decay times the learning rate, as for adamw.
-  return optax.adafactor(schedule, weight_decay_rate=lambda step: optim.weight_decay * schedule(step),
-                         weight_decay_mask=param_groups.kernels_only)
+  return optax.adafactor(
+      schedule,
+      weight_decay_rate=lambda step: optim.weight_decay * schedule(step),
+      weight_decay_mask=param_groups.kernels_only,
+  )
 
 
-def _sgd(optim: ml_collections.ConfigDict, schedule: optax.Schedule) -> optax.GradientTransformation:
+def _sgd(
+    optim: ml_collections.ConfigDict, schedule: optax.Schedule
+) -> optax.GradientTransformation:
   # Weight decay here is an L2 term added to the gradient (the fine-tuning recipe uses none).
   return optax.chain(
       param_groups.add_decayed_weights(optim) if optim.weight_decay else optax.identity(),
-      optax.sgd(schedule, momentum=optim.momentum or None))
+      optax.sgd(schedule, momentum=optim.momentum or None),
+  )
 
 
 def _linear(lr: ml_collections.ConfigDict, steps: int) -> optax.Schedule:
@@ -66,7 +86,7 @@ def _linear(lr: ml_collections.ConfigDict, steps: int) -> optax.Schedule:
 
 
 def _cosine(lr: ml_collections.ConfigDict, steps: int) -> optax.Schedule:
-  return optax.cosine_decay_schedule(lr.base, steps, alpha=lr.end / lr.base if lr.base else 0.)
+  return optax.cosine_decay_schedule(lr.base, steps, alpha=lr.end / lr.base if lr.base else 0.0)
 
 
 def _constant(lr: ml_collections.ConfigDict, steps: int) -> optax.Schedule:
@@ -74,8 +94,12 @@ def _constant(lr: ml_collections.ConfigDict, steps: int) -> optax.Schedule:
   return optax.constant_schedule(lr.base)
 
 
-OPTIMIZERS: dict[str, Optimizer] = {'adamw': _adamw, 'sgd': _sgd, 'lion': _lion,
-                                    'adafactor': _adafactor}
+OPTIMIZERS: dict[str, Optimizer] = {
+    'adamw': _adamw,
+    'sgd': _sgd,
+    'lion': _lion,
+    'adafactor': _adafactor,
+}
 # The optimizers whose first moment config.optim.mu_dtype sets.
 MU_DTYPE_OPTIMIZERS = ('adamw', 'lion')
 DECAYS: dict[str, Decay] = {'linear': _linear, 'cosine': _cosine, 'constant': _constant}
@@ -97,8 +121,10 @@ def _check_range(field: str, value: float, high: float, example: str) -> None:
 def _check_lr(lr: ml_collections.ConfigDict) -> None:
   _lookup(DECAYS, 'lr.decay', lr.decay)
   if lr.decay == 'constant' and lr.end:  # A constant rate never reaches it: the field does nothing.
-    raise ValueError(f"config.lr.end={lr.end} is where a decay ends, and lr.decay='constant' has none: "
-                     "set --config.lr.end=0.0, or --config.lr.decay=cosine")
+    raise ValueError(
+        f"config.lr.end={lr.end} is where a decay ends, and lr.decay='constant' has none: "
+        'set --config.lr.end=0.0, or --config.lr.decay=cosine'
+    )
   _check_range('lr.base', lr.base, math.inf, '1e-3')
   _check_range('lr.warmup_steps', lr.warmup_steps, math.inf, '10000 (0: no warmup)')
   _check_range('lr.end', lr.end, math.inf, '0.0')
@@ -111,14 +137,18 @@ def _check_update(config: ml_collections.ConfigDict) -> None:
   if optim.b2 is not None:
     _check_range('optim.b2', optim.b2, 1, '0.999')
     if optim.name not in DEFAULT_B2:  # sgd, adafactor: the field would do nothing.
-      raise ValueError(f'config.optim.b2={optim.b2} is the second-moment decay of '
-                       f'{" and ".join(DEFAULT_B2)}, which {optim.name} does not use: unset it')
+      raise ValueError(
+          f'config.optim.b2={optim.b2} is the second-moment decay of '
+          f'{" and ".join(DEFAULT_B2)}, which {optim.name} does not use: unset it'
+      )
   _check_range('optim.weight_decay', optim.weight_decay, math.inf, '0.1 (0: none)')
   _check_range('optim.momentum', optim.momentum, 1, '0.9 (0: none)')
   _check_range('grad_clip_norm', config.grad_clip_norm, math.inf, '1.0 (0: no clipping)')
   if config.skip_nonfinite_steps < 0:
-    raise ValueError(f'config.skip_nonfinite_steps={config.skip_nonfinite_steps} must be at least 0 '
-                     '(0: stop at the first non-finite step)')
+    raise ValueError(
+        f'config.skip_nonfinite_steps={config.skip_nonfinite_steps} must be at least 0 '
+        '(0: stop at the first non-finite step)'
+    )
   _check_mu_dtype(optim)
   param_groups.check_config(optim)
   if optim.layer_decay is not None:
@@ -131,26 +161,36 @@ def _check_mu_dtype(optim: ml_collections.ConfigDict) -> None:
   if optim.mu_dtype is None:
     return
   if optim.name not in MU_DTYPE_OPTIMIZERS:
-    raise ValueError(f'config.optim.mu_dtype={optim.mu_dtype!r} is the first moment of '
-                     f'{" and ".join(MU_DTYPE_OPTIMIZERS)}, which {optim.name} does not keep: unset it')
+    raise ValueError(
+        f'config.optim.mu_dtype={optim.mu_dtype!r} is the first moment of '
+        f'{" and ".join(MU_DTYPE_OPTIMIZERS)}, which {optim.name} does not keep: unset it'
+    )
   try:
     floating = jnp.issubdtype(jnp.dtype(optim.mu_dtype), jnp.floating)
   except TypeError:
     floating = False
   if not floating:
-    raise ValueError(f'config.optim.mu_dtype={optim.mu_dtype!r} must name a float dtype, e.g. '
-                     "'bfloat16' (unset: the parameters' float32)")
+    raise ValueError(
+        f'config.optim.mu_dtype={optim.mu_dtype!r} must name a float dtype, e.g. '
+        "'bfloat16' (unset: the parameters' float32)"
+    )
 
 
 def _check_adafactor(config: ml_collections.ConfigDict) -> None:
   if config.optim.wd_mults:
-    raise ValueError('config.optim.wd_mults are not supported by adafactor (its weight decay is '
-                     "optax's, one rate for all kernels): unset them, or use adamw")
-  if variants.get_model_config(config.variant, config.model.to_dict()).get('scan'):  # Only a ViT has it.
+    raise ValueError(
+        'config.optim.wd_mults are not supported by adafactor (its weight decay is '
+        "optax's, one rate for all kernels): unset them, or use adamw"
+    )
+  if variants.get_model_config(config.variant, config.model.to_dict()).get(
+      'scan'
+  ):  # Only a ViT has it.
     # Its clipping and parameter scale take the RMS of each array: of all layers at once if stacked.
-    raise ValueError('config.optim.name=adafactor scales each parameter array by its RMS, which a '
-                     'scanned model (config.model.scan) computes over all blocks at once: set '
-                     '--config.model.scan=False, or use adamw')
+    raise ValueError(
+        'config.optim.name=adafactor scales each parameter array by its RMS, which a '
+        'scanned model (config.model.scan) computes over all blocks at once: set '
+        '--config.model.scan=False, or use adamw'
+    )
 
 
 def check_optim(config: ml_collections.ConfigDict) -> None:
@@ -170,8 +210,9 @@ def make_schedule(lr: ml_collections.ConfigDict, total_steps: int) -> optax.Sche
   return optax.join_schedules([warmup, decay], [lr.warmup_steps])
 
 
-def make_optimizer(config: ml_collections.ConfigDict,
-                   total_steps: int) -> tuple[optax.GradientTransformation, optax.Schedule]:
+def make_optimizer(
+    config: ml_collections.ConfigDict, total_steps: int
+) -> tuple[optax.GradientTransformation, optax.Schedule]:
   """The optimizer named by `config.optim`: global-norm clipping, the update rule and the parameter
   groups' multipliers, over the parameters that train (frozen ones get zero updates, keep no state and
   count in no clipping norm, as in big_vision). Returns it and its schedule.
@@ -204,6 +245,9 @@ def schedule_step(opt_state: Any, step: jax.Array) -> jax.Array:
   as it was, so after k skipped steps the rate applied is schedule(step - k). The logged learning rate
   must be schedule(schedule_step(opt_state, step)) to be the one applied. `step` is returned when no
   state counts (every parameter frozen: nothing is applied)."""
-  counts = [s.count for s in jax.tree.leaves(opt_state, is_leaf=_is_schedule_state)
-            if _is_schedule_state(s)]
+  counts = [
+      s.count
+      for s in jax.tree.leaves(opt_state, is_leaf=_is_schedule_state)
+      if _is_schedule_state(s)
+  ]
   return counts[0] if counts else step

@@ -1,5 +1,6 @@
 """The run's pace in its log and metrics: steps per second, ETA, and the share of time spent outside
 the train steps (evaluations, checkpoints)."""
+
 import collections
 import contextlib
 import time
@@ -36,11 +37,18 @@ class Pace:
     self._previous = step, now
     uptime = now - self._start
     eta = (self._total_steps - step) / steps_per_sec
-    message = (f'{steps_per_sec:.1f} steps/s, {100 * step / self._total_steps:.1f}% '
-               f'({step}/{self._total_steps}), ETA {progress.duration(eta)}')
+    message = (
+        f'{steps_per_sec:.1f} steps/s, {100 * step / self._total_steps:.1f}% '
+        f'({step}/{self._total_steps}), ETA {progress.duration(eta)}'
+    )
     if self._seconds_in:
-      message += ' ({} so far: {})'.format(progress.duration(uptime), ', '.join(
-          f'{100 * seconds / uptime:.1f}% {name}' for name, seconds in sorted(self._seconds_in.items())))
+      message += ' ({} so far: {})'.format(
+          progress.duration(uptime),
+          ', '.join(
+              f'{100 * seconds / uptime:.1f}% {name}'
+              for name, seconds in sorted(self._seconds_in.items())
+          ),
+      )
     logging.info('Progress: %s', message)
     self._writer.write_scalars(step, {'steps_per_sec': steps_per_sec, 'uptime': uptime})
 

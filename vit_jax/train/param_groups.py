@@ -8,6 +8,7 @@ transformation is given in `init` and `update`, in either layout: an array of a 
 blocks (`Transformer/encoderblock/...`) gets one value per layer, shaped to broadcast over its leading
 axis. `check_param_groups` catches the regexes that match no parameter, once the tree is known.
 """
+
 import functools
 import math
 import re
@@ -40,6 +41,7 @@ def kernels_only(tree: Any) -> Any:
 
 def _per_leaf(tree: Any, value: Callable[[str], Any]) -> Any:
   """`value(path)` for every array of `tree`; for stacked blocks, one per layer unless they agree."""
+
   def leaf(key_path, x):
     values = [value(path) for path in layer_ids.per_block_paths(path_str(key_path), x.shape)]
     if all(v == values[0] for v in values):
@@ -86,10 +88,14 @@ def wd_multipliers(optim: ml_collections.ConfigDict, tree: Any) -> Any:
 
 def scale_by_lr_multipliers(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
   """Each update times its `lr_multipliers` value (stateless; updates at 1 are left as they are)."""
+
   def scale(updates, params):
     del params  # The updates name the parameters just as well.
-    return jax.tree.map(lambda u, m: u if np.all(m == 1) else u * jnp.asarray(m, u.dtype),
-                        updates, lr_multipliers(config, updates))
+    return jax.tree.map(
+        lambda u, m: u if np.all(m == 1) else u * jnp.asarray(m, u.dtype),
+        updates,
+        lr_multipliers(config, updates),
+    )
 
   return optax.stateless(scale)
 
@@ -119,19 +125,22 @@ def frozen_labels(optim: ml_collections.ConfigDict, tree: Any) -> Any:
       raise ValueError(
           f'config.optim.frozen freezes some blocks of {path_str(key_path)} but not all, and the '
           'scanned model (config.model.scan) trains them as one array: freeze all blocks or none, or '
-          'set --config.model.scan=False')
+          'set --config.model.scan=False'
+      )
     return FROZEN if is_frozen else TRAINED
 
   return jax.tree_util.tree_map_with_path(label, frozen)
 
 
-def freeze(tx: optax.GradientTransformation,
-           optim: ml_collections.ConfigDict) -> optax.GradientTransformation:
+def freeze(
+    tx: optax.GradientTransformation, optim: ml_collections.ConfigDict
+) -> optax.GradientTransformation:
   """`tx` for the parameters that train; the frozen ones get zero updates and keep no state."""
   if not optim.frozen:
     return tx
-  return optax.multi_transform({TRAINED: tx, FROZEN: optax.set_to_zero()},
-                               functools.partial(frozen_labels, optim))
+  return optax.multi_transform(
+      {TRAINED: tx, FROZEN: optax.set_to_zero()}, functools.partial(frozen_labels, optim)
+  )
 
 
 def _check_regex(field: str, regex: Any, example: str) -> None:
@@ -140,8 +149,9 @@ def _check_regex(field: str, regex: Any, example: str) -> None:
   try:
     re.compile(regex)
   except re.error as e:
-    raise ValueError(f'config.{field}={regex!r} is not a valid regex ({e}): fix it, e.g. '
-                     f'{example}') from None
+    raise ValueError(
+        f'config.{field}={regex!r} is not a valid regex ({e}): fix it, e.g. ' f'{example}'
+    ) from None
 
 
 def _check_groups(field: str, groups: Any, example: str, *, positive: bool) -> None:
@@ -149,13 +159,18 @@ def _check_groups(field: str, groups: Any, example: str, *, positive: bool) -> N
   bound = '> 0 (config.optim.frozen freezes parameters)' if positive else '>= 0'
   for i, entry in enumerate(groups):
     name = f'optim.{field}[{i}]'
-    if not (isinstance(entry, (tuple, list)) and len(entry) == 2 and
-            isinstance(entry[1], (int, float))):
-      raise ValueError(f'config.{name}={entry!r} must be a (regex, multiplier) pair, e.g. {example}')
+    if not (
+        isinstance(entry, (tuple, list)) and len(entry) == 2 and isinstance(entry[1], (int, float))
+    ):
+      raise ValueError(
+          f'config.{name}={entry!r} must be a (regex, multiplier) pair, e.g. {example}'
+      )
     _check_regex(name, entry[0], example)
     mult = entry[1]
     if not math.isfinite(mult) or mult < 0 or (positive and mult == 0):
-      raise ValueError(f'config.{name}={tuple(entry)!r}: the multiplier must be {bound}, e.g. {example}')
+      raise ValueError(
+          f'config.{name}={tuple(entry)!r}: the multiplier must be {bound}, e.g. {example}'
+      )
 
 
 def check_config(optim: ml_collections.ConfigDict) -> None:
@@ -165,8 +180,9 @@ def check_config(optim: ml_collections.ConfigDict) -> None:
   for i, regex in enumerate(optim.frozen):
     _check_regex(f'optim.frozen[{i}]', regex, "('^embedding/', 'Transformer/posembed_input')")
   if optim.layer_decay is not None and not 0 < optim.layer_decay <= 1:
-    raise ValueError(f'config.optim.layer_decay={optim.layer_decay} must be in (0, 1], e.g. 0.75 '
-                     '(unset: off)')
+    raise ValueError(
+        f'config.optim.layer_decay={optim.layer_decay} must be in (0, 1], e.g. 0.75 ' '(unset: off)'
+    )
 
 
 def names_parameters(optim: ml_collections.ConfigDict) -> bool:
@@ -179,16 +195,25 @@ def check_param_groups(config: ml_collections.ConfigDict, params: Any) -> None:
   frozen that matches no parameter (a typo), or frozen blocks that a scanned model stacks with
   trained ones. `params`: the model's parameters, or their shapes (`jax.eval_shape` of its init)."""
   optim = config.optim
-  paths = [path for key_path, x in jax.tree_util.tree_leaves_with_path(params)
-           for path in layer_ids.per_block_paths(path_str(key_path), x.shape)]
+  paths = [
+      path
+      for key_path, x in jax.tree_util.tree_leaves_with_path(params)
+      for path in layer_ids.per_block_paths(path_str(key_path), x.shape)
+  ]
   regexes = [('lr_mults', regex) for regex, _ in optim.lr_mults]
   regexes += [('wd_mults', regex) for regex, _ in optim.wd_mults]
   regexes += [('frozen', regex) for regex in optim.frozen]
   for field, regex in regexes:
     if not any(re.search(regex, path) for path in paths):
-      raise ValueError(f'config.optim.{field} regex {regex!r} matches no parameter: fix it (parameter '
-                       f'paths look like {", ".join(paths[::max(len(paths) // 3, 1)][:3])})')
+      raise ValueError(
+          f'config.optim.{field} regex {regex!r} matches no parameter: fix it (parameter '
+          f'paths look like {", ".join(paths[::max(len(paths) // 3, 1)][:3])})'
+      )
   model = variants.get_model_config(config.variant, config.model.to_dict())
   if optim.frozen and model.get('scan'):  # Only a ViT has the field.
-    frozen_labels(optim, jax.eval_shape(functools.partial(scan_layout.stack_blocks,
-                                                          num_layers=model['num_layers']), params))
+    frozen_labels(
+        optim,
+        jax.eval_shape(
+            functools.partial(scan_layout.stack_blocks, num_layers=model['num_layers']), params
+        ),
+    )

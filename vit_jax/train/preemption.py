@@ -1,5 +1,6 @@
 """Stopping a run when the cluster asks: SIGTERM (preemption, maintenance, a scheduler's time limit)
 or SIGINT, at a step every host agrees on, so that all of them save that same step."""
+
 import os
 import signal
 import types
@@ -16,8 +17,10 @@ class Preempted(Exception):
   """The run saved the checkpoint of `step` and stopped; the same command resumes it."""
 
   def __init__(self, step: int):
-    super().__init__(f'stopped on request at step {step} after saving its checkpoint: start the same '
-                     'command again to resume')
+    super().__init__(
+        f'stopped on request at step {step} after saving its checkpoint: start the same '
+        'command again to resume'
+    )
     self.step = step
 
 

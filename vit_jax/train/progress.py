@@ -9,6 +9,7 @@ the bar.
 The bar only reads the host: the step counter of the loop and metrics the loop has already fetched.
 It never waits on a device value, so it does not slow the steps down.
 """
+
 import collections
 import os
 import sys
@@ -63,8 +64,15 @@ class TerminalBar(Bar):
   It takes over sys.stderr and the absl handler's stream (when that is `stream`) until `close`.
   """
 
-  def __init__(self, total_steps: int, start_step: int, batch_size: int, stream: TextIO, *,
-               clock: Callable[[], float] = time.monotonic):
+  def __init__(
+      self,
+      total_steps: int,
+      start_step: int,
+      batch_size: int,
+      stream: TextIO,
+      *,
+      clock: Callable[[], float] = time.monotonic,
+  ):
     self._total, self._step, self._batch_size = total_steps, start_step, batch_size
     self._stream, self._clock = stream, clock
     self._metrics: dict[str, float] = {}

@@ -1,5 +1,6 @@
 """From a config and a workdir to a validated run: every field is checked here, before the workdir is
 touched or anything is compiled, and a bad one is a one-line ValueError that names the fix."""
+
 import dataclasses
 import difflib
 import math
@@ -26,7 +27,7 @@ _POSITIVE_COUNTS = ('log_every_steps', 'checkpoint_every_steps', 'keep_checkpoin
 # Dicts of the config whose keys are names the user picks, not fields (evaluators checks config.evals).
 _OPEN_DICTS = ('evals',)
 # jax.random.key takes a signed 64-bit integer (the input pipeline hashes it as an unsigned word).
-_SEEDS = range(-2**63, 2**63)
+_SEEDS = range(-(2**63), 2**63)
 # Parts of a checkpoint that config.init_from's loading keeps instead of replacing or dropping them.
 _KEPT_FROM_INIT = ('keep_head', 'keep_pre_logits')
 
@@ -34,6 +35,7 @@ _KEPT_FROM_INIT = ('keep_head', 'keep_pre_logits')
 @dataclasses.dataclass(frozen=True)
 class Setup:
   """A validated run: everything the state, the step and the loop read."""
+
   config: ml_collections.ConfigDict
   workdir: str  # Absolute (or a URL such as gs://...).
   info: data.DatasetInfo
@@ -45,46 +47,70 @@ class Setup:
   init_params: Any = None  # From config.init_from, fitted to the model (numpy); None: from scratch.
 
 
-def check_field_names(config: ml_collections.ConfigDict,
-                      reference: ml_collections.ConfigDict | None = None, prefix: str = '') -> None:
+def check_field_names(
+    config: ml_collections.ConfigDict,
+    reference: ml_collections.ConfigDict | None = None,
+    prefix: str = '',
+) -> None:
   """The config has the fields of defaults.get_config(), nested dicts included. A config file may add
   fields (only the command line is locked), so a misspelt one (config.lr.warmup) would change nothing,
-  and a dict it replaces whole (config.pp = dict(crop='resize')) would lack fields the modules read."""
+  and a dict it replaces whole (config.pp = dict(crop='resize')) would lack fields the modules read.
+  """
   reference = defaults.get_config() if reference is None else reference
   for name in config.keys():
     if name not in reference:
       close = difflib.get_close_matches(name, list(reference.keys()), n=1)
-      hint = f'did you mean config.{prefix}{close[0]}?' if close else 'vit_jax/defaults.py lists them.'
-      raise ValueError(f'config.{prefix}{name} is not a field of the config, so it would change nothing: '
-                       f'fix its name in the config file; {hint}')
+      hint = (
+          f'did you mean config.{prefix}{close[0]}?' if close else 'vit_jax/defaults.py lists them.'
+      )
+      raise ValueError(
+          f'config.{prefix}{name} is not a field of the config, so it would change nothing: '
+          f'fix its name in the config file; {hint}'
+      )
   for name, default in reference.items():
     if name not in config:
       # Nested: the config file replaced the dict `prefix` names; top level: it did not start from
       # the defaults.
-      fix = (f'set the fields of config.{prefix[:-1]} one by one instead of replacing the dict'
-             if prefix else 'start the config file from vit_jax.defaults.get_config()')
-      example = (f'defaults.get_config().{prefix}{name}' if isinstance(default, ml_collections.ConfigDict)
-                 else repr(default))
-      raise ValueError(f'config.{prefix}{name} is missing: {fix}, e.g. config.{prefix}{name} = {example}')
+      fix = (
+          f'set the fields of config.{prefix[:-1]} one by one instead of replacing the dict'
+          if prefix
+          else 'start the config file from vit_jax.defaults.get_config()'
+      )
+      example = (
+          f'defaults.get_config().{prefix}{name}'
+          if isinstance(default, ml_collections.ConfigDict)
+          else repr(default)
+      )
+      raise ValueError(
+          f'config.{prefix}{name} is missing: {fix}, e.g. config.{prefix}{name} = {example}'
+      )
     if isinstance(default, ml_collections.ConfigDict) and prefix + name not in _OPEN_DICTS:
       if not isinstance(config[name], ml_collections.ConfigDict):
-        raise ValueError(f'config.{prefix}{name}={config[name]!r} must be the dict of fields that '
-                         'vit_jax/defaults.py gives it: set its fields one by one (e.g. '
-                         f'--config.{prefix}{name}.{next(iter(default.keys()))}=...)')
+        raise ValueError(
+            f'config.{prefix}{name}={config[name]!r} must be the dict of fields that '
+            'vit_jax/defaults.py gives it: set its fields one by one (e.g. '
+            f'--config.{prefix}{name}.{next(iter(default.keys()))}=...)'
+        )
       check_field_names(config[name], default, f'{prefix}{name}.')
 
 
 def total_steps(config: ml_collections.ConfigDict, info: data.DatasetInfo) -> int:
   if config.total_steps is not None and config.num_epochs is not None:
-    raise ValueError(f'config.total_steps={config.total_steps} and config.num_epochs='
-                     f'{config.num_epochs} are both set, and a run takes exactly one: clear one, e.g. '
-                     '--config.num_epochs=None (or --config.total_steps=None)')
+    raise ValueError(
+        f'config.total_steps={config.total_steps} and config.num_epochs='
+        f'{config.num_epochs} are both set, and a run takes exactly one: clear one, e.g. '
+        '--config.num_epochs=None (or --config.total_steps=None)'
+    )
   if config.total_steps is None and config.num_epochs is None:
-    raise ValueError('Set exactly one of config.total_steps and config.num_epochs, '
-                     'e.g. --config.total_steps=1000')
+    raise ValueError(
+        'Set exactly one of config.total_steps and config.num_epochs, '
+        'e.g. --config.total_steps=1000'
+    )
   if config.num_epochs is not None and not math.isfinite(config.num_epochs):
-    raise ValueError(f'config.num_epochs={config.num_epochs} must be a finite number of passes over '
-                     'the train split, e.g. --config.num_epochs=90')
+    raise ValueError(
+        f'config.num_epochs={config.num_epochs} must be a finite number of passes over '
+        'the train split, e.g. --config.num_epochs=90'
+    )
   if config.total_steps is not None:
     steps = config.total_steps
   else:
@@ -99,21 +125,26 @@ def check_batch(name: str, batch_size: int, mesh: Mesh, accum_steps: int = 1) ->
   shards = sharding.num_batch_shards(mesh)
   multiple = math.lcm(shards * accum_steps, jax.process_count())
   if batch_size < 1:
-    raise ValueError(f'config.{name}={batch_size} must be at least 1 image: use a multiple of '
-                     f'{multiple}, e.g. --config.{name}={multiple}')
+    raise ValueError(
+        f'config.{name}={batch_size} must be at least 1 image: use a multiple of '
+        f'{multiple}, e.g. --config.{name}={multiple}'
+    )
   if batch_size % multiple:
     suggestion = max(multiple, batch_size // multiple * multiple)
     accum = f' x accum_steps={accum_steps}' if accum_steps > 1 else ''
     raise ValueError(
         f'config.{name}={batch_size} is not divisible by the {shards} devices on the batch axes '
         f'{sharding.batch_axes(mesh)}{accum} (and {jax.process_count()} processes): use a multiple '
-        f'of {multiple}, e.g. --config.{name}={suggestion}')
+        f'of {multiple}, e.g. --config.{name}={suggestion}'
+    )
 
 
 def _check_numbers(config: ml_collections.ConfigDict) -> None:
   """The fields that no other module reads before the loop does."""
   if config.seed not in _SEEDS:
-    raise ValueError(f'config.seed={config.seed} must be a signed 64-bit integer, e.g. --config.seed=0')
+    raise ValueError(
+        f'config.seed={config.seed} must be a signed 64-bit integer, e.g. --config.seed=0'
+    )
   if config.dtype not in DTYPES:
     raise ValueError(f'Unknown config.dtype {config.dtype!r}: use one of {", ".join(DTYPES)}')
   for name in _POSITIVE_COUNTS:
@@ -122,23 +153,34 @@ def _check_numbers(config: ml_collections.ConfigDict) -> None:
   if config.accum_steps < 1:
     raise ValueError(f'config.accum_steps={config.accum_steps} must be at least 1')
   if config.polyak_decay is not None and not 0.0 <= config.polyak_decay < 1.0:
-    raise ValueError(f'config.polyak_decay={config.polyak_decay} must be in [0, 1), e.g. 0.9999 '
-                     '(or unset to turn Polyak averaging off)')
+    raise ValueError(
+        f'config.polyak_decay={config.polyak_decay} must be in [0, 1), e.g. 0.9999 '
+        '(or unset to turn Polyak averaging off)'
+    )
   if config.profile_steps < 0:
-    raise ValueError(f'config.profile_steps={config.profile_steps} must be at least 0 (0: no trace)')
+    raise ValueError(
+        f'config.profile_steps={config.profile_steps} must be at least 0 (0: no trace)'
+    )
   # The checks wait on a lock with this timeout: Python refuses one beyond threading.TIMEOUT_MAX.
   if not 0 < config.storage_timeout_s <= threading.TIMEOUT_MAX:
-    raise ValueError(f'config.storage_timeout_s={config.storage_timeout_s} must be a positive number '
-                     f'of seconds up to {threading.TIMEOUT_MAX:.0f}, e.g. 60')
+    raise ValueError(
+        f'config.storage_timeout_s={config.storage_timeout_s} must be a positive number '
+        f'of seconds up to {threading.TIMEOUT_MAX:.0f}, e.g. 60'
+    )
   if not config.hang_timeout_s >= 0:
-    raise ValueError(f'config.hang_timeout_s={config.hang_timeout_s} must be at least 0 seconds, e.g. '
-                     '1800 (0: no watchdog)')
+    raise ValueError(
+        f'config.hang_timeout_s={config.hang_timeout_s} must be at least 0 seconds, e.g. '
+        '1800 (0: no watchdog)'
+    )
   if config.data_shards is not None and config.data_shards < 1:
-    raise ValueError(f'config.data_shards={config.data_shards} must be at least 1 (or unset: one per '
-                     'process)')
+    raise ValueError(
+        f'config.data_shards={config.data_shards} must be at least 1 (or unset: one per ' 'process)'
+    )
   if config.posemb_interpolation not in loading.POSEMB_METHODS:
-    raise ValueError(f'Unknown config.posemb_interpolation {config.posemb_interpolation!r}: use one '
-                     f'of {", ".join(loading.POSEMB_METHODS)}')
+    raise ValueError(
+        f'Unknown config.posemb_interpolation {config.posemb_interpolation!r}: use one '
+        f'of {", ".join(loading.POSEMB_METHODS)}'
+    )
 
 
 def absolute_data_dir(config: ml_collections.ConfigDict) -> None:
@@ -149,12 +191,17 @@ def absolute_data_dir(config: ml_collections.ConfigDict) -> None:
 
 
 def _too_few_classes(config: ml_collections.ConfigDict, info: data.DatasetInfo, needed: int) -> str:
-  where = (f'{config.data_dir}/{config.train_split}/ has one class folder, {info.class_names[0]!r}'
-           if config.dataset == 'folder' else
-           f'config.label_feature={config.label_feature!r} of {config.dataset!r} has '
-           f'{info.num_classes} class')
-  fix = ('add a folder of images for each class beside it' if config.dataset == 'folder' else
-         'train on a label feature with more classes')
+  where = (
+      f'{config.data_dir}/{config.train_split}/ has one class folder, {info.class_names[0]!r}'
+      if config.dataset == 'folder'
+      else f'config.label_feature={config.label_feature!r} of {config.dataset!r} has '
+      f'{info.num_classes} class'
+  )
+  fix = (
+      'add a folder of images for each class beside it'
+      if config.dataset == 'folder'
+      else 'train on a label feature with more classes'
+  )
   return f'{where}: config.task={config.task!r} needs {needed} or more classes; {fix}'
 
 
@@ -173,37 +220,51 @@ def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
     raise ValueError(
         f'config.image_size={config.image_size} is not divisible by the patch size {stride} (in '
         f'input pixels) of {config.variant}: use a multiple of {stride}, e.g. '
-        f'--config.image_size={max(stride, config.image_size // stride * stride)}')
+        f'--config.image_size={max(stride, config.image_size // stride * stride)}'
+    )
   mesh = sharding.make_mesh(config.mesh)
   sharding.check_model_fits(mesh, config.variant, family.tensor_split(model_kwargs))
   check_batch('batch_size', config.batch_size, mesh, config.accum_steps)
   check_batch('eval_batch_size', config.eval_batch_size, mesh)
   shards = data.num_data_shards(config, jax.process_count())
   if config.batch_size % shards:
-    raise ValueError(f'config.batch_size={config.batch_size} does not split into '
-                     f'config.data_shards={shards} equal parts: use a multiple of {shards}')
+    raise ValueError(
+        f'config.batch_size={config.batch_size} does not split into '
+        f'config.data_shards={shards} equal parts: use a multiple of {shards}'
+    )
   info = data.get_info(config)
   if info.num_train < shards:  # A data shard without examples would stop the run at its first step.
-    raise ValueError(f'config.train_split={config.train_split!r} has {info.num_train} examples, fewer '
-                     f'than the {shards} data shards (config.data_shards, else one a process): use a '
-                     'larger --config.train_split or fewer data shards')
+    raise ValueError(
+        f'config.train_split={config.train_split!r} has {info.num_train} examples, fewer '
+        f'than the {shards} data shards (config.data_shards, else one a process): use a '
+        'larger --config.train_split or fewer data shards'
+    )
   if info.num_classes < task.MIN_CLASSES:
     raise ValueError(_too_few_classes(config, info, task.MIN_CLASSES))
   steps = total_steps(config, info)
   optim.make_optimizer(config, steps)  # Validates the optimizer and its schedule.
   if config.lr.warmup_steps >= steps:
-    logging.warning('config.lr.warmup_steps=%d is not below the run\'s %d steps: the learning rate '
-                    'never reaches config.lr.base=%g; use fewer warmup steps (e.g. '
-                    '--config.lr.warmup_steps=%d) or more steps', config.lr.warmup_steps, steps,
-                    config.lr.base, steps // 10)
+    logging.warning(
+        "config.lr.warmup_steps=%d is not below the run's %d steps: the learning rate "
+        'never reaches config.lr.base=%g; use fewer warmup steps (e.g. '
+        '--config.lr.warmup_steps=%d) or more steps',
+        config.lr.warmup_steps,
+        steps,
+        config.lr.base,
+        steps // 10,
+    )
   model = task.make_model(config, info.num_classes)
   if param_groups.names_parameters(config.optim):  # Tracing the model's init costs start-up time.
     param_groups.check_param_groups(config, loading.param_shapes(model, config.image_size))
   built = evaluators.make_evaluators(evaluators.Context(config, info, task, model, mesh))
-  for name in _KEPT_FROM_INIT:  # Without a checkpoint there is nothing to keep: the flag would do nothing.
+  for (
+      name
+  ) in _KEPT_FROM_INIT:  # Without a checkpoint there is nothing to keep: the flag would do nothing.
     if config[name] and not config.init_from:
-      raise ValueError(f'config.{name}=True keeps part of the config.init_from checkpoint, which is unset: '
-                       f'set --config.init_from=PATH or --config.{name}=False')
+      raise ValueError(
+          f'config.{name}=True keeps part of the config.init_from checkpoint, which is unset: '
+          f'set --config.init_from=PATH or --config.{name}=False'
+      )
   init_params = run_dir.load_init_params(config, model) if config.init_from else None
   workdir = paths.absolute(workdir)
   paths.check_writable(workdir, config.storage_timeout_s)

@@ -4,6 +4,7 @@ A scanned model trains on its encoder blocks stacked on a layer axis (`scan_layo
 inside the step would put one slice per layer and array into its gradient, and compile slower than no
 scan at all. Checkpoints keep the per-block layout of the original ViT (`scan_layout.unstack_blocks`).
 """
+
 import functools
 from typing import Any, Callable, Sequence
 
@@ -26,19 +27,32 @@ class TrainState:
   step: jax.Array
   params: Any
   opt_state: Any
-  ema_params: Any  # Polyak (exponential moving) average of params; None when config.polyak_decay is.
+  ema_params: (
+      Any  # Polyak (exponential moving) average of params; None when config.polyak_decay is.
+  )
 
 
-def init_state(key: jax.Array, *, model: nn.Module, tx: optax.GradientTransformation,
-               image_size: int, polyak: bool) -> TrainState:
+def init_state(
+    key: jax.Array,
+    *,
+    model: nn.Module,
+    tx: optax.GradientTransformation,
+    image_size: int,
+    polyak: bool,
+) -> TrainState:
   """A fresh state in the checkpoint layout (per-block parameters)."""
   # Initialised as a loop of blocks even when scanned (a scan splits the key its own way): the fast
   # paths change the speed of a run, never its results.
-  params = scan_layout.per_block(model).init({'params': key, 'mpp': key},
-                                             jnp.zeros((1, image_size, image_size, 3)), train=False)['params']
+  params = scan_layout.per_block(model).init(
+      {'params': key, 'mpp': key}, jnp.zeros((1, image_size, image_size, 3)), train=False
+  )['params']
   params = inits.redraw(getattr(model, 'weight_init', 'original'), params, key)  # BiT has one way.
-  return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params),
-                    ema_params=params if polyak else None)
+  return TrainState(
+      step=jnp.zeros((), jnp.int32),
+      params=params,
+      opt_state=tx.init(params),
+      ema_params=params if polyak else None,
+  )
 
 
 class ResumeError(ValueError):
@@ -47,15 +61,21 @@ class ResumeError(ValueError):
 
 def _layout(params: Any, opt_state: Any, ema_params: Any) -> tuple[Any, ...]:
   """What a checkpoint must match to be restored: the parameter tree's shapes, and the shapes of the
-  optimizer state and the Polyak average (as sorted lists: their containers are stored as plain ones)."""
+  optimizer state and the Polyak average (as sorted lists: their containers are stored as plain ones).
+  """
   shapes = lambda tree: sorted(str(x.shape) for x in jax.tree.leaves(tree))
   return jax.tree.map(lambda x: tuple(x.shape), params), shapes(opt_state), shapes(ema_params)
 
 
 def _init_fn(setup: Setup, tx: optax.GradientTransformation) -> Callable[[jax.Array], TrainState]:
   """key -> the run's fresh state (`init_state` with the setup's model and options)."""
-  return functools.partial(init_state, model=setup.model, tx=tx, image_size=setup.config.image_size,
-                           polyak=setup.config.polyak_decay is not None)
+  return functools.partial(
+      init_state,
+      model=setup.model,
+      tx=tx,
+      image_size=setup.config.image_size,
+      polyak=setup.config.polyak_decay is not None,
+  )
 
 
 def _some(names: Sequence[str], shown: int = 3) -> str:
@@ -86,14 +106,19 @@ def _check_fits(setup: Setup, tx: optax.GradientTransformation, described: str) 
     return
   step, saved = latest
   wanted = jax.eval_shape(_init_fn(setup, tx), jax.random.key(0))
-  if (_layout(saved['params'], saved['opt_state'], saved['ema_params']) !=
-      _layout(wanted.params, wanted.opt_state, wanted.ema_params)):
-    raise ResumeError(f'the checkpoint of step {step} in {setup.workdir} does not fit the model and '
-                      f'optimizer of this config ({described}): use another --workdir, or set these '
-                      'fields back')
+  if _layout(saved['params'], saved['opt_state'], saved['ema_params']) != _layout(
+      wanted.params, wanted.opt_state, wanted.ema_params
+  ):
+    raise ResumeError(
+        f'the checkpoint of step {step} in {setup.workdir} does not fit the model and '
+        f'optimizer of this config ({described}): use another --workdir, or set these '
+        'fields back'
+    )
 
 
-def check_resumable(setup: Setup, tx: optax.GradientTransformation) -> list[tuple[str, Any, Any]] | None:
+def check_resumable(
+    setup: Setup, tx: optax.GradientTransformation
+) -> list[tuple[str, Any, Any]] | None:
   """A workdir that already holds a run must hold the same classes, the same model function and a
   checkpoint this config's state can be restored from; raises ResumeError naming the changed fields,
   before anything in the workdir is written.
@@ -109,7 +134,7 @@ def check_resumable(setup: Setup, tx: optax.GradientTransformation) -> list[tupl
       logging.info('%s holds no checkpoint yet: starting the run afresh with this config', workdir)
     return None
   if not has_config:  # Its config lost: the checkpoint's shapes are all there is to check.
-    _check_fits(setup, tx, f'and {workdir}/config.json, the run\'s config, is missing')
+    _check_fits(setup, tx, f"and {workdir}/config.json, the run's config, is missing")
     return []
   try:
     old_config, old_info = run_dir.load_run_info(setup.workdir)
@@ -119,22 +144,28 @@ def check_resumable(setup: Setup, tx: optax.GradientTransformation) -> list[tupl
   describe = lambda changes: '; '.join(f'{field} {old!r} -> {new!r}' for field, old, new in changes)
   described = describe(run_dir.changes_to_set_back(changes)) or 'none'  # What a refusal names.
   if old_info.class_names != setup.info.class_names:
-    raise ResumeError(f'{workdir} holds a run on the {old_info.num_classes} classes of other data '
-                      f'than this dataset\'s {setup.info.num_classes} '
-                      f'({class_changes(old_info.class_names, setup.info.class_names)}; changed fields: '
-                      f'{described}): use another --workdir, or the run\'s data')
+    raise ResumeError(
+        f'{workdir} holds a run on the {old_info.num_classes} classes of other data '
+        f"than this dataset's {setup.info.num_classes} "
+        f'({class_changes(old_info.class_names, setup.info.class_names)}; changed fields: '
+        f"{described}): use another --workdir, or the run's data"
+    )
   _check_fits(setup, tx, f'changed fields: {described}')
   # Parameters of the same shapes may compute another function (another activation, position
   # embeddings elsewhere): the tools would rebuild the first start's model around them.
-  model_changes = variants.function_changes((old_config.variant, old_config.model.to_dict()),
-                                            (setup.config.variant, setup.config.model.to_dict()))
+  model_changes = variants.function_changes(
+      (old_config.variant, old_config.model.to_dict()),
+      (setup.config.variant, setup.config.model.to_dict()),
+  )
   if old_config.task != setup.config.task:
     model_changes.insert(0, ('task', old_config.task, setup.config.task))
   if model_changes:
-    raise ResumeError(f'{workdir} holds a run of another model ('
-                      + '; '.join(f'{field} {old!r} -> {new!r}' for field, old, new in model_changes)
-                      + f'; changed fields: {described}): use another --workdir, or set these fields '
-                      'back')
+    raise ResumeError(
+        f'{workdir} holds a run of another model ('
+        + '; '.join(f'{field} {old!r} -> {new!r}' for field, old, new in model_changes)
+        + f'; changed fields: {described}): use another --workdir, or set these fields '
+        'back'
+    )
   if changes:
     logging.info('Resuming %s with changed config fields: %s', workdir, describe(changes))
   return changes
@@ -145,8 +176,9 @@ def training_layout(tree: Any, model: nn.Module) -> Any:
   return scan_layout.stack_blocks(tree, model.num_layers) if scan_layout.scanned(model) else tree
 
 
-def create_state(setup: Setup, tx: optax.GradientTransformation,
-                 manager: Any) -> tuple[TrainState, Any, Callable[[TrainState], TrainState]]:
+def create_state(
+    setup: Setup, tx: optax.GradientTransformation, manager: Any
+) -> tuple[TrainState, Any, Callable[[TrainState], TrainState]]:
   """The train state on the mesh: restored from the latest checkpoint if any, else initialised there.
 
   Returns the state in its training layout, the shardings of that layout, and the function that brings
@@ -158,21 +190,31 @@ def create_state(setup: Setup, tx: optax.GradientTransformation,
   abstract = jax.eval_shape(init, key)
   shardings = sharding.state_shardings(abstract, setup.mesh)
   train_shardings = sharding.state_shardings(jax.eval_shape(to_training, abstract), setup.mesh)
-  to_checkpoint = (jax.jit(scan_layout.unstack_blocks, out_shardings=shardings)
-                   if scan_layout.scanned(setup.model) else lambda state: state)
+  to_checkpoint = (
+      jax.jit(scan_layout.unstack_blocks, out_shardings=shardings)
+      if scan_layout.scanned(setup.model)
+      else lambda state: state
+  )
   try:
     restored = checkpoint.restore(manager, checkpoint.abstract_with_shardings(abstract, shardings))
   except ValueError as e:  # Not one checkpoint readable.
     raise ResumeError(str(e)) from None
   if restored is not None:
     logging.info('Resumed from %s at step %d', manager.directory, int(restored.step))
-    return jax.jit(to_training, out_shardings=train_shardings)(restored), train_shardings, to_checkpoint
+    return (
+        jax.jit(to_training, out_shardings=train_shardings)(restored),
+        train_shardings,
+        to_checkpoint,
+    )
   state = jax.jit(lambda key: to_training(init(key)), out_shardings=train_shardings)(key)
   if setup.init_params is not None:
+
     def place_init_params():  # Separate buffers for each use: the train step donates both trees.
       params = jax.device_put(setup.init_params, shardings.params)
       return jax.jit(to_training, out_shardings=train_shardings.params)(params)
 
-    state = state.replace(params=place_init_params(),
-                          ema_params=None if state.ema_params is None else place_init_params())
+    state = state.replace(
+        params=place_init_params(),
+        ema_params=None if state.ema_params is None else place_init_params(),
+    )
   return state, train_shardings, to_checkpoint

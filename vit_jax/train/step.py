@@ -1,4 +1,5 @@
 """One optimizer update on a global batch: the function the loop jits over the mesh."""
+
 import functools
 from typing import Any, Callable
 
@@ -13,11 +14,20 @@ from vit_jax.train.setup import Setup
 from vit_jax.train.state import TrainState
 
 
-def train_step(state: TrainState, batch: dict[str, jax.Array], *, loss_fn: Callable,
-               tx: optax.GradientTransformation, schedule: optax.Schedule,
-               dropout_key: jax.Array, accum_steps: int = 1, micro_batch_sharding: Any = None,
-               polyak_decay: float | None = None, mix: Callable | None = None,
-               mix_key: jax.Array | None = None) -> tuple[TrainState, dict[str, jax.Array]]:
+def train_step(
+    state: TrainState,
+    batch: dict[str, jax.Array],
+    *,
+    loss_fn: Callable,
+    tx: optax.GradientTransformation,
+    schedule: optax.Schedule,
+    dropout_key: jax.Array,
+    accum_steps: int = 1,
+    micro_batch_sharding: Any = None,
+    polyak_decay: float | None = None,
+    mix: Callable | None = None,
+    mix_key: jax.Array | None = None,
+) -> tuple[TrainState, dict[str, jax.Array]]:
   """One update, optionally from `accum_steps` accumulated micro-batches of the batch.
 
   `loss_fn(params, images, labels, key)` is the task's loss (`task.make_loss`); `mix(images, labels,
@@ -45,8 +55,9 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], *, loss_fn: Calla
       return jax.tree.map(jnp.add, totals, (loss, grads)), None
 
     zeros = (jnp.zeros((), jnp.float32), jax.tree.map(jnp.zeros_like, state.params))
-    totals, _ = jax.lax.scan(accumulate, zeros, (jnp.arange(accum_steps), split(images),
-                                                 split(labels)))
+    totals, _ = jax.lax.scan(
+        accumulate, zeros, (jnp.arange(accum_steps), split(images), split(labels))
+    )
     loss, grads = jax.tree.map(lambda x: x / accum_steps, totals)
 
   updates, opt_state = tx.update(grads, state.opt_state, state.params)
@@ -54,28 +65,45 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], *, loss_fn: Calla
   ema_params = state.ema_params
   if polyak_decay is not None:
     ema_params = optax.incremental_update(params, ema_params, step_size=1.0 - polyak_decay)
-  metrics = {'train_loss': loss, 'grad_norm': optax.global_norm(grads),
-             # The rate this update applied: a skipped step (skip_nonfinite_steps) holds the count.
-             'learning_rate': schedule(optim.schedule_step(state.opt_state, state.step))}
-  if isinstance(opt_state, optax.ApplyIfFiniteState):  # config.skip_nonfinite_steps: the run's count.
+  metrics = {
+      'train_loss': loss,
+      'grad_norm': optax.global_norm(grads),
+      # The rate this update applied: a skipped step (skip_nonfinite_steps) holds the count.
+      'learning_rate': schedule(optim.schedule_step(state.opt_state, state.step)),
+  }
+  if isinstance(
+      opt_state, optax.ApplyIfFiniteState
+  ):  # config.skip_nonfinite_steps: the run's count.
     metrics['skipped_steps'] = opt_state.total_notfinite
-  return state.replace(step=state.step + 1, params=params, opt_state=opt_state,
-                       ema_params=ema_params), metrics
+  return (
+      state.replace(step=state.step + 1, params=params, opt_state=opt_state, ema_params=ema_params),
+      metrics,
+  )
 
 
-def jit_train_step(setup: Setup, tx: optax.GradientTransformation, schedule: optax.Schedule,
-                   state_shardings: Any) -> Callable[[TrainState, dict[str, jax.Array]],
-                                                      tuple[TrainState, dict[str, jax.Array]]]:
+def jit_train_step(
+    setup: Setup, tx: optax.GradientTransformation, schedule: optax.Schedule, state_shardings: Any
+) -> Callable[[TrainState, dict[str, jax.Array]], tuple[TrainState, dict[str, jax.Array]]]:
   """The run's train step, jitted over its mesh; the state (in `state_shardings`) is donated."""
   config, mesh = setup.config, setup.mesh
   seed_key = jax.random.key(config.seed)
   return jax.jit(
-      sharding.with_activation_sharding(functools.partial(
-          train_step, loss_fn=setup.task.make_loss(config, setup.model), tx=tx, schedule=schedule,
-          dropout_key=jax.random.fold_in(seed_key, 1), accum_steps=config.accum_steps,
-          micro_batch_sharding=sharding.micro_batch_sharding(mesh), polyak_decay=config.polyak_decay,
-          mix=setup.task.mix(config, setup.info.num_classes), mix_key=jax.random.fold_in(seed_key, 2)),
-          mesh),
+      sharding.with_activation_sharding(
+          functools.partial(
+              train_step,
+              loss_fn=setup.task.make_loss(config, setup.model),
+              tx=tx,
+              schedule=schedule,
+              dropout_key=jax.random.fold_in(seed_key, 1),
+              accum_steps=config.accum_steps,
+              micro_batch_sharding=sharding.micro_batch_sharding(mesh),
+              polyak_decay=config.polyak_decay,
+              mix=setup.task.mix(config, setup.info.num_classes),
+              mix_key=jax.random.fold_in(seed_key, 2),
+          ),
+          mesh,
+      ),
       in_shardings=(state_shardings, sharding.batch_sharding(mesh)),
       out_shardings=(state_shardings, sharding.replicated(mesh)),
-      donate_argnums=0)
+      donate_argnums=0,
+  )

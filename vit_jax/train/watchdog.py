@@ -1,5 +1,6 @@
 """Ending a run that stopped making progress (a hung collective, a stuck file system) so that its
 scheduler restarts it, instead of it holding the machines in silence."""
+
 import faulthandler
 import os
 import sys
@@ -24,8 +25,13 @@ class Watchdog:
 
   def __init__(self, timeout_s: float, process_index: int = 0, process_count: int = 1):
     self._timeout_s, self._process_index = timeout_s, process_index
-    self._exit_delay_s = min(timeout_s / 2, 60.0) if process_index == 0 and process_count > 1 else 0.0
-    self._current = ('start-up', time.monotonic())  # One tuple, so the watching thread reads a pair.
+    self._exit_delay_s = (
+        min(timeout_s / 2, 60.0) if process_index == 0 and process_count > 1 else 0.0
+    )
+    self._current = (
+        'start-up',
+        time.monotonic(),
+    )  # One tuple, so the watching thread reads a pair.
     self._closed = threading.Event()
     if timeout_s:
       threading.Thread(target=self._watch, name='watchdog', daemon=True).start()
@@ -49,7 +55,8 @@ class Watchdog:
     sys.stderr.write(
         f'Watchdog: process {self._process_index} made no progress for {self._timeout_s:g} s in '
         f'{what} (config.hang_timeout_s): the stacks of its threads follow, then it exits with status '
-        f'{HUNG_STATUS} for the scheduler to restart the run from its last checkpoint\n')
+        f'{HUNG_STATUS} for the scheduler to restart the run from its last checkpoint\n'
+    )
     faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
     sys.stderr.flush()
     time.sleep(self._exit_delay_s)

@@ -4,7 +4,7 @@ PYTHON ?= python3.11
 VENV := .venv
 WORKDIR ?= workdirs/demo
 
-.PHONY: install install-tpu install-cuda demo test test-all
+.PHONY: install install-tpu install-cuda demo lint test test-all
 
 $(VENV)/.installed: pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
@@ -36,8 +36,14 @@ $(VENV)/.installed-test-all: $(VENV)/.installed-test
 # Two workers: most tests wait on compiles and subprocesses, so two cores run them 1.3x faster.
 PYTEST := $(VENV)/bin/python -m pytest -q -n 2 --dist loadgroup
 
-# The fast tier: every test not marked slow (tests/conftest.py marks tests/e2e and *_vs_torch.py slow).
-test: $(VENV)/.installed-test
+# The style (pyproject.toml's ruff and pyink settings); `$(VENV)/bin/pyink .` formats.
+lint: $(VENV)/.installed-test
+	$(VENV)/bin/ruff check --quiet .
+	$(VENV)/bin/pyink --check --quiet .
+
+# The fast tier: the style, then every test not marked slow (tests/conftest.py marks tests/e2e and
+# *_vs_torch.py slow).
+test: lint
 	$(PYTEST) -m "not slow"
 
 # Everything: the fast tier, then the slow one (end-to-end runs, the torch-based comparisons).

@@ -151,6 +151,7 @@ def test_scaling_plots_a_bit_run_with_its_flops(tiny_run):
   )
 
 
+@pytest.mark.slow  # Tens of seconds of training: make test-all's.
 def test_fsdp_x_tensor_training_has_the_losses_of_one_device(tmp_path, data_dir):
   # SGD: Adam's first steps are about lr * sign(grad), which would turn float noise in near-zero
   # gradients into differences of 2 * lr.

@@ -254,6 +254,7 @@ def test_shared_every_layer_is_every_layer_with_one_embedding_copied_into_each_b
   assert not np.allclose(_model(posemb=kind).apply({'params': shared}, images), out, atol=1e-3)
 
 
+@pytest.mark.slow  # Tens of seconds of training: make test-all's.
 @pytest.mark.parametrize('kind,where', NEW)
 def test_scan_and_remat_give_the_loops_outputs_and_gradients(kind, where):
   images = _images(2, 16, 16)
@@ -485,6 +486,7 @@ _TRAIN = {
         ('learn', 'shared_every_layer', False),
     ],
 )
+@pytest.mark.slow  # Tens of seconds of training: make test-all's.
 def test_fsdp_x_tensor_training_has_the_losses_of_one_device(tmp_path, data_dir, kind, where, scan):
   overrides = {
       **_TRAIN,
@@ -505,6 +507,7 @@ def test_fsdp_x_tensor_training_has_the_losses_of_one_device(tmp_path, data_dir,
     )
 
 
+@pytest.mark.slow  # Tens of seconds of training: make test-all's.
 def test_resume_is_bit_exact(tmp_path, data_dir):
   overrides = {
       **_TRAIN,

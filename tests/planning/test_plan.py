@@ -105,6 +105,7 @@ CASES = {
 }
 
 
+@pytest.mark.slow  # Tens of seconds of training: make test-all's.
 @pytest.mark.parametrize('overrides', CASES.values(), ids=CASES.keys())
 def test_total_within_15_percent_of_xla(overrides):
   config = tiny(**overrides)

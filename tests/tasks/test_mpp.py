@@ -125,6 +125,7 @@ def test_hybrid_mpp_targets_are_the_colours_of_the_input_regions_its_tokens_cove
   )
 
 
+@pytest.mark.slow  # Tens of seconds of training: make test-all's.
 def test_mpp_pretraining_then_finetuning(tmp_path):
   data_dir = str(tmp_path / 'tfds')
   pretrain = helpers.load_config(

@@ -168,6 +168,7 @@ def test_compute_is_the_papers_table_6(variant, epochs, paper):
   ) == pytest.approx(paper, rel=0.03)
 
 
+@pytest.mark.slow  # Tens of seconds of training: make test-all's.
 def test_points_are_the_runs_compute_and_logged_accuracy(scaling_root):
   found = {p.run: p for p in scaling.points([scaling_root], 'eval_top1')}
   assert sorted(found) == sorted(RUNS)
@@ -190,6 +191,7 @@ def test_a_metric_no_run_logged_is_a_one_line_error_naming_those_logged(scaling_
   assert not (tmp_path / 'out').exists()
 
 
+@pytest.mark.slow  # Tens of seconds of training: make test-all's.
 def test_command_line_writes_the_picture_and_the_table(scaling_root, tmp_path):
   out = tmp_path / 'out'
   run = subprocess.run(

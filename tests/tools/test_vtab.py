@@ -412,6 +412,7 @@ def _run(root: str, task: str, phase: str, lr: float) -> dict[str, dict[int, flo
   )
 
 
+@pytest.mark.slow  # Tens of seconds of training: make test-all's.
 def test_table_has_the_best_val200_rate_and_the_logged_test_top1(vtab_root):
   rows = vtab.table([report.load_run(n, p) for n, p in report.find_runs([vtab_root])])
   by_task = {row.task: row for row in rows if row.task != 'mean'}
@@ -522,6 +523,7 @@ def test_a_non_finite_val200_is_never_the_best_rate():
   assert vtab.shared_rate(vtab.vtab_runs(runs)) == 0.01
 
 
+@pytest.mark.slow  # Tens of seconds of training: make test-all's.
 def test_group_means_are_the_numpy_means_of_their_task_rows(vtab_root):
   rows = vtab.table([report.load_run(n, p) for n, p in report.find_runs([vtab_root])])
   tasks = [row for row in rows if row.task != 'mean']

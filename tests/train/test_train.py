@@ -241,6 +241,7 @@ def _three_class_folder(root):
   return str(root)
 
 
+@pytest.mark.slow  # Tens of seconds of training: make test-all's.
 def test_scanned_training_keeps_per_block_checkpoints_that_resume_either_way(tmp_path, data_dir):
   """Scan trains on stacked blocks (sharded over fsdp and tensor), but writes the original layout."""
   overrides = {

@@ -23,6 +23,7 @@ import numpy as np
 
 from vit_jax import defaults, sharding  # pylint: disable=wrong-import-position
 from vit_jax.train import optim  # pylint: disable=wrong-import-position
+from vit_jax.models import variants  # pylint: disable=wrong-import-position
 from vit_jax.tasks import classification  # pylint: disable=wrong-import-position
 from vit_jax.train import state as train_state  # pylint: disable=wrong-import-position
 
@@ -39,7 +40,8 @@ def per_device_bytes(config: ml_collections.ConfigDict, num_classes: int = 1000)
   """Bytes of the train state on the most loaded device for `config.mesh`."""
   mesh = sharding.make_mesh(config.mesh)
   model = classification.make_model(config, num_classes)
-  tx, _ = optim.make_optimizer(config, total_steps=1000)
+  model_config = variants.get_model_config(config.variant, config.model.to_dict())
+  tx, _ = optim.make_optimizer(config, 1000, model_config)
   init = functools.partial(
       train_state.init_state,
       model=model,

@@ -134,7 +134,8 @@ class Ours:
     self.mode, self.config = mode, config
     self.mesh = sharding.make_mesh(config.mesh)
     model = classification.make_model(config, NUM_CLASSES)
-    tx, schedule = optim.make_optimizer(config, config.total_steps)
+    model_config = variants.get_model_config(config.variant, config.model.to_dict())
+    tx, schedule = optim.make_optimizer(config, config.total_steps, model_config)
     init = functools.partial(
         train_state.init_state, model=model, tx=tx, image_size=config.image_size, polyak=False
     )

@@ -18,6 +18,7 @@ import orbax.checkpoint as ocp
 
 from vit_jax import defaults
 from vit_jax.checkpoints import checkpoint, run_dir
+from vit_jax.models import variants
 from vit_jax.tasks import classification
 from vit_jax.train import events
 
@@ -211,10 +212,9 @@ def train_losses(setup, batches: list[dict]) -> tuple[np.ndarray, object]:
   """The losses of the run's jitted train step on `batches`, from a fresh state, and its last state."""
   from vit_jax import sharding  # pylint: disable=g-import-not-at-top
   from vit_jax.checkpoints import checkpoint  # pylint: disable=g-import-not-at-top
-  from vit_jax.train import optim  # pylint: disable=g-import-not-at-top
   from vit_jax.train import state as train_state, step as train_step  # pylint: disable=g-import-not-at-top
 
-  tx, schedule = optim.make_optimizer(setup.config, setup.total_steps)
+  tx, schedule = setup.tx, setup.schedule
   state, shardings, _ = train_state.create_state(
       setup, tx, checkpoint.make_manager(setup.workdir, 1)
   )
@@ -303,3 +303,8 @@ def model_logits(workdir: str, params, images: np.ndarray) -> np.ndarray:
   return np.asarray(
       classification.make_model(config, info.num_classes).apply({'params': params}, images)
   )
+
+
+def model_config(config: ml_collections.ConfigDict) -> dict:
+  """The config's resolved model fields, as train/setup.prepare resolves them for the run."""
+  return variants.get_model_config(config.variant, config.model.to_dict())

@@ -13,7 +13,6 @@ import pytest
 import helpers
 from vit_jax import data, sharding
 from vit_jax.checkpoints import checkpoint
-from vit_jax.train import optim
 from vit_jax.train import loop, setup as train_setup, state as train_state, step as train_step
 
 # The tiny model's shape; the recipe keeps its pooling, position embeddings and regularisation.
@@ -124,7 +123,7 @@ def _losses(tmp_path, data_dir, name: str, single_device: bool, steps: int = 4) 
   setup = train_setup.prepare(config, str(tmp_path / name))
   if single_device:
     setup = dataclasses.replace(setup, mesh=sharding.make_mesh((('data', 1),), jax.devices()[:1]))
-  tx, schedule = optim.make_optimizer(setup.config, setup.total_steps)
+  tx, schedule = (setup.tx, setup.schedule)
   state, shardings, _ = train_state.create_state(
       setup, tx, checkpoint.make_manager(setup.workdir, 1)
   )

@@ -122,6 +122,7 @@ def tiny_run(tmp_path_factory, data_dir):
   return workdir, config, loop.train_and_evaluate(train_setup.prepare(config, workdir))
 
 
+@pytest.mark.slow  # Tens of seconds of training: make test-all's.
 def test_a_tiny_bit_trains_and_evaluates_in_the_loop(tiny_run):
   workdir, _, metrics = tiny_run
   assert np.isfinite(metrics['eval_loss'])
@@ -134,11 +135,13 @@ def test_a_tiny_bit_trains_and_evaluates_in_the_loop(tiny_run):
   assert used['step'] == 12 and 0 <= accuracies[1] <= 1
 
 
+@pytest.mark.slow  # Tens of seconds of training: make test-all's.
 def test_resume_is_bit_exact(tiny_run, tmp_path):
   full, config, _ = tiny_run
   helpers.assert_resume_is_bit_exact(config, full, str(tmp_path / 'resumed'))
 
 
+@pytest.mark.slow  # Tens of seconds of training: make test-all's.
 def test_scaling_plots_a_bit_run_with_its_flops(tiny_run):
   workdir, _, _ = tiny_run
   (point,) = scaling.points([os.path.dirname(workdir)], 'eval_top1')
@@ -193,6 +196,7 @@ def test_what_only_a_vit_has_is_a_one_line_error(tmp_path, data_dir, overrides, 
   assert '\n' not in str(error.value)
 
 
+@pytest.mark.slow  # Tens of seconds of training: make test-all's.
 def test_the_vit_tools_refuse_a_bit(tiny_run, tmp_path, data_dir):
   workdir, _, _ = tiny_run
   with pytest.raises(

@@ -11,6 +11,7 @@ import numpy as np
 import optax
 import pytest
 
+import helpers
 from vit_jax import defaults, tasks
 from vit_jax.train import optim
 from vit_jax.tasks import classification
@@ -97,7 +98,7 @@ def test_stack_blocks_converts_a_whole_train_state():
   """Parameters, Adam moments and the Polyak average of a train state all change layout together."""
   config = defaults.get_config()
   config.variant, config.image_size = 'ViT-testing_4', 16
-  tx, _ = optim.make_optimizer(config, total_steps=10)
+  tx, _ = optim.make_optimizer(config, 10, helpers.model_config(config))
   state = train_state.init_state(
       jax.random.key(0), model=_model(), tx=tx, image_size=16, polyak=True
   )
@@ -260,7 +261,7 @@ def test_train_step_with_all_fast_paths_matches_the_default_step():
   # SGD: the update is linear in the gradients, so it inherits their agreement (Adam's first step is
   # about sign(gradient), which amplifies rounding where a gradient is near zero).
   config.optim.name, config.lr.warmup_steps = 'sgd', 0
-  tx, schedule = optim.make_optimizer(config, total_steps=10)
+  tx, schedule = optim.make_optimizer(config, 10, helpers.model_config(config))
   state = train_state.init_state(
       jax.random.key(0),
       model=classification.make_model(config, num_classes=5),

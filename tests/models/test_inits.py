@@ -34,7 +34,7 @@ def _fresh_params(**overrides) -> dict:
   state = train_state.init_state(
       jax.random.key(0),
       model=model,
-      tx=optim.make_optimizer(config, 10)[0],
+      tx=optim.make_optimizer(config, 10, helpers.model_config(config))[0],
       image_size=config.image_size,
       polyak=False,
   )

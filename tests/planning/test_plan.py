@@ -42,10 +42,21 @@ def xla_bytes(config) -> int:
   """
   mesh = sharding.make_mesh(config.mesh)
   model = classification.make_model(config, NUM_CLASSES)
-  tx, schedule = optim.make_optimizer(config, config.total_steps)
+  model_config = helpers.model_config(config)
+  tx, schedule = optim.make_optimizer(config, config.total_steps, model_config)
   info = data.DatasetInfo(NUM_CLASSES, 1000, 100, tuple(map(str, range(NUM_CLASSES))))
   setup = train_setup.Setup(
-      config, '/unused', info, classification, model, mesh, config.total_steps, ()
+      config,
+      '/unused',
+      info,
+      classification,
+      model,
+      mesh,
+      config.total_steps,
+      (),
+      model_config,
+      tx,
+      schedule,
   )
   init = functools.partial(
       train_state.init_state,

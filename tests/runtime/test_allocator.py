@@ -107,7 +107,7 @@ def test_an_installed_accelerator_plugin_keeps_the_system_malloc_unless_jax_is_t
 
 def test_a_child_started_with_the_system_malloc_env_keeps_the_c_librarys_malloc():
   # This pytest runs with mimalloc preloaded; the benchmarks' peers must not inherit it.
-  code = 'from vit_jax import allocator; allocator.use_mimalloc(); print(allocator.in_effect())'
+  code = 'from vit_jax.runtime import allocator; allocator.use_mimalloc(); print(allocator.in_effect())'
   child = subprocess.run(
       [sys.executable, '-c', code],
       cwd=helpers.REPO,

@@ -25,6 +25,7 @@ def users_env(monkeypatch, tmp_path):
   return tmp_path / 'cache'
 
 
+@pytest.mark.slow  # Tens of seconds of training: make test-all's.
 def test_vit_jax_main_started_as_users_start_it_keeps_its_programs_in_this_machines_folder(
     users_env, tmp_path, data_dir
 ):

@@ -12,7 +12,6 @@ import pytest
 import helpers
 from vit_jax import sharding
 from vit_jax.checkpoints import checkpoint
-from vit_jax.train import optim
 from vit_jax.tasks import classification, mixing
 from vit_jax.train import setup as train_setup, state as train_state, step as train_step
 
@@ -135,7 +134,7 @@ def _train_steps(tmp_path, data_dir, name, steps=5, single_device=False, **overr
   if single_device:
     mesh = sharding.make_mesh((('data', 1),), devices=jax.devices()[:1])
     setup = dataclasses.replace(setup, mesh=mesh)
-  tx, schedule = optim.make_optimizer(setup.config, setup.total_steps)
+  tx, schedule = (setup.tx, setup.schedule)
   state, shardings, _ = train_state.create_state(
       setup, tx, checkpoint.make_manager(setup.workdir, 1)
   )

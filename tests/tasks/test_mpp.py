@@ -89,6 +89,7 @@ def _mpp_and_classifier(variant, **overrides):
         ('R50+ViT-testing_8', {'resnet_layers': (1, 1), 'resnet_width_factor': 0.5}, 16, 4),
     ],
 )
+@pytest.mark.slow  # Tens of seconds of training: make test-all's.
 def test_mpp_model_is_the_vit_plus_mask_token_and_head(variant, overrides, image_size, tokens):
   model, classifier = _mpp_and_classifier(variant, **overrides)
   images = jax.random.uniform(

@@ -189,6 +189,7 @@ def test_pictures_of_a_gap_model(tmp_path):
   _assert_pictures(paths)
 
 
+@pytest.mark.slow  # Tens of seconds of training: make test-all's.
 def test_pictures_of_a_hybrid(tmp_path):
   """A ResNet stem of stride 8 makes 16 pixels 2 rows of patches: 4 patches and the class token (the
   tool asserts that count); its patch embedding reads features, so no embedding filters."""

@@ -32,7 +32,7 @@ def test_unknown_decay_is_an_error():
 
 def _one_update(overrides, grads, params):
   config = helpers.load_config('demo', overrides)
-  tx, _ = optim.make_optimizer(config, total_steps=10)
+  tx, _ = optim.make_optimizer(config, 10, helpers.model_config(config))
   updates, _ = tx.update(grads, tx.init(params), params)
   return updates
 
@@ -79,15 +79,16 @@ def test_unknown_optimizer_is_an_error():
   with pytest.raises(
       ValueError, match="^Unknown optim.name 'lamb': use one of adamw, sgd, lion, adafactor$"
   ):
-    optim.check_optim(config)
+    optim.check_optim(config, helpers.model_config(config))
   with pytest.raises(ValueError, match="Unknown optim.name 'lamb'"):
-    optim.make_optimizer(config, total_steps=10)
+    optim.make_optimizer(config, 10, helpers.model_config(config))
 
 
 def test_registries_name_what_the_config_accepts():
   assert set(optim.OPTIMIZERS) == {'adamw', 'sgd', 'lion', 'adafactor'}
   assert set(optim.DECAYS) == {'linear', 'cosine', 'constant'}
-  optim.check_optim(helpers.load_config('demo'))  # A valid config passes.
+  demo = helpers.load_config('demo')
+  optim.check_optim(demo, helpers.model_config(demo))  # A valid config passes.
 
 
 @pytest.mark.parametrize(
@@ -106,7 +107,10 @@ def test_registries_name_what_the_config_accepts():
 )
 def test_bad_numbers_are_one_line_errors(field, value, match):
   config = helpers.load_config('demo', {field: value})
-  for check in (lambda: optim.check_optim(config), lambda: optim.make_optimizer(config, 10)):
+  for check in (
+      lambda: optim.check_optim(config, helpers.model_config(config)),
+      lambda: optim.make_optimizer(config, 10, helpers.model_config(config)),
+  ):
     with pytest.raises(ValueError, match=match) as e:
       check()
     assert '\n' not in str(e.value)
@@ -132,7 +136,7 @@ def test_schedule_step_is_the_step_whose_rate_the_update_applies(name, frozen):
           'lr.end': 0.0,
       },
   )
-  tx, schedule = optim.make_optimizer(config, total_steps=8)
+  tx, schedule = optim.make_optimizer(config, 8, helpers.model_config(config))
   params = {'w': jnp.ones(()), 'frozen': jnp.ones(())}
   state = tx.init(params)
   one_step = jax.jit(tx.update)
@@ -153,7 +157,7 @@ def test_schedule_step_is_the_step_whose_rate_the_update_applies(name, frozen):
 
 def test_schedule_step_without_skipping_is_the_train_step():
   config = helpers.load_config('demo', {'lr.warmup_steps': 0})
-  tx, _ = optim.make_optimizer(config, total_steps=8)
+  tx, _ = optim.make_optimizer(config, 8, helpers.model_config(config))
   params = {'dense': {'kernel': jnp.ones((2, 2))}}
   state = tx.init(params)
   for step in range(3):

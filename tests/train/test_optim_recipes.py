@@ -110,7 +110,9 @@ def test_without_the_new_fields_updates_are_optax_bit_for_bit(name, reference):
   # TINY warms up over 2 steps; demo clips at 1.0; sgd with weight decay to exercise the L2 term.
   config = _config({'optim.name': name, 'optim.weight_decay': 1e-3 if name == 'sgd' else 0.05})
   params = _params(config)
-  ours, state, _ = _updates(optim.make_optimizer(config, 10)[0], params)
+  ours, state, _ = _updates(
+      optim.make_optimizer(config, 10, helpers.model_config(config))[0], params
+  )
   schedule = optim.make_schedule(config.lr, 10)
   expected_tx = optax.chain(
       optax.clip_by_global_norm(config.grad_clip_norm),
@@ -161,7 +163,7 @@ def test_adamw_multipliers_follow_the_formula(scan):
     return -lr * _lr_mult(path) * (g / (np.abs(g) + 1e-8) + wd * _wd_mult(path) * p)
 
   want = jax.tree_util.tree_map_with_path(expected, grads, params)
-  tx, _ = optim.make_optimizer(config, 10)
+  tx, _ = optim.make_optimizer(config, 10, helpers.model_config(config))
   state = tx.init(params)
   if scan:  # Initialised per block, trained stacked, as train/state.py does.
     params, grads, want, state = (_stack(tree, config) for tree in (params, grads, want, state))
@@ -174,7 +176,7 @@ def test_sgd_weight_decay_multipliers_are_l2_terms():
   config = _config(PLAIN, MULTS, {'optim.name': 'sgd', 'optim.momentum': 0.0})
   params = _params(config)
   grads = _params_like(params, 1)
-  tx, _ = optim.make_optimizer(config, 10)
+  tx, _ = optim.make_optimizer(config, 10, helpers.model_config(config))
   updates, _ = tx.update(grads, tx.init(params), params)
 
   def expected(key_path, g, p):  # Plain SGD: the L2 term joins the gradient.
@@ -193,7 +195,7 @@ def test_frozen_parameters_stay_and_keep_no_state():
   trained = {path: x for path, x in _flat(params).items() if not is_frozen(path)}
   assert len(trained) < len(jax.tree.leaves(params))
 
-  tx, _ = optim.make_optimizer(config, 10)
+  tx, _ = optim.make_optimizer(config, 10, helpers.model_config(config))
   updates, state, final = _updates(tx, params)
   for path, after in _flat(final).items():
     assert np.array_equal(_flat(params)[path], after) == is_frozen(path), path
@@ -224,8 +226,8 @@ def test_scanned_models_freeze_whole_stacks_only():
   config = _config(PLAIN, {'model.scan': True, 'optim.frozen': ('LayerNorm_0',)})
   params = _params(config)
   shapes = jax.eval_shape(lambda: params)
-  param_groups.check_param_groups(config, shapes)
-  tx, _ = optim.make_optimizer(config, 10)
+  param_groups.check_param_groups(config.optim, helpers.model_config(config), shapes)
+  tx, _ = optim.make_optimizer(config, 10, helpers.model_config(config))
   state = _stack(tx.init(params), config)  # Frozen in every block: the state stacks.
   stacked = _stack(params, config)
   updates, _ = jax.jit(tx.update)(_params_like(stacked, 1), state, stacked)
@@ -238,7 +240,7 @@ def test_scanned_models_freeze_whole_stacks_only():
       match=r'^config.optim.frozen freezes some blocks of '
       r'Transformer/encoderblock/LayerNorm_0/bias but not all',
   ):
-    param_groups.check_param_groups(config, shapes)
+    param_groups.check_param_groups(config.optim, helpers.model_config(config), shapes)
 
 
 @pytest.mark.parametrize(
@@ -258,7 +260,7 @@ def test_lion_and_adafactor_are_optaxs(name, reference):
       PLAIN, {'optim.name': name, 'optim.weight_decay': 0.1 if name == 'lion' else 0.0}
   )
   params = _params(config)
-  ours, _, _ = _updates(optim.make_optimizer(config, 10)[0], params)
+  ours, _, _ = _updates(optim.make_optimizer(config, 10, helpers.model_config(config))[0], params)
   expected, _, _ = _updates(
       reference(config, optim.make_schedule(config.lr, 10), _kernel_mask(params)), params
   )
@@ -268,7 +270,7 @@ def test_lion_and_adafactor_are_optaxs(name, reference):
 def test_adafactor_weight_decay_is_decoupled_and_times_the_learning_rate():
   config = _config(PLAIN, {'optim.name': 'adafactor', 'optim.weight_decay': 0.3})
   params = _params(config)
-  tx, _ = optim.make_optimizer(config, 10)
+  tx, _ = optim.make_optimizer(config, 10, helpers.model_config(config))
   updates, _ = tx.update(jax.tree.map(np.zeros_like, params), tx.init(params), params)
   want = jax.tree.map(lambda p, kernel: -0.1 * 0.3 * p * kernel, params, _kernel_mask(params))
   jax.tree.map(functools.partial(np.testing.assert_allclose, rtol=1e-6), updates, want)
@@ -278,7 +280,9 @@ def test_adafactor_weight_decay_is_decoupled_and_times_the_learning_rate():
 def test_bfloat16_first_moment(name, reference):
   config = _config(PLAIN, {'optim.name': name, 'optim.mu_dtype': 'bfloat16'})
   params = _params(config)
-  ours, state, _ = _updates(optim.make_optimizer(config, 10)[0], params)
+  ours, state, _ = _updates(
+      optim.make_optimizer(config, 10, helpers.model_config(config))[0], params
+  )
   assert {x.dtype for x in jax.tree.leaves(_first_moment(state))} == {jnp.dtype(jnp.bfloat16)}
   expected, _, _ = _updates(
       reference(
@@ -310,7 +314,7 @@ def test_a_regex_that_matches_nothing_is_a_one_line_error(field, value):
       match=f"^config.optim.{field} regex '{regex}' matches no parameter: "
       r'fix it \(parameter paths look like Transformer/',
   ) as e:
-    param_groups.check_param_groups(config, shapes)
+    param_groups.check_param_groups(config.optim, helpers.model_config(config), shapes)
   assert '\n' not in str(e.value)
 
 
@@ -348,7 +352,10 @@ BAD_FIELDS = [
 @pytest.mark.parametrize('field,value,match', BAD_FIELDS)
 def test_bad_fields_are_one_line_errors(field, value, match):
   config = _config({field: value})
-  for check in (lambda: optim.check_optim(config), lambda: optim.make_optimizer(config, 10)):
+  for check in (
+      lambda: optim.check_optim(config, helpers.model_config(config)),
+      lambda: optim.make_optimizer(config, 10, helpers.model_config(config)),
+  ):
     with pytest.raises(ValueError, match=match) as e:
       check()
     assert '\n' not in str(e.value)
@@ -374,9 +381,11 @@ def test_bad_fields_are_one_line_errors(field, value, match):
 )
 def test_combinations_that_do_not_work_are_one_line_errors(overrides, match):
   with pytest.raises(ValueError, match=match):
-    optim.check_optim(_config(overrides))
+    config = _config(overrides)
+    optim.check_optim(config, helpers.model_config(config))
 
 
+@pytest.mark.slow  # Tens of seconds of training: make test-all's.
 def test_state_on_an_fsdp_mesh_trains_and_checkpoints(tmp_path, data_dir):
   config = _config(
       {
@@ -392,8 +401,10 @@ def test_state_on_an_fsdp_mesh_trains_and_checkpoints(tmp_path, data_dir):
   )
   setup = train_setup.prepare(config, str(tmp_path))
   init = lambda: setup.model.clone(scan=False).init(jax.random.key(0), jnp.zeros((1, 8, 8, 3)))
-  param_groups.check_param_groups(config, jax.eval_shape(init)['params'])
-  tx, schedule = optim.make_optimizer(config, setup.total_steps)
+  param_groups.check_param_groups(
+      config.optim, helpers.model_config(config), jax.eval_shape(init)['params']
+  )
+  tx, schedule = optim.make_optimizer(config, setup.total_steps, helpers.model_config(config))
   manager = checkpoint.make_manager(setup.workdir, keep=1)
   state, shardings, to_checkpoint = train_state.create_state(setup, tx, manager)
   mu = _first_moment(state.opt_state)['Transformer']['encoderblock']

@@ -14,6 +14,7 @@ from timm.models.vision_transformer import VisionTransformer as TimmViT
 from timm.models.vision_transformer_hybrid import _resnetv2
 from timm.optim import param_groups_layer_decay
 
+import helpers
 from vit_jax.train import param_groups
 from vit_jax.checkpoints import state_dicts
 from test_optim_recipes import _config, _flat, _params, _stack
@@ -86,7 +87,11 @@ def test_layer_decay_multipliers_are_timms(kind, scan):
   )
   scales = _timm_scales(depth, kind)
   params = _params(config)
-  mults = param_groups.lr_multipliers(config, _stack(params, config) if scan else params)
+  mults = param_groups.lr_multipliers(
+      config.optim,
+      helpers.model_config(config)['num_layers'],
+      _stack(params, config) if scan else params,
+  )
   checked = set()
   for path, mult in _flat(mults).items():
     per_layer = (

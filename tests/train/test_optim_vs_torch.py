@@ -59,7 +59,7 @@ def _leaf(tree, name):
 def _ours(overrides: dict) -> tuple[dict, optax.Schedule]:
   """Our parameters after STEPS updates, and the schedule."""
   config = helpers.load_config('demo', overrides)
-  tx, schedule = optim.make_optimizer(config, STEPS)
+  tx, schedule = optim.make_optimizer(config, STEPS, helpers.model_config(config))
   params = jax.tree.map(jnp.asarray, _params())
   state = tx.init(params)
   update = jax.jit(tx.update)
@@ -307,7 +307,7 @@ def test_polyak_average_is_the_exponential_moving_average_from_the_initial_param
           'lr.decay': 'constant',
       },
   )
-  tx, schedule = optim.make_optimizer(config, STEPS)
+  tx, schedule = optim.make_optimizer(config, STEPS, helpers.model_config(config))
 
   def loss_fn(params, images, labels, key):  # The gradient is the mean image: known in advance.
     del labels, key

@@ -16,7 +16,6 @@ from jax.sharding import PartitionSpec as P
 import helpers
 from vit_jax import sharding, tasks
 from vit_jax.checkpoints import checkpoint
-from vit_jax.train import optim
 from vit_jax.train import setup as train_setup, state as train_state, step as train_step
 
 sys.path.insert(0, os.path.join(helpers.REPO, 'benchmarks'))
@@ -72,7 +71,7 @@ def _tiny_setup(tmp_path, data_dir, **overrides):
 
 
 def _state_and_step(setup, accum_steps):
-  tx, schedule = optim.make_optimizer(setup.config, setup.total_steps)
+  tx, schedule = (setup.tx, setup.schedule)
   manager = checkpoint.make_manager(setup.workdir, keep=1)
   state, _, _ = train_state.create_state(setup, tx, manager)
   step = jax.jit(
@@ -89,6 +88,7 @@ def _state_and_step(setup, accum_steps):
   return state, step
 
 
+@pytest.mark.slow  # Tens of seconds of training: make test-all's.
 def test_gradient_accumulation_matches_one_big_batch(tmp_path, data_dir):
   # SGD: Adam's first step is about lr * sign(grad), which would turn float noise in near-zero
   # gradients into differences of 2 * lr.
@@ -128,7 +128,7 @@ def test_gradient_accumulation_matches_one_big_batch(tmp_path, data_dir):
 
 def test_checkpoint_moves_between_meshes(tmp_path, data_dir):
   fsdp = _tiny_setup(tmp_path, data_dir, mesh=(('fsdp', 8),))
-  tx, _ = optim.make_optimizer(fsdp.config, fsdp.total_steps)
+  tx, _ = (fsdp.tx, fsdp.schedule)
   manager = checkpoint.make_manager(fsdp.workdir, keep=1)
   state, _, _ = train_state.create_state(fsdp, tx, manager)
   kernel = state.params['Transformer']['encoderblock_0']['MlpBlock_3']['Dense_0']['kernel']

@@ -15,7 +15,6 @@ from PIL import Image
 
 import helpers
 from vit_jax.checkpoints import checkpoint, run_dir
-from vit_jax.train import optim
 from vit_jax.checkpoints import loading
 from vit_jax.train import loop, setup as train_setup, state as train_state
 
@@ -66,6 +65,7 @@ def test_loop_learns_the_digits(tmp_path, data_dir):
   assert metrics['eval_top1'] > 0.6  # Chance is 0.1.
 
 
+@pytest.mark.slow  # Tens of seconds of training: make test-all's.
 def test_polyak_average_is_kept_and_evaluated(tmp_path, data_dir):
   overrides = {**helpers.TINY, 'data_dir': data_dir, 'total_steps': 8, 'eval_every_steps': 8}
   runs = {}
@@ -226,7 +226,7 @@ def test_finetune_at_a_new_resolution_resizes_posemb_and_replaces_head(
       setup.init_params['embedding']['kernel'], pretrained['embedding']['kernel']
   )
   # The loop starts from those parameters (and so does the Polyak average).
-  tx, _ = optim.make_optimizer(setup.config, setup.total_steps)
+  tx, _ = (setup.tx, setup.schedule)
   state, _, _ = train_state.create_state(setup, tx, checkpoint.make_manager(str(tmp_path), keep=1))
   chex.assert_trees_all_equal(jax.device_get(state.params), setup.init_params)
   chex.assert_trees_all_equal(jax.device_get(state.ema_params), setup.init_params)
@@ -262,7 +262,7 @@ def test_scanned_training_keeps_per_block_checkpoints_that_resume_either_way(tmp
   setup = train_setup.prepare(
       helpers.load_config('demo', {**overrides, 'model.scan': True}), str(tmp_path / 'state')
   )
-  tx, _ = optim.make_optimizer(setup.config, setup.total_steps)
+  tx, _ = (setup.tx, setup.schedule)
   state, _, to_checkpoint = train_state.create_state(
       setup, tx, checkpoint.make_manager(setup.workdir, 1)
   )

@@ -104,7 +104,11 @@ def _init_params(model: Any, size: int) -> Any:
 def abstract_state(config: ml_collections.ConfigDict, num_classes: int) -> dict[str, Any]:
   """Shapes of the train state as the step holds it (train/state.py's init_state, training layout)."""
   model = tasks.get(config.task).make_model(_with(config, scan=False), num_classes)
-  tx, _ = optim.make_optimizer(config, total_steps=config.total_steps or 1)
+  tx, _ = optim.make_optimizer(
+      config,
+      config.total_steps or 1,
+      variants.get_model_config(config.variant, config.model.to_dict()),
+  )
 
   def init():
     params = _init_params(model, config.image_size)
@@ -264,7 +268,7 @@ def check(config: ml_collections.ConfigDict, devices: int) -> dict[str, int]:
         f'config.dtype={config.dtype!r} must be float32, bfloat16 or float16 and '
         f'config.accum_steps={config.accum_steps} at least 1'
     )
-  optim.check_optim(config)
+  optim.check_optim(config, model)
   mesh = mesh_shape(config.mesh, devices)
   sharding.check_model_fits(
       AbstractMesh(tuple(mesh.values()), tuple(mesh)),

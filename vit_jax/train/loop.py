@@ -16,7 +16,6 @@ from clu import parameter_overview
 from vit_jax import data, sharding
 from vit_jax.checkpoints import checkpoint, run_dir
 from vit_jax.runtime import dispatch
-from vit_jax.train import optim
 from vit_jax.train import event_writer, observe, pace, preemption, progress
 from vit_jax.train.setup import Setup
 from vit_jax.train.state import TrainState, check_resumable, create_state
@@ -100,7 +99,7 @@ def train_and_evaluate(setup: Setup) -> dict[str, float]:
 
 def _train(setup: Setup, watchdog: Watchdog) -> dict[str, float]:
   config = setup.config
-  tx, schedule = optim.make_optimizer(config, setup.total_steps)
+  tx, schedule = setup.tx, setup.schedule
   changes = check_resumable(setup, tx)  # Before anything in the workdir is written.
   run_dir.write_run_info(setup.workdir, config, setup.info, changes)
   writer = event_writer.create_writer(setup.workdir, just_logging=jax.process_index() > 0)

@@ -130,7 +130,7 @@ def _check_lr(lr: ml_collections.ConfigDict) -> None:
   _check_range('lr.end', lr.end, math.inf, '0.0')
 
 
-def _check_update(config: ml_collections.ConfigDict) -> None:
+def _check_update(config: ml_collections.ConfigDict, model_config: dict[str, Any]) -> None:
   optim = config.optim
   _lookup(OPTIMIZERS, 'optim.name', optim.name)
   _check_range('optim.b1', optim.b1, 1, '0.9')
@@ -154,7 +154,7 @@ def _check_update(config: ml_collections.ConfigDict) -> None:
   if optim.layer_decay is not None:
     variants.require_vit(config.variant, 'config.optim.layer_decay (a learning rate per ViT block)')
   if optim.name == 'adafactor':
-    _check_adafactor(config)
+    _check_adafactor(config, model_config)
 
 
 def _check_mu_dtype(optim: ml_collections.ConfigDict) -> None:
@@ -176,15 +176,13 @@ def _check_mu_dtype(optim: ml_collections.ConfigDict) -> None:
     )
 
 
-def _check_adafactor(config: ml_collections.ConfigDict) -> None:
+def _check_adafactor(config: ml_collections.ConfigDict, model_config: dict[str, Any]) -> None:
   if config.optim.wd_mults:
     raise ValueError(
         'config.optim.wd_mults are not supported by adafactor (its weight decay is '
         "optax's, one rate for all kernels): unset them, or use adamw"
     )
-  if variants.get_model_config(config.variant, config.model.to_dict()).get(
-      'scan'
-  ):  # Only a ViT has it.
+  if model_config.get('scan'):  # Only a ViT has it.
     # Its clipping and parameter scale take the RMS of each array: of all layers at once if stacked.
     raise ValueError(
         'config.optim.name=adafactor scales each parameter array by its RMS, which a '
@@ -193,11 +191,12 @@ def _check_adafactor(config: ml_collections.ConfigDict) -> None:
     )
 
 
-def check_optim(config: ml_collections.ConfigDict) -> None:
+def check_optim(config: ml_collections.ConfigDict, model_config: dict[str, Any]) -> None:
   """Raises a one-line ValueError, naming the field and a fix, if `config.optim`, `config.lr` or
-  `config.grad_clip_norm` is invalid; builds nothing."""
+  `config.grad_clip_norm` is invalid for the model of `model_config` (`variants.get_model_config`
+  of the config); builds nothing."""
   _check_lr(config.lr)
-  _check_update(config)
+  _check_update(config, model_config)
 
 
 def make_schedule(lr: ml_collections.ConfigDict, total_steps: int) -> optax.Schedule:
@@ -211,19 +210,23 @@ def make_schedule(lr: ml_collections.ConfigDict, total_steps: int) -> optax.Sche
 
 
 def make_optimizer(
-    config: ml_collections.ConfigDict, total_steps: int
+    config: ml_collections.ConfigDict, total_steps: int, model_config: dict[str, Any]
 ) -> tuple[optax.GradientTransformation, optax.Schedule]:
   """The optimizer named by `config.optim`: global-norm clipping, the update rule and the parameter
   groups' multipliers, over the parameters that train (frozen ones get zero updates, keep no state and
-  count in no clipping norm, as in big_vision). Returns it and its schedule.
+  count in no clipping norm, as in big_vision), for the model of `model_config`
+  (`variants.get_model_config` of the config: layer decay reads its depth). Returns it and its
+  schedule. `train/setup.prepare` builds the run's, once (`Setup.tx`, `Setup.schedule`).
 
   Raises the one-line errors of `check_optim` for an invalid config; those that need the parameters'
   paths are `param_groups.check_param_groups`'s."""
-  _check_update(config)
+  _check_update(config, model_config)
   schedule = make_schedule(config.lr, total_steps)
   tx = OPTIMIZERS[config.optim.name](config.optim, schedule)
   if param_groups.scales_updates(config.optim):
-    tx = optax.chain(tx, param_groups.scale_by_lr_multipliers(config))
+    # Layer decay needs the depth; it is a ViT's (checked above), a BiT has no num_layers.
+    depth = model_config['num_layers'] if config.optim.layer_decay is not None else 0
+    tx = optax.chain(tx, param_groups.scale_by_lr_multipliers(config.optim, depth))
   if config.grad_clip_norm:
     tx = optax.chain(optax.clip_by_global_norm(config.grad_clip_norm), tx)
   tx = param_groups.freeze(tx, config.optim)

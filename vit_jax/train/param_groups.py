@@ -20,7 +20,7 @@ import ml_collections
 import numpy as np
 import optax
 
-from vit_jax.models import layer_ids, scan_layout, variants
+from vit_jax.models import layer_ids, scan_layout
 
 FROZEN, TRAINED = 'frozen', 'trained'  # The labels of `frozen_labels`.
 
@@ -55,22 +55,17 @@ def _first_match(groups: tuple[tuple[str, float], ...], path: str) -> float:
   return next((mult for regex, mult in groups if re.search(regex, path)), 1.0)
 
 
-def _num_layers(config: ml_collections.ConfigDict) -> int:
-  return variants.get_model_config(config.variant, config.model.to_dict())['num_layers']
-
-
 def scales_updates(optim: ml_collections.ConfigDict) -> bool:
   """Whether some update may be multiplied by other than 1 (lr_mults or layer_decay set)."""
   return bool(optim.lr_mults) or optim.layer_decay is not None
 
 
-def lr_multipliers(config: ml_collections.ConfigDict, tree: Any) -> Any:
+def lr_multipliers(optim: ml_collections.ConfigDict, num_layers: int, tree: Any) -> Any:
   """The multiplier of each parameter's update, its decoupled weight decay included (as timm's
   lr_scale and torch's per-group learning rate, which AdamW's decay is multiplied by; big_vision's
   lr_mults leave its weight decay alone): its lr_mults entry times layer_decay^(L + 1 - id), id the
-  parameter's `layer_ids.layer_id` in a model of L blocks."""
-  optim = config.optim
-  num_layers = _num_layers(config) if optim.layer_decay is not None else 0
+  parameter's `layer_ids.layer_id` in a model of L = `num_layers` blocks (read with layer_decay only).
+  """
 
   def multiplier(path):
     mult = _first_match(optim.lr_mults, path)
@@ -86,7 +81,9 @@ def wd_multipliers(optim: ml_collections.ConfigDict, tree: Any) -> Any:
   return _per_leaf(tree, lambda path: _first_match(optim.wd_mults, path) if _decays(path) else 0.0)
 
 
-def scale_by_lr_multipliers(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
+def scale_by_lr_multipliers(
+    optim: ml_collections.ConfigDict, num_layers: int
+) -> optax.GradientTransformation:
   """Each update times its `lr_multipliers` value (stateless; updates at 1 are left as they are)."""
 
   def scale(updates, params):
@@ -94,7 +91,7 @@ def scale_by_lr_multipliers(config: ml_collections.ConfigDict) -> optax.Gradient
     return jax.tree.map(
         lambda u, m: u if np.all(m == 1) else u * jnp.asarray(m, u.dtype),
         updates,
-        lr_multipliers(config, updates),
+        lr_multipliers(optim, num_layers, updates),
     )
 
   return optax.stateless(scale)
@@ -190,11 +187,12 @@ def names_parameters(optim: ml_collections.ConfigDict) -> bool:
   return bool(optim.lr_mults or optim.wd_mults or optim.frozen)
 
 
-def check_param_groups(config: ml_collections.ConfigDict, params: Any) -> None:
+def check_param_groups(
+    optim: ml_collections.ConfigDict, model_config: dict[str, Any], params: Any
+) -> None:
   """One-line errors for parameter groups that do not fit the model: a regex of lr_mults, wd_mults or
   frozen that matches no parameter (a typo), or frozen blocks that a scanned model stacks with
   trained ones. `params`: the model's parameters, or their shapes (`jax.eval_shape` of its init)."""
-  optim = config.optim
   paths = [
       path
       for key_path, x in jax.tree_util.tree_leaves_with_path(params)
@@ -209,11 +207,6 @@ def check_param_groups(config: ml_collections.ConfigDict, params: Any) -> None:
           f'config.optim.{field} regex {regex!r} matches no parameter: fix it (parameter '
           f'paths look like {", ".join(paths[::max(len(paths) // 3, 1)][:3])})'
       )
-  model = variants.get_model_config(config.variant, config.model.to_dict())
-  if optim.frozen and model.get('scan'):  # Only a ViT has the field.
-    frozen_labels(
-        optim,
-        jax.eval_shape(
-            functools.partial(scan_layout.stack_blocks, num_layers=model['num_layers']), params
-        ),
-    )
+  if optim.frozen and model_config.get('scan'):  # Only a ViT has the field.
+    stack = functools.partial(scan_layout.stack_blocks, num_layers=model_config['num_layers'])
+    frozen_labels(optim, jax.eval_shape(stack, params))

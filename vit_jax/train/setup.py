@@ -12,6 +12,7 @@ from absl import logging
 import flax.linen as nn
 import jax
 import ml_collections
+import optax
 from jax.sharding import Mesh
 
 from vit_jax import data, defaults, evaluators, sharding, tasks
@@ -44,6 +45,9 @@ class Setup:
   mesh: Mesh
   total_steps: int
   evaluators: tuple[evaluators.Evaluator, ...]
+  model_config: dict[str, Any]  # The variant's fields with config.model's overrides: resolved once.
+  tx: optax.GradientTransformation  # The run's optimizer over total_steps, built once.
+  schedule: optax.Schedule  # Its learning rate by step.
   init_params: Any = None  # From config.init_from, fitted to the model (numpy); None: from scratch.
 
 
@@ -213,9 +217,9 @@ def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
   for each_task in tasks.TASKS.values():  # A typo in another task's fields is still a typo.
     each_task.check(config)
   _check_numbers(config)
-  model_kwargs = variants.get_model_config(config.variant, config.model.to_dict())
+  model_config = variants.get_model_config(config.variant, config.model.to_dict())
   family = variants.FAMILIES[variants.family(config.variant)]
-  stride = family.input_stride(model_kwargs)
+  stride = family.input_stride(model_config)
   if config.image_size % stride:
     raise ValueError(
         f'config.image_size={config.image_size} is not divisible by the patch size {stride} (in '
@@ -223,7 +227,7 @@ def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
         f'--config.image_size={max(stride, config.image_size // stride * stride)}'
     )
   mesh = sharding.make_mesh(config.mesh)
-  sharding.check_model_fits(mesh, config.variant, family.tensor_split(model_kwargs))
+  sharding.check_model_fits(mesh, config.variant, family.tensor_split(model_config))
   check_batch('batch_size', config.batch_size, mesh, config.accum_steps)
   check_batch('eval_batch_size', config.eval_batch_size, mesh)
   shards = data.num_data_shards(config, jax.process_count())
@@ -242,7 +246,7 @@ def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
   if info.num_classes < task.MIN_CLASSES:
     raise ValueError(_too_few_classes(config, info, task.MIN_CLASSES))
   steps = total_steps(config, info)
-  optim.make_optimizer(config, steps)  # Validates the optimizer and its schedule.
+  tx, schedule = optim.make_optimizer(config, steps, model_config)
   if config.lr.warmup_steps >= steps:
     logging.warning(
         "config.lr.warmup_steps=%d is not below the run's %d steps: the learning rate "
@@ -255,7 +259,9 @@ def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
     )
   model = task.make_model(config, info.num_classes)
   if param_groups.names_parameters(config.optim):  # Tracing the model's init costs start-up time.
-    param_groups.check_param_groups(config, loading.param_shapes(model, config.image_size))
+    param_groups.check_param_groups(
+        config.optim, model_config, loading.param_shapes(model, config.image_size)
+    )
   built = evaluators.make_evaluators(evaluators.Context(config, info, task, model, mesh))
   for (
       name
@@ -268,4 +274,17 @@ def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
   init_params = run_dir.load_init_params(config, model) if config.init_from else None
   workdir = paths.absolute(workdir)
   paths.check_writable(workdir, config.storage_timeout_s)
-  return Setup(config, workdir, info, task, model, mesh, steps, tuple(built), init_params)
+  return Setup(
+      config,
+      workdir,
+      info,
+      task,
+      model,
+      mesh,
+      steps,
+      tuple(built),
+      model_config,
+      tx,
+      schedule,
+      init_params,
+  )

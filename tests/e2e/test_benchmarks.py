@@ -10,6 +10,7 @@ import helpers
 from vit_jax.models import variants
 
 sys.path.insert(0, f'{helpers.REPO}/benchmarks')
+import step_harness  # pylint: disable=g-import-not-at-top,wrong-import-position
 import train_step  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
@@ -22,11 +23,11 @@ def test_analytic_flops_agree_with_xla_cost_analysis(variant, mode, factor):
       [f'--variant={variant}', '--image_size=224', '--batch=8', f'--mode={mode}']
   )
   config = train_step.make_config(args)
-  model = train_step.variants.get_model_config(config.variant, config.model.to_dict())
+  model = variants.get_model_config(config.variant, config.model.to_dict())
   analytic = factor * train_step.vit_flops(model, args.image_size) * args.batch
   # XLA also counts norms, softmax, GELU and the optimizer (on each of the 8 devices: parameters are
   # replicated): a little more than the matmuls.
-  assert analytic <= train_step.Ours(config, mode).xla_flops <= 1.05 * analytic
+  assert analytic <= step_harness.Ours(config, mode).xla_flops <= 1.05 * analytic
 
 
 def _run(script, *args):
@@ -77,10 +78,10 @@ def test_paired_ratio_compares_each_round_with_its_neighbour():
   # Ours is 2x the peer's speed in every round while the machine slows 3x between rounds: each round's
   # ratio of sums is 2x.
   ours, peer = [[1.0, 1.0], [3.0, 3.0], [1.5, 1.5]], [[2.0, 2.0], [6.0, 6.0], [2.4, 3.6]]
-  assert train_step.paired_ratio(ours, peer) == (2.0, 2.0, 2.0)
-  assert train_step.paired_ratio([[1.0], [1.0], [1.0]], [[0.9], [1.2], [1.0]]) == (1.0, 0.9, 1.2)
+  assert step_harness.paired_ratio(ours, peer) == (2.0, 2.0, 2.0)
+  assert step_harness.paired_ratio([[1.0], [1.0], [1.0]], [[0.9], [1.2], [1.0]]) == (1.0, 0.9, 1.2)
   with pytest.raises(ValueError):
-    train_step.paired_ratio([[1.0]], [])
+    step_harness.paired_ratio([[1.0]], [])
 
 
 def test_profile_names_gpu_kernels_by_their_ops_source():
@@ -90,7 +91,7 @@ def test_profile_names_gpu_kernels_by_their_ops_source():
       'Transformer/encoderblock_4/add"}\n%dot.1 = f32[2]{0} dot(%a, %b), metadata={op_name="jit(f)/'
       'encoderblock_0/MlpBlock_3/Dense_0/dot_general"}\n'
   )
-  sources = train_step.op_sources(hlo)
+  sources = step_harness.op_sources(hlo)
   assert (
       sources['loop_add_fusion_3']
       == sources['loop_add_fusion.3']
@@ -101,7 +102,7 @@ def test_profile_names_gpu_kernels_by_their_ops_source():
       'dot.1': [4.0, 5.0],  # 2 steps: fastest of each op.
       'nvjet_sm90_tst_128x160': [3.0, 1.0, 3.0, 1.0],
   }  # A library kernel: all of its time.
-  assert train_step.time_by_source(durations, sources, steps=2) == {
+  assert step_harness.time_by_source(durations, sources, steps=2) == {
       ('loop_add_fusion', 'Transformer/encoderblock_*/add'): 1.0,
       ('dot', 'encoderblock_*/MlpBlock_3/Dense_0/dot_general'): 4.0,
       ('nvjet_sm90_tst_128x160', '(library kernel)'): 4.0,
@@ -112,9 +113,9 @@ def test_profile_prints_where_the_cpu_steps_time_goes(capsys):
   args = train_step.make_parser().parse_args(
       ['--variant=ViT-testing_4', '--image_size=16', '--batch=8']
   )
-  ours = train_step.Ours(train_step.make_config(args), 'train')
+  ours = step_harness.Ours(train_step.make_config(args), 'train')
   ours.allocate()
-  train_step.profile(ours, steps=2, top=5)
+  step_harness.profile(ours, steps=2, top=5)
   lines = capsys.readouterr().out.splitlines()
   assert lines[0].startswith('# profile: ') and len(lines) == 6, lines
   assert any('encoderblock_*' in line for line in lines[1:]), lines

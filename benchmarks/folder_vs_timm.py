@@ -62,122 +62,15 @@ quiet.quiet_tensorflow()  # Writing the folder loads TensorFlow (with tensorflow
 import argparse
 import shutil
 import statistics
-import subprocess
 import tempfile
-import time
 
 import image_sets  # pylint: disable=wrong-import-position
+import ours_cli  # pylint: disable=wrong-import-position
+import seed_table  # pylint: disable=wrong-import-position
 import timm_loop  # pylint: disable=wrong-import-position
 import timm_peer  # pylint: disable=wrong-import-position
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SIDES = ('ours', 'timm')
-HEADER = (
-    '| side | seed | test top-1 (%) | last train loss | wall s | train img/s |\n'
-    '|---|---|---|---|---|---|'
-)
-
-
-# ----------------------------------------------------------------------------------------------------
-# The two sides. Each returns {'top1': %, 'train_loss', 'wall_s', 'train_s'}.
-
-
-def run_ours(
-    root: str,
-    seed: int,
-    steps: int,
-    batch_size: int,
-    workdir: str,
-    overrides: list[str],
-    compile_cache: str | None,
-) -> dict[str, float]:
-  """Our CLI on the folder, timed as a whole; the metrics from the event files of its workdir.
-  `overrides`: more FIELD=VALUE config fields, as --config.FIELD=VALUE; `compile_cache`: the folder of
-  its persistent compilation cache (None: off)."""
-  from vit_jax.train import events  # pylint: disable=g-import-not-at-top
-
-  command = [
-      sys.executable,
-      '-m',
-      'vit_jax.main',
-      '--config=configs/demo.py',
-      f'--workdir={workdir}',
-      '--config.dataset=folder',
-      f'--config.data_dir={root}',
-      f'--config.seed={seed}',
-      f'--config.total_steps={steps}',
-  ] + [f'--config.{field}' for field in overrides]
-  log = f'{workdir}.log'
-  with open(log, 'w') as output:
-    start = time.perf_counter()
-    env = dict(
-        os.environ,
-        **(
-            {'JAX_COMPILATION_CACHE_DIR': compile_cache}
-            if compile_cache
-            else {'VIT_JAX_COMPILATION_CACHE': 'off'}
-        ),
-    )
-    process = subprocess.run(
-        command, cwd=REPO, env=env, stdout=output, stderr=subprocess.STDOUT, check=False
-    )
-    wall_s = time.perf_counter() - start
-  timm_loop.check_exit(process, ' '.join(command), log)
-  scalars = events.read_scalars(workdir)
-  logged = sorted(scalars['images_per_sec'].items())
-  # Each logged window's seconds: its steps' images over its images/s.
-  train_s = sum(
-      (step - before) * batch_size / ips
-      for (before, _), (step, ips) in zip([(0, None)] + logged, logged)
-  )
-  loss = scalars['train_loss']
-  return {
-      'top1': 100 * scalars['eval_top1'][steps],
-      'train_loss': loss[max(loss)],
-      'wall_s': wall_s,
-      'train_s': train_s,
-  }
-
-
-# ----------------------------------------------------------------------------------------------------
-# The table.
-
-
-def row(side: str, seed: str, top1: str, loss: str, wall: str, ips: str) -> str:
-  return f'| {side} | {seed} | {top1} | {loss} | {wall} | {ips} |'
-
-
-def run_row(side: str, seed: int, result: dict[str, float], images: int) -> str:
-  return row(
-      side,
-      str(seed),
-      f'{result["top1"]:.2f}',
-      f'{result["train_loss"]:.4f}',
-      f'{result["wall_s"]:.1f}',
-      f'{images / result["train_s"]:.1f}',
-  )
-
-
-def spread(values: list[float], digits: int) -> str:
-  """Mean ± sample standard deviation ('n/a' for one value)."""
-  sd = f'{statistics.stdev(values):.{digits}f}' if len(values) > 1 else 'n/a'
-  return f'{statistics.fmean(values):.{digits}f} ± {sd}'
-
-
-def summaries(
-    results: dict[str, list[dict[str, float]]], images: int
-) -> dict[str, dict[str, float]]:
-  """Per side: the lists of top1, train_loss, wall_s and ips over its seeds."""
-  return {
-      side: {
-          'top1': [r['top1'] for r in runs],
-          'train_loss': [r['train_loss'] for r in runs],
-          'wall_s': [r['wall_s'] for r in runs],
-          'ips': [images / r['train_s'] for r in runs],
-      }
-      for side, runs in results.items()
-      if runs
-  }
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -269,7 +162,7 @@ def main() -> None:
       f'{args.timm_threads or cpuinfo.usable_cores()}; ours also: {args.ours_config or "-"}'
   )
   if args.header:
-    print(HEADER, flush=True)
+    print(seed_table.HEADER, flush=True)
   keep = args.workdirs
   base = os.path.abspath(keep) if keep else tempfile.mkdtemp(prefix='folder_vs_timm_')
   os.makedirs(base, exist_ok=True)
@@ -282,7 +175,7 @@ def main() -> None:
         if os.path.exists(workdir):  # Our CLI would resume the run there, not train one.
           raise SystemExit(f'{workdir} exists: pass --workdirs a new folder')
         if side == 'ours':
-          result = run_ours(
+          result = ours_cli.run_ours(
               root,
               seed,
               args.steps,
@@ -297,21 +190,21 @@ def main() -> None:
               root, seed, recipe, args.timm_threads or cpuinfo.usable_cores(), workdir
           )
         results[side].append(result)
-        print(run_row(side, seed, result, images), flush=True)
+        print(seed_table.run_row(side, seed, result, images), flush=True)
   finally:
     if not keep:
       shutil.rmtree(base, ignore_errors=True)
-  stats = summaries(results, images)
+  stats = seed_table.summaries(results, images)
   of_seeds = f'{len(seeds)} seed{"s" * (len(seeds) > 1)}'
   for side, s in stats.items():
     print(
-        row(
+        seed_table.row(
             side,
             f'mean ± sd ({of_seeds})',
-            spread(s['top1'], 2),
-            spread(s['train_loss'], 4),
-            spread(s['wall_s'], 1),
-            spread(s['ips'], 1),
+            seed_table.spread(s['top1'], 2),
+            seed_table.spread(s['train_loss'], 4),
+            seed_table.spread(s['wall_s'], 1),
+            seed_table.spread(s['ips'], 1),
         )
     )
   if results.get('timm'):

@@ -95,3 +95,33 @@ def test_an_unexpected_exception_does_not_wait_for_ever_on_a_thread_that_never_e
   run = _run(tmp_path, 'cli', 'raise_with_a_waiting_thread')
   assert run.returncode == 1
   assert 'RuntimeError: boom' in run.stderr and 'Traceback' in run.stderr, run.stderr
+
+
+def test_an_interrupt_lost_in_a_garbage_collector_callback_stops_the_run_where_it_takes_sigint(
+    monkeypatch,
+):
+  """Python drops an exception raised in a gc callback ('Exception ignored in'): a Ctrl-C that lands
+  there must still stop the command, at the latest when the run would take SIGINT over."""
+  import gc  # pylint: disable=g-import-not-at-top
+  import signal  # pylint: disable=g-import-not-at-top
+  import threading  # pylint: disable=g-import-not-at-top
+
+  from vit_jax.runtime import cli  # pylint: disable=g-import-not-at-top
+  from vit_jax.train import preemption  # pylint: disable=g-import-not-at-top
+
+  monkeypatch.setattr(cli, '_INTERRUPTED', threading.Event())
+
+  def callback(phase, info):
+    del info
+    if phase == 'start':
+      cli.interrupt(signal.SIGINT, None)
+
+  gc.callbacks.append(callback)
+  try:
+    gc.collect()  # The KeyboardInterrupt is printed and dropped here.
+  finally:
+    gc.callbacks.remove(callback)
+  handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+  with pytest.raises(KeyboardInterrupt):
+    preemption.PreemptionNotice(manager=None)
+  assert {s: signal.getsignal(s) for s in handlers} == handlers  # Nothing taken over.

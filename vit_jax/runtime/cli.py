@@ -77,7 +77,7 @@ def run(
   every host).
   """
   if signal.getsignal(signal.SIGINT) is startup.stop_while_starting:
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # The command's to handle now.
+    signal.signal(signal.SIGINT, interrupt)  # The command's to handle now.
   status = None
   try:
     app.run(main, flags_parser=flags_parser)
@@ -101,6 +101,23 @@ def run(
 
 
 FAILED_EXIT_GRACE_S = 10.0
+_INTERRUPTED = threading.Event()
+
+
+def interrupt(signum: int, frame: Any) -> None:
+  """SIGINT while a command runs, before it takes SIGINT over: KeyboardInterrupt, as Python's default
+  handler raises it, and remembered. An interrupt that lands in a garbage collector's callback (XLA's
+  has one) or a __del__ is printed as 'Exception ignored' and lost there, and the command would go
+  on; `raise_if_interrupted` raises it again where the command takes SIGINT over."""
+  del signum, frame
+  _INTERRUPTED.set()
+  raise KeyboardInterrupt
+
+
+def raise_if_interrupted() -> None:
+  """KeyboardInterrupt if `interrupt` ran, whether or not its own exception reached the command."""
+  if _INTERRUPTED.is_set():
+    raise KeyboardInterrupt
 
 
 def _exit(status: int) -> NoReturn:

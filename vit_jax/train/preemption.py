@@ -9,6 +9,8 @@ from typing import Any, Optional
 import jax
 import orbax.checkpoint as ocp
 
+from vit_jax.runtime import cli
+
 # The exit status of a run that stopped to be preempted: launch scripts requeue it (EX_TEMPFAIL).
 REQUEUE_STATUS = 75
 
@@ -39,6 +41,7 @@ class PreemptionNotice:
     self._requested = False
     self._interrupted = False
     self._previous: dict[int, Any] = {}
+    cli.raise_if_interrupted()  # A Ctrl-C before now is the command's, even one Python lost.
     if jax.process_count() == 1:
       for signum in (signal.SIGTERM, signal.SIGINT):
         self._previous[signum] = signal.signal(signum, self._handle)

@@ -97,11 +97,10 @@ def test_an_unexpected_exception_does_not_wait_for_ever_on_a_thread_that_never_e
   assert 'RuntimeError: boom' in run.stderr and 'Traceback' in run.stderr, run.stderr
 
 
-def test_an_interrupt_lost_in_a_garbage_collector_callback_stops_the_run_where_it_takes_sigint(
-    monkeypatch,
-):
-  """Python drops an exception raised in a gc callback ('Exception ignored in'): a Ctrl-C that lands
-  there must still stop the command, at the latest when the run would take SIGINT over."""
+def test_a_ctrl_c_in_a_garbage_collector_callback_stops_the_run_where_it_takes_sigint(monkeypatch):
+  """Python drops an exception raised in a gc callback, printing 'Exception ignored' and its
+  traceback: a Ctrl-C that lands there is remembered instead, and stops the command, with its one
+  line, where the run takes SIGINT over."""
   import gc  # pylint: disable=g-import-not-at-top
   import signal  # pylint: disable=g-import-not-at-top
   import threading  # pylint: disable=g-import-not-at-top
@@ -110,18 +109,23 @@ def test_an_interrupt_lost_in_a_garbage_collector_callback_stops_the_run_where_i
   from vit_jax.train import preemption  # pylint: disable=g-import-not-at-top
 
   monkeypatch.setattr(cli, '_INTERRUPTED', threading.Event())
+  dropped = []
+  monkeypatch.setattr(sys, 'unraisablehook', dropped.append)
 
   def callback(phase, info):
     del info
     if phase == 'start':
-      cli.interrupt(signal.SIGINT, None)
+      cli.interrupt(signal.SIGINT, sys._getframe())  # pylint: disable=protected-access
 
   gc.callbacks.append(callback)
   try:
-    gc.collect()  # The KeyboardInterrupt is printed and dropped here.
+    gc.collect()
   finally:
     gc.callbacks.remove(callback)
+  assert not dropped  # Nothing raised there, so nothing printed and lost.
   handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
   with pytest.raises(KeyboardInterrupt):
     preemption.PreemptionNotice(manager=None)
   assert {s: signal.getsignal(s) for s in handlers} == handlers  # Nothing taken over.
+  with pytest.raises(KeyboardInterrupt):  # Anywhere else, at once, as Python's own handler.
+    cli.interrupt(signal.SIGINT, sys._getframe())  # pylint: disable=protected-access

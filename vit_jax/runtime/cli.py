@@ -2,6 +2,7 @@
 finished command ends its process without the interpreter's teardown (`run`)."""
 
 import atexit
+import gc
 import os
 import signal
 import sys
@@ -106,12 +107,24 @@ _INTERRUPTED = threading.Event()
 
 def interrupt(signum: int, frame: Any) -> None:
   """SIGINT while a command runs, before it takes SIGINT over: KeyboardInterrupt, as Python's default
-  handler raises it, and remembered. An interrupt that lands in a garbage collector's callback (XLA's
-  has one) or a __del__ is printed as 'Exception ignored' and lost there, and the command would go
-  on; `raise_if_interrupted` raises it again where the command takes SIGINT over."""
-  del signum, frame
+  handler raises it, and remembered. Python would print an exception raised in a garbage collector's
+  callback (XLA's has one) or a __del__ as 'Exception ignored', with its traceback, and drop it: the
+  command would go on. There it is only remembered, and `raise_if_interrupted` raises it where the
+  command takes SIGINT over."""
+  del signum
   _INTERRUPTED.set()
-  raise KeyboardInterrupt
+  if not _in_unraisable_code(frame):
+    raise KeyboardInterrupt
+
+
+def _in_unraisable_code(frame: Any) -> bool:
+  """Whether `frame` runs inside a garbage collector's callback or a __del__."""
+  callbacks = {getattr(callback, '__code__', None) for callback in gc.callbacks}
+  while frame is not None:
+    if frame.f_code in callbacks or frame.f_code.co_name == '__del__':
+      return True
+    frame = frame.f_back
+  return False
 
 
 def raise_if_interrupted() -> None:

@@ -103,26 +103,56 @@ class Ours:
         self.mesh,
     )
 
-  def step(self) -> None:
+  def dispatch(self) -> None:
+    """Starts a step, without waiting for it (JAX dispatches asynchronously)."""
     if self.mode == 'train':
-      self.state, metrics = self.compiled(self.state, self.batch)
-      jax.block_until_ready(metrics)
+      self.state, self._last = self.compiled(self.state, self.batch)
     else:
-      jax.block_until_ready(self.compiled(self.state.params, self.batch['image']))
+      self._last = self.compiled(self.state.params, self.batch['image'])
+
+  def wait(self) -> None:
+    """Until the steps dispatched so far are done."""
+    jax.block_until_ready(self._last)
+
+  def step(self) -> None:
+    self.dispatch()
+    self.wait()
+
+  def run(
+      self, n: int, kernel: collections.Counter | None = None, in_flight: bool = False
+  ) -> list[float]:
+    """`time_steps` of `n` steps, each waited for or (`in_flight`) all in flight at once."""
+    if in_flight:
+      return time_steps(self.dispatch, n, kernel, wait=self.wait)
+    return time_steps(self.step, n, kernel)
 
 
 def time_steps(
-    step: Callable[[], None], n: int, kernel: collections.Counter | None = None
+    step: Callable[[], None],
+    n: int,
+    kernel: collections.Counter | None = None,
+    wait: Callable[[], None] | None = None,
 ) -> list[float]:
   """Wall seconds of each of `n` steps; adds the process's minor page faults and system CPU seconds
   over them to `kernel` ('faults', 'sys_s'), where the kernel's time goes when memory is re-mapped.
+
+  With `wait`, `step` only dispatches: the `n` steps are in flight back to back, as the training
+  loop runs them, `wait` is called once after them, and each step's time is their mean. Without it
+  each step is waited for, which on an accelerator leaves it idle while the next is dispatched.
   """
-  times = []
   before = resource.getrusage(resource.RUSAGE_SELF)
-  for _ in range(n):
+  if wait is None:
+    times = []
+    for _ in range(n):
+      start = time.perf_counter()
+      step()
+      times.append(time.perf_counter() - start)
+  else:
     start = time.perf_counter()
-    step()
-    times.append(time.perf_counter() - start)
+    for _ in range(n):
+      step()
+    wait()
+    times = [(time.perf_counter() - start) / n] * n
   if kernel is not None:
     after = resource.getrusage(resource.RUSAGE_SELF)
     kernel['faults'] += after.ru_minflt - before.ru_minflt
@@ -153,6 +183,12 @@ def gemm_tflops(
     times = time_steps(lambda: jax.block_until_ready(matmul(a, a)), repeats)
     best = max(best, 2 * size**3 / min(times) / 1e12)
   return best
+
+
+def cublaslt_epilogues(compiled_hlo: str) -> collections.Counter:
+  """How many cuBLASLt matmuls of a compiled GPU program's HLO text end in each epilogue (DEFAULT,
+  BIAS, BIAS_GELU_AUX...): which of the MLPs' biases and GELUs the matmuls compute themselves."""
+  return collections.Counter(re.findall(r'"epilogue":"(\w+)"', compiled_hlo))
 
 
 def max_rss_gb() -> float:

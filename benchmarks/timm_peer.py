@@ -76,7 +76,12 @@ class Timm:
     )
     self.dtype = getattr(torch, config.dtype)
 
-  def run(self, n: int, kernel: collections.Counter | None = None) -> list[float]:
+  def run(
+      self, n: int, kernel: collections.Counter | None = None, in_flight: bool = False
+  ) -> list[float]:
+    """`time_steps` of `n` steps, each waited for or (`in_flight`) all in flight at once."""
+    if in_flight:
+      return step_harness.time_steps(self.dispatch, n, kernel, wait=self.wait)
     return step_harness.time_steps(self.step, n, kernel)
 
   def memory(self) -> str:
@@ -86,6 +91,15 @@ class Timm:
     return f'{step_harness.max_rss_gb():.2f} GB (process max RSS)'
 
   def step(self) -> None:
+    self.dispatch()
+    self.wait()
+
+  def wait(self) -> None:
+    """Until the steps queued on the GPU are done (on CPU each step is done when it returns)."""
+    if self.device == 'cuda':
+      self.torch.cuda.synchronize()
+
+  def dispatch(self) -> None:
     torch = self.torch
     with torch.autocast(self.device, dtype=self.dtype, enabled=self.dtype != torch.float32):
       if self.mode == 'train':
@@ -97,8 +111,6 @@ class Timm:
       else:
         with torch.inference_mode():
           self.net(self.images)
-    if self.device == 'cuda':
-      torch.cuda.synchronize()  # As ours blocks until its step is done.
 
 
 _PEER_REPLY = 'peer: '
@@ -118,8 +130,10 @@ class PeerProcess:
     )
     self._memory = ''
 
-  def run(self, n: int, kernel: collections.Counter | None = None) -> list[float]:
-    self._child.stdin.write(f'{n}\n')
+  def run(
+      self, n: int, kernel: collections.Counter | None = None, in_flight: bool = False
+  ) -> list[float]:
+    self._child.stdin.write(f'{n} {int(in_flight)}\n')
     self._child.stdin.flush()
     while not (line := self._child.stdout.readline()).startswith(_PEER_REPLY):
       if not line:
@@ -135,8 +149,10 @@ class PeerProcess:
 
 
 def serve_peer(peer: 'Timm') -> None:
-  """The child's side of PeerProcess: reads a number of steps a line, answers with their timings."""
+  """The child's side of PeerProcess: reads a number of steps and whether they are in flight at once
+  a line, answers with their timings."""
   for line in sys.stdin:
     kernel = collections.Counter(faults=0, sys_s=0.0)
-    times = step_harness.time_steps(peer.step, int(line), kernel)
+    n, in_flight = map(int, line.split())
+    times = peer.run(n, kernel, in_flight=bool(in_flight))
     print(_PEER_REPLY + json.dumps({'times': times, 'memory': peer.memory(), **kernel}), flush=True)

@@ -11,6 +11,9 @@ training keeps them) and jitted with the state donated; `--mode=inference` times
 pass. One markdown row per framework: images/s at the median and at the fastest step, median step ms,
 compile s, model TFLOP/s and MFU at the median, peak memory. Model FLOPs are the analytic count of
 `vit_flops` (training: 3x the forward pass), printed beside XLA's cost analysis of the compiled program.
+Each step is waited for before the next is dispatched, unless `--in-flight`: then a round's steps are
+dispatched back to back and waited for once, as the training loop runs them (on an accelerator the
+default leaves it idle while each step is dispatched; the CLI's images/s compare with --in-flight's).
 
 `--peer=timm` builds timm's VisionTransformer of the same shape in PyTorch, on the GPU where ours runs on
 one (JAX then needs XLA_PYTHON_CLIENT_MEM_FRACTION=0.45 or so, to leave timm room), else with as many
@@ -112,7 +115,8 @@ def row(
   else:  # timm: one PyTorch process with its own attention (scaled_dot_product_attention).
     devices, fast = '-', 'timm defaults'
   return (
-      f'| {name} | {args.variant} | {args.image_size} | {args.batch} | {args.dtype} | {args.mode} '
+      f'| {name} | {args.variant} | {args.image_size} | {args.batch} | {args.dtype} | {args.mode}'
+      f'{" (in flight)" if args.in_flight else ""} '
       f'| {devices} | {fast or "-"} | {args.batch / step_s:.2f} | {args.batch / min(times):.2f} | '
       f'{1000 * step_s:.0f} | {compile_s} | {tflops:.3f} | {mfu} | {memory} | '
       f'{kernel["faults"] / len(times):.0f} | {kernel["sys_s"] / len(times):.2f} |'
@@ -153,6 +157,13 @@ def make_parser() -> argparse.ArgumentParser:
       help='untimed steps of each, after compiling (the first ones map their memory)',
   )
   parser.add_argument('--steps', type=int, default=2, help='timed steps of each per round')
+  parser.add_argument(
+      '--in-flight',
+      action='store_true',
+      help="a round's steps dispatched back to back and waited for once, as the training loop "
+      'runs them (each step: their mean); by default each step is waited for, which on an '
+      'accelerator leaves it idle while the next one is dispatched',
+  )
   parser.add_argument('--rounds', type=int, default=8, help='rounds alternating ours and the peer')
   parser.add_argument(
       '--peak-tflops',
@@ -212,6 +223,11 @@ def main() -> None:
         '# cuDNN fused attention calls in our compiled program: '
         f'{attention.cudnn_attention_calls(ours.compiled.as_text())}'
     )
+  if device.platform == 'gpu':  # Which matmuls add the MLP's bias and GELU themselves.
+    print(
+        '# cuBLASLt epilogues in our compiled program: '
+        f'{dict(step_harness.cublaslt_epilogues(ours.compiled.as_text()))}'
+    )
   if args.compile_only:
     return
   ours.allocate()
@@ -230,9 +246,9 @@ def main() -> None:
   our_rounds, peer_rounds = [], []
   our_kernel, peer_kernel = collections.Counter(), collections.Counter()
   for _ in range(args.rounds):
-    our_rounds.append(step_harness.time_steps(ours.step, args.steps, our_kernel))
+    our_rounds.append(ours.run(args.steps, our_kernel, in_flight=args.in_flight))
     if peer:
-      peer_rounds.append(peer.run(args.steps, peer_kernel))
+      peer_rounds.append(peer.run(args.steps, peer_kernel, in_flight=args.in_flight))
   our_times, peer_times = sum(our_rounds, []), sum(peer_rounds, [])
 
   if args.profile:

@@ -146,10 +146,15 @@ def test_dot_product_attention_computes_the_same_attention(monkeypatch):
   assert len(calls) == 2  # One per block.
 
 
-def test_dot_product_attention_pads_each_block_once_where_cudnn_may_run(monkeypatch):
+@pytest.mark.parametrize(
+    'fields',
+    [{}, {'posemb_where': 'every_layer'}, {'posemb_where': 'shared_every_layer'}, {'scan': True}],
+)
+def test_dot_product_attention_pads_the_tokens_once_where_cudnn_may_run(monkeypatch, fields):
   """Where cuDNN's kernel may run (a GPU in bfloat16; pretended here, so XLA's computes it once cuDNN's
-  is refused), each block pads its 17 tokens to 24 before the projections, masks the padding out of
-  the keys and cuts it off: the same logits and gradients."""
+  is refused), the encoder pads its 17 tokens to 24 once for all blocks, each attention masks the
+  padding out of the keys, and the encoder cuts it off: the same logits and gradients, position
+  embeddings at every layer and scanned blocks included."""
   monkeypatch.setattr(attention, '_cudnn_may_run', lambda dtype: True)
   token_counts = []
   fused = jax.nn.dot_product_attention
@@ -158,8 +163,25 @@ def test_dot_product_attention_pads_each_block_once_where_cudnn_may_run(monkeypa
       'dot_product_attention',
       lambda query, *a, **k: token_counts.append(query.shape[1]) or fused(query, *a, **k),
   )
-  _assert_same_results(_model(attention='dot_product_attention'))
+  model = _model(attention='dot_product_attention', **fields)
+  if fields:
+    _assert_same_as_xla(model, fields)
+  else:
+    _assert_same_results(model)
   assert set(token_counts) == {24}
+  forward = jax.make_jaxpr(lambda p: model.apply({'params': p}, IMAGES))(
+      model.init(jax.random.key(0), IMAGES)['params']
+  )
+  assert len(re.findall(r'\bpad\[', str(forward))) == 1 + ('shared' in str(fields))
+
+
+def _assert_same_as_xla(model: VisionTransformer, fields: dict) -> None:
+  """`model`'s logits and gradients are those of the same model with XLA's attention, unpadded."""
+  params = model.init(jax.random.key(0), IMAGES)['params']
+  for ours, ref in zip(
+      _logits_and_grads(model, params), _logits_and_grads(_model(**fields), params)
+  ):
+    chex.assert_trees_all_close(ours, ref, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.skipif(jax.default_backend() != 'gpu', reason='cuDNN runs on NVIDIA GPUs only')

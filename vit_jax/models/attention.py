@@ -66,11 +66,12 @@ def _cudnn_may_run(dtype: Any) -> bool:
 
 
 def token_padding(attention: str, tokens: int, dtype: Any) -> int:
-  """How many tokens a block pads its attention's input with, for the kernel of `attention` in `dtype`.
+  """How many tokens the kernel of `attention` in `dtype` needs added to `tokens`.
 
   cuDNN's kernel refuses a ViT's odd token counts (197 = 14x14 patches and a class token) when
-  training; padding the block's normalized input once, before the projections, costs the step less
-  than padding the queries, keys and values (on an H100, ViT-B/16 bf16 batch 256: RESULTS.md).
+  training. The encoder pads its tokens once for all its blocks (encoder.py); padding each block's
+  normalized input, or each attention's queries, keys and values, costs the step more (ViT-B/16 bf16
+  batch 256 on an H100 and an H200: benchmarks/RESULTS.md).
   """
   if attention != 'dot_product_attention' or not _cudnn_may_run(dtype):
     return 0
@@ -100,9 +101,10 @@ def padded_attention(
   padding = -given % multiple
   if not padding and tokens == given:
     return jax.nn.dot_product_attention(query, key, value, implementation=implementation)
-  query, key, value = (
-      jnp.pad(x, ((0, 0), (0, padding), (0, 0), (0, 0))) for x in (query, key, value)
-  )
+  if padding:
+    query, key, value = (
+        jnp.pad(x, ((0, 0), (0, padding), (0, 0), (0, 0))) for x in (query, key, value)
+    )
   lengths = jnp.full((query.shape[0],), tokens, jnp.int32)
   out = jax.nn.dot_product_attention(
       query,

@@ -103,6 +103,9 @@ class Encoder1DBlock(nn.Module):
   mlp_activation: str = 'gelu_tanh'  # A key of MLP_ACTIVATIONS.
   posemb: Optional[str] = None  # A key of POSEMBS: this block's own position embedding, or None.
   grid: Optional[tuple[int, int]] = None  # The patch grid (rows, columns), for `posemb`.
+  # Where the encoder padded the tokens for the fused attention kernel: how many are real (the rest
+  # are masked out of the keys). None: the block pads its attention's input itself where it must.
+  tokens: Optional[int] = None
 
   # Arguments are positional: `nn.remat` needs `deterministic` (and a float rate) as static positions.
   @nn.compact
@@ -115,18 +118,21 @@ class Encoder1DBlock(nn.Module):
   ) -> jnp.ndarray:
     if shared_posemb is not None:
       inputs = inputs + shared_posemb.astype(inputs.dtype)
+    given = inputs.shape[1]
+    real = self.tokens or given
     attention_fn = ATTENTION_FNS[self.attention]
     if self.posemb == 'relative':
-      bias = POSEMBS['relative'](self.num_heads, name='relative_posemb')(inputs.shape[1], self.grid)
+      bias = POSEMBS['relative'](self.num_heads, name='relative_posemb')(real, self.grid)
       attention_fn = functools.partial(attention_fn, bias=bias.astype(self.dtype))
     elif self.posemb is not None:
-      inputs = POSEMBS[self.posemb](name='posembed')(inputs, self.grid)
+      embedded = POSEMBS[self.posemb](name='posembed')(inputs[:, :real], self.grid)
+      inputs = jnp.concatenate([embedded, inputs[:, real:]], axis=1)
     x = nn.LayerNorm(epsilon=1e-6, dtype=self.dtype, name='LayerNorm_0')(inputs)
-    tokens = x.shape[1]
-    padding = token_padding(self.attention, tokens, self.dtype)
-    if padding:  # For the fused kernel; the padded tokens are masked out of the keys and cut off.
-      attention_fn = functools.partial(attention_fn, tokens=tokens)
+    padding = 0 if self.tokens else token_padding(self.attention, given, self.dtype)
+    if padding:  # For the fused kernel, where the encoder did not pad (Axial-ViT's rows, columns).
       x = jnp.pad(x, ((0, 0), (0, padding), (0, 0)))
+    if real < x.shape[1]:  # The padded tokens are masked out of the keys (and cut off below).
+      attention_fn = functools.partial(attention_fn, tokens=real)
     x = nn.MultiHeadDotProductAttention(
         num_heads=self.num_heads,
         dtype=self.dtype,
@@ -142,7 +148,7 @@ class Encoder1DBlock(nn.Module):
         x,
         sow_weights=self.attention == 'xla',
     )[
-        :, :tokens
+        :, :given
     ]
     x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
     x = self._drop_path(x, drop_path_rate, deterministic) + inputs

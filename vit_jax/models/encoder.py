@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from vit_jax.models.attention import token_padding
 from vit_jax.models.axial import AxialBlock
 from vit_jax.models.block import Dtype, Encoder1DBlock, Rate
 from vit_jax.models.posemb import POSEMBS, TENSOR_RULES as POSEMB_TENSOR_RULES
@@ -166,6 +167,14 @@ class Encoder(nn.Module):
         grid=grid,
         posemb=kind if kind == 'relative' or where == 'every_layer' else None,
     )
+    tokens = x.shape[1]
+    # The fused attention kernel's token multiple, padded once here rather than in every block
+    # (axial blocks attend over rows and columns of the grid: they pad their own).
+    padding = token_padding(self.attention, tokens, self.dtype) if self.block == 'standard' else 0
+    if padding:
+      x = jnp.pad(x, ((0, 0), (0, padding), (0, 0)))
+      shared = None if shared is None else jnp.pad(shared, ((0, 0), (0, padding), (0, 0)))
+      block_kwargs['tokens'] = tokens
     rates = drop_path_rates(self.drop_path_rate, self.num_layers)
     if self.scan:
       # The scanned blocks read stacked parameters; per-block ones (from checkpoints) are stacked on
@@ -191,6 +200,7 @@ class Encoder(nn.Module):
         )  # deterministic, drop_path_rate (self is 0).
       for i in range(self.num_layers):
         x = block(**block_kwargs, name=f'{BLOCK}_{i}')(x, not train, float(rates[i]), shared)
+    x = x[:, :tokens]
     if not self.final_norm:
       return x
     return nn.LayerNorm(epsilon=1e-6, dtype=self.dtype, name='encoder_norm')(x)

@@ -18,10 +18,13 @@
 #   input_pipeline  benchmarks/input_pipeline.py on generated 500x375 JPEGs at 224 px, batch 256,
 #                   inception crop + flip, on all host cores
 #   jpegs           a folder of 2048 such JPEGs, for b16_folder
-#   b16_synthetic   benchmarks/train_step.py: ViT-B/16 bf16 batch 256 on synthetic batches
+#   b16_synthetic   benchmarks/train_step.py: ViT-B/16 bf16 batch 256 on synthetic batches, steps in
+#                   flight as the training loop runs them (--in-flight)
 #   b16_folder      the same model and batch trained through the CLI from the JPEG folder: its
 #                   images/s beside the synthetic batches'
 #   l16_synthetic   benchmarks/train_step.py: ViT-L/16 bf16 batch 128 on synthetic batches
+#   revisions       only with REVISIONS=DIR (what `benchmarks/revisions.sh prepare` wrote, carried):
+#                   b16_synthetic's step in each commit prepared there, one after the other
 # ATTENTIONS (default 'xla') lists the model.attention values b16_synthetic and b16_folder measure,
 # each a step of its own, named after it (e.g. ATTENTIONS='xla dot_product_attention': cuDNN's
 # fused attention on a GPU, steps b16_synthetic_dot_product_attention...); l16_synthetic takes the
@@ -76,7 +79,7 @@ else
   JPEGS=2048
   MODEL=(--variant=ViT-B_16 --image_size=224 --batch=256)
   LARGE=(--variant=ViT-L_16 --image_size=224 --batch=128)
-  SYNTHETIC=()
+  SYNTHETIC=(--steps=10 --rounds=3)  # 10 steps in flight a round.
   # The recipe counts epochs (total_steps cannot be set beside it): 200 steps of 256 JPEGs.
   B16=(--config.batch_size=256 --config.num_epochs=25 --config.log_every_steps=50
        --config.lr.warmup_steps=30)
@@ -202,7 +205,7 @@ check_jpegs() ( set -eo pipefail; helper jpegs "$WORK/jpegs" --num_images="$JPEG
 # synthetic NAME MODEL_FLAGS...: train_step.py's ViT on synthetic batches, with $ATTENTION.
 synthetic() {
   py benchmarks/train_step.py "${@:2}" --dtype=bfloat16 --attention="$ATTENTION" "${SYNTHETIC[@]}" \
-    --header | tee "$WORK/$1.md"
+    --in-flight --header | tee "$WORK/$1.md"
   note "images/s:"
   helper table_value "$WORK/$1.md" vit_jax 'img/s (median)'
   note "MFU:"
@@ -212,6 +215,13 @@ synthetic() {
 check_b16_synthetic() ( set -eo pipefail; synthetic "synthetic_$ATTENTION" "${MODEL[@]}"; )
 
 check_l16_synthetic() ( set -eo pipefail; synthetic l16_synthetic "${LARGE[@]}"; )
+
+check_revisions() (
+  set -eo pipefail
+  REVISIONS_DIR=$REVISIONS PYTHON=$PY bounded bash benchmarks/revisions.sh run "${MODEL[@]}" \
+    --dtype=bfloat16 --attention="$ATTENTION" "${SYNTHETIC[@]}" --in-flight | tee "$WORK/revisions.md"
+  note "$(grep -c '^| vit_jax@' "$WORK/revisions.md") revisions timed"
+)
 
 check_b16_folder() (
   set -eo pipefail
@@ -241,6 +251,7 @@ for ATTENTION in "${ATTENTIONS[@]}"; do
 done
 ATTENTION=${ATTENTIONS[0]}
 step l16_synthetic 150 check_l16_synthetic
+[[ -n ${REVISIONS:-} ]] && step revisions 240 check_revisions
 
 for run in demo demo_finetune "${ATTENTIONS[@]/#/b16_}"; do  # The runs' curves (a few KB each).
   mkdir -p "$RESULTS/events/$run"

@@ -1,8 +1,10 @@
 """The benchmark scripts: their FLOP count agrees with XLA's, and they run end to end (tiny sizes)."""
 
+import os
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -82,6 +84,52 @@ def test_paired_ratio_compares_each_round_with_its_neighbour():
   assert step_harness.paired_ratio([[1.0], [1.0], [1.0]], [[0.9], [1.2], [1.0]]) == (1.0, 0.9, 1.2)
   with pytest.raises(ValueError):
     step_harness.paired_ratio([[1.0]], [])
+
+
+def test_in_flight_steps_are_waited_for_once_and_share_the_rounds_time():
+  calls = []
+  step = lambda: calls.append('step') or time.sleep(0.01)
+  times = step_harness.time_steps(step, 3, wait=lambda: calls.append('wait') or time.sleep(0.03))
+  assert calls == ['step', 'step', 'step', 'wait']
+  assert len(set(times)) == 1 and 0.02 <= times[0] < 0.1  # (3 x 0.01 + 0.03) / 3
+  calls.clear()
+  assert len(step_harness.time_steps(step, 2)) == 2 and calls == ['step', 'step']
+
+
+def test_revisions_runs_the_step_of_each_prepared_commit(tmp_path):
+  env = {**os.environ, 'REVISIONS_DIR': str(tmp_path), 'PYTHON': sys.executable}
+
+  def run(*args):
+    done = subprocess.run(
+        ['bash', 'benchmarks/revisions.sh', *args],
+        cwd=helpers.REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+  run('prepare', 'HEAD~1', 'HEAD')
+  revisions = sorted(os.listdir(tmp_path))
+  assert [r.split('-')[0] for r in revisions] == ['1', '2']
+  assert all(os.path.exists(tmp_path / r / 'vit_jax/models/vit.py') for r in revisions)
+  out = run(
+      'run',
+      '--variant=ViT-Ti_16',
+      '--image_size=32',
+      '--batch=8',
+      '--warmup=1',
+      '--steps=2',
+      '--rounds=1',
+      '--in-flight',
+  )
+  rows = [line for line in out.splitlines() if line.startswith('| vit_jax@')]
+  assert [row.split('|')[1].strip() for row in rows] == [
+      f"vit_jax@{r.split('-')[1]}" for r in revisions
+  ]
+  assert all('train (in flight)' in row for row in rows)
 
 
 def test_profile_names_gpu_kernels_by_their_ops_source():

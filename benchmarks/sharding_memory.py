@@ -39,8 +39,8 @@ MESHES = {
 def per_device_bytes(config: ml_collections.ConfigDict, num_classes: int = 1000) -> int:
   """Bytes of the train state on the most loaded device for `config.mesh`."""
   mesh = sharding.make_mesh(config.mesh)
-  model = classification.make_model(config, num_classes)
   model_config = variants.get_model_config(config.variant, config.model.to_dict())
+  model = classification.make_model(config, model_config, num_classes)
   tx, _ = optim.make_optimizer(config, 1000, model_config)
   init = functools.partial(
       train_state.init_state,

@@ -20,7 +20,6 @@ import ml_collections
 import numpy as np
 
 from vit_jax import sharding
-from vit_jax.models import variants
 from vit_jax.tasks import classification
 from vit_jax.train import optim
 from vit_jax.train import state as train_state, step as train_step
@@ -34,13 +33,13 @@ class Ours:
   def __init__(
       self,
       config: ml_collections.ConfigDict,
+      model_config: dict[str, Any],
       mode: str,
       compiler_options: dict[str, Any] | None = None,
   ):
     self.mode, self.config = mode, config
     self.mesh = sharding.make_mesh(config.mesh)
-    model = classification.make_model(config, NUM_CLASSES)
-    model_config = variants.get_model_config(config.variant, config.model.to_dict())
+    model = classification.make_model(config, model_config, NUM_CLASSES)
     tx, schedule = optim.make_optimizer(config, config.total_steps, model_config)
     init = functools.partial(
         train_state.init_state, model=model, tx=tx, image_size=config.image_size, polyak=False

@@ -202,7 +202,7 @@ def main() -> None:
   else:
     peak = next((v for k, v in PEAK_TFLOPS.items() if k in device.device_kind), None)
 
-  ours = step_harness.Ours(config, args.mode)
+  ours = step_harness.Ours(config, model, args.mode)
   peer_malloc = {'system': "the C library's, own process", 'same': 'the same, same process'}
   print(f'# machine: {cpuinfo.summary()}')
   print(

@@ -214,11 +214,8 @@ def train_losses(setup, batches: list[dict]) -> tuple[np.ndarray, object]:
   from vit_jax.checkpoints import checkpoint  # pylint: disable=g-import-not-at-top
   from vit_jax.train import state as train_state, step as train_step  # pylint: disable=g-import-not-at-top
 
-  tx, schedule = setup.tx, setup.schedule
-  state, shardings, _ = train_state.create_state(
-      setup, tx, checkpoint.make_manager(setup.workdir, 1)
-  )
-  step = train_step.jit_train_step(setup, tx, schedule, shardings)
+  state, shardings, _ = train_state.create_state(setup, checkpoint.make_manager(setup.workdir, 1))
+  step = train_step.jit_train_step(setup, shardings)
   losses = []
   for batch in batches:
     state, metrics = step(state, sharding.global_batch(batch, setup.mesh))
@@ -301,7 +298,9 @@ def model_logits(workdir: str, params, images: np.ndarray) -> np.ndarray:
   """The logits of the run's model in `workdir` with `params`."""
   config, info = run_dir.load_run_info(workdir)
   return np.asarray(
-      classification.make_model(config, info.num_classes).apply({'params': params}, images)
+      classification.make_model(config, model_config(config), info.num_classes).apply(
+          {'params': params}, images
+      )
   )
 
 

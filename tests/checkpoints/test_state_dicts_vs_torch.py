@@ -65,7 +65,7 @@ def _ours(init_from: str, num_classes, **overrides) -> np.ndarray:
   config = helpers.load_config(
       'demo', {**MODEL, 'init_from': init_from, 'keep_head': num_classes is not None, **overrides}
   )
-  model = classification.make_model(config, num_classes)
+  model = classification.make_model(config, helpers.model_config(config), num_classes)
   params = run_dir.load_init_params(config, model)
   return np.asarray(model.apply({'params': params}, _images()))
 
@@ -203,7 +203,7 @@ def test_head_dropout_rate_drops_as_timms_drop_rate(tmp_path):
           'model.head_dropout_rate': 0.5,
       },
   )
-  model = classification.make_model(config, NUM_CLASSES)
+  model = classification.make_model(config, helpers.model_config(config), NUM_CLASSES)
   params = run_dir.load_init_params(config, model)
   images = np.repeat(_images(2), 2000, axis=0)
   ours = np.asarray(
@@ -287,7 +287,7 @@ def test_our_export_loads_into_timm_with_equal_logits(trained_tiny_run, exported
     assert json.load(f)['timm'] == 'timm/model.safetensors, timm/config.json'
   # And back: the exported directory is a timm model directory that init_from reads.
   config = helpers.load_config('demo', {**helpers.TINY, 'init_from': timm_dir, 'keep_head': True})
-  model = classification.make_model(config, NUM_CLASSES)
+  model = classification.make_model(config, helpers.model_config(config), NUM_CLASSES)
   np.testing.assert_allclose(
       np.asarray(model.apply({'params': run_dir.load_init_params(config, model)}, images)),
       ours,
@@ -323,7 +323,7 @@ def test_the_safetensors_we_write_are_read_by_the_safetensors_package(tmp_path):
 )
 def test_what_timm_cannot_hold_is_said_and_not_written(overrides, message):
   config = helpers.load_config('demo', {**MODEL, **overrides})
-  model = classification.make_model(config, NUM_CLASSES)
+  model = classification.make_model(config, helpers.model_config(config), NUM_CLASSES)
   with pytest.raises(ValueError, match=message):
     state_dicts.to_timm(helpers.random_params(model, IMAGE_SIZE))
 
@@ -420,7 +420,7 @@ def test_timms_config_we_write_builds_an_mlp_of_our_width(tmp_path, hidden_size,
   config = helpers.load_config(
       'demo', {**MODEL, 'model.hidden_size': hidden_size, 'model.mlp_dim': mlp_dim}
   )
-  model = classification.make_model(config, NUM_CLASSES)
+  model = classification.make_model(config, helpers.model_config(config), NUM_CLASSES)
   params = helpers.random_params(model, IMAGE_SIZE)
   state_dicts.write_safetensors(
       state_dicts.to_timm(params), str(tmp_path / state_dicts.SAFETENSORS)

@@ -29,7 +29,7 @@ def test_analytic_flops_agree_with_xla_cost_analysis(variant, mode, factor):
   analytic = factor * train_step.vit_flops(model, args.image_size) * args.batch
   # XLA also counts norms, softmax, GELU and the optimizer (on each of the 8 devices: parameters are
   # replicated): a little more than the matmuls.
-  assert analytic <= step_harness.Ours(config, mode).xla_flops <= 1.05 * analytic
+  assert analytic <= step_harness.Ours(config, model, mode).xla_flops <= 1.05 * analytic
 
 
 def _run(script, *args):
@@ -161,7 +161,8 @@ def test_profile_prints_where_the_cpu_steps_time_goes(capsys):
   args = train_step.make_parser().parse_args(
       ['--variant=ViT-testing_4', '--image_size=16', '--batch=8']
   )
-  ours = step_harness.Ours(train_step.make_config(args), 'train')
+  config = train_step.make_config(args)
+  ours = step_harness.Ours(config, helpers.model_config(config), 'train')
   ours.allocate()
   step_harness.profile(ours, steps=2, top=5)
   lines = capsys.readouterr().out.splitlines()

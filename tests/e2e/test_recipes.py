@@ -123,11 +123,8 @@ def _losses(tmp_path, data_dir, name: str, single_device: bool, steps: int = 4) 
   setup = train_setup.prepare(config, str(tmp_path / name))
   if single_device:
     setup = dataclasses.replace(setup, mesh=sharding.make_mesh((('data', 1),), jax.devices()[:1]))
-  tx, schedule = (setup.tx, setup.schedule)
-  state, shardings, _ = train_state.create_state(
-      setup, tx, checkpoint.make_manager(setup.workdir, 1)
-  )
-  step_fn = train_step.jit_train_step(setup, tx, schedule, shardings)
+  state, shardings, _ = train_state.create_state(setup, checkpoint.make_manager(setup.workdir, 1))
+  step_fn = train_step.jit_train_step(setup, shardings)
   batches = data.train_iterator(config, local_batch_size=config.batch_size)
   losses = []
   for _ in range(steps):

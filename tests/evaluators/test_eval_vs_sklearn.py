@@ -67,8 +67,10 @@ def test_split_metrics_are_sklearns_over_every_example_once(data_dir, split, eva
   )
   info = data.get_info(config)
   task = tasks.get(config.task)
-  model = task.make_model(config, info.num_classes)
-  context = evaluators.Context(config, info, task, model, sharding.make_mesh(config.mesh))
+  model = task.make_model(config, helpers.model_config(config), info.num_classes)
+  context = evaluators.Context(
+      config, info, task, model, sharding.make_mesh(config.mesh), helpers.model_config(config)
+  )
   (evaluator,) = [e for e in evaluators.make_evaluators(context) if e.name == 'eval']
   params = helpers.random_params(model, config.image_size)
   metrics = evaluator(params)

@@ -126,8 +126,10 @@ def test_real_top1_is_the_prediction_in_the_label_set_over_labelled_images(
   config.evals.real = dict(type='real', dataset='real_digits', data_dir=real_dir, every_steps=4)
   info = data.get_info(config)
   task = tasks.get(config.task)
-  model = task.make_model(config, info.num_classes)
-  context = evaluators.Context(config, info, task, model, sharding.make_mesh(config.mesh))
+  model = task.make_model(config, helpers.model_config(config), info.num_classes)
+  context = evaluators.Context(
+      config, info, task, model, sharding.make_mesh(config.mesh), helpers.model_config(config)
+  )
   (real,) = [e for e in evaluators.make_evaluators(context) if e.name == 'real']
   params = helpers.random_params(model, config.image_size)
   metrics = real(params)
@@ -217,8 +219,10 @@ def test_real_on_a_dataset_without_label_sets_is_a_one_line_error(
 def _evaluator(config, name):
   info = data.get_info(config)
   task = tasks.get(config.task)
-  model = task.make_model(config, info.num_classes)
-  context = evaluators.Context(config, info, task, model, sharding.make_mesh(config.mesh))
+  model = task.make_model(config, helpers.model_config(config), info.num_classes)
+  context = evaluators.Context(
+      config, info, task, model, sharding.make_mesh(config.mesh), helpers.model_config(config)
+  )
   (evaluator,) = [e for e in evaluators.make_evaluators(context) if e.name == name]
   return evaluator, model
 

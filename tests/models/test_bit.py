@@ -210,5 +210,6 @@ def test_the_vit_tools_refuse_a_bit(tiny_run, tmp_path, data_dir):
       match=r"^vit_jax.tools.plan \(it models the memory of a ViT's blocks\) "
       'needs a ViT variant',
   ):
-    footprint.check(_tiny_config(data_dir), 8)
+    config = _tiny_config(data_dir)
+    footprint.check(config, helpers.model_config(config), 8)
   assert not (tmp_path / 'pictures').exists()

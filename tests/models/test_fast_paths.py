@@ -324,7 +324,7 @@ def test_train_step_with_all_fast_paths_matches_the_default_step():
   tx, schedule = optim.make_optimizer(config, 10, helpers.model_config(config))
   state = train_state.init_state(
       jax.random.key(0),
-      model=classification.make_model(config, num_classes=5),
+      model=classification.make_model(config, helpers.model_config(config), num_classes=5),
       tx=tx,
       image_size=16,
       polyak=False,
@@ -332,7 +332,7 @@ def test_train_step_with_all_fast_paths_matches_the_default_step():
 
   def one_step(state, **fields):
     config.model.update(fields)
-    model = classification.make_model(config, num_classes=5)
+    model = classification.make_model(config, helpers.model_config(config), num_classes=5)
     step = functools.partial(
         train_step.train_step,
         loss_fn=tasks.get(config.task).make_loss(config, model),

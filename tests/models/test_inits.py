@@ -30,7 +30,7 @@ SHAPE = {
 def _fresh_params(**overrides) -> dict:
   """The parameters a new run starts from (train_state.init_state, as the loop builds it)."""
   config = helpers.load_config('demo', {**SHAPE, **overrides})
-  model = classification.make_model(config, 10)
+  model = classification.make_model(config, helpers.model_config(config), 10)
   state = train_state.init_state(
       jax.random.key(0),
       model=model,
@@ -43,7 +43,8 @@ def _fresh_params(**overrides) -> dict:
 
 def test_original_scheme_is_what_the_modules_draw():
   ours, timm_like = _fresh_params(), _fresh_params(**{'model.weight_init': 'timm'})
-  model = classification.make_model(helpers.load_config('demo', SHAPE), 10)
+  config = helpers.load_config('demo', SHAPE)
+  model = classification.make_model(config, helpers.model_config(config), 10)
   drawn = traverse_util.flatten_dict(
       jax.device_get(
           model.init(

@@ -41,8 +41,8 @@ def xla_bytes(config) -> int:
   (activations, gradients, collectives' buffers). The peak is argument + output - alias + temp.
   """
   mesh = sharding.make_mesh(config.mesh)
-  model = classification.make_model(config, NUM_CLASSES)
   model_config = helpers.model_config(config)
+  model = classification.make_model(config, model_config, NUM_CLASSES)
   tx, schedule = optim.make_optimizer(config, config.total_steps, model_config)
   info = data.DatasetInfo(NUM_CLASSES, 1000, 100, tuple(map(str, range(NUM_CLASSES))))
   setup = train_setup.Setup(
@@ -78,7 +78,7 @@ def xla_bytes(config) -> int:
       'image': jax.ShapeDtypeStruct(shape, jnp.float32, sharding=batch_sharding),
       'label': jax.ShapeDtypeStruct(shape[:1], jnp.int32, sharding=batch_sharding),
   }
-  step = train_step.jit_train_step(setup, tx, schedule, shardings)
+  step = train_step.jit_train_step(setup, shardings)
   m = step.lower(state, batch).compile().memory_analysis()
   return (
       m.argument_size_in_bytes
@@ -89,10 +89,10 @@ def xla_bytes(config) -> int:
 
 
 def planned(config) -> footprint.Estimate:
-  mesh = footprint.check(config, 8)
+  mesh = footprint.check(config, helpers.model_config(config), 8)
   return footprint.estimate(
       config,
-      footprint.trace(config, NUM_CLASSES),
+      footprint.trace(config, helpers.model_config(config), NUM_CLASSES),
       mesh,
       config.model.remat,
       config.accum_steps,
@@ -130,7 +130,10 @@ def test_parameters_and_optimizer_state_are_what_the_state_holds():
   config = tiny(**{'mesh': (('fsdp', 8),), 'optim.mu_dtype': 'bfloat16'})
   e = planned(config)
   params = 4 * sum(
-      x.size for x in jax.tree.leaves(footprint.abstract_state(config, NUM_CLASSES)['params'])
+      x.size
+      for x in jax.tree.leaves(
+          footprint.abstract_state(config, helpers.model_config(config), NUM_CLASSES)['params']
+      )
   )
   assert (
       params / 8 <= e.params <= params / 8 + 4 * 1000
@@ -141,7 +144,7 @@ def test_parameters_and_optimizer_state_are_what_the_state_holds():
 
 def test_remat_and_accumulation_shrink_the_activations():
   traced_config = tiny(**{'model.scan': True})
-  traced = footprint.trace(traced_config, NUM_CLASSES)
+  traced = footprint.trace(traced_config, helpers.model_config(traced_config), NUM_CLASSES)
   mesh = {'data': 8}
   acts = {
       (remat, accum): footprint.estimate(
@@ -172,9 +175,11 @@ def test_a_suggestion_that_fits_fits_when_planned_again():
   # accumulation.
   config = helpers.load_config('vit_b16_i1k')
   target = chips.Target(chips.get('tpu-v5e'), devices=8)
-  traced = footprint.trace(config, 1000)
+  traced = footprint.trace(config, helpers.model_config(config), 1000)
   assert not target.fits(
-      footprint.estimate(config, traced, footprint.check(config, 8), None, 1, target)
+      footprint.estimate(
+          config, traced, footprint.check(config, helpers.model_config(config), 8), None, 1, target
+      )
   )
   found = footprint.suggest(config, traced, target)
   assert found and found == sorted(found, key=lambda e: e.step_s)
@@ -189,8 +194,8 @@ def test_a_suggestion_that_fits_fits_when_planned_again():
   )
   replanned = footprint.estimate(
       again,
-      footprint.trace(again, 1000),
-      footprint.check(again, 8),
+      footprint.trace(again, helpers.model_config(again), 1000),
+      footprint.check(again, helpers.model_config(again), 8),
       best.remat,
       best.accum_steps,
       target,
@@ -203,7 +208,9 @@ def test_a_suggestion_that_fits_fits_when_planned_again():
 
 def test_step_time_counts_the_recomputation():
   config = helpers.load_config('vit_b16_i1k')
-  traced, target = footprint.trace(config, 1000), chips.Target(chips.get('tpu-v4'), devices=128)
+  traced, target = footprint.trace(config, helpers.model_config(config), 1000), chips.Target(
+      chips.get('tpu-v4'), devices=128
+  )
   step = {
       remat: footprint.estimate(config, traced, {'data': 128}, remat, 1, target).step_s
       for remat in footprint.REMATS
@@ -245,8 +252,9 @@ def test_chip_registry():
     ],
 )
 def test_what_training_refuses_is_a_value_error(overrides, message):
+  config = tiny(**overrides)
   with pytest.raises(ValueError, match=message):
-    footprint.check(tiny(**overrides), 8)
+    footprint.check(config, helpers.model_config(config), 8)
 
 
 def _plan(*args):

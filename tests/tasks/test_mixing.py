@@ -134,11 +134,8 @@ def _train_steps(tmp_path, data_dir, name, steps=5, single_device=False, **overr
   if single_device:
     mesh = sharding.make_mesh((('data', 1),), devices=jax.devices()[:1])
     setup = dataclasses.replace(setup, mesh=mesh)
-  tx, schedule = (setup.tx, setup.schedule)
-  state, shardings, _ = train_state.create_state(
-      setup, tx, checkpoint.make_manager(setup.workdir, 1)
-  )
-  step_fn = train_step.jit_train_step(setup, tx, schedule, shardings)
+  state, shardings, _ = train_state.create_state(setup, checkpoint.make_manager(setup.workdir, 1))
+  step_fn = train_step.jit_train_step(setup, shardings)
   images, labels = _batch(size=16, height=8, width=8)
   batch = sharding.global_batch({'image': images, 'label': labels}, setup.mesh)
   losses = []

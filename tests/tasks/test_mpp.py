@@ -65,8 +65,10 @@ def test_mpp_eval_scores_the_same_patterns_at_any_eval_batch_size(tmp_path):
     )
     info = data.get_info(config)
     task = tasks.get(config.task)
-    model = task.make_model(config, info.num_classes)
-    context = evaluators.Context(config, info, task, model, sharding.make_mesh(config.mesh))
+    model = task.make_model(config, helpers.model_config(config), info.num_classes)
+    context = evaluators.Context(
+        config, info, task, model, sharding.make_mesh(config.mesh), helpers.model_config(config)
+    )
     (evaluator,) = [e for e in evaluators.make_evaluators(context) if e.name == 'eval']
     metrics[eval_batch_size] = evaluator(helpers.random_params(model, config.image_size))
   assert metrics[8] == pytest.approx(metrics[64], rel=1e-5)

@@ -257,7 +257,7 @@ def test_load_params_reads_a_workdir_a_step_directory_and_an_npz(workdir, export
 def test_a_run_fine_tunes_at_another_resolution_from_its_loaded_parameters(workdir):
   config, _ = run_dir.load_run_info(workdir)
   config.image_size = 16  # 4x4 patches instead of 2x2.
-  model = classification.make_model(config, 3)
+  model = classification.make_model(config, helpers.model_config(config), 3)
   target = jax.eval_shape(model.init, jax.random.key(0), np.zeros((1, 16, 16, 3)))['params']
   params, notes = loading.adapt_params(
       run_dir.load_params(workdir)[0], target, keep_head=False, keep_pre_logits=False

@@ -48,7 +48,7 @@ def test_images_in_any_format_are_predicted_as_evaluation_sees_them(trained_tiny
   classifier = predict.load_run(trained_tiny_run)
   results = predict.predict(paths, classifier, top_k=10, batch_size=3)  # Two batches, one padded.
 
-  model = classification.make_model(config, 10)
+  model = classification.make_model(config, helpers.model_config(config), 10)
   params = checkpoint.restore_params(checkpoint.find_checkpoint(trained_tiny_run)[0])[0]
   expected = jax.nn.softmax(model.apply({'params': params}, eval_images))
   assert [path for path, _ in results] == paths

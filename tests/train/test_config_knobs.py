@@ -20,7 +20,7 @@ def _mpp_loss(label_smoothing: float) -> tuple[float, float]:
   integer-label cross-entropy of the same logits (what the loss was before it read label_smoothing).
   """
   config = helpers.load_config('mpp_demo', {**helpers.TINY, 'label_smoothing': label_smoothing})
-  model = mpp.make_model(config, None)
+  model = mpp.make_model(config, helpers.model_config(config), None)
   params = helpers.random_params(model, config.image_size)
   key = jax.random.key(0)
   loss = float(mpp.make_loss(config, model)(params, _IMAGES, None, key))

@@ -404,15 +404,14 @@ def test_state_on_an_fsdp_mesh_trains_and_checkpoints(tmp_path, data_dir):
   param_groups.check_param_groups(
       config.optim, helpers.model_config(config), jax.eval_shape(init)['params']
   )
-  tx, schedule = optim.make_optimizer(config, setup.total_steps, helpers.model_config(config))
   manager = checkpoint.make_manager(setup.workdir, keep=1)
-  state, shardings, to_checkpoint = train_state.create_state(setup, tx, manager)
+  state, shardings, to_checkpoint = train_state.create_state(setup, manager)
   mu = _first_moment(state.opt_state)['Transformer']['encoderblock']
   kernel = mu['MlpBlock_3']['Dense_0']['kernel']  # (layers, 32, 64): the layer axis stays whole.
   assert kernel.sharding.spec == P(None, None, 'fsdp') and kernel.dtype == jnp.bfloat16
   assert not jax.tree.leaves(mu['LayerNorm_2'])  # Frozen: no state.
 
-  step = train_step.jit_train_step(setup, tx, schedule, shardings)
+  step = train_step.jit_train_step(setup, shardings)
   rng = np.random.default_rng(0)
   batch = sharding.global_batch(
       {
@@ -432,5 +431,5 @@ def test_state_on_an_fsdp_mesh_trains_and_checkpoints(tmp_path, data_dir):
 
   checkpoint.save(manager, 1, to_checkpoint(state))
   manager.wait_until_finished()
-  restored, _, _ = train_state.create_state(setup, tx, manager)
+  restored, _, _ = train_state.create_state(setup, manager)
   jax.tree.map(np.testing.assert_array_equal, jax.device_get(restored), jax.device_get(state))

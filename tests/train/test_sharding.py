@@ -73,7 +73,7 @@ def _tiny_setup(tmp_path, data_dir, **overrides):
 def _state_and_step(setup, accum_steps):
   tx, schedule = (setup.tx, setup.schedule)
   manager = checkpoint.make_manager(setup.workdir, keep=1)
-  state, _, _ = train_state.create_state(setup, tx, manager)
+  state, _, _ = train_state.create_state(setup, manager)
   step = jax.jit(
       functools.partial(
           train_step.train_step,
@@ -128,9 +128,8 @@ def test_gradient_accumulation_matches_one_big_batch(tmp_path, data_dir):
 
 def test_checkpoint_moves_between_meshes(tmp_path, data_dir):
   fsdp = _tiny_setup(tmp_path, data_dir, mesh=(('fsdp', 8),))
-  tx, _ = (fsdp.tx, fsdp.schedule)
   manager = checkpoint.make_manager(fsdp.workdir, keep=1)
-  state, _, _ = train_state.create_state(fsdp, tx, manager)
+  state, _, _ = train_state.create_state(fsdp, manager)
   kernel = state.params['Transformer']['encoderblock_0']['MlpBlock_3']['Dense_0']['kernel']
   assert kernel.sharding.spec == P(None, 'fsdp')
   checkpoint.save(manager, 0, state)

@@ -226,8 +226,7 @@ def test_finetune_at_a_new_resolution_resizes_posemb_and_replaces_head(
       setup.init_params['embedding']['kernel'], pretrained['embedding']['kernel']
   )
   # The loop starts from those parameters (and so does the Polyak average).
-  tx, _ = (setup.tx, setup.schedule)
-  state, _, _ = train_state.create_state(setup, tx, checkpoint.make_manager(str(tmp_path), keep=1))
+  state, _, _ = train_state.create_state(setup, checkpoint.make_manager(str(tmp_path), keep=1))
   chex.assert_trees_all_equal(jax.device_get(state.params), setup.init_params)
   chex.assert_trees_all_equal(jax.device_get(state.ema_params), setup.init_params)
   assert np.isfinite(loop.train_and_evaluate(setup)['eval_top1'])
@@ -262,9 +261,8 @@ def test_scanned_training_keeps_per_block_checkpoints_that_resume_either_way(tmp
   setup = train_setup.prepare(
       helpers.load_config('demo', {**overrides, 'model.scan': True}), str(tmp_path / 'state')
   )
-  tx, _ = (setup.tx, setup.schedule)
   state, _, to_checkpoint = train_state.create_state(
-      setup, tx, checkpoint.make_manager(setup.workdir, 1)
+      setup, checkpoint.make_manager(setup.workdir, 1)
   )
   kernels = [
       leaf

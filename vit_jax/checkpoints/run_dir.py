@@ -19,6 +19,7 @@ from vit_jax import data, defaults, tasks
 from vit_jax.checkpoints import checkpoint
 from vit_jax.runtime import paths
 from vit_jax.checkpoints import loading, state_dicts
+from vit_jax.models import variants
 
 _RUN_FILES = ('config.json', 'dataset_info.json')
 
@@ -111,6 +112,9 @@ def load_run_info(workdir: str) -> tuple[ml_collections.ConfigDict, data.Dataset
 @dataclasses.dataclass(frozen=True)
 class TrainedModel:
   config: ml_collections.ConfigDict
+  model_config: dict[
+      str, Any
+  ]  # The variant's fields with config.model (variants.get_model_config).
   info: data.DatasetInfo
   model: nn.Module  # With features=True: the backbone, images -> pre-logits features.
   params: Any  # numpy arrays; the Polyak average if the run kept one.
@@ -127,10 +131,22 @@ def load_trained(
   checkpoint_dir, step = checkpoint.find_checkpoint(workdir, step)
   config, info = load_run_info(workdir)
   task = tasks.get(config.task)
-  model = task.features_model(config) if features else task.make_model(config, info.num_classes)
+  model_config = variants.get_model_config(config.variant, config.model.to_dict())
+  model = (
+      task.features_model(config, model_config)
+      if features
+      else task.make_model(config, model_config, info.num_classes)
+  )
   params, name = checkpoint.restore_params(checkpoint_dir)
   return TrainedModel(
-      config, info, model, params, step, checkpoint_dir, 'polyak' if name == 'ema_params' else 'raw'
+      config,
+      model_config,
+      info,
+      model,
+      params,
+      step,
+      checkpoint_dir,
+      'polyak' if name == 'ema_params' else 'raw',
   )
 
 

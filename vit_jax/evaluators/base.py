@@ -2,7 +2,7 @@
 
 import dataclasses
 from types import ModuleType
-from typing import Any, Protocol
+from typing import Any, Mapping, Protocol
 
 import flax.linen as nn
 import ml_collections
@@ -21,13 +21,15 @@ class Evaluator(Protocol):
 
 @dataclasses.dataclass(frozen=True)
 class Context:
-  """What evaluators are built from: the run's config, dataset, task, model and mesh."""
+  """What evaluators are built from: the run's config, dataset, task, model, mesh and the model's
+  resolved fields (`variants.get_model_config`)."""
 
   config: ml_collections.ConfigDict
   info: data.DatasetInfo
   task: ModuleType
   model: nn.Module
   mesh: Mesh
+  model_config: Mapping[str, Any]
 
   def count(self, split: str) -> int:
     """Examples in `split`; the run's train and eval splits are already counted in `info`. A split

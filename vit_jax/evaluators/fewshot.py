@@ -259,7 +259,7 @@ def build(name: str, fields: ml_collections.ConfigDict, context: Context) -> Few
       name,
       fields.every_steps,
       config=config,
-      model=context.task.features_model(config),
+      model=context.task.features_model(config, context.model_config),
       mesh=context.mesh,
       num_classes=num_classes,
       shots=fields.shots,

@@ -390,6 +390,14 @@ def function_changes(
   ]
 
 
+def build(
+    variant: str, model_config: Mapping[str, Any], *, num_classes: Optional[int], dtype: Any
+) -> nn.Module:
+  """The classifier of a variant from its resolved `get_model_config` (`num_classes=None`: its
+  pre-logits features instead of logits)."""
+  return FAMILIES[family(variant)].module(num_classes=num_classes, dtype=dtype, **model_config)
+
+
 def make_model(
     variant: str,
     overrides: Optional[Mapping[str, Any]] = None,
@@ -397,11 +405,8 @@ def make_model(
     num_classes: Optional[int],
     dtype: Any,
 ) -> nn.Module:
-  """The classifier of a variant; `num_classes=None`: its pre-logits features instead of logits."""
-  entry = FAMILIES[family(variant)]
-  return entry.module(
-      num_classes=num_classes, dtype=dtype, **entry.model_config(variant, overrides)
-  )
+  """The classifier of a variant with `overrides` of its fields, resolved here (see `build`)."""
+  return build(variant, get_model_config(variant, overrides), num_classes=num_classes, dtype=dtype)
 
 
 def require_vit(variant: str, what: str) -> None:

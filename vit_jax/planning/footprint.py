@@ -88,12 +88,6 @@ def mesh_shape(axes: Any, devices: int) -> dict[str, int]:
   return dict(sharding.make_mesh(axes, devices=range(devices)).shape)
 
 
-def _with(config: ml_collections.ConfigDict, **model: Any) -> ml_collections.ConfigDict:
-  config = config.copy_and_resolve_references()
-  config.model.update(model)
-  return config
-
-
 def _init_params(model: Any, size: int) -> Any:
   key = jax.random.key(0)
   return model.init({'params': key, 'mpp': key}, jnp.zeros((1, size, size, 3)), train=False)[
@@ -101,14 +95,13 @@ def _init_params(model: Any, size: int) -> Any:
   ]
 
 
-def abstract_state(config: ml_collections.ConfigDict, num_classes: int) -> dict[str, Any]:
-  """Shapes of the train state as the step holds it (train/state.py's init_state, training layout)."""
-  model = tasks.get(config.task).make_model(_with(config, scan=False), num_classes)
-  tx, _ = optim.make_optimizer(
-      config,
-      config.total_steps or 1,
-      variants.get_model_config(config.variant, config.model.to_dict()),
-  )
+def abstract_state(
+    config: ml_collections.ConfigDict, model_config: dict[str, Any], num_classes: int
+) -> dict[str, Any]:
+  """Shapes of the train state as the step holds it (train/state.py's init_state, training layout);
+  `model_config`: the variant's resolved fields (variants.get_model_config)."""
+  model = tasks.get(config.task).make_model(config, {**model_config, 'scan': False}, num_classes)
+  tx, _ = optim.make_optimizer(config, config.total_steps or 1, model_config)
 
   def init():
     params = _init_params(model, config.image_size)
@@ -117,7 +110,7 @@ def abstract_state(config: ml_collections.ConfigDict, num_classes: int) -> dict[
         'opt_state': tx.init(params),
         'ema_params': params if config.polyak_decay is not None else None,
     }
-    return scan_layout.stack_blocks(state, model.num_layers) if config.model.scan else state
+    return scan_layout.stack_blocks(state, model.num_layers) if model_config['scan'] else state
 
   return jax.eval_shape(init)
 
@@ -130,12 +123,17 @@ def _split_over_tensor(shape: tuple[int, ...], model: dict[str, Any]) -> bool:
 
 
 def _traced(
-    config: ml_collections.ConfigDict, num_classes: int, layers: int, batch: int
+    config: ml_collections.ConfigDict,
+    model_config: dict[str, Any],
+    num_classes: int,
+    layers: int,
+    batch: int,
 ) -> np.ndarray:
   """[replicated, split] bytes of the residuals of the task's loss on `batch` images, `layers` blocks."""
-  config = _with(config, num_layers=layers, scan=False)
   task = tasks.get(config.task)
-  model = task.make_model(config, num_classes)
+  model = task.make_model(
+      config, {**model_config, 'num_layers': layers, 'scan': False}, num_classes
+  )
   size = config.image_size
   args = (
       jax.eval_shape(lambda: _init_params(model, size)),
@@ -147,20 +145,21 @@ def _traced(
   # The vjp closure's leaves are the residuals; the arguments among them (the float32 parameters) are
   # the state's own buffers, not extra memory.
   inputs, seen, totals = set(jaxpr.invars), set(), np.zeros(2)
-  model_kwargs = variants.get_model_config(config.variant, config.model.to_dict())
   for var in jaxpr.outvars:
     if isinstance(var, jax_core.Literal) or var in inputs or var in seen:
       continue
     seen.add(var)
     # A dropout mask (bool) is a compare away from its random bits, and XLA keeps those (uint32).
     itemsize = 4 if var.aval.dtype == jnp.bool_ else var.aval.dtype.itemsize
-    totals[int(_split_over_tensor(var.aval.shape, model_kwargs))] += var.aval.size * itemsize
+    totals[int(_split_over_tensor(var.aval.shape, model_config))] += var.aval.size * itemsize
   return totals
 
 
-def _residuals(config: ml_collections.ConfigDict, num_classes: int) -> Residuals:
+def _residuals(
+    config: ml_collections.ConfigDict, model_config: dict[str, Any], num_classes: int
+) -> Residuals:
   t = {
-      (layers, batch): _traced(config, num_classes, layers, batch)
+      (layers, batch): _traced(config, model_config, num_classes, layers, batch)
       for layers in (1, 2)
       for batch in (1, 2)
   }
@@ -174,24 +173,26 @@ def _residuals(config: ml_collections.ConfigDict, num_classes: int) -> Residuals
   )
 
 
-def trace(config: ml_collections.ConfigDict, num_classes: int) -> Traced:
-  """Shapes, and the residuals of REMATS and the config's own remat policy."""
-  state = abstract_state(config, num_classes)
-  model = variants.get_model_config(config.variant, config.model.to_dict())
+def trace(
+    config: ml_collections.ConfigDict, model_config: dict[str, Any], num_classes: int
+) -> Traced:
+  """Shapes, and the residuals of REMATS and the config's own remat policy; `model_config`: the
+  variant's resolved fields (variants.get_model_config)."""
+  state = abstract_state(config, model_config, num_classes)
   in_blocks = [
       x
       for path, x in jax.tree_util.tree_leaves_with_path(state['params'])
       if re.search(r"\['encoderblock(_\d+)?'\]", jax.tree_util.keystr(path))
   ]
   return Traced(
-      model,
+      model_config,
       num_classes,
       state,
       {
-          remat: _residuals(_with(config, remat=remat), num_classes)
-          for remat in dict.fromkeys((None, config.model.remat, *REMATS))
+          remat: _residuals(config, {**model_config, 'remat': remat}, num_classes)
+          for remat in dict.fromkeys((None, model_config['remat'], *REMATS))
       },
-      _bytes(in_blocks) // model['num_layers'],
+      _bytes(in_blocks) // model_config['num_layers'],
   )
 
 
@@ -254,13 +255,15 @@ def estimate(
   )
 
 
-def check(config: ml_collections.ConfigDict, devices: int) -> dict[str, int]:
-  """The config's mesh on `devices` chips; a one-line ValueError for what training would refuse."""
+def check(
+    config: ml_collections.ConfigDict, model_config: dict[str, Any], devices: int
+) -> dict[str, int]:
+  """The config's mesh on `devices` chips; a one-line ValueError for what training would refuse.
+  `model_config`: the variant's resolved fields (variants.get_model_config)."""
   tasks.get(config.task)  # An image size the patches do not divide is the model's error, in trace.
   variants.require_vit(
       config.variant, "vit_jax.tools.plan (it models the memory of a ViT's blocks)"
   )
-  model = variants.get_model_config(config.variant, config.model.to_dict())
   if config.batch_size < 1:  # suggest() would double accum_steps forever: 0 divides by any of them.
     raise ValueError(f'config.batch_size={config.batch_size} must be at least 1')
   if config.dtype not in ('float32', 'bfloat16', 'float16') or config.accum_steps < 1:
@@ -268,12 +271,12 @@ def check(config: ml_collections.ConfigDict, devices: int) -> dict[str, int]:
         f'config.dtype={config.dtype!r} must be float32, bfloat16 or float16 and '
         f'config.accum_steps={config.accum_steps} at least 1'
     )
-  optim.check_optim(config, model)
+  optim.check_optim(config, model_config)
   mesh = mesh_shape(config.mesh, devices)
   sharding.check_model_fits(
       AbstractMesh(tuple(mesh.values()), tuple(mesh)),
       config.variant,
-      variants.FAMILIES['ViT'].tensor_split(model),
+      variants.FAMILIES['ViT'].tensor_split(model_config),
   )
   multiple = mesh.get('data', 1) * mesh.get('fsdp', 1) * config.accum_steps
   if config.batch_size % multiple:

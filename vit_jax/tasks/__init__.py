@@ -1,8 +1,11 @@
 """Tasks: what a run trains the ViT to do. One module each, with the same functions:
 
   check(config)                      raises a one-line ValueError for a bad task config;
-  make_model(config, num_classes)    the model the task trains;
-  features_model(config)             the backbone returning pre-logits features (few-shot, pictures);
+  make_model(config, model_config, num_classes)
+                                     the model the task trains, from the variant's resolved fields
+                                     (`variants.get_model_config`, resolved once per entry point);
+  features_model(config, model_config)
+                                     the backbone returning pre-logits features (few-shot, pictures);
   make_loss(config, model)           loss(params, images, labels, key) -> scalar, for the train step;
   mix(config, num_classes)           None, or (images, labels, key, step) -> (images, labels): the
                                      train step's transform of the global batch (Mixup, CutMix);

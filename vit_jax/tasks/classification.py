@@ -1,7 +1,7 @@
 """Image classification: the variant's classifier (a ViT or a BiT), softmax or sigmoid cross-entropy,
 top-1 / top-5."""
 
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import chex
 import flax.linen as nn
@@ -38,15 +38,18 @@ def check(config: ml_collections.ConfigDict) -> None:
   mixing.check(config.mix)
 
 
-def features_model(config: ml_collections.ConfigDict) -> nn.Module:
+def features_model(config: ml_collections.ConfigDict, model_config: Mapping[str, Any]) -> nn.Module:
   """The classifier without its head: images -> pre-logits features (few-shot, pictures)."""
-  return make_model(config, None)
+  return make_model(config, model_config, None)
 
 
-def make_model(config: ml_collections.ConfigDict, num_classes: int | None) -> nn.Module:
-  """The classifier of the config (`num_classes=None`: pre-logits features instead of logits)."""
-  return variants.make_model(
-      config.variant, config.model.to_dict(), num_classes=num_classes, dtype=jnp.dtype(config.dtype)
+def make_model(
+    config: ml_collections.ConfigDict, model_config: Mapping[str, Any], num_classes: int | None
+) -> nn.Module:
+  """The classifier of `config.variant` with its resolved fields `model_config`
+  (`variants.get_model_config`); `num_classes=None`: pre-logits features instead of logits."""
+  return variants.build(
+      config.variant, model_config, num_classes=num_classes, dtype=jnp.dtype(config.dtype)
   )
 
 

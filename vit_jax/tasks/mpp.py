@@ -1,6 +1,6 @@
 """Masked patch prediction (paper Sec. 4.6): predict the mean colour of corrupted patches."""
 
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import chex
 import flax.linen as nn
@@ -47,21 +47,22 @@ def check(config: ml_collections.ConfigDict) -> None:
     )
 
 
-def features_model(config: ml_collections.ConfigDict) -> nn.Module:
+def features_model(config: ml_collections.ConfigDict, model_config: Mapping[str, Any]) -> nn.Module:
   """The ViT backbone of the run: its parameters are the classifier's plus the MPP ones."""
-  return classification.features_model(config)
+  return classification.features_model(config, model_config)
 
 
-def make_model(config: ml_collections.ConfigDict, num_classes: int | None) -> nn.Module:
+def make_model(
+    config: ml_collections.ConfigDict, model_config: Mapping[str, Any], num_classes: int | None
+) -> nn.Module:
   """The masked-patch-prediction model (it has no classes: `num_classes` is not used)."""
   del num_classes
-  model = variants.get_model_config(config.variant, config.model.to_dict())
-  if model['representation_size'] is not None:
+  if model_config['representation_size'] is not None:
     raise ValueError(
         'config.task=mpp predicts colours from patch tokens and has no pre-logits '
         'layer: unset config.model.representation_size'
     )
-  if model['head_dropout_rate']:
+  if model_config['head_dropout_rate']:
     raise ValueError(
         'config.task=mpp has no classifier head to drop the features of: set '
         'config.model.head_dropout_rate=0 (or use model.dropout_rate)'
@@ -70,7 +71,7 @@ def make_model(config: ml_collections.ConfigDict, num_classes: int | None) -> nn
       mask_rate=config.mpp.mask_rate,
       num_bits=config.mpp.num_bits,
       dtype=jnp.dtype(config.dtype),
-      **backbone_fields(model),
+      **backbone_fields(model_config),
   )
 
 

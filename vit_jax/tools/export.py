@@ -82,7 +82,7 @@ def export(
   (out_dir / 'model.jaxexport').write_bytes(
       serialize_inference(trained.model, trained.params, config.image_size)
   )
-  model = variants.get_model_config(config.variant, config.model.to_dict())
+  model = trained.model_config
   try:
     variants.require_vit(config.variant, "timm's VisionTransformer")
     if (

@@ -99,17 +99,16 @@ def train_and_evaluate(setup: Setup) -> dict[str, float]:
 
 def _train(setup: Setup, watchdog: Watchdog) -> dict[str, float]:
   config = setup.config
-  tx, schedule = setup.tx, setup.schedule
-  changes = check_resumable(setup, tx)  # Before anything in the workdir is written.
+  changes = check_resumable(setup)  # Before anything in the workdir is written.
   run_dir.write_run_info(setup.workdir, config, setup.info, changes)
   writer = event_writer.create_writer(setup.workdir, just_logging=jax.process_index() > 0)
   writer.write_hparams({k: str(v) for k, v in config.items()})
   manager = checkpoint.make_manager(setup.workdir, config.keep_checkpoints)
-  state, state_shardings, to_checkpoint = create_state(setup, tx, manager)
+  state, state_shardings, to_checkpoint = create_state(setup, manager)
   start_step = int(state.step)
   if start_step == 0 and logging.level_debug():  # Its statistics read every parameter.
     logging.debug('%s', parameter_overview.get_parameter_overview(state.params))
-  step_fn = jit_train_step(setup, tx, schedule, state_shardings)
+  step_fn = jit_train_step(setup, state_shardings)
 
   train_iter = data.train_iterator(
       config,

@@ -257,12 +257,14 @@ def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
         config.lr.base,
         steps // 10,
     )
-  model = task.make_model(config, info.num_classes)
+  model = task.make_model(config, model_config, info.num_classes)
   if param_groups.names_parameters(config.optim):  # Tracing the model's init costs start-up time.
     param_groups.check_param_groups(
         config.optim, model_config, loading.param_shapes(model, config.image_size)
     )
-  built = evaluators.make_evaluators(evaluators.Context(config, info, task, model, mesh))
+  built = evaluators.make_evaluators(
+      evaluators.Context(config, info, task, model, mesh, model_config)
+  )
   for (
       name
   ) in _KEPT_FROM_INIT:  # Without a checkpoint there is nothing to keep: the flag would do nothing.

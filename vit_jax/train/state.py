@@ -67,12 +67,12 @@ def _layout(params: Any, opt_state: Any, ema_params: Any) -> tuple[Any, ...]:
   return jax.tree.map(lambda x: tuple(x.shape), params), shapes(opt_state), shapes(ema_params)
 
 
-def _init_fn(setup: Setup, tx: optax.GradientTransformation) -> Callable[[jax.Array], TrainState]:
-  """key -> the run's fresh state (`init_state` with the setup's model and options)."""
+def _init_fn(setup: Setup) -> Callable[[jax.Array], TrainState]:
+  """key -> the run's fresh state (`init_state` with the setup's model, optimizer and options)."""
   return functools.partial(
       init_state,
       model=setup.model,
-      tx=tx,
+      tx=setup.tx,
       image_size=setup.config.image_size,
       polyak=setup.config.polyak_decay is not None,
   )
@@ -99,13 +99,13 @@ def class_changes(old: Sequence[str], new: Sequence[str]) -> str:
   return ', '.join(parts)
 
 
-def _check_fits(setup: Setup, tx: optax.GradientTransformation, described: str) -> None:
+def _check_fits(setup: Setup, described: str) -> None:
   """The latest checkpoint whose metadata reads must have this config's state shapes."""
   latest = checkpoint.latest_saved_shapes(setup.workdir)
   if latest is None:  # None reads: restoring says so, naming the directory.
     return
   step, saved = latest
-  wanted = jax.eval_shape(_init_fn(setup, tx), jax.random.key(0))
+  wanted = jax.eval_shape(_init_fn(setup), jax.random.key(0))
   if _layout(saved['params'], saved['opt_state'], saved['ema_params']) != _layout(
       wanted.params, wanted.opt_state, wanted.ema_params
   ):
@@ -116,9 +116,7 @@ def _check_fits(setup: Setup, tx: optax.GradientTransformation, described: str) 
     )
 
 
-def check_resumable(
-    setup: Setup, tx: optax.GradientTransformation
-) -> list[tuple[str, Any, Any]] | None:
+def check_resumable(setup: Setup) -> list[tuple[str, Any, Any]] | None:
   """A workdir that already holds a run must hold the same classes, the same model function and a
   checkpoint this config's state can be restored from; raises ResumeError naming the changed fields,
   before anything in the workdir is written.
@@ -134,7 +132,7 @@ def check_resumable(
       logging.info('%s holds no checkpoint yet: starting the run afresh with this config', workdir)
     return None
   if not has_config:  # Its config lost: the checkpoint's shapes are all there is to check.
-    _check_fits(setup, tx, f"and {workdir}/config.json, the run's config, is missing")
+    _check_fits(setup, f"and {workdir}/config.json, the run's config, is missing")
     return []
   try:
     old_config, old_info = run_dir.load_run_info(setup.workdir)
@@ -150,7 +148,7 @@ def check_resumable(
         f'({class_changes(old_info.class_names, setup.info.class_names)}; changed fields: '
         f"{described}): use another --workdir, or the run's data"
     )
-  _check_fits(setup, tx, f'changed fields: {described}')
+  _check_fits(setup, f'changed fields: {described}')
   # Parameters of the same shapes may compute another function (another activation, position
   # embeddings elsewhere): the tools would rebuild the first start's model around them.
   model_changes = variants.function_changes(
@@ -177,14 +175,14 @@ def training_layout(tree: Any, model: nn.Module) -> Any:
 
 
 def create_state(
-    setup: Setup, tx: optax.GradientTransformation, manager: Any
+    setup: Setup, manager: Any
 ) -> tuple[TrainState, Any, Callable[[TrainState], TrainState]]:
   """The train state on the mesh: restored from the latest checkpoint if any, else initialised there.
 
   Returns the state in its training layout, the shardings of that layout, and the function that brings
   such a state back to the layout checkpoints store.
   """
-  init = _init_fn(setup, tx)
+  init = _init_fn(setup)
   to_training = functools.partial(training_layout, model=setup.model)
   key = jax.random.key(setup.config.seed)
   abstract = jax.eval_shape(init, key)

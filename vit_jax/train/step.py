@@ -82,7 +82,7 @@ def train_step(
 
 
 def jit_train_step(
-    setup: Setup, tx: optax.GradientTransformation, schedule: optax.Schedule, state_shardings: Any
+    setup: Setup, state_shardings: Any
 ) -> Callable[[TrainState, dict[str, jax.Array]], tuple[TrainState, dict[str, jax.Array]]]:
   """The run's train step, jitted over its mesh; the state (in `state_shardings`) is donated."""
   config, mesh = setup.config, setup.mesh
@@ -92,8 +92,8 @@ def jit_train_step(
           functools.partial(
               train_step,
               loss_fn=setup.task.make_loss(config, setup.model),
-              tx=tx,
-              schedule=schedule,
+              tx=setup.tx,
+              schedule=setup.schedule,
               dropout_key=jax.random.fold_in(seed_key, 1),
               accum_steps=config.accum_steps,
               micro_batch_sharding=sharding.micro_batch_sharding(mesh),

@@ -94,6 +94,9 @@ def get_config() -> ml_collections.ConfigDict:
           head_dropout_rate=config_dict.placeholder(float),
           # 'gelu_tanh' (the original checkpoints') | 'gelu' (exact: timm's and Hugging Face's models).
           mlp_activation=config_dict.placeholder(str),
+          # Layer scale (CaiT, DeiT III, DINOv2; timm's init_values): each residual branch multiplied
+          # by a learned per-channel scale starting at this value (e.g. 1e-5); unset: none.
+          layer_scale=config_dict.placeholder(float),
           # 'original' (the modules' own initialisers, the original code's) | 'timm' (timm's
           # VisionTransformer: matrices ~N(0, 0.02), a random head; vit_jax/models/inits.py).
           weight_init=config_dict.placeholder(str),

@@ -97,8 +97,10 @@ def _timm_model(**kwargs) -> timm_vit.VisionTransformer:
             {'class_token': False, 'global_pool': 'avg', 'fc_norm': False},
             {'model.classifier': 'gap'},
         ),
+        # DeiT III's blocks: layer scale, and no position embedding for the class token.
+        ({'init_values': 1e-6, 'no_embed_class': True}, {'model.layer_scale': 1e-6}),
     ],
-    ids=['token', 'gap_fc_norm', 'gap'],
+    ids=['token', 'gap_fc_norm', 'gap', 'deit3'],
 )
 def test_a_timm_vit_saved_by_timm_loads_through_init_from_with_equal_logits(
     tmp_path, timm_kwargs, overrides
@@ -142,6 +144,66 @@ def test_a_timm_vit_without_a_class_token_embedding_loads_with_equal_logits(tmp_
       _torch_outputs(reference, _images()).numpy(),
       atol=1e-4,
   )
+
+
+def test_timms_dinov2_loads_with_equal_logits_and_exports_back(tmp_path):
+  """vit_small_patch14_dinov2's shape (patch 14, layer scale, the exact GELU; smaller here), made by
+  timm.create_model and saved by its save_for_hf: our logits are timm's, and export's state dict
+  loads back into timm's model with its tensors unchanged."""
+  size = 28
+  reference = _randomize(
+      timm.create_model(
+          'vit_small_patch14_dinov2',
+          pretrained=False,
+          img_size=size,
+          embed_dim=32,
+          depth=2,
+          num_heads=2,
+          num_classes=NUM_CLASSES,
+      )
+  )
+  timm.models.save_for_hf(reference, tmp_path / 'dinov2', safe_serialization=True)
+  config = helpers.load_config(
+      'demo',
+      {
+          **MODEL,
+          'model.patch_size': 14,
+          'model.mlp_dim': 128,
+          'model.layer_scale': 1e-5,
+          'image_size': size,
+          'init_from': str(tmp_path / 'dinov2'),
+          'keep_head': True,
+      },
+  )
+  model = classification.make_model(config, helpers.model_config(config), NUM_CLASSES)
+  params = run_dir.load_init_params(config, model)
+  images = np.random.RandomState(2).uniform(-1, 1, (3, size, size, 3)).astype(np.float32)
+  np.testing.assert_allclose(
+      model.apply({'params': params}, images),
+      _torch_outputs(reference, images).numpy(),
+      atol=1e-4,
+  )
+  exported = state_dicts.to_timm(params)
+  theirs = {k: v.numpy() for k, v in reference.state_dict().items()}
+  assert sorted(exported) == sorted(theirs)
+  for name, tensor in theirs.items():
+    np.testing.assert_allclose(exported[name], tensor, atol=1e-6, err_msg=name)
+
+
+def test_a_layer_scale_mismatch_is_one_line_naming_the_field(tmp_path):
+  path = str(tmp_path / 'model.safetensors')
+  safetensors.torch.save_file(_timm_model(init_values=1e-5).state_dict(), path)
+  with pytest.raises(
+      ValueError, match=r'the checkpoint has layer scale; set --config.model.layer_scale=1e-5'
+  ) as error:
+    _ours(path, NUM_CLASSES)
+  assert '\n' not in str(error.value)
+  plain = str(tmp_path / 'plain.safetensors')
+  safetensors.torch.save_file(_timm_model().state_dict(), plain)
+  with pytest.raises(
+      ValueError, match=r'the checkpoint has no layer scale; unset --config.model.layer_scale'
+  ):
+    _ours(plain, NUM_CLASSES, **{'model.layer_scale': 1e-5})
 
 
 @pytest.mark.parametrize(
@@ -414,11 +476,18 @@ def test_an_mlp_activation_our_vit_has_not_is_a_one_line_error(tmp_path):
 
 
 @pytest.mark.parametrize(
-    'hidden_size,mlp_dim', [(32, 64), (56, 488)]
-)  # 56 * (488 / 56) = 487.99...
-def test_timms_config_we_write_builds_an_mlp_of_our_width(tmp_path, hidden_size, mlp_dim):
+    'hidden_size,mlp_dim,overrides',
+    [
+        (32, 64, {}),
+        (56, 488, {}),
+        (32, 64, {'model.layer_scale': 1e-5}),
+    ],  # 56 * (488 / 56) = 487.99...
+)
+def test_timms_config_we_write_builds_an_mlp_of_our_width(
+    tmp_path, hidden_size, mlp_dim, overrides
+):
   config = helpers.load_config(
-      'demo', {**MODEL, 'model.hidden_size': hidden_size, 'model.mlp_dim': mlp_dim}
+      'demo', {**MODEL, 'model.hidden_size': hidden_size, 'model.mlp_dim': mlp_dim, **overrides}
   )
   model = classification.make_model(config, helpers.model_config(config), NUM_CLASSES)
   params = helpers.random_params(model, IMAGE_SIZE)

@@ -109,6 +109,35 @@ def test_gap_has_no_class_token_and_pre_logits_is_tanh():
   assert features.shape == (2, 8) and np.all(np.abs(features) < 1)
 
 
+@pytest.mark.parametrize('scan', [False, True])
+def test_layer_scale_multiplies_each_residual_branch_by_a_learned_scale(scan):
+  """Per block `ls1` (attention) and `ls2` (MLP) of the width, starting at `layer_scale`: at 1 the
+  model computes what the model without them computes; halving the scales changes the logits."""
+  images = jax.random.normal(jax.random.key(1), (2, 16, 16, 3))
+  plain = _tiny(scan=scan)
+  params = plain.init(jax.random.key(0), images)['params']
+  params['head']['kernel'] = jax.random.normal(jax.random.key(2), params['head']['kernel'].shape)
+  scaled = _tiny(scan=scan, layer_scale=1.0)
+  scaled_params = scaled.init(jax.random.key(0), images)['params']
+  block = scaled_params['Transformer']['encoderblock_1']
+  assert block['ls1'].shape == block['ls2'].shape == (32,) and np.all(block['ls1'] == 1.0)
+  with_scales = jax.tree.map(lambda x: x, params)
+  for i in range(2):
+    with_scales['Transformer'][f'encoderblock_{i}'].update(ls1=np.ones(32), ls2=np.ones(32))
+  expected = plain.apply({'params': params}, images)
+  np.testing.assert_allclose(
+      scaled.apply({'params': with_scales}, images), expected, rtol=1e-6, atol=1e-6
+  )
+  halved = jax.tree.map(lambda x: x, with_scales)
+  halved['Transformer']['encoderblock_1']['ls2'] = np.full(32, 0.5)
+  assert not np.allclose(scaled.apply({'params': halved}, images), expected, atol=1e-3)
+
+
+def test_layer_scale_must_be_positive():
+  with pytest.raises(ValueError, match=r'model.layer_scale=0.0 must be a positive initial scale'):
+    variants.get_model_config('ViT-testing_4', {'layer_scale': 0.0})
+
+
 def test_zero_head_gives_zero_logits_and_dropout_needs_train():
   model = _tiny(dropout_rate=0.5)
   images = jax.random.normal(jax.random.key(1), (2, 16, 16, 3))

@@ -87,6 +87,7 @@ def test_export_writes_the_latest_parameters_in_the_original_layout(workdir, exp
       'posemb_where': 'input',
       'drop_path_rate': 0.0,
       'mlp_activation': 'gelu_tanh',
+      'layer_scale': None,
       'weight_init': 'original',
       'block': 'standard',
   }

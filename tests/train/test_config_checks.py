@@ -81,6 +81,11 @@ INVALID = {
         {},
         r"Unknown model.mlp_activation 'relu': use one of gelu_tanh, gelu",
     ),
+    'model.layer_scale': (
+        -1e-5,
+        {},
+        r'model.layer_scale=-1e-05 must be a positive initial scale',
+    ),
     'model.weight_init': (
         'xavier',
         {},

@@ -179,6 +179,16 @@ def _architecture_error(
         f'{path}: checkpoint {loaded} vs model {target}: the checkpoint has {kind[0]}; '
         f'set {kind[1]} to match it'
     )
+  if re.search(r'/ls[12]$', path):  # Layer scale: a tensor per block, its value any positive one.
+    return ValueError(
+        f'{path}: checkpoint {loaded} vs model {target}: '
+        + (
+            'the checkpoint has layer scale; set --config.model.layer_scale=1e-5 (the '
+            "checkpoint's scales replace the initial value)"
+            if target == 'none'
+            else 'the checkpoint has no layer scale; unset --config.model.layer_scale'
+        )
+    )
   return ValueError(
       f'{path}: checkpoint {loaded} vs model {target}: the checkpoint is another '
       'architecture; set --config.variant (and --config.model.*) to match it'

@@ -10,7 +10,7 @@ attention kernels are split per head, (D, heads, D/heads).
 The architectures map one to one except: timm has no pre-logits layer; timm's fused `qkv` is
 transformers' separate `query` / `key` / `value`; transformers' `pooler` is the pre-logits layer
 (Dense + tanh); timm's `no_embed_class` (no position embedding for the class token) is ours with a
-zero one; neither names the hybrid's ResNet stem nor the MAP head in a way read here. What has no
+zero one; timm's layer scale `ls1.gamma`, `ls2.gamma` (DeiT III, DINOv2) is ours (model.layer_scale); neither names the hybrid's ResNet stem nor the MAP head in a way read here. What has no
 parameters but changes the function (timm's pooling, the MLP's activation) is checked against the
 config.json beside the weights, when there is one.
 """
@@ -157,6 +157,9 @@ def from_timm(state_dict: StateDict, num_heads: int, source: str = 'state dict')
       weights[f'{name}.weight'], weights[f'{name}.bias'] = qkv_weight[j], qkv_bias[j]
     tree.update(_attention_in(_ATTENTION.format(i), weights, num_heads))
     tree.update(_norms_and_mlp(r, t, ours, ('norm1', 'norm2'), ('mlp.fc1', 'mlp.fc2')))
+    for scale in ('ls1', 'ls2'):  # Layer scale (timm's init_values: DeiT III, DINOv2).
+      if r.has(f'{t}{scale}.gamma'):
+        tree[f'{ours}/{scale}'] = r.take(f'{t}{scale}.gamma')
   for theirs, norm in (('norm', 'Transformer/encoder_norm'), ('fc_norm', 'fc_norm')):
     if r.has(f'{theirs}.weight'):
       tree[f'{norm}/scale'], tree[f'{norm}/bias'] = r.take(f'{theirs}.weight'), r.take(
@@ -258,6 +261,9 @@ def to_timm(params: Any) -> StateDict:
     for theirs, dense in (('fc1', 'Dense_0'), ('fc2', 'Dense_1')):
       out[f'{t}mlp.{theirs}.weight'] = flat.pop(f'{ours}/MlpBlock_3/{dense}/kernel').T
       out[f'{t}mlp.{theirs}.bias'] = flat.pop(f'{ours}/MlpBlock_3/{dense}/bias')
+    for scale in ('ls1', 'ls2'):
+      if f'{ours}/{scale}' in flat:
+        out[f'{t}{scale}.gamma'] = flat.pop(f'{ours}/{scale}')
     i += 1
   for ours, theirs in (
       ('Transformer/encoder_norm', 'norm'),
@@ -501,6 +507,8 @@ def timm_config(
       'fc_norm': bool(model['fc_norm']),
       'act_layer': model['mlp_activation'],
   }
+  if model['layer_scale'] is not None:
+    model_args['init_values'] = model['layer_scale']
   pretrained_cfg = {
       'input_size': [3, image_size, image_size],
       'fixed_input_size': True,

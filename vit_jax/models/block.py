@@ -92,6 +92,8 @@ class Encoder1DBlock(nn.Module):
   Position embeddings (posemb.py) of the block: `shared_posemb` [1, N, D] is added to its input
   ('shared_every_layer'); its own `posemb` of the patch grid `grid` is a kind added to its input
   ('every_layer', `posembed`) or 'relative', a bias of its attention logits (`relative_posemb`).
+  With `layer_scale` each branch is multiplied by a learned per-channel scale before the residual add
+  (`ls1` after the attention, `ls2` after the MLP: timm's `ls1.gamma`, `ls2.gamma`), initialised to it.
   """
 
   mlp_dim: int
@@ -101,6 +103,7 @@ class Encoder1DBlock(nn.Module):
   dtype: Dtype = jnp.float32
   attention: str = 'xla'  # A key of ATTENTION_FNS.
   mlp_activation: str = 'gelu_tanh'  # A key of MLP_ACTIVATIONS.
+  layer_scale: Optional[float] = None  # The initial value of `ls1` and `ls2`; None: no layer scale.
   posemb: Optional[str] = None  # A key of POSEMBS: this block's own position embedding, or None.
   grid: Optional[tuple[int, int]] = None  # The patch grid (rows, columns), for `posemb`.
   # Where the encoder padded the tokens for the fused attention kernel: how many are real (the rest
@@ -151,12 +154,20 @@ class Encoder1DBlock(nn.Module):
         :, :given
     ]
     x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
-    x = self._drop_path(x, drop_path_rate, deterministic) + inputs
+    x = self._drop_path(self._scale('ls1', x), drop_path_rate, deterministic) + inputs
     y = nn.LayerNorm(epsilon=1e-6, dtype=self.dtype, name='LayerNorm_2')(x)
     y = MlpBlock(
         self.mlp_dim, self.dropout_rate, self.dtype, self.mlp_activation, name='MlpBlock_3'
     )(y, deterministic=deterministic)
-    return x + self._drop_path(y, drop_path_rate, deterministic)
+    return x + self._drop_path(self._scale('ls2', y), drop_path_rate, deterministic)
+
+  def _scale(self, name: str, branch: jnp.ndarray) -> jnp.ndarray:
+    if self.layer_scale is None:
+      return branch
+    gamma = self.param(
+        name, nn.initializers.constant(self.layer_scale), branch.shape[-1:], jnp.float32
+    )
+    return branch * gamma.astype(branch.dtype)
 
   def _drop_path(self, branch: jnp.ndarray, rate: Rate, deterministic: bool) -> jnp.ndarray:
     # A rate known to be zero draws no key: a model without stochastic depth needs no 'dropout' rng.

@@ -142,6 +142,7 @@ class Encoder(nn.Module):
   drop_path_rate: float = 0.0
   final_norm: bool = True
   mlp_activation: str = 'gelu_tanh'
+  layer_scale: Optional[float] = None
   block: str = 'standard'  # A key of BLOCKS.
 
   @nn.compact
@@ -164,6 +165,7 @@ class Encoder(nn.Module):
         dtype=self.dtype,
         attention=self.attention,
         mlp_activation=self.mlp_activation,
+        layer_scale=self.layer_scale,
         grid=grid,
         posemb=kind if kind == 'relative' or where == 'every_layer' else None,
     )

@@ -106,6 +106,7 @@ def _vit_model_config(
       remat=None,
       scan=False,
       mlp_activation='gelu_tanh',
+      layer_scale=None,
       weight_init='original',
       block='axial' if match['axial'] else 'standard',
       resnet_layers=R50_LAYERS if match['hybrid'] else None,
@@ -203,6 +204,11 @@ def _check_fields(model: dict[str, Any]) -> None:
     raise ValueError(
         f"Unknown model.mlp_activation {model['mlp_activation']!r}: use one of "
         f"{', '.join(MLP_ACTIVATIONS)} (gelu: timm's and Hugging Face's exact GELU)"
+    )
+  if model['layer_scale'] is not None and not model['layer_scale'] > 0:
+    raise ValueError(
+        f"model.layer_scale={model['layer_scale']} must be a positive initial scale, e.g. 1e-5 "
+        '(or unset for no layer scale)'
     )
   if model['weight_init'] not in WEIGHT_INITS:
     raise ValueError(

@@ -51,6 +51,9 @@ class ViTBackbone(nn.Module):
   dropout_rate: float = 0.0
   attention_dropout_rate: float = 0.0
   mlp_activation: str = 'gelu_tanh'  # A key of block.MLP_ACTIVATIONS.
+  layer_scale: Optional[float] = (
+      None  # Each block's residual branches scaled (block.py); None: off.
+  )
   # A key of inits.WEIGHT_INITS: how the training state draws the first parameters (see inits.redraw).
   weight_init: str = 'original'
   block: str = 'standard'  # A key of encoder.BLOCKS: 'axial' for Axial-ViT.
@@ -128,6 +131,7 @@ class ViTBackbone(nn.Module):
         drop_path_rate=self.drop_path_rate,
         final_norm=not self.fc_norm,
         mlp_activation=self.mlp_activation,
+        layer_scale=self.layer_scale,
         block=self.block,
         name='Transformer',
     )(x, grid=grid, train=train)

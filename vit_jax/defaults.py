@@ -97,6 +97,9 @@ def get_config() -> ml_collections.ConfigDict:
           # Layer scale (CaiT, DeiT III, DINOv2; timm's init_values): each residual branch multiplied
           # by a learned per-channel scale starting at this value (e.g. 1e-5); unset: none.
           layer_scale=config_dict.placeholder(float),
+          # Every LayerNorm's epsilon: 1e-6 (the original checkpoints', timm's) | 1e-12 (Hugging Face's
+          # ViT, its config.json's layer_norm_eps; init_from checks it).
+          layernorm_epsilon=config_dict.placeholder(float),
           # 'original' (the modules' own initialisers, the original code's) | 'timm' (timm's
           # VisionTransformer: matrices ~N(0, 0.02), a random head; vit_jax/models/inits.py).
           weight_init=config_dict.placeholder(str),

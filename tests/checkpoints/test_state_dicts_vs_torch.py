@@ -301,6 +301,10 @@ def test_a_timm_checkpoint_in_pytorch_format_and_in_bfloat16_loads_too(tmp_path)
   )
 
 
+# transformers' ViTConfig's default layer_norm_eps (google/vit-*'s too), which its config.json says.
+HF_EPSILON = {'model.layernorm_epsilon': 1e-12}
+
+
 def _transformers_config(**kwargs) -> transformers.ViTConfig:
   return transformers.ViTConfig(
       hidden_size=32,
@@ -319,11 +323,15 @@ def test_a_transformers_classifier_saved_by_transformers_loads_with_equal_logits
   )
   reference.save_pretrained(tmp_path / 'hf')  # config.json + model.safetensors, the hub's layout.
   expected = _torch_outputs(reference, _images()).logits.numpy()
-  np.testing.assert_allclose(_ours(str(tmp_path / 'hf'), NUM_CLASSES), expected, atol=1e-4)
+  np.testing.assert_allclose(
+      _ours(str(tmp_path / 'hf'), NUM_CLASSES, **HF_EPSILON), expected, atol=1e-4
+  )
   # Sharded as the hub shards big models: model.safetensors.index.json and its parts.
   reference.save_pretrained(tmp_path / 'sharded', max_shard_size='20KB')
   assert not (tmp_path / 'sharded' / 'model.safetensors').exists()
-  np.testing.assert_allclose(_ours(str(tmp_path / 'sharded'), NUM_CLASSES), expected, atol=1e-4)
+  np.testing.assert_allclose(
+      _ours(str(tmp_path / 'sharded'), NUM_CLASSES, **HF_EPSILON), expected, atol=1e-4
+  )
 
 
 def test_a_transformers_vit_model_brings_its_pooler_as_the_pre_logits_layer(tmp_path):
@@ -331,7 +339,9 @@ def test_a_transformers_vit_model_brings_its_pooler_as_the_pre_logits_layer(tmp_
   reference.save_pretrained(tmp_path / 'hf')
   expected = _torch_outputs(reference, _images()).pooler_output.numpy()
   ours = _ours(
-      str(tmp_path / 'hf'), None, **{'model.representation_size': 32, 'keep_pre_logits': True}
+      str(tmp_path / 'hf'),
+      None,
+      **{'model.representation_size': 32, 'keep_pre_logits': True, **HF_EPSILON},
   )
   np.testing.assert_allclose(ours, expected, atol=1e-4)
 
@@ -390,6 +400,24 @@ def test_what_timm_cannot_hold_is_said_and_not_written(overrides, message):
     state_dicts.to_timm(helpers.random_params(model, IMAGE_SIZE))
 
 
+@pytest.mark.parametrize(
+    'overrides,message',
+    [
+        ({'model.posemb_where': 'shared_every_layer'}, 'position embeddings only at the input'),
+        (
+            {'model.layernorm_epsilon': 1e-12},
+            'LayerNorms have epsilon 1e-6 \\(model.layernorm_epsilon=1e-12',
+        ),
+    ],
+)
+def test_what_timm_cannot_compute_and_the_tensors_do_not_show_is_said(overrides, message):
+  config = helpers.load_config('demo', {**MODEL, **overrides})
+  with pytest.raises(ValueError, match=message):
+    state_dicts.timm_config(
+        helpers.model_config(config), IMAGE_SIZE, NUM_CLASSES, pp_eval=config.pp_eval.to_dict()
+    )
+
+
 def test_a_checkpoint_of_another_model_is_a_one_line_error(tmp_path):
   resnet = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4))
   safetensors.torch.save_file(resnet.state_dict(), tmp_path / 'resnet.safetensors')
@@ -435,12 +463,43 @@ def test_a_checkpoint_of_another_width_or_head_count_names_the_fix(tmp_path):
     )
 
 
-def test_the_log_says_when_the_checkpoint_used_another_gelu(tmp_path):
+def test_a_checkpoint_of_another_gelu_or_layernorm_epsilon_is_a_one_line_error(tmp_path):
+  # Neither has tensors: the weights would load and compute another function.
   transformers.ViTModel(_transformers_config()).save_pretrained(tmp_path / 'hf')
-  _, note = run_dir.load_params(str(tmp_path / 'hf'), num_heads=2, mlp_activation='gelu_tanh')
-  assert 'trained with gelu, the model uses gelu_tanh (--config.model.mlp_activation=gelu' in note
-  _, note = run_dir.load_params(str(tmp_path / 'hf'), num_heads=2, mlp_activation='gelu')
-  assert 'trained with' not in note
+  path = str(tmp_path / 'hf')
+  with pytest.raises(
+      ValueError,
+      match=r"the checkpoint's MLP was trained with gelu, the model uses gelu_tanh: set "
+      r'--config.model.mlp_activation=gelu$',
+  ):
+    run_dir.load_params(path, num_heads=2, mlp_activation='gelu_tanh')
+  with pytest.raises(
+      ValueError,
+      match=r"the checkpoint's LayerNorms use epsilon 1e-12 \(its config.json's layer_norm_eps\), "
+      r'the model 1e-06: set --config.model.layernorm_epsilon=1e-12$',
+  ):
+    _ours(path, None)
+  run_dir.load_params(path, num_heads=2, mlp_activation='gelu', layernorm_epsilon=1e-12)
+
+
+def test_a_transformers_vit_of_the_small_epsilon_loads_with_its_logits_where_it_matters(tmp_path):
+  # Tokens of small variance (LayerNorm scale ~1e-3 of the inputs): an epsilon of 1e-6 instead of the
+  # checkpoint's 1e-12 changes the logits by far more than float32 rounding.
+  reference = _randomize(
+      transformers.ViTForImageClassification(_transformers_config(num_labels=NUM_CLASSES))
+  )
+  with torch.no_grad():
+    reference.vit.embeddings.patch_embeddings.projection.weight.mul_(1e-3)
+    reference.vit.embeddings.patch_embeddings.projection.bias.mul_(1e-3)
+    reference.vit.embeddings.position_embeddings.mul_(1e-3)
+    reference.vit.embeddings.cls_token.mul_(1e-3)
+  reference.save_pretrained(tmp_path / 'hf')
+  expected = _torch_outputs(reference, _images()).logits.numpy()
+  ours = _ours(str(tmp_path / 'hf'), NUM_CLASSES, **HF_EPSILON)
+  np.testing.assert_allclose(ours, expected, atol=1e-4 * np.abs(expected).max())
+  (tmp_path / 'hf' / 'config.json').unlink()  # Unchecked: the wrong epsilon loads, and differs.
+  wrong = _ours(str(tmp_path / 'hf'), NUM_CLASSES)
+  assert np.abs(wrong - expected).max() > 1e-2 * np.abs(expected).max()
 
 
 def test_an_mlp_activation_our_vit_has_not_is_a_one_line_error(tmp_path):
@@ -461,15 +520,14 @@ def test_an_mlp_activation_our_vit_has_not_is_a_one_line_error(tmp_path):
       )
   )
   reference.save_pretrained(tmp_path / 'tanh')
-  _, note = run_dir.load_params(str(tmp_path / 'tanh'), num_heads=2, mlp_activation='gelu')
-  assert (
-      'trained with gelu_pytorch_tanh, the model uses gelu (--config.model.mlp_activation=gelu_tanh'
-      in note
-  )
-  _, note = run_dir.load_params(str(tmp_path / 'tanh'), num_heads=2, mlp_activation='gelu_tanh')
-  assert 'trained with' not in note
+  with pytest.raises(ValueError, match=r'set --config.model.mlp_activation=gelu_tanh$'):
+    run_dir.load_params(str(tmp_path / 'tanh'), num_heads=2, mlp_activation='gelu')
   np.testing.assert_allclose(
-      _ours(str(tmp_path / 'tanh'), NUM_CLASSES, **{'model.mlp_activation': 'gelu_tanh'}),
+      _ours(
+          str(tmp_path / 'tanh'),
+          NUM_CLASSES,
+          **{'model.mlp_activation': 'gelu_tanh', **HF_EPSILON},
+      ),
       _torch_outputs(reference, _images()).logits.numpy(),
       atol=1e-4,
   )

@@ -88,6 +88,7 @@ def test_export_writes_the_latest_parameters_in_the_original_layout(workdir, exp
       'drop_path_rate': 0.0,
       'mlp_activation': 'gelu_tanh',
       'layer_scale': None,
+      'layernorm_epsilon': 1e-6,
       'weight_init': 'original',
       'block': 'standard',
   }

@@ -86,6 +86,11 @@ INVALID = {
         {},
         r'model.layer_scale=-1e-05 must be a positive initial scale',
     ),
+    'model.layernorm_epsilon': (
+        0.0,
+        {},
+        r'model.layernorm_epsilon=0.0 must be in \(0, 1\)',
+    ),
     'model.weight_init': (
         'xavier',
         {},

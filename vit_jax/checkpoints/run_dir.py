@@ -165,19 +165,23 @@ def load_export(export_dir: str) -> tuple[dict[str, Any], Callable[[jax.Array], 
 
 
 def load_params(
-    path: str, num_heads: Optional[int] = None, mlp_activation: Optional[str] = None
+    path: str,
+    num_heads: Optional[int] = None,
+    mlp_activation: Optional[str] = None,
+    layernorm_epsilon: Optional[float] = None,
 ) -> tuple[dict[str, Any], str]:
   """Parameters to start from (`config.init_from`): an `.npz` file, a timm or Hugging Face
   transformers ViT (a .safetensors / .pth / .bin file or a model directory; these need the model's
   `num_heads` to split the attention kernels), or a workdir / step directory (its Polyak average if
-  kept). Also returns a line for the log saying what was loaded."""
+  kept); `mlp_activation` and `layernorm_epsilon` are checked against a state dict's config.json.
+  Also returns a line for the log saying what was loaded."""
   if state_dicts.is_state_dict_path(path):
     if num_heads is None:
       raise ValueError(
           f'{path}: PyTorch-layout checkpoints are read for ViTs (timm or Hugging Face '
           'naming): for this model pass an .npz or a vit_jax workdir as --config.init_from'
       )
-    params, notes = state_dicts.load(path, num_heads, mlp_activation)
+    params, notes = state_dicts.load(path, num_heads, mlp_activation, layernorm_epsilon)
     return params, f'loaded {path}: ' + '; '.join(notes)
   if path.endswith('.npz') or epath.Path(path).is_file():
     return loading.load_npz(path), f'loaded {path}'
@@ -215,7 +219,10 @@ def load_init_params(config: ml_collections.ConfigDict, model: nn.Module) -> Any
     raise ValueError(_missing_init_from(config.init_from))
   # A BiT has no heads: its checkpoints are .npz files and workdirs, which need none.
   loaded, source = load_params(
-      init_from, getattr(model, 'num_heads', None), getattr(model, 'mlp_activation', None)
+      init_from,
+      getattr(model, 'num_heads', None),
+      getattr(model, 'mlp_activation', None),
+      getattr(model, 'layernorm_epsilon', None),
   )
   params, notes = loading.adapt_params(
       loaded,

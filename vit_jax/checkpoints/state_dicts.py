@@ -383,10 +383,16 @@ def read(path: str) -> tuple[StateDict, dict[str, Any]]:
 
 
 def load(
-    path: str, num_heads: int, mlp_activation: Optional[str] = None
+    path: str,
+    num_heads: int,
+    mlp_activation: Optional[str] = None,
+    layernorm_epsilon: Optional[float] = None,
 ) -> tuple[dict[str, Any], list[str]]:
   """The tree of the timm or transformers ViT at `path`, for a model with `num_heads` heads, and lines
-  for the log; a one-line ValueError when it is something else."""
+  for the log; a one-line ValueError when it is something else, or when the config.json beside it
+  names an MLP activation or LayerNorm epsilon other than the model's (`mlp_activation`,
+  `layernorm_epsilon`: those have no tensors, so the weights would load and compute another
+  function)."""
   state_dict, config = read(path)
   layout = next(
       (
@@ -421,11 +427,27 @@ def load(
         f"has not (model.mlp_activation: {', '.join(sorted(set(_ACTIVATIONS.values())))})"
     )
   if mlp_activation and activation is not None and activation != mlp_activation:
-    notes.append(
-        f'the checkpoint was trained with {named}, the model uses {mlp_activation} '
-        f'(--config.model.mlp_activation={activation} matches it)'
+    raise ValueError(
+        f"{path}: the checkpoint's MLP was trained with {named}, the model uses "
+        f'{mlp_activation}: set --config.model.mlp_activation={activation}'
+    )
+  epsilon = _layernorm_epsilon(layout, config)
+  if layernorm_epsilon and epsilon is not None and not math.isclose(epsilon, layernorm_epsilon):
+    raise ValueError(
+        f"{path}: the checkpoint's LayerNorms use epsilon {epsilon:g} (its config.json's "
+        f'layer_norm_eps), the model {layernorm_epsilon:g}: set '
+        f'--config.model.layernorm_epsilon={epsilon:g}'
     )
   return LAYOUTS[layout][1](state_dict, num_heads, path), notes
+
+
+def _layernorm_epsilon(layout: str, config: Mapping[str, Any]) -> Optional[float]:
+  """The LayerNorm epsilon the config.json beside a state dict says the model used: transformers'
+  `layer_norm_eps` (ViTConfig's default 1e-12 where a config.json leaves it out); None where it does
+  not say (no config.json; timm's config.json holds no epsilon)."""
+  if layout == 'transformers' and config:
+    return float(config.get('layer_norm_eps', 1e-12))
+  return None
 
 
 def _check_timm_pooling(state_dict: StateDict, config: Mapping[str, Any], path: str) -> None:
@@ -493,7 +515,18 @@ def timm_config(
   """The config.json with which `timm.create_model('local-dir:DIR', pretrained=True)` builds this
   model and loads DIR/model.safetensors (`to_timm`). Images are in [-1, 1]: mean = std = 0.5. Its
   preprocessing is the run's `pp_eval` (`timm_eval_crop`), resized with PIL's bilinear filter, which
-  always antialiases: pp_eval.antialias=True's resize (without it, a shrunk image differs)."""
+  always antialiases: pp_eval.antialias=True's resize (without it, a shrunk image differs). What
+  timm's ViT cannot compute and the parameters do not show is a one-line ValueError."""
+  if model['posemb_where'] != 'input':  # 'shared_every_layer' has the tree of 'input'.
+    raise ValueError(
+        "timm's VisionTransformer adds position embeddings only at the input "
+        f"(model.posemb_where={model['posemb_where']})"
+    )
+  if model['layernorm_epsilon'] != 1e-6:  # timm's norm_layer is not in its config.json.
+    raise ValueError(
+        "timm's VisionTransformer's LayerNorms have epsilon 1e-6 "
+        f"(model.layernorm_epsilon={model['layernorm_epsilon']:g})"
+    )
   model_args = {
       'img_size': image_size,
       'patch_size': model['patch_size'],

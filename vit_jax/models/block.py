@@ -104,6 +104,7 @@ class Encoder1DBlock(nn.Module):
   attention: str = 'xla'  # A key of ATTENTION_FNS.
   mlp_activation: str = 'gelu_tanh'  # A key of MLP_ACTIVATIONS.
   layer_scale: Optional[float] = None  # The initial value of `ls1` and `ls2`; None: no layer scale.
+  layernorm_epsilon: float = 1e-6
   posemb: Optional[str] = None  # A key of POSEMBS: this block's own position embedding, or None.
   grid: Optional[tuple[int, int]] = None  # The patch grid (rows, columns), for `posemb`.
   # Where the encoder padded the tokens for the fused attention kernel: how many are real (the rest
@@ -130,7 +131,7 @@ class Encoder1DBlock(nn.Module):
     elif self.posemb is not None:
       embedded = POSEMBS[self.posemb](name='posembed')(inputs[:, :real], self.grid)
       inputs = jnp.concatenate([embedded, inputs[:, real:]], axis=1)
-    x = nn.LayerNorm(epsilon=1e-6, dtype=self.dtype, name='LayerNorm_0')(inputs)
+    x = nn.LayerNorm(epsilon=self.layernorm_epsilon, dtype=self.dtype, name='LayerNorm_0')(inputs)
     padding = 0 if self.tokens else token_padding(self.attention, given, self.dtype)
     if padding:  # For the fused kernel, where the encoder did not pad (Axial-ViT's rows, columns).
       x = jnp.pad(x, ((0, 0), (0, padding), (0, 0)))
@@ -155,7 +156,7 @@ class Encoder1DBlock(nn.Module):
     ]
     x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
     x = self._drop_path(self._scale('ls1', x), drop_path_rate, deterministic) + inputs
-    y = nn.LayerNorm(epsilon=1e-6, dtype=self.dtype, name='LayerNorm_2')(x)
+    y = nn.LayerNorm(epsilon=self.layernorm_epsilon, dtype=self.dtype, name='LayerNorm_2')(x)
     y = MlpBlock(
         self.mlp_dim, self.dropout_rate, self.dtype, self.mlp_activation, name='MlpBlock_3'
     )(y, deterministic=deterministic)

@@ -143,6 +143,7 @@ class Encoder(nn.Module):
   final_norm: bool = True
   mlp_activation: str = 'gelu_tanh'
   layer_scale: Optional[float] = None
+  layernorm_epsilon: float = 1e-6
   block: str = 'standard'  # A key of BLOCKS.
 
   @nn.compact
@@ -166,6 +167,7 @@ class Encoder(nn.Module):
         attention=self.attention,
         mlp_activation=self.mlp_activation,
         layer_scale=self.layer_scale,
+        layernorm_epsilon=self.layernorm_epsilon,
         grid=grid,
         posemb=kind if kind == 'relative' or where == 'every_layer' else None,
     )
@@ -205,4 +207,4 @@ class Encoder(nn.Module):
     x = x[:, :tokens]
     if not self.final_norm:
       return x
-    return nn.LayerNorm(epsilon=1e-6, dtype=self.dtype, name='encoder_norm')(x)
+    return nn.LayerNorm(epsilon=self.layernorm_epsilon, dtype=self.dtype, name='encoder_norm')(x)

@@ -30,6 +30,7 @@ class MAPHead(nn.Module):
   dtype: Dtype = jnp.float32
   attention: str = 'xla'  # A key of ATTENTION_FNS.
   mlp_activation: str = 'gelu_tanh'  # A key of block.MLP_ACTIVATIONS.
+  layernorm_epsilon: float = 1e-6
 
   @nn.compact
   def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
@@ -43,7 +44,7 @@ class MAPHead(nn.Module):
         attention_fn=ATTENTION_FNS[self.attention],
         name='MultiHeadDotProductAttention_0',
     )(probe, x)
-    y = nn.LayerNorm(epsilon=1e-6, dtype=self.dtype, name='LayerNorm_0')(x)
+    y = nn.LayerNorm(epsilon=self.layernorm_epsilon, dtype=self.dtype, name='LayerNorm_0')(x)
     # No dropout in the head, as in big_vision and timm.
     x = x + MlpBlock(
         self.mlp_dim, dtype=self.dtype, activation=self.mlp_activation, name='MlpBlock_0'
@@ -68,6 +69,7 @@ def _attention_pooling(x: jnp.ndarray, model: Any) -> jnp.ndarray:
       dtype=model.dtype,
       attention=model.attention,
       mlp_activation=model.mlp_activation,
+      layernorm_epsilon=model.layernorm_epsilon,
       name='MAPHead_0',
   )(x)
 

@@ -107,6 +107,7 @@ def _vit_model_config(
       scan=False,
       mlp_activation='gelu_tanh',
       layer_scale=None,
+      layernorm_epsilon=1e-6,
       weight_init='original',
       block='axial' if match['axial'] else 'standard',
       resnet_layers=R50_LAYERS if match['hybrid'] else None,
@@ -209,6 +210,11 @@ def _check_fields(model: dict[str, Any]) -> None:
     raise ValueError(
         f"model.layer_scale={model['layer_scale']} must be a positive initial scale, e.g. 1e-5 "
         '(or unset for no layer scale)'
+    )
+  if not 0 < model['layernorm_epsilon'] < 1:
+    raise ValueError(
+        f"model.layernorm_epsilon={model['layernorm_epsilon']} must be in (0, 1), e.g. 1e-6 "
+        "(the original checkpoints' and timm's) or 1e-12 (Hugging Face's ViT)"
     )
   if model['weight_init'] not in WEIGHT_INITS:
     raise ValueError(

@@ -51,9 +51,9 @@ class ViTBackbone(nn.Module):
   dropout_rate: float = 0.0
   attention_dropout_rate: float = 0.0
   mlp_activation: str = 'gelu_tanh'  # A key of block.MLP_ACTIVATIONS.
-  layer_scale: Optional[float] = (
-      None  # Each block's residual branches scaled (block.py); None: off.
-  )
+  layer_scale: Optional[float] = None  # Scales each block's residual branches (block.py).
+  # Every LayerNorm's epsilon: the original checkpoints' and timm's 1e-6; Hugging Face's ViT 1e-12.
+  layernorm_epsilon: float = 1e-6
   # A key of inits.WEIGHT_INITS: how the training state draws the first parameters (see inits.redraw).
   weight_init: str = 'original'
   block: str = 'standard'  # A key of encoder.BLOCKS: 'axial' for Axial-ViT.
@@ -132,6 +132,7 @@ class ViTBackbone(nn.Module):
         final_norm=not self.fc_norm,
         mlp_activation=self.mlp_activation,
         layer_scale=self.layer_scale,
+        layernorm_epsilon=self.layernorm_epsilon,
         block=self.block,
         name='Transformer',
     )(x, grid=grid, train=train)
@@ -140,7 +141,7 @@ class ViTBackbone(nn.Module):
     """The final LayerNorm `fc_norm` over the last axis when `fc_norm` (else `x` as it is)."""
     if not self.fc_norm:
       return x
-    return nn.LayerNorm(epsilon=1e-6, dtype=self.dtype, name='fc_norm')(x)
+    return nn.LayerNorm(epsilon=self.layernorm_epsilon, dtype=self.dtype, name='fc_norm')(x)
 
 
 # kw_only: the backbone's fields come first and have defaults; num_classes stays required all the same.

@@ -85,13 +85,6 @@ def export(
   model = trained.model_config
   try:
     variants.require_vit(config.variant, "timm's VisionTransformer")
-    if (
-        model['posemb_where'] != 'input'
-    ):  # 'shared_every_layer' has the tree of 'input': check here.
-      raise ValueError(
-          "timm's VisionTransformer adds position embeddings only at the input "
-          f"(model.posemb_where={model['posemb_where']})"
-      )
     timm_tensors = state_dicts.to_timm(trained.params)
     # timm's transforms from this config prepare images as the run's evaluation did.
     timm_config = state_dicts.timm_config(

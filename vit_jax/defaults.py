@@ -97,6 +97,9 @@ def get_config() -> ml_collections.ConfigDict:
           # Layer scale (CaiT, DeiT III, DINOv2; timm's init_values): each residual branch multiplied
           # by a learned per-channel scale starting at this value (e.g. 1e-5); unset: none.
           layer_scale=config_dict.placeholder(float),
+          # Register tokens (DINOv2 with registers, "Vision Transformers Need Registers"): this many
+          # learned tokens after the class token, in no pooling; unset: none.
+          num_registers=config_dict.placeholder(int),
           # Every LayerNorm's epsilon: 1e-6 (the original checkpoints', timm's) | 1e-12 (Hugging Face's
           # ViT, its config.json's layer_norm_eps; init_from checks it).
           layernorm_epsilon=config_dict.placeholder(float),

@@ -190,6 +190,56 @@ def test_timms_dinov2_loads_with_equal_logits_and_exports_back(tmp_path):
     np.testing.assert_allclose(exported[name], tensor, atol=1e-6, err_msg=name)
 
 
+def test_timms_dinov2_with_registers_loads_with_equal_logits_at_its_size_and_another(tmp_path):
+  """vit_small_patch14_reg4_dinov2's shape (4 registers after the class token, position embeddings
+  for the patches only, layer scale; smaller here): timm's logits at its size; at a larger one the
+  patches' embeddings are resized and the prefix tokens' kept."""
+  size = 28
+  reference = _randomize(
+      timm.create_model(
+          'vit_small_patch14_reg4_dinov2',
+          pretrained=False,
+          img_size=size,
+          embed_dim=32,
+          depth=2,
+          num_heads=2,
+          num_classes=NUM_CLASSES,
+      )
+  )
+  assert reference.num_prefix_tokens == 5 and reference.pos_embed.shape[1] == 4
+  path = str(tmp_path / 'model.safetensors')
+  safetensors.torch.save_file(reference.state_dict(), path)
+  fields = {
+      **MODEL,
+      'model.patch_size': 14,
+      'model.mlp_dim': 128,
+      'model.layer_scale': 1e-5,
+      'model.num_registers': 4,
+      'init_from': path,
+      'keep_head': True,
+  }
+  images = np.random.RandomState(2).uniform(-1, 1, (3, size, size, 3)).astype(np.float32)
+  config = helpers.load_config('demo', {**fields, 'image_size': size})
+  model = classification.make_model(config, helpers.model_config(config), NUM_CLASSES)
+  params = run_dir.load_init_params(config, model)
+  np.testing.assert_allclose(
+      model.apply({'params': params}, images),
+      _torch_outputs(reference, images).numpy(),
+      atol=1e-4,
+  )
+  larger = helpers.load_config('demo', {**fields, 'image_size': 42})
+  model = classification.make_model(larger, helpers.model_config(larger), NUM_CLASSES)
+  resized = run_dir.load_init_params(larger, model)['Transformer']['posembed_input']
+  assert resized['pos_embedding'].shape == (1, 5 + 9, 32)
+  np.testing.assert_array_equal(resized['pos_embedding'][:, :5], 0)  # The prefix tokens' zeros.
+  without = helpers.load_config('demo', {**fields, 'image_size': size, 'model.num_registers': 0})
+  model = classification.make_model(without, helpers.model_config(without), NUM_CLASSES)
+  with pytest.raises(
+      ValueError, match=r'^reg: checkpoint \(1, 4, 32\) vs model none: .*num_registers=4$'
+  ):
+    run_dir.load_init_params(without, model)
+
+
 def test_a_layer_scale_mismatch_is_one_line_naming_the_field(tmp_path):
   path = str(tmp_path / 'model.safetensors')
   safetensors.torch.save_file(_timm_model(init_values=1e-5).state_dict(), path)
@@ -537,9 +587,9 @@ def test_an_mlp_activation_our_vit_has_not_is_a_one_line_error(tmp_path):
     'hidden_size,mlp_dim,overrides',
     [
         (32, 64, {}),
-        (56, 488, {}),
-        (32, 64, {'model.layer_scale': 1e-5}),
-    ],  # 56 * (488 / 56) = 487.99...
+        (56, 488, {}),  # 56 * (488 / 56) = 487.99...
+        (32, 64, {'model.layer_scale': 1e-5, 'model.num_registers': 2}),
+    ],
 )
 def test_timms_config_we_write_builds_an_mlp_of_our_width(
     tmp_path, hidden_size, mlp_dim, overrides

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from flax import traverse_util
 
-from vit_jax.models import VisionTransformer, attention, variants
+from vit_jax.models import VisionTransformer, attention, pooling, variants
 
 
 def _param_shapes(num_classes=1000, image_size=224, **overrides):
@@ -131,6 +131,30 @@ def test_layer_scale_multiplies_each_residual_branch_by_a_learned_scale(scan):
   halved = jax.tree.map(lambda x: x, with_scales)
   halved['Transformer']['encoderblock_1']['ls2'] = np.full(32, 0.5)
   assert not np.allclose(scaled.apply({'params': halved}, images), expected, atol=1e-3)
+
+
+@pytest.mark.parametrize('classifier', ['token', 'gap', 'map'])
+def test_register_tokens_follow_the_class_token_and_no_pooling_reads_them(classifier):
+  model = _tiny(classifier=classifier, num_registers=3, scan=True)
+  images = jax.random.normal(jax.random.key(1), (2, 16, 16, 3))
+  params = model.init(jax.random.key(0), images)['params']
+  prefix = 3 + (classifier == 'token')
+  assert model.num_prefix_tokens == prefix and params['reg'].shape == (1, 3, 32)
+  assert len(np.unique(np.asarray(params['reg'])[0, :, 0])) == 3  # Drawn apart.
+  assert params['Transformer']['posembed_input']['pos_embedding'].shape == (1, prefix + 16, 32)
+  assert model.apply({'params': params}, images).shape == (2, 5)
+  tokens = jax.random.normal(jax.random.key(3), (2, prefix + 16, 32))
+  if classifier == 'gap':  # The mean of the patches' tokens.
+    np.testing.assert_allclose(
+        pooling.CLASSIFIERS['gap'](tokens, model), tokens[:, prefix:].mean(axis=1), rtol=1e-6
+    )
+
+
+def test_register_tokens_are_refused_by_axial_blocks_and_must_be_whole():
+  with pytest.raises(ValueError, match=r'Axial-ViT does not take model.num_registers=2'):
+    variants.get_model_config('Axial-ViT-testing_4', {'num_registers': 2})
+  with pytest.raises(ValueError, match=r'model.num_registers=-1 must be a whole number'):
+    variants.get_model_config('ViT-testing_4', {'num_registers': -1})
 
 
 def test_layer_scale_must_be_positive():

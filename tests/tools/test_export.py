@@ -89,6 +89,7 @@ def test_export_writes_the_latest_parameters_in_the_original_layout(workdir, exp
       'mlp_activation': 'gelu_tanh',
       'layer_scale': None,
       'layernorm_epsilon': 1e-6,
+      'num_registers': 0,
       'weight_init': 'original',
       'block': 'standard',
   }

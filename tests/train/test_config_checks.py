@@ -86,6 +86,7 @@ INVALID = {
         {},
         r'model.layer_scale=-1e-05 must be a positive initial scale',
     ),
+    'model.num_registers': (-1, {}, r'model.num_registers=-1 must be a whole number of tokens'),
     'model.layernorm_epsilon': (
         0.0,
         {},

@@ -41,7 +41,7 @@ _POSEMB_1D = re.compile(r'(^|/)(posembed_input|posembed)/pos_embedding$')
 _POSEMB_AXIS = re.compile(r'(^|/)(posembed_input|posembed)/(?P<axis>x|y)_embedding$')
 _RELATIVE = re.compile(r'(^|/)relative_posemb/relative_bias$')
 POSEMB_METHODS = ('bilinear', 'bicubic')
-_REPORT_FIRST = ('embedding/', 'cls')
+_REPORT_FIRST = ('embedding/', 'cls', 'reg')
 # Parameters of the masked-patch-prediction model that a classifier does not have.
 _SELF_SUPERVISION_ONLY = ('mask_token', 'mpp_head')
 
@@ -179,6 +179,12 @@ def _architecture_error(
         f'{path}: checkpoint {loaded} vs model {target}: the checkpoint has {kind[0]}; '
         f'set {kind[1]} to match it'
     )
+  if path == 'reg':
+    return ValueError(
+        f'reg: checkpoint {loaded} vs model {target}: the checkpoint has '
+        + (f'{loaded[1]} register tokens' if loaded != 'none' else 'no register tokens')
+        + f"; set --config.model.num_registers={loaded[1] if loaded != 'none' else 0}"
+    )
   if re.search(r'/ls[12]$', path):  # Layer scale: a tensor per block, its value any positive one.
     return ValueError(
         f'{path}: checkpoint {loaded} vs model {target}: '
@@ -270,9 +276,10 @@ def adapt_params(
       params = {k: v for k, v in params.items() if k != layer and not k.startswith(f'{layer}/')}
       notes.append(f'dropped {layer} (masked patch prediction only)')
 
-  if ('cls' in params) == ('cls' in targets):
+  prefix_tokens = lambda flat: ('cls' in flat) + (flat['reg'].shape[1] if 'reg' in flat else 0)
+  if prefix_tokens(params) == prefix_tokens(targets):
     for key in sorted(set(params) & set(targets)):
-      note = _resize_posemb(params, key, targets[key].shape, 'cls' in targets, posemb_method)
+      note = _resize_posemb(params, key, targets[key].shape, prefix_tokens(targets), posemb_method)
       notes.extend([note] if note else [])
 
   # The parameters that tell architectures apart most plainly (patch size, classifier) come first.
@@ -286,7 +293,7 @@ def adapt_params(
 
 
 def _resize_posemb(
-    params: dict[str, Any], key: str, new: tuple[int, ...], class_token: bool, method: str
+    params: dict[str, Any], key: str, new: tuple[int, ...], num_prefix_tokens: int, method: str
 ) -> Optional[str]:
   """Resizes the learned position embedding `params[key]` to the shape `new` of the model's grid, in
   place; returns the log's note, or None when `key` is none or its shape is not one of a new grid.
@@ -296,7 +303,7 @@ def _resize_posemb(
     return None
   name = 'pos_embedding' if key == _POSEMB else key
   if _POSEMB_1D.search(key):
-    prefix = 1 if class_token else 0  # GAP models have no class token.
+    prefix = num_prefix_tokens  # The class token and registers: none in a GAP model without.
     old_size, new_size = math.isqrt(old[1] - prefix), math.isqrt(new[1] - prefix)
     if old_size**2 != old[1] - prefix or new_size**2 != new[1] - prefix:
       return None  # Not square grids: the shape check names it.

@@ -10,7 +10,8 @@ attention kernels are split per head, (D, heads, D/heads).
 The architectures map one to one except: timm has no pre-logits layer; timm's fused `qkv` is
 transformers' separate `query` / `key` / `value`; transformers' `pooler` is the pre-logits layer
 (Dense + tanh); timm's `no_embed_class` (no position embedding for the class token) is ours with a
-zero one; timm's layer scale `ls1.gamma`, `ls2.gamma` (DeiT III, DINOv2) is ours (model.layer_scale); neither names the hybrid's ResNet stem nor the MAP head in a way read here. What has no
+zero one (and zero ones for its registers, `reg_token`: model.num_registers); timm's layer scale
+`ls1.gamma`, `ls2.gamma` (DeiT III, DINOv2) is ours (model.layer_scale); neither names the hybrid's ResNet stem nor the MAP head in a way read here. What has no
 parameters but changes the function (timm's pooling, the MLP's activation) is checked against the
 config.json beside the weights, when there is one.
 """
@@ -126,6 +127,10 @@ def _norms_and_mlp(
   return tree
 
 
+def _square(n: int) -> bool:
+  return n >= 0 and math.isqrt(n) ** 2 == n
+
+
 def from_timm(state_dict: StateDict, num_heads: int, source: str = 'state dict') -> dict[str, Any]:
   """The nested tree of a timm `VisionTransformer` state dict."""
   r = _Reader(state_dict, source, 'timm')
@@ -134,16 +139,22 @@ def from_timm(state_dict: StateDict, num_heads: int, source: str = 'state dict')
       'embedding/bias': r.take('patch_embed.proj.bias'),
       'Transformer/posembed_input/pos_embedding': r.take('pos_embed'),
   }
+  prefix = 0  # Tokens before the patches: the class token, then the registers (DINOv2's).
   if r.has('cls_token'):
     tree['cls'] = r.take('cls_token')
-    posemb = tree['Transformer/posembed_input/pos_embedding']
-    if math.isqrt(posemb.shape[1]) ** 2 == posemb.shape[1]:
-      # timm's `no_embed_class` (e.g. FlexiViT): a square grid of embeddings and none for the class
-      # token (with one, 1 + gs * gs rows are never square). Ours adds one to every token: adding zeros
-      # to the class token computes the same.
-      tree['Transformer/posembed_input/pos_embedding'] = np.concatenate(
-          [np.zeros_like(posemb[:, :1]), posemb], axis=1
-      )
+    prefix += 1
+  if r.has('reg_token'):
+    tree['reg'] = r.take('reg_token')
+    prefix += tree['reg'].shape[1]
+  posemb = tree['Transformer/posembed_input/pos_embedding']
+  rows = posemb.shape[1]
+  if prefix and _square(rows) and not _square(rows - prefix):
+    # timm's `no_embed_class` (FlexiViT, DeiT III, DINOv2 with registers): a square grid of
+    # embeddings and none for the prefix tokens (with theirs, 1 + gs * gs rows are never square).
+    # Ours adds one to every token: adding zeros to the prefix tokens computes the same.
+    tree['Transformer/posembed_input/pos_embedding'] = np.concatenate(
+        [np.zeros((1, prefix, posemb.shape[2]), posemb.dtype), posemb], axis=1
+    )
   for i in range(_num_blocks(state_dict, r'blocks\.(\d+)\.')):
     t, ours = f'blocks.{i}.', _BLOCK.format(i)
     qkv_weight, qkv_bias = np.split(r.take(t + 'attn.qkv.weight'), 3), np.split(
@@ -243,6 +254,8 @@ def to_timm(params: Any) -> StateDict:
   }
   if 'cls' in flat:
     out['cls_token'] = flat.pop('cls')
+  if 'reg' in flat:
+    out['reg_token'] = flat.pop('reg')
   i = 0
   while f'{_BLOCK.format(i)}/LayerNorm_0/scale' in flat:
     t, ours, attention = f'blocks.{i}.', _BLOCK.format(i), _ATTENTION.format(i)
@@ -542,6 +555,8 @@ def timm_config(
   }
   if model['layer_scale'] is not None:
     model_args['init_values'] = model['layer_scale']
+  if model['num_registers']:
+    model_args['reg_tokens'] = model['num_registers']
   pretrained_cfg = {
       'input_size': [3, image_size, image_size],
       'fixed_input_size': True,

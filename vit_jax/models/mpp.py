@@ -98,6 +98,6 @@ class MaskedPatchPredictor(ViTBackbone, kw_only=True):
     x, corrupted = corrupt_patches(x, mask_token, key, self.mask_rate)
     x = self.encode(x, grid=self.patch_grid(images), train=train)
     # With fc_norm the encoder leaves the normalisation to the model: here per token.
-    tokens = self.apply_fc_norm(x[:, 1:] if self.classifier == 'token' else x)
+    tokens = self.apply_fc_norm(x[:, self.num_prefix_tokens :])
     logits = nn.Dense(2 ** (3 * self.num_bits), dtype=self.dtype, name='mpp_head')(tokens)
     return logits.astype(jnp.float32), corrupted

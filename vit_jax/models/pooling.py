@@ -58,8 +58,7 @@ def _class_token(x: jnp.ndarray, model: Any) -> jnp.ndarray:
 
 
 def _mean(x: jnp.ndarray, model: Any) -> jnp.ndarray:
-  del model
-  return jnp.mean(x, axis=1)
+  return jnp.mean(x[:, model.num_prefix_tokens :], axis=1)  # The patches' (not the registers').
 
 
 def _attention_pooling(x: jnp.ndarray, model: Any) -> jnp.ndarray:

@@ -108,6 +108,7 @@ def _vit_model_config(
       mlp_activation='gelu_tanh',
       layer_scale=None,
       layernorm_epsilon=1e-6,
+      num_registers=0,
       weight_init='original',
       block='axial' if match['axial'] else 'standard',
       resnet_layers=R50_LAYERS if match['hybrid'] else None,
@@ -167,6 +168,7 @@ def _check_axial(model: dict[str, Any]) -> None:
           '0: stochastic depth would drop rows, not images',
       ),
       'scan': (model['scan'], 'False: the scanned layout holds standard blocks'),
+      'num_registers': (model['num_registers'] > 0, '0: register tokens are in no row or column'),
   }
   for field, (bad, fix) in refused.items():
     if bad:
@@ -183,6 +185,11 @@ def _check_fields(model: dict[str, Any]) -> None:
       raise ValueError(
           f'model.{name}={model[name]} must be a positive integer: fix --config.model.{name}'
       )
+  if not isinstance(model['num_registers'], int) or model['num_registers'] < 0:
+    raise ValueError(
+        f"model.num_registers={model['num_registers']} must be a whole number of tokens, e.g. 4 "
+        '(0: none)'
+    )
   if model['representation_size'] is not None and model['representation_size'] < 1:
     raise ValueError(
         f"model.representation_size={model['representation_size']} must be a positive "

@@ -52,6 +52,7 @@ class ViTBackbone(nn.Module):
   attention_dropout_rate: float = 0.0
   mlp_activation: str = 'gelu_tanh'  # A key of block.MLP_ACTIVATIONS.
   layer_scale: Optional[float] = None  # Scales each block's residual branches (block.py).
+  num_registers: int = 0  # Learned tokens `reg` after the class token, which no pooling reads.
   # Every LayerNorm's epsilon: the original checkpoints' and timm's 1e-6; Hugging Face's ViT 1e-12.
   layernorm_epsilon: float = 1e-6
   # A key of inits.WEIGHT_INITS: how the training state draws the first parameters (see inits.redraw).
@@ -64,6 +65,11 @@ class ViTBackbone(nn.Module):
   # The R50+ViT hybrid: units per stage of a ResNet-v2 stem before the patch embedding (None: pure ViT).
   resnet_layers: Optional[tuple[int, ...]] = None
   resnet_width_factor: float = 1.0
+
+  @property
+  def num_prefix_tokens(self) -> int:
+    """Tokens before the patches' (the class token, then the registers)."""
+    return (self.classifier == 'token') + self.num_registers
 
   @property
   def input_stride(self) -> int:
@@ -106,13 +112,17 @@ class ViTBackbone(nn.Module):
     return images.shape[1] // self.input_stride, images.shape[2] // self.input_stride
 
   def encode(self, x: jnp.ndarray, *, grid: tuple[int, int], train: bool) -> jnp.ndarray:
-    """Patch embeddings [b, h * w, D] of the grid (h, w) -> encoded tokens [b, (1 +) h * w, D], the
-    class token first; not normalised when `fc_norm` (see `apply_fc_norm`)."""
+    """Patch embeddings [b, h * w, D] of the grid (h, w) -> encoded tokens
+    [b, num_prefix_tokens + h * w, D]: the class token, the registers, the patches (timm's order); not
+    normalised when `fc_norm` (see `apply_fc_norm`)."""
     n, _, d = x.shape
     if self.classifier not in CLASSIFIERS:
       raise ValueError(
           f"classifier must be one of {', '.join(CLASSIFIERS)}, got {self.classifier!r}"
       )
+    if self.num_registers:  # Drawn apart (DINOv2's std): equal registers would stay equal.
+      reg = self.param('reg', nn.initializers.normal(1e-6), (1, self.num_registers, d), jnp.float32)
+      x = jnp.concatenate([jnp.tile(reg.astype(x.dtype), (n, 1, 1)), x], axis=1)
     if self.classifier == 'token':
       cls = self.param('cls', nn.initializers.zeros, (1, 1, d), jnp.float32)
       x = jnp.concatenate([jnp.tile(cls.astype(x.dtype), (n, 1, 1)), x], axis=1)

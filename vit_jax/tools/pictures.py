@@ -109,16 +109,21 @@ def attention_rollout(attention: np.ndarray) -> np.ndarray:
 
 
 def rollout_maps(
-    rollout: np.ndarray, num_prefix_tokens: int, pooled: Optional[np.ndarray] = None
+    rollout: np.ndarray,
+    num_prefix_tokens: int,
+    pooled: Optional[np.ndarray] = None,
+    class_token: Optional[bool] = None,
 ) -> np.ndarray:
   """[layers, gh, gw]: how much the image's representation draws on each patch, up to each layer.
 
   `pooled` [tokens]: each token's weight in the representation (a MAP model's `probe_weights`); by
-  default the class token's row of the rollout, or without a class token (GAP: the representation is
-  the mean of the tokens) the mean of the rows.
+  default the class token's row of the rollout (`class_token`; default: whether there are prefix
+  tokens), or without a class token (GAP: the representation is the mean of the patch tokens) the
+  mean of the patches' rows.
   """
+  class_token = bool(num_prefix_tokens) if class_token is None else class_token
   if pooled is None:
-    rows = rollout[:, 0] if num_prefix_tokens else rollout.mean(axis=1)
+    rows = rollout[:, 0] if class_token else rollout[:, num_prefix_tokens:].mean(axis=1)
   else:
     rows = pooled @ rollout
   return rows[:, num_prefix_tokens:].reshape(len(rows), *_grid(rows.shape[-1] - num_prefix_tokens))
@@ -305,7 +310,7 @@ def write_pictures(
   """Writes the pictures for `image` (uint8 [h, w, 3]), prepared by the eval crop `pp_eval`, to `out`
   (five; four for fixed position embeddings); returns their paths."""
   cli.make_out_dir(out)
-  prefix = 1 if model.classifier == 'token' else 0  # A class token, or GAP / MAP (no prefix token).
+  prefix = model.num_prefix_tokens  # The class token and registers, if any.
   query = {
       'token': 'from the class token',
       'gap': 'mean over tokens (GAP model: no class token)',
@@ -319,7 +324,7 @@ def write_pictures(
   chex.assert_shape(attention, (model.num_layers, model.num_heads, tokens, tokens))
   # MAP pools with its probe's attention: the rollout's rows weighted by it, not their mean.
   pooled = probe_weights(model, params, inputs)[0] if model.classifier == 'map' else None
-  maps = rollout_maps(attention_rollout(attention), prefix, pooled)
+  maps = rollout_maps(attention_rollout(attention), prefix, pooled, model.classifier == 'token')
   # The maps cover what the model sees, so the pictures show that part of the image.
   image = seen_part(image, image_size, pp_eval)
   kernel = np.asarray(params['embedding']['kernel'])

@@ -6,7 +6,6 @@ import re
 import flax.linen as nn
 import chex
 import jax
-import jax.ad_checkpoint
 import jax.numpy as jnp
 import numpy as np
 import optax
@@ -17,7 +16,7 @@ from vit_jax import defaults, tasks
 from vit_jax.train import optim
 from vit_jax.tasks import classification
 from vit_jax.train import state as train_state, step as train_step
-from vit_jax.models import VisionTransformer, attention, block, scan_layout, variants
+from vit_jax.models import VisionTransformer, attention, scan_layout, variants
 
 IMAGES = jax.random.normal(jax.random.key(1), (4, 16, 16, 3))
 LABELS = jnp.array([0, 1, 2, 3])
@@ -207,43 +206,6 @@ def test_dot_product_attention_is_cudnn_fused_attention_on_gpu():
       jax.tree.leaves(fused), jax.tree.leaves(reference)
   ):  # bfloat16: 8 bits of mantissa.
     assert jnp.linalg.norm(jnp.float32(ours) - ref) < 0.02 * jnp.linalg.norm(ref) + 0.05
-
-
-@pytest.mark.parametrize('dtype', [jnp.float32, jnp.bfloat16])
-def test_gelu_tanh_has_autodiffs_values_and_keeps_only_its_input(dtype, capsys):
-  """The MLP's GELU is jax.nn.gelu's tanh form to the bit, forward and backward; its forward pass
-  keeps its input alone for the backward pass (autodiff's keeps the tanh and products too), which is
-  what lets XLA fuse it into the matmul's epilogue on a GPU."""
-  x, grad = (jax.random.normal(jax.random.key(k), (64, 48), jnp.float32) * 3 for k in (4, 5))
-  x, grad = x.astype(dtype), grad.astype(dtype)
-  reference = functools.partial(jax.nn.gelu, approximate=True)
-  for wrap in (lambda f: f, jax.jit):
-    ours, ours_vjp = jax.vjp(wrap(block.gelu_tanh), x)
-    ref, ref_vjp = jax.vjp(wrap(reference), x)
-    np.testing.assert_array_equal(ours, ref)
-    np.testing.assert_array_equal(ours_vjp(grad)[0], ref_vjp(grad)[0])
-  jax.ad_checkpoint.print_saved_residuals(block.gelu_tanh, x)
-  saved = capsys.readouterr().out.splitlines()
-  assert len(saved) == 1 and saved[0].endswith('[64,48] from the argument x'), saved
-  jax.ad_checkpoint.print_saved_residuals(reference, x)
-  assert len(capsys.readouterr().out.splitlines()) > 1
-
-
-@pytest.mark.skipif(jax.default_backend() != 'gpu', reason="cuBLASLt's epilogues are NVIDIA GPUs'")
-def test_mlp_bias_and_gelu_are_the_matmuls_epilogue_on_gpu():
-  """In a bfloat16 train step at ViT-B's widths, each block's first MLP matmul adds the bias and
-  applies the GELU itself (cuBLASLt's BIAS_GELU_AUX: it also writes the pre-activation for the
-  backward pass)."""
-  model = VisionTransformer(
-      num_classes=10,
-      dtype=jnp.bfloat16,
-      **variants.get_model_config('ViT-B_16', {'num_layers': 2}),
-  )
-  images = jnp.zeros((8, 224, 224, 3))
-  params = jax.eval_shape(model.init, jax.random.key(0), images)['params']
-  loss = lambda p: jnp.mean(model.apply({'params': p}, images, train=True).astype(jnp.float32))
-  hlo = jax.jit(jax.grad(loss)).lower(params).compile().as_text()
-  assert hlo.count('"epilogue":"BIAS_GELU_AUX"') == 2
 
 
 def test_attention_over_padded_tokens_is_the_attention_over_the_tokens():

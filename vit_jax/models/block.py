@@ -19,33 +19,10 @@ Dtype = Any
 Rate = Optional[Union[float, jax.Array]]
 
 
-@jax.custom_vjp
-def gelu_tanh(x: jnp.ndarray) -> jnp.ndarray:
-  """`jax.nn.gelu(x, approximate=True)`, with its gradient recomputed from `x` in the backward pass.
-
-  The values and gradients are autodiff's. What differs is what the forward pass keeps: `x` alone,
-  not the tanh and products autodiff would save, so each intermediate of the forward pass has one
-  use. That is the pattern XLA's GPU compiler fuses, with the preceding matmul's bias, into
-  cuBLASLt's BIAS_GELU_AUX epilogue (the matmul writes gelu(x) and x; no separate GELU pass).
-  """
-  return jax.nn.gelu(x, approximate=True)
-
-
-def _gelu_tanh_forward(x: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
-  return jax.nn.gelu(x, approximate=True), x
-
-
-def _gelu_tanh_backward(x: jnp.ndarray, grad: jnp.ndarray) -> tuple[jnp.ndarray]:
-  return jax.vjp(functools.partial(jax.nn.gelu, approximate=True), x)[1](grad)
-
-
-gelu_tanh.defvjp(_gelu_tanh_forward, _gelu_tanh_backward)
-
-
 # The MLP's nonlinearity (`mlp_activation`): the original code and checkpoints use the tanh
 # approximation of GELU; timm, Hugging Face and PyTorch models the exact one (erf).
 MLP_ACTIVATIONS: dict[str, Callable[[jnp.ndarray], jnp.ndarray]] = {
-    'gelu_tanh': gelu_tanh,
+    'gelu_tanh': functools.partial(nn.gelu, approximate=True),
     'gelu': functools.partial(nn.gelu, approximate=False),
 }
 

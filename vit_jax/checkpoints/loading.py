@@ -182,7 +182,11 @@ def _architecture_error(
   if path == 'reg':
     return ValueError(
         f'reg: checkpoint {loaded} vs model {target}: the checkpoint has '
-        + (f'{loaded[1]} register tokens' if loaded != 'none' else 'no register tokens')
+        + (
+            f"{loaded[1]} register token{'s' if loaded[1] > 1 else ''}"
+            if loaded != 'none'
+            else 'no register tokens'
+        )
         + f"; set --config.model.num_registers={loaded[1] if loaded != 'none' else 0}"
     )
   if re.search(r'/ls[12]$', path):  # Layer scale: a tensor per block, its value any positive one.

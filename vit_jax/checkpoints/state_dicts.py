@@ -10,10 +10,12 @@ attention kernels are split per head, (D, heads, D/heads).
 The architectures map one to one except: timm has no pre-logits layer; timm's fused `qkv` is
 transformers' separate `query` / `key` / `value`; transformers' `pooler` is the pre-logits layer
 (Dense + tanh); timm's `no_embed_class` (no position embedding for the class token) is ours with a
-zero one (and zero ones for its registers, `reg_token`: model.num_registers); timm's layer scale
-`ls1.gamma`, `ls2.gamma` (DeiT III, DINOv2) is ours (model.layer_scale); neither names the hybrid's ResNet stem nor the MAP head in a way read here. What has no
-parameters but changes the function (timm's pooling, the MLP's activation) is checked against the
-config.json beside the weights, when there is one.
+zero one (and zero ones for its registers, `reg_token`: model.num_registers); timm's attention
+pooling `attn_pool` (SigLIP's, global_pool='map') is our MAP head (big_vision's); timm's layer scale
+`ls1.gamma`, `ls2.gamma` (DeiT III, DINOv2) is ours (model.layer_scale); neither names the hybrid's
+ResNet stem in a way read here. What has no parameters but changes the function (timm's pooling, the
+MLP's activation, transformers' LayerNorm epsilon) is checked against the config.json beside the
+weights, when there is one.
 """
 
 import json
@@ -171,6 +173,10 @@ def from_timm(state_dict: StateDict, num_heads: int, source: str = 'state dict')
     for scale in ('ls1', 'ls2'):  # Layer scale (timm's init_values: DeiT III, DINOv2).
       if r.has(f'{t}{scale}.gamma'):
         tree[f'{ours}/{scale}'] = r.take(f'{t}{scale}.gamma')
+  if r.has(
+      'attn_pool.latent'
+  ):  # timm's MAP head (SigLIP's AttentionPoolLatent): ours, big_vision's.
+    tree.update(_map_head_in(r, num_heads))
   for theirs, norm in (('norm', 'Transformer/encoder_norm'), ('fc_norm', 'fc_norm')):
     if r.has(f'{theirs}.weight'):
       tree[f'{norm}/scale'], tree[f'{norm}/bias'] = r.take(f'{theirs}.weight'), r.take(
@@ -180,6 +186,36 @@ def from_timm(state_dict: StateDict, num_heads: int, source: str = 'state dict')
     tree['head/kernel'], tree['head/bias'] = _kernel(r.take('head.weight')), r.take('head.bias')
   r.check_all_taken()
   return traverse_util.unflatten_dict(tree, sep='/')
+
+
+_MAP_HEAD = 'MAPHead_0'
+
+
+def _map_head_in(r: _Reader, num_heads: int) -> dict[str, np.ndarray]:
+  """Our `MAPHead_0` from timm's `attn_pool.*`: the latent is the probe, `q` and the fused `kv` the
+  query and key/value projections, `proj` the output, then its LayerNorm and MLP."""
+  p = 'attn_pool.'
+  key_value = np.split(r.take(p + 'kv.weight'), 2), np.split(r.take(p + 'kv.bias'), 2)
+  weights = {
+      'q.weight': r.take(p + 'q.weight'),
+      'q.bias': r.take(p + 'q.bias'),
+      'k.weight': key_value[0][0],
+      'k.bias': key_value[1][0],
+      'v.weight': key_value[0][1],
+      'v.bias': key_value[1][1],
+      'out.weight': r.take(p + 'proj.weight'),
+      'out.bias': r.take(p + 'proj.bias'),
+  }
+  tree = {
+      f'{_MAP_HEAD}/probe': r.take(p + 'latent'),
+      **_attention_in(f'{_MAP_HEAD}/MultiHeadDotProductAttention_0', weights, num_heads),
+      f'{_MAP_HEAD}/LayerNorm_0/scale': r.take(p + 'norm.weight'),
+      f'{_MAP_HEAD}/LayerNorm_0/bias': r.take(p + 'norm.bias'),
+  }
+  for theirs, ours in (('fc1', 'Dense_0'), ('fc2', 'Dense_1')):
+    tree[f'{_MAP_HEAD}/MlpBlock_0/{ours}/kernel'] = _kernel(r.take(f'{p}mlp.{theirs}.weight'))
+    tree[f'{_MAP_HEAD}/MlpBlock_0/{ours}/bias'] = r.take(f'{p}mlp.{theirs}.bias')
+  return tree
 
 
 def from_transformers(
@@ -234,7 +270,6 @@ def to_timm(params: Any) -> StateDict:
   }
   for prefix, what in (
       ('pre_logits/', 'pre-logits layer (model.representation_size)'),
-      ('MAPHead_0/', "MAP head (model.classifier='map')"),
       ('conv_root/', 'ResNet stem (the R50 hybrid)'),
   ):
     if any(k.startswith(prefix) for k in flat):
@@ -278,6 +313,8 @@ def to_timm(params: Any) -> StateDict:
       if f'{ours}/{scale}' in flat:
         out[f'{t}{scale}.gamma'] = flat.pop(f'{ours}/{scale}')
     i += 1
+  if f'{_MAP_HEAD}/probe' in flat:
+    out.update(_map_head_out(flat, d))
   for ours, theirs in (
       ('Transformer/encoder_norm', 'norm'),
       ('fc_norm', 'fc_norm'),
@@ -290,6 +327,31 @@ def to_timm(params: Any) -> StateDict:
   if flat:
     raise ValueError(f"timm's VisionTransformer has no counterpart of {sorted(flat)[0]!r}")
   return {k: np.ascontiguousarray(v) for k, v in out.items()}
+
+
+def _map_head_out(flat: dict[str, np.ndarray], d: int) -> StateDict:
+  """timm's `attn_pool.*` (AttentionPoolLatent) of our `MAPHead_0`, taken out of `flat`."""
+  take = lambda name: flat.pop(f'{_MAP_HEAD}/{name}')
+  attention = 'MultiHeadDotProductAttention_0/'
+  out = {
+      'attn_pool.latent': take('probe'),
+      'attn_pool.q.weight': take(attention + 'query/kernel').reshape(d, d).T,
+      'attn_pool.q.bias': take(attention + 'query/bias').reshape(d),
+      'attn_pool.kv.weight': np.concatenate(
+          [take(f'{attention}{n}/kernel').reshape(d, d).T for n in ('key', 'value')]
+      ),
+      'attn_pool.kv.bias': np.concatenate(
+          [take(f'{attention}{n}/bias').reshape(d) for n in ('key', 'value')]
+      ),
+      'attn_pool.proj.weight': take(attention + 'out/kernel').reshape(d, d).T,
+      'attn_pool.proj.bias': take(attention + 'out/bias'),
+      'attn_pool.norm.weight': take('LayerNorm_0/scale'),
+      'attn_pool.norm.bias': take('LayerNorm_0/bias'),
+  }
+  for theirs, dense in (('fc1', 'Dense_0'), ('fc2', 'Dense_1')):
+    out[f'attn_pool.mlp.{theirs}.weight'] = take(f'MlpBlock_0/{dense}/kernel').T
+    out[f'attn_pool.mlp.{theirs}.bias'] = take(f'MlpBlock_0/{dense}/bias')
+  return out
 
 
 # Layouts told apart by a tensor only they have: name -> (marker, converter).
@@ -549,7 +611,7 @@ def timm_config(
       'mlp_ratio': _mlp_ratio(model['hidden_size'], model['mlp_dim']),
       'qkv_bias': True,
       'class_token': model['classifier'] == 'token',
-      'global_pool': {'token': 'token', 'gap': 'avg'}[model['classifier']],
+      'global_pool': {'token': 'token', 'gap': 'avg', 'map': 'map'}[model['classifier']],
       'fc_norm': bool(model['fc_norm']),
       'act_layer': model['mlp_activation'],
   }

@@ -113,12 +113,12 @@ def test_a_timm_vit_saved_by_timm_loads_through_init_from_with_equal_logits(
   )
 
 
-def _timm_saved_for_hf(directory, **kwargs) -> torch.nn.Module:
-  """A random tiny timm ViT written by timm's own `save_for_hf` (model.safetensors and the config.json
-  of a hub directory: its `global_pool` and `model_args`)."""
+def _timm_saved_for_hf(directory, name: str = 'vit_tiny_patch16_224', **kwargs) -> torch.nn.Module:
+  """A random tiny timm ViT of the architecture `name` written by timm's own `save_for_hf`
+  (model.safetensors and the config.json of a hub directory: its `global_pool` and `model_args`)."""
   reference = _randomize(
       timm.create_model(
-          'vit_tiny_patch16_224',
+          name,
           pretrained=False,
           img_size=IMAGE_SIZE,
           patch_size=4,
@@ -244,20 +244,7 @@ def test_timms_siglip_loads_with_equal_logits_and_exports_back(tmp_path):
   """vit_base_patch16_siglip_224's shape (no class token, timm's attention pooling attn_pool; timm
   1.0.31 builds it with the exact GELU; smaller here): timm's logits through our MAP head, and our
   export's state dict is timm's, tensor for tensor."""
-  reference = _randomize(
-      timm.create_model(
-          'vit_base_patch16_siglip_224',
-          pretrained=False,
-          img_size=IMAGE_SIZE,
-          patch_size=4,
-          embed_dim=32,
-          depth=2,
-          num_heads=2,
-          mlp_ratio=2.0,
-          num_classes=NUM_CLASSES,
-      )
-  )
-  timm.models.save_for_hf(reference, tmp_path / 'siglip', safe_serialization=True)
+  reference = _timm_saved_for_hf(tmp_path / 'siglip', 'vit_base_patch16_siglip_224')
   overrides = {'model.classifier': 'map'}
   np.testing.assert_allclose(
       _ours(str(tmp_path / 'siglip'), NUM_CLASSES, **overrides),

@@ -92,7 +92,8 @@ def get_config() -> ml_collections.ConfigDict:
           dropout_rate=config_dict.placeholder(float),
           attention_dropout_rate=config_dict.placeholder(float),
           head_dropout_rate=config_dict.placeholder(float),
-          # 'gelu_tanh' (the original checkpoints') | 'gelu' (exact: timm's and Hugging Face's models).
+          # 'gelu_tanh' (the original checkpoints') | 'gelu' (exact: timm's and Hugging Face's models) |
+          # 'quick_gelu' (OpenAI CLIP's).
           mlp_activation=config_dict.placeholder(str),
           # Layer scale (CaiT, DeiT III, DINOv2; timm's init_values): each residual branch multiplied
           # by a learned per-channel scale starting at this value (e.g. 1e-5); unset: none.
@@ -100,6 +101,9 @@ def get_config() -> ml_collections.ConfigDict:
           # Register tokens (DINOv2 with registers, "Vision Transformers Need Registers"): this many
           # learned tokens after the class token, in no pooling; unset: none.
           num_registers=config_dict.placeholder(int),
+          # A LayerNorm `pre_norm` before the first block, and a patch embedding without bias (CLIP's
+          # image tower; timm's pre_norm).
+          pre_norm=config_dict.placeholder(bool),
           # Every LayerNorm's epsilon: 1e-6 (the original checkpoints', timm's) | 1e-12 (Hugging Face's
           # ViT, its config.json's layer_norm_eps; init_from checks it).
           layernorm_epsilon=config_dict.placeholder(float),

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from flax import traverse_util
 
-from vit_jax.models import VisionTransformer, attention, pooling, variants
+from vit_jax.models import VisionTransformer, attention, block, pooling, variants
 
 
 def _param_shapes(num_classes=1000, image_size=224, **overrides):
@@ -155,6 +155,21 @@ def test_register_tokens_are_refused_by_axial_blocks_and_must_be_whole():
     variants.get_model_config('Axial-ViT-testing_4', {'num_registers': 2})
   with pytest.raises(ValueError, match=r'model.num_registers=-1 must be a whole number'):
     variants.get_model_config('ViT-testing_4', {'num_registers': -1})
+
+
+def test_pre_norm_normalises_before_the_blocks_and_drops_the_patch_bias():
+  images = jax.random.normal(jax.random.key(1), (2, 16, 16, 3))
+  params = _tiny(pre_norm=True).init(jax.random.key(0), images)['params']
+  assert 'bias' not in params['embedding']
+  assert params['Transformer']['pre_norm']['scale'].shape == (32,)
+  assert 'pre_norm' not in _tiny().init(jax.random.key(0), images)['params']['Transformer']
+
+
+def test_quick_gelu_is_clips():
+  x = np.linspace(-6, 6, 101, dtype=np.float32)
+  np.testing.assert_allclose(
+      block.MLP_ACTIVATIONS['quick_gelu'](x), x / (1 + np.exp(-1.702 * x)), rtol=1e-6, atol=1e-7
+  )
 
 
 def test_layer_scale_must_be_positive():

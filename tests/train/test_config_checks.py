@@ -162,6 +162,7 @@ INVALID = {
 # Fields for which every value of their type is valid.
 ALWAYS_VALID = {
     'model.scan': 'a bool',
+    'model.pre_norm': 'a bool',
     'pp.flip': 'a bool',
     'pp.antialias': 'a bool',
     'pp_eval.antialias': 'a bool',

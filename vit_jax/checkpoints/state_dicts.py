@@ -55,6 +55,7 @@ _ACTIVATIONS = {
     'gelu_new': 'gelu_tanh',
     'gelu_pytorch_tanh': 'gelu_tanh',
     'gelu_python': 'gelu',
+    'quick_gelu': 'quick_gelu',
 }
 
 
@@ -138,9 +139,13 @@ def from_timm(state_dict: StateDict, num_heads: int, source: str = 'state dict')
   r = _Reader(state_dict, source, 'timm')
   tree = {
       'embedding/kernel': _patch_kernel(r.take('patch_embed.proj.weight')),
-      'embedding/bias': r.take('patch_embed.proj.bias'),
       'Transformer/posembed_input/pos_embedding': r.take('pos_embed'),
   }
+  if r.has('patch_embed.proj.bias'):  # None in a pre_norm ViT (CLIP's), nor in ours with pre_norm.
+    tree['embedding/bias'] = r.take('patch_embed.proj.bias')
+  if r.has('norm_pre.weight'):
+    tree['Transformer/pre_norm/scale'] = r.take('norm_pre.weight')
+    tree['Transformer/pre_norm/bias'] = r.take('norm_pre.bias')
   prefix = 0  # Tokens before the patches: the class token, then the registers (DINOv2's).
   if r.has('cls_token'):
     tree['cls'] = r.take('cls_token')
@@ -281,12 +286,16 @@ def to_timm(params: Any) -> StateDict:
         "timm's VisionTransformer has no fixed sincos2d position embeddings, nor 2-D, "
         'relative or none (model.posemb): only learned 1-D ones'
     )
-  d = flat['embedding/bias'].shape[0]
+  d = flat['embedding/kernel'].shape[-1]
   out = {
       'patch_embed.proj.weight': flat.pop('embedding/kernel').transpose(3, 2, 0, 1),
-      'patch_embed.proj.bias': flat.pop('embedding/bias'),
       'pos_embed': flat.pop('Transformer/posembed_input/pos_embedding'),
   }
+  if 'embedding/bias' in flat:
+    out['patch_embed.proj.bias'] = flat.pop('embedding/bias')
+  if 'Transformer/pre_norm/scale' in flat:
+    out['norm_pre.weight'] = flat.pop('Transformer/pre_norm/scale')
+    out['norm_pre.bias'] = flat.pop('Transformer/pre_norm/bias')
   if 'cls' in flat:
     out['cls_token'] = flat.pop('cls')
   if 'reg' in flat:
@@ -571,6 +580,12 @@ def timm_eval_crop(pp_eval: Mapping[str, Any], image_size: int) -> dict[str, Any
   return {'crop_pct': crop_pct, 'crop_mode': 'center'}
 
 
+# The registered ViT timm builds an export as, by our LayerNorm epsilon: model_args replace its sizes
+# and options, but its LayerNorm (timm's norm_layer, not in its config.json) stays: 1e-6, or
+# torch's default 1e-5 (CLIP's).
+_TIMM_ARCHITECTURES = {1e-6: 'vit_base_patch16_224', 1e-5: 'vit_base_patch16_clip_224'}
+
+
 def _mlp_ratio(hidden_size: int, mlp_dim: int) -> float:
   """timm's `mlp_ratio` for an MLP of `mlp_dim` units: timm makes int(hidden_size * mlp_ratio) of
   them, and mlp_dim / hidden_size times hidden_size can round below mlp_dim (56 * (488 / 56) is
@@ -597,9 +612,11 @@ def timm_config(
         "timm's VisionTransformer adds position embeddings only at the input "
         f"(model.posemb_where={model['posemb_where']})"
     )
-  if model['layernorm_epsilon'] != 1e-6:  # timm's norm_layer is not in its config.json.
+  architecture = _TIMM_ARCHITECTURES.get(model['layernorm_epsilon'])
+  if architecture is None:
     raise ValueError(
-        "timm's VisionTransformer's LayerNorms have epsilon 1e-6 "
+        "timm's VisionTransformer's LayerNorms have epsilon "
+        f"{' or '.join(f'{e:g}' for e in _TIMM_ARCHITECTURES)} "
         f"(model.layernorm_epsilon={model['layernorm_epsilon']:g})"
     )
   model_args = {
@@ -619,6 +636,7 @@ def timm_config(
     model_args['init_values'] = model['layer_scale']
   if model['num_registers']:
     model_args['reg_tokens'] = model['num_registers']
+  model_args['pre_norm'] = model['pre_norm']  # Explicit: the CLIP architecture's default is True.
   pretrained_cfg = {
       'input_size': [3, image_size, image_size],
       'fixed_input_size': True,
@@ -630,9 +648,8 @@ def timm_config(
   }
   if class_names:
     pretrained_cfg['label_names'] = list(class_names)
-  # Any registered ViT name: model_args replace its sizes.
   return {
-      'architecture': 'vit_base_patch16_224',
+      'architecture': architecture,
       'num_classes': num_classes or 0,
       'num_features': model['hidden_size'],
       'model_args': model_args,

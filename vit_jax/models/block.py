@@ -20,10 +20,12 @@ Rate = Optional[Union[float, jax.Array]]
 
 
 # The MLP's nonlinearity (`mlp_activation`): the original code and checkpoints use the tanh
-# approximation of GELU; timm, Hugging Face and PyTorch models the exact one (erf).
+# approximation of GELU; timm, Hugging Face and PyTorch models the exact one (erf); OpenAI's CLIP
+# x * sigmoid(1.702 x).
 MLP_ACTIVATIONS: dict[str, Callable[[jnp.ndarray], jnp.ndarray]] = {
     'gelu_tanh': functools.partial(nn.gelu, approximate=True),
     'gelu': functools.partial(nn.gelu, approximate=False),
+    'quick_gelu': lambda x: x * jax.nn.sigmoid(1.702 * x),  # OpenAI CLIP's.
 }
 
 

@@ -144,6 +144,7 @@ class Encoder(nn.Module):
   mlp_activation: str = 'gelu_tanh'
   layer_scale: Optional[float] = None
   layernorm_epsilon: float = 1e-6
+  pre_norm: bool = False  # A LayerNorm `pre_norm` before the first block (CLIP's).
   block: str = 'standard'  # A key of BLOCKS.
 
   @nn.compact
@@ -158,6 +159,8 @@ class Encoder(nn.Module):
           jnp.zeros((1,) + x.shape[1:], jnp.float32), grid
       )
     x = nn.Dropout(self.dropout_rate)(x, deterministic=not train)
+    if self.pre_norm:
+      x = nn.LayerNorm(epsilon=self.layernorm_epsilon, dtype=self.dtype, name='pre_norm')(x)
     block_kwargs = dict(
         mlp_dim=self.mlp_dim,
         num_heads=self.num_heads,

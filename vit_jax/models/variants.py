@@ -109,6 +109,7 @@ def _vit_model_config(
       layer_scale=None,
       layernorm_epsilon=1e-6,
       num_registers=0,
+      pre_norm=False,
       weight_init='original',
       block='axial' if match['axial'] else 'standard',
       resnet_layers=R50_LAYERS if match['hybrid'] else None,

@@ -53,6 +53,9 @@ class ViTBackbone(nn.Module):
   mlp_activation: str = 'gelu_tanh'  # A key of block.MLP_ACTIVATIONS.
   layer_scale: Optional[float] = None  # Scales each block's residual branches (block.py).
   num_registers: int = 0  # Learned tokens `reg` after the class token, which no pooling reads.
+  # A LayerNorm before the first block (Transformer/pre_norm) and no bias in the patch embedding:
+  # CLIP's image tower (timm's pre_norm).
+  pre_norm: bool = False
   # Every LayerNorm's epsilon: the original checkpoints' and timm's 1e-6; Hugging Face's ViT 1e-12.
   layernorm_epsilon: float = 1e-6
   # A key of inits.WEIGHT_INITS: how the training state draws the first parameters (see inits.redraw).
@@ -101,6 +104,7 @@ class ViTBackbone(nn.Module):
         (p, p),
         strides=(p, p),
         padding='VALID',
+        use_bias=not self.pre_norm,
         dtype=self.dtype,
         name='embedding',
     )(x)
@@ -143,6 +147,7 @@ class ViTBackbone(nn.Module):
         mlp_activation=self.mlp_activation,
         layer_scale=self.layer_scale,
         layernorm_epsilon=self.layernorm_epsilon,
+        pre_norm=self.pre_norm,
         block=self.block,
         name='Transformer',
     )(x, grid=grid, train=train)

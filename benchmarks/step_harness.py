@@ -3,6 +3,7 @@ train_step.py: steps timed with the kernel's page faults, paired ratios, a measu
 memory, and where a step's time goes by jax source (a profiler trace).
 """
 
+import abc
 import collections
 import functools
 import glob
@@ -27,7 +28,31 @@ from vit_jax.train import state as train_state, step as train_step
 NUM_CLASSES = 1000
 
 
-class Ours:
+class Steps(abc.ABC):
+  """What is timed: `dispatch` starts a step, `wait` waits for those started."""
+
+  @abc.abstractmethod
+  def dispatch(self) -> None:
+    """Starts a step, without waiting for it."""
+
+  @abc.abstractmethod
+  def wait(self) -> None:
+    """Until the steps dispatched so far are done."""
+
+  def step(self) -> None:
+    self.dispatch()
+    self.wait()
+
+  def run(
+      self, n: int, kernel: collections.Counter | None = None, in_flight: bool = False
+  ) -> list[float]:
+    """`time_steps` of `n` steps, each waited for or (`in_flight`) all in flight at once."""
+    if in_flight:
+      return time_steps(self.dispatch, n, kernel, wait=self.wait)
+    return time_steps(self.step, n, kernel)
+
+
+class Ours(Steps):
   """The jitted train step (or forward pass) of vit_jax, compiled ahead of time from shapes alone."""
 
   def __init__(
@@ -112,18 +137,6 @@ class Ours:
   def wait(self) -> None:
     """Until the steps dispatched so far are done."""
     jax.block_until_ready(self._last)
-
-  def step(self) -> None:
-    self.dispatch()
-    self.wait()
-
-  def run(
-      self, n: int, kernel: collections.Counter | None = None, in_flight: bool = False
-  ) -> list[float]:
-    """`time_steps` of `n` steps, each waited for or (`in_flight`) all in flight at once."""
-    if in_flight:
-      return time_steps(self.dispatch, n, kernel, wait=self.wait)
-    return time_steps(self.step, n, kernel)
 
 
 def time_steps(

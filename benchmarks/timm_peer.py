@@ -44,7 +44,7 @@ def machine() -> str:
   return f'# machine: {cpuinfo.summary()}; {versions}'
 
 
-class Timm:
+class Timm(step_harness.Steps):
   """timm's VisionTransformer of the same shape: forward, backward, clipping and AdamW in PyTorch."""
 
   def __init__(
@@ -76,23 +76,11 @@ class Timm:
     )
     self.dtype = getattr(torch, config.dtype)
 
-  def run(
-      self, n: int, kernel: collections.Counter | None = None, in_flight: bool = False
-  ) -> list[float]:
-    """`time_steps` of `n` steps, each waited for or (`in_flight`) all in flight at once."""
-    if in_flight:
-      return step_harness.time_steps(self.dispatch, n, kernel, wait=self.wait)
-    return step_harness.time_steps(self.step, n, kernel)
-
   def memory(self) -> str:
     """Peak memory, after the steps, as the child process reports its own."""
     if self.device == 'cuda':
       return f'{self.torch.cuda.max_memory_allocated() / 2**30:.2f} GB (device 0)'
     return f'{step_harness.max_rss_gb():.2f} GB (process max RSS)'
-
-  def step(self) -> None:
-    self.dispatch()
-    self.wait()
 
   def wait(self) -> None:
     """Until the steps queued on the GPU are done (on CPU each step is done when it returns)."""

@@ -115,21 +115,18 @@ def test_a_timm_vit_saved_by_timm_loads_through_init_from_with_equal_logits(
 
 def _timm_saved_for_hf(directory, name: str = 'vit_tiny_patch16_224', **kwargs) -> torch.nn.Module:
   """A random tiny timm ViT of the architecture `name` written by timm's own `save_for_hf`
-  (model.safetensors and the config.json of a hub directory: its `global_pool` and `model_args`)."""
-  reference = _randomize(
-      timm.create_model(
-          name,
-          pretrained=False,
-          img_size=IMAGE_SIZE,
-          patch_size=4,
-          embed_dim=32,
-          depth=2,
-          num_heads=2,
-          mlp_ratio=2.0,
-          num_classes=NUM_CLASSES,
-          **kwargs,
-      )
+  (model.safetensors and the config.json of a hub directory: its `global_pool` and `model_args`);
+  `kwargs` replace its tiny shape's arguments."""
+  shape = dict(
+      img_size=IMAGE_SIZE,
+      patch_size=4,
+      embed_dim=32,
+      depth=2,
+      num_heads=2,
+      mlp_ratio=2.0,
+      num_classes=NUM_CLASSES,
   )
+  reference = _randomize(timm.create_model(name, pretrained=False, **{**shape, **kwargs}))
   timm.models.save_for_hf(reference, directory, safe_serialization=True)
   return reference
 
@@ -151,18 +148,9 @@ def test_timms_dinov2_loads_with_equal_logits_and_exports_back(tmp_path):
   timm.create_model and saved by its save_for_hf: our logits are timm's, and export's state dict
   loads back into timm's model with its tensors unchanged."""
   size = 28
-  reference = _randomize(
-      timm.create_model(
-          'vit_small_patch14_dinov2',
-          pretrained=False,
-          img_size=size,
-          embed_dim=32,
-          depth=2,
-          num_heads=2,
-          num_classes=NUM_CLASSES,
-      )
+  reference = _timm_saved_for_hf(
+      tmp_path / 'dinov2', 'vit_small_patch14_dinov2', img_size=size, patch_size=14, mlp_ratio=4.0
   )
-  timm.models.save_for_hf(reference, tmp_path / 'dinov2', safe_serialization=True)
   config = helpers.load_config(
       'demo',
       {
@@ -195,20 +183,11 @@ def test_timms_dinov2_with_registers_loads_with_equal_logits_at_its_size_and_ano
   for the patches only, layer scale; smaller here): timm's logits at its size; at a larger one the
   patches' embeddings are resized and the prefix tokens' kept."""
   size = 28
-  reference = _randomize(
-      timm.create_model(
-          'vit_small_patch14_reg4_dinov2',
-          pretrained=False,
-          img_size=size,
-          embed_dim=32,
-          depth=2,
-          num_heads=2,
-          num_classes=NUM_CLASSES,
-      )
+  path = str(tmp_path / 'dinov2_reg4')
+  reference = _timm_saved_for_hf(
+      path, 'vit_small_patch14_reg4_dinov2', img_size=size, patch_size=14, mlp_ratio=4.0
   )
   assert reference.num_prefix_tokens == 5 and reference.pos_embed.shape[1] == 4
-  path = str(tmp_path / 'model.safetensors')
-  safetensors.torch.save_file(reference.state_dict(), path)
   fields = {
       **MODEL,
       'model.patch_size': 14,

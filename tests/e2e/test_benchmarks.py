@@ -1,5 +1,6 @@
 """The benchmark scripts: their FLOP count agrees with XLA's, and they run end to end (tiny sizes)."""
 
+import functools
 import os
 import re
 import subprocess
@@ -32,10 +33,13 @@ def test_analytic_flops_agree_with_xla_cost_analysis(variant, mode, factor):
   assert analytic <= step_harness.Ours(config, model, mode).xla_flops <= 1.05 * analytic
 
 
-def _run(script, *args):
+def _run(script, *args, env=None):
+  """The standard output of benchmarks/`script` (Python, or bash for a .sh) with `args`."""
+  program = 'bash' if script.endswith('.sh') else sys.executable
   run = subprocess.run(
-      [sys.executable, f'benchmarks/{script}', *args],
+      [program, f'benchmarks/{script}', *args],
       cwd=helpers.REPO,
+      env=env,
       capture_output=True,
       text=True,
       timeout=600,
@@ -98,18 +102,7 @@ def test_in_flight_steps_are_waited_for_once_and_share_the_rounds_time():
 
 def test_revisions_runs_the_step_of_each_prepared_commit(tmp_path):
   env = {**os.environ, 'REVISIONS_DIR': str(tmp_path), 'PYTHON': sys.executable}
-
-  def run(*args):
-    done = subprocess.run(
-        ['bash', 'benchmarks/revisions.sh', *args],
-        cwd=helpers.REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done.stdout
+  run = functools.partial(_run, 'revisions.sh', env=env)
 
   run('prepare', 'HEAD~1', 'HEAD')
   revisions = sorted(os.listdir(tmp_path))

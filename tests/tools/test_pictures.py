@@ -99,7 +99,7 @@ def test_uniform_attention_rolls_out_to_uniform_maps_and_stochastic_rows():
   attention = np.full((4, 3, 10, 10), 0.1)  # 4 layers, 3 heads, class token + 3x3 patches.
   rollout = pictures.attention_rollout(attention)
   np.testing.assert_allclose(rollout.sum(-1), 1.0)
-  maps = pictures.rollout_maps(rollout, num_prefix_tokens=1)
+  maps = pictures.rollout_maps(rollout, num_prefix_tokens=1, class_token=True)
   assert maps.shape == (4, 3, 3)
   for heat in maps:
     np.testing.assert_allclose(heat, heat[0, 0])
@@ -124,10 +124,10 @@ def test_rollout_is_the_product_of_head_averaged_attention_plus_identity():
 def test_rollout_maps_read_the_class_token_row_or_for_gap_the_mean_row():
   rollout = np.arange(2 * 5 * 5, dtype=float).reshape(2, 5, 5)
   np.testing.assert_array_equal(
-      pictures.rollout_maps(rollout, 1), rollout[:, 0, 1:].reshape(2, 2, 2)
+      pictures.rollout_maps(rollout, 1, True), rollout[:, 0, 1:].reshape(2, 2, 2)
   )
   gap = rollout[:, 1:, 1:]  # Four patch tokens, no class token.
-  np.testing.assert_array_equal(pictures.rollout_maps(gap, 0), gap.mean(1).reshape(2, 2, 2))
+  np.testing.assert_array_equal(pictures.rollout_maps(gap, 0, False), gap.mean(1).reshape(2, 2, 2))
 
 
 def test_attention_to_itself_only_is_at_distance_zero():

@@ -280,10 +280,12 @@ def adapt_params(
       params = {k: v for k, v in params.items() if k != layer and not k.startswith(f'{layer}/')}
       notes.append(f'dropped {layer} (masked patch prediction only)')
 
+  # Tokens before the patches (the class token, the registers), which have no place on the grid.
   prefix_tokens = lambda flat: ('cls' in flat) + (flat['reg'].shape[1] if 'reg' in flat else 0)
-  if prefix_tokens(params) == prefix_tokens(targets):
+  prefix = prefix_tokens(targets)
+  if prefix_tokens(params) == prefix:
     for key in sorted(set(params) & set(targets)):
-      note = _resize_posemb(params, key, targets[key].shape, prefix_tokens(targets), posemb_method)
+      note = _resize_posemb(params, key, targets[key].shape, prefix, posemb_method)
       notes.extend([note] if note else [])
 
   # The parameters that tell architectures apart most plainly (patch size, classifier) come first.
@@ -307,7 +309,7 @@ def _resize_posemb(
     return None
   name = 'pos_embedding' if key == _POSEMB else key
   if _POSEMB_1D.search(key):
-    prefix = num_prefix_tokens  # The class token and registers: none in a GAP model without.
+    prefix = num_prefix_tokens
     old_size, new_size = math.isqrt(old[1] - prefix), math.isqrt(new[1] - prefix)
     if old_size**2 != old[1] - prefix or new_size**2 != new[1] - prefix:
       return None  # Not square grids: the shape check names it.

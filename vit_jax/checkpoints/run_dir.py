@@ -112,9 +112,8 @@ def load_run_info(workdir: str) -> tuple[ml_collections.ConfigDict, data.Dataset
 @dataclasses.dataclass(frozen=True)
 class TrainedModel:
   config: ml_collections.ConfigDict
-  model_config: dict[
-      str, Any
-  ]  # The variant's fields with config.model (variants.get_model_config).
+  # The variant's fields with config.model (variants.get_model_config).
+  model_config: dict[str, Any]
   info: data.DatasetInfo
   model: nn.Module  # With features=True: the backbone, images -> pre-logits features.
   params: Any  # numpy arrays; the Polyak average if the run kept one.

@@ -302,16 +302,11 @@ def to_timm(params: Any) -> StateDict:
     out['reg_token'] = flat.pop('reg')
   i = 0
   while f'{_BLOCK.format(i)}/LayerNorm_0/scale' in flat:
-    t, ours, attention = f'blocks.{i}.', _BLOCK.format(i), _ATTENTION.format(i)
-    take = lambda name: flat.pop(f'{attention}/{name}')  # pylint: disable=cell-var-from-loop
-    out[t + 'attn.qkv.weight'] = np.concatenate(
-        [take(f'{n}/kernel').reshape(d, d).T for n in ('query', 'key', 'value')]
-    )
-    out[t + 'attn.qkv.bias'] = np.concatenate(
-        [take(f'{n}/bias').reshape(d) for n in ('query', 'key', 'value')]
-    )
-    out[t + 'attn.proj.weight'] = take('out/kernel').reshape(d, d).T
-    out[t + 'attn.proj.bias'] = take('out/bias')
+    t, ours = f'blocks.{i}.', _BLOCK.format(i)
+    weights = _attention_out(flat, _ATTENTION.format(i), d)
+    for kind in ('weight', 'bias'):
+      out[f'{t}attn.qkv.{kind}'] = np.concatenate([weights[f'{n}.{kind}'] for n in 'qkv'])
+      out[f'{t}attn.proj.{kind}'] = weights[f'out.{kind}']
     for theirs, our_norm in (('norm1', 'LayerNorm_0'), ('norm2', 'LayerNorm_2')):
       out[f'{t}{theirs}.weight'] = flat.pop(f'{ours}/{our_norm}/scale')
       out[f'{t}{theirs}.bias'] = flat.pop(f'{ours}/{our_norm}/bias')
@@ -338,25 +333,27 @@ def to_timm(params: Any) -> StateDict:
   return {k: np.ascontiguousarray(v) for k, v in out.items()}
 
 
+def _attention_out(flat: dict[str, np.ndarray], prefix: str, d: int) -> StateDict:
+  """`_attention_in` reversed: (out, in) weights and biases named q, k, v, out of our attention
+  `prefix`'s parameters, taken out of `flat`."""
+  weights = {}
+  for name, ours in (('q', 'query'), ('k', 'key'), ('v', 'value'), ('out', 'out')):
+    weights[f'{name}.weight'] = flat.pop(f'{prefix}/{ours}/kernel').reshape(d, d).T
+    weights[f'{name}.bias'] = flat.pop(f'{prefix}/{ours}/bias').reshape(d)
+  return weights
+
+
 def _map_head_out(flat: dict[str, np.ndarray], d: int) -> StateDict:
   """timm's `attn_pool.*` (AttentionPoolLatent) of our `MAPHead_0`, taken out of `flat`."""
   take = lambda name: flat.pop(f'{_MAP_HEAD}/{name}')
-  attention = 'MultiHeadDotProductAttention_0/'
-  out = {
-      'attn_pool.latent': take('probe'),
-      'attn_pool.q.weight': take(attention + 'query/kernel').reshape(d, d).T,
-      'attn_pool.q.bias': take(attention + 'query/bias').reshape(d),
-      'attn_pool.kv.weight': np.concatenate(
-          [take(f'{attention}{n}/kernel').reshape(d, d).T for n in ('key', 'value')]
-      ),
-      'attn_pool.kv.bias': np.concatenate(
-          [take(f'{attention}{n}/bias').reshape(d) for n in ('key', 'value')]
-      ),
-      'attn_pool.proj.weight': take(attention + 'out/kernel').reshape(d, d).T,
-      'attn_pool.proj.bias': take(attention + 'out/bias'),
-      'attn_pool.norm.weight': take('LayerNorm_0/scale'),
-      'attn_pool.norm.bias': take('LayerNorm_0/bias'),
-  }
+  weights = _attention_out(flat, f'{_MAP_HEAD}/MultiHeadDotProductAttention_0', d)
+  out = {'attn_pool.latent': take('probe')}
+  for kind in ('weight', 'bias'):
+    out[f'attn_pool.q.{kind}'] = weights[f'q.{kind}']
+    out[f'attn_pool.kv.{kind}'] = np.concatenate([weights[f'k.{kind}'], weights[f'v.{kind}']])
+    out[f'attn_pool.proj.{kind}'] = weights[f'out.{kind}']
+  out['attn_pool.norm.weight'] = take('LayerNorm_0/scale')
+  out['attn_pool.norm.bias'] = take('LayerNorm_0/bias')
   for theirs, dense in (('fc1', 'Dense_0'), ('fc2', 'Dense_1')):
     out[f'attn_pool.mlp.{theirs}.weight'] = take(f'MlpBlock_0/{dense}/kernel').T
     out[f'attn_pool.mlp.{theirs}.bias'] = take(f'MlpBlock_0/{dense}/bias')

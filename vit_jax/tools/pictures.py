@@ -111,17 +111,15 @@ def attention_rollout(attention: np.ndarray) -> np.ndarray:
 def rollout_maps(
     rollout: np.ndarray,
     num_prefix_tokens: int,
+    class_token: bool,
     pooled: Optional[np.ndarray] = None,
-    class_token: Optional[bool] = None,
 ) -> np.ndarray:
   """[layers, gh, gw]: how much the image's representation draws on each patch, up to each layer.
 
   `pooled` [tokens]: each token's weight in the representation (a MAP model's `probe_weights`); by
-  default the class token's row of the rollout (`class_token`; default: whether there are prefix
-  tokens), or without a class token (GAP: the representation is the mean of the patch tokens) the
-  mean of the patches' rows.
+  default the class token's row of the rollout (`class_token`), or without one (GAP: the
+  representation is the mean of the patch tokens) the mean of the patches' rows.
   """
-  class_token = bool(num_prefix_tokens) if class_token is None else class_token
   if pooled is None:
     rows = rollout[:, 0] if class_token else rollout[:, num_prefix_tokens:].mean(axis=1)
   else:
@@ -324,7 +322,7 @@ def write_pictures(
   chex.assert_shape(attention, (model.num_layers, model.num_heads, tokens, tokens))
   # MAP pools with its probe's attention: the rollout's rows weighted by it, not their mean.
   pooled = probe_weights(model, params, inputs)[0] if model.classifier == 'map' else None
-  maps = rollout_maps(attention_rollout(attention), prefix, pooled, model.classifier == 'token')
+  maps = rollout_maps(attention_rollout(attention), prefix, model.classifier == 'token', pooled)
   # The maps cover what the model sees, so the pictures show that part of the image.
   image = seen_part(image, image_size, pp_eval)
   kernel = np.asarray(params['embedding']['kernel'])

@@ -23,7 +23,8 @@ from etils import epath
 
 import helpers
 from vit_jax.checkpoints import run_dir
-from vit_jax.checkpoints import state_dicts
+from vit_jax.checkpoints import timm_layout
+from vit_jax.checkpoints import torch_files
 from vit_jax.models import variants
 from vit_jax.tasks import classification
 
@@ -171,7 +172,7 @@ def test_timms_dinov2_loads_with_equal_logits_and_exports_back(tmp_path):
       _torch_outputs(reference, images).numpy(),
       atol=1e-4,
   )
-  exported = state_dicts.to_timm(params)
+  exported = timm_layout.to_state_dict(params)
   theirs = {k: v.numpy() for k, v in reference.state_dict().items()}
   assert sorted(exported) == sorted(theirs)
   for name, tensor in theirs.items():
@@ -234,7 +235,7 @@ def test_timms_siglip_loads_with_equal_logits_and_exports_back(tmp_path):
       'demo', {**MODEL, **overrides, 'init_from': str(tmp_path / 'siglip'), 'keep_head': True}
   )
   model = classification.make_model(config, helpers.model_config(config), NUM_CLASSES)
-  exported = state_dicts.to_timm(run_dir.load_init_params(config, model))
+  exported = timm_layout.to_state_dict(run_dir.load_init_params(config, model))
   theirs = {k: v.numpy() for k, v in reference.state_dict().items()}
   assert sorted(exported) == sorted(theirs)
   for name, tensor in theirs.items():
@@ -264,15 +265,15 @@ def test_timms_clip_loads_with_equal_logits_and_exports_for_timm(tmp_path, name,
   model = classification.make_model(config, model_config, NUM_CLASSES)
   params = run_dir.load_init_params(config, model)
   np.testing.assert_allclose(model.apply({'params': params}, _images()), expected, atol=1e-4)
-  exported = state_dicts.to_timm(params)
+  exported = timm_layout.to_state_dict(params)
   theirs = {k: v.numpy() for k, v in reference.state_dict().items()}
   assert sorted(exported) == sorted(theirs)
   for key, tensor in theirs.items():
     np.testing.assert_allclose(exported[key], tensor, atol=1e-6, err_msg=key)
   out = tmp_path / 'export'
   out.mkdir()
-  state_dicts.write_safetensors(exported, str(out / state_dicts.SAFETENSORS))
-  timm_config = state_dicts.timm_config(
+  torch_files.write_safetensors(exported, str(out / torch_files.SAFETENSORS))
+  timm_config = timm_layout.export_config(
       model_config, IMAGE_SIZE, NUM_CLASSES, pp_eval=config.pp_eval.to_dict()
   )
   (out / 'config.json').write_text(json.dumps(timm_config))
@@ -380,7 +381,7 @@ def test_a_timm_checkpoint_in_pytorch_format_and_in_bfloat16_loads_too(tmp_path)
   safetensors.torch.save_file(
       {k: v.bfloat16() for k, v in reference.state_dict().items()}, tmp_path / 'bf16.safetensors'
   )
-  loaded, _ = state_dicts.read(str(tmp_path / 'bf16.safetensors'))
+  loaded, _ = torch_files.read(str(tmp_path / 'bf16.safetensors'))
   assert loaded['pos_embed'].dtype == ml_dtypes.bfloat16
   np.testing.assert_array_equal(
       loaded['pos_embed'].astype(np.float32),
@@ -393,6 +394,7 @@ def test_a_timm_checkpoint_in_pytorch_format_and_in_bfloat16_loads_too(tmp_path)
 
 # transformers' ViTConfig's default layer_norm_eps (google/vit-*'s too), which its config.json says.
 HF_EPSILON = {'model.layernorm_epsilon': 1e-12}
+_OR_VARIANT = r', or --config.variant=checkpoint to take every field from the checkpoint$'
 
 
 def _transformers_config(**kwargs) -> transformers.ViTConfig:
@@ -463,7 +465,7 @@ def test_the_safetensors_we_write_are_read_by_the_safetensors_package(tmp_path):
       'b': np.ones((1, 5), ml_dtypes.bfloat16),
       'c': np.zeros((), np.int64),
   }
-  state_dicts.write_safetensors(tensors, str(tmp_path / 'x.safetensors'))
+  torch_files.write_safetensors(tensors, str(tmp_path / 'x.safetensors'))
   theirs = safetensors.torch.load_file(tmp_path / 'x.safetensors')
   assert theirs['b'].dtype == torch.bfloat16 and theirs['c'].shape == ()
   np.testing.assert_array_equal(theirs['a'].numpy(), tensors['a'])
@@ -471,7 +473,7 @@ def test_the_safetensors_we_write_are_read_by_the_safetensors_package(tmp_path):
       {'a': tensors['a']}, tmp_path / 'y.safetensors', metadata={'format': 'np'}
   )
   np.testing.assert_array_equal(
-      state_dicts.read_safetensors(epath.Path(tmp_path / 'y.safetensors'))['a'], tensors['a']
+      torch_files.read_safetensors(epath.Path(tmp_path / 'y.safetensors'))['a'], tensors['a']
   )
 
 
@@ -486,7 +488,7 @@ def test_what_timm_cannot_hold_is_said_and_not_written(overrides, message):
   config = helpers.load_config('demo', {**MODEL, **overrides})
   model = classification.make_model(config, helpers.model_config(config), NUM_CLASSES)
   with pytest.raises(ValueError, match=message):
-    state_dicts.to_timm(helpers.random_params(model, IMAGE_SIZE))
+    timm_layout.to_state_dict(helpers.random_params(model, IMAGE_SIZE))
 
 
 @pytest.mark.parametrize(
@@ -502,7 +504,7 @@ def test_what_timm_cannot_hold_is_said_and_not_written(overrides, message):
 def test_what_timm_cannot_compute_and_the_tensors_do_not_show_is_said(overrides, message):
   config = helpers.load_config('demo', {**MODEL, **overrides})
   with pytest.raises(ValueError, match=message):
-    state_dicts.timm_config(
+    timm_layout.export_config(
         helpers.model_config(config), IMAGE_SIZE, NUM_CLASSES, pp_eval=config.pp_eval.to_dict()
     )
 
@@ -536,7 +538,9 @@ def test_a_checkpoint_of_another_width_or_head_count_names_the_fix(tmp_path):
   reference = transformers.ViTForImageClassification(_transformers_config(num_labels=NUM_CLASSES))
   reference.save_pretrained(tmp_path / 'hf')
   with pytest.raises(
-      ValueError, match=r'has 2 attention heads, the model 4: set --config.model.num_heads=2'
+      ValueError,
+      match=r"checkpoint's number of attention heads is 2, the model's 4: set "
+      r'--config.model.num_heads=2' + _OR_VARIANT,
   ):
     _ours(str(tmp_path / 'hf'), NUM_CLASSES, **{'model.num_heads': 4})
   safetensors.torch.save_file(_timm_model().state_dict(), tmp_path / 'model.safetensors')
@@ -558,17 +562,17 @@ def test_a_checkpoint_of_another_gelu_or_layernorm_epsilon_is_a_one_line_error(t
   path = str(tmp_path / 'hf')
   with pytest.raises(
       ValueError,
-      match=r"the checkpoint's MLP was trained with gelu, the model uses gelu_tanh: set "
-      r'--config.model.mlp_activation=gelu$',
+      match=r"the checkpoint's MLP activation is 'gelu', the model's 'gelu_tanh': set "
+      r'--config.model.mlp_activation=gelu' + _OR_VARIANT,
   ):
-    run_dir.load_params(path, num_heads=2, mlp_activation='gelu_tanh')
+    run_dir.load_params(path, {'num_heads': 2, 'mlp_activation': 'gelu_tanh'})
   with pytest.raises(
       ValueError,
-      match=r"the checkpoint's LayerNorms use epsilon 1e-12 \(its config.json's layer_norm_eps\), "
-      r'the model 1e-06: set --config.model.layernorm_epsilon=1e-12$',
+      match=r"the checkpoint's LayerNorm epsilon is 1e-12, the model's 1e-06: set "
+      r'--config.model.layernorm_epsilon=1e-12' + _OR_VARIANT,
   ):
     _ours(path, None)
-  run_dir.load_params(path, num_heads=2, mlp_activation='gelu', layernorm_epsilon=1e-12)
+  run_dir.load_params(path, {'num_heads': 2, 'mlp_activation': 'gelu', 'layernorm_epsilon': 1e-12})
 
 
 def test_a_transformers_vit_of_the_small_epsilon_loads_with_its_logits_where_it_matters(tmp_path):
@@ -599,7 +603,7 @@ def test_an_mlp_activation_our_vit_has_not_is_a_one_line_error(tmp_path):
       match=r"the checkpoint's MLP uses the activation 'relu', which "
       r"vit_jax's ViT has not \(model.mlp_activation: gelu, gelu_tanh, quick_gelu\)",
   ):
-    run_dir.load_params(str(tmp_path / 'relu'), num_heads=2, mlp_activation='gelu')
+    run_dir.load_params(str(tmp_path / 'relu'), {'num_heads': 2, 'mlp_activation': 'gelu'})
   # transformers' names of GELU's tanh form are ours.
   reference = _randomize(
       transformers.ViTForImageClassification(
@@ -607,8 +611,10 @@ def test_an_mlp_activation_our_vit_has_not_is_a_one_line_error(tmp_path):
       )
   )
   reference.save_pretrained(tmp_path / 'tanh')
-  with pytest.raises(ValueError, match=r'set --config.model.mlp_activation=gelu_tanh$'):
-    run_dir.load_params(str(tmp_path / 'tanh'), num_heads=2, mlp_activation='gelu')
+  with pytest.raises(
+      ValueError, match=r'set --config.model.mlp_activation=gelu_tanh' + _OR_VARIANT
+  ):
+    run_dir.load_params(str(tmp_path / 'tanh'), {'num_heads': 2, 'mlp_activation': 'gelu'})
   np.testing.assert_allclose(
       _ours(
           str(tmp_path / 'tanh'),
@@ -637,10 +643,10 @@ def test_timms_config_we_write_builds_an_mlp_of_our_width(
   )
   model = classification.make_model(config, helpers.model_config(config), NUM_CLASSES)
   params = helpers.random_params(model, IMAGE_SIZE)
-  state_dicts.write_safetensors(
-      state_dicts.to_timm(params), str(tmp_path / state_dicts.SAFETENSORS)
+  torch_files.write_safetensors(
+      timm_layout.to_state_dict(params), str(tmp_path / torch_files.SAFETENSORS)
   )
-  timm_config = state_dicts.timm_config(
+  timm_config = timm_layout.export_config(
       variants.get_model_config(config.variant, config.model.to_dict()),
       IMAGE_SIZE,
       NUM_CLASSES,
@@ -689,7 +695,7 @@ def test_timms_transform_from_the_exported_config_prepares_images_as_our_evaluat
       'crop_fraction': crop_fraction,
       'antialias': True,
   }  # PIL always antialiases.
-  config = state_dicts.timm_config(
+  config = timm_layout.export_config(
       helpers.model_config(helpers.load_config('demo', MODEL)),
       image_size,
       NUM_CLASSES,

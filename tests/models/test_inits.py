@@ -1,7 +1,7 @@
 """model.weight_init: 'original' keeps the modules' own draws; 'timm' draws as timm's VisionTransformer.
 
 The reference for 'timm' is timm itself: a model of the same shape built by timm (its own init), mapped
-into our layout by state_dicts.from_timm, compared parameter by parameter in distribution (standard
+into our layout by timm_layout.from_state_dict, compared parameter by parameter in distribution (standard
 deviation, bounds, zeros), since two random draws are never equal.
 """
 

@@ -7,7 +7,7 @@ import timm.models.vision_transformer as timm_vit
 import torch
 from flax import traverse_util
 
-from vit_jax.checkpoints import state_dicts
+from vit_jax.checkpoints import timm_layout
 from test_inits import _fresh_params
 
 
@@ -16,7 +16,7 @@ def _timm_params() -> dict:
   reference = timm_vit.VisionTransformer(
       img_size=16, patch_size=4, embed_dim=64, depth=4, num_heads=4, mlp_ratio=2.0, num_classes=10
   )
-  tree = state_dicts.from_timm(
+  tree = timm_layout.from_state_dict(
       {k: v.numpy() for k, v in reference.state_dict().items()}, num_heads=4
   )
   return traverse_util.flatten_dict(tree, sep='/')

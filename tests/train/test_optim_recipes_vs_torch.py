@@ -16,7 +16,7 @@ from timm.optim import param_groups_layer_decay
 
 import helpers
 from vit_jax.train import param_groups
-from vit_jax.checkpoints import state_dicts
+from vit_jax.checkpoints import timm_layout
 from test_optim_recipes import _config, _flat, _params, _stack
 
 # Our parameter prefixes for timm's names (the hybrid's ResNet stem has one stage here).
@@ -133,7 +133,7 @@ def test_weight_decay_falls_on_what_timms_optimizer_decays(timm_kwargs):
       name: np.full(p.shape, float(id(p) in decayed), np.float32)
       for name, p in model.named_parameters()
   }
-  tree = state_dicts.from_timm(flags, num_heads=2)
+  tree = timm_layout.from_state_dict(flags, num_heads=2)
   mask = dict(jax.tree_util.tree_leaves_with_path(param_groups.kernels_only(tree)))
   for key_path, value in jax.tree_util.tree_leaves_with_path(tree):
     assert np.all(value == float(mask[key_path])), param_groups.path_str(key_path)

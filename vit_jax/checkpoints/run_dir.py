@@ -6,7 +6,7 @@ training loop."""
 import dataclasses
 import json
 import os
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import flax.linen as nn
 import jax
@@ -18,7 +18,7 @@ from flax import traverse_util
 from vit_jax import data, defaults, tasks
 from vit_jax.checkpoints import checkpoint
 from vit_jax.runtime import paths
-from vit_jax.checkpoints import loading, state_dicts
+from vit_jax.checkpoints import loading, state_dicts, torch_files
 from vit_jax.models import variants
 
 _RUN_FILES = ('config.json', 'dataset_info.json')
@@ -163,24 +163,19 @@ def load_export(export_dir: str) -> tuple[dict[str, Any], Callable[[jax.Array], 
   return json.loads(files['config.json'].read_text()), exported.call
 
 
-def load_params(
-    path: str,
-    num_heads: Optional[int] = None,
-    mlp_activation: Optional[str] = None,
-    layernorm_epsilon: Optional[float] = None,
-) -> tuple[dict[str, Any], str]:
+def load_params(path: str, model: Optional[Mapping[str, Any]] = None) -> tuple[dict[str, Any], str]:
   """Parameters to start from (`config.init_from`): an `.npz` file, a timm or Hugging Face
-  transformers ViT (a .safetensors / .pth / .bin file or a model directory; these need the model's
-  `num_heads` to split the attention kernels), or a workdir / step directory (its Polyak average if
-  kept); `mlp_activation` and `layernorm_epsilon` are checked against a state dict's config.json.
-  Also returns a line for the log saying what was loaded."""
-  if state_dicts.is_state_dict_path(path):
-    if num_heads is None:
+  transformers ViT (a .safetensors / .pth / .bin file or a model directory; these need the ViT's
+  fields `model` (a resolved model config): its num_heads split the attention kernels, and the fields
+  without tensors are checked against the checkpoint's), or a workdir / step directory (its Polyak
+  average if kept). Also returns a line for the log saying what was loaded."""
+  if torch_files.is_state_dict_path(path):
+    if model is None or 'num_heads' not in model:
       raise ValueError(
           f'{path}: PyTorch-layout checkpoints are read for ViTs (timm or Hugging Face '
           'naming): for this model pass an .npz or a vit_jax workdir as --config.init_from'
       )
-    params, notes = state_dicts.load(path, num_heads, mlp_activation, layernorm_epsilon)
+    params, notes = state_dicts.load(path, model)
     return params, f'loaded {path}: ' + '; '.join(notes)
   if path.endswith('.npz') or epath.Path(path).is_file():
     return loading.load_npz(path), f'loaded {path}'
@@ -213,16 +208,13 @@ def load_init_params(config: ml_collections.ConfigDict, model: nn.Module) -> Any
   # A missing workdir: a config file's relative init_from (configs/demo_finetune.py's) read from
   # another directory would otherwise be "has no checkpoints/ directory", naming neither the field
   # nor the directory it was read from. Missing files say so when loaded, with a download hint.
-  names_a_file = init_from.endswith('.npz') or state_dicts.is_state_dict_path(init_from)
+  names_a_file = init_from.endswith('.npz') or torch_files.is_state_dict_path(init_from)
   if not paths.is_url(init_from) and not names_a_file and not os.path.exists(init_from):
     raise ValueError(_missing_init_from(config.init_from))
-  # A BiT has no heads: its checkpoints are .npz files and workdirs, which need none.
-  loaded, source = load_params(
-      init_from,
-      getattr(model, 'num_heads', None),
-      getattr(model, 'mlp_activation', None),
-      getattr(model, 'layernorm_epsilon', None),
-  )
+  # The module's fields: a ViT's are checked against a timm or transformers checkpoint (a BiT has no
+  # heads: its checkpoints are .npz files and workdirs, which need none).
+  fields = {f.name: getattr(model, f.name) for f in dataclasses.fields(model)}
+  loaded, source = load_params(init_from, fields)
   params, notes = loading.adapt_params(
       loaded,
       loading.param_shapes(model, config.image_size),

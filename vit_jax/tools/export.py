@@ -63,7 +63,7 @@ def export(
   Refuses an `out` that already holds an export unless `overwrite`."""
   # Imported here so that bad flags are answered before TensorFlow (the input pipeline's) loads.
   from vit_jax.checkpoints import run_dir  # pylint: disable=g-import-not-at-top
-  from vit_jax.checkpoints import loading, state_dicts  # pylint: disable=g-import-not-at-top
+  from vit_jax.checkpoints import loading, timm_layout, torch_files  # pylint: disable=g-import-not-at-top
 
   trained = run_dir.load_trained(workdir, step)
   cli.make_out_dir(out)
@@ -85,9 +85,9 @@ def export(
   model = trained.model_config
   try:
     variants.require_vit(config.variant, "timm's VisionTransformer")
-    timm_tensors = state_dicts.to_timm(trained.params)
+    timm_tensors = timm_layout.to_state_dict(trained.params)
     # timm's transforms from this config prepare images as the run's evaluation did.
-    timm_config = state_dicts.timm_config(
+    timm_config = timm_layout.export_config(
         model,
         config.image_size,
         info.num_classes,
@@ -99,7 +99,7 @@ def export(
   else:
     timm_dir = out_dir / 'timm'
     timm_dir.mkdir(exist_ok=True)
-    state_dicts.write_safetensors(timm_tensors, str(timm_dir / state_dicts.SAFETENSORS))
+    torch_files.write_safetensors(timm_tensors, str(timm_dir / torch_files.SAFETENSORS))
     (timm_dir / 'config.json').write_text(json.dumps(timm_config, indent=2))
     timm_files = 'timm/model.safetensors, timm/config.json'
   description = {

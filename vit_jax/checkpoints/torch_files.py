@@ -1,0 +1,130 @@
+"""PyTorch-side checkpoint files as flat `{name: numpy array}` state dicts: `.safetensors` read and
+written here (no torch needed; bfloat16 too), `.pth` / `.pt` / `.bin` read with torch when it is
+installed, sharded model directories, and the config.json beside them."""
+
+import json
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+from etils import epath
+
+StateDict = dict[str, np.ndarray]
+SAFETENSORS = 'model.safetensors'
+_TORCH_SUFFIXES = ('.pth', '.pt', '.bin')
+_SAFETENSORS_DTYPES = {
+    'F64': np.float64,
+    'F32': np.float32,
+    'F16': np.float16,
+    'BF16': ml_dtypes.bfloat16,
+    'I64': np.int64,
+    'I32': np.int32,
+    'I16': np.int16,
+    'I8': np.int8,
+    'U8': np.uint8,
+    'BOOL': np.bool_,
+}
+_SAFETENSORS_NAMES = {np.dtype(dtype): name for name, dtype in _SAFETENSORS_DTYPES.items()}
+
+
+def is_state_dict_path(path: str) -> bool:
+  """Whether `path` names what `read` reads: a .safetensors / .pth / .pt / .bin file, or a directory
+  holding a model.safetensors (a Hugging Face or timm model directory)."""
+  if path.endswith(('.safetensors', *_TORCH_SUFFIXES)):
+    return True
+  directory = epath.Path(path)
+  return (directory / SAFETENSORS).is_file() or (directory / f'{SAFETENSORS}.index.json').is_file()
+
+
+def read_safetensors(path: epath.Path, shapes_only: bool = False) -> StateDict:
+  """The tensors of a .safetensors file: an 8-byte little-endian header size, a JSON header of
+  {name: {dtype, shape, data_offsets}}, then the data. Read here rather than with the safetensors
+  package, whose NumPy API has no bfloat16, the dtype of many published checkpoints. `shapes_only`:
+  only the header is read, and each tensor is a broadcast zero of its shape (no memory)."""
+  try:
+    with path.open('rb') as f:
+      size = int.from_bytes(f.read(8), 'little')
+      header = json.loads(f.read(size))
+      header.pop('__metadata__', None)
+      dtypes = {name: _SAFETENSORS_DTYPES[t['dtype']] for name, t in header.items()}
+      if shapes_only:
+        return {
+            name: np.broadcast_to(np.zeros((), dtypes[name]), t['shape'])
+            for name, t in header.items()
+        }
+      body = memoryview(f.read())
+    return {
+        name: np.frombuffer(body[slice(*t['data_offsets'])], dtypes[name]).reshape(t['shape'])
+        for name, t in header.items()
+    }
+  except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
+    raise ValueError(
+        f'{path} is not a readable safetensors file ({type(e).__name__}: '
+        f'{str(e).splitlines()[0] if str(e) else ""}): fix --config.init_from'
+    ) from None
+
+
+def write_safetensors(tensors: StateDict, path: str) -> None:
+  """`tensors` as a .safetensors file (the layout `read_safetensors` reads), data 8-byte aligned."""
+  header, offset = {}, 0
+  for name, array in tensors.items():
+    header[name] = {
+        'dtype': _SAFETENSORS_NAMES[array.dtype],
+        'shape': list(array.shape),
+        'data_offsets': [offset, offset + array.nbytes],
+    }
+    offset += array.nbytes
+  encoded = json.dumps(header, separators=(',', ':')).encode()
+  encoded += b' ' * (-len(encoded) % 8)
+  with epath.Path(path).open('wb') as f:
+    f.write(len(encoded).to_bytes(8, 'little') + encoded)
+    for array in tensors.values():
+      f.write(np.ascontiguousarray(array).tobytes())
+
+
+def _read_torch(path: epath.Path, shapes_only: bool = False) -> StateDict:
+  del shapes_only  # A pickle is read whole.
+  try:
+    import torch  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    raise ValueError(
+        f'{path}: reading a PyTorch file needs torch (pip install torch); or save it as '
+        '.safetensors, which needs none'
+    ) from None
+  with path.open('rb') as f:
+    loaded = torch.load(f, map_location='cpu', weights_only=True)
+  for key in ('state_dict', 'model'):  # Training checkpoints wrap the weights.
+    if isinstance(loaded, dict) and isinstance(loaded.get(key), dict):
+      loaded = loaded[key]
+  return {
+      k.removeprefix('module.'): v.float().numpy()
+      for k, v in loaded.items()
+      if isinstance(v, torch.Tensor)
+  }
+
+
+def read(path: str, shapes_only: bool = False) -> tuple[StateDict, dict[str, Any]]:
+  """The state dict at `path` (see `is_state_dict_path`; a sharded model.safetensors.index.json too)
+  and the config.json beside it, if any. `shapes_only`: a .safetensors file's tensors are broadcast
+  zeros of their shapes, read from its header alone."""
+  p = epath.Path(path)
+  if path.endswith(_TORCH_SUFFIXES):
+    files, read_file = [p], _read_torch
+  elif path.endswith('.safetensors'):
+    files, read_file = [p], read_safetensors
+  elif (p / SAFETENSORS).is_file():
+    files, read_file = [p / SAFETENSORS], read_safetensors
+  else:
+    index = json.loads((p / f'{SAFETENSORS}.index.json').read_text())
+    files, read_file = [
+        p / name for name in sorted(set(index['weight_map'].values()))
+    ], read_safetensors
+  for file in files:
+    if not file.is_file():
+      raise ValueError(f'no checkpoint file at {str(file)!r}: fix --config.init_from')
+  state_dict = {}
+  for file in files:
+    state_dict.update(read_file(file, shapes_only))
+  config_file = (p if p.is_dir() else p.parent) / 'config.json'
+  config = json.loads(config_file.read_text()) if config_file.is_file() else {}
+  return state_dict, config

@@ -1,0 +1,120 @@
+"""The naming shared by PyTorch's ViTs (timm's, transformers') and ours: weight transposes, the
+attention split per head, a reader that reports what it left over. Weights of PyTorch's `Linear` are
+(out, in), Flax kernels (in, out); our attention kernels are split per head, (D, heads, D/heads)."""
+
+import math
+import re
+
+import numpy as np
+
+from vit_jax.checkpoints.torch_files import StateDict
+
+BLOCK = 'Transformer/encoderblock_{}'
+ATTENTION = BLOCK + '/MultiHeadDotProductAttention_1'
+# The MLP activations of timm's `act_layer` and transformers' `hidden_act` that vit_jax's ViT has:
+# their `model.mlp_activation` (transformers' gelu_new and gelu_pytorch_tanh are GELU's tanh form,
+# gelu_python the exact one).
+ACTIVATIONS = {
+    'gelu': 'gelu',
+    'gelu_tanh': 'gelu_tanh',
+    'gelu_new': 'gelu_tanh',
+    'gelu_pytorch_tanh': 'gelu_tanh',
+    'gelu_python': 'gelu',
+    'quick_gelu': 'quick_gelu',
+}
+
+
+def activation(named: str, path: str) -> str:
+  """Our model.mlp_activation for a checkpoint's named one; a one-line error for one we have not (the
+  MLP's nonlinearity has no parameters: loading the weights would compute another function)."""
+  if named not in ACTIVATIONS:
+    raise ValueError(
+        f"{path}: the checkpoint's MLP uses the activation {named!r}, which vit_jax's ViT "
+        f"has not (model.mlp_activation: {', '.join(sorted(set(ACTIVATIONS.values())))})"
+    )
+  return ACTIVATIONS[named]
+
+
+def kernel(weight: np.ndarray) -> np.ndarray:
+  return weight.T
+
+
+def patch_kernel(weight: np.ndarray) -> np.ndarray:
+  return weight.transpose(2, 3, 1, 0)  # (D, 3, p, p) -> (p, p, 3, D)
+
+
+def attention_in(
+    prefix: str, weights: dict[str, np.ndarray], num_heads: int
+) -> dict[str, np.ndarray]:
+  """Our query/key/value/out parameters from (out, in) weights and biases named q, k, v, out."""
+  d = weights['out.weight'].shape[0]
+  tree = {
+      f'{prefix}/out/kernel': weights['out.weight'].T.reshape(num_heads, d // num_heads, d),
+      f'{prefix}/out/bias': weights['out.bias'],
+  }
+  for name, ours in (('q', 'query'), ('k', 'key'), ('v', 'value')):
+    tree[f'{prefix}/{ours}/kernel'] = weights[f'{name}.weight'].T.reshape(
+        d, num_heads, d // num_heads
+    )
+    tree[f'{prefix}/{ours}/bias'] = weights[f'{name}.bias'].reshape(num_heads, d // num_heads)
+  return tree
+
+
+class Reader:
+  """Takes tensors out of a state dict by name, so that what is left over can be reported."""
+
+  def __init__(self, state_dict: StateDict, source: str, layout: str):
+    self._left = dict(state_dict)
+    self._source, self._layout = source, layout
+
+  def has(self, name: str) -> bool:
+    return name in self._left
+
+  def take(self, name: str) -> np.ndarray:
+    if name not in self._left:
+      raise ValueError(
+          f'{self._source}: {self._layout} tensor {name!r} is missing: the file is not a '
+          'complete ViT in that naming'
+      )
+    return np.asarray(self._left.pop(name), np.float32)
+
+  def check_all_taken(self) -> None:
+    if self._left:
+      name = sorted(self._left)[0]
+      raise ValueError(
+          f'{self._source}: {self._layout} tensor {name!r} {self._left[name].shape} has no '
+          f"counterpart in vit_jax's ViT ({len(self._left)} such): the checkpoint is "
+          'another architecture'
+      )
+
+
+def num_blocks(state_dict: StateDict, pattern: str) -> int:
+  return len({m[1] for name in state_dict if (m := re.match(pattern, name))})
+
+
+def norms_and_mlp(
+    r: Reader, prefix: str, block: str, norms: tuple[str, str], denses: tuple[str, str]
+) -> dict[str, np.ndarray]:
+  """A block's two LayerNorms and two MLP layers, named `prefix` + `norms` / `denses` in PyTorch."""
+  tree = {}
+  for theirs, ours in zip(norms, ('LayerNorm_0', 'LayerNorm_2')):
+    tree[f'{block}/{ours}/scale'] = r.take(f'{prefix}{theirs}.weight')
+    tree[f'{block}/{ours}/bias'] = r.take(f'{prefix}{theirs}.bias')
+  for theirs, ours in zip(denses, ('Dense_0', 'Dense_1')):
+    tree[f'{block}/MlpBlock_3/{ours}/kernel'] = kernel(r.take(f'{prefix}{theirs}.weight'))
+    tree[f'{block}/MlpBlock_3/{ours}/bias'] = r.take(f'{prefix}{theirs}.bias')
+  return tree
+
+
+def square(n: int) -> bool:
+  return n >= 0 and math.isqrt(n) ** 2 == n
+
+
+def attention_out(flat: dict[str, np.ndarray], prefix: str, d: int) -> StateDict:
+  """`attention_in` reversed: (out, in) weights and biases named q, k, v, out of our attention
+  `prefix`'s parameters, taken out of `flat`."""
+  weights = {}
+  for name, ours in (('q', 'query'), ('k', 'key'), ('v', 'value'), ('out', 'out')):
+    weights[f'{name}.weight'] = flat.pop(f'{prefix}/{ours}/kernel').reshape(d, d).T
+    weights[f'{name}.bias'] = flat.pop(f'{prefix}/{ours}/bias').reshape(d)
+  return weights

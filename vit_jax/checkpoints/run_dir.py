@@ -201,6 +201,34 @@ def _missing_init_from(given: str) -> str:
   )
 
 
+def fill_from_checkpoint(config: ml_collections.ConfigDict) -> None:
+  """config.variant='checkpoint' (variants.FROM_CHECKPOINT): sets config.model's unset fields to the
+  architecture of config.init_from, a timm or transformers ViT (state_dicts.fill), so that the config,
+  and the run's config.json that export and predict rebuild the model from, hold it. Other variants
+  are left as they are."""
+  if config.variant != variants.FROM_CHECKPOINT:
+    return
+  init_from = paths.absolute(config.init_from) if config.init_from else None
+  if init_from is None or not torch_files.is_state_dict_path(init_from):
+    given = f'not {config.init_from!r}' if config.init_from else 'unset'
+    raise ValueError(
+        f"config.variant='{variants.FROM_CHECKPOINT}' builds the ViT of config.init_from, which "
+        'must be a timm or Hugging Face transformers ViT (a .safetensors / .pth / .bin file, or '
+        f'a directory holding model.safetensors), {given}: set --config.init_from, or name a '
+        'variant (e.g. --config.variant=ViT-B_16)'
+    )
+  paths.check_reachable(init_from, config.storage_timeout_s, 'config.init_from')
+  filled = state_dicts.fill(config.model.to_dict(), init_from)
+  for field, value in filled.items():
+    if config.model[field] is None and value is not None:
+      config.model[field] = value
+  logging.info(
+      'Model from %s: %s',
+      config.init_from,
+      ', '.join(f'{k}={v}' for k, v in filled.items() if v is not None),
+  )
+
+
 def load_init_params(config: ml_collections.ConfigDict, model: nn.Module) -> Any:
   """The parameters of `config.init_from`, with head and position embeddings fitted to `model`."""
   init_from = paths.absolute(config.init_from)

@@ -69,6 +69,32 @@ def _same(a: Any, b: Any) -> bool:
   return a == b
 
 
+def fill(model: Mapping[str, Any], path: str) -> dict[str, Any]:
+  """`model` (config.model's fields, None where unset) with its unset fields set to what the
+  checkpoint at `path` fixes (`architecture`): config.variant='checkpoint'. A one-line ValueError for
+  a set field the checkpoint contradicts, and for a field without tensors it does not say (no
+  config.json beside it)."""
+  filled = dict(model)
+  for field, value in architecture(path).items():
+    given = model.get(field)
+    if given is None:
+      filled[field] = value
+    # Layer scale's value is the scales' initial one, which the checkpoint's replace.
+    elif not (_same(given, value) or (field == 'layer_scale' and value is not None)):
+      raise ValueError(
+          f'config.model.{field}={given!r} contradicts config.init_from, whose {field} is '
+          f"{value!r}: drop that setting (config.variant='checkpoint' takes it from the "
+          'checkpoint), or load another checkpoint'
+      )
+  for field, what in _WITHOUT_TENSORS.items():
+    if filled.get(field) is None:
+      raise ValueError(
+          f'{path} does not say its {what} (model.{field}): there is no config.json beside it, or '
+          f'one that leaves it out; set --config.model.{field}'
+      )
+  return filled
+
+
 def load(path: str, model: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
   """The tree of the timm or transformers ViT at `path` for a model of the fields `model` (its
   num_heads split the attention kernels), and lines for the log; a one-line ValueError when it is

@@ -51,6 +51,10 @@ _NAME = re.compile(
     r'^(?:(?P<hybrid>R50\+)|(?P<axial>Axial-))?ViT-(?P<size>[A-Za-z]+)_(?P<patch>[0-9]+)$'
 )
 R50_LAYERS = (3, 4, 9)
+# The ViT of config.init_from, a timm or transformers checkpoint: setup fills config.model's unset
+# fields with what the checkpoint fixes (run_dir.fill_from_checkpoint), so config.model has its sizes.
+FROM_CHECKPOINT = 'checkpoint'
+_SIZE_FIELDS = ('patch_size', 'hidden_size', 'num_layers', 'mlp_dim', 'num_heads')
 # model.classifier, model.posemb and model.posemb_where are the keys of pooling.CLASSIFIERS,
 # posemb.POSEMBS and posemb.POSEMB_WHERE.
 # Fast paths (encoder.py; the attention kernels are the keys of attention.ATTENTION_FNS). The remat
@@ -78,13 +82,25 @@ def _vit_model_config(
     variant: str, overrides: Optional[Mapping[str, Any]] = None
 ) -> dict[str, Any]:
   """Keyword arguments of `VisionTransformer` (without num_classes/dtype) for a ViT variant name."""
-  match = _NAME.match(variant)
+  if variant == FROM_CHECKPOINT:
+    missing = [name for name in _SIZE_FIELDS if (overrides or {}).get(name) is None]
+    if missing:
+      raise ValueError(
+          f"config.variant='{FROM_CHECKPOINT}' is the ViT of config.init_from, whose fields the "
+          f"run's setup reads from it, but model.{missing[0]} is unset: set --config.init_from "
+          'to a timm or Hugging Face ViT (or set every size field of config.model)'
+      )
+    # A plain ViT's defaults: every size of the B preset is overridden.
+    match = _NAME.match(f"ViT-B_{overrides['patch_size']}")
+  else:
+    match = _NAME.match(variant)
   if not match or match['size'] not in SIZES or int(match['patch']) < 1:
     raise ValueError(
         f'Unknown model variant {variant!r}: use ViT-<size>_<patch> with size in '
         f"{', '.join(SIZES)} (e.g. {', '.join(PUBLISHED)}), a hybrid R50+ViT-<size>_<stride> "
-        f"(e.g. {', '.join(PUBLISHED_HYBRIDS)}) or Axial-ViT-<size>_<patch> (e.g. {', '.join(AXIAL)}); "
-        'set it with --config.variant=ViT-B_16'
+        f"(e.g. {', '.join(PUBLISHED_HYBRIDS)}), Axial-ViT-<size>_<patch> (e.g. {', '.join(AXIAL)}) "
+        f"or '{FROM_CHECKPOINT}' (the ViT of config.init_from); set it with "
+        '--config.variant=ViT-B_16'
     )
   num_layers, hidden_size, mlp_dim, num_heads = SIZES[match['size']]
   model = dict(
@@ -339,7 +355,7 @@ class Family:
 FAMILIES: dict[str, Family] = {
     'ViT': Family(
         'a Vision Transformer',
-        re.compile('ViT-'),
+        re.compile(f'ViT-|^{FROM_CHECKPOINT}$'),
         PUBLISHED + PUBLISHED_HYBRIDS + AXIAL,
         _vit_model_config,
         VisionTransformer,
@@ -369,7 +385,8 @@ def family(variant: str) -> str:
   examples = ', '.join(example for entry in FAMILIES.values() for example in entry.examples[:3])
   raise ValueError(
       f'Unknown model variant {variant!r}: use one of {", ".join(FAMILIES)}, e.g. '
-      f'{examples}; set it with --config.variant=ViT-B_16'
+      f"{examples}, or '{FROM_CHECKPOINT}' (the ViT of config.init_from); set it with "
+      '--config.variant=ViT-B_16'
   )
 
 

@@ -22,6 +22,7 @@ import ml_collections
 from absl import flags
 from ml_collections import config_flags
 
+from vit_jax.checkpoints import run_dir
 from vit_jax.models import variants
 from vit_jax.planning import chips, footprint
 from vit_jax.runtime import cli, config_files
@@ -147,6 +148,7 @@ def main(argv: list[str]) -> None:
           f'--num_classes={args.num_classes} must be at least 1 and '
           f'--suggestions={args.suggestions} at least 0'
       )
+    run_dir.fill_from_checkpoint(config)
     model_config = variants.get_model_config(config.variant, config.model.to_dict())
     mesh = footprint.check(config, model_config, args.devices)
     traced = footprint.trace(config, model_config, args.num_classes)

@@ -217,6 +217,7 @@ def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
   for each_task in tasks.TASKS.values():  # A typo in another task's fields is still a typo.
     each_task.check(config)
   _check_numbers(config)
+  run_dir.fill_from_checkpoint(config)
   model_config = variants.get_model_config(config.variant, config.model.to_dict())
   family = variants.FAMILIES[variants.family(config.variant)]
   stride = family.input_stride(model_config)

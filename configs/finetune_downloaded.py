@@ -1,0 +1,57 @@
+"""Fine-tuning a ViT downloaded from the Hugging Face hub (timm's or transformers' weights), shared
+by configs/finetune_dinov2.py, finetune_siglip.py and finetune_clip.py.
+
+The model is `variant='checkpoint'`: every architecture field (sizes, heads, layer scale, registers,
+pooling, activation, LayerNorm epsilon) is read from the downloaded directory's tensors and
+config.json, so none is spelt here. The recipe is today's for fine-tuning such backbones (BEiT / MAE
+style, as timm and FT-CLIP use): AdamW with layer-wise learning-rate decay, weight decay 0.05,
+stochastic depth 0.1, label smoothing 0.1, cosine decay after a warmup, 224 px, Polyak averaging.
+The position embeddings are resized to 224 px's patch grid (DINOv2's 518 px grid of 37x37 to 16x16),
+and the head is a new zero-initialised one for the dataset's classes.
+
+Not yet done: the images are vit_jax's, in [-1, 1] (mean = std = 0.5), and the checkpoint's own
+normalisation (ImageNet's mean and std for DINOv2, OpenAI's for CLIP; SigLIP's is ours) is not
+folded into its patch embedding, so fine-tuning starts from a shifted input and its first steps
+adapt to it.
+"""
+
+import ml_collections
+
+from configs import finetune
+
+# family: (hub checkpoints it was written for, the directory init_from names until set)
+FAMILIES = {
+    'dinov2': (
+        'timm/vit_small_patch14_dinov2.lvd142m, timm/vit_base_patch14_dinov2.lvd142m, '
+        'timm/vit_small_patch14_reg4_dinov2.lvd142m (registers), facebook/dinov2-small, '
+        'facebook/dinov2-base, facebook/dinov2-with-registers-small',
+        'checkpoints/dinov2',
+    ),
+    'siglip': (
+        'timm/vit_base_patch16_siglip_224.webli, google/siglip-base-patch16-224 (its '
+        'SiglipVisionModel)',
+        'checkpoints/siglip',
+    ),
+    'clip': (
+        'timm/vit_base_patch16_clip_224.openai, timm/vit_base_patch16_clip_quickgelu_224.openai, '
+        'openai/clip-vit-base-patch16 (its CLIPVisionModel)',
+        'checkpoints/clip',
+    ),
+}
+
+
+def get_config(family: str, dataset: str) -> ml_collections.ConfigDict:
+  if family not in FAMILIES:
+    raise ValueError(f'Unknown family {family!r}: use one of {", ".join(FAMILIES)}')
+  config = finetune.get_config('checkpoint', dataset)
+  config.init_from = FAMILIES[family][1]  # Set it: --config.init_from=/path/to/downloaded/dir.
+  config.image_size = 224
+  config.model.drop_path_rate = 0.1
+  config.label_smoothing = 0.1
+  config.optim.name = 'adamw'
+  config.optim.weight_decay = 0.05
+  config.optim.layer_decay = 0.65
+  config.lr.base = 1e-4  # Batch 512 (configs/finetune.py); the peak after warmup.
+  config.lr.end = 1e-6
+  config.polyak_decay = 0.9999 if config.total_steps > 1000 else 0.999
+  return config

@@ -1,0 +1,263 @@
+"""config.variant='checkpoint': the model is the ViT of config.init_from, its fields read from the
+checkpoint's tensors and config.json, so that fine-tuning a downloaded timm or transformers ViT needs
+no model field spelt out. The references are checkpoints written by timm and transformers themselves.
+"""
+
+import json
+
+import ml_collections
+import numpy as np
+import pytest
+import safetensors.torch
+import timm
+import transformers
+
+import helpers
+from torch_references import randomize, torch_outputs
+from vit_jax.checkpoints import state_dicts
+from vit_jax.tasks import classification
+from vit_jax.train import setup
+
+SIZE, NUM_CLASSES = 28, 10  # The digits' classes: keep_head keeps a head of the checkpoint's.
+# configs/demo.py's model fields, unset: variant='checkpoint' fills them from the checkpoint.
+_UNSET = {f'model.{name}': None for name in ('hidden_size', 'num_layers', 'num_heads', 'mlp_dim')}
+
+
+def _timm_dinov2_reg4(directory, **kwargs):
+  """A random tiny vit_small_patch14_reg4_dinov2 (4 registers, layer scale, patch 14) written by
+  timm's save_for_hf: model.safetensors and the hub's config.json."""
+  reference = randomize(
+      timm.create_model(
+          'vit_small_patch14_reg4_dinov2',
+          pretrained=False,
+          img_size=SIZE,
+          embed_dim=32,
+          depth=2,
+          num_heads=2,
+          num_classes=NUM_CLASSES,
+          **kwargs,
+      )
+  )
+  timm.models.save_for_hf(reference, directory, safe_serialization=True)
+  return reference
+
+
+def _prepare(tmp_path, init_from: str, **overrides) -> setup.Setup:
+  config = helpers.load_config(
+      'demo',
+      {
+          **_UNSET,
+          'variant': 'checkpoint',
+          'init_from': init_from,
+          'image_size': SIZE,
+          'keep_head': True,
+          **overrides,
+      },
+  )
+  return setup.prepare(config, str(tmp_path / 'workdir'))
+
+
+def _images(n: int) -> np.ndarray:
+  return np.random.RandomState(2).uniform(-1, 1, (n, SIZE, SIZE, 3)).astype(np.float32)
+
+
+def _logits(run: setup.Setup, inputs: np.ndarray) -> np.ndarray:
+  return np.asarray(run.model.apply({'params': run.init_params}, inputs))
+
+
+def test_timms_dinov2_with_registers_is_built_from_its_files_alone(tmp_path):
+  reference = _timm_dinov2_reg4(tmp_path / 'dinov2')
+  run = _prepare(tmp_path, str(tmp_path / 'dinov2'))
+  expected = {
+      'patch_size': 14,
+      'hidden_size': 32,
+      'num_layers': 2,
+      'num_heads': 2,
+      'mlp_dim': 128,
+      'num_registers': 4,
+      'layer_scale': 1e-5,
+      'classifier': 'token',
+      'fc_norm': False,
+      'pre_norm': False,
+      'mlp_activation': 'gelu',  # timm's default, not the original checkpoints' tanh form.
+      'layernorm_epsilon': 1e-6,
+  }
+  assert {k: run.model_config[k] for k in expected} == expected
+  # The config holds them, so the run's config.json rebuilds the model for export and predict.
+  assert {k: run.config.model[k] for k in expected} == expected
+  inputs = _images(3)
+  np.testing.assert_allclose(
+      _logits(run, inputs), torch_outputs(reference, inputs).numpy(), atol=1e-4
+  )
+
+
+def test_a_field_that_contradicts_the_checkpoint_is_one_line_naming_it(tmp_path):
+  _timm_dinov2_reg4(tmp_path / 'dinov2')
+  with pytest.raises(
+      ValueError,
+      match=r'^config.model.num_registers=0 contradicts config.init_from, whose num_registers '
+      r"is 4: drop that setting \(config.variant='checkpoint' takes it from the checkpoint\)",
+  ):
+    _prepare(tmp_path, str(tmp_path / 'dinov2'), **{'model.num_registers': 0})
+  with pytest.raises(ValueError, match=r'^config.model.mlp_activation=.gelu_tanh. contradicts'):
+    _prepare(tmp_path, str(tmp_path / 'dinov2'), **{'model.mlp_activation': 'gelu_tanh'})
+  # Settings the checkpoint does not fix are the run's: regularisation, and layer scale's initial
+  # value, which the checkpoint's scales replace.
+  run = _prepare(
+      tmp_path,
+      str(tmp_path / 'dinov2'),
+      **{'model.drop_path_rate': 0.1, 'model.layer_scale': 1.0},
+  )
+  assert run.model_config['drop_path_rate'] == 0.1 and run.model_config['num_registers'] == 4
+
+
+def test_a_checkpoint_without_a_config_json_needs_the_fields_it_cannot_show(tmp_path):
+  reference = _timm_dinov2_reg4(tmp_path / 'dinov2')
+  bare = tmp_path / 'bare.safetensors'
+  safetensors.torch.save_file(reference.state_dict(), bare)
+  with pytest.raises(
+      ValueError,
+      match=r'bare.safetensors does not say its number of attention heads \(model.num_heads\): '
+      r'there is no config.json beside it.*; set --config.model.num_heads$',
+  ):
+    _prepare(tmp_path, str(bare))
+  fields = {'model.num_heads': 2, 'model.mlp_activation': 'gelu', 'model.layernorm_epsilon': 1e-6}
+  run = _prepare(tmp_path, str(bare), **fields)
+  inputs = _images(2)
+  np.testing.assert_allclose(
+      _logits(run, inputs), torch_outputs(reference, inputs).numpy(), atol=1e-4
+  )
+
+
+@pytest.mark.parametrize(
+    'init_from,message',
+    [
+        (None, r'it is unset|, unset:'),
+        ('model.npz', r"not '.*model.npz'"),
+    ],
+)
+def test_variant_checkpoint_without_a_timm_or_transformers_checkpoint_names_the_fix(
+    tmp_path, init_from, message
+):
+  if init_from:
+    np.savez(tmp_path / init_from, x=np.zeros(1))
+    init_from = str(tmp_path / init_from)
+  with pytest.raises(
+      ValueError,
+      match=r"^config.variant='checkpoint' builds the ViT of config.init_from.*" + message,
+  ) as error:
+    _prepare(tmp_path, init_from, keep_head=False)
+  assert 'set --config.init_from' in str(error.value) and '\n' not in str(error.value)
+
+
+def test_timms_quickgelu_clip_and_a_transformers_vit_say_their_activation_and_epsilon(tmp_path):
+  clip = randomize(
+      timm.create_model(
+          'vit_base_patch16_clip_quickgelu_224',
+          pretrained=False,
+          img_size=SIZE,
+          patch_size=7,
+          embed_dim=32,
+          depth=2,
+          num_heads=2,
+          num_classes=NUM_CLASSES,
+      )
+  )
+  timm.models.save_for_hf(clip, tmp_path / 'clip', safe_serialization=True)
+  fixed = state_dicts.architecture(str(tmp_path / 'clip'))
+  assert (fixed['mlp_activation'], fixed['layernorm_epsilon'], fixed['pre_norm']) == (
+      'quick_gelu',
+      1e-5,
+      True,
+  )
+  run = _prepare(tmp_path, str(tmp_path / 'clip'))
+  inputs = _images(2)
+  np.testing.assert_allclose(_logits(run, inputs), torch_outputs(clip, inputs).numpy(), atol=1e-4)
+
+  vit = randomize(
+      transformers.ViTForImageClassification(
+          transformers.ViTConfig(
+              image_size=SIZE,
+              patch_size=7,
+              hidden_size=32,
+              num_hidden_layers=2,
+              num_attention_heads=2,
+              intermediate_size=48,
+              num_labels=NUM_CLASSES,
+          )
+      )
+  )
+  vit.save_pretrained(tmp_path / 'hf')
+  assert 'layer_norm_eps' in json.loads((tmp_path / 'hf' / 'config.json').read_text())
+  run = _prepare(tmp_path, str(tmp_path / 'hf'))
+  assert (run.model_config['mlp_activation'], run.model_config['layernorm_epsilon']) == (
+      'gelu',
+      1e-12,
+  )
+  assert run.model_config['mlp_dim'] == 48
+  np.testing.assert_allclose(
+      _logits(run, inputs), torch_outputs(vit, inputs).logits.numpy(), atol=1e-4
+  )
+
+
+def test_the_run_config_rebuilds_the_model_without_the_checkpoint(tmp_path):
+  """What export, predict and a resume read: the run's config with the filled fields, resolved
+  again with the checkpoint gone."""
+  _timm_dinov2_reg4(tmp_path / 'dinov2')
+  run = _prepare(tmp_path, str(tmp_path / 'dinov2'))
+  stored = run.config.to_dict()
+  (tmp_path / 'dinov2' / 'model.safetensors').unlink()
+  assert helpers.model_config(ml_collections.ConfigDict(stored)) == run.model_config
+
+
+@pytest.mark.parametrize(
+    'config_name,architecture',
+    [
+        ('finetune_dinov2', 'vit_small_patch14_reg4_dinov2'),
+        ('finetune_siglip', 'vit_base_patch16_siglip_224'),
+        ('finetune_clip', 'vit_base_patch16_clip_quickgelu_224'),
+    ],
+)
+def test_the_fine_tuning_configs_build_their_familys_checkpoint(
+    tmp_path, config_name, architecture
+):
+  """configs/finetune_<family>.py with a tiny random checkpoint of its family (and the digits for
+  its dataset): the run is set up with the checkpoint's architecture and the config's recipe."""
+  reference = randomize(
+      timm.create_model(
+          architecture,
+          pretrained=False,
+          img_size=SIZE,
+          patch_size=14 if 'dinov2' in architecture else 7,
+          embed_dim=32,
+          depth=2,
+          num_heads=2,
+          num_classes=0,
+      )
+  )
+  timm.models.save_for_hf(reference, tmp_path / 'downloaded', safe_serialization=True)
+  config = helpers.load_config(
+      f'{config_name}:cifar10',
+      {
+          'init_from': str(tmp_path / 'downloaded'),
+          'dataset': 'digits',
+          'train_split': 'train',
+          'eval_split': 'test',
+          'image_size': SIZE,
+          'batch_size': 16,
+          'eval_batch_size': 16,
+          'dtype': 'float32',
+      },
+  )
+  run = setup.prepare(config, str(tmp_path / 'workdir'))
+  assert run.model_config['hidden_size'] == 32 and run.model_config['drop_path_rate'] == 0.1
+  assert helpers.model_config(run.config) == run.model_config
+  # What the new zero head reads: timm's pooled features.
+  features = classification.features_model(run.config, run.model_config)
+  params = {k: v for k, v in run.init_params.items() if k != 'head'}
+  inputs = _images(2)
+  np.testing.assert_allclose(
+      features.apply({'params': params}, inputs),
+      torch_outputs(reference, inputs).numpy(),
+      atol=1e-4,
+  )

@@ -40,7 +40,7 @@ FAMILIES = {
 }
 
 
-def get_config(family: str, dataset: str) -> ml_collections.ConfigDict:
+def get_config(family: str = 'dinov2', dataset: str = 'cifar10') -> ml_collections.ConfigDict:
   if family not in FAMILIES:
     raise ValueError(f'Unknown family {family!r}: use one of {", ".join(FAMILIES)}')
   config = finetune.get_config('checkpoint', dataset)

@@ -150,6 +150,16 @@ def test_variant_checkpoint_without_a_timm_or_transformers_checkpoint_names_the_
   assert 'set --config.init_from' in str(error.value) and '\n' not in str(error.value)
 
 
+def test_variant_checkpoint_with_a_missing_download_names_where_it_looked(tmp_path, monkeypatch):
+  monkeypatch.chdir(tmp_path)
+  with pytest.raises(
+      ValueError,
+      match=r"^config.init_from='checkpoints/clip' does not exist, here '.*/checkpoints/clip': "
+      r'download the checkpoint there',
+  ):
+    _prepare(tmp_path, 'checkpoints/clip', keep_head=False)
+
+
 def test_timms_quickgelu_clip_and_a_transformers_vit_say_their_activation_and_epsilon(tmp_path):
   clip = randomize(
       timm.create_model(

@@ -209,6 +209,13 @@ def fill_from_checkpoint(config: ml_collections.ConfigDict) -> None:
   if config.variant != variants.FROM_CHECKPOINT:
     return
   init_from = paths.absolute(config.init_from) if config.init_from else None
+  if init_from and not paths.is_url(init_from) and not os.path.exists(init_from):
+    where = '' if init_from == config.init_from else f', here {init_from!r}'
+    raise ValueError(
+        f'config.init_from={config.init_from!r} does not exist{where}: download the checkpoint '
+        "there (the config file's docstring says from where) or set "
+        '--config.init_from=/abs/path/to/it'
+    )
   if init_from is None or not torch_files.is_state_dict_path(init_from):
     given = f'not {config.init_from!r}' if config.init_from else 'unset'
     raise ValueError(

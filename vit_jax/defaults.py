@@ -99,6 +99,8 @@ def get_config() -> ml_collections.ConfigDict:
           # Layer scale (CaiT, DeiT III, DINOv2; timm's init_values): each residual branch multiplied
           # by a learned per-channel scale starting at this value (e.g. 1e-5); unset: none.
           layer_scale=config_dict.placeholder(float),
+          # LayerNorms of each head's queries and keys before their product (ViT-22B's; timm's qk_norm).
+          qk_norm=config_dict.placeholder(bool),
           # Register tokens (DINOv2 with registers, "Vision Transformers Need Registers"): this many
           # learned tokens after the class token, in no pooling; unset: none.
           num_registers=config_dict.placeholder(int),

@@ -14,7 +14,7 @@ import transformers
 
 import helpers
 from torch_references import randomize, torch_outputs
-from vit_jax.checkpoints import state_dicts
+from vit_jax.checkpoints import state_dicts, timm_layout, torch_files
 from vit_jax.tasks import classification
 from vit_jax.train import setup
 
@@ -271,3 +271,51 @@ def test_the_fine_tuning_configs_build_their_familys_checkpoint(
       torch_outputs(reference, inputs).numpy(),
       atol=1e-4,
   )
+
+
+def test_timms_qk_norm_vit_loads_with_equal_logits_and_exports_back(tmp_path):
+  """timm's qk_norm (LayerNorms of each head's queries and keys, with biases): read from the tensors,
+  timm's logits, the tensors exported back unchanged and timm's model rebuilt from our export."""
+  reference = randomize(
+      timm.create_model(
+          'vit_tiny_patch16_224',
+          pretrained=False,
+          img_size=SIZE,
+          patch_size=7,
+          embed_dim=32,
+          depth=2,
+          num_heads=2,
+          num_classes=NUM_CLASSES,
+          qk_norm=True,
+      )
+  )
+  timm.models.save_for_hf(reference, tmp_path / 'qk', safe_serialization=True)
+  run = _prepare(tmp_path, str(tmp_path / 'qk'))
+  assert run.model_config['qk_norm'] is True
+  inputs = _images(3)
+  expected = torch_outputs(reference, inputs).numpy()
+  np.testing.assert_allclose(_logits(run, inputs), expected, atol=1e-4)
+  exported = timm_layout.to_state_dict(run.init_params)
+  theirs = {k: v.numpy() for k, v in reference.state_dict().items()}
+  assert sorted(exported) == sorted(theirs)
+  for name, tensor in theirs.items():
+    np.testing.assert_allclose(exported[name], tensor, atol=1e-6, err_msg=name)
+  out = tmp_path / 'export'
+  out.mkdir()
+  torch_files.write_safetensors(exported, str(out / torch_files.SAFETENSORS))
+  config = timm_layout.export_config(
+      run.model_config, SIZE, NUM_CLASSES, pp_eval=run.config.pp_eval.to_dict()
+  )
+  (out / 'config.json').write_text(json.dumps(config))
+  rebuilt = timm.create_model(f'local-dir:{out}', pretrained=True).eval()
+  np.testing.assert_allclose(torch_outputs(rebuilt, inputs).numpy(), expected, atol=1e-4)
+  # A variant without the norms says which field to set.
+  with pytest.raises(
+      ValueError, match=r'/[qk]_norm/.*query/key normalisation; set --config.model.qk_norm=True$'
+  ):
+    _prepare(
+        tmp_path,
+        str(tmp_path / 'qk'),
+        variant='ViT-testing_7',
+        **{'model.mlp_dim': 128, 'model.mlp_activation': 'gelu'},
+    )

@@ -172,6 +172,38 @@ def test_quick_gelu_is_clips():
   )
 
 
+def test_qk_norm_layernorms_each_heads_queries_and_keys_in_every_layout():
+  """`q_norm` and `k_norm` per block, over a head's 16 channels and shared by the 2 heads: the
+  scanned blocks (stored per block) compute what the unrolled ones do, the axial blocks have them in
+  both halves, and the norms change the function."""
+  images = jax.random.normal(jax.random.key(1), (2, 16, 16, 3))
+  model = _tiny(qk_norm=True)
+  params = model.init(jax.random.key(0), images)['params']
+  params['head']['kernel'] = jax.random.normal(jax.random.key(2), params['head']['kernel'].shape)
+  for i in range(2):
+    norms = params['Transformer'][f'encoderblock_{i}']
+    assert norms['q_norm']['scale'].shape == norms['k_norm']['bias'].shape == (16,)
+    norms['q_norm']['scale'] = jax.random.uniform(jax.random.key(3 + i), (16,), minval=0.5)
+  logits = model.apply({'params': params}, images)
+  scanned = _tiny(qk_norm=True, scan=True)
+  np.testing.assert_allclose(
+      scanned.apply({'params': params}, images), logits, rtol=1e-5, atol=1e-5
+  )
+  without = {
+      **params,
+      'Transformer': {
+          name: {k: v for k, v in tree.items() if k not in ('q_norm', 'k_norm')}
+          for name, tree in params['Transformer'].items()
+      },
+  }
+  assert not np.allclose(_tiny().apply({'params': without}, images), logits, atol=1e-3)
+  axial = variants.make_model(
+      'Axial-ViT-testing_4', {'qk_norm': True}, num_classes=5, dtype=jnp.float32
+  )
+  axial_params = axial.init(jax.random.key(0), images)['params']
+  assert set(axial_params['Transformer']['encoderblock_0']['row']) >= {'q_norm', 'k_norm'}
+
+
 def test_layer_scale_must_be_positive():
   with pytest.raises(ValueError, match=r'model.layer_scale=0.0 must be a positive initial scale'):
     variants.get_model_config('ViT-testing_4', {'layer_scale': 0.0})

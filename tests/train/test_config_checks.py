@@ -163,6 +163,7 @@ INVALID = {
 ALWAYS_VALID = {
     'model.scan': 'a bool',
     'model.pre_norm': 'a bool',
+    'model.qk_norm': 'a bool',
     'pp.flip': 'a bool',
     'pp.antialias': 'a bool',
     'pp_eval.antialias': 'a bool',

@@ -189,6 +189,12 @@ def _architecture_error(
         )
         + f"; set --config.model.num_registers={loaded[1] if loaded != 'none' else 0}"
     )
+  if re.search(r'/[qk]_norm/', path):  # LayerNorms of the queries and keys (model.qk_norm).
+    has = loaded != 'none'
+    return ValueError(
+        f'{path}: checkpoint {loaded} vs model {target}: the checkpoint has '
+        f"{'' if has else 'no '}query/key normalisation; set --config.model.qk_norm={has}"
+    )
   if re.search(r'/ls[12]$', path):  # Layer scale: a tensor per block, its value any positive one.
     return ValueError(
         f'{path}: checkpoint {loaded} vs model {target}: '

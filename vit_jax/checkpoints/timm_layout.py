@@ -66,6 +66,10 @@ def from_state_dict(
     for scale in ('ls1', 'ls2'):  # Layer scale (timm's init_values: DeiT III, DINOv2).
       if r.has(f'{t}{scale}.gamma'):
         tree[f'{ours}/{scale}'] = r.take(f'{t}{scale}.gamma')
+    for norm in ('q_norm', 'k_norm'):  # timm's qk_norm.
+      if r.has(f'{t}attn.{norm}.weight'):
+        tree[f'{ours}/{norm}/scale'] = r.take(f'{t}attn.{norm}.weight')
+        tree[f'{ours}/{norm}/bias'] = r.take(f'{t}attn.{norm}.bias')
   if r.has(
       'attn_pool.latent'
   ):  # timm's MAP head (SigLIP's AttentionPoolLatent): ours, big_vision's.
@@ -161,6 +165,10 @@ def to_state_dict(params: Any) -> StateDict:
     for scale in ('ls1', 'ls2'):
       if f'{ours}/{scale}' in flat:
         out[f'{t}{scale}.gamma'] = flat.pop(f'{ours}/{scale}')
+    for norm in ('q_norm', 'k_norm'):
+      if f'{ours}/{norm}/scale' in flat:
+        out[f'{t}attn.{norm}.weight'] = flat.pop(f'{ours}/{norm}/scale')
+        out[f'{t}attn.{norm}.bias'] = flat.pop(f'{ours}/{norm}/bias')
     i += 1
   if f'{_MAP_HEAD}/probe' in flat:
     out.update(_map_head_out(flat, d))
@@ -229,6 +237,7 @@ def architecture(state_dict: StateDict, config: Mapping[str, Any], path: str) ->
       'num_registers': state_dict['reg_token'].shape[1] if 'reg_token' in state_dict else 0,
       'layer_scale': args.get('init_values', 1e-5) if 'blocks.0.ls1.gamma' in state_dict else None,
       'fc_norm': 'fc_norm.weight' in state_dict,
+      'qk_norm': 'blocks.0.attn.q_norm.weight' in state_dict,
       'classifier': _classifier(state_dict, config, path),
       'posemb': 'learn',
       'posemb_where': 'input',
@@ -349,6 +358,8 @@ def export_config(
     model_args['init_values'] = model['layer_scale']
   if model['num_registers']:
     model_args['reg_tokens'] = model['num_registers']
+  if model['qk_norm']:
+    model_args['qk_norm'] = True
   model_args['pre_norm'] = model['pre_norm']  # Explicit: the CLIP architecture's default is True.
   pretrained_cfg = {
       'input_size': [3, image_size, image_size],

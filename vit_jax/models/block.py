@@ -37,6 +37,19 @@ def drop_path(x: jnp.ndarray, rate: Union[float, jax.Array], key: jax.Array) -> 
   return x * (mask / keep).astype(x.dtype)
 
 
+def _normalizing_qk(
+    attention_fn: Callable[..., jnp.ndarray], q_norm: nn.Module, k_norm: nn.Module
+) -> Callable[..., jnp.ndarray]:
+  """`attention_fn` on the queries and keys [b, tokens, heads, head_dim] normalized by `q_norm` and
+  `k_norm` (the attention module's projections are flax's, so the norms enter between them and the
+  product here)."""
+
+  def normalized(query, key, value, **kwargs):
+    return attention_fn(q_norm(query), k_norm(key), value, **kwargs)
+
+  return normalized
+
+
 class MlpBlock(nn.Module):
   """Dense -> GELU -> dropout -> Dense -> dropout."""
 
@@ -73,6 +86,8 @@ class Encoder1DBlock(nn.Module):
   ('every_layer', `posembed`) or 'relative', a bias of its attention logits (`relative_posemb`).
   With `layer_scale` each branch is multiplied by a learned per-channel scale before the residual add
   (`ls1` after the attention, `ls2` after the MLP: timm's `ls1.gamma`, `ls2.gamma`), initialised to it.
+  With `qk_norm` the queries and keys are each LayerNormed over a head's channels (`q_norm`, `k_norm`,
+  shared by the heads) before their product: ViT-22B's stabiliser, timm's `qk_norm`.
   """
 
   mlp_dim: int
@@ -84,6 +99,7 @@ class Encoder1DBlock(nn.Module):
   mlp_activation: str = 'gelu_tanh'  # A key of MLP_ACTIVATIONS.
   layer_scale: Optional[float] = None  # The initial value of `ls1` and `ls2`; None: no layer scale.
   layernorm_epsilon: float = 1e-6
+  qk_norm: bool = False
   posemb: Optional[str] = None  # A key of POSEMBS: this block's own position embedding, or None.
   grid: Optional[tuple[int, int]] = None  # The patch grid (rows, columns), for `posemb`.
   # Where the encoder padded the tokens for the fused attention kernel: how many are real (the rest
@@ -110,6 +126,14 @@ class Encoder1DBlock(nn.Module):
     elif self.posemb is not None:
       embedded = POSEMBS[self.posemb](name='posembed')(inputs[:, :real], self.grid)
       inputs = jnp.concatenate([embedded, inputs[:, real:]], axis=1)
+    if self.qk_norm:
+      attention_fn = _normalizing_qk(
+          attention_fn,
+          *(
+              nn.LayerNorm(epsilon=self.layernorm_epsilon, dtype=self.dtype, name=name)
+              for name in ('q_norm', 'k_norm')
+          ),
+      )
     x = nn.LayerNorm(epsilon=self.layernorm_epsilon, dtype=self.dtype, name='LayerNorm_0')(inputs)
     padding = 0 if self.tokens else token_padding(self.attention, given, self.dtype)
     if padding:  # For the fused kernel, where the encoder did not pad (Axial-ViT's rows, columns).

@@ -144,6 +144,7 @@ class Encoder(nn.Module):
   mlp_activation: str = 'gelu_tanh'
   layer_scale: Optional[float] = None
   layernorm_epsilon: float = 1e-6
+  qk_norm: bool = False
   pre_norm: bool = False  # A LayerNorm `pre_norm` before the first block (CLIP's).
   block: str = 'standard'  # A key of BLOCKS.
 
@@ -171,6 +172,7 @@ class Encoder(nn.Module):
         mlp_activation=self.mlp_activation,
         layer_scale=self.layer_scale,
         layernorm_epsilon=self.layernorm_epsilon,
+        qk_norm=self.qk_norm,
         grid=grid,
         posemb=kind if kind == 'relative' or where == 'every_layer' else None,
     )

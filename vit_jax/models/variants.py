@@ -123,6 +123,7 @@ def _vit_model_config(
       scan=False,
       mlp_activation='gelu_tanh',
       layer_scale=None,
+      qk_norm=False,
       layernorm_epsilon=1e-6,
       num_registers=0,
       pre_norm=False,

@@ -52,6 +52,7 @@ class ViTBackbone(nn.Module):
   attention_dropout_rate: float = 0.0
   mlp_activation: str = 'gelu_tanh'  # A key of block.MLP_ACTIVATIONS.
   layer_scale: Optional[float] = None  # Scales each block's residual branches (block.py).
+  qk_norm: bool = False  # LayerNorms of the queries and keys per head (block.py).
   num_registers: int = 0  # Learned tokens `reg` after the class token, which no pooling reads.
   # A LayerNorm before the first block (Transformer/pre_norm) and no bias in the patch embedding:
   # CLIP's image tower (timm's pre_norm).
@@ -147,6 +148,7 @@ class ViTBackbone(nn.Module):
         mlp_activation=self.mlp_activation,
         layer_scale=self.layer_scale,
         layernorm_epsilon=self.layernorm_epsilon,
+        qk_norm=self.qk_norm,
         pre_norm=self.pre_norm,
         block=self.block,
         name='Transformer',

@@ -104,6 +104,9 @@ def get_config() -> ml_collections.ConfigDict:
           # Register tokens (DINOv2 with registers, "Vision Transformers Need Registers"): this many
           # learned tokens after the class token, in no pooling; unset: none.
           num_registers=config_dict.placeholder(int),
+          # DeiT's distillation token after the class token, with its own head: the logits are the
+          # mean of both heads' (config.distill trains each on its own target); unset: none.
+          distilled=config_dict.placeholder(bool),
           # A LayerNorm `pre_norm` before the first block, and a patch embedding without bias (CLIP's
           # image tower; timm's pre_norm).
           pre_norm=config_dict.placeholder(bool),

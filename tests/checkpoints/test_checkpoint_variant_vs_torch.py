@@ -319,3 +319,69 @@ def test_timms_qk_norm_vit_loads_with_equal_logits_and_exports_back(tmp_path):
         variant='ViT-testing_7',
         **{'model.mlp_dim': 128, 'model.mlp_activation': 'gelu'},
     )
+
+
+@pytest.mark.parametrize(
+    'architecture', ['deit_small_distilled_patch16_224', 'deit3_small_patch16_224']
+)
+def test_timms_deit_distilled_and_deit3_load_with_equal_logits_and_export_back(
+    tmp_path, architecture
+):
+  """DeiT's distilled model (a distillation token and its head; timm averages the two heads' logits
+  in evaluation) and DeiT III (layer scale, no position embedding for the class token): read from
+  the files alone, timm's logits, the tensors exported back, timm's model rebuilt from our export;
+  fine-tuning replaces both heads with zeros."""
+  reference = randomize(
+      timm.create_model(
+          architecture,
+          pretrained=False,
+          img_size=SIZE,
+          patch_size=7,
+          embed_dim=32,
+          depth=2,
+          num_heads=2,
+          num_classes=NUM_CLASSES,
+      )
+  )
+  timm.models.save_for_hf(reference, tmp_path / 'deit', safe_serialization=True)
+  run = _prepare(tmp_path, str(tmp_path / 'deit'))
+  distilled = 'distilled' in architecture
+  assert run.model_config['distilled'] is distilled
+  assert (run.model_config['layer_scale'] is not None) is not distilled
+  inputs = _images(3)
+  expected = torch_outputs(reference, inputs).numpy()
+  np.testing.assert_allclose(_logits(run, inputs), expected, atol=1e-4)
+  exported = timm_layout.to_state_dict(run.init_params)
+  theirs = {k: v.numpy() for k, v in reference.state_dict().items()}
+  assert sorted(exported) == sorted(theirs)
+  if not distilled:  # DeiT III gives the class token no position embedding; ours is a zero one.
+    np.testing.assert_array_equal(exported['pos_embed'][:, :1], 0)
+    exported['pos_embed'] = exported['pos_embed'][:, 1:]
+  for name, tensor in theirs.items():
+    np.testing.assert_allclose(exported[name], tensor, atol=1e-6, err_msg=name)
+  out = tmp_path / 'export'
+  out.mkdir()
+  torch_files.write_safetensors(
+      timm_layout.to_state_dict(run.init_params), str(out / torch_files.SAFETENSORS)
+  )
+  config = timm_layout.export_config(
+      run.model_config, SIZE, NUM_CLASSES, pp_eval=run.config.pp_eval.to_dict()
+  )
+  (out / 'config.json').write_text(json.dumps(config))
+  rebuilt = timm.create_model(f'local-dir:{out}', pretrained=True).eval()
+  np.testing.assert_allclose(torch_outputs(rebuilt, inputs).numpy(), expected, atol=1e-4)
+  fresh = _prepare(tmp_path, str(tmp_path / 'deit'), keep_head=False)
+  for head in ('head', 'head_dist') if distilled else ('head',):
+    np.testing.assert_array_equal(fresh.init_params[head]['kernel'], 0)
+  if distilled:
+    with pytest.raises(
+        ValueError,
+        match=r"^dist: .* the checkpoint has a distillation token \(DeiT's\); set "
+        r'--config.model.distilled=True$',
+    ):
+      _prepare(
+          tmp_path,
+          str(tmp_path / 'deit'),
+          variant='ViT-testing_7',
+          **{'model.mlp_dim': 128, 'model.mlp_activation': 'gelu'},
+      )

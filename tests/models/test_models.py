@@ -204,6 +204,39 @@ def test_qk_norm_layernorms_each_heads_queries_and_keys_in_every_layout():
   assert set(axial_params['Transformer']['encoderblock_0']['row']) >= {'q_norm', 'k_norm'}
 
 
+def test_a_distilled_model_has_a_second_token_and_head_and_averages_them():
+  """DeiT's distillation token `dist` after the class token, read by `head_dist`: the logits are the
+  mean of the two heads' (their pair with both_heads), the features the mean of the two tokens'."""
+  model = _tiny(distilled=True, num_registers=1)
+  images = jax.random.normal(jax.random.key(1), (2, 16, 16, 3))
+  params = model.init(jax.random.key(0), images)['params']
+  assert model.num_prefix_tokens == 3 and params['dist'].shape == (1, 1, 32)
+  assert not np.allclose(params['dist'], params['cls'])  # Drawn apart, or the heads would mirror.
+  for i, head in enumerate(('head', 'head_dist')):
+    params[head]['kernel'] = jax.random.normal(jax.random.key(5 + i), (32, 5))
+  first, second = model.apply({'params': params}, images, both_heads=True)
+  assert not np.allclose(first, second, atol=1e-3)
+  np.testing.assert_allclose(model.apply({'params': params}, images), (first + second) / 2)
+  # With both heads equal, a head applied to the features is the two tokens' logits averaged.
+  params['head_dist'] = params['head']
+  first, second = model.apply({'params': params}, images, both_heads=True)
+  features = _tiny(distilled=True, num_registers=1).clone(num_classes=None)
+  pooled = features.apply({'params': params}, images)
+  np.testing.assert_allclose(
+      pooled @ params['head']['kernel'] + params['head']['bias'],
+      (first + second) / 2,
+      rtol=1e-5,
+      atol=1e-5,
+  )
+  plain = _tiny()
+  plain_params = plain.init(jax.random.key(0), images)['params']
+  logits = plain.apply({'params': plain_params}, images)
+  for each in plain.apply({'params': plain_params}, images, both_heads=True):
+    np.testing.assert_array_equal(each, logits)
+  with pytest.raises(ValueError, match=r'model.distilled=True .* takes the class token'):
+    variants.get_model_config('ViT-testing_4', {'distilled': True, 'classifier': 'gap'})
+
+
 def test_layer_scale_must_be_positive():
   with pytest.raises(ValueError, match=r'model.layer_scale=0.0 must be a positive initial scale'):
     variants.get_model_config('ViT-testing_4', {'layer_scale': 0.0})

@@ -90,6 +90,8 @@ def test_export_writes_the_latest_parameters_in_the_original_layout(workdir, exp
       'layer_scale': None,
       'layernorm_epsilon': 1e-6,
       'num_registers': 0,
+      'qk_norm': False,
+      'distilled': False,
       'pre_norm': False,
       'weight_init': 'original',
       'block': 'standard',

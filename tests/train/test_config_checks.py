@@ -87,6 +87,11 @@ INVALID = {
         r'model.layer_scale=-1e-05 must be a positive initial scale',
     ),
     'model.num_registers': (-1, {}, r'model.num_registers=-1 must be a whole number of tokens'),
+    'model.distilled': (
+        True,
+        {'model.classifier': 'gap'},
+        r"model.distilled=True \(DeiT's distillation token and head\) takes the class token",
+    ),
     'model.layernorm_epsilon': (
         0.0,
         {},

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 from timm.layers import HybridEmbed
+from timm.models.deit import VisionTransformerDistilled
 from timm.models.vision_transformer import VisionTransformer as TimmViT
 from timm.models.vision_transformer_hybrid import _resnetv2
 from timm.optim import param_groups_layer_decay
@@ -22,6 +23,8 @@ from test_optim_recipes import _config, _flat, _params, _stack
 # Our parameter prefixes for timm's names (the hybrid's ResNet stem has one stage here).
 TIMM_NAMES = (
     (r'^cls_token$', 'cls'),
+    (r'^dist_token$', 'dist'),
+    (r'^reg_token$', 'reg'),
     (r'^pos_embed$', 'Transformer/posembed_input/'),
     (r'^patch_embed\.backbone\.stem\.conv\.', 'conv_root/'),
     (r'^patch_embed\.backbone\.stem\.norm\.', 'gn_root/'),
@@ -32,6 +35,7 @@ TIMM_NAMES = (
     (r'^fc_norm\.', 'fc_norm/'),
     (r'^attn_pool\.', 'MAPHead_0/'),
     (r'^head\.', 'head/'),
+    (r'^head_dist\.', 'head_dist/'),
 )
 
 
@@ -43,6 +47,9 @@ MODEL_KINDS = {
         dict(global_pool='avg', class_token=False, fc_norm=True),
     ),
     'map': ({'model.classifier': 'map'}, dict(global_pool='map', class_token=False)),
+    'registers': ({'model.num_registers': 2}, dict(reg_tokens=2)),
+    # DeiT's distillation token and head: timm's VisionTransformerDistilled.
+    'distilled': ({'model.distilled': True}, dict(timm_class=VisionTransformerDistilled)),
     'hybrid': (
         {'variant': 'R50+ViT-testing_4', 'model.resnet_layers': (1,)},  # Stride 4: 1x1 patches.
         dict(patch_size=1, embed_layer=functools.partial(HybridEmbed, backbone=_resnetv2((1,)))),
@@ -52,7 +59,8 @@ MODEL_KINDS = {
 
 def _timm_scales(depth, kind):
   torch.manual_seed(0)
-  model = TimmViT(
+  kwargs = dict(MODEL_KINDS[kind][1])
+  model = kwargs.pop('timm_class', TimmViT)(
       **{
           'img_size': 8,
           'patch_size': 4,
@@ -61,7 +69,7 @@ def _timm_scales(depth, kind):
           'num_heads': 2,
           'mlp_ratio': 2,
           'num_classes': 3,
-          **MODEL_KINDS[kind][1],
+          **kwargs,
       }
   )
   names = {id(p): name for name, p in model.named_parameters()}

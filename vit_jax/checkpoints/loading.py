@@ -41,7 +41,9 @@ _POSEMB_1D = re.compile(r'(^|/)(posembed_input|posembed)/pos_embedding$')
 _POSEMB_AXIS = re.compile(r'(^|/)(posembed_input|posembed)/(?P<axis>x|y)_embedding$')
 _RELATIVE = re.compile(r'(^|/)relative_posemb/relative_bias$')
 POSEMB_METHODS = ('bilinear', 'bicubic')
-_REPORT_FIRST = ('embedding/', 'cls', 'reg')
+_REPORT_FIRST = ('embedding/', 'cls', 'dist', 'reg')
+# The classifier's heads: DeiT's distilled models have a second, on the distillation token.
+_HEADS = ('head', 'head_dist')
 # Parameters of the masked-patch-prediction model that a classifier does not have.
 _SELF_SUPERVISION_ONLY = ('mask_token', 'mpp_head')
 
@@ -189,6 +191,12 @@ def _architecture_error(
         )
         + f"; set --config.model.num_registers={loaded[1] if loaded != 'none' else 0}"
     )
+  if path == 'dist':
+    has = loaded != 'none'
+    return ValueError(
+        f'dist: checkpoint {loaded} vs model {target}: the checkpoint has '
+        f"{'a' if has else 'no'} distillation token (DeiT's); set --config.model.distilled={has}"
+    )
   if re.search(r'/[qk]_norm/', path):  # LayerNorms of the queries and keys (model.qk_norm).
     has = loaded != 'none'
     return ValueError(
@@ -262,22 +270,25 @@ def adapt_params(
         'that has one, or remove it with --config.model.representation_size=None'
     )
 
-  old, new = _kernel_shape(params, 'head'), _kernel_shape(targets, 'head')
-  if keep_head and new and old != new:
-    raise ValueError(
-        f'head/kernel: checkpoint {old or "none"} vs model {new}: keep_head needs the '
-        "checkpoint's head for as many classes as the model; set --config.keep_head=False "
-        'for a new zero-initialised head, or make the number of classes match'
-    )
-  if old and not new:
-    params = _without(params, 'head')
-    notes.append(f'dropped head {old}: the model has none')
-  elif new and not keep_head:
-    params = _without(params, 'head')
-    params.update(
-        {k: np.zeros(t.shape, t.dtype) for k, t in targets.items() if k.startswith('head/')}
-    )
-    notes.append(f'replaced head {old} with zeros {new}' if old else f'added a zero head {new}')
+  for head in _HEADS:
+    old, new = _kernel_shape(params, head), _kernel_shape(targets, head)
+    if keep_head and new and old != new:
+      raise ValueError(
+          f'{head}/kernel: checkpoint {old or "none"} vs model {new}: keep_head needs the '
+          "checkpoint's head for as many classes as the model; set --config.keep_head=False "
+          'for a new zero-initialised head, or make the number of classes match'
+      )
+    if old and not new:
+      params = _without(params, head)
+      notes.append(f'dropped {head} {old}: the model has none')
+    elif new and not keep_head:
+      params = _without(params, head)
+      params.update(
+          {k: np.zeros(t.shape, t.dtype) for k, t in targets.items() if k.startswith(f'{head}/')}
+      )
+      notes.append(
+          f'replaced {head} {old} with zeros {new}' if old else f'added a zero {head} {new}'
+      )
 
   for layer in _SELF_SUPERVISION_ONLY:
     if any(k == layer or k.startswith(f'{layer}/') for k in params) and not any(
@@ -286,8 +297,10 @@ def adapt_params(
       params = {k: v for k, v in params.items() if k != layer and not k.startswith(f'{layer}/')}
       notes.append(f'dropped {layer} (masked patch prediction only)')
 
-  # Tokens before the patches (the class token, the registers), which have no place on the grid.
-  prefix_tokens = lambda flat: ('cls' in flat) + (flat['reg'].shape[1] if 'reg' in flat else 0)
+  # Tokens before the patches (the class, distillation and register tokens): no place on the grid.
+  prefix_tokens = lambda flat: (
+      ('cls' in flat) + ('dist' in flat) + (flat['reg'].shape[1] if 'reg' in flat else 0)
+  )
   prefix = prefix_tokens(targets)
   if prefix_tokens(params) == prefix:
     for key in sorted(set(params) & set(targets)):

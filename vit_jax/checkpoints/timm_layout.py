@@ -34,9 +34,12 @@ def from_state_dict(
   if r.has('norm_pre.weight'):
     tree['Transformer/pre_norm/scale'] = r.take('norm_pre.weight')
     tree['Transformer/pre_norm/bias'] = r.take('norm_pre.bias')
-  prefix = 0  # Tokens before the patches: the class token, then the registers (DINOv2's).
+  prefix = 0  # Tokens before the patches: the class and distillation tokens, the registers.
   if r.has('cls_token'):
     tree['cls'] = r.take('cls_token')
+    prefix += 1
+  if r.has('dist_token'):  # DeiT's VisionTransformerDistilled.
+    tree['dist'] = r.take('dist_token')
     prefix += 1
   if r.has('reg_token'):
     tree['reg'] = r.take('reg_token')
@@ -79,10 +82,10 @@ def from_state_dict(
       tree[f'{norm}/scale'], tree[f'{norm}/bias'] = r.take(f'{theirs}.weight'), r.take(
           f'{theirs}.bias'
       )
-  if r.has('head.weight'):
-    tree['head/kernel'], tree['head/bias'] = torch_names.kernel(r.take('head.weight')), r.take(
-        'head.bias'
-    )
+  for head in ('head', 'head_dist'):
+    if r.has(f'{head}.weight'):
+      tree[f'{head}/kernel'] = torch_names.kernel(r.take(f'{head}.weight'))
+      tree[f'{head}/bias'] = r.take(f'{head}.bias')
   r.check_all_taken()
   return traverse_util.unflatten_dict(tree, sep='/')
 
@@ -147,6 +150,8 @@ def to_state_dict(params: Any) -> StateDict:
     out['norm_pre.bias'] = flat.pop('Transformer/pre_norm/bias')
   if 'cls' in flat:
     out['cls_token'] = flat.pop('cls')
+  if 'dist' in flat:
+    out['dist_token'] = flat.pop('dist')
   if 'reg' in flat:
     out['reg_token'] = flat.pop('reg')
   i = 0
@@ -172,15 +177,14 @@ def to_state_dict(params: Any) -> StateDict:
     i += 1
   if f'{_MAP_HEAD}/probe' in flat:
     out.update(_map_head_out(flat, d))
-  for ours, theirs in (
-      ('Transformer/encoder_norm', 'norm'),
-      ('fc_norm', 'fc_norm'),
-      ('head', 'head'),
-  ):
-    if f'{ours}/bias' in flat:
-      weight = flat.pop(f'{ours}/scale' if ours != 'head' else 'head/kernel')
-      out[f'{theirs}.weight'] = weight.T if ours == 'head' else weight
-      out[f'{theirs}.bias'] = flat.pop(f'{ours}/bias')
+  for norm, theirs in (('Transformer/encoder_norm', 'norm'), ('fc_norm', 'fc_norm')):
+    if f'{norm}/bias' in flat:
+      out[f'{theirs}.weight'] = flat.pop(f'{norm}/scale')
+      out[f'{theirs}.bias'] = flat.pop(f'{norm}/bias')
+  for head in ('head', 'head_dist'):
+    if f'{head}/bias' in flat:
+      out[f'{head}.weight'] = flat.pop(f'{head}/kernel').T
+      out[f'{head}.bias'] = flat.pop(f'{head}/bias')
   if flat:
     raise ValueError(f"timm's VisionTransformer has no counterpart of {sorted(flat)[0]!r}")
   return {k: np.ascontiguousarray(v) for k, v in out.items()}
@@ -238,6 +242,7 @@ def architecture(state_dict: StateDict, config: Mapping[str, Any], path: str) ->
       'layer_scale': args.get('init_values', 1e-5) if 'blocks.0.ls1.gamma' in state_dict else None,
       'fc_norm': 'fc_norm.weight' in state_dict,
       'qk_norm': 'blocks.0.attn.q_norm.weight' in state_dict,
+      'distilled': 'dist_token' in state_dict,
       'classifier': _classifier(state_dict, config, path),
       'posemb': 'learn',
       'posemb_where': 'input',
@@ -302,10 +307,15 @@ def eval_crop(pp_eval: Mapping[str, Any], image_size: int) -> dict[str, Any]:
   return {'crop_pct': crop_pct, 'crop_mode': 'center'}
 
 
-# The registered ViT timm builds an export as, by our LayerNorm epsilon: model_args replace its sizes
-# and options, but its LayerNorm (timm's norm_layer, not in its config.json) stays: 1e-6, or
-# torch's default 1e-5 (CLIP's).
-_TIMM_ARCHITECTURES = {1e-6: 'vit_base_patch16_224', 1e-5: 'vit_base_patch16_clip_224'}
+# The registered ViT timm builds an export as, by (LayerNorm epsilon, model.distilled): model_args
+# replace its sizes and options, but its LayerNorm (timm's norm_layer, not in its config.json) and its
+# class stay: 1e-6, or torch's default 1e-5 (CLIP's); DeiT's VisionTransformerDistilled for the
+# distillation token.
+_TIMM_ARCHITECTURES = {
+    (1e-6, False): 'vit_base_patch16_224',
+    (1e-5, False): 'vit_base_patch16_clip_224',
+    (1e-6, True): 'deit_base_distilled_patch16_224',
+}
 
 
 def _mlp_ratio(hidden_size: int, mlp_dim: int) -> float:
@@ -334,11 +344,13 @@ def export_config(
         "timm's VisionTransformer adds position embeddings only at the input "
         f"(model.posemb_where={model['posemb_where']})"
     )
-  architecture = _TIMM_ARCHITECTURES.get(model['layernorm_epsilon'])
+  distilled = bool(model['distilled'])
+  architecture = _TIMM_ARCHITECTURES.get((model['layernorm_epsilon'], distilled))
   if architecture is None:
+    epsilons = [e for e, d in _TIMM_ARCHITECTURES if d == distilled]
     raise ValueError(
-        "timm's VisionTransformer's LayerNorms have epsilon "
-        f"{' or '.join(f'{e:g}' for e in _TIMM_ARCHITECTURES)} "
+        f"timm's {'distilled DeiT' if distilled else 'VisionTransformer'}'s LayerNorms have "
+        f"epsilon {' or '.join(f'{e:g}' for e in epsilons)} "
         f"(model.layernorm_epsilon={model['layernorm_epsilon']:g})"
     )
   model_args = {

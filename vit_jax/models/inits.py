@@ -45,6 +45,8 @@ def _timm_leaf(
     return lambda key: _conv_default(key, value.shape, embedding_fan_in)
   if name == 'cls':
     return lambda key: 1e-6 * jax.random.normal(key, value.shape, jnp.float32)
+  if name == 'dist':  # timm's VisionTransformerDistilled.
+    return lambda key: _truncated_normal(key, value.shape, _STD)
   if name == 'probe':
     return lambda key: _truncated_normal(key, value.shape, value.shape[-1] ** -0.5)
   if 'norm' in parent.lower():  # LayerNorm_*, encoder_norm, fc_norm: ones and zeros on both sides.

@@ -126,6 +126,7 @@ def _vit_model_config(
       qk_norm=False,
       layernorm_epsilon=1e-6,
       num_registers=0,
+      distilled=False,
       pre_norm=False,
       weight_init='original',
       block='axial' if match['axial'] else 'standard',
@@ -230,6 +231,14 @@ def _check_fields(model: dict[str, Any]) -> None:
     raise ValueError(
         f"Unknown model.mlp_activation {model['mlp_activation']!r}: use one of "
         f"{', '.join(MLP_ACTIVATIONS)} (gelu: timm's and Hugging Face's exact GELU)"
+    )
+  if model['distilled'] and (
+      model['classifier'] != 'token' or model['fc_norm'] or model['representation_size']
+  ):
+    raise ValueError(
+        "model.distilled=True (DeiT's distillation token and head) takes the class token's "
+        'classifier without fc_norm or a pre-logits layer: set --config.model.classifier=token, '
+        'fc_norm=False and representation_size=None, or distilled=False'
     )
   if model['layer_scale'] is not None and not model['layer_scale'] > 0:
     raise ValueError(

@@ -12,7 +12,7 @@ stacked layouts of the blocks (scan_layout.py). The later recipes' options are f
 defaults the model is the original one.
 """
 
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import chex
 import flax.linen as nn
@@ -54,6 +54,8 @@ class ViTBackbone(nn.Module):
   layer_scale: Optional[float] = None  # Scales each block's residual branches (block.py).
   qk_norm: bool = False  # LayerNorms of the queries and keys per head (block.py).
   num_registers: int = 0  # Learned tokens `reg` after the class token, which no pooling reads.
+  # DeiT's distillation token `dist` after the class token, read by its own head `head_dist`.
+  distilled: bool = False
   # A LayerNorm before the first block (Transformer/pre_norm) and no bias in the patch embedding:
   # CLIP's image tower (timm's pre_norm).
   pre_norm: bool = False
@@ -72,8 +74,8 @@ class ViTBackbone(nn.Module):
 
   @property
   def num_prefix_tokens(self) -> int:
-    """Tokens before the patches' (the class token, then the registers)."""
-    return (self.classifier == 'token') + self.num_registers
+    """Tokens before the patches' (the class token, the distillation token, the registers)."""
+    return (self.classifier == 'token') + self.distilled + self.num_registers
 
   @property
   def input_stride(self) -> int:
@@ -118,8 +120,8 @@ class ViTBackbone(nn.Module):
 
   def encode(self, x: jnp.ndarray, *, grid: tuple[int, int], train: bool) -> jnp.ndarray:
     """Patch embeddings [b, h * w, D] of the grid (h, w) -> encoded tokens
-    [b, num_prefix_tokens + h * w, D]: the class token, the registers, the patches (timm's order); not
-    normalised when `fc_norm` (see `apply_fc_norm`)."""
+    [b, num_prefix_tokens + h * w, D]: the class token, the distillation token, the registers, the
+    patches (timm's order); not normalised when `fc_norm` (see `apply_fc_norm`)."""
     n, _, d = x.shape
     if self.classifier not in CLASSIFIERS:
       raise ValueError(
@@ -128,6 +130,9 @@ class ViTBackbone(nn.Module):
     if self.num_registers:  # Drawn apart (DINOv2's std): equal registers would stay equal.
       reg = self.param('reg', nn.initializers.normal(1e-6), (1, self.num_registers, d), jnp.float32)
       x = jnp.concatenate([jnp.tile(reg.astype(x.dtype), (n, 1, 1)), x], axis=1)
+    if self.distilled:  # Drawn apart from the class token (DeiT's), which its head would mirror.
+      dist = self.param('dist', nn.initializers.normal(0.02), (1, 1, d), jnp.float32)
+      x = jnp.concatenate([jnp.tile(dist.astype(x.dtype), (n, 1, 1)), x], axis=1)
     if self.classifier == 'token':
       cls = self.param('cls', nn.initializers.zeros, (1, 1, d), jnp.float32)
       x = jnp.concatenate([jnp.tile(cls.astype(x.dtype), (n, 1, 1)), x], axis=1)
@@ -168,6 +173,11 @@ class VisionTransformer(ViTBackbone, kw_only=True):
   `representation_size` adds the tanh pre-logits layer used in pretraining; `num_classes=None` returns
   the pooled (pre-logits) representation, before `head_dropout_rate`'s dropout. Logits are float32
   whatever the compute `dtype`.
+
+  `distilled` (DeiT's): the distillation token has its own head `head_dist`; the model's logits (and
+  features) are the mean of the two heads' (DeiT's and timm's evaluation), and `both_heads=True`
+  returns the pair (class token's, distillation token's) for distillation's two losses. A model
+  without the token returns its one head's logits twice.
   """
 
   num_classes: Optional[int]
@@ -177,17 +187,27 @@ class VisionTransformer(ViTBackbone, kw_only=True):
   head_dropout_rate: float = 0.0
 
   @nn.compact
-  def __call__(self, images: jnp.ndarray, *, train: bool = False) -> jnp.ndarray:
-    x = self.encode(self.embed_patches(images), grid=self.patch_grid(images), train=train)
-    x = self.apply_fc_norm(CLASSIFIERS[self.classifier](x, self))
+  def __call__(
+      self, images: jnp.ndarray, *, train: bool = False, both_heads: bool = False
+  ) -> Union[jnp.ndarray, tuple[jnp.ndarray, jnp.ndarray]]:
+    tokens = self.encode(self.embed_patches(images), grid=self.patch_grid(images), train=train)
+    x = self.apply_fc_norm(CLASSIFIERS[self.classifier](tokens, self))
 
     if self.representation_size is not None:
       x = nn.tanh(nn.Dense(self.representation_size, dtype=self.dtype, name='pre_logits')(x))
     if self.num_classes is None:
+      x = (x + tokens[:, 1]) / 2 if self.distilled else x
       return x.astype(jnp.float32)
+    logits = self._head(x, 'head', train)
+    if not self.distilled:
+      return (logits, logits) if both_heads else logits
+    distilled = self._head(tokens[:, 1], 'head_dist', train)
+    return (logits, distilled) if both_heads else (logits + distilled) / 2
+
+  def _head(self, x: jnp.ndarray, name: str, train: bool) -> jnp.ndarray:
     x = nn.Dropout(self.head_dropout_rate)(x, deterministic=not train)
     # Zero-initialised head: the fine-tuning recipe of the paper, and harmless for pretraining.
-    x = nn.Dense(
-        self.num_classes, dtype=self.dtype, kernel_init=nn.initializers.zeros, name='head'
-    )(x)
+    x = nn.Dense(self.num_classes, dtype=self.dtype, kernel_init=nn.initializers.zeros, name=name)(
+        x
+    )
     return x.astype(jnp.float32)

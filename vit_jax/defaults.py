@@ -167,6 +167,15 @@ def get_config() -> ml_collections.ConfigDict:
           until_step=config_dict.placeholder(int),
       )
   )
+  # Knowledge distillation (DeiT's; vit_jax/tasks/distillation.py): the student also learns from a
+  # frozen teacher's predictions on the same (mixed) images. teacher: a vit_jax run's workdir (any
+  # classifier of the same classes, a BiT too) or a timm / Hugging Face ViT checkpoint; unset: none.
+  # kind: 'hard' (the teacher's top class) | 'soft' (KL at `temperature`); alpha weighs the
+  # distillation loss, 1 - alpha the labels'. With model.distilled the distillation token's head
+  # learns from the teacher, the class token's from the labels.
+  config.distill = ml_collections.ConfigDict(
+      dict(teacher=config_dict.placeholder(str), kind='hard', alpha=0.5, temperature=1.0)
+  )
 
   # Optimisation. Exactly one of total_steps / num_epochs.
   config.batch_size = 4096

@@ -203,6 +203,14 @@ def test_recipes_trains_each_recipe_and_prints_its_row(data_dir):
   assert len(rows) == 1 and rows[0].split('|')[2].strip().endswith('%'), out
 
 
+def test_distillation_trains_a_teacher_and_the_student_alone_and_distilled():
+  out = _run('distillation.py', '--teacher_steps=2', '--steps=2', '--seeds=0')
+  assert re.search(r'^teacher: the demo ViT, 2 steps, seed 0: [\d.]+% test top-1', out, re.M), out
+  for side in ('alone', 'distilled (hard, alpha 0.5, distillation token)'):
+    assert re.search(rf'^\| {re.escape(side)} \| 0 \| [\d.]+ \|', out, re.M), out
+    assert f'| {side} | mean ± sd |' in out, out
+
+
 @pytest.mark.slow  # Two end-to-end training runs: our CLI and timm's loop, in their own processes.
 def test_folder_vs_timm_trains_both_sides_on_the_same_folder(tmp_path):
   # One torch thread: with more, other load on the machine (the rest of the suite) slows timm's steps

@@ -148,6 +148,15 @@ INVALID = {
     'mix.mixup_alpha': (-0.1, {}, r'mix\.mixup_alpha=-0\.1 must be at least 0'),
     'mix.cutmix_alpha': (-1.0, {}, r'mix\.cutmix_alpha=-1\.0 must be at least 0'),
     'mix.prob': (1.5, {}, r'mix\.prob=1\.5 must be in \[0, 1\]'),
+    'distill.teacher': (
+        '/nonexistent/run',
+        {},
+        r"config\.distill\.teacher='/nonexistent/run': .* has no checkpoints/ directory",
+    ),
+    # Without a teacher the other distill fields would do nothing (their ranges: test_distillation).
+    'distill.kind': ('kl', {}, r"config\.distill\.kind='kl' has no teacher to distil from"),
+    'distill.alpha': (1.5, {}, r'config\.distill\.alpha=1\.5 has no teacher to distil from'),
+    'distill.temperature': (0.0, {}, r'config\.distill\.temperature=0\.0 has no teacher'),
     'mix.switch_prob': (-0.5, {}, r'mix\.switch_prob=-0\.5 must be in \[0, 1\]'),
     'mix.until_step': (0, {}, r'mix\.until_step=0 must be at least 1'),
     'seed': (

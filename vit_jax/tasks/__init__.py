@@ -6,7 +6,8 @@
                                      (`variants.get_model_config`, resolved once per entry point);
   features_model(config, model_config)
                                      the backbone returning pre-logits features (few-shot, pictures);
-  make_loss(config, model)           loss(params, images, labels, key) -> scalar, for the train step;
+  make_loss(config, model, teacher)  loss(params, images, labels, key[, teacher_params]) -> scalar,
+                                     for the train step (teacher: config.distill's model, or None);
   mix(config, num_classes)           None, or (images, labels, key, step) -> (images, labels): the
                                      train step's transform of the global batch (Mixup, CutMix);
   make_eval_step(config, model)      eval_step(params, batch) -> sums of correct, correct_top5,

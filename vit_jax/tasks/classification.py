@@ -1,6 +1,7 @@
 """Image classification: the variant's classifier (a ViT or a BiT), softmax or sigmoid cross-entropy,
 top-1 / top-5."""
 
+import functools
 from typing import Any, Callable, Mapping
 
 import chex
@@ -12,7 +13,7 @@ import optax
 
 from vit_jax.data import on_device
 from vit_jax.models import variants
-from vit_jax.tasks import mixing
+from vit_jax.tasks import distillation, mixing
 
 # One class would train to a loss of 0 and a top-1 of 100% and learn nothing.
 MIN_CLASSES = 2
@@ -36,6 +37,7 @@ def check(config: ml_collections.ConfigDict) -> None:
   if not 0.0 <= config.label_smoothing < 1.0:
     raise ValueError(f'config.label_smoothing={config.label_smoothing} must be in [0, 1), e.g. 0.1')
   mixing.check(config.mix)
+  distillation.check(config)
 
 
 def features_model(config: ml_collections.ConfigDict, model_config: Mapping[str, Any]) -> nn.Module:
@@ -69,13 +71,31 @@ def compute_loss(
   return LOSSES[loss](logits, targets).mean()
 
 
-def make_loss(config: ml_collections.ConfigDict, model: nn.Module) -> Callable[..., jax.Array]:
-  """loss(params, images, labels, key) -> the mean loss of the batch, for the train step; labels are
-  integers, or the soft targets of `mix`."""
+def make_loss(
+    config: ml_collections.ConfigDict, model: nn.Module, teacher: nn.Module | None = None
+) -> Callable[..., jax.Array]:
+  """loss(params, images, labels, key[, teacher_params]) -> the mean loss of the batch, for the train
+  step; labels are integers, or the soft targets of `mix`. With a `teacher` (config.distill), DeiT's
+  distillation loss (distillation.py) of the student's two heads, the teacher's parameters last."""
 
-  def loss_fn(params: Any, images: jax.Array, labels: jax.Array, key: jax.Array) -> jax.Array:
-    logits = model.apply({'params': params}, images, train=True, rngs={'dropout': key})
-    return compute_loss(logits, labels, loss=config.loss, label_smoothing=config.label_smoothing)
+  def loss_fn(
+      params: Any,
+      images: jax.Array,
+      labels: jax.Array,
+      key: jax.Array,
+      teacher_params: Any = None,
+  ) -> jax.Array:
+    apply = functools.partial(
+        model.apply, {'params': params}, images, train=True, rngs={'dropout': key}
+    )
+    if teacher is None:
+      return compute_loss(apply(), labels, loss=config.loss, label_smoothing=config.label_smoothing)
+    # A ViT returns its class and distillation heads' logits (the class head's twice without a
+    # distillation token); a BiT has one head.
+    logits, distilled = apply(both_heads=True) if hasattr(model, 'distilled') else (apply(),) * 2
+    teacher_logits = teacher.apply({'params': teacher_params}, images, train=False)
+    base = compute_loss(logits, labels, loss=config.loss, label_smoothing=config.label_smoothing)
+    return distillation.combine(config.distill, base, distilled, teacher_logits)
 
   return loss_fn
 

@@ -33,6 +33,11 @@ def check(config: ml_collections.ConfigDict) -> None:
   if config.task != 'mpp':  # Every task checks every config; the rest is for this task's runs.
     return
   variants.require_vit(config.variant, "config.task='mpp' (masked patches of a ViT's tokens)")
+  if config.distill.teacher:
+    raise ValueError(
+        "config.distill.teacher distils a classifier's predictions, which config.task='mpp' "
+        'has not: unset it, or set --config.task=classification'
+    )
   if mixing.enabled(config.mix):
     raise ValueError(
         'config.task=mpp has no labels to mix: set config.mix.mixup_alpha and '
@@ -81,9 +86,13 @@ def _targets(model: nn.Module, images: jax.Array, logits: jax.Array) -> jax.Arra
   return targets
 
 
-def make_loss(config: ml_collections.ConfigDict, model: nn.Module) -> Callable[..., jax.Array]:
+def make_loss(
+    config: ml_collections.ConfigDict, model: nn.Module, teacher: nn.Module | None = None
+) -> Callable[..., jax.Array]:
   """loss(params, images, labels, key): cross-entropy of the colour classes of the corrupted patches,
-  their one-hots smoothed by config.label_smoothing as classification's (labels are not used)."""
+  their one-hots smoothed by config.label_smoothing as classification's (labels are not used). No
+  teacher: `check` refuses config.distill for this task."""
+  del teacher
   smoothing = config.label_smoothing
 
   def loss_fn(params: Any, images: jax.Array, labels: jax.Array, key: jax.Array) -> jax.Array:

@@ -6,7 +6,7 @@ import difflib
 import math
 import threading
 from types import ModuleType
-from typing import Any
+from typing import Any, Optional
 
 from absl import logging
 import flax.linen as nn
@@ -20,6 +20,7 @@ from vit_jax.checkpoints import run_dir
 from vit_jax.runtime import paths
 from vit_jax.train import optim, param_groups
 from vit_jax.checkpoints import loading
+from vit_jax.checkpoints import teacher as teacher_lib
 from vit_jax.models import variants
 
 DTYPES = ('float32', 'bfloat16', 'float16')
@@ -49,6 +50,7 @@ class Setup:
   tx: optax.GradientTransformation  # The run's optimizer over total_steps, built once.
   schedule: optax.Schedule  # Its learning rate by step.
   init_params: Any = None  # From config.init_from, fitted to the model (numpy); None: from scratch.
+  teacher: Optional[teacher_lib.Teacher] = None  # config.distill's; None: no distillation.
 
 
 def check_field_names(
@@ -275,6 +277,7 @@ def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
           f'set --config.init_from=PATH or --config.{name}=False'
       )
   init_params = run_dir.load_init_params(config, model) if config.init_from else None
+  teacher = teacher_lib.load_teacher(config, info.num_classes) if config.distill.teacher else None
   workdir = paths.absolute(workdir)
   paths.check_writable(workdir, config.storage_timeout_s)
   return Setup(
@@ -290,4 +293,5 @@ def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
       tx,
       schedule,
       init_params,
+      teacher,
   )

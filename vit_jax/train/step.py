@@ -17,6 +17,7 @@ from vit_jax.train.state import TrainState
 def train_step(
     state: TrainState,
     batch: dict[str, jax.Array],
+    teacher_params: Any = None,
     *,
     loss_fn: Callable,
     tx: optax.GradientTransformation,
@@ -34,15 +35,16 @@ def train_step(
   key, step)` (`task.mix`), if given, transforms the whole batch before it is split into micro-batches,
   so the mixing depends neither on the mesh nor on accum_steps. The dropout and mixing keys of step s
   are fold_in(dropout_key, s) and fold_in(mix_key, s), so a resumed run draws what an uninterrupted one
-  would.
+  would. `teacher_params` (config.distill's teacher) go to the loss as they are: no gradient.
   """
   step_key = jax.random.fold_in(dropout_key, state.step)
+  teacher = () if teacher_params is None else (teacher_params,)
   grad_fn = jax.value_and_grad(loss_fn)
   images, labels = on_device.model_input(batch['image']), batch['label']
   if mix is not None:
     images, labels = mix(images, labels, jax.random.fold_in(mix_key, state.step), state.step)
   if accum_steps == 1:
-    loss, grads = grad_fn(state.params, images, labels, step_key)
+    loss, grads = grad_fn(state.params, images, labels, step_key, *teacher)
   else:
     # Micro-batch i takes rows i, i + k, i + 2k, ...: every device holds a slice of every micro-batch.
     def split(x):
@@ -51,7 +53,7 @@ def train_step(
 
     def accumulate(totals, inputs):
       i, images, labels = inputs
-      loss, grads = grad_fn(state.params, images, labels, jax.random.fold_in(step_key, i))
+      loss, grads = grad_fn(state.params, images, labels, jax.random.fold_in(step_key, i), *teacher)
       return jax.tree.map(jnp.add, totals, (loss, grads)), None
 
     zeros = (jnp.zeros((), jnp.float32), jax.tree.map(jnp.zeros_like, state.params))
@@ -84,26 +86,35 @@ def train_step(
 def jit_train_step(
     setup: Setup, state_shardings: Any
 ) -> Callable[[TrainState, dict[str, jax.Array]], tuple[TrainState, dict[str, jax.Array]]]:
-  """The run's train step, jitted over its mesh; the state (in `state_shardings`) is donated."""
+  """The run's train step, jitted over its mesh; the state (in `state_shardings`) is donated. A
+  distillation teacher's parameters are placed once, sharded by the same rules as the student's, and
+  passed to every step."""
   config, mesh = setup.config, setup.mesh
   seed_key = jax.random.key(config.seed)
-  return jax.jit(
-      sharding.with_activation_sharding(
-          functools.partial(
-              train_step,
-              loss_fn=setup.task.make_loss(config, setup.model),
-              tx=setup.tx,
-              schedule=setup.schedule,
-              dropout_key=jax.random.fold_in(seed_key, 1),
-              accum_steps=config.accum_steps,
-              micro_batch_sharding=sharding.micro_batch_sharding(mesh),
-              polyak_decay=config.polyak_decay,
-              mix=setup.task.mix(config, setup.info.num_classes),
-              mix_key=jax.random.fold_in(seed_key, 2),
-          ),
-          mesh,
-      ),
-      in_shardings=(state_shardings, sharding.batch_sharding(mesh)),
+  teacher = setup.teacher
+  step = functools.partial(
+      train_step,
+      loss_fn=setup.task.make_loss(config, setup.model, None if teacher is None else teacher.model),
+      tx=setup.tx,
+      schedule=setup.schedule,
+      dropout_key=jax.random.fold_in(seed_key, 1),
+      accum_steps=config.accum_steps,
+      micro_batch_sharding=sharding.micro_batch_sharding(mesh),
+      polyak_decay=config.polyak_decay,
+      mix=setup.task.mix(config, setup.info.num_classes),
+      mix_key=jax.random.fold_in(seed_key, 2),
+  )
+  in_shardings = (state_shardings, sharding.batch_sharding(mesh))
+  if teacher is not None:
+    teacher_shardings = sharding.state_shardings(jax.eval_shape(lambda: teacher.params), mesh)
+    in_shardings += (teacher_shardings,)
+  jitted = jax.jit(
+      sharding.with_activation_sharding(step, mesh),
+      in_shardings=in_shardings,
       out_shardings=(state_shardings, sharding.replicated(mesh)),
       donate_argnums=0,
   )
+  if teacher is None:
+    return jitted
+  teacher_params = jax.device_put(teacher.params, teacher_shardings)
+  return lambda state, batch: jitted(state, batch, teacher_params)

@@ -1,0 +1,108 @@
+"""config.distill: a teacher loaded from a vit_jax workdir into the run's step, on its mesh, and the
+one-line errors. DeiT's formulas against DeiT's code, and teachers from timm: *_vs_torch.py."""
+
+import numpy as np
+import pytest
+
+import helpers
+from vit_jax import sharding
+from vit_jax.checkpoints import checkpoint
+from vit_jax.train import setup as train_setup
+from vit_jax.train import state as train_state
+from vit_jax.train import step as train_step
+
+
+def _config(**overrides):
+  return helpers.load_config('demo', {**helpers.TINY, **overrides})
+
+
+def _batches(n: int = 2) -> list[dict]:
+  rng = np.random.RandomState(0)
+  return [
+      {
+          'image': rng.randint(0, 256, (16, 8, 8, 3)).astype(np.uint8),
+          'label': rng.randint(0, 10, 16).astype(np.int32),
+      }
+      for _ in range(n)
+  ]
+
+
+def test_a_workdir_teacher_runs_in_the_step_and_alpha_weighs_its_loss(trained_tiny_run, tmp_path):
+  """alpha 0: the labels' loss alone, the losses of the run without a teacher; alpha 1 through the
+  distillation token's head: the distillation loss alone, other losses (soft: the zero heads' uniform
+  logits give every hard target the same loss, ln 10, and the teacher's softmax a KL of its own)."""
+  plain, _ = helpers.train_losses(
+      train_setup.prepare(_config(), str(tmp_path / 'plain')), _batches()
+  )
+  run = train_setup.prepare(
+      _config(**{'distill.teacher': trained_tiny_run, 'distill.alpha': 0.0}), str(tmp_path / 'a0')
+  )
+  assert 'of step 12 of' in run.teacher.source
+  np.testing.assert_allclose(helpers.train_losses(run, _batches())[0], plain, rtol=1e-6)
+  distilled = train_setup.prepare(
+      _config(
+          **{
+              'distill.teacher': trained_tiny_run,
+              'distill.alpha': 1.0,
+              'distill.kind': 'soft',
+              'model.distilled': True,
+          }
+      ),
+      str(tmp_path / 'a1'),
+  )
+  losses, _ = helpers.train_losses(distilled, _batches())
+  assert np.all(np.isfinite(losses)) and not np.allclose(losses, plain, rtol=1e-3)
+
+
+def test_the_teacher_is_sharded_by_the_students_rules_on_a_tensor_mesh(trained_tiny_run, tmp_path):
+  run = train_setup.prepare(
+      _config(**{'distill.teacher': trained_tiny_run, 'mesh': (('data', 4), ('tensor', 2))}),
+      str(tmp_path / 'w'),
+  )
+  state, shardings, _ = train_state.create_state(run, checkpoint.make_manager(run.workdir, 1))
+  step = train_step.jit_train_step(run, shardings)
+  _, metrics = step(state, sharding.global_batch(_batches(1)[0], run.mesh))
+  assert np.isfinite(float(metrics['train_loss']))
+
+
+@pytest.mark.parametrize(
+    'overrides,message',
+    [
+        (
+            {'distill.alpha': 0.3},
+            r'^config.distill.alpha=0.3 has no teacher to distil from: set '
+            r'--config.distill.teacher=',
+        ),
+        ({'distill.kind': 'kl'}, r"^config.distill.kind='kl' has no teacher"),
+        (
+            {'distill.teacher': 'TEACHER', 'distill.kind': 'kl'},
+            r"^Unknown config.distill.kind 'kl': use one of hard, soft$",
+        ),
+        (
+            {'distill.teacher': 'TEACHER', 'distill.alpha': 1.5},
+            r'^config.distill.alpha=1.5 must be in \[0, 1\]',
+        ),
+        (
+            {'distill.teacher': 'TEACHER', 'distill.temperature': 0.0},
+            r'^config.distill.temperature=0.0 must be positive',
+        ),
+        (
+            {'distill.teacher': 'TEACHER', 'task': 'mpp', 'model.head_dropout_rate': None},
+            r"^config.distill.teacher distils a classifier's predictions, which config.task='mpp'",
+        ),
+        (
+            {'distill.teacher': 'teacher.npz'},
+            r"^config.distill.teacher='teacher.npz': an .npz does not say its model",
+        ),
+    ],
+    ids=['alpha', 'kind', 'unknown_kind', 'alpha_range', 'temperature', 'mpp', 'npz'],
+)
+def test_distillation_knobs_without_effect_or_out_of_range_are_one_line_errors(
+    trained_tiny_run, tmp_path, monkeypatch, overrides, message
+):
+  monkeypatch.chdir(tmp_path)
+  np.savez(tmp_path / 'teacher.npz', x=np.zeros(1))
+  overrides = {k: trained_tiny_run if v == 'TEACHER' else v for k, v in overrides.items()}
+  with pytest.raises(ValueError, match=message) as error:
+    train_setup.prepare(_config(**overrides), str(tmp_path / 'w'))
+  assert '\n' not in str(error.value)

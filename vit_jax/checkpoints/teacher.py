@@ -1,0 +1,69 @@
+"""The teacher of knowledge distillation (`config.distill.teacher`, vit_jax/tasks/distillation.py):
+any classifier vit_jax reads, a vit_jax run's workdir (a ViT or a BiT, as DeiT's RegNet teacher was a
+CNN) or a timm / Hugging Face ViT checkpoint, built for the run's images and classes."""
+
+import dataclasses
+from typing import Any
+
+import flax.linen as nn
+import jax.numpy as jnp
+import ml_collections
+
+from vit_jax.checkpoints import loading, run_dir, state_dicts, torch_files
+from vit_jax.models import variants
+from vit_jax.runtime import paths
+
+
+@dataclasses.dataclass(frozen=True)
+class Teacher:
+  model: nn.Module  # The teacher's classifier, for images of the run's size.
+  params: Any  # numpy arrays, fitted to `model` (position embeddings resized).
+  source: str  # For the log: what was loaded.
+
+
+def load_teacher(config: ml_collections.ConfigDict, num_classes: int) -> Teacher:
+  """The teacher of `config.distill.teacher`, for images of config.image_size in config.dtype; a
+  one-line ValueError when it cannot be read or predicts other classes than the run's."""
+  given = config.distill.teacher
+  path = paths.absolute(given)
+  paths.check_reachable(path, config.storage_timeout_s, 'config.distill.teacher')
+  dtype = jnp.dtype(config.dtype)
+  if torch_files.is_state_dict_path(path):
+    fields = state_dicts.fill({}, path)
+    model_config = variants.get_model_config(variants.FROM_CHECKPOINT, fields)
+    model = variants.build(
+        variants.FROM_CHECKPOINT, model_config, num_classes=num_classes, dtype=dtype
+    )
+    loaded, source = run_dir.load_params(path, model_config)
+  elif path.endswith('.npz'):
+    raise ValueError(
+        f'config.distill.teacher={given!r}: an .npz does not say its model; pass the workdir of '
+        'the vit_jax run that trained it, or a timm / Hugging Face checkpoint'
+    )
+  else:
+    try:
+      trained = run_dir.load_trained(path)
+    except (ValueError, FileNotFoundError) as e:
+      raise ValueError(f'config.distill.teacher={given!r}: {e}') from None
+    model = variants.build(
+        trained.config.variant, trained.model_config, num_classes=num_classes, dtype=dtype
+    )
+    loaded = trained.params
+    source = f'{trained.parameters} parameters of step {trained.step} of {path}'
+  head = loaded.get('head', {}).get('kernel')
+  if head is None or head.shape[-1] != num_classes:
+    predicts = (
+        'has no classification head' if head is None else f'predicts {head.shape[-1]} classes'
+    )
+    raise ValueError(
+        f'config.distill.teacher={given!r} {predicts}, and the run has {num_classes}: the '
+        'teacher must be a classifier of the same classes, in the same order'
+    )
+  params, _ = loading.adapt_params(
+      loaded,
+      loading.param_shapes(model, config.image_size),
+      keep_head=True,
+      keep_pre_logits=True,
+      posemb_method=config.posemb_interpolation,
+  )
+  return Teacher(model, params, source)

@@ -1,0 +1,78 @@
+"""Knowledge distillation (`config.distill`, DeiT's: Touvron et al. 2021, "Training data-efficient image
+transformers & distillation through attention"): the student learns from a frozen teacher's
+predictions on the same (mixed, augmented) images, as well as from the labels.
+
+The loss is DeiT's `DistillationLoss`: (1 - alpha) * the run's loss on the labels (its label smoothing
+and mixing included) of the class token's head, plus alpha * the distillation loss of the distillation
+token's head (`model.distilled`; a student without one distils through its single head):
+  'hard': cross-entropy with the teacher's top class (DeiT's best, alpha 0.5);
+  'soft': KL(teacher || student) of the softmaxes at `temperature`, times temperature^2, summed over
+          the batch and classes and divided by their product (DeiT's `reduction='sum' / numel`).
+The teacher (vit_jax/checkpoints/teacher.py) runs in the train step on the same mesh, its parameters
+sharded as the student's, without gradients or optimizer state (vit_jax/train/step.py).
+"""
+
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import optax
+
+
+def hard_loss(student: jax.Array, teacher: jax.Array, temperature: float) -> jax.Array:
+  del temperature  # The top class has none.
+  labels = jnp.argmax(teacher, axis=-1)
+  return optax.softmax_cross_entropy_with_integer_labels(student, labels).mean()
+
+
+def soft_loss(student: jax.Array, teacher: jax.Array, temperature: float) -> jax.Array:
+  log_student = jax.nn.log_softmax(student / temperature, axis=-1)
+  log_teacher = jax.nn.log_softmax(teacher / temperature, axis=-1)
+  kl = jnp.sum(jnp.exp(log_teacher) * (log_teacher - log_student))
+  return kl * temperature**2 / student.size
+
+
+# config.distill.kind -> (the distillation head's logits, the teacher's, temperature) -> the loss.
+LOSSES: dict[str, Callable[[jax.Array, jax.Array, float], jax.Array]] = {
+    'hard': hard_loss,
+    'soft': soft_loss,
+}
+
+
+def combine(
+    distill: ml_collections.ConfigDict,
+    base: jax.Array,
+    student: jax.Array,
+    teacher: jax.Array,
+) -> jax.Array:
+  """DeiT's total: (1 - alpha) * `base` (the labels' loss) + alpha * the distillation loss of the
+  `student`'s distillation logits against the `teacher`'s (no gradient flows into the teacher)."""
+  teacher = jax.lax.stop_gradient(teacher.astype(jnp.float32))
+  distilled = LOSSES[distill.kind](student, teacher, distill.temperature)
+  return (1.0 - distill.alpha) * base + distill.alpha * distilled
+
+
+def check(config: ml_collections.ConfigDict) -> None:
+  distill = config.distill
+  if distill.teacher is None:
+    # Without a teacher these would change nothing.
+    changed = [
+        f'{name}={distill[name]!r}'
+        for name, default in (('kind', 'hard'), ('alpha', 0.5), ('temperature', 1.0))
+        if distill[name] != default
+    ]
+    if changed:
+      raise ValueError(
+          f'config.distill.{changed[0]} has no teacher to distil from: set '
+          '--config.distill.teacher=WORKDIR (or a timm / Hugging Face checkpoint), or leave it'
+      )
+    return
+  if distill.kind not in LOSSES:
+    raise ValueError(
+        f'Unknown config.distill.kind {distill.kind!r}: use one of {", ".join(LOSSES)}'
+    )
+  if not 0.0 <= distill.alpha <= 1.0:
+    raise ValueError(f'config.distill.alpha={distill.alpha} must be in [0, 1], e.g. 0.5')
+  if not distill.temperature > 0:
+    raise ValueError(f'config.distill.temperature={distill.temperature} must be positive, e.g. 1.0')

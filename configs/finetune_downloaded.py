@@ -7,12 +7,9 @@ config.json, so none is spelt here. The recipe is today's for fine-tuning such b
 style, as timm and FT-CLIP use): AdamW with layer-wise learning-rate decay, weight decay 0.05,
 stochastic depth 0.1, label smoothing 0.1, cosine decay after a warmup, 224 px, Polyak averaging.
 The position embeddings are resized to 224 px's patch grid (DINOv2's 518 px grid of 37x37 to 16x16),
-and the head is a new zero-initialised one for the dataset's classes.
-
-Not yet done: the images are vit_jax's, in [-1, 1] (mean = std = 0.5), and the checkpoint's own
-normalisation (ImageNet's mean and std for DINOv2, OpenAI's for CLIP; SigLIP's is ours) is not
-folded into its patch embedding, so fine-tuning starts from a shifted input and its first steps
-adapt to it.
+and the head is a new zero-initialised one for the dataset's classes. The checkpoint's input
+normalisation (ImageNet's mean and std for DINOv2, OpenAI's for CLIP) is folded into its patch
+embedding, so it reads vit_jax's images in [-1, 1] as it read its own.
 """
 
 import ml_collections

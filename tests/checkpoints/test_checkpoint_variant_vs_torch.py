@@ -13,7 +13,7 @@ import timm
 import transformers
 
 import helpers
-from torch_references import randomize, torch_outputs
+from torch_references import randomize, timm_input, torch_outputs
 from vit_jax.checkpoints import state_dicts, timm_layout, torch_files
 from vit_jax.tasks import classification
 from vit_jax.train import setup
@@ -87,7 +87,9 @@ def test_timms_dinov2_with_registers_is_built_from_its_files_alone(tmp_path):
   assert {k: run.config.model[k] for k in expected} == expected
   inputs = _images(3)
   np.testing.assert_allclose(
-      _logits(run, inputs), torch_outputs(reference, inputs).numpy(), atol=1e-4
+      _logits(run, inputs),
+      torch_outputs(reference, timm_input(reference, inputs)).numpy(),
+      atol=1e-4,
   )
 
 
@@ -182,7 +184,9 @@ def test_timms_quickgelu_clip_and_a_transformers_vit_say_their_activation_and_ep
   )
   run = _prepare(tmp_path, str(tmp_path / 'clip'))
   inputs = _images(2)
-  np.testing.assert_allclose(_logits(run, inputs), torch_outputs(clip, inputs).numpy(), atol=1e-4)
+  np.testing.assert_allclose(
+      _logits(run, inputs), torch_outputs(clip, timm_input(clip, inputs)).numpy(), atol=1e-4
+  )
 
   vit = randomize(
       transformers.ViTForImageClassification(
@@ -268,7 +272,7 @@ def test_the_fine_tuning_configs_build_their_familys_checkpoint(
   inputs = _images(2)
   np.testing.assert_allclose(
       features.apply({'params': params}, inputs),
-      torch_outputs(reference, inputs).numpy(),
+      torch_outputs(reference, timm_input(reference, inputs)).numpy(),
       atol=1e-4,
   )
 
@@ -293,13 +297,14 @@ def test_timms_qk_norm_vit_loads_with_equal_logits_and_exports_back(tmp_path):
   run = _prepare(tmp_path, str(tmp_path / 'qk'))
   assert run.model_config['qk_norm'] is True
   inputs = _images(3)
-  expected = torch_outputs(reference, inputs).numpy()
+  expected = torch_outputs(reference, timm_input(reference, inputs)).numpy()
   np.testing.assert_allclose(_logits(run, inputs), expected, atol=1e-4)
   exported = timm_layout.to_state_dict(run.init_params)
   theirs = {k: v.numpy() for k, v in reference.state_dict().items()}
   assert sorted(exported) == sorted(theirs)
   for name, tensor in theirs.items():
-    np.testing.assert_allclose(exported[name], tensor, atol=1e-6, err_msg=name)
+    if not name.startswith('patch_embed.'):  # Folded to read our images: the logits show it.
+      np.testing.assert_allclose(exported[name], tensor, atol=1e-6, err_msg=name)
   out = tmp_path / 'export'
   out.mkdir()
   torch_files.write_safetensors(exported, str(out / torch_files.SAFETENSORS))
@@ -349,7 +354,7 @@ def test_timms_deit_distilled_and_deit3_load_with_equal_logits_and_export_back(
   assert run.model_config['distilled'] is distilled
   assert (run.model_config['layer_scale'] is not None) is not distilled
   inputs = _images(3)
-  expected = torch_outputs(reference, inputs).numpy()
+  expected = torch_outputs(reference, timm_input(reference, inputs)).numpy()
   np.testing.assert_allclose(_logits(run, inputs), expected, atol=1e-4)
   exported = timm_layout.to_state_dict(run.init_params)
   theirs = {k: v.numpy() for k, v in reference.state_dict().items()}
@@ -358,7 +363,8 @@ def test_timms_deit_distilled_and_deit3_load_with_equal_logits_and_export_back(
     np.testing.assert_array_equal(exported['pos_embed'][:, :1], 0)
     exported['pos_embed'] = exported['pos_embed'][:, 1:]
   for name, tensor in theirs.items():
-    np.testing.assert_allclose(exported[name], tensor, atol=1e-6, err_msg=name)
+    if not name.startswith('patch_embed.'):  # Folded to read our images: the logits show it.
+      np.testing.assert_allclose(exported[name], tensor, atol=1e-6, err_msg=name)
   out = tmp_path / 'export'
   out.mkdir()
   torch_files.write_safetensors(
@@ -385,3 +391,33 @@ def test_timms_deit_distilled_and_deit3_load_with_equal_logits_and_export_back(
           variant='ViT-testing_7',
           **{'model.mlp_dim': 128, 'model.mlp_activation': 'gelu'},
       )
+
+
+def test_a_hub_snapshots_image_processor_normalisation_is_folded_into_the_patch_embedding(tmp_path):
+  """A transformers hub snapshot has the image processor's preprocessor_config.json beside the
+  weights (OpenAI CLIP's mean and std here): our images of the same pixels give transformers' logits
+  on its normalised ones; without the file, the weights load as they are."""
+  vit = randomize(
+      transformers.ViTForImageClassification(
+          transformers.ViTConfig(
+              image_size=SIZE,
+              patch_size=7,
+              hidden_size=32,
+              num_hidden_layers=2,
+              num_attention_heads=2,
+              intermediate_size=48,
+              num_labels=NUM_CLASSES,
+          )
+      )
+  )
+  vit.save_pretrained(tmp_path / 'hf')
+  mean, std = [0.48145466, 0.4578275, 0.40821073], [0.26862954, 0.26130258, 0.27577711]
+  (tmp_path / 'hf' / 'preprocessor_config.json').write_text(
+      json.dumps({'do_normalize': True, 'image_mean': mean, 'image_std': std})
+  )
+  run = _prepare(tmp_path, str(tmp_path / 'hf'))
+  inputs = _images(2)
+  theirs = (((inputs + 1) / 2 - np.asarray(mean)) / np.asarray(std)).astype(np.float32)
+  np.testing.assert_allclose(
+      _logits(run, inputs), torch_outputs(vit, theirs).logits.numpy(), atol=1e-4
+  )

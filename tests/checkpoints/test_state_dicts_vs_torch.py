@@ -22,6 +22,7 @@ import transformers
 from etils import epath
 
 import helpers
+from torch_references import timm_input
 from vit_jax.checkpoints import run_dir
 from vit_jax.checkpoints import timm_layout
 from vit_jax.checkpoints import torch_files
@@ -169,14 +170,15 @@ def test_timms_dinov2_loads_with_equal_logits_and_exports_back(tmp_path):
   images = np.random.RandomState(2).uniform(-1, 1, (3, size, size, 3)).astype(np.float32)
   np.testing.assert_allclose(
       model.apply({'params': params}, images),
-      _torch_outputs(reference, images).numpy(),
+      _torch_outputs(reference, timm_input(reference, images)).numpy(),
       atol=1e-4,
   )
   exported = timm_layout.to_state_dict(params)
   theirs = {k: v.numpy() for k, v in reference.state_dict().items()}
   assert sorted(exported) == sorted(theirs)
   for name, tensor in theirs.items():
-    np.testing.assert_allclose(exported[name], tensor, atol=1e-6, err_msg=name)
+    if not name.startswith('patch_embed.'):  # Folded to read our images: the logits show it.
+      np.testing.assert_allclose(exported[name], tensor, atol=1e-6, err_msg=name)
 
 
 def test_timms_dinov2_with_registers_loads_with_equal_logits_at_its_size_and_another(tmp_path):
@@ -204,7 +206,7 @@ def test_timms_dinov2_with_registers_loads_with_equal_logits_at_its_size_and_ano
   params = run_dir.load_init_params(config, model)
   np.testing.assert_allclose(
       model.apply({'params': params}, images),
-      _torch_outputs(reference, images).numpy(),
+      _torch_outputs(reference, timm_input(reference, images)).numpy(),
       atol=1e-4,
   )
   larger = helpers.load_config('demo', {**fields, 'image_size': 42})
@@ -259,7 +261,7 @@ def test_timms_clip_loads_with_equal_logits_and_exports_for_timm(tmp_path, name,
       'init_from': str(tmp_path / 'clip'),
       'keep_head': True,
   }
-  expected = _torch_outputs(reference, _images()).numpy()
+  expected = _torch_outputs(reference, timm_input(reference, _images())).numpy()
   config = helpers.load_config('demo', fields)
   model_config = helpers.model_config(config)
   model = classification.make_model(config, model_config, NUM_CLASSES)
@@ -269,7 +271,10 @@ def test_timms_clip_loads_with_equal_logits_and_exports_for_timm(tmp_path, name,
   theirs = {k: v.numpy() for k, v in reference.state_dict().items()}
   assert sorted(exported) == sorted(theirs)
   for key, tensor in theirs.items():
-    np.testing.assert_allclose(exported[key], tensor, atol=1e-6, err_msg=key)
+    # CLIP's normalisation is folded into the patch kernel and, without a patch bias, the position
+    # embeddings: the logits of timm's model rebuilt from them show it.
+    if key != 'pos_embed' and not key.startswith('patch_embed.'):
+      np.testing.assert_allclose(exported[key], tensor, atol=1e-6, err_msg=key)
   out = tmp_path / 'export'
   out.mkdir()
   torch_files.write_safetensors(exported, str(out / torch_files.SAFETENSORS))

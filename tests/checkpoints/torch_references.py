@@ -20,3 +20,12 @@ def randomize(module: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
 def torch_outputs(module: torch.nn.Module, images: np.ndarray, **kwargs) -> torch.Tensor:
   with torch.no_grad():
     return module(torch.from_numpy(images.transpose(0, 3, 1, 2)), **kwargs)  # PyTorch takes NCHW.
+
+
+def timm_input(reference: torch.nn.Module, images: np.ndarray) -> np.ndarray:
+  """Our images x = 2u - 1 of pixels u in [0, 1] as the timm model's data config normalises u: the
+  same pixels through each model's own preprocessing (ours folds a checkpoint's into its patch
+  embedding)."""
+  cfg = reference.pretrained_cfg
+  pixels = (images + 1) / 2
+  return ((pixels - np.asarray(cfg['mean'])) / np.asarray(cfg['std'])).astype(np.float32)

@@ -10,7 +10,9 @@ timm_layout.py, transformers_layout.py.
 
 import dataclasses
 import math
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+import numpy as np
 
 from vit_jax.checkpoints import timm_layout, torch_files, transformers_layout
 from vit_jax.checkpoints.torch_files import StateDict
@@ -24,14 +26,23 @@ class Layout:
   # (state dict, its config.json, source) -> the model fields it fixes; a state dict of broadcast
   # zeros (torch_files.read's shapes_only) is enough.
   architecture: Callable[[StateDict, Mapping[str, Any], str], dict[str, Any]]
+  # (its config.json, source) -> the (mean, std) per channel its images were normalised with for
+  # pixels in [0, 1], where the files beside the weights say; None where they do not.
+  normalization: Callable[[Mapping[str, Any], str], Optional[tuple[list[float], list[float]]]]
 
 
 LAYOUTS: dict[str, Layout] = {
-    'timm': Layout(timm_layout.recognises, timm_layout.from_state_dict, timm_layout.architecture),
+    'timm': Layout(
+        timm_layout.recognises,
+        timm_layout.from_state_dict,
+        timm_layout.architecture,
+        timm_layout.normalization,
+    ),
     'transformers': Layout(
         transformers_layout.recognises,
         transformers_layout.from_state_dict,
         transformers_layout.architecture,
+        transformers_layout.normalization,
     ),
 }
 # The fields without a tensor, which `load` checks: what each is, for the one-line error.
@@ -112,4 +123,39 @@ def load(path: str, model: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]
           'take every field from the checkpoint'
       )
   notes = [f'read {name} state dict ({len(state_dict)} tensors)']
-  return layout.from_state_dict(state_dict, model['num_heads'], path), notes
+  tree = layout.from_state_dict(state_dict, model['num_heads'], path)
+  normalization = layout.normalization(config, path)
+  if normalization is not None and not np.allclose(normalization, 0.5):
+    tree = fold_normalization(tree, *normalization)
+    mean, std = (', '.join(f'{x:g}' for x in values) for values in normalization)
+    notes.append(
+        f'folded its input normalisation (mean {mean}, std {std}) into the patch embedding, '
+        "so that it reads vit_jax's images in [-1, 1]"
+    )
+  return tree, notes
+
+
+def fold_normalization(
+    tree: dict[str, Any], mean: Sequence[float], std: Sequence[float]
+) -> dict[str, Any]:
+  """`tree` with its patch embedding reading vit_jax's images x = 2u - 1 (pixels u in [0, 1]) as it
+  read the checkpoint's (u - mean) / std = x / (2 std) + (0.5 - mean) / std, exactly: the kernel is
+  divided by 2 std per input channel, and the constant term's projection added to the patch
+  embedding's bias, or, without one (CLIP's), to every patch's position embedding."""
+  mean, std = np.asarray(mean, np.float64), np.asarray(std, np.float64)
+  embedding = dict(tree['embedding'])
+  kernel = embedding['kernel'].astype(np.float64)  # (p, p, 3, D)
+  offset = np.einsum('ijcd,c->d', kernel, (0.5 - mean) / std)
+  embedding['kernel'] = (kernel / (2 * std)[:, None]).astype(np.float32)
+  folded = {**tree, 'embedding': embedding}
+  if 'bias' in embedding:
+    embedding['bias'] = (embedding['bias'] + offset).astype(np.float32)
+    return folded
+  posemb = tree['Transformer']['posembed_input']['pos_embedding'].astype(np.float64)
+  prefix = ('cls' in tree) + ('dist' in tree) + (tree['reg'].shape[1] if 'reg' in tree else 0)
+  posemb[:, prefix:] += offset
+  folded['Transformer'] = {
+      **tree['Transformer'],
+      'posembed_input': {'pos_embedding': posemb.astype(np.float32)},
+  }
+  return folded

@@ -207,6 +207,17 @@ def _map_head_out(flat: dict[str, np.ndarray], d: int) -> StateDict:
   return out
 
 
+def normalization(
+    config: Mapping[str, Any], path: str
+) -> Optional[tuple[list[float], list[float]]]:
+  """The mean and std of the config.json's pretrained_cfg (timm's data config), if it has them."""
+  del path
+  pretrained = config.get('pretrained_cfg', {})
+  if 'mean' in pretrained and 'std' in pretrained:
+    return list(pretrained['mean']), list(pretrained['std'])
+  return None
+
+
 def recognises(state_dict: StateDict) -> bool:
   return 'patch_embed.proj.weight' in state_dict
 

@@ -125,6 +125,11 @@ def read(path: str, shapes_only: bool = False) -> tuple[StateDict, dict[str, Any
   state_dict = {}
   for file in files:
     state_dict.update(read_file(file, shapes_only))
-  config_file = (p if p.is_dir() else p.parent) / 'config.json'
-  config = json.loads(config_file.read_text()) if config_file.is_file() else {}
-  return state_dict, config
+  return state_dict, beside(path, 'config.json')
+
+
+def beside(path: str, name: str) -> dict[str, Any]:
+  """The JSON file `name` beside the checkpoint at `path` (in it, for a model directory), or {}."""
+  p = epath.Path(path)
+  file = (p if p.is_dir() else p.parent) / name
+  return json.loads(file.read_text()) if file.is_file() else {}

@@ -4,11 +4,11 @@ transformers' separate `query` / `key` / `value` are ours; its `pooler` is the p
 (Dense + tanh). Its LayerNorm epsilon has no tensor: the config.json's `layer_norm_eps` is checked.
 """
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 from flax import traverse_util
 
-from vit_jax.checkpoints import torch_names
+from vit_jax.checkpoints import torch_files, torch_names
 from vit_jax.checkpoints.torch_files import StateDict
 
 
@@ -89,3 +89,16 @@ def architecture(state_dict: StateDict, config: Mapping[str, Any], path: str) ->
     fields['mlp_activation'] = torch_names.activation(config.get('hidden_act', 'gelu'), path)
     fields['layernorm_epsilon'] = float(config.get('layer_norm_eps', 1e-12))
   return fields
+
+
+def normalization(
+    config: Mapping[str, Any], path: str
+) -> Optional[tuple[list[float], list[float]]]:
+  """The image_mean and image_std of the image processor's preprocessor_config.json beside the
+  weights (a hub snapshot has one; `save_pretrained` of a model alone writes none), if it normalises.
+  """
+  del config
+  processor = torch_files.beside(path, 'preprocessor_config.json')
+  if processor.get('do_normalize', True) and 'image_mean' in processor and 'image_std' in processor:
+    return list(processor['image_mean']), list(processor['image_std'])
+  return None

@@ -4,9 +4,9 @@
 
 The teacher is the demo's ViT (configs/demo.py: 4 blocks of width 64), trained here for --teacher_steps
 unless --teacher names a trained workdir (e.g. `make demo`'s). The student is a smaller ViT (2 blocks of
-width 32, 2 heads, 64 MLP units) trained with the demo's recipe for --steps, once alone and once
-distilled from the teacher (DeiT's: a distillation token with its own head, hard distillation,
-alpha 0.5), for each seed. Prints a markdown row a run (test top-1 of the last step, seconds) and each
+width 32, 2 heads, 64 MLP units) trained with the demo's recipe for --steps, alone and distilled from
+the teacher in each of `SIDES`' ways (DeiT's hard and soft distillation, through a distillation token
+with its own head or through the one head; alpha 0.5), for each seed. Prints a markdown row a run (test top-1 of the last step, seconds) and each
 side's mean and sample standard deviation over the seeds.
 """
 
@@ -34,14 +34,17 @@ STUDENT = {
     'model.num_heads': 2,
     'model.mlp_dim': 64,
 }
-# side -> config overrides of the student (the teacher's workdir is added to the distilled one).
+# side -> config overrides of the student (the teacher's workdir is added where it distils).
 SIDES = {
     'alone': {},
-    'distilled (hard, alpha 0.5, distillation token)': {
+    'hard, distillation token': {'model.distilled': True, 'distill.kind': 'hard'},
+    'hard, one head': {'distill.kind': 'hard'},
+    'soft T=3 alpha 0.5, distillation token': {
         'model.distilled': True,
-        'distill.kind': 'hard',
-        'distill.alpha': 0.5,
+        'distill.kind': 'soft',
+        'distill.temperature': 3.0,
     },
+    'soft T=3 alpha 0.5, one head': {'distill.kind': 'soft', 'distill.temperature': 3.0},
 }
 
 
@@ -73,6 +76,7 @@ def main() -> None:
   parser.add_argument('--steps', type=int, default=1500)
   parser.add_argument('--seeds', default='0,1,2')
   parser.add_argument('--data_dir', default=None, help='tfds data_dir (the digits need none)')
+  parser.add_argument('--only', default=None, help="the sides whose name has this (and 'alone')")
   args = parser.parse_args()
   seeds = [int(s) for s in args.seeds.split(',')]
   with tempfile.TemporaryDirectory() as root:
@@ -87,11 +91,16 @@ def main() -> None:
       )
     print(f'\n| student ({args.steps} steps) | seed | test top-1 (%) | seconds |')
     print('|---|---|---|---|')
-    tops = {side: [] for side in SIDES}
+    sides = {
+        side: overrides
+        for side, overrides in SIDES.items()
+        if not args.only or args.only in side or side == 'alone'
+    }
+    tops = {side: [] for side in sides}
     for seed in seeds:
-      for side, overrides in SIDES.items():
+      for side, overrides in sides.items():
         extra = {'distill.teacher': teacher} if 'distill.kind' in overrides else {}
-        workdir = os.path.join(root, f'{len(tops[side])}-{seed}-{side.split()[0]}')
+        workdir = os.path.join(root, f'{seed}-{list(sides).index(side)}')
         result = train({**STUDENT, **overrides, **extra}, args.steps, seed, workdir, args.data_dir)
         tops[side].append(result['top1'])
         print(f'| {side} | {seed} | {result["top1"]:.2f} | {result["wall_s"]:.0f} |', flush=True)

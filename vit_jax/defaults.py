@@ -74,6 +74,9 @@ def get_config() -> ml_collections.ConfigDict:
           num_heads=config_dict.placeholder(int),
           # 'token' | 'gap' (mean of the patch tokens) | 'map' (multihead attention pooling).
           classifier=config_dict.placeholder(str),
+          # A class token before the patches: unset, for classifier 'token' only; True with 'gap' or
+          # 'map' keeps one they do not pool (timm's class_token with global_pool='avg': MAE, EVA).
+          class_token=config_dict.placeholder(bool),
           fc_norm=config_dict.placeholder(
               bool
           ),  # GAP/MAP: the final LayerNorm after pooling (timm's)

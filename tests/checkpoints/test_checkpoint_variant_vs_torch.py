@@ -421,3 +421,43 @@ def test_a_hub_snapshots_image_processor_normalisation_is_folded_into_the_patch_
   np.testing.assert_allclose(
       _logits(run, inputs), torch_outputs(vit, theirs).logits.numpy(), atol=1e-4
   )
+
+
+@pytest.mark.parametrize('fc_norm', [True, False])
+def test_a_class_token_the_pooling_does_not_read_loads_with_timms_logits(tmp_path, fc_norm):
+  """timm's class_token with global_pool='avg' (MAE's, BEiT's, EVA's fine-tuning): the mean of the
+  patches' tokens, the class token attending but not pooled; with fc_norm after the pooling (timm's
+  default for 'avg') or the encoder's final norm before it."""
+  reference = randomize(
+      timm.create_model(
+          'vit_tiny_patch16_224',
+          pretrained=False,
+          img_size=SIZE,
+          patch_size=7,
+          embed_dim=32,
+          depth=2,
+          num_heads=2,
+          num_classes=NUM_CLASSES,
+          class_token=True,
+          global_pool='avg',
+          fc_norm=fc_norm,
+      )
+  )
+  timm.models.save_for_hf(reference, tmp_path / 'mae', safe_serialization=True)
+  run = _prepare(tmp_path, str(tmp_path / 'mae'))
+  fields = ('classifier', 'class_token', 'fc_norm')
+  assert tuple(run.model_config[k] for k in fields) == ('gap', True, fc_norm)
+  inputs = _images(3)
+  expected = torch_outputs(reference, timm_input(reference, inputs)).numpy()
+  np.testing.assert_allclose(_logits(run, inputs), expected, atol=1e-4)
+  out = tmp_path / 'export'
+  out.mkdir()
+  torch_files.write_safetensors(
+      timm_layout.to_state_dict(run.init_params), str(out / torch_files.SAFETENSORS)
+  )
+  config = timm_layout.export_config(
+      run.model_config, SIZE, NUM_CLASSES, pp_eval=run.config.pp_eval.to_dict()
+  )
+  (out / 'config.json').write_text(json.dumps(config))
+  rebuilt = timm.create_model(f'local-dir:{out}', pretrained=True).eval()
+  np.testing.assert_allclose(torch_outputs(rebuilt, inputs).numpy(), expected, atol=1e-4)

@@ -22,58 +22,26 @@ import transformers
 from etils import epath
 
 import helpers
-from torch_references import timm_input
+from torch_references import (
+    HF_EPSILON,
+    IMAGE_SIZE,
+    MODEL,
+    NUM_CLASSES,
+    OR_VARIANT,
+    images,
+    ours,
+    randomize,
+    timm_input,
+    torch_outputs,
+)
 from vit_jax.checkpoints import run_dir
 from vit_jax.checkpoints import timm_layout
 from vit_jax.checkpoints import torch_files
 from vit_jax.models import variants
 from vit_jax.tasks import classification
 
-IMAGE_SIZE, NUM_CLASSES = 8, 10
-MODEL = {
-    'variant': 'ViT-testing_4',
-    'model.hidden_size': 32,
-    'model.num_layers': 2,
-    'model.num_heads': 2,
-    'model.mlp_dim': 64,
-    'image_size': IMAGE_SIZE,
-    'model.mlp_activation': 'gelu',
-}
-
-
-def _randomize(module: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
-  """Every tensor random: a zero head, bias or class token (timm's and transformers' inits) would hide
-  a layout bug. LayerNorm scales stay near 1."""
-  generator = torch.Generator().manual_seed(seed)
-  with torch.no_grad():
-    for layer in module.modules():
-      for name, p in layer.named_parameters(recurse=False):
-        noise = 0.3 * torch.randn(p.shape, generator=generator)
-        p.copy_(1 + noise if isinstance(layer, torch.nn.LayerNorm) and name == 'weight' else noise)
-  return module.eval()
-
-
-def _images(n: int = 5) -> np.ndarray:
-  return np.random.RandomState(1).uniform(-1, 1, (n, IMAGE_SIZE, IMAGE_SIZE, 3)).astype(np.float32)
-
-
-def _torch_outputs(module: torch.nn.Module, images: np.ndarray, **kwargs) -> torch.Tensor:
-  with torch.no_grad():
-    return module(torch.from_numpy(images.transpose(0, 3, 1, 2)), **kwargs)  # PyTorch takes NCHW.
-
-
-def _ours(init_from: str, num_classes, **overrides) -> np.ndarray:
-  """Logits of our model initialised from `init_from` through config.init_from, as a run would."""
-  config = helpers.load_config(
-      'demo', {**MODEL, 'init_from': init_from, 'keep_head': num_classes is not None, **overrides}
-  )
-  model = classification.make_model(config, helpers.model_config(config), num_classes)
-  params = run_dir.load_init_params(config, model)
-  return np.asarray(model.apply({'params': params}, _images()))
-
-
 def _timm_model(**kwargs) -> timm_vit.VisionTransformer:
-  return _randomize(
+  return randomize(
       timm_vit.VisionTransformer(
           img_size=IMAGE_SIZE,
           patch_size=4,
@@ -111,7 +79,7 @@ def test_a_timm_vit_saved_by_timm_loads_through_init_from_with_equal_logits(
   path = str(tmp_path / 'model.safetensors')
   safetensors.torch.save_file(reference.state_dict(), path)
   np.testing.assert_allclose(
-      _ours(path, NUM_CLASSES, **overrides), _torch_outputs(reference, _images()).numpy(), atol=1e-4
+      ours(path, NUM_CLASSES, **overrides), torch_outputs(reference, images()).numpy(), atol=1e-4
   )
 
 
@@ -128,7 +96,7 @@ def _timm_saved_for_hf(directory, name: str = 'vit_tiny_patch16_224', **kwargs) 
       mlp_ratio=2.0,
       num_classes=NUM_CLASSES,
   )
-  reference = _randomize(timm.create_model(name, pretrained=False, **{**shape, **kwargs}))
+  reference = randomize(timm.create_model(name, pretrained=False, **{**shape, **kwargs}))
   timm.models.save_for_hf(reference, directory, safe_serialization=True)
   return reference
 
@@ -139,8 +107,8 @@ def test_a_timm_vit_without_a_class_token_embedding_loads_with_equal_logits(tmp_
   reference = _timm_saved_for_hf(tmp_path / 'flexi', no_embed_class=True)
   assert reference.pos_embed.shape[1] == (IMAGE_SIZE // 4) ** 2
   np.testing.assert_allclose(
-      _ours(str(tmp_path / 'flexi'), NUM_CLASSES),
-      _torch_outputs(reference, _images()).numpy(),
+      ours(str(tmp_path / 'flexi'), NUM_CLASSES),
+      torch_outputs(reference, images()).numpy(),
       atol=1e-4,
   )
 
@@ -170,7 +138,7 @@ def test_timms_dinov2_loads_with_equal_logits_and_exports_back(tmp_path):
   images = np.random.RandomState(2).uniform(-1, 1, (3, size, size, 3)).astype(np.float32)
   np.testing.assert_allclose(
       model.apply({'params': params}, images),
-      _torch_outputs(reference, timm_input(reference, images)).numpy(),
+      torch_outputs(reference, timm_input(reference, images)).numpy(),
       atol=1e-4,
   )
   exported = timm_layout.to_state_dict(params)
@@ -206,7 +174,7 @@ def test_timms_dinov2_with_registers_loads_with_equal_logits_at_its_size_and_ano
   params = run_dir.load_init_params(config, model)
   np.testing.assert_allclose(
       model.apply({'params': params}, images),
-      _torch_outputs(reference, timm_input(reference, images)).numpy(),
+      torch_outputs(reference, timm_input(reference, images)).numpy(),
       atol=1e-4,
   )
   larger = helpers.load_config('demo', {**fields, 'image_size': 42})
@@ -229,8 +197,8 @@ def test_timms_siglip_loads_with_equal_logits_and_exports_back(tmp_path):
   reference = _timm_saved_for_hf(tmp_path / 'siglip', 'vit_base_patch16_siglip_224')
   overrides = {'model.classifier': 'map'}
   np.testing.assert_allclose(
-      _ours(str(tmp_path / 'siglip'), NUM_CLASSES, **overrides),
-      _torch_outputs(reference, _images()).numpy(),
+      ours(str(tmp_path / 'siglip'), NUM_CLASSES, **overrides),
+      torch_outputs(reference, images()).numpy(),
       atol=1e-4,
   )
   config = helpers.load_config(
@@ -261,12 +229,12 @@ def test_timms_clip_loads_with_equal_logits_and_exports_for_timm(tmp_path, name,
       'init_from': str(tmp_path / 'clip'),
       'keep_head': True,
   }
-  expected = _torch_outputs(reference, timm_input(reference, _images())).numpy()
+  expected = torch_outputs(reference, timm_input(reference, images())).numpy()
   config = helpers.load_config('demo', fields)
   model_config = helpers.model_config(config)
   model = classification.make_model(config, model_config, NUM_CLASSES)
   params = run_dir.load_init_params(config, model)
-  np.testing.assert_allclose(model.apply({'params': params}, _images()), expected, atol=1e-4)
+  np.testing.assert_allclose(model.apply({'params': params}, images()), expected, atol=1e-4)
   exported = timm_layout.to_state_dict(params)
   theirs = {k: v.numpy() for k, v in reference.state_dict().items()}
   assert sorted(exported) == sorted(theirs)
@@ -283,7 +251,7 @@ def test_timms_clip_loads_with_equal_logits_and_exports_for_timm(tmp_path, name,
   )
   (out / 'config.json').write_text(json.dumps(timm_config))
   rebuilt = timm.create_model(f'local-dir:{out}', pretrained=True).eval()
-  np.testing.assert_allclose(_torch_outputs(rebuilt, _images()).numpy(), expected, atol=1e-4)
+  np.testing.assert_allclose(torch_outputs(rebuilt, images()).numpy(), expected, atol=1e-4)
 
 
 def test_a_layer_scale_mismatch_is_one_line_naming_the_field(tmp_path):
@@ -292,30 +260,25 @@ def test_a_layer_scale_mismatch_is_one_line_naming_the_field(tmp_path):
   with pytest.raises(
       ValueError, match=r'the checkpoint has layer scale; set --config.model.layer_scale=1e-5'
   ) as error:
-    _ours(path, NUM_CLASSES)
+    ours(path, NUM_CLASSES)
   assert '\n' not in str(error.value)
   plain = str(tmp_path / 'plain.safetensors')
   safetensors.torch.save_file(_timm_model().state_dict(), plain)
   with pytest.raises(
       ValueError, match=r'the checkpoint has no layer scale; unset --config.model.layer_scale'
   ):
-    _ours(plain, NUM_CLASSES, **{'model.layer_scale': 1e-5})
+    ours(plain, NUM_CLASSES, **{'model.layer_scale': 1e-5})
 
 
 @pytest.mark.parametrize(
     'timm_kwargs,overrides,message',
     [
-        # The tensors of a class-token ViT, pooled as the mean of all tokens.
-        (
-            {'class_token': True, 'global_pool': 'avg', 'fc_norm': False},
-            {},
-            r"averages its tokens although it has a class token \(global_pool='avg', class_token=True\)",
-        ),
         # The tensors of a GAP ViT with fc_norm, pooled otherwise.
         (
             {'class_token': False, 'global_pool': 'max'},
             {'model.classifier': 'gap', 'model.fc_norm': True},
-            r"pools with global_pool='max', which vit_jax's ViT does not compute \(model.classifier: gap",
+            r"pools with global_pool='max', which vit_jax's ViT does not compute \(model.classifier: "
+            r"token pools as timm's token, gap as its avg",
         ),
         (
             {'class_token': False, 'global_pool': 'avgmax'},
@@ -323,7 +286,7 @@ def test_a_layer_scale_mismatch_is_one_line_naming_the_field(tmp_path):
             r"pools with global_pool='avgmax'",
         ),
     ],
-    ids=['token_avg', 'max', 'avgmax'],
+    ids=['max', 'avgmax'],
 )
 def test_a_timm_pooling_our_vit_does_not_compute_is_a_one_line_error(
     tmp_path, timm_kwargs, overrides, message
@@ -332,15 +295,15 @@ def test_a_timm_pooling_our_vit_does_not_compute_is_a_one_line_error(
   # config.json says how it pools.
   _timm_saved_for_hf(tmp_path / 'timm', **timm_kwargs)
   with pytest.raises(ValueError, match=message) as error:
-    _ours(str(tmp_path / 'timm'), NUM_CLASSES, **overrides)
+    ours(str(tmp_path / 'timm'), NUM_CLASSES, **overrides)
   assert '\n' not in str(error.value)
   # The poolings ours computes load as before.
   reference = _timm_saved_for_hf(tmp_path / 'avg', class_token=False, global_pool='avg')
   np.testing.assert_allclose(
-      _ours(
+      ours(
           str(tmp_path / 'avg'), NUM_CLASSES, **{'model.classifier': 'gap', 'model.fc_norm': True}
       ),
-      _torch_outputs(reference, _images()).numpy(),
+      torch_outputs(reference, images()).numpy(),
       atol=1e-4,
   )
 
@@ -363,11 +326,11 @@ def test_head_dropout_rate_drops_as_timms_drop_rate(tmp_path):
   )
   model = classification.make_model(config, helpers.model_config(config), NUM_CLASSES)
   params = run_dir.load_init_params(config, model)
-  images = np.repeat(_images(2), 2000, axis=0)
+  repeated = np.repeat(images(2), 2000, axis=0)
   ours = np.asarray(
-      model.apply({'params': params}, images, train=True, rngs={'dropout': jax.random.key(0)})
+      model.apply({'params': params}, repeated, train=True, rngs={'dropout': jax.random.key(0)})
   ).reshape(2, 2000, NUM_CLASSES)
-  theirs = _torch_outputs(reference.train(), images).numpy().reshape(2, 2000, NUM_CLASSES)
+  theirs = torch_outputs(reference.train(), repeated).numpy().reshape(2, 2000, NUM_CLASSES)
   spread = theirs.std(axis=1)
   assert spread.min() > 0.1, spread
   np.testing.assert_allclose(ours.std(axis=1), spread, rtol=0.1)
@@ -379,9 +342,9 @@ def test_a_timm_checkpoint_in_pytorch_format_and_in_bfloat16_loads_too(tmp_path)
   torch.save(
       {'state_dict': reference.state_dict()}, tmp_path / 'checkpoint.pth'
   )  # A training checkpoint.
-  expected = _torch_outputs(reference, _images()).numpy()
+  expected = torch_outputs(reference, images()).numpy()
   np.testing.assert_allclose(
-      _ours(str(tmp_path / 'checkpoint.pth'), NUM_CLASSES), expected, atol=1e-4
+      ours(str(tmp_path / 'checkpoint.pth'), NUM_CLASSES), expected, atol=1e-4
   )
   safetensors.torch.save_file(
       {k: v.bfloat16() for k, v in reference.state_dict().items()}, tmp_path / 'bf16.safetensors'
@@ -393,13 +356,8 @@ def test_a_timm_checkpoint_in_pytorch_format_and_in_bfloat16_loads_too(tmp_path)
       reference.state_dict()['pos_embed'].bfloat16().float().numpy(),
   )
   np.testing.assert_allclose(
-      _ours(str(tmp_path / 'bf16.safetensors'), NUM_CLASSES), expected, atol=0.1
+      ours(str(tmp_path / 'bf16.safetensors'), NUM_CLASSES), expected, atol=0.1
   )
-
-
-# transformers' ViTConfig's default layer_norm_eps (google/vit-*'s too), which its config.json says.
-HF_EPSILON = {'model.layernorm_epsilon': 1e-12}
-_OR_VARIANT = r', or --config.variant=checkpoint to take every field from the checkpoint$'
 
 
 def _transformers_config(**kwargs) -> transformers.ViTConfig:
@@ -415,32 +373,32 @@ def _transformers_config(**kwargs) -> transformers.ViTConfig:
 
 
 def test_a_transformers_classifier_saved_by_transformers_loads_with_equal_logits(tmp_path):
-  reference = _randomize(
+  reference = randomize(
       transformers.ViTForImageClassification(_transformers_config(num_labels=NUM_CLASSES))
   )
   reference.save_pretrained(tmp_path / 'hf')  # config.json + model.safetensors, the hub's layout.
-  expected = _torch_outputs(reference, _images()).logits.numpy()
+  expected = torch_outputs(reference, images()).logits.numpy()
   np.testing.assert_allclose(
-      _ours(str(tmp_path / 'hf'), NUM_CLASSES, **HF_EPSILON), expected, atol=1e-4
+      ours(str(tmp_path / 'hf'), NUM_CLASSES, **HF_EPSILON), expected, atol=1e-4
   )
   # Sharded as the hub shards big models: model.safetensors.index.json and its parts.
   reference.save_pretrained(tmp_path / 'sharded', max_shard_size='20KB')
   assert not (tmp_path / 'sharded' / 'model.safetensors').exists()
   np.testing.assert_allclose(
-      _ours(str(tmp_path / 'sharded'), NUM_CLASSES, **HF_EPSILON), expected, atol=1e-4
+      ours(str(tmp_path / 'sharded'), NUM_CLASSES, **HF_EPSILON), expected, atol=1e-4
   )
 
 
 def test_a_transformers_vit_model_brings_its_pooler_as_the_pre_logits_layer(tmp_path):
-  reference = _randomize(transformers.ViTModel(_transformers_config(), add_pooling_layer=True))
+  reference = randomize(transformers.ViTModel(_transformers_config(), add_pooling_layer=True))
   reference.save_pretrained(tmp_path / 'hf')
-  expected = _torch_outputs(reference, _images()).pooler_output.numpy()
-  ours = _ours(
+  expected = torch_outputs(reference, images()).pooler_output.numpy()
+  features = ours(
       str(tmp_path / 'hf'),
       None,
       **{'model.representation_size': 32, 'keep_pre_logits': True, **HF_EPSILON},
   )
-  np.testing.assert_allclose(ours, expected, atol=1e-4)
+  np.testing.assert_allclose(features, expected, atol=1e-4)
 
 
 def test_our_export_loads_into_timm_with_equal_logits(trained_tiny_run, exported_tiny_run):
@@ -449,7 +407,7 @@ def test_our_export_loads_into_timm_with_equal_logits(trained_tiny_run, exported
   reference = timm.create_model(f'local-dir:{timm_dir}', pretrained=True).eval()
   images = np.random.RandomState(0).uniform(-1, 1, (6, 8, 8, 3)).astype(np.float32)
   ours = helpers.model_logits(workdir, helpers.checkpoint_params(workdir, 12), images)
-  np.testing.assert_allclose(_torch_outputs(reference, images).numpy(), ours, atol=1e-4)
+  np.testing.assert_allclose(torch_outputs(reference, images).numpy(), ours, atol=1e-4)
   assert np.abs(ours).max() > 0.1  # The trained head is not (nearly) zero: a match of substance.
   assert reference.pretrained_cfg['label_names'] == list('0123456789')
   with open(os.path.join(exported, 'config.json')) as f:
@@ -522,7 +480,7 @@ def test_a_checkpoint_of_another_model_is_a_one_line_error(tmp_path):
       match=r'resnet.safetensors: a state dict of another model \(\d+ tensors, '
       r"e.g. '0.bias'.*timm's or Hugging Face transformers' naming",
   ) as error:
-    _ours(str(tmp_path / 'resnet.safetensors'), NUM_CLASSES)
+    ours(str(tmp_path / 'resnet.safetensors'), NUM_CLASSES)
   assert '\n' not in str(error.value)
   # A ViT with parts ours has not (register tokens) names the first of them.
   safetensors.torch.save_file(_timm_model(reg_tokens=1).state_dict(), tmp_path / 'reg.safetensors')
@@ -531,12 +489,12 @@ def test_a_checkpoint_of_another_model_is_a_one_line_error(tmp_path):
       match=r'^reg: checkpoint \(1, 1, 32\) vs model none: the checkpoint has 1 register token; '
       r'set --config.model.num_registers=1$',
   ):
-    _ours(str(tmp_path / 'reg.safetensors'), NUM_CLASSES)
+    ours(str(tmp_path / 'reg.safetensors'), NUM_CLASSES)
   (tmp_path / 'broken.safetensors').write_bytes(b'\x10\x00\x00\x00\x00\x00\x00\x00{"a": [')
   with pytest.raises(
       ValueError, match=r'broken.safetensors is not a readable safetensors file.*init_from'
   ):
-    _ours(str(tmp_path / 'broken.safetensors'), NUM_CLASSES)
+    ours(str(tmp_path / 'broken.safetensors'), NUM_CLASSES)
 
 
 def test_a_checkpoint_of_another_width_or_head_count_names_the_fix(tmp_path):
@@ -545,16 +503,16 @@ def test_a_checkpoint_of_another_width_or_head_count_names_the_fix(tmp_path):
   with pytest.raises(
       ValueError,
       match=r"checkpoint's number of attention heads is 2, the model's 4: set "
-      r'--config.model.num_heads=2' + _OR_VARIANT,
+      r'--config.model.num_heads=2' + OR_VARIANT,
   ):
-    _ours(str(tmp_path / 'hf'), NUM_CLASSES, **{'model.num_heads': 4})
+    ours(str(tmp_path / 'hf'), NUM_CLASSES, **{'model.num_heads': 4})
   safetensors.torch.save_file(_timm_model().state_dict(), tmp_path / 'model.safetensors')
   with pytest.raises(
       ValueError,
       match=r'^cls: checkpoint \(1, 1, 32\) vs model \(1, 1, 64\): the checkpoint is '
       r'another architecture',
   ):
-    _ours(
+    ours(
         str(tmp_path / 'model.safetensors'),
         NUM_CLASSES,
         **{'model.hidden_size': 64, 'model.mlp_dim': 128, 'keep_head': False},
@@ -568,22 +526,22 @@ def test_a_checkpoint_of_another_gelu_or_layernorm_epsilon_is_a_one_line_error(t
   with pytest.raises(
       ValueError,
       match=r"the checkpoint's MLP activation is 'gelu', the model's 'gelu_tanh': set "
-      r'--config.model.mlp_activation=gelu' + _OR_VARIANT,
+      r'--config.model.mlp_activation=gelu' + OR_VARIANT,
   ):
     run_dir.load_params(path, {'num_heads': 2, 'mlp_activation': 'gelu_tanh'})
   with pytest.raises(
       ValueError,
       match=r"the checkpoint's LayerNorm epsilon is 1e-12, the model's 1e-06: set "
-      r'--config.model.layernorm_epsilon=1e-12' + _OR_VARIANT,
+      r'--config.model.layernorm_epsilon=1e-12' + OR_VARIANT,
   ):
-    _ours(path, None)
+    ours(path, None)
   run_dir.load_params(path, {'num_heads': 2, 'mlp_activation': 'gelu', 'layernorm_epsilon': 1e-12})
 
 
 def test_a_transformers_vit_of_the_small_epsilon_loads_with_its_logits_where_it_matters(tmp_path):
   # Tokens of small variance (LayerNorm scale ~1e-3 of the inputs): an epsilon of 1e-6 instead of the
   # checkpoint's 1e-12 changes the logits by far more than float32 rounding.
-  reference = _randomize(
+  reference = randomize(
       transformers.ViTForImageClassification(_transformers_config(num_labels=NUM_CLASSES))
   )
   with torch.no_grad():
@@ -592,11 +550,11 @@ def test_a_transformers_vit_of_the_small_epsilon_loads_with_its_logits_where_it_
     reference.vit.embeddings.position_embeddings.mul_(1e-3)
     reference.vit.embeddings.cls_token.mul_(1e-3)
   reference.save_pretrained(tmp_path / 'hf')
-  expected = _torch_outputs(reference, _images()).logits.numpy()
-  ours = _ours(str(tmp_path / 'hf'), NUM_CLASSES, **HF_EPSILON)
-  np.testing.assert_allclose(ours, expected, atol=1e-4 * np.abs(expected).max())
+  expected = torch_outputs(reference, images()).logits.numpy()
+  logits = ours(str(tmp_path / 'hf'), NUM_CLASSES, **HF_EPSILON)
+  np.testing.assert_allclose(logits, expected, atol=1e-4 * np.abs(expected).max())
   (tmp_path / 'hf' / 'config.json').unlink()  # Unchecked: the wrong epsilon loads, and differs.
-  wrong = _ours(str(tmp_path / 'hf'), NUM_CLASSES)
+  wrong = ours(str(tmp_path / 'hf'), NUM_CLASSES)
   assert np.abs(wrong - expected).max() > 1e-2 * np.abs(expected).max()
 
 
@@ -610,23 +568,23 @@ def test_an_mlp_activation_our_vit_has_not_is_a_one_line_error(tmp_path):
   ):
     run_dir.load_params(str(tmp_path / 'relu'), {'num_heads': 2, 'mlp_activation': 'gelu'})
   # transformers' names of GELU's tanh form are ours.
-  reference = _randomize(
+  reference = randomize(
       transformers.ViTForImageClassification(
           _transformers_config(num_labels=NUM_CLASSES, hidden_act='gelu_pytorch_tanh')
       )
   )
   reference.save_pretrained(tmp_path / 'tanh')
   with pytest.raises(
-      ValueError, match=r'set --config.model.mlp_activation=gelu_tanh' + _OR_VARIANT
+      ValueError, match=r'set --config.model.mlp_activation=gelu_tanh' + OR_VARIANT
   ):
     run_dir.load_params(str(tmp_path / 'tanh'), {'num_heads': 2, 'mlp_activation': 'gelu'})
   np.testing.assert_allclose(
-      _ours(
+      ours(
           str(tmp_path / 'tanh'),
           NUM_CLASSES,
           **{'model.mlp_activation': 'gelu_tanh', **HF_EPSILON},
       ),
-      _torch_outputs(reference, _images()).logits.numpy(),
+      torch_outputs(reference, images()).logits.numpy(),
       atol=1e-4,
   )
 
@@ -660,8 +618,8 @@ def test_timms_config_we_write_builds_an_mlp_of_our_width(
   (tmp_path / 'config.json').write_text(json.dumps(timm_config))
   reference = timm.create_model(f'local-dir:{tmp_path}', pretrained=True).eval()
   np.testing.assert_allclose(
-      _torch_outputs(reference, _images()).numpy(),
-      np.asarray(model.apply({'params': params}, _images())),
+      torch_outputs(reference, images()).numpy(),
+      np.asarray(model.apply({'params': params}, images())),
       atol=1e-4,
   )
 

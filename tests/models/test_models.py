@@ -150,6 +150,21 @@ def test_register_tokens_follow_the_class_token_and_no_pooling_reads_them(classi
     )
 
 
+def test_a_gap_model_may_keep_a_class_token_it_does_not_pool():
+  model = _tiny(classifier='gap', class_token=True)
+  images = jax.random.normal(jax.random.key(1), (2, 16, 16, 3))
+  params = model.init(jax.random.key(0), images)['params']
+  assert model.num_prefix_tokens == 1 and params['cls'].shape == (1, 1, 32)
+  assert params['Transformer']['posembed_input']['pos_embedding'].shape == (1, 17, 32)
+  tokens = jax.random.normal(jax.random.key(3), (2, 17, 32))
+  np.testing.assert_allclose(
+      pooling.CLASSIFIERS['gap'](tokens, model), tokens[:, 1:].mean(axis=1), rtol=1e-6
+  )
+  assert _tiny(classifier='gap').num_prefix_tokens == 0  # Unset: a class token for 'token' only.
+  with pytest.raises(ValueError, match=r'Axial-ViT does not take model.class_token=True'):
+    variants.get_model_config('Axial-ViT-testing_4', {'class_token': True})
+
+
 def test_register_tokens_are_refused_by_axial_blocks_and_must_be_whole():
   with pytest.raises(ValueError, match=r'Axial-ViT does not take model.num_registers=2'):
     variants.get_model_config('Axial-ViT-testing_4', {'num_registers': 2})

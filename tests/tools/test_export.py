@@ -91,6 +91,7 @@ def test_export_writes_the_latest_parameters_in_the_original_layout(workdir, exp
       'layernorm_epsilon': 1e-6,
       'num_registers': 0,
       'qk_norm': False,
+      'class_token': None,
       'distilled': False,
       'pre_norm': False,
       'weight_init': 'original',

@@ -87,6 +87,11 @@ INVALID = {
         r'model.layer_scale=-1e-05 must be a positive initial scale',
     ),
     'model.num_registers': (-1, {}, r'model.num_registers=-1 must be a whole number of tokens'),
+    'model.class_token': (
+        False,
+        {},
+        r"model.classifier='token' pools the class token, and model.class_token=False has none",
+    ),
     'model.distilled': (
         True,
         {'model.classifier': 'gap'},

@@ -15,6 +15,7 @@ import numpy as np
 from flax import traverse_util
 
 from vit_jax.checkpoints import torch_names
+from vit_jax.models import vit
 from vit_jax.checkpoints.torch_files import StateDict
 
 _MAP_HEAD = 'MAPHead_0'
@@ -252,6 +253,7 @@ def architecture(state_dict: StateDict, config: Mapping[str, Any], path: str) ->
       'num_registers': state_dict['reg_token'].shape[1] if 'reg_token' in state_dict else 0,
       'layer_scale': args.get('init_values', 1e-5) if 'blocks.0.ls1.gamma' in state_dict else None,
       'fc_norm': 'fc_norm.weight' in state_dict,
+      'class_token': 'cls_token' in state_dict,
       'qk_norm': 'blocks.0.attn.q_norm.weight' in state_dict,
       'distilled': 'dist_token' in state_dict,
       'classifier': _classifier(state_dict, config, path),
@@ -273,25 +275,20 @@ def architecture(state_dict: StateDict, config: Mapping[str, Any], path: str) ->
 
 def _classifier(state_dict: StateDict, config: Mapping[str, Any], path: str) -> str:
   """Our model.classifier for a timm ViT's pooling: its config.json's global_pool where it has one,
-  else what the tensors show. Pooling has no parameters: timm's class token with global_pool='avg'
-  (and fc_norm=False) has the tensors of a class-token ViT, 'max' and 'avgmax' those of a GAP one,
-  and they would load with other logits; those are one-line errors."""
+  else what the tensors show (a class token and timm's fc_norm: its default for 'avg', which our
+  'token' never has). Pooling has no parameters: timm's 'max' and 'avgmax' have the tensors of an
+  'avg' model and would load with other logits: one-line errors."""
   pool = config.get('global_pool', config.get('model_args', {}).get('global_pool'))
   class_token = 'cls_token' in state_dict
   if 'attn_pool.latent' in state_dict:
     return 'map'
-  if pool in (None, '') or pool == ('token' if class_token else 'avg'):
-    return 'token' if class_token else 'gap'
-  if pool == 'avg':
-    raise ValueError(
-        f'{path}: the timm model averages its tokens although it has a class token '
-        "(global_pool='avg', class_token=True), which vit_jax's ViT does not compute: its "
-        'model.classifier=gap has no class token, model.classifier=token pools the class token'
-    )
+  if pool in (None, ''):
+    return 'token' if class_token and 'fc_norm.weight' not in state_dict else 'gap'
+  if pool == 'avg' or (pool == 'token' and class_token):
+    return 'gap' if pool == 'avg' else 'token'
   raise ValueError(
       f"{path}: the timm model pools with global_pool={pool!r}, which vit_jax's ViT does not "
-      f"compute (model.classifier: {'token' if class_token else 'gap'} pools as timm's "
-      f"{'token' if class_token else 'avg'})"
+      "compute (model.classifier: token pools as timm's token, gap as its avg, map as its map)"
   )
 
 
@@ -372,7 +369,7 @@ def export_config(
       'num_heads': model['num_heads'],
       'mlp_ratio': _mlp_ratio(model['hidden_size'], model['mlp_dim']),
       'qkv_bias': True,
-      'class_token': model['classifier'] == 'token',
+      'class_token': vit.has_class_token(model['classifier'], model['class_token']),
       'global_pool': {'token': 'token', 'gap': 'avg', 'map': 'map'}[model['classifier']],
       'fc_norm': bool(model['fc_norm']),
       'act_layer': model['mlp_activation'],

@@ -23,7 +23,7 @@ from vit_jax.models.inits import WEIGHT_INITS
 from vit_jax.models.pooling import CLASSIFIERS
 from vit_jax.models.posemb import POSEMB_WHERE, POSEMBS
 from vit_jax.models.resnet import stem_stride
-from vit_jax.models.vit import VisionTransformer
+from vit_jax.models.vit import VisionTransformer, has_class_token
 
 # name: (num_layers, hidden_size, mlp_dim, num_heads)
 SIZES = {
@@ -110,6 +110,7 @@ def _vit_model_config(
       mlp_dim=mlp_dim,
       num_heads=num_heads,
       classifier='gap' if match['axial'] else 'token',
+      class_token=None,  # Unset: the classifier's (a class token for 'token' only).
       fc_norm=False,
       posemb='learn',
       posemb_where='input',
@@ -180,6 +181,10 @@ def _check_axial(model: dict[str, Any]) -> None:
           model['classifier'] == 'token',
           'gap (or map): a class token is in no row or column',
       ),
+      'class_token': (
+          has_class_token(model['classifier'], model['class_token']),
+          'False: a class token is in no row or column',
+      ),
       'posemb_where': (model['posemb_where'] != 'input', 'input'),
       'posemb': (model['posemb'] == 'relative', 'learn (or learn2d, sincos2d, none)'),
       'drop_path_rate': (
@@ -222,6 +227,11 @@ def _check_fields(model: dict[str, Any]) -> None:
         f"Unknown model.classifier {model['classifier']!r}: use one of " f"{', '.join(CLASSIFIERS)}"
     )
   # LayerNorm acts per token, so after taking the class token it is the encoder norm renamed.
+  if model['classifier'] == 'token' and model['class_token'] is False:
+    raise ValueError(
+        "model.classifier='token' pools the class token, and model.class_token=False has none: "
+        'set --config.model.class_token=True, or classifier=gap (or map)'
+    )
   if model['fc_norm'] and model['classifier'] == 'token':
     raise ValueError(
         "model.fc_norm=True changes nothing with model.classifier='token' but the "

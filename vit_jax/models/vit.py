@@ -25,11 +25,16 @@ from vit_jax.models.pooling import CLASSIFIERS
 Dtype = Any
 
 
+def has_class_token(classifier: str, class_token: Optional[bool]) -> bool:
+  """Whether a ViT of these `classifier` and `class_token` fields has a class token."""
+  return classifier == 'token' if class_token is None else class_token
+
+
 class ViTBackbone(nn.Module):
   """Fields and layers from images to encoded tokens, shared by `VisionTransformer` and the MPP model.
 
   `embed_patches`: the hybrid's ResNet stem and the patch embedding `embedding`; `encode`: the class
-  token `cls` (classifier 'token') and the encoder `Transformer`; `apply_fc_norm`: the final LayerNorm
+  token `cls` (`class_token`) and the encoder `Transformer`; `apply_fc_norm`: the final LayerNorm
   `fc_norm` when the encoder has none. Subclasses call them from their compact `__call__`, so the layers
   sit at the top of their tree as in the original checkpoints, and may change the patch embeddings in
   between (masked patch prediction corrupts them there).
@@ -41,6 +46,10 @@ class ViTBackbone(nn.Module):
   mlp_dim: int
   num_heads: int
   classifier: str = 'token'  # A key of pooling.CLASSIFIERS.
+  # A class token `cls` before the other tokens (None: for classifier 'token' only, which pools it);
+  # True with 'gap' or 'map': one they do not pool (timm's class_token with global_pool='avg': MAE,
+  # BEiT, EVA). `has_class_token` resolves it.
+  class_token: Optional[bool] = None
   # The final LayerNorm after the pooling (timm's fc_norm) instead of at the end of the encoder.
   fc_norm: bool = False
   posemb: str = 'learn'  # A key of posemb.POSEMBS.
@@ -75,7 +84,7 @@ class ViTBackbone(nn.Module):
   @property
   def num_prefix_tokens(self) -> int:
     """Tokens before the patches' (the class token, the distillation token, the registers)."""
-    return (self.classifier == 'token') + self.distilled + self.num_registers
+    return has_class_token(self.classifier, self.class_token) + self.distilled + self.num_registers
 
   @property
   def input_stride(self) -> int:
@@ -133,7 +142,7 @@ class ViTBackbone(nn.Module):
     if self.distilled:  # Drawn apart from the class token (DeiT's), which its head would mirror.
       dist = self.param('dist', nn.initializers.normal(0.02), (1, 1, d), jnp.float32)
       x = jnp.concatenate([jnp.tile(dist.astype(x.dtype), (n, 1, 1)), x], axis=1)
-    if self.classifier == 'token':
+    if has_class_token(self.classifier, self.class_token):
       cls = self.param('cls', nn.initializers.zeros, (1, 1, d), jnp.float32)
       x = jnp.concatenate([jnp.tile(cls.astype(x.dtype), (n, 1, 1)), x], axis=1)
     return Encoder(

@@ -12,7 +12,7 @@ import dataclasses
 import math
 from typing import Any, Mapping
 
-from vit_jax.models import bit, variants
+from vit_jax.models import bit, variants, vit
 
 GiB = 2**30
 T = 1e12
@@ -88,7 +88,12 @@ def _block_macs(model: Mapping[str, Any], tokens: int) -> tuple[int, int]:
 
 def _tokens(model: Mapping[str, Any], image_size: int) -> tuple[int, int]:
   patches = (image_size // variants.input_stride(model)) ** 2  # A hybrid's stem strides first.
-  return patches, patches + (model['classifier'] == 'token')
+  prefix = (
+      vit.has_class_token(model['classifier'], model['class_token'])
+      + model['distilled']
+      + model['num_registers']
+  )
+  return patches, patches + prefix
 
 
 def vit_flops(model: Mapping[str, Any], image_size: int, num_classes: int = 1000) -> float:

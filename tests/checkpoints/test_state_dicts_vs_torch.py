@@ -40,6 +40,7 @@ from vit_jax.checkpoints import torch_files
 from vit_jax.models import variants
 from vit_jax.tasks import classification
 
+
 def _timm_model(**kwargs) -> timm_vit.VisionTransformer:
   return randomize(
       timm_vit.VisionTransformer(
@@ -574,9 +575,7 @@ def test_an_mlp_activation_our_vit_has_not_is_a_one_line_error(tmp_path):
       )
   )
   reference.save_pretrained(tmp_path / 'tanh')
-  with pytest.raises(
-      ValueError, match=r'set --config.model.mlp_activation=gelu_tanh' + OR_VARIANT
-  ):
+  with pytest.raises(ValueError, match=r'set --config.model.mlp_activation=gelu_tanh' + OR_VARIANT):
     run_dir.load_params(str(tmp_path / 'tanh'), {'num_heads': 2, 'mlp_activation': 'gelu'})
   np.testing.assert_allclose(
       ours(

@@ -1,8 +1,28 @@
-"""What the tests that compare with timm and transformers share: PyTorch models made fully random, and
-their outputs on our NHWC images."""
+"""What the tests that compare with timm and transformers share: PyTorch models made fully random, their
+outputs on our NHWC images, and ours from the same weights through config.init_from."""
 
 import numpy as np
 import torch
+
+import helpers
+from vit_jax.checkpoints import run_dir
+from vit_jax.tasks import classification
+
+IMAGE_SIZE, NUM_CLASSES = 8, 10
+# configs/demo.py's model, tiny, as the reference models are built.
+MODEL = {
+    'variant': 'ViT-testing_4',
+    'model.hidden_size': 32,
+    'model.num_layers': 2,
+    'model.num_heads': 2,
+    'model.mlp_dim': 64,
+    'image_size': IMAGE_SIZE,
+    'model.mlp_activation': 'gelu',
+}
+# transformers' ViTConfig's default layer_norm_eps (google/vit-*'s too), which its config.json says.
+HF_EPSILON = {'model.layernorm_epsilon': 1e-12}
+# The end of state_dicts.load's one-line error for a field without tensors.
+OR_VARIANT = r', or --config.variant=checkpoint to take every field from the checkpoint$'
 
 
 def randomize(module: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
@@ -17,15 +37,30 @@ def randomize(module: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
   return module.eval()
 
 
-def torch_outputs(module: torch.nn.Module, images: np.ndarray, **kwargs) -> torch.Tensor:
+def images(n: int = 5) -> np.ndarray:
+  return np.random.RandomState(1).uniform(-1, 1, (n, IMAGE_SIZE, IMAGE_SIZE, 3)).astype(np.float32)
+
+
+def torch_outputs(module: torch.nn.Module, inputs: np.ndarray, **kwargs) -> torch.Tensor:
   with torch.no_grad():
-    return module(torch.from_numpy(images.transpose(0, 3, 1, 2)), **kwargs)  # PyTorch takes NCHW.
+    return module(torch.from_numpy(inputs.transpose(0, 3, 1, 2)), **kwargs)  # PyTorch takes NCHW.
 
 
-def timm_input(reference: torch.nn.Module, images: np.ndarray) -> np.ndarray:
+def ours(init_from: str, num_classes=None, **overrides) -> np.ndarray:
+  """Our model initialised from `init_from` through config.init_from, as a run would, on `images()`:
+  its logits, or with `num_classes=None` its pre-logits features (pooled and normalised)."""
+  config = helpers.load_config(
+      'demo', {**MODEL, 'init_from': init_from, 'keep_head': num_classes is not None, **overrides}
+  )
+  model = classification.make_model(config, helpers.model_config(config), num_classes)
+  params = run_dir.load_init_params(config, model)
+  return np.asarray(model.apply({'params': params}, images()))
+
+
+def timm_input(reference: torch.nn.Module, inputs: np.ndarray) -> np.ndarray:
   """Our images x = 2u - 1 of pixels u in [0, 1] as the timm model's data config normalises u: the
   same pixels through each model's own preprocessing (ours folds a checkpoint's into its patch
   embedding)."""
   cfg = reference.pretrained_cfg
-  pixels = (images + 1) / 2
+  pixels = (inputs + 1) / 2
   return ((pixels - np.asarray(cfg['mean'])) / np.asarray(cfg['std'])).astype(np.float32)

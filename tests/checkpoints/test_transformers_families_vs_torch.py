@@ -1,0 +1,269 @@
+"""Hugging Face transformers' DINOv2 (with registers too), SigLIP and CLIP image towers through
+config.init_from: tiny random models saved by transformers' own `save_pretrained`, their features
+(pooler_output) against ours, and the model fields state_dicts.architecture reads from the files.
+"""
+
+import json
+
+import numpy as np
+import pytest
+import safetensors.torch
+import torch
+import transformers
+
+import helpers
+from torch_references import IMAGE_SIZE, OR_VARIANT, images, ours, randomize, torch_outputs
+from vit_jax.checkpoints import run_dir, state_dicts, torch_names
+from vit_jax.tasks import classification
+
+# The tiny shape of every reference: MLP width 64 (DINOv2's from its mlp_ratio).
+_TINY = dict(
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    image_size=IMAGE_SIZE,
+    patch_size=4,
+)
+_SIZES = {
+    'patch_size': 4,
+    'hidden_size': 32,
+    'num_layers': 2,
+    'mlp_dim': 64,
+    'num_heads': 2,
+    'fc_norm': False,
+    'posemb': 'learn',
+    'posemb_where': 'input',
+}
+
+
+def _dinov2(**kwargs) -> transformers.Dinov2Model:
+  return transformers.Dinov2Model(
+      transformers.Dinov2Config(**_TINY, mlp_ratio=2, layerscale_value=1e-5, **kwargs)
+  )
+
+
+def _dinov2_registers() -> transformers.Dinov2WithRegistersModel:
+  return transformers.Dinov2WithRegistersModel(
+      transformers.Dinov2WithRegistersConfig(
+          **_TINY, mlp_ratio=2, layerscale_value=1e-5, num_register_tokens=2
+      )
+  )
+
+
+def _siglip(**kwargs) -> transformers.SiglipVisionModel:
+  return transformers.SiglipVisionModel(
+      transformers.SiglipVisionConfig(**_TINY, intermediate_size=64, **kwargs)
+  )
+
+
+def _clip(cls=transformers.CLIPVisionModel, **kwargs) -> transformers.PreTrainedModel:
+  return cls(transformers.CLIPVisionConfig(**_TINY, intermediate_size=64, **kwargs))
+
+
+def _pooled(outputs) -> torch.Tensor:
+  return outputs.pooler_output
+
+
+def _mean_of_tokens(outputs) -> torch.Tensor:
+  # SiglipVisionModel without its head has no pooler_output; SiglipForImageClassification pools
+  # the post_layernorm'd tokens' mean.
+  return outputs.last_hidden_state.mean(dim=1)
+
+
+# id: (the reference, its output ours equals, the fields it fixes but the sizes).
+_FAMILIES = {
+    'dinov2': (
+        _dinov2,
+        _pooled,
+        {
+            'classifier': 'token',
+            'class_token': True,
+            'pre_norm': False,
+            'num_registers': 0,
+            'layer_scale': 1e-5,
+            'mlp_activation': 'gelu',
+            'layernorm_epsilon': 1e-6,
+        },
+    ),
+    'dinov2_registers': (
+        _dinov2_registers,
+        _pooled,
+        {
+            'classifier': 'token',
+            'class_token': True,
+            'pre_norm': False,
+            'num_registers': 2,
+            'layer_scale': 1e-5,
+            'mlp_activation': 'gelu',
+            'layernorm_epsilon': 1e-6,
+        },
+    ),
+    'siglip': (
+        _siglip,
+        _pooled,
+        {
+            'classifier': 'map',
+            'class_token': False,
+            'pre_norm': False,
+            'num_registers': 0,
+            'layer_scale': None,
+            'mlp_activation': 'gelu_tanh',
+            'layernorm_epsilon': 1e-6,
+        },
+    ),
+    'siglip_without_head': (
+        lambda: _siglip(vision_use_head=False),
+        _mean_of_tokens,
+        {
+            'classifier': 'gap',
+            'class_token': False,
+            'pre_norm': False,
+            'num_registers': 0,
+            'layer_scale': None,
+            'mlp_activation': 'gelu_tanh',
+            'layernorm_epsilon': 1e-6,
+        },
+    ),
+    'clip': (
+        _clip,
+        _pooled,
+        {
+            'classifier': 'token',
+            'class_token': True,
+            'pre_norm': True,
+            'num_registers': 0,
+            'layer_scale': None,
+            'mlp_activation': 'quick_gelu',
+            'layernorm_epsilon': 1e-5,
+        },
+    ),
+}
+
+
+def _saved(family: str, directory) -> tuple[torch.nn.Module, str]:
+  reference = randomize(_FAMILIES[family][0]())
+  reference.save_pretrained(directory)
+  return reference, str(directory)
+
+
+def _overrides(fields: dict) -> dict:
+  """--config overrides that set every model field the checkpoint fixes (a named variant's)."""
+  return {f'model.{name}': value for name, value in fields.items() if value is not None}
+
+
+@pytest.mark.parametrize('family', list(_FAMILIES))
+def test_a_transformers_family_loads_with_its_features(tmp_path, family):
+  reference, path = _saved(family, tmp_path / family)
+  _, output, fields = _FAMILIES[family]
+  expected = output(torch_outputs(reference, images())).numpy()
+  np.testing.assert_allclose(
+      ours(path, **_overrides(fields)), expected, atol=1e-4 * np.abs(expected).max()
+  )
+
+
+@pytest.mark.parametrize('family', list(_FAMILIES))
+def test_a_transformers_familys_fields_are_read_from_its_files(tmp_path, family):
+  _, path = _saved(family, tmp_path / family)
+  assert state_dicts.architecture(path) == {**_SIZES, **_FAMILIES[family][2]}
+
+
+@pytest.mark.parametrize('family', ['dinov2_registers', 'siglip_without_head', 'clip'])
+def test_variant_checkpoint_builds_a_transformers_familys_vit_from_its_files(tmp_path, family):
+  reference, path = _saved(family, tmp_path / family)
+  _, output, fields = _FAMILIES[family]
+  unset = {f'model.{name}': None for name in ('hidden_size', 'num_layers', 'num_heads', 'mlp_dim')}
+  config = helpers.load_config(
+      'demo',
+      {**unset, 'variant': 'checkpoint', 'init_from': path, 'image_size': IMAGE_SIZE},
+  )
+  run_dir.fill_from_checkpoint(config)
+  model_config = helpers.model_config(config)
+  assert {name: model_config[name] for name in fields} == fields
+  model = classification.make_model(config, model_config, None)
+  features = model.apply({'params': run_dir.load_init_params(config, model)}, images())
+  expected = output(torch_outputs(reference, images())).numpy()
+  np.testing.assert_allclose(features, expected, atol=1e-4 * np.abs(expected).max())
+
+
+@pytest.mark.parametrize('family', list(_FAMILIES))
+def test_a_config_json_without_the_defaults_gives_transformers_defaults(tmp_path, family):
+  # transformers 4's save_pretrained left out the values equal to its config class's defaults.
+  reference, path = _saved(family, tmp_path / family)
+  config_json = tmp_path / family / 'config.json'
+  config = json.loads(config_json.read_text())
+  for key in ('hidden_act', 'layer_norm_eps', 'layerscale_value'):
+    config.pop(key, None)
+  config_json.write_text(json.dumps(config))
+  theirs = type(reference.config).from_pretrained(path)  # As transformers reads it back.
+  fields = state_dicts.architecture(path)
+  assert fields['mlp_activation'] == torch_names.activation(theirs.hidden_act, path)
+  assert fields['layernorm_epsilon'] == theirs.layer_norm_eps
+  if family.startswith('dinov2'):
+    assert fields['layer_scale'] == theirs.layerscale_value
+
+
+def test_a_transformers_vision_tower_written_by_transformers_4_loads_too(tmp_path):
+  """transformers 4 wrote CLIPVisionModel's and SiglipVisionModel's names under `vision_model.`, with
+  the `position_ids` buffer (0, 1, ...): the same features, the buffer dropped."""
+  reference, path = _saved('clip', tmp_path / 'clip')
+  tensors = {f'vision_model.{k}': v for k, v in reference.state_dict().items()}
+  tensors['vision_model.embeddings.position_ids'] = torch.arange(5)[None]
+  safetensors.torch.save_file(tensors, tmp_path / 'clip' / 'model.safetensors')
+  expected = torch_outputs(reference, images()).pooler_output.numpy()
+  fields = _FAMILIES['clip'][2]
+  np.testing.assert_allclose(
+      ours(path, **_overrides(fields)), expected, atol=1e-4 * np.abs(expected).max()
+  )
+  assert state_dicts.architecture(path) == {**_SIZES, **fields}
+
+
+@pytest.mark.parametrize(
+    'family,model,message',
+    [
+        (
+            'dinov2',
+            {'layernorm_epsilon': 1e-12, 'mlp_activation': 'gelu'},
+            r"the checkpoint's LayerNorm epsilon is 1e-06, the model's 1e-12: set "
+            r'--config.model.layernorm_epsilon=1e-06',
+        ),
+        (
+            'siglip',
+            {'layernorm_epsilon': 1e-6, 'mlp_activation': 'gelu'},
+            r"the checkpoint's MLP activation is 'gelu_tanh', the model's 'gelu': set "
+            r'--config.model.mlp_activation=gelu_tanh',
+        ),
+    ],
+)
+def test_a_field_without_tensors_that_differs_is_a_one_line_error(tmp_path, family, model, message):
+  # Neither has tensors: the weights would load and compute another function.
+  _, path = _saved(family, tmp_path / family)
+  with pytest.raises(ValueError, match=message + OR_VARIANT) as error:
+    state_dicts.load(path, {'num_heads': 2, **model})
+  assert '\n' not in str(error.value)
+
+
+@pytest.mark.parametrize(
+    'reference,overrides,message',
+    [
+        (
+            lambda: _dinov2(use_swiglu_ffn=True),
+            {'model.layer_scale': 1e-5, 'model.layernorm_epsilon': 1e-6},
+            r"transformers tensor 'encoder.layer.0.mlp.weights_in.bias' \(96,\) is DINOv2's SwiGLU "
+            r"MLP \(use_swiglu_ffn, its giant model's\), which vit_jax's ViT has not$",
+        ),
+        (
+            lambda: _clip(transformers.CLIPVisionModelWithProjection, projection_dim=16),
+            _overrides(_FAMILIES['clip'][2]),
+            r"transformers tensor 'visual_projection.weight' \(16, 32\) has no counterpart in "
+            r"vit_jax's ViT \(1 such\)",
+        ),
+    ],
+    ids=['dinov2_swiglu', 'clip_with_projection'],
+)
+def test_a_transformers_model_with_parts_ours_has_not_is_a_one_line_error(
+    tmp_path, reference, overrides, message
+):
+  randomize(reference()).save_pretrained(tmp_path / 'hf')
+  with pytest.raises(ValueError, match=message) as error:
+    ours(str(tmp_path / 'hf'), **overrides)
+  assert '\n' not in str(error.value)

@@ -72,7 +72,7 @@ def main() -> None:
       description=__doc__, formatter_class=argparse.RawTextHelpFormatter
   )
   parser.add_argument('--teacher', default=None, help='a trained workdir (default: train one)')
-  parser.add_argument('--teacher_steps', type=int, default=2000)
+  parser.add_argument('--teacher_steps', type=int, default=4000)  # The demo's.
   parser.add_argument('--steps', type=int, default=1500)
   parser.add_argument('--seeds', default='0,1,2')
   parser.add_argument('--data_dir', default=None, help='tfds data_dir (the digits need none)')

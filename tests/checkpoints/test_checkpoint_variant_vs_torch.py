@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import safetensors.torch
 import timm
+import torch
 import transformers
 
 import helpers
@@ -23,23 +24,52 @@ SIZE, NUM_CLASSES = 28, 10  # The digits' classes: keep_head keeps a head of the
 _UNSET = {f'model.{name}': None for name in ('hidden_size', 'num_layers', 'num_heads', 'mlp_dim')}
 
 
-def _timm_dinov2_reg4(directory, **kwargs):
-  """A random tiny vit_small_patch14_reg4_dinov2 (4 registers, layer scale, patch 14) written by
-  timm's save_for_hf: model.safetensors and the hub's config.json."""
-  reference = randomize(
-      timm.create_model(
-          'vit_small_patch14_reg4_dinov2',
-          pretrained=False,
-          img_size=SIZE,
-          embed_dim=32,
-          depth=2,
-          num_heads=2,
-          num_classes=NUM_CLASSES,
-          **kwargs,
-      )
-  )
+def _timm_saved(directory, architecture: str, **kwargs):
+  """A random tiny timm model of `architecture` (width 32, 2 blocks, 2 heads, SIZE px, the digits'
+  classes unless `kwargs` say otherwise) written by timm's save_for_hf: model.safetensors and the
+  hub's config.json."""
+  shape = dict(img_size=SIZE, embed_dim=32, depth=2, num_heads=2, num_classes=NUM_CLASSES)
+  reference = randomize(timm.create_model(architecture, pretrained=False, **{**shape, **kwargs}))
   timm.models.save_for_hf(reference, directory, safe_serialization=True)
   return reference
+
+
+def _timm_dinov2_reg4(directory, **kwargs):
+  """vit_small_patch14_reg4_dinov2's shape: 4 registers, layer scale, patch 14."""
+  return _timm_saved(directory, 'vit_small_patch14_reg4_dinov2', **kwargs)
+
+
+def _transformers_vit_saved(directory) -> torch.nn.Module:
+  """A random tiny transformers ViTForImageClassification (an MLP of 48 units) saved by
+  save_pretrained."""
+  vit = randomize(
+      transformers.ViTForImageClassification(
+          transformers.ViTConfig(
+              image_size=SIZE,
+              patch_size=7,
+              hidden_size=32,
+              num_hidden_layers=2,
+              num_attention_heads=2,
+              intermediate_size=48,
+              num_labels=NUM_CLASSES,
+          )
+      )
+  )
+  vit.save_pretrained(directory)
+  return vit
+
+
+def _rebuilt_by_timm(run: setup.Setup, directory) -> torch.nn.Module:
+  """timm's model from what export writes for the run's parameters: timm's state dict and config."""
+  directory.mkdir()
+  torch_files.write_safetensors(
+      timm_layout.to_state_dict(run.init_params), str(directory / torch_files.SAFETENSORS)
+  )
+  config = timm_layout.export_config(
+      run.model_config, SIZE, NUM_CLASSES, pp_eval=run.config.pp_eval.to_dict()
+  )
+  (directory / 'config.json').write_text(json.dumps(config))
+  return timm.create_model(f'local-dir:{directory}', pretrained=True).eval()
 
 
 def _prepare(tmp_path, init_from: str, **overrides) -> setup.Setup:
@@ -163,19 +193,7 @@ def test_variant_checkpoint_with_a_missing_download_names_where_it_looked(tmp_pa
 
 
 def test_timms_quickgelu_clip_and_a_transformers_vit_say_their_activation_and_epsilon(tmp_path):
-  clip = randomize(
-      timm.create_model(
-          'vit_base_patch16_clip_quickgelu_224',
-          pretrained=False,
-          img_size=SIZE,
-          patch_size=7,
-          embed_dim=32,
-          depth=2,
-          num_heads=2,
-          num_classes=NUM_CLASSES,
-      )
-  )
-  timm.models.save_for_hf(clip, tmp_path / 'clip', safe_serialization=True)
+  clip = _timm_saved(tmp_path / 'clip', 'vit_base_patch16_clip_quickgelu_224', patch_size=7)
   fixed = state_dicts.architecture(str(tmp_path / 'clip'))
   assert (fixed['mlp_activation'], fixed['layernorm_epsilon'], fixed['pre_norm']) == (
       'quick_gelu',
@@ -188,20 +206,7 @@ def test_timms_quickgelu_clip_and_a_transformers_vit_say_their_activation_and_ep
       _logits(run, inputs), torch_outputs(clip, timm_input(clip, inputs)).numpy(), atol=1e-4
   )
 
-  vit = randomize(
-      transformers.ViTForImageClassification(
-          transformers.ViTConfig(
-              image_size=SIZE,
-              patch_size=7,
-              hidden_size=32,
-              num_hidden_layers=2,
-              num_attention_heads=2,
-              intermediate_size=48,
-              num_labels=NUM_CLASSES,
-          )
-      )
-  )
-  vit.save_pretrained(tmp_path / 'hf')
+  vit = _transformers_vit_saved(tmp_path / 'hf')
   assert 'layer_norm_eps' in json.loads((tmp_path / 'hf' / 'config.json').read_text())
   run = _prepare(tmp_path, str(tmp_path / 'hf'))
   assert (run.model_config['mlp_activation'], run.model_config['layernorm_epsilon']) == (
@@ -237,19 +242,12 @@ def test_the_fine_tuning_configs_build_their_familys_checkpoint(
 ):
   """configs/finetune_<family>.py with a tiny random checkpoint of its family (and the digits for
   its dataset): the run is set up with the checkpoint's architecture and the config's recipe."""
-  reference = randomize(
-      timm.create_model(
-          architecture,
-          pretrained=False,
-          img_size=SIZE,
-          patch_size=14 if 'dinov2' in architecture else 7,
-          embed_dim=32,
-          depth=2,
-          num_heads=2,
-          num_classes=0,
-      )
+  reference = _timm_saved(
+      tmp_path / 'downloaded',
+      architecture,
+      patch_size=14 if 'dinov2' in architecture else 7,
+      num_classes=0,
   )
-  timm.models.save_for_hf(reference, tmp_path / 'downloaded', safe_serialization=True)
   config = helpers.load_config(
       f'{config_name}:cifar10',
       {
@@ -280,20 +278,7 @@ def test_the_fine_tuning_configs_build_their_familys_checkpoint(
 def test_timms_qk_norm_vit_loads_with_equal_logits_and_exports_back(tmp_path):
   """timm's qk_norm (LayerNorms of each head's queries and keys, with biases): read from the tensors,
   timm's logits, the tensors exported back unchanged and timm's model rebuilt from our export."""
-  reference = randomize(
-      timm.create_model(
-          'vit_tiny_patch16_224',
-          pretrained=False,
-          img_size=SIZE,
-          patch_size=7,
-          embed_dim=32,
-          depth=2,
-          num_heads=2,
-          num_classes=NUM_CLASSES,
-          qk_norm=True,
-      )
-  )
-  timm.models.save_for_hf(reference, tmp_path / 'qk', safe_serialization=True)
+  reference = _timm_saved(tmp_path / 'qk', 'vit_tiny_patch16_224', patch_size=7, qk_norm=True)
   run = _prepare(tmp_path, str(tmp_path / 'qk'))
   assert run.model_config['qk_norm'] is True
   inputs = _images(3)
@@ -305,14 +290,7 @@ def test_timms_qk_norm_vit_loads_with_equal_logits_and_exports_back(tmp_path):
   for name, tensor in theirs.items():
     if not name.startswith('patch_embed.'):  # Folded to read our images: the logits show it.
       np.testing.assert_allclose(exported[name], tensor, atol=1e-6, err_msg=name)
-  out = tmp_path / 'export'
-  out.mkdir()
-  torch_files.write_safetensors(exported, str(out / torch_files.SAFETENSORS))
-  config = timm_layout.export_config(
-      run.model_config, SIZE, NUM_CLASSES, pp_eval=run.config.pp_eval.to_dict()
-  )
-  (out / 'config.json').write_text(json.dumps(config))
-  rebuilt = timm.create_model(f'local-dir:{out}', pretrained=True).eval()
+  rebuilt = _rebuilt_by_timm(run, tmp_path / 'export')
   np.testing.assert_allclose(torch_outputs(rebuilt, inputs).numpy(), expected, atol=1e-4)
   # A variant without the norms says which field to set.
   with pytest.raises(
@@ -336,19 +314,7 @@ def test_timms_deit_distilled_and_deit3_load_with_equal_logits_and_export_back(
   in evaluation) and DeiT III (layer scale, no position embedding for the class token): read from
   the files alone, timm's logits, the tensors exported back, timm's model rebuilt from our export;
   fine-tuning replaces both heads with zeros."""
-  reference = randomize(
-      timm.create_model(
-          architecture,
-          pretrained=False,
-          img_size=SIZE,
-          patch_size=7,
-          embed_dim=32,
-          depth=2,
-          num_heads=2,
-          num_classes=NUM_CLASSES,
-      )
-  )
-  timm.models.save_for_hf(reference, tmp_path / 'deit', safe_serialization=True)
+  reference = _timm_saved(tmp_path / 'deit', architecture, patch_size=7)
   run = _prepare(tmp_path, str(tmp_path / 'deit'))
   distilled = 'distilled' in architecture
   assert run.model_config['distilled'] is distilled
@@ -365,16 +331,7 @@ def test_timms_deit_distilled_and_deit3_load_with_equal_logits_and_export_back(
   for name, tensor in theirs.items():
     if not name.startswith('patch_embed.'):  # Folded to read our images: the logits show it.
       np.testing.assert_allclose(exported[name], tensor, atol=1e-6, err_msg=name)
-  out = tmp_path / 'export'
-  out.mkdir()
-  torch_files.write_safetensors(
-      timm_layout.to_state_dict(run.init_params), str(out / torch_files.SAFETENSORS)
-  )
-  config = timm_layout.export_config(
-      run.model_config, SIZE, NUM_CLASSES, pp_eval=run.config.pp_eval.to_dict()
-  )
-  (out / 'config.json').write_text(json.dumps(config))
-  rebuilt = timm.create_model(f'local-dir:{out}', pretrained=True).eval()
+  rebuilt = _rebuilt_by_timm(run, tmp_path / 'export')
   np.testing.assert_allclose(torch_outputs(rebuilt, inputs).numpy(), expected, atol=1e-4)
   fresh = _prepare(tmp_path, str(tmp_path / 'deit'), keep_head=False)
   for head in ('head', 'head_dist') if distilled else ('head',):
@@ -397,20 +354,7 @@ def test_a_hub_snapshots_image_processor_normalisation_is_folded_into_the_patch_
   """A transformers hub snapshot has the image processor's preprocessor_config.json beside the
   weights (OpenAI CLIP's mean and std here): our images of the same pixels give transformers' logits
   on its normalised ones; without the file, the weights load as they are."""
-  vit = randomize(
-      transformers.ViTForImageClassification(
-          transformers.ViTConfig(
-              image_size=SIZE,
-              patch_size=7,
-              hidden_size=32,
-              num_hidden_layers=2,
-              num_attention_heads=2,
-              intermediate_size=48,
-              num_labels=NUM_CLASSES,
-          )
-      )
-  )
-  vit.save_pretrained(tmp_path / 'hf')
+  vit = _transformers_vit_saved(tmp_path / 'hf')
   mean, std = [0.48145466, 0.4578275, 0.40821073], [0.26862954, 0.26130258, 0.27577711]
   (tmp_path / 'hf' / 'preprocessor_config.json').write_text(
       json.dumps({'do_normalize': True, 'image_mean': mean, 'image_std': std})
@@ -428,36 +372,19 @@ def test_a_class_token_the_pooling_does_not_read_loads_with_timms_logits(tmp_pat
   """timm's class_token with global_pool='avg' (MAE's, BEiT's, EVA's fine-tuning): the mean of the
   patches' tokens, the class token attending but not pooled; with fc_norm after the pooling (timm's
   default for 'avg') or the encoder's final norm before it."""
-  reference = randomize(
-      timm.create_model(
-          'vit_tiny_patch16_224',
-          pretrained=False,
-          img_size=SIZE,
-          patch_size=7,
-          embed_dim=32,
-          depth=2,
-          num_heads=2,
-          num_classes=NUM_CLASSES,
-          class_token=True,
-          global_pool='avg',
-          fc_norm=fc_norm,
-      )
+  reference = _timm_saved(
+      tmp_path / 'mae',
+      'vit_tiny_patch16_224',
+      patch_size=7,
+      class_token=True,
+      global_pool='avg',
+      fc_norm=fc_norm,
   )
-  timm.models.save_for_hf(reference, tmp_path / 'mae', safe_serialization=True)
   run = _prepare(tmp_path, str(tmp_path / 'mae'))
   fields = ('classifier', 'class_token', 'fc_norm')
   assert tuple(run.model_config[k] for k in fields) == ('gap', True, fc_norm)
   inputs = _images(3)
   expected = torch_outputs(reference, timm_input(reference, inputs)).numpy()
   np.testing.assert_allclose(_logits(run, inputs), expected, atol=1e-4)
-  out = tmp_path / 'export'
-  out.mkdir()
-  torch_files.write_safetensors(
-      timm_layout.to_state_dict(run.init_params), str(out / torch_files.SAFETENSORS)
-  )
-  config = timm_layout.export_config(
-      run.model_config, SIZE, NUM_CLASSES, pp_eval=run.config.pp_eval.to_dict()
-  )
-  (out / 'config.json').write_text(json.dumps(config))
-  rebuilt = timm.create_model(f'local-dir:{out}', pretrained=True).eval()
+  rebuilt = _rebuilt_by_timm(run, tmp_path / 'export')
   np.testing.assert_allclose(torch_outputs(rebuilt, inputs).numpy(), expected, atol=1e-4)

@@ -19,7 +19,7 @@ checkpoints of whole train states are vit_jax/checkpoints/checkpoint.py.
 import math
 import re
 import zipfile
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 import flax.linen as nn
 import jax
@@ -219,6 +219,12 @@ def _architecture_error(
   )
 
 
+def num_prefix_tokens(params: Mapping[str, Any]) -> int:
+  """The tokens before the patches (the class, distillation and register tokens, which have no place
+  on the grid) of a ViT's parameters, nested or flat: their top-level names say."""
+  return ('cls' in params) + ('dist' in params) + (params['reg'].shape[1] if 'reg' in params else 0)
+
+
 def _kernel_shape(flat: dict[str, Any], layer: str) -> Optional[tuple[int, ...]]:
   return tuple(flat[f'{layer}/kernel'].shape) if f'{layer}/kernel' in flat else None
 
@@ -297,12 +303,8 @@ def adapt_params(
       params = {k: v for k, v in params.items() if k != layer and not k.startswith(f'{layer}/')}
       notes.append(f'dropped {layer} (masked patch prediction only)')
 
-  # Tokens before the patches (the class, distillation and register tokens): no place on the grid.
-  prefix_tokens = lambda flat: (
-      ('cls' in flat) + ('dist' in flat) + (flat['reg'].shape[1] if 'reg' in flat else 0)
-  )
-  prefix = prefix_tokens(targets)
-  if prefix_tokens(params) == prefix:
+  prefix = num_prefix_tokens(targets)
+  if num_prefix_tokens(params) == prefix:
     for key in sorted(set(params) & set(targets)):
       note = _resize_posemb(params, key, targets[key].shape, prefix, posemb_method)
       notes.extend([note] if note else [])

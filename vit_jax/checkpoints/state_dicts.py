@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
-from vit_jax.checkpoints import timm_layout, torch_files, transformers_layout
+from vit_jax.checkpoints import loading, timm_layout, torch_files, transformers_layout
 from vit_jax.checkpoints.torch_files import StateDict
 
 
@@ -152,8 +152,7 @@ def fold_normalization(
     embedding['bias'] = (embedding['bias'] + offset).astype(np.float32)
     return folded
   posemb = tree['Transformer']['posembed_input']['pos_embedding'].astype(np.float64)
-  prefix = ('cls' in tree) + ('dist' in tree) + (tree['reg'].shape[1] if 'reg' in tree else 0)
-  posemb[:, prefix:] += offset
+  posemb[:, loading.num_prefix_tokens(tree) :] += offset
   folded['Transformer'] = {
       **tree['Transformer'],
       'posembed_input': {'pos_embedding': posemb.astype(np.float32)},

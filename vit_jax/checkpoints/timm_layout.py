@@ -284,8 +284,10 @@ def _classifier(state_dict: StateDict, config: Mapping[str, Any], path: str) -> 
     return 'map'
   if pool in (None, ''):
     return 'token' if class_token and 'fc_norm.weight' not in state_dict else 'gap'
-  if pool == 'avg' or (pool == 'token' and class_token):
-    return 'gap' if pool == 'avg' else 'token'
+  if pool == 'avg':
+    return 'gap'
+  if pool == 'token' and class_token:
+    return 'token'
   raise ValueError(
       f"{path}: the timm model pools with global_pool={pool!r}, which vit_jax's ViT does not "
       "compute (model.classifier: token pools as timm's token, gap as its avg, map as its map)"

@@ -14,7 +14,7 @@ import torch
 import transformers
 
 import helpers
-from torch_references import randomize, timm_input, torch_outputs
+from torch_references import randomize, timm_input, timm_saved, torch_outputs
 from vit_jax.checkpoints import state_dicts, timm_layout, torch_files
 from vit_jax.tasks import classification
 from vit_jax.train import setup
@@ -25,18 +25,13 @@ _UNSET = {f'model.{name}': None for name in ('hidden_size', 'num_layers', 'num_h
 
 
 def _timm_saved(directory, architecture: str, **kwargs):
-  """A random tiny timm model of `architecture` (width 32, 2 blocks, 2 heads, SIZE px, the digits'
-  classes unless `kwargs` say otherwise) written by timm's save_for_hf: model.safetensors and the
-  hub's config.json."""
-  shape = dict(img_size=SIZE, embed_dim=32, depth=2, num_heads=2, num_classes=NUM_CLASSES)
-  reference = randomize(timm.create_model(architecture, pretrained=False, **{**shape, **kwargs}))
-  timm.models.save_for_hf(reference, directory, safe_serialization=True)
-  return reference
+  """torch_references.timm_saved at SIZE px with timm's MLP ratio, 4."""
+  return timm_saved(directory, architecture, img_size=SIZE, mlp_ratio=4.0, **kwargs)
 
 
 def _timm_dinov2_reg4(directory, **kwargs):
   """vit_small_patch14_reg4_dinov2's shape: 4 registers, layer scale, patch 14."""
-  return _timm_saved(directory, 'vit_small_patch14_reg4_dinov2', **kwargs)
+  return _timm_saved(directory, 'vit_small_patch14_reg4_dinov2', patch_size=14, **kwargs)
 
 
 def _transformers_vit_saved(directory) -> torch.nn.Module:

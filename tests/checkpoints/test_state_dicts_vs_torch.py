@@ -28,10 +28,12 @@ from torch_references import (
     MODEL,
     NUM_CLASSES,
     OR_VARIANT,
+    TIMM_TINY,
     images,
     ours,
     randomize,
     timm_input,
+    timm_saved,
     torch_outputs,
 )
 from vit_jax.checkpoints import run_dir
@@ -42,18 +44,7 @@ from vit_jax.tasks import classification
 
 
 def _timm_model(**kwargs) -> timm_vit.VisionTransformer:
-  return randomize(
-      timm_vit.VisionTransformer(
-          img_size=IMAGE_SIZE,
-          patch_size=4,
-          embed_dim=32,
-          depth=2,
-          num_heads=2,
-          mlp_ratio=2.0,
-          num_classes=NUM_CLASSES,
-          **kwargs,
-      )
-  )
+  return randomize(timm_vit.VisionTransformer(**{**TIMM_TINY, **kwargs}))
 
 
 @pytest.mark.parametrize(
@@ -84,28 +75,10 @@ def test_a_timm_vit_saved_by_timm_loads_through_init_from_with_equal_logits(
   )
 
 
-def _timm_saved_for_hf(directory, name: str = 'vit_tiny_patch16_224', **kwargs) -> torch.nn.Module:
-  """A random tiny timm ViT of the architecture `name` written by timm's own `save_for_hf`
-  (model.safetensors and the config.json of a hub directory: its `global_pool` and `model_args`);
-  `kwargs` replace its tiny shape's arguments."""
-  shape = dict(
-      img_size=IMAGE_SIZE,
-      patch_size=4,
-      embed_dim=32,
-      depth=2,
-      num_heads=2,
-      mlp_ratio=2.0,
-      num_classes=NUM_CLASSES,
-  )
-  reference = randomize(timm.create_model(name, pretrained=False, **{**shape, **kwargs}))
-  timm.models.save_for_hf(reference, directory, safe_serialization=True)
-  return reference
-
-
 def test_a_timm_vit_without_a_class_token_embedding_loads_with_equal_logits(tmp_path):
   # no_embed_class (FlexiViT's): the class token is added no position embedding, and pos_embed has
   # rows for the patches only; ours is the same with a zero row for the class token.
-  reference = _timm_saved_for_hf(tmp_path / 'flexi', no_embed_class=True)
+  reference = timm_saved(tmp_path / 'flexi', no_embed_class=True)
   assert reference.pos_embed.shape[1] == (IMAGE_SIZE // 4) ** 2
   np.testing.assert_allclose(
       ours(str(tmp_path / 'flexi'), NUM_CLASSES),
@@ -119,7 +92,7 @@ def test_timms_dinov2_loads_with_equal_logits_and_exports_back(tmp_path):
   timm.create_model and saved by its save_for_hf: our logits are timm's, and export's state dict
   loads back into timm's model with its tensors unchanged."""
   size = 28
-  reference = _timm_saved_for_hf(
+  reference = timm_saved(
       tmp_path / 'dinov2', 'vit_small_patch14_dinov2', img_size=size, patch_size=14, mlp_ratio=4.0
   )
   config = helpers.load_config(
@@ -156,7 +129,7 @@ def test_timms_dinov2_with_registers_loads_with_equal_logits_at_its_size_and_ano
   patches' embeddings are resized and the prefix tokens' kept."""
   size = 28
   path = str(tmp_path / 'dinov2_reg4')
-  reference = _timm_saved_for_hf(
+  reference = timm_saved(
       path, 'vit_small_patch14_reg4_dinov2', img_size=size, patch_size=14, mlp_ratio=4.0
   )
   assert reference.num_prefix_tokens == 5 and reference.pos_embed.shape[1] == 4
@@ -195,7 +168,7 @@ def test_timms_siglip_loads_with_equal_logits_and_exports_back(tmp_path):
   """vit_base_patch16_siglip_224's shape (no class token, timm's attention pooling attn_pool; timm
   1.0.31 builds it with the exact GELU; smaller here): timm's logits through our MAP head, and our
   export's state dict is timm's, tensor for tensor."""
-  reference = _timm_saved_for_hf(tmp_path / 'siglip', 'vit_base_patch16_siglip_224')
+  reference = timm_saved(tmp_path / 'siglip', 'vit_base_patch16_siglip_224')
   overrides = {'model.classifier': 'map'}
   np.testing.assert_allclose(
       ours(str(tmp_path / 'siglip'), NUM_CLASSES, **overrides),
@@ -221,7 +194,7 @@ def test_timms_clip_loads_with_equal_logits_and_exports_for_timm(tmp_path, name,
   """CLIP's image tower in timm (a LayerNorm before the blocks, no patch bias, LayerNorms of epsilon
   1e-5, quick GELU in the quickgelu variant; smaller here): timm's logits, the state dict exported back
   tensor for tensor, and timm builds our export with the same logits."""
-  reference = _timm_saved_for_hf(tmp_path / 'clip', name)
+  reference = timm_saved(tmp_path / 'clip', name)
   fields = {
       **MODEL,
       'model.pre_norm': True,
@@ -294,12 +267,12 @@ def test_a_timm_pooling_our_vit_does_not_compute_is_a_one_line_error(
 ):
   # Pooling has no parameters: these state dicts load into our models, with other logits. timm's
   # config.json says how it pools.
-  _timm_saved_for_hf(tmp_path / 'timm', **timm_kwargs)
+  timm_saved(tmp_path / 'timm', **timm_kwargs)
   with pytest.raises(ValueError, match=message) as error:
     ours(str(tmp_path / 'timm'), NUM_CLASSES, **overrides)
   assert '\n' not in str(error.value)
   # The poolings ours computes load as before.
-  reference = _timm_saved_for_hf(tmp_path / 'avg', class_token=False, global_pool='avg')
+  reference = timm_saved(tmp_path / 'avg', class_token=False, global_pool='avg')
   np.testing.assert_allclose(
       ours(
           str(tmp_path / 'avg'), NUM_CLASSES, **{'model.classifier': 'gap', 'model.fc_norm': True}

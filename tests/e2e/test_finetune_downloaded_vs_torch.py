@@ -12,21 +12,19 @@ import timm
 import torch
 
 import helpers
+from torch_references import timm_saved
 from vit_jax.checkpoints import run_dir
 
 
 def test_a_downloaded_dinov2_fine_tunes_and_exports_for_timm(tmp_path):
-  torch.manual_seed(0)
-  downloaded = timm.create_model(
+  timm_saved(
+      tmp_path / 'dinov2',
       'vit_small_patch14_reg4_dinov2',
-      pretrained=False,
       img_size=28,
-      embed_dim=32,
-      depth=2,
-      num_heads=2,
+      patch_size=14,
+      mlp_ratio=4.0,
       num_classes=0,
   )
-  timm.models.save_for_hf(downloaded, tmp_path / 'dinov2', safe_serialization=True)
   workdir = str(tmp_path / 'run')
   run = helpers.run_main(
       'configs/finetune_dinov2.py:cifar10',

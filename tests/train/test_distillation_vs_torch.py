@@ -4,11 +4,11 @@ below as the reference) on fixed logits, and teachers read from timm checkpoints
 import ml_collections
 import numpy as np
 import pytest
-import timm
 import torch
 import torch.nn.functional as F
 
 import helpers
+from torch_references import timm_saved
 from vit_jax.tasks import classification, distillation
 from vit_jax.train import setup as train_setup
 
@@ -63,24 +63,8 @@ def test_the_distillation_loss_is_deits_on_fixed_logits(kind, alpha, tau, smooth
   np.testing.assert_allclose(float(ours), float(expected), rtol=1e-5)
 
 
-def _timm_teacher(directory, num_classes: int) -> torch.nn.Module:
-  torch.manual_seed(0)  # timm's initialisation draws every tensor but the class token's.
-  teacher = timm.create_model(
-      'vit_tiny_patch16_224',
-      pretrained=False,
-      img_size=8,
-      patch_size=4,
-      embed_dim=32,
-      depth=2,
-      num_heads=2,
-      num_classes=num_classes,
-  ).eval()
-  timm.models.save_for_hf(teacher, directory, safe_serialization=True)
-  return teacher
-
-
 def test_a_timm_teacher_predicts_as_timm_and_must_know_the_runs_classes(tmp_path):
-  reference = _timm_teacher(tmp_path / 'teacher', 10)
+  reference = timm_saved(tmp_path / 'teacher')
   config = helpers.load_config(
       'demo', {**helpers.TINY, 'distill.teacher': str(tmp_path / 'teacher')}
   )
@@ -91,7 +75,7 @@ def test_a_timm_teacher_predicts_as_timm_and_must_know_the_runs_classes(tmp_path
   np.testing.assert_allclose(
       run.teacher.model.apply({'params': run.teacher.params}, images), expected, atol=1e-4
   )
-  _timm_teacher(tmp_path / 'other', 3)
+  timm_saved(tmp_path / 'other', num_classes=3)
   config.distill.teacher = str(tmp_path / 'other')
   with pytest.raises(
       ValueError,

@@ -2,6 +2,7 @@
 outputs on our NHWC images, and ours from the same weights through config.init_from."""
 
 import numpy as np
+import timm
 import torch
 
 import helpers
@@ -19,6 +20,16 @@ MODEL = {
     'image_size': IMAGE_SIZE,
     'model.mlp_activation': 'gelu',
 }
+# The same shape for timm's models.
+TIMM_TINY = dict(
+    img_size=IMAGE_SIZE,
+    patch_size=4,
+    embed_dim=32,
+    depth=2,
+    num_heads=2,
+    mlp_ratio=2.0,
+    num_classes=NUM_CLASSES,
+)
 # transformers' ViTConfig's default layer_norm_eps (google/vit-*'s too), which its config.json says.
 HF_EPSILON = {'model.layernorm_epsilon': 1e-12}
 # The end of state_dicts.load's one-line error for a field without tensors.
@@ -64,3 +75,14 @@ def timm_input(reference: torch.nn.Module, inputs: np.ndarray) -> np.ndarray:
   cfg = reference.pretrained_cfg
   pixels = (inputs + 1) / 2
   return ((pixels - np.asarray(cfg['mean'])) / np.asarray(cfg['std'])).astype(np.float32)
+
+
+def timm_saved(directory, architecture: str = 'vit_tiny_patch16_224', **kwargs) -> torch.nn.Module:
+  """A random tiny timm model of `architecture` written by timm's own `save_for_hf` (model.safetensors
+  and the config.json of a hub directory: its `global_pool` and `model_args`); `kwargs` replace
+  TIMM_TINY's arguments."""
+  reference = randomize(
+      timm.create_model(architecture, pretrained=False, **{**TIMM_TINY, **kwargs})
+  )
+  timm.models.save_for_hf(reference, directory, safe_serialization=True)
+  return reference

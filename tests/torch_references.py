@@ -1,12 +1,14 @@
 """What the tests that compare with timm and transformers share: PyTorch models made fully random, their
 outputs on our NHWC images, and ours from the same weights through config.init_from."""
 
+import json
+
 import numpy as np
 import timm
 import torch
 
 import helpers
-from vit_jax.checkpoints import run_dir
+from vit_jax.checkpoints import run_dir, timm_layout, torch_files
 from vit_jax.tasks import classification
 
 IMAGE_SIZE, NUM_CLASSES = 8, 10
@@ -86,3 +88,29 @@ def timm_saved(directory, architecture: str = 'vit_tiny_patch16_224', **kwargs) 
   )
   timm.models.save_for_hf(reference, directory, safe_serialization=True)
   return reference
+
+
+def assert_exported_tensors(
+    exported: dict[str, np.ndarray], reference: torch.nn.Module, folded: tuple[str, ...] = ()
+) -> None:
+  """Our export's timm state dict `exported` names the `reference` model's tensors and holds their
+  values, but those whose names start with `folded` (a checkpoint's input normalisation folded into
+  them: the logits of timm's model rebuilt from them show it)."""
+  theirs = {k: v.numpy() for k, v in reference.state_dict().items()}
+  assert sorted(exported) == sorted(theirs)
+  for name, tensor in theirs.items():
+    if not name.startswith(folded):
+      np.testing.assert_allclose(exported[name], tensor, atol=1e-6, err_msg=name)
+
+
+def timm_rebuilt(
+    params, model_config: dict, image_size: int, pp_eval: dict, directory
+) -> torch.nn.Module:
+  """timm's model from what export writes for `params`: timm's state dict and config.json."""
+  directory.mkdir()
+  torch_files.write_safetensors(
+      timm_layout.to_state_dict(params), str(directory / torch_files.SAFETENSORS)
+  )
+  config = timm_layout.export_config(model_config, image_size, NUM_CLASSES, pp_eval=pp_eval)
+  (directory / 'config.json').write_text(json.dumps(config))
+  return timm.create_model(f'local-dir:{directory}', pretrained=True).eval()

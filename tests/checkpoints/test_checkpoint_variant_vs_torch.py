@@ -9,13 +9,19 @@ import ml_collections
 import numpy as np
 import pytest
 import safetensors.torch
-import timm
 import torch
 import transformers
 
 import helpers
-from torch_references import randomize, timm_input, timm_saved, torch_outputs
-from vit_jax.checkpoints import state_dicts, timm_layout, torch_files
+from torch_references import (
+    assert_exported_tensors,
+    randomize,
+    timm_input,
+    timm_rebuilt,
+    timm_saved,
+    torch_outputs,
+)
+from vit_jax.checkpoints import state_dicts, timm_layout
 from vit_jax.tasks import classification
 from vit_jax.train import setup
 
@@ -55,16 +61,9 @@ def _transformers_vit_saved(directory) -> torch.nn.Module:
 
 
 def _rebuilt_by_timm(run: setup.Setup, directory) -> torch.nn.Module:
-  """timm's model from what export writes for the run's parameters: timm's state dict and config."""
-  directory.mkdir()
-  torch_files.write_safetensors(
-      timm_layout.to_state_dict(run.init_params), str(directory / torch_files.SAFETENSORS)
+  return timm_rebuilt(
+      run.init_params, run.model_config, SIZE, run.config.pp_eval.to_dict(), directory
   )
-  config = timm_layout.export_config(
-      run.model_config, SIZE, NUM_CLASSES, pp_eval=run.config.pp_eval.to_dict()
-  )
-  (directory / 'config.json').write_text(json.dumps(config))
-  return timm.create_model(f'local-dir:{directory}', pretrained=True).eval()
 
 
 def _prepare(tmp_path, init_from: str, **overrides) -> setup.Setup:
@@ -280,11 +279,7 @@ def test_timms_qk_norm_vit_loads_with_equal_logits_and_exports_back(tmp_path):
   expected = torch_outputs(reference, timm_input(reference, inputs)).numpy()
   np.testing.assert_allclose(_logits(run, inputs), expected, atol=1e-4)
   exported = timm_layout.to_state_dict(run.init_params)
-  theirs = {k: v.numpy() for k, v in reference.state_dict().items()}
-  assert sorted(exported) == sorted(theirs)
-  for name, tensor in theirs.items():
-    if not name.startswith('patch_embed.'):  # Folded to read our images: the logits show it.
-      np.testing.assert_allclose(exported[name], tensor, atol=1e-6, err_msg=name)
+  assert_exported_tensors(exported, reference, folded=('patch_embed.',))
   rebuilt = _rebuilt_by_timm(run, tmp_path / 'export')
   np.testing.assert_allclose(torch_outputs(rebuilt, inputs).numpy(), expected, atol=1e-4)
   # A variant without the norms says which field to set.
@@ -318,14 +313,10 @@ def test_timms_deit_distilled_and_deit3_load_with_equal_logits_and_export_back(
   expected = torch_outputs(reference, timm_input(reference, inputs)).numpy()
   np.testing.assert_allclose(_logits(run, inputs), expected, atol=1e-4)
   exported = timm_layout.to_state_dict(run.init_params)
-  theirs = {k: v.numpy() for k, v in reference.state_dict().items()}
-  assert sorted(exported) == sorted(theirs)
   if not distilled:  # DeiT III gives the class token no position embedding; ours is a zero one.
     np.testing.assert_array_equal(exported['pos_embed'][:, :1], 0)
     exported['pos_embed'] = exported['pos_embed'][:, 1:]
-  for name, tensor in theirs.items():
-    if not name.startswith('patch_embed.'):  # Folded to read our images: the logits show it.
-      np.testing.assert_allclose(exported[name], tensor, atol=1e-6, err_msg=name)
+  assert_exported_tensors(exported, reference, folded=('patch_embed.',))
   rebuilt = _rebuilt_by_timm(run, tmp_path / 'export')
   np.testing.assert_allclose(torch_outputs(rebuilt, inputs).numpy(), expected, atol=1e-4)
   fresh = _prepare(tmp_path, str(tmp_path / 'deit'), keep_head=False)

@@ -29,10 +29,12 @@ from torch_references import (
     NUM_CLASSES,
     OR_VARIANT,
     TIMM_TINY,
+    assert_exported_tensors,
     images,
     ours,
     randomize,
     timm_input,
+    timm_rebuilt,
     timm_saved,
     torch_outputs,
 )
@@ -116,11 +118,7 @@ def test_timms_dinov2_loads_with_equal_logits_and_exports_back(tmp_path):
       atol=1e-4,
   )
   exported = timm_layout.to_state_dict(params)
-  theirs = {k: v.numpy() for k, v in reference.state_dict().items()}
-  assert sorted(exported) == sorted(theirs)
-  for name, tensor in theirs.items():
-    if not name.startswith('patch_embed.'):  # Folded to read our images: the logits show it.
-      np.testing.assert_allclose(exported[name], tensor, atol=1e-6, err_msg=name)
+  assert_exported_tensors(exported, reference, folded=('patch_embed.',))
 
 
 def test_timms_dinov2_with_registers_loads_with_equal_logits_at_its_size_and_another(tmp_path):
@@ -180,10 +178,7 @@ def test_timms_siglip_loads_with_equal_logits_and_exports_back(tmp_path):
   )
   model = classification.make_model(config, helpers.model_config(config), NUM_CLASSES)
   exported = timm_layout.to_state_dict(run_dir.load_init_params(config, model))
-  theirs = {k: v.numpy() for k, v in reference.state_dict().items()}
-  assert sorted(exported) == sorted(theirs)
-  for name, tensor in theirs.items():
-    np.testing.assert_allclose(exported[name], tensor, atol=1e-6, err_msg=name)
+  assert_exported_tensors(exported, reference)
 
 
 @pytest.mark.parametrize(
@@ -209,22 +204,14 @@ def test_timms_clip_loads_with_equal_logits_and_exports_for_timm(tmp_path, name,
   model = classification.make_model(config, model_config, NUM_CLASSES)
   params = run_dir.load_init_params(config, model)
   np.testing.assert_allclose(model.apply({'params': params}, images()), expected, atol=1e-4)
-  exported = timm_layout.to_state_dict(params)
-  theirs = {k: v.numpy() for k, v in reference.state_dict().items()}
-  assert sorted(exported) == sorted(theirs)
-  for key, tensor in theirs.items():
-    # CLIP's normalisation is folded into the patch kernel and, without a patch bias, the position
-    # embeddings: the logits of timm's model rebuilt from them show it.
-    if key != 'pos_embed' and not key.startswith('patch_embed.'):
-      np.testing.assert_allclose(exported[key], tensor, atol=1e-6, err_msg=key)
-  out = tmp_path / 'export'
-  out.mkdir()
-  torch_files.write_safetensors(exported, str(out / torch_files.SAFETENSORS))
-  timm_config = timm_layout.export_config(
-      model_config, IMAGE_SIZE, NUM_CLASSES, pp_eval=config.pp_eval.to_dict()
+  # CLIP's normalisation is folded into the patch kernel and, without a patch bias, the position
+  # embeddings.
+  assert_exported_tensors(
+      timm_layout.to_state_dict(params), reference, folded=('patch_embed.', 'pos_embed')
   )
-  (out / 'config.json').write_text(json.dumps(timm_config))
-  rebuilt = timm.create_model(f'local-dir:{out}', pretrained=True).eval()
+  rebuilt = timm_rebuilt(
+      params, model_config, IMAGE_SIZE, config.pp_eval.to_dict(), tmp_path / 'export'
+  )
   np.testing.assert_allclose(torch_outputs(rebuilt, images()).numpy(), expected, atol=1e-4)
 
 

@@ -5,6 +5,7 @@ CNN) or a timm / Hugging Face ViT checkpoint, built for the run's images and cla
 import dataclasses
 from typing import Any
 
+from absl import logging
 import flax.linen as nn
 import jax.numpy as jnp
 import ml_collections
@@ -66,4 +67,5 @@ def load_teacher(config: ml_collections.ConfigDict, num_classes: int) -> Teacher
       keep_pre_logits=True,
       posemb_method=config.posemb_interpolation,
   )
+  logging.info('Distilling from %s: %s', given, source)
   return Teacher(model, params, source)

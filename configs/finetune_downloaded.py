@@ -1,8 +1,8 @@
 """Fine-tuning a ViT downloaded from the Hugging Face hub (timm's or transformers' weights), shared
-by configs/finetune_dinov2.py, finetune_siglip.py and finetune_clip.py.
+by configs/finetune_dinov2.py, finetune_siglip.py, finetune_clip.py and finetune_eva02.py.
 
 The model is `variant='checkpoint'`: every architecture field (sizes, heads, layer scale, registers,
-pooling, activation, LayerNorm epsilon) is read from the downloaded directory's tensors and
+pooling, activation, LayerNorm epsilon, EVA-02's rotary embeddings and SwiGLU) is read from the downloaded directory's tensors and
 config.json, so none is spelt here. The recipe is today's for fine-tuning such backbones (BEiT / MAE
 style, as timm and FT-CLIP use): AdamW with layer-wise learning-rate decay, weight decay 0.05,
 stochastic depth 0.1, label smoothing 0.1, cosine decay after a warmup, 224 px, Polyak averaging.
@@ -33,6 +33,11 @@ FAMILIES = {
         'timm/vit_base_patch16_clip_224.openai, timm/vit_base_patch16_clip_quickgelu_224.openai, '
         'openai/clip-vit-base-patch16 (its CLIPVisionModel)',
         'checkpoints/clip',
+    ),
+    'eva02': (
+        'timm/eva02_small_patch14_224.mim_in22k, timm/eva02_base_patch14_224.mim_in22k, '
+        'timm/eva02_tiny_patch14_224.mim_in22k',
+        'checkpoints/eva02',
     ),
 }
 

@@ -8,7 +8,7 @@ import timm
 import torch
 
 import helpers
-from vit_jax.checkpoints import run_dir, timm_layout, torch_files
+from vit_jax.checkpoints import run_dir, timm_export, torch_files
 from vit_jax.tasks import classification
 
 IMAGE_SIZE, NUM_CLASSES = 8, 10
@@ -108,9 +108,9 @@ def timm_rebuilt(
 ) -> torch.nn.Module:
   """timm's model from what export writes for `params`: timm's state dict and config.json."""
   directory.mkdir()
-  torch_files.write_safetensors(
-      timm_layout.to_state_dict(params), str(directory / torch_files.SAFETENSORS)
+  tensors, config = timm_export.export(
+      params, model_config, image_size, NUM_CLASSES, pp_eval=pp_eval
   )
-  config = timm_layout.export_config(model_config, image_size, NUM_CLASSES, pp_eval=pp_eval)
+  torch_files.write_safetensors(tensors, str(directory / torch_files.SAFETENSORS))
   (directory / 'config.json').write_text(json.dumps(config))
   return timm.create_model(f'local-dir:{directory}', pretrained=True).eval()

@@ -97,13 +97,25 @@ def get_config() -> ml_collections.ConfigDict:
           attention_dropout_rate=config_dict.placeholder(float),
           head_dropout_rate=config_dict.placeholder(float),
           # 'gelu_tanh' (the original checkpoints') | 'gelu' (exact: timm's and Hugging Face's models) |
-          # 'quick_gelu' (OpenAI CLIP's).
+          # 'quick_gelu' (OpenAI CLIP's) | 'silu' (SwiGLU's, with mlp_gated).
           mlp_activation=config_dict.placeholder(str),
           # Layer scale (CaiT, DeiT III, DINOv2; timm's init_values): each residual branch multiplied
           # by a learned per-channel scale starting at this value (e.g. 1e-5); unset: none.
           layer_scale=config_dict.placeholder(float),
           # LayerNorms of each head's queries and keys before their product (ViT-22B's; timm's qk_norm).
           qk_norm=config_dict.placeholder(bool),
+          # False: the attention's keys have no bias (EVA's; with rotary embeddings it would matter).
+          key_bias=config_dict.placeholder(bool),
+          # A gated MLP (GLU; SwiGLU with mlp_activation='silu': EVA-02's, DINOv2 giant's): the
+          # activated layer times a second linear one, mlp_dim units each; mlp_norm: a LayerNorm of the
+          # hidden units before the output layer (EVA-02 B/L's).
+          mlp_gated=config_dict.placeholder(bool),
+          mlp_norm=config_dict.placeholder(bool),
+          # 2-D rotary position embeddings of the patches' queries and keys (EVA-02's; timm's rope
+          # 'cat'); rope_grid: the (rows, columns) positions are rescaled to span at any resolution
+          # (timm's ref_feat_shape, EVA-02's (16, 16)); unset: each grid's own indices.
+          rope=config_dict.placeholder(bool),
+          rope_grid=config_dict.placeholder(tuple),
           # Register tokens (DINOv2 with registers, "Vision Transformers Need Registers"): this many
           # learned tokens after the class token, in no pooling; unset: none.
           num_registers=config_dict.placeholder(int),

@@ -39,7 +39,7 @@ from torch_references import (
     torch_outputs,
 )
 from vit_jax.checkpoints import run_dir
-from vit_jax.checkpoints import timm_layout
+from vit_jax.checkpoints import timm_export, timm_layout
 from vit_jax.checkpoints import torch_files
 from vit_jax.models import variants
 from vit_jax.tasks import classification
@@ -427,9 +427,15 @@ def test_what_timm_cannot_hold_is_said_and_not_written(overrides, message):
 )
 def test_what_timm_cannot_compute_and_the_tensors_do_not_show_is_said(overrides, message):
   config = helpers.load_config('demo', {**MODEL, **overrides})
+  model_config = helpers.model_config(config)
+  model = classification.make_model(config, model_config, NUM_CLASSES)
   with pytest.raises(ValueError, match=message):
-    timm_layout.export_config(
-        helpers.model_config(config), IMAGE_SIZE, NUM_CLASSES, pp_eval=config.pp_eval.to_dict()
+    timm_export.export(
+        helpers.random_params(model, IMAGE_SIZE),
+        model_config,
+        IMAGE_SIZE,
+        NUM_CLASSES,
+        pp_eval=config.pp_eval.to_dict(),
     )
 
 
@@ -565,15 +571,14 @@ def test_timms_config_we_write_builds_an_mlp_of_our_width(
   )
   model = classification.make_model(config, helpers.model_config(config), NUM_CLASSES)
   params = helpers.random_params(model, IMAGE_SIZE)
-  torch_files.write_safetensors(
-      timm_layout.to_state_dict(params), str(tmp_path / torch_files.SAFETENSORS)
-  )
-  timm_config = timm_layout.export_config(
+  tensors, timm_config = timm_export.export(
+      params,
       variants.get_model_config(config.variant, config.model.to_dict()),
       IMAGE_SIZE,
       NUM_CLASSES,
       pp_eval=config.pp_eval.to_dict(),
   )
+  torch_files.write_safetensors(tensors, str(tmp_path / torch_files.SAFETENSORS))
   (tmp_path / 'config.json').write_text(json.dumps(timm_config))
   reference = timm.create_model(f'local-dir:{tmp_path}', pretrained=True).eval()
   np.testing.assert_allclose(
@@ -617,16 +622,18 @@ def test_timms_transform_from_the_exported_config_prepares_images_as_our_evaluat
       'crop_fraction': crop_fraction,
       'antialias': True,
   }  # PIL always antialiases.
-  config = timm_layout.export_config(
-      helpers.model_config(helpers.load_config('demo', MODEL)),
-      image_size,
-      NUM_CLASSES,
-      pp_eval=pp_eval,
-  )
+  config = timm_export.eval_crop(pp_eval, image_size)
   image = np.random.RandomState(0).randint(0, 256, (*shape, 3)).astype(np.uint8)
   ours = predict.model_input(image, image_size, pp_eval)
   # PIL resizes uint8 in two passes, rounding after each: up to a grey level on noise (1 / 127.5 here).
-  np.testing.assert_allclose(_timm_input(config['pretrained_cfg'], image), ours, atol=1.01 / 127.5)
+  pretrained_cfg = {
+      'input_size': [3, image_size, image_size],
+      'mean': [0.5] * 3,
+      'std': [0.5] * 3,
+      'interpolation': 'bilinear',
+      **config,
+  }
+  np.testing.assert_allclose(_timm_input(pretrained_cfg, image), ours, atol=1.01 / 127.5)
 
 
 def test_timm_and_our_export_agree_on_a_wide_image_where_the_crops_disagree(

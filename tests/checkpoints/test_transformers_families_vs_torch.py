@@ -33,6 +33,12 @@ _SIZES = {
     'fc_norm': False,
     'posemb': 'learn',
     'posemb_where': 'input',
+    # EVA-02's options, which no transformers family here has.
+    'key_bias': True,
+    'mlp_gated': False,
+    'mlp_norm': False,
+    'rope': False,
+    'rope_grid': None,
 }
 
 

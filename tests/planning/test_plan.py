@@ -362,3 +362,21 @@ def test_no_suggestions_asked_for_is_not_nothing_fits():
       '| fits in 28.80 GiB | yes | yes | yes |' in run.stdout
   )  # All fit: it must not say otherwise.
   assert 'Nothing searched fits' not in run.stdout and 'Suggestions' not in run.stdout
+
+
+@pytest.mark.parametrize('gated', [False, True])
+def test_the_analytic_forward_flops_of_a_gated_mlp_agree_with_xla(gated):
+  """SwiGLU's third matrix (EVA-02's) counted: within the few percent XLA adds for norms, softmax
+  and activations."""
+  from vit_jax.models import variants  # pylint: disable=g-import-not-at-top
+
+  model = variants.get_model_config(
+      'ViT-testing_8',
+      {'hidden_size': 256, 'mlp_dim': 1024, 'num_layers': 2, 'num_heads': 4, 'mlp_gated': gated},
+  )
+  module = variants.build('ViT-testing_8', model, num_classes=NUM_CLASSES, dtype=jnp.float32)
+  images = jnp.zeros((2, 64, 64, 3))
+  params = jax.eval_shape(module.init, jax.random.key(0), images)
+  xla = jax.jit(module.apply).lower(params, images).compile().cost_analysis()['flops']
+  analytic = 2 * chips.vit_flops(model, 64, NUM_CLASSES)
+  assert analytic <= xla <= 1.05 * analytic

@@ -177,12 +177,21 @@ INVALID = {
     'total_steps': (0, {}, 'The run has 0 steps'),
     'train_split': ('validation', {}, "'validation'"),
     'variant': ('ViT-Q_16', {}, "Unknown model variant 'ViT-Q_16'"),
+    'model.rope': (True, {'model.num_heads': 16}, r'num_heads = 2 must be a multiple of 4'),
+    'model.rope_grid': (
+        (16, 16),
+        {},
+        r'model\.rope_grid=\(16, 16\) must be .* with model\.rope=True',
+    ),
 }
 # Fields for which every value of their type is valid.
 ALWAYS_VALID = {
     'model.scan': 'a bool',
     'model.pre_norm': 'a bool',
     'model.qk_norm': 'a bool',
+    'model.key_bias': 'a bool',
+    'model.mlp_gated': 'a bool',
+    'model.mlp_norm': 'a bool',
     'pp.flip': 'a bool',
     'pp.antialias': 'a bool',
     'pp_eval.antialias': 'a bool',

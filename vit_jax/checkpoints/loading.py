@@ -170,6 +170,15 @@ def _posemb_kind(flat: dict[str, Any]) -> tuple[str, str]:
   return f'learned {"2-D " if two_d else ""}position embeddings', flags
 
 
+# Parameters that a bool model field adds: (their path's pattern, the field, what they are).
+_STRUCTURE_FIELDS = (
+    (r'/[qk]_norm/', 'qk_norm', 'query/key normalisation'),
+    (r'/MultiHeadDotProductAttention_1/key/bias$', 'key_bias', 'key biases'),
+    (r'/MlpBlock_3/Dense_linear/', 'mlp_gated', 'gated MLPs (GLU)'),
+    (r'/MlpBlock_3/norm/', 'mlp_norm', 'LayerNorms in its MLPs'),
+)
+
+
 def _architecture_error(
     path: str, loaded: Any, target: Any, params: dict[str, Any], targets: dict[str, Any]
 ) -> ValueError:
@@ -197,12 +206,13 @@ def _architecture_error(
         f'dist: checkpoint {loaded} vs model {target}: the checkpoint has '
         f"{'a' if has else 'no'} distillation token (DeiT's); set --config.model.distilled={has}"
     )
-  if re.search(r'/[qk]_norm/', path):  # LayerNorms of the queries and keys (model.qk_norm).
-    has = loaded != 'none'
-    return ValueError(
-        f'{path}: checkpoint {loaded} vs model {target}: the checkpoint has '
-        f"{'' if has else 'no '}query/key normalisation; set --config.model.qk_norm={has}"
-    )
+  for pattern, field, what in _STRUCTURE_FIELDS:
+    if re.search(pattern, path):
+      has = loaded != 'none'
+      return ValueError(
+          f'{path}: checkpoint {loaded} vs model {target}: the checkpoint has '
+          f"{'' if has else 'no '}{what}; set --config.model.{field}={has}"
+      )
   if re.search(r'/ls[12]$', path):  # Layer scale: a tensor per block, its value any positive one.
     return ValueError(
         f'{path}: checkpoint {loaded} vs model {target}: '

@@ -51,6 +51,7 @@ _WITHOUT_TENSORS = {
     'mlp_activation': 'MLP activation',
     'layernorm_epsilon': 'LayerNorm epsilon',
     'classifier': 'pooling',
+    'rope': 'rotary position embeddings',
 }
 
 
@@ -77,6 +78,8 @@ def architecture(path: str) -> dict[str, Any]:
 def _same(a: Any, b: Any) -> bool:
   if isinstance(a, float) and isinstance(b, float):
     return math.isclose(a, b)
+  if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):  # JSON's lists, config tuples.
+    return tuple(a) == tuple(b)
   return a == b
 
 
@@ -115,7 +118,8 @@ def load(path: str, model: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]
   name = _layout(state_dict, path)
   layout = LAYOUTS[name]
   fixed = layout.architecture(state_dict, config, path)
-  for field, what in _WITHOUT_TENSORS.items():
+  checked = {**_WITHOUT_TENSORS, 'rope_grid': 'grid of rotary position embeddings'}
+  for field, what in checked.items():
     if field in fixed and field in model and not _same(fixed[field], model[field]):
       raise ValueError(
           f"{path}: the checkpoint's {what} is {fixed[field]!r}, the model's {model[field]!r}: "

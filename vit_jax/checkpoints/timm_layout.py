@@ -1,21 +1,24 @@
-"""timm's `VisionTransformer` in (`from_state_dict`) and out (`to_state_dict`, `export_config`).
+"""timm's `VisionTransformer` and `Eva` (EVA-02's class) state dicts, in (`from_state_dict`,
+`architecture`) and out (`to_state_dict`; the config.json is timm_export.py's).
 
 The architectures map one to one except: timm has no pre-logits layer; timm's `no_embed_class` (no
 position embedding for the class token) is ours with a zero one (and zero ones for its registers,
 `reg_token`: model.num_registers); timm's attention pooling `attn_pool` (SigLIP's, global_pool='map')
-is our MAP head (big_vision's); timm's layer scale `ls1.gamma`, `ls2.gamma` (DeiT III, DINOv2) is ours
-(model.layer_scale). What has no parameters but changes the function (timm's pooling, the MLP's
-activation) is checked against the config.json beside the weights, when there is one.
+is our MAP head (big_vision's); timm's layer scale `ls1.gamma`, `ls2.gamma` (DeiT III, DINOv2; Eva's
+`gamma_1`, `gamma_2`) is ours (model.layer_scale). Eva's attention has no key bias
+(model.key_bias=False), its MLP may be gated (SwiGLU: model.mlp_gated) with a norm (model.mlp_norm).
+What has no parameters but changes the function (timm's pooling, the MLP's activation, Eva's rotary
+embeddings) is read from the config.json beside the weights, when there is one.
 """
 
-import math
+import re
 from typing import Any, Mapping, Optional
 
 import numpy as np
 from flax import traverse_util
 
 from vit_jax.checkpoints import torch_names
-from vit_jax.models import vit
+from vit_jax.models import rope
 from vit_jax.checkpoints.torch_files import StateDict
 
 _MAP_HEAD = 'MAPHead_0'
@@ -28,8 +31,9 @@ def from_state_dict(
   r = torch_names.Reader(state_dict, source, 'timm')
   tree = {
       'embedding/kernel': torch_names.patch_kernel(r.take('patch_embed.proj.weight')),
-      'Transformer/posembed_input/pos_embedding': r.take('pos_embed'),
   }
+  if r.has('pos_embed'):  # None in Eva's ViTs with rotary embeddings alone (model.posemb='none').
+    tree['Transformer/posembed_input/pos_embedding'] = r.take('pos_embed')
   if r.has('patch_embed.proj.bias'):  # None in a pre_norm ViT (CLIP's), nor in ours with pre_norm.
     tree['embedding/bias'] = r.take('patch_embed.proj.bias')
   if r.has('norm_pre.weight'):
@@ -45,9 +49,9 @@ def from_state_dict(
   if r.has('reg_token'):
     tree['reg'] = r.take('reg_token')
     prefix += tree['reg'].shape[1]
-  posemb = tree['Transformer/posembed_input/pos_embedding']
-  rows = posemb.shape[1]
-  if prefix and torch_names.square(rows) and not torch_names.square(rows - prefix):
+  posemb = tree.get('Transformer/posembed_input/pos_embedding')
+  rows = 0 if posemb is None else posemb.shape[1]
+  if prefix and rows and torch_names.square(rows) and not torch_names.square(rows - prefix):
     # timm's `no_embed_class` (FlexiViT, DeiT III, DINOv2 with registers): a square grid of
     # embeddings and none for the prefix tokens (with theirs, 1 + gs * gs rows are never square).
     # Ours adds one to every token: adding zeros to the prefix tokens computes the same.
@@ -56,20 +60,20 @@ def from_state_dict(
     )
   for i in range(torch_names.num_blocks(state_dict, r'blocks\.(\d+)\.')):
     t, ours = f'blocks.{i}.', torch_names.BLOCK.format(i)
-    qkv_weight, qkv_bias = np.split(r.take(t + 'attn.qkv.weight'), 3), np.split(
-        r.take(t + 'attn.qkv.bias'), 3
-    )
     weights = {
+        **_query_key_value(r, t),
         'out.weight': r.take(t + 'attn.proj.weight'),
         'out.bias': r.take(t + 'attn.proj.bias'),
     }
-    for j, name in enumerate('qkv'):
-      weights[f'{name}.weight'], weights[f'{name}.bias'] = qkv_weight[j], qkv_bias[j]
     tree.update(torch_names.attention_in(torch_names.ATTENTION.format(i), weights, num_heads))
-    tree.update(torch_names.norms_and_mlp(r, t, ours, ('norm1', 'norm2'), ('mlp.fc1', 'mlp.fc2')))
-    for scale in ('ls1', 'ls2'):  # Layer scale (timm's init_values: DeiT III, DINOv2).
-      if r.has(f'{t}{scale}.gamma'):
-        tree[f'{ours}/{scale}'] = r.take(f'{t}{scale}.gamma')
+    for theirs, norm in (('norm1', 'LayerNorm_0'), ('norm2', 'LayerNorm_2')):
+      tree[f'{ours}/{norm}/scale'] = r.take(f'{t}{theirs}.weight')
+      tree[f'{ours}/{norm}/bias'] = r.take(f'{t}{theirs}.bias')
+    tree.update(_mlp_in(r, t, f'{ours}/MlpBlock_3/'))
+    for scale, eva in (('ls1', 'gamma_1'), ('ls2', 'gamma_2')):  # Layer scale (init_values).
+      for theirs in (f'{t}{scale}.gamma', f'{t}{eva}'):
+        if r.has(theirs):
+          tree[f'{ours}/{scale}'] = r.take(theirs)
     for norm in ('q_norm', 'k_norm'):  # timm's qk_norm.
       if r.has(f'{t}attn.{norm}.weight'):
         tree[f'{ours}/{norm}/scale'] = r.take(f'{t}attn.{norm}.weight')
@@ -89,6 +93,57 @@ def from_state_dict(
       tree[f'{head}/bias'] = r.take(f'{head}.bias')
   r.check_all_taken()
   return traverse_util.unflatten_dict(tree, sep='/')
+
+
+def _query_key_value(r: torch_names.Reader, t: str) -> dict[str, np.ndarray]:
+  """The (out, in) weights and biases `{q,k,v}.{weight,bias}` of block `t`'s attention: timm's fused
+  `attn.qkv`, with its bias or (Eva's) only `q_bias` and `v_bias`; or Eva's `q_proj`, `k_proj`,
+  `v_proj`. Without a key bias there is no `k.bias` (model.key_bias=False); a missing query or value
+  bias (qkv_bias=False) is zeros, which compute the same."""
+  if r.has(t + 'attn.q_proj.weight'):
+    named = {name: f'{t}attn.{name}_proj.' for name in 'qkv'}
+    weights = {f'{n}.weight': r.take(named[n] + 'weight') for n in 'qkv'}
+    biases = {f'{n}.bias': r.take(named[n] + 'bias') for n in 'qkv' if r.has(named[n] + 'bias')}
+  else:
+    weights = dict(
+        zip(('q.weight', 'k.weight', 'v.weight'), np.split(r.take(t + 'attn.qkv.weight'), 3))
+    )
+    if r.has(t + 'attn.qkv.bias'):
+      biases = dict(zip(('q.bias', 'k.bias', 'v.bias'), np.split(r.take(t + 'attn.qkv.bias'), 3)))
+    else:
+      biases = {
+          f'{n}.bias': r.take(f'{t}attn.{n}_bias') for n in 'qv' if r.has(f'{t}attn.{n}_bias')
+      }
+  for name in 'qv':
+    biases.setdefault(f'{name}.bias', np.zeros(weights[f'{name}.weight'].shape[0], np.float32))
+  return {**weights, **biases}
+
+
+def _mlp_in(r: torch_names.Reader, t: str, mlp: str) -> dict[str, np.ndarray]:
+  """Our MLP `mlp` (ending in '/') from block `t`'s: timm's `Mlp` (fc1, fc2), SwiGLU's gate `fc1_g`
+  and linear `fc1_x` or `GluMlp`'s packed fc1 (gate first: SwiGLUPacked, EVA-02 S's), each with the
+  hidden units' LayerNorm `mlp.norm` where the model has one (EVA-02 B/L's scale_mlp)."""
+  out_weight = r.take(t + 'mlp.fc2.weight')
+  layers = {'Dense_1': (out_weight, r.take(t + 'mlp.fc2.bias'))}
+  if r.has(t + 'mlp.fc1_g.weight'):
+    for theirs, ours in (('fc1_g', 'Dense_0'), ('fc1_x', 'Dense_linear')):
+      layers[ours] = r.take(f'{t}mlp.{theirs}.weight'), r.take(f'{t}mlp.{theirs}.bias')
+  else:
+    weight, bias = r.take(t + 'mlp.fc1.weight'), r.take(t + 'mlp.fc1.bias')
+    if weight.shape[0] == 2 * out_weight.shape[1]:  # Packed: the gate's units, then the linear's.
+      (gate, linear), (gate_bias, linear_bias) = np.split(weight, 2), np.split(bias, 2)
+      layers['Dense_0'], layers['Dense_linear'] = (gate, gate_bias), (linear, linear_bias)
+    else:
+      layers['Dense_0'] = weight, bias
+  tree = {}
+  for ours, (weight, bias) in layers.items():
+    tree[f'{mlp}{ours}/kernel'], tree[f'{mlp}{ours}/bias'] = torch_names.kernel(weight), bias
+  if r.has(t + 'mlp.norm.weight'):
+    tree[f'{mlp}norm/scale'], tree[f'{mlp}norm/bias'] = (
+        r.take(t + 'mlp.norm.weight'),
+        r.take(t + 'mlp.norm.bias'),
+    )
+  return tree
 
 
 def _map_head_in(r: torch_names.Reader, num_heads: int) -> dict[str, np.ndarray]:
@@ -120,9 +175,10 @@ def _map_head_in(r: torch_names.Reader, num_heads: int) -> dict[str, np.ndarray]
   return tree
 
 
-def to_state_dict(params: Any) -> StateDict:
-  """A timm `VisionTransformer` state dict of a tree in our layout (float32 numpy arrays); raises a
-  one-line ValueError for what timm's ViT cannot hold."""
+def to_state_dict(params: Any, eva: bool = False) -> StateDict:
+  """A timm `VisionTransformer` state dict (`eva`: an `Eva`'s, timm's class for rotary embeddings and
+  gated MLPs) of a tree in our layout (float32 numpy arrays); raises a one-line ValueError for what
+  that class cannot hold."""
   flat = {
       k: np.asarray(v, np.float32) for k, v in traverse_util.flatten_dict(params, sep='/').items()
   }
@@ -134,43 +190,40 @@ def to_state_dict(params: Any) -> StateDict:
       raise ValueError(f"timm's VisionTransformer has no {what}")
   if any(k.startswith('Transformer/encoderblock_0/row/') for k in flat):
     raise ValueError("timm's VisionTransformer has no axial blocks (Axial-ViT)")
-  if 'Transformer/posembed_input/pos_embedding' not in flat:
+  if 'Transformer/posembed_input/pos_embedding' not in flat and not eva:
     raise ValueError(
         "timm's VisionTransformer has no fixed sincos2d position embeddings, nor 2-D, "
         'relative or none (model.posemb): only learned 1-D ones'
     )
   d = flat['embedding/kernel'].shape[-1]
-  out = {
-      'patch_embed.proj.weight': flat.pop('embedding/kernel').transpose(3, 2, 0, 1),
-      'pos_embed': flat.pop('Transformer/posembed_input/pos_embedding'),
-  }
-  if 'embedding/bias' in flat:
-    out['patch_embed.proj.bias'] = flat.pop('embedding/bias')
-  if 'Transformer/pre_norm/scale' in flat:
-    out['norm_pre.weight'] = flat.pop('Transformer/pre_norm/scale')
-    out['norm_pre.bias'] = flat.pop('Transformer/pre_norm/bias')
-  if 'cls' in flat:
-    out['cls_token'] = flat.pop('cls')
-  if 'dist' in flat:
-    out['dist_token'] = flat.pop('dist')
-  if 'reg' in flat:
-    out['reg_token'] = flat.pop('reg')
+  out = {'patch_embed.proj.weight': flat.pop('embedding/kernel').transpose(3, 2, 0, 1)}
+  for ours, theirs in (
+      ('Transformer/posembed_input/pos_embedding', 'pos_embed'),
+      ('embedding/bias', 'patch_embed.proj.bias'),
+      ('Transformer/pre_norm/scale', 'norm_pre.weight'),
+      ('Transformer/pre_norm/bias', 'norm_pre.bias'),
+      ('cls', 'cls_token'),
+      ('dist', 'dist_token'),
+      ('reg', 'reg_token'),
+  ):
+    if ours in flat:
+      out[theirs] = flat.pop(ours)
   i = 0
   while f'{torch_names.BLOCK.format(i)}/LayerNorm_0/scale' in flat:
     t, ours = f'blocks.{i}.', torch_names.BLOCK.format(i)
     weights = torch_names.attention_out(flat, torch_names.ATTENTION.format(i), d)
-    for kind in ('weight', 'bias'):
-      out[f'{t}attn.qkv.{kind}'] = np.concatenate([weights[f'{n}.{kind}'] for n in 'qkv'])
-      out[f'{t}attn.proj.{kind}'] = weights[f'out.{kind}']
+    out.update(_query_key_value_out(weights, t, eva))
+    out[f'{t}attn.proj.weight'], out[f'{t}attn.proj.bias'] = (
+        weights['out.weight'],
+        weights['out.bias'],
+    )
     for theirs, our_norm in (('norm1', 'LayerNorm_0'), ('norm2', 'LayerNorm_2')):
       out[f'{t}{theirs}.weight'] = flat.pop(f'{ours}/{our_norm}/scale')
       out[f'{t}{theirs}.bias'] = flat.pop(f'{ours}/{our_norm}/bias')
-    for theirs, dense in (('fc1', 'Dense_0'), ('fc2', 'Dense_1')):
-      out[f'{t}mlp.{theirs}.weight'] = flat.pop(f'{ours}/MlpBlock_3/{dense}/kernel').T
-      out[f'{t}mlp.{theirs}.bias'] = flat.pop(f'{ours}/MlpBlock_3/{dense}/bias')
-    for scale in ('ls1', 'ls2'):
+    out.update(_mlp_out(flat, t, f'{ours}/MlpBlock_3/', eva))
+    for scale, eva_scale in (('ls1', 'gamma_1'), ('ls2', 'gamma_2')):
       if f'{ours}/{scale}' in flat:
-        out[f'{t}{scale}.gamma'] = flat.pop(f'{ours}/{scale}')
+        out[f'{t}{eva_scale}' if eva else f'{t}{scale}.gamma'] = flat.pop(f'{ours}/{scale}')
     for norm in ('q_norm', 'k_norm'):
       if f'{ours}/{norm}/scale' in flat:
         out[f'{t}attn.{norm}.weight'] = flat.pop(f'{ours}/{norm}/scale')
@@ -187,8 +240,47 @@ def to_state_dict(params: Any) -> StateDict:
       out[f'{head}.weight'] = flat.pop(f'{head}/kernel').T
       out[f'{head}.bias'] = flat.pop(f'{head}/bias')
   if flat:
-    raise ValueError(f"timm's VisionTransformer has no counterpart of {sorted(flat)[0]!r}")
+    raise ValueError(
+        f"timm's {'Eva' if eva else 'VisionTransformer'} has no counterpart of {sorted(flat)[0]!r}"
+    )
   return {k: np.ascontiguousarray(v) for k, v in out.items()}
+
+
+def _query_key_value_out(weights: StateDict, t: str, eva: bool) -> StateDict:
+  """Block `t`'s fused `attn.qkv` of `{q,k,v}.{weight,bias}`: with its bias (a zero key bias where
+  ours has none, which computes the same), or Eva's `q_bias` and `v_bias` (whose key bias is a zero
+  buffer; `eva_export.check` refuses a model whose key bias it would lose)."""
+  out = {f'{t}attn.qkv.weight': np.concatenate([weights[f'{n}.weight'] for n in 'qkv'])}
+  if eva:
+    out[f'{t}attn.q_bias'], out[f'{t}attn.v_bias'] = weights['q.bias'], weights['v.bias']
+    return out
+  key_bias = weights.get('k.bias', np.zeros_like(weights['q.bias']))
+  out[f'{t}attn.qkv.bias'] = np.concatenate([weights['q.bias'], key_bias, weights['v.bias']])
+  return out
+
+
+def _mlp_out(flat: dict[str, np.ndarray], t: str, mlp: str, eva: bool) -> StateDict:
+  """Block `t`'s `mlp.*` of our MLP `mlp`, taken out of `flat`: `fc1`, `fc2`; a gated one's `fc1_g`
+  and `fc1_x` with its norm (Eva's SwiGLU, scale_mlp), else its fc1 packed (Eva's GluMlp)."""
+  take = lambda name: flat.pop(mlp + name)
+  out = {f'{t}mlp.fc2.weight': take('Dense_1/kernel').T, f'{t}mlp.fc2.bias': take('Dense_1/bias')}
+  gate = take('Dense_0/kernel').T, take('Dense_0/bias')
+  norm = (take('norm/scale'), take('norm/bias')) if f'{mlp}norm/scale' in flat else None
+  if f'{mlp}Dense_linear/kernel' not in flat:
+    out[f'{t}mlp.fc1.weight'], out[f'{t}mlp.fc1.bias'] = gate
+  else:
+    if not eva:
+      raise ValueError("timm's VisionTransformer has no gated MLP (model.mlp_gated): Eva has")
+    linear = take('Dense_linear/kernel').T, take('Dense_linear/bias')
+    if norm is not None:
+      out[f'{t}mlp.fc1_g.weight'], out[f'{t}mlp.fc1_g.bias'] = gate
+      out[f'{t}mlp.fc1_x.weight'], out[f'{t}mlp.fc1_x.bias'] = linear
+    else:
+      out[f'{t}mlp.fc1.weight'] = np.concatenate([gate[0], linear[0]])
+      out[f'{t}mlp.fc1.bias'] = np.concatenate([gate[1], linear[1]])
+  if norm is not None:
+    out[f'{t}mlp.norm.weight'], out[f'{t}mlp.norm.bias'] = norm
+  return out
 
 
 def _map_head_out(flat: dict[str, np.ndarray], d: int) -> StateDict:
@@ -228,6 +320,8 @@ def recognises(state_dict: StateDict) -> bool:
 _HEADS_BY_WIDTH = {
     192: 3,
     384: 6,
+    512: 8,  # timm's SBB ViTs (medium).
+    640: 10,  # SBB betwixt.
     768: 12,
     1024: 16,
     1152: 16,
@@ -241,36 +335,93 @@ _HEADS_BY_WIDTH = {
 def architecture(state_dict: StateDict, config: Mapping[str, Any], path: str) -> dict[str, Any]:
   """The model fields a timm ViT's tensors show, and with the config.json timm writes beside them
   (its `architecture`, `global_pool` and the `model_args` it was created with) those they do not:
-  heads, activation (timm's default is the exact GELU; its *_quickgelu CLIPs' quick GELU) and
-  LayerNorm epsilon (1e-6, but torch's 1e-5 in timm's CLIP architectures)."""
+  heads, activation (timm's default is the exact GELU; its *_quickgelu CLIPs' quick GELU; SiLU in
+  its gated MLPs), LayerNorm epsilon (1e-6, but torch's 1e-5 in timm's CLIP architectures) and an
+  Eva's rotary embeddings."""
   args = config.get('model_args', {})
   patches = state_dict['patch_embed.proj.weight'].shape
+  has = lambda name: f'blocks.0.{name}' in state_dict
+  mlp_in, mlp_out = (
+      state_dict[f'blocks.0.mlp.{name}.weight'].shape
+      for name in ('fc1_g' if has('mlp.fc1_g.weight') else 'fc1', 'fc2')
+  )
+  gated = has('mlp.fc1_g.weight') or mlp_in[0] == 2 * mlp_out[1]
   fields = {
       'patch_size': patches[-1],
       'hidden_size': patches[0],
       'num_layers': torch_names.num_blocks(state_dict, r'blocks\.(\d+)\.'),
+      'mlp_dim': mlp_out[1],
       'pre_norm': 'norm_pre.weight' in state_dict,
       'num_registers': state_dict['reg_token'].shape[1] if 'reg_token' in state_dict else 0,
-      'layer_scale': args.get('init_values', 1e-5) if 'blocks.0.ls1.gamma' in state_dict else None,
+      'layer_scale': (
+          args.get('init_values', 1e-5) if has('ls1.gamma') or has('gamma_1') else None
+      ),
       'fc_norm': 'fc_norm.weight' in state_dict,
       'class_token': 'cls_token' in state_dict,
-      'qk_norm': 'blocks.0.attn.q_norm.weight' in state_dict,
+      'qk_norm': has('attn.q_norm.weight'),
+      'key_bias': has('attn.qkv.bias') or has('attn.k_proj.bias'),
+      'mlp_gated': gated,
+      'mlp_norm': has('mlp.norm.weight'),
       'distilled': 'dist_token' in state_dict,
       'classifier': _classifier(state_dict, config, path),
-      'posemb': 'learn',
+      'posemb': 'learn' if 'pos_embed' in state_dict else 'none',
       'posemb_where': 'input',
   }
-  if 'blocks.0.mlp.fc1.weight' in state_dict:
-    fields['mlp_dim'] = state_dict['blocks.0.mlp.fc1.weight'].shape[0]
+  eva = any(has(name) for name in _EVA_TENSORS)
+  if not eva:
+    fields['rope'], fields['rope_grid'] = False, None  # timm's VisionTransformer has none.
   name = config.get('architecture')
   heads = args.get('num_heads', _HEADS_BY_WIDTH.get(patches[0]) if name else None)
   if heads is not None:
     fields['num_heads'] = heads
   if name is not None:
     act = args.get('act_layer', 'quick_gelu' if 'quickgelu' in name else 'gelu')
-    fields['mlp_activation'] = torch_names.activation(act, path)
-    fields['layernorm_epsilon'] = 1e-5 if 'clip' in name else 1e-6
+    fields['mlp_activation'] = 'silu' if gated else torch_names.activation(act, path)
+    fields['layernorm_epsilon'] = 1e-5 if 'clip' in name and not eva else 1e-6
+    if eva:
+      fields['rope'], fields['rope_grid'] = _eva_rope(name, args, path)
   return fields
+
+
+# Tensors only timm's Eva has: its attention's q_bias / v_bias or separate projections, its layer
+# scale's name, SwiGLU's split fc1.
+_EVA_TENSORS = ('attn.q_bias', 'attn.q_proj.weight', 'gamma_1', 'mlp.fc1_g.weight')
+# timm's Eva architectures with rotary embeddings as vit_jax's (rope.py: rope_type 'cat', no grid
+# offset, 'ij' grid), by name: their ref_feat_shape, which the config.json timm writes leaves out.
+_EVA_ROPE_GRIDS = (
+    (re.compile(r'^eva02_'), (16, 16)),
+    (re.compile(r'^vit_\w+_patch16_rope_'), (16, 16)),  # timm's SBB ViTs.
+)
+# The rotary embeddings of Eva's model_args that vit_jax's are: (argument, its value).
+_EVA_ROPE_ARGS = (
+    ('rope_type', 'cat'),
+    ('rope_grid_offset', 0.0),
+    ('rope_grid_indexing', 'ij'),
+    ('rope_rotate_half', False),
+    ('rope_temperature', rope.TEMPERATURE),
+    ('dynamic_img_size', False),
+)
+
+
+def _eva_rope(
+    name: str, args: Mapping[str, Any], path: str
+) -> tuple[bool, Optional[tuple[int, int]]]:
+  """(model.rope, model.rope_grid) of timm's Eva architecture `name` created with `args`."""
+  for arg, value in _EVA_ROPE_ARGS:
+    if args.get(arg, value) != value:
+      raise ValueError(
+          f"{path}: the timm Eva has {arg}={args[arg]!r}, which vit_jax's rotary embeddings "
+          f"(model.rope) do not compute (they are {arg}={value!r}: EVA-02's)"
+      )
+  if name.startswith('vit_pe_'):
+    raise ValueError(
+        f"{path}: timm's {name} (Perception Encoder) rotates by a grid offset by 1 in 'xy' order, "
+        "which vit_jax's rotary embeddings (model.rope: EVA-02's) do not compute"
+    )
+  grid = next((grid for pattern, grid in _EVA_ROPE_GRIDS if pattern.match(name)), None)
+  rotary = args.get('use_rot_pos_emb', grid is not None)
+  grid = args.get('ref_feat_shape', grid)
+  return bool(rotary), tuple(grid) if rotary and grid is not None else None
 
 
 def _classifier(state_dict: StateDict, config: Mapping[str, Any], path: str) -> str:
@@ -292,112 +443,3 @@ def _classifier(state_dict: StateDict, config: Mapping[str, Any], path: str) -> 
       f"{path}: the timm model pools with global_pool={pool!r}, which vit_jax's ViT does not "
       "compute (model.classifier: token pools as timm's token, gap as its avg, map as its map)"
   )
-
-
-def eval_crop(pp_eval: Mapping[str, Any], image_size: int) -> dict[str, Any]:
-  """timm's `crop_pct` and `crop_mode` for the eval crop of `pp_eval` (a config.pp_eval), so that
-  timm's `resolve_data_config` + `create_transform` prepare images as vit_jax's evaluation does.
-
-  'resize' squashes the whole image to the square: timm's 'squash' at crop_pct 1. 'central' resizes the
-  shorter side to round(image_size / crop_fraction), then takes the central square: timm's 'center',
-  whose shorter side is floor(image_size / crop_pct), so crop_pct is chosen to floor to the same size.
-  """
-  if pp_eval['crop'] == 'resize':
-    return {'crop_pct': 1.0, 'crop_mode': 'squash'}
-  if pp_eval['crop'] != 'central':
-    raise ValueError(
-        f"config.pp_eval.crop={pp_eval['crop']!r} has no timm counterpart: use 'resize' or "
-        "'central'"
-    )
-  target = round(image_size / pp_eval['crop_fraction'])
-  crop_pct = pp_eval['crop_fraction']
-  if math.floor(image_size / crop_pct) != target:
-    # E.g. 384 / 0.875 = 438.9 rounds to 439, floors to 438: aim timm's division at the middle of 439.
-    crop_pct = image_size / (target + 0.5)
-  return {'crop_pct': crop_pct, 'crop_mode': 'center'}
-
-
-# The registered ViT timm builds an export as, by (LayerNorm epsilon, model.distilled): model_args
-# replace its sizes and options, but its LayerNorm (timm's norm_layer, not in its config.json) and its
-# class stay: 1e-6, or torch's default 1e-5 (CLIP's); DeiT's VisionTransformerDistilled for the
-# distillation token.
-_TIMM_ARCHITECTURES = {
-    (1e-6, False): 'vit_base_patch16_224',
-    (1e-5, False): 'vit_base_patch16_clip_224',
-    (1e-6, True): 'deit_base_distilled_patch16_224',
-}
-
-
-def _mlp_ratio(hidden_size: int, mlp_dim: int) -> float:
-  """timm's `mlp_ratio` for an MLP of `mlp_dim` units: timm makes int(hidden_size * mlp_ratio) of
-  them, and mlp_dim / hidden_size times hidden_size can round below mlp_dim (56 * (488 / 56) is
-  487.99...); half a unit more floors to mlp_dim."""
-  ratio = mlp_dim / hidden_size
-  return ratio if int(hidden_size * ratio) == mlp_dim else (mlp_dim + 0.5) / hidden_size
-
-
-def export_config(
-    model: Mapping[str, Any],
-    image_size: int,
-    num_classes: Optional[int],
-    class_names: Optional[list[str]] = None,
-    *,
-    pp_eval: Mapping[str, Any],
-) -> dict[str, Any]:
-  """The config.json with which `timm.create_model('local-dir:DIR', pretrained=True)` builds this
-  model and loads DIR/model.safetensors (`to_state_dict`). Images are in [-1, 1]: mean = std = 0.5. Its
-  preprocessing is the run's `pp_eval` (`eval_crop`), resized with PIL's bilinear filter, which
-  always antialiases: pp_eval.antialias=True's resize (without it, a shrunk image differs). What
-  timm's ViT cannot compute and the parameters do not show is a one-line ValueError."""
-  if model['posemb_where'] != 'input':  # 'shared_every_layer' has the tree of 'input'.
-    raise ValueError(
-        "timm's VisionTransformer adds position embeddings only at the input "
-        f"(model.posemb_where={model['posemb_where']})"
-    )
-  distilled = bool(model['distilled'])
-  architecture = _TIMM_ARCHITECTURES.get((model['layernorm_epsilon'], distilled))
-  if architecture is None:
-    epsilons = [e for e, d in _TIMM_ARCHITECTURES if d == distilled]
-    raise ValueError(
-        f"timm's {'distilled DeiT' if distilled else 'VisionTransformer'}'s LayerNorms have "
-        f"epsilon {' or '.join(f'{e:g}' for e in epsilons)} "
-        f"(model.layernorm_epsilon={model['layernorm_epsilon']:g})"
-    )
-  model_args = {
-      'img_size': image_size,
-      'patch_size': model['patch_size'],
-      'embed_dim': model['hidden_size'],
-      'depth': model['num_layers'],
-      'num_heads': model['num_heads'],
-      'mlp_ratio': _mlp_ratio(model['hidden_size'], model['mlp_dim']),
-      'qkv_bias': True,
-      'class_token': vit.has_class_token(model['classifier'], model['class_token']),
-      'global_pool': {'token': 'token', 'gap': 'avg', 'map': 'map'}[model['classifier']],
-      'fc_norm': bool(model['fc_norm']),
-      'act_layer': model['mlp_activation'],
-  }
-  if model['layer_scale'] is not None:
-    model_args['init_values'] = model['layer_scale']
-  if model['num_registers']:
-    model_args['reg_tokens'] = model['num_registers']
-  if model['qk_norm']:
-    model_args['qk_norm'] = True
-  model_args['pre_norm'] = model['pre_norm']  # Explicit: the CLIP architecture's default is True.
-  pretrained_cfg = {
-      'input_size': [3, image_size, image_size],
-      'fixed_input_size': True,
-      'mean': [0.5] * 3,
-      'std': [0.5] * 3,
-      'interpolation': 'bilinear',
-      **eval_crop(pp_eval, image_size),
-      'num_classes': num_classes or 0,
-  }
-  if class_names:
-    pretrained_cfg['label_names'] = list(class_names)
-  return {
-      'architecture': architecture,
-      'num_classes': num_classes or 0,
-      'num_features': model['hidden_size'],
-      'model_args': model_args,
-      'pretrained_cfg': pretrained_cfg,
-  }

@@ -46,7 +46,8 @@ def patch_kernel(weight: np.ndarray) -> np.ndarray:
 def attention_in(
     prefix: str, weights: dict[str, np.ndarray], num_heads: int
 ) -> dict[str, np.ndarray]:
-  """Our query/key/value/out parameters from (out, in) weights and biases named q, k, v, out."""
+  """Our query/key/value/out parameters from (out, in) weights and biases named q, k, v, out; without
+  a `k.bias`, a key projection without bias (model.key_bias=False)."""
   d = weights['out.weight'].shape[0]
   tree = {
       f'{prefix}/out/kernel': weights['out.weight'].T.reshape(num_heads, d // num_heads, d),
@@ -56,7 +57,8 @@ def attention_in(
     tree[f'{prefix}/{ours}/kernel'] = weights[f'{name}.weight'].T.reshape(
         d, num_heads, d // num_heads
     )
-    tree[f'{prefix}/{ours}/bias'] = weights[f'{name}.bias'].reshape(num_heads, d // num_heads)
+    if f'{name}.bias' in weights:
+      tree[f'{prefix}/{ours}/bias'] = weights[f'{name}.bias'].reshape(num_heads, d // num_heads)
   return tree
 
 
@@ -112,9 +114,10 @@ def square(n: int) -> bool:
 
 def attention_out(flat: dict[str, np.ndarray], prefix: str, d: int) -> StateDict:
   """`attention_in` reversed: (out, in) weights and biases named q, k, v, out of our attention
-  `prefix`'s parameters, taken out of `flat`."""
+  `prefix`'s parameters, taken out of `flat` (no `k.bias` without a key bias)."""
   weights = {}
   for name, ours in (('q', 'query'), ('k', 'key'), ('v', 'value'), ('out', 'out')):
     weights[f'{name}.weight'] = flat.pop(f'{prefix}/{ours}/kernel').reshape(d, d).T
-    weights[f'{name}.bias'] = flat.pop(f'{prefix}/{ours}/bias').reshape(d)
+    if f'{prefix}/{ours}/bias' in flat:
+      weights[f'{name}.bias'] = flat.pop(f'{prefix}/{ours}/bias').reshape(d)
   return weights

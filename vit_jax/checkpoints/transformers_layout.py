@@ -41,7 +41,17 @@ def architecture(state_dict: StateDict, config: Mapping[str, Any], path: str) ->
   and from the config.json beside them the heads, activation and LayerNorm epsilon."""
   state_dict = families.unprefixed(state_dict)
   family = _family(state_dict, path)
-  fields = {**family.fields(state_dict, config, path), 'posemb': 'learn', 'posemb_where': 'input'}
+  fields = {
+      **family.fields(state_dict, config, path),
+      'posemb': 'learn',
+      'posemb_where': 'input',
+      # What none of these families has.
+      'key_bias': True,
+      'mlp_gated': False,
+      'mlp_norm': False,
+      'rope': False,
+      'rope_grid': None,
+  }
   if config:
     fields['num_heads'] = config.get('num_attention_heads', 12)  # Every family's default.
     fields['mlp_activation'] = torch_names.activation(

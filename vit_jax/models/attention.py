@@ -1,11 +1,12 @@
-"""The attention kernels a ViT can use (`VisionTransformer.attention`); none changes the parameter tree.
+"""The blocks' self-attention layer and the attention kernels a ViT can use (`model.attention`); no
+kernel changes the parameter tree.
 
-`ATTENTION_FNS` is the one registry of their names: the encoder dispatches on it and the model config
-(`variants.get_model_config`) validates `model.attention` against its keys.
+`ATTENTION_FNS` is the one registry of the kernels' names: the encoder dispatches on it and the model
+config (`variants.get_model_config`) validates `model.attention` against its keys.
 """
 
 import re
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import flax.linen as nn
 import jax
@@ -24,8 +25,10 @@ def fused_attention(
     deterministic: bool = True,
     bias: Optional[jnp.ndarray] = None,
     tokens: Optional[int] = None,
+    dropout_rng: Optional[jax.Array] = None,
 ) -> jnp.ndarray:
-  """`jax.nn.dot_product_attention` as an `attention_fn` of `nn.MultiHeadDotProductAttention`.
+  """`jax.nn.dot_product_attention` as an `attention_fn` of `SelfAttention` (or of flax's
+  `nn.MultiHeadDotProductAttention`, which passes only the arguments a function names).
 
   Both take [batch, tokens, heads, head_dim]. On a GPU in bfloat16 or float16 it asks for cuDNN's
   flash attention, which JAX's default (`implementation=None`) never picks: that is XLA's attention
@@ -40,6 +43,7 @@ def fused_attention(
         "model.posemb='relative' adds a learned bias to the attention logits, which "
         "attention='dot_product_attention' does not train: set --config.model.attention=xla"
     )
+  del dropout_rng  # Taken as head_major_attention takes it; the kernel has no dropout.
   if dropout_rate > 0.0 and not deterministic:
     raise ValueError(
         f"attention='dot_product_attention' has no dropout on the attention weights "
@@ -151,3 +155,59 @@ def head_major_attention(
 
 
 ATTENTION_FNS = {'xla': head_major_attention, 'dot_product_attention': fused_attention}
+# (queries, keys) [b, tokens, heads, head_dim] -> the same, changed before their product.
+QueryKeyTransform = Callable[[jnp.ndarray, jnp.ndarray], tuple[jnp.ndarray, jnp.ndarray]]
+
+
+class SelfAttention(nn.Module):
+  """Multi-head self-attention with the parameters of flax's `nn.MultiHeadDotProductAttention` (the
+  original checkpoints' `query`, `key`, `value`, `out`: kernels (D, heads, D/heads) and
+  (heads, D/heads, D)), computed as it computes them, and two options it lacks: no key bias
+  (`key_bias=False`: EVA's attention, whose rotary embeddings would turn a key bias into a
+  position-dependent term) and a change of the queries and keys between their projection and product
+  (`transform_qk`: normalisation, rotary embeddings), which the caller owns the parameters of.
+  """
+
+  num_heads: int
+  attention_fn: Callable[..., jnp.ndarray]
+  dtype: Any = jnp.float32
+  dropout_rate: float = 0.0  # Of the attention weights.
+  key_bias: bool = True
+
+  @nn.compact
+  def __call__(
+      self,
+      x: jnp.ndarray,
+      *,
+      deterministic: bool,
+      transform_qk: Optional[QueryKeyTransform] = None,
+      sow_weights: bool = False,
+      **kernel_kwargs: Any,
+  ) -> jnp.ndarray:
+    """Tokens [b, n, D] -> [b, n, D]; `kernel_kwargs` go to `attention_fn` (bias, tokens)."""
+    width = x.shape[-1]
+    if width % self.num_heads:
+      raise ValueError(f'{width} channels do not split into {self.num_heads} heads')
+    projection = lambda name, use_bias=True: nn.DenseGeneral(
+        (self.num_heads, width // self.num_heads),
+        dtype=self.dtype,
+        kernel_init=nn.initializers.xavier_uniform(),
+        use_bias=use_bias,
+        name=name,
+    )(x)
+    query, key, value = projection('query'), projection('key', self.key_bias), projection('value')
+    if transform_qk is not None:
+      query, key = transform_qk(query, key)
+    kernel_kwargs.update(dropout_rate=self.dropout_rate, deterministic=deterministic)
+    if self.dropout_rate > 0.0 and not deterministic:
+      kernel_kwargs['dropout_rng'] = self.make_rng('dropout')
+    if sow_weights:
+      kernel_kwargs['module'] = self
+    x = self.attention_fn(query, key, value, **kernel_kwargs)
+    return nn.DenseGeneral(
+        width,
+        axis=(-2, -1),
+        dtype=self.dtype,
+        kernel_init=nn.initializers.xavier_uniform(),
+        name='out',
+    )(x)

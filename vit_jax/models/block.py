@@ -11,7 +11,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from vit_jax.models.attention import ATTENTION_FNS, token_padding
+from vit_jax.models import rope
+from vit_jax.models.attention import ATTENTION_FNS, SelfAttention, token_padding
 from vit_jax.models.posemb import POSEMBS
 
 Dtype = Any
@@ -21,11 +22,12 @@ Rate = Optional[Union[float, jax.Array]]
 
 # The MLP's nonlinearity (`mlp_activation`): the original code and checkpoints use the tanh
 # approximation of GELU; timm, Hugging Face and PyTorch models the exact one (erf); OpenAI's CLIP
-# x * sigmoid(1.702 x).
+# x * sigmoid(1.702 x); SwiGLU MLPs (`mlp_gated`: EVA-02's, DINOv2 giant's) x * sigmoid(x).
 MLP_ACTIVATIONS: dict[str, Callable[[jnp.ndarray], jnp.ndarray]] = {
     'gelu_tanh': functools.partial(nn.gelu, approximate=True),
     'gelu': functools.partial(nn.gelu, approximate=False),
     'quick_gelu': lambda x: x * jax.nn.sigmoid(1.702 * x),  # OpenAI CLIP's.
+    'silu': nn.silu,
 }
 
 
@@ -37,26 +39,22 @@ def drop_path(x: jnp.ndarray, rate: Union[float, jax.Array], key: jax.Array) -> 
   return x * (mask / keep).astype(x.dtype)
 
 
-def _normalizing_qk(
-    attention_fn: Callable[..., jnp.ndarray], q_norm: nn.Module, k_norm: nn.Module
-) -> Callable[..., jnp.ndarray]:
-  """`attention_fn` on the queries and keys [b, tokens, heads, head_dim] normalized by `q_norm` and
-  `k_norm` (the attention module's projections are flax's, so the norms enter between them and the
-  product here)."""
-
-  def normalized(query, key, value, **kwargs):
-    return attention_fn(q_norm(query), k_norm(key), value, **kwargs)
-
-  return normalized
-
-
 class MlpBlock(nn.Module):
-  """Dense -> GELU -> dropout -> Dense -> dropout."""
+  """Dense -> activation -> dropout -> Dense -> dropout.
+
+  `gated` (GLU; with activation 'silu' SwiGLU, EVA-02's): the activated `Dense_0` multiplies a
+  second linear projection `Dense_linear` of the input (timm's `fc1_g` and `fc1_x`, or the two halves
+  of its packed `fc1`); `norm`: a LayerNorm `norm` of the hidden units before `Dense_1` (EVA-02 B/L's
+  scale_mlp, NormFormer's).
+  """
 
   mlp_dim: int
   dropout_rate: float = 0.0
   dtype: Dtype = jnp.float32
   activation: str = 'gelu_tanh'  # A key of MLP_ACTIVATIONS.
+  gated: bool = False
+  norm: bool = False
+  layernorm_epsilon: float = 1e-6
 
   @nn.compact
   def __call__(self, inputs: jnp.ndarray, *, deterministic: bool) -> jnp.ndarray:
@@ -67,9 +65,12 @@ class MlpBlock(nn.Module):
         bias_init=nn.initializers.normal(stddev=1e-6),
         name=name,
     )
-    x = dense(self.mlp_dim, 'Dense_0')(inputs)
-    x = MLP_ACTIVATIONS[self.activation](x)
+    x = MLP_ACTIVATIONS[self.activation](dense(self.mlp_dim, 'Dense_0')(inputs))
+    if self.gated:
+      x = x * dense(self.mlp_dim, 'Dense_linear')(inputs)
     x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
+    if self.norm:
+      x = nn.LayerNorm(epsilon=self.layernorm_epsilon, dtype=self.dtype, name='norm')(x)
     x = dense(inputs.shape[-1], 'Dense_1')(x)
     return nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
 
@@ -87,7 +88,8 @@ class Encoder1DBlock(nn.Module):
   With `layer_scale` each branch is multiplied by a learned per-channel scale before the residual add
   (`ls1` after the attention, `ls2` after the MLP: timm's `ls1.gamma`, `ls2.gamma`), initialised to it.
   With `qk_norm` the queries and keys are each LayerNormed over a head's channels (`q_norm`, `k_norm`,
-  shared by the heads) before their product: ViT-22B's stabiliser, timm's `qk_norm`.
+  shared by the heads) before their product: ViT-22B's stabiliser, timm's `qk_norm`; with `rope` the
+  patches' ones are then rotated by their position (rope.py: EVA-02's).
   """
 
   mlp_dim: int
@@ -100,6 +102,11 @@ class Encoder1DBlock(nn.Module):
   layer_scale: Optional[float] = None  # The initial value of `ls1` and `ls2`; None: no layer scale.
   layernorm_epsilon: float = 1e-6
   qk_norm: bool = False
+  key_bias: bool = True  # False: the attention's keys have no bias (EVA's).
+  mlp_gated: bool = False  # MlpBlock's `gated`.
+  mlp_norm: bool = False  # MlpBlock's `norm`.
+  rope: bool = False  # Rotary embeddings of the patches' queries and keys (rope.py), over `grid`.
+  rope_grid: Optional[tuple[int, int]] = None  # rope.tables' `ref_grid`.
   posemb: Optional[str] = None  # A key of POSEMBS: this block's own position embedding, or None.
   grid: Optional[tuple[int, int]] = None  # The patch grid (rows, columns), for `posemb`.
   # Where the encoder padded the tokens for the fused attention kernel: how many are real (the rest
@@ -126,33 +133,24 @@ class Encoder1DBlock(nn.Module):
     elif self.posemb is not None:
       embedded = POSEMBS[self.posemb](name='posembed')(inputs[:, :real], self.grid)
       inputs = jnp.concatenate([embedded, inputs[:, real:]], axis=1)
-    if self.qk_norm:
-      attention_fn = _normalizing_qk(
-          attention_fn,
-          *(
-              nn.LayerNorm(epsilon=self.layernorm_epsilon, dtype=self.dtype, name=name)
-              for name in ('q_norm', 'k_norm')
-          ),
-      )
     x = nn.LayerNorm(epsilon=self.layernorm_epsilon, dtype=self.dtype, name='LayerNorm_0')(inputs)
     padding = 0 if self.tokens else token_padding(self.attention, given, self.dtype)
     if padding:  # For the fused kernel, where the encoder did not pad (Axial-ViT's rows, columns).
       x = jnp.pad(x, ((0, 0), (0, padding), (0, 0)))
     if real < x.shape[1]:  # The padded tokens are masked out of the keys (and cut off below).
       attention_fn = functools.partial(attention_fn, tokens=real)
-    x = nn.MultiHeadDotProductAttention(
+    x = SelfAttention(
         num_heads=self.num_heads,
-        dtype=self.dtype,
-        kernel_init=nn.initializers.xavier_uniform(),
-        broadcast_dropout=False,
-        dropout_rate=self.attention_dropout_rate,
-        deterministic=deterministic,
         attention_fn=attention_fn,
+        dtype=self.dtype,
+        dropout_rate=self.attention_dropout_rate,
+        key_bias=self.key_bias,
         name='MultiHeadDotProductAttention_1',
     )(
+        x,
+        deterministic=deterministic,
+        transform_qk=self._transform_qk(real, inputs.shape[-1]),
         # The weights land in 'intermediates' only when it is mutable (the pictures tool asks).
-        x,
-        x,
         sow_weights=self.attention == 'xla',
     )[
         :, :given
@@ -161,9 +159,41 @@ class Encoder1DBlock(nn.Module):
     x = self._drop_path(self._scale('ls1', x), drop_path_rate, deterministic) + inputs
     y = nn.LayerNorm(epsilon=self.layernorm_epsilon, dtype=self.dtype, name='LayerNorm_2')(x)
     y = MlpBlock(
-        self.mlp_dim, self.dropout_rate, self.dtype, self.mlp_activation, name='MlpBlock_3'
+        self.mlp_dim,
+        self.dropout_rate,
+        self.dtype,
+        self.mlp_activation,
+        gated=self.mlp_gated,
+        norm=self.mlp_norm,
+        layernorm_epsilon=self.layernorm_epsilon,
+        name='MlpBlock_3',
     )(y, deterministic=deterministic)
     return x + self._drop_path(self._scale('ls2', y), drop_path_rate, deterministic)
+
+  def _transform_qk(self, real: int, width: int) -> Optional[Callable[..., Any]]:
+    """The queries' and keys' change before their product: LayerNorms (`qk_norm`), then the rotary
+    embeddings of the patches, the last h * w of the `real` tokens (timm's order); None for none.
+    `width`: the tokens' channels, `num_heads` heads' worth."""
+    if not (self.qk_norm or self.rope):
+      return None
+    norms = None
+    if self.qk_norm:  # Created here, so that they sit in this block's scope: `{q,k}_norm`.
+      norms = tuple(
+          nn.LayerNorm(epsilon=self.layernorm_epsilon, dtype=self.dtype, name=name)
+          for name in ('q_norm', 'k_norm')
+      )
+    if self.rope:
+      sin, cos = rope.tables(self.grid, width // self.num_heads, self.rope_grid)
+      start = real - self.grid[0] * self.grid[1]
+
+    def transform(query: jnp.ndarray, key: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
+      if norms is not None:
+        query, key = norms[0](query), norms[1](key)
+      if self.rope:
+        query, key = (rope.apply(t, sin, cos, start) for t in (query, key))
+      return query, key
+
+    return transform
 
   def _scale(self, name: str, branch: jnp.ndarray) -> jnp.ndarray:
     if self.layer_scale is None:

@@ -53,8 +53,9 @@ TENSOR_RULES = (
     (r'MultiHeadDotProductAttention_\d+/(query|key|value)/kernel$', 1),  # (D, heads, D/heads)
     (r'MultiHeadDotProductAttention_\d+/(query|key|value)/bias$', 0),  # (heads, D/heads)
     (r'MultiHeadDotProductAttention_\d+/out/kernel$', 0),  # (heads, D/heads, D)
-    (r'MlpBlock_\d+/Dense_0/kernel$', 1),  # (D, mlp)
-    (r'MlpBlock_\d+/Dense_0/bias$', 0),  # (mlp,)
+    (r'MlpBlock_\d+/Dense_(0|linear)/kernel$', 1),  # (D, mlp)
+    (r'MlpBlock_\d+/Dense_(0|linear)/bias$', 0),  # (mlp,)
+    (r'MlpBlock_\d+/norm/(scale|bias)$', 0),  # (mlp,)
     (r'MlpBlock_\d+/Dense_1/kernel$', 0),  # (mlp, D)
 ) + POSEMB_TENSOR_RULES
 
@@ -145,6 +146,11 @@ class Encoder(nn.Module):
   layer_scale: Optional[float] = None
   layernorm_epsilon: float = 1e-6
   qk_norm: bool = False
+  key_bias: bool = True
+  mlp_gated: bool = False
+  mlp_norm: bool = False
+  rope: bool = False
+  rope_grid: Optional[tuple[int, int]] = None
   pre_norm: bool = False  # A LayerNorm `pre_norm` before the first block (CLIP's).
   block: str = 'standard'  # A key of BLOCKS.
 
@@ -173,6 +179,11 @@ class Encoder(nn.Module):
         layer_scale=self.layer_scale,
         layernorm_epsilon=self.layernorm_epsilon,
         qk_norm=self.qk_norm,
+        key_bias=self.key_bias,
+        mlp_gated=self.mlp_gated,
+        mlp_norm=self.mlp_norm,
+        rope=self.rope,
+        rope_grid=self.rope_grid,
         grid=grid,
         posemb=kind if kind == 'relative' or where == 'every_layer' else None,
     )

@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping, Optional
 
 import flax.linen as nn
 
-from vit_jax.models import bit
+from vit_jax.models import bit, rope
 from vit_jax.models.attention import ATTENTION_FNS
 from vit_jax.models.block import MLP_ACTIVATIONS
 from vit_jax.models.inits import WEIGHT_INITS
@@ -125,6 +125,11 @@ def _vit_model_config(
       mlp_activation='gelu_tanh',
       layer_scale=None,
       qk_norm=False,
+      key_bias=True,
+      mlp_gated=False,
+      mlp_norm=False,
+      rope=False,
+      rope_grid=None,
       layernorm_epsilon=1e-6,
       num_registers=0,
       distilled=False,
@@ -138,7 +143,7 @@ def _vit_model_config(
     if key not in model:
       raise ValueError(f'Unknown model field {key!r}: known fields are {", ".join(model)}')
     if value is not None:
-      model[key] = tuple(value) if key == 'resnet_layers' else value
+      model[key] = tuple(value) if key in ('resnet_layers', 'rope_grid') else value
   if match['hybrid'] and (overrides or {}).get('patch_size') is None:
     # The name gives the total stride; the patches are cut from the stem's feature map.
     stride = stem_stride(model['resnet_layers'])
@@ -193,6 +198,7 @@ def _check_axial(model: dict[str, Any]) -> None:
       ),
       'scan': (model['scan'], 'False: the scanned layout holds standard blocks'),
       'num_registers': (model['num_registers'] > 0, '0: register tokens are in no row or column'),
+      'rope': (model['rope'], 'False: its positions are those of the whole grid'),
   }
   for field, (bad, fix) in refused.items():
     if bad:
@@ -259,6 +265,16 @@ def _check_fields(model: dict[str, Any]) -> None:
     raise ValueError(
         f"model.layernorm_epsilon={model['layernorm_epsilon']} must be in (0, 1), e.g. 1e-6 "
         "(the original checkpoints' and timm's) or 1e-12 (Hugging Face's ViT)"
+    )
+  if model['rope']:
+    rope.check_head_dim(model['hidden_size'] // model['num_heads'])
+  grid = model['rope_grid']
+  if grid is not None and not (
+      model['rope'] and len(grid) == 2 and all(isinstance(n, int) and n > 0 for n in grid)
+  ):
+    raise ValueError(
+        f'model.rope_grid={grid} must be the (rows, columns) of patches that rotary embeddings '
+        "span (EVA-02's pretraining grid, e.g. (16, 16)), with model.rope=True; or unset"
     )
   if model['weight_init'] not in WEIGHT_INITS:
     raise ValueError(

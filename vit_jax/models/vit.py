@@ -62,6 +62,15 @@ class ViTBackbone(nn.Module):
   mlp_activation: str = 'gelu_tanh'  # A key of block.MLP_ACTIVATIONS.
   layer_scale: Optional[float] = None  # Scales each block's residual branches (block.py).
   qk_norm: bool = False  # LayerNorms of the queries and keys per head (block.py).
+  key_bias: bool = True  # False: no bias of the attention's keys (EVA's).
+  # The MLP: a GLU (`mlp_gated`, SwiGLU with mlp_activation 'silu'), a LayerNorm of its hidden units
+  # (`mlp_norm`): block.MlpBlock's `gated` and `norm`, EVA-02's.
+  mlp_gated: bool = False
+  mlp_norm: bool = False
+  # 2-D rotary embeddings of the patches' queries and keys (rope.py, EVA-02's); `rope_grid`: the grid
+  # other grids' positions are rescaled to (timm's ref_feat_shape), None: each grid's own indices.
+  rope: bool = False
+  rope_grid: Optional[tuple[int, int]] = None
   num_registers: int = 0  # Learned tokens `reg` after the class token, which no pooling reads.
   # DeiT's distillation token `dist` after the class token, read by its own head `head_dist`.
   distilled: bool = False
@@ -163,6 +172,11 @@ class ViTBackbone(nn.Module):
         layer_scale=self.layer_scale,
         layernorm_epsilon=self.layernorm_epsilon,
         qk_norm=self.qk_norm,
+        key_bias=self.key_bias,
+        mlp_gated=self.mlp_gated,
+        mlp_norm=self.mlp_norm,
+        rope=self.rope,
+        rope_grid=None if self.rope_grid is None else tuple(self.rope_grid),
         pre_norm=self.pre_norm,
         block=self.block,
         name='Transformer',

@@ -78,12 +78,14 @@ def _block_macs(model: Mapping[str, Any], tokens: int) -> tuple[int, int]:
   column (h): square grids, h = w = sqrt(tokens).
   """
   d, mlp = model['hidden_size'], model['mlp_dim']
+  # A gated MLP (SwiGLU) has a third matrix of the same size, its linear layer.
+  mlp_macs = (3 if model.get('mlp_gated') else 2) * tokens * d * mlp
   if model.get('block') == 'axial':
     side = math.isqrt(tokens)
     attention = 2 * (2 * tokens * side * d)
-    return 2 * (4 * tokens * d * d + 2 * tokens * d * mlp) + attention, attention
+    return 2 * (4 * tokens * d * d + mlp_macs) + attention, attention
   attention = 2 * tokens * tokens * d  # Scores and weighted values.
-  return 4 * tokens * d * d + attention + 2 * tokens * d * mlp, attention
+  return 4 * tokens * d * d + attention + mlp_macs, attention
 
 
 def _tokens(model: Mapping[str, Any], image_size: int) -> tuple[int, int]:
@@ -100,7 +102,7 @@ def vit_flops(model: Mapping[str, Any], image_size: int, num_classes: int = 1000
   """Forward FLOPs of one image (2 per multiply-add): patch embedding, blocks, pre-logits, head.
 
   Per block with N tokens of width D: Q, K, V and output projections 4 N D^2, attention scores and
-  weighted values 2 N^2 D, MLP 2 N D mlp multiply-adds. Norms, softmax, GELU and a hybrid's ResNet
+  weighted values 2 N^2 D, MLP 2 N D mlp multiply-adds (3 N D mlp gated). Norms, softmax, GELU and a hybrid's ResNet
   stem are not counted.
   """
   p, d = model['patch_size'], model['hidden_size']

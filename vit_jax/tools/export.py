@@ -63,7 +63,7 @@ def export(
   Refuses an `out` that already holds an export unless `overwrite`."""
   # Imported here so that bad flags are answered before TensorFlow (the input pipeline's) loads.
   from vit_jax.checkpoints import run_dir  # pylint: disable=g-import-not-at-top
-  from vit_jax.checkpoints import loading, timm_layout, torch_files  # pylint: disable=g-import-not-at-top
+  from vit_jax.checkpoints import loading, timm_export, torch_files  # pylint: disable=g-import-not-at-top
 
   trained = run_dir.load_trained(workdir, step)
   cli.make_out_dir(out)
@@ -85,9 +85,9 @@ def export(
   model = trained.model_config
   try:
     variants.require_vit(config.variant, "timm's VisionTransformer")
-    timm_tensors = timm_layout.to_state_dict(trained.params)
     # timm's transforms from this config prepare images as the run's evaluation did.
-    timm_config = timm_layout.export_config(
+    timm_tensors, timm_config = timm_export.export(
+        trained.params,
         model,
         config.image_size,
         info.num_classes,

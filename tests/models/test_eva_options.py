@@ -1,0 +1,182 @@
+"""EVA-02's model options: 2-D rotary embeddings (`rope`, `rope_grid`), a gated MLP (`mlp_gated`) with
+its norm (`mlp_norm`), no key bias (`key_bias=False`). Their parity with timm's Eva is
+tests/checkpoints/test_eva_vs_torch.py's; here the properties that hold whatever timm does."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import traverse_util
+from jax.sharding import PartitionSpec as P
+
+from vit_jax import sharding
+from vit_jax.models import block, rope, variants
+from vit_jax.models.vit import VisionTransformer
+
+_EVA = dict(
+    classifier='gap',
+    class_token=True,
+    fc_norm=True,
+    mlp_activation='silu',
+    mlp_gated=True,
+    mlp_norm=True,
+    key_bias=False,
+    rope=True,
+    rope_grid=(16, 16),
+)
+
+
+def _tiny(**kwargs):
+  return VisionTransformer(num_classes=5, **variants.get_model_config('ViT-testing_4', kwargs))
+
+
+def _random_params(model, images, seed=0, **kwargs):
+  """Every parameter random (a zero head would hide every difference)."""
+  flat = traverse_util.flatten_dict(model.init(jax.random.key(seed), images, **kwargs)['params'])
+  keys = jax.random.split(jax.random.key(seed + 1), len(flat))
+  return traverse_util.unflatten_dict(
+      {path: 0.3 * jax.random.normal(key, v.shape) for (path, v), key in zip(flat.items(), keys)}
+  )
+
+
+def test_rotated_queries_and_keys_meet_by_their_offset_alone():
+  """RoPE's defining property: the product of a query at patch p and a key at patch p' rotated by
+  their positions depends on p - p' only (here the same vectors at every patch of a 3x4 grid)."""
+  sin, cos = rope.tables((3, 4), 8)
+  q, k = np.random.RandomState(0).normal(size=(2, 8)).astype(np.float32)
+  patches = lambda v: np.tile(v, (12, 1))[None, :, None, :]  # [1, 12 patches, 1 head, 8]
+  rq = np.asarray(rope.apply(jnp.asarray(patches(q)), sin, cos, 0))[0, :, 0]
+  rk = np.asarray(rope.apply(jnp.asarray(patches(k)), sin, cos, 0))[0, :, 0]
+  products = rq @ rk.T  # [query patch, key patch]
+  position = lambda i: divmod(i, 4)  # Row-major (row, column).
+  by_offset = {}
+  for i in range(12):
+    for j in range(12):
+      offset = tuple(np.subtract(position(i), position(j)))
+      by_offset.setdefault(offset, []).append(products[i, j])
+  assert len(by_offset) == 5 * 7
+  for values in by_offset.values():
+    np.testing.assert_allclose(values, values[0], rtol=1e-5, atol=1e-5)
+  assert np.ptp([v[0] for v in by_offset.values()]) > 0.1  # And the offset does change it.
+
+
+def test_rope_turns_the_patches_only_and_rescales_to_its_grid():
+  sin, cos = rope.tables((2, 2), 4)
+  x = jax.random.normal(
+      jax.random.key(0), (1, 1 + 4 + 3, 2, 4)
+  )  # A class token, 4 patches, 3 pads.
+  turned = rope.apply(x, sin, cos, start=1)
+  np.testing.assert_array_equal(turned[:, :1], x[:, :1])
+  np.testing.assert_array_equal(turned[:, 5:], x[:, 5:])
+  np.testing.assert_allclose(turned[:, 1], x[:, 1], rtol=1e-6)  # Position (0, 0): no turn.
+  np.testing.assert_allclose(  # Rotations keep each pair's length.
+      jnp.linalg.norm(turned.reshape(1, 8, 2, 2, 2), axis=-1),
+      jnp.linalg.norm(x.reshape(1, 8, 2, 2, 2), axis=-1),
+      rtol=1e-5,
+  )
+  # A 2x2 grid measured on a 4x4 reference: its positions are 0 and 2, the 4x4 grid's rows 0 and 2.
+  small, reference = rope.tables((2, 2), 4, ref_grid=(4, 4)), rope.tables((4, 4), 4)
+  for t_small, t_ref in zip(small, reference):
+    np.testing.assert_allclose(t_small, t_ref.reshape(4, 4, 4)[::2, ::2].reshape(4, 4), atol=1e-6)
+  with pytest.raises(ValueError, match=r'head width .* = 6 must be a multiple of 4'):
+    rope.tables((2, 2), 6)
+
+
+def test_the_gated_mlp_with_its_norm_is_the_numpy_formula():
+  mlp = block.MlpBlock(6, activation='silu', gated=True, norm=True)
+  x = np.random.RandomState(0).normal(size=(2, 3, 4)).astype(np.float32)
+  params = _random_params(mlp, x, deterministic=True)
+  p = lambda name: (np.asarray(params[name]['kernel']), np.asarray(params[name]['bias']))
+  (w0, b0), (wl, bl), (w1, b1) = p('Dense_0'), p('Dense_linear'), p('Dense_1')
+  gate = x @ w0 + b0
+  hidden = gate / (1 + np.exp(-gate)) * (x @ wl + bl)
+  mean, var = hidden.mean(-1, keepdims=True), hidden.var(-1, keepdims=True)
+  hidden = (hidden - mean) / np.sqrt(var + 1e-6) * params['norm']['scale'] + params['norm']['bias']
+  np.testing.assert_allclose(
+      mlp.apply({'params': params}, x, deterministic=True), hidden @ w1 + b1, rtol=1e-5, atol=1e-5
+  )
+
+
+def test_eva_options_shape_the_tree_and_every_layout_computes_the_same():
+  """No key bias, the MLP's second layer and norm in the tree; the scanned and rematerialised blocks,
+  and a tensor-parallel mesh (the gate, linear layer and norm split over the MLP's units), compute
+  what the unrolled ones do; each option changes the function."""
+  images = jax.random.normal(jax.random.key(1), (2, 16, 16, 3))
+  model = _tiny(**_EVA)
+  params = _random_params(model, images)
+  attention = params['Transformer']['encoderblock_0']['MultiHeadDotProductAttention_1']
+  assert 'bias' not in attention['key'] and 'bias' in attention['query']
+  mlp = params['Transformer']['encoderblock_0']['MlpBlock_3']
+  assert set(mlp) == {'Dense_0', 'Dense_linear', 'norm', 'Dense_1'}
+  assert mlp['norm']['scale'].shape == (64,)
+  logits = model.apply({'params': params}, images)
+  for layout in (
+      {'scan': True},
+      {'remat': 'nothing_saveable'},
+      {'scan': True, 'remat': 'dots_saveable'},
+  ):
+    np.testing.assert_allclose(
+        _tiny(**_EVA, **layout).apply({'params': params}, images), logits, rtol=1e-5, atol=1e-5
+    )
+  mesh = sharding.make_mesh((('fsdp', 4), ('tensor', 2)))
+  flat = traverse_util.flatten_dict(params, sep='/')
+  specs = {path: sharding.partition_spec(path, v.shape, mesh) for path, v in flat.items()}
+  assert specs['Transformer/encoderblock_0/MlpBlock_3/Dense_linear/kernel'] == P('fsdp', 'tensor')
+  assert specs['Transformer/encoderblock_0/MlpBlock_3/norm/scale'] == P('tensor')
+  placed = traverse_util.unflatten_dict(
+      {
+          path: jax.device_put(v, jax.sharding.NamedSharding(mesh, specs[path]))
+          for path, v in flat.items()
+      },
+      sep='/',
+  )
+  np.testing.assert_allclose(
+      jax.jit(model.apply)({'params': placed}, images), logits, rtol=1e-5, atol=1e-5
+  )
+  # Without rotary embeddings, or measured on another grid, the same parameters compute another
+  # function.
+  for other in ({'rope': False, 'rope_grid': None}, {'rope_grid': (4, 4)}):
+    changed = _tiny(**{**_EVA, **other}).apply({'params': params}, images)
+    assert not np.allclose(changed, logits, atol=1e-3), other
+
+
+def test_rope_at_a_new_resolution_needs_no_new_parameters():
+  model = _tiny(**{**_EVA, 'posemb': 'none'})
+  params = _random_params(model, jnp.zeros((1, 16, 16, 3)))
+  logits = model.apply({'params': params}, jax.random.normal(jax.random.key(2), (2, 24, 24, 3)))
+  assert logits.shape == (2, 5) and np.all(np.isfinite(logits))
+
+
+@pytest.mark.parametrize(
+    'fields,message',
+    [
+        ({'rope': True, 'num_heads': 16}, r'hidden_size / num_heads = 2 must be a multiple of 4'),
+        ({'rope_grid': (16, 16)}, r'model.rope_grid=\(16, 16\) must be .* with model.rope=True'),
+        (
+            {'rope': True, 'rope_grid': (16,)},
+            r'model.rope_grid=\(16,\) must be the \(rows, columns\)',
+        ),
+    ],
+)
+def test_rope_fields_are_checked(fields, message):
+  with pytest.raises(ValueError, match=message):
+    variants.get_model_config('ViT-testing_4', fields)
+
+
+def test_axial_blocks_refuse_rope():
+  with pytest.raises(ValueError, match=r'Axial-ViT does not take model.rope=True'):
+    variants.get_model_config('Axial-ViT-testing_4', {'rope': True})
+
+
+def test_attention_dropout_acts_with_qk_norm_and_rope():
+  """The queries' and keys' change before their product keeps the attention kernel's dropout (a
+  wrapper of flax's attention_fn had hidden the dropout arguments from flax, which passes only the
+  ones a function names)."""
+  model = _tiny(**_EVA, qk_norm=True, attention_dropout_rate=0.5)
+  images = jax.random.normal(jax.random.key(1), (2, 16, 16, 3))
+  params = _random_params(model, images)
+  train = lambda seed: model.apply(
+      {'params': params}, images, train=True, rngs={'dropout': jax.random.key(seed)}
+  )
+  assert not np.allclose(train(0), train(1), atol=1e-4)
+  np.testing.assert_allclose(train(0), train(0))

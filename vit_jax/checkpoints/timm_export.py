@@ -1,0 +1,188 @@
+"""Export to timm: the state dict (timm_layout.to_state_dict) and the config.json with which
+`timm.create_model('local-dir:DIR', pretrained=True)` builds the model: timm's `VisionTransformer`, or
+its `Eva` for what only that class computes (rotary embeddings, gated MLPs, the MLP's norm: EVA-02).
+"""
+
+import math
+from typing import Any, Mapping, Optional
+
+from vit_jax.checkpoints import timm_layout
+from vit_jax.checkpoints.torch_files import StateDict
+from vit_jax.models import vit
+
+
+def eval_crop(pp_eval: Mapping[str, Any], image_size: int) -> dict[str, Any]:
+  """timm's `crop_pct` and `crop_mode` for the eval crop of `pp_eval` (a config.pp_eval), so that
+  timm's `resolve_data_config` + `create_transform` prepare images as vit_jax's evaluation does.
+
+  'resize' squashes the whole image to the square: timm's 'squash' at crop_pct 1. 'central' resizes the
+  shorter side to round(image_size / crop_fraction), then takes the central square: timm's 'center',
+  whose shorter side is floor(image_size / crop_pct), so crop_pct is chosen to floor to the same size.
+  """
+  if pp_eval['crop'] == 'resize':
+    return {'crop_pct': 1.0, 'crop_mode': 'squash'}
+  if pp_eval['crop'] != 'central':
+    raise ValueError(
+        f"config.pp_eval.crop={pp_eval['crop']!r} has no timm counterpart: use 'resize' or "
+        "'central'"
+    )
+  target = round(image_size / pp_eval['crop_fraction'])
+  crop_pct = pp_eval['crop_fraction']
+  if math.floor(image_size / crop_pct) != target:
+    # E.g. 384 / 0.875 = 438.9 rounds to 439, floors to 438: aim timm's division at the middle of 439.
+    crop_pct = image_size / (target + 0.5)
+  return {'crop_pct': crop_pct, 'crop_mode': 'center'}
+
+
+# The registered VisionTransformer timm builds an export as, by (LayerNorm epsilon, model.distilled): model_args
+# replace its sizes and options, but its LayerNorm (timm's norm_layer, not in its config.json) and its
+# class stay: 1e-6, or torch's default 1e-5 (CLIP's); DeiT's VisionTransformerDistilled for the
+# distillation token.
+_TIMM_ARCHITECTURES = {
+    (1e-6, False): 'vit_base_patch16_224',
+    (1e-5, False): 'vit_base_patch16_clip_224',
+    (1e-6, True): 'deit_base_distilled_patch16_224',
+}
+
+
+def _mlp_ratio(hidden_size: int, mlp_dim: int) -> float:
+  """timm's `mlp_ratio` for an MLP of `mlp_dim` units: timm makes int(hidden_size * mlp_ratio) of
+  them, and mlp_dim / hidden_size times hidden_size can round below mlp_dim (56 * (488 / 56) is
+  487.99...); half a unit more floors to mlp_dim."""
+  ratio = mlp_dim / hidden_size
+  return ratio if int(hidden_size * ratio) == mlp_dim else (mlp_dim + 0.5) / hidden_size
+
+
+def uses_eva(model: Mapping[str, Any]) -> bool:
+  """Whether timm builds the model as an `Eva` (what its VisionTransformer does not compute)."""
+  return bool(model['rope'] or model['mlp_gated'] or model['mlp_norm'])
+
+
+def export(
+    params: Any,
+    model: Mapping[str, Any],
+    image_size: int,
+    num_classes: Optional[int],
+    class_names: Optional[list[str]] = None,
+    *,
+    pp_eval: Mapping[str, Any],
+) -> tuple[StateDict, dict[str, Any]]:
+  """timm's state dict of `params` and the config.json with which
+  `timm.create_model('local-dir:DIR', pretrained=True)` builds this model and loads it. Images are in
+  [-1, 1]: mean = std = 0.5. Its preprocessing is the run's `pp_eval` (`eval_crop`), resized with
+  PIL's bilinear filter, which always antialiases: pp_eval.antialias=True's resize (without it, a
+  shrunk image differs). What timm's class cannot compute is a one-line ValueError."""
+  if model['posemb_where'] != 'input':  # 'shared_every_layer' has the tree of 'input'.
+    raise ValueError(
+        "timm's ViTs add position embeddings only at the input "
+        f"(model.posemb_where={model['posemb_where']})"
+    )
+  eva = uses_eva(model)
+  architecture, model_args = (_eva_args if eva else _vision_transformer_args)(model)
+  pretrained_cfg = {
+      'input_size': [3, image_size, image_size],
+      'fixed_input_size': True,
+      'mean': [0.5] * 3,
+      'std': [0.5] * 3,
+      'interpolation': 'bilinear',
+      **eval_crop(pp_eval, image_size),
+      'num_classes': num_classes or 0,
+  }
+  if class_names:
+    pretrained_cfg['label_names'] = list(class_names)
+  config = {
+      'architecture': architecture,
+      'num_classes': num_classes or 0,
+      'num_features': model['hidden_size'],
+      'model_args': {'img_size': image_size, **model_args},
+      'pretrained_cfg': pretrained_cfg,
+  }
+  return timm_layout.to_state_dict(params, eva=eva), config
+
+
+def _sizes(model: Mapping[str, Any]) -> dict[str, Any]:
+  return {
+      'patch_size': model['patch_size'],
+      'embed_dim': model['hidden_size'],
+      'depth': model['num_layers'],
+      'num_heads': model['num_heads'],
+      'mlp_ratio': _mlp_ratio(model['hidden_size'], model['mlp_dim']),
+      'class_token': vit.has_class_token(model['classifier'], model['class_token']),
+      'global_pool': {'token': 'token', 'gap': 'avg', 'map': 'map'}[model['classifier']],
+  }
+
+
+def _vision_transformer_args(model: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+  """The architecture timm's `VisionTransformer` registers for the model, and its model_args."""
+  distilled = bool(model['distilled'])
+  architecture = _TIMM_ARCHITECTURES.get((model['layernorm_epsilon'], distilled))
+  if architecture is None:
+    epsilons = [e for e, d in _TIMM_ARCHITECTURES if d == distilled]
+    raise ValueError(
+        f"timm's {'distilled DeiT' if distilled else 'VisionTransformer'}'s LayerNorms have "
+        f"epsilon {' or '.join(f'{e:g}' for e in epsilons)} "
+        f"(model.layernorm_epsilon={model['layernorm_epsilon']:g})"
+    )
+  model_args = {
+      **_sizes(model),
+      'qkv_bias': True,
+      'fc_norm': bool(model['fc_norm']),
+      'act_layer': model['mlp_activation'],
+  }
+  if model['layer_scale'] is not None:
+    model_args['init_values'] = model['layer_scale']
+  if model['num_registers']:
+    model_args['reg_tokens'] = model['num_registers']
+  if model['qk_norm']:
+    model_args['qk_norm'] = True
+  model_args['pre_norm'] = model['pre_norm']  # Explicit: the CLIP architecture's default is True.
+  return architecture, model_args
+
+
+# Eva's fixed choices, which its model_args do not name: (model field, the value Eva has, the fix).
+_EVA_FIXED = (
+    ('distilled', False, 'distilled=False'),
+    ('layernorm_epsilon', 1e-6, 'layernorm_epsilon=1e-6'),
+    ('classifier', ('token', 'gap'), 'classifier=gap (or token)'),
+    ('posemb', ('learn', 'none'), 'posemb=learn (or none)'),
+)
+
+
+def _eva_args(model: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+  """timm's `Eva` (EVA-02's class) for the model, with its model_args: every size and option set, so
+  that the registered architecture's own (EVA-02 S's) do not count."""
+  fixed = _EVA_FIXED + (
+      # Eva's MLP: SwiGLU's SiLU when gated, else torch's exact GELU (no act_layer argument).
+      ('mlp_activation', 'silu' if model['mlp_gated'] else 'gelu', ''),
+  )
+  for field, value, fix in fixed:
+    if model[field] != value and not (isinstance(value, tuple) and model[field] in value):
+      raise ValueError(
+          f"timm's Eva (the class of rotary embeddings and gated MLPs) has no "
+          f'model.{field}={model[field]!r}: it needs '
+          + (fix or f'{field}={value!r}' + (' with mlp_gated' if model['mlp_gated'] else ''))
+      )
+  # A key bias adds q.b to each query's logits alike, which the softmax ignores, unless the keys are
+  # normalised or rotated after it.
+  if model['key_bias'] and (model['rope'] or model['qk_norm']):
+    raise ValueError(
+        "timm's Eva has no key bias, which rotary embeddings or qk_norm make count: "
+        'train with model.key_bias=False to export it'
+    )
+  model_args = {
+      **_sizes(model),
+      'qkv_bias': True,
+      'qkv_fused': True,
+      'swiglu_mlp': bool(model['mlp_gated']),
+      'scale_mlp': bool(model['mlp_norm']),
+      'use_rot_pos_emb': bool(model['rope']),
+      'ref_feat_shape': None if model['rope_grid'] is None else list(model['rope_grid']),
+      'use_abs_pos_emb': model['posemb'] == 'learn',
+      'num_reg_tokens': model['num_registers'],
+      'use_fc_norm': bool(model['fc_norm']),
+      'qk_norm': bool(model['qk_norm']),
+      'use_pre_transformer_norm': bool(model['pre_norm']),
+  }
+  if model['layer_scale'] is not None:
+    model_args['init_values'] = model['layer_scale']
+  return 'eva02_small_patch14_224', model_args

@@ -1,0 +1,61 @@
+"""2-D rotary position embeddings of the patches' queries and keys (`model.rope`): EVA-02's, timm's
+`RotaryEmbeddingCat` (rope_type 'cat', interleaved pairs, 'ij' grid, no offset).
+
+A head's channels form pairs (2i, 2i + 1), each rotated by the angle position x frequency: the first
+half of the pairs by the patch's row, the second half by its column, at the frequencies
+temperature^(-k / bands), k < bands = head_dim / 4. Only the patches' queries and keys turn; the
+tokens before them (class token, registers) and any padding after them do not. With `ref_grid`
+(timm's ref_feat_shape, EVA-02's pretraining grid) the positions of a grid of another size are
+rescaled to span the reference one, row index r of h becoming r / h * ref_h: fine-tuning at a new
+resolution needs no change of parameters.
+"""
+
+from typing import Optional
+
+import jax.numpy as jnp
+import numpy as np
+
+TEMPERATURE = 10_000.0
+
+
+def check_head_dim(head_dim: int) -> None:
+  """A one-line error for a head width the embeddings do not fill: 2 axes x sin, cos per band."""
+  if head_dim % 4:
+    raise ValueError(
+        f'model.rope=True rotates pairs of channels by the row and the column: the head width '
+        f'hidden_size / num_heads = {head_dim} must be a multiple of 4; change model.num_heads or '
+        'hidden_size, or set --config.model.rope=False'
+    )
+
+
+def tables(
+    grid: tuple[int, int], head_dim: int, ref_grid: Optional[tuple[int, int]] = None
+) -> tuple[np.ndarray, np.ndarray]:
+  """(sin, cos), each float32 [h * w, head_dim], the patches in row-major order, each frequency's value
+  repeated for both channels of its pair (timm's `build_rotary_pos_embed` with in_pixels=False)."""
+  check_head_dim(head_dim)
+  bands = head_dim // 4
+  frequencies = 1.0 / TEMPERATURE ** (np.arange(bands, dtype=np.float32) / np.float32(bands))
+  positions = [np.arange(n, dtype=np.float32) for n in grid]
+  if ref_grid is not None:  # timm's order of operations, for its float32 values: t / n * ref.
+    positions = [t / np.float32(n) * np.float32(r) for t, n, r in zip(positions, grid, ref_grid)]
+  rows, columns = np.meshgrid(*positions, indexing='ij')
+  angles = np.stack([rows, columns], axis=-1)[..., None] * frequencies  # [h, w, 2, bands]
+  angles = angles.reshape(grid[0] * grid[1], 2 * bands).astype(np.float32)
+  return tuple(np.repeat(f(angles), 2, axis=-1).astype(np.float32) for f in (np.sin, np.cos))
+
+
+def _rotate_pairs(x: jnp.ndarray) -> jnp.ndarray:
+  """(x0, x1, x2, x3, ...) -> (-x1, x0, -x3, x2, ...) over the last axis."""
+  pairs = x.reshape(x.shape[:-1] + (-1, 2))
+  return jnp.stack([-pairs[..., 1], pairs[..., 0]], axis=-1).reshape(x.shape)
+
+
+def apply(x: jnp.ndarray, sin: np.ndarray, cos: np.ndarray, start: int) -> jnp.ndarray:
+  """Queries or keys [b, tokens, heads, head_dim] with the patches' (tokens start .. start + h * w)
+  rotated; computed in float32 and returned in x's dtype, as timm's `apply_rot_embed`."""
+  end = start + sin.shape[0]
+  patches = x[:, start:end].astype(jnp.float32)
+  sin, cos = (jnp.asarray(t)[:, None, :] for t in (sin, cos))  # Broadcast over the heads.
+  rotated = (patches * cos + _rotate_pairs(patches) * sin).astype(x.dtype)
+  return jnp.concatenate([x[:, :start], rotated, x[:, end:]], axis=1)

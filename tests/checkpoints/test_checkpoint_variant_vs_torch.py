@@ -180,8 +180,10 @@ def test_variant_checkpoint_with_a_missing_download_names_where_it_looked(tmp_pa
   monkeypatch.chdir(tmp_path)
   with pytest.raises(
       ValueError,
-      match=r"^config.init_from='checkpoints/clip' does not exist, here '.*/checkpoints/clip': "
-      r'download the checkpoint there',
+      match=r"^config.init_from='checkpoints/clip' does not exist: a relative path is taken from the "
+      r"current directory, here '.*', so it is '.*/checkpoints/clip'; download the checkpoint there "
+      r"\(the config file's docstring says from where\) or pass it by an absolute path, e.g. "
+      r'--config.init_from=/abs/path/to/it, or run from the directory it is relative to$',
   ):
     _prepare(tmp_path, 'checkpoints/clip', keep_head=False)
 

@@ -41,8 +41,8 @@ def test_a_relative_init_from_read_from_another_directory_names_the_field_and_th
   assert errors == [
       f"error: config.init_from='workdirs/demo' does not exist: a relative path is taken from the "
       f"current directory, here '{tmp_path}', so it is '{tmp_path}/workdirs/demo'; pass the workdir "
-      'by an absolute path, e.g. --config.init_from=/abs/path/to/workdir, or run from the directory '
-      'it is relative to'
+      'of a vit_jax run by an absolute path, e.g. --config.init_from=/abs/path/to/it, or run from '
+      'the directory it is relative to'
   ], run.stderr[-3000:]
   assert not workdir.exists()  # Refused before anything is written.
 

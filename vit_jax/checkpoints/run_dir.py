@@ -184,20 +184,16 @@ def load_params(path: str, model: Optional[Mapping[str, Any]] = None) -> tuple[d
   return params, f'loaded {name} of step {step} from {checkpoint_dir}'
 
 
-def _missing_init_from(given: str) -> str:
+def _missing_init_from(given: str, fix: str) -> str:
   """The one-line error for a `config.init_from` that does not exist: the path as given and as
-  resolved, and how to fix it."""
+  resolved, and `fix`, what to pass (a relative path's fix ends in how to pass it)."""
   resolved = paths.absolute(given)
   if given == resolved:
-    return (
-        f'config.init_from={given!r} does not exist: pass the workdir of a vit_jax run, e.g. '
-        '--config.init_from=/abs/path/to/workdir'
-    )
+    return f'config.init_from={given!r} does not exist: {fix}'
   return (
       f'config.init_from={given!r} does not exist: a relative path is taken from the current '
-      f'directory, here {os.getcwd()!r}, so it is {resolved!r}; pass the workdir by an absolute '
-      'path, e.g. --config.init_from=/abs/path/to/workdir, or run from the directory it is '
-      'relative to'
+      f'directory, here {os.getcwd()!r}, so it is {resolved!r}; {fix} by an absolute path, e.g. '
+      '--config.init_from=/abs/path/to/it, or run from the directory it is relative to'
   )
 
 
@@ -210,11 +206,11 @@ def fill_from_checkpoint(config: ml_collections.ConfigDict) -> None:
     return
   init_from = paths.absolute(config.init_from) if config.init_from else None
   if init_from and not paths.is_url(init_from) and not os.path.exists(init_from):
-    where = '' if init_from == config.init_from else f', here {init_from!r}'
     raise ValueError(
-        f'config.init_from={config.init_from!r} does not exist{where}: download the checkpoint '
-        "there (the config file's docstring says from where) or set "
-        '--config.init_from=/abs/path/to/it'
+        _missing_init_from(
+            config.init_from,
+            "download the checkpoint there (the config file's docstring says from where) or pass it",
+        )
     )
   if init_from is None or not torch_files.is_state_dict_path(init_from):
     given = f'not {config.init_from!r}' if config.init_from else 'unset'
@@ -245,7 +241,7 @@ def load_init_params(config: ml_collections.ConfigDict, model: nn.Module) -> Any
   # nor the directory it was read from. Missing files say so when loaded, with a download hint.
   names_a_file = init_from.endswith('.npz') or torch_files.is_state_dict_path(init_from)
   if not paths.is_url(init_from) and not names_a_file and not os.path.exists(init_from):
-    raise ValueError(_missing_init_from(config.init_from))
+    raise ValueError(_missing_init_from(config.init_from, 'pass the workdir of a vit_jax run'))
   # The module's fields: a ViT's are checked against a timm or transformers checkpoint (a BiT has no
   # heads: its checkpoints are .npz files and workdirs, which need none).
   fields = {f.name: getattr(model, f.name) for f in dataclasses.fields(model)}

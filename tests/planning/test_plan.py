@@ -380,3 +380,61 @@ def test_the_analytic_forward_flops_of_a_gated_mlp_agree_with_xla(gated):
   xla = jax.jit(module.apply).lower(params, images).compile().cost_analysis()['flops']
   analytic = 2 * chips.vit_flops(model, 64, NUM_CLASSES)
   assert analytic <= xla <= 1.05 * analytic
+
+
+def test_a_distillation_teacher_adds_its_parameters_forward_pass_and_flops(trained_tiny_run):
+  """The teacher's float32 parameters split over the fsdp axis as the student's, its forward pass's
+  widest block per image, and one forward pass per image in the step time."""
+  from vit_jax.checkpoints import teacher  # pylint: disable=g-import-not-at-top
+
+  config = tiny(**{'mesh': (('fsdp', 8),), 'distill.teacher': trained_tiny_run})
+  model_config = helpers.model_config(config)
+  mesh = footprint.check(config, model_config, 8)
+  alone = footprint.trace(config, model_config, NUM_CLASSES)
+  traced = footprint.trace(config, model_config, NUM_CLASSES, teacher.architecture(config))
+  without, with_teacher = (
+      footprint.estimate(config, t, mesh, None, 1, H100) for t in (alone, traced)
+  )
+  # The teacher is the tiny run's model, the student's twin: 2 blocks of width 32 at 32 px.
+  teacher_params = 4 * sum(x.size for x in jax.tree.leaves(traced.teacher.params))
+  student_params = 4 * sum(x.size for x in jax.tree.leaves(alone.state['params']))
+  assert teacher_params == student_params
+  tokens, images = 65, 64 // 8
+  transient = images * tokens * (64 + 2 * tokens) * 4  # MLP units and 2 heads' weights, float32.
+  assert with_teacher.teacher == pytest.approx(teacher_params / 8 + transient, rel=0.02)
+  assert with_teacher.total == without.total + with_teacher.teacher
+  flops = chips.vit_flops(model_config, 32, NUM_CLASSES)
+  assert with_teacher.step_s / without.step_s == pytest.approx(
+      (chips.train_flops(model_config, 32, NUM_CLASSES, None) + flops)
+      / chips.train_flops(model_config, 32, NUM_CLASSES, None)
+  )
+
+
+def _plan_with_teacher(teacher: str, *json_flag: str) -> str:
+  run = subprocess.run(
+      [
+          sys.executable,
+          '-m',
+          'vit_jax.tools.plan',
+          '--config=configs/demo.py',
+          '--devices=8',
+          '--chip=h100-80gb',
+          f'--config.distill.teacher={teacher}',
+          '--config.model.distilled=True',
+          '--suggestions=0',
+          *json_flag,
+      ],
+      cwd=helpers.REPO,
+      capture_output=True,
+      text=True,
+      timeout=300,
+  )
+  assert run.returncode == 0, run.stderr[-3000:]
+  return run.stdout
+
+
+def test_the_plan_command_counts_a_teacher(trained_tiny_run):
+  plans = json.loads(_plan_with_teacher(trained_tiny_run, '--json'))['plans']
+  # The tiny run as the demo's teacher: its parameters over 8 devices and its forward pass.
+  assert all(0 < plan['teacher'] < plan['total'] for plan in plans)
+  assert '| distillation teacher | 0.00 |' in _plan_with_teacher(trained_tiny_run)

@@ -22,33 +22,44 @@ class Teacher:
   source: str  # For the log: what was loaded.
 
 
+def architecture(config: ml_collections.ConfigDict) -> tuple[str, dict[str, Any]]:
+  """The teacher's variant and resolved model fields, read without its parameters (a checkpoint's
+  header and config.json, a workdir's config.json): what the planner counts. A one-line ValueError
+  when config.distill.teacher cannot be read."""
+  given = config.distill.teacher
+  path = paths.absolute(given)
+  paths.check_reachable(path, config.storage_timeout_s, 'config.distill.teacher')
+  if torch_files.is_state_dict_path(path):
+    fields = state_dicts.fill({}, path)
+    return variants.FROM_CHECKPOINT, variants.get_model_config(variants.FROM_CHECKPOINT, fields)
+  if path.endswith('.npz'):
+    raise ValueError(
+        f'config.distill.teacher={given!r}: an .npz does not say its model; pass the workdir of '
+        'the vit_jax run that trained it, or a timm / Hugging Face checkpoint'
+    )
+  try:
+    stored, _ = run_dir.load_run_info(path)
+  except (ValueError, FileNotFoundError) as e:
+    raise ValueError(f'config.distill.teacher={given!r}: {e}') from None
+  return stored.variant, variants.get_model_config(stored.variant, stored.model.to_dict())
+
+
 def load_teacher(config: ml_collections.ConfigDict, num_classes: int) -> Teacher:
   """The teacher of `config.distill.teacher`, for images of config.image_size in config.dtype; a
   one-line ValueError when it cannot be read or predicts other classes than the run's."""
   given = config.distill.teacher
   path = paths.absolute(given)
-  paths.check_reachable(path, config.storage_timeout_s, 'config.distill.teacher')
-  dtype = jnp.dtype(config.dtype)
-  if torch_files.is_state_dict_path(path):
-    fields = state_dicts.fill({}, path)
-    model_config = variants.get_model_config(variants.FROM_CHECKPOINT, fields)
-    model = variants.build(
-        variants.FROM_CHECKPOINT, model_config, num_classes=num_classes, dtype=dtype
-    )
+  variant, model_config = architecture(config)
+  model = variants.build(
+      variant, model_config, num_classes=num_classes, dtype=jnp.dtype(config.dtype)
+  )
+  if variant == variants.FROM_CHECKPOINT:
     loaded, source = run_dir.load_params(path, model_config)
-  elif path.endswith('.npz'):
-    raise ValueError(
-        f'config.distill.teacher={given!r}: an .npz does not say its model; pass the workdir of '
-        'the vit_jax run that trained it, or a timm / Hugging Face checkpoint'
-    )
   else:
     try:
       trained = run_dir.load_trained(path)
     except (ValueError, FileNotFoundError) as e:
       raise ValueError(f'config.distill.teacher={given!r}: {e}') from None
-    model = variants.build(
-        trained.config.variant, trained.model_config, num_classes=num_classes, dtype=dtype
-    )
     loaded = trained.params
     source = f'{trained.parameters} parameters of step {trained.step} of {path}'
   head = loaded.get('head', {}).get('kernel')

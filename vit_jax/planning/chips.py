@@ -88,6 +88,11 @@ def _block_macs(model: Mapping[str, Any], tokens: int) -> tuple[int, int]:
   return 4 * tokens * d * d + attention + mlp_macs, attention
 
 
+def vit_tokens(model: Mapping[str, Any], image_size: int) -> int:
+  """The tokens a ViT's blocks attend over: the patches and the tokens before them."""
+  return _tokens(model, image_size)[1]
+
+
 def _tokens(model: Mapping[str, Any], image_size: int) -> tuple[int, int]:
   patches = (image_size // variants.input_stride(model)) ** 2  # A hybrid's stem strides first.
   prefix = (

@@ -12,7 +12,7 @@ memory analysis of the compiled train step on CPU.
 import dataclasses
 import math
 import re
-from typing import Any
+from typing import Any, Optional
 
 import jax
 import jax.extend.core as jax_core
@@ -58,6 +58,18 @@ class Traced:
   state: dict[str, Any]
   residuals: dict[str | None, Residuals]
   block_params: int  # Bytes of one encoder block's (float32) parameters.
+  teacher: Optional['Teacher'] = None  # config.distill's.
+
+
+@dataclasses.dataclass(frozen=True)
+class Teacher:
+  """A distillation teacher's cost: its parameters (placed once, split by the student's rules), one
+  image's forward FLOPs, and what its forward pass holds at a time per image (no residuals: it has no
+  backward pass): its widest block's MLP units and attention weights, in the compute dtype."""
+
+  params: Any  # Shapes (jax.ShapeDtypeStruct), float32.
+  flops: float
+  transient: float
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,10 +85,18 @@ class Estimate:
   polyak: int
   activations: int
   step_s: float
+  teacher: int = 0  # Bytes of the distillation teacher's parameters and forward pass.
 
   @property
   def total(self) -> int:
-    return self.params + self.gradients + self.optimizer_state + self.polyak + self.activations
+    return (
+        self.params
+        + self.gradients
+        + self.optimizer_state
+        + self.polyak
+        + self.activations
+        + self.teacher
+    )
 
 
 def mesh_shape(axes: Any, devices: int) -> dict[str, int]:
@@ -174,10 +194,14 @@ def _residuals(
 
 
 def trace(
-    config: ml_collections.ConfigDict, model_config: dict[str, Any], num_classes: int
+    config: ml_collections.ConfigDict,
+    model_config: dict[str, Any],
+    num_classes: int,
+    teacher: Optional[tuple[str, dict[str, Any]]] = None,
 ) -> Traced:
   """Shapes, and the residuals of REMATS and the config's own remat policy; `model_config`: the
-  variant's resolved fields (variants.get_model_config)."""
+  variant's resolved fields (variants.get_model_config); `teacher`: config.distill's teacher's
+  (variant, resolved fields), or None."""
   state = abstract_state(config, model_config, num_classes)
   in_blocks = [
       x
@@ -193,7 +217,23 @@ def trace(
           for remat in dict.fromkeys((None, model_config['remat'], *REMATS))
       },
       _bytes(in_blocks) // model_config['num_layers'],
+      None if teacher is None else _teacher(config, *teacher, num_classes),
   )
+
+
+def _teacher(
+    config: ml_collections.ConfigDict, variant: str, model: dict[str, Any], num_classes: int
+) -> Teacher:
+  family = variants.family(variant)
+  module = variants.build(variant, model, num_classes=num_classes, dtype=jnp.float32)
+  params = jax.eval_shape(lambda: _init_params(module, config.image_size))
+  transient = 0.0
+  if family == 'ViT':  # A BiT's convolutions are counted by their parameters and FLOPs alone.
+    tokens = chips.vit_tokens(model, config.image_size)
+    transient = tokens * (model['mlp_dim'] + model['num_heads'] * tokens)
+    transient *= jnp.dtype(config.dtype).itemsize
+  flops = chips.FLOPS[family](model, config.image_size, num_classes)
+  return Teacher(params, flops, transient)
 
 
 def _bytes(tree: Any, shardings: Any = None) -> int:
@@ -241,6 +281,15 @@ def estimate(
   # them into micro-batches, a copy.
   inputs = images * (config.image_size**2 * 3 * 4 + 4) * (2 if accum_steps > 1 else 1)
   flops = chips.train_flops(traced.model, config.image_size, traced.num_classes, remat)
+  teacher = 0
+  if traced.teacher is not None:  # Its forward pass runs in the step, on each micro-batch.
+    flops += traced.teacher.flops
+    teacher_shardings = sharding.state_shardings(
+        traced.teacher.params, AbstractMesh(tuple(mesh.values()), tuple(mesh))
+    )
+    teacher = int(
+        _bytes(traced.teacher.params, teacher_shardings) + micro * traced.teacher.transient
+    )
   return Estimate(
       mesh=mesh,
       remat=remat,
@@ -252,6 +301,7 @@ def estimate(
       polyak=_bytes(state['ema_params'], shardings['ema_params']),
       activations=int(inputs + saved + working + gathered),
       step_s=chips.step_seconds(flops * config.batch_size, target),
+      teacher=teacher,
   )
 
 

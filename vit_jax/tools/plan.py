@@ -3,8 +3,8 @@
   python -m vit_jax.tools.plan --config=configs/vit_b16_i1k.py --devices=128 --chip=tpu-v4 \
       [--config.FIELD=VALUE ...] [--num_classes=1000] [--mfu=0.4] [--headroom=0.1] [--json]
 
-prints the bytes per device of the parameters, gradients, optimizer state, Polyak copy and activations
-under the config's mesh and accum_steps, a column per remat policy, whether each fits the chip less the
+prints the bytes per device of the parameters, gradients, optimizer state, Polyak copy, activations and
+a distillation teacher (config.distill.teacher: its parameters and its forward pass) under the config's mesh and accum_steps, a column per remat policy, whether each fits the chip less the
 headroom, and the step time at the assumed MFU; then the mesh / remat / accum_steps that fit, fastest
 first (`--json`: the same as one JSON object).
 
@@ -22,7 +22,7 @@ import ml_collections
 from absl import flags
 from ml_collections import config_flags
 
-from vit_jax.checkpoints import run_dir
+from vit_jax.checkpoints import run_dir, teacher as teacher_lib
 from vit_jax.models import variants
 from vit_jax.planning import chips, footprint
 from vit_jax.runtime import cli, config_files
@@ -66,6 +66,10 @@ def render(
       (f'optimizer state ({config.optim.name})', lambda p: _gib(p.optimizer_state)),
       ('Polyak copy', lambda p: _gib(p.polyak) if config.polyak_decay is not None else '-'),
       ('activations', lambda p: _gib(p.activations)),
+      (
+          'distillation teacher',
+          lambda p: _gib(p.teacher) if traced.teacher is not None else '-',
+      ),
       ('total', lambda p: _gib(p.total)),
       (f'fits in {_gib(target.usable_bytes)} GiB', lambda p: 'yes' if target.fits(p) else 'NO'),
       ('step time (s)', lambda p: f'{p.step_s:.3f}'),
@@ -151,7 +155,8 @@ def main(argv: list[str]) -> None:
     run_dir.fill_from_checkpoint(config)
     model_config = variants.get_model_config(config.variant, config.model.to_dict())
     mesh = footprint.check(config, model_config, args.devices)
-    traced = footprint.trace(config, model_config, args.num_classes)
+    teacher = teacher_lib.architecture(config) if config.distill.teacher else None
+    traced = footprint.trace(config, model_config, args.num_classes, teacher)
   except ValueError as e:
     cli.fail(str(e))
   plans = [

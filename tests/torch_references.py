@@ -10,6 +10,7 @@ import torch
 import helpers
 from vit_jax.checkpoints import run_dir, timm_export, torch_files
 from vit_jax.tasks import classification
+from vit_jax.train import setup
 
 IMAGE_SIZE, NUM_CLASSES = 8, 10
 # configs/demo.py's model, tiny, as the reference models are built.
@@ -57,6 +58,29 @@ def images(n: int = 5) -> np.ndarray:
 def torch_outputs(module: torch.nn.Module, inputs: np.ndarray, **kwargs) -> torch.Tensor:
   with torch.no_grad():
     return module(torch.from_numpy(inputs.transpose(0, 3, 1, 2)), **kwargs)  # PyTorch takes NCHW.
+
+
+# configs/demo.py's size fields, unset: config.variant='checkpoint' fills them from the checkpoint.
+UNSET_SIZES = {
+    f'model.{name}': None for name in ('hidden_size', 'num_layers', 'num_heads', 'mlp_dim')
+}
+
+
+def prepared_from_checkpoint(workdir, init_from: str, image_size: int, **overrides) -> setup.Setup:
+  """The demo's run set up with config.variant='checkpoint' on `init_from` at `image_size`, keeping
+  its head: the model as setup builds it from the files."""
+  config = helpers.load_config(
+      'demo',
+      {
+          **UNSET_SIZES,
+          'variant': 'checkpoint',
+          'init_from': init_from,
+          'image_size': image_size,
+          'keep_head': True,
+          **overrides,
+      },
+  )
+  return setup.prepare(config, str(workdir))
 
 
 def ours(init_from: str, num_classes=None, **overrides) -> np.ndarray:

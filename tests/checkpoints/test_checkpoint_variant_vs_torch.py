@@ -14,6 +14,7 @@ import transformers
 
 import helpers
 from torch_references import (
+    prepared_from_checkpoint,
     assert_exported_tensors,
     randomize,
     timm_input,
@@ -26,8 +27,6 @@ from vit_jax.tasks import classification
 from vit_jax.train import setup
 
 SIZE, NUM_CLASSES = 28, 10  # The digits' classes: keep_head keeps a head of the checkpoint's.
-# configs/demo.py's model fields, unset: variant='checkpoint' fills them from the checkpoint.
-_UNSET = {f'model.{name}': None for name in ('hidden_size', 'num_layers', 'num_heads', 'mlp_dim')}
 
 
 def _timm_saved(directory, architecture: str, **kwargs):
@@ -67,18 +66,10 @@ def _rebuilt_by_timm(run: setup.Setup, directory) -> torch.nn.Module:
 
 
 def _prepare(tmp_path, init_from: str, **overrides) -> setup.Setup:
-  config = helpers.load_config(
-      'demo',
-      {
-          **_UNSET,
-          'variant': 'checkpoint',
-          'init_from': init_from,
-          'image_size': SIZE,
-          'keep_head': True,
-          **overrides,
-      },
+  overrides = {'image_size': SIZE, **overrides}
+  return prepared_from_checkpoint(
+      tmp_path / 'workdir', init_from, overrides.pop('image_size'), **overrides
   )
-  return setup.prepare(config, str(tmp_path / 'workdir'))
 
 
 def _images(n: int) -> np.ndarray:

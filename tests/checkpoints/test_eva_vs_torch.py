@@ -11,6 +11,7 @@ import timm
 
 import helpers
 from torch_references import (
+    prepared_from_checkpoint,
     OR_VARIANT,
     TIMM_TINY,
     assert_exported_tensors,
@@ -23,7 +24,6 @@ from vit_jax.checkpoints import timm_export
 from vit_jax.train import setup
 
 SIZE, NUM_CLASSES = 28, 10
-_UNSET = {f'model.{name}': None for name in ('hidden_size', 'num_layers', 'num_heads', 'mlp_dim')}
 # timm's architectures, made tiny (patches of 7 px: a 4x4 grid, which the rotary embeddings measure
 # on their 16x16 reference grid), and the fields each fixes.
 _EVAS = {
@@ -51,18 +51,10 @@ def _saved(directory, architecture: str, **kwargs):
 
 
 def _prepare(tmp_path, init_from: str, **overrides) -> setup.Setup:
-  config = helpers.load_config(
-      'demo',
-      {
-          **_UNSET,
-          'variant': 'checkpoint',
-          'init_from': init_from,
-          'image_size': SIZE,
-          'keep_head': True,
-          **overrides,
-      },
+  overrides = {'image_size': SIZE, **overrides}
+  return prepared_from_checkpoint(
+      tmp_path / 'workdir', init_from, overrides.pop('image_size'), **overrides
   )
-  return setup.prepare(config, str(tmp_path / 'workdir'))
 
 
 def _images(n: int, size: int = SIZE) -> np.ndarray:

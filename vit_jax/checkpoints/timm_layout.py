@@ -399,7 +399,6 @@ _EVA_ROPE_ARGS = (
     ('rope_grid_indexing', 'ij'),
     ('rope_rotate_half', False),
     ('rope_temperature', rope.TEMPERATURE),
-    ('dynamic_img_size', False),
 )
 
 

@@ -147,7 +147,20 @@ def test_dot_product_attention_computes_the_same_attention(monkeypatch):
 
 @pytest.mark.parametrize(
     'fields',
-    [{}, {'posemb_where': 'every_layer'}, {'posemb_where': 'shared_every_layer'}, {'scan': True}],
+    [
+        {},
+        {'posemb_where': 'every_layer'},
+        {'posemb_where': 'shared_every_layer'},
+        {'scan': True},
+        # EVA-02's: the rotary embeddings turn the patches between the prefix and the padding.
+        {
+            'rope': True,
+            'key_bias': False,
+            'classifier': 'gap',
+            'class_token': True,
+            'num_registers': 1,
+        },
+    ],
 )
 def test_dot_product_attention_pads_the_tokens_once_where_cudnn_may_run(monkeypatch, fields):
   """Where cuDNN's kernel may run (a GPU in bfloat16; pretended here, so XLA's computes it once cuDNN's

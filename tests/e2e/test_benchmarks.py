@@ -204,11 +204,35 @@ def test_recipes_trains_each_recipe_and_prints_its_row(data_dir):
 
 
 def test_distillation_trains_a_teacher_and_the_student_alone_and_distilled():
-  out = _run('distillation.py', '--teacher_steps=2', '--steps=2', '--seeds=0', '--only=hard, dist')
+  out = _run(
+      'distillation.py',
+      '--teacher_steps=2',
+      '--steps=2',
+      '--seeds=0',
+      '--only=hard, dist',
+      '--student=XS',
+      '--train_split=train[:20%]',
+      '--set=pp.min_area=0.08',
+  )
   assert re.search(r'^teacher: the demo ViT, 2 steps, seed 0: [\d.]+% test top-1', out, re.M), out
+  assert '| student XS (2 steps on train[:20%], pp.min_area=0.08) |' in out, out
   for side in ('alone', 'hard, distillation token'):
     assert re.search(rf'^\| {re.escape(side)} \| 0 \| [\d.]+ \|', out, re.M), out
     assert f'| {side} | mean ± sd |' in out, out
+
+
+def test_tfdata_peer_times_ours_and_tf_datas_two_pipelines():
+  out = _run(
+      'tfdata_peer.py',
+      '--num_images=16',
+      '--image_size=32',
+      '--batch=4',
+      '--warmup=1',
+      '--batches=2',
+      '--rounds=1',
+  )
+  for pipeline in ('ours (grain, threads)', 'tf.data, same work', 'tf.data, shortcut'):
+    assert re.search(rf'^\| {re.escape(pipeline)} \| 1 \| \d+ \| \d+ \|$', out, re.M), out
 
 
 @pytest.mark.slow  # Two end-to-end training runs: our CLI and timm's loop, in their own processes.

@@ -5,7 +5,7 @@ fields that have no tensor (heads, MLP activation, LayerNorm epsilon, pooling), 
 loads and computes another function.
 
 The files: torch_files.py; the naming shared by the layouts: torch_names.py; each layout:
-timm_layout.py, transformers_layout.py.
+timm_layout.py, transformers_layout.py; the export to timm: timm_export.py.
 """
 
 import dataclasses

@@ -156,7 +156,8 @@ INVALID = {
     'distill.teacher': (
         '/nonexistent/run',
         {},
-        r"config\.distill\.teacher='/nonexistent/run': .* has no checkpoints/ directory",
+        r"config\.distill\.teacher='/nonexistent/run': /nonexistent/run/config\.json is missing: "
+        r"is '/nonexistent/run' the --workdir of a vit_jax run\?$",
     ),
     # Without a teacher the other distill fields would do nothing (their ranges: test_distillation).
     'distill.kind': ('kl', {}, r"config\.distill\.kind='kl' has no teacher to distil from"),

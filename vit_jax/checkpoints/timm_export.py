@@ -266,7 +266,7 @@ def to_state_dict(params: Any, eva: bool = False) -> StateDict:
 def _query_key_value_out(weights: StateDict, t: str, eva: bool) -> StateDict:
   """Block `t`'s fused `attn.qkv` of `{q,k,v}.{weight,bias}`: with its bias (a zero key bias where
   ours has none, which computes the same), or Eva's `q_bias` and `v_bias` (whose key bias is a zero
-  buffer; `eva_export.check` refuses a model whose key bias it would lose)."""
+  buffer; `_eva_args` refuses a model whose key bias it would lose)."""
   out = {f'{t}attn.qkv.weight': np.concatenate([weights[f'{n}.weight'] for n in 'qkv'])}
   if eva:
     out[f'{t}attn.q_bias'], out[f'{t}attn.v_bias'] = weights['q.bias'], weights['v.bias']

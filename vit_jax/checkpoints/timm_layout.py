@@ -130,7 +130,7 @@ def _mlp_in(r: torch_names.Reader, t: str, mlp: str) -> dict[str, np.ndarray]:
       layers[ours] = r.take(f'{t}mlp.{theirs}.weight'), r.take(f'{t}mlp.{theirs}.bias')
   else:
     weight, bias = r.take(t + 'mlp.fc1.weight'), r.take(t + 'mlp.fc1.bias')
-    if weight.shape[0] == 2 * out_weight.shape[1]:  # Packed: the gate's units, then the linear's.
+    if _packed_gate(weight.shape, out_weight.shape):
       (gate, linear), (gate_bias, linear_bias) = np.split(weight, 2), np.split(bias, 2)
       layers['Dense_0'], layers['Dense_linear'] = (gate, gate_bias), (linear, linear_bias)
     else:
@@ -144,6 +144,12 @@ def _mlp_in(r: torch_names.Reader, t: str, mlp: str) -> dict[str, np.ndarray]:
         r.take(t + 'mlp.norm.bias'),
     )
   return tree
+
+
+def _packed_gate(fc1: tuple[int, ...], fc2: tuple[int, ...]) -> bool:
+  """Whether an MLP's `fc1` weight (of shape `fc1`) is timm's GluMlp's packed gate and linear
+  layers: twice the units its `fc2` (of shape `fc2`) reads, the gate's first."""
+  return fc1[0] == 2 * fc2[1]
 
 
 def _map_head_in(r: torch_names.Reader, num_heads: int) -> dict[str, np.ndarray]:
@@ -216,16 +222,13 @@ def architecture(state_dict: StateDict, config: Mapping[str, Any], path: str) ->
   args = config.get('model_args', {})
   patches = state_dict['patch_embed.proj.weight'].shape
   has = lambda name: f'blocks.0.{name}' in state_dict
-  mlp_in, mlp_out = (
-      state_dict[f'blocks.0.mlp.{name}.weight'].shape
-      for name in ('fc1_g' if has('mlp.fc1_g.weight') else 'fc1', 'fc2')
-  )
-  gated = has('mlp.fc1_g.weight') or mlp_in[0] == 2 * mlp_out[1]
+  fc2 = state_dict['blocks.0.mlp.fc2.weight'].shape
+  gated = has('mlp.fc1_g.weight') or _packed_gate(state_dict['blocks.0.mlp.fc1.weight'].shape, fc2)
   fields = {
       'patch_size': patches[-1],
       'hidden_size': patches[0],
       'num_layers': torch_names.num_blocks(state_dict, r'blocks\.(\d+)\.'),
-      'mlp_dim': mlp_out[1],
+      'mlp_dim': fc2[1],
       'pre_norm': 'norm_pre.weight' in state_dict,
       'num_registers': state_dict['reg_token'].shape[1] if 'reg_token' in state_dict else 0,
       'layer_scale': (

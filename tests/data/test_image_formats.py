@@ -208,9 +208,11 @@ def _pil(encoded: bytes) -> np.ndarray:
 def test_each_variant_decodes_to_pils_pixels(name):
   encoded = AS_PIL[name]()
   decoded = preprocess.decode(encoded)
-  width, height = Image.open(io.BytesIO(encoded)).size
-  assert decoded.dtype == np.uint8 and decoded.shape == (height, width, 3)
-  np.testing.assert_array_equal(decoded, _pil(encoded))
+  image = Image.open(io.BytesIO(encoded))
+  # 8-bit greyscale stays one channel (its RGB is that channel thrice); every other mode is RGB.
+  channels = 1 if image.mode == 'L' else 3
+  assert decoded.dtype == np.uint8 and decoded.shape == (image.height, image.width, channels)
+  np.testing.assert_array_equal(preprocess.rgb(decoded), _pil(encoded))
 
 
 def test_the_variants_pil_reads_arguably_are_read_as_pil_reads_them():
@@ -239,7 +241,7 @@ def test_each_listed_extension_is_a_format_pil_reads_here(tmp_path, extension):
   encoded = path.read_bytes()
   with Image.open(path) as image:
     want = np.asarray(image.convert('RGB'))
-  np.testing.assert_array_equal(preprocess.decode(encoded), want)
+  np.testing.assert_array_equal(preprocess.rgb(preprocess.decode(encoded)), want)
 
 
 _LFS_POINTER = (

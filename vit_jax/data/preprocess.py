@@ -4,9 +4,15 @@ Every random op draws only from the `np.random.Generator` it is given, so an aug
 pure function of its bytes and its seed: the same example at the same stream position looks the same
 in a resumed run, in whichever worker process it is prepared.
 
+A decoded image is uint8 [h, w, 3], or [h, w, 1] for a greyscale one (whose RGB image, `rgb`, is that
+channel three times, as PIL's convert('RGB') makes it): the ops that treat every channel alike and
+apart (`Op.channelwise`: the crops, the flip, `normalize`) work on the one channel, a third of the
+pixels, and the image becomes RGB before any other op and at the end, so its pixels are the RGB
+image's to the bit.
+
 Train preprocessing is the crop named by `config.pp.crop` (a key of `CROPS`), then each op of
 `AUGMENTS` in order. An op is `apply(image, rng, pp, image_size) -> image`, a `check(pp)` of the
-`config.pp` fields it reads and `on(pp)`; a crop maps uint8 [h, w, 3] to [image_size, image_size, 3] in
+`config.pp` fields it reads and `on(pp)`; a crop maps uint8 [h, w, c] to [image_size, image_size, c] in
 [0, 255], uint8 with `pp.antialias` (PIL's 8-bit resize) and float32 without; the augmentations
 keep that shape and the range: [0, 255] before the `normalize` entry of `AUGMENTS`, [-1, 1] (plus
 what they add) after it, where timm's random erasing works. Where every op that is on keeps 8-bit
@@ -68,9 +74,10 @@ class UnreadableImage(ValueError):
 
 
 def decode(data: bytes) -> np.ndarray:
-  """Encoded image bytes, any format PIL reads, whatever a file name says, to uint8 [h, w, 3]:
-  exactly PIL's Image.open(BytesIO(data)).convert('RGB'), what timm's and torchvision's ImageFolder
-  train on, because it is that. So every variant PIL reads is read as PIL reads it: JPEG (with
+  """Encoded image bytes, any format PIL reads, whatever a file name says, to uint8 [h, w, 3], or
+  [h, w, 1] for an 8-bit greyscale image (PIL's mode 'L'): `rgb` of it is exactly PIL's
+  Image.open(BytesIO(data)).convert('RGB'), what timm's and torchvision's ImageFolder train on,
+  because it is that. So every variant PIL reads is read as PIL reads it: JPEG (with
   libjpeg's accurate integer DCT, at full resolution: no draft mode, which changes pixels), PNG of
   any bit depth (16-bit greyscale clipped to 255 as PIL's conversion clips it), GIF (the first
   frame; transparent pixels take their palette colour), every BMP PIL reads (1-, 4-, 8-, 16-, 24-
@@ -84,6 +91,8 @@ def decode(data: bytes) -> np.ndarray:
     raise UnreadableImage('a git-lfs pointer, not the image')
   try:
     with Image.open(io.BytesIO(data)) as image:
+      if image.mode == 'L':  # Its RGB is this channel thrice: the ops before `rgb` do a third.
+        return np.asarray(image)[..., None]
       # convert('RGB') of an RGB image is a copy: skipping it saves one copy of the pixels.
       return np.asarray(image if image.mode == 'RGB' else image.convert('RGB'))
   except Image.UnidentifiedImageError:
@@ -96,12 +105,16 @@ def decode(data: bytes) -> np.ndarray:
 
 
 def _pil_resize(image: np.ndarray, height: int, width: int) -> np.ndarray:
-  """PIL's bilinear (antialiased) resize to [height, width, 3]. A uint8 image is resized as an 8-bit
-  'RGB' image (rounded to integers after each 1-D pass), exactly as timm's transforms resize the
-  uint8 crops they take of decoded images, and stays uint8 (a quarter of the bytes for the ops
-  after it to move); any other dtype to float32, one channel at a time in float mode 'F' (no
-  rounding)."""
+  """PIL's bilinear (antialiased) resize to [height, width, channels]. A uint8 image is resized as
+  an 8-bit 'RGB' (or greyscale 'L') image (rounded to integers after each 1-D pass), exactly as
+  timm's transforms resize the uint8 crops they take of decoded images, and stays uint8 (a quarter
+  of the bytes for the ops after it to move); any other dtype to float32, one channel at a time in
+  float mode 'F' (no rounding). PIL resizes each channel of an 'RGB' image as it resizes an 'L' one.
+  """
   if image.dtype == np.uint8:
+    if image.shape[-1] == 1:
+      grey = Image.fromarray(image[..., 0]).resize((width, height), Image.Resampling.BILINEAR)
+      return np.asarray(grey)[..., None]
     return np.asarray(Image.fromarray(image).resize((width, height), Image.Resampling.BILINEAR))
   channels = [
       np.asarray(
@@ -109,7 +122,7 @@ def _pil_resize(image: np.ndarray, height: int, width: int) -> np.ndarray:
               (width, height), Image.Resampling.BILINEAR
           )
       )
-      for c in range(3)
+      for c in range(image.shape[-1])
   ]
   return np.stack(channels, axis=-1)
 
@@ -169,7 +182,7 @@ def _resize_to(image: np.ndarray, height: int, width: int, antialias: bool) -> n
 
 
 def resize(image: np.ndarray, size: int, antialias: bool = False) -> np.ndarray:
-  """Bilinear resize of [h, w, 3] to [size, size, 3] in the input's value range: uint8 for a uint8
+  """Bilinear resize of [h, w, c] to [size, size, c] in the input's value range: uint8 for a uint8
   image with `antialias`, else float32.
 
   `antialias`: PIL's bilinear resize (timm's transforms): when shrinking, each output pixel averages
@@ -178,6 +191,11 @@ def resize(image: np.ndarray, size: int, antialias: bool = False) -> np.ndarray:
   default (the original code's): only the 2x2 nearest input pixels, which aliases fine detail when
   shrinking by more than 2."""
   return _resize_to(image, size, size, antialias)
+
+
+def rgb(image: np.ndarray) -> np.ndarray:
+  """[h, w, 3] as it is; greyscale [h, w, 1] as RGB, its channel three times."""
+  return image if image.shape[-1] == 3 else np.concatenate((image, image, image), axis=-1)
 
 
 def normalize(image: np.ndarray) -> np.ndarray:
@@ -320,11 +338,15 @@ def _always(pp: ml_collections.ConfigDict) -> bool:
 class Op:
   """A train-time image op, the check (a one-line ValueError naming the field) of its fields, and
   whether `pp` turns it on. An op that is off is skipped before its generator is made: seeding one
-  costs about as much as a small image's flip, for each example and op."""
+  costs about as much as a small image's flip, for each example and op. A `channelwise` op does to
+  each channel what it does to the others, whatever their values (the geometry, an affine map of
+  the values), so it takes a greyscale [h, w, 1] image and gives what it gives its RGB image's
+  channels; any other op is given the RGB image."""
 
   apply: Callable[[np.ndarray, np.random.Generator, ml_collections.ConfigDict, int], np.ndarray]
   check: Callable[[ml_collections.ConfigDict], None] = _no_check
   on: Callable[[ml_collections.ConfigDict], bool] = _always
+  channelwise: bool = False
 
 
 def _inception(image, rng, pp, image_size):
@@ -398,7 +420,7 @@ def _normalize(image, rng, pp, image_size):
   return normalize(image)
 
 
-_NORMALIZE = Op(_normalize)
+_NORMALIZE = Op(_normalize, channelwise=True)
 
 
 def _erase(image, rng, pp, image_size):
@@ -424,16 +446,16 @@ def _check_erase(pp: ml_collections.ConfigDict) -> None:
 # config.pp.crop -> the crop: TensorFlow's random resized crop (the original code's), torchvision's
 # (timm's); resize, pad `pp.pad`, random crop; resize only.
 CROPS: dict[str, Op] = {
-    'inception': Op(_inception, _check_min_area),
-    'random_resized': Op(_random_resized, _check_min_area),
-    'random': Op(_random, _check_pad),
-    'resize': Op(_resize),
+    'inception': Op(_inception, _check_min_area, channelwise=True),
+    'random_resized': Op(_random_resized, _check_min_area, channelwise=True),
+    'random': Op(_random, _check_pad, channelwise=True),
+    'resize': Op(_resize, channelwise=True),
 }
 # Applied after the crop, in this order; each but `normalize` is off unless its `pp` field is set.
 # Add an op where its value range is (before or after normalize): its stream is the one of its
 # position, so ops off at their defaults leave default runs bit-identical.
 AUGMENTS: tuple[Op, ...] = (
-    Op(_flip, on=lambda pp: pp.flip),
+    Op(_flip, on=lambda pp: pp.flip, channelwise=True),
     Op(_randaug, _check_randaug, on=lambda pp: pp.randaug_layers > 0),
     Op(_three_augment, on=lambda pp: pp.three_augment),  # A boolean field, always valid.
     Op(_color_jitter, _check_color_jitter, on=lambda pp: pp.color_jitter > 0),
@@ -467,17 +489,18 @@ def train_dtype(pp: ml_collections.ConfigDict) -> type[np.generic]:
 
 
 def _checked(image: np.ndarray, dtype: type[np.generic]) -> np.ndarray:
+  """The preprocessed image as the batch takes it: RGB, C-contiguous, of the declared dtype."""
   if image.dtype != dtype:  # An op's dtype out of step with train_dtype / eval_dtype: a bug here.
     raise TypeError(f'preprocessing made {image.dtype} images where {np.dtype(dtype)} was declared')
-  return np.ascontiguousarray(image)
+  return np.ascontiguousarray(rgb(image))
 
 
 def train_preprocess(
     image: np.ndarray, seed: tuple[int, ...], *, pp: ml_collections.ConfigDict, image_size: int
 ) -> np.ndarray:
-  """Decoded uint8 [h, w, 3] to an augmented C-contiguous [image_size, image_size, 3] of
-  `train_dtype(pp)`: uint8 pixels, or float32 normalised to [-1, 1] (random erasing adds N(0, 1)
-  noise beyond it). `model_input` of either is the same.
+  """Decoded uint8 [h, w, 3] (or greyscale [h, w, 1]) to an augmented C-contiguous RGB
+  [image_size, image_size, 3] of `train_dtype(pp)`: uint8 pixels, or float32 normalised to [-1, 1]
+  (random erasing adds N(0, 1) noise beyond it). `model_input` of either is the same.
 
   `seed`: non-negative integers; op i draws from np.random.default_rng([*seed, i]). `pp` must have
   passed `check_pp`."""
@@ -486,6 +509,8 @@ def train_preprocess(
     if op is _NORMALIZE and dtype == np.uint8:
       break  # The step normalises; no op after it is on.
     if op.on(pp):
+      if not op.channelwise:
+        image = rgb(image)
       image = op.apply(image, np.random.default_rng([*seed, i]), pp, image_size)
   return _checked(image, dtype)
 
@@ -534,9 +559,10 @@ def eval_dtype(pp_eval: ml_collections.ConfigDict) -> type[np.generic]:
 def eval_preprocess(
     image: np.ndarray, *, pp_eval: ml_collections.ConfigDict, image_size: int
 ) -> np.ndarray:
-  """Decoded uint8 [h, w, 3] to C-contiguous [image_size, image_size, 3] of `eval_dtype(pp_eval)`,
-  by the crop of `pp_eval` (which must have passed `check_pp_eval`): uint8 pixels, or float32 in
-  [-1, 1]; `model_input` of it is what the model sees."""
+  """Decoded uint8 [h, w, 3] (or greyscale [h, w, 1]) to C-contiguous RGB
+  [image_size, image_size, 3] of `eval_dtype(pp_eval)`, by the crop of `pp_eval` (which must have
+  passed `check_pp_eval`): uint8 pixels, or float32 in [-1, 1]; `model_input` of it is what the
+  model sees."""
   image = EVAL_CROPS[pp_eval.crop](image, pp_eval, image_size)
   dtype = eval_dtype(pp_eval)
   return _checked(image if dtype == np.uint8 else normalize(image), dtype)

@@ -213,8 +213,8 @@ class VtabSource(tfds_source.TfdsRecords):
       self.class_names = tuple(feature.names)
 
   def load(self, record: tfds_source.Example) -> dict[str, np.ndarray]:
-    """The record's decoded 'image' (uint8 [h, w, 3]) and the task's 'label' (int32). Raises
-    `preprocess.UnreadableImage` for an image PIL cannot decode."""
+    """The record's decoded 'image' (uint8 [h, w, 3], or greyscale [h, w, 1]) and the task's
+    'label' (int32). Raises `preprocess.UnreadableImage` for an image PIL cannot decode."""
     parsed = self._deserialize(record)
     task = self._task
     image = preprocess.decode(parsed['image'])

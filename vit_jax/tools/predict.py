@@ -122,7 +122,7 @@ def read_image(path: str) -> np.ndarray:
     raise ValueError(f'cannot read {path} ({e.strerror or e})') from None
   try:
     # The decoder of the input pipeline, so that an image decodes to the same pixels as in training.
-    return preprocess.decode(encoded)
+    return preprocess.rgb(preprocess.decode(encoded))
   except preprocess.UnreadableImage as e:
     raise ValueError(f'cannot decode {path}: {e}') from None
 

@@ -9,19 +9,13 @@ process or in any of grain's worker processes (`config.data_workers`).
 
 import dataclasses
 import functools
-import multiprocessing
-import multiprocessing.connection
 import os
-import signal
-import sys
-import threading
 from typing import Any, Callable, Iterator, Protocol
 
-from absl import flags
-import grain
 import ml_collections
 import numpy as np
 
+from vit_jax.data import batching
 from vit_jax.data import digits
 from vit_jax.data import folder
 from vit_jax.data import order
@@ -226,60 +220,6 @@ def _num_workers(config: ml_collections.ConfigDict, source: Source) -> int:
   return 0 if isinstance(source, digits.DigitsSource) else _cores()
 
 
-def _worker_init(worker_index: int, worker_count: int) -> None:
-  """grain worker set-up. The run decides when its workers stop: Ctrl-C and a scheduler's SIGTERM
-  reach every process of the job, and the run saves before it stops them (a worker that died
-  there would print its traceback and could break the batch the run is waiting on). A worker also
-  ends when the process that started it ends: grain's stop only when told to, so after a SIGKILL of
-  the run (the OOM killer, a scheduler's kill after its grace period) they would run on for ever,
-  holding their memory and the run's stdout and stderr."""
-  del worker_index, worker_count
-  signal.signal(signal.SIGINT, signal.SIG_IGN)
-  signal.signal(signal.SIGTERM, signal.SIG_IGN)
-  parent = multiprocessing.parent_process()
-  if parent is None:
-    return
-
-  def exit_when_parent_ends():
-    multiprocessing.connection.wait([parent.sentinel])  # Readable once the parent has ended.
-    os._exit(1)  # pylint: disable=protected-access
-
-  threading.Thread(target=exit_when_parent_ends, name='exit-with-parent', daemon=True).start()
-
-
-# multiprocessing's resource tracker, at the end of a run with worker processes, warns of each
-# worker's batches still in shared memory ("There appear to be 3 leaked shared_memory objects"), and
-# then unlinks them: that is the clean-up, not a leak. It runs in a process of its own, which takes
-# its warning filters from this process's -W options when it starts (with the first workers).
-_TRACKER_WARNING = 'ignore:resource_tracker:UserWarning'
-
-
-def _quiet_resource_tracker() -> None:
-  if _TRACKER_WARNING not in sys.warnoptions:
-    sys.warnoptions.append(_TRACKER_WARNING)
-
-
-def _iterate(ds: grain.MapDataset, workers: int) -> grain.DatasetIterator:
-  """The batches of `ds` in order: built by `workers` processes (0: threads of this one), a few
-  ahead of the consumer. grain hands batch i to worker i % workers and reads them back in order, so
-  the batches do not depend on the number of workers."""
-  if workers:
-    if not flags.FLAGS.is_parsed():
-      # grain reads its absl flags when it starts workers: a caller that parsed none (a notebook, a
-      # test; commands parse theirs) would get UnparsedFlagAccessError. Their defaults it is.
-      flags.FLAGS.mark_as_parsed()
-    _quiet_resource_tracker()
-    # Each worker builds whole batches in its own thread; two batches ahead each.
-    it = ds.to_iter_dataset(grain.ReadOptions(num_threads=1, prefetch_buffer_size=2))
-    it = it.mp_prefetch(
-        grain.MultiprocessingOptions(num_workers=workers, per_worker_buffer_size=2),
-        worker_init_fn=_worker_init,
-    )
-  else:
-    it = ds.to_iter_dataset(grain.ReadOptions(num_threads=min(4, _cores()), prefetch_buffer_size=4))
-  return iter(it)
-
-
 class _TrainStream:
   """Data shard `shard`'s stream: the augmented example at each stream position."""
 
@@ -349,7 +289,7 @@ def train_iterator(
     start_step: int = 0,
     process_index: int = 0,
     process_count: int = 1,
-) -> grain.DatasetIterator:
+) -> batching.BatchIterator:
   """This host's endless train batches {'image': [b, H, W, 3], 'label': int32 [b]}, the labels of
   config.label_feature. The images are uint8 pixels or float32 in [-1, 1] (`preprocess.train_dtype`);
   `on_device.model_input` in the step makes either the model's float32.
@@ -375,12 +315,20 @@ def train_iterator(
       _TrainStream(config, source, shard, num_shards)
       for shard in range(first, first + shards_per_process)
   )
-  ds = (
-      grain.MapDataset.range(start_step * local_batch_size, _MANY)
-      .map(_HostExamples(streams, local_batch_size))
-      .batch(local_batch_size, drop_remainder=True)
+  size = config.image_size
+  spec = {
+      'image': ((size, size, 3), preprocess.train_dtype(config.pp)),
+      'label': ((), np.int32),
+  }
+  return batching.iterate(
+      _HostExamples(streams, local_batch_size),
+      spec,
+      batch_size=local_batch_size,
+      first=start_step,
+      end=_MANY,
+      workers=_num_workers(config, source),
+      cores=_cores(),
   )
-  return _iterate(ds, _num_workers(config, source))
 
 
 class _EvalRows:
@@ -393,24 +341,24 @@ class _EvalRows:
     self._pp_eval = config.pp_eval
     self._image_size = config.image_size
     size = config.image_size
-    self._padding = {
+    self.padding = {
         'image': np.zeros([size, size, 3], preprocess.eval_dtype(config.pp_eval)),
         'mask': np.False_,
     }
     if getattr(source, 'multi_label', False):
-      self._padding['labels'] = np.zeros([len(source.class_names)], bool)
+      self.padding['labels'] = np.zeros([len(source.class_names)], bool)
     else:
-      self._padding['label'] = np.int32(0)
+      self.padding['label'] = np.int32(0)
 
   def __call__(self, i: int) -> dict[str, np.ndarray]:
     if i >= self._records.num_records:
-      return self._padding
+      return self.padding
     record = self._records.read(i)
     try:
       example = self._source.load(record)
     except preprocess.UnreadableImage as e:
       unreadable.name_once(self._source.describe(record), str(e))
-      return self._padding
+      return self.padding
     image = preprocess.eval_preprocess(
         example['image'], pp_eval=self._pp_eval, image_size=self._image_size
     )
@@ -444,9 +392,13 @@ def eval_iterator(
       process_count=process_count,
   )
   records = source.examples(split, process_index, process_count)
-  ds = (
-      grain.MapDataset.range(num_batches * local_batch_size)
-      .map(_EvalRows(config, source, records))
-      .batch(local_batch_size)
+  rows = _EvalRows(config, source, records)
+  return batching.iterate(
+      rows,
+      {name: (value.shape, value.dtype) for name, value in rows.padding.items()},
+      batch_size=local_batch_size,
+      first=0,
+      end=num_batches,
+      workers=_num_workers(config, source),
+      cores=_cores(),
   )
-  return _iterate(ds, _num_workers(config, source))

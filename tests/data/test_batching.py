@@ -1,0 +1,99 @@
+"""The batches of grain's worker processes, handed over through each worker's ring of shared slots
+(vit_jax/data/batching.py): the same batches as in this process, whatever the consumer keeps, and
+nothing left behind."""
+
+import gc
+import itertools
+import os
+import time
+
+import numpy as np
+import pytest
+
+import helpers
+from vit_jax import data
+from vit_jax.data import batching
+
+pytestmark = pytest.mark.skipif(
+    not batching._RING_SUPPORTED, reason='the ring is Linux-only'  # pylint: disable=protected-access
+)
+
+
+def _config(workers: int):
+  return helpers.data_config(
+      None, image_size=16, data_workers=workers, pp=dict(crop='inception', flip=True)
+  )
+
+
+def _take(iterator, n: int) -> list[dict[str, np.ndarray]]:
+  try:
+    return list(itertools.islice(iterator, n))
+  finally:
+    iterator.close()
+
+
+def test_batches_the_consumer_keeps_are_not_written_over():
+  """Each worker has 3 slots, reused for its 4th batch on: every batch kept here must still be the
+  batch this process builds (a batch that were a view of its slot would now hold a later one)."""
+  kept = _take(data.train_iterator(_config(2), local_batch_size=8), 16)
+  want = _take(data.train_iterator(_config(0), local_batch_size=8), 16)
+  for got, expected in zip(kept, want, strict=True):
+    assert got.keys() == expected.keys()
+    for name in got:
+      assert got[name].dtype == expected[name].dtype
+      np.testing.assert_array_equal(got[name], expected[name])
+
+
+def test_eval_batches_through_the_ring_are_the_in_process_ones():
+  config = _config(2)
+  got = list(data.eval_iterator(config, 'test', local_batch_size=64))
+  want = list(data.eval_iterator(_config(0), 'test', local_batch_size=64))
+  assert len(got) == len(want) == 6
+  for g, w in zip(got, want):
+    for name in w:
+      np.testing.assert_array_equal(g[name], w[name])
+  assert not got[-1]['mask'].all()  # The padding rows came through too.
+
+
+def test_close_ends_workers_that_wait_for_a_slot_at_once():
+  """An endless stream's workers fill their slots and wait for one back: closing must end that wait
+  (grain's close otherwise waits 25 s for each worker before killing it)."""
+  batches = data.train_iterator(_config(2), local_batch_size=8)
+  next(batches)
+  time.sleep(3)  # Long enough for both workers to fill every slot and wait.
+  start = time.monotonic()
+  batches.close()
+  assert time.monotonic() - start < 10
+
+
+def _open_descriptors() -> int:
+  return len(os.listdir('/proc/self/fd'))
+
+
+def _ring_mappings() -> int:
+  with open('/proc/self/maps') as maps:
+    return maps.read().count('vit_jax-batches')
+
+
+def test_nothing_of_the_ring_outlives_its_iterator():
+  before = _open_descriptors(), _ring_mappings()
+  batches = data.train_iterator(_config(2), local_batch_size=8)
+  next(batches)
+  assert _ring_mappings() == 2  # One ring a worker, mapped here.
+  batches.close()
+  del batches
+  gc.collect()
+  assert (_open_descriptors(), _ring_mappings()) == before
+
+
+def test_a_slot_holds_every_array_of_the_spec_aligned():
+  fields, slot_bytes = batching._layout(  # pylint: disable=protected-access
+      {'image': ((5, 5, 3), np.uint8), 'label': ((), np.int32), 'mask': ((), bool)}, 3
+  )
+  assert [(name, shape) for name, shape, _, _ in fields] == [
+      ('image', (3, 5, 5, 3)),
+      ('label', (3,)),
+      ('mask', (3,)),
+  ]
+  offsets = [offset for *_, offset in fields]
+  assert offsets == [0, 256, 320] and slot_bytes == 384

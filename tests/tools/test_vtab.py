@@ -351,9 +351,10 @@ def test_the_source_gives_each_example_its_image_and_label(task, vtab_data_dir):
     loaded = [source.load(records.read(k)) for k in range(records.num_records)]
     assert len(loaded) == builder.info.splits[split].num_examples
     for example in loaded:
-      assert example['image'].dtype == np.uint8 and example['image'].shape[2] == 3
+      image = preprocess.rgb(example['image'])  # A greyscale PNG is served [h, w, 1].
+      assert image.dtype == np.uint8 and image.shape[2] == 3
       assert example['label'].dtype == np.int32
-      assert by_image[example['image'].tobytes()] == example['label'], split
+      assert by_image[image.tobytes()] == example['label'], split
   assert source.class_names == (
       task_info.label.class_names
       if isinstance(task_info.label, vtab_data.Label)

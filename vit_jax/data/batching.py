@@ -24,6 +24,7 @@ import weakref
 from typing import Any, Callable
 
 from absl import flags
+from absl import logging
 import grain
 import numpy as np
 
@@ -210,6 +211,18 @@ def _quiet_resource_tracker() -> None:
     sys.warnoptions.append(_TRACKER_WARNING)
 
 
+def _ring_or_none(spec: Spec, batch_size: int, workers: int) -> _Ring | None:
+  """The workers' ring; None (grain's own hand-over) without workers, off Linux, or where the
+  system refuses anonymous shared memory (a sandbox's seccomp filter)."""
+  if not workers or not _RING_SUPPORTED:
+    return None
+  try:
+    return _Ring(spec, batch_size, workers)
+  except OSError as e:
+    logging.warning("Data workers hand batches over through grain's shared memory: %s", e)
+    return None
+
+
 class BatchIterator:
   """Batches in order (`next`); `close()` ends the worker processes."""
 
@@ -242,7 +255,7 @@ def iterate(
   spec's arrays [batch_size, ...]: built by `workers` processes (0: threads of this one, at most
   `cores`), a few ahead of the consumer. grain hands batch i to worker i % workers and reads them
   back in order, so the batches do not depend on the number of workers."""
-  ring = _Ring(spec, batch_size, workers) if workers and _RING_SUPPORTED else None
+  ring = _ring_or_none(spec, batch_size, workers)
   batches = _Batches(row, spec, batch_size, ring.writer() if ring else None)
   ds = grain.MapDataset.range(first, end).map(batches)
   if not workers:

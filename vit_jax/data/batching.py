@@ -224,10 +224,13 @@ def _ring_or_none(spec: Spec, batch_size: int, workers: int) -> _Ring | None:
 
 
 class BatchIterator:
-  """Batches in order (`next`); `close()` ends the worker processes."""
+  """Batches in order (`next`); `close()` (or the iterator's end, or the interpreter's) ends the
+  worker processes: first their waits for a slot, then grain's iterator, which would otherwise wait
+  25 s for each worker waiting on a slot no one gives back."""
 
   def __init__(self, batches: grain.DatasetIterator, ring: _Ring | None):
-    self._batches, self._ring = batches, ring
+    self._batches = batches
+    self._closer = weakref.finalize(self, _close_iterator, batches, ring)
 
   def __iter__(self) -> 'BatchIterator':
     return self
@@ -236,9 +239,13 @@ class BatchIterator:
     return next(self._batches)
 
   def close(self) -> None:
-    if self._ring:
-      self._ring.close()
-    self._batches.close()
+    self._closer()
+
+
+def _close_iterator(batches: grain.DatasetIterator, ring: _Ring | None) -> None:
+  if ring:
+    ring.close()
+  batches.close()
 
 
 def iterate(

@@ -119,3 +119,23 @@ def test_a_slot_holds_every_array_of_the_spec_aligned():
   ]
   offsets = [offset for *_, offset in fields]
   assert offsets == [0, 256, 320] and slot_bytes == 384
+
+
+@pytest.mark.parametrize('workers', (0, 2))
+def test_a_row_without_a_field_of_the_spec_is_an_error_not_stale_pixels(workers):
+  spec = {'image': ((2,), np.uint8), 'label': ((), np.int32)}
+
+  def row(i):
+    return (
+        {'image': np.full(2, i, np.uint8)}
+        if i == 5
+        else {'image': np.full(2, i, np.uint8), 'label': np.int32(i)}
+    )
+
+  batches = batching.iterate(row, spec, batch_size=4, first=0, end=3, workers=workers, cores=2)
+  try:
+    np.testing.assert_array_equal(next(batches)['label'], [0, 1, 2, 3])
+    with pytest.raises(ValueError, match=r"row 5 has \['image'\], not \['image', 'label'\]"):
+      next(batches)
+  finally:
+    batches.close()

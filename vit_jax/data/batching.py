@@ -171,7 +171,10 @@ class _Batches:
       worker, slot, arrays = self._writer.acquire()
       filled = _Filled(worker, slot)
     for i in range(self._batch_size):
-      for name, value in self._row(k * self._batch_size + i).items():
+      row = self._row(k * self._batch_size + i)
+      if row.keys() != arrays.keys():  # A field left out would be the slot's last batch's.
+        raise ValueError(f'row {k * self._batch_size + i} has {sorted(row)}, not {sorted(arrays)}')
+      for name, value in row.items():
         np.copyto(arrays[name][i, ...], value, casting='no')
     return filled
 

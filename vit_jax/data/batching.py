@@ -80,8 +80,8 @@ class _Ring:
       read_end, write_end = os.pipe()
       os.write(write_end, bytes(range(SLOTS)))  # Every slot free.
       self._pipes.append((read_end, write_end))
-    self._fds = self._memfds + [fd for pipe in self._pipes for fd in pipe]
-    self._finalizer = weakref.finalize(self, _close, self._maps, self._fds)
+    fds = self._memfds + [fd for pipe in self._pipes for fd in pipe]
+    self._finalizer = weakref.finalize(self, _close, self._maps, fds)
 
   def writer(self) -> '_RingWriter':
     return _RingWriter(

@@ -112,10 +112,9 @@ def _pil_resize(image: np.ndarray, height: int, width: int) -> np.ndarray:
   float mode 'F' (no rounding). PIL resizes each channel of an 'RGB' image as it resizes an 'L' one.
   """
   if image.dtype == np.uint8:
-    if image.shape[-1] == 1:
-      grey = Image.fromarray(image[..., 0]).resize((width, height), Image.Resampling.BILINEAR)
-      return np.asarray(grey)[..., None]
-    return np.asarray(Image.fromarray(image).resize((width, height), Image.Resampling.BILINEAR))
+    pil = Image.fromarray(image[..., 0] if image.shape[-1] == 1 else image)  # 'L' or 'RGB'.
+    resized = pil.resize((width, height), Image.Resampling.BILINEAR)
+    return np.asarray(resized).reshape(height, width, image.shape[-1])
   channels = [
       np.asarray(
           Image.fromarray(np.ascontiguousarray(image[..., c], np.float32)).resize(

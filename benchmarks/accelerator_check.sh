@@ -22,7 +22,10 @@
 #                   flight as the training loop runs them (--in-flight)
 #   b16_folder      the same model and batch trained through the CLI from the JPEG folder: its
 #                   images/s beside the synthetic batches'
+#   b16_fp8         b16_synthetic with model.matmul='fp8' (FP8 products; cuBLASLt's on Hopper),
+#                   the first of ATTENTIONS
 #   l16_synthetic   benchmarks/train_step.py: ViT-L/16 bf16 batch 128 on synthetic batches
+#   l16_fp8         the same with model.matmul='fp8'
 #   revisions       only with REVISIONS=DIR (what `benchmarks/revisions.sh prepare` wrote, carried):
 #                   b16_synthetic's step in each commit prepared there, one after the other
 # ATTENTIONS (default 'xla') lists the model.attention values b16_synthetic and b16_folder measure,
@@ -216,6 +219,10 @@ check_b16_synthetic() ( set -eo pipefail; synthetic "synthetic_$ATTENTION" "${MO
 
 check_l16_synthetic() ( set -eo pipefail; synthetic l16_synthetic "${LARGE[@]}"; )
 
+check_b16_fp8() ( set -eo pipefail; synthetic b16_fp8 "${MODEL[@]}" --matmul=fp8; )
+
+check_l16_fp8() ( set -eo pipefail; synthetic l16_fp8 "${LARGE[@]}" --matmul=fp8; )
+
 check_revisions() (
   set -eo pipefail
   REVISIONS_DIR=$REVISIONS PYTHON=$PY bounded bash benchmarks/revisions.sh run "${MODEL[@]}" \
@@ -250,7 +257,9 @@ for ATTENTION in "${ATTENTIONS[@]}"; do
   step "b16_folder${suffix:+_$suffix}" 240 check_b16_folder
 done
 ATTENTION=${ATTENTIONS[0]}
+step b16_fp8 150 check_b16_fp8
 step l16_synthetic 150 check_l16_synthetic
+step l16_fp8 150 check_l16_fp8
 [[ -n ${REVISIONS:-} ]] && step revisions 240 check_revisions
 
 for run in demo demo_finetune "${ATTENTIONS[@]/#/b16_}"; do  # The runs' curves (a few KB each).

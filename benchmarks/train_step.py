@@ -53,7 +53,7 @@ import ml_collections
 from vit_jax import defaults  # pylint: disable=wrong-import-position
 from vit_jax.planning.chips import vit_flops  # pylint: disable=wrong-import-position
 from vit_jax.train import setup as train_setup  # pylint: disable=wrong-import-position
-from vit_jax.models import attention, variants  # pylint: disable=wrong-import-position
+from vit_jax.models import attention, fp8, variants  # pylint: disable=wrong-import-position
 import step_harness  # pylint: disable=wrong-import-position
 import timm_peer  # pylint: disable=wrong-import-position
 
@@ -77,6 +77,7 @@ def make_config(args: argparse.Namespace) -> ml_collections.ConfigDict:
       args.remat,
       args.scan,
   )
+  config.model.matmul = args.matmul
   return config
 
 
@@ -107,6 +108,7 @@ def row(
         f
         for f, on in (
             ('dot_product_attention', args.attention != 'xla'),
+            ('matmul=fp8 (MFU against the bf16 peak)', args.matmul == 'fp8'),
             (f'remat={args.remat}', args.remat),
             ('scan', args.scan),
         )
@@ -136,6 +138,7 @@ def make_parser() -> argparse.ArgumentParser:
   )
   parser.add_argument('--mode', default='train', choices=('train', 'inference'))
   parser.add_argument('--attention', default='xla', choices=tuple(attention.ATTENTION_FNS))
+  parser.add_argument('--matmul', default='default', choices=tuple(fp8.MATMULS))
   parser.add_argument('--remat', default=None, choices=variants.REMAT_POLICIES)
   parser.add_argument('--scan', action='store_true')
   parser.add_argument('--peer', default=None, choices=('timm',))
@@ -222,6 +225,11 @@ def main() -> None:
     print(
         '# cuDNN fused attention calls in our compiled program: '
         f'{attention.cudnn_attention_calls(ours.compiled.as_text())}'
+    )
+  if device.platform == 'gpu' and args.matmul == 'fp8':  # Whether XLA rewrote them for FP8 cores.
+    print(
+        '# cuBLASLt FP8 matmul calls in our compiled program: '
+        f'{fp8.fp8_matmul_calls(ours.compiled.as_text())}'
     )
   if device.platform == 'gpu':  # Which matmuls add the MLP's bias and GELU themselves.
     print(

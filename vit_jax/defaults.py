@@ -138,6 +138,10 @@ def get_config() -> ml_collections.ConfigDict:
           # jax.checkpoint_policies name to rematerialise each block (e.g. 'nothing_saveable');
           # nn.scan over the blocks for fast compiles of deep models (checkpoints keep per-block names).
           attention=config_dict.placeholder(str),
+          # The blocks' projections and MLPs: 'default' (in config.dtype) | 'fp8' (operands in
+          # float8_e4m3fn, gradients in float8_e5m2, scaled per tensor: FP8 tensor cores on GPUs of
+          # compute capability 8.9+; emulated elsewhere, for no speed-up; vit_jax/models/fp8.py).
+          matmul=config_dict.placeholder(str),
           remat=config_dict.placeholder(str),
           scan=config_dict.placeholder(bool),
       )

@@ -25,7 +25,9 @@ STEPS = (
     'jpegs',
     'b16_synthetic',
     'b16_folder',
+    'b16_fp8',
     'l16_synthetic',
+    'l16_fp8',
 )
 
 

@@ -78,6 +78,7 @@ def test_export_writes_the_latest_parameters_in_the_original_layout(workdir, exp
       'attention_dropout_rate': 0.0,
       'head_dropout_rate': 0.1,
       'attention': 'xla',
+      'matmul': 'default',
       'remat': None,
       'scan': False,
       'resnet_layers': None,

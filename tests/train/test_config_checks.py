@@ -64,6 +64,7 @@ INVALID = {
     'lr.warmup_steps': (-1, {}, 'lr.warmup_steps=-1'),
     'mesh': ((('data', 3),), {}, 'multiply to 3, but there are 8 devices'),
     'model.attention': ('flash', {}, "Unknown model.attention 'flash'"),
+    'model.matmul': ('int8', {}, "Unknown model.matmul 'int8': use one of default, fp8"),
     'model.attention_dropout_rate': (1.5, {}, 'attention_dropout_rate=1.5'),
     'model.classifier': ('mean', {}, "Unknown model.classifier 'mean'"),
     'model.dropout_rate': (-0.1, {}, 'dropout_rate=-0.1'),

@@ -13,6 +13,8 @@ import jax
 import jax.numpy as jnp
 from absl import logging
 
+from vit_jax.models.fp8 import MATMULS
+
 CUDNN_TOKEN_MULTIPLE = 8  # cuDNN's flash attention trains on token counts that are multiples of 8.
 
 
@@ -173,6 +175,7 @@ class SelfAttention(nn.Module):
   dtype: Any = jnp.float32
   dropout_rate: float = 0.0  # Of the attention weights.
   key_bias: bool = True
+  matmul: str = 'default'  # A key of fp8.MATMULS: how the four projections multiply.
 
   @nn.compact
   def __call__(
@@ -193,6 +196,7 @@ class SelfAttention(nn.Module):
         dtype=self.dtype,
         kernel_init=nn.initializers.xavier_uniform(),
         use_bias=use_bias,
+        dot_general=MATMULS[self.matmul],
         name=name,
     )(x)
     query, key, value = projection('query'), projection('key', self.key_bias), projection('value')
@@ -209,5 +213,6 @@ class SelfAttention(nn.Module):
         axis=(-2, -1),
         dtype=self.dtype,
         kernel_init=nn.initializers.xavier_uniform(),
+        dot_general=MATMULS[self.matmul],
         name='out',
     )(x)

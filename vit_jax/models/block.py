@@ -13,6 +13,7 @@ import jax.numpy as jnp
 
 from vit_jax.models import rope
 from vit_jax.models.attention import ATTENTION_FNS, SelfAttention, token_padding
+from vit_jax.models.fp8 import MATMULS
 from vit_jax.models.posemb import POSEMBS
 
 Dtype = Any
@@ -55,12 +56,14 @@ class MlpBlock(nn.Module):
   gated: bool = False
   norm: bool = False
   layernorm_epsilon: float = 1e-6
+  matmul: str = 'default'  # A key of fp8.MATMULS: how its layers multiply.
 
   @nn.compact
   def __call__(self, inputs: jnp.ndarray, *, deterministic: bool) -> jnp.ndarray:
     dense = lambda features, name: nn.Dense(
         features,
         dtype=self.dtype,
+        dot_general=MATMULS[self.matmul],
         kernel_init=nn.initializers.xavier_uniform(),
         bias_init=nn.initializers.normal(stddev=1e-6),
         name=name,
@@ -98,6 +101,7 @@ class Encoder1DBlock(nn.Module):
   attention_dropout_rate: float = 0.0
   dtype: Dtype = jnp.float32
   attention: str = 'xla'  # A key of ATTENTION_FNS.
+  matmul: str = 'default'  # A key of fp8.MATMULS: the projections' and the MLP's products.
   mlp_activation: str = 'gelu_tanh'  # A key of MLP_ACTIVATIONS.
   layer_scale: Optional[float] = None  # The initial value of `ls1` and `ls2`; None: no layer scale.
   layernorm_epsilon: float = 1e-6
@@ -145,6 +149,7 @@ class Encoder1DBlock(nn.Module):
         dtype=self.dtype,
         dropout_rate=self.attention_dropout_rate,
         key_bias=self.key_bias,
+        matmul=self.matmul,
         name='MultiHeadDotProductAttention_1',
     )(
         x,
@@ -166,6 +171,7 @@ class Encoder1DBlock(nn.Module):
         gated=self.mlp_gated,
         norm=self.mlp_norm,
         layernorm_epsilon=self.layernorm_epsilon,
+        matmul=self.matmul,
         name='MlpBlock_3',
     )(y, deterministic=deterministic)
     return x + self._drop_path(self._scale('ls2', y), drop_path_rate, deterministic)

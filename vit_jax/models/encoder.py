@@ -4,6 +4,7 @@ The blocks (`block`, registry BLOCKS) are the ViT's pre-LayerNorm blocks (block.
 row-then-column pairs of them (axial.py).
 
 Fast paths (none changes the parameter tree): `attention` picks the attention kernel (attention.py);
+`matmul` how the blocks' projections and MLPs multiply (fp8.py: 'fp8' for FP8 tensor cores);
 `remat=POLICY` recomputes each block's activations in the backward pass except what the
 `jax.checkpoint_policies` policy saves; `scan=True` compiles one block and loops over `nn.scan`, so
 compile time does not grow with depth. Stochastic depth (`drop_path_rate`) drops each block's residual
@@ -136,6 +137,7 @@ class Encoder(nn.Module):
   attention_dropout_rate: float = 0.0
   dtype: Dtype = jnp.float32
   attention: str = 'xla'
+  matmul: str = 'default'
   remat: Optional[str] = None
   scan: bool = False
   posemb: str = 'learn'
@@ -175,6 +177,7 @@ class Encoder(nn.Module):
         attention_dropout_rate=self.attention_dropout_rate,
         dtype=self.dtype,
         attention=self.attention,
+        matmul=self.matmul,
         mlp_activation=self.mlp_activation,
         layer_scale=self.layer_scale,
         layernorm_epsilon=self.layernorm_epsilon,

@@ -19,6 +19,7 @@ import flax.linen as nn
 from vit_jax.models import bit, rope
 from vit_jax.models.attention import ATTENTION_FNS
 from vit_jax.models.block import MLP_ACTIVATIONS
+from vit_jax.models.fp8 import MATMULS
 from vit_jax.models.inits import WEIGHT_INITS
 from vit_jax.models.pooling import CLASSIFIERS
 from vit_jax.models.posemb import POSEMB_WHERE, POSEMBS
@@ -120,6 +121,7 @@ def _vit_model_config(
       attention_dropout_rate=0.0,
       head_dropout_rate=0.0,
       attention='xla',
+      matmul='default',
       remat=None,
       scan=False,
       mlp_activation='gelu_tanh',
@@ -165,6 +167,8 @@ def _vit_model_config(
     raise ValueError(
         f"Unknown model.attention {model['attention']!r}: use one of " f"{', '.join(ATTENTION_FNS)}"
     )
+  if model['matmul'] not in MATMULS:
+    raise ValueError(f"Unknown model.matmul {model['matmul']!r}: use one of {', '.join(MATMULS)}")
   if model['attention'] == 'dot_product_attention' and model['attention_dropout_rate']:
     raise ValueError(
         "model.attention='dot_product_attention' has no dropout on the attention weights: "
@@ -442,6 +446,7 @@ RESUMABLE_FIELDS = frozenset(
         'head_dropout_rate',
         'drop_path_rate',
         'attention',
+        'matmul',
         'remat',
         'scan',
         'weight_init',

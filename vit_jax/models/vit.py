@@ -84,6 +84,7 @@ class ViTBackbone(nn.Module):
   block: str = 'standard'  # A key of encoder.BLOCKS: 'axial' for Axial-ViT.
   dtype: Dtype = jnp.float32
   attention: str = 'xla'  # A key of ATTENTION_FNS.
+  matmul: str = 'default'  # A key of fp8.MATMULS: how the blocks' projections and MLPs multiply.
   remat: Optional[str] = None  # A jax.checkpoint_policies name, e.g. 'nothing_saveable'; None: off.
   scan: bool = False
   # The R50+ViT hybrid: units per stage of a ResNet-v2 stem before the patch embedding (None: pure ViT).
@@ -162,6 +163,7 @@ class ViTBackbone(nn.Module):
         attention_dropout_rate=self.attention_dropout_rate,
         dtype=self.dtype,
         attention=self.attention,
+        matmul=self.matmul,
         remat=self.remat,
         scan=self.scan,
         posemb=self.posemb,

@@ -21,7 +21,7 @@ from vit_jax.runtime import paths
 from vit_jax.train import optim, param_groups
 from vit_jax.checkpoints import loading
 from vit_jax.checkpoints import teacher as teacher_lib
-from vit_jax.models import variants
+from vit_jax.models import fp8, variants
 
 DTYPES = ('float32', 'bfloat16', 'float16')
 # Steps between the loop's periodic actions, and checkpoints kept: each at least 1.
@@ -259,6 +259,14 @@ def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
         steps,
         config.lr.base,
         steps // 10,
+    )
+  if model_config.get('matmul') == 'fp8' and not fp8.runs_natively(jax.devices()[0]):
+    logging.warning(
+        "model.matmul='fp8' is emulated on %s: the operands are rounded to FP8, their products "
+        'computed in config.dtype=%s, with no speed-up (FP8 tensor cores: NVIDIA GPUs of compute '
+        'capability 8.9 and up); --config.model.matmul=default computes them unrounded',
+        jax.devices()[0].device_kind,
+        config.dtype,
     )
   model = task.make_model(config, model_config, info.num_classes)
   if param_groups.names_parameters(config.optim):  # Tracing the model's init costs start-up time.

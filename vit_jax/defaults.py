@@ -58,6 +58,10 @@ def get_config() -> ml_collections.ConfigDict:
   # folders, tfds datasets) and none for the digits; 0: threads of the training process only. The
   # batches are the same for any number.
   config.data_workers = config_dict.placeholder(int)
+  # Train batches handed to the devices this many steps before their step: each one's copy overlaps
+  # the steps before it rather than waiting behind the step it feeds (0: at their step). The batches
+  # are the same for any number.
+  config.device_prefetch = 2
   # The train split is read as this many disjoint streams, each host reading its share of them; the
   # batches depend on it and not on the number of hosts (unset: one stream per host).
   config.data_shards = config_dict.placeholder(int)

@@ -174,6 +174,7 @@ INVALID = {
     ),
     'profile_steps': (-1, {}, r'config\.profile_steps=-1 must be at least 0 \(0: no trace\)'),
     'data_workers': (-1, {}, r'config\.data_workers=-1 must be >= 0 worker processes'),
+    'device_prefetch': (-1, {}, r'config\.device_prefetch=-1 must be at least 0 batches'),
     'storage_timeout_s': (0.0, {}, 'storage_timeout_s=0.0 must be a positive number'),
     'task': ('detection', {}, "Unknown config.task 'detection'"),
     'total_steps': (0, {}, 'The run has 0 steps'),

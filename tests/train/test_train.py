@@ -14,6 +14,7 @@ from jax.sharding import PartitionSpec as P
 from PIL import Image
 
 import helpers
+from vit_jax import sharding
 from vit_jax.checkpoints import checkpoint, run_dir
 from vit_jax.checkpoints import loading
 from vit_jax.train import loop, setup as train_setup, state as train_state
@@ -384,3 +385,33 @@ def test_finetune_config_runs_from_an_npz(tmp_path, data_dir, pretrained_workdir
   setup = train_setup.prepare(config, str(tmp_path / 'workdir'))
   assert setup.init_params['Transformer']['posembed_input']['pos_embedding'].shape == (1, 10, 32)
   assert np.isfinite(loop.train_and_evaluate(setup)['eval_loss'])
+
+
+def test_device_batches_go_to_the_devices_ahead_in_order():
+  taken = []
+
+  def local_batches(n):
+    for i in range(n):
+      taken.append(i)
+      yield {'image': np.full((8, 2), i, np.float32), 'label': np.full((8,), i, np.int32)}
+
+  mesh = sharding.make_mesh((('data', 8),))
+  for ahead in (0, 2):
+    taken.clear()
+    batches = loop.device_batches(local_batches(5), mesh, ahead)
+    first = next(batches)
+    assert taken == list(range(ahead + 1))  # The next `ahead` are on their way.
+    assert isinstance(first['image'], jax.Array) and first['image'].sharding.spec == P('data')
+    rest = list(batches)
+    assert [int(b['label'][0]) for b in [first, *rest]] == [0, 1, 2, 3, 4]
+    np.testing.assert_array_equal(rest[-1]['image'], np.full((8, 2), 4))
+
+
+def test_device_prefetch_changes_no_result(tmp_path, data_dir):
+  params = {}
+  for ahead in (0, 2):
+    workdir = str(tmp_path / str(ahead))
+    overrides = {**helpers.TINY, 'data_dir': data_dir, 'device_prefetch': ahead}
+    loop.train_and_evaluate(train_setup.prepare(helpers.load_config('demo', overrides), workdir))
+    params[ahead] = helpers.checkpoint_params(workdir, 12)
+  chex.assert_trees_all_equal(params[0], params[2])

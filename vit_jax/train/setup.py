@@ -163,6 +163,11 @@ def _check_numbers(config: ml_collections.ConfigDict) -> None:
         f'config.polyak_decay={config.polyak_decay} must be in [0, 1), e.g. 0.9999 '
         '(or unset to turn Polyak averaging off)'
     )
+  if config.device_prefetch < 0:
+    raise ValueError(
+        f'config.device_prefetch={config.device_prefetch} must be at least 0 batches, e.g. 2 '
+        '(0: each batch goes to the devices at its step)'
+    )
   if config.profile_steps < 0:
     raise ValueError(
         f'config.profile_steps={config.profile_steps} must be at least 0 (0: no trace)'

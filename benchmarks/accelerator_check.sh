@@ -22,10 +22,13 @@
 #                   flight as the training loop runs them (--in-flight)
 #   b16_folder      the same model and batch trained through the CLI from the JPEG folder: its
 #                   images/s beside the synthetic batches'
-#   b16_fp8         b16_synthetic with model.matmul='fp8' (FP8 products; cuBLASLt's on Hopper),
-#                   the first of ATTENTIONS
 #   l16_synthetic   benchmarks/train_step.py: ViT-L/16 bf16 batch 128 on synthetic batches
-#   l16_fp8         the same with model.matmul='fp8'
+# and, only where ONLY names them or with ALL=1 (the default run stays within 8 minutes):
+#   b16_fp8         b16_synthetic with model.matmul='fp8' (FP8 products: cuBLASLt's on GPUs of
+#                   compute capability 8.9+), the first of ATTENTIONS
+#   l16_fp8         l16_synthetic with model.matmul='fp8'
+#   b16_folder_at_step  b16_folder with config.device_prefetch=0 (each batch copied at its step),
+#                   the first of ATTENTIONS (after jpegs and that attention's b16_synthetic)
 #   revisions       only with REVISIONS=DIR (what `benchmarks/revisions.sh prepare` wrote, carried):
 #                   b16_synthetic's step in each commit prepared there, one after the other
 # ATTENTIONS (default 'xla') lists the model.attention values b16_synthetic and b16_folder measure,
@@ -87,6 +90,7 @@ else
   B16=(--config.batch_size=256 --config.num_epochs=25 --config.log_every_steps=50
        --config.lr.warmup_steps=30)
 fi
+OPTIONAL='b16_fp8 l16_fp8 b16_folder_at_step'
 # The input pipeline's worker processes, where it has them (the TensorFlow-free pipeline).
 WORKERS=()
 grep -q -- "'--workers'" benchmarks/input_pipeline.py && WORKERS=(--workers="$CORES")
@@ -96,6 +100,7 @@ grep -q -- "'--workers'" benchmarks/input_pipeline.py && WORKERS=(--workers="$CO
 step() {
   local name=$1 start=$SECONDS rc status=ok
   [[ -n ${ONLY:-} && $name != wheels && " $ONLY " != *" $name "* ]] && return
+  [[ -z ${ONLY:-} && ${ALL:-0} != 1 && " $OPTIONAL " == *" $name "* ]] && return
   DEADLINE=$((SECONDS + $2)) NOTE=$LOGS/$name.note
   : > "$NOTE"
   echo "== $name (at most $2 s)" >&2
@@ -230,17 +235,23 @@ check_revisions() (
   note "$(grep -c '^| vit_jax@' "$WORK/revisions.md") revisions timed"
 )
 
-check_b16_folder() (
-  set -eo pipefail
-  main configs/vit_b16_i1k.py "$WORK/b16_$ATTENTION" --config.dataset=folder \
+# folder RUN FLAGS...: ViT-B/16 trained through the CLI from the JPEG folder in $WORK/RUN, with
+# $ATTENTION and FLAGS; its images/s against b16_synthetic's (run before it).
+folder() {
+  main configs/vit_b16_i1k.py "$WORK/$1" --config.dataset=folder \
     --config.data_dir="$WORK/jpegs" --config.train_split=train --config.eval_split=test \
     --config.dtype=bfloat16 --config.eval_batch_size=32 --config.eval_every_steps=100000 \
-    --config.checkpoint_every_steps=100000 --config.model.attention="$ATTENTION" "${B16[@]}"
+    --config.checkpoint_every_steps=100000 --config.model.attention="$ATTENTION" "${B16[@]}" \
+    "${@:2}"
   local synthetic
   synthetic=$(py benchmarks/accelerator_check.py table_value "$WORK/synthetic_$ATTENTION.md" \
     vit_jax 'img/s (median)')
-  helper train_rate "$WORK/b16_$ATTENTION" --synthetic="$synthetic"
-)
+  helper train_rate "$WORK/$1" --synthetic="$synthetic"
+}
+
+check_b16_folder() ( set -eo pipefail; folder "b16_$ATTENTION"; )
+
+check_b16_folder_at_step() ( set -eo pipefail; folder b16_at_step --config.device_prefetch=0; )
 
 step wheels 120 install_wheels
 step env 60 check_env
@@ -260,9 +271,10 @@ ATTENTION=${ATTENTIONS[0]}
 step b16_fp8 150 check_b16_fp8
 step l16_synthetic 150 check_l16_synthetic
 step l16_fp8 150 check_l16_fp8
+step b16_folder_at_step 240 check_b16_folder_at_step
 [[ -n ${REVISIONS:-} ]] && step revisions 240 check_revisions
 
-for run in demo demo_finetune "${ATTENTIONS[@]/#/b16_}"; do  # The runs' curves (a few KB each).
+for run in demo demo_finetune "${ATTENTIONS[@]/#/b16_}" b16_at_step; do  # The runs' curves (a few KB each).
   mkdir -p "$RESULTS/events/$run"
   cp "$WORK/$run"/{events.out.tfevents.*,config.json} "$RESULTS/events/$run/" 2> /dev/null
 done

@@ -25,14 +25,15 @@ STEPS = (
     'jpegs',
     'b16_synthetic',
     'b16_folder',
-    'b16_fp8',
     'l16_synthetic',
-    'l16_fp8',
 )
+# The steps only ONLY (or ALL=1) runs, after the ones they need.
+OPTIONAL = ('wheels', 'jpegs', 'b16_synthetic', 'b16_fp8', 'l16_fp8', 'b16_folder_at_step')
 
 
-@pytest.mark.slow  # A dozen commands, each its own process: a few minutes on 2 cores.
-def test_the_small_check_passes_every_step_on_cpu(tmp_path):
+def _small_check(tmp_path, **env) -> tuple[dict[str, str], str]:
+  """Runs the check --small on CPU; asserts every step passed; returns {step: result} in the order
+  the steps ran, and the printed output."""
   # As a user runs it: one CPU device (not the tests' 8), the packages already installed.
   xla_flags = os.environ.get('XLA_FLAGS', '').replace(
       '--xla_force_host_platform_device_count=8', ''
@@ -44,6 +45,7 @@ def test_the_small_check_passes_every_step_on_cpu(tmp_path):
       'PYTHON': sys.executable,
       'OUT': str(tmp_path / 'out'),
       'WORK': str(tmp_path / 'work'),
+      **env,
   }
   run = subprocess.run(
       ['bash', 'benchmarks/accelerator_check.sh', '--small'],
@@ -61,16 +63,29 @@ def test_the_small_check_passes_every_step_on_cpu(tmp_path):
   }
   assert not failed, failed
   assert run.returncode == 0, run.stderr[-3000:]
-  assert tuple(name for name, *_ in rows) == STEPS
-  results = {name: result for name, _, _, result in rows}
+  summary = (tmp_path / 'out' / 'summary.md').read_text()
+  assert summary.count('| ok |') == len(rows) and summary in run.stdout
+  return {name: result for name, _, _, result in rows}, run.stdout
+
+
+@pytest.mark.slow  # A dozen commands, each its own process: a few minutes on 2 cores.
+def test_the_small_check_passes_every_step_on_cpu(tmp_path):
+  results, _ = _small_check(tmp_path)
+  assert tuple(results) == STEPS
   assert 'the packages import already' in results['wheels']
   assert re.match(
       r'killed after checkpoint \d0 of 100; params bit-identical at step 100 ', results['resume']
   ), results['resume']
   assert 'x the synthetic batches' in results['b16_folder']
-  summary = (tmp_path / 'out' / 'summary.md').read_text()
-  assert summary.count('| ok |') == len(STEPS) and summary in run.stdout
   assert os.listdir(tmp_path / 'out' / 'events' / 'demo')  # The curves come back with the summary.
+
+
+@pytest.mark.slow  # Five commands, each its own process.
+def test_the_optional_steps_run_where_only_names_them(tmp_path):
+  results, _ = _small_check(tmp_path, ONLY=' '.join(OPTIONAL[1:]))
+  assert tuple(results) == OPTIONAL
+  assert 'x the synthetic batches' in results['b16_folder_at_step']
+  assert os.listdir(tmp_path / 'out' / 'events' / 'b16_at_step')
 
 
 def test_table_value_reads_a_benchmark_row_under_its_header(tmp_path):

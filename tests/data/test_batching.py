@@ -132,7 +132,7 @@ def test_a_row_without_a_field_of_the_spec_is_an_error_not_stale_pixels(workers)
         else {'image': np.full(2, i, np.uint8), 'label': np.int32(i)}
     )
 
-  batches = batching.iterate(row, spec, batch_size=4, first=0, end=3, workers=workers, cores=2)
+  batches = batching.iterate(row, spec, batch_size=4, first=0, end=3, workers=workers)
   try:
     np.testing.assert_array_equal(next(batches)['label'], [0, 1, 2, 3])
     with pytest.raises(ValueError, match=r"row 5 has \['image'\], not \['image', 'label'\]"):

@@ -28,6 +28,8 @@ from absl import logging
 import grain
 import numpy as np
 
+from vit_jax.runtime import cpuinfo
+
 # A batch's arrays without the batch axis: name -> (shape, dtype).
 Spec = dict[str, tuple[tuple[int, ...], Any]]
 
@@ -259,17 +261,18 @@ def iterate(
     first: int,
     end: int,
     workers: int,
-    cores: int,
 ) -> BatchIterator:
   """Batches first, first + 1, ... (before `end`) of `row`'s rows, in order, each a dict of the
-  spec's arrays [batch_size, ...]: built by `workers` processes (0: threads of this one, at most
-  `cores`), a few ahead of the consumer. grain hands batch i to worker i % workers and reads them
+  spec's arrays [batch_size, ...]: built by `workers` processes (0: threads of this one, one a core
+  up to 4), a few ahead of the consumer. grain hands batch i to worker i % workers and reads them
   back in order, so the batches do not depend on the number of workers."""
   ring = _ring_or_none(spec, batch_size, workers)
   batches = _Batches(row, spec, batch_size, ring.writer() if ring else None)
   ds = grain.MapDataset.range(first, end).map(batches)
   if not workers:
-    it = ds.to_iter_dataset(grain.ReadOptions(num_threads=min(4, cores), prefetch_buffer_size=4))
+    it = ds.to_iter_dataset(
+        grain.ReadOptions(num_threads=min(4, cpuinfo.usable_cores()), prefetch_buffer_size=4)
+    )
     return BatchIterator(iter(it), None)
   if not flags.FLAGS.is_parsed():
     # grain reads its absl flags when it starts workers: a caller that parsed none (a notebook, a

@@ -9,7 +9,6 @@ process or in any of grain's worker processes (`config.data_workers`).
 
 import dataclasses
 import functools
-import os
 from typing import Any, Callable, Iterator, Protocol
 
 import ml_collections
@@ -23,6 +22,7 @@ from vit_jax.data import preprocess
 from vit_jax.data import tfds_source
 from vit_jax.data import unreadable
 from vit_jax.data import vtab
+from vit_jax.runtime import cpuinfo
 
 # The end of the range of train steps; never reached.
 _MANY = 2**62
@@ -206,10 +206,6 @@ def num_data_shards(config: ml_collections.ConfigDict, process_count: int) -> in
   return shards
 
 
-def _cores() -> int:
-  return len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count() or 1
-
-
 def _num_workers(config: ml_collections.ConfigDict, source: Source) -> int:
   """grain worker processes: config.data_workers, or unset, one a core for sources that decode files
   (threads of this process would share one interpreter lock for the per-example Python and numpy)
@@ -217,7 +213,7 @@ def _num_workers(config: ml_collections.ConfigDict, source: Source) -> int:
   """
   if config.data_workers is not None:
     return config.data_workers
-  return 0 if isinstance(source, digits.DigitsSource) else _cores()
+  return 0 if isinstance(source, digits.DigitsSource) else cpuinfo.usable_cores()
 
 
 class _TrainStream:
@@ -327,7 +323,6 @@ def train_iterator(
       first=start_step,
       end=_MANY,
       workers=_num_workers(config, source),
-      cores=_cores(),
   )
 
 
@@ -400,5 +395,4 @@ def eval_iterator(
       first=0,
       end=num_batches,
       workers=_num_workers(config, source),
-      cores=_cores(),
   )

@@ -30,8 +30,11 @@ def flags(path: str = CPUINFO) -> set[str]:
 
 
 def usable_cores() -> int:
-  """Cores this process may run on: JAX's CPU client runs one thread on each."""
-  return len(os.sched_getaffinity(0))
+  """Cores this process may run on: JAX's CPU client runs one thread on each (all of them where the
+  OS does not say: macOS)."""
+  if hasattr(os, 'sched_getaffinity'):
+    return len(os.sched_getaffinity(0))
+  return os.cpu_count() or 1
 
 
 def transparent_huge_pages() -> str:

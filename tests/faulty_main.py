@@ -1,7 +1,7 @@
 """`python tests/faulty_main.py <vit_jax.main flags>`: vit_jax.main with one fault from the
 environment's FAULT, at an exact point of the run, for the fault-injection tests:
 
-  kill_before_step:S    SIGKILL once the loop asks for step S's batch (earlier steps are dispatched)
+  kill_before_step:S    SIGKILL once the loop takes step S's batch (earlier steps are dispatched)
   kill_in_save:S        SIGKILL inside the async save of step S, its files half written
   kill_before_commit:S  SIGKILL when the save of step S is written and about to be renamed final
   kill_in_eval:S        SIGKILL inside the evaluation at step S
@@ -23,20 +23,25 @@ def _kill() -> None:
 
 
 def _at_step(step: int, fault) -> None:
-  """Calls `fault` when the train loop asks for the batch of `step`."""
+  """Calls `fault` when the train loop takes the batch of `step`, just before dispatching that step
+  (the batch itself went to the devices config.device_prefetch steps earlier)."""
   from vit_jax import data  # pylint: disable=g-import-not-at-top
+  from vit_jax.train import loop  # pylint: disable=g-import-not-at-top
 
-  train_iterator = data.train_iterator
+  train_iterator, device_batches = data.train_iterator, loop.device_batches
+  first = []
 
   def faulty_train_iterator(config, *, start_step: int, **kwargs):
-    for s, batch in enumerate(
-        train_iterator(config, start_step=start_step, **kwargs), start_step + 1
-    ):
+    first.append(start_step + 1)
+    return train_iterator(config, start_step=start_step, **kwargs)
+
+  def faulty_device_batches(*args, **kwargs):
+    for s, batch in enumerate(device_batches(*args, **kwargs), first[-1]):
       if s == step:
         fault()
       yield batch
 
-  data.train_iterator = faulty_train_iterator
+  data.train_iterator, loop.device_batches = faulty_train_iterator, faulty_device_batches
 
 
 def _kill_in_async_path(name: str, when) -> None:

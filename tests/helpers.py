@@ -223,11 +223,9 @@ def train_losses(setup, batches: list[dict]) -> tuple[np.ndarray, object]:
   return np.array(losses), state
 
 
-def train_as_on_one_device(setup, one_workdir: str, steps: int = 3) -> tuple[np.ndarray, object]:
+def train_on_mesh_and_one_device(setup, one_workdir: str, steps: int = 3) -> tuple[tuple, tuple]:
   """Trains `steps` random batches (10 classes) with the run's jitted step on its mesh and again on one
-  device (workdir `one_workdir`), asserts the same losses and parameters, and returns the mesh's losses
-  and final train state."""
-  import chex  # pylint: disable=g-import-not-at-top
+  device (workdir `one_workdir`): (losses, final train state) of each."""
   from vit_jax import sharding  # pylint: disable=g-import-not-at-top
 
   size, rng = setup.config.image_size, np.random.default_rng(0)
@@ -238,11 +236,17 @@ def train_as_on_one_device(setup, one_workdir: str, steps: int = 3) -> tuple[np.
       }
       for _ in range(steps)
   ]
-  losses, state = train_losses(setup, batches)
   one = sharding.make_mesh((('data', 1),), devices=jax.devices()[:1])
-  reference, one_state = train_losses(
-      dataclasses.replace(setup, mesh=one, workdir=one_workdir), batches
-  )
+  one_setup = dataclasses.replace(setup, mesh=one, workdir=one_workdir)
+  return train_losses(setup, batches), train_losses(one_setup, batches)
+
+
+def train_as_on_one_device(setup, one_workdir: str, steps: int = 3) -> tuple[np.ndarray, object]:
+  """`train_on_mesh_and_one_device`, asserting the same losses and parameters; returns the mesh's
+  losses and final train state."""
+  import chex  # pylint: disable=g-import-not-at-top
+
+  (losses, state), (reference, one_state) = train_on_mesh_and_one_device(setup, one_workdir, steps)
   np.testing.assert_allclose(losses, reference, rtol=1e-5)
   chex.assert_trees_all_close(
       jax.device_get(state.params), jax.device_get(one_state.params), rtol=1e-5, atol=1e-6

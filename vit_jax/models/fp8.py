@@ -2,15 +2,16 @@
 
 'fp8' quantizes both operands of every projection and MLP layer of the transformer blocks to
 float8_e4m3fn, and in the backward pass the incoming gradient to float8_e5m2 (more range, less
-precision: gradients need the range), each tensor with one scale from its own absolute maximum in this
-step (the "tensorwise" dynamic recipe of torchao's float8 training; Transformer Engine's current
-scaling). Nothing is stored between steps, so checkpoints, resumption, scans and meshes are as without
-it. The maximum is over the whole tensor, so no scale depends on the mesh; float32's sums do, in their
-last bit, which now and then moves a value into the next FP8 bin: runs on two meshes agree to FP8's
-rounding, not float32's (a run on one mesh repeats to the bit). With `accum_steps` each micro-batch's
-activations have their own scales. The scale is a power of two: scaling and unscaling are exact, and
-the largest value lands in the top binade of the format, never past it. The patch embedding, the pooling and the head stay in the compute dtype (the
-usual exclusions: they are a small share of the FLOPs and the most sensitive to precision).
+precision: gradients need the range), each tensor with one scale from its own absolute maximum in
+this step (the "tensorwise" dynamic recipe of torchao's float8 training; Transformer Engine's current
+scaling). Nothing is stored between steps, so checkpoints, resumption, scans and meshes are as
+without it. The maximum is over the whole tensor, so no scale depends on the mesh; float32's sums
+do, in their last bit, which now and then moves a value into the next FP8 bin: runs on two meshes
+agree to FP8's rounding, not float32's (a run on one mesh repeats to the bit). With `accum_steps`
+each micro-batch's activations have their own scales. The scale is a power of two: scaling and
+unscaling are exact, and the largest value lands in the top binade of the format, never past it.
+The patch embedding, the pooling and the head stay in the compute dtype (the usual exclusions: they
+are a small share of the FLOPs and the most sensitive to precision).
 
 The products are written as dot(convert(fp8) * scale, ...), the pattern XLA's GPU compiler rewrites
 into cuBLASLt's FP8 matmul on GPUs with FP8 tensor cores (compute capability 8.9 and up: Ada, Hopper,

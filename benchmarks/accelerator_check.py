@@ -9,6 +9,7 @@
   python3 benchmarks/accelerator_check.py predictions LOG
   python3 benchmarks/accelerator_check.py train_rate WORKDIR [--synthetic=IMAGES_PER_S]
   python3 benchmarks/accelerator_check.py table_value LOG vit_jax 'images/s (median)'
+  python3 benchmarks/accelerator_check.py test_results JUNIT_XML FAILURES_MD
 
 Each command prints one line, what the check's summary shows for its step, and exits with status 1
 (the line saying why) where the step fails.
@@ -169,6 +170,40 @@ def table_value(log: str, row: str, column: str) -> str:
   raise CheckFailed(f'no row {row!r} under a header with {column!r} in {log}')
 
 
+def test_results(junit_xml: str, failures_md: str) -> str:
+  """Counts a pytest run's outcomes from its JUnit XML, and writes to `failures_md` each failed or
+  erring test under the first line of its message, tests of one message together."""
+  import collections  # pylint: disable=g-import-not-at-top
+  from xml.etree import ElementTree  # pylint: disable=g-import-not-at-top
+
+  counts = collections.Counter()
+  causes = collections.defaultdict(list)
+  for case in ElementTree.parse(junit_xml).iter('testcase'):
+    test = f"{case.get('classname')}::{case.get('name')}"
+    outcome = next((child for child in case if child.tag in ('failure', 'error', 'skipped')), None)
+    if outcome is None:
+      counts['passed'] += 1
+      continue
+    message = (outcome.get('message') or outcome.text or '').strip().splitlines()
+    counts[outcome.tag] += 1
+    if outcome.tag == 'skipped':
+      counts['skipped for want of devices'] += 'devices of' in ''.join(message[:1])
+    else:
+      causes[message[0][:300] if message else f'({outcome.tag} without a message)'].append(test)
+  with open(failures_md, 'w', encoding='utf-8') as out:
+    for cause, tests in sorted(causes.items(), key=lambda item: -len(item[1])):
+      out.write(f'- {len(tests)}: {cause}\n' + ''.join(f'  - {test}\n' for test in tests))
+  text = (
+      f"{counts['passed']} passed, {counts['failure']} failed, {counts['error']} errors, "
+      f"{counts['skipped']} skipped ({counts['skipped for want of devices']} for want of devices)"
+  )
+  if not counts['passed'] + counts['failure'] + counts['error'] + counts['skipped']:
+    raise CheckFailed(f'no test ran: {junit_xml} lists none')
+  if causes:
+    raise CheckFailed(f'{text}; {len(causes)} causes in {failures_md}')
+  return text
+
+
 def environment() -> str:
   """The devices, the GPU's driver, and the versions of the packages the steps use."""
   import importlib.metadata  # pylint: disable=g-import-not-at-top
@@ -260,6 +295,9 @@ def main() -> None:
   command = commands.add_parser('table_value')
   for name in ('log', 'row', 'column'):
     command.add_argument(name)
+  command = commands.add_parser('test_results')
+  command.add_argument('junit_xml')
+  command.add_argument('failures_md')
   commands.add_parser('environment')
   commands.add_parser('normalize_bits')
   args = vars(parser.parse_args())
@@ -271,6 +309,7 @@ def main() -> None:
       'predictions': predictions,
       'train_rate': train_rate,
       'table_value': table_value,
+      'test_results': test_results,
       'environment': environment,
       'normalize_bits': normalize_bits,
   }[args.pop('command')]

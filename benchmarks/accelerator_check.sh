@@ -29,6 +29,13 @@
 #   l16_fp8         l16_synthetic with model.matmul='fp8'
 #   b16_folder_at_step  b16_folder with config.device_prefetch=0 (each batch copied at its step),
 #                   the first of ATTENTIONS (after jpegs and that attention's b16_synthetic)
+#   tests           the test suite's fast tier (make test's tests; TESTS='tests/models ...' another
+#                   selection) on the accelerator, every matmul at float32's full precision
+#                   (JAX_DEFAULT_MATMUL_PRECISION=highest, as the CPU computes), a worker per two
+#                   cores: the counts, and each failure under its cause in tests_failures.md beside
+#                   the summary (tests.xml: pytest's JUnit XML); tests that need more devices than
+#                   there are (`devices(8)`) are skipped, modules that do not import (TensorFlow's,
+#                   where it is absent) are errors and the rest run
 #   revisions       only with REVISIONS=DIR (what `benchmarks/revisions.sh prepare` wrote, carried):
 #                   b16_synthetic's step in each commit prepared there, one after the other
 # ATTENTIONS (default 'xla') lists the model.attention values b16_synthetic and b16_folder measure,
@@ -90,7 +97,7 @@ else
   B16=(--config.batch_size=256 --config.num_epochs=25 --config.log_every_steps=50
        --config.lr.warmup_steps=30)
 fi
-OPTIONAL='b16_fp8 l16_fp8 b16_folder_at_step'
+OPTIONAL='b16_fp8 l16_fp8 b16_folder_at_step tests'
 # The input pipeline's worker processes, where it has them (the TensorFlow-free pipeline).
 WORKERS=()
 grep -q -- "'--workers'" benchmarks/input_pipeline.py && WORKERS=(--workers="$CORES")
@@ -253,6 +260,21 @@ check_b16_folder() ( set -eo pipefail; folder "b16_$ATTENTION"; )
 
 check_b16_folder_at_step() ( set -eo pipefail; folder b16_at_step --config.device_prefetch=0; )
 
+# The suite on the accelerator: an unset JAX_PLATFORMS passed on empty is JAX's own choice
+# (tests/conftest.py sets cpu otherwise); device memory taken as needed, by a process a worker.
+check_tests() (
+  set -o pipefail
+  local tests=(${TESTS:-tests}) rc=0
+  JAX_PLATFORMS=${JAX_PLATFORMS-} JAX_DEFAULT_MATMUL_PRECISION=highest \
+    XLA_PYTHON_CLIENT_PREALLOCATE=false \
+    timeout -s INT -k 30 $((DEADLINE - SECONDS - 30)) "$PY" -m pytest -q -p no:cacheprovider -rfE \
+    -n $((CORES / 2 > 1 ? CORES / 2 : 1)) --dist loadgroup -m 'not slow' \
+    --continue-on-collection-errors --junitxml="$RESULTS/tests.xml" "${tests[@]}" || rc=$?
+  ((rc == 124)) && note 'stopped at the time limit;'
+  note "${tests[*]}:"
+  helper test_results "$RESULTS/tests.xml" "$RESULTS/tests_failures.md"
+)
+
 step wheels 120 install_wheels
 step env 60 check_env
 step normalize 60 check_normalize
@@ -273,6 +295,7 @@ step l16_synthetic 150 check_l16_synthetic
 step l16_fp8 150 check_l16_fp8
 step b16_folder_at_step 240 check_b16_folder_at_step
 [[ -n ${REVISIONS:-} ]] && step revisions 240 check_revisions
+step tests 540 check_tests
 
 for run in demo demo_finetune "${ATTENTIONS[@]/#/b16_}" b16_at_step; do  # The runs' curves (a few KB each).
   mkdir -p "$RESULTS/events/$run"

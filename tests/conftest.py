@@ -1,4 +1,5 @@
-"""Tests run on CPU with 8 fake devices, so sharding code paths run as on a real mesh."""
+"""Tests run on CPU with 8 fake devices, so sharding code paths run as on a real mesh; a test that
+needs that many says so with `@pytest.mark.devices(8)`, and is skipped where there are fewer."""
 
 import importlib.util
 import os
@@ -6,9 +7,14 @@ import shutil
 import sys
 import tempfile
 
-_EIGHT_DEVICES = '--xla_force_host_platform_device_count=8'
-if _EIGHT_DEVICES not in os.environ.get('XLA_FLAGS', ''):  # Once, though pytest re-runs itself.
-  os.environ['XLA_FLAGS'] = f"{os.environ.get('XLA_FLAGS', '')} {_EIGHT_DEVICES}".strip()
+# VIT_JAX_TEST_DEVICES=1 runs the suite as on one GPU: the tests marked `devices(8)` are skipped.
+_DEVICE_COUNT = '--xla_force_host_platform_device_count='
+os.environ['XLA_FLAGS'] = ' '.join(
+    [flag for flag in os.environ.get('XLA_FLAGS', '').split() if not flag.startswith(_DEVICE_COUNT)]
+    + [_DEVICE_COUNT + os.environ.get('VIT_JAX_TEST_DEVICES', '8')]
+)
+# A JAX_PLATFORMS of the caller's is kept; an empty one is JAX's own choice: the accelerator where
+# there is one (benchmarks/accelerator_check.sh's `tests` step).
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 # One persistent XLA compilation cache for the run, its xdist workers and the vit_jax processes tests
 # start: the suite compiles the same tiny models over and over, in many processes.
@@ -42,6 +48,19 @@ def pytest_configure(config):
   itself with it before any test allocates; xdist workers and test subprocesses inherit it."""
   capture = config.pluginmanager.getplugin('capturemanager')
   allocator.use_mimalloc(before_exec=capture.stop_global_capturing if capture else None)
+
+
+@pytest.hookimpl(tryfirst=True)  # Before the test's fixtures are made.
+def pytest_runtest_setup(item):
+  marker = item.get_closest_marker('devices')
+  if marker:
+    import jax  # pylint: disable=g-import-not-at-top
+
+    if jax.device_count() < marker.args[0]:
+      pytest.skip(
+          f'needs {marker.args[0]} devices of {jax.default_backend()}; '
+          f'there are {jax.device_count()}'
+      )
 
 
 def pytest_unconfigure(config):

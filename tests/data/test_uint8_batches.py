@@ -15,7 +15,7 @@ from vit_jax.train import setup as train_setup
 
 def test_the_device_normalises_every_level_to_the_hosts_bits():
   levels = np.repeat(np.arange(256, dtype=np.uint8).reshape(8, 4, 8, 1), 3, axis=-1)
-  mesh = sharding.make_mesh((('data', 8),))
+  mesh = sharding.make_mesh((('data', -1),))
   batch = jax.device_put(levels, sharding.batch_sharding(mesh))
   got = np.asarray(jax.jit(on_device.model_input)(batch))
   assert got.dtype == np.float32

@@ -29,6 +29,11 @@ STEPS = (
 )
 # The steps only ONLY (or ALL=1) runs, after the ones they need.
 OPTIONAL = ('wheels', 'jpegs', 'b16_synthetic', 'b16_fp8', 'l16_fp8', 'b16_folder_at_step')
+# Two of the suite's tests for the `tests` step: one runs on any device, one needs 8.
+SOME_TESTS = (
+    'tests/data/test_uint8_batches.py::test_the_device_normalises_every_level_to_the_hosts_bits '
+    'tests/train/test_sharding.py::test_partition_rules_combine_tensor_and_fsdp'
+)
 
 
 def _small_check(tmp_path, **env) -> tuple[dict[str, str], str]:
@@ -55,7 +60,7 @@ def _small_check(tmp_path, **env) -> tuple[dict[str, str], str]:
       text=True,
       timeout=1200,
   )
-  rows = [line.split('\t') for line in open(tmp_path / 'out' / 'logs' / 'steps.tsv')]
+  rows = [line.rstrip('\n').split('\t') for line in open(tmp_path / 'out' / 'logs' / 'steps.tsv')]
   failed = {
       name: open(tmp_path / 'out' / 'logs' / f'{name}.log').read()[-2000:]
       for name, status, _, _ in rows
@@ -86,6 +91,47 @@ def test_the_optional_steps_run_where_only_names_them(tmp_path):
   assert tuple(results) == OPTIONAL
   assert 'x the synthetic batches' in results['b16_folder_at_step']
   assert os.listdir(tmp_path / 'out' / 'events' / 'b16_at_step')
+
+
+@pytest.mark.slow  # The suite in a process of its own.
+def test_the_tests_step_runs_a_selection_of_the_suite_and_counts_what_it_skips(tmp_path):
+  results, _ = _small_check(tmp_path, ONLY='tests', TESTS=SOME_TESTS, VIT_JAX_TEST_DEVICES='1')
+  assert tuple(results) == ('wheels', 'tests')
+  assert results['tests'] == (
+      f'{SOME_TESTS}: 1 passed, 0 failed, 0 errors, 1 skipped (1 for want of devices)'
+  )
+  assert (tmp_path / 'out' / 'tests_failures.md').read_text() == ''
+
+
+def test_test_results_count_the_outcomes_and_list_failures_by_cause(tmp_path):
+  junit = tmp_path / 'tests.xml'
+  junit.write_text(
+      '<testsuites><testsuite>'
+      '<testcase classname="tests.a" name="test_ok"/>'
+      '<testcase classname="tests.a" name="test_mesh"><skipped message="needs 8 devices of gpu; '
+      'there are 1"/></testcase>'
+      '<testcase classname="tests.a" name="test_slow"><skipped message="slow"/></testcase>'
+      '<testcase classname="tests.b" name="test_x"><failure message="AssertionError: 1 != 2&#10;'
+      'more"/></testcase>'
+      '<testcase classname="tests.b" name="test_y"><failure message="AssertionError: 1 != 2"/>'
+      '</testcase>'
+      '<testcase classname="tests.c" name=""><error message="collection failure">'
+      "ModuleNotFoundError: No module named 'tensorflow'</error></testcase>"
+      '</testsuite></testsuites>'
+  )
+  failures = tmp_path / 'failures.md'
+  with pytest.raises(
+      accelerator_check.CheckFailed,
+      match=r'^1 passed, 2 failed, 1 errors, 2 skipped \(1 for want of devices\); 2 causes in ',
+  ):
+    accelerator_check.test_results(str(junit), str(failures))
+  assert failures.read_text() == (
+      '- 2: AssertionError: 1 != 2\n  - tests.b::test_x\n  - tests.b::test_y\n'
+      '- 1: collection failure\n  - tests.c::\n'
+  )
+  junit.write_text('<testsuites><testsuite></testsuite></testsuites>')
+  with pytest.raises(accelerator_check.CheckFailed, match='no test ran'):
+    accelerator_check.test_results(str(junit), str(failures))
 
 
 def test_table_value_reads_a_benchmark_row_under_its_header(tmp_path):

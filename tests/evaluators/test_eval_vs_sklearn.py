@@ -42,8 +42,8 @@ def _split_images(config, split):
   ), np.asarray(labels)
 
 
-# Splits of 3 (fewer than the 8 devices, in one batch of 64), 37 (batches of 24: 3 per device, the
-# last batch part padding) and 13 (batches of 16) examples.
+# Splits of 3 (fewer than make test's 8 devices, in one batch of 64), 37 (batches of 24: 3 per
+# device, the last batch part padding) and 13 (batches of 16) examples.
 @pytest.mark.parametrize(
     'split, eval_batch_size, loss',
     [
@@ -62,7 +62,6 @@ def test_split_metrics_are_sklearns_over_every_example_once(data_dir, split, eva
           'eval_batch_size': eval_batch_size,
           'loss': loss,
           'label_smoothing': 0.1,
-          'mesh': [('data', 8)],
       },
   )
   info = data.get_info(config)

@@ -120,7 +120,6 @@ def test_real_top1_is_the_prediction_in_the_label_set_over_labelled_images(
           **helpers.TINY,
           'data_dir': data_dir,
           'eval_batch_size': eval_batch_size,
-          'mesh': [('data', 8)],
       },
   )
   config.evals.real = dict(type='real', dataset='real_digits', data_dir=real_dir, every_steps=4)
@@ -267,7 +266,7 @@ def test_a_classification_evaluator_reads_its_label_feature(data_dir, real_dir):
 
 @pytest.mark.parametrize('loss', ['softmax_xent', 'sigmoid_xent'])
 def test_eval_loss_is_the_runs_loss_over_every_image(data_dir, loss):
-  # 360 test images in batches of 64 on 8 devices: the last batch has padding rows.
+  # 360 test images in batches of 64 (on make test's 8 devices): the last batch has padding rows.
   config = helpers.load_config(
       'demo',
       {
@@ -276,7 +275,6 @@ def test_eval_loss_is_the_runs_loss_over_every_image(data_dir, loss):
           'loss': loss,
           'label_smoothing': 0.1,
           'eval_batch_size': 64,
-          'mesh': [('data', 8)],
       },
   )
   evaluator, model = _evaluator(config, 'eval')
@@ -387,9 +385,7 @@ def test_real_on_a_split_without_labelled_images_is_nan_not_zero(data_dir, real_
   # A mean over no images is undefined: 0.0 read as a (worst) accuracy, and a loss of 0.0 as the best.
   records = RealDigits(data_dir=real_dir).as_data_source(split='validation')
   first_unlabelled = next(i for i in range(len(records)) if not len(records[i]['real_label']))
-  config = helpers.load_config(
-      'demo', {**helpers.TINY, 'data_dir': data_dir, 'mesh': [('data', 8)]}
-  )
+  config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': data_dir})
   config.evals.real = dict(
       type='real',
       dataset='real_digits',

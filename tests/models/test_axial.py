@@ -99,6 +99,7 @@ _TRAIN = {
 }
 
 
+@pytest.mark.devices(8)
 def test_fsdp_x_tensor_training_has_the_losses_of_one_device(tmp_path, data_dir):
   overrides = {**_TRAIN, 'data_dir': data_dir, 'mesh': (('fsdp', 4), ('tensor', 2))}
   setup = train_setup.prepare(helpers.load_config('demo', overrides), str(tmp_path / 'mesh'))
@@ -108,6 +109,7 @@ def test_fsdp_x_tensor_training_has_the_losses_of_one_device(tmp_path, data_dir)
 
 
 @pytest.mark.slow
+@pytest.mark.devices(8)
 def test_a_tiny_axial_vit_learns_the_digits_and_resumes_bit_exactly(tmp_path, data_dir):
   overrides = {
       **_TRAIN,

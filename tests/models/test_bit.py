@@ -123,6 +123,7 @@ def tiny_run(tmp_path_factory, data_dir):
 
 
 @pytest.mark.slow  # Tens of seconds of training: make test-all's.
+@pytest.mark.devices(8)
 def test_a_tiny_bit_trains_and_evaluates_in_the_loop(tiny_run):
   workdir, _, metrics = tiny_run
   assert np.isfinite(metrics['eval_loss'])
@@ -136,12 +137,14 @@ def test_a_tiny_bit_trains_and_evaluates_in_the_loop(tiny_run):
 
 
 @pytest.mark.slow  # Tens of seconds of training: make test-all's.
+@pytest.mark.devices(8)
 def test_resume_is_bit_exact(tiny_run, tmp_path):
   full, config, _ = tiny_run
   helpers.assert_resume_is_bit_exact(config, full, str(tmp_path / 'resumed'))
 
 
 @pytest.mark.slow  # Tens of seconds of training: make test-all's.
+@pytest.mark.devices(8)
 def test_scaling_plots_a_bit_run_with_its_flops(tiny_run):
   workdir, _, _ = tiny_run
   (point,) = scaling.points([os.path.dirname(workdir)], 'eval_top1')
@@ -155,6 +158,7 @@ def test_scaling_plots_a_bit_run_with_its_flops(tiny_run):
 
 
 @pytest.mark.slow  # Tens of seconds of training: make test-all's.
+@pytest.mark.devices(8)
 def test_fsdp_x_tensor_training_has_the_losses_of_one_device(tmp_path, data_dir):
   # SGD: Adam's first steps are about lr * sign(grad), which would turn float noise in near-zero
   # gradients into differences of 2 * lr.
@@ -197,6 +201,7 @@ def test_what_only_a_vit_has_is_a_one_line_error(tmp_path, data_dir, overrides, 
 
 
 @pytest.mark.slow  # Tens of seconds of training: make test-all's.
+@pytest.mark.devices(8)
 def test_the_vit_tools_refuse_a_bit(tiny_run, tmp_path, data_dir):
   workdir, _, _ = tiny_run
   with pytest.raises(

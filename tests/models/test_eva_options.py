@@ -97,6 +97,7 @@ def test_the_gated_mlp_with_its_norm_is_the_numpy_formula():
   )
 
 
+@pytest.mark.devices(8)
 def test_eva_options_shape_the_tree_and_every_layout_computes_the_same():
   """No key bias, the MLP's second layer and norm in the tree; the scanned and rematerialised blocks,
   and a tensor-parallel mesh (the gate, linear layer and norm split over the MLP's units), compute

@@ -222,6 +222,7 @@ def test_emulated_fp8_is_a_warning_at_setup(tmp_path, data_dir, caplog):
   ), warnings
 
 
+@pytest.mark.devices(8)
 def test_fp8_products_over_a_mesh_are_those_on_one_device():
   """Each scale is of the whole tensor, not of a device's shard: with the batch split over 4 devices
   and the kernel's outputs over 2, the product is the one device's to the bit."""
@@ -242,6 +243,7 @@ def test_fp8_products_over_a_mesh_are_those_on_one_device():
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6 * np.abs(want).max())
 
 
+@pytest.mark.devices(8)
 def test_fp8_training_over_a_mesh_trains_as_on_one_device(tmp_path, data_dir):
   """The same run on fsdp x tensor and on one device. Float32 sums in another order over a mesh, and
   where that moves a value across an FP8 rounding boundary the value lands in the next bin: the runs

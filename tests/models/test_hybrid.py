@@ -129,6 +129,7 @@ def test_hybrid_image_size_must_fit_the_stem_stride(tmp_path):
 
 
 @pytest.mark.slow  # Tens of seconds of training: make test-all's.
+@pytest.mark.devices(8)
 def test_fsdp_x_tensor_splits_the_stem_units_and_trains_as_one_device(tmp_path, data_dir):
   """resnet.TENSOR_RULES split the stem's units (conv1 out, conv2 in) beside the blocks' heads."""
   config = helpers.load_config(

@@ -190,6 +190,7 @@ def test_fc_norm_and_map_trees():
   assert head['head/kernel'] == (32, 7)
 
 
+@pytest.mark.devices(8)
 def test_map_head_is_split_over_the_tensor_axis_like_the_blocks():
   mesh = sharding.make_mesh((('fsdp', 4), ('tensor', 2)))
   shapes = _flat(param_shapes(_model(classifier='map'), 8))

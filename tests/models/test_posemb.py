@@ -487,6 +487,7 @@ _TRAIN = {
     ],
 )
 @pytest.mark.slow  # Tens of seconds of training: make test-all's.
+@pytest.mark.devices(8)
 def test_fsdp_x_tensor_training_has_the_losses_of_one_device(tmp_path, data_dir, kind, where, scan):
   overrides = {
       **_TRAIN,
@@ -508,6 +509,7 @@ def test_fsdp_x_tensor_training_has_the_losses_of_one_device(tmp_path, data_dir,
 
 
 @pytest.mark.slow  # Tens of seconds of training: make test-all's.
+@pytest.mark.devices(8)
 def test_resume_is_bit_exact(tmp_path, data_dir):
   overrides = {
       **_TRAIN,
@@ -526,6 +528,7 @@ def test_resume_is_bit_exact(tmp_path, data_dir):
   )
 
 
+@pytest.mark.devices(8)
 def test_partition_rules_split_the_relative_biases_over_heads():
   mesh = sharding.make_mesh((('fsdp', 2), ('tensor', 4)))
   spec = functools.partial(sharding.partition_spec, mesh=mesh)

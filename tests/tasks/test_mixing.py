@@ -146,6 +146,7 @@ def _train_steps(tmp_path, data_dir, name, steps=5, single_device=False, **overr
 
 
 @pytest.mark.slow  # Tens of seconds of training: make test-all's.
+@pytest.mark.devices(8)
 def test_step_mixes_the_global_batch_alike_on_any_mesh_and_with_accumulation(tmp_path, data_dir):
   mix_key = jax.random.fold_in(jax.random.key(0), 2)  # The step's: config.seed 0.
   cutmix = [

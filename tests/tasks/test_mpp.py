@@ -60,7 +60,6 @@ def test_mpp_eval_scores_the_same_patterns_at_any_eval_batch_size(tmp_path):
             **helpers.TINY,
             'data_dir': str(tmp_path / 'tfds'),
             'eval_batch_size': eval_batch_size,
-            'mesh': [('data', 8)],
         },
     )
     info = data.get_info(config)

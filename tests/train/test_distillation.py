@@ -54,6 +54,7 @@ def test_a_workdir_teacher_runs_in_the_step_and_alpha_weighs_its_loss(trained_ti
   assert np.all(np.isfinite(losses)) and not np.allclose(losses, plain, rtol=1e-3)
 
 
+@pytest.mark.devices(8)
 def test_the_teacher_is_sharded_by_the_students_rules_on_a_tensor_mesh(trained_tiny_run, tmp_path):
   run = train_setup.prepare(
       _config(**{'distill.teacher': trained_tiny_run, 'mesh': (('data', 4), ('tensor', 2))}),

@@ -386,6 +386,7 @@ def test_combinations_that_do_not_work_are_one_line_errors(overrides, match):
 
 
 @pytest.mark.slow  # Tens of seconds of training: make test-all's.
+@pytest.mark.devices(8)
 def test_state_on_an_fsdp_mesh_trains_and_checkpoints(tmp_path, data_dir):
   config = _config(
       {

@@ -28,6 +28,7 @@ def data_dir(tmp_path_factory):
   return str(tmp_path_factory.mktemp('tfds'))
 
 
+@pytest.mark.devices(8)
 def test_partition_rules_combine_tensor_and_fsdp():
   mesh = sharding.make_mesh((('fsdp', 4), ('tensor', 2)))
   spec = functools.partial(sharding.partition_spec, mesh=mesh)
@@ -57,6 +58,7 @@ def test_partition_rules_combine_tensor_and_fsdp():
   )
 
 
+@pytest.mark.devices(8)
 def test_fsdp_cuts_per_device_state_of_vit_b16_at_least_6x():
   config = helpers.load_config('vit_b16_i1k', {'mesh': (('data', -1),)})
   replicated = sharding_memory.per_device_bytes(config)
@@ -126,6 +128,7 @@ def test_gradient_accumulation_matches_one_big_batch(tmp_path, data_dir):
   assert not np.allclose(results[0][0]['head']['kernel'], 0)  # The step did move the parameters.
 
 
+@pytest.mark.devices(8)
 def test_checkpoint_moves_between_meshes(tmp_path, data_dir):
   fsdp = _tiny_setup(tmp_path, data_dir, mesh=(('fsdp', 8),))
   manager = checkpoint.make_manager(fsdp.workdir, keep=1)
@@ -155,7 +158,7 @@ def test_one_process_saves_replicated_arrays_without_slicing_them(tmp_path, monk
   monkeypatch.setattr(
       jax.lax, 'slice_in_dim', lambda *a, **k: slices.append(1) or slice_in_dim(*a, **k)
   )
-  replicated = jax.sharding.NamedSharding(sharding.make_mesh((('data', 8),)), P())
+  replicated = jax.sharding.NamedSharding(sharding.make_mesh((('data', -1),)), P())
   params = {
       'kernel': jax.device_put(np.arange(64 * 32, dtype=np.float32).reshape(64, 32), replicated),
       'bias': jax.device_put(np.ones(64, np.float32), replicated),
@@ -172,18 +175,27 @@ def test_one_process_saves_replicated_arrays_without_slicing_them(tmp_path, monk
 @pytest.mark.parametrize(
     'overrides,message',
     [
-        (
+        pytest.param(
             {'mesh': (('data', 2), ('tensor', 4))},
             'tensor=4 does not divide the model.s num_heads=2',
+            marks=pytest.mark.devices(8),
         ),
-        ({'mesh': (('data', 4), ('fsdp', 4))}, 'multiply to 16, but there are 8 devices'),
+        pytest.param(
+            {'mesh': (('data', 4), ('fsdp', 4))},
+            'multiply to 16, but there are 8 devices',
+            marks=pytest.mark.devices(8),
+        ),
         (
             {'mesh': (('model', 8),)},
             "Unknown config.mesh axis 'model': the axes are data, fsdp, tensor",
         ),
         ({'mesh': (('data', 2), ('data', 4))}, r"names an axis twice \(\['data', 'data'\]\)"),
         ({'mesh': ('data', 8)}, r'must be \(name, size\) pairs'),
-        ({'batch_size': 16, 'accum_steps': 4}, r'not divisible by the 8 devices.*x accum_steps=4'),
+        pytest.param(
+            {'batch_size': 16, 'accum_steps': 4},
+            r'not divisible by the 8 devices.*x accum_steps=4',
+            marks=pytest.mark.devices(8),
+        ),
     ],
 )
 def test_meshes_that_do_not_fit_are_clear_errors(tmp_path, data_dir, overrides, message):
@@ -224,6 +236,7 @@ def _losses(workdir):
 
 
 @pytest.mark.slow
+@pytest.mark.devices(8)
 def test_loss_trajectory_is_the_same_on_every_mesh_and_across_hosts(tmp_path, data_dir):
   overrides = {**_TRAJECTORY, 'data_dir': data_dir}
   env_1_device = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=1')

@@ -116,16 +116,25 @@ def test_pretraining_configs_run_a_step(tmp_path, data_dir, name):
     [
         ({'variant': 'ViT-Q_16'}, 'Unknown model variant'),
         ({'dataset': 'no_such_dataset'}, "Unknown dataset 'no_such_dataset'"),
-        (
+        pytest.param(
             {'batch_size': 12},
             r'batch_size=12 is not divisible by the 8 devices.*--config.batch_size=8',
+            marks=pytest.mark.devices(8),
         ),
-        ({'eval_batch_size': 20}, r'eval_batch_size=20 is not divisible'),
+        pytest.param(
+            {'eval_batch_size': 20},
+            r'eval_batch_size=20 is not divisible',
+            marks=pytest.mark.devices(8),
+        ),
         (
             {'image_size': 10},
             r'image_size=10 is not divisible by the patch size 4.*--config.image_size=8',
         ),
-        ({'mesh': (('data', 3),)}, 'multiply to 3, but there are 8 devices'),
+        pytest.param(
+            {'mesh': (('data', 3),)},
+            'multiply to 3, but there are 8 devices',
+            marks=pytest.mark.devices(8),
+        ),
         ({'optim.name': 'lamb'}, "Unknown optim.name 'lamb'"),
         ({'total_steps': None}, 'Set exactly one of config.total_steps and config.num_epochs'),
     ],
@@ -157,7 +166,11 @@ def test_unwritable_workdir_is_a_clear_error(tmp_path, data_dir):
             ['--config.batch_sise=8'],
             'the config has no field batch_sise.*Did you mean "batch_size"',
         ),
-        (['--config.batch_size=12'], 'batch_size=12 is not divisible'),
+        pytest.param(
+            ['--config.batch_size=12'],
+            'batch_size=12 is not divisible',
+            marks=pytest.mark.devices(8),
+        ),
         (['--config.batch_size=many'], 'error: '),
     ],
 )
@@ -242,6 +255,7 @@ def _three_class_folder(root):
 
 
 @pytest.mark.slow  # Tens of seconds of training: make test-all's.
+@pytest.mark.devices(8)
 def test_scanned_training_keeps_per_block_checkpoints_that_resume_either_way(tmp_path, data_dir):
   """Scan trains on stacked blocks (sharded over fsdp and tensor), but writes the original layout."""
   overrides = {
@@ -395,7 +409,7 @@ def test_device_batches_go_to_the_devices_ahead_in_order():
       taken.append(i)
       yield {'image': np.full((8, 2), i, np.float32), 'label': np.full((8,), i, np.int32)}
 
-  mesh = sharding.make_mesh((('data', 8),))
+  mesh = sharding.make_mesh((('data', -1),))
   for ahead in (0, 2):
     taken.clear()
     batches = loop.device_batches(local_batches(5), mesh, ahead)

@@ -179,7 +179,8 @@ def test_results(junit_xml: str, failures_md: str) -> str:
   counts = collections.Counter()
   causes = collections.defaultdict(list)
   for case in ElementTree.parse(junit_xml).iter('testcase'):
-    test = f"{case.get('classname')}::{case.get('name')}"
+    # A module that failed to import is a case with its name and no class.
+    test = '::'.join(filter(None, (case.get('classname'), case.get('name'))))
     outcome = next((child for child in case if child.tag in ('failure', 'error', 'skipped')), None)
     if outcome is None:
       counts['passed'] += 1
@@ -255,13 +256,13 @@ def environment() -> str:
 
 def normalize_bits() -> str:
   """Asserts that the default device normalises every uint8 level (a batch's pixels, in the jitted
-  step) to the bits of the host's `preprocess.normalize`."""
+  step) to the bits of the host's `images.normalize`."""
   import jax  # pylint: disable=g-import-not-at-top
-  from vit_jax.data import on_device, preprocess  # pylint: disable=g-import-not-at-top
+  from vit_jax.data import images, on_device  # pylint: disable=g-import-not-at-top
 
   levels = np.repeat(np.arange(256, dtype=np.uint8).reshape(1, 16, 16, 1), 3, axis=-1)
   got = np.asarray(jax.jit(on_device.model_input)(jax.device_put(levels)))
-  wrong = np.flatnonzero(got[..., 0].ravel() != preprocess.normalize(levels)[..., 0].ravel())
+  wrong = np.flatnonzero(got[..., 0].ravel() != images.normalize(levels)[..., 0].ravel())
   if got.dtype != np.float32 or wrong.size:
     raise CheckFailed(
         f'{wrong.size} of 256 levels differ on {jax.default_backend()} (e.g. level '

@@ -1,5 +1,5 @@
-"""Tests of the train augmentations and the eval crop of vit_jax.data.preprocess, against PIL,
-torchvision and timm."""
+"""Tests of the train augmentations of vit_jax.data.preprocess and the eval crop of
+vit_jax.data.crops, against PIL, torchvision and timm."""
 
 import numpy as np
 from PIL import Image, ImageOps
@@ -9,6 +9,8 @@ import helpers
 from vit_jax import data
 from vit_jax import defaults
 from vit_jax.data import augment
+from vit_jax.data import crops
+from vit_jax.data import images
 from vit_jax.data import preprocess
 
 
@@ -43,9 +45,9 @@ def test_default_train_preprocess_is_crop_flip_normalize(crop):
     seed = (i, 3)
     cropped = preprocess.CROPS[crop].apply(image, np.random.default_rng([*seed, 0]), pp, 16)
     got = preprocess.model_input(preprocess.train_preprocess(image, seed, pp=pp, image_size=16))
-    flipped = not np.array_equal(got, preprocess.normalize(cropped))
+    flipped = not np.array_equal(got, images.normalize(cropped))
     if flipped:
-      np.testing.assert_array_equal(got, preprocess.normalize(cropped[:, ::-1]))
+      np.testing.assert_array_equal(got, images.normalize(cropped[:, ::-1]))
     flips.add(flipped)
   assert flips == {False, True}
 
@@ -214,7 +216,7 @@ def smooth_image(shape) -> np.ndarray:
 )
 def test_central_crop_matches_pil(shape, size, crop_fraction, antialias, mean_diff, max_diff):
   image = smooth_image(shape)
-  got = preprocess.central_crop(image, size, crop_fraction, antialias)
+  got = crops.central_crop(image, size, crop_fraction, antialias)
   assert got.shape == (size, size, 3)
   diff = np.abs(got - pil_central_crop(image, size, crop_fraction))
   assert diff.mean() < mean_diff and diff.max() < max_diff

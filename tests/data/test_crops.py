@@ -10,6 +10,8 @@ import pytest
 from scipy import stats
 
 from vit_jax import defaults
+from vit_jax.data import crops
+from vit_jax.data import images
 from vit_jax.data import preprocess
 
 _RATIO = (3 / 4, 4 / 3)
@@ -30,9 +32,9 @@ def test_the_train_crop_reads_min_area_and_checks_it():
   with pytest.raises(ValueError, match=r'^config.pp.min_area=0.0 must be in \(0, 1\]'):
     preprocess.check_pp(pp)
   image = _image(40, 40)
-  whole = preprocess.random_resized_crop(image, np.random.default_rng(3), 1.0)
+  whole = crops.random_resized_crop(image, np.random.default_rng(3), 1.0)
   np.testing.assert_array_equal(whole, image)  # A square image's whole area is the only box.
-  assert preprocess.random_resized_crop(image, np.random.default_rng(3), 0.1).shape[0] < 40
+  assert crops.random_resized_crop(image, np.random.default_rng(3), 0.1).shape[0] < 40
 
 
 # The inception crop: TensorFlow's sampler.
@@ -45,7 +47,7 @@ def _inception_boxes(height: int, width: int, min_area: float, n: int) -> np.nda
   image = np.stack([rows, cols, np.zeros_like(rows)], -1)
   boxes = []
   for i in range(n):
-    crop = preprocess.inception_crop(image, np.random.default_rng([i, 7]), min_area)
+    crop = crops.inception_crop(image, np.random.default_rng([i, 7]), min_area)
     boxes.append((crop[0, 0, 0], crop[0, 0, 1], crop.shape[0], crop.shape[1]))
   return np.array(boxes)
 
@@ -131,7 +133,7 @@ def test_pad_and_random_crop_shifts_by_each_offset_up_to_twice_the_pad():
   padded = np.pad(image, [(2, 2), (2, 2), (0, 0)])
   offsets = []
   for seed in range(500):
-    got = preprocess.pad_and_random_crop(image, np.random.default_rng(seed), 2)
+    got = crops.pad_and_random_crop(image, np.random.default_rng(seed), 2)
     assert got.shape == image.shape
     offsets.append(
         next(
@@ -144,7 +146,7 @@ def test_pad_and_random_crop_shifts_by_each_offset_up_to_twice_the_pad():
   counts = np.bincount([top * 5 + left for top, left in offsets], minlength=25)
   assert stats.chisquare(counts).pvalue > 1e-3  # All 25 offsets, uniformly.
   np.testing.assert_array_equal(
-      preprocess.pad_and_random_crop(image, np.random.default_rng(0), 0), image
+      crops.pad_and_random_crop(image, np.random.default_rng(0), 0), image
   )
 
 
@@ -166,11 +168,11 @@ def test_flip_mirrors_half_the_images_and_only_when_asked():
 
 def test_normalize_maps_0_255_to_minus_1_1_in_a_new_contiguous_array():
   image = np.float32([[[0] * 3, [127.5] * 3, [255] * 3]])[:, ::-1]
-  got = preprocess.normalize(image)
+  got = images.normalize(image)
   assert got.dtype == np.float32 and got.flags.c_contiguous
   np.testing.assert_array_equal(got, [[[1] * 3, [0] * 3, [-1] * 3]])
   np.testing.assert_array_equal(
-      preprocess.normalize(np.uint8([[[0, 255, 51]]])),
+      images.normalize(np.uint8([[[0, 255, 51]]])),
       np.float32([[[0, 255, 51]]]) / np.float32(127.5) - 1,
   )
 
@@ -227,6 +229,6 @@ def test_crops_of_the_whole_image_are_plain_resizes():
       (False, True),
   ):
     pp = _pp(crop=crop, flip=False, antialias=antialias, **fields)
-    expected = preprocess.normalize(preprocess.resize(image, 16, antialias))
+    expected = images.normalize(images.resize(image, 16, antialias))
     got = preprocess.train_preprocess(image, (0, 1), pp=pp, image_size=16)
     np.testing.assert_array_equal(preprocess.model_input(got), expected)

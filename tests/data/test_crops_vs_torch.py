@@ -9,6 +9,7 @@ import timm.data.transforms
 import torch
 from torchvision import transforms
 
+from vit_jax.data import crops
 from vit_jax.data import preprocess
 from test_crops import _RATIO, _image, _inception_boxes, _pp
 
@@ -48,7 +49,7 @@ def test_random_resized_box_is_timms_given_the_same_draws(monkeypatch, height, w
     expected = timm.data.transforms.RandomResizedCropAndInterpolation.get_params(
         image, (min_area, 1.0), _RATIO
     )
-    got = preprocess.random_resized_box((height, width, 3), np.random.default_rng(seed), min_area)
+    got = crops.random_resized_box((height, width, 3), np.random.default_rng(seed), min_area)
     assert got == expected, seed
 
 
@@ -80,7 +81,7 @@ def _torchvision_boxes(height: int, width: int, min_area: float, n: int) -> np.n
 def _our_boxes(height: int, width: int, min_area: float, n: int) -> np.ndarray:
   return np.array(
       [
-          preprocess.random_resized_box((height, width, 3), np.random.default_rng([i, 7]), min_area)
+          crops.random_resized_box((height, width, 3), np.random.default_rng([i, 7]), min_area)
           for i in range(n)
       ]
   )

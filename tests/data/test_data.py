@@ -19,6 +19,7 @@ from vit_jax import data
 from vit_jax.data import digits
 from vit_jax.data import folder
 from vit_jax.data import order
+from vit_jax.data import images as data_images
 from vit_jax.data import preprocess
 from vit_jax.data import unreadable
 from vit_jax.train import loop, setup as train_setup
@@ -877,9 +878,9 @@ def test_each_listed_format_decodes_as_pil_decodes_it(fmt, kwargs):
   )
   encoded = io.BytesIO()
   Image.fromarray(pixels).save(encoded, format=fmt, **kwargs)
-  assert f'.{fmt.lower()}' in preprocess.IMAGE_EXTENSIONS  # A folder lists it.
+  assert f'.{fmt.lower()}' in data_images.IMAGE_EXTENSIONS  # A folder lists it.
   want = np.asarray(Image.open(io.BytesIO(encoded.getvalue())).convert('RGB'))
-  got = preprocess.decode(encoded.getvalue())
+  got = data_images.decode(encoded.getvalue())
   assert got.dtype == np.uint8 and got.shape == (48, 64, 3)
   np.testing.assert_array_equal(got, want)
 

@@ -9,6 +9,7 @@ import pytest
 
 from vit_jax import defaults
 from vit_jax.data import digits
+from vit_jax.data import images
 from vit_jax.data import preprocess
 
 # Each op on, alone or with others; the crops up and down in size; both resizes.
@@ -46,7 +47,7 @@ def test_train_preprocess_of_a_greyscale_image_is_its_rgb_images(variant, shape)
   for position in range(6):
     seed = (3, 1, position)
     got = preprocess.train_preprocess(grey, seed, pp=pp, image_size=24)
-    want = preprocess.train_preprocess(preprocess.rgb(grey), seed, pp=pp, image_size=24)
+    want = preprocess.train_preprocess(images.rgb(grey), seed, pp=pp, image_size=24)
     assert got.shape == (24, 24, 3) and got.flags.c_contiguous
     np.testing.assert_array_equal(got, want)
 
@@ -58,7 +59,7 @@ def test_eval_preprocess_of_a_greyscale_image_is_its_rgb_images(crop, antialias,
   pp_eval = _pp(defaults.get_config().pp_eval, crop=crop, antialias=antialias)
   grey = _grey(shape, seed=1)
   got = preprocess.eval_preprocess(grey, pp_eval=pp_eval, image_size=32)
-  want = preprocess.eval_preprocess(preprocess.rgb(grey), pp_eval=pp_eval, image_size=32)
+  want = preprocess.eval_preprocess(images.rgb(grey), pp_eval=pp_eval, image_size=32)
   assert got.shape == (32, 32, 3)
   np.testing.assert_array_equal(got, want)
 
@@ -68,27 +69,27 @@ def test_a_greyscale_file_decodes_to_one_channel_and_pils_rgb():
   for fmt in ('PNG', 'JPEG'):
     encoded = io.BytesIO()
     Image.fromarray(grey).save(encoded, format=fmt)
-    decoded = preprocess.decode(encoded.getvalue())
+    decoded = images.decode(encoded.getvalue())
     assert decoded.shape == (20, 30, 1)
     pils = np.asarray(Image.open(io.BytesIO(encoded.getvalue())).convert('RGB'))
-    np.testing.assert_array_equal(preprocess.rgb(decoded), pils)
+    np.testing.assert_array_equal(images.rgb(decoded), pils)
 
 
 def test_rgb_leaves_an_rgb_image_as_it_is():
   image = np.zeros((2, 3, 3), np.uint8)
-  assert preprocess.rgb(image) is image
+  assert images.rgb(image) is image
 
 
 def test_the_crop_and_resize_of_a_greyscale_image_work_on_one_channel(monkeypatch):
   """The point of carrying [h, w, 1]: the default ops resize a third of the pixels."""
   resized = []
-  pil_resize = preprocess._pil_resize  # pylint: disable=protected-access
+  pil_resize = images._pil_resize  # pylint: disable=protected-access
 
   def recorded(image, height, width):
     resized.append(image.shape[-1])
     return pil_resize(image, height, width)
 
-  monkeypatch.setattr(preprocess, '_pil_resize', recorded)
+  monkeypatch.setattr(images, '_pil_resize', recorded)
   pp = _pp(defaults.get_config().pp, flip=True)
   preprocess.train_preprocess(_grey((30, 40)), (0, 0, 1), pp=pp, image_size=16)
   preprocess.eval_preprocess(_grey((30, 40)), pp_eval=defaults.get_config().pp_eval, image_size=16)
@@ -102,5 +103,5 @@ def test_the_digits_are_served_greyscale_and_are_the_rgb_digits():
   for k in (0, 7, records.num_records - 1):
     example = source.load(records.read(k))
     assert example['image'].shape == (8, 8, 1)
-    np.testing.assert_array_equal(preprocess.rgb(example['image']), rgb_images[k])
+    np.testing.assert_array_equal(images.rgb(example['image']), rgb_images[k])
     assert example['label'] == labels[k]

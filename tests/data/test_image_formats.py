@@ -1,5 +1,5 @@
 """Image files as users have them, decoded as PIL's `Image.open(f).convert('RGB')` decodes them (what
-timm's and torchvision's ImageFolder train on): through `preprocess.decode`, an image folder and
+timm's and torchvision's ImageFolder train on): through `images.decode`, an image folder and
 `predict.read_image`. Files PIL writes, and variants it reads but does not write (BMPs, 16-bit PNG).
 """
 
@@ -14,6 +14,7 @@ import pytest
 import helpers
 from vit_jax import data
 from vit_jax.tools import predict
+from vit_jax.data import images
 from vit_jax.data import preprocess
 
 _RNG = np.random.default_rng(0)
@@ -207,30 +208,30 @@ def _pil(encoded: bytes) -> np.ndarray:
 @pytest.mark.parametrize('name', AS_PIL)
 def test_each_variant_decodes_to_pils_pixels(name):
   encoded = AS_PIL[name]()
-  decoded = preprocess.decode(encoded)
+  decoded = images.decode(encoded)
   image = Image.open(io.BytesIO(encoded))
   # 8-bit greyscale stays one channel (its RGB is that channel thrice); every other mode is RGB.
   channels = 1 if image.mode == 'L' else 3
   assert decoded.dtype == np.uint8 and decoded.shape == (image.height, image.width, channels)
-  np.testing.assert_array_equal(preprocess.rgb(decoded), _pil(encoded))
+  np.testing.assert_array_equal(images.rgb(decoded), _pil(encoded))
 
 
 def test_the_variants_pil_reads_arguably_are_read_as_pil_reads_them():
   """What the pixels of the variants above are in PIL, so what training sees."""
   # Clipped, not scaled.
-  assert (preprocess.decode(AS_PIL['16bit_grey.png']()) == 255).mean() > 0.95
+  assert (images.decode(AS_PIL['16bit_grey.png']()) == 255).mean() > 0.95
   encoded = AS_PIL['transparent.gif']()
   transparent = np.asarray(Image.open(io.BytesIO(encoded))) == 3
   palette = np.array(Image.open(io.BytesIO(encoded)).getpalette(), np.uint8).reshape(-1, 3)
   assert transparent.any()
-  assert (preprocess.decode(encoded)[transparent] == palette[3]).all()
+  assert (images.decode(encoded)[transparent] == palette[3]).all()
 
 
 # An extension's format, where the extension alone does not say it: PNM's by the pixels' mode.
 _MODES = {'.pbm': '1', '.pgm': 'L'}
 
 
-@pytest.mark.parametrize('extension', preprocess.IMAGE_EXTENSIONS)
+@pytest.mark.parametrize('extension', images.IMAGE_EXTENSIONS)
 def test_each_listed_extension_is_a_format_pil_reads_here(tmp_path, extension):
   """An image folder lists these names: each is a format this PIL writes and reads (its codec is
   installed), and decodes as PIL decodes the file."""
@@ -241,7 +242,7 @@ def test_each_listed_extension_is_a_format_pil_reads_here(tmp_path, extension):
   encoded = path.read_bytes()
   with Image.open(path) as image:
     want = np.asarray(image.convert('RGB'))
-  np.testing.assert_array_equal(preprocess.rgb(preprocess.decode(encoded)), want)
+  np.testing.assert_array_equal(images.rgb(images.decode(encoded)), want)
 
 
 _LFS_POINTER = (
@@ -266,8 +267,8 @@ UNREADABLE = {
 @pytest.mark.parametrize('name', UNREADABLE)
 def test_what_is_not_read_fails_with_a_one_line_reason(name):
   encoded, reason = UNREADABLE[name]
-  with pytest.raises(preprocess.UnreadableImage, match=reason) as raised:
-    preprocess.decode(encoded())
+  with pytest.raises(images.UnreadableImage, match=reason) as raised:
+    images.decode(encoded())
   assert isinstance(raised.value, ValueError) and '\n' not in str(raised.value)
 
 

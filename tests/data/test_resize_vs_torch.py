@@ -7,7 +7,7 @@ import pytest
 import torch
 from torchvision import transforms
 
-from vit_jax.data import preprocess
+from vit_jax.data import crops
 from test_resize import _image
 
 
@@ -36,7 +36,7 @@ def test_antialiased_central_crop_is_torchvisions_resize_and_center_crop(
       ]
   )
   expected = np.asarray(reference(Image.fromarray(image)), np.float32)
-  got = preprocess.central_crop(image, size, crop_fraction, antialias=True)
+  got = crops.central_crop(image, size, crop_fraction, antialias=True)
   assert got.shape == (size, size, 3)
   np.testing.assert_array_equal(got, expected)
   # torchvision on tensors (antialiased, in float) agrees within a level: its resize does not round.

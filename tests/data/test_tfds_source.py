@@ -14,6 +14,7 @@ import pytest
 import tensorflow_datasets as tfds
 
 import helpers
+from vit_jax.data import images
 from vit_jax.data import tfds_source
 
 CLASSES = ['cat', 'dog', 'fox']
@@ -182,7 +183,7 @@ def test_an_undecodable_image_raises_unreadable_image(array_record_dir):
   serialized = features.serialize_example(
       {**tiny_example('train', 0), 'image': io.BytesIO(b'not an image')}
   )
-  with pytest.raises(tfds_source.preprocess.UnreadableImage):
+  with pytest.raises(images.UnreadableImage):
     src.load(tfds_source.Example('train', 0, serialized))
 
 

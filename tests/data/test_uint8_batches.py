@@ -9,6 +9,7 @@ import pytest
 import helpers
 from vit_jax import data, sharding
 from vit_jax.data import on_device
+from vit_jax.data import images as data_images
 from vit_jax.data import preprocess
 from vit_jax.train import setup as train_setup
 
@@ -19,9 +20,9 @@ def test_the_device_normalises_every_level_to_the_hosts_bits():
   batch = jax.device_put(levels, sharding.batch_sharding(mesh))
   got = np.asarray(jax.jit(on_device.model_input)(batch))
   assert got.dtype == np.float32
-  np.testing.assert_array_equal(got, preprocess.normalize(levels))
+  np.testing.assert_array_equal(got, data_images.normalize(levels))
   np.testing.assert_array_equal(got, preprocess.model_input(levels))
-  normalised = preprocess.normalize(levels)
+  normalised = data_images.normalize(levels)
   np.testing.assert_array_equal(jax.jit(on_device.model_input)(normalised), normalised)
 
 
@@ -62,7 +63,7 @@ def test_a_uint8_batch_trains_as_its_normalised_float32_batch(tmp_path, data_dir
   images = rng.integers(0, 256, (3, 16, 8, 8, 3), dtype=np.uint8)
   labels = rng.integers(0, 10, (3, 16)).astype(np.int32)
   runs = {}
-  for dtype, as_batch in [('uint8', lambda x: x), ('float32', preprocess.normalize)]:
+  for dtype, as_batch in [('uint8', lambda x: x), ('float32', data_images.normalize)]:
     setup = train_setup.prepare(config, str(tmp_path / dtype))
     runs[dtype] = helpers.train_losses(
         setup, [{'image': as_batch(x), 'label': y} for x, y in zip(images, labels)]

@@ -88,7 +88,7 @@ def test_a_finished_run_started_again_says_it_only_evaluates(trained_tiny_run, t
 
 
 def test_predict_on_folders_without_images_names_the_extensions(trained_tiny_run, tmp_path):
-  from vit_jax.data.preprocess import IMAGE_EXTENSIONS  # pylint: disable=g-import-not-at-top
+  from vit_jax.data.images import IMAGE_EXTENSIONS  # pylint: disable=g-import-not-at-top
 
   (tmp_path / 'empty').mkdir()
   (tmp_path / 'notes').mkdir()

@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 
 import helpers
-from vit_jax.tools import pictures
+from vit_jax.tools import introspection, pictures
 from vit_jax.models import vit
 
 PICTURES = (
@@ -71,7 +71,7 @@ def _numpy_attention_weights(model, params, images):
 def test_attention_weights_are_those_of_the_model_block_by_block():
   model, params = _model_and_params()
   images = np.random.RandomState(0).uniform(-1, 1, (2, 12, 12, 3)).astype(np.float32)
-  ours = pictures.attention_weights(model, params, images)
+  ours = introspection.attention_weights(model, params, images)
   assert ours.shape == (11, 2, 2, 10, 10)  # Layers, batch, heads, and 9 patches + the class token.
   expected = _numpy_attention_weights(model, params, images)
   np.testing.assert_allclose(ours, expected, atol=1e-5)
@@ -89,17 +89,17 @@ def test_attention_weights_of_a_model_with_fast_paths():
       scan=True, remat='nothing_saveable', attention='dot_product_attention', dtype=jnp.bfloat16
   )
   np.testing.assert_allclose(
-      pictures.attention_weights(fast, params, images),
-      pictures.attention_weights(model, params, images),
+      introspection.attention_weights(fast, params, images),
+      introspection.attention_weights(model, params, images),
       atol=1e-6,
   )
 
 
 def test_uniform_attention_rolls_out_to_uniform_maps_and_stochastic_rows():
   attention = np.full((4, 3, 10, 10), 0.1)  # 4 layers, 3 heads, class token + 3x3 patches.
-  rollout = pictures.attention_rollout(attention)
+  rollout = introspection.attention_rollout(attention)
   np.testing.assert_allclose(rollout.sum(-1), 1.0)
-  maps = pictures.rollout_maps(rollout, num_prefix_tokens=1, class_token=True)
+  maps = introspection.rollout_maps(rollout, num_prefix_tokens=1, class_token=True)
   assert maps.shape == (4, 3, 3)
   for heat in maps:
     np.testing.assert_allclose(heat, heat[0, 0])
@@ -113,7 +113,7 @@ def test_rollout_is_the_product_of_head_averaged_attention_plus_identity():
   second = np.array(
       [[[1.0, 0.0], [0.5, 0.5]], [[1.0, 0.0], [0.5, 0.5]]]
   )  # Mean: [[1, 0], [.5, .5]].
-  rollout = pictures.attention_rollout(np.stack([first, second]))
+  rollout = introspection.attention_rollout(np.stack([first, second]))
   layer1 = np.array([[0.75, 0.25], [0.0, 1.0]])  # (mean + I) / 2: rows sum to 2 before.
   layer2 = np.array([[1.0, 0.0], [0.25, 0.75]])
   np.testing.assert_allclose(rollout[0], layer1)
@@ -124,36 +124,44 @@ def test_rollout_is_the_product_of_head_averaged_attention_plus_identity():
 def test_rollout_maps_read_the_class_token_row_or_for_gap_the_mean_row():
   rollout = np.arange(2 * 5 * 5, dtype=float).reshape(2, 5, 5)
   np.testing.assert_array_equal(
-      pictures.rollout_maps(rollout, 1, True), rollout[:, 0, 1:].reshape(2, 2, 2)
+      introspection.rollout_maps(rollout, 1, True), rollout[:, 0, 1:].reshape(2, 2, 2)
   )
   gap = rollout[:, 1:, 1:]  # Four patch tokens, no class token.
-  np.testing.assert_array_equal(pictures.rollout_maps(gap, 0, False), gap.mean(1).reshape(2, 2, 2))
+  np.testing.assert_array_equal(
+      introspection.rollout_maps(gap, 0, False), gap.mean(1).reshape(2, 2, 2)
+  )
 
 
 def test_attention_to_itself_only_is_at_distance_zero():
   attention = np.broadcast_to(np.eye(17), (3, 4, 17, 17))  # Class token + 4x4 patches.
   np.testing.assert_array_equal(
-      pictures.mean_attention_distance(attention, 16.0, 1), np.zeros((3, 4))
+      introspection.mean_attention_distance(attention, 16.0, 1), np.zeros((3, 4))
   )
 
 
 def test_attention_distances_on_a_2x2_grid():
   uniform = np.full((4, 4), 0.25)
   # From each corner of a 2x2 grid of 4-pixel patches: 0, 4, 4 and 4√2 pixels.
-  assert pictures.mean_attention_distance(uniform[None], 4.0, 0) == pytest.approx(2 + math.sqrt(2))
+  assert introspection.mean_attention_distance(uniform[None], 4.0, 0) == pytest.approx(
+      2 + math.sqrt(2)
+  )
   right_neighbour = np.zeros((5, 5))
   right_neighbour[:, 0] = 0.5  # Half on the class token, which has no position: ignored.
   for query, key in ((1, 2), (2, 1), (3, 4), (4, 3), (0, 1)):
     right_neighbour[query, key] = 0.5
-  assert pictures.mean_attention_distance(right_neighbour[None], 4.0, 1) == pytest.approx([4.0])
-  np.testing.assert_allclose(pictures.patch_distances((2, 2), 4.0)[0], [0, 4, 4, 4 * math.sqrt(2)])
+  assert introspection.mean_attention_distance(right_neighbour[None], 4.0, 1) == pytest.approx(
+      [4.0]
+  )
+  np.testing.assert_allclose(
+      introspection.patch_distances((2, 2), 4.0)[0], [0, 4, 4, 4 * math.sqrt(2)]
+  )
 
 
 def test_position_similarity_is_cosine_similarity_on_the_grid():
   rng = np.random.RandomState(0)
   posemb = rng.normal(size=(1, 1 + 6 * 6, 8))
   posemb[0, 1 + 7] = 3 * posemb[0, 1 + 0]  # Position (1, 1) points as (0, 0) does.
-  similarity = pictures.position_similarity(posemb, 1)
+  similarity = introspection.position_similarity(posemb, 1)
   assert similarity.shape == (6, 6, 6, 6)
   np.testing.assert_allclose(similarity[0, 0, 1, 1], 1.0)
   np.testing.assert_allclose(np.einsum('ijij->ij', similarity), 1.0)
@@ -167,7 +175,7 @@ def test_the_first_principal_component_is_the_filters_main_direction():
   direction /= np.linalg.norm(direction)
   # 64 filters: multiples of one pattern plus a little noise.
   filters = rng.normal(0, 5, (64, 1)) * direction + rng.normal(0, 0.01, (64, 48))
-  components = pictures.embedding_components(filters.T.reshape(4, 4, 3, 64))
+  components = introspection.embedding_components(filters.T.reshape(4, 4, 3, 64))
   assert components.shape == (28, 4, 4, 3)
   assert abs(components[0].reshape(-1) @ direction) == pytest.approx(1.0, abs=1e-4)
 
@@ -297,12 +305,16 @@ def test_a_map_models_rollout_is_weighted_by_its_probes_attention(tmp_path, monk
       lambda image, maps, query, path: drawn.update(maps=maps, query=query) or path,
   )
   pictures.write_pictures(model, params, image, 12, str(tmp_path))
-  rollout = pictures.attention_rollout(pictures.attention_weights(model, params, inputs)[:, 0])
+  rollout = introspection.attention_rollout(
+      introspection.attention_weights(model, params, inputs)[:, 0]
+  )
   np.testing.assert_allclose(
       drawn['maps'], np.einsum('t,lts->ls', probe, rollout).reshape(3, 3, 3), atol=1e-5
   )
   assert 'MAP' in drawn['query'] and 'GAP' not in drawn['query']
-  np.testing.assert_allclose(pictures.probe_weights(model, params, inputs)[0], probe, atol=1e-5)
+  np.testing.assert_allclose(
+      introspection.probe_weights(model, params, inputs)[0], probe, atol=1e-5
+  )
 
 
 def test_the_pictures_show_the_part_of_the_image_the_eval_crop_keeps(tmp_path, monkeypatch):

@@ -22,7 +22,7 @@ from vit_jax.tools import export, predict
 from vit_jax.data import on_device
 from vit_jax.tasks import classification
 from vit_jax.data import pipeline
-from vit_jax.data import preprocess
+from vit_jax.data import images
 
 PREDICT_CMD = [sys.executable, '-m', 'vit_jax.tools.predict']
 
@@ -33,7 +33,7 @@ def _test_images(workdir, n):
   config, _ = run_dir.load_run_info(workdir)
   source = pipeline.make_source(config)
   records = source.examples('test')
-  raw = [preprocess.rgb(source.load(records.read(k))['image']) for k in range(n)]  # Served grey.
+  raw = [images.rgb(source.load(records.read(k))['image']) for k in range(n)]  # Served grey.
   batch = next(data.eval_iterator(config, 'test', local_batch_size=n))
   return raw, on_device.model_input(jax.numpy.asarray(batch['image'])), config
 

@@ -22,6 +22,7 @@ import helpers
 from configs import vtab as vtab_config
 from vit_jax import data
 from vit_jax.tools import report, vtab
+from vit_jax.data import images as data_images
 from vit_jax.data import preprocess
 from vit_jax.data import tfds_source
 from vit_jax.data import vtab as vtab_data
@@ -351,7 +352,7 @@ def test_the_source_gives_each_example_its_image_and_label(task, vtab_data_dir):
     loaded = [source.load(records.read(k)) for k in range(records.num_records)]
     assert len(loaded) == builder.info.splits[split].num_examples
     for example in loaded:
-      image = preprocess.rgb(example['image'])  # A greyscale PNG is served [h, w, 1].
+      image = data_images.rgb(example['image'])  # A greyscale PNG is served [h, w, 1].
       assert image.dtype == np.uint8 and image.shape[2] == 3
       assert example['label'].dtype == np.int32
       assert by_image[image.tobytes()] == example['label'], split

@@ -65,7 +65,7 @@ class DigitsSource:
 
   def __init__(self):
     # Served greyscale, [8, 8, 1]: preprocessing crops and resizes a third of the pixels (the
-    # images are the same to the bit: preprocess.rgb).
+    # images are the same to the bit: images.rgb).
     self._splits = {
         name: (np.ascontiguousarray(images[..., :1]), labels)
         for name, (images, labels) in split_arrays().items()

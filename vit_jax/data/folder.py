@@ -1,4 +1,4 @@
-"""Image folders: `root/<split>/<class>/**/<image>`, the image formats of `preprocess.IMAGE_EXTENSIONS`.
+"""Image folders: `root/<split>/<class>/**/<image>`, the image formats of `images.IMAGE_EXTENSIONS`.
 
 Class names are the sorted sub-folder names of the train split's folder (Python's sort: by code point,
 so upper case before lower case) and a label is the index of its class name. A class's images are the
@@ -14,15 +14,15 @@ from absl import logging
 from etils import epath
 import numpy as np
 
+from vit_jax.data import images as data_images
 from vit_jax.data import order
-from vit_jax.data import preprocess
 
 # Files that are images but that PIL cannot read here: a folder of them would lose those files
 # without a word, so each such extension is warned of once.
 UNREAD_EXTENSIONS = tuple(
     e
     for e in ('.heic', '.heif', '.avif', '.jxl', '.svg', '.raw', '.cr2', '.nef', '.dng')
-    if e not in preprocess.IMAGE_EXTENSIONS
+    if e not in data_images.IMAGE_EXTENSIONS
 )
 _warned_extensions: set[str] = set()
 
@@ -41,7 +41,7 @@ def _listing(path: str) -> tuple[list[str], list[str]]:
       entries = [
           (
               p.name,
-              not p.name.lower().endswith(preprocess.IMAGE_EXTENSIONS + UNREAD_EXTENSIONS)
+              not p.name.lower().endswith(data_images.IMAGE_EXTENSIONS + UNREAD_EXTENSIONS)
               and p.is_dir(),
           )
           for p in epath.Path(path).iterdir()
@@ -68,7 +68,7 @@ def _listing(path: str) -> tuple[list[str], list[str]]:
       continue
     if is_dir:
       folders.append(name)
-    elif name.lower().endswith(preprocess.IMAGE_EXTENSIONS):
+    elif name.lower().endswith(data_images.IMAGE_EXTENSIONS):
       images.append(name)
     elif name.lower().endswith(UNREAD_EXTENSIONS):
       _warn_unread(os.path.join(path, name))
@@ -83,7 +83,7 @@ def _warn_unread(path: str) -> None:
         'Image folders: %s files are not read (e.g. %s), only %s: convert them, e.g. to ' 'PNG',
         extension,
         path,
-        ', '.join(preprocess.IMAGE_EXTENSIONS),
+        ', '.join(data_images.IMAGE_EXTENSIONS),
     )
 
 
@@ -143,9 +143,9 @@ def _spread(items: list, k: int) -> list:
 def _why_unreadable(path: str) -> str | None:
   """None if the file decodes as the pipeline decodes it, else why not, in one line."""
   try:
-    preprocess.decode(read_file(path))
+    data_images.decode(read_file(path))
     return None
-  except preprocess.UnreadableImage as e:
+  except data_images.UnreadableImage as e:
     return str(e)
   except OSError as e:
     return e.strerror or str(e)
@@ -213,7 +213,7 @@ class FolderSource:
         files[name] = _image_files(os.path.join(split_dir, name))
       if not any(files.values()):
         raise ValueError(
-            f'No {"/".join(preprocess.IMAGE_EXTENSIONS)} images in the class folders of '
+            f'No {"/".join(data_images.IMAGE_EXTENSIONS)} images in the class folders of '
             f'{split_dir}'
         )
       train = split == self._train_split
@@ -242,13 +242,13 @@ class FolderSource:
     )
 
   def load(self, record: tuple[str, int]) -> dict[str, np.ndarray]:
-    """The image of `record` decoded, and its label; `preprocess.UnreadableImage` if it cannot be."""
+    """The image of `record` decoded, and its label; `images.UnreadableImage` if it cannot be."""
     path, label = record
     try:
       data = read_file(path)
     except OSError as e:
-      raise preprocess.UnreadableImage(e.strerror or str(e)) from None
-    return {'image': preprocess.decode(data), 'label': np.int32(label)}
+      raise data_images.UnreadableImage(e.strerror or str(e)) from None
+    return {'image': data_images.decode(data), 'label': np.int32(label)}
 
   def describe(self, record: tuple[str, int]) -> str:
     return record[0]

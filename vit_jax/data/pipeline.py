@@ -17,6 +17,7 @@ import numpy as np
 from vit_jax.data import batching
 from vit_jax.data import digits
 from vit_jax.data import folder
+from vit_jax.data import images
 from vit_jax.data import order
 from vit_jax.data import preprocess
 from vit_jax.data import tfds_source
@@ -51,7 +52,7 @@ class Source(Protocol):
 
   def load(self, record: Any) -> dict[str, np.ndarray]:
     """The record's decoded 'image' (uint8 [h, w, 3], or greyscale [h, w, 1]) and its int32
-    'label' (or, for a label set, 'labels': multi-hot bool [classes]); `preprocess.UnreadableImage`
+    'label' (or, for a label set, 'labels': multi-hot bool [classes]); `images.UnreadableImage`
     where it cannot be decoded."""
 
   def describe(self, record: Any) -> str:
@@ -247,7 +248,7 @@ class _TrainStream:
       try:
         example = self._source.load(record)
         break
-      except preprocess.UnreadableImage as e:
+      except images.UnreadableImage as e:
         unreadable.name_once(self._source.describe(record), str(e))
     else:
       raise ValueError(
@@ -351,7 +352,7 @@ class _EvalRows:
     record = self._records.read(i)
     try:
       example = self._source.load(record)
-    except preprocess.UnreadableImage as e:
+    except images.UnreadableImage as e:
       unreadable.name_once(self._source.describe(record), str(e))
       return self.padding
     image = preprocess.eval_preprocess(

@@ -19,7 +19,7 @@ import ml_collections
 import numpy as np
 import tensorflow_datasets as tfds
 
-from vit_jax.data import preprocess
+from vit_jax.data import images
 from vit_jax.data import tfds_source
 
 GROUPS = ('natural', 'specialized', 'structured')
@@ -214,10 +214,10 @@ class VtabSource(tfds_source.TfdsRecords):
 
   def load(self, record: tfds_source.Example) -> dict[str, np.ndarray]:
     """The record's decoded 'image' (uint8 [h, w, 3], or greyscale [h, w, 1]) and the task's
-    'label' (int32). Raises `preprocess.UnreadableImage` for an image PIL cannot decode."""
+    'label' (int32). Raises `images.UnreadableImage` for an image PIL cannot decode."""
     parsed = self._deserialize(record)
     task = self._task
-    image = preprocess.decode(parsed['image'])
+    image = images.decode(parsed['image'])
     label = task.label.fn(parsed) if isinstance(task.label, Label) else parsed[task.label]
     return {
         'image': image * np.uint8(255) if task.binary_image else image,

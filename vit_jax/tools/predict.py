@@ -93,7 +93,7 @@ def load_export(export_dir: str) -> Classifier:
 def find_images(inputs: Sequence[str]) -> list[str]:
   """The files named in `inputs`, with each folder replaced by the images under it (sorted), hidden
   entries left out as image folders leave them out (.ipynb_checkpoints, macOS's ._x.png)."""
-  from vit_jax.data.preprocess import IMAGE_EXTENSIONS  # pylint: disable=g-import-not-at-top
+  from vit_jax.data.images import IMAGE_EXTENSIONS  # pylint: disable=g-import-not-at-top
 
   paths = []
   for path in inputs:
@@ -114,7 +114,7 @@ def find_images(inputs: Sequence[str]) -> list[str]:
 
 def read_image(path: str) -> np.ndarray:
   """The image in a file as uint8 [h, w, 3]; raises ValueError saying why it cannot be read."""
-  from vit_jax.data import folder, preprocess  # pylint: disable=g-import-not-at-top
+  from vit_jax.data import folder, images  # pylint: disable=g-import-not-at-top
 
   try:
     encoded = folder.read_file(path)  # As an image folder's files are read: local or cloud storage.
@@ -122,8 +122,8 @@ def read_image(path: str) -> np.ndarray:
     raise ValueError(f'cannot read {path} ({e.strerror or e})') from None
   try:
     # The decoder of the input pipeline, so that an image decodes to the same pixels as in training.
-    return preprocess.rgb(preprocess.decode(encoded))
-  except preprocess.UnreadableImage as e:
+    return images.rgb(images.decode(encoded))
+  except images.UnreadableImage as e:
     raise ValueError(f'cannot decode {path}: {e}') from None
 
 
@@ -219,7 +219,7 @@ def main(argv: list[str]) -> None:
     cli.fail(str(e))
   paths = find_images(argv[1:])
   if not paths:  # Empty folders, or folders of other files: "none of 0 predicted" would not say so.
-    from vit_jax.data.preprocess import IMAGE_EXTENSIONS  # pylint: disable=g-import-not-at-top
+    from vit_jax.data.images import IMAGE_EXTENSIONS  # pylint: disable=g-import-not-at-top
 
     cli.fail(
         f'the inputs hold no image files (folders are searched for '

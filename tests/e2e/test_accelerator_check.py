@@ -115,7 +115,7 @@ def test_test_results_count_the_outcomes_and_list_failures_by_cause(tmp_path):
       'more"/></testcase>'
       '<testcase classname="tests.b" name="test_y"><failure message="AssertionError: 1 != 2"/>'
       '</testcase>'
-      '<testcase classname="tests.c" name=""><error message="collection failure">'
+      '<testcase classname="" name="tests.c"><error message="collection failure">'
       "ModuleNotFoundError: No module named 'tensorflow'</error></testcase>"
       '</testsuite></testsuites>'
   )
@@ -127,7 +127,7 @@ def test_test_results_count_the_outcomes_and_list_failures_by_cause(tmp_path):
     accelerator_check.test_results(str(junit), str(failures))
   assert failures.read_text() == (
       '- 2: AssertionError: 1 != 2\n  - tests.b::test_x\n  - tests.b::test_y\n'
-      '- 1: collection failure\n  - tests.c::\n'
+      '- 1: collection failure\n  - tests.c\n'
   )
   junit.write_text('<testsuites><testsuite></testsuite></testsuites>')
   with pytest.raises(accelerator_check.CheckFailed, match='no test ran'):

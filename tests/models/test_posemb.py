@@ -10,7 +10,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import tensorflow as tf
 from flax import traverse_util
 from jax.sharding import PartitionSpec as P
 
@@ -546,6 +545,9 @@ def test_partition_rules_split_the_relative_biases_over_heads():
 
 
 def test_the_sweep_runs_table_8_and_prints_it(tmp_path):
+  # The runs' events as clu writes them; only this test of the module needs TensorFlow.
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
   cells = [
       (r['model.posemb'], r.get('model.posemb_where', 'input'))
       for r in sweep.expand(table8.get_sweep())

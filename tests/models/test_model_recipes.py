@@ -15,7 +15,7 @@ from jax.sharding import PartitionSpec as P
 import helpers
 from vit_jax import sharding
 from vit_jax.checkpoints import loading
-from vit_jax.models import VisionTransformer, block, mpp, posemb, variants
+from vit_jax.models import VisionTransformer, block, mpp, pooling, posemb, variants
 from vit_jax.checkpoints.loading import param_shapes
 
 
@@ -260,7 +260,7 @@ def test_model_config_presets_of_the_new_fields():
       'learn',
       0.0,
   )
-  assert list(variants.CLASSIFIERS) == ['token', 'gap', 'map']
+  assert list(pooling.CLASSIFIERS) == ['token', 'gap', 'map']
   assert list(posemb.POSEMBS) == ['learn', 'sincos2d', 'none', 'learn2d', 'relative']
   assert config['posemb_where'] == 'input' and list(posemb.POSEMB_WHERE) == [
       'input',

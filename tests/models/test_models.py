@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from flax import traverse_util
 
-from vit_jax.models import VisionTransformer, attention, block, pooling, variants
+from vit_jax.models import VisionTransformer, attention, block, pooling, variants, vit_variants
 
 
 def _param_shapes(num_classes=1000, image_size=224, **overrides):
@@ -314,7 +314,7 @@ def test_bfloat16_compute_keeps_float32_params_and_logits():
 def test_input_stride_counts_the_resnet_stem(variant, overrides, stride):
   config = variants.get_model_config(variant, overrides)
   assert VisionTransformer(num_classes=3, **config).input_stride == stride
-  assert variants.input_stride(config) == stride
+  assert vit_variants.input_stride(config) == stride
 
 
 def test_params_of_another_image_size_are_a_clear_error():

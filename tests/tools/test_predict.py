@@ -21,7 +21,7 @@ from vit_jax.checkpoints import checkpoint, run_dir
 from vit_jax.tools import export, predict
 from vit_jax.data import on_device
 from vit_jax.tasks import classification
-from vit_jax.data import pipeline
+from vit_jax.data import sources
 from vit_jax.data import images
 
 PREDICT_CMD = [sys.executable, '-m', 'vit_jax.tools.predict']
@@ -31,7 +31,7 @@ def _test_images(workdir, n):
   """The first `n` raw test images (uint8 8x8x3) and their eval batch's images as the eval step
   gives them to the model, in the eval pipeline's order."""
   config, _ = run_dir.load_run_info(workdir)
-  source = pipeline.make_source(config)
+  source = sources.make_source(config)
   records = source.examples('test')
   raw = [images.rgb(source.load(records.read(k))['image']) for k in range(n)]  # Served grey.
   batch = next(data.eval_iterator(config, 'test', local_batch_size=n))

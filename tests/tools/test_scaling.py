@@ -16,7 +16,7 @@ import helpers
 from vit_jax.checkpoints import run_dir
 from vit_jax.planning import chips
 from vit_jax.tools import scaling
-from vit_jax.models import variants
+from vit_jax.models import variants, vit_variants
 from vit_jax.train import loop, setup as train_setup
 import sweep
 
@@ -81,7 +81,7 @@ def _grid(sweep_file: str) -> list[tuple[str, int, int, int, int, float]]:
             model['num_layers'],
             model['hidden_size'],
             model['mlp_dim'],
-            variants.input_stride(model),
+            vit_variants.input_stride(model),
             config.num_epochs,
         )
     )
@@ -162,7 +162,9 @@ def test_fig5_sweep_is_every_variant_at_both_lengths():
 )
 def test_compute_is_the_papers_table_6(variant, epochs, paper):
   """JFT-300M (303M images, 18291 classes) at 224 px, pre-logits of the model's width."""
-  model = variants.get_model_config(variant, {'representation_size': variants.SIZES[variant[4]][1]})
+  model = variants.get_model_config(
+      variant, {'representation_size': vit_variants.SIZES[variant[4]][1]}
+  )
   assert scaling.pretraining_exaflops(
       variant, model, 224, 18291, 303_000_000 * epochs
   ) == pytest.approx(paper, rel=0.03)

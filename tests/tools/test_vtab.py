@@ -193,7 +193,7 @@ def test_every_task_builds_both_phases_without_data(task):
   config, final = vtab_config.get_config(task), vtab_config.get_config(f'{task},final')
   splits = vtab_data.TASKS[task].splits
   assert config.dataset == final.dataset == f'vtab/{task}'
-  assert config.dataset in data.pipeline.SOURCES
+  assert config.dataset in data.sources.SOURCES
   assert (config.train_split, config.evals.val200.split, config.eval_split) == (
       splits['train800'],
       splits['val200'],

@@ -19,7 +19,7 @@ from vit_jax import data, defaults, tasks
 from vit_jax.checkpoints import checkpoint
 from vit_jax.runtime import paths
 from vit_jax.checkpoints import loading, state_dicts, torch_files
-from vit_jax.models import variants
+from vit_jax.models import variants, vit_variants
 
 _RUN_FILES = ('config.json', 'dataset_info.json')
 
@@ -198,11 +198,11 @@ def _missing_init_from(given: str, fix: str) -> str:
 
 
 def fill_from_checkpoint(config: ml_collections.ConfigDict) -> None:
-  """config.variant='checkpoint' (variants.FROM_CHECKPOINT): sets config.model's unset fields to the
-  architecture of config.init_from, a timm or transformers ViT (state_dicts.fill), so that the config,
-  and the run's config.json that export and predict rebuild the model from, hold it. Other variants
-  are left as they are."""
-  if config.variant != variants.FROM_CHECKPOINT:
+  """config.variant='checkpoint' (vit_variants.FROM_CHECKPOINT): sets config.model's unset fields to
+  the architecture of config.init_from, a timm or transformers ViT (state_dicts.fill), so that the
+  config, and the run's config.json that export and predict rebuild the model from, hold it. Other
+  variants are left as they are."""
+  if config.variant != vit_variants.FROM_CHECKPOINT:
     return
   init_from = paths.absolute(config.init_from) if config.init_from else None
   if init_from and not paths.is_url(init_from) and not os.path.exists(init_from):
@@ -215,10 +215,10 @@ def fill_from_checkpoint(config: ml_collections.ConfigDict) -> None:
   if init_from is None or not torch_files.is_state_dict_path(init_from):
     given = f'not {config.init_from!r}' if config.init_from else 'unset'
     raise ValueError(
-        f"config.variant='{variants.FROM_CHECKPOINT}' builds the ViT of config.init_from, which "
-        'must be a timm or Hugging Face transformers ViT (a .safetensors / .pth / .bin file, or '
-        f'a directory holding model.safetensors), {given}: set --config.init_from, or name a '
-        'variant (e.g. --config.variant=ViT-B_16)'
+        f"config.variant='{vit_variants.FROM_CHECKPOINT}' builds the ViT of config.init_from, "
+        'which must be a timm or Hugging Face transformers ViT (a .safetensors / .pth / .bin '
+        f'file, or a directory holding model.safetensors), {given}: set --config.init_from, or '
+        'name a variant (e.g. --config.variant=ViT-B_16)'
     )
   paths.check_reachable(init_from, config.storage_timeout_s, 'config.init_from')
   filled = state_dicts.fill(config.model.to_dict(), init_from)

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import ml_collections
 
 from vit_jax.checkpoints import loading, run_dir, state_dicts, torch_files
-from vit_jax.models import variants
+from vit_jax.models import variants, vit_variants
 from vit_jax.runtime import paths
 
 
@@ -31,7 +31,9 @@ def architecture(config: ml_collections.ConfigDict) -> tuple[str, dict[str, Any]
   paths.check_reachable(path, config.storage_timeout_s, 'config.distill.teacher')
   if torch_files.is_state_dict_path(path):
     fields = state_dicts.fill({}, path)
-    return variants.FROM_CHECKPOINT, variants.get_model_config(variants.FROM_CHECKPOINT, fields)
+    return vit_variants.FROM_CHECKPOINT, variants.get_model_config(
+        vit_variants.FROM_CHECKPOINT, fields
+    )
   if path.endswith('.npz'):
     raise ValueError(
         f'config.distill.teacher={given!r}: an .npz does not say its model; pass the workdir of '
@@ -53,7 +55,7 @@ def load_teacher(config: ml_collections.ConfigDict, num_classes: int) -> Teacher
   model = variants.build(
       variant, model_config, num_classes=num_classes, dtype=jnp.dtype(config.dtype)
   )
-  if variant == variants.FROM_CHECKPOINT:
+  if variant == vit_variants.FROM_CHECKPOINT:
     loaded, source = run_dir.load_params(path, model_config)
   else:
     try:

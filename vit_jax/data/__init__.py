@@ -14,13 +14,13 @@ train_split 'train[:90%]' and eval_split 'train[90%:]' hold out a minival); for 
 sub-folder.
 """
 
-from vit_jax.data.pipeline import DatasetInfo
-from vit_jax.data.pipeline import class_names
 from vit_jax.data.pipeline import eval_iterator
-from vit_jax.data.pipeline import get_info
-from vit_jax.data.pipeline import is_label_set
-from vit_jax.data.pipeline import listed_labels
 from vit_jax.data.pipeline import num_data_shards
 from vit_jax.data.pipeline import num_eval_batches
-from vit_jax.data.pipeline import num_examples
 from vit_jax.data.pipeline import train_iterator
+from vit_jax.data.sources import DatasetInfo
+from vit_jax.data.sources import class_names
+from vit_jax.data.sources import get_info
+from vit_jax.data.sources import is_label_set
+from vit_jax.data.sources import listed_labels
+from vit_jax.data.sources import num_examples

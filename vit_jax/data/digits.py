@@ -59,7 +59,7 @@ def split_indices(split: str, sizes: dict[str, int]) -> list[tuple[str, np.ndarr
 
 
 class DigitsSource:
-  """The digits as a source (pipeline.Source): records are (image, label) pairs."""
+  """The digits as a source (sources.Source): records are (image, label) pairs."""
 
   class_names = CLASS_NAMES
 

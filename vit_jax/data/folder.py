@@ -182,7 +182,7 @@ def _check_readable(
 
 
 class FolderSource:
-  """The images under `root`, split by sub-folder name (pipeline.Source): records are
+  """The images under `root`, split by sub-folder name (sources.Source): records are
   (path, label) pairs."""
 
   def __init__(self, root: str, train_split: str):

@@ -1,4 +1,5 @@
-"""From a config to this host's iterators of numpy batches, on grain (no TensorFlow).
+"""From a config to this host's iterators of numpy batches, on grain (no TensorFlow); the examples
+come from the config's source (sources.py).
 
 Resumability: each data shard's train stream is a pure function of (config.seed, shard, stream
 position). Epoch e is a seeded permutation of the shard (order.py); the augmentation of the example
@@ -7,187 +8,24 @@ starting at step s reads nothing before it, and every batch is the same whether 
 process or in any of grain's worker processes (`config.data_workers`).
 """
 
-import dataclasses
-import functools
-from typing import Any, Callable, Iterator, Protocol
+from typing import Iterator
 
 import ml_collections
 import numpy as np
 
 from vit_jax.data import batching
 from vit_jax.data import digits
-from vit_jax.data import folder
 from vit_jax.data import images
 from vit_jax.data import order
 from vit_jax.data import preprocess
-from vit_jax.data import tfds_source
+from vit_jax.data import sources
 from vit_jax.data import unreadable
-from vit_jax.data import vtab
 from vit_jax.runtime import cpuinfo
 
 # The end of the range of train steps; never reached.
 _MANY = 2**62
 # Seed streams of a train shard: its epochs' order and its examples' augmentation.
 _ORDER, _AUGMENT = 0, 1
-
-
-@dataclasses.dataclass(frozen=True)
-class DatasetInfo:
-  """What `get_info` reads of the config's splits; `num_examples` counts any other split."""
-
-  num_classes: int
-  num_train: int  # Examples in config.train_split, all hosts together.
-  num_eval: int  # Examples in config.eval_split, all hosts together.
-  class_names: tuple[str, ...]
-
-
-class Source(Protocol):
-  """Where examples come from: the digits, an image folder, a tfds dataset. It must pickle: grain's
-  worker processes read through it."""
-
-  class_names: tuple[str, ...]
-
-  def examples(self, split: str, shard: int = 0, num_shards: int = 1) -> order.Records:
-    """Shard `shard` of `num_shards` of `split` (disjoint, sizes within one), nothing decoded yet."""
-
-  def load(self, record: Any) -> dict[str, np.ndarray]:
-    """The record's decoded 'image' (uint8 [h, w, 3], or greyscale [h, w, 1]) and its int32
-    'label' (or, for a label set, 'labels': multi-hot bool [classes]); `images.UnreadableImage`
-    where it cannot be decoded."""
-
-  def describe(self, record: Any) -> str:
-    """The record as a warning names it (a path)."""
-
-
-def _digits(config: ml_collections.ConfigDict, label_feature: str) -> Source:
-  if label_feature != 'label':
-    raise ValueError(
-        f"Dataset 'digits' has no ClassLabel (or Sequence of ClassLabel) feature "
-        f"{label_feature!r}: set --config.label_feature (or the evaluator's "
-        "label_feature) to 'label'"
-    )
-  del config  # The digits are the same for every config.
-  return digits.DigitsSource()
-
-
-def _folder(config: ml_collections.ConfigDict, label_feature: str) -> Source:
-  if label_feature != 'label':
-    raise ValueError(
-        f'An image folder has one class an image, not a label feature {label_feature!r}: '
-        'read it from a tensorflow_datasets dataset that has it'
-    )
-  if not config.data_dir:
-    raise ValueError(
-        "config.dataset='folder' needs config.data_dir: set it to a root with "
-        f'{config.train_split}/ and {config.eval_split}/ sub-folders of class folders'
-    )
-  return _listed_folder(config.data_dir, config.train_split)
-
-
-@functools.lru_cache(maxsize=8)
-def _listed_folder(root: str, train_split: str) -> folder.FolderSource:
-  """One FolderSource per folder for a run: it lists each split once (it keeps the listing), where the
-  run's info, its train stream and every evaluation would each list the folder again; 1,000 class
-  folders on cloud storage take seconds to list. `get_info` starts a run, and lists afresh."""
-  return folder.FolderSource(root, train_split)
-
-
-def _tfds(config: ml_collections.ConfigDict, label_feature: str) -> Source:
-  return tfds_source.TfdsSource(
-      tfds_source.prepared_builder(config.dataset, config.data_dir), label_feature
-  )
-
-
-# config.dataset -> its Source, reading the given label feature; any other name is a
-# tensorflow_datasets name. 'vtab/<task>': VTAB-1k's tasks (vtab.py).
-SOURCES: dict[str, Callable[[ml_collections.ConfigDict, str], Source]] = {
-    'digits': _digits,
-    'folder': _folder,
-    **vtab.SOURCES,
-}
-
-
-def make_source(config: ml_collections.ConfigDict, label_feature: str | None = None) -> Source:
-  """The source named by config.dataset, its labels read from `label_feature` (a tfds feature;
-  None: the run's); raises a one-line ValueError that says what to fix."""
-  return SOURCES.get(config.dataset, _tfds)(config, label_feature or config.label_feature)
-
-
-def _checked_source(config: ml_collections.ConfigDict, label_feature: str | None = None) -> Source:
-  """The source of a validated data config, reading `label_feature` (None: the run's)."""
-  if config.image_size < 1:
-    raise ValueError(f'config.image_size={config.image_size} must be a positive number of pixels')
-  if config.data_workers is not None and config.data_workers < 0:
-    raise ValueError(
-        f'config.data_workers={config.data_workers} must be >= 0 worker processes (0: '
-        'threads of this process only), or unset for one a core'
-    )
-  preprocess.check_pp(config.pp)
-  preprocess.check_pp_eval(config.pp_eval)
-  return make_source(config, label_feature)
-
-
-def _train_source(config: ml_collections.ConfigDict) -> Source:
-  """The source of the run's label feature, which it trains on: one class an image."""
-  source = _checked_source(config)
-  if getattr(source, 'multi_label', False):
-    raise ValueError(
-        f'config.label_feature={config.label_feature!r} of dataset '
-        f'{config.dataset!r} is a set of classes an image (a Sequence of ClassLabel), '
-        'which a run cannot train on: set --config.label_feature to one of '
-        f'{list(source.class_label_features)} (label sets are for evaluators of '
-        "type='real')"
-    )
-  return source
-
-
-def get_info(config: ml_collections.ConfigDict) -> DatasetInfo:
-  """Sizes and class names of config.label_feature; validates the data config. A run starts here: an
-  image folder is listed anew (a notebook may have added images since the last run)."""
-  _listed_folder.cache_clear()
-  source = _train_source(config)
-  if hasattr(source, 'check_split'):  # A bad split name names the field to set.
-    for field in ('train_split', 'eval_split'):
-      source.check_split(config[field], f'--config.{field}')
-  return DatasetInfo(
-      num_classes=len(source.class_names),
-      num_train=source.examples(config.train_split).num_records,
-      num_eval=source.examples(config.eval_split).num_records,
-      class_names=source.class_names,
-  )
-
-
-def class_names(
-    config: ml_collections.ConfigDict, label_feature: str | None = None
-) -> tuple[str, ...]:
-  """The classes of config.dataset's `label_feature` (None: the run's), in label order; validates the
-  data config."""
-  return _checked_source(config, label_feature).class_names
-
-
-def is_label_set(config: ml_collections.ConfigDict, label_feature: str) -> bool:
-  """Whether config.dataset's `label_feature` is a set of classes an image (a Sequence of ClassLabel,
-  e.g. imagenet2012_real's real_label), not one class an image."""
-  return getattr(_checked_source(config, label_feature), 'multi_label', False)
-
-
-def num_examples(
-    config: ml_collections.ConfigDict, split: str, label_feature: str | None = None
-) -> int:
-  """Examples in `split` (e.g. 'test', or a tfds slice such as 'train[90%:]'), all hosts together;
-  validates the data config, the label feature (None: the run's) and the split name."""
-  return _checked_source(config, label_feature).examples(split).num_records
-
-
-def listed_labels(config: ml_collections.ConfigDict, split: str) -> np.ndarray | None:
-  """The label (of config.label_feature) of every example of `split` where the source lists them
-  without decoding the examples (an image folder's class folders, the digits); None where that would
-  mean reading the split (tfds)."""
-  source = _checked_source(config)
-  if not isinstance(source, (folder.FolderSource, digits.DigitsSource)):
-    return None
-  records = source.examples(split)
-  return np.array([records.read(k)[1] for k in range(records.num_records)], np.int32)
 
 
 def num_eval_batches(num_eval: int, *, local_batch_size: int, process_count: int = 1) -> int:
@@ -207,7 +45,7 @@ def num_data_shards(config: ml_collections.ConfigDict, process_count: int) -> in
   return shards
 
 
-def _num_workers(config: ml_collections.ConfigDict, source: Source) -> int:
+def _num_workers(config: ml_collections.ConfigDict, source: sources.Source) -> int:
   """grain worker processes: config.data_workers, or unset, one a core for sources that decode files
   (threads of this process would share one interpreter lock for the per-example Python and numpy)
   and none for the digits (8x8 arrays in memory: a worker's start-up would cost more than it saves).
@@ -221,7 +59,7 @@ class _TrainStream:
   """Data shard `shard`'s stream: the augmented example at each stream position."""
 
   def __init__(
-      self, config: ml_collections.ConfigDict, source: Source, shard: int, num_shards: int
+      self, config: ml_collections.ConfigDict, source: sources.Source, shard: int, num_shards: int
   ):
     self._source = source
     self._records = source.examples(config.train_split, shard, num_shards)
@@ -299,7 +137,7 @@ def train_iterator(
   Batch k with `start_step=s` is bitwise batch s + k with `start_step=0`, unreadable files included
   (each is replaced by the next record of its epoch's order). `close()` ends its worker processes.
   """
-  source = _train_source(config)
+  source = sources.train_source(config)
   num_shards = num_data_shards(config, process_count)
   shards_per_process = num_shards // process_count
   if local_batch_size % shards_per_process:
@@ -331,7 +169,9 @@ class _EvalRows:
   """Row i of this host's evaluation batches: example i of its shard, or a padding row (zeros, mask
   False) past the shard's end or where an example cannot be decoded (named once a process)."""
 
-  def __init__(self, config: ml_collections.ConfigDict, source: Source, records: order.Records):
+  def __init__(
+      self, config: ml_collections.ConfigDict, source: sources.Source, records: order.Records
+  ):
     self._source = source
     self._records = records
     self._pp_eval = config.pp_eval
@@ -381,7 +221,7 @@ def eval_iterator(
   few-shot evaluator) follow the run. A multi-label `label_feature` (a tfds Sequence of ClassLabel, as
   ImageNet-ReaL's 'real_label') gives 'labels' (multi-hot bool [b, classes]) instead of 'label'.
   """
-  source = _checked_source(config, label_feature)
+  source = sources.checked_source(config, label_feature)
   num_batches = num_eval_batches(
       source.examples(split).num_records,
       local_batch_size=local_batch_size,

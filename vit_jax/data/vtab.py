@@ -235,5 +235,5 @@ def make_source(name: str, config: ml_collections.ConfigDict, label_feature: str
   return VtabSource(task, tfds_source.prepared_builder(task.tfds_name, config.data_dir))
 
 
-# The entries of data.pipeline.SOURCES: config.dataset -> its source.
+# The entries of data.sources.SOURCES: config.dataset -> its source.
 SOURCES = {f'vtab/{name}': functools.partial(make_source, name) for name in TASKS}

@@ -12,7 +12,7 @@ import dataclasses
 import math
 from typing import Any, Mapping
 
-from vit_jax.models import bit, variants, vit
+from vit_jax.models import bit, vit, vit_variants
 
 GiB = 2**30
 T = 1e12
@@ -94,7 +94,7 @@ def vit_tokens(model: Mapping[str, Any], image_size: int) -> int:
 
 
 def _tokens(model: Mapping[str, Any], image_size: int) -> tuple[int, int]:
-  patches = (image_size // variants.input_stride(model)) ** 2  # A hybrid's stem strides first.
+  patches = (image_size // vit_variants.input_stride(model)) ** 2  # A hybrid's stem strides first.
   prefix = (
       vit.has_class_token(model['classifier'], model['class_token'])
       + model['distilled']

@@ -31,7 +31,7 @@ from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top,wron
 from vit_jax.planning import chips  # pylint: disable=g-import-not-at-top,wrong-import-position
 from vit_jax.runtime import cli  # pylint: disable=g-import-not-at-top,wrong-import-position
 from vit_jax.tools import report  # pylint: disable=g-import-not-at-top,wrong-import-position
-from vit_jax.models import variants  # pylint: disable=g-import-not-at-top,wrong-import-position
+from vit_jax.models import variants, vit_variants  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _USAGE = 'SWEEP_ROOT [SWEEP_ROOT ...] --out=DIR [--metric=eval_top1]'
 EXA = 1e18
@@ -68,7 +68,7 @@ def _vit_shape(model: dict[str, Any]) -> tuple[str, str]:
   return (
       'R50+ViT' if model['resnet_layers'] else 'ViT',
       f"{model['num_layers']} layers, D {model['hidden_size']}, MLP {model['mlp_dim']}, "
-      f'/{variants.input_stride(model)}',
+      f'/{vit_variants.input_stride(model)}',
   )
 
 

@@ -5,7 +5,7 @@ import os
 import subprocess
 import sys
 
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+import helpers
 
 
 def test_a_test_that_needs_8_devices_is_skipped_on_one_and_the_rest_run():
@@ -21,7 +21,7 @@ def test_a_test_that_needs_8_devices_is_skipped_on_one_and_the_rest_run():
           'tests/train/test_sharding.py::test_partition_rules_combine_tensor_and_fsdp',
           'tests/data/test_uint8_batches.py::test_the_device_normalises_every_level_to_the_hosts_bits',
       ],
-      cwd=_REPO,
+      cwd=helpers.REPO,
       env={**os.environ, 'VIT_JAX_TEST_DEVICES': '1'},
       capture_output=True,
       text=True,

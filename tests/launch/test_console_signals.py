@@ -1,6 +1,7 @@
 """What a run does on the console when it is signalled: Ctrl-C (SIGINT to the terminal's process
 group) or SIGTERM, to one process, to a multi-process run, or to launch/local.py."""
 
+import contextlib
 import os
 import re
 import signal
@@ -15,6 +16,18 @@ from vit_jax.checkpoints import checkpoint
 from vit_jax.train import preemption
 
 pytestmark = pytest.mark.skipif(not os.path.isdir('/proc'), reason='reads processes from /proc')
+
+
+@contextlib.contextmanager
+def _children_inherit_sigint(disposition):
+  """SIGINT at `disposition` in the processes started inside, set here around their start: a
+  `preexec_fn` would set it in the child, forking this multithreaded process (JAX's threads), which
+  can deadlock the child (Python 3.12 warns of it)."""
+  previous = signal.signal(signal.SIGINT, disposition)
+  try:
+    yield
+  finally:
+    signal.signal(signal.SIGINT, previous)
 
 
 def _children(pid: int) -> list[int]:
@@ -144,15 +157,15 @@ def test_ctrl_c_before_the_first_step_is_one_line_and_status_130(tmp_path, data_
   args.append('--verbosity=1')  # Its first line, the malloc's, is the mark of start-up.
   # As a terminal starts it: SIGINT at its default. A process inherits an ignored SIGINT (as
   # pytest-xdist's workers have it), and Python then leaves it ignored until the run's own handler.
-  proc = subprocess.Popen(
-      args,
-      cwd=helpers.REPO,
-      stdout=subprocess.PIPE,
-      stderr=subprocess.PIPE,
-      text=True,
-      start_new_session=True,
-      preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-  )
+  with _children_inherit_sigint(signal.SIG_DFL):
+    proc = subprocess.Popen(
+        args,
+        cwd=helpers.REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
   try:
     lines = []
     for line in proc.stderr:  # Its first line of its own, long before the first step.
@@ -183,15 +196,20 @@ print('not interrupted')
 
 @pytest.mark.parametrize('inherited', [signal.SIG_DFL, signal.SIG_IGN])
 def test_ctrl_c_while_a_command_imports_is_one_line_unless_sigint_is_ignored(inherited):
-  run = subprocess.run(
-      [sys.executable, '-c', _INTERRUPTED_WHILE_STARTING],
-      cwd=helpers.REPO,
-      env=dict(os.environ, VIT_JAX_ALLOCATOR='system'),
-      capture_output=True,
-      text=True,
-      timeout=60,
-      preexec_fn=lambda: signal.signal(signal.SIGINT, inherited),
-  )
+  with _children_inherit_sigint(inherited):
+    proc = subprocess.Popen(
+        [sys.executable, '-c', _INTERRUPTED_WHILE_STARTING],
+        cwd=helpers.REPO,
+        env=dict(os.environ, VIT_JAX_ALLOCATOR='system'),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+  try:
+    stdout, stderr = proc.communicate(timeout=60)
+  finally:
+    proc.kill()
+  run = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
   if inherited == signal.SIG_DFL:
     assert (run.returncode, run.stdout) == (130, ''), run.stderr
     assert run.stderr == 'error: interrupted while starting: nothing was done\n'

@@ -1,15 +1,27 @@
 """The bundled digits as a tensorflow_datasets builder, for tests that need a prepared tfds dataset.
 
-vit_jax serves the digits from memory (vit_jax/data/digits.py); the tests prepare them with tfds (which
-needs TensorFlow to encode images: the test extra has it) to exercise the tfds source on known data.
-Subclasses change the features or the order (class-sorted, coarse labels, label sets).
+vit_jax serves the digits from memory (vit_jax/data/digits.py); the tests prepare them with tfds to
+exercise the tfds source on known data. Subclasses change the features or the order (class-sorted,
+coarse labels, label sets).
 """
+
+import io
 
 from etils import epath
 import numpy as np
+import PIL.Image
 import tensorflow_datasets as tfds
 
 from vit_jax.data import digits
+
+
+def png(image: np.ndarray) -> bytes:
+  """`image` as the PNG file PIL writes (lossless). tfds encodes an array with TensorFlow, which the GPU
+  machines lack, and writes bytes as they are: with these, preparing a dataset needs no TensorFlow.
+  """
+  buffer = io.BytesIO()
+  PIL.Image.fromarray(image[..., 0] if image.shape[-1] == 1 else image).save(buffer, format='png')
+  return buffer.getvalue()
 
 
 # Not registered with tfds: each test names its builder's data_dir, and tfds's registry is left alone.
@@ -40,7 +52,7 @@ class DigitsBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
 
   def _generate_examples(self, images: np.ndarray, labels: np.ndarray):
     for key, (image, label) in enumerate(zip(images, labels)):
-      yield key, {'image': image, 'label': label}
+      yield key, {'image': png(image), 'label': label}
 
 
 def prepare(

@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
+import helpers
+
 from vit_jax import defaults
 from vit_jax.data import crops
 from vit_jax.data import images
@@ -53,7 +55,7 @@ def _inception_boxes(height: int, width: int, min_area: float, n: int) -> np.nda
 
 
 def _tensorflow_boxes(height: int, width: int, min_area: float, n: int) -> np.ndarray:
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  tf = helpers.tensorflow()
 
   @tf.function
   def boxes(seeds):

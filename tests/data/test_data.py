@@ -465,7 +465,7 @@ class CoarseDigits(tfds_fixtures.DigitsBuilder, skip_registration=True):
   def _generate_examples(self, images, labels):
     for key, (image, label) in enumerate(zip(images, labels)):
       yield key, {
-          'image': image,
+          'image': tfds_fixtures.png(image),
           'label': label,
           'coarse_label': int(label >= 5),
           'label_set': [label],

@@ -17,6 +17,7 @@ import pytest
 import tensorflow_datasets as tfds
 
 import helpers
+import tfds_fixtures
 from helpers import as_uint8, take
 from vit_jax import data
 from vit_jax.data import order
@@ -73,7 +74,11 @@ def _write_array_records(root, name: str) -> str:
       )
       writer = array_record_module.ArrayRecordWriter(str(path / filename), 'group_size:1')
       for label in labels:
-        writer.write(FEATURES.serialize_example({'image': _image(uid, label), 'label': label}))
+        writer.write(
+            FEATURES.serialize_example(
+                {'image': tfds_fixtures.png(_image(uid, label)), 'label': label}
+            )
+        )
         uid += 1
       writer.close()
     split_infos.append(

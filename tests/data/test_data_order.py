@@ -31,7 +31,7 @@ class ClassSortedDigits(tfds_fixtures.DigitsBuilder, skip_registration=True):
 
   def _generate_examples(self, images, labels):
     for key, i in enumerate(np.argsort(labels, kind='stable')):
-      yield key, {'image': images[i], 'label': labels[i]}
+      yield key, {'image': tfds_fixtures.png(images[i]), 'label': labels[i]}
 
 
 @pytest.fixture(scope='module')

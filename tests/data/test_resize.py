@@ -41,7 +41,7 @@ def _pil_float(image: np.ndarray, size: int) -> np.ndarray:
 
 
 def _tensorflow(image: np.ndarray, height: int, width: int) -> np.ndarray:
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  tf = helpers.tensorflow()
 
   return tf.image.resize(image, (height, width), method='bilinear', antialias=False).numpy()
 

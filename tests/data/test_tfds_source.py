@@ -14,6 +14,7 @@ import pytest
 import tensorflow_datasets as tfds
 
 import helpers
+import tfds_fixtures
 from vit_jax.data import images
 from vit_jax.data import tfds_source
 
@@ -59,7 +60,8 @@ class Tiny(tfds.core.GeneratorBasedBuilder, skip_registration=True):
 
   def _generate_examples(self, split):
     for key in range(SIZES[split]):
-      yield key, tiny_example(split, key)
+      example = tiny_example(split, key)
+      yield key, {**example, 'image': tfds_fixtures.png(example['image'])}
 
 
 def prepare(data_dir: str, file_format: str) -> str:
@@ -76,6 +78,7 @@ def array_record_dir(tmp_path_factory):
 
 @pytest.fixture(scope='module')
 def tfrecord_dir(tmp_path_factory):
+  helpers.tensorflow()  # tfds writes TFRecord files with it.
   return prepare(str(tmp_path_factory.mktemp('tfrecord')), 'tfrecord')
 
 

@@ -48,7 +48,7 @@ class RealDigits(tfds_fixtures.DigitsBuilder, skip_registration=True):
   def _generate_examples(self, images, labels):
     for key, (image, label) in enumerate(zip(images, labels)):
       yield key, {
-          'image': image,
+          'image': tfds_fixtures.png(image),
           'original_label': label,
           'real_label': real_label_set(key, int(label)),
       }

@@ -546,7 +546,7 @@ def test_partition_rules_split_the_relative_biases_over_heads():
 
 def test_the_sweep_runs_table_8_and_prints_it(tmp_path):
   # The runs' events as clu writes them; only this test of the module needs TensorFlow.
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  tf = helpers.tensorflow()
 
   cells = [
       (r['model.posemb'], r.get('model.posemb_where', 'input'))

@@ -13,7 +13,6 @@ import sys
 import matplotlib
 import numpy as np
 import pytest
-import tensorflow as tf
 from PIL import Image
 
 import helpers
@@ -44,6 +43,7 @@ LAST_STEPS = {
 
 def _write_events(workdir: str, scalars: dict[str, dict[int, float]]) -> None:
   """Scalars step by step, each step's in one write, as the training loop logs them."""
+  tf = helpers.tensorflow()
   writer = tf.summary.create_file_writer(workdir)
   with writer.as_default():
     for step in sorted({s for values in scalars.values() for s in values}):
@@ -86,6 +86,7 @@ def sweep_root(tmp_path_factory):
 
 def _tf_scalars(workdir: str) -> dict[str, dict[int, float]]:
   """TensorFlow's own reading of the event files: what the report's reader must agree with."""
+  tf = helpers.tensorflow()
   scalars = {}
   for name in sorted(os.listdir(workdir)):
     if name.startswith('events.out.tfevents.'):

@@ -1,6 +1,6 @@
 """VTAB-1k: configs/vtab.py for every task, its labels, the sweep file, and python -m vit_jax.tools.vtab on
 a sweep root of tiny runs. The VTAB datasets are not downloadable here, so a few are prepared (as
-ArrayRecord, with TensorFlow to encode their images) in a temporary data_dir with random images under
+ArrayRecord, their images as PNG files) in a temporary data_dir with random images under
 their tfds names and versions, with the real datasets' features (the registered builders' own), and
 the runs read them through configs/vtab.py."""
 
@@ -19,6 +19,7 @@ import pytest
 import tensorflow_datasets as tfds
 
 import helpers
+import tfds_fixtures
 from configs import vtab as vtab_config
 from vit_jax import data
 from vit_jax.tools import report, vtab
@@ -129,7 +130,8 @@ def _prepare_fake(tfds_name: str, data_dir: str, file_format: str = 'array_recor
       return {split: self._generate_examples(split) for split in FAKE_DATASETS[tfds_name][0]}
 
     def _generate_examples(self, split):
-      yield from enumerate(fake_examples(tfds_name, split))
+      for key, example in enumerate(fake_examples(tfds_name, split)):
+        yield key, {**example, 'image': tfds_fixtures.png(example['image'])}
 
   Fake.name = name
   Fake(config=builder_config or None, data_dir=data_dir).download_and_prepare(
@@ -388,6 +390,7 @@ def test_a_task_on_a_dataset_without_its_label_feature_is_a_one_line_error(vtab_
 def test_a_task_prepared_as_tfrecord_reads_once_converted(tmp_path):
   """A registered dataset (as the real VTAB ones) prepared as TFRecord: the one-line error, then
   read through the ArrayRecord files the conversion writes beside the TFRecord ones."""
+  helpers.tensorflow()  # tfds writes TFRecord files, and the conversion reads them, with it.
   data_dir = str(tmp_path)
   _prepare_fake('svhn_cropped', data_dir, 'tfrecord')
   config = ml_collections.ConfigDict({'data_dir': data_dir})

@@ -7,10 +7,11 @@ import threading
 
 import numpy as np
 import pytest
-import tensorflow as tf
 from tensorboard.backend.event_processing import event_accumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 from tensorboard.util import tensor_util
+
+import helpers
 
 from vit_jax.train import events
 from vit_jax.train import event_writer, pace
@@ -31,6 +32,7 @@ def test_tensorboard_reads_what_the_writer_writes(tmp_path):
   [path] = os.listdir(tmp_path)
   assert path.startswith('events.out.tfevents.')
   # TensorFlow's record reader checks both CRCs of every record.
+  tf = helpers.tensorflow()
   assert sum(1 for _ in tf.data.TFRecordDataset(str(tmp_path / path))) == 1 + 1 + 2 * 5
   accumulator = event_accumulator.EventAccumulator(str(tmp_path))
   accumulator.Reload()
@@ -59,7 +61,7 @@ def test_each_flush_leaves_a_whole_file_and_a_full_one_is_followed_by_another(tm
   files = sorted(os.listdir(tmp_path))
   assert len(files) == 2
   for name in files:
-    assert sum(1 for _ in tf.data.TFRecordDataset(str(tmp_path / name))) > 1
+    assert sum(1 for _ in helpers.tensorflow().data.TFRecordDataset(str(tmp_path / name))) > 1
   assert sorted(events.read_scalars(str(tmp_path))['train_loss']) == list(range(23))
 
 

@@ -217,15 +217,17 @@ def to_array_record(dataset_dir: str) -> bool:
   TensorFlow (`pip install '.[tfrecord]'`); raises a one-line ValueError without it, or where
   `dataset_dir` holds no prepared dataset.
   """
-  try:
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top: only this conversion needs it.
-  except ImportError:
-    raise ValueError("Reading TFRecord files needs TensorFlow: pip install '.[tfrecord]'") from None
-  if not (epath.Path(dataset_dir) / 'dataset_info.json').exists():
+  if not (
+      epath.Path(dataset_dir) / 'dataset_info.json'
+  ).exists():  # A wrong path before an install.
     raise ValueError(
         f'No prepared tensorflow_datasets dataset in {dataset_dir}: give its version '
         'folder, the one with dataset_info.json (e.g. DATA_DIR/cifar10/3.0.2)'
     )
+  try:
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top: only this conversion needs it.
+  except ImportError:
+    raise ValueError("Reading TFRecord files needs TensorFlow: pip install '.[tfrecord]'") from None
   info = tfds.builder_from_directory(dataset_dir).info
   if _ARRAY_RECORD in info.available_file_formats():
     return False

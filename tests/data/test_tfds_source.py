@@ -308,10 +308,12 @@ record = source.examples('train[:4]+validation[:2]', 1, 2).read(2)
 example = source.load(record)
 print(source.describe(record), example['image'].shape, example['labels'].tolist())
 print(vtab.TASKS['clevr_count'].label.fn({{'objects': {{'size': [0] * 5}}}}))
-try:
-  tfds_source.to_array_record({tfrecord_dir + '/tiny/1.0.0'!r})
-except ValueError as e:
-  print(e)
+# A folder without a dataset is that error, before the missing TensorFlow is.
+for folder in ({array_record_dir + '/no_such/1.0.0'!r}, {tfrecord_dir + '/tiny/1.0.0'!r}):
+  try:
+    tfds_source.to_array_record(folder)
+  except ValueError as e:
+    print(e)
 assert 'tensorflow' not in sys.modules, 'tensorflow loaded'
 """
   run = subprocess.run(
@@ -325,4 +327,9 @@ assert 'tensorflow' not in sys.modules, 'tensorflow loaded'
   assert run.returncode == 0, run.stderr[-3000:]
   lines = run.stdout.splitlines()
   assert lines[0].startswith('example 5 of split train[:4]+validation[:2] of tiny (')
-  assert lines[1:] == ['2', "Reading TFRecord files needs TensorFlow: pip install '.[tfrecord]'"]
+  assert lines[1:] == [
+      '2',
+      f'No prepared tensorflow_datasets dataset in {array_record_dir}/no_such/1.0.0: give its '
+      'version folder, the one with dataset_info.json (e.g. DATA_DIR/cifar10/3.0.2)',
+      "Reading TFRecord files needs TensorFlow: pip install '.[tfrecord]'",
+  ]

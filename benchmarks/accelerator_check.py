@@ -90,15 +90,15 @@ def final_metric(workdir: str, tag: str, at_least: float | None = None) -> str:
 
 def same_params(run_a: str, run_b: str) -> str:
   """Asserts that the last checkpoints of two workdirs are of the same step and hold bit-identical
-  parameters (the Polyak average where the runs keep one: what checkpoint.restore_params reads)."""
-  from vit_jax.checkpoints import checkpoint  # pylint: disable=g-import-not-at-top
+  parameters (the Polyak average where the runs keep one: what saved_state.restore_params reads)."""
+  from vit_jax.checkpoints import saved_state  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
 
-  steps = [checkpoint.saved_steps(run)[-1:] for run in (run_a, run_b)]
+  steps = [saved_state.saved_steps(run)[-1:] for run in (run_a, run_b)]
   if not all(steps) or steps[0] != steps[1]:
     raise CheckFailed(f'last checkpoints differ: {steps[0]} in {run_a}, {steps[1]} in {run_b}')
   (a, name), (b, _) = (
-      checkpoint.restore_params(os.path.join(run, 'checkpoints', str(steps[0][0])))
+      saved_state.restore_params(os.path.join(run, 'checkpoints', str(steps[0][0])))
       for run in (run_a, run_b)
   )
   leaves_a, leaves_b = (jax.tree_util.tree_leaves_with_path(tree) for tree in (a, b))

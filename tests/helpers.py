@@ -18,7 +18,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from vit_jax import defaults
-from vit_jax.checkpoints import checkpoint, run_dir
+from vit_jax.checkpoints import run_dir, saved_state
 from vit_jax.models import variants
 from vit_jax.tasks import classification
 from vit_jax.train import events
@@ -98,7 +98,7 @@ LONG = {
 def wait_for_checkpoint(workdir: str, procs: list[subprocess.Popen], step: int = 4) -> None:
   """Waits until the runs of `procs` have saved checkpoint `step` in `workdir` (at most 300 s)."""
   deadline = time.time() + 300
-  while step not in checkpoint.saved_steps(workdir):
+  while step not in saved_state.saved_steps(workdir):
     assert all(p.poll() is None for p in procs), 'a process ended before it was signalled'
     assert time.time() < deadline, 'no checkpoint within 300 s'
     time.sleep(0.2)
@@ -107,12 +107,12 @@ def wait_for_checkpoint(workdir: str, procs: list[subprocess.Popen], step: int =
 def random_params(model, image_size: int, seed: int = 0):
   """Every parameter of `model` random (numpy): a zero head, bias, class token or probe would hide a
   layout bug."""
-  from vit_jax.checkpoints import loading  # pylint: disable=g-import-not-at-top
+  from vit_jax.checkpoints import adapting  # pylint: disable=g-import-not-at-top
 
   rng = np.random.RandomState(seed)
   return jax.tree.map(
       lambda x: 0.3 * rng.randn(*x.shape).astype(np.float32),
-      loading.param_shapes(model, image_size),
+      adapting.param_shapes(model, image_size),
   )
 
 
@@ -268,16 +268,15 @@ def assert_resume_is_bit_exact(config: ml_collections.ConfigDict, full: str, res
   """
   import shutil  # pylint: disable=g-import-not-at-top
   import chex  # pylint: disable=g-import-not-at-top
-  from vit_jax.checkpoints import checkpoint  # pylint: disable=g-import-not-at-top
   from vit_jax.train import loop, setup as train_setup  # pylint: disable=g-import-not-at-top
 
-  last = str(checkpoint.saved_steps(full)[-1])
+  last = str(saved_state.saved_steps(full)[-1])
   shutil.copytree(full, resumed)
   shutil.rmtree(os.path.join(resumed, 'checkpoints', last))
   loop.train_and_evaluate(train_setup.prepare(config, resumed))
   chex.assert_trees_all_equal(
-      checkpoint.restore_params(os.path.join(resumed, 'checkpoints', last))[0],
-      checkpoint.restore_params(os.path.join(full, 'checkpoints', last))[0],
+      saved_state.restore_params(os.path.join(resumed, 'checkpoints', last))[0],
+      saved_state.restore_params(os.path.join(full, 'checkpoints', last))[0],
   )
 
 

@@ -17,8 +17,7 @@ import scipy.ndimage
 from PIL import Image
 
 import helpers
-from vit_jax.checkpoints import checkpoint
-from vit_jax.checkpoints import loading
+from vit_jax.checkpoints import adapting, npz_files, saved_state
 from vit_jax.models import VisionTransformer
 from vit_jax.models import variants as model_variants
 
@@ -34,7 +33,7 @@ def _model(num_classes=10, **overrides):
 
 def test_bilinear_posemb_matches_scipy_zoom_of_the_original_code():
   posemb = np.random.RandomState(0).randn(1, 1 + 14 * 14, 16).astype(np.float32)
-  resized = loading.interpolate_posemb(posemb, (24, 24), num_prefix_tokens=1)
+  resized = adapting.interpolate_posemb(posemb, (24, 24), num_prefix_tokens=1)
   # The original vit_jax fine-tuning code: zoom the (14, 14, D) grid by 24 / 14 with order=1.
   expected = scipy.ndimage.zoom(posemb[0, 1:].reshape(14, 14, 16), (24 / 14, 24 / 14, 1), order=1)
   assert resized.shape == (1, 1 + 24 * 24, 16) and resized.dtype == np.float32
@@ -45,7 +44,7 @@ def test_bilinear_posemb_matches_scipy_zoom_of_the_original_code():
 @pytest.mark.parametrize('new_grid', [(7, 10), (1, 5), (14, 14)])
 def test_bilinear_posemb_matches_scipy_zoom_on_other_grids(new_grid):
   posemb = np.random.RandomState(1).randn(1, 14 * 14, 4).astype(np.float32)  # GAP: no prefix token.
-  resized = loading.interpolate_posemb(posemb, new_grid, num_prefix_tokens=0)
+  resized = adapting.interpolate_posemb(posemb, new_grid, num_prefix_tokens=0)
   zoom = (new_grid[0] / 14, new_grid[1] / 14, 1)
   expected = scipy.ndimage.zoom(posemb[0].reshape(14, 14, 4), zoom, order=1)
   np.testing.assert_allclose(resized[0].reshape(*new_grid, 4), expected, atol=1e-6)
@@ -54,7 +53,7 @@ def test_bilinear_posemb_matches_scipy_zoom_on_other_grids(new_grid):
 @pytest.mark.parametrize('new_grid', [(24, 24), (7, 10)])
 def test_bicubic_posemb_matches_pil_bicubic_resize(new_grid):
   posemb = np.random.RandomState(2).randn(1, 1 + 14 * 14, 3).astype(np.float32)
-  resized = loading.interpolate_posemb(posemb, new_grid, num_prefix_tokens=1, method='bicubic')
+  resized = adapting.interpolate_posemb(posemb, new_grid, num_prefix_tokens=1, method='bicubic')
   grid = posemb[0, 1:].reshape(14, 14, 3)
   expected = np.stack(
       [
@@ -73,9 +72,9 @@ def test_bicubic_posemb_matches_pil_bicubic_resize(new_grid):
 
 def test_interpolation_errors_are_one_line():
   with pytest.raises(ValueError, match="Unknown position embedding interpolation 'nearest'"):
-    loading.interpolate_posemb(np.zeros((1, 5, 2)), (3, 3), num_prefix_tokens=1, method='nearest')
+    adapting.interpolate_posemb(np.zeros((1, 5, 2)), (3, 3), num_prefix_tokens=1, method='nearest')
   with pytest.raises(ValueError, match='6 grid tokens are not a square grid'):
-    loading.interpolate_posemb(np.zeros((1, 7, 2)), (3, 3), num_prefix_tokens=1)
+    adapting.interpolate_posemb(np.zeros((1, 7, 2)), (3, 3), num_prefix_tokens=1)
 
 
 # The .npz layout.
@@ -84,7 +83,7 @@ def test_interpolation_errors_are_one_line():
 def test_save_npz_writes_the_original_flat_layout_and_load_npz_reads_it(tmp_path):
   params = helpers.random_params(_model(), 8)
   path = str(tmp_path / 'model')  # No extension: written as named all the same.
-  loading.save_npz(jax.tree.map(lambda x: x.astype(jnp.bfloat16), params), path)
+  npz_files.save_npz(jax.tree.map(lambda x: x.astype(jnp.bfloat16), params), path)
   with np.load(path) as npz:
     assert {
         'embedding/kernel',
@@ -95,7 +94,7 @@ def test_save_npz_writes_the_original_flat_layout_and_load_npz_reads_it(tmp_path
         'head/kernel',
     } <= set(npz.files)
     assert {npz[k].dtype for k in npz.files} == {np.dtype(np.float32)}
-  loaded = loading.load_npz(path)
+  loaded = npz_files.load_npz(path)
   expected = jax.tree.map(lambda x: np.asarray(x.astype(jnp.bfloat16), np.float32), params)
   chex.assert_trees_all_equal(loaded, expected)
 
@@ -105,7 +104,7 @@ def test_load_npz_strips_a_prefix_and_ignores_optimizer_state(tmp_path, prefix):
   flat = {'embedding/kernel': np.ones((4, 4, 3, 8)), 'cls': np.zeros((1, 1, 8))}
   path = tmp_path / 'prefixed.npz'
   np.savez(path, **{prefix + k: v for k, v in flat.items()}, **{'opt/state/step': np.array(3)})
-  loaded = loading.load_npz(str(path))
+  loaded = npz_files.load_npz(str(path))
   assert sorted(loaded) == ['cls', 'embedding']
   np.testing.assert_array_equal(loaded['embedding']['kernel'], flat['embedding/kernel'])
 
@@ -115,10 +114,10 @@ def test_load_npz_errors_name_the_file_and_the_fix(tmp_path):
   with pytest.raises(
       ValueError, match=f"no checkpoint file at '{missing}': download it.*init_from"
   ):
-    loading.load_npz(missing)
+    npz_files.load_npz(missing)
   (tmp_path / 'notes.txt').write_text('not an npz')
   with pytest.raises(ValueError, match=r"notes.txt' is not an .npz file.*--config.init_from"):
-    loading.load_npz(str(tmp_path / 'notes.txt'))
+    npz_files.load_npz(str(tmp_path / 'notes.txt'))
   assert not zipfile.is_zipfile(tmp_path / 'notes.txt')
 
 
@@ -128,10 +127,10 @@ def test_load_npz_errors_name_the_file_and_the_fix(tmp_path):
 @pytest.mark.parametrize('classifier,prefix', [('token', 1), ('gap', 0)])
 def test_adapt_params_resizes_posemb_and_zeroes_a_new_head(classifier, prefix):
   loaded = helpers.random_params(_model(num_classes=1000, classifier=classifier), 16)  # 4x4 grid.
-  target = loading.param_shapes(
+  target = adapting.param_shapes(
       _model(num_classes=7, classifier=classifier), 24
   )  # 6x6 grid, 7 classes.
-  params, notes = loading.adapt_params(loaded, target, keep_head=False, keep_pre_logits=False)
+  params, notes = adapting.adapt_params(loaded, target, keep_head=False, keep_pre_logits=False)
   chex.assert_trees_all_equal_shapes(params, target)
   assert notes == [
       'replaced head (32, 1000) with zeros (32, 7)',
@@ -141,7 +140,7 @@ def test_adapt_params_resizes_posemb_and_zeroes_a_new_head(classifier, prefix):
   posemb = loaded['Transformer']['posembed_input']['pos_embedding']
   np.testing.assert_array_equal(
       params['Transformer']['posembed_input']['pos_embedding'],
-      loading.interpolate_posemb(posemb, (6, 6), num_prefix_tokens=prefix),
+      adapting.interpolate_posemb(posemb, (6, 6), num_prefix_tokens=prefix),
   )
   del params['head'], params['Transformer']['posembed_input'], loaded['head']
   del loaded['Transformer']['posembed_input']
@@ -150,29 +149,29 @@ def test_adapt_params_resizes_posemb_and_zeroes_a_new_head(classifier, prefix):
 
 def test_adapt_params_keeps_a_matching_head_and_drops_pre_logits():
   loaded = helpers.random_params(_model(representation_size=16), 8)
-  params, notes = loading.adapt_params(
-      loaded, loading.param_shapes(_model(), 8), keep_head=False, keep_pre_logits=False
+  params, notes = adapting.adapt_params(
+      loaded, adapting.param_shapes(_model(), 8), keep_head=False, keep_pre_logits=False
   )
   assert notes == ['dropped pre_logits (32, 16)', 'replaced head (16, 10) with zeros (32, 10)']
   loaded = helpers.random_params(_model(), 8)
-  params, notes = loading.adapt_params(
-      loaded, loading.param_shapes(_model(), 8), keep_head=True, keep_pre_logits=False
+  params, notes = adapting.adapt_params(
+      loaded, adapting.param_shapes(_model(), 8), keep_head=True, keep_pre_logits=False
   )
   assert notes == []
   chex.assert_trees_all_equal(params, loaded)
 
 
 def test_adapt_params_drops_a_head_the_model_lacks_and_adds_one_the_checkpoint_lacks():
-  params, notes = loading.adapt_params(
+  params, notes = adapting.adapt_params(
       helpers.random_params(_model(), 8),
-      loading.param_shapes(_model(None), 8),
+      adapting.param_shapes(_model(None), 8),
       keep_head=True,
       keep_pre_logits=False,
   )
   assert 'head' not in params and notes == ['dropped head (32, 10): the model has none']
-  params, notes = loading.adapt_params(
+  params, notes = adapting.adapt_params(
       helpers.random_params(_model(None), 8),
-      loading.param_shapes(_model(4), 8),
+      adapting.param_shapes(_model(4), 8),
       keep_head=False,
       keep_pre_logits=False,
   )
@@ -181,8 +180,8 @@ def test_adapt_params_drops_a_head_the_model_lacks_and_adds_one_the_checkpoint_l
 
 def test_adapt_params_keeps_pre_logits_when_asked_and_the_model_has_them():
   loaded = helpers.random_params(_model(representation_size=16), 8)
-  target = loading.param_shapes(_model(num_classes=3, representation_size=16), 8)
-  params, notes = loading.adapt_params(loaded, target, keep_head=False, keep_pre_logits=True)
+  target = adapting.param_shapes(_model(num_classes=3, representation_size=16), 8)
+  params, notes = adapting.adapt_params(loaded, target, keep_head=False, keep_pre_logits=True)
   chex.assert_trees_all_equal(params['pre_logits'], loaded['pre_logits'])
   assert notes == ['replaced head (16, 10) with zeros (16, 3)']
 
@@ -198,21 +197,21 @@ def test_keep_head_refuses_to_drop_the_pre_logits_layer_its_head_reads(keep_pre_
       r"keeps a head that reads the checkpoint's pre-logits layer; set "
       r'--config.keep_pre_logits=True and --config.model.representation_size=32',
   ) as error:
-    loading.adapt_params(
-        loaded, loading.param_shapes(_model(), 8), keep_head=True, keep_pre_logits=keep_pre_logits
+    adapting.adapt_params(
+        loaded, adapting.param_shapes(_model(), 8), keep_head=True, keep_pre_logits=keep_pre_logits
     )
   assert '\n' not in str(error.value)
   # Kept together, they compute the checkpoint's logits; a new head may drop them.
   model = _model(representation_size=32)
-  params, _ = loading.adapt_params(
-      loaded, loading.param_shapes(model, 8), keep_head=True, keep_pre_logits=True
+  params, _ = adapting.adapt_params(
+      loaded, adapting.param_shapes(model, 8), keep_head=True, keep_pre_logits=True
   )
   images = np.random.RandomState(0).uniform(-1, 1, (2, 8, 8, 3)).astype(np.float32)
   np.testing.assert_array_equal(
       model.apply({'params': params}, images), model.apply({'params': loaded}, images)
   )
-  _, notes = loading.adapt_params(
-      loaded, loading.param_shapes(_model(), 8), keep_head=False, keep_pre_logits=False
+  _, notes = adapting.adapt_params(
+      loaded, adapting.param_shapes(_model(), 8), keep_head=False, keep_pre_logits=False
   )
   assert notes == ['dropped pre_logits (32, 32)', 'replaced head (32, 10) with zeros (32, 10)']
 
@@ -267,7 +266,7 @@ def test_adapt_params_mismatch_is_a_one_line_error(
   loaded = helpers.random_params(_model(**loaded_model), image_size)
   kwargs = {'keep_head': False, 'keep_pre_logits': True, **kwargs}
   with pytest.raises(ValueError, match=message) as error:
-    loading.adapt_params(loaded, loading.param_shapes(_model(**target_model), 16), **kwargs)
+    adapting.adapt_params(loaded, adapting.param_shapes(_model(**target_model), 16), **kwargs)
   assert '\n' not in str(error.value)
 
 
@@ -277,9 +276,9 @@ def test_adapt_params_rejects_an_unknown_interpolation_even_without_resizing():
       match=r"Unknown position embedding interpolation 'nearest'.*"
       r'--config.posemb_interpolation=bilinear',
   ):
-    loading.adapt_params(
+    adapting.adapt_params(
         helpers.random_params(_model(), 8),
-        loading.param_shapes(_model(), 8),
+        adapting.param_shapes(_model(), 8),
         keep_head=True,
         keep_pre_logits=False,
         posemb_method='nearest',
@@ -294,12 +293,12 @@ def test_adapt_params_rejects_a_posemb_that_is_not_a_square_grid():
       match=r'^Transformer/posembed_input/pos_embedding: checkpoint '
       r'\(1, 7, 32\) vs model \(1, 17, 32\): the checkpoint is another architecture',
   ):
-    loading.adapt_params(
-        loaded, loading.param_shapes(_model(), 16), keep_head=True, keep_pre_logits=False
+    adapting.adapt_params(
+        loaded, adapting.param_shapes(_model(), 16), keep_head=True, keep_pre_logits=False
     )
 
 
 def test_find_checkpoint_of_a_workdir_without_one_is_a_clear_error(tmp_path):
   (tmp_path / 'checkpoints').mkdir()
   with pytest.raises(ValueError, match=r'holds no checkpoint yet: train first'):
-    checkpoint.find_checkpoint(str(tmp_path))
+    saved_state.find_checkpoint(str(tmp_path))

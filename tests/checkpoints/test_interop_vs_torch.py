@@ -9,7 +9,7 @@ import timm.models.vision_transformer as timm_vit
 import torch
 
 import helpers
-from vit_jax.checkpoints import loading
+from vit_jax.checkpoints import adapting, npz_files
 from vit_jax.models import variants as model_variants
 from test_interop import _model
 
@@ -23,7 +23,7 @@ def test_bicubic_posemb_matches_timms_resample_abs_pos_embed(old, new, prefix):
   expected = resample_abs_pos_embed(
       torch.from_numpy(posemb), [new, new], num_prefix_tokens=prefix
   ).numpy()
-  resized = loading.interpolate_posemb(
+  resized = adapting.interpolate_posemb(
       posemb, (new, new), num_prefix_tokens=prefix, method='bicubic'
   )
   np.testing.assert_allclose(resized, expected, atol=1e-5)
@@ -37,7 +37,7 @@ def test_bicubic_posemb_matches_timms_resample_abs_pos_embed(old, new, prefix):
       align_corners=True,
   ).numpy()
   np.testing.assert_allclose(
-      loading.interpolate_posemb(posemb, (new, new), num_prefix_tokens=prefix), expected, atol=1e-5
+      adapting.interpolate_posemb(posemb, (new, new), num_prefix_tokens=prefix), expected, atol=1e-5
   )
 
 
@@ -111,7 +111,7 @@ def _images(n, size, seed=0):
 def test_timm_reads_our_npz_with_equal_logits(tmp_path, classifier):
   model = _model(num_classes=5, classifier=classifier)
   params = helpers.random_params(model, 12)
-  loading.save_npz(params, str(tmp_path / 'ours.npz'))
+  npz_files.save_npz(params, str(tmp_path / 'ours.npz'))
   reference = _timm_vit(classifier, 5, 12)
   reference.load_pretrained(str(tmp_path / 'ours.npz'))
   images = _images(4, 12)
@@ -129,9 +129,9 @@ def test_we_read_timm_weights_with_equal_logits(tmp_path, classifier):
       p.add_(0.1 * torch.randn_like(p))
   timm_to_npz(reference, str(tmp_path / 'timm.npz'))
   model = _model(num_classes=6, classifier=classifier)
-  params, notes = loading.adapt_params(
-      loading.load_npz(str(tmp_path / 'timm.npz')),
-      loading.param_shapes(model, 12),
+  params, notes = adapting.adapt_params(
+      npz_files.load_npz(str(tmp_path / 'timm.npz')),
+      adapting.param_shapes(model, 12),
       keep_head=True,
       keep_pre_logits=False,
   )

@@ -18,7 +18,7 @@ import pytest
 
 import gcs_emulator
 import helpers
-from vit_jax.checkpoints import checkpoint
+from vit_jax.checkpoints import saved_state
 from vit_jax.train import events
 from vit_jax.data import digits
 from vit_jax.train import loop, setup as train_setup
@@ -75,7 +75,7 @@ def test_train_resume_init_export_and_every_tool_on_gcs(tmp_path, data_dir, gcs,
       *flags,
       returncode=-signal.SIGKILL,
   )
-  newest = checkpoint.saved_steps(f'{root}/runs/pre')[-1]
+  newest = saved_state.saved_steps(f'{root}/runs/pre')[-1]
   assert newest in (4, 8)
   resumed = _run(cwd, env, '-m', 'vit_jax.main', *flags)
   assert f'Training 12 steps from step {newest}:' in resumed.stderr, resumed.stderr[-3000:]

@@ -17,7 +17,7 @@ import pytest
 from PIL import Image
 
 import helpers
-from vit_jax.checkpoints import checkpoint, run_dir
+from vit_jax.checkpoints import checkpoint, run_dir, saved_state
 from vit_jax.runtime import dispatch
 from vit_jax.tools import export
 from vit_jax.train import loop, preemption, setup as train_setup, state, watchdog
@@ -40,7 +40,7 @@ def test_a_diverged_run_stops_at_that_step_and_keeps_its_good_checkpoints(tmp_pa
   with pytest.raises(loop.DivergedError, match=r'^train_loss is nan at step 4: .*config.lr.base'):
     loop.train_and_evaluate(train_setup.prepare(config, str(tmp_path)))
   assert sorted(os.listdir(tmp_path / 'checkpoints')) == ['2']  # Nothing of step 4 or later.
-  params, _ = checkpoint.restore_params(str(tmp_path / 'checkpoints' / '2'))
+  params, _ = saved_state.restore_params(str(tmp_path / 'checkpoints' / '2'))
   chex.assert_tree_all_finite(params)
 
 
@@ -170,7 +170,7 @@ def test_a_damaged_latest_checkpoint_is_reported_and_the_one_before_resumes(
     loop.train_and_evaluate(train_setup.prepare(config, workdir))
   assert 'Checkpoint 12 in' in caplog.text and 'cannot be read' in caplog.text
   assert 'at step 8' in caplog.text  # Resumed from the one before.
-  assert checkpoint.saved_steps(workdir)[-1] == 16
+  assert saved_state.saved_steps(workdir)[-1] == 16
 
 
 @pytest.mark.parametrize('how', ['lost metadata', 'truncated data'])
@@ -186,7 +186,7 @@ def test_a_damaged_latest_checkpoint_is_set_aside_and_the_same_command_saves_it_
   assert 'Training 12 steps from step 8' in run.stderr
   moved = os.path.join(workdir, 'checkpoints', '12.unreadable')
   assert os.path.isdir(moved)  # Nothing written is deleted.
-  assert checkpoint.saved_steps(workdir) == [4, 8, 12]
+  assert saved_state.saved_steps(workdir) == [4, 8, 12]
   assert export.export(workdir, str(tmp_path / 'exported'))['step'] == 12  # Reads again.
   # The same command once more only evaluates the saved step.
   again = helpers.run_main('configs/demo.py', workdir, same, timeout=300)
@@ -246,7 +246,7 @@ def test_an_unreadable_checkpoint_has_the_innermost_reason_without_tensorstore_s
 
 def test_no_readable_checkpoint_is_one_line_naming_the_directory(trained_tiny_run, tmp_path):
   workdir = helpers.copy_of(trained_tiny_run, tmp_path)
-  for step in checkpoint.saved_steps(workdir):
+  for step in saved_state.saved_steps(workdir):
     _damage(os.path.join(workdir, 'checkpoints', str(step)), 'truncated data')
   config, _ = run_dir.load_run_info(workdir)
   with pytest.raises(
@@ -272,7 +272,7 @@ def test_sigterm_saves_the_current_step_and_exits_to_be_requeued(tmp_path, data_
   _, stderr = proc.communicate(timeout=300)
   assert proc.returncode == preemption.REQUEUE_STATUS, stderr[-3000:]
   stopped = int(re.search(r'stopped on request at step (\d+) after saving', stderr)[1])
-  assert stopped > 4 and checkpoint.saved_steps(workdir)[-1] == stopped
+  assert stopped > 4 and saved_state.saved_steps(workdir)[-1] == stopped
   assert 'Traceback' not in stderr
   # The same command resumes there (here with fewer steps to go).
   run = helpers.run_main(
@@ -290,8 +290,8 @@ def test_sigterm_saves_the_current_step_and_exits_to_be_requeued(tmp_path, data_
   loop.train_and_evaluate(train_setup.prepare(reference, str(tmp_path / 'reference')))
   last = os.path.join('checkpoints', str(stopped + 2))
   chex.assert_trees_all_equal(
-      checkpoint.restore_params(os.path.join(workdir, last))[0],
-      checkpoint.restore_params(str(tmp_path / 'reference' / last))[0],
+      saved_state.restore_params(os.path.join(workdir, last))[0],
+      saved_state.restore_params(str(tmp_path / 'reference' / last))[0],
   )
 
 
@@ -363,7 +363,7 @@ def test_sigterm_to_one_of_two_processes_saves_the_same_step_on_both(tmp_path, d
   assert [p.returncode for p in procs] == [preemption.REQUEUE_STATUS] * 2, outputs[0][-3000:]
   steps = [int(re.search(r'stopped on request at step (\d+)', out)[1]) for out in outputs]
   assert steps[0] == steps[1] > 4
-  assert checkpoint.saved_steps(workdir)[-1] == steps[0]
+  assert saved_state.saved_steps(workdir)[-1] == steps[0]
 
 
 def _fill_at(checkpoints_dir, trained_tiny_run, monkeypatch) -> str:
@@ -446,10 +446,10 @@ def test_a_full_disk_stops_the_run_in_one_line_and_the_earlier_checkpoints_stay(
     assert match, (how, message)
     failed, intact = int(match[1]), [int(s) for s in match[2].split(', ')]
     # Every save before the failed one is finished and reads; nothing of it or after it is kept.
-    assert intact == checkpoint.saved_steps(str(workdir)) == list(range(4, failed, 4)), message
+    assert intact == saved_state.saved_steps(str(workdir)) == list(range(4, failed, 4)), message
     for step in intact:
       chex.assert_tree_all_finite(
-          checkpoint.restore_params(str(workdir / 'checkpoints' / str(step)))[0]
+          saved_state.restore_params(str(workdir / 'checkpoints' / str(step)))[0]
       )
   finally:
     if how == 'tmpfs':
@@ -541,10 +541,10 @@ def test_skipped_non_finite_steps_within_the_budget_let_the_run_finish_and_are_c
   rates = scalars['learning_rate']
   assert rates[4] < rates[3]
   assert all(rates[step] == rates[4] for step in range(5, 13)), rates
-  final, _ = checkpoint.restore_params(str(tmp_path / 'checkpoints' / '12'))
+  final, _ = saved_state.restore_params(str(tmp_path / 'checkpoints' / '12'))
   chex.assert_tree_all_finite(final)
   chex.assert_trees_all_equal(
-      final, checkpoint.restore_params(str(tmp_path / 'checkpoints' / '4'))[0]
+      final, saved_state.restore_params(str(tmp_path / 'checkpoints' / '4'))[0]
   )
 
 
@@ -558,7 +558,7 @@ def test_more_skipped_steps_than_the_budget_stop_the_run_before_the_next_save(tm
       r'than config.skip_nonfinite_steps=2 allows: ',
   ):
     loop.train_and_evaluate(train_setup.prepare(config, str(tmp_path)))
-  assert checkpoint.saved_steps(str(tmp_path)) == [2, 4]
+  assert saved_state.saved_steps(str(tmp_path)) == [2, 4]
 
 
 def _faulty_main(workdir: str, overrides: dict) -> list[str]:
@@ -742,7 +742,7 @@ def test_killed_at_ten_points_the_resumed_run_ends_bit_identical(tmp_path, sorte
   }
   killed, reference = str(tmp_path / 'killed'), str(tmp_path / 'reference')
   for fault in KILLS + [None]:
-    newest = (checkpoint.saved_steps(killed) or [0])[-1]
+    newest = (saved_state.saved_steps(killed) or [0])[-1]
     env = dict(os.environ, FAULT=fault) if fault else os.environ
     run = subprocess.run(
         _faulty_main(killed, overrides)

@@ -14,7 +14,7 @@ from sklearn import linear_model
 
 import helpers
 from vit_jax import sharding
-from vit_jax.checkpoints import checkpoint, run_dir
+from vit_jax.checkpoints import run_dir, saved_state
 from vit_jax.evaluators import fewshot
 from vit_jax.tasks import classification
 from vit_jax.train import loop, setup as train_setup
@@ -80,7 +80,7 @@ def test_shots_are_drawn_per_class_by_seed():
 
 def test_the_loop_evaluator_and_the_command_agree_on_the_tiny_run(trained_tiny_run):
   config, _ = run_dir.load_run_info(trained_tiny_run)
-  params, _ = checkpoint.restore_params(checkpoint.find_checkpoint(trained_tiny_run)[0])
+  params, _ = saved_state.restore_params(saved_state.find_checkpoint(trained_tiny_run)[0])
   mesh = sharding.make_mesh((('data', -1),))  # The 8 test devices, as the loop has them.
   evaluator = fewshot.FewShotEvaluator(
       'fewshot',
@@ -136,7 +136,7 @@ def test_the_command_uses_the_runs_fewshot_settings_where_no_flag_is_given(
   accuracies, used = command.evaluate_checkpoint(workdir)
   assert used == {'step': 12, 'shots': (2,), 'seeds': 1, 'l2_reg': 0.01}
   config, _ = run_dir.load_run_info(workdir)
-  params, _ = checkpoint.restore_params(checkpoint.find_checkpoint(workdir)[0])
+  params, _ = saved_state.restore_params(saved_state.find_checkpoint(workdir)[0])
   mesh = sharding.make_mesh((('data', -1),))
   evaluator = fewshot.FewShotEvaluator(
       'fewshot',
@@ -156,7 +156,7 @@ def test_in_the_loop_shots_a_class_cannot_fill_are_nan_and_the_run_goes_on(
 ):
   # On tfds the class counts are known only once the features are read: the first evaluation.
   config, _ = run_dir.load_run_info(trained_tiny_run)
-  params, _ = checkpoint.restore_params(checkpoint.find_checkpoint(trained_tiny_run)[0])
+  params, _ = saved_state.restore_params(saved_state.find_checkpoint(trained_tiny_run)[0])
   mesh = sharding.make_mesh((('data', -1),))
   evaluator = fewshot.FewShotEvaluator(
       'fewshot',

@@ -12,7 +12,7 @@ import pytest
 
 import helpers
 import local
-from vit_jax.checkpoints import checkpoint
+from vit_jax.checkpoints import saved_state
 from vit_jax.train import preemption
 
 pytestmark = pytest.mark.skipif(not os.path.isdir('/proc'), reason='reads processes from /proc')
@@ -87,7 +87,7 @@ def _assert_both_saved_the_same_step(workdir: str, output: str, messages: int = 
       int(step) for step in re.findall(r'stopped on request at step (\d+) after saving', output)
   ]
   assert len(steps) == messages and len(set(steps)) == 1 and steps[0] > 4, output[-3000:]
-  assert checkpoint.saved_steps(workdir)[-1] == steps[0]
+  assert saved_state.saved_steps(workdir)[-1] == steps[0]
   assert 'Traceback' not in output and 'KeyboardInterrupt' not in output, output[-3000:]
 
 
@@ -180,7 +180,7 @@ def test_ctrl_c_before_the_first_step_is_one_line_and_status_130(tmp_path, data_
   assert proc.returncode == 130, stderr[-3000:]
   assert 'Traceback' not in stderr and 'KeyboardInterrupt' not in stderr, stderr[-3000:]
   assert stderr.splitlines()[-1].startswith('error: interrupted'), stderr[-3000:]
-  assert not checkpoint.saved_steps(workdir)
+  assert not saved_state.saved_steps(workdir)
 
 
 # SIGINT to itself as soon as start-up is done, before the command's imports.

@@ -15,7 +15,7 @@ import pytest
 
 import helpers
 import slurm_cluster
-from vit_jax.checkpoints import checkpoint, run_dir
+from vit_jax.checkpoints import run_dir, saved_state
 import local
 
 pytestmark = [
@@ -99,8 +99,8 @@ def _main_args(workdir: str, data_dir: str) -> list[str]:
 
 
 def _final_params(workdir: str):
-  directory, step = checkpoint.find_checkpoint(workdir)
-  return step, checkpoint.restore_params(directory)[0]
+  directory, step = saved_state.find_checkpoint(workdir)
+  return step, saved_state.restore_params(directory)[0]
 
 
 def test_a_two_task_sbatch_job_trains_exactly_as_the_local_two_process_launcher(
@@ -177,4 +177,6 @@ def test_a_sweep_runs_as_a_job_array(cluster, data_dir, tmp_path):
     assert 'Final eval' in text, text[-3000:]
     config, _ = run_dir.load_run_info(str(root / f'lr.base={lr}'))
     assert config.lr.base == float(lr)
-    assert checkpoint.find_checkpoint(str(root / f'lr.base={lr}'))[1] == helpers.TINY['total_steps']
+    assert (
+        saved_state.find_checkpoint(str(root / f'lr.base={lr}'))[1] == helpers.TINY['total_steps']
+    )

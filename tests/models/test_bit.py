@@ -14,7 +14,7 @@ import pytest
 
 import helpers
 from vit_jax.checkpoints import run_dir
-from vit_jax.planning import chips, footprint
+from vit_jax.planning import chips, meshes
 from vit_jax.tools import fewshot, pictures, scaling
 from vit_jax.models import bit, variants
 from vit_jax.train import loop, setup as train_setup
@@ -216,5 +216,5 @@ def test_the_vit_tools_refuse_a_bit(tiny_run, tmp_path, data_dir):
       'needs a ViT variant',
   ):
     config = _tiny_config(data_dir)
-    footprint.check(config, helpers.model_config(config), 8)
+    meshes.check(config, helpers.model_config(config), 8)
   assert not (tmp_path / 'pictures').exists()

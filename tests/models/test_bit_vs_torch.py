@@ -18,7 +18,7 @@ from timm.models.resnetv2 import ResNetV2
 import helpers
 from vit_jax.checkpoints import run_dir
 from vit_jax.tools import export, predict
-from vit_jax.checkpoints import loading
+from vit_jax.checkpoints import adapting, npz_files
 from vit_jax.models import bit, variants
 from test_bit import _NO_VIT, tiny_run  # noqa: F401 (tiny_run: a fixture)
 
@@ -112,9 +112,9 @@ def test_our_npz_loads_into_timm_with_the_same_logits(tmp_path, timm_r50):
   rng = np.random.RandomState(1)
   params = jax.tree.map(
       lambda x: (0.01 if x.ndim > 1 else 0.2) * rng.randn(*x.shape).astype(np.float32),
-      loading.param_shapes(R50, 64),
+      adapting.param_shapes(R50, 64),
   )
-  loading.save_npz(bit.to_bit_npz(params), str(tmp_path / 'ours.npz'))
+  npz_files.save_npz(bit.to_bit_npz(params), str(tmp_path / 'ours.npz'))
   with np.load(tmp_path / 'ours.npz') as npz:
     assert set(npz.files) == set(timm_to_bit_npz(timm_r50))
   reference = timm.create_model('resnetv2_50x1_bit', pretrained=False, num_classes=10).eval()
@@ -124,7 +124,7 @@ def test_our_npz_loads_into_timm_with_the_same_logits(tmp_path, timm_r50):
   np.testing.assert_allclose(_timm_logits(reference, images), ours, atol=1e-4)
   assert np.abs(ours).max() > 0.5
   # And back: the layout round-trips exactly.
-  flat = traverse_util.flatten_dict(loading.load_npz(str(tmp_path / 'ours.npz')), sep='/')
+  flat = traverse_util.flatten_dict(npz_files.load_npz(str(tmp_path / 'ours.npz')), sep='/')
   assert all(
       np.array_equal(flat[k], v) for k, v in traverse_util.flatten_dict(params, sep='/').items()
   )
@@ -132,9 +132,9 @@ def test_our_npz_loads_into_timm_with_the_same_logits(tmp_path, timm_r50):
 
 def test_a_new_class_count_gets_a_zero_head_and_nothing_else_changes(tmp_path, timm_r50):
   np.savez(tmp_path / 'BiT-M-R50x1.npz', **timm_to_bit_npz(timm_r50))
-  loaded = loading.load_npz(str(tmp_path / 'BiT-M-R50x1.npz'))
-  target = loading.param_shapes(bit.BiT(num_classes=3, resnet_layers=(3, 4, 6, 3)), 128)
-  params, notes = loading.adapt_params(loaded, target, keep_head=False, keep_pre_logits=False)
+  loaded = npz_files.load_npz(str(tmp_path / 'BiT-M-R50x1.npz'))
+  target = adapting.param_shapes(bit.BiT(num_classes=3, resnet_layers=(3, 4, 6, 3)), 128)
+  params, notes = adapting.adapt_params(loaded, target, keep_head=False, keep_pre_logits=False)
   assert notes == ['replaced head (2048, 10) with zeros (2048, 3)']
   assert not np.any(params['head']['kernel']) and not np.any(params['head']['bias'])
   del params['head'], loaded['head']
@@ -152,7 +152,7 @@ def test_a_new_class_count_gets_a_zero_head_and_nothing_else_changes(tmp_path, t
 def test_parameter_counts_are_timms(variant, timm_name):
   reference = timm.create_model(timm_name, pretrained=False, device='meta')  # Shapes only.
   model = variants.make_model(variant, num_classes=1000, dtype=jnp.float32)
-  ours = sum(x.size for x in jax.tree.leaves(loading.param_shapes(model, 224)))
+  ours = sum(x.size for x in jax.tree.leaves(adapting.param_shapes(model, 224)))
   assert ours == sum(p.numel() for p in reference.parameters())
 
 

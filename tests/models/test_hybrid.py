@@ -13,7 +13,7 @@ from flax import traverse_util
 import helpers
 from vit_jax.checkpoints import run_dir
 from vit_jax.train import loop, setup as train_setup
-from vit_jax.checkpoints import loading
+from vit_jax.checkpoints import adapting, npz_files
 from vit_jax.models import VisionTransformer, variants
 
 
@@ -68,8 +68,8 @@ def test_hybrid_loads_a_checkpoint_in_the_original_layout(tmp_path):
     flat[key] = rng.normal(0, 0.02, value.shape).astype(np.float32)
   assert set(_original_hybrid_layout(5)) <= set(flat)
   np.savez(tmp_path / 'R50+ViT-B_16.npz', **flat)
-  params, notes = loading.adapt_params(
-      loading.load_npz(str(tmp_path / 'R50+ViT-B_16.npz')),
+  params, notes = adapting.adapt_params(
+      npz_files.load_npz(str(tmp_path / 'R50+ViT-B_16.npz')),
       shapes,
       keep_head=True,
       keep_pre_logits=False,

@@ -12,7 +12,7 @@ from timm.layers import HybridEmbed
 from timm.models.vision_transformer_hybrid import _resnetv2
 
 import helpers
-from vit_jax.checkpoints import loading
+from vit_jax.checkpoints import adapting, npz_files
 from vit_jax.models import VisionTransformer, variants
 from vit_jax.models import resnet
 
@@ -38,13 +38,13 @@ def test_hybrid_gives_timms_logits_through_the_original_layout(tmp_path, monkeyp
       flat[key] = (float(key.endswith('scale')) + 0.1 * rng.normal(size=value.shape)).astype(
           np.float32
       )
-  params, _ = loading.adapt_params(
+  params, _ = adapting.adapt_params(
       traverse_util.unflatten_dict(flat, sep='/'),
-      loading.param_shapes(model, image_size),
+      adapting.param_shapes(model, image_size),
       keep_head=True,
       keep_pre_logits=False,
   )
-  loading.save_npz(params, str(tmp_path / 'hybrid.npz'))
+  npz_files.save_npz(params, str(tmp_path / 'hybrid.npz'))
   reference = timm_vit.VisionTransformer(
       img_size=image_size,
       patch_size=1,

@@ -14,9 +14,9 @@ from jax.sharding import PartitionSpec as P
 
 import helpers
 from vit_jax import sharding
-from vit_jax.checkpoints import loading
+from vit_jax.checkpoints import adapting
 from vit_jax.models import VisionTransformer, block, mpp, pooling, posemb, variants
-from vit_jax.checkpoints.loading import param_shapes
+from vit_jax.checkpoints.adapting import param_shapes
 
 
 def _model(num_classes=None, **overrides) -> VisionTransformer:
@@ -136,7 +136,7 @@ def test_sincos2d_model_is_the_learned_one_with_those_embeddings(classifier):
 def test_sincos2d_models_load_at_any_resolution_and_refuse_learned_checkpoints():
   fixed = _model(num_classes=3, posemb='sincos2d')
   loaded = helpers.random_params(fixed, 8)
-  params, notes = loading.adapt_params(
+  params, notes = adapting.adapt_params(
       loaded, param_shapes(fixed, 16), keep_head=True, keep_pre_logits=False
   )
   assert notes == []
@@ -149,7 +149,7 @@ def test_sincos2d_models_load_at_any_resolution_and_refuse_learned_checkpoints()
       r'\(1, 5, 32\) vs model none: the checkpoint has learned position embeddings; '
       r'set --config.model.posemb=learn to match it$',
   ):
-    loading.adapt_params(
+    adapting.adapt_params(
         helpers.random_params(learned, 8),
         param_shapes(fixed, 8),
         keep_head=True,
@@ -160,7 +160,7 @@ def test_sincos2d_models_load_at_any_resolution_and_refuse_learned_checkpoints()
       match=r'^Transformer/posembed_input/pos_embedding: checkpoint none vs '
       r'model \(1, 5, 32\): the checkpoint has no learned .*posemb=sincos2d',
   ):
-    loading.adapt_params(loaded, param_shapes(learned, 8), keep_head=True, keep_pre_logits=False)
+    adapting.adapt_params(loaded, param_shapes(learned, 8), keep_head=True, keep_pre_logits=False)
 
 
 # GAP with fc_norm, and the MAP head.

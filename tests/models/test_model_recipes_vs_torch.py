@@ -13,7 +13,7 @@ import timm.models.vision_transformer as timm_vit
 import torch
 
 import helpers
-from vit_jax.checkpoints import loading
+from vit_jax.checkpoints import npz_files
 from vit_jax.models import encoder
 from test_model_recipes import _images, _model
 
@@ -43,7 +43,7 @@ def _timm(classifier, *, fc_norm=False, num_classes=0, image_size=8, depth=2, dr
 def _timm_reading(params, tmp_path, **timm_kwargs):
   """timm's model with our parameters, read by timm's own `.npz` reader (and fc_norm by hand: the
   reader knows the original and big_vision layouts, which have no fc_norm)."""
-  loading.save_npz(params, str(tmp_path / 'ours.npz'))
+  npz_files.save_npz(params, str(tmp_path / 'ours.npz'))
   reference = _timm(**timm_kwargs)
   reference.load_pretrained(str(tmp_path / 'ours.npz'))
   if 'fc_norm' in params:
@@ -85,7 +85,7 @@ def _drop_path_case():
   images = _images(256, 8, seed=3)
   reference = _timm('token', depth=3, drop_path_rate=0.5)
   with tempfile.TemporaryDirectory() as tmp:
-    loading.save_npz(params, f'{tmp}/params.npz')
+    npz_files.save_npz(params, f'{tmp}/params.npz')
     reference.load_pretrained(f'{tmp}/params.npz')
   rates = [0.25, 0.25, 0.5, 0.5]  # Blocks 1 and 2: attention, MLP.
   combos, outputs = [], []

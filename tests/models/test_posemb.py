@@ -16,7 +16,7 @@ from jax.sharding import PartitionSpec as P
 import helpers
 from vit_jax import sharding
 from vit_jax.tools import pictures, report
-from vit_jax.checkpoints import loading
+from vit_jax.checkpoints import adapting
 from vit_jax.models import VisionTransformer, attention, encoder, posemb, variants
 from vit_jax.train import loop, setup as train_setup
 import sweep
@@ -194,7 +194,7 @@ def test_without_position_embeddings_permuting_the_patches_permutes_the_tokens()
 
 
 def _shapes(**overrides):
-  shapes = traverse_util.flatten_dict(loading.param_shapes(_model(**overrides), 16), sep='/')
+  shapes = traverse_util.flatten_dict(adapting.param_shapes(_model(**overrides), 16), sep='/')
   return {k: v.shape for k, v in shapes.items()}
 
 
@@ -281,9 +281,9 @@ def test_scan_and_remat_give_the_loops_outputs_and_gradients(kind, where):
 
 
 def _adapt(loaded, model, image_size, method='bilinear'):
-  return loading.adapt_params(
+  return adapting.adapt_params(
       loaded,
-      loading.param_shapes(model, image_size),
+      adapting.param_shapes(model, image_size),
       keep_head=True,
       keep_pre_logits=False,
       posemb_method=method,
@@ -302,7 +302,7 @@ def test_every_layers_embeddings_are_each_resized_like_the_input_one():
     block = f'encoderblock_{i}'
     np.testing.assert_array_equal(
         params['Transformer'][block]['posembed']['pos_embedding'],
-        loading.interpolate_posemb(
+        adapting.interpolate_posemb(
             loaded['Transformer'][block]['posembed']['pos_embedding'], (4, 4), num_prefix_tokens=1
         ),
     )
@@ -351,7 +351,7 @@ def test_relative_biases_are_resized_over_their_range_of_offsets():
     new = params['Transformer'][f'encoderblock_{i}']['relative_posemb']
     assert new['relative_bias'].shape == (9, 9, 2)
     np.testing.assert_allclose(
-        new['relative_bias'], loading.resize_leading(old['relative_bias'], (9, 9)), rtol=1e-6
+        new['relative_bias'], adapting.resize_leading(old['relative_bias'], (9, 9)), rtol=1e-6
     )
     np.testing.assert_allclose(new['relative_bias'][4, 4], old['relative_bias'][2, 2], rtol=1e-6)
     np.testing.assert_allclose(new['relative_bias'][::2, ::2], old['relative_bias'], rtol=1e-6)

@@ -1,4 +1,4 @@
-"""The planner (vit_jax/tools/plan.py, vit_jax/planning/footprint.py): its per-device bytes against XLA's memory
+"""The planner (vit_jax/tools/plan.py, vit_jax/planning/footprint.py, vit_jax/planning/meshes.py): its per-device bytes against XLA's memory
 analysis of the real train step, its suggestions, its chip registry, its JSON and its one-line errors.
 """
 
@@ -14,7 +14,7 @@ import pytest
 
 import helpers
 from vit_jax import data, sharding
-from vit_jax.planning import chips, footprint
+from vit_jax.planning import chips, footprint, meshes
 from vit_jax.train import optim
 from vit_jax.tasks import classification
 from vit_jax.train import setup as train_setup, state as train_state, step as train_step
@@ -90,7 +90,7 @@ def xla_bytes(config) -> int:
 
 
 def planned(config) -> footprint.Estimate:
-  mesh = footprint.check(config, helpers.model_config(config), 8)
+  mesh = meshes.check(config, helpers.model_config(config), 8)
   return footprint.estimate(
       config,
       footprint.trace(config, helpers.model_config(config), NUM_CLASSES),
@@ -183,10 +183,10 @@ def test_a_suggestion_that_fits_fits_when_planned_again():
   traced = footprint.trace(config, helpers.model_config(config), 1000)
   assert not target.fits(
       footprint.estimate(
-          config, traced, footprint.check(config, helpers.model_config(config), 8), None, 1, target
+          config, traced, meshes.check(config, helpers.model_config(config), 8), None, 1, target
       )
   )
-  found = footprint.suggest(config, traced, target)
+  found = meshes.suggest(config, traced, target)
   assert found and found == sorted(found, key=lambda e: e.step_s)
   best = found[0]
   again = helpers.load_config(
@@ -200,7 +200,7 @@ def test_a_suggestion_that_fits_fits_when_planned_again():
   replanned = footprint.estimate(
       again,
       footprint.trace(again, helpers.model_config(again), 1000),
-      footprint.check(again, helpers.model_config(again), 8),
+      meshes.check(again, helpers.model_config(again), 8),
       best.remat,
       best.accum_steps,
       target,
@@ -208,7 +208,7 @@ def test_a_suggestion_that_fits_fits_when_planned_again():
   assert replanned == best and target.fits(replanned)
   # Nothing searched fits on chips of a 64th of the memory.
   small = chips.Chip('small', target.chip.hbm_bytes // 64, target.chip.peak_flops)
-  assert footprint.suggest(config, traced, chips.Target(small, devices=8)) == []
+  assert meshes.suggest(config, traced, chips.Target(small, devices=8)) == []
 
 
 def test_step_time_counts_the_recomputation():
@@ -259,7 +259,7 @@ def test_chip_registry():
 def test_what_training_refuses_is_a_value_error(overrides, message):
   config = tiny(**overrides)
   with pytest.raises(ValueError, match=message):
-    footprint.check(config, helpers.model_config(config), 8)
+    meshes.check(config, helpers.model_config(config), 8)
 
 
 def _plan(*args):
@@ -389,7 +389,7 @@ def test_a_distillation_teacher_adds_its_parameters_forward_pass_and_flops(train
 
   config = tiny(**{'mesh': (('fsdp', 8),), 'distill.teacher': trained_tiny_run})
   model_config = helpers.model_config(config)
-  mesh = footprint.check(config, model_config, 8)
+  mesh = meshes.check(config, model_config, 8)
   alone = footprint.trace(config, model_config, NUM_CLASSES)
   traced = footprint.trace(config, model_config, NUM_CLASSES, teacher.architecture(config))
   without, with_teacher = (

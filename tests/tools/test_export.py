@@ -19,7 +19,7 @@ import pytest
 import helpers
 from vit_jax.checkpoints import checkpoint, run_dir
 from vit_jax.tools import export
-from vit_jax.checkpoints import loading
+from vit_jax.checkpoints import adapting, npz_files
 from vit_jax.tasks import classification
 
 EXPORT_CMD = [sys.executable, '-m', 'vit_jax.tools.export']
@@ -61,7 +61,8 @@ def _images(n, size):
 
 def test_export_writes_the_latest_parameters_in_the_original_layout(workdir, exported):
   _assert_trees_equal(
-      loading.load_npz(os.path.join(exported, 'model.npz')), helpers.checkpoint_params(workdir, 12)
+      npz_files.load_npz(os.path.join(exported, 'model.npz')),
+      helpers.checkpoint_params(workdir, 12),
   )
   with open(os.path.join(exported, 'config.json')) as f:
     description = json.load(f)
@@ -184,7 +185,7 @@ def test_export_takes_the_polyak_average_when_the_run_kept_one(workdir, tmp_path
   description = export.export(str(tmp_path), str(tmp_path / 'out'))
   assert description['parameters'] == ('polyak' if polyak else 'raw')
   _assert_trees_equal(
-      loading.load_npz(str(tmp_path / 'out' / 'model.npz')), average if polyak else params
+      npz_files.load_npz(str(tmp_path / 'out' / 'model.npz')), average if polyak else params
   )
 
 
@@ -199,7 +200,7 @@ def test_command_line_exports_the_chosen_step(workdir, tmp_path):
   assert run.returncode == 0, run.stderr[-2000:]
   assert f'exported step 8 (raw parameters) of {workdir}' in run.stdout
   _assert_trees_equal(
-      loading.load_npz(str(tmp_path / 'model.npz')), helpers.checkpoint_params(workdir, 8)
+      npz_files.load_npz(str(tmp_path / 'model.npz')), helpers.checkpoint_params(workdir, 8)
   )
   with open(tmp_path / 'config.json') as f:
     assert json.load(f)['step'] == 8
@@ -272,7 +273,7 @@ def test_a_run_fine_tunes_at_another_resolution_from_its_loaded_parameters(workd
   config.image_size = 16  # 4x4 patches instead of 2x2.
   model = classification.make_model(config, helpers.model_config(config), 3)
   target = jax.eval_shape(model.init, jax.random.key(0), np.zeros((1, 16, 16, 3)))['params']
-  params, notes = loading.adapt_params(
+  params, notes = adapting.adapt_params(
       run_dir.load_params(workdir)[0], target, keep_head=False, keep_pre_logits=False
   )
   assert notes == [

@@ -17,7 +17,7 @@ from PIL import Image
 
 import helpers
 from vit_jax import data
-from vit_jax.checkpoints import checkpoint, run_dir
+from vit_jax.checkpoints import run_dir, saved_state
 from vit_jax.tools import export, predict
 from vit_jax.data import on_device
 from vit_jax.tasks import classification
@@ -50,7 +50,7 @@ def test_images_in_any_format_are_predicted_as_evaluation_sees_them(trained_tiny
   results = predict.predict(paths, classifier, top_k=10, batch_size=3)  # Two batches, one padded.
 
   model = classification.make_model(config, helpers.model_config(config), 10)
-  params = checkpoint.restore_params(checkpoint.find_checkpoint(trained_tiny_run)[0])[0]
+  params = saved_state.restore_params(saved_state.find_checkpoint(trained_tiny_run)[0])[0]
   expected = jax.nn.softmax(model.apply({'params': params}, eval_images))
   assert [path for path, _ in results] == paths
   for (_, top), probs in zip(results, np.asarray(expected)):

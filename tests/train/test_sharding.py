@@ -15,7 +15,7 @@ from jax.sharding import PartitionSpec as P
 
 import helpers
 from vit_jax import sharding, tasks
-from vit_jax.checkpoints import checkpoint
+from vit_jax.checkpoints import checkpoint, saved_state
 from vit_jax.train import setup as train_setup, state as train_state, step as train_step
 
 sys.path.insert(0, os.path.join(helpers.REPO, 'benchmarks'))
@@ -168,7 +168,7 @@ def test_one_process_saves_replicated_arrays_without_slicing_them(tmp_path, monk
   manager.wait_until_finished()
   assert not slices
   assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
-  restored, _ = checkpoint.restore_params(os.path.join(str(tmp_path), 'checkpoints', '0'))
+  restored, _ = saved_state.restore_params(os.path.join(str(tmp_path), 'checkpoints', '0'))
   chex.assert_trees_all_equal(restored, jax.device_get(params))
 
 

@@ -15,8 +15,7 @@ from PIL import Image
 
 import helpers
 from vit_jax import sharding
-from vit_jax.checkpoints import checkpoint, run_dir
-from vit_jax.checkpoints import loading
+from vit_jax.checkpoints import checkpoint, npz_files, run_dir, saved_state
 from vit_jax.train import loop, setup as train_setup, state as train_state
 
 
@@ -303,7 +302,7 @@ def test_scanned_training_keeps_per_block_checkpoints_that_resume_either_way(tmp
     )
     scalars = helpers.read_scalars(workdir)['train_loss']
     losses[scan] = [scalars[step] for step in range(1, 9)]
-    params[scan], _ = checkpoint.restore_params(os.path.join(workdir, 'checkpoints', '8'))
+    params[scan], _ = saved_state.restore_params(os.path.join(workdir, 'checkpoints', '8'))
   np.testing.assert_allclose(losses[True], losses[False], rtol=1e-5)
   assert (
       'encoderblock_1' in params[True]['Transformer']
@@ -325,7 +324,7 @@ def test_scanned_training_keeps_per_block_checkpoints_that_resume_either_way(tmp
             helpers.load_config('demo', {**overrides, 'model.scan': not scan}), resumed
         )
     )
-    final, _ = checkpoint.restore_params(os.path.join(resumed, 'checkpoints', '8'))
+    final, _ = saved_state.restore_params(os.path.join(resumed, 'checkpoints', '8'))
     jax.tree.map(
         lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), final, params[scan]
     )
@@ -380,7 +379,7 @@ def test_finetune_configs_follow_the_paper(name, dataset, resolution, steps):
 
 def test_finetune_config_runs_from_an_npz(tmp_path, data_dir, pretrained_workdir):
   params, _ = run_dir.load_params(pretrained_workdir)
-  loading.save_npz(params, str(tmp_path / 'tiny.npz'))
+  npz_files.save_npz(params, str(tmp_path / 'tiny.npz'))
   config = helpers.load_config(
       'vit_b16_finetune',
       {

@@ -16,9 +16,8 @@ from etils import epath
 from flax import traverse_util
 
 from vit_jax import data, defaults, tasks
-from vit_jax.checkpoints import checkpoint
 from vit_jax.runtime import paths
-from vit_jax.checkpoints import loading, state_dicts, torch_files
+from vit_jax.checkpoints import adapting, npz_files, saved_state, state_dicts, torch_files
 from vit_jax.models import variants, vit_variants
 
 _RUN_FILES = ('config.json', 'dataset_info.json')
@@ -127,7 +126,7 @@ def load_trained(
 ) -> TrainedModel:
   """The model of checkpoint `step` (default: the latest) of a run, as the run's task built it, or
   (`features=True`) its backbone, whatever the task."""
-  checkpoint_dir, step = checkpoint.find_checkpoint(workdir, step)
+  checkpoint_dir, step = saved_state.find_checkpoint(workdir, step)
   config, info = load_run_info(workdir)
   task = tasks.get(config.task)
   model_config = variants.get_model_config(config.variant, config.model.to_dict())
@@ -136,7 +135,7 @@ def load_trained(
       if features
       else task.make_model(config, model_config, info.num_classes)
   )
-  params, name = checkpoint.restore_params(checkpoint_dir)
+  params, name = saved_state.restore_params(checkpoint_dir)
   return TrainedModel(
       config,
       model_config,
@@ -178,9 +177,9 @@ def load_params(path: str, model: Optional[Mapping[str, Any]] = None) -> tuple[d
     params, notes = state_dicts.load(path, model)
     return params, f'loaded {path}: ' + '; '.join(notes)
   if path.endswith('.npz') or epath.Path(path).is_file():
-    return loading.load_npz(path), f'loaded {path}'
-  checkpoint_dir, step = checkpoint.find_checkpoint(path)
-  params, name = checkpoint.restore_params(checkpoint_dir)
+    return npz_files.load_npz(path), f'loaded {path}'
+  checkpoint_dir, step = saved_state.find_checkpoint(path)
+  params, name = saved_state.restore_params(checkpoint_dir)
   return params, f'loaded {name} of step {step} from {checkpoint_dir}'
 
 
@@ -246,9 +245,9 @@ def load_init_params(config: ml_collections.ConfigDict, model: nn.Module) -> Any
   # heads: its checkpoints are .npz files and workdirs, which need none).
   fields = {f.name: getattr(model, f.name) for f in dataclasses.fields(model)}
   loaded, source = load_params(init_from, fields)
-  params, notes = loading.adapt_params(
+  params, notes = adapting.adapt_params(
       loaded,
-      loading.param_shapes(model, config.image_size),
+      adapting.param_shapes(model, config.image_size),
       keep_head=config.keep_head,
       keep_pre_logits=config.keep_pre_logits,
       posemb_method=config.posemb_interpolation,

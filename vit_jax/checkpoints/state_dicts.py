@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
-from vit_jax.checkpoints import loading, timm_layout, torch_files, transformers_layout
+from vit_jax.checkpoints import adapting, timm_layout, torch_files, transformers_layout
 from vit_jax.checkpoints.torch_files import StateDict
 
 
@@ -156,7 +156,7 @@ def fold_normalization(
     embedding['bias'] = (embedding['bias'] + offset).astype(np.float32)
     return folded
   posemb = tree['Transformer']['posembed_input']['pos_embedding'].astype(np.float64)
-  posemb[:, loading.num_prefix_tokens(tree) :] += offset
+  posemb[:, adapting.num_prefix_tokens(tree) :] += offset
   folded['Transformer'] = {
       **tree['Transformer'],
       'posembed_input': {'pos_embedding': posemb.astype(np.float32)},

@@ -10,7 +10,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 import ml_collections
 
-from vit_jax.checkpoints import loading, run_dir, state_dicts, torch_files
+from vit_jax.checkpoints import adapting, run_dir, state_dicts, torch_files
 from vit_jax.models import variants, vit_variants
 from vit_jax.runtime import paths
 
@@ -73,9 +73,9 @@ def load_teacher(config: ml_collections.ConfigDict, num_classes: int) -> Teacher
         f'config.distill.teacher={given!r} {predicts}, and the run has {num_classes}: the '
         'teacher must be a classifier of the same classes, in the same order'
     )
-  params, _ = loading.adapt_params(
+  params, _ = adapting.adapt_params(
       loaded,
-      loading.param_shapes(model, config.image_size),
+      adapting.param_shapes(model, config.image_size),
       keep_head=True,
       keep_pre_logits=True,
       posemb_method=config.posemb_interpolation,

@@ -67,7 +67,7 @@ def _grid_param(
         raise ValueError(
             f'the position embeddings {stored} are for {stored[axis]} {unit}, but the images '
             f'give {shape[axis]}: the parameters are for another image size; fit them to '
-            'this one with vit_jax.checkpoints.loading.adapt_params (as config.init_from does)'
+            'this one with vit_jax.checkpoints.adapting.adapt_params (as config.init_from does)'
         )
   return module.param(name, init, shape, jnp.float32)
 

@@ -63,7 +63,7 @@ def export(
   Refuses an `out` that already holds an export unless `overwrite`."""
   # Imported here so that bad flags are answered before TensorFlow (the input pipeline's) loads.
   from vit_jax.checkpoints import run_dir  # pylint: disable=g-import-not-at-top
-  from vit_jax.checkpoints import loading, timm_export, torch_files  # pylint: disable=g-import-not-at-top
+  from vit_jax.checkpoints import npz_files, timm_export, torch_files  # pylint: disable=g-import-not-at-top
 
   trained = run_dir.load_trained(workdir, step)
   cli.make_out_dir(out)
@@ -78,7 +78,7 @@ def export(
 
   out_dir = epath.Path(out)
   family = variants.FAMILIES[variants.family(config.variant)]
-  loading.save_npz(family.to_npz(trained.params), str(out_dir / 'model.npz'))
+  npz_files.save_npz(family.to_npz(trained.params), str(out_dir / 'model.npz'))
   (out_dir / 'model.jaxexport').write_bytes(
       serialize_inference(trained.model, trained.params, config.image_size)
   )

@@ -8,7 +8,8 @@ a distillation teacher (config.distill.teacher: its parameters and its forward p
 headroom, and the step time at the assumed MFU; then the mesh / remat / accum_steps that fit, fastest
 first (`--json`: the same as one JSON object).
 
-The estimates are vit_jax/planning/footprint.py's.
+The estimates are vit_jax/planning/footprint.py's; the config's mesh (checked as training would) and
+the suggested ones, vit_jax/planning/meshes.py's.
 """
 
 import dataclasses
@@ -24,7 +25,7 @@ from ml_collections import config_flags
 
 from vit_jax.checkpoints import run_dir, teacher as teacher_lib
 from vit_jax.models import variants
-from vit_jax.planning import chips, footprint
+from vit_jax.planning import chips, footprint, meshes
 from vit_jax.runtime import cli, config_files
 
 
@@ -51,7 +52,7 @@ def render(
       f'{config.batch_size} ({images} per device, accum_steps {config.accum_steps}), '
       f'{config.dtype} compute, {config.optim.name}{mu}',
       f'{target.devices} x {chip.name} ({_gib(chip.hbm_bytes)} GiB, '
-      f'{chip.peak_flops / 1e12:.0f} TFLOP/s bf16 each), mesh {footprint.mesh_name(mesh)}; '
+      f'{chip.peak_flops / 1e12:.0f} TFLOP/s bf16 each), mesh {meshes.mesh_name(mesh)}; '
       f'{_gib(target.usable_bytes)} GiB usable ({target.headroom:.0%} headroom); step time at '
       f'{target.mfu:.0%} MFU',
       '',
@@ -91,7 +92,7 @@ def render(
           '|---|---|---|---|---|',
       ]
       + [
-          f'| {footprint.mesh_name(s.mesh)} | {s.remat or "none"} | {s.accum_steps} | '
+          f'| {meshes.mesh_name(s.mesh)} | {s.remat or "none"} | {s.accum_steps} | '
           f'{_gib(s.total)} | {s.step_s:.3f} |'
           for s in found
       ]
@@ -154,7 +155,7 @@ def main(argv: list[str]) -> None:
       )
     run_dir.fill_from_checkpoint(config)
     model_config = variants.get_model_config(config.variant, config.model.to_dict())
-    mesh = footprint.check(config, model_config, args.devices)
+    mesh = meshes.check(config, model_config, args.devices)
     teacher = teacher_lib.architecture(config) if config.distill.teacher else None
     traced = footprint.trace(config, model_config, args.num_classes, teacher)
   except ValueError as e:
@@ -163,9 +164,7 @@ def main(argv: list[str]) -> None:
       footprint.estimate(config, traced, mesh, remat, config.accum_steps, target)
       for remat in dict.fromkeys((config.model.remat, *footprint.REMATS))
   ]
-  found = (
-      footprint.suggest(config, traced, target)[: args.suggestions] if args.suggestions else None
-  )
+  found = meshes.suggest(config, traced, target)[: args.suggestions] if args.suggestions else None
   try:
     print(
         json.dumps(as_json(config, plans, found or [], target))

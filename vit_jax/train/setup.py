@@ -19,7 +19,7 @@ from vit_jax import data, defaults, evaluators, sharding, tasks
 from vit_jax.checkpoints import run_dir
 from vit_jax.runtime import paths
 from vit_jax.train import optim, param_groups
-from vit_jax.checkpoints import loading
+from vit_jax.checkpoints import adapting
 from vit_jax.checkpoints import teacher as teacher_lib
 from vit_jax.models import fp8, variants
 
@@ -187,10 +187,10 @@ def _check_numbers(config: ml_collections.ConfigDict) -> None:
     raise ValueError(
         f'config.data_shards={config.data_shards} must be at least 1 (or unset: one per ' 'process)'
     )
-  if config.posemb_interpolation not in loading.POSEMB_METHODS:
+  if config.posemb_interpolation not in adapting.POSEMB_METHODS:
     raise ValueError(
         f'Unknown config.posemb_interpolation {config.posemb_interpolation!r}: use one '
-        f'of {", ".join(loading.POSEMB_METHODS)}'
+        f'of {", ".join(adapting.POSEMB_METHODS)}'
     )
 
 
@@ -276,7 +276,7 @@ def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
   model = task.make_model(config, model_config, info.num_classes)
   if param_groups.names_parameters(config.optim):  # Tracing the model's init costs start-up time.
     param_groups.check_param_groups(
-        config.optim, model_config, loading.param_shapes(model, config.image_size)
+        config.optim, model_config, adapting.param_shapes(model, config.image_size)
     )
   built = evaluators.make_evaluators(
       evaluators.Context(config, info, task, model, mesh, model_config)

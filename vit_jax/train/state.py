@@ -17,7 +17,7 @@ from absl import logging
 from etils import epath
 
 from vit_jax import sharding
-from vit_jax.checkpoints import checkpoint, run_dir
+from vit_jax.checkpoints import checkpoint, run_dir, saved_state
 from vit_jax.models import inits, scan_layout, variants
 from vit_jax.train.setup import Setup
 
@@ -101,7 +101,7 @@ def class_changes(old: Sequence[str], new: Sequence[str]) -> str:
 
 def _check_fits(setup: Setup, described: str) -> None:
   """The latest checkpoint whose metadata reads must have this config's state shapes."""
-  latest = checkpoint.latest_saved_shapes(setup.workdir)
+  latest = saved_state.latest_saved_shapes(setup.workdir)
   if latest is None:  # None reads: restoring says so, naming the directory.
     return
   step, saved = latest
@@ -127,7 +127,7 @@ def check_resumable(setup: Setup) -> list[tuple[str, Any, Any]] | None:
   """
   workdir = epath.Path(setup.workdir)
   has_config = (workdir / 'config.json').exists()
-  if not checkpoint.saved_steps(setup.workdir):
+  if not saved_state.saved_steps(setup.workdir):
     if has_config:
       logging.info('%s holds no checkpoint yet: starting the run afresh with this config', workdir)
     return None

@@ -1,5 +1,4 @@
-"""Parameter trees in and out of the models: the original ViT `.npz` layout (read and written), and
-fitting a loaded tree to a model of another resolution or class count (position-embedding
+"""Fitting a loaded parameter tree to a model of another resolution or class count (position-embedding
 interpolation, head surgery). A model with fixed position embeddings (`posemb='sincos2d'`) has no
 `pos_embedding`: there is nothing to resize, and a checkpoint with learned ones is an error, not a drop.
 
@@ -9,31 +8,26 @@ relative biases over their range of offsets (2h - 1, 2w - 1). A checkpoint with 
 embeddings than the model is an error naming `model.posemb` / `model.posemb_where`; the tree of
 'shared_every_layer' is the tree of 'input' (one `posembed_input`), so only the config tells them apart.
 
-A BiT's `.npz` is in the published BiT layout, which `load_npz` converts (bit.py); a ResNet has no
-position embeddings, so fitting it to another resolution changes nothing but the head.
+A BiT (bit.py) is a ResNet: it has no position embeddings, so fitting it to another resolution
+changes nothing but the head.
 
-It knows the models' parameter names (vit.py, mpp.py, bit.py), so it lives beside them; orbax
-checkpoints of whole train states are vit_jax/checkpoints/checkpoint.py.
+It knows the models' parameter names (vit.py, mpp.py, bit.py), so it lives beside them; the
+original `.npz` layout, read and written, is vit_jax/checkpoints/npz_files.py; orbax checkpoints of
+whole train states are vit_jax/checkpoints/checkpoint.py.
 """
 
 import math
 import re
-import zipfile
 from typing import Any, Mapping, Optional
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
-from etils import epath
 from flax import traverse_util
 
-from vit_jax.models import bit, scan_layout
+from vit_jax.models import scan_layout
 
-_NPZ_PREFIXES = (
-    'opt/target/',
-    'params/',
-)  # Older Flax optimizer checkpoints; trees saved with a root.
 _POSEMB = 'Transformer/posembed_input/pos_embedding'
 # Learned position embeddings (posemb.py) at the input or in a block, and the blocks' relative biases.
 _POSEMB_PARAM = re.compile(r'(^|/)(posembed_input|posembed|relative_posemb)/')
@@ -46,42 +40,6 @@ _REPORT_FIRST = ('embedding/', 'cls', 'dist', 'reg')
 _HEADS = ('head', 'head_dist')
 # Parameters of the masked-patch-prediction model that a classifier does not have.
 _SELF_SUPERVISION_ONLY = ('mask_token', 'mpp_head')
-
-
-def load_npz(path: str) -> dict[str, Any]:
-  """The nested parameter tree of an `.npz` in the original ViT layout (keys joined by '/'), or in
-  the published BiT layout (`resnet/...`, converted to our BiT's tree)."""
-  if not epath.Path(path).is_file():
-    raise ValueError(
-        f'no checkpoint file at {path!r}: download it (e.g. gsutil cp '
-        'gs://vit_models/imagenet21k/ViT-B_16.npz .) or fix --config.init_from'
-    )
-  with epath.Path(path).open('rb') as f:
-    if not zipfile.is_zipfile(f):
-      raise ValueError(
-          f'{path!r} is not an .npz file: pass an .npz checkpoint in the original ViT '
-          'layout, or the workdir of a vit_jax run, as --config.init_from'
-      )
-    f.seek(0)
-    with np.load(f, allow_pickle=False) as npz:
-      flat = {key: npz[key] for key in npz.files}
-  for prefix in _NPZ_PREFIXES:
-    if any(key.startswith(prefix) for key in flat):
-      # The rest of such a file (e.g. `opt/state/...`) is optimizer state, not parameters.
-      flat = {key[len(prefix) :]: value for key, value in flat.items() if key.startswith(prefix)}
-      break
-  if bit.is_bit_npz(flat):
-    return bit.from_bit_npz(flat)
-  return traverse_util.unflatten_dict(flat, sep='/')
-
-
-def save_npz(params: Any, path: str) -> None:
-  """Writes `params` as float32 arrays under flat '/'-joined keys: the original ViT `.npz` layout."""
-  flat = traverse_util.flatten_dict(jax.device_get(params), sep='/')
-  with epath.Path(path).open(
-      'wb'
-  ) as f:  # A file object: np.savez would append '.npz' to other names.
-    np.savez(f, **{key: np.asarray(value, np.float32) for key, value in flat.items()})
 
 
 def _linear_weights(size_in: int, size_out: int) -> np.ndarray:

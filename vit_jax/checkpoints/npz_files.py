@@ -1,0 +1,59 @@
+"""The original ViT `.npz` layout of a parameter tree, read and written: float32 arrays under flat
+'/'-joined keys (older files put them under an optimizer's or a root's prefix). A BiT's `.npz` is in
+the published BiT layout, which `load_npz` converts (bit.py).
+
+Fitting a loaded tree to a model of another resolution or class count is
+vit_jax/checkpoints/adapting.py; orbax checkpoints of whole train states are
+vit_jax/checkpoints/checkpoint.py.
+"""
+
+import zipfile
+from typing import Any
+
+import jax
+import numpy as np
+from etils import epath
+from flax import traverse_util
+
+from vit_jax.models import bit
+
+_NPZ_PREFIXES = (
+    'opt/target/',
+    'params/',
+)  # Older Flax optimizer checkpoints; trees saved with a root.
+
+
+def load_npz(path: str) -> dict[str, Any]:
+  """The nested parameter tree of an `.npz` in the original ViT layout (keys joined by '/'), or in
+  the published BiT layout (`resnet/...`, converted to our BiT's tree)."""
+  if not epath.Path(path).is_file():
+    raise ValueError(
+        f'no checkpoint file at {path!r}: download it (e.g. gsutil cp '
+        'gs://vit_models/imagenet21k/ViT-B_16.npz .) or fix --config.init_from'
+    )
+  with epath.Path(path).open('rb') as f:
+    if not zipfile.is_zipfile(f):
+      raise ValueError(
+          f'{path!r} is not an .npz file: pass an .npz checkpoint in the original ViT '
+          'layout, or the workdir of a vit_jax run, as --config.init_from'
+      )
+    f.seek(0)
+    with np.load(f, allow_pickle=False) as npz:
+      flat = {key: npz[key] for key in npz.files}
+  for prefix in _NPZ_PREFIXES:
+    if any(key.startswith(prefix) for key in flat):
+      # The rest of such a file (e.g. `opt/state/...`) is optimizer state, not parameters.
+      flat = {key[len(prefix) :]: value for key, value in flat.items() if key.startswith(prefix)}
+      break
+  if bit.is_bit_npz(flat):
+    return bit.from_bit_npz(flat)
+  return traverse_util.unflatten_dict(flat, sep='/')
+
+
+def save_npz(params: Any, path: str) -> None:
+  """Writes `params` as float32 arrays under flat '/'-joined keys: the original ViT `.npz` layout."""
+  flat = traverse_util.flatten_dict(jax.device_get(params), sep='/')
+  with epath.Path(path).open(
+      'wb'
+  ) as f:  # A file object: np.savez would append '.npz' to other names.
+    np.savez(f, **{key: np.asarray(value, np.float32) for key, value in flat.items()})

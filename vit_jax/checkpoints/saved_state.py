@@ -1,0 +1,96 @@
+"""What a run has saved, read without a train state: its checkpoint (a step directory, or a
+workdir's latest or given step), the steps saved, a checkpoint's tree of shapes (metadata only) and
+its parameters alone (for fine-tuning, export and the tools).
+
+Writing and resuming the train state is vit_jax/checkpoints/checkpoint.py; the original `.npz`
+layout is vit_jax/checkpoints/npz_files.py.
+"""
+
+import os
+from typing import Any, Optional
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+from etils import epath
+
+from vit_jax.checkpoints import orbax_noise
+from vit_jax.runtime import paths
+
+
+def find_checkpoint(path: str, step: Optional[int] = None) -> tuple[str, int]:
+  """The directory and step of an orbax train-state checkpoint.
+
+  `path` is a step directory (`W/checkpoints/N`, when `step` is None) or a workdir `W`, whose
+  checkpoint `step` (default: the latest) is taken. The directory returned is absolute (orbax does
+  not read a relative one).
+  """
+  path = paths.absolute(path)
+  name = epath.Path(path).name
+  if step is None and name.isdigit() and (epath.Path(path) / 'default').is_dir():
+    return path, int(name)
+  root = os.path.join(path, 'checkpoints')
+  if not epath.Path(root).is_dir():
+    raise ValueError(
+        f'{path!r} has no checkpoints/ directory: pass the workdir of a vit_jax run that '
+        'has saved a checkpoint'
+    )
+  steps = saved_steps(path)
+  if not steps:
+    raise ValueError(f'{root!r} holds no checkpoint yet: train first, or wait for the first save')
+  if step is None:
+    step = steps[-1]
+  elif step not in steps:
+    raise ValueError(f'{root!r} has no checkpoint of step {step}: use one of {steps}')
+  return os.path.join(root, str(step)), step
+
+
+def saved_steps(workdir: str) -> list[int]:
+  """The steps of the finished saves in `workdir`, in order, as orbax decides it: a save in progress
+  or killed lives in a temporary `<step>.orbax-...` directory on a local disk, and in its final
+  `<step>` directory without a `commit_success.txt` on cloud storage (which cannot rename)."""
+  root = epath.Path(workdir) / 'checkpoints'
+  return sorted(ocp.utils.checkpoint_steps(root)) if root.is_dir() else []
+
+
+def latest_saved_shapes(workdir: str) -> Optional[tuple[int, dict[str, Any]]]:
+  """The step and state tree (`jax.ShapeDtypeStruct`s) of the latest checkpoint of `workdir` whose
+  metadata reads (only metadata is read), as `restore` would choose it; None if there is none."""
+  for step in reversed(saved_steps(workdir)):
+    try:
+      return step, saved_shapes(os.path.join(paths.absolute(workdir), 'checkpoints', str(step)))
+    except Exception:  # pylint: disable=broad-except  # restore reports it and takes the one before.
+      continue
+  return None
+
+
+def _metadata_tree(checkpoint_dir: str) -> dict[str, Any]:
+  """The train state's tree of array metadata in a checkpoint; no array is read. Read by the handler
+  of its `default` item: a checkpointer would also look there for the step's metadata (which is one
+  level up), warn that it is missing, and return None for a tree that cannot be read."""
+  orbax_noise.quiet_failed_reads()
+  return ocp.PyTreeCheckpointHandler().metadata(epath.Path(checkpoint_dir) / 'default').tree
+
+
+def saved_shapes(checkpoint_dir: str) -> dict[str, Any]:
+  """The train state's tree in a checkpoint as `jax.ShapeDtypeStruct`s (only the metadata is read)."""
+  tree = _metadata_tree(checkpoint_dir)
+  return jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype), tree)
+
+
+def restore_params(checkpoint_dir: str) -> tuple[dict[str, Any], str]:
+  """The parameters of a train-state checkpoint as numpy arrays, and which ones they are.
+
+  The Polyak average (`ema_params`) when the run kept one, else the raw `params`. Only that subtree
+  is read, onto the host, so any number of devices can read a checkpoint that any mesh wrote.
+  """
+  checkpointer = ocp.PyTreeCheckpointer()
+  tree = _metadata_tree(checkpoint_dir)
+  name = 'ema_params' if tree.get('ema_params') is not None else 'params'
+  item = {name: tree[name]}
+  restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), item)
+  restored = checkpointer.restore(
+      os.path.join(checkpoint_dir, 'default'),
+      args=ocp.args.PyTreeRestore(item=item, restore_args=restore_args, partial_restore=True),
+  )
+  return restored[name], name

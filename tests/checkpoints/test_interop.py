@@ -17,7 +17,7 @@ import scipy.ndimage
 from PIL import Image
 
 import helpers
-from vit_jax.checkpoints import adapting, npz_files, saved_state
+from vit_jax.checkpoints import adapting, npz_files, posemb_resizing, saved_state
 from vit_jax.models import VisionTransformer
 from vit_jax.models import variants as model_variants
 
@@ -33,7 +33,7 @@ def _model(num_classes=10, **overrides):
 
 def test_bilinear_posemb_matches_scipy_zoom_of_the_original_code():
   posemb = np.random.RandomState(0).randn(1, 1 + 14 * 14, 16).astype(np.float32)
-  resized = adapting.interpolate_posemb(posemb, (24, 24), num_prefix_tokens=1)
+  resized = posemb_resizing.interpolate_posemb(posemb, (24, 24), num_prefix_tokens=1)
   # The original vit_jax fine-tuning code: zoom the (14, 14, D) grid by 24 / 14 with order=1.
   expected = scipy.ndimage.zoom(posemb[0, 1:].reshape(14, 14, 16), (24 / 14, 24 / 14, 1), order=1)
   assert resized.shape == (1, 1 + 24 * 24, 16) and resized.dtype == np.float32
@@ -44,7 +44,7 @@ def test_bilinear_posemb_matches_scipy_zoom_of_the_original_code():
 @pytest.mark.parametrize('new_grid', [(7, 10), (1, 5), (14, 14)])
 def test_bilinear_posemb_matches_scipy_zoom_on_other_grids(new_grid):
   posemb = np.random.RandomState(1).randn(1, 14 * 14, 4).astype(np.float32)  # GAP: no prefix token.
-  resized = adapting.interpolate_posemb(posemb, new_grid, num_prefix_tokens=0)
+  resized = posemb_resizing.interpolate_posemb(posemb, new_grid, num_prefix_tokens=0)
   zoom = (new_grid[0] / 14, new_grid[1] / 14, 1)
   expected = scipy.ndimage.zoom(posemb[0].reshape(14, 14, 4), zoom, order=1)
   np.testing.assert_allclose(resized[0].reshape(*new_grid, 4), expected, atol=1e-6)
@@ -53,7 +53,9 @@ def test_bilinear_posemb_matches_scipy_zoom_on_other_grids(new_grid):
 @pytest.mark.parametrize('new_grid', [(24, 24), (7, 10)])
 def test_bicubic_posemb_matches_pil_bicubic_resize(new_grid):
   posemb = np.random.RandomState(2).randn(1, 1 + 14 * 14, 3).astype(np.float32)
-  resized = adapting.interpolate_posemb(posemb, new_grid, num_prefix_tokens=1, method='bicubic')
+  resized = posemb_resizing.interpolate_posemb(
+      posemb, new_grid, num_prefix_tokens=1, method='bicubic'
+  )
   grid = posemb[0, 1:].reshape(14, 14, 3)
   expected = np.stack(
       [
@@ -72,9 +74,11 @@ def test_bicubic_posemb_matches_pil_bicubic_resize(new_grid):
 
 def test_interpolation_errors_are_one_line():
   with pytest.raises(ValueError, match="Unknown position embedding interpolation 'nearest'"):
-    adapting.interpolate_posemb(np.zeros((1, 5, 2)), (3, 3), num_prefix_tokens=1, method='nearest')
+    posemb_resizing.interpolate_posemb(
+        np.zeros((1, 5, 2)), (3, 3), num_prefix_tokens=1, method='nearest'
+    )
   with pytest.raises(ValueError, match='6 grid tokens are not a square grid'):
-    adapting.interpolate_posemb(np.zeros((1, 7, 2)), (3, 3), num_prefix_tokens=1)
+    posemb_resizing.interpolate_posemb(np.zeros((1, 7, 2)), (3, 3), num_prefix_tokens=1)
 
 
 # The .npz layout.
@@ -140,7 +144,7 @@ def test_adapt_params_resizes_posemb_and_zeroes_a_new_head(classifier, prefix):
   posemb = loaded['Transformer']['posembed_input']['pos_embedding']
   np.testing.assert_array_equal(
       params['Transformer']['posembed_input']['pos_embedding'],
-      adapting.interpolate_posemb(posemb, (6, 6), num_prefix_tokens=prefix),
+      posemb_resizing.interpolate_posemb(posemb, (6, 6), num_prefix_tokens=prefix),
   )
   del params['head'], params['Transformer']['posembed_input'], loaded['head']
   del loaded['Transformer']['posembed_input']

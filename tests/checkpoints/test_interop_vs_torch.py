@@ -9,7 +9,7 @@ import timm.models.vision_transformer as timm_vit
 import torch
 
 import helpers
-from vit_jax.checkpoints import adapting, npz_files
+from vit_jax.checkpoints import adapting, npz_files, posemb_resizing
 from vit_jax.models import variants as model_variants
 from test_interop import _model
 
@@ -23,7 +23,7 @@ def test_bicubic_posemb_matches_timms_resample_abs_pos_embed(old, new, prefix):
   expected = resample_abs_pos_embed(
       torch.from_numpy(posemb), [new, new], num_prefix_tokens=prefix
   ).numpy()
-  resized = adapting.interpolate_posemb(
+  resized = posemb_resizing.interpolate_posemb(
       posemb, (new, new), num_prefix_tokens=prefix, method='bicubic'
   )
   np.testing.assert_allclose(resized, expected, atol=1e-5)
@@ -37,7 +37,9 @@ def test_bicubic_posemb_matches_timms_resample_abs_pos_embed(old, new, prefix):
       align_corners=True,
   ).numpy()
   np.testing.assert_allclose(
-      adapting.interpolate_posemb(posemb, (new, new), num_prefix_tokens=prefix), expected, atol=1e-5
+      posemb_resizing.interpolate_posemb(posemb, (new, new), num_prefix_tokens=prefix),
+      expected,
+      atol=1e-5,
   )
 
 

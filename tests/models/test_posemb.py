@@ -16,7 +16,7 @@ from jax.sharding import PartitionSpec as P
 import helpers
 from vit_jax import sharding
 from vit_jax.tools import pictures, report
-from vit_jax.checkpoints import adapting
+from vit_jax.checkpoints import adapting, posemb_resizing
 from vit_jax.models import VisionTransformer, attention, encoder, posemb, variants
 from vit_jax.train import loop, setup as train_setup
 import sweep
@@ -302,7 +302,7 @@ def test_every_layers_embeddings_are_each_resized_like_the_input_one():
     block = f'encoderblock_{i}'
     np.testing.assert_array_equal(
         params['Transformer'][block]['posembed']['pos_embedding'],
-        adapting.interpolate_posemb(
+        posemb_resizing.interpolate_posemb(
             loaded['Transformer'][block]['posembed']['pos_embedding'], (4, 4), num_prefix_tokens=1
         ),
     )
@@ -351,7 +351,9 @@ def test_relative_biases_are_resized_over_their_range_of_offsets():
     new = params['Transformer'][f'encoderblock_{i}']['relative_posemb']
     assert new['relative_bias'].shape == (9, 9, 2)
     np.testing.assert_allclose(
-        new['relative_bias'], adapting.resize_leading(old['relative_bias'], (9, 9)), rtol=1e-6
+        new['relative_bias'],
+        posemb_resizing.resize_leading(old['relative_bias'], (9, 9)),
+        rtol=1e-6,
     )
     np.testing.assert_allclose(new['relative_bias'][4, 4], old['relative_bias'][2, 2], rtol=1e-6)
     np.testing.assert_allclose(new['relative_bias'][::2, ::2], old['relative_bias'], rtol=1e-6)

@@ -7,6 +7,7 @@ input or in each block (`every_layer`) as the original code does, the 2-D ones a
 relative biases over their range of offsets (2h - 1, 2w - 1). A checkpoint with other kinds of position
 embeddings than the model is an error naming `model.posemb` / `model.posemb_where`; the tree of
 'shared_every_layer' is the tree of 'input' (one `posembed_input`), so only the config tells them apart.
+The arrays are resized by vit_jax/checkpoints/posemb_resizing.py.
 
 A BiT (bit.py) is a ResNet: it has no position embeddings, so fitting it to another resolution
 changes nothing but the head.
@@ -26,88 +27,19 @@ import jax.numpy as jnp
 import numpy as np
 from flax import traverse_util
 
+from vit_jax.checkpoints import posemb_resizing
 from vit_jax.models import scan_layout
 
-_POSEMB = 'Transformer/posembed_input/pos_embedding'
 # Learned position embeddings (posemb.py) at the input or in a block, and the blocks' relative biases.
 _POSEMB_PARAM = re.compile(r'(^|/)(posembed_input|posembed|relative_posemb)/')
 _POSEMB_1D = re.compile(r'(^|/)(posembed_input|posembed)/pos_embedding$')
 _POSEMB_AXIS = re.compile(r'(^|/)(posembed_input|posembed)/(?P<axis>x|y)_embedding$')
 _RELATIVE = re.compile(r'(^|/)relative_posemb/relative_bias$')
-POSEMB_METHODS = ('bilinear', 'bicubic')
 _REPORT_FIRST = ('embedding/', 'cls', 'dist', 'reg')
 # The classifier's heads: DeiT's distilled models have a second, on the distillation token.
 _HEADS = ('head', 'head_dist')
 # Parameters of the masked-patch-prediction model that a classifier does not have.
 _SELF_SUPERVISION_ONLY = ('mask_token', 'mpp_head')
-
-
-def _linear_weights(size_in: int, size_out: int) -> np.ndarray:
-  """(size_out, size_in) linear interpolation weights with the corner samples aligned.
-
-  Output i samples input position i * (size_in - 1) / (size_out - 1): the convention of
-  `scipy.ndimage.zoom(order=1)`, which the original ViT code used.
-  """
-  scale = (size_in - 1) / (size_out - 1) if size_out > 1 else 0.0
-  positions = np.arange(size_out) * scale
-  left = np.clip(np.floor(positions).astype(int), 0, max(size_in - 2, 0))
-  frac = positions - left
-  weights = np.zeros((size_out, size_in))
-  weights[np.arange(size_out), left] += 1 - frac
-  weights[np.arange(size_out), np.minimum(left + 1, size_in - 1)] += frac
-  return weights
-
-
-def _check_posemb_method(method: str) -> None:
-  if method not in POSEMB_METHODS:
-    raise ValueError(
-        f'Unknown position embedding interpolation {method!r}: use one of '
-        f'{", ".join(POSEMB_METHODS)}, e.g. --config.posemb_interpolation=bilinear'
-    )
-
-
-def resize_leading(
-    array: np.ndarray, sizes: tuple[int, ...], method: str = 'bilinear'
-) -> np.ndarray:
-  """`array` with its first one or two axes resized to `sizes`, the others kept (the embedding width,
-  the heads); float64 for 'bilinear' (see `interpolate_posemb` for the methods)."""
-  _check_posemb_method(method)
-  if method == 'bicubic':
-    return np.asarray(
-        jax.image.resize(
-            array.astype(np.float32), tuple(sizes) + array.shape[len(sizes) :], 'bicubic'
-        )
-    )
-  weights = [_linear_weights(n, size) for n, size in zip(array.shape, sizes)]
-  spec = {1: 'aA,A...->a...', 2: 'aA,bB,AB...->ab...'}[len(sizes)]
-  return np.einsum(spec, *weights, array.astype(np.float64))
-
-
-def interpolate_posemb(
-    posemb: np.ndarray,
-    new_grid: tuple[int, int],
-    *,
-    num_prefix_tokens: int,
-    method: str = 'bilinear',
-) -> np.ndarray:
-  """Resizes position embeddings (1, prefix + gs * gs, D) to the grid `new_grid` = (gh, gw).
-
-  The prefix (class token) embeddings are kept as they are; the square grid of the others is resized.
-  'bilinear' aligns the corner samples, exactly as the original code's `scipy.ndimage.zoom(order=1)`;
-  'bicubic' is `jax.image.resize` (half-pixel centres, Keys cubic a=-0.5, antialiased when shrinking;
-  the same as PIL's bicubic resize).
-  """
-  _check_posemb_method(method)
-  prefix, grid = posemb[:, :num_prefix_tokens], posemb[0, num_prefix_tokens:]
-  size = math.isqrt(grid.shape[0])
-  if size * size != grid.shape[0]:
-    raise ValueError(
-        f'{_POSEMB}: {grid.shape[0]} grid tokens are not a square grid: the checkpoint '
-        'is not a ViT of square images'
-    )
-  gh, gw = new_grid
-  grid = resize_leading(grid.reshape(size, size, -1), (gh, gw), method)
-  return np.concatenate([prefix, grid.reshape(1, gh * gw, -1).astype(posemb.dtype)], axis=1)
 
 
 def _posemb_kind(flat: dict[str, Any]) -> tuple[str, str]:
@@ -216,7 +148,7 @@ def adapt_params(
   are resized to the model's grid. Everything else must match exactly. Returns the fitted numpy tree
   and lines for the log saying what changed; raises ValueError naming the parameter on a mismatch.
   """
-  _check_posemb_method(
+  posemb_resizing.check_posemb_method(
       posemb_method
   )  # Also when this checkpoint needs no resizing: a typo is a typo.
   params = traverse_util.flatten_dict(loaded, sep='/')
@@ -296,22 +228,26 @@ def _resize_posemb(
   old = params[key].shape
   if old == new or len(old) != len(new) or old[-1] != new[-1]:
     return None
-  name = 'pos_embedding' if key == _POSEMB else key
+  name = 'pos_embedding' if key == posemb_resizing.POSEMB else key
   if _POSEMB_1D.search(key):
     prefix = num_prefix_tokens
     old_size, new_size = math.isqrt(old[1] - prefix), math.isqrt(new[1] - prefix)
     if old_size**2 != old[1] - prefix or new_size**2 != new[1] - prefix:
       return None  # Not square grids: the shape check names it.
-    params[key] = interpolate_posemb(
+    params[key] = posemb_resizing.interpolate_posemb(
         params[key], (new_size, new_size), num_prefix_tokens=prefix, method=method
     )
     return f'resized {name} {old_size}x{old_size} -> {new_size}x{new_size} ({method})'
   if (axis := _POSEMB_AXIS.search(key)) is not None:
-    params[key] = resize_leading(params[key], new[:1], method).astype(params[key].dtype)
+    params[key] = posemb_resizing.resize_leading(params[key], new[:1], method).astype(
+        params[key].dtype
+    )
     unit = 'columns' if axis['axis'] == 'x' else 'rows'
     return f'resized {name} {old[0]} -> {new[0]} {unit} ({method})'
   if _RELATIVE.search(key):
-    params[key] = resize_leading(params[key], new[:2], method).astype(params[key].dtype)
+    params[key] = posemb_resizing.resize_leading(params[key], new[:2], method).astype(
+        params[key].dtype
+    )
     return f'resized {name} {old[0]}x{old[1]} -> {new[0]}x{new[1]} offsets ({method})'
   return None
 

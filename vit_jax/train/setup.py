@@ -19,7 +19,7 @@ from vit_jax import data, defaults, evaluators, sharding, tasks
 from vit_jax.checkpoints import run_dir
 from vit_jax.runtime import paths
 from vit_jax.train import optim, param_groups
-from vit_jax.checkpoints import adapting
+from vit_jax.checkpoints import adapting, posemb_resizing
 from vit_jax.checkpoints import teacher as teacher_lib
 from vit_jax.models import fp8, variants
 
@@ -187,10 +187,10 @@ def _check_numbers(config: ml_collections.ConfigDict) -> None:
     raise ValueError(
         f'config.data_shards={config.data_shards} must be at least 1 (or unset: one per ' 'process)'
     )
-  if config.posemb_interpolation not in adapting.POSEMB_METHODS:
+  if config.posemb_interpolation not in posemb_resizing.POSEMB_METHODS:
     raise ValueError(
         f'Unknown config.posemb_interpolation {config.posemb_interpolation!r}: use one '
-        f'of {", ".join(adapting.POSEMB_METHODS)}'
+        f'of {", ".join(posemb_resizing.POSEMB_METHODS)}'
     )
 
 

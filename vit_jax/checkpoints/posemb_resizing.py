@@ -1,0 +1,82 @@
+"""Learned position embeddings resized to another patch grid, the arrays alone: the 1-D ones of a
+square grid (the class, distillation and register tokens before it kept), the first one or two axes
+of the others (2-D embeddings, relative biases). 'bilinear' as the original ViT code, or 'bicubic'.
+
+Which parameters of a loaded tree are resized, and to what, is vit_jax/checkpoints/adapting.py's.
+"""
+
+import math
+
+import jax
+import numpy as np
+
+POSEMB = 'Transformer/posembed_input/pos_embedding'
+POSEMB_METHODS = ('bilinear', 'bicubic')
+
+
+def _linear_weights(size_in: int, size_out: int) -> np.ndarray:
+  """(size_out, size_in) linear interpolation weights with the corner samples aligned.
+
+  Output i samples input position i * (size_in - 1) / (size_out - 1): the convention of
+  `scipy.ndimage.zoom(order=1)`, which the original ViT code used.
+  """
+  scale = (size_in - 1) / (size_out - 1) if size_out > 1 else 0.0
+  positions = np.arange(size_out) * scale
+  left = np.clip(np.floor(positions).astype(int), 0, max(size_in - 2, 0))
+  frac = positions - left
+  weights = np.zeros((size_out, size_in))
+  weights[np.arange(size_out), left] += 1 - frac
+  weights[np.arange(size_out), np.minimum(left + 1, size_in - 1)] += frac
+  return weights
+
+
+def check_posemb_method(method: str) -> None:
+  if method not in POSEMB_METHODS:
+    raise ValueError(
+        f'Unknown position embedding interpolation {method!r}: use one of '
+        f'{", ".join(POSEMB_METHODS)}, e.g. --config.posemb_interpolation=bilinear'
+    )
+
+
+def resize_leading(
+    array: np.ndarray, sizes: tuple[int, ...], method: str = 'bilinear'
+) -> np.ndarray:
+  """`array` with its first one or two axes resized to `sizes`, the others kept (the embedding width,
+  the heads); float64 for 'bilinear' (see `interpolate_posemb` for the methods)."""
+  check_posemb_method(method)
+  if method == 'bicubic':
+    return np.asarray(
+        jax.image.resize(
+            array.astype(np.float32), tuple(sizes) + array.shape[len(sizes) :], 'bicubic'
+        )
+    )
+  weights = [_linear_weights(n, size) for n, size in zip(array.shape, sizes)]
+  spec = {1: 'aA,A...->a...', 2: 'aA,bB,AB...->ab...'}[len(sizes)]
+  return np.einsum(spec, *weights, array.astype(np.float64))
+
+
+def interpolate_posemb(
+    posemb: np.ndarray,
+    new_grid: tuple[int, int],
+    *,
+    num_prefix_tokens: int,
+    method: str = 'bilinear',
+) -> np.ndarray:
+  """Resizes position embeddings (1, prefix + gs * gs, D) to the grid `new_grid` = (gh, gw).
+
+  The prefix (class token) embeddings are kept as they are; the square grid of the others is resized.
+  'bilinear' aligns the corner samples, exactly as the original code's `scipy.ndimage.zoom(order=1)`;
+  'bicubic' is `jax.image.resize` (half-pixel centres, Keys cubic a=-0.5, antialiased when shrinking;
+  the same as PIL's bicubic resize).
+  """
+  check_posemb_method(method)
+  prefix, grid = posemb[:, :num_prefix_tokens], posemb[0, num_prefix_tokens:]
+  size = math.isqrt(grid.shape[0])
+  if size * size != grid.shape[0]:
+    raise ValueError(
+        f'{POSEMB}: {grid.shape[0]} grid tokens are not a square grid: the checkpoint '
+        'is not a ViT of square images'
+    )
+  gh, gw = new_grid
+  grid = resize_leading(grid.reshape(size, size, -1), (gh, gw), method)
+  return np.concatenate([prefix, grid.reshape(1, gh * gw, -1).astype(posemb.dtype)], axis=1)

@@ -217,9 +217,8 @@ def to_array_record(dataset_dir: str) -> bool:
   TensorFlow (`pip install '.[tfrecord]'`); raises a one-line ValueError without it, or where
   `dataset_dir` holds no prepared dataset.
   """
-  if not (
-      epath.Path(dataset_dir) / 'dataset_info.json'
-  ).exists():  # A wrong path before an install.
+  # A wrong path is said before a missing TensorFlow: installing it would not help.
+  if not (epath.Path(dataset_dir) / 'dataset_info.json').exists():
     raise ValueError(
         f'No prepared tensorflow_datasets dataset in {dataset_dir}: give its version '
         'folder, the one with dataset_info.json (e.g. DATA_DIR/cifar10/3.0.2)'

@@ -73,7 +73,7 @@ def test_bicubic_posemb_matches_pil_bicubic_resize(new_grid):
 
 
 def test_interpolation_errors_are_one_line():
-  with pytest.raises(ValueError, match="Unknown position embedding interpolation 'nearest'"):
+  with pytest.raises(ValueError, match="Unknown config.posemb_interpolation 'nearest'"):
     posemb_resizing.interpolate_posemb(
         np.zeros((1, 5, 2)), (3, 3), num_prefix_tokens=1, method='nearest'
     )
@@ -277,7 +277,7 @@ def test_adapt_params_mismatch_is_a_one_line_error(
 def test_adapt_params_rejects_an_unknown_interpolation_even_without_resizing():
   with pytest.raises(
       ValueError,
-      match=r"Unknown position embedding interpolation 'nearest'.*"
+      match=r"Unknown config.posemb_interpolation 'nearest'.*"
       r'--config.posemb_interpolation=bilinear',
   ):
     adapting.adapt_params(

@@ -148,9 +148,8 @@ def adapt_params(
   are resized to the model's grid. Everything else must match exactly. Returns the fitted numpy tree
   and lines for the log saying what changed; raises ValueError naming the parameter on a mismatch.
   """
-  posemb_resizing.check_posemb_method(
-      posemb_method
-  )  # Also when this checkpoint needs no resizing: a typo is a typo.
+  # Also when this checkpoint needs no resizing: a typo is a typo.
+  posemb_resizing.check_posemb_method(posemb_method)
   params = traverse_util.flatten_dict(loaded, sep='/')
   targets = traverse_util.flatten_dict(target_shapes, sep='/')
   notes = []

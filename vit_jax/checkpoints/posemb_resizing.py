@@ -33,8 +33,8 @@ def _linear_weights(size_in: int, size_out: int) -> np.ndarray:
 def check_posemb_method(method: str) -> None:
   if method not in POSEMB_METHODS:
     raise ValueError(
-        f'Unknown position embedding interpolation {method!r}: use one of '
-        f'{", ".join(POSEMB_METHODS)}, e.g. --config.posemb_interpolation=bilinear'
+        f'Unknown config.posemb_interpolation {method!r} (how position embeddings are resized): '
+        f'use one of {", ".join(POSEMB_METHODS)}, e.g. --config.posemb_interpolation=bilinear'
     )
 
 

@@ -187,11 +187,7 @@ def _check_numbers(config: ml_collections.ConfigDict) -> None:
     raise ValueError(
         f'config.data_shards={config.data_shards} must be at least 1 (or unset: one per ' 'process)'
     )
-  if config.posemb_interpolation not in posemb_resizing.POSEMB_METHODS:
-    raise ValueError(
-        f'Unknown config.posemb_interpolation {config.posemb_interpolation!r}: use one '
-        f'of {", ".join(posemb_resizing.POSEMB_METHODS)}'
-    )
+  posemb_resizing.check_posemb_method(config.posemb_interpolation)
 
 
 def absolute_data_dir(config: ml_collections.ConfigDict) -> None:

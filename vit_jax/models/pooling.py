@@ -3,7 +3,7 @@
 `CLASSIFIERS` is their registry; each maps (encoded tokens [b, tokens, D], the model) to [b, D] and is
 called inside the model's `__call__`, so a pooling with parameters (MAP) adds them at the top of the
 model's tree. 'token': the class token's output (the model prepends one); 'gap': the mean of the patch
-tokens; 'map': multihead attention pooling.
+tokens; 'map': multihead attention pooling of the patch tokens.
 """
 
 from typing import Any
@@ -62,6 +62,7 @@ def _mean(x: jnp.ndarray, model: Any) -> jnp.ndarray:
 
 
 def _attention_pooling(x: jnp.ndarray, model: Any) -> jnp.ndarray:
+  # The probe attends to the patches alone, as timm's attn_pool (pool_include_prefix=False).
   return MAPHead(
       num_heads=model.num_heads,
       mlp_dim=model.mlp_dim,
@@ -70,7 +71,7 @@ def _attention_pooling(x: jnp.ndarray, model: Any) -> jnp.ndarray:
       mlp_activation=model.mlp_activation,
       layernorm_epsilon=model.layernorm_epsilon,
       name='MAPHead_0',
-  )(x)
+  )(x[:, model.num_prefix_tokens :])
 
 
 CLASSIFIERS = {'token': _class_token, 'gap': _mean, 'map': _attention_pooling}

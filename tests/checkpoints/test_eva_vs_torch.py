@@ -195,17 +195,29 @@ def test_what_the_eva_files_do_not_say_or_contradict_is_one_line(tmp_path):
   config = json.loads((tmp_path / 'eva' / 'config.json').read_text())
   config['model_args']['rope_grid_indexing'] = 'xy'
   (tmp_path / 'eva' / 'config.json').write_text(json.dumps(config))
-  with pytest.raises(ValueError, match=r"has rope_grid_indexing='xy', which vit_jax's rotary"):
+  with pytest.raises(
+      ValueError,
+      match=r"created with rope_grid_indexing='xy', which vit_jax's ViT does not compute",
+  ):
     _prepare(tmp_path, str(tmp_path / 'eva'))
 
 
-def test_a_timm_eva_feature_we_lack_is_refused_naming_its_tensor(tmp_path):
-  """EVA-02 CLIP's LayerNorm inside the attention (scale_attn_inner)."""
+def test_a_timm_eva_feature_we_lack_is_refused_naming_it(tmp_path):
+  """EVA-02 CLIP's LayerNorm inside the attention (scale_attn_inner): by its argument, and without
+  the config.json by the tensor it has and vit_jax has not."""
   _saved(tmp_path / 'eva', 'eva02_small_patch14_224', scale_attn_inner=True)
+  with pytest.raises(ValueError, match=r"created with scale_attn_inner=True, which vit_jax's ViT"):
+    _prepare(tmp_path, str(tmp_path / 'eva'))
+  (tmp_path / 'eva' / 'config.json').unlink()
   with pytest.raises(
       ValueError, match=r"timm tensor 'blocks.0.attn.norm.bias' .* has no counterpart"
   ):
-    _prepare(tmp_path, str(tmp_path / 'eva'))
+    _prepare(
+        tmp_path,
+        str(tmp_path / 'eva'),
+        **{'model.num_heads': 2, 'model.mlp_activation': 'silu', 'model.layernorm_epsilon': 1e-6},
+        **{'model.classifier': 'gap', 'model.rope': True, 'model.rope_grid': (16, 16)},
+    )
 
 
 @pytest.mark.parametrize(

@@ -11,14 +11,12 @@ What has no parameters but changes the function (timm's pooling, the MLP's activ
 embeddings) is read from the config.json beside the weights, when there is one.
 """
 
-import re
 from typing import Any, Mapping, Optional
 
 import numpy as np
 from flax import traverse_util
 
-from vit_jax.checkpoints import torch_names
-from vit_jax.models import rope
+from vit_jax.checkpoints import timm_arguments, torch_names
 from vit_jax.checkpoints.torch_files import StateDict
 
 MAP_HEAD = 'MAPHead_0'  # Our MAP head (pooling.MAPHead), timm's attn_pool.
@@ -196,32 +194,26 @@ def recognises(state_dict: StateDict) -> bool:
   return 'patch_embed.proj.weight' in state_dict
 
 
-# The attention heads of timm's ViT widths (64 channels a head, but for huge's, SigLIP so400m's and
-# gigantic's), for a config.json of a registered architecture without model_args (as the hub's).
-_HEADS_BY_WIDTH = {
-    192: 3,
-    384: 6,
-    512: 8,  # timm's SBB ViTs (medium).
-    640: 10,  # SBB betwixt.
-    768: 12,
-    1024: 16,
-    1152: 16,
-    1280: 16,
-    1408: 16,
-    1536: 24,
-    1664: 16,
-}
-
-
 def architecture(state_dict: StateDict, config: Mapping[str, Any], path: str) -> dict[str, Any]:
-  """The model fields a timm ViT's tensors show, and with the config.json timm writes beside them
-  (its `architecture`, `global_pool` and the `model_args` it was created with) those they do not:
-  heads, activation (timm's default is the exact GELU; its *_quickgelu CLIPs' quick GELU; SiLU in
-  its gated MLPs), LayerNorm epsilon (1e-6, but torch's 1e-5 in timm's CLIP architectures) and an
-  Eva's rotary embeddings."""
-  args = config.get('model_args', {})
+  """The model fields a timm ViT's tensors show, and with the config.json timm writes beside them (its
+  `architecture`, `global_pool` and `model_args`: timm_arguments.py) those they do not: heads,
+  activation, LayerNorm epsilon, pooling and rotary embeddings. A one-line ValueError for a model
+  whose tensors load but compute another function than vit_jax's ViT."""
   patches = state_dict['patch_embed.proj.weight'].shape
   has = lambda name: f'blocks.0.{name}' in state_dict
+  args = timm_arguments.Arguments(config, eva_tensors=any(has(name) for name in _EVA_TENSORS))
+  timm_arguments.check(args, path)
+  timm_arguments.mlp_layer(args, path)
+  if 'blocks.0.mlp.fc2.weight' not in state_dict:
+    raise ValueError(
+        f"{path}: the timm model's blocks are not a ViT's (attention, then an MLP, e.g. timm's "
+        "parallel blocks): vit_jax's ViT does not compute them"
+    )
+  if 'norm.weight' not in state_dict and 'fc_norm.weight' not in state_dict:
+    raise ValueError(
+        f'{path}: the timm model has no LayerNorm after its blocks (final_norm=False), which '
+        "vit_jax's ViT always has"
+    )
   fc2 = state_dict['blocks.0.mlp.fc2.weight'].shape
   gated = has('mlp.fc1_g.weight') or _packed_gate(state_dict['blocks.0.mlp.fc1.weight'].shape, fc2)
   fields = {
@@ -232,7 +224,7 @@ def architecture(state_dict: StateDict, config: Mapping[str, Any], path: str) ->
       'pre_norm': 'norm_pre.weight' in state_dict,
       'num_registers': state_dict['reg_token'].shape[1] if 'reg_token' in state_dict else 0,
       'layer_scale': (
-          args.get('init_values', 1e-5) if has('ls1.gamma') or has('gamma_1') else None
+          (args.get('init_values') or 1e-5) if has('ls1.gamma') or has('gamma_1') else None
       ),
       'fc_norm': 'fc_norm.weight' in state_dict,
       'class_token': 'cls_token' in state_dict,
@@ -241,82 +233,39 @@ def architecture(state_dict: StateDict, config: Mapping[str, Any], path: str) ->
       'mlp_gated': gated,
       'mlp_norm': has('mlp.norm.weight'),
       'distilled': 'dist_token' in state_dict,
-      'classifier': _classifier(state_dict, config, path),
+      'classifier': _classifier(state_dict, timm_arguments.pooling(args, config, path), path),
       'posemb': 'learn' if 'pos_embed' in state_dict else 'none',
       'posemb_where': 'input',
   }
-  eva = any(has(name) for name in _EVA_TENSORS)
-  if not eva:
-    fields['rope'], fields['rope_grid'] = False, None  # timm's VisionTransformer has none.
-  name = config.get('architecture')
-  heads = args.get('num_heads', _HEADS_BY_WIDTH.get(patches[0]) if name else None)
-  if heads is not None:
-    fields['num_heads'] = heads
-  if name is not None:
-    act = args.get('act_layer', 'quick_gelu' if 'quickgelu' in name else 'gelu')
-    fields['mlp_activation'] = 'silu' if gated else torch_names.activation(act, path)
-    fields['layernorm_epsilon'] = 1e-5 if 'clip' in name and not eva else 1e-6
-    if eva:
-      fields['rope'], fields['rope_grid'] = _eva_rope(name, args, path)
+  said = {
+      'num_heads': args.get('num_heads') if args.has('num_heads') else None,
+      'mlp_activation': timm_arguments.activation(args, gated, path),
+      'layernorm_epsilon': timm_arguments.layernorm_epsilon(args, path),
+  }
+  fields['rope'], fields['rope_grid'] = timm_arguments.rotary(args, path)
+  fields.update({field: value for field, value in said.items() if value is not None})
+  if fields['rope'] is None:
+    del fields['rope'], fields['rope_grid']
   return fields
 
 
 # Tensors only timm's Eva has: its attention's q_bias / v_bias or separate projections, its layer
 # scale's name, SwiGLU's split fc1.
 _EVA_TENSORS = ('attn.q_bias', 'attn.q_proj.weight', 'gamma_1', 'mlp.fc1_g.weight')
-# timm's Eva architectures with rotary embeddings as vit_jax's (rope.py: rope_type 'cat', no grid
-# offset, 'ij' grid), by name: their ref_feat_shape, which the config.json timm writes leaves out.
-_EVA_ROPE_GRIDS = (
-    (re.compile(r'^eva02_'), (16, 16)),
-    (re.compile(r'^vit_\w+_patch16_rope_'), (16, 16)),  # timm's SBB ViTs.
-)
-# The rotary embeddings of Eva's model_args that vit_jax's are: (argument, its value).
-_EVA_ROPE_ARGS = (
-    ('rope_type', 'cat'),
-    ('rope_grid_offset', 0.0),
-    ('rope_grid_indexing', 'ij'),
-    ('rope_rotate_half', False),
-    ('rope_temperature', rope.TEMPERATURE),
-)
 
 
-def _eva_rope(
-    name: str, args: Mapping[str, Any], path: str
-) -> tuple[bool, Optional[tuple[int, int]]]:
-  """(model.rope, model.rope_grid) of timm's Eva architecture `name` created with `args`."""
-  for arg, value in _EVA_ROPE_ARGS:
-    if args.get(arg, value) != value:
-      raise ValueError(
-          f"{path}: the timm Eva has {arg}={args[arg]!r}, which vit_jax's rotary embeddings "
-          f"(model.rope) do not compute (they are {arg}={value!r}: EVA-02's)"
-      )
-  if name.startswith('vit_pe_'):
-    raise ValueError(
-        f"{path}: timm's {name} (Perception Encoder) rotates by a grid offset by 1 in 'xy' order, "
-        "which vit_jax's rotary embeddings (model.rope: EVA-02's) do not compute"
-    )
-  grid = next((grid for pattern, grid in _EVA_ROPE_GRIDS if pattern.match(name)), None)
-  rotary = args.get('use_rot_pos_emb', grid is not None)
-  grid = args.get('ref_feat_shape', grid)
-  return bool(rotary), tuple(grid) if rotary and grid is not None else None
-
-
-def _classifier(state_dict: StateDict, config: Mapping[str, Any], path: str) -> str:
-  """Our model.classifier for a timm ViT's pooling: its config.json's global_pool where it has one,
-  else what the tensors show (a class token and timm's fc_norm: its default for 'avg', which our
-  'token' never has). Pooling has no parameters: timm's 'max' and 'avgmax' have the tensors of an
-  'avg' model and would load with other logits: one-line errors."""
-  pool = config.get('global_pool', config.get('model_args', {}).get('global_pool'))
+def _classifier(state_dict: StateDict, pool: Optional[str], path: str) -> str:
+  """Our model.classifier for timm's pooling `pool` (timm_arguments.pooling), or where unsaid, what
+  the tensors show (a class token and timm's fc_norm: its default for 'avg', which our 'token' never
+  has)."""
   class_token = 'cls_token' in state_dict
   if 'attn_pool.latent' in state_dict:
     return 'map'
   if pool in (None, ''):
     return 'token' if class_token and 'fc_norm.weight' not in state_dict else 'gap'
-  if pool == 'avg':
-    return 'gap'
-  if pool == 'token' and class_token:
-    return 'token'
-  raise ValueError(
-      f"{path}: the timm model pools with global_pool={pool!r}, which vit_jax's ViT does not "
-      "compute (model.classifier: token pools as timm's token, gap as its avg, map as its map)"
-  )
+  if pool == 'token' and not class_token:
+    raise ValueError(
+        f"{path}: the timm model pools with global_pool='token' without a class token (its first "
+        "token), which vit_jax's ViT does not compute"
+    )
+  return {'avg': 'gap', 'map': 'map', 'token': 'token'}[pool]

@@ -1,0 +1,96 @@
+"""timm's ViT architectures through config.init_from as the hub ships them (a config.json naming the
+architecture, without its model arguments): each either loads and computes timm's logits, or is a
+one-line error before anything is written. Never another function. The references are random tiny
+models of each architecture, written by timm's save_for_hf."""
+
+import json
+
+import numpy as np
+import pytest
+import timm
+
+import timm_registry
+from torch_references import prepared_from_checkpoint, randomize, timm_input, torch_outputs
+from vit_jax.checkpoints import timm_arguments
+
+SIZE = 28
+
+# Architectures vit_jax computes, one of each kind: the paper's ViT, CLIP (quick GELU, 1e-5 norms, a
+# norm before the blocks), SigLIP (MAP pooling; v2's tanh GELU, which only timm's code says), timm's
+# SBB ViTs (registers, global pooling, rotary embeddings), DINOv2 with registers, DeiT (distilled)
+# and DeiT III, EVA-02, FlexiViT; and MAP pooling beside a class token or registers, which timm's
+# attn_pool does not attend to.
+COMPUTED = (
+    ('vit_tiny_patch16_224', {}),
+    ('vit_base_patch32_clip_quickgelu_224', {}),
+    ('vit_xsmall_patch16_clip_224', {}),
+    ('vit_base_patch16_siglip_224', {}),
+    ('vit_base_patch16_siglip_224', {'class_token': True}),
+    ('vit_giantopt_patch16_siglip_256', {}),
+    ('vit_base_patch16_siglip_gap_256', {}),
+    ('vit_so150m_patch16_reg4_map_256', {}),
+    ('vit_betwixt_patch16_reg4_gap_256', {}),
+    ('vit_betwixt_patch16_rope_reg4_gap_256', {}),
+    ('vit_small_patch14_reg4_dinov2', {'patch_size': 14}),
+    ('deit_tiny_distilled_patch16_224', {}),
+    ('deit3_small_patch16_224', {}),
+    ('eva02_tiny_patch14_224', {'patch_size': 14}),
+    ('flexivit_small', {}),
+)
+# Architectures whose weights would load but compute another function, and what the error names.
+REFUSED = (
+    ('vit_small_patch16_dinov3', 'rope_rotate_half=True'),  # DINOv3's rotary embeddings.
+    ('vit_small_patch16_lingbot', 'rope_rotate_half=True'),
+    ('vit_small_patch16_rope_224', "attn_type='rope'"),  # RoPE-ViT's 'xy' grid, temperature 100.
+    ('vit_pe_core_tiny_patch16_384', 'attn_pool_num_heads=8'),  # Perception Encoder.
+    ('vit_base_patch16_xp_224', "block_fn='ParallelScalingBlock'"),
+    ('vit_small_patch16_18x2_224', "block_fn='ParallelThingsBlock'"),
+    ('vit_dwee_patch16_reg1_gap_256', "attn_layer='diff'"),
+    ('vit_huge_patch16_radio_v3', 'final_norm=False'),
+    ('vit_intern300m_patch14_448', 'final_norm=False'),
+    ('eva02_base_patch16_clip_224', 'scale_attn_inner=True'),
+)
+
+
+def _saved(directory, architecture: str, **kwargs):
+  """A random tiny timm model of `architecture`, saved as the hub has it: its config.json names the
+  architecture, and of the arguments it was made with (the tiny ones) only its heads, the one the
+  tensors cannot show."""
+  patch_size = kwargs.pop('patch_size', 4)
+  tiny = dict(
+      img_size=SIZE, patch_size=patch_size, embed_dim=32, depth=2, num_heads=2, num_classes=10
+  )
+  reference = randomize(timm.create_model(architecture, pretrained=False, **tiny, **kwargs)).eval()
+  timm.models.save_for_hf(reference, directory, safe_serialization=True)
+  config = json.loads((directory / 'config.json').read_text())
+  config['model_args'] = {'num_heads': 2, **kwargs}
+  (directory / 'config.json').write_text(json.dumps(config))
+  return reference
+
+
+@pytest.mark.parametrize('architecture,kwargs', COMPUTED)
+def test_an_architecture_vit_jax_computes_gives_timms_logits(tmp_path, architecture, kwargs):
+  reference = _saved(tmp_path / 'timm', architecture, **kwargs)
+  run = prepared_from_checkpoint(tmp_path / 'workdir', str(tmp_path / 'timm'), SIZE)
+  inputs = np.random.RandomState(0).uniform(-1, 1, (2, SIZE, SIZE, 3)).astype(np.float32)
+  ours = np.asarray(run.model.apply({'params': run.init_params}, inputs))
+  theirs = torch_outputs(reference, timm_input(reference, inputs)).numpy()
+  np.testing.assert_allclose(ours, theirs, atol=1e-4, rtol=1e-5)
+
+
+@pytest.mark.parametrize('architecture,named', REFUSED)
+def test_an_architecture_vit_jax_does_not_compute_is_one_line(tmp_path, architecture, named):
+  _saved(tmp_path / 'timm', architecture)
+  with pytest.raises(ValueError, match=f'{architecture} is created with {named}, which') as error:
+    prepared_from_checkpoint(tmp_path / 'workdir', str(tmp_path / 'timm'), SIZE)
+  assert '\n' not in str(error.value)
+  assert not (tmp_path / 'workdir').exists()
+
+
+def test_the_table_is_the_pinned_timms_registry():
+  """vit_jax/checkpoints/timm_architectures.json is what tests/timm_registry.py writes from the
+  installed timm: after a timm update, regenerate it (the module's docstring says how)."""
+  with open(timm_arguments._TABLE, encoding='utf-8') as f:
+    shipped = f.read()
+  assert timm_arguments.timm_version() == timm.__version__
+  assert shipped == timm_registry.dumps(timm_registry.table())

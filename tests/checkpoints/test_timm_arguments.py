@@ -1,0 +1,113 @@
+"""What a timm checkpoint's config.json says without its tensors (timm_arguments.py): the arguments of
+its registered architecture, from the table of timm's registry, merged with its model_args as timm
+merges them. The state dicts are our export's (timm's naming), so no timm is needed here; the
+comparisons with timm's own models are test_timm_architectures_vs_torch.py's."""
+
+import pytest
+
+import helpers
+from vit_jax.checkpoints import timm_export, timm_layout
+from vit_jax.models import VisionTransformer
+
+PATH = 'ck'
+
+
+def _state_dict(**fields):
+  model = VisionTransformer(
+      **{**helpers.model_config(helpers.load_config('demo')), 'num_classes': 10, **fields}
+  )
+  return timm_export.to_state_dict(helpers.random_params(model, 8))
+
+
+def _fields(config, **model_fields):
+  return timm_layout.architecture(_state_dict(**model_fields), config, PATH)
+
+
+def test_a_hub_config_json_gets_the_registered_architectures_arguments():
+  """The hub's config.json names the architecture alone: its heads, activation and epsilon are
+  timm's code's, which the table holds."""
+  clip = _fields({'architecture': 'vit_base_patch16_clip_quickgelu_224'}, pre_norm=True)
+  assert (clip['num_heads'], clip['mlp_activation'], clip['layernorm_epsilon']) == (
+      12,
+      'quick_gelu',
+      1e-5,
+  )
+  siglip2 = _fields(
+      {'architecture': 'vit_giantopt_patch16_siglip_256', 'global_pool': 'map'},
+      classifier='map',
+      class_token=False,
+  )
+  assert (siglip2['num_heads'], siglip2['mlp_activation'], siglip2['classifier']) == (
+      16,
+      'gelu_tanh',  # Only the architecture's act_layer says so.
+      'map',
+  )
+  plain = _fields({'architecture': 'vit_base_patch16_224'})
+  assert (plain['mlp_activation'], plain['layernorm_epsilon'], plain['rope']) == (
+      'gelu',
+      1e-6,
+      False,
+  )
+
+
+def test_model_args_override_the_registered_ones():
+  fields = _fields(
+      {
+          'architecture': 'vit_base_patch16_224',
+          'model_args': {'num_heads': 2, 'act_layer': 'gelu_tanh'},
+      }
+  )
+  assert (fields['num_heads'], fields['mlp_activation']) == (2, 'gelu_tanh')
+
+
+def test_an_unknown_architecture_says_only_what_its_model_args_say():
+  fields = _fields({'architecture': 'vit_from_a_newer_timm', 'model_args': {'num_heads': 2}})
+  assert fields['num_heads'] == 2
+  assert 'mlp_activation' not in fields and 'layernorm_epsilon' not in fields
+  assert 'num_heads' not in _fields({'architecture': 'vit_from_a_newer_timm'})
+
+
+@pytest.mark.parametrize(
+    'config,message',
+    [
+        (
+            {'architecture': 'vit_small_patch16_dinov3'},
+            r"^ck: timm's vit_small_patch16_dinov3 is created with rope_rotate_half=True, which "
+            r"vit_jax's ViT does not compute \(it computes rope_rotate_half=False\)",
+        ),
+        (
+            {'architecture': 'vit_base_patch16_xp_224'},
+            r"created with block_fn='ParallelScalingBlock', which vit_jax's ViT does not compute",
+        ),
+        (
+            {'architecture': 'vit_base_patch16_224', 'model_args': {'final_norm': False}},
+            r"created with final_norm=False, which vit_jax's ViT does not compute",
+        ),
+        (
+            {'architecture': 'vit_base_patch16_224', 'model_args': {'sandwich_norm': True}},
+            r'created with sandwich_norm=True, an argument vit_jax does not read \(its table is '
+            r'of timm [\d.]+\)',
+        ),
+        (
+            {'architecture': 'vit_base_patch16_224', 'model_args': {'act_layer': 'relu'}},
+            r"^ck: timm's vit_base_patch16_224's MLP uses the activation 'relu'",
+        ),
+        (
+            {'architecture': 'vit_base_patch16_224', 'global_pool': 'avgmax'},
+            r"pools with global_pool='avgmax', which vit_jax's ViT does not compute",
+        ),
+        (
+            {'architecture': 'vit_base_patch16_rms_norm', 'model_args': {'norm_layer': 'rmsnorm'}},
+            r"normalises with 'rmsnorm', which vit_jax's ViT does not compute",
+        ),
+    ],
+)
+def test_arguments_of_another_function_are_one_line(config, message):
+  with pytest.raises(ValueError, match=message) as error:
+    _fields(config)
+  assert '\n' not in str(error.value)
+
+
+def test_an_argument_at_its_default_is_no_error():
+  fields = _fields({'architecture': 'vit_base_patch16_224', 'model_args': {'final_norm': True}})
+  assert fields['num_heads'] == 12

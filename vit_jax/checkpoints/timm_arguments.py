@@ -1,0 +1,268 @@
+"""What a timm ViT's config.json says of the function its weights compute: the arguments timm creates
+the model with, and the model fields they fix that no tensor shows.
+
+A hub checkpoint's config.json names its `architecture` (a function timm registers) and rarely its
+`model_args`; what the architecture passes to timm's `VisionTransformer` or `Eva` (heads, activation,
+LayerNorm epsilon, rotary embeddings, block types, ...) is in timm's code. timm_architectures.json
+holds it for every architecture of the pinned timm (tests/timm_registry.py writes it from timm's
+registry), so vit_jax reads timm checkpoints without timm. The arguments are merged as
+`timm.create_model(architecture, **model_args)` merges them. Every argument either maps to a
+`model.*` field, is one the tensors show (checked against the model's shapes), does not change the
+function (dropout, initialisation, the image size a model was made for), or must have the value
+vit_jax computes: anything else is a one-line error, since such weights load and compute another
+function. An architecture the table does not have (a newer timm's) is read from its model_args alone.
+"""
+
+import functools
+import json
+import os
+from typing import Any, Mapping, Optional
+
+from vit_jax.checkpoints import torch_names
+from vit_jax.models import rope
+
+_TABLE = os.path.join(os.path.dirname(__file__), 'timm_architectures.json')
+
+# Arguments that do not change the function computed at a fixed resolution, or that the tensors show
+# (their shapes are the model's, or a tensor vit_jax has no place for is an error).
+_SHOWN_OR_INERT = {
+    'vision_transformer': (
+        'img_size',
+        'patch_size',
+        'in_chans',
+        'num_classes',
+        'embed_dim',
+        'depth',
+        'mlp_ratio',
+        'qkv_bias',
+        'qk_norm',
+        'init_values',
+        'class_token',
+        'no_embed_class',
+        'reg_tokens',
+        'pre_norm',
+        'fc_norm',
+        'dynamic_img_size',
+        'dynamic_img_pad',
+        'drop_rate',
+        'pos_drop_rate',
+        'patch_drop_rate',
+        'proj_drop_rate',
+        'attn_drop_rate',
+        'drop_path_rate',
+        'weight_init',
+        'fix_init',
+        'distilled',
+    ),
+    'eva': (
+        'img_size',
+        'patch_size',
+        'in_chans',
+        'num_classes',
+        'embed_dim',
+        'depth',
+        'mlp_ratio',
+        'qkv_bias',
+        'qkv_fused',
+        'qk_norm',
+        'swiglu_align_to',
+        'scale_mlp',
+        'init_values',
+        'class_token',
+        'num_reg_tokens',
+        'no_embed_class',
+        'use_abs_pos_emb',
+        'use_pre_transformer_norm',
+        'use_post_transformer_norm',
+        'use_fc_norm',
+        'attn_pool_mlp_ratio',
+        'dynamic_img_size',
+        'dynamic_img_pad',
+        'drop_rate',
+        'pos_drop_rate',
+        'patch_drop_rate',
+        'proj_drop_rate',
+        'attn_drop_rate',
+        'drop_path_rate',
+        'head_init_scale',
+    ),
+}
+# Arguments that map to model fields (`fields`).
+_MAPPED = {
+    'vision_transformer': ('num_heads', 'act_layer', 'norm_layer', 'global_pool', 'mlp_layer'),
+    'eva': (
+        'num_heads',
+        'norm_layer',
+        'global_pool',
+        'swiglu_mlp',
+        'use_rot_pos_emb',
+        'ref_feat_shape',
+    ),
+}
+# The values vit_jax computes of the other arguments of each class. The rotary embeddings are
+# EVA-02's (rope.py): timm's 'cat' type on an 'ij' grid from 0, without a rotated half.
+_COMPUTED = {
+    'vision_transformer': {
+        'block_fn': ('Block',),
+        'attn_layer': ('Attention',),
+        'embed_layer': ('PatchEmbed',),
+        'embed_norm_layer': (None,),
+        'final_norm': (True,),
+        'pool_include_prefix': (False,),
+        'pos_embed': ('learn', 'none'),
+        'scale_attn_norm': (False,),
+        'scale_mlp_norm': (False,),
+        'proj_bias': (True,),
+    },
+    'eva': {
+        'attn_type': ('eva',),
+        'num_kv_heads': (None,),
+        'scale_attn_inner': (False,),
+        'attn_only_layer_scale': (False,),
+        'use_post_norm': (False,),
+        'attn_pool_num_heads': (None,),
+        'rope_type': ('cat',),
+        'rope_grid_offset': (0,),
+        'rope_grid_indexing': ('ij',),
+        'rope_temperature': (rope.TEMPERATURE,),
+        'rope_rotate_half': (False,),
+        'rope_shift_coords': (None,),
+        'rope_jitter_coords': (None,),
+        'rope_rescale_coords': (None,),
+        'rope_mrope_section': (None,),
+    },
+}
+# timm's activation layers (the table's names, and the strings model_args may hold) as ours.
+_ACTIVATIONS = {'GELU': 'gelu', 'GELUTanh': 'gelu_tanh', 'QuickGELU': 'quick_gelu', 'SiLU': 'silu'}
+_ACTIVATIONS.update({**torch_names.ACTIVATIONS, 'silu': 'silu', 'swish': 'silu'})
+# timm's MLP layers vit_jax's MLP is (model.mlp_gated shows which, from the tensors).
+_MLP_LAYERS = ('Mlp', 'SwiGLU', 'SwiGLUPacked')
+_POOLS = {'vision_transformer': ('token', 'avg', 'map', ''), 'eva': ('token', 'avg', '')}
+
+
+@functools.cache
+def _table() -> dict[str, Any]:
+  with open(_TABLE, encoding='utf-8') as f:
+    return json.load(f)
+
+
+def timm_version() -> str:
+  """The timm whose architectures the table holds."""
+  return _table()['timm']
+
+
+class Arguments:
+  """The arguments timm creates a checkpoint's model with: `known` when its architecture is in the
+  table (every argument then has its value), else only those its model_args give."""
+
+  def __init__(self, config: Mapping[str, Any], eva_tensors: bool):
+    self.name = config.get('architecture')
+    entry = _table()['architectures'].get(self.name)
+    self.known = entry is not None
+    self.cls = entry['class'] if self.known else ('eva' if eva_tensors else 'vision_transformer')
+    self.defaults = _table()['defaults'][self.cls]
+    self.args = {**(entry['args'] if self.known else {}), **(config.get('model_args') or {})}
+
+  def has(self, arg: str) -> bool:
+    return self.known or arg in self.args
+
+  def get(self, arg: str) -> Any:
+    return self.args.get(arg, self.defaults.get(arg))
+
+  def describe(self) -> str:
+    return f"timm's {self.name}" if self.name else 'the timm model'
+
+
+def _same(value: Any, accepted: Any) -> bool:
+  """Equal values, numbers by value (JSON's 0 is 0.0), but a bool never equal to a number."""
+  if isinstance(value, bool) or isinstance(accepted, bool):
+    return isinstance(value, bool) and isinstance(accepted, bool) and value == accepted
+  return value == accepted
+
+
+def check(args: Arguments, path: str) -> None:
+  """A one-line ValueError for an argument that changes the function to one vit_jax does not
+  compute: a value `_COMPUTED` does not list, or an argument this module does not know that is not
+  at its default (a newer timm's)."""
+  known = set(_SHOWN_OR_INERT[args.cls]) | set(_MAPPED[args.cls]) | set(_COMPUTED[args.cls])
+  for arg, value in sorted(args.args.items()):
+    accepted = _COMPUTED[args.cls].get(arg)
+    if accepted is not None and not any(_same(value, a) for a in accepted):
+      raise ValueError(
+          f"{path}: {args.describe()} is created with {arg}={value!r}, which vit_jax's ViT does not "
+          f'compute (it computes {arg}={accepted[0]!r}); fine-tune it in timm, or pick another '
+          'checkpoint'
+      )
+    if arg not in known and not (arg in args.defaults and _same(value, args.defaults[arg])):
+      raise ValueError(
+          f'{path}: {args.describe()} is created with {arg}={value!r}, an argument vit_jax does not '
+          f'read (its table is of timm {timm_version()}): fine-tune it in timm, or pick another '
+          'checkpoint'
+      )
+
+
+def activation(args: Arguments, gated: bool, path: str) -> Optional[str]:
+  """model.mlp_activation, None where the config.json does not say."""
+  if args.cls == 'eva':  # Eva's MLP: GELU, or SwiGLU's SiLU; it has no act_layer.
+    return 'silu' if gated else ('gelu' if args.known else None)
+  if not args.has('act_layer'):
+    return None
+  named = args.get('act_layer') or 'GELU'  # VisionTransformer's default, nn.GELU.
+  if named not in _ACTIVATIONS:
+    raise ValueError(
+        f"{path}: {args.describe()}'s MLP uses the activation {named!r}, which vit_jax's ViT has "
+        f"not (model.mlp_activation: {', '.join(sorted(set(_ACTIVATIONS.values())))})"
+    )
+  return _ACTIVATIONS[named]
+
+
+def layernorm_epsilon(args: Arguments, path: str) -> Optional[float]:
+  """model.layernorm_epsilon, None where the config.json does not say."""
+  if not args.has('norm_layer'):
+    return None
+  norm = args.get('norm_layer')
+  if norm is None:  # VisionTransformer's default: LayerNorm(eps=1e-6).
+    return 1e-6
+  if isinstance(norm, str):  # As model_args may give it.
+    norm = {'type': 'LayerNorm' if norm in ('layernorm', 'LayerNorm') else norm, 'eps': None}
+  if norm.get('type') != 'LayerNorm':
+    raise ValueError(
+        f"{path}: {args.describe()} normalises with {norm.get('type')!r}, which vit_jax's ViT "
+        'does not compute (its norms are LayerNorms)'
+    )
+  return norm['eps']
+
+
+def rotary(args: Arguments, path: str) -> tuple[Optional[bool], Optional[tuple[int, int]]]:
+  """(model.rope, model.rope_grid); rope None where the config.json does not say."""
+  if args.cls != 'eva':
+    return False, None  # timm's VisionTransformer has none.
+  if not args.has('use_rot_pos_emb'):
+    return None, None
+  if not args.get('use_rot_pos_emb'):
+    return False, None
+  grid = args.get('ref_feat_shape')
+  if isinstance(grid, int):
+    grid = (grid, grid)
+  del path
+  return True, None if grid is None else tuple(grid)
+
+
+def pooling(args: Arguments, config: Mapping[str, Any], path: str) -> Optional[str]:
+  """timm's global_pool (the config.json's own, which timm writes, first), None where unsaid."""
+  pool = config.get('global_pool', args.get('global_pool') if args.has('global_pool') else None)
+  if pool is not None and pool not in _POOLS[args.cls]:
+    raise ValueError(
+        f"{path}: {args.describe()} pools with global_pool={pool!r}, which vit_jax's ViT does not "
+        "compute (model.classifier: token pools as timm's token, gap as its avg, map as its map)"
+    )
+  return pool
+
+
+def mlp_layer(args: Arguments, path: str) -> None:
+  layer = args.get('mlp_layer')
+  if args.cls == 'vision_transformer' and layer is not None and layer not in _MLP_LAYERS:
+    raise ValueError(
+        f"{path}: {args.describe()}'s MLP is timm's {layer}, which vit_jax's ViT does not compute "
+        f"(it computes {', '.join(_MLP_LAYERS)})"
+    )

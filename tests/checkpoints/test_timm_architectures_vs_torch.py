@@ -32,6 +32,7 @@ COMPUTED = (
     ('vit_betwixt_patch16_reg4_gap_256', {}),
     ('vit_betwixt_patch16_rope_reg4_gap_256', {}),
     ('vit_small_patch14_reg4_dinov2', {'patch_size': 14}),
+    ('vit_giant_patch14_dinov2', {'patch_size': 14}),  # SwiGLU, packed in one fc1.
     ('deit_tiny_distilled_patch16_224', {}),
     ('deit3_small_patch16_224', {}),
     ('eva02_tiny_patch14_224', {'patch_size': 14}),

@@ -136,7 +136,7 @@ _COMPUTED = {
 _ACTIVATIONS = {'GELU': 'gelu', 'GELUTanh': 'gelu_tanh', 'QuickGELU': 'quick_gelu', 'SiLU': 'silu'}
 _ACTIVATIONS.update({**torch_names.ACTIVATIONS, 'silu': 'silu', 'swish': 'silu'})
 # timm's MLP layers vit_jax's MLP is (model.mlp_gated shows which, from the tensors).
-_MLP_LAYERS = ('Mlp', 'SwiGLU', 'SwiGLUPacked')
+_MLP_LAYERS = ('Mlp', 'SwiGLU')
 _POOLS = {'vision_transformer': ('token', 'avg', 'map', ''), 'eva': ('token', 'avg', '')}
 
 
@@ -260,9 +260,14 @@ def pooling(args: Arguments, config: Mapping[str, Any], path: str) -> Optional[s
 
 
 def mlp_layer(args: Arguments, path: str) -> None:
+  """A one-line ValueError for a timm MLP layer vit_jax's MLP is not."""
   layer = args.get('mlp_layer')
-  if args.cls == 'vision_transformer' and layer is not None and layer not in _MLP_LAYERS:
+  if args.cls != 'vision_transformer' or layer is None:
+    return
+  # timm's SwiGLUPacked is a partial of GluMlp, with the gate in fc1's first half (gate_last=False).
+  packed = isinstance(layer, dict) and layer.get('partial') == 'GluMlp' and not layer['gate_last']
+  if not (packed or layer in _MLP_LAYERS):
     raise ValueError(
         f"{path}: {args.describe()}'s MLP is timm's {layer}, which vit_jax's ViT does not compute "
-        f"(it computes {', '.join(_MLP_LAYERS)})"
+        f"(it computes {', '.join(_MLP_LAYERS)} and SwiGLUPacked)"
     )

@@ -25,8 +25,8 @@ FAMILIES = {
         'checkpoints/dinov2',
     ),
     'siglip': (
-        'timm/vit_base_patch16_siglip_224.webli, google/siglip-base-patch16-224 (its '
-        'SiglipVisionModel)',
+        'timm/vit_base_patch16_siglip_224.webli, google/siglip-base-patch16-224, '
+        'google/siglip2-base-patch16-224 (their image towers)',
         'checkpoints/siglip',
     ),
     'clip': (

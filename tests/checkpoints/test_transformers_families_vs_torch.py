@@ -1,4 +1,4 @@
-"""Hugging Face transformers' DINOv2 (with registers too), SigLIP and CLIP image towers through
+"""Hugging Face transformers' DINOv2 (with registers too), SigLIP, SigLIP 2 and CLIP image towers through
 config.init_from: tiny random models saved by transformers' own `save_pretrained`, their features
 (pooler_output) against ours, and the model fields state_dicts.architecture reads from the files.
 """
@@ -62,6 +62,33 @@ def _siglip(**kwargs) -> transformers.SiglipVisionModel:
   )
 
 
+class _Siglip2OnImages(torch.nn.Module):
+  """transformers' Siglip2VisionModel (`tower`; a new tiny one by default) on NCHW images: its
+  processor's patches (row, column, channel flattened, in raster order) of the whole image, all of
+  them real."""
+
+  def __init__(self, tower=None):
+    super().__init__()
+    self.inner = tower or transformers.Siglip2VisionModel(
+        transformers.Siglip2VisionConfig(
+            **{k: v for k, v in _TINY.items() if k != 'image_size'},
+            intermediate_size=64,
+            num_patches=(IMAGE_SIZE // _TINY['patch_size']) ** 2,
+        )
+    )
+    self.config, self.save_pretrained = self.inner.config, self.inner.save_pretrained
+
+  def forward(self, images: torch.Tensor):
+    b, c, h, w = images.shape
+    p = _TINY['patch_size']
+    patches = images.reshape(b, c, h // p, p, w // p, p).permute(0, 2, 4, 3, 5, 1)
+    return self.inner(
+        pixel_values=patches.reshape(b, (h // p) * (w // p), p * p * c),
+        pixel_attention_mask=torch.ones(b, (h // p) * (w // p), dtype=torch.long),
+        spatial_shapes=torch.tensor([[h // p, w // p]] * b),
+    )
+
+
 def _clip(cls=transformers.CLIPVisionModel, **kwargs) -> transformers.PreTrainedModel:
   return cls(transformers.CLIPVisionConfig(**_TINY, intermediate_size=64, **kwargs))
 
@@ -106,6 +133,19 @@ _FAMILIES = {
     ),
     'siglip': (
         _siglip,
+        _pooled,
+        {
+            'classifier': 'map',
+            'class_token': False,
+            'pre_norm': False,
+            'num_registers': 0,
+            'layer_scale': None,
+            'mlp_activation': 'gelu_tanh',
+            'layernorm_epsilon': 1e-6,
+        },
+    ),
+    'siglip2': (
+        _Siglip2OnImages,
         _pooled,
         {
             'classifier': 'map',
@@ -273,3 +313,63 @@ def test_a_transformers_model_with_parts_ours_has_not_is_a_one_line_error(
   with pytest.raises(ValueError, match=message) as error:
     ours(str(tmp_path / 'hf'), **overrides)
   assert '\n' not in str(error.value)
+
+
+def _whole(cls, config_cls, **vision) -> torch.nn.Module:
+  """A whole SigLIP or CLIP model (image and text towers) as the hub's google/siglip-*,
+  google/siglip2-*, openai/clip-* hold it."""
+  text = dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
+  vision = {
+      **{k: v for k, v in _TINY.items() if k != 'image_size'},
+      'intermediate_size': 64,
+      **vision,
+  }
+  return cls(config_cls(vision_config=vision, text_config={**text, 'vocab_size': 50000}))
+
+
+_WHOLE = {
+    'siglip': (
+        lambda: _whole(transformers.SiglipModel, transformers.SiglipConfig, image_size=IMAGE_SIZE),
+        lambda model, x: torch_outputs(model.vision_model, x).pooler_output,
+    ),
+    'siglip2': (
+        lambda: _whole(
+            transformers.Siglip2Model,
+            transformers.Siglip2Config,
+            num_patches=(IMAGE_SIZE // _TINY['patch_size']) ** 2,
+        ),
+        lambda model, x: torch_outputs(_Siglip2OnImages(model.vision_model), x).pooler_output,
+    ),
+    'clip': (
+        lambda: _whole(transformers.CLIPModel, transformers.CLIPConfig, image_size=IMAGE_SIZE),
+        lambda model, x: torch_outputs(model.vision_model, x).pooler_output,
+    ),
+}
+
+
+@pytest.mark.parametrize('kind', list(_WHOLE))
+def test_the_image_tower_of_a_whole_siglip_or_clip_model_loads(tmp_path, kind):
+  """Its text tower, projections and logit scale dropped; its fields from the vision_config."""
+  make, features = _WHOLE[kind]
+  reference = randomize(make()).eval()
+  reference.save_pretrained(tmp_path / kind)
+  unset = {f'model.{name}': None for name in ('hidden_size', 'num_layers', 'num_heads', 'mlp_dim')}
+  config = helpers.load_config(
+      'demo',
+      {
+          **unset,
+          'variant': 'checkpoint',
+          'init_from': str(tmp_path / kind),
+          'image_size': IMAGE_SIZE,
+      },
+  )
+  run_dir.fill_from_checkpoint(config)
+  model_config = helpers.model_config(config)
+  vision = reference.config.vision_config
+  assert model_config['num_heads'] == vision.num_attention_heads == 2
+  assert model_config['layernorm_epsilon'] == vision.layer_norm_eps
+  assert model_config['mlp_activation'] == torch_names.activation(vision.hidden_act, 'x')
+  model = classification.make_model(config, model_config, None)
+  ours = model.apply({'params': run_dir.load_init_params(config, model)}, images())
+  expected = features(reference, images()).numpy()
+  np.testing.assert_allclose(ours, expected, atol=1e-4 * np.abs(expected).max())

@@ -9,7 +9,9 @@ MLP; transformers' separate query / key / value projections are ours; DINOv2's l
   `classifier` our head.
 - `Dinov2Model`, `Dinov2WithRegistersModel`: the registers (`register_tokens`) follow the class
   token, with no position embedding of their own in transformers: ours adds them zeros.
-- `SiglipVisionModel`: no class token; its attention-pooling `head` is our MAP head (big_vision's);
+- `SiglipVisionModel`, `Siglip2VisionModel` (whose patch embedding is a Linear over flattened
+  patches, our kernel reshaped, and whose position embeddings are a square grid it resizes to each
+  image's, as ours are resized once to the run's): no class token; its attention-pooling `head` is our MAP head (big_vision's);
   without it (vision_use_head=False) the model is our GAP of the `post_layernorm`'d tokens (transformers'
   SiglipForImageClassification pools so; its SiglipVisionModel has no pooler_output then).
 - `CLIPVisionModel`: a LayerNorm `pre_layrnorm` (sic) before the blocks and no patch bias: our
@@ -22,6 +24,7 @@ other families) as torch_names.Reader's leftovers.
 """
 
 import dataclasses
+import math
 import re
 from typing import Any, Callable, Mapping, Optional
 
@@ -40,6 +43,12 @@ _PREFIXES = ('vit.', 'vision_model.')
 
 
 def unprefixed(state_dict: StateDict) -> StateDict:
+  """The image tower's tensors without the wrappers' prefixes. Of a whole SigLIP or CLIP model (an
+  image and a text tower, as the hub's google/siglip-*, openai/clip-* hold), the image tower alone:
+  the text tower, the projections into the shared space and the logit scale are not of an image
+  classifier."""
+  if any(name.startswith('text_model.') for name in state_dict):
+    state_dict = {k: v for k, v in state_dict.items() if k.startswith('vision_model.')}
   out = {}
   for name, value in state_dict.items():
     for prefix in _PREFIXES:
@@ -106,8 +115,18 @@ def _norm(r: torch_names.Reader, theirs: str, ours: str) -> dict[str, np.ndarray
   return {f'{ours}/scale': r.take(f'{theirs}.weight'), f'{ours}/bias': r.take(f'{theirs}.bias')}
 
 
+def _patch_size(weight_shape: tuple[int, ...]) -> int:
+  """A patch embedding's patch size: a convolution's (D, 3, p, p), or SigLIP 2's Linear (D, p * p * 3)
+  over flattened patches."""
+  return weight_shape[-1] if len(weight_shape) == 4 else math.isqrt(weight_shape[1] // 3)
+
+
 def _patches(r: torch_names.Reader, theirs: str) -> dict[str, np.ndarray]:
-  tree = {'embedding/kernel': torch_names.patch_kernel(r.take(f'{theirs}.weight'))}
+  weight = r.take(f'{theirs}.weight')
+  if weight.ndim == 2:  # SigLIP 2's Linear over patches flattened (row, column, channel).
+    p = _patch_size(weight.shape)
+    weight = weight.reshape(weight.shape[0], p, p, 3).transpose(0, 3, 1, 2)
+  tree = {'embedding/kernel': torch_names.patch_kernel(weight)}
   if r.has(f'{theirs}.bias'):  # None in CLIP's, nor in ours with model.pre_norm.
     tree['embedding/bias'] = r.take(f'{theirs}.bias')
   return tree
@@ -116,7 +135,7 @@ def _patches(r: torch_names.Reader, theirs: str) -> dict[str, np.ndarray]:
 def _sizes(state_dict: StateDict, patches: str, blocks: Blocks) -> dict[str, Any]:
   kernel = state_dict[f'{patches}.weight'].shape
   return {
-      'patch_size': kernel[-1],
+      'patch_size': _patch_size(kernel),
       'hidden_size': kernel[0],
       'num_layers': blocks.count(state_dict),
       'mlp_dim': blocks.mlp_dim(state_dict),
@@ -220,7 +239,7 @@ def _dinov2_fields(state_dict: StateDict, config: Mapping[str, Any], path: str) 
   }
 
 
-# SiglipVisionModel, CLIPVisionModel.
+# SiglipVisionModel, Siglip2VisionModel, CLIPVisionModel.
 
 _TOWER_BLOCKS = Blocks(
     'encoder.layers.',

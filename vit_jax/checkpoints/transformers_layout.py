@@ -3,8 +3,11 @@ config.json may be absent); transformers_families.py maps each family:
 
 - `ViTModel` / `ViTForImageClassification` (model_type 'vit');
 - `Dinov2Model` ('dinov2') and `Dinov2WithRegistersModel` ('dinov2_with_registers');
-- `SiglipVisionModel` ('siglip_vision_model'), with its attention-pooling head or without;
-- `CLIPVisionModel` ('clip_vision_model').
+- `SiglipVisionModel` ('siglip_vision_model'), with its attention-pooling head or without, and
+  `Siglip2VisionModel` ('siglip2_vision_model');
+- `CLIPVisionModel` ('clip_vision_model');
+- the image tower of a whole `SiglipModel`, `Siglip2Model` or `CLIPModel` (the hub's google/siglip-*,
+  google/siglip2-*, openai/clip-*), its config.json's `vision_config`.
 
 What has no tensor (heads, the MLP's activation, the LayerNorm epsilon) is checked against the
 config.json `save_pretrained` writes beside the weights, each config class's default where it leaves
@@ -41,6 +44,7 @@ def architecture(state_dict: StateDict, config: Mapping[str, Any], path: str) ->
   and from the config.json beside them the heads, activation and LayerNorm epsilon."""
   state_dict = families.unprefixed(state_dict)
   family = _family(state_dict, path)
+  config = config.get('vision_config', config)  # A whole SigLIP's or CLIP's: its image tower's.
   fields = {
       **family.fields(state_dict, config, path),
       'posemb': 'learn',

@@ -12,7 +12,15 @@ import torch
 import transformers
 
 import helpers
-from torch_references import IMAGE_SIZE, OR_VARIANT, images, ours, randomize, torch_outputs
+from torch_references import (
+    IMAGE_SIZE,
+    NUM_CLASSES,
+    OR_VARIANT,
+    images,
+    ours,
+    randomize,
+    torch_outputs,
+)
 from vit_jax.checkpoints import run_dir, state_dicts, torch_names
 from vit_jax.tasks import classification
 
@@ -33,6 +41,7 @@ _SIZES = {
     'fc_norm': False,
     'posemb': 'learn',
     'posemb_where': 'input',
+    'distilled': False,
     # EVA-02's options, which no transformers family here has.
     'key_bias': True,
     'mlp_gated': False,
@@ -373,3 +382,29 @@ def test_the_image_tower_of_a_whole_siglip_or_clip_model_loads(tmp_path, kind):
   ours = model.apply({'params': run_dir.load_init_params(config, model)}, images())
   expected = features(reference, images()).numpy()
   np.testing.assert_allclose(ours, expected, atol=1e-4 * np.abs(expected).max())
+
+
+def test_a_transformers_distilled_deit_gives_its_logits(tmp_path):
+  """DeiTForImageClassificationWithTeacher (the hub's facebook/deit-*-distilled-*): the class and
+  distillation tokens, each with its head, the logits their mean, as ours (model.distilled)."""
+  reference = randomize(
+      transformers.DeiTForImageClassificationWithTeacher(
+          transformers.DeiTConfig(**_TINY, intermediate_size=64, num_labels=NUM_CLASSES)
+      )
+  ).eval()
+  reference.save_pretrained(tmp_path / 'deit')
+  fields = state_dicts.architecture(str(tmp_path / 'deit'))
+  assert fields == {
+      **_SIZES,
+      'classifier': 'token',
+      'class_token': True,
+      'distilled': True,
+      'pre_norm': False,
+      'num_registers': 0,
+      'layer_scale': None,
+      'mlp_activation': 'gelu',
+      'layernorm_epsilon': 1e-12,
+  }
+  expected = torch_outputs(reference, images()).logits.numpy()
+  logits = ours(str(tmp_path / 'deit'), NUM_CLASSES, **_overrides(fields))
+  np.testing.assert_allclose(logits, expected, atol=1e-4 * np.abs(expected).max())

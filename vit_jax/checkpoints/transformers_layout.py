@@ -2,6 +2,7 @@
 config.json may be absent); transformers_families.py maps each family:
 
 - `ViTModel` / `ViTForImageClassification` (model_type 'vit');
+- `DeiTModel`, `DeiTForImageClassificationWithTeacher` ('deit');
 - `Dinov2Model` ('dinov2') and `Dinov2WithRegistersModel` ('dinov2_with_registers');
 - `SiglipVisionModel` ('siglip_vision_model'), with its attention-pooling head or without, and
   `Siglip2VisionModel` ('siglip2_vision_model');
@@ -20,6 +21,7 @@ from flax import traverse_util
 
 from vit_jax.checkpoints import torch_files, torch_names
 from vit_jax.checkpoints import transformers_families as families
+from vit_jax.checkpoints import transformers_parts as parts
 from vit_jax.checkpoints.torch_files import StateDict
 
 
@@ -27,7 +29,7 @@ def from_state_dict(
     state_dict: StateDict, num_heads: int, source: str = 'state dict'
 ) -> dict[str, Any]:
   """The nested tree of a transformers ViT state dict of one of the families above."""
-  state_dict = families.unprefixed(state_dict)
+  state_dict = parts.unprefixed(state_dict)
   family = _family(state_dict, source)
   r = torch_names.Reader(state_dict, source, 'transformers')
   tree = family.tree(r, state_dict, num_heads, source)
@@ -36,16 +38,17 @@ def from_state_dict(
 
 
 def recognises(state_dict: StateDict) -> bool:
-  return families.find(families.unprefixed(state_dict)) is not None
+  return families.find(parts.unprefixed(state_dict)) is not None
 
 
 def architecture(state_dict: StateDict, config: Mapping[str, Any], path: str) -> dict[str, Any]:
   """The model fields of a transformers ViT: the sizes and parts its tensors show (their shapes only),
   and from the config.json beside them the heads, activation and LayerNorm epsilon."""
-  state_dict = families.unprefixed(state_dict)
+  state_dict = parts.unprefixed(state_dict)
   family = _family(state_dict, path)
   config = config.get('vision_config', config)  # A whole SigLIP's or CLIP's: its image tower's.
   fields = {
+      'distilled': False,  # But DeiT's.
       **family.fields(state_dict, config, path),
       'posemb': 'learn',
       'posemb_where': 'input',
@@ -65,12 +68,12 @@ def architecture(state_dict: StateDict, config: Mapping[str, Any], path: str) ->
   return fields
 
 
-def _family(state_dict: StateDict, source: str) -> families.Family:
+def _family(state_dict: StateDict, source: str) -> parts.Family:
   family = families.find(state_dict)
   if family is None:
     raise ValueError(
-        f'{source}: not a transformers ViT (ViTModel, Dinov2Model, Dinov2WithRegistersModel, '
-        'SiglipVisionModel, CLIPVisionModel)'
+        f'{source}: not a transformers ViT (ViTModel, DeiTModel, Dinov2Model, '
+        'Dinov2WithRegistersModel, SiglipVisionModel, Siglip2VisionModel, CLIPVisionModel)'
     )
   return family
 

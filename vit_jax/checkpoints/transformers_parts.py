@@ -1,0 +1,124 @@
+"""The parts every Hugging Face transformers ViT family (transformers_families.py) is read with: the
+wrappers' prefixes dropped (`unprefixed`), a family's blocks (`Blocks`: the same parts under other
+names), what a family is (`Family`), and the readers of its dense layers, LayerNorms and patch
+embedding into vit_jax's names."""
+
+import dataclasses
+import math
+import re
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from vit_jax.checkpoints import torch_names
+from vit_jax.checkpoints.torch_files import StateDict
+
+POSEMB = 'Transformer/posembed_input/pos_embedding'
+ENCODER_NORM = 'Transformer/encoder_norm'
+MAP_HEAD = 'MAPHead_0'
+# The wrappers' prefixes: ViTForImageClassification's `vit.`; DeiTForImageClassificationWithTeacher's
+# `deit.`; SigLIP's and CLIP's vision towers as transformers 4 wrote them, and
+# CLIPVisionModelWithProjection's, `vision_model.` (5.x writes SiglipVisionModel's and
+# CLIPVisionModel's names bare).
+_PREFIXES = ('vit.', 'deit.', 'vision_model.')
+
+
+def unprefixed(state_dict: StateDict) -> StateDict:
+  """The image tower's tensors without the wrappers' prefixes. Of a whole SigLIP or CLIP model (an
+  image and a text tower, as the hub's google/siglip-*, openai/clip-* hold), the image tower alone:
+  the text tower, the projections into the shared space and the logit scale are not of an image
+  classifier."""
+  if any(name.startswith('text_model.') for name in state_dict):
+    state_dict = {k: v for k, v in state_dict.items() if k.startswith('vision_model.')}
+  out = {}
+  for name, value in state_dict.items():
+    for prefix in _PREFIXES:
+      name = name.removeprefix(prefix)
+    out[name] = value
+  return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Blocks:
+  """A family's names in its blocks `{layers}{i}.`: the attention's query, key, value and output
+  projections; the LayerNorms before the attention and before the MLP; the MLP's two layers; the
+  layer scales of the attention's and the MLP's outputs (DINOv2's), if any."""
+
+  layers: str
+  attention: tuple[str, str, str, str]
+  norms: tuple[str, str]
+  mlp: tuple[str, str]
+  scales: tuple[str, ...] = ()
+
+  def count(self, state_dict: StateDict) -> int:
+    return torch_names.num_blocks(state_dict, re.escape(self.layers) + r'(\d+)\.')
+
+  def mlp_dim(self, state_dict: StateDict) -> int:
+    return state_dict[f'{self.layers}0.{self.mlp[0]}.weight'].shape[0]
+
+  def tree(
+      self, r: torch_names.Reader, state_dict: StateDict, num_heads: int
+  ) -> dict[str, np.ndarray]:
+    tree = {}
+    for i in range(self.count(state_dict)):
+      t, ours = f'{self.layers}{i}.', torch_names.BLOCK.format(i)
+      weights = {}
+      for name, theirs in zip(('q', 'k', 'v', 'out'), self.attention):
+        weights[f'{name}.weight'] = r.take(f'{t}{theirs}.weight')
+        weights[f'{name}.bias'] = r.take(f'{t}{theirs}.bias')
+      tree.update(torch_names.attention_in(torch_names.ATTENTION.format(i), weights, num_heads))
+      tree.update(torch_names.norms_and_mlp(r, t, ours, self.norms, self.mlp))
+      for theirs, scale in zip(self.scales, ('ls1', 'ls2')):
+        tree[f'{ours}/{scale}'] = r.take(t + theirs)
+    return tree
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+  is_one: Callable[[StateDict], bool]  # Whether an (unprefixed) state dict is of this family.
+  # (reader, state dict, num_heads, source) -> our flat tree, '/'-joined names.
+  tree: Callable[[torch_names.Reader, StateDict, int, str], dict[str, np.ndarray]]
+  # (state dict, its config.json, path) -> the model fields its tensors fix (their shapes only).
+  fields: Callable[[StateDict, Mapping[str, Any], str], dict[str, Any]]
+  # The config class's defaults, for a config.json that leaves them out.
+  hidden_act: str
+  layer_norm_eps: float
+
+
+def dense(r: torch_names.Reader, theirs: str, ours: str) -> dict[str, np.ndarray]:
+  return {
+      f'{ours}/kernel': torch_names.kernel(r.take(f'{theirs}.weight')),
+      f'{ours}/bias': r.take(f'{theirs}.bias'),
+  }
+
+
+def norm(r: torch_names.Reader, theirs: str, ours: str) -> dict[str, np.ndarray]:
+  return {f'{ours}/scale': r.take(f'{theirs}.weight'), f'{ours}/bias': r.take(f'{theirs}.bias')}
+
+
+def patch_size(weight_shape: tuple[int, ...]) -> int:
+  """A patch embedding's patch size: a convolution's (D, 3, p, p), or SigLIP 2's Linear (D, p * p * 3)
+  over flattened patches."""
+  return weight_shape[-1] if len(weight_shape) == 4 else math.isqrt(weight_shape[1] // 3)
+
+
+def patches(r: torch_names.Reader, theirs: str) -> dict[str, np.ndarray]:
+  weight = r.take(f'{theirs}.weight')
+  if weight.ndim == 2:  # SigLIP 2's Linear over patches flattened (row, column, channel).
+    p = patch_size(weight.shape)
+    weight = weight.reshape(weight.shape[0], p, p, 3).transpose(0, 3, 1, 2)
+  tree = {'embedding/kernel': torch_names.patch_kernel(weight)}
+  if r.has(f'{theirs}.bias'):  # None in CLIP's, nor in ours with model.pre_norm.
+    tree['embedding/bias'] = r.take(f'{theirs}.bias')
+  return tree
+
+
+def sizes(state_dict: StateDict, patches: str, blocks: Blocks) -> dict[str, Any]:
+  kernel = state_dict[f'{patches}.weight'].shape
+  return {
+      'patch_size': patch_size(kernel),
+      'hidden_size': kernel[0],
+      'num_layers': blocks.count(state_dict),
+      'mlp_dim': blocks.mlp_dim(state_dict),
+      'fc_norm': False,
+  }

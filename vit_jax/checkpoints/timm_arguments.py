@@ -24,66 +24,44 @@ from vit_jax.models import rope
 _TABLE = os.path.join(os.path.dirname(__file__), 'timm_architectures.json')
 
 # Arguments that do not change the function computed at a fixed resolution, or that the tensors show
-# (their shapes are the model's, or a tensor vit_jax has no place for is an error).
+# (their shapes are the model's, or a tensor vit_jax has no place for is an error): both classes',
+# then each one's own.
+_COMMON = (
+    'img_size',
+    'patch_size',
+    'in_chans',
+    'num_classes',
+    'embed_dim',
+    'depth',
+    'mlp_ratio',
+    'qkv_bias',
+    'qk_norm',
+    'init_values',
+    'class_token',
+    'no_embed_class',
+    'dynamic_img_size',
+    'dynamic_img_pad',
+    'drop_rate',
+    'pos_drop_rate',
+    'patch_drop_rate',
+    'proj_drop_rate',
+    'attn_drop_rate',
+    'drop_path_rate',
+)
 _SHOWN_OR_INERT = {
-    'vision_transformer': (
-        'img_size',
-        'patch_size',
-        'in_chans',
-        'num_classes',
-        'embed_dim',
-        'depth',
-        'mlp_ratio',
-        'qkv_bias',
-        'qk_norm',
-        'init_values',
-        'class_token',
-        'no_embed_class',
-        'reg_tokens',
-        'pre_norm',
-        'fc_norm',
-        'dynamic_img_size',
-        'dynamic_img_pad',
-        'drop_rate',
-        'pos_drop_rate',
-        'patch_drop_rate',
-        'proj_drop_rate',
-        'attn_drop_rate',
-        'drop_path_rate',
-        'weight_init',
-        'fix_init',
-        'distilled',
-    ),
-    'eva': (
-        'img_size',
-        'patch_size',
-        'in_chans',
-        'num_classes',
-        'embed_dim',
-        'depth',
-        'mlp_ratio',
-        'qkv_bias',
+    'vision_transformer': _COMMON
+    + ('reg_tokens', 'pre_norm', 'fc_norm', 'weight_init', 'fix_init', 'distilled'),
+    'eva': _COMMON
+    + (
         'qkv_fused',
-        'qk_norm',
         'swiglu_align_to',
         'scale_mlp',
-        'init_values',
-        'class_token',
         'num_reg_tokens',
-        'no_embed_class',
         'use_abs_pos_emb',
         'use_pre_transformer_norm',
         'use_post_transformer_norm',
         'use_fc_norm',
         'attn_pool_mlp_ratio',
-        'dynamic_img_size',
-        'dynamic_img_pad',
-        'drop_rate',
-        'pos_drop_rate',
-        'patch_drop_rate',
-        'proj_drop_rate',
-        'attn_drop_rate',
-        'drop_path_rate',
         'head_init_scale',
     ),
 }
@@ -233,7 +211,7 @@ def layernorm_epsilon(args: Arguments, path: str) -> Optional[float]:
   return norm['eps']
 
 
-def rotary(args: Arguments, path: str) -> tuple[Optional[bool], Optional[tuple[int, int]]]:
+def rotary(args: Arguments) -> tuple[Optional[bool], Optional[tuple[int, int]]]:
   """(model.rope, model.rope_grid); rope None where the config.json does not say."""
   if args.cls != 'eva':
     return False, None  # timm's VisionTransformer has none.
@@ -244,7 +222,6 @@ def rotary(args: Arguments, path: str) -> tuple[Optional[bool], Optional[tuple[i
   grid = args.get('ref_feat_shape')
   if isinstance(grid, int):
     grid = (grid, grid)
-  del path
   return True, None if grid is None else tuple(grid)
 
 

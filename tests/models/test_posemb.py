@@ -16,6 +16,7 @@ from jax.sharding import PartitionSpec as P
 import helpers
 from vit_jax import sharding
 from vit_jax.tools import pictures, report
+from vit_jax.tools.runs import find_runs, load_run
 from vit_jax.checkpoints import adapting, posemb_resizing
 from vit_jax.models import VisionTransformer, attention, encoder, posemb, variants
 from vit_jax.train import loop, setup as train_setup
@@ -570,7 +571,7 @@ def test_the_sweep_runs_table_8_and_prints_it(tmp_path):
       for step, value in ((5, 0.1), (10, 0.5 + i / 10)):
         tf.summary.scalar('eval_top1', value, step=step)
     writer.close()
-  runs = [report.load_run(name, path) for name, path in report.find_runs([str(tmp_path)])]
+  runs = [load_run(name, path) for name, path in find_runs([str(tmp_path)])]
   lines = report.pivot(runs, 'model.posemb', 'model.posemb_where').splitlines()
   assert lines[0] == (
       '| eval_top1: model.posemb (rows), model.posemb_where (columns) | ' '(default) |'

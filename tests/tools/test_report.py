@@ -17,6 +17,7 @@ from PIL import Image
 
 import helpers
 from vit_jax.tools import report
+from vit_jax.tools.runs import find_runs, load_run, Run
 from vit_jax.train import events
 
 REPORT_CMD = [sys.executable, '-m', 'vit_jax.tools.report']
@@ -110,7 +111,7 @@ def _run_colors(n: int) -> list[np.ndarray]:
 
 
 def test_table_has_each_runs_overrides_last_step_and_final_and_best_eval_metrics(sweep_root):
-  runs = [report.load_run(name, path) for name, path in report.find_runs([sweep_root])]
+  runs = [load_run(name, path) for name, path in find_runs([sweep_root])]
   rows = report.table(runs)
   assert [row['run'] for row in rows] == sorted(EVALS)
   assert list(rows[0]) == [
@@ -209,15 +210,15 @@ def test_command_line_writes_the_picture_and_the_page_and_prints_only_their_path
 
 
 def test_a_sweep_root_expands_to_its_runs_and_a_workdir_is_one_run(sweep_root, tmp_path):
-  found = report.find_runs([sweep_root])
+  found = find_runs([sweep_root])
   assert found == [(name, report.epath.Path(sweep_root) / name) for name in sorted(EVALS)]
   one = os.path.join(sweep_root, 'lr.base=0.001,total_steps=50')
-  assert report.find_runs([one]) == [('lr.base=0.001,total_steps=50', report.epath.Path(one))]
+  assert find_runs([one]) == [('lr.base=0.001,total_steps=50', report.epath.Path(one))]
   # Sweeps under a root: paths under it; runs named alike in two roots: their full paths.
   for group in ('a', 'b'):
     shutil.copytree(one, tmp_path / 'root' / group / 'run')
-  assert [name for name, _ in report.find_runs([str(tmp_path / 'root')])] == ['a/run', 'b/run']
-  assert [name for name, _ in report.find_runs([str(tmp_path / 'root' / g) for g in 'ab'])] == [
+  assert [name for name, _ in find_runs([str(tmp_path / 'root')])] == ['a/run', 'b/run']
+  assert [name for name, _ in find_runs([str(tmp_path / 'root' / g) for g in 'ab'])] == [
       str(tmp_path / 'root' / g / 'run') for g in 'ab'
   ]
 
@@ -310,7 +311,7 @@ def test_a_real_run_reports_what_its_loop_logged(trained_tiny_run, tmp_path):
   )
   assert run.returncode == 0, run.stderr[-2000:]
   assert run.stdout.splitlines() == [f'{tmp_path}/report.png', f'{tmp_path}/report.html']
-  runs = [report.load_run(*found) for found in report.find_runs([trained_tiny_run])]
+  runs = [load_run(*found) for found in find_runs([trained_tiny_run])]
   assert report.panels(runs) == [
       'train_loss',
       'learning_rate',
@@ -332,10 +333,10 @@ def test_a_real_run_reports_what_its_loop_logged(trained_tiny_run, tmp_path):
 
 def test_pivot_lays_a_sweep_out_by_two_config_fields():
   runs = [
-      report.Run('a', {'lr.base': 0.1, 'total_steps': 10}, {'eval_top1': {5: 0.2, 10: 0.25}}),
-      report.Run('b', {'lr.base': 0.1, 'total_steps': 20}, {'eval_top1': {20: 0.5}}),
-      report.Run('c', {'lr.base': 0.3, 'total_steps': 10}, {}),  # Not evaluated yet.
-      report.Run('d', {'total_steps': 20}, {'eval_top1': {20: 0.125}}),
+      Run('a', {'lr.base': 0.1, 'total_steps': 10}, {'eval_top1': {5: 0.2, 10: 0.25}}),
+      Run('b', {'lr.base': 0.1, 'total_steps': 20}, {'eval_top1': {20: 0.5}}),
+      Run('c', {'lr.base': 0.3, 'total_steps': 10}, {}),  # Not evaluated yet.
+      Run('d', {'total_steps': 20}, {'eval_top1': {20: 0.125}}),
   ]
   assert report.pivot(runs, 'lr.base', 'total_steps').splitlines() == [
       '| eval_top1: lr.base (rows), total_steps (columns) | 10 | 20 |',
@@ -368,14 +369,14 @@ def test_a_resumed_run_drops_what_the_interrupted_run_logged_after_its_checkpoin
       'train_loss': {10: 2.0, 20: 1.5, 30: 1.375},
       'eval_top1': {20: 0.5},
   }
-  (row,) = report.table([report.load_run('run', workdir)])
+  (row,) = report.table([load_run('run', workdir)])
   assert row['last step'] == 30 and row['eval_top1 final'] == 0.5 and row['eval_top1 best'] == 0.5
 
 
 def test_pivot_on_a_field_no_run_has_or_a_metric_none_logged_is_one_line_naming_it():
   runs = [
-      report.Run('a', {'lr.base': 0.1, 'lr.warmup_steps': 5, 'seed': 0}, {'eval_top1': {5: 0.25}}),
-      report.Run('b', {'lr.base': 0.3, 'lr.warmup_steps': 5, 'seed': 0}, {'eval_top1': {5: 0.5}}),
+      Run('a', {'lr.base': 0.1, 'lr.warmup_steps': 5, 'seed': 0}, {'eval_top1': {5: 0.25}}),
+      Run('b', {'lr.base': 0.3, 'lr.warmup_steps': 5, 'seed': 0}, {'eval_top1': {5: 0.5}}),
   ]
   # 'lr' is a group of fields (config.json's are flat) and 'sede' a typo: both were '(default)' in every
   # run, 'two runs have lr=(default), seed=0' or a one-row table.

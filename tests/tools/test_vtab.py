@@ -22,7 +22,8 @@ import helpers
 import tfds_fixtures
 from configs import vtab as vtab_config
 from vit_jax import data
-from vit_jax.tools import report, vtab
+from vit_jax.tools import vtab
+from vit_jax.tools.runs import find_runs, load_run, Run
 from vit_jax.data import images as data_images
 from vit_jax.data import preprocess
 from vit_jax.data import tfds_source
@@ -419,7 +420,7 @@ def _run(root: str, task: str, phase: str, lr: float) -> dict[str, dict[int, flo
 
 @pytest.mark.slow  # Tens of seconds of training: make test-all's.
 def test_table_has_the_best_val200_rate_and_the_logged_test_top1(vtab_root):
-  rows = vtab.table([report.load_run(n, p) for n, p in report.find_runs([vtab_root])])
+  rows = vtab.table([load_run(n, p) for n, p in find_runs([vtab_root])])
   by_task = {row.task: row for row in rows if row.task != 'mean'}
   assert list(by_task) == list(vtab_data.TASKS)
   # svhn: two rates; the better val200 wins (the lower one on a tie); no final run.
@@ -445,14 +446,14 @@ def test_table_has_the_best_val200_rate_and_the_logged_test_top1(vtab_root):
 
 def _logged_run(
     name: str, lr: float, test: float, val200: float | None = None, last_step: int = 10
-) -> report.Run:
-  """A run as report.load_run reads it: a sweep run when it has a val200 top-1, else a final run."""
+) -> Run:
+  """A run as load_run reads it: a sweep run when it has a val200 top-1, else a final run."""
   config = {'dataset': 'vtab/dtd', 'lr.base': lr, 'total_steps': 10}
   scalars = {'eval_top1': {last_step: test}}
   if val200 is not None:
     config['evals.val200.split'] = 'validation[:200]'
     scalars['val200_top1'] = {last_step: val200}
-  return report.Run(name, config, scalars)
+  return Run(name, config, scalars)
 
 
 def test_the_rate_is_chosen_on_val200_and_the_final_run_at_it_gives_the_test_top1():
@@ -530,7 +531,7 @@ def test_a_non_finite_val200_is_never_the_best_rate():
 
 @pytest.mark.slow  # Tens of seconds of training: make test-all's.
 def test_group_means_are_the_numpy_means_of_their_task_rows(vtab_root):
-  rows = vtab.table([report.load_run(n, p) for n, p in report.find_runs([vtab_root])])
+  rows = vtab.table([load_run(n, p) for n, p in find_runs([vtab_root])])
   tasks = [row for row in rows if row.task != 'mean']
   means = {row.group: row for row in rows if row.task == 'mean'}
   assert list(means) == [*vtab_data.GROUPS, 'all']
@@ -562,7 +563,7 @@ def test_command_line_prints_the_table_and_writes_markdown_and_csv(vtab_root, tm
   assert run.stderr == ''
   markdown = (out / 'vtab.md').read_text()
   assert run.stdout == f'{markdown}\n{out}/vtab.md\n{out}/vtab.csv\n'
-  rows = vtab.table([report.load_run(n, p) for n, p in report.find_runs([vtab_root])])
+  rows = vtab.table([load_run(n, p) for n, p in find_runs([vtab_root])])
   assert markdown == vtab.to_markdown(rows)
   assert len(markdown.splitlines()) == 2 + len(rows)
   with open(out / 'vtab.csv') as f:

@@ -15,15 +15,12 @@ of another, each cell the last logged `--metric` of the run with that pair (e.g.
 --pivot=model.posemb,model.posemb_where).
 """
 
-import os
-
 if __name__ == '__main__':  # Before anything loads TensorFlow (epath does, for a gs:// path).
   from vit_jax.runtime import quiet  # pylint: disable=g-import-not-at-top
 
   quiet.quiet_tensorflow()
 
 import base64
-import dataclasses
 import html
 import io
 import json
@@ -37,81 +34,13 @@ from etils import epath
 matplotlib.use('Agg')  # Files only: no display needed.
 from matplotlib import pyplot as plt, ticker  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-from vit_jax.runtime import cli, paths  # pylint: disable=g-import-not-at-top,wrong-import-position
-from vit_jax.train.events import EVENTS, read_scalars  # pylint: disable=g-import-not-at-top,wrong-import-position
+from vit_jax.runtime import cli  # pylint: disable=g-import-not-at-top,wrong-import-position
+from vit_jax.tools.runs import Run, eval_metrics, find_runs, load_run  # pylint: disable=g-import-not-at-top,wrong-import-position
+from vit_jax.train.events import EVENTS  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _USAGE = 'WORKDIR [WORKDIR ...] --out=DIR | --pivot=ROW_FIELD,COLUMN_FIELD [--metric=M]'
 
-# What the training loop logs about itself (vit_jax/train/loop.py and pace.py); every other
-# scalar comes from an evaluator, e.g. eval_top1, eval_polyak_loss, fewshot_5shot, minival_top1.
-TRAIN_TAGS = (
-    'train_loss',
-    'learning_rate',
-    'grad_norm',
-    'images_per_sec',
-    'steps_per_sec',
-    'uptime',
-    'skipped_steps',
-)
 PANEL_INCHES, LEGEND_ROW_INCHES, DPI, MAX_COLUMNS = (5.0, 3.5), 0.25, 100, 3
-
-
-@dataclasses.dataclass(frozen=True)
-class Run:
-  name: str
-  config: dict[str, Any]  # Flat, dotted field names; {} when the workdir holds no config.json.
-  scalars: dict[str, dict[int, float]]  # tag -> step -> value.
-
-
-def _is_run(path: epath.Path) -> bool:
-  return (path / 'config.json').exists() or any(path.glob(EVENTS))
-
-
-def find_runs(workdirs: Sequence[str]) -> list[tuple[str, epath.Path]]:
-  """(name, path) of the run each of `workdirs` is or holds, or a one-line ValueError."""
-  found = []
-  for workdir in workdirs:
-    root = epath.Path(paths.absolute(workdir))
-    if not root.is_dir():
-      problem = 'is not a directory' if root.exists() else 'does not exist'
-      raise ValueError(f'{workdir!r} {problem}: pass run workdirs or the root of a sweep')
-    if _is_run(root):
-      found.append((root.name, root))
-      continue
-    under, stack = [], [root]
-    while stack:  # A run's own subdirectories (checkpoints/) are never entered.
-      for child in (p for p in stack.pop().iterdir() if p.is_dir()):
-        if _is_run(child):
-          under.append(child)
-        else:
-          stack.append(child)
-    if not under:
-      raise ValueError(
-          f'{workdir!r} holds no run: neither it nor any directory under it has a '
-          f'config.json or {EVENTS} files'
-      )
-    found.extend(sorted((os.path.relpath(str(run), str(root)), run) for run in under))
-  names = [name for name, _ in found]
-  if len(set(names)) < len(names):  # Runs of different sweeps named alike: their full paths.
-    found = [(str(path), path) for _, path in found]
-  return found
-
-
-def _flat(tree: dict[str, Any], prefix: str = '') -> dict[str, Any]:
-  flat = {}
-  for key, value in tree.items():
-    flat.update(
-        _flat(value, f'{prefix}{key}.') if isinstance(value, dict) else {f'{prefix}{key}': value}
-    )
-  return flat
-
-
-def load_run(name: str, path: epath.Path) -> Run:
-  """A run's scalars and config; a resumed run's latest config.resume_<k>.json is what it runs now."""
-  configs = sorted(path.glob('config.resume_*.json'), key=lambda p: int(p.stem.split('_')[-1]))
-  configs = configs or [path / 'config.json']
-  config = json.loads(configs[-1].read_text()) if configs[-1].exists() else {}
-  return Run(name, _flat(config), read_scalars(str(path)))
 
 
 def differing_fields(runs: Sequence[Run]) -> list[dict[str, Any]]:
@@ -126,10 +55,6 @@ def differing_fields(runs: Sequence[Run]) -> list[dict[str, Any]]:
       key for key in keys if any(config.get(key) != configs[0].get(key) for config in configs)
   ]
   return [{key: run.config.get(key) for key in differ} if run.config else {} for run in runs]
-
-
-def eval_metrics(runs: Sequence[Run]) -> list[str]:
-  return sorted({tag for run in runs for tag in run.scalars} - set(TRAIN_TAGS))
 
 
 def best(metric: str, values: Sequence[float]) -> float:

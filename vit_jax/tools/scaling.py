@@ -30,7 +30,7 @@ from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top,wron
 
 from vit_jax.planning import chips  # pylint: disable=g-import-not-at-top,wrong-import-position
 from vit_jax.runtime import cli  # pylint: disable=g-import-not-at-top,wrong-import-position
-from vit_jax.tools import report  # pylint: disable=g-import-not-at-top,wrong-import-position
+from vit_jax.tools.runs import TRAIN_TAGS, Run, find_runs, load_run  # pylint: disable=g-import-not-at-top,wrong-import-position
 from vit_jax.models import variants, vit_variants  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _USAGE = 'SWEEP_ROOT [SWEEP_ROOT ...] --out=DIR [--metric=eval_top1]'
@@ -82,7 +82,7 @@ FAMILY_SHAPES = {'ViT': _vit_shape, 'BiT': _bit_shape}
 FAMILY_ORDER = ('ViT', 'R50+ViT', 'BiT')  # Of the plot's colours.
 
 
-def point(run: report.Run, path: epath.Path, metric: str) -> Point:
+def point(run: Run, path: epath.Path, metric: str) -> Point:
   info = path / 'dataset_info.json'
   if not info.exists():
     raise ValueError(f'{path} has no dataset_info.json (its head size): is it a vit_jax run?')
@@ -108,10 +108,10 @@ def point(run: report.Run, path: epath.Path, metric: str) -> Point:
 
 def points(roots: Sequence[str], metric: str) -> list[Point]:
   """A point for each run under `roots` that has logged `metric`; a one-line ValueError if none has."""
-  runs = [(report.load_run(name, path), path) for name, path in report.find_runs(roots)]
+  runs = [(load_run(name, path), path) for name, path in find_runs(roots)]
   found = [point(run, path, metric) for run, path in runs if run.scalars.get(metric)]
   if not found:
-    logged = sorted({tag for run, _ in runs for tag in run.scalars} - set(report.TRAIN_TAGS))
+    logged = sorted({tag for run, _ in runs for tag in run.scalars} - set(TRAIN_TAGS))
     raise ValueError(
         f'no run logged {metric!r}: use --metric= one of {", ".join(logged) or "(none yet)"}'
     )

@@ -28,7 +28,7 @@ from absl import flags
 from etils import epath
 
 from vit_jax.runtime import cli  # pylint: disable=g-import-not-at-top,wrong-import-position
-from vit_jax.tools import report  # pylint: disable=g-import-not-at-top,wrong-import-position
+from vit_jax.tools.runs import find_runs, load_run, Run  # pylint: disable=g-import-not-at-top,wrong-import-position
 from vit_jax.data import vtab as vtab_data  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _USAGE = 'SWEEP_ROOT [SWEEP_ROOT ...] [--out=DIR] [--select=per_task|shared]'
@@ -49,7 +49,7 @@ class Row:
   run: str = ''
 
 
-def _last_value(run: report.Run, metric: str) -> float | None:
+def _last_value(run: Run, metric: str) -> float | None:
   """The metric at the run's last step (its config's total_steps), None while it is not there."""
   return run.scalars.get(metric, {}).get(run.config.get('total_steps'))
 
@@ -60,7 +60,7 @@ def _rank(value: float) -> float:
   return value if np.isfinite(value) else -np.inf
 
 
-def vtab_runs(runs: Sequence[report.Run]) -> dict[str, dict[str, list[report.Run]]]:
+def vtab_runs(runs: Sequence[Run]) -> dict[str, dict[str, list[Run]]]:
   """task -> {'sweep': runs, 'final': runs}: the VTAB runs that have logged their last step's test
   top-1 (and val200 top-1, in the sweep phase)."""
   found = {name: {'sweep': [], 'final': []} for name in vtab_data.TASKS}
@@ -74,7 +74,7 @@ def vtab_runs(runs: Sequence[report.Run]) -> dict[str, dict[str, list[report.Run
 
 
 def task_row(
-    name: str, sweep: Sequence[report.Run], final: Sequence[report.Run], rate: float | None = None
+    name: str, sweep: Sequence[Run], final: Sequence[Run], rate: float | None = None
 ) -> Row:
   """The task's result: the best val200 learning rate (or `rate`, when given), and the test top-1 of
   the final run at it (or of that sweep run); empty where the task has no finished run."""
@@ -112,7 +112,7 @@ def task_row(
   return Row(group, name)
 
 
-def shared_rate(found: dict[str, dict[str, list[report.Run]]]) -> float | None:
+def shared_rate(found: dict[str, dict[str, list[Run]]]) -> float | None:
   """The paper's choice (Appendix B.1.1, after BiT): the one learning rate whose mean val200 top-1 over
   the tasks is best, among the rates swept on every swept task; of equally good rates the lowest.
   None without sweep runs (the final runs' own rates are then used)."""
@@ -147,7 +147,7 @@ def mean_row(group: str, rows: Sequence[Row]) -> Row:
   )
 
 
-def table(runs: Sequence[report.Run], select: str = 'per_task') -> list[Row]:
+def table(runs: Sequence[Run], select: str = 'per_task') -> list[Row]:
   """Each group's task rows then its mean, and the mean over all tasks last, the rates chosen by
   SELECTIONS[select]; a one-line ValueError when no run is a finished VTAB run."""
   if select not in SELECTIONS:
@@ -201,7 +201,7 @@ def vtab_table(
 ) -> tuple[str, list[str]]:
   """The markdown table of the VTAB runs under `roots`, and the files written to `out` (if given).
   Bad input is a one-line ValueError, raised before anything is written."""
-  rows = table([report.load_run(name, path) for name, path in report.find_runs(roots)], select)
+  rows = table([load_run(name, path) for name, path in find_runs(roots)], select)
   markdown = to_markdown(rows)
   if not out:
     return markdown, []

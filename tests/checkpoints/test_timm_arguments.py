@@ -50,6 +50,11 @@ def test_a_hub_config_json_gets_the_registered_architectures_arguments():
   )
 
 
+def test_an_architecture_named_with_its_pretrained_tag_is_the_architecture():
+  fields = _fields({'architecture': 'vit_base_patch16_clip_quickgelu_224.openai'}, pre_norm=True)
+  assert (fields['num_heads'], fields['mlp_activation']) == (12, 'quick_gelu')
+
+
 def test_model_args_override_the_registered_ones():
   fields = _fields(
       {

@@ -135,7 +135,8 @@ class Arguments:
 
   def __init__(self, config: Mapping[str, Any], eva_tensors: bool):
     self.name = config.get('architecture')
-    entry = _table()['architectures'].get(self.name)
+    # A name may carry its pretrained tag, as timm.create_model takes it: 'vit_base_patch16_224.augreg'.
+    entry = _table()['architectures'].get((self.name or '').partition('.')[0])
     self.known = entry is not None
     self.cls = entry['class'] if self.known else ('eva' if eva_tensors else 'vision_transformer')
     self.defaults = _table()['defaults'][self.cls]

@@ -1,4 +1,4 @@
-"""timm's Eva (EVA-02, timm's SBB ViTs with rotary embeddings) through config.init_from with
+"""timm's Eva (EVA-02, timm's SBB ViTs with rotary embeddings, DINOv3) through config.init_from with
 config.variant='checkpoint': the fields read from the files timm writes, timm's logits, the tensors
 exported back and timm's model rebuilt from our export; and what is refused, in one line."""
 
@@ -24,8 +24,9 @@ from vit_jax.checkpoints import timm_export
 from vit_jax.train import setup
 
 SIZE, NUM_CLASSES = 28, 10
-# timm's architectures, made tiny (patches of 7 px: a 4x4 grid, which the rotary embeddings measure
-# on their 16x16 reference grid), and the fields each fixes.
+# timm's architectures, made tiny (patches of 7 px: a 4x4 grid, which EVA-02's rotary embeddings
+# measure on their 16x16 reference grid, DINOv3's on [-1, 1]), and the fields each fixes beside
+# model.rope=True.
 _EVAS = {
     # Fused qkv with q and v biases, the SwiGLU MLP packed in one fc1.
     'eva02_small_patch14_224': (
@@ -41,6 +42,21 @@ _EVAS = {
     'vit_medium_patch16_rope_reg1_gap_256': (
         dict(mlp_ratio=4.0),
         dict(mlp_gated=False, key_bias=False, num_registers=1, class_token=False, posemb='none'),
+    ),
+    # DINOv3's rotary embeddings, a class token and 4 registers, LayerNorms of epsilon 1e-5, layer
+    # scale; exported as timm's vit_base_patch16_dinov3.
+    'vit_small_patch16_dinov3_qkvb': (
+        dict(mlp_ratio=4.0),
+        dict(
+            mlp_gated=False,
+            key_bias=False,
+            num_registers=4,
+            class_token=True,
+            posemb='none',
+            rope_grid=None,
+            rope_style='dinov3',
+            layernorm_epsilon=1e-5,
+        ),
     ),
 }
 
@@ -72,7 +88,14 @@ def test_timms_eva_loads_from_its_files_alone_with_equal_logits_and_exports_back
   reference = _saved(tmp_path / 'eva', architecture)
   run = _prepare(tmp_path, str(tmp_path / 'eva'))
   _, fields = _EVAS[architecture]
-  expected = {**fields, 'rope': True, 'rope_grid': (16, 16), 'patch_size': 7, 'num_layers': 2}
+  expected = {
+      'rope': True,
+      'rope_grid': (16, 16),
+      'rope_style': 'eva02',
+      **fields,
+      'patch_size': 7,
+      'num_layers': 2,
+  }
   assert {k: run.model_config[k] for k in expected} == expected
   assert run.model_config['mlp_activation'] == ('silu' if fields['mlp_gated'] else 'gelu')
   inputs = _images(3)

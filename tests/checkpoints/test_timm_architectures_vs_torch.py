@@ -18,8 +18,9 @@ SIZE = 28
 # Architectures vit_jax computes, one of each kind: the paper's ViT, CLIP (quick GELU, 1e-5 norms, a
 # norm before the blocks), SigLIP (MAP pooling; v2's tanh GELU, which only timm's code says), timm's
 # SBB ViTs (registers, global pooling, rotary embeddings), DINOv2 with registers, DeiT (distilled)
-# and DeiT III, EVA-02, FlexiViT; and MAP pooling beside a class token or registers, which timm's
-# attn_pool does not attend to.
+# and DeiT III, EVA-02, FlexiViT, DINOv3 (its rotary embeddings; without and with query and value
+# biases) and LingBot (DINOv3's, token pooling); and MAP pooling beside a class token or registers,
+# which timm's attn_pool does not attend to.
 COMPUTED = (
     ('vit_tiny_patch16_224', {}),
     ('vit_base_patch32_clip_quickgelu_224', {}),
@@ -37,11 +38,12 @@ COMPUTED = (
     ('deit3_small_patch16_224', {}),
     ('eva02_tiny_patch14_224', {'patch_size': 14}),
     ('flexivit_small', {}),
+    ('vit_small_patch16_dinov3', {}),
+    ('vit_small_patch16_dinov3_qkvb', {}),
+    ('vit_small_patch16_lingbot', {}),
 )
 # Architectures whose weights would load but compute another function, and what the error names.
 REFUSED = (
-    ('vit_small_patch16_dinov3', 'rope_rotate_half=True'),  # DINOv3's rotary embeddings.
-    ('vit_small_patch16_lingbot', 'rope_rotate_half=True'),
     ('vit_small_patch16_rope_224', "attn_type='rope'"),  # RoPE-ViT's 'xy' grid, temperature 100.
     ('vit_pe_core_tiny_patch16_384', 'attn_pool_num_heads=8'),  # Perception Encoder.
     ('vit_base_patch16_xp_224', "block_fn='ParallelScalingBlock'"),

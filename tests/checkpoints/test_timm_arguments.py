@@ -76,9 +76,15 @@ def test_an_unknown_architecture_says_only_what_its_model_args_say():
     'config,message',
     [
         (
-            {'architecture': 'vit_small_patch16_dinov3'},
-            r"^ck: timm's vit_small_patch16_dinov3 is created with rope_rotate_half=True, which "
-            r"vit_jax's ViT does not compute \(it computes rope_rotate_half=False\)",
+            {'architecture': 'vit_small_patch16_dinov3', 'model_args': {'rope_type': 'cat'}},
+            r"^ck: timm's vit_small_patch16_dinov3 is created with rope_type='cat', "
+            r"rope_rotate_half=True, rope_temperature=100, which vit_jax's ViT does not compute "
+            r"\(its model.rope_style computes rope_type='cat', rope_rotate_half=False, "
+            r"rope_temperature=10000.0 \(eva02\) or rope_type='dinov3', ",
+        ),
+        (
+            {'architecture': 'vit_small_patch16_dinov3', 'model_args': {'rope_grid_offset': 0.5}},
+            r"created with rope_grid_offset=0.5, which vit_jax's ViT does not compute",
         ),
         (
             {'architecture': 'vit_base_patch16_xp_224'},
@@ -111,6 +117,17 @@ def test_arguments_of_another_function_are_one_line(config, message):
   with pytest.raises(ValueError, match=message) as error:
     _fields(config)
   assert '\n' not in str(error.value)
+
+
+def test_dinov3s_rotary_embeddings_are_its_rope_style():
+  """DINOv3's registered rope arguments are model.rope_style='dinov3', without a grid: timm's
+  'dinov3' type ignores ref_feat_shape. EVA-02's are 'eva02', with its grid."""
+  dinov3 = _fields(
+      {'architecture': 'vit_small_patch16_dinov3', 'model_args': {'ref_feat_shape': [16, 16]}}
+  )
+  assert (dinov3['rope'], dinov3['rope_grid'], dinov3['rope_style']) == (True, None, 'dinov3')
+  eva02 = _fields({'architecture': 'eva02_small_patch14_224'})
+  assert (eva02['rope'], eva02['rope_grid'], eva02['rope_style']) == (True, (16, 16), 'eva02')
 
 
 def test_an_argument_at_its_default_is_no_error():

@@ -1,5 +1,5 @@
-"""EVA-02's model options: 2-D rotary embeddings (`rope`, `rope_grid`), a gated MLP (`mlp_gated`) with
-its norm (`mlp_norm`), no key bias (`key_bias=False`). Their parity with timm's Eva is
+"""EVA-02's model options: 2-D rotary embeddings (`rope`, `rope_grid`; DINOv3's with `rope_style`), a
+gated MLP (`mlp_gated`) with its norm (`mlp_norm`), no key bias (`key_bias=False`). Their parity with timm's Eva is
 tests/checkpoints/test_eva_vs_torch.py's; here the properties that hold whatever timm does."""
 
 import jax
@@ -39,14 +39,15 @@ def _random_params(model, images, seed=0, **kwargs):
   )
 
 
-def test_rotated_queries_and_keys_meet_by_their_offset_alone():
+@pytest.mark.parametrize('style', list(rope.STYLES))
+def test_rotated_queries_and_keys_meet_by_their_offset_alone(style):
   """RoPE's defining property: the product of a query at patch p and a key at patch p' rotated by
   their positions depends on p - p' only (here the same vectors at every patch of a 3x4 grid)."""
-  sin, cos = rope.tables((3, 4), 8)
+  sin, cos = rope.tables((3, 4), 8, style=style)
   q, k = np.random.RandomState(0).normal(size=(2, 8)).astype(np.float32)
   patches = lambda v: np.tile(v, (12, 1))[None, :, None, :]  # [1, 12 patches, 1 head, 8]
-  rq = np.asarray(rope.apply(jnp.asarray(patches(q)), sin, cos, 0))[0, :, 0]
-  rk = np.asarray(rope.apply(jnp.asarray(patches(k)), sin, cos, 0))[0, :, 0]
+  rq = np.asarray(rope.apply(jnp.asarray(patches(q)), sin, cos, 0, style))[0, :, 0]
+  rk = np.asarray(rope.apply(jnp.asarray(patches(k)), sin, cos, 0, style))[0, :, 0]
   products = rq @ rk.T  # [query patch, key patch]
   position = lambda i: divmod(i, 4)  # Row-major (row, column).
   by_offset = {}
@@ -80,6 +81,31 @@ def test_rope_turns_the_patches_only_and_rescales_to_its_grid():
     np.testing.assert_allclose(t_small, t_ref.reshape(4, 4, 4)[::2, ::2].reshape(4, 4), atol=1e-6)
   with pytest.raises(ValueError, match=r'head width .* = 6 must be a multiple of 4'):
     rope.tables((2, 2), 6)
+
+
+def test_dinov3_rope_is_the_numpy_formula():
+  """DINOv3's rotation, channel by channel in float64: channel i of a head of width d turns with
+  channel i + d / 2 (the halves) by the angle of its band j = i mod d / 2, the first d / 4 bands by
+  the row, the others by the column, at 2 pi (2 (r + 0.5) / h - 1) / 100^(4 (j mod d / 4) / d)."""
+  grid, d = (3, 5), 8
+  x = np.random.RandomState(0).normal(size=(2, 1 + 15 + 2, 3, d)).astype(np.float32)
+  sin, cos = rope.tables(grid, d, style='dinov3')
+  turned = np.asarray(rope.apply(jnp.asarray(x), sin, cos, 1, 'dinov3'))
+  expected = x.astype(np.float64)
+  for p in range(15):
+    position = divmod(p, grid[1])
+    for i in range(d):
+      j = i % (d // 2)
+      axis, k = divmod(j, d // 4)
+      coordinate = 2 * (position[axis] + 0.5) / grid[axis] - 1
+      angle = 2 * np.pi * coordinate / 100.0 ** (4 * k / d)
+      partner = -x[:, 1 + p, :, i + d // 2] if i < d // 2 else x[:, 1 + p, :, i - d // 2]
+      expected[:, 1 + p, :, i] = x[:, 1 + p, :, i] * np.cos(angle) + partner * np.sin(angle)
+  np.testing.assert_allclose(turned, expected, atol=1e-5)
+  np.testing.assert_array_equal(turned[:, :1], x[:, :1])  # The class token and pads do not turn.
+  np.testing.assert_array_equal(turned[:, 16:], x[:, 16:])
+  with pytest.raises(ValueError, match=r"^rope_style 'dinov3' spans \[-1, 1\] at any grid"):
+    rope.tables(grid, d, ref_grid=(16, 16), style='dinov3')
 
 
 def test_the_gated_mlp_with_its_norm_is_the_numpy_formula():
@@ -157,11 +183,22 @@ def test_rope_at_a_new_resolution_needs_no_new_parameters():
             {'rope': True, 'rope_grid': (16,)},
             r'model.rope_grid=\(16,\) must be the \(rows, columns\)',
         ),
+        (
+            {'rope': True, 'rope_style': 'dinov2'},
+            r"^model.rope_style='dinov2' must be one of eva02, dinov3, with model.rope=True",
+        ),
+        ({'rope_style': 'dinov3'}, r"model.rope_style='dinov3' must be .* with model.rope=True"),
+        (
+            {'rope': True, 'rope_style': 'dinov3', 'rope_grid': (16, 16)},
+            r"model.rope_grid=\(16, 16\) rescales positions, which model.rope_style='dinov3' "
+            r'normalises .* unset model.rope_grid$',
+        ),
     ],
 )
 def test_rope_fields_are_checked(fields, message):
-  with pytest.raises(ValueError, match=message):
+  with pytest.raises(ValueError, match=message) as error:
     variants.get_model_config('ViT-testing_4', fields)
+  assert '\n' not in str(error.value)
 
 
 def test_axial_blocks_refuse_rope():

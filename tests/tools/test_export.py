@@ -98,6 +98,7 @@ def test_export_writes_the_latest_parameters_in_the_original_layout(workdir, exp
       'mlp_norm': False,
       'rope': False,
       'rope_grid': None,
+      'rope_style': 'eva02',
       'class_token': None,
       'distilled': False,
       'pre_norm': False,

@@ -186,6 +186,11 @@ INVALID = {
         {},
         r'model\.rope_grid=\(16, 16\) must be .* with model\.rope=True',
     ),
+    'model.rope_style': (
+        'dinov2',
+        {'model.rope': True},
+        r"^model\.rope_style='dinov2' must be one of eva02, dinov3, with model\.rope=True",
+    ),
 }
 # Their errors are about 8 devices (make test's); elsewhere another value is the error.
 ON_EIGHT_DEVICES = ('eval_batch_size', 'mesh')

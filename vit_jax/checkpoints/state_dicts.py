@@ -118,7 +118,11 @@ def load(path: str, model: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]
   name = _layout(state_dict, path)
   layout = LAYOUTS[name]
   fixed = layout.architecture(state_dict, config, path)
-  checked = {**_WITHOUT_TENSORS, 'rope_grid': 'grid of rotary position embeddings'}
+  checked = {
+      **_WITHOUT_TENSORS,
+      'rope_grid': 'grid of rotary position embeddings',
+      'rope_style': 'style of rotary position embeddings',
+  }
   for field, what in checked.items():
     if field in fixed and field in model and not _same(fixed[field], model[field]):
       raise ValueError(

@@ -75,10 +75,20 @@ _MAPPED = {
         'swiglu_mlp',
         'use_rot_pos_emb',
         'ref_feat_shape',
+        'rope_type',
+        'rope_rotate_half',
+        'rope_temperature',
     ),
 }
-# The values vit_jax computes of the other arguments of each class. The rotary embeddings are
-# EVA-02's (rope.py): timm's 'cat' type on an 'ij' grid from 0, without a rotated half.
+# timm's (rope_type, rope_rotate_half, rope_temperature) of each model.rope_style (rope.py); any other
+# combination is refused.
+_ROPE_STYLES = {
+    ('cat', False, rope.TEMPERATURE): 'eva02',
+    ('dinov3', True, rope.DINOV3_TEMPERATURE): 'dinov3',
+}
+_ROPE_ARGS = ('rope_type', 'rope_rotate_half', 'rope_temperature')
+# The values vit_jax computes of the other arguments of each class. The rotary embeddings of either
+# style are on an 'ij' grid from 0, without coordinate augmentations.
 _COMPUTED = {
     'vision_transformer': {
         'block_fn': ('Block',),
@@ -99,11 +109,8 @@ _COMPUTED = {
         'attn_only_layer_scale': (False,),
         'use_post_norm': (False,),
         'attn_pool_num_heads': (None,),
-        'rope_type': ('cat',),
         'rope_grid_offset': (0,),
         'rope_grid_indexing': ('ij',),
-        'rope_temperature': (rope.TEMPERATURE,),
-        'rope_rotate_half': (False,),
         'rope_shift_coords': (None,),
         'rope_jitter_coords': (None,),
         'rope_rescale_coords': (None,),
@@ -159,10 +166,24 @@ def _same(value: Any, accepted: Any) -> bool:
   return value == accepted
 
 
+def _rope_style(args: Arguments) -> Optional[str]:
+  """The model.rope_style of an Eva's rope arguments, None for a combination vit_jax does not
+  compute."""
+  given = tuple(args.get(arg) for arg in _ROPE_ARGS)
+  for accepted, style in _ROPE_STYLES.items():
+    if all(_same(value, a) for value, a in zip(given, accepted)):
+      return style
+  return None
+
+
+def _rope_args(values: tuple[Any, ...]) -> str:
+  return ', '.join(f'{arg}={value!r}' for arg, value in zip(_ROPE_ARGS, values))
+
+
 def check(args: Arguments, path: str) -> None:
   """A one-line ValueError for an argument that changes the function to one vit_jax does not
-  compute: a value `_COMPUTED` does not list, or an argument this module does not know that is not
-  at its default (a newer timm's)."""
+  compute: a value `_COMPUTED` does not list, rotary embeddings of no `_ROPE_STYLES` style, or an
+  argument this module does not know that is not at its default (a newer timm's)."""
   known = set(_SHOWN_OR_INERT[args.cls]) | set(_MAPPED[args.cls]) | set(_COMPUTED[args.cls])
   for arg, value in sorted(args.args.items()):
     accepted = _COMPUTED[args.cls].get(arg)
@@ -178,6 +199,14 @@ def check(args: Arguments, path: str) -> None:
           f'read (its table is of timm {timm_version()}): fine-tune it in timm, or pick another '
           'checkpoint'
       )
+  if args.cls == 'eva' and _rope_style(args) is None:
+    computed = ' or '.join(f'{_rope_args(a)} ({s})' for a, s in _ROPE_STYLES.items())
+    raise ValueError(
+        f'{path}: {args.describe()} is created with '
+        f"{_rope_args(tuple(args.get(arg) for arg in _ROPE_ARGS))}, which vit_jax's ViT does not "
+        f'compute (its model.rope_style computes {computed}); fine-tune it in timm, or pick '
+        'another checkpoint'
+    )
 
 
 def activation(args: Arguments, gated: bool, path: str) -> Optional[str]:
@@ -212,18 +241,20 @@ def layernorm_epsilon(args: Arguments, path: str) -> Optional[float]:
   return norm['eps']
 
 
-def rotary(args: Arguments) -> tuple[Optional[bool], Optional[tuple[int, int]]]:
-  """(model.rope, model.rope_grid); rope None where the config.json does not say."""
+def rotary(args: Arguments) -> tuple[Optional[bool], Optional[tuple[int, int]], str]:
+  """(model.rope, model.rope_grid, model.rope_style) of arguments `check` passed; rope None where
+  the config.json does not say."""
   if args.cls != 'eva':
-    return False, None  # timm's VisionTransformer has none.
+    return False, None, 'eva02'  # timm's VisionTransformer has none.
   if not args.has('use_rot_pos_emb'):
-    return None, None
+    return None, None, 'eva02'
   if not args.get('use_rot_pos_emb'):
-    return False, None
+    return False, None, 'eva02'
+  style = _rope_style(args)
   grid = args.get('ref_feat_shape')
-  if isinstance(grid, int):
-    grid = (grid, grid)
-  return True, None if grid is None else tuple(grid)
+  if style == 'dinov3' or grid is None:  # timm's 'dinov3' type ignores ref_feat_shape.
+    return True, None, style
+  return True, (grid, grid) if isinstance(grid, int) else tuple(grid), style
 
 
 def pooling(args: Arguments, config: Mapping[str, Any], path: str) -> Optional[str]:

@@ -1,7 +1,7 @@
 """Export to timm: the state dict (`to_state_dict`, timm_layout.py's naming reversed) and the
 config.json with which `timm.create_model('local-dir:DIR', pretrained=True)` builds the model: timm's
 `VisionTransformer`, or its `Eva` for what only that class computes (rotary embeddings, gated MLPs, the
-MLP's norm: EVA-02).
+MLP's norm: EVA-02, DINOv3).
 """
 
 import math
@@ -12,7 +12,7 @@ from flax import traverse_util
 
 from vit_jax.checkpoints import timm_layout, torch_names
 from vit_jax.checkpoints.torch_files import StateDict
-from vit_jax.models import vit
+from vit_jax.models import rope, vit
 
 
 def eval_crop(pp_eval: Mapping[str, Any], image_size: int) -> dict[str, Any]:
@@ -143,18 +143,31 @@ def _vision_transformer_args(model: Mapping[str, Any]) -> tuple[str, dict[str, A
   return architecture, model_args
 
 
+# The registered Eva timm builds an export as, by LayerNorm epsilon: model_args replace every size
+# and option, but not its norm_layer (not in its config.json): Eva's default 1e-6 (EVA-02 S's), or
+# DINOv3's 1e-5.
+_EVA_ARCHITECTURES = {1e-6: 'eva02_small_patch14_224', 1e-5: 'vit_base_patch16_dinov3'}
+# timm's rope arguments of each model.rope_style.
+_ROPE_ARGS = {
+    'eva02': {'rope_type': 'cat', 'rope_rotate_half': False, 'rope_temperature': rope.TEMPERATURE},
+    'dinov3': {
+        'rope_type': 'dinov3',
+        'rope_rotate_half': True,
+        'rope_temperature': rope.DINOV3_TEMPERATURE,
+    },
+}
 # Eva's fixed choices, which its model_args do not name: (model field, the value Eva has, the fix).
 _EVA_FIXED = (
     ('distilled', False, 'distilled=False'),
-    ('layernorm_epsilon', 1e-6, 'layernorm_epsilon=1e-6'),
+    ('layernorm_epsilon', tuple(_EVA_ARCHITECTURES), 'layernorm_epsilon=1e-6 (or 1e-5)'),
     ('classifier', ('token', 'gap'), 'classifier=gap (or token)'),
     ('posemb', ('learn', 'none'), 'posemb=learn (or none)'),
 )
 
 
 def _eva_args(model: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
-  """timm's `Eva` (EVA-02's class) for the model, with its model_args: every size and option set, so
-  that the registered architecture's own (EVA-02 S's) do not count."""
+  """timm's `Eva` (EVA-02's and DINOv3's class) for the model, with its model_args: every size and
+  option set, so that the registered architecture's own (EVA-02 S's or DINOv3 B's) do not count."""
   fixed = _EVA_FIXED + (
       # Eva's MLP: SwiGLU's SiLU when gated, else torch's exact GELU (no act_layer argument).
       ('mlp_activation', 'silu' if model['mlp_gated'] else 'gelu', ''),
@@ -181,15 +194,17 @@ def _eva_args(model: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
       'scale_mlp': bool(model['mlp_norm']),
       'use_rot_pos_emb': bool(model['rope']),
       'ref_feat_shape': None if model['rope_grid'] is None else list(model['rope_grid']),
+      **_ROPE_ARGS[model['rope_style']],
       'use_abs_pos_emb': model['posemb'] == 'learn',
       'num_reg_tokens': model['num_registers'],
       'use_fc_norm': bool(model['fc_norm']),
       'qk_norm': bool(model['qk_norm']),
       'use_pre_transformer_norm': bool(model['pre_norm']),
+      # Explicit: DINOv3's architecture has layer scale, and resamples embeddings to any input size.
+      'init_values': model['layer_scale'],
+      'dynamic_img_size': False,
   }
-  if model['layer_scale'] is not None:
-    model_args['init_values'] = model['layer_scale']
-  return 'eva02_small_patch14_224', model_args
+  return _EVA_ARCHITECTURES[model['layernorm_epsilon']], model_args
 
 
 def to_state_dict(params: Any, eva: bool = False) -> StateDict:

@@ -242,10 +242,10 @@ def architecture(state_dict: StateDict, config: Mapping[str, Any], path: str) ->
       'mlp_activation': timm_arguments.activation(args, gated, path),
       'layernorm_epsilon': timm_arguments.layernorm_epsilon(args, path),
   }
-  fields['rope'], fields['rope_grid'] = timm_arguments.rotary(args)
+  fields['rope'], fields['rope_grid'], fields['rope_style'] = timm_arguments.rotary(args)
   fields.update({field: value for field, value in said.items() if value is not None})
   if fields['rope'] is None:
-    del fields['rope'], fields['rope_grid']
+    del fields['rope'], fields['rope_grid'], fields['rope_style']
   return fields
 
 

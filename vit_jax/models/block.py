@@ -92,7 +92,7 @@ class Encoder1DBlock(nn.Module):
   (`ls1` after the attention, `ls2` after the MLP: timm's `ls1.gamma`, `ls2.gamma`), initialised to it.
   With `qk_norm` the queries and keys are each LayerNormed over a head's channels (`q_norm`, `k_norm`,
   shared by the heads) before their product: ViT-22B's stabiliser, timm's `qk_norm`; with `rope` the
-  patches' ones are then rotated by their position (rope.py: EVA-02's).
+  patches' ones are then rotated by their position (rope.py: EVA-02's or DINOv3's, `rope_style`).
   """
 
   mlp_dim: int
@@ -111,6 +111,7 @@ class Encoder1DBlock(nn.Module):
   mlp_norm: bool = False  # MlpBlock's `norm`.
   rope: bool = False  # Rotary embeddings of the patches' queries and keys (rope.py), over `grid`.
   rope_grid: Optional[tuple[int, int]] = None  # rope.tables' `ref_grid`.
+  rope_style: str = 'eva02'  # A key of rope.STYLES.
   posemb: Optional[str] = None  # A key of POSEMBS: this block's own position embedding, or None.
   grid: Optional[tuple[int, int]] = None  # The patch grid (rows, columns), for `posemb`.
   # Where the encoder padded the tokens for the fused attention kernel: how many are real (the rest
@@ -189,14 +190,14 @@ class Encoder1DBlock(nn.Module):
           for name in ('q_norm', 'k_norm')
       )
     if self.rope:
-      sin, cos = rope.tables(self.grid, width // self.num_heads, self.rope_grid)
+      sin, cos = rope.tables(self.grid, width // self.num_heads, self.rope_grid, self.rope_style)
       start = real - self.grid[0] * self.grid[1]
 
     def transform(query: jnp.ndarray, key: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
       if norms is not None:
         query, key = norms[0](query), norms[1](key)
       if self.rope:
-        query, key = (rope.apply(t, sin, cos, start) for t in (query, key))
+        query, key = (rope.apply(t, sin, cos, start, self.rope_style) for t in (query, key))
       return query, key
 
     return transform

@@ -153,6 +153,7 @@ class Encoder(nn.Module):
   mlp_norm: bool = False
   rope: bool = False
   rope_grid: Optional[tuple[int, int]] = None
+  rope_style: str = 'eva02'
   pre_norm: bool = False  # A LayerNorm `pre_norm` before the first block (CLIP's).
   block: str = 'standard'  # A key of BLOCKS.
 
@@ -187,6 +188,7 @@ class Encoder(nn.Module):
         mlp_norm=self.mlp_norm,
         rope=self.rope,
         rope_grid=self.rope_grid,
+        rope_style=self.rope_style,
         grid=grid,
         posemb=kind if kind == 'relative' or where == 'every_layer' else None,
     )

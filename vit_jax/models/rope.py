@@ -1,21 +1,35 @@
-"""2-D rotary position embeddings of the patches' queries and keys (`model.rope`): EVA-02's, timm's
-`RotaryEmbeddingCat` (rope_type 'cat', interleaved pairs, 'ij' grid, no offset).
+"""2-D rotary position embeddings of the patches' queries and keys (`model.rope`), in two styles
+(`model.rope_style`, the keys of STYLES).
 
-A head's channels form pairs (2i, 2i + 1), each rotated by the angle position x frequency: the first
-half of the pairs by the patch's row, the second half by its column, at the frequencies
-temperature^(-k / bands), k < bands = head_dim / 4. Only the patches' queries and keys turn; the
-tokens before them (class token, registers) and any padding after them do not. With `ref_grid`
-(timm's ref_feat_shape, EVA-02's pretraining grid) the positions of a grid of another size are
-rescaled to span the reference one, row index r of h becoming r / h * ref_h: fine-tuning at a new
-resolution needs no change of parameters.
+'eva02': EVA-02's, timm's `RotaryEmbeddingCat` (rope_type 'cat', interleaved pairs, 'ij' grid, no
+offset). A head's channels form pairs (2i, 2i + 1), each rotated by the angle position x frequency:
+the first half of the pairs by the patch's row, the second half by its column, at the frequencies
+temperature^(-k / bands), k < bands = head_dim / 4, temperature 10000. With `ref_grid` (timm's
+ref_feat_shape, EVA-02's pretraining grid) the positions of a grid of another size are rescaled to
+span the reference one, row index r of h becoming r / h * ref_h: fine-tuning at a new resolution
+needs no change of parameters.
+
+'dinov3': DINOv3's, timm's `RotaryEmbeddingDinoV3` (rope_type 'dinov3', rope_rotate_half, 'ij' grid,
+no offset, no coordinate augmentations). Row r of h sits at 2 (r + 0.5) / h - 1 in [-1, 1], the
+columns alike: the same span at any resolution, so no reference grid. The angles are
+2 pi position / period at the periods temperature^(2k / (head_dim / 2)), k < bands, temperature 100;
+channel i is paired with channel i + head_dim / 2 (the rotated halves), the first bands of each half
+turned by the row, the next ones by the column.
+
+Only the patches' queries and keys turn; the tokens before them (class token, registers) and any
+padding after them do not.
 """
 
-from typing import Optional
+import math
+from typing import Callable, NamedTuple, Optional
 
 import jax.numpy as jnp
 import numpy as np
 
-TEMPERATURE = 10_000.0
+TEMPERATURE = 10_000.0  # EVA-02's.
+DINOV3_TEMPERATURE = 100.0
+
+Tables = tuple[np.ndarray, np.ndarray]
 
 
 def check_head_dim(head_dim: int) -> None:
@@ -28,12 +42,11 @@ def check_head_dim(head_dim: int) -> None:
     )
 
 
-def tables(
-    grid: tuple[int, int], head_dim: int, ref_grid: Optional[tuple[int, int]] = None
-) -> tuple[np.ndarray, np.ndarray]:
-  """(sin, cos), each float32 [h * w, head_dim], the patches in row-major order, each frequency's value
-  repeated for both channels of its pair (timm's `build_rotary_pos_embed` with in_pixels=False)."""
-  check_head_dim(head_dim)
+def _eva02_tables(
+    grid: tuple[int, int], head_dim: int, ref_grid: Optional[tuple[int, int]]
+) -> Tables:
+  """timm's `build_rotary_pos_embed` with in_pixels=False: each frequency's value repeated for both
+  channels of its pair."""
   bands = head_dim // 4
   frequencies = 1.0 / TEMPERATURE ** (np.arange(bands, dtype=np.float32) / np.float32(bands))
   positions = [np.arange(n, dtype=np.float32) for n in grid]
@@ -45,17 +58,71 @@ def tables(
   return tuple(np.repeat(f(angles), 2, axis=-1).astype(np.float32) for f in (np.sin, np.cos))
 
 
+def _dinov3_tables(
+    grid: tuple[int, int], head_dim: int, ref_grid: Optional[tuple[int, int]]
+) -> Tables:
+  """timm's `RotaryEmbeddingDinoV3` in float32, in its order of operations: the 'half' layout, the
+  angles of the row then the column bands, twice."""
+  if ref_grid is not None:
+    raise ValueError("rope_style 'dinov3' spans [-1, 1] at any grid: it takes no ref_grid")
+  bands = head_dim // 4
+  exponents = np.float32(2.0) * np.arange(bands, dtype=np.float32) / np.float32(head_dim // 2)
+  periods = np.float32(DINOV3_TEMPERATURE) ** exponents
+  positions = [np.arange(0.5, n, dtype=np.float32) / np.float32(n) for n in grid]
+  rows, columns = np.meshgrid(*positions, indexing='ij')
+  coordinates = np.float32(2.0) * np.stack([rows, columns], axis=-1) - np.float32(1.0)  # [h, w, 2]
+  angles = np.float32(2 * math.pi) * coordinates[..., None] / periods  # [h, w, 2, bands]
+  angles = angles.reshape(grid[0] * grid[1], 2 * bands).astype(np.float32)
+  return tuple(
+      np.concatenate([f(angles)] * 2, axis=-1).astype(np.float32) for f in (np.sin, np.cos)
+  )
+
+
 def _rotate_pairs(x: jnp.ndarray) -> jnp.ndarray:
   """(x0, x1, x2, x3, ...) -> (-x1, x0, -x3, x2, ...) over the last axis."""
   pairs = x.reshape(x.shape[:-1] + (-1, 2))
   return jnp.stack([-pairs[..., 1], pairs[..., 0]], axis=-1).reshape(x.shape)
 
 
-def apply(x: jnp.ndarray, sin: np.ndarray, cos: np.ndarray, start: int) -> jnp.ndarray:
+def _rotate_half(x: jnp.ndarray) -> jnp.ndarray:
+  """(x1, x2), the halves of the last axis -> (-x2, x1)."""
+  first, second = jnp.split(x, 2, axis=-1)
+  return jnp.concatenate([-second, first], axis=-1)
+
+
+class Style(NamedTuple):
+  """A style's (sin, cos) tables of (grid, head_dim, ref_grid), and the turn of the channels that
+  the sines multiply."""
+
+  tables: Callable[[tuple[int, int], int, Optional[tuple[int, int]]], Tables]
+  rotate: Callable[[jnp.ndarray], jnp.ndarray]
+
+
+STYLES = {
+    'eva02': Style(_eva02_tables, _rotate_pairs),
+    'dinov3': Style(_dinov3_tables, _rotate_half),
+}
+
+
+def tables(
+    grid: tuple[int, int],
+    head_dim: int,
+    ref_grid: Optional[tuple[int, int]] = None,
+    style: str = 'eva02',
+) -> Tables:
+  """(sin, cos), each float32 [h * w, head_dim], the patches in row-major order; `ref_grid` is
+  'eva02''s only."""
+  check_head_dim(head_dim)
+  return STYLES[style].tables(grid, head_dim, ref_grid)
+
+
+def apply(
+    x: jnp.ndarray, sin: np.ndarray, cos: np.ndarray, start: int, style: str = 'eva02'
+) -> jnp.ndarray:
   """Queries or keys [b, tokens, heads, head_dim] with the patches' (tokens start .. start + h * w)
   rotated; computed in float32 and returned in x's dtype, as timm's `apply_rot_embed`."""
   end = start + sin.shape[0]
   patches = x[:, start:end].astype(jnp.float32)
   sin, cos = (jnp.asarray(t)[:, None, :] for t in (sin, cos))  # Broadcast over the heads.
-  rotated = (patches * cos + _rotate_pairs(patches) * sin).astype(x.dtype)
+  rotated = (patches * cos + STYLES[style].rotate(patches) * sin).astype(x.dtype)
   return jnp.concatenate([x[:, :start], rotated, x[:, end:]], axis=1)

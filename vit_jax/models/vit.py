@@ -67,10 +67,12 @@ class ViTBackbone(nn.Module):
   # (`mlp_norm`): block.MlpBlock's `gated` and `norm`, EVA-02's.
   mlp_gated: bool = False
   mlp_norm: bool = False
-  # 2-D rotary embeddings of the patches' queries and keys (rope.py, EVA-02's); `rope_grid`: the grid
-  # other grids' positions are rescaled to (timm's ref_feat_shape), None: each grid's own indices.
+  # 2-D rotary embeddings of the patches' queries and keys (rope.py), EVA-02's or DINOv3's
+  # (`rope_style`, a key of rope.STYLES); `rope_grid`: the grid other grids' positions are rescaled to
+  # (timm's ref_feat_shape, 'eva02' only), None: each grid's own indices.
   rope: bool = False
   rope_grid: Optional[tuple[int, int]] = None
+  rope_style: str = 'eva02'
   num_registers: int = 0  # Learned tokens `reg` after the class token, which no pooling reads.
   # DeiT's distillation token `dist` after the class token, read by its own head `head_dist`.
   distilled: bool = False
@@ -179,6 +181,7 @@ class ViTBackbone(nn.Module):
         mlp_norm=self.mlp_norm,
         rope=self.rope,
         rope_grid=None if self.rope_grid is None else tuple(self.rope_grid),
+        rope_style=self.rope_style,
         pre_norm=self.pre_norm,
         block=self.block,
         name='Transformer',

@@ -127,6 +127,7 @@ def vit_model_config(variant: str, overrides: Optional[Mapping[str, Any]] = None
       mlp_norm=False,
       rope=False,
       rope_grid=None,
+      rope_style='eva02',
       layernorm_epsilon=1e-6,
       num_registers=0,
       distilled=False,
@@ -274,6 +275,17 @@ def _check_fields(model: dict[str, Any]) -> None:
     raise ValueError(
         f'model.rope_grid={grid} must be the (rows, columns) of patches that rotary embeddings '
         "span (EVA-02's pretraining grid, e.g. (16, 16)), with model.rope=True; or unset"
+    )
+  style = model['rope_style']
+  if style not in rope.STYLES or (style != 'eva02' and not model['rope']):
+    raise ValueError(
+        f'model.rope_style={style!r} must be one of {", ".join(rope.STYLES)}, with '
+        'model.rope=True for any but eva02 (the default)'
+    )
+  if style == 'dinov3' and grid is not None:
+    raise ValueError(
+        f"model.rope_grid={grid} rescales positions, which model.rope_style='dinov3' normalises to "
+        '[-1, 1] at any grid: unset model.rope_grid'
     )
   if model['weight_init'] not in WEIGHT_INITS:
     raise ValueError(

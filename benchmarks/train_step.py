@@ -53,7 +53,7 @@ import ml_collections
 from vit_jax import defaults  # pylint: disable=wrong-import-position
 from vit_jax.planning.chips import vit_flops  # pylint: disable=wrong-import-position
 from vit_jax.train import setup as train_setup  # pylint: disable=wrong-import-position
-from vit_jax.models import attention, fp8, variants, vit_variants  # pylint: disable=wrong-import-position
+from vit_jax.models import attention, fp8, variants, vit_checks  # pylint: disable=wrong-import-position
 import step_harness  # pylint: disable=wrong-import-position
 import timm_peer  # pylint: disable=wrong-import-position
 
@@ -139,7 +139,7 @@ def make_parser() -> argparse.ArgumentParser:
   parser.add_argument('--mode', default='train', choices=('train', 'inference'))
   parser.add_argument('--attention', default='xla', choices=tuple(attention.ATTENTION_FNS))
   parser.add_argument('--matmul', default='default', choices=tuple(fp8.MATMULS))
-  parser.add_argument('--remat', default=None, choices=vit_variants.REMAT_POLICIES)
+  parser.add_argument('--remat', default=None, choices=vit_checks.REMAT_POLICIES)
   parser.add_argument('--scan', action='store_true')
   parser.add_argument('--peer', default=None, choices=('timm',))
   parser.add_argument(

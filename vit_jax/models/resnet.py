@@ -83,6 +83,9 @@ class ResNetStage(nn.Module):
     return x
 
 
+# The hybrid R50+ViT's stem: the units of ResNet-50's first three stages.
+R50_LAYERS = (3, 4, 9)
+
 # Tensor parallelism in a bottleneck unit (Megatron's pattern, as in the blocks' MLPs): the first 1x1
 # convolution's output channels and the 3x3 convolution's input channels are split over the mesh axis
 # `tensor`, so the norm and ReLU between them act on each device's channels and one all-reduce follows

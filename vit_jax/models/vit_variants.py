@@ -13,15 +13,9 @@ modules would take and fail on later.
 import re
 from typing import Any, Mapping, Optional
 
-from vit_jax.models import rope
-from vit_jax.models.attention import ATTENTION_FNS
-from vit_jax.models.block import MLP_ACTIVATIONS
-from vit_jax.models.fp8 import MATMULS
-from vit_jax.models.inits import WEIGHT_INITS
-from vit_jax.models.pooling import CLASSIFIERS
-from vit_jax.models.posemb import POSEMB_WHERE, POSEMBS
+from vit_jax.models import vit_checks
+from vit_jax.models import resnet
 from vit_jax.models.resnet import stem_stride
-from vit_jax.models.vit import has_class_token
 
 # name: (num_layers, hidden_size, mlp_dim, num_heads)
 SIZES = {
@@ -48,26 +42,14 @@ AXIAL = ('Axial-ViT-B_16', 'Axial-ViT-B_32')  # Appendix D.7's.
 _NAME = re.compile(
     r'^(?:(?P<hybrid>R50\+)|(?P<axial>Axial-))?ViT-(?P<size>[A-Za-z]+)_(?P<patch>[0-9]+)$'
 )
-R50_LAYERS = (3, 4, 9)
 # The ViT of config.init_from, a timm or transformers checkpoint: setup fills config.model's unset
 # fields with what the checkpoint fixes (run_dir.fill_from_checkpoint), so config.model has its sizes.
 FROM_CHECKPOINT = 'checkpoint'
 _SIZE_FIELDS = ('patch_size', 'hidden_size', 'num_layers', 'mlp_dim', 'num_heads')
+
+
 # model.classifier, model.posemb and model.posemb_where are the keys of pooling.CLASSIFIERS,
 # posemb.POSEMBS and posemb.POSEMB_WHERE.
-# Fast paths (encoder.py; the attention kernels are the keys of attention.ATTENTION_FNS). The remat
-# policies are the `jax.checkpoint_policies` that take no arguments, from saving nothing (recompute the
-# whole block) to saving everything (no recomputation).
-REMAT_POLICIES = (
-    'nothing_saveable',
-    'dots_saveable',
-    'dots_with_no_batch_dims_saveable',
-    'checkpoint_dots',
-    'checkpoint_dots_with_no_batch_dims',
-    'everything_saveable',
-)
-
-
 def input_stride(model: Mapping[str, Any]) -> int:
   """Pixels per patch of the input image for a model config: the image size must be a multiple of it.
 
@@ -134,7 +116,7 @@ def vit_model_config(variant: str, overrides: Optional[Mapping[str, Any]] = None
       pre_norm=False,
       weight_init='original',
       block='axial' if match['axial'] else 'standard',
-      resnet_layers=R50_LAYERS if match['hybrid'] else None,
+      resnet_layers=resnet.R50_LAYERS if match['hybrid'] else None,
       resnet_width_factor=1.0,
   )
   for key, value in (overrides or {}).items():
@@ -151,189 +133,5 @@ def vit_model_config(variant: str, overrides: Optional[Mapping[str, Any]] = None
           f'stride {stride}: use e.g. R50+ViT-{match["size"]}_{stride}'
       )
     model['patch_size'] = int(match['patch']) // stride
-  _check_fields(model)
-  if model['block'] == 'axial':
-    _check_axial(model)
-  if model['hidden_size'] % model['num_heads']:
-    raise ValueError(
-        f"hidden_size={model['hidden_size']} is not divisible by num_heads={model['num_heads']}: "
-        'change --config.model.num_heads or --config.model.hidden_size'
-    )
-  if model['attention'] not in ATTENTION_FNS:
-    raise ValueError(
-        f"Unknown model.attention {model['attention']!r}: use one of " f"{', '.join(ATTENTION_FNS)}"
-    )
-  if model['matmul'] not in MATMULS:
-    raise ValueError(f"Unknown model.matmul {model['matmul']!r}: use one of {', '.join(MATMULS)}")
-  if model['attention'] == 'dot_product_attention' and model['attention_dropout_rate']:
-    raise ValueError(
-        "model.attention='dot_product_attention' has no dropout on the attention weights: "
-        'set --config.model.attention_dropout_rate=0 or --config.model.attention=xla'
-    )
-  if model['remat'] is not None and model['remat'] not in REMAT_POLICIES:
-    raise ValueError(
-        f"Unknown model.remat policy {model['remat']!r}: use one of "
-        f"{', '.join(REMAT_POLICIES)} (or leave it unset for no rematerialisation)"
-    )
+  vit_checks.check(model)
   return model
-
-
-def _check_axial(model: dict[str, Any]) -> None:
-  """What an Axial-ViT's row and column blocks cannot take: tokens outside the grid, options that act
-  per block or per sequence (a row would be a sample of stochastic depth), the scanned layout."""
-  refused = {
-      'classifier': (
-          model['classifier'] == 'token',
-          'gap (or map): a class token is in no row or column',
-      ),
-      'class_token': (
-          has_class_token(model['classifier'], model['class_token']),
-          'False: a class token is in no row or column',
-      ),
-      'posemb_where': (model['posemb_where'] != 'input', 'input'),
-      'posemb': (model['posemb'] == 'relative', 'learn (or learn2d, sincos2d, none)'),
-      'drop_path_rate': (
-          model['drop_path_rate'] > 0,
-          '0: stochastic depth would drop rows, not images',
-      ),
-      'scan': (model['scan'], 'False: the scanned layout holds standard blocks'),
-      'num_registers': (model['num_registers'] > 0, '0: register tokens are in no row or column'),
-      'rope': (model['rope'], 'False: its positions are those of the whole grid'),
-  }
-  for field, (bad, fix) in refused.items():
-    if bad:
-      raise ValueError(
-          f'Axial-ViT does not take model.{field}={model[field]!r}: set '
-          f'--config.model.{field}={fix}'
-      )
-
-
-def _check_fields(model: dict[str, Any]) -> None:
-  """One-line errors for values the modules would take and fail on (or silently misuse) later."""
-  for name in ('patch_size', 'hidden_size', 'num_layers', 'mlp_dim', 'num_heads'):
-    if not isinstance(model[name], int) or model[name] < 1:
-      raise ValueError(
-          f'model.{name}={model[name]} must be a positive integer: fix --config.model.{name}'
-      )
-  if not isinstance(model['num_registers'], int) or model['num_registers'] < 0:
-    raise ValueError(
-        f"model.num_registers={model['num_registers']} must be a whole number of tokens, e.g. 4 "
-        '(0: none)'
-    )
-  if model['representation_size'] is not None and model['representation_size'] < 1:
-    raise ValueError(
-        f"model.representation_size={model['representation_size']} must be a positive "
-        'width (or unset for no pre-logits layer)'
-    )
-  for name in ('dropout_rate', 'attention_dropout_rate', 'head_dropout_rate', 'drop_path_rate'):
-    if not 0.0 <= model[name] < 1.0:
-      raise ValueError(f'model.{name}={model[name]} must be in [0, 1), e.g. 0.1')
-  if model['classifier'] not in CLASSIFIERS:
-    raise ValueError(
-        f"Unknown model.classifier {model['classifier']!r}: use one of " f"{', '.join(CLASSIFIERS)}"
-    )
-  # LayerNorm acts per token, so after taking the class token it is the encoder norm renamed.
-  if model['classifier'] == 'token' and model['class_token'] is False:
-    raise ValueError(
-        "model.classifier='token' pools the class token, and model.class_token=False has none: "
-        'set --config.model.class_token=True, or classifier=gap (or map)'
-    )
-  if model['fc_norm'] and model['classifier'] == 'token':
-    raise ValueError(
-        "model.fc_norm=True changes nothing with model.classifier='token' but the "
-        'parameter names: set --config.model.classifier=gap (or map), or fc_norm=False'
-    )
-  if model['mlp_activation'] not in MLP_ACTIVATIONS:
-    raise ValueError(
-        f"Unknown model.mlp_activation {model['mlp_activation']!r}: use one of "
-        f"{', '.join(MLP_ACTIVATIONS)} (gelu: timm's and Hugging Face's exact GELU)"
-    )
-  if model['distilled'] and (
-      model['classifier'] != 'token' or model['fc_norm'] or model['representation_size']
-  ):
-    raise ValueError(
-        "model.distilled=True (DeiT's distillation token and head) takes the class token's "
-        'classifier without fc_norm or a pre-logits layer: set --config.model.classifier=token, '
-        'fc_norm=False and representation_size=None, or distilled=False'
-    )
-  if model['layer_scale'] is not None and not model['layer_scale'] > 0:
-    raise ValueError(
-        f"model.layer_scale={model['layer_scale']} must be a positive initial scale, e.g. 1e-5 "
-        '(or unset for no layer scale)'
-    )
-  if not 0 < model['layernorm_epsilon'] < 1:
-    raise ValueError(
-        f"model.layernorm_epsilon={model['layernorm_epsilon']} must be in (0, 1), e.g. 1e-6 "
-        "(the original checkpoints' and timm's) or 1e-12 (Hugging Face's ViT)"
-    )
-  if model['rope']:
-    rope.check_head_dim(model['hidden_size'] // model['num_heads'])
-  grid = model['rope_grid']
-  if grid is not None and not (
-      model['rope'] and len(grid) == 2 and all(isinstance(n, int) and n > 0 for n in grid)
-  ):
-    raise ValueError(
-        f'model.rope_grid={grid} must be the (rows, columns) of patches that rotary embeddings '
-        "span (EVA-02's pretraining grid, e.g. (16, 16)), with model.rope=True; or unset"
-    )
-  style = model['rope_style']
-  if style not in rope.STYLES or (style != 'eva02' and not model['rope']):
-    raise ValueError(
-        f'model.rope_style={style!r} must be one of {", ".join(rope.STYLES)}, with '
-        'model.rope=True for any but eva02 (the default)'
-    )
-  if style == 'dinov3' and grid is not None:
-    raise ValueError(
-        f"model.rope_grid={grid} rescales positions, which model.rope_style='dinov3' normalises to "
-        '[-1, 1] at any grid: unset model.rope_grid'
-    )
-  if model['weight_init'] not in WEIGHT_INITS:
-    raise ValueError(
-        f"Unknown model.weight_init {model['weight_init']!r}: use one of "
-        f"{', '.join(WEIGHT_INITS)} (timm: timm's VisionTransformer initialisation)"
-    )
-  if model['weight_init'] != 'original' and model['resnet_layers'] is not None:
-    raise ValueError(
-        f"model.weight_init='{model['weight_init']}' re-draws a pure ViT; a hybrid's "
-        'ResNet stem has no such scheme: set --config.model.weight_init=original'
-    )
-  if model['posemb'] not in POSEMBS:
-    raise ValueError(f"Unknown model.posemb {model['posemb']!r}: use one of {', '.join(POSEMBS)}")
-  if model['posemb'] == 'sincos2d' and (model['hidden_size'] % 4 or model['hidden_size'] < 8):
-    raise ValueError(
-        f"model.hidden_size={model['hidden_size']} must be a multiple of 4 (at least 8) "
-        "for model.posemb='sincos2d': change it or set --config.model.posemb=learn"
-    )
-  if model['posemb'] == 'learn2d' and model['hidden_size'] % 2:
-    raise ValueError(
-        f"model.hidden_size={model['hidden_size']} must be even for model.posemb='learn2d' "
-        '(X and Y halves): change it or set --config.model.posemb=learn'
-    )
-  if model['posemb_where'] not in POSEMB_WHERE:
-    raise ValueError(
-        f"Unknown model.posemb_where {model['posemb_where']!r}: use one of "
-        f"{', '.join(POSEMB_WHERE)}"
-    )
-  kinds = POSEMB_WHERE[model['posemb_where']]
-  if model['posemb'] not in kinds:
-    raise ValueError(
-        f"model.posemb='{model['posemb']}' does not enter at model.posemb_where="
-        f"'{model['posemb_where']}' (only {', '.join(kinds)} do; relative ones enter every "
-        "block's attention): set --config.model.posemb_where=input"
-    )
-  if model['posemb'] == 'relative' and model['attention'] != 'xla':
-    raise ValueError(
-        "model.posemb='relative' adds a learned bias to the attention logits, which "
-        f"model.attention='{model['attention']}' does not train: "
-        'set --config.model.attention=xla'
-    )
-  layers = model['resnet_layers']
-  if layers is not None and (not layers or min(layers) < 1):
-    raise ValueError(
-        f'model.resnet_layers={layers} must be positive numbers of units per stage, e.g. '
-        f'{R50_LAYERS} (or unset for a pure ViT)'
-    )
-  if not model['resnet_width_factor'] > 0:
-    raise ValueError(
-        f"model.resnet_width_factor={model['resnet_width_factor']} must be positive, e.g. 1"
-    )

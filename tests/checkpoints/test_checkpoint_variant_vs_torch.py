@@ -22,7 +22,7 @@ from torch_references import (
     timm_saved,
     torch_outputs,
 )
-from vit_jax.checkpoints import state_dicts, timm_export
+from vit_jax.checkpoints import state_dicts, timm_export_tensors
 from vit_jax.tasks import classification
 from vit_jax.train import setup
 
@@ -272,7 +272,7 @@ def test_timms_qk_norm_vit_loads_with_equal_logits_and_exports_back(tmp_path):
   inputs = _images(3)
   expected = torch_outputs(reference, timm_input(reference, inputs)).numpy()
   np.testing.assert_allclose(_logits(run, inputs), expected, atol=1e-4)
-  exported = timm_export.to_state_dict(run.init_params)
+  exported = timm_export_tensors.to_state_dict(run.init_params)
   assert_exported_tensors(exported, reference, folded=('patch_embed.',))
   rebuilt = _rebuilt_by_timm(run, tmp_path / 'export')
   np.testing.assert_allclose(torch_outputs(rebuilt, inputs).numpy(), expected, atol=1e-4)
@@ -306,7 +306,7 @@ def test_timms_deit_distilled_and_deit3_load_with_equal_logits_and_export_back(
   inputs = _images(3)
   expected = torch_outputs(reference, timm_input(reference, inputs)).numpy()
   np.testing.assert_allclose(_logits(run, inputs), expected, atol=1e-4)
-  exported = timm_export.to_state_dict(run.init_params)
+  exported = timm_export_tensors.to_state_dict(run.init_params)
   if not distilled:  # DeiT III gives the class token no position embedding; ours is a zero one.
     np.testing.assert_array_equal(exported['pos_embed'][:, :1], 0)
     exported['pos_embed'] = exported['pos_embed'][:, 1:]

@@ -39,7 +39,7 @@ from torch_references import (
     torch_outputs,
 )
 from vit_jax.checkpoints import run_dir
-from vit_jax.checkpoints import timm_export
+from vit_jax.checkpoints import timm_export, timm_export_tensors
 from vit_jax.checkpoints import torch_files
 from vit_jax.models import variants
 from vit_jax.tasks import classification
@@ -117,7 +117,7 @@ def test_timms_dinov2_loads_with_equal_logits_and_exports_back(tmp_path):
       torch_outputs(reference, timm_input(reference, images)).numpy(),
       atol=1e-4,
   )
-  exported = timm_export.to_state_dict(params)
+  exported = timm_export_tensors.to_state_dict(params)
   assert_exported_tensors(exported, reference, folded=('patch_embed.',))
 
 
@@ -177,7 +177,7 @@ def test_timms_siglip_loads_with_equal_logits_and_exports_back(tmp_path):
       'demo', {**MODEL, **overrides, 'init_from': str(tmp_path / 'siglip'), 'keep_head': True}
   )
   model = classification.make_model(config, helpers.model_config(config), NUM_CLASSES)
-  exported = timm_export.to_state_dict(run_dir.load_init_params(config, model))
+  exported = timm_export_tensors.to_state_dict(run_dir.load_init_params(config, model))
   assert_exported_tensors(exported, reference)
 
 
@@ -207,7 +207,7 @@ def test_timms_clip_loads_with_equal_logits_and_exports_for_timm(tmp_path, name,
   # CLIP's normalisation is folded into the patch kernel and, without a patch bias, the position
   # embeddings.
   assert_exported_tensors(
-      timm_export.to_state_dict(params), reference, folded=('patch_embed.', 'pos_embed')
+      timm_export_tensors.to_state_dict(params), reference, folded=('patch_embed.', 'pos_embed')
   )
   rebuilt = timm_rebuilt(
       params, model_config, IMAGE_SIZE, config.pp_eval.to_dict(), tmp_path / 'export'
@@ -412,7 +412,7 @@ def test_what_timm_cannot_hold_is_said_and_not_written(overrides, message):
   config = helpers.load_config('demo', {**MODEL, **overrides})
   model = classification.make_model(config, helpers.model_config(config), NUM_CLASSES)
   with pytest.raises(ValueError, match=message):
-    timm_export.to_state_dict(helpers.random_params(model, IMAGE_SIZE))
+    timm_export_tensors.to_state_dict(helpers.random_params(model, IMAGE_SIZE))
 
 
 @pytest.mark.parametrize(

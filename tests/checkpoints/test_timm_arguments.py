@@ -6,7 +6,7 @@ comparisons with timm's own models are test_timm_architectures_vs_torch.py's."""
 import pytest
 
 import helpers
-from vit_jax.checkpoints import timm_export, timm_layout
+from vit_jax.checkpoints import timm_export_tensors, timm_layout
 from vit_jax.models import VisionTransformer
 
 PATH = 'ck'
@@ -16,7 +16,7 @@ def _state_dict(**fields):
   model = VisionTransformer(
       **{**helpers.model_config(helpers.load_config('demo')), 'num_classes': 10, **fields}
   )
-  return timm_export.to_state_dict(helpers.random_params(model, 8))
+  return timm_export_tensors.to_state_dict(helpers.random_params(model, 8))
 
 
 def _fields(config, **model_fields):

@@ -1,0 +1,140 @@
+"""Our parameter tree as a timm state dict (`to_state_dict`), timm_layout.py's naming reversed: timm's
+`VisionTransformer`'s, or with `eva` its `Eva`'s (EVA-02's class, for rotary embeddings and gated
+MLPs), with a one-line error for what that class cannot hold. The config.json with which timm builds
+the model is timm_export.py's.
+"""
+
+from typing import Any
+
+import numpy as np
+from flax import traverse_util
+
+from vit_jax.checkpoints import timm_layout, torch_names
+from vit_jax.checkpoints.torch_files import StateDict
+
+
+def to_state_dict(params: Any, eva: bool = False) -> StateDict:
+  """A timm `VisionTransformer` state dict (`eva`: an `Eva`'s, timm's class for rotary embeddings and
+  gated MLPs) of a tree in our layout (float32 numpy arrays); raises a one-line ValueError for what
+  that class cannot hold."""
+  flat = {
+      k: np.asarray(v, np.float32) for k, v in traverse_util.flatten_dict(params, sep='/').items()
+  }
+  for prefix, what in (
+      ('pre_logits/', 'pre-logits layer (model.representation_size)'),
+      ('conv_root/', 'ResNet stem (the R50 hybrid)'),
+  ):
+    if any(k.startswith(prefix) for k in flat):
+      raise ValueError(f"timm's VisionTransformer has no {what}")
+  if any(k.startswith('Transformer/encoderblock_0/row/') for k in flat):
+    raise ValueError("timm's VisionTransformer has no axial blocks (Axial-ViT)")
+  if 'Transformer/posembed_input/pos_embedding' not in flat and not eva:
+    raise ValueError(
+        "timm's VisionTransformer has no fixed sincos2d position embeddings, nor 2-D, "
+        'relative or none (model.posemb): only learned 1-D ones'
+    )
+  d = flat['embedding/kernel'].shape[-1]
+  out = {'patch_embed.proj.weight': flat.pop('embedding/kernel').transpose(3, 2, 0, 1)}
+  for ours, theirs in (
+      ('Transformer/posembed_input/pos_embedding', 'pos_embed'),
+      ('embedding/bias', 'patch_embed.proj.bias'),
+      ('Transformer/pre_norm/scale', 'norm_pre.weight'),
+      ('Transformer/pre_norm/bias', 'norm_pre.bias'),
+      ('cls', 'cls_token'),
+      ('dist', 'dist_token'),
+      ('reg', 'reg_token'),
+  ):
+    if ours in flat:
+      out[theirs] = flat.pop(ours)
+  i = 0
+  while f'{torch_names.BLOCK.format(i)}/LayerNorm_0/scale' in flat:
+    t, ours = f'blocks.{i}.', torch_names.BLOCK.format(i)
+    weights = torch_names.attention_out(flat, torch_names.ATTENTION.format(i), d)
+    out.update(_query_key_value_out(weights, t, eva))
+    out[f'{t}attn.proj.weight'], out[f'{t}attn.proj.bias'] = (
+        weights['out.weight'],
+        weights['out.bias'],
+    )
+    for theirs, our_norm in (('norm1', 'LayerNorm_0'), ('norm2', 'LayerNorm_2')):
+      out[f'{t}{theirs}.weight'] = flat.pop(f'{ours}/{our_norm}/scale')
+      out[f'{t}{theirs}.bias'] = flat.pop(f'{ours}/{our_norm}/bias')
+    out.update(_mlp_out(flat, t, f'{ours}/MlpBlock_3/', eva))
+    for scale, eva_scale in (('ls1', 'gamma_1'), ('ls2', 'gamma_2')):
+      if f'{ours}/{scale}' in flat:
+        out[f'{t}{eva_scale}' if eva else f'{t}{scale}.gamma'] = flat.pop(f'{ours}/{scale}')
+    for norm in ('q_norm', 'k_norm'):
+      if f'{ours}/{norm}/scale' in flat:
+        out[f'{t}attn.{norm}.weight'] = flat.pop(f'{ours}/{norm}/scale')
+        out[f'{t}attn.{norm}.bias'] = flat.pop(f'{ours}/{norm}/bias')
+    i += 1
+  if f'{timm_layout.MAP_HEAD}/probe' in flat:
+    out.update(_map_head_out(flat, d))
+  for norm, theirs in (('Transformer/encoder_norm', 'norm'), ('fc_norm', 'fc_norm')):
+    if f'{norm}/bias' in flat:
+      out[f'{theirs}.weight'] = flat.pop(f'{norm}/scale')
+      out[f'{theirs}.bias'] = flat.pop(f'{norm}/bias')
+  for head in ('head', 'head_dist'):
+    if f'{head}/bias' in flat:
+      out[f'{head}.weight'] = flat.pop(f'{head}/kernel').T
+      out[f'{head}.bias'] = flat.pop(f'{head}/bias')
+  if flat:
+    raise ValueError(
+        f"timm's {'Eva' if eva else 'VisionTransformer'} has no counterpart of {sorted(flat)[0]!r}"
+    )
+  return {k: np.ascontiguousarray(v) for k, v in out.items()}
+
+
+def _query_key_value_out(weights: StateDict, t: str, eva: bool) -> StateDict:
+  """Block `t`'s fused `attn.qkv` of `{q,k,v}.{weight,bias}`: with its bias (a zero key bias where
+  ours has none, which computes the same), or Eva's `q_bias` and `v_bias` (whose key bias is a zero
+  buffer; timm_export.py's `_eva_args` refuses a model whose key bias it would lose)."""
+  out = {f'{t}attn.qkv.weight': np.concatenate([weights[f'{n}.weight'] for n in 'qkv'])}
+  if eva:
+    out[f'{t}attn.q_bias'], out[f'{t}attn.v_bias'] = weights['q.bias'], weights['v.bias']
+    return out
+  key_bias = weights.get('k.bias', np.zeros_like(weights['q.bias']))
+  out[f'{t}attn.qkv.bias'] = np.concatenate([weights['q.bias'], key_bias, weights['v.bias']])
+  return out
+
+
+def _mlp_out(flat: dict[str, np.ndarray], t: str, mlp: str, eva: bool) -> StateDict:
+  """Block `t`'s `mlp.*` of our MLP `mlp`, taken out of `flat`: `fc1`, `fc2`; a gated one's `fc1_g`
+  and `fc1_x` with its norm (Eva's SwiGLU, scale_mlp), else its fc1 packed (Eva's GluMlp)."""
+  take = lambda name: flat.pop(mlp + name)
+  out = {f'{t}mlp.fc2.weight': take('Dense_1/kernel').T, f'{t}mlp.fc2.bias': take('Dense_1/bias')}
+  gate = take('Dense_0/kernel').T, take('Dense_0/bias')
+  norm = (take('norm/scale'), take('norm/bias')) if f'{mlp}norm/scale' in flat else None
+  if f'{mlp}Dense_linear/kernel' not in flat:
+    out[f'{t}mlp.fc1.weight'], out[f'{t}mlp.fc1.bias'] = gate
+  else:
+    if not eva:
+      raise ValueError("timm's VisionTransformer has no gated MLP (model.mlp_gated): Eva has")
+    linear = take('Dense_linear/kernel').T, take('Dense_linear/bias')
+    if norm is not None:
+      out[f'{t}mlp.fc1_g.weight'], out[f'{t}mlp.fc1_g.bias'] = gate
+      out[f'{t}mlp.fc1_x.weight'], out[f'{t}mlp.fc1_x.bias'] = linear
+    else:
+      out[f'{t}mlp.fc1.weight'] = np.concatenate([gate[0], linear[0]])
+      out[f'{t}mlp.fc1.bias'] = np.concatenate([gate[1], linear[1]])
+  if norm is not None:
+    out[f'{t}mlp.norm.weight'], out[f'{t}mlp.norm.bias'] = norm
+  return out
+
+
+def _map_head_out(flat: dict[str, np.ndarray], d: int) -> StateDict:
+  """timm's `attn_pool.*` (AttentionPoolLatent) of our `MAPHead_0`, taken out of `flat`."""
+  take = lambda name: flat.pop(f'{timm_layout.MAP_HEAD}/{name}')
+  weights = torch_names.attention_out(
+      flat, f'{timm_layout.MAP_HEAD}/MultiHeadDotProductAttention_0', d
+  )
+  out = {'attn_pool.latent': take('probe')}
+  for kind in ('weight', 'bias'):
+    out[f'attn_pool.q.{kind}'] = weights[f'q.{kind}']
+    out[f'attn_pool.kv.{kind}'] = np.concatenate([weights[f'k.{kind}'], weights[f'v.{kind}']])
+    out[f'attn_pool.proj.{kind}'] = weights[f'out.{kind}']
+  out['attn_pool.norm.weight'] = take('LayerNorm_0/scale')
+  out['attn_pool.norm.bias'] = take('LayerNorm_0/bias')
+  for theirs, dense in (('fc1', 'Dense_0'), ('fc2', 'Dense_1')):
+    out[f'attn_pool.mlp.{theirs}.weight'] = take(f'MlpBlock_0/{dense}/kernel').T
+    out[f'attn_pool.mlp.{theirs}.bias'] = take(f'MlpBlock_0/{dense}/bias')
+  return out

@@ -6,16 +6,16 @@ MLP; transformers' separate query / key / value projections are ours; DINOv2's l
 (`layer_scale1/2.lambda1`) is our `ls1` / `ls2`.
 
 - `ViTModel` / `ViTForImageClassification`: its `pooler` is our pre-logits layer (Dense + tanh), its
-  `classifier` our head.
-- `DeiTModel`, `DeiTForImageClassificationWithTeacher` (the hub's facebook/deit-*-distilled-*):
-  ViT's, with a distillation token after the class token (model.distilled); its `cls_classifier` is
-  our head, `distillation_classifier` our `head_dist`, and as ours its logits are their mean.
+  `classifier` our head. `DeiTModel`, `DeiTForImageClassificationWithTeacher` (the hub's
+  facebook/deit-*-distilled-*) are ViT's names with a distillation token after the class token
+  (model.distilled): its `cls_classifier` is our head, `distillation_classifier` our `head_dist`,
+  and as ours its logits are their mean.
 - `Dinov2Model`, `Dinov2WithRegistersModel`: the registers (`register_tokens`) follow the class
   token, with no position embedding of their own in transformers: ours adds them zeros.
 - `SiglipVisionModel`, `Siglip2VisionModel` (whose patch embedding is a Linear over flattened
   patches, our kernel reshaped, and whose position embeddings are a square grid it resizes to each
-  image's, as ours are resized once to the run's): no class token; its attention-pooling `head` is our MAP head (big_vision's);
-  without it (vision_use_head=False) the model is our GAP of the `post_layernorm`'d tokens (transformers'
+  image's, as ours are resized once to the run's): no class token; its attention-pooling `head` is
+  our MAP head (big_vision's); without it (vision_use_head=False) the model is our GAP of the `post_layernorm`'d tokens (transformers'
   SiglipForImageClassification pools so; its SiglipVisionModel has no pooler_output then).
 - `CLIPVisionModel`: a LayerNorm `pre_layrnorm` (sic) before the blocks and no patch bias: our
   model.pre_norm. transformers applies `post_layernorm` to the class token alone: a LayerNorm acts
@@ -35,7 +35,7 @@ from vit_jax.checkpoints import torch_names
 from vit_jax.checkpoints import transformers_parts as parts
 from vit_jax.checkpoints.torch_files import StateDict
 
-# ViTModel, ViTForImageClassification.
+# ViTModel, ViTForImageClassification; DeiTModel, DeiTForImageClassificationWithTeacher.
 
 _VIT_PATCHES = 'embeddings.patch_embeddings.projection'
 _VIT_BLOCKS = parts.Blocks(
@@ -51,16 +51,30 @@ _VIT_BLOCKS = parts.Blocks(
 )
 
 
+_DISTILLATION_TOKEN = 'embeddings.distillation_token'
+# ViT's pooler and classifier; DeiT's class token and distillation token classifiers.
+_VIT_HEADS = (
+    ('pooler.dense', 'pre_logits'),
+    ('classifier', 'head'),
+    ('cls_classifier', 'head'),
+    ('distillation_classifier', 'head_dist'),
+)
+
+
 def _vit_tree(r: torch_names.Reader, state_dict: StateDict, num_heads: int, source: str):
   del source
-  tree = {
-      **parts.patches(r, _VIT_PATCHES),
-      'cls': r.take('embeddings.cls_token'),
-      parts.POSEMB: r.take('embeddings.position_embeddings'),
-      **_VIT_BLOCKS.tree(r, state_dict, num_heads),
-      **parts.norm(r, 'layernorm', parts.ENCODER_NORM),
-  }
-  for theirs, ours in (('pooler.dense', 'pre_logits'), ('classifier', 'head')):
+  tree = {**parts.patches(r, _VIT_PATCHES), 'cls': r.take('embeddings.cls_token')}
+  if r.has(_DISTILLATION_TOKEN):
+    tree['dist'] = r.take(_DISTILLATION_TOKEN)
+  tree.update(
+      {
+          # The class token's, DeiT's distillation token's, then the patches': timm's and ours.
+          parts.POSEMB: r.take('embeddings.position_embeddings'),
+          **_VIT_BLOCKS.tree(r, state_dict, num_heads),
+          **parts.norm(r, 'layernorm', parts.ENCODER_NORM),
+      }
+  )
+  for theirs, ours in _VIT_HEADS:
     if r.has(f'{theirs}.weight'):
       tree.update(parts.dense(r, theirs, ours))
   return tree
@@ -72,35 +86,11 @@ def _vit_fields(state_dict: StateDict, config: Mapping[str, Any], path: str) -> 
       **parts.sizes(state_dict, _VIT_PATCHES, _VIT_BLOCKS),
       'classifier': 'token',
       'class_token': True,
+      'distilled': _DISTILLATION_TOKEN in state_dict,
       'pre_norm': False,
       'num_registers': 0,
       'layer_scale': None,
   }
-
-
-# DeiTModel, DeiTForImageClassificationWithTeacher.
-
-
-def _deit_tree(r: torch_names.Reader, state_dict: StateDict, num_heads: int, source: str):
-  del source
-  tree = {
-      **parts.patches(r, _VIT_PATCHES),
-      'cls': r.take('embeddings.cls_token'),
-      'dist': r.take('embeddings.distillation_token'),
-      # The class token's, the distillation token's, then the patches': timm's and ours.
-      parts.POSEMB: r.take('embeddings.position_embeddings'),
-      **_VIT_BLOCKS.tree(r, state_dict, num_heads),
-      **parts.norm(r, 'layernorm', parts.ENCODER_NORM),
-  }
-  heads = (('pooler.dense', 'pre_logits'), ('cls_classifier', 'head'))
-  for theirs, ours in heads + (('distillation_classifier', 'head_dist'),):
-    if r.has(f'{theirs}.weight'):
-      tree.update(parts.dense(r, theirs, ours))
-  return tree
-
-
-def _deit_fields(state_dict: StateDict, config: Mapping[str, Any], path: str) -> dict[str, Any]:
-  return {**_vit_fields(state_dict, config, path), 'distilled': True}
 
 
 # Dinov2Model, Dinov2WithRegistersModel.
@@ -245,8 +235,8 @@ def _clip_fields(state_dict: StateDict, config: Mapping[str, Any], path: str) ->
   }
 
 
-# In the order they are told apart: DINOv2's names are ViT's but for its blocks', DeiT's but for
-# the distillation token, CLIP's SigLIP's but for the class token.
+# In the order they are told apart: DINOv2's names are ViT's but for its blocks', CLIP's SigLIP's
+# but for the class token.
 FAMILIES = (
     parts.Family(
         lambda names: 'encoder.layer.0.layer_scale1.lambda1' in names,
@@ -254,13 +244,6 @@ FAMILIES = (
         _dinov2_fields,
         hidden_act='gelu',
         layer_norm_eps=1e-6,
-    ),
-    parts.Family(
-        lambda names: 'embeddings.distillation_token' in names,
-        _deit_tree,
-        _deit_fields,
-        hidden_act='gelu',
-        layer_norm_eps=1e-12,
     ),
     parts.Family(
         lambda names: f'{_VIT_PATCHES}.weight' in names,

@@ -48,7 +48,7 @@ def architecture(state_dict: StateDict, config: Mapping[str, Any], path: str) ->
   family = _family(state_dict, path)
   config = config.get('vision_config', config)  # A whole SigLIP's or CLIP's: its image tower's.
   fields = {
-      'distilled': False,  # But DeiT's.
+      'distilled': False,  # But a DeiT's (the ViT family reads its distillation token).
       **family.fields(state_dict, config, path),
       'posemb': 'learn',
       'posemb_where': 'input',

@@ -80,13 +80,13 @@ _MAPPED = {
         'rope_temperature',
     ),
 }
-# timm's (rope_type, rope_rotate_half, rope_temperature) of each model.rope_style (rope.py); any other
-# combination is refused.
-_ROPE_STYLES = {
-    ('cat', False, rope.TEMPERATURE): 'eva02',
-    ('dinov3', True, rope.DINOV3_TEMPERATURE): 'dinov3',
+# timm's (rope_type, rope_rotate_half, rope_temperature) of each model.rope_style (rope.py), read here
+# and written by timm_export.py; any other combination is refused.
+ROPE_ARGS = ('rope_type', 'rope_rotate_half', 'rope_temperature')
+ROPE_STYLES = {
+    'eva02': ('cat', False, rope.TEMPERATURE),
+    'dinov3': ('dinov3', True, rope.DINOV3_TEMPERATURE),
 }
-_ROPE_ARGS = ('rope_type', 'rope_rotate_half', 'rope_temperature')
 # The values vit_jax computes of the other arguments of each class. The rotary embeddings of either
 # style are on an 'ij' grid from 0, without coordinate augmentations.
 _COMPUTED = {
@@ -169,20 +169,20 @@ def _same(value: Any, accepted: Any) -> bool:
 def _rope_style(args: Arguments) -> Optional[str]:
   """The model.rope_style of an Eva's rope arguments, None for a combination vit_jax does not
   compute."""
-  given = tuple(args.get(arg) for arg in _ROPE_ARGS)
-  for accepted, style in _ROPE_STYLES.items():
+  given = tuple(args.get(arg) for arg in ROPE_ARGS)
+  for style, accepted in ROPE_STYLES.items():
     if all(_same(value, a) for value, a in zip(given, accepted)):
       return style
   return None
 
 
 def _rope_args(values: tuple[Any, ...]) -> str:
-  return ', '.join(f'{arg}={value!r}' for arg, value in zip(_ROPE_ARGS, values))
+  return ', '.join(f'{arg}={value!r}' for arg, value in zip(ROPE_ARGS, values))
 
 
 def check(args: Arguments, path: str) -> None:
   """A one-line ValueError for an argument that changes the function to one vit_jax does not
-  compute: a value `_COMPUTED` does not list, rotary embeddings of no `_ROPE_STYLES` style, or an
+  compute: a value `_COMPUTED` does not list, rotary embeddings of no `ROPE_STYLES` style, or an
   argument this module does not know that is not at its default (a newer timm's)."""
   known = set(_SHOWN_OR_INERT[args.cls]) | set(_MAPPED[args.cls]) | set(_COMPUTED[args.cls])
   for arg, value in sorted(args.args.items()):
@@ -199,11 +199,12 @@ def check(args: Arguments, path: str) -> None:
           f'read (its table is of timm {timm_version()}): fine-tune it in timm, or pick another '
           'checkpoint'
       )
+  _check_mlp_layer(args, path)
   if args.cls == 'eva' and _rope_style(args) is None:
-    computed = ' or '.join(f'{_rope_args(a)} ({s})' for a, s in _ROPE_STYLES.items())
+    computed = ' or '.join(f'{_rope_args(a)} ({s})' for s, a in ROPE_STYLES.items())
     raise ValueError(
         f'{path}: {args.describe()} is created with '
-        f"{_rope_args(tuple(args.get(arg) for arg in _ROPE_ARGS))}, which vit_jax's ViT does not "
+        f"{_rope_args(tuple(args.get(arg) for arg in ROPE_ARGS))}, which vit_jax's ViT does not "
         f'compute (its model.rope_style computes {computed}); fine-tune it in timm, or pick '
         'another checkpoint'
     )
@@ -216,12 +217,7 @@ def activation(args: Arguments, gated: bool, path: str) -> Optional[str]:
   if not args.has('act_layer'):
     return None
   named = args.get('act_layer') or 'GELU'  # VisionTransformer's default, nn.GELU.
-  if named not in _ACTIVATIONS:
-    raise ValueError(
-        f"{path}: {args.describe()}'s MLP uses the activation {named!r}, which vit_jax's ViT has "
-        f"not (model.mlp_activation: {', '.join(sorted(set(_ACTIVATIONS.values())))})"
-    )
-  return _ACTIVATIONS[named]
+  return torch_names.activation(named, path, _ACTIVATIONS, args.describe())
 
 
 def layernorm_epsilon(args: Arguments, path: str) -> Optional[float]:
@@ -268,7 +264,7 @@ def pooling(args: Arguments, config: Mapping[str, Any], path: str) -> Optional[s
   return pool
 
 
-def mlp_layer(args: Arguments, path: str) -> None:
+def _check_mlp_layer(args: Arguments, path: str) -> None:
   """A one-line ValueError for a timm MLP layer vit_jax's MLP is not."""
   layer = args.get('mlp_layer')
   if args.cls != 'vision_transformer' or layer is None:

@@ -8,9 +8,9 @@ the MLP's norm: EVA-02, DINOv3), with the model arguments of our fields and the 
 import math
 from typing import Any, Mapping, Optional
 
-from vit_jax.checkpoints import timm_export_tensors
+from vit_jax.checkpoints import timm_arguments, timm_export_tensors
 from vit_jax.checkpoints.torch_files import StateDict
-from vit_jax.models import rope, vit
+from vit_jax.models import vit
 
 
 def eval_crop(pp_eval: Mapping[str, Any], image_size: int) -> dict[str, Any]:
@@ -145,15 +145,6 @@ def _vision_transformer_args(model: Mapping[str, Any]) -> tuple[str, dict[str, A
 # and option, but not its norm_layer (not in its config.json): Eva's default 1e-6 (EVA-02 S's), or
 # DINOv3's 1e-5.
 _EVA_ARCHITECTURES = {1e-6: 'eva02_small_patch14_224', 1e-5: 'vit_base_patch16_dinov3'}
-# timm's rope arguments of each model.rope_style.
-_ROPE_ARGS = {
-    'eva02': {'rope_type': 'cat', 'rope_rotate_half': False, 'rope_temperature': rope.TEMPERATURE},
-    'dinov3': {
-        'rope_type': 'dinov3',
-        'rope_rotate_half': True,
-        'rope_temperature': rope.DINOV3_TEMPERATURE,
-    },
-}
 # Eva's fixed choices, which its model_args do not name: (model field, the value Eva has, the fix).
 _EVA_FIXED = (
     ('distilled', False, 'distilled=False'),
@@ -192,7 +183,7 @@ def _eva_args(model: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
       'scale_mlp': bool(model['mlp_norm']),
       'use_rot_pos_emb': bool(model['rope']),
       'ref_feat_shape': None if model['rope_grid'] is None else list(model['rope_grid']),
-      **_ROPE_ARGS[model['rope_style']],
+      **dict(zip(timm_arguments.ROPE_ARGS, timm_arguments.ROPE_STYLES[model['rope_style']])),
       'use_abs_pos_emb': model['posemb'] == 'learn',
       'num_reg_tokens': model['num_registers'],
       'use_fc_norm': bool(model['fc_norm']),

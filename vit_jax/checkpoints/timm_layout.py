@@ -203,7 +203,6 @@ def architecture(state_dict: StateDict, config: Mapping[str, Any], path: str) ->
   has = lambda name: f'blocks.0.{name}' in state_dict
   args = timm_arguments.Arguments(config, eva_tensors=any(has(name) for name in _EVA_TENSORS))
   timm_arguments.check(args, path)
-  timm_arguments.mlp_layer(args, path)
   if 'blocks.0.mlp.fc2.weight' not in state_dict:
     raise ValueError(
         f"{path}: the timm model's blocks are not a ViT's (attention, then an MLP, e.g. timm's "

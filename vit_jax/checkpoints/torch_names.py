@@ -4,6 +4,7 @@ attention split per head, a reader that reports what it left over. Weights of Py
 
 import math
 import re
+from typing import Mapping
 
 import numpy as np
 
@@ -24,15 +25,18 @@ ACTIVATIONS = {
 }
 
 
-def activation(named: str, path: str) -> str:
-  """Our model.mlp_activation for a checkpoint's named one; a one-line error for one we have not (the
-  MLP's nonlinearity has no parameters: loading the weights would compute another function)."""
-  if named not in ACTIVATIONS:
+def activation(
+    named: str, path: str, known: Mapping[str, str] = ACTIVATIONS, owner: str = 'the checkpoint'
+) -> str:
+  """Our model.mlp_activation for a checkpoint's named one (a key of `known`: the names its library
+  gives them); a one-line error for one we have not (the MLP's nonlinearity has no parameters:
+  loading the weights would compute another function)."""
+  if named not in known:
     raise ValueError(
-        f"{path}: the checkpoint's MLP uses the activation {named!r}, which vit_jax's ViT "
-        f"has not (model.mlp_activation: {', '.join(sorted(set(ACTIVATIONS.values())))})"
+        f"{path}: {owner}'s MLP uses the activation {named!r}, which vit_jax's ViT "
+        f"has not (model.mlp_activation: {', '.join(sorted(set(known.values())))})"
     )
-  return ACTIVATIONS[named]
+  return known[named]
 
 
 def kernel(weight: np.ndarray) -> np.ndarray:

@@ -30,7 +30,7 @@ from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top,wron
 
 from vit_jax.planning import chips  # pylint: disable=g-import-not-at-top,wrong-import-position
 from vit_jax.runtime import cli  # pylint: disable=g-import-not-at-top,wrong-import-position
-from vit_jax.tools.runs import TRAIN_TAGS, Run, find_runs, load_run  # pylint: disable=g-import-not-at-top,wrong-import-position
+from vit_jax.tools.runs import Run, eval_metrics, find_runs, load_run  # pylint: disable=g-import-not-at-top,wrong-import-position
 from vit_jax.models import variants, vit_variants  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _USAGE = 'SWEEP_ROOT [SWEEP_ROOT ...] --out=DIR [--metric=eval_top1]'
@@ -111,7 +111,7 @@ def points(roots: Sequence[str], metric: str) -> list[Point]:
   runs = [(load_run(name, path), path) for name, path in find_runs(roots)]
   found = [point(run, path, metric) for run, path in runs if run.scalars.get(metric)]
   if not found:
-    logged = sorted({tag for run, _ in runs for tag in run.scalars} - set(TRAIN_TAGS))
+    logged = eval_metrics([run for run, _ in runs])
     raise ValueError(
         f'no run logged {metric!r}: use --metric= one of {", ".join(logged) or "(none yet)"}'
     )

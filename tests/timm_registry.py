@@ -44,19 +44,17 @@ def _activation(layer: Any) -> str:
   return type(built).__name__
 
 
+# The arguments recorded as what they build, whatever form (name, class, partial) they are given in.
+_LAYERS = {'norm_layer': _norm, 'act_layer': _activation}
+
+
 def _value(arg: str, value: Any) -> Any:
+  if value is not None and arg in _LAYERS:
+    return _LAYERS[arg](value)
   if value is None or isinstance(value, (bool, int, float, str)):
-    if arg == 'norm_layer' and value is not None:
-      return _norm(value)
-    if arg == 'act_layer' and value is not None:
-      return _activation(value)
     return value
   if isinstance(value, (tuple, list)):
     return [_value(arg, v) for v in value]
-  if arg == 'norm_layer':
-    return _norm(value)
-  if arg == 'act_layer':
-    return _activation(value)
   if isinstance(value, functools.partial):
     return {'partial': value.func.__name__, **{k: _value(k, v) for k, v in value.keywords.items()}}
   if callable(value):

@@ -71,14 +71,18 @@ def _saved(directory, architecture: str, **kwargs):
   return reference
 
 
-@pytest.mark.parametrize('architecture,kwargs', COMPUTED)
-def test_an_architecture_vit_jax_computes_gives_timms_logits(tmp_path, architecture, kwargs):
-  reference = _saved(tmp_path / 'timm', architecture, **kwargs)
-  run = prepared_from_checkpoint(tmp_path / 'workdir', str(tmp_path / 'timm'), SIZE)
+def _assert_timms_logits(run, reference) -> None:
   inputs = np.random.RandomState(0).uniform(-1, 1, (2, SIZE, SIZE, 3)).astype(np.float32)
   ours = np.asarray(run.model.apply({'params': run.init_params}, inputs))
   theirs = torch_outputs(reference, timm_input(reference, inputs)).numpy()
   np.testing.assert_allclose(ours, theirs, atol=1e-4, rtol=1e-5)
+
+
+@pytest.mark.parametrize('architecture,kwargs', COMPUTED)
+def test_an_architecture_vit_jax_computes_gives_timms_logits(tmp_path, architecture, kwargs):
+  reference = _saved(tmp_path / 'timm', architecture, **kwargs)
+  run = prepared_from_checkpoint(tmp_path / 'workdir', str(tmp_path / 'timm'), SIZE)
+  _assert_timms_logits(run, reference)
 
 
 @pytest.mark.parametrize('architecture,named', REFUSED)
@@ -99,12 +103,7 @@ def test_the_table_is_the_pinned_timms_registry():
   assert shipped == timm_registry.dumps(timm_registry.table())
 
 
-def _registered() -> list[str]:
-  with open(timm_arguments._TABLE, encoding='utf-8') as f:
-    return list(json.load(f)['architectures'])
-
-
-@pytest.mark.parametrize('architecture', _registered())
+@pytest.mark.parametrize('architecture', list(timm_arguments._table()['architectures']))
 def test_every_registered_architecture_is_timms_function_or_one_line(tmp_path, architecture):
   """The general case: each architecture of the table, tiny, either computes timm's logits or is a
   one-line ValueError; never another function, never another exception."""
@@ -119,7 +118,4 @@ def test_every_registered_architecture_is_timms_function_or_one_line(tmp_path, a
   except ValueError as error:
     assert '\n' not in str(error)
     return
-  inputs = np.random.RandomState(0).uniform(-1, 1, (2, SIZE, SIZE, 3)).astype(np.float32)
-  ours = np.asarray(run.model.apply({'params': run.init_params}, inputs))
-  theirs = torch_outputs(reference, timm_input(reference, inputs)).numpy()
-  np.testing.assert_allclose(ours, theirs, atol=1e-4, rtol=1e-5)
+  _assert_timms_logits(run, reference)

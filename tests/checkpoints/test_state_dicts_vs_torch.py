@@ -531,7 +531,7 @@ def test_an_mlp_activation_our_vit_has_not_is_a_one_line_error(tmp_path):
   with pytest.raises(
       ValueError,
       match=r"the checkpoint's MLP uses the activation 'relu', which "
-      r"vit_jax's ViT has not \(model.mlp_activation: gelu, gelu_tanh, quick_gelu\)",
+      r"vit_jax's ViT has not \(model.mlp_activation: gelu, gelu_tanh, quick_gelu, silu\)",
   ):
     run_dir.load_params(str(tmp_path / 'relu'), {'num_heads': 2, 'mlp_activation': 'gelu'})
   # transformers' names of GELU's tanh form are ours.

@@ -1,5 +1,5 @@
-"""Hugging Face transformers' DINOv2 (with registers too), SigLIP, SigLIP 2 and CLIP image towers through
-config.init_from: tiny random models saved by transformers' own `save_pretrained`, their features
+"""Hugging Face transformers' DINOv2 (with registers, with SwiGLU), DINOv3, I-JEPA, ViTMAE, SigLIP, SigLIP 2
+and CLIP image towers through config.init_from: tiny random models saved by transformers' own `save_pretrained`, their features
 (pooler_output) against ours, and the model fields state_dicts.architecture reads from the files.
 """
 
@@ -65,6 +65,38 @@ def _dinov2_registers() -> transformers.Dinov2WithRegistersModel:
   )
 
 
+def _dinov3(**kwargs) -> transformers.DINOv3ViTModel:
+  return transformers.DINOv3ViTModel(
+      transformers.DINOv3ViTConfig(**_TINY, intermediate_size=64, layerscale_value=1e-5, **kwargs)
+  )
+
+
+class _MaeEncoder(torch.nn.Module):
+  """transformers' ViTMAEForPreTraining (the hub's facebook/vit-mae-*: an encoder and a pixel
+  decoder), unmasked: its encoder's class token, LayerNormed."""
+
+  def __init__(self):
+    super().__init__()
+    self.inner = transformers.ViTMAEForPreTraining(
+        transformers.ViTMAEConfig(
+            **_TINY,
+            intermediate_size=64,
+            mask_ratio=0.0,
+            decoder_hidden_size=16,
+            decoder_num_hidden_layers=1,
+            decoder_num_attention_heads=2,
+            decoder_intermediate_size=32,
+        )
+    )
+    self.config, self.save_pretrained = self.inner.config, self.inner.save_pretrained
+
+  def forward(self, images: torch.Tensor):
+    # Unmasked, the encoder still shuffles the patches (after their position embeddings): the class
+    # token's output is the same.
+    hidden = self.inner.vit(pixel_values=images).last_hidden_state
+    return transformers.modeling_outputs.BaseModelOutputWithPooling(pooler_output=hidden[:, 0])
+
+
 def _siglip(**kwargs) -> transformers.SiglipVisionModel:
   return transformers.SiglipVisionModel(
       transformers.SiglipVisionConfig(**_TINY, intermediate_size=64, **kwargs)
@@ -107,8 +139,8 @@ def _pooled(outputs) -> torch.Tensor:
 
 
 def _mean_of_tokens(outputs) -> torch.Tensor:
-  # SiglipVisionModel without its head has no pooler_output; SiglipForImageClassification pools
-  # the post_layernorm'd tokens' mean.
+  # SiglipVisionModel without its head and IJepaModel have no pooler_output; their
+  # *ForImageClassification pool the LayerNormed tokens' mean.
   return outputs.last_hidden_state.mean(dim=1)
 
 
@@ -138,6 +170,84 @@ _FAMILIES = {
             'layer_scale': 1e-5,
             'mlp_activation': 'gelu',
             'layernorm_epsilon': 1e-6,
+        },
+    ),
+    'dinov2_swiglu': (
+        lambda: _dinov2(use_swiglu_ffn=True),
+        _pooled,
+        {
+            'classifier': 'token',
+            'class_token': True,
+            'pre_norm': False,
+            'num_registers': 0,
+            'layer_scale': 1e-5,
+            # transformers' hidden units: 2/3 of mlp_ratio's, rounded up to a multiple of 8.
+            'mlp_dim': 48,
+            'mlp_gated': True,
+            'mlp_activation': 'silu',  # What Dinov2SwiGLUFFN applies, whatever its hidden_act.
+            'layernorm_epsilon': 1e-6,
+        },
+    ),
+    'dinov3': (
+        lambda: _dinov3(num_register_tokens=2),
+        _pooled,
+        {
+            'classifier': 'token',
+            'class_token': True,
+            'pre_norm': False,
+            'num_registers': 2,
+            'layer_scale': 1e-5,
+            'posemb': 'none',
+            'key_bias': False,
+            'rope': True,
+            'rope_style': 'dinov3',
+            'mlp_activation': 'gelu',
+            'layernorm_epsilon': 1e-5,
+        },
+    ),
+    # Its H+ and 7B models': a gated MLP of SiLU; the key bias of a config that has one.
+    'dinov3_gated_key_bias': (
+        lambda: _dinov3(use_gated_mlp=True, hidden_act='silu', key_bias=True),
+        _pooled,
+        {
+            'classifier': 'token',
+            'class_token': True,
+            'pre_norm': False,
+            'num_registers': 0,
+            'layer_scale': 1e-5,
+            'posemb': 'none',
+            'key_bias': True,
+            'mlp_gated': True,
+            'rope': True,
+            'rope_style': 'dinov3',
+            'mlp_activation': 'silu',
+            'layernorm_epsilon': 1e-5,
+        },
+    ),
+    'ijepa': (
+        lambda: transformers.IJepaModel(transformers.IJepaConfig(**_TINY, intermediate_size=64)),
+        _mean_of_tokens,  # IJepaForImageClassification's pooling.
+        {
+            'classifier': 'gap',
+            'class_token': False,
+            'pre_norm': False,
+            'num_registers': 0,
+            'layer_scale': None,
+            'mlp_activation': 'gelu',
+            'layernorm_epsilon': 1e-12,
+        },
+    ),
+    'vit_mae': (
+        _MaeEncoder,
+        _pooled,
+        {
+            'classifier': 'token',
+            'class_token': True,
+            'pre_norm': False,
+            'num_registers': 0,
+            'layer_scale': None,
+            'mlp_activation': 'gelu',
+            'layernorm_epsilon': 1e-12,
         },
     ),
     'siglip': (
@@ -222,7 +332,9 @@ def test_a_transformers_familys_fields_are_read_from_its_files(tmp_path, family)
   assert state_dicts.architecture(path) == {**_SIZES, **_FAMILIES[family][2]}
 
 
-@pytest.mark.parametrize('family', ['dinov2_registers', 'siglip_without_head', 'clip'])
+@pytest.mark.parametrize(
+    'family', ['dinov2_registers', 'dinov3', 'ijepa', 'siglip_without_head', 'clip']
+)
 def test_variant_checkpoint_builds_a_transformers_familys_vit_from_its_files(tmp_path, family):
   reference, path = _saved(family, tmp_path / family)
   _, output, fields = _FAMILIES[family]
@@ -251,9 +363,11 @@ def test_a_config_json_without_the_defaults_gives_transformers_defaults(tmp_path
   config_json.write_text(json.dumps(config))
   theirs = type(reference.config).from_pretrained(path)  # As transformers reads it back.
   fields = state_dicts.architecture(path)
-  assert fields['mlp_activation'] == torch_names.activation(theirs.hidden_act, path)
+  # DINOv2's SwiGLU MLP applies SiLU whatever its hidden_act.
+  activation = 'silu' if family == 'dinov2_swiglu' else theirs.hidden_act
+  assert fields['mlp_activation'] == torch_names.activation(activation, path)
   assert fields['layernorm_epsilon'] == theirs.layer_norm_eps
-  if family.startswith('dinov2'):
+  if family.startswith('dinov'):
     assert fields['layer_scale'] == theirs.layerscale_value
 
 
@@ -301,19 +415,13 @@ def test_a_field_without_tensors_that_differs_is_a_one_line_error(tmp_path, fami
     'reference,overrides,message',
     [
         (
-            lambda: _dinov2(use_swiglu_ffn=True),
-            {'model.layer_scale': 1e-5, 'model.layernorm_epsilon': 1e-6},
-            r"transformers tensor 'encoder.layer.0.mlp.weights_in.bias' \(96,\) is DINOv2's SwiGLU "
-            r"MLP \(use_swiglu_ffn, its giant model's\), which vit_jax's ViT has not$",
-        ),
-        (
             lambda: _clip(transformers.CLIPVisionModelWithProjection, projection_dim=16),
             _overrides(_FAMILIES['clip'][2]),
             r"transformers tensor 'visual_projection.weight' \(16, 32\) has no counterpart in "
             r"vit_jax's ViT \(1 such\)",
         ),
     ],
-    ids=['dinov2_swiglu', 'clip_with_projection'],
+    ids=['clip_with_projection'],
 )
 def test_a_transformers_model_with_parts_ours_has_not_is_a_one_line_error(
     tmp_path, reference, overrides, message

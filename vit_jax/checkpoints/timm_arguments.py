@@ -119,7 +119,7 @@ _COMPUTED = {
 }
 # timm's activation layers (the table's names, and the strings model_args may hold) as ours.
 _ACTIVATIONS = {'GELU': 'gelu', 'GELUTanh': 'gelu_tanh', 'QuickGELU': 'quick_gelu', 'SiLU': 'silu'}
-_ACTIVATIONS.update({**torch_names.ACTIVATIONS, 'silu': 'silu', 'swish': 'silu'})
+_ACTIVATIONS.update(torch_names.ACTIVATIONS)
 # timm's MLP layers vit_jax's MLP is (model.mlp_gated shows which, from the tensors).
 _MLP_LAYERS = ('Mlp', 'SwiGLU')
 _POOLS = {'vision_transformer': ('token', 'avg', 'map', ''), 'eva': ('token', 'avg', '')}

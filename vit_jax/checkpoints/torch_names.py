@@ -14,7 +14,7 @@ BLOCK = 'Transformer/encoderblock_{}'
 ATTENTION = BLOCK + '/MultiHeadDotProductAttention_1'
 # The MLP activations of timm's `act_layer` and transformers' `hidden_act` that vit_jax's ViT has:
 # their `model.mlp_activation` (transformers' gelu_new and gelu_pytorch_tanh are GELU's tanh form,
-# gelu_python the exact one).
+# gelu_python the exact one, swish SiLU).
 ACTIVATIONS = {
     'gelu': 'gelu',
     'gelu_tanh': 'gelu_tanh',
@@ -22,6 +22,8 @@ ACTIVATIONS = {
     'gelu_pytorch_tanh': 'gelu_tanh',
     'gelu_python': 'gelu',
     'quick_gelu': 'quick_gelu',
+    'silu': 'silu',
+    'swish': 'silu',
 }
 
 
@@ -96,20 +98,6 @@ class Reader:
 
 def num_blocks(state_dict: StateDict, pattern: str) -> int:
   return len({m[1] for name in state_dict if (m := re.match(pattern, name))})
-
-
-def norms_and_mlp(
-    r: Reader, prefix: str, block: str, norms: tuple[str, str], denses: tuple[str, str]
-) -> dict[str, np.ndarray]:
-  """A block's two LayerNorms and two MLP layers, named `prefix` + `norms` / `denses` in PyTorch."""
-  tree = {}
-  for theirs, ours in zip(norms, ('LayerNorm_0', 'LayerNorm_2')):
-    tree[f'{block}/{ours}/scale'] = r.take(f'{prefix}{theirs}.weight')
-    tree[f'{block}/{ours}/bias'] = r.take(f'{prefix}{theirs}.bias')
-  for theirs, ours in zip(denses, ('Dense_0', 'Dense_1')):
-    tree[f'{block}/MlpBlock_3/{ours}/kernel'] = kernel(r.take(f'{prefix}{theirs}.weight'))
-    tree[f'{block}/MlpBlock_3/{ours}/bias'] = r.take(f'{prefix}{theirs}.bias')
-  return tree
 
 
 def square(n: int) -> bool:

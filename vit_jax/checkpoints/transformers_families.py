@@ -1,29 +1,27 @@
 """The families of Hugging Face transformers ViTs that transformers_layout.py reads: how each one's
-tensors map onto vit_jax's ViT (`Family.tree`) and the model fields they fix (`Family.fields`).
+tensors map onto vit_jax's ViT (`Family.tree`) and the model fields they fix (`Family.fields`); the
+image towers of SigLIP and CLIP are in transformers_towers.py.
 
 Their blocks differ in names only (`Blocks`): a LayerNorm before the attention and one before the
-MLP; transformers' separate query / key / value projections are ours; DINOv2's layer scale
-(`layer_scale1/2.lambda1`) is our `ls1` / `ls2`.
+MLP; transformers' separate query / key / value projections are ours; DINOv2's and DINOv3's layer
+scale (`layer_scale1/2.lambda1`) is our `ls1` / `ls2`.
 
-- `ViTModel` / `ViTForImageClassification`: its `pooler` is our pre-logits layer (Dense + tanh), its
-  `classifier` our head. `DeiTModel`, `DeiTForImageClassificationWithTeacher` (the hub's
-  facebook/deit-*-distilled-*) are ViT's names with a distillation token after the class token
-  (model.distilled): its `cls_classifier` is our head, `distillation_classifier` our `head_dist`,
-  and as ours its logits are their mean.
+- `ViTModel` / `ViTForImageClassification` (ViTMAE's and ViT-MSN's encoders share its names): its
+  `pooler` is our pre-logits layer (Dense + tanh), its `classifier` our head. `DeiTModel`,
+  `DeiTForImageClassificationWithTeacher` (the hub's facebook/deit-*-distilled-*) are ViT's names with
+  a distillation token after the class token (model.distilled): its `cls_classifier` is our head,
+  `distillation_classifier` our `head_dist`, and as ours its logits are their mean. `IJepaModel` is
+  ViT's names without a class token: our GAP (IJepaForImageClassification pools the tokens' mean).
 - `Dinov2Model`, `Dinov2WithRegistersModel`: the registers (`register_tokens`) follow the class
   token, with no position embedding of their own in transformers: ours adds them zeros.
-- `SiglipVisionModel`, `Siglip2VisionModel` (whose patch embedding is a Linear over flattened
-  patches, our kernel reshaped, and whose position embeddings are a square grid it resizes to each
-  image's, as ours are resized once to the run's): no class token; its attention-pooling `head` is
-  our MAP head (big_vision's); without it (vision_use_head=False) the model is our GAP of the `post_layernorm`'d tokens (transformers'
-  SiglipForImageClassification pools so; its SiglipVisionModel has no pooler_output then).
-- `CLIPVisionModel`: a LayerNorm `pre_layrnorm` (sic) before the blocks and no patch bias: our
-  model.pre_norm. transformers applies `post_layernorm` to the class token alone: a LayerNorm acts
-  per token, so ours over every token, then the class token's, is the same.
+- `DINOv3ViTModel` (the hub's facebook/dinov3-vit*): no position embeddings but DINOv3's rotary ones
+  (model.rope_style 'dinov3', at transformers' rope_theta 100), no key bias unless the file has one,
+  registers after the class token, the gated MLP (use_gated_mlp: `gate_proj`, `up_proj`) of its H+
+  and 7B models our model.mlp_gated. Its coordinate augmentations (pos_embed_shift, _jitter,
+  _rescale) act in pretraining only, as timm's: not part of the function loaded.
 
 What ours has not is a one-line error naming its tensor: DINOv2's SwiGLU MLP (use_swiglu_ffn, its
-giant model's) here, the rest (CLIPVisionModelWithProjection's `visual_projection`, the classifiers of
-other families) as torch_names.Reader's leftovers.
+giant model's) here, the rest (the classifiers of other families) as torch_names.Reader's leftovers.
 """
 
 import dataclasses
@@ -33,7 +31,9 @@ import numpy as np
 
 from vit_jax.checkpoints import torch_names
 from vit_jax.checkpoints import transformers_parts as parts
+from vit_jax.checkpoints import transformers_towers as towers
 from vit_jax.checkpoints.torch_files import StateDict
+from vit_jax.models import rope
 
 # ViTModel, ViTForImageClassification; DeiTModel, DeiTForImageClassificationWithTeacher.
 
@@ -62,8 +62,14 @@ _VIT_HEADS = (
 
 
 def _vit_tree(r: torch_names.Reader, state_dict: StateDict, num_heads: int, source: str):
-  del source
-  tree = {**parts.patches(r, _VIT_PATCHES), 'cls': r.take('embeddings.cls_token')}
+  tree = parts.patches(r, _VIT_PATCHES)
+  if r.has('embeddings.cls_token'):  # IJepa's has none.
+    tree['cls'] = r.take('embeddings.cls_token')
+  elif r.has('pooler.dense.weight'):
+    raise ValueError(
+        f'{source}: the transformers ViT has a pooler (a Dense + tanh of its first token) but no '
+        "class token: its first token is a patch's, which vit_jax's ViT does not pool"
+    )
   if r.has(_DISTILLATION_TOKEN):
     tree['dist'] = r.take(_DISTILLATION_TOKEN)
   tree.update(
@@ -82,10 +88,11 @@ def _vit_tree(r: torch_names.Reader, state_dict: StateDict, num_heads: int, sour
 
 def _vit_fields(state_dict: StateDict, config: Mapping[str, Any], path: str) -> dict[str, Any]:
   del config, path
+  class_token = 'embeddings.cls_token' in state_dict
   return {
       **parts.sizes(state_dict, _VIT_PATCHES, _VIT_BLOCKS),
-      'classifier': 'token',
-      'class_token': True,
+      'classifier': 'token' if class_token else 'gap',
+      'class_token': class_token,
       'distilled': _DISTILLATION_TOKEN in state_dict,
       'pre_norm': False,
       'num_registers': 0,
@@ -103,17 +110,19 @@ _DINOV2_BLOCKS = dataclasses.replace(
 )
 
 
-def _refuse_swiglu(state_dict: StateDict, source: str) -> None:
-  swiglu = sorted(name for name in state_dict if '.mlp.weights_in.' in name)
-  if swiglu:
-    raise ValueError(
-        f'{source}: transformers tensor {swiglu[0]!r} {tuple(state_dict[swiglu[0]].shape)} is '
-        "DINOv2's SwiGLU MLP (use_swiglu_ffn, its giant model's), which vit_jax's ViT has not"
+def _dinov2_blocks(state_dict: StateDict) -> parts.Blocks:
+  """DINOv2's blocks, with its giant model's SwiGLU MLP (use_swiglu_ffn) where the file has one: its
+  `weights_in` packs the gate's outputs (SiLU'd) and the linear half's, `weights_out` our Dense_1.
+  """
+  if 'encoder.layer.0.mlp.weights_in.weight' in state_dict:
+    return dataclasses.replace(
+        _DINOV2_BLOCKS, mlp=('mlp.weights_in', 'mlp.weights_out'), packed_gate=True
     )
+  return _DINOV2_BLOCKS
 
 
 def _dinov2_tree(r: torch_names.Reader, state_dict: StateDict, num_heads: int, source: str):
-  _refuse_swiglu(state_dict, source)
+  del source
   e = 'embeddings.'
   if r.has(e + 'mask_token'):
     # Replaces the masked patches of masked pretraining (transformers' bool_masked_pos) only: no part
@@ -128,116 +137,98 @@ def _dinov2_tree(r: torch_names.Reader, state_dict: StateDict, num_heads: int, s
     zeros = np.zeros((1, tree['reg'].shape[1], posemb.shape[2]), posemb.dtype)
     posemb = np.concatenate([posemb[:, :1], zeros, posemb[:, 1:]], axis=1)
   tree[parts.POSEMB] = posemb
-  tree.update(_DINOV2_BLOCKS.tree(r, state_dict, num_heads))
+  tree.update(_dinov2_blocks(state_dict).tree(r, state_dict, num_heads))
   tree.update(parts.norm(r, 'layernorm', parts.ENCODER_NORM))
   return tree
 
 
 def _dinov2_fields(state_dict: StateDict, config: Mapping[str, Any], path: str) -> dict[str, Any]:
-  _refuse_swiglu(state_dict, path)
+  del path
   registers = state_dict.get('embeddings.register_tokens')
-  return {
-      **parts.sizes(state_dict, _VIT_PATCHES, _DINOV2_BLOCKS),
+  blocks = _dinov2_blocks(state_dict)
+  fields = {
+      **parts.sizes(state_dict, _VIT_PATCHES, blocks),
       'classifier': 'token',
       'class_token': True,
       'pre_norm': False,
       'num_registers': 0 if registers is None else registers.shape[1],
       'layer_scale': float(config.get('layerscale_value', 1.0)),
   }
+  if blocks.packed_gate:  # transformers' Dinov2SwiGLUFFN applies SiLU whatever its hidden_act.
+    fields['mlp_activation'] = 'silu'
+  return fields
 
 
-# SiglipVisionModel, Siglip2VisionModel, CLIPVisionModel.
+# DINOv3ViTModel.
 
-_TOWER_BLOCKS = parts.Blocks(
-    'encoder.layers.',
-    ('self_attn.q_proj', 'self_attn.k_proj', 'self_attn.v_proj', 'self_attn.out_proj'),
-    ('layer_norm1', 'layer_norm2'),
-    ('mlp.fc1', 'mlp.fc2'),
+_DINOV3_BLOCKS = parts.Blocks(
+    'layer.',
+    ('attention.q_proj', 'attention.k_proj', 'attention.v_proj', 'attention.o_proj'),
+    ('norm1', 'norm2'),
+    ('mlp.up_proj', 'mlp.down_proj'),
+    scales=('layer_scale1.lambda1', 'layer_scale2.lambda1'),
 )
 
 
-def _tower_posemb(r: torch_names.Reader) -> np.ndarray:
-  """An nn.Embedding's table (tokens, D) as our (1, tokens, D); its `position_ids` buffer (arange,
-  in files older transformers wrote) dropped."""
-  if r.has('embeddings.position_ids'):
-    r.take('embeddings.position_ids')
-  return r.take('embeddings.position_embedding.weight')[None]
+def _dinov3_blocks(state_dict: StateDict) -> parts.Blocks:
+  """DINOv3's blocks under the names of its files (`layer.{i}.`: the hub's, and what transformers
+  writes) or of its modules in transformers 5 (`model.layer.{i}.`: torch.save of a state dict), with
+  the gated MLP where the file has one."""
+  layers = 'layer.' if 'layer.0.norm1.weight' in state_dict else 'model.layer.'
+  mlp = _DINOV3_BLOCKS.mlp
+  if f'{layers}0.mlp.gate_proj.weight' in state_dict:
+    mlp = ('mlp.gate_proj',) + mlp
+  return dataclasses.replace(_DINOV3_BLOCKS, layers=layers, mlp=mlp)
 
 
-def _map_head(r: torch_names.Reader, num_heads: int) -> dict[str, np.ndarray]:
-  """Our `MAPHead_0` of SigLIP's `head`: its probe; torch's nn.MultiheadAttention, whose `in_proj`
-  stacks the query, key and value projections; its LayerNorm and MLP."""
-  h = 'head.'
-  weights = {
-      'out.weight': r.take(h + 'attention.out_proj.weight'),
-      'out.bias': r.take(h + 'attention.out_proj.bias'),
-  }
-  for kind in ('weight', 'bias'):
-    for name, part in zip('qkv', np.split(r.take(f'{h}attention.in_proj_{kind}'), 3)):
-      weights[f'{name}.{kind}'] = part
-  return {
-      f'{parts.MAP_HEAD}/probe': r.take(h + 'probe'),
-      **torch_names.attention_in(
-          f'{parts.MAP_HEAD}/MultiHeadDotProductAttention_0', weights, num_heads
-      ),
-      **parts.norm(r, h + 'layernorm', f'{parts.MAP_HEAD}/LayerNorm_0'),
-      **parts.dense(r, h + 'mlp.fc1', f'{parts.MAP_HEAD}/MlpBlock_0/Dense_0'),
-      **parts.dense(r, h + 'mlp.fc2', f'{parts.MAP_HEAD}/MlpBlock_0/Dense_1'),
-  }
-
-
-def _siglip_tree(r: torch_names.Reader, state_dict: StateDict, num_heads: int, source: str):
+def _dinov3_tree(r: torch_names.Reader, state_dict: StateDict, num_heads: int, source: str):
   del source
-  tree = {
-      **parts.patches(r, 'embeddings.patch_embedding'),
-      parts.POSEMB: _tower_posemb(r),
-      **_TOWER_BLOCKS.tree(r, state_dict, num_heads),
-      **parts.norm(r, 'post_layernorm', parts.ENCODER_NORM),
-  }
-  if r.has('head.probe'):
-    tree.update(_map_head(r, num_heads))
+  e = 'embeddings.'
+  if r.has(e + 'mask_token'):  # Masked pretraining's only, as DINOv2's: dropped.
+    r.take(e + 'mask_token')
+  tree = {**parts.patches(r, e + 'patch_embeddings'), 'cls': r.take(e + 'cls_token')}
+  registers = r.take(e + 'register_tokens')  # (1, 0, D) without registers.
+  if registers.shape[1]:
+    tree['reg'] = registers
+  tree.update(_dinov3_blocks(state_dict).tree(r, state_dict, num_heads))
+  tree.update(parts.norm(r, 'norm', parts.ENCODER_NORM))
   return tree
 
 
-def _siglip_fields(state_dict: StateDict, config: Mapping[str, Any], path: str) -> dict[str, Any]:
-  del config, path
+def _dinov3_fields(state_dict: StateDict, config: Mapping[str, Any], path: str) -> dict[str, Any]:
+  theta = float(config.get('rope_theta', rope.DINOV3_TEMPERATURE))
+  if theta != rope.DINOV3_TEMPERATURE:
+    raise ValueError(
+        f"{path}: its rotary embeddings' rope_theta is {theta:g}; vit_jax's rope_style 'dinov3' "
+        f"computes DINOv3's, {rope.DINOV3_TEMPERATURE:g}"
+    )
+  blocks = _dinov3_blocks(state_dict)
   return {
-      **parts.sizes(state_dict, 'embeddings.patch_embedding', _TOWER_BLOCKS),
-      'classifier': 'map' if 'head.probe' in state_dict else 'gap',
-      'class_token': False,
-      'pre_norm': False,
-      'num_registers': 0,
-      'layer_scale': None,
-  }
-
-
-def _clip_tree(r: torch_names.Reader, state_dict: StateDict, num_heads: int, source: str):
-  del source
-  return {
-      **parts.patches(r, 'embeddings.patch_embedding'),
-      'cls': r.take('embeddings.class_embedding').reshape(1, 1, -1),
-      parts.POSEMB: _tower_posemb(r),
-      **parts.norm(r, 'pre_layrnorm', 'Transformer/pre_norm'),
-      **_TOWER_BLOCKS.tree(r, state_dict, num_heads),
-      **parts.norm(r, 'post_layernorm', parts.ENCODER_NORM),
-  }
-
-
-def _clip_fields(state_dict: StateDict, config: Mapping[str, Any], path: str) -> dict[str, Any]:
-  del config, path
-  return {
-      **parts.sizes(state_dict, 'embeddings.patch_embedding', _TOWER_BLOCKS),
-      'classifier': 'token',
+      **parts.sizes(state_dict, 'embeddings.patch_embeddings', blocks),
+      'classifier': 'token',  # transformers' pooler_output: the class token, LayerNormed.
       'class_token': True,
-      'pre_norm': True,
-      'num_registers': 0,
-      'layer_scale': None,
+      'pre_norm': False,
+      'num_registers': state_dict['embeddings.register_tokens'].shape[1],
+      'layer_scale': float(config.get('layerscale_value', 1.0)),
+      'posemb': 'none',
+      'key_bias': f'{blocks.layers}0.attention.k_proj.bias' in state_dict,
+      'rope': True,
+      'rope_grid': None,
+      'rope_style': 'dinov3',
   }
 
 
-# In the order they are told apart: DINOv2's names are ViT's but for its blocks', CLIP's SigLIP's
-# but for the class token.
+# In the order they are told apart: DINOv2's names are ViT's but for its blocks'; the towers'.
 FAMILIES = (
+    parts.Family(
+        # Registers without position embeddings (DINOv2's have them).
+        lambda names: 'embeddings.register_tokens' in names
+        and 'embeddings.position_embeddings' not in names,
+        _dinov3_tree,
+        _dinov3_fields,
+        hidden_act='gelu',
+        layer_norm_eps=1e-5,
+    ),
     parts.Family(
         lambda names: 'encoder.layer.0.layer_scale1.lambda1' in names,
         _dinov2_tree,
@@ -252,20 +243,8 @@ FAMILIES = (
         hidden_act='gelu',
         layer_norm_eps=1e-12,
     ),
-    parts.Family(
-        lambda names: 'embeddings.class_embedding' in names,
-        _clip_tree,
-        _clip_fields,
-        hidden_act='quick_gelu',
-        layer_norm_eps=1e-5,
-    ),
-    parts.Family(
-        lambda names: 'embeddings.patch_embedding.weight' in names,
-        _siglip_tree,
-        _siglip_fields,
-        hidden_act='gelu_pytorch_tanh',
-        layer_norm_eps=1e-6,
-    ),
+    towers.CLIP,
+    towers.SIGLIP,
 )
 
 

@@ -1,9 +1,12 @@
 """Hugging Face transformers' ViTs in (`from_state_dict`), told apart by their tensors' names (a
 config.json may be absent); transformers_families.py maps each family:
 
-- `ViTModel` / `ViTForImageClassification` (model_type 'vit');
+- `ViTModel` / `ViTForImageClassification` (model_type 'vit'), and the encoders of `ViTMAEModel`,
+  `ViTMAEForPreTraining` ('vit_mae': its decoder dropped) and `ViTMSNModel` ('vit_msn');
 - `DeiTModel`, `DeiTForImageClassificationWithTeacher` ('deit');
+- `IJepaModel`, `IJepaForImageClassification` ('ijepa');
 - `Dinov2Model` ('dinov2') and `Dinov2WithRegistersModel` ('dinov2_with_registers');
+- `DINOv3ViTModel` ('dinov3_vit');
 - `SiglipVisionModel` ('siglip_vision_model'), with its attention-pooling head or without, and
   `Siglip2VisionModel` ('siglip2_vision_model');
 - `CLIPVisionModel` ('clip_vision_model');
@@ -48,11 +51,10 @@ def architecture(state_dict: StateDict, config: Mapping[str, Any], path: str) ->
   family = _family(state_dict, path)
   config = config.get('vision_config', config)  # A whole SigLIP's or CLIP's: its image tower's.
   fields = {
+      # What most families are; each family's own fields override them.
       'distilled': False,  # But a DeiT's (the ViT family reads its distillation token).
-      **family.fields(state_dict, config, path),
       'posemb': 'learn',
       'posemb_where': 'input',
-      # What none of these families has.
       'key_bias': True,
       'mlp_gated': False,
       'mlp_norm': False,
@@ -65,15 +67,16 @@ def architecture(state_dict: StateDict, config: Mapping[str, Any], path: str) ->
         config.get('hidden_act', family.hidden_act), path
     )
     fields['layernorm_epsilon'] = float(config.get('layer_norm_eps', family.layer_norm_eps))
-  return fields
+  return {**fields, **family.fields(state_dict, config, path)}
 
 
 def _family(state_dict: StateDict, source: str) -> parts.Family:
   family = families.find(state_dict)
   if family is None:
     raise ValueError(
-        f'{source}: not a transformers ViT (ViTModel, DeiTModel, Dinov2Model, '
-        'Dinov2WithRegistersModel, SiglipVisionModel, Siglip2VisionModel, CLIPVisionModel)'
+        f'{source}: not a transformers ViT (ViTModel, ViTMAEModel, DeiTModel, IJepaModel, '
+        'Dinov2Model, Dinov2WithRegistersModel, DINOv3ViTModel, SiglipVisionModel, '
+        'Siglip2VisionModel, CLIPVisionModel)'
     )
   return family
 

@@ -16,20 +16,24 @@ from vit_jax.checkpoints.torch_files import StateDict
 POSEMB = 'Transformer/posembed_input/pos_embedding'
 ENCODER_NORM = 'Transformer/encoder_norm'
 MAP_HEAD = 'MAPHead_0'
-# The wrappers' prefixes: ViTForImageClassification's `vit.`; DeiTForImageClassificationWithTeacher's
-# `deit.`; SigLIP's and CLIP's vision towers as transformers 4 wrote them, and
+# The wrappers' prefixes: ViTForImageClassification's, ViTMAEForPreTraining's, ViTMSN's `vit.`;
+# DeiTForImageClassificationWithTeacher's `deit.`; the *ForImageClassification of DINOv2, DINOv2 with
+# registers and I-JEPA; SigLIP's and CLIP's vision towers as transformers 4 wrote them, and
 # CLIPVisionModelWithProjection's, `vision_model.` (5.x writes SiglipVisionModel's and
 # CLIPVisionModel's names bare).
-_PREFIXES = ('vit.', 'deit.', 'vision_model.')
+_PREFIXES = ('vit.', 'deit.', 'dinov2.', 'dinov2_with_registers.', 'ijepa.', 'vision_model.')
 
 
 def unprefixed(state_dict: StateDict) -> StateDict:
   """The image tower's tensors without the wrappers' prefixes. Of a whole SigLIP or CLIP model (an
   image and a text tower, as the hub's google/siglip-*, openai/clip-* hold), the image tower alone:
   the text tower, the projections into the shared space and the logit scale are not of an image
-  classifier."""
+  classifier. Of a masked autoencoder's pretraining model (ViTMAEForPreTraining: the hub's
+  facebook/vit-mae-*), the encoder alone: its pixel decoder is not of one either."""
   if any(name.startswith('text_model.') for name in state_dict):
     state_dict = {k: v for k, v in state_dict.items() if k.startswith('vision_model.')}
+  if any(name.startswith('decoder.decoder_') for name in state_dict):
+    state_dict = {k: v for k, v in state_dict.items() if k.startswith('vit.')}
   out = {}
   for name, value in state_dict.items():
     for prefix in _PREFIXES:
@@ -41,20 +45,31 @@ def unprefixed(state_dict: StateDict) -> StateDict:
 @dataclasses.dataclass(frozen=True)
 class Blocks:
   """A family's names in its blocks `{layers}{i}.`: the attention's query, key, value and output
-  projections; the LayerNorms before the attention and before the MLP; the MLP's two layers; the
-  layer scales of the attention's and the MLP's outputs (DINOv2's), if any."""
+  projections (the key's bias may be absent: model.key_bias=False); the LayerNorms before the
+  attention and before the MLP; the MLP's layers; the layer scales of the attention's and the MLP's
+  outputs (DINOv2's, DINOv3's), if any.
+
+  The MLP's layers are two, or three for a gated MLP (model.mlp_gated): the gate (activated), the
+  linear layer it multiplies, the output layer (DINOv3's gate_proj, up_proj, down_proj); or two with
+  `packed_gate`, the first packing the gate's and the linear layer's outputs, gate first (DINOv2's
+  SwiGLU weights_in, weights_out)."""
 
   layers: str
   attention: tuple[str, str, str, str]
   norms: tuple[str, str]
-  mlp: tuple[str, str]
+  mlp: tuple[str, ...]
   scales: tuple[str, ...] = ()
+  packed_gate: bool = False
 
   def count(self, state_dict: StateDict) -> int:
     return torch_names.num_blocks(state_dict, re.escape(self.layers) + r'(\d+)\.')
 
   def mlp_dim(self, state_dict: StateDict) -> int:
-    return state_dict[f'{self.layers}0.{self.mlp[0]}.weight'].shape[0]
+    rows = state_dict[f'{self.layers}0.{self.mlp[0]}.weight'].shape[0]
+    return rows // 2 if self.packed_gate else rows
+
+  def gated(self) -> bool:
+    return self.packed_gate or len(self.mlp) == 3
 
   def tree(
       self, r: torch_names.Reader, state_dict: StateDict, num_heads: int
@@ -65,11 +80,30 @@ class Blocks:
       weights = {}
       for name, theirs in zip(('q', 'k', 'v', 'out'), self.attention):
         weights[f'{name}.weight'] = r.take(f'{t}{theirs}.weight')
-        weights[f'{name}.bias'] = r.take(f'{t}{theirs}.bias')
+        if name != 'k' or r.has(f'{t}{theirs}.bias'):
+          weights[f'{name}.bias'] = r.take(f'{t}{theirs}.bias')
       tree.update(torch_names.attention_in(torch_names.ATTENTION.format(i), weights, num_heads))
-      tree.update(torch_names.norms_and_mlp(r, t, ours, self.norms, self.mlp))
+      for theirs, layer_norm in zip(self.norms, ('LayerNorm_0', 'LayerNorm_2')):
+        tree.update(norm(r, t + theirs, f'{ours}/{layer_norm}'))
+      tree.update(self._mlp(r, t, f'{ours}/MlpBlock_3/'))
       for theirs, scale in zip(self.scales, ('ls1', 'ls2')):
         tree[f'{ours}/{scale}'] = r.take(t + theirs)
+    return tree
+
+  def _mlp(self, r: torch_names.Reader, t: str, mlp: str) -> dict[str, np.ndarray]:
+    layers = {}
+    if self.packed_gate:
+      weight, bias = r.take(f'{t}{self.mlp[0]}.weight'), r.take(f'{t}{self.mlp[0]}.bias')
+      (gate, linear), (gate_bias, linear_bias) = np.split(weight, 2), np.split(bias, 2)
+      layers['Dense_0'], layers['Dense_linear'] = (gate, gate_bias), (linear, linear_bias)
+      layers['Dense_1'] = r.take(f'{t}{self.mlp[1]}.weight'), r.take(f'{t}{self.mlp[1]}.bias')
+    else:
+      names = ('Dense_0', 'Dense_linear', 'Dense_1') if self.gated() else ('Dense_0', 'Dense_1')
+      for theirs, ours in zip(self.mlp, names):
+        layers[ours] = r.take(f'{t}{theirs}.weight'), r.take(f'{t}{theirs}.bias')
+    tree = {}
+    for ours, (weight, bias) in layers.items():
+      tree[f'{mlp}{ours}/kernel'], tree[f'{mlp}{ours}/bias'] = torch_names.kernel(weight), bias
     return tree
 
 
@@ -120,5 +154,6 @@ def sizes(state_dict: StateDict, patches: str, blocks: Blocks) -> dict[str, Any]
       'hidden_size': kernel[0],
       'num_layers': blocks.count(state_dict),
       'mlp_dim': blocks.mlp_dim(state_dict),
+      'mlp_gated': blocks.gated(),
       'fc_norm': False,
   }

@@ -76,10 +76,13 @@ def get_config() -> ml_collections.ConfigDict:
           num_layers=config_dict.placeholder(int),
           mlp_dim=config_dict.placeholder(int),
           num_heads=config_dict.placeholder(int),
-          # 'token' | 'gap' (mean of the patch tokens) | 'map' (multihead attention pooling).
+          # 'token' | 'gap' (mean of the patch tokens) | 'map' (multihead attention pooling) |
+          # 'token_gap' (the class token's output and the patches' mean side by side: DINOv2's
+          # linear evaluation).
           classifier=config_dict.placeholder(str),
-          # A class token before the patches: unset, for classifier 'token' only; True with 'gap' or
-          # 'map' keeps one they do not pool (timm's class_token with global_pool='avg': MAE, EVA).
+          # A class token before the patches: unset, for classifier 'token' or 'token_gap'; True with
+          # 'gap' or 'map' keeps one they do not pool (timm's class_token with global_pool='avg': MAE,
+          # EVA).
           class_token=config_dict.placeholder(bool),
           fc_norm=config_dict.placeholder(
               bool

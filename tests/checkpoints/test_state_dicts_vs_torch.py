@@ -420,6 +420,10 @@ def test_what_timm_cannot_hold_is_said_and_not_written(overrides, message):
     [
         ({'model.posemb_where': 'shared_every_layer'}, 'position embeddings only at the input'),
         (
+            {'model.classifier': 'token_gap'},
+            "timm's ViTs pool as model.classifier token, gap, map do, not as 'token_gap'$",
+        ),
+        (
             {'model.layernorm_epsilon': 1e-12},
             'LayerNorms have epsilon 1e-06 or 1e-05 \\(model.layernorm_epsilon=1e-12',
         ),

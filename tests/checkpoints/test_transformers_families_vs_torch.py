@@ -516,3 +516,32 @@ def test_a_transformers_distilled_deit_gives_its_logits(tmp_path):
   expected = torch_outputs(reference, images()).logits.numpy()
   logits = ours(str(tmp_path / 'deit'), NUM_CLASSES, **_overrides(fields))
   np.testing.assert_allclose(logits, expected, atol=1e-4 * np.abs(expected).max())
+
+
+@pytest.mark.parametrize(
+    'cls,config_cls,registers',
+    [
+        (transformers.Dinov2ForImageClassification, transformers.Dinov2Config, {}),
+        (
+            transformers.Dinov2WithRegistersForImageClassification,
+            transformers.Dinov2WithRegistersConfig,
+            {'num_register_tokens': 2},
+        ),
+    ],
+    ids=['dinov2', 'dinov2_registers'],
+)
+def test_a_transformers_dinov2_classifier_gives_its_logits(tmp_path, cls, config_cls, registers):
+  """Dinov2ForImageClassification (the hub's facebook/dinov2-*-imagenet1k-1-layer): its linear head
+  reads the class token and the patches' mean (not the registers') side by side, our
+  classifier='token_gap'."""
+  reference = randomize(
+      cls(config_cls(**_TINY, mlp_ratio=2, num_labels=NUM_CLASSES, **registers))
+  ).eval()
+  reference.save_pretrained(tmp_path / 'dinov2')
+  path = str(tmp_path / 'dinov2')
+  fields = state_dicts.architecture(path)
+  assert fields['classifier'] == 'token_gap' and fields['class_token']
+  assert fields['num_registers'] == registers.get('num_register_tokens', 0)
+  expected = torch_outputs(reference, images()).logits.numpy()
+  logits = ours(path, NUM_CLASSES, **_overrides(fields))
+  np.testing.assert_allclose(logits, expected, atol=1e-4 * np.abs(expected).max())

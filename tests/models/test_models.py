@@ -133,12 +133,12 @@ def test_layer_scale_multiplies_each_residual_branch_by_a_learned_scale(scan):
   assert not np.allclose(scaled.apply({'params': halved}, images), expected, atol=1e-3)
 
 
-@pytest.mark.parametrize('classifier', ['token', 'gap', 'map'])
+@pytest.mark.parametrize('classifier', ['token', 'gap', 'map', 'token_gap'])
 def test_register_tokens_follow_the_class_token_and_no_pooling_reads_them(classifier):
   model = _tiny(classifier=classifier, num_registers=3, scan=True)
   images = jax.random.normal(jax.random.key(1), (2, 16, 16, 3))
   params = model.init(jax.random.key(0), images)['params']
-  prefix = 3 + (classifier == 'token')
+  prefix = 3 + (classifier in ('token', 'token_gap'))
   assert model.num_prefix_tokens == prefix and params['reg'].shape == (1, 3, 32)
   assert len(np.unique(np.asarray(params['reg'])[0, :, 0])) == 3  # Drawn apart.
   assert params['Transformer']['posembed_input']['pos_embedding'].shape == (1, prefix + 16, 32)
@@ -148,6 +148,20 @@ def test_register_tokens_follow_the_class_token_and_no_pooling_reads_them(classi
     np.testing.assert_allclose(
         pooling.CLASSIFIERS['gap'](tokens, model), tokens[:, prefix:].mean(axis=1), rtol=1e-6
     )
+  if classifier == 'token_gap':  # The class token's, then the patches' mean: [b, 2 D].
+    expected = np.concatenate([tokens[:, 0], tokens[:, prefix:].mean(axis=1)], axis=-1)
+    np.testing.assert_allclose(pooling.CLASSIFIERS['token_gap'](tokens, model), expected, rtol=1e-6)
+
+
+def test_token_gap_heads_read_twice_the_width():
+  model = _tiny(classifier='token_gap')
+  images = jax.random.normal(jax.random.key(1), (2, 16, 16, 3))
+  params = model.init(jax.random.key(0), images)['params']
+  assert model.num_prefix_tokens == 1 and params['head']['kernel'].shape == (64, 5)
+  features = VisionTransformer(
+      num_classes=None, **{**variants.get_model_config('ViT-testing_4'), 'classifier': 'token_gap'}
+  ).apply({'params': params}, images)
+  assert features.shape == (2, 64)
 
 
 def test_a_gap_model_may_keep_a_class_token_it_does_not_pool():

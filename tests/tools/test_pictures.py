@@ -317,6 +317,27 @@ def test_a_map_models_rollout_is_weighted_by_its_probes_attention(tmp_path, monk
   )
 
 
+def test_a_token_gap_models_rollout_is_half_the_class_tokens_row_half_the_patches_mean(
+    tmp_path, monkeypatch
+):
+  model, params = _model_and_params('token_gap', num_layers=3)
+  image = np.random.RandomState(1).randint(0, 256, (12, 12, 3), np.uint8)
+  inputs = pictures.predict.model_input(image, 12)[None]
+  drawn = {}
+  monkeypatch.setattr(
+      pictures,
+      'plot_rollout',
+      lambda image, maps, query, path: drawn.update(maps=maps, query=query) or path,
+  )
+  pictures.write_pictures(model, params, image, 12, str(tmp_path))
+  rollout = introspection.attention_rollout(
+      introspection.attention_weights(model, params, inputs)[:, 0]
+  )
+  rows = (rollout[:, 0] + rollout[:, 1:].mean(axis=1)) / 2
+  np.testing.assert_allclose(drawn['maps'], rows[:, 1:].reshape(3, 3, 3), atol=1e-6)
+  assert 'class token and the mean over patches' in drawn['query']
+
+
 def test_the_pictures_show_the_part_of_the_image_the_eval_crop_keeps(tmp_path, monkeypatch):
   """With pp_eval.crop='central' the model sees the central square of a wide image: the maps cover
   that square, so the pictures show it, not the whole image stretched under them."""

@@ -91,7 +91,8 @@ INVALID = {
     'model.class_token': (
         False,
         {},
-        r"model.classifier='token' pools the class token, and model.class_token=False has none",
+        r"model.classifier='token' pools the class token, and model.class_token=False has none: "
+        r'set --config.model.class_token=True, or classifier=gap \(or map\)$',
     ),
     'model.distilled': (
         True,
@@ -211,6 +212,10 @@ MPP = {'task': 'mpp', 'model.head_dropout_rate': None}
 # More invalid values, each once a traceback (at once, or at the first step after the workdir was
 # written) or a run that ignored the field: (overrides, a pattern of the message).
 ALSO_INVALID = {
+    'token_gap without a class token': (
+        {'model.classifier': 'token_gap', 'model.class_token': False},
+        r"^model.classifier='token_gap' pools the class token, and model.class_token=False has none",
+    ),
     'infinite epochs': (
         {'total_steps': None, 'num_epochs': float('inf')},
         r'^config\.num_epochs=inf must be a finite number of passes',

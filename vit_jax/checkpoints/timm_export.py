@@ -47,6 +47,10 @@ _TIMM_ARCHITECTURES = {
 }
 
 
+# timm's global_pool of each model.classifier it computes.
+_GLOBAL_POOLS = {'token': 'token', 'gap': 'avg', 'map': 'map'}
+
+
 def _mlp_ratio(hidden_size: int, mlp_dim: int) -> float:
   """timm's `mlp_ratio` for an MLP of `mlp_dim` units: timm makes int(hidden_size * mlp_ratio) of
   them, and mlp_dim / hidden_size times hidden_size can round below mlp_dim (56 * (488 / 56) is
@@ -74,6 +78,11 @@ def export(
   [-1, 1]: mean = std = 0.5. Its preprocessing is the run's `pp_eval` (`eval_crop`), resized with
   PIL's bilinear filter, which always antialiases: pp_eval.antialias=True's resize (without it, a
   shrunk image differs). What timm's class cannot compute is a one-line ValueError."""
+  if model['classifier'] not in _GLOBAL_POOLS:
+    raise ValueError(
+        f"timm's ViTs pool as model.classifier {', '.join(_GLOBAL_POOLS)} do, not as "
+        f"{model['classifier']!r}"
+    )
   if model['posemb_where'] != 'input':  # 'shared_every_layer' has the tree of 'input'.
     raise ValueError(
         "timm's ViTs add position embeddings only at the input "
@@ -110,7 +119,7 @@ def _sizes(model: Mapping[str, Any]) -> dict[str, Any]:
       'num_heads': model['num_heads'],
       'mlp_ratio': _mlp_ratio(model['hidden_size'], model['mlp_dim']),
       'class_token': vit.has_class_token(model['classifier'], model['class_token']),
-      'global_pool': {'token': 'token', 'gap': 'avg', 'map': 'map'}[model['classifier']],
+      'global_pool': _GLOBAL_POOLS[model['classifier']],
   }
 
 

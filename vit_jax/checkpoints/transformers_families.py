@@ -13,7 +13,9 @@ scale (`layer_scale1/2.lambda1`) is our `ls1` / `ls2`.
   `distillation_classifier` our `head_dist`, and as ours its logits are their mean. `IJepaModel` is
   ViT's names without a class token: our GAP (IJepaForImageClassification pools the tokens' mean).
 - `Dinov2Model`, `Dinov2WithRegistersModel`: the registers (`register_tokens`) follow the class
-  token, with no position embedding of their own in transformers: ours adds them zeros.
+  token, with no position embedding of their own in transformers: ours adds them zeros. The head of
+  their *ForImageClassification (the hub's facebook/dinov2-*-imagenet1k-1-layer) reads the class
+  token and the patches' mean side by side: our classifier 'token_gap'.
 - `DINOv3ViTModel` (the hub's facebook/dinov3-vit*): no position embeddings but DINOv3's rotary ones
   (model.rope_style 'dinov3', at transformers' rope_theta 100), no key bias unless the file has one,
   registers after the class token, the gated MLP (use_gated_mlp: `gate_proj`, `up_proj`) of its H+
@@ -139,6 +141,8 @@ def _dinov2_tree(r: torch_names.Reader, state_dict: StateDict, num_heads: int, s
   tree[parts.POSEMB] = posemb
   tree.update(_dinov2_blocks(state_dict).tree(r, state_dict, num_heads))
   tree.update(parts.norm(r, 'layernorm', parts.ENCODER_NORM))
+  if r.has('classifier.weight'):
+    tree.update(parts.dense(r, 'classifier', 'head'))
   return tree
 
 
@@ -148,7 +152,8 @@ def _dinov2_fields(state_dict: StateDict, config: Mapping[str, Any], path: str) 
   blocks = _dinov2_blocks(state_dict)
   fields = {
       **parts.sizes(state_dict, _VIT_PATCHES, blocks),
-      'classifier': 'token',
+      # Dinov2ForImageClassification's head reads the class token and the patches' mean.
+      'classifier': 'token_gap' if 'classifier.weight' in state_dict else 'token',
       'class_token': True,
       'pre_norm': False,
       'num_registers': 0 if registers is None else registers.shape[1],

@@ -3,7 +3,9 @@
 `CLASSIFIERS` is their registry; each maps (encoded tokens [b, tokens, D], the model) to [b, D] and is
 called inside the model's `__call__`, so a pooling with parameters (MAP) adds them at the top of the
 model's tree. 'token': the class token's output (the model prepends one); 'gap': the mean of the patch
-tokens; 'map': multihead attention pooling of the patch tokens.
+tokens; 'map': multihead attention pooling of the patch tokens; 'token_gap': the class token's output
+and the patch tokens' mean side by side, [b, 2 D] (DINOv2's linear evaluation, transformers'
+Dinov2ForImageClassification).
 """
 
 from typing import Any
@@ -74,4 +76,15 @@ def _attention_pooling(x: jnp.ndarray, model: Any) -> jnp.ndarray:
   )(x[:, model.num_prefix_tokens :])
 
 
-CLASSIFIERS = {'token': _class_token, 'gap': _mean, 'map': _attention_pooling}
+def _class_token_and_mean(x: jnp.ndarray, model: Any) -> jnp.ndarray:
+  return jnp.concatenate([x[:, 0], _mean(x, model)], axis=-1)
+
+
+CLASSIFIERS = {
+    'token': _class_token,
+    'gap': _mean,
+    'map': _attention_pooling,
+    'token_gap': _class_token_and_mean,
+}
+# The poolings that read the class token: a model with one of them has a class token by default.
+CLASS_TOKEN_POOLINGS = ('token', 'token_gap')

@@ -20,14 +20,14 @@ import jax.numpy as jnp
 
 from vit_jax.models import resnet
 from vit_jax.models.encoder import Encoder
-from vit_jax.models.pooling import CLASSIFIERS
+from vit_jax.models.pooling import CLASS_TOKEN_POOLINGS, CLASSIFIERS
 
 Dtype = Any
 
 
 def has_class_token(classifier: str, class_token: Optional[bool]) -> bool:
   """Whether a ViT of these `classifier` and `class_token` fields has a class token."""
-  return classifier == 'token' if class_token is None else class_token
+  return classifier in CLASS_TOKEN_POOLINGS if class_token is None else class_token
 
 
 class ViTBackbone(nn.Module):
@@ -46,7 +46,8 @@ class ViTBackbone(nn.Module):
   mlp_dim: int
   num_heads: int
   classifier: str = 'token'  # A key of pooling.CLASSIFIERS.
-  # A class token `cls` before the other tokens (None: for classifier 'token' only, which pools it);
+  # A class token `cls` before the other tokens (None: for the classifiers that pool it, 'token' and
+  # 'token_gap');
   # True with 'gap' or 'map': one they do not pool (timm's class_token with global_pool='avg': MAE,
   # BEiT, EVA). `has_class_token` resolves it.
   class_token: Optional[bool] = None

@@ -9,7 +9,7 @@ from vit_jax.models.attention import ATTENTION_FNS
 from vit_jax.models.block import MLP_ACTIVATIONS
 from vit_jax.models.fp8 import MATMULS
 from vit_jax.models.inits import WEIGHT_INITS
-from vit_jax.models.pooling import CLASSIFIERS
+from vit_jax.models.pooling import CLASS_TOKEN_POOLINGS, CLASSIFIERS
 from vit_jax.models.posemb import POSEMB_WHERE, POSEMBS
 from vit_jax.models.vit import has_class_token
 
@@ -60,7 +60,7 @@ def _check_axial(model: dict[str, Any]) -> None:
   per block or per sequence (a row would be a sample of stochastic depth), the scanned layout."""
   refused = {
       'classifier': (
-          model['classifier'] == 'token',
+          model['classifier'] in CLASS_TOKEN_POOLINGS,
           'gap (or map): a class token is in no row or column',
       ),
       'class_token': (
@@ -110,10 +110,11 @@ def _check_fields(model: dict[str, Any]) -> None:
         f"Unknown model.classifier {model['classifier']!r}: use one of " f"{', '.join(CLASSIFIERS)}"
     )
   # LayerNorm acts per token, so after taking the class token it is the encoder norm renamed.
-  if model['classifier'] == 'token' and model['class_token'] is False:
+  if model['classifier'] in CLASS_TOKEN_POOLINGS and model['class_token'] is False:
     raise ValueError(
-        "model.classifier='token' pools the class token, and model.class_token=False has none: "
-        'set --config.model.class_token=True, or classifier=gap (or map)'
+        f"model.classifier={model['classifier']!r} pools the class token, and "
+        'model.class_token=False has none: set --config.model.class_token=True, or classifier=gap '
+        '(or map)'
     )
   if model['fc_norm'] and model['classifier'] == 'token':
     raise ValueError(

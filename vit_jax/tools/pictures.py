@@ -187,6 +187,7 @@ def write_pictures(
       'token': 'from the class token',
       'gap': 'mean over tokens (GAP model: no class token)',
       'map': "weighted by the MAP head's attention (no class token)",
+      'token_gap': 'from the class token and the mean over patches, half each',
   }[model.classifier]
   inputs = predict.model_input(image, image_size, pp_eval)[None]
   attention = introspection.attention_weights(model, params, inputs)[:, 0]
@@ -194,10 +195,14 @@ def write_pictures(
       prefix + (image_size // model.input_stride) ** 2
   )  # The model takes only sizes it divides.
   chex.assert_shape(attention, (model.num_layers, model.num_heads, tokens, tokens))
-  # MAP pools with its probe's attention: the rollout's rows weighted by it, not their mean.
-  pooled = (
-      introspection.probe_weights(model, params, inputs)[0] if model.classifier == 'map' else None
-  )
+  # MAP pools with its probe's attention: the rollout's rows weighted by it, not their mean;
+  # token_gap's representation is the class token's and the patches' mean: half of it each.
+  pooled = None
+  if model.classifier == 'map':
+    pooled = introspection.probe_weights(model, params, inputs)[0]
+  elif model.classifier == 'token_gap':
+    pooled = np.zeros(tokens)
+    pooled[0], pooled[prefix:] = 0.5, 0.5 / (tokens - prefix)
   maps = introspection.rollout_maps(
       introspection.attention_rollout(attention), prefix, model.classifier == 'token', pooled
   )

@@ -1,4 +1,4 @@
-"""timm's Eva (EVA-02, timm's SBB ViTs with rotary embeddings, DINOv3) through config.init_from with
+"""timm's Eva (EVA-02, timm's SBB ViTs with rotary embeddings, DINOv3, RoPE-ViT) through config.init_from with
 config.variant='checkpoint': the fields read from the files timm writes, timm's logits, the tensors
 exported back and timm's model rebuilt from our export; and what is refused, in one line."""
 
@@ -56,6 +56,21 @@ _EVAS = {
             rope_grid=None,
             rope_style='dinov3',
             layernorm_epsilon=1e-5,
+        ),
+    ),
+    # RoPE-ViT's axial embeddings ('xy' grid, temperature 100) and its attention's key bias (timm's
+    # AttentionRope, as which ours exports it), a class token it pools, layer scale.
+    'vit_small_patch16_rope_224': (
+        dict(mlp_ratio=4.0),
+        dict(
+            mlp_gated=False,
+            key_bias=True,
+            num_registers=0,
+            class_token=True,
+            classifier='token',
+            posemb='none',
+            rope_grid=None,
+            rope_style='rope_vit',
         ),
     ),
 }
@@ -220,7 +235,8 @@ def test_what_the_eva_files_do_not_say_or_contradict_is_one_line(tmp_path):
   (tmp_path / 'eva' / 'config.json').write_text(json.dumps(config))
   with pytest.raises(
       ValueError,
-      match=r"created with rope_grid_indexing='xy', which vit_jax's ViT does not compute",
+      match=r"created with rope_type='cat', rope_rotate_half=False, rope_temperature=10000.0, "
+      r"rope_grid_indexing='xy', rope_grid_offset=0.0, which vit_jax's ViT does not compute",
   ):
     _prepare(tmp_path, str(tmp_path / 'eva'))
 
@@ -246,10 +262,6 @@ def test_a_timm_eva_feature_we_lack_is_refused_naming_it(tmp_path):
 @pytest.mark.parametrize(
     'fields,message',
     [
-        (
-            {'key_bias': True},
-            r"timm's Eva has no key bias, which rotary embeddings .* model.key_bias=False to export it$",
-        ),
         (
             {'mlp_activation': 'gelu'},
             r"has no model.mlp_activation='gelu': it needs mlp_activation='silu'",

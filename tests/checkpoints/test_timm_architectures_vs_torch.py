@@ -41,10 +41,12 @@ COMPUTED = (
     ('vit_small_patch16_dinov3', {}),
     ('vit_small_patch16_dinov3_qkvb', {}),
     ('vit_small_patch16_lingbot', {}),
+    ('vit_small_patch16_rope_224', {}),  # RoPE-ViT's axial embeddings: 'xy' grid, temperature 100.
+    ('vit_small_patch16_rope_ape_224', {}),  # And position embeddings without the class token's.
 )
 # Architectures whose weights would load but compute another function, and what the error names.
 REFUSED = (
-    ('vit_small_patch16_rope_224', "attn_type='rope'"),  # RoPE-ViT's 'xy' grid, temperature 100.
+    ('vit_small_patch16_rope_mixed_224', "rope_type='mixed', rope_rotate_half=False"),  # Learned.
     ('vit_pe_core_tiny_patch16_384', 'attn_pool_num_heads=8'),  # Perception Encoder.
     ('vit_base_patch16_xp_224', "block_fn='ParallelScalingBlock'"),
     ('vit_small_patch16_18x2_224', "block_fn='ParallelThingsBlock'"),

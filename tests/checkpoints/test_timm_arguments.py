@@ -78,13 +78,15 @@ def test_an_unknown_architecture_says_only_what_its_model_args_say():
         (
             {'architecture': 'vit_small_patch16_dinov3', 'model_args': {'rope_type': 'cat'}},
             r"^ck: timm's vit_small_patch16_dinov3 is created with rope_type='cat', "
-            r"rope_rotate_half=True, rope_temperature=100, which vit_jax's ViT does not compute "
-            r"\(its model.rope_style computes rope_type='cat', rope_rotate_half=False, "
-            r"rope_temperature=10000.0 \(eva02\) or rope_type='dinov3', ",
+            r"rope_rotate_half=True, rope_temperature=100, rope_grid_indexing='ij', "
+            r"rope_grid_offset=0.0, which vit_jax's ViT does not compute \(its model.rope_style "
+            r"computes rope_type='cat', rope_rotate_half=False, rope_temperature=10000.0, "
+            r"rope_grid_indexing='ij', rope_grid_offset=0.0 \(eva02\) or ",
         ),
         (
             {'architecture': 'vit_small_patch16_dinov3', 'model_args': {'rope_grid_offset': 0.5}},
-            r"created with rope_grid_offset=0.5, which vit_jax's ViT does not compute",
+            r"created with rope_type='dinov3', rope_rotate_half=True, rope_temperature=100, "
+            r"rope_grid_indexing='ij', rope_grid_offset=0.5, which vit_jax's ViT does not compute",
         ),
         (
             {'architecture': 'vit_base_patch16_xp_224'},

@@ -108,6 +108,35 @@ def test_dinov3_rope_is_the_numpy_formula():
     rope.tables(grid, d, ref_grid=(16, 16), style='dinov3')
 
 
+@pytest.mark.parametrize(
+    'style,temperature,columns_first,offset',
+    [('eva02', 1e4, False, 0.0), ('rope_vit', 100.0, True, 0.0), ('pe', 1e4, True, 1.0)],
+)
+def test_the_pair_styles_are_the_numpy_formula(style, temperature, columns_first, offset):
+  """EVA-02's, RoPE-ViT's and Perception Encoder's rotations, pair by pair in float64: pair m of a head
+  of width d (channels 2m, 2m + 1) turns by position x temperature^(-k / (d / 4)), k = m mod d / 4,
+  the first d / 4 pairs by the row (by the column, columns first), the others by the other axis; the
+  positions (index + offset) / n x ref of a reference grid."""
+  grid, ref, d = (3, 5), (6, 4), 8
+  x = np.random.RandomState(0).normal(size=(2, 1 + 15 + 2, 3, d)).astype(np.float32)
+  sin, cos = rope.tables(grid, d, ref_grid=ref, style=style)
+  turned = np.asarray(rope.apply(jnp.asarray(x), sin, cos, 1, style))
+  expected = x.astype(np.float64)
+  for p in range(15):
+    index = divmod(p, grid[1])
+    positions = [(index[a] + offset) / grid[a] * ref[a] for a in (0, 1)]
+    if columns_first:
+      positions = positions[::-1]
+    for m in range(d // 2):
+      axis, k = divmod(m, d // 4)
+      angle = positions[axis] * temperature ** (-k / (d // 4))
+      a, b = x[:, 1 + p, :, 2 * m], x[:, 1 + p, :, 2 * m + 1]
+      expected[:, 1 + p, :, 2 * m] = a * np.cos(angle) - b * np.sin(angle)
+      expected[:, 1 + p, :, 2 * m + 1] = b * np.cos(angle) + a * np.sin(angle)
+  np.testing.assert_allclose(turned, expected, atol=1e-5)
+  np.testing.assert_array_equal(turned[:, :1], x[:, :1])
+
+
 def test_the_gated_mlp_with_its_norm_is_the_numpy_formula():
   mlp = block.MlpBlock(6, activation='silu', gated=True, norm=True)
   x = np.random.RandomState(0).normal(size=(2, 3, 4)).astype(np.float32)
@@ -185,7 +214,7 @@ def test_rope_at_a_new_resolution_needs_no_new_parameters():
         ),
         (
             {'rope': True, 'rope_style': 'dinov2'},
-            r"^model.rope_style='dinov2' must be one of eva02, dinov3, with model.rope=True",
+            r"^model.rope_style='dinov2' must be one of eva02, rope_vit, pe, dinov3, with model.rope=True",
         ),
         ({'rope_style': 'dinov3'}, r"model.rope_style='dinov3' must be .* with model.rope=True"),
         (

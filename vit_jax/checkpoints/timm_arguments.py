@@ -78,17 +78,29 @@ _MAPPED = {
         'rope_type',
         'rope_rotate_half',
         'rope_temperature',
+        'rope_grid_indexing',
+        'rope_grid_offset',
     ),
 }
-# timm's (rope_type, rope_rotate_half, rope_temperature) of each model.rope_style (rope.py), read here
-# and written by timm_export.py; any other combination is refused.
-ROPE_ARGS = ('rope_type', 'rope_rotate_half', 'rope_temperature')
+# timm's (rope_type, rope_rotate_half, rope_temperature, rope_grid_indexing, rope_grid_offset) of
+# each model.rope_style (rope.py), read here and written by timm_export.py; any other combination is
+# refused.
+ROPE_ARGS = (
+    'rope_type',
+    'rope_rotate_half',
+    'rope_temperature',
+    'rope_grid_indexing',
+    'rope_grid_offset',
+)
 ROPE_STYLES = {
-    'eva02': ('cat', False, rope.TEMPERATURE),
-    'dinov3': ('dinov3', True, rope.DINOV3_TEMPERATURE),
+    'eva02': ('cat', False, rope.TEMPERATURE, 'ij', 0.0),
+    'rope_vit': ('cat', False, rope.DINOV3_TEMPERATURE, 'xy', 0.0),
+    'pe': ('cat', False, rope.TEMPERATURE, 'xy', 1.0),
+    'dinov3': ('dinov3', True, rope.DINOV3_TEMPERATURE, 'ij', 0.0),
 }
-# The values vit_jax computes of the other arguments of each class. The rotary embeddings of either
-# style are on an 'ij' grid from 0, without coordinate augmentations.
+# The values vit_jax computes of the other arguments of each class. The rotary embeddings of every
+# style are without coordinate augmentations. timm's AttentionRope (attn_type='rope') computes
+# EvaAttention's function, its fused qkv with a key bias.
 _COMPUTED = {
     'vision_transformer': {
         'block_fn': ('Block',),
@@ -103,14 +115,12 @@ _COMPUTED = {
         'proj_bias': (True,),
     },
     'eva': {
-        'attn_type': ('eva',),
+        'attn_type': ('eva', 'rope'),
         'num_kv_heads': (None,),
         'scale_attn_inner': (False,),
         'attn_only_layer_scale': (False,),
         'use_post_norm': (False,),
         'attn_pool_num_heads': (None,),
-        'rope_grid_offset': (0,),
-        'rope_grid_indexing': ('ij',),
         'rope_shift_coords': (None,),
         'rope_jitter_coords': (None,),
         'rope_rescale_coords': (None,),

@@ -177,15 +177,11 @@ def _eva_args(model: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
           f'model.{field}={model[field]!r}: it needs '
           + (fix or f'{field}={value!r}' + (' with mlp_gated' if model['mlp_gated'] else ''))
       )
-  # A key bias adds q.b to each query's logits alike, which the softmax ignores, unless the keys are
-  # normalised or rotated after it.
-  if model['key_bias'] and (model['rope'] or model['qk_norm']):
-    raise ValueError(
-        "timm's Eva has no key bias, which rotary embeddings or qk_norm make count: "
-        'train with model.key_bias=False to export it'
-    )
   model_args = {
       **_sizes(model),
+      # EvaAttention has no key bias (q_bias, v_bias); AttentionRope, the same function otherwise,
+      # has a fused qkv bias.
+      'attn_type': 'rope' if model['key_bias'] else 'eva',
       'qkv_bias': True,
       'qkv_fused': True,
       'swiglu_mlp': bool(model['mlp_gated']),

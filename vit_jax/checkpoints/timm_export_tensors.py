@@ -86,10 +86,11 @@ def to_state_dict(params: Any, eva: bool = False) -> StateDict:
 
 def _query_key_value_out(weights: StateDict, t: str, eva: bool) -> StateDict:
   """Block `t`'s fused `attn.qkv` of `{q,k,v}.{weight,bias}`: with its bias (a zero key bias where
-  ours has none, which computes the same), or Eva's `q_bias` and `v_bias` (whose key bias is a zero
-  buffer; timm_export.py's `_eva_args` refuses a model whose key bias it would lose)."""
+  ours has none, which computes the same: timm's VisionTransformer, and Eva's AttentionRope that
+  timm_export.py picks for a model with a key bias), or Eva's `q_bias` and `v_bias` (EvaAttention's,
+  whose key bias is a zero buffer) for a model without one."""
   out = {f'{t}attn.qkv.weight': np.concatenate([weights[f'{n}.weight'] for n in 'qkv'])}
-  if eva:
+  if eva and 'k.bias' not in weights:
     out[f'{t}attn.q_bias'], out[f'{t}attn.v_bias'] = weights['q.bias'], weights['v.bias']
     return out
   key_bias = weights.get('k.bias', np.zeros_like(weights['q.bias']))

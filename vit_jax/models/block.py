@@ -92,7 +92,7 @@ class Encoder1DBlock(nn.Module):
   (`ls1` after the attention, `ls2` after the MLP: timm's `ls1.gamma`, `ls2.gamma`), initialised to it.
   With `qk_norm` the queries and keys are each LayerNormed over a head's channels (`q_norm`, `k_norm`,
   shared by the heads) before their product: ViT-22B's stabiliser, timm's `qk_norm`; with `rope` the
-  patches' ones are then rotated by their position (rope.py: EVA-02's or DINOv3's, `rope_style`).
+  patches' ones are then rotated by their position (rope.py, of `rope_style`).
   """
 
   mlp_dim: int

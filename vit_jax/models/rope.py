@@ -1,5 +1,5 @@
-"""2-D rotary position embeddings of the patches' queries and keys (`model.rope`), in two styles
-(`model.rope_style`, the keys of STYLES).
+"""2-D rotary position embeddings of the patches' queries and keys (`model.rope`), in the styles of
+the models that have them (`model.rope_style`, the keys of STYLES).
 
 'eva02': EVA-02's, timm's `RotaryEmbeddingCat` (rope_type 'cat', interleaved pairs, 'ij' grid, no
 offset). A head's channels form pairs (2i, 2i + 1), each rotated by the angle position x frequency:
@@ -8,6 +8,13 @@ temperature^(-k / bands), k < bands = head_dim / 4, temperature 10000. With `ref
 ref_feat_shape, EVA-02's pretraining grid) the positions of a grid of another size are rescaled to
 span the reference one, row index r of h becoming r / h * ref_h: fine-tuning at a new resolution
 needs no change of parameters.
+
+'rope_vit': RoPE-ViT's axial embeddings (Heo et al. 2024; timm's `vit_*_patch16_rope_224`: 'xy'
+grid, temperature 100): EVA-02's, but the first half of the pairs turned by the column, the second
+by the row, at temperature 100.
+
+'pe': Perception Encoder's (timm's `vit_pe_core_*`: 'xy' grid, offset 1): EVA-02's, column first,
+the positions counted from 1 (its class token sat at 0), then rescaled to `ref_grid`.
 
 'dinov3': DINOv3's, timm's `RotaryEmbeddingDinoV3` (rope_type 'dinov3', rope_rotate_half, 'ij' grid,
 no offset, no coordinate augmentations). Row r of h sits at 2 (r + 0.5) / h - 1 in [-1, 1], the
@@ -26,8 +33,8 @@ from typing import Callable, NamedTuple, Optional
 import jax.numpy as jnp
 import numpy as np
 
-TEMPERATURE = 10_000.0  # EVA-02's.
-DINOV3_TEMPERATURE = 100.0
+TEMPERATURE = 10_000.0  # EVA-02's, Perception Encoder's.
+DINOV3_TEMPERATURE = 100.0  # DINOv3's, RoPE-ViT's.
 
 Tables = tuple[np.ndarray, np.ndarray]
 
@@ -42,20 +49,27 @@ def check_head_dim(head_dim: int) -> None:
     )
 
 
-def _eva02_tables(
-    grid: tuple[int, int], head_dim: int, ref_grid: Optional[tuple[int, int]]
-) -> Tables:
-  """timm's `build_rotary_pos_embed` with in_pixels=False: each frequency's value repeated for both
-  channels of its pair."""
-  bands = head_dim // 4
-  frequencies = 1.0 / TEMPERATURE ** (np.arange(bands, dtype=np.float32) / np.float32(bands))
-  positions = [np.arange(n, dtype=np.float32) for n in grid]
-  if ref_grid is not None:  # timm's order of operations, for its float32 values: t / n * ref.
-    positions = [t / np.float32(n) * np.float32(r) for t, n, r in zip(positions, grid, ref_grid)]
-  rows, columns = np.meshgrid(*positions, indexing='ij')
-  angles = np.stack([rows, columns], axis=-1)[..., None] * frequencies  # [h, w, 2, bands]
-  angles = angles.reshape(grid[0] * grid[1], 2 * bands).astype(np.float32)
-  return tuple(np.repeat(f(angles), 2, axis=-1).astype(np.float32) for f in (np.sin, np.cos))
+def _cat_tables(
+    temperature: float, columns_first: bool, offset: float
+) -> Callable[[tuple[int, int], int, Optional[tuple[int, int]]], Tables]:
+  """The tables of timm's `build_rotary_pos_embed` with in_pixels=False, at this temperature, grid
+  indexing ('xy': columns first) and grid offset: each frequency's value repeated for both channels
+  of its pair."""
+
+  def tables(grid: tuple[int, int], head_dim: int, ref_grid: Optional[tuple[int, int]]) -> Tables:
+    bands = head_dim // 4
+    exponents = np.arange(bands, dtype=np.float32) / np.float32(bands)
+    frequencies = np.float32(1.0) / np.float32(temperature) ** exponents
+    positions = [np.arange(n, dtype=np.float32) + np.float32(offset) for n in grid]
+    if ref_grid is not None:  # timm's order of operations, for its float32 values: t / n * ref.
+      positions = [t / np.float32(n) * np.float32(r) for t, n, r in zip(positions, grid, ref_grid)]
+    rows, columns = np.meshgrid(*positions, indexing='ij')
+    axes = [columns, rows] if columns_first else [rows, columns]
+    angles = np.stack(axes, axis=-1)[..., None] * frequencies  # [h, w, 2, bands]
+    angles = angles.reshape(grid[0] * grid[1], 2 * bands).astype(np.float32)
+    return tuple(np.repeat(f(angles), 2, axis=-1).astype(np.float32) for f in (np.sin, np.cos))
+
+  return tables
 
 
 def _dinov3_tables(
@@ -99,7 +113,11 @@ class Style(NamedTuple):
 
 
 STYLES = {
-    'eva02': Style(_eva02_tables, _rotate_pairs),
+    'eva02': Style(_cat_tables(TEMPERATURE, columns_first=False, offset=0.0), _rotate_pairs),
+    'rope_vit': Style(
+        _cat_tables(DINOV3_TEMPERATURE, columns_first=True, offset=0.0), _rotate_pairs
+    ),
+    'pe': Style(_cat_tables(TEMPERATURE, columns_first=True, offset=1.0), _rotate_pairs),
     'dinov3': Style(_dinov3_tables, _rotate_half),
 }
 

@@ -1,4 +1,4 @@
-"""timm's Eva (EVA-02, timm's SBB ViTs with rotary embeddings, DINOv3, RoPE-ViT) through config.init_from with
+"""timm's Eva (EVA-02, timm's SBB ViTs with rotary embeddings, DINOv3, RoPE-ViT, Perception Encoder) through config.init_from with
 config.variant='checkpoint': the fields read from the files timm writes, timm's logits, the tensors
 exported back and timm's model rebuilt from our export; and what is refused, in one line."""
 
@@ -71,6 +71,26 @@ _EVAS = {
             posemb='none',
             rope_grid=None,
             rope_style='rope_vit',
+        ),
+    ),
+    # Perception Encoder: its rotary embeddings ('xy' grid from 1, on a 24x24 reference grid), a
+    # norm before the blocks and no patch bias, a MAP head of 8 heads over every token; exported as
+    # an Eva with its attn_pool.
+    'vit_pe_core_tiny_patch16_384': (
+        dict(mlp_ratio=4.0),
+        dict(
+            mlp_gated=False,
+            key_bias=True,
+            num_registers=0,
+            class_token=True,
+            classifier='map',
+            map_heads=8,
+            map_include_prefix=True,
+            pre_norm=True,
+            posemb='learn',
+            rope_grid=(24, 24),
+            rope_style='pe',
+            layernorm_epsilon=1e-5,
         ),
     ),
 }
@@ -266,7 +286,14 @@ def test_a_timm_eva_feature_we_lack_is_refused_naming_it(tmp_path):
             {'mlp_activation': 'gelu'},
             r"has no model.mlp_activation='gelu': it needs mlp_activation='silu'",
         ),
-        ({'classifier': 'map'}, r"has no model.classifier='map': it needs classifier=gap"),
+        (
+            {'classifier': 'map', 'class_token': True},
+            r'pools with attention over every token.*model.map_include_prefix=True to export it$',
+        ),
+        (
+            {'classifier': 'map', 'map_include_prefix': True},
+            r"timm's Eva pools with a GELU MLP, not the blocks' model.mlp_activation='silu'$",
+        ),
     ],
 )
 def test_what_timms_eva_cannot_hold_is_said_before_anything_is_written(tmp_path, fields, message):

@@ -43,11 +43,23 @@ COMPUTED = (
     ('vit_small_patch16_lingbot', {}),
     ('vit_small_patch16_rope_224', {}),  # RoPE-ViT's axial embeddings: 'xy' grid, temperature 100.
     ('vit_small_patch16_rope_ape_224', {}),  # And position embeddings without the class token's.
+    # Perception Encoder: its rotary embeddings ('xy' grid from 1, rescaled), a norm before the
+    # blocks, MAP pooling of 8 heads over every token, the class token too.
+    ('vit_pe_core_tiny_patch16_384', {}),
 )
 # Architectures whose weights would load but compute another function, and what the error names.
 REFUSED = (
-    ('vit_small_patch16_rope_mixed_224', "rope_type='mixed', rope_rotate_half=False"),  # Learned.
-    ('vit_pe_core_tiny_patch16_384', 'attn_pool_num_heads=8'),  # Perception Encoder.
+    (  # RoPE-ViT's learned frequencies.
+        'vit_small_patch16_rope_mixed_224',
+        "rope_type='mixed', rope_rotate_half=False, rope_temperature=10.0, "
+        "rope_grid_indexing='xy', rope_grid_offset=0.0",
+    ),
+    # Perception Encoder G: its rotary embeddings from 0 on an 'xy' grid are no style's.
+    (
+        'vit_pe_core_gigantic_patch14_448',
+        "rope_type='cat', rope_rotate_half=False, rope_temperature=10000.0, "
+        "rope_grid_indexing='xy', rope_grid_offset=0.0",
+    ),
     ('vit_base_patch16_xp_224', "block_fn='ParallelScalingBlock'"),
     ('vit_small_patch16_18x2_224', "block_fn='ParallelThingsBlock'"),
     ('vit_dwee_patch16_reg1_gap_256', "attn_layer='diff'"),

@@ -42,6 +42,8 @@ _SIZES = {
     'posemb': 'learn',
     'posemb_where': 'input',
     'distilled': False,
+    'map_heads': None,
+    'map_include_prefix': False,
     # EVA-02's options, which no transformers family here has.
     'key_bias': True,
     'mlp_gated': False,
@@ -490,6 +492,24 @@ def test_the_image_tower_of_a_whole_siglip_or_clip_model_loads(tmp_path, kind):
   ours = model.apply({'params': run_dir.load_init_params(config, model)}, images())
   expected = features(reference, images()).numpy()
   np.testing.assert_allclose(ours, expected, atol=1e-4 * np.abs(expected).max())
+
+
+def test_a_dinov3_state_dict_under_transformers_5_module_names_loads_too(tmp_path):
+  """transformers 5 names DINOv3's blocks `model.layer.{i}.` in memory (its files, as the hub's,
+  `layer.{i}.`): torch.save of a state dict beside its config.json gives the same features."""
+  reference, path = _saved('dinov3', tmp_path / 'dinov3')
+  tensors = reference.state_dict()
+  assert any(name.startswith('model.layer.0.') for name in tensors)
+  (tmp_path / 'dinov3' / 'model.safetensors').unlink()
+  safetensors.torch.save_file(
+      {k: v.contiguous() for k, v in tensors.items()}, tmp_path / 'dinov3' / 'model.safetensors'
+  )
+  _, output, fields = _FAMILIES['dinov3']
+  expected = output(torch_outputs(reference, images())).numpy()
+  np.testing.assert_allclose(
+      ours(path, **_overrides(fields)), expected, atol=1e-4 * np.abs(expected).max()
+  )
+  assert state_dicts.architecture(path) == {**_SIZES, **fields}
 
 
 def test_a_transformers_distilled_deit_gives_its_logits(tmp_path):

@@ -228,7 +228,10 @@ def test_mpp_keeps_the_classifier_tree_with_fc_norm_and_sincos():
 @pytest.mark.parametrize(
     'overrides,message',
     [
-        ({'classifier': 'mean'}, r"^Unknown model.classifier 'mean': use one of token, gap, map$"),
+        (
+            {'classifier': 'mean'},
+            r"^Unknown model.classifier 'mean': use one of token, gap, map, token_gap$",
+        ),
         (
             {'posemb': 'sincos'},
             r"^Unknown model.posemb 'sincos': use one of learn, sincos2d, none, learn2d, relative$",
@@ -260,7 +263,7 @@ def test_model_config_presets_of_the_new_fields():
       'learn',
       0.0,
   )
-  assert list(pooling.CLASSIFIERS) == ['token', 'gap', 'map']
+  assert list(pooling.CLASSIFIERS) == ['token', 'gap', 'map', 'token_gap']
   assert list(posemb.POSEMBS) == ['learn', 'sincos2d', 'none', 'learn2d', 'relative']
   assert config['posemb_where'] == 'input' and list(posemb.POSEMB_WHERE) == [
       'input',

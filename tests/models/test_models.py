@@ -153,6 +153,24 @@ def test_register_tokens_follow_the_class_token_and_no_pooling_reads_them(classi
     np.testing.assert_allclose(pooling.CLASSIFIERS['token_gap'](tokens, model), expected, rtol=1e-6)
 
 
+def test_the_map_heads_own_heads_and_the_tokens_it_attends_to():
+  """map_heads splits the MAP head's attention apart from the blocks'; map_include_prefix lets its
+  probe attend to the registers too (timm's Eva; the function against timm's in
+  tests/checkpoints)."""
+  images = jax.random.normal(jax.random.key(1), (2, 16, 16, 3))
+  model = _tiny(classifier='map', num_registers=2, map_heads=4)
+  params = model.init(jax.random.key(0), images)['params']
+  attention = params['MAPHead_0']['MultiHeadDotProductAttention_0']
+  assert attention['query']['kernel'].shape == (32, 4, 8)
+  assert params['Transformer']['encoderblock_0']['MultiHeadDotProductAttention_1']['query'][
+      'kernel'
+  ].shape == (32, 2, 16)
+  params['head']['kernel'] = jax.random.normal(jax.random.key(2), params['head']['kernel'].shape)
+  patches_only = model.apply({'params': params}, images)
+  every_token = _tiny(classifier='map', num_registers=2, map_heads=4, map_include_prefix=True)
+  assert not np.allclose(every_token.apply({'params': params}, images), patches_only, atol=1e-4)
+
+
 def test_token_gap_heads_read_twice_the_width():
   model = _tiny(classifier='token_gap')
   images = jax.random.normal(jax.random.key(1), (2, 16, 16, 3))

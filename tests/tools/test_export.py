@@ -74,6 +74,8 @@ def test_export_writes_the_latest_parameters_in_the_original_layout(workdir, exp
       'mlp_dim': 64,
       'num_heads': 2,
       'classifier': 'token',
+      'map_heads': None,
+      'map_include_prefix': False,
       'representation_size': None,
       'dropout_rate': 0.0,
       'attention_dropout_rate': 0.0,

@@ -317,6 +317,44 @@ def test_a_map_models_rollout_is_weighted_by_its_probes_attention(tmp_path, monk
   )
 
 
+@pytest.mark.parametrize('include_prefix', [False, True])
+def test_a_map_model_with_a_class_token_weighs_the_tokens_its_probe_attends_to(
+    tmp_path, monkeypatch, include_prefix
+):
+  """The probe attends to the patches alone (the class token weighs nothing in the map) or, with
+  map_include_prefix, to the class token too."""
+  model = vit.VisionTransformer(
+      num_classes=10,
+      patch_size=4,
+      hidden_size=32,
+      num_layers=2,
+      mlp_dim=64,
+      num_heads=2,
+      classifier='map',
+      class_token=True,
+      map_include_prefix=include_prefix,
+  )
+  params = model.init(jax.random.key(0), np.zeros((1, 12, 12, 3)))['params']
+  image = np.random.RandomState(1).randint(0, 256, (12, 12, 3), np.uint8)
+  inputs = pictures.predict.model_input(image, 12)[None]
+  drawn = {}
+  monkeypatch.setattr(
+      pictures,
+      'plot_rollout',
+      lambda image, maps, query, path: drawn.update(maps=maps) or path,
+  )
+  pictures.write_pictures(model, params, image, 12, str(tmp_path))
+  probe = introspection.probe_weights(model, params, inputs)[0]
+  assert probe.shape == (10 if include_prefix else 9,)
+  weights = np.concatenate([[0.0], probe]) if not include_prefix else probe
+  rollout = introspection.attention_rollout(
+      introspection.attention_weights(model, params, inputs)[:, 0]
+  )
+  np.testing.assert_allclose(
+      drawn['maps'], np.einsum('t,lts->ls', weights, rollout)[:, 1:].reshape(2, 3, 3), atol=1e-5
+  )
+
+
 def test_a_token_gap_models_rollout_is_half_the_class_tokens_row_half_the_patches_mean(
     tmp_path, monkeypatch
 ):

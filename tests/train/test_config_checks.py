@@ -187,6 +187,18 @@ INVALID = {
         {},
         r'model\.rope_grid=\(16, 16\) must be .* with model\.rope=True',
     ),
+    'model.map_heads': (
+        3,
+        {'model.classifier': 'map'},
+        r'^model\.map_heads=3 must be a positive number of heads that divides '
+        r'model\.hidden_size=32',
+    ),
+    'model.map_include_prefix': (
+        True,
+        {},
+        r"^model\.map_include_prefix=True shapes the MAP head, and model\.classifier='token' has "
+        r'none: set --config\.model\.classifier=map',
+    ),
     'model.rope_style': (
         'dinov2',
         {'model.rope': True},

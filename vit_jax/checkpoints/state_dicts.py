@@ -22,8 +22,8 @@ from vit_jax.checkpoints.torch_files import StateDict
 @dataclasses.dataclass(frozen=True)
 class Layout:
   recognises: Callable[[StateDict], bool]  # Whether a state dict is in this naming.
-  # (state dict, num_heads, source) -> our nested parameter tree.
-  from_state_dict: Callable[[StateDict, int, str], dict[str, Any]]
+  # (state dict, num_heads, source, the MAP head's heads or None) -> our nested parameter tree.
+  from_state_dict: Callable[[StateDict, int, str, Optional[int]], dict[str, Any]]
   # (state dict, its config.json, source) -> the model fields it fixes; a state dict of broadcast
   # zeros (torch_files.read's shapes_only) is enough.
   architecture: Callable[[StateDict, Mapping[str, Any], str], dict[str, Any]]
@@ -123,6 +123,8 @@ def load(path: str, model: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]
       **_WITHOUT_TENSORS,
       'rope_grid': 'grid of rotary position embeddings',
       'rope_style': 'style of rotary position embeddings',
+      'map_heads': "MAP head's number of heads",
+      'map_include_prefix': "MAP head's attention to the class token and registers",
   }
   for field, what in checked.items():
     if field in fixed and field in model and not _same(fixed[field], model[field]):
@@ -132,7 +134,7 @@ def load(path: str, model: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]
           'take every field from the checkpoint'
       )
   notes = [f'read {name} state dict ({len(state_dict)} tensors)']
-  tree = layout.from_state_dict(state_dict, model['num_heads'], path)
+  tree = layout.from_state_dict(state_dict, model['num_heads'], path, model.get('map_heads'))
   normalization = layout.normalization(config, path)
   if normalization is not None and not np.allclose(normalization, 0.5):
     tree = fold_normalization(tree, *normalization)

@@ -67,7 +67,14 @@ _SHOWN_OR_INERT = {
 }
 # Arguments that map to model fields (`fields`).
 _MAPPED = {
-    'vision_transformer': ('num_heads', 'act_layer', 'norm_layer', 'global_pool', 'mlp_layer'),
+    'vision_transformer': (
+        'num_heads',
+        'act_layer',
+        'norm_layer',
+        'global_pool',
+        'mlp_layer',
+        'pool_include_prefix',
+    ),
     'eva': (
         'num_heads',
         'norm_layer',
@@ -80,6 +87,7 @@ _MAPPED = {
         'rope_temperature',
         'rope_grid_indexing',
         'rope_grid_offset',
+        'attn_pool_num_heads',
     ),
 }
 # timm's (rope_type, rope_rotate_half, rope_temperature, rope_grid_indexing, rope_grid_offset) of
@@ -108,7 +116,6 @@ _COMPUTED = {
         'embed_layer': ('PatchEmbed',),
         'embed_norm_layer': (None,),
         'final_norm': (True,),
-        'pool_include_prefix': (False,),
         'pos_embed': ('learn', 'none'),
         'scale_attn_norm': (False,),
         'scale_mlp_norm': (False,),
@@ -120,7 +127,6 @@ _COMPUTED = {
         'scale_attn_inner': (False,),
         'attn_only_layer_scale': (False,),
         'use_post_norm': (False,),
-        'attn_pool_num_heads': (None,),
         'rope_shift_coords': (None,),
         'rope_jitter_coords': (None,),
         'rope_rescale_coords': (None,),
@@ -132,7 +138,7 @@ _ACTIVATIONS = {'GELU': 'gelu', 'GELUTanh': 'gelu_tanh', 'QuickGELU': 'quick_gel
 _ACTIVATIONS.update(torch_names.ACTIVATIONS)
 # timm's MLP layers vit_jax's MLP is (model.mlp_gated shows which, from the tensors).
 _MLP_LAYERS = ('Mlp', 'SwiGLU')
-_POOLS = {'vision_transformer': ('token', 'avg', 'map', ''), 'eva': ('token', 'avg', '')}
+_POOLS = {'vision_transformer': ('token', 'avg', 'map', ''), 'eva': ('token', 'avg', 'map', '')}
 
 
 @functools.cache
@@ -272,6 +278,24 @@ def pooling(args: Arguments, config: Mapping[str, Any], path: str) -> Optional[s
         "compute (model.classifier: token pools as timm's token, gap as its avg, map as its map)"
     )
   return pool
+
+
+def map_head(args: Arguments, pool: Optional[str], path: str) -> tuple[Optional[int], bool]:
+  """(model.map_heads, model.map_include_prefix) of timm's attention pooling `attn_pool` for its
+  pooling `pool`: VisionTransformer's has num_heads heads (None) and attends to the tokens before
+  the patches where pool_include_prefix; Eva's has attn_pool_num_heads heads (None: num_heads) and
+  attends to every token."""
+  if pool != 'map':
+    if args.cls == 'vision_transformer' and args.get('pool_include_prefix'):
+      raise ValueError(
+          f'{path}: {args.describe()} pools with global_pool={pool!r} over the class token and '
+          "registers too (pool_include_prefix=True), which vit_jax's ViT does not compute (its "
+          'gap averages the patches alone)'
+      )
+    return None, False
+  if args.cls == 'eva':
+    return args.get('attn_pool_num_heads'), True
+  return None, bool(args.get('pool_include_prefix'))
 
 
 def _check_mlp_layer(args: Arguments, path: str) -> None:

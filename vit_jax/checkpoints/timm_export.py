@@ -134,11 +134,17 @@ def _vision_transformer_args(model: Mapping[str, Any]) -> tuple[str, dict[str, A
         f"epsilon {' or '.join(f'{e:g}' for e in epsilons)} "
         f"(model.layernorm_epsilon={model['layernorm_epsilon']:g})"
     )
+  if model['map_heads'] not in (None, model['num_heads']):
+    raise ValueError(
+        f"timm's VisionTransformer pools with num_heads={model['num_heads']} heads, not "
+        f"model.map_heads={model['map_heads']}: unset model.map_heads"
+    )
   model_args = {
       **_sizes(model),
       'qkv_bias': True,
       'fc_norm': bool(model['fc_norm']),
       'act_layer': model['mlp_activation'],
+      'pool_include_prefix': bool(model['map_include_prefix']),
   }
   if model['layer_scale'] is not None:
     model_args['init_values'] = model['layer_scale']
@@ -158,7 +164,7 @@ _EVA_ARCHITECTURES = {1e-6: 'eva02_small_patch14_224', 1e-5: 'vit_base_patch16_d
 _EVA_FIXED = (
     ('distilled', False, 'distilled=False'),
     ('layernorm_epsilon', tuple(_EVA_ARCHITECTURES), 'layernorm_epsilon=1e-6 (or 1e-5)'),
-    ('classifier', ('token', 'gap'), 'classifier=gap (or token)'),
+    ('classifier', ('token', 'gap', 'map'), 'classifier=gap (or token, map)'),
     ('posemb', ('learn', 'none'), 'posemb=learn (or none)'),
 )
 
@@ -177,8 +183,11 @@ def _eva_args(model: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
           f'model.{field}={model[field]!r}: it needs '
           + (fix or f'{field}={value!r}' + (' with mlp_gated' if model['mlp_gated'] else ''))
       )
+  if model['classifier'] == 'map':
+    _check_eva_map_head(model)
   model_args = {
       **_sizes(model),
+      'attn_pool_num_heads': model['map_heads'] or model['num_heads'],
       # EvaAttention has no key bias (q_bias, v_bias); AttentionRope, the same function otherwise,
       # has a fused qkv bias.
       'attn_type': 'rope' if model['key_bias'] else 'eva',
@@ -199,3 +208,19 @@ def _eva_args(model: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
       'dynamic_img_size': False,
   }
   return _EVA_ARCHITECTURES[model['layernorm_epsilon']], model_args
+
+
+def _check_eva_map_head(model: Mapping[str, Any]) -> None:
+  """A one-line ValueError for a MAP head timm's Eva's attn_pool is not: it attends to every token
+  (the class token and registers too) with a GELU MLP."""
+  prefix = vit.has_class_token(model['classifier'], model['class_token']) + model['num_registers']
+  if prefix and not model['map_include_prefix']:
+    raise ValueError(
+        "timm's Eva pools with attention over every token, the class token and registers too: "
+        'train with model.map_include_prefix=True to export it'
+    )
+  if model['mlp_activation'] != 'gelu':
+    raise ValueError(
+        "timm's Eva pools with a GELU MLP, not the blocks' "
+        f"model.mlp_activation={model['mlp_activation']!r}"
+    )

@@ -4,7 +4,8 @@ and the model fields they fix (`architecture`); out is timm_export.py's.
 The architectures map one to one except: timm has no pre-logits layer; timm's `no_embed_class` (no
 position embedding for the class token) is ours with a zero one (and zero ones for its registers,
 `reg_token`: model.num_registers); timm's attention pooling `attn_pool` (SigLIP's, global_pool='map')
-is our MAP head (big_vision's); timm's layer scale `ls1.gamma`, `ls2.gamma` (DeiT III, DINOv2; Eva's
+is our MAP head (big_vision's; Eva's, Perception Encoder's, with heads of its own attending to every
+token: model.map_heads, model.map_include_prefix); timm's layer scale `ls1.gamma`, `ls2.gamma` (DeiT III, DINOv2; Eva's
 `gamma_1`, `gamma_2`) is ours (model.layer_scale). Eva's attention has no key bias
 (model.key_bias=False), its MLP may be gated (SwiGLU: model.mlp_gated) with a norm (model.mlp_norm).
 What has no parameters but changes the function (timm's pooling, the MLP's activation, Eva's rotary
@@ -23,9 +24,13 @@ MAP_HEAD = 'MAPHead_0'  # Our MAP head (pooling.MAPHead), timm's attn_pool.
 
 
 def from_state_dict(
-    state_dict: StateDict, num_heads: int, source: str = 'state dict'
+    state_dict: StateDict,
+    num_heads: int,
+    source: str = 'state dict',
+    map_heads: Optional[int] = None,
 ) -> dict[str, Any]:
-  """The nested tree of a timm `VisionTransformer` state dict."""
+  """The nested tree of a timm `VisionTransformer` or `Eva` state dict; its attention pooling's
+  heads `map_heads` (None: num_heads)."""
   r = torch_names.Reader(state_dict, source, 'timm')
   tree = {
       'embedding/kernel': torch_names.patch_kernel(r.take('patch_embed.proj.weight')),
@@ -79,7 +84,7 @@ def from_state_dict(
   if r.has(
       'attn_pool.latent'
   ):  # timm's MAP head (SigLIP's AttentionPoolLatent): ours, big_vision's.
-    tree.update(_map_head_in(r, num_heads))
+    tree.update(_map_head_in(r, map_heads or num_heads))
   for theirs, norm in (('norm', 'Transformer/encoder_norm'), ('fc_norm', 'fc_norm')):
     if r.has(f'{theirs}.weight'):
       tree[f'{norm}/scale'], tree[f'{norm}/bias'] = r.take(f'{theirs}.weight'), r.take(
@@ -215,6 +220,8 @@ def architecture(state_dict: StateDict, config: Mapping[str, Any], path: str) ->
     )
   fc2 = state_dict['blocks.0.mlp.fc2.weight'].shape
   gated = has('mlp.fc1_g.weight') or _packed_gate(state_dict['blocks.0.mlp.fc1.weight'].shape, fc2)
+  pool = timm_arguments.pooling(args, config, path)
+  _check_map_mlp(state_dict, fc2[1], gated and args.cls == 'eva', path)
   fields = {
       'patch_size': patches[-1],
       'hidden_size': patches[0],
@@ -232,10 +239,13 @@ def architecture(state_dict: StateDict, config: Mapping[str, Any], path: str) ->
       'mlp_gated': gated,
       'mlp_norm': has('mlp.norm.weight'),
       'distilled': 'dist_token' in state_dict,
-      'classifier': _classifier(state_dict, timm_arguments.pooling(args, config, path), path),
+      'classifier': _classifier(state_dict, pool, path),
       'posemb': 'learn' if 'pos_embed' in state_dict else 'none',
       'posemb_where': 'input',
   }
+  fields['map_heads'], fields['map_include_prefix'] = timm_arguments.map_head(
+      args, 'map' if fields['classifier'] == 'map' else pool, path
+  )
   said = {
       'num_heads': args.get('num_heads') if args.has('num_heads') else None,
       'mlp_activation': timm_arguments.activation(args, gated, path),
@@ -246,6 +256,21 @@ def architecture(state_dict: StateDict, config: Mapping[str, Any], path: str) ->
   if fields['rope'] is None:
     del fields['rope'], fields['rope_grid'], fields['rope_style']
   return fields
+
+
+def _check_map_mlp(state_dict: StateDict, mlp_dim: int, gated_eva: bool, path: str) -> None:
+  """A one-line ValueError for a timm attention pooling whose MLP is not our MAP head's: the
+  blocks' width and activation (timm's Eva pools with a GELU MLP, which its gated ViTs' SiLU is
+  not)."""
+  if 'attn_pool.mlp.fc1.weight' not in state_dict:
+    return
+  units = state_dict['attn_pool.mlp.fc1.weight'].shape[0]
+  if units != mlp_dim or gated_eva:
+    raise ValueError(
+        f"{path}: the timm model's attention pooling has an MLP of {units} units, its blocks "
+        f"{'a gated MLP' if gated_eva else 'an MLP'} of {mlp_dim}: vit_jax's MAP head has the "
+        "blocks' width and activation"
+    )
 
 
 # Tensors only timm's Eva has: its attention's q_bias / v_bias or separate projections, its layer

@@ -29,9 +29,15 @@ from vit_jax.checkpoints.torch_files import StateDict
 
 
 def from_state_dict(
-    state_dict: StateDict, num_heads: int, source: str = 'state dict'
+    state_dict: StateDict,
+    num_heads: int,
+    source: str = 'state dict',
+    map_heads: Optional[int] = None,
 ) -> dict[str, Any]:
   """The nested tree of a transformers ViT state dict of one of the families above."""
+  # Every family's attention pooling (SigLIP's) has num_heads heads: `architecture` fixes
+  # map_heads=None, which state_dicts.load checks against the model's.
+  del map_heads
   state_dict = parts.unprefixed(state_dict)
   family = _family(state_dict, source)
   r = torch_names.Reader(state_dict, source, 'transformers')
@@ -53,6 +59,8 @@ def architecture(state_dict: StateDict, config: Mapping[str, Any], path: str) ->
   fields = {
       # What most families are; each family's own fields override them.
       'distilled': False,  # But a DeiT's (the ViT family reads its distillation token).
+      'map_heads': None,
+      'map_include_prefix': False,
       'posemb': 'learn',
       'posemb_where': 'input',
       'key_bias': True,

@@ -3,7 +3,8 @@
 `CLASSIFIERS` is their registry; each maps (encoded tokens [b, tokens, D], the model) to [b, D] and is
 called inside the model's `__call__`, so a pooling with parameters (MAP) adds them at the top of the
 model's tree. 'token': the class token's output (the model prepends one); 'gap': the mean of the patch
-tokens; 'map': multihead attention pooling of the patch tokens; 'token_gap': the class token's output
+tokens; 'map': multihead attention pooling of the patch tokens (or of every token, the model's
+`map_include_prefix`); 'token_gap': the class token's output
 and the patch tokens' mean side by side, [b, 2 D] (DINOv2's linear evaluation, transformers'
 Dinov2ForImageClassification).
 """
@@ -64,16 +65,17 @@ def _mean(x: jnp.ndarray, model: Any) -> jnp.ndarray:
 
 
 def _attention_pooling(x: jnp.ndarray, model: Any) -> jnp.ndarray:
-  # The probe attends to the patches alone, as timm's attn_pool (pool_include_prefix=False).
+  # The probe attends to the patches alone, as timm's VisionTransformer's attn_pool
+  # (pool_include_prefix=False), or with map_include_prefix to every token, as its Eva's.
   return MAPHead(
-      num_heads=model.num_heads,
+      num_heads=model.map_heads or model.num_heads,
       mlp_dim=model.mlp_dim,
       dtype=model.dtype,
       attention=model.attention,
       mlp_activation=model.mlp_activation,
       layernorm_epsilon=model.layernorm_epsilon,
       name='MAPHead_0',
-  )(x[:, model.num_prefix_tokens :])
+  )(x if model.map_include_prefix else x[:, model.num_prefix_tokens :])
 
 
 def _class_token_and_mean(x: jnp.ndarray, model: Any) -> jnp.ndarray:

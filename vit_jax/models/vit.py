@@ -51,6 +51,12 @@ class ViTBackbone(nn.Module):
   # True with 'gap' or 'map': one they do not pool (timm's class_token with global_pool='avg': MAE,
   # BEiT, EVA). `has_class_token` resolves it.
   class_token: Optional[bool] = None
+  # The MAP head's (classifier 'map'): its attention heads (None: num_heads, big_vision's and
+  # SigLIP's; Perception Encoder's 8), and whether its probe attends to the class token and registers
+  # too (timm Eva's attn_pool, Perception Encoder's) or to the patches alone (big_vision's, timm's
+  # VisionTransformer's).
+  map_heads: Optional[int] = None
+  map_include_prefix: bool = False
   # The final LayerNorm after the pooling (timm's fc_norm) instead of at the end of the encoder.
   fc_norm: bool = False
   posemb: str = 'learn'  # A key of posemb.POSEMBS.

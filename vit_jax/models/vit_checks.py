@@ -109,6 +109,21 @@ def _check_fields(model: dict[str, Any]) -> None:
     raise ValueError(
         f"Unknown model.classifier {model['classifier']!r}: use one of " f"{', '.join(CLASSIFIERS)}"
     )
+  heads = model['map_heads']
+  if heads is not None and not (
+      isinstance(heads, int) and heads > 0 and model['hidden_size'] % heads == 0
+  ):
+    raise ValueError(
+        f'model.map_heads={heads} must be a positive number of heads that divides '
+        f"model.hidden_size={model['hidden_size']} (or unset: num_heads)"
+    )
+  for name, unset in (('map_heads', None), ('map_include_prefix', False)):
+    if model[name] != unset and model['classifier'] != 'map':
+      raise ValueError(
+          f'model.{name}={model[name]!r} shapes the MAP head, and '
+          f"model.classifier={model['classifier']!r} has none: set --config.model.classifier=map, "
+          f'or unset model.{name}'
+      )
   # LayerNorm acts per token, so after taking the class token it is the encoder norm renamed.
   if model['classifier'] in CLASS_TOKEN_POOLINGS and model['class_token'] is False:
     raise ValueError(

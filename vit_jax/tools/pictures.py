@@ -198,8 +198,10 @@ def write_pictures(
   # MAP pools with its probe's attention: the rollout's rows weighted by it, not their mean;
   # token_gap's representation is the class token's and the patches' mean: half of it each.
   pooled = None
-  if model.classifier == 'map':
-    pooled = introspection.probe_weights(model, params, inputs)[0]
+  if model.classifier == 'map':  # Its probe attends to the patches alone, or to every token.
+    weights = introspection.probe_weights(model, params, inputs)[0]
+    pooled = np.zeros(tokens)
+    pooled[tokens - len(weights) :] = weights
   elif model.classifier == 'token_gap':
     pooled = np.zeros(tokens)
     pooled[0], pooled[prefix:] = 0.5, 0.5 / (tokens - prefix)

@@ -118,6 +118,9 @@ def get_config() -> ml_collections.ConfigDict:
           qk_norm=config_dict.placeholder(bool),
           # False: the attention's keys have no bias (EVA's; with rotary embeddings it would matter).
           key_bias=config_dict.placeholder(bool),
+          # A LayerNorm of the attention's heads, concatenated, before its output projection (EVA-02
+          # CLIP's; timm's scale_attn_inner, scale_attn_norm).
+          attn_norm=config_dict.placeholder(bool),
           # A gated MLP (GLU; SwiGLU with mlp_activation='silu': EVA-02's, DINOv2 giant's): the
           # activated layer times a second linear one, mlp_dim units each; mlp_norm: a LayerNorm of the
           # hidden units before the output layer (EVA-02 B/L's).

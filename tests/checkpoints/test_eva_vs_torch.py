@@ -1,4 +1,5 @@
-"""timm's Eva (EVA-02, timm's SBB ViTs with rotary embeddings, DINOv3, RoPE-ViT, Perception Encoder) through config.init_from with
+"""timm's Eva (EVA-02 and its CLIP, timm's SBB ViTs with rotary embeddings, DINOv3, RoPE-ViT,
+Perception Encoder) through config.init_from with
 config.variant='checkpoint': the fields read from the files timm writes, timm's logits, the tensors
 exported back and timm's model rebuilt from our export; and what is refused, in one line."""
 
@@ -71,6 +72,18 @@ _EVAS = {
             posemb='none',
             rope_grid=None,
             rope_style='rope_vit',
+        ),
+    ),
+    # EVA-02 CLIP's image tower: a LayerNorm of the attention's heads before its projection.
+    'eva02_base_patch16_clip_224': (
+        dict(mlp_ratio=4 * 2 / 3),
+        dict(
+            mlp_gated=True,
+            mlp_norm=True,
+            key_bias=False,
+            attn_norm=True,
+            classifier='token',
+            posemb='learn',
         ),
     ),
     # Perception Encoder: its rotary embeddings ('xy' grid from 1, on a 24x24 reference grid), a
@@ -262,21 +275,13 @@ def test_what_the_eva_files_do_not_say_or_contradict_is_one_line(tmp_path):
 
 
 def test_a_timm_eva_feature_we_lack_is_refused_naming_it(tmp_path):
-  """EVA-02 CLIP's LayerNorm inside the attention (scale_attn_inner): by its argument, and without
-  the config.json by the tensor it has and vit_jax has not."""
-  _saved(tmp_path / 'eva', 'eva02_small_patch14_224', scale_attn_inner=True)
-  with pytest.raises(ValueError, match=r"created with scale_attn_inner=True, which vit_jax's ViT"):
-    _prepare(tmp_path, str(tmp_path / 'eva'))
-  (tmp_path / 'eva' / 'config.json').unlink()
+  """Eva's post-norm blocks (use_post_norm: a LayerNorm after each branch, the same tensors in other
+  places) by its argument."""
+  _saved(tmp_path / 'eva', 'eva02_small_patch14_224', use_post_norm=True)
   with pytest.raises(
-      ValueError, match=r"timm tensor 'blocks.0.attn.norm.bias' .* has no counterpart"
+      ValueError, match=r"created with use_post_norm=True, which vit_jax's ViT does not compute"
   ):
-    _prepare(
-        tmp_path,
-        str(tmp_path / 'eva'),
-        **{'model.num_heads': 2, 'model.mlp_activation': 'silu', 'model.layernorm_epsilon': 1e-6},
-        **{'model.classifier': 'gap', 'model.rope': True, 'model.rope_grid': (16, 16)},
-    )
+    _prepare(tmp_path, str(tmp_path / 'eva'))
 
 
 @pytest.mark.parametrize(

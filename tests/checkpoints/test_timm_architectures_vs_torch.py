@@ -46,6 +46,8 @@ COMPUTED = (
     # Perception Encoder: its rotary embeddings ('xy' grid from 1, rescaled), a norm before the
     # blocks, MAP pooling of 8 heads over every token, the class token too.
     ('vit_pe_core_tiny_patch16_384', {}),
+    # EVA-02 CLIP: a LayerNorm of the attention's heads before its projection (scale_attn_inner).
+    ('eva02_base_patch16_clip_224', {}),
 )
 # Architectures whose weights would load but compute another function, and what the error names.
 REFUSED = (
@@ -65,7 +67,6 @@ REFUSED = (
     ('vit_dwee_patch16_reg1_gap_256', "attn_layer='diff'"),
     ('vit_huge_patch16_radio_v3', 'final_norm=False'),
     ('vit_intern300m_patch14_448', 'final_norm=False'),
-    ('eva02_base_patch16_clip_224', 'scale_attn_inner=True'),
 )
 
 

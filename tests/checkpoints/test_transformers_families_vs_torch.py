@@ -46,6 +46,7 @@ _SIZES = {
     'map_include_prefix': False,
     # EVA-02's options, which no transformers family here has.
     'key_bias': True,
+    'attn_norm': False,
     'mlp_gated': False,
     'mlp_norm': False,
     'rope': False,

@@ -21,6 +21,7 @@ _EVA = dict(
     mlp_gated=True,
     mlp_norm=True,
     key_bias=False,
+    attn_norm=True,
     rope=True,
     rope_grid=(16, 16),
 )
@@ -162,6 +163,7 @@ def test_eva_options_shape_the_tree_and_every_layout_computes_the_same():
   params = _random_params(model, images)
   attention = params['Transformer']['encoderblock_0']['MultiHeadDotProductAttention_1']
   assert 'bias' not in attention['key'] and 'bias' in attention['query']
+  assert attention['norm']['scale'].shape == (32,)  # Over the heads' outputs, concatenated.
   mlp = params['Transformer']['encoderblock_0']['MlpBlock_3']
   assert set(mlp) == {'Dense_0', 'Dense_linear', 'norm', 'Dense_1'}
   assert mlp['norm']['scale'].shape == (64,)
@@ -191,7 +193,7 @@ def test_eva_options_shape_the_tree_and_every_layout_computes_the_same():
   )
   # Without rotary embeddings, or measured on another grid, the same parameters compute another
   # function.
-  for other in ({'rope': False, 'rope_grid': None}, {'rope_grid': (4, 4)}):
+  for other in ({'rope': False, 'rope_grid': None}, {'rope_grid': (4, 4)}, {'attn_norm': False}):
     changed = _tiny(**{**_EVA, **other}).apply({'params': params}, images)
     assert not np.allclose(changed, logits, atol=1e-3), other
 

@@ -96,6 +96,7 @@ def test_export_writes_the_latest_parameters_in_the_original_layout(workdir, exp
       'num_registers': 0,
       'qk_norm': False,
       'key_bias': True,
+      'attn_norm': False,
       'mlp_gated': False,
       'mlp_norm': False,
       'rope': False,

@@ -213,6 +213,7 @@ ALWAYS_VALID = {
     'model.pre_norm': 'a bool',
     'model.qk_norm': 'a bool',
     'model.key_bias': 'a bool',
+    'model.attn_norm': 'a bool',
     'model.mlp_gated': 'a bool',
     'model.mlp_norm': 'a bool',
     'pp.flip': 'a bool',

@@ -64,6 +64,7 @@ def _posemb_kind(flat: dict[str, Any]) -> tuple[str, str]:
 _STRUCTURE_FIELDS = (
     (r'/[qk]_norm/', 'qk_norm', 'query/key normalisation'),
     (r'/MultiHeadDotProductAttention_1/key/bias$', 'key_bias', 'key biases'),
+    (r'/MultiHeadDotProductAttention_1/norm/', 'attn_norm', 'LayerNorms in its attention'),
     (r'/MlpBlock_3/Dense_linear/', 'mlp_gated', 'gated MLPs (GLU)'),
     (r'/MlpBlock_3/norm/', 'mlp_norm', 'LayerNorms in its MLPs'),
 )

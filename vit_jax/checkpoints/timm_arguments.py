@@ -50,10 +50,19 @@ _COMMON = (
 )
 _SHOWN_OR_INERT = {
     'vision_transformer': _COMMON
-    + ('reg_tokens', 'pre_norm', 'fc_norm', 'weight_init', 'fix_init', 'distilled'),
+    + (
+        'reg_tokens',
+        'pre_norm',
+        'fc_norm',
+        'weight_init',
+        'fix_init',
+        'distilled',
+        'scale_attn_norm',
+    ),
     'eva': _COMMON
     + (
         'qkv_fused',
+        'scale_attn_inner',
         'swiglu_align_to',
         'scale_mlp',
         'num_reg_tokens',
@@ -117,14 +126,12 @@ _COMPUTED = {
         'embed_norm_layer': (None,),
         'final_norm': (True,),
         'pos_embed': ('learn', 'none'),
-        'scale_attn_norm': (False,),
         'scale_mlp_norm': (False,),
         'proj_bias': (True,),
     },
     'eva': {
         'attn_type': ('eva', 'rope'),
         'num_kv_heads': (None,),
-        'scale_attn_inner': (False,),
         'attn_only_layer_scale': (False,),
         'use_post_norm': (False,),
         'rope_shift_coords': (None,),

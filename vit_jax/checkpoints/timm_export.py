@@ -145,6 +145,7 @@ def _vision_transformer_args(model: Mapping[str, Any]) -> tuple[str, dict[str, A
       'fc_norm': bool(model['fc_norm']),
       'act_layer': model['mlp_activation'],
       'pool_include_prefix': bool(model['map_include_prefix']),
+      'scale_attn_norm': bool(model['attn_norm']),
   }
   if model['layer_scale'] is not None:
     model_args['init_values'] = model['layer_scale']
@@ -193,6 +194,7 @@ def _eva_args(model: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
       'attn_type': 'rope' if model['key_bias'] else 'eva',
       'qkv_bias': True,
       'qkv_fused': True,
+      'scale_attn_inner': bool(model['attn_norm']),
       'swiglu_mlp': bool(model['mlp_gated']),
       'scale_mlp': bool(model['mlp_norm']),
       'use_rot_pos_emb': bool(model['rope']),

@@ -62,6 +62,10 @@ def to_state_dict(params: Any, eva: bool = False) -> StateDict:
     for scale, eva_scale in (('ls1', 'gamma_1'), ('ls2', 'gamma_2')):
       if f'{ours}/{scale}' in flat:
         out[f'{t}{eva_scale}' if eva else f'{t}{scale}.gamma'] = flat.pop(f'{ours}/{scale}')
+    attention = torch_names.ATTENTION.format(i)
+    if f'{attention}/norm/scale' in flat:  # model.attn_norm: timm's scale_attn_inner / _norm.
+      out[f'{t}attn.norm.weight'] = flat.pop(f'{attention}/norm/scale')
+      out[f'{t}attn.norm.bias'] = flat.pop(f'{attention}/norm/bias')
     for norm in ('q_norm', 'k_norm'):
       if f'{ours}/{norm}/scale' in flat:
         out[f'{t}attn.{norm}.weight'] = flat.pop(f'{ours}/{norm}/scale')

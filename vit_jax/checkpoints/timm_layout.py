@@ -77,6 +77,9 @@ def from_state_dict(
       for theirs in (f'{t}{scale}.gamma', f'{t}{eva}'):
         if r.has(theirs):
           tree[f'{ours}/{scale}'] = r.take(theirs)
+    if r.has(t + 'attn.norm.weight'):  # EVA-02 CLIP's scale_attn_inner (scale_attn_norm).
+      tree[f'{torch_names.ATTENTION.format(i)}/norm/scale'] = r.take(t + 'attn.norm.weight')
+      tree[f'{torch_names.ATTENTION.format(i)}/norm/bias'] = r.take(t + 'attn.norm.bias')
     for norm in ('q_norm', 'k_norm'):  # timm's qk_norm.
       if r.has(f'{t}attn.{norm}.weight'):
         tree[f'{ours}/{norm}/scale'] = r.take(f'{t}attn.{norm}.weight')
@@ -236,6 +239,7 @@ def architecture(state_dict: StateDict, config: Mapping[str, Any], path: str) ->
       'class_token': 'cls_token' in state_dict,
       'qk_norm': has('attn.q_norm.weight'),
       'key_bias': has('attn.qkv.bias') or has('attn.k_proj.bias'),
+      'attn_norm': has('attn.norm.weight'),
       'mlp_gated': gated,
       'mlp_norm': has('mlp.norm.weight'),
       'distilled': 'dist_token' in state_dict,

@@ -64,6 +64,7 @@ def architecture(state_dict: StateDict, config: Mapping[str, Any], path: str) ->
       'posemb': 'learn',
       'posemb_where': 'input',
       'key_bias': True,
+      'attn_norm': False,
       'mlp_gated': False,
       'mlp_norm': False,
       'rope': False,

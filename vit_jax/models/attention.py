@@ -167,7 +167,9 @@ class SelfAttention(nn.Module):
   (heads, D/heads, D)), computed as it computes them, and two options it lacks: no key bias
   (`key_bias=False`: EVA's attention, whose rotary embeddings would turn a key bias into a
   position-dependent term) and a change of the queries and keys between their projection and product
-  (`transform_qk`: normalisation, rotary embeddings), which the caller owns the parameters of.
+  (`transform_qk`: normalisation, rotary embeddings), which the caller owns the parameters of; and
+  a LayerNorm `norm` of the heads' outputs, concatenated, before the output projection (`out_norm`:
+  EVA-02 CLIP's, timm's scale_attn_inner / scale_attn_norm).
   """
 
   num_heads: int
@@ -176,6 +178,8 @@ class SelfAttention(nn.Module):
   dropout_rate: float = 0.0  # Of the attention weights.
   key_bias: bool = True
   matmul: str = 'default'  # A key of fp8.MATMULS: how the four projections multiply.
+  out_norm: bool = False
+  layernorm_epsilon: float = 1e-6  # `norm`'s.
 
   @nn.compact
   def __call__(
@@ -208,6 +212,11 @@ class SelfAttention(nn.Module):
     if sow_weights:
       kernel_kwargs['module'] = self
     x = self.attention_fn(query, key, value, **kernel_kwargs)
+    if self.out_norm:
+      heads = x.shape
+      x = nn.LayerNorm(epsilon=self.layernorm_epsilon, dtype=self.dtype, name='norm')(
+          x.reshape(heads[:-2] + (width,))
+      ).reshape(heads)
     return nn.DenseGeneral(
         width,
         axis=(-2, -1),

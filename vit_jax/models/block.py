@@ -107,6 +107,7 @@ class Encoder1DBlock(nn.Module):
   layernorm_epsilon: float = 1e-6
   qk_norm: bool = False
   key_bias: bool = True  # False: the attention's keys have no bias (EVA's).
+  attn_norm: bool = False  # SelfAttention's `out_norm`.
   mlp_gated: bool = False  # MlpBlock's `gated`.
   mlp_norm: bool = False  # MlpBlock's `norm`.
   rope: bool = False  # Rotary embeddings of the patches' queries and keys (rope.py), over `grid`.
@@ -151,6 +152,8 @@ class Encoder1DBlock(nn.Module):
         dropout_rate=self.attention_dropout_rate,
         key_bias=self.key_bias,
         matmul=self.matmul,
+        out_norm=self.attn_norm,
+        layernorm_epsilon=self.layernorm_epsilon,
         name='MultiHeadDotProductAttention_1',
     )(
         x,

@@ -149,6 +149,7 @@ class Encoder(nn.Module):
   layernorm_epsilon: float = 1e-6
   qk_norm: bool = False
   key_bias: bool = True
+  attn_norm: bool = False
   mlp_gated: bool = False
   mlp_norm: bool = False
   rope: bool = False
@@ -184,6 +185,7 @@ class Encoder(nn.Module):
         layernorm_epsilon=self.layernorm_epsilon,
         qk_norm=self.qk_norm,
         key_bias=self.key_bias,
+        attn_norm=self.attn_norm,
         mlp_gated=self.mlp_gated,
         mlp_norm=self.mlp_norm,
         rope=self.rope,

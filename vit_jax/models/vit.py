@@ -70,6 +70,8 @@ class ViTBackbone(nn.Module):
   layer_scale: Optional[float] = None  # Scales each block's residual branches (block.py).
   qk_norm: bool = False  # LayerNorms of the queries and keys per head (block.py).
   key_bias: bool = True  # False: no bias of the attention's keys (EVA's).
+  # A LayerNorm of the attention's heads before its output projection (EVA-02 CLIP's).
+  attn_norm: bool = False
   # The MLP: a GLU (`mlp_gated`, SwiGLU with mlp_activation 'silu'), a LayerNorm of its hidden units
   # (`mlp_norm`): block.MlpBlock's `gated` and `norm`, EVA-02's.
   mlp_gated: bool = False
@@ -185,6 +187,7 @@ class ViTBackbone(nn.Module):
         layernorm_epsilon=self.layernorm_epsilon,
         qk_norm=self.qk_norm,
         key_bias=self.key_bias,
+        attn_norm=self.attn_norm,
         mlp_gated=self.mlp_gated,
         mlp_norm=self.mlp_norm,
         rope=self.rope,

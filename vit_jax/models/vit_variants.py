@@ -107,6 +107,7 @@ def vit_model_config(variant: str, overrides: Optional[Mapping[str, Any]] = None
       layer_scale=None,
       qk_norm=False,
       key_bias=True,
+      attn_norm=False,
       mlp_gated=False,
       mlp_norm=False,
       rope=False,

@@ -290,14 +290,9 @@ def _numpy_probe_attention(model, params, images):
   return (e / e.sum(-1, keepdims=True)).mean(axis=1)
 
 
-def test_a_map_models_rollout_is_weighted_by_its_probes_attention(tmp_path, monkeypatch):
-  """A MAP model has no class token: its representation is the probe's attention over the encoded
-  tokens, so the rollout's rows are weighted by that attention (the mean of heads), not averaged."""
-  model, params = _model_and_params('map', num_layers=3)
+def _drawn_rollout(model, params, tmp_path, monkeypatch):
+  """(the maps and query text write_pictures draws of a 12x12 image, the model's input, its rollout)."""
   image = np.random.RandomState(1).randint(0, 256, (12, 12, 3), np.uint8)
-  inputs = pictures.predict.model_input(image, 12)[None]
-  probe = _numpy_probe_attention(model, params, inputs)[0]
-  assert np.abs(probe - 1 / 9).max() > 0.01  # Not the mean over the 9 tokens.
   drawn = {}
   monkeypatch.setattr(
       pictures,
@@ -305,9 +300,20 @@ def test_a_map_models_rollout_is_weighted_by_its_probes_attention(tmp_path, monk
       lambda image, maps, query, path: drawn.update(maps=maps, query=query) or path,
   )
   pictures.write_pictures(model, params, image, 12, str(tmp_path))
+  inputs = pictures.predict.model_input(image, 12)[None]
   rollout = introspection.attention_rollout(
       introspection.attention_weights(model, params, inputs)[:, 0]
   )
+  return drawn, inputs, rollout
+
+
+def test_a_map_models_rollout_is_weighted_by_its_probes_attention(tmp_path, monkeypatch):
+  """A MAP model has no class token: its representation is the probe's attention over the encoded
+  tokens, so the rollout's rows are weighted by that attention (the mean of heads), not averaged."""
+  model, params = _model_and_params('map', num_layers=3)
+  drawn, inputs, rollout = _drawn_rollout(model, params, tmp_path, monkeypatch)
+  probe = _numpy_probe_attention(model, params, inputs)[0]
+  assert np.abs(probe - 1 / 9).max() > 0.01  # Not the mean over the 9 tokens.
   np.testing.assert_allclose(
       drawn['maps'], np.einsum('t,lts->ls', probe, rollout).reshape(3, 3, 3), atol=1e-5
   )
@@ -335,21 +341,10 @@ def test_a_map_model_with_a_class_token_weighs_the_tokens_its_probe_attends_to(
       map_include_prefix=include_prefix,
   )
   params = model.init(jax.random.key(0), np.zeros((1, 12, 12, 3)))['params']
-  image = np.random.RandomState(1).randint(0, 256, (12, 12, 3), np.uint8)
-  inputs = pictures.predict.model_input(image, 12)[None]
-  drawn = {}
-  monkeypatch.setattr(
-      pictures,
-      'plot_rollout',
-      lambda image, maps, query, path: drawn.update(maps=maps) or path,
-  )
-  pictures.write_pictures(model, params, image, 12, str(tmp_path))
+  drawn, inputs, rollout = _drawn_rollout(model, params, tmp_path, monkeypatch)
   probe = introspection.probe_weights(model, params, inputs)[0]
   assert probe.shape == (10 if include_prefix else 9,)
   weights = np.concatenate([[0.0], probe]) if not include_prefix else probe
-  rollout = introspection.attention_rollout(
-      introspection.attention_weights(model, params, inputs)[:, 0]
-  )
   np.testing.assert_allclose(
       drawn['maps'], np.einsum('t,lts->ls', weights, rollout)[:, 1:].reshape(2, 3, 3), atol=1e-5
   )
@@ -359,18 +354,7 @@ def test_a_token_gap_models_rollout_is_half_the_class_tokens_row_half_the_patche
     tmp_path, monkeypatch
 ):
   model, params = _model_and_params('token_gap', num_layers=3)
-  image = np.random.RandomState(1).randint(0, 256, (12, 12, 3), np.uint8)
-  inputs = pictures.predict.model_input(image, 12)[None]
-  drawn = {}
-  monkeypatch.setattr(
-      pictures,
-      'plot_rollout',
-      lambda image, maps, query, path: drawn.update(maps=maps, query=query) or path,
-  )
-  pictures.write_pictures(model, params, image, 12, str(tmp_path))
-  rollout = introspection.attention_rollout(
-      introspection.attention_weights(model, params, inputs)[:, 0]
-  )
+  drawn, _, rollout = _drawn_rollout(model, params, tmp_path, monkeypatch)
   rows = (rollout[:, 0] + rollout[:, 1:].mean(axis=1)) / 2
   np.testing.assert_allclose(drawn['maps'], rows[:, 1:].reshape(3, 3, 3), atol=1e-6)
   assert 'class token and the mean over patches' in drawn['query']

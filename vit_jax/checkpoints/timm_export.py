@@ -184,11 +184,8 @@ def _eva_args(model: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
           f'model.{field}={model[field]!r}: it needs '
           + (fix or f'{field}={value!r}' + (' with mlp_gated' if model['mlp_gated'] else ''))
       )
-  if model['classifier'] == 'map':
-    _check_eva_map_head(model)
   model_args = {
       **_sizes(model),
-      'attn_pool_num_heads': model['map_heads'] or model['num_heads'],
       # EvaAttention has no key bias (q_bias, v_bias); AttentionRope, the same function otherwise,
       # has a fused qkv bias.
       'attn_type': 'rope' if model['key_bias'] else 'eva',
@@ -209,6 +206,9 @@ def _eva_args(model: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
       'init_values': model['layer_scale'],
       'dynamic_img_size': False,
   }
+  if model['classifier'] == 'map':
+    _check_eva_map_head(model)
+    model_args['attn_pool_num_heads'] = model['map_heads'] or model['num_heads']
   return _EVA_ARCHITECTURES[model['layernorm_epsilon']], model_args
 
 

@@ -1,5 +1,6 @@
-"""EVA-02's model options: 2-D rotary embeddings (`rope`, `rope_grid`; DINOv3's with `rope_style`), a
-gated MLP (`mlp_gated`) with its norm (`mlp_norm`), no key bias (`key_bias=False`). Their parity with timm's Eva is
+"""EVA-02's model options: 2-D rotary embeddings (`rope`, `rope_grid`; the other models' styles with
+`rope_style`), a gated MLP (`mlp_gated`) with its norm (`mlp_norm`), no key bias (`key_bias=False`),
+EVA-02 CLIP's LayerNorm in the attention (`attn_norm`). Their parity with timm's Eva is
 tests/checkpoints/test_eva_vs_torch.py's; here the properties that hold whatever timm does."""
 
 import jax

@@ -5,8 +5,8 @@ The architectures map one to one except: timm has no pre-logits layer; timm's `n
 position embedding for the class token) is ours with a zero one (and zero ones for its registers,
 `reg_token`: model.num_registers); timm's attention pooling `attn_pool` (SigLIP's, global_pool='map')
 is our MAP head (big_vision's; Eva's, Perception Encoder's, with heads of its own attending to every
-token: model.map_heads, model.map_include_prefix); timm's layer scale `ls1.gamma`, `ls2.gamma` (DeiT III, DINOv2; Eva's
-`gamma_1`, `gamma_2`) is ours (model.layer_scale). Eva's attention has no key bias
+token: model.map_heads, model.map_include_prefix); timm's layer scale `ls1.gamma`, `ls2.gamma`
+(DeiT III, DINOv2; Eva's `gamma_1`, `gamma_2`) is ours (model.layer_scale). Eva's attention has no key bias
 (model.key_bias=False), its MLP may be gated (SwiGLU: model.mlp_gated) with a norm (model.mlp_norm).
 What has no parameters but changes the function (timm's pooling, the MLP's activation, Eva's rotary
 embeddings) is read from the config.json beside the weights, when there is one.

@@ -22,8 +22,9 @@ scale (`layer_scale1/2.lambda1`) is our `ls1` / `ls2`.
   and 7B models our model.mlp_gated. Its coordinate augmentations (pos_embed_shift, _jitter,
   _rescale) act in pretraining only, as timm's: not part of the function loaded.
 
-What ours has not is a one-line error naming its tensor: DINOv2's SwiGLU MLP (use_swiglu_ffn, its
-giant model's) here, the rest (the classifiers of other families) as torch_names.Reader's leftovers.
+DINOv2's giant model's SwiGLU MLP (use_swiglu_ffn: `weights_in` packing the gate and its linear
+half) is our model.mlp_gated. What ours has not (the classifiers of other families) is a one-line
+error naming its tensor, as torch_names.Reader's leftovers.
 """
 
 import dataclasses

@@ -4,9 +4,8 @@
 called inside the model's `__call__`, so a pooling with parameters (MAP) adds them at the top of the
 model's tree. 'token': the class token's output (the model prepends one); 'gap': the mean of the patch
 tokens; 'map': multihead attention pooling of the patch tokens (or of every token, the model's
-`map_include_prefix`); 'token_gap': the class token's output
-and the patch tokens' mean side by side, [b, 2 D] (DINOv2's linear evaluation, transformers'
-Dinov2ForImageClassification).
+`map_include_prefix`); 'token_gap': the class token's output and the patch tokens' mean side by
+side, [b, 2 D] (DINOv2's linear evaluation, transformers' Dinov2ForImageClassification).
 """
 
 from typing import Any

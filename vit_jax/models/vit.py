@@ -207,7 +207,8 @@ class ViTBackbone(nn.Module):
 
 # kw_only: the backbone's fields come first and have defaults; num_classes stays required all the same.
 class VisionTransformer(ViTBackbone, kw_only=True):
-  """ViT classifier: the backbone, a pooling (`classifier`: class token, GAP or MAP), head.
+  """ViT classifier: the backbone, a pooling (`classifier`: class token, GAP, MAP or both of the first
+  two side by side), head.
 
   `representation_size` adds the tanh pre-logits layer used in pretraining; `num_classes=None` returns
   the pooled (pre-logits) representation, before `head_dropout_rate`'s dropout. Logits are float32

@@ -1,9 +1,10 @@
 """Fine-tuning a ViT downloaded from the Hugging Face hub (timm's or transformers' weights), shared
-by configs/finetune_dinov2.py, finetune_siglip.py, finetune_clip.py and finetune_eva02.py.
+by configs/finetune_dinov2.py, finetune_dinov3.py, finetune_siglip.py, finetune_clip.py and
+finetune_eva02.py.
 
 The model is `variant='checkpoint'`: every architecture field (sizes, heads, layer scale, registers,
-pooling, activation, LayerNorm epsilon, EVA-02's rotary embeddings and SwiGLU) is read from the downloaded directory's tensors and
-config.json, so none is spelt here. The recipe is today's for fine-tuning such backbones (BEiT / MAE
+pooling, activation, LayerNorm epsilon, rotary embeddings, SwiGLU) is read from the downloaded
+directory's tensors and config.json, so none is spelt here. The recipe is today's for fine-tuning such backbones (BEiT / MAE
 style, as timm and FT-CLIP use): AdamW with layer-wise learning-rate decay, weight decay 0.05,
 stochastic depth 0.1, label smoothing 0.1, cosine decay after a warmup, 224 px, Polyak averaging.
 The position embeddings are resized to 224 px's patch grid (DINOv2's 518 px grid of 37x37 to 16x16),
@@ -23,6 +24,11 @@ FAMILIES = {
         'timm/vit_small_patch14_reg4_dinov2.lvd142m (registers), facebook/dinov2-small, '
         'facebook/dinov2-base, facebook/dinov2-with-registers-small',
         'checkpoints/dinov2',
+    ),
+    'dinov3': (
+        'timm/vit_small_patch16_dinov3.lvd1689m, timm/vit_base_patch16_dinov3.lvd1689m, '
+        'facebook/dinov3-vits16-pretrain-lvd1689m, facebook/dinov3-vitb16-pretrain-lvd1689m',
+        'checkpoints/dinov3',
     ),
     'siglip': (
         'timm/vit_base_patch16_siglip_224.webli, google/siglip-base-patch16-224, '

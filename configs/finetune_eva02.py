@@ -5,9 +5,10 @@ key bias) on a downstream dataset at 224 px: the recipe of configs/finetune_down
   python -m vit_jax.main --config=configs/finetune_eva02.py:cifar10 --workdir=W \\
       --config.init_from=checkpoints/eva02
 
-Reads timm's eva02_* image models (model.safetensors + config.json; the EVA-02 CLIP towers' LayerNorm
-inside the attention is refused, naming its tensor) and timm's vit_*_patch16_rope_* ViTs. The rotary
-embeddings are measured on the 16x16 grid they were pretrained on at any resolution, as timm's.
+Reads timm's eva02_* models (model.safetensors + config.json; the EVA-02 CLIP image towers too, with
+the LayerNorm inside their attention: model.attn_norm) and timm's vit_*_patch16_rope_* ViTs. The
+rotary embeddings are measured on the 16x16 grid they were pretrained on at any resolution, as
+timm's.
 Datasets and steps: configs/finetune.py's. Cost (the planner's estimate for EVA-02 S/14, 22M
 parameters, 256 patches an image, not a measurement): 0.048 s a step on one H100 at 40% MFU, 8 minutes
 for CIFAR's 10,000 steps, 41 GiB without remat; `python -m vit_jax.tools.plan --config=...

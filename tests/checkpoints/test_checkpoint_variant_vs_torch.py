@@ -220,6 +220,7 @@ def test_the_run_config_rebuilds_the_model_without_the_checkpoint(tmp_path):
     'config_name,architecture',
     [
         ('finetune_dinov2', 'vit_small_patch14_reg4_dinov2'),
+        ('finetune_dinov3', 'vit_small_patch16_dinov3'),
         ('finetune_siglip', 'vit_base_patch16_siglip_224'),
         ('finetune_clip', 'vit_base_patch16_clip_quickgelu_224'),
         ('finetune_eva02', 'eva02_small_patch14_224'),

@@ -24,8 +24,9 @@ PICTURES = (
 )
 
 
-def _model_and_params(classifier='token', num_layers=11):
-  """A tiny ViT on 12x12 images, 4x4 patches; 11 blocks, so that encoderblock_10 is among them."""
+def _model_and_params(classifier='token', num_layers=11, **fields):
+  """A tiny ViT on 12x12 images, 4x4 patches; 11 blocks, so that encoderblock_10 is among them;
+  `fields` of the model's."""
   model = vit.VisionTransformer(
       num_classes=10,
       patch_size=4,
@@ -34,6 +35,7 @@ def _model_and_params(classifier='token', num_layers=11):
       mlp_dim=64,
       num_heads=2,
       classifier=classifier,
+      **fields,
   )
   params = model.init(jax.random.key(0), np.zeros((1, 12, 12, 3)))['params']
   # Spread the query and key weights, so that attention is far from uniform: a comparison of substance.
@@ -329,18 +331,9 @@ def test_a_map_model_with_a_class_token_weighs_the_tokens_its_probe_attends_to(
 ):
   """The probe attends to the patches alone (the class token weighs nothing in the map) or, with
   map_include_prefix, to the class token too."""
-  model = vit.VisionTransformer(
-      num_classes=10,
-      patch_size=4,
-      hidden_size=32,
-      num_layers=2,
-      mlp_dim=64,
-      num_heads=2,
-      classifier='map',
-      class_token=True,
-      map_include_prefix=include_prefix,
+  model, params = _model_and_params(
+      'map', num_layers=2, class_token=True, map_include_prefix=include_prefix
   )
-  params = model.init(jax.random.key(0), np.zeros((1, 12, 12, 3)))['params']
   drawn, inputs, rollout = _drawn_rollout(model, params, tmp_path, monkeypatch)
   probe = introspection.probe_weights(model, params, inputs)[0]
   assert probe.shape == (10 if include_prefix else 9,)

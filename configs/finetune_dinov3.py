@@ -2,7 +2,7 @@
 resolution, 4 registers, layer scale, no key bias) on a downstream dataset at 224 px: the recipe of
 configs/finetune_downloaded.py.
 
-  hf download timm/vit_small_patch16_dinov3.lvd1689m --local-dir checkpoints/dinov3   # 87 MB
+  hf download timm/vit_small_patch16_dinov3.lvd1689m --local-dir checkpoints/dinov3   # ~22M params
   python -m vit_jax.main --config=configs/finetune_dinov3.py:cifar10 --workdir=W \\
       --config.init_from=checkpoints/dinov3
 

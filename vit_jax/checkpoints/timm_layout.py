@@ -6,8 +6,9 @@ position embedding for the class token) is ours with a zero one (and zero ones f
 `reg_token`: model.num_registers); timm's attention pooling `attn_pool` (SigLIP's, global_pool='map')
 is our MAP head (big_vision's; Eva's, Perception Encoder's, with heads of its own attending to every
 token: model.map_heads, model.map_include_prefix); timm's layer scale `ls1.gamma`, `ls2.gamma`
-(DeiT III, DINOv2; Eva's `gamma_1`, `gamma_2`) is ours (model.layer_scale). Eva's attention has no key bias
-(model.key_bias=False), its MLP may be gated (SwiGLU: model.mlp_gated) with a norm (model.mlp_norm).
+(DeiT III, DINOv2; Eva's `gamma_1`, `gamma_2`) is ours (model.layer_scale). Eva's EvaAttention has
+no key bias (model.key_bias=False; its AttentionRope has one), its MLP may be gated (SwiGLU:
+model.mlp_gated) with a norm (model.mlp_norm).
 What has no parameters but changes the function (timm's pooling, the MLP's activation, Eva's rotary
 embeddings) is read from the config.json beside the weights, when there is one.
 """
@@ -131,19 +132,14 @@ def _mlp_in(r: torch_names.Reader, t: str, mlp: str) -> dict[str, np.ndarray]:
   hidden units' LayerNorm `mlp.norm` where the model has one (EVA-02 B/L's scale_mlp)."""
   out_weight = r.take(t + 'mlp.fc2.weight')
   layers = {'Dense_1': (out_weight, r.take(t + 'mlp.fc2.bias'))}
+  packed = False
   if r.has(t + 'mlp.fc1_g.weight'):
     for theirs, ours in (('fc1_g', 'Dense_0'), ('fc1_x', 'Dense_linear')):
       layers[ours] = r.take(f'{t}mlp.{theirs}.weight'), r.take(f'{t}mlp.{theirs}.bias')
   else:
-    weight, bias = r.take(t + 'mlp.fc1.weight'), r.take(t + 'mlp.fc1.bias')
-    if _packed_gate(weight.shape, out_weight.shape):
-      (gate, linear), (gate_bias, linear_bias) = np.split(weight, 2), np.split(bias, 2)
-      layers['Dense_0'], layers['Dense_linear'] = (gate, gate_bias), (linear, linear_bias)
-    else:
-      layers['Dense_0'] = weight, bias
-  tree = {}
-  for ours, (weight, bias) in layers.items():
-    tree[f'{mlp}{ours}/kernel'], tree[f'{mlp}{ours}/bias'] = torch_names.kernel(weight), bias
+    layers['Dense_0'] = r.take(t + 'mlp.fc1.weight'), r.take(t + 'mlp.fc1.bias')
+    packed = _packed_gate(layers['Dense_0'][0].shape, out_weight.shape)
+  tree = torch_names.mlp_in(mlp, layers, packed)
   if r.has(t + 'mlp.norm.weight'):
     tree[f'{mlp}norm/scale'], tree[f'{mlp}norm/bias'] = (
         r.take(t + 'mlp.norm.weight'),

@@ -100,6 +100,23 @@ def num_blocks(state_dict: StateDict, pattern: str) -> int:
   return len({m[1] for name in state_dict if (m := re.match(pattern, name))})
 
 
+def mlp_in(
+    mlp: str, layers: Mapping[str, tuple[np.ndarray, np.ndarray]], packed_gate: bool = False
+) -> dict[str, np.ndarray]:
+  """Our MLP `mlp` (ending in '/') of PyTorch's (out, in) weights and biases by our layer's name:
+  `Dense_0` (the gate, where gated), `Dense_linear`, `Dense_1`. With `packed_gate`, `Dense_0` packs
+  the gate's and the linear layer's outputs, the gate's first (timm's GluMlp, transformers' DINOv2
+  SwiGLU), and is split into both."""
+  layers = dict(layers)
+  if packed_gate:
+    (gate, linear), (gate_bias, linear_bias) = (np.split(a, 2) for a in layers['Dense_0'])
+    layers['Dense_0'], layers['Dense_linear'] = (gate, gate_bias), (linear, linear_bias)
+  tree = {}
+  for ours, (weight, bias) in layers.items():
+    tree[f'{mlp}{ours}/kernel'], tree[f'{mlp}{ours}/bias'] = kernel(weight), bias
+  return tree
+
+
 def square(n: int) -> bool:
   return n >= 0 and math.isqrt(n) ** 2 == n
 

@@ -91,20 +91,12 @@ class Blocks:
     return tree
 
   def _mlp(self, r: torch_names.Reader, t: str, mlp: str) -> dict[str, np.ndarray]:
-    layers = {}
-    if self.packed_gate:
-      weight, bias = r.take(f'{t}{self.mlp[0]}.weight'), r.take(f'{t}{self.mlp[0]}.bias')
-      (gate, linear), (gate_bias, linear_bias) = np.split(weight, 2), np.split(bias, 2)
-      layers['Dense_0'], layers['Dense_linear'] = (gate, gate_bias), (linear, linear_bias)
-      layers['Dense_1'] = r.take(f'{t}{self.mlp[1]}.weight'), r.take(f'{t}{self.mlp[1]}.bias')
-    else:
-      names = ('Dense_0', 'Dense_linear', 'Dense_1') if self.gated() else ('Dense_0', 'Dense_1')
-      for theirs, ours in zip(self.mlp, names):
-        layers[ours] = r.take(f'{t}{theirs}.weight'), r.take(f'{t}{theirs}.bias')
-    tree = {}
-    for ours, (weight, bias) in layers.items():
-      tree[f'{mlp}{ours}/kernel'], tree[f'{mlp}{ours}/bias'] = torch_names.kernel(weight), bias
-    return tree
+    ours = ('Dense_0', 'Dense_linear', 'Dense_1') if len(self.mlp) == 3 else ('Dense_0', 'Dense_1')
+    layers = {
+        name: (r.take(f'{t}{theirs}.weight'), r.take(f'{t}{theirs}.bias'))
+        for theirs, name in zip(self.mlp, ours)
+    }
+    return torch_names.mlp_in(mlp, layers, self.packed_gate)
 
 
 @dataclasses.dataclass(frozen=True)

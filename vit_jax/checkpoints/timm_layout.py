@@ -63,13 +63,17 @@ def from_state_dict(
         [np.zeros((1, prefix, posemb.shape[2]), posemb.dtype), posemb], axis=1
     )
   for i in range(torch_names.num_blocks(state_dict, r'blocks\.(\d+)\.')):
-    t, ours = f'blocks.{i}.', torch_names.BLOCK.format(i)
+    t, ours, attention = (
+        f'blocks.{i}.',
+        torch_names.BLOCK.format(i),
+        torch_names.ATTENTION.format(i),
+    )
     weights = {
         **_query_key_value(r, t),
         'out.weight': r.take(t + 'attn.proj.weight'),
         'out.bias': r.take(t + 'attn.proj.bias'),
     }
-    tree.update(torch_names.attention_in(torch_names.ATTENTION.format(i), weights, num_heads))
+    tree.update(torch_names.attention_in(attention, weights, num_heads))
     for theirs, norm in (('norm1', 'LayerNorm_0'), ('norm2', 'LayerNorm_2')):
       tree[f'{ours}/{norm}/scale'] = r.take(f'{t}{theirs}.weight')
       tree[f'{ours}/{norm}/bias'] = r.take(f'{t}{theirs}.bias')
@@ -79,8 +83,8 @@ def from_state_dict(
         if r.has(theirs):
           tree[f'{ours}/{scale}'] = r.take(theirs)
     if r.has(t + 'attn.norm.weight'):  # EVA-02 CLIP's scale_attn_inner (scale_attn_norm).
-      tree[f'{torch_names.ATTENTION.format(i)}/norm/scale'] = r.take(t + 'attn.norm.weight')
-      tree[f'{torch_names.ATTENTION.format(i)}/norm/bias'] = r.take(t + 'attn.norm.bias')
+      tree[f'{attention}/norm/scale'] = r.take(t + 'attn.norm.weight')
+      tree[f'{attention}/norm/bias'] = r.take(t + 'attn.norm.bias')
     for norm in ('q_norm', 'k_norm'):  # timm's qk_norm.
       if r.has(f'{t}attn.{norm}.weight'):
         tree[f'{ours}/{norm}/scale'] = r.take(f'{t}attn.{norm}.weight')

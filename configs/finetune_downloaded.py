@@ -1,6 +1,6 @@
 """Fine-tuning a ViT downloaded from the Hugging Face hub (timm's or transformers' weights), shared
-by configs/finetune_dinov2.py, finetune_dinov3.py, finetune_siglip.py, finetune_clip.py and
-finetune_eva02.py.
+by configs/finetune_dinov2.py, finetune_dinov3.py, finetune_siglip.py, finetune_clip.py,
+finetune_eva02.py and finetune_mae.py.
 
 The model is `variant='checkpoint'`: every architecture field (sizes, heads, layer scale, registers,
 pooling, activation, LayerNorm epsilon, rotary embeddings, SwiGLU) is read from the downloaded
@@ -45,6 +45,11 @@ FAMILIES = {
         'timm/eva02_tiny_patch14_224.mim_in22k',
         'checkpoints/eva02',
     ),
+    'mae': (
+        'timm/vit_base_patch16_224.mae, timm/vit_large_patch16_224.mae, facebook/vit-mae-base, '
+        'facebook/vit-mae-large (ViTMAEForPreTraining: its pixel decoder dropped)',
+        'checkpoints/mae',
+    ),
 }
 
 
@@ -62,4 +67,10 @@ def get_config(family: str = 'dinov2', dataset: str = 'cifar10') -> ml_collectio
   config.lr.base = 1e-4  # Batch 512 (configs/finetune.py); the peak after warmup.
   config.lr.end = 1e-6
   config.polyak_decay = 0.9999 if config.total_steps > 1000 else 0.999
+  if family == 'mae':
+    # MAE's fine-tuning (He et al. 2022, A.2): the patches' mean instead of the class token, the final
+    # LayerNorm after the pooling, starting afresh (the checkpoint's is dropped, as timm's avg pool
+    # does); the class token stays in the sequence.
+    config.model.classifier = 'gap'
+    config.model.fc_norm = True
   return config

@@ -171,8 +171,10 @@ def get_config() -> ml_collections.ConfigDict:
   # Initialise from a pretrained checkpoint (unset: from scratch): an .npz in the original ViT layout,
   # or a vit_jax workdir (its latest step, its Polyak average if it kept one; 'WORKDIR/checkpoints/STEP'
   # for another step). The head is replaced by a zero-initialised one for this dataset's classes unless
-  # keep_head; the checkpoint's pre-logits layer is dropped unless keep_pre_logits (which needs
-  # model.representation_size set to its width); position embeddings are resized to the new grid.
+  # keep_head (a new head may pool otherwise: model.classifier and fc_norm are then the run's, e.g.
+  # MAE's gap + fc_norm); the checkpoint's pre-logits layer is dropped unless keep_pre_logits (which
+  # needs model.representation_size set to its width); position embeddings are resized to the new
+  # grid.
   # Without init_from, keep_head and keep_pre_logits have nothing to keep and must stay False.
   config.init_from = config_dict.placeholder(str)
   config.keep_head = False

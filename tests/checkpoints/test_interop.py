@@ -220,6 +220,82 @@ def test_keep_head_refuses_to_drop_the_pre_logits_layer_its_head_reads(keep_pre_
   assert notes == ['dropped pre_logits (32, 32)', 'replaced head (32, 10) with zeros (32, 10)']
 
 
+def test_a_new_head_may_normalise_on_the_other_side_of_its_pooling():
+  """MAE's and BEiT's fine-tuning of a class-token backbone: the patches' mean, normalised after the
+  pooling by a new LayerNorm (timm drops the checkpoint's `norm` and starts `fc_norm` at 1 and 0).
+  """
+  loaded = helpers.random_params(_model(), 8)
+  target = adapting.param_shapes(_model(classifier='gap', class_token=True, fc_norm=True), 8)
+  params, notes = adapting.adapt_params(loaded, target, keep_head=False, keep_pre_logits=False)
+  chex.assert_trees_all_equal_shapes(params, target)
+  assert notes == [
+      'replaced head (32, 10) with zeros (32, 10)',
+      'replaced Transformer/encoder_norm with a new fc_norm (scale 1, bias 0): the model '
+      'normalises after its pooling',
+  ]
+  np.testing.assert_array_equal(params['fc_norm']['scale'], np.ones(32))
+  np.testing.assert_array_equal(params['fc_norm']['bias'], np.zeros(32))
+  del params['head'], params['fc_norm'], loaded['head'], loaded['Transformer']['encoder_norm']
+  chex.assert_trees_all_equal(params, loaded)  # The class token and the blocks as loaded.
+  # And back: a checkpoint with fc_norm under a model that normalises before its pooling.
+  params, notes = adapting.adapt_params(
+      helpers.random_params(_model(classifier='gap', fc_norm=True), 8),
+      adapting.param_shapes(_model(classifier='gap'), 8),
+      keep_head=False,
+      keep_pre_logits=False,
+  )
+  assert notes[1].startswith('replaced fc_norm with a new Transformer/encoder_norm (scale 1')
+  np.testing.assert_array_equal(params['Transformer']['encoder_norm']['scale'], np.ones(32))
+  # A kept head reads the checkpoint's normalised features: the config must keep them.
+  with pytest.raises(
+      ValueError,
+      match=r'^Transformer/encoder_norm/bias: checkpoint \(32,\) vs model none: the checkpoint '
+      r'normalises before its pooling; set --config.model.fc_norm=False, or '
+      r'--config.keep_head=False',
+  ):
+    adapting.adapt_params(
+        helpers.random_params(_model(), 8), target, keep_head=True, keep_pre_logits=False
+    )
+  with pytest.raises(
+      ValueError,
+      match=r'^Transformer/encoder_norm/bias: checkpoint none vs model \(32,\): the checkpoint '
+      r'normalises after its pooling; set --config.model.fc_norm=True',
+  ):
+    adapting.adapt_params(
+        helpers.random_params(_model(classifier='gap', fc_norm=True), 8),
+        adapting.param_shapes(_model(classifier='gap'), 8),
+        keep_head=True,
+        keep_pre_logits=False,
+    )
+
+
+def test_a_new_head_drops_the_checkpoints_attention_pooling():
+  loaded = helpers.random_params(_model(classifier='map'), 8)
+  params, notes = adapting.adapt_params(
+      loaded,
+      adapting.param_shapes(_model(classifier='gap'), 8),
+      keep_head=False,
+      keep_pre_logits=False,
+  )
+  assert 'MAPHead_0' not in params
+  assert notes[1] == 'dropped MAPHead_0 (attention pooling): the model pools otherwise'
+  with pytest.raises(ValueError, match=r'^MAPHead_0/.*pools by attention; set .*classifier=map'):
+    adapting.adapt_params(
+        loaded,
+        adapting.param_shapes(_model(classifier='gap', num_classes=10), 8),
+        keep_head=True,
+        keep_pre_logits=False,
+    )
+  # A new MAP head would need drawing, which a loaded tree of shapes cannot.
+  with pytest.raises(ValueError, match=r'^MAPHead_0/.*no MAP head.*classifier=gap \(or token\)$'):
+    adapting.adapt_params(
+        helpers.random_params(_model(classifier='gap'), 8),
+        adapting.param_shapes(_model(classifier='map'), 8),
+        keep_head=False,
+        keep_pre_logits=False,
+    )
+
+
 @pytest.mark.parametrize(
     'loaded_model,image_size,target_model,kwargs,message',
     [
@@ -246,7 +322,21 @@ def test_keep_head_refuses_to_drop_the_pre_logits_layer_its_head_reads(keep_pre_
             {},
             r'^Transformer/encoderblock_1/LayerNorm_0/bias: checkpoint none vs model \(32,\)',
         ),
-        (dict(classifier='gap'), 8, dict(), {}, r'^cls: checkpoint none vs model \(1, 1, 32\)'),
+        (
+            dict(classifier='gap'),
+            8,
+            dict(),
+            {},
+            r'^cls: checkpoint none vs model \(1, 1, 32\): the checkpoint has no class token to '
+            r'pool; set --config.model.classifier=gap \(or map\) and class_token=False$',
+        ),
+        (
+            dict(),
+            8,
+            dict(classifier='gap'),
+            {},
+            r'^cls: checkpoint \(1, 1, 32\) vs model none: .*--config.model.class_token=True',
+        ),
         (
             dict(num_classes=1000),
             8,

@@ -97,6 +97,15 @@ def test_the_recipes_set_what_their_papers_use():
       deit.variant,
   ) == (0.8, 1.0, 0.25, 0.1, 0.1, 'ViT-S_16')
   assert helpers.load_config('finetune_layer_decay').optim.layer_decay == 0.65
+  mae = _get_config('finetune_layer_decay', 'mae')
+  assert (mae.variant, mae.model.classifier, mae.model.fc_norm, mae.optim.layer_decay) == (
+      'checkpoint',
+      'gap',
+      True,
+      0.65,
+  )
+  with pytest.raises(ValueError, match="Unknown weights 'beit'"):
+    _get_config('finetune_layer_decay', 'beit')
   with pytest.raises(ValueError, match="Unknown DeiT size 'L'"):
     _get_config('deit_i1k', 'L')
 

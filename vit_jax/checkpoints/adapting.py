@@ -1,5 +1,5 @@
 """Fitting a loaded parameter tree to a model of another resolution or class count (position-embedding
-interpolation, head surgery). A model with fixed position embeddings (`posemb='sincos2d'`) has no
+interpolation, head surgery; a new head may pool otherwise than the checkpoint's). A model with fixed position embeddings (`posemb='sincos2d'`) has no
 `pos_embedding`: there is nothing to resize, and a checkpoint with learned ones is an error, not a drop.
 
 Every learned position embedding (posemb.py) is resized to the new patch grid: the 1-D ones at the
@@ -17,7 +17,6 @@ original `.npz` layout, read and written, is vit_jax/checkpoints/npz_files.py; o
 whole train states are vit_jax/checkpoints/checkpoint.py.
 """
 
-import math
 import re
 from typing import Any, Mapping, Optional
 
@@ -30,27 +29,26 @@ from flax import traverse_util
 from vit_jax.checkpoints import posemb_resizing
 from vit_jax.models import scan_layout
 
-# Learned position embeddings (posemb.py) at the input or in a block, and the blocks' relative biases.
-_POSEMB_PARAM = re.compile(r'(^|/)(posembed_input|posembed|relative_posemb)/')
-_POSEMB_1D = re.compile(r'(^|/)(posembed_input|posembed)/pos_embedding$')
-_POSEMB_AXIS = re.compile(r'(^|/)(posembed_input|posembed)/(?P<axis>x|y)_embedding$')
-_RELATIVE = re.compile(r'(^|/)relative_posemb/relative_bias$')
 _REPORT_FIRST = ('embedding/', 'cls', 'dist', 'reg')
 # The classifier's heads: DeiT's distilled models have a second, on the distillation token.
 _HEADS = ('head', 'head_dist')
 # Parameters of the masked-patch-prediction model that a classifier does not have.
 _SELF_SUPERVISION_ONLY = ('mask_token', 'mpp_head')
+# The final LayerNorm: the encoder's, before the pooling, or after it (model.fc_norm); and the MAP
+# head (pooling.py). A new head may pool otherwise than the checkpoint's (state_dicts.POOLING_FIELDS).
+_FINAL_NORMS = ('Transformer/encoder_norm', 'fc_norm')
+_MAP_HEAD = 'MAPHead_0'
 
 
 def _posemb_kind(flat: dict[str, Any]) -> tuple[str, str]:
   """The position embeddings a flat tree has, told by its parameter names: (what, the flags that make
   a model with them)."""
-  names = [k for k in flat if _POSEMB_PARAM.search(k)]
+  names = [k for k in flat if posemb_resizing.POSEMB_PARAM.search(k)]
   if not names:
     return 'no learned position embeddings', '--config.model.posemb=sincos2d (or none)'
   if any('relative_posemb/' in k for k in names):
     return 'relative position embeddings', '--config.model.posemb=relative'
-  two_d = any(_POSEMB_AXIS.search(k) for k in names)
+  two_d = any(posemb_resizing.POSEMB_AXIS.search(k) for k in names)
   flags = f'--config.model.posemb={"learn2d" if two_d else "learn"}'
   if any('/posembed/' in k for k in names):
     return (
@@ -74,7 +72,7 @@ def _architecture_error(
     path: str, loaded: Any, target: Any, params: dict[str, Any], targets: dict[str, Any]
 ) -> ValueError:
   kind, want = _posemb_kind(params), _posemb_kind(targets)
-  if _POSEMB_PARAM.search(path) and kind[0] != want[0]:
+  if posemb_resizing.POSEMB_PARAM.search(path) and kind[0] != want[0]:
     # Learned embeddings are what the blocks were trained with: replacing them with others is a
     # change of architecture the config has to ask for.
     return ValueError(
@@ -97,6 +95,35 @@ def _architecture_error(
         f'dist: checkpoint {loaded} vs model {target}: the checkpoint has '
         f"{'a' if has else 'no'} distillation token (DeiT's); set --config.model.distilled={has}"
     )
+  if path == 'cls' and 'none' in (loaded, target):
+    if loaded != 'none':
+      return ValueError(
+          f'cls: checkpoint {loaded} vs model none: the checkpoint has a class token; set '
+          '--config.model.class_token=True (classifier gap or map leave it unpooled)'
+      )
+    return ValueError(
+        f'cls: checkpoint none vs model {target}: the checkpoint has no class token to pool; set '
+        '--config.model.classifier=gap (or map) and class_token=False'
+    )
+  if path.startswith(f'{_MAP_HEAD}/') and 'none' in (loaded, target):
+    if loaded != 'none':
+      return ValueError(
+          f'{path}: checkpoint {loaded} vs model none: the checkpoint pools by attention; set '
+          '--config.model.classifier=map, or --config.keep_head=False for a new head that pools '
+          'otherwise'
+      )
+    return ValueError(
+        f'{path}: checkpoint none vs model {target}: the checkpoint has no MAP head, and none is '
+        'drawn afresh into a loaded model; set --config.model.classifier=gap (or token)'
+    )
+  for norm, fc_norm in zip(_FINAL_NORMS, (False, True)):
+    if path.startswith(f'{norm}/') and 'none' in (loaded, target):
+      fc_norm = fc_norm if loaded != 'none' else not fc_norm  # The checkpoint's.
+      return ValueError(
+          f'{path}: checkpoint {loaded} vs model {target}: the checkpoint normalises '
+          f"{'after' if fc_norm else 'before'} its pooling; set --config.model.fc_norm={fc_norm}, "
+          'or --config.keep_head=False for a new head (its new LayerNorm starts at scale 1)'
+      )
   for pattern, field, what in _STRUCTURE_FIELDS:
     if re.search(pattern, path):
       has = loaded != 'none'
@@ -134,6 +161,39 @@ def _without(flat: dict[str, Any], layer: str) -> dict[str, Any]:
   return {k: v for k, v in flat.items() if not k.startswith(f'{layer}/')}
 
 
+def _has(flat: dict[str, Any], layer: str) -> bool:
+  return any(k.startswith(f'{layer}/') for k in flat)
+
+
+def _fit_pooling(
+    params: dict[str, Any], targets: dict[str, Any]
+) -> tuple[dict[str, Any], list[str]]:
+  """`params` for a new head's pooling: the checkpoint's final LayerNorm replaced by a new one (scale
+  1, bias 0) where the model normalises on the other side of its pooling, as MAE's and timm's
+  fine-tuning of a class-token backbone with fc_norm do; the checkpoint's MAP head dropped where the
+  model has none. Also returns the log's notes."""
+  notes = []
+  old, new = (next((n for n in _FINAL_NORMS if _has(tree, n)), None) for tree in (params, targets))
+  if old and new and old != new:
+    params = _without(params, old)
+    params.update(
+        {
+            k: (np.ones if k.endswith('/scale') else np.zeros)(t.shape, t.dtype)
+            for k, t in targets.items()
+            if k.startswith(f'{new}/')
+        }
+    )
+    side = 'after' if new == 'fc_norm' else 'before'
+    notes.append(
+        f'replaced {old} with a new {new} (scale 1, bias 0): the model normalises {side} '
+        'its pooling'
+    )
+  if _has(params, _MAP_HEAD) and not _has(targets, _MAP_HEAD):
+    params = _without(params, _MAP_HEAD)
+    notes.append(f'dropped {_MAP_HEAD} (attention pooling): the model pools otherwise')
+  return params, notes
+
+
 def adapt_params(
     loaded: Any,
     target_shapes: Any,
@@ -144,9 +204,10 @@ def adapt_params(
 ) -> tuple[dict[str, Any], list[str]]:
   """Fits a loaded parameter tree to a model's tree (of arrays or `jax.ShapeDtypeStruct`s).
 
-  The head becomes zeros of the model's shape (the fine-tuning recipe) unless `keep_head`; the
-  pre-logits layer is dropped unless `keep_pre_logits` and the model has one; the position embeddings
-  are resized to the model's grid. Everything else must match exactly. Returns the fitted numpy tree
+  The head becomes zeros of the model's shape (the fine-tuning recipe) unless `keep_head`, and then
+  may pool otherwise (`_fit_pooling`); the pre-logits layer is dropped unless `keep_pre_logits` and
+  the model has one; the position embeddings are resized to the model's grid. Everything else must
+  match exactly. Returns the fitted numpy tree
   and lines for the log saying what changed; raises ValueError naming the parameter on a mismatch.
   """
   # Also when this checkpoint needs no resizing: a typo is a typo.
@@ -196,6 +257,10 @@ def adapt_params(
           f'replaced {head} {old} with zeros {new}' if old else f'added a zero {head} {new}'
       )
 
+  if not keep_head:
+    params, pooling_notes = _fit_pooling(params, targets)
+    notes.extend(pooling_notes)
+
   for layer in _SELF_SUPERVISION_ONLY:
     if any(k == layer or k.startswith(f'{layer}/') for k in params) and not any(
         k == layer or k.startswith(f'{layer}/') for k in targets
@@ -206,7 +271,7 @@ def adapt_params(
   prefix = num_prefix_tokens(targets)
   if num_prefix_tokens(params) == prefix:
     for key in sorted(set(params) & set(targets)):
-      note = _resize_posemb(params, key, targets[key].shape, prefix, posemb_method)
+      note = posemb_resizing.resize_param(params, key, targets[key].shape, prefix, posemb_method)
       notes.extend([note] if note else [])
 
   # The parameters that tell architectures apart most plainly (patch size, classifier) come first.
@@ -217,39 +282,6 @@ def adapt_params(
       raise _architecture_error(key, got, want, params, targets)
   fitted = {key: np.asarray(params[key], targets[key].dtype) for key in targets}
   return traverse_util.unflatten_dict(fitted, sep='/'), notes
-
-
-def _resize_posemb(
-    params: dict[str, Any], key: str, new: tuple[int, ...], num_prefix_tokens: int, method: str
-) -> Optional[str]:
-  """Resizes the learned position embedding `params[key]` to the shape `new` of the model's grid, in
-  place; returns the log's note, or None when `key` is none or its shape is not one of a new grid.
-  """
-  old = params[key].shape
-  if old == new or len(old) != len(new) or old[-1] != new[-1]:
-    return None
-  name = 'pos_embedding' if key == posemb_resizing.POSEMB else key
-  if _POSEMB_1D.search(key):
-    prefix = num_prefix_tokens
-    old_size, new_size = math.isqrt(old[1] - prefix), math.isqrt(new[1] - prefix)
-    if old_size**2 != old[1] - prefix or new_size**2 != new[1] - prefix:
-      return None  # Not square grids: the shape check names it.
-    params[key] = posemb_resizing.interpolate_posemb(
-        params[key], (new_size, new_size), num_prefix_tokens=prefix, method=method
-    )
-    return f'resized {name} {old_size}x{old_size} -> {new_size}x{new_size} ({method})'
-  if (axis := _POSEMB_AXIS.search(key)) is not None:
-    params[key] = posemb_resizing.resize_leading(params[key], new[:1], method).astype(
-        params[key].dtype
-    )
-    unit = 'columns' if axis['axis'] == 'x' else 'rows'
-    return f'resized {name} {old[0]} -> {new[0]} {unit} ({method})'
-  if _RELATIVE.search(key):
-    params[key] = posemb_resizing.resize_leading(params[key], new[:2], method).astype(
-        params[key].dtype
-    )
-    return f'resized {name} {old[0]}x{old[1]} -> {new[0]}x{new[1]} offsets ({method})'
-  return None
 
 
 def param_shapes(model: nn.Module, image_size: int) -> Any:

@@ -1,16 +1,23 @@
 """Learned position embeddings resized to another patch grid, the arrays alone: the 1-D ones of a
 square grid (the class, distillation and register tokens before it kept), the first one or two axes
 of the others (2-D embeddings, relative biases). 'bilinear' as the original ViT code, or 'bicubic'.
-
-Which parameters of a loaded tree are resized, and to what, is vit_jax/checkpoints/adapting.py's.
+`resize_param` tells them apart by their names in a flat tree (posemb.py's); which trees are fitted
+to which model is vit_jax/checkpoints/adapting.py's.
 """
 
 import math
+import re
+from typing import Any, Optional
 
 import jax
 import numpy as np
 
 POSEMB = 'Transformer/posembed_input/pos_embedding'
+# Learned position embeddings (posemb.py) at the input or in a block, and the blocks' relative biases.
+POSEMB_PARAM = re.compile(r'(^|/)(posembed_input|posembed|relative_posemb)/')
+_POSEMB_1D = re.compile(r'(^|/)(posembed_input|posembed)/pos_embedding$')
+POSEMB_AXIS = re.compile(r'(^|/)(posembed_input|posembed)/(?P<axis>x|y)_embedding$')
+_RELATIVE = re.compile(r'(^|/)relative_posemb/relative_bias$')
 POSEMB_METHODS = ('bilinear', 'bicubic')
 
 
@@ -80,3 +87,32 @@ def interpolate_posemb(
   gh, gw = new_grid
   grid = resize_leading(grid.reshape(size, size, -1), (gh, gw), method)
   return np.concatenate([prefix, grid.reshape(1, gh * gw, -1).astype(posemb.dtype)], axis=1)
+
+
+def resize_param(
+    params: dict[str, Any], key: str, new: tuple[int, ...], num_prefix_tokens: int, method: str
+) -> Optional[str]:
+  """Resizes the learned position embedding `params[key]` to the shape `new` of the model's grid, in
+  place; returns the log's note, or None when `key` is none or its shape is not one of a new grid.
+  """
+  old = params[key].shape
+  if old == new or len(old) != len(new) or old[-1] != new[-1]:
+    return None
+  name = 'pos_embedding' if key == POSEMB else key
+  if _POSEMB_1D.search(key):
+    prefix = num_prefix_tokens
+    old_size, new_size = math.isqrt(old[1] - prefix), math.isqrt(new[1] - prefix)
+    if old_size**2 != old[1] - prefix or new_size**2 != new[1] - prefix:
+      return None  # Not square grids: the shape check names it.
+    params[key] = interpolate_posemb(
+        params[key], (new_size, new_size), num_prefix_tokens=prefix, method=method
+    )
+    return f'resized {name} {old_size}x{old_size} -> {new_size}x{new_size} ({method})'
+  if (axis := POSEMB_AXIS.search(key)) is not None:
+    params[key] = resize_leading(params[key], new[:1], method).astype(params[key].dtype)
+    unit = 'columns' if axis['axis'] == 'x' else 'rows'
+    return f'resized {name} {old[0]} -> {new[0]} {unit} ({method})'
+  if _RELATIVE.search(key):
+    params[key] = resize_leading(params[key], new[:2], method).astype(params[key].dtype)
+    return f'resized {name} {old[0]}x{old[1]} -> {new[0]}x{new[1]} offsets ({method})'
+  return None

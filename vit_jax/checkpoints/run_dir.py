@@ -162,19 +162,22 @@ def load_export(export_dir: str) -> tuple[dict[str, Any], Callable[[jax.Array], 
   return json.loads(files['config.json'].read_text()), exported.call
 
 
-def load_params(path: str, model: Optional[Mapping[str, Any]] = None) -> tuple[dict[str, Any], str]:
+def load_params(
+    path: str, model: Optional[Mapping[str, Any]] = None, keep_head: bool = True
+) -> tuple[dict[str, Any], str]:
   """Parameters to start from (`config.init_from`): an `.npz` file, a timm or Hugging Face
   transformers ViT (a .safetensors / .pth / .bin file or a model directory; these need the ViT's
   fields `model` (a resolved model config): its num_heads split the attention kernels, and the fields
-  without tensors are checked against the checkpoint's), or a workdir / step directory (its Polyak
-  average if kept). Also returns a line for the log saying what was loaded."""
+  without tensors are checked against the checkpoint's, its pooling's only when `keep_head`), or a
+  workdir / step directory (its Polyak average if kept). Also returns a line for the log saying what
+  was loaded."""
   if torch_files.is_state_dict_path(path):
     if model is None or 'num_heads' not in model:
       raise ValueError(
           f'{path}: PyTorch-layout checkpoints are read for ViTs (timm or Hugging Face '
           'naming): for this model pass an .npz or a vit_jax workdir as --config.init_from'
       )
-    params, notes = state_dicts.load(path, model)
+    params, notes = state_dicts.load(path, model, keep_head)
     return params, f'loaded {path}: ' + '; '.join(notes)
   if path.endswith('.npz') or epath.Path(path).is_file():
     return npz_files.load_npz(path), f'loaded {path}'
@@ -220,7 +223,7 @@ def fill_from_checkpoint(config: ml_collections.ConfigDict) -> None:
         'name a variant (e.g. --config.variant=ViT-B_16)'
     )
   paths.check_reachable(init_from, config.storage_timeout_s, 'config.init_from')
-  filled = state_dicts.fill(config.model.to_dict(), init_from)
+  filled = state_dicts.fill(config.model.to_dict(), init_from, config.keep_head)
   for field, value in filled.items():
     if config.model[field] is None and value is not None:
       config.model[field] = value
@@ -244,7 +247,7 @@ def load_init_params(config: ml_collections.ConfigDict, model: nn.Module) -> Any
   # The module's fields: a ViT's are checked against a timm or transformers checkpoint (a BiT has no
   # heads: its checkpoints are .npz files and workdirs, which need none).
   fields = {f.name: getattr(model, f.name) for f in dataclasses.fields(model)}
-  loaded, source = load_params(init_from, fields)
+  loaded, source = load_params(init_from, fields, config.keep_head)
   params, notes = adapting.adapt_params(
       loaded,
       adapting.param_shapes(model, config.image_size),

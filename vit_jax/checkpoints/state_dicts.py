@@ -54,6 +54,12 @@ _WITHOUT_TENSORS = {
     'classifier': 'pooling',
     'rope': 'rotary position embeddings',
 }
+# The fields of the pooling that feeds the head. A run that replaces the checkpoint's head
+# (config.keep_head=False) may pool otherwise: MAE's and BEiT's fine-tuning averages a class-token
+# backbone's patches and normalises after the pooling (classifier='gap', fc_norm=True); adapting.py
+# drops or starts afresh what the new pooling does not share with the old.
+POOLING_FIELDS = ('classifier', 'fc_norm', 'map_heads', 'map_include_prefix')
+_MAP_FIELDS = ('map_heads', 'map_include_prefix')
 
 
 def _layout(state_dict: StateDict, path: str) -> str:
@@ -84,22 +90,36 @@ def _same(a: Any, b: Any) -> bool:
   return a == b
 
 
-def fill(model: Mapping[str, Any], path: str) -> dict[str, Any]:
+def fill(model: Mapping[str, Any], path: str, keep_head: bool = True) -> dict[str, Any]:
   """`model` (config.model's fields, None where unset) with its unset fields set to what the
   checkpoint at `path` fixes (`architecture`): config.variant='checkpoint'. A one-line ValueError for
-  a set field the checkpoint contradicts, and for a field without tensors it does not say (no
-  config.json beside it)."""
+  a set field the checkpoint contradicts (but `POOLING_FIELDS` without `keep_head`), and for a field
+  without tensors it does not say (no config.json beside it)."""
   filled = dict(model)
-  for field, value in architecture(path).items():
+  fixed = architecture(path)
+  own_pooling = not keep_head and model.get('classifier') not in (None, fixed.get('classifier'))
+  for field, value in fixed.items():
     given = model.get(field)
     if given is None:
-      filled[field] = value
+      # The checkpoint's MAP head's fields are no field of another pooling.
+      if not (own_pooling and field in _MAP_FIELDS and model['classifier'] != 'map'):
+        filled[field] = value
     # Layer scale's value is the scales' initial one, which the checkpoint's replace.
-    elif not (_same(given, value) or (field == 'layer_scale' and value is not None)):
+    elif not (
+        _same(given, value)
+        or (field == 'layer_scale' and value is not None)
+        or (field in POOLING_FIELDS and not keep_head)
+    ):
       raise ValueError(
           f'config.model.{field}={given!r} contradicts config.init_from, whose {field} is '
           f"{value!r}: drop that setting (config.variant='checkpoint' takes it from the "
-          'checkpoint), or load another checkpoint'
+          'checkpoint)'
+          + (
+              ', set --config.keep_head=False for a new head that pools otherwise'
+              if field in POOLING_FIELDS
+              else ''
+          )
+          + ', or load another checkpoint'
       )
   for field, what in _WITHOUT_TENSORS.items():
     if filled.get(field) is None:
@@ -110,11 +130,14 @@ def fill(model: Mapping[str, Any], path: str) -> dict[str, Any]:
   return filled
 
 
-def load(path: str, model: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+def load(
+    path: str, model: Mapping[str, Any], keep_head: bool = True
+) -> tuple[dict[str, Any], list[str]]:
   """The tree of the timm or transformers ViT at `path` for a model of the fields `model` (its
   num_heads split the attention kernels), and lines for the log; a one-line ValueError when it is
   something else, or when the checkpoint fixes a field without tensors (`_WITHOUT_TENSORS`) to
-  another value than the model's."""
+  another value than the model's (the pooling's only when `keep_head`, and the MAP head's only for a
+  model that has one)."""
   state_dict, config = torch_files.read(path)
   name = _layout(state_dict, path)
   layout = LAYOUTS[name]
@@ -126,7 +149,11 @@ def load(path: str, model: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]
       'map_heads': "MAP head's number of heads",
       'map_include_prefix': "MAP head's attention to the class token and registers",
   }
+  map_head = model.get('classifier') == 'map'
+  unchecked = {*([] if keep_head else ['classifier']), *([] if map_head else _MAP_FIELDS)}
   for field, what in checked.items():
+    if field in unchecked:
+      continue
     if field in fixed and field in model and not _same(fixed[field], model[field]):
       raise ValueError(
           f"{path}: the checkpoint's {what} is {fixed[field]!r}, the model's {model[field]!r}: "
@@ -134,7 +161,9 @@ def load(path: str, model: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]
           'take every field from the checkpoint'
       )
   notes = [f'read {name} state dict ({len(state_dict)} tensors)']
-  tree = layout.from_state_dict(state_dict, model['num_heads'], path, model.get('map_heads'))
+  # The checkpoint's MAP head is read as it was trained, also when the model drops it.
+  map_heads = model.get('map_heads') if map_head else fixed.get('map_heads')
+  tree = layout.from_state_dict(state_dict, model['num_heads'], path, map_heads)
   normalization = layout.normalization(config, path)
   if normalization is not None and not np.allclose(normalization, 0.5):
     tree = fold_normalization(tree, *normalization)

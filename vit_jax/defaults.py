@@ -89,9 +89,10 @@ def get_config() -> ml_collections.ConfigDict:
           # Perception Encoder's; unset: the patches alone, big_vision's and SigLIP's).
           map_heads=config_dict.placeholder(int),
           map_include_prefix=config_dict.placeholder(bool),
-          fc_norm=config_dict.placeholder(
-              bool
-          ),  # GAP/MAP: the final LayerNorm after pooling (timm's)
+          # GAP/MAP: the final LayerNorm after the pooling (timm's fc_norm) instead of before it;
+          # final_norm=False: none at all (InternViT's, RADIO's; timm's final_norm).
+          fc_norm=config_dict.placeholder(bool),
+          final_norm=config_dict.placeholder(bool),
           # Position embeddings (the paper's Table 8): 'learn' (1-D) | 'learn2d' | 'sincos2d' (fixed,
           # big_vision's) | 'relative' (a learned bias per head and offset in every block's attention) |
           # 'none'; added at 'input' | 'every_layer' (each block its own) | 'shared_every_layer'.

@@ -269,6 +269,45 @@ def test_a_new_head_may_normalise_on_the_other_side_of_its_pooling():
     )
 
 
+def test_a_new_head_may_add_or_drop_the_final_layernorm():
+  """InternViT's and RADIO's checkpoints have none (model.final_norm=False)."""
+  bare = helpers.random_params(_model(final_norm=False), 8)
+  assert 'encoder_norm' not in bare['Transformer']
+  params, notes = adapting.adapt_params(
+      bare, adapting.param_shapes(_model(), 8), keep_head=False, keep_pre_logits=False
+  )
+  assert notes[1] == (
+      'added a new Transformer/encoder_norm (scale 1, bias 0): the checkpoint has no final LayerNorm'
+  )
+  np.testing.assert_array_equal(params['Transformer']['encoder_norm']['bias'], np.zeros(32))
+  with pytest.raises(
+      ValueError,
+      match=r'^Transformer/encoder_norm/bias: checkpoint none vs model \(32,\): the checkpoint has '
+      r'no final LayerNorm; set --config.model.final_norm=False, or --config.keep_head=False',
+  ):
+    adapting.adapt_params(
+        bare, adapting.param_shapes(_model(), 8), keep_head=True, keep_pre_logits=False
+    )
+  params, notes = adapting.adapt_params(
+      helpers.random_params(_model(), 8),
+      adapting.param_shapes(_model(final_norm=False), 8),
+      keep_head=False,
+      keep_pre_logits=False,
+  )
+  assert 'encoder_norm' not in params['Transformer']
+  assert notes[1] == 'dropped Transformer/encoder_norm: the model has no final LayerNorm'
+  with pytest.raises(
+      ValueError,
+      match=r'normalises before its pooling; set --config.model.fc_norm=False and final_norm=True',
+  ):
+    adapting.adapt_params(
+        helpers.random_params(_model(), 8),
+        adapting.param_shapes(_model(final_norm=False), 8),
+        keep_head=True,
+        keep_pre_logits=False,
+    )
+
+
 def test_a_new_head_drops_the_checkpoints_attention_pooling():
   loaded = helpers.random_params(_model(classifier='map'), 8)
   params, notes = adapting.adapt_params(

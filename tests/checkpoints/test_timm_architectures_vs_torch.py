@@ -10,7 +10,13 @@ import pytest
 import timm
 
 import timm_registry
-from torch_references import prepared_from_checkpoint, randomize, timm_input, torch_outputs
+from torch_references import (
+    prepared_from_checkpoint,
+    randomize,
+    timm_input,
+    timm_rebuilt,
+    torch_outputs,
+)
 from vit_jax.checkpoints import timm_arguments
 
 SIZE = 28
@@ -48,6 +54,11 @@ COMPUTED = (
     ('vit_pe_core_tiny_patch16_384', {}),
     # EVA-02 CLIP: a LayerNorm of the attention's heads before its projection (scale_attn_inner).
     ('eva02_base_patch16_clip_224', {}),
+    # No final LayerNorm (final_norm=False): InternViT, C-RADIOv3 (7 registers, position embeddings
+    # without the class token's), Perception Encoder lang (an Eva).
+    ('vit_intern300m_patch14_448', {'patch_size': 14}),
+    ('vit_base_patch16_radio_v3', {}),
+    ('vit_pe_lang_large_patch14_448', {'patch_size': 14}),
 )
 # Architectures whose weights would load but compute another function, and what the error names.
 REFUSED = (
@@ -65,8 +76,6 @@ REFUSED = (
     ('vit_base_patch16_xp_224', "block_fn='ParallelScalingBlock'"),
     ('vit_small_patch16_18x2_224', "block_fn='ParallelThingsBlock'"),
     ('vit_dwee_patch16_reg1_gap_256', "attn_layer='diff'"),
-    ('vit_huge_patch16_radio_v3', 'final_norm=False'),
-    ('vit_intern300m_patch14_448', 'final_norm=False'),
 )
 
 
@@ -98,6 +107,31 @@ def test_an_architecture_vit_jax_computes_gives_timms_logits(tmp_path, architect
   reference = _saved(tmp_path / 'timm', architecture, **kwargs)
   run = prepared_from_checkpoint(tmp_path / 'workdir', str(tmp_path / 'timm'), SIZE)
   _assert_timms_logits(run, reference)
+
+
+@pytest.mark.parametrize(
+    'architecture,kwargs',
+    [
+        ('vit_intern300m_patch14_448', {'patch_size': 14}),
+        ('vit_pe_lang_large_patch14_448', {'patch_size': 14}),
+    ],
+)
+def test_a_vit_without_a_final_layernorm_exports_back_to_timm(tmp_path, architecture, kwargs):
+  """model.final_norm=False written as timm's VisionTransformer's final_norm=False or Eva's
+  use_post_transformer_norm=False: timm's model rebuilt from the export gives the logits."""
+  reference = _saved(tmp_path / 'timm', architecture, **kwargs)
+  run = prepared_from_checkpoint(tmp_path / 'workdir', str(tmp_path / 'timm'), SIZE)
+  assert run.model_config['final_norm'] is False
+  rebuilt = timm_rebuilt(
+      run.init_params, run.model_config, SIZE, run.config.pp_eval.to_dict(), tmp_path / 'export'
+  )
+  _assert_timms_logits(run, rebuilt)
+  inputs = np.random.RandomState(0).uniform(-1, 1, (2, SIZE, SIZE, 3)).astype(np.float32)
+  np.testing.assert_allclose(
+      torch_outputs(rebuilt, inputs).numpy(),
+      torch_outputs(reference, timm_input(reference, inputs)).numpy(),
+      atol=1e-4,
+  )
 
 
 @pytest.mark.parametrize('architecture,named', REFUSED)

@@ -40,6 +40,7 @@ _SIZES = {
     'mlp_dim': 64,
     'num_heads': 2,
     'fc_norm': False,
+    'final_norm': True,
     'posemb': 'learn',
     'posemb_where': 'input',
     'distilled': False,

@@ -87,6 +87,7 @@ def test_export_writes_the_latest_parameters_in_the_original_layout(workdir, exp
       'resnet_layers': None,
       'resnet_width_factor': 1.0,
       'fc_norm': False,
+      'final_norm': True,
       'posemb': 'learn',
       'posemb_where': 'input',
       'drop_path_rate': 0.0,

@@ -75,6 +75,12 @@ INVALID = {
         {},
         r"model.fc_norm=True changes nothing with model.classifier='token'",
     ),
+    'model.final_norm': (
+        False,
+        {'model.classifier': 'gap', 'model.fc_norm': True},
+        r'model.fc_norm=True puts the final LayerNorm after the pooling, and '
+        r'model.final_norm=False has none',
+    ),
     'model.posemb': ('sincos', {}, r"Unknown model.posemb 'sincos'"),
     'model.posemb_where': ('stem', {}, r"Unknown model.posemb_where 'stem'"),
     'model.mlp_activation': (

@@ -54,11 +54,11 @@ _WITHOUT_TENSORS = {
     'classifier': 'pooling',
     'rope': 'rotary position embeddings',
 }
-# The fields of the pooling that feeds the head. A run that replaces the checkpoint's head
-# (config.keep_head=False) may pool otherwise: MAE's and BEiT's fine-tuning averages a class-token
-# backbone's patches and normalises after the pooling (classifier='gap', fc_norm=True); adapting.py
-# drops or starts afresh what the new pooling does not share with the old.
-POOLING_FIELDS = ('classifier', 'fc_norm', 'map_heads', 'map_include_prefix')
+# The fields of the pooling and the final LayerNorm, which feed the head. A run that replaces the
+# checkpoint's head (config.keep_head=False) may pool otherwise: MAE's and BEiT's fine-tuning averages
+# a class-token backbone's patches and normalises after the pooling (classifier='gap',
+# fc_norm=True); adapting.py drops or starts afresh what the new pooling does not share with the old.
+POOLING_FIELDS = ('classifier', 'fc_norm', 'final_norm', 'map_heads', 'map_include_prefix')
 _MAP_FIELDS = ('map_heads', 'map_include_prefix')
 
 

@@ -58,6 +58,7 @@ _SHOWN_OR_INERT = {
         'fix_init',
         'distilled',
         'scale_attn_norm',
+        'final_norm',
     ),
     'eva': _COMMON
     + (
@@ -124,7 +125,6 @@ _COMPUTED = {
         'attn_layer': ('Attention',),
         'embed_layer': ('PatchEmbed',),
         'embed_norm_layer': (None,),
-        'final_norm': (True,),
         'pos_embed': ('learn', 'none'),
         'scale_mlp_norm': (False,),
         'proj_bias': (True,),

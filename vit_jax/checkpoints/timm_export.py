@@ -143,6 +143,7 @@ def _vision_transformer_args(model: Mapping[str, Any]) -> tuple[str, dict[str, A
       **_sizes(model),
       'qkv_bias': True,
       'fc_norm': bool(model['fc_norm']),
+      'final_norm': bool(model['final_norm']),
       'act_layer': model['mlp_activation'],
       'pool_include_prefix': bool(model['map_include_prefix']),
       'scale_attn_norm': bool(model['attn_norm']),
@@ -200,6 +201,7 @@ def _eva_args(model: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
       'use_abs_pos_emb': model['posemb'] == 'learn',
       'num_reg_tokens': model['num_registers'],
       'use_fc_norm': bool(model['fc_norm']),
+      'use_post_transformer_norm': bool(model['final_norm'] and not model['fc_norm']),
       'qk_norm': bool(model['qk_norm']),
       'use_pre_transformer_norm': bool(model['pre_norm']),
       # Explicit: DINOv3's architecture has layer scale, and resamples embeddings to any input size.

@@ -216,11 +216,6 @@ def architecture(state_dict: StateDict, config: Mapping[str, Any], path: str) ->
         f"{path}: the timm model's blocks are not a ViT's (attention, then an MLP, e.g. timm's "
         "parallel blocks): vit_jax's ViT does not compute them"
     )
-  if 'norm.weight' not in state_dict and 'fc_norm.weight' not in state_dict:
-    raise ValueError(
-        f'{path}: the timm model has no LayerNorm after its blocks (final_norm=False), which '
-        "vit_jax's ViT always has"
-    )
   fc2 = state_dict['blocks.0.mlp.fc2.weight'].shape
   gated = has('mlp.fc1_g.weight') or _packed_gate(state_dict['blocks.0.mlp.fc1.weight'].shape, fc2)
   pool = timm_arguments.pooling(args, config, path)
@@ -236,6 +231,7 @@ def architecture(state_dict: StateDict, config: Mapping[str, Any], path: str) ->
           (args.get('init_values') or 1e-5) if has('ls1.gamma') or has('gamma_1') else None
       ),
       'fc_norm': 'fc_norm.weight' in state_dict,
+      'final_norm': 'norm.weight' in state_dict or 'fc_norm.weight' in state_dict,
       'class_token': 'cls_token' in state_dict,
       'qk_norm': has('attn.q_norm.weight'),
       'key_bias': has('attn.qkv.bias') or has('attn.k_proj.bias'),

@@ -65,6 +65,7 @@ def architecture(state_dict: StateDict, config: Mapping[str, Any], path: str) ->
       'posemb_where': 'input',
       'key_bias': True,
       'attn_norm': False,
+      'final_norm': True,
       'mlp_gated': False,
       'mlp_norm': False,
       'rope': False,

@@ -59,6 +59,8 @@ class ViTBackbone(nn.Module):
   map_include_prefix: bool = False
   # The final LayerNorm after the pooling (timm's fc_norm) instead of at the end of the encoder.
   fc_norm: bool = False
+  # False: no final LayerNorm at all (timm's final_norm=False: InternViT's, RADIO's, PE lang's).
+  final_norm: bool = True
   posemb: str = 'learn'  # A key of posemb.POSEMBS.
   posemb_where: str = 'input'  # A key of posemb.POSEMB_WHERE: where the position embeddings enter.
   drop_path_rate: float = (
@@ -181,7 +183,7 @@ class ViTBackbone(nn.Module):
         posemb=self.posemb,
         posemb_where=self.posemb_where,
         drop_path_rate=self.drop_path_rate,
-        final_norm=not self.fc_norm,
+        final_norm=self.final_norm and not self.fc_norm,
         mlp_activation=self.mlp_activation,
         layer_scale=self.layer_scale,
         layernorm_epsilon=self.layernorm_epsilon,

@@ -136,6 +136,11 @@ def _check_fields(model: dict[str, Any]) -> None:
         "model.fc_norm=True changes nothing with model.classifier='token' but the "
         'parameter names: set --config.model.classifier=gap (or map), or fc_norm=False'
     )
+  if model['fc_norm'] and not model['final_norm']:
+    raise ValueError(
+        'model.fc_norm=True puts the final LayerNorm after the pooling, and '
+        'model.final_norm=False has none: set --config.model.final_norm=True, or fc_norm=False'
+    )
   if model['mlp_activation'] not in MLP_ACTIVATIONS:
     raise ValueError(
         f"Unknown model.mlp_activation {model['mlp_activation']!r}: use one of "

@@ -92,6 +92,7 @@ def vit_model_config(variant: str, overrides: Optional[Mapping[str, Any]] = None
       map_heads=None,  # Unset: num_heads.
       map_include_prefix=False,
       fc_norm=False,
+      final_norm=True,
       posemb='learn',
       posemb_where='input',
       drop_path_rate=0.0,

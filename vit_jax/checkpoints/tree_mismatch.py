@@ -1,0 +1,141 @@
+"""Why a checkpoint's parameter tree does not fit the model's, in one line naming the flags that make
+it fit: its position embeddings, registers, distillation or class token, pooling and final LayerNorm,
+the options that add parameters to every block (`STRUCTURE_FIELDS`), layer scale; else another
+architecture. adapting.py, which fits the trees, raises what `explain` returns.
+
+It knows the models' parameter names (vit.py, pooling.py, encoder.py, block.py), beside them.
+"""
+
+import re
+from typing import Any, Optional
+
+from vit_jax.checkpoints import posemb_resizing
+
+# The final LayerNorm: the encoder's, before the pooling, or after it (model.fc_norm); and the MAP
+# head (pooling.py). A new head may pool otherwise than the checkpoint's (state_dicts.POOLING_FIELDS).
+FINAL_NORMS = ('Transformer/encoder_norm', 'fc_norm')
+MAP_HEAD = 'MAPHead_0'
+
+
+def has(flat: dict[str, Any], layer: str) -> bool:
+  return any(k.startswith(f'{layer}/') for k in flat)
+
+
+def final_norm(flat: dict[str, Any]) -> Optional[str]:
+  """Which of `FINAL_NORMS` a flat tree has, if any (model.fc_norm, model.final_norm)."""
+  return next((norm for norm in FINAL_NORMS if has(flat, norm)), None)
+
+
+def _posemb_kind(flat: dict[str, Any]) -> tuple[str, str]:
+  """The position embeddings a flat tree has, told by its parameter names: (what, the flags that make
+  a model with them)."""
+  names = [k for k in flat if posemb_resizing.POSEMB_PARAM.search(k)]
+  if not names:
+    return 'no learned position embeddings', '--config.model.posemb=sincos2d (or none)'
+  if any('relative_posemb/' in k for k in names):
+    return 'relative position embeddings', '--config.model.posemb=relative'
+  two_d = any(posemb_resizing.POSEMB_AXIS.search(k) for k in names)
+  flags = f'--config.model.posemb={"learn2d" if two_d else "learn"}'
+  if any('/posembed/' in k for k in names):
+    return (
+        f'learned {"2-D " if two_d else ""}position embeddings in every block',
+        f'{flags} --config.model.posemb_where=every_layer',
+    )
+  return f'learned {"2-D " if two_d else ""}position embeddings', flags
+
+
+# Parameters that a bool model field adds: (their path's pattern, the field, what they are).
+STRUCTURE_FIELDS = (
+    (r'/[qk]_norm/', 'qk_norm', 'query/key normalisation'),
+    (r'/MultiHeadDotProductAttention_1/key/bias$', 'key_bias', 'key biases'),
+    (r'/MultiHeadDotProductAttention_1/norm/', 'attn_norm', 'LayerNorms in its attention'),
+    (r'/MlpBlock_3/Dense_linear/', 'mlp_gated', 'gated MLPs (GLU)'),
+    (r'/MlpBlock_3/norm/', 'mlp_norm', 'LayerNorms in its MLPs'),
+)
+
+
+def explain(
+    path: str, loaded: Any, target: Any, params: dict[str, Any], targets: dict[str, Any]
+) -> ValueError:
+  """The error for parameter `path`, of shape `loaded` in the checkpoint and `target` in the model
+  ('none' where absent), of the flat trees `params` (the checkpoint's) and `targets`."""
+  kind, want = _posemb_kind(params), _posemb_kind(targets)
+  if posemb_resizing.POSEMB_PARAM.search(path) and kind[0] != want[0]:
+    # Learned embeddings are what the blocks were trained with: replacing them with others is a
+    # change of architecture the config has to ask for.
+    return ValueError(
+        f'{path}: checkpoint {loaded} vs model {target}: the checkpoint has {kind[0]}; '
+        f'set {kind[1]} to match it'
+    )
+  if path == 'reg':
+    return ValueError(
+        f'reg: checkpoint {loaded} vs model {target}: the checkpoint has '
+        + (
+            f"{loaded[1]} register token{'s' if loaded[1] > 1 else ''}"
+            if loaded != 'none'
+            else 'no register tokens'
+        )
+        + f"; set --config.model.num_registers={loaded[1] if loaded != 'none' else 0}"
+    )
+  if path == 'dist':
+    has = loaded != 'none'
+    return ValueError(
+        f'dist: checkpoint {loaded} vs model {target}: the checkpoint has '
+        f"{'a' if has else 'no'} distillation token (DeiT's); set --config.model.distilled={has}"
+    )
+  if path == 'cls' and 'none' in (loaded, target):
+    if loaded != 'none':
+      return ValueError(
+          f'cls: checkpoint {loaded} vs model none: the checkpoint has a class token; set '
+          '--config.model.class_token=True (classifier gap or map leave it unpooled)'
+      )
+    return ValueError(
+        f'cls: checkpoint none vs model {target}: the checkpoint has no class token to pool; set '
+        '--config.model.classifier=gap (or map) and class_token=False'
+    )
+  if path.startswith(f'{MAP_HEAD}/') and 'none' in (loaded, target):
+    if loaded != 'none':
+      return ValueError(
+          f'{path}: checkpoint {loaded} vs model none: the checkpoint pools by attention; set '
+          '--config.model.classifier=map, or --config.keep_head=False for a new head that pools '
+          'otherwise'
+      )
+    return ValueError(
+        f'{path}: checkpoint none vs model {target}: the checkpoint has no MAP head, and none is '
+        'drawn afresh into a loaded model; set --config.model.classifier=gap (or token)'
+    )
+  if path.startswith(tuple(f'{n}/' for n in FINAL_NORMS)) and 'none' in (loaded, target):
+    norm = final_norm(params)  # The checkpoint's.
+    if norm is None:
+      fix = 'has no final LayerNorm; set --config.model.final_norm=False'
+    else:
+      fix = (
+          f"normalises {'after' if norm == 'fc_norm' else 'before'} its pooling; set "
+          f"--config.model.fc_norm={norm == 'fc_norm'}"
+          + ('' if final_norm(targets) else ' and final_norm=True')
+      )
+    return ValueError(
+        f'{path}: checkpoint {loaded} vs model {target}: the checkpoint {fix}, or '
+        '--config.keep_head=False for a new head (a new LayerNorm starts at scale 1)'
+    )
+  for pattern, field, what in STRUCTURE_FIELDS:
+    if re.search(pattern, path):
+      has = loaded != 'none'
+      return ValueError(
+          f'{path}: checkpoint {loaded} vs model {target}: the checkpoint has '
+          f"{'' if has else 'no '}{what}; set --config.model.{field}={has}"
+      )
+  if re.search(r'/ls[12]$', path):  # Layer scale: a tensor per block, its value any positive one.
+    return ValueError(
+        f'{path}: checkpoint {loaded} vs model {target}: '
+        + (
+            'the checkpoint has layer scale; set --config.model.layer_scale=1e-5 (the '
+            "checkpoint's scales replace the initial value)"
+            if target == 'none'
+            else 'the checkpoint has no layer scale; unset --config.model.layer_scale'
+        )
+    )
+  return ValueError(
+      f'{path}: checkpoint {loaded} vs model {target}: the checkpoint is another '
+      'architecture; set --config.variant (and --config.model.*) to match it'
+  )

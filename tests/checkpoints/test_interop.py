@@ -325,14 +325,27 @@ def test_a_new_head_drops_the_checkpoints_attention_pooling():
         keep_head=True,
         keep_pre_logits=False,
     )
-  # A new MAP head would need drawing, which a loaded tree of shapes cannot.
-  with pytest.raises(ValueError, match=r'^MAPHead_0/.*no MAP head.*classifier=gap \(or token\)$'):
-    adapting.adapt_params(
-        helpers.random_params(_model(classifier='gap'), 8),
-        adapting.param_shapes(_model(classifier='map'), 8),
-        keep_head=False,
-        keep_pre_logits=False,
-    )
+  # A new MAP head is drawn by the caller; without one to draw, or with the head kept, it is an error.
+  mapped = _model(classifier='map')
+  drawn = helpers.random_params(mapped, 8)['MAPHead_0']
+  params, notes = adapting.adapt_params(
+      helpers.random_params(_model(classifier='gap'), 8),
+      adapting.param_shapes(mapped, 8),
+      keep_head=False,
+      keep_pre_logits=False,
+      draw_map_head=lambda: drawn,
+  )
+  chex.assert_trees_all_equal(params['MAPHead_0'], drawn)
+  assert notes[1] == 'drew a new MAPHead_0 (attention pooling) as from scratch'
+  for keep_head, draw in ((False, None), (True, lambda: drawn)):
+    with pytest.raises(ValueError, match=r'^MAPHead_0/.*no MAP head; set --config.keep_head=False'):
+      adapting.adapt_params(
+          helpers.random_params(_model(classifier='gap'), 8),
+          adapting.param_shapes(mapped, 8),
+          keep_head=keep_head,
+          keep_pre_logits=False,
+          draw_map_head=draw,
+      )
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,9 @@ timm itself: its model of the new pooling, loading the file timm saved for the o
 the checkpoint's `norm` or `attn_pool` and starts `fc_norm` at scale 1 and bias 0).
 """
 
+import chex
+import jax
+import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import pytest
@@ -21,6 +24,7 @@ from torch_references import (
     timm_saved,
     torch_outputs,
 )
+from vit_jax.models import pooling
 from vit_jax.tasks import classification
 from vit_jax.train import setup
 
@@ -120,15 +124,34 @@ def test_a_kept_head_keeps_the_checkpoints_pooling(tmp_path):
         keep_head=True,
         **{'model.classifier': 'gap'},
     )
-  # A new MAP head is not drawn into a loaded model.
-  with pytest.raises(ValueError, match=r'^MAPHead_0/.*no MAP head.*classifier=gap \(or token\)$'):
-    prepared_from_checkpoint(
-        tmp_path / 'workdir',
-        str(tmp_path / 'downloaded'),
-        SIZE,
-        keep_head=False,
-        **{'model.classifier': 'map', 'model.class_token': True},
-    )
+
+
+@pytest.mark.parametrize('map_heads', [None, 1])
+def test_a_new_map_head_is_drawn_as_a_model_from_scratch_draws_it(tmp_path, map_heads):
+  """A class-token backbone fine-tuned with attention pooling (big_vision's 'map'): the MAP head,
+  of the run's own heads, drawn from config.seed as the model's init draws it; the rest as loaded.
+  """
+  _saved(tmp_path / 'downloaded', 'vit_base_patch16_224')
+  pooled = {
+      'model.classifier': 'map',
+      'model.class_token': True,
+      'model.map_heads': map_heads,
+      'seed': 3,
+  }
+  run = prepared_from_checkpoint(
+      tmp_path / 'workdir', str(tmp_path / 'downloaded'), SIZE, keep_head=False, **pooled
+  )
+  model = run.model
+  expected = pooling.map_head(model).init(jax.random.key(3), jnp.zeros((1, 1, 32)))['params']
+  chex.assert_trees_all_close(run.init_params['MAPHead_0'], expected)
+  kernel = run.init_params['MAPHead_0']['MultiHeadDotProductAttention_0']['query']['kernel']
+  assert kernel.shape == (32, map_heads or 2, 32 // (map_heads or 2))
+  token = prepared_from_checkpoint(
+      tmp_path / 'token', str(tmp_path / 'downloaded'), SIZE, keep_head=False
+  )
+  shared = {k: v for k, v in token.init_params.items() if k not in ('head', 'MAPHead_0')}
+  chex.assert_trees_all_equal(shared, {k: v for k, v in run.init_params.items() if k in shared})
+  assert np.isfinite(_features(run, _images(2))).all()
 
 
 @pytest.mark.parametrize('config_name', ['finetune_mae:cifar10', 'finetune_layer_decay:mae'])

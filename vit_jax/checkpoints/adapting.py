@@ -18,7 +18,7 @@ original `.npz` layout, read and written, is vit_jax/checkpoints/npz_files.py; o
 whole train states are vit_jax/checkpoints/checkpoint.py.
 """
 
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 import flax.linen as nn
 import jax
@@ -51,12 +51,15 @@ def _without(flat: dict[str, Any], layer: str) -> dict[str, Any]:
 
 
 def _fit_pooling(
-    params: dict[str, Any], targets: dict[str, Any]
+    params: dict[str, Any],
+    targets: dict[str, Any],
+    draw_map_head: Optional[Callable[[], Any]],
 ) -> tuple[dict[str, Any], list[str]]:
   """`params` for a new head's pooling: the final LayerNorm where the model has it, a new one (scale
   1, bias 0) where the checkpoint has it elsewhere or not at all, as MAE's and timm's fine-tuning of
   a class-token backbone with fc_norm do; the checkpoint's final LayerNorm and MAP head dropped where
-  the model has none. Also returns the log's notes."""
+  the model has none, and a new one drawn by `draw_map_head` where only the model has one. Also
+  returns the log's notes."""
   notes = []
   old, new = tree_mismatch.final_norm(params), tree_mismatch.final_norm(targets)
   if old != new:
@@ -85,6 +88,11 @@ def _fit_pooling(
   ):
     params = _without(params, tree_mismatch.MAP_HEAD)
     notes.append(f'dropped {tree_mismatch.MAP_HEAD} (attention pooling): the model pools otherwise')
+  elif draw_map_head is not None and tree_mismatch.has(targets, tree_mismatch.MAP_HEAD):
+    if not tree_mismatch.has(params, tree_mismatch.MAP_HEAD):
+      drawn = traverse_util.flatten_dict({tree_mismatch.MAP_HEAD: draw_map_head()}, sep='/')
+      params.update({k: np.asarray(v) for k, v in drawn.items()})
+      notes.append(f'drew a new {tree_mismatch.MAP_HEAD} (attention pooling) as from scratch')
   return params, notes
 
 
@@ -95,14 +103,16 @@ def adapt_params(
     keep_head: bool,
     keep_pre_logits: bool,
     posemb_method: str = 'bilinear',
+    draw_map_head: Optional[Callable[[], Any]] = None,
 ) -> tuple[dict[str, Any], list[str]]:
   """Fits a loaded parameter tree to a model's tree (of arrays or `jax.ShapeDtypeStruct`s).
 
   The head becomes zeros of the model's shape (the fine-tuning recipe) unless `keep_head`, and then
-  may pool otherwise (`_fit_pooling`); the pre-logits layer is dropped unless `keep_pre_logits` and
-  the model has one; the position embeddings are resized to the model's grid. Everything else must
-  match exactly. Returns the fitted numpy tree
-  and lines for the log saying what changed; raises ValueError naming the parameter on a mismatch.
+  may pool otherwise (`_fit_pooling`; `draw_map_head()`: a new MAP head's parameters, for a model
+  that pools by attention and a checkpoint that does not); the pre-logits layer is dropped unless
+  `keep_pre_logits` and the model has one; the position embeddings are resized to the model's grid.
+  Everything else must match exactly. Returns the fitted numpy tree and lines for the log saying
+  what changed; raises ValueError naming the parameter on a mismatch.
   """
   # Also when this checkpoint needs no resizing: a typo is a typo.
   posemb_resizing.check_posemb_method(posemb_method)
@@ -152,7 +162,7 @@ def adapt_params(
       )
 
   if not keep_head:
-    params, pooling_notes = _fit_pooling(params, targets)
+    params, pooling_notes = _fit_pooling(params, targets, draw_map_head)
     notes.extend(pooling_notes)
 
   for layer in _SELF_SUPERVISION_ONLY:

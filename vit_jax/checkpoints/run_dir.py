@@ -10,6 +10,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 import flax.linen as nn
 import jax
+import jax.numpy as jnp
 import ml_collections
 from absl import logging
 from etils import epath
@@ -18,7 +19,7 @@ from flax import traverse_util
 from vit_jax import data, defaults, tasks
 from vit_jax.runtime import paths
 from vit_jax.checkpoints import adapting, npz_files, saved_state, state_dicts, torch_files
-from vit_jax.models import variants, vit_variants
+from vit_jax.models import pooling, variants, vit_variants
 
 _RUN_FILES = ('config.json', 'dataset_info.json')
 
@@ -254,6 +255,10 @@ def load_init_params(config: ml_collections.ConfigDict, model: nn.Module) -> Any
       keep_head=config.keep_head,
       keep_pre_logits=config.keep_pre_logits,
       posemb_method=config.posemb_interpolation,
+      # As the model draws its own from scratch (its width does not depend on the tokens).
+      draw_map_head=lambda: pooling.map_head(model).init(
+          jax.random.key(config.seed), jnp.zeros((1, 1, model.hidden_size))
+      )['params'],
   )
   logging.info('Initialising from %s: %s', config.init_from, '; '.join([source, *notes]))
   return params

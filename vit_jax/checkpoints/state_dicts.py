@@ -136,8 +136,8 @@ def load(
   """The tree of the timm or transformers ViT at `path` for a model of the fields `model` (its
   num_heads split the attention kernels), and lines for the log; a one-line ValueError when it is
   something else, or when the checkpoint fixes a field without tensors (`_WITHOUT_TENSORS`) to
-  another value than the model's (the pooling's only when `keep_head`, and the MAP head's only for a
-  model that has one)."""
+  another value than the model's (the pooling's only when `keep_head`, and the MAP head's only where
+  both have one)."""
   state_dict, config = torch_files.read(path)
   name = _layout(state_dict, path)
   layout = LAYOUTS[name]
@@ -149,7 +149,8 @@ def load(
       'map_heads': "MAP head's number of heads",
       'map_include_prefix': "MAP head's attention to the class token and registers",
   }
-  map_head = model.get('classifier') == 'map'
+  # A MAP head read from the checkpoint (not a new one) must have the model's heads and tokens.
+  map_head = model.get('classifier') == fixed.get('classifier') == 'map'
   unchecked = {*([] if keep_head else ['classifier']), *([] if map_head else _MAP_FIELDS)}
   for field, what in checked.items():
     if field in unchecked:

@@ -101,8 +101,9 @@ def explain(
           'otherwise'
       )
     return ValueError(
-        f'{path}: checkpoint none vs model {target}: the checkpoint has no MAP head, and none is '
-        'drawn afresh into a loaded model; set --config.model.classifier=gap (or token)'
+        f'{path}: checkpoint none vs model {target}: the checkpoint has no MAP head; set '
+        '--config.keep_head=False for a new head with a new one, or --config.model.classifier to '
+        "the checkpoint's pooling"
     )
   if path.startswith(tuple(f'{n}/' for n in FINAL_NORMS)) and 'none' in (loaded, target):
     norm = final_norm(params)  # The checkpoint's.

@@ -63,9 +63,9 @@ def _mean(x: jnp.ndarray, model: Any) -> jnp.ndarray:
   return jnp.mean(x[:, model.num_prefix_tokens :], axis=1)  # The patches' (not the registers').
 
 
-def _attention_pooling(x: jnp.ndarray, model: Any) -> jnp.ndarray:
-  # The probe attends to the patches alone, as timm's VisionTransformer's attn_pool
-  # (pool_include_prefix=False), or with map_include_prefix to every token, as its Eva's.
+def map_head(model: Any) -> MAPHead:
+  """The MAP head `MAPHead_0` of a ViT `model` (its map_heads, width, activation): what classifier
+  'map' pools with, and what a run draws afresh into a loaded model that has none."""
   return MAPHead(
       num_heads=model.map_heads or model.num_heads,
       mlp_dim=model.mlp_dim,
@@ -74,7 +74,13 @@ def _attention_pooling(x: jnp.ndarray, model: Any) -> jnp.ndarray:
       mlp_activation=model.mlp_activation,
       layernorm_epsilon=model.layernorm_epsilon,
       name='MAPHead_0',
-  )(x if model.map_include_prefix else x[:, model.num_prefix_tokens :])
+  )
+
+
+def _attention_pooling(x: jnp.ndarray, model: Any) -> jnp.ndarray:
+  # The probe attends to the patches alone, as timm's VisionTransformer's attn_pool
+  # (pool_include_prefix=False), or with map_include_prefix to every token, as its Eva's.
+  return map_head(model)(x if model.map_include_prefix else x[:, model.num_prefix_tokens :])
 
 
 def _class_token_and_mean(x: jnp.ndarray, model: Any) -> jnp.ndarray:

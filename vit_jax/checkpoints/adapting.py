@@ -1,6 +1,7 @@
 """Fitting a loaded parameter tree to a model of another resolution or class count (position-embedding
-interpolation, head surgery; a new head may pool otherwise than the checkpoint's). A model with fixed position embeddings (`posemb='sincos2d'`) has no
-`pos_embedding`: there is nothing to resize, and a checkpoint with learned ones is an error, not a drop.
+interpolation, head surgery; a new head may pool otherwise than the checkpoint's). A model with
+fixed position embeddings (`posemb='sincos2d'`) has no `pos_embedding`: there is nothing to resize,
+and a checkpoint with learned ones is an error, not a drop.
 
 Every learned position embedding (posemb.py) is resized to the new patch grid: the 1-D ones at the
 input or in each block (`every_layer`) as the original code does, the 2-D ones along each axis, the
@@ -83,16 +84,19 @@ def _fit_pooling(
           if old
           else f'added a new {new} (scale 1, bias 0): the checkpoint has no final LayerNorm'
       )
-  if tree_mismatch.has(params, tree_mismatch.MAP_HEAD) and not tree_mismatch.has(
-      targets, tree_mismatch.MAP_HEAD
-  ):
-    params = _without(params, tree_mismatch.MAP_HEAD)
-    notes.append(f'dropped {tree_mismatch.MAP_HEAD} (attention pooling): the model pools otherwise')
-  elif draw_map_head is not None and tree_mismatch.has(targets, tree_mismatch.MAP_HEAD):
-    if not tree_mismatch.has(params, tree_mismatch.MAP_HEAD):
-      drawn = traverse_util.flatten_dict({tree_mismatch.MAP_HEAD: draw_map_head()}, sep='/')
-      params.update({k: np.asarray(v) for k, v in drawn.items()})
-      notes.append(f'drew a new {tree_mismatch.MAP_HEAD} (attention pooling) as from scratch')
+  head = tree_mismatch.MAP_HEAD
+  old, new = tree_mismatch.has(params, head), tree_mismatch.has(targets, head)
+  if old and not new:
+    params = _without(params, head)
+    notes.append(f'dropped {head} (attention pooling): the model pools otherwise')
+  elif new and not old and draw_map_head is not None:
+    params.update(
+        {
+            k: np.asarray(v)
+            for k, v in traverse_util.flatten_dict({head: draw_map_head()}, sep='/').items()
+        }
+    )
+    notes.append(f'drew a new {head} (attention pooling) as from scratch')
   return params, notes
 
 

@@ -134,7 +134,8 @@ def get_config() -> ml_collections.ConfigDict:
           rope_grid=config_dict.placeholder(tuple),
           # The rotary embeddings' kind (with rope=True): 'eva02' (unset: EVA-02's, timm's rope 'cat'),
           # 'rope_vit' (RoPE-ViT's axial: columns first, temperature 100), 'pe' (Perception
-          # Encoder's: columns first, positions from 1) or 'dinov3' (DINOv3's, timm's rope 'dinov3':
+          # Encoder's: columns first, positions from 1), 'eva02_xy' (columns first, Perception
+          # Encoder G's) or 'dinov3' (DINOv3's, timm's rope 'dinov3':
           # positions in [-1, 1] at any grid, rotated halves, periods of temperature 100).
           rope_style=config_dict.placeholder(str),
           # Register tokens (DINOv2 with registers, "Vision Transformers Need Registers"): this many

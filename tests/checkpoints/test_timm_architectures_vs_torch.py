@@ -52,6 +52,9 @@ COMPUTED = (
     # Perception Encoder: its rotary embeddings ('xy' grid from 1, rescaled), a norm before the
     # blocks, MAP pooling of 8 heads over every token, the class token too.
     ('vit_pe_core_tiny_patch16_384', {}),
+    # Perception Encoder G's lang tower: rotary embeddings from 0 on an 'xy' grid (rope_style
+    # 'eva02_xy'). Its core tower's MAP head, of another MLP width than its blocks', is refused.
+    ('vit_pe_lang_gigantic_patch14_448', {'patch_size': 14}),
     # EVA-02 CLIP: a LayerNorm of the attention's heads before its projection (scale_attn_inner).
     ('eva02_base_patch16_clip_224', {}),
     # No final LayerNorm (final_norm=False): InternViT, C-RADIOv3 (7 registers, position embeddings
@@ -65,12 +68,6 @@ REFUSED = (
     (  # RoPE-ViT's learned frequencies.
         'vit_small_patch16_rope_mixed_224',
         "rope_type='mixed', rope_rotate_half=False, rope_temperature=10.0, "
-        "rope_grid_indexing='xy', rope_grid_offset=0.0",
-    ),
-    # Perception Encoder G: its rotary embeddings from 0 on an 'xy' grid are no style's.
-    (
-        'vit_pe_core_gigantic_patch14_448',
-        "rope_type='cat', rope_rotate_half=False, rope_temperature=10000.0, "
         "rope_grid_indexing='xy', rope_grid_offset=0.0",
     ),
     ('vit_base_patch16_xp_224', "block_fn='ParallelScalingBlock'"),
@@ -114,6 +111,7 @@ def test_an_architecture_vit_jax_computes_gives_timms_logits(tmp_path, architect
     [
         ('vit_intern300m_patch14_448', {'patch_size': 14}),
         ('vit_pe_lang_large_patch14_448', {'patch_size': 14}),
+        ('vit_pe_lang_gigantic_patch14_448', {'patch_size': 14}),  # rope_style 'eva02_xy'.
     ],
 )
 def test_a_vit_without_a_final_layernorm_exports_back_to_timm(tmp_path, architecture, kwargs):

@@ -112,7 +112,12 @@ def test_dinov3_rope_is_the_numpy_formula():
 
 @pytest.mark.parametrize(
     'style,temperature,columns_first,offset',
-    [('eva02', 1e4, False, 0.0), ('rope_vit', 100.0, True, 0.0), ('pe', 1e4, True, 1.0)],
+    [
+        ('eva02', 1e4, False, 0.0),
+        ('rope_vit', 100.0, True, 0.0),
+        ('pe', 1e4, True, 1.0),
+        ('eva02_xy', 1e4, True, 0.0),
+    ],
 )
 def test_the_pair_styles_are_the_numpy_formula(style, temperature, columns_first, offset):
   """EVA-02's, RoPE-ViT's and Perception Encoder's rotations, pair by pair in float64: pair m of a head
@@ -217,7 +222,7 @@ def test_rope_at_a_new_resolution_needs_no_new_parameters():
         ),
         (
             {'rope': True, 'rope_style': 'dinov2'},
-            r"^model.rope_style='dinov2' must be one of eva02, rope_vit, pe, dinov3, with model.rope=True",
+            r"^model.rope_style='dinov2' must be one of eva02, rope_vit, pe, eva02_xy, dinov3, with model.rope=True",
         ),
         ({'rope_style': 'dinov3'}, r"model.rope_style='dinov3' must be .* with model.rope=True"),
         (

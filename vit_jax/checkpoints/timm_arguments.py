@@ -114,6 +114,7 @@ ROPE_STYLES = {
     'eva02': ('cat', False, rope.TEMPERATURE, 'ij', 0.0),
     'rope_vit': ('cat', False, rope.DINOV3_TEMPERATURE, 'xy', 0.0),
     'pe': ('cat', False, rope.TEMPERATURE, 'xy', 1.0),
+    'eva02_xy': ('cat', False, rope.TEMPERATURE, 'xy', 0.0),
     'dinov3': ('dinov3', True, rope.DINOV3_TEMPERATURE, 'ij', 0.0),
 }
 # The values vit_jax computes of the other arguments of each class. The rotary embeddings of every

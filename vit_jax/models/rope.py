@@ -16,6 +16,9 @@ by the row, at temperature 100.
 'pe': Perception Encoder's (timm's `vit_pe_core_*`: 'xy' grid, offset 1): EVA-02's, column first,
 the positions counted from 1 (its class token sat at 0), then rescaled to `ref_grid`.
 
+'eva02_xy': Perception Encoder G's (timm's `vit_pe_core_gigantic_*`: 'xy' grid, no offset):
+EVA-02's, column first.
+
 'dinov3': DINOv3's, timm's `RotaryEmbeddingDinoV3` (rope_type 'dinov3', rope_rotate_half, 'ij' grid,
 no offset, no coordinate augmentations). Row r of h sits at 2 (r + 0.5) / h - 1 in [-1, 1], the
 columns alike: the same span at any resolution, so no reference grid. The angles are
@@ -118,6 +121,7 @@ STYLES = {
         _cat_tables(DINOV3_TEMPERATURE, columns_first=True, offset=0.0), _rotate_pairs
     ),
     'pe': Style(_cat_tables(TEMPERATURE, columns_first=True, offset=1.0), _rotate_pairs),
+    'eva02_xy': Style(_cat_tables(TEMPERATURE, columns_first=True, offset=0.0), _rotate_pairs),
     'dinov3': Style(_dinov3_tables, _rotate_half),
 }
 

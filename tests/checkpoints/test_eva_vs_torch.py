@@ -264,12 +264,12 @@ def test_what_the_eva_files_do_not_say_or_contradict_is_one_line(tmp_path):
         **{'model.rope': True, 'model.rope_grid': (16, 16), 'model.mlp_gated': True},
     )
   config = json.loads((tmp_path / 'eva' / 'config.json').read_text())
-  config['model_args']['rope_grid_indexing'] = 'xy'
+  config['model_args'].update(rope_grid_indexing='xy', rope_grid_offset=0.5)
   (tmp_path / 'eva' / 'config.json').write_text(json.dumps(config))
   with pytest.raises(
       ValueError,
       match=r"created with rope_type='cat', rope_rotate_half=False, rope_temperature=10000.0, "
-      r"rope_grid_indexing='xy', rope_grid_offset=0.0, which vit_jax's ViT does not compute",
+      r"rope_grid_indexing='xy', rope_grid_offset=0.5, which vit_jax's ViT does not compute",
   ):
     _prepare(tmp_path, str(tmp_path / 'eva'))
 

@@ -57,6 +57,8 @@ COMPUTED = (
     ('vit_pe_lang_gigantic_patch14_448', {'patch_size': 14}),
     # EVA-02 CLIP: a LayerNorm of the attention's heads before its projection (scale_attn_inner).
     ('eva02_base_patch16_clip_224', {}),
+    # BEiT-3's vision tower: LayerNorms in the attention and the MLP (scale_attn_norm, scale_mlp_norm).
+    ('beit3_base_patch16_224', {}),
     # No final LayerNorm (final_norm=False): InternViT, C-RADIOv3 (7 registers, position embeddings
     # without the class token's), Perception Encoder lang (an Eva).
     ('vit_intern300m_patch14_448', {'patch_size': 14}),
@@ -112,14 +114,17 @@ def test_an_architecture_vit_jax_computes_gives_timms_logits(tmp_path, architect
         ('vit_intern300m_patch14_448', {'patch_size': 14}),
         ('vit_pe_lang_large_patch14_448', {'patch_size': 14}),
         ('vit_pe_lang_gigantic_patch14_448', {'patch_size': 14}),  # rope_style 'eva02_xy'.
+        ('beit3_base_patch16_224', {}),
     ],
 )
-def test_a_vit_without_a_final_layernorm_exports_back_to_timm(tmp_path, architecture, kwargs):
+def test_the_newer_fields_export_back_to_timm(tmp_path, architecture, kwargs):
   """model.final_norm=False written as timm's VisionTransformer's final_norm=False or Eva's
-  use_post_transformer_norm=False: timm's model rebuilt from the export gives the logits."""
+  use_post_transformer_norm=False, model.mlp_norm without rotary embeddings or a gated MLP as
+  VisionTransformer's scale_mlp_norm (BEiT-3's): timm's model rebuilt from the export gives the
+  logits."""
   reference = _saved(tmp_path / 'timm', architecture, **kwargs)
   run = prepared_from_checkpoint(tmp_path / 'workdir', str(tmp_path / 'timm'), SIZE)
-  assert run.model_config['final_norm'] is False
+  assert not run.model_config['final_norm'] or run.model_config['mlp_norm']
   rebuilt = timm_rebuilt(
       run.init_params, run.model_config, SIZE, run.config.pp_eval.to_dict(), tmp_path / 'export'
   )

@@ -93,8 +93,8 @@ def test_an_unknown_architecture_says_only_what_its_model_args_say():
             r"created with block_fn='ParallelScalingBlock', which vit_jax's ViT does not compute",
         ),
         (
-            {'architecture': 'vit_base_patch16_224', 'model_args': {'scale_mlp_norm': True}},
-            r"created with scale_mlp_norm=True, which vit_jax's ViT does not compute",
+            {'architecture': 'vit_base_patch16_224', 'model_args': {'proj_bias': False}},
+            r"created with proj_bias=False, which vit_jax's ViT does not compute",
         ),
         (
             {'architecture': 'vit_base_patch16_224', 'model_args': {'sandwich_norm': True}},
@@ -133,7 +133,5 @@ def test_dinov3s_rotary_embeddings_are_its_rope_style():
 
 
 def test_an_argument_at_its_default_is_no_error():
-  fields = _fields(
-      {'architecture': 'vit_base_patch16_224', 'model_args': {'scale_mlp_norm': False}}
-  )
+  fields = _fields({'architecture': 'vit_base_patch16_224', 'model_args': {'proj_bias': True}})
   assert fields['num_heads'] == 12

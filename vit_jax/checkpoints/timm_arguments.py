@@ -58,6 +58,7 @@ _SHOWN_OR_INERT = {
         'fix_init',
         'distilled',
         'scale_attn_norm',
+        'scale_mlp_norm',
         'final_norm',
     ),
     'eva': _COMMON
@@ -127,7 +128,6 @@ _COMPUTED = {
         'embed_layer': ('PatchEmbed',),
         'embed_norm_layer': (None,),
         'pos_embed': ('learn', 'none'),
-        'scale_mlp_norm': (False,),
         'proj_bias': (True,),
     },
     'eva': {

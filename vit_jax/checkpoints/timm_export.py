@@ -61,7 +61,7 @@ def _mlp_ratio(hidden_size: int, mlp_dim: int) -> float:
 
 def uses_eva(model: Mapping[str, Any]) -> bool:
   """Whether timm builds the model as an `Eva` (what its VisionTransformer does not compute)."""
-  return bool(model['rope'] or model['mlp_gated'] or model['mlp_norm'])
+  return bool(model['rope'] or model['mlp_gated'])
 
 
 def export(
@@ -147,6 +147,7 @@ def _vision_transformer_args(model: Mapping[str, Any]) -> tuple[str, dict[str, A
       'act_layer': model['mlp_activation'],
       'pool_include_prefix': bool(model['map_include_prefix']),
       'scale_attn_norm': bool(model['attn_norm']),
+      'scale_mlp_norm': bool(model['mlp_norm']),
   }
   if model['layer_scale'] is not None:
     model_args['init_values'] = model['layer_scale']

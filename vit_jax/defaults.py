@@ -150,6 +150,10 @@ def get_config() -> ml_collections.ConfigDict:
           # Every LayerNorm's epsilon: 1e-6 (the original checkpoints', timm's) | 1e-12 (Hugging Face's
           # ViT, its config.json's layer_norm_eps; init_from checks it).
           layernorm_epsilon=config_dict.placeholder(float),
+          # Every norm's kind: 'layernorm' | 'rmsnorm' (AIMv2's; vit_jax/models/norms.py); embed_norm:
+          # a norm of the patch embeddings before the position embeddings (AIMv2's).
+          norm_layer=config_dict.placeholder(str),
+          embed_norm=config_dict.placeholder(bool),
           # 'original' (the modules' own initialisers, the original code's) | 'timm' (timm's
           # VisionTransformer: matrices ~N(0, 0.02), a random head; vit_jax/models/inits.py).
           weight_init=config_dict.placeholder(str),

@@ -308,6 +308,28 @@ def test_a_new_head_may_add_or_drop_the_final_layernorm():
     )
 
 
+@pytest.mark.parametrize('norm_layer,other', [('rmsnorm', 'layernorm'), ('layernorm', 'rmsnorm')])
+def test_another_kind_of_norm_names_model_norm_layer(norm_layer, other):
+  """RMSNorms (AIMv2's) have a scale and no bias: the first norm that differs names the field."""
+  with pytest.raises(
+      ValueError,
+      match=rf'^Transformer/encoder_norm/bias: .*; set --config.model.norm_layer={norm_layer}$',
+  ):
+    adapting.adapt_params(
+        helpers.random_params(_model(norm_layer=norm_layer), 8),
+        adapting.param_shapes(_model(norm_layer=other), 8),
+        keep_head=True,
+        keep_pre_logits=False,
+    )
+  with pytest.raises(ValueError, match=r'^embedding_norm/.*; set --config.model.embed_norm=True$'):
+    adapting.adapt_params(
+        helpers.random_params(_model(norm_layer=norm_layer, embed_norm=True), 8),
+        adapting.param_shapes(_model(norm_layer=norm_layer), 8),
+        keep_head=True,
+        keep_pre_logits=False,
+    )
+
+
 def test_a_new_head_drops_the_checkpoints_attention_pooling():
   loaded = helpers.random_params(_model(classifier='map'), 8)
   params, notes = adapting.adapt_params(

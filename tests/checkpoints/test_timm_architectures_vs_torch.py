@@ -17,7 +17,7 @@ from torch_references import (
     timm_rebuilt,
     torch_outputs,
 )
-from vit_jax.checkpoints import timm_arguments
+from vit_jax.checkpoints import timm_arguments, timm_export
 
 SIZE = 28
 
@@ -57,6 +57,8 @@ COMPUTED = (
     ('vit_pe_lang_gigantic_patch14_448', {'patch_size': 14}),
     # EVA-02 CLIP: a LayerNorm of the attention's heads before its projection (scale_attn_inner).
     ('eva02_base_patch16_clip_224', {}),
+    # AIMv2: RMSNorms (one of the patch embeddings too), SwiGLU, no biases in its blocks.
+    ('aimv2_large_patch14_224', {'patch_size': 14}),
     # BEiT-3's vision tower: LayerNorms in the attention and the MLP (scale_attn_norm, scale_mlp_norm).
     ('beit3_base_patch16_224', {}),
     # No final LayerNorm (final_norm=False): InternViT, C-RADIOv3 (7 registers, position embeddings
@@ -135,6 +137,17 @@ def test_the_newer_fields_export_back_to_timm(tmp_path, architecture, kwargs):
       torch_outputs(reference, timm_input(reference, inputs)).numpy(),
       atol=1e-4,
   )
+
+
+def test_an_rmsnorm_vit_is_not_exported_to_timm(tmp_path):
+  """timm's config.json cannot name a norm layer: AIMv2's RMSNorms would come back LayerNorms."""
+  _saved(tmp_path / 'timm', 'aimv2_large_patch14_224', patch_size=14)
+  run = prepared_from_checkpoint(tmp_path / 'workdir', str(tmp_path / 'timm'), SIZE)
+  assert (run.model_config['norm_layer'], run.model_config['embed_norm']) == ('rmsnorm', True)
+  with pytest.raises(
+      ValueError, match=r"model.norm_layer='rmsnorm' \(embed_norm=True\) has no timm"
+  ):
+    timm_export.export(run.init_params, run.model_config, SIZE, 10, pp_eval=run.config.pp_eval)
 
 
 @pytest.mark.parametrize('architecture,named', REFUSED)

@@ -93,8 +93,8 @@ def test_an_unknown_architecture_says_only_what_its_model_args_say():
             r"created with block_fn='ParallelScalingBlock', which vit_jax's ViT does not compute",
         ),
         (
-            {'architecture': 'vit_base_patch16_224', 'model_args': {'proj_bias': False}},
-            r"created with proj_bias=False, which vit_jax's ViT does not compute",
+            {'architecture': 'vit_base_patch16_224', 'model_args': {'attn_layer': 'diff'}},
+            r"created with attn_layer='diff', which vit_jax's ViT does not compute",
         ),
         (
             {'architecture': 'vit_base_patch16_224', 'model_args': {'sandwich_norm': True}},
@@ -110,8 +110,12 @@ def test_an_unknown_architecture_says_only_what_its_model_args_say():
             r"pools with global_pool='avgmax', which vit_jax's ViT does not compute",
         ),
         (
-            {'architecture': 'vit_base_patch16_rms_norm', 'model_args': {'norm_layer': 'rmsnorm'}},
-            r"normalises with 'rmsnorm', which vit_jax's ViT does not compute",
+            {'architecture': 'vit_base_patch16_224', 'model_args': {'norm_layer': 'batchnorm'}},
+            r"normalises with 'batchnorm', which vit_jax's ViT does not compute",
+        ),
+        (  # The tensors here are a LayerNorm ViT's (with biases).
+            {'architecture': 'vit_base_patch16_224', 'model_args': {'norm_layer': 'rmsnorm'}},
+            r'normalises with rmsnorm, its tensors with layernorm: the config.json is another',
         ),
     ],
 )
@@ -133,5 +137,7 @@ def test_dinov3s_rotary_embeddings_are_its_rope_style():
 
 
 def test_an_argument_at_its_default_is_no_error():
-  fields = _fields({'architecture': 'vit_base_patch16_224', 'model_args': {'proj_bias': True}})
+  fields = _fields(
+      {'architecture': 'vit_base_patch16_224', 'model_args': {'attn_layer': 'Attention'}}
+  )
   assert fields['num_heads'] == 12

@@ -41,6 +41,8 @@ _SIZES = {
     'num_heads': 2,
     'fc_norm': False,
     'final_norm': True,
+    'norm_layer': 'layernorm',
+    'embed_norm': False,
     'posemb': 'learn',
     'posemb_where': 'input',
     'distilled': False,

@@ -88,6 +88,8 @@ def test_export_writes_the_latest_parameters_in_the_original_layout(workdir, exp
       'resnet_width_factor': 1.0,
       'fc_norm': False,
       'final_norm': True,
+      'norm_layer': 'layernorm',
+      'embed_norm': False,
       'posemb': 'learn',
       'posemb_where': 'input',
       'drop_path_rate': 0.0,

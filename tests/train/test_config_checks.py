@@ -82,6 +82,7 @@ INVALID = {
         r'model.final_norm=False has none',
     ),
     'model.posemb': ('sincos', {}, r"Unknown model.posemb 'sincos'"),
+    'model.norm_layer': ('batchnorm', {}, r"Unknown model.norm_layer 'batchnorm'"),
     'model.posemb_where': ('stem', {}, r"Unknown model.posemb_where 'stem'"),
     'model.mlp_activation': (
         'relu',
@@ -220,6 +221,7 @@ ALWAYS_VALID = {
     'model.qk_norm': 'a bool',
     'model.key_bias': 'a bool',
     'model.attn_norm': 'a bool',
+    'model.embed_norm': 'a bool',
     'model.mlp_gated': 'a bool',
     'model.mlp_norm': 'a bool',
     'pp.flip': 'a bool',

@@ -60,6 +60,7 @@ _SHOWN_OR_INERT = {
         'scale_attn_norm',
         'scale_mlp_norm',
         'final_norm',
+        'proj_bias',
     ),
     'eva': _COMMON
     + (
@@ -85,6 +86,7 @@ _MAPPED = {
         'global_pool',
         'mlp_layer',
         'pool_include_prefix',
+        'embed_norm_layer',
     ),
     'eva': (
         'num_heads',
@@ -126,9 +128,7 @@ _COMPUTED = {
         'block_fn': ('Block',),
         'attn_layer': ('Attention',),
         'embed_layer': ('PatchEmbed',),
-        'embed_norm_layer': (None,),
         'pos_embed': ('learn', 'none'),
-        'proj_bias': (True,),
     },
     'eva': {
         'attn_type': ('eva', 'rope'),
@@ -244,21 +244,39 @@ def activation(args: Arguments, gated: bool, path: str) -> Optional[str]:
   return torch_names.activation(named, path, _ACTIVATIONS, args.describe())
 
 
-def layernorm_epsilon(args: Arguments, path: str) -> Optional[float]:
-  """model.layernorm_epsilon, None where the config.json does not say."""
+# timm's norm layers (their names in the table, or as model_args may spell them): norms.NORM_LAYERS'.
+_NORM_LAYERS = {
+    'LayerNorm': 'layernorm',
+    'layernorm': 'layernorm',
+    'RmsNorm': 'rmsnorm',
+    'rmsnorm': 'rmsnorm',
+}
+
+
+def _norm_layer(norm: Any) -> tuple[Optional[str], Optional[float]]:
+  """(our kind, epsilon) of one of timm's norm_layer values; kind None for another layer."""
+  if isinstance(norm, str):  # As model_args may give it, without an epsilon.
+    return _NORM_LAYERS.get(norm), None
+  return _NORM_LAYERS.get(norm.get('type', norm.get('partial'))), norm.get('eps')
+
+
+def norm_layer(args: Arguments, path: str) -> tuple[Optional[str], Optional[float]]:
+  """(model.norm_layer, model.layernorm_epsilon), each None where the config.json does not say.
+  timm's embed_norm_layer (model.embed_norm: the tensors show it) must be the same norm."""
   if not args.has('norm_layer'):
-    return None
+    return None, None
   norm = args.get('norm_layer')
   if norm is None:  # VisionTransformer's default: LayerNorm(eps=1e-6).
-    return 1e-6
-  if isinstance(norm, str):  # As model_args may give it.
-    norm = {'type': 'LayerNorm' if norm in ('layernorm', 'LayerNorm') else norm, 'eps': None}
-  if norm.get('type') != 'LayerNorm':
+    return 'layernorm', 1e-6
+  kind, epsilon = _norm_layer(norm)
+  embed = args.get('embed_norm_layer') if args.has('embed_norm_layer') else None
+  if kind is None or (embed is not None and _norm_layer(embed) != (kind, epsilon)):
     raise ValueError(
-        f"{path}: {args.describe()} normalises with {norm.get('type')!r}, which vit_jax's ViT "
-        'does not compute (its norms are LayerNorms)'
+        f'{path}: {args.describe()} normalises with {norm!r}'
+        + (f' and its patch embeddings with {embed!r}' if embed is not None else '')
+        + ", which vit_jax's ViT does not compute (its norms are one kind: LayerNorms or RMSNorms)"
     )
-  return norm['eps']
+  return kind, epsilon
 
 
 def rotary(args: Arguments) -> tuple[Optional[bool], Optional[tuple[int, int]], str]:

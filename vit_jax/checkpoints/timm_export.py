@@ -83,6 +83,12 @@ def export(
         f"timm's ViTs pool as model.classifier {', '.join(_GLOBAL_POOLS)} do, not as "
         f"{model['classifier']!r}"
     )
+  if model['norm_layer'] != 'layernorm' or model['embed_norm']:
+    raise ValueError(
+        "timm's config.json names no norm layer, so an export builds LayerNorms: "
+        f"model.norm_layer={model['norm_layer']!r} (embed_norm={model['embed_norm']}) has no "
+        'timm counterpart'
+    )
   if model['posemb_where'] != 'input':  # 'shared_every_layer' has the tree of 'input'.
     raise ValueError(
         "timm's ViTs add position embeddings only at the input "

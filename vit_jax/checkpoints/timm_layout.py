@@ -40,9 +40,10 @@ def from_state_dict(
     tree['Transformer/posembed_input/pos_embedding'] = r.take('pos_embed')
   if r.has('patch_embed.proj.bias'):  # None in a pre_norm ViT (CLIP's), nor in ours with pre_norm.
     tree['embedding/bias'] = r.take('patch_embed.proj.bias')
+  if r.has('patch_embed.norm.weight'):  # AIMv2's embed_norm_layer (model.embed_norm).
+    tree.update(r.norm('patch_embed.norm', 'embedding_norm'))
   if r.has('norm_pre.weight'):
-    tree['Transformer/pre_norm/scale'] = r.take('norm_pre.weight')
-    tree['Transformer/pre_norm/bias'] = r.take('norm_pre.bias')
+    tree.update(r.norm('norm_pre', 'Transformer/pre_norm'))
   prefix = 0  # Tokens before the patches: the class and distillation tokens, the registers.
   if r.has('cls_token'):
     tree['cls'] = r.take('cls_token')
@@ -68,36 +69,32 @@ def from_state_dict(
         torch_names.BLOCK.format(i),
         torch_names.ATTENTION.format(i),
     )
+    out_weight = r.take(t + 'attn.proj.weight')
     weights = {
         **_query_key_value(r, t),
-        'out.weight': r.take(t + 'attn.proj.weight'),
-        'out.bias': r.take(t + 'attn.proj.bias'),
+        'out.weight': out_weight,
+        'out.bias': r.bias(t + 'attn.proj.bias', out_weight.shape[0]),
     }
     tree.update(torch_names.attention_in(attention, weights, num_heads))
     for theirs, norm in (('norm1', 'LayerNorm_0'), ('norm2', 'LayerNorm_2')):
-      tree[f'{ours}/{norm}/scale'] = r.take(f'{t}{theirs}.weight')
-      tree[f'{ours}/{norm}/bias'] = r.take(f'{t}{theirs}.bias')
+      tree.update(r.norm(t + theirs, f'{ours}/{norm}'))
     tree.update(_mlp_in(r, t, f'{ours}/MlpBlock_3/'))
     for scale, eva in (('ls1', 'gamma_1'), ('ls2', 'gamma_2')):  # Layer scale (init_values).
       for theirs in (f'{t}{scale}.gamma', f'{t}{eva}'):
         if r.has(theirs):
           tree[f'{ours}/{scale}'] = r.take(theirs)
     if r.has(t + 'attn.norm.weight'):  # EVA-02 CLIP's scale_attn_inner (scale_attn_norm).
-      tree[f'{attention}/norm/scale'] = r.take(t + 'attn.norm.weight')
-      tree[f'{attention}/norm/bias'] = r.take(t + 'attn.norm.bias')
+      tree.update(r.norm(t + 'attn.norm', f'{attention}/norm'))
     for norm in ('q_norm', 'k_norm'):  # timm's qk_norm.
       if r.has(f'{t}attn.{norm}.weight'):
-        tree[f'{ours}/{norm}/scale'] = r.take(f'{t}attn.{norm}.weight')
-        tree[f'{ours}/{norm}/bias'] = r.take(f'{t}attn.{norm}.bias')
+        tree.update(r.norm(f'{t}attn.{norm}', f'{ours}/{norm}'))
   if r.has(
       'attn_pool.latent'
   ):  # timm's MAP head (SigLIP's AttentionPoolLatent): ours, big_vision's.
     tree.update(_map_head_in(r, map_heads or num_heads))
   for theirs, norm in (('norm', 'Transformer/encoder_norm'), ('fc_norm', 'fc_norm')):
     if r.has(f'{theirs}.weight'):
-      tree[f'{norm}/scale'], tree[f'{norm}/bias'] = r.take(f'{theirs}.weight'), r.take(
-          f'{theirs}.bias'
-      )
+      tree.update(r.norm(theirs, norm))
   for head in ('head', 'head_dist'):
     if r.has(f'{head}.weight'):
       tree[f'{head}/kernel'] = torch_names.kernel(r.take(f'{head}.weight'))
@@ -134,21 +131,21 @@ def _mlp_in(r: torch_names.Reader, t: str, mlp: str) -> dict[str, np.ndarray]:
   """Our MLP `mlp` (ending in '/') from block `t`'s: timm's `Mlp` (fc1, fc2), SwiGLU's gate `fc1_g`
   and linear `fc1_x` or `GluMlp`'s packed fc1 (gate first: SwiGLUPacked, EVA-02 S's), each with the
   hidden units' LayerNorm `mlp.norm` where the model has one (EVA-02 B/L's scale_mlp)."""
-  out_weight = r.take(t + 'mlp.fc2.weight')
-  layers = {'Dense_1': (out_weight, r.take(t + 'mlp.fc2.bias'))}
+  linear = lambda name: (
+      w := r.take(f'{t}mlp.{name}.weight'),
+      r.bias(f'{t}mlp.{name}.bias', len(w)),
+  )
+  layers = {'Dense_1': linear('fc2')}  # Without biases: AIMv2's proj_bias=False.
   packed = False
   if r.has(t + 'mlp.fc1_g.weight'):
     for theirs, ours in (('fc1_g', 'Dense_0'), ('fc1_x', 'Dense_linear')):
-      layers[ours] = r.take(f'{t}mlp.{theirs}.weight'), r.take(f'{t}mlp.{theirs}.bias')
+      layers[ours] = linear(theirs)
   else:
-    layers['Dense_0'] = r.take(t + 'mlp.fc1.weight'), r.take(t + 'mlp.fc1.bias')
-    packed = _packed_gate(layers['Dense_0'][0].shape, out_weight.shape)
+    layers['Dense_0'] = linear('fc1')
+    packed = _packed_gate(layers['Dense_0'][0].shape, layers['Dense_1'][0].shape)
   tree = torch_names.mlp_in(mlp, layers, packed)
   if r.has(t + 'mlp.norm.weight'):
-    tree[f'{mlp}norm/scale'], tree[f'{mlp}norm/bias'] = (
-        r.take(t + 'mlp.norm.weight'),
-        r.take(t + 'mlp.norm.bias'),
-    )
+    tree.update(r.norm(t + 'mlp.norm', f'{mlp}norm'))
   return tree
 
 
@@ -176,8 +173,7 @@ def _map_head_in(r: torch_names.Reader, num_heads: int) -> dict[str, np.ndarray]
   tree = {
       f'{MAP_HEAD}/probe': r.take(p + 'latent'),
       **torch_names.attention_in(f'{MAP_HEAD}/MultiHeadDotProductAttention_0', weights, num_heads),
-      f'{MAP_HEAD}/LayerNorm_0/scale': r.take(p + 'norm.weight'),
-      f'{MAP_HEAD}/LayerNorm_0/bias': r.take(p + 'norm.bias'),
+      **r.norm(p + 'norm', f'{MAP_HEAD}/LayerNorm_0'),
   }
   for theirs, ours in (('fc1', 'Dense_0'), ('fc2', 'Dense_1')):
     tree[f'{MAP_HEAD}/MlpBlock_0/{ours}/kernel'] = torch_names.kernel(
@@ -231,6 +227,9 @@ def architecture(state_dict: StateDict, config: Mapping[str, Any], path: str) ->
           (args.get('init_values') or 1e-5) if has('ls1.gamma') or has('gamma_1') else None
       ),
       'fc_norm': 'fc_norm.weight' in state_dict,
+      # RMSNorms have no bias (AIMv2's; timm_arguments.norm_layer checks what the config.json says).
+      'norm_layer': 'layernorm' if 'blocks.0.norm1.bias' in state_dict else 'rmsnorm',
+      'embed_norm': 'patch_embed.norm.weight' in state_dict,
       'final_norm': 'norm.weight' in state_dict or 'fc_norm.weight' in state_dict,
       'class_token': 'cls_token' in state_dict,
       'qk_norm': has('attn.q_norm.weight'),
@@ -249,8 +248,14 @@ def architecture(state_dict: StateDict, config: Mapping[str, Any], path: str) ->
   said = {
       'num_heads': args.get('num_heads') if args.has('num_heads') else None,
       'mlp_activation': timm_arguments.activation(args, gated, path),
-      'layernorm_epsilon': timm_arguments.layernorm_epsilon(args, path),
+      'layernorm_epsilon': timm_arguments.norm_layer(args, path)[1],
   }
+  said_norm = timm_arguments.norm_layer(args, path)[0]
+  if said_norm not in (None, fields['norm_layer']):
+    raise ValueError(
+        f'{path}: {args.describe()} normalises with {said_norm}, its tensors with '
+        f"{fields['norm_layer']}: the config.json is another model's"
+    )
   fields['rope'], fields['rope_grid'], fields['rope_style'] = timm_arguments.rotary(args)
   fields.update({field: value for field, value in said.items() if value is not None})
   if fields['rope'] is None:

@@ -86,6 +86,19 @@ class Reader:
       )
     return np.asarray(self._left.pop(name), np.float32)
 
+  def norm(self, theirs: str, ours: str) -> dict[str, np.ndarray]:
+    """Our norm `ours` from `theirs` (without '.weight'): a LayerNorm's scale and bias, or an
+    RMSNorm's scale alone (model.norm_layer)."""
+    tree = {f'{ours}/scale': self.take(f'{theirs}.weight')}
+    if self.has(f'{theirs}.bias'):
+      tree[f'{ours}/bias'] = self.take(f'{theirs}.bias')
+    return tree
+
+  def bias(self, name: str, width: int) -> np.ndarray:
+    """The bias `name`, or zeros of `width` where the layer has none (timm's qkv_bias=False,
+    proj_bias=False): zeros compute the same function."""
+    return self.take(name) if self.has(name) else np.zeros(width, np.float32)
+
   def check_all_taken(self) -> None:
     if self._left:
       name = sorted(self._left)[0]

@@ -66,6 +66,8 @@ def architecture(state_dict: StateDict, config: Mapping[str, Any], path: str) ->
       'key_bias': True,
       'attn_norm': False,
       'final_norm': True,
+      'norm_layer': 'layernorm',
+      'embed_norm': False,
       'mlp_gated': False,
       'mlp_norm': False,
       'rope': False,

@@ -51,6 +51,7 @@ STRUCTURE_FIELDS = (
     (r'/MultiHeadDotProductAttention_1/norm/', 'attn_norm', 'LayerNorms in its attention'),
     (r'/MlpBlock_3/Dense_linear/', 'mlp_gated', 'gated MLPs (GLU)'),
     (r'/MlpBlock_3/norm/', 'mlp_norm', 'LayerNorms in its MLPs'),
+    (r'^embedding_norm/', 'embed_norm', 'a norm of its patch embeddings'),
 )
 
 
@@ -78,10 +79,10 @@ def explain(
         + f"; set --config.model.num_registers={loaded[1] if loaded != 'none' else 0}"
     )
   if path == 'dist':
-    has = loaded != 'none'
+    present = loaded != 'none'
     return ValueError(
         f'dist: checkpoint {loaded} vs model {target}: the checkpoint has '
-        f"{'a' if has else 'no'} distillation token (DeiT's); set --config.model.distilled={has}"
+        f"{'a' if present else 'no'} distillation token (DeiT's); set --config.model.distilled={present}"
     )
   if path == 'cls' and 'none' in (loaded, target):
     if loaded != 'none':
@@ -105,7 +106,8 @@ def explain(
         '--config.keep_head=False for a new head with a new one, or --config.model.classifier to '
         "the checkpoint's pooling"
     )
-  if path.startswith(tuple(f'{n}/' for n in FINAL_NORMS)) and 'none' in (loaded, target):
+  layer = path.rsplit('/', 1)[0]
+  if layer in FINAL_NORMS and has(params, layer) != has(targets, layer):
     norm = final_norm(params)  # The checkpoint's.
     if norm is None:
       fix = 'has no final LayerNorm; set --config.model.final_norm=False'
@@ -119,12 +121,24 @@ def explain(
         f'{path}: checkpoint {loaded} vs model {target}: the checkpoint {fix}, or '
         '--config.keep_head=False for a new head (a new LayerNorm starts at scale 1)'
     )
+  if (
+      re.search(r'(^|/)(LayerNorm_\d|\w*norm)/bias$', path)
+      and has(params, layer)
+      and has(targets, layer)
+  ):
+    # A norm with a scale and no bias is an RMSNorm.
+    kind = 'layernorm' if loaded != 'none' else 'rmsnorm'
+    return ValueError(
+        f'{path}: checkpoint {loaded} vs model {target}: the checkpoint has '
+        f"{'LayerNorms' if kind == 'layernorm' else 'RMSNorms (no bias)'}; set "
+        f'--config.model.norm_layer={kind}'
+    )
   for pattern, field, what in STRUCTURE_FIELDS:
     if re.search(pattern, path):
-      has = loaded != 'none'
+      present = loaded != 'none'
       return ValueError(
           f'{path}: checkpoint {loaded} vs model {target}: the checkpoint has '
-          f"{'' if has else 'no '}{what}; set --config.model.{field}={has}"
+          f"{'' if present else 'no '}{what}; set --config.model.{field}={present}"
       )
   if re.search(r'/ls[12]$', path):  # Layer scale: a tensor per block, its value any positive one.
     return ValueError(

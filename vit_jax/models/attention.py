@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 from absl import logging
 
+from vit_jax.models import norms
 from vit_jax.models.fp8 import MATMULS
 
 CUDNN_TOKEN_MULTIPLE = 8  # cuDNN's flash attention trains on token counts that are multiples of 8.
@@ -180,6 +181,7 @@ class SelfAttention(nn.Module):
   matmul: str = 'default'  # A key of fp8.MATMULS: how the four projections multiply.
   out_norm: bool = False
   layernorm_epsilon: float = 1e-6  # `norm`'s.
+  norm_layer: str = 'layernorm'  # `norm`'s kind, a key of norms.NORM_LAYERS.
 
   @nn.compact
   def __call__(
@@ -214,7 +216,7 @@ class SelfAttention(nn.Module):
     x = self.attention_fn(query, key, value, **kernel_kwargs)
     if self.out_norm:
       heads = x.shape
-      x = nn.LayerNorm(epsilon=self.layernorm_epsilon, dtype=self.dtype, name='norm')(
+      x = norms.norm(self.norm_layer, self.layernorm_epsilon, self.dtype, 'norm')(
           x.reshape(heads[:-2] + (width,))
       ).reshape(heads)
     return nn.DenseGeneral(

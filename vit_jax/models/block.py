@@ -11,7 +11,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from vit_jax.models import rope
+from vit_jax.models import norms, rope
 from vit_jax.models.attention import ATTENTION_FNS, SelfAttention, token_padding
 from vit_jax.models.fp8 import MATMULS
 from vit_jax.models.posemb import POSEMBS
@@ -56,6 +56,7 @@ class MlpBlock(nn.Module):
   gated: bool = False
   norm: bool = False
   layernorm_epsilon: float = 1e-6
+  norm_layer: str = 'layernorm'  # A key of norms.NORM_LAYERS: `norm`'s kind.
   matmul: str = 'default'  # A key of fp8.MATMULS: how its layers multiply.
 
   @nn.compact
@@ -73,7 +74,7 @@ class MlpBlock(nn.Module):
       x = x * dense(self.mlp_dim, 'Dense_linear')(inputs)
     x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
     if self.norm:
-      x = nn.LayerNorm(epsilon=self.layernorm_epsilon, dtype=self.dtype, name='norm')(x)
+      x = norms.norm(self.norm_layer, self.layernorm_epsilon, self.dtype, 'norm')(x)
     x = dense(inputs.shape[-1], 'Dense_1')(x)
     return nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
 
@@ -105,6 +106,7 @@ class Encoder1DBlock(nn.Module):
   mlp_activation: str = 'gelu_tanh'  # A key of MLP_ACTIVATIONS.
   layer_scale: Optional[float] = None  # The initial value of `ls1` and `ls2`; None: no layer scale.
   layernorm_epsilon: float = 1e-6
+  norm_layer: str = 'layernorm'  # A key of norms.NORM_LAYERS: every norm's kind.
   qk_norm: bool = False
   key_bias: bool = True  # False: the attention's keys have no bias (EVA's).
   attn_norm: bool = False  # SelfAttention's `out_norm`.
@@ -139,7 +141,7 @@ class Encoder1DBlock(nn.Module):
     elif self.posemb is not None:
       embedded = POSEMBS[self.posemb](name='posembed')(inputs[:, :real], self.grid)
       inputs = jnp.concatenate([embedded, inputs[:, real:]], axis=1)
-    x = nn.LayerNorm(epsilon=self.layernorm_epsilon, dtype=self.dtype, name='LayerNorm_0')(inputs)
+    x = norms.norm(self.norm_layer, self.layernorm_epsilon, self.dtype, 'LayerNorm_0')(inputs)
     padding = 0 if self.tokens else token_padding(self.attention, given, self.dtype)
     if padding:  # For the fused kernel, where the encoder did not pad (Axial-ViT's rows, columns).
       x = jnp.pad(x, ((0, 0), (0, padding), (0, 0)))
@@ -154,6 +156,7 @@ class Encoder1DBlock(nn.Module):
         matmul=self.matmul,
         out_norm=self.attn_norm,
         layernorm_epsilon=self.layernorm_epsilon,
+        norm_layer=self.norm_layer,
         name='MultiHeadDotProductAttention_1',
     )(
         x,
@@ -166,7 +169,7 @@ class Encoder1DBlock(nn.Module):
     ]
     x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
     x = self._drop_path(self._scale('ls1', x), drop_path_rate, deterministic) + inputs
-    y = nn.LayerNorm(epsilon=self.layernorm_epsilon, dtype=self.dtype, name='LayerNorm_2')(x)
+    y = norms.norm(self.norm_layer, self.layernorm_epsilon, self.dtype, 'LayerNorm_2')(x)
     y = MlpBlock(
         self.mlp_dim,
         self.dropout_rate,
@@ -175,6 +178,7 @@ class Encoder1DBlock(nn.Module):
         gated=self.mlp_gated,
         norm=self.mlp_norm,
         layernorm_epsilon=self.layernorm_epsilon,
+        norm_layer=self.norm_layer,
         matmul=self.matmul,
         name='MlpBlock_3',
     )(y, deterministic=deterministic)
@@ -186,10 +190,10 @@ class Encoder1DBlock(nn.Module):
     `width`: the tokens' channels, `num_heads` heads' worth."""
     if not (self.qk_norm or self.rope):
       return None
-    norms = None
+    qk_norms = None
     if self.qk_norm:  # Created here, so that they sit in this block's scope: `{q,k}_norm`.
-      norms = tuple(
-          nn.LayerNorm(epsilon=self.layernorm_epsilon, dtype=self.dtype, name=name)
+      qk_norms = tuple(
+          norms.norm(self.norm_layer, self.layernorm_epsilon, self.dtype, name)
           for name in ('q_norm', 'k_norm')
       )
     if self.rope:
@@ -197,8 +201,8 @@ class Encoder1DBlock(nn.Module):
       start = real - self.grid[0] * self.grid[1]
 
     def transform(query: jnp.ndarray, key: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
-      if norms is not None:
-        query, key = norms[0](query), norms[1](key)
+      if qk_norms is not None:
+        query, key = qk_norms[0](query), qk_norms[1](key)
       if self.rope:
         query, key = (rope.apply(t, sin, cos, start, self.rope_style) for t in (query, key))
       return query, key

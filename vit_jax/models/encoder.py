@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from vit_jax.models import norms
 from vit_jax.models.attention import token_padding
 from vit_jax.models.axial import AxialBlock
 from vit_jax.models.block import Dtype, Encoder1DBlock, Rate
@@ -147,6 +148,7 @@ class Encoder(nn.Module):
   mlp_activation: str = 'gelu_tanh'
   layer_scale: Optional[float] = None
   layernorm_epsilon: float = 1e-6
+  norm_layer: str = 'layernorm'  # A key of norms.NORM_LAYERS.
   qk_norm: bool = False
   key_bias: bool = True
   attn_norm: bool = False
@@ -171,7 +173,7 @@ class Encoder(nn.Module):
       )
     x = nn.Dropout(self.dropout_rate)(x, deterministic=not train)
     if self.pre_norm:
-      x = nn.LayerNorm(epsilon=self.layernorm_epsilon, dtype=self.dtype, name='pre_norm')(x)
+      x = norms.norm(self.norm_layer, self.layernorm_epsilon, self.dtype, 'pre_norm')(x)
     block_kwargs = dict(
         mlp_dim=self.mlp_dim,
         num_heads=self.num_heads,
@@ -183,6 +185,7 @@ class Encoder(nn.Module):
         mlp_activation=self.mlp_activation,
         layer_scale=self.layer_scale,
         layernorm_epsilon=self.layernorm_epsilon,
+        norm_layer=self.norm_layer,
         qk_norm=self.qk_norm,
         key_bias=self.key_bias,
         attn_norm=self.attn_norm,
@@ -230,4 +233,4 @@ class Encoder(nn.Module):
     x = x[:, :tokens]
     if not self.final_norm:
       return x
-    return nn.LayerNorm(epsilon=self.layernorm_epsilon, dtype=self.dtype, name='encoder_norm')(x)
+    return norms.norm(self.norm_layer, self.layernorm_epsilon, self.dtype, 'encoder_norm')(x)

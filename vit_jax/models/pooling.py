@@ -13,6 +13,7 @@ from typing import Any
 import flax.linen as nn
 import jax.numpy as jnp
 
+from vit_jax.models import norms
 from vit_jax.models.attention import ATTENTION_FNS
 from vit_jax.models.block import MlpBlock
 
@@ -33,6 +34,7 @@ class MAPHead(nn.Module):
   attention: str = 'xla'  # A key of ATTENTION_FNS.
   mlp_activation: str = 'gelu_tanh'  # A key of block.MLP_ACTIVATIONS.
   layernorm_epsilon: float = 1e-6
+  norm_layer: str = 'layernorm'  # A key of norms.NORM_LAYERS.
 
   @nn.compact
   def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
@@ -46,7 +48,7 @@ class MAPHead(nn.Module):
         attention_fn=ATTENTION_FNS[self.attention],
         name='MultiHeadDotProductAttention_0',
     )(probe, x)
-    y = nn.LayerNorm(epsilon=self.layernorm_epsilon, dtype=self.dtype, name='LayerNorm_0')(x)
+    y = norms.norm(self.norm_layer, self.layernorm_epsilon, self.dtype, 'LayerNorm_0')(x)
     # No dropout in the head, as in big_vision and timm.
     x = x + MlpBlock(
         self.mlp_dim, dtype=self.dtype, activation=self.mlp_activation, name='MlpBlock_0'
@@ -73,6 +75,7 @@ def map_head(model: Any) -> MAPHead:
       attention=model.attention,
       mlp_activation=model.mlp_activation,
       layernorm_epsilon=model.layernorm_epsilon,
+      norm_layer=model.norm_layer,
       name='MAPHead_0',
   )
 

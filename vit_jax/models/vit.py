@@ -18,7 +18,7 @@ import chex
 import flax.linen as nn
 import jax.numpy as jnp
 
-from vit_jax.models import resnet
+from vit_jax.models import norms, resnet
 from vit_jax.models.encoder import Encoder
 from vit_jax.models.pooling import CLASS_TOKEN_POOLINGS, CLASSIFIERS
 
@@ -93,6 +93,11 @@ class ViTBackbone(nn.Module):
   pre_norm: bool = False
   # Every LayerNorm's epsilon: the original checkpoints' and timm's 1e-6; Hugging Face's ViT 1e-12.
   layernorm_epsilon: float = 1e-6
+  # Every norm's kind, a key of norms.NORM_LAYERS ('rmsnorm': AIMv2's), with layernorm_epsilon.
+  norm_layer: str = 'layernorm'
+  # A norm `embedding_norm` of the patch embeddings before the position embeddings (timm's
+  # embed_norm_layer: AIMv2's).
+  embed_norm: bool = False
   # A key of inits.WEIGHT_INITS: how the training state draws the first parameters (see inits.redraw).
   weight_init: str = 'original'
   block: str = 'standard'  # A key of encoder.BLOCKS: 'axial' for Axial-ViT.
@@ -145,7 +150,10 @@ class ViTBackbone(nn.Module):
         name='embedding',
     )(x)
     n, h, w, d = x.shape
-    return jnp.reshape(x, (n, h * w, d))
+    x = jnp.reshape(x, (n, h * w, d))
+    if self.embed_norm:
+      x = norms.norm(self.norm_layer, self.layernorm_epsilon, self.dtype, 'embedding_norm')(x)
+    return x
 
   def patch_grid(self, images: jnp.ndarray) -> tuple[int, int]:
     """The (rows, columns) of patches `embed_patches` cuts `images` into."""
@@ -187,6 +195,7 @@ class ViTBackbone(nn.Module):
         mlp_activation=self.mlp_activation,
         layer_scale=self.layer_scale,
         layernorm_epsilon=self.layernorm_epsilon,
+        norm_layer=self.norm_layer,
         qk_norm=self.qk_norm,
         key_bias=self.key_bias,
         attn_norm=self.attn_norm,
@@ -204,7 +213,7 @@ class ViTBackbone(nn.Module):
     """The final LayerNorm `fc_norm` over the last axis when `fc_norm` (else `x` as it is)."""
     if not self.fc_norm:
       return x
-    return nn.LayerNorm(epsilon=self.layernorm_epsilon, dtype=self.dtype, name='fc_norm')(x)
+    return norms.norm(self.norm_layer, self.layernorm_epsilon, self.dtype, 'fc_norm')(x)
 
 
 # kw_only: the backbone's fields come first and have defaults; num_classes stays required all the same.

@@ -9,6 +9,7 @@ from vit_jax.models.attention import ATTENTION_FNS
 from vit_jax.models.block import MLP_ACTIVATIONS
 from vit_jax.models.fp8 import MATMULS
 from vit_jax.models.inits import WEIGHT_INITS
+from vit_jax.models.norms import NORM_LAYERS
 from vit_jax.models.pooling import CLASS_TOKEN_POOLINGS, CLASSIFIERS
 from vit_jax.models.posemb import POSEMB_WHERE, POSEMBS
 from vit_jax.models.vit import has_class_token
@@ -158,6 +159,10 @@ def _check_fields(model: dict[str, Any]) -> None:
     raise ValueError(
         f"model.layer_scale={model['layer_scale']} must be a positive initial scale, e.g. 1e-5 "
         '(or unset for no layer scale)'
+    )
+  if model['norm_layer'] not in NORM_LAYERS:
+    raise ValueError(
+        f"Unknown model.norm_layer {model['norm_layer']!r}: use one of {', '.join(NORM_LAYERS)}"
     )
   if not 0 < model['layernorm_epsilon'] < 1:
     raise ValueError(

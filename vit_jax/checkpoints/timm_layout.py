@@ -245,12 +245,12 @@ def architecture(state_dict: StateDict, config: Mapping[str, Any], path: str) ->
   fields['map_heads'], fields['map_include_prefix'] = timm_arguments.map_head(
       args, 'map' if fields['classifier'] == 'map' else pool, path
   )
+  said_norm, epsilon = timm_arguments.norm_layer(args, path)
   said = {
       'num_heads': args.get('num_heads') if args.has('num_heads') else None,
       'mlp_activation': timm_arguments.activation(args, gated, path),
-      'layernorm_epsilon': timm_arguments.norm_layer(args, path)[1],
+      'layernorm_epsilon': epsilon,
   }
-  said_norm = timm_arguments.norm_layer(args, path)[0]
   if said_norm not in (None, fields['norm_layer']):
     raise ValueError(
         f'{path}: {args.describe()} normalises with {said_norm}, its tensors with '

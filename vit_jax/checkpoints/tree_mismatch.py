@@ -82,7 +82,8 @@ def explain(
     present = loaded != 'none'
     return ValueError(
         f'dist: checkpoint {loaded} vs model {target}: the checkpoint has '
-        f"{'a' if present else 'no'} distillation token (DeiT's); set --config.model.distilled={present}"
+        f"{'a' if present else 'no'} distillation token (DeiT's); set "
+        f'--config.model.distilled={present}'
     )
   if path == 'cls' and 'none' in (loaded, target):
     if loaded != 'none':

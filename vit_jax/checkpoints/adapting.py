@@ -29,6 +29,7 @@ from flax import traverse_util
 
 from vit_jax.checkpoints import posemb_resizing, tree_mismatch
 from vit_jax.models import scan_layout
+from vit_jax.models.pooling import MAP_HEAD
 
 _REPORT_FIRST = ('embedding/', 'cls', 'dist', 'reg')
 # The classifier's heads: DeiT's distilled models have a second, on the distillation token.
@@ -65,13 +66,14 @@ def _fit_pooling(
   old, new = tree_mismatch.final_norm(params), tree_mismatch.final_norm(targets)
   if old != new:
     params = _without(params, old) if old else params
-    params.update(
-        {
-            k: (np.ones if k.endswith('/scale') else np.zeros)(t.shape, t.dtype)
-            for k, t in targets.items()
-            if new and k.startswith(f'{new}/')
-        }
-    )
+    if new:
+      params.update(
+          {
+              k: (np.ones if k.endswith('/scale') else np.zeros)(t.shape, t.dtype)
+              for k, t in targets.items()
+              if k.startswith(f'{new}/')
+          }
+      )
     side = 'after' if new == 'fc_norm' else 'before'
     if old and new:
       notes.append(
@@ -84,19 +86,18 @@ def _fit_pooling(
           if old
           else f'added a new {new} (scale 1, bias 0): the checkpoint has no final LayerNorm'
       )
-  head = tree_mismatch.MAP_HEAD
-  old, new = tree_mismatch.has(params, head), tree_mismatch.has(targets, head)
+  old, new = tree_mismatch.has(params, MAP_HEAD), tree_mismatch.has(targets, MAP_HEAD)
   if old and not new:
-    params = _without(params, head)
-    notes.append(f'dropped {head} (attention pooling): the model pools otherwise')
+    params = _without(params, MAP_HEAD)
+    notes.append(f'dropped {MAP_HEAD} (attention pooling): the model pools otherwise')
   elif new and not old and draw_map_head is not None:
     params.update(
         {
             k: np.asarray(v)
-            for k, v in traverse_util.flatten_dict({head: draw_map_head()}, sep='/').items()
+            for k, v in traverse_util.flatten_dict({MAP_HEAD: draw_map_head()}, sep='/').items()
         }
     )
-    notes.append(f'drew a new {head} (attention pooling) as from scratch')
+    notes.append(f'drew a new {MAP_HEAD} (attention pooling) as from scratch')
   return params, notes
 
 

@@ -9,8 +9,9 @@ from typing import Any
 import numpy as np
 from flax import traverse_util
 
-from vit_jax.checkpoints import timm_layout, torch_names
+from vit_jax.checkpoints import torch_names
 from vit_jax.checkpoints.torch_files import StateDict
+from vit_jax.models.pooling import MAP_HEAD
 
 
 def to_state_dict(params: Any, eva: bool = False) -> StateDict:
@@ -71,7 +72,7 @@ def to_state_dict(params: Any, eva: bool = False) -> StateDict:
         out[f'{t}attn.{norm}.weight'] = flat.pop(f'{ours}/{norm}/scale')
         out[f'{t}attn.{norm}.bias'] = flat.pop(f'{ours}/{norm}/bias')
     i += 1
-  if f'{timm_layout.MAP_HEAD}/probe' in flat:
+  if f'{MAP_HEAD}/probe' in flat:
     out.update(_map_head_out(flat, d))
   for norm, theirs in (('Transformer/encoder_norm', 'norm'), ('fc_norm', 'fc_norm')):
     if f'{norm}/bias' in flat:
@@ -128,10 +129,8 @@ def _mlp_out(flat: dict[str, np.ndarray], t: str, mlp: str, eva: bool) -> StateD
 
 def _map_head_out(flat: dict[str, np.ndarray], d: int) -> StateDict:
   """timm's `attn_pool.*` (AttentionPoolLatent) of our `MAPHead_0`, taken out of `flat`."""
-  take = lambda name: flat.pop(f'{timm_layout.MAP_HEAD}/{name}')
-  weights = torch_names.attention_out(
-      flat, f'{timm_layout.MAP_HEAD}/MultiHeadDotProductAttention_0', d
-  )
+  take = lambda name: flat.pop(f'{MAP_HEAD}/{name}')
+  weights = torch_names.attention_out(flat, f'{MAP_HEAD}/MultiHeadDotProductAttention_0', d)
   out = {'attn_pool.latent': take('probe')}
   for kind in ('weight', 'bias'):
     out[f'attn_pool.q.{kind}'] = weights[f'q.{kind}']

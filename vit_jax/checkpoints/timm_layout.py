@@ -20,8 +20,7 @@ from flax import traverse_util
 
 from vit_jax.checkpoints import timm_arguments, torch_names
 from vit_jax.checkpoints.torch_files import StateDict
-
-MAP_HEAD = 'MAPHead_0'  # Our MAP head (pooling.MAPHead), timm's attn_pool.
+from vit_jax.models.pooling import MAP_HEAD
 
 
 def from_state_dict(

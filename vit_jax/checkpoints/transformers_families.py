@@ -80,7 +80,7 @@ def _vit_tree(r: torch_names.Reader, state_dict: StateDict, num_heads: int, sour
           # The class token's, DeiT's distillation token's, then the patches': timm's and ours.
           parts.POSEMB: r.take('embeddings.position_embeddings'),
           **_VIT_BLOCKS.tree(r, state_dict, num_heads),
-          **parts.norm(r, 'layernorm', parts.ENCODER_NORM),
+          **r.norm('layernorm', parts.ENCODER_NORM),
       }
   )
   for theirs, ours in _VIT_HEADS:
@@ -141,7 +141,7 @@ def _dinov2_tree(r: torch_names.Reader, state_dict: StateDict, num_heads: int, s
     posemb = np.concatenate([posemb[:, :1], zeros, posemb[:, 1:]], axis=1)
   tree[parts.POSEMB] = posemb
   tree.update(_dinov2_blocks(state_dict).tree(r, state_dict, num_heads))
-  tree.update(parts.norm(r, 'layernorm', parts.ENCODER_NORM))
+  tree.update(r.norm('layernorm', parts.ENCODER_NORM))
   if r.has('classifier.weight'):
     tree.update(parts.dense(r, 'classifier', 'head'))
   return tree
@@ -197,7 +197,7 @@ def _dinov3_tree(r: torch_names.Reader, state_dict: StateDict, num_heads: int, s
   if registers.shape[1]:
     tree['reg'] = registers
   tree.update(_dinov3_blocks(state_dict).tree(r, state_dict, num_heads))
-  tree.update(parts.norm(r, 'norm', parts.ENCODER_NORM))
+  tree.update(r.norm('norm', parts.ENCODER_NORM))
   return tree
 
 

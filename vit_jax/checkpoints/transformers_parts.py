@@ -15,7 +15,6 @@ from vit_jax.checkpoints.torch_files import StateDict
 
 POSEMB = 'Transformer/posembed_input/pos_embedding'
 ENCODER_NORM = 'Transformer/encoder_norm'
-MAP_HEAD = 'MAPHead_0'
 # The wrappers' prefixes: ViTForImageClassification's, ViTMAEForPreTraining's, ViTMSN's `vit.`;
 # DeiTForImageClassificationWithTeacher's `deit.`; the *ForImageClassification of DINOv2, DINOv2 with
 # registers and I-JEPA; SigLIP's and CLIP's vision towers as transformers 4 wrote them, and
@@ -84,7 +83,7 @@ class Blocks:
           weights[f'{name}.bias'] = r.take(f'{t}{theirs}.bias')
       tree.update(torch_names.attention_in(torch_names.ATTENTION.format(i), weights, num_heads))
       for theirs, layer_norm in zip(self.norms, ('LayerNorm_0', 'LayerNorm_2')):
-        tree.update(norm(r, t + theirs, f'{ours}/{layer_norm}'))
+        tree.update(r.norm(t + theirs, f'{ours}/{layer_norm}'))
       tree.update(self._mlp(r, t, f'{ours}/MlpBlock_3/'))
       for theirs, scale in zip(self.scales, ('ls1', 'ls2')):
         tree[f'{ours}/{scale}'] = r.take(t + theirs)
@@ -116,10 +115,6 @@ def dense(r: torch_names.Reader, theirs: str, ours: str) -> dict[str, np.ndarray
       f'{ours}/kernel': torch_names.kernel(r.take(f'{theirs}.weight')),
       f'{ours}/bias': r.take(f'{theirs}.bias'),
   }
-
-
-def norm(r: torch_names.Reader, theirs: str, ours: str) -> dict[str, np.ndarray]:
-  return {f'{ours}/scale': r.take(f'{theirs}.weight'), f'{ours}/bias': r.take(f'{theirs}.bias')}
 
 
 def patch_size(weight_shape: tuple[int, ...]) -> int:

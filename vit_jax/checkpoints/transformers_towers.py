@@ -21,6 +21,7 @@ import numpy as np
 from vit_jax.checkpoints import torch_names
 from vit_jax.checkpoints import transformers_parts as parts
 from vit_jax.checkpoints.torch_files import StateDict
+from vit_jax.models.pooling import MAP_HEAD
 
 _TOWER_BLOCKS = parts.Blocks(
     'encoder.layers.',
@@ -50,13 +51,11 @@ def _map_head(r: torch_names.Reader, num_heads: int) -> dict[str, np.ndarray]:
     for name, part in zip('qkv', np.split(r.take(f'{h}attention.in_proj_{kind}'), 3)):
       weights[f'{name}.{kind}'] = part
   return {
-      f'{parts.MAP_HEAD}/probe': r.take(h + 'probe'),
-      **torch_names.attention_in(
-          f'{parts.MAP_HEAD}/MultiHeadDotProductAttention_0', weights, num_heads
-      ),
-      **parts.norm(r, h + 'layernorm', f'{parts.MAP_HEAD}/LayerNorm_0'),
-      **parts.dense(r, h + 'mlp.fc1', f'{parts.MAP_HEAD}/MlpBlock_0/Dense_0'),
-      **parts.dense(r, h + 'mlp.fc2', f'{parts.MAP_HEAD}/MlpBlock_0/Dense_1'),
+      f'{MAP_HEAD}/probe': r.take(h + 'probe'),
+      **torch_names.attention_in(f'{MAP_HEAD}/MultiHeadDotProductAttention_0', weights, num_heads),
+      **r.norm(h + 'layernorm', f'{MAP_HEAD}/LayerNorm_0'),
+      **parts.dense(r, h + 'mlp.fc1', f'{MAP_HEAD}/MlpBlock_0/Dense_0'),
+      **parts.dense(r, h + 'mlp.fc2', f'{MAP_HEAD}/MlpBlock_0/Dense_1'),
   }
 
 
@@ -66,7 +65,7 @@ def _siglip_tree(r: torch_names.Reader, state_dict: StateDict, num_heads: int, s
       **parts.patches(r, 'embeddings.patch_embedding'),
       parts.POSEMB: _tower_posemb(r),
       **_TOWER_BLOCKS.tree(r, state_dict, num_heads),
-      **parts.norm(r, 'post_layernorm', parts.ENCODER_NORM),
+      **r.norm('post_layernorm', parts.ENCODER_NORM),
   }
   if r.has('head.probe'):
     tree.update(_map_head(r, num_heads))
@@ -91,9 +90,9 @@ def _clip_tree(r: torch_names.Reader, state_dict: StateDict, num_heads: int, sou
       **parts.patches(r, 'embeddings.patch_embedding'),
       'cls': r.take('embeddings.class_embedding').reshape(1, 1, -1),
       parts.POSEMB: _tower_posemb(r),
-      **parts.norm(r, 'pre_layrnorm', 'Transformer/pre_norm'),
+      **r.norm('pre_layrnorm', 'Transformer/pre_norm'),
       **_TOWER_BLOCKS.tree(r, state_dict, num_heads),
-      **parts.norm(r, 'post_layernorm', parts.ENCODER_NORM),
+      **r.norm('post_layernorm', parts.ENCODER_NORM),
   }
 
 

@@ -10,11 +10,11 @@ import re
 from typing import Any, Optional
 
 from vit_jax.checkpoints import posemb_resizing
+from vit_jax.models.pooling import MAP_HEAD
 
-# The final LayerNorm: the encoder's, before the pooling, or after it (model.fc_norm); and the MAP
-# head (pooling.py). A new head may pool otherwise than the checkpoint's (state_dicts.POOLING_FIELDS).
+# The final LayerNorm: the encoder's, before the pooling, or after it (model.fc_norm). A new head may
+# pool otherwise than the checkpoint's (state_dicts.POOLING_FIELDS).
 FINAL_NORMS = ('Transformer/encoder_norm', 'fc_norm')
-MAP_HEAD = 'MAPHead_0'
 
 
 def has(flat: dict[str, Any], layer: str) -> bool:

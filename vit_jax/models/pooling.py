@@ -18,6 +18,8 @@ from vit_jax.models.attention import ATTENTION_FNS
 from vit_jax.models.block import MlpBlock
 
 Dtype = Any
+# The MAP head's name in a model's tree (`map_head`), which checkpoint readers and writers name too.
+MAP_HEAD = 'MAPHead_0'
 
 
 class MAPHead(nn.Module):
@@ -76,7 +78,7 @@ def map_head(model: Any) -> MAPHead:
       mlp_activation=model.mlp_activation,
       layernorm_epsilon=model.layernorm_epsilon,
       norm_layer=model.norm_layer,
-      name='MAPHead_0',
+      name=MAP_HEAD,
   )
 
 

@@ -64,7 +64,7 @@ def probe_weights(model: nn.Module, params: Any, images: jax.Array) -> np.ndarra
   """[b, tokens]: a MAP model's (classifier 'map') pooling, the probe's attention over the encoded
   tokens, averaged over its heads as the rollout averages each layer's."""
   _, intermediates = _intermediates(model, params, images)
-  probe = intermediates['MAPHead_0']['MultiHeadDotProductAttention_0']['attention_weights'][0]
+  probe = intermediates[pooling.MAP_HEAD]['MultiHeadDotProductAttention_0']['attention_weights'][0]
   return np.asarray(probe)[:, :, 0].mean(axis=1)  # [b, heads, 1 probe, tokens].
 
 

@@ -84,10 +84,12 @@ def get_config() -> ml_collections.ConfigDict:
           # 'gap' or 'map' keeps one they do not pool (timm's class_token with global_pool='avg': MAE,
           # EVA).
           class_token=config_dict.placeholder(bool),
-          # classifier 'map': its attention heads (unset: num_heads; Perception Encoder's 8), and
-          # whether its probe attends to the class token and registers too (timm Eva's attn_pool,
-          # Perception Encoder's; unset: the patches alone, big_vision's and SigLIP's).
+          # classifier 'map': its attention heads (unset: num_heads; Perception Encoder's 8), its
+          # MLP's width (unset: mlp_dim), and whether its probe attends to the class token and
+          # registers too (timm Eva's attn_pool, Perception Encoder's; unset: the patches alone,
+          # big_vision's and SigLIP's).
           map_heads=config_dict.placeholder(int),
+          map_mlp_dim=config_dict.placeholder(int),
           map_include_prefix=config_dict.placeholder(bool),
           # GAP/MAP: the final LayerNorm after the pooling (timm's fc_norm) instead of before it;
           # final_norm=False: none at all (InternViT's, RADIO's; timm's final_norm).

@@ -276,12 +276,19 @@ def test_what_the_eva_files_do_not_say_or_contradict_is_one_line(tmp_path):
 
 def test_a_timm_eva_feature_we_lack_is_refused_naming_it(tmp_path):
   """Eva's post-norm blocks (use_post_norm: a LayerNorm after each branch, the same tensors in other
-  places) by its argument."""
+  places) by its argument; a gated Eva's attention pooling, whose MLP is GELU's, by what differs."""
   _saved(tmp_path / 'eva', 'eva02_small_patch14_224', use_post_norm=True)
   with pytest.raises(
       ValueError, match=r"created with use_post_norm=True, which vit_jax's ViT does not compute"
   ):
     _prepare(tmp_path, str(tmp_path / 'eva'))
+  _saved(tmp_path / 'pooled', 'eva02_small_patch14_224', global_pool='map')
+  with pytest.raises(
+      ValueError,
+      match=r"attention pooling has a GELU MLP, its blocks a gated one: vit_jax's MAP head has the "
+      r"blocks' activation$",
+  ):
+    _prepare(tmp_path, str(tmp_path / 'pooled'))
 
 
 @pytest.mark.parametrize(

@@ -330,6 +330,21 @@ def test_another_kind_of_norm_names_model_norm_layer(norm_layer, other):
     )
 
 
+def test_a_map_head_of_another_mlp_width_names_model_map_mlp_dim():
+  """The MLP's bias comes before its kernel: either names the field, with the checkpoint's width."""
+  with pytest.raises(
+      ValueError,
+      match=r'^MAPHead_0/MlpBlock_0/Dense_0/bias: checkpoint \(48,\) vs model \(64,\): the '
+      r"checkpoint's MAP head has an MLP of 48 units; set --config.model.map_mlp_dim=48$",
+  ):
+    adapting.adapt_params(
+        helpers.random_params(_model(classifier='map', map_mlp_dim=48), 8),
+        adapting.param_shapes(_model(classifier='map'), 8),
+        keep_head=True,
+        keep_pre_logits=False,
+    )
+
+
 def test_a_new_head_drops_the_checkpoints_attention_pooling():
   loaded = helpers.random_params(_model(classifier='map'), 8)
   params, notes = adapting.adapt_params(

@@ -53,8 +53,9 @@ COMPUTED = (
     # blocks, MAP pooling of 8 heads over every token, the class token too.
     ('vit_pe_core_tiny_patch16_384', {}),
     # Perception Encoder G's lang tower: rotary embeddings from 0 on an 'xy' grid (rope_style
-    # 'eva02_xy'). Its core tower's MAP head, of another MLP width than its blocks', is refused.
+    # 'eva02_xy'); its core tower, whose MAP head's MLP is narrower than its blocks' (map_mlp_dim).
     ('vit_pe_lang_gigantic_patch14_448', {'patch_size': 14}),
+    ('vit_pe_core_gigantic_patch14_448', {'patch_size': 14}),
     # EVA-02 CLIP: a LayerNorm of the attention's heads before its projection (scale_attn_inner).
     ('eva02_base_patch16_clip_224', {}),
     # AIMv2: RMSNorms (one of the patch embeddings too), SwiGLU, no biases in its blocks.
@@ -111,22 +112,32 @@ def test_an_architecture_vit_jax_computes_gives_timms_logits(tmp_path, architect
 
 
 @pytest.mark.parametrize(
-    'architecture,kwargs',
+    'architecture,kwargs,fields',
     [
-        ('vit_intern300m_patch14_448', {'patch_size': 14}),
-        ('vit_pe_lang_large_patch14_448', {'patch_size': 14}),
-        ('vit_pe_lang_gigantic_patch14_448', {'patch_size': 14}),  # rope_style 'eva02_xy'.
-        ('beit3_base_patch16_224', {}),
+        ('vit_intern300m_patch14_448', {'patch_size': 14}, {'final_norm': False}),
+        ('vit_pe_lang_large_patch14_448', {'patch_size': 14}, {'final_norm': False}),
+        (
+            'vit_pe_lang_gigantic_patch14_448',
+            {'patch_size': 14},
+            {'final_norm': False, 'rope_style': 'eva02_xy'},
+        ),
+        # Its MLPs int(32 * 35 / 6) = 186 units wide, its MAP head's 4 * 32.
+        (
+            'vit_pe_core_gigantic_patch14_448',
+            {'patch_size': 14},
+            {'mlp_dim': 186, 'map_mlp_dim': 128, 'map_heads': 8, 'rope_style': 'eva02_xy'},
+        ),
+        ('beit3_base_patch16_224', {}, {'mlp_norm': True}),
     ],
 )
-def test_the_newer_fields_export_back_to_timm(tmp_path, architecture, kwargs):
+def test_the_newer_fields_export_back_to_timm(tmp_path, architecture, kwargs, fields):
   """model.final_norm=False written as timm's VisionTransformer's final_norm=False or Eva's
   use_post_transformer_norm=False, model.mlp_norm without rotary embeddings or a gated MLP as
-  VisionTransformer's scale_mlp_norm (BEiT-3's): timm's model rebuilt from the export gives the
-  logits."""
+  VisionTransformer's scale_mlp_norm (BEiT-3's), model.map_mlp_dim as Eva's attn_pool_mlp_ratio:
+  timm's model rebuilt from the export gives the logits."""
   reference = _saved(tmp_path / 'timm', architecture, **kwargs)
   run = prepared_from_checkpoint(tmp_path / 'workdir', str(tmp_path / 'timm'), SIZE)
-  assert not run.model_config['final_norm'] or run.model_config['mlp_norm']
+  assert {field: run.model_config[field] for field in fields} == fields
   rebuilt = timm_rebuilt(
       run.init_params, run.model_config, SIZE, run.config.pp_eval.to_dict(), tmp_path / 'export'
   )

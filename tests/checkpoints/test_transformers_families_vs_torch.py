@@ -47,6 +47,7 @@ _SIZES = {
     'posemb_where': 'input',
     'distilled': False,
     'map_heads': None,
+    'map_mlp_dim': None,
     'map_include_prefix': False,
     # EVA-02's options, which no transformers family here has.
     'key_bias': True,

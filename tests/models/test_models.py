@@ -171,6 +171,17 @@ def test_the_map_heads_own_heads_and_the_tokens_it_attends_to():
   assert not np.allclose(every_token.apply({'params': params}, images), patches_only, atol=1e-4)
 
 
+def test_the_map_heads_mlp_has_its_own_width():
+  """map_mlp_dim (Perception Encoder G's MAP head, narrower than its blocks; timm's function in
+  tests/checkpoints); unset, the blocks' mlp_dim."""
+  images = jax.random.normal(jax.random.key(1), (2, 16, 16, 3))
+  for width, expected in ((None, 64), (48, 48)):
+    params = _tiny(classifier='map', map_mlp_dim=width).init(jax.random.key(0), images)['params']
+    assert params['MAPHead_0']['MlpBlock_0']['Dense_0']['kernel'].shape == (32, expected)
+    block = params['Transformer']['encoderblock_0']['MlpBlock_3']
+    assert block['Dense_0']['kernel'].shape == (32, 64)
+
+
 def test_token_gap_heads_read_twice_the_width():
   model = _tiny(classifier='token_gap')
   images = jax.random.normal(jax.random.key(1), (2, 16, 16, 3))

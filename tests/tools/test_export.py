@@ -75,6 +75,7 @@ def test_export_writes_the_latest_parameters_in_the_original_layout(workdir, exp
       'num_heads': 2,
       'classifier': 'token',
       'map_heads': None,
+      'map_mlp_dim': None,
       'map_include_prefix': False,
       'representation_size': None,
       'dropout_rate': 0.0,

@@ -200,6 +200,11 @@ INVALID = {
         r'^model\.map_heads=3 must be a positive number of heads that divides '
         r'model\.hidden_size=32',
     ),
+    'model.map_mlp_dim': (
+        0,
+        {'model.classifier': 'map'},
+        r'^model\.map_mlp_dim=0 must be a positive width \(or unset: model\.mlp_dim\)$',
+    ),
     'model.map_include_prefix': (
         True,
         {},
@@ -233,6 +238,10 @@ MPP = {'task': 'mpp', 'model.head_dropout_rate': None}
 # More invalid values, each once a traceback (at once, or at the first step after the workdir was
 # written) or a run that ignored the field: (overrides, a pattern of the message).
 ALSO_INVALID = {
+    'a MAP head width without a MAP head': (
+        {'model.map_mlp_dim': 64},
+        r"^model\.map_mlp_dim=64 shapes the MAP head, and model\.classifier='token' has none",
+    ),
     'token_gap without a class token': (
         {'model.classifier': 'token_gap', 'model.class_token': False},
         r"^model.classifier='token_gap' pools the class token, and model.class_token=False has none",

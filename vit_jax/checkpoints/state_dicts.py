@@ -58,8 +58,8 @@ _WITHOUT_TENSORS = {
 # checkpoint's head (config.keep_head=False) may pool otherwise: MAE's and BEiT's fine-tuning averages
 # a class-token backbone's patches and normalises after the pooling (classifier='gap',
 # fc_norm=True); adapting.py drops or starts afresh what the new pooling does not share with the old.
-POOLING_FIELDS = ('classifier', 'fc_norm', 'final_norm', 'map_heads', 'map_include_prefix')
-_MAP_FIELDS = ('map_heads', 'map_include_prefix')
+_MAP_FIELDS = ('map_heads', 'map_mlp_dim', 'map_include_prefix')
+POOLING_FIELDS = ('classifier', 'fc_norm', 'final_norm', *_MAP_FIELDS)
 
 
 def _layout(state_dict: StateDict, path: str) -> str:
@@ -147,6 +147,7 @@ def load(
       'rope_grid': 'grid of rotary position embeddings',
       'rope_style': 'style of rotary position embeddings',
       'map_heads': "MAP head's number of heads",
+      'map_mlp_dim': "MAP head's MLP width",
       'map_include_prefix': "MAP head's attention to the class token and registers",
   }
   # A MAP head read from the checkpoint (not a new one) must have the model's heads and tokens.

@@ -145,6 +145,11 @@ def _vision_transformer_args(model: Mapping[str, Any]) -> tuple[str, dict[str, A
         f"timm's VisionTransformer pools with num_heads={model['num_heads']} heads, not "
         f"model.map_heads={model['map_heads']}: unset model.map_heads"
     )
+  if model['map_mlp_dim'] not in (None, model['mlp_dim']):
+    raise ValueError(
+        f"timm's VisionTransformer pools with an MLP of the blocks' {model['mlp_dim']} units, not "
+        f"model.map_mlp_dim={model['map_mlp_dim']}: unset model.map_mlp_dim"
+    )
   model_args = {
       **_sizes(model),
       'qkv_bias': True,
@@ -218,6 +223,9 @@ def _eva_args(model: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
   if model['classifier'] == 'map':
     _check_eva_map_head(model)
     model_args['attn_pool_num_heads'] = model['map_heads'] or model['num_heads']
+    model_args['attn_pool_mlp_ratio'] = _mlp_ratio(
+        model['hidden_size'], model['map_mlp_dim'] or model['mlp_dim']
+    )
   return _EVA_ARCHITECTURES[model['layernorm_epsilon']], model_args
 
 

@@ -214,7 +214,6 @@ def architecture(state_dict: StateDict, config: Mapping[str, Any], path: str) ->
   fc2 = state_dict['blocks.0.mlp.fc2.weight'].shape
   gated = has('mlp.fc1_g.weight') or _packed_gate(state_dict['blocks.0.mlp.fc1.weight'].shape, fc2)
   pool = timm_arguments.pooling(args, config, path)
-  _check_map_mlp(state_dict, fc2[1], gated and args.cls == 'eva', path)
   fields = {
       'patch_size': patches[-1],
       'hidden_size': patches[0],
@@ -244,6 +243,7 @@ def architecture(state_dict: StateDict, config: Mapping[str, Any], path: str) ->
   fields['map_heads'], fields['map_include_prefix'] = timm_arguments.map_head(
       args, 'map' if fields['classifier'] == 'map' else pool, path
   )
+  fields['map_mlp_dim'] = _map_mlp_dim(state_dict, fc2[1], gated and args.cls == 'eva', path)
   said_norm, epsilon = timm_arguments.norm_layer(args, path)
   said = {
       'num_heads': args.get('num_heads') if args.has('num_heads') else None,
@@ -262,19 +262,20 @@ def architecture(state_dict: StateDict, config: Mapping[str, Any], path: str) ->
   return fields
 
 
-def _check_map_mlp(state_dict: StateDict, mlp_dim: int, gated_eva: bool, path: str) -> None:
-  """A one-line ValueError for a timm attention pooling whose MLP is not our MAP head's: the
-  blocks' width and activation (timm's Eva pools with a GELU MLP, which its gated ViTs' SiLU is
-  not)."""
+def _map_mlp_dim(state_dict: StateDict, mlp_dim: int, gated_eva: bool, path: str) -> Optional[int]:
+  """model.map_mlp_dim of timm's attention pooling: None where its MLP is as wide as the blocks'
+  `mlp_dim` (Perception Encoder G's is narrower: Eva's attn_pool_mlp_ratio). A one-line ValueError
+  for one of another activation than the blocks' (timm's Eva pools with a GELU MLP, which its gated
+  ViTs' SiLU is not)."""
   if 'attn_pool.mlp.fc1.weight' not in state_dict:
-    return
-  units = state_dict['attn_pool.mlp.fc1.weight'].shape[0]
-  if units != mlp_dim or gated_eva:
+    return None
+  if gated_eva:
     raise ValueError(
-        f"{path}: the timm model's attention pooling has an MLP of {units} units, its blocks "
-        f"{'a gated MLP' if gated_eva else 'an MLP'} of {mlp_dim}: vit_jax's MAP head has the "
-        "blocks' width and activation"
+        f"{path}: the timm model's attention pooling has a GELU MLP, its blocks a gated one: "
+        "vit_jax's MAP head has the blocks' activation"
     )
+  units = state_dict['attn_pool.mlp.fc1.weight'].shape[0]
+  return None if units == mlp_dim else units
 
 
 # Tensors only timm's Eva has: its attention's q_bias / v_bias or separate projections, its layer

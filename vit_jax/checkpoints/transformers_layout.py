@@ -60,6 +60,7 @@ def architecture(state_dict: StateDict, config: Mapping[str, Any], path: str) ->
       # What most families are; each family's own fields override them.
       'distilled': False,  # But a DeiT's (the ViT family reads its distillation token).
       'map_heads': None,
+      'map_mlp_dim': None,  # SigLIP's head has the blocks' intermediate_size.
       'map_include_prefix': False,
       'posemb': 'learn',
       'posemb_where': 'input',

@@ -107,6 +107,11 @@ def explain(
         '--config.keep_head=False for a new head with a new one, or --config.model.classifier to '
         "the checkpoint's pooling"
     )
+  if path in (f'{MAP_HEAD}/MlpBlock_0/Dense_0/bias', f'{MAP_HEAD}/MlpBlock_0/Dense_0/kernel'):
+    return ValueError(
+        f"{path}: checkpoint {loaded} vs model {target}: the checkpoint's MAP head has an MLP of "
+        f'{loaded[-1]} units; set --config.model.map_mlp_dim={loaded[-1]}'
+    )
   layer = path.rsplit('/', 1)[0]
   if layer in FINAL_NORMS and has(params, layer) != has(targets, layer):
     norm = final_norm(params)  # The checkpoint's.

@@ -68,11 +68,11 @@ def _mean(x: jnp.ndarray, model: Any) -> jnp.ndarray:
 
 
 def map_head(model: Any) -> MAPHead:
-  """The MAP head `MAPHead_0` of a ViT `model` (its map_heads, width, activation): what classifier
-  'map' pools with, and what a run draws afresh into a loaded model that has none."""
+  """The MAP head `MAPHead_0` of a ViT `model` (its map_heads, map_mlp_dim, activation): what
+  classifier 'map' pools with, and what a run draws afresh into a loaded model that has none."""
   return MAPHead(
       num_heads=model.map_heads or model.num_heads,
-      mlp_dim=model.mlp_dim,
+      mlp_dim=model.map_mlp_dim or model.mlp_dim,
       dtype=model.dtype,
       attention=model.attention,
       mlp_activation=model.mlp_activation,

@@ -52,10 +52,12 @@ class ViTBackbone(nn.Module):
   # BEiT, EVA). `has_class_token` resolves it.
   class_token: Optional[bool] = None
   # The MAP head's (classifier 'map'): its attention heads (None: num_heads, big_vision's and
-  # SigLIP's; Perception Encoder's 8), and whether its probe attends to the class token and registers
+  # SigLIP's; Perception Encoder's 8), its MLP's width (None: mlp_dim; Perception Encoder G's 4 D,
+  # narrower than its blocks'), and whether its probe attends to the class token and registers
   # too (timm Eva's attn_pool, Perception Encoder's) or to the patches alone (big_vision's, timm's
   # VisionTransformer's).
   map_heads: Optional[int] = None
+  map_mlp_dim: Optional[int] = None
   map_include_prefix: bool = False
   # The final LayerNorm after the pooling (timm's fc_norm) instead of at the end of the encoder.
   fc_norm: bool = False

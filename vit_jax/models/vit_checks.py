@@ -118,7 +118,12 @@ def _check_fields(model: dict[str, Any]) -> None:
         f'model.map_heads={heads} must be a positive number of heads that divides '
         f"model.hidden_size={model['hidden_size']} (or unset: num_heads)"
     )
-  for name, unset in (('map_heads', None), ('map_include_prefix', False)):
+  width = model['map_mlp_dim']
+  if width is not None and not (isinstance(width, int) and width > 0):
+    raise ValueError(
+        f'model.map_mlp_dim={width} must be a positive width (or unset: model.mlp_dim)'
+    )
+  for name, unset in (('map_heads', None), ('map_mlp_dim', None), ('map_include_prefix', False)):
     if model[name] != unset and model['classifier'] != 'map':
       raise ValueError(
           f'model.{name}={model[name]!r} shapes the MAP head, and '

@@ -90,6 +90,7 @@ def vit_model_config(variant: str, overrides: Optional[Mapping[str, Any]] = None
       classifier='gap' if match['axial'] else 'token',
       class_token=None,  # Unset: the classifier's (a class token for 'token' only).
       map_heads=None,  # Unset: num_heads.
+      map_mlp_dim=None,  # Unset: mlp_dim.
       map_include_prefix=False,
       fc_norm=False,
       final_norm=True,

@@ -131,14 +131,16 @@ def get_config() -> ml_collections.ConfigDict:
           mlp_norm=config_dict.placeholder(bool),
           # 2-D rotary position embeddings of the patches' queries and keys (of rope_style); rope_grid:
           # the (rows, columns) positions are rescaled to span at any resolution (timm's
-          # ref_feat_shape, EVA-02's (16, 16); not 'dinov3'); unset: each grid's own indices.
+          # ref_feat_shape, EVA-02's (16, 16); not 'dinov3', 'rope_mixed'); unset: each grid's own
+          # indices.
           rope=config_dict.placeholder(bool),
           rope_grid=config_dict.placeholder(tuple),
           # The rotary embeddings' kind (with rope=True): 'eva02' (unset: EVA-02's, timm's rope 'cat'),
           # 'rope_vit' (RoPE-ViT's axial: columns first, temperature 100), 'pe' (Perception
           # Encoder's: columns first, positions from 1), 'eva02_xy' (columns first, Perception
-          # Encoder G's) or 'dinov3' (DINOv3's, timm's rope 'dinov3':
-          # positions in [-1, 1] at any grid, rotated halves, periods of temperature 100).
+          # Encoder G's), 'rope_mixed' (RoPE-Mixed's frequencies, learned per block and head: timm's
+          # rope 'mixed') or 'dinov3' (DINOv3's, timm's rope 'dinov3': positions in [-1, 1] at any
+          # grid, rotated halves, periods of temperature 100).
           rope_style=config_dict.placeholder(str),
           # Register tokens (DINOv2 with registers, "Vision Transformers Need Registers"): this many
           # learned tokens after the class token, in no pooling; unset: none.

@@ -74,6 +74,20 @@ _EVAS = {
             rope_style='rope_vit',
         ),
     ),
+    # RoPE-Mixed: RoPE-ViT's frequencies learned per block and head (timm's rope.freqs), exported
+    # back as one tensor.
+    'vit_small_patch16_rope_mixed_224': (
+        dict(mlp_ratio=4.0),
+        dict(
+            mlp_gated=False,
+            key_bias=True,
+            class_token=True,
+            classifier='token',
+            posemb='none',
+            rope_grid=None,
+            rope_style='rope_mixed',
+        ),
+    ),
     # EVA-02 CLIP's image tower: a LayerNorm of the attention's heads before its projection.
     'eva02_base_patch16_clip_224': (
         dict(mlp_ratio=4 * 2 / 3),
@@ -183,10 +197,13 @@ def test_timms_eva_loads_from_its_files_alone_with_equal_logits_and_exports_back
   np.testing.assert_allclose(torch_outputs(rebuilt, inputs).numpy(), expected_logits, atol=1e-4)
 
 
-def test_rotary_embeddings_follow_timm_at_a_new_resolution(tmp_path):
+@pytest.mark.parametrize(
+    'architecture', ['vit_medium_patch16_rope_reg1_gap_256', 'vit_small_patch16_rope_mixed_224']
+)
+def test_rotary_embeddings_follow_timm_at_a_new_resolution(tmp_path, architecture):
   """Fine-tuning at another size: the rotary embeddings of a 6x6 grid are measured on the same 16x16
-  reference grid as timm's (no position embeddings to resize in this architecture)."""
-  architecture = 'vit_medium_patch16_rope_reg1_gap_256'
+  reference grid as timm's, or (RoPE-Mixed's) counted on it with the same learned frequencies (no
+  position embeddings to resize in these architectures)."""
   saved = _saved(tmp_path / 'eva', architecture)
   larger = 42
   reference = timm.create_model(

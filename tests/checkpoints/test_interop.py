@@ -345,6 +345,31 @@ def test_a_map_head_of_another_mlp_width_names_model_map_mlp_dim():
     )
 
 
+def test_learned_rotary_frequencies_name_model_rope_style():
+  mixed, axial = (
+      _model(rope=True, rope_style=style, posemb='none') for style in ('rope_mixed', 'rope_vit')
+  )
+  for loaded, target, message in (
+      (
+          mixed,
+          axial,
+          r'learns .* frequencies \(RoPE-Mixed.s\); set --config.model.rope=True and '
+          r'rope_style=rope_mixed$',
+      ),
+      (axial, mixed, r'has no learned rotary frequencies; set --config.model.rope_style to its'),
+  ):
+    with pytest.raises(
+        ValueError,
+        match=r'^Transformer/encoderblock_0/rope_freqs: checkpoint .* the checkpoint ' + message,
+    ):
+      adapting.adapt_params(
+          helpers.random_params(loaded, 8),
+          adapting.param_shapes(target, 8),
+          keep_head=True,
+          keep_pre_logits=False,
+      )
+
+
 def test_a_new_head_drops_the_checkpoints_attention_pooling():
   loaded = helpers.random_params(_model(classifier='map'), 8)
   params, notes = adapting.adapt_params(

@@ -49,6 +49,9 @@ COMPUTED = (
     ('vit_small_patch16_lingbot', {}),
     ('vit_small_patch16_rope_224', {}),  # RoPE-ViT's axial embeddings: 'xy' grid, temperature 100.
     ('vit_small_patch16_rope_ape_224', {}),  # And position embeddings without the class token's.
+    # RoPE-Mixed: frequencies learned per block and head (timm's rope.freqs).
+    ('vit_small_patch16_rope_mixed_224', {}),
+    ('vit_small_patch16_rope_mixed_ape_224', {}),
     # Perception Encoder: its rotary embeddings ('xy' grid from 1, rescaled), a norm before the
     # blocks, MAP pooling of 8 heads over every token, the class token too.
     ('vit_pe_core_tiny_patch16_384', {}),
@@ -70,11 +73,6 @@ COMPUTED = (
 )
 # Architectures whose weights would load but compute another function, and what the error names.
 REFUSED = (
-    (  # RoPE-ViT's learned frequencies.
-        'vit_small_patch16_rope_mixed_224',
-        "rope_type='mixed', rope_rotate_half=False, rope_temperature=10.0, "
-        "rope_grid_indexing='xy', rope_grid_offset=0.0",
-    ),
     ('vit_base_patch16_xp_224', "block_fn='ParallelScalingBlock'"),
     ('vit_small_patch16_18x2_224', "block_fn='ParallelThingsBlock'"),
     ('vit_dwee_patch16_reg1_gap_256', "attn_layer='diff'"),

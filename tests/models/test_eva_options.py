@@ -13,6 +13,7 @@ from jax.sharding import PartitionSpec as P
 from vit_jax import sharding
 from vit_jax.models import block, rope, variants
 from vit_jax.models.vit import VisionTransformer
+from vit_jax.train import param_groups
 
 _EVA = dict(
     classifier='gap',
@@ -44,8 +45,11 @@ def _random_params(model, images, seed=0, **kwargs):
 @pytest.mark.parametrize('style', list(rope.STYLES))
 def test_rotated_queries_and_keys_meet_by_their_offset_alone(style):
   """RoPE's defining property: the product of a query at patch p and a key at patch p' rotated by
-  their positions depends on p - p' only (here the same vectors at every patch of a 3x4 grid)."""
-  sin, cos = rope.tables((3, 4), 8, style=style)
+  their positions depends on p - p' only (here the same vectors at every patch of a 3x4 grid); a
+  learned style's at its initial frequencies."""
+  init = rope.STYLES[style].init
+  frequencies = None if init is None else init(jax.random.key(0), (2, 1, 4))
+  sin, cos = rope.tables((3, 4), 8, style=style, frequencies=frequencies)
   q, k = np.random.RandomState(0).normal(size=(2, 8)).astype(np.float32)
   patches = lambda v: np.tile(v, (12, 1))[None, :, None, :]  # [1, 12 patches, 1 head, 8]
   rq = np.asarray(rope.apply(jnp.asarray(patches(q)), sin, cos, 0, style))[0, :, 0]
@@ -108,6 +112,85 @@ def test_dinov3_rope_is_the_numpy_formula():
   np.testing.assert_array_equal(turned[:, 16:], x[:, 16:])
   with pytest.raises(ValueError, match=r"^rope_style 'dinov3' spans \[-1, 1\] at any grid"):
     rope.tables(grid, d, ref_grid=(16, 16), style='dinov3')
+
+
+def test_rope_mixed_is_the_numpy_formula_of_its_learned_frequencies():
+  """RoPE-Mixed, pair by pair in float64: pair m of head h (channels 2m, 2m + 1) turns by
+  column x fx[h, m] + row x fy[h, m], at any frequencies (here random ones, not the initial)."""
+  grid, heads, d = (3, 5), 3, 8
+  x = np.random.RandomState(0).normal(size=(2, 1 + 15 + 2, heads, d)).astype(np.float32)
+  frequencies = np.random.RandomState(1).normal(size=(2, heads, d // 2)).astype(np.float32)
+  sin, cos = rope.tables(grid, d, style='rope_mixed', frequencies=jnp.asarray(frequencies))
+  turned = np.asarray(rope.apply(jnp.asarray(x), sin, cos, 1, 'rope_mixed'))
+  expected = x.astype(np.float64)
+  for p in range(15):
+    row, column = divmod(p, grid[1])
+    for h in range(heads):
+      for m in range(d // 2):
+        angle = column * frequencies[0, h, m] + row * frequencies[1, h, m]
+        a, b = x[:, 1 + p, h, 2 * m], x[:, 1 + p, h, 2 * m + 1]
+        expected[:, 1 + p, h, 2 * m] = a * np.cos(angle) - b * np.sin(angle)
+        expected[:, 1 + p, h, 2 * m + 1] = b * np.cos(angle) + a * np.sin(angle)
+  np.testing.assert_allclose(turned, expected, atol=1e-5)
+  np.testing.assert_array_equal(turned[:, :1], x[:, :1])
+  np.testing.assert_array_equal(turned[:, 16:], x[:, 16:])
+  for kwargs in ({}, {'ref_grid': (4, 4), 'frequencies': jnp.asarray(frequencies)}):
+    with pytest.raises(ValueError, match=r"^rope_style 'rope_mixed' counts positions with its"):
+      rope.tables(grid, d, style='rope_mixed', **kwargs)
+
+
+def test_rope_mixed_frequencies_start_as_timms_and_are_learned_without_weight_decay():
+  """Each block draws its own: per head, pair k of each half at magnitude 10^(-k / (d / 4)), the
+  first half's direction at a random angle, the second's a quarter turn on (timm's
+  init_random_2d_freqs); the loss reaches them, and weight decay does not (timm's
+  no_weight_decay)."""
+  model = _tiny(rope=True, rope_style='rope_mixed', posemb='none')
+  images = jax.random.normal(jax.random.key(1), (2, 16, 16, 3))
+  params = model.init(jax.random.key(0), images)['params']
+  blocks = [params['Transformer'][f'encoderblock_{i}']['rope_freqs'] for i in range(2)]
+  heads, d = 2, 16
+  for frequencies in blocks:
+    assert frequencies.shape == (2, heads, d // 2)
+    fx, fy = np.asarray(frequencies, np.float64).reshape(2, heads, 2, d // 4)
+    magnitudes = 10.0 ** (-np.arange(d // 4) * 4 / d)
+    np.testing.assert_allclose(np.hypot(fx, fy), np.broadcast_to(magnitudes, fx.shape), rtol=1e-5)
+    angles = np.arctan2(fy, fx)  # [heads, half, bands]: one angle per head and half.
+    np.testing.assert_allclose(angles, angles[..., :1] * np.ones_like(angles), atol=1e-5)
+    np.testing.assert_allclose(
+        np.cos(angles[:, 1, 0] - angles[:, 0, 0] - np.pi / 2), np.ones(heads), atol=1e-5
+    )
+  assert not np.allclose(blocks[0], blocks[1])
+  loss = lambda p: jnp.sum(model.apply({'params': p}, images) ** 2)
+  params['head']['kernel'] = jax.random.normal(jax.random.key(2), params['head']['kernel'].shape)
+  gradient = jax.grad(loss)(params)['Transformer']['encoderblock_0']['rope_freqs']
+  assert np.all(np.isfinite(gradient)) and np.abs(gradient).max() > 0
+  decayed = param_groups.kernels_only(params)['Transformer']['encoderblock_0']
+  assert decayed['rope_freqs'] is False and decayed['MlpBlock_3']['Dense_0']['kernel'] is True
+
+
+def test_rope_mixed_scans_rematerialises_and_shards_alike():
+  images = jax.random.normal(jax.random.key(1), (2, 16, 16, 3))
+  fields = dict(rope=True, rope_style='rope_mixed', posemb='none')
+  model = _tiny(**fields)
+  params = _random_params(model, images)
+  logits = model.apply({'params': params}, images)
+  for layout in ({'scan': True}, {'scan': True, 'remat': 'dots_saveable'}):
+    np.testing.assert_allclose(
+        _tiny(**fields, **layout).apply({'params': params}, images), logits, rtol=1e-5, atol=1e-5
+    )
+  mesh = sharding.make_mesh((('fsdp', 4), ('tensor', 2)))
+  placed = jax.tree_util.tree_map_with_path(
+      lambda path, v: jax.device_put(
+          v,
+          jax.sharding.NamedSharding(
+              mesh, sharding.partition_spec(param_groups.path_str(path), v.shape, mesh)
+          ),
+      ),
+      params,
+  )
+  np.testing.assert_allclose(
+      jax.jit(model.apply)({'params': placed}, images), logits, rtol=1e-5, atol=1e-5
+  )
 
 
 @pytest.mark.parametrize(
@@ -222,13 +305,18 @@ def test_rope_at_a_new_resolution_needs_no_new_parameters():
         ),
         (
             {'rope': True, 'rope_style': 'dinov2'},
-            r"^model.rope_style='dinov2' must be one of eva02, rope_vit, pe, eva02_xy, dinov3, with model.rope=True",
+            r"^model.rope_style='dinov2' must be one of eva02, rope_vit, pe, eva02_xy, rope_mixed, dinov3, with model.rope=True",
         ),
         ({'rope_style': 'dinov3'}, r"model.rope_style='dinov3' must be .* with model.rope=True"),
         (
             {'rope': True, 'rope_style': 'dinov3', 'rope_grid': (16, 16)},
             r"model.rope_grid=\(16, 16\) rescales positions, which model.rope_style='dinov3' "
             r'normalises .* unset model.rope_grid$',
+        ),
+        (
+            {'rope': True, 'rope_style': 'rope_mixed', 'rope_grid': (16, 16)},
+            r"model.rope_grid=\(16, 16\) rescales positions, which model.rope_style='rope_mixed' "
+            r'counts at any grid .* unset model.rope_grid$',
         ),
     ],
 )

@@ -214,7 +214,7 @@ INVALID = {
     'model.rope_style': (
         'dinov2',
         {'model.rope': True},
-        r"^model\.rope_style='dinov2' must be one of eva02, rope_vit, pe, eva02_xy, dinov3, with model\.rope=True",
+        r"^model\.rope_style='dinov2' must be one of eva02, rope_vit, pe, eva02_xy, rope_mixed, dinov3, with model\.rope=True",
     ),
 }
 # Their errors are about 8 devices (make test's); elsewhere another value is the error.

@@ -118,6 +118,8 @@ ROPE_STYLES = {
     'rope_vit': ('cat', False, rope.DINOV3_TEMPERATURE, 'xy', 0.0),
     'pe': ('cat', False, rope.TEMPERATURE, 'xy', 1.0),
     'eva02_xy': ('cat', False, rope.TEMPERATURE, 'xy', 0.0),
+    # Its frequencies are learned: the temperature set their start, the grid offset is unread.
+    'rope_mixed': ('mixed', False, rope.MIXED_TEMPERATURE, 'xy', 0.0),
     'dinov3': ('dinov3', True, rope.DINOV3_TEMPERATURE, 'ij', 0.0),
 }
 # The values vit_jax computes of the other arguments of each class. The rotary embeddings of every
@@ -290,7 +292,7 @@ def rotary(args: Arguments) -> tuple[Optional[bool], Optional[tuple[int, int]], 
     return False, None, 'eva02'
   style = _rope_style(args)
   grid = args.get('ref_feat_shape')
-  if style == 'dinov3' or grid is None:  # timm's 'dinov3' type ignores ref_feat_shape.
+  if style in ('dinov3', 'rope_mixed') or grid is None:  # Their types ignore ref_feat_shape.
     return True, None, style
   return True, (grid, grid) if isinstance(grid, int) else tuple(grid), style
 

@@ -47,7 +47,7 @@ def to_state_dict(params: Any, eva: bool = False) -> StateDict:
   ):
     if ours in flat:
       out[theirs] = flat.pop(ours)
-  i = 0
+  i, rope_frequencies = 0, []
   while f'{torch_names.BLOCK.format(i)}/LayerNorm_0/scale' in flat:
     t, ours = f'blocks.{i}.', torch_names.BLOCK.format(i)
     weights = torch_names.attention_out(flat, torch_names.ATTENTION.format(i), d)
@@ -71,7 +71,11 @@ def to_state_dict(params: Any, eva: bool = False) -> StateDict:
       if f'{ours}/{norm}/scale' in flat:
         out[f'{t}attn.{norm}.weight'] = flat.pop(f'{ours}/{norm}/scale')
         out[f'{t}attn.{norm}.bias'] = flat.pop(f'{ours}/{norm}/bias')
+    if eva and f'{ours}/rope_freqs' in flat:
+      rope_frequencies.append(flat.pop(f'{ours}/rope_freqs'))
     i += 1
+  if rope_frequencies:  # RoPE-Mixed's, every block's in one tensor [2, depth, heads, head_dim / 2].
+    out['rope.freqs'] = np.stack(rope_frequencies, axis=1)
   if f'{MAP_HEAD}/probe' in flat:
     out.update(_map_head_out(flat, d))
   for norm, theirs in (('Transformer/encoder_norm', 'norm'), ('fc_norm', 'fc_norm')):

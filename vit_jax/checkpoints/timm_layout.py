@@ -8,7 +8,8 @@ is our MAP head (big_vision's; Eva's, Perception Encoder's, with heads of its ow
 token: model.map_heads, model.map_include_prefix); timm's layer scale `ls1.gamma`, `ls2.gamma`
 (DeiT III, DINOv2; Eva's `gamma_1`, `gamma_2`) is ours (model.layer_scale). Eva's EvaAttention has
 no key bias (model.key_bias=False; its AttentionRope has one), its MLP may be gated (SwiGLU:
-model.mlp_gated) with a norm (model.mlp_norm).
+model.mlp_gated) with a norm (model.mlp_norm); RoPE-Mixed's learned frequencies `rope.freqs` are each
+block's `rope_freqs`.
 What has no parameters but changes the function (timm's pooling, the MLP's activation, Eva's rotary
 embeddings) is read from the config.json beside the weights, when there is one.
 """
@@ -87,6 +88,10 @@ def from_state_dict(
     for norm in ('q_norm', 'k_norm'):  # timm's qk_norm.
       if r.has(f'{t}attn.{norm}.weight'):
         tree.update(r.norm(f'{t}attn.{norm}', f'{ours}/{norm}'))
+  if r.has('rope.freqs'):  # RoPE-Mixed's learned frequencies, [2, depth, heads, head_dim / 2].
+    frequencies = r.take('rope.freqs')
+    for i in range(frequencies.shape[1]):
+      tree[f'{torch_names.BLOCK.format(i)}/rope_freqs'] = frequencies[:, i]
   if r.has(
       'attn_pool.latent'
   ):  # timm's MAP head (SigLIP's AttentionPoolLatent): ours, big_vision's.

@@ -112,6 +112,16 @@ def explain(
         f"{path}: checkpoint {loaded} vs model {target}: the checkpoint's MAP head has an MLP of "
         f'{loaded[-1]} units; set --config.model.map_mlp_dim={loaded[-1]}'
     )
+  if path.endswith('/rope_freqs'):
+    return ValueError(
+        f'{path}: checkpoint {loaded} vs model {target}: the checkpoint '
+        + (
+            "learns its rotary embeddings' frequencies (RoPE-Mixed's); set "
+            '--config.model.rope=True and rope_style=rope_mixed'
+            if loaded != 'none'
+            else 'has no learned rotary frequencies; set --config.model.rope_style to its style'
+        )
+    )
   layer = path.rsplit('/', 1)[0]
   if layer in FINAL_NORMS and has(params, layer) != has(targets, layer):
     norm = final_norm(params)  # The checkpoint's.

@@ -93,7 +93,8 @@ class Encoder1DBlock(nn.Module):
   (`ls1` after the attention, `ls2` after the MLP: timm's `ls1.gamma`, `ls2.gamma`), initialised to it.
   With `qk_norm` the queries and keys are each LayerNormed over a head's channels (`q_norm`, `k_norm`,
   shared by the heads) before their product: ViT-22B's stabiliser, timm's `qk_norm`; with `rope` the
-  patches' ones are then rotated by their position (rope.py, of `rope_style`).
+  patches' ones are then rotated by their position (rope.py, of `rope_style`; RoPE-Mixed's learned
+  frequencies are the block's `rope_freqs`).
   """
 
   mlp_dim: int
@@ -197,7 +198,13 @@ class Encoder1DBlock(nn.Module):
           for name in ('q_norm', 'k_norm')
       )
     if self.rope:
-      sin, cos = rope.tables(self.grid, width // self.num_heads, self.rope_grid, self.rope_style)
+      head_dim, init = width // self.num_heads, rope.STYLES[self.rope_style].init
+      frequencies = None
+      if init is not None:  # Learned per head (RoPE-Mixed's): this block's own, in float32.
+        frequencies = self.param(
+            'rope_freqs', init, (2, self.num_heads, head_dim // 2), jnp.float32
+        )
+      sin, cos = rope.tables(self.grid, head_dim, self.rope_grid, self.rope_style, frequencies)
       start = real - self.grid[0] * self.grid[1]
 
     def transform(query: jnp.ndarray, key: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:

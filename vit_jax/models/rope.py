@@ -19,6 +19,13 @@ the positions counted from 1 (its class token sat at 0), then rescaled to `ref_g
 'eva02_xy': Perception Encoder G's (timm's `vit_pe_core_gigantic_*`: 'xy' grid, no offset):
 EVA-02's, column first.
 
+'rope_mixed': RoPE-Mixed (Heo et al. 2024; timm's `vit_*_patch16_rope_mixed_224`, rope_type
+'mixed'): frequencies learned per block and head, `rope_freqs` [2, heads, head_dim / 2] of each
+block (timm's `rope.freqs`, all blocks'), pair m of a head turned by column x fx[m] + row x fy[m]
+(timm's 'xy' grid, no offset, indices at any resolution: no reference grid). They start as timm's
+`init_random_2d_freqs`: magnitudes temperature^(-k / bands) at temperature 10, each head's pairs
+at a random angle, the second half's a quarter turn on.
+
 'dinov3': DINOv3's, timm's `RotaryEmbeddingDinoV3` (rope_type 'dinov3', rope_rotate_half, 'ij' grid,
 no offset, no coordinate augmentations). Row r of h sits at 2 (r + 0.5) / h - 1 in [-1, 1], the
 columns alike: the same span at any resolution, so no reference grid. The angles are
@@ -31,13 +38,15 @@ padding after them do not.
 """
 
 import math
-from typing import Callable, NamedTuple, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
 TEMPERATURE = 10_000.0  # EVA-02's, Perception Encoder's.
 DINOV3_TEMPERATURE = 100.0  # DINOv3's, RoPE-ViT's.
+MIXED_TEMPERATURE = 10.0  # RoPE-Mixed's initial frequencies'.
 
 Tables = tuple[np.ndarray, np.ndarray]
 
@@ -107,12 +116,40 @@ def _rotate_half(x: jnp.ndarray) -> jnp.ndarray:
   return jnp.concatenate([-second, first], axis=-1)
 
 
-class Style(NamedTuple):
-  """A style's (sin, cos) tables of (grid, head_dim, ref_grid), and the turn of the channels that
-  the sines multiply."""
+def _mixed_tables(grid: tuple[int, int], frequencies: jnp.ndarray) -> tuple[jnp.ndarray, ...]:
+  """timm's `get_mixed_freqs` in float32: per head, [h * w, heads, head_dim] of the learned
+  `frequencies` [2, heads, head_dim / 2] (of the column, of the row), each pair's value twice."""
+  rows, columns = np.meshgrid(*(np.arange(n, dtype=np.float32) for n in grid), indexing='ij')
+  frequencies = frequencies.astype(jnp.float32)
+  angles = (
+      columns.reshape(-1, 1, 1) * frequencies[0] + rows.reshape(-1, 1, 1) * frequencies[1]
+  )  # [h * w, heads, head_dim / 2]
+  return tuple(jnp.repeat(f(angles), 2, axis=-1) for f in (jnp.sin, jnp.cos))
 
-  tables: Callable[[tuple[int, int], int, Optional[tuple[int, int]]], Tables]
+
+def init_mixed_frequencies(
+    key: jnp.ndarray, shape: tuple[int, ...], dtype: Any = jnp.float32
+) -> jnp.ndarray:
+  """timm's `init_random_2d_freqs` for one block: `shape` [2, heads, head_dim / 2]."""
+  _, heads, half = shape
+  magnitudes = 1.0 / MIXED_TEMPERATURE ** (
+      jnp.arange(0, 2 * half, 4, dtype=jnp.float32) / (2 * half)
+  )
+  angles = jax.random.uniform(key, (heads, 1), jnp.float32, 0.0, 2 * math.pi)
+  turns = jnp.concatenate([angles, angles + math.pi / 2], axis=-1)  # [heads, 2]
+  # [heads, 2 (the halves), bands] -> [heads, head_dim / 2], for the column (cos) and the row (sin).
+  along = lambda f: (magnitudes * f(turns)[..., None]).reshape(heads, half)
+  return jnp.stack([along(jnp.cos), along(jnp.sin)]).astype(dtype)
+
+
+class Style(NamedTuple):
+  """A style's (sin, cos) tables, of (grid, head_dim, ref_grid) or, for a style whose blocks learn
+  their frequencies (`init`, their initializer), of (grid, frequencies); and the turn of the
+  channels that the sines multiply."""
+
+  tables: Callable[..., Tables]
   rotate: Callable[[jnp.ndarray], jnp.ndarray]
+  init: Optional[Callable[..., jnp.ndarray]] = None
 
 
 STYLES = {
@@ -122,6 +159,7 @@ STYLES = {
     ),
     'pe': Style(_cat_tables(TEMPERATURE, columns_first=True, offset=1.0), _rotate_pairs),
     'eva02_xy': Style(_cat_tables(TEMPERATURE, columns_first=True, offset=0.0), _rotate_pairs),
+    'rope_mixed': Style(_mixed_tables, _rotate_pairs, init_mixed_frequencies),
     'dinov3': Style(_dinov3_tables, _rotate_half),
 }
 
@@ -131,20 +169,29 @@ def tables(
     head_dim: int,
     ref_grid: Optional[tuple[int, int]] = None,
     style: str = 'eva02',
+    frequencies: Optional[jnp.ndarray] = None,
 ) -> Tables:
-  """(sin, cos), each float32 [h * w, head_dim], the patches in row-major order; `ref_grid` is
-  'eva02''s only."""
+  """(sin, cos), each float32 [h * w, head_dim], the patches in row-major order; of a learned
+  style, of its `frequencies` [2, heads, head_dim / 2], [h * w, heads, head_dim]."""
   check_head_dim(head_dim)
-  return STYLES[style].tables(grid, head_dim, ref_grid)
+  if STYLES[style].init is None:
+    if frequencies is not None:
+      raise ValueError(f'rope_style {style!r} has fixed frequencies: it takes none')
+    return STYLES[style].tables(grid, head_dim, ref_grid)
+  if frequencies is None or ref_grid is not None:
+    raise ValueError(f'rope_style {style!r} counts positions with its learned frequencies alone')
+  return STYLES[style].tables(grid, frequencies)
 
 
 def apply(
     x: jnp.ndarray, sin: np.ndarray, cos: np.ndarray, start: int, style: str = 'eva02'
 ) -> jnp.ndarray:
   """Queries or keys [b, tokens, heads, head_dim] with the patches' (tokens start .. start + h * w)
-  rotated; computed in float32 and returned in x's dtype, as timm's `apply_rot_embed`."""
+  rotated by tables [h * w, head_dim] (or [h * w, heads, head_dim]: a learned style's); computed in
+  float32 and returned in x's dtype, as timm's `apply_rot_embed`."""
   end = start + sin.shape[0]
   patches = x[:, start:end].astype(jnp.float32)
-  sin, cos = (jnp.asarray(t)[:, None, :] for t in (sin, cos))  # Broadcast over the heads.
+  if sin.ndim == 2:  # Broadcast over the heads.
+    sin, cos = (jnp.asarray(t)[:, None, :] for t in (sin, cos))
   rotated = (patches * cos + STYLES[style].rotate(patches) * sin).astype(x.dtype)
   return jnp.concatenate([x[:, :start], rotated, x[:, end:]], axis=1)

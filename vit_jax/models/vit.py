@@ -80,10 +80,10 @@ class ViTBackbone(nn.Module):
   # (`mlp_norm`): block.MlpBlock's `gated` and `norm`, EVA-02's.
   mlp_gated: bool = False
   mlp_norm: bool = False
-  # 2-D rotary embeddings of the patches' queries and keys (rope.py), EVA-02's, RoPE-ViT's,
-  # Perception Encoder's or DINOv3's (`rope_style`, a key of rope.STYLES); `rope_grid`: the grid other
-  # grids' positions are rescaled to (timm's ref_feat_shape; not 'dinov3'), None: each grid's own
-  # indices.
+  # 2-D rotary embeddings of the patches' queries and keys (rope.py), EVA-02's, RoPE-ViT's (axial or
+  # mixed: learned), Perception Encoder's or DINOv3's (`rope_style`, a key of rope.STYLES);
+  # `rope_grid`: the grid other grids' positions are rescaled to (timm's ref_feat_shape; not
+  # 'dinov3' nor 'rope_mixed'), None: each grid's own indices.
   rope: bool = False
   rope_grid: Optional[tuple[int, int]] = None
   rope_style: str = 'eva02'

@@ -195,6 +195,11 @@ def _check_fields(model: dict[str, Any]) -> None:
         f"model.rope_grid={grid} rescales positions, which model.rope_style='dinov3' normalises to "
         '[-1, 1] at any grid: unset model.rope_grid'
     )
+  if style == 'rope_mixed' and grid is not None:
+    raise ValueError(
+        f"model.rope_grid={grid} rescales positions, which model.rope_style='rope_mixed' counts "
+        "at any grid (its learned frequencies' scale): unset model.rope_grid"
+    )
   if model['weight_init'] not in WEIGHT_INITS:
     raise ValueError(
         f"Unknown model.weight_init {model['weight_init']!r}: use one of "

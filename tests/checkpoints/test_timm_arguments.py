@@ -1,4 +1,4 @@
-"""What a timm checkpoint's config.json says without its tensors (timm_arguments.py): the arguments of
+"""What a timm checkpoint's config.json says without its tensors (timm_arguments.py, timm_fields.py): the arguments of
 its registered architecture, from the table of timm's registry, merged with its model_args as timm
 merges them. The state dicts are our export's (timm's naming), so no timm is needed here; the
 comparisons with timm's own models are test_timm_architectures_vs_torch.py's."""

@@ -19,7 +19,7 @@ from typing import Any, Mapping, Optional
 import numpy as np
 from flax import traverse_util
 
-from vit_jax.checkpoints import timm_arguments, torch_names
+from vit_jax.checkpoints import timm_arguments, timm_fields, torch_names
 from vit_jax.checkpoints.torch_files import StateDict
 from vit_jax.models.pooling import MAP_HEAD
 
@@ -204,8 +204,8 @@ def recognises(state_dict: StateDict) -> bool:
 
 def architecture(state_dict: StateDict, config: Mapping[str, Any], path: str) -> dict[str, Any]:
   """The model fields a timm ViT's tensors show, and with the config.json timm writes beside them (its
-  `architecture`, `global_pool` and `model_args`: timm_arguments.py) those they do not: heads,
-  activation, LayerNorm epsilon, pooling and rotary embeddings. A one-line ValueError for a model
+  `architecture`, `global_pool` and `model_args`: timm_arguments.py, timm_fields.py) those they do
+  not: heads, activation, LayerNorm epsilon, pooling and rotary embeddings. A one-line ValueError for a model
   whose tensors load but compute another function than vit_jax's ViT."""
   patches = state_dict['patch_embed.proj.weight'].shape
   has = lambda name: f'blocks.0.{name}' in state_dict
@@ -218,7 +218,7 @@ def architecture(state_dict: StateDict, config: Mapping[str, Any], path: str) ->
     )
   fc2 = state_dict['blocks.0.mlp.fc2.weight'].shape
   gated = has('mlp.fc1_g.weight') or _packed_gate(state_dict['blocks.0.mlp.fc1.weight'].shape, fc2)
-  pool = timm_arguments.pooling(args, config, path)
+  pool = timm_fields.pooling(args, config, path)
   fields = {
       'patch_size': patches[-1],
       'hidden_size': patches[0],
@@ -245,14 +245,14 @@ def architecture(state_dict: StateDict, config: Mapping[str, Any], path: str) ->
       'posemb': 'learn' if 'pos_embed' in state_dict else 'none',
       'posemb_where': 'input',
   }
-  fields['map_heads'], fields['map_include_prefix'] = timm_arguments.map_head(
+  fields['map_heads'], fields['map_include_prefix'] = timm_fields.map_head(
       args, 'map' if fields['classifier'] == 'map' else pool, path
   )
   fields['map_mlp_dim'] = _map_mlp_dim(state_dict, fc2[1], gated and args.cls == 'eva', path)
-  said_norm, epsilon = timm_arguments.norm_layer(args, path)
+  said_norm, epsilon = timm_fields.norm_layer(args, path)
   said = {
       'num_heads': args.get('num_heads') if args.has('num_heads') else None,
-      'mlp_activation': timm_arguments.activation(args, gated, path),
+      'mlp_activation': timm_fields.activation(args, gated, path),
       'layernorm_epsilon': epsilon,
   }
   if said_norm not in (None, fields['norm_layer']):
@@ -260,7 +260,7 @@ def architecture(state_dict: StateDict, config: Mapping[str, Any], path: str) ->
         f'{path}: {args.describe()} normalises with {said_norm}, its tensors with '
         f"{fields['norm_layer']}: the config.json is another model's"
     )
-  fields['rope'], fields['rope_grid'], fields['rope_style'] = timm_arguments.rotary(args)
+  fields['rope'], fields['rope_grid'], fields['rope_style'] = timm_fields.rotary(args)
   fields.update({field: value for field, value in said.items() if value is not None})
   if fields['rope'] is None:
     del fields['rope'], fields['rope_grid'], fields['rope_style']

@@ -137,6 +137,8 @@ def test_rope_mixed_is_the_numpy_formula_of_its_learned_frequencies():
   for kwargs in ({}, {'ref_grid': (4, 4), 'frequencies': jnp.asarray(frequencies)}):
     with pytest.raises(ValueError, match=r"^rope_style 'rope_mixed' counts positions with its"):
       rope.tables(grid, d, style='rope_mixed', **kwargs)
+  with pytest.raises(ValueError, match=r"^rope_style 'rope_vit' has fixed frequencies"):
+    rope.tables(grid, d, style='rope_vit', frequencies=jnp.asarray(frequencies))
 
 
 def test_rope_mixed_frequencies_start_as_timms_and_are_learned_without_weight_decay():

@@ -205,8 +205,8 @@ def recognises(state_dict: StateDict) -> bool:
 def architecture(state_dict: StateDict, config: Mapping[str, Any], path: str) -> dict[str, Any]:
   """The model fields a timm ViT's tensors show, and with the config.json timm writes beside them (its
   `architecture`, `global_pool` and `model_args`: timm_arguments.py, timm_fields.py) those they do
-  not: heads, activation, LayerNorm epsilon, pooling and rotary embeddings. A one-line ValueError for a model
-  whose tensors load but compute another function than vit_jax's ViT."""
+  not: heads, activation, LayerNorm epsilon, pooling and rotary embeddings. A one-line ValueError
+  for a model whose tensors load but compute another function than vit_jax's ViT."""
   patches = state_dict['patch_embed.proj.weight'].shape
   has = lambda name: f'blocks.0.{name}' in state_dict
   args = timm_arguments.Arguments(config, eva_tensors=any(has(name) for name in _EVA_TENSORS))

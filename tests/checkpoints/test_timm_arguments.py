@@ -141,3 +141,34 @@ def test_an_argument_at_its_default_is_no_error():
       {'architecture': 'vit_base_patch16_224', 'model_args': {'attn_layer': 'Attention'}}
   )
   assert fields['num_heads'] == 12
+
+
+def test_rope_mixeds_frequencies_show_its_rotary_embeddings_without_a_config_json():
+  """RoPE-Mixed's learned frequencies (timm's rope.freqs) are tensors: a bare file shows the style;
+  a config.json that says otherwise is another model's, in one line."""
+  model = VisionTransformer(
+      **{
+          **helpers.model_config(helpers.load_config('demo')),
+          'num_classes': 10,
+          'rope': True,
+          'rope_style': 'rope_mixed',
+          'posemb': 'none',
+          'key_bias': True,
+      }
+  )
+  state_dict = timm_export_tensors.to_state_dict(helpers.random_params(model, 8), eva=True)
+  assert state_dict['rope.freqs'].shape == (2, 4, 4, 8)  # [2, depth, heads, head_dim / 2].
+  fields = timm_layout.architecture(state_dict, {}, PATH)
+  assert (fields['rope'], fields['rope_grid'], fields['rope_style']) == (True, None, 'rope_mixed')
+  axial = {'architecture': 'vit_small_patch16_rope_224'}
+  with pytest.raises(
+      ValueError,
+      match=r"^ck: timm's vit_small_patch16_rope_224 is created with no RoPE-Mixed's learned "
+      r'rotary frequencies, and its tensors have them \(rope.freqs\): the config.json is another '
+      r"model's$",
+  ):
+    timm_layout.architecture(state_dict, axial, PATH)
+  del state_dict['rope.freqs']
+  mixed = {'architecture': 'vit_small_patch16_rope_mixed_224'}
+  with pytest.raises(ValueError, match=r"created with RoPE-Mixed's .* its tensors have none: "):
+    timm_layout.architecture(state_dict, mixed, PATH)

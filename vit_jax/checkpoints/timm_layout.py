@@ -209,7 +209,8 @@ def architecture(state_dict: StateDict, config: Mapping[str, Any], path: str) ->
   for a model whose tensors load but compute another function than vit_jax's ViT."""
   patches = state_dict['patch_embed.proj.weight'].shape
   has = lambda name: f'blocks.0.{name}' in state_dict
-  args = timm_arguments.Arguments(config, eva_tensors=any(has(name) for name in _EVA_TENSORS))
+  eva_tensors = any(has(name) for name in _EVA_TENSORS) or 'rope.freqs' in state_dict
+  args = timm_arguments.Arguments(config, eva_tensors=eva_tensors)
   timm_arguments.check(args, path)
   if 'blocks.0.mlp.fc2.weight' not in state_dict:
     raise ValueError(
@@ -261,6 +262,9 @@ def architecture(state_dict: StateDict, config: Mapping[str, Any], path: str) ->
         f"{fields['norm_layer']}: the config.json is another model's"
     )
   fields['rope'], fields['rope_grid'], fields['rope_style'] = timm_fields.rotary(args)
+  _check_learned_rotary(state_dict, fields, args, path)
+  if 'rope.freqs' in state_dict:  # The tensors show RoPE-Mixed, also without a config.json.
+    fields['rope'], fields['rope_grid'], fields['rope_style'] = True, None, 'rope_mixed'
   fields.update({field: value for field, value in said.items() if value is not None})
   if fields['rope'] is None:
     del fields['rope'], fields['rope_grid'], fields['rope_style']
@@ -283,8 +287,25 @@ def _map_mlp_dim(state_dict: StateDict, mlp_dim: int, gated_eva: bool, path: str
   return None if units == mlp_dim else units
 
 
-# Tensors only timm's Eva has: its attention's q_bias / v_bias or separate projections, its layer
-# scale's name, SwiGLU's split fc1.
+def _check_learned_rotary(
+    state_dict: StateDict, fields: dict[str, Any], args: timm_arguments.Arguments, path: str
+) -> None:
+  """A one-line ValueError where the config.json's rotary embeddings and the tensors disagree on
+  RoPE-Mixed's learned frequencies (timm's `rope.freqs`)."""
+  said = fields['rope'] is not None
+  mixed = bool(fields['rope']) and fields['rope_style'] == 'rope_mixed'
+  if said and mixed != ('rope.freqs' in state_dict):
+    raise ValueError(
+        f'{path}: {args.describe()} is created with '
+        + ('' if mixed else 'no ')
+        + "RoPE-Mixed's learned rotary frequencies, and its tensors "
+        + ('have none' if mixed else 'have them (rope.freqs)')
+        + ": the config.json is another model's"
+    )
+
+
+# Tensors of the blocks only timm's Eva has: its attention's q_bias / v_bias or separate projections,
+# its layer scale's name, SwiGLU's split fc1 (and beside them RoPE-Mixed's rope.freqs).
 _EVA_TENSORS = ('attn.q_bias', 'attn.q_proj.weight', 'gamma_1', 'mlp.fc1_g.weight')
 
 

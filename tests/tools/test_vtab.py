@@ -550,6 +550,7 @@ def test_group_means_are_the_numpy_means_of_their_task_rows(vtab_root):
   ]
 
 
+@pytest.mark.slow  # Tens of seconds of training (vtab_root's 6 runs): make test-all's.
 def test_command_line_prints_the_table_and_writes_markdown_and_csv(vtab_root, tmp_path):
   out = tmp_path / 'out'
   run = subprocess.run(

@@ -129,6 +129,9 @@ def get_config() -> ml_collections.ConfigDict:
           # hidden units before the output layer (EVA-02 B/L's).
           mlp_gated=config_dict.placeholder(bool),
           mlp_norm=config_dict.placeholder(bool),
+          # Each block's norms after its attention and MLP, before the residual adds (Swin V2's
+          # res-post-norm; timm's ResPostBlock, Eva's use_post_norm: EVA-02-CLIP-E's).
+          res_post_norm=config_dict.placeholder(bool),
           # 2-D rotary position embeddings of the patches' queries and keys (of rope_style); rope_grid:
           # the (rows, columns) positions are rescaled to span at any resolution (timm's
           # ref_feat_shape, EVA-02's (16, 16); not 'dinov3', 'rope_mixed'); unset: each grid's own

@@ -88,6 +88,18 @@ _EVAS = {
             rope_style='rope_mixed',
         ),
     ),
+    # Eva's post-norm blocks (use_post_norm: the same tensors, each norm after its branch) with a
+    # gated MLP, exported back as Eva's.
+    'eva02_tiny_patch14_224': (
+        dict(mlp_ratio=4 * 2 / 3, use_post_norm=True),
+        dict(
+            mlp_gated=True,
+            key_bias=False,
+            classifier='gap',
+            posemb='learn',
+            res_post_norm=True,
+        ),
+    ),
     # EVA-02 CLIP's image tower: a LayerNorm of the attention's heads before its projection.
     'eva02_base_patch16_clip_224': (
         dict(mlp_ratio=4 * 2 / 3),
@@ -292,11 +304,13 @@ def test_what_the_eva_files_do_not_say_or_contradict_is_one_line(tmp_path):
 
 
 def test_a_timm_eva_feature_we_lack_is_refused_naming_it(tmp_path):
-  """Eva's post-norm blocks (use_post_norm: a LayerNorm after each branch, the same tensors in other
-  places) by its argument; a gated Eva's attention pooling, whose MLP is GELU's, by what differs."""
-  _saved(tmp_path / 'eva', 'eva02_small_patch14_224', use_post_norm=True)
+  """Sapiens 2's layer scale of the attention alone (attn_only_layer_scale: the same tensors, one
+  of them unused) by its argument; a gated Eva's attention pooling, whose MLP is GELU's, by what
+  differs."""
+  _saved(tmp_path / 'eva', 'eva02_small_patch14_224', attn_only_layer_scale=True)
   with pytest.raises(
-      ValueError, match=r"created with use_post_norm=True, which vit_jax's ViT does not compute"
+      ValueError,
+      match=r"created with attn_only_layer_scale=True, which vit_jax's ViT does not compute",
   ):
     _prepare(tmp_path, str(tmp_path / 'eva'))
   _saved(tmp_path / 'pooled', 'eva02_small_patch14_224', global_pool='map')

@@ -70,6 +70,9 @@ COMPUTED = (
     ('vit_intern300m_patch14_448', {'patch_size': 14}),
     ('vit_base_patch16_radio_v3', {}),
     ('vit_pe_lang_large_patch14_448', {'patch_size': 14}),
+    # Res-post-norm blocks (model.res_post_norm): timm's ResPostBlock, EVA-02-CLIP-E's Eva blocks.
+    ('vit_base_patch16_rpn_224', {}),
+    ('eva02_enormous_patch14_clip_224', {'patch_size': 14}),
 )
 # Architectures whose weights would load but compute another function, and what the error names.
 REFUSED = (
@@ -126,13 +129,16 @@ def test_an_architecture_vit_jax_computes_gives_timms_logits(tmp_path, architect
             {'mlp_dim': 186, 'map_mlp_dim': 128, 'map_heads': 8, 'rope_style': 'eva02_xy'},
         ),
         ('beit3_base_patch16_224', {}, {'mlp_norm': True}),
+        ('vit_base_patch16_rpn_224', {}, {'res_post_norm': True}),
+        ('eva02_enormous_patch14_clip_224', {'patch_size': 14}, {'res_post_norm': True}),
     ],
 )
 def test_the_newer_fields_export_back_to_timm(tmp_path, architecture, kwargs, fields):
   """model.final_norm=False written as timm's VisionTransformer's final_norm=False or Eva's
   use_post_transformer_norm=False, model.mlp_norm without rotary embeddings or a gated MLP as
-  VisionTransformer's scale_mlp_norm (BEiT-3's), model.map_mlp_dim as Eva's attn_pool_mlp_ratio:
-  timm's model rebuilt from the export gives the logits."""
+  VisionTransformer's scale_mlp_norm (BEiT-3's), model.map_mlp_dim as Eva's attn_pool_mlp_ratio,
+  model.res_post_norm as timm's ResPostBlocks: timm's model rebuilt from the export gives the
+  logits."""
   reference = _saved(tmp_path / 'timm', architecture, **kwargs)
   run = prepared_from_checkpoint(tmp_path / 'workdir', str(tmp_path / 'timm'), SIZE)
   assert {field: run.model_config[field] for field in fields} == fields

@@ -54,6 +54,7 @@ _SIZES = {
     'attn_norm': False,
     'mlp_gated': False,
     'mlp_norm': False,
+    'res_post_norm': False,
     'rope': False,
     'rope_grid': None,
 }

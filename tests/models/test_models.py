@@ -378,3 +378,32 @@ def test_images_that_do_not_fit_the_model_are_clear_errors():
   for shape in ((16, 16, 3), (1, 16, 16, 1)):
     with pytest.raises(AssertionError, match=r'RGB images \[batch, height, width, 3\]'):
       model.init(jax.random.key(0), jnp.zeros(shape))
+
+
+def test_res_post_norm_normalises_each_branch_before_its_residual_add():
+  """x + LN0(MSA(x)), then x + LN2(MLP(x)), from the same tree as the pre-norm block's; composed
+  here from the block's own attention, MLP and norms."""
+  fields = dict(mlp_dim=64, num_heads=2, mlp_activation='gelu')
+  x = jax.random.normal(jax.random.key(0), (2, 5, 32))
+  post = block.Encoder1DBlock(**fields, res_post_norm=True)
+  params = post.init(jax.random.key(1), x, True)['params']
+  flat = traverse_util.flatten_dict(params, sep='/')
+  flat = {k: jax.random.normal(jax.random.key(len(k)), v.shape) for k, v in flat.items()}
+  params = traverse_util.unflatten_dict(flat, sep='/')
+  pre_tree = block.Encoder1DBlock(**fields).init(jax.random.key(1), x, True)['params']
+  chex.assert_trees_all_equal_shapes(params, pre_tree)
+  layer_norm = lambda p, v: (
+      (v - v.mean(-1, keepdims=True)) / jnp.sqrt(v.var(-1, keepdims=True) + 1e-6) * p['scale']
+      + p['bias']
+  )
+  attention_out = block.SelfAttention(
+      num_heads=2, attention_fn=attention.ATTENTION_FNS['xla']
+  ).apply({'params': params['MultiHeadDotProductAttention_1']}, x, deterministic=True)
+  y = x + layer_norm(params['LayerNorm_0'], attention_out)
+  mlp_out = block.MlpBlock(64, activation='gelu').apply(
+      {'params': params['MlpBlock_3']}, y, deterministic=True
+  )
+  expected = y + layer_norm(params['LayerNorm_2'], mlp_out)
+  np.testing.assert_allclose(post.apply({'params': params}, x, True), expected, atol=1e-5)
+  pre = block.Encoder1DBlock(**fields).apply({'params': params}, x, True)
+  assert not np.allclose(pre, expected, atol=1e-3)

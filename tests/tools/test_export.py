@@ -103,6 +103,7 @@ def test_export_writes_the_latest_parameters_in_the_original_layout(workdir, exp
       'attn_norm': False,
       'mlp_gated': False,
       'mlp_norm': False,
+      'res_post_norm': False,
       'rope': False,
       'rope_grid': None,
       'rope_style': 'eva02',

@@ -229,6 +229,7 @@ ALWAYS_VALID = {
     'model.embed_norm': 'a bool',
     'model.mlp_gated': 'a bool',
     'model.mlp_norm': 'a bool',
+    'model.res_post_norm': 'a bool',
     'pp.flip': 'a bool',
     'pp.antialias': 'a bool',
     'pp_eval.antialias': 'a bool',

@@ -149,6 +149,7 @@ def load(
       'map_heads': "MAP head's number of heads",
       'map_mlp_dim': "MAP head's MLP width",
       'map_include_prefix': "MAP head's attention to the class token and registers",
+      'res_post_norm': "blocks' norms after their branches",
   }
   # A MAP head read from the checkpoint (not a new one) must have the model's heads and tokens.
   map_head = model.get('classifier') == fixed.get('classifier') == 'map'

@@ -101,6 +101,7 @@ _MAPPED = {
         'rope_grid_indexing',
         'rope_grid_offset',
         'attn_pool_num_heads',
+        'use_post_norm',
     ),
 }
 # timm's (rope_type, rope_rotate_half, rope_temperature, rope_grid_indexing, rope_grid_offset) of
@@ -124,10 +125,11 @@ ROPE_STYLES = {
 }
 # The values vit_jax computes of the other arguments of each class. The rotary embeddings of every
 # style are without coordinate augmentations. timm's AttentionRope (attn_type='rope') computes
-# EvaAttention's function, its fused qkv with a key bias.
+# EvaAttention's function, its fused qkv with a key bias. timm's ResPostBlock is model.res_post_norm
+# (timm_fields.res_post_norm).
 _COMPUTED = {
     'vision_transformer': {
-        'block_fn': ('Block',),
+        'block_fn': ('Block', 'ResPostBlock'),
         'attn_layer': ('Attention',),
         'embed_layer': ('PatchEmbed',),
         'pos_embed': ('learn', 'none'),
@@ -136,7 +138,6 @@ _COMPUTED = {
         'attn_type': ('eva', 'rope'),
         'num_kv_heads': (None,),
         'attn_only_layer_scale': (False,),
-        'use_post_norm': (False,),
         'rope_shift_coords': (None,),
         'rope_jitter_coords': (None,),
         'rope_rescale_coords': (None,),
@@ -212,8 +213,8 @@ def check(args: Arguments, path: str) -> None:
     if accepted is not None and not any(_same(value, a) for a in accepted):
       raise ValueError(
           f"{path}: {args.describe()} is created with {arg}={value!r}, which vit_jax's ViT does not "
-          f'compute (it computes {arg}={accepted[0]!r}); fine-tune it in timm, or pick another '
-          'checkpoint'
+          f"compute (it computes {arg}={' or '.join(repr(a) for a in accepted)}); fine-tune it in "
+          'timm, or pick another checkpoint'
       )
     if arg not in known and not (arg in args.defaults and _same(value, args.defaults[arg])):
       raise ValueError(

@@ -36,14 +36,15 @@ def eval_crop(pp_eval: Mapping[str, Any], image_size: int) -> dict[str, Any]:
   return {'crop_pct': crop_pct, 'crop_mode': 'center'}
 
 
-# The registered VisionTransformer timm builds an export as, by (LayerNorm epsilon, model.distilled): model_args
-# replace its sizes and options, but its LayerNorm (timm's norm_layer, not in its config.json) and its
-# class stay: 1e-6, or torch's default 1e-5 (CLIP's); DeiT's VisionTransformerDistilled for the
-# distillation token.
+# The registered VisionTransformer timm builds an export as, by (LayerNorm epsilon, model.distilled,
+# model.res_post_norm): model_args replace its sizes and options, but its LayerNorm (timm's
+# norm_layer, not in its config.json), its class and its blocks (block_fn) stay: 1e-6, or torch's
+# default 1e-5 (CLIP's); DeiT's VisionTransformerDistilled for the distillation token; ResPostBlocks.
 _TIMM_ARCHITECTURES = {
-    (1e-6, False): 'vit_base_patch16_224',
-    (1e-5, False): 'vit_base_patch16_clip_224',
-    (1e-6, True): 'deit_base_distilled_patch16_224',
+    (1e-6, False, False): 'vit_base_patch16_224',
+    (1e-5, False, False): 'vit_base_patch16_clip_224',
+    (1e-6, True, False): 'deit_base_distilled_patch16_224',
+    (1e-6, False, True): 'vit_base_patch16_rpn_224',
 }
 
 
@@ -131,14 +132,21 @@ def _sizes(model: Mapping[str, Any]) -> dict[str, Any]:
 
 def _vision_transformer_args(model: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
   """The architecture timm's `VisionTransformer` registers for the model, and its model_args."""
-  distilled = bool(model['distilled'])
-  architecture = _TIMM_ARCHITECTURES.get((model['layernorm_epsilon'], distilled))
+  kind = bool(model['distilled']), bool(model['res_post_norm'])
+  architecture = _TIMM_ARCHITECTURES.get((model['layernorm_epsilon'], *kind))
   if architecture is None:
-    epsilons = [e for e, d in _TIMM_ARCHITECTURES if d == distilled]
+    epsilons = [e for e, *k in _TIMM_ARCHITECTURES if tuple(k) == kind]
+    if not epsilons:
+      raise ValueError("timm's distilled DeiT has no ResPostBlocks (model.res_post_norm)")
+    name = {(True, False): 'distilled DeiT', (False, True): 'ResPostBlock ViT'}
     raise ValueError(
-        f"timm's {'distilled DeiT' if distilled else 'VisionTransformer'}'s LayerNorms have "
+        f"timm's {name.get(kind, 'VisionTransformer')}'s LayerNorms have "
         f"epsilon {' or '.join(f'{e:g}' for e in epsilons)} "
         f"(model.layernorm_epsilon={model['layernorm_epsilon']:g})"
+    )
+  if model['res_post_norm'] and model['layer_scale'] is not None:
+    raise ValueError(
+        "timm's ResPostBlock has no layer scale (model.layer_scale with model.res_post_norm)"
     )
   if model['map_heads'] not in (None, model['num_heads']):
     raise ValueError(
@@ -190,6 +198,11 @@ def _eva_args(model: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
       # Eva's MLP: SwiGLU's SiLU when gated, else torch's exact GELU (no act_layer argument).
       ('mlp_activation', 'silu' if model['mlp_gated'] else 'gelu', ''),
   )
+  if model['res_post_norm']:  # EvaBlockPostNorm has neither.
+    fixed += (
+        ('layer_scale', None, 'layer_scale unset with res_post_norm'),
+        ('qk_norm', False, 'qk_norm=False with res_post_norm'),
+    )
   for field, value, fix in fixed:
     if model[field] != value and not (isinstance(value, tuple) and model[field] in value):
       raise ValueError(
@@ -216,6 +229,7 @@ def _eva_args(model: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
       'use_post_transformer_norm': bool(model['final_norm'] and not model['fc_norm']),
       'qk_norm': bool(model['qk_norm']),
       'use_pre_transformer_norm': bool(model['pre_norm']),
+      'use_post_norm': bool(model['res_post_norm']),
       # Explicit: DINOv3's architecture has layer scale, and resamples embeddings to any input size.
       'init_values': model['layer_scale'],
       'dynamic_img_size': False,

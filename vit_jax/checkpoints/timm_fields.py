@@ -1,8 +1,8 @@
 """The model fields a timm checkpoint's creation arguments (timm_arguments.py's `Arguments`, which
-its `check` passed) fix and its tensors cannot show: the MLP's activation, the norms'
-kind and epsilon, rotary embeddings, pooling and the MAP head's heads. Each reader gives None (or
-leaves the field out) where the config.json does not say, and a one-line ValueError for a value
-vit_jax's ViT does not compute.
+its `check` passed) fix and its tensors cannot show: the MLP's activation, the norms' kind and
+epsilon, rotary embeddings, pooling, the MAP head's heads and where the blocks normalise. Each
+reader gives None (or leaves the field out) where the config.json does not say, and a one-line
+ValueError for a value vit_jax's ViT does not compute.
 """
 
 from typing import Any, Mapping, Optional
@@ -104,3 +104,12 @@ def map_head(args: Arguments, pool: Optional[str], path: str) -> tuple[Optional[
   if args.cls == 'eva':
     return args.get('attn_pool_num_heads'), True
   return None, bool(args.get('pool_include_prefix'))
+
+
+def res_post_norm(args: Arguments) -> Optional[bool]:
+  """model.res_post_norm: timm's ResPostBlock (VisionTransformer's block_fn) or Eva's
+  use_post_norm; None where the config.json does not say."""
+  arg = 'block_fn' if args.cls == 'vision_transformer' else 'use_post_norm'
+  if not args.has(arg):
+    return None
+  return args.get(arg) == 'ResPostBlock' if arg == 'block_fn' else bool(args.get(arg))

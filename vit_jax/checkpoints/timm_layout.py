@@ -261,6 +261,9 @@ def architecture(state_dict: StateDict, config: Mapping[str, Any], path: str) ->
         f'{path}: {args.describe()} normalises with {said_norm}, its tensors with '
         f"{fields['norm_layer']}: the config.json is another model's"
     )
+  post_norm = timm_fields.res_post_norm(args)
+  if post_norm is not None:
+    fields['res_post_norm'] = post_norm
   fields['rope'], fields['rope_grid'], fields['rope_style'] = timm_fields.rotary(args)
   _check_learned_rotary(state_dict, fields, args, path)
   if 'rope.freqs' in state_dict:  # The tensors show RoPE-Mixed, also without a config.json.

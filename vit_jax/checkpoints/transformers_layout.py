@@ -71,6 +71,7 @@ def architecture(state_dict: StateDict, config: Mapping[str, Any], path: str) ->
       'embed_norm': False,
       'mlp_gated': False,
       'mlp_norm': False,
+      'res_post_norm': False,
       'rope': False,
       'rope_grid': None,
   }

@@ -80,7 +80,8 @@ class MlpBlock(nn.Module):
 
 
 class Encoder1DBlock(nn.Module):
-  """Pre-LayerNorm transformer block: x + MSA(LN(x)), then x + MLP(LN(x)).
+  """Pre-LayerNorm transformer block: x + MSA(LN(x)), then x + MLP(LN(x)) (`res_post_norm`: the
+  norms after the branches).
 
   Submodule names are spelled out: they are the names in the original checkpoints (older Flax numbered
   submodules across types), and current Flax would number them per type. At train time each residual
@@ -113,6 +114,10 @@ class Encoder1DBlock(nn.Module):
   attn_norm: bool = False  # SelfAttention's `out_norm`.
   mlp_gated: bool = False  # MlpBlock's `gated`.
   mlp_norm: bool = False  # MlpBlock's `norm`.
+  # Each branch normalised after it, before the residual add: x + LN(MSA(x)), then x + LN(MLP(x))
+  # (Swin V2's res-post-norm, timm's ResPostBlock and Eva's use_post_norm: EVA-02-CLIP-E's), the
+  # norms of the same names.
+  res_post_norm: bool = False
   rope: bool = False  # Rotary embeddings of the patches' queries and keys (rope.py), over `grid`.
   rope_grid: Optional[tuple[int, int]] = None  # rope.tables' `ref_grid`.
   rope_style: str = 'eva02'  # A key of rope.STYLES.
@@ -142,7 +147,11 @@ class Encoder1DBlock(nn.Module):
     elif self.posemb is not None:
       embedded = POSEMBS[self.posemb](name='posembed')(inputs[:, :real], self.grid)
       inputs = jnp.concatenate([embedded, inputs[:, real:]], axis=1)
-    x = norms.norm(self.norm_layer, self.layernorm_epsilon, self.dtype, 'LayerNorm_0')(inputs)
+    norm_0, norm_2 = (
+        norms.norm(self.norm_layer, self.layernorm_epsilon, self.dtype, name)
+        for name in ('LayerNorm_0', 'LayerNorm_2')
+    )
+    x = inputs if self.res_post_norm else norm_0(inputs)
     padding = 0 if self.tokens else token_padding(self.attention, given, self.dtype)
     if padding:  # For the fused kernel, where the encoder did not pad (Axial-ViT's rows, columns).
       x = jnp.pad(x, ((0, 0), (0, padding), (0, 0)))
@@ -169,8 +178,10 @@ class Encoder1DBlock(nn.Module):
         :, :given
     ]
     x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
+    if self.res_post_norm:
+      x = norm_0(x)
     x = self._drop_path(self._scale('ls1', x), drop_path_rate, deterministic) + inputs
-    y = norms.norm(self.norm_layer, self.layernorm_epsilon, self.dtype, 'LayerNorm_2')(x)
+    y = x if self.res_post_norm else norm_2(x)
     y = MlpBlock(
         self.mlp_dim,
         self.dropout_rate,
@@ -183,6 +194,8 @@ class Encoder1DBlock(nn.Module):
         matmul=self.matmul,
         name='MlpBlock_3',
     )(y, deterministic=deterministic)
+    if self.res_post_norm:
+      y = norm_2(y)
     return x + self._drop_path(self._scale('ls2', y), drop_path_rate, deterministic)
 
   def _transform_qk(self, real: int, width: int) -> Optional[Callable[..., Any]]:

@@ -154,6 +154,7 @@ class Encoder(nn.Module):
   attn_norm: bool = False
   mlp_gated: bool = False
   mlp_norm: bool = False
+  res_post_norm: bool = False
   rope: bool = False
   rope_grid: Optional[tuple[int, int]] = None
   rope_style: str = 'eva02'
@@ -191,6 +192,7 @@ class Encoder(nn.Module):
         attn_norm=self.attn_norm,
         mlp_gated=self.mlp_gated,
         mlp_norm=self.mlp_norm,
+        res_post_norm=self.res_post_norm,
         rope=self.rope,
         rope_grid=self.rope_grid,
         rope_style=self.rope_style,

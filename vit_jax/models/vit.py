@@ -80,6 +80,8 @@ class ViTBackbone(nn.Module):
   # (`mlp_norm`): block.MlpBlock's `gated` and `norm`, EVA-02's.
   mlp_gated: bool = False
   mlp_norm: bool = False
+  # Each block's norms after its branches, before the residual adds (block.py; EVA-02-CLIP-E's).
+  res_post_norm: bool = False
   # 2-D rotary embeddings of the patches' queries and keys (rope.py), EVA-02's, RoPE-ViT's (axial or
   # mixed: learned), Perception Encoder's or DINOv3's (`rope_style`, a key of rope.STYLES);
   # `rope_grid`: the grid other grids' positions are rescaled to (timm's ref_feat_shape; not
@@ -203,6 +205,7 @@ class ViTBackbone(nn.Module):
         attn_norm=self.attn_norm,
         mlp_gated=self.mlp_gated,
         mlp_norm=self.mlp_norm,
+        res_post_norm=self.res_post_norm,
         rope=self.rope,
         rope_grid=None if self.rope_grid is None else tuple(self.rope_grid),
         rope_style=self.rope_style,

@@ -112,6 +112,7 @@ def vit_model_config(variant: str, overrides: Optional[Mapping[str, Any]] = None
       attn_norm=False,
       mlp_gated=False,
       mlp_norm=False,
+      res_post_norm=False,
       rope=False,
       rope_grid=None,
       rope_style='eva02',

@@ -1,6 +1,6 @@
 """vit_jax/checkpoints/timm_architectures.json from the installed timm: for every architecture timm
-registers as a VisionTransformer or an Eva (vision_transformer.py, deit.py, eva.py), the arguments
-its entry point creates the model with, and each class's defaults. A hub checkpoint's config.json
+registers as a VisionTransformer, an Eva or a Beit (vision_transformer.py, deit.py, eva.py,
+beit.py), the arguments its entry point creates the model with, and each class's defaults. A hub checkpoint's config.json
 names its architecture but not these arguments; the table is how vit_jax knows them without timm.
 
 Regenerate after changing the pinned timm (test_timm_architectures_vs_torch.py checks the file):
@@ -16,15 +16,21 @@ from unittest import mock
 
 import timm
 import torch
-from timm.models import deit, eva, vision_transformer
+from timm.models import beit, deit, eva, vision_transformer
 
 # The timm classes vit_jax reads, by the name the table gives them.
-CLASSES = {'vision_transformer': vision_transformer.VisionTransformer, 'eva': eva.Eva}
-# The functions the entry points of each timm module create their models through.
+CLASSES = {
+    'vision_transformer': vision_transformer.VisionTransformer,
+    'eva': eva.Eva,
+    'beit': beit.Beit,
+}
+# The functions the entry points of each timm module create their models through, and the class each
+# creates.
 _CREATORS = (
-    (vision_transformer, '_create_vision_transformer'),
-    (eva, '_create_eva'),
-    (deit, '_create_deit'),
+    (vision_transformer, '_create_vision_transformer', 'vision_transformer'),
+    (eva, '_create_eva', 'eva'),
+    (deit, '_create_deit', 'vision_transformer'),
+    (beit, '_create_beit', 'beit'),
 )
 # Arguments of no consequence to the table (devices, dtypes), or not JSON (the class to build).
 _SKIPPED = ('device', 'dtype', 'pretrained_cfg', 'pretrained_cfg_overlay', 'out_indices')
@@ -76,17 +82,17 @@ def registered_arguments(name: str) -> tuple[str, dict[str, Any]]:
   module's create function instead of building the model."""
   captured = {}
 
-  def capture(creator_module):
+  def capture(cls):
     def create(variant, pretrained=False, **kwargs):
       del variant, pretrained
       distilled = kwargs.pop('distilled', False)
-      captured['class'] = 'eva' if creator_module is eva else 'vision_transformer'
+      captured['class'] = cls
       captured['args'] = {**kwargs, **({'distilled': True} if distilled else {})}
       return torch.nn.Identity()
 
     return create
 
-  patches = [mock.patch.object(m, f, capture(m)) for m, f in _CREATORS]
+  patches = [mock.patch.object(m, f, capture(cls)) for m, f, cls in _CREATORS]
   for patch in patches:
     patch.start()
   try:
@@ -101,7 +107,7 @@ def registered_arguments(name: str) -> tuple[str, dict[str, Any]]:
 def table() -> dict[str, Any]:
   names = sorted(
       name
-      for module in ('vision_transformer', 'deit', 'eva')
+      for module in ('vision_transformer', 'deit', 'eva', 'beit')
       for name in timm.list_models(module=module)
   )
   architectures = {}

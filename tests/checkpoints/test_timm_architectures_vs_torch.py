@@ -73,6 +73,12 @@ COMPUTED = (
     # Res-post-norm blocks (model.res_post_norm): timm's ResPostBlock, EVA-02-CLIP-E's Eva blocks.
     ('vit_base_patch16_rpn_224', {}),
     ('eva02_enormous_patch14_clip_224', {'patch_size': 14}),
+    # BEiT (timm's Beit): relative position biases in every block (model.posemb=relative), or one
+    # all blocks share; its attention's q and v biases, layer scale, 'avg' pooling with fc_norm.
+    ('beit_base_patch16_224', {}),
+    ('beitv2_base_patch16_224', {}),
+    ('beitv2_base_patch16_224', {'use_rel_pos_bias': False, 'use_shared_rel_pos_bias': True}),
+    ('beit_base_patch16_224', {'global_pool': 'token'}),
 )
 # Architectures whose weights would load but compute another function, and what the error names.
 REFUSED = (
@@ -130,6 +136,8 @@ def test_an_architecture_vit_jax_computes_gives_timms_logits(tmp_path, architect
         ),
         ('beit3_base_patch16_224', {}, {'mlp_norm': True}),
         ('vit_base_patch16_rpn_224', {}, {'res_post_norm': True}),
+        ('beitv2_base_patch16_224', {}, {'posemb': 'relative', 'classifier': 'gap'}),
+        ('beit_base_patch16_224', {'global_pool': 'token'}, {'posemb': 'relative'}),
         ('eva02_enormous_patch14_clip_224', {'patch_size': 14}, {'res_post_norm': True}),
     ],
 )

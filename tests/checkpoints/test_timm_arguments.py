@@ -1,12 +1,13 @@
-"""What a timm checkpoint's config.json says without its tensors (timm_arguments.py, timm_fields.py): the arguments of
-its registered architecture, from the table of timm's registry, merged with its model_args as timm
-merges them. The state dicts are our export's (timm's naming), so no timm is needed here; the
-comparisons with timm's own models are test_timm_architectures_vs_torch.py's."""
+"""What a timm checkpoint's config.json says without its tensors (timm_arguments.py,
+timm_fields.py): the arguments of its registered architecture, from the table of timm's registry,
+merged with its model_args as timm merges them. The state dicts are our export's (timm's naming),
+so no timm is needed here; the comparisons with timm's own models are
+test_timm_architectures_vs_torch.py's."""
 
 import pytest
 
 import helpers
-from vit_jax.checkpoints import timm_export_tensors, timm_layout
+from vit_jax.checkpoints import timm_export, timm_export_tensors, timm_layout
 from vit_jax.models import VisionTransformer
 
 PATH = 'ck'
@@ -172,3 +173,32 @@ def test_rope_mixeds_frequencies_show_its_rotary_embeddings_without_a_config_jso
   mixed = {'architecture': 'vit_small_patch16_rope_mixed_224'}
   with pytest.raises(ValueError, match=r"created with RoPE-Mixed's .* its tensors have none: "):
     timm_layout.architecture(state_dict, mixed, PATH)
+
+
+@pytest.mark.parametrize(
+    'fields,message',
+    [
+        ({'key_bias': True}, r'model.key_bias=True: it needs key_bias=False \(its q_bias'),
+        (
+            {'classifier': 'gap', 'fc_norm': False},
+            r'model.fc_norm=False: it needs fc_norm with gap',
+        ),
+        ({'num_registers': 2}, r'model.num_registers=2: it needs num_registers=0$'),
+        ({'layernorm_epsilon': 1e-5}, r'model.layernorm_epsilon=1e-05: it needs layernorm_epsilon'),
+    ],
+)
+def test_what_timms_beit_cannot_hold_is_one_line(fields, message):
+  """Relative position biases export as timm's Beit, which has fewer options than our ViT."""
+  model = {
+      **helpers.model_config(helpers.load_config('demo')),
+      'posemb': 'relative',
+      'classifier': 'gap',
+      'fc_norm': True,
+      'key_bias': False,
+      'mlp_activation': 'gelu',
+      **fields,
+  }
+  with pytest.raises(ValueError, match=r"^timm's Beit \(the class of relative position biases\) "):
+    timm_export.export(None, model, 16, 10, pp_eval={'crop': 'resize'})
+  with pytest.raises(ValueError, match=message):
+    timm_export.export(None, model, 16, 10, pp_eval={'crop': 'resize'})

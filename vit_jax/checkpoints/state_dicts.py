@@ -6,7 +6,8 @@ loads and computes another function.
 
 The files: torch_files.py; the naming shared by the layouts: torch_names.py; each layout:
 timm_layout.py (with timm_arguments.py, timm_fields.py), transformers_layout.py (with
-transformers_families.py); the export to timm: timm_export.py (with timm_export_tensors.py).
+transformers_families.py); the export to timm: timm_export.py (with timm_export_args.py,
+timm_export_tensors.py).
 """
 
 import dataclasses

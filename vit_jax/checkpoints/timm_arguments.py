@@ -3,8 +3,8 @@ the model with (`Arguments`), and whether vit_jax computes that function (`check
 they fix that no tensor shows are timm_fields.py's.
 
 A hub checkpoint's config.json names its `architecture` (a function timm registers) and rarely its
-`model_args`; what the architecture passes to timm's `VisionTransformer` or `Eva` (heads, activation,
-LayerNorm epsilon, rotary embeddings, block types, ...) is in timm's code. timm_architectures.json
+`model_args`; what the architecture passes to timm's `VisionTransformer`, `Eva` or `Beit` (heads,
+activation, LayerNorm epsilon, rotary embeddings, block types, ...) is in timm's code. timm_architectures.json
 holds it for every architecture of the pinned timm (tests/timm_registry.py writes it from timm's
 registry), so vit_jax reads timm checkpoints without timm. The arguments are merged as
 `timm.create_model(architecture, **model_args)` merges them. Every argument either maps to a
@@ -76,6 +76,15 @@ _SHOWN_OR_INERT = {
         'attn_pool_mlp_ratio',
         'head_init_scale',
     ),
+    'beit': _COMMON
+    + (
+        'scale_mlp',
+        'use_abs_pos_emb',
+        'use_rel_pos_bias',
+        'use_shared_rel_pos_bias',
+        'use_fc_norm',
+        'head_init_scale',
+    ),
 }
 # Arguments that map to model fields (`fields`).
 _MAPPED = {
@@ -103,6 +112,7 @@ _MAPPED = {
         'attn_pool_num_heads',
         'use_post_norm',
     ),
+    'beit': ('num_heads', 'norm_layer', 'global_pool', 'swiglu_mlp'),
 }
 # timm's (rope_type, rope_rotate_half, rope_temperature, rope_grid_indexing, rope_grid_offset) of
 # each model.rope_style (rope.py), read here and written by timm_export.py; any other combination is
@@ -143,6 +153,7 @@ _COMPUTED = {
         'rope_rescale_coords': (None,),
         'rope_mrope_section': (None,),
     },
+    'beit': {},
 }
 # timm's MLP layers vit_jax's MLP is (model.mlp_gated shows which, from the tensors).
 _MLP_LAYERS = ('Mlp', 'SwiGLU')
@@ -163,12 +174,13 @@ class Arguments:
   """The arguments timm creates a checkpoint's model with: `known` when its architecture is in the
   table (every argument then has its value), else only those its model_args give."""
 
-  def __init__(self, config: Mapping[str, Any], eva_tensors: bool):
+  def __init__(self, config: Mapping[str, Any], tensor_class: str):
     self.name = config.get('architecture')
     # A name may carry its pretrained tag, as timm.create_model takes it: 'vit_base_patch16_224.augreg'.
     entry = _table()['architectures'].get((self.name or '').partition('.')[0])
     self.known = entry is not None
-    self.cls = entry['class'] if self.known else ('eva' if eva_tensors else 'vision_transformer')
+    # An architecture the table lacks is of the class its tensors show.
+    self.cls = entry['class'] if self.known else tensor_class
     self.defaults = _table()['defaults'][self.cls]
     self.args = {**(entry['args'] if self.known else {}), **(config.get('model_args') or {})}
 

@@ -73,6 +73,11 @@ def to_state_dict(params: Any, eva: bool = False) -> StateDict:
         out[f'{t}attn.{norm}.bias'] = flat.pop(f'{ours}/{norm}/bias')
     if eva and f'{ours}/rope_freqs' in flat:
       rope_frequencies.append(flat.pop(f'{ours}/rope_freqs'))
+    if eva and f'{ours}/relative_posemb/relative_bias' in flat:  # Beit's: the offsets', then 3.
+      offsets = flat.pop(f'{ours}/relative_posemb/relative_bias')
+      out[f'{t}attn.relative_position_bias_table'] = np.concatenate(
+          [offsets.reshape(-1, offsets.shape[-1]), flat.pop(f'{ours}/relative_posemb/prefix_bias')]
+      )
     i += 1
   if rope_frequencies:  # RoPE-Mixed's, every block's in one tensor [2, depth, heads, head_dim / 2].
     out['rope.freqs'] = np.stack(rope_frequencies, axis=1)

@@ -13,12 +13,16 @@ from vit_jax.checkpoints.timm_arguments import Arguments
 # timm's activation layers (the table's names, and the strings model_args may hold) as ours.
 _ACTIVATIONS = {'GELU': 'gelu', 'GELUTanh': 'gelu_tanh', 'QuickGELU': 'quick_gelu', 'SiLU': 'silu'}
 _ACTIVATIONS.update(torch_names.ACTIVATIONS)
-_POOLS = {'vision_transformer': ('token', 'avg', 'map', ''), 'eva': ('token', 'avg', 'map', '')}
+_POOLS = {
+    'vision_transformer': ('token', 'avg', 'map', ''),
+    'eva': ('token', 'avg', 'map', ''),
+    'beit': ('token', 'avg', ''),
+}
 
 
 def activation(args: Arguments, gated: bool, path: str) -> Optional[str]:
   """model.mlp_activation, None where the config.json does not say."""
-  if args.cls == 'eva':  # Eva's MLP: GELU, or SwiGLU's SiLU; it has no act_layer.
+  if args.cls in ('eva', 'beit'):  # Their MLP: GELU, or SwiGLU's SiLU; they have no act_layer.
     return 'silu' if gated else ('gelu' if args.known else None)
   if not args.has('act_layer'):
     return None
@@ -65,7 +69,7 @@ def rotary(args: Arguments) -> tuple[Optional[bool], Optional[tuple[int, int]], 
   """(model.rope, model.rope_grid, model.rope_style) of arguments `check` passed; rope None where
   the config.json does not say."""
   if args.cls != 'eva':
-    return False, None, 'eva02'  # timm's VisionTransformer has none.
+    return False, None, 'eva02'  # timm's VisionTransformer and Beit have none.
   if not args.has('use_rot_pos_emb'):
     return None, None, 'eva02'
   if not args.get('use_rot_pos_emb'):
@@ -109,6 +113,8 @@ def map_head(args: Arguments, pool: Optional[str], path: str) -> tuple[Optional[
 def res_post_norm(args: Arguments) -> Optional[bool]:
   """model.res_post_norm: timm's ResPostBlock (VisionTransformer's block_fn) or Eva's
   use_post_norm; None where the config.json does not say."""
+  if args.cls == 'beit':
+    return False
   arg = 'block_fn' if args.cls == 'vision_transformer' else 'use_post_norm'
   if not args.has(arg):
     return None

@@ -1,5 +1,5 @@
-"""timm's `VisionTransformer` and `Eva` (EVA-02's class) state dicts in: our tree (`from_state_dict`)
-and the model fields they fix (`architecture`); out is timm_export.py's.
+"""timm's `VisionTransformer`, `Eva` (EVA-02's class) and `Beit` (BEiT's) state dicts in: our tree
+(`from_state_dict`) and the model fields they fix (`architecture`); out is timm_export.py's.
 
 The architectures map one to one except: timm has no pre-logits layer; timm's `no_embed_class` (no
 position embedding for the class token) is ours with a zero one (and zero ones for its registers,
@@ -9,11 +9,13 @@ token: model.map_heads, model.map_include_prefix); timm's layer scale `ls1.gamma
 (DeiT III, DINOv2; Eva's `gamma_1`, `gamma_2`) is ours (model.layer_scale). Eva's EvaAttention has
 no key bias (model.key_bias=False; its AttentionRope has one), its MLP may be gated (SwiGLU:
 model.mlp_gated) with a norm (model.mlp_norm); RoPE-Mixed's learned frequencies `rope.freqs` are each
-block's `rope_freqs`.
+block's `rope_freqs`. Beit's blocks are Eva's names with a relative position bias in each attention
+(`relative_position_bias_table`, or one `rel_pos_bias` all share): model.posemb='relative'.
 What has no parameters but changes the function (timm's pooling, the MLP's activation, Eva's rotary
 embeddings) is read from the config.json beside the weights, when there is one.
 """
 
+import math
 from typing import Any, Mapping, Optional
 
 import numpy as np
@@ -88,6 +90,8 @@ def from_state_dict(
     for norm in ('q_norm', 'k_norm'):  # timm's qk_norm.
       if r.has(f'{t}attn.{norm}.weight'):
         tree.update(r.norm(f'{t}attn.{norm}', f'{ours}/{norm}'))
+  if _tensor_class(state_dict) == 'beit':
+    tree.update(_relative_biases(r, torch_names.num_blocks(state_dict, r'blocks\.(\d+)\.'), source))
   if r.has('rope.freqs'):  # RoPE-Mixed's learned frequencies, [2, depth, heads, head_dim / 2].
     frequencies = r.take('rope.freqs')
     for i in range(frequencies.shape[1]):
@@ -209,8 +213,7 @@ def architecture(state_dict: StateDict, config: Mapping[str, Any], path: str) ->
   for a model whose tensors load but compute another function than vit_jax's ViT."""
   patches = state_dict['patch_embed.proj.weight'].shape
   has = lambda name: f'blocks.0.{name}' in state_dict
-  eva_tensors = any(has(name) for name in _EVA_TENSORS) or 'rope.freqs' in state_dict
-  args = timm_arguments.Arguments(config, eva_tensors=eva_tensors)
+  args = timm_arguments.Arguments(config, _tensor_class(state_dict))
   timm_arguments.check(args, path)
   if 'blocks.0.mlp.fc2.weight' not in state_dict:
     raise ValueError(
@@ -243,7 +246,7 @@ def architecture(state_dict: StateDict, config: Mapping[str, Any], path: str) ->
       'mlp_norm': has('mlp.norm.weight'),
       'distilled': 'dist_token' in state_dict,
       'classifier': _classifier(state_dict, pool, path),
-      'posemb': 'learn' if 'pos_embed' in state_dict else 'none',
+      'posemb': _posemb(state_dict, path),
       'posemb_where': 'input',
   }
   fields['map_heads'], fields['map_include_prefix'] = timm_fields.map_head(
@@ -290,6 +293,18 @@ def _map_mlp_dim(state_dict: StateDict, mlp_dim: int, gated_eva: bool, path: str
   return None if units == mlp_dim else units
 
 
+def _posemb(state_dict: StateDict, path: str) -> str:
+  """model.posemb: learned embeddings (pos_embed), Beit's relative biases, or none."""
+  relative = _tensor_class(state_dict) == 'beit'
+  if relative and 'pos_embed' in state_dict:
+    raise ValueError(
+        f'{path}: the timm model adds learned position embeddings and relative position biases '
+        "(Beit's use_abs_pos_emb with use_rel_pos_bias), and vit_jax's ViT has one kind "
+        '(model.posemb)'
+    )
+  return 'relative' if relative else 'learn' if 'pos_embed' in state_dict else 'none'
+
+
 def _check_learned_rotary(
     state_dict: StateDict, fields: dict[str, Any], args: timm_arguments.Arguments, path: str
 ) -> None:
@@ -307,9 +322,40 @@ def _check_learned_rotary(
     )
 
 
-# Tensors of the blocks only timm's Eva has: its attention's q_bias / v_bias or separate projections,
-# its layer scale's name, SwiGLU's split fc1 (and beside them RoPE-Mixed's rope.freqs).
+# Tensors of the blocks only timm's Eva (and Beit) has: its attention's q_bias / v_bias or separate
+# projections, its layer scale's name, SwiGLU's split fc1 (and beside them RoPE-Mixed's rope.freqs).
 _EVA_TENSORS = ('attn.q_bias', 'attn.q_proj.weight', 'gamma_1', 'mlp.fc1_g.weight')
+# Beit's relative position biases: each block's, or one all blocks share.
+_BLOCK_RELATIVE = 'attn.relative_position_bias_table'
+_SHARED_RELATIVE = 'rel_pos_bias.relative_position_bias_table'
+
+
+def _tensor_class(state_dict: StateDict) -> str:
+  """The timm class a state dict's tensors show: 'beit', 'eva' or 'vision_transformer'."""
+  if _SHARED_RELATIVE in state_dict or f'blocks.0.{_BLOCK_RELATIVE}' in state_dict:
+    return 'beit'
+  eva = any(f'blocks.0.{name}' in state_dict for name in _EVA_TENSORS)
+  return 'eva' if eva or 'rope.freqs' in state_dict else 'vision_transformer'
+
+
+def _relative_biases(r: torch_names.Reader, num_blocks: int, source: str) -> dict[str, np.ndarray]:
+  """Each block's `relative_posemb` from Beit's tables [(2h - 1)(2w - 1) + 3, heads] of a square
+  grid, its own or the one all blocks share (which each block's copy computes alike): the offsets'
+  biases, then the class token's three, in posemb.relative_index's order (BEiT's)."""
+  shared = r.take(_SHARED_RELATIVE) if r.has(_SHARED_RELATIVE) else None
+  tree = {}
+  for i in range(num_blocks):
+    table = shared if shared is not None else r.take(f'blocks.{i}.{_BLOCK_RELATIVE}')
+    side = math.isqrt(table.shape[0] - 3)
+    if side * side != table.shape[0] - 3:
+      raise ValueError(
+          f'{source}: its relative position biases ({table.shape[0]} rows) are not of a square '
+          "grid of patches, which vit_jax's reader of timm's Beit takes"
+      )
+    ours = f'{torch_names.BLOCK.format(i)}/relative_posemb/'
+    tree[ours + 'relative_bias'] = table[:-3].reshape(side, side, -1)
+    tree[ours + 'prefix_bias'] = table[-3:]
+  return tree
 
 
 def _classifier(state_dict: StateDict, pool: Optional[str], path: str) -> str:

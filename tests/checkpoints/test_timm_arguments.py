@@ -7,7 +7,7 @@ test_timm_architectures_vs_torch.py's."""
 import pytest
 
 import helpers
-from vit_jax.checkpoints import timm_export, timm_export_tensors, timm_layout
+from vit_jax.checkpoints import timm_architecture, timm_export, timm_export_tensors
 from vit_jax.models import VisionTransformer
 
 PATH = 'ck'
@@ -21,7 +21,7 @@ def _state_dict(**fields):
 
 
 def _fields(config, **model_fields):
-  return timm_layout.architecture(_state_dict(**model_fields), config, PATH)
+  return timm_architecture.architecture(_state_dict(**model_fields), config, PATH)
 
 
 def test_a_hub_config_json_gets_the_registered_architectures_arguments():
@@ -159,7 +159,7 @@ def test_rope_mixeds_frequencies_show_its_rotary_embeddings_without_a_config_jso
   )
   state_dict = timm_export_tensors.to_state_dict(helpers.random_params(model, 8), eva=True)
   assert state_dict['rope.freqs'].shape == (2, 4, 4, 8)  # [2, depth, heads, head_dim / 2].
-  fields = timm_layout.architecture(state_dict, {}, PATH)
+  fields = timm_architecture.architecture(state_dict, {}, PATH)
   assert (fields['rope'], fields['rope_grid'], fields['rope_style']) == (True, None, 'rope_mixed')
   axial = {'architecture': 'vit_small_patch16_rope_224'}
   with pytest.raises(
@@ -168,11 +168,11 @@ def test_rope_mixeds_frequencies_show_its_rotary_embeddings_without_a_config_jso
       r'rotary frequencies, and its tensors have them \(rope.freqs\): the config.json is another '
       r"model's$",
   ):
-    timm_layout.architecture(state_dict, axial, PATH)
+    timm_architecture.architecture(state_dict, axial, PATH)
   del state_dict['rope.freqs']
   mixed = {'architecture': 'vit_small_patch16_rope_mixed_224'}
   with pytest.raises(ValueError, match=r"created with RoPE-Mixed's .* its tensors have none: "):
-    timm_layout.architecture(state_dict, mixed, PATH)
+    timm_architecture.architecture(state_dict, mixed, PATH)
 
 
 @pytest.mark.parametrize(

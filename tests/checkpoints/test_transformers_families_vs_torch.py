@@ -1,5 +1,5 @@
-"""Hugging Face transformers' DINOv2 (with registers, with SwiGLU), DINOv3, I-JEPA, ViTMAE, SigLIP,
-SigLIP 2 and CLIP image towers through config.init_from: tiny random models saved by transformers'
+"""Hugging Face transformers' DINOv2 (with registers, with SwiGLU), DINOv3, I-JEPA, ViTMAE, BEiT,
+data2vec, SigLIP, SigLIP 2 and CLIP image towers through config.init_from: tiny random models saved by transformers'
 own `save_pretrained`, their features (pooler_output) against ours, and the model fields
 state_dicts.architecture reads from the files.
 """
@@ -143,6 +143,23 @@ def _clip(cls=transformers.CLIPVisionModel, **kwargs) -> transformers.PreTrained
   return cls(transformers.CLIPVisionConfig(**_TINY, intermediate_size=64, **kwargs))
 
 
+def _beit(cls=transformers.BeitModel, config_cls=transformers.BeitConfig, **kwargs):
+  # Data2VecVisionModel has no pooler by default.
+  return cls(config_cls(**_TINY, intermediate_size=64, **kwargs), add_pooling_layer=True)
+
+
+_BEIT_FIELDS = {
+    'class_token': True,
+    'pre_norm': False,
+    'num_registers': 0,
+    'layer_scale': 0.1,
+    'posemb': 'relative',
+    'key_bias': False,
+    'mlp_activation': 'gelu',
+    'layernorm_epsilon': 1e-12,
+}
+
+
 def _pooled(outputs) -> torch.Tensor:
   return outputs.pooler_output
 
@@ -258,6 +275,27 @@ _FAMILIES = {
             'mlp_activation': 'gelu',
             'layernorm_epsilon': 1e-12,
         },
+    ),
+    # Relative position biases in each block, the patches' mean LayerNormed (use_mean_pooling).
+    'beit': (
+        lambda: _beit(use_relative_position_bias=True),
+        _pooled,
+        {**_BEIT_FIELDS, 'classifier': 'gap', 'fc_norm': True},
+    ),
+    # One relative position bias all blocks share, the class token's output LayerNormed.
+    'beit_shared_token': (
+        lambda: _beit(use_shared_relative_position_bias=True, use_mean_pooling=False),
+        _pooled,
+        {**_BEIT_FIELDS, 'classifier': 'token'},
+    ),
+    'data2vec_vision': (
+        lambda: _beit(
+            transformers.Data2VecVisionModel,
+            transformers.Data2VecVisionConfig,
+            use_relative_position_bias=True,
+        ),
+        _pooled,
+        {**_BEIT_FIELDS, 'classifier': 'gap', 'fc_norm': True},
     ),
     'siglip': (
         _siglip,
@@ -571,4 +609,32 @@ def test_a_transformers_dinov2_classifier_gives_its_logits(tmp_path, cls, config
   assert fields['num_registers'] == registers.get('num_register_tokens', 0)
   expected = torch_outputs(reference, images()).logits.numpy()
   logits = ours(path, NUM_CLASSES, **_overrides(fields))
+  np.testing.assert_allclose(logits, expected, atol=1e-4 * np.abs(expected).max())
+
+
+def test_a_transformers_beit_classifier_gives_its_logits_from_an_older_file(tmp_path):
+  """BeitForImageClassification (the hub's microsoft/beit-*): its classifier reads the pooled
+  patches' mean; the hub's older files also hold each block's relative_position_index, a buffer
+  computed from the grid (transformers ignores it on load), which is left out here too."""
+  reference = randomize(
+      transformers.BeitForImageClassification(
+          transformers.BeitConfig(
+              **_TINY,
+              intermediate_size=64,
+              num_labels=NUM_CLASSES,
+              use_relative_position_bias=True,
+          )
+      )
+  ).eval()
+  reference.save_pretrained(tmp_path / 'beit')
+  weights = tmp_path / 'beit' / 'model.safetensors'
+  tensors = safetensors.torch.load_file(weights)
+  for i in range(2):
+    bias = f'beit.encoder.layer.{i}.attention.attention.relative_position_bias.'
+    tensors[bias + 'relative_position_index'] = torch.zeros((50, 50), dtype=torch.int64)
+  safetensors.torch.save_file(tensors, weights, metadata={'format': 'pt'})
+  fields = state_dicts.architecture(str(tmp_path / 'beit'))
+  assert fields == {**_SIZES, **_BEIT_FIELDS, 'classifier': 'gap', 'fc_norm': True}
+  expected = torch_outputs(reference, images()).logits.numpy()
+  logits = ours(str(tmp_path / 'beit'), NUM_CLASSES, **_overrides(fields))
   np.testing.assert_allclose(logits, expected, atol=1e-4 * np.abs(expected).max())

@@ -5,8 +5,8 @@ fields that have no tensor (heads, MLP activation, LayerNorm epsilon, pooling), 
 loads and computes another function.
 
 The files: torch_files.py; the naming shared by the layouts: torch_names.py; each layout:
-timm_layout.py (with timm_arguments.py, timm_fields.py), transformers_layout.py (with
-transformers_families.py); the export to timm: timm_export.py (with timm_export_args.py,
+timm_layout.py (with timm_architecture.py, timm_arguments.py, timm_fields.py), transformers_layout.py
+(with transformers_families.py); the export to timm: timm_export.py (with timm_export_args.py,
 timm_export_tensors.py).
 """
 
@@ -16,7 +16,13 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
-from vit_jax.checkpoints import adapting, timm_layout, torch_files, transformers_layout
+from vit_jax.checkpoints import (
+    adapting,
+    timm_architecture,
+    timm_layout,
+    torch_files,
+    transformers_layout,
+)
 from vit_jax.checkpoints.torch_files import StateDict
 
 
@@ -37,7 +43,7 @@ LAYOUTS: dict[str, Layout] = {
     'timm': Layout(
         timm_layout.recognises,
         timm_layout.from_state_dict,
-        timm_layout.architecture,
+        timm_architecture.architecture,
         timm_layout.normalization,
     ),
     'transformers': Layout(

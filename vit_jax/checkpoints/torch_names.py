@@ -94,6 +94,11 @@ class Reader:
       tree[f'{ours}/bias'] = self.take(f'{theirs}.bias')
     return tree
 
+  def drop_matching(self, pattern: str) -> None:
+    """Leaves out the tensors whose names match `pattern`: buffers that are computed, not read."""
+    for name in [n for n in self._left if re.search(pattern, n)]:
+      del self._left[name]
+
   def bias(self, name: str, width: int) -> np.ndarray:
     """The bias `name`, or zeros of `width` where the layer has none (timm's qkv_bias=False,
     proj_bias=False): zeros compute the same function."""
@@ -143,3 +148,21 @@ def attention_out(flat: dict[str, np.ndarray], prefix: str, d: int) -> StateDict
     if f'{prefix}/{ours}/bias' in flat:
       weights[f'{name}.bias'] = flat.pop(f'{prefix}/{ours}/bias').reshape(d)
   return weights
+
+
+def relative_bias_in(table: np.ndarray, block: str, source: str) -> dict[str, np.ndarray]:
+  """Block `block`'s `relative_posemb` from BEiT's relative position bias table [(2h - 1)(2w - 1)
+  + 3, heads] of a square grid (timm's Beit, transformers' BEiT and data2vec): the offsets' biases,
+  then the class token's three, in posemb.relative_index's order (BEiT's). A table all blocks share
+  is each block's, which computes the same."""
+  side = math.isqrt(table.shape[0] - 3)
+  if side * side != table.shape[0] - 3:
+    raise ValueError(
+        f'{source}: its relative position biases ({table.shape[0]} rows) are not of a square grid '
+        "of patches, which vit_jax's readers take"
+    )
+  ours = f'{block}/relative_posemb/'
+  return {
+      ours + 'relative_bias': table[:-3].reshape(side, side, -1),
+      ours + 'prefix_bias': table[-3:],
+  }

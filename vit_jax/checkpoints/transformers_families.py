@@ -1,6 +1,6 @@
 """The families of Hugging Face transformers ViTs that transformers_layout.py reads: how each one's
 tensors map onto vit_jax's ViT (`Family.tree`) and the model fields they fix (`Family.fields`); the
-image towers of SigLIP and CLIP are in transformers_towers.py.
+image towers of SigLIP and CLIP are in transformers_towers.py, BEiT's in transformers_beit.py.
 
 Their blocks differ in names only (`Blocks`): a LayerNorm before the attention and one before the
 MLP; transformers' separate query / key / value projections are ours; DINOv2's and DINOv3's layer
@@ -33,26 +33,13 @@ from typing import Any, Mapping, Optional
 import numpy as np
 
 from vit_jax.checkpoints import torch_names
+from vit_jax.checkpoints import transformers_beit as beit
 from vit_jax.checkpoints import transformers_parts as parts
 from vit_jax.checkpoints import transformers_towers as towers
 from vit_jax.checkpoints.torch_files import StateDict
 from vit_jax.models import rope
 
 # ViTModel, ViTForImageClassification; DeiTModel, DeiTForImageClassificationWithTeacher.
-
-_VIT_PATCHES = 'embeddings.patch_embeddings.projection'
-_VIT_BLOCKS = parts.Blocks(
-    'encoder.layer.',
-    (
-        'attention.attention.query',
-        'attention.attention.key',
-        'attention.attention.value',
-        'attention.output.dense',
-    ),
-    ('layernorm_before', 'layernorm_after'),
-    ('intermediate.dense', 'output.dense'),
-)
-
 
 _DISTILLATION_TOKEN = 'embeddings.distillation_token'
 # ViT's pooler and classifier; DeiT's class token and distillation token classifiers.
@@ -65,7 +52,7 @@ _VIT_HEADS = (
 
 
 def _vit_tree(r: torch_names.Reader, state_dict: StateDict, num_heads: int, source: str):
-  tree = parts.patches(r, _VIT_PATCHES)
+  tree = parts.patches(r, parts.VIT_PATCHES)
   if r.has('embeddings.cls_token'):  # IJepa's has none.
     tree['cls'] = r.take('embeddings.cls_token')
   elif r.has('pooler.dense.weight'):
@@ -79,7 +66,7 @@ def _vit_tree(r: torch_names.Reader, state_dict: StateDict, num_heads: int, sour
       {
           # The class token's, DeiT's distillation token's, then the patches': timm's and ours.
           parts.POSEMB: r.take('embeddings.position_embeddings'),
-          **_VIT_BLOCKS.tree(r, state_dict, num_heads),
+          **parts.VIT_BLOCKS.tree(r, state_dict, num_heads),
           **r.norm('layernorm', parts.ENCODER_NORM),
       }
   )
@@ -93,7 +80,7 @@ def _vit_fields(state_dict: StateDict, config: Mapping[str, Any], path: str) -> 
   del config, path
   class_token = 'embeddings.cls_token' in state_dict
   return {
-      **parts.sizes(state_dict, _VIT_PATCHES, _VIT_BLOCKS),
+      **parts.sizes(state_dict, parts.VIT_PATCHES, parts.VIT_BLOCKS),
       'classifier': 'token' if class_token else 'gap',
       'class_token': class_token,
       'distilled': _DISTILLATION_TOKEN in state_dict,
@@ -106,7 +93,7 @@ def _vit_fields(state_dict: StateDict, config: Mapping[str, Any], path: str) -> 
 # Dinov2Model, Dinov2WithRegistersModel.
 
 _DINOV2_BLOCKS = dataclasses.replace(
-    _VIT_BLOCKS,
+    parts.VIT_BLOCKS,
     norms=('norm1', 'norm2'),
     mlp=('mlp.fc1', 'mlp.fc2'),
     scales=('layer_scale1.lambda1', 'layer_scale2.lambda1'),
@@ -131,7 +118,7 @@ def _dinov2_tree(r: torch_names.Reader, state_dict: StateDict, num_heads: int, s
     # Replaces the masked patches of masked pretraining (transformers' bool_masked_pos) only: no part
     # of the ViT that classifies or extracts features. Dropped.
     r.take(e + 'mask_token')
-  tree = {**parts.patches(r, _VIT_PATCHES), 'cls': r.take(e + 'cls_token')}
+  tree = {**parts.patches(r, parts.VIT_PATCHES), 'cls': r.take(e + 'cls_token')}
   posemb = r.take(e + 'position_embeddings')  # The class token's, then the patches'.
   if r.has(e + 'register_tokens'):
     # transformers adds the position embeddings, then puts the registers after the class token:
@@ -152,7 +139,7 @@ def _dinov2_fields(state_dict: StateDict, config: Mapping[str, Any], path: str) 
   registers = state_dict.get('embeddings.register_tokens')
   blocks = _dinov2_blocks(state_dict)
   fields = {
-      **parts.sizes(state_dict, _VIT_PATCHES, blocks),
+      **parts.sizes(state_dict, parts.VIT_PATCHES, blocks),
       # Dinov2ForImageClassification's head reads the class token and the patches' mean.
       'classifier': 'token_gap' if 'classifier.weight' in state_dict else 'token',
       'class_token': True,
@@ -224,8 +211,10 @@ def _dinov3_fields(state_dict: StateDict, config: Mapping[str, Any], path: str) 
   }
 
 
-# In the order they are told apart: DINOv2's names are ViT's but for its blocks'; the towers'.
+# In the order they are told apart: BEiT's names are ViT's and more, DINOv2's ViT's but for its
+# blocks'; the towers'.
 FAMILIES = (
+    beit.BEIT,
     parts.Family(
         # Registers without position embeddings (DINOv2's have them).
         lambda names: 'embeddings.register_tokens' in names
@@ -243,7 +232,7 @@ FAMILIES = (
         layer_norm_eps=1e-6,
     ),
     parts.Family(
-        lambda names: f'{_VIT_PATCHES}.weight' in names,
+        lambda names: f'{parts.VIT_PATCHES}.weight' in names,
         _vit_tree,
         _vit_fields,
         hidden_act='gelu',

@@ -19,8 +19,17 @@ ENCODER_NORM = 'Transformer/encoder_norm'
 # DeiTForImageClassificationWithTeacher's `deit.`; the *ForImageClassification of DINOv2, DINOv2 with
 # registers and I-JEPA; SigLIP's and CLIP's vision towers as transformers 4 wrote them, and
 # CLIPVisionModelWithProjection's, `vision_model.` (5.x writes SiglipVisionModel's and
-# CLIPVisionModel's names bare).
-_PREFIXES = ('vit.', 'deit.', 'dinov2.', 'dinov2_with_registers.', 'ijepa.', 'vision_model.')
+# CLIPVisionModel's names bare); BEiT's and data2vec's *ForImageClassification.
+_PREFIXES = (
+    'vit.',
+    'deit.',
+    'dinov2.',
+    'dinov2_with_registers.',
+    'ijepa.',
+    'vision_model.',
+    'beit.',
+    'data2vec_vision.',
+)
 
 
 def unprefixed(state_dict: StateDict) -> StateDict:
@@ -96,6 +105,21 @@ class Blocks:
         for theirs, name in zip(self.mlp, ours)
     }
     return torch_names.mlp_in(mlp, layers, self.packed_gate)
+
+
+# ViT's names (ViTModel's, DeiT's, I-JEPA's, BEiT's), which other families' vary.
+VIT_PATCHES = 'embeddings.patch_embeddings.projection'
+VIT_BLOCKS = Blocks(
+    'encoder.layer.',
+    (
+        'attention.attention.query',
+        'attention.attention.key',
+        'attention.attention.value',
+        'attention.output.dense',
+    ),
+    ('layernorm_before', 'layernorm_after'),
+    ('intermediate.dense', 'output.dense'),
+)
 
 
 @dataclasses.dataclass(frozen=True)

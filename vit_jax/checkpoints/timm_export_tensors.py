@@ -16,7 +16,8 @@ from vit_jax.models.pooling import MAP_HEAD
 
 def to_state_dict(params: Any, eva: bool = False) -> StateDict:
   """A timm `VisionTransformer` state dict (`eva`: an `Eva`'s, timm's class for rotary embeddings and
-  gated MLPs) of a tree in our layout (float32 numpy arrays); raises a one-line ValueError for what
+  gated MLPs, whose names a `Beit`'s are, its relative position biases beside them) of a tree in our
+  layout (float32 numpy arrays); raises a one-line ValueError for what
   that class cannot hold."""
   flat = {
       k: np.asarray(v, np.float32) for k, v in traverse_util.flatten_dict(params, sep='/').items()

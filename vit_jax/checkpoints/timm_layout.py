@@ -88,11 +88,12 @@ def from_state_dict(
     for norm in ('q_norm', 'k_norm'):  # timm's qk_norm.
       if r.has(f'{t}attn.{norm}.weight'):
         tree.update(r.norm(f'{t}attn.{norm}', f'{ours}/{norm}'))
-  if tensor_class(state_dict) == 'beit':
-    shared = r.take(_SHARED_RELATIVE) if r.has(_SHARED_RELATIVE) else None
-    for i in range(torch_names.num_blocks(state_dict, r'blocks\.(\d+)\.')):
-      table = r.take(f'blocks.{i}.{_BLOCK_RELATIVE}') if shared is None else shared
-      tree.update(torch_names.relative_bias_in(table, torch_names.BLOCK.format(i), source))
+  blocks = torch_names.num_blocks(state_dict, r'blocks\.(\d+)\.')
+  tree.update(
+      torch_names.relative_biases_in(
+          r, _SHARED_RELATIVE, 'blocks.{}.' + _BLOCK_RELATIVE, blocks, source
+      )
+  )
   if r.has('rope.freqs'):  # RoPE-Mixed's learned frequencies, [2, depth, heads, head_dim / 2].
     frequencies = r.take('rope.freqs')
     for i in range(frequencies.shape[1]):

@@ -150,19 +150,28 @@ def attention_out(flat: dict[str, np.ndarray], prefix: str, d: int) -> StateDict
   return weights
 
 
-def relative_bias_in(table: np.ndarray, block: str, source: str) -> dict[str, np.ndarray]:
-  """Block `block`'s `relative_posemb` from BEiT's relative position bias table [(2h - 1)(2w - 1)
-  + 3, heads] of a square grid (timm's Beit, transformers' BEiT and data2vec): the offsets' biases,
-  then the class token's three, in posemb.relative_index's order (BEiT's). A table all blocks share
-  is each block's, which computes the same."""
-  side = math.isqrt(table.shape[0] - 3)
-  if side * side != table.shape[0] - 3:
-    raise ValueError(
-        f'{source}: its relative position biases ({table.shape[0]} rows) are not of a square grid '
-        "of patches, which vit_jax's readers take"
-    )
-  ours = f'{block}/relative_posemb/'
-  return {
-      ours + 'relative_bias': table[:-3].reshape(side, side, -1),
-      ours + 'prefix_bias': table[-3:],
-  }
+def relative_biases_in(
+    r: Reader, shared: str, per_block: str, num_blocks: int, source: str
+) -> dict[str, np.ndarray]:
+  """Each block's `relative_posemb` from BEiT's relative position bias tables [(2h - 1)(2w - 1) + 3,
+  heads] of a square grid (timm's Beit, transformers' BEiT and data2vec): block i's `per_block`
+  (formatted with i), or the `shared` one all blocks use, which each block's copy computes alike;
+  none for a block without one. The offsets' biases, then the class token's three, in
+  posemb.relative_index's order (BEiT's)."""
+  common = r.take(shared) if r.has(shared) else None
+  tree = {}
+  for i in range(num_blocks):
+    name = per_block.format(i)
+    if common is None and not r.has(name):
+      continue
+    table = r.take(name) if common is None else common
+    side = math.isqrt(table.shape[0] - 3)
+    if side * side != table.shape[0] - 3:
+      raise ValueError(
+          f'{source}: its relative position biases ({table.shape[0]} rows) are not of a square '
+          "grid of patches, which vit_jax's readers take"
+      )
+    ours = f'{BLOCK.format(i)}/relative_posemb/'
+    tree[ours + 'relative_bias'] = table[:-3].reshape(side, side, -1)
+    tree[ours + 'prefix_bias'] = table[-3:]
+  return tree

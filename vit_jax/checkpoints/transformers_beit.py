@@ -21,15 +21,13 @@ _BEIT_RELATIVE = 'attention.attention.relative_position_bias.relative_position_b
 _BEIT_SHARED_RELATIVE = 'encoder.relative_position_bias.relative_position_bias_table'
 
 
+def _relative(names: Mapping[str, Any]) -> bool:
+  return f'encoder.layer.0.{_BEIT_RELATIVE}' in names or _BEIT_SHARED_RELATIVE in names
+
+
 def _is_beit(names: Mapping[str, Any]) -> bool:
-  return any(
-      name in names
-      for name in (
-          f'encoder.layer.0.{_BEIT_RELATIVE}',
-          _BEIT_SHARED_RELATIVE,
-          'encoder.layer.0.lambda_1',
-          'pooler.layernorm.weight',
-      )
+  return (
+      _relative(names) or 'encoder.layer.0.lambda_1' in names or 'pooler.layernorm.weight' in names
   )
 
 
@@ -47,12 +45,15 @@ def _beit_tree(r: torch_names.Reader, state_dict: StateDict, num_heads: int, sou
     tree[parts.POSEMB] = r.take('embeddings.position_embeddings')
   blocks = _beit_blocks(state_dict)
   tree.update(blocks.tree(r, state_dict, num_heads))
-  shared = r.take(_BEIT_SHARED_RELATIVE) if r.has(_BEIT_SHARED_RELATIVE) else None
-  for i in range(blocks.count(state_dict)):
-    name = f'encoder.layer.{i}.{_BEIT_RELATIVE}'
-    if shared is not None or r.has(name):
-      table = shared if shared is not None else r.take(name)
-      tree.update(torch_names.relative_bias_in(table, torch_names.BLOCK.format(i), source))
+  tree.update(
+      torch_names.relative_biases_in(
+          r,
+          _BEIT_SHARED_RELATIVE,
+          'encoder.layer.{}.' + _BEIT_RELATIVE,
+          blocks.count(state_dict),
+          source,
+      )
+  )
   for theirs, ours in (('layernorm', parts.ENCODER_NORM), ('pooler.layernorm', 'fc_norm')):
     if r.has(f'{theirs}.weight'):
       tree.update(r.norm(theirs, ours))
@@ -62,9 +63,7 @@ def _beit_tree(r: torch_names.Reader, state_dict: StateDict, num_heads: int, sou
 
 
 def _beit_fields(state_dict: StateDict, config: Mapping[str, Any], path: str) -> dict[str, Any]:
-  relative = (
-      f'encoder.layer.0.{_BEIT_RELATIVE}' in state_dict or _BEIT_SHARED_RELATIVE in state_dict
-  )
+  relative = _relative(state_dict)
   learned = 'embeddings.position_embeddings' in state_dict
   if relative and learned:
     raise ValueError(

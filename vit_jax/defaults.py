@@ -117,6 +117,13 @@ def get_config() -> ml_collections.ConfigDict:
           # Layer scale (CaiT, DeiT III, DINOv2; timm's init_values): each residual branch multiplied
           # by a learned per-channel scale starting at this value (e.g. 1e-5); unset: none.
           layer_scale=config_dict.placeholder(float),
+          # False: layer scale on the attention's branch alone (Sapiens 2's; timm's
+          # attn_only_layer_scale); unset: both branches.
+          layer_scale_mlp=config_dict.placeholder(bool),
+          # Grouped-query attention: key and value heads, each shared by num_heads / num_kv_heads
+          # query heads; one number for every block or a tuple of each block's (Sapiens 2's, with
+          # model.scan=False); unset: num_heads.
+          num_kv_heads=config_dict.placeholder(object),
           # LayerNorms of each head's queries and keys before their product (ViT-22B's; timm's qk_norm).
           qk_norm=config_dict.placeholder(bool),
           # False: the attention's keys have no bias (EVA's; with rotary embeddings it would matter).

@@ -55,6 +55,8 @@ _SIZES = {
     'mlp_gated': False,
     'mlp_norm': False,
     'res_post_norm': False,
+    'layer_scale_mlp': True,
+    'num_kv_heads': None,
     'rope': False,
     'rope_grid': None,
 }

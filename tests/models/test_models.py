@@ -407,3 +407,47 @@ def test_res_post_norm_normalises_each_branch_before_its_residual_add():
   np.testing.assert_allclose(post.apply({'params': params}, x, True), expected, atol=1e-5)
   pre = block.Encoder1DBlock(**fields).apply({'params': params}, x, True)
   assert not np.allclose(pre, expected, atol=1e-3)
+
+
+@pytest.mark.parametrize('kernel', list(attention.ATTENTION_FNS))
+def test_grouped_query_attention_is_numpys_with_each_key_head_shared(kernel):
+  """num_kv_heads=2 of 4 heads: query head h attends with key and value head h // 2 (timm's and
+  transformers' repeat_interleave), a NumPy formula of the same parameters."""
+  x = np.random.RandomState(0).normal(size=(2, 5, 32)).astype(np.float32)
+  layer = block.SelfAttention(
+      num_heads=4, num_kv_heads=2, attention_fn=attention.ATTENTION_FNS[kernel]
+  )
+  params = layer.init(jax.random.key(0), x, deterministic=True)['params']
+  params = jax.tree.map(lambda v: np.random.RandomState(v.size).normal(size=v.shape), params)
+  assert params['key']['kernel'].shape == params['value']['kernel'].shape == (32, 2, 8)
+  project = lambda p: np.einsum('bnd,dhk->bnhk', x, p['kernel']) + p['bias']
+  q, k, v = (project(params[name]) for name in ('query', 'key', 'value'))
+  heads = []
+  for h in range(4):
+    logits = q[:, :, h] @ k[:, :, h // 2].transpose(0, 2, 1) / np.sqrt(8)
+    weights = np.exp(logits - logits.max(-1, keepdims=True))
+    heads.append((weights / weights.sum(-1, keepdims=True)) @ v[:, :, h // 2])
+  expected = np.einsum('bnhk,hkd->bnd', np.stack(heads, 2), params['out']['kernel'])
+  expected += params['out']['bias']
+  ours = layer.apply({'params': params}, x, deterministic=True)
+  np.testing.assert_allclose(ours, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_scanned_blocks_of_grouped_heads_and_attention_only_layer_scale_are_the_loop():
+  """model.num_kv_heads and model.layer_scale_mlp=False: the scanned encoder computes what the
+  per-block loop does from the same tree, which has no ls2."""
+  fields = dict(num_kv_heads=1, layer_scale=0.5, layer_scale_mlp=False)
+  images = jnp.asarray(np.random.RandomState(0).uniform(-1, 1, (2, 16, 16, 3)), jnp.float32)
+  loop = VisionTransformer(num_classes=5, **variants.get_model_config('ViT-testing_4', fields))
+  params = loop.init(jax.random.key(0), images)['params']
+  params = jax.tree.map(lambda v: np.random.RandomState(v.size).normal(size=v.shape) * 0.3, params)
+  assert 'ls2' not in params['Transformer']['encoderblock_0']
+  scanned = VisionTransformer(
+      num_classes=5, **variants.get_model_config('ViT-testing_4', {**fields, 'scan': True})
+  )
+  np.testing.assert_allclose(
+      scanned.apply({'params': params}, images),
+      loop.apply({'params': params}, images),
+      rtol=1e-5,
+      atol=1e-5,
+  )

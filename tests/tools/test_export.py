@@ -96,6 +96,8 @@ def test_export_writes_the_latest_parameters_in_the_original_layout(workdir, exp
       'drop_path_rate': 0.0,
       'mlp_activation': 'gelu_tanh',
       'layer_scale': None,
+      'layer_scale_mlp': True,
+      'num_kv_heads': None,
       'layernorm_epsilon': 1e-6,
       'num_registers': 0,
       'qk_norm': False,

@@ -94,6 +94,16 @@ INVALID = {
         {},
         r'model.layer_scale=-1e-05 must be a positive initial scale',
     ),
+    'model.layer_scale_mlp': (
+        False,
+        {},
+        r'^model\.layer_scale_mlp=False leaves the MLP unscaled, and without model\.layer_scale',
+    ),
+    'model.num_kv_heads': (
+        3,
+        {},
+        r'^model\.num_kv_heads=3 must be a number of key/value heads that divides num_heads=',
+    ),
     'model.num_registers': (-1, {}, r'model.num_registers=-1 must be a whole number of tokens'),
     'model.class_token': (
         False,
@@ -242,6 +252,15 @@ ALSO_INVALID = {
     'a MAP head width without a MAP head': (
         {'model.map_mlp_dim': 64},
         r"^model\.map_mlp_dim=64 shapes the MAP head, and model\.classifier='token' has none",
+    ),
+    'key heads for some blocks only': (
+        {'model.num_kv_heads': (1,)},
+        r'^model\.num_kv_heads=\(1,\) must be .*, or a tuple of one per block \(\d+\); or unset$',
+    ),
+    'scanned blocks of other key heads': (
+        {'model.scan': True, 'model.num_kv_heads': (1, 2), 'model.num_layers': 2},
+        r'^model\.num_kv_heads=\(1, 2\) differs between blocks, which model\.scan=True runs as '
+        r'one: set --config\.model\.scan=False$',
     ),
     'token_gap without a class token': (
         {'model.classifier': 'token_gap', 'model.class_token': False},

@@ -72,6 +72,8 @@ def architecture(state_dict: StateDict, config: Mapping[str, Any], path: str) ->
       'mlp_gated': False,
       'mlp_norm': False,
       'res_post_norm': False,
+      'layer_scale_mlp': True,
+      'num_kv_heads': None,
       'rope': False,
       'rope_grid': None,
   }

@@ -170,7 +170,10 @@ class SelfAttention(nn.Module):
   position-dependent term) and a change of the queries and keys between their projection and product
   (`transform_qk`: normalisation, rotary embeddings), which the caller owns the parameters of; and
   a LayerNorm `norm` of the heads' outputs, concatenated, before the output projection (`out_norm`:
-  EVA-02 CLIP's, timm's scale_attn_inner / scale_attn_norm).
+  EVA-02 CLIP's, timm's scale_attn_inner / scale_attn_norm); and grouped-query attention
+  (`num_kv_heads` < num_heads: Sapiens 2's): fewer key and value heads, kernels (D, kv_heads,
+  D/heads), each shared by num_heads / num_kv_heads consecutive query heads (query head h reads key
+  head h // groups, timm's and transformers' `repeat_interleave`).
   """
 
   num_heads: int
@@ -182,6 +185,7 @@ class SelfAttention(nn.Module):
   out_norm: bool = False
   layernorm_epsilon: float = 1e-6  # `norm`'s.
   norm_layer: str = 'layernorm'  # `norm`'s kind, a key of norms.NORM_LAYERS.
+  num_kv_heads: Optional[int] = None  # None: num_heads.
 
   @nn.compact
   def __call__(
@@ -197,15 +201,22 @@ class SelfAttention(nn.Module):
     width = x.shape[-1]
     if width % self.num_heads:
       raise ValueError(f'{width} channels do not split into {self.num_heads} heads')
-    projection = lambda name, use_bias=True: nn.DenseGeneral(
-        (self.num_heads, width // self.num_heads),
+    kv_heads = self.num_kv_heads or self.num_heads
+    if self.num_heads % kv_heads:
+      raise ValueError(f'{self.num_heads} query heads do not share {kv_heads} key heads evenly')
+    projection = lambda name, heads, use_bias=True: nn.DenseGeneral(
+        (heads, width // self.num_heads),
         dtype=self.dtype,
         kernel_init=nn.initializers.xavier_uniform(),
         use_bias=use_bias,
         dot_general=MATMULS[self.matmul],
         name=name,
     )(x)
-    query, key, value = projection('query'), projection('key', self.key_bias), projection('value')
+    query = projection('query', self.num_heads)
+    key = projection('key', kv_heads, self.key_bias)
+    value = projection('value', kv_heads)
+    if kv_heads != self.num_heads:  # Before transform_qk, whose tables may differ per head.
+      key, value = (jnp.repeat(t, self.num_heads // kv_heads, axis=-2) for t in (key, value))
     if transform_qk is not None:
       query, key = transform_qk(query, key)
     kernel_kwargs.update(dropout_rate=self.dropout_rate, deterministic=deterministic)

@@ -91,7 +91,9 @@ class Encoder1DBlock(nn.Module):
   ('shared_every_layer'); its own `posemb` of the patch grid `grid` is a kind added to its input
   ('every_layer', `posembed`) or 'relative', a bias of its attention logits (`relative_posemb`).
   With `layer_scale` each branch is multiplied by a learned per-channel scale before the residual add
-  (`ls1` after the attention, `ls2` after the MLP: timm's `ls1.gamma`, `ls2.gamma`), initialised to it.
+  (`ls1` after the attention, `ls2` after the MLP: timm's `ls1.gamma`, `ls2.gamma`), initialised to it;
+  `layer_scale_mlp=False` scales the attention's branch alone (timm's attn_only_layer_scale,
+  Sapiens 2's). `num_kv_heads`: the attention's key and value heads (SelfAttention's).
   With `qk_norm` the queries and keys are each LayerNormed over a head's channels (`q_norm`, `k_norm`,
   shared by the heads) before their product: ViT-22B's stabiliser, timm's `qk_norm`; with `rope` the
   patches' ones are then rotated by their position (rope.py, of `rope_style`; RoPE-Mixed's learned
@@ -107,6 +109,8 @@ class Encoder1DBlock(nn.Module):
   matmul: str = 'default'  # A key of fp8.MATMULS: the projections' and the MLP's products.
   mlp_activation: str = 'gelu_tanh'  # A key of MLP_ACTIVATIONS.
   layer_scale: Optional[float] = None  # The initial value of `ls1` and `ls2`; None: no layer scale.
+  layer_scale_mlp: bool = True  # False: no `ls2`, the MLP's branch unscaled.
+  num_kv_heads: Optional[int] = None  # None: num_heads.
   layernorm_epsilon: float = 1e-6
   norm_layer: str = 'layernorm'  # A key of norms.NORM_LAYERS: every norm's kind.
   qk_norm: bool = False
@@ -167,6 +171,7 @@ class Encoder1DBlock(nn.Module):
         out_norm=self.attn_norm,
         layernorm_epsilon=self.layernorm_epsilon,
         norm_layer=self.norm_layer,
+        num_kv_heads=self.num_kv_heads,
         name='MultiHeadDotProductAttention_1',
     )(
         x,
@@ -196,7 +201,9 @@ class Encoder1DBlock(nn.Module):
     )(y, deterministic=deterministic)
     if self.res_post_norm:
       y = norm_2(y)
-    return x + self._drop_path(self._scale('ls2', y), drop_path_rate, deterministic)
+    if self.layer_scale_mlp:
+      y = self._scale('ls2', y)
+    return x + self._drop_path(y, drop_path_rate, deterministic)
 
   def _transform_qk(self, real: int, width: int) -> Optional[Callable[..., Any]]:
     """The queries' and keys' change before their product: LayerNorms (`qk_norm`), then the rotary

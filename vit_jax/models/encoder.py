@@ -17,7 +17,7 @@ parameter), so training keeps them stacked (`stack_blocks`) and unstacks at the 
 """
 
 import contextvars
-from typing import Any, Optional
+from typing import Any, Optional, Sequence, Union
 
 import flax.linen as nn
 import jax
@@ -44,6 +44,18 @@ def drop_path_rates(rate: float, num_layers: int) -> np.ndarray:
   """The stochastic-depth rate of each block: from 0 in the first to `rate` in the last, linearly
   (timm's `linspace(0, rate, depth)`)."""
   return np.linspace(0.0, rate, num_layers)
+
+
+def blocks_kv_heads(
+    num_kv_heads: Optional[Union[int, Sequence[int]]], num_layers: int
+) -> tuple[Optional[int], ...]:
+  """Each block's key and value heads (None: its query heads) of model.num_kv_heads: unset, one
+  number for all, or one per block."""
+  if num_kv_heads is None or isinstance(num_kv_heads, int):
+    return (num_kv_heads,) * num_layers
+  if len(num_kv_heads) != num_layers:
+    raise ValueError(f'num_kv_heads={tuple(num_kv_heads)} must have one number per block')
+  return tuple(num_kv_heads)
 
 
 # Tensor parallelism (Megatron style): (regex over the '/'-joined parameter path, the dimension split over
@@ -147,6 +159,10 @@ class Encoder(nn.Module):
   final_norm: bool = True
   mlp_activation: str = 'gelu_tanh'
   layer_scale: Optional[float] = None
+  layer_scale_mlp: bool = True
+  # The attention's key and value heads: None (num_heads), one number, or each block's (Sapiens 2's
+  # grouped-query attention in its middle blocks alone; scan=False, its blocks are not alike).
+  num_kv_heads: Optional[Union[int, Sequence[int]]] = None
   layernorm_epsilon: float = 1e-6
   norm_layer: str = 'layernorm'  # A key of norms.NORM_LAYERS.
   qk_norm: bool = False
@@ -185,6 +201,7 @@ class Encoder(nn.Module):
         matmul=self.matmul,
         mlp_activation=self.mlp_activation,
         layer_scale=self.layer_scale,
+        layer_scale_mlp=self.layer_scale_mlp,
         layernorm_epsilon=self.layernorm_epsilon,
         norm_layer=self.norm_layer,
         qk_norm=self.qk_norm,
@@ -208,7 +225,11 @@ class Encoder(nn.Module):
       shared = None if shared is None else jnp.pad(shared, ((0, 0), (0, padding), (0, 0)))
       block_kwargs['tokens'] = tokens
     rates = drop_path_rates(self.drop_path_rate, self.num_layers)
+    kv_heads = blocks_kv_heads(self.num_kv_heads, self.num_layers)
     if self.scan:
+      if len(set(kv_heads)) > 1:
+        raise ValueError(f'num_kv_heads={self.num_kv_heads}: scanned blocks must be alike')
+      block_kwargs['num_kv_heads'] = kv_heads[0]
       # The scanned blocks read stacked parameters; per-block ones (from checkpoints) are stacked on
       # the way in, and `init` unstacks what the scan creates, so the stored tree is per-block.
       blocks = nn.map_variables(
@@ -231,7 +252,9 @@ class Encoder(nn.Module):
             block, policy=getattr(jax.checkpoint_policies, self.remat), static_argnums=(2, 3)
         )  # deterministic, drop_path_rate (self is 0).
       for i in range(self.num_layers):
-        x = block(**block_kwargs, name=f'{BLOCK}_{i}')(x, not train, float(rates[i]), shared)
+        x = block(**block_kwargs, num_kv_heads=kv_heads[i], name=f'{BLOCK}_{i}')(
+            x, not train, float(rates[i]), shared
+        )
     x = x[:, :tokens]
     if not self.final_norm:
       return x

@@ -12,7 +12,7 @@ stacked layouts of the blocks (scan_layout.py). The later recipes' options are f
 defaults the model is the original one.
 """
 
-from typing import Any, Optional, Union
+from typing import Any, Optional, Sequence, Union
 
 import chex
 import flax.linen as nn
@@ -72,6 +72,10 @@ class ViTBackbone(nn.Module):
   attention_dropout_rate: float = 0.0
   mlp_activation: str = 'gelu_tanh'  # A key of block.MLP_ACTIVATIONS.
   layer_scale: Optional[float] = None  # Scales each block's residual branches (block.py).
+  layer_scale_mlp: bool = True  # False: layer scale on the attention's branch alone (Sapiens 2's).
+  # Grouped-query attention: the key and value heads (None: num_heads), of all blocks or each one's
+  # (Sapiens 2's full heads in its first and last blocks; not scanned then): encoder.py.
+  num_kv_heads: Optional[Union[int, Sequence[int]]] = None
   qk_norm: bool = False  # LayerNorms of the queries and keys per head (block.py).
   key_bias: bool = True  # False: no bias of the attention's keys (EVA's).
   # A LayerNorm of the attention's heads before its output projection (EVA-02 CLIP's).
@@ -198,6 +202,8 @@ class ViTBackbone(nn.Module):
         final_norm=self.final_norm and not self.fc_norm,
         mlp_activation=self.mlp_activation,
         layer_scale=self.layer_scale,
+        layer_scale_mlp=self.layer_scale_mlp,
+        num_kv_heads=self.num_kv_heads,
         layernorm_epsilon=self.layernorm_epsilon,
         norm_layer=self.norm_layer,
         qk_norm=self.qk_norm,

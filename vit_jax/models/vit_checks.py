@@ -165,6 +165,12 @@ def _check_fields(model: dict[str, Any]) -> None:
         f"model.layer_scale={model['layer_scale']} must be a positive initial scale, e.g. 1e-5 "
         '(or unset for no layer scale)'
     )
+  if not model['layer_scale_mlp'] and model['layer_scale'] is None:
+    raise ValueError(
+        'model.layer_scale_mlp=False leaves the MLP unscaled, and without model.layer_scale no '
+        'branch is: set --config.model.layer_scale (e.g. 1.0), or unset layer_scale_mlp'
+    )
+  _check_kv_heads(model)
   if model['norm_layer'] not in NORM_LAYERS:
     raise ValueError(
         f"Unknown model.norm_layer {model['norm_layer']!r}: use one of {', '.join(NORM_LAYERS)}"
@@ -249,4 +255,25 @@ def _check_fields(model: dict[str, Any]) -> None:
   if not model['resnet_width_factor'] > 0:
     raise ValueError(
         f"model.resnet_width_factor={model['resnet_width_factor']} must be positive, e.g. 1"
+    )
+
+
+def _check_kv_heads(model: dict[str, Any]) -> None:
+  """model.num_kv_heads: numbers of heads that divide num_heads, one or one per block, and alike in
+  the scanned layout."""
+  given, heads = model['num_kv_heads'], model['num_heads']
+  if given is None:
+    return
+  each = (given,) * model['num_layers'] if isinstance(given, int) else tuple(given)
+  if len(each) != model['num_layers'] or not all(
+      isinstance(n, int) and not isinstance(n, bool) and n > 0 and heads % n == 0 for n in each
+  ):
+    raise ValueError(
+        f'model.num_kv_heads={given} must be a number of key/value heads that divides '
+        f"num_heads={heads}, or a tuple of one per block ({model['num_layers']}); or unset"
+    )
+  if model['scan'] and len(set(each)) > 1:
+    raise ValueError(
+        f'model.num_kv_heads={given} differs between blocks, which model.scan=True runs as one: '
+        'set --config.model.scan=False'
     )

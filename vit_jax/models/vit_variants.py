@@ -107,6 +107,8 @@ def vit_model_config(variant: str, overrides: Optional[Mapping[str, Any]] = None
       scan=False,
       mlp_activation='gelu_tanh',
       layer_scale=None,
+      layer_scale_mlp=True,
+      num_kv_heads=None,  # Unset: num_heads.
       qk_norm=False,
       key_bias=True,
       attn_norm=False,
@@ -131,7 +133,8 @@ def vit_model_config(variant: str, overrides: Optional[Mapping[str, Any]] = None
     if key not in model:
       raise ValueError(f'Unknown model field {key!r}: known fields are {", ".join(model)}')
     if value is not None:
-      model[key] = tuple(value) if key in ('resnet_layers', 'rope_grid') else value
+      listed = key in ('resnet_layers', 'rope_grid') or isinstance(value, list)
+      model[key] = tuple(value) if listed else value
   if match['hybrid'] and (overrides or {}).get('patch_size') is None:
     # The name gives the total stride; the patches are cut from the stem's feature map.
     stride = stem_stride(model['resnet_layers'])

@@ -304,15 +304,7 @@ def test_what_the_eva_files_do_not_say_or_contradict_is_one_line(tmp_path):
 
 
 def test_a_timm_eva_feature_we_lack_is_refused_naming_it(tmp_path):
-  """Sapiens 2's layer scale of the attention alone (attn_only_layer_scale: the same tensors, one
-  of them unused) by its argument; a gated Eva's attention pooling, whose MLP is GELU's, by what
-  differs."""
-  _saved(tmp_path / 'eva', 'eva02_small_patch14_224', attn_only_layer_scale=True)
-  with pytest.raises(
-      ValueError,
-      match=r"created with attn_only_layer_scale=True, which vit_jax's ViT does not compute",
-  ):
-    _prepare(tmp_path, str(tmp_path / 'eva'))
+  """A gated Eva's attention pooling, whose MLP is GELU's, by what differs."""
   _saved(tmp_path / 'pooled', 'eva02_small_patch14_224', global_pool='map')
   with pytest.raises(
       ValueError,

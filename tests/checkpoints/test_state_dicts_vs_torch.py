@@ -231,6 +231,44 @@ def test_a_layer_scale_mismatch_is_one_line_naming_the_field(tmp_path):
     ours(plain, NUM_CLASSES, **{'model.layer_scale': 1e-5})
 
 
+def test_grouped_heads_and_attention_only_layer_scale_mismatches_name_their_fields(tmp_path):
+  """A bare file of timm's Eva with one key head for two query heads (grouped-query attention) and
+  layer scale of the attention alone (Sapiens 2's): a model without them is a one-line error naming
+  model.num_kv_heads, then model.layer_scale_mlp; with both set, timm's logits."""
+  reference = randomize(
+      timm.models.eva.Eva(
+          **TIMM_TINY,
+          attn_type='rope',
+          qkv_fused=False,
+          num_kv_heads=1,
+          init_values=1.0,
+          attn_only_layer_scale=True,
+          global_pool='token',
+      )
+  )
+  path = str(tmp_path / 'model.safetensors')
+  safetensors.torch.save_file(reference.state_dict(), path)
+  scaled = {'model.layer_scale': 1.0}
+  with pytest.raises(
+      ValueError,
+      match=r'the checkpoint has 1 key and value heads here; set --config.model.num_kv_heads=1 ',
+  ) as error:
+    ours(path, NUM_CLASSES, **scaled)
+  assert '\n' not in str(error.value)
+  with pytest.raises(
+      ValueError,
+      match=r"/ls2: checkpoint none vs model \(32,\): the checkpoint scales the attention's branch "
+      r'alone; set --config.model.layer_scale_mlp=False$',
+  ):
+    ours(path, NUM_CLASSES, **scaled, **{'model.num_kv_heads': 1})
+  fields = {**scaled, 'model.num_kv_heads': 1, 'model.layer_scale_mlp': False}
+  np.testing.assert_allclose(
+      ours(path, NUM_CLASSES, **fields),
+      torch_outputs(reference, images()).numpy(),
+      atol=1e-4,
+  )
+
+
 @pytest.mark.parametrize(
     'timm_kwargs,overrides,message',
     [
@@ -449,7 +487,7 @@ def test_a_checkpoint_of_another_model_is_a_one_line_error(tmp_path):
   with pytest.raises(
       ValueError,
       match=r'resnet.safetensors: a state dict of another model \(\d+ tensors, '
-      r"e.g. '0.bias'.*timm's or Hugging Face transformers' naming",
+      r"e.g. '0.bias'.*timm's, Hugging Face transformers' or Meta's Sapiens 2 naming",
   ) as error:
     ours(str(tmp_path / 'resnet.safetensors'), NUM_CLASSES)
   assert '\n' not in str(error.value)

@@ -8,6 +8,8 @@ import json
 import numpy as np
 import pytest
 import timm
+import torch
+from timm.models import eva
 
 import timm_registry
 from torch_references import (
@@ -17,7 +19,7 @@ from torch_references import (
     timm_rebuilt,
     torch_outputs,
 )
-from vit_jax.checkpoints import timm_arguments, timm_export
+from vit_jax.checkpoints import timm_arguments, timm_export, torch_files
 
 SIZE = 28
 
@@ -79,6 +81,11 @@ COMPUTED = (
     ('beitv2_base_patch16_224', {}),
     ('beitv2_base_patch16_224', {'use_rel_pos_bias': False, 'use_shared_rel_pos_bias': True}),
     ('beit_base_patch16_224', {'global_pool': 'token'}),
+    # Sapiens 2: grouped-query attention in some blocks (model.num_kv_heads, each block's), layer
+    # scale of the attention alone (model.layer_scale_mlp=False), RMSNorms, DINOv3's rotary
+    # embeddings, 8 registers; and its grouped-query attention in every block.
+    ('vit_base_patch16_sapiens2', {'num_kv_heads': (2, 1)}),
+    ('vit_base_patch16_sapiens2', {'num_kv_heads': 1}),
 )
 # Architectures whose weights would load but compute another function, and what the error names.
 REFUSED = (
@@ -139,6 +146,19 @@ def test_an_architecture_vit_jax_computes_gives_timms_logits(tmp_path, architect
         ('beitv2_base_patch16_224', {}, {'posemb': 'relative', 'classifier': 'gap'}),
         ('beit_base_patch16_224', {'global_pool': 'token'}, {'posemb': 'relative'}),
         ('eva02_enormous_patch14_clip_224', {'patch_size': 14}, {'res_post_norm': True}),
+        # Sapiens 2's grouped-query attention and layer scale of the attention alone, with
+        # LayerNorms (its RMSNorms have no timm export: below).
+        (
+            'vit_small_patch16_dinov3',
+            {
+                'attn_type': 'rope',
+                'qkv_fused': False,
+                'qkv_bias': True,
+                'num_kv_heads': (2, 1),
+                'attn_only_layer_scale': True,
+            },
+            {'num_kv_heads': (2, 1), 'layer_scale_mlp': False},
+        ),
     ],
 )
 def test_the_newer_fields_export_back_to_timm(tmp_path, architecture, kwargs, fields):
@@ -146,7 +166,8 @@ def test_the_newer_fields_export_back_to_timm(tmp_path, architecture, kwargs, fi
   use_post_transformer_norm=False, model.mlp_norm without rotary embeddings or a gated MLP as
   VisionTransformer's scale_mlp_norm (BEiT-3's), model.map_mlp_dim as Eva's attn_pool_mlp_ratio,
   model.res_post_norm as timm's ResPostBlocks: timm's model rebuilt from the export gives the
-  logits."""
+  logits; model.num_kv_heads and model.layer_scale_mlp as Eva's num_kv_heads and
+  attn_only_layer_scale."""
   reference = _saved(tmp_path / 'timm', architecture, **kwargs)
   run = prepared_from_checkpoint(tmp_path / 'workdir', str(tmp_path / 'timm'), SIZE)
   assert {field: run.model_config[field] for field in fields} == fields
@@ -160,6 +181,46 @@ def test_the_newer_fields_export_back_to_timm(tmp_path, architecture, kwargs, fi
       torch_outputs(reference, timm_input(reference, inputs)).numpy(),
       atol=1e-4,
   )
+
+
+def _metas_names(timm_state_dict: dict) -> dict:
+  """A timm Sapiens 2 state dict in Meta's names (timm's eva.checkpoint_filter_fn reversed), with
+  the buffer and the pretraining token Meta's files hold beside them."""
+  meta = {'mask_token': torch.zeros(1, 32), 'rope.periods': torch.ones(4)}
+  for name, tensor in timm_state_dict.items():
+    for timms, metas in (
+        ('reg_token', 'storage_tokens'),
+        ('patch_embed.proj.', 'patch_embed.projection.'),
+        ('attn.q_proj.', 'attn.wq.'),
+        ('attn.k_proj.', 'attn.wk.'),
+        ('attn.v_proj.', 'attn.wv.'),
+        ('gamma_1', 'attn.gamma.weight'),
+        ('mlp.fc1.', 'ffn.w12.'),
+        ('mlp.fc2.', 'ffn.w3.'),
+        ('norm1.', 'ln1.'),
+        ('norm2.', 'ln2.'),
+    ):
+      name = name.replace(timms, metas)
+    meta['ln1.' + name[len('norm.') :] if name.startswith('norm.') else name] = tensor
+  return meta
+
+
+def test_sapiens2_in_metas_naming_loads_as_timm_loads_it(tmp_path):
+  """The hub's Sapiens 2 files are Meta's naming, which timm renames as it loads them: a state dict
+  that timm's own loader renames back to its model's, read by vit_jax, computes timm's logits."""
+  reference = _saved(tmp_path / 'timm', 'vit_base_patch16_sapiens2', num_kv_heads=(2, 1))
+  meta = _metas_names(reference.state_dict())
+  renamed = eva.checkpoint_filter_fn(meta, reference)
+  assert sorted(renamed) == sorted(reference.state_dict())
+  for name, tensor in reference.state_dict().items():
+    torch.testing.assert_close(renamed[name], tensor, rtol=0, atol=0)
+  (tmp_path / 'timm' / 'model.safetensors').unlink()
+  torch_files.write_safetensors(
+      {k: v.numpy() for k, v in meta.items()}, str(tmp_path / 'timm' / 'model.safetensors')
+  )
+  run = prepared_from_checkpoint(tmp_path / 'workdir', str(tmp_path / 'timm'), SIZE)
+  assert run.model_config['num_kv_heads'] == (2, 1)
+  _assert_timms_logits(run, reference)
 
 
 def test_an_rmsnorm_vit_is_not_exported_to_timm(tmp_path):

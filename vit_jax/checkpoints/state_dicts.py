@@ -5,9 +5,9 @@ fields that have no tensor (heads, MLP activation, LayerNorm epsilon, pooling), 
 loads and computes another function.
 
 The files: torch_files.py; the naming shared by the layouts: torch_names.py; each layout:
-timm_layout.py (with timm_architecture.py, timm_arguments.py, timm_fields.py), transformers_layout.py
-(with transformers_families.py); the export to timm: timm_export.py (with timm_export_args.py,
-timm_export_tensors.py).
+timm_layout.py (with timm_architecture.py, timm_arguments.py, timm_fields.py; Meta's Sapiens 2 files
+renamed to it by sapiens_layout.py), transformers_layout.py (with transformers_families.py); the
+export to timm: timm_export.py (with timm_export_args.py, timm_export_tensors.py).
 """
 
 import dataclasses
@@ -18,6 +18,7 @@ import numpy as np
 
 from vit_jax.checkpoints import (
     adapting,
+    sapiens_layout,
     timm_architecture,
     timm_layout,
     torch_files,
@@ -52,6 +53,13 @@ LAYOUTS: dict[str, Layout] = {
         transformers_layout.architecture,
         transformers_layout.normalization,
     ),
+    # Meta's Sapiens 2 files (the hub's timm/vit_*_sapiens2.fb), read as timm reads them.
+    'sapiens2': Layout(
+        sapiens_layout.recognises,
+        sapiens_layout.from_state_dict,
+        sapiens_layout.architecture,
+        timm_layout.normalization,
+    ),
 }
 # The fields without a tensor, which `load` checks: what each is, for the one-line error.
 _WITHOUT_TENSORS = {
@@ -76,8 +84,8 @@ def _layout(state_dict: StateDict, path: str) -> str:
   examples = ', '.join(repr(k) for k in sorted(state_dict)[:3])
   raise ValueError(
       f'{path}: a state dict of another model ({len(state_dict)} tensors, e.g. {examples}): '
-      "init_from reads ViTs in timm's or Hugging Face transformers' naming, .npz files "
-      'and vit_jax workdirs'
+      "init_from reads ViTs in timm's, Hugging Face transformers' or Meta's Sapiens 2 naming, "
+      '.npz files and vit_jax workdirs'
   )
 
 

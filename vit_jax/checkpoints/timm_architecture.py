@@ -4,7 +4,7 @@ shapes only: timm_layout.py reads their values), and with the config.json timm w
 function (timm's pooling, the MLP's activation, Eva's rotary embeddings, res-post-norm blocks).
 """
 
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Union
 
 from vit_jax.checkpoints import timm_arguments, timm_fields, timm_layout, torch_names
 from vit_jax.checkpoints.torch_files import StateDict
@@ -39,6 +39,8 @@ def architecture(state_dict: StateDict, config: Mapping[str, Any], path: str) ->
       'layer_scale': (
           (args.get('init_values') or 1e-5) if has('ls1.gamma') or has('gamma_1') else None
       ),
+      # Sapiens 2's layer scale of the attention alone (timm's attn_only_layer_scale).
+      'layer_scale_mlp': not (has('gamma_1') and not has('gamma_2')),
       'fc_norm': 'fc_norm.weight' in state_dict,
       # RMSNorms have no bias (AIMv2's; timm_arguments.norm_layer checks what the config.json says).
       'norm_layer': 'layernorm' if 'blocks.0.norm1.bias' in state_dict else 'rmsnorm',
@@ -78,9 +80,29 @@ def architecture(state_dict: StateDict, config: Mapping[str, Any], path: str) ->
   if 'rope.freqs' in state_dict:  # The tensors show RoPE-Mixed, also without a config.json.
     fields['rope'], fields['rope_grid'], fields['rope_style'] = True, None, 'rope_mixed'
   fields.update({field: value for field, value in said.items() if value is not None})
+  if 'num_heads' in fields:  # The key heads are counted in the queries' head width.
+    fields['num_kv_heads'] = _kv_heads(state_dict, fields)
   if fields['rope'] is None:
     del fields['rope'], fields['rope_grid'], fields['rope_style']
   return fields
+
+
+def _kv_heads(
+    state_dict: StateDict, fields: Mapping[str, Any]
+) -> Optional[Union[int, tuple[int, ...]]]:
+  """model.num_kv_heads: None where every block's keys have the queries' heads, else the key heads
+  of all blocks, or of each (Sapiens 2's grouped-query attention, its first and last blocks' full).
+  """
+  rows = [
+      state_dict[f'blocks.{i}.attn.k_proj.weight'].shape[0]
+      for i in range(fields['num_layers'])
+      if f'blocks.{i}.attn.k_proj.weight' in state_dict
+  ]
+  if all(n == fields['hidden_size'] for n in rows):
+    return None
+  head_dim = fields['hidden_size'] // fields['num_heads']
+  heads = tuple(n // head_dim for n in rows)
+  return heads[0] if len(set(heads)) == 1 else heads
 
 
 def _map_mlp_dim(state_dict: StateDict, mlp_dim: int, gated_eva: bool, path: str) -> Optional[int]:

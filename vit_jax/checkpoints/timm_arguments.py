@@ -75,6 +75,14 @@ _SHOWN_OR_INERT = {
         'use_fc_norm',
         'attn_pool_mlp_ratio',
         'head_init_scale',
+        # Grouped-query attention (model.num_kv_heads): the key and value projections' rows.
+        'num_kv_heads',
+        'attn_only_layer_scale',  # No gamma_2 (model.layer_scale_mlp=False).
+        # DINOv3's augmentations of the rotary embeddings' coordinates while pretraining (Sapiens
+        # 2's rescale): like the drop rates, training's, of no effect on the function computed.
+        'rope_shift_coords',
+        'rope_jitter_coords',
+        'rope_rescale_coords',
     ),
     'beit': _COMMON
     + (
@@ -133,8 +141,7 @@ ROPE_STYLES = {
     'rope_mixed': ('mixed', False, rope.MIXED_TEMPERATURE, 'xy', 0.0),
     'dinov3': ('dinov3', True, rope.DINOV3_TEMPERATURE, 'ij', 0.0),
 }
-# The values vit_jax computes of the other arguments of each class. The rotary embeddings of every
-# style are without coordinate augmentations. timm's AttentionRope (attn_type='rope') computes
+# The values vit_jax computes of the other arguments of each class. timm's AttentionRope (attn_type='rope') computes
 # EvaAttention's function, its fused qkv with a key bias. timm's ResPostBlock is model.res_post_norm
 # (timm_fields.res_post_norm).
 _COMPUTED = {
@@ -146,11 +153,6 @@ _COMPUTED = {
     },
     'eva': {
         'attn_type': ('eva', 'rope'),
-        'num_kv_heads': (None,),
-        'attn_only_layer_scale': (False,),
-        'rope_shift_coords': (None,),
-        'rope_jitter_coords': (None,),
-        'rope_rescale_coords': (None,),
         'rope_mrope_section': (None,),
     },
     'beit': {},

@@ -4,10 +4,11 @@ blocks), with the model_args of our fields; what the class cannot hold is a one-
 timm_export.py writes them into the config.json beside the tensors.
 """
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 from vit_jax.checkpoints import timm_arguments
 from vit_jax.models import vit
+from vit_jax.models.encoder import blocks_kv_heads
 
 # The registered VisionTransformer timm builds an export as, by (LayerNorm epsilon, model.distilled,
 # model.res_post_norm): model_args replace its sizes and options, but its LayerNorm (timm's
@@ -32,12 +33,23 @@ def _mlp_ratio(hidden_size: int, mlp_dim: int) -> float:
   return ratio if int(hidden_size * ratio) == mlp_dim else (mlp_dim + 0.5) / hidden_size
 
 
+def _kv_heads(model: Mapping[str, Any]) -> Optional[list[int]]:
+  """Each block's key and value heads where some block has fewer than its query heads (grouped-query
+  attention, model.num_kv_heads); None where none has."""
+  each = [
+      n or model['num_heads'] for n in blocks_kv_heads(model['num_kv_heads'], model['num_layers'])
+  ]
+  return None if all(n == model['num_heads'] for n in each) else each
+
+
 def timm_class(model: Mapping[str, Any]) -> str:
   """The timm class an export builds: 'beit' for relative position biases, 'eva' for what its
-  VisionTransformer does not compute (rotary embeddings, gated MLPs), else 'vision_transformer'."""
+  VisionTransformer does not compute (rotary embeddings, gated MLPs, grouped-query attention, layer
+  scale of the attention alone), else 'vision_transformer'."""
   if model['posemb'] == 'relative':
     return 'beit'
-  return 'eva' if model['rope'] or model['mlp_gated'] else 'vision_transformer'
+  eva = model['rope'] or model['mlp_gated'] or _kv_heads(model) or not model['layer_scale_mlp']
+  return 'eva' if eva else 'vision_transformer'
 
 
 def _sizes(model: Mapping[str, Any]) -> dict[str, Any]:
@@ -120,11 +132,15 @@ def _eva_args(model: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
       # Eva's MLP: SwiGLU's SiLU when gated, else torch's exact GELU (no act_layer argument).
       ('mlp_activation', 'silu' if model['mlp_gated'] else 'gelu', ''),
   )
-  if model['res_post_norm']:  # EvaBlockPostNorm has neither.
+  kv_heads = _kv_heads(model)
+  if model['res_post_norm']:  # EvaBlockPostNorm has none of them.
     fixed += (
         ('layer_scale', None, 'layer_scale unset with res_post_norm'),
         ('qk_norm', False, 'qk_norm=False with res_post_norm'),
+        ('num_kv_heads', model['num_kv_heads'] if kv_heads is None else None, ''),
     )
+  if kv_heads is not None:  # Only its AttentionRope, of a key bias, groups the heads.
+    fixed += (('key_bias', True, 'key_bias=True with num_kv_heads'),)
   for field, value, fix in fixed:
     if model[field] != value and not (isinstance(value, tuple) and model[field] in value):
       raise ValueError(
@@ -138,7 +154,10 @@ def _eva_args(model: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
       # has a fused qkv bias.
       'attn_type': 'rope' if model['key_bias'] else 'eva',
       'qkv_bias': True,
-      'qkv_fused': True,
+      # Grouped key and value heads have projections of their own.
+      'qkv_fused': kv_heads is None,
+      'num_kv_heads': kv_heads,
+      'attn_only_layer_scale': not model['layer_scale_mlp'],
       'scale_attn_inner': bool(model['attn_norm']),
       'swiglu_mlp': bool(model['mlp_gated']),
       'scale_mlp': bool(model['mlp_norm']),
@@ -197,6 +216,7 @@ _BEIT_FIXED = (
     ('key_bias', (False,), 'key_bias=False (its q_bias and v_bias)'),
     ('final_norm', (True,), 'final_norm=True'),
     ('num_registers', (0,), 'num_registers=0'),
+    ('layer_scale_mlp', (True,), 'layer_scale_mlp=True'),
     *((field, (False, None), f'{field}=False') for field in _BEIT_LACKS),
 )
 
@@ -207,6 +227,11 @@ def _beit_args(model: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
   pooling (fc_norm), as 'token' before it."""
   fixed = _BEIT_FIXED + (
       ('mlp_activation', ('silu',) if model['mlp_gated'] else ('gelu',), ''),
+      (
+          'num_kv_heads',
+          (model['num_kv_heads'],) if _kv_heads(model) is None else (),
+          'num_kv_heads unset',
+      ),
       ('class_token', (True, None), 'class_token=True'),
       ('fc_norm', (model['classifier'] == 'gap',), 'fc_norm with gap only'),
   )

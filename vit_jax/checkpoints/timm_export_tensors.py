@@ -48,11 +48,17 @@ def to_state_dict(params: Any, eva: bool = False) -> StateDict:
   ):
     if ours in flat:
       out[theirs] = flat.pop(ours)
+  # Grouped-query attention in any block: Eva's separate projections in all (qkv_fused=False).
+  grouped = any(
+      flat[name].shape != flat[name.replace('/key/', '/query/')].shape
+      for name in flat
+      if name.startswith('Transformer/') and name.endswith('/key/kernel')
+  )
   i, rope_frequencies = 0, []
   while f'{torch_names.BLOCK.format(i)}/LayerNorm_0/scale' in flat:
     t, ours = f'blocks.{i}.', torch_names.BLOCK.format(i)
     weights = torch_names.attention_out(flat, torch_names.ATTENTION.format(i), d)
-    out.update(_query_key_value_out(weights, t, eva))
+    out.update(_query_key_value_out(weights, t, eva, grouped))
     out[f'{t}attn.proj.weight'], out[f'{t}attn.proj.bias'] = (
         weights['out.weight'],
         weights['out.bias'],
@@ -99,11 +105,22 @@ def to_state_dict(params: Any, eva: bool = False) -> StateDict:
   return {k: np.ascontiguousarray(v) for k, v in out.items()}
 
 
-def _query_key_value_out(weights: StateDict, t: str, eva: bool) -> StateDict:
+def _query_key_value_out(weights: StateDict, t: str, eva: bool, grouped: bool) -> StateDict:
   """Block `t`'s fused `attn.qkv` of `{q,k,v}.{weight,bias}`: with its bias (a zero key bias where
   ours has none, which computes the same: timm's VisionTransformer, and Eva's AttentionRope that
   timm_export.py picks for a model with a key bias), or Eva's `q_bias` and `v_bias` (EvaAttention's,
-  whose key bias is a zero buffer) for a model without one."""
+  whose key bias is a zero buffer) for a model without one. Eva's `q_proj`, `k_proj`, `v_proj` in a
+  `grouped` model, of keys and values of fewer heads in some block (AttentionRope's)."""
+  if grouped:
+    if not eva:
+      raise ValueError(
+          "timm's VisionTransformer has no grouped-query attention (model.num_kv_heads): Eva has"
+      )
+    return {
+        f'{t}attn.{n}_proj.{kind}': weights[f'{n}.{kind}']
+        for n in 'qkv'
+        for kind in ('weight', 'bias')
+    }
   out = {f'{t}attn.qkv.weight': np.concatenate([weights[f'{n}.weight'] for n in 'qkv'])}
   if eva and 'k.bias' not in weights:
     out[f'{t}attn.q_bias'], out[f'{t}attn.v_bias'] = weights['q.bias'], weights['v.bias']

@@ -8,7 +8,8 @@ position embedding for the class token) is ours with a zero one (and zero ones f
 is our MAP head (big_vision's; Eva's, Perception Encoder's, with heads of its own attending to every
 token: model.map_heads, model.map_include_prefix); timm's layer scale `ls1.gamma`, `ls2.gamma`
 (DeiT III, DINOv2; Eva's `gamma_1`, `gamma_2`) is ours (model.layer_scale). Eva's EvaAttention has
-no key bias (model.key_bias=False; its AttentionRope has one), its MLP may be gated (SwiGLU:
+no key bias (model.key_bias=False; its AttentionRope has one, and may have fewer key and value
+heads: model.num_kv_heads; Sapiens 2's layer scale is `gamma_1` alone), its MLP may be gated (SwiGLU:
 model.mlp_gated) with a norm (model.mlp_norm); RoPE-Mixed's learned frequencies `rope.freqs` are each
 block's `rope_freqs`. Beit's blocks are Eva's names with a relative position bias in each attention
 (`relative_position_bias_table`, or one `rel_pos_bias` all share): model.posemb='relative'.

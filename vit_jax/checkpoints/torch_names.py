@@ -53,18 +53,18 @@ def attention_in(
     prefix: str, weights: dict[str, np.ndarray], num_heads: int
 ) -> dict[str, np.ndarray]:
   """Our query/key/value/out parameters from (out, in) weights and biases named q, k, v, out; without
-  a `k.bias`, a key projection without bias (model.key_bias=False)."""
+  a `k.bias`, a key projection without bias (model.key_bias=False). Keys and values may have fewer
+  heads of the queries' width (grouped-query attention: model.num_kv_heads)."""
   d = weights['out.weight'].shape[0]
+  head_dim = d // num_heads
   tree = {
-      f'{prefix}/out/kernel': weights['out.weight'].T.reshape(num_heads, d // num_heads, d),
+      f'{prefix}/out/kernel': weights['out.weight'].T.reshape(num_heads, head_dim, d),
       f'{prefix}/out/bias': weights['out.bias'],
   }
   for name, ours in (('q', 'query'), ('k', 'key'), ('v', 'value')):
-    tree[f'{prefix}/{ours}/kernel'] = weights[f'{name}.weight'].T.reshape(
-        d, num_heads, d // num_heads
-    )
+    tree[f'{prefix}/{ours}/kernel'] = weights[f'{name}.weight'].T.reshape(d, -1, head_dim)
     if f'{name}.bias' in weights:
-      tree[f'{prefix}/{ours}/bias'] = weights[f'{name}.bias'].reshape(num_heads, d // num_heads)
+      tree[f'{prefix}/{ours}/bias'] = weights[f'{name}.bias'].reshape(-1, head_dim)
   return tree
 
 
@@ -144,9 +144,10 @@ def attention_out(flat: dict[str, np.ndarray], prefix: str, d: int) -> StateDict
   `prefix`'s parameters, taken out of `flat` (no `k.bias` without a key bias)."""
   weights = {}
   for name, ours in (('q', 'query'), ('k', 'key'), ('v', 'value'), ('out', 'out')):
-    weights[f'{name}.weight'] = flat.pop(f'{prefix}/{ours}/kernel').reshape(d, d).T
+    kernel = flat.pop(f'{prefix}/{ours}/kernel')  # Keys and values may have fewer heads.
+    weights[f'{name}.weight'] = kernel.reshape((d, -1) if name != 'out' else (-1, d)).T
     if f'{prefix}/{ours}/bias' in flat:
-      weights[f'{name}.bias'] = flat.pop(f'{prefix}/{ours}/bias').reshape(d)
+      weights[f'{name}.bias'] = flat.pop(f'{prefix}/{ours}/bias').reshape(-1)
   return weights
 
 

@@ -1,7 +1,8 @@
 """Why a checkpoint's parameter tree does not fit the model's, in one line naming the flags that make
 it fit: its position embeddings, registers, distillation or class token, pooling and final LayerNorm,
-the options that add parameters to every block (`STRUCTURE_FIELDS`), layer scale; else another
-architecture. adapting.py, which fits the trees, raises what `explain` returns.
+the options that add parameters to every block (`STRUCTURE_FIELDS`), grouped key heads, layer scale
+(of one branch or both); else another architecture. adapting.py, which fits the trees, raises what
+`explain` returns.
 
 It knows the models' parameter names (vit.py, pooling.py, encoder.py, block.py), beside them.
 """
@@ -149,13 +150,35 @@ def explain(
         f"{'LayerNorms' if kind == 'layernorm' else 'RMSNorms (no bias)'}; set "
         f'--config.model.norm_layer={kind}'
     )
+  kv = re.search(r'/MultiHeadDotProductAttention_1/(key|value)/(kernel|bias)$', path)
+  if (
+      kv
+      and 'none' not in (loaded, target)
+      and (loaded[:-2], loaded[-1]) == (target[:-2], target[-1])
+  ):
+    heads = loaded[-2]
+    return ValueError(
+        f'{path}: checkpoint {loaded} vs model {target}: the checkpoint has {heads} key and value '
+        f'heads here; set --config.model.num_kv_heads={heads} (a tuple where blocks differ: '
+        '--config.variant=checkpoint reads each)'
+    )
   for pattern, field, what in STRUCTURE_FIELDS:
-    if re.search(pattern, path):
+    if re.search(pattern, path) and 'none' in (loaded, target):
       present = loaded != 'none'
       return ValueError(
           f'{path}: checkpoint {loaded} vs model {target}: the checkpoint has '
           f"{'' if present else 'no '}{what}; set --config.model.{field}={present}"
       )
+  if path.endswith('/ls2') and f'{layer}/ls1' in params and f'{layer}/ls1' in targets:
+    # Both scale the attention's branch, one the MLP's too: model.layer_scale_mlp.
+    return ValueError(
+        f'{path}: checkpoint {loaded} vs model {target}: the checkpoint scales '
+        + (
+            "the attention's branch alone; set --config.model.layer_scale_mlp=False"
+            if loaded == 'none'
+            else 'both branches; unset --config.model.layer_scale_mlp'
+        )
+    )
   if re.search(r'/ls[12]$', path):  # Layer scale: a tensor per block, its value any positive one.
     return ValueError(
         f'{path}: checkpoint {loaded} vs model {target}: '

@@ -139,6 +139,10 @@ def get_config() -> ml_collections.ConfigDict:
           # Each block's norms after its attention and MLP, before the residual adds (Swin V2's
           # res-post-norm; timm's ResPostBlock, Eva's use_post_norm: EVA-02-CLIP-E's).
           res_post_norm=config_dict.placeholder(bool),
+          # Each block's attention and MLP side by side, of one norm's output, summed into the
+          # residual: x + MSA(LN(x)) + MLP(LN(x)) (ViT-22B's parallel layers; timm's
+          # ParallelScalingBlock); layer scale then scales their sum.
+          parallel_block=config_dict.placeholder(bool),
           # 2-D rotary position embeddings of the patches' queries and keys (of rope_style); rope_grid:
           # the (rows, columns) positions are rescaled to span at any resolution (timm's
           # ref_feat_shape, EVA-02's (16, 16); not 'dinov3', 'rope_mixed'); unset: each grid's own

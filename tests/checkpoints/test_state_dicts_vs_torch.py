@@ -269,6 +269,25 @@ def test_grouped_heads_and_attention_only_layer_scale_mismatches_name_their_fiel
   )
 
 
+def test_a_parallel_block_mismatch_names_model_parallel_block(tmp_path):
+  """A bare file of timm's ParallelScalingBlocks (one norm for attention and MLP) read by a model of
+  standard blocks: one line naming model.parallel_block; with it, timm's logits."""
+  reference = _timm_model(block_fn=timm_vit.ParallelScalingBlock)
+  path = str(tmp_path / 'model.safetensors')
+  safetensors.torch.save_file(reference.state_dict(), path)
+  with pytest.raises(
+      ValueError,
+      match=r'/LayerNorm_2/(scale|bias): checkpoint none vs model \(32,\): the checkpoint runs '
+      r'attention and MLP side by side; set --config.model.parallel_block=True$',
+  ):
+    ours(path, NUM_CLASSES)
+  np.testing.assert_allclose(
+      ours(path, NUM_CLASSES, **{'model.parallel_block': True}),
+      torch_outputs(reference, images()).numpy(),
+      atol=1e-4,
+  )
+
+
 @pytest.mark.parametrize(
     'timm_kwargs,overrides,message',
     [

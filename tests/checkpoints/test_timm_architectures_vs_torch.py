@@ -86,10 +86,14 @@ COMPUTED = (
     # embeddings, 8 registers; and its grouped-query attention in every block.
     ('vit_base_patch16_sapiens2', {'num_kv_heads': (2, 1)}),
     ('vit_base_patch16_sapiens2', {'num_kv_heads': 1}),
+    # Parallel blocks (ViT-22B's; timm's ParallelScalingBlock: model.parallel_block): SBB's with
+    # biases of its packed in_proj, and the xp ones without (the MLP's then its own mlp_bias), with
+    # qk-norm, RMSNorms and a norm before the blocks.
+    ('vit_pwee_patch16_reg1_gap_256', {}),
+    ('vit_base_patch16_xp_224', {}),
 )
 # Architectures whose weights would load but compute another function, and what the error names.
 REFUSED = (
-    ('vit_base_patch16_xp_224', "block_fn='ParallelScalingBlock'"),
     ('vit_small_patch16_18x2_224', "block_fn='ParallelThingsBlock'"),
     ('vit_dwee_patch16_reg1_gap_256', "attn_layer='diff'"),
 )
@@ -146,6 +150,12 @@ def test_an_architecture_vit_jax_computes_gives_timms_logits(tmp_path, architect
         ('beitv2_base_patch16_224', {}, {'posemb': 'relative', 'classifier': 'gap'}),
         ('beit_base_patch16_224', {'global_pool': 'token'}, {'posemb': 'relative'}),
         ('eva02_enormous_patch14_clip_224', {'patch_size': 14}, {'res_post_norm': True}),
+        ('vit_pwee_patch16_reg1_gap_256', {}, {'parallel_block': True}),
+        (
+            'vit_pwee_patch16_reg1_gap_256',
+            {'qkv_bias': False, 'qk_norm': True},
+            {'parallel_block': True, 'qk_norm': True},
+        ),
         # Sapiens 2's grouped-query attention and layer scale of the attention alone, with
         # LayerNorms (its RMSNorms have no timm export: below).
         (
@@ -167,7 +177,7 @@ def test_the_newer_fields_export_back_to_timm(tmp_path, architecture, kwargs, fi
   VisionTransformer's scale_mlp_norm (BEiT-3's), model.map_mlp_dim as Eva's attn_pool_mlp_ratio,
   model.res_post_norm as timm's ResPostBlocks: timm's model rebuilt from the export gives the
   logits; model.num_kv_heads and model.layer_scale_mlp as Eva's num_kv_heads and
-  attn_only_layer_scale."""
+  attn_only_layer_scale, model.parallel_block as timm's ParallelScalingBlocks."""
   reference = _saved(tmp_path / 'timm', architecture, **kwargs)
   run = prepared_from_checkpoint(tmp_path / 'workdir', str(tmp_path / 'timm'), SIZE)
   assert {field: run.model_config[field] for field in fields} == fields

@@ -90,8 +90,8 @@ def test_an_unknown_architecture_says_only_what_its_model_args_say():
             r"rope_grid_indexing='ij', rope_grid_offset=0.5, which vit_jax's ViT does not compute",
         ),
         (
-            {'architecture': 'vit_base_patch16_xp_224'},
-            r"created with block_fn='ParallelScalingBlock', which vit_jax's ViT does not compute",
+            {'architecture': 'vit_small_patch16_18x2_224'},
+            r"created with block_fn='ParallelThingsBlock', which vit_jax's ViT does not compute",
         ),
         (
             {'architecture': 'vit_base_patch16_224', 'model_args': {'attn_layer': 'diff'}},

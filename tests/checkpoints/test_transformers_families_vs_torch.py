@@ -57,6 +57,7 @@ _SIZES = {
     'res_post_norm': False,
     'layer_scale_mlp': True,
     'num_kv_heads': None,
+    'parallel_block': False,
     'rope': False,
     'rope_grid': None,
 }

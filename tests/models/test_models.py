@@ -451,3 +451,30 @@ def test_scanned_blocks_of_grouped_heads_and_attention_only_layer_scale_are_the_
       rtol=1e-5,
       atol=1e-5,
   )
+
+
+def test_a_parallel_block_adds_attention_and_mlp_of_one_norm():
+  """model.parallel_block: x + ls1 * (MSA(LN(x)) + MLP(LN(x))) (ViT-22B's parallel layers),
+  composed here from the block's own attention, MLP and norm; no LayerNorm_2, no ls2."""
+  fields = dict(mlp_dim=64, num_heads=2, mlp_activation='gelu', layer_scale=0.5)
+  x = jax.random.normal(jax.random.key(0), (2, 5, 32))
+  parallel = block.Encoder1DBlock(**fields, parallel_block=True)
+  params = parallel.init(jax.random.key(1), x, True)['params']
+  assert sorted(params) == ['LayerNorm_0', 'MlpBlock_3', 'MultiHeadDotProductAttention_1', 'ls1']
+  flat = traverse_util.flatten_dict(params, sep='/')
+  params = traverse_util.unflatten_dict(
+      {k: jax.random.normal(jax.random.key(len(k)), v.shape) for k, v in flat.items()}, sep='/'
+  )
+  norm = params['LayerNorm_0']
+  y = (x - x.mean(-1, keepdims=True)) / jnp.sqrt(x.var(-1, keepdims=True) + 1e-6) * norm['scale']
+  y = y + norm['bias']
+  attention_out = block.SelfAttention(
+      num_heads=2, attention_fn=attention.ATTENTION_FNS['xla']
+  ).apply({'params': params['MultiHeadDotProductAttention_1']}, y, deterministic=True)
+  mlp_out = block.MlpBlock(64, activation='gelu').apply(
+      {'params': params['MlpBlock_3']}, y, deterministic=True
+  )
+  expected = x + params['ls1'] * (attention_out + mlp_out)
+  np.testing.assert_allclose(
+      parallel.apply({'params': params}, x, True), expected, rtol=1e-5, atol=1e-5
+  )

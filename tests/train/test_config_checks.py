@@ -240,6 +240,7 @@ ALWAYS_VALID = {
     'model.mlp_gated': 'a bool',
     'model.mlp_norm': 'a bool',
     'model.res_post_norm': 'a bool',
+    'model.parallel_block': 'a bool',
     'pp.flip': 'a bool',
     'pp.antialias': 'a bool',
     'pp_eval.antialias': 'a bool',
@@ -261,6 +262,11 @@ ALSO_INVALID = {
         {'model.scan': True, 'model.num_kv_heads': (1, 2), 'model.num_layers': 2},
         r'^model\.num_kv_heads=\(1, 2\) differs between blocks, which model\.scan=True runs as '
         r'one: set --config\.model\.scan=False$',
+    ),
+    'a parallel block with res-post-norms': (
+        {'model.parallel_block': True, 'model.res_post_norm': True},
+        r'^model\.parallel_block=True sums the attention and the MLP of one norm, which '
+        r'model\.res_post_norm=True splits: unset one of them$',
     ),
     'token_gap without a class token': (
         {'model.classifier': 'token_gap', 'model.class_token': False},

@@ -19,14 +19,16 @@ def architecture(state_dict: StateDict, config: Mapping[str, Any], path: str) ->
   has = lambda name: f'blocks.0.{name}' in state_dict
   args = timm_arguments.Arguments(config, timm_layout.tensor_class(state_dict))
   timm_arguments.check(args, path)
-  if 'blocks.0.mlp.fc2.weight' not in state_dict:
+  parallel = has('in_proj.weight')  # timm's ParallelScalingBlock (model.parallel_block).
+  if not (parallel or has('mlp.fc2.weight')):
     raise ValueError(
-        f"{path}: the timm model's blocks are not a ViT's (attention, then an MLP, e.g. timm's "
-        "parallel blocks): vit_jax's ViT does not compute them"
+        f"{path}: the timm model's blocks are not a ViT's (attention, then an MLP, or both of one "
+        "norm): vit_jax's ViT does not compute them"
     )
-  fc2 = state_dict['blocks.0.mlp.fc2.weight'].shape
-  gated = has('mlp.fc1_g.weight') or timm_layout.packed_gate(
-      state_dict['blocks.0.mlp.fc1.weight'].shape, fc2
+  fc2 = state_dict['blocks.0.' + ('mlp_out_proj' if parallel else 'mlp.fc2') + '.weight'].shape
+  gated = not parallel and (
+      has('mlp.fc1_g.weight')
+      or timm_layout.packed_gate(state_dict['blocks.0.mlp.fc1.weight'].shape, fc2)
   )
   pool = timm_fields.pooling(args, config, path)
   fields = {
@@ -37,18 +39,22 @@ def architecture(state_dict: StateDict, config: Mapping[str, Any], path: str) ->
       'pre_norm': 'norm_pre.weight' in state_dict,
       'num_registers': state_dict['reg_token'].shape[1] if 'reg_token' in state_dict else 0,
       'layer_scale': (
-          (args.get('init_values') or 1e-5) if has('ls1.gamma') or has('gamma_1') else None
+          (args.get('init_values') or 1e-5)
+          if has('ls1.gamma') or has('gamma_1') or has('ls.gamma')
+          else None
       ),
       # Sapiens 2's layer scale of the attention alone (timm's attn_only_layer_scale).
       'layer_scale_mlp': not (has('gamma_1') and not has('gamma_2')),
       'fc_norm': 'fc_norm.weight' in state_dict,
       # RMSNorms have no bias (AIMv2's; timm_arguments.norm_layer checks what the config.json says).
-      'norm_layer': 'layernorm' if 'blocks.0.norm1.bias' in state_dict else 'rmsnorm',
+      'norm_layer': 'layernorm' if has('norm1.bias') or has('in_norm.bias') else 'rmsnorm',
       'embed_norm': 'patch_embed.norm.weight' in state_dict,
       'final_norm': 'norm.weight' in state_dict or 'fc_norm.weight' in state_dict,
       'class_token': 'cls_token' in state_dict,
-      'qk_norm': has('attn.q_norm.weight'),
-      'key_bias': has('attn.qkv.bias') or has('attn.k_proj.bias'),
+      'qk_norm': has('attn.q_norm.weight') or has('q_norm.weight'),
+      # A parallel block's key bias is in_proj's, or zeros without one (timm_layout.py).
+      'key_bias': has('attn.qkv.bias') or has('attn.k_proj.bias') or parallel,
+      'parallel_block': parallel,
       'attn_norm': has('attn.norm.weight'),
       'mlp_gated': gated,
       'mlp_norm': has('mlp.norm.weight'),

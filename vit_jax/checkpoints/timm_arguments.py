@@ -141,12 +141,13 @@ ROPE_STYLES = {
     'rope_mixed': ('mixed', False, rope.MIXED_TEMPERATURE, 'xy', 0.0),
     'dinov3': ('dinov3', True, rope.DINOV3_TEMPERATURE, 'ij', 0.0),
 }
-# The values vit_jax computes of the other arguments of each class. timm's AttentionRope (attn_type='rope') computes
-# EvaAttention's function, its fused qkv with a key bias. timm's ResPostBlock is model.res_post_norm
-# (timm_fields.res_post_norm).
+# The values vit_jax computes of the other arguments of each class. timm's AttentionRope
+# (attn_type='rope') computes EvaAttention's function, its fused qkv with a key bias. timm's
+# ResPostBlock is model.res_post_norm (timm_fields.res_post_norm), its ParallelScalingBlock
+# model.parallel_block (its tensors show it).
 _COMPUTED = {
     'vision_transformer': {
-        'block_fn': ('Block', 'ResPostBlock'),
+        'block_fn': ('Block', 'ResPostBlock', 'ParallelScalingBlock'),
         'attn_layer': ('Attention',),
         'embed_layer': ('PatchEmbed',),
         'pos_embed': ('learn', 'none'),

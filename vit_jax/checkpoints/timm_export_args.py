@@ -11,15 +11,23 @@ from vit_jax.models import vit
 from vit_jax.models.encoder import blocks_kv_heads
 
 # The registered VisionTransformer timm builds an export as, by (LayerNorm epsilon, model.distilled,
-# model.res_post_norm): model_args replace its sizes and options, but its LayerNorm (timm's
-# norm_layer, not in its config.json), its class and its blocks (block_fn) stay: 1e-6, or torch's
-# default 1e-5 (CLIP's); DeiT's VisionTransformerDistilled for the distillation token;
-# ResPostBlocks.
+# model.res_post_norm, model.parallel_block): model_args replace its sizes and options, but its
+# LayerNorm (timm's norm_layer, not in its config.json), its class and its blocks (block_fn) stay:
+# 1e-6, or torch's default 1e-5 (CLIP's); DeiT's VisionTransformerDistilled for the distillation
+# token; ResPostBlocks; ParallelScalingBlocks.
 _TIMM_ARCHITECTURES = {
-    (1e-6, False, False): 'vit_base_patch16_224',
-    (1e-5, False, False): 'vit_base_patch16_clip_224',
-    (1e-6, True, False): 'deit_base_distilled_patch16_224',
-    (1e-6, False, True): 'vit_base_patch16_rpn_224',
+    (1e-6, False, False, False): 'vit_base_patch16_224',
+    (1e-5, False, False, False): 'vit_base_patch16_clip_224',
+    (1e-6, True, False, False): 'deit_base_distilled_patch16_224',
+    (1e-6, False, True, False): 'vit_base_patch16_rpn_224',
+    (1e-6, False, False, True): 'vit_pwee_patch16_reg1_gap_256',
+}
+# The kind of each (model.distilled, model.res_post_norm, model.parallel_block) in an error.
+_KINDS = {
+    (False, False, False): 'VisionTransformer',
+    (True, False, False): 'distilled DeiT',
+    (False, True, False): 'ResPostBlock ViT',
+    (False, False, True): 'ParallelScalingBlock ViT',
 }
 # timm's global_pool of each model.classifier it computes.
 GLOBAL_POOLS = {'token': 'token', 'gap': 'avg', 'map': 'map'}
@@ -66,17 +74,25 @@ def _sizes(model: Mapping[str, Any]) -> dict[str, Any]:
 
 def _vision_transformer_args(model: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
   """The architecture timm's `VisionTransformer` registers for the model, and its model_args."""
-  kind = bool(model['distilled']), bool(model['res_post_norm'])
+  kind = bool(model['distilled']), bool(model['res_post_norm']), bool(model['parallel_block'])
   architecture = _TIMM_ARCHITECTURES.get((model['layernorm_epsilon'], *kind))
   if architecture is None:
     epsilons = [e for e, *k in _TIMM_ARCHITECTURES if tuple(k) == kind]
     if not epsilons:
-      raise ValueError("timm's distilled DeiT has no ResPostBlocks (model.res_post_norm)")
-    name = {(True, False): 'distilled DeiT', (False, True): 'ResPostBlock ViT'}
+      raise ValueError(
+          "timm's VisionTransformer has one kind of block or token among a distilled DeiT's, "
+          'ResPostBlocks and ParallelScalingBlocks (model.distilled, res_post_norm, '
+          'parallel_block)'
+      )
     raise ValueError(
-        f"timm's {name.get(kind, 'VisionTransformer')}'s LayerNorms have "
+        f"timm's {_KINDS[kind]}'s LayerNorms have "
         f"epsilon {' or '.join(f'{e:g}' for e in epsilons)} "
         f"(model.layernorm_epsilon={model['layernorm_epsilon']:g})"
+    )
+  if model['parallel_block'] and (model['attn_norm'] or model['mlp_norm']):
+    raise ValueError(
+        "timm's ParallelScalingBlock has no norms in its attention or MLP (model.attn_norm, "
+        'mlp_norm with model.parallel_block)'
     )
   if model['res_post_norm'] and model['layer_scale'] is not None:
     raise ValueError(
@@ -101,14 +117,14 @@ def _vision_transformer_args(model: Mapping[str, Any]) -> tuple[str, dict[str, A
       'pool_include_prefix': bool(model['map_include_prefix']),
       'scale_attn_norm': bool(model['attn_norm']),
       'scale_mlp_norm': bool(model['mlp_norm']),
+      # Explicit where an architecture's own differ: CLIP's pre_norm, the parallel one's (SBB's
+      # 'pwee') layer scale, register and position embeddings without one for it.
+      'pre_norm': model['pre_norm'],
+      'init_values': model['layer_scale'],
+      'reg_tokens': model['num_registers'],
+      'no_embed_class': False,
+      'qk_norm': bool(model['qk_norm']),
   }
-  if model['layer_scale'] is not None:
-    model_args['init_values'] = model['layer_scale']
-  if model['num_registers']:
-    model_args['reg_tokens'] = model['num_registers']
-  if model['qk_norm']:
-    model_args['qk_norm'] = True
-  model_args['pre_norm'] = model['pre_norm']  # Explicit: the CLIP architecture's default is True.
   return architecture, model_args
 
 
@@ -119,6 +135,7 @@ _EVA_ARCHITECTURES = {1e-6: 'eva02_small_patch14_224', 1e-5: 'vit_base_patch16_d
 # Eva's fixed choices, which its model_args do not name: (model field, the value Eva has, the fix).
 _EVA_FIXED = (
     ('distilled', False, 'distilled=False'),
+    ('parallel_block', False, 'parallel_block=False'),
     ('layernorm_epsilon', tuple(_EVA_ARCHITECTURES), 'layernorm_epsilon=1e-6 (or 1e-5)'),
     ('classifier', ('token', 'gap', 'map'), 'classifier=gap (or token, map)'),
     ('posemb', ('learn', 'none'), 'posemb=learn (or none)'),
@@ -208,6 +225,7 @@ _BEIT_LACKS = (
     'qk_norm',
     'attn_norm',
     'res_post_norm',
+    'parallel_block',
 )
 # Beit's fixed choices: (model field, the values Beit has, the fix).
 _BEIT_FIXED = (

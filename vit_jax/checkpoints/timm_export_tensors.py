@@ -58,6 +58,10 @@ def to_state_dict(params: Any, eva: bool = False) -> StateDict:
   while f'{torch_names.BLOCK.format(i)}/LayerNorm_0/scale' in flat:
     t, ours = f'blocks.{i}.', torch_names.BLOCK.format(i)
     weights = torch_names.attention_out(flat, torch_names.ATTENTION.format(i), d)
+    if f'{ours}/LayerNorm_2/scale' not in flat:  # model.parallel_block: one norm for both.
+      out.update(_parallel_block_out(flat, weights, t, ours))
+      i += 1
+      continue
     out.update(_query_key_value_out(weights, t, eva, grouped))
     out[f'{t}attn.proj.weight'], out[f'{t}attn.proj.bias'] = (
         weights['out.weight'],
@@ -127,6 +131,38 @@ def _query_key_value_out(weights: StateDict, t: str, eva: bool, grouped: bool) -
     return out
   key_bias = weights.get('k.bias', np.zeros_like(weights['q.bias']))
   out[f'{t}attn.qkv.bias'] = np.concatenate([weights['q.bias'], key_bias, weights['v.bias']])
+  return out
+
+
+def _parallel_block_out(
+    flat: dict[str, np.ndarray], weights: StateDict, t: str, ours: str
+) -> StateDict:
+  """Block `t`'s tensors of timm's ParallelScalingBlock, of our parallel block `ours` (its
+  attention's `weights` already taken out of `flat`): `in_proj` packing the MLP's first layer, then
+  the queries, keys and values, with their biases (a zero key bias where ours has none)."""
+  take = lambda name: flat.pop(f'{ours}/{name}')
+  if f'{ours}/MlpBlock_3/Dense_linear/kernel' in flat:
+    raise ValueError("timm's ParallelScalingBlock has no gated MLP (model.mlp_gated)")
+  key_bias = weights.get('k.bias', np.zeros_like(weights['q.bias']))
+  out = {
+      f'{t}in_norm.weight': take('LayerNorm_0/scale'),
+      f'{t}in_norm.bias': take('LayerNorm_0/bias'),
+      f'{t}in_proj.weight': np.concatenate(
+          [take('MlpBlock_3/Dense_0/kernel').T] + [weights[f'{n}.weight'] for n in 'qkv']
+      ),
+      f'{t}in_proj.bias': np.concatenate(
+          [take('MlpBlock_3/Dense_0/bias'), weights['q.bias'], key_bias, weights['v.bias']]
+      ),
+      f'{t}attn_out_proj.weight': weights['out.weight'],
+      f'{t}attn_out_proj.bias': weights['out.bias'],
+      f'{t}mlp_out_proj.weight': take('MlpBlock_3/Dense_1/kernel').T,
+      f'{t}mlp_out_proj.bias': take('MlpBlock_3/Dense_1/bias'),
+  }
+  if f'{ours}/ls1' in flat:
+    out[f'{t}ls.gamma'] = take('ls1')
+  for norm in ('q_norm', 'k_norm'):
+    if f'{ours}/{norm}/scale' in flat:
+      out[f'{t}{norm}.weight'], out[f'{t}{norm}.bias'] = take(f'{norm}/scale'), take(f'{norm}/bias')
   return out
 
 

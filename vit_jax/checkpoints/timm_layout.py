@@ -70,6 +70,9 @@ def from_state_dict(
         torch_names.BLOCK.format(i),
         torch_names.ATTENTION.format(i),
     )
+    if r.has(t + 'in_proj.weight'):
+      tree.update(_parallel_block_in(r, i, num_heads))
+      continue
     out_weight = r.take(t + 'attn.proj.weight')
     weights = {
         **_query_key_value(r, t),
@@ -112,6 +115,47 @@ def from_state_dict(
       tree[f'{head}/bias'] = r.take(f'{head}.bias')
   r.check_all_taken()
   return traverse_util.unflatten_dict(tree, sep='/')
+
+
+def _parallel_block_in(r: torch_names.Reader, i: int, num_heads: int) -> dict[str, np.ndarray]:
+  """Block i, a timm ParallelScalingBlock (model.parallel_block): its `in_norm`, its `in_proj`
+  packing the MLP's first layer, then the queries, keys and values (the MLP's bias in `in_proj.bias`,
+  or `mlp_bias` where the projections have none), separate output projections, one layer scale."""
+  t, ours, attention = f'blocks.{i}.', torch_names.BLOCK.format(i), torch_names.ATTENTION.format(i)
+  in_proj = r.take(t + 'in_proj.weight')
+  d = in_proj.shape[1]
+  units = in_proj.shape[0] - 3 * d
+  biases = (
+      r.take(t + 'in_proj.bias')
+      if r.has(t + 'in_proj.bias')
+      else np.concatenate([r.take(t + 'mlp_bias'), np.zeros(3 * d, np.float32)])
+  )
+  fc1, q, k, v = np.split(in_proj, [units, units + d, units + 2 * d])
+  fc1_bias, q_bias, k_bias, v_bias = np.split(biases, [units, units + d, units + 2 * d])
+  out = r.take(t + 'attn_out_proj.weight')
+  weights = {
+      'q.weight': q,
+      'k.weight': k,
+      'v.weight': v,
+      'q.bias': q_bias,
+      'k.bias': k_bias,
+      'v.bias': v_bias,
+      'out.weight': out,
+      'out.bias': r.bias(t + 'attn_out_proj.bias', out.shape[0]),
+  }
+  fc2 = r.take(t + 'mlp_out_proj.weight')
+  layers = {'Dense_0': (fc1, fc1_bias), 'Dense_1': (fc2, r.bias(t + 'mlp_out_proj.bias', len(fc2)))}
+  tree = {
+      **torch_names.attention_in(attention, weights, num_heads),
+      **r.norm(t + 'in_norm', f'{ours}/LayerNorm_0'),
+      **torch_names.mlp_in(f'{ours}/MlpBlock_3/', layers),
+  }
+  if r.has(t + 'ls.gamma'):
+    tree[f'{ours}/ls1'] = r.take(t + 'ls.gamma')
+  for norm in ('q_norm', 'k_norm'):
+    if r.has(f'{t}{norm}.weight'):
+      tree.update(r.norm(f'{t}{norm}', f'{ours}/{norm}'))
+  return tree
 
 
 def _query_key_value(r: torch_names.Reader, t: str) -> dict[str, np.ndarray]:

@@ -74,6 +74,7 @@ def architecture(state_dict: StateDict, config: Mapping[str, Any], path: str) ->
       'res_post_norm': False,
       'layer_scale_mlp': True,
       'num_kv_heads': None,
+      'parallel_block': False,
       'rope': False,
       'rope_grid': None,
   }

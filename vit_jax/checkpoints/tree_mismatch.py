@@ -1,8 +1,8 @@
 """Why a checkpoint's parameter tree does not fit the model's, in one line naming the flags that make
 it fit: its position embeddings, registers, distillation or class token, pooling and final LayerNorm,
-the options that add parameters to every block (`STRUCTURE_FIELDS`), grouped key heads, layer scale
-(of one branch or both); else another architecture. adapting.py, which fits the trees, raises what
-`explain` returns.
+the options that add parameters to every block (`STRUCTURE_FIELDS`), grouped key heads, parallel
+blocks, layer scale (of one branch or both); else another architecture. adapting.py, which fits the
+trees, raises what `explain` returns.
 
 It knows the models' parameter names (vit.py, pooling.py, encoder.py, block.py), beside them.
 """
@@ -169,7 +169,22 @@ def explain(
           f'{path}: checkpoint {loaded} vs model {target}: the checkpoint has '
           f"{'' if present else 'no '}{what}; set --config.model.{field}={present}"
       )
-  if path.endswith('/ls2') and f'{layer}/ls1' in params and f'{layer}/ls1' in targets:
+  if (
+      re.search(r'/LayerNorm_2/(scale|bias)$', path)
+      and 'none' in (loaded, target)
+      and f'{layer.rsplit("/", 1)[0]}/LayerNorm_0/scale' in params
+  ):
+    parallel = loaded == 'none'  # One norm for both branches.
+    return ValueError(
+        f'{path}: checkpoint {loaded} vs model {target}: the checkpoint '
+        + ('runs' if parallel else 'does not run')
+        + f' attention and MLP side by side; set --config.model.parallel_block={parallel}'
+    )
+  if path.endswith('/ls2') and all(
+      f'{layer}/{name}' in tree
+      for name in ('ls1', 'LayerNorm_2/scale')
+      for tree in (params, targets)
+  ):
     # Both scale the attention's branch, one the MLP's too: model.layer_scale_mlp.
     return ValueError(
         f'{path}: checkpoint {loaded} vs model {target}: the checkpoint scales '

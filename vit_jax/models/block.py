@@ -81,7 +81,8 @@ class MlpBlock(nn.Module):
 
 class Encoder1DBlock(nn.Module):
   """Pre-LayerNorm transformer block: x + MSA(LN(x)), then x + MLP(LN(x)) (`res_post_norm`: the
-  norms after the branches).
+  norms after the branches; `parallel_block`: x + MSA(LN(x)) + MLP(LN(x)), both branches of one
+  norm, ViT-22B's parallel layers, timm's ParallelScalingBlock, layer scale `ls1` of their sum).
 
   Submodule names are spelled out: they are the names in the original checkpoints (older Flax numbered
   submodules across types), and current Flax would number them per type. At train time each residual
@@ -122,6 +123,7 @@ class Encoder1DBlock(nn.Module):
   # (Swin V2's res-post-norm, timm's ResPostBlock and Eva's use_post_norm: EVA-02-CLIP-E's), the
   # norms of the same names.
   res_post_norm: bool = False
+  parallel_block: bool = False  # The attention and the MLP side by side, of `LayerNorm_0`'s output.
   rope: bool = False  # Rotary embeddings of the patches' queries and keys (rope.py), over `grid`.
   rope_grid: Optional[tuple[int, int]] = None  # rope.tables' `ref_grid`.
   rope_style: str = 'eva02'  # A key of rope.STYLES.
@@ -155,7 +157,7 @@ class Encoder1DBlock(nn.Module):
         norms.norm(self.norm_layer, self.layernorm_epsilon, self.dtype, name)
         for name in ('LayerNorm_0', 'LayerNorm_2')
     )
-    x = inputs if self.res_post_norm else norm_0(inputs)
+    normed = x = inputs if self.res_post_norm else norm_0(inputs)
     padding = 0 if self.tokens else token_padding(self.attention, given, self.dtype)
     if padding:  # For the fused kernel, where the encoder did not pad (Axial-ViT's rows, columns).
       x = jnp.pad(x, ((0, 0), (0, padding), (0, 0)))
@@ -183,11 +185,21 @@ class Encoder1DBlock(nn.Module):
         :, :given
     ]
     x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
+    if self.parallel_block:
+      x = x + self._mlp(normed, deterministic)
+      return inputs + self._drop_path(self._scale('ls1', x), drop_path_rate, deterministic)
     if self.res_post_norm:
       x = norm_0(x)
     x = self._drop_path(self._scale('ls1', x), drop_path_rate, deterministic) + inputs
-    y = x if self.res_post_norm else norm_2(x)
-    y = MlpBlock(
+    y = self._mlp(x if self.res_post_norm else norm_2(x), deterministic)
+    if self.res_post_norm:
+      y = norm_2(y)
+    if self.layer_scale_mlp:
+      y = self._scale('ls2', y)
+    return x + self._drop_path(y, drop_path_rate, deterministic)
+
+  def _mlp(self, y: jnp.ndarray, deterministic: bool) -> jnp.ndarray:
+    return MlpBlock(
         self.mlp_dim,
         self.dropout_rate,
         self.dtype,
@@ -199,11 +211,6 @@ class Encoder1DBlock(nn.Module):
         matmul=self.matmul,
         name='MlpBlock_3',
     )(y, deterministic=deterministic)
-    if self.res_post_norm:
-      y = norm_2(y)
-    if self.layer_scale_mlp:
-      y = self._scale('ls2', y)
-    return x + self._drop_path(y, drop_path_rate, deterministic)
 
   def _transform_qk(self, real: int, width: int) -> Optional[Callable[..., Any]]:
     """The queries' and keys' change before their product: LayerNorms (`qk_norm`), then the rotary

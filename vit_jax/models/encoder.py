@@ -171,6 +171,7 @@ class Encoder(nn.Module):
   mlp_gated: bool = False
   mlp_norm: bool = False
   res_post_norm: bool = False
+  parallel_block: bool = False
   rope: bool = False
   rope_grid: Optional[tuple[int, int]] = None
   rope_style: str = 'eva02'
@@ -210,6 +211,7 @@ class Encoder(nn.Module):
         mlp_gated=self.mlp_gated,
         mlp_norm=self.mlp_norm,
         res_post_norm=self.res_post_norm,
+        parallel_block=self.parallel_block,
         rope=self.rope,
         rope_grid=self.rope_grid,
         rope_style=self.rope_style,

@@ -86,6 +86,9 @@ class ViTBackbone(nn.Module):
   mlp_norm: bool = False
   # Each block's norms after its branches, before the residual adds (block.py; EVA-02-CLIP-E's).
   res_post_norm: bool = False
+  # Each block's attention and MLP side by side, of one norm's output, summed into the residual
+  # (ViT-22B's parallel layers; timm's ParallelScalingBlock): block.py.
+  parallel_block: bool = False
   # 2-D rotary embeddings of the patches' queries and keys (rope.py), EVA-02's, RoPE-ViT's (axial or
   # mixed: learned), Perception Encoder's or DINOv3's (`rope_style`, a key of rope.STYLES);
   # `rope_grid`: the grid other grids' positions are rescaled to (timm's ref_feat_shape; not
@@ -212,6 +215,7 @@ class ViTBackbone(nn.Module):
         mlp_gated=self.mlp_gated,
         mlp_norm=self.mlp_norm,
         res_post_norm=self.res_post_norm,
+        parallel_block=self.parallel_block,
         rope=self.rope,
         rope_grid=None if self.rope_grid is None else tuple(self.rope_grid),
         rope_style=self.rope_style,

@@ -171,6 +171,12 @@ def _check_fields(model: dict[str, Any]) -> None:
         'branch is: set --config.model.layer_scale (e.g. 1.0), or unset layer_scale_mlp'
     )
   _check_kv_heads(model)
+  if model['parallel_block'] and (model['res_post_norm'] or not model['layer_scale_mlp']):
+    field = 'res_post_norm=True' if model['res_post_norm'] else 'layer_scale_mlp=False'
+    raise ValueError(
+        f'model.parallel_block=True sums the attention and the MLP of one norm, which '
+        f'model.{field} splits: unset one of them'
+    )
   if model['norm_layer'] not in NORM_LAYERS:
     raise ValueError(
         f"Unknown model.norm_layer {model['norm_layer']!r}: use one of {', '.join(NORM_LAYERS)}"

@@ -115,6 +115,7 @@ def vit_model_config(variant: str, overrides: Optional[Mapping[str, Any]] = None
       mlp_gated=False,
       mlp_norm=False,
       res_post_norm=False,
+      parallel_block=False,
       rope=False,
       rope_grid=None,
       rope_style='eva02',

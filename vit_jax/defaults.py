@@ -143,6 +143,10 @@ def get_config() -> ml_collections.ConfigDict:
           # residual: x + MSA(LN(x)) + MLP(LN(x)) (ViT-22B's parallel layers; timm's
           # ParallelScalingBlock); layer scale then scales their sum.
           parallel_block=config_dict.placeholder(bool),
+          # Differential attention (Ye et al. 2024; timm's attn_layer='diff'): two softmax maps of
+          # each head's halves of queries and keys, the second subtracted at a learned weight, the
+          # heads RMSNormed; each block's lambda_init grows with its index, so model.scan=False.
+          diff_attention=config_dict.placeholder(bool),
           # 2-D rotary position embeddings of the patches' queries and keys (of rope_style); rope_grid:
           # the (rows, columns) positions are rescaled to span at any resolution (timm's
           # ref_feat_shape, EVA-02's (16, 16); not 'dinov3', 'rope_mixed'); unset: each grid's own

@@ -91,12 +91,14 @@ COMPUTED = (
     # qk-norm, RMSNorms and a norm before the blocks.
     ('vit_pwee_patch16_reg1_gap_256', {}),
     ('vit_base_patch16_xp_224', {}),
+    # Differential attention (model.diff_attention; timm's attn_layer='diff'), and in parallel
+    # blocks (DiffParallelScalingBlock, one output projection of both branches).
+    ('vit_dwee_patch16_reg1_gap_256', {}),
+    ('vit_dlittle_patch16_reg1_gap_256', {}),
+    ('vit_dpwee_patch16_reg1_gap_256', {}),
 )
 # Architectures whose weights would load but compute another function, and what the error names.
-REFUSED = (
-    ('vit_small_patch16_18x2_224', "block_fn='ParallelThingsBlock'"),
-    ('vit_dwee_patch16_reg1_gap_256', "attn_layer='diff'"),
-)
+REFUSED = (('vit_small_patch16_18x2_224', "block_fn='ParallelThingsBlock'"),)
 
 
 def _saved(directory, architecture: str, **kwargs):
@@ -151,6 +153,12 @@ def test_an_architecture_vit_jax_computes_gives_timms_logits(tmp_path, architect
         ('beit_base_patch16_224', {'global_pool': 'token'}, {'posemb': 'relative'}),
         ('eva02_enormous_patch14_clip_224', {'patch_size': 14}, {'res_post_norm': True}),
         ('vit_pwee_patch16_reg1_gap_256', {}, {'parallel_block': True}),
+        ('vit_dwee_patch16_reg1_gap_256', {}, {'diff_attention': True}),
+        (
+            'vit_dpwee_patch16_reg1_gap_256',
+            {},
+            {'diff_attention': True, 'parallel_block': True},
+        ),
         (
             'vit_pwee_patch16_reg1_gap_256',
             {'qkv_bias': False, 'qk_norm': True},
@@ -177,7 +185,8 @@ def test_the_newer_fields_export_back_to_timm(tmp_path, architecture, kwargs, fi
   VisionTransformer's scale_mlp_norm (BEiT-3's), model.map_mlp_dim as Eva's attn_pool_mlp_ratio,
   model.res_post_norm as timm's ResPostBlocks: timm's model rebuilt from the export gives the
   logits; model.num_kv_heads and model.layer_scale_mlp as Eva's num_kv_heads and
-  attn_only_layer_scale, model.parallel_block as timm's ParallelScalingBlocks."""
+  attn_only_layer_scale, model.parallel_block as timm's ParallelScalingBlocks, model.diff_attention as
+  its attn_layer='diff' or DiffParallelScalingBlocks."""
   reference = _saved(tmp_path / 'timm', architecture, **kwargs)
   run = prepared_from_checkpoint(tmp_path / 'workdir', str(tmp_path / 'timm'), SIZE)
   assert {field: run.model_config[field] for field in fields} == fields

@@ -94,10 +94,6 @@ def test_an_unknown_architecture_says_only_what_its_model_args_say():
             r"created with block_fn='ParallelThingsBlock', which vit_jax's ViT does not compute",
         ),
         (
-            {'architecture': 'vit_base_patch16_224', 'model_args': {'attn_layer': 'diff'}},
-            r"created with attn_layer='diff', which vit_jax's ViT does not compute",
-        ),
-        (
             {'architecture': 'vit_base_patch16_224', 'model_args': {'sandwich_norm': True}},
             r'created with sandwich_norm=True, an argument vit_jax does not read \(its table is '
             r'of timm [\d.]+\)',

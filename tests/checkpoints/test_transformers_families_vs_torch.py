@@ -58,6 +58,7 @@ _SIZES = {
     'layer_scale_mlp': True,
     'num_kv_heads': None,
     'parallel_block': False,
+    'diff_attention': False,
     'rope': False,
     'rope_grid': None,
 }

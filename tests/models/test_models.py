@@ -8,7 +8,15 @@ import numpy as np
 import pytest
 from flax import traverse_util
 
-from vit_jax.models import VisionTransformer, attention, block, pooling, variants, vit_variants
+from vit_jax.models import (
+    VisionTransformer,
+    attention,
+    block,
+    differential,
+    pooling,
+    variants,
+    vit_variants,
+)
 
 
 def _param_shapes(num_classes=1000, image_size=224, **overrides):
@@ -478,3 +486,37 @@ def test_a_parallel_block_adds_attention_and_mlp_of_one_norm():
   np.testing.assert_allclose(
       parallel.apply({'params': params}, x, True), expected, rtol=1e-5, atol=1e-5
   )
+
+
+def test_differential_attention_is_a_difference_of_two_softmax_maps():
+  """model.diff_attention: the weights the block sows are A1 - lambda A2 (each row summing to
+  1 - lambda), lambda = exp(q1 . k1) - exp(q2 . k2) + lambda_init of its index; both kernels give the
+  same heads. Parity with timm's DiffAttention: tests/checkpoints/test_timm_architectures_vs_torch.py.
+  """
+  x = jax.random.normal(jax.random.key(0), (2, 5, 32))
+  outputs = []
+  for kernel in attention.ATTENTION_FNS:
+    layer = block.SelfAttention(
+        num_heads=2, attention_fn=attention.ATTENTION_FNS[kernel], differential=True, layer=3
+    )
+    params = layer.init(jax.random.key(1), x, deterministic=True)['params']
+    assert params['sub_norm']['scale'].shape == params['query']['kernel'].shape[-1:]
+    out, state = layer.apply(
+        {'params': params},
+        x,
+        deterministic=True,
+        sow_weights=kernel == 'xla',  # The fused kernel sows none (block.py asks the xla one).
+        mutable=['intermediates'],
+    )
+    outputs.append(out)
+    if kernel == 'xla':
+      (weights,) = state['intermediates']['attention_weights']  # [b, heads, q, k].
+  lambdas = [params[name] for name in differential.LAMBDAS]
+  weight = (
+      np.exp(np.dot(lambdas[0], lambdas[1]))
+      - np.exp(np.dot(lambdas[2], lambdas[3]))
+      + 0.8
+      - 0.6 * np.exp(-0.9)
+  )
+  np.testing.assert_allclose(weights.sum(-1), np.full((2, 2, 5), 1 - weight), rtol=1e-5)
+  np.testing.assert_allclose(outputs[0], outputs[1], rtol=1e-5, atol=1e-5)

@@ -364,15 +364,25 @@ def test_no_suggestions_asked_for_is_not_nothing_fits():
   assert 'Nothing searched fits' not in run.stdout and 'Suggestions' not in run.stdout
 
 
-@pytest.mark.parametrize('gated', [False, True])
-def test_the_analytic_forward_flops_of_a_gated_mlp_agree_with_xla(gated):
-  """SwiGLU's third matrix (EVA-02's) counted: within the few percent XLA adds for norms, softmax
-  and activations."""
+@pytest.mark.parametrize(
+    'fields',
+    [
+        {},
+        {'mlp_gated': True},
+        {'num_kv_heads': (1, 4)},
+        {'parallel_block': True},
+        {'diff_attention': True},
+    ],
+)
+def test_the_analytic_forward_flops_agree_with_xla(fields):
+  """SwiGLU's third matrix (EVA-02's) counted, grouped key and value heads (a block's), parallel
+  blocks, differential attention's maps (whose zero-padded halves XLA counts in full): within the few
+  percent XLA adds for norms, softmax and activations."""
   from vit_jax.models import variants  # pylint: disable=g-import-not-at-top
 
   model = variants.get_model_config(
       'ViT-testing_8',
-      {'hidden_size': 256, 'mlp_dim': 1024, 'num_layers': 2, 'num_heads': 4, 'mlp_gated': gated},
+      {'hidden_size': 256, 'mlp_dim': 1024, 'num_layers': 2, 'num_heads': 4, **fields},
   )
   module = variants.build('ViT-testing_8', model, num_classes=NUM_CLASSES, dtype=jnp.float32)
   images = jnp.zeros((2, 64, 64, 3))

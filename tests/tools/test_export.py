@@ -99,6 +99,7 @@ def test_export_writes_the_latest_parameters_in_the_original_layout(workdir, exp
       'layer_scale_mlp': True,
       'num_kv_heads': None,
       'parallel_block': False,
+      'diff_attention': False,
       'layernorm_epsilon': 1e-6,
       'num_registers': 0,
       'qk_norm': False,

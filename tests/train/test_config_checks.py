@@ -241,6 +241,7 @@ ALWAYS_VALID = {
     'model.mlp_norm': 'a bool',
     'model.res_post_norm': 'a bool',
     'model.parallel_block': 'a bool',
+    'model.diff_attention': 'a bool',
     'pp.flip': 'a bool',
     'pp.antialias': 'a bool',
     'pp_eval.antialias': 'a bool',
@@ -267,6 +268,16 @@ ALSO_INVALID = {
         {'model.parallel_block': True, 'model.res_post_norm': True},
         r'^model\.parallel_block=True sums the attention and the MLP of one norm, which '
         r'model\.res_post_norm=True splits: unset one of them$',
+    ),
+    'differential attention in scanned blocks': (
+        {'model.diff_attention': True, 'model.scan': True},
+        r'^model\.diff_attention=True does not take model\.scan=True: set '
+        r"--config\.model\.scan=False \(each block's lambda_init is its own\)$",
+    ),
+    'differential attention of odd head widths': (
+        {'model.diff_attention': True, 'model.hidden_size': 36, 'model.num_heads': 4},
+        r'^model\.diff_attention=True splits each head in halves: its width hidden_size / '
+        r'num_heads = 9 must be even',
     ),
     'token_gap without a class token': (
         {'model.classifier': 'token_gap', 'model.class_token': False},

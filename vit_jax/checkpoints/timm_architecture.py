@@ -25,7 +25,11 @@ def architecture(state_dict: StateDict, config: Mapping[str, Any], path: str) ->
         f"{path}: the timm model's blocks are not a ViT's (attention, then an MLP, or both of one "
         "norm): vit_jax's ViT does not compute them"
     )
-  fc2 = state_dict['blocks.0.' + ('mlp_out_proj' if parallel else 'mlp.fc2') + '.weight'].shape
+  if parallel:  # Its in_proj packs the MLP's units before the queries, keys and values.
+    rows, width = state_dict['blocks.0.in_proj.weight'].shape
+    fc2 = (width, rows - 3 * width)
+  else:
+    fc2 = state_dict['blocks.0.mlp.fc2.weight'].shape
   gated = not parallel and (
       has('mlp.fc1_g.weight')
       or timm_layout.packed_gate(state_dict['blocks.0.mlp.fc1.weight'].shape, fc2)
@@ -55,6 +59,7 @@ def architecture(state_dict: StateDict, config: Mapping[str, Any], path: str) ->
       # A parallel block's key bias is in_proj's, or zeros without one (timm_layout.py).
       'key_bias': has('attn.qkv.bias') or has('attn.k_proj.bias') or parallel,
       'parallel_block': parallel,
+      'diff_attention': has('attn.lambda_q1') or has('lambda_q1'),
       'attn_norm': has('attn.norm.weight'),
       'mlp_gated': gated,
       'mlp_norm': has('mlp.norm.weight'),

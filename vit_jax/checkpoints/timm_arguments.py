@@ -143,12 +143,13 @@ ROPE_STYLES = {
 }
 # The values vit_jax computes of the other arguments of each class. timm's AttentionRope
 # (attn_type='rope') computes EvaAttention's function, its fused qkv with a key bias. timm's
-# ResPostBlock is model.res_post_norm (timm_fields.res_post_norm), its ParallelScalingBlock
-# model.parallel_block (its tensors show it).
+# ResPostBlock is model.res_post_norm (timm_fields.res_post_norm); its ParallelScalingBlock
+# model.parallel_block, its DiffAttention (attn_layer 'diff') model.diff_attention, its
+# DiffParallelScalingBlock both (the tensors show them).
 _COMPUTED = {
     'vision_transformer': {
-        'block_fn': ('Block', 'ResPostBlock', 'ParallelScalingBlock'),
-        'attn_layer': ('Attention',),
+        'block_fn': ('Block', 'ResPostBlock', 'ParallelScalingBlock', 'DiffParallelScalingBlock'),
+        'attn_layer': ('Attention', 'attn', '', 'diff'),
         'embed_layer': ('PatchEmbed',),
         'pos_embed': ('learn', 'none'),
     },

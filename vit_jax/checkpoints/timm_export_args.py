@@ -10,24 +10,18 @@ from vit_jax.checkpoints import timm_arguments
 from vit_jax.models import vit
 from vit_jax.models.encoder import blocks_kv_heads
 
-# The registered VisionTransformer timm builds an export as, by (LayerNorm epsilon, model.distilled,
-# model.res_post_norm, model.parallel_block): model_args replace its sizes and options, but its
-# LayerNorm (timm's norm_layer, not in its config.json), its class and its blocks (block_fn) stay:
-# 1e-6, or torch's default 1e-5 (CLIP's); DeiT's VisionTransformerDistilled for the distillation
-# token; ResPostBlocks; ParallelScalingBlocks.
+# The registered VisionTransformer timm builds an export as, by (LayerNorm epsilon, its kind:
+# `_kind`): model_args replace its sizes and options, but its LayerNorm (timm's norm_layer, not in
+# its config.json), its class and its blocks (block_fn) stay: 1e-6, or torch's default 1e-5
+# (CLIP's); DeiT's VisionTransformerDistilled for the distillation token; ResPostBlocks;
+# ParallelScalingBlocks, without or with differential attention.
 _TIMM_ARCHITECTURES = {
-    (1e-6, False, False, False): 'vit_base_patch16_224',
-    (1e-5, False, False, False): 'vit_base_patch16_clip_224',
-    (1e-6, True, False, False): 'deit_base_distilled_patch16_224',
-    (1e-6, False, True, False): 'vit_base_patch16_rpn_224',
-    (1e-6, False, False, True): 'vit_pwee_patch16_reg1_gap_256',
-}
-# The kind of each (model.distilled, model.res_post_norm, model.parallel_block) in an error.
-_KINDS = {
-    (False, False, False): 'VisionTransformer',
-    (True, False, False): 'distilled DeiT',
-    (False, True, False): 'ResPostBlock ViT',
-    (False, False, True): 'ParallelScalingBlock ViT',
+    (1e-6, 'VisionTransformer'): 'vit_base_patch16_224',
+    (1e-5, 'VisionTransformer'): 'vit_base_patch16_clip_224',
+    (1e-6, 'distilled DeiT'): 'deit_base_distilled_patch16_224',
+    (1e-6, 'ResPostBlock ViT'): 'vit_base_patch16_rpn_224',
+    (1e-6, 'ParallelScalingBlock ViT'): 'vit_pwee_patch16_reg1_gap_256',
+    (1e-6, 'DiffParallelScalingBlock ViT'): 'vit_dpwee_patch16_reg1_gap_256',
 }
 # timm's global_pool of each model.classifier it computes.
 GLOBAL_POOLS = {'token': 'token', 'gap': 'avg', 'map': 'map'}
@@ -72,21 +66,30 @@ def _sizes(model: Mapping[str, Any]) -> dict[str, Any]:
   }
 
 
+def _kind(model: Mapping[str, Any]) -> str:
+  """The kind of timm VisionTransformer of the model (a key of `_TIMM_ARCHITECTURES`)."""
+  blocks = {
+      'ParallelScalingBlock ViT': model['parallel_block'] and not model['diff_attention'],
+      'DiffParallelScalingBlock ViT': model['parallel_block'] and model['diff_attention'],
+      'ResPostBlock ViT': model['res_post_norm'],
+  }
+  kinds = [kind for kind, chosen in blocks.items() if chosen]
+  if kinds and model['distilled']:
+    raise ValueError(
+        f"timm's distilled DeiT has no {kinds[0]}'s blocks (model.distilled with "
+        'res_post_norm or parallel_block)'
+    )
+  return kinds[0] if kinds else 'distilled DeiT' if model['distilled'] else 'VisionTransformer'
+
+
 def _vision_transformer_args(model: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
   """The architecture timm's `VisionTransformer` registers for the model, and its model_args."""
-  kind = bool(model['distilled']), bool(model['res_post_norm']), bool(model['parallel_block'])
-  architecture = _TIMM_ARCHITECTURES.get((model['layernorm_epsilon'], *kind))
+  kind = _kind(model)
+  architecture = _TIMM_ARCHITECTURES.get((model['layernorm_epsilon'], kind))
   if architecture is None:
-    epsilons = [e for e, *k in _TIMM_ARCHITECTURES if tuple(k) == kind]
-    if not epsilons:
-      raise ValueError(
-          "timm's VisionTransformer has one kind of block or token among a distilled DeiT's, "
-          'ResPostBlocks and ParallelScalingBlocks (model.distilled, res_post_norm, '
-          'parallel_block)'
-      )
+    epsilons = [e for e, k in _TIMM_ARCHITECTURES if k == kind]
     raise ValueError(
-        f"timm's {_KINDS[kind]}'s LayerNorms have "
-        f"epsilon {' or '.join(f'{e:g}' for e in epsilons)} "
+        f"timm's {kind}'s LayerNorms have epsilon {' or '.join(f'{e:g}' for e in epsilons)} "
         f"(model.layernorm_epsilon={model['layernorm_epsilon']:g})"
     )
   if model['parallel_block'] and (model['attn_norm'] or model['mlp_norm']):
@@ -125,6 +128,8 @@ def _vision_transformer_args(model: Mapping[str, Any]) -> tuple[str, dict[str, A
       'no_embed_class': False,
       'qk_norm': bool(model['qk_norm']),
   }
+  if model['diff_attention'] and not model['parallel_block']:
+    model_args['attn_layer'] = 'diff'
   return architecture, model_args
 
 
@@ -136,6 +141,7 @@ _EVA_ARCHITECTURES = {1e-6: 'eva02_small_patch14_224', 1e-5: 'vit_base_patch16_d
 _EVA_FIXED = (
     ('distilled', False, 'distilled=False'),
     ('parallel_block', False, 'parallel_block=False'),
+    ('diff_attention', False, 'diff_attention=False'),
     ('layernorm_epsilon', tuple(_EVA_ARCHITECTURES), 'layernorm_epsilon=1e-6 (or 1e-5)'),
     ('classifier', ('token', 'gap', 'map'), 'classifier=gap (or token, map)'),
     ('posemb', ('learn', 'none'), 'posemb=learn (or none)'),
@@ -226,6 +232,7 @@ _BEIT_LACKS = (
     'attn_norm',
     'res_post_norm',
     'parallel_block',
+    'diff_attention',
 )
 # Beit's fixed choices: (model field, the values Beit has, the fix).
 _BEIT_FIXED = (

@@ -11,6 +11,7 @@ from flax import traverse_util
 
 from vit_jax.checkpoints import torch_names
 from vit_jax.checkpoints.torch_files import StateDict
+from vit_jax.models import differential
 from vit_jax.models.pooling import MAP_HEAD
 
 
@@ -82,6 +83,7 @@ def to_state_dict(params: Any, eva: bool = False) -> StateDict:
       if f'{ours}/{norm}/scale' in flat:
         out[f'{t}attn.{norm}.weight'] = flat.pop(f'{ours}/{norm}/scale')
         out[f'{t}attn.{norm}.bias'] = flat.pop(f'{ours}/{norm}/bias')
+    out.update(_differential_out(flat, attention, f'{t}attn.'))
     if eva and f'{ours}/rope_freqs' in flat:
       rope_frequencies.append(flat.pop(f'{ours}/rope_freqs'))
     if eva and f'{ours}/relative_posemb/relative_bias' in flat:  # Beit's: the offsets', then 3.
@@ -134,6 +136,16 @@ def _query_key_value_out(weights: StateDict, t: str, eva: bool, grouped: bool) -
   return out
 
 
+def _differential_out(flat: dict[str, np.ndarray], attention: str, theirs: str) -> StateDict:
+  """timm's DiffAttention's lambda vectors and `sub_norm`, named from `theirs`, of our attention
+  `attention`'s (model.diff_attention), taken out of `flat`; none without them."""
+  if f'{attention}/lambda_q1' not in flat:
+    return {}
+  out = {theirs + name: flat.pop(f'{attention}/{name}') for name in differential.LAMBDAS}
+  out[theirs + 'sub_norm.weight'] = flat.pop(f'{attention}/sub_norm/scale')
+  return out
+
+
 def _parallel_block_out(
     flat: dict[str, np.ndarray], weights: StateDict, t: str, ours: str
 ) -> StateDict:
@@ -153,11 +165,19 @@ def _parallel_block_out(
       f'{t}in_proj.bias': np.concatenate(
           [take('MlpBlock_3/Dense_0/bias'), weights['q.bias'], key_bias, weights['v.bias']]
       ),
-      f'{t}attn_out_proj.weight': weights['out.weight'],
-      f'{t}attn_out_proj.bias': weights['out.bias'],
-      f'{t}mlp_out_proj.weight': take('MlpBlock_3/Dense_1/kernel').T,
-      f'{t}mlp_out_proj.bias': take('MlpBlock_3/Dense_1/bias'),
   }
+  mlp_out = take('MlpBlock_3/Dense_1/kernel').T, take('MlpBlock_3/Dense_1/bias')
+  differential_out = _differential_out(flat, f'{ours}/MultiHeadDotProductAttention_1', t)
+  if differential_out:  # DiffParallelScalingBlock's: one projection of both branches' outputs.
+    out[f'{t}out_proj.weight'] = np.concatenate([weights['out.weight'], mlp_out[0]], axis=1)
+    out[f'{t}out_proj.bias'] = weights['out.bias'] + mlp_out[1]
+    out.update(differential_out)
+  else:
+    out[f'{t}attn_out_proj.weight'], out[f'{t}attn_out_proj.bias'] = (
+        weights['out.weight'],
+        weights['out.bias'],
+    )
+    out[f'{t}mlp_out_proj.weight'], out[f'{t}mlp_out_proj.bias'] = mlp_out
   if f'{ours}/ls1' in flat:
     out[f'{t}ls.gamma'] = take('ls1')
   for norm in ('q_norm', 'k_norm'):

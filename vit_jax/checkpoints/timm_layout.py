@@ -22,6 +22,7 @@ from flax import traverse_util
 
 from vit_jax.checkpoints import torch_names
 from vit_jax.checkpoints.torch_files import StateDict
+from vit_jax.models import differential
 from vit_jax.models.pooling import MAP_HEAD
 
 
@@ -92,6 +93,7 @@ def from_state_dict(
     for norm in ('q_norm', 'k_norm'):  # timm's qk_norm.
       if r.has(f'{t}attn.{norm}.weight'):
         tree.update(r.norm(f'{t}attn.{norm}', f'{ours}/{norm}'))
+    tree.update(_differential_in(r, t + 'attn.', attention))
   blocks = torch_names.num_blocks(state_dict, r'blocks\.(\d+)\.')
   tree.update(
       torch_names.relative_biases_in(
@@ -120,7 +122,8 @@ def from_state_dict(
 def _parallel_block_in(r: torch_names.Reader, i: int, num_heads: int) -> dict[str, np.ndarray]:
   """Block i, a timm ParallelScalingBlock (model.parallel_block): its `in_norm`, its `in_proj`
   packing the MLP's first layer, then the queries, keys and values (the MLP's bias in `in_proj.bias`,
-  or `mlp_bias` where the projections have none), separate output projections, one layer scale."""
+  or `mlp_bias` where the projections have none), separate output projections (one, of both
+  concatenated, and differential attention: DiffParallelScalingBlock), one layer scale."""
   t, ours, attention = f'blocks.{i}.', torch_names.BLOCK.format(i), torch_names.ATTENTION.format(i)
   in_proj = r.take(t + 'in_proj.weight')
   d = in_proj.shape[1]
@@ -132,7 +135,14 @@ def _parallel_block_in(r: torch_names.Reader, i: int, num_heads: int) -> dict[st
   )
   fc1, q, k, v = np.split(in_proj, [units, units + d, units + 2 * d])
   fc1_bias, q_bias, k_bias, v_bias = np.split(biases, [units, units + d, units + 2 * d])
-  out = r.take(t + 'attn_out_proj.weight')
+  if r.has(t + 'out_proj.weight'):  # DiffParallelScalingBlock's: [attention's | MLP's] inputs.
+    out, fc2 = np.split(r.take(t + 'out_proj.weight'), [d], axis=1)
+    out_bias, fc2_bias = r.take(t + 'out_proj.bias'), np.zeros(d, np.float32)
+  else:
+    out, fc2 = r.take(t + 'attn_out_proj.weight'), r.take(t + 'mlp_out_proj.weight')
+    out_bias, fc2_bias = (
+        r.bias(t + f'{name}.bias', d) for name in ('attn_out_proj', 'mlp_out_proj')
+    )
   weights = {
       'q.weight': q,
       'k.weight': k,
@@ -141,10 +151,9 @@ def _parallel_block_in(r: torch_names.Reader, i: int, num_heads: int) -> dict[st
       'k.bias': k_bias,
       'v.bias': v_bias,
       'out.weight': out,
-      'out.bias': r.bias(t + 'attn_out_proj.bias', out.shape[0]),
+      'out.bias': out_bias,
   }
-  fc2 = r.take(t + 'mlp_out_proj.weight')
-  layers = {'Dense_0': (fc1, fc1_bias), 'Dense_1': (fc2, r.bias(t + 'mlp_out_proj.bias', len(fc2)))}
+  layers = {'Dense_0': (fc1, fc1_bias), 'Dense_1': (fc2, fc2_bias)}
   tree = {
       **torch_names.attention_in(attention, weights, num_heads),
       **r.norm(t + 'in_norm', f'{ours}/LayerNorm_0'),
@@ -155,7 +164,16 @@ def _parallel_block_in(r: torch_names.Reader, i: int, num_heads: int) -> dict[st
   for norm in ('q_norm', 'k_norm'):
     if r.has(f'{t}{norm}.weight'):
       tree.update(r.norm(f'{t}{norm}', f'{ours}/{norm}'))
-  return tree
+  return {**tree, **_differential_in(r, t, attention)}
+
+
+def _differential_in(r: torch_names.Reader, theirs: str, attention: str) -> dict[str, np.ndarray]:
+  """timm's differential attention's (DiffAttention's, model.diff_attention) lambda vectors and
+  `sub_norm` (an RMSNorm), named from `theirs`, for our attention `attention`; none where absent."""
+  if not r.has(theirs + 'lambda_q1'):
+    return {}
+  tree = {f'{attention}/{name}': r.take(theirs + name) for name in differential.LAMBDAS}
+  return {**tree, **r.norm(theirs + 'sub_norm', f'{attention}/sub_norm')}
 
 
 def _query_key_value(r: torch_names.Reader, t: str) -> dict[str, np.ndarray]:

@@ -75,6 +75,7 @@ def architecture(state_dict: StateDict, config: Mapping[str, Any], path: str) ->
       'layer_scale_mlp': True,
       'num_kv_heads': None,
       'parallel_block': False,
+      'diff_attention': False,
       'rope': False,
       'rope_grid': None,
   }

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 from absl import logging
 
-from vit_jax.models import norms
+from vit_jax.models import differential, norms
 from vit_jax.models.fp8 import MATMULS
 
 CUDNN_TOKEN_MULTIPLE = 8  # cuDNN's flash attention trains on token counts that are multiples of 8.
@@ -173,7 +173,8 @@ class SelfAttention(nn.Module):
   EVA-02 CLIP's, timm's scale_attn_inner / scale_attn_norm); and grouped-query attention
   (`num_kv_heads` < num_heads: Sapiens 2's): fewer key and value heads, kernels (D, kv_heads,
   D/heads), each shared by num_heads / num_kv_heads consecutive query heads (query head h reads key
-  head h // groups, timm's and transformers' `repeat_interleave`).
+  head h // groups, timm's and transformers' `repeat_interleave`); and differential attention
+  (`differential`, of block `layer`: differential.py).
   """
 
   num_heads: int
@@ -186,6 +187,9 @@ class SelfAttention(nn.Module):
   layernorm_epsilon: float = 1e-6  # `norm`'s.
   norm_layer: str = 'layernorm'  # `norm`'s kind, a key of norms.NORM_LAYERS.
   num_kv_heads: Optional[int] = None  # None: num_heads.
+  # Differential attention (differential.py) of the block at this index (counted from 0).
+  differential: bool = False
+  layer: int = 0
 
   @nn.compact
   def __call__(
@@ -224,7 +228,12 @@ class SelfAttention(nn.Module):
       kernel_kwargs['dropout_rng'] = self.make_rng('dropout')
     if sow_weights:
       kernel_kwargs['module'] = self
-    x = self.attention_fn(query, key, value, **kernel_kwargs)
+    if self.differential:
+      x = differential.attend(
+          self, self.attention_fn, query, key, value, self.layer, **kernel_kwargs
+      )
+    else:
+      x = self.attention_fn(query, key, value, **kernel_kwargs)
     if self.out_norm:
       heads = x.shape
       x = norms.norm(self.norm_layer, self.layernorm_epsilon, self.dtype, 'norm')(

@@ -112,6 +112,8 @@ class Encoder1DBlock(nn.Module):
   layer_scale: Optional[float] = None  # The initial value of `ls1` and `ls2`; None: no layer scale.
   layer_scale_mlp: bool = True  # False: no `ls2`, the MLP's branch unscaled.
   num_kv_heads: Optional[int] = None  # None: num_heads.
+  diff_attention: bool = False  # SelfAttention's `differential`, of this block's `index`.
+  index: int = 0  # The block's place in the encoder, from 0.
   layernorm_epsilon: float = 1e-6
   norm_layer: str = 'layernorm'  # A key of norms.NORM_LAYERS: every norm's kind.
   qk_norm: bool = False
@@ -174,6 +176,8 @@ class Encoder1DBlock(nn.Module):
         layernorm_epsilon=self.layernorm_epsilon,
         norm_layer=self.norm_layer,
         num_kv_heads=self.num_kv_heads,
+        differential=self.diff_attention,
+        layer=self.index,
         name='MultiHeadDotProductAttention_1',
     )(
         x,

@@ -172,6 +172,7 @@ class Encoder(nn.Module):
   mlp_norm: bool = False
   res_post_norm: bool = False
   parallel_block: bool = False
+  diff_attention: bool = False  # Its blocks' indices set their lambda_init: scan=False.
   rope: bool = False
   rope_grid: Optional[tuple[int, int]] = None
   rope_style: str = 'eva02'
@@ -212,6 +213,7 @@ class Encoder(nn.Module):
         mlp_norm=self.mlp_norm,
         res_post_norm=self.res_post_norm,
         parallel_block=self.parallel_block,
+        diff_attention=self.diff_attention,
         rope=self.rope,
         rope_grid=self.rope_grid,
         rope_style=self.rope_style,
@@ -229,8 +231,8 @@ class Encoder(nn.Module):
     rates = drop_path_rates(self.drop_path_rate, self.num_layers)
     kv_heads = blocks_kv_heads(self.num_kv_heads, self.num_layers)
     if self.scan:
-      if len(set(kv_heads)) > 1:
-        raise ValueError(f'num_kv_heads={self.num_kv_heads}: scanned blocks must be alike')
+      if len(set(kv_heads)) > 1 or self.diff_attention:
+        raise ValueError('scanned blocks must be alike: not of other key heads, nor differential')
       block_kwargs['num_kv_heads'] = kv_heads[0]
       # The scanned blocks read stacked parameters; per-block ones (from checkpoints) are stacked on
       # the way in, and `init` unstacks what the scan creates, so the stored tree is per-block.
@@ -254,7 +256,7 @@ class Encoder(nn.Module):
             block, policy=getattr(jax.checkpoint_policies, self.remat), static_argnums=(2, 3)
         )  # deterministic, drop_path_rate (self is 0).
       for i in range(self.num_layers):
-        x = block(**block_kwargs, num_kv_heads=kv_heads[i], name=f'{BLOCK}_{i}')(
+        x = block(**block_kwargs, num_kv_heads=kv_heads[i], index=i, name=f'{BLOCK}_{i}')(
             x, not train, float(rates[i]), shared
         )
     x = x[:, :tokens]

@@ -89,6 +89,9 @@ class ViTBackbone(nn.Module):
   # Each block's attention and MLP side by side, of one norm's output, summed into the residual
   # (ViT-22B's parallel layers; timm's ParallelScalingBlock): block.py.
   parallel_block: bool = False
+  # Differential attention (differential.py; timm's attn_layer='diff'): two softmax maps of each
+  # head's halves, the second subtracted at a learned weight; not scanned (lambda_init per block).
+  diff_attention: bool = False
   # 2-D rotary embeddings of the patches' queries and keys (rope.py), EVA-02's, RoPE-ViT's (axial or
   # mixed: learned), Perception Encoder's or DINOv3's (`rope_style`, a key of rope.STYLES);
   # `rope_grid`: the grid other grids' positions are rescaled to (timm's ref_feat_shape; not
@@ -216,6 +219,7 @@ class ViTBackbone(nn.Module):
         mlp_norm=self.mlp_norm,
         res_post_norm=self.res_post_norm,
         parallel_block=self.parallel_block,
+        diff_attention=self.diff_attention,
         rope=self.rope,
         rope_grid=None if self.rope_grid is None else tuple(self.rope_grid),
         rope_style=self.rope_style,

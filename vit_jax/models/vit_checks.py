@@ -78,10 +78,16 @@ def _check_axial(model: dict[str, Any]) -> None:
       'num_registers': (model['num_registers'] > 0, '0: register tokens are in no row or column'),
       'rope': (model['rope'], 'False: its positions are those of the whole grid'),
   }
+  _refuse('Axial-ViT', refused, model)
+
+
+def _refuse(owner: str, refused: dict[str, tuple[bool, str]], model: dict[str, Any]) -> None:
+  """A one-line ValueError for the first of the `refused` fields {field: (whether its value is
+  refused, the fix)} that `owner` does not take."""
   for field, (bad, fix) in refused.items():
     if bad:
       raise ValueError(
-          f'Axial-ViT does not take model.{field}={model[field]!r}: set '
+          f'{owner} does not take model.{field}={model[field]!r}: set '
           f'--config.model.{field}={fix}'
       )
 
@@ -171,6 +177,7 @@ def _check_fields(model: dict[str, Any]) -> None:
         'branch is: set --config.model.layer_scale (e.g. 1.0), or unset layer_scale_mlp'
     )
   _check_kv_heads(model)
+  _check_differential(model)
   if model['parallel_block'] and (model['res_post_norm'] or not model['layer_scale_mlp']):
     field = 'res_post_norm=True' if model['res_post_norm'] else 'layer_scale_mlp=False'
     raise ValueError(
@@ -283,3 +290,25 @@ def _check_kv_heads(model: dict[str, Any]) -> None:
         f'model.num_kv_heads={given} differs between blocks, which model.scan=True runs as one: '
         'set --config.model.scan=False'
     )
+
+
+def _check_differential(model: dict[str, Any]) -> None:
+  """model.diff_attention: heads of an even width, blocks not scanned, and not the options that
+  change each head's queries and keys, which differential.py splits in halves."""
+  if not model['diff_attention']:
+    return
+  head_dim = model['hidden_size'] // model['num_heads']
+  if head_dim % 2:
+    raise ValueError(
+        f'model.diff_attention=True splits each head in halves: its width hidden_size / num_heads '
+        f'= {head_dim} must be even; change model.num_heads or hidden_size'
+    )
+  refused = {
+      'scan': (model['scan'], "False (each block's lambda_init is its own)"),
+      'qk_norm': (
+          model['qk_norm'],
+          "False (timm's normalises each half of a head, ours the whole)",
+      ),
+      'rope': (model['rope'], 'False (no model to match turns the halves)'),
+  }
+  _refuse('model.diff_attention=True', refused, model)

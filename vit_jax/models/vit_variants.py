@@ -116,6 +116,7 @@ def vit_model_config(variant: str, overrides: Optional[Mapping[str, Any]] = None
       mlp_norm=False,
       res_post_norm=False,
       parallel_block=False,
+      diff_attention=False,
       rope=False,
       rope_grid=None,
       rope_style='eva02',

@@ -10,9 +10,10 @@ vendor's page. Memory is the datasheet's number read as GiB: HBM stacks come in 
 
 import dataclasses
 import math
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 from vit_jax.models import bit, vit, vit_variants
+from vit_jax.models.encoder import blocks_kv_heads
 
 GiB = 2**30
 T = 1e12
@@ -71,21 +72,37 @@ def get(name: str) -> Chip:
   return CHIPS[name]
 
 
-def _block_macs(model: Mapping[str, Any], tokens: int) -> tuple[int, int]:
-  """Multiply-adds of one encoder block: (all of them, those of the attention's two batched matmuls).
+def _block_macs(
+    model: Mapping[str, Any], tokens: int, kv_heads: Optional[int] = None
+) -> tuple[int, int]:
+  """Multiply-adds of one encoder block of `kv_heads` key and value heads (None: its query heads):
+  (all of them, those of the attention's batched matmuls).
 
   An axial block is two blocks over the same tokens whose attention spans a row (w tokens), then a
-  column (h): square grids, h = w = sqrt(tokens).
+  column (h): square grids, h = w = sqrt(tokens). Differential attention's two maps of half-width
+  queries and keys weigh the values twice (differential.py).
   """
   d, mlp = model['hidden_size'], model['mlp_dim']
+  # The query and output projections, and the key and value ones of fewer heads (grouped).
+  kv_width = d if kv_heads is None else d // model['num_heads'] * kv_heads
+  projections = 2 * tokens * d * d + 2 * tokens * d * kv_width
   # A gated MLP (SwiGLU) has a third matrix of the same size, its linear layer.
   mlp_macs = (3 if model.get('mlp_gated') else 2) * tokens * d * mlp
+  span = math.isqrt(tokens) if model.get('block') == 'axial' else tokens
+  # Scores and weighted values.
+  attention = (3 if model.get('diff_attention') else 2) * tokens * span * d
   if model.get('block') == 'axial':
-    side = math.isqrt(tokens)
-    attention = 2 * (2 * tokens * side * d)
-    return 2 * (4 * tokens * d * d + mlp_macs) + attention, attention
-  attention = 2 * tokens * tokens * d  # Scores and weighted values.
-  return 4 * tokens * d * d + attention + mlp_macs, attention
+    return 2 * (projections + mlp_macs + attention), 2 * attention
+  return projections + attention + mlp_macs, attention
+
+
+def _blocks_macs(model: Mapping[str, Any], tokens: int) -> tuple[int, int]:
+  """`_block_macs` summed over the blocks, each of its key heads (model.num_kv_heads)."""
+  each = [
+      _block_macs(model, tokens, kv)
+      for kv in blocks_kv_heads(model.get('num_kv_heads'), model['num_layers'])
+  ]
+  return sum(m for m, _ in each), sum(a for _, a in each)
 
 
 def vit_tokens(model: Mapping[str, Any], image_size: int) -> int:
@@ -106,13 +123,14 @@ def _tokens(model: Mapping[str, Any], image_size: int) -> tuple[int, int]:
 def vit_flops(model: Mapping[str, Any], image_size: int, num_classes: int = 1000) -> float:
   """Forward FLOPs of one image (2 per multiply-add): patch embedding, blocks, pre-logits, head.
 
-  Per block with N tokens of width D: Q, K, V and output projections 4 N D^2, attention scores and
-  weighted values 2 N^2 D, MLP 2 N D mlp multiply-adds (3 N D mlp gated). Norms, softmax, GELU and a hybrid's ResNet
+  Per block with N tokens of width D: Q, K, V and output projections 4 N D^2 (K and V of fewer heads
+  with num_kv_heads), attention scores and weighted values 2 N^2 D (3 N^2 D differential), MLP 2 N D
+  mlp multiply-adds (3 N D mlp gated). Norms, softmax, GELU and a hybrid's ResNet
   stem are not counted.
   """
   p, d = model['patch_size'], model['hidden_size']
   patches, tokens = _tokens(model, image_size)
-  macs = patches * p * p * 3 * d + model['num_layers'] * _block_macs(model, tokens)[0]
+  macs = patches * p * p * 3 * d + _blocks_macs(model, tokens)[0]
   width = model['representation_size'] or d
   macs += d * width * (model['representation_size'] is not None) + width * num_classes
   return 2.0 * macs
@@ -170,9 +188,9 @@ def train_flops(
     model: Mapping[str, Any], image_size: int, num_classes: int, remat: str | None
 ) -> float:
   """Training FLOPs of one image: forward, backward (twice the forward) and the remat recomputation."""
-  blocks, attention = _block_macs(model, _tokens(model, image_size)[1])
+  blocks, attention = _blocks_macs(model, _tokens(model, image_size)[1])
   recomputed = {'blocks': blocks, 'attention': attention}.get(RECOMPUTED.get(remat), 0)
-  return 3 * vit_flops(model, image_size, num_classes) + 2.0 * model['num_layers'] * recomputed
+  return 3 * vit_flops(model, image_size, num_classes) + 2.0 * recomputed
 
 
 def step_seconds(flops: float, target: Target) -> float:

@@ -185,8 +185,8 @@ def test_the_newer_fields_export_back_to_timm(tmp_path, architecture, kwargs, fi
   VisionTransformer's scale_mlp_norm (BEiT-3's), model.map_mlp_dim as Eva's attn_pool_mlp_ratio,
   model.res_post_norm as timm's ResPostBlocks: timm's model rebuilt from the export gives the
   logits; model.num_kv_heads and model.layer_scale_mlp as Eva's num_kv_heads and
-  attn_only_layer_scale, model.parallel_block as timm's ParallelScalingBlocks, model.diff_attention as
-  its attn_layer='diff' or DiffParallelScalingBlocks."""
+  attn_only_layer_scale, model.parallel_block as timm's ParallelScalingBlocks,
+  model.diff_attention as its attn_layer='diff' or DiffParallelScalingBlocks."""
   reference = _saved(tmp_path / 'timm', architecture, **kwargs)
   run = prepared_from_checkpoint(tmp_path / 'workdir', str(tmp_path / 'timm'), SIZE)
   assert {field: run.model_config[field] for field in fields} == fields

@@ -490,9 +490,9 @@ def test_a_parallel_block_adds_attention_and_mlp_of_one_norm():
 
 def test_differential_attention_is_a_difference_of_two_softmax_maps():
   """model.diff_attention: the weights the block sows are A1 - lambda A2 (each row summing to
-  1 - lambda), lambda = exp(q1 . k1) - exp(q2 . k2) + lambda_init of its index; both kernels give the
-  same heads. Parity with timm's DiffAttention: tests/checkpoints/test_timm_architectures_vs_torch.py.
-  """
+  1 - lambda), lambda = exp(q1 . k1) - exp(q2 . k2) + lambda_init of its index; both kernels give
+  the same heads. Parity with timm's DiffAttention:
+  tests/checkpoints/test_timm_architectures_vs_torch.py."""
   x = jax.random.normal(jax.random.key(0), (2, 5, 32))
   outputs = []
   for kernel in attention.ATTENTION_FNS:

@@ -376,8 +376,8 @@ def test_no_suggestions_asked_for_is_not_nothing_fits():
 )
 def test_the_analytic_forward_flops_agree_with_xla(fields):
   """SwiGLU's third matrix (EVA-02's) counted, grouped key and value heads (a block's), parallel
-  blocks, differential attention's maps (whose zero-padded halves XLA counts in full): within the few
-  percent XLA adds for norms, softmax and activations."""
+  blocks, differential attention's maps (whose zero-padded halves XLA counts in full): within the
+  few percent XLA adds for norms, softmax and activations."""
   from vit_jax.models import variants  # pylint: disable=g-import-not-at-top
 
   model = variants.get_model_config(

@@ -8,8 +8,8 @@ from typing import Any, Mapping, Optional
 from vit_jax.checkpoints import timm_architecture, timm_layout
 from vit_jax.checkpoints.torch_files import StateDict
 
-# (Meta's, timm's) parts of the names, replaced in this order (timm's); the final norm is `ln1` at the
-# top level, the blocks' `ln1`, `ln2` their first and second norms.
+# (Meta's, timm's) parts of the names, replaced in this order (timm's); the final norm is `ln1` at
+# the top level, the blocks' `ln1`, `ln2` their first and second norms.
 _RENAMED = (
     ('storage_tokens', 'reg_token'),
     ('patch_embed.projection.', 'patch_embed.proj.'),

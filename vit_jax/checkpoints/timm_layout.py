@@ -9,10 +9,12 @@ is our MAP head (big_vision's; Eva's, Perception Encoder's, with heads of its ow
 token: model.map_heads, model.map_include_prefix); timm's layer scale `ls1.gamma`, `ls2.gamma`
 (DeiT III, DINOv2; Eva's `gamma_1`, `gamma_2`) is ours (model.layer_scale). Eva's EvaAttention has
 no key bias (model.key_bias=False; its AttentionRope has one, and may have fewer key and value
-heads: model.num_kv_heads; Sapiens 2's layer scale is `gamma_1` alone), its MLP may be gated (SwiGLU:
-model.mlp_gated) with a norm (model.mlp_norm); RoPE-Mixed's learned frequencies `rope.freqs` are each
-block's `rope_freqs`. Beit's blocks are Eva's names with a relative position bias in each attention
-(`relative_position_bias_table`, or one `rel_pos_bias` all share): model.posemb='relative'.
+heads: model.num_kv_heads; Sapiens 2's layer scale is `gamma_1` alone), its MLP may be gated
+(SwiGLU: model.mlp_gated) with a norm (model.mlp_norm); RoPE-Mixed's learned frequencies
+`rope.freqs` are each block's `rope_freqs`. Beit's blocks are Eva's names with a relative position
+bias in each attention (`relative_position_bias_table`, or one `rel_pos_bias` all share):
+model.posemb='relative'. VisionTransformer's ParallelScalingBlocks (`in_norm`, `in_proj`) are
+model.parallel_block, its DiffAttention's `lambda_*` and `sub_norm` model.diff_attention.
 """
 
 from typing import Any, Mapping, Optional
@@ -121,9 +123,9 @@ def from_state_dict(
 
 def _parallel_block_in(r: torch_names.Reader, i: int, num_heads: int) -> dict[str, np.ndarray]:
   """Block i, a timm ParallelScalingBlock (model.parallel_block): its `in_norm`, its `in_proj`
-  packing the MLP's first layer, then the queries, keys and values (the MLP's bias in `in_proj.bias`,
-  or `mlp_bias` where the projections have none), separate output projections (one, of both
-  concatenated, and differential attention: DiffParallelScalingBlock), one layer scale."""
+  packing the MLP's first layer, then the queries, keys and values (the MLP's bias in
+  `in_proj.bias`, or `mlp_bias` where the projections have none), separate output projections (one,
+  of both concatenated, and differential attention: DiffParallelScalingBlock), one layer scale."""
   t, ours, attention = f'blocks.{i}.', torch_names.BLOCK.format(i), torch_names.ATTENTION.format(i)
   in_proj = r.take(t + 'in_proj.weight')
   d = in_proj.shape[1]

@@ -92,8 +92,8 @@ class Encoder1DBlock(nn.Module):
   ('shared_every_layer'); its own `posemb` of the patch grid `grid` is a kind added to its input
   ('every_layer', `posembed`) or 'relative', a bias of its attention logits (`relative_posemb`).
   With `layer_scale` each branch is multiplied by a learned per-channel scale before the residual add
-  (`ls1` after the attention, `ls2` after the MLP: timm's `ls1.gamma`, `ls2.gamma`), initialised to it;
-  `layer_scale_mlp=False` scales the attention's branch alone (timm's attn_only_layer_scale,
+  (`ls1` after the attention, `ls2` after the MLP: timm's `ls1.gamma`, `ls2.gamma`), initialised to
+  it; `layer_scale_mlp=False` scales the attention's branch alone (timm's attn_only_layer_scale,
   Sapiens 2's). `num_kv_heads`: the attention's key and value heads (SelfAttention's).
   With `qk_norm` the queries and keys are each LayerNormed over a head's channels (`q_norm`, `k_norm`,
   shared by the heads) before their product: ViT-22B's stabiliser, timm's `qk_norm`; with `rope` the

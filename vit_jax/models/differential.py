@@ -3,9 +3,9 @@
 the same values, the second subtracted at a learned weight lambda, the heads then RMSNormed
 (`sub_norm`) and scaled by 1 - lambda_init.
 
-lambda = exp(lambda_q1 . lambda_k1) - exp(lambda_q2 . lambda_k2) + lambda_init, of four learned vectors
-of half a head's width shared by the heads; lambda_init = 0.8 - 0.6 exp(-0.3 l) grows with the
-block's index l (the paper's, timm's `depth`). The two maps are any kernel's (`model.attention`):
+lambda = exp(lambda_q1 . lambda_k1) - exp(lambda_q2 . lambda_k2) + lambda_init, of four learned
+vectors of half a head's width shared by the heads; lambda_init = 0.8 - 0.6 exp(-0.3 l) grows with
+the block's index l (the paper's, timm's `depth`). The two maps are any kernel's (`model.attention`):
 (A1 - lambda A2) V is A1 V - lambda A2 V.
 """
 
@@ -26,7 +26,8 @@ def lambda_init(layer: int) -> float:
 
 
 class _Captured:
-  """Stands for the attention module where a kernel sows its weights: keeps them for the difference."""
+  """Stands for the attention module where a kernel sows its weights: keeps them, to sow their
+  difference."""
 
   def __init__(self):
     self.weights = []
@@ -37,9 +38,9 @@ class _Captured:
 
 
 def _halves(x: jnp.ndarray, scaled: bool = False) -> tuple[jnp.ndarray, jnp.ndarray]:
-  """The two halves of each head [b, n, heads, head_dim], each padded with zeros to the head's width:
-  a kernel then takes them with the values (the fused one wants one width), and their products are
-  the halves'. `scaled`: times sqrt(2), so that the kernel's 1 / sqrt(head_dim) is 1 / sqrt(half).
+  """The two halves of each head [b, n, heads, head_dim], each padded with zeros to the head's
+  width: a kernel then takes them with the values (the fused one wants one width), and their products
+  are the halves'. `scaled`: times sqrt(2), so that the kernel's 1 / sqrt(head_dim) is 1 / sqrt(half).
   """
   zeros = jnp.zeros(x.shape[:-1] + (x.shape[-1] // 2,), x.dtype)
   factor = jnp.asarray(math.sqrt(2.0) if scaled else 1.0, x.dtype)

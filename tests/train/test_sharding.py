@@ -4,6 +4,7 @@ checkpoints moved between meshes, and the errors for meshes that do not fit."""
 import functools
 import logging
 import os
+import socket
 import subprocess
 import sys
 
@@ -204,13 +205,17 @@ def test_meshes_that_do_not_fit_are_clear_errors(tmp_path, data_dir, overrides, 
 
 
 def test_unreachable_coordinator_fails_within_the_timeout(tmp_path):
-  cmd = helpers.main_args('configs/demo.py', str(tmp_path), {}) + [
-      f'--coordinator_address=127.0.0.1:{local.free_port()}',
-      '--num_processes=2',
-      '--process_id=1',
-      '--distributed_timeout=5',
-  ]
-  run = subprocess.run(cmd, cwd=helpers.REPO, capture_output=True, text=True, timeout=120)
+  # A port bound and never listened on refuses connections, and no other process can take it (a
+  # free port could become another run's coordinator, which the probe would reach).
+  with socket.socket() as reserved:
+    reserved.bind(('127.0.0.1', 0))
+    cmd = helpers.main_args('configs/demo.py', str(tmp_path), {}) + [
+        f'--coordinator_address=127.0.0.1:{reserved.getsockname()[1]}',
+        '--num_processes=2',
+        '--process_id=1',
+        '--distributed_timeout=5',
+    ]
+    run = subprocess.run(cmd, cwd=helpers.REPO, capture_output=True, text=True, timeout=120)
   assert run.returncode == 2, run.stderr[-2000:]
   errors = [line for line in run.stderr.splitlines() if line.startswith('error: ')]
   assert len(errors) == 1 and 'could not reach the coordinator' in errors[0], run.stderr[-2000:]

@@ -79,10 +79,7 @@ def to_state_dict(params: Any, eva: bool = False) -> StateDict:
     if f'{attention}/norm/scale' in flat:  # model.attn_norm: timm's scale_attn_inner / _norm.
       out[f'{t}attn.norm.weight'] = flat.pop(f'{attention}/norm/scale')
       out[f'{t}attn.norm.bias'] = flat.pop(f'{attention}/norm/bias')
-    for norm in ('q_norm', 'k_norm'):
-      if f'{ours}/{norm}/scale' in flat:
-        out[f'{t}attn.{norm}.weight'] = flat.pop(f'{ours}/{norm}/scale')
-        out[f'{t}attn.{norm}.bias'] = flat.pop(f'{ours}/{norm}/bias')
+    out.update(_qk_norms_out(flat, ours, f'{t}attn.'))
     out.update(_differential_out(flat, attention, f'{t}attn.'))
     if eva and f'{ours}/rope_freqs' in flat:
       rope_frequencies.append(flat.pop(f'{ours}/rope_freqs'))
@@ -180,9 +177,17 @@ def _parallel_block_out(
     out[f'{t}mlp_out_proj.weight'], out[f'{t}mlp_out_proj.bias'] = mlp_out
   if f'{ours}/ls1' in flat:
     out[f'{t}ls.gamma'] = take('ls1')
+  return {**out, **_qk_norms_out(flat, ours, t)}
+
+
+def _qk_norms_out(flat: dict[str, np.ndarray], ours: str, theirs: str) -> StateDict:
+  """timm's `q_norm` and `k_norm`, named from `theirs`, of block `ours`'s qk-norm LayerNorms, taken
+  out of `flat`; none without them."""
+  out = {}
   for norm in ('q_norm', 'k_norm'):
     if f'{ours}/{norm}/scale' in flat:
-      out[f'{t}{norm}.weight'], out[f'{t}{norm}.bias'] = take(f'{norm}/scale'), take(f'{norm}/bias')
+      out[f'{theirs}{norm}.weight'] = flat.pop(f'{ours}/{norm}/scale')
+      out[f'{theirs}{norm}.bias'] = flat.pop(f'{ours}/{norm}/bias')
   return out
 
 

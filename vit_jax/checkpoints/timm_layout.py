@@ -92,9 +92,7 @@ def from_state_dict(
           tree[f'{ours}/{scale}'] = r.take(theirs)
     if r.has(t + 'attn.norm.weight'):  # EVA-02 CLIP's scale_attn_inner (scale_attn_norm).
       tree.update(r.norm(t + 'attn.norm', f'{attention}/norm'))
-    for norm in ('q_norm', 'k_norm'):  # timm's qk_norm.
-      if r.has(f'{t}attn.{norm}.weight'):
-        tree.update(r.norm(f'{t}attn.{norm}', f'{ours}/{norm}'))
+    tree.update(_qk_norms_in(r, t + 'attn.', ours))
     tree.update(_differential_in(r, t + 'attn.', attention))
   blocks = torch_names.num_blocks(state_dict, r'blocks\.(\d+)\.')
   tree.update(
@@ -163,10 +161,17 @@ def _parallel_block_in(r: torch_names.Reader, i: int, num_heads: int) -> dict[st
   }
   if r.has(t + 'ls.gamma'):
     tree[f'{ours}/ls1'] = r.take(t + 'ls.gamma')
+  return {**tree, **_qk_norms_in(r, t, ours), **_differential_in(r, t, attention)}
+
+
+def _qk_norms_in(r: torch_names.Reader, theirs: str, ours: str) -> dict[str, np.ndarray]:
+  """timm's qk_norm, `q_norm` and `k_norm` named from `theirs`, as block `ours`'s; none where
+  absent."""
+  tree = {}
   for norm in ('q_norm', 'k_norm'):
-    if r.has(f'{t}{norm}.weight'):
-      tree.update(r.norm(f'{t}{norm}', f'{ours}/{norm}'))
-  return {**tree, **_differential_in(r, t, attention)}
+    if r.has(f'{theirs}{norm}.weight'):
+      tree.update(r.norm(f'{theirs}{norm}', f'{ours}/{norm}'))
+  return tree
 
 
 def _differential_in(r: torch_names.Reader, theirs: str, attention: str) -> dict[str, np.ndarray]:

@@ -482,7 +482,33 @@ def test_what_timm_cannot_hold_is_said_and_not_written(overrides, message):
         ),
         (
             {'model.layernorm_epsilon': 1e-12},
-            'LayerNorms have epsilon 1e-06 or 1e-05 \\(model.layernorm_epsilon=1e-12',
+            "timm's VisionTransformer normalises with layernorm of epsilon 1e-06, layernorm of "
+            'epsilon 1e-05, rmsnorm of epsilon 1e-06, not model.norm_layer=layernorm of '
+            'model.layernorm_epsilon=1e-12$',
+        ),
+        (
+            {'model.norm_layer': 'rmsnorm', 'model.layernorm_epsilon': 1e-5},
+            'rmsnorm of epsilon 1e-06, not model.norm_layer=rmsnorm of model.layernorm_epsilon=1e-05$',
+        ),
+        (
+            {'model.embed_norm': True, 'model.layernorm_epsilon': 1e-5},
+            r'patch embeddings \(model.embed_norm\) of epsilon 1e-06 only, not '
+            'model.layernorm_epsilon=1e-05$',
+        ),
+        (
+            {'model.rope': True, 'model.norm_layer': 'rmsnorm', 'model.layernorm_epsilon': 1e-5},
+            "timm's Eva .* normalises with layernorm of epsilon 1e-06, layernorm of epsilon 1e-05, "
+            'rmsnorm of epsilon 1e-06, not model.norm_layer=rmsnorm of model.layernorm_epsilon=1e-05$',
+        ),
+        (
+            {
+                'model.mlp_gated': True,
+                'model.mlp_activation': 'silu',
+                'model.res_post_norm': True,
+                'model.norm_layer': 'rmsnorm',
+                'model.layernorm_epsilon': 1e-5,
+            },
+            'timm has no ResPostBlock ViT that is a SwiGLU ViT too',
         ),
     ],
 )

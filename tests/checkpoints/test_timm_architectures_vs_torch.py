@@ -19,7 +19,7 @@ from torch_references import (
     timm_rebuilt,
     torch_outputs,
 )
-from vit_jax.checkpoints import timm_arguments, timm_export, torch_files
+from vit_jax.checkpoints import timm_arguments, torch_files
 
 SIZE = 28
 
@@ -164,8 +164,35 @@ def test_an_architecture_vit_jax_computes_gives_timms_logits(tmp_path, architect
             {'qkv_bias': False, 'qk_norm': True},
             {'parallel_block': True, 'qk_norm': True},
         ),
+        # RMSNorms: AIMv2's (of 1e-5: its architecture's, one of the patch embeddings too, which
+        # the config.json can also leave out), and of timm's default 1e-6, which the config.json
+        # names ('rmsnorm') in any block kind, the MAP head's too; Sapiens 2's (an Eva).
+        (
+            'aimv2_large_patch14_224',
+            {'patch_size': 14},
+            {'norm_layer': 'rmsnorm', 'layernorm_epsilon': 1e-5, 'embed_norm': True},
+        ),
+        (
+            'aimv2_large_patch14_224',
+            {'patch_size': 14, 'embed_norm_layer': ''},  # timm's none, as create_model drops None.
+            {'norm_layer': 'rmsnorm', 'embed_norm': False, 'mlp_gated': True},
+        ),
+        (
+            'vit_base_patch16_224',
+            {'norm_layer': 'rmsnorm', 'embed_norm_layer': 'rmsnorm'},
+            {'norm_layer': 'rmsnorm', 'layernorm_epsilon': 1e-6, 'embed_norm': True},
+        ),
+        ('vit_base_patch16_siglip_224', {'norm_layer': 'rmsnorm'}, {'classifier': 'map'}),
+        ('vit_base_patch16_xp_224', {}, {'norm_layer': 'rmsnorm', 'parallel_block': True}),
+        (
+            'vit_base_patch16_sapiens2',
+            {'num_kv_heads': (2, 1)},
+            {'norm_layer': 'rmsnorm', 'num_kv_heads': (2, 1), 'layer_scale_mlp': False},
+        ),
+        # BEiT's SwiGLU MLPs (never packed in one fc1, as Eva's are without a norm).
+        ('beit_base_patch16_224', {'swiglu_mlp': True}, {'mlp_gated': True}),
         # Sapiens 2's grouped-query attention and layer scale of the attention alone, with
-        # LayerNorms (its RMSNorms have no timm export: below).
+        # LayerNorms.
         (
             'vit_small_patch16_dinov3',
             {
@@ -186,7 +213,8 @@ def test_the_newer_fields_export_back_to_timm(tmp_path, architecture, kwargs, fi
   model.res_post_norm as timm's ResPostBlocks: timm's model rebuilt from the export gives the
   logits; model.num_kv_heads and model.layer_scale_mlp as Eva's num_kv_heads and
   attn_only_layer_scale, model.parallel_block as timm's ParallelScalingBlocks,
-  model.diff_attention as its attn_layer='diff' or DiffParallelScalingBlocks."""
+  model.diff_attention as its attn_layer='diff' or DiffParallelScalingBlocks; RMSNorms
+  (model.norm_layer, embed_norm) as the architecture's own or the config.json's norm_layer."""
   reference = _saved(tmp_path / 'timm', architecture, **kwargs)
   run = prepared_from_checkpoint(tmp_path / 'workdir', str(tmp_path / 'timm'), SIZE)
   assert {field: run.model_config[field] for field in fields} == fields
@@ -240,17 +268,6 @@ def test_sapiens2_in_metas_naming_loads_as_timm_loads_it(tmp_path):
   run = prepared_from_checkpoint(tmp_path / 'workdir', str(tmp_path / 'timm'), SIZE)
   assert run.model_config['num_kv_heads'] == (2, 1)
   _assert_timms_logits(run, reference)
-
-
-def test_an_rmsnorm_vit_is_not_exported_to_timm(tmp_path):
-  """timm's config.json cannot name a norm layer: AIMv2's RMSNorms would come back LayerNorms."""
-  _saved(tmp_path / 'timm', 'aimv2_large_patch14_224', patch_size=14)
-  run = prepared_from_checkpoint(tmp_path / 'workdir', str(tmp_path / 'timm'), SIZE)
-  assert (run.model_config['norm_layer'], run.model_config['embed_norm']) == ('rmsnorm', True)
-  with pytest.raises(
-      ValueError, match=r"model.norm_layer='rmsnorm' \(embed_norm=True\) has no timm"
-  ):
-    timm_export.export(run.init_params, run.model_config, SIZE, 10, pp_eval=run.config.pp_eval)
 
 
 @pytest.mark.parametrize('architecture,named', REFUSED)

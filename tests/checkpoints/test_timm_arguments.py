@@ -153,7 +153,7 @@ def test_rope_mixeds_frequencies_show_its_rotary_embeddings_without_a_config_jso
           'key_bias': True,
       }
   )
-  state_dict = timm_export_tensors.to_state_dict(helpers.random_params(model, 8), eva=True)
+  state_dict = timm_export_tensors.to_state_dict(helpers.random_params(model, 8), 'eva')
   assert state_dict['rope.freqs'].shape == (2, 4, 4, 8)  # [2, depth, heads, head_dim / 2].
   fields = timm_architecture.architecture(state_dict, {}, PATH)
   assert (fields['rope'], fields['rope_grid'], fields['rope_style']) == (True, None, 'rope_mixed')

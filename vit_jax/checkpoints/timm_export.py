@@ -55,12 +55,6 @@ def export(
         f"timm's ViTs pool as model.classifier {', '.join(pools)} do, not as "
         f"{model['classifier']!r}"
     )
-  if model['norm_layer'] != 'layernorm' or model['embed_norm']:
-    raise ValueError(
-        "timm's config.json names no norm layer, so an export builds LayerNorms: "
-        f"model.norm_layer={model['norm_layer']!r} (embed_norm={model['embed_norm']}) has no "
-        'timm counterpart'
-    )
   if model['posemb_where'] != 'input':  # 'shared_every_layer' has the tree of 'input'.
     raise ValueError(
         "timm's ViTs add position embeddings only at the input "
@@ -86,4 +80,4 @@ def export(
       'model_args': {'img_size': image_size, **model_args},
       'pretrained_cfg': pretrained_cfg,
   }
-  return timm_export_tensors.to_state_dict(params, eva=cls != 'vision_transformer'), config
+  return timm_export_tensors.to_state_dict(params, cls), config

@@ -6,23 +6,28 @@ timm_export.py writes them into the config.json beside the tensors.
 
 from typing import Any, Mapping, Optional
 
-from vit_jax.checkpoints import timm_arguments
+from vit_jax.checkpoints import timm_arguments, timm_fields
 from vit_jax.models import vit
 from vit_jax.models.encoder import blocks_kv_heads
+from vit_jax.models.norms import NORM_LAYERS
 
-# The registered VisionTransformer timm builds an export as, by (LayerNorm epsilon, its kind:
-# `_kind`): model_args replace its sizes and options, but its LayerNorm (timm's norm_layer, not in
-# its config.json), its class and its blocks (block_fn) stay: 1e-6, or torch's default 1e-5
-# (CLIP's); DeiT's VisionTransformerDistilled for the distillation token; ResPostBlocks;
-# ParallelScalingBlocks, without or with differential attention.
+# The registered VisionTransformer timm builds an export as, by its norms (model.norm_layer,
+# layernorm_epsilon) and its kind (`_kind`): model_args replace its sizes and options, but its norm
+# layer (in its config.json as an object timm cannot read back), its class, its blocks (block_fn) and
+# its MLP (mlp_layer) stay: LayerNorms of 1e-6, or of torch's default 1e-5 (CLIP's); DeiT's
+# VisionTransformerDistilled for the distillation token; ResPostBlocks; ParallelScalingBlocks,
+# without or with differential attention; AIMv2's SwiGLU MLPs with RMSNorms of 1e-5, one of the
+# patch embeddings too (`_EMBED_NORMED`).
 _TIMM_ARCHITECTURES = {
-    (1e-6, 'VisionTransformer'): 'vit_base_patch16_224',
-    (1e-5, 'VisionTransformer'): 'vit_base_patch16_clip_224',
-    (1e-6, 'distilled DeiT'): 'deit_base_distilled_patch16_224',
-    (1e-6, 'ResPostBlock ViT'): 'vit_base_patch16_rpn_224',
-    (1e-6, 'ParallelScalingBlock ViT'): 'vit_pwee_patch16_reg1_gap_256',
-    (1e-6, 'DiffParallelScalingBlock ViT'): 'vit_dpwee_patch16_reg1_gap_256',
+    ('layernorm', 1e-6, 'VisionTransformer'): 'vit_base_patch16_224',
+    ('layernorm', 1e-5, 'VisionTransformer'): 'vit_base_patch16_clip_224',
+    ('layernorm', 1e-6, 'distilled DeiT'): 'deit_base_distilled_patch16_224',
+    ('layernorm', 1e-6, 'ResPostBlock ViT'): 'vit_base_patch16_rpn_224',
+    ('layernorm', 1e-6, 'ParallelScalingBlock ViT'): 'vit_pwee_patch16_reg1_gap_256',
+    ('layernorm', 1e-6, 'DiffParallelScalingBlock ViT'): 'vit_dpwee_patch16_reg1_gap_256',
+    ('rmsnorm', 1e-5, 'SwiGLU ViT'): 'aimv2_large_patch14_224',
 }
+_EMBED_NORMED = ('aimv2_large_patch14_224',)
 # timm's global_pool of each model.classifier it computes.
 GLOBAL_POOLS = {'token': 'token', 'gap': 'avg', 'map': 'map'}
 
@@ -46,12 +51,17 @@ def _kv_heads(model: Mapping[str, Any]) -> Optional[list[int]]:
 
 def timm_class(model: Mapping[str, Any]) -> str:
   """The timm class an export builds: 'beit' for relative position biases, 'eva' for what its
-  VisionTransformer does not compute (rotary embeddings, gated MLPs, grouped-query attention, layer
-  scale of the attention alone), else 'vision_transformer'."""
+  VisionTransformer does not compute (rotary embeddings, grouped-query attention, layer scale of the
+  attention alone, gated MLPs but AIMv2's), else 'vision_transformer'."""
   if model['posemb'] == 'relative':
     return 'beit'
-  eva = model['rope'] or model['mlp_gated'] or _kv_heads(model) or not model['layer_scale_mlp']
+  gated = model['mlp_gated'] and _norms(model) + ('SwiGLU ViT',) not in _TIMM_ARCHITECTURES
+  eva = model['rope'] or gated or _kv_heads(model) or not model['layer_scale_mlp']
   return 'eva' if eva else 'vision_transformer'
+
+
+def _norms(model: Mapping[str, Any]) -> tuple[str, float]:
+  return model['norm_layer'], model['layernorm_epsilon']
 
 
 def _sizes(model: Mapping[str, Any]) -> dict[str, Any]:
@@ -68,30 +78,59 @@ def _sizes(model: Mapping[str, Any]) -> dict[str, Any]:
 
 def _kind(model: Mapping[str, Any]) -> str:
   """The kind of timm VisionTransformer of the model (a key of `_TIMM_ARCHITECTURES`)."""
-  blocks = {
+  kinds = {
       'ParallelScalingBlock ViT': model['parallel_block'] and not model['diff_attention'],
       'DiffParallelScalingBlock ViT': model['parallel_block'] and model['diff_attention'],
       'ResPostBlock ViT': model['res_post_norm'],
+      'SwiGLU ViT': model['mlp_gated'],
+      'distilled DeiT': model['distilled'],
   }
-  kinds = [kind for kind, chosen in blocks.items() if chosen]
-  if kinds and model['distilled']:
+  chosen = [kind for kind, chosen in kinds.items() if chosen]
+  if len(chosen) > 1:
     raise ValueError(
-        f"timm's distilled DeiT has no {kinds[0]}'s blocks (model.distilled with "
-        'res_post_norm or parallel_block)'
+        f'timm has no {chosen[0]} that is a {chosen[1]} too (model.parallel_block, res_post_norm, '
+        'mlp_gated, distilled: one at most)'
     )
-  return kinds[0] if kinds else 'distilled DeiT' if model['distilled'] else 'VisionTransformer'
+  return chosen[0] if chosen else 'VisionTransformer'
+
+
+def _norms_error(what: str, norms: set[tuple[str, float]], model: Mapping[str, Any]) -> ValueError:
+  """The one-line error of a model whose norms are not of `norms` (kind, epsilon), which `what` has."""
+  return ValueError(
+      f"{what} normalises with {', '.join(f'{n} of epsilon {e:g}' for n, e in sorted(norms))}, "
+      f"not model.norm_layer={model['norm_layer']} of "
+      f"model.layernorm_epsilon={model['layernorm_epsilon']:g}"
+  )
+
+
+def _architecture(model: Mapping[str, Any], kind: str) -> tuple[str, dict[str, Any]]:
+  """The architecture timm's `VisionTransformer` registers for the model's kind and norms, and the
+  model_args that name its norms where they are not the architecture's own (timm's norm strings,
+  of epsilon timm_fields.NAMED_NORM_EPSILON)."""
+  norm, epsilon = _norms(model)
+  named_epsilon = timm_fields.NAMED_NORM_EPSILON
+  # An architecture of LayerNorms at that epsilon takes the norm the config.json names instead.
+  named = _TIMM_ARCHITECTURES.get(('layernorm', named_epsilon, kind))
+  architecture, args = _TIMM_ARCHITECTURES.get((norm, epsilon, kind)), {}
+  if architecture is None and named and epsilon == named_epsilon:
+    architecture, args = named, {'norm_layer': norm}
+  if architecture is None:
+    norms = {(n, e) for n, e, k in _TIMM_ARCHITECTURES if k == kind}
+    norms |= {(n, named_epsilon) for n in NORM_LAYERS} if named else set()
+    raise _norms_error(f"timm's {kind}", norms, model)
+  if model['embed_norm'] != (architecture in _EMBED_NORMED):
+    if model['embed_norm'] and epsilon != named_epsilon:
+      raise ValueError(
+          f"timm's config.json names a norm of the patch embeddings (model.embed_norm) of epsilon "
+          f'{named_epsilon:g} only, not model.layernorm_epsilon={epsilon:g}'
+      )
+    args['embed_norm_layer'] = norm if model['embed_norm'] else None
+  return architecture, args
 
 
 def _vision_transformer_args(model: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
   """The architecture timm's `VisionTransformer` registers for the model, and its model_args."""
-  kind = _kind(model)
-  architecture = _TIMM_ARCHITECTURES.get((model['layernorm_epsilon'], kind))
-  if architecture is None:
-    epsilons = [e for e, k in _TIMM_ARCHITECTURES if k == kind]
-    raise ValueError(
-        f"timm's {kind}'s LayerNorms have epsilon {' or '.join(f'{e:g}' for e in epsilons)} "
-        f"(model.layernorm_epsilon={model['layernorm_epsilon']:g})"
-    )
+  architecture, norm_args = _architecture(model, _kind(model))
   if model['parallel_block'] and (model['attn_norm'] or model['mlp_norm']):
     raise ValueError(
         "timm's ParallelScalingBlock has no norms in its attention or MLP (model.attn_norm, "
@@ -113,7 +152,9 @@ def _vision_transformer_args(model: Mapping[str, Any]) -> tuple[str, dict[str, A
     )
   model_args = {
       **_sizes(model),
+      # Our attention's biases (zeros where a checkpoint had none: AIMv2's).
       'qkv_bias': True,
+      'proj_bias': True,
       'fc_norm': bool(model['fc_norm']),
       'final_norm': bool(model['final_norm']),
       'act_layer': model['mlp_activation'],
@@ -127,22 +168,27 @@ def _vision_transformer_args(model: Mapping[str, Any]) -> tuple[str, dict[str, A
       'reg_tokens': model['num_registers'],
       'no_embed_class': False,
       'qk_norm': bool(model['qk_norm']),
+      **norm_args,
   }
   if model['diff_attention'] and not model['parallel_block']:
     model_args['attn_layer'] = 'diff'
   return architecture, model_args
 
 
-# The registered Eva timm builds an export as, by LayerNorm epsilon: model_args replace every size
-# and option, but not its norm_layer (not in its config.json): Eva's default 1e-6 (EVA-02 S's), or
-# DINOv3's 1e-5.
-_EVA_ARCHITECTURES = {1e-6: 'eva02_small_patch14_224', 1e-5: 'vit_base_patch16_dinov3'}
+# The registered Eva timm builds an export as, by its norms (model.norm_layer, layernorm_epsilon):
+# model_args replace every size and option, but not its norm_layer (Eva reads no norm string):
+# LayerNorms of Eva's default 1e-6 (EVA-02 S's) or DINOv3's 1e-5, RMSNorms of Sapiens 2's 1e-6.
+_EVA_ARCHITECTURES = {
+    ('layernorm', 1e-6): 'eva02_small_patch14_224',
+    ('layernorm', 1e-5): 'vit_base_patch16_dinov3',
+    ('rmsnorm', 1e-6): 'vit_base_patch16_sapiens2',
+}
 # Eva's fixed choices, which its model_args do not name: (model field, the value Eva has, the fix).
 _EVA_FIXED = (
     ('distilled', False, 'distilled=False'),
     ('parallel_block', False, 'parallel_block=False'),
     ('diff_attention', False, 'diff_attention=False'),
-    ('layernorm_epsilon', tuple(_EVA_ARCHITECTURES), 'layernorm_epsilon=1e-6 (or 1e-5)'),
+    ('embed_norm', False, 'embed_norm=False'),
     ('classifier', ('token', 'gap', 'map'), 'classifier=gap (or token, map)'),
     ('posemb', ('learn', 'none'), 'posemb=learn (or none)'),
 )
@@ -171,6 +217,10 @@ def _eva_args(model: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
           f'model.{field}={model[field]!r}: it needs '
           + (fix or f'{field}={value!r}' + (' with mlp_gated' if model['mlp_gated'] else ''))
       )
+  if _norms(model) not in _EVA_ARCHITECTURES:
+    raise _norms_error(
+        "timm's Eva (the class of rotary embeddings and gated MLPs)", set(_EVA_ARCHITECTURES), model
+    )
   model_args = {
       **_sizes(model),
       # EvaAttention has no key bias (q_bias, v_bias); AttentionRope, the same function otherwise,
@@ -194,9 +244,11 @@ def _eva_args(model: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
       'qk_norm': bool(model['qk_norm']),
       'use_pre_transformer_norm': bool(model['pre_norm']),
       'use_post_norm': bool(model['res_post_norm']),
-      # Explicit: DINOv3's architecture has layer scale, and resamples embeddings to any input size.
+      # Explicit: DINOv3's architecture has layer scale, and resamples embeddings to any input size;
+      # Sapiens 2's rescales the rotary embeddings' coordinates in training.
       'init_values': model['layer_scale'],
       'dynamic_img_size': False,
+      'rope_rescale_coords': None,
   }
   if model['classifier'] == 'map':
     _check_eva_map_head(model)
@@ -204,7 +256,7 @@ def _eva_args(model: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     model_args['attn_pool_mlp_ratio'] = _mlp_ratio(
         model['hidden_size'], model['map_mlp_dim'] or model['mlp_dim']
     )
-  return _EVA_ARCHITECTURES[model['layernorm_epsilon']], model_args
+  return _EVA_ARCHITECTURES[_norms(model)], model_args
 
 
 def _check_eva_map_head(model: Mapping[str, Any]) -> None:
@@ -237,6 +289,8 @@ _BEIT_LACKS = (
 # Beit's fixed choices: (model field, the values Beit has, the fix).
 _BEIT_FIXED = (
     ('layernorm_epsilon', (1e-6,), 'layernorm_epsilon=1e-6'),
+    ('norm_layer', ('layernorm',), 'norm_layer=layernorm'),
+    ('embed_norm', (False,), 'embed_norm=False'),
     ('classifier', ('gap', 'token'), 'classifier=gap (or token)'),
     ('key_bias', (False,), 'key_bias=False (its q_bias and v_bias)'),
     ('final_norm', (True,), 'final_norm=True'),

@@ -1,6 +1,6 @@
 """Our parameter tree as a timm state dict (`to_state_dict`), timm_layout.py's naming reversed: timm's
-`VisionTransformer`'s, or with `eva` its `Eva`'s (EVA-02's class, for rotary embeddings and gated
-MLPs), with a one-line error for what that class cannot hold. The config.json with which timm builds
+`VisionTransformer`'s, its `Eva`'s (EVA-02's class, for rotary embeddings and gated MLPs) or its
+`Beit`'s, with a one-line error for what that class cannot hold. The config.json with which timm builds
 the model is timm_export.py's.
 """
 
@@ -15,11 +15,12 @@ from vit_jax.models import differential
 from vit_jax.models.pooling import MAP_HEAD
 
 
-def to_state_dict(params: Any, eva: bool = False) -> StateDict:
-  """A timm `VisionTransformer` state dict (`eva`: an `Eva`'s, timm's class for rotary embeddings and
-  gated MLPs, whose names a `Beit`'s are, its relative position biases beside them) of a tree in our
-  layout (float32 numpy arrays); raises a one-line ValueError for what
-  that class cannot hold."""
+def to_state_dict(params: Any, cls: str = 'vision_transformer') -> StateDict:
+  """A state dict of timm's class `cls` (timm_export_args.ARGUMENTS' keys): its `VisionTransformer`,
+  its `Eva` (for rotary embeddings and gated MLPs) or its `Beit` (Eva's names, relative position
+  biases beside them), of a tree in our layout (float32 numpy arrays); raises a one-line ValueError
+  for what that class cannot hold."""
+  eva = cls != 'vision_transformer'
   flat = {
       k: np.asarray(v, np.float32) for k, v in traverse_util.flatten_dict(params, sep='/').items()
   }
@@ -41,14 +42,17 @@ def to_state_dict(params: Any, eva: bool = False) -> StateDict:
   for ours, theirs in (
       ('Transformer/posembed_input/pos_embedding', 'pos_embed'),
       ('embedding/bias', 'patch_embed.proj.bias'),
-      ('Transformer/pre_norm/scale', 'norm_pre.weight'),
-      ('Transformer/pre_norm/bias', 'norm_pre.bias'),
       ('cls', 'cls_token'),
       ('dist', 'dist_token'),
       ('reg', 'reg_token'),
   ):
     if ours in flat:
       out[theirs] = flat.pop(ours)
+  for ours, theirs in (
+      ('embedding_norm', 'patch_embed.norm'),
+      ('Transformer/pre_norm', 'norm_pre'),
+  ):
+    out.update(_norm_out(flat, ours, theirs))
   # Grouped-query attention in any block: Eva's separate projections in all (qkv_fused=False).
   grouped = any(
       flat[name].shape != flat[name.replace('/key/', '/query/')].shape
@@ -69,16 +73,14 @@ def to_state_dict(params: Any, eva: bool = False) -> StateDict:
         weights['out.bias'],
     )
     for theirs, our_norm in (('norm1', 'LayerNorm_0'), ('norm2', 'LayerNorm_2')):
-      out[f'{t}{theirs}.weight'] = flat.pop(f'{ours}/{our_norm}/scale')
-      out[f'{t}{theirs}.bias'] = flat.pop(f'{ours}/{our_norm}/bias')
-    out.update(_mlp_out(flat, t, f'{ours}/MlpBlock_3/', eva))
+      out.update(_norm_out(flat, f'{ours}/{our_norm}', t + theirs))
+    out.update(_mlp_out(flat, t, f'{ours}/MlpBlock_3/', packed=cls == 'eva'))
     for scale, eva_scale in (('ls1', 'gamma_1'), ('ls2', 'gamma_2')):
       if f'{ours}/{scale}' in flat:
         out[f'{t}{eva_scale}' if eva else f'{t}{scale}.gamma'] = flat.pop(f'{ours}/{scale}')
     attention = torch_names.ATTENTION.format(i)
-    if f'{attention}/norm/scale' in flat:  # model.attn_norm: timm's scale_attn_inner / _norm.
-      out[f'{t}attn.norm.weight'] = flat.pop(f'{attention}/norm/scale')
-      out[f'{t}attn.norm.bias'] = flat.pop(f'{attention}/norm/bias')
+    # model.attn_norm: timm's scale_attn_inner / _norm.
+    out.update(_norm_out(flat, f'{attention}/norm', f'{t}attn.norm'))
     out.update(_qk_norms_out(flat, ours, f'{t}attn.'))
     out.update(_differential_out(flat, attention, f'{t}attn.'))
     if eva and f'{ours}/rope_freqs' in flat:
@@ -94,9 +96,7 @@ def to_state_dict(params: Any, eva: bool = False) -> StateDict:
   if f'{MAP_HEAD}/probe' in flat:
     out.update(_map_head_out(flat, d))
   for norm, theirs in (('Transformer/encoder_norm', 'norm'), ('fc_norm', 'fc_norm')):
-    if f'{norm}/bias' in flat:
-      out[f'{theirs}.weight'] = flat.pop(f'{norm}/scale')
-      out[f'{theirs}.bias'] = flat.pop(f'{norm}/bias')
+    out.update(_norm_out(flat, norm, theirs))
   for head in ('head', 'head_dist'):
     if f'{head}/bias' in flat:
       out[f'{head}.weight'] = flat.pop(f'{head}/kernel').T
@@ -139,8 +139,7 @@ def _differential_out(flat: dict[str, np.ndarray], attention: str, theirs: str) 
   if f'{attention}/lambda_q1' not in flat:
     return {}
   out = {theirs + name: flat.pop(f'{attention}/{name}') for name in differential.LAMBDAS}
-  out[theirs + 'sub_norm.weight'] = flat.pop(f'{attention}/sub_norm/scale')
-  return out
+  return {**out, **_norm_out(flat, f'{attention}/sub_norm', theirs + 'sub_norm')}
 
 
 def _parallel_block_out(
@@ -154,8 +153,7 @@ def _parallel_block_out(
     raise ValueError("timm's ParallelScalingBlock has no gated MLP (model.mlp_gated)")
   key_bias = weights.get('k.bias', np.zeros_like(weights['q.bias']))
   out = {
-      f'{t}in_norm.weight': take('LayerNorm_0/scale'),
-      f'{t}in_norm.bias': take('LayerNorm_0/bias'),
+      **_norm_out(flat, f'{ours}/LayerNorm_0', t + 'in_norm'),
       f'{t}in_proj.weight': np.concatenate(
           [take('MlpBlock_3/Dense_0/kernel').T] + [weights[f'{n}.weight'] for n in 'qkv']
       ),
@@ -183,36 +181,42 @@ def _parallel_block_out(
 def _qk_norms_out(flat: dict[str, np.ndarray], ours: str, theirs: str) -> StateDict:
   """timm's `q_norm` and `k_norm`, named from `theirs`, of block `ours`'s qk-norm LayerNorms, taken
   out of `flat`; none without them."""
-  out = {}
-  for norm in ('q_norm', 'k_norm'):
-    if f'{ours}/{norm}/scale' in flat:
-      out[f'{theirs}{norm}.weight'] = flat.pop(f'{ours}/{norm}/scale')
-      out[f'{theirs}{norm}.bias'] = flat.pop(f'{ours}/{norm}/bias')
+  return {
+      **_norm_out(flat, f'{ours}/q_norm', theirs + 'q_norm'),
+      **_norm_out(flat, f'{ours}/k_norm', theirs + 'k_norm'),
+  }
+
+
+def _norm_out(flat: dict[str, np.ndarray], ours: str, theirs: str) -> StateDict:
+  """timm's norm `theirs` (without '.weight') of our norm `ours`, taken out of `flat`: a LayerNorm's
+  weight and bias, an RMSNorm's weight alone (torch_names.Reader.norm reversed); none without it."""
+  if f'{ours}/scale' not in flat:
+    return {}
+  out = {f'{theirs}.weight': flat.pop(f'{ours}/scale')}
+  if f'{ours}/bias' in flat:
+    out[f'{theirs}.bias'] = flat.pop(f'{ours}/bias')
   return out
 
 
-def _mlp_out(flat: dict[str, np.ndarray], t: str, mlp: str, eva: bool) -> StateDict:
-  """Block `t`'s `mlp.*` of our MLP `mlp`, taken out of `flat`: `fc1`, `fc2`; a gated one's `fc1_g`
-  and `fc1_x` with its norm (Eva's SwiGLU, scale_mlp), else its fc1 packed (Eva's GluMlp)."""
+def _mlp_out(flat: dict[str, np.ndarray], t: str, mlp: str, packed: bool) -> StateDict:
+  """Block `t`'s `mlp.*` of our MLP `mlp`, taken out of `flat`: `fc1`, `fc2`; a gated one's gate
+  `fc1_g` and linear `fc1_x` (timm's SwiGLU), or both in `fc1` where `packed` and the hidden units
+  have no norm (Eva's GluMlp; its SwiGLU with scale_mlp); the norm `mlp.norm`."""
   take = lambda name: flat.pop(mlp + name)
   out = {f'{t}mlp.fc2.weight': take('Dense_1/kernel').T, f'{t}mlp.fc2.bias': take('Dense_1/bias')}
   gate = take('Dense_0/kernel').T, take('Dense_0/bias')
-  norm = (take('norm/scale'), take('norm/bias')) if f'{mlp}norm/scale' in flat else None
+  norm = _norm_out(flat, mlp + 'norm', f'{t}mlp.norm')
   if f'{mlp}Dense_linear/kernel' not in flat:
     out[f'{t}mlp.fc1.weight'], out[f'{t}mlp.fc1.bias'] = gate
   else:
-    if not eva:
-      raise ValueError("timm's VisionTransformer has no gated MLP (model.mlp_gated): Eva has")
     linear = take('Dense_linear/kernel').T, take('Dense_linear/bias')
-    if norm is not None:
+    if norm or not packed:
       out[f'{t}mlp.fc1_g.weight'], out[f'{t}mlp.fc1_g.bias'] = gate
       out[f'{t}mlp.fc1_x.weight'], out[f'{t}mlp.fc1_x.bias'] = linear
     else:
       out[f'{t}mlp.fc1.weight'] = np.concatenate([gate[0], linear[0]])
       out[f'{t}mlp.fc1.bias'] = np.concatenate([gate[1], linear[1]])
-  if norm is not None:
-    out[f'{t}mlp.norm.weight'], out[f'{t}mlp.norm.bias'] = norm
-  return out
+  return {**out, **norm}
 
 
 def _map_head_out(flat: dict[str, np.ndarray], d: int) -> StateDict:
@@ -224,8 +228,7 @@ def _map_head_out(flat: dict[str, np.ndarray], d: int) -> StateDict:
     out[f'attn_pool.q.{kind}'] = weights[f'q.{kind}']
     out[f'attn_pool.kv.{kind}'] = np.concatenate([weights[f'k.{kind}'], weights[f'v.{kind}']])
     out[f'attn_pool.proj.{kind}'] = weights[f'out.{kind}']
-  out['attn_pool.norm.weight'] = take('LayerNorm_0/scale')
-  out['attn_pool.norm.bias'] = take('LayerNorm_0/bias')
+  out.update(_norm_out(flat, f'{MAP_HEAD}/LayerNorm_0', 'attn_pool.norm'))
   for theirs, dense in (('fc1', 'Dense_0'), ('fc2', 'Dense_1')):
     out[f'attn_pool.mlp.{theirs}.weight'] = take(f'MlpBlock_0/{dense}/kernel').T
     out[f'attn_pool.mlp.{theirs}.bias'] = take(f'MlpBlock_0/{dense}/bias')

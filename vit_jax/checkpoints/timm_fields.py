@@ -39,10 +39,15 @@ _NORM_LAYERS = {
 }
 
 
+# The epsilon of a norm model_args name as a string: timm's get_norm_layer builds its LayerNorm or
+# RmsNorm at their default.
+NAMED_NORM_EPSILON = 1e-6
+
+
 def _norm_layer(norm: Any) -> tuple[Optional[str], Optional[float]]:
   """(our kind, epsilon) of one of timm's norm_layer values; kind None for another layer."""
-  if isinstance(norm, str):  # As model_args may give it, without an epsilon.
-    return _NORM_LAYERS.get(norm), None
+  if isinstance(norm, str):  # As model_args may give it.
+    return _NORM_LAYERS.get(norm), NAMED_NORM_EPSILON
   return _NORM_LAYERS.get(norm.get('type', norm.get('partial'))), norm.get('eps')
 
 
@@ -55,7 +60,8 @@ def norm_layer(args: Arguments, path: str) -> tuple[Optional[str], Optional[floa
   if norm is None:  # VisionTransformer's default: LayerNorm(eps=1e-6).
     return 'layernorm', 1e-6
   kind, epsilon = _norm_layer(norm)
-  embed = args.get('embed_norm_layer') if args.has('embed_norm_layer') else None
+  # None or '' (timm's get_norm_layer's none) where the patch embeddings have no norm.
+  embed = (args.get('embed_norm_layer') if args.has('embed_norm_layer') else None) or None
   if kind is None or (embed is not None and _norm_layer(embed) != (kind, epsilon)):
     raise ValueError(
         f'{path}: {args.describe()} normalises with {norm!r}'

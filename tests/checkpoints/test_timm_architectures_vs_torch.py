@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import timm
 import torch
-from timm.models import eva
+from timm.models import eva, vision_transformer
 
 import timm_registry
 from torch_references import (
@@ -268,6 +268,60 @@ def test_sapiens2_in_metas_naming_loads_as_timm_loads_it(tmp_path):
   run = prepared_from_checkpoint(tmp_path / 'workdir', str(tmp_path / 'timm'), SIZE)
   assert run.model_config['num_kv_heads'] == (2, 1)
   _assert_timms_logits(run, reference)
+
+
+def _apples_names(timm_state_dict: dict) -> dict:
+  """A timm AIMv2 state dict in Apple's names (timm's _convert_aimv2 reversed)."""
+  apple = {}
+  for name, tensor in timm_state_dict.items():
+    for timms, apples in (
+        ('patch_embed.', 'preprocessor.patchifier.'),
+        ('pos_embed', 'preprocessor.pos_embed'),
+        ('norm1', 'norm_1'),
+        ('norm2', 'norm_2'),
+        ('mlp.fc1_g', 'mlp.fc1'),
+        ('mlp.fc1_x', 'mlp.fc3'),
+    ):
+      name = name.replace(timms, apples)
+    name = 'trunk.post_trunk_norm.' + name[len('norm.') :] if name.startswith('norm.') else name
+    apple['trunk.' + name if name.startswith('blocks.') else name] = tensor
+  return apple
+
+
+def test_aimv2_in_apples_naming_loads_as_timm_loads_it(tmp_path):
+  """Apple's AIMv2 files (custom code, its own names and config.json) are what timm renames as it
+  loads them: a state dict that timm's own loader renames back to its model's, beside Apple's
+  config.json and image processor's, computes timm's logits, its heads and epsilon from Apple's."""
+  reference = _saved(tmp_path / 'timm', 'aimv2_large_patch14_224', patch_size=14)
+  apple = _apples_names(reference.state_dict())
+  renamed = vision_transformer.checkpoint_filter_fn(apple, reference)
+  assert sorted(renamed) == sorted(reference.state_dict())
+  directory = tmp_path / 'apple'
+  directory.mkdir()
+  torch_files.write_safetensors(
+      {k: v.numpy() for k, v in apple.items()}, str(directory / 'model.safetensors')
+  )
+  (directory / 'config.json').write_text(
+      json.dumps({'model_type': 'aimv2', 'num_attention_heads': 2, 'rms_norm_eps': 1e-5})
+  )
+  (directory / 'preprocessor_config.json').write_text(
+      json.dumps(  # AIMv2's, CLIP's: folded into the patch embedding.
+          {
+              'image_mean': reference.pretrained_cfg['mean'],
+              'image_std': reference.pretrained_cfg['std'],
+          }
+      )
+  )
+  run = prepared_from_checkpoint(tmp_path / 'workdir', str(directory), SIZE)
+  assert (run.model_config['num_heads'], run.model_config['layernorm_epsilon']) == (2, 1e-5)
+  _assert_timms_logits(run, reference)
+  del apple['preprocessor.pos_embed']  # A native-resolution one's: computed sin-cos embeddings.
+  torch_files.write_safetensors(
+      {k: v.numpy() for k, v in apple.items()}, str(directory / 'model.safetensors')
+  )
+  with pytest.raises(ValueError, match=r'an AIMv2 of native resolution .* load one of a fixed'):
+    prepared_from_checkpoint(tmp_path / 'native', str(directory), SIZE)
+  assert not (tmp_path / 'native').exists()
 
 
 @pytest.mark.parametrize('architecture,named', REFUSED)

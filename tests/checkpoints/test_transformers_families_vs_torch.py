@@ -164,6 +164,25 @@ _BEIT_FIELDS = {
 }
 
 
+def _aimv2(**kwargs) -> transformers.Aimv2VisionModel:
+  return transformers.Aimv2VisionModel(
+      transformers.Aimv2VisionConfig(**_TINY, intermediate_size=64, **kwargs)
+  )
+
+
+_AIMV2_FIELDS = {
+    'class_token': False,
+    'pre_norm': False,
+    'num_registers': 0,
+    'layer_scale': None,
+    'norm_layer': 'rmsnorm',
+    'embed_norm': True,
+    'mlp_gated': True,
+    'mlp_activation': 'silu',
+    'layernorm_epsilon': 1e-5,
+}
+
+
 def _pooled(outputs) -> torch.Tensor:
   return outputs.pooler_output
 
@@ -340,6 +359,18 @@ _FAMILIES = {
             'layernorm_epsilon': 1e-6,
         },
     ),
+    # AIMv2 without biases in its blocks, its RMSNormed tokens' mean (timm's pooling of it).
+    'aimv2': (
+        lambda: _aimv2(use_head=False),
+        _mean_of_tokens,
+        {**_AIMV2_FIELDS, 'classifier': 'gap', 'key_bias': False},
+    ),
+    # With biases, and the LiT models' attention-pooling head: our MAP head.
+    'aimv2_head_biases': (
+        lambda: _aimv2(use_head=True, qkv_bias=True, mlp_bias=True),
+        _pooled,
+        {**_AIMV2_FIELDS, 'classifier': 'map', 'key_bias': True},
+    ),
     'clip': (
         _clip,
         _pooled,
@@ -409,7 +440,7 @@ def test_a_config_json_without_the_defaults_gives_transformers_defaults(tmp_path
   reference, path = _saved(family, tmp_path / family)
   config_json = tmp_path / family / 'config.json'
   config = json.loads(config_json.read_text())
-  for key in ('hidden_act', 'layer_norm_eps', 'layerscale_value'):
+  for key in ('hidden_act', 'layer_norm_eps', 'rms_norm_eps', 'layerscale_value'):
     config.pop(key, None)
   config_json.write_text(json.dumps(config))
   theirs = type(reference.config).from_pretrained(path)  # As transformers reads it back.
@@ -417,7 +448,8 @@ def test_a_config_json_without_the_defaults_gives_transformers_defaults(tmp_path
   # DINOv2's SwiGLU MLP applies SiLU whatever its hidden_act.
   activation = 'silu' if family == 'dinov2_swiglu' else theirs.hidden_act
   assert fields['mlp_activation'] == torch_names.activation(activation, path)
-  assert fields['layernorm_epsilon'] == theirs.layer_norm_eps
+  epsilon = theirs.rms_norm_eps if family.startswith('aimv2') else theirs.layer_norm_eps
+  assert fields['layernorm_epsilon'] == epsilon
   if family.startswith('dinov'):
     assert fields['layer_scale'] == theirs.layerscale_value
 
@@ -483,6 +515,15 @@ def test_a_transformers_model_with_parts_ours_has_not_is_a_one_line_error(
   assert '\n' not in str(error.value)
 
 
+def test_a_native_resolution_aimv2_is_a_one_line_error(tmp_path):
+  """Its sin-cos position embeddings have no tensor; vit_jax's sincos2d spaces the frequencies
+  otherwise: neither the fields nor the weights are read as another function."""
+  randomize(_aimv2(use_head=False, is_native=True)).save_pretrained(tmp_path / 'native')
+  for read in (state_dicts.architecture, lambda path: state_dicts.load(path, {'num_heads': 2})):
+    with pytest.raises(ValueError, match=r'an AIMv2 of native resolution .* load one of a fixed'):
+      read(str(tmp_path / 'native'))
+
+
 def _whole(cls, config_cls, **vision) -> torch.nn.Module:
   """A whole SigLIP or CLIP model (image and text towers) as the hub's google/siglip-*,
   google/siglip2-*, openai/clip-* hold it."""
@@ -512,6 +553,11 @@ _WHOLE = {
         lambda: _whole(transformers.CLIPModel, transformers.CLIPConfig, image_size=IMAGE_SIZE),
         lambda model, x: torch_outputs(model.vision_model, x).pooler_output,
     ),
+    # The hub's apple/aimv2-*-lit: its image tower pools with its attention head.
+    'aimv2': (
+        lambda: _whole(transformers.Aimv2Model, transformers.Aimv2Config, image_size=IMAGE_SIZE),
+        lambda model, x: torch_outputs(model.vision_model, x).pooler_output,
+    ),
 }
 
 
@@ -535,7 +581,8 @@ def test_the_image_tower_of_a_whole_siglip_or_clip_model_loads(tmp_path, kind):
   model_config = helpers.model_config(config)
   vision = reference.config.vision_config
   assert model_config['num_heads'] == vision.num_attention_heads == 2
-  assert model_config['layernorm_epsilon'] == vision.layer_norm_eps
+  epsilon = vision.rms_norm_eps if kind == 'aimv2' else vision.layer_norm_eps
+  assert model_config['layernorm_epsilon'] == epsilon
   assert model_config['mlp_activation'] == torch_names.activation(vision.hidden_act, 'x')
   model = classification.make_model(config, model_config, None)
   ours = model.apply({'params': run_dir.load_init_params(config, model)}, images())

@@ -1,11 +1,9 @@
 """Meta's Sapiens 2 checkpoints in (`timm_names`): the hub's `timm/vit_*_patch16_sapiens2.fb` files
 hold Meta's own naming, which timm renames as it loads them (eva.py's checkpoint_filter_fn); renamed
 alike, timm_layout.py reads them as the Eva they are (grouped-query attention, layer scale of the
-attention alone, RMSNorms, DINOv3's rotary embeddings, 8 registers: timm_architecture.py)."""
+attention alone, RMSNorms, DINOv3's rotary embeddings, 8 registers: timm_architecture.py). Their
+config.json is timm's."""
 
-from typing import Any, Mapping, Optional
-
-from vit_jax.checkpoints import timm_architecture, timm_layout
 from vit_jax.checkpoints.torch_files import StateDict
 
 # (Meta's, timm's) parts of the names, replaced in this order (timm's); the final norm is `ln1` at
@@ -28,9 +26,10 @@ def recognises(state_dict: StateDict) -> bool:
   return 'blocks.0.attn.wq.weight' in state_dict and 'blocks.0.ffn.w12.weight' in state_dict
 
 
-def timm_names(state_dict: StateDict) -> StateDict:
+def timm_names(state_dict: StateDict, source: str) -> StateDict:
   """The state dict in timm's Eva's names, without what Eva computes or never reads: the rotary
   embeddings' periods (DINOv3's fixed ones, rope.py) and the masked-image pretraining's token."""
+  del source
   renamed = {}
   for name, tensor in state_dict.items():
     if name == 'mask_token' or name.startswith('rope.'):
@@ -39,13 +38,3 @@ def timm_names(state_dict: StateDict) -> StateDict:
       name = name.replace(theirs, timms)
     renamed['norm.' + name[len('ln1.') :] if name.startswith('ln1.') else name] = tensor
   return renamed
-
-
-def from_state_dict(
-    state_dict: StateDict, num_heads: int, source: str, map_heads: Optional[int]
-) -> dict[str, Any]:
-  return timm_layout.from_state_dict(timm_names(state_dict), num_heads, source, map_heads)
-
-
-def architecture(state_dict: StateDict, config: Mapping[str, Any], path: str) -> dict[str, Any]:
-  return timm_architecture.architecture(timm_names(state_dict), config, path)

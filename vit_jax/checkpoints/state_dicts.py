@@ -6,7 +6,8 @@ loads and computes another function.
 
 The files: torch_files.py; the naming shared by the layouts: torch_names.py; each layout:
 timm_layout.py (with timm_architecture.py, timm_arguments.py, timm_fields.py; Meta's Sapiens 2 files
-renamed to it by sapiens_layout.py), transformers_layout.py (with transformers_families.py); the
+and Apple's AIMv2 files renamed to it by sapiens_layout.py and apple_aimv2_layout.py),
+transformers_layout.py (with transformers_families.py); the
 export to timm: timm_export.py (with timm_export_args.py, timm_export_tensors.py).
 """
 
@@ -18,6 +19,7 @@ import numpy as np
 
 from vit_jax.checkpoints import (
     adapting,
+    apple_aimv2_layout,
     sapiens_layout,
     timm_architecture,
     timm_layout,
@@ -40,6 +42,28 @@ class Layout:
   normalization: Callable[[Mapping[str, Any], str], Optional[tuple[list[float], list[float]]]]
 
 
+def _renamed_to_timm(
+    recognises: Callable[[StateDict], bool],
+    timm_names: Callable[[StateDict, str], StateDict],
+    timm_config: Callable[[Mapping[str, Any]], Mapping[str, Any]] = dict,
+    normalization: Callable[
+        [Mapping[str, Any], str], Optional[tuple[list[float], list[float]]]
+    ] = timm_layout.normalization,
+) -> Layout:
+  """A layout timm reads by renaming it as it loads it: its state dict renamed (`timm_names`: (state
+  dict, source) -> timm's names) and its config.json as timm's (`timm_config`), read as timm's."""
+  return Layout(
+      recognises,
+      lambda state_dict, num_heads, source, map_heads: timm_layout.from_state_dict(
+          timm_names(state_dict, source), num_heads, source, map_heads
+      ),
+      lambda state_dict, config, path: timm_architecture.architecture(
+          timm_names(state_dict, path), timm_config(config), path
+      ),
+      normalization,
+  )
+
+
 LAYOUTS: dict[str, Layout] = {
     'timm': Layout(
         timm_layout.recognises,
@@ -54,11 +78,14 @@ LAYOUTS: dict[str, Layout] = {
         transformers_layout.normalization,
     ),
     # Meta's Sapiens 2 files (the hub's timm/vit_*_sapiens2.fb), read as timm reads them.
-    'sapiens2': Layout(
-        sapiens_layout.recognises,
-        sapiens_layout.from_state_dict,
-        sapiens_layout.architecture,
-        timm_layout.normalization,
+    'sapiens2': _renamed_to_timm(sapiens_layout.recognises, sapiens_layout.timm_names),
+    # Apple's AIMv2 files (the hub's apple/aimv2-* before their transformers ones), as timm reads
+    # them; the normalisation of the image processor's preprocessor_config.json beside them.
+    'apple_aimv2': _renamed_to_timm(
+        apple_aimv2_layout.recognises,
+        apple_aimv2_layout.timm_names,
+        apple_aimv2_layout.timm_config,
+        transformers_layout.normalization,
     ),
 }
 # The fields without a tensor, which `load` checks: what each is, for the one-line error.
@@ -84,8 +111,8 @@ def _layout(state_dict: StateDict, path: str) -> str:
   examples = ', '.join(repr(k) for k in sorted(state_dict)[:3])
   raise ValueError(
       f'{path}: a state dict of another model ({len(state_dict)} tensors, e.g. {examples}): '
-      "init_from reads ViTs in timm's, Hugging Face transformers' or Meta's Sapiens 2 naming, "
-      '.npz files and vit_jax workdirs'
+      "init_from reads ViTs in timm's, Hugging Face transformers', Meta's Sapiens 2 or Apple's "
+      'AIMv2 naming, .npz files and vit_jax workdirs'
   )
 
 

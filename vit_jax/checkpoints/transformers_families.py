@@ -1,6 +1,7 @@
 """The families of Hugging Face transformers ViTs that transformers_layout.py reads: how each one's
 tensors map onto vit_jax's ViT (`Family.tree`) and the model fields they fix (`Family.fields`); the
-image towers of SigLIP and CLIP are in transformers_towers.py, BEiT's in transformers_beit.py.
+image towers of SigLIP and CLIP are in transformers_towers.py, BEiT's in transformers_beit.py,
+AIMv2's in transformers_aimv2.py.
 
 Their blocks differ in names only (`Blocks`): a LayerNorm before the attention and one before the
 MLP; transformers' separate query / key / value projections are ours; DINOv2's and DINOv3's layer
@@ -33,6 +34,7 @@ from typing import Any, Mapping, Optional
 import numpy as np
 
 from vit_jax.checkpoints import torch_names
+from vit_jax.checkpoints import transformers_aimv2 as aimv2
 from vit_jax.checkpoints import transformers_beit as beit
 from vit_jax.checkpoints import transformers_parts as parts
 from vit_jax.checkpoints import transformers_towers as towers
@@ -215,6 +217,7 @@ def _dinov3_fields(state_dict: StateDict, config: Mapping[str, Any], path: str) 
 # blocks'; the towers'.
 FAMILIES = (
     beit.BEIT,
+    aimv2.AIMV2,
     parts.Family(
         # Registers without position embeddings (DINOv2's have them).
         lambda names: 'embeddings.register_tokens' in names

@@ -10,8 +10,10 @@ config.json may be absent); transformers_families.py maps each family:
 - `SiglipVisionModel` ('siglip_vision_model'), with its attention-pooling head or without, and
   `Siglip2VisionModel` ('siglip2_vision_model');
 - `CLIPVisionModel` ('clip_vision_model');
-- the image tower of a whole `SiglipModel`, `Siglip2Model` or `CLIPModel` (the hub's google/siglip-*,
-  google/siglip2-*, openai/clip-*), its config.json's `vision_config`.
+- `Aimv2VisionModel` ('aimv2_vision_model');
+- the image tower of a whole `SiglipModel`, `Siglip2Model`, `CLIPModel` or `Aimv2Model` (the hub's
+  google/siglip-*, google/siglip2-*, openai/clip-*, apple/aimv2-*-lit), its config.json's
+  `vision_config`.
 
 What has no tensor (heads, the MLP's activation, the LayerNorm epsilon) is checked against the
 config.json `save_pretrained` writes beside the weights, each config class's default where it leaves
@@ -84,7 +86,7 @@ def architecture(state_dict: StateDict, config: Mapping[str, Any], path: str) ->
     fields['mlp_activation'] = torch_names.activation(
         config.get('hidden_act', family.hidden_act), path
     )
-    fields['layernorm_epsilon'] = float(config.get('layer_norm_eps', family.layer_norm_eps))
+    fields['layernorm_epsilon'] = float(config.get(family.epsilon_key, family.layer_norm_eps))
   return {**fields, **family.fields(state_dict, config, path)}
 
 
@@ -94,7 +96,7 @@ def _family(state_dict: StateDict, source: str) -> parts.Family:
     raise ValueError(
         f'{source}: not a transformers ViT (ViTModel, ViTMAEModel, DeiTModel, IJepaModel, '
         'Dinov2Model, Dinov2WithRegistersModel, DINOv3ViTModel, SiglipVisionModel, '
-        'Siglip2VisionModel, CLIPVisionModel)'
+        'Siglip2VisionModel, CLIPVisionModel, Aimv2VisionModel)'
     )
   return family
 

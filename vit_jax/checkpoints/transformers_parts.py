@@ -60,7 +60,9 @@ class Blocks:
   The MLP's layers are two, or three for a gated MLP (model.mlp_gated): the gate (activated), the
   linear layer it multiplies, the output layer (DINOv3's gate_proj, up_proj, down_proj); or two with
   `packed_gate`, the first packing the gate's and the linear layer's outputs, gate first (DINOv2's
-  SwiGLU weights_in, weights_out)."""
+  SwiGLU weights_in, weights_out). With `biases_optional`, a projection's or MLP layer's bias
+  the file lacks is zeros (AIMv2's qkv_bias=False, mlp_bias=False), the key's none.
+  """
 
   layers: str
   attention: tuple[str, str, str, str]
@@ -68,6 +70,7 @@ class Blocks:
   mlp: tuple[str, ...]
   scales: tuple[str, ...] = ()
   packed_gate: bool = False
+  biases_optional: bool = False
 
   def count(self, state_dict: StateDict) -> int:
     return torch_names.num_blocks(state_dict, re.escape(self.layers) + r'(\d+)\.')
@@ -89,7 +92,7 @@ class Blocks:
       for name, theirs in zip(('q', 'k', 'v', 'out'), self.attention):
         weights[f'{name}.weight'] = r.take(f'{t}{theirs}.weight')
         if name != 'k' or r.has(f'{t}{theirs}.bias'):
-          weights[f'{name}.bias'] = r.take(f'{t}{theirs}.bias')
+          weights[f'{name}.bias'] = self._bias(r, f'{t}{theirs}', weights[f'{name}.weight'])
       tree.update(torch_names.attention_in(torch_names.ATTENTION.format(i), weights, num_heads))
       for theirs, layer_norm in zip(self.norms, ('LayerNorm_0', 'LayerNorm_2')):
         tree.update(r.norm(t + theirs, f'{ours}/{layer_norm}'))
@@ -100,11 +103,16 @@ class Blocks:
 
   def _mlp(self, r: torch_names.Reader, t: str, mlp: str) -> dict[str, np.ndarray]:
     ours = ('Dense_0', 'Dense_linear', 'Dense_1') if len(self.mlp) == 3 else ('Dense_0', 'Dense_1')
-    layers = {
-        name: (r.take(f'{t}{theirs}.weight'), r.take(f'{t}{theirs}.bias'))
-        for theirs, name in zip(self.mlp, ours)
-    }
+    layers = {}
+    for theirs, name in zip(self.mlp, ours):
+      weight = r.take(f'{t}{theirs}.weight')
+      layers[name] = weight, self._bias(r, f'{t}{theirs}', weight)
     return torch_names.mlp_in(mlp, layers, self.packed_gate)
+
+  def _bias(self, r: torch_names.Reader, layer: str, weight: np.ndarray) -> np.ndarray:
+    if self.biases_optional:
+      return r.bias(f'{layer}.bias', len(weight))
+    return r.take(f'{layer}.bias')
 
 
 # ViT's names (ViTModel's, DeiT's, I-JEPA's, BEiT's), which other families' vary.
@@ -132,6 +140,7 @@ class Family:
   # The config class's defaults, for a config.json that leaves them out.
   hidden_act: str
   layer_norm_eps: float
+  epsilon_key: str = 'layer_norm_eps'  # Its config's name of the norms' epsilon.
 
 
 def dense(r: torch_names.Reader, theirs: str, ours: str) -> dict[str, np.ndarray]:

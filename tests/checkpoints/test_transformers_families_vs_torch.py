@@ -1,5 +1,5 @@
 """Hugging Face transformers' DINOv2 (with registers, with SwiGLU), DINOv3, I-JEPA, ViTMAE, BEiT,
-data2vec, SigLIP, SigLIP 2 and CLIP image towers through config.init_from: tiny random models saved by transformers'
+data2vec, AIMv2, SigLIP, SigLIP 2, CLIP and MetaCLIP 2 image towers through config.init_from: tiny random models saved by transformers'
 own `save_pretrained`, their features (pooler_output) against ours, and the model fields
 state_dicts.architecture reads from the files.
 """
@@ -551,6 +551,13 @@ _WHOLE = {
     ),
     'clip': (
         lambda: _whole(transformers.CLIPModel, transformers.CLIPConfig, image_size=IMAGE_SIZE),
+        lambda model, x: torch_outputs(model.vision_model, x).pooler_output,
+    ),
+    # MetaCLIP 2 (the hub's facebook/metaclip-2-*): CLIP's names and image tower.
+    'metaclip_2': (
+        lambda: _whole(
+            transformers.MetaClip2Model, transformers.MetaClip2Config, image_size=IMAGE_SIZE
+        ),
         lambda model, x: torch_outputs(model.vision_model, x).pooler_output,
     ),
     # The hub's apple/aimv2-*-lit: its image tower pools with its attention head.

@@ -11,9 +11,9 @@ config.json may be absent); transformers_families.py maps each family:
   `Siglip2VisionModel` ('siglip2_vision_model');
 - `CLIPVisionModel` ('clip_vision_model');
 - `Aimv2VisionModel` ('aimv2_vision_model');
-- the image tower of a whole `SiglipModel`, `Siglip2Model`, `CLIPModel` or `Aimv2Model` (the hub's
-  google/siglip-*, google/siglip2-*, openai/clip-*, apple/aimv2-*-lit), its config.json's
-  `vision_config`.
+- the image tower of a whole `SiglipModel`, `Siglip2Model`, `CLIPModel` (`MetaClip2Model`'s names
+  too) or `Aimv2Model` (the hub's google/siglip-*, google/siglip2-*, openai/clip-*,
+  facebook/metaclip-2-*, apple/aimv2-*-lit), its config.json's `vision_config`.
 
 What has no tensor (heads, the MLP's activation, the LayerNorm epsilon) is checked against the
 config.json `save_pretrained` writes beside the weights, each config class's default where it leaves

@@ -1,7 +1,7 @@
 """Hugging Face transformers' DINOv2 (with registers, with SwiGLU), DINOv3, I-JEPA, ViTMAE, BEiT,
-data2vec, AIMv2, SigLIP, SigLIP 2, CLIP and MetaCLIP 2 image towers through config.init_from: tiny random models saved by transformers'
-own `save_pretrained`, their features (pooler_output) against ours, and the model fields
-state_dicts.architecture reads from the files.
+data2vec, AIMv2, SigLIP, SigLIP 2, CLIP and MetaCLIP 2 image towers through config.init_from: tiny
+random models saved by transformers' own `save_pretrained`, their features (pooler_output) against
+ours, and the model fields state_dicts.architecture reads from the files.
 """
 
 import json

@@ -488,7 +488,8 @@ def test_what_timm_cannot_hold_is_said_and_not_written(overrides, message):
         ),
         (
             {'model.norm_layer': 'rmsnorm', 'model.layernorm_epsilon': 1e-5},
-            'rmsnorm of epsilon 1e-06, not model.norm_layer=rmsnorm of model.layernorm_epsilon=1e-05$',
+            'rmsnorm of epsilon 1e-06, not model.norm_layer=rmsnorm of '
+            'model.layernorm_epsilon=1e-05$',
         ),
         (
             {'model.embed_norm': True, 'model.layernorm_epsilon': 1e-5},
@@ -498,7 +499,8 @@ def test_what_timm_cannot_hold_is_said_and_not_written(overrides, message):
         (
             {'model.rope': True, 'model.norm_layer': 'rmsnorm', 'model.layernorm_epsilon': 1e-5},
             "timm's Eva .* normalises with layernorm of epsilon 1e-06, layernorm of epsilon 1e-05, "
-            'rmsnorm of epsilon 1e-06, not model.norm_layer=rmsnorm of model.layernorm_epsilon=1e-05$',
+            'rmsnorm of epsilon 1e-06, not model.norm_layer=rmsnorm of '
+            'model.layernorm_epsilon=1e-05$',
         ),
         (
             {

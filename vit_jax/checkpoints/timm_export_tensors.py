@@ -95,7 +95,7 @@ def to_state_dict(params: Any, cls: str = 'vision_transformer') -> StateDict:
     out['rope.freqs'] = np.stack(rope_frequencies, axis=1)
   if f'{MAP_HEAD}/probe' in flat:
     out.update(_map_head_out(flat, d))
-  for norm, theirs in (('Transformer/encoder_norm', 'norm'), ('fc_norm', 'fc_norm')):
+  for norm, theirs in ((torch_names.ENCODER_NORM, 'norm'), ('fc_norm', 'fc_norm')):
     out.update(_norm_out(flat, norm, theirs))
   for head in ('head', 'head_dist'):
     if f'{head}/bias' in flat:

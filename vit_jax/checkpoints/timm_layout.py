@@ -108,7 +108,7 @@ def from_state_dict(
       'attn_pool.latent'
   ):  # timm's MAP head (SigLIP's AttentionPoolLatent): ours, big_vision's.
     tree.update(_map_head_in(r, map_heads or num_heads))
-  for theirs, norm in (('norm', 'Transformer/encoder_norm'), ('fc_norm', 'fc_norm')):
+  for theirs, norm in (('norm', torch_names.ENCODER_NORM), ('fc_norm', 'fc_norm')):
     if r.has(f'{theirs}.weight'):
       tree.update(r.norm(theirs, norm))
   for head in ('head', 'head_dist'):

@@ -11,6 +11,7 @@ import numpy as np
 from vit_jax.checkpoints.torch_files import StateDict
 
 BLOCK = 'Transformer/encoderblock_{}'
+ENCODER_NORM = 'Transformer/encoder_norm'  # The final norm of the encoder (not model.fc_norm).
 ATTENTION = BLOCK + '/MultiHeadDotProductAttention_1'
 # The MLP activations of timm's `act_layer` and transformers' `hidden_act` that vit_jax's ViT has:
 # their `model.mlp_activation` (transformers' gelu_new and gelu_pytorch_tanh are GELU's tanh form,

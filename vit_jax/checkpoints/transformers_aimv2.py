@@ -78,7 +78,7 @@ def _tree(r: torch_names.Reader, state_dict: StateDict, num_heads: int, source: 
       **r.norm('embeddings.rms_norm', 'embedding_norm'),
       parts.POSEMB: r.take(_POSITIONS)[None],
       **_BLOCKS.tree(r, state_dict, num_heads),
-      **r.norm('rms_norm', parts.ENCODER_NORM),
+      **r.norm('rms_norm', torch_names.ENCODER_NORM),
   }
   if r.has('head.cls_token'):
     tree.update(_head(r, num_heads, _BLOCKS.mlp_dim(state_dict)))

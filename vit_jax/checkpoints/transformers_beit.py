@@ -54,7 +54,7 @@ def _beit_tree(r: torch_names.Reader, state_dict: StateDict, num_heads: int, sou
           source,
       )
   )
-  for theirs, ours in (('layernorm', parts.ENCODER_NORM), ('pooler.layernorm', 'fc_norm')):
+  for theirs, ours in (('layernorm', torch_names.ENCODER_NORM), ('pooler.layernorm', 'fc_norm')):
     if r.has(f'{theirs}.weight'):
       tree.update(r.norm(theirs, ours))
   if r.has('classifier.weight'):

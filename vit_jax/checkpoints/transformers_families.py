@@ -69,7 +69,7 @@ def _vit_tree(r: torch_names.Reader, state_dict: StateDict, num_heads: int, sour
           # The class token's, DeiT's distillation token's, then the patches': timm's and ours.
           parts.POSEMB: r.take('embeddings.position_embeddings'),
           **parts.VIT_BLOCKS.tree(r, state_dict, num_heads),
-          **r.norm('layernorm', parts.ENCODER_NORM),
+          **r.norm('layernorm', torch_names.ENCODER_NORM),
       }
   )
   for theirs, ours in _VIT_HEADS:
@@ -130,7 +130,7 @@ def _dinov2_tree(r: torch_names.Reader, state_dict: StateDict, num_heads: int, s
     posemb = np.concatenate([posemb[:, :1], zeros, posemb[:, 1:]], axis=1)
   tree[parts.POSEMB] = posemb
   tree.update(_dinov2_blocks(state_dict).tree(r, state_dict, num_heads))
-  tree.update(r.norm('layernorm', parts.ENCODER_NORM))
+  tree.update(r.norm('layernorm', torch_names.ENCODER_NORM))
   if r.has('classifier.weight'):
     tree.update(parts.dense(r, 'classifier', 'head'))
   return tree
@@ -186,7 +186,7 @@ def _dinov3_tree(r: torch_names.Reader, state_dict: StateDict, num_heads: int, s
   if registers.shape[1]:
     tree['reg'] = registers
   tree.update(_dinov3_blocks(state_dict).tree(r, state_dict, num_heads))
-  tree.update(r.norm('norm', parts.ENCODER_NORM))
+  tree.update(r.norm('norm', torch_names.ENCODER_NORM))
   return tree
 
 

@@ -14,7 +14,6 @@ from vit_jax.checkpoints import torch_names
 from vit_jax.checkpoints.torch_files import StateDict
 
 POSEMB = 'Transformer/posembed_input/pos_embedding'
-ENCODER_NORM = 'Transformer/encoder_norm'
 # The wrappers' prefixes: ViTForImageClassification's, ViTMAEForPreTraining's, ViTMSN's `vit.`;
 # DeiTForImageClassificationWithTeacher's `deit.`; the *ForImageClassification of DINOv2, DINOv2 with
 # registers and I-JEPA; SigLIP's and CLIP's vision towers as transformers 4 wrote them, and

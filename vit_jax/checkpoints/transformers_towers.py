@@ -65,7 +65,7 @@ def _siglip_tree(r: torch_names.Reader, state_dict: StateDict, num_heads: int, s
       **parts.patches(r, 'embeddings.patch_embedding'),
       parts.POSEMB: _tower_posemb(r),
       **_TOWER_BLOCKS.tree(r, state_dict, num_heads),
-      **r.norm('post_layernorm', parts.ENCODER_NORM),
+      **r.norm('post_layernorm', torch_names.ENCODER_NORM),
   }
   if r.has('head.probe'):
     tree.update(_map_head(r, num_heads))
@@ -92,7 +92,7 @@ def _clip_tree(r: torch_names.Reader, state_dict: StateDict, num_heads: int, sou
       parts.POSEMB: _tower_posemb(r),
       **r.norm('pre_layrnorm', 'Transformer/pre_norm'),
       **_TOWER_BLOCKS.tree(r, state_dict, num_heads),
-      **r.norm('post_layernorm', parts.ENCODER_NORM),
+      **r.norm('post_layernorm', torch_names.ENCODER_NORM),
   }
 
 

@@ -10,12 +10,12 @@ It knows the models' parameter names (vit.py, pooling.py, encoder.py, block.py),
 import re
 from typing import Any, Optional
 
-from vit_jax.checkpoints import posemb_resizing
+from vit_jax.checkpoints import posemb_resizing, torch_names
 from vit_jax.models.pooling import MAP_HEAD
 
 # The final LayerNorm: the encoder's, before the pooling, or after it (model.fc_norm). A new head may
 # pool otherwise than the checkpoint's (state_dicts.POOLING_FIELDS).
-FINAL_NORMS = ('Transformer/encoder_norm', 'fc_norm')
+FINAL_NORMS = (torch_names.ENCODER_NORM, 'fc_norm')
 
 
 def has(flat: dict[str, Any], layer: str) -> bool:

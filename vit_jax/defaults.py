@@ -145,7 +145,7 @@ def get_config() -> ml_collections.ConfigDict:
           parallel_block=config_dict.placeholder(bool),
           # Differential attention (Ye et al. 2024; timm's attn_layer='diff'): two softmax maps of
           # each head's halves of queries and keys, the second subtracted at a learned weight, the
-          # heads RMSNormed; each block's lambda_init grows with its index, so model.scan=False.
+          # heads RMSNormed; each block's lambda_init grows with its index (scanned blocks' too).
           diff_attention=config_dict.placeholder(bool),
           # 2-D rotary position embeddings of the patches' queries and keys (of rope_style); rope_grid:
           # the (rows, columns) positions are rescaled to span at any resolution (timm's

@@ -1,6 +1,8 @@
 """The ViT family: parameter tree of the original checkpoints, parameter counts, variants, dtypes, and
 the errors for inputs that do not fit the model."""
 
+from unittest import mock
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -461,6 +463,32 @@ def test_scanned_blocks_of_grouped_heads_and_attention_only_layer_scale_are_the_
   )
 
 
+@pytest.mark.parametrize('fields', [{}, {'qk_norm': True}, {'parallel_block': True}])
+def test_scanned_blocks_of_differential_attention_are_the_loop(fields):
+  """model.diff_attention under model.scan: each scanned block's lambda_init is its index's, so the
+  scan computes what the loop does from the same tree (with qk-norms of half a head's width, and
+  in parallel blocks too); a loop whose blocks all had the first one's lambda_init differs."""
+  fields = {'diff_attention': True, 'num_layers': 3, **fields}
+  images = jnp.asarray(np.random.RandomState(0).uniform(-1, 1, (2, 16, 16, 3)), jnp.float32)
+  loop = VisionTransformer(num_classes=5, **variants.get_model_config('ViT-testing_4', fields))
+  params = loop.init(jax.random.key(0), images)['params']
+  params = jax.tree.map(lambda v: np.random.RandomState(v.size).normal(size=v.shape) * 0.3, params)
+  if fields.get('qk_norm'):  # Of each half of a head (timm's DiffAttention's).
+    first = params['Transformer']['encoderblock_0']
+    head_dim = first['MultiHeadDotProductAttention_1']['query']['kernel'].shape[-1]
+    assert first['q_norm']['scale'].shape == (head_dim // 2,)
+  scanned = VisionTransformer(
+      num_classes=5, **variants.get_model_config('ViT-testing_4', {**fields, 'scan': True})
+  )
+  looped = loop.apply({'params': params}, images)
+  np.testing.assert_allclose(
+      scanned.apply({'params': params}, images), looped, rtol=1e-6, atol=1e-6
+  )
+  with mock.patch.object(differential, 'lambda_init', lambda layer: np.float32(0.2)):
+    alike = loop.apply({'params': params}, images)
+  assert np.abs(alike - looped).max() > 1e-3
+
+
 def test_a_parallel_block_adds_attention_and_mlp_of_one_norm():
   """model.parallel_block: x + ls1 * (MSA(LN(x)) + MLP(LN(x))) (ViT-22B's parallel layers),
   composed here from the block's own attention, MLP and norm; no LayerNorm_2, no ls2."""
@@ -495,16 +523,18 @@ def test_differential_attention_is_a_difference_of_two_softmax_maps():
   tests/checkpoints/test_timm_architectures_vs_torch.py."""
   x = jax.random.normal(jax.random.key(0), (2, 5, 32))
   outputs = []
+  start = differential.lambda_init(3)
   for kernel in attention.ATTENTION_FNS:
     layer = block.SelfAttention(
-        num_heads=2, attention_fn=attention.ATTENTION_FNS[kernel], differential=True, layer=3
+        num_heads=2, attention_fn=attention.ATTENTION_FNS[kernel], differential=True
     )
-    params = layer.init(jax.random.key(1), x, deterministic=True)['params']
+    params = layer.init(jax.random.key(1), x, deterministic=True, lambda_init=start)['params']
     assert params['sub_norm']['scale'].shape == params['query']['kernel'].shape[-1:]
     out, state = layer.apply(
         {'params': params},
         x,
         deterministic=True,
+        lambda_init=start,
         sow_weights=kernel == 'xla',  # The fused kernel sows none (block.py asks the xla one).
         mutable=['intermediates'],
     )

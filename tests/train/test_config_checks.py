@@ -269,10 +269,10 @@ ALSO_INVALID = {
         r'^model\.parallel_block=True sums the attention and the MLP of one norm, which '
         r'model\.res_post_norm=True splits: unset one of them$',
     ),
-    'differential attention in scanned blocks': (
-        {'model.diff_attention': True, 'model.scan': True},
-        r'^model\.diff_attention=True does not take model\.scan=True: set '
-        r"--config\.model\.scan=False \(each block's lambda_init is its own\)$",
+    'differential attention of rotary embeddings': (
+        {'model.diff_attention': True, 'model.rope': True},
+        r'^model\.diff_attention=True does not take model\.rope=True: set '
+        r'--config\.model\.rope=False \(no model to match turns the halves\)$',
     ),
     'differential attention of odd head widths': (
         {'model.diff_attention': True, 'model.hidden_size': 36, 'model.num_heads': 4},

@@ -6,7 +6,7 @@ config (`variants.get_model_config`) validates `model.attention` against its key
 """
 
 import re
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 import flax.linen as nn
 import jax
@@ -174,7 +174,7 @@ class SelfAttention(nn.Module):
   (`num_kv_heads` < num_heads: Sapiens 2's): fewer key and value heads, kernels (D, kv_heads,
   D/heads), each shared by num_heads / num_kv_heads consecutive query heads (query head h reads key
   head h // groups, timm's and transformers' `repeat_interleave`); and differential attention
-  (`differential`, of block `layer`: differential.py).
+  (`differential`, of the block's `lambda_init`, a call argument: differential.py).
   """
 
   num_heads: int
@@ -187,9 +187,7 @@ class SelfAttention(nn.Module):
   layernorm_epsilon: float = 1e-6  # `norm`'s.
   norm_layer: str = 'layernorm'  # `norm`'s kind, a key of norms.NORM_LAYERS.
   num_kv_heads: Optional[int] = None  # None: num_heads.
-  # Differential attention (differential.py) of the block at this index (counted from 0).
-  differential: bool = False
-  layer: int = 0
+  differential: bool = False  # Differential attention (differential.py).
 
   @nn.compact
   def __call__(
@@ -199,9 +197,11 @@ class SelfAttention(nn.Module):
       deterministic: bool,
       transform_qk: Optional[QueryKeyTransform] = None,
       sow_weights: bool = False,
+      lambda_init: Optional[Union[float, jax.Array]] = None,
       **kernel_kwargs: Any,
   ) -> jnp.ndarray:
-    """Tokens [b, n, D] -> [b, n, D]; `kernel_kwargs` go to `attention_fn` (bias, tokens)."""
+    """Tokens [b, n, D] -> [b, n, D]; `kernel_kwargs` go to `attention_fn` (bias, tokens);
+    `lambda_init`: differential attention's (differential.lambda_init of the block's index)."""
     width = x.shape[-1]
     if width % self.num_heads:
       raise ValueError(f'{width} channels do not split into {self.num_heads} heads')
@@ -229,8 +229,10 @@ class SelfAttention(nn.Module):
     if sow_weights:
       kernel_kwargs['module'] = self
     if self.differential:
+      if lambda_init is None:
+        raise ValueError("differential attention needs its block's lambda_init")
       x = differential.attend(
-          self, self.attention_fn, query, key, value, self.layer, **kernel_kwargs
+          self, self.attention_fn, query, key, value, lambda_init, **kernel_kwargs
       )
     else:
       x = self.attention_fn(query, key, value, **kernel_kwargs)

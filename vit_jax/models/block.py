@@ -11,7 +11,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from vit_jax.models import norms, rope
+from vit_jax.models import differential, norms, rope
 from vit_jax.models.attention import ATTENTION_FNS, SelfAttention, token_padding
 from vit_jax.models.fp8 import MATMULS
 from vit_jax.models.posemb import POSEMBS
@@ -96,7 +96,8 @@ class Encoder1DBlock(nn.Module):
   it; `layer_scale_mlp=False` scales the attention's branch alone (timm's attn_only_layer_scale,
   Sapiens 2's). `num_kv_heads`: the attention's key and value heads (SelfAttention's).
   With `qk_norm` the queries and keys are each LayerNormed over a head's channels (`q_norm`, `k_norm`,
-  shared by the heads) before their product: ViT-22B's stabiliser, timm's `qk_norm`; with `rope` the
+  shared by the heads; over each half of a head with `diff_attention`, as timm's DiffAttention)
+  before their product: ViT-22B's stabiliser, timm's `qk_norm`; with `rope` the
   patches' ones are then rotated by their position (rope.py, of `rope_style`; RoPE-Mixed's learned
   frequencies are the block's `rope_freqs`).
   """
@@ -112,8 +113,7 @@ class Encoder1DBlock(nn.Module):
   layer_scale: Optional[float] = None  # The initial value of `ls1` and `ls2`; None: no layer scale.
   layer_scale_mlp: bool = True  # False: no `ls2`, the MLP's branch unscaled.
   num_kv_heads: Optional[int] = None  # None: num_heads.
-  diff_attention: bool = False  # SelfAttention's `differential`, of this block's `index`.
-  index: int = 0  # The block's place in the encoder, from 0.
+  diff_attention: bool = False  # SelfAttention's `differential`, of the call's `lambda_init`.
   layernorm_epsilon: float = 1e-6
   norm_layer: str = 'layernorm'  # A key of norms.NORM_LAYERS: every norm's kind.
   qk_norm: bool = False
@@ -136,6 +136,7 @@ class Encoder1DBlock(nn.Module):
   tokens: Optional[int] = None
 
   # Arguments are positional: `nn.remat` needs `deterministic` (and a float rate) as static positions.
+  # `lambda_init`: differential attention's, of the block's index (a float32, or the scanned block's).
   @nn.compact
   def __call__(
       self,
@@ -143,6 +144,7 @@ class Encoder1DBlock(nn.Module):
       deterministic: bool,
       drop_path_rate: Rate = None,
       shared_posemb: Optional[jnp.ndarray] = None,
+      lambda_init: Rate = None,
   ) -> jnp.ndarray:
     if shared_posemb is not None:
       inputs = inputs + shared_posemb.astype(inputs.dtype)
@@ -177,11 +179,11 @@ class Encoder1DBlock(nn.Module):
         norm_layer=self.norm_layer,
         num_kv_heads=self.num_kv_heads,
         differential=self.diff_attention,
-        layer=self.index,
         name='MultiHeadDotProductAttention_1',
     )(
         x,
         deterministic=deterministic,
+        lambda_init=lambda_init,
         transform_qk=self._transform_qk(real, inputs.shape[-1]),
         # The weights land in 'intermediates' only when it is mutable (the pictures tool asks).
         sow_weights=self.attention == 'xla',
@@ -239,7 +241,9 @@ class Encoder1DBlock(nn.Module):
       start = real - self.grid[0] * self.grid[1]
 
     def transform(query: jnp.ndarray, key: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
-      if qk_norms is not None:
+      if qk_norms is not None and self.diff_attention:  # Each half of a head, as timm's.
+        query, key = (differential.halves_normed(n, t) for n, t in zip(qk_norms, (query, key)))
+      elif qk_norms is not None:
         query, key = qk_norms[0](query), qk_norms[1](key)
       if self.rope:
         query, key = (rope.apply(t, sin, cos, start, self.rope_style) for t in (query, key))

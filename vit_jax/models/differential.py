@@ -10,19 +10,28 @@ the block's index l (the paper's, timm's `depth`). The two maps are any kernel's
 """
 
 import math
-from typing import Any, Callable
+from typing import Any, Callable, Union
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 LAMBDAS = ('lambda_q1', 'lambda_k1', 'lambda_q2', 'lambda_k2')
 SUB_NORM_EPSILON = 1e-5  # timm's RmsNorm of the heads, whatever the model's norms.
 
 
-def lambda_init(layer: int) -> float:
-  """The paper's lambda_init of block `layer` (counted from 0)."""
-  return 0.8 - 0.6 * math.exp(-0.3 * layer)
+def lambda_init(layer: int) -> np.float32:
+  """The paper's lambda_init of block `layer` (counted from 0), in float32: a looped block's and a
+  scanned one's (an element of an array of them) are the same number."""
+  return np.float32(0.8 - 0.6 * math.exp(-0.3 * layer))
+
+
+def halves_normed(norm: nn.Module, x: jnp.ndarray) -> jnp.ndarray:
+  """`norm` of each half of each head of x [..., heads, head_dim] (timm's DiffAttention's q_norm and
+  k_norm, of half a head's width: model.qk_norm)."""
+  halves = x.reshape(x.shape[:-1] + (2, x.shape[-1] // 2))
+  return norm(halves).reshape(x.shape)
 
 
 class _Captured:
@@ -53,18 +62,18 @@ def attend(
     query: jnp.ndarray,
     key: jnp.ndarray,
     value: jnp.ndarray,
-    layer: int,
+    start: Union[float, jax.Array],
     /,
     **kernel_kwargs: Any,
 ) -> jnp.ndarray:
   """The heads [b, n, heads, head_dim] of differential attention, inside the attention `parent`'s
-  compact call (its parameters `LAMBDAS` and `sub_norm`); `kernel_kwargs` as `attention_fn` takes
-  them, their `module` (to sow the weights) given the difference of the two maps."""
+  compact call (its parameters `LAMBDAS` and `sub_norm`), of lambda_init `start` (a float32, or a
+  scanned block's); `kernel_kwargs` as `attention_fn` takes them, their `module` (to sow the
+  weights) given the difference of the two maps."""
   half = query.shape[-1] // 2
   q1, k1, q2, k2 = (
       parent.param(name, nn.initializers.normal(0.1), (half,), jnp.float32) for name in LAMBDAS
   )
-  start = lambda_init(layer)
   weight = jnp.exp(jnp.sum(q1 * k1)) - jnp.exp(jnp.sum(q2 * k2)) + start
   owner = kernel_kwargs.pop('module', None)
   rng = kernel_kwargs.pop('dropout_rng', None)

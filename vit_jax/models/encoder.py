@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vit_jax.models import norms
+from vit_jax.models import differential, norms
 from vit_jax.models.attention import token_padding
 from vit_jax.models.axial import AxialBlock
 from vit_jax.models.block import Dtype, Encoder1DBlock, Rate
@@ -75,7 +75,8 @@ TENSOR_RULES = (
 
 
 class ScanBlock(Encoder1DBlock):
-  """A block as an `nn.scan` body: (carry, deterministic, this layer's rate) -> (carry, no output).
+  """A block as an `nn.scan` body: (carry, deterministic, this layer's rate, the shared position
+  embeddings, this layer's lambda_init) -> (carry, no output).
 
   Its input is constrained to stay split over the batch (ACTIVATION_SHARDING, when set): XLA's
   sharding propagation into the scan's loop otherwise follows the fsdp-split parameters and has every
@@ -89,10 +90,11 @@ class ScanBlock(Encoder1DBlock):
       deterministic: bool,
       drop_path_rate: Rate = None,
       shared_posemb: Optional[jnp.ndarray] = None,
+      lambda_init: Rate = None,
   ) -> tuple[jnp.ndarray, None]:
     if (activation_sharding := ACTIVATION_SHARDING.get()) is not None:
       inputs = jax.lax.with_sharding_constraint(inputs, activation_sharding)
-    return super().__call__(inputs, deterministic, drop_path_rate, shared_posemb), None
+    return super().__call__(inputs, deterministic, drop_path_rate, shared_posemb, lambda_init), None
 
 
 class ScannedBlocks(nn.Module):
@@ -109,9 +111,11 @@ class ScannedBlocks(nn.Module):
       deterministic: bool,
       rates: Optional[jax.Array],
       shared_posemb: Optional[jnp.ndarray],
+      lambda_inits: Optional[jax.Array],
   ) -> jnp.ndarray:
     """`rates`: each layer's stochastic-depth rate (scanned over), or None for none; `shared_posemb`:
-    the position embeddings every block adds to its input, or None."""
+    the position embeddings every block adds to its input, or None; `lambda_inits`: each layer's
+    differential attention's lambda_init (scanned over), or None."""
     block = ScanBlock
     if self.remat:
       # prevent_cse=False: scan already keeps XLA from merging the recomputation into the forward pass.
@@ -126,9 +130,9 @@ class ScannedBlocks(nn.Module):
         block,
         variable_axes={'params': 0},
         split_rngs={'params': True, 'dropout': True},
-        in_axes=(nn.broadcast, 0, nn.broadcast),
+        in_axes=(nn.broadcast, 0, nn.broadcast, 0),
         length=self.num_layers,
-    )(**self.block_kwargs, name=BLOCK)(x, deterministic, rates, shared_posemb)
+    )(**self.block_kwargs, name=BLOCK)(x, deterministic, rates, shared_posemb, lambda_inits)
     return x
 
 
@@ -172,7 +176,7 @@ class Encoder(nn.Module):
   mlp_norm: bool = False
   res_post_norm: bool = False
   parallel_block: bool = False
-  diff_attention: bool = False  # Its blocks' indices set their lambda_init: scan=False.
+  diff_attention: bool = False  # Its blocks' indices set their lambda_init (differential.py).
   rope: bool = False
   rope_grid: Optional[tuple[int, int]] = None
   rope_style: str = 'eva02'
@@ -230,9 +234,12 @@ class Encoder(nn.Module):
       block_kwargs['tokens'] = tokens
     rates = drop_path_rates(self.drop_path_rate, self.num_layers)
     kv_heads = blocks_kv_heads(self.num_kv_heads, self.num_layers)
+    lambda_inits = None
+    if self.diff_attention:
+      lambda_inits = [differential.lambda_init(i) for i in range(self.num_layers)]
     if self.scan:
-      if len(set(kv_heads)) > 1 or self.diff_attention:
-        raise ValueError('scanned blocks must be alike: not of other key heads, nor differential')
+      if len(set(kv_heads)) > 1:
+        raise ValueError('scanned blocks must be alike: not of other key heads')
       block_kwargs['num_kv_heads'] = kv_heads[0]
       # The scanned blocks read stacked parameters; per-block ones (from checkpoints) are stacked on
       # the way in, and `init` unstacks what the scan creates, so the stored tree is per-block.
@@ -247,7 +254,11 @@ class Encoder(nn.Module):
       # (or Transformer/encoderblock) as in the checkpoints, not one level down.
       nn.share_scope(self, blocks)
       x = blocks(
-          x, not train, jnp.asarray(rates, jnp.float32) if self.drop_path_rate else None, shared
+          x,
+          not train,
+          jnp.asarray(rates, jnp.float32) if self.drop_path_rate else None,
+          shared,
+          None if lambda_inits is None else jnp.asarray(lambda_inits),
       )
     else:
       block = BLOCKS[self.block]
@@ -256,8 +267,9 @@ class Encoder(nn.Module):
             block, policy=getattr(jax.checkpoint_policies, self.remat), static_argnums=(2, 3)
         )  # deterministic, drop_path_rate (self is 0).
       for i in range(self.num_layers):
-        x = block(**block_kwargs, num_kv_heads=kv_heads[i], index=i, name=f'{BLOCK}_{i}')(
-            x, not train, float(rates[i]), shared
+        lambda_init = () if lambda_inits is None else (lambda_inits[i],)
+        x = block(**block_kwargs, num_kv_heads=kv_heads[i], name=f'{BLOCK}_{i}')(
+            x, not train, float(rates[i]), shared, *lambda_init
         )
     x = x[:, :tokens]
     if not self.final_norm:

@@ -84,6 +84,14 @@ def _cat_tables(
   return tables
 
 
+def dinov3_periods(head_dim: int) -> np.ndarray:
+  """DINOv3's periods of a head's head_dim / 4 bands, float32: temperature^(2k / (head_dim / 2))."""
+  exponents = (
+      np.float32(2.0) * np.arange(head_dim // 4, dtype=np.float32) / np.float32(head_dim // 2)
+  )
+  return np.float32(DINOV3_TEMPERATURE) ** exponents
+
+
 def _dinov3_tables(
     grid: tuple[int, int], head_dim: int, ref_grid: Optional[tuple[int, int]]
 ) -> Tables:
@@ -92,8 +100,7 @@ def _dinov3_tables(
   if ref_grid is not None:
     raise ValueError("rope_style 'dinov3' spans [-1, 1] at any grid: it takes no ref_grid")
   bands = head_dim // 4
-  exponents = np.float32(2.0) * np.arange(bands, dtype=np.float32) / np.float32(head_dim // 2)
-  periods = np.float32(DINOV3_TEMPERATURE) ** exponents
+  periods = dinov3_periods(head_dim)
   positions = [np.arange(0.5, n, dtype=np.float32) / np.float32(n) for n in grid]
   rows, columns = np.meshgrid(*positions, indexing='ij')
   coordinates = np.float32(2.0) * np.stack([rows, columns], axis=-1) - np.float32(1.0)  # [h, w, 2]

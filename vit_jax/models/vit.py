@@ -90,7 +90,7 @@ class ViTBackbone(nn.Module):
   # (ViT-22B's parallel layers; timm's ParallelScalingBlock): block.py.
   parallel_block: bool = False
   # Differential attention (differential.py; timm's attn_layer='diff'): two softmax maps of each
-  # head's halves, the second subtracted at a learned weight; not scanned (lambda_init per block).
+  # head's halves, the second subtracted at a learned weight (lambda_init of each block's index).
   diff_attention: bool = False
   # 2-D rotary embeddings of the patches' queries and keys (rope.py), EVA-02's, RoPE-ViT's (axial or
   # mixed: learned), Perception Encoder's or DINOv3's (`rope_style`, a key of rope.STYLES);

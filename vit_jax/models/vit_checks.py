@@ -293,8 +293,8 @@ def _check_kv_heads(model: dict[str, Any]) -> None:
 
 
 def _check_differential(model: dict[str, Any]) -> None:
-  """model.diff_attention: heads of an even width, blocks not scanned, and not the options that
-  change each head's queries and keys, which differential.py splits in halves."""
+  """model.diff_attention: heads of an even width, and no rotary embeddings of the queries and keys,
+  which differential.py splits in halves."""
   if not model['diff_attention']:
     return
   head_dim = model['hidden_size'] // model['num_heads']
@@ -303,12 +303,5 @@ def _check_differential(model: dict[str, Any]) -> None:
         f'model.diff_attention=True splits each head in halves: its width hidden_size / num_heads '
         f'= {head_dim} must be even; change model.num_heads or hidden_size'
     )
-  refused = {
-      'scan': (model['scan'], "False (each block's lambda_init is its own)"),
-      'qk_norm': (
-          model['qk_norm'],
-          "False (timm's normalises each half of a head, ours the whole)",
-      ),
-      'rope': (model['rope'], 'False (no model to match turns the halves)'),
-  }
+  refused = {'rope': (model['rope'], 'False (no model to match turns the halves)')}
   _refuse('model.diff_attention=True', refused, model)

@@ -19,7 +19,8 @@ from torch_references import (
     timm_rebuilt,
     torch_outputs,
 )
-from vit_jax.checkpoints import timm_arguments, torch_files
+from vit_jax.checkpoints import meta_dinov3_layout, timm_arguments, torch_files
+from vit_jax.models import rope
 
 SIZE = 28
 
@@ -96,6 +97,9 @@ COMPUTED = (
     ('vit_dwee_patch16_reg1_gap_256', {}),
     ('vit_dlittle_patch16_reg1_gap_256', {}),
     ('vit_dpwee_patch16_reg1_gap_256', {}),
+    # With qk-norms, of each half of a head.
+    ('vit_dwee_patch16_reg1_gap_256', {'qk_norm': True}),
+    ('vit_dpwee_patch16_reg1_gap_256', {'qk_norm': True}),
 )
 # Architectures whose weights would load but compute another function, and what the error names.
 REFUSED = (('vit_small_patch16_18x2_224', "block_fn='ParallelThingsBlock'"),)
@@ -154,6 +158,11 @@ def test_an_architecture_vit_jax_computes_gives_timms_logits(tmp_path, architect
         ('eva02_enormous_patch14_clip_224', {'patch_size': 14}, {'res_post_norm': True}),
         ('vit_pwee_patch16_reg1_gap_256', {}, {'parallel_block': True}),
         ('vit_dwee_patch16_reg1_gap_256', {}, {'diff_attention': True}),
+        (
+            'vit_dwee_patch16_reg1_gap_256',
+            {'qk_norm': True},
+            {'diff_attention': True, 'qk_norm': True},
+        ),
         (
             'vit_dpwee_patch16_reg1_gap_256',
             {},
@@ -322,6 +331,83 @@ def test_aimv2_in_apples_naming_loads_as_timm_loads_it(tmp_path):
   with pytest.raises(ValueError, match=r'an AIMv2 of native resolution .* load one of a fixed'):
     prepared_from_checkpoint(tmp_path / 'native', str(directory), SIZE)
   assert not (tmp_path / 'native').exists()
+
+
+def _metas_dinov3_names(timm_state_dict: dict) -> dict:
+  """A timm DINOv3 state dict in Meta's names (timm's filter reversed): the query and value biases
+  in a fused qkv bias beside its mask, whose key part, random here, the mask zeroes; the rotary
+  embeddings' periods and the masked-image token beside them."""
+  meta = {
+      'mask_token': torch.zeros(1, 384),
+      'rope_embed.periods': torch.from_numpy(rope.dinov3_periods(64)),
+  }
+  for name, tensor in timm_state_dict.items():
+    if name.endswith('attn.q_bias'):
+      key = torch.randn_like(tensor)
+      value = timm_state_dict[name.replace('q_bias', 'v_bias')]
+      meta[name.replace('q_bias', 'qkv.bias')] = torch.cat([tensor, key, value])
+      meta[name.replace('q_bias', 'qkv.bias_mask')] = torch.cat(
+          [torch.ones_like(tensor), torch.zeros_like(key), torch.ones_like(value)]
+      )
+      continue
+    if name.endswith('attn.v_bias'):
+      continue
+    for timms, metas in (
+        ('gamma_1', 'ls1.gamma'),
+        ('gamma_2', 'ls2.gamma'),
+        ('reg_token', 'storage_tokens'),
+        ('mlp.fc1_g', 'mlp.w1'),
+        ('mlp.fc1_x', 'mlp.w2'),
+        ('mlp.fc2', 'mlp.w3' if 'blocks.0.mlp.fc1_g.weight' in timm_state_dict else 'mlp.fc2'),
+    ):
+      name = name.replace(timms, metas)
+    meta[name] = tensor
+  return meta
+
+
+@pytest.mark.parametrize(
+    'architecture', ['vit_small_patch16_dinov3_qkvb', 'vit_small_plus_patch16_dinov3']
+)
+def test_dinov3_in_metas_naming_loads_as_timm_loads_it(tmp_path, architecture):
+  """Meta's DINOv3 files (facebookresearch/dinov3's .pth: no config.json) are what timm renames as
+  it loads them: a state dict that timm's own loader renames back to its model's computes timm's
+  logits, its heads and epsilon those of timm's DINOv3 of its width (S's 384, with SwiGLU S+'s),
+  pooling the class token, its images ImageNet-normalised as timm's DINOv3 configs say; periods of
+  other rotary embeddings are a one-line error."""
+  reference = randomize(
+      timm.create_model(
+          architecture, img_size=SIZE, patch_size=4, depth=2, num_classes=10, global_pool='token'
+      )
+  ).eval()
+  meta = _metas_dinov3_names(reference.state_dict())
+  renamed = eva.checkpoint_filter_fn(dict(meta), reference)
+  assert sorted(renamed) == sorted(reference.state_dict())
+  directory = tmp_path / 'meta'
+  directory.mkdir()
+  write = lambda tensors: torch_files.write_safetensors(
+      {k: v.numpy() for k, v in tensors.items()}, str(directory / 'model.safetensors')
+  )
+  write(meta)
+  run = prepared_from_checkpoint(tmp_path / 'workdir', str(directory), SIZE)
+  assert (run.model_config['num_heads'], run.model_config['layernorm_epsilon']) == (6, 1e-5)
+  assert run.model_config['classifier'] == 'token'
+  assert reference.pretrained_cfg['mean'] == (0.485, 0.456, 0.406)
+  _assert_timms_logits(run, reference)
+  write({**meta, 'rope_embed.periods': meta['rope_embed.periods'] * 2})
+  with pytest.raises(ValueError, match=r"rope_embed.periods\) are not DINOv3's") as error:
+    prepared_from_checkpoint(tmp_path / 'other', str(directory), SIZE)
+  assert '\n' not in str(error.value) and not (tmp_path / 'other').exists()
+
+
+def test_metas_dinov3_files_are_normalised_as_their_names_say():
+  """ImageNet's mean and std (LVD-1689M's), the satellite models' for Meta's SAT-493M files, a
+  config.json's pretrained_cfg over both."""
+  imagenet = meta_dinov3_layout.normalization({}, '/w/dinov3_vitl16_pretrain_lvd1689m-8aa4cbdd.pth')
+  satellite = meta_dinov3_layout.normalization({}, '/w/dinov3_vitl16_pretrain_sat493m-eadcf0ff.pth')
+  assert imagenet == ([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
+  assert satellite == ([0.430, 0.411, 0.296], [0.213, 0.156, 0.143])
+  said = {'pretrained_cfg': {'mean': [0.5] * 3, 'std': [0.25] * 3}}
+  assert meta_dinov3_layout.normalization(said, '/w/sat493m/') == ([0.5] * 3, [0.25] * 3)
 
 
 @pytest.mark.parametrize('architecture,named', REFUSED)

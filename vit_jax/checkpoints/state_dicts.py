@@ -5,8 +5,9 @@ fields that have no tensor (heads, MLP activation, LayerNorm epsilon, pooling), 
 loads and computes another function.
 
 The files: torch_files.py; the naming shared by the layouts: torch_names.py; each layout:
-timm_layout.py (with timm_architecture.py, timm_arguments.py, timm_fields.py; Meta's Sapiens 2 files
-and Apple's AIMv2 files renamed to it by sapiens_layout.py and apple_aimv2_layout.py),
+timm_layout.py (with timm_architecture.py, timm_arguments.py, timm_fields.py; Meta's Sapiens 2 and
+DINOv3 files and Apple's AIMv2 files renamed to it by sapiens_layout.py, meta_dinov3_layout.py and
+apple_aimv2_layout.py),
 transformers_layout.py (with transformers_families.py); the
 export to timm: timm_export.py (with timm_export_args.py, timm_export_tensors.py).
 """
@@ -20,6 +21,7 @@ import numpy as np
 from vit_jax.checkpoints import (
     adapting,
     apple_aimv2_layout,
+    meta_dinov3_layout,
     sapiens_layout,
     timm_architecture,
     timm_layout,
@@ -45,26 +47,38 @@ class Layout:
 def _renamed_to_timm(
     recognises: Callable[[StateDict], bool],
     timm_names: Callable[[StateDict, str], StateDict],
-    timm_config: Callable[[Mapping[str, Any]], Mapping[str, Any]] = dict,
+    timm_config: Callable[[Mapping[str, Any], StateDict], Mapping[str, Any]] = lambda c, _: c,
     normalization: Callable[
         [Mapping[str, Any], str], Optional[tuple[list[float], list[float]]]
     ] = timm_layout.normalization,
 ) -> Layout:
   """A layout timm reads by renaming it as it loads it: its state dict renamed (`timm_names`: (state
-  dict, source) -> timm's names) and its config.json as timm's (`timm_config`), read as timm's."""
+  dict, source) -> timm's names) and its config.json as timm's (`timm_config`: (config.json, the
+  renamed state dict) -> timm's), read as timm's."""
+
+  def architecture(state_dict: StateDict, config: Mapping[str, Any], path: str) -> dict[str, Any]:
+    renamed = timm_names(state_dict, path)
+    return timm_architecture.architecture(renamed, timm_config(config, renamed), path)
+
   return Layout(
       recognises,
       lambda state_dict, num_heads, source, map_heads: timm_layout.from_state_dict(
           timm_names(state_dict, source), num_heads, source, map_heads
       ),
-      lambda state_dict, config, path: timm_architecture.architecture(
-          timm_names(state_dict, path), timm_config(config), path
-      ),
+      architecture,
       normalization,
   )
 
 
+# Told apart in this order: Meta's DINOv3 names are mostly timm's.
 LAYOUTS: dict[str, Layout] = {
+    # Meta's DINOv3 files (facebookresearch/dinov3's .pth), as timm reads them.
+    'meta_dinov3': _renamed_to_timm(
+        meta_dinov3_layout.recognises,
+        meta_dinov3_layout.timm_names,
+        meta_dinov3_layout.timm_config,
+        meta_dinov3_layout.normalization,
+    ),
     'timm': Layout(
         timm_layout.recognises,
         timm_layout.from_state_dict,
@@ -111,8 +125,8 @@ def _layout(state_dict: StateDict, path: str) -> str:
   examples = ', '.join(repr(k) for k in sorted(state_dict)[:3])
   raise ValueError(
       f'{path}: a state dict of another model ({len(state_dict)} tensors, e.g. {examples}): '
-      "init_from reads ViTs in timm's, Hugging Face transformers', Meta's Sapiens 2 or Apple's "
-      'AIMv2 naming, .npz files and vit_jax workdirs'
+      "init_from reads ViTs in timm's, Hugging Face transformers', Meta's Sapiens 2 or DINOv3 or "
+      "Apple's AIMv2 naming, .npz files and vit_jax workdirs"
   )
 
 

@@ -463,11 +463,13 @@ def test_scanned_blocks_of_grouped_heads_and_attention_only_layer_scale_are_the_
   )
 
 
-@pytest.mark.parametrize('fields', [{}, {'qk_norm': True}, {'parallel_block': True}])
+@pytest.mark.parametrize(
+    'fields', [{}, {'qk_norm': True}, {'parallel_block': True}, {'remat': 'dots_saveable'}]
+)
 def test_scanned_blocks_of_differential_attention_are_the_loop(fields):
   """model.diff_attention under model.scan: each scanned block's lambda_init is its index's, so the
-  scan computes what the loop does from the same tree (with qk-norms of half a head's width, and
-  in parallel blocks too); a loop whose blocks all had the first one's lambda_init differs."""
+  scan computes what the loop does from the same tree (with qk-norms of half a head's width, in
+  parallel blocks, rematerialised); a loop whose blocks all had one lambda_init differs."""
   fields = {'diff_attention': True, 'num_layers': 3, **fields}
   images = jnp.asarray(np.random.RandomState(0).uniform(-1, 1, (2, 16, 16, 3)), jnp.float32)
   loop = VisionTransformer(num_classes=5, **variants.get_model_config('ViT-testing_4', fields))

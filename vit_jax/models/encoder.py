@@ -267,9 +267,9 @@ class Encoder(nn.Module):
             block, policy=getattr(jax.checkpoint_policies, self.remat), static_argnums=(2, 3)
         )  # deterministic, drop_path_rate (self is 0).
       for i in range(self.num_layers):
-        lambda_init = () if lambda_inits is None else (lambda_inits[i],)
+        differential_args = () if lambda_inits is None else (lambda_inits[i],)
         x = block(**block_kwargs, num_kv_heads=kv_heads[i], name=f'{BLOCK}_{i}')(
-            x, not train, float(rates[i]), shared, *lambda_init
+            x, not train, float(rates[i]), shared, *differential_args
         )
     x = x[:, :tokens]
     if not self.final_norm:

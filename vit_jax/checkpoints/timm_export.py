@@ -8,8 +8,15 @@ model arguments of our fields (timm_export_args.py) and the eval crop as timm's 
 import math
 from typing import Any, Mapping, Optional
 
-from vit_jax.checkpoints import timm_export_args, timm_export_tensors
+from vit_jax.checkpoints import timm_export_args, timm_export_beit, timm_export_tensors
 from vit_jax.checkpoints.torch_files import StateDict
+
+# The model_args of each timm class an export builds (timm_export_args.timm_class), by the class.
+ARGUMENTS = {
+    'vision_transformer': timm_export_args.vision_transformer_args,
+    'eva': timm_export_args.eva_args,
+    'beit': timm_export_beit.beit_args,
+}
 
 
 def eval_crop(pp_eval: Mapping[str, Any], image_size: int) -> dict[str, Any]:
@@ -61,7 +68,7 @@ def export(
         f"(model.posemb_where={model['posemb_where']})"
     )
   cls = timm_export_args.timm_class(model)
-  architecture, model_args = timm_export_args.ARGUMENTS[cls](model)
+  architecture, model_args = ARGUMENTS[cls](model)
   pretrained_cfg = {
       'input_size': [3, image_size, image_size],
       'fixed_input_size': True,

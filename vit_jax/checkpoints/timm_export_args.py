@@ -1,7 +1,8 @@
-"""The timm class an export builds for a model (`timm_class`), and for each class (`ARGUMENTS`) the
-architecture it registers whose defaults hold what model_args cannot say (its norm layer, its
-blocks), with the model_args of our fields; what the class cannot hold is a one-line ValueError.
-timm_export.py writes them into the config.json beside the tensors.
+"""The timm class an export builds for a model (`timm_class`), and for timm's VisionTransformer and
+Eva (`vision_transformer_args`, `eva_args`; Beit's: timm_export_beit.py) the architecture it
+registers whose defaults hold what model_args cannot say (its norm layer, its blocks), with the
+model_args of our fields; what the class cannot hold is a one-line ValueError. timm_export.py writes
+them into the config.json beside the tensors.
 """
 
 from typing import Any, Mapping, Optional
@@ -12,9 +13,9 @@ from vit_jax.models.encoder import blocks_kv_heads
 from vit_jax.models.norms import NORM_LAYERS
 
 # The registered VisionTransformer timm builds an export as, by its norms (model.norm_layer,
-# layernorm_epsilon) and its kind (`_kind`): model_args replace its sizes and options, but its norm
-# layer (in its config.json as an object timm cannot read back), its class, its blocks (block_fn) and
-# its MLP (mlp_layer) stay: LayerNorms of 1e-6, or of torch's default 1e-5 (CLIP's); DeiT's
+# layernorm_epsilon) and its kind (`_kind`): model_args replace its sizes and options, but its class,
+# its blocks (block_fn), its MLP (mlp_layer) and its norm layer stay (a config.json names a norm only
+# as a string, of timm's default epsilon: `_architecture`): LayerNorms of 1e-6, or of torch's default 1e-5 (CLIP's); DeiT's
 # VisionTransformerDistilled for the distillation token; ResPostBlocks; ParallelScalingBlocks,
 # without or with differential attention; AIMv2's SwiGLU MLPs with RMSNorms of 1e-5, one of the
 # patch embeddings too (`_EMBED_NORMED`).
@@ -40,7 +41,7 @@ def _mlp_ratio(hidden_size: int, mlp_dim: int) -> float:
   return ratio if int(hidden_size * ratio) == mlp_dim else (mlp_dim + 0.5) / hidden_size
 
 
-def _kv_heads(model: Mapping[str, Any]) -> Optional[list[int]]:
+def kv_heads(model: Mapping[str, Any]) -> Optional[list[int]]:
   """Each block's key and value heads where some block has fewer than its query heads (grouped-query
   attention, model.num_kv_heads); None where none has."""
   each = [
@@ -56,7 +57,7 @@ def timm_class(model: Mapping[str, Any]) -> str:
   if model['posemb'] == 'relative':
     return 'beit'
   gated = model['mlp_gated'] and _norms(model) + ('SwiGLU ViT',) not in _TIMM_ARCHITECTURES
-  eva = model['rope'] or gated or _kv_heads(model) or not model['layer_scale_mlp']
+  eva = model['rope'] or gated or kv_heads(model) or not model['layer_scale_mlp']
   return 'eva' if eva else 'vision_transformer'
 
 
@@ -64,7 +65,7 @@ def _norms(model: Mapping[str, Any]) -> tuple[str, float]:
   return model['norm_layer'], model['layernorm_epsilon']
 
 
-def _sizes(model: Mapping[str, Any]) -> dict[str, Any]:
+def sizes(model: Mapping[str, Any]) -> dict[str, Any]:
   return {
       'patch_size': model['patch_size'],
       'embed_dim': model['hidden_size'],
@@ -128,7 +129,7 @@ def _architecture(model: Mapping[str, Any], kind: str) -> tuple[str, dict[str, A
   return architecture, args
 
 
-def _vision_transformer_args(model: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+def vision_transformer_args(model: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
   """The architecture timm's `VisionTransformer` registers for the model, and its model_args."""
   architecture, norm_args = _architecture(model, _kind(model))
   if model['parallel_block'] and (model['attn_norm'] or model['mlp_norm']):
@@ -151,7 +152,7 @@ def _vision_transformer_args(model: Mapping[str, Any]) -> tuple[str, dict[str, A
         f"model.map_mlp_dim={model['map_mlp_dim']}: unset model.map_mlp_dim"
     )
   model_args = {
-      **_sizes(model),
+      **sizes(model),
       # Our attention's biases (zeros where a checkpoint had none: AIMv2's).
       'qkv_bias': True,
       'proj_bias': True,
@@ -194,21 +195,21 @@ _EVA_FIXED = (
 )
 
 
-def _eva_args(model: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+def eva_args(model: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
   """timm's `Eva` (EVA-02's and DINOv3's class) for the model, with its model_args: every size and
   option set, so that the registered architecture's own (EVA-02 S's or DINOv3 B's) do not count."""
   fixed = _EVA_FIXED + (
       # Eva's MLP: SwiGLU's SiLU when gated, else torch's exact GELU (no act_layer argument).
       ('mlp_activation', 'silu' if model['mlp_gated'] else 'gelu', ''),
   )
-  kv_heads = _kv_heads(model)
+  grouped = kv_heads(model)
   if model['res_post_norm']:  # EvaBlockPostNorm has none of them.
     fixed += (
         ('layer_scale', None, 'layer_scale unset with res_post_norm'),
         ('qk_norm', False, 'qk_norm=False with res_post_norm'),
-        ('num_kv_heads', model['num_kv_heads'] if kv_heads is None else None, ''),
+        ('num_kv_heads', model['num_kv_heads'] if grouped is None else None, ''),
     )
-  if kv_heads is not None:  # Only its AttentionRope, of a key bias, groups the heads.
+  if grouped is not None:  # Only its AttentionRope, of a key bias, groups the heads.
     fixed += (('key_bias', True, 'key_bias=True with num_kv_heads'),)
   for field, value, fix in fixed:
     if model[field] != value and not (isinstance(value, tuple) and model[field] in value):
@@ -222,14 +223,14 @@ def _eva_args(model: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
         "timm's Eva (the class of rotary embeddings and gated MLPs)", set(_EVA_ARCHITECTURES), model
     )
   model_args = {
-      **_sizes(model),
+      **sizes(model),
       # EvaAttention has no key bias (q_bias, v_bias); AttentionRope, the same function otherwise,
       # has a fused qkv bias.
       'attn_type': 'rope' if model['key_bias'] else 'eva',
       'qkv_bias': True,
       # Grouped key and value heads have projections of their own.
-      'qkv_fused': kv_heads is None,
-      'num_kv_heads': kv_heads,
+      'qkv_fused': grouped is None,
+      'num_kv_heads': grouped,
       'attn_only_layer_scale': not model['layer_scale_mlp'],
       'scale_attn_inner': bool(model['attn_norm']),
       'swiglu_mlp': bool(model['mlp_gated']),
@@ -273,63 +274,3 @@ def _check_eva_map_head(model: Mapping[str, Any]) -> None:
         "timm's Eva pools with a GELU MLP, not the blocks' "
         f"model.mlp_activation={model['mlp_activation']!r}"
     )
-
-
-# The options Beit does not have.
-_BEIT_LACKS = (
-    'distilled',
-    'rope',
-    'pre_norm',
-    'qk_norm',
-    'attn_norm',
-    'res_post_norm',
-    'parallel_block',
-    'diff_attention',
-)
-# Beit's fixed choices: (model field, the values Beit has, the fix).
-_BEIT_FIXED = (
-    ('layernorm_epsilon', (1e-6,), 'layernorm_epsilon=1e-6'),
-    ('norm_layer', ('layernorm',), 'norm_layer=layernorm'),
-    ('embed_norm', (False,), 'embed_norm=False'),
-    ('classifier', ('gap', 'token'), 'classifier=gap (or token)'),
-    ('key_bias', (False,), 'key_bias=False (its q_bias and v_bias)'),
-    ('final_norm', (True,), 'final_norm=True'),
-    ('num_registers', (0,), 'num_registers=0'),
-    ('layer_scale_mlp', (True,), 'layer_scale_mlp=True'),
-    *((field, (False, None), f'{field}=False') for field in _BEIT_LACKS),
-)
-
-
-def _beit_args(model: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
-  """timm's `Beit` (BEiT's class, of relative position biases in every block) for the model, with
-  its model_args; its class token is always there, and pooled as 'avg' normalises after the
-  pooling (fc_norm), as 'token' before it."""
-  fixed = _BEIT_FIXED + (
-      ('mlp_activation', ('silu',) if model['mlp_gated'] else ('gelu',), ''),
-      (
-          'num_kv_heads',
-          (model['num_kv_heads'],) if _kv_heads(model) is None else (),
-          'num_kv_heads unset',
-      ),
-      ('class_token', (True, None), 'class_token=True'),
-      ('fc_norm', (model['classifier'] == 'gap',), 'fc_norm with gap only'),
-  )
-  for field, values, fix in fixed:
-    if model[field] not in values:
-      raise ValueError(
-          f"timm's Beit (the class of relative position biases) has no "
-          f'model.{field}={model[field]!r}: it needs ' + (fix or f'{field}={values[0]!r}')
-      )
-  model_args = {
-      **{arg: value for arg, value in _sizes(model).items() if arg != 'class_token'},  # Always one.
-      'qkv_bias': True,
-      'swiglu_mlp': bool(model['mlp_gated']),
-      'scale_mlp': bool(model['mlp_norm']),
-      'use_abs_pos_emb': False,
-      'use_rel_pos_bias': True,
-      'init_values': model['layer_scale'],
-  }
-  return 'beit_base_patch16_224', model_args
-
-
-ARGUMENTS = {'vision_transformer': _vision_transformer_args, 'eva': _eva_args, 'beit': _beit_args}

@@ -16,7 +16,7 @@ from vit_jax.models.pooling import MAP_HEAD
 
 
 def to_state_dict(params: Any, cls: str = 'vision_transformer') -> StateDict:
-  """A state dict of timm's class `cls` (timm_export_args.ARGUMENTS' keys): its `VisionTransformer`,
+  """A state dict of timm's class `cls` (timm_export.ARGUMENTS' keys): its `VisionTransformer`,
   its `Eva` (for rotary embeddings and gated MLPs) or its `Beit` (Eva's names, relative position
   biases beside them), of a tree in our layout (float32 numpy arrays); raises a one-line ValueError
   for what that class cannot hold."""

@@ -1,8 +1,8 @@
 """ViTs in PyTorch's naming through `config.init_from`: which layout a state dict is (`LAYOUTS`:
 timm's, Hugging Face transformers', and those renamed to timm's), the `model.*` fields it fixes
-(`architecture`: what its tensors show and its config.json says), and its parameter tree in our layout (`load`), checked against the model's
-fields that have no tensor (heads, MLP activation, LayerNorm epsilon, pooling), since a mismatch there
-loads and computes another function.
+(`architecture`: what its tensors show and its config.json says), and its parameter tree in our
+layout (`load`), checked against the model's fields that have no tensor (heads, MLP activation,
+LayerNorm epsilon, pooling), since a mismatch there loads and computes another function.
 
 The files: torch_files.py; the naming shared by the layouts: torch_names.py; each layout:
 timm_layout.py (with timm_architecture.py, timm_arguments.py, timm_fields.py; Meta's Sapiens 2 and

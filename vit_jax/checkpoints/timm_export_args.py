@@ -14,11 +14,11 @@ from vit_jax.models.norms import NORM_LAYERS
 
 # The registered VisionTransformer timm builds an export as, by its norms (model.norm_layer,
 # layernorm_epsilon) and its kind (`_kind`): model_args replace its sizes and options, but its class,
-# its blocks (block_fn), its MLP (mlp_layer) and its norm layer stay (a config.json names a norm only
-# as a string, of timm's default epsilon: `_architecture`): LayerNorms of 1e-6, or of torch's default 1e-5 (CLIP's); DeiT's
-# VisionTransformerDistilled for the distillation token; ResPostBlocks; ParallelScalingBlocks,
-# without or with differential attention; AIMv2's SwiGLU MLPs with RMSNorms of 1e-5, one of the
-# patch embeddings too (`_EMBED_NORMED`).
+# its blocks (block_fn), its MLP (mlp_layer) and its norm layer stay (a config.json names a norm
+# only as a string, of timm's default epsilon: `_architecture`): LayerNorms of 1e-6, or of torch's
+# default 1e-5 (CLIP's); DeiT's VisionTransformerDistilled for the distillation token;
+# ResPostBlocks; ParallelScalingBlocks, without or with differential attention; AIMv2's SwiGLU MLPs
+# with RMSNorms of 1e-5, one of the patch embeddings too (`_EMBED_NORMED`).
 _TIMM_ARCHITECTURES = {
     ('layernorm', 1e-6, 'VisionTransformer'): 'vit_base_patch16_224',
     ('layernorm', 1e-5, 'VisionTransformer'): 'vit_base_patch16_clip_224',
@@ -96,7 +96,7 @@ def _kind(model: Mapping[str, Any]) -> str:
 
 
 def _norms_error(what: str, norms: set[tuple[str, float]], model: Mapping[str, Any]) -> ValueError:
-  """The one-line error of a model whose norms are not of `norms` (kind, epsilon), which `what` has."""
+  """The one-line error of a model whose norms are not of `norms` (kind, epsilon), `what`'s."""
   return ValueError(
       f"{what} normalises with {', '.join(f'{n} of epsilon {e:g}' for n, e in sorted(norms))}, "
       f"not model.norm_layer={model['norm_layer']} of "

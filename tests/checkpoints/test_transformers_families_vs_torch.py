@@ -454,6 +454,34 @@ def test_a_config_json_without_the_defaults_gives_transformers_defaults(tmp_path
     assert fields['layer_scale'] == theirs.layerscale_value
 
 
+@pytest.mark.parametrize(
+    'make',
+    [
+        lambda: transformers.DINOv3ViTModel(  # ViT-S's 6 heads, the hub's facebook/dinov3-vits16-*.
+            transformers.DINOv3ViTConfig(**{**_TINY, 'hidden_size': 48, 'num_attention_heads': 6})
+        ),
+        lambda: transformers.Aimv2VisionModel(  # AIMv2's 8.
+            transformers.Aimv2VisionConfig(**{**_TINY, 'num_attention_heads': 8}, use_head=False)
+        ),
+        lambda: transformers.ViTModel(  # The others' 12.
+            transformers.ViTConfig(**{**_TINY, 'hidden_size': 48, 'num_attention_heads': 12})
+        ),
+    ],
+)
+def test_a_config_json_without_its_heads_gives_the_config_classs(tmp_path, make):
+  """transformers 4's save_pretrained left out what equals the config class's default (the hub's
+  DINOv3 ViT-S config.json has no num_attention_heads): the default heads (DINOv3's 6, AIMv2's 8,
+  ViT's 12), as transformers reads them back, not another family's."""
+  reference = make()
+  reference.save_pretrained(tmp_path / 'model')
+  config_json = tmp_path / 'model' / 'config.json'
+  config = json.loads(config_json.read_text())
+  assert config.pop('num_attention_heads') == type(reference.config)().num_attention_heads
+  config_json.write_text(json.dumps(config))
+  theirs = type(reference.config).from_pretrained(tmp_path / 'model').num_attention_heads
+  assert state_dicts.architecture(str(tmp_path / 'model'))['num_heads'] == theirs
+
+
 def test_a_transformers_vision_tower_written_by_transformers_4_loads_too(tmp_path):
   """transformers 4 wrote CLIPVisionModel's and SiglipVisionModel's names under `vision_model.`, with
   the `position_ids` buffer (0, 1, ...): the same features, the buffer dropped."""

@@ -108,4 +108,5 @@ AIMV2 = parts.Family(
     hidden_act='silu',
     layer_norm_eps=1e-5,
     epsilon_key='rms_norm_eps',
+    num_attention_heads=8,
 )

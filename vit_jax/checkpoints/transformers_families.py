@@ -226,6 +226,7 @@ FAMILIES = (
         _dinov3_fields,
         hidden_act='gelu',
         layer_norm_eps=1e-5,
+        num_attention_heads=6,  # DINOv3ViTConfig's: ViT-S's, whose hub config.json leaves it out.
     ),
     parts.Family(
         lambda names: 'encoder.layer.0.layer_scale1.lambda1' in names,

@@ -82,7 +82,7 @@ def architecture(state_dict: StateDict, config: Mapping[str, Any], path: str) ->
       'rope_grid': None,
   }
   if config:
-    fields['num_heads'] = config.get('num_attention_heads', 12)  # Every family's default.
+    fields['num_heads'] = config.get('num_attention_heads', family.num_attention_heads)
     fields['mlp_activation'] = torch_names.activation(
         config.get('hidden_act', family.hidden_act), path
     )

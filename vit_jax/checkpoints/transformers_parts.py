@@ -136,10 +136,12 @@ class Family:
   tree: Callable[[torch_names.Reader, StateDict, int, str], dict[str, np.ndarray]]
   # (state dict, its config.json, path) -> the model fields its tensors fix (their shapes only).
   fields: Callable[[StateDict, Mapping[str, Any], str], dict[str, Any]]
-  # The config class's defaults, for a config.json that leaves them out.
+  # The config class's defaults, for a config.json that leaves them out (transformers' save_pretrained
+  # writes only the values that differ from them).
   hidden_act: str
   layer_norm_eps: float
   epsilon_key: str = 'layer_norm_eps'  # Its config's name of the norms' epsilon.
+  num_attention_heads: int = 12
 
 
 def dense(r: torch_names.Reader, theirs: str, ours: str) -> dict[str, np.ndarray]:

@@ -339,7 +339,8 @@ def _metas_dinov3_names(timm_state_dict: dict) -> dict:
   embeddings' periods and the masked-image token beside them."""
   meta = {
       'mask_token': torch.zeros(1, 384),
-      'rope_embed.periods': torch.from_numpy(rope.dinov3_periods(64)),
+      # Kept in bfloat16, as Meta's files do.
+      'rope_embed.periods': torch.from_numpy(rope.dinov3_periods(64)).bfloat16().float(),
   }
   for name, tensor in timm_state_dict.items():
     if name.endswith('attn.q_bias'):

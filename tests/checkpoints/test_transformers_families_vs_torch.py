@@ -457,7 +457,7 @@ def test_a_config_json_without_the_defaults_gives_transformers_defaults(tmp_path
 @pytest.mark.parametrize(
     'make',
     [
-        lambda: transformers.DINOv3ViTModel(  # ViT-S's 6 heads, the hub's facebook/dinov3-vits16-*.
+        lambda: transformers.DINOv3ViTModel(  # ViT-S's 6 heads (facebook/dinov3-vits16-*).
             transformers.DINOv3ViTConfig(**{**_TINY, 'hidden_size': 48, 'num_attention_heads': 6})
         ),
         lambda: transformers.Aimv2VisionModel(  # AIMv2's 8.
@@ -469,9 +469,9 @@ def test_a_config_json_without_the_defaults_gives_transformers_defaults(tmp_path
     ],
 )
 def test_a_config_json_without_its_heads_gives_the_config_classs(tmp_path, make):
-  """transformers 4's save_pretrained left out what equals the config class's default (the hub's
-  DINOv3 ViT-S config.json has no num_attention_heads): the default heads (DINOv3's 6, AIMv2's 8,
-  ViT's 12), as transformers reads them back, not another family's."""
+  """A config.json may leave out what equals its config class's default (transformers' use_diff):
+  the heads it leaves out are that class's (DINOv3's 6, AIMv2's 8, ViT's 12), as transformers reads
+  them back, not another family's."""
   reference = make()
   reference.save_pretrained(tmp_path / 'model')
   config_json = tmp_path / 'model' / 'config.json'

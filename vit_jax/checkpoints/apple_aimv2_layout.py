@@ -5,12 +5,13 @@ reads them as timm's aimv2 architectures (RMSNorms, of the patch embeddings too,
 biases, GAP); their config.json, Apple's, says its heads and epsilon as that architecture's
 model_args (`timm_config`), and the preprocessor_config.json beside them the normalisation.
 
-A native-resolution AIMv2 (computed sin-cos position embeddings, no `preprocessor.pos_embed`) is a
-one-line error, as transformers_aimv2.py's.
+A native-resolution AIMv2 (computed sin-cos position embeddings, no `preprocessor.pos_embed`) is
+transformers_aimv2.py's one-line error.
 """
 
 from typing import Any, Mapping
 
+from vit_jax.checkpoints import torch_names, transformers_aimv2
 from vit_jax.checkpoints.torch_files import StateDict
 
 # (Apple's, timm's) parts of the names, replaced in this order (timm's): the MLP's fc1 is SwiGLU's
@@ -38,16 +39,10 @@ def recognises(state_dict: StateDict) -> bool:
 def timm_names(state_dict: StateDict, source: str) -> StateDict:
   """The state dict in the names of timm's VisionTransformer."""
   if 'preprocessor.pos_embed' not in state_dict:
-    raise ValueError(
-        f"{source}: an AIMv2 of native resolution (sin-cos position embeddings of each image's "
-        "grid, computed, spaced unlike vit_jax's sincos2d): load one of a fixed resolution, e.g. "
-        'apple/aimv2-large-patch14-224'
-    )
+    raise transformers_aimv2.native_resolution(source)
   renamed = {}
   for name, tensor in state_dict.items():
-    for theirs, timms in _RENAMED:
-      name = name.replace(theirs, timms)
-    renamed[name] = tensor
+    renamed[torch_names.replaced(name, _RENAMED)] = tensor
   return renamed
 
 

@@ -23,7 +23,7 @@ from typing import Any, Mapping, Optional
 
 import numpy as np
 
-from vit_jax.checkpoints import timm_layout
+from vit_jax.checkpoints import timm_layout, torch_names
 from vit_jax.checkpoints.torch_files import StateDict
 from vit_jax.models import rope
 
@@ -79,9 +79,7 @@ def timm_names(state_dict: StateDict, source: str) -> StateDict:
       renamed[name.replace('qkv.bias', 'q_bias')] = query
       renamed[name.replace('qkv.bias', 'v_bias')] = value
       continue
-    for theirs, timms in _RENAMED:
-      name = name.replace(theirs, timms)
-    renamed[name] = tensor
+    renamed[torch_names.replaced(name, _RENAMED)] = tensor
   return renamed
 
 

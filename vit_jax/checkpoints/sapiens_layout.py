@@ -4,6 +4,7 @@ alike, timm_layout.py reads them as the Eva they are (grouped-query attention, l
 attention alone, RMSNorms, DINOv3's rotary embeddings, 8 registers: timm_architecture.py). Their
 config.json is timm's."""
 
+from vit_jax.checkpoints import torch_names
 from vit_jax.checkpoints.torch_files import StateDict
 
 # (Meta's, timm's) parts of the names, replaced in this order (timm's); the final norm is `ln1` at
@@ -34,7 +35,6 @@ def timm_names(state_dict: StateDict, source: str) -> StateDict:
   for name, tensor in state_dict.items():
     if name == 'mask_token' or name.startswith('rope.'):
       continue
-    for theirs, timms in _RENAMED:
-      name = name.replace(theirs, timms)
+    name = torch_names.replaced(name, _RENAMED)
     renamed['norm.' + name[len('ln1.') :] if name.startswith('ln1.') else name] = tensor
   return renamed

@@ -4,7 +4,7 @@ attention split per head, a reader that reports what it left over. Weights of Py
 
 import math
 import re
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -13,6 +13,17 @@ from vit_jax.checkpoints.torch_files import StateDict
 BLOCK = 'Transformer/encoderblock_{}'
 ENCODER_NORM = 'Transformer/encoder_norm'  # The final norm of the encoder (not model.fc_norm).
 ATTENTION = BLOCK + '/MultiHeadDotProductAttention_1'
+
+
+def replaced(name: str, parts: Sequence[tuple[str, str]]) -> str:
+  """`name` with each (old, new) of `parts` replaced in turn: how timm's checkpoint filters rename
+  another naming's tensors to its own (sapiens_layout.py, apple_aimv2_layout.py,
+  meta_dinov3_layout.py do it alike)."""
+  for old, new in parts:
+    name = name.replace(old, new)
+  return name
+
+
 # The MLP activations of timm's `act_layer` and transformers' `hidden_act` that vit_jax's ViT has:
 # their `model.mlp_activation` (transformers' gelu_new and gelu_pytorch_tanh are GELU's tanh form,
 # gelu_python the exact one, swish SiLU).

@@ -35,13 +35,19 @@ _BLOCKS = parts.Blocks(
 )
 
 
+def native_resolution(source: str) -> ValueError:
+  """The one-line error of an AIMv2 of native resolution (its file, of either naming, has no
+  position embeddings)."""
+  return ValueError(
+      f'{source}: an AIMv2 of native resolution (is_native: fixed sin-cos position embeddings of '
+      "each image's grid, spaced unlike vit_jax's sincos2d): load one of a fixed resolution, "
+      'e.g. apple/aimv2-large-patch14-224'
+  )
+
+
 def _check_positions(state_dict: StateDict, source: str) -> None:
   if _POSITIONS not in state_dict:
-    raise ValueError(
-        f'{source}: an AIMv2 of native resolution (is_native: fixed sin-cos position embeddings of '
-        "each image's grid, spaced unlike vit_jax's sincos2d): load one of a fixed resolution, "
-        'e.g. apple/aimv2-large-patch14-224'
-    )
+    raise native_resolution(source)
 
 
 def _head(r: torch_names.Reader, num_heads: int, mlp_dim: int) -> dict[str, np.ndarray]:

@@ -534,8 +534,8 @@ def test_a_checkpoint_of_another_model_is_a_one_line_error(tmp_path):
   with pytest.raises(
       ValueError,
       match=r'resnet.safetensors: a state dict of another model \(\d+ tensors, '
-      r"e.g. '0.bias'.*timm's, Hugging Face transformers', Meta's Sapiens 2 or DINOv3 or Apple's "
-      'AIMv2 naming',
+      r"e.g. '0.bias'.*timm's, Hugging Face transformers', OpenCLIP's, Meta's Sapiens 2 or DINOv3 "
+      "or Apple's AIMv2 naming",
   ) as error:
     ours(str(tmp_path / 'resnet.safetensors'), NUM_CLASSES)
   assert '\n' not in str(error.value)

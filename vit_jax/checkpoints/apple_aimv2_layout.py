@@ -46,9 +46,9 @@ def timm_names(state_dict: StateDict, source: str) -> StateDict:
   return renamed
 
 
-def timm_config(config: Mapping[str, Any], state_dict: StateDict) -> dict[str, Any]:
+def timm_config(config: Mapping[str, Any], state_dict: StateDict, path: str) -> dict[str, Any]:
   """timm's config.json of Apple's (none where there is none: its heads then go unsaid)."""
-  del state_dict  # Every AIMv2 is one architecture.
+  del state_dict, path  # Every AIMv2 is one architecture.
   if not config:
     return {}
   norm = {'type': 'RmsNorm', 'eps': float(config.get('rms_norm_eps', _EPSILON))}

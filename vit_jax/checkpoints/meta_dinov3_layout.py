@@ -83,9 +83,10 @@ def timm_names(state_dict: StateDict, source: str) -> StateDict:
   return renamed
 
 
-def timm_config(config: Mapping[str, Any], state_dict: StateDict) -> Mapping[str, Any]:
+def timm_config(config: Mapping[str, Any], state_dict: StateDict, path: str) -> Mapping[str, Any]:
   """timm's DINOv3 of the file's width and MLP (none for another width), pooling its class token,
   under what a config.json beside the file says."""
+  del path
   width = state_dict['cls_token'].shape[-1]
   architecture = _ARCHITECTURES.get((width, 'blocks.0.mlp.fc1_g.weight' in state_dict))
   if architecture is None:

@@ -6,8 +6,8 @@ LayerNorm epsilon, pooling), since a mismatch there loads and computes another f
 
 The files: torch_files.py; the naming shared by the layouts: torch_names.py; each layout:
 timm_layout.py (with timm_architecture.py, timm_arguments.py, timm_fields.py; Meta's Sapiens 2 and
-DINOv3 files and Apple's AIMv2 files renamed to it by sapiens_layout.py, meta_dinov3_layout.py and
-apple_aimv2_layout.py), transformers_layout.py (with transformers_families.py); the export to timm:
+DINOv3 files, Apple's AIMv2 files and OpenCLIP's renamed to it by sapiens_layout.py,
+meta_dinov3_layout.py, apple_aimv2_layout.py and open_clip_layout.py), transformers_layout.py (with transformers_families.py); the export to timm:
 timm_export.py (with timm_export_args.py, timm_export_beit.py, timm_export_tensors.py).
 """
 
@@ -21,6 +21,7 @@ from vit_jax.checkpoints import (
     adapting,
     apple_aimv2_layout,
     meta_dinov3_layout,
+    open_clip_layout,
     sapiens_layout,
     timm_architecture,
     timm_layout,
@@ -46,18 +47,20 @@ class Layout:
 def _renamed_to_timm(
     recognises: Callable[[StateDict], bool],
     timm_names: Callable[[StateDict, str], StateDict],
-    timm_config: Callable[[Mapping[str, Any], StateDict], Mapping[str, Any]] = lambda c, _: c,
+    timm_config: Callable[[Mapping[str, Any], StateDict, str], Mapping[str, Any]] = (
+        lambda config, *_: config
+    ),
     normalization: Callable[
         [Mapping[str, Any], str], Optional[tuple[list[float], list[float]]]
     ] = timm_layout.normalization,
 ) -> Layout:
   """A layout timm reads by renaming it as it loads it: its state dict renamed (`timm_names`: (state
   dict, source) -> timm's names) and its config.json as timm's (`timm_config`: (config.json, the
-  renamed state dict) -> timm's), read as timm's."""
+  renamed state dict, source) -> timm's), read as timm's."""
 
   def architecture(state_dict: StateDict, config: Mapping[str, Any], path: str) -> dict[str, Any]:
     renamed = timm_names(state_dict, path)
-    return timm_architecture.architecture(renamed, timm_config(config, renamed), path)
+    return timm_architecture.architecture(renamed, timm_config(config, renamed, path), path)
 
   return Layout(
       recognises,
@@ -100,6 +103,14 @@ LAYOUTS: dict[str, Layout] = {
         apple_aimv2_layout.timm_config,
         transformers_layout.normalization,
     ),
+    # OpenCLIP's files (the hub's laion/*, apple/DFN*, timm/ViT-*-SigLIP*, ...): their image tower
+    # as timm reads it, of the open_clip_config.json beside them.
+    'open_clip': _renamed_to_timm(
+        open_clip_layout.recognises,
+        open_clip_layout.timm_names,
+        open_clip_layout.timm_config,
+        open_clip_layout.normalization,
+    ),
 }
 # The fields without a tensor, which `load` checks: what each is, for the one-line error.
 _WITHOUT_TENSORS = {
@@ -124,8 +135,8 @@ def _layout(state_dict: StateDict, path: str) -> str:
   examples = ', '.join(repr(k) for k in sorted(state_dict)[:3])
   raise ValueError(
       f'{path}: a state dict of another model ({len(state_dict)} tensors, e.g. {examples}): '
-      "init_from reads ViTs in timm's, Hugging Face transformers', Meta's Sapiens 2 or DINOv3 or "
-      "Apple's AIMv2 naming, .npz files and vit_jax workdirs"
+      "init_from reads ViTs in timm's, Hugging Face transformers', OpenCLIP's, Meta's Sapiens 2 or "
+      "DINOv3 or Apple's AIMv2 naming, .npz files and vit_jax workdirs"
   )
 
 

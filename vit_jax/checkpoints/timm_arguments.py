@@ -169,6 +169,11 @@ def _table() -> dict[str, Any]:
     return json.load(f)
 
 
+def architectures() -> Mapping[str, Any]:
+  """The table's architectures: {name: its class and arguments}."""
+  return _table()['architectures']
+
+
 def timm_version() -> str:
   """The timm whose architectures the table holds."""
   return _table()['timm']
@@ -181,7 +186,7 @@ class Arguments:
   def __init__(self, config: Mapping[str, Any], tensor_class: str):
     self.name = config.get('architecture')
     # A name may carry its pretrained tag, as timm.create_model takes it: 'vit_base_patch16_224.augreg'.
-    entry = _table()['architectures'].get((self.name or '').partition('.')[0])
+    entry = architectures().get((self.name or '').partition('.')[0])
     self.known = entry is not None
     # An architecture the table lacks is of the class its tensors show.
     self.cls = entry['class'] if self.known else tensor_class

@@ -1,6 +1,7 @@
 """PyTorch-side checkpoint files as flat `{name: numpy array}` state dicts: `.safetensors` read and
 written here (no torch needed; bfloat16 too), `.pth` / `.pt` / `.bin` read with torch when it is
-installed, sharded model directories, and the config.json beside them."""
+installed, sharded model directories, OpenCLIP's model directories, and the config.json beside
+them."""
 
 import json
 from typing import Any
@@ -12,6 +13,9 @@ from etils import epath
 StateDict = dict[str, np.ndarray]
 SAFETENSORS = 'model.safetensors'
 _TORCH_SUFFIXES = ('.pth', '.pt', '.bin')
+# The weights of an OpenCLIP hub directory (open_clip's constants.py), read where the directory has no
+# model.safetensors (laion's have transformers' beside them): its safetensors first.
+OPEN_CLIP_FILES = ('open_clip_model.safetensors', 'open_clip_pytorch_model.bin')
 _SAFETENSORS_DTYPES = {
     'F64': np.float64,
     'F32': np.float32,
@@ -29,11 +33,12 @@ _SAFETENSORS_NAMES = {np.dtype(dtype): name for name, dtype in _SAFETENSORS_DTYP
 
 def is_state_dict_path(path: str) -> bool:
   """Whether `path` names what `read` reads: a .safetensors / .pth / .pt / .bin file, or a directory
-  holding a model.safetensors (a Hugging Face or timm model directory)."""
+  holding a model.safetensors (a Hugging Face or timm model directory) or OpenCLIP's weights."""
   if path.endswith(('.safetensors', *_TORCH_SUFFIXES)):
     return True
   directory = epath.Path(path)
-  return (directory / SAFETENSORS).is_file() or (directory / f'{SAFETENSORS}.index.json').is_file()
+  names = (SAFETENSORS, f'{SAFETENSORS}.index.json', *OPEN_CLIP_FILES)
+  return any((directory / name).is_file() for name in names)
 
 
 def read_safetensors(path: epath.Path, shapes_only: bool = False) -> StateDict:
@@ -114,11 +119,14 @@ def read(path: str, shapes_only: bool = False) -> tuple[StateDict, dict[str, Any
     files, read_file = [p], read_safetensors
   elif (p / SAFETENSORS).is_file():
     files, read_file = [p / SAFETENSORS], read_safetensors
-  else:
+  elif (p / f'{SAFETENSORS}.index.json').is_file():
     index = json.loads((p / f'{SAFETENSORS}.index.json').read_text())
     files, read_file = [
         p / name for name in sorted(set(index['weight_map'].values()))
     ], read_safetensors
+  else:
+    file = next((p / name for name in OPEN_CLIP_FILES if (p / name).is_file()), p / SAFETENSORS)
+    files, read_file = [file], _read_torch if file.suffix == '.bin' else read_safetensors
   for file in files:
     if not file.is_file():
       raise ValueError(f'no checkpoint file at {str(file)!r}: fix --config.init_from')

@@ -1,6 +1,7 @@
 """The original ViT `.npz` layout of a parameter tree, read and written: float32 arrays under flat
 '/'-joined keys (older files put them under an optimizer's or a root's prefix). A BiT's `.npz` is in
-the published BiT layout, which `load_npz` converts (bit.py).
+the published BiT layout, which `load_npz` converts (bit.py), a big_vision ViT's in its own
+(big_vision_layout.py).
 
 Fitting a loaded tree to a model of another resolution or class count is
 vit_jax/checkpoints/adapting.py; orbax checkpoints of whole train states are
@@ -15,6 +16,7 @@ import numpy as np
 from etils import epath
 from flax import traverse_util
 
+from vit_jax.checkpoints import big_vision_layout
 from vit_jax.models import bit
 
 _NPZ_PREFIXES = (
@@ -24,8 +26,9 @@ _NPZ_PREFIXES = (
 
 
 def load_npz(path: str) -> dict[str, Any]:
-  """The nested parameter tree of an `.npz` in the original ViT layout (keys joined by '/'), or in
-  the published BiT layout (`resnet/...`, converted to our BiT's tree)."""
+  """The nested parameter tree of an `.npz` in the original ViT layout (keys joined by '/'), in
+  big_vision's (its image tower, converted to the original layout), or in the published BiT layout
+  (`resnet/...`, converted to our BiT's tree)."""
   if not epath.Path(path).is_file():
     raise ValueError(
         f'no checkpoint file at {path!r}: download it (e.g. gsutil cp '
@@ -47,6 +50,8 @@ def load_npz(path: str) -> dict[str, Any]:
       break
   if bit.is_bit_npz(flat):
     return bit.from_bit_npz(flat)
+  if big_vision_layout.recognises(flat):
+    flat = big_vision_layout.original(flat, path)
   return traverse_util.unflatten_dict(flat, sep='/')
 
 

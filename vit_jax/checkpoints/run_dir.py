@@ -202,7 +202,8 @@ def _missing_init_from(given: str, fix: str) -> str:
 
 def fill_from_checkpoint(config: ml_collections.ConfigDict) -> None:
   """config.variant='checkpoint' (vit_variants.FROM_CHECKPOINT): sets config.model's unset fields to
-  the architecture of config.init_from, a timm or transformers ViT (state_dicts.fill), so that the
+  the architecture of config.init_from, a timm, transformers or OpenCLIP ViT or an .npz ViT
+  (state_dicts.fill), so that the
   config, and the run's config.json that export and predict rebuild the model from, hold it. Other
   variants are left as they are."""
   if config.variant != vit_variants.FROM_CHECKPOINT:
@@ -215,13 +216,16 @@ def fill_from_checkpoint(config: ml_collections.ConfigDict) -> None:
             "download the checkpoint there (the config file's docstring says from where) or pass it",
         )
     )
-  if init_from is None or not torch_files.is_state_dict_path(init_from):
+  if init_from is None or not (
+      torch_files.is_state_dict_path(init_from) or init_from.endswith('.npz')
+  ):
     given = f'not {config.init_from!r}' if config.init_from else 'unset'
     raise ValueError(
         f"config.variant='{vit_variants.FROM_CHECKPOINT}' builds the ViT of config.init_from, "
-        'which must be a timm or Hugging Face transformers ViT (a .safetensors / .pth / .bin '
-        f'file, or a directory holding model.safetensors), {given}: set --config.init_from, or '
-        'name a variant (e.g. --config.variant=ViT-B_16)'
+        'which must be a timm, Hugging Face transformers or OpenCLIP ViT (a .safetensors / .pth / '
+        '.bin file, or a directory holding model.safetensors) or an .npz ViT (original or '
+        f'big_vision layout), {given}: set --config.init_from, or name a variant (e.g. '
+        '--config.variant=ViT-B_16)'
     )
   paths.check_reachable(init_from, config.storage_timeout_s, 'config.init_from')
   filled = state_dicts.fill(config.model.to_dict(), init_from, config.keep_head)

@@ -20,7 +20,9 @@ import numpy as np
 from vit_jax.checkpoints import (
     adapting,
     apple_aimv2_layout,
+    big_vision_layout,
     meta_dinov3_layout,
+    npz_files,
     open_clip_layout,
     sapiens_layout,
     timm_architecture,
@@ -142,8 +144,11 @@ def _layout(state_dict: StateDict, path: str) -> str:
 
 def architecture(path: str) -> dict[str, Any]:
   """The `model.*` fields that the timm or transformers ViT at `path` fixes, from its tensors' shapes
-  (a .safetensors file's header alone) and the config.json beside it: what config.variant='checkpoint'
-  builds. A field neither shows is left out."""
+  (a .safetensors file's header alone) and the config.json beside it, or those of an `.npz` ViT
+  (big_vision_layout.architecture): what config.variant='checkpoint' builds. A field neither shows is
+  left out."""
+  if path.endswith('.npz'):
+    return big_vision_layout.architecture(npz_files.load_npz(path), path)
   shapes, config = torch_files.read(path, shapes_only=True)
   return LAYOUTS[_layout(shapes, path)].architecture(shapes, config, path)
 

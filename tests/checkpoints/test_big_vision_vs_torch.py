@@ -1,0 +1,192 @@
+"""big_vision's ViT checkpoints (.npz) through config.init_from with config.variant='checkpoint':
+random tiny trees of big_vision's models/vit.py (SigLIP's two-tower image tower with its blocks
+scanned and a MAP head, a class-token ViT and a GAP one per block) and of the original code's
+layout, read by timm's own loader of those files (VisionTransformer.load_pretrained), whose logits
+ours must be; the fields are read from the tensors alone."""
+
+import numpy as np
+import pytest
+import timm
+import torch
+
+from torch_references import prepared_from_checkpoint, torch_outputs
+
+SIZE, PATCH, WIDTH, HEADS, MLP, DEPTH, CLASSES = 28, 4, 32, 2, 64, 2, 10
+GRID = (SIZE // PATCH) ** 2
+
+
+def _random(shape, rng, scale: bool = False) -> np.ndarray:
+  noise = 0.3 * rng.standard_normal(shape).astype(np.float32)
+  return 1 + noise if scale else noise
+
+
+def _layer_norm(name: str, rng) -> dict:
+  return {f'{name}/scale': _random(WIDTH, rng, scale=True), f'{name}/bias': _random(WIDTH, rng)}
+
+
+def _attention(name: str, rng) -> dict:
+  """flax's MultiHeadDotProductAttention: kernels [D, heads, head dim], out [heads, head dim, D]."""
+  head_dim = WIDTH // HEADS
+  tree = {f'{name}/out/kernel': _random((HEADS, head_dim, WIDTH), rng)}
+  tree[f'{name}/out/bias'] = _random(WIDTH, rng)
+  for part in ('query', 'key', 'value'):
+    tree[f'{name}/{part}/kernel'] = _random((WIDTH, HEADS, head_dim), rng)
+    tree[f'{name}/{part}/bias'] = _random((HEADS, head_dim), rng)
+  return tree
+
+
+def _mlp(name: str, rng) -> dict:
+  return {
+      f'{name}/Dense_0/kernel': _random((WIDTH, MLP), rng),
+      f'{name}/Dense_0/bias': _random(MLP, rng),
+      f'{name}/Dense_1/kernel': _random((MLP, WIDTH), rng),
+      f'{name}/Dense_1/bias': _random(WIDTH, rng),
+  }
+
+
+def _block(rng, original: bool) -> dict:
+  """An Encoder1DBlock's tree: big_vision's module names, or the original code's."""
+  attention, norm, mlp = ('_1', '_2', '_3') if original else ('_0', '_1', '_0')
+  return {
+      **_layer_norm('LayerNorm_0', rng),
+      **_attention(f'MultiHeadDotProductAttention{attention}', rng),
+      **_layer_norm(f'LayerNorm{norm}', rng),
+      **_mlp(f'MlpBlock{mlp}', rng),
+  }
+
+
+def _tree(pool: str, scan: bool = False, original: bool = False, seed: int = 0) -> dict:
+  """A flat tree of a big_vision `_Model` (or the original code's ViT) of `pool` ('map', 'tok',
+  'gap'), its blocks scanned (stacked in `encoderblock`) or per block."""
+  rng = np.random.default_rng(seed)
+  tree = {
+      'embedding/kernel': _random((PATCH, PATCH, 3, WIDTH), rng),
+      'embedding/bias': _random(WIDTH, rng),
+      **_layer_norm('Transformer/encoder_norm', rng),
+      'head/kernel': _random((WIDTH, CLASSES), rng),
+      'head/bias': _random(CLASSES, rng),
+  }
+  blocks = [_block(rng, original) for _ in range(DEPTH)]
+  if scan:
+    tree.update(
+        {f'Transformer/encoderblock/{k}': np.stack([b[k] for b in blocks]) for k in blocks[0]}
+    )
+  else:
+    for i, block in enumerate(blocks):
+      tree.update({f'Transformer/encoderblock_{i}/{k}': v for k, v in block.items()})
+  if pool == 'tok':
+    tree['cls'] = _random((1, 1, WIDTH), rng)
+  if original:  # The class token's row first.
+    tree['Transformer/posembed_input/pos_embedding'] = _random((1, GRID + 1, WIDTH), rng)
+  else:
+    tree['pos_embedding'] = _random((1, GRID, WIDTH), rng)
+  if pool == 'map':
+    tree.update(
+        {
+            'MAPHead_0/probe': _random((1, 1, WIDTH), rng),
+            **_attention('MAPHead_0/MultiHeadDotProductAttention_0', rng),
+            **_layer_norm('MAPHead_0/LayerNorm_0', rng),
+            **_mlp('MAPHead_0/MlpBlock_0', rng),
+        }
+    )
+  return tree
+
+
+def _siglip(tree: dict) -> dict:
+  """A two-tower checkpoint's: the image tower under params/img/, beside a text tower and SigLIP's
+  logit scale and bias."""
+  return {
+      **{f'params/img/{k}': v for k, v in tree.items()},
+      'params/txt/Embed_0/embedding': np.zeros((8, WIDTH), np.float32),
+      'params/t': np.ones(1, np.float32),
+      'params/b': np.zeros(1, np.float32),
+  }
+
+
+def _timm(path: str, pool: str, original: bool = False) -> torch.nn.Module:
+  """timm's ViT of big_vision's function (tanh GELU, 1e-6 LayerNorms, the class token without a
+  position embedding), loaded by timm from the file."""
+  model = timm.models.VisionTransformer(
+      img_size=SIZE,
+      patch_size=PATCH,
+      embed_dim=WIDTH,
+      depth=DEPTH,
+      num_heads=HEADS,
+      mlp_ratio=MLP / WIDTH,
+      num_classes=CLASSES,
+      class_token=pool == 'tok',
+      global_pool={'map': 'map', 'tok': 'token', 'gap': 'avg'}[pool],
+      fc_norm=False,
+      no_embed_class=not original,
+      act_layer='gelu_tanh',
+  )
+  model.load_pretrained(path)
+  return model.eval()
+
+
+CASES = {
+    'siglip': ('map', dict(scan=True), _siglip),
+    'class_token': ('tok', {}, lambda tree: {f'params/{k}': v for k, v in tree.items()}),
+    'gap': ('gap', {}, dict),
+    'gap_scanned': ('gap', dict(scan=True), dict),
+    'original': ('tok', dict(original=True), dict),
+}
+
+
+@pytest.mark.parametrize('case', list(CASES))
+def test_a_big_vision_vit_gives_timms_logits(tmp_path, case):
+  pool, kwargs, written = CASES[case]
+  path = str(tmp_path / f'{case}.npz')
+  np.savez(path, **written(_tree(pool, **kwargs)))
+  reference = _timm(path, pool, kwargs.get('original', False))
+  run = prepared_from_checkpoint(tmp_path / 'workdir', path, SIZE)
+  inputs = np.random.RandomState(0).uniform(-1, 1, (2, SIZE, SIZE, 3)).astype(np.float32)
+  ours = np.asarray(run.model.apply({'params': run.init_params}, inputs))
+  np.testing.assert_allclose(ours, torch_outputs(reference, inputs).numpy(), atol=1e-4)
+  classifier = {'map': 'map', 'tok': 'token', 'gap': 'gap'}[pool]
+  expected = {
+      'hidden_size': WIDTH,
+      'num_layers': DEPTH,
+      'num_heads': HEADS,
+      'mlp_dim': MLP,
+      'patch_size': PATCH,
+      'classifier': classifier,
+      'class_token': pool == 'tok',
+      'mlp_activation': 'gelu_tanh',
+      'layernorm_epsilon': 1e-6,
+  }
+  assert {field: run.model_config[field] for field in expected} == expected
+
+
+def test_the_pre_logits_and_a_narrower_map_heads_mlp_are_read(tmp_path):
+  tree = _tree('map')
+  tree['pre_logits/kernel'] = np.zeros((WIDTH, 24), np.float32)
+  tree['pre_logits/bias'] = np.zeros(24, np.float32)
+  tree['head/kernel'] = np.zeros((24, CLASSES), np.float32)
+  for layer, shape in (
+      ('Dense_0/kernel', (WIDTH, 48)),
+      ('Dense_0/bias', 48),
+      ('Dense_1/kernel', (48, WIDTH)),
+  ):
+    tree[f'MAPHead_0/MlpBlock_0/{layer}'] = np.zeros(shape, np.float32)
+  np.savez(tmp_path / 'm.npz', **tree)
+  run = prepared_from_checkpoint(
+      tmp_path / 'workdir', str(tmp_path / 'm.npz'), SIZE, keep_pre_logits=True
+  )
+  assert run.model_config['representation_size'] == 24
+  assert run.model_config['map_mlp_dim'] == 48
+  assert run.model_config['map_heads'] is None
+
+
+def test_a_naflex_tower_or_another_models_npz_is_one_line(tmp_path):
+  tree = _siglip(_tree('map'))
+  tree['params/img/embedding/kernel'] = np.zeros((PATCH * PATCH * 3, WIDTH), np.float32)
+  np.savez(tmp_path / 'naflex.npz', **tree)
+  with pytest.raises(ValueError, match='a big_vision NaFlex tower') as error:
+    prepared_from_checkpoint(tmp_path / 'workdir', str(tmp_path / 'naflex.npz'), SIZE)
+  assert '\n' not in str(error.value)
+  np.savez(tmp_path / 'other.npz', x=np.zeros(1))
+  with pytest.raises(ValueError, match="reads the fields of a plain ViT's .npz") as error:
+    prepared_from_checkpoint(tmp_path / 'workdir', str(tmp_path / 'other.npz'), SIZE)
+  assert '\n' not in str(error.value)
+  assert not (tmp_path / 'workdir').exists()

@@ -176,6 +176,12 @@ def test_the_pre_logits_and_a_narrower_map_heads_mlp_are_read(tmp_path):
   assert run.model_config['representation_size'] == 24
   assert run.model_config['map_mlp_dim'] == 48
   assert run.model_config['map_heads'] is None
+  # The paper's fine-tuning drops it, with the head.
+  run = prepared_from_checkpoint(
+      tmp_path / 'new_head', str(tmp_path / 'm.npz'), SIZE, keep_head=False
+  )
+  assert run.model_config['representation_size'] is None
+  assert 'pre_logits' not in run.init_params
 
 
 def test_a_naflex_tower_or_another_models_npz_is_one_line(tmp_path):

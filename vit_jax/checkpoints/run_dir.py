@@ -229,6 +229,8 @@ def fill_from_checkpoint(config: ml_collections.ConfigDict) -> None:
     )
   paths.check_reachable(init_from, config.storage_timeout_s, 'config.init_from')
   filled = state_dicts.fill(config.model.to_dict(), init_from, config.keep_head)
+  if not config.keep_pre_logits:  # Dropped, as the paper's fine-tuning drops it.
+    filled['representation_size'] = None
   for field, value in filled.items():
     if config.model[field] is None and value is not None:
       config.model[field] = value

@@ -4,6 +4,7 @@ scanned and a MAP head, a class-token ViT and a GAP one per block) and of the or
 layout, read by timm's own loader of those files (VisionTransformer.load_pretrained), whose logits
 ours must be; the fields are read from the tensors alone."""
 
+import ml_dtypes
 import numpy as np
 import pytest
 import timm
@@ -196,3 +197,15 @@ def test_a_naflex_tower_or_another_models_npz_is_one_line(tmp_path):
     prepared_from_checkpoint(tmp_path / 'workdir', str(tmp_path / 'other.npz'), SIZE)
   assert '\n' not in str(error.value)
   assert not (tmp_path / 'workdir').exists()
+
+
+def test_a_bfloat16_npz_loads_as_its_float32_values(tmp_path):
+  """big_vision's .bf16.npz files (PaliGemma's): NumPy writes bfloat16 as 2-byte voids."""
+  rounded = {k: v.astype(ml_dtypes.bfloat16) for k, v in _siglip(_tree('map', scan=True)).items()}
+  np.savez(tmp_path / 'bf16.npz', **rounded)
+  np.savez(tmp_path / 'f32.npz', **{k: v.astype(np.float32) for k, v in rounded.items()})
+  reference = _timm(str(tmp_path / 'f32.npz'), 'map')
+  run = prepared_from_checkpoint(tmp_path / 'workdir', str(tmp_path / 'bf16.npz'), SIZE)
+  inputs = np.random.RandomState(0).uniform(-1, 1, (2, SIZE, SIZE, 3)).astype(np.float32)
+  ours = np.asarray(run.model.apply({'params': run.init_params}, inputs))
+  np.testing.assert_allclose(ours, torch_outputs(reference, inputs).numpy(), atol=1e-4)

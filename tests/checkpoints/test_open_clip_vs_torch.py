@@ -61,6 +61,7 @@ TOWERS = {
     'mean_of_normalised_patches': _native(pool_type='avg'),
     'token_normalised_after': _native(final_ln_after_pool=True),
     'epsilon': _native(norm_kwargs={'eps': 1e-6}),
+    'fixed_sin_cos_position_embeddings': _native(pos_embed_type='sin_cos_2d'),
     'siglip': _trunk('vit_base_patch16_siglip_224', 'map', 'none'),
     'pe_core': _trunk('vit_pe_core_tiny_patch16_384', 'map', None),
     'eva02': _trunk('eva02_base_patch16_clip_224', 'token', None),

@@ -12,6 +12,7 @@ import zipfile
 from typing import Any
 
 import jax
+import ml_dtypes
 import numpy as np
 from etils import epath
 from flax import traverse_util
@@ -42,7 +43,7 @@ def load_npz(path: str) -> dict[str, Any]:
       )
     f.seek(0)
     with np.load(f, allow_pickle=False) as npz:
-      flat = {key: npz[key] for key in npz.files}
+      flat = {key: _float32(npz[key]) for key in npz.files}
   for prefix in _NPZ_PREFIXES:
     if any(key.startswith(prefix) for key in flat):
       # The rest of such a file (e.g. `opt/state/...`) is optimizer state, not parameters.
@@ -53,6 +54,14 @@ def load_npz(path: str) -> dict[str, Any]:
   if big_vision_layout.recognises(flat):
     flat = big_vision_layout.original(flat, path)
   return traverse_util.unflatten_dict(flat, sep='/')
+
+
+def _float32(array: np.ndarray) -> np.ndarray:
+  """bfloat16 arrays as float32: NumPy writes them (ml_dtypes') as 2-byte voids, as in big_vision's
+  `.bf16.npz` files (PaliGemma's)."""
+  if array.dtype.kind == 'V' and array.dtype.itemsize == 2:
+    return array.view(ml_dtypes.bfloat16).astype(np.float32)
+  return array
 
 
 def save_npz(params: Any, path: str) -> None:

@@ -69,7 +69,8 @@ def _vision_config(path: str) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
   if model_config is None:
     raise ValueError(
         f'{path}: OpenCLIP weights without the {CONFIG} beside them, which says their heads, '
-        "activation and pooling: copy it from the model's hub directory"
+        "activation and pooling: copy it from the model's hub directory (Meta's Perception "
+        "Encoder .pt files, named alike, load in timm's conversion: the hub's timm/vit_pe_*)"
     )
   return model_config, model_config.get('vision_cfg', {})
 

@@ -10,7 +10,9 @@ import pytest
 import timm
 import torch
 
+import helpers
 from torch_references import prepared_from_checkpoint, torch_outputs
+from vit_jax.checkpoints import teacher
 
 SIZE, PATCH, WIDTH, HEADS, MLP, DEPTH, CLASSES = 28, 4, 32, 2, 64, 2, 10
 GRID = (SIZE // PATCH) ** 2
@@ -209,3 +211,13 @@ def test_a_bfloat16_npz_loads_as_its_float32_values(tmp_path):
   inputs = np.random.RandomState(0).uniform(-1, 1, (2, SIZE, SIZE, 3)).astype(np.float32)
   ours = np.asarray(run.model.apply({'params': run.init_params}, inputs))
   np.testing.assert_allclose(ours, torch_outputs(reference, inputs).numpy(), atol=1e-4)
+
+
+def test_a_big_vision_vit_is_a_distillation_teacher(tmp_path):
+  np.savez(tmp_path / 'teacher.npz', **_siglip(_tree('map', scan=True)))
+  config = helpers.load_config('demo', {'distill.teacher': str(tmp_path / 'teacher.npz')})
+  variant, fields = teacher.architecture(config)
+  assert variant == 'checkpoint'
+  assert (fields['hidden_size'], fields['num_heads'], fields['classifier']) == (WIDTH, HEADS, 'map')
+  loaded = teacher.load_teacher(config, CLASSES)
+  assert loaded.params['head']['kernel'].shape == (WIDTH, CLASSES)

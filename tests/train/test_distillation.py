@@ -93,7 +93,8 @@ def test_the_teacher_is_sharded_by_the_students_rules_on_a_tensor_mesh(trained_t
         ),
         (
             {'distill.teacher': 'teacher.npz'},
-            r"^config.distill.teacher='teacher.npz': an .npz does not say its model",
+            r"^config.distill.teacher='teacher.npz': an .npz that is not a plain ViT's does not "
+            r'say its model; pass the workdir',
         ),
     ],
     ids=['alpha', 'kind', 'unknown_kind', 'alpha_range', 'temperature', 'mpp', 'npz'],

@@ -18,7 +18,7 @@ from flax import traverse_util
 
 from vit_jax import data, defaults, tasks
 from vit_jax.runtime import paths
-from vit_jax.checkpoints import adapting, npz_files, saved_state, state_dicts, torch_files
+from vit_jax.checkpoints import adapting, hub, npz_files, saved_state, state_dicts, torch_files
 from vit_jax.models import pooling, variants, vit_variants
 
 _RUN_FILES = ('config.json', 'dataset_info.json')
@@ -208,7 +208,7 @@ def fill_from_checkpoint(config: ml_collections.ConfigDict) -> None:
   variants are left as they are."""
   if config.variant != vit_variants.FROM_CHECKPOINT:
     return
-  init_from = paths.absolute(config.init_from) if config.init_from else None
+  init_from = hub.local(config.init_from) if config.init_from else None
   if init_from and not paths.is_url(init_from) and not os.path.exists(init_from):
     raise ValueError(
         _missing_init_from(
@@ -243,7 +243,7 @@ def fill_from_checkpoint(config: ml_collections.ConfigDict) -> None:
 
 def load_init_params(config: ml_collections.ConfigDict, model: nn.Module) -> Any:
   """The parameters of `config.init_from`, with head and position embeddings fitted to `model`."""
-  init_from = paths.absolute(config.init_from)
+  init_from = hub.local(config.init_from)
   paths.check_reachable(init_from, config.storage_timeout_s, 'config.init_from')
   # A missing workdir: a config file's relative init_from (configs/demo_finetune.py's) read from
   # another directory would otherwise be "has no checkpoints/ directory", naming neither the field

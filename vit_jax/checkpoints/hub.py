@@ -14,12 +14,8 @@ from vit_jax.runtime import paths
 PREFIX = 'hf-hub:'
 # The files beside the weights that the layouts read.
 _CONFIGS = ('config.json', 'preprocessor_config.json', 'open_clip_config.json')
-# The weights of a repository, in torch_files.read's order: the first present is downloaded.
-_WEIGHTS = (
-    (torch_files.SAFETENSORS,),
-    (f'{torch_files.SAFETENSORS}.index.json', 'model-*.safetensors'),
-    *((name,) for name in torch_files.OPEN_CLIP_FILES),
-)
+# A sharded checkpoint's files beside its index (transformers' names).
+_SHARDS = 'model-*.safetensors'
 
 
 def local(path: str) -> str:
@@ -29,9 +25,10 @@ def local(path: str) -> str:
 
 
 def _weights(files: list[str]) -> list[str]:
-  for patterns in _WEIGHTS:
-    if patterns[0] in files:
-      return list(patterns)
+  """The patterns of the first of torch_files' directory weights the repository holds."""
+  for name in torch_files.DIRECTORY_WEIGHTS:
+    if name in files:
+      return [name, _SHARDS] if name.endswith('.index.json') else [name]
   return []
 
 
@@ -67,7 +64,7 @@ def _snapshot(given: str) -> str:
       ) from None
   weights = _weights(files)
   if not weights:
-    readable = ', '.join(patterns[0] for patterns in _WEIGHTS)
+    readable = ', '.join(torch_files.DIRECTORY_WEIGHTS)
     raise ValueError(
         f'{given!r} holds none of the weights vit_jax reads from a repository ({readable}): '
         'download the file you want and pass its path'

@@ -203,9 +203,8 @@ def _missing_init_from(given: str, fix: str) -> str:
 def fill_from_checkpoint(config: ml_collections.ConfigDict) -> None:
   """config.variant='checkpoint' (vit_variants.FROM_CHECKPOINT): sets config.model's unset fields to
   the architecture of config.init_from, a timm, transformers or OpenCLIP ViT or an .npz ViT
-  (state_dicts.fill), so that the
-  config, and the run's config.json that export and predict rebuild the model from, hold it. Other
-  variants are left as they are."""
+  (state_dicts.fill), so that the config, and the run's config.json that export and predict rebuild
+  the model from, hold it. Other variants are left as they are."""
   if config.variant != vit_variants.FROM_CHECKPOINT:
     return
   init_from = hub.local(config.init_from) if config.init_from else None

@@ -7,8 +7,9 @@ LayerNorm epsilon, pooling), since a mismatch there loads and computes another f
 The files: torch_files.py; the naming shared by the layouts: torch_names.py; each layout:
 timm_layout.py (with timm_architecture.py, timm_arguments.py, timm_fields.py; Meta's Sapiens 2 and
 DINOv3 files, Apple's AIMv2 files and OpenCLIP's renamed to it by sapiens_layout.py,
-meta_dinov3_layout.py, apple_aimv2_layout.py and open_clip_layout.py), transformers_layout.py (with transformers_families.py); the export to timm:
-timm_export.py (with timm_export_args.py, timm_export_beit.py, timm_export_tensors.py).
+meta_dinov3_layout.py, apple_aimv2_layout.py and open_clip_layout.py), transformers_layout.py (with
+transformers_families.py); the export to timm: timm_export.py (with timm_export_args.py,
+timm_export_beit.py, timm_export_tensors.py). `.npz` ViTs' fields: big_vision_layout.py.
 """
 
 import dataclasses

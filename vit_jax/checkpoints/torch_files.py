@@ -13,9 +13,15 @@ from etils import epath
 StateDict = dict[str, np.ndarray]
 SAFETENSORS = 'model.safetensors'
 _TORCH_SUFFIXES = ('.pth', '.pt', '.bin')
-# The weights of an OpenCLIP hub directory (open_clip's constants.py), read where the directory has no
-# model.safetensors (laion's have transformers' beside them): its safetensors first.
-OPEN_CLIP_FILES = ('open_clip_model.safetensors', 'open_clip_pytorch_model.bin')
+# The weights a model directory may hold, in the order `read` prefers them: timm's or transformers'
+# (sharded: its index), then OpenCLIP's (open_clip's constants.py; laion's directories hold
+# transformers' beside them), its safetensors first.
+DIRECTORY_WEIGHTS = (
+    SAFETENSORS,
+    f'{SAFETENSORS}.index.json',
+    'open_clip_model.safetensors',
+    'open_clip_pytorch_model.bin',
+)
 _SAFETENSORS_DTYPES = {
     'F64': np.float64,
     'F32': np.float32,
@@ -36,9 +42,7 @@ def is_state_dict_path(path: str) -> bool:
   holding a model.safetensors (a Hugging Face or timm model directory) or OpenCLIP's weights."""
   if path.endswith(('.safetensors', *_TORCH_SUFFIXES)):
     return True
-  directory = epath.Path(path)
-  names = (SAFETENSORS, f'{SAFETENSORS}.index.json', *OPEN_CLIP_FILES)
-  return any((directory / name).is_file() for name in names)
+  return any((epath.Path(path) / name).is_file() for name in DIRECTORY_WEIGHTS)
 
 
 def read_safetensors(path: epath.Path, shapes_only: bool = False) -> StateDict:
@@ -117,16 +121,13 @@ def read(path: str, shapes_only: bool = False) -> tuple[StateDict, dict[str, Any
     files, read_file = [p], _read_torch
   elif path.endswith('.safetensors'):
     files, read_file = [p], read_safetensors
-  elif (p / SAFETENSORS).is_file():
-    files, read_file = [p / SAFETENSORS], read_safetensors
-  elif (p / f'{SAFETENSORS}.index.json').is_file():
-    index = json.loads((p / f'{SAFETENSORS}.index.json').read_text())
-    files, read_file = [
-        p / name for name in sorted(set(index['weight_map'].values()))
-    ], read_safetensors
   else:
-    file = next((p / name for name in OPEN_CLIP_FILES if (p / name).is_file()), p / SAFETENSORS)
-    files, read_file = [file], _read_torch if file.suffix == '.bin' else read_safetensors
+    file = next((p / n for n in DIRECTORY_WEIGHTS if (p / n).is_file()), p / SAFETENSORS)
+    if file.name.endswith('.index.json'):
+      shards = json.loads(file.read_text())['weight_map'].values()
+      files, read_file = [p / name for name in sorted(set(shards))], read_safetensors
+    else:
+      files, read_file = [file], _read_torch if file.suffix == '.bin' else read_safetensors
   for file in files:
     if not file.is_file():
       raise ValueError(f'no checkpoint file at {str(file)!r}: fix --config.init_from')

@@ -10,7 +10,9 @@ stochastic depth 0.1, label smoothing 0.1, cosine decay after a warmup, 224 px, 
 The position embeddings are resized to 224 px's patch grid (DINOv2's 518 px grid of 37x37 to 16x16),
 and the head is a new zero-initialised one for the dataset's classes. The checkpoint's input
 normalisation (ImageNet's mean and std for DINOv2, OpenAI's for CLIP) is folded into its patch
-embedding, so it reads vit_jax's images in [-1, 1] as it read its own.
+embedding, so it reads vit_jax's images in [-1, 1] as it read its own. Instead of a downloaded
+directory, `--config.init_from=hf-hub:<repository>` (e.g. hf-hub:timm/vit_small_patch14_dinov2.lvd142m)
+downloads it into the Hugging Face cache (docs/finetuning.md).
 """
 
 import ml_collections

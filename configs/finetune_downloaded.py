@@ -11,8 +11,9 @@ The position embeddings are resized to 224 px's patch grid (DINOv2's 518 px grid
 and the head is a new zero-initialised one for the dataset's classes. The checkpoint's input
 normalisation (ImageNet's mean and std for DINOv2, OpenAI's for CLIP) is folded into its patch
 embedding, so it reads vit_jax's images in [-1, 1] as it read its own. Instead of a downloaded
-directory, `--config.init_from=hf-hub:<repository>` (e.g. hf-hub:timm/vit_small_patch14_dinov2.lvd142m)
-downloads it into the Hugging Face cache (docs/finetuning.md).
+directory, `--config.init_from=hf-hub:<repository>` (e.g.
+hf-hub:timm/vit_small_patch14_dinov2.lvd142m) downloads it into the Hugging Face cache
+(docs/finetuning.md).
 """
 
 import ml_collections

@@ -32,6 +32,10 @@ RUNS = {
 }
 
 
+# The slow tests of these runs share one xdist worker, which trains them once (not once a worker).
+SCALING_ROOT_GROUP = pytest.mark.xdist_group('scaling_root')
+
+
 @pytest.fixture(scope='module')
 def scaling_root(data_dir, tmp_path_factory):
   root = tmp_path_factory.mktemp('scaling_root')
@@ -171,6 +175,7 @@ def test_compute_is_the_papers_table_6(variant, epochs, paper):
 
 
 @pytest.mark.slow  # Tens of seconds of training: make test-all's.
+@SCALING_ROOT_GROUP
 def test_points_are_the_runs_compute_and_logged_accuracy(scaling_root):
   found = {p.run: p for p in scaling.points([scaling_root], 'eval_top1')}
   assert sorted(found) == sorted(RUNS)
@@ -184,9 +189,9 @@ def test_points_are_the_runs_compute_and_logged_accuracy(scaling_root):
     assert p.family == ('R50+ViT' if name == 'hybrid' else 'ViT')
 
 
-def test_a_metric_no_run_logged_is_a_one_line_error_naming_those_logged(scaling_root, tmp_path):
+def test_a_metric_no_run_logged_is_a_one_line_error_naming_those_logged(trained_tiny_run, tmp_path):
   with pytest.raises(ValueError) as error:
-    scaling.scaling([scaling_root], str(tmp_path / 'out'), 'fewshot_5shot')
+    scaling.scaling([trained_tiny_run], str(tmp_path / 'out'), 'fewshot_5shot')
   assert str(error.value) == (
       "no run logged 'fewshot_5shot': use --metric= one of eval_loss, " 'eval_top1, eval_top5'
   )
@@ -194,6 +199,7 @@ def test_a_metric_no_run_logged_is_a_one_line_error_naming_those_logged(scaling_
 
 
 @pytest.mark.slow  # Tens of seconds of training: make test-all's.
+@SCALING_ROOT_GROUP
 def test_command_line_writes_the_picture_and_the_table(scaling_root, tmp_path):
   out = tmp_path / 'out'
   run = subprocess.run(

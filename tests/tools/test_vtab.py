@@ -179,6 +179,10 @@ def tiny_config(task: str, phase: str, lr: float, data_dir: str):
   return config
 
 
+# The slow tests of these runs share one xdist worker, which trains them once (not once a worker).
+VTAB_ROOT_GROUP = pytest.mark.xdist_group('vtab_root')
+
+
 @pytest.fixture(scope='module')
 def vtab_root(vtab_data_dir, tmp_path_factory):
   """A sweep root of tiny finished runs (RUNS), named as launch/sweep.py names them."""
@@ -419,6 +423,7 @@ def _run(root: str, task: str, phase: str, lr: float) -> dict[str, dict[int, flo
 
 
 @pytest.mark.slow  # Tens of seconds of training: make test-all's.
+@VTAB_ROOT_GROUP
 def test_table_has_the_best_val200_rate_and_the_logged_test_top1(vtab_root):
   rows = vtab.table([load_run(n, p) for n, p in find_runs([vtab_root])])
   by_task = {row.task: row for row in rows if row.task != 'mean'}
@@ -530,6 +535,7 @@ def test_a_non_finite_val200_is_never_the_best_rate():
 
 
 @pytest.mark.slow  # Tens of seconds of training: make test-all's.
+@VTAB_ROOT_GROUP
 def test_group_means_are_the_numpy_means_of_their_task_rows(vtab_root):
   rows = vtab.table([load_run(n, p) for n, p in find_runs([vtab_root])])
   tasks = [row for row in rows if row.task != 'mean']
@@ -551,6 +557,7 @@ def test_group_means_are_the_numpy_means_of_their_task_rows(vtab_root):
 
 
 @pytest.mark.slow  # Tens of seconds of training (vtab_root's 6 runs): make test-all's.
+@VTAB_ROOT_GROUP
 def test_command_line_prints_the_table_and_writes_markdown_and_csv(vtab_root, tmp_path):
   out = tmp_path / 'out'
   run = subprocess.run(

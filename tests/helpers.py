@@ -25,6 +25,7 @@ from vit_jax.train import events
 
 TESTS = os.path.dirname(os.path.abspath(__file__))  # Its helper modules: helpers, faulty_main, ...
 REPO = os.path.dirname(TESTS)
+DEVICE_COUNT_FLAG = '--xla_force_host_platform_device_count='
 
 
 def tensorflow():
@@ -39,6 +40,13 @@ def without_tensorflow() -> dict[str, str]:
   machines (tests/without_tensorflow/sitecustomize.py)."""
   hide = os.path.join(REPO, 'tests', 'without_tensorflow')
   return dict(os.environ, PYTHONPATH=os.pathsep.join([hide, os.environ.get('PYTHONPATH', '')]))
+
+
+def on_devices(count: int) -> dict[str, str]:
+  """The environment of a subprocess that sees `count` CPU devices instead of the tests' 8: one, as
+  on the laptop a user runs the demo on (it trains faster there than split over 8 fake devices)."""
+  flags = [f for f in os.environ.get('XLA_FLAGS', '').split() if not f.startswith(DEVICE_COUNT_FLAG)]
+  return dict(os.environ, XLA_FLAGS=' '.join([*flags, f'{DEVICE_COUNT_FLAG}{count}']))
 
 
 def _state_and_group(pid: int) -> tuple[str, int] | None:

@@ -22,9 +22,11 @@ SHORT = [
 
 
 def run(cwd, module, *args):
+  """vit_jax.<module> as the README has it, on one CPU device: a new user's laptop, not the tests' 8."""
   result = subprocess.run(
       [sys.executable, '-m', f'vit_jax.{module}', *args],
       cwd=cwd,
+      env=helpers.on_devices(1),
       capture_output=True,
       text=True,
       timeout=600,

@@ -45,7 +45,9 @@ def without_tensorflow() -> dict[str, str]:
 def on_devices(count: int) -> dict[str, str]:
   """The environment of a subprocess that sees `count` CPU devices instead of the tests' 8: one, as
   on the laptop a user runs the demo on (it trains faster there than split over 8 fake devices)."""
-  flags = [f for f in os.environ.get('XLA_FLAGS', '').split() if not f.startswith(DEVICE_COUNT_FLAG)]
+  flags = [
+      f for f in os.environ.get('XLA_FLAGS', '').split() if not f.startswith(DEVICE_COUNT_FLAG)
+  ]
   return dict(os.environ, XLA_FLAGS=' '.join([*flags, f'{DEVICE_COUNT_FLAG}{count}']))
 
 

@@ -152,9 +152,13 @@ def test_every_knob_on_gives_the_same_losses_on_8_devices_with_fsdp_as_on_one(tm
 @pytest.mark.slow  # The whole demo, 4000 steps: the bar its README line and its recipe choices rest on.
 def test_the_demo_reaches_97_percent_on_the_digits(data_dir, tmp_path):
   # `make demo`'s command on one CPU device, as users run it: 8 fake devices would add and reduce
-  # the gradients in another order (and take a third longer).
+  # the gradients in another order (and, alone, take a third longer).
   run = helpers.run_main(
-      'configs/demo.py', str(tmp_path), {'data_dir': data_dir}, env=helpers.on_devices(1), timeout=3000
+      'configs/demo.py',
+      str(tmp_path),
+      {'data_dir': data_dir},
+      env=helpers.on_devices(1),
+      timeout=3000,
   )
   assert run.returncode == 0, run.stderr[-3000:]
   assert 'batch 128 on 1 device (mesh data=1)' in run.stderr, run.stderr[-3000:]

@@ -40,13 +40,9 @@ def _small_check(tmp_path, **env) -> tuple[dict[str, str], str]:
   """Runs the check --small on CPU; asserts every step passed; returns {step: result} in the order
   the steps ran, and the printed output."""
   # As a user runs it: one CPU device (not the tests' 8), the packages already installed.
-  xla_flags = os.environ.get('XLA_FLAGS', '').replace(
-      '--xla_force_host_platform_device_count=8', ''
-  )
   env = {
-      **os.environ,
+      **helpers.on_devices(1),
       'JAX_PLATFORMS': 'cpu',
-      'XLA_FLAGS': xla_flags,
       'PYTHON': sys.executable,
       'OUT': str(tmp_path / 'out'),
       'WORK': str(tmp_path / 'work'),

@@ -244,13 +244,12 @@ def _losses(workdir):
 @pytest.mark.devices(8)
 def test_loss_trajectory_is_the_same_on_every_mesh_and_across_hosts(tmp_path, data_dir):
   overrides = {**_TRAJECTORY, 'data_dir': data_dir}
-  env_1_device = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=1')
   run = subprocess.run(
       helpers.main_args('configs/demo.py', str(tmp_path / 'one'), overrides),
       cwd=helpers.REPO,
       capture_output=True,
       text=True,
-      env=env_1_device,
+      env=helpers.on_devices(1),
       timeout=600,
   )
   assert run.returncode == 0, run.stderr[-3000:]

@@ -196,6 +196,31 @@ def test_an_open_clip_tower_exports_to_timm_with_its_embeddings(tmp_path, monkey
   np.testing.assert_allclose(exported, theirs, atol=1e-4 * np.abs(theirs).max())
 
 
+def test_openais_torchscript_file_reads_as_open_clip_reads_it(tmp_path):
+  """OpenAI's CLIP `.pt` files are TorchScript archives without a config: open_clip's
+  `load_openai_model` reads one as a CLIP of QuickGELU and heads of 64."""
+  wide = {'width': 128, 'head_width': 64}
+  model_config = {**_native(quick_gelu=True, **wide), 'text_cfg': {**_TEXT, 'width': 64}}
+  reference = randomize(open_clip.model.CLIP(**model_config)).eval()
+  del reference.attn_mask  # The text tower's, a buffer of open_clip's; no tensor of OpenAI's files.
+  # OpenAI's files hold the weights of the products in float16.
+  open_clip.model.convert_weights_to_fp16(reference)
+  path = tmp_path / 'ViT-T-4.pt'
+  image = torch.zeros(1, 3, SIZE, SIZE, dtype=torch.float16)
+  torch.jit.save(
+      torch.jit.trace_module(reference, {'encode_image': image}, check_trace=False), path
+  )
+  openai = open_clip.load_openai_model(str(path), device='cpu').eval()
+  pixels = ((_inputs() + 1) / 2 - np.asarray(open_clip.OPENAI_DATASET_MEAN)) / np.asarray(
+      open_clip.OPENAI_DATASET_STD
+  )
+  with torch.no_grad():
+    theirs = openai.encode_image(torch.from_numpy(pixels.transpose(0, 3, 1, 2).astype(np.float32)))
+  ours, model_config = _ours(str(path), True, _inputs())
+  np.testing.assert_allclose(ours, theirs.numpy(), atol=1e-4 * np.abs(theirs.numpy()).max())
+  assert (model_config['mlp_activation'], model_config['num_heads']) == ('quick_gelu', 2)
+
+
 REFUSED = {
     'coca': (
         _native(attentional_pool=True, attn_pooler_queries=4, attn_pooler_heads=2),

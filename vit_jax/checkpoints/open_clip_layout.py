@@ -1,6 +1,7 @@
 """OpenCLIP's checkpoints: its hub directories' `open_clip_model.safetensors` or
 `open_clip_pytorch_model.bin` with the `open_clip_config.json` beside them (laion/CLIP-*,
-apple/DFN*-CLIP-*, UCSC-VLAA's CLIPA, timm/ViT-*-SigLIP*, timm/PE-Core-*, ...). Their image tower is
+apple/DFN*-CLIP-*, UCSC-VLAA's CLIPA, timm/ViT-*-SigLIP*, timm/PE-Core-*, ...), and OpenAI's CLIP
+`.pt` files (TorchScript, no config: OpenAI's, QuickGELU, as open_clip reads them). Their image tower is
 renamed to timm's names, as timm renames it as it loads it (vision_transformer.py's
 `_convert_openai_clip` and `checkpoint_filter_fn`), and read as the timm ViT it then is
 (timm_layout.py); the text tower and the logit scale are left out. open_clip builds one of two towers
@@ -25,13 +26,16 @@ from typing import Any, Mapping, Optional
 
 import numpy as np
 
-from vit_jax.checkpoints import timm_arguments, torch_files, torch_names
+from vit_jax.checkpoints import timm_arguments, torch_files, torch_names, torch_pickle
 from vit_jax.checkpoints.torch_files import StateDict
 
 CONFIG = 'open_clip_config.json'
 _TOWER, _TRUNK = 'visual.', 'visual.trunk.'
 # OpenAI's CLIP normalisation: open_clip's default where a config leaves it out.
 _OPENAI = ([0.48145466, 0.4578275, 0.40821073], [0.26862954, 0.26130258, 0.27577711])
+# OpenAI's CLIP files are TorchScript archives without a config: open_clip (openai.py's
+# `load_openai_model`) builds each with QuickGELU and its tower's defaults.
+_OPENAI_CONFIG = {'quick_gelu': True, 'vision_cfg': {}}
 # (open_clip's, timm's) parts of its own tower's names, replaced in this order (timm's; the final
 # LayerNorm `ln_post` first, which `_timm_names` names).
 _RENAMED = (
@@ -66,6 +70,8 @@ def recognises(state_dict: StateDict) -> bool:
 def _vision_config(path: str) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
   """(the model config, its vision_cfg) of the open_clip_config.json beside the weights."""
   model_config = torch_files.beside(path, CONFIG).get('model_cfg')
+  if model_config is None and torch_pickle.is_torchscript(path):
+    return _OPENAI_CONFIG, _OPENAI_CONFIG['vision_cfg']
   if model_config is None:
     raise ValueError(
         f'{path}: OpenCLIP weights without the {CONFIG} beside them, which says their heads, '

@@ -1,7 +1,7 @@
 """PyTorch-side checkpoint files as flat `{name: numpy array}` state dicts: `.safetensors` read and
-written here (no torch needed; bfloat16 too), `.pth` / `.pt` / `.bin` read with torch when it is
-installed, sharded model directories, OpenCLIP's model directories, and the config.json beside
-them."""
+written here (no torch needed; bfloat16 too), `.pth` / `.pt` / `.bin` files of torch.save (and
+TorchScript's) read without torch (torch_pickle.py; torch's legacy format with torch), sharded model
+directories, OpenCLIP's model directories, and the config.json beside them."""
 
 import json
 from typing import Any
@@ -9,6 +9,8 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 from etils import epath
+
+from vit_jax.checkpoints import torch_pickle
 
 StateDict = dict[str, np.ndarray]
 SAFETENSORS = 'model.safetensors'
@@ -92,24 +94,24 @@ def write_safetensors(tensors: StateDict, path: str) -> None:
 
 
 def _read_torch(path: epath.Path, shapes_only: bool = False) -> StateDict:
-  del shapes_only  # A pickle is read whole.
-  try:
+  if torch_pickle.is_torch_zip(path):
+    return torch_pickle.state_dict(torch_pickle.load(path, shapes_only))
+  try:  # The format of torch before 1.6 (and of `_use_new_zipfile_serialization=False`).
     import torch  # pylint: disable=g-import-not-at-top
   except ImportError:
     raise ValueError(
-        f'{path}: reading a PyTorch file needs torch (pip install torch); or save it as '
-        '.safetensors, which needs none'
+        f"{path} is in PyTorch's legacy format (torch < 1.6), which vit_jax reads with torch: "
+        'pip install torch, or save it again with torch.save or as .safetensors'
     ) from None
+
+  def numpy(tree):
+    if isinstance(tree, torch.Tensor):
+      tree = tree.detach()
+      return (tree.float() if tree.dtype == torch.bfloat16 else tree).numpy()
+    return {k: numpy(v) for k, v in tree.items()} if isinstance(tree, dict) else tree
+
   with path.open('rb') as f:
-    loaded = torch.load(f, map_location='cpu', weights_only=True)
-  for key in ('state_dict', 'model'):  # Training checkpoints wrap the weights.
-    if isinstance(loaded, dict) and isinstance(loaded.get(key), dict):
-      loaded = loaded[key]
-  return {
-      k.removeprefix('module.'): v.float().numpy()
-      for k, v in loaded.items()
-      if isinstance(v, torch.Tensor)
-  }
+    return torch_pickle.state_dict(numpy(torch.load(f, map_location='cpu', weights_only=True)))
 
 
 def read(path: str, shapes_only: bool = False) -> tuple[StateDict, dict[str, Any]]:

@@ -105,6 +105,12 @@ def test_an_uncached_repository_offline_is_one_line(tmp_path, cache):
             ['open_clip_model.safetensors'],
         ),
         (['open_clip_config.json', 'open_clip_pytorch_model.bin'], ['open_clip_pytorch_model.bin']),
+        # An older transformers repository's pickled weights, whole or sharded.
+        (['config.json', 'pytorch_model.bin', 'tf_model.h5'], ['pytorch_model.bin']),
+        (
+            ['config.json', 'pytorch_model.bin.index.json', 'pytorch_model-00001-of-00002.bin'],
+            ['pytorch_model.bin.index.json', 'pytorch_model-*.bin'],
+        ),
     ],
 )
 def test_online_only_the_weights_read_and_their_configs_are_downloaded(

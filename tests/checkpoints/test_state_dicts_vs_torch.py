@@ -407,6 +407,36 @@ def test_a_transformers_classifier_saved_by_transformers_loads_with_equal_logits
   )
 
 
+def test_a_transformers_directory_of_pickled_weights_loads_as_transformers_loads_it(tmp_path):
+  """Older hub repositories hold pytorch_model.bin (or its shards and pytorch_model.bin.index.json),
+  which transformers still reads; vit_jax reads them without torch."""
+  reference = randomize(
+      transformers.ViTForImageClassification(_transformers_config(num_labels=NUM_CLASSES))
+  )
+  expected = torch_outputs(reference, images()).logits.numpy()
+  reference.save_pretrained(tmp_path / 'hf')  # The hub's names (transformers renames its modules').
+  tensors = safetensors.torch.load_file(tmp_path / 'hf' / 'model.safetensors')
+  names = list(tensors)
+  shards = {
+      'pytorch_model-00001-of-00002.bin': names[: len(names) // 2],
+      'pytorch_model-00002-of-00002.bin': names[len(names) // 2 :],
+  }
+  for directory, files in [('bin', {'pytorch_model.bin': names}), ('sharded', shards)]:
+    reference.config.save_pretrained(tmp_path / directory)
+    for file, part in files.items():
+      torch.save({name: tensors[name] for name in part}, tmp_path / directory / file)
+    if directory == 'sharded':
+      weight_map = {name: file for file, part in files.items() for name in part}
+      (tmp_path / directory / 'pytorch_model.bin.index.json').write_text(
+          json.dumps({'metadata': {}, 'weight_map': weight_map})
+      )
+    loaded = transformers.ViTForImageClassification.from_pretrained(tmp_path / directory)
+    np.testing.assert_allclose(torch_outputs(loaded, images()).logits.numpy(), expected, atol=1e-6)
+    np.testing.assert_allclose(
+        ours(str(tmp_path / directory), NUM_CLASSES, **HF_EPSILON), expected, atol=1e-4
+    )
+
+
 def test_a_transformers_vit_model_brings_its_pooler_as_the_pre_logits_layer(tmp_path):
   reference = randomize(transformers.ViTModel(_transformers_config(), add_pooling_layer=True))
   reference.save_pretrained(tmp_path / 'hf')

@@ -14,8 +14,6 @@ from vit_jax.runtime import paths
 PREFIX = 'hf-hub:'
 # The files beside the weights that the layouts read.
 _CONFIGS = ('config.json', 'preprocessor_config.json', 'open_clip_config.json')
-# A sharded checkpoint's files beside its index (transformers' names).
-_SHARDS = 'model-*.safetensors'
 
 
 def local(path: str) -> str:
@@ -25,10 +23,12 @@ def local(path: str) -> str:
 
 
 def _weights(files: list[str]) -> list[str]:
-  """The patterns of the first of torch_files' directory weights the repository holds."""
+  """The patterns of the first of torch_files' directory weights the repository holds (a sharded
+  checkpoint's index and its shards, named as transformers names them: model-00001-of-00002...)."""
   for name in torch_files.DIRECTORY_WEIGHTS:
     if name in files:
-      return [name, _SHARDS] if name.endswith('.index.json') else [name]
+      stem, _, suffix = name.removesuffix('.index.json').rpartition('.')
+      return [name, f'{stem}-*.{suffix}'] if name.endswith('.index.json') else [name]
   return []
 
 

@@ -17,12 +17,15 @@ SAFETENSORS = 'model.safetensors'
 _TORCH_SUFFIXES = ('.pth', '.pt', '.bin')
 # The weights a model directory may hold, in the order `read` prefers them: timm's or transformers'
 # (sharded: its index), then OpenCLIP's (open_clip's constants.py; laion's directories hold
-# transformers' beside them), its safetensors first.
+# transformers' beside them), its safetensors first, then transformers' pickled weights of older
+# repositories (its WEIGHTS_NAME and WEIGHTS_INDEX_NAME).
 DIRECTORY_WEIGHTS = (
     SAFETENSORS,
     f'{SAFETENSORS}.index.json',
     'open_clip_model.safetensors',
     'open_clip_pytorch_model.bin',
+    'pytorch_model.bin',
+    'pytorch_model.bin.index.json',
 )
 _SAFETENSORS_DTYPES = {
     'F64': np.float64,
@@ -115,26 +118,25 @@ def _read_torch(path: epath.Path, shapes_only: bool = False) -> StateDict:
 
 
 def read(path: str, shapes_only: bool = False) -> tuple[StateDict, dict[str, Any]]:
-  """The state dict at `path` (see `is_state_dict_path`; a sharded model.safetensors.index.json too)
-  and the config.json beside it, if any. `shapes_only`: a .safetensors file's tensors are broadcast
-  zeros of their shapes, read from its header alone."""
+  """The state dict at `path` (see `is_state_dict_path`; a sharded checkpoint's index too) and the
+  config.json beside it, if any. `shapes_only`: the tensors are broadcast zeros of their shapes,
+  read from a .safetensors file's header alone (from a PyTorch file's pickle)."""
   p = epath.Path(path)
-  if path.endswith(_TORCH_SUFFIXES):
-    files, read_file = [p], _read_torch
-  elif path.endswith('.safetensors'):
-    files, read_file = [p], read_safetensors
+  if path.endswith(('.safetensors', *_TORCH_SUFFIXES)):
+    files = [p]
   else:
     file = next((p / n for n in DIRECTORY_WEIGHTS if (p / n).is_file()), p / SAFETENSORS)
     if file.name.endswith('.index.json'):
       shards = json.loads(file.read_text())['weight_map'].values()
-      files, read_file = [p / name for name in sorted(set(shards))], read_safetensors
+      files = [p / name for name in sorted(set(shards))]
     else:
-      files, read_file = [file], _read_torch if file.suffix == '.bin' else read_safetensors
+      files = [file]
   for file in files:
     if not file.is_file():
       raise ValueError(f'no checkpoint file at {str(file)!r}: fix --config.init_from')
   state_dict = {}
   for file in files:
+    read_file = read_safetensors if file.suffix == '.safetensors' else _read_torch
     state_dict.update(read_file(file, shapes_only))
   return state_dict, beside(path, 'config.json')
 

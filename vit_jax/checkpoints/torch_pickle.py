@@ -61,8 +61,8 @@ _UNREADABLE = (
     LookupError,
     AttributeError,
 )
-# Built-in types a pickle may construct (sets, slices...): harmless, so they are made as they are.
-_BUILTINS = {t.__name__: t for t in (set, frozenset, slice, complex, bytearray, range)}
+# Built-in types a pickle may construct (sets, slices): harmless, so they are made as they are.
+_BUILTINS = {t.__name__: t for t in (set, frozenset, slice, complex)}
 
 
 class StandIn(dict):

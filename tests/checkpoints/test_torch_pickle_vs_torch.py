@@ -126,7 +126,7 @@ def test_a_torchscript_modules_tensors_read_as_its_state_dict(tmp_path):
   assert not torch_pickle.is_torchscript(str(tmp_path / 'state_dict.pt'))
 
 
-def test_a_file_on_a_path_epath_opens(tmp_path):
+def test_weights_under_state_dict_read_without_dataparallels_module_prefix(tmp_path):
   torch.save({'state_dict': {'module.w': torch.ones(2)}}, tmp_path / 'w.bin')
   state_dict = torch_pickle.state_dict(torch_pickle.load(epath.Path(tmp_path / 'w.bin')))
   test_torch_pickle.assert_equal(state_dict, {'w': np.ones(2, np.float32)})

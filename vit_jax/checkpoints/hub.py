@@ -26,9 +26,11 @@ def _weights(files: list[str]) -> list[str]:
   """The patterns of the first of torch_files' directory weights the repository holds (a sharded
   checkpoint's index and its shards, named as transformers names them: model-00001-of-00002...)."""
   for name in torch_files.DIRECTORY_WEIGHTS:
-    if name in files:
+    if name in files and name.endswith('.index.json'):
       stem, _, suffix = name.removesuffix('.index.json').rpartition('.')
-      return [name, f'{stem}-*.{suffix}'] if name.endswith('.index.json') else [name]
+      return [name, f'{stem}-*.{suffix}']
+    if name in files:
+      return [name]
   return []
 
 

@@ -83,15 +83,16 @@ def prepared_from_checkpoint(workdir, init_from: str, image_size: int, **overrid
   return setup.prepare(config, str(workdir))
 
 
-def ours(init_from: str, num_classes=None, **overrides) -> np.ndarray:
-  """Our model initialised from `init_from` through config.init_from, as a run would, on `images()`:
-  its logits, or with `num_classes=None` its pre-logits features (pooled and normalised)."""
+def ours(init_from: str, num_classes=None, inputs=None, **overrides) -> np.ndarray:
+  """Our model initialised from `init_from` through config.init_from, as a run would, on `inputs`
+  (`images()`): its logits, or with `num_classes=None` its pre-logits features (pooled and
+  normalised)."""
   config = helpers.load_config(
       'demo', {**MODEL, 'init_from': init_from, 'keep_head': num_classes is not None, **overrides}
   )
   model = classification.make_model(config, helpers.model_config(config), num_classes)
   params = run_dir.load_init_params(config, model)
-  return np.asarray(model.apply({'params': params}, images()))
+  return np.asarray(model.apply({'params': params}, images() if inputs is None else inputs))
 
 
 def timm_input(reference: torch.nn.Module, inputs: np.ndarray) -> np.ndarray:

@@ -207,7 +207,8 @@ def get_config() -> ml_collections.ConfigDict:
   config.init_from = config_dict.placeholder(str)
   config.keep_head = False
   config.keep_pre_logits = False
-  config.posemb_interpolation = 'bilinear'  # 'bilinear' (as the original code) | 'bicubic'
+  # 'bilinear' (the original code's) | 'bicubic' (timm's) | 'bilinear_antialiased' (NaFlex's).
+  config.posemb_interpolation = 'bilinear'
 
   # 'classification', or 'mpp': masked patch prediction, the paper's self-supervised pretraining.
   config.task = 'classification'

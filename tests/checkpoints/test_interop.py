@@ -6,6 +6,7 @@ The reference implementations are independent of vit_jax: scipy and PIL for the 
 extra; without them these tests fail rather than skip.
 """
 
+import struct
 import zipfile
 
 import chex
@@ -51,19 +52,16 @@ def test_bilinear_posemb_matches_scipy_zoom_on_other_grids(new_grid):
 
 
 @pytest.mark.parametrize('new_grid', [(24, 24), (7, 10)])
-def test_bicubic_posemb_matches_pil_bicubic_resize(new_grid):
+@pytest.mark.parametrize(
+    'method,pil', [('bicubic', Image.Resampling.BICUBIC), ('bilinear_antialiased', Image.BILINEAR)]
+)
+def test_jax_resized_posembs_match_pils_resize(new_grid, method, pil):
   posemb = np.random.RandomState(2).randn(1, 1 + 14 * 14, 3).astype(np.float32)
-  resized = posemb_resizing.interpolate_posemb(
-      posemb, new_grid, num_prefix_tokens=1, method='bicubic'
-  )
+  resized = posemb_resizing.interpolate_posemb(posemb, new_grid, num_prefix_tokens=1, method=method)
   grid = posemb[0, 1:].reshape(14, 14, 3)
   expected = np.stack(
       [
-          np.asarray(
-              Image.fromarray(grid[..., c], mode='F').resize(
-                  new_grid[::-1], Image.Resampling.BICUBIC
-              )
-          )
+          np.asarray(Image.fromarray(grid[..., c], mode='F').resize(new_grid[::-1], pil))
           for c in range(3)
       ],
       axis=-1,
@@ -111,6 +109,37 @@ def test_load_npz_strips_a_prefix_and_ignores_optimizer_state(tmp_path, prefix):
   loaded = npz_files.load_npz(str(path))
   assert sorted(loaded) == ['cls', 'embedding']
   np.testing.assert_array_equal(loaded['embedding']['kernel'], flat['embedding/kernel'])
+
+
+@pytest.mark.parametrize('layout', ['original', 'big_vision', 'bit'])
+def test_load_npz_shapes_only_reads_the_headers_alone(tmp_path, layout):
+  """Each array's shape, from its .npy header: a file whose every array's data is damaged (zip's
+  CRC-32 fails when an array is read to its end) gives the shapes the whole load gives. The arrays
+  are of more than the 4 KiB zipfile reads at once."""
+  rng = np.random.default_rng(0)
+  flat = {
+      'original': {'embedding/kernel': (8, 8, 3, 32), 'Transformer/encoder_norm/scale': (2048,)},
+      'big_vision': {
+          'params/img/embedding/kernel': (192, 32),
+          'params/img/pos_embedding': (8, 8, 32),
+      },
+      'bit': {'resnet/root_block/standardized_conv2d/kernel': (7, 7, 3, 64)},
+  }[layout]
+  path = tmp_path / 'model.npz'
+  np.savez(path, **{k: rng.standard_normal(shape).astype(np.float32) for k, shape in flat.items()})
+  whole = jax.tree.map(np.shape, npz_files.load_npz(str(path)))
+  data = bytearray(path.read_bytes())
+  with zipfile.ZipFile(path) as archive:
+    for info in archive.infolist():  # The last byte of each array's data (np.savez stores them).
+      local = info.header_offset
+      names, extra = struct.unpack('<HH', data[local + 26 : local + 30])
+      data[local + 30 + names + extra + info.compress_size - 1] ^= 0xFF
+  path.write_bytes(bytes(data))
+  with pytest.raises(zipfile.BadZipFile, match='CRC'):
+    npz_files.load_npz(str(path))
+  shapes = npz_files.load_npz(str(path), shapes_only=True)
+  assert jax.tree.map(np.shape, shapes) == whole
+  assert {leaf.dtype for leaf in jax.tree.leaves(shapes)} == {np.dtype(np.float32)}
 
 
 def test_load_npz_errors_name_the_file_and_the_fix(tmp_path):

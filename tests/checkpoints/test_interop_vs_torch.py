@@ -41,6 +41,14 @@ def test_bicubic_posemb_matches_timms_resample_abs_pos_embed(old, new, prefix):
       expected,
       atol=1e-5,
   )
+  # 'bilinear_antialiased' is timm's bilinear at pixel centres, antialiased (NaFlex's resize).
+  expected = resample_abs_pos_embed(
+      torch.from_numpy(posemb), [new, new], num_prefix_tokens=prefix, interpolation='bilinear'
+  ).numpy()
+  resized = posemb_resizing.interpolate_posemb(
+      posemb, (new, new), num_prefix_tokens=prefix, method='bilinear_antialiased'
+  )
+  np.testing.assert_allclose(resized, expected, atol=1e-5)
 
 
 def _timm_vit(classifier: str, num_classes: int, image_size: int) -> timm_vit.VisionTransformer:

@@ -408,6 +408,32 @@ def test_a_transformers_family_loads_with_its_features(tmp_path, family):
   )
 
 
+@pytest.mark.parametrize('size', [12, 28])
+def test_siglip2_elsewhere_than_its_grid_is_ours_resized_bilinear_antialiased(tmp_path, size):
+  """SigLIP 2 (NaFlex) resizes its 4 x 4 position embeddings to each image's grid, bilinearly at
+  pixel centres, antialiased: ours, resized once to the run's grid with that method, at 3 x 3 and
+  7 x 7."""
+  tower = transformers.Siglip2VisionModel(
+      transformers.Siglip2VisionConfig(
+          **{k: v for k, v in _TINY.items() if k != 'image_size'},
+          intermediate_size=64,
+          num_patches=16,
+      )
+  )
+  reference = randomize(_Siglip2OnImages(tower))
+  reference.save_pretrained(tmp_path / 'siglip2')
+  inputs = np.random.RandomState(1).uniform(-1, 1, (3, size, size, 3)).astype(np.float32)
+  expected = torch_outputs(reference, inputs).pooler_output.numpy()
+  features = ours(
+      str(tmp_path / 'siglip2'),
+      inputs=inputs,
+      image_size=size,
+      posemb_interpolation='bilinear_antialiased',
+      **_overrides(_FAMILIES['siglip2'][2]),
+  )
+  np.testing.assert_allclose(features, expected, atol=1e-4 * np.abs(expected).max())
+
+
 @pytest.mark.parametrize('family', list(_FAMILIES))
 def test_a_transformers_familys_fields_are_read_from_its_files(tmp_path, family):
   _, path = _saved(family, tmp_path / family)

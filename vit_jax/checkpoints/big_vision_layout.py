@@ -12,11 +12,19 @@ big_vision's models/vit.py names its modules as the original code did, but for:
 - a two-tower model's (SigLIP's) image tower under `img/`, beside `txt/` and the logit scale and
   bias `t`, `b`, which are left out.
 Every Dense, LayerNorm and GELU is flax's default: `mlp_activation=gelu_tanh` (nn.gelu's tanh form),
-`layernorm_epsilon=1e-6`, as the original code's. A NaFlex tower (a Dense patch embedding) is a
-one-line error.
+`layernorm_epsilon=1e-6`, as the original code's.
+
+A NaFlex tower (naflex_vit.py: SigLIP 2's `*_naflex.npz`) is read as the fixed-resolution ViT it
+computes on a square image whose tokens are all patches (no padding): its Dense over flattened
+(row, column, channel) patches is a P x P convolution, its [n, n, D] position embeddings are the
+n x n grid's (resized to a run's grid as it resizes them per image with
+`posemb_interpolation=bilinear_antialiased`), its `patchln_post` the LayerNorm after the embedding
+(`embed_norm`). A `patchln_pre` (a LayerNorm of the raw patches) is a one-line error.
 """
 
 from typing import Any, Mapping, Optional
+
+import math
 
 import numpy as np
 
@@ -29,6 +37,7 @@ _BLOCK_RENAMED = {
 _IMAGE_TOWER = 'img/'
 _SCANNED = 'Transformer/encoderblock/'
 _POSEMB = 'Transformer/posembed_input/pos_embedding'
+_NAFLEX_PATCH_NORM = 'patchln_post/'
 
 
 def recognises(flat: Mapping[str, Any]) -> bool:
@@ -45,11 +54,8 @@ def original(flat: Mapping[str, np.ndarray], path: str) -> dict[str, np.ndarray]
   """A big_vision checkpoint's flat tree in the original ViT layout (the image tower's)."""
   if any(key.startswith(_IMAGE_TOWER) for key in flat):
     flat = {k[len(_IMAGE_TOWER) :]: v for k, v in flat.items() if k.startswith(_IMAGE_TOWER)}
-  if 'embedding/kernel' in flat and np.ndim(flat['embedding/kernel']) != 4:
-    raise ValueError(
-        f'{path}: a big_vision NaFlex tower (a Dense patch embedding of patches of any shape), '
-        "which vit_jax's ViT does not compute; pick a fixed-resolution checkpoint"
-    )
+  if 'embedding/kernel' in flat and np.ndim(flat['embedding/kernel']) == 2:
+    flat = _naflex_as_fixed(flat, path)
   converted = {}
   for key, value in flat.items():
     if key.startswith(_SCANNED):
@@ -66,6 +72,32 @@ def original(flat: Mapping[str, np.ndarray], path: str) -> dict[str, np.ndarray]
     else:
       converted[key] = value
   return converted
+
+
+def _naflex_as_fixed(flat: Mapping[str, np.ndarray], path: str) -> dict[str, np.ndarray]:
+  """A NaFlex tower's flat tree as big_vision's fixed-resolution ViT's (see the module's docstring)."""
+  if any(key.startswith('patchln_pre/') for key in flat):
+    raise ValueError(
+        f'{path}: a big_vision NaFlex tower with patchln_pre (a LayerNorm of the raw patches), '
+        "which vit_jax's ViT does not compute; pick a checkpoint without it"
+    )
+  rows, width = flat['embedding/kernel'].shape
+  patch = math.isqrt(rows // 3)
+  if patch * patch * 3 != rows:
+    raise ValueError(
+        f'{path}: a big_vision NaFlex patch embedding of {rows} inputs, which are not the pixels '
+        'of a square RGB patch (P x P x 3)'
+    )
+  fixed = {}
+  for key, value in flat.items():
+    if key == 'embedding/kernel':
+      value = value.reshape(patch, patch, 3, width)
+    elif key == 'pos_embedding':
+      value = value.reshape(1, -1, width)
+    elif key.startswith(_NAFLEX_PATCH_NORM):
+      key = 'embedding_norm/' + key[len(_NAFLEX_PATCH_NORM) :]
+    fixed[key] = value
+  return fixed
 
 
 def _with_class_row(posemb: np.ndarray, class_token: bool) -> np.ndarray:
@@ -104,6 +136,7 @@ def architecture(tree: Mapping[str, Any], path: str) -> dict[str, Any]:
       'classifier': 'map' if map_head else 'token' if 'cls' in tree else 'gap',
       'posemb': 'learn' if 'posembed_input' in encoder else 'sincos2d',
       'representation_size': _units(tree.get('pre_logits')),
+      'embed_norm': 'embedding_norm' in tree,
       'rope': False,
   }
   if map_head:

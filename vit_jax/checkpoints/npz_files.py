@@ -9,7 +9,7 @@ vit_jax/checkpoints/checkpoint.py.
 """
 
 import zipfile
-from typing import Any
+from typing import Any, BinaryIO
 
 import jax
 import ml_dtypes
@@ -26,10 +26,12 @@ _NPZ_PREFIXES = (
 )  # Older Flax optimizer checkpoints; trees saved with a root.
 
 
-def load_npz(path: str) -> dict[str, Any]:
+def load_npz(path: str, shapes_only: bool = False) -> dict[str, Any]:
   """The nested parameter tree of an `.npz` in the original ViT layout (keys joined by '/'), in
   big_vision's (its image tower, converted to the original layout), or in the published BiT layout
-  (`resnet/...`, converted to our BiT's tree)."""
+  (`resnet/...`, converted to our BiT's tree). `shapes_only`: only each array's header is read, and
+  each is a broadcast float32 zero of its shape (no memory: what config.variant='checkpoint' and the
+  planner read of a file of gigabytes)."""
   if not epath.Path(path).is_file():
     raise ValueError(
         f'no checkpoint file at {path!r}: download it (e.g. gsutil cp '
@@ -42,8 +44,11 @@ def load_npz(path: str) -> dict[str, Any]:
           'layout, or the workdir of a vit_jax run, as --config.init_from'
       )
     f.seek(0)
-    with np.load(f, allow_pickle=False) as npz:
-      flat = {key: _float32(npz[key]) for key in npz.files}
+    if shapes_only:
+      flat = _shapes(f)
+    else:
+      with np.load(f, allow_pickle=False) as npz:
+        flat = {key: _float32(npz[key]) for key in npz.files}
   for prefix in _NPZ_PREFIXES:
     if any(key.startswith(prefix) for key in flat):
       # The rest of such a file (e.g. `opt/state/...`) is optimizer state, not parameters.
@@ -54,6 +59,30 @@ def load_npz(path: str) -> dict[str, Any]:
   if big_vision_layout.recognises(flat):
     flat = big_vision_layout.original(flat, path)
   return traverse_util.unflatten_dict(flat, sep='/')
+
+
+# The readers of the `.npy` header versions NumPy writes for numeric arrays.
+_NPY_HEADERS = {
+    (1, 0): np.lib.format.read_array_header_1_0,
+    (2, 0): np.lib.format.read_array_header_2_0,
+}
+
+
+def _shapes(f: BinaryIO) -> dict[str, np.ndarray]:
+  """Broadcast float32 zeros of the shapes of an `.npz` file's arrays, from their `.npy` headers
+  (another header version's array is read whole)."""
+  shapes = {}
+  with zipfile.ZipFile(f) as archive:
+    for name in archive.namelist():
+      with archive.open(name) as member:
+        version = np.lib.format.read_magic(member)
+        if version in _NPY_HEADERS:
+          shape = _NPY_HEADERS[version](member)[0]
+        else:
+          member.seek(0)
+          shape = np.lib.format.read_array(member, allow_pickle=False).shape
+      shapes[name.removesuffix('.npy')] = np.broadcast_to(np.zeros((), np.float32), shape)
+  return shapes
 
 
 def _float32(array: np.ndarray) -> np.ndarray:

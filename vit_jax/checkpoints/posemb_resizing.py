@@ -1,6 +1,7 @@
 """Learned position embeddings resized to another patch grid, the arrays alone: the 1-D ones of a
 square grid (the class, distillation and register tokens before it kept), the first one or two axes
-of the others (2-D embeddings, relative biases). 'bilinear' as the original ViT code, or 'bicubic'.
+of the others (2-D embeddings, relative biases). 'bilinear' as the original ViT code, 'bicubic' as
+timm, or 'bilinear_antialiased' as big_vision's NaFlex ViT.
 `resize_param` tells them apart by their names in a flat tree (posemb.py's); which trees are fitted
 to which model is vit_jax/checkpoints/adapting.py's.
 """
@@ -18,7 +19,10 @@ POSEMB_PARAM = re.compile(r'(^|/)(posembed_input|posembed|relative_posemb)/')
 _POSEMB_1D = re.compile(r'(^|/)(posembed_input|posembed)/pos_embedding$')
 POSEMB_AXIS = re.compile(r'(^|/)(posembed_input|posembed)/(?P<axis>x|y)_embedding$')
 _RELATIVE = re.compile(r'(^|/)relative_posemb/relative_bias$')
-POSEMB_METHODS = ('bilinear', 'bicubic')
+# The methods jax.image.resize computes (pixel centres, antialiased when shrinking: PIL's kernels),
+# by their names there.
+_RESIZED_BY_JAX = {'bicubic': 'bicubic', 'bilinear_antialiased': 'linear'}
+POSEMB_METHODS = ('bilinear', *_RESIZED_BY_JAX)
 
 
 def _linear_weights(size_in: int, size_out: int) -> np.ndarray:
@@ -51,10 +55,12 @@ def resize_leading(
   """`array` with its first one or two axes resized to `sizes`, the others kept (the embedding width,
   the heads); float64 for 'bilinear' (see `interpolate_posemb` for the methods)."""
   check_posemb_method(method)
-  if method == 'bicubic':
+  if method in _RESIZED_BY_JAX:
     return np.asarray(
         jax.image.resize(
-            array.astype(np.float32), tuple(sizes) + array.shape[len(sizes) :], 'bicubic'
+            array.astype(np.float32),
+            tuple(sizes) + array.shape[len(sizes) :],
+            _RESIZED_BY_JAX[method],
         )
     )
   weights = [_linear_weights(n, size) for n, size in zip(array.shape, sizes)]
@@ -74,7 +80,8 @@ def interpolate_posemb(
   The prefix (class token) embeddings are kept as they are; the square grid of the others is resized.
   'bilinear' aligns the corner samples, exactly as the original code's `scipy.ndimage.zoom(order=1)`;
   'bicubic' is `jax.image.resize` (half-pixel centres, Keys cubic a=-0.5, antialiased when shrinking;
-  the same as PIL's bicubic resize).
+  the same as PIL's bicubic resize), 'bilinear_antialiased' its linear one (PIL's bilinear resize;
+  big_vision's NaFlex ViT resizes its position embeddings so to each image's grid).
   """
   check_posemb_method(method)
   prefix, grid = posemb[:, :num_prefix_tokens], posemb[0, num_prefix_tokens:]

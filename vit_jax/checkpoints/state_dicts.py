@@ -149,7 +149,7 @@ def architecture(path: str) -> dict[str, Any]:
   (big_vision_layout.architecture): what config.variant='checkpoint' builds. A field neither shows is
   left out."""
   if path.endswith('.npz'):
-    return big_vision_layout.architecture(npz_files.load_npz(path), path)
+    return big_vision_layout.architecture(npz_files.load_npz(path, shapes_only=True), path)
   shapes, config = torch_files.read(path, shapes_only=True)
   return LAYOUTS[_layout(shapes, path)].architecture(shapes, config, path)
 

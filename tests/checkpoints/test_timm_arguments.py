@@ -4,10 +4,18 @@ merged with its model_args as timm merges them. The state dicts are our export's
 so no timm is needed here; the comparisons with timm's own models are
 test_timm_architectures_vs_torch.py's."""
 
+import json
+
 import pytest
 
 import helpers
-from vit_jax.checkpoints import timm_architecture, timm_export, timm_export_tensors
+from vit_jax.checkpoints import (
+    state_dicts,
+    timm_architecture,
+    timm_export,
+    timm_export_tensors,
+    torch_files,
+)
 from vit_jax.models import VisionTransformer
 
 PATH = 'ck'
@@ -198,3 +206,18 @@ def test_what_timms_beit_cannot_hold_is_one_line(fields, message):
       ValueError, match=r"^timm's Beit \(the class of relative position biases\) has no " + message
   ):
     timm_export.export(None, model, 16, 10, pp_eval={'crop': 'resize'})
+
+
+def test_timms_naflexvit_is_one_line_naming_where_siglip2_naflex_loads(tmp_path):
+  renamed = {}
+  for name, tensor in _state_dict().items():
+    if name == 'patch_embed.proj.weight':  # timm's Linear over (row, column, channel) patches.
+      name, tensor = 'embeds.proj.weight', tensor.transpose(0, 2, 3, 1).reshape(len(tensor), -1)
+    renamed[name.replace('pos_embed', 'embeds.pos_embed')] = tensor
+  torch_files.write_safetensors(renamed, str(tmp_path / 'model.safetensors'))
+  (tmp_path / 'config.json').write_text(
+      json.dumps({'architecture': 'naflexvit_base_patch16_siglip'})
+  )
+  with pytest.raises(ValueError, match="timm's NaFlexVit .*siglip2_.*_naflex.npz") as error:
+    state_dicts.architecture(str(tmp_path))
+  assert '\n' not in str(error.value)

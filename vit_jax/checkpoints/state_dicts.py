@@ -135,6 +135,12 @@ def _layout(state_dict: StateDict, path: str) -> str:
   for name, layout in LAYOUTS.items():
     if layout.recognises(state_dict):
       return name
+  if 'embeds.proj.weight' in state_dict:
+    raise ValueError(
+        f"{path}: timm's NaFlexVit (naflexvit_*, its patch embedding `embeds.proj`), which vit_jax "
+        "does not read; SigLIP 2's NaFlex towers load from big_vision's siglip2_*_naflex.npz or "
+        "transformers' google/siglip2-*-naflex"
+    )
   examples = ', '.join(repr(k) for k in sorted(state_dict)[:3])
   raise ValueError(
       f'{path}: a state dict of another model ({len(state_dict)} tensors, e.g. {examples}): '

@@ -22,9 +22,8 @@ n x n grid's (resized to a run's grid as it resizes them per image with
 (`embed_norm`). A `patchln_pre` (a LayerNorm of the raw patches) is a one-line error.
 """
 
-from typing import Any, Mapping, Optional
-
 import math
+from typing import Any, Mapping, Optional
 
 import numpy as np
 

@@ -140,6 +140,12 @@ def load_config(name: str, overrides: dict | None = None) -> ml_collections.Conf
   return config
 
 
+# configs/demo.py's size fields, unset: config.variant='checkpoint' fills them from the checkpoint.
+UNSET_SIZES = {
+    f'model.{name}': None for name in ('hidden_size', 'num_layers', 'num_heads', 'mlp_dim')
+}
+
+
 def main_args(config_file: str, workdir: str, overrides: dict) -> list[str]:
   return [
       sys.executable,

@@ -60,19 +60,13 @@ def torch_outputs(module: torch.nn.Module, inputs: np.ndarray, **kwargs) -> torc
     return module(torch.from_numpy(inputs.transpose(0, 3, 1, 2)), **kwargs)  # PyTorch takes NCHW.
 
 
-# configs/demo.py's size fields, unset: config.variant='checkpoint' fills them from the checkpoint.
-UNSET_SIZES = {
-    f'model.{name}': None for name in ('hidden_size', 'num_layers', 'num_heads', 'mlp_dim')
-}
-
-
 def prepared_from_checkpoint(workdir, init_from: str, image_size: int, **overrides) -> setup.Setup:
   """The demo's run set up with config.variant='checkpoint' on `init_from` at `image_size`, keeping
   its head: the model as setup builds it from the files."""
   config = helpers.load_config(
       'demo',
       {
-          **UNSET_SIZES,
+          **helpers.UNSET_SIZES,
           'variant': 'checkpoint',
           'init_from': init_from,
           'image_size': image_size,

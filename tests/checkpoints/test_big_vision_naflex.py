@@ -14,9 +14,6 @@ from vit_jax.train import setup
 
 PATCH, WIDTH, HEADS, MLP, DEPTH, CLASSES, NPOSEMB = 4, 32, 2, 64, 2, 10, 6
 SIZE = PATCH * NPOSEMB  # The grid of its position embeddings: NaFlex resizes nothing there.
-UNSET_SIZES = {
-    f'model.{name}': None for name in ('hidden_size', 'num_layers', 'num_heads', 'mlp_dim')
-}
 
 
 def _reference(pool_type: str = 'map', patchln_post: bool = False) -> tuple[NaFlexViT, dict]:
@@ -72,7 +69,7 @@ def _prepared(workdir, init_from: str, size: int, **overrides) -> setup.Setup:
   config = helpers.load_config(
       'demo',
       {
-          **UNSET_SIZES,
+          **helpers.UNSET_SIZES,
           'variant': 'checkpoint',
           'init_from': init_from,
           'image_size': size,

@@ -18,7 +18,6 @@ from open_clip.push_to_hf_hub import save_for_hf
 
 import helpers
 from torch_references import (
-    UNSET_SIZES,
     prepared_from_checkpoint,
     randomize,
     timm_input,
@@ -115,7 +114,7 @@ def _ours(path: str, has_head: bool, inputs: np.ndarray) -> tuple[np.ndarray, di
   config = helpers.load_config(
       'demo',
       {
-          **UNSET_SIZES,
+          **helpers.UNSET_SIZES,
           'variant': 'checkpoint',
           'init_from': path,
           'image_size': SIZE,

@@ -74,6 +74,7 @@ def test_another_dataset_with_the_same_classes_measures_the_same_images_alike(
           'data_dir': sorted_digits_folder,
           'total_steps': 4,
           'eval_every_steps': 4,
+          'data_workers': 0,  # Worker processes cost 17 s to start here, and are not the subject.
       },
   )
   config.evals.digits_test = dict(

@@ -1,9 +1,10 @@
 """The batches of grain's worker processes, handed over through each worker's ring of shared slots
-(vit_jax/data/batching.py): the same batches as in this process, whatever the consumer keeps, and
-nothing left behind."""
+(vit_jax/data/batching.py, ring.py): the same batches as in this process, whatever the consumer
+keeps, and nothing left behind; an evaluation's passes from workers started once."""
 
 import gc
 import itertools
+import multiprocessing
 import os
 import time
 
@@ -13,9 +14,10 @@ import pytest
 import helpers
 from vit_jax import data
 from vit_jax.data import batching
+from vit_jax.data import ring
 
 pytestmark = pytest.mark.skipif(
-    not batching._RING_SUPPORTED, reason='the ring is Linux-only'  # pylint: disable=protected-access
+    not ring.SUPPORTED, reason='the ring is Linux-only'
 )
 
 
@@ -109,7 +111,7 @@ def test_nothing_of_the_ring_outlives_its_iterator():
 
 
 def test_a_slot_holds_every_array_of_the_spec_aligned():
-  fields, slot_bytes = batching._layout(  # pylint: disable=protected-access
+  fields, slot_bytes = ring._layout(  # pylint: disable=protected-access
       {'image': ((5, 5, 3), np.uint8), 'label': ((), np.int32), 'mask': ((), bool)}, 3
   )
   assert [(name, shape) for name, shape, _, _ in fields] == [
@@ -137,5 +139,76 @@ def test_a_row_without_a_field_of_the_spec_is_an_error_not_stale_pixels(workers)
     np.testing.assert_array_equal(next(batches)['label'], [0, 1, 2, 3])
     with pytest.raises(ValueError, match=r"row 5 has \['image'\], not \['image', 'label'\]"):
       next(batches)
+  finally:
+    batches.close()
+
+
+def _slot_bytes_in_memory() -> int:
+  """Bytes of the rings' memfds that hold pages (a released slot holds none)."""
+  blocks = 0
+  for fd in os.listdir('/proc/self/fd'):
+    try:
+      if 'vit_jax-batches' in os.readlink(f'/proc/self/fd/{fd}'):
+        blocks += os.stat(f'/proc/self/fd/{fd}').st_blocks
+    except FileNotFoundError:
+      pass
+  return blocks * 512
+
+
+def test_passes_are_the_same_batches_from_workers_started_once():
+  want = list(data.eval_iterator(_config(0), 'test', local_batch_size=64))
+  passes = data.eval_passes(_config(2), 'test', local_batch_size=64)
+  try:
+    workers = None
+    for _ in range(3):
+      got = list(passes())
+      assert len(got) == len(want) == 6
+      for g, w in zip(got, want):
+        for name in w:
+          np.testing.assert_array_equal(g[name], w[name])
+      pids = sorted(child.pid for child in multiprocessing.active_children())
+      assert len(pids) >= 2 and pids == (workers or pids)  # The same processes every pass.
+      workers = pids
+      time.sleep(1)  # Long enough for a worker to build ahead, which the gate must stop:
+      assert _slot_bytes_in_memory() == 0  # no batch is held between passes.
+  finally:
+    passes.close()
+  deadline = time.monotonic() + 10  # The workers, each waiting for a pass, end at once.
+  while multiprocessing.active_children() and time.monotonic() < deadline:
+    time.sleep(0.1)
+  assert not multiprocessing.active_children()
+
+
+def test_a_pass_left_unfinished_is_read_to_its_end_and_the_next_starts_at_batch_0():
+  want = list(data.eval_iterator(_config(0), 'test', local_batch_size=64))
+  passes = data.eval_passes(_config(2), 'test', local_batch_size=64)
+  try:
+    first = passes()
+    np.testing.assert_array_equal(next(first)['image'], want[0]['image'])
+    del first  # As a consumer whose step raised: 5 batches of the pass not read.
+    got = list(passes())
+    assert len(got) == 6
+    for g, w in zip(got, want):
+      np.testing.assert_array_equal(g['image'], w['image'])
+  finally:
+    passes.close()
+
+
+def test_passes_after_close_start_their_workers_again():
+  passes = data.eval_passes(_config(2), 'test', local_batch_size=64)
+  try:
+    before = [b['label'] for b in passes()]
+    passes.close()
+    np.testing.assert_array_equal([b['label'] for b in passes()], before)
+  finally:
+    passes.close()
+
+
+def test_an_evaluation_starts_no_more_workers_than_it_has_batches():
+  config = _config(4)
+  batches = data.eval_iterator(config, 'test', local_batch_size=256)  # 2 batches.
+  try:
+    next(batches)
+    assert len(multiprocessing.active_children()) == 2
   finally:
     batches.close()

@@ -1,6 +1,7 @@
 """Evaluators on another dataset with the run's classes: a split of it (as ImageNet-V2 beside ImageNet),
-and multi-label top-1 (as ImageNet-ReaL); the eval loss; empty splits."""
+and multi-label top-1 (as ImageNet-ReaL); the eval loss; empty splits; their worker processes."""
 
+import multiprocessing
 import re
 
 import jax
@@ -85,6 +86,34 @@ def test_another_dataset_with_the_same_classes_measures_the_same_images_alike(
   assert metrics['digits_test_top1'] == pytest.approx(metrics['eval_top1'])
   assert metrics['digits_test_loss'] == pytest.approx(metrics['eval_loss'], rel=1e-5)
   assert 0.0 <= metrics['real_top1'] <= metrics['real_top5'] <= 1.0
+
+
+@pytest.mark.slow  # 20 s: eight worker processes start.
+def test_evaluators_keep_their_workers_between_evaluations_and_the_run_ends_them(
+    tmp_path, sorted_digits_folder
+):
+  config = helpers.load_config(
+      'demo',
+      {
+          **helpers.TINY,
+          'dataset': 'folder',
+          'data_dir': sorted_digits_folder,
+          'total_steps': 4,
+          'eval_every_steps': 2,
+          'data_workers': 2,
+      },
+  )
+  config.evals.fewshot_run = dict(type='fewshot', every_steps=2, shots=(1,), seeds=1, l2_reg=4.0)
+  setup = train_setup.prepare(config, str(tmp_path / 'run'))
+  evaluator = {e.name: e for e in setup.evaluators}['eval']
+  params = helpers.random_params(setup.model, config.image_size)
+  first = evaluator(params)
+  workers = multiprocessing.active_children()
+  assert len(workers) == 2
+  assert evaluator(params) == first and multiprocessing.active_children() == workers
+  metrics = loop.train_and_evaluate(setup)  # Two evaluations by each evaluator, then the end:
+  assert not multiprocessing.active_children()  # no worker outlives the run.
+  assert metrics['fewshot_run_1shot'] > 0
 
 
 def test_another_dataset_with_other_classes_is_a_one_line_error(tmp_path, data_dir):

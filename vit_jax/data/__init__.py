@@ -8,6 +8,10 @@ as per-host numpy batches, without TensorFlow (grain, PIL, numpy).
       ...
     for batch in data.eval_iterator(config, config.eval_split, local_batch_size=b, ...):
       ...  # batch['mask'] is False on padding rows.
+    passes = data.eval_passes(config, config.eval_split, local_batch_size=b, ...)
+    for batch in passes():  # The same batches at every call, from workers started once.
+      ...
+    passes.close()
 
 A split is a split name, or for a tensorflow_datasets dataset or the digits a slice of one (e.g.
 train_split 'train[:90%]' and eval_split 'train[90%:]' hold out a minival); for an image folder, a
@@ -15,6 +19,7 @@ sub-folder.
 """
 
 from vit_jax.data.pipeline import eval_iterator
+from vit_jax.data.pipeline import eval_passes
 from vit_jax.data.pipeline import num_data_shards
 from vit_jax.data.pipeline import num_eval_batches
 from vit_jax.data.pipeline import train_iterator

@@ -202,6 +202,27 @@ class _EvalRows:
     return {'image': image, **labels, 'mask': np.True_}
 
 
+def _eval_batches(
+    config: ml_collections.ConfigDict,
+    split: str,
+    local_batch_size: int,
+    process_index: int,
+    process_count: int,
+    label_feature: str | None,
+) -> tuple[_EvalRows, dict, int, int]:
+  """(rows, spec, batches, workers) of this host's evaluation batches; no more workers than
+  batches (a worker with none would only start and stop)."""
+  source = sources.checked_source(config, label_feature)
+  num_batches = num_eval_batches(
+      source.examples(split).num_records,
+      local_batch_size=local_batch_size,
+      process_count=process_count,
+  )
+  rows = _EvalRows(config, source, source.examples(split, process_index, process_count))
+  spec = {name: (value.shape, value.dtype) for name, value in rows.padding.items()}
+  return rows, spec, num_batches, min(_num_workers(config, source), num_batches)
+
+
 def eval_iterator(
     config: ml_collections.ConfigDict,
     split: str,
@@ -220,20 +241,31 @@ def eval_iterator(
   Labels are of `label_feature`, by default (None) config.label_feature: callers that pass none (the
   few-shot evaluator) follow the run. A multi-label `label_feature` (a tfds Sequence of ClassLabel, as
   ImageNet-ReaL's 'real_label') gives 'labels' (multi-hot bool [b, classes]) instead of 'label'.
+  `eval_passes` gives the same batches pass after pass.
   """
-  source = sources.checked_source(config, label_feature)
-  num_batches = num_eval_batches(
-      source.examples(split).num_records,
-      local_batch_size=local_batch_size,
-      process_count=process_count,
+  rows, spec, num_batches, workers = _eval_batches(
+      config, split, local_batch_size, process_index, process_count, label_feature
   )
-  records = source.examples(split, process_index, process_count)
-  rows = _EvalRows(config, source, records)
   return batching.iterate(
-      rows,
-      {name: (value.shape, value.dtype) for name, value in rows.padding.items()},
-      batch_size=local_batch_size,
-      first=0,
-      end=num_batches,
-      workers=_num_workers(config, source),
+      rows, spec, batch_size=local_batch_size, first=0, end=num_batches, workers=workers
+  )
+
+
+def eval_passes(
+    config: ml_collections.ConfigDict,
+    split: str,
+    *,
+    local_batch_size: int,
+    process_index: int = 0,
+    process_count: int = 1,
+    label_feature: str | None = None,
+) -> batching.Passes:
+  """`eval_iterator`'s batches at every call of the result (one pass each), from worker processes
+  that start at the first pass and wait between passes (`batching.Passes`): an evaluator's data.
+  Its `close()` ends them."""
+  rows, spec, num_batches, workers = _eval_batches(
+      config, split, local_batch_size, process_index, process_count, label_feature
+  )
+  return batching.Passes(
+      rows, spec, batch_size=local_batch_size, num_batches=num_batches, workers=workers
   )

@@ -18,6 +18,9 @@ class Evaluator(Protocol):
   def __call__(self, params: Any) -> dict[str, float]:
     """Metrics of `params` (in any layout the model applies), names without the prefix."""
 
+  def close(self) -> None:
+    """Ends the data worker processes it keeps between evaluations; a later call starts them."""
+
 
 @dataclasses.dataclass(frozen=True)
 class Context:

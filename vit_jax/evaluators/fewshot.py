@@ -136,8 +136,18 @@ class FewShotEvaluator:
       eval_split: Optional[str] = None,
   ):
     self.name, self.every_steps = name, every_steps
-    self._config, self._mesh = config, mesh
+    self._mesh = mesh
     self._splits = (train_split or config.train_split, eval_split or config.eval_split)
+    self._passes = {
+        split: data.eval_passes(
+            config,
+            split,
+            local_batch_size=config.eval_batch_size // jax.process_count(),
+            process_index=jax.process_index(),
+            process_count=jax.process_count(),
+        )
+        for split in self._splits
+    }
     self._shots, self._seeds, self._l2_reg = tuple(shots), seeds, l2_reg
     self._num_classes = num_classes
     self._features_fn = jax.jit(
@@ -145,16 +155,10 @@ class FewShotEvaluator:
     )
 
   def features(self, params: Any, split: str) -> tuple[np.ndarray, np.ndarray]:
-    """Features [n, D] and labels [n] of every example of `split`, eval-preprocessed."""
+    """Features [n, D] and labels [n] of every example of `split` (its train or eval split),
+    eval-preprocessed."""
     feats, labels = [], []
-    local_batch_size = self._config.eval_batch_size // jax.process_count()
-    for local in data.eval_iterator(
-        self._config,
-        split,
-        local_batch_size=local_batch_size,
-        process_index=jax.process_index(),
-        process_count=jax.process_count(),
-    ):
+    for local in self._passes[split]():
       out = jax.device_get(self._features_fn(params, sharding.global_batch(local, self._mesh)))
       feats.append(out['features'][out['mask']])
       labels.append(out['label'][out['mask']])
@@ -201,6 +205,10 @@ class FewShotEvaluator:
         f'{n}shot': accuracy
         for n, accuracy in self.accuracies(params, skip_unfillable=True).items()
     }
+
+  def close(self) -> None:
+    for passes in self._passes.values():
+      passes.close()
 
 
 def build(name: str, fields: ml_collections.ConfigDict, context: Context) -> FewShotEvaluator:

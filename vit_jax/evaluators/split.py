@@ -47,21 +47,20 @@ class SplitEvaluator:
       label_feature: str | None = None,
   ):
     self.name, self.every_steps = name, every_steps
-    self._config, self._split, self._mesh = config, split, mesh
-    self._label_feature = label_feature
+    self._split, self._mesh = split, mesh
+    self._passes = data.eval_passes(
+        config,
+        split,
+        local_batch_size=config.eval_batch_size // jax.process_count(),
+        process_index=jax.process_index(),
+        process_count=jax.process_count(),
+        label_feature=label_feature,
+    )
     self._eval_fn = jax.jit(sharding.with_activation_sharding(eval_step, mesh))
 
   def __call__(self, params: Any) -> dict[str, float]:
-    local_batch = self._config.eval_batch_size // jax.process_count()
     totals, in_flight = None, dispatch.BoundedDispatch()
-    for batch in data.eval_iterator(
-        self._config,
-        self._split,
-        local_batch_size=local_batch,
-        process_index=jax.process_index(),
-        process_count=jax.process_count(),
-        label_feature=self._label_feature,
-    ):
+    for batch in self._passes():
       sums = self._eval_fn(params, sharding.global_batch(batch, self._mesh))
       totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
       in_flight.add(totals)
@@ -77,6 +76,9 @@ class SplitEvaluator:
     return {
         metric: float(totals[key]) / count for metric, key in METRIC_SUMS.items() if key in totals
     }
+
+  def close(self) -> None:
+    self._passes.close()
 
 
 def other_dataset(

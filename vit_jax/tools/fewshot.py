@@ -66,7 +66,10 @@ def evaluate_checkpoint(
       eval_split=run.get('eval_split'),
   )
   params = jax.device_put(trained.params, sharding.replicated(mesh))
-  return evaluator.accuracies(params), used
+  try:
+    return evaluator.accuracies(params), used
+  finally:
+    evaluator.close()
 
 
 def format_table(accuracies: dict[int, float]) -> str:

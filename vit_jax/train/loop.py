@@ -167,6 +167,8 @@ def _train(setup: Setup, watchdog: Watchdog) -> dict[str, float]:
     # Now, not when the interpreter ends, where grain's clean-up of its worker processes would find
     # its modules gone (a traceback on the console per worker).
     train_iter.close()
+    for evaluator in setup.evaluators:
+      evaluator.close()
     notice.close()
     watchdog.phase('waiting for the checkpoint saves to finish')
     try:

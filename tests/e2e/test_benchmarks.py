@@ -197,6 +197,23 @@ def test_input_pipeline_reads_generated_jpegs():
   ), out
 
 
+def test_eval_passes_times_kept_workers_against_new_ones():
+  out = _run(
+      'eval_passes.py',
+      '--num_images=16',
+      '--image_size=32',
+      '--batch=8',
+      '--workers=1',
+      '--passes=2',
+      '--rounds=1',
+      '--header',
+  )
+  row = re.search(r'\| 16 \| 32 \| 8 \| 1 \| 1 \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|', out)
+  assert row, out
+  fresh, _, kept, ratio = (float(x) for x in row.groups())
+  assert ratio == pytest.approx(kept / fresh, abs=0.01)
+
+
 def test_recipes_trains_each_recipe_and_prints_its_row(data_dir):
   out = _run('recipes.py', '--steps=2', '--only=all four', f'--data_dir={data_dir}', '--header')
   rows = [line for line in out.splitlines() if line.startswith('| + all four |')]

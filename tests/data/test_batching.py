@@ -16,9 +16,7 @@ from vit_jax import data
 from vit_jax.data import batching
 from vit_jax.data import ring
 
-pytestmark = pytest.mark.skipif(
-    not ring.SUPPORTED, reason='the ring is Linux-only'
-)
+pytestmark = pytest.mark.skipif(not ring.SUPPORTED, reason='the ring is Linux-only')
 
 
 def _config(workers: int):

@@ -208,7 +208,9 @@ def test_eval_passes_times_kept_workers_against_new_ones():
       '--rounds=1',
       '--header',
   )
-  row = re.search(r'\| 16 \| 32 \| 8 \| 1 \| 1 \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|', out)
+  row = re.search(
+      r'\| 16 \| 32 \| 8 \| 1 \| 1 \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|', out
+  )
   assert row, out
   fresh, _, kept, ratio = (float(x) for x in row.groups())
   assert ratio == pytest.approx(kept / fresh, abs=0.01)

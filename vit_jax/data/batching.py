@@ -189,12 +189,9 @@ class Passes:
     self._unread = 0  # Batches of the last pass opened that are not yet read.
 
   def __call__(self) -> Iterator[dict[str, np.ndarray]]:
-    if not self._workers or not ring_lib.SUPPORTED:
-      yield from self._one_stream()
-      return
     if self._batches is None:
       self._ring = ring_lib.ring_or_none(self._spec, self._batch_size, self._workers, gated=True)
-      if self._ring is None:  # Shared memory refused: no gate either.
+      if self._ring is None:  # Threads, off Linux, or shared memory refused: no gate either.
         yield from self._one_stream()
         return
       batches = _Batches(
@@ -216,14 +213,9 @@ class Passes:
     self._ring.release()
 
   def _one_stream(self) -> Iterator[dict[str, np.ndarray]]:
-    batches = iterate(
-        self._row,
-        self._spec,
-        batch_size=self._batch_size,
-        first=0,
-        end=self._num_batches,
-        workers=self._workers,
-    )
+    """This pass's batches from threads or workers of its own, without a ring (there is none)."""
+    batches = _Batches(self._row, self._spec, self._batch_size)
+    batches = _start(grain.MapDataset.range(self._num_batches).map(batches), self._workers, None)
     try:
       yield from batches
     finally:

@@ -18,9 +18,11 @@ os.environ['XLA_FLAGS'] = ' '.join(
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 # One persistent XLA compilation cache for the run, its xdist workers and the vit_jax processes tests
 # start: the suite compiles the same tiny models over and over, in many processes.
+# Hugging Face datasets' converted splits go to a folder of the run too, not the user's cache.
 if 'JAX_COMPILATION_CACHE_DIR' not in os.environ:
   os.environ.update(
       JAX_COMPILATION_CACHE_DIR=tempfile.mkdtemp(prefix='vit_jax_tests_xla_cache_'),
+      VIT_JAX_DATASETS_CACHE=tempfile.mkdtemp(prefix='vit_jax_tests_datasets_'),
       VIT_JAX_TESTS_CACHE_OWNER=str(os.getpid()),
       JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS='0',
       JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES='0',
@@ -69,6 +71,7 @@ def pytest_unconfigure(config):
       os.getpid()
   ):  # pytest itself (exec keeps the pid).
     shutil.rmtree(os.environ['JAX_COMPILATION_CACHE_DIR'], ignore_errors=True)
+    shutil.rmtree(os.environ['VIT_JAX_DATASETS_CACHE'], ignore_errors=True)
 
 
 # The comparisons with the torch-based peers need `make test-all`'s extra; without it (`make test`'s

@@ -13,14 +13,15 @@ def get_config() -> ml_collections.ConfigDict:
   config = ml_collections.ConfigDict()
   config.seed = 0  # Any signed 64-bit integer.
 
-  # Data: 'digits' (bundled, offline), 'folder' (data_dir = root with train/ and test/ class folders)
-  # or any tensorflow_datasets name.
+  # Data: 'digits' (bundled, offline), 'folder' (data_dir = root with train/ and test/ class folders),
+  # 'huggingface' (data_dir = a Hugging Face dataset on disk) or any tensorflow_datasets name.
   config.dataset = 'digits'
   config.data_dir = config_dict.placeholder(str)
   config.train_split = 'train'
   config.eval_split = 'test'
-  # The tfds ClassLabel feature the run trains and evaluates on (its classes are the model's), e.g.
-  # cifar100's 'coarse_label' for its 20 superclasses; image folders and VTAB tasks have only 'label'.
+  # The tfds ClassLabel feature (a Hugging Face dataset's label column) the run trains and evaluates
+  # on (its classes are the model's), e.g. cifar100's 'coarse_label' for its 20 superclasses; image
+  # folders and VTAB tasks have only 'label'.
   config.label_feature = 'label'
   config.image_size = 224
   # Train-time preprocessing: a crop ('inception' | 'random_resized' | 'random' | 'resize'), then each
@@ -55,8 +56,8 @@ def get_config() -> ml_collections.ConfigDict:
       dict(crop='resize', crop_fraction=0.875, antialias=True)
   )
   # Processes that decode and augment the input (grain's workers): unset, one a core for files (image
-  # folders, tfds datasets) and none for the digits; 0: threads of the training process only. The
-  # batches are the same for any number.
+  # folders, Hugging Face and tfds datasets) and none for the digits; 0: threads of the training
+  # process only. The batches are the same for any number.
   config.data_workers = config_dict.placeholder(int)
   # Train batches handed to the devices this many steps before their step: each one's copy overlaps
   # the steps before it rather than waiting behind the step it feeds (0: at their step). The batches

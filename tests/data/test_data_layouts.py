@@ -1,10 +1,11 @@
-"""The train order on awkward layouts: class folders of 1, 7 and 299 images, and tfds ArrayRecord files
-of 1, 7 and 299 records, both class-sorted; 307 examples (a prime), so no batch, shard or process count
+"""The train order on awkward layouts: class folders of 1, 7 and 299 images, tfds ArrayRecord files and
+Hugging Face Parquet files of 1, 7 and 299 records, all class-sorted; 307 examples (a prime), so no batch, shard or process count
 divides an epoch.
 
 Every image carries its own id in pixel (0, 0), so a batch says exactly which examples it holds.
 """
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -31,6 +32,19 @@ FEATURES = tfds.features.FeaturesDict(
         'label': tfds.features.ClassLabel(names=['c0', 'c1', 'c2']),
     }
 )
+
+
+# The layouts each test reads; `datasets` writes the Parquet one (make test's extra).
+LAYOUTS = [
+    'folder',
+    'array_record',
+    pytest.param(
+        'huggingface',
+        marks=pytest.mark.skipif(
+            not importlib.util.find_spec('datasets'), reason='needs the datasets library'
+        ),
+    ),
+]
 
 
 def _image(uid: int, label: int) -> np.ndarray:
@@ -96,14 +110,41 @@ def _write_array_records(root, name: str) -> str:
   return str(root)
 
 
+def _write_parquet(root) -> str:
+  """A Hugging Face dataset repository as the `datasets` library writes its files: a train Parquet
+  file of each class (1, 7 and 299 rows; ids 0..306 in file order), and a test file of 3 rows (ids
+  307..309), named as the hub names shards."""
+  import datasets  # pylint: disable=g-import-not-at-top
+
+  features = datasets.Features(
+      {'image': datasets.Image(), 'label': datasets.ClassLabel(names=['c0', 'c1', 'c2'])}
+  )
+  files = {'train': [[label] * size for label, size in enumerate(CLASS_SIZES)], 'test': [[0, 1, 2]]}
+  uid = 0
+  for split, labels_of_files in files.items():
+    for i, labels in enumerate(labels_of_files):
+      pictures = [Image.fromarray(_image(uid + k, label)) for k, label in enumerate(labels)]
+      uid += len(labels)
+      datasets.Dataset.from_dict(
+          {'image': pictures, 'label': labels}, features=features
+      ).to_parquet(str(root / 'data' / f'{split}-{i:05d}-of-{len(labels_of_files):05d}.parquet'))
+  return str(root)
+
+
 @pytest.fixture(scope='module')
 def layouts(tmp_path_factory):
   """{layout: config overrides}."""
   folder = _write_folder(tmp_path_factory.mktemp('uneven_folder'))
   array_records = _write_array_records(tmp_path_factory.mktemp('uneven_tfds'), 'uneven_files')
+  parquet = (
+      _write_parquet(tmp_path_factory.mktemp('uneven_parquet'))
+      if importlib.util.find_spec('datasets')
+      else None
+  )
   return {
       'folder': dict(dataset='folder', data_dir=folder),
       'array_record': dict(dataset='uneven_files', data_dir=array_records),
+      'huggingface': dict(dataset='huggingface', data_dir=parquet),
   }
 
 
@@ -111,7 +152,7 @@ def make_config(overrides: dict, **more):
   return helpers.data_config(**{**overrides, **more})
 
 
-@pytest.mark.parametrize('layout', ['folder', 'array_record'])
+@pytest.mark.parametrize('layout', LAYOUTS)
 def test_each_epoch_is_a_new_permutation_across_batch_edges(layouts, layout):
   """Batches of 50: epochs end inside batches 6, 12 and 18. Each epoch holds every id once with its
   label, in a new order; the 8 images of the small classes (first in the listing) are spread."""
@@ -126,7 +167,7 @@ def test_each_epoch_is_a_new_permutation_across_batch_edges(layouts, layout):
   assert np.flatnonzero(TRAIN_LABELS[epochs[0]] < 2).max() >= 64, epochs[0][:64]
 
 
-@pytest.mark.parametrize('layout', ['folder', 'array_record'])
+@pytest.mark.parametrize('layout', LAYOUTS)
 def test_batches_are_a_function_of_seed_and_step_on_any_host_count(layouts, layout):
   """data_shards=4 of 307 examples (77, 77, 77, 76; strided across the files), 6 examples
   of each shard a step (step 12 holds every shard's first epoch edge): resumed at step 12, or on 2 or
@@ -236,7 +277,7 @@ def _process_main(process_id: int, address: str, overrides: dict, out: str) -> N
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize('layout', ['folder', 'array_record'])
+@pytest.mark.parametrize('layout', LAYOUTS)
 def test_two_processes_assemble_the_global_batch_of_one(tmp_path, layouts, layout):
   """2 processes x 2 devices, a global batch of 8 (default data_shards: one a process) from step 37,
   where the shards of 154 and 153 examples turn their second epoch: the global batches are those of

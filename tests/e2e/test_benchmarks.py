@@ -197,6 +197,22 @@ def test_input_pipeline_reads_generated_jpegs():
   ), out
 
 
+def test_hf_datasets_reads_the_same_jpegs_as_parquet_and_as_a_folder():
+  out = _run(
+      'hf_datasets.py',
+      '--num_images=24',
+      '--shards=3',
+      '--image_size=32',
+      '--batch=8',
+      '--reads=20',
+      '--warmup=1',
+      '--batches=2',
+  )
+  assert '# 24 JPEGs of 500x375' in out, out
+  for row in ('| ours | ', '| datasets | ', '| folder | ', '| huggingface | '):
+    assert row in out, out
+
+
 def test_eval_passes_times_kept_workers_against_new_ones():
   out = _run(
       'eval_passes.py',

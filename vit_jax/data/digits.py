@@ -9,10 +9,8 @@ train and 360 test images. Splits take tensorflow_datasets' slice syntax ('train
 import functools
 import importlib.util
 import os
-import types
 
 import numpy as np
-import tensorflow_datasets as tfds
 
 from vit_jax.data import order
 
@@ -46,18 +44,6 @@ def split_arrays() -> dict[str, tuple[np.ndarray, np.ndarray]]:
     return {name: (images[split[name]], labels[split[name]]) for name in ('train', 'test')}
 
 
-def split_indices(split: str, sizes: dict[str, int]) -> list[tuple[str, np.ndarray]]:
-  """(split name, indices) of each part of `split`, a tfds split spec over splits of `sizes`; a
-  one-line ValueError for a bad one."""
-  infos = {name: types.SimpleNamespace(num_examples=n) for name, n in sizes.items()}
-  try:
-    parts = tfds.core.ReadInstruction.from_spec(split).to_absolute(infos)
-  except (ValueError, AssertionError) as e:
-    first_line = str(e).strip().splitlines()[0]
-    raise ValueError(f'Bad split {split!r}: {first_line}') from None
-  return [(p.splitname, np.arange(sizes[p.splitname])[p.from_ : p.to]) for p in parts]
-
-
 class DigitsSource:
   """The digits as a source (sources.Source): records are (image, label) pairs."""
 
@@ -73,7 +59,9 @@ class DigitsSource:
 
   def examples(self, split: str, shard: int = 0, num_shards: int = 1) -> order.Records:
     """Shard `shard` of `num_shards` of `split` (strided, so each holds every class)."""
-    parts = split_indices(split, {name: len(labels) for name, (_, labels) in self._splits.items()})
+    parts = order.split_indices(
+        split, {name: len(labels) for name, (_, labels) in self._splits.items()}
+    )
     images = np.concatenate([self._splits[name][0][i] for name, i in parts])[shard::num_shards]
     labels = np.concatenate([self._splits[name][1][i] for name, i in parts])[shard::num_shards]
     return order.Records(len(labels), functools.partial(_pair, images, labels))
@@ -82,7 +70,7 @@ class DigitsSource:
     """A one-line ValueError naming the config `field` to set (e.g. '--config.eval_split') where
     `split` is not a split of the digits or a slice of one."""
     try:
-      split_indices(split, {name: len(labels) for name, (_, labels) in self._splits.items()})
+      order.split_indices(split, {name: len(labels) for name, (_, labels) in self._splits.items()})
     except ValueError as e:
       raise ValueError(
           f"{str(e).rstrip('.')}; set {field} to one of {list(self._splits)} or a slice "

@@ -1,5 +1,5 @@
 """Where examples come from: config.dataset -> its Source (the bundled digits, an image folder, a
-tensorflow_datasets dataset, a VTAB-1k task), and what a run reads of it before any batch: the data
+Hugging Face dataset on disk, a tensorflow_datasets dataset, a VTAB-1k task), and what a run reads of it before any batch: the data
 config's validation, split sizes, class names and listed labels. pipeline.py makes the batches.
 """
 
@@ -12,6 +12,7 @@ import numpy as np
 
 from vit_jax.data import digits
 from vit_jax.data import folder
+from vit_jax.data import hf_source
 from vit_jax.data import order
 from vit_jax.data import preprocess
 from vit_jax.data import tfds_source
@@ -29,8 +30,8 @@ class DatasetInfo:
 
 
 class Source(Protocol):
-  """Where examples come from: the digits, an image folder, a tfds dataset. It must pickle: grain's
-  worker processes read through it."""
+  """Where examples come from: the digits, an image folder, a Hugging Face or tfds dataset. It must
+  pickle: grain's worker processes read through it."""
 
   class_names: tuple[str, ...]
 
@@ -79,6 +80,21 @@ def _listed_folder(root: str, train_split: str) -> folder.FolderSource:
   return folder.FolderSource(root, train_split)
 
 
+def _huggingface(config: ml_collections.ConfigDict, label_feature: str) -> Source:
+  if not config.data_dir:
+    raise ValueError(
+        "config.dataset='huggingface' needs config.data_dir: set it to a dataset downloaded with "
+        '`hf download --repo-type dataset NAME --local-dir DIR`, or written by save_to_disk'
+    )
+  return _listed_huggingface(config.data_dir, config.train_split, label_feature)
+
+
+@functools.lru_cache(maxsize=8)
+def _listed_huggingface(root: str, train_split: str, label_feature: str) -> Source:
+  """One source per dataset, split and label for a run: its labels are read once."""
+  return hf_source.HuggingFaceSource(root, train_split, label_feature)
+
+
 def _tfds(config: ml_collections.ConfigDict, label_feature: str) -> Source:
   return tfds_source.TfdsSource(
       tfds_source.prepared_builder(config.dataset, config.data_dir), label_feature
@@ -90,6 +106,7 @@ def _tfds(config: ml_collections.ConfigDict, label_feature: str) -> Source:
 SOURCES: dict[str, Callable[[ml_collections.ConfigDict, str], Source]] = {
     'digits': _digits,
     'folder': _folder,
+    'huggingface': _huggingface,
     **vtab.SOURCES,
 }
 
@@ -132,6 +149,7 @@ def get_info(config: ml_collections.ConfigDict) -> DatasetInfo:
   """Sizes and class names of config.label_feature; validates the data config. A run starts here: an
   image folder is listed anew (a notebook may have added images since the last run)."""
   _listed_folder.cache_clear()
+  _listed_huggingface.cache_clear()
   source = train_source(config)
   if hasattr(source, 'check_split'):  # A bad split name names the field to set.
     for field in ('train_split', 'eval_split'):
@@ -171,6 +189,8 @@ def listed_labels(config: ml_collections.ConfigDict, split: str) -> np.ndarray |
   without decoding the examples (an image folder's class folders, the digits); None where that would
   mean reading the split (tfds)."""
   source = checked_source(config)
+  if isinstance(source, hf_source.HuggingFaceSource):
+    return source.split_labels(split)
   if not isinstance(source, (folder.FolderSource, digits.DigitsSource)):
     return None
   records = source.examples(split)

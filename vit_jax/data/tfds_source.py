@@ -22,7 +22,8 @@ from vit_jax.data import order
 
 UNKNOWN_DATASET = (
     "Unknown dataset {name!r}: use 'digits' (bundled, offline), 'folder' (set config.data_dir to a "
-    'root with train/ and test/ sub-folders of class folders), or a tensorflow_datasets name such as '
+    "root with train/ and test/ sub-folders of class folders), 'huggingface' (set config.data_dir to "
+    'a Hugging Face dataset on disk), or a tensorflow_datasets name such as '
     'cifar10, cifar100, oxford_iiit_pet, oxford_flowers102, imagenet2012, imagenet21k '
     '(see tfds.list_builders())'
 )

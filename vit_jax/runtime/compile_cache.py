@@ -18,6 +18,7 @@ import os
 import platform
 
 from vit_jax.runtime import cpuinfo
+from vit_jax.runtime import paths
 
 OPT_OUT = 'VIT_JAX_COMPILATION_CACHE'  # 'off' (or 0, false, no): compile every time.
 MAX_BYTES = 4 << 30
@@ -36,8 +37,7 @@ def machine_key(cpuinfo_path: str = cpuinfo.CPUINFO) -> str:
 
 
 def default_dir() -> str:
-  cache_home = os.environ.get('XDG_CACHE_HOME') or os.path.join(os.path.expanduser('~'), '.cache')
-  return os.path.join(cache_home, 'vit_jax', 'xla', machine_key())
+  return paths.user_cache('xla', machine_key())
 
 
 def use_persistent_cache() -> None:

@@ -32,6 +32,12 @@ def absolute(path: str) -> str:
   return path if is_url(path) else os.path.abspath(path)
 
 
+def user_cache(*parts: str) -> str:
+  """A folder of vit_jax's own under the user's cache, $XDG_CACHE_HOME (~/.cache by default)."""
+  home = os.environ.get('XDG_CACHE_HOME') or os.path.join(os.path.expanduser('~'), '.cache')
+  return os.path.join(home, 'vit_jax', *parts)
+
+
 def _first_line(error: BaseException) -> str:
   text = str(error).strip()
   return text.splitlines()[0] if text else type(error).__name__

@@ -1,0 +1,140 @@
+"""A Hugging Face dataset on disk (`dataset='huggingface'`) against its peers, on the same JPEGs.
+
+  python benchmarks/hf_datasets.py --num_images=2048 --image_size=224 --batch=32
+
+Writes `--num_images` generated 500x375 JPEGs (input_pipeline.py's) as an image folder and, through the
+`datasets` library, as the hub's Parquet layout (data/train-00000-of-0000N.parquet), then prints:
+- the first read of the Parquet split (its copy into the Arrow cache) and a later one;
+- records read and decoded in a random order, one process: ours (`HuggingFaceSource.load`) against
+  `datasets`' own random access (`ds[i]['image']` decoded to RGB, what timm's Hugging Face reader
+  does), and against the image folder's files, as ratios;
+- train images/s through `data.train_iterator` (inception crop, flip, the default workers), the
+  Parquet dataset against the same images as a folder, as a ratio.
+"""
+
+import os  # pylint: disable=g-bad-import-order
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from vit_jax.runtime import allocator  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+allocator.use_mimalloc()
+
+import argparse
+import glob
+import tempfile
+import time
+
+import numpy as np
+
+import input_pipeline  # pylint: disable=wrong-import-position
+from vit_jax import defaults  # pylint: disable=wrong-import-position
+from vit_jax.data import folder  # pylint: disable=wrong-import-position
+from vit_jax.data import hf_source  # pylint: disable=wrong-import-position
+from vit_jax.data import images  # pylint: disable=wrong-import-position
+
+
+def write_parquet(folder_root: str, out: str, shards: int) -> None:
+  """The folder's train and test JPEGs (their bytes, in the folder's order) as Parquet files that
+  `datasets` writes, in the hub's names."""
+  import datasets  # pylint: disable=g-import-not-at-top
+
+  listed = folder.FolderSource(folder_root, 'train')
+  features = datasets.Features(
+      {'image': datasets.Image(), 'label': datasets.ClassLabel(names=list(listed.class_names))}
+  )
+  for split in ('train', 'test'):
+    paths, labels = listed.split_files(split)
+    count = shards if split == 'train' else 1
+    for i in range(count):
+      rows = range(i, len(paths), count)
+      table = {
+          'image': [{'bytes': folder.read_file(paths[k]), 'path': None} for k in rows],
+          'label': [int(labels[k]) for k in rows],
+      }
+      datasets.Dataset.from_dict(table, features=features).to_parquet(
+          os.path.join(out, 'data', f'{split}-{i:05d}-of-{count:05d}.parquet')
+      )
+
+
+def seconds_per_record(read, order: np.ndarray) -> float:
+  start = time.perf_counter()
+  for k in order:
+    read(int(k))
+  return (time.perf_counter() - start) / len(order)
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(
+      description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+  )
+  parser.add_argument('--num_images', type=int, default=2048)
+  parser.add_argument('--shards', type=int, default=4, help='train Parquet files')
+  parser.add_argument('--image_size', type=int, default=224)
+  parser.add_argument('--batch', type=int, default=32)
+  parser.add_argument('--reads', type=int, default=1000, help='records read in the random order')
+  parser.add_argument('--warmup', type=int, default=3, help='batches before timing')
+  parser.add_argument('--batches', type=int, default=20, help='batches timed')
+  args = parser.parse_args()
+  import datasets  # pylint: disable=g-import-not-at-top
+
+  with tempfile.TemporaryDirectory() as tmp:
+    os.environ[hf_source.CACHE_VARIABLE] = os.path.join(tmp, 'cache')
+    os.environ['HF_DATASETS_CACHE'] = os.path.join(tmp, 'hf_cache')
+    jpegs, parquet = os.path.join(tmp, 'jpegs'), os.path.join(tmp, 'parquet')
+    input_pipeline.write_jpegs(jpegs, args.num_images)
+    write_parquet(jpegs, parquet, args.shards)
+    megabytes = sum(os.path.getsize(f) for f in glob.glob(f'{parquet}/data/*')) / 1e6
+    print(
+        f'# {args.num_images} JPEGs of 500x375, {megabytes:.0f} MB of Parquet; {os.cpu_count()} cores'
+    )
+
+    start = time.perf_counter()
+    ours = hf_source.HuggingFaceSource(parquet, 'train', 'label')
+    records = ours.examples('train')
+    first = time.perf_counter() - start
+    start = time.perf_counter()
+    hf_source.HuggingFaceSource(parquet, 'train', 'label').examples('train')
+    again = time.perf_counter() - start
+    print(f'| split read: first (copied into the cache) | {first:.2f} s | later | {again:.2f} s |')
+
+    theirs = datasets.load_dataset(parquet, split='train')
+    files = folder.FolderSource(jpegs, 'train')
+    file_records = files.examples('train')
+    order = np.random.default_rng(0).permutation(records.num_records)[: args.reads]
+    # Both orders are the folder's: write_parquet keeps it, shard by shard.
+    rows = np.concatenate(
+        [np.arange(i, records.num_records, args.shards) for i in range(args.shards)]
+    )
+    timed = {
+        'ours': lambda k: ours.load(records.read(k)),
+        'datasets': lambda k: np.asarray(theirs[k]['image'].convert('RGB')),
+        'folder': lambda k: files.load(file_records.read(int(rows[k]))),
+    }
+    for read in timed.values():  # Warm: page cache, lazy opens.
+      seconds_per_record(read, order[:50])
+    np.testing.assert_array_equal(
+        images.rgb(timed['ours'](int(order[0]))['image']), timed['datasets'](int(order[0]))
+    )
+    per = {name: seconds_per_record(read, order) for name, read in timed.items()}
+    print('| read + decode, random order, 1 process | ms a record | ours, as fast as it x |')
+    print('|---|---|---|')
+    for name, seconds in per.items():
+      print(f'| {name} | {seconds * 1e3:.2f} | {seconds / per["ours"]:.2f} |')
+
+    config = defaults.get_config()
+    config.image_size, config.pp.crop, config.pp.flip = args.image_size, 'inception', True
+    print('| train_iterator, inception + flip | images/s | huggingface / folder |')
+    print('|---|---|---|')
+    rates = {}
+    for dataset, root in (('huggingface', parquet), ('folder', jpegs)):
+      config.dataset, config.data_dir = dataset, root
+      rates[dataset], _ = input_pipeline.images_per_second(
+          config, args.batch, args.warmup, args.batches
+      )
+    for dataset, rate in rates.items():
+      print(f'| {dataset} | {rate:.0f} | {rates["huggingface"] / rate:.2f} |')
+
+
+if __name__ == '__main__':
+  main()

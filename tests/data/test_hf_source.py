@@ -1,0 +1,339 @@
+"""Hugging Face datasets on disk (`dataset='huggingface'`), written by the `datasets` library itself and
+read back by it: every layout's splits, rows, images and labels are what `datasets.load_dataset` (or
+`load_from_disk`) gives; the digits written as one train as the bundled digits, batch for batch."""
+
+import io
+import os
+
+import numpy as np
+from PIL import Image
+import pytest
+
+import helpers
+from vit_jax import data
+from vit_jax.data import digits
+from vit_jax.data import hf_source
+from vit_jax.data import images
+
+datasets = pytest.importorskip('datasets')
+
+NAMES = ['airplane', 'bird', 'cat']
+
+
+@pytest.fixture(autouse=True)
+def _offline(monkeypatch, tmp_path):
+  """`datasets` reads local files only, into a cache of the test's."""
+  monkeypatch.setenv('HF_DATASETS_OFFLINE', '1')
+  monkeypatch.setenv('HF_HUB_OFFLINE', '1')
+  monkeypatch.setenv('HF_DATASETS_CACHE', str(tmp_path / 'hf_cache'))
+
+
+def _jpeg(pixels: np.ndarray) -> bytes:
+  out = io.BytesIO()
+  Image.fromarray(pixels).save(out, format='JPEG', quality=90)
+  return out.getvalue()
+
+
+def _dataset(n: int, seed: int, label_column: str = 'label', label_feature=None):
+  """n random images of several sizes, JPEG and PNG in turn, labels cycling over NAMES."""
+  rng = np.random.default_rng(seed)
+  pictures = []
+  for i in range(n):
+    pixels = rng.integers(0, 256, (9 + i % 4, 7 + i % 3, 3), np.uint8)
+    pictures.append({'bytes': _jpeg(pixels), 'path': None} if i % 2 else Image.fromarray(pixels))
+  features = datasets.Features(
+      {'img': datasets.Image(), label_column: label_feature or datasets.ClassLabel(names=NAMES)}
+  )
+  labels = [(i * 7 + seed) % 3 for i in range(n)]
+  if isinstance(label_feature, datasets.Value) and label_feature.dtype == 'string':
+    labels = [NAMES[label] for label in labels]
+  return datasets.Dataset.from_dict({'img': pictures, label_column: labels}, features=features)
+
+
+def _parquet(ds, path, *, metadata: bool = True) -> None:
+  """`ds` as a Parquet file, with datasets' features in its schema or (as some tools write them)
+  without."""
+  import pyarrow.parquet as pq  # pylint: disable=g-import-not-at-top
+
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  if metadata:
+    ds.to_parquet(str(path))
+  else:
+    pq.write_table(ds.flatten_indices().data.table.replace_schema_metadata(None), str(path))
+
+
+def _card(root, features, configs: dict) -> None:
+  """README.md with the YAML header push_to_hub writes: dataset_info and configs."""
+  from datasets.info import DatasetInfo, DatasetInfosDict  # pylint: disable=g-import-not-at-top
+  from datasets.utils.metadata import MetadataConfigs  # pylint: disable=g-import-not-at-top
+  from huggingface_hub import DatasetCardData  # pylint: disable=g-import-not-at-top
+
+  card = DatasetCardData()
+  infos = {name: DatasetInfo(features=features, config_name=name) for name in configs}
+  DatasetInfosDict(infos).to_dataset_card_data(card)
+  MetadataConfigs(configs).to_dataset_card_data(card)
+  (root / 'README.md').write_text(f'---\n{card}\n---\n# A dataset\n')
+
+
+def _hub(root):
+  """push_to_hub's layout: sharded data/<split>-NNNNN-of-NNNNN.parquet and its README; the Parquet
+  files without features, so that they are the README's."""
+  train, test = _dataset(10, 0), _dataset(5, 1)
+  _parquet(train.select(range(6)), root / 'data/train-00000-of-00002.parquet', metadata=False)
+  _parquet(train.select(range(6, 10)), root / 'data/train-00001-of-00002.parquet', metadata=False)
+  _parquet(test, root / 'data/test-00000-of-00001.parquet', metadata=False)
+  splits = [{'split': s, 'path': f'data/{s}-*'} for s in ('train', 'test')]
+  _card(root, train.features, {'default': {'data_files': splits}})
+
+
+def _configs(root):
+  """Two configs in the README, the second the default."""
+  _parquet(_dataset(4, 2), root / 'small/train-00000-of-00001.parquet')
+  _parquet(_dataset(9, 3), root / 'full/train-00000-of-00001.parquet')
+  _parquet(_dataset(3, 4), root / 'full/validation-00000-of-00001.parquet')
+  _card(
+      root,
+      _dataset(1, 0).features,
+      {
+          'small': {'data_files': [{'split': 'train', 'path': 'small/train-*'}]},
+          'full': {
+              'data_files': [
+                  {'split': 'train', 'path': 'full/train-*'},
+                  {'split': 'validation', 'path': 'full/validation-*'},
+              ],
+              'default': True,
+          },
+      },
+  )
+
+
+def _split_folders(root):
+  """No README: split words as folder names (`valid` is 'validation')."""
+  _parquet(_dataset(6, 5), root / 'train/0000.parquet')
+  _parquet(_dataset(5, 6), root / 'train/0001.parquet')
+  _parquet(_dataset(3, 7), root / 'valid/0000.parquet')
+
+
+def _file_words(root):
+  """No README: split words in file names between separators."""
+  _parquet(_dataset(7, 8), root / 'cifar_training.parquet')
+  _parquet(_dataset(4, 9), root / 'cifar-test-part1.parquet')
+
+
+def _converted_refs(root):
+  """The hub's refs/convert/parquet layout: <config>/<split>/NNNN.parquet."""
+  _parquet(_dataset(8, 10), root / 'default/train/0000.parquet')
+  _parquet(_dataset(2, 11), root / 'default/test/0000.parquet')
+
+
+def _one_file(root):
+  """One file named for no split: all train."""
+  _parquet(_dataset(5, 12), root / 'pictures.parquet')
+
+
+def _saved(root):
+  datasets.DatasetDict({'train': _dataset(8, 13), 'test': _dataset(3, 14)}).save_to_disk(str(root))
+
+
+def _saved_one(root):
+  _dataset(6, 15).save_to_disk(str(root))
+
+
+LAYOUTS = {
+    f.__name__.strip('_'): f
+    for f in (_hub, _configs, _split_folders, _file_words, _converted_refs, _one_file, _saved)
+}
+
+
+def _rows(source, split: str) -> list[tuple[np.ndarray, int]]:
+  records = source.examples(split)
+  rows = []
+  for k in range(records.num_records):
+    example = source.load(records.read(k))
+    rows.append((images.rgb(example['image']), int(example['label'])))
+  return rows
+
+
+def _assert_rows(ours, theirs) -> None:
+  """`theirs`: a datasets.Dataset, images decoded by datasets (PIL), labels ClassLabel indices."""
+  assert len(ours) == len(theirs)
+  for k, ((image, label), row) in enumerate(zip(ours, theirs)):
+    np.testing.assert_array_equal(image, np.asarray(row['img'].convert('RGB')), err_msg=f'row {k}')
+    assert label == row['label'], k
+
+
+@pytest.mark.parametrize('layout', list(LAYOUTS))
+def test_every_layout_reads_as_datasets_loads_it(tmp_path, layout):
+  root = tmp_path / layout
+  root.mkdir()
+  LAYOUTS[layout](root)
+  theirs = (
+      datasets.load_from_disk(str(root)) if layout == 'saved' else datasets.load_dataset(str(root))
+  )
+  source = hf_source.HuggingFaceSource(str(root), 'train', 'label')
+  assert source.class_names == tuple(theirs['train'].features['label'].names) == tuple(NAMES)
+  assert list(source._layout.splits) == list(theirs)  # pylint: disable=protected-access
+  for split in theirs:
+    _assert_rows(_rows(source, split), theirs[split])
+
+
+def test_a_saved_split_is_train_and_slices_read_as_datasets_slices(tmp_path):
+  _saved_one(tmp_path)
+  theirs = datasets.load_from_disk(str(tmp_path))
+  source = hf_source.HuggingFaceSource(str(tmp_path), 'train', 'label')
+  _assert_rows(_rows(source, 'train[2:5]'), theirs.select(range(2, 5)))
+  _assert_rows(_rows(source, 'train[:50%]+train[-1:]'), theirs.select([0, 1, 2, 5]))
+  np.testing.assert_array_equal(source.split_labels('train[2:5]'), theirs['label'][2:5])
+
+
+@pytest.mark.parametrize(
+    'feature, names',
+    [
+        (datasets.Value('int64'), ('0', '1', '2')),
+        (datasets.Value('string'), tuple(NAMES)),
+    ],
+    ids=['integers', 'strings'],
+)
+def test_labels_without_a_class_label_are_numbers_or_the_train_strings(tmp_path, feature, names):
+  _parquet(_dataset(8, 0, 'kind', feature), tmp_path / 'data/train-00000-of-00001.parquet')
+  _parquet(_dataset(4, 1, 'kind', feature), tmp_path / 'data/test-00000-of-00001.parquet')
+  source = hf_source.HuggingFaceSource(str(tmp_path), 'train', 'kind')
+  assert source.class_names == names
+  theirs = datasets.load_dataset(str(tmp_path))['test']['kind']
+  expected = [names.index(str(label)) for label in theirs]
+  np.testing.assert_array_equal(source.split_labels('test'), expected)
+
+
+def test_the_digits_as_a_hugging_face_dataset_train_and_evaluate_as_the_digits(tmp_path):
+  """The bundled digits written by datasets (greyscale PNGs, in the split's order): the same train
+  and eval batches as `dataset='digits'`, and the same labels for few-shot."""
+  features = datasets.Features(
+      {'image': datasets.Image(), 'label': datasets.ClassLabel(names=list(digits.CLASS_NAMES))}
+  )
+  for split, (pixels, labels) in digits.split_arrays().items():
+    datasets.Dataset.from_dict(
+        {'image': [Image.fromarray(p[..., 0]) for p in pixels], 'label': labels.tolist()},
+        features=features,
+    ).to_parquet(str(tmp_path / 'data' / f'{split}-00000-of-00001.parquet'))
+  bundled = helpers.data_config(None, data_shards=2)
+  written = helpers.data_config(str(tmp_path), dataset='huggingface', data_shards=2)
+  assert data.get_info(written) == data.get_info(bundled)
+  for config in (bundled, written):
+    config.pp.update(flip=True, crop='inception')
+  helpers.assert_same_batches(
+      helpers.take(data.train_iterator(written, local_batch_size=64, start_step=20), 3),
+      helpers.take(data.train_iterator(bundled, local_batch_size=64, start_step=20), 3),
+  )
+  helpers.assert_same_batches(
+      list(data.eval_iterator(written, 'test', local_batch_size=100)),
+      list(data.eval_iterator(bundled, 'test', local_batch_size=100)),
+  )
+  np.testing.assert_array_equal(
+      data.listed_labels(written, 'train[:90%]'), data.listed_labels(bundled, 'train[:90%]')
+  )
+
+
+def test_a_split_is_converted_once_and_again_when_its_file_changes(tmp_path, monkeypatch):
+  cache = tmp_path / 'cache'
+  monkeypatch.setenv(hf_source.CACHE_VARIABLE, str(cache))
+  root = tmp_path / 'repo'
+  _parquet(_dataset(5, 0), root / 'train.parquet')
+  rows = _rows(hf_source.HuggingFaceSource(str(root), 'train', 'label'), 'train')
+  (converted,) = list(cache.iterdir())
+  written = converted.stat().st_mtime_ns
+  assert (
+      _rows(hf_source.HuggingFaceSource(str(root), 'train', 'label'), 'train')[1][1] == rows[1][1]
+  )
+  assert [p.name for p in cache.iterdir()] == [converted.name]
+  assert converted.stat().st_mtime_ns == written
+  import pyarrow as pa  # pylint: disable=g-import-not-at-top
+
+  assert pa.ipc.open_stream(pa.memory_map(str(converted))).schema.names == ['img', 'label']
+  _parquet(_dataset(6, 1), root / 'train.parquet')
+  changed = _rows(hf_source.HuggingFaceSource(str(root), 'train', 'label'), 'train')
+  _assert_rows(changed, datasets.load_dataset(str(root))['train'])
+  assert len(list(cache.iterdir())) == 2
+
+
+def _error(root, **overrides) -> str:
+  config = helpers.data_config(str(root), dataset='huggingface', **overrides)
+  with pytest.raises(ValueError) as raised:
+    data.get_info(config)
+  message = str(raised.value)
+  assert '\n' not in message
+  return message
+
+
+def test_bad_input_is_one_line_naming_the_fix(tmp_path):
+  _hub(tmp_path / 'hub')
+  assert "set --config.label_feature to one of ['label']" in _error(
+      tmp_path / 'hub', label_feature='fine_label'
+  )
+  assert "set --config.eval_split to one of ['train', 'test']" in _error(
+      tmp_path / 'hub', eval_split='validation'
+  )
+  assert 'hf download --repo-type dataset' in _error(tmp_path / 'missing')
+  (tmp_path / 'empty').mkdir()
+  assert 'holds no Parquet files' in _error(tmp_path / 'empty')
+
+  lfs = tmp_path / 'lfs'
+  (lfs / 'data').mkdir(parents=True)
+  (lfs / 'data/train-00000-of-00001.parquet').write_text(
+      'version https://git-lfs.github.com/spec/v1\noid sha256:0\nsize 9\n'
+  )
+  assert 'a git-lfs pointer' in _error(lfs) and 'git lfs pull' in _error(lfs)
+
+  _configs(tmp_path / 'configs')
+  readme = tmp_path / 'configs/README.md'
+  readme.write_text(readme.read_text().replace('  default: true\n', ''))
+  assert 'mark the one to read with `default: true`' in _error(tmp_path / 'configs')
+
+  unlabelled = tmp_path / 'unlabelled'
+  _parquet(_dataset(4, 0), unlabelled / 'data/train-00000-of-00001.parquet')
+  test = _dataset(3, 1).cast_column('label', datasets.Value('int64')).map(lambda _: {'label': -1})
+  _parquet(
+      test.cast_column('label', datasets.ClassLabel(names=NAMES)),
+      unlabelled / 'data/test-00000-of-00001.parquet',
+  )
+  assert 'evaluate on a labelled split' in _error(unlabelled)
+
+  strings = tmp_path / 'strings'
+  _parquet(_dataset(3, 0, 'label', datasets.Value('string')), strings / 'train.parquet')
+  other = _dataset(3, 1, 'label', datasets.Value('string')).map(lambda _: {'label': 'dog'})
+  _parquet(other, strings / 'test.parquet')
+  assert "labels that no train example has: ['dog']" in _error(strings)
+
+
+def test_a_row_without_image_bytes_reads_the_file_it_names(tmp_path):
+  """datasets keeps an image it did not embed as the path of its file."""
+  pixels = np.arange(48, dtype=np.uint8).reshape(4, 4, 3)
+  Image.fromarray(pixels).save(tmp_path / 'a.png')
+  features = datasets.Features({'img': datasets.Image(), 'label': datasets.ClassLabel(names=NAMES)})
+  table = datasets.Dataset.from_dict(
+      {'img': [{'bytes': None, 'path': str(tmp_path / 'a.png')}], 'label': [1]}, features=features
+  )
+  import pyarrow.parquet as pq  # pylint: disable=g-import-not-at-top
+
+  os.makedirs(tmp_path / 'repo')
+  pq.write_table(table.data.table, str(tmp_path / 'repo/train.parquet'))
+  ((image, label),) = _rows(
+      hf_source.HuggingFaceSource(str(tmp_path / 'repo'), 'train', 'label'), 'train'
+  )
+  np.testing.assert_array_equal(image, pixels)
+  assert label == 1
+
+
+def test_a_copy_that_would_not_fit_and_missing_labels_are_one_line_errors(tmp_path, monkeypatch):
+  _parquet(_dataset(4, 0), tmp_path / 'repo/train.parquet')
+  usage = hf_source.shutil.disk_usage(tmp_path)
+  monkeypatch.setattr(hf_source.shutil, 'disk_usage', lambda _: usage._replace(free=100))
+  message = _error(tmp_path / 'repo', eval_split='train')
+  assert 'GB free: set VIT_JAX_DATASETS_CACHE to a folder on a disk with room' in message
+  monkeypatch.undo()
+  nulls = _dataset(4, 0, 'label', datasets.Value('int64')).map(
+      lambda row, k: {'label': None if k == 2 else row['label']}, with_indices=True
+  )
+  _parquet(nulls, tmp_path / 'nulls/train.parquet')
+  assert "has 1 examples without a 'label': use a labelled split" in _error(
+      tmp_path / 'nulls', eval_split='train'
+  )

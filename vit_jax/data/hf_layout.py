@@ -1,0 +1,249 @@
+"""Which files of a Hugging Face dataset on disk hold which split, and what its columns are.
+
+Two layouts, as the `datasets` library writes them:
+- A dataset repository, as `hf download --repo-type dataset NAME --local-dir DIR` downloads it: Parquet
+  files, split as `datasets.load_dataset(DIR)` splits them: by the `configs` of the YAML header of its
+  README.md (the default config's `data_files` and `data_dir`), else by their paths: the hub's
+  `data/<split>-00000-of-00002.parquet`, else a directory then a file name holding a split's word
+  (train, training; validation, valid, val, dev; test, testing, eval, evaluation) between separators,
+  else all of them are 'train'.
+- A `save_to_disk` directory: `dataset_dict.json` and a folder of Arrow files a split, or one split's
+  Arrow files beside its `state.json`.
+
+The columns' features (which one is an Image, which a ClassLabel and its names) are `datasets`' own
+metadata: the Parquet schema's 'huggingface' entry, a save_to_disk split's `dataset_info.json`, or the
+README's `dataset_info`.
+"""
+
+import dataclasses
+import glob
+import json
+import os
+import re
+from typing import Any
+
+import yaml
+
+# datasets' data_files.SPLIT_KEYWORDS and NON_WORDS_CHARS: the words that name a split in a path.
+_SPLIT_KEYWORDS = {
+    'train': ('train', 'training'),
+    'validation': ('validation', 'valid', 'dev', 'val'),
+    'test': ('test', 'testing', 'eval', 'evaluation'),
+}
+_SEPARATOR = r'[-._ 0-9]'
+# What a file checked out without `git lfs pull` holds instead of the data.
+_LFS_POINTER = b'version https://git-lfs'
+_SHARDED = re.compile(r'data/(\w+(?:\.\w+)*)-[0-9]{5}-of-[0-9]{5}[^/]*\.[^/]*')
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+  """A dataset's splits: `splits[name]` its data files (Parquet, or Arrow where `arrow`), in order."""
+
+  root: str
+  arrow: bool
+  splits: dict[str, tuple[str, ...]]
+  features: dict[str, dict[str, Any]]  # Column -> datasets' feature JSON; {} where none is written.
+
+
+def _hidden(relative: str) -> bool:
+  return any(part.startswith(('.', '__')) for part in relative.split('/'))
+
+
+def _parquet_files(directory: str) -> list[str]:
+  """The Parquet files under `directory`, relative to it, sorted, without hidden ones."""
+  found = glob.glob('**/*.parquet', root_dir=directory, recursive=True)
+  return sorted(f for f in found if not _hidden(f))
+
+
+def _names_split(relative: str, keyword: str, *, in_directory: bool) -> bool:
+  """Whether a directory (or else the file name) of `relative` holds `keyword` as datasets' default
+  patterns find it: the whole name, or at its start or end or inside, between separators."""
+  *directories, name = relative.split('/')
+  if in_directory:
+    return any(
+        re.fullmatch(rf'(.*{_SEPARATOR})?{keyword}({_SEPARATOR}.*)?', d) for d in directories
+    )
+  return bool(re.fullmatch(rf'(.*{_SEPARATOR})?{keyword}{_SEPARATOR}.*', name))
+
+
+def _split_by_paths(files: list[str]) -> dict[str, list[str]]:
+  """`datasets`' splits of files without a configured split: data_files._get_data_files_patterns."""
+  sharded: dict[str, list[str]] = {}
+  for f in files:
+    if match := _SHARDED.fullmatch(f):
+      sharded.setdefault(match.group(1), []).append(f)
+  if sharded:
+    return sharded
+  for in_directory in (True, False):
+    splits = {
+        split: [
+            f for f in files if any(_names_split(f, k, in_directory=in_directory) for k in words)
+        ]
+        for split, words in _SPLIT_KEYWORDS.items()
+    }
+    if any(splits.values()):
+      return {split: f for split, f in splits.items() if f}
+  return {'train': files} if files else {}
+
+
+def _card(root: str) -> dict[str, Any]:
+  """The YAML header of the dataset's README.md; {} where there is none."""
+  path = os.path.join(root, 'README.md')
+  if not os.path.exists(path):
+    return {}
+  with open(path, encoding='utf-8') as f:
+    text = f.read()
+  match = re.match(r'---\s*\n(.*?)\n---\s*(\n|$)', text, re.DOTALL)
+  try:
+    header = yaml.safe_load(match.group(1)) if match else None
+  except yaml.YAMLError as e:
+    raise ValueError(f'{path}: its YAML header does not parse: {str(e).splitlines()[0]}') from None
+  return header if isinstance(header, dict) else {}
+
+
+def _default_config(root: str, configs: list[dict[str, Any]]) -> dict[str, Any]:
+  """The config `datasets.load_dataset` loads where none is named (MetadataConfigs)."""
+  defaults = [c for c in configs if c.get('default')]
+  named = [c for c in configs if c.get('config_name') == 'default']
+  if defaults or named or len(configs) == 1:
+    return (defaults or named or configs)[0]
+  names = [c.get('config_name') for c in configs]
+  raise ValueError(
+      f'Dataset {root} has configs {names} in its README.md and none is the default: mark the one '
+      "to read with `default: true` in its README.md's YAML header (or download only that one's "
+      'files and remove the `configs` entry)'
+  )
+
+
+def _configured_splits(root: str, config: dict[str, Any]) -> dict[str, list[str]]:
+  """The splits of a README config: its data_files patterns (a pattern, a list, or split/path
+  entries), under its data_dir."""
+  base = os.path.join(root, config.get('data_dir') or '')
+  data_files = config.get('data_files')
+  if data_files is None:
+    return {
+        s: [os.path.relpath(os.path.join(base, f), root) for f in files]
+        for s, files in _split_by_paths(_parquet_files(base)).items()
+    }
+  if isinstance(data_files, (str, list)) and not (
+      isinstance(data_files, list) and data_files and isinstance(data_files[0], dict)
+  ):
+    data_files = [{'split': 'train', 'path': data_files}]
+  splits = {}
+  for entry in data_files:
+    patterns = entry['path'] if isinstance(entry['path'], list) else [entry['path']]
+    found = sorted(
+        {
+            os.path.relpath(os.path.join(base, f), root)
+            for pattern in patterns
+            for f in glob.glob(pattern, root_dir=base, recursive=True)
+            if f.endswith('.parquet') and not _hidden(f)
+        }
+    )
+    splits[entry['split']] = found
+  return splits
+
+
+def _card_features(card: dict[str, Any], config_name: str | None) -> dict[str, dict[str, Any]]:
+  """The README's `dataset_info` features of the config, as datasets' feature JSON."""
+  infos = card.get('dataset_info') or []
+  infos = infos if isinstance(infos, list) else [infos]
+  named = [i for i in infos if i.get('config_name') == config_name]
+  info = (named or infos)[0] if named or len(infos) == 1 else None
+  features = {}
+  for feature in (info or {}).get('features') or []:
+    dtype = feature.get('dtype')
+    if dtype == 'image':
+      features[feature['name']] = {'_type': 'Image'}
+    elif isinstance(dtype, dict) and 'class_label' in dtype:
+      names = dtype['class_label'].get('names') or {}
+      ordered = [names[k] for k in sorted(names, key=int)] if isinstance(names, dict) else names
+      features[feature['name']] = {'_type': 'ClassLabel', 'names': [str(n) for n in ordered]}
+    elif isinstance(dtype, str):
+      features[feature['name']] = {'_type': 'Value', 'dtype': dtype}
+    else:
+      features[feature['name']] = {'_type': 'List'}
+  return features
+
+
+def _read_json(path: str) -> Any:
+  with open(path, encoding='utf-8') as f:
+    return json.load(f)
+
+
+def _saved_split(directory: str) -> tuple[tuple[str, ...], dict[str, dict[str, Any]]]:
+  """A save_to_disk split's Arrow files (state.json's) and its features (dataset_info.json's)."""
+  state = _read_json(os.path.join(directory, 'state.json'))
+  files = tuple(os.path.join(directory, f['filename']) for f in state['_data_files'])
+  info_path = os.path.join(directory, 'dataset_info.json')
+  features = _read_json(info_path).get('features') or {} if os.path.exists(info_path) else {}
+  return files, features
+
+
+def _saved(root: str) -> Layout | None:
+  """The layout of a save_to_disk directory; None where `root` is not one."""
+  if os.path.exists(os.path.join(root, 'dataset_dict.json')):
+    names = _read_json(os.path.join(root, 'dataset_dict.json'))['splits']
+    read = {name: _saved_split(os.path.join(root, name)) for name in names}
+    features = next((f for _, f in read.values() if f), {})
+    return Layout(root, True, {name: files for name, (files, _) in read.items()}, features)
+  if os.path.exists(os.path.join(root, 'state.json')):
+    files, features = _saved_split(root)
+    split = _read_json(os.path.join(root, 'state.json')).get('_split') or 'train'
+    return Layout(root, True, {split: files}, features)
+  return None
+
+
+def unreadable_parquet(path: str, error: Exception) -> ValueError:
+  """The one-line error for a data file that pyarrow cannot read."""
+  with open(path, 'rb') as f:
+    lfs = f.read(len(_LFS_POINTER)) == _LFS_POINTER
+  fix = 'fetch the files (`git lfs pull`)' if lfs else 'download it again'
+  reason = 'a git-lfs pointer' if lfs else str(error).strip().splitlines()[0]
+  return ValueError(f'{path} is not a readable Parquet file ({reason}): {fix}')
+
+
+def parquet_features(path: str) -> dict[str, dict[str, Any]]:
+  """The features `datasets` wrote into a Parquet file's schema; {} where none."""
+  import pyarrow  # pylint: disable=g-import-not-at-top  # Only these datasets need it.
+  import pyarrow.parquet as pq  # pylint: disable=g-import-not-at-top
+
+  try:
+    metadata = pq.read_schema(path).metadata or {}
+  except (pyarrow.ArrowException, OSError) as e:
+    raise unreadable_parquet(path, e) from None
+  if b'huggingface' not in metadata:
+    return {}
+  return json.loads(metadata[b'huggingface']).get('info', {}).get('features') or {}
+
+
+def read(root: str) -> Layout:
+  """The layout of the Hugging Face dataset in local directory `root`; a one-line ValueError where it
+  is not one."""
+  if '://' in root:
+    raise ValueError(
+        f'config.data_dir={root!r}: a Hugging Face dataset is read from a local directory: download '
+        'it there first (`hf download --repo-type dataset NAME --local-dir DIR`)'
+    )
+  if not os.path.isdir(root):
+    raise ValueError(
+        f'config.data_dir={root!r} is not a directory: set it to a Hugging Face dataset downloaded '
+        'with `hf download --repo-type dataset NAME --local-dir DIR`, or written by save_to_disk'
+    )
+  if saved := _saved(root):
+    return saved
+  card = _card(root)
+  configs = card.get('configs') or []
+  config = _default_config(root, configs) if configs else {}
+  splits = _configured_splits(root, config) if config else _split_by_paths(_parquet_files(root))
+  splits = {name: files for name, files in splits.items() if files}
+  if not splits:
+    raise ValueError(
+        f'config.data_dir={root!r} holds no Parquet files of a Hugging Face dataset (nor '
+        "save_to_disk's dataset_dict.json): download them (`hf download --repo-type dataset NAME "
+        '--local-dir DIR`); for class folders of images use --config.dataset=folder'
+    )
+  files = {name: tuple(os.path.join(root, f) for f in found) for name, found in splits.items()}
+  written = parquet_features(next(iter(files.values()))[0])
+  return Layout(root, False, files, written or _card_features(card, config.get('config_name')))

@@ -13,6 +13,7 @@ from huggingface_hub import constants, errors
 
 import helpers
 from vit_jax.checkpoints import hub, timm_export, torch_files
+from vit_jax.runtime import hf_hub
 from vit_jax.tasks import classification
 from vit_jax.train import setup
 
@@ -27,9 +28,9 @@ def _cache(tmp_path, monkeypatch):
   cache.mkdir()
   for name, value in (('HF_HUB_CACHE', str(cache)), ('HF_HUB_OFFLINE', True)):
     monkeypatch.setattr(constants, name, value)
-  hub._snapshot.cache_clear()
+  hf_hub.snapshot.cache_clear()
   yield cache
-  hub._snapshot.cache_clear()
+  hf_hub.snapshot.cache_clear()
 
 
 def _cached(cache, repo: str) -> str:
@@ -122,12 +123,13 @@ def test_online_only_the_weights_read_and_their_configs_are_downloaded(
     asked.update(repo=repo, **kwargs)
     return str(cache)
 
-  monkeypatch.setattr(huggingface_hub, 'list_repo_files', lambda repo, revision: files)
+  monkeypatch.setattr(huggingface_hub, 'list_repo_files', lambda repo, **_: files)
   monkeypatch.setattr(huggingface_hub, 'snapshot_download', snapshot_download)
   assert hub.local('hf-hub:org/model@v2') == str(cache)
   assert asked == {
       'repo': 'org/model',
       'revision': 'v2',
+      'repo_type': 'model',
       'allow_patterns': [
           *downloaded,
           'config.json',
@@ -137,7 +139,7 @@ def test_online_only_the_weights_read_and_their_configs_are_downloaded(
   }
 
 
-def _not_found(repo, revision):
+def _not_found(repo, **_):
   response = httpx2.Response(404, request=httpx2.Request('GET', 'https://huggingface.co/api'))
   raise errors.RepositoryNotFoundError('404', response=response)
 
@@ -147,10 +149,10 @@ def _not_found(repo, revision):
     [
         (
             _not_found,
-            r"^'hf-hub:org/model': no such repository on the Hugging Face hub, or a private",
+            r"^'hf-hub:org/model': no such model repository on the Hugging Face hub, or a",
         ),
         (
-            lambda repo, revision: ['README.md', 'model.npz'],
+            lambda repo, **_: ['README.md', 'model.npz'],
             r"^'hf-hub:org/model' holds none of the",
         ),
     ],

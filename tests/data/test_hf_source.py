@@ -337,3 +337,42 @@ def test_a_copy_that_would_not_fit_and_missing_labels_are_one_line_errors(tmp_pa
   assert "has 1 examples without a 'label': use a labelled split" in _error(
       tmp_path / 'nulls', eval_split='train'
   )
+
+
+def test_a_dataset_on_the_hub_downloads_its_parquet_files_and_readme(tmp_path, monkeypatch):
+  """'hf-hub:<repo>@<revision>': the snapshot huggingface_hub downloads (here a local copy of the
+  hub's files) is read as the directory it is; a repository without Parquet files is one line."""
+  import huggingface_hub  # pylint: disable=g-import-not-at-top
+
+  from vit_jax.runtime import hf_hub  # pylint: disable=g-import-not-at-top
+
+  snapshot = tmp_path / 'snapshot'
+  _hub(snapshot)
+  listing = ['README.md', '.gitattributes', 'data/train-00000-of-00002.parquet']
+  asked = {}
+
+  def snapshot_download(repo, **kwargs):
+    asked.update(repo=repo, **kwargs)
+    return str(snapshot)
+
+  monkeypatch.setattr(huggingface_hub, 'list_repo_files', lambda repo, **_: listing)
+  monkeypatch.setattr(huggingface_hub, 'snapshot_download', snapshot_download)
+  hf_hub.snapshot.cache_clear()
+  config = helpers.data_config('hf-hub:org/pictures@v1', dataset='huggingface')
+  info = data.get_info(config)
+  assert asked == {
+      'repo': 'org/pictures',
+      'revision': 'v1',
+      'repo_type': 'dataset',
+      'allow_patterns': ['*.parquet', 'README.md'],
+  }
+  assert (info.num_train, info.num_eval, info.class_names) == (10, 5, tuple(NAMES))
+  from vit_jax.train import setup  # pylint: disable=g-import-not-at-top
+
+  setup.absolute_data_dir(config)
+  assert config.data_dir == 'hf-hub:org/pictures@v1'  # Not a path under the working directory.
+
+  listing[:] = ['README.md', 'train.csv']
+  hf_hub.snapshot.cache_clear()
+  assert 'holds no Parquet files' in _error('hf-hub:org/tables')
+  hf_hub.snapshot.cache_clear()

@@ -1,17 +1,15 @@
 """Checkpoints named on the Hugging Face hub: `config.init_from=hf-hub:<repo>[@<revision>]` (timm's
-prefix; config.distill.teacher too) is downloaded into the Hugging Face cache (HF_HOME, HF_HUB_CACHE)
-and read from there as the local directory it then is: only the weights vit_jax reads, in the order
+prefix; config.distill.teacher too) is downloaded into the Hugging Face cache (runtime/hf_hub.py) and
+read from there as the local directory it then is: only the weights vit_jax reads, in the order
 torch_files.py prefers them (a laion repository's transformers weights, not OpenCLIP's beside them),
-and the JSON files beside them. Offline (HF_HUB_OFFLINE=1, or no network) the cached copy is read;
-gated repositories take the token of `hf auth login` or HF_TOKEN.
+and the JSON files beside them.
 """
 
-import functools
-
 from vit_jax.checkpoints import torch_files
+from vit_jax.runtime import hf_hub
 from vit_jax.runtime import paths
 
-PREFIX = 'hf-hub:'
+PREFIX = hf_hub.PREFIX
 # The files beside the weights that the layouts read.
 _CONFIGS = ('config.json', 'preprocessor_config.json', 'open_clip_config.json')
 
@@ -34,36 +32,7 @@ def _weights(files: list[str]) -> list[str]:
   return []
 
 
-@functools.cache  # Setup reads the fields, then the weights: one download, one listing.
-def _snapshot(given: str) -> str:
-  import huggingface_hub  # pylint: disable=g-import-not-at-top  # Its import takes a second.
-  from huggingface_hub import errors  # pylint: disable=g-import-not-at-top
-
-  repo, _, revision = given[len(PREFIX) :].partition('@')
-  revision = revision or None
-  try:
-    files = huggingface_hub.list_repo_files(repo, revision=revision)
-  except (errors.RepositoryNotFoundError, errors.RevisionNotFoundError, errors.HFValidationError):
-    raise ValueError(
-        f'{given!r}: no such repository{" or revision" if revision else ""} on the Hugging Face '
-        'hub, or a private one: check the name (hf-hub:<org>/<name>[@<revision>]), or log in '
-        '(`hf auth login`, or HF_TOKEN)'
-    ) from None
-  except errors.GatedRepoError:
-    raise ValueError(
-        f"{given!r}: a gated repository: accept its terms on the hub's page, then log in "
-        '(`hf auth login`, or HF_TOKEN)'
-    ) from None
-  except Exception as error:  # pylint: disable=broad-except  # Offline or unreachable: the cache.
-    try:
-      return huggingface_hub.snapshot_download(repo, revision=revision, local_files_only=True)
-    except errors.LocalEntryNotFoundError:
-      reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-      raise ValueError(
-          f'{given!r}: the Hugging Face hub cannot be reached ({reason}) and no copy is cached: '
-          'connect (or unset HF_HUB_OFFLINE), or download the repository elsewhere and pass its '
-          'directory'
-      ) from None
+def _files(given: str, files: list[str]) -> list[str]:
   weights = _weights(files)
   if not weights:
     readable = ', '.join(torch_files.DIRECTORY_WEIGHTS)
@@ -71,6 +40,8 @@ def _snapshot(given: str) -> str:
         f'{given!r} holds none of the weights vit_jax reads from a repository ({readable}): '
         'download the file you want and pass its path'
     )
-  return huggingface_hub.snapshot_download(
-      repo, revision=revision, allow_patterns=[*weights, *_CONFIGS]
-  )
+  return [*weights, *_CONFIGS]
+
+
+def _snapshot(given: str) -> str:
+  return hf_hub.snapshot(given, 'model', _files)

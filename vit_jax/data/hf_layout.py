@@ -1,7 +1,8 @@
 """Which files of a Hugging Face dataset on disk hold which split, and what its columns are.
 
 Two layouts, as the `datasets` library writes them:
-- A dataset repository, as `hf download --repo-type dataset NAME --local-dir DIR` downloads it: Parquet
+- A dataset repository, as `hf download --repo-type dataset NAME --local-dir DIR` downloads it (or
+  'hf-hub:NAME[@REVISION]': its Parquet files and README.md, into the Hugging Face cache): Parquet
   files, split as `datasets.load_dataset(DIR)` splits them: by the `configs` of the YAML header of its
   README.md (the default config's `data_files` and `data_dir`), else by their paths: the hub's
   `data/<split>-00000-of-00002.parquet`, else a directory then a file name holding a split's word
@@ -23,6 +24,8 @@ import re
 from typing import Any
 
 import yaml
+
+from vit_jax.runtime import hf_hub
 
 # datasets' data_files.SPLIT_KEYWORDS and NON_WORDS_CHARS: the words that name a split in a path.
 _SPLIT_KEYWORDS = {
@@ -218,13 +221,27 @@ def parquet_features(path: str) -> dict[str, dict[str, Any]]:
   return json.loads(metadata[b'huggingface']).get('info', {}).get('features') or {}
 
 
+def _hub_files(given: str, files: list[str]) -> list[str]:
+  """What a dataset repository on the hub downloads: its Parquet files and README.md."""
+  if not any(f.endswith('.parquet') for f in files):
+    raise ValueError(
+        f'{given!r} holds no Parquet files (the hub converts most datasets to Parquet on '
+        "refs/convert/parquet: try '@refs/convert/parquet'); download it and write it with "
+        'save_to_disk, or make class folders for --config.dataset=folder'
+    )
+  return ['*.parquet', 'README.md']
+
+
 def read(root: str) -> Layout:
-  """The layout of the Hugging Face dataset in local directory `root`; a one-line ValueError where it
-  is not one."""
+  """The layout of the Hugging Face dataset in local directory `root`, or on the hub
+  ('hf-hub:<repo>[@<revision>]', downloaded into the Hugging Face cache); a one-line ValueError
+  where it is not one."""
+  if hf_hub.is_hub(root):
+    root = hf_hub.snapshot(root, 'dataset', _hub_files)
   if '://' in root:
     raise ValueError(
-        f'config.data_dir={root!r}: a Hugging Face dataset is read from a local directory: download '
-        'it there first (`hf download --repo-type dataset NAME --local-dir DIR`)'
+        f'config.data_dir={root!r}: a Hugging Face dataset is read from a local directory or the '
+        "hub ('hf-hub:<org>/<name>'): download it to a local one first"
     )
   if not os.path.isdir(root):
     raise ValueError(

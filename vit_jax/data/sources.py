@@ -83,8 +83,9 @@ def _listed_folder(root: str, train_split: str) -> folder.FolderSource:
 def _huggingface(config: ml_collections.ConfigDict, label_feature: str) -> Source:
   if not config.data_dir:
     raise ValueError(
-        "config.dataset='huggingface' needs config.data_dir: set it to a dataset downloaded with "
-        '`hf download --repo-type dataset NAME --local-dir DIR`, or written by save_to_disk'
+        "config.dataset='huggingface' needs config.data_dir: set it to a dataset on the hub "
+        "('hf-hub:<org>/<name>'), one downloaded with `hf download --repo-type dataset NAME "
+        '--local-dir DIR`, or one written by save_to_disk'
     )
   return _listed_huggingface(config.data_dir, config.train_split, label_feature)
 

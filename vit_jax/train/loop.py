@@ -99,7 +99,11 @@ def run_header(setup: Setup, num_params: int) -> str:
   workdir's config.json (and at --verbosity=1 in the log)."""
   config, info = setup.config, setup.info
   mesh = ' x '.join(f'{name}={size}' for name, size in setup.mesh.shape.items())
-  data_dir = f' {config.data_dir}' if config.data_dir and config.dataset == 'folder' else ''
+  data_dir = (
+      f' {config.data_dir}'
+      if config.data_dir and config.dataset in ('folder', 'huggingface')
+      else ''
+  )
   devices = jax.device_count()
   return (
       f'{config.variant}, {num_params / 1e6:.1f}M parameters, {config.dtype}, '

@@ -17,6 +17,7 @@ from jax.sharding import Mesh
 
 from vit_jax import data, defaults, evaluators, sharding, tasks
 from vit_jax.checkpoints import run_dir
+from vit_jax.runtime import hf_hub
 from vit_jax.runtime import paths
 from vit_jax.train import optim, param_groups
 from vit_jax.checkpoints import adapting, posemb_resizing
@@ -191,9 +192,10 @@ def _check_numbers(config: ml_collections.ConfigDict) -> None:
 
 
 def absolute_data_dir(config: ml_collections.ConfigDict) -> None:
-  """Makes a relative `config.data_dir` absolute (a URL and unset stay as they are), in place: the
-  run's config.json is read by tools (fewshot, predict...) run later from other directories."""
-  if config.data_dir:
+  """Makes a relative `config.data_dir` absolute (a URL, a hub name and unset stay as they are), in
+  place: the run's config.json is read by tools (fewshot, predict...) run later from other
+  directories."""
+  if config.data_dir and not hf_hub.is_hub(config.data_dir):
     config.data_dir = paths.absolute(config.data_dir)
 
 

@@ -239,12 +239,12 @@ def test_a_split_is_converted_once_and_again_when_its_file_changes(tmp_path, mon
   root = tmp_path / 'repo'
   _parquet(_dataset(5, 0), root / 'train.parquet')
   rows = _rows(hf_source.HuggingFaceSource(str(root), 'train', 'label'), 'train')
-  (converted,) = list(cache.iterdir())
+  (converted,) = list(cache.glob('*.arrow'))
   written = converted.stat().st_mtime_ns
   assert (
       _rows(hf_source.HuggingFaceSource(str(root), 'train', 'label'), 'train')[1][1] == rows[1][1]
   )
-  assert [p.name for p in cache.iterdir()] == [converted.name]
+  assert [p.name for p in cache.glob('*.arrow')] == [converted.name]
   assert converted.stat().st_mtime_ns == written
   import pyarrow as pa  # pylint: disable=g-import-not-at-top
 
@@ -252,7 +252,7 @@ def test_a_split_is_converted_once_and_again_when_its_file_changes(tmp_path, mon
   _parquet(_dataset(6, 1), root / 'train.parquet')
   changed = _rows(hf_source.HuggingFaceSource(str(root), 'train', 'label'), 'train')
   _assert_rows(changed, datasets.load_dataset(str(root))['train'])
-  assert len(list(cache.iterdir())) == 2
+  assert len(list(cache.glob('*.arrow'))) == 2
 
 
 def _error(root, **overrides) -> str:
@@ -376,3 +376,29 @@ def test_a_dataset_on_the_hub_downloads_its_parquet_files_and_readme(tmp_path, m
   hf_hub.snapshot.cache_clear()
   assert 'holds no Parquet files' in _error('hf-hub:org/tables')
   hf_hub.snapshot.cache_clear()
+
+
+def test_a_copy_another_process_is_making_is_waited_for_not_made_again(tmp_path, monkeypatch):
+  import threading  # pylint: disable=g-import-not-at-top
+
+  import filelock  # pylint: disable=g-import-not-at-top
+
+  cache = tmp_path / 'cache'
+  cache.mkdir()
+  monkeypatch.setenv(hf_source.CACHE_VARIABLE, str(cache))
+  _parquet(_dataset(3, 0), tmp_path / 'train.parquet')
+  files, columns = (str(tmp_path / 'train.parquet'),), ['img', 'label']
+  got = []
+  waiting = threading.Thread(
+      target=lambda: got.append(hf_source._converted(files, columns, 'a split'))
+  )
+  with filelock.FileLock(str(cache / '.lock')):  # Another process is copying...
+    waiting.start()
+    waiting.join(timeout=1)
+    assert waiting.is_alive() and not list(cache.glob('*.arrow'))
+    hf_source._copy(files, columns, hf_source.cache_path(files, columns))  # ...and has copied.
+  copied = os.stat(hf_source.cache_path(files, columns))
+  waiting.join(timeout=30)
+  assert got == [hf_source.cache_path(files, columns)]
+  now = os.stat(got[0])
+  assert (now.st_ino, now.st_mtime_ns) == (copied.st_ino, copied.st_mtime_ns)

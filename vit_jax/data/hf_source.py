@@ -56,31 +56,49 @@ def _open_arrow(path: str):
     ) from None
 
 
-def _converted(files: tuple[str, ...], columns: list[str], what: str) -> str:
-  """The cached Arrow file of `columns` of Parquet `files`; written on the first call."""
-  import pyarrow as pa  # pylint: disable=g-import-not-at-top
-  import pyarrow.parquet as pq  # pylint: disable=g-import-not-at-top
-
+def cache_path(files: tuple[str, ...], columns: list[str]) -> str:
+  """Where the copy of `columns` of Parquet `files` goes: named by their paths, sizes and times."""
   stats = [(os.path.abspath(f), os.stat(f).st_size, os.stat(f).st_mtime_ns) for f in files]
   key = hashlib.sha256(json.dumps([stats, columns]).encode()).hexdigest()[:24]
-  path = os.path.join(_cache_dir(), f'{key}.arrow')
+  return os.path.join(_cache_dir(), f'{key}.arrow')
+
+
+def _converted(files: tuple[str, ...], columns: list[str], what: str) -> str:
+  """The cached Arrow file of `columns` of Parquet `files`; written on the first call. The processes
+  of a run on one machine (launch/local.py) take turns: one copies, the others then find its copy.
+  """
+  import filelock  # pylint: disable=g-import-not-at-top
+
+  path = cache_path(files, columns)
   if os.path.exists(path):
     return path
   os.makedirs(_cache_dir(), exist_ok=True)
-  needed, free = sum(size for _, size, _ in stats), shutil.disk_usage(_cache_dir()).free
-  if needed > free:  # The copy is uncompressed: at least the Parquet files' size.
-    raise ValueError(
-        f'Reading {what} needs a copy of its {needed / 1e9:.1f} GB of Parquet files in '
-        f'{_cache_dir()}, which has {free / 1e9:.1f} GB free: set {CACHE_VARIABLE} to a '
-        'folder on a disk with room'
-    )
-  logging.info(
-      'Copying %s (%d Parquet files, %.1f MB) into one Arrow file in %s, once, to read it by row',
-      what,
-      len(files),
-      sum(size for _, size, _ in stats) / 1e6,
-      _cache_dir(),
-  )
+  with filelock.FileLock(os.path.join(_cache_dir(), '.lock')):
+    if not os.path.exists(path):
+      needed, free = sum(os.stat(f).st_size for f in files), shutil.disk_usage(_cache_dir()).free
+      if needed > free:  # The copy is uncompressed: at least the Parquet files' size.
+        raise ValueError(
+            f'Reading {what} needs a copy of its {needed / 1e9:.1f} GB of Parquet files in '
+            f'{_cache_dir()}, which has {free / 1e9:.1f} GB free: set {CACHE_VARIABLE} to a '
+            'folder on a disk with room'
+        )
+      logging.info(
+          'Copying %s (%d Parquet files, %.1f MB) into one Arrow file in %s, once, to read it '
+          'by row',
+          what,
+          len(files),
+          needed / 1e6,
+          _cache_dir(),
+      )
+      _copy(files, columns, path)
+  return path
+
+
+def _copy(files: tuple[str, ...], columns: list[str], path: str) -> None:
+  """`columns` of Parquet `files` into Arrow file `path`, which exists only once it is whole."""
+  import pyarrow as pa  # pylint: disable=g-import-not-at-top
+  import pyarrow.parquet as pq  # pylint: disable=g-import-not-at-top
+
   partial = f'{path}.{os.getpid()}-{uuid.uuid4().hex}.partial'
   schema = _parquet_schema(files[0])
   schema = pa.schema([schema.field(c) for c in columns])
@@ -93,11 +111,10 @@ def _converted(files: tuple[str, ...], columns: list[str], what: str) -> str:
             writer.write_batch(batch if batch.schema == schema else batch.cast(schema))
         except (pa.ArrowException, OSError) as e:
           raise hf_layout.unreadable_parquet(f, e) from None
-    os.replace(partial, path)  # Another process may write the same file: either is the same.
+    os.replace(partial, path)
   finally:
     if os.path.exists(partial):
       os.remove(partial)
-  return path
 
 
 def _column_type(feature: dict[str, Any] | None, arrow_type) -> str:

@@ -283,6 +283,10 @@ def test_bad_input_is_one_line_naming_the_fix(tmp_path):
   )
   assert 'a git-lfs pointer' in _error(lfs) and 'git lfs pull' in _error(lfs)
 
+  _saved(tmp_path / 'saved')
+  (tmp_path / 'saved/test/state.json').unlink()
+  assert 'is not a whole save_to_disk directory (FileNotFoundError' in _error(tmp_path / 'saved')
+
   _configs(tmp_path / 'configs')
   readme = tmp_path / 'configs/README.md'
   readme.write_text(readme.read_text().replace('  default: true\n', ''))

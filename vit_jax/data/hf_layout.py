@@ -207,15 +207,21 @@ def unreadable_parquet(path: str, error: Exception) -> ValueError:
   return ValueError(f'{path} is not a readable Parquet file ({reason}): {fix}')
 
 
-def parquet_features(path: str) -> dict[str, dict[str, Any]]:
-  """The features `datasets` wrote into a Parquet file's schema; {} where none."""
+def parquet_file(path: str):
+  """pyarrow's ParquetFile of `path` (its schema and row counts read); a one-line ValueError where it
+  is not one."""
   import pyarrow  # pylint: disable=g-import-not-at-top  # Only these datasets need it.
   import pyarrow.parquet as pq  # pylint: disable=g-import-not-at-top
 
   try:
-    metadata = pq.read_schema(path).metadata or {}
+    return pq.ParquetFile(path)
   except (pyarrow.ArrowException, OSError) as e:
     raise unreadable_parquet(path, e) from None
+
+
+def _parquet_features(path: str) -> dict[str, dict[str, Any]]:
+  """The features `datasets` wrote into a Parquet file's schema; {} where none."""
+  metadata = parquet_file(path).schema_arrow.metadata or {}
   if b'huggingface' not in metadata:
     return {}
   return json.loads(metadata[b'huggingface']).get('info', {}).get('features') or {}
@@ -248,7 +254,14 @@ def read(root: str) -> Layout:
         f'config.data_dir={root!r} is not a directory: set it to a Hugging Face dataset downloaded '
         'with `hf download --repo-type dataset NAME --local-dir DIR`, or written by save_to_disk'
     )
-  if saved := _saved(root):
+  try:
+    saved = _saved(root)
+  except (OSError, KeyError, TypeError, json.JSONDecodeError) as e:
+    raise ValueError(
+        f'config.data_dir={root!r} is not a whole save_to_disk directory ({type(e).__name__}: '
+        f'{str(e).splitlines()[0] if str(e) else ""}): write it again with save_to_disk'
+    ) from None
+  if saved:
     return saved
   card = _card(root)
   configs = card.get('configs') or []
@@ -262,5 +275,5 @@ def read(root: str) -> Layout:
         '--local-dir DIR`); for class folders of images use --config.dataset=folder'
     )
   files = {name: tuple(os.path.join(root, f) for f in found) for name, found in splits.items()}
-  written = parquet_features(next(iter(files.values()))[0])
+  written = _parquet_features(next(iter(files.values()))[0])
   return Layout(root, False, files, written or _card_features(card, config.get('config_name')))

@@ -97,19 +97,18 @@ def _converted(files: tuple[str, ...], columns: list[str], what: str) -> str:
 def _copy(files: tuple[str, ...], columns: list[str], path: str) -> None:
   """`columns` of Parquet `files` into Arrow file `path`, which exists only once it is whole."""
   import pyarrow as pa  # pylint: disable=g-import-not-at-top
-  import pyarrow.parquet as pq  # pylint: disable=g-import-not-at-top
 
   partial = f'{path}.{os.getpid()}-{uuid.uuid4().hex}.partial'
-  schema = _parquet_schema(files[0])
+  schema = hf_layout.parquet_file(files[0]).schema_arrow
   schema = pa.schema([schema.field(c) for c in columns])
   try:
     with pa.OSFile(partial, 'wb') as sink, pa.ipc.new_stream(sink, schema) as writer:
       for f in files:
         try:
-          for batch in pq.ParquetFile(f).iter_batches(_ROWS_PER_BATCH, columns=columns):
+          for batch in hf_layout.parquet_file(f).iter_batches(_ROWS_PER_BATCH, columns=columns):
             # A shard may have written its labels narrower (int32 for int64): one schema a file.
             writer.write_batch(batch if batch.schema == schema else batch.cast(schema))
-        except (pa.ArrowException, OSError) as e:
+        except (pa.ArrowException, OSError) as e:  # A file damaged past its footer.
           raise hf_layout.unreadable_parquet(f, e) from None
     os.replace(partial, path)
   finally:
@@ -142,7 +141,9 @@ class HuggingFaceSource:
   def __init__(self, root: str, train_split: str, label_feature: str):
     self._layout = layout = hf_layout.read(root)
     first = next(iter(layout.splits.values()))[0]
-    schema = _open_arrow(first).schema if layout.arrow else _parquet_schema(first)
+    schema = (
+        _open_arrow(first).schema if layout.arrow else hf_layout.parquet_file(first).schema_arrow
+    )
     kinds = {n: _column_type(layout.features.get(n), schema.field(n).type) for n in schema.names}
     found = [n for n, kind in kinds.items() if kind == 'image']
     if not found:
@@ -193,7 +194,7 @@ class HuggingFaceSource:
   def _num_rows(self, split: str) -> int:
     if self._layout.arrow or split in self._tables:
       return self._table(split).num_rows
-    return sum(_parquet_rows(f) for f in self._layout.splits[split])
+    return sum(hf_layout.parquet_file(f).metadata.num_rows for f in self._layout.splits[split])
 
   def _table(self, split: str):
     if split not in self._tables:
@@ -277,26 +278,6 @@ class HuggingFaceSource:
   def describe(self, record: Record) -> str:
     (split, row), _ = record
     return f'row {row} of split {split!r} of {self._layout.root}'
-
-
-def _parquet_schema(path: str):
-  import pyarrow as pa  # pylint: disable=g-import-not-at-top
-  import pyarrow.parquet as pq  # pylint: disable=g-import-not-at-top
-
-  try:
-    return pq.read_schema(path)
-  except (pa.ArrowException, OSError) as e:
-    raise hf_layout.unreadable_parquet(path, e) from None
-
-
-def _parquet_rows(path: str) -> int:
-  import pyarrow as pa  # pylint: disable=g-import-not-at-top
-  import pyarrow.parquet as pq  # pylint: disable=g-import-not-at-top
-
-  try:
-    return pq.ParquetFile(path).metadata.num_rows
-  except (pa.ArrowException, OSError) as e:
-    raise hf_layout.unreadable_parquet(path, e) from None
 
 
 class _Rows:

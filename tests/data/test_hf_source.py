@@ -186,6 +186,13 @@ def test_a_saved_split_is_train_and_slices_read_as_datasets_slices(tmp_path):
   np.testing.assert_array_equal(source.split_labels('train[2:5]'), theirs['label'][2:5])
 
 
+@pytest.mark.parametrize('split', ['train[:33%]', 'train[33%:]+test[-2:]', 'test[1:4]'])
+def test_slices_are_the_rows_datasets_slices_them_to(tmp_path, split):
+  _hub(tmp_path)
+  source = hf_source.HuggingFaceSource(str(tmp_path), 'train', 'label')
+  _assert_rows(_rows(source, split), datasets.load_dataset(str(tmp_path), split=split))
+
+
 @pytest.mark.parametrize(
     'feature, names',
     [

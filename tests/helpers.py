@@ -105,6 +105,25 @@ LONG = {
 }
 
 
+def fake_hub(monkeypatch, listing: list[str], snapshot: str) -> dict:
+  """huggingface_hub as if online: every repository lists `listing` and downloads to `snapshot`.
+  Returns the arguments of the last download, filled in when it is asked for."""
+  import huggingface_hub  # pylint: disable=g-import-not-at-top
+
+  from vit_jax.runtime import hf_hub  # pylint: disable=g-import-not-at-top
+
+  asked = {}
+
+  def snapshot_download(repo, **kwargs):
+    asked.update(repo=repo, **kwargs)
+    return snapshot
+
+  monkeypatch.setattr(huggingface_hub, 'list_repo_files', lambda repo, **_: listing)
+  monkeypatch.setattr(huggingface_hub, 'snapshot_download', snapshot_download)
+  hf_hub.snapshot.cache_clear()
+  return asked
+
+
 def wait_for_checkpoint(workdir: str, procs: list[subprocess.Popen], step: int = 4) -> None:
   """Waits until the runs of `procs` have saved checkpoint `step` in `workdir` (at most 300 s)."""
   deadline = time.time() + 300

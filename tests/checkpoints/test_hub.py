@@ -117,14 +117,7 @@ def test_an_uncached_repository_offline_is_one_line(tmp_path, cache):
 def test_online_only_the_weights_read_and_their_configs_are_downloaded(
     cache, monkeypatch, files, downloaded
 ):
-  asked = {}
-
-  def snapshot_download(repo, **kwargs):
-    asked.update(repo=repo, **kwargs)
-    return str(cache)
-
-  monkeypatch.setattr(huggingface_hub, 'list_repo_files', lambda repo, **_: files)
-  monkeypatch.setattr(huggingface_hub, 'snapshot_download', snapshot_download)
+  asked = helpers.fake_hub(monkeypatch, files, str(cache))
   assert hub.local('hf-hub:org/model@v2') == str(cache)
   assert asked == {
       'repo': 'org/model',

@@ -353,22 +353,12 @@ def test_a_copy_that_would_not_fit_and_missing_labels_are_one_line_errors(tmp_pa
 def test_a_dataset_on_the_hub_downloads_its_parquet_files_and_readme(tmp_path, monkeypatch):
   """'hf-hub:<repo>@<revision>': the snapshot huggingface_hub downloads (here a local copy of the
   hub's files) is read as the directory it is; a repository without Parquet files is one line."""
-  import huggingface_hub  # pylint: disable=g-import-not-at-top
-
   from vit_jax.runtime import hf_hub  # pylint: disable=g-import-not-at-top
 
   snapshot = tmp_path / 'snapshot'
   _hub(snapshot)
   listing = ['README.md', '.gitattributes', 'data/train-00000-of-00002.parquet']
-  asked = {}
-
-  def snapshot_download(repo, **kwargs):
-    asked.update(repo=repo, **kwargs)
-    return str(snapshot)
-
-  monkeypatch.setattr(huggingface_hub, 'list_repo_files', lambda repo, **_: listing)
-  monkeypatch.setattr(huggingface_hub, 'snapshot_download', snapshot_download)
-  hf_hub.snapshot.cache_clear()
+  asked = helpers.fake_hub(monkeypatch, listing, str(snapshot))
   config = helpers.data_config('hf-hub:org/pictures@v1', dataset='huggingface')
   info = data.get_info(config)
   assert asked == {

@@ -403,3 +403,16 @@ def test_a_copy_another_process_is_making_is_waited_for_not_made_again(tmp_path,
   assert got == [hf_source.cache_path(files, columns)]
   now = os.stat(got[0])
   assert (now.st_ino, now.st_mtime_ns) == (copied.st_ino, copied.st_mtime_ns)
+
+
+def test_worker_processes_read_the_batches_threads_read(tmp_path):
+  """grain's workers get the source pickled, without its memory maps, and open the copy again."""
+  _hub(tmp_path)
+  config = helpers.data_config(str(tmp_path), dataset='huggingface', image_size=12)
+  threads = helpers.take(data.train_iterator(config, local_batch_size=4), 4)
+  config.data_workers = 2
+  workers = data.train_iterator(config, local_batch_size=4)
+  try:
+    helpers.assert_same_batches(helpers.take(workers, 4), threads)
+  finally:
+    workers.close()

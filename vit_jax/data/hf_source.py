@@ -250,8 +250,9 @@ class HuggingFaceSource:
     """Shard `shard` of `num_shards` of `split` (strided, so each holds every class)."""
     parts = self._parts(split)
     names = tuple(name for name, _ in parts)
-    part = np.concatenate([np.full(len(rows), i, np.int32) for i, (_, rows) in enumerate(parts)])
-    rows = np.concatenate([rows for _, rows in parts])
+    # Each worker process gets a copy of these arrays: 2 + 4 + 4 bytes a record of the shard.
+    part = np.concatenate([np.full(len(rows), i, np.uint16) for i, (_, rows) in enumerate(parts)])
+    rows = np.concatenate([rows for _, rows in parts]).astype(np.int32)
     labels = np.concatenate([self._labels(name)[rows] for name, rows in parts])
     return order.Records(
         len(rows[shard::num_shards]),

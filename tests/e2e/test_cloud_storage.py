@@ -162,3 +162,55 @@ def test_train_resume_init_export_and_every_tool_on_gcs(tmp_path, data_dir, gcs,
   _run(cwd, env, '-m', 'vit_jax.tools.report', f'{root}/runs', f'--out={root}/report')
   assert {p.name for p in epath.Path(f'{root}/report').iterdir()} == {'report.png', 'report.html'}
   assert os.listdir(cwd) == []
+
+
+@pytest.mark.slow
+def test_a_hugging_face_dataset_on_gcs_reads_as_its_local_copy(tmp_path, gcs, monkeypatch):
+  """Parquet files in a bucket: the splits, classes, rows and pixels of the same files on disk,
+  copied once into the local cache; a save_to_disk directory there is one line naming the fix."""
+  datasets = pytest.importorskip('datasets')
+  from vit_jax.data import hf_source  # pylint: disable=g-import-not-at-top
+
+  for name, value in gcs.env.items():
+    monkeypatch.setenv(name, value)
+  monkeypatch.setattr('etils.epath.gpath._is_tf_installed', lambda: False)
+  monkeypatch.setenv(hf_source.CACHE_VARIABLE, str(tmp_path / 'cache'))
+  features = datasets.Features(
+      {'image': datasets.Image(), 'label': datasets.ClassLabel(names=list(digits.CLASS_NAMES))}
+  )
+  local = tmp_path / 'hf'
+  for split, (pixels, labels) in digits.split_arrays().items():
+    for shard in range(2):
+      rows = slice(shard, 40, 2)
+      datasets.Dataset.from_dict(
+          {'image': [Image.fromarray(p) for p in pixels[rows]], 'label': labels[rows].tolist()},
+          features=features,
+      ).to_parquet(str(local / 'data' / f'{split}-{shard:05d}-of-00002.parquet'))
+  remote = f'gs://{BUCKET}/hf'
+  for path in local.rglob('*.parquet'):
+    epath.Path(f'{remote}/{path.relative_to(local)}').write_bytes(path.read_bytes())
+  backend.fsspec_backend.fs('gs://').invalidate_cache()
+
+  ours, theirs = (
+      hf_source.HuggingFaceSource(root, 'train', 'label') for root in (remote, str(local))
+  )
+  assert ours.class_names == theirs.class_names == digits.CLASS_NAMES
+  for split in ('train', 'test[5:]'):
+    mine, reference = ours.examples(split), theirs.examples(split)
+    assert mine.num_records == reference.num_records == (40 if split == 'train' else 35)
+    for k in range(mine.num_records):
+      a, b = ours.load(mine.read(k)), theirs.load(reference.read(k))
+      assert int(a['label']) == int(b['label'])
+      chex.assert_trees_all_equal(a['image'], b['image'])
+  assert len(list((tmp_path / 'cache').glob('*.arrow'))) == 4  # Two splits, from two places.
+
+  datasets.Dataset.from_dict({'image': [], 'label': []}, features=features).save_to_disk(
+      str(tmp_path / 'saved')
+  )
+  for path in (tmp_path / 'saved').iterdir():
+    epath.Path(f'gs://{BUCKET}/saved/{path.name}').write_bytes(path.read_bytes())
+  backend.fsspec_backend.fs('gs://').invalidate_cache()
+  with pytest.raises(
+      ValueError, match='save_to_disk directory on cloud storage.*copy it to a local'
+  ):
+    hf_source.HuggingFaceSource(f'gs://{BUCKET}/saved', 'train', 'label')

@@ -23,6 +23,7 @@ import os
 import re
 from typing import Any
 
+from etils import epath
 import yaml
 
 from vit_jax.runtime import hf_hub
@@ -53,10 +54,33 @@ def _hidden(relative: str) -> bool:
   return any(part.startswith(('.', '__')) for part in relative.split('/'))
 
 
+def is_remote(path: str) -> bool:
+  return '://' in path
+
+
+def _glob(directory: str, pattern: str) -> list[str]:
+  """The paths under `directory` (local, or gs://...) that `pattern` matches, relative to it."""
+  if not is_remote(directory):
+    return glob.glob(pattern, root_dir=directory, recursive=True)
+  import fsspec  # pylint: disable=g-import-not-at-top  # epath refuses '**' on GCS; fsspec lists once.
+
+  fs, base = fsspec.core.url_to_fs(directory)
+  base = base.rstrip('/')
+  return [p[len(base) + 1 :] for p in fs.glob(f'{base}/{pattern}')]
+
+
+def _exists(path: str) -> bool:
+  return epath.Path(path).exists() if is_remote(path) else os.path.exists(path)
+
+
+def open_file(path: str, mode: str = 'rb'):
+  """`path` opened, on local disk or cloud storage."""
+  return epath.Path(path).open(mode) if is_remote(path) else open(path, mode)
+
+
 def _parquet_files(directory: str) -> list[str]:
   """The Parquet files under `directory`, relative to it, sorted, without hidden ones."""
-  found = glob.glob('**/*.parquet', root_dir=directory, recursive=True)
-  return sorted(f for f in found if not _hidden(f))
+  return sorted(f for f in _glob(directory, '**/*.parquet') if not _hidden(f))
 
 
 def _names_split(relative: str, keyword: str, *, in_directory: bool) -> bool:
@@ -93,10 +117,10 @@ def _split_by_paths(files: list[str]) -> dict[str, list[str]]:
 def _card(root: str) -> dict[str, Any]:
   """The YAML header of the dataset's README.md; {} where there is none."""
   path = os.path.join(root, 'README.md')
-  if not os.path.exists(path):
+  if not _exists(path):
     return {}
-  with open(path, encoding='utf-8') as f:
-    text = f.read()
+  with open_file(path) as f:
+    text = f.read().decode('utf-8')
   match = re.match(r'---\s*\n(.*?)\n---\s*(\n|$)', text, re.DOTALL)
   try:
     header = yaml.safe_load(match.group(1)) if match else None
@@ -122,11 +146,12 @@ def _default_config(root: str, configs: list[dict[str, Any]]) -> dict[str, Any]:
 def _configured_splits(root: str, config: dict[str, Any]) -> dict[str, list[str]]:
   """The splits of a README config: its data_files patterns (a pattern, a list, or split/path
   entries), under its data_dir."""
-  base = os.path.join(root, config.get('data_dir') or '')
+  data_dir = config.get('data_dir') or ''
+  base = os.path.join(root, data_dir)
   data_files = config.get('data_files')
   if data_files is None:
     return {
-        s: [os.path.relpath(os.path.join(base, f), root) for f in files]
+        s: [os.path.normpath(os.path.join(data_dir, f)) for f in files]
         for s, files in _split_by_paths(_parquet_files(base)).items()
     }
   if isinstance(data_files, (str, list)) and not (
@@ -138,9 +163,9 @@ def _configured_splits(root: str, config: dict[str, Any]) -> dict[str, list[str]
     patterns = entry['path'] if isinstance(entry['path'], list) else [entry['path']]
     found = sorted(
         {
-            os.path.relpath(os.path.join(base, f), root)
+            os.path.normpath(os.path.join(data_dir, f))
             for pattern in patterns
-            for f in glob.glob(pattern, root_dir=base, recursive=True)
+            for f in _glob(base, pattern)
             if f.endswith('.parquet') and not _hidden(f)
         }
     )
@@ -200,7 +225,7 @@ def _saved(root: str) -> Layout | None:
 
 def unreadable_parquet(path: str, error: Exception) -> ValueError:
   """The one-line error for a data file that pyarrow cannot read."""
-  with open(path, 'rb') as f:
+  with open_file(path) as f:
     lfs = f.read(len(_LFS_POINTER)) == _LFS_POINTER
   fix = 'fetch the files (`git lfs pull`)' if lfs else 'download it again'
   reason = 'a git-lfs pointer' if lfs else str(error).strip().splitlines()[0]
@@ -214,7 +239,7 @@ def parquet_file(path: str):
   import pyarrow.parquet as pq  # pylint: disable=g-import-not-at-top
 
   try:
-    return pq.ParquetFile(path)
+    return pq.ParquetFile(open_file(path) if is_remote(path) else path)
   except (pyarrow.ArrowException, OSError) as e:
     raise unreadable_parquet(path, e) from None
 
@@ -244,18 +269,21 @@ def read(root: str) -> Layout:
   where it is not one."""
   if hf_hub.is_hub(root):
     root = hf_hub.snapshot(root, 'dataset', _hub_files)
-  if '://' in root:
-    raise ValueError(
-        f'config.data_dir={root!r}: a Hugging Face dataset is read from a local directory or the '
-        "hub ('hf-hub:<org>/<name>'): download it to a local one first"
-    )
-  if not os.path.isdir(root):
+  if is_remote(root):
+    if _exists(os.path.join(root, 'dataset_dict.json')) or _exists(
+        os.path.join(root, 'state.json')
+    ):
+      raise ValueError(
+          f'config.data_dir={root!r} is a save_to_disk directory on cloud storage, whose Arrow '
+          'files are read memory-mapped: copy it to a local disk'
+      )
+  elif not os.path.isdir(root):
     raise ValueError(
         f'config.data_dir={root!r} is not a directory: set it to a Hugging Face dataset downloaded '
         'with `hf download --repo-type dataset NAME --local-dir DIR`, or written by save_to_disk'
     )
   try:
-    saved = _saved(root)
+    saved = None if is_remote(root) else _saved(root)
   except (OSError, KeyError, TypeError, json.JSONDecodeError) as e:
     raise ValueError(
         f'config.data_dir={root!r} is not a whole save_to_disk directory ({type(e).__name__}: '

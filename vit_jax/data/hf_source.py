@@ -1,10 +1,11 @@
 """Hugging Face datasets on disk as a source: `--config.dataset=huggingface --config.data_dir=DIR`.
 
-DIR is a dataset repository downloaded from the hub (its Parquet files) or a `save_to_disk` directory;
-hf_layout.py finds its splits and features. Records are read by index, as every source's: Arrow files
-are memory-mapped (one copy in the page cache for every worker process), and a split's Parquet files,
-whose rows are compressed in groups, are copied once into one uncompressed Arrow file of the image and
-label columns in $VIT_JAX_DATASETS_CACHE (default $XDG_CACHE_HOME/vit_jax/datasets, ~/.cache/...), as
+DIR is a dataset repository downloaded from the hub (its Parquet files; on local disk or cloud
+storage, gs://...) or a local `save_to_disk` directory; hf_layout.py finds its splits and features.
+Records are read by index, as every source's: Arrow files are memory-mapped (one copy in the page
+cache for every worker process), and a split's Parquet files, whose rows are compressed in groups,
+are copied once into one uncompressed Arrow file of the image and label columns in
+$VIT_JAX_DATASETS_CACHE (default $XDG_CACHE_HOME/vit_jax/datasets, ~/.cache/...), as
 `datasets.load_dataset` copies them into its cache; a changed Parquet file (size or modification
 time) is copied again.
 
@@ -21,6 +22,7 @@ import uuid
 from typing import Any
 
 from absl import logging
+from etils import epath
 import numpy as np
 
 from vit_jax.data import hf_layout
@@ -56,9 +58,18 @@ def _open_arrow(path: str):
     ) from None
 
 
+def _size_and_time(path: str) -> tuple[int, float]:
+  """A file's size in bytes and its modification time, on local disk or cloud storage."""
+  if hf_layout.is_remote(path):
+    stat = epath.Path(path).stat()
+    return stat.length, stat.mtime
+  stat = os.stat(path)
+  return stat.st_size, stat.st_mtime_ns
+
+
 def cache_path(files: tuple[str, ...], columns: list[str]) -> str:
   """Where the copy of `columns` of Parquet `files` goes: named by their paths, sizes and times."""
-  stats = [(os.path.abspath(f), os.stat(f).st_size, os.stat(f).st_mtime_ns) for f in files]
+  stats = [(paths.absolute(f), *_size_and_time(f)) for f in files]
   key = hashlib.sha256(json.dumps([stats, columns]).encode()).hexdigest()[:24]
   return os.path.join(_cache_dir(), f'{key}.arrow')
 
@@ -75,7 +86,8 @@ def _converted(files: tuple[str, ...], columns: list[str], what: str) -> str:
   os.makedirs(_cache_dir(), exist_ok=True)
   with filelock.FileLock(os.path.join(_cache_dir(), '.lock')):
     if not os.path.exists(path):
-      needed, free = sum(os.stat(f).st_size for f in files), shutil.disk_usage(_cache_dir()).free
+      needed = sum(_size_and_time(f)[0] for f in files)
+      free = shutil.disk_usage(_cache_dir()).free
       if needed > free:  # The copy is uncompressed: at least the Parquet files' size.
         raise ValueError(
             f'Reading {what} needs a copy of its {needed / 1e9:.1f} GB of Parquet files in '

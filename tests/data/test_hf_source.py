@@ -416,3 +416,41 @@ def test_worker_processes_read_the_batches_threads_read(tmp_path):
     helpers.assert_same_batches(helpers.take(workers, 4), threads)
   finally:
     workers.close()
+
+
+def test_split_files_and_their_order_are_datasets_own_on_random_trees(tmp_path):
+  """200 random trees of empty Parquet files, their names made of split words, separators and other
+  words: each split's files, in order, are those datasets' pattern resolution gives (each once:
+  datasets lists a file twice where two of a split's patterns match it)."""
+  from datasets import data_files  # pylint: disable=g-import-not-at-top
+
+  from vit_jax.data import hf_layout  # pylint: disable=g-import-not-at-top
+
+  words = ['train', 'training', 'validation', 'valid', 'val', 'dev', 'test', 'testing', 'eval']
+  words += ['evaluation', 'data', 'default', 'img', 'partial', 'trainer', 'contest', 'Train']
+  separators = ['-', '_', '.', ' ', '', '0']
+  rng = np.random.default_rng(0)
+  pick = lambda options: options[rng.integers(len(options))]
+  for trial in range(200):
+    root = tmp_path / str(trial)
+    for _ in range(rng.integers(1, 5)):
+      if rng.random() < 0.2:  # push_to_hub's shard names.
+        name = f'data/{pick(["train", "test", "extra"])}-{rng.integers(3):05d}-of-00003.parquet'
+      else:
+        folders = [
+            pick(words) + (pick(separators) + pick(words) if rng.random() < 0.3 else '')
+            for _ in range(rng.integers(3))
+        ]
+        name = '/'.join([*folders, f'{pick(words)}{pick(separators)}{pick(words + ["0"])}.parquet'])
+      (root / name).parent.mkdir(parents=True, exist_ok=True)
+      (root / name).touch()
+    ours = hf_layout._split_by_paths(hf_layout._parquet_files(str(root)))
+    resolved = data_files.DataFilesDict.from_patterns(
+        data_files.get_data_patterns(str(root)), str(root), allowed_extensions=['.parquet']
+    )
+    theirs = {
+        str(split): list(dict.fromkeys(os.path.relpath(f, root) for f in found))
+        for split, found in resolved.items()
+        if found
+    }
+    assert ours == theirs, sorted(p.relative_to(root).as_posix() for p in root.rglob('*.parquet'))

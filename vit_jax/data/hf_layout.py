@@ -83,34 +83,38 @@ def _parquet_files(directory: str) -> list[str]:
   return sorted(f for f in _glob(directory, '**/*.parquet') if not _hidden(f))
 
 
-def _names_split(relative: str, keyword: str, *, in_directory: bool) -> bool:
-  """Whether a directory (or else the file name) of `relative` holds `keyword` as datasets' default
-  patterns find it: the whole name, or at its start or end or inside, between separators."""
+# datasets' default patterns around a split's word, in its order: its KEYWORDS_IN_DIR_NAME_BASE_PATTERNS
+# (a folder's whole name, its start, its end, inside it) and KEYWORDS_IN_FILENAME_BASE_PATTERNS (the
+# file name's start, inside it), the word between separators.
+_IN_DIRECTORY = ('{k}', '{k}{s}.*', '.*{s}{k}', '.*{s}{k}{s}.*')
+_IN_FILE_NAME = ('{k}{s}.*', '.*{s}{k}{s}.*')
+
+
+def _matches(relative: str, pattern: str, *, in_directory: bool) -> bool:
   *directories, name = relative.split('/')
   if in_directory:
-    return any(
-        re.fullmatch(rf'(.*{_SEPARATOR})?{keyword}({_SEPARATOR}.*)?', d) for d in directories
-    )
-  return bool(re.fullmatch(rf'(.*{_SEPARATOR})?{keyword}{_SEPARATOR}.*', name))
+    return any(re.fullmatch(pattern, d) for d in directories)
+  return bool(re.fullmatch(pattern, name))
 
 
 def _split_by_paths(files: list[str]) -> dict[str, list[str]]:
-  """`datasets`' splits of files without a configured split: data_files._get_data_files_patterns."""
+  """`datasets`' splits of files without a configured split (data_files._get_data_files_patterns),
+  each in its order: pattern by pattern, a pattern's files sorted, each file once."""
   sharded: dict[str, list[str]] = {}
   for f in files:
     if match := _SHARDED.fullmatch(f):
       sharded.setdefault(match.group(1), []).append(f)
   if sharded:
     return sharded
-  for in_directory in (True, False):
-    splits = {
-        split: [
-            f for f in files if any(_names_split(f, k, in_directory=in_directory) for k in words)
-        ]
-        for split, words in _SPLIT_KEYWORDS.items()
-    }
-    if any(splits.values()):
-      return {split: f for split, f in splits.items() if f}
+  for in_directory, forms in ((True, _IN_DIRECTORY), (False, _IN_FILE_NAME)):
+    splits = {}
+    for split, words in _SPLIT_KEYWORDS.items():
+      patterns = [f.format(k=re.escape(k), s=_SEPARATOR) for k in words for f in forms]
+      found = [f for p in patterns for f in files if _matches(f, p, in_directory=in_directory)]
+      if found:
+        splits[split] = list(dict.fromkeys(found))
+    if splits:
+      return splits
   return {'train': files} if files else {}
 
 
@@ -161,15 +165,13 @@ def _configured_splits(root: str, config: dict[str, Any]) -> dict[str, list[str]
   splits = {}
   for entry in data_files:
     patterns = entry['path'] if isinstance(entry['path'], list) else [entry['path']]
-    found = sorted(
-        {
-            os.path.normpath(os.path.join(data_dir, f))
-            for pattern in patterns
-            for f in _glob(base, pattern)
-            if f.endswith('.parquet') and not _hidden(f)
-        }
-    )
-    splits[entry['split']] = found
+    found = [
+        os.path.normpath(os.path.join(data_dir, f))
+        for pattern in patterns  # datasets' order: pattern by pattern, a pattern's files sorted.
+        for f in sorted(_glob(base, pattern))
+        if f.endswith('.parquet') and not _hidden(f)
+    ]
+    splits[entry['split']] = list(dict.fromkeys(found))
   return splits
 
 

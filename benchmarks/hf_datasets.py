@@ -2,8 +2,8 @@
 
   python benchmarks/hf_datasets.py --num_images=2048 --image_size=224 --batch=32
 
-Writes `--num_images` generated 500x375 JPEGs (input_pipeline.py's) as an image folder and, through the
-`datasets` library, as the hub's Parquet layout (data/train-00000-of-0000N.parquet), then prints:
+Writes `--num_images` generated 500x375 JPEGs (input_pipeline.py's) as an image folder and, through
+the `datasets` library, as the hub's Parquet layout (data/train-0000i-of-0000N.parquet), then:
 - the first read of the Parquet split (its copy into the Arrow cache) and a later one;
 - records read and decoded in a random order, one process: ours (`HuggingFaceSource.load`) against
   `datasets`' own random access (`ds[i]['image']` decoded to RGB, what timm's Hugging Face reader
@@ -86,7 +86,8 @@ def main() -> None:
     write_parquet(jpegs, parquet, args.shards)
     megabytes = sum(os.path.getsize(f) for f in glob.glob(f'{parquet}/data/*')) / 1e6
     print(
-        f'# {args.num_images} JPEGs of 500x375, {megabytes:.0f} MB of Parquet; {os.cpu_count()} cores'
+        f'# {args.num_images} JPEGs of 500x375, {megabytes:.0f} MB of Parquet; '
+        f'{os.cpu_count()} cores'
     )
 
     start = time.perf_counter()

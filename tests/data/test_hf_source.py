@@ -1,6 +1,7 @@
-"""Hugging Face datasets on disk (`dataset='huggingface'`), written by the `datasets` library itself and
-read back by it: every layout's splits, rows, images and labels are what `datasets.load_dataset` (or
-`load_from_disk`) gives; the digits written as one train as the bundled digits, batch for batch."""
+"""Hugging Face datasets on disk (`dataset='huggingface'`), written by the `datasets` library itself
+and read back by it: every layout's splits, rows, images and labels are what `datasets.load_dataset`
+(or `load_from_disk`) gives; the digits written as one train as the bundled digits, batch for
+batch."""
 
 import io
 import os

@@ -3,17 +3,17 @@
 Two layouts, as the `datasets` library writes them:
 - A dataset repository, as `hf download --repo-type dataset NAME --local-dir DIR` downloads it (or
   'hf-hub:NAME[@REVISION]': its Parquet files and README.md, into the Hugging Face cache): Parquet
-  files, split as `datasets.load_dataset(DIR)` splits them: by the `configs` of the YAML header of its
-  README.md (the default config's `data_files` and `data_dir`), else by their paths: the hub's
+  files, split as `datasets.load_dataset(DIR)` splits them: by the `configs` of the YAML header of
+  its README.md (the default config's `data_files` and `data_dir`), else by their paths: the hub's
   `data/<split>-00000-of-00002.parquet`, else a directory then a file name holding a split's word
-  (train, training; validation, valid, val, dev; test, testing, eval, evaluation) between separators,
-  else all of them are 'train'.
-- A `save_to_disk` directory: `dataset_dict.json` and a folder of Arrow files a split, or one split's
-  Arrow files beside its `state.json`.
+  (train, training; validation, valid, val, dev; test, testing, eval, evaluation) between
+  separators, else all of them are 'train'.
+- A `save_to_disk` directory: `dataset_dict.json` and a folder of Arrow files a split, or one
+  split's Arrow files beside its `state.json`.
 
 The columns' features (which one is an Image, which a ClassLabel and its names) are `datasets`' own
-metadata: the Parquet schema's 'huggingface' entry, a save_to_disk split's `dataset_info.json`, or the
-README's `dataset_info`.
+metadata: the Parquet schema's 'huggingface' entry, a save_to_disk split's `dataset_info.json`, or
+the README's `dataset_info`.
 """
 
 import dataclasses
@@ -42,7 +42,8 @@ _SHARDED = re.compile(r'data/(\w+(?:\.\w+)*)-[0-9]{5}-of-[0-9]{5}[^/]*\.[^/]*')
 
 @dataclasses.dataclass(frozen=True)
 class Layout:
-  """A dataset's splits: `splits[name]` its data files (Parquet, or Arrow where `arrow`), in order."""
+  """A dataset's splits: `splits[name]` its data files (Parquet, or Arrow where `arrow`), in
+  order."""
 
   root: str
   arrow: bool
@@ -62,7 +63,8 @@ def _glob(directory: str, pattern: str) -> list[str]:
   """The paths under `directory` (local, or gs://...) that `pattern` matches, relative to it."""
   if not is_remote(directory):
     return glob.glob(pattern, root_dir=directory, recursive=True)
-  import fsspec  # pylint: disable=g-import-not-at-top  # epath refuses '**' on GCS; fsspec lists once.
+  # epath refuses '**' on GCS; fsspec lists the objects once.
+  import fsspec  # pylint: disable=g-import-not-at-top
 
   fs, base = fsspec.core.url_to_fs(directory)
   base = base.rstrip('/')
@@ -83,9 +85,10 @@ def _parquet_files(directory: str) -> list[str]:
   return sorted(f for f in _glob(directory, '**/*.parquet') if not _hidden(f))
 
 
-# datasets' default patterns around a split's word, in its order: its KEYWORDS_IN_DIR_NAME_BASE_PATTERNS
-# (a folder's whole name, its start, its end, inside it) and KEYWORDS_IN_FILENAME_BASE_PATTERNS (the
-# file name's start, inside it), the word between separators.
+# datasets' default patterns around a split's word, in its order: its
+# KEYWORDS_IN_DIR_NAME_BASE_PATTERNS (a folder's whole name, its start, its end, inside it) and
+# KEYWORDS_IN_FILENAME_BASE_PATTERNS (the file name's start, inside it), the word between
+# separators.
 _IN_DIRECTORY = ('{k}', '{k}{s}.*', '.*{s}{k}', '.*{s}{k}{s}.*')
 _IN_FILE_NAME = ('{k}{s}.*', '.*{s}{k}{s}.*')
 
@@ -235,8 +238,8 @@ def unreadable_parquet(path: str, error: Exception) -> ValueError:
 
 
 def parquet_file(path: str):
-  """pyarrow's ParquetFile of `path` (its schema and row counts read); a one-line ValueError where it
-  is not one."""
+  """pyarrow's ParquetFile of `path` (its schema and row counts read); a one-line ValueError where
+  it is not one."""
   import pyarrow  # pylint: disable=g-import-not-at-top  # Only these datasets need it.
   import pyarrow.parquet as pq  # pylint: disable=g-import-not-at-top
 

@@ -1,7 +1,8 @@
-"""Repositories named on the Hugging Face hub (`hf-hub:<repo>[@<revision>]`, timm's prefix): the files
-a caller reads, downloaded into the Hugging Face cache (HF_HOME, HF_HUB_CACHE) and read from there as
-the local directory they then are. Offline (HF_HUB_OFFLINE=1, or no network) the cached copy is read;
-gated repositories take the token of `hf auth login` or HF_TOKEN. Every refusal is one line.
+"""Repositories named on the Hugging Face hub (`hf-hub:<repo>[@<revision>]`, timm's prefix): the
+files a caller reads, downloaded into the Hugging Face cache (HF_HOME, HF_HUB_CACHE) and read from
+there as the local directory they then are. Offline (HF_HUB_OFFLINE=1, or no network) the cached
+copy is read; gated repositories take the token of `hf auth login` or HF_TOKEN. Every refusal is one
+line.
 """
 
 import functools
@@ -14,7 +15,8 @@ def is_hub(path: str) -> bool:
   return path.startswith(PREFIX)
 
 
-@functools.cache  # Setup reads the fields, then the weights (or the splits): one download, one listing.
+# Setup reads the fields, then the weights (or the splits): one download, one listing.
+@functools.cache
 def snapshot(given: str, repo_type: str, patterns: Callable[[str, list[str]], list[str]]) -> str:
   """The local snapshot directory of repository `given` ('hf-hub:<repo>[@<revision>]') of
   `repo_type` ('model', 'dataset'), downloaded if needed: the files `patterns(given, listing)`

@@ -26,7 +26,9 @@ from typing import Any
 from etils import epath
 import yaml
 
+from vit_jax.data import images
 from vit_jax.runtime import hf_hub
+from vit_jax.runtime import paths
 
 # datasets' data_files.SPLIT_KEYWORDS and NON_WORDS_CHARS: the words that name a split in a path.
 _SPLIT_KEYWORDS = {
@@ -35,8 +37,6 @@ _SPLIT_KEYWORDS = {
     'test': ('test', 'testing', 'eval', 'evaluation'),
 }
 _SEPARATOR = r'[-._ 0-9]'
-# What a file checked out without `git lfs pull` holds instead of the data.
-_LFS_POINTER = b'version https://git-lfs'
 _SHARDED = re.compile(r'data/(\w+(?:\.\w+)*)-[0-9]{5}-of-[0-9]{5}[^/]*\.[^/]*')
 
 
@@ -55,13 +55,9 @@ def _hidden(relative: str) -> bool:
   return any(part.startswith(('.', '__')) for part in relative.split('/'))
 
 
-def is_remote(path: str) -> bool:
-  return '://' in path
-
-
 def _glob(directory: str, pattern: str) -> list[str]:
   """The paths under `directory` (local, or gs://...) that `pattern` matches, relative to it."""
-  if not is_remote(directory):
+  if not paths.is_url(directory):
     return glob.glob(pattern, root_dir=directory, recursive=True)
   # epath refuses '**' on GCS; fsspec lists the objects once.
   import fsspec  # pylint: disable=g-import-not-at-top
@@ -72,12 +68,12 @@ def _glob(directory: str, pattern: str) -> list[str]:
 
 
 def _exists(path: str) -> bool:
-  return epath.Path(path).exists() if is_remote(path) else os.path.exists(path)
+  return epath.Path(path).exists() if paths.is_url(path) else os.path.exists(path)
 
 
 def open_file(path: str, mode: str = 'rb'):
   """`path` opened, on local disk or cloud storage."""
-  return epath.Path(path).open(mode) if is_remote(path) else open(path, mode)
+  return epath.Path(path).open(mode) if paths.is_url(path) else open(path, mode)
 
 
 def _parquet_files(directory: str) -> list[str]:
@@ -231,7 +227,7 @@ def _saved(root: str) -> Layout | None:
 def unreadable_parquet(path: str, error: Exception) -> ValueError:
   """The one-line error for a data file that pyarrow cannot read."""
   with open_file(path) as f:
-    lfs = f.read(len(_LFS_POINTER)) == _LFS_POINTER
+    lfs = f.read(len(images.LFS_POINTER)) == images.LFS_POINTER
   fix = 'fetch the files (`git lfs pull`)' if lfs else 'download it again'
   reason = 'a git-lfs pointer' if lfs else str(error).strip().splitlines()[0]
   return ValueError(f'{path} is not a readable Parquet file ({reason}): {fix}')
@@ -244,7 +240,7 @@ def parquet_file(path: str):
   import pyarrow.parquet as pq  # pylint: disable=g-import-not-at-top
 
   try:
-    return pq.ParquetFile(open_file(path) if is_remote(path) else path)
+    return pq.ParquetFile(open_file(path) if paths.is_url(path) else path)
   except (pyarrow.ArrowException, OSError) as e:
     raise unreadable_parquet(path, e) from None
 
@@ -274,7 +270,7 @@ def read(root: str) -> Layout:
   where it is not one."""
   if hf_hub.is_hub(root):
     root = hf_hub.snapshot(root, 'dataset', _hub_files)
-  if is_remote(root):
+  if paths.is_url(root):
     if _exists(os.path.join(root, 'dataset_dict.json')) or _exists(
         os.path.join(root, 'state.json')
     ):
@@ -288,7 +284,7 @@ def read(root: str) -> Layout:
         'with `hf download --repo-type dataset NAME --local-dir DIR`, or written by save_to_disk'
     )
   try:
-    saved = None if is_remote(root) else _saved(root)
+    saved = None if paths.is_url(root) else _saved(root)
   except (OSError, KeyError, TypeError, json.JSONDecodeError) as e:
     raise ValueError(
         f'config.data_dir={root!r} is not a whole save_to_disk directory ({type(e).__name__}: '

@@ -60,7 +60,7 @@ def _open_arrow(path: str):
 
 def _size_and_time(path: str) -> tuple[int, float]:
   """A file's size in bytes and its modification time, on local disk or cloud storage."""
-  if hf_layout.is_remote(path):
+  if paths.is_url(path):
     stat = epath.Path(path).stat()
     return stat.length, stat.mtime
   stat = os.stat(path)
@@ -169,6 +169,12 @@ class HuggingFaceSource:
           f'strings): set --config.label_feature to one of {labels}'
       )
     self._label_column = label_feature
+    # Each split's rows, counted once: a Parquet file's count is a read of its footer.
+    self._sizes = {
+        name: sum(hf_layout.parquet_file(f).metadata.num_rows for f in files)
+        for name, files in layout.splits.items()
+        if not layout.arrow
+    }
     self._tables = {}  # Split -> its table, opened at its first read.
     self._images = {}  # Split -> its image column (a lookup by name costs 70 us over 5,000 chunks).
     self._checked_labels = {}  # Split -> its int32 labels.
@@ -189,8 +195,9 @@ class HuggingFaceSource:
     return {**self.__dict__, '_tables': {}, '_images': {}, '_checked_labels': {}}
 
   def _parts(self, split: str) -> list[tuple[str, np.ndarray]]:
-    sizes = {name: self._num_rows(name) for name in self._layout.splits}
-    return order.split_indices(split, sizes)
+    if not self._sizes:  # save_to_disk's Arrow files: their memory-mapped tables count them.
+      self._sizes = {name: self._table(name).num_rows for name in self._layout.splits}
+    return order.split_indices(split, self._sizes)
 
   def check_split(self, split: str, field: str) -> None:
     """A one-line ValueError naming the config `field` to set where `split` is not a split of the
@@ -202,11 +209,6 @@ class HuggingFaceSource:
           f"{str(e).rstrip('.')}; set {field} to one of {list(self._layout.splits)} or a "
           "slice of one, e.g. 'train[:90%]'"
       ) from None
-
-  def _num_rows(self, split: str) -> int:
-    if self._layout.arrow or split in self._tables:
-      return self._table(split).num_rows
-    return sum(hf_layout.parquet_file(f).metadata.num_rows for f in self._layout.splits[split])
 
   def _table(self, split: str):
     if split not in self._tables:

@@ -31,7 +31,7 @@ IMAGE_EXTENSIONS = (
     '.jp2',
 )
 # What a file checked out without `git lfs pull` holds instead of the image.
-_LFS_POINTER = b'version https://git-lfs'
+LFS_POINTER = b'version https://git-lfs'
 
 
 class UnreadableImage(ValueError):
@@ -52,7 +52,7 @@ def decode(data: bytes) -> np.ndarray:
 
   Raises UnreadableImage with a one-line reason for bytes PIL cannot read (truncated or corrupt
   files, other formats, a git-lfs pointer file in place of the image)."""
-  if data.startswith(_LFS_POINTER):
+  if data.startswith(LFS_POINTER):
     raise UnreadableImage('a git-lfs pointer, not the image')
   try:
     with Image.open(io.BytesIO(data)) as image:

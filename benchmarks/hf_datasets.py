@@ -29,6 +29,7 @@ import numpy as np
 
 import input_pipeline  # pylint: disable=wrong-import-position
 from vit_jax import defaults  # pylint: disable=wrong-import-position
+from vit_jax.data import dataset_cache  # pylint: disable=wrong-import-position
 from vit_jax.data import folder  # pylint: disable=wrong-import-position
 from vit_jax.data import hf_source  # pylint: disable=wrong-import-position
 from vit_jax.data import images  # pylint: disable=wrong-import-position
@@ -79,7 +80,7 @@ def main() -> None:
   import datasets  # pylint: disable=g-import-not-at-top
 
   with tempfile.TemporaryDirectory() as tmp:
-    os.environ[hf_source.CACHE_VARIABLE] = os.path.join(tmp, 'cache')
+    os.environ[dataset_cache.CACHE_VARIABLE] = os.path.join(tmp, 'cache')
     os.environ['HF_DATASETS_CACHE'] = os.path.join(tmp, 'hf_cache')
     jpegs, parquet = os.path.join(tmp, 'jpegs'), os.path.join(tmp, 'parquet')
     input_pipeline.write_jpegs(jpegs, args.num_images)

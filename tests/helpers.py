@@ -2,6 +2,7 @@
 
 import dataclasses
 import importlib
+import io
 import os
 import shutil
 import subprocess
@@ -122,6 +123,36 @@ def fake_hub(monkeypatch, listing: list[str], snapshot: str) -> dict:
   monkeypatch.setattr(huggingface_hub, 'snapshot_download', snapshot_download)
   hf_hub.snapshot.cache_clear()
   return asked
+
+
+def offline_datasets(monkeypatch, cache: str) -> None:
+  """`datasets` and huggingface_hub read local files only; `datasets` caches into `cache`."""
+  monkeypatch.setenv('HF_DATASETS_OFFLINE', '1')
+  monkeypatch.setenv('HF_HUB_OFFLINE', '1')
+  monkeypatch.setenv('HF_DATASETS_CACHE', cache)
+
+
+def hf_dataset_card(root, features, configs: dict) -> None:
+  """README.md with the YAML header push_to_hub writes: dataset_info (`features` for each config)
+  and configs."""
+  from datasets.info import DatasetInfo, DatasetInfosDict  # pylint: disable=g-import-not-at-top
+  from datasets.utils.metadata import MetadataConfigs  # pylint: disable=g-import-not-at-top
+  from huggingface_hub import DatasetCardData  # pylint: disable=g-import-not-at-top
+
+  card = DatasetCardData()
+  infos = {name: DatasetInfo(features=features, config_name=name) for name in configs}
+  DatasetInfosDict(infos).to_dataset_card_data(card)
+  MetadataConfigs(configs).to_dataset_card_data(card)
+  (root / 'README.md').write_text(f'---\n{card}\n---\n# A dataset\n')
+
+
+def encoded(pixels: np.ndarray, image_format: str = 'JPEG') -> bytes:
+  """`pixels` as a file of `image_format`, as PIL writes it."""
+  from PIL import Image  # pylint: disable=g-import-not-at-top
+
+  out = io.BytesIO()
+  Image.fromarray(pixels).save(out, format=image_format, quality=90)
+  return out.getvalue()
 
 
 def wait_for_checkpoint(workdir: str, procs: list[subprocess.Popen], step: int = 4) -> None:

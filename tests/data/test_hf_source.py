@@ -3,7 +3,6 @@ and read back by it: every layout's splits, rows, images and labels are what `da
 (or `load_from_disk`) gives; the digits written as one train as the bundled digits, batch for
 batch."""
 
-import io
 import os
 
 import numpy as np
@@ -12,7 +11,9 @@ import pytest
 
 import helpers
 from vit_jax import data
+from vit_jax.data import dataset_cache
 from vit_jax.data import digits
+from vit_jax.data import hf_arrow
 from vit_jax.data import hf_source
 from vit_jax.data import images
 
@@ -23,16 +24,7 @@ NAMES = ['airplane', 'bird', 'cat']
 
 @pytest.fixture(autouse=True)
 def _offline(monkeypatch, tmp_path):
-  """`datasets` reads local files only, into a cache of the test's."""
-  monkeypatch.setenv('HF_DATASETS_OFFLINE', '1')
-  monkeypatch.setenv('HF_HUB_OFFLINE', '1')
-  monkeypatch.setenv('HF_DATASETS_CACHE', str(tmp_path / 'hf_cache'))
-
-
-def _jpeg(pixels: np.ndarray) -> bytes:
-  out = io.BytesIO()
-  Image.fromarray(pixels).save(out, format='JPEG', quality=90)
-  return out.getvalue()
+  helpers.offline_datasets(monkeypatch, str(tmp_path / 'hf_cache'))
 
 
 def _dataset(n: int, seed: int, label_column: str = 'label', label_feature=None):
@@ -41,7 +33,9 @@ def _dataset(n: int, seed: int, label_column: str = 'label', label_feature=None)
   pictures = []
   for i in range(n):
     pixels = rng.integers(0, 256, (9 + i % 4, 7 + i % 3, 3), np.uint8)
-    pictures.append({'bytes': _jpeg(pixels), 'path': None} if i % 2 else Image.fromarray(pixels))
+    pictures.append(
+        {'bytes': helpers.encoded(pixels), 'path': None} if i % 2 else Image.fromarray(pixels)
+    )
   features = datasets.Features(
       {'img': datasets.Image(), label_column: label_feature or datasets.ClassLabel(names=NAMES)}
   )
@@ -63,19 +57,6 @@ def _parquet(ds, path, *, metadata: bool = True) -> None:
     pq.write_table(ds.flatten_indices().data.table.replace_schema_metadata(None), str(path))
 
 
-def _card(root, features, configs: dict) -> None:
-  """README.md with the YAML header push_to_hub writes: dataset_info and configs."""
-  from datasets.info import DatasetInfo, DatasetInfosDict  # pylint: disable=g-import-not-at-top
-  from datasets.utils.metadata import MetadataConfigs  # pylint: disable=g-import-not-at-top
-  from huggingface_hub import DatasetCardData  # pylint: disable=g-import-not-at-top
-
-  card = DatasetCardData()
-  infos = {name: DatasetInfo(features=features, config_name=name) for name in configs}
-  DatasetInfosDict(infos).to_dataset_card_data(card)
-  MetadataConfigs(configs).to_dataset_card_data(card)
-  (root / 'README.md').write_text(f'---\n{card}\n---\n# A dataset\n')
-
-
 def _hub(root):
   """push_to_hub's layout: sharded data/<split>-NNNNN-of-NNNNN.parquet and its README; the Parquet
   files without features, so that they are the README's."""
@@ -84,7 +65,7 @@ def _hub(root):
   _parquet(train.select(range(6, 10)), root / 'data/train-00001-of-00002.parquet', metadata=False)
   _parquet(test, root / 'data/test-00000-of-00001.parquet', metadata=False)
   splits = [{'split': s, 'path': f'data/{s}-*'} for s in ('train', 'test')]
-  _card(root, train.features, {'default': {'data_files': splits}})
+  helpers.hf_dataset_card(root, train.features, {'default': {'data_files': splits}})
 
 
 def _configs(root):
@@ -92,7 +73,7 @@ def _configs(root):
   _parquet(_dataset(4, 2), root / 'small/train-00000-of-00001.parquet')
   _parquet(_dataset(9, 3), root / 'full/train-00000-of-00001.parquet')
   _parquet(_dataset(3, 4), root / 'full/validation-00000-of-00001.parquet')
-  _card(
+  helpers.hf_dataset_card(
       root,
       _dataset(1, 0).features,
       {
@@ -132,6 +113,18 @@ def _one_file(root):
   _parquet(_dataset(5, 12), root / 'pictures.parquet')
 
 
+def _arrow_files(root):
+  """A repository of Arrow files (datasets' stream format, its features in the schema)."""
+  import pyarrow as pa  # pylint: disable=g-import-not-at-top
+
+  for split, ds in (('train', _dataset(7, 16)), ('test', _dataset(3, 17))):
+    table = ds.flatten_indices().data.table
+    (root / 'data').mkdir(exist_ok=True)
+    with pa.OSFile(str(root / f'data/{split}-00000-of-00001.arrow'), 'wb') as sink:
+      with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+
+
 def _saved(root):
   datasets.DatasetDict({'train': _dataset(8, 13), 'test': _dataset(3, 14)}).save_to_disk(str(root))
 
@@ -142,7 +135,16 @@ def _saved_one(root):
 
 LAYOUTS = {
     f.__name__.strip('_'): f
-    for f in (_hub, _configs, _split_folders, _file_words, _converted_refs, _one_file, _saved)
+    for f in (
+        _hub,
+        _configs,
+        _split_folders,
+        _file_words,
+        _converted_refs,
+        _one_file,
+        _arrow_files,
+        _saved,
+    )
 }
 
 
@@ -243,7 +245,7 @@ def test_the_digits_as_a_hugging_face_dataset_train_and_evaluate_as_the_digits(t
 
 def test_a_split_is_converted_once_and_again_when_its_file_changes(tmp_path, monkeypatch):
   cache = tmp_path / 'cache'
-  monkeypatch.setenv(hf_source.CACHE_VARIABLE, str(cache))
+  monkeypatch.setenv(dataset_cache.CACHE_VARIABLE, str(cache))
   root = tmp_path / 'repo'
   _parquet(_dataset(5, 0), root / 'train.parquet')
   rows = _rows(hf_source.HuggingFaceSource(str(root), 'train', 'label'), 'train')
@@ -282,7 +284,7 @@ def test_bad_input_is_one_line_naming_the_fix(tmp_path):
   )
   assert 'hf download --repo-type dataset' in _error(tmp_path / 'missing')
   (tmp_path / 'empty').mkdir()
-  assert 'holds no Parquet files' in _error(tmp_path / 'empty')
+  assert 'holds no Parquet, Arrow or WebDataset (.tar) files' in _error(tmp_path / 'empty')
 
   lfs = tmp_path / 'lfs'
   (lfs / 'data').mkdir(parents=True)
@@ -337,8 +339,8 @@ def test_a_row_without_image_bytes_reads_the_file_it_names(tmp_path):
 
 def test_a_copy_that_would_not_fit_and_missing_labels_are_one_line_errors(tmp_path, monkeypatch):
   _parquet(_dataset(4, 0), tmp_path / 'repo/train.parquet')
-  usage = hf_source.shutil.disk_usage(tmp_path)
-  monkeypatch.setattr(hf_source.shutil, 'disk_usage', lambda _: usage._replace(free=100))
+  usage = dataset_cache.shutil.disk_usage(tmp_path)
+  monkeypatch.setattr(dataset_cache.shutil, 'disk_usage', lambda _: usage._replace(free=100))
   message = _error(tmp_path / 'repo', eval_split='train')
   assert 'GB free: set VIT_JAX_DATASETS_CACHE to a folder on a disk with room' in message
   monkeypatch.undo()
@@ -366,7 +368,7 @@ def test_a_dataset_on_the_hub_downloads_its_parquet_files_and_readme(tmp_path, m
       'repo': 'org/pictures',
       'revision': 'v1',
       'repo_type': 'dataset',
-      'allow_patterns': ['*.parquet', 'README.md'],
+      'allow_patterns': ['*.parquet', '*.geoparquet', '*.gpq', 'README.md'],
   }
   assert (info.num_train, info.num_eval, info.class_names) == (10, 5, tuple(NAMES))
   from vit_jax.train import setup  # pylint: disable=g-import-not-at-top
@@ -376,7 +378,7 @@ def test_a_dataset_on_the_hub_downloads_its_parquet_files_and_readme(tmp_path, m
 
   listing[:] = ['README.md', 'train.csv']
   hf_hub.snapshot.cache_clear()
-  assert 'holds no Parquet files' in _error('hf-hub:org/tables')
+  assert 'Hugging Face dataset (its files are csv)' in _error('hf-hub:org/tables')
   hf_hub.snapshot.cache_clear()
 
 
@@ -387,21 +389,19 @@ def test_a_copy_another_process_is_making_is_waited_for_not_made_again(tmp_path,
 
   cache = tmp_path / 'cache'
   cache.mkdir()
-  monkeypatch.setenv(hf_source.CACHE_VARIABLE, str(cache))
+  monkeypatch.setenv(dataset_cache.CACHE_VARIABLE, str(cache))
   _parquet(_dataset(3, 0), tmp_path / 'train.parquet')
   files, columns = (str(tmp_path / 'train.parquet'),), ['img', 'label']
   got = []
-  waiting = threading.Thread(
-      target=lambda: got.append(hf_source._converted(files, columns, 'a split'))
-  )
+  waiting = threading.Thread(target=lambda: got.append(hf_arrow.copied(files, columns, 'a split')))
   with filelock.FileLock(str(cache / '.lock')):  # Another process is copying...
     waiting.start()
     waiting.join(timeout=1)
     assert waiting.is_alive() and not list(cache.glob('*.arrow'))
-    hf_source._copy(files, columns, hf_source.cache_path(files, columns))  # ...and has copied.
-  copied = os.stat(hf_source.cache_path(files, columns))
+    hf_arrow.copy(files, columns, hf_arrow.cache_path(files, columns))  # ...and has copied.
+  copied = os.stat(hf_arrow.cache_path(files, columns))
   waiting.join(timeout=30)
-  assert got == [hf_source.cache_path(files, columns)]
+  assert got == [hf_arrow.cache_path(files, columns)]
   now = os.stat(got[0])
   assert (now.st_ino, now.st_mtime_ns) == (copied.st_ino, copied.st_mtime_ns)
 
@@ -419,39 +419,66 @@ def test_worker_processes_read_the_batches_threads_read(tmp_path):
     workers.close()
 
 
-def test_split_files_and_their_order_are_datasets_own_on_random_trees(tmp_path):
-  """200 random trees of empty Parquet files, their names made of split words, separators and other
-  words: each split's files, in order, are those datasets' pattern resolution gives (each once:
-  datasets lists a file twice where two of a split's patterns match it)."""
+def test_split_files_format_and_order_are_datasets_own_on_random_trees(tmp_path):
+  """200 random trees of empty files of several formats, their names made of split words, separators
+  and other words: each split's files, in order, and their format are those datasets' pattern
+  resolution and format inference give (each file once: datasets lists a file twice where two of a
+  split's patterns match it); where datasets reads another format, or none, ours is an error."""
   from datasets import data_files  # pylint: disable=g-import-not-at-top
+  from datasets import load  # pylint: disable=g-import-not-at-top
 
-  from vit_jax.data import hf_layout  # pylint: disable=g-import-not-at-top
+  from vit_jax.data import hf_data_files  # pylint: disable=g-import-not-at-top
 
   words = ['train', 'training', 'validation', 'valid', 'val', 'dev', 'test', 'testing', 'eval']
   words += ['evaluation', 'data', 'default', 'img', 'partial', 'trainer', 'contest', 'Train']
+  words += ['__x', '.hidden', 'README']
   separators = ['-', '_', '.', ' ', '', '0']
+  extensions = ['.parquet'] * 4 + ['.tar'] * 3 + ['.arrow', '.jpg', '.csv', '.json', '.tar.gz']
   rng = np.random.default_rng(0)
   pick = lambda options: options[rng.integers(len(options))]
   for trial in range(200):
     root = tmp_path / str(trial)
-    for _ in range(rng.integers(1, 5)):
+    extension = pick(extensions)
+    for _ in range(rng.integers(1, 6)):
+      if rng.random() < 0.8:  # Mostly one format, as datasets are.
+        extension = pick(extensions)
       if rng.random() < 0.2:  # push_to_hub's shard names.
-        name = f'data/{pick(["train", "test", "extra"])}-{rng.integers(3):05d}-of-00003.parquet'
+        name = f'data/{pick(["train", "test", "extra"])}-{rng.integers(3):05d}-of-00003{extension}'
       else:
         folders = [
             pick(words) + (pick(separators) + pick(words) if rng.random() < 0.3 else '')
             for _ in range(rng.integers(3))
         ]
-        name = '/'.join([*folders, f'{pick(words)}{pick(separators)}{pick(words + ["0"])}.parquet'])
+        name = '/'.join([*folders, f'{pick(words)}{pick(separators)}{pick(words + ["0"])}'])
+        name += '.md' if name.endswith('README') else extension
       (root / name).parent.mkdir(parents=True, exist_ok=True)
       (root / name).touch()
-    ours = hf_layout._split_by_paths(hf_layout._parquet_files(str(root)))
-    resolved = data_files.DataFilesDict.from_patterns(
-        data_files.get_data_patterns(str(root)), str(root), allowed_extensions=['.parquet']
-    )
+    try:
+      resolved = data_files.DataFilesDict.from_patterns(
+          data_files.get_data_patterns(str(root)),
+          str(root),
+          allowed_extensions=load._ALL_ALLOWED_EXTENSIONS,  # pylint: disable=protected-access
+      )
+      resolved = {s: found for s, found in resolved.items() if found}
+      module, _ = load.infer_module_for_data_files(data_files.DataFilesDict(resolved))
+    except (ValueError, FileNotFoundError):  # No data files, or of several formats.
+      module = None
+    listing = sorted(p.relative_to(root).as_posix() for p in root.rglob('*') if p.is_file())
+    splits = hf_data_files.split_by_paths(hf_data_files.data_files(str(root)))
+    if module not in hf_data_files.FORMATS:
+      with pytest.raises(ValueError, match='holds no Parquet, Arrow or WebDataset|different'):
+        hf_data_files.format_of(str(root), splits)
+      continue
+    assert hf_data_files.format_of(str(root), splits) == module, listing
+    extensions_read = load._MODULE_TO_EXTENSIONS[module]  # pylint: disable=protected-access
     theirs = {
-        str(split): list(dict.fromkeys(os.path.relpath(f, root) for f in found))
+        str(split): list(
+            dict.fromkeys(
+                os.path.relpath(f, root) for f in found.filter(extensions=extensions_read)
+            )
+        )
         for split, found in resolved.items()
-        if found
     }
-    assert ours == theirs, sorted(p.relative_to(root).as_posix() for p in root.rglob('*.parquet'))
+    ours = {split: hf_data_files.of_format(found, module) for split, found in splits.items()}
+    ours = [(s, f) for s, f in ours.items() if f]
+    assert ours == [(s, f) for s, f in theirs.items() if f], listing  # In order too.

@@ -169,12 +169,13 @@ def test_a_hugging_face_dataset_on_gcs_reads_as_its_local_copy(tmp_path, gcs, mo
   """Parquet files in a bucket: the splits, classes, rows and pixels of the same files on disk,
   copied once into the local cache; a save_to_disk directory there is one line naming the fix."""
   datasets = pytest.importorskip('datasets')
+  from vit_jax.data import dataset_cache  # pylint: disable=g-import-not-at-top
   from vit_jax.data import hf_source  # pylint: disable=g-import-not-at-top
 
   for name, value in gcs.env.items():
     monkeypatch.setenv(name, value)
   monkeypatch.setattr('etils.epath.gpath._is_tf_installed', lambda: False)
-  monkeypatch.setenv(hf_source.CACHE_VARIABLE, str(tmp_path / 'cache'))
+  monkeypatch.setenv(dataset_cache.CACHE_VARIABLE, str(tmp_path / 'cache'))
   features = datasets.Features(
       {'image': datasets.Image(), 'label': datasets.ClassLabel(names=list(digits.CLASS_NAMES))}
   )

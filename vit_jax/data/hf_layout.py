@@ -1,128 +1,54 @@
-"""Which files of a Hugging Face dataset on disk hold which split, and what its columns are.
+"""Which files of a Hugging Face dataset on disk hold which split, in which format, and what its
+columns are.
 
 Two layouts, as the `datasets` library writes them:
 - A dataset repository, as `hf download --repo-type dataset NAME --local-dir DIR` downloads it (or
-  'hf-hub:NAME[@REVISION]': its Parquet files and README.md, into the Hugging Face cache): Parquet
-  files, split as `datasets.load_dataset(DIR)` splits them: by the `configs` of the YAML header of
-  its README.md (the default config's `data_files` and `data_dir`), else by their paths: the hub's
-  `data/<split>-00000-of-00002.parquet`, else a directory then a file name holding a split's word
-  (train, training; validation, valid, val, dev; test, testing, eval, evaluation) between
-  separators, else all of them are 'train'.
+  'hf-hub:NAME[@REVISION]': its data files and README.md, into the Hugging Face cache), or any
+  folder of data files: split as `datasets.load_dataset(DIR)` splits them: by the `configs` of the
+  YAML header of its README.md (the default config's `data_files` and `data_dir`), else by their
+  paths: the hub's `data/<split>-00000-of-00002.parquet`, else a directory then a file name holding
+  a split's word (train, training; validation, valid, val, dev; test, testing, eval, evaluation)
+  between separators, else all of them are 'train'. Their format is their most common extension, as
+  datasets infers it: Parquet, Arrow, or WebDataset tar files (hf_webdataset.py).
 - A `save_to_disk` directory: `dataset_dict.json` and a folder of Arrow files a split, or one
   split's Arrow files beside its `state.json`.
 
 The columns' features (which one is an Image, which a ClassLabel and its names) are `datasets`' own
-metadata: the Parquet schema's 'huggingface' entry, a save_to_disk split's `dataset_info.json`, or
-the README's `dataset_info`.
+metadata: a Parquet or Arrow schema's 'huggingface' entry, a save_to_disk split's
+`dataset_info.json`, or the README's `dataset_info`.
 """
 
 import dataclasses
-import glob
 import json
 import os
 import re
 from typing import Any
 
-from etils import epath
 import yaml
 
+from vit_jax.data import hf_data_files
 from vit_jax.data import images
 from vit_jax.runtime import hf_hub
 from vit_jax.runtime import paths
 
-# datasets' data_files.SPLIT_KEYWORDS and NON_WORDS_CHARS: the words that name a split in a path.
-_SPLIT_KEYWORDS = {
-    'train': ('train', 'training'),
-    'validation': ('validation', 'valid', 'dev', 'val'),
-    'test': ('test', 'testing', 'eval', 'evaluation'),
-}
-_SEPARATOR = r'[-._ 0-9]'
-_SHARDED = re.compile(r'data/(\w+(?:\.\w+)*)-[0-9]{5}-of-[0-9]{5}[^/]*\.[^/]*')
-
 
 @dataclasses.dataclass(frozen=True)
 class Layout:
-  """A dataset's splits: `splits[name]` its data files (Parquet, or Arrow where `arrow`), in
-  order."""
+  """A dataset's splits: `splits[name]` its data files, in order, in `format` (a key of
+  FORMATS)."""
 
   root: str
-  arrow: bool
+  format: str
   splits: dict[str, tuple[str, ...]]
   features: dict[str, dict[str, Any]]  # Column -> datasets' feature JSON; {} where none is written.
-
-
-def _hidden(relative: str) -> bool:
-  return any(part.startswith(('.', '__')) for part in relative.split('/'))
-
-
-def _glob(directory: str, pattern: str) -> list[str]:
-  """The paths under `directory` (local, or gs://...) that `pattern` matches, relative to it."""
-  if not paths.is_url(directory):
-    return glob.glob(pattern, root_dir=directory, recursive=True)
-  # epath refuses '**' on GCS; fsspec lists the objects once.
-  import fsspec  # pylint: disable=g-import-not-at-top
-
-  fs, base = fsspec.core.url_to_fs(directory)
-  base = base.rstrip('/')
-  return [p[len(base) + 1 :] for p in fs.glob(f'{base}/{pattern}')]
-
-
-def _exists(path: str) -> bool:
-  return epath.Path(path).exists() if paths.is_url(path) else os.path.exists(path)
-
-
-def open_file(path: str, mode: str = 'rb'):
-  """`path` opened, on local disk or cloud storage."""
-  return epath.Path(path).open(mode) if paths.is_url(path) else open(path, mode)
-
-
-def _parquet_files(directory: str) -> list[str]:
-  """The Parquet files under `directory`, relative to it, sorted, without hidden ones."""
-  return sorted(f for f in _glob(directory, '**/*.parquet') if not _hidden(f))
-
-
-# datasets' default patterns around a split's word, in its order: its
-# KEYWORDS_IN_DIR_NAME_BASE_PATTERNS (a folder's whole name, its start, its end, inside it) and
-# KEYWORDS_IN_FILENAME_BASE_PATTERNS (the file name's start, inside it), the word between
-# separators.
-_IN_DIRECTORY = ('{k}', '{k}{s}.*', '.*{s}{k}', '.*{s}{k}{s}.*')
-_IN_FILE_NAME = ('{k}{s}.*', '.*{s}{k}{s}.*')
-
-
-def _matches(relative: str, pattern: str, *, in_directory: bool) -> bool:
-  *directories, name = relative.split('/')
-  if in_directory:
-    return any(re.fullmatch(pattern, d) for d in directories)
-  return bool(re.fullmatch(pattern, name))
-
-
-def _split_by_paths(files: list[str]) -> dict[str, list[str]]:
-  """`datasets`' splits of files without a configured split (data_files._get_data_files_patterns),
-  each in its order: pattern by pattern, a pattern's files sorted, each file once."""
-  sharded: dict[str, list[str]] = {}
-  for f in files:
-    if match := _SHARDED.fullmatch(f):
-      sharded.setdefault(match.group(1), []).append(f)
-  if sharded:
-    return sharded
-  for in_directory, forms in ((True, _IN_DIRECTORY), (False, _IN_FILE_NAME)):
-    splits = {}
-    for split, words in _SPLIT_KEYWORDS.items():
-      patterns = [f.format(k=re.escape(k), s=_SEPARATOR) for k in words for f in forms]
-      found = [f for p in patterns for f in files if _matches(f, p, in_directory=in_directory)]
-      if found:
-        splits[split] = list(dict.fromkeys(found))
-    if splits:
-      return splits
-  return {'train': files} if files else {}
 
 
 def _card(root: str) -> dict[str, Any]:
   """The YAML header of the dataset's README.md; {} where there is none."""
   path = os.path.join(root, 'README.md')
-  if not _exists(path):
+  if not hf_data_files.exists(path):
     return {}
-  with open_file(path) as f:
+  with hf_data_files.open_file(path) as f:
     text = f.read().decode('utf-8')
   match = re.match(r'---\s*\n(.*?)\n---\s*(\n|$)', text, re.DOTALL)
   try:
@@ -155,7 +81,7 @@ def _configured_splits(root: str, config: dict[str, Any]) -> dict[str, list[str]
   if data_files is None:
     return {
         s: [os.path.normpath(os.path.join(data_dir, f)) for f in files]
-        for s, files in _split_by_paths(_parquet_files(base)).items()
+        for s, files in hf_data_files.split_by_paths(hf_data_files.data_files(base)).items()
     }
   if isinstance(data_files, (str, list)) and not (
       isinstance(data_files, list) and data_files and isinstance(data_files[0], dict)
@@ -167,10 +93,10 @@ def _configured_splits(root: str, config: dict[str, Any]) -> dict[str, list[str]
     found = [
         os.path.normpath(os.path.join(data_dir, f))
         for pattern in patterns  # datasets' order: pattern by pattern, a pattern's files sorted.
-        for f in sorted(_glob(base, pattern))
-        if f.endswith('.parquet') and not _hidden(f)
+        for f in sorted(hf_data_files.glob_files(base, pattern))
+        if hf_data_files.is_data(f)
     ]
-    splits[entry['split']] = list(dict.fromkeys(found))
+    splits[entry['split']] = found
   return splits
 
 
@@ -216,17 +142,17 @@ def _saved(root: str) -> Layout | None:
     names = _read_json(os.path.join(root, 'dataset_dict.json'))['splits']
     read = {name: _saved_split(os.path.join(root, name)) for name in names}
     features = next((f for _, f in read.values() if f), {})
-    return Layout(root, True, {name: files for name, (files, _) in read.items()}, features)
+    return Layout(root, 'arrow', {name: files for name, (files, _) in read.items()}, features)
   if os.path.exists(os.path.join(root, 'state.json')):
     files, features = _saved_split(root)
     split = _read_json(os.path.join(root, 'state.json')).get('_split') or 'train'
-    return Layout(root, True, {split: files}, features)
+    return Layout(root, 'arrow', {split: files}, features)
   return None
 
 
 def unreadable_parquet(path: str, error: Exception) -> ValueError:
   """The one-line error for a data file that pyarrow cannot read."""
-  with open_file(path) as f:
+  with hf_data_files.open_file(path) as f:
     lfs = f.read(len(images.LFS_POINTER)) == images.LFS_POINTER
   fix = 'fetch the files (`git lfs pull`)' if lfs else 'download it again'
   reason = 'a git-lfs pointer' if lfs else str(error).strip().splitlines()[0]
@@ -240,28 +166,38 @@ def parquet_file(path: str):
   import pyarrow.parquet as pq  # pylint: disable=g-import-not-at-top
 
   try:
-    return pq.ParquetFile(open_file(path) if paths.is_url(path) else path)
+    return pq.ParquetFile(hf_data_files.open_file(path) if paths.is_url(path) else path)
   except (pyarrow.ArrowException, OSError) as e:
     raise unreadable_parquet(path, e) from None
 
 
-def _parquet_features(path: str) -> dict[str, dict[str, Any]]:
-  """The features `datasets` wrote into a Parquet file's schema; {} where none."""
-  metadata = parquet_file(path).schema_arrow.metadata or {}
+def _schema_features(schema) -> dict[str, dict[str, Any]]:
+  """The features `datasets` wrote into an Arrow schema; {} where none."""
+  metadata = schema.metadata or {}
   if b'huggingface' not in metadata:
     return {}
   return json.loads(metadata[b'huggingface']).get('info', {}).get('features') or {}
 
 
-def _hub_files(given: str, files: list[str]) -> list[str]:
-  """What a dataset repository on the hub downloads: its Parquet files and README.md."""
-  if not any(f.endswith('.parquet') for f in files):
+def _parquet_features(path: str) -> dict[str, dict[str, Any]]:
+  return _schema_features(parquet_file(path).schema_arrow)
+
+
+def _arrow_features(path: str) -> dict[str, dict[str, Any]]:
+  import pyarrow as pa  # pylint: disable=g-import-not-at-top
+
+  try:
+    return _schema_features(pa.ipc.open_stream(pa.memory_map(path)).schema)
+  except (pa.ArrowException, OSError) as e:
     raise ValueError(
-        f'{given!r} holds no Parquet files (the hub converts most datasets to Parquet on '
-        "refs/convert/parquet: try '@refs/convert/parquet'); download it and write it with "
-        'save_to_disk, or make class folders for --config.dataset=folder'
-    )
-  return ['*.parquet', 'README.md']
+        f'{path} is not a readable Arrow file ({str(e).strip().splitlines()[0]}): download it again'
+    ) from None
+
+
+def _hub_files(given: str, files: list[str]) -> list[str]:
+  """What a dataset repository on the hub downloads: its data files and README.md."""
+  module = hf_data_files.format_of(given, {'': [f for f in files if hf_data_files.is_data(f)]})
+  return [f'*{e}' for e in hf_data_files.FORMATS[module]] + ['README.md']
 
 
 def read(root: str) -> Layout:
@@ -271,7 +207,7 @@ def read(root: str) -> Layout:
   if hf_hub.is_hub(root):
     root = hf_hub.snapshot(root, 'dataset', _hub_files)
   if paths.is_url(root):
-    if _exists(os.path.join(root, 'dataset_dict.json')) or _exists(
+    if hf_data_files.exists(os.path.join(root, 'dataset_dict.json')) or hf_data_files.exists(
         os.path.join(root, 'state.json')
     ):
       raise ValueError(
@@ -295,14 +231,19 @@ def read(root: str) -> Layout:
   card = _card(root)
   configs = card.get('configs') or []
   config = _default_config(root, configs) if configs else {}
-  splits = _configured_splits(root, config) if config else _split_by_paths(_parquet_files(root))
+  splits = (
+      _configured_splits(root, config)
+      if config
+      else hf_data_files.split_by_paths(hf_data_files.data_files(root))
+  )
   splits = {name: files for name, files in splits.items() if files}
-  if not splits:
-    raise ValueError(
-        f'config.data_dir={root!r} holds no Parquet files of a Hugging Face dataset (nor '
-        "save_to_disk's dataset_dict.json): download them (`hf download --repo-type dataset NAME "
-        '--local-dir DIR`); for class folders of images use --config.dataset=folder'
-    )
-  files = {name: tuple(os.path.join(root, f) for f in found) for name, found in splits.items()}
-  written = _parquet_features(next(iter(files.values()))[0])
-  return Layout(root, False, files, written or _card_features(card, config.get('config_name')))
+  module = hf_data_files.format_of(root, splits)
+  files = {
+      name: tuple(os.path.join(root, f) for f in hf_data_files.of_format(found, module))
+      for name, found in splits.items()
+  }
+  files = {name: found for name, found in files.items() if found}
+  first = next(iter(files.values()))[0]
+  written = {'parquet': _parquet_features, 'arrow': _arrow_features}.get(module, lambda _: {})
+  features = written(first) or _card_features(card, config.get('config_name'))
+  return Layout(root, module, files, features)

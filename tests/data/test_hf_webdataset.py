@@ -1,0 +1,274 @@
+"""WebDataset tar shards (`dataset='huggingface'` on a folder of .tar files, as timm's
+imagenet-1k-wds on the hub), written with Python's tarfile in each of its formats and read back by
+`datasets.load_dataset`: the same splits, samples, images and labels; the digits as shards train
+and evaluate as the bundled digits."""
+
+import io
+import os
+import tarfile
+
+import numpy as np
+import pytest
+
+import helpers
+from vit_jax import data
+from vit_jax.data import dataset_cache
+from vit_jax.data import digits
+from vit_jax.data import hf_source
+from vit_jax.data import images
+
+datasets = pytest.importorskip('datasets')
+
+
+@pytest.fixture(autouse=True)
+def _offline(monkeypatch, tmp_path):
+  helpers.offline_datasets(monkeypatch, str(tmp_path / 'hf_cache'))
+
+
+def _shard(path, samples, tar_format=tarfile.GNU_FORMAT, extra=()) -> None:
+  """A tar of `samples` ((key, {column: bytes}), a file each) after `extra` (name, bytes) files."""
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  with tarfile.open(path, 'w', format=tar_format) as tar:
+    files = [*extra, *((f'{key}.{c}', v) for key, columns in samples for c, v in columns.items())]
+    for name, content in files:
+      info = tarfile.TarInfo(name)
+      info.size = len(content)
+      tar.addfile(info, io.BytesIO(content))
+
+
+def _samples(n: int, seed: int, key_prefix: str = '', label='cls') -> list:
+  """n random JPEG and PNG images of several sizes (all as 'jpg': decoders read the content), their
+  labels as `label` files (class numbers for 'cls', names for 'txt') and a json file each."""
+  rng = np.random.default_rng(seed)
+  samples = []
+  for i in range(n):
+    pixels = rng.integers(0, 256, (9 + i % 4, 7 + i % 3, 3), np.uint8)
+    value = (i * 7 + seed) % 3
+    samples.append(
+        (
+            f'{key_prefix}{seed:02d}_{i:04d}',
+            {
+                'jpg': helpers.encoded(pixels, 'PNG' if i % 3 == 0 else 'JPEG'),
+                label: (
+                    str(value) if label == 'cls' else ['cat', 'airplane', 'bird'][value]
+                ).encode(),
+                'json': b'{"width": %d}' % pixels.shape[1],
+            },
+        )
+    )
+  return samples
+
+
+def _rows(source, split: str) -> list[tuple[np.ndarray, int]]:
+  records = source.examples(split)
+  return [
+      (images.rgb(e['image']), int(e['label']))
+      for e in (source.load(records.read(k)) for k in range(records.num_records))
+  ]
+
+
+def _assert_rows(ours, theirs, label: str, names=None) -> None:
+  assert len(ours) == len(theirs)
+  for k, ((image, ours_label), row) in enumerate(zip(ours, theirs)):
+    np.testing.assert_array_equal(image, np.asarray(row['jpg'].convert('RGB')), err_msg=f'row {k}')
+    assert ours_label == (row[label] if names is None else names.index(row[label])), k
+
+
+def test_shards_read_as_datasets_loads_them(tmp_path):
+  """timm's shard names, each of tarfile's formats, key paths past ustar's 100 characters, and what
+  datasets leaves out of samples (folders, hidden files)."""
+  long_prefix = 'n01440764/' + 'x' * 120 + '_'
+  _shard(tmp_path / 'imagenet1k-train-0000.tar', _samples(5, 0), tarfile.GNU_FORMAT)
+  _shard(
+      tmp_path / 'imagenet1k-train-0001.tar',
+      _samples(4, 1, long_prefix),
+      tarfile.PAX_FORMAT,
+      extra=[('.DS_Store', b'x'), ('__meta__.json', b'{}')],
+  )
+  _shard(tmp_path / 'imagenet1k-validation-0000.tar', _samples(3, 2, 'val/'), tarfile.USTAR_FORMAT)
+  theirs = datasets.load_dataset(str(tmp_path))
+  source = hf_source.HuggingFaceSource(str(tmp_path), 'train', 'cls')
+  assert source._layout.format == 'webdataset'  # pylint: disable=protected-access
+  assert list(source._layout.splits) == list(theirs) == ['train', 'validation']  # pylint: disable=protected-access
+  assert source.class_names == ('0', '1', '2')
+  for split in theirs:
+    _assert_rows(_rows(source, split), theirs[split], 'cls')
+  sliced = source.examples('train[2:7]')
+  assert [source.load(sliced.read(k))['label'] for k in range(5)] == theirs['train']['cls'][2:7]
+
+
+def test_class_names_of_the_readme_and_text_labels_are_datasets_own(tmp_path):
+  """A README's ClassLabel names the classes of `cls`; text labels (`txt`) are the train split's
+  names, sorted, and an eval label no train sample has is one line."""
+  readme = tmp_path / 'readme'
+  _shard(readme / 'train/0.tar', _samples(6, 3))
+  _shard(readme / 'test/0.tar', _samples(4, 4))
+  features = datasets.Features(
+      {'jpg': datasets.Image(), 'cls': datasets.ClassLabel(names=['cat', 'airplane', 'bird'])}
+  )
+  helpers.hf_dataset_card(
+      readme,
+      features,
+      {
+          'default': {
+              'data_files': [
+                  {'split': 'train', 'path': 'train/*.tar'},
+                  {'split': 'test', 'path': 'test/*.tar'},
+              ]
+          }
+      },
+  )
+  theirs = datasets.load_dataset(str(readme))
+  source = hf_source.HuggingFaceSource(str(readme), 'train', 'cls')
+  assert source.class_names == tuple(theirs['train'].features['cls'].names)
+  _assert_rows(_rows(source, 'test'), theirs['test'], 'cls')
+
+  text = tmp_path / 'text'
+  _shard(text / 'pets-train-0.tar', _samples(7, 5, label='txt'))
+  _shard(text / 'pets-test-0.tar', _samples(3, 6, label='txt'))
+  theirs = datasets.load_dataset(str(text))
+  source = hf_source.HuggingFaceSource(str(text), 'train', 'txt')
+  assert source.class_names == ('airplane', 'bird', 'cat')
+  _assert_rows(_rows(source, 'test'), theirs['test'], 'txt', list(source.class_names))
+  _shard(
+      text / 'pets-test-0.tar',
+      [
+          (
+              'dog',
+              {'jpg': helpers.encoded(np.zeros((4, 4, 3), np.uint8)), 'txt': b'dog', 'json': b'{}'},
+          )
+      ],
+  )
+  with pytest.raises(ValueError, match=r"labels that no train example has: \['dog'\]"):
+    hf_source.HuggingFaceSource(str(text), 'train', 'txt').split_labels('test')
+
+
+def test_the_digits_as_shards_train_and_evaluate_as_the_digits(tmp_path):
+  """The bundled digits as tar shards (greyscale PNGs, in the split's order): the same train and
+  eval batches as `dataset='digits'`, in threads and in worker processes, and the same labels."""
+  for split, (pixels, labels) in digits.split_arrays().items():
+    samples = [
+        (f'{split}_{k:05d}', {'png': helpers.encoded(p[..., 0], 'PNG'), 'cls': b'%d' % label})
+        for k, (p, label) in enumerate(zip(pixels, labels))
+    ]
+    half = len(samples) // 2
+    _shard(tmp_path / f'digits-{split}-000.tar', samples[:half])
+    _shard(tmp_path / f'digits-{split}-001.tar', samples[half:])
+  bundled = helpers.data_config(None, data_shards=2)
+  written = helpers.data_config(
+      str(tmp_path), dataset='huggingface', label_feature='cls', data_shards=2
+  )
+  assert data.get_info(written) == data.get_info(bundled)
+  for config in (bundled, written):
+    config.pp.update(flip=True, crop='inception')
+  expected = helpers.take(data.train_iterator(bundled, local_batch_size=64, start_step=20), 3)
+  helpers.assert_same_batches(
+      helpers.take(data.train_iterator(written, local_batch_size=64, start_step=20), 3), expected
+  )
+  written.data_workers = 2
+  workers = data.train_iterator(written, local_batch_size=64, start_step=20)
+  try:
+    helpers.assert_same_batches(helpers.take(workers, 3), expected)
+  finally:
+    workers.close()
+  written.data_workers = 0
+  helpers.assert_same_batches(
+      list(data.eval_iterator(written, 'test', local_batch_size=100)),
+      list(data.eval_iterator(bundled, 'test', local_batch_size=100)),
+  )
+  np.testing.assert_array_equal(
+      data.listed_labels(written, 'train[:90%]'), data.listed_labels(bundled, 'train[:90%]')
+  )
+
+
+def test_a_split_is_indexed_once_and_again_when_a_shard_changes(tmp_path, monkeypatch):
+  cache = tmp_path / 'cache'
+  monkeypatch.setenv(dataset_cache.CACHE_VARIABLE, str(cache))
+  root = tmp_path / 'shards'
+  _shard(root / 'train-0.tar', _samples(5, 0))
+  first = _rows(hf_source.HuggingFaceSource(str(root), 'train', 'cls'), 'train')
+  (index,) = list(cache.glob('*.webdataset'))
+  written = (index / 'extents.npy').stat().st_mtime_ns
+  again = _rows(hf_source.HuggingFaceSource(str(root), 'train', 'cls'), 'train')
+  assert [label for _, label in again] == [label for _, label in first]
+  assert list(cache.glob('*.webdataset')) == [index]
+  assert (index / 'extents.npy').stat().st_mtime_ns == written
+  _shard(root / 'train-0.tar', _samples(7, 1))
+  changed = _rows(hf_source.HuggingFaceSource(str(root), 'train', 'cls'), 'train')
+  _assert_rows(changed, datasets.load_dataset(str(root))['train'], 'cls')
+  assert len(list(cache.glob('*.webdataset'))) == 2
+  assert not list(cache.glob('*.partial'))
+
+
+def _error(root, **overrides) -> str:
+  overrides = {'label_feature': 'cls', **overrides}
+  config = helpers.data_config(str(root), dataset='huggingface', **overrides)
+  with pytest.raises(ValueError) as raised:
+    data.get_info(config)
+  message = str(raised.value)
+  assert '\n' not in message
+  return message
+
+
+def test_bad_shards_are_one_line_errors_naming_the_fix(tmp_path):
+  compressed = tmp_path / 'compressed'
+  compressed.mkdir()
+  _shard(tmp_path / 'plain.tar', _samples(2, 0))
+  import gzip  # pylint: disable=g-import-not-at-top
+
+  (compressed / 'train.tar').write_bytes(gzip.compress((tmp_path / 'plain.tar').read_bytes()))
+  assert 'not a readable uncompressed tar file' in _error(compressed)
+
+  lfs = tmp_path / 'lfs'
+  lfs.mkdir()
+  (lfs / 'train.tar').write_bytes(images.LFS_POINTER + b' https://git-lfs.github.com/spec/v1\n')
+  assert '(a git-lfs pointer): fetch the files (`git lfs pull`)' in _error(lfs)
+
+  unlabelled = _samples(6, 0)
+  del unlabelled[5][1]['cls']  # The first five samples, whose columns datasets reads, have it.
+  _shard(tmp_path / 'unlabelled/train.tar', unlabelled)
+  assert "has 1 examples without a 'cls': use a labelled split" in _error(
+      tmp_path / 'unlabelled', eval_split='train'
+  )
+
+  words = _samples(2, 0)
+  words[1][1]['cls'] = b'bird'
+  _shard(tmp_path / 'words/train.tar', words)
+  assert "its 'cls' is b'bird', not a class number" in _error(tmp_path / 'words')
+
+  twice = _samples(2, 0)
+  _shard(tmp_path / 'twice/train.tar', twice, extra=[('k.cls', b'1'), ('k.cls', b'2')])
+  assert "sample 'k' has two 'cls' files" in _error(tmp_path / 'twice')
+
+  mixed = _samples(3, 0)
+  del mixed[1][1]['json']
+  _shard(tmp_path / 'mixed/train.tar', mixed)
+  assert 'do not have the same extensions' in _error(tmp_path / 'mixed')
+
+  assert "set --config.label_feature to one of ['cls']" in _error(
+      tmp_path / 'unlabelled', label_feature='label'
+  )
+
+
+def test_a_sample_without_an_image_is_unreadable_not_a_crash(tmp_path):
+  samples = _samples(6, 0)
+  del samples[5][1]['jpg']
+  _shard(tmp_path / 'train.tar', samples)
+  source = hf_source.HuggingFaceSource(str(tmp_path), 'train', 'cls')
+  records = source.examples('train')
+  with pytest.raises(images.UnreadableImage, match="no 'jpg' file in this sample"):
+    source.load(records.read(5))
+
+
+def test_a_repository_of_shards_on_the_hub_downloads_its_tar_files_and_readme(
+    tmp_path, monkeypatch
+):
+  _shard(tmp_path / 'snapshot/imagenet1k-train-0000.tar', _samples(4, 0))
+  listing = ['README.md', '.gitattributes', '_info.json']
+  listing += [f'imagenet1k-{s}-{k:04d}.tar' for s in ('train', 'validation') for k in range(2)]
+  asked = helpers.fake_hub(monkeypatch, listing, str(tmp_path / 'snapshot'))
+  config = helpers.data_config(
+      'hf-hub:timm/shards', dataset='huggingface', label_feature='cls', eval_split='train[:2]'
+  )
+  assert data.get_info(config).num_train == 4
+  assert asked['allow_patterns'] == ['*.tar', 'README.md']

@@ -1,0 +1,74 @@
+"""What a machine writes once to read a dataset by index: a split's Parquet files copied into one
+Arrow file, a split's WebDataset tar files indexed. In $VIT_JAX_DATASETS_CACHE (default
+$XDG_CACHE_HOME/vit_jax/datasets, ~/.cache/...), named by the paths, sizes and modification times of
+the files it was made from (as `datasets` names its cache), so a changed file is read again.
+"""
+
+import hashlib
+import json
+import os
+import shutil
+from typing import Any, Callable
+import uuid
+
+from absl import logging
+from etils import epath
+
+from vit_jax.runtime import paths
+
+CACHE_VARIABLE = 'VIT_JAX_DATASETS_CACHE'  # The tests set theirs.
+
+
+def cache_dir() -> str:
+  return os.environ.get(CACHE_VARIABLE) or paths.user_cache('datasets')
+
+
+def size_and_time(path: str) -> tuple[int, float]:
+  """A file's size in bytes and its modification time, on local disk or cloud storage."""
+  if paths.is_url(path):
+    stat = epath.Path(path).stat()
+    return stat.length, stat.mtime
+  stat = os.stat(path)
+  return stat.st_size, stat.st_mtime_ns
+
+
+def cache_path(files: tuple[str, ...], what: Any, suffix: str) -> str:
+  """Where what is made of `files` (`what`: JSON, e.g. the columns copied) goes."""
+  stats = [(paths.absolute(f), *size_and_time(f)) for f in files]
+  key = hashlib.sha256(json.dumps([stats, what]).encode()).hexdigest()[:24]
+  return os.path.join(cache_dir(), f'{key}{suffix}')
+
+
+def _remove(path: str) -> None:
+  if os.path.isdir(path):
+    shutil.rmtree(path)
+  elif os.path.exists(path):
+    os.remove(path)
+
+
+def made_once(path: str, needed_bytes: int, doing: str, write: Callable[[str], None]) -> str:
+  """`path` (a file or a folder), made by `write(partial)` on the first call and logged as `doing`;
+  it exists only once whole. The processes of a run on one machine (launch/local.py) take turns: one
+  makes it, the others then find it."""
+  import filelock  # pylint: disable=g-import-not-at-top
+
+  if os.path.exists(path):
+    return path
+  os.makedirs(cache_dir(), exist_ok=True)
+  with filelock.FileLock(os.path.join(cache_dir(), '.lock')):
+    if os.path.exists(path):
+      return path
+    free = shutil.disk_usage(cache_dir()).free
+    if needed_bytes > free:
+      raise ValueError(
+          f'{doing} needs {needed_bytes / 1e9:.1f} GB in {cache_dir()}, which has '
+          f'{free / 1e9:.1f} GB free: set {CACHE_VARIABLE} to a folder on a disk with room'
+      )
+    logging.info('%s, once, into %s', doing, cache_dir())
+    partial = f'{path}.{os.getpid()}-{uuid.uuid4().hex}.partial'
+    try:
+      write(partial)
+      os.replace(partial, path)
+    finally:
+      _remove(partial)
+  return path

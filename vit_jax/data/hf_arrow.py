@@ -1,0 +1,152 @@
+"""The rows of a Hugging Face dataset of Parquet or Arrow files, read by index.
+
+Arrow files (save_to_disk's, a repository's) are memory-mapped: one copy in the page cache for every
+worker process. A split's Parquet files, whose rows are compressed in groups, are copied once into
+one uncompressed Arrow file of the image and label columns (dataset_cache.py), as
+`datasets.load_dataset` copies them into its cache.
+"""
+
+import os
+from typing import Any
+
+import numpy as np
+
+from vit_jax.data import dataset_cache
+from vit_jax.data import hf_layout
+from vit_jax.data import images
+
+_ROWS_PER_BATCH = 256  # Rows a record batch of a copied file: the images of one Parquet read.
+
+
+def open_arrow(path: str):
+  """The table of an Arrow file (datasets writes the stream format), memory-mapped."""
+  import pyarrow as pa  # pylint: disable=g-import-not-at-top  # Only these datasets need it.
+
+  try:
+    source = pa.memory_map(path)
+    try:
+      return pa.ipc.open_stream(source).read_all()
+    except pa.ArrowInvalid:
+      return pa.ipc.open_file(source).read_all()
+  except (pa.ArrowException, OSError) as e:
+    raise ValueError(
+        f'{path} is not a readable Arrow file ({str(e).strip().splitlines()[0]}): write the '
+        'dataset again with save_to_disk'
+    ) from None
+
+
+def cache_path(files: tuple[str, ...], columns: list[str]) -> str:
+  """Where the copy of `columns` of Parquet `files` goes."""
+  return dataset_cache.cache_path(files, columns, '.arrow')
+
+
+def copied(files: tuple[str, ...], columns: list[str], what: str) -> str:
+  """The cached Arrow file of `columns` of Parquet `files`; written on the first call."""
+  needed = sum(dataset_cache.size_and_time(f)[0] for f in files)  # It is uncompressed: more.
+  doing = f'Copying {what} ({len(files)} Parquet files, {needed / 1e6:.1f} MB) into one Arrow file'
+  return dataset_cache.made_once(
+      cache_path(files, columns), needed, doing, lambda path: copy(files, columns, path)
+  )
+
+
+def copy(files: tuple[str, ...], columns: list[str], path: str) -> None:
+  """`columns` of Parquet `files` into Arrow file `path`."""
+  import pyarrow as pa  # pylint: disable=g-import-not-at-top
+
+  schema = hf_layout.parquet_file(files[0]).schema_arrow
+  schema = pa.schema([schema.field(c) for c in columns])
+  with pa.OSFile(path, 'wb') as sink, pa.ipc.new_stream(sink, schema) as writer:
+    for f in files:
+      try:
+        for batch in hf_layout.parquet_file(f).iter_batches(_ROWS_PER_BATCH, columns=columns):
+          # A shard may have written its labels narrower (int32 for int64): one schema a file.
+          writer.write_batch(batch if batch.schema == schema else batch.cast(schema))
+      except (pa.ArrowException, OSError) as e:  # A file damaged past its footer.
+        raise hf_layout.unreadable_parquet(f, e) from None
+
+
+def _column_kind(feature: dict[str, Any] | None, arrow_type) -> str:
+  """'image', 'class_label', 'integer', 'string', or '' for a column no run reads."""
+  import pyarrow as pa  # pylint: disable=g-import-not-at-top
+
+  kind = (feature or {}).get('_type')
+  if kind == 'Image':
+    return 'image'
+  if kind == 'ClassLabel':
+    return 'class_label'
+  if pa.types.is_integer(arrow_type):
+    return 'integer'
+  if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):
+    return 'string'
+  if kind is None and pa.types.is_struct(arrow_type):
+    names = {arrow_type.field(i).name for i in range(arrow_type.num_fields)}
+    return 'image' if names == {'bytes', 'path'} else ''
+  return ''
+
+
+def column_kinds(layout: hf_layout.Layout) -> dict[str, str]:
+  """Each column's kind ('image', 'class_label', 'integer', 'string', ''), in the files' order."""
+  first = next(iter(layout.splits.values()))[0]
+  is_arrow = layout.format == 'arrow'
+  schema = open_arrow(first).schema if is_arrow else hf_layout.parquet_file(first).schema_arrow
+  return {n: _column_kind(layout.features.get(n), schema.field(n).type) for n in schema.names}
+
+
+class Rows:
+  """The rows of every split: their labels, and each one's image bytes."""
+
+  def __init__(self, layout: hf_layout.Layout, image_column: str, label_column: str):
+    self._layout = layout
+    self._columns = [image_column, label_column]
+    self._tables = {}  # Split -> its table, opened at its first read.
+    self._images = {}  # Split -> its image column (a lookup by name costs 70 us over 5,000 chunks).
+    # A Parquet file's count is a read of its footer: once. Arrow tables count their own rows.
+    self.sizes = (
+        {name: self._table(name).num_rows for name in layout.splits}
+        if layout.format == 'arrow'
+        else {
+            name: sum(hf_layout.parquet_file(f).metadata.num_rows for f in files)
+            for name, files in layout.splits.items()
+        }
+    )
+
+  def __getstate__(self) -> dict[str, Any]:
+    # Memory maps are opened again by each process.
+    return {**self.__dict__, '_tables': {}, '_images': {}}
+
+  def _table(self, split: str):
+    if split not in self._tables:
+      import pyarrow as pa  # pylint: disable=g-import-not-at-top
+
+      files = self._layout.splits[split]
+      if self._layout.format == 'parquet':
+        files = (copied(files, self._columns, f'split {split!r} of {self._layout.root}'),)
+      self._tables[split] = pa.concat_tables([open_arrow(f) for f in files])
+      self._images[split] = self._tables[split].column(self._columns[0])
+    return self._tables[split]
+
+  def labels(self, split: str) -> np.ndarray:
+    """The label of every row of `split`, as written (integers or strings)."""
+    column = self._table(split).column(self._columns[1])
+    if column.null_count:
+      raise ValueError(
+          f'Split {split!r} of dataset {self._layout.root} has {column.null_count} examples '
+          f'without a {self._columns[1]!r}: use a labelled split'
+      )
+    return column.to_numpy()
+
+  def image(self, split: str, row: int) -> bytes:
+    """The encoded image of `row` of `split`; `images.UnreadableImage` where there is none."""
+    if split not in self._images:
+      self._table(split)
+    cell = self._images[split][row].as_py()
+    data = cell.get('bytes') if isinstance(cell, dict) else cell
+    if data is None and isinstance(cell, dict) and cell.get('path'):
+      try:  # An image datasets did not embed: the file it was made from.
+        with open(os.path.join(self._layout.root, cell['path']), 'rb') as f:
+          return f.read()
+      except OSError as e:
+        raise images.UnreadableImage(e.strerror or str(e)) from None
+    if data is None:
+      raise images.UnreadableImage('no image in this row')
+    return data

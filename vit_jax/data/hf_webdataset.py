@@ -1,0 +1,225 @@
+"""The rows of a dataset of WebDataset tar files (a hub repository of them, such as timm's
+imagenet-1k-wds, or any folder of shards), read by index, in place.
+
+A sample is the consecutive files of a tar that share a key (the path up to the first dot of the
+file's name); each file is a column named by the rest of its name (`jpg`, `cls`, `json`), as
+`datasets`' webdataset builder reads them. A tar is not compressed, so each split's tar files are
+indexed once (dataset_cache.py: where each sample's image lies, and its label) and a record is then
+one read of its image's bytes: nothing is copied, locally or from cloud storage.
+"""
+
+import concurrent.futures
+import os
+import re
+import tarfile
+from typing import Any, Iterator
+
+from etils import epath
+import numpy as np
+
+from vit_jax.data import dataset_cache
+from vit_jax.data import hf_data_files
+from vit_jax.data import hf_layout
+from vit_jax.data import images
+from vit_jax.runtime import paths
+
+# The columns `datasets` decodes to integers and to text; those it makes images.
+_INTEGER_FIELDS = ('cls', 'cls2', 'index', 'inx', 'id')
+_TEXT_FIELDS = ('txt', 'text', 'transcript')
+_IMAGE_FIELDS = tuple(e[1:] for e in images.IMAGE_EXTENSIONS)
+_KEY_AND_FIELD = re.compile(r'^((?:.*/|)[^.]+)[.]([^/]*)$')  # webdataset's base_plus_ext.
+_SAMPLES_FOR_COLUMNS = 5  # datasets infers the columns from a tar's first five samples.
+_EXTENT = np.dtype([('file', '<u4'), ('offset', '<i8'), ('size', '<i8'), ('labelled', '?')])
+_INDEXING_THREADS = 16  # Tar files indexed at once: reads of headers, mostly waiting on storage.
+
+
+def _open_tar(path: str) -> tarfile.TarFile:
+  """`path` as a tar, its members in order: sought one by one locally, read in one pass remotely
+  (a seek on cloud storage is a request)."""
+  try:
+    if paths.is_url(path):
+      return tarfile.open(fileobj=epath.Path(path).open('rb'), mode='r|')
+    return tarfile.open(path, mode='r:')
+  except (tarfile.TarError, OSError) as e:
+    with hf_data_files.open_file(path) as f:
+      lfs = f.read(len(images.LFS_POINTER)) == images.LFS_POINTER
+    reason = 'a git-lfs pointer' if lfs else str(e).strip().splitlines()[0]
+    fix = 'fetch the files (`git lfs pull`)' if lfs else 'download it again, uncompressed'
+    raise ValueError(f'{path} is not a readable uncompressed tar file ({reason}): {fix}') from None
+
+
+def _samples(path: str, read: tuple[str, ...] = ()) -> Iterator[tuple[str, dict[str, Any]]]:
+  """(key, {column: (offset, size, bytes where the column is in `read`, else None)}) of each sample
+  of tar `path`, in order, as datasets groups its files (hidden ones, `.x` and `__x`, left out)."""
+  with _open_tar(path) as tar:
+    key, sample = None, {}
+    for member in tar:
+      tar.members = []  # A tar of a million files would keep a million TarInfos.
+      if not member.isreg() or os.path.basename(member.name).startswith(('.', '__')):
+        continue
+      match = _KEY_AND_FIELD.match(member.name)
+      if not match:
+        continue
+      if sample and match.group(1) != key:
+        yield key, sample
+        sample = {}
+      key, field = match.groups()
+      if field in sample:
+        raise ValueError(
+            f'{path}: sample {key!r} has two {field!r} files: a sample is the consecutive files '
+            'of one key, each key once: write the tar again with one file a column'
+        )
+      data = tar.extractfile(member).read() if field in read else None
+      sample[field] = (member.offset_data, member.size, data)
+    if sample:
+      yield key, sample
+
+
+def _field_kind(field: str) -> str:
+  extension = field.rsplit('.', 1)[-1].lower()
+  if extension in _IMAGE_FIELDS:
+    return 'image'
+  if extension in _INTEGER_FIELDS:
+    return 'integer'
+  return 'string' if extension in _TEXT_FIELDS else ''
+
+
+def _feature_kind(feature: dict[str, Any]) -> str:
+  kind, dtype = feature.get('_type'), feature.get('dtype', '')
+  if kind == 'Image':
+    return 'image'
+  if kind == 'ClassLabel':
+    return 'class_label'
+  if kind == 'Value' and re.fullmatch(r'u?int\d+', dtype):
+    return 'integer'
+  return 'string' if kind == 'Value' and dtype in ('string', 'large_string') else ''
+
+
+def column_kinds(layout: hf_layout.Layout) -> dict[str, str]:
+  """Each column's kind ('image', 'class_label', 'integer', 'string', ''): the README's features,
+  else the columns of the first samples of the last split's first tar (datasets' inference)."""
+  if layout.features:
+    return {name: _feature_kind(feature) for name, feature in layout.features.items()}
+  first = list(layout.splits.values())[-1][0]
+  columns = [list(s) for _, (_, s) in zip(range(_SAMPLES_FOR_COLUMNS), _samples(first))]
+  if any(set(c) != set(columns[0]) for c in columns):
+    raise ValueError(
+        f"{first}: its first samples' files do not have the same extensions ({columns}): write "
+        'the dataset with the same columns for every sample'
+    )
+  return {field: _field_kind(field) for field in (columns[0] if columns else [])}
+
+
+def _label(data: bytes, field: str, names: list[str] | None, where: str) -> int | str:
+  """A label file's value as datasets decodes it (a class name as its index where there are
+  names)."""
+  if field.rsplit('.', 1)[-1].lower() in _INTEGER_FIELDS:
+    try:
+      return int(data)
+    except ValueError:
+      raise ValueError(
+          f'{where}: its {field!r} is {data[:20]!r}, not a class number: set '
+          '--config.label_feature to a column of class numbers or names'
+      ) from None
+  text = data.decode('utf-8', errors='replace')
+  if names is None:
+    return text
+  if text not in names:
+    raise ValueError(f'{where}: its {field!r} {text!r} is not one of the classes the README names')
+  return names.index(text)
+
+
+def _index_tar(
+    path: str, image_column: str, label_column: str, names: list[str] | None
+) -> tuple[np.ndarray, list[Any]]:
+  """Each sample's image extent (offset, size; -1 where it has none) and label (None: none)."""
+  extents, labels = [], []
+  for key, sample in _samples(path, (label_column,)):
+    offset, size, _ = sample.get(image_column, (-1, -1, None))
+    _, _, data = sample.get(label_column, (0, 0, None))
+    label = None if data is None else _label(data, label_column, names, f'{path}: sample {key!r}')
+    extents.append((0, offset, size, label is not None))
+    labels.append(label)
+  return np.array(extents, _EXTENT), labels
+
+
+def _write_index(files, image_column, label_column, names, directory: str) -> None:
+  """Each sample of tar `files`' extent and label, as extents.npy and labels.npy in `directory`."""
+  os.makedirs(directory)
+  with concurrent.futures.ThreadPoolExecutor(min(_INDEXING_THREADS, len(files))) as pool:
+    indexed = list(pool.map(lambda f: _index_tar(f, image_column, label_column, names), files))
+  for i, (extents, _) in enumerate(indexed):
+    extents['file'] = i
+  extents = np.concatenate([e for e, _ in indexed]) if indexed else np.zeros(0, _EXTENT)
+  labels = [label for _, found in indexed for label in found]
+  if any(isinstance(label, str) for label in labels):
+    labels = np.array(['' if label is None else label for label in labels])
+  else:
+    labels = np.array([-1 if label is None else label for label in labels], np.int64)
+  np.save(os.path.join(directory, 'extents.npy'), extents)
+  np.save(os.path.join(directory, 'labels.npy'), labels)
+
+
+def _read(path: str, offset: int, size: int) -> bytes:
+  if paths.is_url(path):
+    import fsspec  # pylint: disable=g-import-not-at-top
+
+    fs, name = fsspec.core.url_to_fs(path)
+    data = fs.cat_file(name, start=offset, end=offset + size)
+  else:
+    with open(path, 'rb') as f:
+      f.seek(offset)
+      data = f.read(size)
+  if len(data) != size:
+    raise images.UnreadableImage(f'{path} is shorter than when it was indexed')
+  return data
+
+
+class Rows:
+  """The samples of every split: their labels, and each one's image bytes."""
+
+  def __init__(self, layout: hf_layout.Layout, image_column: str, label_column: str):
+    self._layout = layout
+    self._columns = (image_column, label_column)
+    feature = layout.features.get(label_column, {})
+    self._names = feature.get('names') if feature.get('_type') == 'ClassLabel' else None
+    self._index = {}  # Split -> (extents, labels), memory-mapped at their first read.
+    self.sizes = {split: len(self._split(split)[0]) for split in layout.splits}
+
+  def __getstate__(self) -> dict[str, Any]:
+    return {**self.__dict__, '_index': {}}  # Each process maps the index again.
+
+  def _split(self, split: str) -> tuple[np.ndarray, np.ndarray]:
+    if split not in self._index:
+      files = self._layout.splits[split]
+      what = [*self._columns, self._names]
+      doing = f'Indexing split {split!r} of {self._layout.root} ({len(files)} tar files)'
+      directory = dataset_cache.made_once(
+          dataset_cache.cache_path(files, what, '.webdataset'),
+          0,
+          doing,
+          lambda d: _write_index(files, *self._columns, self._names, d),
+      )
+      self._index[split] = tuple(
+          np.load(os.path.join(directory, f'{name}.npy'), mmap_mode='r')
+          for name in ('extents', 'labels')
+      )
+    return self._index[split]
+
+  def labels(self, split: str) -> np.ndarray:
+    """The label of every sample of `split`, as written (integers or strings)."""
+    extents, labels = self._split(split)
+    missing = int(np.sum(~extents['labelled']))
+    if missing:
+      raise ValueError(
+          f'Split {split!r} of dataset {self._layout.root} has {missing} examples without a '
+          f'{self._columns[1]!r}: use a labelled split'
+      )
+    return np.asarray(labels)
+
+  def image(self, split: str, row: int) -> bytes:
+    """The encoded image of sample `row` of `split`; `images.UnreadableImage` where there is none."""
+    file, offset, size, _ = self._split(split)[0][row].tolist()
+    if size < 0:
+      raise images.UnreadableImage(f'no {self._columns[0]!r} file in this sample')
+    return _read(self._layout.splits[split][file], offset, size)

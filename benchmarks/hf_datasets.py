@@ -2,14 +2,17 @@
 
   python benchmarks/hf_datasets.py --num_images=2048 --image_size=224 --batch=32
 
-Writes `--num_images` generated 500x375 JPEGs (input_pipeline.py's) as an image folder and, through
-the `datasets` library, as the hub's Parquet layout (data/train-0000i-of-0000N.parquet), then:
-- the first read of the Parquet split (its copy into the Arrow cache) and a later one;
-- records read and decoded in a random order, one process: ours (`HuggingFaceSource.load`) against
-  `datasets`' own random access (`ds[i]['image']` decoded to RGB, what timm's Hugging Face reader
-  does), and against the image folder's files, as ratios;
+Writes `--num_images` generated 500x375 JPEGs (input_pipeline.py's) as an image folder, through
+the `datasets` library as the hub's Parquet layout (data/train-0000i-of-0000N.parquet), and as
+WebDataset tar shards in timm's names (imagenet-train-000i.tar: jpg, cls, json a sample), then:
+- the first read of each split (Parquet: its copy into the Arrow cache; tar shards: their index)
+  and a later one; for the shards, against `datasets.load_dataset`'s first read of them (its copy of
+  every sample into its Arrow cache), as a ratio;
+- records read and decoded in a random order, one process: ours (`HuggingFaceSource.load`, from
+  Parquet and from the shards) against `datasets`' own random access (`ds[i]['image']` decoded to
+  RGB, what timm's Hugging Face reader does), and against the image folder's files, as ratios;
 - train images/s through `data.train_iterator` (inception crop, flip, the default workers), the
-  Parquet dataset against the same images as a folder, as a ratio.
+  Parquet dataset and the shards against the same images as a folder, as ratios.
 """
 
 import os  # pylint: disable=g-bad-import-order
@@ -58,6 +61,44 @@ def write_parquet(folder_root: str, out: str, shards: int) -> None:
       )
 
 
+def write_shards(folder_root: str, out: str, shards: int) -> None:
+  """The folder's train and test JPEGs (their bytes, in write_parquet's order) as WebDataset tar
+  shards: a sample's jpg, cls (its class number) and json, as timm's imagenet-1k-wds has them."""
+  import io  # pylint: disable=g-import-not-at-top
+  import json  # pylint: disable=g-import-not-at-top
+  import tarfile  # pylint: disable=g-import-not-at-top
+
+  listed = folder.FolderSource(folder_root, 'train')
+  os.makedirs(out)
+  for split in ('train', 'test'):
+    paths, labels = listed.split_files(split)
+    count = shards if split == 'train' else 1
+    for i in range(count):
+      with tarfile.open(os.path.join(out, f'imagenet-{split}-{i:04d}.tar'), 'w') as tar:
+        for k in range(i, len(paths), count):
+          label = int(labels[k])
+          files = {
+              'jpg': folder.read_file(paths[k]),
+              'cls': str(label).encode(),
+              'json': json.dumps({'label': label, 'filename': os.path.basename(paths[k])}).encode(),
+          }
+          for column, content in files.items():
+            info = tarfile.TarInfo(f'{split}_{k:08d}.{column}')
+            info.size = len(content)
+            tar.addfile(info, io.BytesIO(content))
+
+
+def first_and_later(root: str, label: str) -> tuple[hf_source.HuggingFaceSource, float, float]:
+  """The dataset's source, and the seconds its train split's first and a later read take."""
+  start = time.perf_counter()
+  source = hf_source.HuggingFaceSource(root, 'train', label)
+  source.examples('train')
+  first = time.perf_counter() - start
+  start = time.perf_counter()
+  hf_source.HuggingFaceSource(root, 'train', label).examples('train')
+  return source, first, time.perf_counter() - start
+
+
 def seconds_per_record(read, order: np.ndarray) -> float:
   start = time.perf_counter()
   for k in order:
@@ -70,7 +111,7 @@ def main() -> None:
       description=__doc__, formatter_class=argparse.RawTextHelpFormatter
   )
   parser.add_argument('--num_images', type=int, default=2048)
-  parser.add_argument('--shards', type=int, default=4, help='train Parquet files')
+  parser.add_argument('--shards', type=int, default=4, help='train Parquet files, and tar files')
   parser.add_argument('--image_size', type=int, default=224)
   parser.add_argument('--batch', type=int, default=32)
   parser.add_argument('--reads', type=int, default=1000, help='records read in the random order')
@@ -83,41 +124,50 @@ def main() -> None:
     os.environ[dataset_cache.CACHE_VARIABLE] = os.path.join(tmp, 'cache')
     os.environ['HF_DATASETS_CACHE'] = os.path.join(tmp, 'hf_cache')
     jpegs, parquet = os.path.join(tmp, 'jpegs'), os.path.join(tmp, 'parquet')
+    shards = os.path.join(tmp, 'shards')
     input_pipeline.write_jpegs(jpegs, args.num_images)
     write_parquet(jpegs, parquet, args.shards)
+    write_shards(jpegs, shards, args.shards)
     megabytes = sum(os.path.getsize(f) for f in glob.glob(f'{parquet}/data/*')) / 1e6
     print(
         f'# {args.num_images} JPEGs of 500x375, {megabytes:.0f} MB of Parquet; '
         f'{os.cpu_count()} cores'
     )
 
+    ours, first, again = first_and_later(parquet, 'label')
+    print(
+        f'| Parquet split read: first (copied into the cache) | {first:.2f} s | later | {again:.2f} s |'
+    )
+    tars, first, again = first_and_later(shards, 'cls')
     start = time.perf_counter()
-    ours = hf_source.HuggingFaceSource(parquet, 'train', 'label')
-    records = ours.examples('train')
-    first = time.perf_counter() - start
-    start = time.perf_counter()
-    hf_source.HuggingFaceSource(parquet, 'train', 'label').examples('train')
-    again = time.perf_counter() - start
-    print(f'| split read: first (copied into the cache) | {first:.2f} s | later | {again:.2f} s |')
+    datasets.load_dataset(shards, split='train')
+    peer = time.perf_counter() - start
+    print(
+        f'| tar split read: first (indexed) | {first:.2f} s | later | {again:.2f} s | '
+        f"datasets' first read | {peer:.2f} s | ours as fast x | {peer / first:.1f} |"
+    )
 
+    records, tar_records = ours.examples('train'), tars.examples('train')
     theirs = datasets.load_dataset(parquet, split='train')
     files = folder.FolderSource(jpegs, 'train')
     file_records = files.examples('train')
     order = np.random.default_rng(0).permutation(records.num_records)[: args.reads]
-    # Both orders are the folder's: write_parquet keeps it, shard by shard.
+    # Every order is the folder's: write_parquet and write_shards keep it, shard by shard.
     rows = np.concatenate(
         [np.arange(i, records.num_records, args.shards) for i in range(args.shards)]
     )
     timed = {
         'ours': lambda k: ours.load(records.read(k)),
+        'ours, tar shards': lambda k: tars.load(tar_records.read(k)),
         'datasets': lambda k: np.asarray(theirs[k]['image'].convert('RGB')),
         'folder': lambda k: files.load(file_records.read(int(rows[k]))),
     }
     for read in timed.values():  # Warm: page cache, lazy opens.
       seconds_per_record(read, order[:50])
-    np.testing.assert_array_equal(
-        images.rgb(timed['ours'](int(order[0]))['image']), timed['datasets'](int(order[0]))
-    )
+    for name in ('ours', 'ours, tar shards'):
+      np.testing.assert_array_equal(
+          images.rgb(timed[name](int(order[0]))['image']), timed['datasets'](int(order[0]))
+      )
     per = {name: seconds_per_record(read, order) for name, read in timed.items()}
     print('| read + decode, random order, 1 process | ms a record | ours, as fast as it x |')
     print('|---|---|---|')
@@ -126,16 +176,20 @@ def main() -> None:
 
     config = defaults.get_config()
     config.image_size, config.pp.crop, config.pp.flip = args.image_size, 'inception', True
-    print('| train_iterator, inception + flip | images/s | huggingface / folder |')
+    print('| train_iterator, inception + flip | images/s | as fast as the folder x |')
     print('|---|---|---|')
     rates = {}
-    for dataset, root in (('huggingface', parquet), ('folder', jpegs)):
-      config.dataset, config.data_dir = dataset, root
-      rates[dataset], _ = input_pipeline.images_per_second(
+    for name, dataset, root, label in (
+        ('huggingface', 'huggingface', parquet, 'label'),
+        ('huggingface, tar shards', 'huggingface', shards, 'cls'),
+        ('folder', 'folder', jpegs, 'label'),
+    ):
+      config.dataset, config.data_dir, config.label_feature = dataset, root, label
+      rates[name], _ = input_pipeline.images_per_second(
           config, args.batch, args.warmup, args.batches
       )
-    for dataset, rate in rates.items():
-      print(f'| {dataset} | {rate:.0f} | {rates["huggingface"] / rate:.2f} |')
+    for name, rate in rates.items():
+      print(f'| {name} | {rate:.0f} | {rate / rates["folder"]:.2f} |')
 
 
 if __name__ == '__main__':

@@ -219,6 +219,12 @@ def test_bad_shards_are_one_line_errors_naming_the_fix(tmp_path):
   (compressed / 'train.tar').write_bytes(gzip.compress((tmp_path / 'plain.tar').read_bytes()))
   assert 'not a readable uncompressed tar file' in _error(compressed)
 
+  cut = tmp_path / 'cut'
+  cut.mkdir()
+  whole = (tmp_path / 'plain.tar').read_bytes()
+  (cut / 'train.tar').write_bytes(whole[: len(whole) // 2 + 100])  # Cut inside its second sample.
+  assert 'not a readable uncompressed tar file (unexpected end of data)' in _error(cut)
+
   lfs = tmp_path / 'lfs'
   lfs.mkdir()
   (lfs / 'train.tar').write_bytes(images.LFS_POINTER + b' https://git-lfs.github.com/spec/v1\n')

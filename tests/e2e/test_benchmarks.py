@@ -209,7 +209,8 @@ def test_hf_datasets_reads_the_same_jpegs_as_parquet_and_as_a_folder():
       '--batches=2',
   )
   assert '# 24 JPEGs of 500x375' in out, out
-  for row in ('| ours | ', '| datasets | ', '| folder | ', '| huggingface | '):
+  rows = ('| ours | ', '| ours, tar shards | ', '| datasets | ', '| folder | ', '| huggingface | ')
+  for row in (*rows, '| huggingface, tar shards | ', '| tar split read: first (indexed) |'):
     assert row in out, out
 
 

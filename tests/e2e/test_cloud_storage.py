@@ -215,3 +215,48 @@ def test_a_hugging_face_dataset_on_gcs_reads_as_its_local_copy(tmp_path, gcs, mo
       ValueError, match='save_to_disk directory on cloud storage.*copy it to a local'
   ):
     hf_source.HuggingFaceSource(f'gs://{BUCKET}/saved', 'train', 'label')
+
+
+@pytest.mark.slow
+def test_webdataset_shards_on_gcs_read_in_place_as_their_local_copy(tmp_path, gcs, monkeypatch):
+  """Tar shards in a bucket: indexed from their headers, each image then one ranged read: the
+  splits, rows and pixels of the same shards on disk."""
+  import tarfile  # pylint: disable=g-import-not-at-top
+
+  from vit_jax.data import dataset_cache  # pylint: disable=g-import-not-at-top
+  from vit_jax.data import hf_source  # pylint: disable=g-import-not-at-top
+
+  for name, value in gcs.env.items():
+    monkeypatch.setenv(name, value)
+  monkeypatch.setattr('etils.epath.gpath._is_tf_installed', lambda: False)
+  monkeypatch.setenv(dataset_cache.CACHE_VARIABLE, str(tmp_path / 'cache'))
+  local = tmp_path / 'shards'
+  local.mkdir()
+  for split, (pixels, labels) in digits.split_arrays().items():
+    for shard in range(2):
+      with tarfile.open(local / f'digits-{split}-{shard:04d}.tar', 'w') as tar:
+        for k in range(shard, 30, 2):
+          for column, content in (
+              ('png', helpers.encoded(pixels[k][..., 0], 'PNG')),
+              ('cls', b'%d' % labels[k]),
+          ):
+            info = tarfile.TarInfo(f'{split}{k:04d}.{column}')
+            info.size = len(content)
+            tar.addfile(info, io.BytesIO(content))
+  remote = f'gs://{BUCKET}/shards'
+  for path in local.iterdir():
+    epath.Path(f'{remote}/{path.name}').write_bytes(path.read_bytes())
+  backend.fsspec_backend.fs('gs://').invalidate_cache()
+
+  ours, theirs = (
+      hf_source.HuggingFaceSource(root, 'train', 'cls') for root in (remote, str(local))
+  )
+  assert ours.class_names == theirs.class_names
+  for split in ('train', 'test[3:]'):
+    mine, reference = ours.examples(split), theirs.examples(split)
+    assert mine.num_records == reference.num_records == (30 if split == 'train' else 27)
+    for k in range(mine.num_records):
+      a, b = ours.load(mine.read(k)), theirs.load(reference.read(k))
+      assert int(a['label']) == int(b['label'])
+      chex.assert_trees_all_equal(a['image'], b['image'])
+  assert len(list((tmp_path / 'cache').glob('*.webdataset'))) == 4  # Two splits, two places.

@@ -14,13 +14,13 @@ import re
 import tarfile
 from typing import Any, Iterator
 
-from etils import epath
 import numpy as np
 
 from vit_jax.data import dataset_cache
 from vit_jax.data import hf_data_files
 from vit_jax.data import hf_layout
 from vit_jax.data import images
+from vit_jax.data import tar_members
 from vit_jax.runtime import paths
 
 # The columns `datasets` decodes to integers and to text; those it makes images.
@@ -33,46 +33,48 @@ _EXTENT = np.dtype([('file', '<u4'), ('offset', '<i8'), ('size', '<i8'), ('label
 _INDEXING_THREADS = 16  # Tar files indexed at once: reads of headers, mostly waiting on storage.
 
 
-def _open_tar(path: str) -> tarfile.TarFile:
-  """`path` as a tar, its members in order: sought one by one locally, read in one pass remotely
-  (a seek on cloud storage is a request)."""
-  try:
-    if paths.is_url(path):
-      return tarfile.open(fileobj=epath.Path(path).open('rb'), mode='r|')
-    return tarfile.open(path, mode='r:')
-  except (tarfile.TarError, OSError) as e:
-    with hf_data_files.open_file(path) as f:
-      lfs = f.read(len(images.LFS_POINTER)) == images.LFS_POINTER
-    reason = 'a git-lfs pointer' if lfs else str(e).strip().splitlines()[0]
-    fix = 'fetch the files (`git lfs pull`)' if lfs else 'download it again, uncompressed'
-    raise ValueError(f'{path} is not a readable uncompressed tar file ({reason}): {fix}') from None
+def _unreadable(path: str, error: Exception) -> ValueError:
+  with hf_data_files.open_file(path) as f:
+    lfs = f.read(len(images.LFS_POINTER)) == images.LFS_POINTER
+  reason = 'a git-lfs pointer' if lfs else str(error).strip().splitlines()[0]
+  fix = 'fetch the files (`git lfs pull`)' if lfs else 'download it again, uncompressed'
+  return ValueError(f'{path} is not a readable uncompressed tar file ({reason}): {fix}')
 
 
 def _samples(path: str, read: tuple[str, ...] = ()) -> Iterator[tuple[str, dict[str, Any]]]:
   """(key, {column: (offset, size, bytes where the column is in `read`, else None)}) of each sample
-  of tar `path`, in order, as datasets groups its files (hidden ones, `.x` and `__x`, left out)."""
-  with _open_tar(path) as tar:
-    key, sample = None, {}
-    for member in tar:
-      tar.members = []  # A tar of a million files would keep a million TarInfos.
-      if not member.isreg() or os.path.basename(member.name).startswith(('.', '__')):
-        continue
-      match = _KEY_AND_FIELD.match(member.name)
-      if not match:
-        continue
-      if sample and match.group(1) != key:
-        yield key, sample
-        sample = {}
-      key, field = match.groups()
-      if field in sample:
-        raise ValueError(
-            f'{path}: sample {key!r} has two {field!r} files: a sample is the consecutive files '
-            'of one key, each key once: write the tar again with one file a column'
-        )
-      data = tar.extractfile(member).read() if field in read else None
-      sample[field] = (member.offset_data, member.size, data)
-    if sample:
+  of tar `path`, in order, as datasets groups its files (hidden ones, `.x` and `__x`, left out).
+  Its headers are read one by one, the files between them sought over (on cloud storage, gcsfs
+  reads ahead: a request fetches many headers)."""
+  with hf_data_files.open_file(path) as f:
+    try:
+      yield from _grouped(path, f, read)
+    except (tarfile.TarError, OSError) as e:  # Not a tar, compressed, or cut short.
+      raise _unreadable(path, e) from None
+
+
+def _grouped(path: str, f, read: tuple[str, ...]):
+  key, sample = None, {}
+  for name, offset, size in tar_members.regular_files(f):
+    match = _KEY_AND_FIELD.match(name)
+    if os.path.basename(name).startswith(('.', '__')) or not match:
+      continue
+    if sample and match.group(1) != key:
       yield key, sample
+      sample = {}
+    key, field = match.groups()
+    if field in sample:
+      raise ValueError(
+          f'{path}: sample {key!r} has two {field!r} files: a sample is the consecutive files '
+          'of one key, each key once: write the tar again with one file a column'
+      )
+    data = None
+    if field in read:
+      f.seek(offset)
+      data = f.read(size)
+    sample[field] = (offset, size, data)
+  if sample:
+    yield key, sample
 
 
 def _field_kind(field: str) -> str:
@@ -131,8 +133,8 @@ def _label(data: bytes, field: str, names: list[str] | None, where: str) -> int 
 
 def _index_tar(
     path: str, image_column: str, label_column: str, names: list[str] | None
-) -> tuple[np.ndarray, list[Any]]:
-  """Each sample's image extent (offset, size; -1 where it has none) and label (None: none)."""
+) -> tuple[np.ndarray, np.ndarray]:
+  """Each sample's image extent (offset, size; -1 where it has none) and label (-1 or '': none)."""
   extents, labels = [], []
   for key, sample in _samples(path, (label_column,)):
     offset, size, _ = sample.get(image_column, (-1, -1, None))
@@ -140,7 +142,10 @@ def _index_tar(
     label = None if data is None else _label(data, label_column, names, f'{path}: sample {key!r}')
     extents.append((0, offset, size, label is not None))
     labels.append(label)
-  return np.array(extents, _EXTENT), labels
+  numbers = names is not None or label_column.rsplit('.', 1)[-1].lower() in _INTEGER_FIELDS
+  missing = -1 if numbers else ''
+  labels = np.array([missing if label is None else label for label in labels])
+  return np.array(extents, _EXTENT), labels.astype(np.int64) if numbers else labels.astype(str)
 
 
 def _write_index(files, image_column, label_column, names, directory: str) -> None:
@@ -150,14 +155,8 @@ def _write_index(files, image_column, label_column, names, directory: str) -> No
     indexed = list(pool.map(lambda f: _index_tar(f, image_column, label_column, names), files))
   for i, (extents, _) in enumerate(indexed):
     extents['file'] = i
-  extents = np.concatenate([e for e, _ in indexed]) if indexed else np.zeros(0, _EXTENT)
-  labels = [label for _, found in indexed for label in found]
-  if any(isinstance(label, str) for label in labels):
-    labels = np.array(['' if label is None else label for label in labels])
-  else:
-    labels = np.array([-1 if label is None else label for label in labels], np.int64)
-  np.save(os.path.join(directory, 'extents.npy'), extents)
-  np.save(os.path.join(directory, 'labels.npy'), labels)
+  np.save(os.path.join(directory, 'extents.npy'), np.concatenate([e for e, _ in indexed]))
+  np.save(os.path.join(directory, 'labels.npy'), np.concatenate([found for _, found in indexed]))
 
 
 def _read(path: str, offset: int, size: int) -> bytes:

@@ -123,6 +123,29 @@ def test_class_names_of_the_readme_and_text_labels_are_datasets_own(tmp_path):
   assert source.class_names == tuple(theirs['train'].features['cls'].names)
   _assert_rows(_rows(source, 'test'), theirs['test'], 'cls')
 
+  named = tmp_path / 'named'  # The README's ClassLabel over a text column: names to numbers.
+  _shard(named / 'train/0.tar', _samples(6, 7, label='txt'))
+  _shard(named / 'test/0.tar', _samples(3, 8, label='txt'))
+  features = datasets.Features(
+      {'jpg': datasets.Image(), 'txt': datasets.ClassLabel(names=['bird', 'cat', 'airplane'])}
+  )
+  helpers.hf_dataset_card(named, features, {'default': {}})
+  theirs = datasets.load_dataset(str(named))
+  source = hf_source.HuggingFaceSource(str(named), 'train', 'txt')
+  assert source.class_names == ('bird', 'cat', 'airplane')
+  _assert_rows(_rows(source, 'test'), theirs['test'], 'txt')
+  _shard(
+      named / 'test/0.tar',
+      [
+          (
+              'x',
+              {'jpg': helpers.encoded(np.zeros((4, 4, 3), np.uint8)), 'txt': b'dog', 'json': b'{}'},
+          )
+      ],
+  )
+  with pytest.raises(ValueError, match="its 'txt' 'dog' is not one of the classes the README"):
+    hf_source.HuggingFaceSource(str(named), 'train', 'txt')
+
   text = tmp_path / 'text'
   _shard(text / 'pets-train-0.tar', _samples(7, 5, label='txt'))
   _shard(text / 'pets-test-0.tar', _samples(3, 6, label='txt'))
@@ -264,6 +287,7 @@ def test_a_sample_without_an_image_is_unreadable_not_a_crash(tmp_path):
   records = source.examples('train')
   with pytest.raises(images.UnreadableImage, match="no 'jpg' file in this sample"):
     source.load(records.read(5))
+  assert source.describe(records.read(5)) == f"sample 5 of split 'train' (in {tmp_path}/train.tar)"
 
 
 def test_a_repository_of_shards_on_the_hub_downloads_its_tar_files_and_readme(

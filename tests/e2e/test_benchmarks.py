@@ -207,6 +207,7 @@ def test_hf_datasets_reads_the_same_jpegs_as_parquet_and_as_a_folder():
       '--reads=20',
       '--warmup=1',
       '--batches=2',
+      '--rounds=1',
   )
   assert '# 24 JPEGs of 500x375' in out, out
   rows = ('| ours | ', '| ours, tar shards | ', '| datasets | ', '| folder | ', '| huggingface | ')

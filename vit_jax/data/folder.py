@@ -16,6 +16,7 @@ import numpy as np
 
 from vit_jax.data import images as data_images
 from vit_jax.data import order
+from vit_jax.runtime import paths
 
 # Files that are images but that PIL cannot read here: a folder of them would lose those files
 # without a word, so each such extension is warned of once.
@@ -27,15 +28,11 @@ UNREAD_EXTENSIONS = tuple(
 _warned_extensions: set[str] = set()
 
 
-def _is_remote(path: str) -> bool:
-  return '://' in path
-
-
 def _listing(path: str) -> tuple[list[str], list[str]]:
   """The sub-folders and the image files of `path`, each sorted, without hidden entries."""
   folders, images = [], []
   try:
-    if _is_remote(path):
+    if paths.is_url(path):
       # A listing on cloud storage says nothing of what an entry is, and asking costs a request an
       # image (hours for ImageNet on GCS): a name with an image's extension is taken for a file.
       entries = [
@@ -100,12 +97,12 @@ def _image_files(path: str) -> list[str]:
 
 
 def _is_dir(path: str) -> bool:
-  return epath.Path(path).is_dir() if _is_remote(path) else os.path.isdir(path)
+  return epath.Path(path).is_dir() if paths.is_url(path) else os.path.isdir(path)
 
 
 def read_file(path: str) -> bytes:
   """A file's bytes, from local disk or cloud storage (gs://...); raises OSError."""
-  if _is_remote(path):
+  if paths.is_url(path):
     return epath.Path(path).read_bytes()
   with open(path, 'rb') as f:
     return f.read()
@@ -161,14 +158,14 @@ def _check_readable(
       name: _spread(names, _PROBE_PER_CLASS)
       for name, names in _spread([(n, f) for n, f in files.items() if f], _PROBE_CLASSES)
   }
-  paths = [os.path.join(split_dir, name, f) for name, names in probed.items() for f in names]
+  sampled = [os.path.join(split_dir, name, f) for name, names in probed.items() for f in names]
   with concurrent.futures.ThreadPoolExecutor(_PROBE_THREADS) as pool:
-    reasons = dict(zip(paths, pool.map(_why_unreadable, paths)))
+    reasons = dict(zip(sampled, pool.map(_why_unreadable, sampled)))
   fix = 'check that they are images (a git-lfs checkout needs `git lfs pull`)'
   if all(reasons.values()):
     raise ValueError(
-        f'No image of split {split!r} decodes: none of {len(paths)} sampled, e.g. '
-        f'{paths[0]} ({reasons[paths[0]]}); {fix}'
+        f'No image of split {split!r} decodes: none of {len(sampled)} sampled, e.g. '
+        f'{sampled[0]} ({reasons[sampled[0]]}); {fix}'
     )
   if not train:
     return  # An evaluation skips unreadable files; a class without images is no obstacle there.
@@ -225,9 +222,9 @@ class FolderSource:
             'put images in each or remove it'
         )
       _check_readable(split, split_dir, files, train=train)
-      paths = [os.path.join(split_dir, name, f) for name, names in files.items() for f in names]
+      listed = [os.path.join(split_dir, name, f) for name, names in files.items() for f in names]
       path_labels = [labels[name] for name, names in files.items() for _ in names]
-      self._files[split] = (paths, np.array(path_labels, np.int32))
+      self._files[split] = (listed, np.array(path_labels, np.int32))
     return self._files[split]
 
   def examples(self, split: str, shard: int = 0, num_shards: int = 1) -> order.Records:
@@ -235,10 +232,10 @@ class FolderSource:
 
     Striding (not contiguous blocks) keeps the classes balanced across shards. Unreadable files are
     only found when read."""
-    paths, labels = self.split_files(split)
+    files, labels = self.split_files(split)
     return order.Records(
-        len(paths[shard::num_shards]),
-        _StridedFiles(paths[shard::num_shards], labels[shard::num_shards]),
+        len(files[shard::num_shards]),
+        _StridedFiles(files[shard::num_shards], labels[shard::num_shards]),
     )
 
   def load(self, record: tuple[str, int]) -> dict[str, np.ndarray]:
@@ -257,8 +254,8 @@ class FolderSource:
 class _StridedFiles:
   """Record k of a shard: (path, label). A class, not a closure, so that it pickles by value."""
 
-  def __init__(self, paths: list[str], labels: np.ndarray):
-    self._paths = paths
+  def __init__(self, files: list[str], labels: np.ndarray):
+    self._paths = files
     self._labels = labels
 
   def __call__(self, k: int) -> tuple[str, int]:

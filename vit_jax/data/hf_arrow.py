@@ -135,6 +135,9 @@ class Rows:
       )
     return column.to_numpy()
 
+  def describe(self, split: str, row: int) -> str:
+    return f'row {row} of split {split!r} of {self._layout.root}'
+
   def image(self, split: str, row: int) -> bytes:
     """The encoded image of `row` of `split`; `images.UnreadableImage` where there is none."""
     if split not in self._images:

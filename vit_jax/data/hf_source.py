@@ -125,7 +125,7 @@ class HuggingFaceSource:
 
   def describe(self, record: Record) -> str:
     (split, row), _ = record
-    return f'row {row} of split {split!r} of {self._layout.root}'
+    return self._rows.describe(split, row)
 
 
 class _Rows:

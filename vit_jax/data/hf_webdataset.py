@@ -23,7 +23,7 @@ from vit_jax.data import images
 from vit_jax.data import tar_members
 from vit_jax.runtime import paths
 
-# The columns `datasets` decodes to integers and to text; those it makes images.
+# The columns `datasets` decodes to integers and to text; the image files PIL reads.
 _INTEGER_FIELDS = ('cls', 'cls2', 'index', 'inx', 'id')
 _TEXT_FIELDS = ('txt', 'text', 'transcript')
 _IMAGE_FIELDS = tuple(e[1:] for e in images.IMAGE_EXTENSIONS)
@@ -112,9 +112,9 @@ def column_kinds(layout: hf_layout.Layout) -> dict[str, str]:
   return {field: _field_kind(field) for field in (columns[0] if columns else [])}
 
 
-def _label(data: bytes, field: str, names: list[str] | None, where: str) -> int | str:
-  """A label file's value as datasets decodes it (a class name as its index where there are
-  names)."""
+def _label(data: bytes, field: str, classes: dict[str, int] | None, where: str) -> int | str:
+  """A label file's value as datasets decodes it (a class name as its number where the README
+  names the `classes`)."""
   if field.rsplit('.', 1)[-1].lower() in _INTEGER_FIELDS:
     try:
       return int(data)
@@ -124,11 +124,11 @@ def _label(data: bytes, field: str, names: list[str] | None, where: str) -> int 
           '--config.label_feature to a column of class numbers or names'
       ) from None
   text = data.decode('utf-8', errors='replace')
-  if names is None:
+  if classes is None:
     return text
-  if text not in names:
+  if text not in classes:
     raise ValueError(f'{where}: its {field!r} {text!r} is not one of the classes the README names')
-  return names.index(text)
+  return classes[text]
 
 
 def _index_tar(
@@ -136,10 +136,11 @@ def _index_tar(
 ) -> tuple[np.ndarray, np.ndarray]:
   """Each sample's image extent (offset, size; -1 where it has none) and label (-1 or '': none)."""
   extents, labels = [], []
+  classes = None if names is None else {name: k for k, name in enumerate(names)}
   for key, sample in _samples(path, (label_column,)):
     offset, size, _ = sample.get(image_column, (-1, -1, None))
     _, _, data = sample.get(label_column, (0, 0, None))
-    label = None if data is None else _label(data, label_column, names, f'{path}: sample {key!r}')
+    label = None if data is None else _label(data, label_column, classes, f'{path}: sample {key!r}')
     extents.append((0, offset, size, label is not None))
     labels.append(label)
   numbers = names is not None or label_column.rsplit('.', 1)[-1].lower() in _INTEGER_FIELDS
@@ -215,6 +216,10 @@ class Rows:
           f'{self._columns[1]!r}: use a labelled split'
       )
     return np.asarray(labels)
+
+  def describe(self, split: str, row: int) -> str:
+    file = int(self._split(split)[0][row]['file'])
+    return f'sample {row} of split {split!r} (in {self._layout.splits[split][file]})'
 
   def image(self, split: str, row: int) -> bytes:
     """The encoded image of sample `row` of `split`; `images.UnreadableImage` where there is none."""

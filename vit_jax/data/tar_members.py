@@ -63,7 +63,8 @@ def _pax_records(data: bytes) -> dict[str, str]:
 
 def regular_files(f: BinaryIO) -> Iterator[Member]:
   """The regular files of the tar in seekable `f` (a file is sought over, not read), in order, as
-  tarfile lists them; `tarfile.ReadError` where it is not a tar (compressed, say) or is cut short."""
+  tarfile lists them; `tarfile.ReadError` where it is not a tar (compressed, say) or is cut short.
+  """
   end = f.seek(0, 2)
   position, long_name, pax, global_pax = 0, None, None, {}
   while True:

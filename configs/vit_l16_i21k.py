@@ -3,6 +3,11 @@
 Adam (b1 0.9, b2 0.999), weight decay 0.1, batch 4096, 10k steps of linear warmup then linear decay,
 lr 1e-3, 224 px, inception crop + flip, tanh pre-logits layer, dropout 0.1, 90 epochs. For a pod slice:
   python -m vit_jax.main --config=configs/vit_l16_i21k.py --workdir=gs://bucket/vit_l16_i21k
+Without TensorFlow, from the hub's WebDataset copy of ImageNet-21k (fall11's 21841 classes, with a
+validation split; download it once, `hf download --repo-type dataset timm/imagenet-22k-wds
+--local-dir DIR`, or copy it to a bucket; docs/data.md), add
+  --config.dataset=huggingface --config.data_dir=DIR --config.label_feature=cls
+  --config.train_split=train --config.eval_split=validation
 """
 
 from vit_jax import defaults

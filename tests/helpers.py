@@ -18,6 +18,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
+from vit_jax import data
 from vit_jax import defaults
 from vit_jax.checkpoints import run_dir, saved_state
 from vit_jax.models import variants
@@ -153,6 +154,42 @@ def encoded(pixels: np.ndarray, image_format: str = 'JPEG') -> bytes:
   out = io.BytesIO()
   Image.fromarray(pixels).save(out, format=image_format, quality=90)
   return out.getvalue()
+
+
+def data_error(data_dir: str, **overrides) -> str:
+  """The one-line error data.get_info raises for the data config of `data_dir` with `overrides`."""
+  with pytest.raises(ValueError) as raised:
+    data.get_info(data_config(data_dir, **overrides))
+  message = str(raised.value)
+  assert '\n' not in message
+  return message
+
+
+def assert_reads_as_the_digits(written: ml_collections.ConfigDict, workers: bool = False) -> None:
+  """`written`, a data config of the bundled digits written in another layout (in the splits' order,
+  two data shards), gives the digits' info, train batches (from worker processes too where
+  `workers`), eval batches and few-shot labels, to the bit."""
+  bundled = data_config(None, data_shards=2)
+  assert data.get_info(written) == data.get_info(bundled)
+  for config in (bundled, written):
+    config.pp.update(flip=True, crop='inception')
+  expected = take(data.train_iterator(bundled, local_batch_size=64, start_step=20), 3)
+  for count in (0, 2) if workers else (0,):
+    written.data_workers = count
+    batches = data.train_iterator(written, local_batch_size=64, start_step=20)
+    try:
+      assert_same_batches(take(batches, 3), expected)
+    finally:
+      if count:
+        batches.close()
+  written.data_workers = 0
+  assert_same_batches(
+      list(data.eval_iterator(written, 'test', local_batch_size=100)),
+      list(data.eval_iterator(bundled, 'test', local_batch_size=100)),
+  )
+  np.testing.assert_array_equal(
+      data.listed_labels(written, 'train[:90%]'), data.listed_labels(bundled, 'train[:90%]')
+  )
 
 
 def wait_for_checkpoint(workdir: str, procs: list[subprocess.Popen], step: int = 4) -> None:

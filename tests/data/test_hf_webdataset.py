@@ -59,6 +59,10 @@ def _samples(n: int, seed: int, key_prefix: str = '', label='cls') -> list:
   return samples
 
 
+def _one_sample(label: str, value: bytes) -> list:
+  return [('one', {'jpg': helpers.encoded(np.zeros((4, 4, 3), np.uint8)), label: value})]
+
+
 def _rows(source, split: str) -> list[tuple[np.ndarray, int]]:
   records = source.examples(split)
   return [
@@ -134,15 +138,7 @@ def test_class_names_of_the_readme_and_text_labels_are_datasets_own(tmp_path):
   source = hf_source.HuggingFaceSource(str(named), 'train', 'txt')
   assert source.class_names == ('bird', 'cat', 'airplane')
   _assert_rows(_rows(source, 'test'), theirs['test'], 'txt')
-  _shard(
-      named / 'test/0.tar',
-      [
-          (
-              'x',
-              {'jpg': helpers.encoded(np.zeros((4, 4, 3), np.uint8)), 'txt': b'dog', 'json': b'{}'},
-          )
-      ],
-  )
+  _shard(named / 'test/0.tar', _one_sample('txt', b'dog'))
   with pytest.raises(ValueError, match="its 'txt' 'dog' is not one of the classes the README"):
     hf_source.HuggingFaceSource(str(named), 'train', 'txt')
 
@@ -153,15 +149,7 @@ def test_class_names_of_the_readme_and_text_labels_are_datasets_own(tmp_path):
   source = hf_source.HuggingFaceSource(str(text), 'train', 'txt')
   assert source.class_names == ('airplane', 'bird', 'cat')
   _assert_rows(_rows(source, 'test'), theirs['test'], 'txt', list(source.class_names))
-  _shard(
-      text / 'pets-test-0.tar',
-      [
-          (
-              'dog',
-              {'jpg': helpers.encoded(np.zeros((4, 4, 3), np.uint8)), 'txt': b'dog', 'json': b'{}'},
-          )
-      ],
-  )
+  _shard(text / 'pets-test-0.tar', _one_sample('txt', b'dog'))
   with pytest.raises(ValueError, match=r"labels that no train example has: \['dog'\]"):
     hf_source.HuggingFaceSource(str(text), 'train', 'txt').split_labels('test')
 
@@ -177,30 +165,9 @@ def test_the_digits_as_shards_train_and_evaluate_as_the_digits(tmp_path):
     half = len(samples) // 2
     _shard(tmp_path / f'digits-{split}-000.tar', samples[:half])
     _shard(tmp_path / f'digits-{split}-001.tar', samples[half:])
-  bundled = helpers.data_config(None, data_shards=2)
-  written = helpers.data_config(
-      str(tmp_path), dataset='huggingface', label_feature='cls', data_shards=2
-  )
-  assert data.get_info(written) == data.get_info(bundled)
-  for config in (bundled, written):
-    config.pp.update(flip=True, crop='inception')
-  expected = helpers.take(data.train_iterator(bundled, local_batch_size=64, start_step=20), 3)
-  helpers.assert_same_batches(
-      helpers.take(data.train_iterator(written, local_batch_size=64, start_step=20), 3), expected
-  )
-  written.data_workers = 2
-  workers = data.train_iterator(written, local_batch_size=64, start_step=20)
-  try:
-    helpers.assert_same_batches(helpers.take(workers, 3), expected)
-  finally:
-    workers.close()
-  written.data_workers = 0
-  helpers.assert_same_batches(
-      list(data.eval_iterator(written, 'test', local_batch_size=100)),
-      list(data.eval_iterator(bundled, 'test', local_batch_size=100)),
-  )
-  np.testing.assert_array_equal(
-      data.listed_labels(written, 'train[:90%]'), data.listed_labels(bundled, 'train[:90%]')
+  helpers.assert_reads_as_the_digits(
+      helpers.data_config(str(tmp_path), dataset='huggingface', label_feature='cls', data_shards=2),
+      workers=True,
   )
 
 
@@ -224,13 +191,9 @@ def test_a_split_is_indexed_once_and_again_when_a_shard_changes(tmp_path, monkey
 
 
 def _error(root, **overrides) -> str:
-  overrides = {'label_feature': 'cls', **overrides}
-  config = helpers.data_config(str(root), dataset='huggingface', **overrides)
-  with pytest.raises(ValueError) as raised:
-    data.get_info(config)
-  message = str(raised.value)
-  assert '\n' not in message
-  return message
+  return helpers.data_error(
+      str(root), dataset='huggingface', **{'label_feature': 'cls', **overrides}
+  )
 
 
 def test_bad_shards_are_one_line_errors_naming_the_fix(tmp_path):

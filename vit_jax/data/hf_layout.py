@@ -35,7 +35,7 @@ from vit_jax.runtime import paths
 @dataclasses.dataclass(frozen=True)
 class Layout:
   """A dataset's splits: `splits[name]` its data files, in order, in `format` (a key of
-  FORMATS)."""
+  hf_data_files.FORMATS)."""
 
   root: str
   format: str
@@ -217,7 +217,8 @@ def read(root: str) -> Layout:
   elif not os.path.isdir(root):
     raise ValueError(
         f'config.data_dir={root!r} is not a directory: set it to a Hugging Face dataset downloaded '
-        'with `hf download --repo-type dataset NAME --local-dir DIR`, or written by save_to_disk'
+        'with `hf download --repo-type dataset NAME --local-dir DIR`, one written by save_to_disk, '
+        'or a folder of Parquet or WebDataset (.tar) files'
     )
   try:
     saved = None if paths.is_url(root) else _saved(root)

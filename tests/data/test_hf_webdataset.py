@@ -265,3 +265,21 @@ def test_a_repository_of_shards_on_the_hub_downloads_its_tar_files_and_readme(
   )
   assert data.get_info(config).num_train == 4
   assert asked['allow_patterns'] == ['*.tar', 'README.md']
+
+
+def test_an_index_another_machine_made_meanwhile_is_kept(tmp_path, monkeypatch):
+  """On a shared cache folder whose lock does not hold across machines, two may index at once: the
+  second to finish keeps the first's index, and leaves nothing behind."""
+  monkeypatch.setenv(dataset_cache.CACHE_VARIABLE, str(tmp_path / 'cache'))
+  path = dataset_cache.cache_path((), 'an index', '.webdataset')
+  written = []
+
+  def write(partial):
+    written.append(partial)
+    os.makedirs(partial)
+    (tmp_path / 'cache' / partial / 'mine').touch()
+    os.makedirs(path)  # The other machine finishes first.
+    (tmp_path / 'cache' / path / 'theirs').touch()
+
+  assert dataset_cache.made_once(path, 0, 'Indexing', write) == path
+  assert os.listdir(path) == ['theirs'] and not os.path.exists(written[0])

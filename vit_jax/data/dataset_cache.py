@@ -1,7 +1,8 @@
 """What a machine writes once to read a dataset by index: a split's Parquet files copied into one
 Arrow file, a split's WebDataset tar files indexed. In $VIT_JAX_DATASETS_CACHE (default
 $XDG_CACHE_HOME/vit_jax/datasets, ~/.cache/...), named by the paths, sizes and modification times of
-the files it was made from (as `datasets` names its cache), so a changed file is read again.
+the files it was made from (as `datasets` names its cache), so a changed file is read again, and
+hosts that share the folder (a cluster's shared file system) share what one of them made.
 """
 
 import hashlib
@@ -68,7 +69,11 @@ def made_once(path: str, needed_bytes: int, doing: str, write: Callable[[str], N
     partial = f'{path}.{os.getpid()}-{uuid.uuid4().hex}.partial'
     try:
       write(partial)
-      os.replace(partial, path)
+      try:
+        os.replace(partial, path)
+      except OSError:  # A folder another machine made meanwhile (a shared file system's lock
+        if not os.path.exists(path):  # may not hold): the same contents, which it keeps.
+          raise
     finally:
       _remove(partial)
   return path

@@ -1,15 +1,17 @@
-"""The train order on awkward layouts: class folders of 1, 7 and 299 images, tfds ArrayRecord files and
-Hugging Face Parquet files of 1, 7 and 299 records, all class-sorted; 307 examples (a prime), so no batch, shard or process count
-divides an epoch.
+"""The train order on awkward layouts: class folders of 1, 7 and 299 images, tfds ArrayRecord files,
+Hugging Face Parquet files and WebDataset tar shards of 1, 7 and 299 records, all class-sorted; 307
+examples (a prime), so no batch, shard or process count divides an epoch.
 
 Every image carries its own id in pixel (0, 0), so a batch says exactly which examples it holds.
 """
 
 import importlib.util
+import io
 import json
 import os
 import subprocess
 import sys
+import tarfile
 
 from array_record.python import array_record_module
 import numpy as np
@@ -44,6 +46,7 @@ LAYOUTS = [
             not importlib.util.find_spec('datasets'), reason='needs the datasets library'
         ),
     ),
+    'webdataset',
 ]
 
 
@@ -131,6 +134,26 @@ def _write_parquet(root) -> str:
   return str(root)
 
 
+def _write_shards(root) -> str:
+  """WebDataset tar shards in timm's names: a train tar of each class (1, 7 and 299 samples of a png
+  and a cls; ids 0..306 in file order), and a test tar of 3 (ids 307..309)."""
+  files = {'train': [[label] * size for label, size in enumerate(CLASS_SIZES)], 'test': [[0, 1, 2]]}
+  uid = 0
+  for split, labels_of_files in files.items():
+    for i, labels in enumerate(labels_of_files):
+      with tarfile.open(root / f'uneven-{split}-{i:04d}.tar', 'w') as tar:
+        for label in labels:
+          for column, content in (
+              ('png', tfds_fixtures.png(_image(uid, label))),
+              ('cls', str(label).encode()),
+          ):
+            info = tarfile.TarInfo(f'{uid:06d}.{column}')
+            info.size = len(content)
+            tar.addfile(info, io.BytesIO(content))
+          uid += 1
+  return str(root)
+
+
 @pytest.fixture(scope='module')
 def layouts(tmp_path_factory):
   """{layout: config overrides}."""
@@ -145,6 +168,11 @@ def layouts(tmp_path_factory):
       'folder': dict(dataset='folder', data_dir=folder),
       'array_record': dict(dataset='uneven_files', data_dir=array_records),
       'huggingface': dict(dataset='huggingface', data_dir=parquet),
+      'webdataset': dict(
+          dataset='huggingface',
+          data_dir=_write_shards(tmp_path_factory.mktemp('uneven_shards')),
+          label_feature='cls',
+      ),
   }
 
 

@@ -267,6 +267,12 @@ def test_bad_input_is_one_line_naming_the_fix(tmp_path):
   assert 'hf download --repo-type dataset' in _error(tmp_path / 'missing')
   (tmp_path / 'empty').mkdir()
   assert 'holds no Parquet, Arrow or WebDataset (.tar) files' in _error(tmp_path / 'empty')
+  for name in ('train/cat/a.png', 'train/dog/b.png', 'test/cat/c.png'):
+    (tmp_path / 'images' / name).parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(np.zeros((4, 4, 3), np.uint8)).save(tmp_path / 'images' / name)
+  assert 'holds image files' in _error(tmp_path / 'images') and 'dataset=folder' in _error(
+      tmp_path / 'images'
+  )
 
   lfs = tmp_path / 'lfs'
   (lfs / 'data').mkdir(parents=True)
@@ -448,7 +454,7 @@ def test_split_files_format_and_order_are_datasets_own_on_random_trees(tmp_path)
     listing = sorted(p.relative_to(root).as_posix() for p in root.rglob('*') if p.is_file())
     splits = hf_data_files.split_by_paths(hf_data_files.data_files(str(root)))
     if module not in hf_data_files.FORMATS:
-      with pytest.raises(ValueError, match='holds no Parquet, Arrow or WebDataset|different'):
+      with pytest.raises(ValueError, match='Parquet, Arrow or WebDataset|different'):
         hf_data_files.format_of(str(root), splits)
       continue
     assert hf_data_files.format_of(str(root), splits) == module, listing

@@ -161,6 +161,13 @@ def format_of(root: str, splits: dict[str, list[str]]) -> str:
         'format'
     )
   module = next(iter(found.values()), None)
+  if module == 'imagefolder':
+    raise ValueError(
+        f"config.data_dir={root!r} holds image files, not a Hugging Face dataset's Parquet, Arrow "
+        'or WebDataset (.tar) files: read class folders (ROOT/train/<class>/, ROOT/test/<class>/) '
+        "with --config.dataset=folder, or a hub repository's Parquet conversion with "
+        "--config.data_dir='hf-hub:NAME@refs/convert/parquet'"
+    )
   if module not in FORMATS:
     raise ValueError(
         f'config.data_dir={root!r} holds no Parquet, Arrow or WebDataset (.tar) files of a Hugging '

@@ -14,14 +14,15 @@ def get_config() -> ml_collections.ConfigDict:
   config.seed = 0  # Any signed 64-bit integer.
 
   # Data: 'digits' (bundled, offline), 'folder' (data_dir = root with train/ and test/ class folders),
-  # 'huggingface' (data_dir = a Hugging Face dataset on disk) or any tensorflow_datasets name.
+  # 'huggingface' (data_dir = a Hugging Face dataset on disk or 'hf-hub:NAME': Parquet, Arrow or
+  # WebDataset .tar shards) or any tensorflow_datasets name.
   config.dataset = 'digits'
   config.data_dir = config_dict.placeholder(str)
   config.train_split = 'train'
   config.eval_split = 'test'
-  # The tfds ClassLabel feature (a Hugging Face dataset's label column) the run trains and evaluates
-  # on (its classes are the model's), e.g. cifar100's 'coarse_label' for its 20 superclasses; image
-  # folders and VTAB tasks have only 'label'.
+  # The tfds ClassLabel feature (a Hugging Face dataset's label column; WebDataset shards' 'cls') the
+  # run trains and evaluates on (its classes are the model's), e.g. cifar100's 'coarse_label' for its
+  # 20 superclasses; image folders and VTAB tasks have only 'label'.
   config.label_feature = 'label'
   config.image_size = 224
   # Train-time preprocessing: a crop ('inception' | 'random_resized' | 'random' | 'resize'), then each

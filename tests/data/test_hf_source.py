@@ -4,6 +4,7 @@ and read back by it: every layout's splits, rows, images and labels are what `da
 batch."""
 
 import os
+import pickle
 
 import numpy as np
 from PIL import Image
@@ -470,3 +471,17 @@ def test_split_files_format_and_order_are_datasets_own_on_random_trees(tmp_path)
     ours = {split: hf_data_files.of_format(found, module) for split, found in splits.items()}
     ours = [(s, f) for s, f in ours.items() if f]
     assert ours == [(s, f) for s, f in theirs.items() if f], listing  # In order too.
+
+
+def test_a_worker_process_opens_the_copy_without_a_look_at_the_parquet_files(tmp_path, monkeypatch):
+  """A worker gets the source pickled: it finds the copy the run made by its name, with no stat of
+  each Parquet file (on cloud storage, a request each)."""
+  _hub(tmp_path)
+  source = hf_source.HuggingFaceSource(str(tmp_path), 'train', 'label')
+  records = source.examples('train')
+  worker = pickle.loads(pickle.dumps(source))
+  monkeypatch.setattr(dataset_cache, 'size_and_time', lambda path: pytest.fail(f'{path} looked at'))
+  for k in range(records.num_records):
+    np.testing.assert_array_equal(
+        worker.load(records.read(k))['image'], source.load(records.read(k))['image']
+    )

@@ -5,6 +5,7 @@ and evaluate as the bundled digits."""
 
 import io
 import os
+import pickle
 import tarfile
 
 import numpy as np
@@ -283,3 +284,17 @@ def test_an_index_another_machine_made_meanwhile_is_kept(tmp_path, monkeypatch):
 
   assert dataset_cache.made_once(path, 0, 'Indexing', write) == path
   assert os.listdir(path) == ['theirs'] and not os.path.exists(written[0])
+
+
+def test_a_worker_process_maps_the_index_without_a_look_at_the_shards(tmp_path, monkeypatch):
+  """A worker gets the source pickled: it finds the index the run made by its name, with no stat of
+  each tar (on cloud storage, a request each)."""
+  _shard(tmp_path / 'train.tar', _samples(4, 0))
+  source = hf_source.HuggingFaceSource(str(tmp_path), 'train', 'cls')
+  records = source.examples('train')
+  worker = pickle.loads(pickle.dumps(source))
+  monkeypatch.setattr(dataset_cache, 'size_and_time', lambda path: pytest.fail(f'{path} looked at'))
+  for k in range(4):
+    np.testing.assert_array_equal(
+        worker.load(records.read(k))['image'], source.load(records.read(k))['image']
+    )

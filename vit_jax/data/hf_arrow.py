@@ -40,13 +40,15 @@ def cache_path(files: tuple[str, ...], columns: list[str]) -> str:
   return dataset_cache.cache_path(files, columns, '.arrow')
 
 
-def copied(files: tuple[str, ...], columns: list[str], what: str) -> str:
-  """The cached Arrow file of `columns` of Parquet `files`; written on the first call."""
+def copied(files: tuple[str, ...], columns: list[str], what: str, path: str | None = None) -> str:
+  """The cached Arrow file of `columns` of Parquet `files` (at `path` where it is known: found
+  without a look at the files); written on the first call."""
+  path = path or cache_path(files, columns)
+  if os.path.exists(path):
+    return path
   needed = sum(dataset_cache.size_and_time(f)[0] for f in files)  # It is uncompressed: more.
   doing = f'Copying {what} ({len(files)} Parquet files, {needed / 1e6:.1f} MB) into one Arrow file'
-  return dataset_cache.made_once(
-      cache_path(files, columns), needed, doing, lambda path: copy(files, columns, path)
-  )
+  return dataset_cache.made_once(path, needed, doing, lambda partial: copy(files, columns, partial))
 
 
 def copy(files: tuple[str, ...], columns: list[str], path: str) -> None:
@@ -100,6 +102,13 @@ class Rows:
     self._columns = [image_column, label_column]
     self._tables = {}  # Split -> its table, opened at its first read.
     self._images = {}  # Split -> its image column (a lookup by name costs 70 us over 5,000 chunks).
+    # Where each split's Parquet files are copied, named once: a worker process then finds the copy
+    # without a look at each file (on cloud storage, a request each).
+    self._copies = {
+        name: cache_path(files, self._columns)
+        for name, files in layout.splits.items()
+        if layout.format == 'parquet'
+    }
     # A Parquet file's count is a read of its footer: once. Arrow tables count their own rows.
     self.sizes = (
         {name: self._table(name).num_rows for name in layout.splits}
@@ -120,7 +129,8 @@ class Rows:
 
       files = self._layout.splits[split]
       if self._layout.format == 'parquet':
-        files = (copied(files, self._columns, f'split {split!r} of {self._layout.root}'),)
+        what = f'split {split!r} of {self._layout.root}'
+        files = (copied(files, self._columns, what, self._copies[split]),)
       self._tables[split] = pa.concat_tables([open_arrow(f) for f in files])
       self._images[split] = self._tables[split].column(self._columns[0])
     return self._tables[split]

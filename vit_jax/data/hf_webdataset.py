@@ -183,25 +183,30 @@ class Rows:
     self._columns = (image_column, label_column)
     feature = layout.features.get(label_column, {})
     self._names = feature.get('names') if feature.get('_type') == 'ClassLabel' else None
+    # Each split's index, made once here: a worker process then maps it without a look at each tar
+    # (on cloud storage, a request each).
+    self._indices = {split: self._indexed(split) for split in layout.splits}
     self._index = {}  # Split -> (extents, labels), memory-mapped at their first read.
     self.sizes = {split: len(self._split(split)[0]) for split in layout.splits}
 
   def __getstate__(self) -> dict[str, Any]:
     return {**self.__dict__, '_index': {}}  # Each process maps the index again.
 
+  def _indexed(self, split: str) -> str:
+    """The folder of the split's index; made on the first call."""
+    files = self._layout.splits[split]
+    doing = f'Indexing split {split!r} of {self._layout.root} ({len(files)} tar files)'
+    return dataset_cache.made_once(
+        dataset_cache.cache_path(files, [*self._columns, self._names], '.webdataset'),
+        0,
+        doing,
+        lambda directory: _write_index(files, *self._columns, self._names, directory),
+    )
+
   def _split(self, split: str) -> tuple[np.ndarray, np.ndarray]:
     if split not in self._index:
-      files = self._layout.splits[split]
-      what = [*self._columns, self._names]
-      doing = f'Indexing split {split!r} of {self._layout.root} ({len(files)} tar files)'
-      directory = dataset_cache.made_once(
-          dataset_cache.cache_path(files, what, '.webdataset'),
-          0,
-          doing,
-          lambda d: _write_index(files, *self._columns, self._names, d),
-      )
       self._index[split] = tuple(
-          np.load(os.path.join(directory, f'{name}.npy'), mmap_mode='r')
+          np.load(os.path.join(self._indices[split], f'{name}.npy'), mmap_mode='r')
           for name in ('extents', 'labels')
       )
     return self._index[split]

@@ -5,13 +5,11 @@ exercise the tfds source on known data. Subclasses change the features or the or
 coarse labels, label sets).
 """
 
-import io
-
 from etils import epath
 import numpy as np
-import PIL.Image
 import tensorflow_datasets as tfds
 
+import helpers
 from vit_jax.data import digits
 
 
@@ -19,9 +17,7 @@ def png(image: np.ndarray) -> bytes:
   """`image` as the PNG file PIL writes (lossless). tfds encodes an array with TensorFlow, which the GPU
   machines lack, and writes bytes as they are: with these, preparing a dataset needs no TensorFlow.
   """
-  buffer = io.BytesIO()
-  PIL.Image.fromarray(image[..., 0] if image.shape[-1] == 1 else image).save(buffer, format='png')
-  return buffer.getvalue()
+  return helpers.encoded(image[..., 0] if image.shape[-1] == 1 else image, 'PNG')
 
 
 # Not registered with tfds: each test names its builder's data_dir, and tfds's registry is left alone.

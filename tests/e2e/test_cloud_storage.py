@@ -164,6 +164,18 @@ def test_train_resume_init_export_and_every_tool_on_gcs(tmp_path, data_dir, gcs,
   assert os.listdir(cwd) == []
 
 
+def _assert_same_examples(ours, theirs, counts: dict[str, int]) -> None:
+  """Sources `ours` and `theirs` hold `counts[split]` examples of each split, the same labels and
+  pixels."""
+  for split, count in counts.items():
+    mine, reference = ours.examples(split), theirs.examples(split)
+    assert mine.num_records == reference.num_records == count
+    for k in range(count):
+      a, b = ours.load(mine.read(k)), theirs.load(reference.read(k))
+      assert int(a['label']) == int(b['label'])
+      chex.assert_trees_all_equal(a['image'], b['image'])
+
+
 @pytest.mark.slow
 def test_a_hugging_face_dataset_on_gcs_reads_as_its_local_copy(tmp_path, gcs, monkeypatch):
   """Parquet files in a bucket: the splits, classes, rows and pixels of the same files on disk,
@@ -196,13 +208,7 @@ def test_a_hugging_face_dataset_on_gcs_reads_as_its_local_copy(tmp_path, gcs, mo
       hf_source.HuggingFaceSource(root, 'train', 'label') for root in (remote, str(local))
   )
   assert ours.class_names == theirs.class_names == digits.CLASS_NAMES
-  for split in ('train', 'test[5:]'):
-    mine, reference = ours.examples(split), theirs.examples(split)
-    assert mine.num_records == reference.num_records == (40 if split == 'train' else 35)
-    for k in range(mine.num_records):
-      a, b = ours.load(mine.read(k)), theirs.load(reference.read(k))
-      assert int(a['label']) == int(b['label'])
-      chex.assert_trees_all_equal(a['image'], b['image'])
+  _assert_same_examples(ours, theirs, {'train': 40, 'test[5:]': 35})
   assert len(list((tmp_path / 'cache').glob('*.arrow'))) == 4  # Two splits, from two places.
 
   datasets.Dataset.from_dict({'image': [], 'label': []}, features=features).save_to_disk(
@@ -252,11 +258,5 @@ def test_webdataset_shards_on_gcs_read_in_place_as_their_local_copy(tmp_path, gc
       hf_source.HuggingFaceSource(root, 'train', 'cls') for root in (remote, str(local))
   )
   assert ours.class_names == theirs.class_names
-  for split in ('train', 'test[3:]'):
-    mine, reference = ours.examples(split), theirs.examples(split)
-    assert mine.num_records == reference.num_records == (30 if split == 'train' else 27)
-    for k in range(mine.num_records):
-      a, b = ours.load(mine.read(k)), theirs.load(reference.read(k))
-      assert int(a['label']) == int(b['label'])
-      chex.assert_trees_all_equal(a['image'], b['image'])
+  _assert_same_examples(ours, theirs, {'train': 30, 'test[3:]': 27})
   assert len(list((tmp_path / 'cache').glob('*.webdataset'))) == 4  # Two splits, two places.

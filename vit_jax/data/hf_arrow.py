@@ -18,23 +18,6 @@ from vit_jax.data import images
 _ROWS_PER_BATCH = 256  # Rows a record batch of a copied file: the images of one Parquet read.
 
 
-def open_arrow(path: str):
-  """The table of an Arrow file (datasets writes the stream format), memory-mapped."""
-  import pyarrow as pa  # pylint: disable=g-import-not-at-top  # Only these datasets need it.
-
-  try:
-    source = pa.memory_map(path)
-    try:
-      return pa.ipc.open_stream(source).read_all()
-    except pa.ArrowInvalid:
-      return pa.ipc.open_file(source).read_all()
-  except (pa.ArrowException, OSError) as e:
-    raise ValueError(
-        f'{path} is not a readable Arrow file ({str(e).strip().splitlines()[0]}): write the '
-        'dataset again with save_to_disk'
-    ) from None
-
-
 def cache_path(files: tuple[str, ...], columns: list[str]) -> str:
   """Where the copy of `columns` of Parquet `files` goes."""
   return dataset_cache.cache_path(files, columns, '.arrow')
@@ -90,7 +73,9 @@ def column_kinds(layout: hf_layout.Layout) -> dict[str, str]:
   """Each column's kind ('image', 'class_label', 'integer', 'string', ''), in the files' order."""
   first = next(iter(layout.splits.values()))[0]
   is_arrow = layout.format == 'arrow'
-  schema = open_arrow(first).schema if is_arrow else hf_layout.parquet_file(first).schema_arrow
+  schema = (
+      hf_layout.open_arrow(first).schema if is_arrow else hf_layout.parquet_file(first).schema_arrow
+  )
   return {n: _column_kind(layout.features.get(n), schema.field(n).type) for n in schema.names}
 
 
@@ -131,7 +116,7 @@ class Rows:
       if self._layout.format == 'parquet':
         what = f'split {split!r} of {self._layout.root}'
         files = (copied(files, self._columns, what, self._copies[split]),)
-      self._tables[split] = pa.concat_tables([open_arrow(f) for f in files])
+      self._tables[split] = pa.concat_tables([hf_layout.open_arrow(f) for f in files])
       self._images[split] = self._tables[split].column(self._columns[0])
     return self._tables[split]
 

@@ -80,6 +80,18 @@ def open_file(path: str, mode: str = 'rb'):
   return epath.Path(path).open(mode) if paths.is_url(path) else open(path, mode)
 
 
+def unreadable(path: str, error: Exception, what: str, fix: str) -> ValueError:
+  """The one-line error for data file `path` that is not a readable `what`: a git-lfs pointer says
+  to fetch the files, anything else the first line of `error` and `fix`."""
+  with open_file(path) as f:
+    lfs = f.read(len(images.LFS_POINTER)) == images.LFS_POINTER
+  reason = 'a git-lfs pointer' if lfs else str(error).strip().splitlines()[0]
+  return ValueError(
+      f'{path} is not a readable {what} ({reason}): '
+      f'{"fetch the files (`git lfs pull`)" if lfs else fix}'
+  )
+
+
 def is_data(relative: str) -> bool:
   return not _hidden(relative) and os.path.basename(relative) not in _NOT_DATA
 
@@ -137,8 +149,8 @@ def format_of(root: str, splits: dict[str, list[str]]) -> str:
   """The format of the splits' files, as datasets infers it (infer_module_for_data_files): each
   split's most common extension that names one (every extension of a name counts: x.tar.gz is .tar
   and .gz), on a draw Parquet's, then Arrow's (and others'), then the last in code-point order; an
-  image folder's metadata.csv last. A one-line
-  ValueError where it is not one vit_jax reads, or the splits' differ."""
+  image folder's metadata.csv last. A one-line ValueError where it is not one vit_jax reads, or the
+  splits' differ."""
   modules = {e: module for module, extensions in FORMATS.items() for e in extensions}
   modules.update(_OTHER_FORMATS)
   preferred = ('.parquet', '.lance', '.vortex', '.arrow', '.jsonl', '.json', '.csv')

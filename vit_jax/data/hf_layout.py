@@ -27,7 +27,6 @@ from typing import Any
 import yaml
 
 from vit_jax.data import hf_data_files
-from vit_jax.data import images
 from vit_jax.runtime import hf_hub
 from vit_jax.runtime import paths
 
@@ -152,11 +151,7 @@ def _saved(root: str) -> Layout | None:
 
 def unreadable_parquet(path: str, error: Exception) -> ValueError:
   """The one-line error for a data file that pyarrow cannot read."""
-  with hf_data_files.open_file(path) as f:
-    lfs = f.read(len(images.LFS_POINTER)) == images.LFS_POINTER
-  fix = 'fetch the files (`git lfs pull`)' if lfs else 'download it again'
-  reason = 'a git-lfs pointer' if lfs else str(error).strip().splitlines()[0]
-  return ValueError(f'{path} is not a readable Parquet file ({reason}): {fix}')
+  return hf_data_files.unreadable(path, error, 'Parquet file', 'download it again')
 
 
 def parquet_file(path: str):
@@ -183,15 +178,25 @@ def _parquet_features(path: str) -> dict[str, dict[str, Any]]:
   return _schema_features(parquet_file(path).schema_arrow)
 
 
-def _arrow_features(path: str) -> dict[str, dict[str, Any]]:
-  import pyarrow as pa  # pylint: disable=g-import-not-at-top
+def open_arrow(path: str, fix: str = 'write the dataset again with save_to_disk'):
+  """The table of an Arrow file (datasets writes the stream format), memory-mapped; a one-line
+  ValueError naming `fix` where it is not one."""
+  import pyarrow as pa  # pylint: disable=g-import-not-at-top  # Only these datasets need it.
 
   try:
-    return _schema_features(pa.ipc.open_stream(pa.memory_map(path)).schema)
+    source = pa.memory_map(path)
+    try:
+      return pa.ipc.open_stream(source).read_all()
+    except pa.ArrowInvalid:
+      return pa.ipc.open_file(source).read_all()
   except (pa.ArrowException, OSError) as e:
     raise ValueError(
-        f'{path} is not a readable Arrow file ({str(e).strip().splitlines()[0]}): download it again'
+        f'{path} is not a readable Arrow file ({str(e).strip().splitlines()[0]}): {fix}'
     ) from None
+
+
+def _arrow_features(path: str) -> dict[str, dict[str, Any]]:
+  return _schema_features(open_arrow(path, 'download it again').schema)
 
 
 def _hub_files(given: str, files: list[str]) -> list[str]:

@@ -33,14 +33,6 @@ _EXTENT = np.dtype([('file', '<u4'), ('offset', '<i8'), ('size', '<i8'), ('label
 _INDEXING_THREADS = 16  # Tar files indexed at once: reads of headers, mostly waiting on storage.
 
 
-def _unreadable(path: str, error: Exception) -> ValueError:
-  with hf_data_files.open_file(path) as f:
-    lfs = f.read(len(images.LFS_POINTER)) == images.LFS_POINTER
-  reason = 'a git-lfs pointer' if lfs else str(error).strip().splitlines()[0]
-  fix = 'fetch the files (`git lfs pull`)' if lfs else 'download it again, uncompressed'
-  return ValueError(f'{path} is not a readable uncompressed tar file ({reason}): {fix}')
-
-
 def _samples(path: str, read: tuple[str, ...] = ()) -> Iterator[tuple[str, dict[str, Any]]]:
   """(key, {column: (offset, size, bytes where the column is in `read`, else None)}) of each sample
   of tar `path`, in order, as datasets groups its files (hidden ones, `.x` and `__x`, left out).
@@ -50,7 +42,9 @@ def _samples(path: str, read: tuple[str, ...] = ()) -> Iterator[tuple[str, dict[
     try:
       yield from _grouped(path, f, read)
     except (tarfile.TarError, OSError) as e:  # Not a tar, compressed, or cut short.
-      raise _unreadable(path, e) from None
+      raise hf_data_files.unreadable(
+          path, e, 'uncompressed tar file', 'download it again, uncompressed'
+      ) from None
 
 
 def _grouped(path: str, f, read: tuple[str, ...]):
@@ -149,7 +143,13 @@ def _index_tar(
   return np.array(extents, _EXTENT), labels.astype(np.int64) if numbers else labels.astype(str)
 
 
-def _write_index(files, image_column, label_column, names, directory: str) -> None:
+def _write_index(
+    files: tuple[str, ...],
+    image_column: str,
+    label_column: str,
+    names: list[str] | None,
+    directory: str,
+) -> None:
   """Each sample of tar `files`' extent and label, as extents.npy and labels.npy in `directory`."""
   os.makedirs(directory)
   with concurrent.futures.ThreadPoolExecutor(min(_INDEXING_THREADS, len(files))) as pool:

@@ -3,15 +3,21 @@ imagenet-1k-wds on the hub), written with Python's tarfile in each of its format
 `datasets.load_dataset`: the same splits, samples, images and labels; the digits as shards train
 and evaluate as the bundled digits."""
 
+import hashlib
 import io
+import json
 import os
+import pathlib
 import pickle
+import subprocess
+import sys
 import tarfile
 
 import numpy as np
 import pytest
 
 import helpers
+import local
 from vit_jax import data
 from vit_jax.data import dataset_cache
 from vit_jax.data import digits
@@ -298,3 +304,99 @@ def test_a_worker_process_maps_the_index_without_a_look_at_the_shards(tmp_path, 
     np.testing.assert_array_equal(
         worker.load(records.read(k))['image'], source.load(records.read(k))['image']
     )
+
+
+TWO_HOSTS = """
+import hashlib, json, os, shutil, sys
+import jax
+jax.config.update('jax_cpu_collectives_implementation', 'gloo')
+address, process, root, damaged, cache = sys.argv[1:]
+process = int(process)
+os.environ['VIT_JAX_DATASETS_CACHE'] = cache
+jax.distributed.initialize(address, num_processes=2, process_id=process)
+from vit_jax.data import hf_source, hf_webdataset
+
+indexed = []
+index_tar = hf_webdataset._index_tar
+hf_webdataset._index_tar = lambda path, *args: indexed.append(os.path.basename(path)) or index_tar(
+    path, *args)
+
+def indexed_by_this_process():
+  source = hf_source.HuggingFaceSource(root, 'train', 'cls')
+  index = {split: {name: hashlib.sha256(open(os.path.join(folder, name + '.npy'), 'rb').read())
+                   .hexdigest() for name in ('extents', 'labels')}
+           for split, folder in source._rows._indices.items()}
+  tars = sorted(indexed)
+  indexed.clear()
+  return tars, index
+
+result = {'fresh': indexed_by_this_process()}
+if process == 1:
+  shutil.rmtree(cache)  # A host whose cache is lost (a new VM); process 0 keeps its index.
+result['one_lost'] = indexed_by_this_process()
+result['kept'] = indexed_by_this_process()
+try:
+  hf_source.HuggingFaceSource(damaged, 'train', 'cls')
+except ValueError as e:
+  result['error'] = str(e)
+print(json.dumps(result))
+"""
+
+
+def _index_hashes(source) -> dict:
+  return {
+      split: {
+          name: hashlib.sha256((pathlib.Path(folder) / f'{name}.npy').read_bytes()).hexdigest()
+          for name in ('extents', 'labels')
+      }
+      for split, folder in source._rows._indices.items()  # pylint: disable=protected-access
+  }
+
+
+@pytest.mark.slow  # Two processes of a run: make test-all's.
+def test_the_processes_of_a_multi_host_run_divide_the_indexing(tmp_path, monkeypatch):
+  """Each host of a pod indexes its share of the tars (on cloud storage each would read every tar
+  whole), and gets the same index as one process makes; again where one host lost its cache; a tar
+  another host cannot read is the same one-line error on every host, not a hang."""
+  root, damaged = tmp_path / 'shards', tmp_path / 'damaged'
+  for k in range(5):
+    _shard(root / f'train-{k}.tar', _samples(3 + k, k))
+    _shard(damaged / f'train-{k}.tar', _samples(3, k))
+  for k in range(3):
+    _shard(root / f'validation-{k}.tar', _samples(2 + k, 10 + k))
+  cut = damaged / 'train-3.tar'  # In process 1's share.
+  cut.write_bytes(cut.read_bytes()[:700])
+  monkeypatch.setenv(dataset_cache.CACHE_VARIABLE, str(tmp_path / 'one_process'))
+  expected = _index_hashes(hf_source.HuggingFaceSource(str(root), 'train', 'cls'))
+
+  address = f'127.0.0.1:{local.free_port()}'
+  env = dict(os.environ, JAX_PLATFORMS='cpu', XLA_FLAGS='--xla_force_host_platform_device_count=2')
+  procs = [
+      subprocess.Popen(
+          [sys.executable, '-c', TWO_HOSTS, address, str(i), str(root), str(damaged)]
+          + [str(tmp_path / f'cache_{i}')],
+          cwd=helpers.REPO,
+          env=env,
+          stdout=subprocess.PIPE,
+          stderr=subprocess.PIPE,
+          text=True,
+      )
+      for i in range(2)
+  ]
+  try:
+    outputs = [p.communicate(timeout=240) for p in procs]
+  finally:
+    for p in procs:
+      p.kill()
+  assert [p.returncode for p in procs] == [0, 0], [err[-3000:] for _, err in outputs]
+  results = [json.loads(out.splitlines()[-1]) for out, _ in outputs]
+  shares = (
+      ['train-0.tar', 'train-1.tar', 'validation-0.tar'],
+      ['train-2.tar', 'train-3.tar', 'train-4.tar', 'validation-1.tar', 'validation-2.tar'],
+  )
+  for process, result in enumerate(results):
+    assert result['fresh'] == [shares[process], expected]
+    assert result['one_lost'] == [shares[process], expected]
+    assert result['kept'] == [[], expected]
+  assert 'train-3.tar is not a readable uncompressed tar file' in results[1]['error']
+  assert results[0]['error'] == results[1]['error'] + ' (on process 1 of the run)'

@@ -9,11 +9,13 @@ one read of its image's bytes: nothing is copied, locally or from cloud storage.
 """
 
 import concurrent.futures
+import io
 import os
 import re
 import tarfile
 from typing import Any, Iterator
 
+from absl import logging
 import numpy as np
 
 from vit_jax.data import dataset_cache
@@ -21,6 +23,7 @@ from vit_jax.data import hf_data_files
 from vit_jax.data import hf_layout
 from vit_jax.data import images
 from vit_jax.data import tar_members
+from vit_jax.runtime import hosts
 from vit_jax.runtime import paths
 
 # The columns `datasets` decodes to integers and to text; the image files PIL reads.
@@ -143,21 +146,43 @@ def _index_tar(
   return np.array(extents, _EXTENT), labels.astype(np.int64) if numbers else labels.astype(str)
 
 
-def _write_index(
-    files: tuple[str, ...],
-    image_column: str,
-    label_column: str,
-    names: list[str] | None,
-    directory: str,
-) -> None:
-  """Each sample of tar `files`' extent and label, as extents.npy and labels.npy in `directory`."""
-  os.makedirs(directory)
+def _index_tars(
+    files: tuple[str, ...], image_column: str, label_column: str, names: list[str] | None
+) -> tuple[np.ndarray, np.ndarray]:
+  """Each sample of tar `files`: its extent (the file's number in `files`) and label."""
   with concurrent.futures.ThreadPoolExecutor(min(_INDEXING_THREADS, len(files))) as pool:
     indexed = list(pool.map(lambda f: _index_tar(f, image_column, label_column, names), files))
   for i, (extents, _) in enumerate(indexed):
     extents['file'] = i
-  np.save(os.path.join(directory, 'extents.npy'), np.concatenate([e for e, _ in indexed]))
-  np.save(os.path.join(directory, 'labels.npy'), np.concatenate([found for _, found in indexed]))
+  return np.concatenate([e for e, _ in indexed]), np.concatenate([found for _, found in indexed])
+
+
+def _index_divided(
+    files: tuple[str, ...], image_column: str, label_column: str, names: list[str] | None
+) -> tuple[np.ndarray, np.ndarray]:
+  """The index of `files`, each process of a multi-host run indexing its share of them: a pod on
+  cloud storage would otherwise read every tar whole on each host."""
+  share = hosts.share(len(files))
+
+  def indexed_share() -> bytes:
+    if not share:  # More processes than tars.
+      return b''
+    extents, labels = _index_tars(
+        files[share.start : share.stop], image_column, label_column, names
+    )
+    extents['file'] += share.start
+    buffer = io.BytesIO()
+    np.savez(buffer, extents=extents, labels=labels)
+    return buffer.getvalue()
+
+  pieces = [np.load(io.BytesIO(piece)) for piece in hosts.gathered(indexed_share) if piece]
+  return tuple(np.concatenate([p[name] for p in pieces]) for name in ('extents', 'labels'))
+
+
+def _write_index(extents: np.ndarray, labels: np.ndarray, directory: str) -> None:
+  os.makedirs(directory)
+  np.save(os.path.join(directory, 'extents.npy'), extents)
+  np.save(os.path.join(directory, 'labels.npy'), labels)
 
 
 def _read(path: str, offset: int, size: int) -> bytes:
@@ -193,15 +218,26 @@ class Rows:
     return {**self.__dict__, '_index': {}}  # Each process maps the index again.
 
   def _indexed(self, split: str) -> str:
-    """The folder of the split's index; made on the first call."""
+    """The folder of the split's index; made on the first call (divided between the processes of a
+    multi-host run where any of them has none)."""
     files = self._layout.splits[split]
+    path = dataset_cache.cache_path(files, [*self._columns, self._names], '.webdataset')
     doing = f'Indexing split {split!r} of {self._layout.root} ({len(files)} tar files)'
-    return dataset_cache.made_once(
-        dataset_cache.cache_path(files, [*self._columns, self._names], '.webdataset'),
-        0,
-        doing,
-        lambda directory: _write_index(files, *self._columns, self._names, directory),
-    )
+    if hosts.count() > 1 and hosts.any_of(not os.path.exists(path)):
+      logging.info(
+          '%s: %d of them on this process, the rest on the other %d',
+          doing,
+          len(hosts.share(len(files))),
+          hosts.count() - 1,
+      )
+      index = _index_divided(files, *self._columns, self._names)
+      doing = f'Writing the index of split {split!r} of {self._layout.root}'
+      write = lambda directory: _write_index(*index, directory)
+    else:
+      write = lambda directory: _write_index(
+          *_index_tars(files, *self._columns, self._names), directory
+      )
+    return dataset_cache.made_once(path, 0, doing, write)
 
   def _split(self, split: str) -> tuple[np.ndarray, np.ndarray]:
     if split not in self._index:

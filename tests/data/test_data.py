@@ -209,6 +209,7 @@ batches.close()
 """
 
 
+@pytest.mark.slow  # An evaluation with worker processes in a subprocess: make test-all's.
 def test_a_run_with_worker_processes_ends_without_a_shared_memory_warning(image_folder):
   """Batches still in the workers' shared memory when the run ends are unlinked by multiprocessing's
   resource tracker, which says so in a UserWarning ("leaked shared_memory objects") on the console.

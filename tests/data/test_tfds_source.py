@@ -255,7 +255,13 @@ def test_a_tfrecord_dataset_is_a_one_line_error_naming_the_conversion(tfrecord_d
       f'`python -m vit_jax.tools.to_array_record {version_dir}`'
   )
 
-  # The command the line names, as a user runs it.
+
+@pytest.mark.slow  # The conversion runs TensorFlow in subprocesses: make test-all's.
+def test_the_conversion_command_gives_the_array_record_preparations_records(tfrecord_dir, tmp_path):
+  """The command the one-line error above names, as a user runs it."""
+  data_dir = str(tmp_path / 'tfds')
+  shutil.copytree(tfrecord_dir, data_dir)
+  version_dir = f'{data_dir}/tiny/1.0.0'
   for said in ('ArrayRecord files written', 'has ArrayRecord files already'):  # Once is enough.
     run = subprocess.run(
         [sys.executable, '-m', 'vit_jax.tools.to_array_record', version_dir],

@@ -47,6 +47,7 @@ def test_shipped_sweep_prints_one_command_per_run():
   )
 
 
+@pytest.mark.slow  # Two runs in subprocesses: make test-all's.
 def test_sweep_runs_each_config_in_its_own_workdir(tmp_path):
   sweep_file = tmp_path / 'tiny_sweep.py'
   sweep_file.write_text(

@@ -99,6 +99,7 @@ _TRAIN = {
 }
 
 
+@pytest.mark.slow  # Trainings on a mesh and one device, and a resume: make test-all's.
 @pytest.mark.devices(8)
 def test_fsdp_x_tensor_training_has_the_losses_of_one_device(tmp_path, data_dir):
   overrides = {**_TRAIN, 'data_dir': data_dir, 'mesh': (('fsdp', 4), ('tensor', 2))}
@@ -152,6 +153,7 @@ def test_a_tiny_axial_vit_learns_the_digits_and_resumes_bit_exactly(tmp_path, da
   )
 
 
+@pytest.mark.slow  # Gradients of two axial models: make test-all's.
 def test_remat_recomputes_the_same_axial_blocks():
   images = np.random.default_rng(0).uniform(-1, 1, (2, 12, 12, 3)).astype(np.float32)
   labels = jnp.arange(2)

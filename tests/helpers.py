@@ -21,6 +21,7 @@ import pytest
 from vit_jax import data
 from vit_jax import defaults
 from vit_jax.checkpoints import run_dir, saved_state
+from vit_jax.data import digits
 from vit_jax.models import variants
 from vit_jax.tasks import classification
 from vit_jax.train import events
@@ -154,6 +155,27 @@ def encoded(pixels: np.ndarray, image_format: str = 'JPEG') -> bytes:
   out = io.BytesIO()
   Image.fromarray(pixels).save(out, format=image_format, quality=90)
   return out.getvalue()
+
+
+def digits_shards(root: str, tars_per_split: int, examples: int | None = None) -> None:
+  """The bundled digits (each split's first `examples`, all where None, in order) as WebDataset tar
+  files of a PNG and a `cls` a sample, `tars_per_split` a split: digits-<split>-<k>.tar in `root`.
+  """
+  import tarfile  # pylint: disable=g-import-not-at-top
+
+  os.makedirs(root, exist_ok=True)
+  for split, (pixels, labels) in digits.split_arrays().items():
+    bounds = np.linspace(0, len(labels) if examples is None else examples, tars_per_split + 1)
+    for shard, (start, stop) in enumerate(zip(bounds[:-1].astype(int), bounds[1:].astype(int))):
+      with tarfile.open(os.path.join(root, f'digits-{split}-{shard:04d}.tar'), 'w') as tar:
+        for k in range(start, stop):
+          for column, content in (
+              ('png', encoded(pixels[k][..., 0], 'PNG')),
+              ('cls', b'%d' % labels[k]),
+          ):
+            info = tarfile.TarInfo(f'{split}_{k:05d}.{column}')
+            info.size = len(content)
+            tar.addfile(info, io.BytesIO(content))
 
 
 def data_error(data_dir: str, **overrides) -> str:

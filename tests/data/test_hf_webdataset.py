@@ -20,7 +20,6 @@ import helpers
 import local
 from vit_jax import data
 from vit_jax.data import dataset_cache
-from vit_jax.data import digits
 from vit_jax.data import hf_source
 from vit_jax.data import images
 
@@ -164,14 +163,7 @@ def test_class_names_of_the_readme_and_text_labels_are_datasets_own(tmp_path):
 def test_the_digits_as_shards_train_and_evaluate_as_the_digits(tmp_path):
   """The bundled digits as tar shards (greyscale PNGs, in the split's order): the same train and
   eval batches as `dataset='digits'`, in threads and in worker processes, and the same labels."""
-  for split, (pixels, labels) in digits.split_arrays().items():
-    samples = [
-        (f'{split}_{k:05d}', {'png': helpers.encoded(p[..., 0], 'PNG'), 'cls': b'%d' % label})
-        for k, (p, label) in enumerate(zip(pixels, labels))
-    ]
-    half = len(samples) // 2
-    _shard(tmp_path / f'digits-{split}-000.tar', samples[:half])
-    _shard(tmp_path / f'digits-{split}-001.tar', samples[half:])
+  helpers.digits_shards(str(tmp_path), 2)
   helpers.assert_reads_as_the_digits(
       helpers.data_config(str(tmp_path), dataset='huggingface', label_feature='cls', data_shards=2),
       workers=True,

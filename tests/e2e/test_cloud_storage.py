@@ -227,8 +227,6 @@ def test_a_hugging_face_dataset_on_gcs_reads_as_its_local_copy(tmp_path, gcs, mo
 def test_webdataset_shards_on_gcs_read_in_place_as_their_local_copy(tmp_path, gcs, monkeypatch):
   """Tar shards in a bucket: indexed from their headers, each image then one ranged read: the
   splits, rows and pixels of the same shards on disk."""
-  import tarfile  # pylint: disable=g-import-not-at-top
-
   from vit_jax.data import dataset_cache  # pylint: disable=g-import-not-at-top
   from vit_jax.data import hf_source  # pylint: disable=g-import-not-at-top
 
@@ -237,18 +235,7 @@ def test_webdataset_shards_on_gcs_read_in_place_as_their_local_copy(tmp_path, gc
   monkeypatch.setattr('etils.epath.gpath._is_tf_installed', lambda: False)
   monkeypatch.setenv(dataset_cache.CACHE_VARIABLE, str(tmp_path / 'cache'))
   local = tmp_path / 'shards'
-  local.mkdir()
-  for split, (pixels, labels) in digits.split_arrays().items():
-    for shard in range(2):
-      with tarfile.open(local / f'digits-{split}-{shard:04d}.tar', 'w') as tar:
-        for k in range(shard, 30, 2):
-          for column, content in (
-              ('png', helpers.encoded(pixels[k][..., 0], 'PNG')),
-              ('cls', b'%d' % labels[k]),
-          ):
-            info = tarfile.TarInfo(f'{split}{k:04d}.{column}')
-            info.size = len(content)
-            tar.addfile(info, io.BytesIO(content))
+  helpers.digits_shards(str(local), 2, examples=30)
   remote = f'gs://{BUCKET}/shards'
   for path in local.iterdir():
     epath.Path(f'{remote}/{path.name}').write_bytes(path.read_bytes())

@@ -4,6 +4,7 @@ import dataclasses
 import importlib
 import io
 import os
+import pathlib
 import shutil
 import subprocess
 import sys
@@ -128,10 +129,21 @@ def fake_hub(monkeypatch, listing: list[str], snapshot: str) -> dict:
 
 
 def offline_datasets(monkeypatch, cache: str) -> None:
-  """`datasets` and huggingface_hub read local files only; `datasets` caches into `cache`."""
-  monkeypatch.setenv('HF_DATASETS_OFFLINE', '1')
-  monkeypatch.setenv('HF_HUB_OFFLINE', '1')
-  monkeypatch.setenv('HF_DATASETS_CACHE', cache)
+  """`datasets` and huggingface_hub read local files only; `datasets` caches into `cache`. Both read
+  the environment once, when imported: their settings are set too (else `datasets` cached into the
+  user's folder, where a dataset written again at another path could come back as the first one's
+  cached copy: its key is not the files' paths)."""
+  import datasets  # pylint: disable=g-import-not-at-top
+
+  for name, value in (
+      ('HF_DATASETS_OFFLINE', '1'),
+      ('HF_HUB_OFFLINE', '1'),
+      ('HF_DATASETS_CACHE', cache),
+  ):
+    monkeypatch.setenv(name, value)
+  monkeypatch.setattr(datasets.config, 'HF_HUB_OFFLINE', True)
+  monkeypatch.setattr(datasets.config, 'HF_DATASETS_OFFLINE', True)
+  monkeypatch.setattr(datasets.config, 'HF_DATASETS_CACHE', pathlib.Path(cache))
 
 
 def hf_dataset_card(root, features, configs: dict) -> None:
@@ -148,12 +160,19 @@ def hf_dataset_card(root, features, configs: dict) -> None:
   (root / 'README.md').write_text(f'---\n{card}\n---\n# A dataset\n')
 
 
-def encoded(pixels: np.ndarray, image_format: str = 'JPEG') -> bytes:
-  """`pixels` as a file of `image_format`, as PIL writes it."""
-  from PIL import Image  # pylint: disable=g-import-not-at-top
+def encoded(
+    pixels: np.ndarray, image_format: str = 'JPEG', orientation: int | None = None
+) -> bytes:
+  """`pixels` as a file of `image_format`, as PIL writes it, with an EXIF Orientation tag (1-8: how
+  to turn the image upright) where one is given."""
+  from PIL import ExifTags, Image  # pylint: disable=g-import-not-at-top
 
   out = io.BytesIO()
-  Image.fromarray(pixels).save(out, format=image_format, quality=90)
+  tags = {}
+  if orientation is not None:
+    tags['exif'] = Image.Exif()
+    tags['exif'][ExifTags.Base.Orientation] = orientation
+  Image.fromarray(pixels).save(out, format=image_format, quality=90, **tags)
   return out.getvalue()
 
 

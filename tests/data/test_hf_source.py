@@ -24,18 +24,21 @@ NAMES = ['airplane', 'bird', 'cat']
 
 
 @pytest.fixture(autouse=True)
-def _offline(monkeypatch, tmp_path):
-  helpers.offline_datasets(monkeypatch, str(tmp_path / 'hf_cache'))
+def _offline(monkeypatch, tmp_path_factory):
+  helpers.offline_datasets(monkeypatch, str(tmp_path_factory.mktemp('hf_cache')))
 
 
 def _dataset(n: int, seed: int, label_column: str = 'label', label_feature=None):
-  """n random images of several sizes, JPEG and PNG in turn, labels cycling over NAMES."""
+  """n random images of several sizes, JPEG (with each EXIF orientation in turn, and none) and PNG
+  in turn, labels cycling over NAMES."""
   rng = np.random.default_rng(seed)
   pictures = []
   for i in range(n):
     pixels = rng.integers(0, 256, (9 + i % 4, 7 + i % 3, 3), np.uint8)
     pictures.append(
-        {'bytes': helpers.encoded(pixels), 'path': None} if i % 2 else Image.fromarray(pixels)
+        {'bytes': helpers.encoded(pixels, orientation=(i // 2) % 9 or None), 'path': None}
+        if i % 2
+        else Image.fromarray(pixels)
     )
   features = datasets.Features(
       {'img': datasets.Image(), label_column: label_feature or datasets.ClassLabel(names=NAMES)}

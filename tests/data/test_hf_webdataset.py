@@ -27,8 +27,8 @@ datasets = pytest.importorskip('datasets')
 
 
 @pytest.fixture(autouse=True)
-def _offline(monkeypatch, tmp_path):
-  helpers.offline_datasets(monkeypatch, str(tmp_path / 'hf_cache'))
+def _offline(monkeypatch, tmp_path_factory):
+  helpers.offline_datasets(monkeypatch, str(tmp_path_factory.mktemp('hf_cache')))
 
 
 def _shard(path, samples, tar_format=tarfile.GNU_FORMAT, extra=()) -> None:
@@ -43,8 +43,9 @@ def _shard(path, samples, tar_format=tarfile.GNU_FORMAT, extra=()) -> None:
 
 
 def _samples(n: int, seed: int, key_prefix: str = '', label='cls') -> list:
-  """n random JPEG and PNG images of several sizes (all as 'jpg': decoders read the content), their
-  labels as `label` files (class numbers for 'cls', names for 'txt') and a json file each."""
+  """n random JPEG and PNG images of several sizes (all as 'jpg': decoders read the content), with
+  each EXIF orientation in turn and none, their labels as `label` files (class numbers for 'cls',
+  names for 'txt') and a json file each."""
   rng = np.random.default_rng(seed)
   samples = []
   for i in range(n):
@@ -54,7 +55,9 @@ def _samples(n: int, seed: int, key_prefix: str = '', label='cls') -> list:
         (
             f'{key_prefix}{seed:02d}_{i:04d}',
             {
-                'jpg': helpers.encoded(pixels, 'PNG' if i % 3 == 0 else 'JPEG'),
+                'jpg': helpers.encoded(
+                    pixels, 'PNG' if i % 3 == 0 else 'JPEG', orientation=i % 9 or None
+                ),
                 label: (
                     str(value) if label == 'cls' else ['cat', 'airplane', 'bird'][value]
                 ).encode(),

@@ -335,3 +335,36 @@ def test_a_file_name_that_is_not_utf8_is_a_one_line_error_naming_its_folder(tmp_
       ),
   ):
     data.get_info(config)
+
+
+# EXIF's orientations (1-8: how the stored pixels turn upright), as numpy writes them.
+_UPRIGHT = {
+    1: lambda a: a,
+    2: np.fliplr,
+    3: lambda a: np.rot90(a, 2),
+    4: np.flipud,
+    5: lambda a: a.transpose(1, 0, 2),
+    6: lambda a: np.rot90(a, -1),
+    7: lambda a: a[::-1, ::-1].transpose(1, 0, 2),
+    8: lambda a: np.rot90(a, 1),
+}
+
+
+@pytest.mark.parametrize('fmt', ['JPEG', 'PNG', 'WEBP', 'greyscale JPEG'])
+def test_exif_orientation_is_applied_only_where_asked(fmt):
+  """Image folders and tfds read the stored pixels (as timm's ImageFolder, PIL's Image.open); a
+  Hugging Face dataset's images are turned upright, as `datasets` turns them."""
+  pixels = _photo()[:30, :50]
+  if fmt.startswith('greyscale'):
+    pixels = pixels[..., 0]
+  for orientation, upright in _UPRIGHT.items():
+    encoded = helpers.encoded(pixels, fmt.split()[-1], orientation=orientation)
+    stored = images.decode(encoded)
+    np.testing.assert_array_equal(images.rgb(stored), _pil(encoded))
+    turned = images.decode(encoded, exif_orientation=True)
+    assert turned.shape == upright(stored).shape, orientation
+    np.testing.assert_array_equal(turned, upright(stored), err_msg=f'orientation {orientation}')
+  untagged = helpers.encoded(pixels, fmt.split()[-1])
+  np.testing.assert_array_equal(
+      images.decode(untagged, exif_orientation=True), images.decode(untagged)
+  )

@@ -119,9 +119,11 @@ class HuggingFaceSource:
     )
 
   def load(self, record: Record) -> dict[str, np.ndarray]:
-    """The record's image decoded, and its label; `images.UnreadableImage` if it cannot be."""
+    """The record's image decoded (upright, as datasets turns an image with an EXIF orientation),
+    and its label; `images.UnreadableImage` if it cannot be."""
     (split, row), label = record
-    return {'image': images.decode(self._rows.image(split, row)), 'label': np.int32(label)}
+    image = images.decode(self._rows.image(split, row), exif_orientation=True)
+    return {'image': image, 'label': np.int32(label)}
 
   def describe(self, record: Record) -> str:
     (split, row), _ = record

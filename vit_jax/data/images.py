@@ -11,7 +11,9 @@ whole-array numpy: no per-pixel Python.
 import io
 
 import numpy as np
+from PIL import ExifTags
 from PIL import Image
+from PIL import ImageOps
 
 # The extensions of the files an image folder lists: formats PIL reads (each checked in
 # tests/data/test_image_formats.py against a file PIL wrote). `decode` reads by content, not by name.
@@ -38,7 +40,7 @@ class UnreadableImage(ValueError):
   """Bytes that `decode` cannot read as an image; the message is a one-line reason."""
 
 
-def decode(data: bytes) -> np.ndarray:
+def decode(data: bytes, exif_orientation: bool = False) -> np.ndarray:
   """Encoded image bytes, any format PIL reads, whatever a file name says, to uint8 [h, w, 3], or
   [h, w, 1] for an 8-bit greyscale image (PIL's mode 'L'): `rgb` of it is exactly PIL's
   Image.open(BytesIO(data)).convert('RGB'), what timm's and torchvision's ImageFolder train on,
@@ -47,8 +49,10 @@ def decode(data: bytes) -> np.ndarray:
   any bit depth (16-bit greyscale clipped to 255 as PIL's conversion clips it), GIF (the first
   frame; transparent pixels take their palette colour), every BMP PIL reads (1-, 4-, 8-, 16-, 24-
   and 32-bit, run-length compressed, OS/2), WebP (animations too: the first frame), TIFF, PNM and
-  JPEG 2000. Greyscale becomes RGB, alpha is dropped (not blended), EXIF orientation is not applied
-  (as PIL's Image.open). The array is read-only.
+  JPEG 2000. Greyscale becomes RGB, alpha is dropped (not blended). EXIF orientation is not applied
+  (as PIL's Image.open, timm's ImageFolder and tfds read images), unless `exif_orientation`: an image
+  with an Orientation tag is then turned upright by PIL's ImageOps.exif_transpose, as `datasets`
+  decodes a Hugging Face dataset's images. The array is read-only.
 
   Raises UnreadableImage with a one-line reason for bytes PIL cannot read (truncated or corrupt
   files, other formats, a git-lfs pointer file in place of the image)."""
@@ -56,6 +60,8 @@ def decode(data: bytes) -> np.ndarray:
     raise UnreadableImage('a git-lfs pointer, not the image')
   try:
     with Image.open(io.BytesIO(data)) as image:
+      if exif_orientation:
+        image = _upright(image)
       if image.mode == 'L':  # Its RGB is this channel thrice: the ops before `rgb` do a third.
         return np.asarray(image)[..., None]
       # convert('RGB') of an RGB image is a copy: skipping it saves one copy of the pixels.
@@ -67,6 +73,14 @@ def decode(data: bytes) -> np.ndarray:
   except Exception as e:  # pylint: disable=broad-exception-caught
     reason = str(e).strip().splitlines()
     raise UnreadableImage(f'{type(e).__name__}: {reason[0]}' if reason else type(e).__name__) from e
+
+
+def _upright(image: Image.Image) -> Image.Image:
+  """`image` turned as its EXIF Orientation says, by datasets' rule (the tag read once loaded)."""
+  image.load()
+  if image.getexif().get(ExifTags.Base.Orientation) is None:
+    return image
+  return ImageOps.exif_transpose(image)
 
 
 def _pil_resize(image: np.ndarray, height: int, width: int) -> np.ndarray:

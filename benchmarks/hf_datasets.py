@@ -120,11 +120,11 @@ def main() -> None:
   parser.add_argument('--batches', type=int, default=20, help='batches timed')
   parser.add_argument('--rounds', type=int, default=2, help='train timings of each, the best kept')
   args = parser.parse_args()
-  import datasets  # pylint: disable=g-import-not-at-top
-
   with tempfile.TemporaryDirectory() as tmp:
     os.environ[dataset_cache.CACHE_VARIABLE] = os.path.join(tmp, 'cache')
     os.environ['HF_DATASETS_CACHE'] = os.path.join(tmp, 'hf_cache')
+    import datasets  # pylint: disable=g-import-not-at-top  # It reads HF_DATASETS_CACHE here.
+
     jpegs, parquet = os.path.join(tmp, 'jpegs'), os.path.join(tmp, 'parquet')
     shards = os.path.join(tmp, 'shards')
     input_pipeline.write_jpegs(jpegs, args.num_images)

@@ -14,8 +14,8 @@ def get_config() -> ml_collections.ConfigDict:
   config.seed = 0  # Any signed 64-bit integer.
 
   # Data: 'digits' (bundled, offline), 'folder' (data_dir = root with train/ and test/ class folders),
-  # 'huggingface' (data_dir = a Hugging Face dataset on disk or 'hf-hub:NAME': Parquet, Arrow or
-  # WebDataset .tar shards) or any tensorflow_datasets name.
+  # 'huggingface' (data_dir = a Hugging Face dataset on disk or 'hf-hub:NAME': Parquet, Arrow,
+  # WebDataset .tar shards or image files) or any tensorflow_datasets name.
   config.dataset = 'digits'
   config.data_dir = config_dict.placeholder(str)
   config.train_split = 'train'

@@ -270,13 +270,7 @@ def test_bad_input_is_one_line_naming_the_fix(tmp_path):
   )
   assert 'hf download --repo-type dataset' in _error(tmp_path / 'missing')
   (tmp_path / 'empty').mkdir()
-  assert 'holds no Parquet, Arrow or WebDataset (.tar) files' in _error(tmp_path / 'empty')
-  for name in ('train/cat/a.png', 'train/dog/b.png', 'test/cat/c.png'):
-    (tmp_path / 'images' / name).parent.mkdir(parents=True, exist_ok=True)
-    Image.fromarray(np.zeros((4, 4, 3), np.uint8)).save(tmp_path / 'images' / name)
-  assert 'holds image files' in _error(tmp_path / 'images') and 'dataset=folder' in _error(
-      tmp_path / 'images'
-  )
+  assert 'holds no Parquet, Arrow, WebDataset (.tar) or image files' in _error(tmp_path / 'empty')
 
   lfs = tmp_path / 'lfs'
   (lfs / 'data').mkdir(parents=True)
@@ -426,6 +420,7 @@ def test_split_files_format_and_order_are_datasets_own_on_random_trees(tmp_path)
   words += ['__x', '.hidden', 'README']
   separators = ['-', '_', '.', ' ', '', '0']
   extensions = ['.parquet'] * 4 + ['.tar'] * 3 + ['.arrow', '.jpg', '.csv', '.json', '.tar.gz']
+  extensions += ['.JPG', '.png']
   rng = np.random.default_rng(0)
   pick = lambda options: options[rng.integers(len(options))]
   for trial in range(200):
@@ -443,6 +438,8 @@ def test_split_files_format_and_order_are_datasets_own_on_random_trees(tmp_path)
         ]
         name = '/'.join([*folders, f'{pick(words)}{pick(separators)}{pick(words + ["0"])}'])
         name += '.md' if name.endswith('README') else extension
+        if rng.random() < 0.1:  # An image folder's metadata, or a file whose name ends as one's.
+          name = os.path.join(os.path.dirname(name), pick(['metadata.csv', 'my_metadata.jsonl']))
       (root / name).parent.mkdir(parents=True, exist_ok=True)
       (root / name).touch()
     try:
@@ -458,15 +455,17 @@ def test_split_files_format_and_order_are_datasets_own_on_random_trees(tmp_path)
     listing = sorted(p.relative_to(root).as_posix() for p in root.rglob('*') if p.is_file())
     splits = hf_data_files.split_by_paths(hf_data_files.data_files(str(root)))
     if module not in hf_data_files.FORMATS:
-      with pytest.raises(ValueError, match='Parquet, Arrow or WebDataset|different'):
+      with pytest.raises(ValueError, match='Parquet, Arrow, WebDataset|different'):
         hf_data_files.format_of(str(root), splits)
       continue
     assert hf_data_files.format_of(str(root), splits) == module, listing
     extensions_read = load._MODULE_TO_EXTENSIONS[module]  # pylint: disable=protected-access
+    names_read = load._MODULE_TO_METADATA_FILE_NAMES[module]  # pylint: disable=protected-access
     theirs = {
         str(split): list(
             dict.fromkeys(
-                os.path.relpath(f, root) for f in found.filter(extensions=extensions_read)
+                os.path.relpath(f, root)
+                for f in found.filter(extensions=extensions_read, file_names=names_read)
             )
         )
         for split, found in resolved.items()

@@ -24,16 +24,27 @@ _SHARDED = re.compile(r'data/(\w+(?:\.\w+)*)-[0-9]{5}-of-[0-9]{5}[^/]*\.[^/]*')
 # datasets' data_files.FILES_TO_IGNORE: never data files.
 _NOT_DATA = ('README.md', 'config.json', 'dataset_info.json', 'dataset_infos.json')
 _NOT_DATA += ('dummy_data.zip', 'dataset_dict.json')
+# datasets' ImageFolder.EXTENSIONS: the files of its `imagefolder` format (those PIL opens).
+_IMAGEFOLDER = ('.blp', '.bmp', '.dib', '.bufr', '.cur', '.pcx', '.dcx', '.dds', '.ps', '.eps')
+_IMAGEFOLDER += ('.fit', '.fits', '.fli', '.flc', '.ftc', '.ftu', '.gbr', '.gif', '.grib', '.png')
+_IMAGEFOLDER += ('.apng', '.jp2', '.j2k', '.jpc', '.jpf', '.jpx', '.j2c', '.icns', '.ico', '.im')
+_IMAGEFOLDER += ('.iim', '.tif', '.tiff', '.jfif', '.jpe', '.jpg', '.jpeg', '.mpg', '.mpeg', '.msp')
+_IMAGEFOLDER += ('.pcd', '.pxr', '.pbm', '.pgm', '.ppm', '.pnm', '.psd', '.bw', '.rgb', '.rgba')
+_IMAGEFOLDER += ('.sgi', '.ras', '.tga', '.icb', '.vda', '.vst', '.webp', '.wmf', '.emf', '.xbm')
+_IMAGEFOLDER += ('.xpm',)
 # The formats vit_jax reads: datasets' module -> its data files' extensions.
 FORMATS = {
     'parquet': ('.parquet', '.geoparquet', '.gpq'),
     'arrow': ('.arrow',),
     'webdataset': ('.tar',),
+    'imagefolder': _IMAGEFOLDER,
 }
+# An image folder's files that list its images and their columns, and its zip archives of images.
+METADATA_FILES = ('metadata.csv', 'metadata.jsonl', 'metadata.parquet')
+ARCHIVE = '.zip'
 # datasets' other modules, by the extensions of _EXTENSION_TO_MODULE an image dataset may hold beside
-# its data (images, tables, text): the name of the format a one-line error then gives.
+# its data (tables, text): the name of the format a one-line error then gives.
 _OTHER_FORMATS = {
-    **{e: 'imagefolder' for e in images.IMAGE_EXTENSIONS},
     **{e: 'csv' for e in ('.csv', '.tsv')},
     **{e: 'json' for e in ('.json', '.jsonl', '.ndjson')},
     **{e: 'hdf5' for e in ('.h5', '.hdf5')},
@@ -46,7 +57,7 @@ _OTHER_FORMATS = {
     '.vortex': 'vortex',
 }
 # Files that datasets counts last in a split's extensions: an image folder's metadata.
-_METADATA = ('metadata.csv', 'metadata.jsonl', 'metadata.parquet', 'latest_version_hint.json')
+_METADATA = (*METADATA_FILES, 'latest_version_hint.json')
 _METADATA += ('instruction.md', 'task.toml')
 
 
@@ -173,18 +184,11 @@ def format_of(root: str, splits: dict[str, list[str]]) -> str:
         'format'
     )
   module = next(iter(found.values()), None)
-  if module == 'imagefolder':
-    raise ValueError(
-        f"config.data_dir={root!r} holds image files, not a Hugging Face dataset's Parquet, Arrow "
-        'or WebDataset (.tar) files: read class folders (ROOT/train/<class>/, ROOT/test/<class>/) '
-        "with --config.dataset=folder, or a hub repository's Parquet conversion with "
-        "--config.data_dir='hf-hub:NAME@refs/convert/parquet'"
-    )
   if module not in FORMATS:
     raise ValueError(
-        f'config.data_dir={root!r} holds no Parquet, Arrow or WebDataset (.tar) files of a Hugging '
-        f"Face dataset{f' (its files are {module})' if module else ''}: download its Parquet files "
-        "(the hub converts most datasets on refs/convert/parquet: try 'hf-hub:NAME"
+        f'config.data_dir={root!r} holds no Parquet, Arrow, WebDataset (.tar) or image files of a '
+        f"Hugging Face dataset{f' (its files are {module})' if module else ''}: download its "
+        "Parquet files (the hub converts most datasets on refs/convert/parquet: try 'hf-hub:NAME"
         "@refs/convert/parquet'), write it with save_to_disk, or make class folders for "
         '--config.dataset=folder'
     )
@@ -192,7 +196,14 @@ def format_of(root: str, splits: dict[str, list[str]]) -> str:
 
 
 def of_format(files: list[str], module: str) -> list[str]:
-  """The files datasets reads as `module` (DataFilesList.filter: x.parquet, x.parquet.gz), each
-  once."""
-  extensions = '|'.join(re.escape(e) for e in FORMATS[module])
-  return list(dict.fromkeys(f for f in files if re.fullmatch(rf'.*({extensions})(\..+)?', f)))
+  """The files datasets reads as `module` (DataFilesList.filter: x.parquet, x.parquet.gz; an image
+  folder's images, in lower or upper case, its metadata files and zip archives), each once."""
+  extensions = FORMATS[module]
+  names = ()
+  if module == 'imagefolder':
+    extensions += (*(e.upper() for e in extensions), ARCHIVE)
+    names = METADATA_FILES
+  pattern = rf'.*({"|".join(re.escape(e) for e in extensions)})(\..+)?'
+  if names:  # datasets' file-name pattern: any path that ends with one.
+    pattern += rf'|.*({"|".join(re.escape(n) for n in names)})'
+  return list(dict.fromkeys(f for f in files if re.fullmatch(pattern, f)))

@@ -24,8 +24,7 @@ import os
 import re
 from typing import Any
 
-import yaml
-
+from vit_jax.data import hf_card
 from vit_jax.data import hf_data_files
 from vit_jax.runtime import hf_hub
 from vit_jax.runtime import paths
@@ -42,83 +41,17 @@ class Layout:
   features: dict[str, dict[str, Any]]  # Column -> datasets' feature JSON; {} where none is written.
 
 
-def _card(root: str) -> dict[str, Any]:
-  """The YAML header of the dataset's README.md; {} where there is none."""
-  path = os.path.join(root, 'README.md')
-  if not hf_data_files.exists(path):
-    return {}
-  with hf_data_files.open_file(path) as f:
-    text = f.read().decode('utf-8')
-  match = re.match(r'---\s*\n(.*?)\n---\s*(\n|$)', text, re.DOTALL)
-  try:
-    header = yaml.safe_load(match.group(1)) if match else None
-  except yaml.YAMLError as e:
-    raise ValueError(f'{path}: its YAML header does not parse: {str(e).splitlines()[0]}') from None
-  return header if isinstance(header, dict) else {}
-
-
-def _default_config(root: str, configs: list[dict[str, Any]]) -> dict[str, Any]:
-  """The config `datasets.load_dataset` loads where none is named (MetadataConfigs)."""
-  defaults = [c for c in configs if c.get('default')]
-  named = [c for c in configs if c.get('config_name') == 'default']
-  if defaults or named or len(configs) == 1:
-    return (defaults or named or configs)[0]
-  names = [c.get('config_name') for c in configs]
-  raise ValueError(
-      f'Dataset {root} has configs {names} in its README.md and none is the default: mark the one '
-      "to read with `default: true` in its README.md's YAML header (or download only that one's "
-      'files and remove the `configs` entry)'
-  )
-
-
-def _configured_splits(root: str, config: dict[str, Any]) -> dict[str, list[str]]:
-  """The splits of a README config: its data_files patterns (a pattern, a list, or split/path
-  entries), under its data_dir."""
-  data_dir = config.get('data_dir') or ''
-  base = os.path.join(root, data_dir)
-  data_files = config.get('data_files')
-  if data_files is None:
-    return {
-        s: [os.path.normpath(os.path.join(data_dir, f)) for f in files]
-        for s, files in hf_data_files.split_by_paths(hf_data_files.data_files(base)).items()
-    }
-  if isinstance(data_files, (str, list)) and not (
-      isinstance(data_files, list) and data_files and isinstance(data_files[0], dict)
-  ):
-    data_files = [{'split': 'train', 'path': data_files}]
-  splits = {}
-  for entry in data_files:
-    patterns = entry['path'] if isinstance(entry['path'], list) else [entry['path']]
-    found = [
-        os.path.normpath(os.path.join(data_dir, f))
-        for pattern in patterns  # datasets' order: pattern by pattern, a pattern's files sorted.
-        for f in sorted(hf_data_files.glob_files(base, pattern))
-        if hf_data_files.is_data(f)
-    ]
-    splits[entry['split']] = found
-  return splits
-
-
-def _card_features(card: dict[str, Any], config_name: str | None) -> dict[str, dict[str, Any]]:
-  """The README's `dataset_info` features of the config, as datasets' feature JSON."""
-  infos = card.get('dataset_info') or []
-  infos = infos if isinstance(infos, list) else [infos]
-  named = [i for i in infos if i.get('config_name') == config_name]
-  info = (named or infos)[0] if named or len(infos) == 1 else None
-  features = {}
-  for feature in (info or {}).get('features') or []:
-    dtype = feature.get('dtype')
-    if dtype == 'image':
-      features[feature['name']] = {'_type': 'Image'}
-    elif isinstance(dtype, dict) and 'class_label' in dtype:
-      names = dtype['class_label'].get('names') or {}
-      ordered = [names[k] for k in sorted(names, key=int)] if isinstance(names, dict) else names
-      features[feature['name']] = {'_type': 'ClassLabel', 'names': [str(n) for n in ordered]}
-    elif isinstance(dtype, str):
-      features[feature['name']] = {'_type': 'Value', 'dtype': dtype}
-    else:
-      features[feature['name']] = {'_type': 'List'}
-  return features
+def feature_kind(feature: dict[str, Any]) -> str:
+  """What a column of datasets' feature JSON is to a source: 'image', 'class_label', 'integer',
+  'string', or '' (none of these)."""
+  kind, dtype = feature.get('_type'), feature.get('dtype', '')
+  if kind == 'Image':
+    return 'image'
+  if kind == 'ClassLabel':
+    return 'class_label'
+  if kind == 'Value' and re.fullmatch(r'u?int\d+', dtype):
+    return 'integer'
+  return 'string' if kind == 'Value' and dtype in ('string', 'large_string') else ''
 
 
 def _read_json(path: str) -> Any:
@@ -199,10 +132,97 @@ def _arrow_features(path: str) -> dict[str, dict[str, Any]]:
   return _schema_features(open_arrow(path, 'download it again').schema)
 
 
+FILE_NAME = 'file_name'
+
+
+def is_metadata(path: str) -> bool:
+  return os.path.basename(path) in hf_data_files.METADATA_FILES
+
+
+def metadata_table(path: str):
+  """The pyarrow table of a metadata file; a one-line ValueError where it does not parse."""
+  import pyarrow as pa  # pylint: disable=g-import-not-at-top  # Only these datasets need it.
+  from pyarrow import csv, json, parquet  # pylint: disable=g-import-not-at-top
+
+  read = {'.csv': csv.read_csv, '.jsonl': json.read_json, '.parquet': parquet.read_table}
+  try:
+    with hf_data_files.open_file(path) as f:
+      return read[os.path.splitext(path)[1]](f)
+  except (pa.ArrowException, OSError) as e:
+    raise hf_data_files.unreadable(
+        path, e, 'metadata file', "write it again: a 'file_name' column, and a column a feature"
+    ) from None
+
+
+def _metadata(splits: dict[str, tuple[str, ...]]) -> dict[str, list[str]]:
+  return {split: [f for f in files if is_metadata(f)] for split, files in splits.items()}
+
+
+def _image_column(name: str) -> str:
+  """The column that metadata column `name` names the images of ('' where it names none)."""
+  if name == FILE_NAME:
+    return 'image'
+  return name[: -len('_' + FILE_NAME)] if name.endswith('_' + FILE_NAME) else ''
+
+
+def _imagefolder_features(splits: dict[str, tuple[str, ...]]) -> dict[str, dict[str, Any]]:
+  """The columns (datasets' feature JSON) of the image folder whose splits hold these files: those
+  of its metadata files, else the image, and a ClassLabel of its folders' names where the images
+  lie at one depth in more than one folder. One-line errors where datasets would fail."""
+  import pyarrow as pa  # pylint: disable=g-import-not-at-top
+
+  archives = [f for files in splits.values() for f in files if f.endswith(hf_data_files.ARCHIVE)]
+  if archives:
+    raise ValueError(
+        f'{archives[0]} is a zip archive of images, which vit_jax does not extract: unzip it '
+        'where it is (and remove the archive)'
+    )
+  metadata = _metadata(splits)
+  if not any(metadata.values()):
+    files = [f for found in splits.values() for f in found]
+    labels = {os.path.basename(os.path.dirname(f)) for f in files}
+    found = {'image': {'_type': 'Image'}}
+    if len(labels) > 1 and len({f.count('/') for f in files}) == 1:
+      found['label'] = {'_type': 'ClassLabel', 'names': sorted(labels)}
+    return found
+  without = [split for split, files in metadata.items() if not files]
+  if without:
+    raise ValueError(
+        f'Split {without[0]!r} has no metadata file where split {next(iter(metadata))!r} has one: '
+        'give every split its metadata.csv (or .jsonl, .parquet), or none'
+    )
+  formats = sorted({os.path.splitext(f)[1] for files in metadata.values() for f in files})
+  if len(formats) > 1:
+    raise ValueError(f'The metadata files are of different formats ({formats}): keep one')
+  schemas = {files[0]: metadata_table(files[0]).schema for files in metadata.values()}
+  (first, schema), *others = schemas.items()
+  for path, other in others:
+    if not other.equals(schema):
+      raise ValueError(
+          f'Metadata files {path} and {first} have different columns or types: give every split '
+          'the same columns'
+      )
+  found = {}
+  for field in schema:
+    column = _image_column(field.name)
+    if column and (pa.types.is_string(field.type) or pa.types.is_large_string(field.type)):
+      found[column] = {'_type': 'Image'}
+    else:
+      found[field.name] = {'_type': 'Value', 'dtype': str(field.type)}
+  if not any(f['_type'] == 'Image' for f in found.values()):
+    raise ValueError(
+        f"{first} has no 'file_name' column naming each image (relative to its folder): add one"
+    )
+  return found
+
+
 def _hub_files(given: str, files: list[str]) -> list[str]:
   """What a dataset repository on the hub downloads: its data files and README.md."""
   module = hf_data_files.format_of(given, {'': [f for f in files if hf_data_files.is_data(f)]})
-  return [f'*{e}' for e in hf_data_files.FORMATS[module]] + ['README.md']
+  extensions = hf_data_files.FORMATS[module]
+  if module == 'imagefolder':
+    extensions += tuple(e.upper() for e in extensions) + hf_data_files.METADATA_FILES
+  return [f'*{e}' for e in extensions] + ['README.md']
 
 
 def read(root: str) -> Layout:
@@ -234,11 +254,11 @@ def read(root: str) -> Layout:
     ) from None
   if saved:
     return saved
-  card = _card(root)
+  card = hf_card.read(root)
   configs = card.get('configs') or []
-  config = _default_config(root, configs) if configs else {}
+  config = hf_card.default_config(root, configs) if configs else {}
   splits = (
-      _configured_splits(root, config)
+      hf_card.configured_splits(root, config)
       if config
       else hf_data_files.split_by_paths(hf_data_files.data_files(root))
   )
@@ -251,5 +271,7 @@ def read(root: str) -> Layout:
   files = {name: found for name, found in files.items() if found}
   first = next(iter(files.values()))[0]
   written = {'parquet': _parquet_features, 'arrow': _arrow_features}.get(module, lambda _: {})
-  features = written(first) or _card_features(card, config.get('config_name'))
+  features = written(first) or hf_card.features(card, config.get('config_name'))
+  if module == 'imagefolder':  # The README's features, else the files' (datasets' order).
+    features = features or _imagefolder_features(files)
   return Layout(root, module, files, features)

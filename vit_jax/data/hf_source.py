@@ -1,9 +1,10 @@
 """Hugging Face datasets on disk as a source: `--config.dataset=huggingface --config.data_dir=DIR`.
 
-DIR is a dataset repository downloaded from the hub (its Parquet, Arrow or WebDataset tar files; on
-local disk or cloud storage, gs://...), a folder of such files, or a local `save_to_disk`
-directory; hf_layout.py finds its splits, format and features, and the format's reader
-(hf_arrow.py, hf_webdataset.py) reads its rows by index, as every source's.
+DIR is a dataset repository downloaded from the hub (its Parquet, Arrow or WebDataset tar files, or
+its image files; on local disk or cloud storage, gs://...), a folder of such files, or a local
+`save_to_disk` directory; hf_layout.py finds its splits, format and features, and the format's
+reader (hf_arrow.py, hf_webdataset.py, hf_imagefolder.py) reads its rows by index, as every
+source's.
 
 The image column is the Image feature (the one named 'image' where there are several); the label
 column is config.label_feature: a ClassLabel (its names), integers (classes 0..the train split's
@@ -15,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from vit_jax.data import hf_arrow
+from vit_jax.data import hf_imagefolder
 from vit_jax.data import hf_layout
 from vit_jax.data import hf_webdataset
 from vit_jax.data import images
@@ -23,7 +25,12 @@ from vit_jax.data import order
 # A record: ((split, row), label), the label at [1] as an image folder's (path, label).
 Record = tuple[tuple[str, int], int]
 # A format (hf_layout.FORMATS) -> its reader: column_kinds(layout), and Rows(layout, image, label).
-READERS = {'parquet': hf_arrow, 'arrow': hf_arrow, 'webdataset': hf_webdataset}
+READERS = {
+    'parquet': hf_arrow,
+    'arrow': hf_arrow,
+    'webdataset': hf_webdataset,
+    'imagefolder': hf_imagefolder,
+}
 
 
 class HuggingFaceSource:

@@ -83,22 +83,11 @@ def _field_kind(field: str) -> str:
   return 'string' if extension in _TEXT_FIELDS else ''
 
 
-def _feature_kind(feature: dict[str, Any]) -> str:
-  kind, dtype = feature.get('_type'), feature.get('dtype', '')
-  if kind == 'Image':
-    return 'image'
-  if kind == 'ClassLabel':
-    return 'class_label'
-  if kind == 'Value' and re.fullmatch(r'u?int\d+', dtype):
-    return 'integer'
-  return 'string' if kind == 'Value' and dtype in ('string', 'large_string') else ''
-
-
 def column_kinds(layout: hf_layout.Layout) -> dict[str, str]:
   """Each column's kind ('image', 'class_label', 'integer', 'string', ''): the README's features,
   else the columns of the first samples of the last split's first tar (datasets' inference)."""
   if layout.features:
-    return {name: _feature_kind(feature) for name, feature in layout.features.items()}
+    return {name: hf_layout.feature_kind(feature) for name, feature in layout.features.items()}
   first = list(layout.splits.values())[-1][0]
   columns = [list(s) for _, (_, s) in zip(range(_SAMPLES_FOR_COLUMNS), _samples(first))]
   if any(set(c) != set(columns[0]) for c in columns):

@@ -1,7 +1,7 @@
 """Where examples come from: config.dataset -> its Source (the bundled digits, an image folder, a
-Hugging Face dataset on disk: Parquet, Arrow or WebDataset shards, a tensorflow_datasets dataset, a
-VTAB-1k task), and what a run reads of it before any batch: the data config's validation, split
-sizes, class names and listed labels. pipeline.py makes the batches.
+Hugging Face dataset on disk: Parquet, Arrow, WebDataset shards or image files, a
+tensorflow_datasets dataset, a VTAB-1k task), and what a run reads of it before any batch: the data
+config's validation, split sizes, class names and listed labels. pipeline.py makes the batches.
 """
 
 import dataclasses

@@ -189,3 +189,12 @@ def test_the_digits_as_an_image_folder_train_and_evaluate_as_the_digits(tmp_path
   helpers.assert_reads_as_the_digits(
       helpers.data_config(str(tmp_path), dataset='huggingface', data_shards=2)
   )
+
+
+def test_a_checkout_of_git_lfs_pointers_is_one_line_naming_git_lfs_pull(tmp_path):
+  for k, name in enumerate(['train/cat/a.jpg', 'train/dog/b.jpg', 'test/cat/c.jpg']):
+    (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / name).write_bytes(images.LFS_POINTER + b' https://git-lfs.github.com/spec/v1\n')
+  assert "No image of split 'train' decodes" in _error(tmp_path)
+  assert '(a git-lfs pointer, not the image)' in _error(tmp_path)
+  assert 'git lfs pull' in _error(tmp_path)

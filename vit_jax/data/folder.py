@@ -129,9 +129,10 @@ def _split_dir(root: str, split: str) -> str:
 _PROBE_PER_CLASS = 3
 _PROBE_CLASSES = 64
 _PROBE_THREADS = 16
+PROBE_FIX = 'check that they are images (a git-lfs checkout needs `git lfs pull`)'
 
 
-def _spread(items: list, k: int) -> list:
+def spread(items: list, k: int) -> list:
   """`k` of `items`, evenly spread, in order (all of them if there are no more)."""
   n = len(items)
   return list(items) if n <= k else [items[i * n // k] for i in range(k)]
@@ -148,6 +149,13 @@ def _why_unreadable(path: str) -> str | None:
     return e.strerror or str(e)
 
 
+def probe(sampled: list[str]) -> dict[str, str | None]:
+  """Why each file does not decode as the pipeline decodes it (None where it does), read
+  _PROBE_THREADS at a time."""
+  with concurrent.futures.ThreadPoolExecutor(_PROBE_THREADS) as pool:
+    return dict(zip(sampled, pool.map(_why_unreadable, sampled)))
+
+
 def _check_readable(
     split: str, split_dir: str, files: dict[str, list[str]], *, train: bool
 ) -> None:
@@ -155,17 +163,15 @@ def _check_readable(
   of a class's: without it a folder of files that are not images (a git-lfs checkout without `git lfs
   pull`) would train on nothing, each file skipped with a warning."""
   probed = {
-      name: _spread(names, _PROBE_PER_CLASS)
-      for name, names in _spread([(n, f) for n, f in files.items() if f], _PROBE_CLASSES)
+      name: spread(names, _PROBE_PER_CLASS)
+      for name, names in spread([(n, f) for n, f in files.items() if f], _PROBE_CLASSES)
   }
   sampled = [os.path.join(split_dir, name, f) for name, names in probed.items() for f in names]
-  with concurrent.futures.ThreadPoolExecutor(_PROBE_THREADS) as pool:
-    reasons = dict(zip(sampled, pool.map(_why_unreadable, sampled)))
-  fix = 'check that they are images (a git-lfs checkout needs `git lfs pull`)'
+  reasons = probe(sampled)
   if all(reasons.values()):
     raise ValueError(
         f'No image of split {split!r} decodes: none of {len(sampled)} sampled, e.g. '
-        f'{sampled[0]} ({reasons[sampled[0]]}); {fix}'
+        f'{sampled[0]} ({reasons[sampled[0]]}); {PROBE_FIX}'
     )
   if not train:
     return  # An evaluation skips unreadable files; a class without images is no obstacle there.
@@ -174,7 +180,7 @@ def _check_readable(
     if all(reasons[os.path.join(split_dir, name, f)] for f in names):
       raise ValueError(
           f'Class {name!r} has no readable train image: none of {len(names)} sampled '
-          f'decodes, e.g. {path} ({reasons[path]}); {fix}, or remove the class folder'
+          f'decodes, e.g. {path} ({reasons[path]}); {PROBE_FIX}, or remove the class folder'
       )
 
 

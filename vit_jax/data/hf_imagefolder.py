@@ -54,6 +54,7 @@ class Rows:
         values = [os.path.basename(os.path.dirname(f)) for f in files]
       where = f'split {split!r} of dataset {layout.root}'
       self._labels[split] = [_label(v, classes, where) for v in values]
+      _check_readable(split, self._files[split])
     self.sizes = {split: len(files) for split, files in self._files.items()}
 
   @staticmethod
@@ -99,6 +100,21 @@ class Rows:
       return folder.read_file(self._files[split][row])
     except OSError as e:
       raise images.UnreadableImage(e.strerror or str(e)) from None
+
+
+_PROBED = 16  # Images of a split decoded before the run: a git-lfs checkout's pointers fail here.
+
+
+def _check_readable(split: str, files: list[str]) -> None:
+  """A one-line ValueError where none of a sample of the split's images decodes (else the run would
+  skip each, with a warning, and train on nothing)."""
+  reasons = folder.probe(folder.spread(files, _PROBED))
+  if reasons and all(reasons.values()):
+    path, reason = next(iter(reasons.items()))
+    raise ValueError(
+        f'No image of split {split!r} decodes: none of {len(reasons)} sampled, e.g. {path} '
+        f'({reason}); {folder.PROBE_FIX}'
+    )
 
 
 def _label(value: Any, classes: dict[str, int] | None, where: str) -> int | str | None:

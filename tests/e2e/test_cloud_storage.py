@@ -247,3 +247,34 @@ def test_webdataset_shards_on_gcs_read_in_place_as_their_local_copy(tmp_path, gc
   assert ours.class_names == theirs.class_names
   _assert_same_examples(ours, theirs, {'train': 30, 'test[3:]': 27})
   assert len(list((tmp_path / 'cache').glob('*.webdataset'))) == 4  # Two splits, two places.
+
+
+@pytest.mark.slow
+def test_an_image_folder_on_gcs_reads_as_its_local_copy(tmp_path, gcs, monkeypatch):
+  """Image files in a bucket, labelled by folder in one copy and by a metadata.csv in another: the
+  splits, classes, rows and pixels of the same files on disk."""
+  from vit_jax.data import hf_source  # pylint: disable=g-import-not-at-top
+
+  for name, value in gcs.env.items():
+    monkeypatch.setenv(name, value)
+  monkeypatch.setattr('etils.epath.gpath._is_tf_installed', lambda: False)
+  for layout in ('folders', 'metadata'):
+    local = tmp_path / layout
+    for split, (pixels, labels) in digits.split_arrays().items():
+      listed = []
+      for k in range(12):
+        name = f'{labels[k]}/{k:03d}.png' if layout == 'folders' else f'images/{k:03d}.png'
+        (local / split / name).parent.mkdir(parents=True, exist_ok=True)
+        (local / split / name).write_bytes(helpers.encoded(pixels[k][..., 0], 'PNG'))
+        listed.append(f'{name},{labels[k]}\n')
+      if layout == 'metadata':
+        (local / split / 'metadata.csv').write_text('file_name,label\n' + ''.join(listed))
+    remote = f'gs://{BUCKET}/{layout}'
+    for path in local.rglob('*.*'):
+      epath.Path(f'{remote}/{path.relative_to(local)}').write_bytes(path.read_bytes())
+    backend.fsspec_backend.fs('gs://').invalidate_cache()
+    ours, theirs = (
+        hf_source.HuggingFaceSource(root, 'train', 'label') for root in (remote, str(local))
+    )
+    assert ours.class_names == theirs.class_names and len(ours.class_names) > 1
+    _assert_same_examples(ours, theirs, {'train': 12, 'test[2:]': 10})

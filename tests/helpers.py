@@ -233,6 +233,31 @@ def assert_reads_as_the_digits(written: ml_collections.ConfigDict, workers: bool
   )
 
 
+def two_processes(args: list[str], devices: int = 4, **env: str) -> list[subprocess.Popen]:
+  """Command `args` started as the two processes of one run (with --coordinator_address,
+  --num_processes and --process_id, as vit_jax.main takes them), `devices` CPU devices each."""
+  import local  # pylint: disable=g-import-not-at-top  # launch/, on the tests' path.
+
+  env = dict(
+      os.environ,
+      JAX_PLATFORMS='cpu',
+      XLA_FLAGS=f'--xla_force_host_platform_device_count={devices}',
+      **env,
+  )
+  address = f'127.0.0.1:{local.free_port()}'
+  return [
+      subprocess.Popen(
+          [*args, f'--coordinator_address={address}', '--num_processes=2', f'--process_id={i}'],
+          cwd=REPO,
+          env=env,
+          stdout=subprocess.PIPE,
+          stderr=subprocess.PIPE,
+          text=True,
+      )
+      for i in range(2)
+  ]
+
+
 def wait_for_checkpoint(workdir: str, procs: list[subprocess.Popen], step: int = 4) -> None:
   """Waits until the runs of `procs` have saved checkpoint `step` in `workdir` (at most 300 s)."""
   deadline = time.time() + 300

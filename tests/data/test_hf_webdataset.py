@@ -9,7 +9,6 @@ import json
 import os
 import pathlib
 import pickle
-import subprocess
 import sys
 import tarfile
 
@@ -17,7 +16,6 @@ import numpy as np
 import pytest
 
 import helpers
-import local
 from vit_jax import data
 from vit_jax.data import dataset_cache
 from vit_jax.data import hf_source
@@ -305,8 +303,9 @@ TWO_HOSTS = """
 import hashlib, json, os, shutil, sys
 import jax
 jax.config.update('jax_cpu_collectives_implementation', 'gloo')
-address, process, root, damaged, cache = sys.argv[1:]
+root, damaged, caches, address, _, process = (a.split('=')[-1] for a in sys.argv[1:])
 process = int(process)
+cache = f'{caches}_{process}'
 os.environ['VIT_JAX_DATASETS_CACHE'] = cache
 jax.distributed.initialize(address, num_processes=2, process_id=process)
 from vit_jax.data import hf_source, hf_webdataset
@@ -364,20 +363,9 @@ def test_the_processes_of_a_multi_host_run_divide_the_indexing(tmp_path, monkeyp
   monkeypatch.setenv(dataset_cache.CACHE_VARIABLE, str(tmp_path / 'one_process'))
   expected = _index_hashes(hf_source.HuggingFaceSource(str(root), 'train', 'cls'))
 
-  address = f'127.0.0.1:{local.free_port()}'
-  env = dict(os.environ, JAX_PLATFORMS='cpu', XLA_FLAGS='--xla_force_host_platform_device_count=2')
-  procs = [
-      subprocess.Popen(
-          [sys.executable, '-c', TWO_HOSTS, address, str(i), str(root), str(damaged)]
-          + [str(tmp_path / f'cache_{i}')],
-          cwd=helpers.REPO,
-          env=env,
-          stdout=subprocess.PIPE,
-          stderr=subprocess.PIPE,
-          text=True,
-      )
-      for i in range(2)
-  ]
+  procs = helpers.two_processes(
+      [sys.executable, '-c', TWO_HOSTS, str(root), str(damaged), str(tmp_path / 'cache')], 2
+  )
   try:
     outputs = [p.communicate(timeout=240) for p in procs]
   finally:

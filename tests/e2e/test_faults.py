@@ -329,28 +329,9 @@ def test_ctrl_c_at_a_terminal_saves_and_stops_the_run_and_its_data_workers(
   assert not helpers.running_in_group(proc.pid)  # No worker is left.
 
 
-def _two_processes(args: list[str], **env: str) -> list[subprocess.Popen]:
-  """`args` started as the two processes of one run, with 4 CPU devices each."""
-  env = dict(
-      os.environ, JAX_PLATFORMS='cpu', XLA_FLAGS='--xla_force_host_platform_device_count=4', **env
-  )
-  address = f'127.0.0.1:{local.free_port()}'
-  return [
-      subprocess.Popen(
-          [*args, f'--coordinator_address={address}', '--num_processes=2', f'--process_id={i}'],
-          cwd=helpers.REPO,
-          env=env,
-          stdout=subprocess.PIPE,
-          stderr=subprocess.PIPE,
-          text=True,
-      )
-      for i in range(2)
-  ]
-
-
 def test_sigterm_to_one_of_two_processes_saves_the_same_step_on_both(tmp_path, data_dir):
   workdir = str(tmp_path / 'run')
-  procs = _two_processes(
+  procs = helpers.two_processes(
       helpers.main_args('configs/demo.py', workdir, {**helpers.LONG, 'data_dir': data_dir})
   )
   try:
@@ -661,7 +642,7 @@ def test_a_process_that_blocks_ends_every_process_of_the_run_through_the_watchdo
   # Process 0 blocks: it hosts the coordination service, whose end would abort process 1 (SIGABRT)
   # if process 0 exited first, and the two watchdogs fire within one poll of each other.
   workdir = str(tmp_path / 'run')
-  procs = _two_processes(
+  procs = helpers.two_processes(
       _faulty_main(workdir, {**helpers.LONG, 'data_dir': data_dir, 'hang_timeout_s': 45}),
       FAULT='block:0:5',
   )

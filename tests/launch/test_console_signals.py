@@ -11,7 +11,6 @@ import sys
 import pytest
 
 import helpers
-import local
 from vit_jax.checkpoints import saved_state
 from vit_jax.train import preemption
 
@@ -97,20 +96,8 @@ def test_ctrl_c_to_the_processes_of_a_multi_process_run_saves_the_same_step_on_b
 ):
   """JAX's coordination service acts on SIGTERM only: each process passes its Ctrl-C on to it."""
   workdir = str(tmp_path / 'run')
-  env = dict(os.environ, JAX_PLATFORMS='cpu', XLA_FLAGS='--xla_force_host_platform_device_count=4')
   args = helpers.main_args('configs/demo.py', workdir, {**helpers.LONG, 'data_dir': data_dir})
-  address = f'127.0.0.1:{local.free_port()}'
-  procs = [
-      subprocess.Popen(
-          [*args, f'--coordinator_address={address}', '--num_processes=2', f'--process_id={i}'],
-          cwd=helpers.REPO,
-          env=env,
-          stdout=subprocess.PIPE,
-          stderr=subprocess.PIPE,
-          text=True,
-      )
-      for i in range(2)
-  ]
+  procs = helpers.two_processes(args)
   try:
     helpers.wait_for_checkpoint(workdir, procs)
     for p in procs:  # As a terminal's Ctrl-C: every process of the run hears it.

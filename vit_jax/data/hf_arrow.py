@@ -124,10 +124,7 @@ class Rows:
     """The label of every row of `split`, as written (integers or strings)."""
     column = self._table(split).column(self._columns[1])
     if column.null_count:
-      raise ValueError(
-          f'Split {split!r} of dataset {self._layout.root} has {column.null_count} examples '
-          f'without a {self._columns[1]!r}: use a labelled split'
-      )
+      raise hf_layout.unlabelled(self._layout.root, split, column.null_count, self._columns[1])
     return column.to_numpy()
 
   def describe(self, split: str, row: int) -> str:

@@ -84,10 +84,7 @@ class Rows:
     labels = self._labels[split]
     missing = sum(label is None for label in labels)
     if missing:
-      raise ValueError(
-          f'Split {split!r} of dataset {self._root} has {missing} examples without a '
-          f'{self._label_column!r}: use a labelled split'
-      )
+      raise hf_layout.unlabelled(self._root, split, missing, self._label_column)
     return np.array(labels)
 
   def describe(self, split: str, row: int) -> str:

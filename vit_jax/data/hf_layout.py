@@ -54,6 +54,14 @@ def feature_kind(feature: dict[str, Any]) -> str:
   return 'string' if kind == 'Value' and dtype in ('string', 'large_string') else ''
 
 
+def unlabelled(root: str, split: str, missing: int, label_column: str) -> ValueError:
+  """The one-line error for a split with `missing` examples without a label."""
+  return ValueError(
+      f'Split {split!r} of dataset {root} has {missing} examples without a {label_column!r}: use '
+      'a labelled split'
+  )
+
+
 def _read_json(path: str) -> Any:
   with open(path, encoding='utf-8') as f:
     return json.load(f)

@@ -241,10 +241,7 @@ class Rows:
     extents, labels = self._split(split)
     missing = int(np.sum(~extents['labelled']))
     if missing:
-      raise ValueError(
-          f'Split {split!r} of dataset {self._layout.root} has {missing} examples without a '
-          f'{self._columns[1]!r}: use a labelled split'
-      )
+      raise hf_layout.unlabelled(self._layout.root, split, missing, self._columns[1])
     return np.asarray(labels)
 
   def describe(self, split: str, row: int) -> str:

@@ -164,6 +164,16 @@ def test_train_resume_init_export_and_every_tool_on_gcs(tmp_path, data_dir, gcs,
   assert os.listdir(cwd) == []
 
 
+def _uploaded(local, name: str) -> str:
+  """The files under folder `local` copied to gs://BUCKET/`name`, and that folder."""
+  remote = f'gs://{BUCKET}/{name}'
+  for path in local.rglob('*'):
+    if path.is_file():
+      epath.Path(f'{remote}/{path.relative_to(local)}').write_bytes(path.read_bytes())
+  backend.fsspec_backend.fs('gs://').invalidate_cache()
+  return remote
+
+
 def _assert_same_examples(ours, theirs, counts: dict[str, int]) -> None:
   """Sources `ours` and `theirs` hold `counts[split]` examples of each split, the same labels and
   pixels."""
@@ -199,10 +209,7 @@ def test_a_hugging_face_dataset_on_gcs_reads_as_its_local_copy(tmp_path, gcs, mo
           {'image': [Image.fromarray(p) for p in pixels[rows]], 'label': labels[rows].tolist()},
           features=features,
       ).to_parquet(str(local / 'data' / f'{split}-{shard:05d}-of-00002.parquet'))
-  remote = f'gs://{BUCKET}/hf'
-  for path in local.rglob('*.parquet'):
-    epath.Path(f'{remote}/{path.relative_to(local)}').write_bytes(path.read_bytes())
-  backend.fsspec_backend.fs('gs://').invalidate_cache()
+  remote = _uploaded(local, 'hf')
 
   ours, theirs = (
       hf_source.HuggingFaceSource(root, 'train', 'label') for root in (remote, str(local))
@@ -214,9 +221,7 @@ def test_a_hugging_face_dataset_on_gcs_reads_as_its_local_copy(tmp_path, gcs, mo
   datasets.Dataset.from_dict({'image': [], 'label': []}, features=features).save_to_disk(
       str(tmp_path / 'saved')
   )
-  for path in (tmp_path / 'saved').iterdir():
-    epath.Path(f'gs://{BUCKET}/saved/{path.name}').write_bytes(path.read_bytes())
-  backend.fsspec_backend.fs('gs://').invalidate_cache()
+  _uploaded(tmp_path / 'saved', 'saved')
   with pytest.raises(
       ValueError, match='save_to_disk directory on cloud storage.*copy it to a local'
   ):
@@ -236,10 +241,7 @@ def test_webdataset_shards_on_gcs_read_in_place_as_their_local_copy(tmp_path, gc
   monkeypatch.setenv(dataset_cache.CACHE_VARIABLE, str(tmp_path / 'cache'))
   local = tmp_path / 'shards'
   helpers.digits_shards(str(local), 2, examples=30)
-  remote = f'gs://{BUCKET}/shards'
-  for path in local.iterdir():
-    epath.Path(f'{remote}/{path.name}').write_bytes(path.read_bytes())
-  backend.fsspec_backend.fs('gs://').invalidate_cache()
+  remote = _uploaded(local, 'shards')
 
   ours, theirs = (
       hf_source.HuggingFaceSource(root, 'train', 'cls') for root in (remote, str(local))
@@ -269,10 +271,7 @@ def test_an_image_folder_on_gcs_reads_as_its_local_copy(tmp_path, gcs, monkeypat
         listed.append(f'{name},{labels[k]}\n')
       if layout == 'metadata':
         (local / split / 'metadata.csv').write_text('file_name,label\n' + ''.join(listed))
-    remote = f'gs://{BUCKET}/{layout}'
-    for path in local.rglob('*.*'):
-      epath.Path(f'{remote}/{path.relative_to(local)}').write_bytes(path.read_bytes())
-    backend.fsspec_backend.fs('gs://').invalidate_cache()
+    remote = _uploaded(local, layout)
     ours, theirs = (
         hf_source.HuggingFaceSource(root, 'train', 'label') for root in (remote, str(local))
     )

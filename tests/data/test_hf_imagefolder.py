@@ -139,6 +139,13 @@ def test_bad_image_folders_are_one_line_errors_naming_the_fix(tmp_path):
     (tmp_path / name / 'train/metadata.csv').write_text(text)
     assert expected in _error(tmp_path / name)
 
+  carded = tmp_path / 'carded'  # The README's features: the metadata is not looked at first.
+  _image(carded / 'train/a.jpg', 0)
+  (carded / 'train/metadata.csv').write_text('path,label\na.jpg,1\n')
+  features = datasets.Features({'image': datasets.Image(), 'label': datasets.Value('int64')})
+  helpers.hf_dataset_card(carded, features, {'default': {}})
+  assert "has no column naming the images of column 'image'" in _error(carded)
+
   partial = tmp_path / 'partial'
   _image(partial / 'train/a.jpg', 0)
   _image(partial / 'test/b.jpg', 1)

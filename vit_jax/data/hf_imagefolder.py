@@ -66,12 +66,14 @@ class Rows:
     paths, labels = [], []
     for path in metadata:
       table = hf_layout.metadata_table(path)
-      names = [
-          n
-          for n in (hf_layout.FILE_NAME, f'{image_column}_{hf_layout.FILE_NAME}')
-          if n in table.column_names
-      ]
-      images_named = table.column(names[0]).to_pylist()
+      columns = (hf_layout.FILE_NAME, f'{image_column}_{hf_layout.FILE_NAME}')
+      named = [n for n in columns if n in table.column_names]
+      if not named:
+        raise ValueError(
+            f'{path} has no column naming the images of column {image_column!r} ({columns}): add '
+            'one'
+        )
+      images_named = table.column(named[0]).to_pylist()
       paths += [_inside(path, name) for name in images_named]
       if label_column in table.column_names:
         labels += table.column(label_column).to_pylist()

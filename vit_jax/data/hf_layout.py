@@ -179,12 +179,6 @@ def _imagefolder_features(splits: dict[str, tuple[str, ...]]) -> dict[str, dict[
   lie at one depth in more than one folder. One-line errors where datasets would fail."""
   import pyarrow as pa  # pylint: disable=g-import-not-at-top
 
-  archives = [f for files in splits.values() for f in files if f.endswith(hf_data_files.ARCHIVE)]
-  if archives:
-    raise ValueError(
-        f'{archives[0]} is a zip archive of images, which vit_jax does not extract: unzip it '
-        'where it is (and remove the archive)'
-    )
   metadata = _metadata(splits)
   if not any(metadata.values()):
     files = [f for found in splits.values() for f in found]
@@ -281,5 +275,11 @@ def read(root: str) -> Layout:
   written = {'parquet': _parquet_features, 'arrow': _arrow_features}.get(module, lambda _: {})
   features = written(first) or hf_card.features(card, config.get('config_name'))
   if module == 'imagefolder':  # The README's features, else the files' (datasets' order).
+    archives = [f for found in files.values() for f in found if f.endswith(hf_data_files.ARCHIVE)]
+    if archives:
+      raise ValueError(
+          f'{archives[0]} is a zip archive of images, which vit_jax does not extract: unzip it '
+          'where it is (and remove the archive)'
+      )
     features = features or _imagefolder_features(files)
   return Layout(root, module, files, features)

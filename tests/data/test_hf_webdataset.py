@@ -11,6 +11,8 @@ import pathlib
 import pickle
 import sys
 import tarfile
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -383,3 +385,25 @@ def test_the_processes_of_a_multi_host_run_divide_the_indexing(tmp_path, monkeyp
     assert result['kept'] == [[], expected]
   assert 'train-3.tar is not a readable uncompressed tar file' in results[1]['error']
   assert results[0]['error'] == results[1]['error'] + ' (on process 1 of the run)'
+
+
+def test_shards_on_cloud_storage_are_looked_at_many_at_a_time(monkeypatch):
+  """The cache key holds each file's size and time: on gs:// a request a file, at every start."""
+  running, most = [0], [0]
+  lock = threading.Lock()
+
+  def size_and_time(path):
+    with lock:
+      running[0] += 1
+      most[0] = max(most[0], running[0])
+    time.sleep(0.02)
+    with lock:
+      running[0] -= 1
+    return len(path), 1.0
+
+  monkeypatch.setattr(dataset_cache, 'size_and_time', size_and_time)
+  files = tuple(f'gs://bucket/imagenet-train-{k:04d}.tar' for k in range(64))
+  key = dataset_cache.cache_path(files, ['jpg', 'cls'], '.webdataset')
+  assert most[0] > 8
+  assert key == dataset_cache.cache_path(files, ['jpg', 'cls'], '.webdataset')
+  assert key != dataset_cache.cache_path(files[::-1], ['jpg', 'cls'], '.webdataset')

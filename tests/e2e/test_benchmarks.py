@@ -327,3 +327,8 @@ def test_host_to_device_times_float32_and_uint8_batches():
   ]
   assert rows == ['float32', 'uint8'], out
   assert out.splitlines()[-1].startswith('uint8 (copy + normalise) / float32 (copy): '), out
+
+
+def test_divided_index_times_one_process_and_two_that_make_the_same_index():
+  out = _run('divided_index.py', '--tars=5', '--samples=30')
+  assert '# 5 tars of 30 samples' in out and '| 2 (divided) | ' in out, out

@@ -124,7 +124,13 @@ def test_bad_image_folders_are_one_line_errors_naming_the_fix(tmp_path):
   one_class = tmp_path / 'one_class'
   _image(one_class / 'train/cat/a.jpg', 0)
   _image(one_class / 'test/cat/b.jpg', 1)
-  assert 'has no label column' in _error(one_class)
+  assert 'has no labels: datasets labels images by their folders only where' in _error(one_class)
+  uneven = tmp_path / 'uneven'  # Two classes, at two depths.
+  _image(uneven / 'train/cat/a.jpg', 0)
+  _image(uneven / 'train/dog/more/b.jpg', 1)
+  assert 'has no labels' in _error(uneven)
+  for unlabelled_root in (one_class, uneven):  # As datasets reads them.
+    assert list(datasets.load_dataset(str(unlabelled_root))['train'].features) == ['image']
 
   zipped = tmp_path / 'zipped'
   _image(zipped / 'train/cat/a.jpg', 0)

@@ -47,6 +47,12 @@ class HuggingFaceSource:
     self._label_kind = kinds.get(label_feature, '')
     if self._label_kind not in ('class_label', 'integer', 'string'):
       labels = [n for n, kind in kinds.items() if kind in ('class_label', 'integer', 'string')]
+      if not labels and layout.format == 'imagefolder':
+        raise ValueError(
+            f'Image folder {root} has no labels: datasets labels images by their folders only '
+            'where they lie at one depth in two or more folders; put each class in '
+            "<split>/<class>/, or give each image's label in a metadata.csv (file_name,label)"
+        )
       raise ValueError(
           f'Dataset {root} has no label column {label_feature!r} (a ClassLabel, integers or '
           f'strings): set --config.label_feature to one of {labels}'

@@ -5,17 +5,19 @@ Two layouts, as the `datasets` library writes them:
 - A dataset repository, as `hf download --repo-type dataset NAME --local-dir DIR` downloads it (or
   'hf-hub:NAME[@REVISION]': its data files and README.md, into the Hugging Face cache), or any
   folder of data files: split as `datasets.load_dataset(DIR)` splits them: by the `configs` of the
-  YAML header of its README.md (the default config's `data_files` and `data_dir`), else by their
-  paths: the hub's `data/<split>-00000-of-00002.parquet`, else a directory then a file name holding
-  a split's word (train, training; validation, valid, val, dev; test, testing, eval, evaluation)
-  between separators, else all of them are 'train'. Their format is their most common extension, as
-  datasets infers it: Parquet, Arrow, or WebDataset tar files (hf_webdataset.py).
+  YAML header of its README.md (hf_card.py: the default config's `data_files` and `data_dir`), else
+  by their paths: the hub's `data/<split>-00000-of-00002.parquet`, else a directory then a file name
+  holding a split's word (train, training; validation, valid, val, dev; test, testing, eval,
+  evaluation) between separators, else all of them are 'train'. Their format is their most common
+  extension, as datasets infers it: Parquet, Arrow, WebDataset tar files (hf_webdataset.py) or
+  image files (hf_imagefolder.py).
 - A `save_to_disk` directory: `dataset_dict.json` and a folder of Arrow files a split, or one
   split's Arrow files beside its `state.json`.
 
 The columns' features (which one is an Image, which a ClassLabel and its names) are `datasets`' own
 metadata: a Parquet or Arrow schema's 'huggingface' entry, a save_to_disk split's
-`dataset_info.json`, or the README's `dataset_info`.
+`dataset_info.json`, or the README's `dataset_info`; an image folder's, else, its metadata files'
+columns or its folders' names.
 """
 
 import dataclasses

@@ -129,7 +129,7 @@ def _split_dir(root: str, split: str) -> str:
 _PROBE_PER_CLASS = 3
 _PROBE_CLASSES = 64
 _PROBE_THREADS = 16
-PROBE_FIX = 'check that they are images (a git-lfs checkout needs `git lfs pull`)'
+_PROBE_FIX = 'check that they are images (a git-lfs checkout needs `git lfs pull`)'
 
 
 def spread(items: list, k: int) -> list:
@@ -149,11 +149,18 @@ def _why_unreadable(path: str) -> str | None:
     return e.strerror or str(e)
 
 
-def probe(sampled: list[str]) -> dict[str, str | None]:
-  """Why each file does not decode as the pipeline decodes it (None where it does), read
-  _PROBE_THREADS at a time."""
+def probe(split: str, sampled: list[str]) -> dict[str, str | None]:
+  """Why each of the split's `sampled` files does not decode as the pipeline decodes it (None where
+  it does), read _PROBE_THREADS at a time; a one-line ValueError where none does (a git-lfs
+  checkout's pointers): the run would skip each, with a warning, and train on nothing."""
   with concurrent.futures.ThreadPoolExecutor(_PROBE_THREADS) as pool:
-    return dict(zip(sampled, pool.map(_why_unreadable, sampled)))
+    reasons = dict(zip(sampled, pool.map(_why_unreadable, sampled)))
+  if reasons and all(reasons.values()):
+    raise ValueError(
+        f'No image of split {split!r} decodes: none of {len(sampled)} sampled, e.g. '
+        f'{sampled[0]} ({reasons[sampled[0]]}); {_PROBE_FIX}'
+    )
+  return reasons
 
 
 def _check_readable(
@@ -167,12 +174,7 @@ def _check_readable(
       for name, names in spread([(n, f) for n, f in files.items() if f], _PROBE_CLASSES)
   }
   sampled = [os.path.join(split_dir, name, f) for name, names in probed.items() for f in names]
-  reasons = probe(sampled)
-  if all(reasons.values()):
-    raise ValueError(
-        f'No image of split {split!r} decodes: none of {len(sampled)} sampled, e.g. '
-        f'{sampled[0]} ({reasons[sampled[0]]}); {PROBE_FIX}'
-    )
+  reasons = probe(split, sampled)
   if not train:
     return  # An evaluation skips unreadable files; a class without images is no obstacle there.
   for name, names in probed.items():
@@ -180,7 +182,7 @@ def _check_readable(
     if all(reasons[os.path.join(split_dir, name, f)] for f in names):
       raise ValueError(
           f'Class {name!r} has no readable train image: none of {len(names)} sampled '
-          f'decodes, e.g. {path} ({reasons[path]}); {PROBE_FIX}, or remove the class folder'
+          f'decodes, e.g. {path} ({reasons[path]}); {_PROBE_FIX}, or remove the class folder'
       )
 
 

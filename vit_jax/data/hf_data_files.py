@@ -195,14 +195,21 @@ def format_of(root: str, splits: dict[str, list[str]]) -> str:
   return module
 
 
+def read_as(module: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+  """The extensions and the file names of the files datasets reads as `module`
+  (_MODULE_TO_EXTENSIONS, _MODULE_TO_METADATA_FILE_NAMES): an image folder's images in lower or
+  upper case, and its metadata files."""
+  if module != 'imagefolder':
+    return FORMATS[module], ()
+  return (*FORMATS[module], *(e.upper() for e in FORMATS[module])), METADATA_FILES
+
+
 def of_format(files: list[str], module: str) -> list[str]:
   """The files datasets reads as `module` (DataFilesList.filter: x.parquet, x.parquet.gz; an image
-  folder's images, in lower or upper case, its metadata files and zip archives), each once."""
-  extensions = FORMATS[module]
-  names = ()
+  folder's images, its metadata files and zip archives), each once."""
+  extensions, names = read_as(module)
   if module == 'imagefolder':
-    extensions += (*(e.upper() for e in extensions), ARCHIVE)
-    names = METADATA_FILES
+    extensions += (ARCHIVE,)
   pattern = rf'.*({"|".join(re.escape(e) for e in extensions)})(\..+)?'
   if names:  # datasets' file-name pattern: any path that ends with one.
     pattern += rf'|.*({"|".join(re.escape(n) for n in names)})'

@@ -18,6 +18,8 @@ from vit_jax.data import folder
 from vit_jax.data import hf_layout
 from vit_jax.data import images
 
+_PROBED = 16  # Images of a split decoded before the run: a git-lfs checkout's pointers fail here.
+
 
 def column_kinds(layout: hf_layout.Layout) -> dict[str, str]:
   """Each column's kind ('image', 'class_label', 'integer', 'string', '')."""
@@ -54,7 +56,7 @@ class Rows:
         values = [os.path.basename(os.path.dirname(f)) for f in files]
       where = f'split {split!r} of dataset {layout.root}'
       self._labels[split] = [_label(v, classes, where) for v in values]
-      _check_readable(split, self._files[split])
+      folder.probe(split, folder.spread(self._files[split], _PROBED))
     self.sizes = {split: len(files) for split, files in self._files.items()}
 
   @staticmethod
@@ -99,21 +101,6 @@ class Rows:
       return folder.read_file(self._files[split][row])
     except OSError as e:
       raise images.UnreadableImage(e.strerror or str(e)) from None
-
-
-_PROBED = 16  # Images of a split decoded before the run: a git-lfs checkout's pointers fail here.
-
-
-def _check_readable(split: str, files: list[str]) -> None:
-  """A one-line ValueError where none of a sample of the split's images decodes (else the run would
-  skip each, with a warning, and train on nothing)."""
-  reasons = folder.probe(folder.spread(files, _PROBED))
-  if reasons and all(reasons.values()):
-    path, reason = next(iter(reasons.items()))
-    raise ValueError(
-        f'No image of split {split!r} decodes: none of {len(reasons)} sampled, e.g. {path} '
-        f'({reason}); {folder.PROBE_FIX}'
-    )
 
 
 def _label(value: Any, classes: dict[str, int] | None, where: str) -> int | str | None:

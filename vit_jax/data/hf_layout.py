@@ -223,10 +223,8 @@ def _imagefolder_features(splits: dict[str, tuple[str, ...]]) -> dict[str, dict[
 def _hub_files(given: str, files: list[str]) -> list[str]:
   """What a dataset repository on the hub downloads: its data files and README.md."""
   module = hf_data_files.format_of(given, {'': [f for f in files if hf_data_files.is_data(f)]})
-  extensions = hf_data_files.FORMATS[module]
-  if module == 'imagefolder':
-    extensions += tuple(e.upper() for e in extensions) + hf_data_files.METADATA_FILES
-  return [f'*{e}' for e in extensions] + ['README.md']
+  extensions, names = hf_data_files.read_as(module)
+  return [f'*{e}' for e in (*extensions, *names)] + ['README.md']
 
 
 def read(root: str) -> Layout:

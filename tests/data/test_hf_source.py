@@ -4,6 +4,7 @@ and read back by it: every layout's splits, rows, images and labels are what `da
 batch."""
 
 import os
+import zipfile
 import pickle
 
 import numpy as np
@@ -414,13 +415,15 @@ def test_split_files_format_and_order_are_datasets_own_on_random_trees(tmp_path)
   from datasets import load  # pylint: disable=g-import-not-at-top
 
   from vit_jax.data import hf_data_files  # pylint: disable=g-import-not-at-top
+  from vit_jax.data import zip_members  # pylint: disable=g-import-not-at-top
 
   words = ['train', 'training', 'validation', 'valid', 'val', 'dev', 'test', 'testing', 'eval']
   words += ['evaluation', 'data', 'default', 'img', 'partial', 'trainer', 'contest', 'Train']
   words += ['__x', '.hidden', 'README']
   separators = ['-', '_', '.', ' ', '', '0']
   extensions = ['.parquet'] * 4 + ['.tar'] * 3 + ['.arrow', '.jpg', '.csv', '.json', '.tar.gz']
-  extensions += ['.JPG', '.png']
+  extensions += ['.JPG', '.png', '.zip']
+  inside_zips = ['.png', '.jpg', '.csv', '.txt', '.parquet']
   rng = np.random.default_rng(0)
   pick = lambda options: options[rng.integers(len(options))]
   for trial in range(200):
@@ -441,7 +444,12 @@ def test_split_files_format_and_order_are_datasets_own_on_random_trees(tmp_path)
         if rng.random() < 0.1:  # An image folder's metadata, or a file whose name ends as one's.
           name = os.path.join(os.path.dirname(name), pick(['metadata.csv', 'my_metadata.jsonl']))
       (root / name).parent.mkdir(parents=True, exist_ok=True)
-      (root / name).touch()
+      if name.endswith('.zip'):  # datasets infers the format from the files inside.
+        with zipfile.ZipFile(root / name, 'w') as archive:
+          for k in range(rng.integers(1, 4)):
+            archive.writestr(f'{pick(words[:3])}/{k}{pick(inside_zips)}', b'')
+      else:
+        (root / name).touch()
     try:
       resolved = data_files.DataFilesDict.from_patterns(
           data_files.get_data_patterns(str(root)),
@@ -454,11 +462,12 @@ def test_split_files_format_and_order_are_datasets_own_on_random_trees(tmp_path)
       module = None
     listing = sorted(p.relative_to(root).as_posix() for p in root.rglob('*') if p.is_file())
     splits = hf_data_files.split_by_paths(hf_data_files.data_files(str(root)))
+    archived = lambda zips: zip_members.most_common_extension([str(root / z) for z in zips])
     if module not in hf_data_files.FORMATS:
       with pytest.raises(ValueError, match='Parquet, Arrow, WebDataset|different'):
-        hf_data_files.format_of(str(root), splits)
+        hf_data_files.format_of(str(root), splits, archived)
       continue
-    assert hf_data_files.format_of(str(root), splits) == module, listing
+    assert hf_data_files.format_of(str(root), splits, archived) == module, listing
     extensions_read = load._MODULE_TO_EXTENSIONS[module]  # pylint: disable=protected-access
     names_read = load._MODULE_TO_METADATA_FILE_NAMES[module]  # pylint: disable=protected-access
     theirs = {

@@ -9,6 +9,7 @@ storage (gs://...) is read through `etils.epath`, a local one through `os`.
 
 import concurrent.futures
 import os
+from typing import Callable
 
 from absl import logging
 from etils import epath
@@ -138,10 +139,10 @@ def spread(items: list, k: int) -> list:
   return list(items) if n <= k else [items[i * n // k] for i in range(k)]
 
 
-def _why_unreadable(path: str) -> str | None:
+def _why_unreadable(path: str, read: Callable[[str], bytes] = read_file) -> str | None:
   """None if the file decodes as the pipeline decodes it, else why not, in one line."""
   try:
-    data_images.decode(read_file(path))
+    data_images.decode(read(path))
     return None
   except data_images.UnreadableImage as e:
     return str(e)
@@ -149,12 +150,14 @@ def _why_unreadable(path: str) -> str | None:
     return e.strerror or str(e)
 
 
-def probe(split: str, sampled: list[str]) -> dict[str, str | None]:
+def probe(
+    split: str, sampled: list[str], read: Callable[[str], bytes] = read_file
+) -> dict[str, str | None]:
   """Why each of the split's `sampled` files does not decode as the pipeline decodes it (None where
-  it does), read _PROBE_THREADS at a time; a one-line ValueError where none does (a git-lfs
+  it does), each `read`, _PROBE_THREADS at a time; a one-line ValueError where none does (a git-lfs
   checkout's pointers): the run would skip each, with a warning, and train on nothing."""
   with concurrent.futures.ThreadPoolExecutor(_PROBE_THREADS) as pool:
-    reasons = dict(zip(sampled, pool.map(_why_unreadable, sampled)))
+    reasons = dict(zip(sampled, pool.map(lambda f: _why_unreadable(f, read), sampled)))
   if reasons and all(reasons.values()):
     raise ValueError(
         f'No image of split {split!r} decodes: none of {len(sampled)} sampled, e.g. '

@@ -7,6 +7,7 @@ import collections
 import glob
 import os
 import re
+from typing import Callable
 
 from etils import epath
 
@@ -91,11 +92,26 @@ def open_file(path: str, mode: str = 'rb'):
   return epath.Path(path).open(mode) if paths.is_url(path) else open(path, mode)
 
 
+def read_range(path: str, offset: int, size: int) -> bytes:
+  """`size` bytes of file `path` from `offset` (fewer where it ends before), on local disk or cloud
+  storage (one ranged request)."""
+  if paths.is_url(path):
+    import fsspec  # pylint: disable=g-import-not-at-top
+
+    fs, name = fsspec.core.url_to_fs(path)
+    return fs.cat_file(name, start=offset, end=offset + size)
+  with open(path, 'rb') as f:
+    f.seek(offset)
+    return f.read(size)
+
+
 def unreadable(path: str, error: Exception, what: str, fix: str) -> ValueError:
   """The one-line error for data file `path` that is not a readable `what`: a git-lfs pointer says
   to fetch the files, anything else the first line of `error` and `fix`."""
-  with open_file(path) as f:
-    lfs = f.read(len(images.LFS_POINTER)) == images.LFS_POINTER
+  lfs = False
+  if not path.startswith('zip://'):  # A file of a zip archive (zip_members.py) is no pointer.
+    with open_file(path) as f:
+      lfs = f.read(len(images.LFS_POINTER)) == images.LFS_POINTER
   reason = 'a git-lfs pointer' if lfs else str(error).strip().splitlines()[0]
   return ValueError(
       f'{path} is not a readable {what} ({reason}): '
@@ -156,12 +172,15 @@ def split_by_paths(files: list[str]) -> dict[str, list[str]]:
   return {'train': files} if files else {}
 
 
-def format_of(root: str, splits: dict[str, list[str]]) -> str:
+def format_of(
+    root: str, splits: dict[str, list[str]], archived: Callable[[list[str]], str | None]
+) -> str:
   """The format of the splits' files, as datasets infers it (infer_module_for_data_files): each
   split's most common extension that names one (every extension of a name counts: x.tar.gz is .tar
   and .gz), on a draw Parquet's, then Arrow's (and others'), then the last in code-point order; an
-  image folder's metadata.csv last. A one-line ValueError where it is not one vit_jax reads, or the
-  splits' differ."""
+  image folder's metadata.csv last; where zip archives come first, that of the most common
+  extension in them, `archived(zips)`. A one-line ValueError where it is not one vit_jax reads, or
+  the splits' differ."""
   modules = {e: module for module, extensions in FORMATS.items() for e in extensions}
   modules.update(_OTHER_FORMATS)
   preferred = ('.parquet', '.lance', '.vortex', '.arrow', '.jsonl', '.json', '.csv')
@@ -177,7 +196,10 @@ def format_of(root: str, splits: dict[str, list[str]]) -> str:
         key=lambda c: (not c[0][1], c[1], *(c[0][0] == e for e in preferred), c[0][0]),
         reverse=True,
     )
-    found[split] = next((modules[e] for (e, _), _ in ranked if e in modules), None)
+    ranked = [e for (e, _), _ in ranked if e in modules or e == ARCHIVE]
+    if ranked and ranked[0] == ARCHIVE:
+      ranked = [archived([f for f in files if f.endswith(ARCHIVE)])]
+    found[split] = modules.get(ranked[0]) if ranked else None
   if len(set(found.values())) > 1:
     raise ValueError(
         f'config.data_dir={root!r}: its splits hold files of different formats ({found}): keep one '
@@ -206,10 +228,9 @@ def read_as(module: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
 
 def of_format(files: list[str], module: str) -> list[str]:
   """The files datasets reads as `module` (DataFilesList.filter: x.parquet, x.parquet.gz; an image
-  folder's images, its metadata files and zip archives), each once."""
+  folder's images and its metadata files; zip archives, of any format), each once."""
   extensions, names = read_as(module)
-  if module == 'imagefolder':
-    extensions += (ARCHIVE,)
+  extensions += (ARCHIVE,)
   pattern = rf'.*({"|".join(re.escape(e) for e in extensions)})(\..+)?'
   if names:  # datasets' file-name pattern: any path that ends with one.
     pattern += rf'|.*({"|".join(re.escape(n) for n in names)})'

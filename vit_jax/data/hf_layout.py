@@ -28,6 +28,8 @@ from typing import Any
 
 from vit_jax.data import hf_card
 from vit_jax.data import hf_data_files
+from vit_jax.data import images
+from vit_jax.data import zip_members
 from vit_jax.runtime import hf_hub
 from vit_jax.runtime import paths
 
@@ -146,7 +148,7 @@ FILE_NAME = 'file_name'
 
 
 def is_metadata(path: str) -> bool:
-  return os.path.basename(path) in hf_data_files.METADATA_FILES
+  return os.path.basename(zip_members.name_in_archive(path)) in hf_data_files.METADATA_FILES
 
 
 def metadata_table(path: str):
@@ -155,10 +157,13 @@ def metadata_table(path: str):
   from pyarrow import csv, json, parquet  # pylint: disable=g-import-not-at-top
 
   read = {'.csv': csv.read_csv, '.jsonl': json.read_json, '.parquet': parquet.read_table}
+  parse = read[os.path.splitext(zip_members.name_in_archive(path))[1]]
   try:
+    if zip_members.parse(path):
+      return parse(pa.BufferReader(zip_members.read(path)))
     with hf_data_files.open_file(path) as f:
-      return read[os.path.splitext(path)[1]](f)
-  except (pa.ArrowException, OSError) as e:
+      return parse(f)
+  except (pa.ArrowException, OSError, images.UnreadableImage) as e:
     raise hf_data_files.unreadable(
         path, e, 'metadata file', "write it again: a 'file_name' column, and a column a feature"
     ) from None
@@ -183,7 +188,8 @@ def _imagefolder_features(splits: dict[str, tuple[str, ...]]) -> dict[str, dict[
 
   metadata = _metadata(splits)
   if not any(metadata.values()):
-    files = [f for found in splits.values() for f in found]
+    # A file of an archive by its path in the archive, as datasets extracts each into a folder.
+    files = [zip_members.name_in_archive(f) for found in splits.values() for f in found]
     labels = {os.path.basename(os.path.dirname(f)) for f in files}
     found = {'image': {'_type': 'Image'}}
     if len(labels) > 1 and len({f.count('/') for f in files}) == 1:
@@ -195,7 +201,10 @@ def _imagefolder_features(splits: dict[str, tuple[str, ...]]) -> dict[str, dict[
         f'Split {without[0]!r} has no metadata file where split {next(iter(metadata))!r} has one: '
         'give every split its metadata.csv (or .jsonl, .parquet), or none'
     )
-  formats = sorted({os.path.splitext(f)[1] for files in metadata.values() for f in files})
+  formats = {
+      os.path.splitext(zip_members.name_in_archive(f))[1] for m in metadata.values() for f in m
+  }
+  formats = sorted(formats)
   if len(formats) > 1:
     raise ValueError(f'The metadata files are of different formats ({formats}): keep one')
   schemas = {files[0]: metadata_table(files[0]).schema for files in metadata.values()}
@@ -222,9 +231,28 @@ def _imagefolder_features(splits: dict[str, tuple[str, ...]]) -> dict[str, dict[
 
 def _hub_files(given: str, files: list[str]) -> list[str]:
   """What a dataset repository on the hub downloads: its data files and README.md."""
-  module = hf_data_files.format_of(given, {'': [f for f in files if hf_data_files.is_data(f)]})
+  # A zip's files cannot be seen before it is downloaded: an image folder's, checked once it is.
+  module = hf_data_files.format_of(
+      given, {'': [f for f in files if hf_data_files.is_data(f)]}, lambda _: '.jpg'
+  )
   extensions, names = hf_data_files.read_as(module)
+  if module == 'imagefolder':
+    extensions += (hf_data_files.ARCHIVE,)
   return [f'*{e}' for e in (*extensions, *names)] + ['README.md']
+
+
+def _with_archives_opened(files: tuple[str, ...]) -> tuple[str, ...]:
+  """An image folder split's files, each zip archive's replaced by its images and metadata files
+  (zip_members' URLs), after the split's other files (as datasets reads them)."""
+  archives = [f for f in files if f.endswith(hf_data_files.ARCHIVE)]
+  inside = [
+      zip_members.url(archive, name)
+      for archive in archives
+      for name in zip_members.names(archive)
+      if is_metadata(name)
+      or os.path.splitext(name)[1].lower() in hf_data_files.FORMATS['imagefolder']
+  ]
+  return tuple(f for f in files if f not in archives) + tuple(inside)
 
 
 def read(root: str) -> Layout:
@@ -265,21 +293,26 @@ def read(root: str) -> Layout:
       else hf_data_files.split_by_paths(hf_data_files.data_files(root))
   )
   splits = {name: files for name, files in splits.items() if files}
-  module = hf_data_files.format_of(root, splits)
+  module = hf_data_files.format_of(
+      root,
+      splits,
+      lambda zips: zip_members.most_common_extension([os.path.join(root, z) for z in zips]),
+  )
   files = {
       name: tuple(os.path.join(root, f) for f in hf_data_files.of_format(found, module))
       for name, found in splits.items()
   }
   files = {name: found for name, found in files.items() if found}
+  archives = [f for found in files.values() for f in found if f.endswith(hf_data_files.ARCHIVE)]
+  if archives and module != 'imagefolder':
+    raise ValueError(
+        f'{archives[0]} is a zip archive of {module} files, which vit_jax reads unzipped only: '
+        'unzip it where it is (and remove the archive)'
+    )
   first = next(iter(files.values()))[0]
   written = {'parquet': _parquet_features, 'arrow': _arrow_features}.get(module, lambda _: {})
   features = written(first) or hf_card.features(card, config.get('config_name'))
   if module == 'imagefolder':  # The README's features, else the files' (datasets' order).
-    archives = [f for found in files.values() for f in found if f.endswith(hf_data_files.ARCHIVE)]
-    if archives:
-      raise ValueError(
-          f'{archives[0]} is a zip archive of images, which vit_jax does not extract: unzip it '
-          'where it is (and remove the archive)'
-      )
+    files = {name: _with_archives_opened(found) for name, found in files.items()}
     features = features or _imagefolder_features(files)
   return Layout(root, module, files, features)

@@ -24,7 +24,6 @@ from vit_jax.data import hf_layout
 from vit_jax.data import images
 from vit_jax.data import tar_members
 from vit_jax.runtime import hosts
-from vit_jax.runtime import paths
 
 # The columns `datasets` decodes to integers and to text; the image files PIL reads.
 _INTEGER_FIELDS = ('cls', 'cls2', 'index', 'inx', 'id')
@@ -174,21 +173,6 @@ def _write_index(extents: np.ndarray, labels: np.ndarray, directory: str) -> Non
   np.save(os.path.join(directory, 'labels.npy'), labels)
 
 
-def _read(path: str, offset: int, size: int) -> bytes:
-  if paths.is_url(path):
-    import fsspec  # pylint: disable=g-import-not-at-top
-
-    fs, name = fsspec.core.url_to_fs(path)
-    data = fs.cat_file(name, start=offset, end=offset + size)
-  else:
-    with open(path, 'rb') as f:
-      f.seek(offset)
-      data = f.read(size)
-  if len(data) != size:
-    raise images.UnreadableImage(f'{path} is shorter than when it was indexed')
-  return data
-
-
 class Rows:
   """The samples of every split: their labels, and each one's image bytes."""
 
@@ -253,4 +237,9 @@ class Rows:
     file, offset, size, _ = self._split(split)[0][row].tolist()
     if size < 0:
       raise images.UnreadableImage(f'no {self._columns[0]!r} file in this sample')
-    return _read(self._layout.splits[split][file], offset, size)
+    data = hf_data_files.read_range(self._layout.splits[split][file], offset, size)
+    if len(data) != size:
+      raise images.UnreadableImage(
+          f'{self._layout.splits[split][file]} is shorter than when it was indexed'
+      )
+    return data

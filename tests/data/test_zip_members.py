@@ -1,0 +1,147 @@
+"""zip_members against zipfile and `datasets`: on random archives (stored, deflated and bzip2 files,
+zip64 headers, data descriptors, extra fields, folders, hidden files), the files listed and their
+order are those datasets reads from the extracted archive, and each file's bytes are zipfile's."""
+
+import io
+import os
+import struct
+import zipfile
+
+import numpy as np
+import pytest
+
+from vit_jax.data import hf_data_files
+from vit_jax.data import images
+from vit_jax.data import zip_members
+
+datasets = pytest.importorskip('datasets')
+
+_FOLDERS = ['cat', 'Dog', 'b c', 'é', '__MACOSX', '.git', 'x.y', '_under', '0']
+_FILES = ['a.jpg', 'B.PNG', '.DS_Store', '._a.jpg', '__init__.py', 'z', 'c d.jpeg', 'metadata.csv']
+_METHODS = [zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED, zipfile.ZIP_BZIP2]
+
+
+class _Unseekable(io.RawIOBase):
+  """A file zipfile cannot seek back into: it writes each file's sizes after its bytes (a data
+  descriptor), as zip does into a pipe."""
+
+  def __init__(self, f):
+    super().__init__()
+    self._f = f
+
+  def writable(self) -> bool:
+    return True
+
+  def write(self, data) -> int:
+    return self._f.write(data)
+
+
+def _random_archive(path, rng) -> None:
+  names = {
+      '/'.join([*rng.choice(_FOLDERS, rng.integers(4)), rng.choice(_FILES)])
+      for _ in range(rng.integers(1, 25))
+  }
+  with open(path, 'wb') as f:
+    out = f if rng.random() < 0.7 else _Unseekable(f)
+    with zipfile.ZipFile(out, 'w') as archive:
+      for name in sorted(names, key=lambda _: rng.random()):
+        folder = os.path.dirname(name) or 'empty'
+        if rng.random() < 0.1 and folder + '/' not in archive.namelist():
+          archive.mkdir(folder)
+        size = int(rng.integers(0, 3000))
+        data = bytes(size) if rng.random() < 0.3 else rng.bytes(size)
+        info = zipfile.ZipInfo(name, (2020, 1, 2, 3, 4, 6))
+        info.compress_type = _METHODS[rng.integers(len(_METHODS))]
+        if rng.random() < 0.3:  # An extra field of an unknown kind, in both headers.
+          info.extra = struct.pack('<HH', 0x6666, 5) + rng.bytes(5)
+        # A forced zip64 header has a longer extra field in the local header than in the central
+        # directory's.
+        with archive.open(info, 'w', force_zip64=bool(rng.random() < 0.3)) as member:
+          member.write(data)
+
+
+@pytest.mark.parametrize('slack', [zip_members._SLACK, 0])  # pylint: disable=protected-access
+def test_random_archives_list_and_read_as_datasets_extracts_them(tmp_path, monkeypatch, slack):
+  """A file is one read; with no slack, one whose local header is longer than the central
+  directory says is read again from its bytes' start."""
+  monkeypatch.setattr(zip_members, '_SLACK', slack)
+  ranges = []
+  read_range = hf_data_files.read_range
+  monkeypatch.setattr(hf_data_files, 'read_range', lambda *a: ranges.append(a) or read_range(*a))
+  rng = np.random.default_rng(slack)
+  download = datasets.DownloadManager()
+  files = 0
+  for trial in range(40):
+    path = str(tmp_path / f'{trial}.zip')
+    _random_archive(path, rng)
+    extracted = tmp_path / f'{trial}_extracted'
+    with zipfile.ZipFile(path) as archive:
+      archive.extractall(extracted)
+      theirs = [os.path.relpath(f, extracted) for f in download.iter_files(str(extracted))]
+      assert zip_members.names(path) == theirs
+      # datasets' imagefolder walks the archive through fsspec, unextracted: the same files.
+      walked = download.iter_files(f'zip://::{path}')
+      assert [zip_members.url(path, name) for name in theirs] == list(walked)
+      for name in theirs:
+        assert zip_members.read(zip_members.url(path, name)) == archive.read(name), name
+      files += len(theirs)
+  assert len(ranges) > files if slack == 0 else len(ranges) == files
+
+
+def test_urls_name_the_archive_and_the_file_in_it(tmp_path):
+  path = str(tmp_path / 'data/train.zip')
+  member = zip_members.url(path, 'cat/a.jpg')
+  assert member == f'zip://cat/a.jpg::{path}'
+  assert zip_members.parse(member) == (path, 'cat/a.jpg')
+  assert zip_members.name_in_archive(member) == 'cat/a.jpg'
+  assert zip_members.parse(path) is None
+  assert zip_members.name_in_archive(path) == path
+
+
+def _zipped(path, method=zipfile.ZIP_STORED, encrypted: bool = False) -> bytes:
+  data = b'an image, or so'
+  info = zipfile.ZipInfo('cat/a.jpg')
+  info.compress_type = method
+  with zipfile.ZipFile(path, 'w') as archive:
+    archive.writestr(info, data)
+  if encrypted:  # zipfile writes no encrypted file: its flag set in both headers.
+    written = bytearray(path.read_bytes())
+    for signature, flags in ((b'PK\x03\x04', 6), (b'PK\x01\x02', 8)):
+      written[written.index(signature) + flags] |= 0x1
+    path.write_bytes(bytes(written))
+  return data
+
+
+def test_what_cannot_be_read_is_a_one_line_error(tmp_path):
+  _zipped(tmp_path / 'locked.zip', encrypted=True)
+  _zipped(tmp_path / 'lzma.zip', zipfile.ZIP_LZMA)
+  (tmp_path / 'not.zip').write_bytes(b'PK, but no more')
+  data = _zipped(tmp_path / 'cut.zip')
+  (tmp_path / 'cut.zip').write_bytes((tmp_path / 'cut.zip').read_bytes()[:40])
+  for name, expected in (
+      ('locked.zip', 'is encrypted: zip the images again without a password'),
+      ('lzma.zip', 'compressed by method 14, which vit_jax does not read: zip the images again'),
+      ('not.zip', 'not.zip is not a readable zip archive (File is not a zip file): download it'),
+      ('cut.zip', 'cut.zip is not a readable zip archive'),
+  ):
+    with pytest.raises(ValueError, match='.*') as raised:
+      zip_members.names(str(tmp_path / name))
+    assert expected in str(raised.value) and '\n' not in str(raised.value), name
+
+  # An archive that changed after it was listed: a file's bytes are checked against its CRC.
+  path = str(tmp_path / 'changed.zip')
+  _zipped(tmp_path / 'changed.zip')
+  url = zip_members.url(path, 'cat/a.jpg')
+  assert zip_members.read(url) == data
+  with open(path, 'r+b') as f:
+    found = f.read().index(data)
+    f.seek(found)
+    f.write(b'AN')
+  with pytest.raises(images.UnreadableImage, match='damaged in its archive'):
+    zip_members.read(url)
+  with open(path, 'r+b') as f:
+    f.write(b'XX')  # Its first file header.
+  with pytest.raises(images.UnreadableImage, match='has changed since it was listed'):
+    zip_members.read(url)
+  with pytest.raises(images.UnreadableImage, match="has no file 'cat/b.jpg'"):
+    zip_members.read(zip_members.url(path, 'cat/b.jpg'))

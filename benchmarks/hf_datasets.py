@@ -4,15 +4,17 @@
 
 Writes `--num_images` generated 500x375 JPEGs (input_pipeline.py's) as an image folder, through
 the `datasets` library as the hub's Parquet layout (data/train-0000i-of-0000N.parquet), and as
-WebDataset tar shards in timm's names (imagenet-train-000i.tar: jpg, cls, json a sample), then:
+WebDataset tar shards in timm's names (imagenet-train-000i.tar: jpg, cls, json a sample), and as
+an image folder zipped (train.zip, test.zip: the JPEGs deflated and a metadata.csv), then:
 - the first read of each split (Parquet: its copy into the Arrow cache; tar shards: their index)
   and a later one; for the shards, against `datasets.load_dataset`'s first read of them (its copy of
   every sample into its Arrow cache), as a ratio;
 - records read and decoded in a random order, one process: ours (`HuggingFaceSource.load`, from
-  Parquet and from the shards) against `datasets`' own random access (`ds[i]['image']` decoded to
-  RGB, what timm's Hugging Face reader does), and against the image folder's files, as ratios;
+  Parquet, the shards and the zips) against `datasets`' own random access (`ds[i]['image']`
+  decoded to RGB, what timm's Hugging Face reader does; of the Parquet files and of the zips), and
+  against the image folder's files, as ratios;
 - train images/s through `data.train_iterator` (inception crop, flip, the default workers), the
-  Parquet dataset and the shards against the same images as a folder, as ratios: the best of
+  Parquet dataset, the shards and the zips against the same images as a folder, as ratios: the best of
   `--rounds` interleaved timings of each (a process's first runs up to a third slower).
 """
 
@@ -89,6 +91,24 @@ def write_shards(folder_root: str, out: str, shards: int) -> None:
             tar.addfile(info, io.BytesIO(content))
 
 
+def write_zips(folder_root: str, out: str) -> None:
+  """The folder's train and test JPEGs as a zip archive a split (deflated, as `zip` writes them),
+  each listed with its label in the split's metadata.csv, in the folder's order."""
+  import zipfile  # pylint: disable=g-import-not-at-top
+
+  listed = folder.FolderSource(folder_root, 'train')
+  os.makedirs(out)
+  for split in ('train', 'test'):
+    paths, labels = listed.split_files(split)
+    with zipfile.ZipFile(os.path.join(out, f'{split}.zip'), 'w', zipfile.ZIP_DEFLATED) as archive:
+      rows = ['file_name,label']
+      for path, label in zip(paths, labels):
+        name = os.path.relpath(path, os.path.join(folder_root, split))
+        archive.write(path, f'{split}/{name}')
+        rows.append(f'{name},{int(label)}')
+      archive.writestr(f'{split}/metadata.csv', '\n'.join(rows) + '\n')
+
+
 def first_and_later(root: str, label: str) -> tuple[hf_source.HuggingFaceSource, float, float]:
   """The dataset's source, and the seconds its train split's first and a later read take."""
   start = time.perf_counter()
@@ -126,10 +146,11 @@ def main() -> None:
     import datasets  # pylint: disable=g-import-not-at-top  # It reads HF_DATASETS_CACHE here.
 
     jpegs, parquet = os.path.join(tmp, 'jpegs'), os.path.join(tmp, 'parquet')
-    shards = os.path.join(tmp, 'shards')
+    shards, zips = os.path.join(tmp, 'shards'), os.path.join(tmp, 'zips')
     input_pipeline.write_jpegs(jpegs, args.num_images)
     write_parquet(jpegs, parquet, args.shards)
     write_shards(jpegs, shards, args.shards)
+    write_zips(jpegs, zips)
     megabytes = sum(os.path.getsize(f) for f in glob.glob(f'{parquet}/data/*')) / 1e6
     print(
         f'# {args.num_images} JPEGs of 500x375, {megabytes:.0f} MB of Parquet; '
@@ -149,8 +170,11 @@ def main() -> None:
         f"datasets' first read | {peer:.2f} s | ours as fast x | {peer / first:.1f} |"
     )
 
+    zipped = hf_source.HuggingFaceSource(zips, 'train', 'label')
     records, tar_records = ours.examples('train'), tars.examples('train')
+    zip_records = zipped.examples('train')
     theirs = datasets.load_dataset(parquet, split='train')
+    theirs_zipped = datasets.load_dataset(zips, split='train')
     files = folder.FolderSource(jpegs, 'train')
     file_records = files.examples('train')
     order = np.random.default_rng(0).permutation(records.num_records)[: args.reads]
@@ -163,14 +187,18 @@ def main() -> None:
         'ours, tar shards': lambda k: tars.load(tar_records.read(k)),
         'datasets': lambda k: np.asarray(theirs[k]['image'].convert('RGB')),
         'folder': lambda k: files.load(file_records.read(int(rows[k]))),
+        'ours, zip archive': lambda k: zipped.load(zip_records.read(int(rows[k]))),
+        'datasets, zip archive': lambda k: np.asarray(
+            theirs_zipped[int(rows[k])]['image'].convert('RGB')
+        ),
     }
     os.sync()  # The files just written go to the disk now, not while a timing runs.
     for read in timed.values():  # Warm: page cache, lazy opens.
       seconds_per_record(read, order[:50])
-    for name in ('ours', 'ours, tar shards'):
-      np.testing.assert_array_equal(
-          images.rgb(timed[name](int(order[0]))['image']), timed['datasets'](int(order[0]))
-      )
+    expected = timed['datasets'](int(order[0]))
+    for name in ('ours', 'ours, tar shards', 'ours, zip archive'):
+      np.testing.assert_array_equal(images.rgb(timed[name](int(order[0]))['image']), expected)
+    np.testing.assert_array_equal(timed['datasets, zip archive'](int(order[0])), expected)
     per = {name: seconds_per_record(read, order) for name, read in timed.items()}
     print('| read + decode, random order, 1 process | ms a record | ours, as fast as it x |')
     print('|---|---|---|')
@@ -186,6 +214,7 @@ def main() -> None:
       for name, dataset, root, label in (
           ('huggingface', 'huggingface', parquet, 'label'),
           ('huggingface, tar shards', 'huggingface', shards, 'cls'),
+          ('huggingface, zip archive', 'huggingface', zips, 'label'),
           ('folder', 'folder', jpegs, 'label'),
       ):
         config.dataset, config.data_dir, config.label_feature = dataset, root, label

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import zipfile
 
 import chex
 from etils import epath
@@ -21,6 +22,7 @@ import helpers
 from vit_jax.checkpoints import saved_state
 from vit_jax.train import events
 from vit_jax.data import digits
+from vit_jax.data import folder
 from vit_jax.train import loop, setup as train_setup
 
 pytest.importorskip('gcp_storage_emulator', reason='the test extra installs gcp-storage-emulator')
@@ -277,3 +279,25 @@ def test_an_image_folder_on_gcs_reads_as_its_local_copy(tmp_path, gcs, monkeypat
     )
     assert ours.class_names == theirs.class_names and len(ours.class_names) > 1
     _assert_same_examples(ours, theirs, {'train': 12, 'test[2:]': 10})
+
+  # The class folders zipped: an archive a split for datasets' image folder, and one archive of
+  # the whole folder, read as a folder (dataset='folder'), each unextracted from the bucket.
+  local, zips = tmp_path / 'folders', tmp_path / 'zips'
+  zips.mkdir()
+  for archive, prefix in (
+      (zips / 'data/train.zip', 'train'),
+      (zips / 'data/test.zip', 'test'),
+      (tmp_path / 'all.zip', ''),
+  ):
+    archive.parent.mkdir(exist_ok=True)
+    with zipfile.ZipFile(archive, 'w', zipfile.ZIP_DEFLATED) as zipped:
+      for path in sorted((local / prefix).rglob('*.png')):
+        zipped.write(path, path.relative_to(local / prefix))
+  remote = _uploaded(zips, 'zips')
+  ours, theirs = (hf_source.HuggingFaceSource(r, 'train', 'label') for r in (remote, str(local)))
+  assert ours.class_names == theirs.class_names
+  _assert_same_examples(ours, theirs, {'train': 12, 'test[2:]': 10})
+  epath.Path(f'{remote}/all.zip').write_bytes((tmp_path / 'all.zip').read_bytes())
+  ours, theirs = (folder.FolderSource(r, 'train') for r in (f'{remote}/all.zip', str(local)))
+  assert ours.class_names == theirs.class_names
+  _assert_same_examples(ours, theirs, {'train': 12})  # The 12 test digits hold other classes.

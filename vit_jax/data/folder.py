@@ -4,10 +4,13 @@ Class names are the sorted sub-folder names of the train split's folder (Python'
 so upper case before lower case) and a label is the index of its class name. A class's images are the
 files under its folder at any depth (as torchvision's ImageFolder). Hidden entries (a name starting
 with '.': Jupyter's .ipynb_checkpoints, macOS's ._x.png) are not data, at any level. A root on cloud
-storage (gs://...) is read through `etils.epath`, a local one through `os`.
+storage (gs://...) is read through `etils.epath`, a local one through `os`; a zip archive is read as
+the folder it holds (`pets.zip`, or `pets.zip/pets` for a folder in it), unextracted
+(zip_members.py).
 """
 
 import concurrent.futures
+import functools
 import os
 from typing import Callable
 
@@ -17,6 +20,7 @@ import numpy as np
 
 from vit_jax.data import images as data_images
 from vit_jax.data import order
+from vit_jax.data import zip_members
 from vit_jax.runtime import paths
 
 # Files that are images but that PIL cannot read here: a folder of them would lose those files
@@ -27,13 +31,36 @@ UNREAD_EXTENSIONS = tuple(
     if e not in data_images.IMAGE_EXTENSIONS
 )
 _warned_extensions: set[str] = set()
+_ARCHIVE = '.zip'  # An archive read as the folder it holds: config.data_dir=pets.zip.
+
+
+@functools.cache  # Once a process: a worker asks for each image it reads.
+def _is_file(path: str) -> bool:
+  return epath.Path(path).is_file() if paths.is_url(path) else os.path.isfile(path)
+
+
+def _in_archive(path: str) -> tuple[str, str] | None:
+  """(zip archive, the path in it) where `path` lies in a zip archive read as a folder
+  ('pets.zip/train/cat': '' for the archive itself); None elsewhere."""
+  if path.endswith(_ARCHIVE):
+    archive, inside = path, ''
+  else:
+    before, found, inside = path.partition(_ARCHIVE + '/')
+    if not found:
+      return None
+    archive, inside = before + _ARCHIVE, inside.strip('/')
+  return (archive, inside) if _is_file(archive) else None
 
 
 def _listing(path: str) -> tuple[list[str], list[str]]:
   """The sub-folders and the image files of `path`, each sorted, without hidden entries."""
   folders, images = [], []
   try:
-    if paths.is_url(path):
+    if archived := _in_archive(path):
+      archive, inside = archived
+      sub_folders, files = zip_members.folders(archive).get(inside, ((), ()))
+      entries = [(name, True) for name in sub_folders] + [(name, False) for name in files]
+    elif paths.is_url(path):
       # A listing on cloud storage says nothing of what an entry is, and asking costs a request an
       # image (hours for ImageNet on GCS): a name with an image's extension is taken for a file.
       entries = [
@@ -98,11 +125,17 @@ def _image_files(path: str) -> list[str]:
 
 
 def _is_dir(path: str) -> bool:
+  if archived := _in_archive(path):
+    archive, inside = archived
+    return inside in zip_members.folders(archive)
   return epath.Path(path).is_dir() if paths.is_url(path) else os.path.isdir(path)
 
 
 def read_file(path: str) -> bytes:
-  """A file's bytes, from local disk or cloud storage (gs://...); raises OSError."""
+  """A file's bytes, from local disk, cloud storage (gs://...) or a zip archive read as a folder;
+  raises OSError (data_images.UnreadableImage for a file of an archive)."""
+  if archived := _in_archive(path):
+    return zip_members.read(zip_members.url(*archived))
   if paths.is_url(path):
     return epath.Path(path).read_bytes()
   with open(path, 'rb') as f:
@@ -117,6 +150,13 @@ def _split_dir(root: str, split: str) -> str:
     raise ValueError(
         f'Image folder splits are sub-folder names, not slices: {root} has no {split}/; '
         f'make a folder of class folders (e.g. {root}/val/), then --config.eval_split=val'
+    )
+  archived = _in_archive(root)
+  tops = [t for t in _sub_folders(root) if not t.startswith('__')] if archived else []
+  if archived and not archived[1] and tops:  # macOS's __MACOSX/ left out.
+    raise ValueError(  # The archive of a folder: its sub-folders are one level down.
+        f'Zip archive {root} has no {split}/ folder at its top, which holds {tops[:3]}: set '
+        f'config.data_dir={os.path.join(root, tops[0])} (a folder in the archive)'
     )
   raise ValueError(
       f'Image folder {path} does not exist: config.data_dir must hold a {split}/ '

@@ -1,10 +1,12 @@
-"""The files of zip archives, read where they lie. An image folder (`datasets`' imagefolder format)
-may hold its images in zip files, which `datasets.load_dataset` extracts into its cache; vit_jax
-lists each archive's central directory once a process and reads a file as one ranged read of its
-bytes, inflated and checked against its CRC: nothing is extracted or copied.
+"""The files of zip archives, read where they lie. A Hugging Face image folder (`datasets`'
+imagefolder format) may hold its images in zip files, which `datasets.load_dataset` extracts (or
+reads through fsspec); `dataset='folder'` reads an archive as the folder it holds. vit_jax lists
+each archive's central directory once a process and reads a file as one ranged read of its bytes,
+inflated and checked against its CRC: nothing is extracted or copied.
 
-A file of an archive is named by fsspec's URL for it, `zip://<name>::<archive>`, where a path is
-expected (hf_layout's split files, hf_imagefolder's rows, error messages).
+A file of an archive is named by fsspec's URL for it, `zip://<name>::<archive>`, as `datasets`
+names it (hf_layout's split files, hf_imagefolder's rows); folder.py's paths go through the
+archive as through a folder ('pets.zip/train/cat/a.jpg'), as torchvision's would after unzipping.
 """
 
 import bz2
@@ -68,14 +70,14 @@ def _walk_order(name: str) -> list[tuple[int, str]]:
 
 @functools.cache  # An archive's listing, once a process (worker processes list it again).
 def _files(archive: str) -> dict[str, zipfile.ZipInfo]:
-  """The files of `archive` that datasets reads, by name, in its order; a one-line ValueError
-  where it is not a zip archive vit_jax reads."""
+  """The files of `archive`, by name; a one-line ValueError where it is not a zip archive vit_jax
+  reads."""
   try:
     with hf_data_files.open_file(archive) as f:
       infos = zipfile.ZipFile(f).infolist()
   except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError) as e:
     raise hf_data_files.unreadable(archive, e, 'zip archive', 'download it again') from None
-  files = {i.filename: i for i in infos if not i.is_dir() and not _hidden(i.filename)}
+  files = {i.filename: i for i in infos if not i.is_dir()}
   for name, info in files.items():
     if info.flag_bits & 0x1:
       raise ValueError(
@@ -86,12 +88,25 @@ def _files(archive: str) -> dict[str, zipfile.ZipInfo]:
           f'{url(archive, name)} is compressed by method {info.compress_type}, which vit_jax does '
           "not read: zip the images again with deflate (zip's default) or none"
       )
-  return {name: files[name] for name in sorted(files, key=_walk_order)}
+  return files
 
 
 def names(archive: str) -> list[str]:
   """The files of `archive` datasets reads (hidden ones left out), in the order it reads them."""
-  return list(_files(archive))
+  return sorted((n for n in _files(archive) if not _hidden(n)), key=_walk_order)
+
+
+@functools.cache
+def folders(archive: str) -> dict[str, tuple[set[str], list[str]]]:
+  """Each folder of `archive` ('' its top, 'train/cat'): the names of its sub-folders and of its
+  files, as the archive extracted would hold them."""
+  tree = {'': (set(), [])}
+  for name in _files(archive):
+    *parents, file = name.split('/')
+    for depth, sub in enumerate(parents):
+      tree.setdefault('/'.join(parents[:depth]), (set(), []))[0].add(sub)
+    tree.setdefault('/'.join(parents), (set(), []))[1].append(file)
+  return tree
 
 
 def most_common_extension(archives: list[str]) -> str | None:
@@ -100,7 +115,7 @@ def most_common_extension(archives: list[str]) -> str | None:
   counts = collections.Counter(
       '.' + suffix.lower()
       for archive in archives[:_ARCHIVES_FOR_FORMAT]
-      for name in _files(archive)
+      for name in names(archive)
       for suffix in posixpath.basename(name).split('.')[1:]
   )
   return counts.most_common(1)[0][0] if counts else None

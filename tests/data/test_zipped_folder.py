@@ -1,0 +1,86 @@
+"""`dataset='folder'` on a zip archive (`data_dir=pets.zip`, or `pets.zip/pets` for a folder in it):
+read unextracted as the folder it holds is read extracted."""
+
+import os
+import zipfile
+
+import numpy as np
+import pytest
+
+import helpers
+from vit_jax import data
+from vit_jax.data import folder
+
+_FILES = [
+    'train/cat/a.jpg',
+    'train/cat/nested/b.PNG',
+    'train/dog/c.png',
+    'train/dog/.ipynb_checkpoints/d.png',
+    'train/dog/._c.png',
+    'train/dog/notes.txt',
+    'train/Emu/e.jpeg',
+    'test/cat/f.jpg',
+    'test/dog/g.png',
+    'test/Emu/deeper/still/h.jpg',
+]
+
+
+def _folder_and_its_zip(tmp_path, method: int) -> tuple[str, str]:
+  """A folder of images (nested, hidden and other files among them), and an archive of it as a
+  laptop zips one: in a top folder, with macOS's __MACOSX/ beside it."""
+  root = tmp_path / 'pets'
+  for k, name in enumerate(_FILES):
+    (root / name).parent.mkdir(parents=True, exist_ok=True)
+    pixels = np.random.default_rng(k).integers(0, 256, (9 + k, 7, 3), np.uint8)
+    image_format = 'PNG' if name.lower().endswith('.png') else 'JPEG'
+    is_image = not name.endswith('.txt')
+    (root / name).write_bytes(helpers.encoded(pixels, image_format) if is_image else b'notes')
+  archive = tmp_path / 'pets.zip'
+  with zipfile.ZipFile(archive, 'w', method) as zipped:
+    for name in _FILES:
+      zipped.write(root / name, f'pets/{name}')
+    zipped.writestr('__MACOSX/pets/train/cat/._a.jpg', b'\0\5\x16\7')
+  return str(root), str(archive)
+
+
+@pytest.mark.parametrize('method', [zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED])
+def test_a_zipped_folder_reads_as_the_folder(tmp_path, method):
+  """Its classes, files (relative) and labels, and its train and eval batches, from threads and from
+  worker processes, are the folder's."""
+  root, archive = _folder_and_its_zip(tmp_path, method)
+  unzipped, zipped = folder.FolderSource(root, 'train'), folder.FolderSource(
+      f'{archive}/pets', 'train'
+  )
+  assert zipped.class_names == unzipped.class_names == ('Emu', 'cat', 'dog')
+  for split in ('train', 'test'):
+    (files, labels), (theirs, their_labels) = zipped.split_files(split), unzipped.split_files(split)
+    assert [os.path.relpath(f, f'{archive}/pets') for f in files] == [
+        os.path.relpath(f, root) for f in theirs
+    ]
+    np.testing.assert_array_equal(labels, their_labels)
+  configs = [
+      helpers.data_config(d, dataset='folder', image_size=8) for d in (root, archive + '/pets')
+  ]
+  for config in configs:
+    config.pp.update(flip=True, crop='inception')
+  expected = helpers.take(data.train_iterator(configs[0], local_batch_size=4), 3)
+  for workers in (0, 2):
+    configs[1].data_workers = workers
+    batches = data.train_iterator(configs[1], local_batch_size=4)
+    try:
+      helpers.assert_same_batches(helpers.take(batches, 3), expected)
+    finally:
+      batches.close()
+  configs[1].data_workers = 0
+  helpers.assert_same_batches(
+      list(data.eval_iterator(configs[1], 'test', local_batch_size=2)),
+      list(data.eval_iterator(configs[0], 'test', local_batch_size=2)),
+  )
+
+
+def test_an_archive_of_a_folder_in_a_folder_names_the_data_dir_to_set(tmp_path):
+  _, archive = _folder_and_its_zip(tmp_path, zipfile.ZIP_DEFLATED)
+  error = helpers.data_error(archive, dataset='folder')
+  assert f"Zip archive {archive} has no train/ folder at its top, which holds ['pets']" in error
+  assert f'set config.data_dir={archive}/pets (a folder in the archive)' in error
+  assert 'does not exist' in helpers.data_error(f'{archive}/pets/nothing', dataset='folder')

@@ -982,9 +982,7 @@ def test_the_readability_probe_decodes_a_bounded_sample(tmp_path, monkeypatch):
   probed = []
   why_unreadable = folder._why_unreadable  # pylint: disable=protected-access
   monkeypatch.setattr(
-      folder,
-      '_why_unreadable',
-      lambda path, read: probed.append(path) or why_unreadable(path, read),
+      folder, '_why_unreadable', lambda path: probed.append(path) or why_unreadable(path)
   )
   data.get_info(make_config(str(tmp_path), dataset='folder'))
   # 3 files of each of 64 classes a split, spread over the sorted ones: the same on every run.

@@ -135,7 +135,7 @@ def test_zip_archives_with_metadata_files_read_as_datasets_loads_them(tmp_path, 
   source = _assert_as_datasets_reads(tmp_path)
   assert source.class_names == ('heron', 'owl', 'wren')
   record = source.examples('train').read(1)
-  assert source.describe(record) == f'zip://train/images/1.jpg::{tmp_path}/data/train.zip'
+  assert source.describe(record) == f'{tmp_path}/data/train.zip/train/images/1.jpg'
 
 
 def test_zip_archives_of_class_folders_are_labelled_by_the_folders_in_them(tmp_path):
@@ -163,7 +163,7 @@ def test_zip_archives_of_class_folders_are_labelled_by_the_folders_in_them(tmp_p
     rows = _rows(ours, split)
     assert len(rows) == len(images_of)
     for (image, label), row in zip(rows, images_of):
-      url = row['image']['path']  # fsspec's zip://<file in the archive>::<archive>, as ours.
+      url = row['image']['path']  # fsspec's zip://<file in the archive>::<archive>.
       with fsspec.open(url) as f:
         expected = ImageOps.exif_transpose(Image.open(io.BytesIO(f.read())))
       np.testing.assert_array_equal(image, np.asarray(expected.convert('RGB')))
@@ -217,7 +217,7 @@ def test_bad_image_folders_are_one_line_errors_naming_the_fix(tmp_path):
       badly_listed / 'train.zip',
       {'a.jpg': _encoded('a.jpg', 0), 'metadata.csv': b'file_name\n,,\n'},
   )
-  assert f'zip://metadata.csv::{badly_listed}/train.zip is not a readable metadata file' in _error(
+  assert f'{badly_listed}/train.zip/metadata.csv is not a readable metadata file' in _error(
       badly_listed
   )
   shards = tmp_path / 'shards'  # Tar shards zipped: datasets' webdataset, read unzipped only.

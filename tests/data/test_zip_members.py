@@ -81,21 +81,24 @@ def test_random_archives_list_and_read_as_datasets_extracts_them(tmp_path, monke
       assert zip_members.names(path) == theirs
       # datasets' imagefolder walks the archive through fsspec, unextracted: the same files.
       walked = download.iter_files(f'zip://::{path}')
-      assert [zip_members.url(path, name) for name in theirs] == list(walked)
+      assert [f'zip://{name}::{path}' for name in theirs] == list(walked)
       for name in theirs:
-        assert zip_members.read(zip_members.url(path, name)) == archive.read(name), name
+        assert zip_members.read(path, name) == archive.read(name), name
       files += len(theirs)
   assert len(ranges) > files if slack == 0 else len(ranges) == files
 
 
-def test_urls_name_the_archive_and_the_file_in_it(tmp_path):
-  path = str(tmp_path / 'data/train.zip')
-  member = zip_members.url(path, 'cat/a.jpg')
-  assert member == f'zip://cat/a.jpg::{path}'
-  assert zip_members.parse(member) == (path, 'cat/a.jpg')
-  assert zip_members.name_in_archive(member) == 'cat/a.jpg'
-  assert zip_members.parse(path) is None
-  assert zip_members.name_in_archive(path) == path
+def test_a_path_goes_through_an_archive_as_through_a_folder(tmp_path):
+  (tmp_path / 'data').mkdir()
+  archive = str(tmp_path / 'data/train.zip')
+  _zipped(tmp_path / 'data/train.zip')
+  assert zip_members.in_archive(f'{archive}/cat/a.jpg') == (archive, 'cat/a.jpg')
+  assert zip_members.in_archive(f'{archive}/cat/') == (archive, 'cat')
+  assert zip_members.in_archive(archive) == (archive, '')
+  assert zip_members.in_archive(str(tmp_path / 'data/cat/a.jpg')) is None
+  (tmp_path / 'folder.zip/cat').mkdir(parents=True)  # A folder with an archive's name.
+  assert zip_members.in_archive(str(tmp_path / 'folder.zip/cat/a.jpg')) is None
+  assert zip_members.folders(archive) == {'': ({'cat'}, []), 'cat': (set(), ['a.jpg'])}
 
 
 def _zipped(path, method=zipfile.ZIP_STORED, encrypted: bool = False) -> bytes:
@@ -131,17 +134,16 @@ def test_what_cannot_be_read_is_a_one_line_error(tmp_path):
   # An archive that changed after it was listed: a file's bytes are checked against its CRC.
   path = str(tmp_path / 'changed.zip')
   _zipped(tmp_path / 'changed.zip')
-  url = zip_members.url(path, 'cat/a.jpg')
-  assert zip_members.read(url) == data
+  assert zip_members.read(path, 'cat/a.jpg') == data
   with open(path, 'r+b') as f:
     found = f.read().index(data)
     f.seek(found)
     f.write(b'AN')
   with pytest.raises(images.UnreadableImage, match='damaged in its archive'):
-    zip_members.read(url)
+    zip_members.read(path, 'cat/a.jpg')
   with open(path, 'r+b') as f:
     f.write(b'XX')  # Its first file header.
   with pytest.raises(images.UnreadableImage, match='has changed since it was listed'):
-    zip_members.read(url)
+    zip_members.read(path, 'cat/a.jpg')
   with pytest.raises(images.UnreadableImage, match="has no file 'cat/b.jpg'"):
-    zip_members.read(zip_members.url(path, 'cat/b.jpg'))
+    zip_members.read(path, 'cat/b.jpg')

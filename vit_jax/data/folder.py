@@ -10,9 +10,7 @@ the folder it holds (`pets.zip`, or `pets.zip/pets` for a folder in it), unextra
 """
 
 import concurrent.futures
-import functools
 import os
-from typing import Callable
 
 from absl import logging
 from etils import epath
@@ -31,32 +29,13 @@ UNREAD_EXTENSIONS = tuple(
     if e not in data_images.IMAGE_EXTENSIONS
 )
 _warned_extensions: set[str] = set()
-_ARCHIVE = '.zip'  # An archive read as the folder it holds: config.data_dir=pets.zip.
-
-
-@functools.cache  # Once a process: a worker asks for each image it reads.
-def _is_file(path: str) -> bool:
-  return epath.Path(path).is_file() if paths.is_url(path) else os.path.isfile(path)
-
-
-def _in_archive(path: str) -> tuple[str, str] | None:
-  """(zip archive, the path in it) where `path` lies in a zip archive read as a folder
-  ('pets.zip/train/cat': '' for the archive itself); None elsewhere."""
-  if path.endswith(_ARCHIVE):
-    archive, inside = path, ''
-  else:
-    before, found, inside = path.partition(_ARCHIVE + '/')
-    if not found:
-      return None
-    archive, inside = before + _ARCHIVE, inside.strip('/')
-  return (archive, inside) if _is_file(archive) else None
 
 
 def _listing(path: str) -> tuple[list[str], list[str]]:
   """The sub-folders and the image files of `path`, each sorted, without hidden entries."""
   folders, images = [], []
   try:
-    if archived := _in_archive(path):
+    if archived := zip_members.in_archive(path):
       archive, inside = archived
       sub_folders, files = zip_members.folders(archive).get(inside, ((), ()))
       entries = [(name, True) for name in sub_folders] + [(name, False) for name in files]
@@ -125,7 +104,7 @@ def _image_files(path: str) -> list[str]:
 
 
 def _is_dir(path: str) -> bool:
-  if archived := _in_archive(path):
+  if archived := zip_members.in_archive(path):
     archive, inside = archived
     return inside in zip_members.folders(archive)
   return epath.Path(path).is_dir() if paths.is_url(path) else os.path.isdir(path)
@@ -134,8 +113,8 @@ def _is_dir(path: str) -> bool:
 def read_file(path: str) -> bytes:
   """A file's bytes, from local disk, cloud storage (gs://...) or a zip archive read as a folder;
   raises OSError (data_images.UnreadableImage for a file of an archive)."""
-  if archived := _in_archive(path):
-    return zip_members.read(zip_members.url(*archived))
+  if archived := zip_members.in_archive(path):
+    return zip_members.read(*archived)
   if paths.is_url(path):
     return epath.Path(path).read_bytes()
   with open(path, 'rb') as f:
@@ -151,7 +130,7 @@ def _split_dir(root: str, split: str) -> str:
         f'Image folder splits are sub-folder names, not slices: {root} has no {split}/; '
         f'make a folder of class folders (e.g. {root}/val/), then --config.eval_split=val'
     )
-  archived = _in_archive(root)
+  archived = zip_members.in_archive(root)
   tops = [t for t in _sub_folders(root) if not t.startswith('__')] if archived else []
   if archived and not archived[1] and tops:  # macOS's __MACOSX/ left out.
     raise ValueError(  # The archive of a folder: its sub-folders are one level down.
@@ -179,10 +158,10 @@ def spread(items: list, k: int) -> list:
   return list(items) if n <= k else [items[i * n // k] for i in range(k)]
 
 
-def _why_unreadable(path: str, read: Callable[[str], bytes] = read_file) -> str | None:
+def _why_unreadable(path: str) -> str | None:
   """None if the file decodes as the pipeline decodes it, else why not, in one line."""
   try:
-    data_images.decode(read(path))
+    data_images.decode(read_file(path))
     return None
   except data_images.UnreadableImage as e:
     return str(e)
@@ -190,14 +169,12 @@ def _why_unreadable(path: str, read: Callable[[str], bytes] = read_file) -> str 
     return e.strerror or str(e)
 
 
-def probe(
-    split: str, sampled: list[str], read: Callable[[str], bytes] = read_file
-) -> dict[str, str | None]:
+def probe(split: str, sampled: list[str]) -> dict[str, str | None]:
   """Why each of the split's `sampled` files does not decode as the pipeline decodes it (None where
-  it does), each `read`, _PROBE_THREADS at a time; a one-line ValueError where none does (a git-lfs
+  it does), read _PROBE_THREADS at a time; a one-line ValueError where none does (a git-lfs
   checkout's pointers): the run would skip each, with a warning, and train on nothing."""
   with concurrent.futures.ThreadPoolExecutor(_PROBE_THREADS) as pool:
-    reasons = dict(zip(sampled, pool.map(lambda f: _why_unreadable(f, read), sampled)))
+    reasons = dict(zip(sampled, pool.map(_why_unreadable, sampled)))
   if reasons and all(reasons.values()):
     raise ValueError(
         f'No image of split {split!r} decodes: none of {len(sampled)} sampled, e.g. '

@@ -108,10 +108,11 @@ def read_range(path: str, offset: int, size: int) -> bytes:
 def unreadable(path: str, error: Exception, what: str, fix: str) -> ValueError:
   """The one-line error for data file `path` that is not a readable `what`: a git-lfs pointer says
   to fetch the files, anything else the first line of `error` and `fix`."""
-  lfs = False
-  if not path.startswith('zip://'):  # A file of a zip archive (zip_members.py) is no pointer.
+  try:
     with open_file(path) as f:
       lfs = f.read(len(images.LFS_POINTER)) == images.LFS_POINTER
+  except OSError:  # A file of a zip archive (zip_members.py): no pointer.
+    lfs = False
   reason = 'a git-lfs pointer' if lfs else str(error).strip().splitlines()[0]
   return ValueError(
       f'{path} is not a readable {what} ({reason}): '

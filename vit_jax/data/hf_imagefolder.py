@@ -10,7 +10,6 @@ files), as `datasets.load_dataset` reads it (its folder_based_builder):
 """
 
 import os
-import posixpath
 from typing import Any
 
 import numpy as np
@@ -18,7 +17,6 @@ import numpy as np
 from vit_jax.data import folder
 from vit_jax.data import hf_layout
 from vit_jax.data import images
-from vit_jax.data import zip_members
 
 _PROBED = 16  # Images of a split decoded before the run: a git-lfs checkout's pointers fail here.
 
@@ -29,23 +27,14 @@ def column_kinds(layout: hf_layout.Layout) -> dict[str, str]:
 
 
 def _inside(metadata: str, name: Any) -> str:
-  """The path of the image that a metadata file names, which must lie under its folder (in its zip
-  archive, for one of an archive's)."""
+  """The path of the image that a metadata file names, which must lie under its folder."""
   relative = os.path.normpath(str(name)).replace('\\', '/')
   if '://' in str(name) or os.path.isabs(relative) or relative.split('/')[0] == '..':
     raise ValueError(
         f'{metadata} names image {name!r}, which is not a path inside its folder: name each image '
         'relative to the metadata file'
     )
-  if archived := zip_members.parse(metadata):
-    archive, listed = archived
-    return zip_members.url(archive, posixpath.join(posixpath.dirname(listed), relative))
   return os.path.join(os.path.dirname(metadata), relative)
-
-
-def _read(path: str) -> bytes:
-  """The bytes of an image file, or of a file of a zip archive."""
-  return zip_members.read(path) if zip_members.parse(path) else folder.read_file(path)
 
 
 class Rows:
@@ -64,10 +53,10 @@ class Rows:
         self._files[split], values = self._listed(listed, image_column, label_column)
       else:
         self._files[split] = list(files)
-        values = [os.path.basename(os.path.dirname(zip_members.name_in_archive(f))) for f in files]
+        values = [os.path.basename(os.path.dirname(f)) for f in files]
       where = f'split {split!r} of dataset {layout.root}'
       self._labels[split] = [_label(v, classes, where) for v in values]
-      folder.probe(split, folder.spread(self._files[split], _PROBED), _read)
+      folder.probe(split, folder.spread(self._files[split], _PROBED))
     self.sizes = {split: len(files) for split, files in self._files.items()}
 
   @staticmethod
@@ -109,7 +98,7 @@ class Rows:
     """The encoded image of example `row` of `split`; `images.UnreadableImage` where it cannot be
     read."""
     try:
-      return _read(self._files[split][row])
+      return folder.read_file(self._files[split][row])
     except OSError as e:
       raise images.UnreadableImage(e.strerror or str(e)) from None
 

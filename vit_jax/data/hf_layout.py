@@ -148,7 +148,7 @@ FILE_NAME = 'file_name'
 
 
 def is_metadata(path: str) -> bool:
-  return os.path.basename(zip_members.name_in_archive(path)) in hf_data_files.METADATA_FILES
+  return os.path.basename(path) in hf_data_files.METADATA_FILES
 
 
 def metadata_table(path: str):
@@ -157,10 +157,10 @@ def metadata_table(path: str):
   from pyarrow import csv, json, parquet  # pylint: disable=g-import-not-at-top
 
   read = {'.csv': csv.read_csv, '.jsonl': json.read_json, '.parquet': parquet.read_table}
-  parse = read[os.path.splitext(zip_members.name_in_archive(path))[1]]
+  parse = read[os.path.splitext(path)[1]]
   try:
-    if zip_members.parse(path):
-      return parse(pa.BufferReader(zip_members.read(path)))
+    if archived := zip_members.in_archive(path):
+      return parse(pa.BufferReader(zip_members.read(*archived)))
     with hf_data_files.open_file(path) as f:
       return parse(f)
   except (pa.ArrowException, OSError, images.UnreadableImage) as e:
@@ -188,8 +188,7 @@ def _imagefolder_features(splits: dict[str, tuple[str, ...]]) -> dict[str, dict[
 
   metadata = _metadata(splits)
   if not any(metadata.values()):
-    # A file of an archive by its path in the archive, as datasets extracts each into a folder.
-    files = [zip_members.name_in_archive(f) for found in splits.values() for f in found]
+    files = [f for found in splits.values() for f in found]
     labels = {os.path.basename(os.path.dirname(f)) for f in files}
     found = {'image': {'_type': 'Image'}}
     if len(labels) > 1 and len({f.count('/') for f in files}) == 1:
@@ -201,10 +200,7 @@ def _imagefolder_features(splits: dict[str, tuple[str, ...]]) -> dict[str, dict[
         f'Split {without[0]!r} has no metadata file where split {next(iter(metadata))!r} has one: '
         'give every split its metadata.csv (or .jsonl, .parquet), or none'
     )
-  formats = {
-      os.path.splitext(zip_members.name_in_archive(f))[1] for m in metadata.values() for f in m
-  }
-  formats = sorted(formats)
+  formats = sorted({os.path.splitext(f)[1] for files in metadata.values() for f in files})
   if len(formats) > 1:
     raise ValueError(f'The metadata files are of different formats ({formats}): keep one')
   schemas = {files[0]: metadata_table(files[0]).schema for files in metadata.values()}
@@ -243,10 +239,10 @@ def _hub_files(given: str, files: list[str]) -> list[str]:
 
 def _with_archives_opened(files: tuple[str, ...]) -> tuple[str, ...]:
   """An image folder split's files, each zip archive's replaced by its images and metadata files
-  (zip_members' URLs), after the split's other files (as datasets reads them)."""
+  (paths through the archive), after the split's other files (as datasets reads them)."""
   archives = [f for f in files if f.endswith(hf_data_files.ARCHIVE)]
   inside = [
-      zip_members.url(archive, name)
+      os.path.join(archive, name)
       for archive in archives
       for name in zip_members.names(archive)
       if is_metadata(name)

@@ -1,26 +1,26 @@
-"""The files of zip archives, read where they lie. A Hugging Face image folder (`datasets`'
-imagefolder format) may hold its images in zip files, which `datasets.load_dataset` extracts (or
-reads through fsspec); `dataset='folder'` reads an archive as the folder it holds. vit_jax lists
-each archive's central directory once a process and reads a file as one ranged read of its bytes,
-inflated and checked against its CRC: nothing is extracted or copied.
-
-A file of an archive is named by fsspec's URL for it, `zip://<name>::<archive>`, as `datasets`
-names it (hf_layout's split files, hf_imagefolder's rows); folder.py's paths go through the
-archive as through a folder ('pets.zip/train/cat/a.jpg'), as torchvision's would after unzipping.
+"""The files of zip archives, read where they lie, as the folder each archive holds: a path goes
+through an archive as through a folder ('pets.zip/train/cat/a.jpg'), as it would through the
+archive extracted in place. `dataset='folder'` reads an archive so (`data_dir=pets.zip`), and a
+Hugging Face image folder its zip files (which `datasets.load_dataset` reads through fsspec's
+`zip://` URLs). Each archive's central directory is listed once a process; a file is one ranged
+read of its bytes, inflated and checked against its CRC: nothing is extracted or copied.
 """
 
 import bz2
 import collections
 import functools
+import os
 import posixpath
 import struct
 import zipfile
 import zlib
 
+from etils import epath
+
 from vit_jax.data import hf_data_files
 from vit_jax.data import images
+from vit_jax.runtime import paths
 
-_PREFIX, _SEPARATOR = 'zip://', '::'
 # PKWARE's local file header: signature, version, flags, method, time, date, CRC, sizes, the lengths
 # of the name and of the extra field that follow it, then the file's bytes.
 _LOCAL_HEADER = struct.Struct('<4s5H3L2H')
@@ -36,23 +36,22 @@ _INFLATE = {
 _ARCHIVES_FOR_FORMAT = 10  # datasets' ARCHIVES_MAX_NUMBER_FOR_MODULE_INFERENCE.
 
 
-def url(archive: str, name: str) -> str:
-  """The URL of file `name` of `archive`."""
-  return f'{_PREFIX}{name}{_SEPARATOR}{archive}'
+@functools.cache  # Once a process: a worker asks for each image it reads.
+def _is_file(path: str) -> bool:
+  return epath.Path(path).is_file() if paths.is_url(path) else os.path.isfile(path)
 
 
-def parse(path: str) -> tuple[str, str] | None:
-  """(archive, name) of a file's URL; None where `path` is not one."""
-  if not path.startswith(_PREFIX) or _SEPARATOR not in path:
-    return None
-  name, archive = path[len(_PREFIX) :].split(_SEPARATOR, 1)
-  return archive, name
-
-
-def name_in_archive(path: str) -> str:
-  """The file's path inside its archive ('cat/1.jpg'); `path` itself where it is no archive's."""
-  parsed = parse(path)
-  return parsed[1] if parsed else path
+def in_archive(path: str) -> tuple[str, str] | None:
+  """(zip archive, the path in it) where `path` goes through a zip archive ('pets.zip/train/cat':
+  'train/cat'; '' for the archive itself); None elsewhere."""
+  if path.endswith(hf_data_files.ARCHIVE):
+    archive, inside = path, ''
+  else:
+    before, found, inside = path.partition(hf_data_files.ARCHIVE + '/')
+    if not found:
+      return None
+    archive, inside = before + hf_data_files.ARCHIVE, inside.strip('/')
+  return (archive, inside) if _is_file(archive) else None
 
 
 def _hidden(name: str) -> bool:
@@ -81,11 +80,11 @@ def _files(archive: str) -> dict[str, zipfile.ZipInfo]:
   for name, info in files.items():
     if info.flag_bits & 0x1:
       raise ValueError(
-          f'{url(archive, name)} is encrypted: zip the images again without a password'
+          f'{os.path.join(archive, name)} is encrypted: zip the images again without a password'
       )
     if info.compress_type not in _INFLATE:
       raise ValueError(
-          f'{url(archive, name)} is compressed by method {info.compress_type}, which vit_jax does '
+          f'{os.path.join(archive, name)} is compressed by method {info.compress_type}, which vit_jax does '
           "not read: zip the images again with deflate (zip's default) or none"
       )
   return files
@@ -121,10 +120,9 @@ def most_common_extension(archives: list[str]) -> str | None:
   return counts.most_common(1)[0][0] if counts else None
 
 
-def read(path: str) -> bytes:
-  """The bytes of the file of URL `path`; `images.UnreadableImage` where the archive has no such
+def read(archive: str, name: str) -> bytes:
+  """The bytes of file `name` of `archive`; `images.UnreadableImage` where the archive has no such
   file or its bytes are not those its central directory describes (the archive changed)."""
-  archive, name = parse(path)
   info = _files(archive).get(name)
   if info is None:
     raise images.UnreadableImage(f'{archive} has no file {name!r}')

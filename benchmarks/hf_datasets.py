@@ -14,8 +14,8 @@ an image folder zipped (train.zip, test.zip: the JPEGs deflated and a metadata.c
   decoded to RGB, what timm's Hugging Face reader does; of the Parquet files and of the zips), and
   against the image folder's files, as ratios;
 - train images/s through `data.train_iterator` (inception crop, flip, the default workers), the
-  Parquet dataset, the shards and the zips against the same images as a folder, as ratios: the best of
-  `--rounds` interleaved timings of each (a process's first runs up to a third slower).
+  Parquet dataset, the shards and the zips against the same images as a folder, as ratios: the
+  best of `--rounds` interleaved timings of each (a process's first runs up to a third slower).
 """
 
 import os  # pylint: disable=g-bad-import-order

@@ -84,8 +84,8 @@ def _files(archive: str) -> dict[str, zipfile.ZipInfo]:
       )
     if info.compress_type not in _INFLATE:
       raise ValueError(
-          f'{os.path.join(archive, name)} is compressed by method {info.compress_type}, which vit_jax does '
-          "not read: zip the images again with deflate (zip's default) or none"
+          f'{os.path.join(archive, name)} is compressed by method {info.compress_type}, which '
+          "vit_jax does not read: zip the images again with deflate (zip's default) or none"
       )
   return files
 

@@ -131,12 +131,13 @@ def _split_dir(root: str, split: str) -> str:
         f'make a folder of class folders (e.g. {root}/val/), then --config.eval_split=val'
     )
   archived = zip_members.in_archive(root)
-  tops = [t for t in _sub_folders(root) if not t.startswith('__')] if archived else []
-  if archived and not archived[1] and tops:  # macOS's __MACOSX/ left out.
-    raise ValueError(  # The archive of a folder: its sub-folders are one level down.
-        f'Zip archive {root} has no {split}/ folder at its top, which holds {tops[:3]}: set '
-        f'config.data_dir={os.path.join(root, tops[0])} (a folder in the archive)'
-    )
+  if archived and not archived[1]:  # The archive of a folder: its sub-folders one level down.
+    tops = [t for t in _sub_folders(root) if not t.startswith('__')]  # Not macOS's __MACOSX/.
+    if tops:
+      raise ValueError(
+          f'Zip archive {root} has no {split}/ folder at its top, which holds {tops[:3]}: set '
+          f'config.data_dir={os.path.join(root, tops[0])} (a folder in the archive)'
+      )
   raise ValueError(
       f'Image folder {path} does not exist: config.data_dir must hold a {split}/ '
       'sub-folder of class folders'

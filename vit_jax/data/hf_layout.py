@@ -26,6 +26,7 @@ import os
 import re
 from typing import Any
 
+from vit_jax.data import folder
 from vit_jax.data import hf_card
 from vit_jax.data import hf_data_files
 from vit_jax.data import images
@@ -157,12 +158,8 @@ def metadata_table(path: str):
   from pyarrow import csv, json, parquet  # pylint: disable=g-import-not-at-top
 
   read = {'.csv': csv.read_csv, '.jsonl': json.read_json, '.parquet': parquet.read_table}
-  parse = read[os.path.splitext(path)[1]]
-  try:
-    if archived := zip_members.in_archive(path):
-      return parse(pa.BufferReader(zip_members.read(*archived)))
-    with hf_data_files.open_file(path) as f:
-      return parse(f)
+  try:  # Read as an image is: from local disk, cloud storage or a zip archive.
+    return read[os.path.splitext(path)[1]](pa.BufferReader(folder.read_file(path)))
   except (pa.ArrowException, OSError, images.UnreadableImage) as e:
     raise hf_data_files.unreadable(
         path, e, 'metadata file', "write it again: a 'file_name' column, and a column a feature"

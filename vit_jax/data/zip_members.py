@@ -114,7 +114,8 @@ def most_common_extension(archives: list[str]) -> str | None:
   counts = collections.Counter(
       '.' + suffix.lower()
       for archive in archives[:_ARCHIVES_FOR_FORMAT]
-      for name in names(archive)
+      for name in _files(archive)
+      if not _hidden(name)
       for suffix in posixpath.basename(name).split('.')[1:]
   )
   return counts.most_common(1)[0][0] if counts else None

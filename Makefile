@@ -42,11 +42,14 @@ lint: $(VENV)/.installed-test
 	$(VENV)/bin/pyink --check --quiet .
 
 # The fast tier: the style, then every test not marked slow (tests/conftest.py marks tests/e2e and
-# *_vs_torch.py slow). Its tests compile hundreds of tiny programs and run each a few steps, so LLVM's
-# optimisations are a quarter of their time: they compile at -O0, the same XLA semantics (1002 s ->
-# 755 s on a 2-core Zen 3). The slow tier's trainings keep the default: -O0 runs the demo 1.7x slower.
+# *_vs_torch.py slow). Its tests compile hundreds of tiny programs and run each a few steps, so
+# compiling is most of their time: LLVM's optimisations are off (-O0: 1002 s -> 755 s on a 2-core
+# Zen 3), and XLA's CPU backend emits fusions by its loop emitters, not the MLIR fusion emitters,
+# which take longer to compile (523 s -> 458 s on a 2-core Zen 4; 988 s -> 782 s of test time). The
+# same XLA semantics; the slow tier's trainings keep the defaults: -O0 runs the demo 1.7x slower.
+FAST_TIER_XLA_FLAGS := --xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false
 test: lint
-	XLA_FLAGS="--xla_backend_optimization_level=0 $$XLA_FLAGS" $(PYTEST) -m "not slow"
+	XLA_FLAGS="$(FAST_TIER_XLA_FLAGS) $$XLA_FLAGS" $(PYTEST) -m "not slow"
 
 # Everything: the fast tier, then the slow one (end-to-end runs, the torch-based comparisons).
 test-all: test $(VENV)/.installed-test-all

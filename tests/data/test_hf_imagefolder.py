@@ -63,7 +63,7 @@ def _assert_as_datasets_reads(root, label: str = 'label') -> hf_source.HuggingFa
   """Ours and datasets' splits, class names, and every row's pixels and label (by name)."""
   theirs = datasets.load_dataset(str(root))
   ours = hf_source.HuggingFaceSource(str(root), 'train', label)
-  assert list(ours._layout.splits) == list(theirs)  # pylint: disable=protected-access
+  assert list(ours._rows.sizes) == list(theirs)  # pylint: disable=protected-access
   feature = theirs['train'].features[label]
   for split in theirs:
     rows = _rows(ours, split)

@@ -180,7 +180,7 @@ def test_every_layout_reads_as_datasets_loads_it(tmp_path, layout):
   )
   source = hf_source.HuggingFaceSource(str(root), 'train', 'label')
   assert source.class_names == tuple(theirs['train'].features['label'].names) == tuple(NAMES)
-  assert list(source._layout.splits) == list(theirs)  # pylint: disable=protected-access
+  assert list(source._rows.sizes) == list(theirs)  # pylint: disable=protected-access
   for split in theirs:
     _assert_rows(_rows(source, split), theirs[split])
 

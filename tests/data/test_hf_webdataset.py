@@ -22,6 +22,7 @@ from vit_jax import data
 from vit_jax.data import dataset_cache
 from vit_jax.data import hf_source
 from vit_jax.data import images
+from vit_jax.data import hf_webdataset
 
 datasets = pytest.importorskip('datasets')
 
@@ -101,8 +102,8 @@ def test_shards_read_as_datasets_loads_them(tmp_path):
   _shard(tmp_path / 'imagenet1k-validation-0000.tar', _samples(3, 2, 'val/'), tarfile.USTAR_FORMAT)
   theirs = datasets.load_dataset(str(tmp_path))
   source = hf_source.HuggingFaceSource(str(tmp_path), 'train', 'cls')
-  assert source._layout.format == 'webdataset'  # pylint: disable=protected-access
-  assert list(source._layout.splits) == list(theirs) == ['train', 'validation']  # pylint: disable=protected-access
+  assert isinstance(source._rows, hf_webdataset.Rows)  # pylint: disable=protected-access
+  assert list(source._rows.sizes) == list(theirs) == ['train', 'validation']  # pylint: disable=protected-access
   assert source.class_names == ('0', '1', '2')
   for split in theirs:
     _assert_rows(_rows(source, split), theirs[split], 'cls')

@@ -333,3 +333,9 @@ def test_host_to_device_times_float32_and_uint8_batches():
 def test_divided_index_times_one_process_and_two_that_make_the_same_index():
   out = _run('divided_index.py', '--tars=5', '--samples=30')
   assert '# 5 tars of 30 samples' in out and '| 2 (divided) | ' in out, out
+
+
+def test_worker_paths_times_packed_paths_against_a_list():
+  out = _run('worker_paths.py', '--classes=3', '--per_class=5', '--rounds=1')
+  assert '# 15 paths' in out and '| list | ' in out and '| packed | ' in out, out
+  assert out.splitlines()[-1].startswith('packed / list: MB pickled '), out

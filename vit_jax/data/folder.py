@@ -18,6 +18,7 @@ import numpy as np
 
 from vit_jax.data import images as data_images
 from vit_jax.data import order
+from vit_jax.data import packed_strings
 from vit_jax.data import zip_members
 from vit_jax.runtime import paths
 
@@ -150,6 +151,9 @@ def _split_dir(root: str, split: str) -> str:
 _PROBE_PER_CLASS = 3
 _PROBE_CLASSES = 64
 _PROBE_THREADS = 16
+# Class folders listed at once: on cloud storage each is a request or more, and ImageNet's 1000
+# one by one would wait on a thousand round trips at every start.
+_LISTING_THREADS = 16
 _PROBE_FIX = 'check that they are images (a git-lfs checkout needs `git lfs pull`)'
 
 
@@ -223,20 +227,23 @@ class FolderSource:
       )
     self._files = {}
 
-  def split_files(self, split: str) -> tuple[list[str], np.ndarray]:
+  def split_files(self, split: str) -> tuple[packed_strings.PackedStrings, np.ndarray]:
     """All image paths of a split, sorted by class then name, and their int32 labels. Listing a split
-    checks that its images can be read (a sample of them: `_check_readable`)."""
+    checks that its images can be read (a sample of them: `_check_readable`). Its class folders are
+    listed _LISTING_THREADS at a time: on cloud storage, a request or more each."""
     if split not in self._files:
       split_dir = _split_dir(self._root, split)
       labels = {name: label for label, name in enumerate(self.class_names)}
-      files = {}
-      for name in _sub_folders(split_dir):
+      class_folders = _sub_folders(split_dir)
+      for name in class_folders:
         if name not in labels:
           raise ValueError(
               f'Class folder {os.path.join(split_dir, name)} has no counterpart in '
               f'{self._train_dir}: every class needs a folder of train images'
           )
-        files[name] = _image_files(os.path.join(split_dir, name))
+      with concurrent.futures.ThreadPoolExecutor(_LISTING_THREADS) as pool:
+        listings = pool.map(lambda name: _image_files(os.path.join(split_dir, name)), class_folders)
+        files = dict(zip(class_folders, listings))
       if not any(files.values()):
         raise ValueError(
             f'No {"/".join(data_images.IMAGE_EXTENSIONS)} images in the class folders of '
@@ -253,7 +260,7 @@ class FolderSource:
       _check_readable(split, split_dir, files, train=train)
       listed = [os.path.join(split_dir, name, f) for name, names in files.items() for f in names]
       path_labels = [labels[name] for name, names in files.items() for _ in names]
-      self._files[split] = (listed, np.array(path_labels, np.int32))
+      self._files[split] = (packed_strings.PackedStrings(listed), np.array(path_labels, np.int32))
     return self._files[split]
 
   def examples(self, split: str, shard: int = 0, num_shards: int = 1) -> order.Records:
@@ -283,7 +290,7 @@ class FolderSource:
 class _StridedFiles:
   """Record k of a shard: (path, label). A class, not a closure, so that it pickles by value."""
 
-  def __init__(self, files: list[str], labels: np.ndarray):
+  def __init__(self, files: packed_strings.PackedStrings, labels: np.ndarray):
     self._paths = files
     self._labels = labels
 

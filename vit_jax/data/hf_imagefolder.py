@@ -17,6 +17,7 @@ import numpy as np
 from vit_jax.data import folder
 from vit_jax.data import hf_layout
 from vit_jax.data import images
+from vit_jax.data import packed_strings
 
 _PROBED = 16  # Images of a split decoded before the run: a git-lfs checkout's pointers fail here.
 
@@ -46,16 +47,20 @@ class Rows:
     classes = None if names is None else {name: k for k, name in enumerate(names)}
     self._root = layout.root
     self._label_column = label_column
-    self._files, self._labels = {}, {}  # Split -> its image paths; its labels (None: none).
+    # Split -> its image paths; its labels, or the number of its examples without one.
+    self._files, self._labels = {}, {}
     for split, files in layout.splits.items():
       listed = [f for f in files if hf_layout.is_metadata(f)]
       if listed:
-        self._files[split], values = self._listed(listed, image_column, label_column)
+        paths, values = self._listed(listed, image_column, label_column)
       else:
-        self._files[split] = list(files)
+        paths = files
         values = [os.path.basename(os.path.dirname(f)) for f in files]
+      self._files[split] = packed_strings.PackedStrings(paths)
       where = f'split {split!r} of dataset {layout.root}'
-      self._labels[split] = [_label(v, classes, where) for v in values]
+      labels = [_label(v, classes, where) for v in values]
+      missing = sum(label is None for label in labels)
+      self._labels[split] = missing or np.array(labels)
       folder.probe(split, folder.spread(self._files[split], _PROBED))
     self.sizes = {split: len(files) for split, files in self._files.items()}
 
@@ -86,10 +91,9 @@ class Rows:
   def labels(self, split: str) -> np.ndarray:
     """The label of every example of `split`, as written (integers or strings)."""
     labels = self._labels[split]
-    missing = sum(label is None for label in labels)
-    if missing:
-      raise hf_layout.unlabelled(self._root, split, missing, self._label_column)
-    return np.array(labels)
+    if isinstance(labels, int):
+      raise hf_layout.unlabelled(self._root, split, labels, self._label_column)
+    return labels
 
   def describe(self, split: str, row: int) -> str:
     return self._files[split][row]

@@ -37,7 +37,9 @@ class HuggingFaceSource:
   """A Hugging Face dataset on disk (sources.Source): records are ((split, row), label)."""
 
   def __init__(self, root: str, train_split: str, label_feature: str):
-    self._layout = layout = hf_layout.read(root)
+    layout = hf_layout.read(root)
+    # Not the layout, which pickles to every worker process: an image folder's lists each image.
+    self._root = layout.root
     reader = READERS[layout.format]
     kinds = reader.column_kinds(layout)
     found = [n for n, kind in kinds.items() if kind == 'image']
@@ -85,7 +87,7 @@ class HuggingFaceSource:
       self._parts(split)
     except ValueError as e:
       raise ValueError(
-          f"{str(e).rstrip('.')}; set {field} to one of {list(self._layout.splits)} or a "
+          f"{str(e).rstrip('.')}; set {field} to one of {list(self._rows.sizes)} or a "
           "slice of one, e.g. 'train[:90%]'"
       ) from None
 
@@ -101,14 +103,14 @@ class HuggingFaceSource:
       unknown = sorted(set(raw.tolist()) - set(index))
       if unknown:
         raise ValueError(
-            f'Split {split!r} of dataset {self._layout.root} has labels that no train example '
+            f'Split {split!r} of dataset {self._root} has labels that no train example '
             f'has: {unknown[:5]}; train on a split with every class'
         )
       return np.array([index[name] for name in raw.tolist()], np.int32)
     bad = raw[(raw < 0) | (raw >= len(self.class_names))]
     if bad.size:
       raise ValueError(
-          f'Split {split!r} of dataset {self._layout.root} has {bad.size} labels that are not '
+          f'Split {split!r} of dataset {self._root} has {bad.size} labels that are not '
           f'one of its {len(self.class_names)} classes (e.g. {int(bad[0])}; -1 marks an '
           'unlabelled example): evaluate on a labelled split'
       )

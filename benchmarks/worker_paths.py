@@ -1,0 +1,83 @@
+"""What an image folder's paths cost each worker process: packed (PackedStrings) against a list.
+
+  python benchmarks/worker_paths.py [--classes=1000 --per_class=1281 --rounds=3]
+
+A worker process receives a split's records pickled (folder._StridedFiles: the paths and their
+labels); ImageNet-1k's train split is 1.28 million paths of its layout
+(/data/imagenet/train/n01440764/n01440764_10026.JPEG). For the paths packed and as the list of str
+they were before: the pickle's size, the time to unpickle it (the best of `--rounds`), the memory
+the unpickled records hold (tracemalloc), and the time to read one record's path, each as a ratio
+(packed / list).
+"""
+
+import os  # pylint: disable=g-bad-import-order
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import argparse
+import pickle
+import platform
+import time
+import tracemalloc
+
+import numpy as np
+
+from vit_jax.data import folder  # pylint: disable=wrong-import-position
+from vit_jax.data import packed_strings  # pylint: disable=wrong-import-position
+
+_READS = 100_000
+
+
+def measure(files, labels: np.ndarray, rounds: int) -> dict[str, float]:
+  data = pickle.dumps(folder._StridedFiles(files, labels))  # pylint: disable=protected-access
+  seconds = []
+  for _ in range(rounds):
+    start = time.perf_counter()
+    pickle.loads(data)
+    seconds.append(time.perf_counter() - start)
+  tracemalloc.start()
+  records = pickle.loads(data)
+  held = tracemalloc.get_traced_memory()[0]
+  tracemalloc.stop()
+  ks = np.random.default_rng(0).integers(0, len(labels), _READS).tolist()
+  start = time.perf_counter()
+  for k in ks:
+    records(k)
+  read = (time.perf_counter() - start) / _READS
+  return {
+      'MB pickled': len(data) / 1e6,
+      's to unpickle': min(seconds),
+      'MB held': held / 1e6,
+      'us a record': read * 1e6,
+  }
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument('--classes', type=int, default=1000)
+  parser.add_argument('--per_class', type=int, default=1281)
+  parser.add_argument('--rounds', type=int, default=3)
+  args = parser.parse_args()
+  paths = [
+      f'/data/imagenet/train/n{c:08d}/n{c:08d}_{i}.JPEG'
+      for c in range(args.classes)
+      for i in range(args.per_class)
+  ]
+  labels = np.repeat(np.arange(args.classes, dtype=np.int32), args.per_class)
+  rows = {
+      'list': measure(paths, labels, args.rounds),
+      'packed': measure(packed_strings.PackedStrings(paths), labels, args.rounds),
+  }
+  print(f'# {len(paths)} paths, {platform.processor() or platform.machine()}, {time.ctime()}')
+  columns = list(rows['list'])
+  print('| paths | ' + ' | '.join(columns) + ' |')
+  print('|---' * (len(columns) + 1) + '|')
+  for name, row in rows.items():
+    print(f'| {name} | ' + ' | '.join(f'{row[c]:.3g}' for c in columns) + ' |')
+  ratios = ', '.join(f'{c} {rows["packed"][c] / rows["list"][c]:.3g}x' for c in columns)
+  print(f'packed / list: {ratios}')
+
+
+if __name__ == '__main__':
+  main()

@@ -5,6 +5,7 @@ order are those datasets reads from the extracted archive, and each file's bytes
 import io
 import os
 import struct
+import tracemalloc
 import zipfile
 
 import numpy as np
@@ -147,3 +148,47 @@ def test_what_cannot_be_read_is_a_one_line_error(tmp_path):
     zip_members.read(path, 'cat/a.jpg')
   with pytest.raises(images.UnreadableImage, match="has no file 'cat/b.jpg'"):
     zip_members.read(path, 'cat/b.jpg')
+
+
+def _fresh_process() -> None:
+  """What a worker process starts with: no listing or index of any archive."""
+  for cached in (zip_members._files, zip_members._index, zip_members.folders):  # pylint: disable=protected-access
+    cached.cache_clear()
+
+
+def test_a_worker_reads_through_the_mapped_index_without_listing_the_archive(tmp_path, monkeypatch):
+  path = str(tmp_path / 'many.zip')
+  contents = {
+      f'train/n{c:04d}/{i}.jpg': f'{c} {i}'.encode() * (i % 7)
+      for c in range(20)
+      for i in range(500)
+  }
+  with zipfile.ZipFile(path, 'w', zipfile.ZIP_DEFLATED) as archive:
+    for name, data in contents.items():
+      archive.writestr(name, data)
+  assert zip_members.read(path, 'train/n0003/17.jpg') == contents['train/n0003/17.jpg']
+  _fresh_process()
+  monkeypatch.setattr(zipfile, 'ZipFile', None)  # A worker lists nothing.
+  tracemalloc.start()
+  found = {name: zip_members.read(path, name) for name in list(contents)[::97]}
+  held = tracemalloc.get_traced_memory()[0]
+  tracemalloc.stop()
+  assert found == {name: contents[name] for name in found}
+  assert held < 200_000, held  # zipfile's listing of the 10,000 files: ~5 MB.
+  with pytest.raises(images.UnreadableImage, match="has no file 'train/n0003/500.jpg'"):
+    zip_members.read(path, 'train/n0003/500.jpg')
+
+
+def test_names_of_the_same_hash_are_told_apart(tmp_path, monkeypatch):
+  monkeypatch.setattr(zip_members, '_name_hash', lambda encoded: len(encoded) % 3)
+  _fresh_process()
+  path = str(tmp_path / 'colliding.zip')
+  contents = {f'{"x" * k}/{name}': f'{k}{name}'.encode() for k in range(6) for name in 'abcdé'}
+  with zipfile.ZipFile(path, 'w') as archive:
+    for name, data in contents.items():
+      archive.writestr(name, data)
+  for name, data in contents.items():
+    assert zip_members.read(path, name) == data, name
+  with pytest.raises(images.UnreadableImage, match='has no file'):
+    zip_members.read(path, 'xx/f')
+  _fresh_process()

@@ -8,6 +8,11 @@ labels); ImageNet-1k's train split is 1.28 million paths of its layout
 they were before: the pickle's size, the time to unpickle it (the best of `--rounds`), the memory
 the unpickled records hold (tracemalloc), and the time to read one record's path, each as a ratio
 (packed / list).
+
+Then the same paths as files of a zip archive (`dataset='folder'` on `imagenet.zip`, the files
+empty): what a worker process pays before it reads its first image from it: zipfile's listing of
+the archive, which each worker made before (the time, the memory it holds), against mapping the
+archive's index that the first process made in the dataset cache (zip_members.py), as a ratio.
 """
 
 import os  # pylint: disable=g-bad-import-order
@@ -21,10 +26,15 @@ import platform
 import time
 import tracemalloc
 
+import tempfile
+import zipfile
+
 import numpy as np
 
+from vit_jax.data import dataset_cache  # pylint: disable=wrong-import-position
 from vit_jax.data import folder  # pylint: disable=wrong-import-position
 from vit_jax.data import packed_strings  # pylint: disable=wrong-import-position
+from vit_jax.data import zip_members  # pylint: disable=wrong-import-position
 
 _READS = 100_000
 
@@ -53,6 +63,38 @@ def measure(files, labels: np.ndarray, rounds: int) -> dict[str, float]:
   }
 
 
+def _held(first_read) -> tuple[float, float]:
+  """(seconds, MB held) of a fresh process's `first_read()` of an archive (timed untraced)."""
+  fresh = lambda: [c.cache_clear() for c in (zip_members._files, zip_members._index)]  # pylint: disable=protected-access
+  fresh()
+  start = time.perf_counter()
+  first_read()
+  seconds = time.perf_counter() - start
+  fresh()
+  tracemalloc.start()
+  first_read()
+  held = tracemalloc.get_traced_memory()[0]
+  tracemalloc.stop()
+  return seconds, held / 1e6
+
+
+def measure_zip(paths: list[str]) -> dict[str, tuple[float, float]]:
+  with tempfile.TemporaryDirectory() as directory:
+    os.environ[dataset_cache.CACHE_VARIABLE] = os.path.join(directory, 'cache')
+    archive = os.path.join(directory, 'imagenet.zip')
+    with zipfile.ZipFile(archive, 'w') as f:
+      for path in paths:
+        f.writestr(path[1:], b'')
+    name = paths[len(paths) // 2][1:]
+    zip_members.read(archive, name)  # The first process: it lists the archive, makes the index.
+    return {
+        'zipfile listing (each worker, before)': _held(
+            lambda: zip_members._files(archive)  # pylint: disable=protected-access
+        ),
+        'index mapped (each worker, now)': _held(lambda: zip_members.read(archive, name)),
+    }
+
+
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('--classes', type=int, default=1000)
@@ -77,6 +119,12 @@ def main() -> None:
     print(f'| {name} | ' + ' | '.join(f'{row[c]:.3g}' for c in columns) + ' |')
   ratios = ', '.join(f'{c} {rows["packed"][c] / rows["list"][c]:.3g}x' for c in columns)
   print(f'packed / list: {ratios}')
+  zipped = measure_zip(paths)
+  print("\n| a worker's first read from the zip | s | MB held |\n|---|---|---|")
+  for name, (seconds, held) in zipped.items():
+    print(f'| {name} | {seconds:.3g} | {held:.3g} |')
+  before, now = zipped.values()
+  print(f'index / listing: s {now[0] / before[0]:.3g}x, MB held {now[1] / before[1]:.3g}x')
 
 
 if __name__ == '__main__':

@@ -335,7 +335,8 @@ def test_divided_index_times_one_process_and_two_that_make_the_same_index():
   assert '# 5 tars of 30 samples' in out and '| 2 (divided) | ' in out, out
 
 
-def test_worker_paths_times_packed_paths_against_a_list():
+def test_worker_paths_times_packed_paths_against_a_list_and_a_zips_index_against_its_listing():
   out = _run('worker_paths.py', '--classes=3', '--per_class=5', '--rounds=1')
   assert '# 15 paths' in out and '| list | ' in out and '| packed | ' in out, out
-  assert out.splitlines()[-1].startswith('packed / list: MB pickled '), out
+  assert 'packed / list: MB pickled ' in out and '| index mapped (each worker, now) | ' in out, out
+  assert out.splitlines()[-1].startswith('index / listing: s '), out

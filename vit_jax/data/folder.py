@@ -133,7 +133,7 @@ def _split_dir(root: str, split: str) -> str:
     )
   archived = zip_members.in_archive(root)
   if archived and not archived[1]:  # The archive of a folder: its sub-folders one level down.
-    tops = [t for t in _sub_folders(root) if not t.startswith('__')]  # Not macOS's __MACOSX/.
+    tops = [t for t in _sub_folders(root) if not zip_members.hidden(t)]  # Not macOS's __MACOSX/.
     if tops:
       raise ValueError(
           f'Zip archive {root} has no {split}/ folder at its top, which holds {tops[:3]}: set '

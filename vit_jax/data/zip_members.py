@@ -75,7 +75,7 @@ def in_archive(path: str) -> tuple[str, str] | None:
   return (archive, inside) if _is_file(archive) else None
 
 
-def _hidden(name: str) -> bool:
+def hidden(name: str) -> bool:
   """Whether datasets leaves an extracted file out (DownloadManager.iter_files): its name or a
   folder's starts with '.' or '__' (macOS's __MACOSX/ and ._ files)."""
   return any(part.startswith(('.', '__')) for part in name.split('/'))
@@ -113,7 +113,7 @@ def _files(archive: str) -> dict[str, zipfile.ZipInfo]:
 
 def names(archive: str) -> list[str]:
   """The files of `archive` datasets reads (hidden ones left out), in the order it reads them."""
-  return sorted((n for n in _files(archive) if not _hidden(n)), key=_walk_order)
+  return sorted((n for n in _files(archive) if not hidden(n)), key=_walk_order)
 
 
 @functools.cache
@@ -136,7 +136,7 @@ def most_common_extension(archives: list[str]) -> str | None:
       '.' + suffix.lower()
       for archive in archives[:_ARCHIVES_FOR_FORMAT]
       for name in _files(archive)
-      if not _hidden(name)
+      if not hidden(name)
       for suffix in posixpath.basename(name).split('.')[1:]
   )
   return counts.most_common(1)[0][0] if counts else None

@@ -9,6 +9,7 @@ import pytest
 
 import helpers
 from vit_jax import data
+from vit_jax.data import dataset_cache
 from vit_jax.data import folder
 
 _FILES = [
@@ -84,3 +85,15 @@ def test_an_archive_of_a_folder_in_a_folder_names_the_data_dir_to_set(tmp_path):
   assert f"Zip archive {archive} has no train/ folder at its top, which holds ['pets']" in error
   assert f'set config.data_dir={archive}/pets (a folder in the archive)' in error
   assert 'does not exist' in helpers.data_error(f'{archive}/pets/nothing', dataset='folder')
+
+
+def test_a_dataset_cache_that_cannot_be_written_is_named_not_the_images(tmp_path, monkeypatch):
+  """An archive's index goes to the dataset cache: where it cannot, the run stops naming the
+  cache, not on "no image decodes" (the probe's reading of any OSError)."""
+  _, archive = _folder_and_its_zip(tmp_path, zipfile.ZIP_STORED)
+  monkeypatch.setenv(dataset_cache.CACHE_VARIABLE, f'{archive}/cache')  # Under a file.
+  error = helpers.data_error(f'{archive}/pets', dataset='folder')
+  assert error == (
+      f'Indexing zip archive {archive}: the dataset cache {archive}/cache cannot be written '
+      f'(Not a directory): set {dataset_cache.CACHE_VARIABLE} to a folder this process may write'
+  )

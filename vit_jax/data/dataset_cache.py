@@ -61,8 +61,16 @@ def made_once(path: str, needed_bytes: int, doing: str, write: Callable[[str], N
 
   if os.path.exists(path):
     return path
-  os.makedirs(cache_dir(), exist_ok=True)
-  with filelock.FileLock(os.path.join(cache_dir(), '.lock')):
+  lock = filelock.FileLock(os.path.join(cache_dir(), '.lock'))
+  try:
+    os.makedirs(cache_dir(), exist_ok=True)
+    lock.acquire()
+  except OSError as e:  # Left to a reader, a file it reads would be "unreadable" for this.
+    raise ValueError(
+        f'{doing}: the dataset cache {cache_dir()} cannot be written ({e.strerror or e}): set '
+        f'{CACHE_VARIABLE} to a folder this process may write'
+    ) from None
+  try:
     if os.path.exists(path):
       return path
     free = shutil.disk_usage(cache_dir()).free
@@ -82,4 +90,6 @@ def made_once(path: str, needed_bytes: int, doing: str, write: Callable[[str], N
           raise
     finally:
       _remove(partial)
+  finally:
+    lock.release()
   return path

@@ -45,10 +45,7 @@ _ENTRY = np.dtype(
     [
         ('name_end', '<i8'),  # Where its name ends in the names' bytes.
         ('header_offset', '<i8'),
-        (
-            'header_bytes',
-            '<i8',
-        ),  # Its local header's length, as the central directory's fields give it.
+        ('header_bytes', '<i8'),  # Its local header's length by the central directory's fields.
         ('stored_size', '<i8'),
         ('file_size', '<i8'),
         ('crc', '<u4'),
@@ -150,21 +147,19 @@ def _name_hash(encoded: bytes) -> int:
 def _write_index(archive: str, directory: str) -> None:
   """The index of `archive`'s files: their names' hashes, sorted; each file's entry; their names'
   bytes end to end, in that order."""
-  infos = _files(archive)
-  encoded = sorted((name.encode('utf-8', 'surrogateescape') for name in infos), key=_name_hash)
+  files = _files(archive)
+  encoded = sorted((name.encode('utf-8', 'surrogateescape') for name in files), key=_name_hash)
+  infos = [files[e.decode('utf-8', 'surrogateescape')] for e in encoded]
   entries = np.zeros(len(encoded), _ENTRY)
   entries['name_end'] = np.cumsum([len(e) for e in encoded])
-  for k, info in enumerate(infos[e.decode('utf-8', 'surrogateescape')] for e in encoded):
-    header = _LOCAL_HEADER.size + len(info.orig_filename.encode()) + len(info.extra)
-    entries[k] = (
-        entries['name_end'][k],
-        info.header_offset,
-        header,
-        info.compress_size,
-        info.file_size,
-        info.CRC,
-        info.compress_type,
-    )
+  entries['header_offset'] = [i.header_offset for i in infos]
+  entries['header_bytes'] = [
+      _LOCAL_HEADER.size + len(i.orig_filename.encode()) + len(i.extra) for i in infos
+  ]
+  entries['stored_size'] = [i.compress_size for i in infos]
+  entries['file_size'] = [i.file_size for i in infos]
+  entries['crc'] = [i.CRC for i in infos]
+  entries['method'] = [i.compress_type for i in infos]
   os.makedirs(directory)
   np.save(os.path.join(directory, 'hashes.npy'), np.array([_name_hash(e) for e in encoded], '<u4'))
   np.save(os.path.join(directory, 'entries.npy'), entries)
@@ -185,12 +180,12 @@ def _index(archive: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def _entry(archive: str, name: str) -> np.void | None:
   """File `name`'s entry in `archive`'s index; None where it has no such file."""
-  hashes, entries, names = _index(archive)
+  hashes, entries, name_bytes = _index(archive)
   encoded = name.encode('utf-8', 'surrogateescape')
   key = np.uint32(_name_hash(encoded))
   for k in range(np.searchsorted(hashes, key), np.searchsorted(hashes, key, side='right')):
     start = int(entries[k - 1]['name_end']) if k else 0
-    if names[start : entries[k]['name_end']].tobytes() == encoded:
+    if name_bytes[start : entries[k]['name_end']].tobytes() == encoded:
       return entries[k]
   return None
 

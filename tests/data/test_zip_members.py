@@ -152,7 +152,7 @@ def test_what_cannot_be_read_is_a_one_line_error(tmp_path):
 
 def _fresh_process() -> None:
   """What a worker process starts with: no listing or index of any archive."""
-  for cached in (zip_members._files, zip_members._index, zip_members.folders):  # pylint: disable=protected-access
+  for cached in (zip_members._index, zip_members.folders):  # pylint: disable=protected-access
     cached.cache_clear()
 
 

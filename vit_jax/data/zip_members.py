@@ -2,10 +2,9 @@
 through an archive as through a folder ('pets.zip/train/cat/a.jpg'), as it would through the
 archive extracted in place. `dataset='folder'` reads an archive so (`data_dir=pets.zip`), and a
 Hugging Face image folder its zip files (which `datasets.load_dataset` reads through fsspec's
-`zip://` URLs). The process that lists an archive's folders reads its central directory; a file
-is found through the archive's index, made of it once a machine in the dataset cache and mapped by
-each process that reads (a run's worker processes), and read as one ranged read of its bytes,
-inflated and checked against its CRC: nothing is extracted or copied.
+`zip://` URLs). An archive's central directory is read once a machine, into an index in the
+dataset cache that each process maps (a run's worker processes among them); a file is one ranged
+read of its bytes, inflated and checked against its CRC: nothing is extracted or copied.
 """
 
 import bz2
@@ -14,6 +13,7 @@ import functools
 import os
 import posixpath
 import struct
+from typing import NamedTuple
 import zipfile
 import zlib
 
@@ -38,9 +38,9 @@ _INFLATE = {
     zipfile.ZIP_BZIP2: bz2.decompress,
 }
 _ARCHIVES_FOR_FORMAT = 10  # datasets' ARCHIVES_MAX_NUMBER_FOR_MODULE_INFERENCE.
-# A file's entry in an archive's index (dataset_cache.py), which each worker process maps: zipfile's
-# listing is 520-560 bytes a file in each process (0.7 GB for ImageNet-1k zipped); the index, 50
-# bytes and the name's, is mapped, one copy in the page cache for all.
+# A file's entry in an archive's index (dataset_cache.py), which each process maps: zipfile's
+# listing is 520-560 bytes a file in each process that makes it (0.7 GB for ImageNet-1k zipped);
+# the index, 58 bytes and the name's, is one copy in the page cache for all.
 _ENTRY = np.dtype(
     [
         ('name_end', '<i8'),  # Where its name ends in the names' bytes.
@@ -85,10 +85,9 @@ def _walk_order(name: str) -> list[tuple[int, str]]:
   return [(1, folder) for folder in folders] + [(0, file)]
 
 
-@functools.cache  # An archive's listing, once a process (worker processes list it again).
 def _files(archive: str) -> dict[str, zipfile.ZipInfo]:
-  """The files of `archive`, by name; a one-line ValueError where it is not a zip archive vit_jax
-  reads."""
+  """The files of `archive`, by name, in its order, as zipfile lists its central directory; a
+  one-line ValueError where it is not a zip archive vit_jax reads."""
   try:
     with hf_data_files.open_file(archive) as f:
       infos = zipfile.ZipFile(f).infolist()
@@ -110,7 +109,7 @@ def _files(archive: str) -> dict[str, zipfile.ZipInfo]:
 
 def names(archive: str) -> list[str]:
   """The files of `archive` datasets reads (hidden ones left out), in the order it reads them."""
-  return sorted((n for n in _files(archive) if not hidden(n)), key=_walk_order)
+  return sorted((n for n in _names(archive) if not hidden(n)), key=_walk_order)
 
 
 @functools.cache
@@ -118,7 +117,7 @@ def folders(archive: str) -> dict[str, tuple[set[str], list[str]]]:
   """Each folder of `archive` ('' its top, 'train/cat'): the names of its sub-folders and of its
   files, as the archive extracted would hold them."""
   tree = {'': (set(), [])}
-  for name in _files(archive):
+  for name in _names(archive):
     *parents, file = name.split('/')
     for depth, sub in enumerate(parents):
       tree.setdefault('/'.join(parents[:depth]), (set(), []))[0].add(sub)
@@ -132,7 +131,7 @@ def most_common_extension(archives: list[str]) -> str | None:
   counts = collections.Counter(
       '.' + suffix.lower()
       for archive in archives[:_ARCHIVES_FOR_FORMAT]
-      for name in _files(archive)
+      for name in _names(archive)
       if not hidden(name)
       for suffix in posixpath.basename(name).split('.')[1:]
   )
@@ -145,12 +144,12 @@ def _name_hash(encoded: bytes) -> int:
 
 
 def _write_index(archive: str, directory: str) -> None:
-  """The index of `archive`'s files: their names' hashes, sorted; each file's entry; their names'
-  bytes end to end, in that order."""
+  """The index of `archive`'s files, in its order: each file's entry, their names' bytes end to end;
+  and their names' hashes sorted, with the order that sorts them."""
   files = _files(archive)
-  encoded = sorted((name.encode('utf-8', 'surrogateescape') for name in files), key=_name_hash)
-  infos = [files[e.decode('utf-8', 'surrogateescape')] for e in encoded]
-  entries = np.zeros(len(encoded), _ENTRY)
+  encoded = [name.encode('utf-8', 'surrogateescape') for name in files]
+  infos = list(files.values())
+  entries = np.zeros(len(infos), _ENTRY)
   entries['name_end'] = np.cumsum([len(e) for e in encoded])
   entries['header_offset'] = [i.header_offset for i in infos]
   entries['header_bytes'] = [
@@ -160,33 +159,55 @@ def _write_index(archive: str, directory: str) -> None:
   entries['file_size'] = [i.file_size for i in infos]
   entries['crc'] = [i.CRC for i in infos]
   entries['method'] = [i.compress_type for i in infos]
+  hashes = np.array([_name_hash(e) for e in encoded], '<u4')
+  by_hash = np.argsort(hashes, kind='stable')
   os.makedirs(directory)
-  np.save(os.path.join(directory, 'hashes.npy'), np.array([_name_hash(e) for e in encoded], '<u4'))
   np.save(os.path.join(directory, 'entries.npy'), entries)
   np.save(os.path.join(directory, 'names.npy'), np.frombuffer(b''.join(encoded), np.uint8))
+  np.save(os.path.join(directory, 'hashes.npy'), hashes[by_hash])
+  np.save(os.path.join(directory, 'by_hash.npy'), by_hash)
 
 
-@functools.cache  # Once a process: the index made once a machine, mapped by each worker process.
-def _index(archive: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+class _Index(NamedTuple):
+  entries: np.ndarray
+  names: np.ndarray  # uint8: the names' UTF-8 bytes, end to end.
+  hashes: np.ndarray  # Sorted.
+  by_hash: np.ndarray  # hashes[j] is the hash of file by_hash[j]'s name.
+
+
+@functools.cache  # Once a process: the index made once a machine, mapped by each process.
+def _index(archive: str) -> _Index:
   path = dataset_cache.cache_path((archive,), 'zip index', '.zipindex')
   dataset_cache.made_once(
       path, 0, f'Indexing zip archive {archive}', lambda d: _write_index(archive, d)
   )
-  return tuple(
-      np.load(os.path.join(path, f'{name}.npy'), mmap_mode='r')
-      for name in ('hashes', 'entries', 'names')
+  return _Index(
+      *(np.load(os.path.join(path, f'{name}.npy'), mmap_mode='r') for name in _Index._fields)
   )
+
+
+def _names(archive: str) -> list[str]:
+  """The names of `archive`'s files (folders left out), in its order."""
+  index = _index(archive)
+  data, ends = index.names.tobytes(), index.entries['name_end'].tolist()
+  return [
+      data[start:end].decode('utf-8', 'surrogateescape')
+      for start, end in zip([0, *ends[:-1]], ends)
+  ]
 
 
 def _entry(archive: str, name: str) -> np.void | None:
   """File `name`'s entry in `archive`'s index; None where it has no such file."""
-  hashes, entries, name_bytes = _index(archive)
+  index = _index(archive)
   encoded = name.encode('utf-8', 'surrogateescape')
   key = np.uint32(_name_hash(encoded))
-  for k in range(np.searchsorted(hashes, key), np.searchsorted(hashes, key, side='right')):
-    start = int(entries[k - 1]['name_end']) if k else 0
-    if name_bytes[start : entries[k]['name_end']].tobytes() == encoded:
-      return entries[k]
+  for j in range(
+      np.searchsorted(index.hashes, key), np.searchsorted(index.hashes, key, side='right')
+  ):
+    k = int(index.by_hash[j])
+    start = int(index.entries[k - 1]['name_end']) if k else 0
+    if index.names[start : index.entries[k]['name_end']].tobytes() == encoded:
+      return index.entries[k]
   return None
 
 

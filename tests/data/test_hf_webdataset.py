@@ -21,8 +21,8 @@ import helpers
 from vit_jax import data
 from vit_jax.data import dataset_cache
 from vit_jax.data import hf_source
-from vit_jax.data import images
 from vit_jax.data import hf_webdataset
+from vit_jax.data import images
 
 datasets = pytest.importorskip('datasets')
 

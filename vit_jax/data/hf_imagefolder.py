@@ -47,8 +47,8 @@ class Rows:
     classes = None if names is None else {name: k for k, name in enumerate(names)}
     self._root = layout.root
     self._label_column = label_column
-    # Split -> its image paths; its labels, or the number of its examples without one.
-    self._files, self._labels = {}, {}
+    # Split -> its image paths; its labels (where every example has one); its examples without one.
+    self._files, self._labels, self._unlabelled = {}, {}, {}
     for split, files in layout.splits.items():
       listed = [f for f in files if hf_layout.is_metadata(f)]
       if listed:
@@ -59,8 +59,8 @@ class Rows:
       self._files[split] = packed_strings.PackedStrings(paths)
       where = f'split {split!r} of dataset {layout.root}'
       labels = [_label(v, classes, where) for v in values]
-      missing = sum(label is None for label in labels)
-      self._labels[split] = missing or np.array(labels)
+      self._unlabelled[split] = sum(label is None for label in labels)
+      self._labels[split] = None if self._unlabelled[split] else np.array(labels)
       folder.probe(split, folder.spread(self._files[split], _PROBED))
     self.sizes = {split: len(files) for split, files in self._files.items()}
 
@@ -90,10 +90,9 @@ class Rows:
 
   def labels(self, split: str) -> np.ndarray:
     """The label of every example of `split`, as written (integers or strings)."""
-    labels = self._labels[split]
-    if isinstance(labels, int):
-      raise hf_layout.unlabelled(self._root, split, labels, self._label_column)
-    return labels
+    if self._unlabelled[split]:
+      raise hf_layout.unlabelled(self._root, split, self._unlabelled[split], self._label_column)
+    return self._labels[split]
 
   def describe(self, split: str, row: int) -> str:
     return self._files[split][row]

@@ -33,25 +33,22 @@ def test_the_train_crop_reads_min_area_and_checks_it():
   pp = _pp(crop='random_resized', min_area=0.0)
   with pytest.raises(ValueError, match=r'^config.pp.min_area=0.0 must be in \(0, 1\]'):
     preprocess.check_pp(pp)
-  image = _image(40, 40)
-  whole = crops.random_resized_crop(image, np.random.default_rng(3), 1.0)
-  np.testing.assert_array_equal(whole, image)  # A square image's whole area is the only box.
-  assert crops.random_resized_crop(image, np.random.default_rng(3), 0.1).shape[0] < 40
+  whole = crops.random_resized_box((40, 40), np.random.default_rng(3), 1.0)
+  assert whole == (0, 0, 40, 40)  # A square image's whole area is the only box.
+  assert crops.random_resized_box((40, 40), np.random.default_rng(3), 0.1)[2] < 40
 
 
 # The inception crop: TensorFlow's sampler.
 
 
 def _inception_boxes(height: int, width: int, min_area: float, n: int) -> np.ndarray:
-  """[n, 4] rows of (top, left, height, width), one per seed, read off the crops of an image of
-  distinct pixel values."""
-  rows, cols = np.mgrid[0:height, 0:width]
-  image = np.stack([rows, cols, np.zeros_like(rows)], -1)
-  boxes = []
-  for i in range(n):
-    crop = crops.inception_crop(image, np.random.default_rng([i, 7]), min_area)
-    boxes.append((crop[0, 0, 0], crop[0, 0, 1], crop.shape[0], crop.shape[1]))
-  return np.array(boxes)
+  """[n, 4] rows of (top, left, height, width), one per seed."""
+  return np.array(
+      [
+          crops.inception_box((height, width), np.random.default_rng([i, 7]), min_area)
+          for i in range(n)
+      ]
+  )
 
 
 def _tensorflow_boxes(height: int, width: int, min_area: float, n: int) -> np.ndarray:

@@ -102,6 +102,6 @@ def test_the_digits_are_served_greyscale_and_are_the_rgb_digits():
   rgb_images, labels = digits.split_arrays()['test']
   for k in (0, 7, records.num_records - 1):
     example = source.load(records.read(k))
-    assert example['image'].shape == (8, 8, 1)
-    np.testing.assert_array_equal(images.rgb(example['image']), rgb_images[k])
+    assert images.pixels(example['image']).shape == (8, 8, 1)
+    np.testing.assert_array_equal(images.rgb(images.pixels(example['image'])), rgb_images[k])
     assert example['label'] == labels[k]

@@ -54,7 +54,7 @@ def _zip(path, files: dict[str, bytes], method: int = zipfile.ZIP_DEFLATED) -> N
 def _rows(source, split: str) -> list[tuple[np.ndarray, int]]:
   records = source.examples(split)
   return [
-      (images.rgb(e['image']), int(e['label']))
+      (images.rgb(images.pixels(e['image'])), int(e['label']))
       for e in (source.load(records.read(k)) for k in range(records.num_records))
   ]
 

@@ -76,7 +76,7 @@ def _one_sample(label: str, value: bytes) -> list:
 def _rows(source, split: str) -> list[tuple[np.ndarray, int]]:
   records = source.examples(split)
   return [
-      (images.rgb(e['image']), int(e['label']))
+      (images.rgb(images.pixels(e['image'])), int(e['label']))
       for e in (source.load(records.read(k)) for k in range(records.num_records))
   ]
 
@@ -297,9 +297,7 @@ def test_a_worker_process_maps_the_index_without_a_look_at_the_shards(tmp_path, 
   worker = pickle.loads(pickle.dumps(source))
   monkeypatch.setattr(dataset_cache, 'size_and_time', lambda path: pytest.fail(f'{path} looked at'))
   for k in range(4):
-    np.testing.assert_array_equal(
-        worker.load(records.read(k))['image'], source.load(records.read(k))['image']
-    )
+    assert worker.load(records.read(k))['image'] == source.load(records.read(k))['image']
 
 
 TWO_HOSTS = """

@@ -118,7 +118,12 @@ def test_export_writes_the_latest_parameters_in_the_original_layout(workdir, exp
       'block': 'standard',
   }
   assert (description['image_size'], description['num_classes']) == (8, 10)
-  assert description['pp_eval'] == {'crop': 'resize', 'crop_fraction': 0.875, 'antialias': True}
+  assert description['pp_eval'] == {
+      'crop': 'resize',
+      'crop_fraction': 0.875,
+      'antialias': True,
+      'reducing_gap': 0.0,
+  }
   assert description['class_names'] == list('0123456789')
   assert (description['parameters'], description['step']) == ('raw', 12)
 

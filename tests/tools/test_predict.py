@@ -33,7 +33,9 @@ def _test_images(workdir, n):
   config, _ = run_dir.load_run_info(workdir)
   source = sources.make_source(config)
   records = source.examples('test')
-  raw = [images.rgb(source.load(records.read(k))['image']) for k in range(n)]  # Served grey.
+  raw = [
+      images.rgb(images.pixels(source.load(records.read(k))['image'])) for k in range(n)
+  ]  # Served grey.
   batch = next(data.eval_iterator(config, 'test', local_batch_size=n))
   return raw, on_device.model_input(jax.numpy.asarray(batch['image'])), config
 

@@ -359,7 +359,7 @@ def test_the_source_gives_each_example_its_image_and_label(task, vtab_data_dir):
     loaded = [source.load(records.read(k)) for k in range(records.num_records)]
     assert len(loaded) == builder.info.splits[split].num_examples
     for example in loaded:
-      image = data_images.rgb(example['image'])  # A greyscale PNG is served [h, w, 1].
+      image = data_images.rgb(data_images.pixels(example['image']))  # Greyscale: [h, w, 1].
       assert image.dtype == np.uint8 and image.shape[2] == 3
       assert example['label'].dtype == np.int32
       assert by_image[image.tobytes()] == example['label'], split

@@ -51,19 +51,19 @@ def _inception_box(
   return top, left, box_h, box_w
 
 
-def inception_crop(image: np.ndarray, rng: np.random.Generator, min_area: float) -> np.ndarray:
-  """A random crop covering [min_area, 1] of the image with aspect ratio in [3/4, 4/3]: TensorFlow's
-  sample_distorted_bounding_box (the original code's crop) with the whole image as the object, its
-  arithmetic in float64 instead of float32. Up to 100 tries, each of an aspect ratio (width /
-  height) uniform in [3/4, 4/3], then a height uniform among those that fit it; the whole image if
-  none fits. `random_resized_crop` is torchvision's sampler: log-uniform ratio, uniform area."""
-  height, width = image.shape[:2]
+def inception_box(shape: tuple[int, ...], rng: np.random.Generator, min_area: float) -> images.Box:
+  """A random crop box (top, left, height, width) of an image of `shape` [h, w, ...] covering
+  [min_area, 1] of it with aspect ratio in [3/4, 4/3]: TensorFlow's sample_distorted_bounding_box
+  (the original code's crop) with the whole image as the object, its arithmetic in float64 instead
+  of float32. Up to 100 tries, each of an aspect ratio (width / height) uniform in [3/4, 4/3], then
+  a height uniform among those that fit it; the whole image if none fits. `random_resized_box` is
+  torchvision's sampler: log-uniform ratio, uniform area."""
+  height, width = shape[:2]
   for _ in range(_INCEPTION_TRIES):
     box = _inception_box(height, width, rng, min_area, rng.uniform(*_ASPECT_RATIO_RANGE))
     if box is not None:
-      top, left, box_h, box_w = box
-      return image[top : top + box_h, left : left + box_w]
-  return image
+      return box
+  return 0, 0, height, width
 
 
 def random_resized_box(
@@ -97,12 +97,6 @@ def random_resized_box(
   return (height - box_h) // 2, (width - box_w) // 2, box_h, box_w
 
 
-def random_resized_crop(image: np.ndarray, rng: np.random.Generator, min_area: float) -> np.ndarray:
-  """The crop of `random_resized_box`: timm's sampler of [min_area, 1] of the image."""
-  top, left, box_h, box_w = random_resized_box(image.shape, rng, min_area)
-  return image[top : top + box_h, left : left + box_w]
-
-
 def pad_and_random_crop(image: np.ndarray, rng: np.random.Generator, pad: int) -> np.ndarray:
   """Pads `pad` black pixels on every side, then crops back to the input size at an offset uniform
   in [0, 2 * pad] along each axis."""
@@ -112,18 +106,23 @@ def pad_and_random_crop(image: np.ndarray, rng: np.random.Generator, pad: int) -
 
 
 def central_crop(
-    image: np.ndarray, size: int, crop_fraction: float, antialias: bool = False
+    image: np.ndarray | images.Encoded,
+    size: int,
+    crop_fraction: float,
+    antialias: bool = False,
+    reducing_gap: float = 0.0,
 ) -> np.ndarray:
   """Bilinear resize keeping the aspect ratio, the shorter side to round(size / crop_fraction), then
   the central size x size square (ImageNet's eval: 256 -> 224 at 0.875), in the input's range and
-  of `images.resize`'s dtype; `antialias` as in `images.resize`. The geometry is torchvision's
-  Resize(int) + CenterCrop (timm's eval transform), so with `antialias` its pixels are too: the
-  longer side's proportion rounded down, the offset rounded half to even."""
-  height, width = image.shape[:2]
-  target = round(size / crop_fraction)
-  longer = int(target * max(height, width) / min(height, width))
-  scaled_h, scaled_w = (longer, target) if height > width else (target, longer)
-  top, left = round((scaled_h - size) / 2), round((scaled_w - size) / 2)
-  return images.resize_to(image, scaled_h, scaled_w, antialias)[
-      top : top + size, left : left + size
-  ]
+  of `images.resize`'s dtype; `antialias` and `reducing_gap` as in `images.crop_and_resize`. The
+  geometry is torchvision's Resize(int) + CenterCrop (timm's eval transform), so with `antialias`
+  its pixels are too: the longer side's proportion rounded down, the offset rounded half to even."""
+
+  def geometry(height: int, width: int) -> tuple[images.Box, tuple[int, int]]:
+    target = round(size / crop_fraction)
+    longer = int(target * max(height, width) / min(height, width))
+    return (0, 0, height, width), ((longer, target) if height > width else (target, longer))
+
+  scaled = images.crop_and_resize(image, geometry, antialias, reducing_gap)
+  top, left = round((scaled.shape[0] - size) / 2), round((scaled.shape[1] - size) / 2)
+  return scaled[top : top + size, left : left + size]

@@ -275,13 +275,13 @@ class FolderSource:
     )
 
   def load(self, record: tuple[str, int]) -> dict[str, np.ndarray]:
-    """The image of `record` decoded, and its label; `images.UnreadableImage` if it cannot be."""
+    """The image file of `record`, and its label; `images.UnreadableImage` if it cannot be read."""
     path, label = record
     try:
       data = read_file(path)
     except OSError as e:
       raise data_images.UnreadableImage(e.strerror or str(e)) from None
-    return {'image': data_images.decode(data), 'label': np.int32(label)}
+    return {'image': data_images.Encoded(data), 'label': np.int32(label)}
 
   def describe(self, record: tuple[str, int]) -> str:
     return record[0]

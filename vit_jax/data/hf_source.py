@@ -134,10 +134,10 @@ class HuggingFaceSource:
     )
 
   def load(self, record: Record) -> dict[str, np.ndarray]:
-    """The record's image decoded (upright, as datasets turns an image with an EXIF orientation),
-    and its label; `images.UnreadableImage` if it cannot be."""
+    """The record's image (to be decoded upright, as datasets turns an image with an EXIF
+    orientation), and its label; `images.UnreadableImage` if it has none."""
     (split, row), label = record
-    image = images.decode(self._rows.image(split, row), exif_orientation=True)
+    image = images.Encoded(self._rows.image(split, row), exif_orientation=True)
     return {'image': image, 'label': np.int32(label)}
 
   def describe(self, record: Record) -> str:

@@ -85,6 +85,12 @@ class _TrainStream:
       )
       try:
         example = self._source.load(record)
+        image = preprocess.train_preprocess(
+            example['image'],
+            (*order.words(*self._augment_seed), position),
+            pp=self._pp,
+            image_size=self._image_size,
+        )
         break
       except images.UnreadableImage as e:
         unreadable.name_once(self._source.describe(record), str(e))
@@ -93,12 +99,6 @@ class _TrainStream:
           f'No example of the train split could be read (e.g. '
           f'{self._source.describe(record)}): check that the files are images'
       )
-    image = preprocess.train_preprocess(
-        example['image'],
-        (*order.words(*self._augment_seed), position),
-        pp=self._pp,
-        image_size=self._image_size,
-    )
     return {'image': image, 'label': example['label']}
 
 
@@ -192,12 +192,12 @@ class _EvalRows:
     record = self._records.read(i)
     try:
       example = self._source.load(record)
+      image = preprocess.eval_preprocess(
+          example['image'], pp_eval=self._pp_eval, image_size=self._image_size
+      )
     except images.UnreadableImage as e:
       unreadable.name_once(self._source.describe(record), str(e))
       return self.padding
-    image = preprocess.eval_preprocess(
-        example['image'], pp_eval=self._pp_eval, image_size=self._image_size
-    )
     labels = {k: example[k] for k in ('label', 'labels') if k in example}
     return {'image': image, **labels, 'mask': np.True_}
 

@@ -14,8 +14,9 @@ image's to the bit.
 
 Train preprocessing is the crop named by `config.pp.crop` (a key of `CROPS`), then each op of
 `AUGMENTS` in order. An op is `apply(image, rng, pp, image_size) -> image`, a `check(pp)` of the
-`config.pp` fields it reads and `on(pp)`; a crop maps uint8 [h, w, c] to [image_size, image_size, c] in
-[0, 255], uint8 with `pp.antialias` (PIL's 8-bit resize) and float32 without; the augmentations
+`config.pp` fields it reads and `on(pp)`; a crop maps uint8 [h, w, c] (or an `images.Encoded` image,
+which it decodes: at a fraction of its size where `pp.reducing_gap` allows) to
+[image_size, image_size, c] in [0, 255], uint8 with `pp.antialias` (PIL's 8-bit resize) and float32 without; the augmentations
 keep that shape and the range: [0, 255] before the `normalize` entry of `AUGMENTS`, [-1, 1] (plus
 what they add) after it, where timm's random erasing works. Where every op that is on keeps 8-bit
 pixels and none after `normalize` is on, the images stop before it, uint8 (`train_dtype`), and the
@@ -67,12 +68,22 @@ class Op:
   channelwise: bool = False
 
 
+def _whole(image_size: int) -> images.Geometry:
+  """The whole image, resized to the square of `image_size`."""
+  return lambda height, width: ((0, 0, height, width), (image_size, image_size))
+
+
 def _inception(image, rng, pp, image_size):
-  return images.resize(crops.inception_crop(image, rng, pp.min_area), image_size, pp.antialias)
+  geometry = lambda *shape: (crops.inception_box(shape, rng, pp.min_area), (image_size, image_size))
+  return images.crop_and_resize(image, geometry, pp.antialias, pp.reducing_gap)
 
 
 def _random_resized(image, rng, pp, image_size):
-  return images.resize(crops.random_resized_crop(image, rng, pp.min_area), image_size, pp.antialias)
+  geometry = lambda *shape: (
+      crops.random_resized_box(shape, rng, pp.min_area),
+      (image_size, image_size),
+  )
+  return images.crop_and_resize(image, geometry, pp.antialias, pp.reducing_gap)
 
 
 def _check_min_area(pp: ml_collections.ConfigDict) -> None:
@@ -81,7 +92,8 @@ def _check_min_area(pp: ml_collections.ConfigDict) -> None:
 
 
 def _random(image, rng, pp, image_size):
-  return crops.pad_and_random_crop(images.resize(image, image_size, pp.antialias), rng, pp.pad)
+  resized = images.crop_and_resize(image, _whole(image_size), pp.antialias, pp.reducing_gap)
+  return crops.pad_and_random_crop(resized, rng, pp.pad)
 
 
 def _check_pad(pp: ml_collections.ConfigDict) -> None:
@@ -91,7 +103,7 @@ def _check_pad(pp: ml_collections.ConfigDict) -> None:
 
 def _resize(image, rng, pp, image_size):
   del rng  # Deterministic.
-  return images.resize(image, image_size, pp.antialias)
+  return images.crop_and_resize(image, _whole(image_size), pp.antialias, pp.reducing_gap)
 
 
 def _flip(image, rng, pp, image_size):
@@ -182,12 +194,21 @@ AUGMENTS: tuple[Op, ...] = (
 )
 
 
+def _check_reducing_gap(field: str, reducing_gap: float) -> None:
+  if not (reducing_gap == 0 or reducing_gap >= 1):
+    raise ValueError(
+        f'{field}={reducing_gap} must be 0 (decode every image at its full size) or >= 1, e.g. '
+        '3 (a JPEG decoded at 1/2, 1/4 or 1/8 of its size where 3x the output size remains)'
+    )
+
+
 def check_pp(pp: ml_collections.ConfigDict) -> None:
   """Raises ValueError, naming the field to fix, if the train preprocessing config is invalid."""
   if pp.crop not in CROPS:
     raise ValueError(
         f'Unknown config.pp.crop {pp.crop!r}: use one of {", ".join(map(repr, CROPS))}'
     )
+  _check_reducing_gap('config.pp.reducing_gap', pp.reducing_gap)
   for op in (CROPS[pp.crop], *AUGMENTS):
     op.check(pp)
   if pp.pad and pp.crop != 'random':  # Only that crop pads: with another the field does nothing.
@@ -214,9 +235,14 @@ def _checked(image: np.ndarray, dtype: type[np.generic]) -> np.ndarray:
 
 
 def train_preprocess(
-    image: np.ndarray, seed: tuple[int, ...], *, pp: ml_collections.ConfigDict, image_size: int
+    image: np.ndarray | images.Encoded,
+    seed: tuple[int, ...],
+    *,
+    pp: ml_collections.ConfigDict,
+    image_size: int,
 ) -> np.ndarray:
-  """Decoded uint8 [h, w, 3] (or greyscale [h, w, 1]) to an augmented C-contiguous RGB
+  """Decoded uint8 [h, w, 3] (or greyscale [h, w, 1]), or an `images.Encoded` image that the crop
+  decodes (`images.UnreadableImage` where it cannot), to an augmented C-contiguous RGB
   [image_size, image_size, 3] of `train_dtype(pp)`: uint8 pixels, or float32 normalised to [-1, 1]
   (random erasing adds N(0, 1) noise beyond it). `model_input` of either is the same.
 
@@ -240,11 +266,13 @@ def model_input(image: np.ndarray) -> np.ndarray:
 
 
 def _central(image, pp_eval, image_size):
-  return crops.central_crop(image, image_size, pp_eval.crop_fraction, pp_eval.antialias)
+  return crops.central_crop(
+      image, image_size, pp_eval.crop_fraction, pp_eval.antialias, pp_eval.reducing_gap
+  )
 
 
 def _eval_resize(image, pp_eval, image_size):
-  return images.resize(image, image_size, pp_eval.antialias)
+  return images.crop_and_resize(image, _whole(image_size), pp_eval.antialias, pp_eval.reducing_gap)
 
 
 # config.pp_eval.crop -> (image, pp_eval, image_size) -> float32 [image_size, image_size, 3] in
@@ -266,6 +294,7 @@ def check_pp_eval(pp_eval: ml_collections.ConfigDict) -> None:
     raise ValueError(
         f'config.pp_eval.crop_fraction={pp_eval.crop_fraction} must be in (0, 1], ' 'e.g. 0.875'
     )
+  _check_reducing_gap('config.pp_eval.reducing_gap', pp_eval.reducing_gap)
 
 
 def eval_dtype(pp_eval: ml_collections.ConfigDict) -> type[np.generic]:
@@ -275,9 +304,10 @@ def eval_dtype(pp_eval: ml_collections.ConfigDict) -> type[np.generic]:
 
 
 def eval_preprocess(
-    image: np.ndarray, *, pp_eval: ml_collections.ConfigDict, image_size: int
+    image: np.ndarray | images.Encoded, *, pp_eval: ml_collections.ConfigDict, image_size: int
 ) -> np.ndarray:
-  """Decoded uint8 [h, w, 3] (or greyscale [h, w, 1]) to C-contiguous RGB
+  """Decoded uint8 [h, w, 3] (or greyscale [h, w, 1]), or an `images.Encoded` image that the crop
+  decodes (`images.UnreadableImage` where it cannot), to C-contiguous RGB
   [image_size, image_size, 3] of `eval_dtype(pp_eval)`, by the crop of `pp_eval` (which must have
   passed `check_pp_eval`): uint8 pixels, or float32 in [-1, 1]; `model_input` of it is what the
   model sees."""

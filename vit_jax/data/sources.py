@@ -40,9 +40,9 @@ class Source(Protocol):
     """Shard `shard` of `num_shards` of `split` (disjoint, sizes within one), nothing decoded yet."""
 
   def load(self, record: Any) -> dict[str, np.ndarray]:
-    """The record's decoded 'image' (uint8 [h, w, 3], or greyscale [h, w, 1]) and its int32
-    'label' (or, for a label set, 'labels': multi-hot bool [classes]); `images.UnreadableImage`
-    where it cannot be decoded."""
+    """The record's 'image', an `images.Encoded` file that the preprocessing's crop decodes (or
+    uint8 pixels [h, w, 3], or greyscale [h, w, 1]), and its int32 'label' (or, for a label set,
+    'labels': multi-hot bool [classes]); `images.UnreadableImage` where it cannot be read."""
 
   def describe(self, record: Any) -> str:
     """The record as a warning names it (a path)."""

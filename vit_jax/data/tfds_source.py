@@ -1,7 +1,7 @@
 """Datasets prepared by tensorflow_datasets as ArrayRecord, read without TensorFlow.
 
 Examples are read by index from the prepared ArrayRecord files (`builder.as_data_source`), parsed
-with tfds' numpy parser, and their images decoded by `images.decode` (PIL). A dataset prepared
+with tfds' numpy parser, and their images decoded by PIL where the crop needs them. A dataset prepared
 as TFRecord (tfds' default file format) is readable in order only, and only by TensorFlow:
 `to_array_record` converts it once, with TensorFlow (`pip install '.[tfrecord]'`), writing the
 ArrayRecord files beside the TFRecord ones.
@@ -197,16 +197,15 @@ class TfdsSource(TfdsRecords):
     self.class_names = tuple((label.feature if self.multi_label else label).names)
 
   def load(self, record: Example) -> dict[str, np.ndarray]:
-    """The record's decoded 'image' (uint8 [h, w, 3]) and its 'label' (int32), or for a Sequence
-    label feature its 'labels' (multi-hot bool [classes]; none set for an image without labels).
-    Raises `images.UnreadableImage` for an image PIL cannot decode."""
+    """The record's 'image' (`images.Encoded`) and its 'label' (int32), or for a Sequence label
+    feature its 'labels' (multi-hot bool [classes]; none set for an image without labels)."""
     parsed = self._deserialize(record)
     label = parsed[self._label_feature]
     if self.multi_label:
       labels = np.zeros(len(self.class_names), bool)
       labels[np.asarray(label, np.int64)] = True
-      return {'image': images.decode(parsed['image']), 'labels': labels}
-    return {'image': images.decode(parsed['image']), 'label': np.int32(label)}
+      return {'image': images.Encoded(parsed['image']), 'labels': labels}
+    return {'image': images.Encoded(parsed['image']), 'label': np.int32(label)}
 
 
 def to_array_record(dataset_dir: str) -> bool:

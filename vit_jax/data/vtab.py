@@ -213,16 +213,15 @@ class VtabSource(tfds_source.TfdsRecords):
       self.class_names = tuple(feature.names)
 
   def load(self, record: tfds_source.Example) -> dict[str, np.ndarray]:
-    """The record's decoded 'image' (uint8 [h, w, 3], or greyscale [h, w, 1]) and the task's
-    'label' (int32). Raises `images.UnreadableImage` for an image PIL cannot decode."""
+    """The record's 'image' (`images.Encoded`; a binary image decoded, its 1s made 255) and the
+    task's 'label' (int32). Raises `images.UnreadableImage` for a binary image PIL cannot decode."""
     parsed = self._deserialize(record)
     task = self._task
-    image = images.decode(parsed['image'])
+    image = images.Encoded(parsed['image'])
+    if task.binary_image:
+      image = images.pixels(image) * np.uint8(255)
     label = task.label.fn(parsed) if isinstance(task.label, Label) else parsed[task.label]
-    return {
-        'image': image * np.uint8(255) if task.binary_image else image,
-        'label': np.int32(label),
-    }
+    return {'image': image, 'label': np.int32(label)}
 
 
 def make_source(name: str, config: ml_collections.ConfigDict, label_feature: str) -> VtabSource:

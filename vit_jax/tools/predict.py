@@ -22,7 +22,7 @@ import dataclasses
 import functools
 import itertools
 import sys
-from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence, TYPE_CHECKING
 
 import jax
 import ml_collections
@@ -32,12 +32,20 @@ from absl import flags, logging
 
 from vit_jax.runtime import cli
 
+if TYPE_CHECKING:  # vit_jax.data imports its pipeline: loaded where an image is read.
+  from vit_jax.data import images
+
 BATCH_SIZE = 64
 
 _USAGE = '--workdir=W [--step=N] (or --export=DIR) [--top_k=5] IMAGES_OR_FOLDERS...'
 
 # config.pp_eval's default: what runs and exports made before the field prepared images with.
-DEFAULT_PP_EVAL = {'crop': 'resize', 'crop_fraction': 0.875, 'antialias': False}
+DEFAULT_PP_EVAL = {
+    'crop': 'resize',
+    'crop_fraction': 0.875,
+    'antialias': False,
+    'reducing_gap': 0.0,
+}
 Prediction = tuple[str, list[tuple[str, float]]]  # (path, [(label, probability), ...] best first)
 
 
@@ -112,26 +120,36 @@ def find_images(inputs: Sequence[str]) -> list[str]:
   return paths
 
 
-def read_image(path: str) -> np.ndarray:
-  """The image in a file as uint8 [h, w, 3]; raises ValueError saying why it cannot be read."""
+def _decoded(path: str, decode: Callable[[bytes], np.ndarray]) -> np.ndarray:
+  """`decode` of the bytes of file `path`; raises ValueError saying why it cannot be read."""
   from vit_jax.data import folder, images  # pylint: disable=g-import-not-at-top
 
   try:
-    encoded = folder.read_file(path)  # As an image folder's files are read: local or cloud storage.
+    data = folder.read_file(path)  # As an image folder's files are read: local or cloud storage.
   except OSError as e:
     raise ValueError(f'cannot read {path} ({e.strerror or e})') from None
   try:
-    # The decoder of the input pipeline, so that an image decodes to the same pixels as in training.
-    return images.rgb(images.decode(encoded))
+    return decode(data)
   except images.UnreadableImage as e:
     raise ValueError(f'cannot decode {path}: {e}') from None
 
 
+def read_image(path: str) -> np.ndarray:
+  """The image in a file as uint8 [h, w, 3]; raises ValueError saying why it cannot be read."""
+  from vit_jax.data import images  # pylint: disable=g-import-not-at-top
+
+  # The decoder of the input pipeline, so that an image decodes to the same pixels as in training.
+  return _decoded(path, lambda data: images.rgb(images.decode(data)))
+
+
 def model_input(
-    image: np.ndarray, image_size: int, pp_eval: Mapping[str, Any] = DEFAULT_PP_EVAL
+    image: 'np.ndarray | images.Encoded',
+    image_size: int,
+    pp_eval: Mapping[str, Any] = DEFAULT_PP_EVAL,
 ) -> np.ndarray:
-  """The eval preprocessing of the input pipeline (the crop of `pp_eval`, a config.pp_eval): float32
-  [image_size, image_size, 3] in [-1, 1]."""
+  """The eval preprocessing of the input pipeline (the crop of `pp_eval`, a config.pp_eval) of a
+  decoded image or of an encoded one, which it decodes as the crop of the run's evaluation did:
+  float32 [image_size, image_size, 3] in [-1, 1]."""
   from vit_jax.data import preprocess  # pylint: disable=g-import-not-at-top
   # Fields newer than the run or export take their defaults, which is how it prepared its images.
   pp_eval = ml_collections.ConfigDict({**DEFAULT_PP_EVAL, **pp_eval})
@@ -152,11 +170,17 @@ def _top_k(probs: np.ndarray, class_names: Sequence[str], k: int) -> list[tuple[
   return [(class_names[i], float(probs[i])) for i in order]
 
 
+def _model_input_of_file(data: bytes, classifier: Classifier) -> np.ndarray:
+  from vit_jax.data import images  # pylint: disable=g-import-not-at-top
+
+  return model_input(images.Encoded(data), classifier.image_size, classifier.pp_eval)
+
+
 def _readable(paths: Sequence[str], classifier: Classifier) -> Iterator[tuple[str, np.ndarray]]:
   """(path, model input) of each file that reads; the others are reported on stderr and skipped."""
   for path in paths:
     try:
-      yield path, model_input(read_image(path), classifier.image_size, classifier.pp_eval)
+      yield path, _decoded(path, functools.partial(_model_input_of_file, classifier=classifier))
     except ValueError as e:
       print(f'skipped: {e}', file=sys.stderr)
 

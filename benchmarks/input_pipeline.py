@@ -4,12 +4,15 @@
   python benchmarks/input_pipeline.py --source=folder --image_size=224 --batch=32   # generated JPEGs
   python benchmarks/input_pipeline.py --source=folder --image_size=224 --batch=32 --workers=1,2,4
   python benchmarks/input_pipeline.py --source=folder --image_size=224 --batch=32 --randaug=2,10
+  python benchmarks/input_pipeline.py --source=folder --jpeg_size=4032x3024 --reducing_gap=0,2,3
 
 Runs `vit_jax.data.train_iterator` exactly as training does (seeded permutation, inception crop, flip,
 uint8 batches) and prints a markdown table row per worker count (`config.data_workers`; default: the
 pipeline's own choice). The digits are served from memory. `--source=folder` first writes
-`--num_images` random JPEGs of about ImageNet's size (500x375) into a temporary `train/<class>/` tree,
-so reading and decoding are measured too. "resumed first batch s" is the time to the first batch of a run resumed at `--resume_step`: it
+`--num_images` random JPEGs of about ImageNet's size (500x375; `--jpeg_size`, e.g. a phone's
+12-megapixel 4032x3024) into a temporary `train/<class>/` tree, so reading and decoding are measured
+too; `--reducing_gap` lists config.pp.reducing_gap values to measure (0: every JPEG decoded at its
+full size, timm's pixels; the row's peer). "resumed first batch s" is the time to the first batch of a run resumed at `--resume_step`: it
 must not grow with the step (the order is skipped arithmetically). Compare the images/s with
 benchmarks/train_step.py's at the same image size and batch: the input pipeline must outrun the train
 step or the step waits for data.
@@ -88,6 +91,13 @@ def main() -> None:
       help='RandAugment after the flip, e.g. 2,10 (default: off)',
   )
   parser.add_argument('--num_images', type=int, default=512, help='JPEGs to generate (folder)')
+  parser.add_argument('--jpeg_size', default='500x375', metavar='WxH', help='of the JPEGs (folder)')
+  parser.add_argument(
+      '--reducing_gap',
+      default='0',
+      metavar='G[,G...]',
+      help='config.pp.reducing_gap values to measure, e.g. 0,3 (0: full-size decoding)',
+  )
   parser.add_argument('--warmup', type=int, default=3, help='batches before timing')
   parser.add_argument('--batches', type=int, default=20, help='batches timed')
   parser.add_argument(
@@ -113,33 +123,37 @@ def main() -> None:
     config.pp.randaug_layers, config.pp.randaug_magnitude = layers, magnitude
     ops += f' + RandAugment({layers}, {magnitude})'
   workers = [None] if args.workers is None else [int(w) for w in args.workers.split(',')]
+  gaps = [float(g) for g in args.reducing_gap.split(',')]
+  width, height = (int(n) for n in args.jpeg_size.split('x'))
   if args.header:
     print(
-        '| source | px | batch | crop | workers | images/s | first batch s | resumed first batch s '
-        '| cores |'
+        '| source | px | batch | crop | reducing gap | workers | images/s | first batch s '
+        '| resumed first batch s | cores |'
     )
-    print('|---|---|---|---|---|---|---|---|---|')
+    print('|---|---|---|---|---|---|---|---|---|---|')
   source = {
       'digits': 'bundled digits (8x8, in memory)',
-      'folder': f'{args.num_images} generated 500x375 JPEGs (image folder)',
+      'folder': f'{args.num_images} generated {width}x{height} JPEGs (image folder)',
   }[args.source]
   with tempfile.TemporaryDirectory() as tmp:
     if args.source == 'folder':
-      write_jpegs(tmp, args.num_images)
+      write_jpegs(tmp, args.num_images, size=(width, height))
       config.dataset, config.data_dir = 'folder', tmp
     else:
       config.dataset = 'digits'
-    for count in workers:
-      config.data_workers = count
-      rate, first = images_per_second(config, args.batch, args.warmup, args.batches)
-      resumed_iterator, resumed = first_batch(config, args.batch, args.resume_step)
-      resumed_iterator.close()
-      print(
-          f'| {source} | {args.image_size} | {args.batch} | {ops} | '
-          f'{"auto" if count is None else count} | {rate:.0f} | {first:.1f} | '
-          f'{resumed:.1f} (step {args.resume_step}) | {len(os.sched_getaffinity(0))} |',
-          flush=True,
-      )
+    for gap in gaps:
+      config.pp.reducing_gap = gap
+      for count in workers:
+        config.data_workers = count
+        rate, first = images_per_second(config, args.batch, args.warmup, args.batches)
+        resumed_iterator, resumed = first_batch(config, args.batch, args.resume_step)
+        resumed_iterator.close()
+        print(
+            f'| {source} | {args.image_size} | {args.batch} | {ops} | {gap:g} | '
+            f'{"auto" if count is None else count} | {rate:.0f} | {first:.1f} | '
+            f'{resumed:.1f} (step {args.resume_step}) | {len(os.sched_getaffinity(0))} |',
+            flush=True,
+        )
 
 
 if __name__ == '__main__':

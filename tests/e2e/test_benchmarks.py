@@ -175,7 +175,7 @@ def test_input_pipeline_reads_the_digits_with_and_without_workers():
   )
   for workers in (0, 1):
     assert (
-        f'| bundled digits (8x8, in memory) | 16 | 8 | inception + flip | {workers} |' in out
+        f'| bundled digits (8x8, in memory) | 16 | 8 | inception + flip | 0 | {workers} |' in out
     ), out
 
 
@@ -190,11 +190,14 @@ def test_input_pipeline_reads_generated_jpegs():
       '--batches=2',
       '--header',
       '--randaug=2,10',
+      '--jpeg_size=300x200',
+      '--reducing_gap=0,3',
   )
-  assert (
-      '| 16 generated 500x375 JPEGs (image folder) | 32 | 8 | inception + flip + RandAugment(2, 10) '
-      '| auto |' in out
-  ), out
+  for gap in (0, 3):
+    assert (
+        '| 16 generated 300x200 JPEGs (image folder) | 32 | 8 | inception + flip + RandAugment(2, '
+        f'10) | {gap} | auto |' in out
+    ), out
 
 
 def test_hf_datasets_reads_the_same_jpegs_as_parquet_and_as_a_folder():

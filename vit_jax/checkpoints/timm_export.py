@@ -55,7 +55,9 @@ def export(
   `timm.create_model('local-dir:DIR', pretrained=True)` builds this model and loads it. Images are in
   [-1, 1]: mean = std = 0.5. Its preprocessing is the run's `pp_eval` (`eval_crop`), resized with
   PIL's bilinear filter, which always antialiases: pp_eval.antialias=True's resize (without it, a
-  shrunk image differs). What timm's class cannot compute is a one-line ValueError."""
+  shrunk image differs) of the image decoded at its full size (with pp_eval.reducing_gap, a JPEG
+  far larger than the crop differs by its reduced decoding). What timm's class cannot compute is a
+  one-line ValueError."""
   pools = timm_export_args.GLOBAL_POOLS
   if model['classifier'] not in pools:
     raise ValueError(

@@ -158,11 +158,50 @@ def test_pace_reports_steps_per_second_from_the_second_call_and_the_time_in_time
     run_pace(step)
   steps = {step: scalars for _, step, scalars in recorder.calls}
   assert steps.keys() == {4, 8, 10}
-  assert steps[4] == {'steps_per_sec': 2.0, 'uptime': 61.5}
-  assert steps[8] == {'steps_per_sec': pytest.approx(4 / 9), 'uptime': 70.5}
-  assert steps[10] == {'steps_per_sec': 2.0, 'uptime': 71.5}
+  assert steps[4] == {'steps_per_sec': 2.0, 'uptime': 61.5, 'input_wait': 0.0}
+  assert steps[8] == {'steps_per_sec': pytest.approx(4 / 9), 'uptime': 70.5, 'input_wait': 0.0}
+  assert steps[10] == {'steps_per_sec': 2.0, 'uptime': 71.5, 'input_wait': 0.0}
   assert caplog.messages == [
       'Progress: 2.0 steps/s, 40.0% (4/10), ETA 0:03',
       'Progress: 0.4 steps/s, 80.0% (8/10), ETA 0:04 (1:10 so far: 9.9% eval)',
       'Progress: 2.0 steps/s, 100.0% (10/10), ETA 0:00 (1:12 so far: 9.8% eval)',
+  ]
+
+
+def test_pace_reports_the_share_of_time_waiting_for_input_and_warns_once_where_it_is_large(
+    monkeypatch, caplog
+):
+  caplog.set_level(logging.INFO)
+  clock = _Clock()
+  monkeypatch.setattr(pace.time, 'monotonic', clock)
+  monkeypatch.setattr(pace, 'on_accelerator', lambda: True)  # On CPU the log only says it.
+  recorder = _Recorder()
+  run_pace = pace.Pace(total_steps=16, every_steps=4, writer=recorder)
+  # Seconds each step's batch took to come: before the clock starts (step 1) it is not counted.
+  waits = {1: 30.0, 2: 0.01, 3: 0.01, 4: 0.01, 5: 0.1, 6: 0.1, 7: 0.1, 8: 0.1}
+  waits |= {step: 1.5 for step in range(9, 17)}
+  for step in range(1, 17):
+    with run_pace.waiting_for_input():
+      clock.now += waits[step]
+    clock.now += 0.5  # The step.
+    run_pace(step)
+  steps = {step: scalars['input_wait'] for _, step, scalars in recorder.calls}
+  assert steps == {
+      4: pytest.approx(0.03 / 1.53),
+      8: pytest.approx(0.4 / 2.4),
+      12: pytest.approx(0.75),
+      16: pytest.approx(0.75),
+  }
+  progress = [m for m in caplog.messages if m.startswith('Progress')]
+  assert [m.split('ETA ')[1].partition(', ')[2] for m in progress] == [
+      '',
+      '17% of it waiting for input',
+      '75% of it waiting for input',
+      '75% of it waiting for input',
+  ]
+  warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+  assert warnings == [
+      'The train steps waited for input 75% of the time of steps 9-12: the input pipeline is '
+      'slower than the model; docs/speed.md says what speeds it up (more config.data_workers, '
+      'pp.reducing_gap for large JPEGs, the data on a local disk)'
   ]

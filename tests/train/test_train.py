@@ -4,6 +4,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import chex
 import jax
@@ -16,7 +17,7 @@ from PIL import Image
 import helpers
 from vit_jax import sharding
 from vit_jax.checkpoints import checkpoint, npz_files, run_dir, saved_state
-from vit_jax.train import loop, setup as train_setup, state as train_state
+from vit_jax.train import loop, pace, setup as train_setup, state as train_state
 
 
 def _checkpoint_steps(workdir):
@@ -44,6 +45,35 @@ def test_loop_writes_metrics_and_keeps_the_last_checkpoints(tmp_path, data_dir):
   # Warmup over 2 steps then linear decay to 0 at step 12: mean lr over steps 9..12 (lr of steps 8..11).
   expected_lr = np.mean([1e-3 * (1 - (s - 2) / 10) for s in range(8, 12)])
   assert scalars['learning_rate'][12] == pytest.approx(expected_lr, rel=1e-5)
+
+
+def test_the_loop_reports_the_time_it_waits_for_a_slow_input_pipeline(
+    tmp_path, data_dir, monkeypatch
+):
+  """Batches that come 0.3 s apart hold the tiny model's steps back: the `input_wait` scalars say
+  so, and on an accelerator the log warns once (on CPU the pipeline and the steps share the cores:
+  it only says the share)."""
+  train_iterator = loop.data.train_iterator
+
+  def slow(*args, **kwargs):
+    batches = train_iterator(*args, **kwargs)
+    try:
+      for batch in batches:
+        time.sleep(0.3)
+        yield batch
+    finally:
+      batches.close()
+
+  monkeypatch.setattr(loop.data, 'train_iterator', slow)
+  monkeypatch.setattr(pace, 'on_accelerator', lambda: True)
+  warnings = []
+  monkeypatch.setattr(pace.logging, 'warning', lambda *args: warnings.append(args[0] % args[1:]))
+  config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': data_dir})
+  loop.train_and_evaluate(train_setup.prepare(config, str(tmp_path)))
+  waits = helpers.read_scalars(str(tmp_path))['input_wait']
+  assert sorted(waits) == [4, 8, 12]
+  assert waits[4] > 0.5 and waits[8] > 0.5, waits
+  assert len([w for w in warnings if w.startswith('The train steps waited for input')]) == 1
 
 
 def test_loop_learns_the_digits(tmp_path, data_dir):

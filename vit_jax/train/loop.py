@@ -213,7 +213,9 @@ def _run_steps(
       watchdog.phase(f'train step {step}' + (' (compiling)' if step == first else ''))
       profiler.before(step)
       with jax.profiler.StepTraceAnnotation('train', step_num=step):
-        state, metrics = step_fn(state, next(batches))
+        with run_pace.waiting_for_input():
+          batch = next(batches)
+        state, metrics = step_fn(state, batch)
       profiler.after(step, state)
       if step == first:
         jax.block_until_ready(metrics)

@@ -137,3 +137,20 @@ def sorted_digits_folder(tmp_path_factory):
       folder.mkdir(parents=True, exist_ok=True)
       Image.fromarray(images[i]).save(folder / f'{i:04d}.png')
   return str(root)
+
+
+@pytest.fixture
+def jpeg_draft_scales(monkeypatch) -> list[int]:
+  """The scale of each JPEG decoded reduced (libjpeg's 1/scale), as PIL's JPEG plugin records it."""
+  from PIL import JpegImagePlugin  # pylint: disable=g-import-not-at-top
+
+  scales = []
+  draft = JpegImagePlugin.JpegImageFile.draft
+
+  def recorded(image, mode, size):
+    result = draft(image, mode, size)
+    scales.append(image.decoderconfig[0])
+    return result
+
+  monkeypatch.setattr(JpegImagePlugin.JpegImageFile, 'draft', recorded)
+  return scales

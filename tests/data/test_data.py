@@ -1020,6 +1020,17 @@ def test_the_readability_probe_decodes_a_bounded_sample(tmp_path, monkeypatch):
   assert train[:6] == [f'{tmp_path}/train/{c}/{i}.png' for c in ('c000', 'c001') for i in (0, 1, 3)]
 
 
+def test_the_readability_probe_reads_a_jpeg_at_an_eighth_of_its_size(tmp_path, jpeg_draft_scales):
+  """Its errors lie in the bitstream, read whole all the same: a folder of large photos starts
+  without decoding hundreds of them at full size."""
+  photo = np.random.default_rng(0).integers(0, 256, (480, 640, 3), np.uint8)
+  for split in ('train', 'test'):
+    for name in ('a', 'b'):
+      _save(tmp_path / split / name / '0.jpg', photo)
+  data.get_info(make_config(str(tmp_path), dataset='folder'))
+  assert jpeg_draft_scales == [8] * 4
+
+
 # Errors: one line, naming the fix.
 
 

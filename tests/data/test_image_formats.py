@@ -257,6 +257,10 @@ UNREADABLE = {
         r'^OSError: Unsupported BMP bitfields layout$',
     ),
     'truncated.jpg': (lambda: AS_PIL['progressive.jpg']()[:200], r'^OSError: .*[Tt]runcated'),
+    'truncated_in_its_scan.jpg': (
+        lambda: _encoded(Image.fromarray(np.tile(_photo(), (8, 8, 1))), 'JPEG')[:20000],
+        r'^OSError: .*[Tt]runcated',
+    ),
     'truncated.png': (lambda: AS_PIL['rgb.png']()[:200], r'^OSError: .*truncated'),
     'empty.png': (lambda: b'', r'^not an image format PIL reads$'),
     'not_an_image.png': (lambda: b'not an image', r'^not an image format PIL reads$'),
@@ -270,6 +274,13 @@ def test_what_is_not_read_fails_with_a_one_line_reason(name):
   with pytest.raises(images.UnreadableImage, match=reason) as raised:
     images.decode(encoded())
   assert isinstance(raised.value, ValueError) and '\n' not in str(raised.value)
+  with pytest.raises(images.UnreadableImage, match=reason):
+    images.check(encoded())  # The image folders' probe: a JPEG at 1/8 of its size.
+
+
+@pytest.mark.parametrize('name', AS_PIL)
+def test_what_decodes_passes_the_check(name):
+  images.check(AS_PIL[name]())
 
 
 def test_a_folder_reads_pils_pixels_whatever_the_extension_and_skips_what_it_cannot_read(

@@ -7,7 +7,6 @@ import importlib.resources
 
 import numpy as np
 from PIL import Image
-from PIL import JpegImagePlugin
 import pytest
 
 import helpers
@@ -35,21 +34,6 @@ def _pp_eval(**fields):
   return pp_eval
 
 
-@pytest.fixture
-def draft_scales(monkeypatch) -> list[int]:
-  """The scale of each JPEG draft decoded (libjpeg's 1/scale), as PIL's JPEG plugin records it."""
-  scales = []
-  draft = JpegImagePlugin.JpegImageFile.draft
-
-  def recorded(image, mode, size):
-    result = draft(image, mode, size)
-    scales.append(image.decoderconfig[0])
-    return result
-
-  monkeypatch.setattr(JpegImagePlugin.JpegImageFile, 'draft', recorded)
-  return scales
-
-
 def _train(image, crop: str, gap: float, seed: int = 0, size: int = 32) -> np.ndarray:
   pp = _pp(crop=crop, flip=True, reducing_gap=gap)
   return preprocess.train_preprocess(image, (seed, 7), pp=pp, image_size=size)
@@ -62,7 +46,7 @@ def _eval(image, crop: str, gap: float, size: int = 32) -> np.ndarray:
 
 @pytest.mark.parametrize('fmt', ['JPEG', 'PNG', 'greyscale JPEG'])
 @pytest.mark.parametrize('crop', ['inception', 'random_resized', 'random', 'resize'])
-def test_without_a_gap_an_encoded_image_is_its_full_size_pixels(fmt, crop, draft_scales):
+def test_without_a_gap_an_encoded_image_is_its_full_size_pixels(fmt, crop, jpeg_draft_scales):
   pixels = images.decode(_photo('china.jpg'))
   if fmt.startswith('greyscale'):
     pixels = pixels[..., 0]
@@ -72,29 +56,29 @@ def test_without_a_gap_an_encoded_image_is_its_full_size_pixels(fmt, crop, draft
     np.testing.assert_array_equal(_train(encoded, crop, 0, seed), _train(decoded, crop, 0, seed))
   for eval_crop in preprocess.EVAL_CROPS:
     np.testing.assert_array_equal(_eval(encoded, eval_crop, 0), _eval(decoded, eval_crop, 0))
-  assert not draft_scales
+  assert not jpeg_draft_scales
 
 
 @pytest.mark.parametrize(
     'gap,scale',
     [(1, 8), (1.5, 8), (2, 4), (3, 4), (4, 2), (6, 2), (6.1, None), (12, None)],
 )
-def test_a_jpeg_is_decoded_at_the_smallest_scale_that_leaves_the_gap(gap, scale, draft_scales):
+def test_a_jpeg_is_decoded_at_the_smallest_scale_that_leaves_the_gap(gap, scale, jpeg_draft_scales):
   """A 1600 x 1200 JPEG resized to 100 x 100: its shorter side is 12 outputs, so scale s is taken
   where 12 / s >= gap (PIL's thumbnail's rule)."""
   encoded = images.Encoded(helpers.encoded(np.zeros((1200, 1600, 3), np.uint8)))
   whole = lambda height, width: ((0, 0, height, width), (100, 100))
   got = images.crop_and_resize(encoded, whole, True, gap)
   assert got.shape == (100, 100, 3)
-  assert draft_scales == ([] if scale is None else [scale])
+  assert jpeg_draft_scales == ([] if scale is None else [scale])
 
 
-def test_the_crop_box_picks_the_scale(draft_scales):
+def test_the_crop_box_picks_the_scale(jpeg_draft_scales):
   """An inception crop's box, not the image, is what must keep the gap; its draws are made on the
   full-size image, so they are the same with and without one."""
   encoded = images.Encoded(helpers.encoded(np.zeros((1200, 1600, 3), np.uint8)))
   for seed in range(20):
-    draft_scales.clear()
+    jpeg_draft_scales.clear()
     box = crops.inception_box((1200, 1600), np.random.default_rng(seed), 0.05)
 
     def geometry(height, width, seed=seed):
@@ -102,7 +86,7 @@ def test_the_crop_box_picks_the_scale(draft_scales):
       return crops.inception_box((height, width), np.random.default_rng(seed), 0.05), (32, 32)
 
     images.crop_and_resize(encoded, geometry, True, 2)
-    assert draft_scales == [s for s in (8, 4, 2) if min(box[2:]) / 32 >= 2 * s][:1], box
+    assert jpeg_draft_scales == [s for s in (8, 4, 2) if min(box[2:]) / 32 >= 2 * s][:1], box
 
 
 def _filter_difference(photo: np.ndarray, size: int) -> float:
@@ -120,7 +104,7 @@ def _filter_difference(photo: np.ndarray, size: int) -> float:
 @pytest.mark.parametrize('size', [32, 64])
 @pytest.mark.parametrize('gap,bound', [(2, 1.0), (3, 0.8)])
 def test_reduced_pixels_are_nearer_the_full_size_ones_than_another_filter(
-    name, size, gap, bound, draft_scales
+    name, size, gap, bound, jpeg_draft_scales
 ):
   """On camera JPEGs, for the eval crops and the same train crops, the mean difference from the
   full-size pixels is under `bound` times that between bilinear and bicubic resizing: at PIL's
@@ -143,7 +127,7 @@ def test_reduced_pixels_are_nearer_the_full_size_ones_than_another_filter(
       for seed in range(8)
   ]
   assert np.mean(differences) < bound
-  assert draft_scales and set(draft_scales) <= {2, 4}
+  assert jpeg_draft_scales and set(jpeg_draft_scales) <= {2, 4}
 
 
 @pytest.mark.parametrize('orientation', [3, 6, 8])
@@ -192,17 +176,19 @@ def _folder(root, count: int = 6) -> str:
   return str(root)
 
 
-def test_the_pipeline_reads_the_gap_of_its_config(tmp_path, draft_scales):
+def test_the_pipeline_reads_the_gap_of_its_config(tmp_path, jpeg_draft_scales):
   config = helpers.data_config(_folder(tmp_path), dataset='folder', image_size=32)
   config.pp.crop = 'inception'
+  data.get_info(config)  # Lists the folder, probing a sample of its images at 1/8 of their size.
+  jpeg_draft_scales.clear()
   full = next(data.train_iterator(config, local_batch_size=6))
   full_eval = next(data.eval_iterator(config, 'test', local_batch_size=6))
-  assert not draft_scales
+  assert not jpeg_draft_scales
   config.pp.reducing_gap = config.pp_eval.reducing_gap = 2
   reduced = next(data.train_iterator(config, local_batch_size=6))
-  train_scales = len(draft_scales)
+  train_scales = len(jpeg_draft_scales)
   reduced_eval = next(data.eval_iterator(config, 'test', local_batch_size=6))
-  assert train_scales and len(draft_scales) > train_scales  # The eval's images reduced too.
+  assert train_scales and len(jpeg_draft_scales) > train_scales  # The eval's images reduced too.
   for a, b in ((full, reduced), (full_eval, reduced_eval)):
     np.testing.assert_array_equal(a['label'], b['label'])
     assert 0 < np.abs(a['image'].astype(float) - b['image']).mean() < 3

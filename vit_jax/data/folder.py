@@ -166,7 +166,7 @@ def spread(items: list, k: int) -> list:
 def _why_unreadable(path: str) -> str | None:
   """None if the file decodes as the pipeline decodes it, else why not, in one line."""
   try:
-    data_images.decode(read_file(path))
+    data_images.check(read_file(path))
     return None
   except data_images.UnreadableImage as e:
     return str(e)

@@ -102,6 +102,15 @@ def decode(data: bytes, exif_orientation: bool = False) -> np.ndarray:
     return _array(image)
 
 
+def check(data: bytes) -> None:
+  """Raises `UnreadableImage` where `decode` would, at a fraction of its cost for a JPEG: decoded
+  at 1/8 of its size, its whole bitstream is read all the same (where its errors lie); libjpeg
+  leaves out the inverse DCTs at full size and their colour conversion, which cannot fail."""
+  with _read_by_pil(), _opened(data) as image:
+    image.draft(None, (max(image.width // 8, 1), max(image.height // 8, 1)))  # Other formats: none.
+    _array(image)
+
+
 def _opened(data: bytes) -> Image.Image:
   if data.startswith(LFS_POINTER):
     raise UnreadableImage('a git-lfs pointer, not the image')

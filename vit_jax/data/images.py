@@ -1,5 +1,6 @@
-"""Reading and resizing pixels, on numpy arrays: decoding with PIL (`decode`), bilinear resizing
-(`resize`: PIL's antialiased filter or TensorFlow's), `rgb` and `normalize`.
+"""Reading and resizing pixels, on numpy arrays: decoding with PIL (`decode`; an image file's bytes,
+`Encoded`, decoded by its crop, `crop_and_resize`, at a fraction of its size where the crop allows),
+bilinear resizing (`resize`: PIL's antialiased filter or TensorFlow's), `rgb` and `normalize`.
 
 A decoded image is uint8 [h, w, 3], or [h, w, 1] for a greyscale one (whose RGB image, `rgb`, is that
 channel three times, as PIL's convert('RGB') makes it).
@@ -165,13 +166,14 @@ def _reduced(
   (at its full size unless it is a JPEG), and the box in those pixels."""
   with _read_by_pil():
     image = _opened(encoded.data)
+  if image.format != 'JPEG':
+    decoded = decode(encoded.data, encoded.exif_orientation)
+    return decoded, *geometry(*decoded.shape[:2])
+  with _read_by_pil():
     # A JPEG's EXIF is read as it opens: its orientation is known before its pixels are.
     orientation = (
         image.getexif().get(ExifTags.Base.Orientation) if encoded.exif_orientation else None
     )
-  if image.format != 'JPEG':
-    decoded = decode(encoded.data, encoded.exif_orientation)
-    return decoded, *geometry(*decoded.shape[:2])
   width, height = image.size
   if orientation in _QUARTER_TURNS:
     width, height = height, width

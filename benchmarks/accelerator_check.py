@@ -138,10 +138,13 @@ def predictions(log: str) -> str:
 
 def train_rate(workdir: str, synthetic: float | None = None) -> str:
   """The median images/s of a run's logged windows after the first (which holds the compilation),
-  and its ratio to `synthetic` images/s (the train step's on synthetic batches)."""
+  its ratio to `synthetic` images/s (the train step's on synthetic batches), and the median share of
+  those windows' time the loop waited for its next batch (the input pipeline's hold on the steps).
+  """
   from vit_jax.train import events  # pylint: disable=g-import-not-at-top
 
-  windows = events.read_scalars(workdir).get('images_per_sec', {})
+  scalars = events.read_scalars(workdir)
+  windows = scalars.get('images_per_sec', {})
   rates = [windows[step] for step in sorted(windows)[1:]]
   if not rates:
     raise CheckFailed(f'fewer than 2 logged windows of images_per_sec in {workdir}')
@@ -149,6 +152,11 @@ def train_rate(workdir: str, synthetic: float | None = None) -> str:
   text = f'{rate:.1f} images/s (median of {len(rates)} windows, {min(rates):.1f}-{max(rates):.1f})'
   if synthetic:
     text += f", {rate / synthetic:.2f}x the synthetic batches' {synthetic:.1f}"
+  waits = scalars.get('input_wait', {})
+  if len(waits) > 1:
+    text += (
+        f'; {100 * statistics.median(waits[s] for s in sorted(waits)[1:]):.1f}% waiting for input'
+    )
   return text
 
 

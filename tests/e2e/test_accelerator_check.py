@@ -78,6 +78,7 @@ def test_the_small_check_passes_every_step_on_cpu(tmp_path):
       r'killed after checkpoint \d0 of 100; params bit-identical at step 100 ', results['resume']
   ), results['resume']
   assert 'x the synthetic batches' in results['b16_folder']
+  assert re.search(r'; [\d.]+% waiting for input$', results['b16_folder']), results['b16_folder']
   assert os.listdir(tmp_path / 'out' / 'events' / 'demo')  # The curves come back with the summary.
 
 
@@ -97,6 +98,20 @@ def test_the_tests_step_runs_a_selection_of_the_suite_and_counts_what_it_skips(t
       f'{SOME_TESTS}: 1 passed, 0 failed, 0 errors, 1 skipped (1 for want of devices)'
   )
   assert (tmp_path / 'out' / 'tests_failures.md').read_text() == ''
+
+
+def test_train_rate_gives_the_median_rate_and_input_wait_after_the_first_window(monkeypatch):
+  from vit_jax.train import events  # pylint: disable=g-import-not-at-top
+
+  scalars = {
+      'images_per_sec': {10: 5.0, 20: 100.0, 30: 110.0, 40: 90.0},
+      'input_wait': {10: 0.9, 20: 0.02, 30: 0.04, 40: 0.03},  # The first window: the compile.
+  }
+  monkeypatch.setattr(events, 'read_scalars', lambda workdir: scalars)
+  assert accelerator_check.train_rate('run', synthetic=200.0) == (
+      "100.0 images/s (median of 3 windows, 90.0-110.0), 0.50x the synthetic batches' 200.0; "
+      '3.0% waiting for input'
+  )
 
 
 def test_test_results_count_the_outcomes_and_list_failures_by_cause(tmp_path):

@@ -1,13 +1,15 @@
-"""Indexing WebDataset tar shards in one process against the two processes of a multi-host run
+"""Indexing WebDataset tar shards in one process's threads, in its processes (one a core, from
+hf_webdataset._TARS_FOR_PROCESSES tars on), and in the two processes of a multi-host run
 (jax.distributed on this machine, as two hosts), which divide a split's tars between them
 (vit_jax/data/hf_webdataset.py, vit_jax/runtime/hosts.py).
 
   python benchmarks/divided_index.py --tars=64 --samples=2000
 
 Writes `--tars` shards of `--samples` samples each (a small PNG and a `cls` file), then times the
-source's start (the train split's index, into an empty cache of its own): in one process, and in
-each of two processes, which index half the tars each and all-gather the halves (the gather's
-compile included). Prints both times and the ratio; each process's cache must hold the same index.
+source's start (the train split's index, into an empty cache of its own): in one process with
+threads only (the peer), in one process with its indexing processes, and in each of two processes,
+which index half the tars each and all-gather the halves (the gather's compile included). Prints
+the times and the ratios to the peer; each process's cache must hold the same index.
 """
 
 import argparse
@@ -50,7 +52,10 @@ def worker(args: argparse.Namespace) -> None:
         args.coordinator_address, num_processes=args.num_processes, process_id=args.process_id
     )
   os.environ['VIT_JAX_DATASETS_CACHE'] = args.cache
-  from vit_jax.data import hf_source  # pylint: disable=g-import-not-at-top
+  from vit_jax.data import hf_source, hf_webdataset  # pylint: disable=g-import-not-at-top
+
+  if args.threads_only:
+    hf_webdataset._TARS_FOR_PROCESSES = sys.maxsize  # pylint: disable=protected-access
 
   start = time.perf_counter()
   source = hf_source.HuggingFaceSource(args.root, 'train', 'cls')
@@ -61,7 +66,9 @@ def worker(args: argparse.Namespace) -> None:
   print(f'{seconds:.3f} {digest}')
 
 
-def run(root: str, cache: str, processes: int) -> list[tuple[float, str]]:
+def run(
+    root: str, cache: str, processes: int, threads_only: bool = False
+) -> list[tuple[float, str]]:
   import local  # pylint: disable=g-import-not-at-top
 
   address = f'127.0.0.1:{local.free_port()}'
@@ -77,6 +84,7 @@ def run(root: str, cache: str, processes: int) -> list[tuple[float, str]]:
               f'--coordinator_address={address}',
               f'--num_processes={processes}',
               f'--process_id={i}',
+              *(['--threads_only'] if threads_only else []),
           ],
           env=env,
           stdout=subprocess.PIPE,
@@ -104,6 +112,7 @@ def main() -> None:
   parser.add_argument('--coordinator_address', help=argparse.SUPPRESS)
   parser.add_argument('--num_processes', type=int, default=1, help=argparse.SUPPRESS)
   parser.add_argument('--process_id', type=int, default=0, help=argparse.SUPPRESS)
+  parser.add_argument('--threads_only', action='store_true', help=argparse.SUPPRESS)
   args = parser.parse_args()
   if args.worker:
     worker(args)
@@ -113,16 +122,19 @@ def main() -> None:
     os.makedirs(root)
     write_shards(root, args.tars, args.samples)
     os.sync()
+    threads = run(root, os.path.join(tmp, 'threads'), 1, threads_only=True)
     one = run(root, os.path.join(tmp, 'one'), 1)
     two = run(root, os.path.join(tmp, 'two'), 2)
-  if len({digest for _, digest in one + two}) != 1:
-    raise SystemExit(f'the indices differ: {one} {two}')
+  if len({digest for _, digest in threads + one + two}) != 1:
+    raise SystemExit(f'the indices differ: {threads} {one} {two}')
+  peer = threads[0][0]
   slowest = max(seconds for seconds, _ in two)
   print(f'# {args.tars} tars of {args.samples} samples; {os.cpu_count()} cores')
-  print('| processes | index s (slowest process) | as fast as one process x |')
+  print('| run | index s (slowest process) | as fast as one process in threads x |')
   print('|---|---|---|')
-  print(f'| 1 | {one[0][0]:.2f} | 1.00 |')
-  print(f'| 2 (divided) | {slowest:.2f} | **{one[0][0] / slowest:.2f}** |')
+  print(f'| 1 process, threads | {peer:.2f} | 1.00 |')
+  print(f'| 1 process, its indexing processes | {one[0][0]:.2f} | **{peer / one[0][0]:.2f}** |')
+  print(f'| 2 processes (hosts), divided | {slowest:.2f} | **{peer / slowest:.2f}** |')
 
 
 if __name__ == '__main__':

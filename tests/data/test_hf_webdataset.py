@@ -338,6 +338,39 @@ print(json.dumps(result))
 """
 
 
+def test_a_split_of_many_tars_is_indexed_by_processes_as_by_threads(tmp_path, monkeypatch):
+  """From hf_webdataset._TARS_FOR_PROCESSES tars on, a process a core indexes its share: the same
+  index as threads make, and a damaged tar is the same one-line error."""
+  files = []
+  for k in range(hf_webdataset._TARS_FOR_PROCESSES):  # pylint: disable=protected-access
+    files.append(str(tmp_path / f'train-{k:02d}.tar'))
+    _shard(files[-1], _samples(1 + k % 3, k))
+  pools = []
+  process_pool = hf_webdataset.concurrent.futures.ProcessPoolExecutor
+
+  def recorded(processes, **kwargs):
+    pools.append(processes)
+    return process_pool(processes, **kwargs)
+
+  monkeypatch.setattr(hf_webdataset.concurrent.futures, 'ProcessPoolExecutor', recorded)
+  monkeypatch.setattr(hf_webdataset.cpuinfo, 'usable_cores', lambda: 2)
+  index = hf_webdataset._index_tars  # pylint: disable=protected-access
+  extents, labels = index(tuple(files), 'jpg', 'cls', None)
+  assert pools == [2] and len(labels) == 31
+  np.testing.assert_array_equal(
+      extents['file'], np.repeat(np.arange(16), [1 + k % 3 for k in range(16)])
+  )
+  monkeypatch.setattr(hf_webdataset, '_TARS_FOR_PROCESSES', 17)
+  threaded = index(tuple(files), 'jpg', 'cls', None)
+  assert pools == [2]
+  np.testing.assert_array_equal(extents, threaded[0])
+  np.testing.assert_array_equal(labels, threaded[1])
+  monkeypatch.setattr(hf_webdataset, '_TARS_FOR_PROCESSES', 16)
+  pathlib.Path(files[7]).write_bytes(pathlib.Path(files[7]).read_bytes()[:700])
+  with pytest.raises(ValueError, match=r'train-07.tar is not a readable uncompressed tar file'):
+    index(tuple(files), 'jpg', 'cls', None)
+
+
 def _index_hashes(source) -> dict:
   return {
       split: {

@@ -333,9 +333,11 @@ def test_host_to_device_times_float32_and_uint8_batches():
   assert out.splitlines()[-1].startswith('uint8 (copy + normalise) / float32 (copy): '), out
 
 
-def test_divided_index_times_one_process_and_two_that_make_the_same_index():
-  out = _run('divided_index.py', '--tars=5', '--samples=30')
-  assert '# 5 tars of 30 samples' in out and '| 2 (divided) | ' in out, out
+def test_divided_index_times_threads_processes_and_two_hosts_that_make_the_same_index():
+  out = _run('divided_index.py', '--tars=16', '--samples=10')
+  assert '# 16 tars of 10 samples' in out, out
+  for row in ('1 process, threads', '1 process, its indexing processes', '2 processes (hosts)'):
+    assert f'| {row}' in out, out
 
 
 def test_worker_paths_times_packed_paths_against_a_list_and_a_zips_index_against_its_listing():

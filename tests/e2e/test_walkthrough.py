@@ -38,8 +38,8 @@ def run(cwd, module, *args):
 @pytest.mark.slow
 def test_readme_walkthrough_with_relative_paths(tmp_path):
   """make demo (shortened), then predict, export, predict from the export, demo_finetune (whose
-  init_from is 'workdirs/demo'), fewshot, the pictures tool, the report and the planner, each given
-  relative paths."""
+  init_from is 'workdirs/demo'), fewshot, confusion, the pictures tool, the report and the planner,
+  each given relative paths."""
   os.symlink(os.path.join(helpers.REPO, 'configs'), tmp_path / 'configs')
   images, _ = digits.split_arrays()['test']
   Image.fromarray(images[0]).save(tmp_path / 'digit.png')
@@ -66,6 +66,8 @@ def test_readme_walkthrough_with_relative_paths(tmp_path):
   assert os.path.isdir(tmp_path / 'workdirs/demo_finetune/checkpoints/20/default')
   accuracy = run(tmp_path, 'tools.fewshot', '--workdir=workdirs/demo', '--shots=1', '--seeds=1')
   assert accuracy.splitlines()[-1].split()[0] == '1'
+  per_class = run(tmp_path, 'tools.confusion', '--workdir=workdirs/demo', '--top=5')
+  assert "per-class results of step 20 of workdirs/demo on split 'test':" in per_class
   run(tmp_path, 'tools.pictures', '--workdir=workdirs/demo', '--image=digit.png', '--out=pictures')
   assert 'attention_rollout.png' in os.listdir(tmp_path / 'pictures')
   run(tmp_path, 'tools.report', 'workdirs', '--out=reports/demo')

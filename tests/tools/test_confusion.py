@@ -1,0 +1,183 @@
+"""vit_jax.tools.confusion: each class's precision, recall and F1 (against scikit-learn's), the
+confusion matrix, the most confident mistakes named as the run's warnings name examples, and the
+command's files and one-line errors."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from sklearn import metrics as sk_metrics
+
+import helpers
+from vit_jax.data import sources
+from vit_jax.tools import confusion
+
+COMMAND = [sys.executable, '-m', 'vit_jax.tools.confusion']
+
+
+def _random_predictions(seed: int, classes: int = 7, n: int = 200) -> confusion.Predictions:
+  """Labels of classes 0..classes-2 (the last is never in the split) and class 1 never predicted."""
+  rng = np.random.default_rng(seed)
+  labels = rng.integers(0, classes - 1, n)
+  probabilities = rng.random((n, classes)).astype(np.float32)
+  probabilities[np.arange(n), labels] += rng.random(n) < 0.6  # Mostly right.
+  probabilities[:, 1] = 0
+  names = tuple(f'class_{c}' for c in range(classes))
+  return confusion.Predictions(labels, probabilities, [f'example {i}' for i in range(n)], names)
+
+
+@pytest.mark.parametrize('seed', range(3))
+def test_the_metrics_are_scikit_learns(seed):
+  predictions = _random_predictions(seed)
+  labels, predicted = predictions.labels, predictions.probabilities.argmax(-1)
+  classes = range(len(predictions.class_names))
+  counts = confusion.confusion_matrix(predictions)
+  np.testing.assert_array_equal(
+      counts, sk_metrics.confusion_matrix(labels, predicted, labels=list(classes))
+  )
+  ours = confusion.per_class(counts)
+  theirs = sk_metrics.precision_recall_fscore_support(
+      labels, predicted, labels=list(classes), zero_division=0
+  )
+  for name, values in zip(('precision', 'recall', 'f1', 'support'), theirs):
+    np.testing.assert_allclose(ours[name], values, rtol=1e-12, err_msg=name)
+  report = sk_metrics.classification_report(labels, predicted, output_dict=True, zero_division=0)
+  average = confusion.macro_average(ours, counts)
+  for name, key in (('precision', 'precision'), ('recall', 'recall'), ('f1', 'f1-score')):
+    assert average[name] == pytest.approx(report['macro avg'][key], rel=1e-12), name
+  assert average['accuracy'] == pytest.approx(report['accuracy'], rel=1e-12)
+
+
+def test_mistakes_are_the_wrong_predictions_the_most_confident_first():
+  predictions = _random_predictions(0)
+  wrong = confusion.mistakes(predictions)
+  predicted = predictions.probabilities.argmax(-1)
+  assert len(wrong) == int((predicted != predictions.labels).sum())
+  probabilities = [p for *_, p in wrong]
+  assert probabilities == sorted(probabilities, reverse=True)
+  for example, label, guess, probability in wrong:
+    i = predictions.examples.index(example)
+    assert (label, guess) == (f'class_{predictions.labels[i]}', f'class_{predicted[i]}')
+    assert probability == pytest.approx(predictions.probabilities[i].max())
+
+
+def test_the_runs_predictions_are_its_evaluation(trained_tiny_run):
+  """The same model, split and preprocessing as the run's last evaluation: its top-1."""
+  predictions, step, split = confusion.predict_split(trained_tiny_run, None, None)
+  assert (step, split) == (12, 'test') and len(predictions.labels) == 360
+  logged = helpers.read_scalars(trained_tiny_run)['eval_top1'][12]
+  counts = confusion.confusion_matrix(predictions)
+  assert confusion.macro_average(confusion.per_class(counts), counts)['accuracy'] == pytest.approx(
+      logged, abs=1e-6
+  )
+  assert predictions.class_names == tuple('0123456789')
+
+
+def _on_folder(run: str, folder: str, tmp_path) -> str:
+  """A copy of `run` whose data is `folder` (the same digits as image files), read in threads."""
+  workdir = helpers.copy_of(run, tmp_path)
+  path = os.path.join(workdir, 'config.json')
+  config = json.load(open(path))
+  config.update(dataset='folder', data_dir=folder, data_workers=0)
+  with open(path, 'w') as f:
+    json.dump(config, f)
+  return workdir
+
+
+def test_an_image_folders_mistakes_are_named_by_path_and_unreadable_files_left_out(
+    trained_tiny_run, sorted_digits_folder, tmp_path
+):
+  folder = str(tmp_path / 'digits')
+  shutil.copytree(sorted_digits_folder, folder)
+  with open(os.path.join(folder, 'test', '3', 'zzzz_broken.png'), 'wb') as f:
+    f.write(b'not an image')
+  on_digits, _, _ = confusion.predict_split(trained_tiny_run, None, None)
+  predictions, _, _ = confusion.predict_split(
+      _on_folder(trained_tiny_run, folder, tmp_path), None, None
+  )
+  assert len(predictions.labels) == 360  # The broken file is skipped, as evaluations skip it.
+  assert all(os.path.exists(e) and e.startswith(f'{folder}/test/') for e in predictions.examples)
+  for example, label, _, _ in confusion.mistakes(predictions):
+    assert f'/test/{label}/' in example
+  # The folder holds the digits' own pixels: the same results, class by class.
+  np.testing.assert_array_equal(
+      confusion.confusion_matrix(predictions), confusion.confusion_matrix(on_digits)
+  )
+
+
+def test_a_label_set_is_a_one_line_error(trained_tiny_run, monkeypatch):
+  checked_source = sources.checked_source
+
+  def multi_label(config, label_feature=None):
+    source = checked_source(config, label_feature)
+    source.multi_label = True
+    return source
+
+  monkeypatch.setattr(sources, 'checked_source', multi_label)
+  with pytest.raises(ValueError, match=r"^config\.label_feature='label' is a set of classes"):
+    confusion.predict_split(trained_tiny_run, None, None)
+
+
+def test_the_command_prints_the_classes_and_writes_the_tables(trained_tiny_run, tmp_path):
+  out = tmp_path / 'out'
+  run = subprocess.run(
+      [*COMMAND, f'--workdir={trained_tiny_run}', f'--out={out}', '--top=3'],
+      cwd=helpers.REPO,
+      capture_output=True,
+      text=True,
+      timeout=300,
+  )
+  assert run.returncode == 0, run.stderr[-2000:]
+  lines = run.stdout.splitlines()
+  assert lines[0] == f"per-class results of step 12 of {trained_tiny_run} on split 'test':"
+  assert lines[1].split() == [
+      'class',
+      'precision',
+      'recall',
+      'f1',
+      'support',
+      'most',
+      'taken',
+      'for',
+  ]
+  assert lines[5].startswith('macro avg') and re.match(
+      r'accuracy 0\.\d{4} \(\d+ of 360\)', lines[6]
+  )
+  assert sorted(os.listdir(out)) == [
+      'confusion.csv',
+      'confusion.png',
+      'mistakes.csv',
+      'per_class.csv',
+  ]
+  rows = (out / 'per_class.csv').read_text().splitlines()
+  assert rows[0] == 'class,precision,recall,f1,support' and len(rows) == 11
+  assert sum(int(row.split(',')[-1]) for row in rows[1:]) == 360
+  matrix = [row.split(',') for row in (out / 'confusion.csv').read_text().splitlines()]
+  assert matrix[0] == ['true \\ predicted', *'0123456789']
+  assert sum(int(v) for row in matrix[1:] for v in row[1:]) == 360
+
+
+@pytest.mark.parametrize(
+    'args, message',
+    [
+        (['--top=0'], r'^error: --top=0 must be at least 1$'),
+        (['--split=nope'], r"^error: .*'nope'.*set --split to one of \['train', 'test'\]"),
+        (['extra'], r"^error: unexpected arguments \['extra'\]"),
+    ],
+)
+def test_bad_flags_are_one_line_errors(trained_tiny_run, args, message):
+  run = subprocess.run(
+      [*COMMAND, f'--workdir={trained_tiny_run}', *args],
+      cwd=helpers.REPO,
+      capture_output=True,
+      text=True,
+      timeout=300,
+  )
+  assert run.returncode == 2
+  assert len(run.stderr.strip().splitlines()) == 1, run.stderr[-2000:]
+  assert re.search(message, run.stderr.strip()), run.stderr

@@ -1,0 +1,272 @@
+"""Each class's results of a saved run on a split: precision, recall, F1 and support, the classes it
+is taken for, and the most confident mistakes:
+
+  python -m vit_jax.tools.confusion --workdir=W [--step=N] [--split=SPLIT] [--out=DIR] [--top=30]
+
+prints the classes worst recall first (`--top` of them), then the `--top` most confident mistakes
+(the example as the run's warnings name it: an image folder's path), for the run's classifier (its
+Polyak average if kept) on `--split` (default: the run's eval split), its images prepared as its
+evaluation prepares them. With `--out`, writes every class to DIR/per_class.csv, the confusion
+matrix to DIR/confusion.csv (a row a true class, a column a predicted one) and, up to 100 classes,
+DIR/confusion.png, and every mistake to DIR/mistakes.csv.
+"""
+
+if (
+    __name__ == '__main__'
+):  # Before anything allocates or loads jax: see vit_jax/runtime/startup.py.
+  from vit_jax.runtime import startup  # pylint: disable=g-import-not-at-top
+
+  startup.prepare_process()
+
+import csv
+import dataclasses
+import io
+from typing import Optional
+
+from absl import flags, logging
+from etils import epath
+import numpy as np
+
+from vit_jax.runtime import cli
+
+_USAGE = '--workdir=W [--step=N] [--split=SPLIT] [--out=DIR] [--top=30]'
+_BATCH = 64  # Images a forward pass: one compile for the whole split.
+_PICTURED_CLASSES = 100  # Beyond this many classes a confusion picture is unreadable.
+
+
+@dataclasses.dataclass(frozen=True)
+class Predictions:
+  """A classifier's predictions on every readable example of a split, in the split's order."""
+
+  labels: np.ndarray  # int [n], the true classes.
+  probabilities: np.ndarray  # float32 [n, classes].
+  examples: list[str]  # Each example as the run's warnings name it (an image folder's path).
+  class_names: tuple[str, ...]
+
+
+def predict_split(
+    workdir: str, step: Optional[int], split: Optional[str]
+) -> tuple[Predictions, int, str]:
+  """The predictions of checkpoint `step` (default: the latest) of a run on `split` (default: its
+  eval split), the step and the split; a one-line ValueError for what cannot be evaluated so."""
+  # Imported here so that bad flags are answered before the model and the input pipeline load.
+  from vit_jax import data  # pylint: disable=g-import-not-at-top
+  from vit_jax.checkpoints import run_dir, saved_state  # pylint: disable=g-import-not-at-top
+  from vit_jax.data import preprocess, sources  # pylint: disable=g-import-not-at-top
+  from vit_jax.tools import predict  # pylint: disable=g-import-not-at-top
+
+  _, step = saved_state.find_checkpoint(workdir, step)
+  config, _ = run_dir.load_run_info(workdir)
+  split = split or config.eval_split
+  source = sources.checked_source(config)
+  if getattr(source, 'multi_label', False):
+    raise ValueError(
+        f'config.label_feature={config.label_feature!r} is a set of classes an image: a confusion '
+        'matrix needs one class an image'
+    )
+  if hasattr(source, 'check_split'):  # A bad split name names the flag to set.
+    source.check_split(split, '--split')
+  records = source.examples(split)
+  classifier = predict.load_run(workdir, step)
+  labels, probabilities, kept = [], [], []
+  batches = data.eval_iterator(config, split, local_batch_size=_BATCH)
+  try:
+    for b, batch in enumerate(batches):
+      mask = batch['mask']
+      logits = classifier.logits_fn(preprocess.model_input(batch['image']))
+      probs = predict.probabilities(np.asarray(logits, np.float32), classifier.loss)
+      labels.append(batch['label'][mask])
+      probabilities.append(probs[mask])
+      kept += [b * _BATCH + row for row in np.flatnonzero(mask)]  # Unreadable rows are masked.
+  finally:
+    batches.close()
+  if not kept:
+    raise ValueError(f'split {split!r} has no readable example: nothing to evaluate')
+  examples = [source.describe(records.read(k)) for k in kept]
+  predictions = Predictions(
+      np.concatenate(labels).astype(np.int64),
+      np.concatenate(probabilities),
+      examples,
+      classifier.class_names,
+  )
+  return predictions, step, split
+
+
+def confusion_matrix(predictions: Predictions) -> np.ndarray:
+  """int [classes, classes]: how many examples of class i (a row) were taken for class j."""
+  classes = len(predictions.class_names)
+  counts = np.zeros((classes, classes), np.int64)
+  np.add.at(counts, (predictions.labels, predictions.probabilities.argmax(-1)), 1)
+  return counts
+
+
+def per_class(confusion: np.ndarray) -> dict[str, np.ndarray]:
+  """Each class's precision, recall, F1 and support (scikit-learn's definitions; 0 where a ratio
+  has nothing to divide by, as its zero_division=0)."""
+  correct = np.diag(confusion).astype(np.float64)
+  support, predicted = confusion.sum(1), confusion.sum(0)
+  ratio = lambda a, b: np.divide(a, b, out=np.zeros_like(a), where=b > 0)
+  precision, recall = ratio(correct, predicted), ratio(correct, support)
+  return {
+      'precision': precision,
+      'recall': recall,
+      'f1': ratio(2 * precision * recall, precision + recall),
+      'support': support,
+  }
+
+
+def macro_average(metrics: dict[str, np.ndarray], confusion: np.ndarray) -> dict[str, float]:
+  """The unweighted means over the classes that are in the split or predicted (scikit-learn's
+  classification_report's macro average), and the accuracy."""
+  seen = (confusion.sum(0) + confusion.sum(1)) > 0
+  averages = {name: float(metrics[name][seen].mean()) for name in ('precision', 'recall', 'f1')}
+  return {**averages, 'accuracy': float(np.trace(confusion) / confusion.sum())}
+
+
+def mistakes(predictions: Predictions) -> list[tuple[str, str, str, float]]:
+  """(example, true class, predicted class, its probability) of each wrong prediction, the most
+  confident first."""
+  predicted = predictions.probabilities.argmax(-1)
+  confidence = predictions.probabilities.max(-1)
+  names = predictions.class_names
+  wrong = np.flatnonzero(predicted != predictions.labels)
+  return [
+      (
+          predictions.examples[i],
+          names[predictions.labels[i]],
+          names[predicted[i]],
+          float(confidence[i]),
+      )
+      for i in wrong[np.argsort(-confidence[wrong], kind='stable')]
+  ]
+
+
+def format_report(predictions: Predictions, top: int) -> str:
+  """The classes worst recall first (`top` of them) with the class each is most taken for, the
+  macro average and the accuracy, then the `top` most confident mistakes."""
+  confusion = confusion_matrix(predictions)
+  metrics = per_class(confusion)
+  names = predictions.class_names
+  width = max(12, *(len(n) for n in names))
+  lines = [f'{"class":{width}}  precision  recall  f1      support  most taken for']
+  others = confusion - np.diag(np.diag(confusion))
+  present = np.flatnonzero(metrics['support'] > 0)
+  for c in present[np.argsort(metrics['recall'][present], kind='stable')][:top]:
+    taken = f'{names[others[c].argmax()]} ({others[c].max()})' if others[c].any() else '-'
+    lines.append(
+        f'{names[c]:{width}}  {metrics["precision"][c]:.4f}     {metrics["recall"][c]:.4f}  '
+        f'{metrics["f1"][c]:.4f}  {metrics["support"][c]:7d}  {taken}'
+    )
+  average = macro_average(metrics, confusion)
+  lines.append(
+      f'{"macro avg":{width}}  {average["precision"]:.4f}     {average["recall"]:.4f}  '
+      f'{average["f1"]:.4f}  {int(confusion.sum()):7d}'
+  )
+  lines.append(f'accuracy {average["accuracy"]:.4f} ({np.trace(confusion)} of {confusion.sum()})')
+  wrong = mistakes(predictions)
+  lines.append(f'{len(wrong)} mistakes, the most confident first:' if wrong else 'no mistakes')
+  lines += [
+      f'  {p:.4f}  {label} taken for {guess}: {example}' for example, label, guess, p in wrong[:top]
+  ]
+  return '\n'.join(lines)
+
+
+def _csv(rows: list[list]) -> str:
+  out = io.StringIO()
+  csv.writer(out, lineterminator='\n').writerows(rows)
+  return out.getvalue()
+
+
+def write_files(predictions: Predictions, out: str) -> list[str]:
+  """per_class.csv, confusion.csv, mistakes.csv and (up to _PICTURED_CLASSES classes)
+  confusion.png in `out`; returns their paths."""
+  confusion = confusion_matrix(predictions)
+  metrics = per_class(confusion)
+  names = list(predictions.class_names)
+  tables = {
+      'per_class.csv': [
+          ['class', 'precision', 'recall', 'f1', 'support'],
+          *(
+              [
+                  name,
+                  *(f'{metrics[m][c]:.6f}' for m in ('precision', 'recall', 'f1')),
+                  metrics['support'][c],
+              ]
+              for c, name in enumerate(names)
+          ),
+      ],
+      'confusion.csv': [
+          ['true \\ predicted', *names],
+          *([n, *row] for n, row in zip(names, confusion)),
+      ],
+      'mistakes.csv': [
+          ['example', 'class', 'predicted', 'probability'],
+          *([e, t, p, f'{q:.6f}'] for e, t, p, q in mistakes(predictions)),
+      ],
+  }
+  paths = []
+  for name, rows in tables.items():
+    paths.append(str(epath.Path(out) / name))
+    epath.Path(paths[-1]).write_text(_csv(rows))
+  if len(names) <= _PICTURED_CLASSES:
+    paths.append(str(epath.Path(out) / 'confusion.png'))
+    epath.Path(paths[-1]).write_bytes(_picture(confusion, names))
+  return paths
+
+
+def _picture(confusion: np.ndarray, names: list[str]) -> bytes:
+  """The confusion matrix, each row as shares of its class's examples, as a PNG."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
+
+  matplotlib.use('Agg')  # Files only: no display needed.
+  from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
+
+  shares = confusion / np.maximum(confusion.sum(1, keepdims=True), 1)
+  size = 3 + 0.25 * len(names)
+  figure, axes = plt.subplots(figsize=(size + 1, size))
+  image = axes.imshow(shares, cmap='Blues', vmin=0, vmax=1)
+  axes.set_xticks(range(len(names)), names, rotation=90, fontsize=8)
+  axes.set_yticks(range(len(names)), names, fontsize=8)
+  axes.set_xlabel('predicted')
+  axes.set_ylabel('true class')
+  figure.colorbar(image, ax=axes, label="share of the class's examples")
+  figure.tight_layout()
+  png = io.BytesIO()
+  figure.savefig(png, format='png', dpi=100)
+  plt.close(figure)
+  return png.getvalue()
+
+
+def _define_flags() -> None:
+  # Defined only when run as a command: other commands' modules have flags of the same names.
+  flags.DEFINE_string('workdir', None, 'Workdir of the run whose checkpoint is evaluated.')
+  flags.DEFINE_integer('step', None, 'Checkpoint step (default: the latest).')
+  flags.DEFINE_string('split', None, "Split to evaluate on (default: the run's eval split).")
+  flags.DEFINE_string('out', None, 'Directory for the CSV files and the picture (default: none).')
+  flags.DEFINE_integer('top', 30, 'Classes and mistakes to print.')
+  flags.mark_flags_as_required(['workdir'])
+
+
+def main(argv: list[str]) -> None:
+  logging.set_verbosity(logging.ERROR)
+  if len(argv) > 1:
+    cli.fail(f'unexpected arguments {argv[1:]}: use {_USAGE}')
+  args = flags.FLAGS
+  if args.top < 1:
+    cli.fail(f'--top={args.top} must be at least 1')
+  try:
+    if args.out is not None:
+      cli.make_out_dir(args.out)
+    predictions, step, split = predict_split(args.workdir, args.step, args.split)
+  except ValueError as e:
+    cli.fail(str(e))
+  print(f'per-class results of step {step} of {args.workdir} on split {split!r}:')
+  print(format_report(predictions, args.top))
+  if args.out is not None:
+    for path in write_files(predictions, args.out):
+      print(f'wrote {path}')
+
+
+if __name__ == '__main__':
+  _define_flags()
+  cli.run(main, flags_parser=cli.flags_parser(_USAGE))

@@ -20,6 +20,7 @@ TRAIN_TAGS = (
     'images_per_sec',
     'steps_per_sec',
     'uptime',
+    'input_wait',
     'skipped_steps',
 )
 

@@ -12,10 +12,10 @@ pipeline's own choice). The digits are served from memory. `--source=folder` fir
 `--num_images` random JPEGs of about ImageNet's size (500x375; `--jpeg_size`, e.g. a phone's
 12-megapixel 4032x3024) into a temporary `train/<class>/` tree, so reading and decoding are measured
 too; `--reducing_gap` lists config.pp.reducing_gap values to measure (0: every JPEG decoded at its
-full size, timm's pixels; the row's peer). "resumed first batch s" is the time to the first batch of a run resumed at `--resume_step`: it
-must not grow with the step (the order is skipped arithmetically). Compare the images/s with
-benchmarks/train_step.py's at the same image size and batch: the input pipeline must outrun the train
-step or the step waits for data.
+full size, timm's pixels; the row's peer). "resumed first batch s" is the time to the first batch
+of a run resumed at `--resume_step`: it must not grow with the step (the order is skipped
+arithmetically). Compare the images/s with benchmarks/train_step.py's at the same image size and
+batch: the input pipeline must outrun the train step or the step waits for data.
 """
 
 import os  # pylint: disable=g-bad-import-order

@@ -14,10 +14,10 @@ image's to the bit.
 
 Train preprocessing is the crop named by `config.pp.crop` (a key of `CROPS`), then each op of
 `AUGMENTS` in order. An op is `apply(image, rng, pp, image_size) -> image`, a `check(pp)` of the
-`config.pp` fields it reads and `on(pp)`; a crop maps uint8 [h, w, c] (or an `images.Encoded` image,
-which it decodes: at a fraction of its size where `pp.reducing_gap` allows) to
-[image_size, image_size, c] in [0, 255], uint8 with `pp.antialias` (PIL's 8-bit resize) and float32 without; the augmentations
-keep that shape and the range: [0, 255] before the `normalize` entry of `AUGMENTS`, [-1, 1] (plus
+`config.pp` fields it reads and `on(pp)`; a crop maps uint8 [h, w, c] (or an `images.Encoded`
+image, which it decodes: at a fraction of its size where `pp.reducing_gap` allows) to
+[image_size, image_size, c] in [0, 255], uint8 with `pp.antialias` (PIL's 8-bit resize) and float32
+without; the augmentations keep that shape and the range: [0, 255] before the `normalize` entry of `AUGMENTS`, [-1, 1] (plus
 what they add) after it, where timm's random erasing works. Where every op that is on keeps 8-bit
 pixels and none after `normalize` is on, the images stop before it, uint8 (`train_dtype`), and the
 step normalises them on the device. Each augmentation is off (skipped, no generator made) unless

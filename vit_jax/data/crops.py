@@ -105,6 +105,17 @@ def pad_and_random_crop(image: np.ndarray, rng: np.random.Generator, pad: int) -
   return padded[top : top + image.shape[0], left : left + image.shape[1]]
 
 
+def central_scaled_size(
+    height: int, width: int, size: int, crop_fraction: float
+) -> tuple[int, int]:
+  """The (height, width) `central_crop` resizes an image of (height, width) to before it takes the
+  central size x size square: the shorter side round(size / crop_fraction), the longer one's
+  proportion rounded down."""
+  target = round(size / crop_fraction)
+  longer = int(target * max(height, width) / min(height, width))
+  return (longer, target) if height > width else (target, longer)
+
+
 def central_crop(
     image: np.ndarray | images.Encoded,
     size: int,
@@ -119,9 +130,7 @@ def central_crop(
   its pixels are too: the longer side's proportion rounded down, the offset rounded half to even."""
 
   def geometry(height: int, width: int) -> tuple[images.Box, tuple[int, int]]:
-    target = round(size / crop_fraction)
-    longer = int(target * max(height, width) / min(height, width))
-    return (0, 0, height, width), ((longer, target) if height > width else (target, longer))
+    return (0, 0, height, width), central_scaled_size(height, width, size, crop_fraction)
 
   scaled = images.crop_and_resize(image, geometry, antialias, reducing_gap)
   top, left = round((scaled.shape[0] - size) / 2), round((scaled.shape[1] - size) / 2)

@@ -155,16 +155,17 @@ def seen_part(
   """The part of `image` (uint8 [h, w, 3]) that the eval crop `pp_eval` makes the model input: the
   central square of 'central' (to the pixel: crops.central_crop's arithmetic, in the image's own
   pixels), all of it for 'resize' (which squeezes it to the square the maps cover)."""
+  from vit_jax.data import crops  # pylint: disable=g-import-not-at-top
+
   pp_eval = {**predict.DEFAULT_PP_EVAL, **pp_eval}
   if pp_eval['crop'] != 'central':
     return image
   shape = np.array(image.shape[:2], np.float64)
-  # The shorter side resized to `target` (the longer one's proportion rounded down), then the central
-  # image_size square of that, its offset rounded half to even (torchvision's geometry).
-  target = round(image_size / pp_eval['crop_fraction'])
-  h, w = image.shape[:2]
-  longer = int(target * max(h, w) / min(h, w))
-  scaled = np.array((longer, target) if h > w else (target, longer), np.float64)
+  # The central image_size square of the resized image, its offset rounded half to even
+  # (torchvision's geometry), in the image's own pixels.
+  scaled = np.array(
+      crops.central_scaled_size(*image.shape[:2], image_size, pp_eval['crop_fraction']), np.float64
+  )
   offset = np.round((scaled - image_size) / 2)
   top, left = np.round(offset * shape / scaled).astype(int)
   bottom, right = np.round((offset + image_size) * shape / scaled).astype(int)

@@ -15,7 +15,7 @@ from sklearn import linear_model
 import helpers
 from vit_jax import sharding
 from vit_jax.checkpoints import run_dir, saved_state
-from vit_jax.evaluators import fewshot
+from vit_jax.evaluators import fewshot, knn
 from vit_jax.tasks import classification
 from vit_jax.train import loop, setup as train_setup
 
@@ -93,10 +93,24 @@ def test_the_loop_evaluator_and_the_command_agree_on_the_tiny_run(trained_tiny_r
       seeds=2,
       l2_reg=config.fewshot.l2_reg,
   )
-  metrics = evaluator(jax.device_put(params, sharding.replicated(mesh)))  # Params with a head too.
+  params = jax.device_put(params, sharding.replicated(mesh))  # Params with a head too.
+  metrics = evaluator(params)
   print(f'\nfew-shot accuracy of the tiny run on the digits (chance 0.1): {metrics}')
   assert list(metrics) == ['1shot', '10shot']
   assert metrics['10shot'] > 0.4
+  neighbours = knn.KnnEvaluator(
+      'knn',
+      None,
+      config=config,
+      model=classification.features_model(config, helpers.model_config(config)),
+      mesh=mesh,
+      ks=(1, 10),
+      temperature=0.07,
+  )
+  knn_metrics = neighbours(params)
+  neighbours.close()
+  print(f'k-NN accuracy: {knn_metrics}')
+  assert list(knn_metrics) == ['1nn', '10nn'] and knn_metrics['10nn'] > 0.4
 
   run = subprocess.run(
       [
@@ -106,6 +120,7 @@ def test_the_loop_evaluator_and_the_command_agree_on_the_tiny_run(trained_tiny_r
           f'--workdir={trained_tiny_run}',
           '--shots=1,10',
           '--seeds=2',
+          '--knn=1,10',
       ],
       cwd=helpers.REPO,
       capture_output=True,
@@ -114,10 +129,14 @@ def test_the_loop_evaluator_and_the_command_agree_on_the_tiny_run(trained_tiny_r
   )
   assert run.returncode == 0, run.stderr[-2000:]
   print(run.stdout)
-  table = dict(re.findall(r'^\s+(\d+)\s+([0-9.]+)$', run.stdout, re.MULTILINE))
+  fewshot_part, knn_part = run.stdout.split('weighted k-NN accuracy (temperature 0.07):')
+  table = dict(re.findall(r'^\s+(\d+)\s+([0-9.]+)$', fewshot_part, re.MULTILINE))
   assert float(table['1']) == pytest.approx(metrics['1shot'], abs=1e-4)
   assert float(table['10']) == pytest.approx(metrics['10shot'], abs=1e-4)
   assert 'of step 12 of' in run.stdout
+  table = dict(re.findall(r'^\s+(\d+)\s+([0-9.]+)$', knn_part, re.MULTILINE))
+  assert float(table['1']) == pytest.approx(knn_metrics['1nn'], abs=1e-4)
+  assert float(table['10']) == pytest.approx(knn_metrics['10nn'], abs=1e-4)
 
 
 def test_the_command_uses_the_runs_fewshot_settings_where_no_flag_is_given(
@@ -182,24 +201,31 @@ def test_in_the_loop_shots_a_class_cannot_fill_are_nan_and_the_run_goes_on(
     evaluator.accuracies(params)  # The command: a one-line error.
 
 
-def test_command_line_bad_shots_is_one_line(trained_tiny_run):
+@pytest.mark.parametrize(
+    'flag, error',
+    [
+        (
+            '--shots=1,many',
+            'error: --shots=1,many must be positive integers, e.g. --shots=1,5,10,25',
+        ),
+        ('--knn=0,20', 'error: --knn=0,20 must be positive integers, e.g. --knn=10,20'),
+        ('--knn=5000', 'error: k=5000 neighbours of 1437 train examples: use 1 <= k <= 1437'),
+        (
+            '--temperature=0',
+            'error: --temperature=0.0 must be positive, e.g. --temperature=0.07',
+        ),
+    ],
+)
+def test_command_line_bad_shots_or_neighbours_is_one_line(trained_tiny_run, flag, error):
   run = subprocess.run(
-      [
-          sys.executable,
-          '-m',
-          'vit_jax.tools.fewshot',
-          f'--workdir={trained_tiny_run}',
-          '--shots=1,many',
-      ],
+      [sys.executable, '-m', 'vit_jax.tools.fewshot', f'--workdir={trained_tiny_run}', flag],
       cwd=helpers.REPO,
       capture_output=True,
       text=True,
       timeout=300,
   )
   assert run.returncode == 2
-  assert run.stderr.strip().splitlines() == [
-      'error: --shots=1,many must be positive integers, e.g. --shots=1,5,10,25'
-  ]
+  assert run.stderr.strip().splitlines() == [error]
 
 
 def test_the_loop_runs_every_evaluator_on_the_parameters_and_their_polyak_average(
@@ -227,12 +253,16 @@ def test_the_loop_runs_every_evaluator_on_the_parameters_and_their_polyak_averag
       train_split='train[:90%]',
       eval_split='train[90%:]',
   )
+  config.evals.knn = dict(type='knn', every_steps=6, ks=(1, 10))
   metrics = loop.train_and_evaluate(train_setup.prepare(config, str(tmp_path / 'run')))
   scalars = helpers.read_scalars(str(tmp_path / 'run'))
   for name in ('fewshot_1shot', 'fewshot_5shot', 'fewshot_polyak_1shot', 'fewshot_polyak_5shot'):
     assert sorted(scalars[name]) == [6, 12], name
   for name in ('minival_top1', 'minival_loss', 'minival_polyak_top1'):
     assert sorted(scalars[name]) == [4, 8, 12], name
+  for name in ('knn_1nn', 'knn_10nn', 'knn_polyak_1nn', 'knn_polyak_10nn'):
+    assert sorted(scalars[name]) == [6, 12], name
+  assert scalars['knn_10nn'][12] > 0.3 and scalars['knn_polyak_10nn'][12] > 0.3
   assert sorted(scalars['fewshot_minival_2shot']) == sorted(scalars['eval_top1']) == [12]
   assert scalars['fewshot_5shot'][12] > 0.3  # Chance is 0.1.
   assert scalars['fewshot_polyak_5shot'][12] > 0.3

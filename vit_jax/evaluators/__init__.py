@@ -8,7 +8,8 @@ averaging, on their average too; its metrics are logged as `<name>_<metric>` and
   fewshot        linear few-shot accuracy from config.fewshot, when config.fewshot.every_steps is set;
   config.evals   any number more, name -> dict(type=<a key of EVALUATORS>, every_steps=N, ...), e.g.
                  config.evals.minival = dict(type='classification', split='train[98%:]', every_steps=500),
-                 config.evals.real = dict(type='real', every_steps=500) (ImageNet-ReaL); a name is
+                 config.evals.real = dict(type='real', every_steps=500) (ImageNet-ReaL),
+                config.evals.knn = dict(type='knn', every_steps=1000) (DINO's k-NN); a name is
                  neither eval nor fewshot, nor train (the loop's train_loss), nor ends in _polyak.
 
 Adding an evaluator is one module with a `build(name, settings, context)` and one entry in EVALUATORS.
@@ -19,15 +20,16 @@ from typing import Callable
 import ml_collections
 
 from vit_jax import tasks
-from vit_jax.evaluators import fewshot, real, split
+from vit_jax.evaluators import fewshot, knn, real, split
 from vit_jax.evaluators.base import Context, Evaluator
 
 Builder = Callable[[str, ml_collections.ConfigDict, Context], Evaluator]
-# The task's own metrics on a split, under the task's name; few-shot on the backbone's features;
-# ImageNet-ReaL's multi-label top-1.
+# The task's own metrics on a split, under the task's name; few-shot and k-NN on the backbone's
+# features; ImageNet-ReaL's multi-label top-1.
 EVALUATORS: dict[str, Builder] = {
     **{name: split.build for name in tasks.TASKS},
     'fewshot': fewshot.build,
+    'knn': knn.build,
     'real': real.build,
 }
 _BUILT_IN = ('eval', 'fewshot')

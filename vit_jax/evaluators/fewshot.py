@@ -8,19 +8,17 @@ big_vision's few-shot evaluator, with one fixed regularisation instead of one ch
 in config.evals) and for `python -m vit_jax.tools.fewshot` on a saved run.
 """
 
-import functools
 import math
 from typing import Any, Optional, Sequence
 
 from absl import logging
 import flax.linen as nn
-import jax
 import ml_collections
 import numpy as np
 from jax.sharding import Mesh
 
-from vit_jax import data, sharding
-from vit_jax.data import on_device
+from vit_jax import data
+from vit_jax.evaluators import features
 from vit_jax.evaluators.base import Context, check_fields
 
 
@@ -100,18 +98,6 @@ def linear_fewshot_accuracy(
   return accuracies
 
 
-def _features_of_batch(
-    params: Any, batch: dict[str, jax.Array], *, model: nn.Module
-) -> dict[str, jax.Array]:
-  return {
-      'features': model.apply(
-          {'params': params}, on_device.model_input(batch['image']), train=False
-      ),
-      'label': batch['label'],
-      'mask': batch['mask'],
-  }
-
-
 class FewShotEvaluator:
   """Few-shot accuracy of parameters, on the unaugmented train and eval splits of a config's data.
 
@@ -136,33 +122,10 @@ class FewShotEvaluator:
       eval_split: Optional[str] = None,
   ):
     self.name, self.every_steps = name, every_steps
-    self._mesh = mesh
     self._splits = (train_split or config.train_split, eval_split or config.eval_split)
-    self._passes = {
-        split: data.eval_passes(
-            config,
-            split,
-            local_batch_size=config.eval_batch_size // jax.process_count(),
-            process_index=jax.process_index(),
-            process_count=jax.process_count(),
-        )
-        for split in self._splits
-    }
+    self.features = features.SplitFeatures(config, self._splits, model=model, mesh=mesh)
     self._shots, self._seeds, self._l2_reg = tuple(shots), seeds, l2_reg
     self._num_classes = num_classes
-    self._features_fn = jax.jit(
-        functools.partial(_features_of_batch, model=model), out_shardings=sharding.replicated(mesh)
-    )
-
-  def features(self, params: Any, split: str) -> tuple[np.ndarray, np.ndarray]:
-    """Features [n, D] and labels [n] of every example of `split` (its train or eval split),
-    eval-preprocessed."""
-    feats, labels = [], []
-    for local in self._passes[split]():
-      out = jax.device_get(self._features_fn(params, sharding.global_batch(local, self._mesh)))
-      feats.append(out['features'][out['mask']])
-      labels.append(out['label'][out['mask']])
-    return np.concatenate(feats), np.concatenate(labels)
 
   def accuracies(self, params: Any, skip_unfillable: bool = False) -> dict[int, float]:
     """Mean few-shot accuracy for each number of shots. A number of shots that a class of the train
@@ -207,8 +170,7 @@ class FewShotEvaluator:
     }
 
   def close(self) -> None:
-    for passes in self._passes.values():
-      passes.close()
+    self.features.close()
 
 
 def build(name: str, fields: ml_collections.ConfigDict, context: Context) -> FewShotEvaluator:

@@ -1,10 +1,14 @@
-"""Few-shot linear accuracy of a saved run (the evaluator is vit_jax/evaluators/fewshot.py):
+"""Few-shot linear and k-NN accuracy of a saved run (the evaluators are vit_jax/evaluators/fewshot.py
+and knn.py):
 
   python -m vit_jax.tools.fewshot --workdir=W [--step=N] [--shots=1,5,10,25] [--seeds=3] [--l2_reg=4]
+      [--knn=10,20 [--temperature=0.07]]
 
 prints the accuracy per number of shots, for the run's ViT backbone (its Polyak average if kept) on
 the run's unaugmented train and eval splits. A flag left out is the run's config.fewshot setting (its
-splits too), so the numbers are those the run logged as fewshot_<n>shot at that step.
+splits too), so the numbers are those the run logged as fewshot_<n>shot at that step. `--knn` also
+prints the weighted k-NN accuracy (DINO's) for each k, of the same features: the eval split's
+examples classified by their nearest train examples.
 """
 
 if (
@@ -20,7 +24,10 @@ from absl import flags, logging
 
 from vit_jax.runtime import cli
 
-_USAGE = '--workdir=W [--step=N] [--shots=1,5,10,25] [--seeds=3] [--l2_reg=4]'
+_USAGE = (
+    '--workdir=W [--step=N] [--shots=1,5,10,25] [--seeds=3] [--l2_reg=4] '
+    '[--knn=10,20 [--temperature=0.07]]'
+)
 
 
 def evaluate_checkpoint(
@@ -30,14 +37,17 @@ def evaluate_checkpoint(
     shots: Optional[Sequence[int]] = None,
     seeds: Optional[int] = None,
     l2_reg: Optional[float] = None,
+    knn: Sequence[int] = (),
+    temperature: float = 0.07,
 ) -> tuple[dict[int, float], dict[str, Any]]:
   """Few-shot accuracies of checkpoint `step` (default: the latest) of a run, and the settings used:
-  the step, and shots / seeds / l2_reg, each the run's config.fewshot one where None."""
+  the step, and shots / seeds / l2_reg, each the run's config.fewshot one where None. With `knn`, the
+  settings also hold 'knn': the k-NN accuracy of each k at `temperature`, of the same features."""
   # Imported here so that bad flags are answered before TensorFlow (the input pipeline's) loads.
   import jax  # pylint: disable=g-import-not-at-top
   from vit_jax import sharding  # pylint: disable=g-import-not-at-top
   from vit_jax.checkpoints import run_dir  # pylint: disable=g-import-not-at-top
-  from vit_jax.evaluators import fewshot  # pylint: disable=g-import-not-at-top
+  from vit_jax.evaluators import features, fewshot, knn as knn_lib  # pylint: disable=g-import-not-at-top
 
   trained = run_dir.load_trained(workdir, step, features=True)
   config = trained.config
@@ -52,38 +62,38 @@ def evaluate_checkpoint(
       'seeds': run.seeds if seeds is None else seeds,
       'l2_reg': run.l2_reg if l2_reg is None else l2_reg,
   }
-  evaluator = fewshot.FewShotEvaluator(
-      'fewshot',
-      None,
-      config=config,
-      model=trained.model,
-      mesh=mesh,
-      num_classes=trained.info.num_classes,
-      shots=used['shots'],
-      seeds=used['seeds'],
-      l2_reg=used['l2_reg'],
-      train_split=run.get('train_split'),
-      eval_split=run.get('eval_split'),
+  splits = (
+      run.get('train_split') or config.train_split,
+      run.get('eval_split') or config.eval_split,
   )
+  split_features = features.SplitFeatures(config, splits, model=trained.model, mesh=mesh)
   params = jax.device_put(trained.params, sharding.replicated(mesh))
   try:
-    return evaluator.accuracies(params), used
+    train, test = (split_features(params, split) for split in splits)
   finally:
-    evaluator.close()
+    split_features.close()
+  accuracies = fewshot.linear_fewshot_accuracy(
+      *train, *test, shots=used['shots'], seeds=used['seeds'], l2_reg=used['l2_reg']
+  )
+  if knn:
+    used['knn'] = knn_lib.knn_accuracy(
+        *train, *test, ks=tuple(knn), temperature=temperature, mesh=mesh
+    )
+  return accuracies, used
 
 
-def format_table(accuracies: dict[int, float]) -> str:
-  return '\n'.join(['shots  accuracy', *(f'{n:5d}  {a:.4f}' for n, a in accuracies.items())])
+def format_table(accuracies: dict[int, float], what: str = 'shots') -> str:
+  return '\n'.join([f'{what:>5}  accuracy', *(f'{n:5d}  {a:.4f}' for n, a in accuracies.items())])
 
 
-def _parse_shots(values: list[str]) -> tuple[int, ...]:
+def _parse_counts(flag: str, values: list[str], example: str) -> tuple[int, ...]:
   try:
-    shots = tuple(int(v) for v in values)
+    counts = tuple(int(v) for v in values)
   except ValueError:
-    shots = ()
-  if not shots or min(shots) < 1:
-    cli.fail(f'--shots={",".join(values)} must be positive integers, e.g. --shots=1,5,10,25')
-  return shots
+    counts = ()
+  if not counts or min(counts) < 1:
+    cli.fail(f'--{flag}={",".join(values)} must be positive integers, e.g. --{flag}={example}')
+  return counts
 
 
 def _define_flags() -> None:
@@ -97,6 +107,8 @@ def _define_flags() -> None:
   flags.DEFINE_float(
       'l2_reg', None, "L2 regularisation of the least-squares fit (default: the run's)."
   )
+  flags.DEFINE_list('knn', [], 'Also the weighted k-NN accuracy for these k, e.g. 10,20.')
+  flags.DEFINE_float('temperature', 0.07, "The k-NN votes' temperature (DINO's 0.07).")
   flags.mark_flags_as_required(['workdir'])
 
 
@@ -105,14 +117,23 @@ def main(argv: list[str]) -> None:
   if len(argv) > 1:
     cli.fail(f'unexpected arguments {argv[1:]}: use {_USAGE}')
   args = flags.FLAGS
-  shots = None if args.shots is None else _parse_shots(args.shots)
+  shots = None if args.shots is None else _parse_counts('shots', args.shots, '1,5,10,25')
+  knn = _parse_counts('knn', args.knn, '10,20') if args.knn else ()
   if args.seeds is not None and args.seeds < 1:
     cli.fail(f'--seeds={args.seeds} must be at least 1')
   if args.l2_reg is not None and args.l2_reg <= 0:
     cli.fail(f'--l2_reg={args.l2_reg} must be positive, e.g. --l2_reg=4')
+  if not args.temperature > 0:
+    cli.fail(f'--temperature={args.temperature} must be positive, e.g. --temperature=0.07')
   try:
     accuracies, used = evaluate_checkpoint(
-        args.workdir, args.step, shots=shots, seeds=args.seeds, l2_reg=args.l2_reg
+        args.workdir,
+        args.step,
+        shots=shots,
+        seeds=args.seeds,
+        l2_reg=args.l2_reg,
+        knn=knn,
+        temperature=args.temperature,
     )
   except ValueError as e:
     cli.fail(str(e))
@@ -121,6 +142,9 @@ def main(argv: list[str]) -> None:
       f'seeds, l2_reg={used["l2_reg"]:g}):'
   )
   print(format_table(accuracies))
+  if knn:
+    print(f'weighted k-NN accuracy (temperature {args.temperature:g}):')
+    print(format_table(used['knn'], 'k'))
 
 
 if __name__ == '__main__':

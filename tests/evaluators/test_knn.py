@@ -1,0 +1,156 @@
+"""Weighted k-NN evaluation (DINO's): against scikit-learn's neighbours on any mesh, the votes' formula,
+the evaluator's checks."""
+
+import os
+
+import numpy as np
+import pytest
+from sklearn import neighbors
+
+import helpers
+import local
+from vit_jax import sharding
+from vit_jax.evaluators import knn
+from vit_jax.train import setup as train_setup
+
+
+def _overlapping_classes(rng, num_classes, n, dim):
+  """Features of clusters that overlap (a k-NN classifier is right about half the time), labels."""
+  centres = rng.normal(0, 0.6, (num_classes, dim))
+  labels = rng.integers(0, num_classes, n)
+  return centres[labels] + rng.normal(0, 1, (n, dim)), labels
+
+
+def _sklearn_predictions(train_x, train_y, test_x, k, temperature):
+  # Cosine distance is 1 - similarity: DINO's weights exp(similarity / T) as a function of it.
+  classifier = neighbors.KNeighborsClassifier(
+      n_neighbors=k,
+      metric='cosine',
+      algorithm='brute',
+      weights=lambda distance: np.exp((1 - distance) / temperature),
+  )
+  return classifier.fit(train_x, train_y).predict(test_x)
+
+
+@pytest.mark.parametrize('axes', [(('data', -1),), (('data', 2), ('fsdp', 4))])
+@pytest.mark.parametrize('temperature', [0.07, 1.0])
+def test_predictions_are_sklearns_weighted_cosine_neighbours_on_any_mesh(axes, temperature):
+  rng = np.random.default_rng(0)
+  x, y = _overlapping_classes(rng, 6, 904, 24)
+  train_x, train_y, test_x, test_y = x[:701], y[:701], x[701:], y[701:]
+  mesh = sharding.make_mesh(axes)
+  similarities, indices = knn.nearest(train_x, test_x, 20, mesh)
+  accuracies = knn.knn_accuracy(
+      train_x, train_y, test_x, test_y, ks=(1, 5, 20), temperature=temperature, mesh=mesh
+  )
+  for k in (1, 5, 20):
+    votes = knn.weighted_votes(similarities[:, :k], train_y[indices[:, :k]], 6, temperature)
+    expected = _sklearn_predictions(train_x, train_y, test_x, k, temperature)
+    np.testing.assert_array_equal(votes.argmax(-1), expected)
+    assert accuracies[k] == np.mean(expected == test_y)
+  assert 0.3 < accuracies[20] < 0.9, accuracies  # Mistakes to agree on: a comparison of substance.
+
+
+def test_neighbours_are_sklearns_across_chunks_and_with_k_beyond_a_devices_share(monkeypatch):
+  # 50 train examples over 8 devices: 7 a device, fewer than k = 20 (each device's share is padded);
+  # 4 chunks of 16 queries, the last padded.
+  monkeypatch.setattr(knn, '_SIMILARITIES_PER_DEVICE', 16 * 20)
+  rng = np.random.default_rng(1)
+  train_x, test_x = rng.normal(size=(50, 8)), rng.normal(size=(61, 8))
+  similarities, indices = knn.nearest(train_x, test_x, 20, sharding.make_mesh((('data', -1),)))
+  distances, expected = (
+      neighbors.NearestNeighbors(n_neighbors=20, metric='cosine', algorithm='brute')
+      .fit(train_x)
+      .kneighbors(test_x)
+  )
+  np.testing.assert_array_equal(indices, expected)
+  np.testing.assert_allclose(similarities, 1 - distances, atol=1e-6)
+  assert (np.diff(similarities, axis=1) <= 0).all()  # Most similar first.
+
+
+def test_the_temperature_decides_between_one_close_neighbour_and_two_farther_ones():
+  similarities = np.array([[0.9, 0.5, 0.45]])
+  labels = np.array([[0, 1, 1]])
+  # exp(0.9 / T) against exp(0.5 / T) + exp(0.45 / T): the close one wins at 0.07, the two at 1.
+  votes = knn.weighted_votes(similarities, labels, 3, 0.07)
+  np.testing.assert_allclose(
+      votes, [[np.exp(0.9 / 0.07), np.exp(0.5 / 0.07) + np.exp(0.45 / 0.07), 0]]
+  )
+  assert votes.argmax() == 0
+  assert knn.weighted_votes(similarities, labels, 3, 1.0).argmax() == 1
+
+
+def test_features_of_any_scale_are_normalised_and_k_beyond_the_train_set_is_an_error():
+  rng = np.random.default_rng(2)
+  train_x, test_x = rng.normal(size=(30, 5)), rng.normal(size=(9, 5))
+  mesh = sharding.make_mesh((('data', -1),))
+  scaled = knn.nearest(train_x * rng.uniform(0.1, 100, (30, 1)), test_x * 1e3, 4, mesh)
+  for got, expected in zip(scaled, knn.nearest(train_x, test_x, 4, mesh)):
+    np.testing.assert_allclose(got, expected, atol=1e-6)
+  with pytest.raises(ValueError, match=r'^k=31 neighbours of 30 train examples: use 1 <= k <= 30$'):
+    knn.nearest(train_x, test_x, 31, mesh)
+
+
+@pytest.mark.parametrize(
+    'fields, error',
+    [
+        (
+            dict(ks=(0, 20)),
+            r'^config.evals.knn.ks=\(0, 20\) must be positive numbers of neighbours',
+        ),
+        (dict(ks=(2.5,)), r'^config.evals.knn.ks=\(2.5,\) must be positive'),
+        (dict(ks=()), r'^config.evals.knn.ks=\(\) must be positive'),
+        (dict(temperature=0.0), r'^config.evals.knn.temperature=0.0 must be > 0, e.g. 0.07'),
+        (dict(temperature='warm'), r'^config.evals.knn.temperature=warm must be > 0'),
+        (
+            dict(ks=(20, 5000)),
+            r"^config.evals.knn.ks=\(20, 5000\): 5000 neighbours of the 1437 images of 'train': use fewer",
+        ),
+        (
+            dict(eval_split='test[:0]'),
+            r"^Evaluator 'knn': split 'test\[:0\]' has no examples: set config.evals.knn.eval_split",
+        ),
+        (
+            dict(k=20),
+            r"^Evaluator 'knn' has no field k: its fields are type, every_steps, ks, temperature",
+        ),
+    ],
+)
+def test_bad_knn_settings_are_one_line_errors_before_the_run_starts(
+    tmp_path, data_dir, fields, error
+):
+  config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': data_dir})
+  config.evals.knn = dict(type='knn', every_steps=4, **fields)
+  with pytest.raises(ValueError, match=error) as raised:
+    train_setup.prepare(config, str(tmp_path / 'run'))
+  assert '\n' not in str(raised.value) and not (tmp_path / 'run').exists()
+
+
+@pytest.mark.slow  # 50 s: three runs of the tiny model.
+def test_one_process_an_fsdp_mesh_and_two_processes_measure_the_same_knn_accuracy(
+    tmp_path, data_dir
+):
+  config_file = tmp_path / 'knn_demo.py'
+  config_file.write_text(
+      'import runpy\n\n\ndef get_config():\n'
+      f"  config = runpy.run_path({os.path.join(helpers.REPO, 'configs', 'demo.py')!r})"
+      "['get_config']()\n"
+      "  config.evals.knn = dict(type='knn', every_steps=12, ks=(1, 10, 50))\n"
+      '  return config\n'
+  )
+  overrides = {**helpers.TINY, 'data_dir': data_dir, 'data_shards': 2}
+  measured = {}
+  for name, mesh in [('data8', "(('data', 8),)"), ('data2_fsdp4', "(('data', 2), ('fsdp', 4))")]:
+    workdir = str(tmp_path / name)
+    run = helpers.run_main(str(config_file), workdir, {**overrides, 'mesh': mesh}, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    measured[name] = helpers.read_scalars(workdir)
+  workdir = str(tmp_path / 'two_hosts')
+  args = helpers.main_args(str(config_file), workdir, overrides)[3:]
+  assert local.launch(args, num_processes=2, devices_per_process=4, timeout=600) == 0
+  measured['two_hosts'] = helpers.read_scalars(workdir)
+  reference = measured['data8']
+  assert reference['knn_10nn'][12] > 0.3  # Chance is 0.1.
+  for name, scalars in measured.items():
+    for k in (1, 10, 50):
+      assert scalars[f'knn_{k}nn'] == pytest.approx(reference[f'knn_{k}nn'], abs=1 / 360), name

@@ -1,0 +1,227 @@
+"""Weighted k-nearest-neighbour classification of frozen features: DINO's k-NN evaluation.
+
+Each eval example's features and every train example's are L2-normalised; the eval example's k most
+similar train examples (cosine similarity) vote for their classes, each with weight
+exp(similarity / temperature), and the class with the most weight is its prediction (Caron et al.
+2021, "Emerging Properties in Self-Supervised Vision Transformers", their eval_knn.py: k = 20,
+temperature 0.07; DINOv2 reports k = 10, 20, 100, 200). Each k's votes are those of the first k of
+the same sorted neighbours.
+
+The similarities are computed on the devices: the train features are split over every device of the
+mesh, each device finds the nearest of its share, and the shares' candidates are merged, so that
+ImageNet-1k's 1.28M train features are never in one device's memory, nor all the similarities.
+`KnnEvaluator` measures it in the training loop (an evaluator of type 'knn' in config.evals) and for
+`python -m vit_jax.tools.fewshot --knn=...` on a saved run.
+"""
+
+import functools
+import math
+from typing import Any, Optional, Sequence
+
+import chex
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from vit_jax import sharding
+from vit_jax.evaluators import features
+from vit_jax.evaluators.base import Context, check_fields
+
+# Similarities of one chunk of eval examples with a device's share of the train examples: at most
+# this many float32s (128 MB), so that ImageNet-21k's 13M train features fit any accelerator.
+_SIMILARITIES_PER_DEVICE = 2**25
+_MAX_CHUNK = 1024
+# An evaluator's settings left out: DINO's k = 20 and temperature, and k = 10 beside it (DINOv2's).
+DEFAULT_KS = (10, 20)
+DEFAULT_TEMPERATURE = 0.07
+
+
+def normalized(feats: np.ndarray) -> np.ndarray:
+  """Rows scaled to unit L2 norm (torch's F.normalize: a zero row stays zero)."""
+  feats = np.asarray(feats, np.float32)
+  return feats / np.maximum(np.linalg.norm(feats, axis=1, keepdims=True), 1e-12)
+
+
+@functools.partial(jax.jit, static_argnames=('k', 'mesh'))
+def _nearest_of_chunk(
+    train: jax.Array, valid: jax.Array, queries: jax.Array, *, k: int, mesh: Mesh
+) -> tuple[jax.Array, jax.Array]:
+  axes = mesh.axis_names
+
+  def local(train_share, valid_share, queries):
+    share = train_share.shape[0]
+    similarities = jnp.dot(queries, train_share.T, precision=jax.lax.Precision.HIGHEST)
+    similarities = jnp.where(valid_share[None, :], similarities, -jnp.inf)
+    top, index = jax.lax.top_k(similarities, k)
+    index = index + jax.lax.axis_index(axes) * share  # Into the whole train set.
+    # [devices, chunk, k] -> [chunk, devices * k]: every device's candidates, merged once more.
+    top, index = (jax.lax.all_gather(x, axes, axis=1, tiled=True) for x in (top, index))
+    top, position = jax.lax.top_k(top, k)
+    return top, jnp.take_along_axis(index, position, axis=1)
+
+  return jax.shard_map(
+      local,
+      mesh=mesh,
+      in_specs=(P(axes, None), P(axes), P()),
+      out_specs=(P(), P()),
+      check_vma=False,
+  )(train, valid, queries)
+
+
+def nearest(
+    train_feats: np.ndarray, test_feats: np.ndarray, k: int, mesh: Mesh
+) -> tuple[np.ndarray, np.ndarray]:
+  """Cosine similarities [n_test, k] of each test example's k nearest train examples, most similar
+  first, and their indices into `train_feats`. Features: [n, D], normalised here."""
+  num_train, width = train_feats.shape
+  if not 1 <= k <= num_train:
+    raise ValueError(f'k={k} neighbours of {num_train} train examples: use 1 <= k <= {num_train}')
+  devices = mesh.devices.size
+  share = max(-(-num_train // devices), k)  # Each device's top_k needs k candidates.
+  train = np.zeros((share * devices, width), np.float32)
+  train[:num_train] = normalized(train_feats)
+  by_example = NamedSharding(mesh, P(mesh.axis_names))
+  train = jax.make_array_from_callback(
+      train.shape, NamedSharding(mesh, P(mesh.axis_names, None)), lambda i: train[i]
+  )
+  is_train = np.arange(share * devices) < num_train
+  valid = jax.make_array_from_callback(is_train.shape, by_example, lambda i: is_train[i])
+  queries = normalized(test_feats)
+  chunk = min(_MAX_CHUNK, max(1, _SIMILARITIES_PER_DEVICE // share), len(queries))
+  similarities, indices = [], []
+  for start in range(0, len(queries), chunk):
+    block = np.zeros((chunk, width), np.float32)  # The last one padded: one shape, one compile.
+    rows = queries[start : start + chunk]
+    block[: len(rows)] = rows
+    block = jax.make_array_from_callback(
+        block.shape, sharding.replicated(mesh), lambda i, b=block: b[i]
+    )
+    top, index = jax.device_get(_nearest_of_chunk(train, valid, block, k=k, mesh=mesh))
+    similarities.append(top[: len(rows)])
+    indices.append(index[: len(rows)])
+  return np.concatenate(similarities), np.concatenate(indices)
+
+
+def weighted_votes(
+    similarities: np.ndarray, neighbour_labels: np.ndarray, num_classes: int, temperature: float
+) -> np.ndarray:
+  """[n, num_classes]: each class's sum of exp(similarity / temperature) over the neighbours of it."""
+  chex.assert_equal_shape((similarities, neighbour_labels))
+  votes = np.zeros((len(similarities), num_classes), np.float64)
+  rows = np.broadcast_to(np.arange(len(similarities))[:, None], neighbour_labels.shape)
+  np.add.at(votes, (rows, neighbour_labels), np.exp(similarities.astype(np.float64) / temperature))
+  return votes
+
+
+def knn_accuracy(
+    train_feats: np.ndarray,
+    train_labels: np.ndarray,
+    test_feats: np.ndarray,
+    test_labels: np.ndarray,
+    *,
+    ks: Sequence[int],
+    temperature: float,
+    mesh: Mesh,
+) -> dict[int, float]:
+  """Top-1 accuracy of the weighted k-NN classifier on the test examples, for each k of `ks`."""
+  num_classes = int(max(train_labels.max(), test_labels.max())) + 1
+  similarities, indices = nearest(train_feats, test_feats, max(ks), mesh)
+  neighbour_labels = np.asarray(train_labels)[indices]
+  accuracies = {}
+  for k in ks:
+    votes = weighted_votes(similarities[:, :k], neighbour_labels[:, :k], num_classes, temperature)
+    accuracies[k] = float(np.mean(votes.argmax(-1) == test_labels))
+  return accuracies
+
+
+class KnnEvaluator:
+  """k-NN accuracy of parameters: the unaugmented eval split classified by its nearest examples of
+  the unaugmented train split. `model` returns features (a task's `features_model`)."""
+
+  def __init__(
+      self,
+      name: str,
+      every_steps: Optional[int],
+      *,
+      config: ml_collections.ConfigDict,
+      model: nn.Module,
+      mesh: Mesh,
+      ks: Sequence[int],
+      temperature: float,
+      train_split: Optional[str] = None,
+      eval_split: Optional[str] = None,
+  ):
+    self.name, self.every_steps = name, every_steps
+    self._mesh = mesh
+    self._splits = (train_split or config.train_split, eval_split or config.eval_split)
+    self.features = features.SplitFeatures(config, self._splits, model=model, mesh=mesh)
+    self._ks, self._temperature = tuple(ks), temperature
+
+  def accuracies(self, params: Any) -> dict[int, float]:
+    """Top-1 accuracy for each k. A k beyond the train split's readable examples raises a
+    ValueError."""
+    train_split, eval_split = self._splits
+    return knn_accuracy(
+        *self.features(params, train_split),
+        *self.features(params, eval_split),
+        ks=self._ks,
+        temperature=self._temperature,
+        mesh=self._mesh,
+    )
+
+  def __call__(self, params: Any) -> dict[str, float]:
+    """{'<k>nn': accuracy} for each k."""
+    return {f'{k}nn': accuracy for k, accuracy in self.accuracies(params).items()}
+
+  def close(self) -> None:
+    self.features.close()
+
+
+def check_ks(ks: Any, temperature: Any, where: str) -> None:
+  """One-line ValueErrors for ks that are not positive whole numbers or a temperature not > 0."""
+  if (
+      not isinstance(ks, (list, tuple))
+      or not ks
+      or not all(isinstance(k, (int, np.integer)) and k >= 1 for k in ks)
+  ):
+    raise ValueError(f'{where}.ks={ks} must be positive numbers of neighbours, e.g. (10, 20)')
+  if isinstance(temperature, bool) or not (
+      isinstance(temperature, (int, float)) and 0 < temperature < math.inf
+  ):
+    raise ValueError(f"{where}.temperature={temperature} must be > 0, e.g. 0.07 (DINO's)")
+
+
+def build(name: str, fields: ml_collections.ConfigDict, context: Context) -> KnnEvaluator:
+  check_fields(name, fields, ('every_steps',), ('ks', 'temperature', 'train_split', 'eval_split'))
+  where = f'config.evals.{name}'
+  ks, temperature = fields.get('ks', DEFAULT_KS), fields.get('temperature', DEFAULT_TEMPERATURE)
+  check_ks(ks, temperature, where)
+  ks = tuple(ks)
+  config = context.config
+  train_split = fields.get('train_split') or config.train_split
+  eval_split = fields.get('eval_split') or config.eval_split
+  num_train = context.count(train_split)
+  if not context.count(eval_split):  # A split that does not exist fails here.
+    raise ValueError(
+        f'Evaluator {name!r}: split {eval_split!r} has no examples: set {where}.eval_split to a '
+        'split with some'
+    )
+  if max(ks) > num_train:
+    raise ValueError(
+        f'{where}.ks={ks}: {max(ks)} neighbours of the {num_train} images of {train_split!r}: '
+        f'use fewer, e.g. ks=({min(20, num_train)},)'
+    )
+  return KnnEvaluator(
+      name,
+      fields.every_steps,
+      config=config,
+      model=context.task.features_model(config, context.model_config),
+      mesh=context.mesh,
+      ks=ks,
+      temperature=temperature,
+      train_split=train_split,
+      eval_split=eval_split,
+  )

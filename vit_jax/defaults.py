@@ -254,7 +254,8 @@ def get_config() -> ml_collections.ConfigDict:
       dict(teacher=config_dict.placeholder(str), kind='hard', alpha=0.5, temperature=1.0)
   )
 
-  # Optimisation. Exactly one of total_steps / num_epochs.
+  # Optimisation. Exactly one of total_steps / num_epochs; 0 (with init_from) evaluates init_from's
+  # parameters without training: every evaluator once, at step 0.
   config.batch_size = 4096
   config.eval_batch_size = 1024
   config.total_steps = config_dict.placeholder(int)
@@ -336,6 +337,18 @@ def get_config() -> ml_collections.ConfigDict:
           # 2^-4..2^14, 2^2 is within 1% of the best at 1-25 shots on the digits, for the demo model and a
           # barely trained tiny one (the best grows with the shots: big_vision picks it on held-out data).
           l2_reg=4.0,
+          train_split=config_dict.placeholder(str),
+          eval_split=config_dict.placeholder(str),
+      )
+  )
+  # DINO's weighted k-NN of the same frozen features, every `every_steps` steps (unset: off): each image
+  # of eval_split classified by its k most similar (cosine) images of train_split, their votes weighed
+  # exp(similarity / temperature); logged as knn_<k>nn for each k of `ks` (unset splits: the run's).
+  config.knn = ml_collections.ConfigDict(
+      dict(
+          every_steps=config_dict.placeholder(int),
+          ks=(10, 20),
+          temperature=0.07,
           train_split=config_dict.placeholder(str),
           eval_split=config_dict.placeholder(str),
       )

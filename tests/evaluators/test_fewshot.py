@@ -149,11 +149,15 @@ def test_the_command_uses_the_runs_fewshot_settings_where_no_flag_is_given(
       shots=[2], seeds=1, l2_reg=0.01, train_split='train[:300]', eval_split='train[300:400]'
   )
   info['fewshot'].update(settings)
+  # And k-NN, on other splits.
+  knn_splits = dict(train_split='train[100:500]', eval_split='test[:50]')
+  info['knn'] = dict(every_steps=4, ks=[3], temperature=0.5, **knn_splits)
   open(os.path.join(workdir, 'config.json'), 'w').write(json.dumps(info))
   from vit_jax.tools import fewshot as command  # pylint: disable=g-import-not-at-top
 
   accuracies, used = command.evaluate_checkpoint(workdir)
-  assert used == {'step': 12, 'shots': (2,), 'seeds': 1, 'l2_reg': 0.01}
+  knn_accuracies = used.pop('knn')
+  assert used == {'step': 12, 'shots': (2,), 'seeds': 1, 'l2_reg': 0.01, 'temperature': 0.5}
   config, _ = run_dir.load_run_info(workdir)
   params, _ = saved_state.restore_params(saved_state.find_checkpoint(workdir)[0])
   mesh = sharding.make_mesh((('data', -1),))
@@ -166,8 +170,22 @@ def test_the_command_uses_the_runs_fewshot_settings_where_no_flag_is_given(
       num_classes=10,
       **settings,
   )
-  assert accuracies == evaluator.accuracies(jax.device_put(params, sharding.replicated(mesh)))
-  assert command.evaluate_checkpoint(workdir, l2_reg=4.0)[1]['l2_reg'] == 4.0  # A flag wins.
+  params = jax.device_put(params, sharding.replicated(mesh))
+  assert accuracies == evaluator.accuracies(params)
+  neighbours = knn.KnnEvaluator(
+      'knn',
+      None,
+      config=config,
+      model=classification.features_model(config, helpers.model_config(config)),
+      mesh=mesh,
+      ks=(3,),
+      temperature=0.5,
+      **knn_splits,
+  )
+  assert knn_accuracies == neighbours.accuracies(params)
+  neighbours.close()
+  _, used = command.evaluate_checkpoint(workdir, l2_reg=4.0, knn=(1,), temperature=0.1)
+  assert used['l2_reg'] == 4.0 and list(used['knn']) == [1] and used['temperature'] == 0.1
 
 
 def test_in_the_loop_shots_a_class_cannot_fill_are_nan_and_the_run_goes_on(
@@ -240,6 +258,8 @@ def test_the_loop_runs_every_evaluator_on_the_parameters_and_their_polyak_averag
           'fewshot.every_steps': 6,
           'fewshot.shots': (1, 5),
           'fewshot.seeds': 2,
+          'knn.every_steps': 6,
+          'knn.ks': (1, 10),
       },
   )
   # A minival held out of train beside the test split, and a second few-shot evaluation.
@@ -253,7 +273,6 @@ def test_the_loop_runs_every_evaluator_on_the_parameters_and_their_polyak_averag
       train_split='train[:90%]',
       eval_split='train[90%:]',
   )
-  config.evals.knn = dict(type='knn', every_steps=6, ks=(1, 10))
   metrics = loop.train_and_evaluate(train_setup.prepare(config, str(tmp_path / 'run')))
   scalars = helpers.read_scalars(str(tmp_path / 'run'))
   for name in ('fewshot_1shot', 'fewshot_5shot', 'fewshot_polyak_1shot', 'fewshot_polyak_5shot'):

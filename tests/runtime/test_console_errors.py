@@ -74,10 +74,10 @@ def test_none_unsets_a_field_that_may_be_unset():
       [
           '--config=configs/demo.py',
           '--config.model.head_dropout_rate=None',
-          '--config.total_steps=0',
+          '--config.total_steps=-1',
       ]
   )
-  assert errors == ['error: The run has 0 steps: raise config.total_steps or config.num_epochs']
+  assert errors == ['error: The run has -1 steps: raise config.total_steps or config.num_epochs']
   # A field whose default is a value cannot be unset: the error gives it one.
   errors = _errors(['--config=configs/demo.py', '--config.lr.base=None'])
   assert errors[0].startswith(

@@ -14,6 +14,7 @@ from vit_jax.train import setup as train_setup
 
 # field: (invalid value, other overrides it needs to matter, a pattern of the message).
 FEWSHOT_ON = {'fewshot.every_steps': 6}
+KNN_ON = {'knn.every_steps': 6}
 INVALID = {
     'accum_steps': (0, {}, 'accum_steps=0 must be at least 1'),
     'batch_size': (0, {}, 'batch_size=0 must be at least 1 image'),
@@ -32,6 +33,11 @@ INVALID = {
     'fewshot.shots': ((0, 5), FEWSHOT_ON, r'shots=\(0, 5\) must be positive'),
     'fewshot.train_split': ('validation', FEWSHOT_ON, "'validation'"),
     'grad_clip_norm': (-1.0, {}, 'grad_clip_norm=-1.0'),
+    'knn.eval_split': ('validation', KNN_ON, "'validation'"),
+    'knn.every_steps': (0, {}, "'knn': every_steps=0"),
+    'knn.ks': ((0, 5), KNN_ON, r'knn.ks=\(0, 5\) must be positive'),
+    'knn.temperature': (0.0, KNN_ON, r'knn.temperature=0.0 must be > 0'),
+    'knn.train_split': ('validation', KNN_ON, "'validation'"),
     'hang_timeout_s': (-1.0, {}, r'config\.hang_timeout_s=-1\.0 must be at least 0 seconds'),
     'skip_nonfinite_steps': (
         -1,

@@ -275,6 +275,49 @@ def test_finetune_at_a_new_resolution_resizes_posemb_and_replaces_head(
   assert np.isfinite(loop.train_and_evaluate(setup)['eval_top1'])
 
 
+def test_zero_steps_evaluate_init_from_as_it_is_and_train_and_save_nothing(
+    tmp_path, data_dir, pretrained_workdir, caplog
+):
+  config = helpers.load_config(
+      'demo',
+      {
+          **helpers.TINY,
+          'data_dir': data_dir,
+          'init_from': pretrained_workdir,
+          'keep_head': True,
+          'total_steps': 0,
+          'knn.every_steps': 1,
+          'knn.ks': (5,),
+      },
+  )
+  workdir = str(tmp_path / 'evaluated')
+  with caplog.at_level('INFO'):
+    metrics = loop.train_and_evaluate(train_setup.prepare(config, workdir))
+  assert f'Evaluating config.init_from={pretrained_workdir} (total_steps=0' in caplog.text
+  # The pretrained run's own last evaluation: the same parameters on the same images.
+  pretrained = helpers.read_scalars(pretrained_workdir)
+  for name in ('eval_top1', 'eval_loss'):
+    assert metrics[name] == pytest.approx(pretrained[name][4], rel=1e-6), name
+  scalars = helpers.read_scalars(workdir)
+  assert list(scalars['eval_top1']) == list(scalars['knn_5nn']) == [0]  # Once, at step 0.
+  assert 'train_loss' not in scalars and not saved_state.saved_steps(workdir)
+  # A new head of zeros would measure nothing: the run says so.
+  config.keep_head = False
+  with caplog.at_level('WARNING'):
+    train_setup.prepare(config, str(tmp_path / 'new_head'))
+  assert "with a new head (zeros) for this dataset's classes: the task's metrics" in caplog.text
+
+
+@pytest.mark.parametrize('steps', [{'total_steps': 0}, {'total_steps': None, 'num_epochs': 0.0}])
+def test_zero_steps_without_init_from_is_a_one_line_error(tmp_path, data_dir, steps):
+  config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': data_dir, **steps})
+  with pytest.raises(
+      ValueError, match=r'^The run has 0 steps, which evaluates the parameters of config.init_from '
+  ) as raised:
+    train_setup.prepare(config, str(tmp_path / 'run'))
+  assert '\n' not in str(raised.value) and not (tmp_path / 'run').exists()
+
+
 def _three_class_folder(root):
   for split in ('train', 'test'):
     for label in 'abc':

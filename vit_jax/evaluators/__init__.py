@@ -6,11 +6,11 @@ averaging, on their average too; its metrics are logged as `<name>_<metric>` and
 `<name>_polyak_<metric>`. A run has
   eval           the task's metrics (top1, top5, loss) on config.eval_split every config.eval_every_steps;
   fewshot        linear few-shot accuracy from config.fewshot, when config.fewshot.every_steps is set;
+  knn            DINO's weighted k-NN accuracy from config.knn, when config.knn.every_steps is set;
   config.evals   any number more, name -> dict(type=<a key of EVALUATORS>, every_steps=N, ...), e.g.
                  config.evals.minival = dict(type='classification', split='train[98%:]', every_steps=500),
-                 config.evals.real = dict(type='real', every_steps=500) (ImageNet-ReaL),
-                config.evals.knn = dict(type='knn', every_steps=1000) (DINO's k-NN); a name is
-                 neither eval nor fewshot, nor train (the loop's train_loss), nor ends in _polyak.
+                 config.evals.real = dict(type='real', every_steps=500) (ImageNet-ReaL); a name is
+                 none of the built-in ones, nor train (the loop's train_loss), nor ends in _polyak.
 
 Adding an evaluator is one module with a `build(name, settings, context)` and one entry in EVALUATORS.
 """
@@ -32,7 +32,7 @@ EVALUATORS: dict[str, Builder] = {
     'knn': knn.build,
     'real': real.build,
 }
-_BUILT_IN = ('eval', 'fewshot')
+_BUILT_IN = ('eval', 'fewshot', 'knn')
 # Metric names are <name>_<metric>: an evaluator named 'train' would log train_loss over the loop's own
 # train_loss, and one named '<other>_polyak' <other>_polyak_top1 over the Polyak average's metrics of
 # evaluator <other>, in the events and in the metrics the run returns.
@@ -47,8 +47,9 @@ def settings(config: ml_collections.ConfigDict) -> dict[str, ml_collections.Conf
           dict(type=config.task, split=config.eval_split, every_steps=config.eval_every_steps)
       )
   }
-  if config.fewshot.every_steps is not None:
-    named['fewshot'] = ml_collections.ConfigDict({'type': 'fewshot', **config.fewshot.to_dict()})
+  for name in ('fewshot', 'knn'):
+    if config[name].every_steps is not None:
+      named[name] = ml_collections.ConfigDict({'type': name, **config[name].to_dict()})
   for name, extra in config.get('evals', {}).items():
     if name in _BUILT_IN:
       raise ValueError(

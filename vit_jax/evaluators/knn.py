@@ -10,8 +10,8 @@ the same sorted neighbours.
 The similarities are computed on the devices: the train features are split over every device of the
 mesh, each device finds the nearest of its share, and the shares' candidates are merged, so that
 ImageNet-1k's 1.28M train features are never in one device's memory, nor all the similarities.
-`KnnEvaluator` measures it in the training loop (an evaluator of type 'knn' in config.evals) and for
-`python -m vit_jax.tools.fewshot --knn=...` on a saved run.
+`KnnEvaluator` measures it in the training loop (config.knn, or an evaluator of type 'knn' in
+config.evals) and for `python -m vit_jax.tools.fewshot --knn=...` on a saved run.
 """
 
 import functools
@@ -34,9 +34,6 @@ from vit_jax.evaluators.base import Context, check_fields
 # this many float32s (128 MB), so that ImageNet-21k's 13M train features fit any accelerator.
 _SIMILARITIES_PER_DEVICE = 2**25
 _MAX_CHUNK = 1024
-# An evaluator's settings left out: DINO's k = 20 and temperature, and k = 10 beside it (DINOv2's).
-DEFAULT_KS = (10, 20)
-DEFAULT_TEMPERATURE = 0.07
 
 
 def normalized(feats: np.ndarray) -> np.ndarray:
@@ -196,11 +193,13 @@ def check_ks(ks: Any, temperature: Any, where: str) -> None:
 
 def build(name: str, fields: ml_collections.ConfigDict, context: Context) -> KnnEvaluator:
   check_fields(name, fields, ('every_steps',), ('ks', 'temperature', 'train_split', 'eval_split'))
-  where = f'config.evals.{name}'
-  ks, temperature = fields.get('ks', DEFAULT_KS), fields.get('temperature', DEFAULT_TEMPERATURE)
+  where = f'config.{name}' if name == 'knn' else f'config.evals.{name}'
+  config = context.config
+  # Left out of a config.evals entry: config.knn's (DINO's k = 20 and temperature 0.07, k = 10 too).
+  ks = fields.get('ks', config.knn.ks)
+  temperature = fields.get('temperature', config.knn.temperature)
   check_ks(ks, temperature, where)
   ks = tuple(ks)
-  config = context.config
   train_split = fields.get('train_split') or config.train_split
   eval_split = fields.get('eval_split') or config.eval_split
   num_train = context.count(train_split)

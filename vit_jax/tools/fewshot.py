@@ -8,7 +8,8 @@ prints the accuracy per number of shots, for the run's ViT backbone (its Polyak 
 the run's unaugmented train and eval splits. A flag left out is the run's config.fewshot setting (its
 splits too), so the numbers are those the run logged as fewshot_<n>shot at that step. `--knn` also
 prints the weighted k-NN accuracy (DINO's) for each k, of the same features: the eval split's
-examples classified by their nearest train examples.
+examples classified by their nearest train examples; left out, the run's config.knn.ks where the run
+measured them (config.knn.every_steps), at its config.knn.temperature unless `--temperature`.
 """
 
 if (
@@ -37,12 +38,13 @@ def evaluate_checkpoint(
     shots: Optional[Sequence[int]] = None,
     seeds: Optional[int] = None,
     l2_reg: Optional[float] = None,
-    knn: Sequence[int] = (),
-    temperature: float = 0.07,
+    knn: Optional[Sequence[int]] = None,
+    temperature: Optional[float] = None,
 ) -> tuple[dict[int, float], dict[str, Any]]:
   """Few-shot accuracies of checkpoint `step` (default: the latest) of a run, and the settings used:
-  the step, and shots / seeds / l2_reg, each the run's config.fewshot one where None. With `knn`, the
-  settings also hold 'knn': the k-NN accuracy of each k at `temperature`, of the same features."""
+  the step, and shots / seeds / l2_reg, each the run's config.fewshot one where None. With k-NN (`knn`
+  or, where None, the run's config.knn.ks if it measured them) the settings also hold 'knn': the k-NN
+  accuracy of each k at `temperature` (None: the run's), of the same features."""
   # Imported here so that bad flags are answered before TensorFlow (the input pipeline's) loads.
   import jax  # pylint: disable=g-import-not-at-top
   from vit_jax import sharding  # pylint: disable=g-import-not-at-top
@@ -62,22 +64,32 @@ def evaluate_checkpoint(
       'seeds': run.seeds if seeds is None else seeds,
       'l2_reg': run.l2_reg if l2_reg is None else l2_reg,
   }
-  splits = (
-      run.get('train_split') or config.train_split,
-      run.get('eval_split') or config.eval_split,
-  )
-  split_features = features.SplitFeatures(config, splits, model=trained.model, mesh=mesh)
+  if knn is None:
+    knn = config.knn.ks if config.knn.every_steps is not None else ()
+  # (train, eval) splits of each evaluation, the run's where its settings leave them unset.
+  splits = {
+      name: (
+          settings.train_split or config.train_split,
+          settings.eval_split or config.eval_split,
+      )
+      for name, settings in (('fewshot', run), ('knn', config.knn))
+  }
+  read = splits['fewshot'] + (splits['knn'] if knn else ())
+  split_features = features.SplitFeatures(config, read, model=trained.model, mesh=mesh)
   params = jax.device_put(trained.params, sharding.replicated(mesh))
   try:
-    train, test = (split_features(params, split) for split in splits)
+    of_split = {split: split_features(params, split) for split in dict.fromkeys(read)}
   finally:
     split_features.close()
+  train, test = (of_split[split] for split in splits['fewshot'])
   accuracies = fewshot.linear_fewshot_accuracy(
       *train, *test, shots=used['shots'], seeds=used['seeds'], l2_reg=used['l2_reg']
   )
   if knn:
+    used['temperature'] = config.knn.temperature if temperature is None else temperature
+    train, test = (of_split[split] for split in splits['knn'])
     used['knn'] = knn_lib.knn_accuracy(
-        *train, *test, ks=tuple(knn), temperature=temperature, mesh=mesh
+        *train, *test, ks=tuple(knn), temperature=used['temperature'], mesh=mesh
     )
   return accuracies, used
 
@@ -107,8 +119,12 @@ def _define_flags() -> None:
   flags.DEFINE_float(
       'l2_reg', None, "L2 regularisation of the least-squares fit (default: the run's)."
   )
-  flags.DEFINE_list('knn', [], 'Also the weighted k-NN accuracy for these k, e.g. 10,20.')
-  flags.DEFINE_float('temperature', 0.07, "The k-NN votes' temperature (DINO's 0.07).")
+  flags.DEFINE_list(
+      'knn', None, "Also the weighted k-NN accuracy for these k, e.g. 10,20 (default: the run's)."
+  )
+  flags.DEFINE_float(
+      'temperature', None, "The k-NN votes' temperature (default: the run's, DINO's 0.07)."
+  )
   flags.mark_flags_as_required(['workdir'])
 
 
@@ -118,12 +134,12 @@ def main(argv: list[str]) -> None:
     cli.fail(f'unexpected arguments {argv[1:]}: use {_USAGE}')
   args = flags.FLAGS
   shots = None if args.shots is None else _parse_counts('shots', args.shots, '1,5,10,25')
-  knn = _parse_counts('knn', args.knn, '10,20') if args.knn else ()
+  knn = None if args.knn is None else _parse_counts('knn', args.knn, '10,20')
   if args.seeds is not None and args.seeds < 1:
     cli.fail(f'--seeds={args.seeds} must be at least 1')
   if args.l2_reg is not None and args.l2_reg <= 0:
     cli.fail(f'--l2_reg={args.l2_reg} must be positive, e.g. --l2_reg=4')
-  if not args.temperature > 0:
+  if args.temperature is not None and not args.temperature > 0:
     cli.fail(f'--temperature={args.temperature} must be positive, e.g. --temperature=0.07')
   try:
     accuracies, used = evaluate_checkpoint(
@@ -142,8 +158,8 @@ def main(argv: list[str]) -> None:
       f'seeds, l2_reg={used["l2_reg"]:g}):'
   )
   print(format_table(accuracies))
-  if knn:
-    print(f'weighted k-NN accuracy (temperature {args.temperature:g}):')
+  if 'knn' in used:
+    print(f'weighted k-NN accuracy (temperature {used["temperature"]:g}):')
     print(format_table(used['knn'], 'k'))
 
 

@@ -133,23 +133,26 @@ def _train(setup: Setup, watchdog: Watchdog) -> dict[str, float]:
     logging.debug('%s', parameter_overview.get_parameter_overview(state.params))
   step_fn = jit_train_step(setup, state_shardings)
 
-  train_iter = data.train_iterator(
-      config,
-      local_batch_size=config.batch_size // jax.process_count(),
-      start_step=start_step,
-      process_index=jax.process_index(),
-      process_count=jax.process_count(),
+  evaluating_only = start_step >= setup.total_steps  # No batch is read: no workers are started.
+  train_iter = (
+      iter(())
+      if evaluating_only
+      else data.train_iterator(
+          config,
+          local_batch_size=config.batch_size // jax.process_count(),
+          start_step=start_step,
+          process_index=jax.process_index(),
+          process_count=jax.process_count(),
+      )
   )
   run_pace = pace.Pace(setup.total_steps, config.log_every_steps, writer)
-  logging.info(
-      '%s %s',
-      (
-          f'Run already at step {start_step} of {setup.total_steps}: evaluating only;'
-          if start_step >= setup.total_steps  # A finished run started again.
-          else f'Training {setup.total_steps} steps from step {start_step}:'
-      ),
-      run_header(setup, sum(x.size for x in jax.tree.leaves(state.params))),
-  )
+  if setup.total_steps == 0 and start_step == 0:
+    what = f'Evaluating config.init_from={config.init_from} (total_steps=0: nothing is trained):'
+  elif evaluating_only:  # A finished run started again.
+    what = f'Run already at step {start_step} of {setup.total_steps}: evaluating only;'
+  else:
+    what = f'Training {setup.total_steps} steps from step {start_step}:'
+  logging.info('%s %s', what, run_header(setup, sum(x.size for x in jax.tree.leaves(state.params))))
 
   notice = preemption.PreemptionNotice(manager)
   saver = checkpoint.Saver(manager)
@@ -170,7 +173,8 @@ def _train(setup: Setup, watchdog: Watchdog) -> dict[str, float]:
   finally:  # Also when the run stops early: the saves in flight complete, or stay unread temporaries.
     # Now, not when the interpreter ends, where grain's clean-up of its worker processes would find
     # its modules gone (a traceback on the console per worker).
-    train_iter.close()
+    if not evaluating_only:
+      train_iter.close()
     for evaluator in setup.evaluators:
       evaluator.close()
     notice.close()

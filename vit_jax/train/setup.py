@@ -122,8 +122,14 @@ def total_steps(config: ml_collections.ConfigDict, info: data.DatasetInfo) -> in
     steps = config.total_steps
   else:
     steps = math.ceil(config.num_epochs * info.num_train / config.batch_size)
-  if steps < 1:
+  if steps < 0:
     raise ValueError(f'The run has {steps} steps: raise config.total_steps or config.num_epochs')
+  if steps == 0 and not config.init_from:
+    raise ValueError(
+        'The run has 0 steps, which evaluates the parameters of config.init_from without '
+        'training, and config.init_from is unset: set --config.init_from=PATH (a checkpoint, a '
+        'workdir, hf-hub:NAME) or raise config.total_steps or config.num_epochs'
+    )
   return steps
 
 
@@ -253,7 +259,14 @@ def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
     raise ValueError(_too_few_classes(config, info, task.MIN_CLASSES))
   steps = total_steps(config, info)
   tx, schedule = optim.make_optimizer(config, steps, model_config)
-  if config.lr.warmup_steps >= steps:
+  if steps == 0 and not config.keep_head:
+    logging.warning(
+        'config.total_steps=0 evaluates config.init_from as it is, with a new head (zeros) for '
+        "this dataset's classes: the task's metrics (eval_top1...) are chance; few-shot and k-NN "
+        '(--config.fewshot.every_steps=1, --config.knn.every_steps=1) measure its features; '
+        '--config.keep_head=True evaluates its own head'
+    )
+  elif 0 < steps <= config.lr.warmup_steps:
     logging.warning(
         "config.lr.warmup_steps=%d is not below the run's %d steps: the learning rate "
         'never reaches config.lr.base=%g; use fewer warmup steps (e.g. '

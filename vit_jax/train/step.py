@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import optax
 
 from vit_jax import sharding
-from vit_jax.train import optim
+from vit_jax.train import optim, param_groups
 from vit_jax.data import on_device
 from vit_jax.train.setup import Setup
 from vit_jax.train.state import TrainState
@@ -28,6 +28,7 @@ def train_step(
     polyak_decay: float | None = None,
     mix: Callable | None = None,
     mix_key: jax.Array | None = None,
+    frozen_labels: Callable[[Any], Any] | None = None,
 ) -> tuple[TrainState, dict[str, jax.Array]]:
   """One update, optionally from `accum_steps` accumulated micro-batches of the batch.
 
@@ -36,10 +37,17 @@ def train_step(
   so the mixing depends neither on the mesh nor on accum_steps. The dropout and mixing keys of step s
   are fold_in(dropout_key, s) and fold_in(mix_key, s), so a resumed run draws what an uninterrupted one
   would. `teacher_params` (config.distill's teacher) go to the loss as they are: no gradient.
+
+  `frozen_labels(params)` (`param_groups.frozen_labels` of config.optim.frozen) labels the parameters
+  that do not train: their gradients are zeros from the start, so that nothing reads theirs and XLA
+  computes none (a linear probe's step, the backbone frozen, is then its forward pass and the head's
+  gradient, not a whole backward pass); the gradient norm is the trained parameters' (as clipping's).
   """
   step_key = jax.random.fold_in(dropout_key, state.step)
   teacher = () if teacher_params is None else (teacher_params,)
   grad_fn = jax.value_and_grad(loss_fn)
+  if frozen_labels is not None:
+    grad_fn = _trained_only(grad_fn, frozen_labels(state.params))
   images, labels = on_device.model_input(batch['image']), batch['label']
   if mix is not None:
     images, labels = mix(images, labels, jax.random.fold_in(mix_key, state.step), state.step)
@@ -83,6 +91,16 @@ def train_step(
   )
 
 
+def _trained_only(grad_fn: Callable, labels: Any) -> Callable:
+  def trained_grad_fn(*args):
+    loss, grads = grad_fn(*args)
+    return loss, jax.tree.map(
+        lambda g, label: jnp.zeros_like(g) if label == param_groups.FROZEN else g, grads, labels
+    )
+
+  return trained_grad_fn
+
+
 def jit_train_step(
     setup: Setup, state_shardings: Any
 ) -> Callable[[TrainState, dict[str, jax.Array]], tuple[TrainState, dict[str, jax.Array]]]:
@@ -103,6 +121,11 @@ def jit_train_step(
       polyak_decay=config.polyak_decay,
       mix=setup.task.mix(config, setup.info.num_classes),
       mix_key=jax.random.fold_in(seed_key, 2),
+      frozen_labels=(
+          functools.partial(param_groups.frozen_labels, config.optim)
+          if config.optim.frozen
+          else None
+      ),
   )
   in_shardings = (state_shardings, sharding.batch_sharding(mesh))
   if teacher is not None:

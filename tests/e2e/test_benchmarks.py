@@ -345,3 +345,12 @@ def test_worker_paths_times_packed_paths_against_a_list_and_a_zips_index_against
   assert '# 15 paths' in out and '| list | ' in out and '| packed | ' in out, out
   assert 'packed / list: MB pickled ' in out and '| index mapped (each worker, now) | ' in out, out
   assert out.splitlines()[-1].startswith('index / listing: s '), out
+
+
+def test_knn_times_ours_against_dinos_torch_loop_and_sklearn_at_one_accuracy():
+  out = _run(
+      'knn.py', '--train=600', '--test=90', '--dim=16', '--classes=5', '--rounds=1', '--sklearn'
+  )
+  assert ', k=20: top-1 ' in out and 'on every side' in out, out
+  for side in ('ours (jax)', "DINO's (torch)", 'scikit-learn'):
+    assert f'| {side} | ' in out, out

@@ -288,6 +288,7 @@ def test_zero_steps_evaluate_init_from_as_it_is_and_train_and_save_nothing(
           'total_steps': 0,
           'knn.every_steps': 1,
           'knn.ks': (5,),
+          'polyak_decay': 0.999,  # The average is the parameters at step 0: measured once.
       },
   )
   workdir = str(tmp_path / 'evaluated')
@@ -301,6 +302,7 @@ def test_zero_steps_evaluate_init_from_as_it_is_and_train_and_save_nothing(
   scalars = helpers.read_scalars(workdir)
   assert list(scalars['eval_top1']) == list(scalars['knn_5nn']) == [0]  # Once, at step 0.
   assert 'train_loss' not in scalars and not saved_state.saved_steps(workdir)
+  assert not [name for name in scalars if '_polyak_' in name], sorted(scalars)
   # A new head of zeros would measure nothing: the run says so.
   config.keep_head = False
   with caplog.at_level('WARNING'):

@@ -26,9 +26,9 @@ from vit_jax.train.watchdog import Watchdog
 
 def evaluate(evaluator: Any, state: TrainState) -> dict[str, float]:
   """`<name>_<metric>` of the parameters and, with Polyak averaging, `<name>_polyak_<metric>` of
-  their average."""
+  their average (not at step 0, where it is the parameters: total_steps=0 measures each once)."""
   metrics = {f'{evaluator.name}_{k}': v for k, v in evaluator(state.params).items()}
-  if state.ema_params is not None:
+  if state.ema_params is not None and int(state.step) > 0:
     metrics.update(
         {f'{evaluator.name}_polyak_{k}': v for k, v in evaluator(state.ema_params).items()}
     )

@@ -64,8 +64,12 @@ def test_readme_walkthrough_with_relative_paths(tmp_path):
       *SHORT,
   )
   assert os.path.isdir(tmp_path / 'workdirs/demo_finetune/checkpoints/20/default')
-  accuracy = run(tmp_path, 'tools.fewshot', '--workdir=workdirs/demo', '--shots=1', '--seeds=1')
-  assert accuracy.splitlines()[-1].split()[0] == '1'
+  accuracy = run(
+      tmp_path, 'tools.fewshot', '--workdir=workdirs/demo', '--shots=1', '--seeds=1', '--knn=10,20'
+  )
+  assert 'weighted k-NN accuracy (temperature 0.07):' in accuracy, accuracy
+  rows = [line.split()[0] for line in accuracy.splitlines()]
+  assert rows[-6:] == ['shots', '1', 'weighted', 'k', '10', '20'], accuracy
   per_class = run(tmp_path, 'tools.confusion', '--workdir=workdirs/demo', '--top=5')
   assert "per-class results of step 20 of workdirs/demo on split 'test':" in per_class
   run(tmp_path, 'tools.pictures', '--workdir=workdirs/demo', '--image=digit.png', '--out=pictures')

@@ -78,11 +78,11 @@ def nearest(
     raise ValueError(f'k={k} neighbours of {num_train} train examples: use 1 <= k <= {num_train}')
   devices = mesh.devices.size
   share = max(-(-num_train // devices), k)  # Each device's top_k needs k candidates.
-  train = np.zeros((share * devices, width), np.float32)
-  train[:num_train] = normalized(train_feats)
+  padded = np.zeros((share * devices, width), np.float32)
+  padded[:num_train] = normalized(train_feats)
   by_example = NamedSharding(mesh, P(mesh.axis_names))
   train = jax.make_array_from_callback(
-      train.shape, NamedSharding(mesh, P(mesh.axis_names, None)), lambda i: train[i]
+      padded.shape, NamedSharding(mesh, P(mesh.axis_names, None)), lambda i: padded[i]
   )
   is_train = np.arange(share * devices) < num_train
   valid = jax.make_array_from_callback(is_train.shape, by_example, lambda i: is_train[i])

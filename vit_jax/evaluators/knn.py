@@ -44,16 +44,18 @@ def normalized(feats: np.ndarray) -> np.ndarray:
 
 @functools.partial(jax.jit, static_argnames=('k', 'mesh'))
 def _nearest_of_chunk(
-    train: jax.Array, valid: jax.Array, queries: jax.Array, *, k: int, mesh: Mesh
+    train: jax.Array, num_train: jax.Array, queries: jax.Array, *, k: int, mesh: Mesh
 ) -> tuple[jax.Array, jax.Array]:
   axes = mesh.axis_names
 
-  def local(train_share, valid_share, queries):
+  def local(train_share, num_train, queries):
     share = train_share.shape[0]
+    first = jax.lax.axis_index(axes) * share  # This share's first index into the whole train set.
     similarities = jnp.dot(queries, train_share.T, precision=jax.lax.Precision.HIGHEST)
-    similarities = jnp.where(valid_share[None, :], similarities, -jnp.inf)
+    is_train = first + jnp.arange(share) < num_train  # Not the padding.
+    similarities = jnp.where(is_train[None, :], similarities, -jnp.inf)
     top, index = jax.lax.top_k(similarities, k)
-    index = index + jax.lax.axis_index(axes) * share  # Into the whole train set.
+    index = index + first
     # [devices, chunk, k] -> [chunk, devices * k]: every device's candidates, merged once more.
     top, index = (jax.lax.all_gather(x, axes, axis=1, tiled=True) for x in (top, index))
     top, position = jax.lax.top_k(top, k)
@@ -62,10 +64,10 @@ def _nearest_of_chunk(
   return jax.shard_map(
       local,
       mesh=mesh,
-      in_specs=(P(axes, None), P(axes), P()),
+      in_specs=(P(axes, None), P(), P()),
       out_specs=(P(), P()),
       check_vma=False,
-  )(train, valid, queries)
+  )(train, num_train, queries)
 
 
 def nearest(
@@ -80,12 +82,11 @@ def nearest(
   share = max(-(-num_train // devices), k)  # Each device's top_k needs k candidates.
   padded = np.zeros((share * devices, width), np.float32)
   padded[:num_train] = normalized(train_feats)
-  by_example = NamedSharding(mesh, P(mesh.axis_names))
   train = jax.make_array_from_callback(
       padded.shape, NamedSharding(mesh, P(mesh.axis_names, None)), lambda i: padded[i]
   )
-  is_train = np.arange(share * devices) < num_train
-  valid = jax.make_array_from_callback(is_train.shape, by_example, lambda i: is_train[i])
+  count = np.int32(num_train)
+  count = jax.make_array_from_callback((), sharding.replicated(mesh), lambda i: count)
   queries = normalized(test_feats)
   chunk = min(_MAX_CHUNK, max(1, _SIMILARITIES_PER_DEVICE // share), len(queries))
   similarities, indices = [], []
@@ -96,7 +97,7 @@ def nearest(
     block = jax.make_array_from_callback(
         block.shape, sharding.replicated(mesh), lambda i, b=block: b[i]
     )
-    top, index = jax.device_get(_nearest_of_chunk(train, valid, block, k=k, mesh=mesh))
+    top, index = jax.device_get(_nearest_of_chunk(train, count, block, k=k, mesh=mesh))
     similarities.append(top[: len(rows)])
     indices.append(index[: len(rows)])
   return np.concatenate(similarities), np.concatenate(indices)

@@ -199,6 +199,15 @@ def get_config() -> ml_collections.ConfigDict:
           matmul=config_dict.placeholder(str),
           remat=config_dict.placeholder(str),
           scan=config_dict.placeholder(bool),
+          # Low-rank adapters (LoRA; vit_jax/models/lora.py): every block's lora_targets layers ('query',
+          # 'key', 'value', 'out', 'mlp_in', 'mlp_out'; unset: ('query', 'value'), peft's for ViTs) add
+          # dropout(x) A B * lora_alpha / lora_rank, A [in, rank] random, B [rank, out] zeros. Only the
+          # adapters and the head train unless config.optim.trained says otherwise; export folds them
+          # into the kernels. Unset rank: none; unset alpha: the rank.
+          lora_rank=config_dict.placeholder(int),
+          lora_alpha=config_dict.placeholder(float),
+          lora_targets=config_dict.placeholder(tuple),
+          lora_dropout=config_dict.placeholder(float),
       )
   )
   config.dtype = 'float32'  # Compute dtype; parameters and optimizer state stay float32.
@@ -272,10 +281,13 @@ def get_config() -> ml_collections.ConfigDict:
           mu_dtype=config_dict.placeholder(str),  # adamw's first moment dtype, e.g. 'bfloat16'
           # Parameter groups, by regex over '/'-joined parameter paths (first match wins):
           # ((regex, multiplier), ...) of the learning rate and of the weight decay; frozen: regexes of
-          # parameters that are not updated and keep no optimizer state.
+          # parameters that are not updated and keep no optimizer state; trained: regexes of the only
+          # parameters that train, with model.lora_rank's adapters (unset: all; with adapters, the
+          # adapters and ('^head',); a linear probe: "('^head',)").
           lr_mults=(),
           wd_mults=(),
           frozen=(),
+          trained=config_dict.placeholder(tuple),
           # Layer-wise learning-rate decay (BEiT/MAE/timm): block i of L gets decay^(L - i), the
           # embeddings decay^(L + 1), the head 1. Unset: off.
           layer_decay=config_dict.placeholder(float),

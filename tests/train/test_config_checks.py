@@ -71,6 +71,24 @@ INVALID = {
     'mesh': ((('data', 3),), {}, 'multiply to 3, but there are 8 devices'),
     'model.attention': ('flash', {}, "Unknown model.attention 'flash'"),
     'model.matmul': ('int8', {}, "Unknown model.matmul 'int8': use one of default, fp8"),
+    'model.lora_rank': (0, {}, r'^model.lora_rank=0 must be a positive integer, e.g. 8'),
+    'model.lora_alpha': (
+        16.0,
+        {},
+        r'^model.lora_alpha=16.0 shapes low-rank adapters, and model.lora_rank is unset: set '
+        r'--config.model.lora_rank',
+    ),
+    'model.lora_targets': (
+        ('query', 'qkv'),
+        {'model.lora_rank': 4},
+        r"^Unknown model.lora_targets entry 'qkv': use some of query, key, value, out, mlp_in, "
+        r'mlp_out$',
+    ),
+    'model.lora_dropout': (
+        1.0,
+        {'model.lora_rank': 4},
+        r'^model.lora_dropout=1.0 must be in \[0, 1\), e.g. 0.1$',
+    ),
     'model.attention_dropout_rate': (1.5, {}, 'attention_dropout_rate=1.5'),
     'model.classifier': ('mean', {}, "Unknown model.classifier 'mean'"),
     'model.dropout_rate': (-0.1, {}, 'dropout_rate=-0.1'),
@@ -158,6 +176,11 @@ INVALID = {
     ),
     'optim.wd_mults': ((('(', 1.0),), {}, r"^config.optim.wd_mults\[0\]='\(' is not a valid regex"),
     'optim.frozen': ((3,), {}, r'^config.optim.frozen\[0\]=3 must be a regex string'),
+    'optim.trained': (
+        ('^hed',),
+        {},
+        r"^config.optim.trained regex '\^hed' matches no parameter: fix it",
+    ),
     'polyak_decay': (1.0, {}, r'polyak_decay=1.0 must be in \[0, 1\)'),
     'posemb_interpolation': ('nearest', {}, "Unknown config.posemb_interpolation 'nearest'"),
     'pp.crop': ('centre', {}, "Unknown config.pp.crop 'centre'"),

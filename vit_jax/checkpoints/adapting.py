@@ -28,7 +28,7 @@ import numpy as np
 from flax import traverse_util
 
 from vit_jax.checkpoints import posemb_resizing, tree_mismatch
-from vit_jax.models import scan_layout
+from vit_jax.models import lora, scan_layout
 from vit_jax.models.pooling import MAP_HEAD
 
 _REPORT_FIRST = ('embedding/', 'cls', 'dist', 'reg')
@@ -109,6 +109,7 @@ def adapt_params(
     keep_pre_logits: bool,
     posemb_method: str = 'bilinear',
     draw_map_head: Optional[Callable[[], Any]] = None,
+    seed: int = 0,
 ) -> tuple[dict[str, Any], list[str]]:
   """Fits a loaded parameter tree to a model's tree (of arrays or `jax.ShapeDtypeStruct`s).
 
@@ -116,7 +117,8 @@ def adapt_params(
   may pool otherwise (`_fit_pooling`; `draw_map_head()`: a new MAP head's parameters, for a model
   that pools by attention and a checkpoint that does not); the pre-logits layer is dropped unless
   `keep_pre_logits` and the model has one; the position embeddings are resized to the model's grid.
-  Everything else must match exactly. Returns the fitted numpy tree and lines for the log saying
+  Low-rank adapters of the model (lora.py) that the checkpoint lacks are drawn from `seed`, their `b`
+  zeros, so the model starts as the checkpoint. Everything else must match exactly. Returns the fitted numpy tree and lines for the log saying
   what changed; raises ValueError naming the parameter on a mismatch.
   """
   # Also when this checkpoint needs no resizing: a typo is a typo.
@@ -176,6 +178,11 @@ def adapt_params(
     ):
       params = {k: v for k, v in params.items() if k != layer and not k.startswith(f'{layer}/')}
       notes.append(f'dropped {layer} (masked patch prediction only)')
+
+  fresh = {k: t for k, t in targets.items() if lora.ADAPTER_PATH.search(k) and k not in params}
+  if fresh:
+    params.update(lora.draw(fresh, seed))
+    notes.append(f'drew {len(fresh) // 2} low-rank adapters (b zeros: the checkpoint unchanged)')
 
   prefix = num_prefix_tokens(targets)
   if num_prefix_tokens(params) == prefix:

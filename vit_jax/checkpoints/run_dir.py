@@ -19,7 +19,7 @@ from flax import traverse_util
 from vit_jax import data, defaults, tasks
 from vit_jax.runtime import paths
 from vit_jax.checkpoints import adapting, hub, npz_files, saved_state, state_dicts, torch_files
-from vit_jax.models import pooling, variants, vit_variants
+from vit_jax.models import lora, pooling, variants, vit_variants
 
 _RUN_FILES = ('config.json', 'dataset_info.json')
 
@@ -126,17 +126,20 @@ def load_trained(
     workdir: str, step: Optional[int] = None, *, features: bool = False
 ) -> TrainedModel:
   """The model of checkpoint `step` (default: the latest) of a run, as the run's task built it, or
-  (`features=True`) its backbone, whatever the task."""
+  (`features=True`) its backbone, whatever the task; low-rank adapters folded into their kernels
+  (lora.folded: a plain ViT of the same function)."""
   checkpoint_dir, step = saved_state.find_checkpoint(workdir, step)
   config, info = load_run_info(workdir)
   task = tasks.get(config.task)
-  model_config = variants.get_model_config(config.variant, config.model.to_dict())
+  params, name = saved_state.restore_params(checkpoint_dir)
+  model_config, params = lora.folded(
+      variants.get_model_config(config.variant, config.model.to_dict()), params
+  )
   model = (
       task.features_model(config, model_config)
       if features
       else task.make_model(config, model_config, info.num_classes)
   )
-  params, name = saved_state.restore_params(checkpoint_dir)
   return TrainedModel(
       config,
       model_config,
@@ -184,7 +187,14 @@ def load_params(
     return npz_files.load_npz(path), f'loaded {path}'
   checkpoint_dir, step = saved_state.find_checkpoint(path)
   params, name = saved_state.restore_params(checkpoint_dir)
-  return params, f'loaded {name} of step {step} from {checkpoint_dir}'
+  source = f'loaded {name} of step {step} from {checkpoint_dir}'
+  if lora.has_adapters(params):  # Its run's scale folds them: the checkpoints/STEP dir's workdir.
+    config, _ = load_run_info(os.path.dirname(os.path.dirname(checkpoint_dir)))
+    _, params = lora.folded(
+        variants.get_model_config(config.variant, config.model.to_dict()), params
+    )
+    source += ' (its low-rank adapters folded into their kernels)'
+  return params, source
 
 
 def _missing_init_from(given: str, fix: str) -> str:
@@ -260,6 +270,7 @@ def load_init_params(config: ml_collections.ConfigDict, model: nn.Module) -> Any
       keep_head=config.keep_head,
       keep_pre_logits=config.keep_pre_logits,
       posemb_method=config.posemb_interpolation,
+      seed=config.seed,
       # As the model draws its own from scratch (its width does not depend on the tokens).
       draw_map_head=lambda: pooling.map_head(model).init(
           jax.random.key(config.seed), jnp.zeros((1, 1, model.hidden_size))

@@ -13,8 +13,9 @@ import jax
 import jax.numpy as jnp
 from absl import logging
 
-from vit_jax.models import differential, norms
+from vit_jax.models import differential, lora, norms
 from vit_jax.models.fp8 import MATMULS
+from vit_jax.models.lora import Spec as LoraSpec
 
 CUDNN_TOKEN_MULTIPLE = 8  # cuDNN's flash attention trains on token counts that are multiples of 8.
 
@@ -174,7 +175,8 @@ class SelfAttention(nn.Module):
   (`num_kv_heads` < num_heads: Sapiens 2's): fewer key and value heads, kernels (D, kv_heads,
   D/heads), each shared by num_heads / num_kv_heads consecutive query heads (query head h reads key
   head h // groups, timm's and transformers' `repeat_interleave`); and differential attention
-  (`differential`, of the block's `lambda_init`, a call argument: differential.py).
+  (`differential`, of the block's `lambda_init`, a call argument: differential.py); and low-rank
+  adapters of the projections (`lora`: lora.py).
   """
 
   num_heads: int
@@ -188,6 +190,7 @@ class SelfAttention(nn.Module):
   norm_layer: str = 'layernorm'  # `norm`'s kind, a key of norms.NORM_LAYERS.
   num_kv_heads: Optional[int] = None  # None: num_heads.
   differential: bool = False  # Differential attention (differential.py).
+  lora: Optional[LoraSpec] = None  # Low-rank adapters of the projections it targets (lora.py).
 
   @nn.compact
   def __call__(
@@ -208,14 +211,19 @@ class SelfAttention(nn.Module):
     kv_heads = self.num_kv_heads or self.num_heads
     if self.num_heads % kv_heads:
       raise ValueError(f'{self.num_heads} query heads do not share {kv_heads} key heads evenly')
-    projection = lambda name, heads, use_bias=True: nn.DenseGeneral(
-        (heads, width // self.num_heads),
-        dtype=self.dtype,
-        kernel_init=nn.initializers.xavier_uniform(),
-        use_bias=use_bias,
-        dot_general=MATMULS[self.matmul],
-        name=name,
-    )(x)
+    projection = lambda name, heads, use_bias=True: lora.adapted(
+        self.lora,
+        nn.DenseGeneral(
+            (heads, width // self.num_heads),
+            dtype=self.dtype,
+            kernel_init=nn.initializers.xavier_uniform(),
+            use_bias=use_bias,
+            dot_general=MATMULS[self.matmul],
+            name=name,
+        ),
+        x,
+        deterministic=deterministic,
+    )
     query = projection('query', self.num_heads)
     key = projection('key', kv_heads, self.key_bias)
     value = projection('value', kv_heads)
@@ -241,11 +249,12 @@ class SelfAttention(nn.Module):
       x = norms.norm(self.norm_layer, self.layernorm_epsilon, self.dtype, 'norm')(
           x.reshape(heads[:-2] + (width,))
       ).reshape(heads)
-    return nn.DenseGeneral(
+    out = nn.DenseGeneral(
         width,
         axis=(-2, -1),
         dtype=self.dtype,
         kernel_init=nn.initializers.xavier_uniform(),
         dot_general=MATMULS[self.matmul],
         name='out',
-    )(x)
+    )
+    return lora.adapted(self.lora, out, x, deterministic=deterministic)

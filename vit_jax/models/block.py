@@ -11,9 +11,10 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from vit_jax.models import differential, norms, rope
+from vit_jax.models import differential, lora, norms, rope
 from vit_jax.models.attention import ATTENTION_FNS, SelfAttention, token_padding
 from vit_jax.models.fp8 import MATMULS
+from vit_jax.models.lora import Spec as LoraSpec
 from vit_jax.models.posemb import POSEMBS
 
 Dtype = Any
@@ -46,7 +47,7 @@ class MlpBlock(nn.Module):
   `gated` (GLU; with activation 'silu' SwiGLU, EVA-02's): the activated `Dense_0` multiplies a
   second linear projection `Dense_linear` of the input (timm's `fc1_g` and `fc1_x`, or the two halves
   of its packed `fc1`); `norm`: a LayerNorm `norm` of the hidden units before `Dense_1` (EVA-02 B/L's
-  scale_mlp, NormFormer's).
+  scale_mlp, NormFormer's); `lora`: low-rank adapters of its layers (lora.py).
   """
 
   mlp_dim: int
@@ -58,24 +59,30 @@ class MlpBlock(nn.Module):
   layernorm_epsilon: float = 1e-6
   norm_layer: str = 'layernorm'  # A key of norms.NORM_LAYERS: `norm`'s kind.
   matmul: str = 'default'  # A key of fp8.MATMULS: how its layers multiply.
+  lora: Optional[LoraSpec] = None  # Low-rank adapters of the layers it targets (lora.py).
 
   @nn.compact
   def __call__(self, inputs: jnp.ndarray, *, deterministic: bool) -> jnp.ndarray:
-    dense = lambda features, name: nn.Dense(
-        features,
-        dtype=self.dtype,
-        dot_general=MATMULS[self.matmul],
-        kernel_init=nn.initializers.xavier_uniform(),
-        bias_init=nn.initializers.normal(stddev=1e-6),
-        name=name,
+    dense = lambda features, name, y: lora.adapted(
+        self.lora,
+        nn.Dense(
+            features,
+            dtype=self.dtype,
+            dot_general=MATMULS[self.matmul],
+            kernel_init=nn.initializers.xavier_uniform(),
+            bias_init=nn.initializers.normal(stddev=1e-6),
+            name=name,
+        ),
+        y,
+        deterministic=deterministic,
     )
-    x = MLP_ACTIVATIONS[self.activation](dense(self.mlp_dim, 'Dense_0')(inputs))
+    x = MLP_ACTIVATIONS[self.activation](dense(self.mlp_dim, 'Dense_0', inputs))
     if self.gated:
-      x = x * dense(self.mlp_dim, 'Dense_linear')(inputs)
+      x = x * dense(self.mlp_dim, 'Dense_linear', inputs)
     x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
     if self.norm:
       x = norms.norm(self.norm_layer, self.layernorm_epsilon, self.dtype, 'norm')(x)
-    x = dense(inputs.shape[-1], 'Dense_1')(x)
+    x = dense(inputs.shape[-1], 'Dense_1', x)
     return nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
 
 
@@ -134,6 +141,7 @@ class Encoder1DBlock(nn.Module):
   # Where the encoder padded the tokens for the fused attention kernel: how many are real (the rest
   # are masked out of the keys). None: the block pads its attention's input itself where it must.
   tokens: Optional[int] = None
+  lora: Optional[LoraSpec] = None  # Low-rank adapters of the projections and MLPs (lora.py).
 
   # Arguments are positional: `nn.remat` needs `deterministic` (and a float rate) as static positions.
   # `lambda_init`: differential attention's, of the block's index (a float32, or the scanned block's).
@@ -179,6 +187,7 @@ class Encoder1DBlock(nn.Module):
         norm_layer=self.norm_layer,
         num_kv_heads=self.num_kv_heads,
         differential=self.diff_attention,
+        lora=self.lora,
         name='MultiHeadDotProductAttention_1',
     )(
         x,
@@ -215,6 +224,7 @@ class Encoder1DBlock(nn.Module):
         layernorm_epsilon=self.layernorm_epsilon,
         norm_layer=self.norm_layer,
         matmul=self.matmul,
+        lora=self.lora,
         name='MlpBlock_3',
     )(y, deterministic=deterministic)
 

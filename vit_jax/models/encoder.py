@@ -28,6 +28,7 @@ from vit_jax.models import differential, norms
 from vit_jax.models.attention import token_padding
 from vit_jax.models.axial import AxialBlock
 from vit_jax.models.block import Dtype, Encoder1DBlock, Rate
+from vit_jax.models.lora import Spec as LoraSpec
 from vit_jax.models.posemb import POSEMBS, TENSOR_RULES as POSEMB_TENSOR_RULES
 from vit_jax.models.scan_layout import BLOCK, stack_blocks, unstack_blocks
 
@@ -71,6 +72,11 @@ TENSOR_RULES = (
     (r'MlpBlock_\d+/Dense_(0|linear)/bias$', 0),  # (mlp,)
     (r'MlpBlock_\d+/norm/(scale|bias)$', 0),  # (mlp,)
     (r'MlpBlock_\d+/Dense_1/kernel$', 0),  # (mlp, D)
+    # Low-rank adapters (lora.py): split where the kernels they update are.
+    (r'MultiHeadDotProductAttention_\d+/(query|key|value)_lora/b$', 1),  # (rank, heads, D/heads)
+    (r'MultiHeadDotProductAttention_\d+/out_lora/a$', 0),  # (heads, D/heads, rank)
+    (r'MlpBlock_\d+/Dense_(0|linear)_lora/b$', 1),  # (rank, mlp)
+    (r'MlpBlock_\d+/Dense_1_lora/a$', 0),  # (mlp, rank)
 ) + POSEMB_TENSOR_RULES
 
 
@@ -182,6 +188,7 @@ class Encoder(nn.Module):
   rope_style: str = 'eva02'
   pre_norm: bool = False  # A LayerNorm `pre_norm` before the first block (CLIP's).
   block: str = 'standard'  # A key of BLOCKS.
+  lora: Optional[LoraSpec] = None  # Low-rank adapters of the blocks' layers (lora.py).
 
   @nn.compact
   def __call__(self, x: jnp.ndarray, *, grid: tuple[int, int], train: bool) -> jnp.ndarray:
@@ -222,6 +229,7 @@ class Encoder(nn.Module):
         rope_grid=self.rope_grid,
         rope_style=self.rope_style,
         grid=grid,
+        lora=self.lora,
         posemb=kind if kind == 'relative' or where == 'every_layer' else None,
     )
     tokens = x.shape[1]

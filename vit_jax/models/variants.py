@@ -98,6 +98,7 @@ RESUMABLE_FIELDS = frozenset(
         'remat',
         'scan',
         'weight_init',
+        'lora_dropout',
     }
 )
 

@@ -18,7 +18,7 @@ import chex
 import flax.linen as nn
 import jax.numpy as jnp
 
-from vit_jax.models import norms, resnet
+from vit_jax.models import lora, norms, resnet
 from vit_jax.models.encoder import Encoder
 from vit_jax.models.pooling import CLASS_TOKEN_POOLINGS, CLASSIFIERS
 
@@ -115,6 +115,13 @@ class ViTBackbone(nn.Module):
   # A key of inits.WEIGHT_INITS: how the training state draws the first parameters (see inits.redraw).
   weight_init: str = 'original'
   block: str = 'standard'  # A key of encoder.BLOCKS: 'axial' for Axial-ViT.
+  # Low-rank adapters (lora.py) of rank `lora_rank` (None: none) of every block's `lora_targets`
+  # (keys of lora.TARGETS), their update scaled by lora_alpha / lora_rank (alpha None: the rank), their
+  # input dropped at `lora_dropout`.
+  lora_rank: Optional[int] = None
+  lora_alpha: Optional[float] = None
+  lora_targets: tuple[str, ...] = lora.DEFAULT_TARGETS
+  lora_dropout: float = 0.0
   dtype: Dtype = jnp.float32
   attention: str = 'xla'  # A key of ATTENTION_FNS.
   matmul: str = 'default'  # A key of fp8.MATMULS: how the blocks' projections and MLPs multiply.
@@ -225,6 +232,7 @@ class ViTBackbone(nn.Module):
         rope_style=self.rope_style,
         pre_norm=self.pre_norm,
         block=self.block,
+        lora=lora.spec(self.lora_rank, self.lora_alpha, self.lora_dropout, self.lora_targets),
         name='Transformer',
     )(x, grid=grid, train=train)
 

@@ -4,7 +4,7 @@ policies `model.remat` takes."""
 
 from typing import Any
 
-from vit_jax.models import resnet, rope
+from vit_jax.models import lora, resnet, rope
 from vit_jax.models.attention import ATTENTION_FNS
 from vit_jax.models.block import MLP_ACTIVATIONS
 from vit_jax.models.fp8 import MATMULS
@@ -31,6 +31,7 @@ def check(model: dict[str, Any]) -> None:
   """One-line ValueErrors for the values of a resolved ViT model config that the modules would take
   and fail on (or silently misuse) later."""
   _check_fields(model)
+  lora.check(model)
   if model['block'] == 'axial':
     _check_axial(model)
   if model['hidden_size'] % model['num_heads']:

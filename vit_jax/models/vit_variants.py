@@ -13,7 +13,7 @@ modules would take and fail on later.
 import re
 from typing import Any, Mapping, Optional
 
-from vit_jax.models import vit_checks
+from vit_jax.models import lora, vit_checks
 from vit_jax.models import resnet
 from vit_jax.models.resnet import stem_stride
 
@@ -128,6 +128,10 @@ def vit_model_config(variant: str, overrides: Optional[Mapping[str, Any]] = None
       pre_norm=False,
       weight_init='original',
       block='axial' if match['axial'] else 'standard',
+      lora_rank=None,  # Unset: no low-rank adapters.
+      lora_alpha=None,  # Unset: lora_rank.
+      lora_targets=lora.DEFAULT_TARGETS,
+      lora_dropout=0.0,
       resnet_layers=resnet.R50_LAYERS if match['hybrid'] else None,
       resnet_width_factor=1.0,
   )

@@ -17,7 +17,7 @@ from clu import parameter_overview
 from vit_jax import data, sharding
 from vit_jax.checkpoints import checkpoint, run_dir
 from vit_jax.runtime import dispatch
-from vit_jax.train import event_writer, observe, pace, preemption, progress
+from vit_jax.train import event_writer, observe, pace, param_groups, preemption, progress
 from vit_jax.train.setup import Setup
 from vit_jax.train.state import TrainState, check_resumable, create_state
 from vit_jax.train.step import jit_train_step
@@ -94,7 +94,19 @@ def device_batches(
   yield from queue
 
 
-def run_header(setup: Setup, num_params: int) -> str:
+def parameter_count(setup: Setup, params: Any) -> str:
+  """'N.NM parameters', and how many of them train when some are frozen (config.optim.frozen,
+  trained, low-rank adapters)."""
+  sizes = [x.size for x in jax.tree.leaves(params)]
+  count = f'{sum(sizes) / 1e6:.1f}M parameters'
+  if not param_groups.freezes(setup.config.optim, setup.model_config):
+    return count
+  labels = jax.tree.leaves(param_groups.frozen_labels(setup.config.optim, params))
+  trained = sum(size for size, label in zip(sizes, labels) if label == param_groups.TRAINED)
+  return f'{count} ({trained:,} trained)'
+
+
+def run_header(setup: Setup, params: Any) -> str:
   """The run in one line: model, data, batch and mesh, workdir. The config's every field is in the
   workdir's config.json (and at --verbosity=1 in the log)."""
   config, info = setup.config, setup.info
@@ -106,7 +118,7 @@ def run_header(setup: Setup, num_params: int) -> str:
   )
   devices = jax.device_count()
   return (
-      f'{config.variant}, {num_params / 1e6:.1f}M parameters, {config.dtype}, '
+      f'{config.variant}, {parameter_count(setup, params)}, {config.dtype}, '
       f'{config.image_size} px; {config.dataset}{data_dir}: {info.num_train} train / '
       f'{info.num_eval} eval examples, {info.num_classes} classes; batch {config.batch_size} on '
       f'{devices} device{"s" * (devices > 1)} (mesh {mesh}); workdir {setup.workdir} (every '
@@ -152,7 +164,7 @@ def _train(setup: Setup, watchdog: Watchdog) -> dict[str, float]:
     what = f'Run already at step {start_step} of {setup.total_steps}: evaluating only;'
   else:
     what = f'Training {setup.total_steps} steps from step {start_step}:'
-  logging.info('%s %s', what, run_header(setup, sum(x.size for x in jax.tree.leaves(state.params))))
+  logging.info('%s %s', what, run_header(setup, state.params))
 
   notice = preemption.PreemptionNotice(manager)
   saver = checkpoint.Saver(manager)

@@ -229,7 +229,7 @@ def make_optimizer(
     tx = optax.chain(tx, param_groups.scale_by_lr_multipliers(config.optim, depth))
   if config.grad_clip_norm:
     tx = optax.chain(optax.clip_by_global_norm(config.grad_clip_norm), tx)
-  tx = param_groups.freeze(tx, config.optim)
+  tx = param_groups.freeze(tx, config.optim, model_config)
   if config.skip_nonfinite_steps:  # The loop stops the run when more steps than that were skipped.
     tx = optax.apply_if_finite(tx, max_consecutive_errors=config.skip_nonfinite_steps)
   return tx, schedule

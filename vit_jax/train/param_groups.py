@@ -1,5 +1,10 @@
 """Parameter groups: learning-rate and weight-decay multipliers, layer-wise learning-rate decay and
-frozen parameters (config.optim.{lr_mults, wd_mults, layer_decay, frozen}).
+frozen parameters (config.optim.{lr_mults, wd_mults, layer_decay, frozen, trained}).
+
+A parameter is frozen when a regex of `frozen` matches it, or when `trained` is set and none of its
+regexes does (a low-rank adapter, lora.py, trains then all the same); with adapters in the model and
+`trained` unset, the adapters and the head train (`TRAINED_WITH_ADAPTERS`, peft's modules_to_save of
+a classifier), the pretrained weights they adapt stay as loaded.
 
 Groups are chosen by regex, searched in '/'-joined parameter paths of the checkpoint layout
 (`Transformer/encoderblock_3/MlpBlock_3/Dense_0/kernel`); the first regex that matches wins. The
@@ -20,9 +25,11 @@ import ml_collections
 import numpy as np
 import optax
 
-from vit_jax.models import layer_ids, scan_layout
+from vit_jax.models import layer_ids, lora, scan_layout
 
 FROZEN, TRAINED = 'frozen', 'trained'  # The labels of `frozen_labels`.
+# config.optim.trained's value for a model with adapters when it is unset: the classifier's head(s).
+TRAINED_WITH_ADAPTERS = ('^head',)
 
 
 def path_str(key_path: tuple[Any, ...]) -> str:
@@ -113,9 +120,33 @@ def add_decayed_weights(optim: ml_collections.ConfigDict) -> optax.GradientTrans
   return optax.stateless(decay)
 
 
+def freezes(optim: ml_collections.ConfigDict, model_config: dict[str, Any]) -> bool:
+  """Whether some parameter of the model of `model_config` may be frozen."""
+  return bool(optim.frozen) or optim.trained is not None or lora.enabled(model_config)
+
+
+def trained_regexes(optim: ml_collections.ConfigDict, tree: Any) -> tuple[str, ...] | None:
+  """The regexes of the parameters that train beside the adapters (None: all of them): optim.trained,
+  or `TRAINED_WITH_ADAPTERS` for a `tree` with adapters when it is unset."""
+  if optim.trained is not None:
+    return tuple(optim.trained)
+  return TRAINED_WITH_ADAPTERS if lora.has_adapters(tree) else None
+
+
 def frozen_labels(optim: ml_collections.ConfigDict, tree: Any) -> Any:
   """FROZEN or TRAINED for each array of `tree`; one-line error for stacked blocks frozen in part."""
-  frozen = _per_leaf(tree, lambda path: any(re.search(regex, path) for regex in optim.frozen))
+  trained = trained_regexes(optim, tree)
+
+  def is_frozen(path: str) -> bool:
+    if any(re.search(regex, path) for regex in optim.frozen):
+      return True
+    return not (
+        trained is None
+        or lora.ADAPTER_PATH.search(path)
+        or any(re.search(regex, path) for regex in trained)
+    )
+
+  frozen = _per_leaf(tree, is_frozen)
 
   def label(key_path, is_frozen):
     if isinstance(is_frozen, np.ndarray):
@@ -130,10 +161,12 @@ def frozen_labels(optim: ml_collections.ConfigDict, tree: Any) -> Any:
 
 
 def freeze(
-    tx: optax.GradientTransformation, optim: ml_collections.ConfigDict
+    tx: optax.GradientTransformation,
+    optim: ml_collections.ConfigDict,
+    model_config: dict[str, Any],
 ) -> optax.GradientTransformation:
   """`tx` for the parameters that train; the frozen ones get zero updates and keep no state."""
-  if not optim.frozen:
+  if not freezes(optim, model_config):
     return tx
   return optax.multi_transform(
       {TRAINED: tx, FROZEN: optax.set_to_zero()}, functools.partial(frozen_labels, optim)
@@ -176,6 +209,13 @@ def check_config(optim: ml_collections.ConfigDict) -> None:
   _check_groups('wd_mults', optim.wd_mults, "(('head', 0.0),)", positive=False)
   for i, regex in enumerate(optim.frozen):
     _check_regex(f'optim.frozen[{i}]', regex, "('^embedding/', 'Transformer/posembed_input')")
+  if optim.trained is not None:
+    if isinstance(optim.trained, str):
+      raise ValueError(
+          f'config.optim.trained={optim.trained!r} must be a tuple of regexes, e.g. "(\'^head\',)"'
+      )
+    for i, regex in enumerate(optim.trained):
+      _check_regex(f'optim.trained[{i}]', regex, "('^head', 'LayerNorm')")
   if optim.layer_decay is not None and not 0 < optim.layer_decay <= 1:
     raise ValueError(
         f'config.optim.layer_decay={optim.layer_decay} must be in (0, 1], e.g. 0.75 ' '(unset: off)'
@@ -184,7 +224,7 @@ def check_config(optim: ml_collections.ConfigDict) -> None:
 
 def names_parameters(optim: ml_collections.ConfigDict) -> bool:
   """Whether config.optim has regexes over parameter paths, which `check_param_groups` must see."""
-  return bool(optim.lr_mults or optim.wd_mults or optim.frozen)
+  return bool(optim.lr_mults or optim.wd_mults or optim.frozen or optim.trained)
 
 
 def check_param_groups(
@@ -201,12 +241,13 @@ def check_param_groups(
   regexes = [('lr_mults', regex) for regex, _ in optim.lr_mults]
   regexes += [('wd_mults', regex) for regex, _ in optim.wd_mults]
   regexes += [('frozen', regex) for regex in optim.frozen]
+  regexes += [('trained', regex) for regex in optim.trained or ()]
   for field, regex in regexes:
     if not any(re.search(regex, path) for path in paths):
       raise ValueError(
           f'config.optim.{field} regex {regex!r} matches no parameter: fix it (parameter '
           f'paths look like {", ".join(paths[::max(len(paths) // 3, 1)][:3])})'
       )
-  if optim.frozen and model_config.get('scan'):  # Only a ViT has the field.
+  if freezes(optim, model_config) and model_config.get('scan'):  # Only a ViT has the field.
     stack = functools.partial(scan_layout.stack_blocks, num_layers=model_config['num_layers'])
     frozen_labels(optim, jax.eval_shape(stack, params))

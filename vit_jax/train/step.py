@@ -38,10 +38,11 @@ def train_step(
   are fold_in(dropout_key, s) and fold_in(mix_key, s), so a resumed run draws what an uninterrupted one
   would. `teacher_params` (config.distill's teacher) go to the loss as they are: no gradient.
 
-  `frozen_labels(params)` (`param_groups.frozen_labels` of config.optim.frozen) labels the parameters
-  that do not train: their gradients are zeros from the start, so that nothing reads theirs and XLA
-  computes none (a linear probe's step, the backbone frozen, is then its forward pass and the head's
-  gradient, not a whole backward pass); the gradient norm is the trained parameters' (as clipping's).
+  `frozen_labels(params)` (`param_groups.frozen_labels` of config.optim's frozen and trained) labels
+  the parameters that do not train: their gradients are zeros from the start, so that nothing reads
+  theirs and XLA computes none (a linear probe's step, the backbone frozen, is then its forward pass
+  and the head's gradient, not a whole backward pass; low-rank adapters' needs no gradient of the
+  weights they adapt); the gradient norm is the trained parameters' (as clipping's).
   """
   step_key = jax.random.fold_in(dropout_key, state.step)
   teacher = () if teacher_params is None else (teacher_params,)
@@ -123,7 +124,7 @@ def jit_train_step(
       mix_key=jax.random.fold_in(seed_key, 2),
       frozen_labels=(
           functools.partial(param_groups.frozen_labels, config.optim)
-          if config.optim.frozen
+          if param_groups.freezes(config.optim, setup.model_config)
           else None
       ),
   )

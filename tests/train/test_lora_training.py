@@ -10,7 +10,7 @@ import pytest
 
 import helpers
 from vit_jax import sharding
-from vit_jax.checkpoints import checkpoint, npz_files, run_dir
+from vit_jax.checkpoints import checkpoint, npz_files, run_dir, teacher as teacher_lib
 from vit_jax.models import lora
 from vit_jax.tools import export
 from vit_jax.train import loop, setup as train_setup, state as train_state, step as train_step
@@ -140,6 +140,13 @@ def test_a_run_with_adapters_folds_them_for_the_tools_export_and_the_next_run(
   assert not lora.has_adapters(exported)
   _, infer = run_dir.load_export(out)
   np.testing.assert_allclose(infer(images), adapted_logits, rtol=1e-4, atol=1e-5)
+  # As a distillation teacher.
+  distilling = helpers.load_config('demo', {**helpers.TINY, 'distill.teacher': workdir})
+  teacher = teacher_lib.load_teacher(distilling, num_classes=10)
+  assert not lora.has_adapters(teacher.params)
+  np.testing.assert_allclose(
+      teacher.model.apply({'params': teacher.params}, images), adapted_logits, rtol=1e-4, atol=1e-5
+  )
 
   # A run from it starts from the folded model: evaluated as is, it scores what the run did.
   config = helpers.load_config(
@@ -157,3 +164,29 @@ def test_a_run_with_adapters_folds_them_for_the_tools_export_and_the_next_run(
   assert 'its low-rank adapters folded into their kernels' in caplog.text
   assert evaluated['eval_loss'] == pytest.approx(metrics['eval_loss'], rel=1e-4)
   assert evaluated['eval_top1'] == metrics['eval_top1']
+
+
+@pytest.mark.parametrize('scan', [False, True])
+@pytest.mark.slow  # Tens of seconds of training: make test-all's.
+@pytest.mark.devices(8)
+def test_fsdp_x_tensor_training_with_adapters_has_the_losses_of_one_device(
+    tmp_path, data_dir, scan
+):
+  overrides = {
+      **helpers.TINY,
+      'data_dir': data_dir,
+      'mesh': (('fsdp', 4), ('tensor', 2)),
+      'model.lora_rank': 4,
+      'model.lora_targets': ALL,
+      'model.scan': scan,
+      'optim.name': 'sgd',
+      'lr.base': 0.1,
+      'lr.warmup_steps': 0,
+  }
+  setup = train_setup.prepare(helpers.load_config('demo', overrides), str(tmp_path / 'mesh'))
+  _, state = helpers.train_as_on_one_device(setup, str(tmp_path / 'one'), steps=4)
+  block = state.params['Transformer']['encoderblock' if scan else 'encoderblock_0']
+  # Split over the heads and MLP units as the kernels they update (encoder.TENSOR_RULES).
+  query_b = block['MultiHeadDotProductAttention_1']['query_lora']['b']
+  assert query_b.sharding.spec[-2] == 'tensor', query_b.sharding.spec
+  assert block['MlpBlock_3']['Dense_1_lora']['a'].sharding.spec[-2] == 'tensor'

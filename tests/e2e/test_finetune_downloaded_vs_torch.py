@@ -1,6 +1,7 @@
 """docs/finetuning.md's hub walk-through, as a user runs it: a DINOv2 written by timm as the hub holds
-it, fine-tuned with configs/finetune_dinov2.py through the CLI (tiny sizes, the digits), exported, and
-the export loaded by timm with our predictions' logits."""
+it, fine-tuned with configs/finetune_dinov2.py (and with low-rank adapters, configs/finetune_lora.py)
+through the CLI (tiny sizes, the digits), exported, and the export loaded by timm with our
+predictions' logits."""
 
 import json
 import os
@@ -8,15 +9,19 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 import timm
 import torch
 
 import helpers
 from torch_references import timm_saved
-from vit_jax.checkpoints import run_dir
+from vit_jax.checkpoints import run_dir, torch_files
 
 
-def test_a_downloaded_dinov2_fine_tunes_and_exports_for_timm(tmp_path):
+@pytest.mark.parametrize(
+    'config_file', ['configs/finetune_dinov2.py:cifar10', 'configs/finetune_lora.py:dinov2,cifar10']
+)
+def test_a_downloaded_dinov2_fine_tunes_and_exports_for_timm(tmp_path, config_file):
   timm_saved(
       tmp_path / 'dinov2',
       'vit_small_patch14_reg4_dinov2',
@@ -27,7 +32,7 @@ def test_a_downloaded_dinov2_fine_tunes_and_exports_for_timm(tmp_path):
   )
   workdir = str(tmp_path / 'run')
   run = helpers.run_main(
-      'configs/finetune_dinov2.py:cifar10',
+      config_file,
       workdir,
       {
           'init_from': tmp_path / 'dinov2',
@@ -53,6 +58,17 @@ def test_a_downloaded_dinov2_fine_tunes_and_exports_for_timm(tmp_path):
   assert 'Model from' in run.stderr and 'folded its input normalisation' in run.stderr
   stored = json.loads(open(os.path.join(workdir, 'config.json')).read())
   assert stored['variant'] == 'checkpoint' and stored['model']['num_registers'] == 4
+  if 'lora' in config_file:  # The downloaded weights are as they were; the adapters trained.
+    assert ' trained), float32' in run.stderr
+    saved = helpers.checkpoint_params(workdir, 3)
+    block = saved['Transformer']['encoderblock_1']['MultiHeadDotProductAttention_1']
+    assert np.abs(block['value_lora']['b']).max() > 0
+    downloaded, _ = torch_files.read(str(tmp_path / 'dinov2' / 'model.safetensors'))
+    width = block['value']['kernel'].shape[0]
+    np.testing.assert_array_equal(  # timm's packed (3 D, D) qkv: the value's rows are the last D.
+        block['value']['kernel'].reshape(width, width),
+        np.asarray(downloaded['blocks.1.attn.qkv.weight'])[2 * width :].T,
+    )
   out = str(tmp_path / 'export')
   export = subprocess.run(
       [sys.executable, '-m', 'vit_jax.tools.export', f'--workdir={workdir}', f'--out={out}'],

@@ -10,9 +10,9 @@ The pretrained weights stay as downloaded: every block's query and value project
 rank-16 update (alpha 16, dropout 0.1 of its input) and the new head trains, as Hugging Face
 peft's ViT image-classification example and the adapters shared on the hub for it do
 (LoraConfig(r=16, lora_alpha=16, target_modules=['query', 'value'], lora_dropout=0.1,
-modules_to_save=['classifier'])). A ViT-B/16 then trains 0.3M parameters of its 86M (the head's
+modules_to_save=['classifier'])). A ViT-B/16 then trains 0.6M parameters of its 86M (the head's
 too), its AdamW state is theirs alone, and each step computes no gradient of the frozen weights
-(about 2/3 of full fine-tuning's FLOPs). The rest is configs/finetune_downloaded.py's recipe without
+(0.68x full fine-tuning's FLOPs). The rest is configs/finetune_downloaded.py's recipe without
 layer-wise decay, at peft's example's learning rate, 5e-3. Export folds the adapters into the
 kernels: a plain ViT for timm, predict and a later run (docs/finetuning.md).
 """

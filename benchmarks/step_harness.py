@@ -93,6 +93,7 @@ class Ours(Steps):
               tx=tx,
               schedule=schedule,
               dropout_key=jax.random.key(1),
+              frozen_labels=train_step.frozen_labels(config, model_config),
           ),
           in_shardings=(shardings, batch_sharding),
           out_shardings=(shardings, sharding.replicated(self.mesh)),

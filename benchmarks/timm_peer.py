@@ -87,18 +87,21 @@ class Timm(step_harness.Steps):
     if self.device == 'cuda':
       self.torch.cuda.synchronize()
 
+  def logits(self, images: Any) -> Any:
+    return self.net(images)
+
   def dispatch(self) -> None:
     torch = self.torch
     with torch.autocast(self.device, dtype=self.dtype, enabled=self.dtype != torch.float32):
       if self.mode == 'train':
-        loss = torch.nn.functional.cross_entropy(self.net(self.images), self.labels)
+        loss = torch.nn.functional.cross_entropy(self.logits(self.images), self.labels)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.net.parameters(), 1.0)  # As ours: grad_clip_norm=1.
         self.optimizer.step()
       else:
         with torch.inference_mode():
-          self.net(self.images)
+          self.logits(self.images)
 
 
 _PEER_REPLY = 'peer: '

@@ -4,6 +4,7 @@
   python benchmarks/train_step.py --variant=ViT-Ti_16 --batch=32 --mode=inference --peer=timm
   python benchmarks/train_step.py --variant=ViT-B_16 --batch=8 --compile-only [--scan]
   XLA_FLAGS=--xla_force_host_platform_device_count=2 python benchmarks/train_step.py --mesh="(('data', 2),)"
+  python benchmarks/train_step.py --variant=ViT-B_16 --batch=8 --lora_rank=16 --peer=peft
 
 Our step is `vit_jax.train.step.train_step`, built as the training loop builds it (model, optimizer, loss
 and shardings from a config of vit_jax/defaults.py; a scanned model's blocks stacked in the state, as
@@ -15,6 +16,9 @@ Each step is waited for before the next is dispatched, unless `--in-flight`: the
 dispatched back to back and waited for once, as the training loop runs them (on an accelerator the
 default leaves it idle while each step is dispatched; the CLI's images/s compare with --in-flight's).
 
+`--lora_rank=R` trains low-rank adapters of `--lora_targets` and the head alone (vit_jax/models/lora.py);
+`--peer=peft` is then Hugging Face peft's LoRA of the same layers on a transformers ViT
+(peft_peer.py), its model FLOPs without the frozen weights' gradients (2x the forward pass).
 `--peer=timm` builds timm's VisionTransformer of the same shape in PyTorch, on the GPU where ours runs on
 one (JAX then needs XLA_PYTHON_CLIENT_MEM_FRACTION=0.45 or so, to leave timm room), else with as many
 threads as JAX's CPU client, each as its users run it: ours with mimalloc preloaded
@@ -46,6 +50,7 @@ import argparse
 import ast
 import collections
 import statistics
+from typing import Any
 
 import jax
 import ml_collections
@@ -54,8 +59,12 @@ from vit_jax import defaults  # pylint: disable=wrong-import-position
 from vit_jax.planning.chips import vit_flops  # pylint: disable=wrong-import-position
 from vit_jax.train import setup as train_setup  # pylint: disable=wrong-import-position
 from vit_jax.models import attention, fp8, variants, vit_checks  # pylint: disable=wrong-import-position
+import peft_peer  # pylint: disable=wrong-import-position
 import step_harness  # pylint: disable=wrong-import-position
 import timm_peer  # pylint: disable=wrong-import-position
+
+# --peer: who trains a ViT of the same shape, beside ours.
+PEERS = {'timm': timm_peer.Timm, 'peft': peft_peer.PeftVit}
 
 # Dense bfloat16 peak TFLOP/s by a substring of `device.device_kind`; CPUs need --peak-tflops.
 PEAK_TFLOPS = {
@@ -78,7 +87,16 @@ def make_config(args: argparse.Namespace) -> ml_collections.ConfigDict:
       args.scan,
   )
   config.model.matmul = args.matmul
+  if args.lora_rank:  # Low-rank adapters: they and the head train (vit_jax/models/lora.py).
+    config.model.lora_rank, config.model.lora_targets = args.lora_rank, tuple(args.lora_targets)
   return config
+
+
+def step_flops(model: dict[str, Any], args: argparse.Namespace) -> float:
+  """Model FLOPs of a step of one image: the forward pass, and in training the gradients of the
+  activations (as many) and of the trained weights (as many again; adapters: next to none)."""
+  passes = 1 if args.mode == 'inference' else (2 if args.lora_rank else 3)
+  return passes * vit_flops(model, args.image_size)
 
 
 HEADER = (
@@ -111,11 +129,12 @@ def row(
             ('matmul=fp8 (MFU against the bf16 peak)', args.matmul == 'fp8'),
             (f'remat={args.remat}', args.remat),
             ('scan', args.scan),
+            (f'LoRA rank {args.lora_rank} of {",".join(args.lora_targets)}', args.lora_rank),
         )
         if on
     )
-  else:  # timm: one PyTorch process with its own attention (scaled_dot_product_attention).
-    devices, fast = '-', 'timm defaults'
+  else:  # One PyTorch process with its own attention (scaled_dot_product_attention).
+    devices, fast = '-', f'{name} defaults'
   return (
       f'| {name} | {args.variant} | {args.image_size} | {args.batch} | {args.dtype} | {args.mode}'
       f'{" (in flight)" if args.in_flight else ""} '
@@ -141,7 +160,21 @@ def make_parser() -> argparse.ArgumentParser:
   parser.add_argument('--matmul', default='default', choices=tuple(fp8.MATMULS))
   parser.add_argument('--remat', default=None, choices=vit_checks.REMAT_POLICIES)
   parser.add_argument('--scan', action='store_true')
-  parser.add_argument('--peer', default=None, choices=('timm',))
+  parser.add_argument(
+      '--peer',
+      default=None,
+      choices=tuple(PEERS),
+      help="timm's VisionTransformer; with --lora_rank, peft's LoRA on a transformers ViT",
+  )
+  parser.add_argument(
+      '--lora_rank', type=int, default=None, help='low-rank adapters of this rank (model.lora_rank)'
+  )
+  parser.add_argument(
+      '--lora_targets',
+      type=lambda s: s.split(','),
+      default=('query', 'value'),
+      help='their layers, e.g. query,value (model.lora_targets)',
+  )
   parser.add_argument(
       '--peer-allocator',
       default='system',
@@ -192,9 +225,11 @@ def main() -> None:
   args = make_parser().parse_args()
   config = make_config(args)
   model = variants.get_model_config(config.variant, config.model.to_dict())
-  flops = vit_flops(model, args.image_size) * (3 if args.mode == 'train' else 1)
+  flops = step_flops(model, args)
+  if args.peer and (args.peer == 'peft') != bool(args.lora_rank):
+    raise SystemExit('--peer=peft times LoRA (it needs --lora_rank), --peer=timm full training')
   if args.serve_peer:
-    timm_peer.serve_peer(timm_peer.Timm(model, config, args.mode, args.peer_device))
+    timm_peer.serve_peer(PEERS[args.peer](model, config, args.mode, args.peer_device))
     return
   device = jax.devices()[0]
   if args.peak_tflops == 'gemm':
@@ -248,7 +283,7 @@ def main() -> None:
     peer = (
         timm_peer.PeerProcess(peer_device)
         if args.peer_allocator == 'system'
-        else timm_peer.Timm(model, config, args.mode, peer_device)
+        else PEERS[args.peer](model, config, args.mode, peer_device)
     )
     peer.run(args.warmup)
   our_rounds, peer_rounds = [], []
@@ -267,14 +302,16 @@ def main() -> None:
       row('vit_jax', args, our_times, f'{ours.compile_s:.1f}', flops, peak, our_memory, our_kernel)
   )
   if peer:
-    print(row('timm', args, peer_times, '-', flops, peak, peer.memory(), peer_kernel))
+    name = args.peer
+    print(row(name, args, peer_times, '-', flops, peak, peer.memory(), peer_kernel))
     print(
-        f'# ours/timm images/s: {statistics.median(peer_times) / statistics.median(our_times):.2f}x '
+        f'# ours/{name} images/s: '
+        f'{statistics.median(peer_times) / statistics.median(our_times):.2f}x '
         f'at the median, {min(peer_times) / min(our_times):.2f}x at the fastest step '
         f'({len(our_times)} steps each)'
     )
     print(
-        '# ours/timm images/s paired by round: %.2fx median (%.2f-%.2fx over %d rounds)'
+        f'# ours/{name} images/s paired by round: %.2fx median (%.2f-%.2fx over %d rounds)'
         % (*step_harness.paired_ratio(our_rounds, peer_rounds), args.rounds)
     )
 

@@ -18,16 +18,21 @@ import train_step  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
 @pytest.mark.parametrize(
-    'variant,mode,factor',
-    [('ViT-S_16', 'train', 3), ('ViT-S_16', 'inference', 1), ('Axial-ViT-S_16', 'inference', 1)],
+    'variant,mode,extra',
+    [
+        ('ViT-S_16', 'train', []),
+        ('ViT-S_16', 'inference', []),
+        ('Axial-ViT-S_16', 'inference', []),
+        ('ViT-S_16', 'train', ['--lora_rank=8']),  # No gradient of the frozen weights: 2x forward.
+    ],
 )
-def test_analytic_flops_agree_with_xla_cost_analysis(variant, mode, factor):
+def test_analytic_flops_agree_with_xla_cost_analysis(variant, mode, extra):
   args = train_step.make_parser().parse_args(
-      [f'--variant={variant}', '--image_size=224', '--batch=8', f'--mode={mode}']
+      [f'--variant={variant}', '--image_size=224', '--batch=8', f'--mode={mode}', *extra]
   )
   config = train_step.make_config(args)
   model = variants.get_model_config(config.variant, config.model.to_dict())
-  analytic = factor * train_step.vit_flops(model, args.image_size) * args.batch
+  analytic = train_step.step_flops(model, args) * args.batch
   # XLA also counts norms, softmax, GELU and the optimizer (on each of the 8 devices: parameters are
   # replicated): a little more than the matmuls.
   assert analytic <= step_harness.Ours(config, model, mode).xla_flops <= 1.05 * analytic
@@ -48,30 +53,36 @@ def _run(script, *args, env=None):
   return run.stdout
 
 
-def test_train_step_compares_with_timm_in_one_run():
+@pytest.mark.parametrize(
+    'peer,extra,fast_paths',
+    [('timm', ['--scan'], 'scan'), ('peft', ['--lora_rank=4'], 'LoRA rank 4 of query,value')],
+)
+def test_train_step_compares_with_its_peer_in_one_run(peer, extra, fast_paths):
   out = _run(
       'train_step.py',
       '--variant=ViT-Ti_16',
       '--image_size=32',
       '--batch=8',
-      '--peer=timm',
+      f'--peer={peer}',
       '--warmup=1',
       '--steps=1',
       '--rounds=2',
       '--peak-tflops=gemm',
       '--header',
-      '--scan',
+      *extra,
   )
   rows = [
-      line for line in out.splitlines() if line.startswith('| vit_jax') or line.startswith('| timm')
+      line
+      for line in out.splitlines()
+      if line.startswith('| vit_jax') or line.startswith(f'| {peer} ')
   ]
-  assert len(rows) == 2 and '| scan |' in rows[0], out
+  assert len(rows) == 2 and f'| {fast_paths} |' in rows[0], out
   assert all(
       line.split('|')[14].strip().endswith('%') for line in rows
   ), out  # MFU of the measured peak.
-  assert '# ours/timm images/s: ' in out
+  assert f'# ours/{peer} images/s: ' in out
   assert re.search(
-      r'^# ours/timm images/s paired by round: [\d.]+x median \([\d.]+-[\d.]+x over 2 rounds\)$',
+      rf'^# ours/{peer} images/s paired by round: [\d.]+x median \([\d.]+-[\d.]+x over 2 rounds\)$',
       out,
       re.M,
   ), out

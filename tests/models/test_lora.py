@@ -155,6 +155,7 @@ def test_fresh_adapters_are_drawn_as_the_module_draws_them():
         ({'lora_rank': 4, 'lora_targets': 'query'}, r"^model.lora_targets='query' must be a tuple"),
         ({'lora_rank': 4, 'lora_targets': ()}, r'^model.lora_targets=\(\) must be a tuple'),
         ({'lora_dropout': 0.1}, r'^model.lora_dropout=0.1 shapes low-rank adapters, and'),
+        ({'lora_targets': ('out',)}, r"^model.lora_targets=\('out',\) shapes low-rank adapters"),
     ],
 )
 def test_invalid_fields_are_one_line_errors(fields, message):

@@ -71,8 +71,9 @@ def check(model: dict[str, Any]) -> None:
   """One-line errors for the lora_* fields of a resolved ViT model config."""
   rank, alpha, targets = model['lora_rank'], model['lora_alpha'], model['lora_targets']
   if rank is None:
-    given = [f'{name}={model[name]!r}' for name in ('lora_alpha',) if model[name] is not None]
+    given = [f'lora_alpha={alpha!r}'] if alpha is not None else []
     given += [f'lora_dropout={model["lora_dropout"]}'] if model['lora_dropout'] else []
+    given += [f'lora_targets={targets!r}'] if tuple(targets) != DEFAULT_TARGETS else []
     if given:
       raise ValueError(
           f'model.{given[0]} shapes low-rank adapters, and model.lora_rank is unset: set '

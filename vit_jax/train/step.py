@@ -5,6 +5,7 @@ from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import optax
 
 from vit_jax import sharding
@@ -102,6 +103,16 @@ def _trained_only(grad_fn: Callable, labels: Any) -> Callable:
   return trained_grad_fn
 
 
+def frozen_labels(
+    config: ml_collections.ConfigDict, model_config: dict[str, Any]
+) -> Callable[[Any], Any] | None:
+  """`train_step`'s `frozen_labels` for a run's config and resolved model config: None when every
+  parameter trains."""
+  if not param_groups.freezes(config.optim, model_config):
+    return None
+  return functools.partial(param_groups.frozen_labels, config.optim)
+
+
 def jit_train_step(
     setup: Setup, state_shardings: Any
 ) -> Callable[[TrainState, dict[str, jax.Array]], tuple[TrainState, dict[str, jax.Array]]]:
@@ -122,11 +133,7 @@ def jit_train_step(
       polyak_decay=config.polyak_decay,
       mix=setup.task.mix(config, setup.info.num_classes),
       mix_key=jax.random.fold_in(seed_key, 2),
-      frozen_labels=(
-          functools.partial(param_groups.frozen_labels, config.optim)
-          if param_groups.freezes(config.optim, setup.model_config)
-          else None
-      ),
+      frozen_labels=frozen_labels(config, setup.model_config),
   )
   in_shardings = (state_shardings, sharding.batch_sharding(mesh))
   if teacher is not None:

@@ -400,6 +400,53 @@ def train_losses(setup, batches: list[dict]) -> tuple[np.ndarray, object]:
   return np.array(losses), state
 
 
+def jitted_step(tmp_path, overrides: dict) -> tuple:
+  """(the jitted train step, a fresh state, a random batch of 32 digit-sized images on the mesh) of
+  the tiny demo run with `overrides`, no warmup."""
+  from vit_jax import sharding  # pylint: disable=g-import-not-at-top
+  from vit_jax.checkpoints import checkpoint  # pylint: disable=g-import-not-at-top
+  from vit_jax.train import setup as train_setup, state as train_state, step as train_step  # pylint: disable=g-import-not-at-top
+
+  config = load_config(
+      'demo',
+      {
+          **TINY,
+          'data_dir': str(tmp_path / 'tfds'),
+          'batch_size': 32,
+          'lr.warmup_steps': 0,
+          **overrides,
+      },
+  )
+  setup = train_setup.prepare(config, str(tmp_path / 'run'))
+  state, shardings, _ = train_state.create_state(
+      setup, checkpoint.make_manager(str(tmp_path / 'run'), 1)
+  )
+  rng = np.random.default_rng(0)
+  batch = {
+      'image': rng.integers(0, 256, (32, 8, 8, 3), np.uint8),
+      'label': rng.integers(0, 10, 32).astype(np.int32),
+  }
+  return (
+      train_step.jit_train_step(setup, shardings),
+      state,
+      sharding.global_batch(batch, setup.mesh),
+  )
+
+
+def compiled_flops(step, state, batch) -> float:
+  """XLA's FLOP count of the compiled `step` on (`state`, `batch`)."""
+  costs = step.lower(state, batch).compile().cost_analysis()
+  return (costs[0] if isinstance(costs, list) else costs)['flops']
+
+
+def flat_params(params) -> dict[str, np.ndarray]:
+  """'/'-joined path -> host array, of a (device) parameter tree."""
+  return {
+      jax.tree_util.keystr(path, simple=True, separator='/'): np.asarray(value)
+      for path, value in jax.tree_util.tree_leaves_with_path(jax.device_get(params))
+  }
+
+
 def train_on_mesh_and_one_device(setup, one_workdir: str, steps: int = 3) -> tuple[tuple, tuple]:
   """Trains `steps` random batches (10 classes) with the run's jitted step on its mesh and again on one
   device (workdir `one_workdir`): (losses, final train state) of each."""

@@ -116,6 +116,10 @@ def test_export_writes_the_latest_parameters_in_the_original_layout(workdir, exp
       'pre_norm': False,
       'weight_init': 'original',
       'block': 'standard',
+      'lora_rank': None,  # A run's adapters are folded into its kernels: a plain ViT.
+      'lora_alpha': None,
+      'lora_targets': ['query', 'value'],
+      'lora_dropout': 0.0,
   }
   assert (description['image_size'], description['num_classes']) == (8, 10)
   assert description['pp_eval'] == {

@@ -9,60 +9,23 @@ import numpy as np
 import pytest
 
 import helpers
-from vit_jax import sharding
-from vit_jax.checkpoints import checkpoint, npz_files, run_dir, teacher as teacher_lib
+from vit_jax.checkpoints import npz_files, run_dir, teacher as teacher_lib
 from vit_jax.models import lora
 from vit_jax.tools import export
-from vit_jax.train import loop, setup as train_setup, state as train_state, step as train_step
+from vit_jax.train import loop, setup as train_setup
 
 ALL = ('query', 'key', 'value', 'out', 'mlp_in', 'mlp_out')
 
 
-def _step_and_state(tmp_path, overrides):
-  config = helpers.load_config(
-      'demo',
-      {
-          **helpers.TINY,
-          'data_dir': str(tmp_path / 'tfds'),
-          'batch_size': 32,
-          'lr.warmup_steps': 0,
-          **overrides,
-      },
-  )
-  setup = train_setup.prepare(config, str(tmp_path / 'run'))
-  manager = checkpoint.make_manager(str(tmp_path / 'run'), 1)
-  state, shardings, _ = train_state.create_state(setup, manager)
-  rng = np.random.default_rng(0)
-  batch = {
-      'image': rng.integers(0, 256, (32, 8, 8, 3), np.uint8),
-      'label': rng.integers(0, 10, 32).astype(np.int32),
-  }
-  return (
-      train_step.jit_train_step(setup, shardings),
-      state,
-      sharding.global_batch(batch, setup.mesh),
-  )
-
-
-def _flat(params):
-  return {
-      jax.tree_util.keystr(path, simple=True, separator='/'): np.asarray(value)
-      for path, value in jax.tree_util.tree_leaves_with_path(jax.device_get(params))
-  }
-
-
-def _flops(step, state, batch):
-  costs = step.lower(state, batch).compile().cost_analysis()
-  return (costs[0] if isinstance(costs, list) else costs)['flops']
-
-
 def _trained_after_four_steps(tmp_path, overrides):
-  step, state, batch = _step_and_state(tmp_path, {'optim.name': 'sgd', 'lr.base': 0.5, **overrides})
-  before = _flat(state.params)
+  step, state, batch = helpers.jitted_step(
+      tmp_path, {'optim.name': 'sgd', 'lr.base': 0.5, **overrides}
+  )
+  before = helpers.flat_params(state.params)
   # The head starts at zeros, so the first step trains it alone; b at the second; a from the third.
   for _ in range(4):
     state, _ = step(state, batch)
-  after = _flat(state.params)
+  after = helpers.flat_params(state.params)
   optimizer_state = sum(x.size for x in jax.tree.leaves(state.opt_state) if np.ndim(x) > 0)
   return {p for p in after if not np.array_equal(after[p], before[p])}, after, optimizer_state
 
@@ -91,8 +54,8 @@ def test_optim_trained_chooses_what_trains_beside_the_adapters(tmp_path):
 
 
 def test_a_lora_step_computes_no_gradient_of_the_pretrained_weights(tmp_path):
-  full = _flops(*_step_and_state(tmp_path / 'full', {}))
-  adapted = _flops(*_step_and_state(tmp_path / 'lora', {'model.lora_rank': 4}))
+  full = helpers.compiled_flops(*helpers.jitted_step(tmp_path / 'full', {}))
+  adapted = helpers.compiled_flops(*helpers.jitted_step(tmp_path / 'lora', {'model.lora_rank': 4}))
   # The backward pass of a frozen layer is its input's gradient alone, half of a trained one's: the
   # step ~2/3 of full fine-tuning's (0.668x measured on this tiny model; the weights' gradients
   # computed and dropped, it would be above 1x).
@@ -120,8 +83,8 @@ def test_a_run_with_adapters_folds_them_for_the_tools_export_and_the_next_run(
   assert 'drew 12 low-rank adapters (b zeros: the checkpoint unchanged)' in caplog.text
   assert 'parameters (' in caplog.text and ' trained), float32' in caplog.text
   saved = helpers.checkpoint_params(workdir, 12)
-  flat = {k: v for k, v in _flat(saved).items()}
-  pretrained = _flat(helpers.checkpoint_params(trained_tiny_run, 12))
+  flat = {k: v for k, v in helpers.flat_params(saved).items()}
+  pretrained = helpers.flat_params(helpers.checkpoint_params(trained_tiny_run, 12))
   for path, value in pretrained.items():
     if not path.startswith('head/'):  # The head is new: zeros, then trained.
       np.testing.assert_array_equal(flat[path], value, err_msg=path)

@@ -241,6 +241,9 @@ def test_scanned_models_freeze_whole_stacks_only():
       r'Transformer/encoderblock/LayerNorm_0/bias but not all',
   ):
     param_groups.check_param_groups(config.optim, helpers.model_config(config), shapes)
+  config.optim.frozen, config.optim.trained = (), ('^head', 'encoderblock_0/')
+  with pytest.raises(ValueError, match=r'^config.optim.trained freezes some blocks of '):
+    param_groups.check_param_groups(config.optim, helpers.model_config(config), shapes)
 
 
 @pytest.mark.parametrize(

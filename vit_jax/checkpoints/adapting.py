@@ -118,8 +118,9 @@ def adapt_params(
   that pools by attention and a checkpoint that does not); the pre-logits layer is dropped unless
   `keep_pre_logits` and the model has one; the position embeddings are resized to the model's grid.
   Low-rank adapters of the model (lora.py) that the checkpoint lacks are drawn from `seed`, their `b`
-  zeros, so the model starts as the checkpoint. Everything else must match exactly. Returns the fitted numpy tree and lines for the log saying
-  what changed; raises ValueError naming the parameter on a mismatch.
+  zeros, so the model starts as the checkpoint. Everything else must match exactly. Returns the
+  fitted numpy tree and lines for the log saying what changed; raises ValueError naming the
+  parameter on a mismatch.
   """
   # Also when this checkpoint needs no resizing: a typo is a typo.
   posemb_resizing.check_posemb_method(posemb_method)

@@ -147,11 +147,12 @@ def frozen_labels(optim: ml_collections.ConfigDict, tree: Any) -> Any:
     )
 
   frozen = _per_leaf(tree, is_frozen)
+  field = 'config.optim.frozen' if optim.frozen else 'config.optim.trained'
 
   def label(key_path, is_frozen):
     if isinstance(is_frozen, np.ndarray):
       raise ValueError(
-          f'config.optim.frozen freezes some blocks of {path_str(key_path)} but not all, and the '
+          f'{field} freezes some blocks of {path_str(key_path)} but not all, and the '
           'scanned model (config.model.scan) trains them as one array: freeze all blocks or none, or '
           'set --config.model.scan=False'
       )

@@ -448,3 +448,21 @@ def test_the_plan_command_counts_a_teacher(trained_tiny_run):
   # The tiny run as the demo's teacher: its parameters over 8 devices and its forward pass.
   assert all(0 < plan['teacher'] < plan['total'] for plan in plans)
   assert '| distillation teacher | 0.00 |' in _plan_with_teacher(trained_tiny_run)
+
+
+def test_step_time_counts_only_the_gradients_computed():
+  """A frozen parameter gets no gradient (train/step.py): low-rank adapters' steps skip the frozen
+  weights' gradients (XLA counts 0.68x full training's FLOPs for ViT-B/16: test_benchmarks.py), a
+  linear probe's the whole backward pass."""
+  target = chips.Target(chips.get('tpu-v4'), devices=128)
+
+  def step_s(**overrides):
+    config = helpers.load_config('vit_b16_i1k', overrides)
+    traced = footprint.trace(config, helpers.model_config(config), 1000)
+    return footprint.estimate(config, traced, {'data': 128}, None, 1, target).step_s
+
+  full = step_s()
+  assert step_s(**{'model.lora_rank': 16}) / full == pytest.approx(2 / 3, abs=0.01)
+  assert step_s(**{'optim.trained': ('^head',)}) / full == pytest.approx(1 / 3, abs=0.01)
+  # The head alone frozen: every gradient below it, the head's weights' none.
+  assert full * 0.99 < step_s(**{'optim.frozen': ('^head',)}) < full

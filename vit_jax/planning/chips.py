@@ -185,12 +185,23 @@ RECOMPUTED = {
 
 
 def train_flops(
-    model: Mapping[str, Any], image_size: int, num_classes: int, remat: str | None
+    model: Mapping[str, Any],
+    image_size: int,
+    num_classes: int,
+    remat: str | None,
+    gradients: tuple[float, float] = (1.0, 1.0),
 ) -> float:
-  """Training FLOPs of one image: forward, backward (twice the forward) and the remat recomputation."""
+  """Training FLOPs of one image: the forward pass, the backward pass and the remat recomputation.
+
+  `gradients`: (whether the activations' gradients are computed through the blocks, the share of the
+  weights whose gradients are), each as many FLOPs as the forward pass when whole: (1, 1), the
+  backward twice the forward, when everything trains; (1, ~0) for low-rank adapters; (0, ~0) for a
+  linear probe (train/step.py computes no gradient of a frozen parameter)."""
   blocks, attention = _blocks_macs(model, _tokens(model, image_size)[1])
   recomputed = {'blocks': blocks, 'attention': attention}.get(RECOMPUTED.get(remat), 0)
-  return 3 * vit_flops(model, image_size, num_classes) + 2.0 * recomputed
+  through_blocks, weight_share = gradients
+  forward = vit_flops(model, image_size, num_classes)
+  return (1 + through_blocks + weight_share) * forward + 2.0 * recomputed * through_blocks
 
 
 def step_seconds(flops: float, target: Target) -> float:

@@ -24,7 +24,7 @@ from jax.sharding import AbstractMesh
 
 from vit_jax import sharding, tasks
 from vit_jax.planning import chips
-from vit_jax.train import optim
+from vit_jax.train import optim, param_groups
 from vit_jax.models import scan_layout, variants
 
 # XLA fuses the elementwise chains of LayerNorm, GELU and softmax and recomputes some of their
@@ -59,6 +59,8 @@ class Traced:
   residuals: dict[str | None, Residuals]
   block_params: int  # Bytes of one encoder block's (float32) parameters.
   teacher: Optional['Teacher'] = None  # config.distill's.
+  # chips.train_flops' `gradients`: of the activations through the blocks, and the weights' share.
+  gradients: tuple[float, float] = (1.0, 1.0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -209,7 +211,32 @@ def trace(
       },
       _bytes(in_blocks) // model_config['num_layers'],
       None if teacher is None else _teacher(config, *teacher, num_classes),
+      _gradients(config, model_config, state['params']),
   )
+
+
+def _gradients(
+    config: ml_collections.ConfigDict, model_config: dict[str, Any], params: Any
+) -> tuple[float, float]:
+  """chips.train_flops' `gradients` of the parameters that train (config.optim.frozen and trained,
+  low-rank adapters): the activations' through the blocks when a parameter below the head trains;
+  the share of the weight matrices' elements that train (their products' share of the FLOPs)."""
+  if not param_groups.freezes(config.optim, model_config):
+    return 1.0, 1.0
+  trained = [
+      (param_groups.path_str(path), x.size)
+      for (path, x), label in zip(
+          jax.tree_util.tree_leaves_with_path(params),
+          jax.tree.leaves(param_groups.frozen_labels(config.optim, params)),
+      )
+      if label == param_groups.TRAINED
+  ]
+  matrices = lambda pairs: sum(n for path, n in pairs if re.search(r'(kernel|_lora/[ab])$', path))
+  below_head = any(not path.startswith(('head/', 'head_dist/')) for path, _ in trained)
+  all_params = [
+      (param_groups.path_str(p), x.size) for p, x in jax.tree_util.tree_leaves_with_path(params)
+  ]
+  return float(below_head), matrices(trained) / matrices(all_params)
 
 
 def _teacher(
@@ -271,7 +298,9 @@ def estimate(
   # float32 images (a uint8 batch's, normalised in the step) and int32 labels; accumulation splits
   # them into micro-batches, a copy.
   inputs = images * (config.image_size**2 * 3 * 4 + 4) * (2 if accum_steps > 1 else 1)
-  flops = chips.train_flops(traced.model, config.image_size, traced.num_classes, remat)
+  flops = chips.train_flops(
+      traced.model, config.image_size, traced.num_classes, remat, traced.gradients
+  )
   teacher = 0
   if traced.teacher is not None:  # Its forward pass runs in the step, on each micro-batch.
     flops += traced.teacher.flops

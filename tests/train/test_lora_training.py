@@ -82,6 +82,8 @@ def test_a_run_with_adapters_folds_them_for_the_tools_export_and_the_next_run(
     metrics = loop.train_and_evaluate(train_setup.prepare(config, workdir))
   assert 'drew 12 low-rank adapters (b zeros: the checkpoint unchanged)' in caplog.text
   assert 'parameters (' in caplog.text and ' trained), float32' in caplog.text
+  # Resumed from its step-8 checkpoint, its step 12 is the uninterrupted run's, adapters and all.
+  helpers.assert_resume_is_bit_exact(config, workdir, str(tmp_path / 'resumed'))
   saved = helpers.checkpoint_params(workdir, 12)
   flat = {k: v for k, v in helpers.flat_params(saved).items()}
   pretrained = helpers.flat_params(helpers.checkpoint_params(trained_tiny_run, 12))

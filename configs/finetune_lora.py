@@ -13,7 +13,7 @@ peft's ViT image-classification example and the adapters shared on the hub for i
 modules_to_save=['classifier'])). A ViT-B/16 then trains 0.6M parameters of its 86M (the head's
 too), its AdamW state is theirs alone, and each step computes no gradient of the frozen weights
 (0.68x full fine-tuning's FLOPs). The rest is configs/finetune_downloaded.py's recipe without
-layer-wise decay, at peft's example's learning rate, 5e-3. Export folds the adapters into the
+layer-wise decay or Polyak averaging, at peft's example's learning rate, 5e-3. Export folds the adapters into the
 kernels: a plain ViT for timm, predict and a later run (docs/finetuning.md).
 """
 
@@ -31,4 +31,6 @@ def get_config(family_and_dataset: str = 'dinov2,cifar10') -> ml_collections.Con
   config.model.lora_targets = ('query', 'value')
   config.optim.layer_decay = None
   config.lr.base = 5e-3
+  # None, as peft's recipe: the average would keep a second copy of every frozen weight, unchanged.
+  config.polyak_decay = None
   return config

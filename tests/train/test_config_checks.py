@@ -82,7 +82,7 @@ INVALID = {
         ('query', 'qkv'),
         {'model.lora_rank': 4},
         r"^Unknown model.lora_targets entry 'qkv': use some of query, key, value, out, mlp_in, "
-        r'mlp_out$',
+        r'mlp_out, as a tuple, e.g. --config.model.lora_targets="\(\'query\', \'value\'\)"$',
     ),
     'model.lora_dropout': (
         1.0,

@@ -99,7 +99,8 @@ def check(model: dict[str, Any]) -> None:
   unknown = [t for t in targets if t not in TARGETS]
   if unknown:
     raise ValueError(
-        f'Unknown model.lora_targets entry {unknown[0]!r}: use some of {", ".join(TARGETS)}'
+        f'Unknown model.lora_targets entry {unknown[0]!r}: use some of {", ".join(TARGETS)}, as '
+        "a tuple, e.g. --config.model.lora_targets=\"('query', 'value')\""
     )
 
 

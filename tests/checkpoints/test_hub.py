@@ -112,6 +112,11 @@ def test_an_uncached_repository_offline_is_one_line(tmp_path, cache):
             ['config.json', 'pytorch_model.bin.index.json', 'pytorch_model-00001-of-00002.bin'],
             ['pytorch_model.bin.index.json', 'pytorch_model-*.bin'],
         ),
+        # peft's LoRA adapters (their base is read from its own repository).
+        (
+            ['adapter_config.json', 'adapter_model.safetensors', 'README.md'],
+            ['adapter_config.json', 'adapter_model.safetensors'],
+        ),
     ],
 )
 def test_online_only_the_weights_read_and_their_configs_are_downloaded(

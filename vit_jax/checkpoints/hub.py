@@ -20,9 +20,16 @@ def local(path: str) -> str:
   return _snapshot(path) if path.startswith(PREFIX) else paths.absolute(path)
 
 
+# peft's LoRA adapters: a repository of them holds these (their base is another repository).
+_ADAPTERS = (torch_files.ADAPTER_CONFIG, 'adapter_model.safetensors', 'adapter_model.bin')
+
+
 def _weights(files: list[str]) -> list[str]:
   """The patterns of the first of torch_files' directory weights the repository holds (a sharded
-  checkpoint's index and its shards, named as transformers names them: model-00001-of-00002...)."""
+  checkpoint's index and its shards, named as transformers names them: model-00001-of-00002...),
+  or of peft's adapters."""
+  if torch_files.ADAPTER_CONFIG in files:
+    return [name for name in _ADAPTERS if name in files][:2]
   for name in torch_files.DIRECTORY_WEIGHTS:
     if name in files and name.endswith('.index.json'):
       stem, _, suffix = name.removesuffix('.index.json').rpartition('.')

@@ -25,6 +25,7 @@ from vit_jax.checkpoints import (
     meta_dinov3_layout,
     npz_files,
     open_clip_layout,
+    peft_adapters,
     sapiens_layout,
     timm_architecture,
     timm_layout,
@@ -156,8 +157,15 @@ def architecture(path: str) -> dict[str, Any]:
   left out."""
   if path.endswith('.npz'):
     return big_vision_layout.architecture(npz_files.load_npz(path, shapes_only=True), path)
-  shapes, config = torch_files.read(path, shapes_only=True)
+  shapes, config = _read(path, shapes_only=True)
   return LAYOUTS[_layout(shapes, path)].architecture(shapes, config, path)
+
+
+def _read(path: str, shapes_only: bool = False) -> tuple[StateDict, dict[str, Any]]:
+  """torch_files.read, or for peft's LoRA adapters their base with them folded in."""
+  if peft_adapters.is_adapter_dir(path):
+    return peft_adapters.read(path, shapes_only)
+  return torch_files.read(path, shapes_only)
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -216,7 +224,7 @@ def load(
   something else, or when the checkpoint fixes a field without tensors (`_WITHOUT_TENSORS`) to
   another value than the model's (the pooling's only when `keep_head`, and the MAP head's only where
   both have one)."""
-  state_dict, config = torch_files.read(path)
+  state_dict, config = _read(path)
   name = _layout(state_dict, path)
   layout = LAYOUTS[name]
   fixed = layout.architecture(state_dict, config, path)

@@ -15,6 +15,7 @@ from vit_jax.checkpoints import torch_pickle
 StateDict = dict[str, np.ndarray]
 SAFETENSORS = 'model.safetensors'
 _TORCH_SUFFIXES = ('.pth', '.pt', '.bin')
+ADAPTER_CONFIG = 'adapter_config.json'  # peft's LoRA adapters (peft_adapters.py).
 # The weights a model directory may hold, in the order `read` prefers them: timm's or transformers'
 # (sharded: its index), then OpenCLIP's (open_clip's constants.py; laion's directories hold
 # transformers' beside them), its safetensors first, then transformers' pickled weights of older
@@ -44,10 +45,12 @@ _SAFETENSORS_NAMES = {np.dtype(dtype): name for name, dtype in _SAFETENSORS_DTYP
 
 def is_state_dict_path(path: str) -> bool:
   """Whether `path` names what `read` reads: a .safetensors / .pth / .pt / .bin file, or a directory
-  holding a model.safetensors (a Hugging Face or timm model directory) or OpenCLIP's weights."""
+  holding a model.safetensors (a Hugging Face or timm model directory) or OpenCLIP's weights; or
+  peft's LoRA adapters over such a checkpoint (peft_adapters.py reads them)."""
   if path.endswith(('.safetensors', *_TORCH_SUFFIXES)):
     return True
-  return any((epath.Path(path) / name).is_file() for name in DIRECTORY_WEIGHTS)
+  names = (*DIRECTORY_WEIGHTS, ADAPTER_CONFIG)
+  return any((epath.Path(path) / name).is_file() for name in names)
 
 
 def read_safetensors(path: epath.Path, shapes_only: bool = False) -> StateDict:

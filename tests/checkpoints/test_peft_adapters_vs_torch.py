@@ -1,0 +1,87 @@
+"""peft's LoRA adapters as config.init_from (vit_jax/checkpoints/peft_adapters.py): the adapter
+directory PeftModel.save_pretrained writes, over its base, reads as the base with the adapters folded
+in and peft's trained classifier: the logits of the PeftModel."""
+
+import json
+
+import numpy as np
+import peft
+import pytest
+import torch
+import transformers
+
+from torch_references import prepared_from_checkpoint, randomize, torch_outputs
+from vit_jax.checkpoints import peft_adapters, torch_files
+
+SIZE = 8
+
+
+def _saved(tmp_path, **lora) -> peft.PeftModel:
+  """A random transformers ViT saved as the base, and peft's adapters over it (random, the classifier
+  trained whole) saved beside it, their config naming the base by a path relative to them."""
+  vit = randomize(
+      transformers.ViTForImageClassification(
+          transformers.ViTConfig(
+              image_size=SIZE,
+              patch_size=4,
+              hidden_size=32,
+              num_hidden_layers=2,
+              num_attention_heads=2,
+              intermediate_size=48,
+              num_labels=10,
+          )
+      )
+  )
+  vit.save_pretrained(tmp_path / 'base')
+  settings = dict(r=4, lora_alpha=12, target_modules=['q_proj', 'v_proj', 'fc2'])
+  model = peft.get_peft_model(
+      vit, peft.LoraConfig(**{**settings, **lora}, modules_to_save=['classifier'])
+  )
+  generator = torch.Generator().manual_seed(1)
+  with torch.no_grad():  # B starts at zeros and the classifier at the base's: both random here.
+    for name, p in model.named_parameters():
+      if '.lora_' in name or 'modules_to_save' in name:
+        p.copy_(0.3 * torch.randn(p.shape, generator=generator))
+  model.save_pretrained(tmp_path / 'adapter')
+  config_file = tmp_path / 'adapter' / 'adapter_config.json'
+  config = json.loads(config_file.read_text())
+  config_file.write_text(json.dumps({**config, 'base_model_name_or_path': '../base'}))
+  return model.eval()
+
+
+def _as_transformers_4_names(adapter_dir) -> None:
+  """The adapters renamed as peft names them over transformers 4's ViT (the hub's older adapters:
+  'vit.encoder.layer.0.attention.attention.query.lora_A.weight'), which its files keep."""
+  weights = str(adapter_dir / 'adapter_model.safetensors')
+  tensors, _ = torch_files.read(weights)
+  renamed = {}
+  for key, value in tensors.items():
+    module, dot, factor = key.partition('.lora_')
+    renamed[peft_adapters._file_name(module) + dot + factor if dot else key] = value
+  assert any('attention.attention.query.lora_A' in k for k in renamed)
+  torch_files.write_safetensors(renamed, weights)
+
+
+@pytest.mark.parametrize('use_rslora', [False, True])
+@pytest.mark.parametrize('names', ['transformers 5', 'transformers 4'])
+def test_an_adapter_directory_loads_as_its_peft_model(tmp_path, use_rslora, names):
+  reference = _saved(tmp_path, use_rslora=use_rslora)
+  if names == 'transformers 4':
+    _as_transformers_4_names(tmp_path / 'adapter')
+  run = prepared_from_checkpoint(tmp_path / 'run', str(tmp_path / 'adapter'), SIZE)
+  inputs = np.random.RandomState(2).uniform(-1, 1, (3, SIZE, SIZE, 3)).astype(np.float32)
+  expected = torch_outputs(reference, inputs).logits.numpy()
+  with reference.disable_adapter():  # The base alone (its own classifier): far from it.
+    assert np.abs(torch_outputs(reference, inputs).logits.numpy() - expected).max() > 0.1
+  ours = run.model.apply({'params': run.init_params}, inputs)
+  np.testing.assert_allclose(np.asarray(ours), expected, atol=1e-4)
+  assert run.model_config['lora_rank'] is None  # Folded: a plain ViT, fine-tuned as any.
+
+
+def test_adapters_folding_cannot_express_are_one_line_errors(tmp_path):
+  _saved(tmp_path, use_dora=True)
+  with pytest.raises(
+      ValueError, match=r'adapter_config.json: use_dora=True; vit_jax folds LoRA adapters whose '
+  ) as raised:
+    prepared_from_checkpoint(tmp_path / 'run', str(tmp_path / 'adapter'), SIZE)
+  assert '\n' not in str(raised.value)

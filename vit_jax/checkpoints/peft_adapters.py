@@ -1,0 +1,128 @@
+"""Hugging Face peft's LoRA adapters as `config.init_from`: a directory of `adapter_config.json` and
+`adapter_model.safetensors` (what `PeftModel.save_pretrained` writes, and the hub's adapter
+repositories hold) is read as its base model (the config's `base_model_name_or_path`: a local
+directory or file, else a hub repository) with every adapter folded into the weight it adapts,
+W + lora_alpha / r * B A (rsLoRA's alpha / sqrt(r)), and the modules peft trained whole
+(`modules_to_save`, a classifier) in place of the base's. The state dict is then the base's, in its
+own naming: timm's, transformers' or OpenCLIP's readers take it as they take the base.
+"""
+
+import json
+import math
+import os
+import re
+from typing import Any
+
+import numpy as np
+from etils import epath
+
+from vit_jax.checkpoints import hub, torch_files
+
+CONFIG = torch_files.ADAPTER_CONFIG
+WEIGHTS = ('adapter_model.safetensors', 'adapter_model.bin')
+_PREFIX = 'base_model.model.'  # peft's name of the model it wraps.
+_FACTORS = ('.lora_A.weight', '.lora_B.weight')
+
+
+def is_adapter_dir(path: str) -> bool:
+  return (epath.Path(path) / CONFIG).is_file()
+
+
+def _settings(path: str) -> dict[str, Any]:
+  """The adapter config, with one-line errors for what folding cannot express."""
+  config = json.loads((epath.Path(path) / CONFIG).read_text())
+  refused = {
+      'peft_type': (config.get('peft_type') != 'LORA', "LoRA's ('LORA')"),
+      'use_dora': (config.get('use_dora'), 'False (DoRA rescales the weights it adapts)'),
+      'bias': (config.get('bias', 'none') != 'none', "'none' (trained biases are not saved apart)"),
+      'rank_pattern': (config.get('rank_pattern'), '{} (one rank for every layer)'),
+      'alpha_pattern': (config.get('alpha_pattern'), '{} (one alpha for every layer)'),
+      'base_model_name_or_path': (
+          not config.get('base_model_name_or_path'),
+          'the base checkpoint (a local directory or a hub repository)',
+      ),
+  }
+  for field, (bad, fix) in refused.items():
+    if bad:
+      raise ValueError(
+          f'{path}/{CONFIG}: {field}={config.get(field)!r}; vit_jax folds LoRA adapters whose '
+          f'{field} is {fix}: fix the adapter config, or fine-tune from a merged checkpoint '
+          '(peft: merge_and_unload, then save_pretrained)'
+      )
+  return config
+
+
+def base_path(path: str) -> str:
+  """The base checkpoint of the adapters at `path`: a local path as given (or relative to `path`),
+  else the hub repository of that name (downloaded into the Hugging Face cache if need be)."""
+  base = _settings(path)['base_model_name_or_path']
+  for local in (base, os.path.join(path, base)):
+    if os.path.exists(local):
+      return local
+  return hub.local(f'{hub.PREFIX}{base}')
+
+
+# transformers 5's module names in a ViT's layer -> the names its files keep (transformers converts
+# them on save; peft names the modules, so adapters trained on transformers 5 name these).
+_FILE_NAMES = {
+    'attention.q_proj': 'attention.attention.query',
+    'attention.k_proj': 'attention.attention.key',
+    'attention.v_proj': 'attention.attention.value',
+    'attention.o_proj': 'attention.output.dense',
+    'mlp.fc1': 'intermediate.dense',
+    'mlp.fc2': 'output.dense',
+}
+
+
+def _file_name(module: str) -> str:
+  """`module` as a ViT's file names it ('vit.layers.0.attention.q_proj' ->
+  'vit.encoder.layer.0.attention.attention.query'); other names as they are."""
+  found = re.search(r'(^|\.)layers\.(\d+)\.(.+)$', module)
+  if not found or found[3] not in _FILE_NAMES:
+    return module
+  return f'{module[: found.start()]}{found[1]}encoder.layer.{found[2]}.{_FILE_NAMES[found[3]]}'
+
+
+def _base_name(module: str, stems: set[str], path: str) -> str:
+  """The base state dict's name of peft's `module` (peft's names are the wrapped model's modules,
+  e.g. 'vit.encoder.layer.0.attention.attention.query', a file's may lack the 'vit.' prefix)."""
+  matches = lambda m: [s for s in stems if s == m or m.endswith(f'.{s}') or s.endswith(f'.{m}')]
+  found = matches(module) or matches(_file_name(module))
+  if len(found) != 1:
+    raise ValueError(
+        f'{path}: the adapted layer {module!r} matches {len(found)} weights of its base '
+        f'({", ".join(sorted(found)[:3]) or "none"}): is base_model_name_or_path its base?'
+    )
+  return found[0]
+
+
+def read(path: str, shapes_only: bool = False) -> tuple[torch_files.StateDict, dict[str, Any]]:
+  """The base state dict with the adapters of `path` folded in, and the base's config.json;
+  `shapes_only` as torch_files.read (the shapes are the base's: folding keeps them)."""
+  settings = _settings(path)
+  state_dict, config = torch_files.read(base_path(path), shapes_only)
+  weights = next((epath.Path(path) / n for n in WEIGHTS if (epath.Path(path) / n).is_file()), None)
+  if weights is None:
+    raise ValueError(f'{path} has {CONFIG} but none of {", ".join(WEIGHTS)}: download them too')
+  adapters, _ = torch_files.read(str(weights))
+  adapters = {k.removeprefix(_PREFIX): v for k, v in adapters.items()}
+  rank = settings['r']
+  scale = settings['lora_alpha'] / (math.sqrt(rank) if settings.get('use_rslora') else rank)
+  stems = {k.removesuffix('.weight') for k in state_dict if k.endswith('.weight')}
+  for key in sorted(k for k in adapters if k.endswith(_FACTORS[0])):
+    module = key.removesuffix(_FACTORS[0])
+    a, b = (np.asarray(adapters.pop(module + f), np.float32) for f in _FACTORS)
+    if settings.get('fan_in_fan_out'):  # GPT-2's Conv1D layout: weight (in, out).
+      a, b = b.T, a.T
+    name = f'{_base_name(module, stems, path)}.weight'
+    if not shapes_only:
+      weight = state_dict[name]
+      update = scale * (b @ a)
+      state_dict[name] = (np.asarray(weight, np.float32) + update.reshape(weight.shape)).astype(
+          weight.dtype
+      )
+  # What peft trained whole (modules_to_save, a classifier): saved under the module's own name, which
+  # the readers take with or without the wrapper's prefix ('vit.'), as they take the base's.
+  for key, value in adapters.items():
+    state_dict[key] = np.zeros_like(value) if shapes_only else value
+  return state_dict, config

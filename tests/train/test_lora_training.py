@@ -40,6 +40,23 @@ def test_the_adapters_and_the_head_train_and_the_rest_stays(tmp_path, scan):
   assert optimizer_state == sum(params[p].size for p in trained)
 
 
+@pytest.mark.parametrize(
+    'fast_path',
+    [
+        {'model.remat': 'nothing_saveable'},
+        {'model.scan': True, 'model.remat': 'dots_saveable'},
+        {'accum_steps': 2},
+        {'model.matmul': 'fp8'},
+        {'model.attention': 'dot_product_attention'},
+    ],
+    ids=lambda fast_path: ','.join(fast_path),
+)
+def test_adapters_train_alone_with_every_fast_path(tmp_path, fast_path):
+  overrides = {'model.lora_rank': 4, 'model.lora_targets': ALL, **fast_path}
+  changed, params, _ = _trained_after_four_steps(tmp_path, overrides)
+  assert changed == {p for p in params if lora.ADAPTER_PATH.search(p) or p.startswith('head/')}
+
+
 def test_optim_trained_chooses_what_trains_beside_the_adapters(tmp_path):
   changed, params, _ = _trained_after_four_steps(
       tmp_path / 'lora',

@@ -9,7 +9,6 @@ from typing import Any
 
 import ml_collections
 
-from vit_jax.runtime import cpuinfo
 import step_harness
 import timm_peer
 
@@ -25,18 +24,13 @@ MODULES = {
 
 
 class PeftVit(timm_peer.Timm):
-  """peft's LoRA on transformers' ViT, stepped, waited for and measured as `Timm`."""
+  """peft's LoRA on transformers' ViT, stepped, waited for and measured as `Timm` (its optimizer
+  over the parameters peft trains)."""
 
-  def __init__(  # pylint: disable=super-init-not-called
-      self, model: dict[str, Any], config: ml_collections.ConfigDict, mode: str, device: str = 'cpu'
-  ):
-    _, torch = timm_peer.load(device)
+  def network(self, model: dict[str, Any], config: ml_collections.ConfigDict) -> Any:
     import peft  # pylint: disable=g-import-not-at-top
     import transformers  # pylint: disable=g-import-not-at-top
 
-    self.torch, self.mode, self.device = torch, mode, device
-    torch.set_num_threads(cpuinfo.usable_cores())
-    torch.manual_seed(0)
     vit = transformers.ViTForImageClassification(
         transformers.ViTConfig(
             image_size=config.image_size,
@@ -51,7 +45,7 @@ class PeftVit(timm_peer.Timm):
         )
     )
     layers = '|'.join(m.replace('.', r'\.') for t in model['lora_targets'] for m in MODULES[t])
-    vit = peft.get_peft_model(
+    return peft.get_peft_model(
         vit,
         peft.LoraConfig(
             r=model['lora_rank'],
@@ -61,15 +55,6 @@ class PeftVit(timm_peer.Timm):
             modules_to_save=['classifier'],
         ),
     )
-    self.net = vit.train(mode == 'train').to(device)
-    self.images = (
-        torch.rand(config.batch_size, 3, config.image_size, config.image_size) * 2 - 1
-    ).to(device)
-    self.labels = torch.randint(0, step_harness.NUM_CLASSES, (config.batch_size,)).to(device)
-    trained = [p for p in self.net.parameters() if p.requires_grad]
-    self.optimizer = torch.optim.AdamW(trained, lr=1e-4, betas=(0.9, 0.999), weight_decay=0.1)
-    self.dtype = getattr(torch, config.dtype)
-    self.trained = sum(p.numel() for p in trained)
 
   def logits(self, images: Any) -> Any:
     return self.net(pixel_values=images).logits

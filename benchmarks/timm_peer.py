@@ -50,11 +50,23 @@ class Timm(step_harness.Steps):
   def __init__(
       self, model: dict[str, Any], config: ml_collections.ConfigDict, mode: str, device: str = 'cpu'
   ):
-    timm, torch = load(device)
+    torch = load(device)[1]
     self.torch, self.mode, self.device = torch, mode, device
     torch.set_num_threads(cpuinfo.usable_cores())
     torch.manual_seed(0)
-    self.net = timm.models.vision_transformer.VisionTransformer(
+    self.net = self.network(model, config).train(mode == 'train').to(device)
+    self.images = (
+        torch.rand(config.batch_size, 3, config.image_size, config.image_size) * 2 - 1
+    ).to(device)
+    self.labels = torch.randint(0, NUM_CLASSES, (config.batch_size,)).to(device)
+    trained = [p for p in self.net.parameters() if p.requires_grad]
+    self.optimizer = torch.optim.AdamW(trained, lr=1e-4, betas=(0.9, 0.999), weight_decay=0.1)
+    self.dtype = getattr(torch, config.dtype)
+
+  def network(self, model: dict[str, Any], config: ml_collections.ConfigDict) -> Any:
+    """The PyTorch module of our model's shape, its every parameter trained."""
+    timm, torch = load(self.device)
+    return timm.models.vision_transformer.VisionTransformer(
         img_size=config.image_size,
         patch_size=model['patch_size'],
         embed_dim=model['hidden_size'],
@@ -66,15 +78,6 @@ class Timm(step_harness.Steps):
         class_token=model['classifier'] == 'token',
         act_layer=functools.partial(torch.nn.GELU, approximate='tanh'),
     )  # Ours is the tanh GELU.
-    self.net.train(mode == 'train').to(device)
-    self.images = (
-        torch.rand(config.batch_size, 3, config.image_size, config.image_size) * 2 - 1
-    ).to(device)
-    self.labels = torch.randint(0, NUM_CLASSES, (config.batch_size,)).to(device)
-    self.optimizer = torch.optim.AdamW(
-        self.net.parameters(), lr=1e-4, betas=(0.9, 0.999), weight_decay=0.1
-    )
-    self.dtype = getattr(torch, config.dtype)
 
   def memory(self) -> str:
     """Peak memory, after the steps, as the child process reports its own."""

@@ -51,6 +51,28 @@ def randomize(module: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
   return module.eval()
 
 
+def transformers_vit_saved(directory, image_size: int, patch_size: int) -> torch.nn.Module:
+  """A random tiny transformers ViTForImageClassification (2 blocks of width 32, an MLP of 48 units,
+  NUM_CLASSES labels) saved by save_pretrained."""
+  import transformers  # pylint: disable=g-import-not-at-top
+
+  vit = randomize(
+      transformers.ViTForImageClassification(
+          transformers.ViTConfig(
+              image_size=image_size,
+              patch_size=patch_size,
+              hidden_size=32,
+              num_hidden_layers=2,
+              num_attention_heads=2,
+              intermediate_size=48,
+              num_labels=NUM_CLASSES,
+          )
+      )
+  )
+  vit.save_pretrained(directory)
+  return vit
+
+
 def images(n: int = 5) -> np.ndarray:
   return np.random.RandomState(1).uniform(-1, 1, (n, IMAGE_SIZE, IMAGE_SIZE, 3)).astype(np.float32)
 

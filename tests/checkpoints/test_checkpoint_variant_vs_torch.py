@@ -10,13 +10,12 @@ import numpy as np
 import pytest
 import safetensors.torch
 import torch
-import transformers
 
 import helpers
 from torch_references import (
+    transformers_vit_saved,
     prepared_from_checkpoint,
     assert_exported_tensors,
-    randomize,
     timm_input,
     timm_rebuilt,
     timm_saved,
@@ -37,26 +36,6 @@ def _timm_saved(directory, architecture: str, **kwargs):
 def _timm_dinov2_reg4(directory, **kwargs):
   """vit_small_patch14_reg4_dinov2's shape: 4 registers, layer scale, patch 14."""
   return _timm_saved(directory, 'vit_small_patch14_reg4_dinov2', patch_size=14, **kwargs)
-
-
-def _transformers_vit_saved(directory) -> torch.nn.Module:
-  """A random tiny transformers ViTForImageClassification (an MLP of 48 units) saved by
-  save_pretrained."""
-  vit = randomize(
-      transformers.ViTForImageClassification(
-          transformers.ViTConfig(
-              image_size=SIZE,
-              patch_size=7,
-              hidden_size=32,
-              num_hidden_layers=2,
-              num_attention_heads=2,
-              intermediate_size=48,
-              num_labels=NUM_CLASSES,
-          )
-      )
-  )
-  vit.save_pretrained(directory)
-  return vit
 
 
 def _rebuilt_by_timm(run: setup.Setup, directory) -> torch.nn.Module:
@@ -193,7 +172,7 @@ def test_timms_quickgelu_clip_and_a_transformers_vit_say_their_activation_and_ep
       _logits(run, inputs), torch_outputs(clip, timm_input(clip, inputs)).numpy(), atol=1e-4
   )
 
-  vit = _transformers_vit_saved(tmp_path / 'hf')
+  vit = transformers_vit_saved(tmp_path / 'hf', SIZE, 7)
   assert 'layer_norm_eps' in json.loads((tmp_path / 'hf' / 'config.json').read_text())
   run = _prepare(tmp_path, str(tmp_path / 'hf'))
   assert (run.model_config['mlp_activation'], run.model_config['layernorm_epsilon']) == (
@@ -335,7 +314,7 @@ def test_a_hub_snapshots_image_processor_normalisation_is_folded_into_the_patch_
   """A transformers hub snapshot has the image processor's preprocessor_config.json beside the
   weights (OpenAI CLIP's mean and std here): our images of the same pixels give transformers' logits
   on its normalised ones; without the file, the weights load as they are."""
-  vit = _transformers_vit_saved(tmp_path / 'hf')
+  vit = transformers_vit_saved(tmp_path / 'hf', SIZE, 7)
   mean, std = [0.48145466, 0.4578275, 0.40821073], [0.26862954, 0.26130258, 0.27577711]
   (tmp_path / 'hf' / 'preprocessor_config.json').write_text(
       json.dumps({'do_normalize': True, 'image_mean': mean, 'image_std': std})

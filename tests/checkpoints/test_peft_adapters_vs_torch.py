@@ -8,9 +8,8 @@ import numpy as np
 import peft
 import pytest
 import torch
-import transformers
 
-from torch_references import prepared_from_checkpoint, randomize, torch_outputs
+from torch_references import prepared_from_checkpoint, torch_outputs, transformers_vit_saved
 from vit_jax.checkpoints import peft_adapters, torch_files
 
 SIZE = 8
@@ -19,20 +18,7 @@ SIZE = 8
 def _saved(tmp_path, **lora) -> peft.PeftModel:
   """A random transformers ViT saved as the base, and peft's adapters over it (random, the classifier
   trained whole) saved beside it, their config naming the base by a path relative to them."""
-  vit = randomize(
-      transformers.ViTForImageClassification(
-          transformers.ViTConfig(
-              image_size=SIZE,
-              patch_size=4,
-              hidden_size=32,
-              num_hidden_layers=2,
-              num_attention_heads=2,
-              intermediate_size=48,
-              num_labels=10,
-          )
-      )
-  )
-  vit.save_pretrained(tmp_path / 'base')
+  vit = transformers_vit_saved(tmp_path / 'base', SIZE, 4)
   settings = dict(r=4, lora_alpha=12, target_modules=['q_proj', 'v_proj', 'fc2'])
   model = peft.get_peft_model(
       vit, peft.LoraConfig(**{**settings, **lora}, modules_to_save=['classifier'])

@@ -5,10 +5,9 @@ import numpy as np
 import peft
 import pytest
 import torch
-import transformers
 from flax import traverse_util
 
-from torch_references import prepared_from_checkpoint, randomize, torch_outputs
+from torch_references import prepared_from_checkpoint, torch_outputs, transformers_vit_saved
 from vit_jax.models import lora
 
 pytestmark = pytest.mark.slow
@@ -24,24 +23,6 @@ ADAPTED = {
     'mlp.fc2': 'MlpBlock_3/Dense_1_lora',
 }
 OUR_TARGETS = ('query', 'key', 'value', 'out', 'mlp_in', 'mlp_out')
-
-
-def _vit(directory) -> torch.nn.Module:
-  vit = randomize(
-      transformers.ViTForImageClassification(
-          transformers.ViTConfig(
-              image_size=SIZE,
-              patch_size=4,
-              hidden_size=32,
-              num_hidden_layers=2,
-              num_attention_heads=2,
-              intermediate_size=48,
-              num_labels=10,
-          )
-      )
-  )
-  vit.save_pretrained(directory)
-  return vit
 
 
 def _peft(vit: torch.nn.Module, targets) -> peft.PeftModel:
@@ -81,7 +62,7 @@ def _ours(tmp_path, directory, targets=OUR_TARGETS):
 
 
 def test_the_adapted_model_computes_peft_lora_logits(tmp_path):
-  vit = _vit(tmp_path / 'vit')
+  vit = transformers_vit_saved(tmp_path / 'vit', SIZE, 4)
   modules = '|'.join(module.replace('.', r'\.') for module in ADAPTED)
   peft_model = _peft(vit, rf'.*\.layers\.\d+\.({modules})')  # One string: a regex (fullmatch).
   generator = torch.Generator().manual_seed(1)
@@ -114,7 +95,7 @@ def test_the_adapted_model_computes_peft_lora_logits(tmp_path):
 
 
 def test_fresh_adapters_are_drawn_as_peft_draws_them(tmp_path):
-  vit = _vit(tmp_path / 'vit')
+  vit = transformers_vit_saved(tmp_path / 'vit', SIZE, 4)
   peft_model = _peft(vit, ['q_proj', 'v_proj'])
   theirs = _adapters(peft_model)
   run = _ours(tmp_path, tmp_path / 'vit', ('query', 'value'))

@@ -52,10 +52,10 @@ def _settings(path: str) -> dict[str, Any]:
   return config
 
 
-def base_path(path: str) -> str:
-  """The base checkpoint of the adapters at `path`: a local path as given (or relative to `path`),
-  else the hub repository of that name (downloaded into the Hugging Face cache if need be)."""
-  base = _settings(path)['base_model_name_or_path']
+def _base_path(path: str, base: str) -> str:
+  """The base checkpoint `base` of the adapters at `path`: a local path as given (or relative to
+  `path`), else the hub repository of that name (downloaded into the Hugging Face cache if need
+  be)."""
   for local in (base, os.path.join(path, base)):
     if os.path.exists(local):
       return local
@@ -100,7 +100,9 @@ def read(path: str, shapes_only: bool = False) -> tuple[torch_files.StateDict, d
   """The base state dict with the adapters of `path` folded in, and the base's config.json;
   `shapes_only` as torch_files.read (the shapes are the base's: folding keeps them)."""
   settings = _settings(path)
-  state_dict, config = torch_files.read(base_path(path), shapes_only)
+  state_dict, config = torch_files.read(
+      _base_path(path, settings['base_model_name_or_path']), shapes_only
+  )
   weights = next((epath.Path(path) / n for n in WEIGHTS if (epath.Path(path) / n).is_file()), None)
   if weights is None:
     raise ValueError(f'{path} has {CONFIG} but none of {", ".join(WEIGHTS)}: download them too')

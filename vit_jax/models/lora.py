@@ -177,18 +177,11 @@ def has_adapters(params: Any) -> bool:
   )
 
 
-def _is_flat(params: Any) -> bool:
-  return isinstance(params, dict) and all(
-      isinstance(k, str) and not isinstance(v, dict) for k, v in params.items()
-  )
-
-
 def merge(params: Any, scale: float) -> Any:
   """`params` with every adapter folded into its layer's kernel (kernel + scale * a b) and removed:
-  the same function as a model without adapters, to float rounding. Nested or flat ('/'-joined)
-  trees, per-block or stacked (a leading layer axis on the kernel and both factors)."""
-  flat_input = _is_flat(params)
-  flat = dict(params) if flat_input else traverse_util.flatten_dict(params, sep='/')
+  the same function as a model without adapters, to float rounding. Per-block or stacked trees (a
+  leading layer axis on the kernel and both factors)."""
+  flat = traverse_util.flatten_dict(params, sep='/')
   for path in sorted(p for p in flat if ADAPTER_PATH.search(p) and p.endswith('/a')):
     adapter = path[: -len('/a')]
     layer = adapter[: -len(SUFFIX)]
@@ -205,7 +198,7 @@ def merge(params: Any, scale: float) -> Any:
     flat[f'{layer}/kernel'] = (np.asarray(kernel, np.float32) + scale * update).astype(
         np.asarray(kernel).dtype
     )
-  return flat if flat_input else traverse_util.unflatten_dict(flat, sep='/')
+  return traverse_util.unflatten_dict(flat, sep='/')
 
 
 def folded(model_config: dict[str, Any], params: Any) -> tuple[dict[str, Any], Any]:

@@ -25,12 +25,13 @@ from jax.sharding import AbstractMesh
 from vit_jax import sharding, tasks
 from vit_jax.planning import chips
 from vit_jax.train import optim, param_groups
-from vit_jax.models import scan_layout, variants
+from vit_jax.models import lora, scan_layout, variants
 
 # XLA fuses the elementwise chains of LayerNorm, GELU and softmax and recomputes some of their
 # residuals in the backward pass's fusions: XLA:CPU keeps 76-93% of an unscanned block's (float32, the
 # test models and ViT-S/16). A scanned block hands them across the loop as JAX keeps them.
 KEPT_UNSCANNED = 0.85
+_HEADS = ('head/', 'head_dist/')  # The classifier's heads (adapting.py's).
 REMATS = (
     None,
     'dots_saveable',
@@ -223,20 +224,15 @@ def _gradients(
   the share of the weight matrices' elements that train (their products' share of the FLOPs)."""
   if not param_groups.freezes(config.optim, model_config):
     return 1.0, 1.0
-  trained = [
-      (param_groups.path_str(path), x.size)
-      for (path, x), label in zip(
-          jax.tree_util.tree_leaves_with_path(params),
-          jax.tree.leaves(param_groups.frozen_labels(config.optim, params)),
-      )
-      if label == param_groups.TRAINED
+  leaves = param_groups.labelled(config.optim, params)
+  matrices = [
+      (x.size, trains)
+      for path, x, trains in leaves
+      if path.endswith('/kernel') or lora.ADAPTER_PATH.search(path)
   ]
-  matrices = lambda pairs: sum(n for path, n in pairs if re.search(r'(kernel|_lora/[ab])$', path))
-  below_head = any(not path.startswith(('head/', 'head_dist/')) for path, _ in trained)
-  all_params = [
-      (param_groups.path_str(p), x.size) for p, x in jax.tree_util.tree_leaves_with_path(params)
-  ]
-  return float(below_head), matrices(trained) / matrices(all_params)
+  below_head = any(trains and not path.startswith(_HEADS) for path, _, trains in leaves)
+  share = sum(n for n, trains in matrices if trains) / sum(n for n, _ in matrices)
+  return float(below_head), share
 
 
 def _teacher(

@@ -97,12 +97,12 @@ def device_batches(
 def parameter_count(setup: Setup, params: Any) -> str:
   """'N.NM parameters', and how many of them train when some are frozen (config.optim.frozen,
   trained, low-rank adapters)."""
-  sizes = [x.size for x in jax.tree.leaves(params)]
-  count = f'{sum(sizes) / 1e6:.1f}M parameters'
+  count = f'{sum(x.size for x in jax.tree.leaves(params)) / 1e6:.1f}M parameters'
   if not param_groups.freezes(setup.config.optim, setup.model_config):
     return count
-  labels = jax.tree.leaves(param_groups.frozen_labels(setup.config.optim, params))
-  trained = sum(size for size, label in zip(sizes, labels) if label == param_groups.TRAINED)
+  trained = sum(
+      x.size for _, x, trains in param_groups.labelled(setup.config.optim, params) if trains
+  )
   return f'{count} ({trained:,} trained)'
 
 

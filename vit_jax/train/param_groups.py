@@ -161,6 +161,15 @@ def frozen_labels(optim: ml_collections.ConfigDict, tree: Any) -> Any:
   return jax.tree_util.tree_map_with_path(label, frozen)
 
 
+def labelled(optim: ml_collections.ConfigDict, tree: Any) -> list[tuple[str, Any, bool]]:
+  """(path, array, whether it trains) for each array of `tree`, by `frozen_labels`."""
+  labels = jax.tree.leaves(frozen_labels(optim, tree))
+  return [
+      (path_str(path), x, label == TRAINED)
+      for (path, x), label in zip(jax.tree_util.tree_leaves_with_path(tree), labels)
+  ]
+
+
 def freeze(
     tx: optax.GradientTransformation,
     optim: ml_collections.ConfigDict,

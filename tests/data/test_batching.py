@@ -202,12 +202,18 @@ def test_passes_after_close_start_their_workers_again():
     passes.close()
 
 
-def test_an_evaluation_starts_no_more_workers_than_it_has_batches():
-  config = _config(4)
-  before = set(multiprocessing.active_children())  # An earlier test's, ending: not counted.
-  batches = data.eval_iterator(config, 'test', local_batch_size=256)  # 2 batches.
+def test_an_evaluation_starts_no_more_workers_than_it_has_batches(monkeypatch):
+  started = []
+  start = multiprocessing.process.BaseProcess.start
+
+  def counted_start(process):
+    started.append(process.name)
+    start(process)
+
+  monkeypatch.setattr(multiprocessing.process.BaseProcess, 'start', counted_start)
+  batches = data.eval_iterator(_config(4), 'test', local_batch_size=256)
   try:
-    next(batches)
-    assert len(set(multiprocessing.active_children()) - before) == 2
+    assert len(list(batches)) == 2
   finally:
     batches.close()
+  assert len([name for name in started if name.startswith('grain')]) == 2, started

@@ -22,7 +22,7 @@ import numpy as np
 
 from vit_jax import sharding
 from vit_jax.tasks import classification
-from vit_jax.train import optim
+from vit_jax.train import optim, param_groups
 from vit_jax.train import state as train_state, step as train_step
 
 NUM_CLASSES = 1000
@@ -93,7 +93,7 @@ class Ours(Steps):
               tx=tx,
               schedule=schedule,
               dropout_key=jax.random.key(1),
-              frozen_labels=train_step.frozen_labels(config, model_config),
+              frozen_labels=param_groups.labeller(config.optim, model_config),
           ),
           in_shardings=(shardings, batch_sharding),
           out_shardings=(shardings, sharding.replicated(self.mesh)),

@@ -31,6 +31,6 @@ def get_config(family_and_dataset: str = 'dinov2,cifar10') -> ml_collections.Con
   config.model.lora_targets = ('query', 'value')
   config.optim.layer_decay = None
   config.lr.base = 5e-3
-  # None, as peft's recipe: the average would keep a second copy of every frozen weight, unchanged.
+  # None, as peft's recipe. One (--config.polyak_decay=0.999) would average what trains alone.
   config.polyak_decay = None
   return config

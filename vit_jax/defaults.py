@@ -306,7 +306,8 @@ def get_config() -> ml_collections.ConfigDict:
   # on; optax.apply_if_finite) before it stops; 0: stop at the first such step.
   config.skip_nonfinite_steps = 0
   # Polyak averaging: an exponential moving average of the parameters with this decay (e.g. 0.9999),
-  # evaluated beside them (eval_polyak_*) and exported; unset = off.
+  # evaluated beside them (eval_polyak_*) and exported; of the parameters that train (a frozen one is
+  # its own average, kept once); unset = off.
   config.polyak_decay = config_dict.placeholder(float)
   # Gradient accumulation: batch_size is split into accum_steps micro-batches, one update per batch.
   config.accum_steps = 1

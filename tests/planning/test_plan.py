@@ -15,7 +15,7 @@ import pytest
 import helpers
 from vit_jax import data, sharding
 from vit_jax.planning import chips, footprint, meshes
-from vit_jax.train import optim
+from vit_jax.train import optim, param_groups
 from vit_jax.tasks import classification
 from vit_jax.train import setup as train_setup, state as train_state, step as train_step
 
@@ -65,6 +65,7 @@ def xla_bytes(config) -> int:
       tx=tx,
       image_size=config.image_size,
       polyak=config.polyak_decay is not None,
+      frozen_labels=param_groups.labeller(config.optim, model_config),
   )
   abstract = jax.eval_shape(
       lambda key: train_state.training_layout(init(key), model), jax.random.key(0)
@@ -141,6 +142,17 @@ def test_parameters_and_optimizer_state_are_what_the_state_holds():
   )  # Arrays that 8 does not divide stay whole.
   assert e.optimizer_state == pytest.approx(e.params * 1.5, rel=0.02)
   assert e.polyak == 0 and e.gradients == e.params
+
+
+def test_a_polyak_average_counts_the_parameters_that_train_alone():
+  config = tiny(**{'model.lora_rank': 4, 'polyak_decay': 0.999})
+  params = footprint.abstract_state(config, helpers.model_config(config), NUM_CLASSES)['params']
+  trained = [
+      x
+      for path, x in jax.tree_util.tree_leaves_with_path(params)
+      if '_lora' in jax.tree_util.keystr(path) or jax.tree_util.keystr(path).startswith("['head']")
+  ]
+  assert planned(config).polyak == 4 * sum(x.size for x in trained) > 0
 
 
 def test_remat_and_accumulation_shrink_the_activations():

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 import helpers
-from vit_jax.checkpoints import npz_files, run_dir, teacher as teacher_lib
+from vit_jax.checkpoints import npz_files, run_dir, saved_state, teacher as teacher_lib
 from vit_jax.models import lora
 from vit_jax.tools import export
-from vit_jax.train import loop, setup as train_setup
+from vit_jax.train import loop, polyak, setup as train_setup
 
 ALL = ('query', 'key', 'value', 'out', 'mlp_in', 'mlp_out')
 
@@ -68,6 +68,78 @@ def test_optim_trained_chooses_what_trains_beside_the_adapters(tmp_path):
   # Without adapters it is a linear probe in one line (optim.frozen would need every other path).
   changed, params, _ = _trained_after_four_steps(tmp_path / 'probe', {'optim.trained': ('^head',)})
   assert changed == {'head/kernel', 'head/bias'}
+
+
+def _is_trained(path: str) -> bool:
+  return bool(lora.ADAPTER_PATH.search(path)) or path.startswith('head/')
+
+
+@pytest.mark.parametrize('scan', [False, True])
+def test_the_polyak_average_keeps_the_trained_parameters_alone(tmp_path, scan):
+  step, state, batch = helpers.jitted_step(
+      tmp_path,
+      {
+          'optim.name': 'sgd',
+          'lr.base': 0.5,
+          'model.lora_rank': 4,
+          'model.scan': scan,
+          'polyak_decay': 0.75,
+      },
+  )
+  want = helpers.flat_params(state.params)
+  for _ in range(4):
+    state, _ = step(state, batch)
+    params = helpers.flat_params(state.params)
+    want = {p: 0.75 * want[p] + 0.25 * params[p] for p in params}
+  average = helpers.flat_params(state.ema_params)
+  assert set(average) == {p for p in params if _is_trained(p)}
+  # The frozen ones' average is themselves: put back where the average is evaluated and exported.
+  averaged = helpers.flat_params(polyak.averaged(state.ema_params, state.params))
+  assert averaged.keys() == want.keys()
+  for path, value in want.items():
+    np.testing.assert_allclose(averaged[path], value, rtol=1e-6, atol=1e-7, err_msg=path)
+  assert not np.allclose(averaged['head/kernel'], params['head/kernel'])  # It lags.
+
+
+def test_a_lora_run_resumes_evaluates_and_exports_the_average_of_what_trains(
+    tmp_path, data_dir, trained_tiny_run
+):
+  config = helpers.load_config(
+      'demo',
+      {
+          **helpers.TINY,
+          'data_dir': data_dir,
+          'init_from': trained_tiny_run,
+          'model.lora_rank': 4,
+          'lr.base': 0.05,
+          'polyak_decay': 0.5,
+      },
+  )
+  workdir = str(tmp_path / 'lora')
+  metrics = loop.train_and_evaluate(train_setup.prepare(config, workdir))
+  saved = saved_state.saved_shapes(os.path.join(workdir, 'checkpoints', '12'))
+  averaged = [
+      jax.tree_util.keystr(path, simple=True, separator='/')
+      for path, _ in jax.tree_util.tree_leaves_with_path(saved['ema_params'])
+  ]
+  assert averaged and all(_is_trained(path) for path in averaged), averaged
+  helpers.assert_resume_is_bit_exact(config, workdir, str(tmp_path / 'resumed'))
+  assert run_dir.load_trained(workdir).parameters == 'polyak'
+  # A run from it starts from the average, frozen weights and all: as is, it scores what the run's
+  # Polyak evaluation did.
+  config = helpers.load_config(
+      'demo',
+      {
+          **helpers.TINY,
+          'data_dir': data_dir,
+          'init_from': workdir,
+          'keep_head': True,
+          'total_steps': 0,
+      },
+  )
+  evaluated = loop.train_and_evaluate(train_setup.prepare(config, str(tmp_path / 'next')))
+  assert evaluated['eval_loss'] == pytest.approx(metrics['eval_polyak_loss'], rel=1e-4)
+  assert evaluated['eval_loss'] != pytest.approx(metrics['eval_loss'], rel=1e-4)
 
 
 def test_a_lora_step_computes_no_gradient_of_the_pretrained_weights(tmp_path):

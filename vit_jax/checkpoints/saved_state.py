@@ -81,16 +81,44 @@ def saved_shapes(checkpoint_dir: str) -> dict[str, Any]:
 def restore_params(checkpoint_dir: str) -> tuple[dict[str, Any], str]:
   """The parameters of a train-state checkpoint as numpy arrays, and which ones they are.
 
-  The Polyak average (`ema_params`) when the run kept one, else the raw `params`. Only that subtree
-  is read, onto the host, so any number of devices can read a checkpoint that any mesh wrote.
+  The Polyak average (`ema_params`) when the run kept one, with the raw `params` of the frozen
+  parameters it leaves out (train/polyak.py), else the raw `params`. Only those arrays are read, onto
+  the host, so any number of devices can read a checkpoint that any mesh wrote.
   """
-  checkpointer = ocp.PyTreeCheckpointer()
   tree = _metadata_tree(checkpoint_dir)
-  name = 'ema_params' if tree.get('ema_params') is not None else 'params'
-  item = {name: tree[name]}
+  if tree.get('ema_params') is None:
+    return _restore(checkpoint_dir, {'params': tree['params']})['params'], 'params'
+  left_out = _left_out(tree['ema_params'], tree['params'])
+  restored = _restore(
+      checkpoint_dir,
+      {'ema_params': tree['ema_params'], **({'params': left_out} if left_out else {})},
+  )
+  return _overlay(restored['ema_params'], restored.get('params')), 'ema_params'
+
+
+def _restore(checkpoint_dir: str, item: dict[str, Any]) -> dict[str, Any]:
+  """The arrays of `item` (a part of the checkpoint's metadata tree) as numpy arrays."""
   restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), item)
-  restored = checkpointer.restore(
+  return ocp.PyTreeCheckpointer().restore(
       os.path.join(checkpoint_dir, 'default'),
       args=ocp.args.PyTreeRestore(item=item, restore_args=restore_args, partial_restore=True),
   )
-  return restored[name], name
+
+
+def _left_out(average: Any, params: dict[str, Any]) -> dict[str, Any]:
+  """The part of `params` (nested dicts) where `average` holds None (a frozen parameter's place)."""
+  part = {}
+  for key, value in params.items():
+    kept = average.get(key) if isinstance(average, dict) else None
+    if kept is None:
+      part[key] = value
+    elif isinstance(value, dict) and (sub := _left_out(kept, value)):
+      part[key] = sub
+  return part
+
+
+def _overlay(average: Any, left_out: Any) -> Any:
+  """`average` with its None places filled from `left_out` (`_left_out`'s part, restored)."""
+  if not isinstance(average, dict):
+    return left_out if average is None else average
+  return {key: _overlay(value, (left_out or {}).get(key)) for key, value in average.items()}

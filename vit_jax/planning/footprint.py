@@ -24,7 +24,7 @@ from jax.sharding import AbstractMesh
 
 from vit_jax import sharding, tasks
 from vit_jax.planning import chips
-from vit_jax.train import optim, param_groups
+from vit_jax.train import optim, param_groups, polyak
 from vit_jax.models import lora, scan_layout, variants
 
 # XLA fuses the elementwise chains of LayerNorm, GELU and softmax and recomputes some of their
@@ -116,13 +116,16 @@ def abstract_state(
   `model_config`: the variant's resolved fields (variants.get_model_config)."""
   model = tasks.get(config.task).make_model(config, {**model_config, 'scan': False}, num_classes)
   tx, _ = optim.make_optimizer(config, config.total_steps or 1, model_config)
+  frozen_labels = param_groups.labeller(config.optim, model_config)
 
   def init():
     params = _init_params(model, config.image_size)
     state = {
         'params': params,
         'opt_state': tx.init(params),
-        'ema_params': params if config.polyak_decay is not None else None,
+        'ema_params': polyak.init(params, frozen_labels)
+        if config.polyak_decay is not None
+        else None,
     }
     return scan_layout.stack_blocks(state, model.num_layers) if model_config['scan'] else state
 

@@ -161,6 +161,16 @@ def frozen_labels(optim: ml_collections.ConfigDict, tree: Any) -> Any:
   return jax.tree_util.tree_map_with_path(label, frozen)
 
 
+def labeller(
+    optim: ml_collections.ConfigDict, model_config: dict[str, Any]
+) -> Callable[[Any], Any] | None:
+  """`frozen_labels` of optim for the parameters of a model of `model_config` (its resolved fields);
+  None when every parameter trains."""
+  if not freezes(optim, model_config):
+    return None
+  return functools.partial(frozen_labels, optim)
+
+
 def labelled(optim: ml_collections.ConfigDict, tree: Any) -> list[tuple[str, Any, bool]]:
   """(path, array, whether it trains) for each array of `tree`, by `frozen_labels`."""
   labels = jax.tree.leaves(frozen_labels(optim, tree))
@@ -176,11 +186,10 @@ def freeze(
     model_config: dict[str, Any],
 ) -> optax.GradientTransformation:
   """`tx` for the parameters that train; the frozen ones get zero updates and keep no state."""
-  if not freezes(optim, model_config):
+  labels = labeller(optim, model_config)
+  if labels is None:
     return tx
-  return optax.multi_transform(
-      {TRAINED: tx, FROZEN: optax.set_to_zero()}, functools.partial(frozen_labels, optim)
-  )
+  return optax.multi_transform({TRAINED: tx, FROZEN: optax.set_to_zero()}, labels)
 
 
 def _check_regex(field: str, regex: Any, example: str) -> None:

@@ -19,6 +19,7 @@ from etils import epath
 from vit_jax import sharding
 from vit_jax.checkpoints import checkpoint, run_dir, saved_state
 from vit_jax.models import inits, scan_layout, variants
+from vit_jax.train import param_groups, polyak as polyak_lib
 from vit_jax.train.setup import Setup
 
 
@@ -27,9 +28,8 @@ class TrainState:
   step: jax.Array
   params: Any
   opt_state: Any
-  ema_params: (
-      Any  # Polyak (exponential moving) average of params; None when config.polyak_decay is.
-  )
+  # Polyak average of the params that train (polyak.py); None when config.polyak_decay is.
+  ema_params: Any
 
 
 def init_state(
@@ -39,8 +39,10 @@ def init_state(
     tx: optax.GradientTransformation,
     image_size: int,
     polyak: bool,
+    frozen_labels: Callable[[Any], Any] | None = None,
 ) -> TrainState:
-  """A fresh state in the checkpoint layout (per-block parameters)."""
+  """A fresh state in the checkpoint layout (per-block parameters); `frozen_labels`
+  (`param_groups.labeller`) of the parameters, for the Polyak average of those that train."""
   # Initialised as a loop of blocks even when scanned (a scan splits the key its own way): the fast
   # paths change the speed of a run, never its results.
   params = scan_layout.per_block(model).init(
@@ -51,7 +53,7 @@ def init_state(
       step=jnp.zeros((), jnp.int32),
       params=params,
       opt_state=tx.init(params),
-      ema_params=params if polyak else None,
+      ema_params=polyak_lib.init(params, frozen_labels) if polyak else None,
   )
 
 
@@ -75,6 +77,7 @@ def _init_fn(setup: Setup) -> Callable[[jax.Array], TrainState]:
       tx=setup.tx,
       image_size=setup.config.image_size,
       polyak=setup.config.polyak_decay is not None,
+      frozen_labels=param_groups.labeller(setup.config.optim, setup.model_config),
   )
 
 
@@ -211,8 +214,13 @@ def create_state(
       params = jax.device_put(setup.init_params, shardings.params)
       return jax.jit(to_training, out_shardings=train_shardings.params)(params)
 
+    frozen_labels = param_groups.labeller(setup.config.optim, setup.model_config)
     state = state.replace(
         params=place_init_params(),
-        ema_params=None if state.ema_params is None else place_init_params(),
+        ema_params=(
+            None
+            if state.ema_params is None
+            else polyak_lib.init(place_init_params(), frozen_labels)
+        ),
     )
   return state, train_shardings, to_checkpoint

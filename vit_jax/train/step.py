@@ -5,11 +5,10 @@ from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import optax
 
 from vit_jax import sharding
-from vit_jax.train import optim, param_groups
+from vit_jax.train import optim, param_groups, polyak
 from vit_jax.data import on_device
 from vit_jax.train.setup import Setup
 from vit_jax.train.state import TrainState
@@ -43,7 +42,8 @@ def train_step(
   the parameters that do not train: their gradients are zeros from the start, so that nothing reads
   theirs and XLA computes none (a linear probe's step, the backbone frozen, is then its forward pass
   and the head's gradient, not a whole backward pass; low-rank adapters' needs no gradient of the
-  weights they adapt); the gradient norm is the trained parameters' (as clipping's).
+  weights they adapt); the gradient norm is the trained parameters' (as clipping's), and the Polyak
+  average (`polyak_decay`) is theirs alone.
   """
   step_key = jax.random.fold_in(dropout_key, state.step)
   teacher = () if teacher_params is None else (teacher_params,)
@@ -76,7 +76,7 @@ def train_step(
   params = optax.apply_updates(state.params, updates)
   ema_params = state.ema_params
   if polyak_decay is not None:
-    ema_params = optax.incremental_update(params, ema_params, step_size=1.0 - polyak_decay)
+    ema_params = polyak.update(ema_params, params, frozen_labels, polyak_decay)
   metrics = {
       'train_loss': loss,
       'grad_norm': optax.global_norm(grads),
@@ -103,16 +103,6 @@ def _trained_only(grad_fn: Callable, labels: Any) -> Callable:
   return trained_grad_fn
 
 
-def frozen_labels(
-    config: ml_collections.ConfigDict, model_config: dict[str, Any]
-) -> Callable[[Any], Any] | None:
-  """`train_step`'s `frozen_labels` for a run's config and resolved model config: None when every
-  parameter trains."""
-  if not param_groups.freezes(config.optim, model_config):
-    return None
-  return functools.partial(param_groups.frozen_labels, config.optim)
-
-
 def jit_train_step(
     setup: Setup, state_shardings: Any
 ) -> Callable[[TrainState, dict[str, jax.Array]], tuple[TrainState, dict[str, jax.Array]]]:
@@ -133,7 +123,7 @@ def jit_train_step(
       polyak_decay=config.polyak_decay,
       mix=setup.task.mix(config, setup.info.num_classes),
       mix_key=jax.random.fold_in(seed_key, 2),
-      frozen_labels=frozen_labels(config, setup.model_config),
+      frozen_labels=param_groups.labeller(config.optim, setup.model_config),
   )
   in_shardings = (state_shardings, sharding.batch_sharding(mesh))
   if teacher is not None:

@@ -108,6 +108,8 @@ def planned(config) -> footprint.Estimate:
 CASES = {
     'data': {},
     'fsdp_sgd_polyak': {'mesh': (('fsdp', 8),), 'optim.name': 'sgd', 'polyak_decay': 0.999},
+    'lora_polyak': {'model.lora_rank': 4, 'polyak_decay': 0.999},
+    'probe_accum2': {'optim.trained': ('^head',), 'accum_steps': 2},
     'fsdp_x_tensor_accum2_bf16_mu': {
         'mesh': (('fsdp', 4), ('tensor', 2)),
         'accum_steps': 2,

@@ -12,7 +12,7 @@ import helpers
 from vit_jax.checkpoints import npz_files, run_dir, saved_state, teacher as teacher_lib
 from vit_jax.models import lora
 from vit_jax.tools import export
-from vit_jax.train import loop, polyak, setup as train_setup
+from vit_jax.train import loop, param_groups, setup as train_setup
 
 ALL = ('query', 'key', 'value', 'out', 'mlp_in', 'mlp_out')
 
@@ -94,7 +94,7 @@ def test_the_polyak_average_keeps_the_trained_parameters_alone(tmp_path, scan):
   average = helpers.flat_params(state.ema_params)
   assert set(average) == {p for p in params if _is_trained(p)}
   # The frozen ones' average is themselves: put back where the average is evaluated and exported.
-  averaged = helpers.flat_params(polyak.averaged(state.ema_params, state.params))
+  averaged = helpers.flat_params(param_groups.with_trained(state.ema_params, state.params))
   assert averaged.keys() == want.keys()
   for path, value in want.items():
     np.testing.assert_allclose(averaged[path], value, rtol=1e-6, atol=1e-7, err_msg=path)

@@ -24,7 +24,7 @@ from jax.sharding import AbstractMesh
 
 from vit_jax import sharding, tasks
 from vit_jax.planning import chips
-from vit_jax.train import optim, param_groups, polyak
+from vit_jax.train import optim, param_groups
 from vit_jax.models import lora, scan_layout, variants
 
 # XLA fuses the elementwise chains of LayerNorm, GELU and softmax and recomputes some of their
@@ -123,7 +123,7 @@ def abstract_state(
     state = {
         'params': params,
         'opt_state': tx.init(params),
-        'ema_params': polyak.init(params, frozen_labels)
+        'ema_params': param_groups.trained_part(params, frozen_labels)
         if config.polyak_decay is not None
         else None,
     }
@@ -158,7 +158,18 @@ def _traced(
       jax.ShapeDtypeStruct((batch,), jnp.int32),
       jax.eval_shape(lambda: jax.random.key(0)),
   )
-  jaxpr = jax.make_jaxpr(lambda *a: jax.vjp(task.make_loss(config, model), *a)[1])(*args).jaxpr
+  loss = task.make_loss(config, model)
+  frozen_labels = param_groups.labeller(config.optim, model_config)
+
+  def backward(params, *rest):
+    # The gradients the train step computes: of the parameters that train alone (XLA drops what only
+    # a frozen one's or the images' would need).
+    trained = param_groups.trained_part(params, frozen_labels)
+    return jax.vjp(
+        lambda trained: loss(param_groups.with_trained(trained, params), *rest), trained
+    )[1]
+
+  jaxpr = jax.make_jaxpr(backward)(*args).jaxpr
   # The vjp closure's leaves are the residuals; the arguments among them (the float32 parameters) are
   # the state's own buffers, not extra memory.
   inputs, seen, totals = set(jaxpr.invars), set(), np.zeros(2)
@@ -244,13 +255,20 @@ def _teacher(
   family = variants.family(variant)
   module = variants.build(variant, model, num_classes=num_classes, dtype=jnp.float32)
   params = jax.eval_shape(lambda: _init_params(module, config.image_size))
-  transient = 0.0
-  if family == 'ViT':  # A BiT's convolutions are counted by their parameters and FLOPs alone.
-    tokens = chips.vit_tokens(model, config.image_size)
-    transient = tokens * (model['mlp_dim'] + model['num_heads'] * tokens)
-    transient *= jnp.dtype(config.dtype).itemsize
   flops = chips.FLOPS[family](model, config.image_size, num_classes)
-  return Teacher(params, flops, transient)
+  return Teacher(params, flops, _transient(family, model, config))
+
+
+def _transient(family: str, model: dict[str, Any], config: ml_collections.ConfigDict) -> float:
+  """What a forward pass holds at a time per image beside its residuals: its widest block's MLP
+  units and attention weights, in the compute dtype (a BiT's convolutions are counted by their
+  parameters and FLOPs alone)."""
+  if family != 'ViT':
+    return 0.0
+  tokens = chips.vit_tokens(model, config.image_size)
+  return (
+      tokens * (model['mlp_dim'] + model['num_heads'] * tokens) * jnp.dtype(config.dtype).itemsize
+  )
 
 
 def _bytes(tree: Any, shardings: Any = None) -> int:
@@ -274,8 +292,12 @@ def estimate(
 ) -> Estimate:
   """Per-device bytes and step time of training `config` on `mesh` with this remat and accumulation."""
   state, tensor, layers = traced.state, mesh.get('tensor', 1), traced.model['num_layers']
-  shardings = sharding.state_shardings(state, AbstractMesh(tuple(mesh.values()), tuple(mesh)))
+  abstract_mesh = AbstractMesh(tuple(mesh.values()), tuple(mesh))
+  shardings = sharding.state_shardings(state, abstract_mesh)
   params = _bytes(state['params'], shardings['params'])
+  trained = param_groups.trained_part(
+      state['params'], param_groups.labeller(config.optim, traced.model)
+  )
   shard = params / _bytes(state['params'])  # The fraction of the parameters one device holds.
   images = config.batch_size // (mesh.get('data', 1) * mesh.get('fsdp', 1))  # Per device.
   micro = images // accum_steps
@@ -292,6 +314,12 @@ def estimate(
     working = micro * max(recomputed, per_device(full.block) / 2) + traced.block_params * shard
   else:
     working = micro * kept * recomputed
+  # A block's forward pass holds its widest activations at once; the residuals count them where the
+  # block trains, not in a linear probe's frozen blocks (which keep none).
+  forward = _transient(variants.family(config.variant), traced.model, config) - per_device(
+      res.block
+  )
+  working = max(working, micro * forward)
   # fsdp all-gathers each block's weights before using them: the one in use and the next one.
   gathered = 2 * traced.block_params / tensor if mesh.get('fsdp', 1) > 1 else 0
   # float32 images (a uint8 batch's, normalised in the step) and int32 labels; accumulation splits
@@ -303,9 +331,7 @@ def estimate(
   teacher = 0
   if traced.teacher is not None:  # Its forward pass runs in the step, on each micro-batch.
     flops += traced.teacher.flops
-    teacher_shardings = sharding.state_shardings(
-        traced.teacher.params, AbstractMesh(tuple(mesh.values()), tuple(mesh))
-    )
+    teacher_shardings = sharding.state_shardings(traced.teacher.params, abstract_mesh)
     teacher = int(
         _bytes(traced.teacher.params, teacher_shardings) + micro * traced.teacher.transient
     )
@@ -314,8 +340,10 @@ def estimate(
       remat=remat,
       accum_steps=accum_steps,
       params=params,
-      # Accumulation adds a buffer: the running sum beside each micro-batch's gradients.
-      gradients=params * (2 if accum_steps > 1 else 1),
+      # Of the parameters that train; accumulation adds a buffer: the running sum beside each
+      # micro-batch's gradients.
+      gradients=_bytes(trained, sharding.state_shardings(trained, abstract_mesh))
+      * (2 if accum_steps > 1 else 1),
       optimizer_state=_bytes(state['opt_state'], shardings['opt_state']),
       polyak=_bytes(state['ema_params'], shardings['ema_params']),
       activations=int(inputs + saved + working + gathered),

@@ -17,7 +17,7 @@ from clu import parameter_overview
 from vit_jax import data, sharding
 from vit_jax.checkpoints import checkpoint, run_dir
 from vit_jax.runtime import dispatch
-from vit_jax.train import event_writer, observe, pace, param_groups, polyak, preemption, progress
+from vit_jax.train import event_writer, observe, pace, param_groups, preemption, progress
 from vit_jax.train.setup import Setup
 from vit_jax.train.state import TrainState, check_resumable, create_state
 from vit_jax.train.step import jit_train_step
@@ -29,7 +29,7 @@ def evaluate(evaluator: Any, state: TrainState) -> dict[str, float]:
   their average (not at step 0, where it is the parameters: total_steps=0 measures each once)."""
   metrics = {f'{evaluator.name}_{k}': v for k, v in evaluator(state.params).items()}
   if state.ema_params is not None and int(state.step) > 0:
-    averaged = polyak.averaged(state.ema_params, state.params)
+    averaged = param_groups.with_trained(state.ema_params, state.params)
     metrics.update({f'{evaluator.name}_polyak_{k}': v for k, v in evaluator(averaged).items()})
   return metrics
 

@@ -171,6 +171,22 @@ def labeller(
   return functools.partial(frozen_labels, optim)
 
 
+def trained_part(tree: Any, frozen_labels: Callable[[Any], Any] | None) -> Any:
+  """`tree` less the arrays that `frozen_labels(tree)` (`labeller`'s; None: none frozen) labels
+  FROZEN: `optax.MaskedNode()` in their places, as optax's masked optimizer states hold them."""
+  if frozen_labels is None:
+    return tree
+  return jax.tree.map(
+      lambda x, label: optax.MaskedNode() if label == FROZEN else x, tree, frozen_labels(tree)
+  )
+
+
+def with_trained(part: Any, tree: Any) -> Any:
+  """`tree` with the arrays of `part` (a `trained_part`) in their places."""
+  left_out = lambda x: isinstance(x, optax.MaskedNode)
+  return jax.tree.map(lambda p, x: x if left_out(p) else p, part, tree, is_leaf=left_out)
+
+
 def labelled(optim: ml_collections.ConfigDict, tree: Any) -> list[tuple[str, Any, bool]]:
   """(path, array, whether it trains) for each array of `tree`, by `frozen_labels`."""
   labels = jax.tree.leaves(frozen_labels(optim, tree))

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import optax
 
 from vit_jax import sharding
-from vit_jax.train import optim, param_groups, polyak
+from vit_jax.train import optim, param_groups
 from vit_jax.data import on_device
 from vit_jax.train.setup import Setup
 from vit_jax.train.state import TrainState
@@ -76,7 +76,8 @@ def train_step(
   params = optax.apply_updates(state.params, updates)
   ema_params = state.ema_params
   if polyak_decay is not None:
-    ema_params = polyak.update(ema_params, params, frozen_labels, polyak_decay)
+    trained = param_groups.trained_part(params, frozen_labels)  # A frozen one is its own average.
+    ema_params = optax.incremental_update(trained, ema_params, step_size=1.0 - polyak_decay)
   metrics = {
       'train_loss': loss,
       'grad_norm': optax.global_norm(grads),

@@ -28,12 +28,10 @@ import numpy as np
 from flax import traverse_util
 
 from vit_jax.checkpoints import posemb_resizing, tree_mismatch
-from vit_jax.models import lora, scan_layout
+from vit_jax.models import lora, scan_layout, vit
 from vit_jax.models.pooling import MAP_HEAD
 
 _REPORT_FIRST = ('embedding/', 'cls', 'dist', 'reg')
-# The classifier's heads: DeiT's distilled models have a second, on the distillation token.
-_HEADS = ('head', 'head_dist')
 # Parameters of the masked-patch-prediction model that a classifier does not have.
 _SELF_SUPERVISION_ONLY = ('mask_token', 'mpp_head')
 
@@ -149,7 +147,7 @@ def adapt_params(
         'that has one, or remove it with --config.model.representation_size=None'
     )
 
-  for head in _HEADS:
+  for head in vit.HEADS:
     old, new = _kernel_shape(params, head), _kernel_shape(targets, head)
     if keep_head and new and old != new:
       raise ValueError(

@@ -23,6 +23,8 @@ from vit_jax.models.encoder import Encoder
 from vit_jax.models.pooling import CLASS_TOKEN_POOLINGS, CLASSIFIERS
 
 Dtype = Any
+# The classifier's heads: DeiT's distilled models have a second, on the distillation token.
+HEADS = ('head', 'head_dist')
 
 
 def has_class_token(classifier: str, class_token: Optional[bool]) -> bool:
@@ -276,10 +278,10 @@ class VisionTransformer(ViTBackbone, kw_only=True):
     if self.num_classes is None:
       x = (x + tokens[:, 1]) / 2 if self.distilled else x
       return x.astype(jnp.float32)
-    logits = self._head(x, 'head', train)
+    logits = self._head(x, HEADS[0], train)
     if not self.distilled:
       return (logits, logits) if both_heads else logits
-    distilled = self._head(tokens[:, 1], 'head_dist', train)
+    distilled = self._head(tokens[:, 1], HEADS[1], train)
     return (logits, distilled) if both_heads else (logits + distilled) / 2
 
   def _head(self, x: jnp.ndarray, name: str, train: bool) -> jnp.ndarray:

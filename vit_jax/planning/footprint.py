@@ -25,13 +25,12 @@ from jax.sharding import AbstractMesh
 from vit_jax import sharding, tasks
 from vit_jax.planning import chips
 from vit_jax.train import optim, param_groups
-from vit_jax.models import lora, scan_layout, variants
+from vit_jax.models import lora, scan_layout, variants, vit
 
 # XLA fuses the elementwise chains of LayerNorm, GELU and softmax and recomputes some of their
 # residuals in the backward pass's fusions: XLA:CPU keeps 76-93% of an unscanned block's (float32, the
 # test models and ViT-S/16). A scanned block hands them across the loop as JAX keeps them.
 KEPT_UNSCANNED = 0.85
-_HEADS = ('head/', 'head_dist/')  # The classifier's heads (adapting.py's).
 REMATS = (
     None,
     'dots_saveable',
@@ -244,7 +243,7 @@ def _gradients(
       for path, x, trains in leaves
       if path.endswith('/kernel') or lora.ADAPTER_PATH.search(path)
   ]
-  below_head = any(trains and not path.startswith(_HEADS) for path, _, trains in leaves)
+  below_head = any(trains and path.split('/')[0] not in vit.HEADS for path, _, trains in leaves)
   share = sum(n for n, trains in matrices if trains) / sum(n for n, _ in matrices)
   return float(below_head), share
 

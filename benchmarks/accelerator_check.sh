@@ -29,6 +29,11 @@
 #   l16_fp8         l16_synthetic with model.matmul='fp8'
 #   b16_folder_at_step  b16_folder with config.device_prefetch=0 (each batch copied at its step),
 #                   the first of ATTENTIONS (after jpegs and that attention's b16_synthetic)
+#   lora            configs/demo_finetune.py from the demo's workdir with low-rank adapters (rank 8,
+#                   every layer) and the Polyak average of what trains: its final eval top-1 and the
+#                   average's, then its export (the adapters folded) predicting the test digits
+#   b16_lora        b16_synthetic with --lora_rank=16 (query and value): the adapters and the head
+#                   train, no gradient of the frozen weights
 #   tests           the test suite's fast tier (make test's tests; TESTS='tests/models ...' another
 #                   selection) on the accelerator, every matmul at float32's full precision
 #                   (JAX_DEFAULT_MATMUL_PRECISION=highest, as the CPU computes), a worker per two
@@ -97,7 +102,7 @@ else
   B16=(--config.batch_size=256 --config.num_epochs=25 --config.log_every_steps=50
        --config.lr.warmup_steps=30)
 fi
-OPTIONAL='b16_fp8 l16_fp8 b16_folder_at_step tests'
+OPTIONAL='b16_fp8 l16_fp8 b16_folder_at_step lora b16_lora tests'
 # The input pipeline's worker processes, where it has them (the TensorFlow-free pipeline).
 WORKERS=()
 grep -q -- "'--workers'" benchmarks/input_pipeline.py && WORKERS=(--workers="$CORES")
@@ -207,6 +212,21 @@ check_finetune() (
   helper metric "$WORK/demo_finetune" eval_polyak_top1
 )
 
+check_lora() (
+  set -eo pipefail
+  main configs/demo_finetune.py "$WORK/demo_lora" --config.init_from="$WORK/demo" \
+    --config.model.lora_rank=8 --config.model.lora_targets="('query', 'key', 'value', 'out', \
+'mlp_in', 'mlp_out')" --config.lr.base=0.01 "${FINETUNE[@]}"
+  helper metric "$WORK/demo_lora" eval_top1
+  helper metric "$WORK/demo_lora" eval_polyak_top1
+  py -m vit_jax.tools.export --workdir="$WORK/demo_lora" --out="$WORK/export_lora"
+  [[ -d $WORK/digits ]] || py benchmarks/accelerator_check.py digits "$WORK/digits" --count="$DIGITS"
+  py -m vit_jax.tools.predict --export="$WORK/export_lora" --top_k=1 "$WORK/digits" \
+    | tee "$WORK/predictions_lora.txt"
+  note 'export:'
+  helper predictions "$WORK/predictions_lora.txt"
+)
+
 check_input_pipeline() (
   set -eo pipefail
   py benchmarks/input_pipeline.py --source=folder "${INPUT[@]}" "${WORKERS[@]}" --header \
@@ -232,6 +252,8 @@ check_b16_synthetic() ( set -eo pipefail; synthetic "synthetic_$ATTENTION" "${MO
 check_l16_synthetic() ( set -eo pipefail; synthetic l16_synthetic "${LARGE[@]}"; )
 
 check_b16_fp8() ( set -eo pipefail; synthetic b16_fp8 "${MODEL[@]}" --matmul=fp8; )
+
+check_b16_lora() ( set -eo pipefail; synthetic b16_lora "${MODEL[@]}" --lora_rank=16; )
 
 check_l16_fp8() ( set -eo pipefail; synthetic l16_fp8 "${LARGE[@]}" --matmul=fp8; )
 
@@ -282,6 +304,7 @@ step demo 180 check_demo
 step resume 150 check_resume
 step export_predict 90 check_export_predict
 step finetune 120 check_finetune
+step lora 150 check_lora
 step input_pipeline 120 check_input_pipeline
 step jpegs 60 check_jpegs
 for ATTENTION in "${ATTENTIONS[@]}"; do
@@ -291,13 +314,14 @@ for ATTENTION in "${ATTENTIONS[@]}"; do
 done
 ATTENTION=${ATTENTIONS[0]}
 step b16_fp8 150 check_b16_fp8
+step b16_lora 150 check_b16_lora
 step l16_synthetic 150 check_l16_synthetic
 step l16_fp8 150 check_l16_fp8
 step b16_folder_at_step 240 check_b16_folder_at_step
 [[ -n ${REVISIONS:-} ]] && step revisions 240 check_revisions
 step tests 540 check_tests
 
-for run in demo demo_finetune "${ATTENTIONS[@]/#/b16_}" b16_at_step; do  # The runs' curves (a few KB each).
+for run in demo demo_finetune demo_lora "${ATTENTIONS[@]/#/b16_}" b16_at_step; do  # The runs' curves (a few KB each).
   mkdir -p "$RESULTS/events/$run"
   cp "$WORK/$run"/{events.out.tfevents.*,config.json} "$RESULTS/events/$run/" 2> /dev/null
 done

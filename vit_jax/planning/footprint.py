@@ -4,9 +4,9 @@ suggestions) is vit_jax/planning/meshes.py's.
 
 Shapes come from `jax.eval_shape` of the model and optimizer, the partitioning from `sharding`'s rules
 on an abstract mesh of the axis sizes (no devices needed), the activations from the residuals JAX's
-autodiff keeps for the backward pass (`jax.vjp` under `jax.make_jaxpr`) of a 1- and 2-block model at
-batch 1 and 2, scaled to the layers and micro-batch; plus the batch, the backward pass's working set
-of one block and the fsdp all-gather of a block's weights. tests/planning/test_plan.py holds the totals to XLA's
+autodiff keeps for the backward pass (residuals.py), scaled to the layers and micro-batch; plus the
+batch, the working set of one block's forward or backward pass and the fsdp all-gather of a block's
+weights. tests/planning/test_plan.py holds the totals to XLA's
 memory analysis of the compiled train step on CPU.
 """
 
@@ -16,14 +16,12 @@ import re
 from typing import Any, Optional
 
 import jax
-import jax.extend.core as jax_core
 import jax.numpy as jnp
 import ml_collections
-import numpy as np
 from jax.sharding import AbstractMesh
 
 from vit_jax import sharding, tasks
-from vit_jax.planning import chips
+from vit_jax.planning import chips, residuals
 from vit_jax.train import optim, param_groups
 from vit_jax.models import lora, scan_layout, variants, vit
 
@@ -39,24 +37,13 @@ REMATS = (
 
 
 @dataclasses.dataclass(frozen=True)
-class Residuals:
-  """Bytes the backward pass keeps, as [replicated over `tensor`, split over it] per image: of one
-  block and of the rest of the model; and the weight copies (compute-dtype casts) it keeps."""
-
-  block: np.ndarray
-  rest: np.ndarray
-  weights_block: float
-  weights_rest: float
-
-
-@dataclasses.dataclass(frozen=True)
 class Traced:
   """What the plans of one config share: the train state's shapes and each remat policy's residuals."""
 
   model: dict[str, Any]  # variants.get_model_config of the config.
   num_classes: int
   state: dict[str, Any]
-  residuals: dict[str | None, Residuals]
+  residuals: dict[str | None, residuals.Residuals]
   block_params: int  # Bytes of one encoder block's (float32) parameters.
   teacher: Optional['Teacher'] = None  # config.distill's.
   # chips.train_flops' `gradients`: of the activations through the blocks, and the weights' share.
@@ -101,13 +88,6 @@ class Estimate:
     )
 
 
-def _init_params(model: Any, size: int) -> Any:
-  key = jax.random.key(0)
-  return model.init({'params': key, 'mpp': key}, jnp.zeros((1, size, size, 3)), train=False)[
-      'params'
-  ]
-
-
 def abstract_state(
     config: ml_collections.ConfigDict, model_config: dict[str, Any], num_classes: int
 ) -> dict[str, Any]:
@@ -118,7 +98,7 @@ def abstract_state(
   frozen_labels = param_groups.labeller(config.optim, model_config)
 
   def init():
-    params = _init_params(model, config.image_size)
+    params = residuals.init_params(model, config.image_size)
     state = {
         'params': params,
         'opt_state': tx.init(params),
@@ -129,75 +109,6 @@ def abstract_state(
     return scan_layout.stack_blocks(state, model.num_layers) if model_config['scan'] else state
 
   return jax.eval_shape(init)
-
-
-def _split_over_tensor(shape: tuple[int, ...], model: dict[str, Any]) -> bool:
-  # Tensor parallelism splits heads and MLP units (encoder.TENSOR_RULES): activations with a heads axis
-  # (q, k, v, attention weights: [b, heads, ...] or [b, tokens, heads, ...]) or MLP units last.
-  heads = len(shape) == 4 and model['num_heads'] in shape[1:3]
-  return heads or (len(shape) > 1 and shape[-1] == model['mlp_dim'] != model['hidden_size'])
-
-
-def _traced(
-    config: ml_collections.ConfigDict,
-    model_config: dict[str, Any],
-    num_classes: int,
-    layers: int,
-    batch: int,
-) -> np.ndarray:
-  """[replicated, split] bytes of the residuals of the task's loss on `batch` images, `layers` blocks."""
-  task = tasks.get(config.task)
-  model = task.make_model(
-      config, {**model_config, 'num_layers': layers, 'scan': False}, num_classes
-  )
-  size = config.image_size
-  args = (
-      jax.eval_shape(lambda: _init_params(model, size)),
-      jax.ShapeDtypeStruct((batch, size, size, 3), jnp.float32),
-      jax.ShapeDtypeStruct((batch,), jnp.int32),
-      jax.eval_shape(lambda: jax.random.key(0)),
-  )
-  loss = task.make_loss(config, model)
-  frozen_labels = param_groups.labeller(config.optim, model_config)
-
-  def backward(params, *rest):
-    # The gradients the train step computes: of the parameters that train alone (XLA drops what only
-    # a frozen one's or the images' would need).
-    trained = param_groups.trained_part(params, frozen_labels)
-    return jax.vjp(
-        lambda trained: loss(param_groups.with_trained(trained, params), *rest), trained
-    )[1]
-
-  jaxpr = jax.make_jaxpr(backward)(*args).jaxpr
-  # The vjp closure's leaves are the residuals; the arguments among them (the float32 parameters) are
-  # the state's own buffers, not extra memory.
-  inputs, seen, totals = set(jaxpr.invars), set(), np.zeros(2)
-  for var in jaxpr.outvars:
-    if isinstance(var, jax_core.Literal) or var in inputs or var in seen:
-      continue
-    seen.add(var)
-    # A dropout mask (bool) is a compare away from its random bits, and XLA keeps those (uint32).
-    itemsize = 4 if var.aval.dtype == jnp.bool_ else var.aval.dtype.itemsize
-    totals[int(_split_over_tensor(var.aval.shape, model_config))] += var.aval.size * itemsize
-  return totals
-
-
-def _residuals(
-    config: ml_collections.ConfigDict, model_config: dict[str, Any], num_classes: int
-) -> Residuals:
-  t = {
-      (layers, batch): _traced(config, model_config, num_classes, layers, batch)
-      for layers in (1, 2)
-      for batch in (1, 2)
-  }
-  # Residuals grow linearly in the images (per image: the difference of batch 2 and 1) and in the
-  # blocks (per block: the difference of 2 blocks and 1); what does not grow with images is weights.
-  per_image = {layers: t[layers, 2] - t[layers, 1] for layers in (1, 2)}
-  weights = {layers: (2 * t[layers, 1] - t[layers, 2]).sum() for layers in (1, 2)}
-  block = per_image[2] - per_image[1]
-  return Residuals(
-      block, per_image[1] - block, weights[2] - weights[1], 2 * weights[1] - weights[2]
-  )
 
 
 def trace(
@@ -220,7 +131,7 @@ def trace(
       num_classes,
       state,
       {
-          remat: _residuals(config, {**model_config, 'remat': remat}, num_classes)
+          remat: residuals.of_config(config, {**model_config, 'remat': remat}, num_classes)
           for remat in dict.fromkeys((None, model_config['remat'], *REMATS))
       },
       _bytes(in_blocks) // model_config['num_layers'],
@@ -253,7 +164,7 @@ def _teacher(
 ) -> Teacher:
   family = variants.family(variant)
   module = variants.build(variant, model, num_classes=num_classes, dtype=jnp.float32)
-  params = jax.eval_shape(lambda: _init_params(module, config.image_size))
+  params = jax.eval_shape(lambda: residuals.init_params(module, config.image_size))
   flops = chips.FLOPS[family](model, config.image_size, num_classes)
   return Teacher(params, flops, _transient(family, model, config))
 

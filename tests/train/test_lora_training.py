@@ -3,7 +3,9 @@ weights stay as loaded and cost no weight gradient; config.optim.trained chooses
 adapters fold into its kernels for the tools, for export and for a run that starts from it."""
 
 import os
+import shutil
 
+import chex
 import jax
 import numpy as np
 import pytest
@@ -70,6 +72,13 @@ def test_optim_trained_chooses_what_trains_beside_the_adapters(tmp_path):
   assert changed == {'head/kernel', 'head/bias'}
 
 
+def _evaluated_from(workdir: str, data_dir: str, out: str) -> dict[str, float]:
+  """The metrics of a run that starts from `workdir`'s model, head and all, and trains no step."""
+  overrides = {'data_dir': data_dir, 'init_from': workdir, 'keep_head': True, 'total_steps': 0}
+  config = helpers.load_config('demo', {**helpers.TINY, **overrides})
+  return loop.train_and_evaluate(train_setup.prepare(config, out))
+
+
 def _is_trained(path: str) -> bool:
   return bool(lora.ADAPTER_PATH.search(path)) or path.startswith('head/')
 
@@ -118,28 +127,52 @@ def test_a_lora_run_resumes_evaluates_and_exports_the_average_of_what_trains(
   workdir = str(tmp_path / 'lora')
   metrics = loop.train_and_evaluate(train_setup.prepare(config, workdir))
   saved = saved_state.saved_shapes(os.path.join(workdir, 'checkpoints', '12'))
-  averaged = [
-      jax.tree_util.keystr(path, simple=True, separator='/')
-      for path, _ in jax.tree_util.tree_leaves_with_path(saved['ema_params'])
-  ]
+  averaged = _leaf_paths(saved['ema_params'])
   assert averaged and all(_is_trained(path) for path in averaged), averaged
   helpers.assert_resume_is_bit_exact(config, workdir, str(tmp_path / 'resumed'))
   assert run_dir.load_trained(workdir).parameters == 'polyak'
   # A run from it starts from the average, frozen weights and all: as is, it scores what the run's
   # Polyak evaluation did.
-  config = helpers.load_config(
-      'demo',
-      {
-          **helpers.TINY,
-          'data_dir': data_dir,
-          'init_from': workdir,
-          'keep_head': True,
-          'total_steps': 0,
-      },
-  )
-  evaluated = loop.train_and_evaluate(train_setup.prepare(config, str(tmp_path / 'next')))
+  evaluated = _evaluated_from(workdir, data_dir, str(tmp_path / 'next'))
   assert evaluated['eval_loss'] == pytest.approx(metrics['eval_polyak_loss'], rel=1e-4)
   assert evaluated['eval_loss'] != pytest.approx(metrics['eval_loss'], rel=1e-4)
+
+
+def _leaf_paths(tree) -> list[str]:
+  return [
+      jax.tree_util.keystr(path, simple=True, separator='/')
+      for path, _ in jax.tree_util.tree_leaves_with_path(tree)
+  ]
+
+
+def test_a_probe_saved_with_an_average_of_every_parameter_resumes_with_that_of_the_head(
+    tmp_path, data_dir, monkeypatch
+):
+  overrides = {'data_dir': data_dir, 'optim.trained': ('^head',), 'polyak_decay': 0.5}
+  config = helpers.load_config('demo', {**helpers.TINY, **overrides})
+  older = str(tmp_path / 'older')
+  with monkeypatch.context() as patched:  # As runs saved before the average left frozen ones out.
+    patched.setattr(param_groups, 'trained_part', lambda tree, frozen_labels: tree)
+    loop.train_and_evaluate(train_setup.prepare(config, older))
+  last = lambda workdir: os.path.join(workdir, 'checkpoints', '12')
+  assert len(_leaf_paths(saved_state.saved_shapes(last(older))['ema_params'])) > 2
+  resumed = str(tmp_path / 'resumed')
+  shutil.copytree(older, resumed)
+  shutil.rmtree(last(resumed))
+  loop.train_and_evaluate(train_setup.prepare(config, resumed))
+  assert _leaf_paths(saved_state.saved_shapes(last(resumed))['ema_params']) == [
+      'head/bias',
+      'head/kernel',
+  ]
+  chex.assert_trees_all_equal(
+      helpers.checkpoint_params(resumed, 12), helpers.checkpoint_params(older, 12)
+  )
+  # The frozen parameters' average was themselves, to a rounding.
+  chex.assert_trees_all_close(
+      saved_state.restore_params(last(resumed))[0],
+      saved_state.restore_params(last(older))[0],
+      rtol=1e-6,
+  )
 
 
 def test_a_lora_step_computes_no_gradient_of_the_pretrained_weights(tmp_path):
@@ -203,18 +236,8 @@ def test_a_run_with_adapters_folds_them_for_the_tools_export_and_the_next_run(
   )
 
   # A run from it starts from the folded model: evaluated as is, it scores what the run did.
-  config = helpers.load_config(
-      'demo',
-      {
-          **helpers.TINY,
-          'data_dir': data_dir,
-          'init_from': workdir,
-          'keep_head': True,
-          'total_steps': 0,
-      },
-  )
   with caplog.at_level('INFO'):
-    evaluated = loop.train_and_evaluate(train_setup.prepare(config, str(tmp_path / 'next')))
+    evaluated = _evaluated_from(workdir, data_dir, str(tmp_path / 'next'))
   assert 'its low-rank adapters folded into their kernels' in caplog.text
   assert evaluated['eval_loss'] == pytest.approx(metrics['eval_loss'], rel=1e-4)
   assert evaluated['eval_top1'] == metrics['eval_top1']

@@ -112,9 +112,12 @@ def _check_fits(setup: Setup, described: str) -> None:
     return
   step, saved = latest
   wanted = jax.eval_shape(_init_fn(setup), jax.random.key(0))
-  if _layout(saved['params'], saved['opt_state'], saved['ema_params']) != _layout(
-      wanted.params, wanted.opt_state, wanted.ema_params
-  ):
+  fits = lambda ema_params: _layout(
+      saved['params'], saved['opt_state'], saved['ema_params']
+  ) == _layout(wanted.params, wanted.opt_state, ema_params)
+  # A run saved before the Polyak average left out the frozen parameters holds an average of every
+  # one: restoring it takes those that train.
+  if not fits(wanted.ema_params) and not (wanted.ema_params is not None and fits(wanted.params)):
     raise ResumeError(
         f'the checkpoint of step {step} in {setup.workdir} does not fit the model and '
         f'optimizer of this config ({described}): use another --workdir, or set these '

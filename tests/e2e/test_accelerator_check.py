@@ -28,7 +28,17 @@ STEPS = (
     'l16_synthetic',
 )
 # The steps only ONLY (or ALL=1) runs, after the ones they need.
-OPTIONAL = ('wheels', 'jpegs', 'b16_synthetic', 'b16_fp8', 'l16_fp8', 'b16_folder_at_step')
+OPTIONAL = (
+    'wheels',
+    'demo',
+    'lora',
+    'jpegs',
+    'b16_synthetic',
+    'b16_fp8',
+    'b16_lora',
+    'l16_fp8',
+    'b16_folder_at_step',
+)
 # Two of the suite's tests for the `tests` step: one runs on any device, one needs 8.
 SOME_TESTS = (
     'tests/data/test_uint8_batches.py::test_the_device_normalises_every_level_to_the_hosts_bits '
@@ -82,12 +92,17 @@ def test_the_small_check_passes_every_step_on_cpu(tmp_path):
   assert os.listdir(tmp_path / 'out' / 'events' / 'demo')  # The curves come back with the summary.
 
 
-@pytest.mark.slow  # Five commands, each its own process.
+@pytest.mark.slow  # Ten commands, each its own process.
 def test_the_optional_steps_run_where_only_names_them(tmp_path):
   results, _ = _small_check(tmp_path, ONLY=' '.join(OPTIONAL[1:]))
   assert tuple(results) == OPTIONAL
   assert 'x the synthetic batches' in results['b16_folder_at_step']
   assert os.listdir(tmp_path / 'out' / 'events' / 'b16_at_step')
+  assert re.fullmatch(
+      r'eval_top1 [\d.]+ at step 20 eval_polyak_top1 [\d.]+ at step 20 export: \d+/20 top-1 right',
+      results['lora'],
+  ), results['lora']
+  assert os.listdir(tmp_path / 'out' / 'events' / 'demo_lora')
 
 
 @pytest.mark.slow  # The suite in a process of its own.

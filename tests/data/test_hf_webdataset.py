@@ -164,6 +164,53 @@ def test_class_names_of_the_readme_and_text_labels_are_datasets_own(tmp_path):
     hf_source.HuggingFaceSource(str(text), 'train', 'txt').split_labels('test')
 
 
+def _json_labelled(samples: list, key: str, names=None) -> list:
+  """`samples` with their labels in their json files at `key` (as numbers, or `names`) alone."""
+  out = []
+  for sample_key, columns in samples:
+    label = int(columns.pop('cls'))
+    meta = {**json.loads(columns['json']), key: label if names is None else names[label]}
+    out.append((sample_key, {**columns, 'json': json.dumps(meta).encode()}))
+  return out
+
+
+def test_labels_in_json_files_read_as_datasets_reads_the_objects(tmp_path):
+  """`label_feature='json.KEY'`: the key of each sample's JSON object (class numbers, or names);
+  what is not a number or a name, or not the first samples' kind, is one line."""
+  numbers = tmp_path / 'numbers'
+  _shard(numbers / 'shards-train-0.tar', _json_labelled(_samples(6, 9), 'label'))
+  _shard(numbers / 'shards-test-0.tar', _json_labelled(_samples(4, 10), 'label'))
+  theirs = datasets.load_dataset(str(numbers))
+  source = hf_source.HuggingFaceSource(str(numbers), 'train', 'json.label')
+  assert source.class_names == ('0', '1', '2')
+  ours = _rows(source, 'test')
+  assert [label for _, label in ours] == [row['json']['label'] for row in theirs['test']]
+  _assert_rows(ours, theirs['test'].map(lambda row: {'label': row['json']['label']}), 'label')
+
+  names = tmp_path / 'names'
+  pets = ['cat', 'airplane', 'bird']
+  _shard(names / 'shards-train-0.tar', _json_labelled(_samples(6, 11), 'class', pets))
+  _shard(names / 'shards-test-0.tar', _json_labelled(_samples(3, 12), 'class', pets))
+  theirs = datasets.load_dataset(str(names))
+  source = hf_source.HuggingFaceSource(str(names), 'train', 'json.class')
+  assert source.class_names == ('airplane', 'bird', 'cat')
+  assert [source.class_names[label] for _, label in _rows(source, 'test')] == [
+      row['json']['class'] for row in theirs['test']
+  ]
+  with pytest.raises(ValueError, match=r"no label column 'json.species' .* \['json.width', 'json"):
+    hf_source.HuggingFaceSource(str(names), 'train', 'json.species')
+
+  mixed = _json_labelled(_samples(1, 13), 'class', pets) + _json_labelled(_samples(1, 14), 'class')
+  _shard(names / 'shards-test-0.tar', mixed)
+  with pytest.raises(
+      ValueError, match=r"'json.class' is 2, where the first samples have class name"
+  ):
+    hf_source.HuggingFaceSource(str(names), 'train', 'json.class')
+  _shard(names / 'shards-test-0.tar', mixed[:1] + _one_sample('json', b'{"class": 1.5}'))
+  with pytest.raises(ValueError, match=r"its 'json.class' is 1.5, not a class number or name"):
+    hf_source.HuggingFaceSource(str(names), 'train', 'json.class')
+
+
 def test_the_digits_as_shards_train_and_evaluate_as_the_digits(tmp_path):
   """The bundled digits as tar shards (greyscale PNGs, in the split's order): the same train and
   eval batches as `dataset='digits'`, in threads and in worker processes, and the same labels."""
@@ -240,7 +287,7 @@ def test_bad_shards_are_one_line_errors_naming_the_fix(tmp_path):
   _shard(tmp_path / 'mixed/train.tar', mixed)
   assert 'do not have the same extensions' in _error(tmp_path / 'mixed')
 
-  assert "set --config.label_feature to one of ['cls']" in _error(
+  assert "set --config.label_feature to one of ['cls', 'json.width']" in _error(
       tmp_path / 'unlabelled', label_feature='label'
   )
 
@@ -355,20 +402,20 @@ def test_a_split_of_many_tars_is_indexed_by_processes_as_by_threads(tmp_path, mo
   monkeypatch.setattr(hf_webdataset.concurrent.futures, 'ProcessPoolExecutor', recorded)
   monkeypatch.setattr(hf_webdataset.cpuinfo, 'usable_cores', lambda: 2)
   index = hf_webdataset._index_tars  # pylint: disable=protected-access
-  extents, labels = index(tuple(files), 'jpg', 'cls', None)
+  extents, labels = index(tuple(files), 'jpg', 'cls', None, True)
   assert pools == [2] and len(labels) == 31
   np.testing.assert_array_equal(
       extents['file'], np.repeat(np.arange(16), [1 + k % 3 for k in range(16)])
   )
   monkeypatch.setattr(hf_webdataset, '_TARS_FOR_PROCESSES', 17)
-  threaded = index(tuple(files), 'jpg', 'cls', None)
+  threaded = index(tuple(files), 'jpg', 'cls', None, True)
   assert pools == [2]
   np.testing.assert_array_equal(extents, threaded[0])
   np.testing.assert_array_equal(labels, threaded[1])
   monkeypatch.setattr(hf_webdataset, '_TARS_FOR_PROCESSES', 16)
   pathlib.Path(files[7]).write_bytes(pathlib.Path(files[7]).read_bytes()[:700])
   with pytest.raises(ValueError, match=r'train-07.tar is not a readable uncompressed tar file'):
-    index(tuple(files), 'jpg', 'cls', None)
+    index(tuple(files), 'jpg', 'cls', None, True)
 
 
 def _index_hashes(source) -> dict:

@@ -11,6 +11,7 @@ locally or from cloud storage.
 
 import concurrent.futures
 import io
+import json
 import multiprocessing
 import os
 import re
@@ -32,6 +33,8 @@ from vit_jax.runtime import hosts
 _INTEGER_FIELDS = ('cls', 'cls2', 'index', 'inx', 'id')
 _TEXT_FIELDS = ('txt', 'text', 'transcript')
 _IMAGE_FIELDS = tuple(e[1:] for e in images.IMAGE_EXTENSIONS)
+# A label inside a sample's `json` file: column `json.KEY`, a key of its object (a number or a name).
+_JSON_KEY = re.compile(r'^(json)[.]([^.]+)$')
 _KEY_AND_FIELD = re.compile(r'^((?:.*/|)[^.]+)[.]([^/]*)$')  # webdataset's base_plus_ext.
 _SAMPLES_FOR_COLUMNS = 5  # datasets infers the columns from a tar's first five samples.
 _EXTENT = np.dtype([('file', '<u4'), ('offset', '<i8'), ('size', '<i8'), ('labelled', '?')])
@@ -95,18 +98,54 @@ def column_kinds(layout: hf_layout.Layout) -> dict[str, str]:
   if layout.features:
     return {name: hf_layout.feature_kind(feature) for name, feature in layout.features.items()}
   first = list(layout.splits.values())[-1][0]
-  columns = [list(s) for _, (_, s) in zip(range(_SAMPLES_FOR_COLUMNS), _samples(first))]
+  samples = [s for _, (_, s) in zip(range(_SAMPLES_FOR_COLUMNS), _samples(first, ('json',)))]
+  columns = [list(s) for s in samples]
   if any(set(c) != set(columns[0]) for c in columns):
     raise ValueError(
         f"{first}: its first samples' files do not have the same extensions ({columns}): write "
         'the dataset with the same columns for every sample'
     )
-  return {field: _field_kind(field) for field in (columns[0] if columns else [])}
+  kinds = {field: _field_kind(field) for field in (columns[0] if columns else [])}
+  return {**kinds, **_json_key_kinds(samples[0]['json'][2] if 'json' in kinds else b'{}')}
 
 
-def _label(data: bytes, field: str, classes: dict[str, int] | None, where: str) -> int | str:
+def _json_key_kinds(data: bytes) -> dict[str, str]:
+  """`json.KEY`: 'integer' or 'string' for each key of a sample's JSON object with such a value."""
+  try:
+    value = json.loads(data)
+  except ValueError:
+    return {}
+  kind = lambda v: 'integer' if type(v) is int else 'string' if isinstance(v, str) else ''
+  return {f'json.{k}': kind(v) for k, v in value.items()} if isinstance(value, dict) else {}
+
+
+def _file_and_key(label_column: str) -> tuple[str, str | None]:
+  """The file a label column reads, and the key of its JSON object that holds the label, if any."""
+  match = _JSON_KEY.match(label_column)
+  return match.groups() if match else (label_column, None)
+
+
+def _json_label(data: bytes, column: str, where: str) -> int | str | None:
+  """The label at `column`'s key of a JSON file (None where the object has no such key)."""
+  _, key = _file_and_key(column)
+  try:
+    value = json.loads(data)
+  except ValueError as e:
+    raise ValueError(f'{where}: its {column!r} file is not JSON ({e}): write it again') from None
+  value = value.get(key) if isinstance(value, dict) else None
+  if value is not None and type(value) is not int and not isinstance(value, str):
+    raise ValueError(
+        f'{where}: its {column!r} is {value!r}, not a class number or name: set '
+        '--config.label_feature to a key of class numbers or names'
+    )
+  return value
+
+
+def _label(data: bytes, field: str, classes: dict[str, int] | None, where: str) -> int | str | None:
   """A label file's value as datasets decodes it (a class name as its number where the README
-  names the `classes`)."""
+  names the `classes`); a JSON file's at the column's key."""
+  if _file_and_key(field)[1] is not None:
+    return _json_label(data, field, where)
   if field.rsplit('.', 1)[-1].lower() in _INTEGER_FIELDS:
     try:
       return int(data)
@@ -124,56 +163,59 @@ def _label(data: bytes, field: str, classes: dict[str, int] | None, where: str) 
 
 
 def _index_tar(
-    path: str, image_column: str, label_column: str, names: list[str] | None
+    path: str, image_column: str, label_column: str, names: list[str] | None, numbers: bool
 ) -> tuple[np.ndarray, np.ndarray]:
-  """Each sample's image extent (offset, size; -1 where it has none) and label (-1 or '': none)."""
+  """Each sample's image extent (offset, size; -1 where it has none) and label (-1 or '': none), a
+  class number where `numbers`, else a name."""
+  kind = int if numbers else str
   extents, labels = [], []
   classes = None if names is None else {name: k for k, name in enumerate(names)}
-  for key, sample in _samples(path, (label_column,)):
+  label_file = _file_and_key(label_column)[0]
+  for key, sample in _samples(path, (label_file,)):
     offset, size, _ = sample.get(image_column, (-1, -1, None))
-    _, _, data = sample.get(label_column, (0, 0, None))
-    label = None if data is None else _label(data, label_column, classes, f'{path}: sample {key!r}')
+    _, _, data = sample.get(label_file, (0, 0, None))
+    where = f'{path}: sample {key!r}'
+    label = None if data is None else _label(data, label_column, classes, where)
+    if label is not None and type(label) is not kind:
+      raise ValueError(
+          f'{where}: its {label_column!r} is {label!r}, where the first samples have '
+          f"{'class numbers' if kind is int else 'class names'}: write one kind of label"
+      )
     extents.append((0, offset, size, label is not None))
     labels.append(label)
-  numbers = names is not None or label_column.rsplit('.', 1)[-1].lower() in _INTEGER_FIELDS
   missing = -1 if numbers else ''
   labels = np.array([missing if label is None else label for label in labels])
   return np.array(extents, _EXTENT), labels.astype(np.int64) if numbers else labels.astype(str)
 
 
-def _index_in_threads(
-    files: tuple[str, ...], image_column: str, label_column: str, names: list[str] | None
-) -> list[tuple[np.ndarray, np.ndarray]]:
-  """`_index_tar` of each of `files`, _INDEXING_THREADS at a time."""
+def _index_in_threads(files: tuple[str, ...], *columns: Any) -> list[tuple[np.ndarray, np.ndarray]]:
+  """`_index_tar` of each of `files` with `columns` (its other arguments), _INDEXING_THREADS at a
+  time."""
   with concurrent.futures.ThreadPoolExecutor(min(_INDEXING_THREADS, len(files))) as pool:
-    return list(pool.map(lambda f: _index_tar(f, image_column, label_column, names), files))
+    return list(pool.map(lambda f: _index_tar(f, *columns), files))
 
 
-def _index_tars(
-    files: tuple[str, ...], image_column: str, label_column: str, names: list[str] | None
-) -> tuple[np.ndarray, np.ndarray]:
+def _index_tars(files: tuple[str, ...], *columns: Any) -> tuple[np.ndarray, np.ndarray]:
   """Each sample of tar `files`: its extent (the file's number in `files`) and label. From
   _TARS_FOR_PROCESSES files on, in processes (spawned, as grain's workers are), one a core."""
   processes = min(cpuinfo.usable_cores(), len(files))
   if len(files) < _TARS_FOR_PROCESSES or processes < 2:
-    indexed = _index_in_threads(files, image_column, label_column, names)
+    indexed = _index_in_threads(files, *columns)
   else:
     shares = [
         files[k * len(files) // processes : (k + 1) * len(files) // processes]
         for k in range(processes)
     ]
-    columns = [[image_column] * processes, [label_column] * processes, [names] * processes]
     context = multiprocessing.get_context('spawn')
     with concurrent.futures.ProcessPoolExecutor(processes, mp_context=context) as pool:
-      indexed = [tar for share in pool.map(_index_in_threads, shares, *columns) for tar in share]
+      each = [[column] * processes for column in columns]
+      indexed = [tar for share in pool.map(_index_in_threads, shares, *each) for tar in share]
   for i, (extents, _) in enumerate(indexed):
     extents['file'] = i
   return np.concatenate([e for e, _ in indexed]), np.concatenate([found for _, found in indexed])
 
 
-def _index_divided(
-    files: tuple[str, ...], image_column: str, label_column: str, names: list[str] | None
-) -> tuple[np.ndarray, np.ndarray]:
+def _index_divided(files: tuple[str, ...], *columns: Any) -> tuple[np.ndarray, np.ndarray]:
   """The index of `files`, each process of a multi-host run indexing its share of them: a pod on
   cloud storage would otherwise read every tar whole on each host."""
   share = hosts.share(len(files))
@@ -181,9 +223,7 @@ def _index_divided(
   def indexed_share() -> bytes:
     if not share:  # More processes than tars.
       return b''
-    extents, labels = _index_tars(
-        files[share.start : share.stop], image_column, label_column, names
-    )
+    extents, labels = _index_tars(files[share.start : share.stop], *columns)
     extents['file'] += share.start
     buffer = io.BytesIO()
     np.savez(buffer, extents=extents, labels=labels)
@@ -206,7 +246,14 @@ class Rows:
     self._layout = layout
     self._columns = (image_column, label_column)
     feature = layout.features.get(label_column, {})
-    self._names = feature.get('names') if feature.get('_type') == 'ClassLabel' else None
+    names = feature.get('names') if feature.get('_type') == 'ClassLabel' else None
+    if names is not None:
+      numbers = True
+    elif _file_and_key(label_column)[1] is not None:  # A JSON key: as its first samples hold.
+      numbers = column_kinds(layout).get(label_column) == 'integer'
+    else:
+      numbers = label_column.rsplit('.', 1)[-1].lower() in _INTEGER_FIELDS
+    self._labels_as = (names, numbers)  # The README's class names, and whether labels are numbers.
     # Each split's index, made once here: a worker process then maps it without a look at each tar
     # (on cloud storage, a request each).
     self._indices = {split: self._indexed(split) for split in layout.splits}
@@ -220,7 +267,7 @@ class Rows:
     """The folder of the split's index; made on the first call (divided between the processes of a
     multi-host run where any of them has none)."""
     files = self._layout.splits[split]
-    path = dataset_cache.cache_path(files, [*self._columns, self._names], '.webdataset')
+    path = dataset_cache.cache_path(files, [*self._columns, *self._labels_as], '.webdataset')
     doing = f'Indexing split {split!r} of {self._layout.root} ({len(files)} tar files)'
     if hosts.count() > 1 and hosts.any_of(not os.path.exists(path)):
       logging.info(
@@ -229,12 +276,12 @@ class Rows:
           len(hosts.share(len(files))),
           hosts.count() - 1,
       )
-      index = _index_divided(files, *self._columns, self._names)
+      index = _index_divided(files, *self._columns, *self._labels_as)
       doing = f'Writing the index of split {split!r} of {self._layout.root}'
       write = lambda directory: _write_index(*index, directory)
     else:
       write = lambda directory: _write_index(
-          *_index_tars(files, *self._columns, self._names), directory
+          *_index_tars(files, *self._columns, *self._labels_as), directory
       )
     return dataset_cache.made_once(path, 0, doing, write)
 

@@ -82,7 +82,7 @@ def restore_params(checkpoint_dir: str) -> tuple[dict[str, Any], str]:
   """The parameters of a train-state checkpoint as numpy arrays, and which ones they are.
 
   The Polyak average (`ema_params`) when the run kept one, with the raw `params` of the frozen
-  parameters it leaves out (train/polyak.py), else the raw `params`. Only those arrays are read, onto
+  parameters it leaves out (train/state.py), else the raw `params`. Only those arrays are read, onto
   the host, so any number of devices can read a checkpoint that any mesh wrote.
   """
   tree = _metadata_tree(checkpoint_dir)

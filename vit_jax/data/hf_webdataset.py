@@ -125,9 +125,8 @@ def _file_and_key(label_column: str) -> tuple[str, str | None]:
   return match.groups() if match else (label_column, None)
 
 
-def _json_label(data: bytes, column: str, where: str) -> int | str | None:
-  """The label at `column`'s key of a JSON file (None where the object has no such key)."""
-  _, key = _file_and_key(column)
+def _json_label(data: bytes, column: str, key: str, where: str) -> int | str | None:
+  """The label at `key` (of label `column`) of a JSON file (None where the object has no such key)."""
   try:
     value = json.loads(data)
   except ValueError as e:
@@ -144,8 +143,9 @@ def _json_label(data: bytes, column: str, where: str) -> int | str | None:
 def _label(data: bytes, field: str, classes: dict[str, int] | None, where: str) -> int | str | None:
   """A label file's value as datasets decodes it (a class name as its number where the README
   names the `classes`); a JSON file's at the column's key."""
-  if _file_and_key(field)[1] is not None:
-    return _json_label(data, field, where)
+  _, key = _file_and_key(field)
+  if key is not None:
+    return _json_label(data, field, key, where)
   if field.rsplit('.', 1)[-1].lower() in _INTEGER_FIELDS:
     try:
       return int(data)

@@ -43,6 +43,8 @@ class Traced:
   model: dict[str, Any]  # variants.get_model_config of the config.
   num_classes: int
   state: dict[str, Any]
+  # state['params'] less the frozen ones (param_groups.trained_part): what has gradients.
+  trained: Any
   residuals: dict[str | None, residuals.Residuals]
   block_params: int  # Bytes of one encoder block's (float32) parameters.
   teacher: Optional['Teacher'] = None  # config.distill's.
@@ -130,6 +132,7 @@ def trace(
       model_config,
       num_classes,
       state,
+      param_groups.trained_part(state['params'], param_groups.labeller(config.optim, model_config)),
       {
           remat: residuals.of_config(config, {**model_config, 'remat': remat}, num_classes)
           for remat in dict.fromkeys((None, model_config['remat'], *REMATS))
@@ -205,9 +208,6 @@ def estimate(
   abstract_mesh = AbstractMesh(tuple(mesh.values()), tuple(mesh))
   shardings = sharding.state_shardings(state, abstract_mesh)
   params = _bytes(state['params'], shardings['params'])
-  trained = param_groups.trained_part(
-      state['params'], param_groups.labeller(config.optim, traced.model)
-  )
   shard = params / _bytes(state['params'])  # The fraction of the parameters one device holds.
   images = config.batch_size // (mesh.get('data', 1) * mesh.get('fsdp', 1))  # Per device.
   micro = images // accum_steps
@@ -252,7 +252,7 @@ def estimate(
       params=params,
       # Of the parameters that train; accumulation adds a buffer: the running sum beside each
       # micro-batch's gradients.
-      gradients=_bytes(trained, sharding.state_shardings(trained, abstract_mesh))
+      gradients=_bytes(traced.trained, sharding.state_shardings(traced.trained, abstract_mesh))
       * (2 if accum_steps > 1 else 1),
       optimizer_state=_bytes(state['opt_state'], shardings['opt_state']),
       polyak=_bytes(state['ema_params'], shardings['ema_params']),

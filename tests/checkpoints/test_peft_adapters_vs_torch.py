@@ -36,8 +36,13 @@ def _saved(tmp_path, **lora) -> peft.PeftModel:
 
 
 def _as_transformers_4_names(adapter_dir) -> None:
-  """The adapters renamed as peft names them over transformers 4's ViT (the hub's older adapters:
-  'vit.encoder.layer.0.attention.attention.query.lora_A.weight'), which its files keep."""
+  """The adapters, and the modules alpha_pattern names, renamed as peft names them over transformers
+  4's ViT (the hub's older adapters: 'vit.encoder.layer.0.attention.attention.query.lora_A.weight'),
+  which its files keep."""
+  config_file = adapter_dir / 'adapter_config.json'
+  config = json.loads(config_file.read_text())
+  alphas = {peft_adapters._file_name(k): v for k, v in (config.get('alpha_pattern') or {}).items()}
+  config_file.write_text(json.dumps({**config, 'alpha_pattern': alphas}))
   weights = str(adapter_dir / 'adapter_model.safetensors')
   tensors, _ = torch_files.read(weights)
   renamed = {}
@@ -50,8 +55,21 @@ def _as_transformers_4_names(adapter_dir) -> None:
 
 @pytest.mark.parametrize('use_rslora', [False, True])
 @pytest.mark.parametrize('names', ['transformers 5', 'transformers 4'])
-def test_an_adapter_directory_loads_as_its_peft_model(tmp_path, use_rslora, names):
-  reference = _saved(tmp_path, use_rslora=use_rslora)
+@pytest.mark.parametrize(
+    'patterns',
+    [{}, {'rank_pattern': {'v_proj': 2}, 'alpha_pattern': {'layers.1.mlp.fc2': 5}}],
+    ids=['one rank', 'rank and alpha patterns'],
+)
+def test_an_adapter_directory_loads_as_its_peft_model(tmp_path, use_rslora, names, patterns):
+  reference = _saved(tmp_path, use_rslora=use_rslora, **patterns)
+  if patterns:  # What the patterns name differs from the rest.
+    assert (
+        reference.base_model.model.vit.layers[0].attention.v_proj.lora_A['default'].out_features
+        == 2
+    )
+    assert reference.base_model.model.vit.layers[1].mlp.fc2.scaling['default'] == 5 / (
+        2 if use_rslora else 4
+    )
   if names == 'transformers 4':
     _as_transformers_4_names(tmp_path / 'adapter')
   run = prepared_from_checkpoint(tmp_path / 'run', str(tmp_path / 'adapter'), SIZE)

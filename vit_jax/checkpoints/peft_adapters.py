@@ -2,7 +2,8 @@
 `adapter_model.safetensors` (what `PeftModel.save_pretrained` writes, and the hub's adapter
 repositories hold) is read as its base model (the config's `base_model_name_or_path`: a local
 directory or file, else a hub repository) with every adapter folded into the weight it adapts,
-W + lora_alpha / r * B A (rsLoRA's alpha / sqrt(r)), and the modules peft trained whole
+W + lora_alpha / r * B A (rsLoRA's alpha / sqrt(r); rank_pattern's and alpha_pattern's where they
+name the layer), and the modules peft trained whole
 (`modules_to_save`, a classifier) in place of the base's. The state dict is then the base's, in its
 own naming: timm's, transformers' or OpenCLIP's readers take it as they take the base.
 """
@@ -35,8 +36,6 @@ def _settings(path: str) -> dict[str, Any]:
       'peft_type': (config.get('peft_type') != 'LORA', "LoRA's ('LORA')"),
       'use_dora': (config.get('use_dora'), 'False (DoRA rescales the weights it adapts)'),
       'bias': (config.get('bias', 'none') != 'none', "'none' (trained biases are not saved apart)"),
-      'rank_pattern': (config.get('rank_pattern'), '{} (one rank for every layer)'),
-      'alpha_pattern': (config.get('alpha_pattern'), '{} (one alpha for every layer)'),
       'base_model_name_or_path': (
           not config.get('base_model_name_or_path'),
           'the base checkpoint (a local directory or a hub repository)',
@@ -50,6 +49,16 @@ def _settings(path: str) -> dict[str, Any]:
           '(peft: merge_and_unload, then save_pretrained)'
       )
   return config
+
+
+def _scale(settings: dict[str, Any], module: str, rank: int) -> float:
+  """The factor of B A in `module`'s update: its alpha (the first alpha_pattern key that ends its
+  name, as peft matches them, else lora_alpha) over its rank (the factors' own: rank_pattern's
+  where it names the module), or over its square root with rsLoRA."""
+  alphas = settings.get('alpha_pattern') or {}
+  pattern = next((k for k in alphas if re.match(rf'(.*\.)?({k})$', module)), None)
+  alpha = alphas[pattern] if pattern is not None else settings['lora_alpha']
+  return alpha / (math.sqrt(rank) if settings.get('use_rslora') else rank)
 
 
 def _base_path(path: str, base: str) -> str:
@@ -108,8 +117,6 @@ def read(path: str, shapes_only: bool = False) -> tuple[torch_files.StateDict, d
     raise ValueError(f'{path} has {CONFIG} but none of {", ".join(WEIGHTS)}: download them too')
   adapters, _ = torch_files.read(str(weights))
   adapters = {k.removeprefix(_PREFIX): v for k, v in adapters.items()}
-  rank = settings['r']
-  scale = settings['lora_alpha'] / (math.sqrt(rank) if settings.get('use_rslora') else rank)
   stems = {k.removesuffix('.weight') for k in state_dict if k.endswith('.weight')}
   for key in sorted(k for k in adapters if k.endswith(_FACTORS[0])):
     module = key.removesuffix(_FACTORS[0])
@@ -119,7 +126,7 @@ def read(path: str, shapes_only: bool = False) -> tuple[torch_files.StateDict, d
     name = f'{_base_name(module, stems, path)}.weight'
     if not shapes_only:
       weight = state_dict[name]
-      update = scale * (b @ a)
+      update = _scale(settings, module, rank=a.shape[0]) * (b @ a)
       state_dict[name] = (np.asarray(weight, np.float32) + update.reshape(weight.shape)).astype(
           weight.dtype
       )

@@ -130,6 +130,7 @@ def test_export_writes_the_latest_parameters_in_the_original_layout(workdir, exp
   }
   assert description['class_names'] == list('0123456789')
   assert (description['parameters'], description['step']) == ('raw', 12)
+  assert 'peft' not in description  # No adapters.
 
 
 def test_the_artefact_of_a_run_trained_with_fused_attention_holds_xlas_attention(monkeypatch):

@@ -21,8 +21,8 @@ from vit_jax.checkpoints import hub, torch_files
 
 CONFIG = torch_files.ADAPTER_CONFIG
 WEIGHTS = ('adapter_model.safetensors', 'adapter_model.bin')
-_PREFIX = 'base_model.model.'  # peft's name of the model it wraps.
-_FACTORS = ('.lora_A.weight', '.lora_B.weight')
+PREFIX = 'base_model.model.'  # peft's name of the model it wraps.
+FACTORS = ('.lora_A.weight', '.lora_B.weight')
 
 
 def is_adapter_dir(path: str) -> bool:
@@ -116,11 +116,11 @@ def read(path: str, shapes_only: bool = False) -> tuple[torch_files.StateDict, d
   if weights is None:
     raise ValueError(f'{path} has {CONFIG} but none of {", ".join(WEIGHTS)}: download them too')
   adapters, _ = torch_files.read(str(weights))
-  adapters = {k.removeprefix(_PREFIX): v for k, v in adapters.items()}
+  adapters = {k.removeprefix(PREFIX): v for k, v in adapters.items()}
   stems = {k.removesuffix('.weight') for k in state_dict if k.endswith('.weight')}
-  for key in sorted(k for k in adapters if k.endswith(_FACTORS[0])):
-    module = key.removesuffix(_FACTORS[0])
-    a, b = (np.asarray(adapters.pop(module + f), np.float32) for f in _FACTORS)
+  for key in sorted(k for k in adapters if k.endswith(FACTORS[0])):
+    module = key.removesuffix(FACTORS[0])
+    a, b = (np.asarray(adapters.pop(module + f), np.float32) for f in FACTORS)
     if settings.get('fan_in_fan_out'):  # GPT-2's Conv1D layout: weight (in, out).
       a, b = b.T, a.T
     name = f'{_base_name(module, stems, path)}.weight'

@@ -120,6 +120,8 @@ class TrainedModel:
   step: int
   checkpoint_dir: str  # Absolute.
   parameters: str  # 'polyak' | 'raw'
+  # With low-rank adapters: the model config and parameters before lora.folded (else None).
+  adapted: Optional[tuple[dict[str, Any], Any]] = None
 
 
 def load_trained(
@@ -131,10 +133,9 @@ def load_trained(
   checkpoint_dir, step = saved_state.find_checkpoint(workdir, step)
   config, info = load_run_info(workdir)
   task = tasks.get(config.task)
-  params, name = saved_state.restore_params(checkpoint_dir)
-  model_config, params = lora.folded(
-      variants.get_model_config(config.variant, config.model.to_dict()), params
-  )
+  adapted_params, name = saved_state.restore_params(checkpoint_dir)
+  adapted_config = variants.get_model_config(config.variant, config.model.to_dict())
+  model_config, params = lora.folded(adapted_config, adapted_params)
   model = (
       task.features_model(config, model_config)
       if features
@@ -149,6 +150,7 @@ def load_trained(
       step,
       checkpoint_dir,
       'polyak' if name == 'ema_params' else 'raw',
+      (adapted_config, adapted_params) if lora.enabled(adapted_config) else None,
   )
 
 

@@ -150,6 +150,12 @@ def _layout(state_dict: StateDict, path: str) -> str:
   )
 
 
+def layout(path: str) -> str:
+  """The `LAYOUTS` name of the checkpoint at `path` (of its tensors' names: a .safetensors file's
+  header alone); a one-line ValueError for another model's."""
+  return _layout(_read(path, shapes_only=True)[0], path)
+
+
 def architecture(path: str) -> dict[str, Any]:
   """The `model.*` fields that the timm or transformers ViT at `path` fixes, from its tensors' shapes
   (a .safetensors file's header alone) and the config.json beside it, or those of an `.npz` ViT

@@ -14,7 +14,11 @@ writes, from checkpoint N of W (default: the latest), using the Polyak average w
   DIR/timm/            model.safetensors in timm's naming and the config.json that tells timm the
                        architecture: timm.create_model('local-dir:DIR/timm', pretrained=True) (not
                        written for what timm's ViT cannot hold, a BiT included: config.json's "timm"
-                       says why).
+                       says why);
+  DIR/peft/            for a run with low-rank adapters that started from a timm checkpoint: its
+                       adapters (and the head it trained) as Hugging Face peft's, over that
+                       checkpoint: PeftModel.from_pretrained(timm.create_model(BASE, pretrained=True,
+                       num_classes=N), 'DIR/peft') (config.json's "peft" says why where not written).
 """
 
 if (
@@ -102,6 +106,12 @@ def export(
     torch_files.write_safetensors(timm_tensors, str(timm_dir / torch_files.SAFETENSORS))
     (timm_dir / 'config.json').write_text(json.dumps(timm_config, indent=2))
     timm_files = 'timm/model.safetensors, timm/config.json'
+  if trained.adapted:
+    peft_files = (
+        _write_peft(trained, out_dir)
+        if timm_files.startswith('timm/')
+        else "not written, as timm/ (peft's adapters name timm's modules)"
+    )
   description = {
       'variant': config.variant,
       'model': model,
@@ -118,9 +128,43 @@ def export(
       'output': 'float32 logits [batch, num_classes]',
       'jax_export_platforms': list(PLATFORMS),
       'timm': timm_files,
+      **({'peft': peft_files} if trained.adapted else {}),
   }
   (out_dir / 'config.json').write_text(json.dumps(description, indent=2))
   return description
+
+
+def _write_peft(trained: Any, out_dir: epath.Path) -> str:
+  """Writes peft's adapter files of the adapted run `trained` (run_dir.TrainedModel) to out_dir/peft;
+  returns what config.json says of them (why not, where they are not written)."""
+  from vit_jax.checkpoints import peft_export, timm_export_args, torch_files  # pylint: disable=g-import-not-at-top
+  from vit_jax.models import lora  # pylint: disable=g-import-not-at-top
+  from vit_jax.train import param_groups  # pylint: disable=g-import-not-at-top
+
+  model_config, params = trained.adapted
+  trained_paths = {
+      path for path, _, trains in param_groups.labelled(trained.config.optim, params) if trains
+  }
+  try:
+    tensors, adapter_config = peft_export.export(
+        params,
+        lora.spec(
+            model_config['lora_rank'],
+            model_config['lora_alpha'],
+            model_config['lora_dropout'],
+            model_config['lora_targets'],
+        ),
+        trained_paths.__contains__,
+        timm_export_args.timm_class(trained.model_config),
+        peft_export.base_name(trained.config.init_from),
+    )
+  except (ValueError, OSError) as e:
+    return f'not written: {e}'
+  peft_dir = out_dir / 'peft'
+  peft_dir.mkdir(exist_ok=True)
+  torch_files.write_safetensors(tensors, str(peft_dir / peft_export.WEIGHTS))
+  (peft_dir / peft_export.CONFIG).write_text(json.dumps(adapter_config, indent=2))
+  return f'peft/{peft_export.WEIGHTS}, peft/{peft_export.CONFIG} over {adapter_config["base_model_name_or_path"]}'
 
 
 _USAGE = '--workdir=W --out=DIR [--step=N] [--overwrite]'
@@ -137,10 +181,14 @@ def main(argv: list[str]) -> None:
     description = export(workdir, out, flags.FLAGS.step, overwrite=flags.FLAGS.overwrite)
   except ValueError as e:
     cli.fail(str(e))
+  unwritten = [
+      f'; {name}/ {description[name]}'
+      for name in ('timm', 'peft')
+      if description.get(name, '').startswith('not written')
+  ]
   print(
       f'exported step {description["step"]} ({description["parameters"]} parameters) of '
-      f'{workdir} to {out}'
-      + ('' if description['timm'].startswith('timm/') else f'; timm/ {description["timm"]}')
+      f'{workdir} to {out}' + ''.join(unwritten)
   )
 
 

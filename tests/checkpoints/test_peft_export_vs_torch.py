@@ -1,0 +1,73 @@
+"""peft loads a run's exported adapters (vit_jax/checkpoints/peft_export.py, vit_jax.tools.export's
+peft/) over the timm checkpoint the run started from, and predicts as the run's model; the files are
+named and shaped as peft's own save_pretrained names and shapes them, and init_from reads them back.
+"""
+
+import json
+import os
+
+import numpy as np
+import peft
+import timm
+import torch
+
+import helpers
+from torch_references import images, prepared_from_checkpoint, timm_input, timm_saved, torch_outputs
+from vit_jax.checkpoints import run_dir, torch_files
+from vit_jax.tools import export
+from vit_jax.train import loop, setup as train_setup
+
+ALL = ('query', 'key', 'value', 'out', 'mlp_in', 'mlp_out')
+
+
+def test_peft_loads_a_runs_adapters_over_the_timm_checkpoint_it_started_from(tmp_path, data_dir):
+  timm_saved(tmp_path / 'base')
+  config = helpers.load_config(
+      'demo',
+      {
+          **helpers.TINY,
+          **helpers.UNSET_SIZES,
+          'variant': 'checkpoint',
+          'init_from': str(tmp_path / 'base'),
+          'data_dir': data_dir,
+          'model.lora_rank': 4,
+          'model.lora_alpha': 8.0,
+          'model.lora_targets': ALL,
+          'lr.base': 0.05,
+      },
+  )
+  workdir, out = str(tmp_path / 'run'), tmp_path / 'export'
+  loop.train_and_evaluate(train_setup.prepare(config, workdir))
+  description = export.export(workdir, str(out))
+  assert description['peft'] == (
+      'peft/adapter_model.safetensors, peft/adapter_config.json over ' f'{tmp_path / "base"}'
+  )
+  inputs = images(6)
+  _, infer = run_dir.load_export(str(out))
+  expected = np.asarray(infer(inputs))
+
+  base = timm.create_model(f'local-dir:{tmp_path / "base"}', pretrained=True).eval()
+  model = peft.PeftModel.from_pretrained(base, str(out / 'peft')).eval()
+  theirs = torch_outputs(model, timm_input(base, inputs)).numpy()
+  np.testing.assert_allclose(theirs, expected, atol=1e-4)
+  with torch.no_grad():  # The trained head without the adapters' updates: far from it.
+    for name, p in model.named_parameters():
+      if '.lora_B.' in name:
+        p.zero_()
+  assert np.abs(torch_outputs(model, timm_input(base, inputs)).numpy() - expected).max() > 0.1
+
+  # Named and shaped as peft writes the adapters of this config over the base.
+  adapter_config = json.loads((out / 'peft' / 'adapter_config.json').read_text())
+  fresh = timm.create_model(f'local-dir:{tmp_path / "base"}', pretrained=True)
+  fields = {k: v for k, v in adapter_config.items() if k not in ('peft_type', 'inference_mode')}
+  peft.get_peft_model(fresh, peft.LoraConfig(**fields)).save_pretrained(str(tmp_path / 'theirs'))
+  shapes = lambda d: {
+      k: v.shape
+      for k, v in torch_files.read(os.path.join(d, 'adapter_model.safetensors'))[0].items()
+  }
+  assert shapes(out / 'peft') == shapes(tmp_path / 'theirs')
+
+  # config.init_from reads them back over the base: the run's model.
+  again = prepared_from_checkpoint(tmp_path / 'again', str(out / 'peft'), 8)
+  ours = again.model.apply({'params': again.init_params}, inputs)
+  np.testing.assert_allclose(np.asarray(ours), expected, atol=1e-4)

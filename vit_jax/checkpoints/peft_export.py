@@ -1,0 +1,176 @@
+"""A run's low-rank adapters as Hugging Face peft's (`export`): the `adapter_model.safetensors` and
+`adapter_config.json` that `PeftModel.from_pretrained(base, DIR)` loads over timm's model of the
+checkpoint the run started from, and that `config.init_from=DIR` reads back (peft_adapters.py).
+
+Adapters are named for timm's modules (timm_export_tensors.py's naming). timm fuses the query, key and
+value projections into one `attn.qkv` (EVA-02's gated MLP its two halves into one `mlp.fc1`): the
+adapters of the parts of such a module are one adapter of it, of rank r per adapted part, A their A's
+stacked and B theirs block-diagonal (zeros where a part has none), with alpha times the parts too
+(`rank_pattern`, `alpha_pattern`), so that alpha / r stays the run's and the update is the same. The
+parameters that trained beside the adapters (a new head) are peft's `modules_to_save`: the whole timm
+modules that hold them.
+"""
+
+import re
+from typing import Any, Callable, Optional
+
+import numpy as np
+from flax import traverse_util
+
+from vit_jax.checkpoints import hub, peft_adapters, state_dicts, timm_export_tensors, torch_files
+from vit_jax.checkpoints.torch_files import StateDict
+from vit_jax.models import lora
+
+CONFIG, WEIGHTS = peft_adapters.CONFIG, peft_adapters.WEIGHTS[0]
+# Our adapted layer (its name in a block) -> (timm's module in the block, the layer's part of it), by
+# timm's classes: the first the model has.
+_TIMM_MODULES = {
+    'query': (('attn.qkv', 0), ('attn.q_proj', 0)),
+    'key': (('attn.qkv', 1), ('attn.k_proj', 0)),
+    'value': (('attn.qkv', 2), ('attn.v_proj', 0)),
+    'out': (('attn.proj', 0),),
+    'Dense_0': (('mlp.fc1_g', 0), ('mlp.fc1', 0)),  # The MLP's first layer, a gated one's gate.
+    'Dense_linear': (('mlp.fc1_x', 0), ('mlp.fc1', 1)),
+    'Dense_1': (('mlp.fc2', 0),),
+}
+_BLOCK = re.compile(r'^Transformer/encoderblock_(\d+)/(?:.+/)?([^/]+)$')
+
+
+def base_name(init_from: Optional[str]) -> str:
+  """peft's `base_model_name_or_path` of adapters trained over `init_from` (a run's config.init_from):
+  its hub repository, or its absolute path; a one-line ValueError where it is not a timm checkpoint,
+  over which the adapters' names (timm's modules) would not be the base's."""
+  if not init_from:
+    raise ValueError('the run started from no checkpoint (config.init_from) for peft to adapt')
+  path = hub.local(init_from)
+  if peft_adapters.is_adapter_dir(path):
+    raise ValueError(
+        f"the run's frozen weights are {init_from}'s adapters folded into their base, a checkpoint "
+        'of none: the merged timm/ export holds the run'
+    )
+  if not torch_files.is_state_dict_path(path) or state_dicts.layout(path) != 'timm':
+    raise ValueError(
+        f"the adapters name timm's modules, and the run started from {init_from}, not a timm "
+        "checkpoint: start from timm's copy of those weights (e.g. hf-hub:timm/...)"
+    )
+  return init_from.removeprefix(hub.PREFIX) if init_from.startswith(hub.PREFIX) else path
+
+
+def _timm_module(layer: str, base: StateDict) -> tuple[str, int]:
+  """(timm's module, the part of it) of our adapted `layer`, in `base` (timm's state dict of the
+  model); a one-line error where timm has no module for it alone."""
+  found = _BLOCK.match(layer)
+  block, name = (int(found[1]), found[2]) if found else (None, layer)
+  for module, part in _TIMM_MODULES.get(name, ()):
+    if f'blocks.{block}.{module}.weight' in base:
+      return f'blocks.{block}.{module}', part
+  raise ValueError(
+      f"timm's model has no module of the adapted layer {layer} (its parallel blocks pack the "
+      'projections into one): the merged timm/ export holds the run'
+  )
+
+
+def _adapters(flat: dict[str, np.ndarray], base: StateDict, rank: int) -> dict[str, StateDict]:
+  """timm's module -> its lora_A [parts' ranks, inputs] and lora_B [outputs, parts' ranks] of the
+  adapters in `flat` (our '/'-joined per-block parameters)."""
+  parts: dict[str, list[tuple[int, np.ndarray, np.ndarray]]] = {}
+  for path in sorted(p for p in flat if lora.ADAPTER_PATH.search(p) and p.endswith('/a')):
+    adapter = path.removesuffix('/a')
+    module, part = _timm_module(adapter.removesuffix(lora.SUFFIX), base)
+    a = np.asarray(flat[path], np.float32).reshape(-1, rank)
+    b = np.asarray(flat[f'{adapter}/b'], np.float32).reshape(rank, -1)
+    parts.setdefault(module, []).append((part, a, b))
+  out = {}
+  for module, adapted in parts.items():
+    weight = base[f'{module}.weight']
+    rows = adapted[0][2].shape[1]  # A part's outputs: the parts of a timm module are equal.
+    lora_b = np.zeros((weight.shape[0], rank * len(adapted)), np.float32)
+    for i, (part, _, b) in enumerate(adapted):
+      lora_b[part * rows : (part + 1) * rows, i * rank : (i + 1) * rank] = b.T
+    lora_a = np.concatenate([a.T for _, a, _ in adapted])
+    if lora_a.shape[1] != weight.shape[1] or weight.shape[0] % rows:
+      raise ValueError(f"timm's {module} {weight.shape} does not hold adapters of its parts")
+    out[module] = {'lora_A': lora_a, 'lora_B': lora_b}
+  return out
+
+
+def _whole_modules(
+    flat: dict[str, np.ndarray], trained: Callable[[str], bool], cls: str, adapted: set[str]
+) -> list[str]:
+  """timm's modules that hold the parameters `trained` names beside the adapters (peft's
+  modules_to_save); a one-line error for one peft cannot save whole."""
+  mask = {
+      path: np.full(np.shape(x), float(trained(path)))
+      for path, x in flat.items()
+      if not lora.ADAPTER_PATH.search(path)
+  }
+  masked = timm_export_tensors.to_state_dict(traverse_util.unflatten_dict(mask, sep='/'), cls)
+  tensors = sorted(name for name, x in masked.items() if x.any())
+  modules = {name.rpartition('.')[0] for name in tensors}
+  for tensor in tensors:
+    module = tensor.rpartition('.')[0]
+    within = sorted(m for m in adapted if m == module or m.startswith(f'{module}.'))
+    # The base's patch embedding reads images normalised its own way (ours folds it in).
+    where = (
+        'outside any module'
+        if not module
+        else f'in a module with adapters ({within[0]})'
+        if within
+        else 'in the patch embedding, which reads images as the base normalises them'
+        if module.startswith('patch_embed')
+        else None
+    )
+    if where:
+      raise ValueError(
+          f"peft saves trained modules whole, and timm's {tensor} trains {where}: keep it frozen "
+          '(config.optim.trained), or use the merged timm/ export'
+      )
+  # A module within another that trains is saved with it.
+  return sorted(m for m in modules if not any(m.startswith(f'{o}.') for o in modules))
+
+
+def export(
+    params: Any,
+    adapters: lora.Spec,
+    trained: Callable[[str], bool],
+    cls: str,
+    base_name: str,
+) -> tuple[StateDict, dict[str, Any]]:
+  """peft's adapter state dict and adapter_config.json of `params` (our per-block tree with
+  `adapters`), over timm's class `cls` (timm_export.ARGUMENTS' keys) of the base `base_name` (the
+  run's init_from); `trained(path)` says which parameters trained. What peft over timm's model cannot
+  hold is a one-line ValueError."""
+  flat = traverse_util.flatten_dict(params, sep='/')
+  plain = {p: x for p, x in flat.items() if not lora.ADAPTER_PATH.search(p)}
+  base = timm_export_tensors.to_state_dict(traverse_util.unflatten_dict(plain, sep='/'), cls)
+  factors = _adapters(flat, base, adapters.rank)
+  saved = _whole_modules(flat, trained, cls, set(factors))
+  tensors = {
+      f'{peft_adapters.PREFIX}{module}.{factor}.weight': value
+      for module, pair in factors.items()
+      for factor, value in pair.items()
+  }
+  for name, value in base.items():
+    if any(name.startswith(f'{module}.') for module in saved):
+      tensors[peft_adapters.PREFIX + name] = value
+  # Keys as peft matches them (the whole name, its dots literal); the modules of one part need none.
+  parts = {module: pair['lora_A'].shape[0] // adapters.rank for module, pair in factors.items()}
+  config = {
+      'peft_type': 'LORA',
+      'base_model_name_or_path': base_name,
+      'r': adapters.rank,
+      'lora_alpha': adapters.alpha,
+      'lora_dropout': adapters.dropout_rate,
+      'target_modules': sorted(factors),
+      'rank_pattern': {re.escape(m): n * adapters.rank for m, n in parts.items() if n > 1},
+      'alpha_pattern': {re.escape(m): n * adapters.alpha for m, n in parts.items() if n > 1},
+      'modules_to_save': saved or None,
+      'bias': 'none',
+      'use_rslora': False,
+      'use_dora': False,
+      'fan_in_fan_out': False,
+      'init_lora_weights': True,
+      'inference_mode': True,
+      'task_type': None,
+  }
+  return {k: np.ascontiguousarray(v) for k, v in tensors.items()}, config

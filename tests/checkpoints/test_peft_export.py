@@ -35,9 +35,13 @@ def _adapted(**fields):
   return helpers.random_params(model, 8), model_config, spec
 
 
-def _exported(params, model_config, spec, trained=lambda path: path.startswith('head/')):
+def _exported(params, model_config, spec, trained=lambda path: path.startswith('head/'), base=None):
+  """peft_export.export over a base of the run's own tensors (timm's names of its class), or `base`'s
+  shapes."""
   cls = timm_export_args.timm_class(model_config)
-  return peft_export.export(params, spec, trained, cls, 'base')
+  ours = timm_export_tensors.to_state_dict(_plain(params), cls)
+  shapes = base or {name: x.shape for name, x in ours.items()}
+  return peft_export.export(params, spec, trained, cls, ('base', shapes))
 
 
 def _plain(params):
@@ -133,9 +137,9 @@ def test_norms_that_train_beside_the_adapters_are_saved_whole_with_the_head():
         (
             lambda path: False,
             dict(parallel_block=True),
-            "timm's model has no module of the adapted layer Transformer/encoderblock_0/"
-            'MultiHeadDotProductAttention_1/query (its parallel blocks pack the projections into '
-            'one): the merged timm/ export holds the run',
+            'the base has no timm module of the adapted layer Transformer/encoderblock_0/'
+            "MultiHeadDotProductAttention_1/query alone (timm's parallel blocks pack the "
+            'projections into one): the merged timm/ export holds the run',
         ),
     ],
     ids=[
@@ -160,12 +164,14 @@ def test_the_base_is_the_timm_checkpoint_the_run_started_from(
   timm_file = str(tmp_path / 'snapshot' / torch_files.SAFETENSORS)
   cls = timm_export_args.timm_class(model_config)
   torch_files.write_safetensors(timm_export_tensors.to_state_dict(_plain(params), cls), timm_file)
-  assert peft_export.base_name(timm_file) == timm_file
+  name, shapes = peft_export.base(timm_file)
+  assert name == timm_file
+  assert shapes['blocks.1.attn.qkv.weight'] == (96, 32)
   monkeypatch.chdir(tmp_path)
-  assert peft_export.base_name('snapshot') == str(tmp_path / 'snapshot')  # Absolute.
+  assert peft_export.base('snapshot')[0] == str(tmp_path / 'snapshot')  # Absolute.
   # A hub repository: by its name, which peft and peft_adapters.py look up.
   helpers.fake_hub(monkeypatch, [torch_files.SAFETENSORS], str(tmp_path / 'snapshot'))
-  assert peft_export.base_name('hf-hub:timm/vit_tiny') == 'timm/vit_tiny'
+  assert peft_export.base('hf-hub:timm/vit_tiny')[0] == 'timm/vit_tiny'
   for init_from, error in (
       (None, 'the run started from no checkpoint (config.init_from) for peft to adapt'),
       (
@@ -175,9 +181,64 @@ def test_the_base_is_the_timm_checkpoint_the_run_started_from(
       ),
   ):
     with pytest.raises(ValueError, match=re.escape(error)):
-      peft_export.base_name(init_from)
+      peft_export.base(init_from)
   adapters = tmp_path / 'adapters'
   adapters.mkdir()
   (adapters / peft_adapters.CONFIG).write_text('{}')
   with pytest.raises(ValueError, match="the run's frozen weights are .* adapters folded into"):
-    peft_export.base_name(str(adapters))
+    peft_export.base(str(adapters))
+
+
+def test_the_adapters_name_the_bases_modules():
+  """EVA-02 B's timm checkpoint keeps separate query, key and value projections, which the run
+  computes as timm's fused ones: the adapters are the base's, each of rank r."""
+  params, model_config, spec = _adapted(lora_targets=ALL)
+  cls = timm_export_args.timm_class(model_config)
+  merged = timm_export_tensors.to_state_dict(lora.merge(params, spec.scale), cls)
+  ours = timm_export_tensors.to_state_dict(_plain(params), cls)
+  base = {name: x.shape for name, x in ours.items() if '.attn.qkv.' not in name}
+  base.update({f'blocks.{i}.attn.{n}_proj.weight': (32, 32) for i in range(2) for n in 'qkv'})
+  tensors, config = _exported(params, model_config, spec, base=base)
+  assert config['rank_pattern'] == config['alpha_pattern'] == {}
+  for i in range(2):
+    qkv = f'blocks.{i}.attn.qkv.weight'
+    for part, n in enumerate('qkv'):
+      module = f'{peft_adapters.PREFIX}blocks.{i}.attn.{n}_proj'
+      a, b = tensors[f'{module}.lora_A.weight'], tensors[f'{module}.lora_B.weight']
+      assert a.shape == (4, 32) and b.shape == (32, 4)
+      rows = slice(32 * part, 32 * (part + 1))
+      np.testing.assert_allclose(ours[qkv][rows] + 6 / 4 * b @ a, merged[qkv][rows], atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    'base, trained, error',
+    [
+        (
+            {'blocks.0.attn.qkv.weight': (96, 48)},
+            lambda path: path.startswith('head/'),
+            "the base's blocks.0.attn.qkv.weight (96, 48) is not a projection of the run's adapted "
+            'layers: is config.init_from the checkpoint the run started from?',
+        ),
+        (
+            {'blocks.0.norm1.weight': None, 'blocks.0.norm1.bias': None},
+            lambda path: 'encoderblock_0/LayerNorm_0' in path,
+            "timm's blocks.0.norm1.bias trains in no module of the base",
+        ),
+        (
+            {'blocks.0.attn.q_bias': (32,), 'blocks.0.attn.v_bias': (32,)},
+            lambda path: path.startswith('head/'),
+            "timm computes the base's blocks.0.attn.qkv from its weight with q_bias and v_bias "
+            "(Eva's and Beit's F.linear), past peft's adapter of it: the merged timm/ export holds "
+            'the run, or train adapters of other layers than query, key and value',
+        ),
+    ],
+    ids=['another width', 'a module it lacks', "Eva's fused qkv with biases"],
+)
+def test_a_base_other_than_the_runs_is_one_line(base, trained, error):
+  params, model_config, spec = _adapted()
+  cls = timm_export_args.timm_class(model_config)
+  shapes = {n: x.shape for n, x in timm_export_tensors.to_state_dict(_plain(params), cls).items()}
+  shapes.update(base)
+  shapes = {n: shape for n, shape in shapes.items() if shape is not None}
+  with pytest.raises(ValueError, match=re.escape(error)):
+    _exported(params, model_config, spec, trained, base=shapes)

@@ -8,20 +8,37 @@ import os
 
 import numpy as np
 import peft
+import pytest
 import timm
 import torch
 
 import helpers
-from torch_references import images, prepared_from_checkpoint, timm_input, timm_saved, torch_outputs
+from torch_references import prepared_from_checkpoint, timm_input, timm_saved, torch_outputs
 from vit_jax.checkpoints import run_dir, torch_files
 from vit_jax.tools import export
 from vit_jax.train import loop, setup as train_setup
 
 ALL = ('query', 'key', 'value', 'out', 'mlp_in', 'mlp_out')
+EVA = dict(img_size=28, patch_size=7, mlp_ratio=4 * 2 / 3)
+# timm's architectures, tiny: (image size, their arguments, the run's model.lora_targets).
+BASES = {
+    # Fused qkv: the adapters of query, key and value are one of rank 3r.
+    'vit_tiny_patch16_224': (8, {}, ALL),
+    # Separate q, k, v projections; SwiGLU's fc1_g and fc1_x; rotary embeddings; CLIP's
+    # normalisation (folded into the run's patch embedding, timm's own over the base).
+    'eva02_base_patch14_224': (28, EVA, ALL),
+    # The SwiGLU's two halves packed in one fc1 (rank 2r). Its fused qkv with q and v biases is
+    # computed past peft's adapter (test_peft_export.py).
+    'eva02_small_patch14_224': (28, EVA, ('out', 'mlp_in', 'mlp_out')),
+}
 
 
-def test_peft_loads_a_runs_adapters_over_the_timm_checkpoint_it_started_from(tmp_path, data_dir):
-  timm_saved(tmp_path / 'base')
+@pytest.mark.parametrize('architecture', list(BASES))
+def test_peft_loads_a_runs_adapters_over_the_timm_checkpoint_it_started_from(
+    tmp_path, data_dir, architecture
+):
+  size, arguments, targets = BASES[architecture]
+  timm_saved(tmp_path / 'base', architecture, **arguments)
   config = helpers.load_config(
       'demo',
       {
@@ -32,8 +49,9 @@ def test_peft_loads_a_runs_adapters_over_the_timm_checkpoint_it_started_from(tmp
           'data_dir': data_dir,
           'model.lora_rank': 4,
           'model.lora_alpha': 8.0,
-          'model.lora_targets': ALL,
+          'model.lora_targets': targets,
           'lr.base': 0.05,
+          'image_size': size,
       },
   )
   workdir, out = str(tmp_path / 'run'), tmp_path / 'export'
@@ -42,7 +60,7 @@ def test_peft_loads_a_runs_adapters_over_the_timm_checkpoint_it_started_from(tmp
   assert description['peft'] == (
       'peft/adapter_model.safetensors, peft/adapter_config.json over ' f'{tmp_path / "base"}'
   )
-  inputs = images(6)
+  inputs = np.random.default_rng(0).uniform(-1, 1, (6, size, size, 3)).astype(np.float32)
   _, infer = run_dir.load_export(str(out))
   expected = np.asarray(infer(inputs))
 
@@ -68,6 +86,6 @@ def test_peft_loads_a_runs_adapters_over_the_timm_checkpoint_it_started_from(tmp
   assert shapes(out / 'peft') == shapes(tmp_path / 'theirs')
 
   # config.init_from reads them back over the base: the run's model.
-  again = prepared_from_checkpoint(tmp_path / 'again', str(out / 'peft'), 8)
+  again = prepared_from_checkpoint(tmp_path / 'again', str(out / 'peft'), size)
   ours = again.model.apply({'params': again.init_params}, inputs)
   np.testing.assert_allclose(np.asarray(ours), expected, atol=1e-4)

@@ -19,8 +19,9 @@ from flax import traverse_util
 
 from vit_jax.checkpoints import hub, peft_adapters, state_dicts, timm_export_tensors, torch_files
 from vit_jax.checkpoints.torch_files import StateDict
-from vit_jax.models import lora
+from vit_jax.models import lora, vit
 
+Shapes = dict[str, tuple[int, ...]]  # A state dict's tensors' shapes.
 CONFIG, WEIGHTS = peft_adapters.CONFIG, peft_adapters.WEIGHTS[0]
 # Our adapted layer (its name in a block) -> (timm's module in the block, the layer's part of it), by
 # timm's classes: the first the model has.
@@ -36,10 +37,10 @@ _TIMM_MODULES = {
 _BLOCK = re.compile(r'^Transformer/encoderblock_(\d+)/(?:.+/)?([^/]+)$')
 
 
-def base_name(init_from: Optional[str]) -> str:
+def base(init_from: Optional[str]) -> tuple[str, dict[str, tuple[int, ...]]]:
   """peft's `base_model_name_or_path` of adapters trained over `init_from` (a run's config.init_from):
-  its hub repository, or its absolute path; a one-line ValueError where it is not a timm checkpoint,
-  over which the adapters' names (timm's modules) would not be the base's."""
+  its hub repository, or its absolute path; and the shapes of its tensors. A one-line ValueError
+  where it is not a timm checkpoint, whose modules the adapters name."""
   if not init_from:
     raise ValueError('the run started from no checkpoint (config.init_from) for peft to adapt')
   path = hub.local(init_from)
@@ -48,57 +49,79 @@ def base_name(init_from: Optional[str]) -> str:
         f"the run's frozen weights are {init_from}'s adapters folded into their base, a checkpoint "
         'of none: the merged timm/ export holds the run'
     )
-  if not torch_files.is_state_dict_path(path) or state_dicts.layout(path) != 'timm':
+  tensors = (
+      torch_files.read(path, shapes_only=True)[0] if torch_files.is_state_dict_path(path) else {}
+  )
+  if not tensors or state_dicts.layout_name(tensors, path) != 'timm':
     raise ValueError(
         f"the adapters name timm's modules, and the run started from {init_from}, not a timm "
         "checkpoint: start from timm's copy of those weights (e.g. hf-hub:timm/...)"
     )
-  return init_from.removeprefix(hub.PREFIX) if init_from.startswith(hub.PREFIX) else path
+  name = init_from.removeprefix(hub.PREFIX) if init_from.startswith(hub.PREFIX) else path
+  return name, {k: tuple(np.shape(v)) for k, v in tensors.items()}
 
 
-def _timm_module(layer: str, base: StateDict) -> tuple[str, int]:
-  """(timm's module, the part of it) of our adapted `layer`, in `base` (timm's state dict of the
-  model); a one-line error where timm has no module for it alone."""
+def _timm_module(layer: str, shapes: Shapes) -> tuple[str, int]:
+  """(timm's module, the part of it) of our adapted `layer` in the base of tensor `shapes`; a
+  one-line error where it has no module for it alone."""
   found = _BLOCK.match(layer)
   block, name = (int(found[1]), found[2]) if found else (None, layer)
   for module, part in _TIMM_MODULES.get(name, ()):
-    if f'blocks.{block}.{module}.weight' in base:
+    if f'blocks.{block}.{module}.weight' in shapes:
       return f'blocks.{block}.{module}', part
   raise ValueError(
-      f"timm's model has no module of the adapted layer {layer} (its parallel blocks pack the "
-      'projections into one): the merged timm/ export holds the run'
+      f"the base has no timm module of the adapted layer {layer} alone (timm's parallel blocks "
+      'pack the projections into one): the merged timm/ export holds the run'
   )
 
 
-def _adapters(flat: dict[str, np.ndarray], base: StateDict, rank: int) -> dict[str, StateDict]:
+def _adapters(flat: dict[str, np.ndarray], shapes: Shapes, rank: int) -> dict[str, StateDict]:
   """timm's module -> its lora_A [parts' ranks, inputs] and lora_B [outputs, parts' ranks] of the
-  adapters in `flat` (our '/'-joined per-block parameters)."""
+  adapters in `flat` (our '/'-joined per-block parameters), in the base of tensor `shapes`."""
   parts: dict[str, list[tuple[int, np.ndarray, np.ndarray]]] = {}
   for path in sorted(p for p in flat if lora.ADAPTER_PATH.search(p) and p.endswith('/a')):
     adapter = path.removesuffix('/a')
-    module, part = _timm_module(adapter.removesuffix(lora.SUFFIX), base)
+    module, part = _timm_module(adapter.removesuffix(lora.SUFFIX), shapes)
+    if module.endswith('.attn.qkv') and f'{module[: -len("qkv")]}q_bias' in shapes:
+      raise ValueError(
+          f"timm computes the base's {module} from its weight with q_bias and v_bias (Eva's and "
+          "Beit's F.linear), past peft's adapter of it: the merged timm/ export holds the run, or "
+          'train adapters of other layers than query, key and value'
+      )
     a = np.asarray(flat[path], np.float32).reshape(-1, rank)
     b = np.asarray(flat[f'{adapter}/b'], np.float32).reshape(rank, -1)
     parts.setdefault(module, []).append((part, a, b))
   out = {}
   for module, adapted in parts.items():
-    weight = base[f'{module}.weight']
+    weight = shapes[f'{module}.weight']
     rows = adapted[0][2].shape[1]  # A part's outputs: the parts of a timm module are equal.
-    lora_b = np.zeros((weight.shape[0], rank * len(adapted)), np.float32)
+    lora_a = np.concatenate([a.T for _, a, _ in adapted])
+    if (
+        len(weight) != 2
+        or lora_a.shape[1] != weight[1]
+        or max(p for p, _, _ in adapted) >= weight[0] // rows
+    ):
+      raise ValueError(
+          f"the base's {module}.weight {weight} is not a projection of the run's adapted layers: is "
+          'config.init_from the checkpoint the run started from?'
+      )
+    lora_b = np.zeros((weight[0], rank * len(adapted)), np.float32)
     for i, (part, _, b) in enumerate(adapted):
       lora_b[part * rows : (part + 1) * rows, i * rank : (i + 1) * rank] = b.T
-    lora_a = np.concatenate([a.T for _, a, _ in adapted])
-    if lora_a.shape[1] != weight.shape[1] or weight.shape[0] % rows:
-      raise ValueError(f"timm's {module} {weight.shape} does not hold adapters of its parts")
     out[module] = {'lora_A': lora_a, 'lora_B': lora_b}
   return out
 
 
 def _whole_modules(
-    flat: dict[str, np.ndarray], trained: Callable[[str], bool], cls: str, adapted: set[str]
+    flat: dict[str, np.ndarray],
+    trained: Callable[[str], bool],
+    cls: str,
+    adapted: set[str],
+    shapes: Shapes,
 ) -> list[str]:
   """timm's modules that hold the parameters `trained` names beside the adapters (peft's
-  modules_to_save); a one-line error for one peft cannot save whole."""
+  modules_to_save), in the base of tensor `shapes`; a one-line error for one peft cannot save whole
+  there."""
   mask = {
       path: np.full(np.shape(x), float(trained(path)))
       for path, x in flat.items()
@@ -118,6 +141,9 @@ def _whole_modules(
         if within
         else 'in the patch embedding, which reads images as the base normalises them'
         if module.startswith('patch_embed')
+        # A new head: the base may have none, or another number of classes.
+        else 'in no module of the base'
+        if module not in vit.HEADS and tensor not in shapes
         else None
     )
     if where:
@@ -134,23 +160,24 @@ def export(
     adapters: lora.Spec,
     trained: Callable[[str], bool],
     cls: str,
-    base_name: str,
+    base_checkpoint: tuple[str, Shapes],
 ) -> tuple[StateDict, dict[str, Any]]:
   """peft's adapter state dict and adapter_config.json of `params` (our per-block tree with
-  `adapters`), over timm's class `cls` (timm_export.ARGUMENTS' keys) of the base `base_name` (the
-  run's init_from); `trained(path)` says which parameters trained. What peft over timm's model cannot
-  hold is a one-line ValueError."""
+  `adapters`, which timm's class `cls` of timm_export.ARGUMENTS computes), over the timm checkpoint
+  the run started from (`base`'s name and shapes), named as its modules; `trained(path)` says which
+  parameters trained. What peft cannot hold over that checkpoint is a one-line ValueError."""
+  base_name, shapes = base_checkpoint
   flat = traverse_util.flatten_dict(params, sep='/')
   plain = {p: x for p, x in flat.items() if not lora.ADAPTER_PATH.search(p)}
-  base = timm_export_tensors.to_state_dict(traverse_util.unflatten_dict(plain, sep='/'), cls)
-  factors = _adapters(flat, base, adapters.rank)
-  saved = _whole_modules(flat, trained, cls, set(factors))
+  ours = timm_export_tensors.to_state_dict(traverse_util.unflatten_dict(plain, sep='/'), cls)
+  factors = _adapters(flat, shapes, adapters.rank)
+  saved = _whole_modules(flat, trained, cls, set(factors), shapes)
   tensors = {
       f'{peft_adapters.PREFIX}{module}.{factor}.weight': value
       for module, pair in factors.items()
       for factor, value in pair.items()
   }
-  for name, value in base.items():
+  for name, value in ours.items():
     if any(name.startswith(f'{module}.') for module in saved):
       tensors[peft_adapters.PREFIX + name] = value
   # Keys as peft matches them (the whole name, its dots literal); the modules of one part need none.

@@ -132,7 +132,9 @@ _MAP_FIELDS = ('map_heads', 'map_mlp_dim', 'map_include_prefix')
 POOLING_FIELDS = ('classifier', 'fc_norm', 'final_norm', *_MAP_FIELDS)
 
 
-def _layout(state_dict: StateDict, path: str) -> str:
+def layout_name(state_dict: StateDict, path: str) -> str:
+  """The `LAYOUTS` name of the state dict of the checkpoint at `path`; a one-line ValueError for
+  another model's."""
   for name, layout in LAYOUTS.items():
     if layout.recognises(state_dict):
       return name
@@ -150,12 +152,6 @@ def _layout(state_dict: StateDict, path: str) -> str:
   )
 
 
-def layout(path: str) -> str:
-  """The `LAYOUTS` name of the checkpoint at `path` (of its tensors' names: a .safetensors file's
-  header alone); a one-line ValueError for another model's."""
-  return _layout(_read(path, shapes_only=True)[0], path)
-
-
 def architecture(path: str) -> dict[str, Any]:
   """The `model.*` fields that the timm or transformers ViT at `path` fixes, from its tensors' shapes
   (a .safetensors file's header alone) and the config.json beside it, or those of an `.npz` ViT
@@ -164,7 +160,7 @@ def architecture(path: str) -> dict[str, Any]:
   if path.endswith('.npz'):
     return big_vision_layout.architecture(npz_files.load_npz(path, shapes_only=True), path)
   shapes, config = _read(path, shapes_only=True)
-  return LAYOUTS[_layout(shapes, path)].architecture(shapes, config, path)
+  return LAYOUTS[layout_name(shapes, path)].architecture(shapes, config, path)
 
 
 def _read(path: str, shapes_only: bool = False) -> tuple[StateDict, dict[str, Any]]:
@@ -231,7 +227,7 @@ def load(
   another value than the model's (the pooling's only when `keep_head`, and the MAP head's only where
   both have one)."""
   state_dict, config = _read(path)
-  name = _layout(state_dict, path)
+  name = layout_name(state_dict, path)
   layout = LAYOUTS[name]
   fixed = layout.architecture(state_dict, config, path)
   checked = {

@@ -156,7 +156,7 @@ def _write_peft(trained: Any, out_dir: epath.Path) -> str:
         ),
         trained_paths.__contains__,
         timm_export_args.timm_class(trained.model_config),
-        peft_export.base_name(trained.config.init_from),
+        peft_export.base(trained.config.init_from),
     )
   except (ValueError, OSError) as e:
     return f'not written: {e}'

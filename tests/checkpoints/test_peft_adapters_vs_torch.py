@@ -10,7 +10,10 @@ import pytest
 import torch
 
 from torch_references import prepared_from_checkpoint, torch_outputs, transformers_vit_saved
+from flax import traverse_util
+
 from vit_jax.checkpoints import peft_adapters, torch_files
+from vit_jax.models import lora
 
 SIZE = 8
 
@@ -88,4 +91,66 @@ def test_adapters_folding_cannot_express_are_one_line_errors(tmp_path):
       ValueError, match=r'adapter_config.json: use_dora=True; vit_jax folds LoRA adapters whose '
   ) as raised:
     prepared_from_checkpoint(tmp_path / 'run', str(tmp_path / 'adapter'), SIZE)
+  assert '\n' not in str(raised.value)
+
+
+def _adapters(params) -> dict[str, np.ndarray]:
+  flat = traverse_util.flatten_dict(params, sep='/')
+  return {p: np.asarray(x) for p, x in flat.items() if lora.ADAPTER_PATH.search(p)}
+
+
+@pytest.mark.parametrize(
+    'targets, rank, folded',
+    [
+        (('query', 'value', 'mlp_out'), 4, 0),
+        (('query', 'value'), 4, 2),  # fc2's adapters fold into the kernels, one a block.
+        (('query', 'value', 'mlp_out'), 6, 0),  # Two more directions a layer, b zeros.
+    ],
+    ids=['every adapted layer', 'some', 'a higher rank'],
+)
+def test_a_model_with_adapters_keeps_peft_adapters_as_its_own(
+    tmp_path, targets, rank, folded, caplog
+):
+  reference = _saved(tmp_path)
+  with caplog.at_level('INFO'):
+    run = prepared_from_checkpoint(
+        tmp_path / 'run',
+        str(tmp_path / 'adapter'),
+        SIZE,
+        **{'model.lora_rank': rank, 'model.lora_targets': targets},
+    )
+  inputs = np.random.RandomState(2).uniform(-1, 1, (3, SIZE, SIZE, 3)).astype(np.float32)
+  ours = run.model.apply({'params': run.init_params}, inputs)
+  np.testing.assert_allclose(
+      np.asarray(ours), torch_outputs(reference, inputs).logits.numpy(), atol=1e-4
+  )
+  adapters = _adapters(run.init_params)
+  layers = {'query', 'value', 'Dense_1'} if 'mlp_out' in targets else {'query', 'value'}
+  assert {p.split('/')[-2].removesuffix(lora.SUFFIX) for p in adapters} == layers
+  block = 'Transformer/encoderblock_0/MultiHeadDotProductAttention_1/query'
+  # The base's kernel as it was, the update in the adapter: its b trained, not zeros.
+  plain = prepared_from_checkpoint(tmp_path / 'plain', str(tmp_path / 'base'), SIZE)
+  flat = traverse_util.flatten_dict(run.init_params, sep='/')
+  np.testing.assert_array_equal(
+      flat[f'{block}/kernel'],
+      traverse_util.flatten_dict(plain.init_params, sep='/')[f'{block}/kernel'],
+  )
+  b = adapters[f'{block}{lora.SUFFIX}/b']
+  assert b.shape[0] == rank
+  assert np.abs(b[:4]).min(axis=tuple(range(1, b.ndim))).min() > 0  # Four directions trained.
+  assert not b[4:].any()  # Directions beyond the update's rank start at zero...
+  a = adapters[f'{block}{lora.SUFFIX}/a']
+  assert np.abs(a[:, 4:]).max(initial=1) > 0  # ...with a drawn, so that they train.
+  assert f"kept its adapters' updates of {len(layers) * 2} layers" in caplog.text
+  assert (f'folded those of {folded} layers' in caplog.text) == bool(folded)
+
+
+def test_peft_adapters_of_a_higher_rank_than_the_models_are_one_line(tmp_path):
+  _saved(tmp_path)
+  with pytest.raises(
+      ValueError, match=r'has rank 4, beyond model.lora_rank=2: set --config.model.lora_rank=4'
+  ) as raised:
+    prepared_from_checkpoint(
+        tmp_path / 'run', str(tmp_path / 'adapter'), SIZE, **{'model.lora_rank': 2}
+    )
   assert '\n' not in str(raised.value)

@@ -4,6 +4,7 @@ parts block-diagonal, at r and alpha per part), what trained beside them is save
 cannot hold over timm's model is one line. peft itself loading them over timm's model is
 test_peft_export_vs_torch.py."""
 
+import json
 import re
 
 import jax.numpy as jnp
@@ -182,11 +183,12 @@ def test_the_base_is_the_timm_checkpoint_the_run_started_from(
   ):
     with pytest.raises(ValueError, match=re.escape(error)):
       peft_export.base(init_from)
+  # peft's adapters (a run's export): their base.
   adapters = tmp_path / 'adapters'
   adapters.mkdir()
-  (adapters / peft_adapters.CONFIG).write_text('{}')
-  with pytest.raises(ValueError, match="the run's frozen weights are .* adapters folded into"):
-    peft_export.base(str(adapters))
+  config = {'peft_type': 'LORA', 'base_model_name_or_path': '../snapshot'}
+  (adapters / peft_adapters.CONFIG).write_text(json.dumps(config))
+  assert peft_export.base(str(adapters)) == (str(tmp_path / 'snapshot'), shapes)
 
 
 def test_the_adapters_name_the_bases_modules():

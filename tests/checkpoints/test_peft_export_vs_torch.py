@@ -33,19 +33,15 @@ BASES = {
 }
 
 
-@pytest.mark.parametrize('architecture', list(BASES))
-def test_peft_loads_a_runs_adapters_over_the_timm_checkpoint_it_started_from(
-    tmp_path, data_dir, architecture
-):
-  size, arguments, targets = BASES[architecture]
-  timm_saved(tmp_path / 'base', architecture, **arguments)
+def _exported_run(tmp_path, name, data_dir, init_from, size, targets):
+  """The export of a tiny LoRA run (rank 4, alpha 8) of `targets` on the digits from `init_from`."""
   config = helpers.load_config(
       'demo',
       {
           **helpers.TINY,
           **helpers.UNSET_SIZES,
           'variant': 'checkpoint',
-          'init_from': str(tmp_path / 'base'),
+          'init_from': init_from,
           'data_dir': data_dir,
           'model.lora_rank': 4,
           'model.lora_alpha': 8.0,
@@ -54,9 +50,18 @@ def test_peft_loads_a_runs_adapters_over_the_timm_checkpoint_it_started_from(
           'image_size': size,
       },
   )
-  workdir, out = str(tmp_path / 'run'), tmp_path / 'export'
+  workdir, out = str(tmp_path / name), tmp_path / f'{name}_export'
   loop.train_and_evaluate(train_setup.prepare(config, workdir))
-  description = export.export(workdir, str(out))
+  return export.export(workdir, str(out)), out
+
+
+@pytest.mark.parametrize('architecture', list(BASES))
+def test_peft_loads_a_runs_adapters_over_the_timm_checkpoint_it_started_from(
+    tmp_path, data_dir, architecture
+):
+  size, arguments, targets = BASES[architecture]
+  timm_saved(tmp_path / 'base', architecture, **arguments)
+  description, out = _exported_run(tmp_path, 'run', data_dir, str(tmp_path / 'base'), size, targets)
   assert description['peft'] == (
       'peft/adapter_model.safetensors, peft/adapter_config.json over ' f'{tmp_path / "base"}'
   )
@@ -89,3 +94,29 @@ def test_peft_loads_a_runs_adapters_over_the_timm_checkpoint_it_started_from(
   again = prepared_from_checkpoint(tmp_path / 'again', str(out / 'peft'), size)
   ours = again.model.apply({'params': again.init_params}, inputs)
   np.testing.assert_allclose(np.asarray(ours), expected, atol=1e-4)
+
+
+def test_a_run_from_exported_adapters_trains_them_on_and_exports_them_over_the_same_base(
+    tmp_path, data_dir
+):
+  timm_saved(tmp_path / 'base')
+  _, first = _exported_run(tmp_path, 'first', data_dir, str(tmp_path / 'base'), 8, ALL)
+  # The adapters go on as the next run's (the base's kernels as they were): exported over it again.
+  description, out = _exported_run(tmp_path, 'next', data_dir, str(first / 'peft'), 8, ALL)
+  assert description['peft'].endswith(f' over {tmp_path / "base"}')
+  inputs = np.random.default_rng(0).uniform(-1, 1, (6, 8, 8, 3)).astype(np.float32)
+  _, infer = run_dir.load_export(str(out))
+  base = timm.create_model(f'local-dir:{tmp_path / "base"}', pretrained=True).eval()
+  model = peft.PeftModel.from_pretrained(base, str(out / 'peft')).eval()
+  theirs = torch_outputs(model, timm_input(base, inputs)).numpy()
+  np.testing.assert_allclose(theirs, np.asarray(infer(inputs)), atol=1e-4)
+  _, first_infer = run_dir.load_export(str(first))
+  assert (
+      np.abs(np.asarray(infer(inputs)) - np.asarray(first_infer(inputs))).max() > 1e-3
+  )  # Trained.
+  # A run that adapts fewer layers folds the others' adapters into the base's kernels: no base.
+  description, _ = _exported_run(tmp_path, 'fewer', data_dir, str(first / 'peft'), 8, ('query',))
+  assert description['peft'].startswith(
+      "not written: the run's Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel is not its "
+      "base's:"
+  )

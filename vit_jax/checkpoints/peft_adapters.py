@@ -61,14 +61,15 @@ def _scale(settings: dict[str, Any], module: str, rank: int) -> float:
   return alpha / (math.sqrt(rank) if settings.get('use_rslora') else rank)
 
 
-def _base_path(path: str, base: str) -> str:
-  """The base checkpoint `base` of the adapters at `path`: a local path as given (or relative to
-  `path`), else the hub repository of that name (downloaded into the Hugging Face cache if need
-  be)."""
-  for local in (base, os.path.join(path, base)):
+def base(path: str) -> tuple[str, str]:
+  """The base checkpoint of the adapters at `path`: (its name, where it is). A local path as their
+  base_model_name_or_path gives it (or relative to `path`): its absolute path, twice; else the hub
+  repository of that name, downloaded into the Hugging Face cache if need be."""
+  name = _settings(path)['base_model_name_or_path']
+  for local in (name, os.path.join(path, name)):
     if os.path.exists(local):
-      return local
-  return hub.local(f'{hub.PREFIX}{base}')
+      return os.path.abspath(local), os.path.abspath(local)
+  return name, hub.local(f'{hub.PREFIX}{name}')
 
 
 # transformers 5's module names in a ViT's layer -> the names its files keep (transformers converts
@@ -105,19 +106,21 @@ def _base_name(module: str, stems: set[str], path: str) -> str:
   return found[0]
 
 
-def read(path: str, shapes_only: bool = False) -> tuple[torch_files.StateDict, dict[str, Any]]:
-  """The base state dict with the adapters of `path` folded in, and the base's config.json;
-  `shapes_only` as torch_files.read (the shapes are the base's: folding keeps them)."""
+def read_apart(
+    path: str, shapes_only: bool = False
+) -> tuple[torch_files.StateDict, dict[str, Any], torch_files.StateDict]:
+  """The base state dict with peft's whole-trained modules in place, the base's config.json, and
+  the update of each weight the adapters of `path` adapt (by its name in the base: scale * B A, in
+  its shape; none with `shapes_only`, which reads as torch_files.read)."""
   settings = _settings(path)
-  state_dict, config = torch_files.read(
-      _base_path(path, settings['base_model_name_or_path']), shapes_only
-  )
+  state_dict, config = torch_files.read(base(path)[1], shapes_only)
   weights = next((epath.Path(path) / n for n in WEIGHTS if (epath.Path(path) / n).is_file()), None)
   if weights is None:
     raise ValueError(f'{path} has {CONFIG} but none of {", ".join(WEIGHTS)}: download them too')
   adapters, _ = torch_files.read(str(weights))
   adapters = {k.removeprefix(PREFIX): v for k, v in adapters.items()}
   stems = {k.removesuffix('.weight') for k in state_dict if k.endswith('.weight')}
+  updates = {}
   for key in sorted(k for k in adapters if k.endswith(FACTORS[0])):
     module = key.removesuffix(FACTORS[0])
     a, b = (np.asarray(adapters.pop(module + f), np.float32) for f in FACTORS)
@@ -125,13 +128,20 @@ def read(path: str, shapes_only: bool = False) -> tuple[torch_files.StateDict, d
       a, b = b.T, a.T
     name = f'{_base_name(module, stems, path)}.weight'
     if not shapes_only:
-      weight = state_dict[name]
-      update = _scale(settings, module, rank=a.shape[0]) * (b @ a)
-      state_dict[name] = (np.asarray(weight, np.float32) + update.reshape(weight.shape)).astype(
-          weight.dtype
-      )
+      scale = _scale(settings, module, rank=a.shape[0])
+      updates[name] = (scale * (b @ a)).reshape(state_dict[name].shape)
   # What peft trained whole (modules_to_save, a classifier): saved under the module's own name, which
   # the readers take with or without the wrapper's prefix ('vit.'), as they take the base's.
   for key, value in adapters.items():
     state_dict[key] = np.zeros_like(value) if shapes_only else value
+  return state_dict, config, updates
+
+
+def read(path: str, shapes_only: bool = False) -> tuple[torch_files.StateDict, dict[str, Any]]:
+  """The base state dict with the adapters of `path` folded in (`read_apart`'s), and the base's
+  config.json; `shapes_only` as torch_files.read (the shapes are the base's: folding keeps them)."""
+  state_dict, config, updates = read_apart(path, shapes_only)
+  for name, update in updates.items():
+    weight = state_dict[name]
+    state_dict[name] = (np.asarray(weight, np.float32) + update).astype(weight.dtype)
   return state_dict, config

@@ -37,18 +37,18 @@ _TIMM_MODULES = {
 _BLOCK = re.compile(r'^Transformer/encoderblock_(\d+)/(?:.+/)?([^/]+)$')
 
 
-def base(init_from: Optional[str]) -> tuple[str, dict[str, tuple[int, ...]]]:
-  """peft's `base_model_name_or_path` of adapters trained over `init_from` (a run's config.init_from):
-  its hub repository, or its absolute path; and the shapes of its tensors. A one-line ValueError
-  where it is not a timm checkpoint, whose modules the adapters name."""
+def base(init_from: Optional[str]) -> tuple[str, Shapes]:
+  """peft's `base_model_name_or_path` of adapters trained over `init_from` (a run's config.init_from,
+  or the base of the peft adapters it names): its hub repository, or its absolute path; and the
+  shapes of its tensors. A one-line ValueError where it is not a timm checkpoint, whose modules the
+  adapters name."""
   if not init_from:
     raise ValueError('the run started from no checkpoint (config.init_from) for peft to adapt')
   path = hub.local(init_from)
   if peft_adapters.is_adapter_dir(path):
-    raise ValueError(
-        f"the run's frozen weights are {init_from}'s adapters folded into their base, a checkpoint "
-        'of none: the merged timm/ export holds the run'
-    )
+    name, path = peft_adapters.base(path)
+  else:
+    name = init_from.removeprefix(hub.PREFIX) if init_from.startswith(hub.PREFIX) else path
   tensors = (
       torch_files.read(path, shapes_only=True)[0] if torch_files.is_state_dict_path(path) else {}
   )
@@ -57,8 +57,28 @@ def base(init_from: Optional[str]) -> tuple[str, dict[str, tuple[int, ...]]]:
         f"the adapters name timm's modules, and the run started from {init_from}, not a timm "
         "checkpoint: start from timm's copy of those weights (e.g. hf-hub:timm/...)"
     )
-  name = init_from.removeprefix(hub.PREFIX) if init_from.startswith(hub.PREFIX) else path
   return name, {k: tuple(np.shape(v)) for k, v in tensors.items()}
+
+
+def check_unfolded(init_from: str, params: Any, model_config: dict[str, Any]) -> None:
+  """Where the run started from peft's adapters (`init_from`), a one-line ValueError unless its
+  blocks' kernels (`params`, of the adapted model of `model_config`) are their base's: adapters of
+  layers the run does not adapt were folded into them (state_dicts.load)."""
+  path = hub.local(init_from)
+  if not peft_adapters.is_adapter_dir(path):
+    return
+  theirs, _ = state_dicts.load(
+      peft_adapters.base(path)[1], lora.without_adapters(model_config), False
+  )
+  theirs = traverse_util.flatten_dict(theirs, sep='/')
+  for name, kernel in traverse_util.flatten_dict(params, sep='/').items():
+    if name.startswith('Transformer/encoderblock_') and name.endswith('/kernel'):
+      if not np.array_equal(kernel, theirs[name]):
+        raise ValueError(
+            f"the run's {name} is not its base's: {init_from}'s adapters of layers the run does not "
+            'adapt were folded into it (adapt those too: model.lora_targets); the merged timm/ '
+            'export holds the run'
+        )
 
 
 def _timm_module(layer: str, shapes: Shapes) -> tuple[str, int]:

@@ -33,6 +33,7 @@ from vit_jax.checkpoints import (
     transformers_layout,
 )
 from vit_jax.checkpoints.torch_files import StateDict
+from vit_jax.models import lora
 
 
 @dataclasses.dataclass(frozen=True)
@@ -226,7 +227,12 @@ def load(
   something else, or when the checkpoint fixes a field without tensors (`_WITHOUT_TENSORS`) to
   another value than the model's (the pooling's only when `keep_head`, and the MAP head's only where
   both have one)."""
-  state_dict, config = _read(path)
+  # peft's adapters stay adapters in a model with adapters (lora.factored), else fold in.
+  adapters = lora.model_spec(model) if peft_adapters.is_adapter_dir(path) else None
+  if adapters:
+    state_dict, config, updates = peft_adapters.read_apart(path)
+  else:
+    (state_dict, config), updates = _read(path), {}
   name = layout_name(state_dict, path)
   layout = LAYOUTS[name]
   fixed = layout.architecture(state_dict, config, path)
@@ -255,6 +261,15 @@ def load(
   # The checkpoint's MAP head is read as it was trained, also when the model drops it.
   map_heads = model.get('map_heads') if map_head else fixed.get('map_heads')
   tree = layout.from_state_dict(state_dict, model['num_heads'], path, map_heads)
+  if updates:
+    changes = {k: np.broadcast_to(np.float32(0), np.shape(v)) for k, v in state_dict.items()}
+    changes = layout.from_state_dict({**changes, **updates}, model['num_heads'], path, map_heads)
+    tree, kept, added = lora.factored(tree, changes, adapters)
+    notes.append(
+        f"kept its adapters' updates of {kept} layers as the model's adapters (rank "
+        f'{adapters.rank}, of their SVD)'
+        + (f', folded those of {added} layers it does not adapt into them' if added else '')
+    )
   normalization = layout.normalization(config, path)
   if normalization is not None and not np.allclose(normalization, 0.5):
     tree = fold_normalization(tree, *normalization)

@@ -201,18 +201,76 @@ def merge(params: Any, scale: float) -> Any:
   return traverse_util.unflatten_dict(flat, sep='/')
 
 
-def folded(model_config: dict[str, Any], params: Any) -> tuple[dict[str, Any], Any]:
-  """(the model config without adapters, `params` with its adapters merged into their kernels): the
-  same function as a plain model, for export and the tools; a model without adapters as it is."""
+def model_spec(model_config: dict[str, Any]) -> Optional[Spec]:
+  """The `Spec` of the adapters of the model of a resolved model config; None without."""
   if not enabled(model_config):
-    return model_config, params
-  adapters = spec(
+    return None
+  return spec(
       model_config['lora_rank'],
       model_config['lora_alpha'],
       model_config['lora_dropout'],
       model_config['lora_targets'],
   )
-  return without_adapters(model_config), merge(params, adapters.scale)
+
+
+def folded(model_config: dict[str, Any], params: Any) -> tuple[dict[str, Any], Any]:
+  """(the model config without adapters, `params` with its adapters merged into their kernels): the
+  same function as a plain model, for export and the tools; a model without adapters as it is."""
+  if not enabled(model_config):
+    return model_config, params
+  return without_adapters(model_config), merge(params, model_spec(model_config).scale)
+
+
+# Singular values below this fraction of the largest are float rounding of an update of lower rank.
+_RANK_TOLERANCE = 1e-5
+
+
+def factored(params: Any, updates: Any, adapters: Spec) -> tuple[Any, int, int]:
+  """`params` (per-block, without adapters) with `updates` (a tree like it: each parameter's change,
+  zeros where none) as adapters where `adapters` adapt the layer, elsewhere added to the parameters:
+  the same function. A kernel's update U S V^T (SVD) becomes a = U sqrt(S), b = sqrt(S) V^T / scale
+  in its top `adapters.rank` directions; a direction it lacks gets a of U's unit column / sqrt(3)
+  (the per-entry scale of `LowRankAdapter`'s draw) and b zeros, so that it trains. Returns the tree
+  and how many layers' updates became adapters and how many were added; a one-line ValueError for
+  an update of a higher rank than adapters.rank."""
+  flat = traverse_util.flatten_dict(params, sep='/')
+  changes = traverse_util.flatten_dict(updates, sep='/')
+  kept = added = 0
+  for path, change in changes.items():
+    change = np.asarray(change, np.float32)
+    if not change.any():
+      continue
+    layer, _, kind = path.rpartition('/')
+    name = layer.rpartition('/')[2]
+    if (
+        kind != 'kernel'
+        or not layer.startswith('Transformer/encoderblock_')
+        or not adapters.adapts(name)
+    ):
+      flat[path] = (np.asarray(flat[path], np.float32) + change).astype(
+          np.asarray(flat[path]).dtype
+      )
+      added += layer.startswith('Transformer/') and kind == 'kernel'
+      continue
+    inputs = change.shape[: 2 if name == 'out' else 1]  # The attention's output contracts 2 axes.
+    u, s, vt = np.linalg.svd(change.reshape(int(np.prod(inputs)), -1).astype(np.float64), False)
+    rank = adapters.rank
+    if len(s) > rank and s[rank] > _RANK_TOLERANCE * s[0]:
+      higher = int(np.sum(s > _RANK_TOLERANCE * s[0]))
+      raise ValueError(
+          f'the update of {layer} has rank {higher}, beyond model.lora_rank={rank}: set '
+          f'--config.model.lora_rank={higher} to keep it as adapters'
+      )
+    s = np.pad(s[:rank], (0, rank - min(rank, len(s))))
+    u = np.pad(u[:, :rank], ((0, 0), (0, rank - min(rank, u.shape[1]))))
+    vt = np.pad(vt[:rank], ((0, rank - min(rank, vt.shape[0])), (0, 0)))
+    trains = s > _RANK_TOLERANCE * s[0]
+    a = np.where(trains, u * np.sqrt(s), u / np.sqrt(3))
+    b = np.where(trains[:, None], np.sqrt(s)[:, None] * vt / adapters.scale, 0.0)
+    flat[f'{layer}{SUFFIX}/a'] = a.reshape(inputs + (rank,)).astype(np.float32)
+    flat[f'{layer}{SUFFIX}/b'] = b.reshape((rank,) + change.shape[len(inputs) :]).astype(np.float32)
+    kept += 1
+  return traverse_util.unflatten_dict(flat, sep='/'), kept, added
 
 
 def without_adapters(model_config: dict[str, Any]) -> dict[str, Any]:

@@ -138,26 +138,21 @@ def _write_peft(trained: Any, out_dir: epath.Path) -> str:
   """Writes peft's adapter files of the adapted run `trained` (run_dir.TrainedModel) to out_dir/peft;
   returns what config.json says of them (why not, where they are not written)."""
   from vit_jax.checkpoints import peft_export, timm_export_args, torch_files  # pylint: disable=g-import-not-at-top
-  from vit_jax.models import lora  # pylint: disable=g-import-not-at-top
-  from vit_jax.train import param_groups  # pylint: disable=g-import-not-at-top
+  from vit_jax.models import freezing, lora  # pylint: disable=g-import-not-at-top
 
   model_config, params = trained.adapted
-  trained_paths = {
-      path for path, _, trains in param_groups.labelled(trained.config.optim, params) if trains
-  }
+  init_from = trained.config.init_from
+  optim = trained.config.optim
+  trained_regexes = freezing.trained_regexes(optim, params)
   try:
     tensors, adapter_config = peft_export.export(
         params,
-        lora.spec(
-            model_config['lora_rank'],
-            model_config['lora_alpha'],
-            model_config['lora_dropout'],
-            model_config['lora_targets'],
-        ),
-        trained_paths.__contains__,
+        lora.model_spec(model_config),
+        lambda path: not freezing.is_frozen(optim, trained_regexes, path),
         timm_export_args.timm_class(trained.model_config),
-        peft_export.base(trained.config.init_from),
+        peft_export.base(init_from),
     )
+    peft_export.check_unfolded(init_from, params, model_config)
   except (ValueError, OSError) as e:
     return f'not written: {e}'
   peft_dir = out_dir / 'peft'

@@ -1,10 +1,7 @@
 """Parameter groups: learning-rate and weight-decay multipliers, layer-wise learning-rate decay and
 frozen parameters (config.optim.{lr_mults, wd_mults, layer_decay, frozen, trained}).
 
-A parameter is frozen when a regex of `frozen` matches it, or when `trained` is set and none of its
-regexes does (a low-rank adapter, lora.py, trains then all the same); with adapters in the model and
-`trained` unset, the adapters and the head train (`TRAINED_WITH_ADAPTERS`, peft's modules_to_save of
-a classifier), the pretrained weights they adapt stay as loaded.
+Which parameters are frozen is models/freezing.py's rule.
 
 Groups are chosen by regex, searched in '/'-joined parameter paths of the checkpoint layout
 (`Transformer/encoderblock_3/MlpBlock_3/Dense_0/kernel`); the first regex that matches wins. The
@@ -25,11 +22,9 @@ import ml_collections
 import numpy as np
 import optax
 
-from vit_jax.models import layer_ids, lora, scan_layout
+from vit_jax.models import freezing, layer_ids, lora, scan_layout
 
 FROZEN, TRAINED = 'frozen', 'trained'  # The labels of `frozen_labels`.
-# config.optim.trained's value for a model with adapters when it is unset: the classifier's head(s).
-TRAINED_WITH_ADAPTERS = ('^head',)
 
 
 def path_str(key_path: tuple[Any, ...]) -> str:
@@ -125,28 +120,10 @@ def freezes(optim: ml_collections.ConfigDict, model_config: dict[str, Any]) -> b
   return bool(optim.frozen) or optim.trained is not None or lora.enabled(model_config)
 
 
-def trained_regexes(optim: ml_collections.ConfigDict, tree: Any) -> tuple[str, ...] | None:
-  """The regexes of the parameters that train beside the adapters (None: all of them): optim.trained,
-  or `TRAINED_WITH_ADAPTERS` for a `tree` with adapters when it is unset."""
-  if optim.trained is not None:
-    return tuple(optim.trained)
-  return TRAINED_WITH_ADAPTERS if lora.has_adapters(tree) else None
-
-
 def frozen_labels(optim: ml_collections.ConfigDict, tree: Any) -> Any:
   """FROZEN or TRAINED for each array of `tree`; one-line error for stacked blocks frozen in part."""
-  trained = trained_regexes(optim, tree)
-
-  def is_frozen(path: str) -> bool:
-    if any(re.search(regex, path) for regex in optim.frozen):
-      return True
-    return not (
-        trained is None
-        or lora.ADAPTER_PATH.search(path)
-        or any(re.search(regex, path) for regex in trained)
-    )
-
-  frozen = _per_leaf(tree, is_frozen)
+  trained = freezing.trained_regexes(optim, tree)
+  frozen = _per_leaf(tree, functools.partial(freezing.is_frozen, optim, trained))
   field = 'config.optim.frozen' if optim.frozen else 'config.optim.trained'
 
   def label(key_path, is_frozen):

@@ -268,7 +268,11 @@ def load(
     notes.append(
         f"kept its adapters' updates of {kept} layers as the model's adapters (rank "
         f'{adapters.rank}, of their SVD)'
-        + (f', folded those of {added} layers it does not adapt into them' if added else '')
+        + (
+            f', folded those of {added} layers it does not adapt into their kernels'
+            if added
+            else ''
+        )
     )
   normalization = layout.normalization(config, path)
   if normalization is not None and not np.allclose(normalization, 0.5):

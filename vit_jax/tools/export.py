@@ -159,7 +159,8 @@ def _write_peft(trained: Any, out_dir: epath.Path) -> str:
   peft_dir.mkdir(exist_ok=True)
   torch_files.write_safetensors(tensors, str(peft_dir / peft_export.WEIGHTS))
   (peft_dir / peft_export.CONFIG).write_text(json.dumps(adapter_config, indent=2))
-  return f'peft/{peft_export.WEIGHTS}, peft/{peft_export.CONFIG} over {adapter_config["base_model_name_or_path"]}'
+  base = adapter_config['base_model_name_or_path']
+  return f'peft/{peft_export.WEIGHTS}, peft/{peft_export.CONFIG} over {base}'
 
 
 _USAGE = '--workdir=W --out=DIR [--step=N] [--overwrite]'

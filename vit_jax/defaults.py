@@ -20,10 +20,10 @@ def get_config() -> ml_collections.ConfigDict:
   config.data_dir = config_dict.placeholder(str)
   config.train_split = 'train'
   config.eval_split = 'test'
-  # The tfds ClassLabel feature (a Hugging Face dataset's label column; WebDataset shards' 'cls', or
-  # 'json.KEY': KEY of each sample's json file) the run trains and evaluates on (its classes are the
-  # model's), e.g. cifar100's 'coarse_label' for its 20 superclasses; image folders and VTAB tasks
-  # have only 'label'.
+  # The tfds ClassLabel feature (a Hugging Face dataset's label column, 'COLUMN.FIELD' a struct
+  # column's field; WebDataset shards' 'cls', or 'json.KEY': KEY of each sample's json file) the run
+  # trains and evaluates on (its classes are the model's), e.g. cifar100's 'coarse_label' for its 20
+  # superclasses; image folders and VTAB tasks have only 'label'.
   config.label_feature = 'label'
   config.image_size = 224
   # Train-time preprocessing: a crop ('inception' | 'random_resized' | 'random' | 'resize'), then each

@@ -494,3 +494,57 @@ def test_a_worker_process_opens_the_copy_without_a_look_at_the_parquet_files(tmp
   monkeypatch.setattr(dataset_cache, 'size_and_time', lambda path: pytest.fail(f'{path} looked at'))
   for k in range(records.num_records):
     assert worker.load(records.read(k))['image'] == source.load(records.read(k))['image']
+
+
+def _nested(n: int, seed: int, species) -> datasets.Dataset:
+  """`_dataset`'s images, their labels a field of a struct column, as a WebDataset's json reads in
+  the hub's Parquet conversion of it: meta = {'species': ..., 'note': ...}."""
+  flat = _dataset(n, seed)
+  labels = flat['label']
+  if isinstance(species, datasets.Value) and species.dtype == 'string':
+    labels = [NAMES[label] for label in labels]
+  features = datasets.Features(
+      {'img': datasets.Image(), 'meta': {'species': species, 'note': datasets.Value('string')}}
+  )
+  meta = [{'species': label, 'note': f'row {i}'} for i, label in enumerate(labels)]
+  return datasets.Dataset.from_dict(
+      {'img': flat.cast_column('img', datasets.Image(decode=False))['img'], 'meta': meta},
+      features=features,
+  )
+
+
+@pytest.mark.parametrize(
+    'species, names',
+    [
+        (datasets.ClassLabel(names=NAMES), tuple(NAMES)),
+        (datasets.Value('int64'), ('0', '1', '2')),
+        (datasets.Value('string'), tuple(NAMES)),
+    ],
+    ids=['class label', 'integers', 'strings'],
+)
+@pytest.mark.parametrize('layout', ['parquet', 'saved'])
+def test_a_label_in_a_struct_column_is_its_field(tmp_path, species, names, layout):
+  train, test = _nested(8, 0, species), _nested(4, 1, species)
+  if layout == 'parquet':
+    _parquet(train, tmp_path / 'data/train-00000-of-00001.parquet')
+    _parquet(test, tmp_path / 'data/test-00000-of-00001.parquet')
+    theirs = datasets.load_dataset(str(tmp_path))
+  else:
+    datasets.DatasetDict({'train': train, 'test': test}).save_to_disk(str(tmp_path))
+    theirs = datasets.load_from_disk(str(tmp_path))
+  source = hf_source.HuggingFaceSource(str(tmp_path), 'train', 'meta.species')
+  assert source.class_names == names
+  for split in ('train', 'test'):
+    raw = [row['meta']['species'] for row in theirs[split]]
+    class_label = isinstance(species, datasets.ClassLabel)
+    expected = raw if class_label else [names.index(str(label)) for label in raw]
+    np.testing.assert_array_equal(source.split_labels(split), expected)
+    records = source.examples(split)
+    example = source.load(records.read(2))
+    np.testing.assert_array_equal(
+        images.rgb(images.pixels(example['image'])),
+        np.asarray(theirs[split][2]['img'].convert('RGB')),
+    )
+    assert example['label'] == expected[2]
+  with pytest.raises(ValueError, match=r"no label column 'meta.kind' .* \['meta.species'"):
+    hf_source.HuggingFaceSource(str(tmp_path), 'train', 'meta.kind')

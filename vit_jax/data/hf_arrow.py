@@ -69,14 +69,45 @@ def _column_kind(feature: dict[str, Any] | None, arrow_type) -> str:
   return ''
 
 
-def column_kinds(layout: hf_layout.Layout) -> dict[str, str]:
-  """Each column's kind ('image', 'class_label', 'integer', 'string', ''), in the files' order."""
+def _kinds(name: str, feature: Any, arrow_type) -> dict[str, str]:
+  """The kind of column `name`, and of each field of a struct that is no image ('name.field', as
+  `datasets` returns it, row[name][field]), and so on down."""
+  import pyarrow as pa  # pylint: disable=g-import-not-at-top
+
+  kinds = {name: _column_kind(feature, arrow_type)}
+  if not kinds[name] and pa.types.is_struct(arrow_type):
+    for i in range(arrow_type.num_fields):
+      field = arrow_type.field(i)
+      inner = feature.get(field.name) if isinstance(feature, dict) else None
+      kinds.update(_kinds(f'{name}.{field.name}', inner, field.type))
+  return kinds
+
+
+def _schema(layout: hf_layout.Layout):
   first = next(iter(layout.splits.values()))[0]
-  is_arrow = layout.format == 'arrow'
-  schema = (
-      hf_layout.open_arrow(first).schema if is_arrow else hf_layout.parquet_file(first).schema_arrow
-  )
-  return {n: _column_kind(layout.features.get(n), schema.field(n).type) for n in schema.names}
+  if layout.format == 'arrow':
+    return hf_layout.open_arrow(first).schema
+  return hf_layout.parquet_file(first).schema_arrow
+
+
+def column_kinds(layout: hf_layout.Layout) -> dict[str, str]:
+  """Each column's kind ('image', 'class_label', 'integer', 'string', ''), in the files' order;
+  a struct's fields' as 'column.field' (`_kinds`)."""
+  schema = _schema(layout)
+  kinds = {}
+  for name in schema.names:
+    kinds.update(_kinds(name, layout.features.get(name), schema.field(name).type))
+  return kinds
+
+
+def _label_path(layout: hf_layout.Layout, label_column: str) -> tuple[str, tuple[str, ...]]:
+  """(the column, the struct fields within it) of the label `label_column`: a column, or a field
+  'column.field' of a struct column."""
+  names = _schema(layout).names
+  if label_column in names or '.' not in label_column:
+    return label_column, ()
+  column, *fields = label_column.split('.')
+  return column, tuple(fields)
 
 
 class Rows:
@@ -84,7 +115,9 @@ class Rows:
 
   def __init__(self, layout: hf_layout.Layout, image_column: str, label_column: str):
     self._layout = layout
-    self._columns = [image_column, label_column]
+    self._label = label_column
+    column, self._label_fields = _label_path(layout, label_column)
+    self._columns = [image_column, column]  # A struct label's whole column is copied.
     self._tables = {}  # Split -> its table, opened at its first read.
     self._images = {}  # Split -> its image column (a lookup by name costs 70 us over 5,000 chunks).
     # Where each split's Parquet files are copied, named once: a worker process then finds the copy
@@ -122,9 +155,13 @@ class Rows:
 
   def labels(self, split: str) -> np.ndarray:
     """The label of every row of `split`, as written (integers or strings)."""
+    import pyarrow.compute as pc  # pylint: disable=g-import-not-at-top
+
     column = self._table(split).column(self._columns[1])
+    for field in self._label_fields:
+      column = pc.struct_field(column, field)
     if column.null_count:
-      raise hf_layout.unlabelled(self._layout.root, split, column.null_count, self._columns[1])
+      raise hf_layout.unlabelled(self._layout.root, split, column.null_count, self._label)
     return column.to_numpy()
 
   def describe(self, split: str, row: int) -> str:

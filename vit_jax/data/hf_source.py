@@ -64,7 +64,7 @@ class HuggingFaceSource:
     self._checked_labels = {}  # Split -> its int32 labels.
     self.check_split(train_split, '--config.train_split')
     if self._label_kind == 'class_label':
-      self.class_names = tuple(layout.features[label_feature]['names'])
+      self.class_names = tuple(_feature(layout.features, label_feature)['names'])
     else:
       train = np.concatenate([self._rows.labels(name) for name, _ in self._parts(train_split)])
       if self._label_kind == 'integer':
@@ -143,6 +143,14 @@ class HuggingFaceSource:
   def describe(self, record: Record) -> str:
     (split, row), _ = record
     return self._rows.describe(split, row)
+
+
+def _feature(features: dict[str, Any], name: str) -> dict[str, Any]:
+  """The feature `name` of `features`: a column's, or a struct's field's ('column.field')."""
+  if name in features or '.' not in name:
+    return features[name]
+  column, _, field = name.partition('.')
+  return _feature(features[column], field)
 
 
 class _Rows:

@@ -8,20 +8,21 @@ The files: torch_files.py; the naming shared by the layouts: torch_names.py; eac
 timm_layout.py (with timm_architecture.py, timm_arguments.py, timm_fields.py; Meta's Sapiens 2 and
 DINOv3 files, Apple's AIMv2 files and OpenCLIP's renamed to it by sapiens_layout.py,
 meta_dinov3_layout.py, apple_aimv2_layout.py and open_clip_layout.py), transformers_layout.py (with
-transformers_families.py); the export to timm: timm_export.py (with timm_export_args.py,
+transformers_families.py); a checkpoint's input normalisation folded in: input_normalization.py;
+peft's adapters over a checkpoint: peft_adapters.py; the export to timm: timm_export.py (with timm_export_args.py,
 timm_export_beit.py, timm_export_tensors.py). `.npz` ViTs' fields: big_vision_layout.py.
 """
 
 import dataclasses
 import math
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional
 
 import numpy as np
 
 from vit_jax.checkpoints import (
-    adapting,
     apple_aimv2_layout,
     big_vision_layout,
+    input_normalization,
     meta_dinov3_layout,
     npz_files,
     open_clip_layout,
@@ -276,35 +277,10 @@ def load(
     )
   normalization = layout.normalization(config, path)
   if normalization is not None and not np.allclose(normalization, 0.5):
-    tree = fold_normalization(tree, *normalization)
+    tree = input_normalization.fold(tree, *normalization)
     mean, std = (', '.join(f'{x:g}' for x in values) for values in normalization)
     notes.append(
         f'folded its input normalisation (mean {mean}, std {std}) into the patch embedding, '
         "so that it reads vit_jax's images in [-1, 1]"
     )
   return tree, notes
-
-
-def fold_normalization(
-    tree: dict[str, Any], mean: Sequence[float], std: Sequence[float]
-) -> dict[str, Any]:
-  """`tree` with its patch embedding reading vit_jax's images x = 2u - 1 (pixels u in [0, 1]) as it
-  read the checkpoint's (u - mean) / std = x / (2 std) + (0.5 - mean) / std, exactly: the kernel is
-  divided by 2 std per input channel, and the constant term's projection added to the patch
-  embedding's bias, or, without one (CLIP's), to every patch's position embedding."""
-  mean, std = np.asarray(mean, np.float64), np.asarray(std, np.float64)
-  embedding = dict(tree['embedding'])
-  kernel = embedding['kernel'].astype(np.float64)  # (p, p, 3, D)
-  offset = np.einsum('ijcd,c->d', kernel, (0.5 - mean) / std)
-  embedding['kernel'] = (kernel / (2 * std)[:, None]).astype(np.float32)
-  folded = {**tree, 'embedding': embedding}
-  if 'bias' in embedding:
-    embedding['bias'] = (embedding['bias'] + offset).astype(np.float32)
-    return folded
-  posemb = tree['Transformer']['posembed_input']['pos_embedding'].astype(np.float64)
-  posemb[:, adapting.num_prefix_tokens(tree) :] += offset
-  folded['Transformer'] = {
-      **tree['Transformer'],
-      'posembed_input': {'pos_embedding': posemb.astype(np.float32)},
-  }
-  return folded

@@ -9,8 +9,9 @@ timm_layout.py (with timm_architecture.py, timm_arguments.py, timm_fields.py; Me
 DINOv3 files, Apple's AIMv2 files and OpenCLIP's renamed to it by sapiens_layout.py,
 meta_dinov3_layout.py, apple_aimv2_layout.py and open_clip_layout.py), transformers_layout.py (with
 transformers_families.py); a checkpoint's input normalisation folded in: input_normalization.py;
-peft's adapters over a checkpoint: peft_adapters.py; the export to timm: timm_export.py (with timm_export_args.py,
-timm_export_beit.py, timm_export_tensors.py). `.npz` ViTs' fields: big_vision_layout.py.
+peft's adapters over a checkpoint: peft_adapters.py; the export to timm: timm_export.py (with
+timm_export_args.py, timm_export_beit.py, timm_export_tensors.py), to peft: peft_export.py. `.npz`
+ViTs' fields: big_vision_layout.py.
 """
 
 import dataclasses

@@ -115,8 +115,15 @@ def test_a_run_from_exported_adapters_trains_them_on_and_exports_them_over_the_s
       np.abs(np.asarray(infer(inputs)) - np.asarray(first_infer(inputs))).max() > 1e-3
   )  # Trained.
   # A run that adapts fewer layers folds the others' adapters into the base's kernels: no base.
-  description, _ = _exported_run(tmp_path, 'fewer', data_dir, str(first / 'peft'), 8, ('query',))
+  description, fewer = _exported_run(
+      tmp_path, 'fewer', data_dir, str(first / 'peft'), 8, ('query',)
+  )
   assert description['peft'].startswith(
       "not written: the run's Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel is not its "
       "base's:"
   )
+  # Exported over the earlier export, it leaves none of the earlier adapters there.
+  assert os.path.exists(out / 'peft' / 'adapter_model.safetensors')
+  export.export(str(tmp_path / 'fewer'), str(out), overwrite=True)
+  assert not os.listdir(out / 'peft')
+  assert os.path.exists(out / 'timm' / 'model.safetensors')

@@ -67,7 +67,7 @@ def export(
   Refuses an `out` that already holds an export unless `overwrite`."""
   # Imported here so that bad flags are answered before TensorFlow (the input pipeline's) loads.
   from vit_jax.checkpoints import run_dir  # pylint: disable=g-import-not-at-top
-  from vit_jax.checkpoints import npz_files, timm_export, torch_files  # pylint: disable=g-import-not-at-top
+  from vit_jax.checkpoints import npz_files, peft_export, timm_export, torch_files  # pylint: disable=g-import-not-at-top
 
   trained = run_dir.load_trained(workdir, step)
   cli.make_out_dir(out)
@@ -106,12 +106,23 @@ def export(
     torch_files.write_safetensors(timm_tensors, str(timm_dir / torch_files.SAFETENSORS))
     (timm_dir / 'config.json').write_text(json.dumps(timm_config, indent=2))
     timm_files = 'timm/model.safetensors, timm/config.json'
-  if trained.adapted:
-    peft_files = (
-        _write_peft(trained, out_dir)
-        if timm_files.startswith('timm/')
-        else "not written, as timm/ (peft's adapters name timm's modules)"
-    )
+  peft_files = (
+      (
+          _write_peft(trained, out_dir)
+          if timm_files.startswith('timm/')
+          else "not written, as timm/ (peft's adapters name timm's modules)"
+      )
+      if trained.adapted
+      else 'not written: no low-rank adapters'
+  )
+  # What an earlier export wrote there (--overwrite) would pass for this run's.
+  for written, folder, names in (
+      (timm_files, 'timm', (torch_files.SAFETENSORS, 'config.json')),
+      (peft_files, 'peft', (peft_export.WEIGHTS, peft_export.CONFIG)),
+  ):
+    if not written.startswith(f'{folder}/'):
+      for name in names:
+        (out_dir / folder / name).unlink(missing_ok=True)
   description = {
       'variant': config.variant,
       'model': model,
@@ -128,7 +139,7 @@ def export(
       'output': 'float32 logits [batch, num_classes]',
       'jax_export_platforms': list(PLATFORMS),
       'timm': timm_files,
-      **({'peft': peft_files} if trained.adapted else {}),
+      **({'peft': peft_files} if trained.adapted else {}),  # Said only of a run with adapters.
   }
   (out_dir / 'config.json').write_text(json.dumps(description, indent=2))
   return description
@@ -137,7 +148,7 @@ def export(
 def _write_peft(trained: Any, out_dir: epath.Path) -> str:
   """Writes peft's adapter files of the adapted run `trained` (run_dir.TrainedModel) to out_dir/peft;
   returns what config.json says of them (why not, where they are not written)."""
-  from vit_jax.checkpoints import peft_export, timm_export_args, torch_files  # pylint: disable=g-import-not-at-top
+  from vit_jax.checkpoints import peft_export, timm_export_args, torch_files  # pylint: disable=g-import-not-at-top,reimported
   from vit_jax.models import freezing, lora  # pylint: disable=g-import-not-at-top
 
   model_config, params = trained.adapted

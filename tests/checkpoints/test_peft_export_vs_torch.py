@@ -15,6 +15,7 @@ import torch
 import helpers
 from torch_references import prepared_from_checkpoint, timm_input, timm_saved, torch_outputs
 from vit_jax.checkpoints import run_dir, torch_files
+from vit_jax.models import lora
 from vit_jax.tools import export
 from vit_jax.train import loop, setup as train_setup
 
@@ -101,16 +102,23 @@ def test_a_run_from_exported_adapters_trains_them_on_and_exports_them_over_the_s
 ):
   timm_saved(tmp_path / 'base')
   _, first = _exported_run(tmp_path, 'first', data_dir, str(tmp_path / 'base'), 8, ALL)
+  inputs = np.random.default_rng(0).uniform(-1, 1, (6, 8, 8, 3)).astype(np.float32)
+  _, first_infer = run_dir.load_export(str(first))
+  # Read as a model with adapters on the same layers: the first run's model, its adapters apart.
+  lora_fields = {'model.lora_rank': 4, 'model.lora_alpha': 8.0, 'model.lora_targets': ALL}
+  kept = prepared_from_checkpoint(tmp_path / 'kept', str(first / 'peft'), 8, **lora_fields)
+  logits = kept.model.apply({'params': kept.init_params}, inputs)
+  np.testing.assert_allclose(np.asarray(logits), np.asarray(first_infer(inputs)), atol=1e-4)
+  adapters = {p for p in helpers.flat_params(kept.init_params) if lora.ADAPTER_PATH.search(p)}
+  assert len(adapters) == 2 * 2 * 6  # a and b of each of the six layers of both blocks.
   # The adapters go on as the next run's (the base's kernels as they were): exported over it again.
   description, out = _exported_run(tmp_path, 'next', data_dir, str(first / 'peft'), 8, ALL)
   assert description['peft'].endswith(f' over {tmp_path / "base"}')
-  inputs = np.random.default_rng(0).uniform(-1, 1, (6, 8, 8, 3)).astype(np.float32)
   _, infer = run_dir.load_export(str(out))
   base = timm.create_model(f'local-dir:{tmp_path / "base"}', pretrained=True).eval()
   model = peft.PeftModel.from_pretrained(base, str(out / 'peft')).eval()
   theirs = torch_outputs(model, timm_input(base, inputs)).numpy()
   np.testing.assert_allclose(theirs, np.asarray(infer(inputs)), atol=1e-4)
-  _, first_infer = run_dir.load_export(str(first))
   assert (
       np.abs(np.asarray(infer(inputs)) - np.asarray(first_infer(inputs))).max() > 1e-3
   )  # Trained.

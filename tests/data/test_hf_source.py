@@ -522,12 +522,16 @@ def _nested(n: int, seed: int, species) -> datasets.Dataset:
     ],
     ids=['class label', 'integers', 'strings'],
 )
-@pytest.mark.parametrize('layout', ['parquet', 'saved'])
+@pytest.mark.parametrize('layout', ['parquet', 'readme', 'saved'])
 def test_a_label_in_a_struct_column_is_its_field(tmp_path, species, names, layout):
   train, test = _nested(8, 0, species), _nested(4, 1, species)
-  if layout == 'parquet':
-    _parquet(train, tmp_path / 'data/train-00000-of-00001.parquet')
-    _parquet(test, tmp_path / 'data/test-00000-of-00001.parquet')
+  if layout != 'saved':  # The features in the files, or (as push_to_hub writes) in the README.
+    in_files = layout == 'parquet'
+    _parquet(train, tmp_path / 'data/train-00000-of-00001.parquet', metadata=in_files)
+    _parquet(test, tmp_path / 'data/test-00000-of-00001.parquet', metadata=in_files)
+    if not in_files:
+      splits = [{'split': s, 'path': f'data/{s}-*'} for s in ('train', 'test')]
+      helpers.hf_dataset_card(tmp_path, train.features, {'default': {'data_files': splits}})
     theirs = datasets.load_dataset(str(tmp_path))
   else:
     datasets.DatasetDict({'train': train, 'test': test}).save_to_disk(str(tmp_path))

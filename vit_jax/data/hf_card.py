@@ -74,10 +74,17 @@ def features(card: dict[str, Any], config_name: str | None) -> dict[str, dict[st
   infos = infos if isinstance(infos, list) else [infos]
   named = [i for i in infos if i.get('config_name') == config_name]
   info = (named or infos)[0] if named or len(infos) == 1 else None
+  return _features((info or {}).get('features') or [])
+
+
+def _features(card_features: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+  """A card's list of features as datasets' feature JSON: a struct's as a dict of its fields'."""
   features = {}
-  for feature in (info or {}).get('features') or []:
+  for feature in card_features:
     dtype = feature.get('dtype')
-    if dtype == 'image':
+    if 'struct' in feature:
+      features[feature['name']] = _features(feature['struct'] or [])
+    elif dtype == 'image':
       features[feature['name']] = {'_type': 'Image'}
     elif isinstance(dtype, dict) and 'class_label' in dtype:
       names = dtype['class_label'].get('names') or {}

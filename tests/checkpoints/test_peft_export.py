@@ -244,3 +244,28 @@ def test_a_base_other_than_the_runs_is_one_line(base, trained, error):
   shapes = {n: shape for n, shape in shapes.items() if shape is not None}
   with pytest.raises(ValueError, match=re.escape(error)):
     _exported(params, model_config, spec, trained, base=shapes)
+
+
+def test_a_run_from_peft_adapters_exports_over_their_base_where_its_frozen_kernels_are_its(
+    tmp_path,
+):
+  params, model_config, _ = _adapted()
+  (tmp_path / 'base').mkdir()
+  cls = timm_export_args.timm_class(model_config)
+  torch_files.write_safetensors(
+      timm_export_tensors.to_state_dict(_plain(params), cls),
+      str(tmp_path / 'base' / torch_files.SAFETENSORS),
+  )
+  (tmp_path / 'adapters').mkdir()
+  config = {'peft_type': 'LORA', 'base_model_name_or_path': str(tmp_path / 'base')}
+  (tmp_path / 'adapters' / peft_adapters.CONFIG).write_text(json.dumps(config))
+  adapters = str(tmp_path / 'adapters')
+  frozen = lambda path: False
+  peft_export.check_unfolded(adapters, params, model_config, frozen)
+  kernel = 'Transformer/encoderblock_1/MlpBlock_3/Dense_1/kernel'
+  flat = traverse_util.flatten_dict(params, sep='/')
+  changed = traverse_util.unflatten_dict({**flat, kernel: flat[kernel] + 1}, sep='/')
+  with pytest.raises(ValueError, match=re.escape(f"the run's {kernel} is not its base's: ")):
+    peft_export.check_unfolded(adapters, changed, model_config, frozen)
+  peft_export.check_unfolded(adapters, changed, model_config, lambda path: path == kernel)
+  peft_export.check_unfolded(str(tmp_path / 'base'), changed, model_config, frozen)  # No adapters.

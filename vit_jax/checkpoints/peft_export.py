@@ -60,10 +60,13 @@ def base(init_from: Optional[str]) -> tuple[str, Shapes]:
   return name, {k: tuple(np.shape(v)) for k, v in tensors.items()}
 
 
-def check_unfolded(init_from: str, params: Any, model_config: dict[str, Any]) -> None:
+def check_unfolded(
+    init_from: str, params: Any, model_config: dict[str, Any], trained: Callable[[str], bool]
+) -> None:
   """Where the run started from peft's adapters (`init_from`), a one-line ValueError unless its
-  blocks' kernels (`params`, of the adapted model of `model_config`) are their base's: adapters of
-  layers the run does not adapt were folded into them (state_dicts.load)."""
+  blocks' frozen kernels (`params`, of the adapted model of `model_config`; `trained(path)` says
+  which train) are their base's: adapters of layers the run does not adapt were folded into them
+  (state_dicts.load)."""
   path = hub.local(init_from)
   if not peft_adapters.is_adapter_dir(path):
     return
@@ -73,7 +76,7 @@ def check_unfolded(init_from: str, params: Any, model_config: dict[str, Any]) ->
   theirs = traverse_util.flatten_dict(theirs, sep='/')
   for name, kernel in traverse_util.flatten_dict(params, sep='/').items():
     if name.startswith('Transformer/encoderblock_') and name.endswith('/kernel'):
-      if not np.array_equal(kernel, theirs[name]):
+      if not trained(name) and not np.array_equal(kernel, theirs[name]):
         raise ValueError(
             f"the run's {name} is not its base's: {init_from}'s adapters of layers the run does not "
             'adapt were folded into it (adapt those too: model.lora_targets); the merged timm/ '

@@ -155,15 +155,16 @@ def _write_peft(trained: Any, out_dir: epath.Path) -> str:
   init_from = trained.config.init_from
   optim = trained.config.optim
   trained_regexes = freezing.trained_regexes(optim, params)
+  trains = lambda path: not freezing.is_frozen(optim, trained_regexes, path)
   try:
     tensors, adapter_config = peft_export.export(
         params,
         lora.model_spec(model_config),
-        lambda path: not freezing.is_frozen(optim, trained_regexes, path),
+        trains,
         timm_export_args.timm_class(trained.model_config),
         peft_export.base(init_from),
     )
-    peft_export.check_unfolded(init_from, params, model_config)
+    peft_export.check_unfolded(init_from, params, model_config, trains)
   except (ValueError, OSError) as e:
     return f'not written: {e}'
   peft_dir = out_dir / 'peft'

@@ -14,7 +14,8 @@ modules_to_save=['classifier'])). A ViT-B/16 then trains 0.6M parameters of its 
 too), its AdamW state is theirs alone, and each step computes no gradient of the frozen weights
 (0.68x full fine-tuning's FLOPs). The rest is configs/finetune_downloaded.py's recipe without
 layer-wise decay or Polyak averaging, at peft's example's learning rate, 5e-3. Export folds the
-adapters into the kernels: a plain ViT for timm, predict and a later run (docs/finetuning.md).
+adapters into the kernels: a plain ViT for timm, predict and a later run; from a timm checkpoint it
+also writes them as peft's adapters over it, E/peft (docs/finetuning.md).
 """
 
 import ml_collections

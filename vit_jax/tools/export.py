@@ -148,7 +148,7 @@ def export(
 def _write_peft(trained: Any, out_dir: epath.Path) -> str:
   """Writes peft's adapter files of the adapted run `trained` (run_dir.TrainedModel) to out_dir/peft;
   returns what config.json says of them (why not, where they are not written)."""
-  from vit_jax.checkpoints import peft_export, timm_export_args, torch_files  # pylint: disable=g-import-not-at-top,reimported
+  from vit_jax.checkpoints import peft_export, timm_export_args, torch_files  # pylint: disable=g-import-not-at-top
   from vit_jax.models import freezing, lora  # pylint: disable=g-import-not-at-top
 
   model_config, params = trained.adapted

@@ -197,6 +197,25 @@ def digits_shards(root: str, tars_per_split: int, examples: int | None = None) -
             tar.addfile(info, io.BytesIO(content))
 
 
+def digits_parquet(root: str, files_per_split: int) -> None:
+  """The bundled digits (in order) as Parquet files of PNG images and integer labels (no features:
+  as pyarrow writes them), `files_per_split` a split: data/<split>-NNNNN-of-NNNNN.parquet in `root`,
+  row groups of 64 rows."""
+  import pyarrow as pa  # pylint: disable=g-import-not-at-top
+  import pyarrow.parquet as pq  # pylint: disable=g-import-not-at-top
+
+  os.makedirs(os.path.join(root, 'data'), exist_ok=True)
+  for split, (pixels, labels) in digits.split_arrays().items():
+    bounds = np.linspace(0, len(labels), files_per_split + 1).astype(int)
+    for k, (start, stop) in enumerate(zip(bounds[:-1], bounds[1:])):
+      images = [
+          {'bytes': encoded(pixels[i][..., 0], 'PNG'), 'path': None} for i in range(start, stop)
+      ]
+      table = pa.table({'image': images, 'label': labels[start:stop].astype(np.int64)})
+      name = f'{split}-{k:05d}-of-{files_per_split:05d}.parquet'
+      pq.write_table(table, os.path.join(root, 'data', name), row_group_size=64)
+
+
 def data_error(data_dir: str, **overrides) -> str:
   """The one-line error data.get_info raises for the data config of `data_dir` with `overrides`."""
   with pytest.raises(ValueError) as raised:

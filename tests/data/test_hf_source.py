@@ -154,7 +154,10 @@ LAYOUTS = {
 
 
 def _rows(source, split: str) -> list[tuple[np.ndarray, int]]:
-  records = source.examples(split)
+  return _loaded(source, source.examples(split))
+
+
+def _loaded(source, records) -> list[tuple[np.ndarray, int]]:
   rows = []
   for k in range(records.num_records):
     example = source.load(records.read(k))
@@ -250,7 +253,8 @@ def test_a_split_is_converted_once_and_again_when_its_file_changes(tmp_path, mon
   assert converted.stat().st_mtime_ns == written
   import pyarrow as pa  # pylint: disable=g-import-not-at-top
 
-  assert pa.ipc.open_stream(pa.memory_map(str(converted))).schema.names == ['img', 'label']
+  # The image column alone: labels are read from the Parquet files' own column.
+  assert pa.ipc.open_stream(pa.memory_map(str(converted))).schema.names == ['img']
   _parquet(_dataset(6, 1), root / 'train.parquet')
   changed = _rows(hf_source.HuggingFaceSource(str(root), 'train', 'label'), 'train')
   _assert_rows(changed, datasets.load_dataset(str(root))['train'])
@@ -328,8 +332,12 @@ def test_a_copy_that_would_not_fit_and_missing_labels_are_one_line_errors(tmp_pa
   _parquet(_dataset(4, 0), tmp_path / 'repo/train.parquet')
   usage = dataset_cache.shutil.disk_usage(tmp_path)
   monkeypatch.setattr(dataset_cache.shutil, 'disk_usage', lambda _: usage._replace(free=100))
-  message = _error(tmp_path / 'repo', eval_split='train')
-  assert 'GB free: set VIT_JAX_DATASETS_CACHE to a folder on a disk with room' in message
+  config = helpers.data_config(str(tmp_path / 'repo'), dataset='huggingface', eval_split='train')
+  data.get_info(config)  # Reads the labels; copies nothing.
+  with pytest.raises(ValueError) as raised:  # A run's set-up makes what its streams read.
+    data.prepare(config, 0, 1)
+  assert 'GB free: set VIT_JAX_DATASETS_CACHE to a folder on a disk with room' in str(raised.value)
+  assert '\n' not in str(raised.value)
   monkeypatch.undo()
   nulls = _dataset(4, 0, 'label', datasets.Value('int64')).map(
       lambda row, k: {'label': None if k == 2 else row['label']}, with_indices=True
@@ -381,7 +389,8 @@ def test_a_copy_another_process_is_making_is_waited_for_not_made_again(tmp_path,
   files, columns = (str(tmp_path / 'train.parquet'),), ['img', 'label']
   got = []
   waiting = threading.Thread(target=lambda: got.append(hf_arrow.copied(files, columns, 'a split')))
-  with filelock.FileLock(str(cache / '.lock')):  # Another process is copying...
+  lock = hf_arrow.cache_path(files, columns) + '.lock'
+  with filelock.FileLock(lock):  # Another process is copying...
     waiting.start()
     waiting.join(timeout=1)
     assert waiting.is_alive() and not list(cache.glob('*.arrow'))
@@ -489,11 +498,12 @@ def test_a_worker_process_opens_the_copy_without_a_look_at_the_parquet_files(tmp
   each Parquet file (on cloud storage, a request each)."""
   _hub(tmp_path)
   source = hf_source.HuggingFaceSource(str(tmp_path), 'train', 'label')
-  records = source.examples('train')
-  worker = pickle.loads(pickle.dumps(source))
+  records = source.examples('train', 1, 2)
+  records.prepare()  # The pipeline's process makes the copy.
+  worker, worker_records = pickle.loads(pickle.dumps((source, records)))
   monkeypatch.setattr(dataset_cache, 'size_and_time', lambda path: pytest.fail(f'{path} looked at'))
   for k in range(records.num_records):
-    assert worker.load(records.read(k))['image'] == source.load(records.read(k))['image']
+    assert worker.load(worker_records.read(k))['image'] == source.load(records.read(k))['image']
 
 
 def _nested(n: int, seed: int, species) -> datasets.Dataset:
@@ -552,3 +562,96 @@ def test_a_label_in_a_struct_column_is_its_field(tmp_path, species, names, layou
     assert example['label'] == expected[2]
   with pytest.raises(ValueError, match=r"no label column 'meta.kind' .* \['meta.species'"):
     hf_source.HuggingFaceSource(str(tmp_path), 'train', 'meta.kind')
+
+
+def _copied_rows(cache) -> list[int]:
+  import pyarrow as pa  # pylint: disable=g-import-not-at-top
+
+  return sorted(
+      pa.ipc.open_stream(pa.memory_map(str(p))).read_all().num_rows for p in cache.glob('*.arrow')
+  )
+
+
+def test_a_process_copies_the_rows_it_reads_from_the_row_groups_that_hold_them(
+    tmp_path, monkeypatch
+):
+  """Each process's data shard (strided) and a slice copy their rows alone, read from the Parquet
+  row groups that hold them; the labels come from the label column without a copy. The images and
+  labels are the rows datasets gives."""
+  import pyarrow.parquet as pq  # pylint: disable=g-import-not-at-top
+
+  cache = tmp_path / 'cache'
+  monkeypatch.setenv(dataset_cache.CACHE_VARIABLE, str(cache))
+  train = _dataset(23, 3)
+  table = train.flatten_indices().data.table
+  (tmp_path / 'repo/data').mkdir(parents=True)
+  pq.write_table(
+      table.slice(0, 14), str(tmp_path / 'repo/data/train-00000-of-00002.parquet'), row_group_size=3
+  )
+  pq.write_table(
+      table.slice(14), str(tmp_path / 'repo/data/train-00001-of-00002.parquet'), row_group_size=4
+  )
+  assert (
+      pq.ParquetFile(str(tmp_path / 'repo/data/train-00000-of-00002.parquet')).num_row_groups == 5
+  )
+  source = hf_source.HuggingFaceSource(str(tmp_path / 'repo'), 'train', 'label')
+  assert source.class_names == tuple(NAMES) and not list(cache.glob('*.arrow'))
+  read_groups = []
+  iter_batches = pq.ParquetFile.iter_batches
+  monkeypatch.setattr(
+      pq.ParquetFile,
+      'iter_batches',
+      lambda self, *a, **k: read_groups.append(k.get('row_groups')) or iter_batches(self, *a, **k),
+  )
+
+  shards = [source.examples('train', shard, 3) for shard in range(3)]
+  for shard, records in enumerate(shards):
+    records.prepare()
+    _assert_rows(_loaded(source, records), train.select(range(shard, 23, 3)))
+  assert _copied_rows(cache) == [7, 8, 8]
+  sliced = source.examples('train[2:5]')
+  sliced.prepare()
+  _assert_rows(_loaded(source, sliced), train.select(range(2, 5)))
+  assert _copied_rows(cache) == [3, 7, 8, 8]
+  assert read_groups[-1:] == [
+      [0, 1]
+  ]  # Rows 2-4: the first file's first two groups; not the second.
+
+  whole = source.examples('train')
+  whole.prepare()
+  assert _copied_rows(cache) == [3, 7, 8, 8, 23]
+  for p in cache.glob('*-*.arrow'):  # The whole split's copy, once made, serves every shard.
+    p.unlink()
+  again = source.examples('train', 1, 3)
+  again.prepare()
+  _assert_rows(_loaded(source, again), train.select(range(1, 23, 3)))
+  assert _copied_rows(cache) == [23]
+
+
+def test_a_multi_host_run_copies_each_host_its_shard_and_trains_on_what_one_host_would(
+    tmp_path, monkeypatch
+):
+  """Two processes of one run (data_shards=2 each way): each host's prepare copies its own shard;
+  their train batches together are the batches one process reads, whose copy is the whole split."""
+  cache = tmp_path / 'cache'
+  monkeypatch.setenv(dataset_cache.CACHE_VARIABLE, str(cache))
+  _hub(tmp_path / 'repo')
+  config = helpers.data_config(
+      str(tmp_path / 'repo'), dataset='huggingface', image_size=12, data_shards=2, eval_split='test'
+  )
+  hosts = []
+  for process in range(2):
+    data.prepare(config, process, 2)
+    hosts.append(
+        helpers.take(
+            data.train_iterator(config, local_batch_size=2, process_index=process, process_count=2),
+            3,
+        )
+    )
+  assert _copied_rows(cache) == [2, 3, 5, 5]  # Each host's shard of test (5) and train (10).
+  one = helpers.take(data.train_iterator(config, local_batch_size=4), 3)
+  for k, batch in enumerate(one):
+    for name in batch:
+      np.testing.assert_array_equal(
+          batch[name], np.concatenate([hosts[0][k][name], hosts[1][k][name]])
+      )

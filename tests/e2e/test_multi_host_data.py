@@ -1,12 +1,13 @@
-"""A run of two processes (launch/local.py, as the hosts of a pod) on WebDataset tar shards: they
-divide the indexing of each split between them, and train and evaluate as one process does on the
-same data shards."""
+"""A run of two processes (launch/local.py, as the hosts of a pod) on WebDataset tar shards or
+Parquet files: they divide the indexing of each split between them, or each copy their own rows, and
+train and evaluate as one process does on the same data shards."""
 
 import numpy as np
 
 import helpers
 import local
 from vit_jax.data import dataset_cache
+from vit_jax.data import digits
 
 
 def test_two_processes_divide_the_indexing_and_train_as_one_process(tmp_path, monkeypatch, capfd):
@@ -34,10 +35,55 @@ def test_two_processes_divide_the_indexing_and_train_as_one_process(tmp_path, mo
   one = str(tmp_path / 'one')
   run = helpers.run_main('configs/demo.py', one, overrides, env=helpers.on_devices(8), timeout=600)
   assert run.returncode == 0, run.stderr[-5000:]
-  ours, theirs = helpers.read_scalars(two), helpers.read_scalars(one)
+  _assert_trained_alike(helpers.read_scalars(two), helpers.read_scalars(one))
+
+
+def _assert_trained_alike(ours, theirs) -> None:
   assert list(ours['train_loss']) == list(theirs['train_loss']) == [4, 8, 12]
   # Two processes of 4 devices sum across processes where one process sums across its 8 devices.
   np.testing.assert_allclose(
       list(ours['train_loss'].values()), list(theirs['train_loss'].values()), rtol=1e-5
   )
   assert ours['eval_top1'] == theirs['eval_top1']
+
+
+def test_two_processes_copy_each_their_rows_of_parquet_and_train_as_one_process(
+    tmp_path, monkeypatch, capfd
+):
+  root = tmp_path / 'parquet'
+  helpers.digits_parquet(str(root), 3)
+  overrides = {
+      **helpers.TINY,
+      'dataset': 'huggingface',
+      'data_dir': str(root),
+      'eval_split': 'test',
+      'data_shards': 2,
+  }
+  cache = tmp_path / 'two_processes'
+  monkeypatch.setenv(dataset_cache.CACHE_VARIABLE, str(cache))
+  two = str(tmp_path / 'two')
+  args = helpers.main_args('configs/demo.py', two, overrides)[3:]
+  code = local.launch(args, num_processes=2, devices_per_process=4, timeout=600)
+  err = capfd.readouterr().err
+  assert code == 0, err[-5000:]
+  assert 'rows this process reads of the' in err
+  sizes = {split: len(labels) for split, (_, labels) in digits.split_arrays().items()}
+  halves = lambda n: [n // 2, n - n // 2]  # The two processes' data shards of n rows.
+  assert _copied_rows(cache) == sorted(halves(sizes['train']) + halves(sizes['test']))
+
+  monkeypatch.setenv(dataset_cache.CACHE_VARIABLE, str(tmp_path / 'one_process'))
+  one = str(tmp_path / 'one')
+  run = helpers.run_main('configs/demo.py', one, overrides, env=helpers.on_devices(8), timeout=600)
+  assert run.returncode == 0, run.stderr[-5000:]
+  _assert_trained_alike(helpers.read_scalars(two), helpers.read_scalars(one))
+  # One process: the train split's two data shards, and the whole test split it evaluates on.
+  copied = _copied_rows(tmp_path / 'one_process')
+  assert copied == sorted([*halves(sizes['train']), sizes['test']])
+
+
+def _copied_rows(cache) -> list[int]:
+  import pyarrow as pa  # pylint: disable=g-import-not-at-top
+
+  return sorted(
+      pa.ipc.open_stream(pa.memory_map(str(p))).read_all().num_rows for p in cache.glob('*.arrow')
+  )

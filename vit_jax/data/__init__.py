@@ -2,6 +2,7 @@
 as per-host numpy batches, without TensorFlow (grain, PIL, numpy).
 
     info = data.get_info(config)  # Validates the config; call it before compiling anything.
+    data.prepare(config, jax.process_index(), jax.process_count())  # What reading needs made.
     for batch in data.train_iterator(config, local_batch_size=b, start_step=step,
                                      process_index=jax.process_index(),
                                      process_count=jax.process_count()):
@@ -22,6 +23,7 @@ from vit_jax.data.pipeline import eval_iterator
 from vit_jax.data.pipeline import eval_passes
 from vit_jax.data.pipeline import num_data_shards
 from vit_jax.data.pipeline import num_eval_batches
+from vit_jax.data.pipeline import prepare
 from vit_jax.data.pipeline import train_iterator
 from vit_jax.data.sources import DatasetInfo
 from vit_jax.data.sources import class_names

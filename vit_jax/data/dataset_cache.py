@@ -55,13 +55,14 @@ def _remove(path: str) -> None:
 
 def made_once(path: str, needed_bytes: int, doing: str, write: Callable[[str], None]) -> str:
   """`path` (a file or a folder), made by `write(partial)` on the first call and logged as `doing`;
-  it exists only once whole. The processes of a run on one machine (launch/local.py) take turns: one
-  makes it, the others then find it."""
+  it exists only once whole. The processes that want it (launch/local.py's, a shared cache's hosts)
+  take turns: one makes it, the others then find it. Each path has its own lock: the hosts of a
+  shared cache make their own data shards' copies at once."""
   import filelock  # pylint: disable=g-import-not-at-top
 
   if os.path.exists(path):
     return path
-  lock = filelock.FileLock(os.path.join(cache_dir(), '.lock'))
+  lock = filelock.FileLock(f'{path}.lock')
   try:
     os.makedirs(cache_dir(), exist_ok=True)
     lock.acquire()

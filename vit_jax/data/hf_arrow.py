@@ -2,10 +2,13 @@
 
 Arrow files (save_to_disk's, a repository's) are memory-mapped: one copy in the page cache for every
 worker process. A split's Parquet files, whose rows are compressed in groups, are copied once into
-one uncompressed Arrow file of the image and label columns (dataset_cache.py), as
-`datasets.load_dataset` copies them into its cache.
+one uncompressed Arrow file of the image column (dataset_cache.py), as `datasets.load_dataset`
+copies them into its cache; but only the rows a process reads (`Rows.reading`): a pod's host copies
+its data shard, 1/N of the split, and a run on 'train[:1%]' copies 1% of it. The labels are read
+from the Parquet files' label column alone.
 """
 
+import hashlib
 import os
 from typing import Any
 
@@ -23,31 +26,78 @@ def cache_path(files: tuple[str, ...], columns: list[str]) -> str:
   return dataset_cache.cache_path(files, columns, '.arrow')
 
 
-def copied(files: tuple[str, ...], columns: list[str], what: str, path: str | None = None) -> str:
-  """The cached Arrow file of `columns` of Parquet `files` (at `path` where it is known: found
-  without a look at the files); written on the first call."""
+def _subset_path(whole: str, rows: np.ndarray) -> str:
+  """Where the copy of `rows` goes, of the files whose whole copy goes to `whole`."""
+  digest = hashlib.sha256(rows.astype(np.int64).tobytes()).hexdigest()[:16]
+  return f'{whole.removesuffix(".arrow")}-{digest}.arrow'
+
+
+def copied(
+    files: tuple[str, ...],
+    columns: list[str],
+    what: str,
+    path: str | None = None,
+    rows: np.ndarray | None = None,
+    share: float = 1.0,
+) -> str:
+  """The cached Arrow file of `columns` of Parquet `files`' `rows` (None: all; `share` of them), at
+  `path` where it is known (found without a look at the files); written on the first call."""
   path = path or cache_path(files, columns)
   if os.path.exists(path):
     return path
-  needed = sum(dataset_cache.size_and_time(f)[0] for f in files)  # It is uncompressed: more.
+  needed = share * sum(dataset_cache.size_and_time(f)[0] for f in files)  # Uncompressed: more.
   doing = f'Copying {what} ({len(files)} Parquet files, {needed / 1e6:.1f} MB) into one Arrow file'
-  return dataset_cache.made_once(path, needed, doing, lambda partial: copy(files, columns, partial))
+  return dataset_cache.made_once(
+      path, int(needed), doing, lambda partial: copy(files, columns, partial, rows)
+  )
 
 
-def copy(files: tuple[str, ...], columns: list[str], path: str) -> None:
-  """`columns` of Parquet `files` into Arrow file `path`."""
+def copy(
+    files: tuple[str, ...], columns: list[str], path: str, rows: np.ndarray | None = None
+) -> None:
+  """`columns` of `rows` (sorted; numbered through the files one after another; None: all) of
+  Parquet `files` into Arrow file `path`."""
   import pyarrow as pa  # pylint: disable=g-import-not-at-top
 
   schema = hf_layout.parquet_file(files[0]).schema_arrow
   schema = pa.schema([schema.field(c) for c in columns])
+  first = 0  # The number of the file's first row.
   with pa.OSFile(path, 'wb') as sink, pa.ipc.new_stream(sink, schema) as writer:
     for f in files:
+      parquet = hf_layout.parquet_file(f)
+      count = parquet.metadata.num_rows
+      wanted = None
+      if rows is not None:
+        wanted = np.zeros(count, bool)
+        wanted[rows[(rows >= first) & (rows < first + count)] - first] = True
+      first += count
       try:
-        for batch in hf_layout.parquet_file(f).iter_batches(_ROWS_PER_BATCH, columns=columns):
+        for batch in _batches(parquet, columns, wanted):
           # A shard may have written its labels narrower (int32 for int64): one schema a file.
           writer.write_batch(batch if batch.schema == schema else batch.cast(schema))
       except (pa.ArrowException, OSError) as e:  # A file damaged past its footer.
         raise hf_layout.unreadable_parquet(f, e) from None
+
+
+def _batches(parquet, columns: list[str], wanted: np.ndarray | None):
+  """Record batches of `columns` of a ParquetFile's rows where `wanted` (None: all), read from the
+  row groups that hold one only."""
+  if wanted is None:
+    yield from parquet.iter_batches(_ROWS_PER_BATCH, columns=columns)
+    return
+  metadata = parquet.metadata
+  ends = np.cumsum([metadata.row_group(g).num_rows for g in range(metadata.num_row_groups)])
+  starts = ends - np.diff(ends, prepend=0)
+  groups = [g for g in range(len(ends)) if wanted[starts[g] : ends[g]].any()]
+  if not groups:
+    return
+  read = np.concatenate([wanted[starts[g] : ends[g]] for g in groups])  # Of the rows read, wanted.
+  at = 0
+  for batch in parquet.iter_batches(_ROWS_PER_BATCH, row_groups=groups, columns=columns):
+    keep = np.flatnonzero(read[at : at + batch.num_rows])
+    at += batch.num_rows
+    if keep.size:
+      yield batch if keep.size == batch.num_rows else batch.take(keep)
 
 
 def _column_kind(feature: dict[str, Any] | None, arrow_type) -> str:
@@ -116,12 +166,14 @@ class Rows:
   def __init__(self, layout: hf_layout.Layout, image_column: str, label_column: str):
     self._layout = layout
     self._label = label_column
-    column, self._label_fields = _label_path(layout, label_column)
-    self._columns = [image_column, column]  # A struct label's whole column is copied.
+    self._label_column, self._label_fields = _label_path(layout, label_column)
+    self._columns = [image_column]
+    self._chosen = None  # Split -> the rows whose images this reads (sorted); None: all.
     self._tables = {}  # Split -> its table, opened at its first read.
     self._images = {}  # Split -> its image column (a lookup by name costs 70 us over 5,000 chunks).
-    # Where each split's Parquet files are copied, named once: a worker process then finds the copy
-    # without a look at each file (on cloud storage, a request each).
+    self._at = {}  # Split -> the rows of its copy, where it is of some (None: of all).
+    # Where each split's Parquet files are copied whole, named once: a worker process then finds the
+    # copy without a look at each file (on cloud storage, a request each).
     self._copies = {
         name: cache_path(files, self._columns)
         for name, files in layout.splits.items()
@@ -139,7 +191,37 @@ class Rows:
 
   def __getstate__(self) -> dict[str, Any]:
     # Memory maps are opened again by each process.
-    return {**self.__dict__, '_tables': {}, '_images': {}}
+    return {**self.__dict__, '_tables': {}, '_images': {}, '_at': {}}
+
+  def reading(self, chosen: dict[str, np.ndarray]) -> 'Rows':
+    """These rows, to read the images of `chosen` rows of each split only (split -> its rows): a
+    Parquet split's copy is of those rows, unless the whole split's is made already (by a run on one
+    host, or another host of a shared cache)."""
+    if self._layout.format != 'parquet':
+      return self
+    subset = object.__new__(Rows)
+    subset.__dict__.update(self.__getstate__())
+    subset._chosen = {split: np.unique(rows) for split, rows in chosen.items()}
+    return subset
+
+  def prepare(self) -> None:
+    """Makes the copies this reads, in this process (where its log is seen, and a full disk is a
+    one-line error, not a worker's traceback)."""
+    for split in self._chosen or ():
+      self._table(split)
+
+  def _copy(self, split: str) -> str:
+    """The Arrow file of the images this reads of Parquet split `split`, made on the first call."""
+    files, whole = self._layout.splits[split], self._copies[split]
+    rows = None if self._chosen is None else self._chosen[split]
+    what = f'split {split!r} of {self._layout.root}'
+    if rows is None or len(rows) == self.sizes[split] or os.path.exists(whole):
+      self._at[split] = None
+      return copied(files, self._columns, what, whole)
+    self._at[split] = rows
+    what = f'the {len(rows)} rows this process reads of the {self.sizes[split]} of {what}'
+    path = _subset_path(whole, rows)
+    return copied(files, self._columns, what, path, rows, len(rows) / self.sizes[split])
 
   def _table(self, split: str):
     if split not in self._tables:
@@ -147,22 +229,35 @@ class Rows:
 
       files = self._layout.splits[split]
       if self._layout.format == 'parquet':
-        what = f'split {split!r} of {self._layout.root}'
-        files = (copied(files, self._columns, what, self._copies[split]),)
+        files = (self._copy(split),)
       self._tables[split] = pa.concat_tables([hf_layout.open_arrow(f) for f in files])
       self._images[split] = self._tables[split].column(self._columns[0])
     return self._tables[split]
 
   def labels(self, split: str) -> np.ndarray:
-    """The label of every row of `split`, as written (integers or strings)."""
+    """The label of every row of `split`, as written (integers or strings); of Parquet files, read
+    from their label column alone."""
+    import pyarrow as pa  # pylint: disable=g-import-not-at-top
     import pyarrow.compute as pc  # pylint: disable=g-import-not-at-top
 
-    column = self._table(split).column(self._columns[1])
-    for field in self._label_fields:
-      column = pc.struct_field(column, field)
-    if column.null_count:
-      raise hf_layout.unlabelled(self._layout.root, split, column.null_count, self._label)
-    return column.to_numpy()
+    if self._layout.format == 'parquet':
+      columns = []
+      for f in self._layout.splits[split]:
+        try:
+          columns.append(hf_layout.parquet_file(f).read(columns=[self._label_column]).column(0))
+        except (pa.ArrowException, OSError) as e:
+          raise hf_layout.unreadable_parquet(f, e) from None
+    else:
+      columns = [self._table(split).column(self._label_column)]
+    values, missing = [], 0
+    for column in columns:
+      for field in self._label_fields:
+        column = pc.struct_field(column, field)
+      missing += column.null_count
+      values.append(column.to_numpy())
+    if missing:
+      raise hf_layout.unlabelled(self._layout.root, split, missing, self._label)
+    return np.concatenate(values)
 
   def describe(self, split: str, row: int) -> str:
     return f'row {row} of split {split!r} of {self._layout.root}'
@@ -171,6 +266,12 @@ class Rows:
     """The encoded image of `row` of `split`; `images.UnreadableImage` where there is none."""
     if split not in self._images:
       self._table(split)
+    rows = self._at.get(split)
+    if rows is not None:  # A copy of some rows: the row's place in it.
+      at = int(np.searchsorted(rows, row))
+      if at == len(rows) or rows[at] != row:
+        raise ValueError(f'{self.describe(split, row)} is not one of the rows this reads')
+      row = at
     cell = self._images[split][row].as_py()
     data = cell.get('bytes') if isinstance(cell, dict) else cell
     if data is None and isinstance(cell, dict) and cell.get('path'):

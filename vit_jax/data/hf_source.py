@@ -22,9 +22,12 @@ from vit_jax.data import hf_webdataset
 from vit_jax.data import images
 from vit_jax.data import order
 
-# A record: ((split, row), label), the label at [1] as an image folder's (path, label).
-Record = tuple[tuple[str, int], int]
-# A format (hf_layout.FORMATS) -> its reader: column_kinds(layout), and Rows(layout, image, label).
+# A record: ((split, row), label, the reader of its image), the label at [1] as an image folder's
+# (path, label).
+Record = tuple[tuple[str, int], int, Any]
+# A format (hf_layout.FORMATS) -> its reader: column_kinds(layout), and Rows(layout, image, label)
+# (sizes, labels(split), image(split, row), describe(split, row); where it copies what it reads,
+# reading(chosen), the Rows of those rows only, and their prepare()).
 READERS = {
     'parquet': hf_arrow,
     'arrow': hf_arrow,
@@ -128,20 +131,28 @@ class HuggingFaceSource:
     part = np.concatenate([np.full(len(rows), i, np.uint16) for i, (_, rows) in enumerate(parts)])
     rows = np.concatenate([rows for _, rows in parts]).astype(np.int32)
     labels = np.concatenate([self._labels(name)[rows] for name, rows in parts])
-    return order.Records(
-        len(rows[shard::num_shards]),
-        _Rows(names, part[shard::num_shards], rows[shard::num_shards], labels[shard::num_shards]),
-    )
+    part, rows, labels = part[shard::num_shards], rows[shard::num_shards], labels[shard::num_shards]
+    # The shard's images are all the records read: a Parquet split's copy is of those alone.
+    reader = self._rows
+    if hasattr(reader, 'reading'):
+      reader = reader.reading(
+          {
+              name: rows[np.isin(part, [i for i, n in enumerate(names) if n == name])]
+              for name in set(names)
+          }
+      )
+    prepare = getattr(reader, 'prepare', None)
+    return order.Records(len(rows), _Rows(names, part, rows, labels, reader), prepare)
 
   def load(self, record: Record) -> dict[str, np.ndarray]:
     """The record's image (to be decoded upright, as datasets turns an image with an EXIF
     orientation), and its label; `images.UnreadableImage` if it has none."""
-    (split, row), label = record
-    image = images.Encoded(self._rows.image(split, row), exif_orientation=True)
+    (split, row), label, reader = record
+    image = images.Encoded(reader.image(split, row), exif_orientation=True)
     return {'image': image, 'label': np.int32(label)}
 
   def describe(self, record: Record) -> str:
-    (split, row), _ = record
+    (split, row), _, _ = record
     return self._rows.describe(split, row)
 
 
@@ -157,12 +168,18 @@ class _Rows:
   """Record k of a shard. A class, not a closure, so that it pickles by value."""
 
   def __init__(
-      self, names: tuple[str, ...], part: np.ndarray, rows: np.ndarray, labels: np.ndarray
+      self,
+      names: tuple[str, ...],
+      part: np.ndarray,
+      rows: np.ndarray,
+      labels: np.ndarray,
+      reader: Any,
   ):
     self._names = names
     self._part = part
     self._rows = rows
     self._labels = labels
+    self._reader = reader
 
   def __call__(self, k: int) -> Record:
-    return (self._names[self._part[k]], int(self._rows[k])), int(self._labels[k])
+    return (self._names[self._part[k]], int(self._rows[k])), int(self._labels[k]), self._reader

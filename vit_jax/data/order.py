@@ -34,6 +34,9 @@ class Records:
 
   num_records: int
   read: Callable[[int], Any]
+  # What reading them needs made first (a Parquet split's copy of their rows): the pipeline calls it
+  # in its own process, where its log is seen and a full disk is one line, before its workers read.
+  prepare: Callable[[], None] | None = None
 
 
 def words(*seed: int) -> list[int]:

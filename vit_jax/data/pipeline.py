@@ -45,6 +45,30 @@ def num_data_shards(config: ml_collections.ConfigDict, process_count: int) -> in
   return shards
 
 
+def _process_shards(num_shards: int, process_index: int, process_count: int) -> range:
+  """The data shards of process `process_index`'s train stream."""
+  per_process = num_shards // process_count
+  return range(process_index * per_process, (process_index + 1) * per_process)
+
+
+def prepare(config: ml_collections.ConfigDict, process_index: int, process_count: int) -> None:
+  """Makes what this process's train stream and evaluation of config.eval_split read first (a
+  Parquet split's copy of their rows; `order.Records.prepare`) now, before a run compiles or writes
+  anything: a cache without room is a one-line error then."""
+  source = sources.train_source(config)
+  num_shards = num_data_shards(config, process_count)
+  records = [
+      *(
+          source.examples(config.train_split, shard, num_shards)
+          for shard in _process_shards(num_shards, process_index, process_count)
+      ),
+      source.examples(config.eval_split, process_index, process_count),
+  ]
+  for shard_records in records:
+    if shard_records.prepare:
+      shard_records.prepare()
+
+
 def _num_workers(config: ml_collections.ConfigDict, source: sources.Source) -> int:
   """grain worker processes: config.data_workers, or unset, one a core for sources that decode files
   (threads of this process would share one interpreter lock for the per-example Python and numpy)
@@ -68,6 +92,8 @@ class _TrainStream:
           f'Split {config.train_split!r} has no examples for data shard {shard} of '
           f'{num_shards}: use a larger split or fewer data shards'
       )
+    if self._records.prepare:
+      self._records.prepare()
     self._order_seed = (config.seed, shard, _ORDER)
     self._augment_seed = (config.seed, shard, _AUGMENT)
     self._pp = config.pp
@@ -139,17 +165,13 @@ def train_iterator(
   """
   source = sources.train_source(config)
   num_shards = num_data_shards(config, process_count)
-  shards_per_process = num_shards // process_count
-  if local_batch_size % shards_per_process:
+  shards = _process_shards(num_shards, process_index, process_count)
+  if local_batch_size % len(shards):
     raise ValueError(
-        f'The per-host batch {local_batch_size} does not split into {shards_per_process} '
+        f'The per-host batch {local_batch_size} does not split into {len(shards)} '
         f'data shards: make config.batch_size a multiple of config.data_shards={num_shards}'
     )
-  first = process_index * shards_per_process
-  streams = tuple(
-      _TrainStream(config, source, shard, num_shards)
-      for shard in range(first, first + shards_per_process)
-  )
+  streams = tuple(_TrainStream(config, source, shard, num_shards) for shard in shards)
   size = config.image_size
   spec = {
       'image': ((size, size, 3), preprocess.train_dtype(config.pp)),
@@ -174,6 +196,8 @@ class _EvalRows:
   ):
     self._source = source
     self._records = records
+    if records.prepare:
+      records.prepare()
     self._pp_eval = config.pp_eval
     self._image_size = config.image_size
     size = config.image_size

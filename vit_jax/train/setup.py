@@ -257,6 +257,7 @@ def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
     )
   if info.num_classes < task.MIN_CLASSES:
     raise ValueError(_too_few_classes(config, info, task.MIN_CLASSES))
+  data.prepare(config, jax.process_index(), jax.process_count())
   steps = total_steps(config, info)
   tx, schedule = optim.make_optimizer(config, steps, model_config)
   if steps == 0 and not config.keep_head:

@@ -57,7 +57,7 @@ import ml_collections
 
 from vit_jax import defaults  # pylint: disable=wrong-import-position
 from vit_jax.planning.chips import vit_flops  # pylint: disable=wrong-import-position
-from vit_jax.train import setup as train_setup  # pylint: disable=wrong-import-position
+from vit_jax.train import field_checks  # pylint: disable=wrong-import-position
 from vit_jax.models import attention, fp8, variants, vit_checks  # pylint: disable=wrong-import-position
 import peft_peer  # pylint: disable=wrong-import-position
 import step_harness  # pylint: disable=wrong-import-position
@@ -151,7 +151,7 @@ def make_parser() -> argparse.ArgumentParser:
   parser.add_argument('--variant', default='ViT-B_16')
   parser.add_argument('--image_size', type=int, default=224)
   parser.add_argument('--batch', type=int, default=8)
-  parser.add_argument('--dtype', default='float32', choices=train_setup.DTYPES)
+  parser.add_argument('--dtype', default='float32', choices=field_checks.DTYPES)
   parser.add_argument(
       '--mesh', default="(('data', -1),)", help='config.mesh, as on the command line'
   )

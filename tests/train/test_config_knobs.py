@@ -10,7 +10,7 @@ import pytest
 
 import helpers
 from vit_jax.tasks import mpp
-from vit_jax.train import setup as train_setup
+from vit_jax.train import field_checks
 
 _IMAGES = np.random.default_rng(0).uniform(-1, 1, (4, 8, 8, 3)).astype(np.float32)
 
@@ -57,4 +57,4 @@ def _config_files() -> list[str]:
 def test_every_shipped_config_has_exactly_the_default_fields(name):
   """setup refuses a field the defaults lack (a typo that would change nothing): no shipped experiment
   file may have one."""
-  train_setup.check_field_names(helpers.load_config(name))
+  field_checks.check_field_names(helpers.load_config(name))

@@ -2,9 +2,7 @@
 touched or anything is compiled, and a bad one is a one-line ValueError that names the fix."""
 
 import dataclasses
-import difflib
 import math
-import threading
 from types import ModuleType
 from typing import Any, Optional
 
@@ -15,22 +13,15 @@ import ml_collections
 import optax
 from jax.sharding import Mesh
 
-from vit_jax import data, defaults, evaluators, sharding, tasks
+from vit_jax import data, evaluators, sharding, tasks
 from vit_jax.checkpoints import run_dir
 from vit_jax.runtime import hf_hub
 from vit_jax.runtime import paths
-from vit_jax.train import optim, param_groups
-from vit_jax.checkpoints import adapting, posemb_resizing
+from vit_jax.train import field_checks, optim, param_groups
+from vit_jax.checkpoints import adapting
 from vit_jax.checkpoints import teacher as teacher_lib
 from vit_jax.models import fp8, variants
 
-DTYPES = ('float32', 'bfloat16', 'float16')
-# Steps between the loop's periodic actions, and checkpoints kept: each at least 1.
-_POSITIVE_COUNTS = ('log_every_steps', 'checkpoint_every_steps', 'keep_checkpoints')
-# Dicts of the config whose keys are names the user picks, not fields (evaluators checks config.evals).
-_OPEN_DICTS = ('evals',)
-# jax.random.key takes a signed 64-bit integer (the input pipeline hashes it as an unsigned word).
-_SEEDS = range(-(2**63), 2**63)
 # Parts of a checkpoint that config.init_from's loading keeps instead of replacing or dropping them.
 _KEPT_FROM_INIT = ('keep_head', 'keep_pre_logits')
 
@@ -52,53 +43,6 @@ class Setup:
   schedule: optax.Schedule  # Its learning rate by step.
   init_params: Any = None  # From config.init_from, fitted to the model (numpy); None: from scratch.
   teacher: Optional[teacher_lib.Teacher] = None  # config.distill's; None: no distillation.
-
-
-def check_field_names(
-    config: ml_collections.ConfigDict,
-    reference: ml_collections.ConfigDict | None = None,
-    prefix: str = '',
-) -> None:
-  """The config has the fields of defaults.get_config(), nested dicts included. A config file may add
-  fields (only the command line is locked), so a misspelt one (config.lr.warmup) would change nothing,
-  and a dict it replaces whole (config.pp = dict(crop='resize')) would lack fields the modules read.
-  """
-  reference = defaults.get_config() if reference is None else reference
-  for name in config.keys():
-    if name not in reference:
-      close = difflib.get_close_matches(name, list(reference.keys()), n=1)
-      hint = (
-          f'did you mean config.{prefix}{close[0]}?' if close else 'vit_jax/defaults.py lists them.'
-      )
-      raise ValueError(
-          f'config.{prefix}{name} is not a field of the config, so it would change nothing: '
-          f'fix its name in the config file; {hint}'
-      )
-  for name, default in reference.items():
-    if name not in config:
-      # Nested: the config file replaced the dict `prefix` names; top level: it did not start from
-      # the defaults.
-      fix = (
-          f'set the fields of config.{prefix[:-1]} one by one instead of replacing the dict'
-          if prefix
-          else 'start the config file from vit_jax.defaults.get_config()'
-      )
-      example = (
-          f'defaults.get_config().{prefix}{name}'
-          if isinstance(default, ml_collections.ConfigDict)
-          else repr(default)
-      )
-      raise ValueError(
-          f'config.{prefix}{name} is missing: {fix}, e.g. config.{prefix}{name} = {example}'
-      )
-    if isinstance(default, ml_collections.ConfigDict) and prefix + name not in _OPEN_DICTS:
-      if not isinstance(config[name], ml_collections.ConfigDict):
-        raise ValueError(
-            f'config.{prefix}{name}={config[name]!r} must be the dict of fields that '
-            'vit_jax/defaults.py gives it: set its fields one by one (e.g. '
-            f'--config.{prefix}{name}.{next(iter(default.keys()))}=...)'
-        )
-      check_field_names(config[name], default, f'{prefix}{name}.')
 
 
 def total_steps(config: ml_collections.ConfigDict, info: data.DatasetInfo) -> int:
@@ -133,70 +77,6 @@ def total_steps(config: ml_collections.ConfigDict, info: data.DatasetInfo) -> in
   return steps
 
 
-def check_batch(name: str, batch_size: int, mesh: Mesh, accum_steps: int = 1) -> None:
-  """The batch must split evenly over the devices of the batch axes, micro-batches and processes."""
-  shards = sharding.num_batch_shards(mesh)
-  multiple = math.lcm(shards * accum_steps, jax.process_count())
-  if batch_size < 1:
-    raise ValueError(
-        f'config.{name}={batch_size} must be at least 1 image: use a multiple of '
-        f'{multiple}, e.g. --config.{name}={multiple}'
-    )
-  if batch_size % multiple:
-    suggestion = max(multiple, batch_size // multiple * multiple)
-    accum = f' x accum_steps={accum_steps}' if accum_steps > 1 else ''
-    raise ValueError(
-        f'config.{name}={batch_size} is not divisible by the {shards} devices on the batch axes '
-        f'{sharding.batch_axes(mesh)}{accum} (and {jax.process_count()} processes): use a multiple '
-        f'of {multiple}, e.g. --config.{name}={suggestion}'
-    )
-
-
-def _check_numbers(config: ml_collections.ConfigDict) -> None:
-  """The fields that no other module reads before the loop does."""
-  if config.seed not in _SEEDS:
-    raise ValueError(
-        f'config.seed={config.seed} must be a signed 64-bit integer, e.g. --config.seed=0'
-    )
-  if config.dtype not in DTYPES:
-    raise ValueError(f'Unknown config.dtype {config.dtype!r}: use one of {", ".join(DTYPES)}')
-  for name in _POSITIVE_COUNTS:
-    if config[name] < 1:
-      raise ValueError(f'config.{name}={config[name]} must be at least 1')
-  if config.accum_steps < 1:
-    raise ValueError(f'config.accum_steps={config.accum_steps} must be at least 1')
-  if config.polyak_decay is not None and not 0.0 <= config.polyak_decay < 1.0:
-    raise ValueError(
-        f'config.polyak_decay={config.polyak_decay} must be in [0, 1), e.g. 0.9999 '
-        '(or unset to turn Polyak averaging off)'
-    )
-  if config.device_prefetch < 0:
-    raise ValueError(
-        f'config.device_prefetch={config.device_prefetch} must be at least 0 batches, e.g. 2 '
-        '(0: each batch goes to the devices at its step)'
-    )
-  if config.profile_steps < 0:
-    raise ValueError(
-        f'config.profile_steps={config.profile_steps} must be at least 0 (0: no trace)'
-    )
-  # The checks wait on a lock with this timeout: Python refuses one beyond threading.TIMEOUT_MAX.
-  if not 0 < config.storage_timeout_s <= threading.TIMEOUT_MAX:
-    raise ValueError(
-        f'config.storage_timeout_s={config.storage_timeout_s} must be a positive number '
-        f'of seconds up to {threading.TIMEOUT_MAX:.0f}, e.g. 60'
-    )
-  if not config.hang_timeout_s >= 0:
-    raise ValueError(
-        f'config.hang_timeout_s={config.hang_timeout_s} must be at least 0 seconds, e.g. '
-        '1800 (0: no watchdog)'
-    )
-  if config.data_shards is not None and config.data_shards < 1:
-    raise ValueError(
-        f'config.data_shards={config.data_shards} must be at least 1 (or unset: one per ' 'process)'
-    )
-  posemb_resizing.check_posemb_method(config.posemb_interpolation)
-
-
 def absolute_data_dir(config: ml_collections.ConfigDict) -> None:
   """Makes a relative `config.data_dir` absolute (a URL, a hub name and unset stay as they are), in
   place: the run's config.json is read by tools (fewshot, predict...) run later from other
@@ -222,12 +102,12 @@ def _too_few_classes(config: ml_collections.ConfigDict, info: data.DatasetInfo, 
 
 def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
   """Checks the config, data and workdir; raises ValueError with a one-line fix on bad input."""
-  check_field_names(config)  # First: the other checks read the fields.
+  field_checks.check_field_names(config)  # First: the other checks read the fields.
   absolute_data_dir(config)
   task = tasks.get(config.task)
   for each_task in tasks.TASKS.values():  # A typo in another task's fields is still a typo.
     each_task.check(config)
-  _check_numbers(config)
+  field_checks.check_numbers(config)
   run_dir.fill_from_checkpoint(config)
   model_config = variants.get_model_config(config.variant, config.model.to_dict())
   family = variants.FAMILIES[variants.family(config.variant)]
@@ -240,8 +120,8 @@ def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
     )
   mesh = sharding.make_mesh(config.mesh)
   sharding.check_model_fits(mesh, config.variant, family.tensor_split(model_config))
-  check_batch('batch_size', config.batch_size, mesh, config.accum_steps)
-  check_batch('eval_batch_size', config.eval_batch_size, mesh)
+  field_checks.check_batch('batch_size', config.batch_size, mesh, config.accum_steps)
+  field_checks.check_batch('eval_batch_size', config.eval_batch_size, mesh)
   shards = data.num_data_shards(config, jax.process_count())
   if config.batch_size % shards:
     raise ValueError(
@@ -257,7 +137,6 @@ def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
     )
   if info.num_classes < task.MIN_CLASSES:
     raise ValueError(_too_few_classes(config, info, task.MIN_CLASSES))
-  data.prepare(config, jax.process_index(), jax.process_count())
   steps = total_steps(config, info)
   tx, schedule = optim.make_optimizer(config, steps, model_config)
   if steps == 0 and not config.keep_head:
@@ -293,9 +172,8 @@ def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
   built = evaluators.make_evaluators(
       evaluators.Context(config, info, task, model, mesh, model_config)
   )
-  for (
-      name
-  ) in _KEPT_FROM_INIT:  # Without a checkpoint there is nothing to keep: the flag would do nothing.
+  # Without a checkpoint there is nothing to keep: the flag would do nothing.
+  for name in _KEPT_FROM_INIT:
     if config[name] and not config.init_from:
       raise ValueError(
           f'config.{name}=True keeps part of the config.init_from checkpoint, which is unset: '
@@ -305,6 +183,8 @@ def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
   teacher = teacher_lib.load_teacher(config, info.num_classes) if config.distill.teacher else None
   workdir = paths.absolute(workdir)
   paths.check_writable(workdir, config.storage_timeout_s)
+  # Last of the checks: a Parquet split's copy of the rows this process reads can take hours.
+  data.prepare(config, jax.process_index(), jax.process_count())
   return Setup(
       config,
       workdir,

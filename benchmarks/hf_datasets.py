@@ -9,6 +9,8 @@ an image folder zipped (train.zip, test.zip: the JPEGs deflated and a metadata.c
 - the first read of each split (Parquet: its copy into the Arrow cache; tar shards: their index)
   and a later one; for the shards, against `datasets.load_dataset`'s first read of them (its copy of
   every sample into its Arrow cache), as a ratio;
+- the copy one host of `--hosts` makes of its data shard (strided rows) of the Parquet split, against
+  the whole split's copy one host makes, in seconds and bytes, as ratios;
 - records read and decoded in a random order, one process: ours (`HuggingFaceSource.load`, from
   Parquet, the shards and the zips) against `datasets`' own random access (`ds[i]['image']`
   decoded to RGB, what timm's Hugging Face reader does; of the Parquet files and of the zips), and
@@ -127,6 +129,15 @@ def first_and_later(root: str, label: str) -> tuple[hf_source.HuggingFaceSource,
   return source, first, time.perf_counter() - start
 
 
+def shard_copy(root: str, cache: str, shard: int, num_shards: int) -> tuple[float, int]:
+  """Seconds and bytes of the Parquet copy data shard `shard` of `num_shards` makes in `cache`."""
+  os.environ[dataset_cache.CACHE_VARIABLE] = cache
+  start = time.perf_counter()
+  hf_source.HuggingFaceSource(root, 'train', 'label').examples('train', shard, num_shards).prepare()
+  seconds = time.perf_counter() - start
+  return seconds, sum(os.path.getsize(f) for f in glob.glob(os.path.join(cache, '*.arrow')))
+
+
 def seconds_per_record(read, order: np.ndarray) -> float:
   start = time.perf_counter()
   for k in order:
@@ -146,6 +157,7 @@ def main() -> None:
   parser.add_argument('--warmup', type=int, default=3, help='batches before timing')
   parser.add_argument('--batches', type=int, default=20, help='batches timed')
   parser.add_argument('--rounds', type=int, default=2, help='train timings of each, the best kept')
+  parser.add_argument('--hosts', type=int, default=4, help='hosts that share the Parquet split')
   args = parser.parse_args()
   with tempfile.TemporaryDirectory() as tmp:
     os.environ[dataset_cache.CACHE_VARIABLE] = os.path.join(tmp, 'cache')
@@ -167,6 +179,18 @@ def main() -> None:
     ours, first, again = first_and_later(parquet, 'label')
     print(
         f'| Parquet split read: first (copied into the cache) | {first:.2f} s | later | {again:.2f} s |'
+    )
+    cache = os.environ[dataset_cache.CACHE_VARIABLE]
+    host, whole = (
+        shard_copy(parquet, os.path.join(tmp, name), 0, hosts)
+        for name, hosts in (('host_cache', args.hosts), ('whole_cache', 1))
+    )
+    os.environ[dataset_cache.CACHE_VARIABLE] = cache
+    print(
+        f'| Parquet copy: one host of {args.hosts} (its data shard) | {host[0]:.2f} s | '
+        f'{host[1] / 1e6:.1f} MB | one host, the whole split | {whole[0]:.2f} s | '
+        f'{whole[1] / 1e6:.1f} MB | as fast x | {whole[0] / host[0]:.2f} | bytes x | '
+        f'{host[1] / whole[1]:.3f} |'
     )
     tars, first, again = first_and_later(shards, 'cls')
     start = time.perf_counter()

@@ -42,7 +42,7 @@ def _exported(params, model_config, spec, trained=lambda path: path.startswith('
   cls = timm_export_args.timm_class(model_config)
   ours = timm_export_tensors.to_state_dict(_plain(params), cls)
   shapes = base or {name: x.shape for name, x in ours.items()}
-  return peft_export.export(params, spec, trained, cls, ('base', shapes))
+  return peft_export.export(params, spec, trained, cls, peft_export.Base('base', '', shapes, False))
 
 
 def _plain(params):
@@ -165,14 +165,15 @@ def test_the_base_is_the_timm_checkpoint_the_run_started_from(
   timm_file = str(tmp_path / 'snapshot' / torch_files.SAFETENSORS)
   cls = timm_export_args.timm_class(model_config)
   torch_files.write_safetensors(timm_export_tensors.to_state_dict(_plain(params), cls), timm_file)
-  name, shapes = peft_export.base(timm_file)
-  assert name == timm_file
+  found = peft_export.base(timm_file)
+  name, shapes = found.name, found.shapes
+  assert name == timm_file == found.path and not found.through_adapters
   assert shapes['blocks.1.attn.qkv.weight'] == (96, 32)
   monkeypatch.chdir(tmp_path)
-  assert peft_export.base('snapshot')[0] == str(tmp_path / 'snapshot')  # Absolute.
+  assert peft_export.base('snapshot').name == str(tmp_path / 'snapshot')  # Absolute.
   # A hub repository: by its name, which peft and peft_adapters.py look up.
   helpers.fake_hub(monkeypatch, [torch_files.SAFETENSORS], str(tmp_path / 'snapshot'))
-  assert peft_export.base('hf-hub:timm/vit_tiny')[0] == 'timm/vit_tiny'
+  assert peft_export.base('hf-hub:timm/vit_tiny').name == 'timm/vit_tiny'
   for init_from, error in (
       (None, 'the run started from no checkpoint (config.init_from) for peft to adapt'),
       (
@@ -188,7 +189,8 @@ def test_the_base_is_the_timm_checkpoint_the_run_started_from(
   adapters.mkdir()
   config = {'peft_type': 'LORA', 'base_model_name_or_path': '../snapshot'}
   (adapters / peft_adapters.CONFIG).write_text(json.dumps(config))
-  assert peft_export.base(str(adapters)) == (str(tmp_path / 'snapshot'), shapes)
+  snapshot = str(tmp_path / 'snapshot')
+  assert peft_export.base(str(adapters)) == peft_export.Base(snapshot, snapshot, shapes, True)
 
 
 def test_the_adapters_name_the_bases_modules():
@@ -259,7 +261,7 @@ def test_a_run_from_peft_adapters_exports_over_their_base_where_its_frozen_kerne
   (tmp_path / 'adapters').mkdir()
   config = {'peft_type': 'LORA', 'base_model_name_or_path': str(tmp_path / 'base')}
   (tmp_path / 'adapters' / peft_adapters.CONFIG).write_text(json.dumps(config))
-  adapters = str(tmp_path / 'adapters')
+  adapters = peft_export.base(str(tmp_path / 'adapters'))
   frozen = lambda path: False
   peft_export.check_unfolded(adapters, params, model_config, frozen)
   kernel = 'Transformer/encoderblock_1/MlpBlock_3/Dense_1/kernel'
@@ -268,4 +270,5 @@ def test_a_run_from_peft_adapters_exports_over_their_base_where_its_frozen_kerne
   with pytest.raises(ValueError, match=re.escape(f"the run's {kernel} is not its base's: ")):
     peft_export.check_unfolded(adapters, changed, model_config, frozen)
   peft_export.check_unfolded(adapters, changed, model_config, lambda path: path == kernel)
-  peft_export.check_unfolded(str(tmp_path / 'base'), changed, model_config, frozen)  # No adapters.
+  plain = peft_export.base(str(tmp_path / 'base'))  # No adapters.
+  peft_export.check_unfolded(plain, changed, model_config, frozen)

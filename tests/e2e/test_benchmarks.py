@@ -226,6 +226,7 @@ def test_hf_datasets_reads_the_same_jpegs_as_parquet_and_as_a_folder():
   assert '# 24 JPEGs of 500x375' in out, out
   rows = ('| ours | ', '| ours, tar shards | ', '| datasets | ', '| folder | ', '| huggingface | ')
   rows += ('| ours, zip archive | ', '| datasets, zip archive | ', '| huggingface, zip archive | ')
+  rows += ('| Parquet copy: one host of 4 (its data shard) |',)
   for row in (*rows, '| huggingface, tar shards | ', '| tar split read: first (indexed) |'):
     assert row in out, out
 

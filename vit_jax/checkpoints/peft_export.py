@@ -11,6 +11,7 @@ parameters that trained beside the adapters (a new head) are peft's `modules_to_
 modules that hold them.
 """
 
+import dataclasses
 import re
 from typing import Any, Callable, Optional
 
@@ -37,15 +38,27 @@ _TIMM_MODULES = {
 _BLOCK = re.compile(r'^Transformer/encoderblock_(\d+)/(?:.+/)?([^/]+)$')
 
 
-def base(init_from: Optional[str]) -> tuple[str, Shapes]:
-  """peft's `base_model_name_or_path` of adapters trained over `init_from` (a run's config.init_from,
-  or the base of the peft adapters it names): its hub repository, or its absolute path; and the
-  shapes of its tensors. A one-line ValueError where it is not a timm checkpoint, whose modules the
-  adapters name."""
+@dataclasses.dataclass(frozen=True)
+class Base:
+  """The timm checkpoint a run's adapters are over."""
+
+  name: str  # peft's `base_model_name_or_path`: its hub repository, or its absolute path.
+  path: str  # Its local file or directory.
+  shapes: Shapes  # Of its tensors, by timm's names.
+  # Whether the run started from peft's adapters over it, whose updates of layers the run does not
+  # adapt were folded into its frozen kernels (state_dicts.load).
+  through_adapters: bool
+
+
+def base(init_from: Optional[str]) -> Base:
+  """The base of adapters trained over `init_from` (a run's config.init_from, or the base of the
+  peft adapters it names). A one-line ValueError where it is not a timm checkpoint, whose modules
+  the adapters name."""
   if not init_from:
     raise ValueError('the run started from no checkpoint (config.init_from) for peft to adapt')
   path = hub.local(init_from)
-  if peft_adapters.is_adapter_dir(path):
+  through_adapters = peft_adapters.is_adapter_dir(path)
+  if through_adapters:
     name, path = peft_adapters.base(path)
   else:
     name = init_from.removeprefix(hub.PREFIX) if init_from.startswith(hub.PREFIX) else path
@@ -57,29 +70,27 @@ def base(init_from: Optional[str]) -> tuple[str, Shapes]:
         f"the adapters name timm's modules, and the run started from {init_from}, not a timm "
         "checkpoint: start from timm's copy of those weights (e.g. hf-hub:timm/...)"
     )
-  return name, {k: tuple(np.shape(v)) for k, v in tensors.items()}
+  shapes = {k: tuple(np.shape(v)) for k, v in tensors.items()}
+  return Base(name, path, shapes, through_adapters)
 
 
 def check_unfolded(
-    init_from: str, params: Any, model_config: dict[str, Any], trained: Callable[[str], bool]
+    checkpoint: Base, params: Any, model_config: dict[str, Any], trained: Callable[[str], bool]
 ) -> None:
-  """Where the run started from peft's adapters (`init_from`), a one-line ValueError unless its
+  """Where the run started from peft's adapters over `checkpoint`, a one-line ValueError unless its
   blocks' frozen kernels (`params`, of the adapted model of `model_config`; `trained(path)` says
-  which train) are their base's: adapters of layers the run does not adapt were folded into them
-  (state_dicts.load)."""
-  path = hub.local(init_from)
-  if not peft_adapters.is_adapter_dir(path):
+  which train) are the checkpoint's: adapters of layers the run does not adapt were folded into
+  them."""
+  if not checkpoint.through_adapters:
     return
-  theirs, _ = state_dicts.load(
-      peft_adapters.base(path)[1], lora.without_adapters(model_config), False
-  )
+  theirs, _ = state_dicts.load(checkpoint.path, lora.without_adapters(model_config), False)
   theirs = traverse_util.flatten_dict(theirs, sep='/')
   for name, kernel in traverse_util.flatten_dict(params, sep='/').items():
     if name.startswith('Transformer/encoderblock_') and name.endswith('/kernel'):
       if not trained(name) and not np.array_equal(kernel, theirs[name]):
         raise ValueError(
-            f"the run's {name} is not its base's: {init_from}'s adapters of layers the run does not "
-            'adapt were folded into it (adapt those too: model.lora_targets); the merged timm/ '
+            f"the run's {name} is not its base's: the peft adapters it started from of layers the "
+            'run does not adapt were folded into it (adapt those too: model.lora_targets); the merged timm/ '
             'export holds the run'
         )
 
@@ -183,13 +194,13 @@ def export(
     adapters: lora.Spec,
     trained: Callable[[str], bool],
     cls: str,
-    base_checkpoint: tuple[str, Shapes],
+    checkpoint: Base,
 ) -> tuple[StateDict, dict[str, Any]]:
   """peft's adapter state dict and adapter_config.json of `params` (our per-block tree with
   `adapters`, which timm's class `cls` of timm_export.ARGUMENTS computes), over the timm checkpoint
-  the run started from (`base`'s name and shapes), named as its modules; `trained(path)` says which
+  the run started from (`checkpoint`), named as its modules; `trained(path)` says which
   parameters trained. What peft cannot hold over that checkpoint is a one-line ValueError."""
-  base_name, shapes = base_checkpoint
+  shapes = checkpoint.shapes
   flat = traverse_util.flatten_dict(params, sep='/')
   plain = {p: x for p, x in flat.items() if not lora.ADAPTER_PATH.search(p)}
   ours = timm_export_tensors.to_state_dict(traverse_util.unflatten_dict(plain, sep='/'), cls)
@@ -207,7 +218,7 @@ def export(
   parts = {module: pair['lora_A'].shape[0] // adapters.rank for module, pair in factors.items()}
   config = {
       'peft_type': 'LORA',
-      'base_model_name_or_path': base_name,
+      'base_model_name_or_path': checkpoint.name,
       'r': adapters.rank,
       'lora_alpha': adapters.alpha,
       'lora_dropout': adapters.dropout_rate,

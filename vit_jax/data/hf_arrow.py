@@ -153,8 +153,7 @@ def column_kinds(layout: hf_layout.Layout) -> dict[str, str]:
 def _label_path(layout: hf_layout.Layout, label_column: str) -> tuple[str, tuple[str, ...]]:
   """(the column, the struct fields within it) of the label `label_column`: a column, or a field
   'column.field' of a struct column."""
-  names = _schema(layout).names
-  if label_column in names or '.' not in label_column:
+  if '.' not in label_column or label_column in _schema(layout).names:
     return label_column, ()
   column, *fields = label_column.split('.')
   return column, tuple(fields)

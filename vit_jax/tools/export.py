@@ -152,27 +152,26 @@ def _write_peft(trained: Any, out_dir: epath.Path) -> str:
   from vit_jax.models import freezing, lora  # pylint: disable=g-import-not-at-top
 
   model_config, params = trained.adapted
-  init_from = trained.config.init_from
   optim = trained.config.optim
   trained_regexes = freezing.trained_regexes(optim, params)
   trains = lambda path: not freezing.is_frozen(optim, trained_regexes, path)
   try:
+    base = peft_export.base(trained.config.init_from)
     tensors, adapter_config = peft_export.export(
         params,
         lora.model_spec(model_config),
         trains,
         timm_export_args.timm_class(trained.model_config),
-        peft_export.base(init_from),
+        base,
     )
-    peft_export.check_unfolded(init_from, params, model_config, trains)
+    peft_export.check_unfolded(base, params, model_config, trains)
   except (ValueError, OSError) as e:
     return f'not written: {e}'
   peft_dir = out_dir / 'peft'
   peft_dir.mkdir(exist_ok=True)
   torch_files.write_safetensors(tensors, str(peft_dir / peft_export.WEIGHTS))
   (peft_dir / peft_export.CONFIG).write_text(json.dumps(adapter_config, indent=2))
-  base = adapter_config['base_model_name_or_path']
-  return f'peft/{peft_export.WEIGHTS}, peft/{peft_export.CONFIG} over {base}'
+  return f'peft/{peft_export.WEIGHTS}, peft/{peft_export.CONFIG} over {base.name}'
 
 
 _USAGE = '--workdir=W --out=DIR [--step=N] [--overwrite]'

@@ -15,6 +15,7 @@ from vit_jax import defaults
 from vit_jax.data import crops
 from vit_jax.data import images
 from vit_jax.data import preprocess
+from vit_jax.data import resizing
 
 _RATIO = (3 / 4, 4 / 3)
 
@@ -228,6 +229,6 @@ def test_crops_of_the_whole_image_are_plain_resizes():
       (False, True),
   ):
     pp = _pp(crop=crop, flip=False, antialias=antialias, **fields)
-    expected = images.normalize(images.resize(image, 16, antialias))
+    expected = images.normalize(resizing.resize(image, 16, antialias))
     got = preprocess.train_preprocess(image, (0, 1), pp=pp, image_size=16)
     np.testing.assert_array_equal(preprocess.model_input(got), expected)

@@ -11,6 +11,7 @@ from vit_jax import defaults
 from vit_jax.data import digits
 from vit_jax.data import images
 from vit_jax.data import preprocess
+from vit_jax.data import resizing
 
 # Each op on, alone or with others; the crops up and down in size; both resizes.
 PP_VARIANTS = {
@@ -83,13 +84,13 @@ def test_rgb_leaves_an_rgb_image_as_it_is():
 def test_the_crop_and_resize_of_a_greyscale_image_work_on_one_channel(monkeypatch):
   """The point of carrying [h, w, 1]: the default ops resize a third of the pixels."""
   resized = []
-  pil_resize = images._pil_resize  # pylint: disable=protected-access
+  pil_resize = resizing._pil_resize  # pylint: disable=protected-access
 
   def recorded(image, height, width):
     resized.append(image.shape[-1])
     return pil_resize(image, height, width)
 
-  monkeypatch.setattr(images, '_pil_resize', recorded)
+  monkeypatch.setattr(resizing, '_pil_resize', recorded)
   pp = _pp(defaults.get_config().pp, flip=True)
   preprocess.train_preprocess(_grey((30, 40)), (0, 0, 1), pp=pp, image_size=16)
   preprocess.eval_preprocess(_grey((30, 40)), pp_eval=defaults.get_config().pp_eval, image_size=16)

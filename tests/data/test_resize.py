@@ -12,8 +12,8 @@ import helpers
 from vit_jax import defaults
 from vit_jax.tools import predict
 from vit_jax.data import crops
-from vit_jax.data import images
 from vit_jax.data import preprocess
+from vit_jax.data import resizing
 
 
 def _image(height: int = 37, width: int = 53, seed: int = 0) -> np.ndarray:
@@ -60,31 +60,33 @@ _SHAPES = [
 @pytest.mark.parametrize('height,width,size', _SHAPES)
 def test_antialiased_resize_of_uint8_is_pils_8_bit_resize(height, width, size):
   image = _image(height, width)
-  got = images.resize(image, size, antialias=True)
+  got = resizing.resize(image, size, antialias=True)
   # uint8 still: the ops after it move a quarter of float32's bytes; normalize makes it float32.
   assert got.dtype == np.uint8 and got.shape == (size, size, 3) and got.flags.c_contiguous
   np.testing.assert_array_equal(got, _pil_rgb(image, size, size))
   # A crop (a strided view) resizes as the same pixels copied.
   view = _image(height + 4, width + 6)[1:-3, 2:-4]
   np.testing.assert_array_equal(
-      images.resize(view, size, True), _pil_rgb(np.ascontiguousarray(view), size, size)
+      resizing.resize(view, size, True), _pil_rgb(np.ascontiguousarray(view), size, size)
   )
 
 
 @pytest.mark.parametrize('size', [16, 24])
 def test_antialiased_resize_of_floats_is_pils_float_resize(size):
   image = _image().astype(np.float32) + 0.25
-  np.testing.assert_array_equal(images.resize(image, size, antialias=True), _pil_float(image, size))
+  np.testing.assert_array_equal(
+      resizing.resize(image, size, antialias=True), _pil_float(image, size)
+  )
   # In 8 bits PIL rounds after each of its 1-D passes: within a level of the float resize.
   uint8 = _image()
-  np.testing.assert_allclose(images.resize(uint8, size, True), _pil_float(uint8, size), atol=1)
+  np.testing.assert_allclose(resizing.resize(uint8, size, True), _pil_float(uint8, size), atol=1)
 
 
 @pytest.mark.parametrize('height,width,size', _SHAPES)
 @pytest.mark.parametrize('dtype', [np.uint8, np.float32])
 def test_resize_without_antialiasing_is_tensorflows(height, width, size, dtype):
   image = (_image(height, width) * np.float32(0.7) + 3.3).astype(dtype)
-  got = images.resize(image, size)
+  got = resizing.resize(image, size)
   assert got.dtype == np.float32 and got.shape == (size, size, 3) and got.flags.c_contiguous
   np.testing.assert_allclose(got, _tensorflow(image, size, size), atol=1e-4, rtol=0)
 
@@ -93,7 +95,7 @@ def test_resize_without_antialiasing_is_tensorflows(height, width, size, dtype):
 def test_antialiasing_is_what_tells_the_filters_apart(size):
   """TensorFlow's default reads 2x2 pixels per output: far from PIL's on noise shrunk by 2-3x."""
   image = _image()
-  assert np.abs(images.resize(image, size) - images.resize(image, size, True)).max() > 20
+  assert np.abs(resizing.resize(image, size) - resizing.resize(image, size, True)).max() > 20
 
 
 def test_train_and_eval_preprocessing_read_their_field():

@@ -125,7 +125,7 @@ def central_crop(
 ) -> np.ndarray:
   """Bilinear resize keeping the aspect ratio, the shorter side to round(size / crop_fraction), then
   the central size x size square (ImageNet's eval: 256 -> 224 at 0.875), in the input's range and
-  of `images.resize`'s dtype; `antialias` and `reducing_gap` as in `images.crop_and_resize`. The
+  of `resizing.resize`'s dtype; `antialias` and `reducing_gap` as in `images.crop_and_resize`. The
   geometry is torchvision's Resize(int) + CenterCrop (timm's eval transform), so with `antialias`
   its pixels are too: the longer side's proportion rounded down, the offset rounded half to even."""
 

@@ -38,6 +38,7 @@ from vit_jax.data import augment
 from vit_jax.data import crops
 from vit_jax.data import images
 from vit_jax.data import randaugment
+from vit_jax.data import resizing
 
 # Largest RandAugment magnitude: AugReg's strongest recipes use 20; above it the reference's
 # Posterize would keep more than 8 bits.
@@ -111,7 +112,7 @@ def _flip(image, rng, pp, image_size):
   if rng.random() >= 0.5:
     return image
   height, width, channels = image.shape
-  mirrored = images.flat_columns(np.arange(width - 1, -1, -1), channels)
+  mirrored = resizing.flat_columns(np.arange(width - 1, -1, -1), channels)
   return np.take(image.reshape(height, width * channels), mirrored, 1).reshape(image.shape)
 
 

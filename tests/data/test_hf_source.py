@@ -613,13 +613,17 @@ def test_a_process_copies_the_rows_it_reads_from_the_row_groups_that_hold_them(
   sliced.prepare()
   _assert_rows(_loaded(source, sliced), train.select(range(2, 5)))
   assert _copied_rows(cache) == [3, 7, 8, 8]
-  assert read_groups[-1:] == [
-      [0, 1]
-  ]  # Rows 2-4: the first file's first two groups; not the second.
+  # Rows 2-4: the first file's first two groups; not the second file.
+  assert read_groups[-1:] == [[0, 1]]
+  overlapping = source.examples('train[15:19]+train[:2]+train[16:21]')  # Rows 0-1, 15-20: once.
+  overlapping.prepare()
+  expected = train.select([15, 16, 17, 18, 0, 1, 16, 17, 18, 19, 20])
+  _assert_rows(_loaded(source, overlapping), expected)
+  assert _copied_rows(cache) == [3, 7, 8, 8, 8]
 
   whole = source.examples('train')
   whole.prepare()
-  assert _copied_rows(cache) == [3, 7, 8, 8, 23]
+  assert _copied_rows(cache) == [3, 7, 8, 8, 8, 23]
   for p in cache.glob('*-*.arrow'):  # The whole split's copy, once made, serves every shard.
     p.unlink()
   again = source.examples('train', 1, 3)

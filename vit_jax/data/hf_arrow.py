@@ -159,6 +159,15 @@ def _label_path(layout: hf_layout.Layout, label_column: str) -> tuple[str, tuple
   return column, tuple(fields)
 
 
+def _increasing(rows: np.ndarray) -> np.ndarray:
+  """`rows` sorted, each once: as they are where they are (a data shard's, a slice's). Not
+  np.unique, which took 14 s for ImageNet-21k's 13 million (numpy 2.4; np.sort 0.5 s)."""
+  if np.all(rows[1:] > rows[:-1]):
+    return rows
+  rows = np.sort(rows)
+  return rows[np.concatenate(([True], rows[1:] != rows[:-1]))]
+
+
 class Rows:
   """The rows of every split: their labels, and each one's image bytes."""
 
@@ -200,7 +209,7 @@ class Rows:
       return self
     subset = object.__new__(Rows)
     subset.__dict__.update(self.__getstate__())
-    subset._chosen = {split: np.unique(rows) for split, rows in chosen.items()}
+    subset._chosen = {split: _increasing(rows) for split, rows in chosen.items()}
     return subset
 
   def prepare(self) -> None:

@@ -135,12 +135,11 @@ class HuggingFaceSource:
     # The shard's images are all the records read: a Parquet split's copy is of those alone.
     reader = self._rows
     if hasattr(reader, 'reading'):
-      reader = reader.reading(
-          {
-              name: rows[np.isin(part, [i for i, n in enumerate(names) if n == name])]
-              for name in set(names)
-          }
-      )
+      ends = np.searchsorted(part, np.arange(len(parts)), 'right')  # Each part's rows, in turn.
+      chosen = {}
+      for name, start, end in zip(names, (0, *ends[:-1]), ends):
+        chosen[name] = np.concatenate([chosen.get(name, rows[:0]), rows[start:end]])
+      reader = reader.reading(chosen)
     prepare = getattr(reader, 'prepare', None)
     return order.Records(len(rows), _Rows(names, part, rows, labels, reader), prepare)
 

@@ -66,7 +66,7 @@ def test_two_processes_copy_each_their_rows_of_parquet_and_train_as_one_process(
   code = local.launch(args, num_processes=2, devices_per_process=4, timeout=600)
   err = capfd.readouterr().err
   assert code == 0, err[-5000:]
-  assert 'rows this process reads of the' in err
+  assert f"rows this process reads of split 'train' of {root} (3 Parquet files, " in err
   sizes = {split: len(labels) for split, (_, labels) in digits.split_arrays().items()}
   halves = lambda n: [n // 2, n - n // 2]  # The two processes' data shards of n rows.
   assert _copied_rows(cache) == sorted(halves(sizes['train']) + halves(sizes['test']))

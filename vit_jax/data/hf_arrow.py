@@ -45,8 +45,15 @@ def copied(
   path = path or cache_path(files, columns)
   if os.path.exists(path):
     return path
-  needed = share * sum(dataset_cache.size_and_time(f)[0] for f in files)  # Uncompressed: more.
-  doing = f'Copying {what} ({len(files)} Parquet files, {needed / 1e6:.1f} MB) into one Arrow file'
+  size = sum(dataset_cache.size_and_time(f)[0] for f in files)
+  needed = share * size  # Uncompressed: more.
+  amount = (
+      f'{size / 1e6:.1f} MB'
+      if share == 1
+      else f'{needed / 1e6:.1f} MB of their {size / 1e6:.1f} MB'
+  )
+  count = f'{len(files)} Parquet file{"s" if len(files) > 1 else ""}'
+  doing = f'Copying {what} ({count}, {amount}) into one Arrow file'
   return dataset_cache.made_once(
       path, int(needed), doing, lambda partial: copy(files, columns, partial, rows)
   )
@@ -227,7 +234,7 @@ class Rows:
       self._at[split] = None
       return copied(files, self._columns, what, whole)
     self._at[split] = rows
-    what = f'the {len(rows)} rows this process reads of the {self.sizes[split]} of {what}'
+    what = f'the {len(rows)} of {self.sizes[split]} rows this process reads of {what}'
     path = _subset_path(whole, rows)
     return copied(files, self._columns, what, path, rows, len(rows) / self.sizes[split])
 

@@ -11,7 +11,6 @@ locally or from cloud storage.
 
 import concurrent.futures
 import io
-import json
 import multiprocessing
 import os
 import re
@@ -26,15 +25,10 @@ from vit_jax.data import hf_data_files
 from vit_jax.data import hf_layout
 from vit_jax.data import images
 from vit_jax.data import tar_members
+from vit_jax.data import hf_webdataset_fields
 from vit_jax.runtime import cpuinfo
 from vit_jax.runtime import hosts
 
-# The columns `datasets` decodes to integers and to text; the image files PIL reads.
-_INTEGER_FIELDS = ('cls', 'cls2', 'index', 'inx', 'id')
-_TEXT_FIELDS = ('txt', 'text', 'transcript')
-_IMAGE_FIELDS = tuple(e[1:] for e in images.IMAGE_EXTENSIONS)
-# A label inside a sample's `json` file: column `json.KEY`, a key of its object (a number or a name).
-_JSON_KEY = re.compile(r'^(json)[.]([^.]+)$')
 _KEY_AND_FIELD = re.compile(r'^((?:.*/|)[^.]+)[.]([^/]*)$')  # webdataset's base_plus_ext.
 _SAMPLES_FOR_COLUMNS = 5  # datasets infers the columns from a tar's first five samples.
 _EXTENT = np.dtype([('file', '<u4'), ('offset', '<i8'), ('size', '<i8'), ('labelled', '?')])
@@ -83,15 +77,6 @@ def _grouped(path: str, f, read: tuple[str, ...]):
     yield key, sample
 
 
-def _field_kind(field: str) -> str:
-  extension = field.rsplit('.', 1)[-1].lower()
-  if extension in _IMAGE_FIELDS:
-    return 'image'
-  if extension in _INTEGER_FIELDS:
-    return 'integer'
-  return 'string' if extension in _TEXT_FIELDS else ''
-
-
 def column_kinds(layout: hf_layout.Layout) -> dict[str, str]:
   """Each column's kind ('image', 'class_label', 'integer', 'string', ''): the README's features,
   else the columns of the first samples of the last split's first tar (datasets' inference)."""
@@ -105,61 +90,13 @@ def column_kinds(layout: hf_layout.Layout) -> dict[str, str]:
         f"{first}: its first samples' files do not have the same extensions ({columns}): write "
         'the dataset with the same columns for every sample'
     )
-  kinds = {field: _field_kind(field) for field in (columns[0] if columns else [])}
-  return {**kinds, **_json_key_kinds(samples[0]['json'][2] if 'json' in kinds else b'{}')}
-
-
-def _json_key_kinds(data: bytes) -> dict[str, str]:
-  """`json.KEY`: 'integer' or 'string' for each key of a sample's JSON object with such a value."""
-  try:
-    value = json.loads(data)
-  except ValueError:
-    return {}
-  kind = lambda v: 'integer' if type(v) is int else 'string' if isinstance(v, str) else ''
-  return {f'json.{k}': kind(v) for k, v in value.items()} if isinstance(value, dict) else {}
-
-
-def _file_and_key(label_column: str) -> tuple[str, str | None]:
-  """The file a label column reads, and the key of its JSON object that holds the label, if any."""
-  match = _JSON_KEY.match(label_column)
-  return match.groups() if match else (label_column, None)
-
-
-def _json_label(data: bytes, column: str, key: str, where: str) -> int | str | None:
-  """The label at `key` (of label `column`) of a JSON file (None where the object has no such key)."""
-  try:
-    value = json.loads(data)
-  except ValueError as e:
-    raise ValueError(f'{where}: its {column!r} file is not JSON ({e}): write it again') from None
-  value = value.get(key) if isinstance(value, dict) else None
-  if value is not None and type(value) is not int and not isinstance(value, str):
-    raise ValueError(
-        f'{where}: its {column!r} is {value!r}, not a class number or name: set '
-        '--config.label_feature to a key of class numbers or names'
-    )
-  return value
-
-
-def _label(data: bytes, field: str, classes: dict[str, int] | None, where: str) -> int | str | None:
-  """A label file's value as datasets decodes it (a class name as its number where the README
-  names the `classes`); a JSON file's at the column's key."""
-  _, key = _file_and_key(field)
-  if key is not None:
-    return _json_label(data, field, key, where)
-  if field.rsplit('.', 1)[-1].lower() in _INTEGER_FIELDS:
-    try:
-      return int(data)
-    except ValueError:
-      raise ValueError(
-          f'{where}: its {field!r} is {data[:20]!r}, not a class number: set '
-          '--config.label_feature to a column of class numbers or names'
-      ) from None
-  text = data.decode('utf-8', errors='replace')
-  if classes is None:
-    return text
-  if text not in classes:
-    raise ValueError(f'{where}: its {field!r} {text!r} is not one of the classes the README names')
-  return classes[text]
+  kinds = {
+      field: hf_webdataset_fields.field_kind(field) for field in (columns[0] if columns else [])
+  }
+  return {
+      **kinds,
+      **hf_webdataset_fields.json_key_kinds(samples[0]['json'][2] if 'json' in kinds else b'{}'),
+  }
 
 
 def _index_tar(
@@ -170,12 +107,12 @@ def _index_tar(
   kind = int if numbers else str
   extents, labels = [], []
   classes = None if names is None else {name: k for k, name in enumerate(names)}
-  label_file = _file_and_key(label_column)[0]
+  label_file = hf_webdataset_fields.file_and_key(label_column)[0]
   for key, sample in _samples(path, (label_file,)):
     offset, size, _ = sample.get(image_column, (-1, -1, None))
     _, _, data = sample.get(label_file, (0, 0, None))
     where = f'{path}: sample {key!r}'
-    label = None if data is None else _label(data, label_column, classes, where)
+    label = None if data is None else hf_webdataset_fields.label(data, label_column, classes, where)
     if label is not None and type(label) is not kind:
       raise ValueError(
           f'{where}: its {label_column!r} is {label!r}, where the first samples have '
@@ -249,10 +186,12 @@ class Rows:
     names = feature.get('names') if feature.get('_type') == 'ClassLabel' else None
     if names is not None:
       numbers = True
-    elif _file_and_key(label_column)[1] is not None:  # A JSON key: as its first samples hold.
+    elif (
+        hf_webdataset_fields.file_and_key(label_column)[1] is not None
+    ):  # A JSON key: as its first samples hold.
       numbers = column_kinds(layout).get(label_column) == 'integer'
     else:
-      numbers = label_column.rsplit('.', 1)[-1].lower() in _INTEGER_FIELDS
+      numbers = label_column.rsplit('.', 1)[-1].lower() in hf_webdataset_fields.INTEGER_FIELDS
     self._labels_as = (names, numbers)  # The README's class names, and whether labels are numbers.
     # Each split's index, made once here: a worker process then maps it without a look at each tar
     # (on cloud storage, a request each).

@@ -659,3 +659,14 @@ def test_a_multi_host_run_copies_each_host_its_shard_and_trains_on_what_one_host
       np.testing.assert_array_equal(
           batch[name], np.concatenate([hosts[0][k][name], hosts[1][k][name]])
       )
+
+
+def test_files_on_cloud_storage_are_looked_at_16_at_a_time(monkeypatch):
+  """A Parquet split's footers and label columns, a file's size: a request or a few each, for a
+  thousand files at every start."""
+  import threading  # pylint: disable=g-import-not-at-top
+
+  monkeypatch.setattr(dataset_cache.paths, 'is_url', lambda path: True)
+  sixteen = threading.Barrier(16, timeout=10)  # Broken, an error, unless 16 wait at once.
+  files = [f'gs://bucket/train-{k:05d}.parquet' for k in range(32)]
+  assert dataset_cache.of_each(files, lambda f: sixteen.wait() is not None and f) == files

@@ -10,7 +10,7 @@ import hashlib
 import json
 import os
 import shutil
-from typing import Any, Callable
+from typing import Any, Callable, Sequence, TypeVar
 import uuid
 
 from absl import logging
@@ -20,6 +20,7 @@ from vit_jax.runtime import paths
 
 CACHE_VARIABLE = 'VIT_JAX_DATASETS_CACHE'  # The tests set theirs.
 _STAT_THREADS = 16
+T = TypeVar('T')
 
 
 def cache_dir() -> str:
@@ -35,13 +36,17 @@ def size_and_time(path: str) -> tuple[int, float]:
   return stat.st_size, stat.st_mtime_ns
 
 
-def cache_path(files: tuple[str, ...], what: Any, suffix: str) -> str:
-  """Where what is made of `files` (`what`: JSON, e.g. the columns copied) goes. Files on cloud
-  storage are looked at _STAT_THREADS at a time: a request each (a thousand shards took ~30 s at
-  every start)."""
+def of_each(files: Sequence[str], look: Callable[[str], T]) -> list[T]:
+  """`look(file)` of each of `files`, in order; on cloud storage _STAT_THREADS at a time: a request
+  or a few each (a thousand shards looked at one by one took ~30 s at every start)."""
   threads = _STAT_THREADS if files and paths.is_url(files[0]) else 1
   with concurrent.futures.ThreadPoolExecutor(threads) as pool:
-    stats = list(pool.map(lambda f: (paths.absolute(f), *size_and_time(f)), files))
+    return list(pool.map(look, files))
+
+
+def cache_path(files: tuple[str, ...], what: Any, suffix: str) -> str:
+  """Where what is made of `files` (`what`: JSON, e.g. the columns copied) goes."""
+  stats = of_each(files, lambda f: (paths.absolute(f), *size_and_time(f)))
   key = hashlib.sha256(json.dumps([stats, what]).encode()).hexdigest()[:24]
   return os.path.join(cache_dir(), f'{key}{suffix}')
 

@@ -45,7 +45,7 @@ def copied(
   path = path or cache_path(files, columns)
   if os.path.exists(path):
     return path
-  size = sum(dataset_cache.size_and_time(f)[0] for f in files)
+  size = sum(size for size, _ in dataset_cache.of_each(files, dataset_cache.size_and_time))
   needed = share * size  # Uncompressed: more.
   amount = (
       f'{size / 1e6:.1f} MB'
@@ -175,6 +175,10 @@ def _increasing(rows: np.ndarray) -> np.ndarray:
   return rows[np.concatenate(([True], rows[1:] != rows[:-1]))]
 
 
+def _num_rows(path: str) -> int:
+  return hf_layout.parquet_file(path).metadata.num_rows  # A read of its footer.
+
+
 class Rows:
   """The rows of every split: their labels, and each one's image bytes."""
 
@@ -199,7 +203,7 @@ class Rows:
         {name: self._table(name).num_rows for name in layout.splits}
         if layout.format == 'arrow'
         else {
-            name: sum(hf_layout.parquet_file(f).metadata.num_rows for f in files)
+            name: sum(dataset_cache.of_each(files, _num_rows))
             for name, files in layout.splits.items()
         }
     )
@@ -252,16 +256,10 @@ class Rows:
   def labels(self, split: str) -> np.ndarray:
     """The label of every row of `split`, as written (integers or strings); of Parquet files, read
     from their label column alone."""
-    import pyarrow as pa  # pylint: disable=g-import-not-at-top
     import pyarrow.compute as pc  # pylint: disable=g-import-not-at-top
 
     if self._layout.format == 'parquet':
-      columns = []
-      for f in self._layout.splits[split]:
-        try:
-          columns.append(hf_layout.parquet_file(f).read(columns=[self._label_column]).column(0))
-        except (pa.ArrowException, OSError) as e:
-          raise hf_layout.unreadable_parquet(f, e) from None
+      columns = dataset_cache.of_each(self._layout.splits[split], self._label_of_file)
     else:
       columns = [self._table(split).column(self._label_column)]
     values, missing = [], 0
@@ -273,6 +271,15 @@ class Rows:
     if missing:
       raise hf_layout.unlabelled(self._layout.root, split, missing, self._label)
     return np.concatenate(values)
+
+  def _label_of_file(self, path: str):
+    """The label column of Parquet file `path`, read alone."""
+    import pyarrow as pa  # pylint: disable=g-import-not-at-top
+
+    try:
+      return hf_layout.parquet_file(path).read(columns=[self._label_column]).column(0)
+    except (pa.ArrowException, OSError) as e:
+      raise hf_layout.unreadable_parquet(path, e) from None
 
   def describe(self, split: str, row: int) -> str:
     return f'row {row} of split {split!r} of {self._layout.root}'

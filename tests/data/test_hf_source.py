@@ -635,14 +635,17 @@ def test_a_process_copies_the_rows_it_reads_from_the_row_groups_that_hold_them(
 def test_a_multi_host_run_copies_each_host_its_shard_and_trains_on_what_one_host_would(
     tmp_path, monkeypatch
 ):
-  """Two processes of one run (data_shards=2 each way): each host's prepare copies its own shard;
-  their train batches together are the batches one process reads, whose copy is the whole split."""
+  """Two processes of one run (data_shards=2 each way): each host's prepare copies its own shard
+  (of the eval split alone in a run that only evaluates); their train batches together are the
+  batches one process reads from the same two shards."""
   cache = tmp_path / 'cache'
   monkeypatch.setenv(dataset_cache.CACHE_VARIABLE, str(cache))
   _hub(tmp_path / 'repo')
   config = helpers.data_config(
       str(tmp_path / 'repo'), dataset='huggingface', image_size=12, data_shards=2, eval_split='test'
   )
+  data.prepare(config, 0, 2, train=False)
+  assert _copied_rows(cache) == [3]  # Host 0's shard of test (5 rows).
   hosts = []
   for process in range(2):
     data.prepare(config, process, 2)

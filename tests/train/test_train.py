@@ -276,7 +276,7 @@ def test_finetune_at_a_new_resolution_resizes_posemb_and_replaces_head(
 
 
 def test_zero_steps_evaluate_init_from_as_it_is_and_train_and_save_nothing(
-    tmp_path, data_dir, pretrained_workdir, caplog
+    tmp_path, data_dir, pretrained_workdir, caplog, monkeypatch
 ):
   config = helpers.load_config(
       'demo',
@@ -305,9 +305,12 @@ def test_zero_steps_evaluate_init_from_as_it_is_and_train_and_save_nothing(
   assert not [name for name in scalars if '_polyak_' in name], sorted(scalars)
   # A new head of zeros would measure nothing: the run says so.
   config.keep_head = False
+  prepared = []  # What the set-up makes for the input streams (a Parquet split's copy): no train's.
+  monkeypatch.setattr(train_setup.data, 'prepare', lambda *args, **kw: prepared.append(kw))
   with caplog.at_level('WARNING'):
     train_setup.prepare(config, str(tmp_path / 'new_head'))
   assert "with a new head (zeros) for this dataset's classes: the task's metrics" in caplog.text
+  assert prepared == [{'train': False}]
 
 
 @pytest.mark.parametrize('steps', [{'total_steps': 0}, {'total_steps': None, 'num_epochs': 0.0}])

@@ -51,17 +51,18 @@ def _process_shards(num_shards: int, process_index: int, process_count: int) -> 
   return range(process_index * per_process, (process_index + 1) * per_process)
 
 
-def prepare(config: ml_collections.ConfigDict, process_index: int, process_count: int) -> None:
-  """Makes what this process's train stream and evaluation of config.eval_split read first (a
-  Parquet split's copy of their rows; `order.Records.prepare`) now, before a run compiles or writes
-  anything: a cache without room is a one-line error then."""
+def prepare(
+    config: ml_collections.ConfigDict, process_index: int, process_count: int, train: bool = True
+) -> None:
+  """Makes what this process's train stream (unless not `train`: a run that only evaluates) and
+  evaluation of config.eval_split read first (a Parquet split's copy of their rows;
+  `order.Records.prepare`) now, before a run compiles or writes anything: a cache without room is a
+  one-line error then."""
   source = sources.train_source(config)
   num_shards = num_data_shards(config, process_count)
+  shards = _process_shards(num_shards, process_index, process_count) if train else ()
   records = [
-      *(
-          source.examples(config.train_split, shard, num_shards)
-          for shard in _process_shards(num_shards, process_index, process_count)
-      ),
+      *(source.examples(config.train_split, shard, num_shards) for shard in shards),
       source.examples(config.eval_split, process_index, process_count),
   ]
   for shard_records in records:

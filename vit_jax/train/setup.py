@@ -184,7 +184,7 @@ def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
   workdir = paths.absolute(workdir)
   paths.check_writable(workdir, config.storage_timeout_s)
   # Last of the checks: a Parquet split's copy of the rows this process reads can take hours.
-  data.prepare(config, jax.process_index(), jax.process_count())
+  data.prepare(config, jax.process_index(), jax.process_count(), train=steps > 0)
   return Setup(
       config,
       workdir,

@@ -15,7 +15,7 @@ import helpers
 from vit_jax import data
 from vit_jax.data import dataset_cache
 from vit_jax.data import digits
-from vit_jax.data import hf_arrow
+from vit_jax.data import hf_parquet_copy
 from vit_jax.data import hf_source
 from vit_jax.data import images
 
@@ -388,16 +388,20 @@ def test_a_copy_another_process_is_making_is_waited_for_not_made_again(tmp_path,
   _parquet(_dataset(3, 0), tmp_path / 'train.parquet')
   files, columns = (str(tmp_path / 'train.parquet'),), ['img', 'label']
   got = []
-  waiting = threading.Thread(target=lambda: got.append(hf_arrow.copied(files, columns, 'a split')))
-  lock = hf_arrow.cache_path(files, columns) + '.lock'
+  waiting = threading.Thread(
+      target=lambda: got.append(hf_parquet_copy.copied(files, columns, 'a split'))
+  )
+  lock = hf_parquet_copy.cache_path(files, columns) + '.lock'
   with filelock.FileLock(lock):  # Another process is copying...
     waiting.start()
     waiting.join(timeout=1)
     assert waiting.is_alive() and not list(cache.glob('*.arrow'))
-    hf_arrow.copy(files, columns, hf_arrow.cache_path(files, columns))  # ...and has copied.
-  copied = os.stat(hf_arrow.cache_path(files, columns))
+    hf_parquet_copy.copy(
+        files, columns, hf_parquet_copy.cache_path(files, columns)
+    )  # ...and has copied.
+  copied = os.stat(hf_parquet_copy.cache_path(files, columns))
   waiting.join(timeout=30)
-  assert got == [hf_arrow.cache_path(files, columns)]
+  assert got == [hf_parquet_copy.cache_path(files, columns)]
   now = os.stat(got[0])
   assert (now.st_ino, now.st_mtime_ns) == (copied.st_ino, copied.st_mtime_ns)
 

@@ -2,13 +2,12 @@
 
 Arrow files (save_to_disk's, a repository's) are memory-mapped: one copy in the page cache for every
 worker process. A split's Parquet files, whose rows are compressed in groups, are copied once into
-one uncompressed Arrow file of the image column (dataset_cache.py), as `datasets.load_dataset`
+one uncompressed Arrow file of the image column (hf_parquet_copy.py), as `datasets.load_dataset`
 copies them into its cache; but only the rows a process reads (`Rows.reading`): a pod's host copies
 its data shard, 1/N of the split, and a run on 'train[:1%]' copies 1% of it. The labels are read
 from the Parquet files' label column alone.
 """
 
-import hashlib
 import os
 from typing import Any
 
@@ -16,95 +15,8 @@ import numpy as np
 
 from vit_jax.data import dataset_cache
 from vit_jax.data import hf_layout
+from vit_jax.data import hf_parquet_copy
 from vit_jax.data import images
-
-_ROWS_PER_BATCH = 256  # Rows a record batch of a copied file: the images of one Parquet read.
-
-
-def cache_path(files: tuple[str, ...], columns: list[str]) -> str:
-  """Where the copy of `columns` of Parquet `files` goes."""
-  return dataset_cache.cache_path(files, columns, '.arrow')
-
-
-def _subset_path(whole: str, rows: np.ndarray) -> str:
-  """Where the copy of `rows` goes, of the files whose whole copy goes to `whole`."""
-  digest = hashlib.sha256(rows.astype(np.int64).tobytes()).hexdigest()[:16]
-  return f'{whole.removesuffix(".arrow")}-{digest}.arrow'
-
-
-def copied(
-    files: tuple[str, ...],
-    columns: list[str],
-    what: str,
-    path: str | None = None,
-    rows: np.ndarray | None = None,
-    share: float = 1.0,
-) -> str:
-  """The cached Arrow file of `columns` of Parquet `files`' `rows` (None: all; `share` of them), at
-  `path` where it is known (found without a look at the files); written on the first call."""
-  path = path or cache_path(files, columns)
-  if os.path.exists(path):
-    return path
-  size = sum(size for size, _ in dataset_cache.of_each(files, dataset_cache.size_and_time))
-  needed = share * size  # Uncompressed: more.
-  amount = (
-      f'{size / 1e6:.1f} MB'
-      if share == 1
-      else f'{needed / 1e6:.1f} MB of their {size / 1e6:.1f} MB'
-  )
-  count = f'{len(files)} Parquet file{"s" if len(files) > 1 else ""}'
-  doing = f'Copying {what} ({count}, {amount}) into one Arrow file'
-  return dataset_cache.made_once(
-      path, int(needed), doing, lambda partial: copy(files, columns, partial, rows)
-  )
-
-
-def copy(
-    files: tuple[str, ...], columns: list[str], path: str, rows: np.ndarray | None = None
-) -> None:
-  """`columns` of `rows` (sorted; numbered through the files one after another; None: all) of
-  Parquet `files` into Arrow file `path`."""
-  import pyarrow as pa  # pylint: disable=g-import-not-at-top
-
-  schema = hf_layout.parquet_file(files[0]).schema_arrow
-  schema = pa.schema([schema.field(c) for c in columns])
-  first = 0  # The number of the file's first row.
-  with pa.OSFile(path, 'wb') as sink, pa.ipc.new_stream(sink, schema) as writer:
-    for f in files:
-      parquet = hf_layout.parquet_file(f)
-      count = parquet.metadata.num_rows
-      wanted = None
-      if rows is not None:
-        wanted = np.zeros(count, bool)
-        wanted[rows[(rows >= first) & (rows < first + count)] - first] = True
-      first += count
-      try:
-        for batch in _batches(parquet, columns, wanted):
-          # A shard may have written its labels narrower (int32 for int64): one schema a file.
-          writer.write_batch(batch if batch.schema == schema else batch.cast(schema))
-      except (pa.ArrowException, OSError) as e:  # A file damaged past its footer.
-        raise hf_layout.unreadable_parquet(f, e) from None
-
-
-def _batches(parquet, columns: list[str], wanted: np.ndarray | None):
-  """Record batches of `columns` of a ParquetFile's rows where `wanted` (None: all), read from the
-  row groups that hold one only."""
-  if wanted is None:
-    yield from parquet.iter_batches(_ROWS_PER_BATCH, columns=columns)
-    return
-  metadata = parquet.metadata
-  ends = np.cumsum([metadata.row_group(g).num_rows for g in range(metadata.num_row_groups)])
-  starts = ends - np.diff(ends, prepend=0)
-  groups = [g for g in range(len(ends)) if wanted[starts[g] : ends[g]].any()]
-  if not groups:
-    return
-  read = np.concatenate([wanted[starts[g] : ends[g]] for g in groups])  # Of the rows read, wanted.
-  at = 0
-  for batch in parquet.iter_batches(_ROWS_PER_BATCH, row_groups=groups, columns=columns):
-    keep = np.flatnonzero(read[at : at + batch.num_rows])
-    at += batch.num_rows
-    if keep.size:
-      yield batch if keep.size == batch.num_rows else batch.take(keep)
 
 
 def _column_kind(feature: dict[str, Any] | None, arrow_type) -> str:
@@ -194,7 +106,7 @@ class Rows:
     # Where each split's Parquet files are copied whole, named once: a worker process then finds the
     # copy without a look at each file (on cloud storage, a request each).
     self._copies = {
-        name: cache_path(files, self._columns)
+        name: hf_parquet_copy.cache_path(files, self._columns)
         for name, files in layout.splits.items()
         if layout.format == 'parquet'
     }
@@ -236,11 +148,13 @@ class Rows:
     what = f'split {split!r} of {self._layout.root}'
     if rows is None or len(rows) == self.sizes[split] or os.path.exists(whole):
       self._at[split] = None
-      return copied(files, self._columns, what, whole)
+      return hf_parquet_copy.copied(files, self._columns, what, whole)
     self._at[split] = rows
     what = f'the {len(rows)} of {self.sizes[split]} rows this process reads of {what}'
-    path = _subset_path(whole, rows)
-    return copied(files, self._columns, what, path, rows, len(rows) / self.sizes[split])
+    path = hf_parquet_copy.subset_path(whole, rows)
+    return hf_parquet_copy.copied(
+        files, self._columns, what, path, rows, len(rows) / self.sizes[split]
+    )
 
   def _table(self, split: str):
     if split not in self._tables:

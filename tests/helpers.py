@@ -216,6 +216,16 @@ def digits_parquet(root: str, files_per_split: int) -> None:
       pq.write_table(table, os.path.join(root, 'data', name), row_group_size=64)
 
 
+def arrow_rows(cache) -> list[int]:
+  """The rows of each Arrow file in dataset cache folder `cache` (a pathlib.Path): its copies of
+  Parquet rows, sorted."""
+  import pyarrow as pa  # pylint: disable=g-import-not-at-top
+
+  return sorted(
+      pa.ipc.open_stream(pa.memory_map(str(p))).read_all().num_rows for p in cache.glob('*.arrow')
+  )
+
+
 def data_error(data_dir: str, **overrides) -> str:
   """The one-line error data.get_info raises for the data config of `data_dir` with `overrides`."""
   with pytest.raises(ValueError) as raised:

@@ -568,14 +568,6 @@ def test_a_label_in_a_struct_column_is_its_field(tmp_path, species, names, layou
     hf_source.HuggingFaceSource(str(tmp_path), 'train', 'meta.kind')
 
 
-def _copied_rows(cache) -> list[int]:
-  import pyarrow as pa  # pylint: disable=g-import-not-at-top
-
-  return sorted(
-      pa.ipc.open_stream(pa.memory_map(str(p))).read_all().num_rows for p in cache.glob('*.arrow')
-  )
-
-
 def test_a_process_copies_the_rows_it_reads_from_the_row_groups_that_hold_them(
     tmp_path, monkeypatch
 ):
@@ -612,28 +604,28 @@ def test_a_process_copies_the_rows_it_reads_from_the_row_groups_that_hold_them(
   for shard, records in enumerate(shards):
     records.prepare()
     _assert_rows(_loaded(source, records), train.select(range(shard, 23, 3)))
-  assert _copied_rows(cache) == [7, 8, 8]
+  assert helpers.arrow_rows(cache) == [7, 8, 8]
   sliced = source.examples('train[2:5]')
   sliced.prepare()
   _assert_rows(_loaded(source, sliced), train.select(range(2, 5)))
-  assert _copied_rows(cache) == [3, 7, 8, 8]
+  assert helpers.arrow_rows(cache) == [3, 7, 8, 8]
   # Rows 2-4: the first file's first two groups; not the second file.
   assert read_groups[-1:] == [[0, 1]]
   overlapping = source.examples('train[15:19]+train[:2]+train[16:21]')  # Rows 0-1, 15-20: once.
   overlapping.prepare()
   expected = train.select([15, 16, 17, 18, 0, 1, 16, 17, 18, 19, 20])
   _assert_rows(_loaded(source, overlapping), expected)
-  assert _copied_rows(cache) == [3, 7, 8, 8, 8]
+  assert helpers.arrow_rows(cache) == [3, 7, 8, 8, 8]
 
   whole = source.examples('train')
   whole.prepare()
-  assert _copied_rows(cache) == [3, 7, 8, 8, 8, 23]
+  assert helpers.arrow_rows(cache) == [3, 7, 8, 8, 8, 23]
   for p in cache.glob('*-*.arrow'):  # The whole split's copy, once made, serves every shard.
     p.unlink()
   again = source.examples('train', 1, 3)
   again.prepare()
   _assert_rows(_loaded(source, again), train.select(range(1, 23, 3)))
-  assert _copied_rows(cache) == [23]
+  assert helpers.arrow_rows(cache) == [23]
 
 
 def test_a_multi_host_run_copies_each_host_its_shard_and_trains_on_what_one_host_would(
@@ -649,7 +641,7 @@ def test_a_multi_host_run_copies_each_host_its_shard_and_trains_on_what_one_host
       str(tmp_path / 'repo'), dataset='huggingface', image_size=12, data_shards=2, eval_split='test'
   )
   data.prepare(config, 0, 2, train=False)
-  assert _copied_rows(cache) == [3]  # Host 0's shard of test (5 rows).
+  assert helpers.arrow_rows(cache) == [3]  # Host 0's shard of test (5 rows).
   hosts = []
   for process in range(2):
     data.prepare(config, process, 2)
@@ -659,7 +651,7 @@ def test_a_multi_host_run_copies_each_host_its_shard_and_trains_on_what_one_host
             3,
         )
     )
-  assert _copied_rows(cache) == [2, 3, 5, 5]  # Each host's shard of test (5) and train (10).
+  assert helpers.arrow_rows(cache) == [2, 3, 5, 5]  # Each host's shard of test (5) and train (10).
   one = helpers.take(data.train_iterator(config, local_batch_size=4), 3)
   for k, batch in enumerate(one):
     for name in batch:

@@ -90,8 +90,8 @@ def check_unfolded(
       if not trained(name) and not np.array_equal(kernel, theirs[name]):
         raise ValueError(
             f"the run's {name} is not its base's: the peft adapters it started from of layers the "
-            'run does not adapt were folded into it (adapt those too: model.lora_targets); the merged timm/ '
-            'export holds the run'
+            'run does not adapt were folded into it (adapt those too: model.lora_targets); the '
+            'merged timm/ export holds the run'
         )
 
 

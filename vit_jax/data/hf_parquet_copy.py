@@ -72,7 +72,7 @@ def copy(
       first += count
       try:
         for batch in _batches(parquet, columns, wanted):
-          # A shard may have written its labels narrower (int32 for int64): one schema a file.
+          # A file may have written a column's type otherwise (int32 for int64): one schema a copy.
           writer.write_batch(batch if batch.schema == schema else batch.cast(schema))
       except (pa.ArrowException, OSError) as e:  # A file damaged past its footer.
         raise hf_layout.unreadable_parquet(f, e) from None

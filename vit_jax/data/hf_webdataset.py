@@ -186,9 +186,8 @@ class Rows:
     names = feature.get('names') if feature.get('_type') == 'ClassLabel' else None
     if names is not None:
       numbers = True
-    elif (
-        hf_webdataset_fields.file_and_key(label_column)[1] is not None
-    ):  # A JSON key: as its first samples hold.
+    elif hf_webdataset_fields.file_and_key(label_column)[1] is not None:
+      # A JSON key: as its first samples hold.
       numbers = column_kinds(layout).get(label_column) == 'integer'
     else:
       numbers = label_column.rsplit('.', 1)[-1].lower() in hf_webdataset_fields.INTEGER_FIELDS

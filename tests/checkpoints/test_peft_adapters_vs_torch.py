@@ -12,7 +12,7 @@ import torch
 from torch_references import prepared_from_checkpoint, torch_outputs, transformers_vit_saved
 from flax import traverse_util
 
-from vit_jax.checkpoints import peft_adapters, torch_files
+from vit_jax.checkpoints import peft_transformers, torch_files
 from vit_jax.models import lora
 
 SIZE = 8
@@ -44,14 +44,17 @@ def _as_transformers_4_names(adapter_dir) -> None:
   which its files keep."""
   config_file = adapter_dir / 'adapter_config.json'
   config = json.loads(config_file.read_text())
-  alphas = {peft_adapters._file_name(k): v for k, v in (config.get('alpha_pattern') or {}).items()}
+  alphas = {
+      peft_transformers.file_name(k, 'vit'): v
+      for k, v in (config.get('alpha_pattern') or {}).items()
+  }
   config_file.write_text(json.dumps({**config, 'alpha_pattern': alphas}))
   weights = str(adapter_dir / 'adapter_model.safetensors')
   tensors, _ = torch_files.read(weights)
   renamed = {}
   for key, value in tensors.items():
     module, dot, factor = key.partition('.lora_')
-    renamed[peft_adapters._file_name(module) + dot + factor if dot else key] = value
+    renamed[peft_transformers.file_name(module, 'vit') + dot + factor if dot else key] = value
   assert any('attention.attention.query.lora_A' in k for k in renamed)
   torch_files.write_safetensors(renamed, weights)
 

@@ -42,7 +42,8 @@ def _exported(params, model_config, spec, trained=lambda path: path.startswith('
   cls = timm_export_args.timm_class(model_config)
   ours = timm_export_tensors.to_state_dict(_plain(params), cls)
   shapes = base or {name: x.shape for name, x in ours.items()}
-  return peft_export.export(params, spec, trained, cls, peft_export.Base('base', '', shapes, False))
+  checkpoint = peft_export.Base('base', '', 'timm', shapes, {}, False)
+  return peft_export.export(params, spec, trained, model_config, checkpoint)
 
 
 def _plain(params):
@@ -178,8 +179,9 @@ def test_the_base_is_the_timm_checkpoint_the_run_started_from(
       (None, 'the run started from no checkpoint (config.init_from) for peft to adapt'),
       (
           trained_tiny_run,
-          f"the adapters name timm's modules, and the run started from {trained_tiny_run}, not a "
-          "timm checkpoint: start from timm's copy of those weights (e.g. hf-hub:timm/...)",
+          f"the adapters name timm's or transformers' modules, and the run started from "
+          f"{trained_tiny_run}, neither a timm nor a transformers checkpoint: start from timm's copy "
+          'of those weights (e.g. hf-hub:timm/...)',
       ),
   ):
     with pytest.raises(ValueError, match=re.escape(error)):
@@ -190,7 +192,9 @@ def test_the_base_is_the_timm_checkpoint_the_run_started_from(
   config = {'peft_type': 'LORA', 'base_model_name_or_path': '../snapshot'}
   (adapters / peft_adapters.CONFIG).write_text(json.dumps(config))
   snapshot = str(tmp_path / 'snapshot')
-  assert peft_export.base(str(adapters)) == peft_export.Base(snapshot, snapshot, shapes, True)
+  assert peft_export.base(str(adapters)) == peft_export.Base(
+      snapshot, snapshot, 'timm', shapes, {}, True
+  )
 
 
 def test_the_adapters_name_the_bases_modules():

@@ -1,20 +1,30 @@
 """peft loads a run's exported adapters (vit_jax/checkpoints/peft_export.py, vit_jax.tools.export's
 peft/) over the timm checkpoint the run started from, and predicts as the run's model; the files are
 named and shaped as peft's own save_pretrained names and shapes them, and init_from reads them back.
+transformers loads those of a run from a transformers checkpoint over its *ForImageClassification.
 """
 
+import dataclasses
 import json
 import os
+import re
 
 import numpy as np
 import peft
 import pytest
 import timm
 import torch
+import transformers
 
 import helpers
-from torch_references import prepared_from_checkpoint, timm_input, timm_saved, torch_outputs
-from vit_jax.checkpoints import run_dir, torch_files
+from torch_references import (
+    prepared_from_checkpoint,
+    randomize,
+    timm_input,
+    timm_saved,
+    torch_outputs,
+)
+from vit_jax.checkpoints import peft_export, run_dir, torch_files
 from vit_jax.models import lora
 from vit_jax.tools import export
 from vit_jax.train import loop, setup as train_setup
@@ -34,7 +44,38 @@ BASES = {
 }
 
 
-def _exported_run(tmp_path, name, data_dir, init_from, size, targets):
+# transformers' models, tiny: (their *ForImageClassification, a model of their files' kind, the
+# run's model.classifier: the class's pooling).
+_SIZES = dict(
+    hidden_size=32, num_hidden_layers=2, num_attention_heads=2, image_size=8, patch_size=4
+)
+TRANSFORMERS_BASES = {
+    'vit': (
+        transformers.ViTForImageClassification,
+        lambda: transformers.ViTModel(transformers.ViTConfig(**_SIZES, intermediate_size=48)),
+        'token',
+    ),
+    # The class token beside the patches' mean, which its Dinov2Model does not pool.
+    'dinov2': (
+        transformers.Dinov2ForImageClassification,
+        lambda: transformers.Dinov2Model(transformers.Dinov2Config(**_SIZES, mlp_ratio=2)),
+        'token_gap',
+    ),
+    # A whole SigLIP (the hub's google/siglip-*), whose image tower the class reads.
+    'siglip': (
+        transformers.SiglipForImageClassification,
+        lambda: transformers.SiglipModel(
+            transformers.SiglipConfig(
+                vision_config=dict(**_SIZES, intermediate_size=48),
+                text_config=dict(_SIZES, intermediate_size=48, vocab_size=64),
+            )
+        ),
+        'gap',
+    ),
+}
+
+
+def _exported_run(tmp_path, name, data_dir, init_from, size, targets, **overrides):
   """The export of a tiny LoRA run (rank 4, alpha 8) of `targets` on the digits from `init_from`."""
   config = helpers.load_config(
       'demo',
@@ -49,6 +90,7 @@ def _exported_run(tmp_path, name, data_dir, init_from, size, targets):
           'model.lora_targets': targets,
           'lr.base': 0.05,
           'image_size': size,
+          **overrides,
       },
   )
   workdir, out = str(tmp_path / name), tmp_path / f'{name}_export'
@@ -97,6 +139,59 @@ def test_peft_loads_a_runs_adapters_over_the_timm_checkpoint_it_started_from(
   np.testing.assert_allclose(np.asarray(ours), expected, atol=1e-4)
 
 
+@pytest.mark.parametrize('model_type', list(TRANSFORMERS_BASES))
+def test_transformers_loads_a_runs_adapters_over_the_transformers_checkpoint_it_started_from(
+    tmp_path, data_dir, model_type
+):
+  classifier_class, base_model, pooling = TRANSFORMERS_BASES[model_type]
+  randomize(base_model()).save_pretrained(tmp_path / 'base')
+  init_from = str(tmp_path / 'base')
+  description, out = _exported_run(
+      tmp_path, 'run', data_dir, init_from, 8, ALL, **{'model.classifier': pooling}
+  )
+  assert description['peft'] == (
+      f'peft/adapter_model.safetensors, peft/adapter_config.json over {init_from}'
+  )
+  adapter_config = json.loads((out / 'peft' / 'adapter_config.json').read_text())
+  assert adapter_config['modules_to_save'] == ['classifier']
+  assert len(adapter_config['target_modules']) == 2 * 6  # Each block's six projections.
+  inputs = np.random.default_rng(0).uniform(-1, 1, (6, 8, 8, 3)).astype(np.float32)
+  _, infer = run_dir.load_export(str(out))
+  expected = np.asarray(infer(inputs))
+
+  # Named as transformers 5 names the modules: peft's loader and transformers' own.
+  base = classifier_class.from_pretrained(init_from, num_labels=10)
+  model = peft.PeftModel.from_pretrained(base, str(out / 'peft')).eval()
+  np.testing.assert_allclose(torch_outputs(model, inputs).logits.numpy(), expected, atol=1e-4)
+  model = classifier_class.from_pretrained(init_from, num_labels=10)
+  model.load_adapter(str(out / 'peft'))
+  model.eval()
+  theirs = torch_outputs(model, inputs).logits.numpy()
+  np.testing.assert_allclose(theirs, expected, atol=1e-4)
+  with torch.no_grad():  # The trained head without the adapters' updates: far from it.
+    for name, p in model.named_parameters():
+      if '.lora_B.' in name:
+        p.zero_()
+  assert np.abs(torch_outputs(model, inputs).logits.numpy() - expected).max() > 0.1
+  # config.init_from reads them back over the base: the run's model.
+  again = prepared_from_checkpoint(
+      tmp_path / 'again', str(out / 'peft'), 8, **{'model.classifier': pooling}
+  )
+  ours = again.model.apply({'params': again.init_params}, inputs)
+  np.testing.assert_allclose(np.asarray(ours), expected, atol=1e-4)
+
+  # Another pooling than the class's classifier: one line, and the merged export.
+  other = {'token': 'gap', 'token_gap': 'token', 'gap': 'map'}[pooling]
+  description, _ = _exported_run(
+      tmp_path, 'other', data_dir, init_from, 8, ('query',), **{'model.classifier': other}
+  )
+  assert description['peft'] == (
+      f"not written: transformers' {model_type} *ForImageClassification pools {pooling!r} into its "
+      f'classifier, and the run {other!r}: train with --config.model.classifier={pooling} (and no '
+      'model.representation_size) for peft adapters of it, or use the merged timm/ export'
+  )
+
+
 def test_a_run_from_exported_adapters_trains_them_on_and_exports_them_over_the_same_base(
     tmp_path, data_dir
 ):
@@ -135,3 +230,64 @@ def test_a_run_from_exported_adapters_trains_them_on_and_exports_them_over_the_s
   export.export(str(tmp_path / 'fewer'), str(out), overwrite=True)
   assert not os.listdir(out / 'peft')
   assert os.path.exists(out / 'timm' / 'model.safetensors')
+
+
+def test_what_peft_cannot_hold_over_a_transformers_checkpoint_is_one_line(tmp_path):
+  """Over a transformers ViT: its classes' other model_types, a trained part beside the classifier,
+  a pre-logits layer and an adapted layer no projection of the base holds alone are each one line.
+  """
+  _, base_model, _ = TRANSFORMERS_BASES['vit']
+  randomize(base_model()).save_pretrained(tmp_path / 'vit')
+  base = peft_export.base(str(tmp_path / 'vit'))
+  assert (base.layout, base.config['model_type']) == ('transformers', 'vit')
+  run = prepared_from_checkpoint(
+      tmp_path / 'run', str(tmp_path / 'vit'), 8, keep_head=False, **{'model.lora_rank': 4}
+  )
+  spec = lora.model_spec(run.model_config)
+  params = run.init_params
+  head = lambda path: path.startswith('head/')
+  tensors, config = peft_export.export(params, spec, head, run.model_config, base)
+  assert config['target_modules'] == [
+      f'vit.layers.{i}.attention.{p}' for i in range(2) for p in ('q_proj', 'v_proj')
+  ]
+  assert tensors['base_model.model.classifier.weight'].shape == (10, 32)
+  for _, trained, model_config, checkpoint, message in (  # What is refused first.
+      (
+          'another model_type',
+          head,
+          run.model_config,
+          dataclasses.replace(base, config={**base.config, 'model_type': 'deit'}),
+          "peft's adapters over {path} name the modules of transformers' *ForImageClassification "
+          "of its model_type, 'deit': vit_jax writes those of vit, dinov2, siglip (the merged "
+          'timm/ export holds the run)',
+      ),
+      (
+          'a trained LayerNorm',
+          lambda path: head(path) or path.startswith('Transformer/encoder_norm/'),
+          run.model_config,
+          base,
+          "peft saves trained modules whole, and the run's Transformer/encoder_norm/bias trains "
+          "outside transformers' classifier: keep it frozen (config.optim.trained), or use the "
+          'merged timm/ export',
+      ),
+      (
+          'another pooling',
+          head,
+          {**run.model_config, 'classifier': 'gap'},
+          base,
+          "transformers' vit *ForImageClassification pools 'token' into its classifier, and the "
+          "run 'gap': train with --config.model.classifier=token (and no "
+          'model.representation_size) for peft adapters of it, or use the merged timm/ export',
+      ),
+  ):
+    with pytest.raises(ValueError, match=re.escape(message.format(path=base.path))):
+      peft_export.export(params, spec, trained, model_config, checkpoint)
+  with_pre_logits = {**params, 'pre_logits': {'kernel': np.zeros((32, 32)), 'bias': np.zeros(32)}}
+  with pytest.raises(ValueError, match="the run 'token' through a pre-logits layer: train with"):
+    peft_export.export(with_pre_logits, spec, head, run.model_config, base)
+  # An adapted layer the base holds in no projection of its own.
+  renamed = {**params, 'Transformer': dict(params['Transformer'])}
+  block = renamed['Transformer']['encoderblock_0'] = dict(params['Transformer']['encoderblock_0'])
+  block['Unknown_9'] = block['MultiHeadDotProductAttention_1']
+  with pytest.raises(ValueError, match='the adapted layer Transformer/encoderblock_0/Unknown_9/'):
+    peft_export.export(renamed, spec, head, run.model_config, base)

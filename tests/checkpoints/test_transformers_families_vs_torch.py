@@ -750,3 +750,30 @@ def test_a_transformers_beit_classifier_gives_its_logits_from_an_older_file(tmp_
   expected = torch_outputs(reference, images()).logits.numpy()
   logits = ours(str(tmp_path / 'beit'), NUM_CLASSES, **_overrides(fields))
   np.testing.assert_allclose(logits, expected, atol=1e-4 * np.abs(expected).max())
+
+
+def test_a_transformers_siglip_classifier_gives_its_logits(tmp_path):
+  """SiglipForImageClassification (over a whole SigLIP, as the hub's google/siglip-* load): its
+  classifier reads the tokens' mean, its tower's attention-pooling head unread (our classifier='gap');
+  peft's adapters over a whole SigLIP hold it beside the text tower's names."""
+  config = transformers.SiglipConfig(
+      vision_config=dict(_TINY, intermediate_size=64),
+      text_config=dict(_TINY, intermediate_size=64, vocab_size=64),
+      num_labels=NUM_CLASSES,
+  )
+  reference = randomize(transformers.SiglipForImageClassification(config)).eval()
+  reference.save_pretrained(tmp_path / 'siglip')
+  path = str(tmp_path / 'siglip')
+  tensors = safetensors.torch.load_file(tmp_path / 'siglip' / 'model.safetensors')
+  assert 'vision_model.head.probe' in tensors  # Unread by the classifier.
+  fields = state_dicts.architecture(path)
+  assert fields['classifier'] == 'gap'
+  expected = torch_outputs(reference, images()).logits.numpy()
+  logits = ours(path, NUM_CLASSES, **_overrides(fields))
+  np.testing.assert_allclose(logits, expected, atol=1e-4 * np.abs(expected).max())
+  # Beside a text tower (peft's classifier over a whole SigLIP): the same model.
+  text = transformers.SiglipModel(config).state_dict()
+  tensors.update({k: v for k, v in text.items() if k.startswith('text_model.')})
+  safetensors.torch.save_file(tensors, tmp_path / 'siglip' / 'model.safetensors')
+  logits = ours(path, NUM_CLASSES, **_overrides(fields))
+  np.testing.assert_allclose(logits, expected, atol=1e-4 * np.abs(expected).max())

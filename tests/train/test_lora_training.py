@@ -223,9 +223,10 @@ def test_a_run_with_adapters_folds_them_for_the_tools_export_and_the_next_run(
   np.testing.assert_allclose(folded_logits, adapted_logits, rtol=1e-4, atol=1e-5)
   out = str(tmp_path / 'export')
   description = export.export(workdir, out)
-  # peft's adapters name timm's modules, of a base that timm reads (test_peft_export.py).
+  # peft's adapters name timm's or transformers' modules, of a base they read (test_peft_export.py).
   assert description['peft'].startswith(
-      f"not written: the adapters name timm's modules, and the run started from {trained_tiny_run}"
+      "not written: the adapters name timm's or transformers' modules, and the run started from "
+      f'{trained_tiny_run}'
   )
   exported = npz_files.load_npz(os.path.join(out, 'model.npz'))
   assert not lora.has_adapters(exported)

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from etils import epath
 
-from vit_jax.checkpoints import hub, torch_files
+from vit_jax.checkpoints import hub, peft_transformers, torch_files
 
 CONFIG = torch_files.ADAPTER_CONFIG
 WEIGHTS = ('adapter_model.safetensors', 'adapter_model.bin')
@@ -72,32 +72,14 @@ def base(path: str) -> tuple[str, str]:
   return name, hub.local(f'{hub.PREFIX}{name}')
 
 
-# transformers 5's module names in a ViT's layer -> the names its files keep (transformers converts
-# them on save; peft names the modules, so adapters trained on transformers 5 name these).
-_FILE_NAMES = {
-    'attention.q_proj': 'attention.attention.query',
-    'attention.k_proj': 'attention.attention.key',
-    'attention.v_proj': 'attention.attention.value',
-    'attention.o_proj': 'attention.output.dense',
-    'mlp.fc1': 'intermediate.dense',
-    'mlp.fc2': 'output.dense',
-}
-
-
-def _file_name(module: str) -> str:
-  """`module` as a ViT's file names it ('vit.layers.0.attention.q_proj' ->
-  'vit.encoder.layer.0.attention.attention.query'); other names as they are."""
-  found = re.search(r'(^|\.)layers\.(\d+)\.(.+)$', module)
-  if not found or found[3] not in _FILE_NAMES:
-    return module
-  return f'{module[: found.start()]}{found[1]}encoder.layer.{found[2]}.{_FILE_NAMES[found[3]]}'
-
-
-def _base_name(module: str, stems: set[str], path: str) -> str:
+def _base_name(module: str, stems: set[str], path: str, model_type: str) -> str:
   """The base state dict's name of peft's `module` (peft's names are the wrapped model's modules,
-  e.g. 'vit.encoder.layer.0.attention.attention.query', a file's may lack the 'vit.' prefix)."""
+  e.g. 'vit.encoder.layer.0.attention.attention.query', a file's may lack the 'vit.' prefix; those of
+  transformers 5 are renamed, 'vit.layers.0.attention.q_proj', ViTModel's renames where the base's
+  `model_type` has none of its own)."""
   matches = lambda m: [s for s in stems if s == m or m.endswith(f'.{s}') or s.endswith(f'.{m}')]
-  found = matches(module) or matches(_file_name(module))
+  renamed = model_type if model_type in peft_transformers.RENAMED else 'vit'
+  found = matches(module) or matches(peft_transformers.file_name(module, renamed))
   if len(found) != 1:
     raise ValueError(
         f'{path}: the adapted layer {module!r} matches {len(found)} weights of its base '
@@ -126,7 +108,7 @@ def read_apart(
     a, b = (np.asarray(adapters.pop(module + f), np.float32) for f in FACTORS)
     if settings.get('fan_in_fan_out'):  # GPT-2's Conv1D layout: weight (in, out).
       a, b = b.T, a.T
-    name = f'{_base_name(module, stems, path)}.weight'
+    name = f'{_base_name(module, stems, path, config.get("model_type"))}.weight'
     if not shapes_only:
       scale = _scale(settings, module, rank=a.shape[0])
       updates[name] = (scale * (b @ a)).reshape(state_dict[name].shape)

@@ -1,8 +1,10 @@
 """A run's low-rank adapters as Hugging Face peft's (`export`): the `adapter_model.safetensors` and
 `adapter_config.json` that `PeftModel.from_pretrained(base, DIR)` loads over timm's model of the
-checkpoint the run started from, and that `config.init_from=DIR` reads back (peft_adapters.py).
+checkpoint the run started from (transformers' `model.load_adapter(DIR)` over its
+*ForImageClassification, for a transformers checkpoint: peft_transformers.py names those), and that
+`config.init_from=DIR` reads back (peft_adapters.py).
 
-Adapters are named for timm's modules (timm_export_tensors.py's naming). timm fuses the query, key and
+Over a timm checkpoint, adapters are named for timm's modules (timm_export_tensors.py's naming). timm fuses the query, key and
 value projections into one `attn.qkv` (EVA-02's gated MLP its two halves into one `mlp.fc1`): the
 adapters of the parts of such a module are one adapter of it, of rank r per adapted part, A their A's
 stacked and B theirs block-diagonal (zeros where a part has none), with alpha times the parts too
@@ -18,7 +20,15 @@ from typing import Any, Callable, Optional
 import numpy as np
 from flax import traverse_util
 
-from vit_jax.checkpoints import hub, peft_adapters, state_dicts, timm_export_tensors, torch_files
+from vit_jax.checkpoints import (
+    hub,
+    peft_adapters,
+    peft_transformers,
+    state_dicts,
+    timm_export_args,
+    timm_export_tensors,
+    torch_files,
+)
 from vit_jax.checkpoints.torch_files import StateDict
 from vit_jax.models import lora, vit
 
@@ -40,11 +50,13 @@ _BLOCK = re.compile(r'^Transformer/encoderblock_(\d+)/(?:.+/)?([^/]+)$')
 
 @dataclasses.dataclass(frozen=True)
 class Base:
-  """The timm checkpoint a run's adapters are over."""
+  """The timm or transformers checkpoint a run's adapters are over."""
 
   name: str  # peft's `base_model_name_or_path`: its hub repository, or its absolute path.
   path: str  # Its local file or directory.
-  shapes: Shapes  # Of its tensors, by timm's names.
+  layout: str  # 'timm' or 'transformers' (state_dicts.LAYOUTS).
+  shapes: Shapes  # Of its tensors, by its files' names.
+  config: dict[str, Any]  # Its config.json.
   # Whether the run started from peft's adapters over it, whose updates of layers the run does not
   # adapt were folded into its frozen kernels (state_dicts.load).
   through_adapters: bool
@@ -52,8 +64,8 @@ class Base:
 
 def base(init_from: Optional[str]) -> Base:
   """The base of adapters trained over `init_from` (a run's config.init_from, or the base of the
-  peft adapters it names). A one-line ValueError where it is not a timm checkpoint, whose modules
-  the adapters name."""
+  peft adapters it names). A one-line ValueError where it is neither a timm nor a transformers
+  checkpoint, whose modules the adapters name."""
   if not init_from:
     raise ValueError('the run started from no checkpoint (config.init_from) for peft to adapt')
   path = hub.local(init_from)
@@ -62,16 +74,18 @@ def base(init_from: Optional[str]) -> Base:
     name, path = peft_adapters.base(path)
   else:
     name = init_from.removeprefix(hub.PREFIX) if init_from.startswith(hub.PREFIX) else path
-  tensors = (
-      torch_files.read(path, shapes_only=True)[0] if torch_files.is_state_dict_path(path) else {}
+  tensors, config = (
+      torch_files.read(path, shapes_only=True) if torch_files.is_state_dict_path(path) else ({}, {})
   )
-  if not tensors or state_dicts.layout_name(tensors, path) != 'timm':
+  layout = state_dicts.layout_name(tensors, path) if tensors else None
+  if layout not in ('timm', 'transformers'):
     raise ValueError(
-        f"the adapters name timm's modules, and the run started from {init_from}, not a timm "
-        "checkpoint: start from timm's copy of those weights (e.g. hf-hub:timm/...)"
+        f"the adapters name timm's or transformers' modules, and the run started from {init_from}, "
+        "neither a timm nor a transformers checkpoint: start from timm's copy of those weights "
+        '(e.g. hf-hub:timm/...)'
     )
   shapes = {k: tuple(np.shape(v)) for k, v in tensors.items()}
-  return Base(name, path, shapes, through_adapters)
+  return Base(name, path, layout, shapes, dict(config), through_adapters)
 
 
 def check_unfolded(
@@ -109,13 +123,19 @@ def _timm_module(layer: str, shapes: Shapes) -> tuple[str, int]:
   )
 
 
-def _adapters(flat: dict[str, np.ndarray], shapes: Shapes, rank: int) -> dict[str, StateDict]:
-  """timm's module -> its lora_A [parts' ranks, inputs] and lora_B [outputs, parts' ranks] of the
-  adapters in `flat` (our '/'-joined per-block parameters), in the base of tensor `shapes`."""
+def _adapters(
+    flat: dict[str, np.ndarray],
+    shapes: Shapes,
+    rank: int,
+    module_of: Callable[[str], tuple[str, int]],
+) -> dict[str, StateDict]:
+  """The base's module -> its lora_A [parts' ranks, inputs] and lora_B [outputs, parts' ranks] of
+  the adapters in `flat` (our '/'-joined per-block parameters), in the base of tensor `shapes`, whose
+  module and part of it our adapted layer is `module_of(layer)`."""
   parts: dict[str, list[tuple[int, np.ndarray, np.ndarray]]] = {}
   for path in sorted(p for p in flat if lora.ADAPTER_PATH.search(p) and p.endswith('/a')):
     adapter = path.removesuffix('/a')
-    module, part = _timm_module(adapter.removesuffix(lora.SUFFIX), shapes)
+    module, part = module_of(adapter.removesuffix(lora.SUFFIX))
     if module.endswith('.attn.qkv') and f'{module[: -len("qkv")]}q_bias' in shapes:
       raise ValueError(
           f"timm computes the base's {module} from its weight with q_bias and v_bias (Eva's and "
@@ -152,10 +172,10 @@ def _whole_modules(
     cls: str,
     adapted: set[str],
     shapes: Shapes,
-) -> list[str]:
+) -> tuple[list[str], StateDict]:
   """timm's modules that hold the parameters `trained` names beside the adapters (peft's
-  modules_to_save), in the base of tensor `shapes`; a one-line error for one peft cannot save whole
-  there."""
+  modules_to_save), in the base of tensor `shapes`, and their tensors; a one-line error for one peft
+  cannot save whole there."""
   mask = {
       path: np.full(np.shape(x), float(trained(path)))
       for path, x in flat.items()
@@ -186,34 +206,42 @@ def _whole_modules(
           '(config.optim.trained), or use the merged timm/ export'
       )
   # A module within another that trains is saved with it.
-  return sorted(m for m in modules if not any(m.startswith(f'{o}.') for o in modules))
+  saved = sorted(m for m in modules if not any(m.startswith(f'{o}.') for o in modules))
+  plain = {p: x for p, x in flat.items() if not lora.ADAPTER_PATH.search(p)}
+  ours = timm_export_tensors.to_state_dict(traverse_util.unflatten_dict(plain, sep='/'), cls)
+  return saved, {n: x for n, x in ours.items() if any(n.startswith(f'{m}.') for m in saved)}
 
 
 def export(
     params: Any,
     adapters: lora.Spec,
     trained: Callable[[str], bool],
-    cls: str,
+    model_config: dict[str, Any],
     checkpoint: Base,
 ) -> tuple[StateDict, dict[str, Any]]:
   """peft's adapter state dict and adapter_config.json of `params` (our per-block tree with
-  `adapters`, which timm's class `cls` of timm_export.ARGUMENTS computes), over the timm checkpoint
-  the run started from (`checkpoint`), named as its modules; `trained(path)` says which
-  parameters trained. What peft cannot hold over that checkpoint is a one-line ValueError."""
+  `adapters`, of the model of `model_config`), over the timm or transformers checkpoint the run
+  started from (`checkpoint`), named as its modules; `trained(path)` says which parameters trained.
+  What peft cannot hold over that checkpoint is a one-line ValueError."""
   shapes = checkpoint.shapes
   flat = traverse_util.flatten_dict(params, sep='/')
-  plain = {p: x for p, x in flat.items() if not lora.ADAPTER_PATH.search(p)}
-  ours = timm_export_tensors.to_state_dict(traverse_util.unflatten_dict(plain, sep='/'), cls)
-  factors = _adapters(flat, shapes, adapters.rank)
-  saved = _whole_modules(flat, trained, cls, set(factors), shapes)
+  if checkpoint.layout == 'timm':
+    cls = timm_export_args.timm_class(model_config)
+    factors = _adapters(flat, shapes, adapters.rank, lambda layer: _timm_module(layer, shapes))
+    saved, whole = _whole_modules(flat, trained, cls, set(factors), shapes)
+  else:
+    module_of, live, whole = peft_transformers.naming(
+        flat, trained, model_config, shapes, checkpoint.config, checkpoint.path
+    )
+    factors = _adapters(flat, shapes, adapters.rank, module_of)
+    factors = {live(module): pair for module, pair in factors.items()}
+    saved = [peft_transformers.HEAD] if whole else []
   tensors = {
       f'{peft_adapters.PREFIX}{module}.{factor}.weight': value
       for module, pair in factors.items()
       for factor, value in pair.items()
   }
-  for name, value in ours.items():
-    if any(name.startswith(f'{module}.') for module in saved):
-      tensors[peft_adapters.PREFIX + name] = value
+  tensors.update({peft_adapters.PREFIX + name: value for name, value in whole.items()})
   # Keys as peft matches them (the whole name, its dots literal); the modules of one part need none.
   parts = {module: pair['lora_A'].shape[0] // adapters.rank for module, pair in factors.items()}
   config = {

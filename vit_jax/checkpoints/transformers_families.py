@@ -8,7 +8,8 @@ MLP; transformers' separate query / key / value projections are ours; DINOv2's a
 scale (`layer_scale1/2.lambda1`) is our `ls1` / `ls2`.
 
 - `ViTModel` / `ViTForImageClassification` (ViTMAE's and ViT-MSN's encoders share its names): its
-  `pooler` is our pre-logits layer (Dense + tanh), its `classifier` our head. `DeiTModel`,
+  `pooler` is our pre-logits layer (Dense + tanh), its `classifier` our head, which reads the class
+  token alone (a pooler beside it is the ViTModel's that peft's classifier was trained over). `DeiTModel`,
   `DeiTForImageClassificationWithTeacher` (the hub's facebook/deit-*-distilled-*) are ViT's names with
   a distillation token after the class token (model.distilled): its `cls_classifier` is our head,
   `distillation_classifier` our `head_dist`, and as ours its logits are their mean. `IJepaModel` is
@@ -72,6 +73,11 @@ def _vit_tree(r: torch_names.Reader, state_dict: StateDict, num_heads: int, sour
           **r.norm('layernorm', torch_names.ENCODER_NORM),
       }
   )
+  if r.has('classifier.weight') and r.has('pooler.dense.weight'):
+    # ViTForImageClassification has no pooler: beside its classifier, one is its base ViTModel's
+    # (peft's adapters over a ViTModel save the classifier alone), which the classifier never reads.
+    for kind in ('weight', 'bias'):
+      r.take(f'pooler.dense.{kind}')
   for theirs, ours in _VIT_HEADS:
     if r.has(f'{theirs}.weight'):
       tree.update(parts.dense(r, theirs, ours))

@@ -6,8 +6,8 @@ every family): `SiglipVisionModel`, `Siglip2VisionModel` and `CLIPVisionModel`, 
   reshaped, and whose position embeddings are a square grid it resizes to each image's, as ours are
   resized once to the run's): no class token; its attention-pooling `head` is our MAP head
   (big_vision's); without it (vision_use_head=False) the model is our GAP of the `post_layernorm`'d
-  tokens (transformers' SiglipForImageClassification pools so; its SiglipVisionModel has no
-  pooler_output then).
+  tokens (transformers' SiglipForImageClassification pools so, its `classifier` our head, and leaves
+  its tower's head unread; a SiglipVisionModel without the head has no pooler_output).
 - CLIP's: a LayerNorm `pre_layrnorm` (sic) before the blocks and no patch bias: our model.pre_norm.
   transformers applies `post_layernorm` to the class token alone: a LayerNorm acts per token, so ours
   over every token, then the class token's, is the same. CLIPVisionModelWithProjection's
@@ -59,6 +59,10 @@ def _map_head(r: torch_names.Reader, num_heads: int) -> dict[str, np.ndarray]:
   }
 
 
+def _reads_map_head(state_dict: StateDict) -> bool:
+  return 'head.probe' in state_dict and 'classifier.weight' not in state_dict
+
+
 def _siglip_tree(r: torch_names.Reader, state_dict: StateDict, num_heads: int, source: str):
   del source
   tree = {
@@ -67,7 +71,11 @@ def _siglip_tree(r: torch_names.Reader, state_dict: StateDict, num_heads: int, s
       **_TOWER_BLOCKS.tree(r, state_dict, num_heads),
       **r.norm('post_layernorm', torch_names.ENCODER_NORM),
   }
-  if r.has('head.probe'):
+  if r.has('classifier.weight'):
+    if r.has('head.probe'):  # SiglipForImageClassification's tower keeps it, unread.
+      _map_head(r, num_heads)
+    tree.update(parts.dense(r, 'classifier', 'head'))
+  elif r.has('head.probe'):
     tree.update(_map_head(r, num_heads))
   return tree
 
@@ -76,7 +84,7 @@ def _siglip_fields(state_dict: StateDict, config: Mapping[str, Any], path: str) 
   del config, path
   return {
       **parts.sizes(state_dict, 'embeddings.patch_embedding', _TOWER_BLOCKS),
-      'classifier': 'map' if 'head.probe' in state_dict else 'gap',
+      'classifier': 'map' if _reads_map_head(state_dict) else 'gap',
       'class_token': False,
       'pre_norm': False,
       'num_registers': 0,

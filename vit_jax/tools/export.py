@@ -15,10 +15,12 @@ writes, from checkpoint N of W (default: the latest), using the Polyak average w
                        architecture: timm.create_model('local-dir:DIR/timm', pretrained=True) (not
                        written for what timm's ViT cannot hold, a BiT included: config.json's "timm"
                        says why);
-  DIR/peft/            for a run with low-rank adapters that started from a timm checkpoint: its
-                       adapters (and the head it trained) as Hugging Face peft's, over that
-                       checkpoint: PeftModel.from_pretrained(timm.create_model(BASE, pretrained=True,
-                       num_classes=N), 'DIR/peft') (config.json's "peft" says why where not written).
+  DIR/peft/            for a run with low-rank adapters that started from a timm or transformers
+                       checkpoint: its adapters (and the head it trained) as Hugging Face peft's, over
+                       that checkpoint: PeftModel.from_pretrained(timm.create_model(BASE,
+                       pretrained=True, num_classes=N), 'DIR/peft'), or transformers'
+                       AutoModelForImageClassification.from_pretrained(BASE, num_labels=N)
+                       .load_adapter('DIR/peft') (config.json's "peft" says why where not written).
 """
 
 if (
@@ -107,13 +109,7 @@ def export(
     (timm_dir / 'config.json').write_text(json.dumps(timm_config, indent=2))
     timm_files = 'timm/model.safetensors, timm/config.json'
   peft_files = (
-      (
-          _write_peft(trained, out_dir)
-          if timm_files.startswith('timm/')
-          else "not written, as timm/ (peft's adapters name timm's modules)"
-      )
-      if trained.adapted
-      else 'not written: no low-rank adapters'
+      _write_peft(trained, out_dir) if trained.adapted else 'not written: no low-rank adapters'
   )
   # What an earlier export wrote there (--overwrite) would pass for this run's.
   for written, folder, names in (
@@ -148,7 +144,7 @@ def export(
 def _write_peft(trained: Any, out_dir: epath.Path) -> str:
   """Writes peft's adapter files of the adapted run `trained` (run_dir.TrainedModel) to out_dir/peft;
   returns what config.json says of them (why not, where they are not written)."""
-  from vit_jax.checkpoints import peft_export, timm_export_args, torch_files  # pylint: disable=g-import-not-at-top
+  from vit_jax.checkpoints import peft_export, torch_files  # pylint: disable=g-import-not-at-top
   from vit_jax.models import freezing, lora  # pylint: disable=g-import-not-at-top
 
   model_config, params = trained.adapted
@@ -158,11 +154,7 @@ def _write_peft(trained: Any, out_dir: epath.Path) -> str:
   try:
     base = peft_export.base(trained.config.init_from)
     tensors, adapter_config = peft_export.export(
-        params,
-        lora.model_spec(model_config),
-        trains,
-        timm_export_args.timm_class(trained.model_config),
-        base,
+        params, lora.model_spec(model_config), trains, trained.model_config, base
     )
     peft_export.check_unfolded(base, params, model_config, trains)
   except (ValueError, OSError) as e:

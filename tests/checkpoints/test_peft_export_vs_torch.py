@@ -61,6 +61,13 @@ TRANSFORMERS_BASES = {
         lambda: transformers.Dinov2Model(transformers.Dinov2Config(**_SIZES, mlp_ratio=2)),
         'token_gap',
     ),
+    'dinov2_with_registers': (
+        transformers.Dinov2WithRegistersForImageClassification,
+        lambda: transformers.Dinov2WithRegistersModel(
+            transformers.Dinov2WithRegistersConfig(**_SIZES, mlp_ratio=2, num_register_tokens=2)
+        ),
+        'token_gap',
+    ),
     # A whole SigLIP (the hub's google/siglip-*), whose image tower the class reads.
     'siglip': (
         transformers.SiglipForImageClassification,
@@ -258,8 +265,8 @@ def test_what_peft_cannot_hold_over_a_transformers_checkpoint_is_one_line(tmp_pa
           run.model_config,
           dataclasses.replace(base, config={**base.config, 'model_type': 'deit'}),
           "peft's adapters over {path} name the modules of transformers' *ForImageClassification "
-          "of its model_type, 'deit': vit_jax writes those of vit, dinov2, siglip (the merged "
-          'timm/ export holds the run)',
+          "of its model_type, 'deit': vit_jax writes those of vit, dinov2, dinov2_with_registers, "
+          'siglip (the merged timm/ export holds the run)',
       ),
       (
           'a trained LayerNorm',

@@ -8,7 +8,8 @@ does (transformers_layout.py), a state dict of the base's names whose every tens
 number: the readers move tensors and never mix them, so no table of names per family is needed.
 Those are the names transformers 4 gave the modules, which its files keep
 (`encoder.layer.N.attention.attention.query`); transformers 5 renames some as it loads them
-(`RENAMED`), and peft names the model's modules. peft_adapters.py reads adapters of either naming."""
+(`RENAMED`), and peft names the model's modules. peft_adapters.py reads adapters of either naming.
+"""
 
 import re
 from typing import Any, Callable, Mapping
@@ -26,11 +27,13 @@ from vit_jax.models import lora
 CLASSES = {
     'vit': ('vit.', 'token'),
     'dinov2': ('dinov2.', 'token_gap'),
+    'dinov2_with_registers': ('dinov2_with_registers.', 'token_gap'),  # Not the registers' mean.
     'siglip': ('vision_model.', 'gap'),  # A whole SigLIP's (its vision tower alone loads no class).
 }
 HEAD = 'classifier'
 # transformers 5's renames of the modules its files name, in the order it applies them (its
-# conversion_mapping.py: ViTModel's, Dinov2Model's), as (the files' dotted names, the model's).
+# conversion_mapping.py: ViTModel's, Dinov2Model's and Dinov2WithRegistersModel's), as (the files'
+# dotted names, the model's).
 _VIT_ATTENTION = (
     ('attention.attention.query', 'attention.q_proj'),
     ('attention.attention.key', 'attention.k_proj'),
@@ -45,6 +48,7 @@ RENAMED = {
         ('output.dense', 'mlp.fc2'),
     ),
     'dinov2': _VIT_ATTENTION,
+    'dinov2_with_registers': _VIT_ATTENTION,
 }
 
 

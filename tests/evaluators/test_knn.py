@@ -7,7 +7,7 @@ from sklearn import neighbors
 
 import helpers
 import local
-from vit_jax import sharding
+from vit_jax import data, evaluators, sharding, tasks
 from vit_jax.evaluators import knn
 from vit_jax.train import setup as train_setup
 
@@ -64,6 +64,42 @@ def test_neighbours_are_sklearns_across_chunks_and_with_k_beyond_a_devices_share
   np.testing.assert_array_equal(indices, expected)
   np.testing.assert_allclose(similarities, 1 - distances, atol=1e-6)
   assert (np.diff(similarities, axis=1) <= 0).all()  # Most similar first.
+
+
+@pytest.mark.parametrize('mesh', [(('data', -1),), (('data', 2), ('tensor', 4))])
+def test_the_evaluator_keeps_the_train_features_where_the_devices_computed_them(data_dir, mesh):
+  """The train split's features stay split over the devices of the batch axes (the last batch's
+  padding rows marked -1), and measure what the same features on the host do."""
+  config = helpers.load_config(
+      'demo', {**helpers.TINY, 'data_dir': data_dir, 'knn.every_steps': 4, 'knn.ks': (1, 10)}
+  )
+  config.mesh = mesh
+  info = data.get_info(config)
+  task = tasks.get(config.task)
+  model = task.make_model(config, helpers.model_config(config), info.num_classes)
+  context = evaluators.Context(
+      config, info, task, model, sharding.make_mesh(config.mesh), helpers.model_config(config)
+  )
+  (evaluator,) = [e for e in evaluators.make_evaluators(context) if e.name == 'knn']
+  params = helpers.random_params(model, config.image_size)
+  try:
+    on_devices, labels = evaluator.features.on_devices(params, 'train')
+    host, host_labels = evaluator.features(params, 'train')
+    test = evaluator.features(params, 'test')
+    measured = evaluator.accuracies(params)
+  finally:
+    evaluator.close()
+  shards = sharding.num_batch_shards(context.mesh)
+  assert {s.data.shape[0] for s in on_devices.addressable_shards} == {len(labels) // shards}
+  assert len(labels) > len(host_labels) == (labels >= 0).sum() == 1437  # Padding rows of the last.
+  rows = np.asarray(on_devices)[labels >= 0]
+  order, host_order = np.lexsort(rows.T), np.lexsort(host.T)  # The same rows, in their own order.
+  np.testing.assert_array_equal(rows[order], host[host_order])
+  np.testing.assert_array_equal(labels[labels >= 0][order], host_labels[host_order])
+  expected = knn.knn_accuracy(
+      host, host_labels, *test, ks=(1, 10), temperature=0.07, mesh=context.mesh
+  )
+  assert measured == pytest.approx(expected, abs=1 / 360) and measured[10] > 0.1
 
 
 def test_the_temperature_decides_between_one_close_neighbour_and_two_farther_ones():
@@ -154,7 +190,11 @@ def test_one_process_an_fsdp_mesh_and_two_processes_measure_the_same_knn_accurac
       'knn.ks': '(1,10,50)',
   }
   measured = {}
-  for name, mesh in [('data8', "(('data', 8),)"), ('data2_fsdp4', "(('data', 2), ('fsdp', 4))")]:
+  for name, mesh in [
+      ('data8', "(('data', 8),)"),
+      ('data2_fsdp4', "(('data', 2), ('fsdp', 4))"),
+      ('data4_tensor2', "(('data', 4), ('tensor', 2))"),  # The train features' rows twice each.
+  ]:
     workdir = str(tmp_path / name)
     run = helpers.run_main('configs/demo.py', workdir, {**overrides, 'mesh': mesh}, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]

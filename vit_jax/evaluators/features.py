@@ -1,7 +1,8 @@
 """The frozen backbone's features of whole splits, for the evaluators that fit on them (few-shot, k-NN).
 
 Every example of a split is read once, eval-preprocessed, in the run's eval batches; every host gets
-all of them (the features are replicated), so each computes the same numbers.
+all of them (the features are replicated), so each computes the same numbers; or they stay where the
+devices computed them (`on_devices`: k-NN's train set, which no host needs whole).
 """
 
 import functools
@@ -9,9 +10,10 @@ from typing import Any, Sequence
 
 import flax.linen as nn
 import jax
+import jax.numpy as jnp
 import ml_collections
 import numpy as np
-from jax.sharding import Mesh
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from vit_jax import data, sharding
 from vit_jax.data import on_device
@@ -56,8 +58,16 @@ class SplitFeatures:
         )
         for split in dict.fromkeys(splits)
     }
-    self._features_fn = jax.jit(
-        functools.partial(_features_of_batch, model=model), out_shardings=sharding.replicated(mesh)
+    features_fn = functools.partial(_features_of_batch, model=model)
+    replicated = sharding.replicated(mesh)
+    self._features_fn = jax.jit(features_fn, out_shardings=replicated)
+    self._split_features_fn = jax.jit(
+        features_fn,
+        out_shardings={
+            'features': sharding.batch_sharding(mesh),
+            'label': replicated,
+            'mask': replicated,
+        },
     )
 
   def __call__(self, params: Any, split: str) -> tuple[np.ndarray, np.ndarray]:
@@ -67,6 +77,27 @@ class SplitFeatures:
       feats.append(out['features'][out['mask']])
       labels.append(out['label'][out['mask']])
     return np.concatenate(feats), np.concatenate(labels)
+
+  def on_devices(self, params: Any, split: str) -> tuple[jax.Array, np.ndarray]:
+    """Features [n, D] of every example of `split` left on the devices that computed them, rows
+    split over the mesh's batch axes (shard s: shard s of each batch in turn), and the label of each
+    row (-1: a padding row of no example)."""
+    pieces, labels = {}, []
+    for local in self._passes[split]():
+      out = self._split_features_fn(params, sharding.global_batch(local, self._mesh))
+      for shard in out['features'].addressable_shards:
+        pieces.setdefault(shard.device, []).append(shard.data)
+      label, mask = jax.device_get((out['label'], out['mask']))
+      labels.append(np.where(mask, label, -1))
+    shards = sharding.num_batch_shards(self._mesh)
+    # [batches, shards, rows a shard of a batch] -> each shard's rows of each batch in turn.
+    labels = np.stack(labels).reshape(len(labels), shards, -1).transpose(1, 0, 2).reshape(-1)
+    feats = jax.make_array_from_single_device_arrays(
+        (len(labels), *next(iter(pieces.values()))[0].shape[1:]),
+        NamedSharding(self._mesh, P(sharding.batch_axes(self._mesh) or None)),
+        [jnp.concatenate(device_pieces) for device_pieces in pieces.values()],
+    )
+    return feats, labels
 
   def close(self) -> None:
     for passes in self._passes.values():

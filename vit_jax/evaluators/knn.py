@@ -7,9 +7,11 @@ exp(similarity / temperature), and the class with the most weight is its predict
 temperature 0.07; DINOv2 reports k = 10, 20, 100, 200). Each k's votes are those of the first k of
 the same sorted neighbours.
 
-The similarities are computed on the devices: the train features are split over every device of the
-mesh, each device finds the nearest of its share, and the shares' candidates are merged, so that
-ImageNet-1k's 1.28M train features are never in one device's memory, nor all the similarities.
+The similarities are computed on the devices: the train features are split over the devices of the
+mesh's batch axes, each device finds the nearest of its share, and the shares' candidates are
+merged, so that ImageNet-1k's 1.28M train features are never in one device's memory, nor all the
+similarities. In training they stay where the devices computed them (`SplitFeatures.on_devices`):
+no host holds them either.
 `KnnEvaluator` measures it in the training loop (config.knn, or an evaluator of type 'knn' in
 config.evals) and for `python -m vit_jax.tools.fewshot --knn=...` on a saved run.
 """
@@ -42,32 +44,55 @@ def normalized(feats: np.ndarray) -> np.ndarray:
   return feats / np.maximum(np.linalg.norm(feats, axis=1, keepdims=True), 1e-12)
 
 
+@jax.jit
+def _normalized_rows(feats: jax.Array) -> jax.Array:
+  """`normalized` where the rows are, split as they are."""
+  return feats / jnp.maximum(jnp.linalg.norm(feats, axis=1, keepdims=True), 1e-12)
+
+
+def _row_spec(mesh: Mesh, *rest: None) -> P:
+  """Rows split over the batch axes (the train features' layout: features.SplitFeatures.on_devices)."""
+  return P(sharding.batch_axes(mesh) or None, *rest)
+
+
 @functools.partial(jax.jit, static_argnames=('k', 'mesh'))
 def _nearest_of_chunk(
-    train: jax.Array, num_train: jax.Array, queries: jax.Array, *, k: int, mesh: Mesh
+    train: jax.Array, is_train: jax.Array, queries: jax.Array, *, k: int, mesh: Mesh
 ) -> tuple[jax.Array, jax.Array]:
-  axes = mesh.axis_names
+  axes = sharding.batch_axes(mesh)
 
-  def local(train_share, num_train, queries):
+  def local(train_share, is_train, queries):
     share = train_share.shape[0]
-    first = jax.lax.axis_index(axes) * share  # This share's first index into the whole train set.
+    # This share's first index into the whole train set.
+    first = jax.lax.axis_index(axes) * share if axes else 0
     similarities = jnp.dot(queries, train_share.T, precision=jax.lax.Precision.HIGHEST)
-    is_train = first + jnp.arange(share) < num_train  # Not the padding.
-    similarities = jnp.where(is_train[None, :], similarities, -jnp.inf)
-    top, index = jax.lax.top_k(similarities, k)
+    similarities = jnp.where(is_train[None, :], similarities, -jnp.inf)  # Not the padding.
+    # A share of fewer than k rows gives them all: the shares' candidates hold the k nearest still.
+    top, index = jax.lax.top_k(similarities, min(k, share))
     index = index + first
-    # [devices, chunk, k] -> [chunk, devices * k]: every device's candidates, merged once more.
-    top, index = (jax.lax.all_gather(x, axes, axis=1, tiled=True) for x in (top, index))
+    if axes:  # [shards, chunk, k] -> [chunk, shards * k]: every share's candidates, merged.
+      top, index = (jax.lax.all_gather(x, axes, axis=1, tiled=True) for x in (top, index))
     top, position = jax.lax.top_k(top, k)
     return top, jnp.take_along_axis(index, position, axis=1)
 
   return jax.shard_map(
       local,
       mesh=mesh,
-      in_specs=(P(axes, None), P(), P()),
+      in_specs=(_row_spec(mesh, None), _row_spec(mesh), P()),
       out_specs=(P(), P()),
       check_vma=False,
-  )(train, num_train, queries)
+  )(train, is_train, queries)
+
+
+def _on_devices(train_feats: np.ndarray, mesh: Mesh) -> jax.Array:
+  """Host features [n, D] as features.SplitFeatures.on_devices lays them out, padded at the end with
+  zero rows (row i is row i)."""
+  shards = sharding.num_batch_shards(mesh)
+  padded = np.zeros((-(-len(train_feats) // shards) * shards, train_feats.shape[1]), np.float32)
+  padded[: len(train_feats)] = train_feats
+  return jax.make_array_from_callback(
+      padded.shape, NamedSharding(mesh, _row_spec(mesh, None)), lambda i: padded[i]
+  )
 
 
 def nearest(
@@ -75,18 +100,24 @@ def nearest(
 ) -> tuple[np.ndarray, np.ndarray]:
   """Cosine similarities [n_test, k] of each test example's k nearest train examples, most similar
   first, and their indices into `train_feats`. Features: [n, D], normalised here."""
-  num_train, width = train_feats.shape
+  train = _on_devices(train_feats, mesh)
+  return _nearest(train, np.arange(len(train)) < len(train_feats), test_feats, k, mesh)
+
+
+def _nearest(
+    train: jax.Array, is_train: np.ndarray, test_feats: np.ndarray, k: int, mesh: Mesh
+) -> tuple[np.ndarray, np.ndarray]:
+  """`nearest` of train features on the devices (rows split over the batch axes, `_row_spec`), the
+  rows where `is_train` is False none; the indices are of their rows."""
+  num_train = int(is_train.sum())
   if not 1 <= k <= num_train:
     raise ValueError(f'k={k} neighbours of {num_train} train examples: use 1 <= k <= {num_train}')
-  devices = mesh.devices.size
-  share = max(-(-num_train // devices), k)  # Each device's top_k needs k candidates.
-  padded = np.zeros((share * devices, width), np.float32)
-  padded[:num_train] = normalized(train_feats)
-  train = jax.make_array_from_callback(
-      padded.shape, NamedSharding(mesh, P(mesh.axis_names, None)), lambda i: padded[i]
+  train = _normalized_rows(train)
+  is_train = jax.make_array_from_callback(
+      is_train.shape, NamedSharding(mesh, _row_spec(mesh)), lambda i: is_train[i]
   )
-  count = np.int32(num_train)
-  count = jax.make_array_from_callback((), sharding.replicated(mesh), lambda i: count)
+  share = len(is_train) // sharding.num_batch_shards(mesh)
+  width = train.shape[1]
   queries = normalized(test_feats)
   chunk = min(_MAX_CHUNK, max(1, _SIMILARITIES_PER_DEVICE // share), len(queries))
   similarities, indices = [], []
@@ -97,7 +128,7 @@ def nearest(
     block = jax.make_array_from_callback(
         block.shape, sharding.replicated(mesh), lambda i, b=block: b[i]
     )
-    top, index = jax.device_get(_nearest_of_chunk(train, count, block, k=k, mesh=mesh))
+    top, index = jax.device_get(_nearest_of_chunk(train, is_train, block, k=k, mesh=mesh))
     similarities.append(top[: len(rows)])
     indices.append(index[: len(rows)])
   return np.concatenate(similarities), np.concatenate(indices)
@@ -125,9 +156,26 @@ def knn_accuracy(
     mesh: Mesh,
 ) -> dict[int, float]:
   """Top-1 accuracy of the weighted k-NN classifier on the test examples, for each k of `ks`."""
+  train = _on_devices(train_feats, mesh)
+  padding = len(train) - len(train_labels)
+  train_labels = np.pad(np.asarray(train_labels), (0, padding), constant_values=-1)
+  return _accuracies(train, train_labels, test_feats, test_labels, ks, temperature, mesh)
+
+
+def _accuracies(
+    train: jax.Array,
+    train_labels: np.ndarray,
+    test_feats: np.ndarray,
+    test_labels: np.ndarray,
+    ks: Sequence[int],
+    temperature: float,
+    mesh: Mesh,
+) -> dict[int, float]:
+  """`knn_accuracy` of train features on the devices (`_nearest`'s), whose rows' labels are
+  `train_labels` (-1: no example)."""
   num_classes = int(max(train_labels.max(), test_labels.max())) + 1
-  similarities, indices = nearest(train_feats, test_feats, max(ks), mesh)
-  neighbour_labels = np.asarray(train_labels)[indices]
+  similarities, indices = _nearest(train, train_labels >= 0, test_feats, max(ks), mesh)
+  neighbour_labels = train_labels[indices]
   accuracies = {}
   for k in ks:
     votes = weighted_votes(similarities[:, :k], neighbour_labels[:, :k], num_classes, temperature)
@@ -162,12 +210,12 @@ class KnnEvaluator:
     """Top-1 accuracy for each k. A k beyond the train split's readable examples raises a
     ValueError."""
     train_split, eval_split = self._splits
-    return knn_accuracy(
-        *self.features(params, train_split),
+    return _accuracies(
+        *self.features.on_devices(params, train_split),
         *self.features(params, eval_split),
-        ks=self._ks,
-        temperature=self._temperature,
-        mesh=self._mesh,
+        self._ks,
+        self._temperature,
+        self._mesh,
     )
 
   def __call__(self, params: Any) -> dict[str, float]:

@@ -660,6 +660,36 @@ def test_a_multi_host_run_copies_each_host_its_shard_and_trains_on_what_one_host
       )
 
 
+def test_a_process_of_several_data_shards_copies_their_rows_once(tmp_path, monkeypatch):
+  """Two processes of four data shards: each process's prepare copies the rows of its two shards in
+  one file, which its train streams read; their batches are those of one process of the four."""
+  cache = tmp_path / 'cache'
+  monkeypatch.setenv(dataset_cache.CACHE_VARIABLE, str(cache))
+  _hub(tmp_path / 'repo')
+  config = helpers.data_config(
+      str(tmp_path / 'repo'), dataset='huggingface', image_size=12, data_shards=4, eval_split='test'
+  )
+  hosts = []
+  # Each host's shard of test (5 rows) and its two shards of train (10 rows: 6 and 4), in one copy.
+  for process, copies in enumerate([[3, 6], [2, 3, 4, 6]]):
+    data.prepare(config, process, 2)
+    assert helpers.arrow_rows(cache) == copies
+    hosts.append(
+        helpers.take(
+            data.train_iterator(config, local_batch_size=4, process_index=process, process_count=2),
+            3,
+        )
+    )
+    assert helpers.arrow_rows(cache) == copies  # The streams read that copy.
+  monkeypatch.setenv(dataset_cache.CACHE_VARIABLE, str(tmp_path / 'one_process'))
+  one = helpers.take(data.train_iterator(config, local_batch_size=8), 3)
+  for k, batch in enumerate(one):
+    for name in batch:
+      np.testing.assert_array_equal(
+          batch[name], np.concatenate([hosts[0][k][name], hosts[1][k][name]])
+      )
+
+
 def test_files_on_cloud_storage_are_looked_at_16_at_a_time(monkeypatch):
   """A Parquet split's footers and label columns, a file's size: a request or a few each, for a
   thousand files at every start."""

@@ -62,6 +62,7 @@ def test_two_processes_copy_each_their_rows_of_parquet_and_train_as_one_process(
   halves = lambda n: [n // 2, n - n // 2]  # The two processes' data shards of n rows.
   two_processes = helpers.arrow_rows(tmp_path / 'two_processes')
   assert two_processes == sorted(halves(sizes['train']) + halves(sizes['test']))
-  # One process: the train split's two data shards, and the whole test split it evaluates on.
+  # One process: the train split's two data shards in one copy (the whole split), and the whole
+  # test split it evaluates on.
   one_process = helpers.arrow_rows(tmp_path / 'one_process')
-  assert one_process == sorted([*halves(sizes['train']), sizes['test']])
+  assert one_process == sorted([sizes['train'], sizes['test']])

@@ -7,6 +7,7 @@ train and 360 test images. Splits take tensorflow_datasets' slice syntax ('train
 """
 
 import functools
+from typing import Sequence
 import importlib.util
 import os
 
@@ -57,8 +58,11 @@ class DigitsSource:
         for name, (images, labels) in split_arrays().items()
     }
 
-  def examples(self, split: str, shard: int = 0, num_shards: int = 1) -> order.Records:
+  def examples(
+      self, split: str, shard: int = 0, num_shards: int = 1, with_shards: Sequence[int] = ()
+  ) -> order.Records:
     """Shard `shard` of `num_shards` of `split` (strided, so each holds every class)."""
+    del with_shards  # In memory.
     parts = order.split_indices(
         split, {name: len(labels) for name, (_, labels) in self._splits.items()}
     )

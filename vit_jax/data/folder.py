@@ -11,6 +11,7 @@ the folder it holds (`pets.zip`, or `pets.zip/pets` for a folder in it), unextra
 
 import concurrent.futures
 import os
+from typing import Sequence
 
 from absl import logging
 from etils import epath
@@ -263,11 +264,14 @@ class FolderSource:
       self._files[split] = (packed_strings.PackedStrings(listed), np.array(path_labels, np.int32))
     return self._files[split]
 
-  def examples(self, split: str, shard: int = 0, num_shards: int = 1) -> order.Records:
+  def examples(
+      self, split: str, shard: int = 0, num_shards: int = 1, with_shards: Sequence[int] = ()
+  ) -> order.Records:
     """Shard `shard` of `num_shards` of `split` as (path, label) records, by index.
 
     Striding (not contiguous blocks) keeps the classes balanced across shards. Unreadable files are
     only found when read."""
+    del with_shards  # Each file is read where it is.
     files, labels = self.split_files(split)
     return order.Records(
         len(files[shard::num_shards]),

@@ -4,8 +4,8 @@ Arrow files (save_to_disk's, a repository's) are memory-mapped: one copy in the 
 worker process. A split's Parquet files, whose rows are compressed in groups, are copied once into
 one uncompressed Arrow file of the image column (hf_parquet_copy.py), as `datasets.load_dataset`
 copies them into its cache; but only the rows a process reads (`Rows.reading`): a pod's host copies
-its data shard, 1/N of the split, and a run on 'train[:1%]' copies 1% of it. The labels are read
-from the Parquet files' label column alone.
+its data shards (1/N of the split, in one file), and a run on 'train[:1%]' copies 1% of it. The
+labels are read from the Parquet files' label column alone.
 """
 
 import os

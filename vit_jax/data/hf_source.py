@@ -11,7 +11,7 @@ column is config.label_feature: a ClassLabel (its names), integers (classes 0..t
 largest, named by number) or strings (the train split's, sorted).
 """
 
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -123,23 +123,30 @@ class HuggingFaceSource:
     """The int32 label of every example of `split` (a slice too), read without an image."""
     return np.concatenate([self._labels(name)[rows] for name, rows in self._parts(split)])
 
-  def examples(self, split: str, shard: int = 0, num_shards: int = 1) -> order.Records:
-    """Shard `shard` of `num_shards` of `split` (strided, so each holds every class)."""
+  def examples(
+      self, split: str, shard: int = 0, num_shards: int = 1, with_shards: Sequence[int] = ()
+  ) -> order.Records:
+    """Shard `shard` of `num_shards` of `split` (strided, so each holds every class); a Parquet
+    split's copy is of the rows of it and of `with_shards` (sources.Source)."""
     parts = self._parts(split)
     names = tuple(name for name, _ in parts)
     # Each worker process gets a copy of these arrays: 2 + 4 + 4 bytes a record of the shard.
     part = np.concatenate([np.full(len(rows), i, np.uint16) for i, (_, rows) in enumerate(parts)])
     rows = np.concatenate([rows for _, rows in parts]).astype(np.int32)
-    labels = np.concatenate([self._labels(name)[rows] for name, rows in parts])
-    part, rows, labels = part[shard::num_shards], rows[shard::num_shards], labels[shard::num_shards]
-    # The shard's images are all the records read: a Parquet split's copy is of those alone.
     reader = self._rows
     if hasattr(reader, 'reading'):
-      ends = np.searchsorted(part, np.arange(len(parts)), 'right')  # Each part's rows, in turn.
+      # The images of the shards read together are all the records read: one copy of them.
+      read = np.sort(
+          np.concatenate([np.arange(s, len(rows), num_shards) for s in {shard, *with_shards}])
+      )
+      read_part, read_rows = part[read], rows[read]
+      ends = np.searchsorted(read_part, np.arange(len(parts)), 'right')  # Each part's, in turn.
       chosen = {}
       for name, start, end in zip(names, (0, *ends[:-1]), ends):
-        chosen[name] = np.concatenate([chosen.get(name, rows[:0]), rows[start:end]])
+        chosen[name] = np.concatenate([chosen.get(name, rows[:0]), read_rows[start:end]])
       reader = reader.reading(chosen)
+    labels = np.concatenate([self._labels(name)[rows] for name, rows in parts])
+    part, rows, labels = part[shard::num_shards], rows[shard::num_shards], labels[shard::num_shards]
     prepare = getattr(reader, 'prepare', None)
     return order.Records(len(rows), _Rows(names, part, rows, labels, reader), prepare)
 

@@ -8,7 +8,7 @@ starting at step s reads nothing before it, and every batch is the same whether 
 process or in any of grain's worker processes (`config.data_workers`).
 """
 
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import ml_collections
 import numpy as np
@@ -62,7 +62,7 @@ def prepare(
   num_shards = num_data_shards(config, process_count)
   shards = _process_shards(num_shards, process_index, process_count) if train else ()
   records = [
-      *(source.examples(config.train_split, shard, num_shards) for shard in shards),
+      *(source.examples(config.train_split, shard, num_shards, shards) for shard in shards),
       source.examples(config.eval_split, process_index, process_count),
   ]
   for shard_records in records:
@@ -84,10 +84,15 @@ class _TrainStream:
   """Data shard `shard`'s stream: the augmented example at each stream position."""
 
   def __init__(
-      self, config: ml_collections.ConfigDict, source: sources.Source, shard: int, num_shards: int
+      self,
+      config: ml_collections.ConfigDict,
+      source: sources.Source,
+      shard: int,
+      num_shards: int,
+      with_shards: Sequence[int],
   ):
     self._source = source
-    self._records = source.examples(config.train_split, shard, num_shards)
+    self._records = source.examples(config.train_split, shard, num_shards, with_shards)
     if self._records.num_records < 1:
       raise ValueError(
           f'Split {config.train_split!r} has no examples for data shard {shard} of '
@@ -172,7 +177,7 @@ def train_iterator(
         f'The per-host batch {local_batch_size} does not split into {len(shards)} '
         f'data shards: make config.batch_size a multiple of config.data_shards={num_shards}'
     )
-  streams = tuple(_TrainStream(config, source, shard, num_shards) for shard in shards)
+  streams = tuple(_TrainStream(config, source, shard, num_shards, shards) for shard in shards)
   size = config.image_size
   spec = {
       'image': ((size, size, 3), preprocess.train_dtype(config.pp)),

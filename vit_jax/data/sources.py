@@ -6,7 +6,7 @@ config's validation, split sizes, class names and listed labels. pipeline.py mak
 
 import dataclasses
 import functools
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Protocol, Sequence
 
 import ml_collections
 import numpy as np
@@ -36,8 +36,12 @@ class Source(Protocol):
 
   class_names: tuple[str, ...]
 
-  def examples(self, split: str, shard: int = 0, num_shards: int = 1) -> order.Records:
-    """Shard `shard` of `num_shards` of `split` (disjoint, sizes within one), nothing decoded yet."""
+  def examples(
+      self, split: str, shard: int = 0, num_shards: int = 1, with_shards: Sequence[int] = ()
+  ) -> order.Records:
+    """Shard `shard` of `num_shards` of `split` (disjoint, sizes within one), nothing decoded yet.
+    `with_shards`: the other shards the same process reads (a source that copies the rows it reads,
+    a Hugging Face Parquet split, copies theirs at once)."""
 
   def load(self, record: Any) -> dict[str, np.ndarray]:
     """The record's 'image', an `images.Encoded` file that the preprocessing's crop decodes (or

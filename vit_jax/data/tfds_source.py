@@ -9,7 +9,7 @@ ArrayRecord files beside the TFRecord ones.
 
 import functools
 import os
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Sequence
 
 from array_record.python import array_record_module
 from etils import epath
@@ -135,8 +135,11 @@ class TfdsRecords:
     index = shard + k * num_shards
     return Example(split, index, self._data_source(split)[index])
 
-  def examples(self, split: str, shard: int = 0, num_shards: int = 1) -> order.Records:
+  def examples(
+      self, split: str, shard: int = 0, num_shards: int = 1, with_shards: Sequence[int] = ()
+  ) -> order.Records:
     """Shard `shard` of `num_shards` (disjoint, sizes within one) of `split`, as `Example`s."""
+    del with_shards  # Each record is read where it is.
     num_examples = self._split_info(split).num_examples
     return order.Records(
         len(range(shard, num_examples, num_shards)),

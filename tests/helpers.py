@@ -9,7 +9,7 @@ import shutil
 import subprocess
 import sys
 import time
-from typing import Sequence
+from typing import Any, Sequence
 
 import collections
 
@@ -21,6 +21,9 @@ import pytest
 
 from vit_jax import data
 from vit_jax import defaults
+from vit_jax import evaluators
+from vit_jax import sharding
+from vit_jax import tasks
 from vit_jax.checkpoints import run_dir, saved_state
 from vit_jax.data import digits
 from vit_jax.models import variants
@@ -563,3 +566,15 @@ def model_logits(workdir: str, params, images: np.ndarray) -> np.ndarray:
 def model_config(config: ml_collections.ConfigDict) -> dict:
   """The config's resolved model fields, as train/setup.prepare resolves them for the run."""
   return variants.get_model_config(config.variant, config.model.to_dict())
+
+
+def evaluator(config: ml_collections.ConfigDict, name: str) -> tuple[Any, Any]:
+  """The evaluator `name` of `config`'s run, as the run makes it, and the model it measures."""
+  info = data.get_info(config)
+  task = tasks.get(config.task)
+  model = task.make_model(config, model_config(config), info.num_classes)
+  context = evaluators.Context(
+      config, info, task, model, sharding.make_mesh(config.mesh), model_config(config)
+  )
+  (found,) = [e for e in evaluators.make_evaluators(context) if e.name == name]
+  return found, model

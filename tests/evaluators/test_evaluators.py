@@ -245,17 +245,6 @@ def test_real_on_a_dataset_without_label_sets_is_a_one_line_error(
   assert '\n' not in str(raised.value) and not (tmp_path / 'run').exists()
 
 
-def _evaluator(config, name):
-  info = data.get_info(config)
-  task = tasks.get(config.task)
-  model = task.make_model(config, helpers.model_config(config), info.num_classes)
-  context = evaluators.Context(
-      config, info, task, model, sharding.make_mesh(config.mesh), helpers.model_config(config)
-  )
-  (evaluator,) = [e for e in evaluators.make_evaluators(context) if e.name == name]
-  return evaluator, model
-
-
 def test_a_classification_evaluator_reads_its_label_feature(data_dir, real_dir):
   # real_digits' validation split is the digits' test split, its 'original_label' their 'label'.
   config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': data_dir})
@@ -267,8 +256,8 @@ def test_a_classification_evaluator_reads_its_label_feature(data_dir, real_dir):
       label_feature='original_label',
       every_steps=4,
   )
-  original, model = _evaluator(config, 'original')
-  evaluator, _ = _evaluator(config, 'eval')
+  original, model = helpers.evaluator(config, 'original')
+  evaluator, _ = helpers.evaluator(config, 'eval')
   params = helpers.random_params(model, config.image_size)
   assert original(params) == pytest.approx(evaluator(params))
   # A feature the dataset lacks is a one-line error at the start.
@@ -276,7 +265,7 @@ def test_a_classification_evaluator_reads_its_label_feature(data_dir, real_dir):
       type='classification', split='test', label_feature='real_label', every_steps=4
   )
   with pytest.raises(ValueError, match=r"^Dataset 'digits' has no .* feature 'real_label'"):
-    _evaluator(config, 'original')
+    helpers.evaluator(config, 'original')
   # A label set is the real evaluator's: at the start, not a shape error at the first evaluation.
   config.evals.original = dict(
       type='classification',
@@ -291,7 +280,7 @@ def test_a_classification_evaluator_reads_its_label_feature(data_dir, real_dir):
       match=r"^Evaluator 'original': label_feature='real_label' is a set of "
       r"classes an image: measure it with type='real'",
   ):
-    _evaluator(config, 'original')
+    helpers.evaluator(config, 'original')
 
 
 @pytest.mark.parametrize('loss', ['softmax_xent', 'sigmoid_xent'])
@@ -307,7 +296,7 @@ def test_eval_loss_is_the_runs_loss_over_every_image(data_dir, loss):
           'eval_batch_size': 64,
       },
   )
-  evaluator, model = _evaluator(config, 'eval')
+  evaluator, model = helpers.evaluator(config, 'eval')
   params = helpers.random_params(model, config.image_size)
   metrics = evaluator(params)
 
@@ -423,6 +412,6 @@ def test_real_on_a_split_without_labelled_images_is_nan_not_zero(data_dir, real_
       every_steps=4,
       split=f'validation[{first_unlabelled}:{first_unlabelled + 1}]',
   )
-  real, model = _evaluator(config, 'real')
+  real, model = helpers.evaluator(config, 'real')
   metrics = real(helpers.random_params(model, config.image_size))
   assert list(metrics) == ['top1', 'top5'] and all(np.isnan(v) for v in metrics.values()), metrics

@@ -7,7 +7,7 @@ from sklearn import neighbors
 
 import helpers
 import local
-from vit_jax import data, evaluators, sharding, tasks
+from vit_jax import sharding
 from vit_jax.evaluators import knn
 from vit_jax.train import setup as train_setup
 
@@ -74,13 +74,8 @@ def test_the_evaluator_keeps_the_train_features_where_the_devices_computed_them(
       'demo', {**helpers.TINY, 'data_dir': data_dir, 'knn.every_steps': 4, 'knn.ks': (1, 10)}
   )
   config.mesh = mesh
-  info = data.get_info(config)
-  task = tasks.get(config.task)
-  model = task.make_model(config, helpers.model_config(config), info.num_classes)
-  context = evaluators.Context(
-      config, info, task, model, sharding.make_mesh(config.mesh), helpers.model_config(config)
-  )
-  (evaluator,) = [e for e in evaluators.make_evaluators(context) if e.name == 'knn']
+  evaluator, model = helpers.evaluator(config, 'knn')
+  mesh = sharding.make_mesh(config.mesh)
   params = helpers.random_params(model, config.image_size)
   try:
     on_devices, labels = evaluator.features.on_devices(params, 'train')
@@ -89,16 +84,14 @@ def test_the_evaluator_keeps_the_train_features_where_the_devices_computed_them(
     measured = evaluator.accuracies(params)
   finally:
     evaluator.close()
-  shards = sharding.num_batch_shards(context.mesh)
+  shards = sharding.num_batch_shards(mesh)
   assert {s.data.shape[0] for s in on_devices.addressable_shards} == {len(labels) // shards}
   assert len(labels) > len(host_labels) == (labels >= 0).sum() == 1437  # Padding rows of the last.
   rows = np.asarray(on_devices)[labels >= 0]
   order, host_order = np.lexsort(rows.T), np.lexsort(host.T)  # The same rows, in their own order.
   np.testing.assert_array_equal(rows[order], host[host_order])
   np.testing.assert_array_equal(labels[labels >= 0][order], host_labels[host_order])
-  expected = knn.knn_accuracy(
-      host, host_labels, *test, ks=(1, 10), temperature=0.07, mesh=context.mesh
-  )
+  expected = knn.knn_accuracy(host, host_labels, *test, ks=(1, 10), temperature=0.07, mesh=mesh)
   assert measured == pytest.approx(expected, abs=1 / 360) and measured[10] > 0.1
 
 

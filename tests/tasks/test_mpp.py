@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 import helpers
-from vit_jax import data, evaluators, sharding, tasks
 from vit_jax.checkpoints import run_dir
 from vit_jax.models import VisionTransformer, mpp, variants
 from vit_jax.train import loop, setup as train_setup
@@ -62,13 +61,7 @@ def test_mpp_eval_scores_the_same_patterns_at_any_eval_batch_size(tmp_path):
             'eval_batch_size': eval_batch_size,
         },
     )
-    info = data.get_info(config)
-    task = tasks.get(config.task)
-    model = task.make_model(config, helpers.model_config(config), info.num_classes)
-    context = evaluators.Context(
-        config, info, task, model, sharding.make_mesh(config.mesh), helpers.model_config(config)
-    )
-    (evaluator,) = [e for e in evaluators.make_evaluators(context) if e.name == 'eval']
+    evaluator, model = helpers.evaluator(config, 'eval')
     metrics[eval_batch_size] = evaluator(helpers.random_params(model, config.image_size))
   assert metrics[8] == pytest.approx(metrics[64], rel=1e-5)
 

@@ -146,7 +146,7 @@ def weighted_votes(
 
 
 def knn_accuracy(
-    train_feats: np.ndarray,
+    train_feats: np.ndarray | jax.Array,
     train_labels: np.ndarray,
     test_feats: np.ndarray,
     test_labels: np.ndarray,
@@ -155,26 +155,15 @@ def knn_accuracy(
     temperature: float,
     mesh: Mesh,
 ) -> dict[int, float]:
-  """Top-1 accuracy of the weighted k-NN classifier on the test examples, for each k of `ks`."""
-  train = _on_devices(train_feats, mesh)
-  padding = len(train) - len(train_labels)
-  train_labels = np.pad(np.asarray(train_labels), (0, padding), constant_values=-1)
-  return _accuracies(train, train_labels, test_feats, test_labels, ks, temperature, mesh)
-
-
-def _accuracies(
-    train: jax.Array,
-    train_labels: np.ndarray,
-    test_feats: np.ndarray,
-    test_labels: np.ndarray,
-    ks: Sequence[int],
-    temperature: float,
-    mesh: Mesh,
-) -> dict[int, float]:
-  """`knn_accuracy` of train features on the devices (`_nearest`'s), whose rows' labels are
-  `train_labels` (-1: no example)."""
+  """Top-1 accuracy of the weighted k-NN classifier on the test examples, for each k of `ks`. The
+  train features [n, D] are on the host, or on the devices as features.SplitFeatures.on_devices
+  leaves them, each row's label in `train_labels` (-1: a row of no example)."""
+  if not isinstance(train_feats, jax.Array):
+    padding = -len(train_feats) % sharding.num_batch_shards(mesh)
+    train_feats = _on_devices(train_feats, mesh)
+    train_labels = np.pad(np.asarray(train_labels), (0, padding), constant_values=-1)
   num_classes = int(max(train_labels.max(), test_labels.max())) + 1
-  similarities, indices = _nearest(train, train_labels >= 0, test_feats, max(ks), mesh)
+  similarities, indices = _nearest(train_feats, train_labels >= 0, test_feats, max(ks), mesh)
   neighbour_labels = train_labels[indices]
   accuracies = {}
   for k in ks:
@@ -210,12 +199,12 @@ class KnnEvaluator:
     """Top-1 accuracy for each k. A k beyond the train split's readable examples raises a
     ValueError."""
     train_split, eval_split = self._splits
-    return _accuracies(
+    return knn_accuracy(
         *self.features.on_devices(params, train_split),
         *self.features(params, eval_split),
-        self._ks,
-        self._temperature,
-        self._mesh,
+        ks=self._ks,
+        temperature=self._temperature,
+        mesh=self._mesh,
     )
 
   def __call__(self, params: Any) -> dict[str, float]:

@@ -10,7 +10,9 @@ an image folder zipped (train.zip, test.zip: the JPEGs deflated and a metadata.c
   and a later one; for the shards, against `datasets.load_dataset`'s first read of them (its copy of
   every sample into its Arrow cache), as a ratio;
 - the copy one host of `--hosts` makes of its data shard (strided rows) of the Parquet split, against
-  the whole split's copy one host makes, in seconds and bytes, as ratios;
+  the whole split's copy one host makes, in seconds and bytes, as ratios; and the copy one host of
+  `--hosts` makes of its two data shards (`data_shards` twice the hosts) together, against a copy a
+  shard;
 - records read and decoded in a random order, one process: ours (`HuggingFaceSource.load`, from
   Parquet, the shards and the zips) against `datasets`' own random access (`ds[i]['image']`
   decoded to RGB, what timm's Hugging Face reader does; of the Parquet files and of the zips), and
@@ -129,13 +131,34 @@ def first_and_later(root: str, label: str) -> tuple[hf_source.HuggingFaceSource,
   return source, first, time.perf_counter() - start
 
 
-def shard_copy(root: str, cache: str, shard: int, num_shards: int) -> tuple[float, int]:
-  """Seconds and bytes of the Parquet copy data shard `shard` of `num_shards` makes in `cache`."""
+def shard_copy(
+    root: str, cache: str, shards: range, num_shards: int, together: bool = True
+) -> tuple[float, int, int]:
+  """Seconds and bytes of the Parquet copies that a process of data `shards` of `num_shards` makes
+  in `cache`: of them `together` (what a run does), or a copy a shard; and the rows they read from
+  the Parquet files (what cloud storage sends)."""
+  import pyarrow.parquet as pq  # pylint: disable=g-import-not-at-top
+
   os.environ[dataset_cache.CACHE_VARIABLE] = cache
-  start = time.perf_counter()
-  hf_source.HuggingFaceSource(root, 'train', 'label').examples('train', shard, num_shards).prepare()
-  seconds = time.perf_counter() - start
-  return seconds, sum(os.path.getsize(f) for f in glob.glob(os.path.join(cache, '*.arrow')))
+  source = hf_source.HuggingFaceSource(root, 'train', 'label')
+  rows_read = []
+  iter_batches = pq.ParquetFile.iter_batches
+
+  def counted(self, *args, **kwargs):
+    for batch in iter_batches(self, *args, **kwargs):
+      rows_read.append(batch.num_rows)
+      yield batch
+
+  pq.ParquetFile.iter_batches = counted
+  try:
+    start = time.perf_counter()
+    for shard in shards:
+      source.examples('train', shard, num_shards, shards if together else ()).prepare()
+    seconds = time.perf_counter() - start
+  finally:
+    pq.ParquetFile.iter_batches = iter_batches
+  copied = sum(os.path.getsize(f) for f in glob.glob(os.path.join(cache, '*.arrow')))
+  return seconds, copied, sum(rows_read)
 
 
 def seconds_per_record(read, order: np.ndarray) -> float:
@@ -182,15 +205,28 @@ def main() -> None:
     )
     cache = os.environ[dataset_cache.CACHE_VARIABLE]
     host, whole = (
-        shard_copy(parquet, os.path.join(tmp, name), 0, hosts)
+        shard_copy(parquet, os.path.join(tmp, name), range(1), hosts)
         for name, hosts in (('host_cache', args.hosts), ('whole_cache', 1))
     )
+    # The best of three interleaved timings each, in fresh caches.
+    timings = {True: [], False: []}
+    for attempt in range(3):
+      for together in (attempt % 2 == 0, attempt % 2 != 0):
+        cache_dir = os.path.join(tmp, f'shards_{together}_{attempt}')
+        timings[together].append(shard_copy(parquet, cache_dir, range(2), 2 * args.hosts, together))
+    together, apart = (min(timings[k]) for k in (True, False))
     os.environ[dataset_cache.CACHE_VARIABLE] = cache
     print(
         f'| Parquet copy: one host of {args.hosts} (its data shard) | {host[0]:.2f} s | '
         f'{host[1] / 1e6:.1f} MB | one host, the whole split | {whole[0]:.2f} s | '
         f'{whole[1] / 1e6:.1f} MB | as fast x | {whole[0] / host[0]:.2f} | bytes x | '
         f'{host[1] / whole[1]:.3f} |'
+    )
+    print(
+        f'| Parquet copy: one host of {args.hosts}, its 2 data shards together | {together[0]:.2f} s '
+        f'| {together[1] / 1e6:.1f} MB | {together[2]} rows read | a copy a shard | '
+        f'{apart[0]:.2f} s | {apart[1] / 1e6:.1f} MB | {apart[2]} rows read | as fast x | '
+        f'{apart[0] / together[0]:.2f} | rows read x | {together[2] / apart[2]:.2f} |'
     )
     tars, first, again = first_and_later(shards, 'cls')
     start = time.perf_counter()

@@ -227,6 +227,7 @@ def test_hf_datasets_reads_the_same_jpegs_as_parquet_and_as_a_folder():
   rows = ('| ours | ', '| ours, tar shards | ', '| datasets | ', '| folder | ', '| huggingface | ')
   rows += ('| ours, zip archive | ', '| datasets, zip archive | ', '| huggingface, zip archive | ')
   rows += ('| Parquet copy: one host of 4 (its data shard) |',)
+  rows += ('| Parquet copy: one host of 4, its 2 data shards together |',)
   for row in (*rows, '| huggingface, tar shards | ', '| tar split read: first (indexed) |'):
     assert row in out, out
 

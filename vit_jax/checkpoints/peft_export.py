@@ -1,16 +1,15 @@
 """A run's low-rank adapters as Hugging Face peft's (`export`): the `adapter_model.safetensors` and
 `adapter_config.json` that `PeftModel.from_pretrained(base, DIR)` loads over timm's model of the
-checkpoint the run started from (transformers' `model.load_adapter(DIR)` over its
-*ForImageClassification, for a transformers checkpoint: peft_transformers.py names those), and that
-`config.init_from=DIR` reads back (peft_adapters.py).
+checkpoint the run started from, or over transformers' *ForImageClassification of it
+(peft_transformers.py names those), and that `config.init_from=DIR` reads back (peft_adapters.py).
 
-Over a timm checkpoint, adapters are named for timm's modules (timm_export_tensors.py's naming). timm fuses the query, key and
-value projections into one `attn.qkv` (EVA-02's gated MLP its two halves into one `mlp.fc1`): the
-adapters of the parts of such a module are one adapter of it, of rank r per adapted part, A their A's
-stacked and B theirs block-diagonal (zeros where a part has none), with alpha times the parts too
-(`rank_pattern`, `alpha_pattern`), so that alpha / r stays the run's and the update is the same. The
-parameters that trained beside the adapters (a new head) are peft's `modules_to_save`: the whole timm
-modules that hold them.
+Over a timm checkpoint, adapters are named for timm's modules (timm_export_tensors.py's naming).
+timm fuses the query, key and value projections into one `attn.qkv` (EVA-02's gated MLP its two
+halves into one `mlp.fc1`): the adapters of the parts of such a module are one adapter of it, of
+rank r per adapted part, A their A's stacked and B theirs block-diagonal (zeros where a part has
+none), with alpha times the parts too (`rank_pattern`, `alpha_pattern`), so that alpha / r stays the
+run's and the update is the same. The parameters that trained beside the adapters (a new head) are
+peft's `modules_to_save`: the whole timm modules that hold them.
 """
 
 import dataclasses

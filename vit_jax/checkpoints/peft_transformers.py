@@ -113,11 +113,12 @@ def naming(
   by those names: the trained classifier). One-line ValueErrors for what peft cannot hold there."""
   model_type = _model_type(config, path)
   prefix, pooling = CLASSES[model_type]
-  if model_config['classifier'] != pooling or any(p.startswith('pre_logits/') for p in flat):
+  pre_logits = any(p.startswith('pre_logits/') for p in flat)
+  if model_config['classifier'] != pooling or pre_logits:
     raise ValueError(
-        f"transformers' {config['model_type']} *ForImageClassification pools {pooling!r} into its "
+        f"transformers' {model_type} *ForImageClassification pools {pooling!r} into its "
         f"classifier, and the run {model_config['classifier']!r}"
-        + (' through a pre-logits layer' if any(p.startswith('pre_logits/') for p in flat) else '')
+        + (' through a pre-logits layer' if pre_logits else '')
         + f': train with --config.model.classifier={pooling} (and no model.representation_size) for '
         'peft adapters of it, or use the merged timm/ export'
     )

@@ -159,8 +159,8 @@ def knn_accuracy(
   train features [n, D] are on the host, or on the devices as features.SplitFeatures.on_devices
   leaves them, each row's label in `train_labels` (-1: a row of no example)."""
   if not isinstance(train_feats, jax.Array):
-    padding = -len(train_feats) % sharding.num_batch_shards(mesh)
     train_feats = _on_devices(train_feats, mesh)
+    padding = len(train_feats) - len(train_labels)  # _on_devices' zero rows.
     train_labels = np.pad(np.asarray(train_labels), (0, padding), constant_values=-1)
   num_classes = int(max(train_labels.max(), test_labels.max())) + 1
   similarities, indices = _nearest(train_feats, train_labels >= 0, test_feats, max(ks), mesh)

@@ -23,7 +23,8 @@ def get_config() -> ml_collections.ConfigDict:
   # The tfds ClassLabel feature (a Hugging Face dataset's label column, 'COLUMN.FIELD' a struct
   # column's field; WebDataset shards' 'cls', or 'json.KEY': KEY of each sample's json file) the run
   # trains and evaluates on (its classes are the model's), e.g. cifar100's 'coarse_label' for its 20
-  # superclasses; image folders and VTAB tasks have only 'label'.
+  # superclasses; image folders and VTAB tasks have only 'label'. A set of classes an image (a
+  # Sequence of ClassLabel) trains a multi-label classifier, with loss 'sigmoid_xent' (docs/data.md).
   config.label_feature = 'label'
   config.image_size = 224
   # Train-time preprocessing: a crop ('inception' | 'random_resized' | 'random' | 'resize'), then each
@@ -236,7 +237,7 @@ def get_config() -> ml_collections.ConfigDict:
       )
   )
 
-  # Loss: 'softmax_xent', or 'sigmoid_xent' for multi-label pretraining (as big_vision on ImageNet-21k);
+  # Loss: 'softmax_xent', or 'sigmoid_xent' (as big_vision on ImageNet-21k; label sets need it);
   # task 'mpp' takes only 'softmax_xent'. label_smoothing smooths the one-hot targets (mpp's colour
   # classes too).
   config.loss = 'softmax_xent'

@@ -536,15 +536,6 @@ def test_label_feature_errors(coarse_dir, image_folder):
       r"'fine_label': set --config.label_feature \(or the evaluator's label_feature\) to one "
       r"of its ClassLabel features \['coarse_label', 'label'\] or label sets \['label_set'\]$",
   )
-  label_sets = make_config(coarse_dir, dataset='coarse_digits', label_feature='label_set')
-  error = (
-      r"^config.label_feature='label_set' of dataset 'coarse_digits' is a set of classes an "
-      r'image \(a Sequence of ClassLabel\), which a run cannot train on: set '
-      r"--config.label_feature to one of \['coarse_label', 'label'\]"
-  )
-  expect_error(label_sets, error)
-  with pytest.raises(ValueError, match=error):
-    data.train_iterator(label_sets, local_batch_size=8)
   root, _ = image_folder
   expect_error(
       make_config(root, dataset='folder', label_feature='coarse_label'),

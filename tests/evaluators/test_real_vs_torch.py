@@ -37,12 +37,12 @@ def test_real_eval_step_is_timms_real_labels_scorer(tmp_path):
       'labels': padded(multi_hot),
       'mask': padded(np.ones(num_images, bool)),
   }
-  sums = {k: 0.0 for k in ('correct', 'correct_top5', 'count')}
+  sums = {k: 0.0 for k in ('correct', 'correct_top5', 'labelled')}
   for start in range(0, rows, 64):
     out = real.eval_step(
         {}, {k: v[start : start + 64] for k, v in batch.items()}, model=_LogitsAreTheInput()
     )
     sums = {k: sums[k] + float(out[k]) for k in sums}
-  assert sums['count'] == sum(1 for labels in label_sets if labels)
-  assert 100 * sums['correct'] / sums['count'] == pytest.approx(theirs.get_accuracy(1))
-  assert 100 * sums['correct_top5'] / sums['count'] == pytest.approx(theirs.get_accuracy(5))
+  assert sums['labelled'] == sum(1 for labels in label_sets if labels)
+  assert 100 * sums['correct'] / sums['labelled'] == pytest.approx(theirs.get_accuracy(1))
+  assert 100 * sums['correct_top5'] / sums['labelled'] == pytest.approx(theirs.get_accuracy(5))

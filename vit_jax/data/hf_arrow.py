@@ -17,13 +17,18 @@ from vit_jax.data import dataset_cache
 from vit_jax.data import hf_layout
 from vit_jax.data import hf_parquet_copy
 from vit_jax.data import images
+from vit_jax.data import label_sets
 
 
-def _column_kind(feature: dict[str, Any] | None, arrow_type) -> str:
-  """'image', 'class_label', 'integer', 'string', or '' for a column no run reads."""
+def _column_kind(feature: Any, arrow_type) -> str:
+  """'image', a label kind (hf_layout.LABEL_KINDS), a list of labels ('class_label_set',
+  'integer_set', 'string_set'), or '' for a column no run reads."""
   import pyarrow as pa  # pylint: disable=g-import-not-at-top
 
-  kind = (feature or {}).get('_type')
+  if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
+    kind = _column_kind(hf_layout.element_feature(feature), arrow_type.value_type)
+    return kind + hf_layout.SET if kind in hf_layout.LABEL_KINDS else ''
+  kind = feature.get('_type') if isinstance(feature, dict) else None
   if kind == 'Image':
     return 'image'
   if kind == 'ClassLabel':
@@ -167,9 +172,10 @@ class Rows:
       self._images[split] = self._tables[split].column(self._columns[0])
     return self._tables[split]
 
-  def labels(self, split: str) -> np.ndarray:
-    """The label of every row of `split`, as written (integers or strings); of Parquet files, read
-    from their label column alone."""
+  def labels(self, split: str) -> np.ndarray | label_sets.LabelSets:
+    """The label of every row of `split`, as written (integers or strings), or of a list column, each
+    row's list; of Parquet files, read from their label column alone."""
+    import pyarrow as pa  # pylint: disable=g-import-not-at-top
     import pyarrow.compute as pc  # pylint: disable=g-import-not-at-top
 
     if self._layout.format == 'parquet':
@@ -181,10 +187,15 @@ class Rows:
       for field in self._label_fields:
         column = pc.struct_field(column, field)
       missing += column.null_count
-      values.append(column.to_numpy())
+      values.append(column)
     if missing:
       raise hf_layout.unlabelled(self._layout.root, split, missing, self._label)
-    return np.concatenate(values)
+    column = pa.chunked_array([chunk for part in values for chunk in part.chunks], values[0].type)
+    if pa.types.is_list(column.type) or pa.types.is_large_list(column.type):
+      return label_sets.from_lengths(
+          pc.list_value_length(column).to_numpy(), pc.list_flatten(column).to_numpy()
+      )
+    return column.to_numpy()
 
   def _label_of_file(self, path: str):
     """The label column of Parquet file `path`, read alone."""

@@ -59,6 +59,21 @@ def feature_kind(feature: dict[str, Any]) -> str:
   return 'string' if kind == 'Value' and dtype in ('string', 'large_string') else ''
 
 
+# Label kinds: one class an example; their '_set' kinds, a list of them an example (multi-label).
+LABEL_KINDS = ('class_label', 'integer', 'string')
+SET = '_set'
+
+
+def element_feature(feature: Any) -> Any:
+  """The feature of each element of a list feature (datasets' List, or Sequence, or a JSON list of
+  one feature as older datasets write it); None for another feature."""
+  if isinstance(feature, list) and len(feature) == 1:
+    return feature[0]
+  if isinstance(feature, dict) and feature.get('_type') in ('List', 'LargeList', 'Sequence'):
+    return feature.get('feature')
+  return None
+
+
 def unlabelled(root: str, split: str, missing: int, label_column: str) -> ValueError:
   """The one-line error for a split with `missing` examples without a label."""
   return ValueError(

@@ -8,7 +8,8 @@ source's.
 
 The image column is the Image feature (the one named 'image' where there are several); the label
 column is config.label_feature: a ClassLabel (its names), integers (classes 0..the train split's
-largest, named by number) or strings (the train split's, sorted).
+largest, named by number) or strings (the train split's, sorted); or of Parquet and Arrow files, a
+list of them an example (a set of classes: multi-label).
 """
 
 from typing import Any, Sequence
@@ -20,11 +21,12 @@ from vit_jax.data import hf_imagefolder
 from vit_jax.data import hf_layout
 from vit_jax.data import hf_webdataset
 from vit_jax.data import images
+from vit_jax.data import label_sets
 from vit_jax.data import order
 
-# A record: ((split, row), label, the reader of its image), the label at [1] as an image folder's
-# (path, label).
-Record = tuple[tuple[str, int], int, Any]
+# A record: ((split, row), label (a set's classes: a tuple), the reader of its image), the label at
+# [1] as an image folder's (path, label).
+Record = tuple[tuple[str, int], int | tuple[int, ...], Any]
 # A format (hf_layout.FORMATS) -> its reader: column_kinds(layout), and Rows(layout, image, label)
 # (sizes, labels(split), image(split, row), describe(split, row); where it copies what it reads,
 # reading(chosen), the Rows of those rows only, and their prepare()).
@@ -49,9 +51,15 @@ class HuggingFaceSource:
     if not found:
       raise ValueError(f'Dataset {root} has no Image column (its columns: {list(kinds)})')
     self._image_column = 'image' if 'image' in found else found[0]
-    self._label_kind = kinds.get(label_feature, '')
-    if self._label_kind not in ('class_label', 'integer', 'string'):
-      labels = [n for n, kind in kinds.items() if kind in ('class_label', 'integer', 'string')]
+    self._label_kind = kinds.get(label_feature, '').removesuffix(hf_layout.SET)
+    # A list of labels an example: a set of classes ('labels', multi-hot).
+    self.multi_label = kinds.get(label_feature, '').endswith(hf_layout.SET)
+    if self._label_kind not in hf_layout.LABEL_KINDS:
+      labels = [
+          n
+          for n, kind in kinds.items()
+          if kind.removesuffix(hf_layout.SET) in hf_layout.LABEL_KINDS
+      ]
       if not labels and layout.format == 'imagefolder':
         raise ValueError(
             f'Image folder {root} has no labels: datasets labels images by their folders only '
@@ -60,16 +68,18 @@ class HuggingFaceSource:
         )
       raise ValueError(
           f'Dataset {root} has no label column {label_feature!r} (a ClassLabel, integers or '
-          f'strings): set --config.label_feature to one of {labels}'
+          f'strings, or a list of them): set --config.label_feature to one of {labels}'
       )
     self._label_column = label_feature
     self._rows = reader.Rows(layout, self._image_column, label_feature)
-    self._checked_labels = {}  # Split -> its int32 labels.
+    self._checked_labels = {}  # Split -> its int32 labels (label_sets.LabelSets of a set's).
     self.check_split(train_split, '--config.train_split')
     if self._label_kind == 'class_label':
-      self.class_names = tuple(_feature(layout.features, label_feature)['names'])
+      feature = _feature(layout.features, label_feature)
+      self.class_names = tuple((hf_layout.element_feature(feature) or feature)['names'])
     else:
-      train = np.concatenate([self._rows.labels(name) for name, _ in self._parts(train_split)])
+      train = [self._rows.labels(name) for name, _ in self._parts(train_split)]
+      train = np.concatenate([getattr(labels, 'values', labels) for labels in train])
       if self._label_kind == 'integer':
         self.class_names = tuple(str(i) for i in range(int(train.max(initial=-1)) + 1))
       else:
@@ -94,10 +104,15 @@ class HuggingFaceSource:
           "slice of one, e.g. 'train[:90%]'"
       ) from None
 
-  def _labels(self, split: str) -> np.ndarray:
-    """The int32 labels of every row of `split`, checked to be classes of the train split."""
+  def _labels(self, split: str) -> np.ndarray | label_sets.LabelSets:
+    """The int32 labels of every row of `split` (of a set's, each row's), checked to be classes of
+    the train split."""
     if split not in self._checked_labels:
-      self._checked_labels[split] = self._check_labels(split, self._rows.labels(split))
+      raw = self._rows.labels(split)
+      if isinstance(raw, label_sets.LabelSets):
+        self._checked_labels[split] = raw.with_values(self._check_labels(split, raw.values))
+      else:
+        self._checked_labels[split] = self._check_labels(split, raw)
     return self._checked_labels[split]
 
   def _check_labels(self, split: str, raw: np.ndarray) -> np.ndarray:
@@ -119,9 +134,10 @@ class HuggingFaceSource:
       )
     return raw.astype(np.int32)
 
-  def split_labels(self, split: str) -> np.ndarray:
-    """The int32 label of every example of `split` (a slice too), read without an image."""
-    return np.concatenate([self._labels(name)[rows] for name, rows in self._parts(split)])
+  def split_labels(self, split: str) -> np.ndarray | label_sets.LabelSets:
+    """The int32 label (of a set's, the classes) of every example of `split` (a slice too), read
+    without an image."""
+    return _concatenate([self._labels(name)[rows] for name, rows in self._parts(split)])
 
   def examples(
       self, split: str, shard: int = 0, num_shards: int = 1, with_shards: Sequence[int] = ()
@@ -145,7 +161,7 @@ class HuggingFaceSource:
       for name, start, end in zip(names, (0, *ends[:-1]), ends):
         chosen[name] = np.concatenate([chosen.get(name, rows[:0]), read_rows[start:end]])
       reader = reader.reading(chosen)
-    labels = np.concatenate([self._labels(name)[rows] for name, rows in parts])
+    labels = _concatenate([self._labels(name)[rows] for name, rows in parts])
     part, rows, labels = part[shard::num_shards], rows[shard::num_shards], labels[shard::num_shards]
     prepare = getattr(reader, 'prepare', None)
     return order.Records(len(rows), _Rows(names, part, rows, labels, reader), prepare)
@@ -155,11 +171,19 @@ class HuggingFaceSource:
     orientation), and its label; `images.UnreadableImage` if it has none."""
     (split, row), label, reader = record
     image = images.Encoded(reader.image(split, row), exif_orientation=True)
+    if self.multi_label:
+      return {'image': image, 'labels': label_sets.multi_hot(list(label), len(self.class_names))}
     return {'image': image, 'label': np.int32(label)}
 
   def describe(self, record: Record) -> str:
     (split, row), _, _ = record
     return self._rows.describe(split, row)
+
+
+def _concatenate(parts: list) -> np.ndarray | label_sets.LabelSets:
+  if isinstance(parts[0], label_sets.LabelSets):
+    return label_sets.concatenate(parts)
+  return np.concatenate(parts)
 
 
 def _feature(features: dict[str, Any], name: str) -> dict[str, Any]:
@@ -178,7 +202,7 @@ class _Rows:
       names: tuple[str, ...],
       part: np.ndarray,
       rows: np.ndarray,
-      labels: np.ndarray,
+      labels: np.ndarray | label_sets.LabelSets,
       reader: Any,
   ):
     self._names = names
@@ -188,4 +212,6 @@ class _Rows:
     self._reader = reader
 
   def __call__(self, k: int) -> Record:
-    return (self._names[self._part[k]], int(self._rows[k])), int(self._labels[k]), self._reader
+    label = self._labels[k]
+    label = tuple(label.tolist()) if isinstance(label, np.ndarray) else int(label)
+    return (self._names[self._part[k]], int(self._rows[k])), label, self._reader

@@ -1,4 +1,4 @@
-"""The batch's images as the model takes them, inside the jitted steps."""
+"""The batch's images and labels as the jitted steps take them."""
 
 import jax
 import jax.numpy as jnp
@@ -13,3 +13,9 @@ def model_input(images: jax.Array) -> jax.Array:
   if images.dtype != jnp.uint8:
     return images
   return jnp.asarray(data_images.LEVELS)[images]
+
+
+def labels(batch: dict[str, jax.Array]) -> jax.Array:
+  """A batch's labels: 'labels' (label sets, multi-hot bool [b, classes]) where it has them, else
+  'label' (int32 [b])."""
+  return batch['labels'] if 'labels' in batch else batch['label']

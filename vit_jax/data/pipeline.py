@@ -58,7 +58,7 @@ def prepare(
   evaluation of config.eval_split read first (a Parquet split's copy of their rows;
   `order.Records.prepare`) now, before a run compiles or writes anything: a cache without room is a
   one-line error then."""
-  source = sources.train_source(config)
+  source = sources.checked_source(config)
   num_shards = num_data_shards(config, process_count)
   shards = _process_shards(num_shards, process_index, process_count) if train else ()
   records = [
@@ -78,6 +78,18 @@ def _num_workers(config: ml_collections.ConfigDict, source: sources.Source) -> i
   if config.data_workers is not None:
     return config.data_workers
   return 0 if isinstance(source, digits.DigitsSource) else cpuinfo.usable_cores()
+
+
+def _labels_of(example: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+  """An example's 'label' (int32), or its 'labels' (a label set: multi-hot bool [classes])."""
+  return {k: example[k] for k in ('label', 'labels') if k in example}
+
+
+def _label_spec(source: sources.Source) -> dict[str, tuple[tuple[int, ...], type[np.generic]]]:
+  """The shape and dtype of an example's labels from `source` (`_labels_of`)."""
+  if getattr(source, 'multi_label', False):
+    return {'labels': ((len(source.class_names),), np.bool_)}
+  return {'label': ((), np.int32)}
 
 
 class _TrainStream:
@@ -131,7 +143,7 @@ class _TrainStream:
           f'No example of the train split could be read (e.g. '
           f'{self._source.describe(record)}): check that the files are images'
       )
-    return {'image': image, 'label': example['label']}
+    return {'image': image, **_labels_of(example)}
 
 
 class _HostExamples:
@@ -158,7 +170,7 @@ def train_iterator(
     process_count: int = 1,
 ) -> batching.BatchIterator:
   """This host's endless train batches {'image': [b, H, W, 3], 'label': int32 [b]}, the labels of
-  config.label_feature. The images are uint8 pixels or float32 in [-1, 1] (`preprocess.train_dtype`);
+  config.label_feature ('labels', multi-hot bool [b, classes], where it is a set of classes an image). The images are uint8 pixels or float32 in [-1, 1] (`preprocess.train_dtype`);
   `on_device.model_input` in the step makes either the model's float32.
 
   The split is cut into `num_data_shards` disjoint streams; each global batch is the concatenation of
@@ -169,7 +181,7 @@ def train_iterator(
   Batch k with `start_step=s` is bitwise batch s + k with `start_step=0`, unreadable files included
   (each is replaced by the next record of its epoch's order). `close()` ends its worker processes.
   """
-  source = sources.train_source(config)
+  source = sources.checked_source(config)
   num_shards = num_data_shards(config, process_count)
   shards = _process_shards(num_shards, process_index, process_count)
   if local_batch_size % len(shards):
@@ -179,10 +191,7 @@ def train_iterator(
     )
   streams = tuple(_TrainStream(config, source, shard, num_shards, shards) for shard in shards)
   size = config.image_size
-  spec = {
-      'image': ((size, size, 3), preprocess.train_dtype(config.pp)),
-      'label': ((), np.int32),
-  }
+  spec = {'image': ((size, size, 3), preprocess.train_dtype(config.pp)), **_label_spec(source)}
   return batching.iterate(
       _HostExamples(streams, local_batch_size),
       spec,
@@ -211,10 +220,8 @@ class _EvalRows:
         'image': np.zeros([size, size, 3], preprocess.eval_dtype(config.pp_eval)),
         'mask': np.False_,
     }
-    if getattr(source, 'multi_label', False):
-      self.padding['labels'] = np.zeros([len(source.class_names)], bool)
-    else:
-      self.padding['label'] = np.int32(0)
+    for name, (shape, dtype) in _label_spec(source).items():
+      self.padding[name] = np.zeros(shape, dtype)
 
   def __call__(self, i: int) -> dict[str, np.ndarray]:
     if i >= self._records.num_records:
@@ -228,8 +235,7 @@ class _EvalRows:
     except images.UnreadableImage as e:
       unreadable.name_once(self._source.describe(record), str(e))
       return self.padding
-    labels = {k: example[k] for k in ('label', 'labels') if k in example}
-    return {'image': image, **labels, 'mask': np.True_}
+    return {'image': image, **_labels_of(example), 'mask': np.True_}
 
 
 def _eval_batches(

@@ -28,6 +28,7 @@ class DatasetInfo:
   num_train: int  # Examples in config.train_split, all hosts together.
   num_eval: int  # Examples in config.eval_split, all hosts together.
   class_names: tuple[str, ...]
+  multi_label: bool = False  # config.label_feature is a set of classes an image ('labels').
 
 
 class Source(Protocol):
@@ -35,6 +36,7 @@ class Source(Protocol):
   pickle: grain's worker processes read through it."""
 
   class_names: tuple[str, ...]
+  multi_label: bool = False  # config.label_feature is a set of classes an image ('labels').
 
   def examples(
       self, split: str, shard: int = 0, num_shards: int = 1, with_shards: Sequence[int] = ()
@@ -137,26 +139,12 @@ def checked_source(config: ml_collections.ConfigDict, label_feature: str | None 
   return make_source(config, label_feature)
 
 
-def train_source(config: ml_collections.ConfigDict) -> Source:
-  """The source of the run's label feature, which it trains on: one class an image."""
-  source = checked_source(config)
-  if getattr(source, 'multi_label', False):
-    raise ValueError(
-        f'config.label_feature={config.label_feature!r} of dataset '
-        f'{config.dataset!r} is a set of classes an image (a Sequence of ClassLabel), '
-        'which a run cannot train on: set --config.label_feature to one of '
-        f'{list(source.class_label_features)} (label sets are for evaluators of '
-        "type='real')"
-    )
-  return source
-
-
 def get_info(config: ml_collections.ConfigDict) -> DatasetInfo:
   """Sizes and class names of config.label_feature; validates the data config. A run starts here: an
   image folder is listed anew (a notebook may have added images since the last run)."""
   _listed_folder.cache_clear()
   _listed_huggingface.cache_clear()
-  source = train_source(config)
+  source = checked_source(config)
   if hasattr(source, 'check_split'):  # A bad split name names the field to set.
     for field in ('train_split', 'eval_split'):
       source.check_split(config[field], f'--config.{field}')
@@ -165,6 +153,7 @@ def get_info(config: ml_collections.ConfigDict) -> DatasetInfo:
       num_train=source.examples(config.train_split).num_records,
       num_eval=source.examples(config.eval_split).num_records,
       class_names=source.class_names,
+      multi_label=getattr(source, 'multi_label', False),
   )
 
 

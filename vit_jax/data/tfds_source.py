@@ -177,7 +177,8 @@ class TfdsSource(TfdsRecords):
           f'Dataset {builder.name!r} has features {sorted(features)}: vit_jax needs an '
           "Image feature 'image'"
       )
-    # The features a run can train on (one class an image), and label sets (evaluators only).
+    # One class an image, and label sets (a run trains on them with sigmoid_xent; evaluators of type
+    # 'real').
     self.class_label_features = tuple(
         sorted(k for k, f in features.items() if isinstance(f, tfds.features.ClassLabel))
     )

@@ -4,7 +4,8 @@ Each is built and validated in setup (before anything is compiled) from a config
 the loop every `every_steps` steps and at the last step, on the raw parameters and, with Polyak
 averaging, on their average too; its metrics are logged as `<name>_<metric>` and
 `<name>_polyak_<metric>`. A run has
-  eval           the task's metrics (top1, top5, loss) on config.eval_split every config.eval_every_steps;
+  eval           the task's metrics (top1, top5, loss; map for label sets) on config.eval_split every
+                 config.eval_every_steps;
   fewshot        linear few-shot accuracy from config.fewshot, when config.fewshot.every_steps is set;
   knn            DINO's weighted k-NN accuracy from config.knn, when config.knn.every_steps is set;
   config.evals   any number more, name -> dict(type=<a key of EVALUATORS>, every_steps=N, ...), e.g.

@@ -17,6 +17,17 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from vit_jax import data, sharding
 from vit_jax.data import on_device
+from vit_jax.evaluators.base import Context
+
+
+def check_one_class(where: str, context: Context) -> None:
+  """Few-shot and k-NN classify into one class an image: not the run's label sets."""
+  if context.info.multi_label:
+    raise ValueError(
+        f'{where} classifies into one class an image, but config.label_feature='
+        f'{context.config.label_feature!r} is a set of classes an image: unset '
+        f'{where if where.startswith("config.evals.") else where + ".every_steps"}'
+    )
 
 
 def _features_of_batch(

@@ -178,6 +178,7 @@ def build(name: str, fields: ml_collections.ConfigDict, context: Context) -> Few
       name, fields, ('every_steps', 'shots', 'seeds', 'l2_reg'), ('train_split', 'eval_split')
   )
   where = f'config.{name}' if name == 'fewshot' else f'config.evals.{name}'
+  features.check_one_class(where, context)
   # Checked as types too: a float seeds or shot count would pass the comparisons and fail only at the
   # first few-shot evaluation (range(), slicing), after the run has trained for a while.
   if (

@@ -232,6 +232,7 @@ def check_ks(ks: Any, temperature: Any, where: str) -> None:
 def build(name: str, fields: ml_collections.ConfigDict, context: Context) -> KnnEvaluator:
   check_fields(name, fields, ('every_steps',), ('ks', 'temperature', 'train_split', 'eval_split'))
   where = f'config.{name}' if name == 'knn' else f'config.evals.{name}'
+  features.check_one_class(where, context)
   config = context.config
   # Left out of a config.evals entry: config.knn's (DINO's k = 20 and temperature 0.07, k = 10 too).
   ks = fields.get('ks', config.knn.ks)

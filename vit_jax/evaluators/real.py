@@ -10,7 +10,6 @@ sets), or a ClassLabel (sets of one, so top-1 is the usual one).
 import functools
 from typing import Any
 
-import chex
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -20,6 +19,7 @@ from vit_jax import data
 from vit_jax.data import on_device
 from vit_jax.evaluators import split
 from vit_jax.evaluators.base import Context, check_fields
+from vit_jax.tasks import classification
 
 DEFAULTS = {'dataset': 'imagenet2012_real', 'split': 'validation', 'label_feature': 'real_label'}
 
@@ -27,20 +27,16 @@ DEFAULTS = {'dataset': 'imagenet2012_real', 'split': 'validation', 'label_featur
 def eval_step(
     params: Any, batch: dict[str, jax.Array], *, model: nn.Module
 ) -> dict[str, jax.Array]:
-  """Sums over the labelled, unmasked examples: top-1 / any of top-5 in the label set, and count."""
+  """Sums over the unmasked examples with a label: top-1 / any of top-5 in the label set, and their
+  count ('labelled'); 'count', the unmasked examples."""
   logits = model.apply({'params': params}, on_device.model_input(batch['image']), train=False)
   if 'labels' in batch:  # Multi-hot bool [b, classes].
     labels = batch['labels']
   else:  # A single-label feature: sets of one.
     labels = batch['label'][:, None] == jnp.arange(logits.shape[-1])
-  chex.assert_equal_shape([logits, labels])
-  labelled = batch['mask'] & jnp.any(labels, axis=-1)
-  top5 = jax.lax.top_k(logits, min(5, logits.shape[-1]))[1]
-  hits = jnp.take_along_axis(labels, top5, axis=-1) & labelled[:, None]
   return {
-      'correct': jnp.sum(hits[:, 0]),
-      'correct_top5': jnp.sum(jnp.any(hits, axis=-1)),
-      'count': jnp.sum(labelled),
+      **classification.label_set_hits(logits, labels, batch['mask']),
+      'count': jnp.sum(batch['mask']),
   }
 
 

@@ -14,19 +14,30 @@ from absl import logging
 import jax
 import jax.numpy as jnp
 import ml_collections
+import numpy as np
 from jax.sharding import Mesh
 
 from vit_jax import data, sharding
 from vit_jax.runtime import dispatch
+from vit_jax.evaluators import average_precision
 from vit_jax.evaluators.base import Context, check_fields
 
-# A metric -> the sum of `eval_step` it is the mean of; an eval step returns some of them, and 'count'.
-METRIC_SUMS = {'top1': 'correct', 'top5': 'correct_top5', 'loss': 'loss_sum'}
+# A metric -> the sum of `eval_step` it is the mean of, and the count of examples it is over (absent:
+# 'count'); an eval step returns some of them, and 'count'. Label sets count top-1 / top-5 over the
+# examples with a label ('labelled').
+METRIC_SUMS = {
+    'top1': ('correct', 'labelled'),
+    'top5': ('correct_top5', 'labelled'),
+    'loss': ('loss_sum', 'count'),
+}
 
 
 class SplitEvaluator:
   """Means of `eval_step`'s sums (METRIC_SUMS) over one pass of `split` (eval preprocessing), its labels
   those of `label_feature` (None: the run's, config.label_feature); NaN where nothing was counted.
+  Where `eval_step` returns 'rows' (label sets: every row's logits, labels and mask), also 'map', the
+  mean average precision over the classes (average_precision.py) of the split's rows, which every host
+  holds.
 
   Each example is counted once, whatever the split's size against the batch and the devices (padding
   rows are masked out). Top-1 / top-5 come from jax.lax.top_k, which puts the lower class index first
@@ -56,29 +67,46 @@ class SplitEvaluator:
         process_count=jax.process_count(),
         label_feature=label_feature,
     )
-    self._eval_fn = jax.jit(sharding.with_activation_sharding(eval_step, mesh))
+    # Replicated outputs: each host reads the rows of every host.
+    self._eval_fn = jax.jit(
+        sharding.with_activation_sharding(eval_step, mesh), out_shardings=sharding.replicated(mesh)
+    )
 
   def __call__(self, params: Any) -> dict[str, float]:
-    totals, in_flight = None, dispatch.BoundedDispatch()
+    totals, rows, in_flight = None, [], dispatch.BoundedDispatch()
     for batch in self._passes():
       sums = self._eval_fn(params, sharding.global_batch(batch, self._mesh))
+      if 'rows' in sums:
+        rows.append(_real_rows(jax.device_get(sums.pop('rows'))))
       totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
       in_flight.add(totals)
     totals = jax.device_get(totals)
-    count = float(totals['count'])
-    if count == 0:  # E.g. ReaL on a split whose images have no labels: a mean of nothing, not 0.
+    metrics = {}
+    for metric, (key, count_key) in METRIC_SUMS.items():
+      if key in totals:
+        count = float(totals.get(count_key, totals['count']))
+        # E.g. ReaL on a split whose images have no labels: a mean of nothing, not 0.
+        metrics[metric] = float(totals[key]) / count if count else math.nan
+    if rows:
+      metrics['map'] = average_precision.mean_average_precision(
+          *(np.concatenate(part) for part in zip(*rows))
+      )
+    if any(math.isnan(value) for value in metrics.values()):
       logging.warning(
-          '%s: no example of %r counted (unlabelled or unreadable): metrics are NaN',
+          '%s: no example of %r counted for %s (unlabelled or unreadable): NaN',
           self.name,
           self._split,
+          ', '.join(metric for metric, value in metrics.items() if math.isnan(value)),
       )
-      return {metric: math.nan for metric, key in METRIC_SUMS.items() if key in totals}
-    return {
-        metric: float(totals[key]) / count for metric, key in METRIC_SUMS.items() if key in totals
-    }
+    return metrics
 
   def close(self) -> None:
     self._passes.close()
+
+
+def _real_rows(rows: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+  """(logits, labels) of a batch's unmasked rows."""
+  return rows['logits'][rows['mask']], rows['labels'][rows['mask']]
 
 
 def other_dataset(

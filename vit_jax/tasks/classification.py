@@ -58,13 +58,13 @@ def make_model(
 def compute_loss(
     logits: jax.Array, labels: jax.Array, *, loss: str, label_smoothing: float = 0.0
 ) -> jax.Array:
-  """Mean loss over the batch of float32 `logits` [b, classes] against integer `labels` [b], one-hot
-  and smoothed by `label_smoothing`, or float targets [b, classes] taken as they are (mixing smooths
-  the one-hots before it mixes them, as timm does)."""
+  """Mean loss over the batch of float32 `logits` [b, classes] against integer `labels` [b] or label
+  sets (multi-hot bool [b, classes]), smoothed by `label_smoothing`, or float targets [b, classes]
+  taken as they are (mixing smooths the one-hots before it mixes them, as timm does)."""
   chex.assert_rank(logits, 2)
-  if jnp.issubdtype(labels.dtype, jnp.integer):
-    chex.assert_shape(labels, logits.shape[:1])
+  if jnp.issubdtype(labels.dtype, jnp.integer) or labels.dtype == jnp.bool_:
     targets = mixing.one_hot_targets(labels, logits.shape[-1], label_smoothing)
+    chex.assert_equal_shape([targets, logits])
   else:
     chex.assert_shape(labels, logits.shape)
     targets = labels
@@ -107,24 +107,46 @@ def mix(config: ml_collections.ConfigDict, num_classes: int) -> mixing.MixFn | N
   return mixing.make(config.mix, num_classes, config.label_smoothing)
 
 
+def label_set_hits(logits: jax.Array, labels: jax.Array, mask: jax.Array) -> dict[str, jax.Array]:
+  """Sums over the examples of `mask` with a label in their set (multi-hot bool `labels` [b, classes]):
+  top-1 / any of top-5 in the set, and 'labelled', their count; an empty set counts nowhere (ReaL's
+  unlabelled images)."""
+  chex.assert_equal_shape([logits, labels])
+  labelled = mask & jnp.any(labels, axis=-1)
+  top5 = jax.lax.top_k(logits, min(5, logits.shape[-1]))[1]
+  hits = jnp.take_along_axis(labels, top5, axis=-1) & labelled[:, None]
+  return {
+      'correct': jnp.sum(hits[:, 0]),
+      'correct_top5': jnp.sum(jnp.any(hits, axis=-1)),
+      'labelled': jnp.sum(labelled),
+  }
+
+
 def make_eval_step(
     config: ml_collections.ConfigDict, model: nn.Module
-) -> Callable[[Any, dict[str, jax.Array]], dict[str, jax.Array]]:
+) -> Callable[[Any, dict[str, jax.Array]], dict[str, Any]]:
   """eval_step(params, batch) -> sums over the real (unmasked) examples of a batch: correct top-1 /
-  top-5, the run's loss (config.loss, unsmoothed), count."""
+  top-5, the run's loss (config.loss, unsmoothed), count. For label sets ('labels', multi-hot), top-1 /
+  top-5 is a class of the set, over the examples with one ('labelled'), and 'rows' holds every row's
+  logits, labels and mask, for the mean average precision."""
 
-  def eval_step(params: Any, batch: dict[str, jax.Array]) -> dict[str, jax.Array]:
+  def eval_step(params: Any, batch: dict[str, jax.Array]) -> dict[str, Any]:
     logits = model.apply({'params': params}, on_device.model_input(batch['image']), train=False)
-    labels = batch['label']
-    chex.assert_shape(labels, logits.shape[:1])
-    mask = batch['mask'].astype(jnp.float32)
-    top5 = jax.lax.top_k(logits, min(5, logits.shape[-1]))[1]
-    loss = LOSSES[config.loss](logits, jax.nn.one_hot(labels, logits.shape[-1]))
-    return {
-        'correct': jnp.sum((top5[:, 0] == labels) * mask),
-        'correct_top5': jnp.sum(jnp.any(top5 == labels[:, None], axis=-1) * mask),
-        'loss_sum': jnp.sum(loss * mask),
-        'count': jnp.sum(mask),
-    }
+    mask = batch['mask']
+    sums = {'count': jnp.sum(mask)}
+    if 'labels' in batch:
+      labels = batch['labels']
+      sums.update(label_set_hits(logits, labels, mask))
+      sums['rows'] = {'logits': logits, 'labels': labels, 'mask': mask}
+      targets = labels.astype(jnp.float32)
+    else:
+      labels = batch['label']
+      chex.assert_shape(labels, logits.shape[:1])
+      top5 = jax.lax.top_k(logits, min(5, logits.shape[-1]))[1]
+      sums['correct'] = jnp.sum((top5[:, 0] == labels) & mask)
+      sums['correct_top5'] = jnp.sum(jnp.any(top5 == labels[:, None], axis=-1) & mask)
+      targets = jax.nn.one_hot(labels, logits.shape[-1])
+    sums['loss_sum'] = jnp.sum(LOSSES[config.loss](logits, targets) * mask)
+    return sums
 
   return eval_step

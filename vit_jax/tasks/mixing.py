@@ -10,6 +10,7 @@ Everything is traced: the draws come from a key, the box is a mask, so one jit s
 import math
 from typing import Callable, NamedTuple
 
+import chex
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -57,8 +58,13 @@ def enabled(mix: ml_collections.ConfigDict) -> bool:
 
 
 def one_hot_targets(labels: jax.Array, num_classes: int, smoothing: float = 0.0) -> jax.Array:
-  """Integer `labels` [b] as one-hot rows [b, num_classes], label-smoothed (timm's on / off values)."""
-  targets = jax.nn.one_hot(labels, num_classes)
+  """Integer `labels` [b] as one-hot rows [b, num_classes], or a label set's multi-hot bool rows [b,
+  num_classes] as float32, label-smoothed (timm's on / off values, its BinaryCrossEntropy's too)."""
+  if labels.dtype == jnp.bool_:
+    chex.assert_shape(labels, (None, num_classes))
+    targets = labels.astype(jnp.float32)
+  else:
+    targets = jax.nn.one_hot(labels, num_classes)
   return optax.smooth_labels(targets, smoothing) if smoothing else targets
 
 
@@ -129,13 +135,15 @@ def mix_images(images: jax.Array, lam: jax.Array, cutmix: jax.Array, box: jax.Ar
 
 
 def mix_targets(labels: jax.Array, num_classes: int, lam: jax.Array, smoothing: float) -> jax.Array:
-  """timm's `mixup_target`: lam * smoothed one-hot + (1 - lam) * the same reversed, float32 [b, K]."""
+  """timm's `mixup_target`: lam * smoothed one-hot (multi-hot) + (1 - lam) * the same reversed, float32
+  [b, K]."""
   targets = one_hot_targets(labels, num_classes, smoothing)
   return targets * lam + targets[::-1] * (1 - lam)
 
 
 def make(mix: ml_collections.ConfigDict, num_classes: int, smoothing: float) -> MixFn:
-  """The batch transform of `config.mix` for integer labels of `num_classes` classes."""
+  """The batch transform of `config.mix` for integer labels of `num_classes` classes, or their
+  multi-hot label sets."""
   mix = ml_collections.FrozenConfigDict(
       mix
   )  # Later edits of the config cannot change the traced step.

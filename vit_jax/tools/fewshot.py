@@ -53,6 +53,11 @@ def evaluate_checkpoint(
 
   trained = run_dir.load_trained(workdir, step, features=True)
   config = trained.config
+  if trained.info.multi_label:
+    raise ValueError(
+        f'config.label_feature={config.label_feature!r} of the run is a set of classes an image: '
+        'few-shot and k-NN classify into one class an image'
+    )
   mesh = sharding.make_mesh((('data', -1),))
   # Any batch that the devices divide: this machine may have other devices than the run had.
   devices = sharding.num_batch_shards(mesh)

@@ -137,6 +137,17 @@ def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
     )
   if info.num_classes < task.MIN_CLASSES:
     raise ValueError(_too_few_classes(config, info, task.MIN_CLASSES))
+  if info.multi_label and config.loss != 'sigmoid_xent':
+    raise ValueError(
+        f'config.label_feature={config.label_feature!r} of dataset {config.dataset!r} is a set '
+        f'of classes an image, which config.loss={config.loss!r} cannot score: train on it with '
+        '--config.loss=sigmoid_xent'
+    )
+  if info.multi_label and config.distill.teacher:  # Its losses take one class an image.
+    raise ValueError(
+        f'config.distill.teacher distils one class an image, but config.label_feature='
+        f'{config.label_feature!r} is a set of classes an image: unset --config.distill.teacher'
+    )
   steps = total_steps(config, info)
   tx, schedule = optim.make_optimizer(config, steps, model_config)
   if steps == 0 and not config.keep_head:

@@ -50,7 +50,7 @@ def train_step(
   grad_fn = jax.value_and_grad(loss_fn)
   if frozen_labels is not None:
     grad_fn = _trained_only(grad_fn, frozen_labels(state.params))
-  images, labels = on_device.model_input(batch['image']), batch['label']
+  images, labels = on_device.model_input(batch['image']), on_device.labels(batch)
   if mix is not None:
     images, labels = mix(images, labels, jax.random.fold_in(mix_key, state.step), state.step)
   if accum_steps == 1:

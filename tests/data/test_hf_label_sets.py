@@ -1,0 +1,140 @@
+"""Label sets (multi-label) in Hugging Face datasets: a list column of ClassLabel, integers or strings,
+written by the `datasets` library as Parquet files or with save_to_disk, reads as `datasets` loads
+it (each row's classes, any slice and data shard of a split), and a run trains and evaluates on it.
+"""
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import helpers
+from vit_jax.data import digits
+from vit_jax.data import hf_layout
+from vit_jax.data import hf_source
+from vit_jax.data import label_sets
+from vit_jax.train import loop, setup as train_setup
+
+datasets = pytest.importorskip('datasets')
+
+NAMES = [*(str(d) for d in range(10)), 'even', 'large']
+KINDS = {
+    'class_label': datasets.ClassLabel(names=NAMES),
+    'integers': datasets.Value('int64'),
+    'strings': datasets.Value('string'),
+}
+
+
+@pytest.fixture(autouse=True)
+def _offline(monkeypatch, tmp_path_factory):
+  helpers.offline_datasets(monkeypatch, str(tmp_path_factory.mktemp('hf_cache')))
+
+
+def _label_set(key: int, digit: int, split: str) -> list[int]:
+  """The digit, 'even', 'large' (5..9) in an order of their own; every 9th test image has none."""
+  if split == 'test' and key % 9 == 0:
+    return []
+  return [*([11] if digit >= 5 else []), digit, *([10] if digit % 2 == 0 else [])]
+
+
+def _write(root, kind: str, layout: str) -> None:
+  element = KINDS[kind]
+  features = datasets.Features({'image': datasets.Image(), 'tags': datasets.List(element)})
+  splits = {}
+  for split, (pixels, labels) in digits.split_arrays().items():
+    sets = [_label_set(k, int(label), split) for k, label in enumerate(labels)]
+    if kind == 'strings':
+      sets = [[NAMES[c] for c in labels] for labels in sets]
+    splits[split] = datasets.Dataset.from_dict(
+        {'image': [Image.fromarray(p[..., 0]) for p in pixels], 'tags': sets}, features=features
+    )
+  if layout == 'saved':
+    datasets.DatasetDict(splits).save_to_disk(str(root))
+  else:
+    for split, ds in splits.items():
+      ds.to_parquet(str(root / 'data' / f'{split}-00000-of-00001.parquet'))
+
+
+def _loaded(root, layout: str):
+  return (
+      datasets.load_from_disk(str(root)) if layout == 'saved' else datasets.load_dataset(str(root))
+  )
+
+
+def _multi_hot(tags, class_names) -> np.ndarray:
+  rows = np.zeros((len(tags), len(class_names)), bool)
+  for i, labels in enumerate(tags):
+    rows[i, [class_names.index(str(label)) for label in labels]] = True
+  return rows
+
+
+@pytest.mark.parametrize('layout', ['parquet', 'saved'])
+@pytest.mark.parametrize('kind', list(KINDS))
+def test_each_row_reads_the_classes_datasets_loads(tmp_path, kind, layout):
+  _write(tmp_path, kind, layout)
+  theirs = _loaded(tmp_path, layout)
+  source = hf_source.HuggingFaceSource(str(tmp_path), 'train', 'tags')
+  assert source.multi_label
+  expected_names = {
+      'class_label': tuple(NAMES),
+      'integers': tuple(map(str, range(12))),
+      'strings': tuple(sorted(NAMES)),
+  }[kind]
+  assert source.class_names == expected_names
+  tags = theirs['test']['tags']
+  if kind == 'class_label':  # datasets gives the indices.
+    tags = [[NAMES[c] for c in labels] for labels in tags]
+  expected = _multi_hot(tags, source.class_names)
+  for shard, num_shards in ((0, 1), (1, 3)):
+    records = source.examples('test', shard, num_shards)
+    ours = [source.load(records.read(k))['labels'] for k in range(records.num_records)]
+    np.testing.assert_array_equal(ours, expected[shard::num_shards])
+  # A slice across splits: the rows datasets slices them to.
+  records = source.examples('test[5:20]+train[:3]')
+  ours = [source.load(records.read(k))['labels'] for k in range(records.num_records)]
+  np.testing.assert_array_equal(ours[:15], expected[5:20])
+  assert [r.sum() for r in ours[15:]] == [len(labels) for labels in theirs['train']['tags'][:3]]
+
+
+def test_ragged_sets_index_as_arrays_of_examples():
+  sets = label_sets.from_lengths(np.array([2, 0, 3, 1]), np.arange(6))
+  assert [s.tolist() for s in (sets[0], sets[1], sets[2], sets[3])] == [[0, 1], [], [2, 3, 4], [5]]
+  chosen = sets[np.array([2, 0, 1])]
+  assert [chosen[i].tolist() for i in range(3)] == [[2, 3, 4], [0, 1], []]
+  strided = label_sets.concatenate([sets, chosen])[1::2]
+  assert [strided[i].tolist() for i in range(len(strided))] == [[], [5], [0, 1]]
+
+
+def test_each_way_datasets_writes_a_list_feature_is_read():
+  names = {'_type': 'ClassLabel', 'names': ['a', 'b']}
+  for written in (
+      {'_type': 'List', 'feature': names},  # datasets 4 and up.
+      {'_type': 'Sequence', 'feature': names},  # datasets 2 and 3.
+      [names],  # Older.
+  ):
+    assert hf_layout.element_feature(written) == names
+  assert hf_layout.element_feature(names) is None
+
+
+def test_a_run_trains_and_evaluates_on_a_list_column(tmp_path):
+  _write(tmp_path / 'data_root', 'class_label', 'parquet')
+  config = helpers.load_config(
+      'demo',
+      {
+          **helpers.TINY,
+          'dataset': 'huggingface',
+          'data_dir': str(tmp_path / 'data_root'),
+          'label_feature': 'tags',
+          'loss': 'sigmoid_xent',
+          'data_workers': 0,
+      },
+  )
+  setup = train_setup.prepare(config, str(tmp_path / 'run'))
+  assert setup.info.multi_label and setup.info.class_names == tuple(NAMES)
+  metrics = loop.train_and_evaluate(setup)
+  assert 0 < metrics['eval_map'] < 1 and 0 <= metrics['eval_top1'] <= metrics['eval_top5'] <= 1
+
+
+def test_a_missing_label_column_names_the_list_columns(tmp_path):
+  _write(tmp_path, 'integers', 'parquet')
+  with pytest.raises(ValueError, match=r"has no label column 'label' .*one of \['tags'\]$"):
+    hf_source.HuggingFaceSource(str(tmp_path), 'train', 'label')

@@ -138,3 +138,36 @@ def test_a_missing_label_column_names_the_list_columns(tmp_path):
   _write(tmp_path, 'integers', 'parquet')
   with pytest.raises(ValueError, match=r"has no label column 'label' .*one of \['tags'\]$"):
     hf_source.HuggingFaceSource(str(tmp_path), 'train', 'label')
+
+
+@pytest.mark.slow  # Three runs of vit_jax.main, two of them the processes of one: make test-all's.
+def test_two_hosts_measure_what_one_measures(tmp_path):
+  """The mAP of a run of two processes is of every image of the split, each host's and the other's,
+  as one process's is (each host reads half of the split)."""
+  _write(tmp_path / 'data_root', 'class_label', 'parquet')
+  overrides = {
+      **helpers.TINY,
+      'dataset': 'huggingface',
+      'data_dir': str(tmp_path / 'data_root'),
+      'label_feature': 'tags',
+      'loss': 'sigmoid_xent',
+      'data_workers': 0,
+      'data_shards': 2,
+      'total_steps': 4,
+      'eval_every_steps': 4,
+  }
+  one = helpers.run_main('configs/demo.py', str(tmp_path / 'one'), overrides, timeout=300)
+  assert one.returncode == 0, one.stderr[-3000:]
+  procs = helpers.two_processes(
+      helpers.main_args('configs/demo.py', str(tmp_path / 'two'), overrides)
+  )
+  try:
+    outputs = [p.communicate(timeout=300) for p in procs]
+  finally:
+    for p in procs:
+      p.kill()
+  assert [p.returncode for p in procs] == [0, 0], [err[-3000:] for _, err in outputs]
+  ones, twos = (helpers.read_scalars(str(tmp_path / run)) for run in ('one', 'two'))
+  for metric in ('eval_map', 'eval_top1', 'eval_loss'):
+    assert twos[metric][4] == pytest.approx(ones[metric][4], rel=1e-5), metric
+  assert 0 < ones['eval_map'][4] < 1

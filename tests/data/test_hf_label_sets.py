@@ -3,14 +3,18 @@ written by the `datasets` library as Parquet files or with save_to_disk, reads a
 it (each row's classes, any slice and data shard of a split), and a run trains and evaluates on it.
 """
 
+import json
+
 import numpy as np
 import pytest
 from PIL import Image
 
 import helpers
 from vit_jax.data import digits
+from vit_jax.data import hf_card
 from vit_jax.data import hf_layout
 from vit_jax.data import hf_source
+from vit_jax.data import hf_webdataset
 from vit_jax.data import label_sets
 from vit_jax.train import loop, setup as train_setup
 
@@ -49,6 +53,16 @@ def _write(root, kind: str, layout: str) -> None:
     )
   if layout == 'saved':
     datasets.DatasetDict(splits).save_to_disk(str(root))
+  elif layout == 'imagefolder':  # Image files, and a metadata.jsonl of their lists.
+    for split, ds in splits.items():
+      (root / split).mkdir(parents=True)
+      with open(root / split / 'metadata.jsonl', 'w') as f:
+        for k, row in enumerate(ds):
+          row['image'].save(root / split / f'{k:04d}.png')
+          tags = [NAMES[c] for c in row['tags']] if kind == 'class_label' else row['tags']
+          f.write(json.dumps({'file_name': f'{k:04d}.png', 'tags': tags}) + '\n')
+    if kind == 'class_label':  # Named by the README's ClassLabel, as push_to_hub writes it.
+      helpers.hf_dataset_card(root, features, {'default': {}})
   else:
     for split, ds in splits.items():
       ds.to_parquet(str(root / 'data' / f'{split}-00000-of-00001.parquet'))
@@ -67,8 +81,13 @@ def _multi_hot(tags, class_names) -> np.ndarray:
   return rows
 
 
-@pytest.mark.parametrize('layout', ['parquet', 'saved'])
-@pytest.mark.parametrize('kind', list(KINDS))
+@pytest.mark.parametrize(
+    'kind, layout',
+    [
+        *((kind, layout) for layout in ('parquet', 'saved') for kind in KINDS),
+        *((kind, 'imagefolder') for kind in KINDS),
+    ],
+)
 def test_each_row_reads_the_classes_datasets_loads(tmp_path, kind, layout):
   _write(tmp_path, kind, layout)
   theirs = _loaded(tmp_path, layout)
@@ -81,8 +100,8 @@ def test_each_row_reads_the_classes_datasets_loads(tmp_path, kind, layout):
   }[kind]
   assert source.class_names == expected_names
   tags = theirs['test']['tags']
-  if kind == 'class_label':  # datasets gives the indices.
-    tags = [[NAMES[c] for c in labels] for labels in tags]
+  if kind == 'class_label':  # datasets gives the indices (an image folder's, the names written).
+    tags = [[c if isinstance(c, str) else NAMES[c] for c in labels] for labels in tags]
   expected = _multi_hot(tags, source.class_names)
   for shard, num_shards in ((0, 1), (1, 3)):
     records = source.examples('test', shard, num_shards)
@@ -113,6 +132,21 @@ def test_each_way_datasets_writes_a_list_feature_is_read():
   ):
     assert hf_layout.element_feature(written) == names
   assert hf_layout.element_feature(names) is None
+  # A README's: 'list' (datasets 4 and up), 'sequence' (before).
+  card = {
+      'dataset_info': {
+          'features': [
+              {'name': 'tags', 'sequence': {'class_label': {'names': {'0': 'a', '1': 'b'}}}},
+              {'name': 'ids', 'list': 'int64'},
+          ]
+      }
+  }
+  read = hf_card.features(card, None)
+  assert read['tags'] == {'_type': 'List', 'feature': names}
+  assert [hf_layout.feature_kind(read[c]) for c in ('tags', 'ids')] == [
+      'class_label_set',
+      'integer_set',
+  ]
 
 
 def test_a_run_trains_and_evaluates_on_a_list_column(tmp_path):
@@ -132,6 +166,15 @@ def test_a_run_trains_and_evaluates_on_a_list_column(tmp_path):
   assert setup.info.multi_label and setup.info.class_names == tuple(NAMES)
   metrics = loop.train_and_evaluate(setup)
   assert 0 < metrics['eval_map'] < 1 and 0 <= metrics['eval_top1'] <= metrics['eval_top5'] <= 1
+
+
+def test_a_list_of_labels_in_webdataset_shards_is_a_one_line_error(tmp_path, monkeypatch):
+  monkeypatch.setattr(
+      hf_webdataset, 'column_kinds', lambda layout: {'jpg': 'image', 'json.tags': 'integer_set'}
+  )
+  helpers.digits_shards(str(tmp_path), 1, examples=4)
+  with pytest.raises(ValueError, match=r"'json.tags' is a list of labels a sample, .* Parquet"):
+    hf_source.HuggingFaceSource(str(tmp_path), 'train', 'json.tags')
 
 
 def test_a_missing_label_column_names_the_list_columns(tmp_path):

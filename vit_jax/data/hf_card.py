@@ -79,19 +79,26 @@ def features(card: dict[str, Any], config_name: str | None) -> dict[str, dict[st
 
 def _features(card_features: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
   """A card's list of features as datasets' feature JSON: a struct's as a dict of its fields'."""
-  features = {}
-  for feature in card_features:
-    dtype = feature.get('dtype')
-    if 'struct' in feature:
-      features[feature['name']] = _features(feature['struct'] or [])
-    elif dtype == 'image':
-      features[feature['name']] = {'_type': 'Image'}
-    elif isinstance(dtype, dict) and 'class_label' in dtype:
-      names = dtype['class_label'].get('names') or {}
-      ordered = [names[k] for k in sorted(names, key=int)] if isinstance(names, dict) else names
-      features[feature['name']] = {'_type': 'ClassLabel', 'names': [str(n) for n in ordered]}
-    elif isinstance(dtype, str):
-      features[feature['name']] = {'_type': 'Value', 'dtype': dtype}
-    else:
-      features[feature['name']] = {'_type': 'List'}
-  return features
+  return {
+      feature['name']: _feature(feature['dtype'] if 'dtype' in feature else feature)
+      for feature in card_features
+  }
+
+
+def _feature(dtype: Any) -> Any:
+  """A card's dtype as datasets' feature JSON: 'image', a Value's dtype, {'class_label': ...}, or a
+  dict of a 'struct' (its fields) or a 'list' (datasets 4 and up; 'sequence' before) of a dtype."""
+  if dtype == 'image':
+    return {'_type': 'Image'}
+  if isinstance(dtype, str):
+    return {'_type': 'Value', 'dtype': dtype}
+  if isinstance(dtype, dict) and 'class_label' in dtype:
+    names = dtype['class_label'].get('names') or {}
+    ordered = [names[k] for k in sorted(names, key=int)] if isinstance(names, dict) else names
+    return {'_type': 'ClassLabel', 'names': [str(n) for n in ordered]}
+  if isinstance(dtype, dict) and 'struct' in dtype:
+    return _features(dtype['struct'] or [])
+  for key in ('list', 'large_list', 'sequence'):
+    if isinstance(dtype, dict) and key in dtype:
+      return {'_type': 'List', 'feature': _feature(dtype[key])}
+  return {'_type': 'List'}

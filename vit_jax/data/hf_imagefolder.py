@@ -4,7 +4,8 @@ files), as `datasets.load_dataset` reads it (its folder_based_builder):
 - with metadata files (`metadata.csv`, `.jsonl` or `.parquet`, beside the images): a row of a
   split's metadata files is an example; its `file_name` column names the image (relative to the
   metadata file's folder; `<column>_file_name` names column <column>'s), the other columns are its
-  features (a label: integers or strings, or the README's ClassLabel);
+  features (a label: integers or strings, or the README's ClassLabel; a list of them, in `.jsonl`
+  and `.parquet` files, a set of classes an example);
 - without: each image file is an example, labelled by the name of its folder (a ClassLabel of the
   folders' sorted names) where the images lie at one depth in more than one folder.
 """
@@ -17,13 +18,14 @@ import numpy as np
 from vit_jax.data import folder
 from vit_jax.data import hf_layout
 from vit_jax.data import images
+from vit_jax.data import label_sets
 from vit_jax.data import packed_strings
 
 _PROBED = 16  # Images of a split decoded before the run: a git-lfs checkout's pointers fail here.
 
 
 def column_kinds(layout: hf_layout.Layout) -> dict[str, str]:
-  """Each column's kind ('image', 'class_label', 'integer', 'string', '')."""
+  """Each column's kind (hf_layout.feature_kind)."""
   return {name: hf_layout.feature_kind(feature) for name, feature in layout.features.items()}
 
 
@@ -43,7 +45,9 @@ class Rows:
 
   def __init__(self, layout: hf_layout.Layout, image_column: str, label_column: str):
     feature = layout.features.get(label_column, {})
-    names = feature.get('names') if feature.get('_type') == 'ClassLabel' else None
+    self._sets = hf_layout.feature_kind(feature).endswith(hf_layout.SET)
+    element = hf_layout.element_feature(feature) or feature
+    names = element.get('names') if element.get('_type') == 'ClassLabel' else None
     classes = None if names is None else {name: k for k, name in enumerate(names)}
     self._root = layout.root
     self._label_column = label_column
@@ -58,9 +62,20 @@ class Rows:
         values = [os.path.basename(os.path.dirname(f)) for f in files]
       self._files[split] = packed_strings.PackedStrings(paths)
       where = f'split {split!r} of dataset {layout.root}'
-      labels = [_label(v, classes, where) for v in values]
+      if self._sets:  # A missing list is no label; an empty one, an empty set.
+        labels = [None if v is None else [_label(x, classes, where) for x in v] for v in values]
+      else:
+        labels = [_label(v, classes, where) for v in values]
       self._unlabelled[split] = sum(label is None for label in labels)
-      self._labels[split] = None if self._unlabelled[split] else np.array(labels)
+      if self._unlabelled[split]:
+        self._labels[split] = None
+      elif self._sets:
+        self._labels[split] = label_sets.from_lengths(
+            np.array([len(v) for v in labels], np.int64),
+            np.array([x for v in labels for x in v]),
+        )
+      else:
+        self._labels[split] = np.array(labels)
       folder.probe(split, folder.spread(self._files[split], _PROBED))
     self.sizes = {split: len(files) for split, files in self._files.items()}
 
@@ -88,8 +103,9 @@ class Rows:
         labels += [None] * table.num_rows
     return paths, labels
 
-  def labels(self, split: str) -> np.ndarray:
-    """The label of every example of `split`, as written (integers or strings)."""
+  def labels(self, split: str) -> np.ndarray | label_sets.LabelSets:
+    """The label of every example of `split`, as written (integers or strings), or of a list
+    column, each example's list."""
     if self._unlabelled[split]:
       raise hf_layout.unlabelled(self._root, split, self._unlabelled[split], self._label_column)
     return self._labels[split]

@@ -46,19 +46,6 @@ class Layout:
   features: dict[str, dict[str, Any]]  # Column -> datasets' feature JSON; {} where none is written.
 
 
-def feature_kind(feature: dict[str, Any]) -> str:
-  """What a column of datasets' feature JSON is to a source: 'image', 'class_label', 'integer',
-  'string', or '' (none of these)."""
-  kind, dtype = feature.get('_type'), feature.get('dtype', '')
-  if kind == 'Image':
-    return 'image'
-  if kind == 'ClassLabel':
-    return 'class_label'
-  if kind == 'Value' and re.fullmatch(r'u?int\d+', dtype):
-    return 'integer'
-  return 'string' if kind == 'Value' and dtype in ('string', 'large_string') else ''
-
-
 # Label kinds: one class an example; their '_set' kinds, a list of them an example (multi-label).
 LABEL_KINDS = ('class_label', 'integer', 'string')
 SET = '_set'
@@ -72,6 +59,25 @@ def element_feature(feature: Any) -> Any:
   if isinstance(feature, dict) and feature.get('_type') in ('List', 'LargeList', 'Sequence'):
     return feature.get('feature')
   return None
+
+
+def feature_kind(feature: Any) -> str:
+  """What a column of datasets' feature JSON is to a source: 'image', a label kind (LABEL_KINDS), a
+  list of labels (a label kind + SET), or '' (none of these)."""
+  element = element_feature(feature)
+  if element is not None:
+    kind = feature_kind(element)
+    return kind + SET if kind in LABEL_KINDS else ''
+  if not isinstance(feature, dict):
+    return ''
+  kind, dtype = feature.get('_type'), feature.get('dtype', '')
+  if kind == 'Image':
+    return 'image'
+  if kind == 'ClassLabel':
+    return 'class_label'
+  if kind == 'Value' and re.fullmatch(r'u?int\d+', dtype):
+    return 'integer'
+  return 'string' if kind == 'Value' and dtype in ('string', 'large_string') else ''
 
 
 def unlabelled(root: str, split: str, missing: int, label_column: str) -> ValueError:
@@ -228,6 +234,11 @@ def _imagefolder_features(splits: dict[str, tuple[str, ...]]) -> dict[str, dict[
     column = _image_column(field.name)
     if column and (pa.types.is_string(field.type) or pa.types.is_large_string(field.type)):
       found[column] = {'_type': 'Image'}
+    elif pa.types.is_list(field.type) or pa.types.is_large_list(field.type):  # .jsonl, .parquet.
+      found[field.name] = {
+          '_type': 'List',
+          'feature': {'_type': 'Value', 'dtype': str(field.type.value_type)},
+      }
     else:
       found[field.name] = {'_type': 'Value', 'dtype': str(field.type)}
   if not any(f['_type'] == 'Image' for f in found.values()):

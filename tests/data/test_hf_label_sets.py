@@ -12,7 +12,7 @@ from PIL import Image
 import helpers
 from vit_jax.data import digits
 from vit_jax.data import hf_card
-from vit_jax.data import hf_layout
+from vit_jax.data import hf_features
 from vit_jax.data import hf_source
 from vit_jax.data import hf_webdataset
 from vit_jax.data import label_sets
@@ -130,8 +130,8 @@ def test_each_way_datasets_writes_a_list_feature_is_read():
       {'_type': 'Sequence', 'feature': names},  # datasets 2 and 3.
       [names],  # Older.
   ):
-    assert hf_layout.element_feature(written) == names
-  assert hf_layout.element_feature(names) is None
+    assert hf_features.element_feature(written) == names
+  assert hf_features.element_feature(names) is None
   # A README's: 'list' (datasets 4 and up), 'sequence' (before).
   card = {
       'dataset_info': {
@@ -143,7 +143,7 @@ def test_each_way_datasets_writes_a_list_feature_is_read():
   }
   read = hf_card.features(card, None)
   assert read['tags'] == {'_type': 'List', 'feature': names}
-  assert [hf_layout.feature_kind(read[c]) for c in ('tags', 'ids')] == [
+  assert [hf_features.feature_kind(read[c]) for c in ('tags', 'ids')] == [
       'class_label_set',
       'integer_set',
   ]

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from vit_jax.data import dataset_cache
+from vit_jax.data import hf_features
 from vit_jax.data import hf_layout
 from vit_jax.data import hf_parquet_copy
 from vit_jax.data import images
@@ -21,13 +22,13 @@ from vit_jax.data import label_sets
 
 
 def _column_kind(feature: Any, arrow_type) -> str:
-  """'image', a label kind (hf_layout.LABEL_KINDS), a list of labels ('class_label_set',
+  """'image', a label kind (hf_features.LABEL_KINDS), a list of labels ('class_label_set',
   'integer_set', 'string_set'), or '' for a column no run reads."""
   import pyarrow as pa  # pylint: disable=g-import-not-at-top
 
   if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
-    kind = _column_kind(hf_layout.element_feature(feature), arrow_type.value_type)
-    return kind + hf_layout.SET if kind in hf_layout.LABEL_KINDS else ''
+    kind = _column_kind(hf_features.element_feature(feature), arrow_type.value_type)
+    return kind + hf_features.SET if kind in hf_features.LABEL_KINDS else ''
   kind = feature.get('_type') if isinstance(feature, dict) else None
   if kind == 'Image':
     return 'image'
@@ -189,7 +190,7 @@ class Rows:
       missing += column.null_count
       values.append(column)
     if missing:
-      raise hf_layout.unlabelled(self._layout.root, split, missing, self._label)
+      raise hf_features.unlabelled(self._layout.root, split, missing, self._label)
     column = pa.chunked_array([chunk for part in values for chunk in part.chunks], values[0].type)
     if pa.types.is_list(column.type) or pa.types.is_large_list(column.type):
       return label_sets.from_lengths(

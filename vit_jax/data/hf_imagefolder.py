@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from vit_jax.data import folder
+from vit_jax.data import hf_features
 from vit_jax.data import hf_layout
 from vit_jax.data import images
 from vit_jax.data import label_sets
@@ -25,8 +26,8 @@ _PROBED = 16  # Images of a split decoded before the run: a git-lfs checkout's p
 
 
 def column_kinds(layout: hf_layout.Layout) -> dict[str, str]:
-  """Each column's kind (hf_layout.feature_kind)."""
-  return {name: hf_layout.feature_kind(feature) for name, feature in layout.features.items()}
+  """Each column's kind (hf_features.feature_kind)."""
+  return {name: hf_features.feature_kind(feature) for name, feature in layout.features.items()}
 
 
 def _inside(metadata: str, name: Any) -> str:
@@ -45,8 +46,8 @@ class Rows:
 
   def __init__(self, layout: hf_layout.Layout, image_column: str, label_column: str):
     feature = layout.features.get(label_column, {})
-    self._sets = hf_layout.feature_kind(feature).endswith(hf_layout.SET)
-    element = hf_layout.element_feature(feature) or feature
+    self._sets = hf_features.feature_kind(feature).endswith(hf_features.SET)
+    element = hf_features.element_feature(feature) or feature
     names = element.get('names') if element.get('_type') == 'ClassLabel' else None
     classes = None if names is None else {name: k for k, name in enumerate(names)}
     self._root = layout.root
@@ -107,7 +108,7 @@ class Rows:
     """The label of every example of `split`, as written (integers or strings), or of a list
     column, each example's list."""
     if self._unlabelled[split]:
-      raise hf_layout.unlabelled(self._root, split, self._unlabelled[split], self._label_column)
+      raise hf_features.unlabelled(self._root, split, self._unlabelled[split], self._label_column)
     return self._labels[split]
 
   def describe(self, split: str, row: int) -> str:

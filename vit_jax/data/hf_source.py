@@ -18,6 +18,7 @@ import numpy as np
 
 from vit_jax.data import hf_arrow
 from vit_jax.data import hf_imagefolder
+from vit_jax.data import hf_features
 from vit_jax.data import hf_layout
 from vit_jax.data import hf_webdataset
 from vit_jax.data import images
@@ -27,7 +28,7 @@ from vit_jax.data import order
 # A record: ((split, row), label (a set's classes: a tuple), the reader of its image), the label at
 # [1] as an image folder's (path, label).
 Record = tuple[tuple[str, int], int | tuple[int, ...], Any]
-# A format (hf_layout.FORMATS) -> its reader: column_kinds(layout), and Rows(layout, image, label)
+# A format (hf_data_files.FORMATS) -> its reader: column_kinds(layout), and Rows(layout, image, label)
 # (sizes, labels(split), image(split, row), describe(split, row); where it copies what it reads,
 # reading(chosen), the Rows of those rows only, and their prepare()).
 READERS = {
@@ -51,14 +52,14 @@ class HuggingFaceSource:
     if not found:
       raise ValueError(f'Dataset {root} has no Image column (its columns: {list(kinds)})')
     self._image_column = 'image' if 'image' in found else found[0]
-    self._label_kind = kinds.get(label_feature, '').removesuffix(hf_layout.SET)
+    self._label_kind = kinds.get(label_feature, '').removesuffix(hf_features.SET)
     # A list of labels an example: a set of classes ('labels', multi-hot).
-    self.multi_label = kinds.get(label_feature, '').endswith(hf_layout.SET)
-    if self._label_kind not in hf_layout.LABEL_KINDS:
+    self.multi_label = kinds.get(label_feature, '').endswith(hf_features.SET)
+    if self._label_kind not in hf_features.LABEL_KINDS:
       labels = [
           n
           for n, kind in kinds.items()
-          if kind.removesuffix(hf_layout.SET) in hf_layout.LABEL_KINDS
+          if kind.removesuffix(hf_features.SET) in hf_features.LABEL_KINDS
       ]
       if not labels and layout.format == 'imagefolder':
         raise ValueError(
@@ -82,7 +83,7 @@ class HuggingFaceSource:
     self.check_split(train_split, '--config.train_split')
     if self._label_kind == 'class_label':
       feature = _feature(layout.features, label_feature)
-      self.class_names = tuple((hf_layout.element_feature(feature) or feature)['names'])
+      self.class_names = tuple((hf_features.element_feature(feature) or feature)['names'])
     else:
       train = [self._rows.labels(name) for name, _ in self._parts(train_split)]
       train = np.concatenate([getattr(labels, 'values', labels) for labels in train])

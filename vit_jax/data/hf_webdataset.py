@@ -22,6 +22,7 @@ import numpy as np
 
 from vit_jax.data import dataset_cache
 from vit_jax.data import hf_data_files
+from vit_jax.data import hf_features
 from vit_jax.data import hf_layout
 from vit_jax.data import images
 from vit_jax.data import tar_members
@@ -81,7 +82,7 @@ def column_kinds(layout: hf_layout.Layout) -> dict[str, str]:
   """Each column's kind ('image', 'class_label', 'integer', 'string', ''): the README's features,
   else the columns of the first samples of the last split's first tar (datasets' inference)."""
   if layout.features:
-    return {name: hf_layout.feature_kind(feature) for name, feature in layout.features.items()}
+    return {name: hf_features.feature_kind(feature) for name, feature in layout.features.items()}
   first = list(layout.splits.values())[-1][0]
   samples = [s for _, (_, s) in zip(range(_SAMPLES_FOR_COLUMNS), _samples(first, ('json',)))]
   columns = [list(s) for s in samples]
@@ -236,7 +237,7 @@ class Rows:
     extents, labels = self._split(split)
     missing = int(np.sum(~extents['labelled']))
     if missing:
-      raise hf_layout.unlabelled(self._layout.root, split, missing, self._columns[1])
+      raise hf_features.unlabelled(self._layout.root, split, missing, self._columns[1])
     return np.asarray(labels)
 
   def describe(self, split: str, row: int) -> str:

@@ -1,5 +1,5 @@
-"""Input pipelines: the bundled digits, image folders and tensorflow_datasets datasets (ArrayRecord),
-as per-host numpy batches, without TensorFlow (grain, PIL, numpy).
+"""Input pipelines: the bundled digits, image folders, Hugging Face datasets and tensorflow_datasets
+datasets (ArrayRecord), as per-host numpy batches, without TensorFlow (grain, PIL, numpy).
 
     info = data.get_info(config)  # Validates the config; call it before compiling anything.
     data.prepare(config, jax.process_index(), jax.process_count())  # What reading needs made.
@@ -19,10 +19,10 @@ train_split 'train[:90%]' and eval_split 'train[90%:]' hold out a minival); for 
 sub-folder.
 """
 
-from vit_jax.data.pipeline import eval_iterator
-from vit_jax.data.pipeline import eval_passes
+from vit_jax.data.eval_pipeline import eval_iterator
+from vit_jax.data.eval_pipeline import eval_passes
+from vit_jax.data.eval_pipeline import num_eval_batches
 from vit_jax.data.pipeline import num_data_shards
-from vit_jax.data.pipeline import num_eval_batches
 from vit_jax.data.pipeline import prepare
 from vit_jax.data.pipeline import train_iterator
 from vit_jax.data.sources import DatasetInfo

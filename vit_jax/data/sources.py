@@ -1,7 +1,8 @@
 """Where examples come from: config.dataset -> its Source (the bundled digits, an image folder, a
 Hugging Face dataset on disk: Parquet, Arrow, WebDataset shards or image files, a
 tensorflow_datasets dataset, a VTAB-1k task), and what a run reads of it before any batch: the data
-config's validation, split sizes, class names and listed labels. pipeline.py makes the batches.
+config's validation, split sizes, class names and listed labels. pipeline.py and eval_pipeline.py
+make the batches.
 """
 
 import dataclasses
@@ -18,6 +19,7 @@ from vit_jax.data import order
 from vit_jax.data import preprocess
 from vit_jax.data import tfds_source
 from vit_jax.data import vtab
+from vit_jax.runtime import cpuinfo
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,3 +192,25 @@ def listed_labels(config: ml_collections.ConfigDict, split: str) -> np.ndarray |
     return None
   records = source.examples(split)
   return np.array([records.read(k)[1] for k in range(records.num_records)], np.int32)
+
+
+def num_workers(config: ml_collections.ConfigDict, source: Source) -> int:
+  """grain worker processes: config.data_workers, or unset, one a core for sources that decode files
+  (threads of this process would share one interpreter lock for the per-example Python and numpy)
+  and none for the digits (8x8 arrays in memory: a worker's start-up would cost more than it saves).
+  """
+  if config.data_workers is not None:
+    return config.data_workers
+  return 0 if isinstance(source, digits.DigitsSource) else cpuinfo.usable_cores()
+
+
+def labels_of(example: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+  """An example's 'label' (int32), or its 'labels' (a label set: multi-hot bool [classes])."""
+  return {k: example[k] for k in ('label', 'labels') if k in example}
+
+
+def label_spec(source: Source) -> dict[str, tuple[tuple[int, ...], type[np.generic]]]:
+  """The shape and dtype of an example's labels from `source` (`labels_of`)."""
+  if getattr(source, 'multi_label', False):
+    return {'labels': ((len(source.class_names),), np.bool_)}
+  return {'label': ((), np.int32)}

@@ -219,6 +219,40 @@ def digits_parquet(root: str, files_per_split: int) -> None:
       pq.write_table(table, os.path.join(root, 'data', name), row_group_size=64)
 
 
+# Label sets of the digits (multi-label): the digit, 'even' (0, 2, ...) and 'large' (5..9).
+LABEL_SET_NAMES = [*(str(d) for d in range(10)), 'even', 'large']
+
+
+def digit_label_set(key: int, digit: int, split: str) -> list[int]:
+  """Example `key`'s set: its digit, 'even', 'large', in an order of their own; every 9th test image
+  has none."""
+  if split == 'test' and key % 9 == 0:
+    return []
+  return [*([11] if digit >= 5 else []), digit, *([10] if digit % 2 == 0 else [])]
+
+
+def label_set_digits_parquet(root) -> None:
+  """The digits with their label sets (`digit_label_set`) in a list column 'tags' of ClassLabel
+  LABEL_SET_NAMES, written by `datasets` as the hub's data/<split>-00000-of-00001.parquet."""
+  import datasets  # pylint: disable=g-import-not-at-top
+  from PIL import Image  # pylint: disable=g-import-not-at-top
+
+  features = datasets.Features(
+      {
+          'image': datasets.Image(),
+          'tags': datasets.List(datasets.ClassLabel(names=LABEL_SET_NAMES)),
+      }
+  )
+  for split, (pixels, labels) in digits.split_arrays().items():
+    datasets.Dataset.from_dict(
+        {
+            'image': [Image.fromarray(p[..., 0]) for p in pixels],
+            'tags': [digit_label_set(k, int(label), split) for k, label in enumerate(labels)],
+        },
+        features=features,
+    ).to_parquet(os.path.join(root, 'data', f'{split}-00000-of-00001.parquet'))
+
+
 def arrow_rows(cache) -> list[int]:
   """The rows of each Arrow file in dataset cache folder `cache` (a pathlib.Path): its copies of
   Parquet rows, sorted."""

@@ -20,7 +20,7 @@ from vit_jax.train import loop, setup as train_setup
 
 datasets = pytest.importorskip('datasets')
 
-NAMES = [*(str(d) for d in range(10)), 'even', 'large']
+NAMES = helpers.LABEL_SET_NAMES
 KINDS = {
     'class_label': datasets.ClassLabel(names=NAMES),
     'integers': datasets.Value('int64'),
@@ -33,19 +33,12 @@ def _offline(monkeypatch, tmp_path_factory):
   helpers.offline_datasets(monkeypatch, str(tmp_path_factory.mktemp('hf_cache')))
 
 
-def _label_set(key: int, digit: int, split: str) -> list[int]:
-  """The digit, 'even', 'large' (5..9) in an order of their own; every 9th test image has none."""
-  if split == 'test' and key % 9 == 0:
-    return []
-  return [*([11] if digit >= 5 else []), digit, *([10] if digit % 2 == 0 else [])]
-
-
 def _write(root, kind: str, layout: str) -> None:
   element = KINDS[kind]
   features = datasets.Features({'image': datasets.Image(), 'tags': datasets.List(element)})
   splits = {}
   for split, (pixels, labels) in digits.split_arrays().items():
-    sets = [_label_set(k, int(label), split) for k, label in enumerate(labels)]
+    sets = [helpers.digit_label_set(k, int(label), split) for k, label in enumerate(labels)]
     if kind == 'strings':
       sets = [[NAMES[c] for c in labels] for labels in sets]
     splits[split] = datasets.Dataset.from_dict(
@@ -150,7 +143,7 @@ def test_each_way_datasets_writes_a_list_feature_is_read():
 
 
 def test_a_run_trains_and_evaluates_on_a_list_column(tmp_path):
-  _write(tmp_path / 'data_root', 'class_label', 'parquet')
+  helpers.label_set_digits_parquet(tmp_path / 'data_root')
   config = helpers.load_config(
       'demo',
       {
@@ -187,7 +180,7 @@ def test_a_missing_label_column_names_the_list_columns(tmp_path):
 def test_two_hosts_measure_what_one_measures(tmp_path):
   """The mAP of a run of two processes is of every image of the split, each host's and the other's,
   as one process's is (each host reads half of the split)."""
-  _write(tmp_path / 'data_root', 'class_label', 'parquet')
+  helpers.label_set_digits_parquet(tmp_path / 'data_root')
   overrides = {
       **helpers.TINY,
       'dataset': 'huggingface',

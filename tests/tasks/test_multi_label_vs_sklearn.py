@@ -17,14 +17,7 @@ from vit_jax.tasks import classification, mixing
 from vit_jax.tools import fewshot as fewshot_tool
 from vit_jax.train import loop, setup as train_setup
 
-CLASSES = [*(str(d) for d in range(10)), 'even', 'large']
-
-
-def label_set(key: int, digit: int, split: str) -> list[int]:
-  """The digit, 'even' for 0, 2, ..., 'large' for 5..9; every 9th test image has no label."""
-  if split == 'test' and key % 9 == 0:
-    return []
-  return [digit, *([10] if digit % 2 == 0 else []), *([11] if digit >= 5 else [])]
+CLASSES = helpers.LABEL_SET_NAMES
 
 
 class LabelSetDigits(tfds_fixtures.DigitsBuilder, skip_registration=True):
@@ -52,7 +45,7 @@ class LabelSetDigits(tfds_fixtures.DigitsBuilder, skip_registration=True):
       yield key, {
           'image': tfds_fixtures.png(image),
           'label': label,
-          'labels': label_set(key, int(label), split),
+          'labels': helpers.digit_label_set(key, int(label), split),
       }
 
 

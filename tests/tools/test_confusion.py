@@ -14,7 +14,6 @@ import pytest
 from sklearn import metrics as sk_metrics
 
 import helpers
-from vit_jax.data import sources
 from vit_jax.tools import confusion
 
 COMMAND = [sys.executable, '-m', 'vit_jax.tools.confusion']
@@ -110,19 +109,6 @@ def test_an_image_folders_mistakes_are_named_by_path_and_unreadable_files_left_o
   )
 
 
-def test_a_label_set_is_a_one_line_error(trained_tiny_run, monkeypatch):
-  checked_source = sources.checked_source
-
-  def multi_label(config, label_feature=None):
-    source = checked_source(config, label_feature)
-    source.multi_label = True
-    return source
-
-  monkeypatch.setattr(sources, 'checked_source', multi_label)
-  with pytest.raises(ValueError, match=r"^config\.label_feature='label' is a set of classes"):
-    confusion.predict_split(trained_tiny_run, None, None)
-
-
 def test_the_command_prints_the_classes_and_writes_the_tables(trained_tiny_run, tmp_path):
   out = tmp_path / 'out'
   run = subprocess.run(
@@ -168,6 +154,11 @@ def test_the_command_prints_the_classes_and_writes_the_tables(trained_tiny_run, 
         (['--top=0'], r'^error: --top=0 must be at least 1$'),
         (['--split=nope'], r"^error: .*'nope'.*set --split to one of \['train', 'test'\]"),
         (['extra'], r"^error: unexpected arguments \['extra'\]"),
+        (['--threshold=1'], r'^error: --threshold=1.0 must be a probability in \(0, 1\)'),
+        (
+            ['--threshold=0.3'],
+            r'^error: --threshold is for a run on label sets; .*drop --threshold$',
+        ),
     ],
 )
 def test_bad_flags_are_one_line_errors(trained_tiny_run, args, message):

@@ -2,13 +2,16 @@
 is taken for, and the most confident mistakes:
 
   python -m vit_jax.tools.confusion --workdir=W [--step=N] [--split=SPLIT] [--out=DIR] [--top=30]
+      [--threshold=0.5]
 
 prints the classes worst recall first (`--top` of them), then the `--top` most confident mistakes
 (the example as the run's warnings name it: an image folder's path), for the run's classifier (its
 Polyak average if kept) on `--split` (default: the run's eval split), its images prepared as its
 evaluation prepares them. With `--out`, writes every class to DIR/per_class.csv, the confusion
 matrix to DIR/confusion.csv (a row a true class, a column a predicted one) and, up to 100 classes,
-DIR/confusion.png, and every mistake to DIR/mistakes.csv.
+DIR/confusion.png, and every mistake to DIR/mistakes.csv. A run on label sets (multi-label) is
+reported by label_set_report.py: each class's AP, and its precision, recall and F1 where it is
+predicted at a probability of at least `--threshold`.
 """
 
 if (
@@ -28,8 +31,9 @@ from etils import epath
 import numpy as np
 
 from vit_jax.runtime import cli
+from vit_jax.tools import label_set_report
 
-_USAGE = '--workdir=W [--step=N] [--split=SPLIT] [--out=DIR] [--top=30]'
+_USAGE = '--workdir=W [--step=N] [--split=SPLIT] [--out=DIR] [--top=30] [--threshold=0.5]'
 _BATCH = 64  # Images a forward pass: one compile for the whole split.
 _PICTURED_CLASSES = 100  # Beyond this many classes a confusion picture is unreadable.
 
@@ -38,7 +42,7 @@ _PICTURED_CLASSES = 100  # Beyond this many classes a confusion picture is unrea
 class Predictions:
   """A classifier's predictions on every readable example of a split, in the split's order."""
 
-  labels: np.ndarray  # int [n], the true classes.
+  labels: np.ndarray  # int [n], the true classes; of label sets, multi-hot bool [n, classes].
   probabilities: np.ndarray  # float32 [n, classes].
   examples: list[str]  # Each example as the run's warnings name it (an image folder's path).
   class_names: tuple[str, ...]
@@ -59,11 +63,6 @@ def predict_split(
   config, _ = run_dir.load_run_info(workdir)
   split = split or config.eval_split
   source = sources.checked_source(config)
-  if getattr(source, 'multi_label', False):
-    raise ValueError(
-        f'config.label_feature={config.label_feature!r} is a set of classes an image: a confusion '
-        'matrix needs one class an image'
-    )
   if hasattr(source, 'check_split'):  # A bad split name names the flag to set.
     source.check_split(split, '--split')
   records = source.examples(split)
@@ -75,7 +74,7 @@ def predict_split(
       mask = batch['mask']
       logits = classifier.logits_fn(preprocess.model_input(batch['image']))
       probs = predict.probabilities(np.asarray(logits, np.float32), classifier.loss)
-      labels.append(batch['label'][mask])
+      labels.append(batch['labels' if 'labels' in batch else 'label'][mask])
       probabilities.append(probs[mask])
       kept += [b * _BATCH + row for row in np.flatnonzero(mask)]  # Unreadable rows are masked.
   finally:
@@ -83,8 +82,9 @@ def predict_split(
   if not kept:
     raise ValueError(f'split {split!r} has no readable example: nothing to evaluate')
   examples = [source.describe(records.read(k)) for k in kept]
+  labels = np.concatenate(labels)
   predictions = Predictions(
-      np.concatenate(labels).astype(np.int64),
+      labels if labels.dtype == bool else labels.astype(np.int64),
       np.concatenate(probabilities),
       examples,
       classifier.class_names,
@@ -141,9 +141,19 @@ def mistakes(predictions: Predictions) -> list[tuple[str, str, str, float]]:
   ]
 
 
-def format_report(predictions: Predictions, top: int) -> str:
+def is_label_sets(predictions: Predictions) -> bool:
+  return predictions.labels.ndim == 2
+
+
+def format_report(predictions: Predictions, top: int, threshold: float = 0.5) -> str:
   """The classes worst recall first (`top` of them) with the class each is most taken for, the
-  macro average and the accuracy, then the `top` most confident mistakes."""
+  macro average and the accuracy, then the `top` most confident mistakes; of label sets,
+  label_set_report's at `threshold`."""
+  if is_label_sets(predictions):
+    p = predictions
+    return label_set_report.format_report(
+        p.labels, p.probabilities, p.examples, p.class_names, top, threshold
+    )
   confusion = confusion_matrix(predictions)
   metrics = per_class(confusion)
   names = predictions.class_names
@@ -171,15 +181,25 @@ def format_report(predictions: Predictions, top: int) -> str:
   return '\n'.join(lines)
 
 
-def _csv(rows: list[list]) -> str:
-  out = io.StringIO()
-  csv.writer(out, lineterminator='\n').writerows(rows)
-  return out.getvalue()
+def _write_csv(out: str, name: str, rows: list[list]) -> str:
+  """`rows` as the CSV file `name` in `out`; its path."""
+  text = io.StringIO()
+  csv.writer(text, lineterminator='\n').writerows(rows)
+  path = epath.Path(out) / name
+  path.write_text(text.getvalue())
+  return str(path)
 
 
-def write_files(predictions: Predictions, out: str) -> list[str]:
+def write_files(predictions: Predictions, out: str, threshold: float = 0.5) -> list[str]:
   """per_class.csv, confusion.csv, mistakes.csv and (up to _PICTURED_CLASSES classes)
-  confusion.png in `out`; returns their paths."""
+  confusion.png in `out` (of label sets: label_set_report's tables at `threshold`); returns their
+  paths."""
+  if is_label_sets(predictions):
+    p = predictions
+    written = label_set_report.tables(
+        p.labels, p.probabilities, p.examples, p.class_names, threshold
+    )
+    return [_write_csv(out, name, rows) for name, rows in written.items()]
   confusion = confusion_matrix(predictions)
   metrics = per_class(confusion)
   names = list(predictions.class_names)
@@ -204,10 +224,7 @@ def write_files(predictions: Predictions, out: str) -> list[str]:
           *([e, t, p, f'{q:.6f}'] for e, t, p, q in mistakes(predictions)),
       ],
   }
-  paths = []
-  for name, rows in tables.items():
-    paths.append(str(epath.Path(out) / name))
-    epath.Path(paths[-1]).write_text(_csv(rows))
+  paths = [_write_csv(out, name, rows) for name, rows in tables.items()]
   if len(names) <= _PICTURED_CLASSES:
     paths.append(str(epath.Path(out) / 'confusion.png'))
     epath.Path(paths[-1]).write_bytes(_picture(confusion, names))
@@ -244,6 +261,9 @@ def _define_flags() -> None:
   flags.DEFINE_string('split', None, "Split to evaluate on (default: the run's eval split).")
   flags.DEFINE_string('out', None, 'Directory for the CSV files and the picture (default: none).')
   flags.DEFINE_integer('top', 30, 'Classes and mistakes to print.')
+  flags.DEFINE_float(
+      'threshold', 0.5, 'Of a run on label sets: the probability at which a class is predicted.'
+  )
   flags.mark_flags_as_required(['workdir'])
 
 
@@ -254,16 +274,25 @@ def main(argv: list[str]) -> None:
   args = flags.FLAGS
   if args.top < 1:
     cli.fail(f'--top={args.top} must be at least 1')
+  if not 0 < args.threshold < 1:
+    cli.fail(f'--threshold={args.threshold} must be a probability in (0, 1), e.g. 0.5')
   try:
+    from vit_jax.checkpoints import run_dir  # pylint: disable=g-import-not-at-top
+
+    if args['threshold'].present and not run_dir.load_run_info(args.workdir)[1].multi_label:
+      raise ValueError(
+          f'--threshold is for a run on label sets; {args.workdir} trained on one class an image: '
+          'drop --threshold'
+      )
     if args.out is not None:
       cli.make_out_dir(args.out)
     predictions, step, split = predict_split(args.workdir, args.step, args.split)
   except ValueError as e:
     cli.fail(str(e))
   print(f'per-class results of step {step} of {args.workdir} on split {split!r}:')
-  print(format_report(predictions, args.top))
+  print(format_report(predictions, args.top, args.threshold))
   if args.out is not None:
-    for path in write_files(predictions, args.out):
+    for path in write_files(predictions, args.out, args.threshold):
       print(f'wrote {path}')
 
 

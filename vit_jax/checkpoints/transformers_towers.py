@@ -71,12 +71,12 @@ def _siglip_tree(r: torch_names.Reader, state_dict: StateDict, num_heads: int, s
       **_TOWER_BLOCKS.tree(r, state_dict, num_heads),
       **r.norm('post_layernorm', torch_names.ENCODER_NORM),
   }
+  if r.has('head.probe'):
+    map_head = _map_head(r, num_heads)  # Taken either way: a classifier's tower keeps it, unread.
+    if _reads_map_head(state_dict):
+      tree.update(map_head)
   if r.has('classifier.weight'):
-    if r.has('head.probe'):  # SiglipForImageClassification's tower keeps it, unread.
-      _map_head(r, num_heads)
     tree.update(parts.dense(r, 'classifier', 'head'))
-  elif r.has('head.probe'):
-    tree.update(_map_head(r, num_heads))
   return tree
 
 

@@ -94,8 +94,9 @@ def eval_iterator(
   features). 'mask' (bool [b]) is False on padding rows. Every host yields `num_eval_batches(...)`
   batches, so hosts with a smaller shard (or unreadable files) still join every collective.
   Labels are of `label_feature`, by default (None) config.label_feature: callers that pass none (the
-  few-shot evaluator) follow the run. A multi-label `label_feature` (a tfds Sequence of ClassLabel, as
-  ImageNet-ReaL's 'real_label') gives 'labels' (multi-hot bool [b, classes]) instead of 'label'.
+  few-shot evaluator) follow the run. A `label_feature` that is a set of classes an image (a tfds
+  Sequence of ClassLabel, as ImageNet-ReaL's 'real_label'; a Hugging Face list column) gives 'labels'
+  (multi-hot bool [b, classes]) instead of 'label'.
   `eval_passes` gives the same batches pass after pass.
   """
   rows, spec, num_batches, workers = _eval_batches(

@@ -13,9 +13,8 @@ class LabelSets:
   is (an int: that example's classes; a slice or an index array: a LabelSets of those examples)."""
 
   offsets: np.ndarray  # int64 [examples + 1], from 0.
-  values: (
-      np.ndarray
-  )  # [offsets[-1]]: class indices (or the labels as written, before they are checked).
+  # [offsets[-1]]: class indices (or the labels as written, before they are checked).
+  values: np.ndarray
 
   def __len__(self) -> int:
     return len(self.offsets) - 1

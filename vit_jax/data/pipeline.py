@@ -140,7 +140,8 @@ def train_iterator(
     process_count: int = 1,
 ) -> batching.BatchIterator:
   """This host's endless train batches {'image': [b, H, W, 3], 'label': int32 [b]}, the labels of
-  config.label_feature ('labels', multi-hot bool [b, classes], where it is a set of classes an image). The images are uint8 pixels or float32 in [-1, 1] (`preprocess.train_dtype`);
+  config.label_feature ('labels', multi-hot bool [b, classes], where it is a set of classes an
+  image). The images are uint8 pixels or float32 in [-1, 1] (`preprocess.train_dtype`);
   `on_device.model_input` in the step makes either the model's float32.
 
   The split is cut into `num_data_shards` disjoint streams; each global batch is the concatenation of

@@ -38,7 +38,6 @@ class Source(Protocol):
   pickle: grain's worker processes read through it."""
 
   class_names: tuple[str, ...]
-  multi_label: bool = False  # config.label_feature is a set of classes an image ('labels').
 
   def examples(
       self, split: str, shard: int = 0, num_shards: int = 1, with_shards: Sequence[int] = ()

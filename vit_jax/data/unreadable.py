@@ -1,8 +1,8 @@
 """Naming the examples a source could not read, once each.
 
 An unreadable file is named where it is met (pipeline.py replaces it in a train stream,
-eval_pipeline.py pads it in an evaluation). Each is named once per process: an endless train stream meets it again every epoch,
-and a log of the same names over and over hides everything else.
+eval_pipeline.py pads it in an evaluation). Each is named once per process: an endless train stream
+meets it again every epoch, and a log of the same names over and over hides everything else.
 """
 
 import threading

@@ -77,7 +77,7 @@ class SplitEvaluator:
     for batch in self._passes():
       sums = self._eval_fn(params, sharding.global_batch(batch, self._mesh))
       if 'rows' in sums:
-        rows.append(_real_rows(jax.device_get(sums.pop('rows'))))
+        rows.append(_unmasked_rows(jax.device_get(sums.pop('rows'))))
       totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
       in_flight.add(totals)
     totals = jax.device_get(totals)
@@ -104,7 +104,7 @@ class SplitEvaluator:
     self._passes.close()
 
 
-def _real_rows(rows: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+def _unmasked_rows(rows: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
   """(logits, labels) of a batch's unmasked rows."""
   return rows['logits'][rows['mask']], rows['labels'][rows['mask']]
 

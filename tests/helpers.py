@@ -231,9 +231,10 @@ def digit_label_set(key: int, digit: int, split: str) -> list[int]:
   return [*([11] if digit >= 5 else []), digit, *([10] if digit % 2 == 0 else [])]
 
 
-def label_set_digits_parquet(root) -> None:
+def label_set_digits_parquet(root) -> dict[str, Any]:
   """The digits with their label sets (`digit_label_set`) in a list column 'tags' of ClassLabel
-  LABEL_SET_NAMES, written by `datasets` as the hub's data/<split>-00000-of-00001.parquet."""
+  LABEL_SET_NAMES, written by `datasets` as the hub's data/<split>-00000-of-00001.parquet; the config
+  overrides of a TINY run on them."""
   import datasets  # pylint: disable=g-import-not-at-top
   from PIL import Image  # pylint: disable=g-import-not-at-top
 
@@ -251,6 +252,14 @@ def label_set_digits_parquet(root) -> None:
         },
         features=features,
     ).to_parquet(os.path.join(root, 'data', f'{split}-00000-of-00001.parquet'))
+  return {
+      **TINY,
+      'dataset': 'huggingface',
+      'data_dir': str(root),
+      'label_feature': 'tags',
+      'loss': 'sigmoid_xent',
+      'data_workers': 0,
+  }
 
 
 def arrow_rows(cache) -> list[int]:

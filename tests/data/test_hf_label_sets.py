@@ -143,18 +143,7 @@ def test_each_way_datasets_writes_a_list_feature_is_read():
 
 
 def test_a_run_trains_and_evaluates_on_a_list_column(tmp_path):
-  helpers.label_set_digits_parquet(tmp_path / 'data_root')
-  config = helpers.load_config(
-      'demo',
-      {
-          **helpers.TINY,
-          'dataset': 'huggingface',
-          'data_dir': str(tmp_path / 'data_root'),
-          'label_feature': 'tags',
-          'loss': 'sigmoid_xent',
-          'data_workers': 0,
-      },
-  )
+  config = helpers.load_config('demo', helpers.label_set_digits_parquet(tmp_path / 'data_root'))
   setup = train_setup.prepare(config, str(tmp_path / 'run'))
   assert setup.info.multi_label and setup.info.class_names == tuple(NAMES)
   metrics = loop.train_and_evaluate(setup)
@@ -180,14 +169,8 @@ def test_a_missing_label_column_names_the_list_columns(tmp_path):
 def test_two_hosts_measure_what_one_measures(tmp_path):
   """The mAP of a run of two processes is of every image of the split, each host's and the other's,
   as one process's is (each host reads half of the split)."""
-  helpers.label_set_digits_parquet(tmp_path / 'data_root')
   overrides = {
-      **helpers.TINY,
-      'dataset': 'huggingface',
-      'data_dir': str(tmp_path / 'data_root'),
-      'label_feature': 'tags',
-      'loss': 'sigmoid_xent',
-      'data_workers': 0,
+      **helpers.label_set_digits_parquet(tmp_path / 'data_root'),
       'data_shards': 2,
       'total_steps': 4,
       'eval_every_steps': 4,

@@ -20,18 +20,7 @@ pytest.importorskip('datasets')
 def label_set_run(tmp_path_factory):
   """The workdir of a 12-step tiny run on the digits' label sets (a Parquet list column)."""
   root = tmp_path_factory.mktemp('label_set_run')
-  helpers.label_set_digits_parquet(root / 'data_root')
-  config = helpers.load_config(
-      'demo',
-      {
-          **helpers.TINY,
-          'dataset': 'huggingface',
-          'data_dir': str(root / 'data_root'),
-          'label_feature': 'tags',
-          'loss': 'sigmoid_xent',
-          'data_workers': 0,
-      },
-  )
+  config = helpers.load_config('demo', helpers.label_set_digits_parquet(root / 'data_root'))
   loop.train_and_evaluate(train_setup.prepare(config, str(root / 'run')))
   return str(root / 'run')
 

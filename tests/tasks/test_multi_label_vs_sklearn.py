@@ -152,6 +152,17 @@ def test_eval_measures_top1_in_the_set_the_loss_and_the_map(tmp_path, label_set_
   assert metrics['top1'] != pytest.approx(np.mean(np.take_along_axis(labels, top5[:, :1], -1)))
 
 
+def test_an_evaluator_of_another_split_measures_it_alike(tmp_path, label_set_dir):
+  config = run_config(label_set_dir, eval_batch_size=64)
+  config.evals.test_sets = dict(
+      type='classification', split='test', label_feature='labels', every_steps=12
+  )
+  setup = train_setup.prepare(config, str(tmp_path / 'run'))
+  evaluators = {e.name: e for e in setup.evaluators}
+  params = helpers.random_params(setup.model, config.image_size)
+  assert evaluators['test_sets'](params) == evaluators['eval'](params)
+
+
 def test_a_run_learns_the_label_sets(tmp_path, label_set_dir):
   config = run_config(
       label_set_dir,

@@ -158,7 +158,8 @@ def build(name: str, fields: ml_collections.ConfigDict, context: Context) -> Spl
         context,
         label_feature,
     )
-    if label_feature and data.is_label_set(config, label_feature):  # Its eval step takes one class.
+    # A single-label run's eval step takes one class an image.
+    if label_feature and data.is_label_set(config, label_feature) and not context.info.multi_label:
       raise ValueError(
           f'Evaluator {name!r}: label_feature={label_feature!r} is a set of classes an '
           "image: measure it with type='real' (a prediction in the set is right)"

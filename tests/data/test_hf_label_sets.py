@@ -190,3 +190,20 @@ def test_two_hosts_measure_what_one_measures(tmp_path):
   for metric in ('eval_map', 'eval_top1', 'eval_loss'):
     assert twos[metric][4] == pytest.approx(ones[metric][4], rel=1e-5), metric
   assert 0 < ones['eval_map'][4] < 1
+
+
+def test_lists_of_a_fixed_length_are_label_sets(tmp_path):
+  features = datasets.Features(
+      {'image': datasets.Image(), 'tags': datasets.List(datasets.Value('int64'), length=2)}
+  )
+  pixels = np.zeros((6, 4, 4), np.uint8)
+  for split in ('train', 'test'):
+    datasets.Dataset.from_dict(
+        {'image': [Image.fromarray(p) for p in pixels], 'tags': [[k % 3, 3] for k in range(6)]},
+        features=features,
+    ).to_parquet(str(tmp_path / 'data' / f'{split}-00000-of-00001.parquet'))
+  source = hf_source.HuggingFaceSource(str(tmp_path), 'train', 'tags')
+  assert source.multi_label and source.class_names == ('0', '1', '2', '3')
+  records = source.examples('test')
+  ours = [source.load(records.read(k))['labels'] for k in range(6)]
+  np.testing.assert_array_equal(ours, [np.isin(range(4), [k % 3, 3]) for k in range(6)])

@@ -26,7 +26,7 @@ def _column_kind(feature: Any, arrow_type) -> str:
   'integer_set', 'string_set'), or '' for a column no run reads."""
   import pyarrow as pa  # pylint: disable=g-import-not-at-top
 
-  if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
+  if hf_features.is_list(arrow_type):
     kind = _column_kind(hf_features.element_feature(feature), arrow_type.value_type)
     return kind + hf_features.SET if kind in hf_features.LABEL_KINDS else ''
   kind = feature.get('_type') if isinstance(feature, dict) else None
@@ -192,7 +192,7 @@ class Rows:
     if missing:
       raise hf_features.unlabelled(self._layout.root, split, missing, self._label)
     column = pa.chunked_array([chunk for part in values for chunk in part.chunks], values[0].type)
-    if pa.types.is_list(column.type) or pa.types.is_large_list(column.type):
+    if hf_features.is_list(column.type):
       return label_sets.from_lengths(
           pc.list_value_length(column).to_numpy(), pc.list_flatten(column).to_numpy()
       )

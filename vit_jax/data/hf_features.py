@@ -20,6 +20,17 @@ def element_feature(feature: Any) -> Any:
   return None
 
 
+def is_list(arrow_type) -> bool:
+  """Whether a column of this pyarrow type holds a list a row (datasets' List, Sequence, a Sequence
+  of a fixed length)."""
+  import pyarrow as pa  # pylint: disable=g-import-not-at-top  # Only these datasets need it.
+
+  return any(
+      test(arrow_type)
+      for test in (pa.types.is_list, pa.types.is_large_list, pa.types.is_fixed_size_list)
+  )
+
+
 def feature_kind(feature: Any) -> str:
   """What a column of datasets' feature JSON is to a source: 'image', a label kind (LABEL_KINDS), a
   list of labels (a label kind + SET), or '' (none of these)."""

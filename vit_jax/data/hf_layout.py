@@ -28,6 +28,7 @@ from typing import Any
 from vit_jax.data import folder
 from vit_jax.data import hf_card
 from vit_jax.data import hf_data_files
+from vit_jax.data import hf_features
 from vit_jax.data import images
 from vit_jax.data import zip_members
 from vit_jax.runtime import hf_hub
@@ -191,7 +192,7 @@ def _imagefolder_features(splits: dict[str, tuple[str, ...]]) -> dict[str, dict[
     column = _image_column(field.name)
     if column and (pa.types.is_string(field.type) or pa.types.is_large_string(field.type)):
       found[column] = {'_type': 'Image'}
-    elif pa.types.is_list(field.type) or pa.types.is_large_list(field.type):  # .jsonl, .parquet.
+    elif hf_features.is_list(field.type):  # .jsonl, .parquet.
       found[field.name] = {
           '_type': 'List',
           'feature': {'_type': 'Value', 'dtype': str(field.type.value_type)},

@@ -116,10 +116,11 @@ def run_header(setup: Setup, params: Any) -> str:
       else ''
   )
   devices = jax.device_count()
+  sets = ' (a set of them an image)' if info.multi_label else ''
   return (
       f'{config.variant}, {parameter_count(setup, params)}, {config.dtype}, '
       f'{config.image_size} px; {config.dataset}{data_dir}: {info.num_train} train / '
-      f'{info.num_eval} eval examples, {info.num_classes} classes; batch {config.batch_size} on '
+      f'{info.num_eval} eval examples, {info.num_classes} classes{sets}; batch {config.batch_size} on '
       f'{devices} device{"s" * (devices > 1)} (mesh {mesh}); workdir {setup.workdir} (every '
       'field in its config.json; --verbosity=1 logs them)'
   )

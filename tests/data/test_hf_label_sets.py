@@ -3,7 +3,9 @@ written by the `datasets` library as Parquet files or with save_to_disk, reads a
 it (each row's classes, any slice and data shard of a split), and a run trains and evaluates on it.
 """
 
+import io
 import json
+import tarfile
 
 import numpy as np
 import pytest
@@ -14,7 +16,6 @@ from vit_jax.data import digits
 from vit_jax.data import hf_card
 from vit_jax.data import hf_features
 from vit_jax.data import hf_source
-from vit_jax.data import hf_webdataset
 from vit_jax.data import label_sets
 from vit_jax.train import loop, setup as train_setup
 
@@ -152,12 +153,49 @@ def test_a_run_trains_and_evaluates_on_a_list_column(tmp_path):
   assert 0 < metrics['eval_map'] < 1 and 0 <= metrics['eval_top1'] <= metrics['eval_top5'] <= 1
 
 
-def test_a_list_of_labels_in_webdataset_shards_is_a_one_line_error(tmp_path, monkeypatch):
-  monkeypatch.setattr(
-      hf_webdataset, 'column_kinds', lambda layout: {'jpg': 'image', 'json.tags': 'integer_set'}
+@pytest.mark.parametrize('kind', ['integers', 'strings'])
+def test_webdataset_samples_json_lists_are_label_sets(tmp_path, kind):
+  """Each sample a PNG and a JSON object whose 'tags' is its list of classes (the first samples'
+  empty lists do not hide the lists' kind)."""
+  expected = {}
+  for split, (pixels, labels) in digits.split_arrays().items():
+    sets = [helpers.digit_label_set(k, int(label), split) for k, label in enumerate(labels)]
+    if split == 'train':
+      sets[:3] = [[], [], []]
+    expected[split] = sets
+    with tarfile.open(tmp_path / f'digits-{split}-0000.tar', 'w') as tar:
+      for k, labels in enumerate(sets):
+        tags = [NAMES[c] for c in labels] if kind == 'strings' else labels
+        for column, content in (
+            ('png', helpers.encoded(pixels[k][..., 0], 'PNG')),
+            ('json', json.dumps({'tags': tags, 'id': k}).encode()),
+        ):
+          info = tarfile.TarInfo(f'{split}_{k:05d}.{column}')
+          info.size = len(content)
+          tar.addfile(info, io.BytesIO(content))
+  source = hf_source.HuggingFaceSource(str(tmp_path), 'train', 'json.tags')
+  assert source.multi_label
+  names = source.class_names
+  assert names == (tuple(map(str, range(12))) if kind == 'integers' else tuple(sorted(NAMES)))
+  records = source.examples('test')
+  ours = [source.load(records.read(k))['labels'] for k in range(records.num_records)]
+  as_names = lambda labels: [str(c) if kind == 'integers' else NAMES[c] for c in labels]
+  np.testing.assert_array_equal(
+      ours, [np.isin(names, as_names(labels)) for labels in expected['test']]
   )
-  helpers.digits_shards(str(tmp_path), 1, examples=4)
-  with pytest.raises(ValueError, match=r"'json.tags' is a list of labels a sample, .* Parquet"):
+
+
+def test_a_json_key_of_another_kind_in_a_later_sample_is_a_one_line_error(tmp_path):
+  with tarfile.open(tmp_path / 'data-train-0000.tar', 'w') as tar:
+    for k, tags in enumerate([[1, 2], [0], 3]):
+      for column, content in (
+          ('png', helpers.encoded(np.zeros((4, 4), np.uint8), 'PNG')),
+          ('json', json.dumps({'tags': tags}).encode()),
+      ):
+        info = tarfile.TarInfo(f'{k:05d}.{column}')
+        info.size = len(content)
+        tar.addfile(info, io.BytesIO(content))
+  with pytest.raises(ValueError, match=r"sample '00002': its 'json.tags' is 3, not a list of"):
     hf_source.HuggingFaceSource(str(tmp_path), 'train', 'json.tags')
 
 

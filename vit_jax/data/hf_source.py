@@ -9,7 +9,7 @@ source's.
 The image column is the Image feature (the one named 'image' where there are several); the label
 column is config.label_feature: a ClassLabel (its names), integers (classes 0..the train split's
 largest, named by number) or strings (the train split's, sorted); or a list of them an example (a set
-of classes: multi-label), of any format but WebDataset shards.
+of classes: multi-label).
 """
 
 from typing import Any, Sequence
@@ -70,12 +70,6 @@ class HuggingFaceSource:
       raise ValueError(
           f'Dataset {root} has no label column {label_feature!r} (a ClassLabel, integers or '
           f'strings, or a list of them): set --config.label_feature to one of {labels}'
-      )
-    if self.multi_label and layout.format == 'webdataset':
-      raise ValueError(
-          f'Dataset {root}: its {label_feature!r} is a list of labels a sample, which vit_jax reads '
-          'of Parquet and Arrow files and image folders, not of WebDataset shards: write the '
-          'dataset as Parquet (datasets: to_parquet)'
       )
     self._label_column = label_feature
     self._rows = reader.Rows(layout, self._image_column, label_feature)

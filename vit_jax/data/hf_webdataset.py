@@ -11,6 +11,7 @@ locally or from cloud storage.
 
 import concurrent.futures
 import io
+import json
 import multiprocessing
 import os
 import re
@@ -25,6 +26,7 @@ from vit_jax.data import hf_data_files
 from vit_jax.data import hf_features
 from vit_jax.data import hf_layout
 from vit_jax.data import images
+from vit_jax.data import label_sets
 from vit_jax.data import tar_members
 from vit_jax.data import hf_webdataset_fields
 from vit_jax.runtime import cpuinfo
@@ -96,15 +98,22 @@ def column_kinds(layout: hf_layout.Layout) -> dict[str, str]:
   }
   return {
       **kinds,
-      **hf_webdataset_fields.json_key_kinds(samples[0]['json'][2] if 'json' in kinds else b'{}'),
+      **hf_webdataset_fields.json_key_kinds(
+          [s['json'][2] for s in samples] if 'json' in kinds else []
+      ),
   }
 
 
 def _index_tar(
-    path: str, image_column: str, label_column: str, names: list[str] | None, numbers: bool
+    path: str,
+    image_column: str,
+    label_column: str,
+    names: list[str] | None,
+    numbers: bool,
+    sets: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
   """Each sample's image extent (offset, size; -1 where it has none) and label (-1 or '': none), a
-  class number where `numbers`, else a name."""
+  class number where `numbers`, else a name; where `sets`, its list of them as JSON text."""
   kind = int if numbers else str
   extents, labels = [], []
   classes = None if names is None else {name: k for k, name in enumerate(names)}
@@ -113,17 +122,22 @@ def _index_tar(
     offset, size, _ = sample.get(image_column, (-1, -1, None))
     _, _, data = sample.get(label_file, (0, 0, None))
     where = f'{path}: sample {key!r}'
-    label = None if data is None else hf_webdataset_fields.label(data, label_column, classes, where)
-    if label is not None and type(label) is not kind:
+    label = (
+        None
+        if data is None
+        else hf_webdataset_fields.label(data, label_column, classes, where, sets)
+    )
+    if label is not None and any(type(v) is not kind for v in (label if sets else [label])):
       raise ValueError(
           f'{where}: its {label_column!r} is {label!r}, where the first samples have '
           f"{'class numbers' if kind is int else 'class names'}: write one kind of label"
       )
     extents.append((0, offset, size, label is not None))
-    labels.append(label)
-  missing = -1 if numbers else ''
+    labels.append(json.dumps(label) if sets and label is not None else label)
+  missing = -1 if numbers and not sets else ''
   labels = np.array([missing if label is None else label for label in labels])
-  return np.array(extents, _EXTENT), labels.astype(np.int64) if numbers else labels.astype(str)
+  as_numbers = numbers and not sets
+  return np.array(extents, _EXTENT), labels.astype(np.int64) if as_numbers else labels.astype(str)
 
 
 def _index_in_threads(files: tuple[str, ...], *columns: Any) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -185,14 +199,17 @@ class Rows:
     self._columns = (image_column, label_column)
     feature = layout.features.get(label_column, {})
     names = feature.get('names') if feature.get('_type') == 'ClassLabel' else None
+    sets = False
     if names is not None:
       numbers = True
     elif hf_webdataset_fields.file_and_key(label_column)[1] is not None:
       # A JSON key: as its first samples hold.
-      numbers = column_kinds(layout).get(label_column) == 'integer'
+      kind = column_kinds(layout).get(label_column, '')
+      numbers, sets = kind.startswith('integer'), kind.endswith(hf_features.SET)
     else:
       numbers = label_column.rsplit('.', 1)[-1].lower() in hf_webdataset_fields.INTEGER_FIELDS
-    self._labels_as = (names, numbers)  # The README's class names, and whether labels are numbers.
+    # The README's class names, whether labels are numbers, and whether a sample has a list of them.
+    self._labels_as = (names, numbers, sets)
     # Each split's index, made once here: a worker process then maps it without a look at each tar
     # (on cloud storage, a request each).
     self._indices = {split: self._indexed(split) for split in layout.splits}
@@ -232,13 +249,19 @@ class Rows:
       )
     return self._index[split]
 
-  def labels(self, split: str) -> np.ndarray:
-    """The label of every sample of `split`, as written (integers or strings)."""
+  def labels(self, split: str) -> np.ndarray | label_sets.LabelSets:
+    """The label of every sample of `split`, as written (integers or strings), or of a list of them
+    a sample, each sample's list."""
     extents, labels = self._split(split)
     missing = int(np.sum(~extents['labelled']))
     if missing:
       raise hf_features.unlabelled(self._layout.root, split, missing, self._columns[1])
-    return np.asarray(labels)
+    _, numbers, sets = self._labels_as
+    if not sets:
+      return np.asarray(labels)
+    lists = [json.loads(str(text)) for text in labels]
+    values = np.array([v for labels in lists for v in labels], np.int64 if numbers else str)
+    return label_sets.from_lengths(np.array([len(v) for v in lists], np.int64), values)
 
   def describe(self, split: str, row: int) -> str:
     file = int(self._split(split)[0][row]['file'])

@@ -30,10 +30,7 @@ def eval_step(
   """Sums over the unmasked examples with a label: top-1 / any of top-5 in the label set, and their
   count ('labelled'); 'count', the unmasked examples."""
   logits = model.apply({'params': params}, on_device.model_input(batch['image']), train=False)
-  if 'labels' in batch:  # Multi-hot bool [b, classes].
-    labels = batch['labels']
-  else:  # A single-label feature: sets of one.
-    labels = batch['label'][:, None] == jnp.arange(logits.shape[-1])
+  labels = classification.label_sets(batch, logits.shape[-1])
   return {
       **classification.label_set_hits(logits, labels, batch['mask']),
       'count': jnp.sum(batch['mask']),

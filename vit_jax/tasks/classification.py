@@ -107,6 +107,15 @@ def mix(config: ml_collections.ConfigDict, num_classes: int) -> mixing.MixFn | N
   return mixing.make(config.mix, num_classes, config.label_smoothing)
 
 
+def label_sets(batch: dict[str, jax.Array], num_classes: int) -> jax.Array:
+  """A batch's label sets, multi-hot bool [b, num_classes]: its 'labels', or its single 'label's as
+  sets of one."""
+  if 'labels' in batch:
+    return batch['labels']
+  chex.assert_rank(batch['label'], 1)
+  return batch['label'][:, None] == jnp.arange(num_classes)
+
+
 def label_set_hits(logits: jax.Array, labels: jax.Array, mask: jax.Array) -> dict[str, jax.Array]:
   """Sums over the examples of `mask` with a label in their set (multi-hot bool `labels` [b, classes]):
   top-1 / any of top-5 in the set, and 'labelled', their count; an empty set counts nowhere (ReaL's
@@ -133,20 +142,14 @@ def make_eval_step(
   def eval_step(params: Any, batch: dict[str, jax.Array]) -> dict[str, Any]:
     logits = model.apply({'params': params}, on_device.model_input(batch['image']), train=False)
     mask = batch['mask']
-    sums = {'count': jnp.sum(mask)}
+    sets = label_sets(batch, logits.shape[-1])
+    sums = {
+        **label_set_hits(logits, sets, mask),
+        'loss_sum': jnp.sum(LOSSES[config.loss](logits, sets.astype(jnp.float32)) * mask),
+        'count': jnp.sum(mask),
+    }
     if 'labels' in batch:
-      labels = batch['labels']
-      sums.update(label_set_hits(logits, labels, mask))
-      sums['rows'] = {'logits': logits, 'labels': labels, 'mask': mask}
-      targets = labels.astype(jnp.float32)
-    else:
-      labels = batch['label']
-      chex.assert_shape(labels, logits.shape[:1])
-      top5 = jax.lax.top_k(logits, min(5, logits.shape[-1]))[1]
-      sums['correct'] = jnp.sum((top5[:, 0] == labels) & mask)
-      sums['correct_top5'] = jnp.sum(jnp.any(top5 == labels[:, None], axis=-1) & mask)
-      targets = jax.nn.one_hot(labels, logits.shape[-1])
-    sums['loss_sum'] = jnp.sum(LOSSES[config.loss](logits, targets) * mask)
+      sums['rows'] = {'logits': logits, 'labels': sets, 'mask': mask}
     return sums
 
   return eval_step

@@ -8,6 +8,7 @@ import pathlib
 import shutil
 import subprocess
 import sys
+import tarfile
 import time
 from typing import Any, Sequence
 
@@ -179,25 +180,31 @@ def encoded(
   return out.getvalue()
 
 
+def webdataset_tar(path, samples, tar_format=tarfile.GNU_FORMAT, extra=()) -> None:
+  """A tar of `samples` ((key, {column: bytes}), a file each) after `extra` (name, bytes) files."""
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  with tarfile.open(path, 'w', format=tar_format) as tar:
+    files = [*extra, *((f'{key}.{c}', v) for key, columns in samples for c, v in columns.items())]
+    for name, content in files:
+      info = tarfile.TarInfo(name)
+      info.size = len(content)
+      tar.addfile(info, io.BytesIO(content))
+
+
 def digits_shards(root: str, tars_per_split: int, examples: int | None = None) -> None:
   """The bundled digits (each split's first `examples`, all where None, in order) as WebDataset tar
   files of a PNG and a `cls` a sample, `tars_per_split` a split: digits-<split>-<k>.tar in `root`.
   """
-  import tarfile  # pylint: disable=g-import-not-at-top
-
   os.makedirs(root, exist_ok=True)
   for split, (pixels, labels) in digits.split_arrays().items():
     bounds = np.linspace(0, len(labels) if examples is None else examples, tars_per_split + 1)
     for shard, (start, stop) in enumerate(zip(bounds[:-1].astype(int), bounds[1:].astype(int))):
-      with tarfile.open(os.path.join(root, f'digits-{split}-{shard:04d}.tar'), 'w') as tar:
-        for k in range(start, stop):
-          for column, content in (
-              ('png', encoded(pixels[k][..., 0], 'PNG')),
-              ('cls', b'%d' % labels[k]),
-          ):
-            info = tarfile.TarInfo(f'{split}_{k:05d}.{column}')
-            info.size = len(content)
-            tar.addfile(info, io.BytesIO(content))
+      samples = [
+          (f'{split}_{k:05d}', {'png': encoded(pixels[k][..., 0], 'PNG'), 'cls': b'%d' % labels[k]})
+          for k in range(start, stop)
+      ]
+      path = os.path.join(root, f'digits-{split}-{shard:04d}.tar')
+      webdataset_tar(path, samples, tarfile.PAX_FORMAT)  # tarfile.open's default.
 
 
 def digits_parquet(root: str, files_per_split: int) -> None:

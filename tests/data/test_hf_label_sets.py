@@ -3,9 +3,7 @@ written by the `datasets` library as Parquet files or with save_to_disk, reads a
 it (each row's classes, any slice and data shard of a split), and a run trains and evaluates on it.
 """
 
-import io
 import json
-import tarfile
 
 import numpy as np
 import pytest
@@ -163,16 +161,20 @@ def test_webdataset_samples_json_lists_are_label_sets(tmp_path, kind):
     if split == 'train':
       sets[:3] = [[], [], []]
     expected[split] = sets
-    with tarfile.open(tmp_path / f'digits-{split}-0000.tar', 'w') as tar:
-      for k, labels in enumerate(sets):
-        tags = [NAMES[c] for c in labels] if kind == 'strings' else labels
-        for column, content in (
-            ('png', helpers.encoded(pixels[k][..., 0], 'PNG')),
-            ('json', json.dumps({'tags': tags, 'id': k}).encode()),
-        ):
-          info = tarfile.TarInfo(f'{split}_{k:05d}.{column}')
-          info.size = len(content)
-          tar.addfile(info, io.BytesIO(content))
+    tags = [[NAMES[c] for c in labels] if kind == 'strings' else labels for labels in sets]
+    helpers.webdataset_tar(
+        tmp_path / f'digits-{split}-0000.tar',
+        [
+            (
+                f'{split}_{k:05d}',
+                {
+                    'png': helpers.encoded(pixels[k][..., 0], 'PNG'),
+                    'json': json.dumps({'tags': tags[k], 'id': k}).encode(),
+                },
+            )
+            for k in range(len(sets))
+        ],
+    )
   source = hf_source.HuggingFaceSource(str(tmp_path), 'train', 'json.tags')
   assert source.multi_label
   names = source.class_names
@@ -186,15 +188,14 @@ def test_webdataset_samples_json_lists_are_label_sets(tmp_path, kind):
 
 
 def test_a_json_key_of_another_kind_in_a_later_sample_is_a_one_line_error(tmp_path):
-  with tarfile.open(tmp_path / 'data-train-0000.tar', 'w') as tar:
-    for k, tags in enumerate([[1, 2], [0], 3]):
-      for column, content in (
-          ('png', helpers.encoded(np.zeros((4, 4), np.uint8), 'PNG')),
-          ('json', json.dumps({'tags': tags}).encode()),
-      ):
-        info = tarfile.TarInfo(f'{k:05d}.{column}')
-        info.size = len(content)
-        tar.addfile(info, io.BytesIO(content))
+  png = helpers.encoded(np.zeros((4, 4), np.uint8), 'PNG')
+  helpers.webdataset_tar(
+      tmp_path / 'data-train-0000.tar',
+      [
+          (f'{k:05d}', {'png': png, 'json': json.dumps({'tags': tags}).encode()})
+          for k, tags in enumerate([[1, 2], [0], 3])
+      ],
+  )
   with pytest.raises(ValueError, match=r"sample '00002': its 'json.tags' is 3, not a list of"):
     hf_source.HuggingFaceSource(str(tmp_path), 'train', 'json.tags')
 

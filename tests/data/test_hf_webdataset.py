@@ -4,7 +4,6 @@ imagenet-1k-wds on the hub), written with Python's tarfile in each of its format
 and evaluate as the bundled digits."""
 
 import hashlib
-import io
 import json
 import os
 import pathlib
@@ -30,17 +29,6 @@ datasets = pytest.importorskip('datasets')
 @pytest.fixture(autouse=True)
 def _offline(monkeypatch, tmp_path_factory):
   helpers.offline_datasets(monkeypatch, str(tmp_path_factory.mktemp('hf_cache')))
-
-
-def _shard(path, samples, tar_format=tarfile.GNU_FORMAT, extra=()) -> None:
-  """A tar of `samples` ((key, {column: bytes}), a file each) after `extra` (name, bytes) files."""
-  os.makedirs(os.path.dirname(path), exist_ok=True)
-  with tarfile.open(path, 'w', format=tar_format) as tar:
-    files = [*extra, *((f'{key}.{c}', v) for key, columns in samples for c, v in columns.items())]
-    for name, content in files:
-      info = tarfile.TarInfo(name)
-      info.size = len(content)
-      tar.addfile(info, io.BytesIO(content))
 
 
 def _samples(n: int, seed: int, key_prefix: str = '', label='cls') -> list:
@@ -92,14 +80,16 @@ def test_shards_read_as_datasets_loads_them(tmp_path):
   """timm's shard names, each of tarfile's formats, key paths past ustar's 100 characters, and what
   datasets leaves out of samples (folders, hidden files)."""
   long_prefix = 'n01440764/' + 'x' * 120 + '_'
-  _shard(tmp_path / 'imagenet1k-train-0000.tar', _samples(5, 0), tarfile.GNU_FORMAT)
-  _shard(
+  helpers.webdataset_tar(tmp_path / 'imagenet1k-train-0000.tar', _samples(5, 0), tarfile.GNU_FORMAT)
+  helpers.webdataset_tar(
       tmp_path / 'imagenet1k-train-0001.tar',
       _samples(4, 1, long_prefix),
       tarfile.PAX_FORMAT,
       extra=[('.DS_Store', b'x'), ('__meta__.json', b'{}')],
   )
-  _shard(tmp_path / 'imagenet1k-validation-0000.tar', _samples(3, 2, 'val/'), tarfile.USTAR_FORMAT)
+  helpers.webdataset_tar(
+      tmp_path / 'imagenet1k-validation-0000.tar', _samples(3, 2, 'val/'), tarfile.USTAR_FORMAT
+  )
   theirs = datasets.load_dataset(str(tmp_path))
   source = hf_source.HuggingFaceSource(str(tmp_path), 'train', 'cls')
   assert isinstance(source._rows, hf_webdataset.Rows)  # pylint: disable=protected-access
@@ -115,8 +105,8 @@ def test_class_names_of_the_readme_and_text_labels_are_datasets_own(tmp_path):
   """A README's ClassLabel names the classes of `cls`; text labels (`txt`) are the train split's
   names, sorted, and an eval label no train sample has is one line."""
   readme = tmp_path / 'readme'
-  _shard(readme / 'train/0.tar', _samples(6, 3))
-  _shard(readme / 'test/0.tar', _samples(4, 4))
+  helpers.webdataset_tar(readme / 'train/0.tar', _samples(6, 3))
+  helpers.webdataset_tar(readme / 'test/0.tar', _samples(4, 4))
   features = datasets.Features(
       {'jpg': datasets.Image(), 'cls': datasets.ClassLabel(names=['cat', 'airplane', 'bird'])}
   )
@@ -138,8 +128,8 @@ def test_class_names_of_the_readme_and_text_labels_are_datasets_own(tmp_path):
   _assert_rows(_rows(source, 'test'), theirs['test'], 'cls')
 
   named = tmp_path / 'named'  # The README's ClassLabel over a text column: names to numbers.
-  _shard(named / 'train/0.tar', _samples(6, 7, label='txt'))
-  _shard(named / 'test/0.tar', _samples(3, 8, label='txt'))
+  helpers.webdataset_tar(named / 'train/0.tar', _samples(6, 7, label='txt'))
+  helpers.webdataset_tar(named / 'test/0.tar', _samples(3, 8, label='txt'))
   features = datasets.Features(
       {'jpg': datasets.Image(), 'txt': datasets.ClassLabel(names=['bird', 'cat', 'airplane'])}
   )
@@ -148,18 +138,18 @@ def test_class_names_of_the_readme_and_text_labels_are_datasets_own(tmp_path):
   source = hf_source.HuggingFaceSource(str(named), 'train', 'txt')
   assert source.class_names == ('bird', 'cat', 'airplane')
   _assert_rows(_rows(source, 'test'), theirs['test'], 'txt')
-  _shard(named / 'test/0.tar', _one_sample('txt', b'dog'))
+  helpers.webdataset_tar(named / 'test/0.tar', _one_sample('txt', b'dog'))
   with pytest.raises(ValueError, match="its 'txt' 'dog' is not one of the classes the README"):
     hf_source.HuggingFaceSource(str(named), 'train', 'txt')
 
   text = tmp_path / 'text'
-  _shard(text / 'pets-train-0.tar', _samples(7, 5, label='txt'))
-  _shard(text / 'pets-test-0.tar', _samples(3, 6, label='txt'))
+  helpers.webdataset_tar(text / 'pets-train-0.tar', _samples(7, 5, label='txt'))
+  helpers.webdataset_tar(text / 'pets-test-0.tar', _samples(3, 6, label='txt'))
   theirs = datasets.load_dataset(str(text))
   source = hf_source.HuggingFaceSource(str(text), 'train', 'txt')
   assert source.class_names == ('airplane', 'bird', 'cat')
   _assert_rows(_rows(source, 'test'), theirs['test'], 'txt', list(source.class_names))
-  _shard(text / 'pets-test-0.tar', _one_sample('txt', b'dog'))
+  helpers.webdataset_tar(text / 'pets-test-0.tar', _one_sample('txt', b'dog'))
   with pytest.raises(ValueError, match=r"labels that no train example has: \['dog'\]"):
     hf_source.HuggingFaceSource(str(text), 'train', 'txt').split_labels('test')
 
@@ -178,8 +168,8 @@ def test_labels_in_json_files_read_as_datasets_reads_the_objects(tmp_path):
   """`label_feature='json.KEY'`: the key of each sample's JSON object (class numbers, or names);
   what is not a number or a name, or not the first samples' kind, is one line."""
   numbers = tmp_path / 'numbers'
-  _shard(numbers / 'shards-train-0.tar', _json_labelled(_samples(6, 9), 'label'))
-  _shard(numbers / 'shards-test-0.tar', _json_labelled(_samples(4, 10), 'label'))
+  helpers.webdataset_tar(numbers / 'shards-train-0.tar', _json_labelled(_samples(6, 9), 'label'))
+  helpers.webdataset_tar(numbers / 'shards-test-0.tar', _json_labelled(_samples(4, 10), 'label'))
   theirs = datasets.load_dataset(str(numbers))
   source = hf_source.HuggingFaceSource(str(numbers), 'train', 'json.label')
   assert source.class_names == ('0', '1', '2')
@@ -189,8 +179,12 @@ def test_labels_in_json_files_read_as_datasets_reads_the_objects(tmp_path):
 
   names = tmp_path / 'names'
   pets = ['cat', 'airplane', 'bird']
-  _shard(names / 'shards-train-0.tar', _json_labelled(_samples(6, 11), 'class', pets))
-  _shard(names / 'shards-test-0.tar', _json_labelled(_samples(3, 12), 'class', pets))
+  helpers.webdataset_tar(
+      names / 'shards-train-0.tar', _json_labelled(_samples(6, 11), 'class', pets)
+  )
+  helpers.webdataset_tar(
+      names / 'shards-test-0.tar', _json_labelled(_samples(3, 12), 'class', pets)
+  )
   theirs = datasets.load_dataset(str(names))
   source = hf_source.HuggingFaceSource(str(names), 'train', 'json.class')
   assert source.class_names == ('airplane', 'bird', 'cat')
@@ -201,12 +195,14 @@ def test_labels_in_json_files_read_as_datasets_reads_the_objects(tmp_path):
     hf_source.HuggingFaceSource(str(names), 'train', 'json.species')
 
   mixed = _json_labelled(_samples(1, 13), 'class', pets) + _json_labelled(_samples(1, 14), 'class')
-  _shard(names / 'shards-test-0.tar', mixed)
+  helpers.webdataset_tar(names / 'shards-test-0.tar', mixed)
   with pytest.raises(
       ValueError, match=r"'json.class' is 2, where the first samples have class name"
   ):
     hf_source.HuggingFaceSource(str(names), 'train', 'json.class')
-  _shard(names / 'shards-test-0.tar', mixed[:1] + _one_sample('json', b'{"class": 1.5}'))
+  helpers.webdataset_tar(
+      names / 'shards-test-0.tar', mixed[:1] + _one_sample('json', b'{"class": 1.5}')
+  )
   with pytest.raises(ValueError, match=r"its 'json.class' is 1.5, not a class number or name"):
     hf_source.HuggingFaceSource(str(names), 'train', 'json.class')
 
@@ -225,7 +221,7 @@ def test_a_split_is_indexed_once_and_again_when_a_shard_changes(tmp_path, monkey
   cache = tmp_path / 'cache'
   monkeypatch.setenv(dataset_cache.CACHE_VARIABLE, str(cache))
   root = tmp_path / 'shards'
-  _shard(root / 'train-0.tar', _samples(5, 0))
+  helpers.webdataset_tar(root / 'train-0.tar', _samples(5, 0))
   first = _rows(hf_source.HuggingFaceSource(str(root), 'train', 'cls'), 'train')
   (index,) = list(cache.glob('*.webdataset'))
   written = (index / 'extents.npy').stat().st_mtime_ns
@@ -233,7 +229,7 @@ def test_a_split_is_indexed_once_and_again_when_a_shard_changes(tmp_path, monkey
   assert [label for _, label in again] == [label for _, label in first]
   assert list(cache.glob('*.webdataset')) == [index]
   assert (index / 'extents.npy').stat().st_mtime_ns == written
-  _shard(root / 'train-0.tar', _samples(7, 1))
+  helpers.webdataset_tar(root / 'train-0.tar', _samples(7, 1))
   changed = _rows(hf_source.HuggingFaceSource(str(root), 'train', 'cls'), 'train')
   _assert_rows(changed, datasets.load_dataset(str(root))['train'], 'cls')
   assert len(list(cache.glob('*.webdataset'))) == 2
@@ -249,7 +245,7 @@ def _error(root, **overrides) -> str:
 def test_bad_shards_are_one_line_errors_naming_the_fix(tmp_path):
   compressed = tmp_path / 'compressed'
   compressed.mkdir()
-  _shard(tmp_path / 'plain.tar', _samples(2, 0))
+  helpers.webdataset_tar(tmp_path / 'plain.tar', _samples(2, 0))
   import gzip  # pylint: disable=g-import-not-at-top
 
   (compressed / 'train.tar').write_bytes(gzip.compress((tmp_path / 'plain.tar').read_bytes()))
@@ -268,23 +264,25 @@ def test_bad_shards_are_one_line_errors_naming_the_fix(tmp_path):
 
   unlabelled = _samples(6, 0)
   del unlabelled[5][1]['cls']  # The first five samples, whose columns datasets reads, have it.
-  _shard(tmp_path / 'unlabelled/train.tar', unlabelled)
+  helpers.webdataset_tar(tmp_path / 'unlabelled/train.tar', unlabelled)
   assert "has 1 examples without a 'cls': use a labelled split" in _error(
       tmp_path / 'unlabelled', eval_split='train'
   )
 
   words = _samples(2, 0)
   words[1][1]['cls'] = b'bird'
-  _shard(tmp_path / 'words/train.tar', words)
+  helpers.webdataset_tar(tmp_path / 'words/train.tar', words)
   assert "its 'cls' is b'bird', not a class number" in _error(tmp_path / 'words')
 
   twice = _samples(2, 0)
-  _shard(tmp_path / 'twice/train.tar', twice, extra=[('k.cls', b'1'), ('k.cls', b'2')])
+  helpers.webdataset_tar(
+      tmp_path / 'twice/train.tar', twice, extra=[('k.cls', b'1'), ('k.cls', b'2')]
+  )
   assert "sample 'k' has two 'cls' files" in _error(tmp_path / 'twice')
 
   mixed = _samples(3, 0)
   del mixed[1][1]['json']
-  _shard(tmp_path / 'mixed/train.tar', mixed)
+  helpers.webdataset_tar(tmp_path / 'mixed/train.tar', mixed)
   assert 'do not have the same extensions' in _error(tmp_path / 'mixed')
 
   assert "set --config.label_feature to one of ['cls', 'json.width']" in _error(
@@ -295,7 +293,7 @@ def test_bad_shards_are_one_line_errors_naming_the_fix(tmp_path):
 def test_a_sample_without_an_image_is_unreadable_not_a_crash(tmp_path):
   samples = _samples(6, 0)
   del samples[5][1]['jpg']
-  _shard(tmp_path / 'train.tar', samples)
+  helpers.webdataset_tar(tmp_path / 'train.tar', samples)
   source = hf_source.HuggingFaceSource(str(tmp_path), 'train', 'cls')
   records = source.examples('train')
   with pytest.raises(images.UnreadableImage, match="no 'jpg' file in this sample"):
@@ -306,7 +304,7 @@ def test_a_sample_without_an_image_is_unreadable_not_a_crash(tmp_path):
 def test_a_repository_of_shards_on_the_hub_downloads_its_tar_files_and_readme(
     tmp_path, monkeypatch
 ):
-  _shard(tmp_path / 'snapshot/imagenet1k-train-0000.tar', _samples(4, 0))
+  helpers.webdataset_tar(tmp_path / 'snapshot/imagenet1k-train-0000.tar', _samples(4, 0))
   listing = ['README.md', '.gitattributes', '_info.json']
   listing += [f'imagenet1k-{s}-{k:04d}.tar' for s in ('train', 'validation') for k in range(2)]
   asked = helpers.fake_hub(monkeypatch, listing, str(tmp_path / 'snapshot'))
@@ -338,7 +336,7 @@ def test_an_index_another_machine_made_meanwhile_is_kept(tmp_path, monkeypatch):
 def test_a_worker_process_maps_the_index_without_a_look_at_the_shards(tmp_path, monkeypatch):
   """A worker gets the source pickled: it finds the index the run made by its name, with no stat of
   each tar (on cloud storage, a request each)."""
-  _shard(tmp_path / 'train.tar', _samples(4, 0))
+  helpers.webdataset_tar(tmp_path / 'train.tar', _samples(4, 0))
   source = hf_source.HuggingFaceSource(str(tmp_path), 'train', 'cls')
   records = source.examples('train')
   worker = pickle.loads(pickle.dumps(source))
@@ -391,7 +389,7 @@ def test_a_split_of_many_tars_is_indexed_by_processes_as_by_threads(tmp_path, mo
   files = []
   for k in range(hf_webdataset._TARS_FOR_PROCESSES):  # pylint: disable=protected-access
     files.append(str(tmp_path / f'train-{k:02d}.tar'))
-    _shard(files[-1], _samples(1 + k % 3, k))
+    helpers.webdataset_tar(files[-1], _samples(1 + k % 3, k))
   pools = []
   process_pool = hf_webdataset.concurrent.futures.ProcessPoolExecutor
 
@@ -435,10 +433,10 @@ def test_the_processes_of_a_multi_host_run_divide_the_indexing(tmp_path, monkeyp
   another host cannot read is the same one-line error on every host, not a hang."""
   root, damaged = tmp_path / 'shards', tmp_path / 'damaged'
   for k in range(5):
-    _shard(root / f'train-{k}.tar', _samples(3 + k, k))
-    _shard(damaged / f'train-{k}.tar', _samples(3, k))
+    helpers.webdataset_tar(root / f'train-{k}.tar', _samples(3 + k, k))
+    helpers.webdataset_tar(damaged / f'train-{k}.tar', _samples(3, k))
   for k in range(3):
-    _shard(root / f'validation-{k}.tar', _samples(2 + k, 10 + k))
+    helpers.webdataset_tar(root / f'validation-{k}.tar', _samples(2 + k, 10 + k))
   cut = damaged / 'train-3.tar'  # In process 1's share.
   cut.write_bytes(cut.read_bytes()[:700])
   monkeypatch.setenv(dataset_cache.CACHE_VARIABLE, str(tmp_path / 'one_process'))

@@ -596,11 +596,15 @@ def files_of(workdir: str) -> dict[str, bytes]:
   }
 
 
+def checkpoint_state(workdir: str, step: int) -> dict:
+  """The train state of a checkpoint (numpy arrays), read with orbax directly."""
+  path = os.path.join(workdir, 'checkpoints', str(step), 'default')
+  return jax.tree.map(np.asarray, ocp.StandardCheckpointer().restore(path))
+
+
 def checkpoint_params(workdir: str, step: int):
   """The raw parameters of a checkpoint, read with orbax directly."""
-  path = os.path.join(workdir, 'checkpoints', str(step), 'default')
-  restored = ocp.StandardCheckpointer().restore(path)
-  return jax.tree.map(np.asarray, restored['params'])
+  return checkpoint_state(workdir, step)['params']
 
 
 def model_logits(workdir: str, params, images: np.ndarray) -> np.ndarray:

@@ -332,6 +332,13 @@ def get_config() -> ml_collections.ConfigDict:
   config.eval_every_steps = 1000
   config.checkpoint_every_steps = 1000
   config.keep_checkpoints = 3
+  # The parameters of the best evaluation, kept in workdir/best/<step> beside the latest checkpoints:
+  # `metric` is a metric an evaluator logs (eval_top1, eval_polyak_top1, eval_loss, eval_map,
+  # fewshot_10shot, ...), `mode` 'max' or 'min' (unset: min for a *loss, else max); metric unset: none
+  # kept. The tools read it as --step=best; config.init_from=W/best/<step> fine-tunes from it.
+  config.best_checkpoint = ml_collections.ConfigDict(
+      dict(metric=config_dict.placeholder(str), mode=config_dict.placeholder(str))
+  )
   # A profiler trace (TensorBoard's Profile tab) of this many steps into the workdir, from the third
   # step of each start on (the first compiles); 0: none.
   config.profile_steps = 0

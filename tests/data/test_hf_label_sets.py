@@ -10,6 +10,7 @@ import pytest
 from PIL import Image
 
 import helpers
+from vit_jax.checkpoints import saved_state
 from vit_jax.data import digits
 from vit_jax.data import hf_card
 from vit_jax.data import hf_features
@@ -209,12 +210,14 @@ def test_a_missing_label_column_names_the_list_columns(tmp_path):
 @pytest.mark.slow  # Three runs of vit_jax.main, two of them the processes of one: make test-all's.
 def test_two_hosts_measure_what_one_measures(tmp_path):
   """The mAP of a run of two processes is of every image of the split, each host's and the other's,
-  as one process's is (each host reads half of the split)."""
+  as one process's is (each host reads half of the split); the processes keep the best by it together
+  (config.best_checkpoint: every process saves its shards and decides alike)."""
   overrides = {
       **helpers.label_set_digits_parquet(tmp_path / 'data_root'),
       'data_shards': 2,
       'total_steps': 4,
-      'eval_every_steps': 4,
+      'eval_every_steps': 2,
+      'best_checkpoint.metric': 'eval_map',
   }
   one = helpers.run_main('configs/demo.py', str(tmp_path / 'one'), overrides, timeout=300)
   assert one.returncode == 0, one.stderr[-3000:]
@@ -231,6 +234,9 @@ def test_two_hosts_measure_what_one_measures(tmp_path):
   for metric in ('eval_map', 'eval_top1', 'eval_loss'):
     assert twos[metric][4] == pytest.approx(ones[metric][4], rel=1e-5), metric
   assert 0 < ones['eval_map'][4] < 1
+  for run, scalars in (('one', ones), ('two', twos)):
+    best = max(scalars['eval_map'], key=scalars['eval_map'].get)
+    assert saved_state.find_checkpoint(str(tmp_path / run), 'best')[1] == best, run
 
 
 def test_lists_of_a_fixed_length_are_label_sets(tmp_path):

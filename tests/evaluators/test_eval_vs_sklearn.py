@@ -106,7 +106,13 @@ def test_split_metrics_are_sklearns_over_every_example_once(data_dir, split, eva
     }
 
   counter = split_lib.SplitEvaluator(
-      'count', 1, config=config, split=split, eval_step=sums_of_real_rows, mesh=context.mesh
+      'count',
+      1,
+      config=config,
+      split=split,
+      eval_step=sums_of_real_rows,
+      mesh=context.mesh,
+      metrics=('top1', 'top5'),
   )
   means = counter(params)
   assert means['top1'] == pytest.approx(labels.mean())

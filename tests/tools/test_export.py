@@ -241,7 +241,10 @@ def test_command_line_exports_the_chosen_step(workdir, tmp_path):
             ['--workdir={workdir}', '--step=5'],
             r'^error: .* has no checkpoint of step 5: use one of \[4, 8, 12\]',
         ),
-        (['--workdir={workdir}', '--step=many'], r'^error: flag --step=many'),
+        (
+            ['--workdir={workdir}', '--step=many'],
+            r'^error: flag --step=many: pass a checkpoint step \(a number\) or best: use ',
+        ),
         ([], r'^error: flag --workdir=None'),
         (['--workdir={workdir}', 'extra'], r"^error: unexpected arguments \['extra'\]"),
     ],

@@ -18,6 +18,18 @@ KNN_ON = {'knn.every_steps': 6}
 INVALID = {
     'accum_steps': (0, {}, 'accum_steps=0 must be at least 1'),
     'batch_size': (0, {}, 'batch_size=0 must be at least 1 image'),
+    'best_checkpoint.metric': (
+        'eval_top',
+        {},
+        r"^config\.best_checkpoint\.metric='eval_top' is not a metric this run logs: use one of "
+        r'eval_loss, eval_top1, eval_top5 \(_polyak_ ones: set config\.polyak_decay\)$',
+    ),
+    'best_checkpoint.mode': (
+        'maximum',
+        {'best_checkpoint.metric': 'eval_top1'},
+        r"^config\.best_checkpoint\.mode='maximum' must be one of max, min \(unset: min for a "
+        r'metric ending in loss, else max\)$',
+    ),
     'checkpoint_every_steps': (0, {}, 'checkpoint_every_steps=0 must be at least 1'),
     'data_dir': ('MISSING', {'dataset': 'folder'}, 'does not exist'),
     'data_shards': (0, {}, 'data_shards=0 must be at least 1'),
@@ -313,6 +325,20 @@ ALSO_INVALID = {
     'token_gap without a class token': (
         {'model.classifier': 'token_gap', 'model.class_token': False},
         r"^model.classifier='token_gap' pools the class token, and model.class_token=False has none",
+    ),
+    'a best checkpoint ordered by no metric': (
+        {'best_checkpoint.mode': 'min'},
+        r"^config\.best_checkpoint\.mode='min' orders config\.best_checkpoint\.metric, which is "
+        r'unset: set it too',
+    ),
+    'a best checkpoint of the Polyak average of a run that keeps none': (
+        {'best_checkpoint.metric': 'eval_polyak_top1'},
+        r"^config\.best_checkpoint\.metric='eval_polyak_top1' is not a metric this run logs",
+    ),
+    'a best checkpoint of a few-shot accuracy the run does not measure': (
+        {'best_checkpoint.metric': 'fewshot_7shot', 'fewshot.every_steps': 6},
+        r'use one of eval_loss, eval_top1, eval_top5, fewshot_10shot, fewshot_1shot, '
+        r'fewshot_25shot, fewshot_5shot \(',
     ),
     'infinite epochs': (
         {'total_steps': None, 'num_epochs': float('inf')},

@@ -60,10 +60,12 @@ def _write_replicated_arrays_whole() -> None:
     logging.get_absl_logger().removeFilter(quiet)
 
 
-def save(manager: ocp.CheckpointManager, step: int, state: Any) -> bool:
-  """Starts the async save of `step`; False if orbax declined it (it skips a step at or before its
-  latest)."""
-  return manager.save(step, args=ocp.args.StandardSave(state))
+def save(
+    manager: ocp.CheckpointManager, step: int, state: Any, metrics: Optional[dict] = None
+) -> bool:
+  """Starts the async save of `step` (with `metrics`, for a manager that keeps the best by them);
+  False if orbax declined it (it skips a step at or before its latest)."""
+  return manager.save(step, args=ocp.args.StandardSave(state), metrics=metrics)
 
 
 class SaveError(RuntimeError):
@@ -80,10 +82,10 @@ class Saver:
     self._quiet = orbax_noise.TracebacksAtDebug()
     logging.get_absl_logger().addFilter(self._quiet)
 
-  def save(self, step: int, state: Any) -> None:
+  def save(self, step: int, state: Any, metrics: Optional[dict] = None) -> None:
     self.wait()
     try:
-      saved = save(self._manager, step, state)
+      saved = save(self._manager, step, state, metrics)
     except Exception as e:  # pylint: disable=broad-except  # The file system's errors, of any kind.
       raise self._failed(step, e) from None
     if not saved:  # A run must never end believing a step is saved that is not.
@@ -121,7 +123,9 @@ class Saver:
     self._reported = True
     directory = str(self._manager.directory)
     intact = [
-        s for s in saved_state.saved_steps(os.path.dirname(directory)) if _readable(directory, s)
+        s
+        for s in sorted(ocp.utils.checkpoint_steps(self._manager.directory))
+        if _readable(directory, s)
     ]
     return SaveError(
         f'Saving checkpoint {step} in {directory} failed ({_os_reason(error)}): free '

@@ -73,6 +73,8 @@ RESUMABLE_FIELDS = frozenset(
         'eval_every_steps',
         'checkpoint_every_steps',
         'keep_checkpoints',
+        'best_checkpoint.metric',
+        'best_checkpoint.mode',
         'profile_steps',
         'eval_batch_size',
         'data_workers',
@@ -125,9 +127,10 @@ class TrainedModel:
 
 
 def load_trained(
-    workdir: str, step: Optional[int] = None, *, features: bool = False
+    workdir: str, step: int | str | None = None, *, features: bool = False
 ) -> TrainedModel:
-  """The model of checkpoint `step` (default: the latest) of a run, as the run's task built it, or
+  """The model of checkpoint `step` of a run (saved_state.find_checkpoint's: a number, 'best' or None,
+  the latest), as the run's task built it, or
   (`features=True`) its backbone, whatever the task; low-rank adapters folded into their kernels
   (lora.folded: a plain ViT of the same function)."""
   checkpoint_dir, step = saved_state.find_checkpoint(workdir, step)

@@ -17,18 +17,28 @@ from etils import epath
 from vit_jax.checkpoints import orbax_noise
 from vit_jax.runtime import paths
 
+# A workdir's directory of its best parameters by an evaluation metric (config.best_checkpoint).
+BEST = 'best'
 
-def find_checkpoint(path: str, step: Optional[int] = None) -> tuple[str, int]:
+
+def find_checkpoint(path: str, step: Optional[int | str] = None) -> tuple[str, int]:
   """The directory and step of an orbax train-state checkpoint.
 
-  `path` is a step directory (`W/checkpoints/N`, when `step` is None) or a workdir `W`, whose
-  checkpoint `step` (default: the latest) is taken. The directory returned is absolute (orbax does
-  not read a relative one).
+  `path` is a step directory (`W/checkpoints/N` or `W/best/N`, when `step` is None) or a workdir
+  `W`, whose checkpoint `step` is taken: a number (or its digits), 'best' (the run's best parameters,
+  config.best_checkpoint) or None (the latest). The directory returned is absolute (orbax does not
+  read a relative one).
   """
   path = paths.absolute(path)
   name = epath.Path(path).name
   if step is None and name.isdigit() and (epath.Path(path) / 'default').is_dir():
     return path, int(name)
+  if step == BEST:
+    return _best(path)
+  if isinstance(step, str):
+    if not step.isdigit():
+      raise ValueError(f'--step={step}: pass a checkpoint step (a number) or {BEST}')
+    step = int(step)
   root = os.path.join(path, 'checkpoints')
   if not epath.Path(root).is_dir():
     raise ValueError(
@@ -43,6 +53,20 @@ def find_checkpoint(path: str, step: Optional[int] = None) -> tuple[str, int]:
   elif step not in steps:
     raise ValueError(f'{root!r} has no checkpoint of step {step}: use one of {steps}')
   return os.path.join(root, str(step)), step
+
+
+def _best(workdir: str) -> tuple[str, int]:
+  """The directory and step of a workdir's best parameters: the latest step of its best/ directory
+  (a run saves a step there only when it beats every earlier one; a killed run may leave the one it
+  beat beside it)."""
+  root = epath.Path(workdir) / BEST
+  steps = sorted(ocp.utils.checkpoint_steps(root)) if root.is_dir() else []
+  if not steps:
+    raise ValueError(
+        f'{workdir!r} holds no best parameters ({root} is empty or missing): the run keeps them '
+        'with --config.best_checkpoint.metric=METRIC (e.g. eval_top1), once it has evaluated'
+    )
+  return str(root / str(steps[-1])), steps[-1]
 
 
 def saved_steps(workdir: str) -> list[int]:
@@ -79,7 +103,7 @@ def saved_shapes(checkpoint_dir: str) -> dict[str, Any]:
 
 
 def restore_params(checkpoint_dir: str) -> tuple[dict[str, Any], str]:
-  """The parameters of a train-state checkpoint as numpy arrays, and which ones they are.
+  """The parameters of a train-state (or best) checkpoint as numpy arrays, and which ones they are.
 
   The Polyak average (`ema_params`) when the run kept one, with the raw `params` of the frozen
   parameters it leaves out (train/state.py), else the raw `params`. Only those arrays are read, onto
@@ -88,7 +112,8 @@ def restore_params(checkpoint_dir: str) -> tuple[dict[str, Any], str]:
   tree = _metadata_tree(checkpoint_dir)
   if tree.get('ema_params') is None:
     return _restore(checkpoint_dir, {'params': tree['params']})['params'], 'params'
-  left_out = _left_out(tree['ema_params'], tree['params'])
+  # A best checkpoint (config.best_checkpoint) holds the whole average, no `params`.
+  left_out = _left_out(tree['ema_params'], tree.get('params', {}))
   restored = _restore(
       checkpoint_dir,
       {'ema_params': tree['ema_params'], **({'params': left_out} if left_out else {})},

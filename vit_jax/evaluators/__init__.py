@@ -77,6 +77,22 @@ def settings(config: ml_collections.ConfigDict) -> dict[str, ml_collections.Conf
   return named
 
 
+def metric_name(evaluator: str, metric: str, polyak: bool) -> str:
+  """What the loop logs `metric` of `evaluator` as: of the parameters, or of their Polyak average."""
+  return f'{evaluator}{_POLYAK if polyak else ""}_{metric}'
+
+
+def logged_metrics(built: list[Evaluator], polyak: bool) -> dict[str, bool]:
+  """Every metric the run's evaluators log -> whether it measures the Polyak average (with `polyak`,
+  a run that keeps one, each metric is logged of both)."""
+  return {
+      metric_name(evaluator.name, metric, averaged): averaged
+      for evaluator in built
+      for averaged in ((False, True) if polyak else (False,))
+      for metric in evaluator.metrics
+  }
+
+
 def make_evaluators(context: Context) -> list[Evaluator]:
   """The run's evaluators; raises a one-line ValueError naming the config field to fix."""
   built = []

@@ -14,6 +14,7 @@ from vit_jax import data
 class Evaluator(Protocol):
   name: str  # The prefix of its metrics.
   every_steps: int
+  metrics: tuple[str, ...]  # The names of the metrics it returns, known when it is built.
 
   def __call__(self, params: Any) -> dict[str, float]:
     """Metrics of `params` (in any layout the model applies), names without the prefix."""

@@ -125,6 +125,7 @@ class FewShotEvaluator:
     self._splits = (train_split or config.train_split, eval_split or config.eval_split)
     self.features = features.SplitFeatures(config, self._splits, model=model, mesh=mesh)
     self._shots, self._seeds, self._l2_reg = tuple(shots), seeds, l2_reg
+    self.metrics = tuple(f'{n}shot' for n in self._shots)
     self._num_classes = num_classes
 
   def accuracies(self, params: Any, skip_unfillable: bool = False) -> dict[int, float]:

@@ -194,6 +194,7 @@ class KnnEvaluator:
     self._splits = (train_split or config.train_split, eval_split or config.eval_split)
     self.features = features.SplitFeatures(config, self._splits, model=model, mesh=mesh)
     self._ks, self._temperature = tuple(ks), temperature
+    self.metrics = tuple(f'{k}nn' for k in self._ks)
 
   def accuracies(self, params: Any) -> dict[int, float]:
     """Top-1 accuracy for each k. A k beyond the train split's readable examples raises a

@@ -60,5 +60,6 @@ def build(name: str, fields: ml_collections.ConfigDict, context: Context) -> spl
       split=settings['split'],
       eval_step=functools.partial(eval_step, model=context.model),
       mesh=context.mesh,
+      metrics=('top1', 'top5'),
       label_feature=settings['label_feature'],
   )

@@ -55,9 +55,10 @@ class SplitEvaluator:
       split: str,
       eval_step: Callable[[Any, dict[str, jax.Array]], dict[str, jax.Array]],
       mesh: Mesh,
+      metrics: tuple[str, ...],
       label_feature: str | None = None,
   ):
-    self.name, self.every_steps = name, every_steps
+    self.name, self.every_steps, self.metrics = name, every_steps, metrics
     self._split, self._mesh = split, mesh
     self._passes = data.eval_passes(
         config,
@@ -170,6 +171,9 @@ def build(name: str, fields: ml_collections.ConfigDict, context: Context) -> Spl
     config = context.config
     count = context.count(fields.split)
   require_examples(name, fields.split, count)
+  label_sets = (
+      data.is_label_set(config, label_feature) if label_feature else context.info.multi_label
+  )
   return SplitEvaluator(
       name,
       fields.every_steps,
@@ -177,5 +181,6 @@ def build(name: str, fields: ml_collections.ConfigDict, context: Context) -> Spl
       split=fields.split,
       eval_step=context.task.make_eval_step(config, context.model),
       mesh=context.mesh,
+      metrics=('top1', 'top5', 'loss', *(('map',) if label_sets else ())),
       label_feature=label_feature,
   )

@@ -42,6 +42,21 @@ def help_exits_0(error: SystemExit, argv: Sequence[str]) -> None:
     sys.exit(0)
 
 
+def define_step_flag(of: str = '') -> None:
+  """--step, the checkpoint of a run a tool reads (saved_state.find_checkpoint takes it as given)."""
+  flags.DEFINE_string(
+      'step',
+      None,
+      f'Checkpoint step{of}: a number, or best (the parameters config.best_checkpoint kept); '
+      'default: the latest.',
+  )
+  flags.register_validator(
+      'step',
+      lambda step: step is None or step == 'best' or step.isdigit(),
+      message='pass a checkpoint step (a number) or best',
+  )
+
+
 def flags_parser(usage: str) -> Callable[[list[str]], list[str]]:
   """An absl `flags_parser` that reports a missing or bad flag in one line naming the usage."""
 

@@ -1,7 +1,7 @@
 """Each class's results of a saved run on a split: precision, recall, F1 and support, the classes it
 is taken for, and the most confident mistakes:
 
-  python -m vit_jax.tools.confusion --workdir=W [--step=N] [--split=SPLIT] [--out=DIR] [--top=30]
+  python -m vit_jax.tools.confusion --workdir=W [--step=N|best] [--split=SPLIT] [--out=DIR] [--top=30]
       [--threshold=0.5]
 
 prints the classes worst recall first (`--top` of them), then the `--top` most confident mistakes
@@ -33,7 +33,7 @@ import numpy as np
 from vit_jax.runtime import cli
 from vit_jax.tools import label_set_report
 
-_USAGE = '--workdir=W [--step=N] [--split=SPLIT] [--out=DIR] [--top=30] [--threshold=0.5]'
+_USAGE = '--workdir=W [--step=N|best] [--split=SPLIT] [--out=DIR] [--top=30] [--threshold=0.5]'
 _BATCH = 64  # Images a forward pass: one compile for the whole split.
 _PICTURED_CLASSES = 100  # Beyond this many classes a confusion picture is unreadable.
 
@@ -49,7 +49,7 @@ class Predictions:
 
 
 def predict_split(
-    workdir: str, step: Optional[int], split: Optional[str]
+    workdir: str, step: int | str | None, split: Optional[str]
 ) -> tuple[Predictions, int, str]:
   """The predictions of checkpoint `step` (default: the latest) of a run on `split` (default: its
   eval split), the step and the split; a one-line ValueError for what cannot be evaluated so."""
@@ -257,7 +257,7 @@ def _picture(confusion: np.ndarray, names: list[str]) -> bytes:
 def _define_flags() -> None:
   # Defined only when run as a command: other commands' modules have flags of the same names.
   flags.DEFINE_string('workdir', None, 'Workdir of the run whose checkpoint is evaluated.')
-  flags.DEFINE_integer('step', None, 'Checkpoint step (default: the latest).')
+  cli.define_step_flag()
   flags.DEFINE_string('split', None, "Split to evaluate on (default: the run's eval split).")
   flags.DEFINE_string('out', None, 'Directory for the CSV files and the picture (default: none).')
   flags.DEFINE_integer('top', 30, 'Classes and mistakes to print.')

@@ -1,6 +1,6 @@
 """Exports a run's parameters for serving and for other code.
 
-  python -m vit_jax.tools.export --workdir=W --out=DIR [--step=N] [--overwrite]
+  python -m vit_jax.tools.export --workdir=W --out=DIR [--step=N|best] [--overwrite]
 
 writes, from checkpoint N of W (default: the latest), using the Polyak average when the run kept one:
   DIR/model.npz        the parameters under flat '/'-joined keys: the original ViT layout, which the
@@ -32,7 +32,7 @@ if (
 
 import dataclasses
 import json
-from typing import Any, Optional
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -63,7 +63,7 @@ def serialize_inference(model: Any, params: Any, image_size: int) -> bytes:
 
 
 def export(
-    workdir: str, out: str, step: Optional[int] = None, *, overwrite: bool = False
+    workdir: str, out: str, step: int | str | None = None, *, overwrite: bool = False
 ) -> dict[str, Any]:
   """Writes the three files for checkpoint `step` (default: latest) of `workdir`; returns config.json.
   Refuses an `out` that already holds an export unless `overwrite`."""
@@ -166,7 +166,7 @@ def _write_peft(trained: Any, out_dir: epath.Path) -> str:
   return f'peft/{peft_export.WEIGHTS}, peft/{peft_export.CONFIG} over {base.name}'
 
 
-_USAGE = '--workdir=W --out=DIR [--step=N] [--overwrite]'
+_USAGE = '--workdir=W --out=DIR [--step=N|best] [--overwrite]'
 
 
 def main(argv: list[str]) -> None:
@@ -197,7 +197,7 @@ def _define_flags() -> None:
   flags.DEFINE_string(
       'out', None, 'Directory to write model.npz, model.jaxexport, config.json, timm/.'
   )
-  flags.DEFINE_integer('step', None, 'Checkpoint step to export (default: the latest).')
+  cli.define_step_flag()
   flags.DEFINE_bool('overwrite', False, 'Replace the export that --out already holds.')
   flags.mark_flags_as_required(['workdir', 'out'])
 

@@ -1,7 +1,7 @@
 """Few-shot linear and k-NN accuracy of a saved run (the evaluators are vit_jax/evaluators/fewshot.py
 and knn.py):
 
-  python -m vit_jax.tools.fewshot --workdir=W [--step=N] [--shots=1,5,10,25] [--seeds=3] [--l2_reg=4]
+  python -m vit_jax.tools.fewshot --workdir=W [--step=N|best] [--shots=1,5,10,25] [--seeds=3] [--l2_reg=4]
       [--knn=10,20 [--temperature=0.07]]
 
 prints the accuracy per number of shots, for the run's ViT backbone (its Polyak average if kept) on
@@ -26,14 +26,14 @@ from absl import flags, logging
 from vit_jax.runtime import cli
 
 _USAGE = (
-    '--workdir=W [--step=N] [--shots=1,5,10,25] [--seeds=3] [--l2_reg=4] '
+    '--workdir=W [--step=N|best] [--shots=1,5,10,25] [--seeds=3] [--l2_reg=4] '
     '[--knn=10,20 [--temperature=0.07]]'
 )
 
 
 def evaluate_checkpoint(
     workdir: str,
-    step: Optional[int] = None,
+    step: int | str | None = None,
     *,
     shots: Optional[Sequence[int]] = None,
     seeds: Optional[int] = None,
@@ -116,7 +116,7 @@ def _parse_counts(flag: str, values: list[str], example: str) -> tuple[int, ...]
 def _define_flags() -> None:
   # Defined only when run as a command: other commands' modules have flags of the same names.
   flags.DEFINE_string('workdir', None, 'Workdir of the run whose checkpoint is evaluated.')
-  flags.DEFINE_integer('step', None, 'Checkpoint step (default: the latest).')
+  cli.define_step_flag()
   flags.DEFINE_list('shots', None, "Train images per class, e.g. 1,5,10,25 (default: the run's).")
   flags.DEFINE_integer(
       'seeds', None, 'Random choices of the shots to average over (default: the ' "run's)."

@@ -1,6 +1,6 @@
 """Pictures of what a trained ViT attends to and what it has learned (the paper's Figures 6 and 7).
 
-  python -m vit_jax.tools.pictures --workdir=W [--step=N] --image=X --out=DIR
+  python -m vit_jax.tools.pictures --workdir=W [--step=N|best] --image=X --out=DIR
 
 writes, for checkpoint N of W (default: the latest) and the image file X, to DIR:
   attention_rollout.png         the image and the attention rollout through all layers;
@@ -23,7 +23,7 @@ if (
 
 import io
 import math
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping
 
 import chex
 from etils import epath
@@ -42,7 +42,7 @@ from vit_jax.tools import introspection  # pylint: disable=g-import-not-at-top,w
 from vit_jax.tools import predict  # pylint: disable=g-import-not-at-top,wrong-import-position
 from vit_jax.models import variants  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-_USAGE = '--workdir=W [--step=N] --image=X --out=DIR'
+_USAGE = '--workdir=W [--step=N|best] --image=X --out=DIR'
 
 
 def _mosaic(tiles: np.ndarray, columns: int, gap: float) -> np.ndarray:
@@ -239,7 +239,7 @@ def write_pictures(
   return pictures
 
 
-def draw_run(workdir: str, image_path: str, out: str, step: Optional[int] = None) -> list[str]:
+def draw_run(workdir: str, image_path: str, out: str, step: int | str | None = None) -> list[str]:
   """The pictures of checkpoint `step` (default: the latest) of a run for one image file."""
   # Imported here: it loads TensorFlow, which `__main__` first tells to keep its start-up lines quiet.
   from vit_jax.checkpoints import run_dir  # pylint: disable=g-import-not-at-top
@@ -262,7 +262,7 @@ def draw_run(workdir: str, image_path: str, out: str, step: Optional[int] = None
 def _define_flags() -> None:
   # Defined only when run as a command: other commands' modules have flags of the same names.
   flags.DEFINE_string('workdir', None, 'Workdir of the run to draw.')
-  flags.DEFINE_integer('step', None, 'Checkpoint step (default: the latest).')
+  cli.define_step_flag()
   flags.DEFINE_string('image', None, 'Image file (jpg/png) to show the attention on.')
   flags.DEFINE_string('out', None, 'Directory to write the PNG pictures to.')
   flags.mark_flags_as_required(['workdir', 'image', 'out'])

@@ -1,6 +1,6 @@
 """Top-k labels of image files, from a run's checkpoint or from an exported model.
 
-  python -m vit_jax.tools.predict --workdir=W [--step=N] [--top_k=5] IMAGES_OR_FOLDERS...
+  python -m vit_jax.tools.predict --workdir=W [--step=N|best] [--top_k=5] IMAGES_OR_FOLDERS...
   python -m vit_jax.tools.predict --export=DIR [--top_k=5] IMAGES_OR_FOLDERS...
 
 Folders are searched recursively for the image folders' files (.jpg/.jpeg/.png/.bmp/.gif/.webp, in any
@@ -22,7 +22,7 @@ import dataclasses
 import functools
 import itertools
 import sys
-from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence, TYPE_CHECKING
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TYPE_CHECKING
 
 import jax
 import ml_collections
@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # vit_jax.data imports its pipeline: loaded where an image is
 
 BATCH_SIZE = 64
 
-_USAGE = '--workdir=W [--step=N] (or --export=DIR) [--top_k=5] IMAGES_OR_FOLDERS...'
+_USAGE = '--workdir=W [--step=N|best] (or --export=DIR) [--top_k=5] IMAGES_OR_FOLDERS...'
 
 # config.pp_eval's default: what runs and exports made before the field prepared images with.
 DEFAULT_PP_EVAL = {
@@ -61,7 +61,7 @@ class Classifier:
   pp_eval: dict[str, Any] = dataclasses.field(default_factory=lambda: dict(DEFAULT_PP_EVAL))
 
 
-def load_run(workdir: str, step: Optional[int] = None) -> Classifier:
+def load_run(workdir: str, step: int | str | None = None) -> Classifier:
   """The classifier of checkpoint `step` (default: the latest) of a run; its Polyak average if kept."""
   # Imported here so that bad flags are answered before the model code loads.
   from vit_jax.checkpoints import run_dir  # pylint: disable=g-import-not-at-top
@@ -217,7 +217,7 @@ def _define_flags() -> None:
   # Defined only when run as a command: the library functions are imported beside other commands
   # (vit_jax.tools.export, vit_jax.tools.pictures) whose flags have the same names.
   flags.DEFINE_string('workdir', None, 'Workdir of the run to predict with.')
-  flags.DEFINE_integer('step', None, 'Checkpoint step of --workdir (default: the latest).')
+  cli.define_step_flag(' of --workdir')
   flags.DEFINE_string(
       'export', None, 'Directory written by vit_jax.tools.export, instead of --workdir.'
   )

@@ -36,7 +36,7 @@ from matplotlib import pyplot as plt, ticker  # pylint: disable=g-import-not-at-
 
 from vit_jax.runtime import cli  # pylint: disable=g-import-not-at-top,wrong-import-position
 from vit_jax.tools.runs import Run, eval_metrics, find_runs, load_run  # pylint: disable=g-import-not-at-top,wrong-import-position
-from vit_jax.train.events import EVENTS  # pylint: disable=g-import-not-at-top,wrong-import-position
+from vit_jax.train import events  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _USAGE = 'WORKDIR [WORKDIR ...] --out=DIR | --pivot=ROW_FIELD,COLUMN_FIELD [--metric=M]'
 
@@ -58,11 +58,9 @@ def differing_fields(runs: Sequence[Run]) -> list[dict[str, Any]]:
 
 
 def best(metric: str, values: Sequence[float]) -> float:
-  """The best of a metric's values: the least for a loss (a name ending in 'loss': the evaluator's own
-  name may hold the word, as 'lossy_test_top1'), else the greatest (accuracies: top1, top5,
-  fewshot_5shot...). Non-finite values never count as best."""
+  """The best of a metric's values (`events.lower_is_better`); non-finite values never count as best."""
   finite = [v for v in values if math.isfinite(v)]
-  return (min(finite) if metric.endswith('loss') else max(finite)) if finite else math.nan
+  return (min(finite) if events.lower_is_better(metric) else max(finite)) if finite else math.nan
 
 
 def table(runs: Sequence[Run]) -> list[dict[str, Any]]:
@@ -162,7 +160,7 @@ def report(workdirs: Sequence[str], out: str) -> list[str]:
   if not tags:
     raise ValueError(
         f'no run in {" ".join(workdirs)} has logged its train loss or an eval metric yet '
-        f'(its {EVENTS} files)'
+        f'(its {events.EVENTS} files)'
     )
   png = plot(runs, tags)
   cli.make_out_dir(out)

@@ -13,6 +13,12 @@ from tensorboard.util import tensor_util
 EVENTS = 'events.out.tfevents.*'
 
 
+def lower_is_better(metric: str) -> bool:
+  """Whether a logged eval metric is better lower: a loss (a name ending in 'loss': the evaluator's own
+  name may hold the word, as 'lossy_test_top1'); else higher (top1, top5, map, fewshot_5shot...)."""
+  return metric.endswith('loss')
+
+
 def encode_record(data: bytes) -> bytes:
   """One TFRecord, as `read_events` reads them: length, its masked CRC-32C, the data, its CRC."""
   header = struct.pack('<Q', len(data))

@@ -14,10 +14,11 @@ import numpy as np
 from absl import logging
 from clu import parameter_overview
 
-from vit_jax import data, sharding
+from vit_jax import data, evaluators, sharding
 from vit_jax.checkpoints import checkpoint, run_dir
 from vit_jax.runtime import dispatch
-from vit_jax.train import event_writer, observe, pace, param_groups, preemption, progress
+from vit_jax.train import best_checkpoint, event_writer, observe, pace, param_groups, preemption
+from vit_jax.train import progress
 from vit_jax.train.setup import Setup
 from vit_jax.train.state import TrainState, check_resumable, create_state
 from vit_jax.train.step import jit_train_step
@@ -27,11 +28,20 @@ from vit_jax.train.watchdog import Watchdog
 def evaluate(evaluator: Any, state: TrainState) -> dict[str, float]:
   """`<name>_<metric>` of the parameters and, with Polyak averaging, `<name>_polyak_<metric>` of
   their average (not at step 0, where it is the parameters: total_steps=0 measures each once)."""
-  metrics = {f'{evaluator.name}_{k}': v for k, v in evaluator(state.params).items()}
+  measured = {False: evaluator(state.params)}
   if state.ema_params is not None and int(state.step) > 0:
-    averaged = param_groups.with_trained(state.ema_params, state.params)
-    metrics.update({f'{evaluator.name}_polyak_{k}': v for k, v in evaluator(averaged).items()})
-  return metrics
+    measured[True] = evaluator(param_groups.with_trained(state.ema_params, state.params))
+  for values in measured.values():  # config.best_checkpoint was checked against `metrics`.
+    if set(values) != set(evaluator.metrics):
+      raise RuntimeError(
+          f'Evaluator {evaluator.name!r} returned {sorted(values)}, not its metrics '
+          f'{sorted(evaluator.metrics)}'
+      )
+  return {
+      evaluators.metric_name(evaluator.name, metric, averaged): value
+      for averaged, values in measured.items()
+      for metric, value in values.items()
+  }
 
 
 class DivergedError(RuntimeError):
@@ -168,6 +178,7 @@ def _train(setup: Setup, watchdog: Watchdog) -> dict[str, float]:
 
   notice = preemption.PreemptionNotice(manager)
   saver = checkpoint.Saver(manager)
+  best = best_checkpoint.Keeper(setup.workdir, setup.best, setup.model) if setup.best else None
   bar = progress.for_run(setup.total_steps, start_step, config.batch_size, jax.process_index())
   try:
     eval_metrics = _run_steps(
@@ -179,6 +190,7 @@ def _train(setup: Setup, watchdog: Watchdog) -> dict[str, float]:
         run_pace,
         notice,
         lambda step, state: saver.save(step, to_checkpoint(state)),
+        best,
         watchdog,
         bar,
     )
@@ -192,7 +204,11 @@ def _train(setup: Setup, watchdog: Watchdog) -> dict[str, float]:
     notice.close()
     watchdog.phase('waiting for the checkpoint saves to finish')
     try:
-      saver.close()
+      try:
+        saver.close()
+      finally:
+        if best:
+          best.close()
     finally:
       try:
         writer.close()
@@ -210,11 +226,13 @@ def _run_steps(
     run_pace: pace.Pace,
     notice: preemption.PreemptionNotice,
     save: Callable[[int, TrainState], None],
+    best: best_checkpoint.Keeper | None,
     watchdog: Watchdog,
     bar: progress.Bar,
 ) -> dict[str, float]:
   """Steps int(state.step) + 1 .. total_steps with their logging, evaluations and saves; raises
-  preemption.Preempted after saving the step at which the run was asked to stop."""
+  preemption.Preempted after saving the step at which the run was asked to stop. `best` (None: not
+  kept) saves the parameters of each evaluation that beats the run's best."""
   config = setup.config
   eval_metrics: dict[str, float] = {}
   history, window_start = [], time.time()
@@ -258,6 +276,10 @@ def _run_steps(
         writer.write_scalars(step, measured)
         bar.show(measured)
         eval_metrics.update(measured)
+        if best and best.beaten(measured):
+          _checked_history(history, step - len(history) + 1, budget)  # Never save a poisoned state.
+          watchdog.phase(f'saving the best parameters of step {step}')
+          best.save(step, measured, state)
       stop = notice(step) and not last
       if step % config.checkpoint_every_steps == 0 or last or stop:
         _checked_history(history, step - len(history) + 1, budget)  # Never save a poisoned state.

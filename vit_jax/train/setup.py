@@ -17,7 +17,7 @@ from vit_jax import data, evaluators, sharding, tasks
 from vit_jax.checkpoints import run_dir
 from vit_jax.runtime import hf_hub
 from vit_jax.runtime import paths
-from vit_jax.train import field_checks, optim, param_groups
+from vit_jax.train import best_checkpoint, field_checks, optim, param_groups
 from vit_jax.checkpoints import adapting
 from vit_jax.checkpoints import teacher as teacher_lib
 from vit_jax.models import fp8, variants
@@ -43,6 +43,7 @@ class Setup:
   schedule: optax.Schedule  # Its learning rate by step.
   init_params: Any = None  # From config.init_from, fitted to the model (numpy); None: from scratch.
   teacher: Optional[teacher_lib.Teacher] = None  # config.distill's; None: no distillation.
+  best: Optional[best_checkpoint.Best] = None  # config.best_checkpoint's; None: none kept.
 
 
 def total_steps(config: ml_collections.ConfigDict, info: data.DatasetInfo) -> int:
@@ -183,6 +184,9 @@ def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
   built = evaluators.make_evaluators(
       evaluators.Context(config, info, task, model, mesh, model_config)
   )
+  best = best_checkpoint.resolve(
+      config, evaluators.logged_metrics(built, config.polyak_decay is not None), steps
+  )
   # Without a checkpoint there is nothing to keep: the flag would do nothing.
   for name in _KEPT_FROM_INIT:
     if config[name] and not config.init_from:
@@ -210,4 +214,5 @@ def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
       schedule,
       init_params,
       teacher,
+      best,
   )

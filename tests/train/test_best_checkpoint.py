@@ -1,0 +1,169 @@
+"""config.best_checkpoint: the parameters of the run's best evaluation in workdir/best/<step>, found
+from the logged metrics, measured again, across a resume, and read by the tools as --step=best."""
+
+import os
+import shutil
+
+import jax
+import numpy as np
+import pytest
+
+import helpers
+from vit_jax.checkpoints import run_dir, saved_state
+from vit_jax.tools import export
+from vit_jax.train import best_checkpoint, loop, param_groups, setup as train_setup
+
+# Evaluations every 2 steps, a checkpoint of each (none removed), so that any best has a checkpoint.
+EVERY_2 = {
+    **helpers.TINY,
+    'eval_every_steps': 2,
+    'checkpoint_every_steps': 2,
+    'keep_checkpoints': 20,
+}
+
+
+def _run(workdir, data_dir, **overrides):
+  config = helpers.load_config('demo', {**EVERY_2, 'data_dir': data_dir, **overrides})
+  loop.train_and_evaluate(train_setup.prepare(config, str(workdir)))
+  return config
+
+
+def _best_steps(workdir):
+  return sorted(int(d) for d in os.listdir(os.path.join(workdir, 'best')) if d.isdigit())
+
+
+def _arg_best(values: dict[int, float], mode: str) -> int:
+  pick = max if mode == 'max' else min
+  return pick(values, key=lambda step: (values[step], -step))  # The first of equal values.
+
+
+def _tree_equal(a, b):
+  assert jax.tree.structure(a) == jax.tree.structure(b)
+  for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+    np.testing.assert_array_equal(x, y)
+
+
+def test_the_best_evaluation_is_kept_measured_again_and_kept_across_a_resume(
+    tmp_path, data_dir, caplog
+):
+  """The worst loss (mode max) is the first evaluation's on a run that learns: the best must stay at
+  the step whose logged value is the highest, also after a resume (which must not take its own first
+  evaluation as the best), and hold that step's parameters, which measure that value again."""
+  workdir = str(tmp_path / 'run')
+  config = _run(
+      workdir, data_dir, **{'best_checkpoint.metric': 'eval_loss', 'best_checkpoint.mode': 'max'}
+  )
+  first = helpers.read_scalars(workdir)['eval_loss']
+  assert sorted(first) == [2, 4, 6, 8, 10, 12]
+  caplog.set_level('INFO')
+  caplog.clear()
+  _run(
+      workdir,
+      data_dir,
+      total_steps=20,
+      **{'best_checkpoint.metric': 'eval_loss', 'best_checkpoint.mode': 'max'},
+  )
+  losses = helpers.read_scalars(workdir)['eval_loss']
+  before = _arg_best(first, 'max')
+  assert f'Best eval_loss so far: {first[before]:.6g} at step {before}' in caplog.text
+  # The resumed run's evaluations are measured against it: none is saved unless it beats it.
+  saved = [step for step in range(14, 21, 2) if losses[step] > first[before]]
+  assert caplog.text.count('New best eval_loss') == len(saved)
+  assert sorted(losses) == list(range(2, 21, 2))
+  step = _arg_best(losses, 'max')
+  assert _best_steps(workdir) == [step]
+  best_dir, found = saved_state.find_checkpoint(workdir, 'best')
+  assert (best_dir, found) == (os.path.join(workdir, 'best', str(step)), step)
+  params, name = saved_state.restore_params(best_dir)
+  assert name == 'params'
+  _tree_equal(params, helpers.checkpoint_params(workdir, step))
+  evaluator, _ = helpers.evaluator(config, 'eval')
+  try:
+    assert evaluator(params)['loss'] == pytest.approx(losses[step], rel=1e-5)
+  finally:
+    evaluator.close()
+
+
+def test_a_loss_is_minimised_by_default_and_a_polyak_metric_keeps_the_average(tmp_path, data_dir):
+  workdir = str(tmp_path)
+  _run(workdir, data_dir, polyak_decay=0.5, **{'best_checkpoint.metric': 'eval_polyak_loss'})
+  losses = helpers.read_scalars(workdir)['eval_polyak_loss']
+  step = _arg_best(losses, 'min')
+  assert _best_steps(workdir) == [step]
+  trained = run_dir.load_trained(workdir, 'best')
+  assert (trained.step, trained.parameters) == (step, 'polyak')
+  saved = helpers.checkpoint_state(workdir, step)
+  _tree_equal(trained.params, param_groups.with_trained(saved['ema_params'], saved['params']))
+  description = export.export(workdir, str(tmp_path / 'export'), 'best')
+  assert (description['step'], description['parameters']) == (step, 'polyak')
+  # A run from it (its head kept, nothing trained) measures what the run measured of the average.
+  config = helpers.load_config(
+      'demo',
+      {
+          **EVERY_2,
+          'data_dir': data_dir,
+          'init_from': os.path.join(workdir, 'best', str(step)),
+          'keep_head': True,
+          'total_steps': 0,
+      },
+  )
+  metrics = loop.train_and_evaluate(train_setup.prepare(config, str(tmp_path / 'from_best')))
+  assert metrics['eval_loss'] == pytest.approx(losses[step], rel=1e-5)
+
+
+def test_a_best_the_resumed_run_retraces_is_kept_and_another_metric_replaces_it(tmp_path, data_dir):
+  """Checkpoints after 4 lost: the best of step 12 stays while steps 6..12 are retrained (bit-exact,
+  no evaluation beats it); a resume that keeps the best by another metric replaces it at its first
+  evaluation, a step before it (orbax saves no step at or before its latest unless it is removed).
+  """
+  workdir = str(tmp_path)
+  overrides = {'best_checkpoint.metric': 'eval_loss'}
+  _run(workdir, data_dir, **overrides)
+  losses = helpers.read_scalars(workdir)['eval_loss']
+  step = _arg_best(losses, 'min')
+  assert step > 4 and _best_steps(workdir) == [step]
+  kept = saved_state.restore_params(os.path.join(workdir, 'best', str(step)))[0]
+  for lost in range(6, 13, 2):
+    shutil.rmtree(os.path.join(workdir, 'checkpoints', str(lost)))
+  _run(workdir, data_dir, **overrides)
+  assert _best_steps(workdir) == [step]
+  _tree_equal(saved_state.restore_params(os.path.join(workdir, 'best', str(step)))[0], kept)
+  for lost in range(6, 13, 2):
+    shutil.rmtree(os.path.join(workdir, 'checkpoints', str(lost)))
+  _run(workdir, data_dir, **{'best_checkpoint.metric': 'eval_top1'})
+  top1 = {s: v for s, v in helpers.read_scalars(workdir)['eval_top1'].items()}
+  assert _best_steps(workdir) == [_arg_best({s: top1[s] for s in range(6, 13, 2)}, 'max')]
+
+
+def test_tools_read_the_best_as_a_step_and_name_what_is_missing(tmp_path, data_dir):
+  workdir = str(tmp_path)
+  _run(workdir, data_dir, total_steps=4)
+  with pytest.raises(
+      ValueError, match=r'holds no best parameters .*--config\.best_checkpoint\.metric'
+  ):
+    saved_state.find_checkpoint(workdir, 'best')
+  with pytest.raises(
+      ValueError, match=r'^--step=last: pass a checkpoint step \(a number\) or best$'
+  ):
+    saved_state.find_checkpoint(workdir, 'last')
+  assert saved_state.find_checkpoint(workdir, '2')[1] == 2
+
+
+def test_resolve_orders_losses_down_and_the_rest_up_and_refuses_a_run_that_trains_nothing():
+  config = helpers.load_config('demo', helpers.TINY)
+  logged = {'eval_loss': False, 'eval_polyak_map': True, 'fewshot_5shot': False}
+  resolved = {}
+  for metric in logged:
+    config.best_checkpoint.metric = metric
+    resolved[metric] = best_checkpoint.resolve(config, logged, 12)
+  assert resolved == {
+      'eval_loss': best_checkpoint.Best('eval_loss', 'min', False),
+      'eval_polyak_map': best_checkpoint.Best('eval_polyak_map', 'max', True),
+      'fewshot_5shot': best_checkpoint.Best('fewshot_5shot', 'max', False),
+  }
+  with pytest.raises(
+      ValueError, match=r'has 0 steps: unset it, or train \(--config\.total_steps\)$'
+  ):
+    best_checkpoint.resolve(config, logged, 0)
+  config.best_checkpoint.metric = None
+  assert best_checkpoint.resolve(config, logged, 12) is None

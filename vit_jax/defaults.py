@@ -237,10 +237,20 @@ def get_config() -> ml_collections.ConfigDict:
       )
   )
 
-  # Loss: 'softmax_xent', or 'sigmoid_xent' (as big_vision on ImageNet-21k; label sets need it);
-  # task 'mpp' takes only 'softmax_xent'. label_smoothing smooths the one-hot targets (mpp's colour
-  # classes too).
+  # Loss: 'softmax_xent', 'sigmoid_xent' (as big_vision on ImageNet-21k) or 'asl' (the asymmetric loss
+  # of multi-label classification, Ridnik et al. 2021, as timm's AsymmetricLossMultiLabel); label sets
+  # need one of the last two; task 'mpp' takes only 'softmax_xent'. label_smoothing smooths the
+  # one-hot targets (mpp's colour classes too).
   config.loss = 'softmax_xent'
+  # The asymmetric loss's focusing of negatives and positives and its shift of negatives'
+  # probabilities (a field set with another loss is an error; unset: 4, 1, 0.05, the paper's).
+  config.asl = ml_collections.ConfigDict(
+      dict(
+          gamma_neg=config_dict.placeholder(float),
+          gamma_pos=config_dict.placeholder(float),
+          clip=config_dict.placeholder(float),
+      )
+  )
   config.label_smoothing = 0.0
   # Batch mixing in the train step (timm's Mixup): with probability `prob` a batch is mixed, by CutMix
   # with probability switch_prob when both alphas are set; lambda ~ Beta(alpha, alpha); the labels

@@ -39,7 +39,7 @@ def _params():
 def _logits_and_grads(model: VisionTransformer, params):
   def loss(p):
     logits = model.apply({'params': p}, IMAGES, train=True)
-    return classification.compute_loss(logits, LABELS, loss='softmax_xent'), logits
+    return classification.compute_loss(logits, LABELS, loss=optax.softmax_cross_entropy), logits
 
   (_, logits), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
   return logits, grads

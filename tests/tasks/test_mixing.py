@@ -78,16 +78,28 @@ def test_mixing_stops_at_until_step():
       continue
     np.testing.assert_array_equal(mixed, images)
     np.testing.assert_allclose(
-        classification.compute_loss(logits, targets, loss='softmax_xent'),
-        classification.compute_loss(logits, labels, loss='softmax_xent', label_smoothing=SMOOTHING),
+        classification.compute_loss(logits, targets, loss=_loss('softmax_xent')),
+        classification.compute_loss(
+            logits, labels, loss=_loss('softmax_xent'), label_smoothing=SMOOTHING
+        ),
         rtol=1e-6,
     )
+
+
+def _loss(name: str) -> classification.PerExampleLoss:
+  """Loss `name` of each example, with the defaults of its settings (config.asl)."""
+  return classification.loss_of_examples(helpers.load_config('demo', {'loss': name}))
 
 
 def _numpy_loss(logits, targets, loss):
   if loss == 'softmax_xent':
     log_softmax = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
     return -(targets * log_softmax).sum(-1).mean()
+  if loss == 'asl':  # The paper's defaults: gamma_neg 4, gamma_pos 1, clip 0.05.
+    p = 1 / (1 + np.exp(-logits))
+    p_neg = np.minimum(1 - p + 0.05, 1)
+    weight = (1 - (p * targets + p_neg * (1 - targets))) ** (targets + 4 * (1 - targets))
+    return -((targets * np.log(p) + (1 - targets) * np.log(p_neg)) * weight).sum(-1).mean()
   log_sigmoid, log_not_sigmoid = -np.log1p(np.exp(-logits)), -np.log1p(np.exp(logits))
   return -(targets * log_sigmoid + (1 - targets) * log_not_sigmoid).sum(-1).mean()
 
@@ -102,10 +114,10 @@ def test_soft_one_hot_targets_give_the_integer_label_loss(loss, smoothing):
   targets = np.full((8, NUM_CLASSES), smoothing / NUM_CLASSES, np.float32)
   targets[np.arange(8), labels] += 1 - smoothing
   integer = classification.compute_loss(
-      jnp.asarray(logits), labels, loss=loss, label_smoothing=smoothing
+      jnp.asarray(logits), labels, loss=_loss(loss), label_smoothing=smoothing
   )
   soft = classification.compute_loss(
-      jnp.asarray(logits), jnp.asarray(targets), loss=loss, label_smoothing=smoothing
+      jnp.asarray(logits), jnp.asarray(targets), loss=_loss(loss), label_smoothing=smoothing
   )  # Soft targets: smoothed already.
   np.testing.assert_allclose(soft, integer, rtol=1e-6)
   np.testing.assert_allclose(soft, _numpy_loss(logits.astype(np.float64), targets, loss), rtol=1e-5)

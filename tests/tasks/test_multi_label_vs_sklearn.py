@@ -3,6 +3,7 @@ with sigmoid_xent, and its evaluation measures top-1 / top-5 in the set, the los
 precision, against numpy formulas and sklearn's average_precision_score."""
 
 import jax
+import ml_collections
 import numpy as np
 import pytest
 import sklearn.metrics
@@ -104,7 +105,10 @@ def test_label_sets_are_smoothed_and_mixed_as_one_hots():
   mixed = mixing.mix_targets(labels, 3, np.float32(0.75), 0.0)
   np.testing.assert_allclose(mixed, [[0.75, 0, 0.75], [0.25, 0, 0.25]])
   logits = np.array([[2.0, -1.0, 0.5], [0.0, 3.0, -2.0]], np.float32)
-  loss = classification.compute_loss(logits, labels, loss='sigmoid_xent')
+  sigmoid_xent = classification.loss_of_examples(
+      ml_collections.ConfigDict({'loss': 'sigmoid_xent'})
+  )
+  loss = classification.compute_loss(logits, labels, loss=sigmoid_xent)
   p = 1 / (1 + np.exp(-logits))
   expected = -np.mean(np.sum(labels * np.log(p) + (1 - labels) * np.log(1 - p), axis=-1))
   assert float(loss) == pytest.approx(expected, rel=1e-5)
@@ -163,9 +167,11 @@ def test_an_evaluator_of_another_split_measures_it_alike(tmp_path, label_set_dir
   assert evaluators['test_sets'](params) == evaluators['eval'](params)
 
 
-def test_a_run_learns_the_label_sets(tmp_path, label_set_dir):
+@pytest.mark.parametrize('loss', ['sigmoid_xent', 'asl'])
+def test_a_run_learns_the_label_sets(tmp_path, label_set_dir, loss):
   config = run_config(
       label_set_dir,
+      loss=loss,
       total_steps=400,
       eval_every_steps=400,
       checkpoint_every_steps=400,

@@ -116,10 +116,11 @@ def test_an_export_predicts_what_its_run_predicts(trained_tiny_run, tmp_path):
     np.testing.assert_allclose([p for _, p in a[1]], [p for _, p in b[1]], atol=1e-5)
 
 
-def test_a_sigmoid_trained_model_gets_independent_class_probabilities():
+@pytest.mark.parametrize('loss', ['sigmoid_xent', 'asl'])
+def test_a_sigmoid_trained_model_gets_independent_class_probabilities(loss):
   logits = np.array([[2.0, -1.0, 0.0]])
   np.testing.assert_allclose(
-      predict.probabilities(logits, 'sigmoid_xent'), 1 / (1 + np.exp(-logits)), rtol=1e-6
+      predict.probabilities(logits, loss), 1 / (1 + np.exp(-logits)), rtol=1e-6
   )
   np.testing.assert_allclose(
       predict.probabilities(logits, 'softmax_xent'),

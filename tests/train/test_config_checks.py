@@ -17,6 +17,21 @@ FEWSHOT_ON = {'fewshot.every_steps': 6}
 KNN_ON = {'knn.every_steps': 6}
 INVALID = {
     'accum_steps': (0, {}, 'accum_steps=0 must be at least 1'),
+    'asl.clip': (
+        1.0,
+        {'loss': 'asl'},
+        r'^config\.asl\.clip=1\.0 must be a number >= 0 and < 1 \(unset: 0\.05\)$',
+    ),
+    'asl.gamma_neg': (
+        -1.0,
+        {'loss': 'asl'},
+        r'^config\.asl\.gamma_neg=-1\.0 must be a number >= 0 \(unset: 4\.0\)$',
+    ),
+    'asl.gamma_pos': (
+        float('inf'),
+        {'loss': 'asl'},
+        r'^config\.asl\.gamma_pos=inf must be a number >= 0 \(unset: 1\.0\)$',
+    ),
     'batch_size': (0, {}, 'batch_size=0 must be at least 1 image'),
     'best_checkpoint.metric': (
         'eval_top',
@@ -325,6 +340,11 @@ ALSO_INVALID = {
     'token_gap without a class token': (
         {'model.classifier': 'token_gap', 'model.class_token': False},
         r"^model.classifier='token_gap' pools the class token, and model.class_token=False has none",
+    ),
+    'a setting of the asymmetric loss with another loss': (
+        {'asl.gamma_neg': 2.0},
+        r"^config\.asl\.gamma_neg=2\.0 shapes the asymmetric loss, and config\.loss='softmax_xent' "
+        r'is another: set --config\.loss=asl, or unset config\.asl\.gamma_neg$',
     ),
     'a best checkpoint ordered by no metric': (
         {'best_checkpoint.mode': 'min'},

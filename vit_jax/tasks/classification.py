@@ -1,7 +1,8 @@
-"""Image classification: the variant's classifier (a ViT or a BiT), softmax or sigmoid cross-entropy,
-top-1 / top-5."""
+"""Image classification: the variant's classifier (a ViT or a BiT), softmax or sigmoid cross-entropy
+or the asymmetric loss, top-1 / top-5."""
 
 import functools
+import math
 from typing import Any, Callable, Mapping
 
 import chex
@@ -23,21 +24,90 @@ def _sigmoid_xent(logits: jax.Array, targets: jax.Array) -> jax.Array:
   return optax.sigmoid_binary_cross_entropy(logits, targets).sum(-1)
 
 
-# config.loss -> the loss of each example [b] from logits and targets [b, classes]; the sigmoid one is
-# summed over the classes, as big_vision's.
-LOSSES: dict[str, Callable[[jax.Array, jax.Array], jax.Array]] = {
-    'softmax_xent': optax.softmax_cross_entropy,
-    'sigmoid_xent': _sigmoid_xent,
+# config.asl's fields where unset: the ASL paper's and timm's.
+ASL_DEFAULTS = {'gamma_neg': 4.0, 'gamma_pos': 1.0, 'clip': 0.05}
+# timm's: probabilities are clamped to it before their log.
+_ASL_EPS = 1e-8
+
+
+def asl_settings(config: ml_collections.ConfigDict) -> dict[str, float]:
+  """config.asl with ASL_DEFAULTS where unset."""
+  return {
+      k: default if config.asl[k] is None else config.asl[k] for k, default in ASL_DEFAULTS.items()
+  }
+
+
+def _asl(
+    logits: jax.Array, targets: jax.Array, *, gamma_neg: float, gamma_pos: float, clip: float
+) -> jax.Array:
+  """The asymmetric loss (Ridnik et al. 2021, timm's AsymmetricLossMultiLabel) summed over the
+  classes: the sigmoid cross-entropy of each class, a negative's probability 1 - p shifted up by `clip`
+  (to at most 1), weighed by (1 - p_t)^gamma (gamma_pos for a positive, gamma_neg for a negative),
+  gradients through the weights too (timm's default). 1 - p is sigmoid(-logits) and the logs are
+  log-sigmoids, not 1 - sigmoid(logits) and its log as timm's: float32 keeps confident logits'
+  losses (timm's in float64 to 1e-6, where its float32 one is off by 1e-4)."""
+  p = jax.nn.sigmoid(logits)
+  log_eps = math.log(_ASL_EPS)
+  if clip > 0:
+    p_neg = jnp.minimum(jax.nn.sigmoid(-logits) + clip, 1.0)
+    log_neg = jnp.log(p_neg)  # At least log(clip).
+  else:
+    log_neg = jnp.maximum(jax.nn.log_sigmoid(-logits), log_eps)
+  log_pos = jnp.maximum(jax.nn.log_sigmoid(logits), log_eps)
+  loss = targets * log_pos + (1 - targets) * log_neg
+  if gamma_neg > 0 or gamma_pos > 0:
+    gamma = gamma_pos * targets + gamma_neg * (1 - targets)
+    # 1 - p_t: a positive's 1 - p, a negative's 1 - p_neg.
+    miss = targets * jax.nn.sigmoid(-logits) + (1 - targets) * jnp.maximum(p - clip, 0.0)
+    # x^0 is 1 with a gradient of 0 (torch's pow), also at x = 0 where jnp.power's is NaN.
+    loss = loss * jnp.where(gamma == 0, 1.0, miss) ** gamma
+  return -loss.sum(-1)
+
+
+PerExampleLoss = Callable[[jax.Array, jax.Array], jax.Array]
+# config.loss -> (config -> the loss of each example [b] from logits and targets [b, classes]); the
+# sigmoid ones are summed over the classes, as big_vision's and timm's.
+LOSSES: dict[str, Callable[[ml_collections.ConfigDict], PerExampleLoss]] = {
+    'softmax_xent': lambda config: optax.softmax_cross_entropy,
+    'sigmoid_xent': lambda config: _sigmoid_xent,
+    'asl': lambda config: functools.partial(_asl, **asl_settings(config)),
 }
+# The losses that score each class on its own: their probabilities are each class's sigmoid, and they
+# train on label sets.
+SIGMOID_LOSSES = ('sigmoid_xent', 'asl')
+
+
+def loss_of_examples(config: ml_collections.ConfigDict) -> PerExampleLoss:
+  """config.loss's loss of each example."""
+  return LOSSES[config.loss](config)
 
 
 def check(config: ml_collections.ConfigDict) -> None:
   if config.loss not in LOSSES:
     raise ValueError(f'Unknown config.loss {config.loss!r}: use one of {", ".join(LOSSES)}')
+  _check_asl(config)
   if not 0.0 <= config.label_smoothing < 1.0:
     raise ValueError(f'config.label_smoothing={config.label_smoothing} must be in [0, 1), e.g. 0.1')
   mixing.check(config.mix)
   distillation.check(config)
+
+
+def _check_asl(config: ml_collections.ConfigDict) -> None:
+  for field, value in config.asl.items():
+    if value is None:
+      continue
+    if config.loss != 'asl':
+      raise ValueError(
+          f'config.asl.{field}={value} shapes the asymmetric loss, and config.loss='
+          f'{config.loss!r} is another: set --config.loss=asl, or unset config.asl.{field}'
+      )
+    upper = 1.0 if field == 'clip' else math.inf
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < upper:
+      raise ValueError(
+          f'config.asl.{field}={value} must be a number >= 0'
+          + (' and < 1' if field == 'clip' else '')
+          + f' (unset: {ASL_DEFAULTS[field]})'
+      )
 
 
 def features_model(config: ml_collections.ConfigDict, model_config: Mapping[str, Any]) -> nn.Module:
@@ -56,7 +126,7 @@ def make_model(
 
 
 def compute_loss(
-    logits: jax.Array, labels: jax.Array, *, loss: str, label_smoothing: float = 0.0
+    logits: jax.Array, labels: jax.Array, *, loss: PerExampleLoss, label_smoothing: float = 0.0
 ) -> jax.Array:
   """Mean loss over the batch of float32 `logits` [b, classes] against integer `labels` [b] or label
   sets (multi-hot bool [b, classes]), smoothed by `label_smoothing`, or float targets [b, classes]
@@ -68,7 +138,7 @@ def compute_loss(
   else:
     chex.assert_shape(labels, logits.shape)
     targets = labels
-  return LOSSES[loss](logits, targets).mean()
+  return loss(logits, targets).mean()
 
 
 def make_loss(
@@ -89,12 +159,16 @@ def make_loss(
         model.apply, {'params': params}, images, train=True, rngs={'dropout': key}
     )
     if teacher is None:
-      return compute_loss(apply(), labels, loss=config.loss, label_smoothing=config.label_smoothing)
+      return compute_loss(
+          apply(), labels, loss=loss_of_examples(config), label_smoothing=config.label_smoothing
+      )
     # A ViT returns its class and distillation heads' logits (the class head's twice without a
     # distillation token); a BiT has one head.
     logits, distilled = apply(both_heads=True) if hasattr(model, 'distilled') else (apply(),) * 2
     teacher_logits = teacher.apply({'params': teacher_params}, images, train=False)
-    base = compute_loss(logits, labels, loss=config.loss, label_smoothing=config.label_smoothing)
+    base = compute_loss(
+        logits, labels, loss=loss_of_examples(config), label_smoothing=config.label_smoothing
+    )
     return distillation.combine(config.distill, base, distilled, teacher_logits)
 
   return loss_fn
@@ -145,7 +219,7 @@ def make_eval_step(
     sets = label_sets(batch, logits.shape[-1])
     sums = {
         **label_set_hits(logits, sets, mask),
-        'loss_sum': jnp.sum(LOSSES[config.loss](logits, sets.astype(jnp.float32)) * mask),
+        'loss_sum': jnp.sum(loss_of_examples(config)(logits, sets.astype(jnp.float32)) * mask),
         'count': jnp.sum(mask),
     }
     if 'labels' in batch:

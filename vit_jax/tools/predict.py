@@ -159,8 +159,11 @@ def model_input(
 
 
 def probabilities(logits: np.ndarray, loss: str) -> np.ndarray:
-  """Softmax over classes, or for a model trained with sigmoid_xent each class's own sigmoid."""
-  if loss == 'sigmoid_xent':
+  """Softmax over classes, or for a model trained with a sigmoid loss (sigmoid_xent, asl) each
+  class's own sigmoid."""
+  from vit_jax.tasks import classification  # pylint: disable=g-import-not-at-top
+
+  if loss in classification.SIGMOID_LOSSES:
     return np.asarray(jax.nn.sigmoid(logits))
   return np.asarray(jax.nn.softmax(logits, axis=-1))
 

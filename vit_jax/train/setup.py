@@ -138,11 +138,11 @@ def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
     )
   if info.num_classes < task.MIN_CLASSES:
     raise ValueError(_too_few_classes(config, info, task.MIN_CLASSES))
-  if info.multi_label and config.loss != 'sigmoid_xent':
+  if info.multi_label and config.loss not in tasks.classification.SIGMOID_LOSSES:
     raise ValueError(
         f'config.label_feature={config.label_feature!r} of dataset {config.dataset!r} is a set '
         f'of classes an image, which config.loss={config.loss!r} cannot score: train on it with '
-        '--config.loss=sigmoid_xent'
+        '--config.loss=sigmoid_xent (or asl, the asymmetric loss)'
     )
   if info.multi_label and config.distill.teacher:  # Its losses take one class an image.
     raise ValueError(

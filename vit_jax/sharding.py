@@ -14,6 +14,7 @@ from typing import Any, Mapping, Sequence
 
 import chex
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
@@ -110,6 +111,21 @@ def with_activation_sharding(fn: Any, mesh: Mesh) -> Any:
 
 def batch_sharding(mesh: Mesh) -> NamedSharding:
   return NamedSharding(mesh, P(batch_axes(mesh)))
+
+
+def rows_on_devices(batches: Sequence[jax.Array], mesh: Mesh) -> jax.Array:
+  """Batches [b, ...] split over the batch axes of `mesh` as one array [sum of b, ...] split alike,
+  left on the devices that hold them (nothing moves): shard s holds shard s of each batch in turn,
+  so its rows are not in the batches' order."""
+  pieces = {}
+  for batch in batches:
+    for shard in batch.addressable_shards:
+      pieces.setdefault(shard.device, []).append(shard.data)
+  return jax.make_array_from_single_device_arrays(
+      (sum(len(batch) for batch in batches), *batches[0].shape[1:]),
+      batch_sharding(mesh),
+      [jnp.concatenate(device_pieces) for device_pieces in pieces.values()],
+  )
 
 
 def micro_batch_sharding(mesh: Mesh) -> NamedSharding:

@@ -10,10 +10,9 @@ from typing import Any, Sequence
 
 import flax.linen as nn
 import jax
-import jax.numpy as jnp
 import ml_collections
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh
 
 from vit_jax import data, sharding
 from vit_jax.data import on_device
@@ -93,22 +92,16 @@ class SplitFeatures:
     """Features [n, D] of every example of `split` left on the devices that computed them, rows
     split over the mesh's batch axes (shard s: shard s of each batch in turn), and the label of each
     row (-1: a padding row of no example)."""
-    pieces, labels = {}, []
+    feats, labels = [], []
     for local in self._passes[split]():
       out = self._split_features_fn(params, sharding.global_batch(local, self._mesh))
-      for shard in out['features'].addressable_shards:
-        pieces.setdefault(shard.device, []).append(shard.data)
+      feats.append(out['features'])
       label, mask = jax.device_get((out['label'], out['mask']))
       labels.append(np.where(mask, label, -1))
     shards = sharding.num_batch_shards(self._mesh)
     # [batches, shards, rows a shard of a batch] -> each shard's rows of each batch in turn.
     labels = np.stack(labels).reshape(len(labels), shards, -1).transpose(1, 0, 2).reshape(-1)
-    feats = jax.make_array_from_single_device_arrays(
-        (len(labels), *next(iter(pieces.values()))[0].shape[1:]),
-        NamedSharding(self._mesh, P(sharding.batch_axes(self._mesh) or None)),
-        [jnp.concatenate(device_pieces) for device_pieces in pieces.values()],
-    )
-    return feats, labels
+    return sharding.rows_on_devices(feats, self._mesh), labels
 
   def close(self) -> None:
     for passes in self._passes.values():

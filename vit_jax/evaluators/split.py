@@ -14,8 +14,7 @@ from absl import logging
 import jax
 import jax.numpy as jnp
 import ml_collections
-import numpy as np
-from jax.sharding import Mesh
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from vit_jax import data, sharding
 from vit_jax.runtime import dispatch
@@ -36,8 +35,9 @@ class SplitEvaluator:
   """Means of `eval_step`'s sums (METRIC_SUMS) over one pass of `split` (eval preprocessing), its labels
   those of `label_feature` (None: the run's, config.label_feature); NaN where nothing was counted.
   Where `eval_step` returns 'rows' (label sets: every row's logits, labels and mask), also 'map', the
-  mean average precision over the classes (average_precision.py) of the split's rows, which every host
-  holds.
+  mean average precision over the classes (average_precision.py) of the split's rows: they stay on the
+  devices that computed them (none is fetched to a host), which then sort the rows of their share of
+  the classes.
 
   Each example is counted once, whatever the split's size against the batch and the devices (padding
   rows are masked out). Top-1 / top-5 come from jax.lax.top_k, which puts the lower class index first
@@ -68,17 +68,32 @@ class SplitEvaluator:
         process_count=jax.process_count(),
         label_feature=label_feature,
     )
-    # Replicated outputs: each host reads the rows of every host.
+
+    def sums_and_rows(params: Any, batch: dict[str, jax.Array]) -> tuple[dict, dict]:
+      sums = dict(eval_step(params, batch))
+      return sums, sums.pop('rows', {})
+
+    # The sums replicated (each host reads every host's); the rows where their batch rows are.
     self._eval_fn = jax.jit(
-        sharding.with_activation_sharding(eval_step, mesh), out_shardings=sharding.replicated(mesh)
+        sharding.with_activation_sharding(sums_and_rows, mesh),
+        out_shardings=(sharding.replicated(mesh), sharding.batch_sharding(mesh)),
+    )
+    by_class = NamedSharding(mesh, P(None, mesh.axis_names))  # Each device sorts its classes.
+    self._map_fn = jax.jit(
+        lambda logits, labels, mask: average_precision.mean_average_precision(
+            jax.lax.with_sharding_constraint(logits, by_class),
+            jax.lax.with_sharding_constraint(labels, by_class),
+            mask,
+        ),
+        out_shardings=sharding.replicated(mesh),
     )
 
   def __call__(self, params: Any) -> dict[str, float]:
     totals, rows, in_flight = None, [], dispatch.BoundedDispatch()
     for batch in self._passes():
-      sums = self._eval_fn(params, sharding.global_batch(batch, self._mesh))
-      if 'rows' in sums:
-        rows.append(_unmasked_rows(jax.device_get(sums.pop('rows'))))
+      sums, batch_rows = self._eval_fn(params, sharding.global_batch(batch, self._mesh))
+      if batch_rows:
+        rows.append(batch_rows)
       totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
       in_flight.add(totals)
     totals = jax.device_get(totals)
@@ -89,8 +104,13 @@ class SplitEvaluator:
         # E.g. ReaL on a split whose images have no labels: a mean of nothing, not 0.
         metrics[metric] = float(totals[key]) / count if count else math.nan
     if rows:
-      metrics['map'] = average_precision.mean_average_precision(
-          *(np.concatenate(part) for part in zip(*rows))
+      metrics['map'] = float(
+          self._map_fn(
+              *(
+                  sharding.rows_on_devices([batch[name] for batch in rows], self._mesh)
+                  for name in ('logits', 'labels', 'mask')
+              )
+          )
       )
     if any(math.isnan(value) for value in metrics.values()):
       logging.warning(
@@ -103,11 +123,6 @@ class SplitEvaluator:
 
   def close(self) -> None:
     self._passes.close()
-
-
-def _unmasked_rows(rows: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-  """(logits, labels) of a batch's unmasked rows."""
-  return rows['logits'][rows['mask']], rows['labels'][rows['mask']]
 
 
 def other_dataset(

@@ -101,18 +101,8 @@ def confusion_matrix(predictions: Predictions) -> np.ndarray:
 
 
 def per_class(confusion: np.ndarray) -> dict[str, np.ndarray]:
-  """Each class's precision, recall, F1 and support (scikit-learn's definitions; 0 where a ratio
-  has nothing to divide by, as its zero_division=0)."""
-  correct = np.diag(confusion).astype(np.float64)
-  support, predicted = confusion.sum(1), confusion.sum(0)
-  ratio = lambda a, b: np.divide(a, b, out=np.zeros_like(a), where=b > 0)
-  precision, recall = ratio(correct, predicted), ratio(correct, support)
-  return {
-      'precision': precision,
-      'recall': recall,
-      'f1': ratio(2 * precision * recall, precision + recall),
-      'support': support,
-  }
+  """Each class's precision, recall, F1 and support (label_set_report.scores_of_counts)."""
+  return label_set_report.scores_of_counts(np.diag(confusion), confusion.sum(0), confusion.sum(1))
 
 
 def macro_average(metrics: dict[str, np.ndarray], confusion: np.ndarray) -> dict[str, float]:

@@ -10,23 +10,32 @@ from vit_jax.evaluators import average_precision
 MISSED, WRONG = 'missed', 'wrong'  # A class of the set not predicted; one predicted not in the set.
 
 
-def per_class(
-    labels: np.ndarray, probabilities: np.ndarray, threshold: float
+def scores_of_counts(
+    correct: np.ndarray, predicted: np.ndarray, support: np.ndarray
 ) -> dict[str, np.ndarray]:
-  """Each class's AP (NaN without a positive), precision, recall and F1 at `threshold`
-  (scikit-learn's definitions, 0 where a ratio has nothing to divide by) and support, from multi-hot
-  `labels` and `probabilities` [n, classes]."""
-  predicted = probabilities >= threshold
-  correct = np.sum(predicted & labels, 0).astype(np.float64)
-  support, chosen = labels.sum(0), predicted.sum(0)
+  """Each class's precision, recall and F1 (scikit-learn's definitions; 0 where a ratio has nothing
+  to divide by, as its zero_division=0) and support, from its counts of right predictions,
+  predictions and examples; of one class an image (the confusion tool's) and of label sets alike."""
   ratio = lambda a, b: np.divide(a, b, out=np.zeros_like(a, np.float64), where=b > 0)
-  precision, recall = ratio(correct, chosen), ratio(correct, support)
+  correct = correct.astype(np.float64)
+  precision, recall = ratio(correct, predicted), ratio(correct, support)
   return {
-      'ap': average_precision.average_precisions(probabilities, labels),
       'precision': precision,
       'recall': recall,
       'f1': ratio(2 * precision * recall, precision + recall),
       'support': support,
+  }
+
+
+def per_class(
+    labels: np.ndarray, probabilities: np.ndarray, threshold: float
+) -> dict[str, np.ndarray]:
+  """Each class's AP (NaN without a positive), and `scores_of_counts` at `threshold`, from multi-hot
+  `labels` and `probabilities` [n, classes]."""
+  predicted = probabilities >= threshold
+  return {
+      'ap': average_precision.average_precisions(probabilities, labels),
+      **scores_of_counts(np.sum(predicted & labels, 0), predicted.sum(0), labels.sum(0)),
   }
 
 

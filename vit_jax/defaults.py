@@ -346,8 +346,14 @@ def get_config() -> ml_collections.ConfigDict:
   # `metric` is a metric an evaluator logs (eval_top1, eval_polyak_top1, eval_loss, eval_map,
   # fewshot_10shot, ...), `mode` 'max' or 'min' (unset: min for a *loss, else max); metric unset: none
   # kept. The tools read it as --step=best; config.init_from=W/best/<step> fine-tunes from it.
+  # `patience`: evaluations of the metric without a new best after which the run stops early (saving
+  # its checkpoint; started again, it only evaluates); unset: it trains to the end.
   config.best_checkpoint = ml_collections.ConfigDict(
-      dict(metric=config_dict.placeholder(str), mode=config_dict.placeholder(str))
+      dict(
+          metric=config_dict.placeholder(str),
+          mode=config_dict.placeholder(str),
+          patience=config_dict.placeholder(int),
+      )
   )
   # A profiler trace (TensorBoard's Profile tab) of this many steps into the workdir, from the third
   # step of each start on (the first compiles); 0: none.

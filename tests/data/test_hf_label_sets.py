@@ -16,7 +16,7 @@ from vit_jax.data import hf_card
 from vit_jax.data import hf_features
 from vit_jax.data import hf_source
 from vit_jax.data import label_sets
-from vit_jax.train import loop, setup as train_setup
+from vit_jax.train import loop, observe, setup as train_setup
 
 datasets = pytest.importorskip('datasets')
 
@@ -146,7 +146,7 @@ def test_a_run_trains_and_evaluates_on_a_list_column(tmp_path):
   config = helpers.load_config('demo', helpers.label_set_digits_parquet(tmp_path / 'data_root'))
   setup = train_setup.prepare(config, str(tmp_path / 'run'))
   assert setup.info.multi_label and setup.info.class_names == tuple(NAMES)
-  header = loop.run_header(setup, helpers.random_params(setup.model, config.image_size))
+  header = observe.run_header(setup, helpers.random_params(setup.model, config.image_size))
   assert '12 classes (a set of them an image); batch' in header
   metrics = loop.train_and_evaluate(setup)
   assert 0 < metrics['eval_map'] < 1 and 0 <= metrics['eval_top1'] <= metrics['eval_top5'] <= 1

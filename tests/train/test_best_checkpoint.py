@@ -3,6 +3,7 @@ from the logged metrics, measured again, across a resume, and read by the tools 
 
 import os
 import shutil
+import types
 
 import jax
 import numpy as np
@@ -151,15 +152,20 @@ def test_tools_read_the_best_as_a_step_and_name_what_is_missing(tmp_path, data_d
 
 def test_resolve_orders_losses_down_and_the_rest_up_and_refuses_a_run_that_trains_nothing():
   config = helpers.load_config('demo', helpers.TINY)
-  logged = {'eval_loss': False, 'eval_polyak_map': True, 'fewshot_5shot': False}
+  every_2, every_5 = types.SimpleNamespace(every_steps=2), types.SimpleNamespace(every_steps=5)
+  logged = {
+      'eval_loss': (every_2, False),
+      'eval_polyak_map': (every_2, True),
+      'fewshot_5shot': (every_5, False),
+  }
   resolved = {}
   for metric in logged:
     config.best_checkpoint.metric = metric
     resolved[metric] = best_checkpoint.resolve(config, logged, 12)
   assert resolved == {
-      'eval_loss': best_checkpoint.Best('eval_loss', 'min', False),
-      'eval_polyak_map': best_checkpoint.Best('eval_polyak_map', 'max', True),
-      'fewshot_5shot': best_checkpoint.Best('fewshot_5shot', 'max', False),
+      'eval_loss': best_checkpoint.Best('eval_loss', 'min', False, 2),
+      'eval_polyak_map': best_checkpoint.Best('eval_polyak_map', 'max', True, 2),
+      'fewshot_5shot': best_checkpoint.Best('fewshot_5shot', 'max', False, 5),
   }
   with pytest.raises(
       ValueError, match=r'has 0 steps: unset it, or train \(--config\.total_steps\)$'
@@ -167,3 +173,37 @@ def test_resolve_orders_losses_down_and_the_rest_up_and_refuses_a_run_that_train
     best_checkpoint.resolve(config, logged, 0)
   config.best_checkpoint.metric = None
   assert best_checkpoint.resolve(config, logged, 12) is None
+
+
+def test_patience_stops_the_run_and_a_stopped_run_started_again_only_evaluates(
+    tmp_path, data_dir, caplog
+):
+  """The worst loss (mode max) is the first evaluation's, at step 2: with a patience of 2 evaluations
+  (every 2 steps) the run stops at step 6 with its checkpoint, whatever total_steps says; started
+  again, it trains no step."""
+  workdir = str(tmp_path)
+  overrides = {
+      'best_checkpoint.metric': 'eval_loss',
+      'best_checkpoint.mode': 'max',
+      'best_checkpoint.patience': 2,
+      'log_every_steps': 1,
+      'total_steps': 20,
+  }
+  caplog.set_level('INFO')
+  _run(workdir, data_dir, **overrides)
+  losses = helpers.read_scalars(workdir)['eval_loss']
+  assert max(losses, key=losses.get) == 2, losses  # The premise: the run learns.
+  assert sorted(losses) == [2, 4, 6]
+  assert sorted(helpers.read_scalars(workdir)['train_loss']) == list(range(1, 7))
+  assert saved_state.saved_steps(workdir) == [2, 4, 6] and _best_steps(workdir) == [2]
+  assert "No better eval_loss than step 2's in 2 evaluations: stopping early at step 6 of 20" in (
+      caplog.text
+  )
+  caplog.clear()
+  _run(workdir, data_dir, **overrides)
+  assert 'Run stopped early at step 6 of 20 (config.best_checkpoint.patience)' in caplog.text
+  assert saved_state.saved_steps(workdir) == [2, 4, 6]
+  assert max(helpers.read_scalars(workdir)['train_loss']) == 6
+  # A longer patience goes on from there.
+  _run(workdir, data_dir, **{**overrides, 'best_checkpoint.patience': 3})
+  assert saved_state.saved_steps(workdir)[-1] == 8

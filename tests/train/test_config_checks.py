@@ -39,6 +39,12 @@ INVALID = {
         r"^config\.best_checkpoint\.metric='eval_top' is not a metric this run logs: use one of "
         r'eval_loss, eval_top1, eval_top5 \(_polyak_ ones: set config\.polyak_decay\)$',
     ),
+    'best_checkpoint.patience': (
+        0,
+        {'best_checkpoint.metric': 'eval_top1'},
+        r'^config\.best_checkpoint\.patience=0 must be a number of evaluations >= 1 \(unset: the '
+        r'run trains to the end\)$',
+    ),
     'best_checkpoint.mode': (
         'maximum',
         {'best_checkpoint.metric': 'eval_top1'},
@@ -348,8 +354,13 @@ ALSO_INVALID = {
     ),
     'a best checkpoint ordered by no metric': (
         {'best_checkpoint.mode': 'min'},
-        r"^config\.best_checkpoint\.mode='min' orders config\.best_checkpoint\.metric, which is "
+        r"^config\.best_checkpoint\.mode='min' acts on config\.best_checkpoint\.metric, which is "
         r'unset: set it too',
+    ),
+    'patience without a metric to be patient about': (
+        {'best_checkpoint.patience': 3},
+        r'^config\.best_checkpoint\.patience=3 acts on config\.best_checkpoint\.metric, which is '
+        r'unset: set it too .* or unset the patience$',
     ),
     'a best checkpoint of the Polyak average of a run that keeps none': (
         {'best_checkpoint.metric': 'eval_polyak_top1'},

@@ -75,6 +75,7 @@ RESUMABLE_FIELDS = frozenset(
         'keep_checkpoints',
         'best_checkpoint.metric',
         'best_checkpoint.mode',
+        'best_checkpoint.patience',
         'profile_steps',
         'eval_batch_size',
         'data_workers',

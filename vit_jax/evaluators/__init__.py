@@ -82,11 +82,11 @@ def metric_name(evaluator: str, metric: str, polyak: bool) -> str:
   return f'{evaluator}{_POLYAK if polyak else ""}_{metric}'
 
 
-def logged_metrics(built: list[Evaluator], polyak: bool) -> dict[str, bool]:
-  """Every metric the run's evaluators log -> whether it measures the Polyak average (with `polyak`,
-  a run that keeps one, each metric is logged of both)."""
+def logged_metrics(built: list[Evaluator], polyak: bool) -> dict[str, tuple[Evaluator, bool]]:
+  """Every metric the run's evaluators log -> the evaluator that logs it, and whether it measures the
+  Polyak average (with `polyak`, a run that keeps one, each metric is logged of both)."""
   return {
-      metric_name(evaluator.name, metric, averaged): averaged
+      metric_name(evaluator.name, metric, averaged): (evaluator, averaged)
       for evaluator in built
       for averaged in ((False, True) if polyak else (False,))
       for metric in evaluator.metrics

@@ -8,6 +8,8 @@ parameters in their places; with the value, metric and mode (orbax's metrics of 
 read it as a step of the run (`--step=best`, saved_state.find_checkpoint), and
 config.init_from=W/best/<step> fine-tunes from it.
 
+With `patience`, the run stops early at the evaluation `patience` evaluations after the best's.
+
 A resumed run goes on from the value saved. A best saved after the checkpoint the run resumes from (the
 run was stopped between them) is kept: the same steps retrace it; an evaluation that beats it there
 (only a changed config does) replaces it.
@@ -38,6 +40,10 @@ class Best:
   metric: str
   mode: str  # One of MODES.
   polyak: bool  # Whether `metric` measures the Polyak average of the parameters.
+  every_steps: int = 1  # Of the evaluator that logs `metric`.
+  patience: Optional[int] = (
+      None  # Evaluations of `metric` without a new best to stop at; None: never.
+  )
 
   def better(self, value: float, than: Optional[float]) -> bool:
     """Whether `value` beats `than` (None: nothing yet); a NaN never does."""
@@ -47,22 +53,31 @@ class Best:
 
 
 def resolve(
-    config: ml_collections.ConfigDict, logged: Mapping[str, bool], total_steps: int
+    config: ml_collections.ConfigDict, logged: Mapping[str, tuple[Any, bool]], total_steps: int
 ) -> Optional[Best]:
   """config.best_checkpoint checked against `logged` (evaluators.logged_metrics: each metric the run
-  logs -> whether it measures the Polyak average); None when unset. Raises a one-line ValueError."""
+  logs -> its evaluator, whether it measures the Polyak average); None when unset. Raises a one-line
+  ValueError."""
   metric, mode = config.best_checkpoint.metric, config.best_checkpoint.mode
+  patience = config.best_checkpoint.patience
+  if patience is not None and (isinstance(patience, bool) or patience < 1):
+    raise ValueError(
+        f'config.best_checkpoint.patience={patience} must be a number of evaluations >= 1 (unset: '
+        'the run trains to the end)'
+    )
   if mode is not None and mode not in MODES:
     raise ValueError(
         f'config.best_checkpoint.mode={mode!r} must be one of {", ".join(MODES)} (unset: min for '
         'a metric ending in loss, else max)'
     )
   if metric is None:
-    if mode is not None:
-      raise ValueError(
-          f'config.best_checkpoint.mode={mode!r} orders config.best_checkpoint.metric, which is '
-          'unset: set it too (e.g. --config.best_checkpoint.metric=eval_top1) or unset the mode'
-      )
+    for field, value in (('mode', mode), ('patience', patience)):
+      if value is not None:
+        raise ValueError(
+            f'config.best_checkpoint.{field}={value!r} acts on config.best_checkpoint.metric, which '
+            f'is unset: set it too (e.g. --config.best_checkpoint.metric=eval_top1) or unset the '
+            f'{field}'
+        )
     return None
   if metric not in logged:
     polyak = '' if config.polyak_decay is not None else ' (_polyak_ ones: set config.polyak_decay)'
@@ -77,7 +92,8 @@ def resolve(
     )
   if mode is None:
     mode = 'min' if events.lower_is_better(metric) else 'max'
-  return Best(metric, mode, logged[metric])
+  evaluator, polyak = logged[metric]
+  return Best(metric, mode, polyak, evaluator.every_steps, patience)
 
 
 class Keeper:
@@ -162,6 +178,18 @@ class Keeper:
         },
     )
     self.value, self.step = value, step
+
+  def exhausted(self, step: int) -> bool:
+    """Whether the run stops at `step`: an evaluation of the metric `patience` evaluations after that
+    of the best. True again at that step when the run is started again (it saved its checkpoint
+    there): it has stopped."""
+    best = self._best
+    return (
+        best.patience is not None
+        and self.step is not None
+        and step % best.every_steps == 0
+        and step - self.step >= best.patience * best.every_steps
+    )
 
   def close(self) -> None:
     """Waits for the save in flight (a failed one raises checkpoint.SaveError)."""

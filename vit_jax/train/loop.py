@@ -103,39 +103,6 @@ def device_batches(
   yield from queue
 
 
-def parameter_count(setup: Setup, params: Any) -> str:
-  """'N.NM parameters', and how many of them train when some are frozen (config.optim.frozen,
-  trained, low-rank adapters)."""
-  count = f'{sum(x.size for x in jax.tree.leaves(params)) / 1e6:.1f}M parameters'
-  if not param_groups.freezes(setup.config.optim, setup.model_config):
-    return count
-  trained = sum(
-      x.size for _, x, trains in param_groups.labelled(setup.config.optim, params) if trains
-  )
-  return f'{count} ({trained:,} trained)'
-
-
-def run_header(setup: Setup, params: Any) -> str:
-  """The run in one line: model, data, batch and mesh, workdir. The config's every field is in the
-  workdir's config.json (and at --verbosity=1 in the log)."""
-  config, info = setup.config, setup.info
-  mesh = ' x '.join(f'{name}={size}' for name, size in setup.mesh.shape.items())
-  data_dir = (
-      f' {config.data_dir}'
-      if config.data_dir and config.dataset in ('folder', 'huggingface')
-      else ''
-  )
-  devices = jax.device_count()
-  sets = ' (a set of them an image)' if info.multi_label else ''
-  return (
-      f'{config.variant}, {parameter_count(setup, params)}, {config.dtype}, '
-      f'{config.image_size} px; {config.dataset}{data_dir}: {info.num_train} train / '
-      f'{info.num_eval} eval examples, {info.num_classes} classes{sets}; batch {config.batch_size} on '
-      f'{devices} device{"s" * (devices > 1)} (mesh {mesh}); workdir {setup.workdir} (every '
-      'field in its config.json; --verbosity=1 logs them)'
-  )
-
-
 def train_and_evaluate(setup: Setup) -> dict[str, float]:
   """Runs (or resumes) training to `setup.total_steps`; returns the last metrics of every evaluator."""
   with Watchdog(setup.config.hang_timeout_s, jax.process_index(), jax.process_count()) as watchdog:
@@ -154,8 +121,11 @@ def _train(setup: Setup, watchdog: Watchdog) -> dict[str, float]:
   if start_step == 0 and logging.level_debug():  # Its statistics read every parameter.
     logging.debug('%s', parameter_overview.get_parameter_overview(state.params))
   step_fn = jit_train_step(setup, state_shardings)
+  best = best_checkpoint.Keeper(setup.workdir, setup.best, setup.model) if setup.best else None
 
-  evaluating_only = start_step >= setup.total_steps  # No batch is read: no workers are started.
+  stopped_early = best is not None and best.exhausted(start_step)
+  # No batch is read: no workers are started.
+  evaluating_only = start_step >= setup.total_steps or stopped_early
   train_iter = (
       iter(())
       if evaluating_only
@@ -170,20 +140,25 @@ def _train(setup: Setup, watchdog: Watchdog) -> dict[str, float]:
   run_pace = pace.Pace(setup.total_steps, config.log_every_steps, writer)
   if setup.total_steps == 0 and start_step == 0:
     what = f'Evaluating config.init_from={config.init_from} (total_steps=0: nothing is trained):'
+  elif stopped_early:
+    what = (
+        f'Run stopped early at step {start_step} of {setup.total_steps} '
+        '(config.best_checkpoint.patience): evaluating only;'
+    )
   elif evaluating_only:  # A finished run started again.
     what = f'Run already at step {start_step} of {setup.total_steps}: evaluating only;'
   else:
     what = f'Training {setup.total_steps} steps from step {start_step}:'
-  logging.info('%s %s', what, run_header(setup, state.params))
+  logging.info('%s %s', what, observe.run_header(setup, state.params))
 
   notice = preemption.PreemptionNotice(manager)
   saver = checkpoint.Saver(manager)
-  best = best_checkpoint.Keeper(setup.workdir, setup.best, setup.model) if setup.best else None
   bar = progress.for_run(setup.total_steps, start_step, config.batch_size, jax.process_index())
   try:
     eval_metrics = _run_steps(
         setup,
         state,
+        start_step if evaluating_only else setup.total_steps,
         step_fn,
         train_iter,
         writer,
@@ -220,6 +195,7 @@ def _train(setup: Setup, watchdog: Watchdog) -> dict[str, float]:
 def _run_steps(
     setup: Setup,
     state: TrainState,
+    end_step: int,
     step_fn: Callable,
     train_iter: Iterator,
     writer: event_writer.MetricWriter,
@@ -230,9 +206,10 @@ def _run_steps(
     watchdog: Watchdog,
     bar: progress.Bar,
 ) -> dict[str, float]:
-  """Steps int(state.step) + 1 .. total_steps with their logging, evaluations and saves; raises
+  """Steps int(state.step) + 1 .. end_step with their logging, evaluations and saves; raises
   preemption.Preempted after saving the step at which the run was asked to stop. `best` (None: not
-  kept) saves the parameters of each evaluation that beats the run's best."""
+  kept) saves the parameters of each evaluation that beats the run's best, and stops the run when
+  its patience is exhausted."""
   config = setup.config
   eval_metrics: dict[str, float] = {}
   history, window_start = [], time.time()
@@ -242,7 +219,7 @@ def _run_steps(
   in_flight = dispatch.BoundedDispatch()
   batches = device_batches(train_iter, setup.mesh, config.device_prefetch)
   try:
-    for step in range(first, setup.total_steps + 1):
+    for step in range(first, end_step + 1):
       # Steps are dispatched ahead of the devices: a hung step stops the loop dispatch.AHEAD later.
       watchdog.phase(f'train step {step}' + (' (compiling)' if step == first else ''))
       profiler.before(step)
@@ -281,7 +258,8 @@ def _run_steps(
           watchdog.phase(f'saving the best parameters of step {step}')
           best.save(step, measured, state)
       stop = notice(step) and not last
-      if step % config.checkpoint_every_steps == 0 or last or stop:
+      exhausted = best is not None and not last and best.exhausted(step)
+      if step % config.checkpoint_every_steps == 0 or last or stop or exhausted:
         _checked_history(history, step - len(history) + 1, budget)  # Never save a poisoned state.
         watchdog.phase(f'saving checkpoint {step}')
         writer.flush()  # The curves up to a checkpoint are kept with it: a resumed run has no gap.
@@ -289,6 +267,17 @@ def _run_steps(
           save(step, state)
       if stop:
         raise preemption.Preempted(step)
+      if exhausted:
+        logging.info(
+            "No better %s than step %d's in %d evaluations: stopping early at step %d of %d "
+            '(config.best_checkpoint.patience)',
+            setup.best.metric,
+            best.step,
+            setup.best.patience,
+            step,
+            setup.total_steps,
+        )
+        break
   finally:  # A run that ends (or stops) inside the traced steps still writes its trace.
     profiler.stop()
   if not eval_metrics:  # Resumed at the end: report the final model all the same.

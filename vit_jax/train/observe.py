@@ -1,9 +1,13 @@
-"""What a run shows of itself beside its metrics: a profiler trace of a few steps, memory in use."""
+"""What a run shows of itself beside its metrics: the one line that describes it, a profiler trace of
+a few steps, memory in use."""
 
 from typing import Any
 
 import jax
 from absl import logging
+
+from vit_jax.train import param_groups
+from vit_jax.train.setup import Setup
 
 
 class StepProfiler:
@@ -61,4 +65,37 @@ def log_memory(step: int) -> None:
       step,
       counted_by,
       ', '.join(f'{d} {_size(b)}' for d, b in in_use.items()),
+  )
+
+
+def parameter_count(setup: Setup, params: Any) -> str:
+  """'N.NM parameters', and how many of them train when some are frozen (config.optim.frozen,
+  trained, low-rank adapters)."""
+  count = f'{sum(x.size for x in jax.tree.leaves(params)) / 1e6:.1f}M parameters'
+  if not param_groups.freezes(setup.config.optim, setup.model_config):
+    return count
+  trained = sum(
+      x.size for _, x, trains in param_groups.labelled(setup.config.optim, params) if trains
+  )
+  return f'{count} ({trained:,} trained)'
+
+
+def run_header(setup: Setup, params: Any) -> str:
+  """The run in one line: model, data, batch and mesh, workdir. The config's every field is in the
+  workdir's config.json (and at --verbosity=1 in the log)."""
+  config, info = setup.config, setup.info
+  mesh = ' x '.join(f'{name}={size}' for name, size in setup.mesh.shape.items())
+  data_dir = (
+      f' {config.data_dir}'
+      if config.data_dir and config.dataset in ('folder', 'huggingface')
+      else ''
+  )
+  devices = jax.device_count()
+  sets = ' (a set of them an image)' if info.multi_label else ''
+  return (
+      f'{config.variant}, {parameter_count(setup, params)}, {config.dtype}, '
+      f'{config.image_size} px; {config.dataset}{data_dir}: {info.num_train} train / '
+      f'{info.num_eval} eval examples, {info.num_classes} classes{sets}; batch {config.batch_size} on '
+      f'{devices} device{"s" * (devices > 1)} (mesh {mesh}); workdir {setup.workdir} (every '
+      'field in its config.json; --verbosity=1 logs them)'
   )

@@ -1,11 +1,13 @@
 """The confusion tool on a run of label sets (multi-label): each class's AP, precision, recall and F1
-at a threshold against scikit-learn's, the mistakes, and the command's report and files."""
+at a threshold and its threshold of the best F1 against scikit-learn's, the mistakes, the command's
+report and files, and predict's label sets at those thresholds."""
 
 import os
 import subprocess
 import sys
 
 import numpy as np
+from PIL import Image
 import pytest
 from sklearn import metrics as sk_metrics
 
@@ -85,7 +87,8 @@ def test_the_command_reports_a_label_set_run(label_set_run, tmp_path):
   assert lines[6].startswith('mAP ') and lines[6].endswith(
       'a class predicted at a probability >= 0.3'
   )
-  assert sorted(os.listdir(out)) == ['mistakes.csv', 'per_class.csv']
+  assert lines[7].startswith('macro F1 ') and "at each class's threshold of its best F1" in lines[7]
+  assert sorted(os.listdir(out)) == ['mistakes.csv', 'per_class.csv', 'thresholds.csv']
   rows = [row.split(',') for row in (out / 'per_class.csv').read_text().splitlines()]
   assert rows[0] == ['class', 'ap', 'precision', 'recall', 'f1', 'support'] and len(rows) == 13
   predicted = predictions.probabilities >= 0.3
@@ -95,3 +98,60 @@ def test_the_command_reports_a_label_set_run(label_set_run, tmp_path):
   mistakes = (out / 'mistakes.csv').read_text().splitlines()
   assert mistakes[0] == 'example,class,mistake,probability'
   assert len(mistakes) - 1 == int(np.sum(predicted != predictions.labels))
+
+
+def test_each_class_threshold_of_the_best_f1_is_scikit_learns():
+  rng = np.random.default_rng(1)
+  for examples, ties in ((60, None), (400, 8)):
+    probabilities = rng.random((examples, 9)).astype(np.float32)
+    if ties:  # Equal probabilities are predicted together: only the last of them is a threshold.
+      probabilities = np.round(probabilities * ties) / ties
+    labels = rng.random((examples, 9)) < 0.3
+    labels[:, -1] = False
+    thresholds, f1 = label_set_report.f1_thresholds(labels, probabilities)
+    assert np.isinf(thresholds[-1]) and f1[-1] == 0
+    for c in range(8):
+      precision, recall, _ = sk_metrics.precision_recall_curve(labels[:, c], probabilities[:, c])
+      with np.errstate(invalid='ignore'):
+        best = np.nanmax(2 * precision * recall / (precision + recall))
+      assert f1[c] == pytest.approx(best)
+      assert sk_metrics.f1_score(labels[:, c], probabilities[:, c] >= thresholds[c]) == (
+          pytest.approx(f1[c])
+      )
+
+
+def test_predict_prints_the_classes_at_their_thresholds(label_set_run, tmp_path):
+  """thresholds.csv of the confusion tool, read by predict: each image's classes at or above their
+  threshold, as the thresholds pick them from the probabilities predict prints for every class."""
+  from vit_jax.tools import predict  # pylint: disable=g-import-not-at-top
+
+  predictions, _, _ = confusion.predict_split(label_set_run, None, None)
+  out = str(tmp_path)
+  confusion.write_files(predictions, out)
+  classifier = predict.load_run(label_set_run)
+  thresholds = label_set_report.read_thresholds(
+      os.path.join(out, 'thresholds.csv'), classifier.class_names
+  )
+  expected, _ = label_set_report.f1_thresholds(predictions.labels, predictions.probabilities)
+  np.testing.assert_allclose(thresholds, expected, rtol=1e-7)
+  images = tmp_path / 'images'
+  images.mkdir()
+  rng = np.random.default_rng(0)
+  for k in range(3):
+    Image.fromarray(rng.integers(0, 256, (8, 8, 3), np.uint8)).save(images / f'{k}.png')
+  paths = predict.find_images([str(images)])
+  all_probs = {path: dict(top) for path, top in predict.predict(paths, classifier, top_k=12)}
+  for path, chosen in predict.predict(paths, classifier, thresholds=thresholds):
+    names = [name for name, _ in chosen]
+    expected_names = [
+        name
+        for name, p in sorted(all_probs[path].items(), key=lambda item: -item[1])
+        if p >= thresholds[classifier.class_names.index(name)]
+    ]
+    assert names == expected_names
+  with pytest.raises(ValueError, match=r'holds thresholds of 12 classes, not of this model.s 3'):
+    label_set_report.read_thresholds(os.path.join(out, 'thresholds.csv'), ('a', 'b', 'c'))
+  with pytest.raises(
+      ValueError, match=r'^--threshold picks a set of classes an image, .*softmax_xent'
+  ):
+    label_set_report.prediction_thresholds('softmax_xent', ('a', 'b'), 0.5, None)

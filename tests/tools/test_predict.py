@@ -204,3 +204,34 @@ def test_a_run_without_a_classifier_is_a_clear_error(trained_tiny_run, tmp_path)
   os.symlink(os.path.join(trained_tiny_run, 'checkpoints'), tmp_path / 'checkpoints')
   with pytest.raises(ValueError, match="is a 'mpp' run, which has no classifier: fine-tune it"):
     predict.load_run(str(tmp_path))
+
+
+@pytest.mark.parametrize(
+    'args,message',
+    [
+        (
+            ['--threshold=0.5'],
+            r'^error: --threshold picks a set of classes an image, of a model trained with a '
+            r'sigmoid loss \(sigmoid_xent, asl\); this one was trained with softmax_xent: drop '
+            r'--threshold$',
+        ),
+        (
+            ['--threshold=0.5', '--thresholds=t.csv'],
+            '^error: pass one of --threshold and --thresholds$',
+        ),
+    ],
+)
+def test_thresholds_on_a_model_of_one_class_an_image_are_one_line(
+    trained_tiny_run, tmp_path, args, message
+):
+  Image.new('RGB', (8, 8)).save(tmp_path / 'x.png')
+  run = subprocess.run(
+      [*PREDICT_CMD, f'--workdir={trained_tiny_run}', *args, str(tmp_path / 'x.png')],
+      cwd=helpers.REPO,
+      capture_output=True,
+      text=True,
+      timeout=300,
+  )
+  assert run.returncode == 2, run.stderr[-2000:]
+  assert len(run.stderr.strip().splitlines()) == 1, run.stderr[-2000:]
+  assert __import__('re').search(message, run.stderr.strip()), run.stderr

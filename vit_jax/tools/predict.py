@@ -3,6 +3,9 @@
   python -m vit_jax.tools.predict --workdir=W [--step=N|best] [--top_k=5] IMAGES_OR_FOLDERS...
   python -m vit_jax.tools.predict --export=DIR [--top_k=5] IMAGES_OR_FOLDERS...
 
+Of a model trained with a sigmoid loss (label sets), `--threshold=P` or `--thresholds=thresholds.csv`
+(each class's, from the confusion tool) prints the set of classes at or above it instead of the top k.
+
 Folders are searched recursively for the image folders' files (.jpg/.jpeg/.png/.bmp/.gif/.webp, in any
 case); a file named on the command line is read whatever its name. Each image (any size; greyscale and
 RGBA become RGB; decoded as in training, whatever its extension says) gets the eval preprocessing of
@@ -31,13 +34,17 @@ import numpy as np
 from absl import flags, logging
 
 from vit_jax.runtime import cli
+from vit_jax.tools import label_set_report
 
 if TYPE_CHECKING:  # vit_jax.data imports its pipeline: loaded where an image is read.
   from vit_jax.data import images
 
 BATCH_SIZE = 64
 
-_USAGE = '--workdir=W [--step=N|best] (or --export=DIR) [--top_k=5] IMAGES_OR_FOLDERS...'
+_USAGE = (
+    '--workdir=W [--step=N|best] (or --export=DIR) [--top_k=5 | --threshold=P | '
+    '--thresholds=CSV] IMAGES_OR_FOLDERS...'
+)
 
 # config.pp_eval's default: what runs and exports made before the field prepared images with.
 DEFAULT_PP_EVAL = {
@@ -195,10 +202,16 @@ def _chunks(items: Iterable, size: int) -> Iterator[list]:
 
 
 def predict(
-    paths: Sequence[str], classifier: Classifier, *, top_k: int = 5, batch_size: int = BATCH_SIZE
+    paths: Sequence[str],
+    classifier: Classifier,
+    *,
+    top_k: int = 5,
+    thresholds: np.ndarray | None = None,
+    batch_size: int = BATCH_SIZE,
 ) -> list[Prediction]:
-  """(path, top-k (label, probability)) for each readable image, in order; the others are reported
-  on stderr, one line each, and skipped."""
+  """(path, top-k (label, probability)) for each readable image, in order, or with `thresholds`
+  [classes] the classes at or above theirs; the others are reported on stderr, one line each, and
+  skipped."""
   # Every batch is padded to one size, so the model compiles once.
   batch_size = max(1, min(batch_size, len(paths)))
   results = []
@@ -207,13 +220,22 @@ def predict(
     images[: len(chunk)] = [image for _, image in chunk]
     probs = probabilities(np.asarray(classifier.logits_fn(images), np.float32), classifier.loss)
     results += [
-        (path, _top_k(p, classifier.class_names, top_k)) for (path, _), p in zip(chunk, probs)
+        (
+            path,
+            _top_k(p, classifier.class_names, top_k)
+            if thresholds is None
+            else [
+                (classifier.class_names[c], float(p[c]))
+                for c in label_set_report.chosen(p, thresholds)
+            ],
+        )
+        for (path, _), p in zip(chunk, probs)
     ]
   return results
 
 
 def format_prediction(path: str, top: list[tuple[str, float]]) -> str:
-  return '\n'.join([path, *(f'  {prob:.4f}  {label}' for label, prob in top)])
+  return '\n'.join([path, *(f'  {prob:.4f}  {label}' for label, prob in top)] or ['  no class'])
 
 
 def _define_flags() -> None:
@@ -225,6 +247,14 @@ def _define_flags() -> None:
       'export', None, 'Directory written by vit_jax.tools.export, instead of --workdir.'
   )
   flags.DEFINE_integer('top_k', 5, 'Labels to print per image.')
+  flags.DEFINE_float(
+      'threshold',
+      None,
+      'Of a sigmoid-trained model: print the classes of at least this probability.',
+  )
+  flags.DEFINE_string(
+      'thresholds', None, "Of a sigmoid-trained model: a thresholds.csv of each class's threshold."
+  )
 
 
 def main(argv: list[str]) -> None:
@@ -254,7 +284,15 @@ def main(argv: list[str]) -> None:
         'or folders that hold them',
         status=1,
     )
-  results = predict(paths, classifier, top_k=args.top_k)
+  try:
+    thresholds = label_set_report.prediction_thresholds(
+        classifier.loss, classifier.class_names, args.threshold, args.thresholds
+    )
+  except ValueError as e:
+    cli.fail(str(e))
+  if thresholds is not None and args['top_k'].present:
+    cli.fail('--threshold / --thresholds print the classes above them, not the top k: drop --top_k')
+  results = predict(paths, classifier, top_k=args.top_k, thresholds=thresholds)
   for path, top in results:
     print(format_prediction(path, top))
   if not results:

@@ -3,6 +3,7 @@ below as the reference) on fixed logits, and teachers read from timm checkpoints
 
 import ml_collections
 import numpy as np
+import optax
 import pytest
 import torch
 import torch.nn.functional as F
@@ -48,7 +49,7 @@ def test_the_distillation_loss_is_deits_on_fixed_logits(kind, alpha, tau, smooth
   labels = rng.randint(0, 7, 6)
   distill = ml_collections.ConfigDict(dict(teacher='t', kind=kind, alpha=alpha, temperature=tau))
   base = classification.compute_loss(
-      outputs, labels, loss='softmax_xent', label_smoothing=smoothing
+      outputs, labels, loss=optax.softmax_cross_entropy, label_smoothing=smoothing
   )
   ours = distillation.combine(distill, base, outputs_kd, teacher)
   expected = _deit_loss(

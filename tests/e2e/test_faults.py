@@ -376,10 +376,10 @@ def _fill_at(checkpoints_dir, trained_tiny_run, monkeypatch) -> str:
   if mounted:
     save = checkpoint.save
 
-    def save_on_a_full_disk(manager, step, state):
+    def save_on_a_full_disk(manager, step, state, metrics=None):
       if step == 12:  # The Saver has waited for the saves before this one.
         _fill(os.path.join(checkpoints_dir, 'ballast'))
-      return save(manager, step, state)
+      return save(manager, step, state, metrics)
 
     monkeypatch.setattr(checkpoint, 'save', save_on_a_full_disk)
     return 'tmpfs'

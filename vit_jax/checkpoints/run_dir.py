@@ -22,6 +22,8 @@ from vit_jax.checkpoints import adapting, hub, npz_files, saved_state, state_dic
 from vit_jax.models import lora, pooling, variants, vit_variants
 
 _RUN_FILES = ('config.json', 'dataset_info.json')
+# What vit_jax.tools.soup writes beside a soup's parameters: a run directory without a train state.
+SOUP = 'soup.json'
 
 
 def write_run_info(
@@ -46,6 +48,16 @@ def write_run_info(
   elif changes:
     resumes = len(list(root.glob('config.resume_*.json')))
     (root / f'config.resume_{resumes + 1}.json').write_text(config.to_json_best_effort(indent=2))
+
+
+def check_trainable(workdir: str) -> None:
+  """A one-line ValueError for a workdir that a run cannot train in: a model soup's."""
+  if (epath.Path(workdir) / SOUP).exists():
+    raise ValueError(
+        f'--workdir={workdir} holds a model soup (vit_jax.tools.soup): its parameters without a '
+        f'train state to resume; fine-tune from it with --config.init_from={workdir} and another '
+        '--workdir'
+    )
 
 
 def config_changes(
@@ -131,11 +143,11 @@ def load_trained(
     workdir: str, step: int | str | None = None, *, features: bool = False
 ) -> TrainedModel:
   """The model of checkpoint `step` of a run (saved_state.find_checkpoint's: a number, 'best' or None,
-  the latest), as the run's task built it, or
+  the latest; or `workdir` is a checkpoint's directory), as the run's task built it, or
   (`features=True`) its backbone, whatever the task; low-rank adapters folded into their kernels
   (lora.folded: a plain ViT of the same function)."""
   checkpoint_dir, step = saved_state.find_checkpoint(workdir, step)
-  config, info = load_run_info(workdir)
+  config, info = load_run_info(saved_state.workdir_of(checkpoint_dir))  # `workdir` may be a step's.
   task = tasks.get(config.task)
   adapted_params, name = saved_state.restore_params(checkpoint_dir)
   adapted_config = variants.get_model_config(config.variant, config.model.to_dict())
@@ -195,7 +207,7 @@ def load_params(
   params, name = saved_state.restore_params(checkpoint_dir)
   source = f'loaded {name} of step {step} from {checkpoint_dir}'
   if lora.has_adapters(params):  # Its run's scale folds them: the checkpoints/STEP dir's workdir.
-    config, _ = load_run_info(os.path.dirname(os.path.dirname(checkpoint_dir)))
+    config, _ = load_run_info(saved_state.workdir_of(checkpoint_dir))
     _, params = lora.folded(
         variants.get_model_config(config.variant, config.model.to_dict()), params
     )

@@ -30,9 +30,8 @@ def find_checkpoint(path: str, step: Optional[int | str] = None) -> tuple[str, i
   read a relative one).
   """
   path = paths.absolute(path)
-  name = epath.Path(path).name
-  if step is None and name.isdigit() and (epath.Path(path) / 'default').is_dir():
-    return path, int(name)
+  if step is None and is_step_dir(path):
+    return path, int(epath.Path(path).name)
   if step == BEST:
     return _best(path)
   if isinstance(step, str):
@@ -53,6 +52,16 @@ def find_checkpoint(path: str, step: Optional[int | str] = None) -> tuple[str, i
   elif step not in steps:
     raise ValueError(f'{root!r} has no checkpoint of step {step}: use one of {steps}')
   return os.path.join(root, str(step)), step
+
+
+def is_step_dir(path: str) -> bool:
+  """Whether `path` is a checkpoint's own directory (W/checkpoints/N, W/best/N) rather than a run's."""
+  return epath.Path(path).name.isdigit() and (epath.Path(path) / 'default').is_dir()
+
+
+def workdir_of(checkpoint_dir: str) -> str:
+  """The run a checkpoint directory of `find_checkpoint` belongs to (W of W/checkpoints/N)."""
+  return os.path.dirname(os.path.dirname(checkpoint_dir))
 
 
 def _best(workdir: str) -> tuple[str, int]:

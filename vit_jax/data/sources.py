@@ -140,15 +140,20 @@ def checked_source(config: ml_collections.ConfigDict, label_feature: str | None 
   return make_source(config, label_feature)
 
 
+def check_split(source: Any, split: str, flag: str) -> None:
+  """A one-line ValueError naming `flag`, the one to set, for a split that `source` does not have."""
+  if hasattr(source, 'check_split'):
+    source.check_split(split, flag)
+
+
 def get_info(config: ml_collections.ConfigDict) -> DatasetInfo:
   """Sizes and class names of config.label_feature; validates the data config. A run starts here: an
   image folder is listed anew (a notebook may have added images since the last run)."""
   _listed_folder.cache_clear()
   _listed_huggingface.cache_clear()
   source = checked_source(config)
-  if hasattr(source, 'check_split'):  # A bad split name names the field to set.
-    for field in ('train_split', 'eval_split'):
-      source.check_split(config[field], f'--config.{field}')
+  for field in ('train_split', 'eval_split'):
+    check_split(source, config[field], f'--config.{field}')
   return DatasetInfo(
       num_classes=len(source.class_names),
       num_train=source.examples(config.train_split).num_records,

@@ -63,8 +63,7 @@ def predict_split(
   config, _ = run_dir.load_run_info(workdir)
   split = split or config.eval_split
   source = sources.checked_source(config)
-  if hasattr(source, 'check_split'):  # A bad split name names the flag to set.
-    source.check_split(split, '--split')
+  sources.check_split(source, split, '--split')
   records = source.examples(split)
   classifier = predict.load_run(workdir, step)
   labels, probabilities, kept = [], [], []

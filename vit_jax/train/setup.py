@@ -104,6 +104,7 @@ def _too_few_classes(config: ml_collections.ConfigDict, info: data.DatasetInfo, 
 def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
   """Checks the config, data and workdir; raises ValueError with a one-line fix on bad input."""
   field_checks.check_field_names(config)  # First: the other checks read the fields.
+  run_dir.check_trainable(workdir)
   absolute_data_dir(config)
   task = tasks.get(config.task)
   for each_task in tasks.TASKS.values():  # A typo in another task's fields is still a typo.

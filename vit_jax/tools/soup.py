@@ -1,0 +1,318 @@
+"""Model soups (Wortsman et al. 2022): one model whose parameters are the average of several runs'
+fine-tuned from the same checkpoint (a sweep's runs), or of one run's checkpoints (timm's
+avg_checkpoints.py), written as a run directory that every tool reads:
+
+  python -m vit_jax.tools.soup --out=DIR [--recipe=uniform|greedy] [--split=SPLIT] [--step=N|best]
+      RUN_OR_CHECKPOINT...
+
+Each input is a run's workdir (its checkpoint `--step`, default the latest; its Polyak average if it
+kept one, low-rank adapters folded into their kernels), a sweep's root (each run under it) or a
+checkpoint's directory (W/checkpoints/N, W/best/N). `uniform` averages them all; `greedy` (the
+paper's greedy soup) ranks them by their score on `--split` (default: the eval split of the first
+input), starts from the best and adds each next one only if the average with it scores at least as
+well: top-1 accuracy, or the mAP of a run on label sets. With `--split`, the uniform soup and its
+inputs are scored too. Pick the split that decides a greedy soup out of those you report.
+
+DIR gets the first input's config.json (the best input's for `greedy`), its dataset info, the
+soup's parameters as checkpoint DIR/checkpoints/<the latest input step> and soup.json (the inputs,
+their scores, which are in the soup). predict, confusion, fewshot, pictures and export read it with
+--workdir=DIR; --config.init_from=DIR fine-tunes from it. It has no train state to resume.
+"""
+
+if (
+    __name__ == '__main__'
+):  # Before anything allocates or loads jax: see vit_jax/runtime/startup.py.
+  from vit_jax.runtime import startup  # pylint: disable=g-import-not-at-top
+
+  startup.prepare_process()
+
+import dataclasses
+import json
+import sys
+from typing import Any, Callable, Optional, Sequence, TYPE_CHECKING
+
+from absl import flags, logging
+from etils import epath
+import jax
+import numpy as np
+
+from vit_jax.runtime import cli
+
+if TYPE_CHECKING:  # Loaded once the flags are checked.
+  from vit_jax.checkpoints import run_dir
+
+_USAGE = (
+    '--out=DIR [--recipe=uniform|greedy] [--split=SPLIT] [--step=N|best] RUN_OR_CHECKPOINT '
+    'RUN_OR_CHECKPOINT...'
+)
+RECIPES = ('uniform', 'greedy')
+_BATCH = 64  # Images a forward pass: one compile for every score.
+
+
+@dataclasses.dataclass
+class Tasted:
+  """A checkpoint as the soup read it: where from, its score (None: not scored), whether it is in."""
+
+  checkpoint_dir: str
+  step: int
+  parameters: str  # 'polyak' | 'raw'
+  score: Optional[float] = None
+  in_soup: bool = False
+  with_it: Optional[float] = None  # Greedy: the score of the soup so far with it added.
+
+
+def find_ingredients(inputs: Sequence[str], step: Optional[str]) -> list[str]:
+  """The checkpoint directories `inputs` name (see the module's docstring), in order; a one-line
+  ValueError for an input that names none, or a checkpoint named twice."""
+  from vit_jax.checkpoints import saved_state  # pylint: disable=g-import-not-at-top
+  from vit_jax.tools import runs  # pylint: disable=g-import-not-at-top
+
+  found = {}  # checkpoint directory -> the input that named it.
+  for given in inputs:
+    if saved_state.is_step_dir(given):
+      named = [saved_state.find_checkpoint(given)[0]]
+    else:
+      named = [saved_state.find_checkpoint(str(run), step)[0] for _, run in runs.find_runs([given])]
+    for checkpoint_dir in named:
+      if checkpoint_dir in found:
+        raise ValueError(
+            f'{checkpoint_dir} is named twice ({found[checkpoint_dir]!r} and {given!r}): name each '
+            'checkpoint once'
+        )
+      found[checkpoint_dir] = given
+  if len(found) < 2:
+    raise ValueError(
+        f'a soup averages two or more checkpoints, and {" ".join(inputs)} name one: pass runs, '
+        "a sweep's root, or checkpoint directories such as W/checkpoints/1000"
+    )
+  return list(found)
+
+
+def load(checkpoint_dir: str) -> 'run_dir.TrainedModel':
+  from vit_jax.checkpoints import run_dir  # pylint: disable=g-import-not-at-top
+
+  return run_dir.load_trained(checkpoint_dir)
+
+
+def check_same_model(first: 'run_dir.TrainedModel', other: 'run_dir.TrainedModel') -> None:
+  """A one-line ValueError unless `other` computes the function of `first` with parameters of the same
+  shapes: an average of two other models is neither."""
+  from vit_jax.models import variants  # pylint: disable=g-import-not-at-top
+
+  a, b = first.config, other.config
+  differences = [
+      (field, a[field], b[field])
+      for field in ('task', 'variant', 'image_size', 'loss')
+      if a[field] != b[field]
+  ]
+  differences += variants.function_changes(
+      (a.variant, first.model_config), (b.variant, other.model_config)
+  )
+  if first.info.class_names != other.info.class_names:
+    differences.append(('class names', first.info.class_names[:5], other.info.class_names[:5]))
+  shapes = [jax.tree.map(np.shape, t.params) for t in (first, other)]
+  if not differences and shapes[0] != shapes[1]:
+    differences.append(('parameter shapes', 'other', 'these'))
+  if differences:
+    field, there, here = differences[0]
+    raise ValueError(
+        f'{other.checkpoint_dir} is not the model of {first.checkpoint_dir} ({field}: {here!r} '
+        f'here, {there!r} there): a soup averages checkpoints of one model, fine-tuned from the '
+        'same parameters'
+    )
+
+
+def _added(total: Any, params: Any) -> Any:
+  """`total` (float64 sums; None: none yet) plus `params`."""
+  if total is None:
+    return jax.tree.map(lambda x: np.asarray(x, np.float64), params)
+  return jax.tree.map(lambda t, x: t + np.asarray(x, np.float64), total, params)
+
+
+def _mean(total: Any, count: int, like: Any) -> Any:
+  """`_added`'s sums of `count` trees as their mean, each leaf in the dtype of `like`'s."""
+  return jax.tree.map(lambda t, x: (t / count).astype(np.asarray(x).dtype), total, like)
+
+
+def scorer(trained: 'run_dir.TrainedModel', split: str) -> Callable[[Any], float]:
+  """params -> the score of `trained`'s model with them on `split`, its images prepared as the run's
+  evaluation prepares them: the top-1 accuracy, or of a run on label sets the mean AP (its eval_map).
+  A one-line ValueError for a split the dataset does not have."""
+  from vit_jax import data  # pylint: disable=g-import-not-at-top
+  from vit_jax.data import preprocess, sources  # pylint: disable=g-import-not-at-top
+  from vit_jax.evaluators import average_precision  # pylint: disable=g-import-not-at-top
+
+  config, model, multi_label = trained.config, trained.model, trained.info.multi_label
+  sources.check_split(sources.checked_source(config), split, '--split')
+  apply = jax.jit(lambda params, images: model.apply({'params': params}, images, train=False))
+
+  def score(params: Any) -> float:
+    params = jax.device_put(params)  # Once, not at every batch.
+    logits, labels = [], []
+    for batch in data.eval_iterator(config, split, local_batch_size=_BATCH):
+      mask = batch['mask']
+      logits.append(np.asarray(apply(params, preprocess.model_input(batch['image'])))[mask])
+      labels.append(batch['labels' if multi_label else 'label'][mask])
+    if not sum(len(rows) for rows in logits):
+      raise ValueError(f'split {split!r} has no readable example: nothing to score the soup on')
+    logits, labels = np.concatenate(logits).astype(np.float32), np.concatenate(labels)
+    if multi_label:
+      return float(np.nanmean(average_precision.average_precisions(logits, labels)))
+    return float(np.mean(logits.argmax(-1) == labels))
+
+  return score
+
+
+@dataclasses.dataclass(frozen=True)
+class Soup:
+  # The first ingredient's run (greedy: the best's) with the soup's parameters.
+  model: 'run_dir.TrainedModel'
+  ingredients: list[Tasted]
+  split: Optional[str]  # The split scored; None: none was.
+  score: Optional[float]
+  warnings: list[str]  # For the user: ingredients that did not start from the same parameters.
+
+
+def make_soup(checkpoint_dirs: Sequence[str], recipe: str, split: Optional[str] = None) -> Soup:
+  """The `recipe` soup of `checkpoint_dirs`, each read once more for each soup a greedy one tastes.
+  Scored on `split` (default: the first's eval split) when given, and always for `greedy`."""
+  first, tasted, total, score, warnings = None, [], None, None, []
+  for checkpoint_dir in checkpoint_dirs:  # One at a time: a sweep of ViT-Ls need not fit in memory.
+    trained = load(checkpoint_dir)
+    if first is None:
+      first = trained
+      if recipe == 'greedy' or split is not None:
+        split = split or first.config.eval_split
+        score = scorer(first, split)
+    check_same_model(first, trained)
+    if not _same_start(first, trained):
+      warnings.append(
+          f'{trained.checkpoint_dir} and {first.checkpoint_dir} are runs of another '
+          f'config.init_from ({trained.config.init_from!r}, {first.config.init_from!r}): the '
+          'average of runs that did not start from the same parameters is rarely a model'
+      )
+    tasted.append(
+        Tasted(
+            trained.checkpoint_dir,
+            trained.step,
+            trained.parameters,
+            score(trained.params) if score else None,
+            in_soup=recipe == 'uniform',
+        )
+    )
+    if recipe == 'uniform':
+      total = _added(total, trained.params)
+  if recipe == 'greedy':
+    first, total = _greedy(checkpoint_dirs, tasted, score)
+  params = _mean(total, sum(t.in_soup for t in tasted), first.params)
+  return Soup(
+      dataclasses.replace(first, params=params),
+      tasted,
+      split,
+      score(params) if score else None,
+      warnings,
+  )
+
+
+def _same_start(first: 'run_dir.TrainedModel', other: 'run_dir.TrainedModel') -> bool:
+  """Whether two checkpoints are of one run, or of runs fine-tuned from the same config.init_from."""
+  from vit_jax.checkpoints import saved_state  # pylint: disable=g-import-not-at-top
+
+  runs = {saved_state.workdir_of(t.checkpoint_dir) for t in (first, other)}
+  return (
+      len(runs) == 1
+      or bool(first.config.init_from)
+      and (first.config.init_from == other.config.init_from)
+  )
+
+
+def _greedy(
+    checkpoint_dirs: Sequence[str], tasted: list[Tasted], score: Callable[[Any], float]
+) -> tuple['run_dir.TrainedModel', Any]:
+  """The greedy soup of the scored `tasted`: the best first, then in order of their scores each one
+  whose addition scores at least the soup's so far (marked `in_soup`). Returns the best and the sums.
+  """
+  order = sorted(range(len(tasted)), key=lambda k: -tasted[k].score)  # Ties: in the given order.
+  best = load(checkpoint_dirs[order[0]])
+  tasted[order[0]].in_soup = True
+  total, count, soup_score = _added(None, best.params), 1, tasted[order[0]].score
+  for k in order[1:]:
+    candidate = _added(total, load(checkpoint_dirs[k]).params)
+    tasted[k].with_it = score(_mean(candidate, count + 1, best.params))
+    if tasted[k].with_it >= soup_score:
+      total, count, soup_score, tasted[k].in_soup = candidate, count + 1, tasted[k].with_it, True
+  return best, total
+
+
+def write(out: str, soup: Soup, recipe: str) -> str:
+  """Writes the soup to `out` as a run directory of the tools (see the module's docstring); returns
+  its checkpoint's directory."""
+  from vit_jax.checkpoints import checkpoint, run_dir  # pylint: disable=g-import-not-at-top
+
+  trained = soup.model
+  epath.Path(out).mkdir(parents=True, exist_ok=True)
+  config = trained.config.copy_and_resolve_references()
+  # Low-rank adapters are folded into the averaged kernels: the soup is the plain model.
+  config.model.update({k: v for k, v in trained.model_config.items() if k.startswith('lora_')})
+  run_dir.write_run_info(out, config, trained.info)
+  step = max(t.step for t in soup.ingredients)
+  manager = checkpoint.make_manager(out, keep=1)
+  checkpoint.save(manager, step, {'params': trained.params})
+  manager.wait_until_finished()
+  manager.close()
+  record = {
+      'recipe': recipe,
+      'split': soup.split,
+      'metric': ('map' if trained.info.multi_label else 'top1') if soup.split else None,
+      'score': soup.score,
+      'ingredients': [dataclasses.asdict(t) for t in soup.ingredients],
+  }
+  (epath.Path(out) / run_dir.SOUP).write_text(json.dumps(record, indent=2))
+  return str(epath.Path(out) / 'checkpoints' / str(step))
+
+
+def format_report(soup: Soup, recipe: str) -> str:
+  metric = 'mAP' if soup.model.info.multi_label else 'top-1'
+  lines = []
+  for t in soup.ingredients:
+    scored = f'  {metric} {t.score:.4f}' if t.score is not None else ''
+    average = ' (Polyak average)' if t.parameters == 'polyak' else ''
+    added = f' (the soup with it: {t.with_it:.4f})' if t.with_it is not None else ''
+    lines.append(f'{"in " if t.in_soup else "out"}  {t.checkpoint_dir}{average}{scored}{added}')
+  chosen = sum(t.in_soup for t in soup.ingredients)
+  summary = f'{recipe} soup of {chosen} of {len(soup.ingredients)} checkpoints'
+  if soup.score is not None:
+    summary += f': {metric} {soup.score:.4f} on split {soup.split!r}'
+  return '\n'.join([*lines, summary])
+
+
+def _define_flags() -> None:
+  flags.DEFINE_string('out', None, 'Directory to write the soup to (new or empty).', required=True)
+  flags.DEFINE_enum('recipe', 'uniform', RECIPES, 'uniform: all of them; greedy: those that help.')
+  flags.DEFINE_string('split', None, 'Split to score on (greedy: default the eval split).')
+  cli.define_step_flag(' of each run given')
+
+
+def main(argv: list[str]) -> None:
+  logging.set_verbosity(logging.ERROR)
+  args = flags.FLAGS
+  if len(argv) < 3:
+    cli.fail(f'a soup averages two or more checkpoints: use {_USAGE}')
+  try:
+    out = epath.Path(args.out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+      raise ValueError(f'--out={args.out} is not an empty directory: name a new one')
+    checkpoint_dirs = find_ingredients(argv[1:], args.step)
+    cli.make_out_dir(args.out)  # Before the soup: scoring a greedy one can take long.
+    soup = make_soup(checkpoint_dirs, args.recipe, args.split)
+  except ValueError as e:
+    cli.fail(str(e))
+  for warning in soup.warnings:
+    print(f'warning: {warning}', file=sys.stderr)
+  print(format_report(soup, args.recipe))
+  print(f'wrote {write(args.out, soup, args.recipe)}: read it with --workdir={args.out}')
+
+
+if __name__ == '__main__':
+  _define_flags()
+  cli.run(main, flags_parser=cli.flags_parser(_USAGE))

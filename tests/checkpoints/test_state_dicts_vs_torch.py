@@ -735,7 +735,7 @@ def _timm_input(pretrained_cfg: dict, image: np.ndarray) -> np.ndarray:
 def test_timms_transform_from_the_exported_config_prepares_images_as_our_evaluation(
     crop, crop_fraction, image_size, shape
 ):
-  from vit_jax.tools import predict  # pylint: disable=g-import-not-at-top
+  from vit_jax.tools import classifiers  # pylint: disable=g-import-not-at-top
 
   pp_eval = {
       'crop': crop,
@@ -744,7 +744,7 @@ def test_timms_transform_from_the_exported_config_prepares_images_as_our_evaluat
   }  # PIL always antialiases.
   config = timm_export.eval_crop(pp_eval, image_size)
   image = np.random.RandomState(0).randint(0, 256, (*shape, 3)).astype(np.uint8)
-  ours = predict.model_input(image, image_size, pp_eval)
+  ours = classifiers.model_input(image, image_size, pp_eval)
   # PIL resizes uint8 in two passes, rounding after each: up to a grey level on noise (1 / 127.5 here).
   pretrained_cfg = {
       'input_size': [3, image_size, image_size],
@@ -763,7 +763,7 @@ def test_timm_and_our_export_agree_on_a_wide_image_where_the_crops_disagree(
   gave timm no crop fields, so timm took its default 87.5% central crop, and a top-1 that vit_jax's
   squashing resize (pp_eval.crop='resize') did not give."""
   from PIL import Image  # pylint: disable=g-import-not-at-top
-  from vit_jax.tools import export, predict  # pylint: disable=g-import-not-at-top
+  from vit_jax.tools import classifiers, export, predict  # pylint: disable=g-import-not-at-top
   from vit_jax.data import digits  # pylint: disable=g-import-not-at-top
   # The tiny run's parameters, evaluated with PIL's antialiased resize as timm's transforms resize:
   # TensorFlow's default bilinear reads 2x2 pixels and, shrinking 120 to 8, sees other pixels.
@@ -781,7 +781,7 @@ def test_timm_and_our_export_agree_on_a_wide_image_where_the_crops_disagree(
   ours = dict(
       predict.predict(
           [str(tmp_path / 'wide.png')],
-          predict.load_export(str(tmp_path / 'export')),
+          classifiers.load_export(str(tmp_path / 'export')),
           top_k=NUM_CLASSES,
       )[0][1]
   )

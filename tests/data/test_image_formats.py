@@ -1,6 +1,6 @@
 """Image files as users have them, decoded as PIL's `Image.open(f).convert('RGB')` decodes them (what
 timm's and torchvision's ImageFolder train on): through `images.decode`, an image folder and
-`predict.read_image`. Files PIL writes, and variants it reads but does not write (BMPs, 16-bit PNG).
+`classifiers.read_image`. Files PIL writes, and variants it reads but does not write (BMPs, 16-bit PNG).
 """
 
 import io
@@ -13,7 +13,7 @@ import pytest
 
 import helpers
 from vit_jax import data
-from vit_jax.tools import predict
+from vit_jax.tools import classifiers
 from vit_jax.data import images
 from vit_jax.data import preprocess
 
@@ -327,7 +327,9 @@ def test_prediction_reads_pils_pixels(tmp_path):
       '16bit_grey.tif',
   ):
     (tmp_path / name).write_bytes(AS_PIL[name]())
-    np.testing.assert_array_equal(predict.read_image(str(tmp_path / name)), _pil(AS_PIL[name]()))
+    np.testing.assert_array_equal(
+        classifiers.read_image(str(tmp_path / name)), _pil(AS_PIL[name]())
+    )
 
 
 def test_a_file_name_that_is_not_utf8_is_a_one_line_error_naming_its_folder(tmp_path):

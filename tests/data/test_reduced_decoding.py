@@ -14,7 +14,7 @@ from vit_jax import data
 from vit_jax.data import crops
 from vit_jax.data import images
 from vit_jax.data import preprocess
-from vit_jax.tools import predict
+from vit_jax.tools import classifiers, predict
 
 # Photographs from a camera, as their JPEG files (scikit-learn's sample images, 640 x 427).
 PHOTOS = ('china.jpg', 'flower.jpg')
@@ -199,12 +199,14 @@ def test_predict_decodes_as_the_runs_evaluation(tmp_path):
   path = tmp_path / 'china.jpg'
   path.write_bytes(_photo('china.jpg'))
   pp_eval = {'crop': 'central', 'crop_fraction': 0.875, 'antialias': True, 'reducing_gap': 2.0}
-  classifier = predict.Classifier(lambda x: x, 32, ('a',), pp_eval=pp_eval)
+  classifier = classifiers.Classifier(lambda x: x, 32, ('a',), pp_eval=pp_eval)
   [(name, got)] = list(predict._readable([str(path)], classifier))  # pylint: disable=protected-access
   assert name == str(path)
   want = preprocess.eval_preprocess(
       images.Encoded(path.read_bytes()), pp_eval=_pp_eval(**pp_eval), image_size=32
   )
   np.testing.assert_array_equal(got, preprocess.model_input(want))
-  full = predict.model_input(predict.read_image(str(path)), 32, {**pp_eval, 'reducing_gap': 0.0})
+  full = classifiers.model_input(
+      classifiers.read_image(str(path)), 32, {**pp_eval, 'reducing_gap': 0.0}
+  )
   assert np.abs(got - full).max() > 0  # Reduced: not the full-size pixels.

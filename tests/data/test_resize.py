@@ -10,7 +10,7 @@ import pytest
 
 import helpers
 from vit_jax import defaults
-from vit_jax.tools import predict
+from vit_jax.tools import classifiers
 from vit_jax.data import crops
 from vit_jax.data import preprocess
 from vit_jax.data import resizing
@@ -120,12 +120,12 @@ def test_train_and_eval_preprocessing_read_their_field():
 
 def test_prediction_prepares_images_as_the_run_did():
   image = _image()
-  antialiased = predict.model_input(
+  antialiased = classifiers.model_input(
       image, 16, {'crop': 'resize', 'crop_fraction': 1.0, 'antialias': True}
   )
   np.testing.assert_array_equal(antialiased, _pil_rgb(image, 16, 16) / np.float32(127.5) - 1)
   # An export written before the field prepared images without antialiasing.
-  old = predict.model_input(image, 16, {'crop': 'resize', 'crop_fraction': 0.875})
+  old = classifiers.model_input(image, 16, {'crop': 'resize', 'crop_fraction': 0.875})
   np.testing.assert_allclose(old, _tensorflow(image, 16, 16) / 127.5 - 1, atol=1e-6)
 
 

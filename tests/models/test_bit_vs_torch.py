@@ -17,7 +17,7 @@ from timm.models.resnetv2 import ResNetV2
 
 import helpers
 from vit_jax.checkpoints import run_dir
-from vit_jax.tools import export, predict
+from vit_jax.tools import classifiers, export
 from vit_jax.checkpoints import adapting, npz_files
 from vit_jax.models import bit, variants
 from test_bit import _NO_VIT, tiny_run  # noqa: F401 (tiny_run: a fixture)
@@ -163,9 +163,11 @@ def test_export_predict_and_timm_agree(tiny_run, tmp_path):
       "not written: timm's VisionTransformer needs a ViT variant: BiT-R50x1 " 'is a BiT ResNet'
   )
   images = _images(4, 16, seed=2)
-  ours = np.asarray(predict.load_run(workdir).logits_fn(images))
+  ours = np.asarray(classifiers.load_run(workdir).logits_fn(images))
   np.testing.assert_allclose(
-      np.asarray(predict.load_export(str(tmp_path / 'export')).logits_fn(images)), ours, atol=1e-5
+      np.asarray(classifiers.load_export(str(tmp_path / 'export')).logits_fn(images)),
+      ours,
+      atol=1e-5,
   )  # The jax.export artefact.
   reference = ResNetV2(
       layers=[1, 1, 1, 1],

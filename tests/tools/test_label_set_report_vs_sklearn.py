@@ -123,12 +123,12 @@ def test_each_class_threshold_of_the_best_f1_is_scikit_learns():
 def test_predict_prints_the_classes_at_their_thresholds(label_set_run, tmp_path):
   """thresholds.csv of the confusion tool, read by predict: each image's classes at or above their
   threshold, as the thresholds pick them from the probabilities predict prints for every class."""
-  from vit_jax.tools import predict  # pylint: disable=g-import-not-at-top
+  from vit_jax.tools import classifiers, predict  # pylint: disable=g-import-not-at-top
 
   predictions, _, _ = confusion.predict_split(label_set_run, None, None)
   out = str(tmp_path)
   confusion.write_files(predictions, out)
-  classifier = predict.load_run(label_set_run)
+  classifier = classifiers.load_run(label_set_run)
   thresholds = label_set_report.read_thresholds(
       os.path.join(out, 'thresholds.csv'), classifier.class_names
   )

@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 
 import helpers
-from vit_jax.tools import introspection, pictures
+from vit_jax.tools import classifiers, introspection, pictures
 from vit_jax.models import vit
 
 PICTURES = (
@@ -302,7 +302,7 @@ def _drawn_rollout(model, params, tmp_path, monkeypatch):
       lambda image, maps, query, path: drawn.update(maps=maps, query=query) or path,
   )
   pictures.write_pictures(model, params, image, 12, str(tmp_path))
-  inputs = pictures.predict.model_input(image, 12)[None]
+  inputs = classifiers.model_input(image, 12)[None]
   rollout = introspection.attention_rollout(
       introspection.attention_weights(model, params, inputs)[:, 0]
   )
@@ -373,6 +373,6 @@ def test_the_pictures_show_the_part_of_the_image_the_eval_crop_keeps(tmp_path, m
   resized = jax.image.resize(
       jnp.asarray(shown[0], jnp.float32), (12, 12, 3), 'bilinear', antialias=False
   )
-  model_input = (pictures.predict.model_input(image, 12, pp_eval) + 1) * 127.5
+  model_input = (classifiers.model_input(image, 12, pp_eval) + 1) * 127.5
   assert np.abs(np.asarray(resized) - model_input).max() < 8  # Up to a pixel's shift at the edges.
   assert pictures.seen_part(image, 12, {'crop': 'resize'}) is image  # 'resize' sees all of it.

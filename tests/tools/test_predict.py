@@ -18,7 +18,7 @@ from PIL import Image
 import helpers
 from vit_jax import data
 from vit_jax.checkpoints import run_dir, saved_state
-from vit_jax.tools import export, predict
+from vit_jax.tools import classifiers, export, predict
 from vit_jax.data import on_device
 from vit_jax.tasks import classification
 from vit_jax.data import sources
@@ -48,7 +48,7 @@ def test_images_in_any_format_are_predicted_as_evaluation_sees_them(trained_tiny
   Image.fromarray(raw[2]).convert('RGBA').save(tmp_path / 'rgba.png')
   Image.fromarray(raw[3]).save(tmp_path / 'image.bmp')
   paths = [str(tmp_path / name) for name in ('rgb.png', 'grey.png', 'rgba.png', 'image.bmp')]
-  classifier = predict.load_run(trained_tiny_run)
+  classifier = classifiers.load_run(trained_tiny_run)
   results = predict.predict(paths, classifier, top_k=10, batch_size=3)  # Two batches, one padded.
 
   model = classification.make_model(config, helpers.model_config(config), 10)
@@ -69,7 +69,7 @@ def test_unreadable_files_are_reported_in_one_line_each_and_skipped(
   (tmp_path / 'corrupt.png').write_bytes(b'\x89PNG\r\n\x1a\n' + b'\0' * 40)
   (tmp_path / 'empty.jpg').write_bytes(b'')
   paths = [str(tmp_path / name) for name in ('corrupt.png', 'good.png', 'empty.jpg', 'missing.png')]
-  results = predict.predict(paths, predict.load_run(trained_tiny_run))
+  results = predict.predict(paths, classifiers.load_run(trained_tiny_run))
   assert [path for path, _ in results] == [str(tmp_path / 'good.png')]
   not_an_image = 'not an image format PIL reads'
   assert capsys.readouterr().err.splitlines() == [
@@ -109,8 +109,8 @@ def test_an_export_predicts_what_its_run_predicts(trained_tiny_run, tmp_path):
     Image.fromarray(image).save(tmp_path / f'{i}.png')
     paths.append(str(tmp_path / f'{i}.png'))
   export.export(trained_tiny_run, str(tmp_path / 'export'))
-  from_export = predict.predict(paths, predict.load_export(str(tmp_path / 'export')), top_k=10)
-  from_run = predict.predict(paths, predict.load_run(trained_tiny_run), top_k=10)
+  from_export = predict.predict(paths, classifiers.load_export(str(tmp_path / 'export')), top_k=10)
+  from_run = predict.predict(paths, classifiers.load_run(trained_tiny_run), top_k=10)
   for a, b in zip(from_export, from_run):
     assert a[0] == b[0] and [label for label, _ in a[1]] == [label for label, _ in b[1]]
     np.testing.assert_allclose([p for _, p in a[1]], [p for _, p in b[1]], atol=1e-5)
@@ -120,10 +120,10 @@ def test_an_export_predicts_what_its_run_predicts(trained_tiny_run, tmp_path):
 def test_a_sigmoid_trained_model_gets_independent_class_probabilities(loss):
   logits = np.array([[2.0, -1.0, 0.0]])
   np.testing.assert_allclose(
-      predict.probabilities(logits, loss), 1 / (1 + np.exp(-logits)), rtol=1e-6
+      classifiers.probabilities(logits, loss), 1 / (1 + np.exp(-logits)), rtol=1e-6
   )
   np.testing.assert_allclose(
-      predict.probabilities(logits, 'softmax_xent'),
+      classifiers.probabilities(logits, 'softmax_xent'),
       np.exp(logits) / np.exp(logits).sum(),
       rtol=1e-6,
   )
@@ -203,7 +203,7 @@ def test_a_run_without_a_classifier_is_a_clear_error(trained_tiny_run, tmp_path)
   shutil.copy(os.path.join(trained_tiny_run, 'dataset_info.json'), tmp_path)
   os.symlink(os.path.join(trained_tiny_run, 'checkpoints'), tmp_path / 'checkpoints')
   with pytest.raises(ValueError, match="is a 'mpp' run, which has no classifier: fine-tune it"):
-    predict.load_run(str(tmp_path))
+    classifiers.load_run(str(tmp_path))
 
 
 @pytest.mark.parametrize(

@@ -57,7 +57,7 @@ def predict_split(
   from vit_jax import data  # pylint: disable=g-import-not-at-top
   from vit_jax.checkpoints import run_dir, saved_state  # pylint: disable=g-import-not-at-top
   from vit_jax.data import preprocess, sources  # pylint: disable=g-import-not-at-top
-  from vit_jax.tools import predict  # pylint: disable=g-import-not-at-top
+  from vit_jax.tools import classifiers  # pylint: disable=g-import-not-at-top
 
   _, step = saved_state.find_checkpoint(workdir, step)
   config, _ = run_dir.load_run_info(workdir)
@@ -65,14 +65,14 @@ def predict_split(
   source = sources.checked_source(config)
   sources.check_split(source, split, '--split')
   records = source.examples(split)
-  classifier = predict.load_run(workdir, step)
+  classifier = classifiers.load_run(workdir, step)
   labels, probabilities, kept = [], [], []
   batches = data.eval_iterator(config, split, local_batch_size=_BATCH)
   try:
     for b, batch in enumerate(batches):
       mask = batch['mask']
       logits = classifier.logits_fn(preprocess.model_input(batch['image']))
-      probs = predict.probabilities(np.asarray(logits, np.float32), classifier.loss)
+      probs = classifiers.probabilities(np.asarray(logits, np.float32), classifier.loss)
       labels.append(batch['labels' if 'labels' in batch else 'label'][mask])
       probabilities.append(probs[mask])
       kept += [b * _BATCH + row for row in np.flatnonzero(mask)]  # Unreadable rows are masked.

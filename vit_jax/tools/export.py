@@ -124,7 +124,7 @@ def export(
       'model': model,
       'dtype': config.dtype,
       'image_size': config.image_size,
-      'pp_eval': config.pp_eval.to_dict(),  # How to prepare an image: see vit_jax.tools.predict.model_input.
+      'pp_eval': config.pp_eval.to_dict(),  # How to prepare an image: see vit_jax.tools.classifiers.model_input.
       'num_classes': info.num_classes,
       'loss': config.loss,  # softmax_xent, sigmoid_xent or asl: how logits become probabilities.
       'class_names': list(info.class_names),

@@ -39,7 +39,7 @@ from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top,wron
 
 from vit_jax.runtime import cli  # pylint: disable=g-import-not-at-top,wrong-import-position
 from vit_jax.tools import introspection  # pylint: disable=g-import-not-at-top,wrong-import-position
-from vit_jax.tools import predict  # pylint: disable=g-import-not-at-top,wrong-import-position
+from vit_jax.tools import classifiers  # pylint: disable=g-import-not-at-top,wrong-import-position
 from vit_jax.models import variants  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _USAGE = '--workdir=W [--step=N|best] --image=X --out=DIR'
@@ -150,14 +150,14 @@ def _join(directory: str, name: str) -> str:
 
 
 def seen_part(
-    image: np.ndarray, image_size: int, pp_eval: Mapping[str, Any] = predict.DEFAULT_PP_EVAL
+    image: np.ndarray, image_size: int, pp_eval: Mapping[str, Any] = classifiers.DEFAULT_PP_EVAL
 ) -> np.ndarray:
   """The part of `image` (uint8 [h, w, 3]) that the eval crop `pp_eval` makes the model input: the
   central square of 'central' (to the pixel: crops.central_crop's arithmetic, in the image's own
   pixels), all of it for 'resize' (which squeezes it to the square the maps cover)."""
   from vit_jax.data import crops  # pylint: disable=g-import-not-at-top
 
-  pp_eval = {**predict.DEFAULT_PP_EVAL, **pp_eval}
+  pp_eval = {**classifiers.DEFAULT_PP_EVAL, **pp_eval}
   if pp_eval['crop'] != 'central':
     return image
   shape = np.array(image.shape[:2], np.float64)
@@ -178,7 +178,7 @@ def write_pictures(
     image: np.ndarray,
     image_size: int,
     out: str,
-    pp_eval: Mapping[str, Any] = predict.DEFAULT_PP_EVAL,
+    pp_eval: Mapping[str, Any] = classifiers.DEFAULT_PP_EVAL,
 ) -> list[str]:
   """Writes the pictures for `image` (uint8 [h, w, 3]), prepared by the eval crop `pp_eval`, to `out`
   (five; four for fixed position embeddings); returns their paths."""
@@ -190,7 +190,7 @@ def write_pictures(
       'map': "weighted by the MAP head's attention (no class token)",
       'token_gap': 'from the class token and the mean over patches, half each',
   }[model.classifier]
-  inputs = predict.model_input(image, image_size, pp_eval)[None]
+  inputs = classifiers.model_input(image, image_size, pp_eval)[None]
   attention = introspection.attention_weights(model, params, inputs)[:, 0]
   tokens = (
       prefix + (image_size // model.input_stride) ** 2
@@ -253,7 +253,7 @@ def draw_run(workdir: str, image_path: str, out: str, step: int | str | None = N
         f'the pictures show attention over all patches; an {run.config.variant} attends '
         'along rows and columns only'
     )
-  image = predict.read_image(image_path)
+  image = classifiers.read_image(image_path)
   return write_pictures(
       run.model, run.params, image, run.config.image_size, out, run.config.pp_eval.to_dict()
   )

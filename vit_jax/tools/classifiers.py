@@ -1,0 +1,131 @@
+"""A trained classifier as the tools see it (predict, confusion, pictures): a run's checkpoint or an
+export, read into a function of images, and an image file prepared as the run's evaluation prepared
+its images."""
+
+import dataclasses
+import functools
+from typing import Any, Callable, Mapping, TYPE_CHECKING
+
+import jax
+import ml_collections
+import numpy as np
+
+if TYPE_CHECKING:  # vit_jax.data imports its pipeline: loaded where an image is read.
+  from vit_jax.data import images
+
+
+# config.pp_eval's default: what runs and exports made before the field prepared images with.
+DEFAULT_PP_EVAL = {
+    'crop': 'resize',
+    'crop_fraction': 0.875,
+    'antialias': False,
+    'reducing_gap': 0.0,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Classifier:
+  """A model as prediction sees it: images [b, size, size, 3] in [-1, 1] -> logits [b, classes]."""
+
+  logits_fn: Callable[[np.ndarray], np.ndarray]
+  image_size: int
+  class_names: tuple[str, ...]
+  loss: str = 'softmax_xent'  # How the model was trained, so how logits become probabilities.
+  # The run's eval crop (config.pp_eval), so images are prepared as its evaluation prepared them.
+  pp_eval: dict[str, Any] = dataclasses.field(default_factory=lambda: dict(DEFAULT_PP_EVAL))
+
+
+def load_run(workdir: str, step: int | str | None = None) -> Classifier:
+  """The classifier of checkpoint `step` (default: the latest) of a run; its Polyak average if kept."""
+  # Imported here so that bad flags are answered before the model code loads.
+  from vit_jax.checkpoints import run_dir  # pylint: disable=g-import-not-at-top
+
+  trained = run_dir.load_trained(workdir, step)
+  config = trained.config
+  if config.task != 'classification':
+    raise ValueError(
+        f'{workdir!r} is a {config.task!r} run, which has no classifier: fine-tune it '
+        '(config.init_from) and predict with that run'
+    )
+  model = trained.model
+  apply = jax.jit(lambda params, images: model.apply({'params': params}, images, train=False))
+  return Classifier(
+      functools.partial(apply, trained.params),
+      config.image_size,
+      trained.info.class_names,
+      config.loss,
+      config.pp_eval.to_dict(),
+  )
+
+
+def load_export(export_dir: str) -> Classifier:
+  """The classifier serialized by `vit_jax.tools.export` in `export_dir`."""
+  from vit_jax.checkpoints import run_dir  # pylint: disable=g-import-not-at-top
+
+  description, infer = run_dir.load_export(export_dir)
+  return Classifier(
+      jax.jit(infer),
+      description['image_size'],
+      tuple(description['class_names']),
+      description.get('loss', 'softmax_xent'),
+      description.get('pp_eval', DEFAULT_PP_EVAL),
+  )  # Exports older than the field.
+
+
+def _decoded(path: str, decode: Callable[[bytes], np.ndarray]) -> np.ndarray:
+  """`decode` of the bytes of file `path`; raises ValueError saying why it cannot be read."""
+  from vit_jax.data import folder, images  # pylint: disable=g-import-not-at-top
+
+  try:
+    data = folder.read_file(path)  # As an image folder's files are read: local or cloud storage.
+  except OSError as e:
+    raise ValueError(f'cannot read {path} ({e.strerror or e})') from None
+  try:
+    return decode(data)
+  except images.UnreadableImage as e:
+    raise ValueError(f'cannot decode {path}: {e}') from None
+
+
+def read_image(path: str) -> np.ndarray:
+  """The image in a file as uint8 [h, w, 3]; raises ValueError saying why it cannot be read."""
+  from vit_jax.data import images  # pylint: disable=g-import-not-at-top
+
+  # The decoder of the input pipeline, so that an image decodes to the same pixels as in training.
+  return _decoded(path, lambda data: images.rgb(images.decode(data)))
+
+
+def model_input(
+    image: 'np.ndarray | images.Encoded',
+    image_size: int,
+    pp_eval: Mapping[str, Any] = DEFAULT_PP_EVAL,
+) -> np.ndarray:
+  """The eval preprocessing of the input pipeline (the crop of `pp_eval`, a config.pp_eval) of a
+  decoded image or of an encoded one, which it decodes as the crop of the run's evaluation did:
+  float32 [image_size, image_size, 3] in [-1, 1]."""
+  from vit_jax.data import preprocess  # pylint: disable=g-import-not-at-top
+  # Fields newer than the run or export take their defaults, which is how it prepared its images.
+  pp_eval = ml_collections.ConfigDict({**DEFAULT_PP_EVAL, **pp_eval})
+  return preprocess.model_input(
+      preprocess.eval_preprocess(image, pp_eval=pp_eval, image_size=image_size)
+  )
+
+
+def probabilities(logits: np.ndarray, loss: str) -> np.ndarray:
+  """Softmax over classes, or for a model trained with a sigmoid loss (sigmoid_xent, asl) each
+  class's own sigmoid."""
+  from vit_jax.tasks import classification  # pylint: disable=g-import-not-at-top
+
+  if loss in classification.SIGMOID_LOSSES:
+    return np.asarray(jax.nn.sigmoid(logits))
+  return np.asarray(jax.nn.softmax(logits, axis=-1))
+
+
+def read_model_input(path: str, classifier: Classifier) -> np.ndarray:
+  """`model_input` of the image in file `path` for `classifier`; raises ValueError saying why it
+  cannot be read."""
+  from vit_jax.data import images  # pylint: disable=g-import-not-at-top
+
+  return _decoded(
+      path,
+      lambda data: model_input(images.Encoded(data), classifier.image_size, classifier.pp_eval),
+  )

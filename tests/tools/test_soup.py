@@ -5,6 +5,7 @@ by the tools and refused by training, and the one-line errors."""
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -201,24 +202,24 @@ def test_training_in_a_soup_is_refused(trained_tiny_run, tmp_path):
   assert helpers.files_of(out) == before
 
 
-def test_the_command(trained_tiny_run, tmp_path):
-  """A soup of a run's last two checkpoints, read by predict; then the one-line errors."""
-  checkpoints = [os.path.join(trained_tiny_run, 'checkpoints', s) for s in ('8', '12')]
+def test_the_command(trained_tiny_run, sweep, tmp_path):
+  """A greedy soup of a sweep's root, read by predict; then the one-line errors."""
   out = str(tmp_path / 'soup')
   done = subprocess.run(
-      [*COMMAND, f'--out={out}', '--split=test', *checkpoints],
+      [*COMMAND, f'--out={out}', '--recipe=greedy', sweep],
       capture_output=True,
       text=True,
       cwd=helpers.REPO,
   )
   assert done.returncode == 0, done.stderr
   lines = done.stdout.splitlines()
-  assert lines[0].startswith(f'in   {checkpoints[0]}  top-1 0.')
-  assert (
-      lines[2].startswith('uniform soup of 2 of 2 checkpoints: top-1 0.')
-      and "on split 'test'" in lines[2]
-  )
-  assert lines[3] == f'wrote {out}/checkpoints/12: read it with --workdir={out}'
+  for line, name in zip(lines, sorted(SWEEP)):
+    assert re.match(rf'(in |out)  {sweep}/{name}/checkpoints/4  top-1 0\.\d{{4}}', line), line
+  assert re.match(
+      r"greedy soup of [123] of 3 checkpoints: top-1 0\.\d{4} on split 'test'$", lines[3]
+  ), lines[3]
+  assert lines[4] == f'wrote {out}/checkpoints/4: read it with --workdir={out}'
+  checkpoints = [os.path.join(trained_tiny_run, 'checkpoints', s) for s in ('8', '12')]
   image = os.path.join(tmp_path, 'digit.png')
   from PIL import Image  # pylint: disable=g-import-not-at-top
   from vit_jax.data import digits  # pylint: disable=g-import-not-at-top
@@ -235,9 +236,10 @@ def test_the_command(trained_tiny_run, tmp_path):
       ([f'--out={out}', *checkpoints], f'--out={out} is not an empty directory: name a new one'),
       (
           [f'--out={tmp_path}/new', checkpoints[0]],
-          'a soup averages two or more checkpoints: use --out=DIR',
+          'a soup averages two or more checkpoints, and',
       ),
       ([f'--out={tmp_path}/new', checkpoints[0], checkpoints[0]], 'is named twice'),
+      ([f'--out={tmp_path}/new'], 'no runs or checkpoints given: use --out=DIR'),
       (
           [f'--out={tmp_path}/new', checkpoints[0], str(tmp_path / 'missing')],
           'does not exist: pass run workdirs or the root of a sweep',

@@ -296,8 +296,8 @@ def _define_flags() -> None:
 def main(argv: list[str]) -> None:
   logging.set_verbosity(logging.ERROR)
   args = flags.FLAGS
-  if len(argv) < 3:
-    cli.fail(f'a soup averages two or more checkpoints: use {_USAGE}')
+  if len(argv) < 2:
+    cli.fail(f'no runs or checkpoints given: use {_USAGE}')
   try:
     out = epath.Path(args.out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):

@@ -3,6 +3,7 @@ and multi-label top-1 (as ImageNet-ReaL); the eval loss; empty splits; their wor
 
 import multiprocessing
 import re
+import shutil
 
 import jax
 import numpy as np
@@ -15,6 +16,8 @@ import helpers
 import tfds_fixtures
 from vit_jax import data, evaluators, sharding, tasks
 from vit_jax.data import digits, on_device, preprocess
+from vit_jax.evaluators import split as split_evaluator
+from vit_jax.tools import confusion
 from vit_jax.train import loop, setup as train_setup
 
 VALIDATION_IMAGES, VALIDATION_LABELS = digits.split_arrays()['test']
@@ -138,6 +141,57 @@ def test_another_dataset_with_other_classes_is_a_one_line_error(tmp_path, data_d
   ) as error:
     train_setup.prepare(config, str(tmp_path / 'run'))
   assert '\n' not in str(error.value) and not (tmp_path / 'run').exists()
+
+
+def test_a_dataset_of_some_of_the_runs_classes_is_measured_on_their_logits(
+    tmp_path, data_dir, sorted_digits_folder
+):
+  """An image folder of the digits 7, 3 and 5 alone (as ImageNet-R holds 200 of ImageNet's classes,
+  named as it names them): top-1 and loss of the logits of those three, as computed from the run's own
+  predictions on the whole test split (the confusion tool's)."""
+  some = (7, 3, 5)
+  for digit in some:  # No train/ beside it, as ImageNet-R is downloaded.
+    shutil.copytree(f'{sorted_digits_folder}/test/{digit}', tmp_path / 'some' / 'test' / str(digit))
+  config = helpers.load_config(
+      'demo',
+      {
+          **helpers.TINY,
+          'data_dir': data_dir,
+          'total_steps': 4,
+          'eval_every_steps': 4,
+          'data_workers': 0,
+      },
+  )
+  config.evals.some = dict(
+      type='classification',
+      dataset='folder',
+      data_dir=str(tmp_path / 'some'),
+      split='test',
+      every_steps=4,
+  )
+  workdir = str(tmp_path / 'run')
+  loop.train_and_evaluate(train_setup.prepare(config, workdir))
+  logged = helpers.read_scalars(workdir)
+  predictions, _, _ = confusion.predict_split(workdir, None, 'test')
+  ordered = sorted(some)  # An image folder's classes: its sub-folders' names, sorted.
+  kept = np.isin(predictions.labels, ordered)
+  probabilities = predictions.probabilities[kept][:, ordered]
+  labels = np.searchsorted(ordered, predictions.labels[kept])
+  assert len(labels) == len(list((tmp_path / 'some' / 'test').rglob('*.png')))  # Those images.
+  assert logged['some_top1'][4] == pytest.approx(
+      np.mean(probabilities.argmax(-1) == labels), abs=1e-6
+  )
+  expected_loss = np.mean(
+      -np.log(probabilities[np.arange(len(labels)), labels] / probabilities.sum(-1))
+  )
+  assert logged['some_loss'][4] == pytest.approx(expected_loss, rel=1e-4)
+  assert logged['some_top5'][4] == 1.0  # Of three classes.
+
+
+def test_subset_indices_are_where_the_run_has_each_class():
+  assert split_evaluator.subset_indices(('b', 'a'), ('a', 'b', 'c')) == (1, 0)
+  assert split_evaluator.subset_indices(('a', 'd'), ('a', 'b', 'c')) is None
+  assert split_evaluator.subset_indices(('a', 'a'), ('a', 'b', 'c')) is None
 
 
 @pytest.mark.parametrize('eval_batch_size', [64, 8])  # 360 examples: padding rows, or none.

@@ -122,11 +122,7 @@ class Saver:
   def _failed(self, step: int | None, error: Exception) -> SaveError:
     self._reported = True
     directory = str(self._manager.directory)
-    intact = [
-        s
-        for s in sorted(ocp.utils.checkpoint_steps(self._manager.directory))
-        if _readable(directory, s)
-    ]
+    intact = [s for s in saved_state.steps_in(directory) if _readable(directory, s)]
     return SaveError(
         f'Saving checkpoint {step} in {directory} failed ({_os_reason(error)}): free '
         f'space there or make it writable, then start the run again to resume from the '

@@ -69,7 +69,7 @@ def _best(workdir: str) -> tuple[str, int]:
   (a run saves a step there only when it beats every earlier one; a killed run may leave the one it
   beat beside it)."""
   root = epath.Path(workdir) / BEST
-  steps = sorted(ocp.utils.checkpoint_steps(root)) if root.is_dir() else []
+  steps = steps_in(root)
   if not steps:
     raise ValueError(
         f'{workdir!r} holds no best parameters ({root} is empty or missing): the run keeps them '
@@ -78,12 +78,18 @@ def _best(workdir: str) -> tuple[str, int]:
   return str(root / str(steps[-1])), steps[-1]
 
 
-def saved_steps(workdir: str) -> list[int]:
-  """The steps of the finished saves in `workdir`, in order, as orbax decides it: a save in progress
-  or killed lives in a temporary `<step>.orbax-...` directory on a local disk, and in its final
-  `<step>` directory without a `commit_success.txt` on cloud storage (which cannot rename)."""
-  root = epath.Path(workdir) / 'checkpoints'
+def steps_in(directory: str | epath.Path) -> list[int]:
+  """The steps of the finished saves in a checkpoint directory (W/checkpoints, W/best), in order, as
+  orbax decides it: a save in progress or killed lives in a temporary `<step>.orbax-...` directory on
+  a local disk, and in its final `<step>` directory without a `commit_success.txt` on cloud storage
+  (which cannot rename). None in a directory that does not exist."""
+  root = epath.Path(directory)
   return sorted(ocp.utils.checkpoint_steps(root)) if root.is_dir() else []
+
+
+def saved_steps(workdir: str) -> list[int]:
+  """`steps_in` the train-state checkpoints of `workdir`."""
+  return steps_in(epath.Path(workdir) / 'checkpoints')
 
 
 def latest_saved_shapes(workdir: str) -> Optional[tuple[int, dict[str, Any]]]:

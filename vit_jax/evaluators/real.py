@@ -45,8 +45,13 @@ def build(name: str, fields: ml_collections.ConfigDict, context: Context) -> spl
         f'config.task={context.config.task!r}: drop config.evals.{name}'
     )
   settings = {**DEFAULTS, **{k: v for k, v in fields.items() if v is not None}}
-  config = split.other_dataset(
-      name, settings['dataset'], settings.get('data_dir'), context, settings['label_feature']
+  config, _ = split.other_dataset(
+      name,
+      settings['dataset'],
+      settings.get('data_dir'),
+      context,
+      settings['split'],
+      settings['label_feature'],
   )
   split.require_examples(
       name,

@@ -4,11 +4,14 @@ minival held out of train, or a split of another dataset with the same classes (
     config.evals.minival = dict(type='classification', split='train[98%:]', every_steps=1000)
 
 Optional fields: `dataset` and `data_dir` (default the run's), and `label_feature`, the tfds feature
-whose classes it measures (default the run's, config.label_feature); they must be the run's classes.
+whose classes it measures (default the run's, config.label_feature); they must be the run's classes,
+or some of them named as the run names them (ImageNet-R's and ImageNet-A's 200 of ImageNet's 1000,
+by WordNet id): the metrics are then of the logits of those classes alone, as those datasets are
+measured.
 """
 
 import math
-from typing import Any, Callable
+from typing import Any, Callable, Optional, Sequence
 
 from absl import logging
 import jax
@@ -20,6 +23,7 @@ from vit_jax import data, sharding
 from vit_jax.runtime import dispatch
 from vit_jax.evaluators import average_precision
 from vit_jax.evaluators.base import Context, check_fields
+from vit_jax.tasks import classification
 
 # A metric -> the sum of `eval_step` it is the mean of, and the count of examples it is over (absent:
 # 'count'); an eval step returns some of them, and 'count'. Label sets count top-1 / top-5 over the
@@ -125,28 +129,53 @@ class SplitEvaluator:
     self._passes.close()
 
 
+def subset_indices(names: Sequence[str], of: Sequence[str]) -> Optional[tuple[int, ...]]:
+  """Where each of `names` (distinct) is in `of`, in the order of `names`; None unless all are."""
+  where = {name: k for k, name in enumerate(of)}
+  if len(set(names)) != len(names) or not all(name in where for name in names):
+    return None
+  return tuple(where[name] for name in names)
+
+
 def other_dataset(
     name: str,
     dataset: str,
     data_dir: str | None,
     context: Context,
+    split: str,
     label_feature: str | None = None,
-) -> ml_collections.ConfigDict:
-  """The run's config reading `dataset` (in `data_dir`, default the run's) instead, e.g. ImageNet-V2
-  beside ImageNet; the classes of its `label_feature` (None: the run's) must be the run's, in the same
-  order."""
+    subset: bool = False,
+) -> tuple[ml_collections.ConfigDict, Optional[tuple[int, ...]]]:
+  """The run's config reading `split` of `dataset` (in `data_dir`, default the run's) instead, e.g.
+  ImageNet-V2 beside ImageNet, and None; the classes of its `label_feature` (None: the run's) must be
+  the run's, in the same order, or with `subset` some of the run's classes, named as the run names
+  them, in any order (ImageNet-R's 200 of ImageNet's 1000): then their indices among the run's, not
+  None. An image folder's classes are those of `split` (a folder as ImageNet-R is downloaded: no
+  train/ beside it)."""
   config = context.config.copy_and_resolve_references()
   config.dataset = dataset
   config.data_dir = data_dir or config.data_dir
+  config.train_split = split  # Where a source takes its classes from: it is read for `split` alone.
   names = data.class_names(config, label_feature)
-  if names != context.info.class_names:
+  if names == context.info.class_names:
+    return config, None
+  classes = subset_indices(names, context.info.class_names) if subset else None
+  if classes is None:
     raise ValueError(
         f'Evaluator {name!r}: dataset {dataset!r} has {len(names)} classes '
         f'({", ".join(names[:3])}...), not the run\'s {context.info.num_classes} '
         f'({", ".join(context.info.class_names[:3])}...) in the same order: evaluate on '
         'a dataset with the same label set'
+        + (' or some of its classes, named as the run names them' if subset else '')
     )
-  return config
+  logging.info(
+      "Evaluator %r: dataset %r has %d of the run's %d classes: it measures the logits of those",
+      name,
+      dataset,
+      len(classes),
+      context.info.num_classes,
+  )
+  return config, classes
 
 
 def require_examples(name: str, split: str, count: int) -> None:
@@ -166,13 +195,16 @@ def build(name: str, fields: ml_collections.ConfigDict, context: Context) -> Spl
         f'config.task={context.config.task!r}: use type={context.config.task!r}'
     )
   label_feature = fields.get('label_feature')  # None: the run's.
+  classes = None  # The run's classes that the split's labels are; None: all, in order.
   if fields.get('dataset') or label_feature:  # Other labels: their classes must be the run's.
-    config = other_dataset(
+    config, classes = other_dataset(
         name,
         fields.get('dataset') or context.config.dataset,
         fields.get('data_dir'),
         context,
+        fields.split,
         label_feature,
+        subset=context.config.task == 'classification',
     )
     # A single-label run's eval step takes one class an image.
     if label_feature and data.is_label_set(config, label_feature) and not context.info.multi_label:
@@ -194,7 +226,11 @@ def build(name: str, fields: ml_collections.ConfigDict, context: Context) -> Spl
       fields.every_steps,
       config=config,
       split=fields.split,
-      eval_step=context.task.make_eval_step(config, context.model),
+      eval_step=(
+          context.task.make_eval_step(config, context.model)
+          if classes is None
+          else classification.make_eval_step(config, context.model, classes)
+      ),
       mesh=context.mesh,
       metrics=('top1', 'top5', 'loss', *(('map',) if label_sets else ())),
       label_feature=label_feature,

@@ -3,7 +3,7 @@ or the asymmetric loss, top-1 / top-5."""
 
 import functools
 import math
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import chex
 import flax.linen as nn
@@ -207,15 +207,24 @@ def label_set_hits(logits: jax.Array, labels: jax.Array, mask: jax.Array) -> dic
 
 
 def make_eval_step(
-    config: ml_collections.ConfigDict, model: nn.Module
+    config: ml_collections.ConfigDict,
+    model: nn.Module,
+    classes: Optional[Sequence[int]] = None,
 ) -> Callable[[Any, dict[str, jax.Array]], dict[str, Any]]:
   """eval_step(params, batch) -> sums over the real (unmasked) examples of a batch: correct top-1 /
   top-5, the run's loss (config.loss, unsmoothed), count. For label sets ('labels', multi-hot), top-1 /
   top-5 is a class of the set, over the examples with one ('labelled'), and 'rows' holds every row's
-  logits, labels and mask, for the mean average precision."""
+  logits, labels and mask, for the mean average precision.
+
+  `classes`: the model's classes that the batch's labels 0, 1, ... are (a dataset of some of the run's
+  classes, as ImageNet-R and -A of ImageNet's 1000): every metric is of the logits of those alone.
+  """
+  class_ids = None if classes is None else jnp.asarray(classes, jnp.int32)
 
   def eval_step(params: Any, batch: dict[str, jax.Array]) -> dict[str, Any]:
     logits = model.apply({'params': params}, on_device.model_input(batch['image']), train=False)
+    if class_ids is not None:
+      logits = logits[:, class_ids]
     mask = batch['mask']
     sets = label_sets(batch, logits.shape[-1])
     sums = {

@@ -155,3 +155,30 @@ def test_predict_prints_the_classes_at_their_thresholds(label_set_run, tmp_path)
       ValueError, match=r'^--threshold picks a set of classes an image, .*softmax_xent'
   ):
     label_set_report.prediction_thresholds('softmax_xent', ('a', 'b'), 0.5, None)
+
+
+def test_a_soup_of_label_set_checkpoints_is_scored_by_its_mean_ap(label_set_run):
+  """The soup tool's score of a run on label sets is scikit-learn's mean AP over the classes with a
+  positive, of the confusion tool's probabilities; at the step the run evaluated, its eval_map."""
+  from vit_jax.tools import soup  # pylint: disable=g-import-not-at-top
+
+  checkpoints = [os.path.join(label_set_run, 'checkpoints', step) for step in ('8', '12')]
+  made = soup.make_soup(checkpoints, 'uniform', 'test')
+  for tasted in made.ingredients:
+    predictions, _, _ = confusion.predict_split(label_set_run, tasted.step, 'test')
+    labels = predictions.labels
+    aps = [
+        sk_metrics.average_precision_score(labels[:, c], predictions.probabilities[:, c])
+        for c in range(labels.shape[1])
+        if labels[:, c].any()
+    ]
+    # The soup ranks by logits; float32 sigmoids tie a few of them, which AP counts together.
+    assert tasted.score == pytest.approx(np.mean(aps), abs=1e-4), tasted.step
+  logged = helpers.read_scalars(label_set_run)['eval_map'][12]
+  # The run's logits came from 8 devices: rounded otherwise, a near tie may rank the other way.
+  assert made.ingredients[1].score == pytest.approx(logged, abs=2e-5)
+  assert (
+      soup.format_report(made, 'uniform')
+      .splitlines()[-1]
+      .startswith('uniform soup of 2 of 2 checkpoints: mAP 0.')
+  )

@@ -160,7 +160,10 @@ def test_other_models_are_refused_in_one_line(trained_tiny_run):
           ),
           'class names',
       ),
-      (dataclasses.replace(real, params={**real.params, 'extra': np.zeros(1)}), 'parameter shapes'),
+      (
+          dataclasses.replace(real, params={**real.params, 'extra': np.zeros(1)}),
+          "parameter extra: (1,) here, 'none' there",
+      ),
   ):
     with pytest.raises(ValueError, match='is not the model of') as error:
       soup.check_same_model(real, dataclasses.replace(other, checkpoint_dir='other'))

@@ -33,6 +33,7 @@ from typing import Any, Callable, Optional, Sequence, TYPE_CHECKING
 
 from absl import flags, logging
 from etils import epath
+from flax import traverse_util
 import jax
 import numpy as np
 
@@ -110,9 +111,15 @@ def check_same_model(first: 'run_dir.TrainedModel', other: 'run_dir.TrainedModel
   )
   if first.info.class_names != other.info.class_names:
     differences.append(('class names', first.info.class_names[:5], other.info.class_names[:5]))
-  shapes = [jax.tree.map(np.shape, t.params) for t in (first, other)]
-  if not differences and shapes[0] != shapes[1]:
-    differences.append(('parameter shapes', 'other', 'these'))
+  shapes = [
+      {name: np.shape(x) for name, x in traverse_util.flatten_dict(t.params, sep='/').items()}
+      for t in (first, other)
+  ]
+  differences += [
+      (f'parameter {name}', shapes[0].get(name, 'none'), shapes[1].get(name, 'none'))
+      for name in sorted(shapes[0].keys() | shapes[1].keys())
+      if shapes[0].get(name) != shapes[1].get(name)
+  ]
   if differences:
     field, there, here = differences[0]
     raise ValueError(

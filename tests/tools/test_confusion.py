@@ -14,7 +14,7 @@ import pytest
 from sklearn import metrics as sk_metrics
 
 import helpers
-from vit_jax.tools import confusion
+from vit_jax.tools import calibration, confusion
 
 COMMAND = [sys.executable, '-m', 'vit_jax.tools.confusion']
 
@@ -50,6 +50,21 @@ def test_the_metrics_are_scikit_learns(seed):
   for name, key in (('precision', 'precision'), ('recall', 'recall'), ('f1', 'f1-score')):
     assert average[name] == pytest.approx(report['macro avg'][key], rel=1e-12), name
   assert average['accuracy'] == pytest.approx(report['accuracy'], rel=1e-12)
+
+
+def test_a_softmax_runs_calibration_is_of_its_logits(trained_tiny_run):
+  """The logits kept for calibration are those whose softmax the report's probabilities are, and
+  the temperature fit to them lowers their NLL."""
+  predictions, _, _ = confusion.predict_split(trained_tiny_run, None, None)
+  np.testing.assert_allclose(
+      calibration.softmax(predictions.logits), predictions.probabilities, atol=1e-6
+  )
+  labels = predictions.labels
+  temperature = calibration.fit_temperature(predictions.logits, labels)
+  assert calibration.nll(predictions.logits, labels, temperature) <= calibration.nll(
+      predictions.logits, labels
+  )
+  assert calibration.summary(predictions.logits, labels) in confusion.format_report(predictions, 3)
 
 
 def test_mistakes_are_the_wrong_predictions_the_most_confident_first():
@@ -135,11 +150,20 @@ def test_the_command_prints_the_classes_and_writes_the_tables(trained_tiny_run, 
       r'accuracy 0\.\d{4} \(\d+ of 360\)', lines[6]
   )
   assert sorted(os.listdir(out)) == [
+      'calibration.csv',
       'confusion.csv',
       'confusion.png',
       'mistakes.csv',
       'per_class.csv',
   ]
+  assert re.match(
+      r'calibration: ECE 0\.\d{4}, NLL \d\.\d{4} \(15 bins of confidence\); at temperature '
+      r'\d+\.\d{3} \(of the least NLL on this split: predict --temperature\): ECE 0\.\d{4}, NLL ',
+      lines[7],
+  ), lines[7]
+  bins = (out / 'calibration.csv').read_text().splitlines()
+  assert bins[0] == 'lower,upper,examples,confidence,accuracy' and len(bins) == 16
+  assert sum(int(row.split(',')[2]) for row in bins[1:]) == 360
   rows = (out / 'per_class.csv').read_text().splitlines()
   assert rows[0] == 'class,precision,recall,f1,support' and len(rows) == 11
   assert sum(int(row.split(',')[-1]) for row in rows[1:]) == 360

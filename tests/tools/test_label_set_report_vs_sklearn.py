@@ -182,3 +182,27 @@ def test_a_soup_of_label_set_checkpoints_is_scored_by_its_mean_ap(label_set_run)
       .splitlines()[-1]
       .startswith('uniform soup of 2 of 2 checkpoints: mAP 0.')
   )
+
+
+def test_a_sigmoid_trained_model_has_no_temperature(label_set_run, tmp_path):
+  predictions, _, _ = confusion.predict_split(label_set_run, None, None)
+  assert predictions.logits is None  # No softmax to calibrate: the report says nothing of it.
+  Image.new('RGB', (8, 8)).save(tmp_path / 'x.png')
+  run = subprocess.run(
+      [
+          sys.executable,
+          '-m',
+          'vit_jax.tools.predict',
+          f'--workdir={label_set_run}',
+          '--temperature=2',
+          str(tmp_path / 'x.png'),
+      ],
+      cwd=helpers.REPO,
+      capture_output=True,
+      text=True,
+      timeout=300,
+  )
+  assert run.returncode == 2 and run.stderr.strip() == (
+      'error: --temperature calibrates a softmax, and this model was trained with loss '
+      "'sigmoid_xent' (a sigmoid a class): drop --temperature"
+  )

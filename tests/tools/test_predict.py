@@ -129,6 +129,21 @@ def test_a_sigmoid_trained_model_gets_independent_class_probabilities(loss):
   )
 
 
+def test_a_temperature_divides_a_softmax_models_logits(trained_tiny_run, tmp_path):
+  """softmax(z / T) is softmax(log softmax(z) / T): the probabilities at T from those at 1."""
+  raw, _, _ = _test_images(trained_tiny_run, 1)
+  Image.fromarray(raw[0]).save(tmp_path / 'a.png')
+  classifier = classifiers.load_run(trained_tiny_run)
+  [(_, at_1)] = predict.predict([str(tmp_path / 'a.png')], classifier, top_k=10)
+  [(_, at_2)] = predict.predict([str(tmp_path / 'a.png')], classifier, top_k=10, temperature=2.0)
+  probabilities = np.array([p for _, p in sorted(at_1)], np.float64)
+  expected = np.sqrt(probabilities) / np.sqrt(probabilities).sum()
+  np.testing.assert_allclose([p for _, p in sorted(at_2)], expected, rtol=1e-4)
+  assert [label for label, _ in at_2] == [label for label, _ in at_1]  # The same order.
+  assert classifiers.softmax_trained(classifier.loss)
+  assert not any(classifiers.softmax_trained(loss) for loss in ('sigmoid_xent', 'asl'))
+
+
 def test_command_line_prints_the_top_labels_and_skips_bad_files(trained_tiny_run, tmp_path):
   raw, _, _ = _test_images(trained_tiny_run, 2)
   (tmp_path / 'in' / 'sub').mkdir(parents=True)
@@ -185,6 +200,7 @@ def test_command_line_exits_1_when_no_image_could_be_predicted(trained_tiny_run,
         (['--export=E', '--step=3', 'x.png'], '^error: --step chooses a checkpoint of --workdir'),
         (['--workdir=W'], '^error: no images given'),
         (['--workdir=W', '--top_k=none', 'x.png'], '^error: flag --top_k=none'),
+        (['--workdir=W', '--temperature=0', 'x.png'], '^error: --temperature=0.0 must be positive'),
     ],
 )
 def test_command_line_bad_input_is_one_line(args, message):

@@ -110,14 +110,21 @@ def model_input(
   )
 
 
-def probabilities(logits: np.ndarray, loss: str) -> np.ndarray:
-  """Softmax over classes, or for a model trained with a sigmoid loss (sigmoid_xent, asl) each
-  class's own sigmoid."""
+def probabilities(logits: np.ndarray, loss: str, temperature: float = 1.0) -> np.ndarray:
+  """Softmax over classes of `logits` / `temperature` (calibration.py's), or for a model trained with
+  a sigmoid loss (sigmoid_xent, asl) each class's own sigmoid."""
   from vit_jax.tasks import classification  # pylint: disable=g-import-not-at-top
 
   if loss in classification.SIGMOID_LOSSES:
     return np.asarray(jax.nn.sigmoid(logits))
-  return np.asarray(jax.nn.softmax(logits, axis=-1))
+  return np.asarray(jax.nn.softmax(logits / np.float32(temperature), axis=-1))
+
+
+def softmax_trained(loss: str) -> bool:
+  """Whether a model of `loss` gives one softmax over its classes (what a temperature calibrates)."""
+  from vit_jax.tasks import classification  # pylint: disable=g-import-not-at-top
+
+  return loss not in classification.SIGMOID_LOSSES
 
 
 def read_model_input(path: str, classifier: Classifier) -> np.ndarray:

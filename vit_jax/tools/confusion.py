@@ -9,7 +9,8 @@ prints the classes worst recall first (`--top` of them), then the `--top` most c
 Polyak average if kept) on `--split` (default: the run's eval split), its images prepared as its
 evaluation prepares them. With `--out`, writes every class to DIR/per_class.csv, the confusion
 matrix to DIR/confusion.csv (a row a true class, a column a predicted one) and, up to 100 classes,
-DIR/confusion.png, and every mistake to DIR/mistakes.csv. A run on label sets (multi-label) is
+DIR/confusion.png, and every mistake to DIR/mistakes.csv. A softmax-trained model's calibration
+(calibration.py) is reported too, its bins written to DIR/calibration.csv. A run on label sets is
 reported by label_set_report.py: each class's AP, and its precision, recall and F1 where it is
 predicted at a probability of at least `--threshold`.
 """
@@ -31,7 +32,7 @@ from etils import epath
 import numpy as np
 
 from vit_jax.runtime import cli
-from vit_jax.tools import label_set_report
+from vit_jax.tools import calibration, label_set_report
 
 _USAGE = '--workdir=W [--step=N|best] [--split=SPLIT] [--out=DIR] [--top=30] [--threshold=0.5]'
 _BATCH = 64  # Images a forward pass: one compile for the whole split.
@@ -46,6 +47,8 @@ class Predictions:
   probabilities: np.ndarray  # float32 [n, classes].
   examples: list[str]  # Each example as the run's warnings name it (an image folder's path).
   class_names: tuple[str, ...]
+  # float32 [n, classes] of a softmax-trained model, whose calibration is reported; else None.
+  logits: Optional[np.ndarray] = None
 
 
 def predict_split(
@@ -66,15 +69,16 @@ def predict_split(
   sources.check_split(source, split, '--split')
   records = source.examples(split)
   classifier = classifiers.load_run(workdir, step)
-  labels, probabilities, kept = [], [], []
+  labels, probabilities, all_logits, kept = [], [], [], []
   batches = data.eval_iterator(config, split, local_batch_size=_BATCH)
   try:
     for b, batch in enumerate(batches):
       mask = batch['mask']
-      logits = classifier.logits_fn(preprocess.model_input(batch['image']))
-      probs = classifiers.probabilities(np.asarray(logits, np.float32), classifier.loss)
+      logits = np.asarray(classifier.logits_fn(preprocess.model_input(batch['image'])), np.float32)
+      probs = classifiers.probabilities(logits, classifier.loss)
       labels.append(batch['labels' if 'labels' in batch else 'label'][mask])
       probabilities.append(probs[mask])
+      all_logits.append(logits[mask])
       kept += [b * _BATCH + row for row in np.flatnonzero(mask)]  # Unreadable rows are masked.
   finally:
     batches.close()
@@ -87,6 +91,7 @@ def predict_split(
       np.concatenate(probabilities),
       examples,
       classifier.class_names,
+      np.concatenate(all_logits) if classifiers.softmax_trained(classifier.loss) else None,
   )
   return predictions, step, split
 
@@ -162,6 +167,8 @@ def format_report(predictions: Predictions, top: int, threshold: float = 0.5) ->
       f'{average["f1"]:.4f}  {int(confusion.sum()):7d}'
   )
   lines.append(f'accuracy {average["accuracy"]:.4f} ({np.trace(confusion)} of {confusion.sum()})')
+  if predictions.logits is not None:
+    lines.append(calibration.summary(predictions.logits, predictions.labels))
   wrong = mistakes(predictions)
   lines.append(f'{len(wrong)} mistakes, the most confident first:' if wrong else 'no mistakes')
   lines += [
@@ -213,6 +220,8 @@ def write_files(predictions: Predictions, out: str, threshold: float = 0.5) -> l
           *([e, t, p, f'{q:.6f}'] for e, t, p, q in mistakes(predictions)),
       ],
   }
+  if predictions.logits is not None:
+    tables['calibration.csv'] = calibration.table(predictions.probabilities, predictions.labels)
   paths = [_write_csv(out, name, rows) for name, rows in tables.items()]
   if len(names) <= _PICTURED_CLASSES:
     paths.append(str(epath.Path(out) / 'confusion.png'))

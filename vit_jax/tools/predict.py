@@ -35,7 +35,7 @@ from vit_jax.tools import classifiers, label_set_report
 BATCH_SIZE = 64
 
 _USAGE = (
-    '--workdir=W [--step=N|best] (or --export=DIR) [--top_k=5 | --threshold=P | '
+    '--workdir=W [--step=N|best] (or --export=DIR) [--top_k=5 [--temperature=T] | --threshold=P | '
     '--thresholds=CSV] IMAGES_OR_FOLDERS...'
 )
 
@@ -92,11 +92,12 @@ def predict(
     *,
     top_k: int = 5,
     thresholds: np.ndarray | None = None,
+    temperature: float = 1.0,
     batch_size: int = BATCH_SIZE,
 ) -> list[Prediction]:
   """(path, top-k (label, probability)) for each readable image, in order, or with `thresholds`
   [classes] the classes at or above theirs; the others are reported on stderr, one line each, and
-  skipped."""
+  skipped. A softmax-trained model's probabilities are of its logits / `temperature`."""
   # Every batch is padded to one size, so the model compiles once.
   batch_size = max(1, min(batch_size, len(paths)))
   results = []
@@ -104,7 +105,7 @@ def predict(
     images = np.zeros((batch_size, classifier.image_size, classifier.image_size, 3), np.float32)
     images[: len(chunk)] = [image for _, image in chunk]
     probs = classifiers.probabilities(
-        np.asarray(classifier.logits_fn(images), np.float32), classifier.loss
+        np.asarray(classifier.logits_fn(images), np.float32), classifier.loss, temperature
     )
     results += [
         (
@@ -142,6 +143,11 @@ def _define_flags() -> None:
   flags.DEFINE_string(
       'thresholds', None, "Of a sigmoid-trained model: a thresholds.csv of each class's threshold."
   )
+  flags.DEFINE_float(
+      'temperature',
+      1.0,
+      'Of a softmax-trained model: divide the logits by it (the confusion tool fits it).',
+  )
 
 
 def main(argv: list[str]) -> None:
@@ -153,6 +159,10 @@ def main(argv: list[str]) -> None:
     cli.fail('--step chooses a checkpoint of --workdir; an export has one model: drop --step')
   if args.top_k < 1:
     cli.fail(f'--top_k={args.top_k} must be at least 1')
+  if not args.temperature > 0:
+    cli.fail(
+        f'--temperature={args.temperature} must be positive, e.g. 1.5 (1: the logits as they are)'
+    )
   if len(argv) < 2:
     cli.fail(f'no images given: use {_USAGE}')
   try:
@@ -181,7 +191,14 @@ def main(argv: list[str]) -> None:
     cli.fail(str(e))
   if thresholds is not None and args['top_k'].present:
     cli.fail('--threshold / --thresholds print the classes above them, not the top k: drop --top_k')
-  results = predict(paths, classifier, top_k=args.top_k, thresholds=thresholds)
+  if args['temperature'].present and not classifiers.softmax_trained(classifier.loss):
+    cli.fail(
+        f'--temperature calibrates a softmax, and this model was trained with loss '
+        f'{classifier.loss!r} (a sigmoid a class): drop --temperature'
+    )
+  results = predict(
+      paths, classifier, top_k=args.top_k, thresholds=thresholds, temperature=args.temperature
+  )
   for path, top in results:
     print(format_prediction(path, top))
   if not results:

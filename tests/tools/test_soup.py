@@ -115,7 +115,7 @@ def test_a_greedy_soup_adds_in_order_of_score_what_does_not_lower_it(trained_tin
     assert (trained.checkpoint_dir, split) == ('a', real.config.eval_split)
     return lambda params: scored.append(params['w'][0]) or -abs(float(params['w'][0]) - 1)
 
-  monkeypatch.setattr(soup, 'scorer', scorer)
+  monkeypatch.setattr(soup.classifiers, 'split_scorer', scorer)
   made = soup.make_soup(list(values), 'greedy')
   assert [t.in_soup for t in made.ingredients] == [False, True, False, True]
   assert [t.score for t in made.ingredients] == pytest.approx([-0.2, -0.1, -4.0, -0.05])

@@ -1,6 +1,6 @@
-"""A trained classifier as the tools see it (predict, confusion, pictures): a run's checkpoint or an
-export, read into a function of images, and an image file prepared as the run's evaluation prepared
-its images."""
+"""A trained classifier as the tools see it (predict, confusion, pictures, soup): a run's checkpoint or
+an export, read into a function of images; an image file prepared as the run's evaluation prepared
+its images; a model's score on a split with any parameters."""
 
 import dataclasses
 import functools
@@ -11,9 +11,11 @@ import ml_collections
 import numpy as np
 
 if TYPE_CHECKING:  # vit_jax.data imports its pipeline: loaded where an image is read.
+  from vit_jax.checkpoints import run_dir
   from vit_jax.data import images
 
 
+SCORE_BATCH = 64  # Images a forward pass of `split_scorer`: one compile for every score.
 # config.pp_eval's default: what runs and exports made before the field prepared images with.
 DEFAULT_PP_EVAL = {
     'crop': 'resize',
@@ -136,3 +138,32 @@ def read_model_input(path: str, classifier: Classifier) -> np.ndarray:
       path,
       lambda data: model_input(images.Encoded(data), classifier.image_size, classifier.pp_eval),
   )
+
+
+def split_scorer(trained: 'run_dir.TrainedModel', split: str) -> Callable[[Any], float]:
+  """params -> the score of `trained`'s model with them on `split`, its images prepared as the run's
+  evaluation prepares them: the top-1 accuracy, or of a run on label sets the mean AP (its eval_map).
+  A one-line ValueError for a split the dataset does not have."""
+  from vit_jax import data  # pylint: disable=g-import-not-at-top
+  from vit_jax.data import preprocess, sources  # pylint: disable=g-import-not-at-top
+  from vit_jax.evaluators import average_precision  # pylint: disable=g-import-not-at-top
+
+  config, model, multi_label = trained.config, trained.model, trained.info.multi_label
+  sources.check_split(sources.checked_source(config), split, '--split')
+  apply = jax.jit(lambda params, images: model.apply({'params': params}, images, train=False))
+
+  def score(params: Any) -> float:
+    params = jax.device_put(params)  # Once, not at every batch.
+    logits, labels = [], []
+    for batch in data.eval_iterator(config, split, local_batch_size=SCORE_BATCH):
+      mask = batch['mask']
+      logits.append(np.asarray(apply(params, preprocess.model_input(batch['image'])))[mask])
+      labels.append(batch['labels' if multi_label else 'label'][mask])
+    if not sum(len(rows) for rows in logits):
+      raise ValueError(f'split {split!r} has no readable example: nothing to score')
+    logits, labels = np.concatenate(logits).astype(np.float32), np.concatenate(labels)
+    if multi_label:
+      return float(np.nanmean(average_precision.average_precisions(logits, labels)))
+    return float(np.mean(logits.argmax(-1) == labels))
+
+  return score

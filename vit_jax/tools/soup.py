@@ -38,6 +38,7 @@ import jax
 import numpy as np
 
 from vit_jax.runtime import cli
+from vit_jax.tools import classifiers
 
 if TYPE_CHECKING:  # Loaded once the flags are checked.
   from vit_jax.checkpoints import run_dir
@@ -47,7 +48,6 @@ _USAGE = (
     'RUN_OR_CHECKPOINT...'
 )
 RECIPES = ('uniform', 'greedy')
-_BATCH = 64  # Images a forward pass: one compile for every score.
 
 
 @dataclasses.dataclass
@@ -141,35 +141,6 @@ def _mean(total: Any, count: int, like: Any) -> Any:
   return jax.tree.map(lambda t, x: (t / count).astype(np.asarray(x).dtype), total, like)
 
 
-def scorer(trained: 'run_dir.TrainedModel', split: str) -> Callable[[Any], float]:
-  """params -> the score of `trained`'s model with them on `split`, its images prepared as the run's
-  evaluation prepares them: the top-1 accuracy, or of a run on label sets the mean AP (its eval_map).
-  A one-line ValueError for a split the dataset does not have."""
-  from vit_jax import data  # pylint: disable=g-import-not-at-top
-  from vit_jax.data import preprocess, sources  # pylint: disable=g-import-not-at-top
-  from vit_jax.evaluators import average_precision  # pylint: disable=g-import-not-at-top
-
-  config, model, multi_label = trained.config, trained.model, trained.info.multi_label
-  sources.check_split(sources.checked_source(config), split, '--split')
-  apply = jax.jit(lambda params, images: model.apply({'params': params}, images, train=False))
-
-  def score(params: Any) -> float:
-    params = jax.device_put(params)  # Once, not at every batch.
-    logits, labels = [], []
-    for batch in data.eval_iterator(config, split, local_batch_size=_BATCH):
-      mask = batch['mask']
-      logits.append(np.asarray(apply(params, preprocess.model_input(batch['image'])))[mask])
-      labels.append(batch['labels' if multi_label else 'label'][mask])
-    if not sum(len(rows) for rows in logits):
-      raise ValueError(f'split {split!r} has no readable example: nothing to score the soup on')
-    logits, labels = np.concatenate(logits).astype(np.float32), np.concatenate(labels)
-    if multi_label:
-      return float(np.nanmean(average_precision.average_precisions(logits, labels)))
-    return float(np.mean(logits.argmax(-1) == labels))
-
-  return score
-
-
 @dataclasses.dataclass(frozen=True)
 class Soup:
   # The first ingredient's run (greedy: the best's) with the soup's parameters.
@@ -190,7 +161,7 @@ def make_soup(checkpoint_dirs: Sequence[str], recipe: str, split: Optional[str] 
       first = trained
       if recipe == 'greedy' or split is not None:
         split = split or first.config.eval_split
-        score = scorer(first, split)
+        score = classifiers.split_scorer(first, split)
     check_same_model(first, trained)
     if not _same_start(first, trained):
       warnings.append(

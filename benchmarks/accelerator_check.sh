@@ -32,6 +32,8 @@
 #   lora            configs/demo_finetune.py from the demo's workdir with low-rank adapters (rank 8,
 #                   every layer) and the Polyak average of what trains: its final eval top-1 and the
 #                   average's, then its export (the adapters folded) predicting the test digits
+#   soup            vit_jax.tools.soup of finetune's and lora's runs (the adapters folded) scored on
+#                   the test digits, and the confusion tool's calibration of the soup (after both)
 #   b16_lora        b16_synthetic with --lora_rank=16 (query and value): the adapters and the head
 #                   train, no gradient of the frozen weights
 #   tests           the test suite's fast tier (make test's tests; TESTS='tests/models ...' another
@@ -102,7 +104,7 @@ else
   B16=(--config.batch_size=256 --config.num_epochs=25 --config.log_every_steps=50
        --config.lr.warmup_steps=30)
 fi
-OPTIONAL='b16_fp8 l16_fp8 b16_folder_at_step lora b16_lora tests'
+OPTIONAL='b16_fp8 l16_fp8 b16_folder_at_step lora soup b16_lora tests'
 # The input pipeline's worker processes, where it has them (the TensorFlow-free pipeline).
 WORKERS=()
 grep -q -- "'--workers'" benchmarks/input_pipeline.py && WORKERS=(--workers="$CORES")
@@ -227,6 +229,15 @@ check_lora() (
   helper predictions "$WORK/predictions_lora.txt"
 )
 
+check_soup() (
+  set -eo pipefail
+  py -m vit_jax.tools.soup --out="$WORK/soup" --split=test "$WORK/demo_finetune" \
+    "$WORK/demo_lora" | tee "$WORK/soup.txt"
+  note "$(grep ' soup of ' "$WORK/soup.txt")"
+  py -m vit_jax.tools.confusion --workdir="$WORK/soup" --top=1 | tee "$WORK/soup_confusion.txt"
+  note "$(grep -o '^calibration: ECE [0-9.]*' "$WORK/soup_confusion.txt")"
+)
+
 check_input_pipeline() (
   set -eo pipefail
   py benchmarks/input_pipeline.py --source=folder "${INPUT[@]}" "${WORKERS[@]}" --header \
@@ -305,6 +316,7 @@ step resume 150 check_resume
 step export_predict 90 check_export_predict
 step finetune 120 check_finetune
 step lora 150 check_lora
+step soup 90 check_soup
 step input_pipeline 120 check_input_pipeline
 step jpegs 60 check_jpegs
 for ATTENTION in "${ATTENTIONS[@]}"; do

@@ -31,7 +31,9 @@ STEPS = (
 OPTIONAL = (
     'wheels',
     'demo',
+    'finetune',
     'lora',
+    'soup',
     'jpegs',
     'b16_synthetic',
     'b16_fp8',
@@ -92,7 +94,7 @@ def test_the_small_check_passes_every_step_on_cpu(tmp_path):
   assert os.listdir(tmp_path / 'out' / 'events' / 'demo')  # The curves come back with the summary.
 
 
-@pytest.mark.slow  # Ten commands, each its own process.
+@pytest.mark.slow  # A dozen commands, each its own process.
 def test_the_optional_steps_run_where_only_names_them(tmp_path):
   results, _ = _small_check(tmp_path, ONLY=' '.join(OPTIONAL[1:]))
   assert tuple(results) == OPTIONAL
@@ -103,6 +105,10 @@ def test_the_optional_steps_run_where_only_names_them(tmp_path):
       results['lora'],
   ), results['lora']
   assert os.listdir(tmp_path / 'out' / 'events' / 'demo_lora')
+  assert re.fullmatch(
+      r"uniform soup of 2 of 2 checkpoints: top-1 [\d.]+ on split 'test' calibration: ECE [\d.]+",
+      results['soup'],
+  ), results['soup']
 
 
 @pytest.mark.slow  # The suite in a process of its own.

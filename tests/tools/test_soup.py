@@ -6,6 +6,7 @@ import dataclasses
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -61,6 +62,13 @@ def test_a_uniform_soup_is_the_mean_of_the_checkpoints(sweep, tmp_path):
   made = soup.make_soup(checkpoint_dirs, 'uniform')
   assert made.score is None and made.warnings == []
   soup.write(str(tmp_path / 'soup'), made, 'uniform')
+  # Written inside the sweep's root, it is not one of the sweep's runs; named, it is an input.
+  soup.write(os.path.join(sweep, 'soup'), made, 'uniform')
+  try:
+    assert soup.find_ingredients([sweep], None) == checkpoint_dirs
+    assert len(soup.find_ingredients([sweep, os.path.join(sweep, 'soup')], None)) == 4
+  finally:
+    shutil.rmtree(os.path.join(sweep, 'soup'))
   runs = [_folded_params(os.path.join(sweep, name)) for name in SWEEP]
   lora_checkpoint = saved_state.find_checkpoint(os.path.join(sweep, 'lora'))[0]
   assert lora.has_adapters(saved_state.restore_params(lora_checkpoint)[0])

@@ -6,17 +6,17 @@ avg_checkpoints.py), written as a run directory that every tool reads:
       RUN_OR_CHECKPOINT...
 
 Each input is a run's workdir (its checkpoint `--step`, default the latest; its Polyak average if it
-kept one, low-rank adapters folded into their kernels), a sweep's root (each run under it) or a
-checkpoint's directory (W/checkpoints/N, W/best/N). `uniform` averages them all; `greedy` (the
+kept one, low-rank adapters folded into their kernels), a sweep's root (each run under it, soups
+left out) or a checkpoint's directory (W/checkpoints/N, W/best/N). `uniform` averages them all; `greedy` (the
 paper's greedy soup) ranks them by their score on `--split` (default: the eval split of the first
 input), starts from the best and adds each next one only if the average with it scores at least as
 well: top-1 accuracy, or the mAP of a run on label sets. With `--split`, the uniform soup and its
 inputs are scored too. Pick the split that decides a greedy soup out of those you report.
 
-DIR gets the first input's config.json (the best input's for `greedy`), its dataset info, the
-soup's parameters as checkpoint DIR/checkpoints/<the latest input step> and soup.json (the inputs,
-their scores, which are in the soup). predict, confusion, fewshot, pictures and export read it with
---workdir=DIR; --config.init_from=DIR fine-tunes from it. It has no train state to resume.
+DIR gets the first input's config.json (the best input's, greedy), its dataset info, the soup's
+parameters as checkpoint DIR/checkpoints/<the latest input step> and soup.json (the inputs, their
+scores, which are in). The tools read it with --workdir=DIR, --config.init_from=DIR fine-tunes from
+it; it has no train state to resume.
 """
 
 if (
@@ -65,15 +65,21 @@ class Tasted:
 def find_ingredients(inputs: Sequence[str], step: Optional[str]) -> list[str]:
   """The checkpoint directories `inputs` name (see the module's docstring), in order; a one-line
   ValueError for an input that names none, or a checkpoint named twice."""
+  from vit_jax.checkpoints import run_dir  # pylint: disable=g-import-not-at-top
   from vit_jax.checkpoints import saved_state  # pylint: disable=g-import-not-at-top
+  from vit_jax.runtime import paths  # pylint: disable=g-import-not-at-top
   from vit_jax.tools import runs  # pylint: disable=g-import-not-at-top
 
   found = {}  # checkpoint directory -> the input that named it.
   for given in inputs:
     if saved_state.is_step_dir(given):
       named = [saved_state.find_checkpoint(given)[0]]
-    else:
-      named = [saved_state.find_checkpoint(str(run), step)[0] for _, run in runs.find_runs([given])]
+    else:  # A soup found under a sweep's root (--out inside it) is not one of its runs.
+      named = [
+          saved_state.find_checkpoint(str(run), step)[0]
+          for _, run in runs.find_runs([given])
+          if run == epath.Path(paths.absolute(given)) or not (run / run_dir.SOUP).exists()
+      ]
     for checkpoint_dir in named:
       if checkpoint_dir in found:
         raise ValueError(

@@ -115,9 +115,7 @@ def model_input(
 def probabilities(logits: np.ndarray, loss: str, temperature: float = 1.0) -> np.ndarray:
   """Softmax over classes of `logits` / `temperature` (calibration.py's), or for a model trained with
   a sigmoid loss (sigmoid_xent, asl) each class's own sigmoid."""
-  from vit_jax.tasks import classification  # pylint: disable=g-import-not-at-top
-
-  if loss in classification.SIGMOID_LOSSES:
+  if not softmax_trained(loss):
     return np.asarray(jax.nn.sigmoid(logits))
   return np.asarray(jax.nn.softmax(logits / np.float32(temperature), axis=-1))
 

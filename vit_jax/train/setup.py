@@ -104,7 +104,6 @@ def _too_few_classes(config: ml_collections.ConfigDict, info: data.DatasetInfo, 
 def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
   """Checks the config, data and workdir; raises ValueError with a one-line fix on bad input."""
   field_checks.check_field_names(config)  # First: the other checks read the fields.
-  run_dir.check_trainable(workdir)
   absolute_data_dir(config)
   task = tasks.get(config.task)
   for each_task in tasks.TASKS.values():  # A typo in another task's fields is still a typo.
@@ -199,6 +198,7 @@ def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
   teacher = teacher_lib.load_teacher(config, info.num_classes) if config.distill.teacher else None
   workdir = paths.absolute(workdir)
   paths.check_writable(workdir, config.storage_timeout_s)
+  run_dir.check_trainable(workdir)  # Once storage has answered in time.
   # Last of the checks: a Parquet split's copy of the rows this process reads can take hours.
   data.prepare(config, jax.process_index(), jax.process_count(), train=steps > 0)
   return Setup(

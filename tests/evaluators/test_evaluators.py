@@ -188,6 +188,59 @@ def test_a_dataset_of_some_of_the_runs_classes_is_measured_on_their_logits(
   assert logged['some_top5'][4] == 1.0  # Of three classes.
 
 
+def test_an_evaluator_at_another_image_size_measures_the_resized_model(tmp_path, data_dir):
+  """A run at 8 px measured at 16 px as it trains (its embeddings resized as the model runs), and
+  its checkpoint fine-tuned to 16 px with no step (resized once on the host, as config.init_from
+  does): the same metrics."""
+  config = helpers.load_config(
+      'demo',
+      {**helpers.TINY, 'data_dir': data_dir, 'total_steps': 4, 'eval_every_steps': 4},
+  )
+  config.evals.at16 = dict(type='classification', split='test', every_steps=4, image_size=16)
+  run = str(tmp_path / 'run')
+  loop.train_and_evaluate(train_setup.prepare(config, run))
+  logged = helpers.read_scalars(run)
+  assert logged['at16_top1'][4] != logged['eval_top1'][4] or (
+      logged['at16_loss'][4] != logged['eval_loss'][4]
+  )
+  resized = helpers.load_config(
+      'demo',
+      {
+          **helpers.TINY,
+          'data_dir': data_dir,
+          'image_size': 16,
+          'init_from': run,
+          'keep_head': True,
+          'total_steps': 0,
+      },
+  )
+  loop.train_and_evaluate(train_setup.prepare(resized, str(tmp_path / 'resized')))
+  reference = helpers.read_scalars(str(tmp_path / 'resized'))
+  assert logged['at16_top1'][4] == pytest.approx(reference['eval_top1'][0], abs=1e-6)
+  assert logged['at16_loss'][4] == pytest.approx(reference['eval_loss'][0], rel=1e-5)
+
+
+@pytest.mark.parametrize(
+    'image_size,message',
+    [
+        (
+            10,
+            r"^Evaluator 'hi': image_size=10 must be a multiple of the patch size 4 \(in input "
+            r'pixels\) of ViT-testing_4, e.g. 16$',
+        ),
+        ('16', r"image_size='16' must be a multiple"),
+    ],
+)
+def test_an_image_size_the_patches_do_not_divide_is_a_one_line_error(
+    tmp_path, data_dir, image_size, message
+):
+  config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': data_dir})
+  config.evals.hi = dict(type='classification', split='test', every_steps=4, image_size=image_size)
+  with pytest.raises(ValueError, match=message):
+    train_setup.prepare(config, str(tmp_path / 'run'))
+  assert not (tmp_path / 'run').exists()
+
+
 def test_subset_indices_are_where_the_run_has_each_class():
   assert split_evaluator.subset_indices(('b', 'a'), ('a', 'b', 'c')) == (1, 0)
   assert split_evaluator.subset_indices(('a', 'd'), ('a', 'b', 'c')) is None

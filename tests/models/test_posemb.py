@@ -362,6 +362,31 @@ def test_relative_biases_are_resized_over_their_range_of_offsets():
   assert model.apply({'params': params}, _images(2, 20, 20)).shape == (2, 5)
 
 
+@pytest.mark.parametrize('method', posemb_resizing.POSEMB_METHODS)
+@pytest.mark.parametrize(
+    'overrides',
+    [
+        {},
+        {'posemb': 'learn2d'},
+        {'posemb': 'relative'},
+        {'posemb_where': 'every_layer', 'scan': True},
+        {'posemb': 'learn2d', 'posemb_where': 'shared_every_layer'},
+    ],
+)
+def test_fitted_to_grid_the_model_computes_what_resized_parameters_compute(overrides, method):
+  """A model at 8 px (2x2 patches) on 20 px images (5x5): in `fitted_to_grid` its embeddings are
+  resized as it runs, as fine-tuning's adapt_params resizes them once on the host."""
+  model = _model(**overrides)
+  loaded = helpers.random_params(model, 8)
+  images = _images(3, 20, 20)
+  with posemb.fitted_to_grid(method):
+    fitted = jax.jit(lambda p, x: model.apply({'params': p}, x))(loaded, images)
+  resized, _ = _adapt(loaded, model, 20, method)
+  np.testing.assert_allclose(fitted, model.apply({'params': resized}, images), atol=2e-5)
+  with pytest.raises(ValueError, match='the parameters are for another image size'):
+    model.apply({'params': loaded}, images)  # Outside it, as before.
+
+
 @pytest.mark.parametrize(
     'checkpoint_kind,model_kind,message',
     [

@@ -11,6 +11,7 @@ import re
 from typing import Any, Optional
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 POSEMB = 'Transformer/posembed_input/pos_embedding'
@@ -50,21 +51,24 @@ def check_posemb_method(method: str) -> None:
 
 
 def resize_leading(
-    array: np.ndarray, sizes: tuple[int, ...], method: str = 'bilinear'
-) -> np.ndarray:
+    array: np.ndarray | jax.Array, sizes: tuple[int, ...], method: str = 'bilinear'
+) -> np.ndarray | jax.Array:
   """`array` with its first one or two axes resized to `sizes`, the others kept (the embedding width,
-  the heads); float64 for 'bilinear' (see `interpolate_posemb` for the methods)."""
+  the heads); float64 for 'bilinear' (see `interpolate_posemb` for the methods). A jax array (in a
+  traced model: models/posemb.py's `fitted_to_grid`) is resized in float32, into a jax array."""
   check_posemb_method(method)
+  traced = isinstance(array, jax.Array)
   if method in _RESIZED_BY_JAX:
-    return np.asarray(
-        jax.image.resize(
-            array.astype(np.float32),
-            tuple(sizes) + array.shape[len(sizes) :],
-            _RESIZED_BY_JAX[method],
-        )
+    resized = jax.image.resize(
+        array.astype(np.float32),
+        tuple(sizes) + array.shape[len(sizes) :],
+        _RESIZED_BY_JAX[method],
     )
+    return resized if traced else np.asarray(resized)
   weights = [_linear_weights(n, size) for n, size in zip(array.shape, sizes)]
   spec = {1: 'aA,A...->a...', 2: 'aA,bB,AB...->ab...'}[len(sizes)]
+  if traced:
+    return jnp.einsum(spec, *(w.astype(np.float32) for w in weights), array.astype(jnp.float32))
   return np.einsum(spec, *weights, array.astype(np.float64))
 
 
@@ -93,7 +97,8 @@ def interpolate_posemb(
     )
   gh, gw = new_grid
   grid = resize_leading(grid.reshape(size, size, -1), (gh, gw), method)
-  return np.concatenate([prefix, grid.reshape(1, gh * gw, -1).astype(posemb.dtype)], axis=1)
+  xp = jnp if isinstance(posemb, jax.Array) else np
+  return xp.concatenate([prefix, grid.reshape(1, gh * gw, -1).astype(posemb.dtype)], axis=1)
 
 
 def resize_param(

@@ -3,7 +3,10 @@ minival held out of train, or a split of another dataset with the same classes (
 
     config.evals.minival = dict(type='classification', split='train[98%:]', every_steps=1000)
 
-Optional fields: `dataset` and `data_dir` (default the run's), and `label_feature`, the tfds feature
+Optional fields: `image_size` (default the run's): the images prepared at that size, the position
+embeddings resized to its grid as the model runs (posemb.fitted_to_grid, by config.posemb_interpolation),
+as a ViT fine-tuned at one resolution is measured at a higher one (FixRes, DeiT III);
+`dataset` and `data_dir` (default the run's), and `label_feature`, the tfds feature
 whose classes it measures (default the run's, config.label_feature); they must be the run's classes,
 or some of them named as the run names them (ImageNet-R's and ImageNet-A's 200 of ImageNet's 1000,
 by WordNet id): the metrics are then of the logits of those classes alone, as those datasets are
@@ -23,6 +26,7 @@ from vit_jax import data, sharding
 from vit_jax.runtime import dispatch
 from vit_jax.evaluators import average_precision
 from vit_jax.evaluators.base import Context, check_fields
+from vit_jax.models import posemb, variants
 from vit_jax.tasks import classification
 
 # A metric -> the sum of `eval_step` it is the mean of, and the count of examples it is over (absent:
@@ -187,8 +191,52 @@ def require_examples(name: str, split: str, count: int) -> None:
     )
 
 
+def at_image_size(
+    name: str, config: ml_collections.ConfigDict, image_size: Any, context: Context
+) -> ml_collections.ConfigDict:
+  """`config` reading its images at the evaluator's `image_size` (a classifier's, whose position
+  embeddings `fitted_eval_step` resizes to that grid); a one-line ValueError for a size its patches
+  do not divide."""
+  if context.config.task != 'classification':
+    raise ValueError(
+        f'Evaluator {name!r}: image_size evaluates a classifier at another resolution, and '
+        f'config.task={context.config.task!r}: drop config.evals.{name}.image_size'
+    )
+  stride = variants.FAMILIES[variants.family(config.variant)].input_stride(context.model_config)
+  if (
+      isinstance(image_size, bool)
+      or not isinstance(image_size, int)
+      or image_size < stride
+      or (image_size % stride)
+  ):
+    raise ValueError(
+        f'Evaluator {name!r}: image_size={image_size!r} must be a multiple of the patch size '
+        f'{stride} (in input pixels) of {config.variant}, e.g. {2 * context.config.image_size}'
+    )
+  config = config.copy_and_resolve_references()
+  config.image_size = image_size
+  return config
+
+
+def fitted_eval_step(eval_step: Callable, method: str) -> Callable:
+  """`eval_step` tracing its model in posemb.fitted_to_grid(`method`): on images of another size
+  than the parameters', the position embeddings resized to their grid, as timm's dynamic_img_size.
+  """
+
+  def fitted(params: Any, batch: dict[str, jax.Array]) -> dict[str, Any]:
+    with posemb.fitted_to_grid(method):
+      return eval_step(params, batch)
+
+  return fitted
+
+
 def build(name: str, fields: ml_collections.ConfigDict, context: Context) -> SplitEvaluator:
-  check_fields(name, fields, ('split', 'every_steps'), ('dataset', 'data_dir', 'label_feature'))
+  check_fields(
+      name,
+      fields,
+      ('split', 'every_steps'),
+      ('dataset', 'data_dir', 'label_feature', 'image_size'),
+  )
   if fields.type != context.config.task:
     raise ValueError(
         f'Evaluator {name!r} of type {fields.type!r} measures a {fields.type} model, but '
@@ -218,19 +266,24 @@ def build(name: str, fields: ml_collections.ConfigDict, context: Context) -> Spl
     config = context.config
     count = context.count(fields.split)
   require_examples(name, fields.split, count)
+  if fields.get('image_size') is not None:
+    config = at_image_size(name, config, fields.image_size, context)
   label_sets = (
       data.is_label_set(config, label_feature) if label_feature else context.info.multi_label
   )
+  eval_step = (
+      context.task.make_eval_step(config, context.model)
+      if classes is None
+      else classification.make_eval_step(config, context.model, classes)
+  )
+  if config.image_size != context.config.image_size:
+    eval_step = fitted_eval_step(eval_step, config.posemb_interpolation)
   return SplitEvaluator(
       name,
       fields.every_steps,
       config=config,
       split=fields.split,
-      eval_step=(
-          context.task.make_eval_step(config, context.model)
-          if classes is None
-          else classification.make_eval_step(config, context.model, classes)
-      ),
+      eval_step=eval_step,
       mesh=context.mesh,
       metrics=('top1', 'top5', 'loss', *(('map',) if label_sets else ())),
       label_feature=label_feature,

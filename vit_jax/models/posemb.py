@@ -21,11 +21,14 @@ adds its own embedding (`encoderblock_{i}/posembed`) to its input; 'shared_every
 take 'input' (Table 8's N/A cells).
 """
 
-from typing import Callable
+import contextlib
+from typing import Callable, Iterator, Optional
 
 import flax.linen as nn
 import jax.numpy as jnp
 import numpy as np
+
+from vit_jax.checkpoints import posemb_resizing
 
 _INIT = nn.initializers.normal(stddev=0.02)
 
@@ -48,22 +51,43 @@ def posemb_sincos_2d(h: int, w: int, width: int, temperature: float = 10_000.0) 
   return jnp.concatenate([jnp.sin(x), jnp.cos(x), jnp.sin(y), jnp.cos(y)], axis=1)[None]
 
 
+_FITTING: list[str] = []  # The methods of the `fitted_to_grid` contexts entered, innermost last.
+
+
+@contextlib.contextmanager
+def fitted_to_grid(method: str) -> Iterator[None]:
+  """Within it, a model traced on images of another size than its parameters' resizes its learned
+  position embeddings (1-D, 2-D, relative biases; at the input or in every block) to the images' grid
+  by `method` (a config.posemb_interpolation), in the traced computation, as fine-tuning at a new
+  resolution resizes them once on the host (checkpoints/posemb_resizing.py): timm's
+  `dynamic_img_size`. The evaluators at another image size trace their step in it."""
+  posemb_resizing.check_posemb_method(method)
+  _FITTING.append(method)
+  try:
+    yield
+  finally:
+    _FITTING.pop()
+
+
 def _grid_param(
     module: nn.Module,
     name: str,
     shape: tuple[int, ...],
     grid_axes: dict[int, str],
     init: Callable = _INIT,
+    fit: Optional[Callable[[jnp.ndarray, str], jnp.ndarray]] = None,
 ) -> jnp.ndarray:
   """`module`'s float32 parameter `name` of `shape`, whose `grid_axes` (axis: unit) follow the grid.
 
-  Stored parameters of another grid are a one-line error: Flax would only say that the initializer's
-  shape differs from the stored one.
+  Stored parameters of another grid are `fit(stored, method)` inside `fitted_to_grid`, else a
+  one-line error: Flax would only say that the initializer's shape differs from the stored one.
   """
   if module.has_variable('params', name):
     stored = tuple(module.get_variable('params', name).shape)
     for axis, unit in grid_axes.items():
       if len(stored) == len(shape) and stored[axis] != shape[axis]:
+        if _FITTING and fit is not None:
+          return fit(module.get_variable('params', name), _FITTING[-1])
         raise ValueError(
             f'the position embeddings {stored} are for {stored[axis]} {unit}, but the images '
             f'give {shape[axis]}: the parameters are for another image size; fit them to '
@@ -79,13 +103,15 @@ class AddPositionEmbs(nn.Module):
 
   @nn.compact
   def __call__(self, inputs: jnp.ndarray, grid: tuple[int, int]) -> jnp.ndarray:
-    del grid  # One embedding per token, whatever grid they come from.
     pos_embedding = _grid_param(
         self,
         'pos_embedding',
         (1, inputs.shape[1], inputs.shape[2]),
         {1: 'tokens'},
         self.posemb_init,
+        lambda stored, method: posemb_resizing.interpolate_posemb(
+            stored, grid, num_prefix_tokens=inputs.shape[1] - grid[0] * grid[1], method=method
+        ),
     )
     return inputs + pos_embedding.astype(inputs.dtype)
 
@@ -97,8 +123,20 @@ class Add2DPositionEmbs(nn.Module):
   @nn.compact
   def __call__(self, inputs: jnp.ndarray, grid: tuple[int, int]) -> jnp.ndarray:
     (h, w), (_, n, d) = grid, inputs.shape
-    x = _grid_param(self, 'x_embedding', (w, d // 2), {0: 'columns'})
-    y = _grid_param(self, 'y_embedding', (h, d // 2), {0: 'rows'})
+    x = _grid_param(
+        self,
+        'x_embedding',
+        (w, d // 2),
+        {0: 'columns'},
+        fit=lambda stored, method: posemb_resizing.resize_leading(stored, (w,), method),
+    )
+    y = _grid_param(
+        self,
+        'y_embedding',
+        (h, d // 2),
+        {0: 'rows'},
+        fit=lambda stored, method: posemb_resizing.resize_leading(stored, (h,), method),
+    )
     posemb = jnp.concatenate(
         [jnp.broadcast_to(x[None], (h, w, d // 2)), jnp.broadcast_to(y[:, None], (h, w, d // 2))],
         axis=-1,
@@ -170,6 +208,9 @@ class RelativePositionBias(nn.Module):
         'relative_bias',
         (2 * h - 1, 2 * w - 1, self.num_heads),
         {0: 'row offsets', 1: 'column offsets'},
+        fit=lambda stored, method: posemb_resizing.resize_leading(
+            stored, (2 * h - 1, 2 * w - 1), method
+        ),
     ).reshape(-1, self.num_heads)
     if num_tokens > h * w:
       table = jnp.concatenate(

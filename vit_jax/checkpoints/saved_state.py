@@ -82,7 +82,7 @@ def steps_in(directory: str | epath.Path) -> list[int]:
   """The steps of the finished saves in a checkpoint directory (W/checkpoints, W/best), in order, as
   orbax decides it: a save in progress or killed lives in a temporary `<step>.orbax-...` directory on
   a local disk, and in its final `<step>` directory without a `commit_success.txt` on cloud storage
-  (which cannot rename). None in a directory that does not exist."""
+  (which cannot rename). A directory that does not exist has none."""
   root = epath.Path(directory)
   return sorted(ocp.utils.checkpoint_steps(root)) if root.is_dir() else []
 

@@ -37,13 +37,14 @@ def reliability(
   return rows
 
 
-def table(probabilities: np.ndarray, labels: np.ndarray) -> list[list]:
-  """`reliability`'s bins as rows of a CSV file, with its header."""
+def table(logits: np.ndarray, labels: np.ndarray) -> list[list]:
+  """`reliability`'s bins of softmax(logits), those `summary`'s ECE is of, as rows of a CSV file
+  with its header."""
   return [
       ['lower', 'upper', 'examples', 'confidence', 'accuracy'],
       *(
           [f'{lower:.4f}', f'{upper:.4f}', count, f'{mean:.6f}', f'{accuracy:.6f}']
-          for lower, upper, count, mean, accuracy in reliability(probabilities, labels)
+          for lower, upper, count, mean, accuracy in reliability(softmax(logits), labels)
       ),
   ]
 

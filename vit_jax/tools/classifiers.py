@@ -15,7 +15,7 @@ if TYPE_CHECKING:  # vit_jax.data imports its pipeline: loaded where an image is
   from vit_jax.data import images
 
 
-SCORE_BATCH = 64  # Images a forward pass of `split_scorer`: one compile for every score.
+SPLIT_BATCH = 64  # Images a forward pass of `split_logits`: one compile for a whole split.
 # config.pp_eval's default: what runs and exports made before the field prepared images with.
 DEFAULT_PP_EVAL = {
     'crop': 'resize',
@@ -138,29 +138,46 @@ def read_model_input(path: str, classifier: Classifier) -> np.ndarray:
   )
 
 
-def split_scorer(trained: 'run_dir.TrainedModel', split: str) -> Callable[[Any], float]:
-  """params -> the score of `trained`'s model with them on `split`, its images prepared as the run's
-  evaluation prepares them: the top-1 accuracy, or of a run on label sets the mean AP (its eval_map).
-  A one-line ValueError for a split the dataset does not have."""
+def split_logits(
+    config: ml_collections.ConfigDict, split: str, logits_fn: Callable[[np.ndarray], Any]
+) -> tuple[np.ndarray, np.ndarray, list[int]]:
+  """One pass of `split` prepared as the run's evaluation prepares it (its images and labels as
+  config says): float32 `logits_fn` of its readable examples [n, classes], their labels (int [n], or
+  of label sets multi-hot bool [n, classes]) and their indices in the split (unreadable ones are
+  left out, as evaluations mask them); a one-line ValueError for a split with none."""
   from vit_jax import data  # pylint: disable=g-import-not-at-top
-  from vit_jax.data import preprocess, sources  # pylint: disable=g-import-not-at-top
+  from vit_jax.data import preprocess  # pylint: disable=g-import-not-at-top
+
+  logits, labels, kept = [], [], []
+  batches = data.eval_iterator(config, split, local_batch_size=SPLIT_BATCH)
+  try:
+    for b, batch in enumerate(batches):
+      mask = batch['mask']
+      logits.append(np.asarray(logits_fn(preprocess.model_input(batch['image'])), np.float32)[mask])
+      labels.append(batch['labels' if 'labels' in batch else 'label'][mask])
+      kept += [b * SPLIT_BATCH + row for row in np.flatnonzero(mask)]
+  finally:
+    batches.close()
+  if not kept:
+    raise ValueError(f'split {split!r} has no readable example: nothing to evaluate')
+  return np.concatenate(logits), np.concatenate(labels), kept
+
+
+def split_scorer(trained: 'run_dir.TrainedModel', split: str) -> Callable[[Any], float]:
+  """params -> the score of `trained`'s model with them on `split` (`split_logits`): the top-1
+  accuracy, or of a run on label sets the mean AP (its eval_map). A one-line ValueError for a split
+  the dataset does not have."""
+  from vit_jax.data import sources  # pylint: disable=g-import-not-at-top
   from vit_jax.evaluators import average_precision  # pylint: disable=g-import-not-at-top
 
-  config, model, multi_label = trained.config, trained.model, trained.info.multi_label
+  config, model = trained.config, trained.model
   sources.check_split(sources.checked_source(config), split, '--split')
   apply = jax.jit(lambda params, images: model.apply({'params': params}, images, train=False))
 
   def score(params: Any) -> float:
     params = jax.device_put(params)  # Once, not at every batch.
-    logits, labels = [], []
-    for batch in data.eval_iterator(config, split, local_batch_size=SCORE_BATCH):
-      mask = batch['mask']
-      logits.append(np.asarray(apply(params, preprocess.model_input(batch['image'])))[mask])
-      labels.append(batch['labels' if multi_label else 'label'][mask])
-    if not sum(len(rows) for rows in logits):
-      raise ValueError(f'split {split!r} has no readable example: nothing to score')
-    logits, labels = np.concatenate(logits).astype(np.float32), np.concatenate(labels)
-    if multi_label:
+    logits, labels, _ = split_logits(config, split, functools.partial(apply, params))
+    if trained.info.multi_label:
       return float(np.nanmean(average_precision.average_precisions(logits, labels)))
     return float(np.mean(logits.argmax(-1) == labels))
 

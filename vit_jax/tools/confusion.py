@@ -35,7 +35,6 @@ from vit_jax.runtime import cli
 from vit_jax.tools import calibration, label_set_report
 
 _USAGE = '--workdir=W [--step=N|best] [--split=SPLIT] [--out=DIR] [--top=30] [--threshold=0.5]'
-_BATCH = 64  # Images a forward pass: one compile for the whole split.
 _PICTURED_CLASSES = 100  # Beyond this many classes a confusion picture is unreadable.
 
 
@@ -57,9 +56,8 @@ def predict_split(
   """The predictions of checkpoint `step` (default: the latest) of a run on `split` (default: its
   eval split), the step and the split; a one-line ValueError for what cannot be evaluated so."""
   # Imported here so that bad flags are answered before the model and the input pipeline load.
-  from vit_jax import data  # pylint: disable=g-import-not-at-top
   from vit_jax.checkpoints import run_dir, saved_state  # pylint: disable=g-import-not-at-top
-  from vit_jax.data import preprocess, sources  # pylint: disable=g-import-not-at-top
+  from vit_jax.data import sources  # pylint: disable=g-import-not-at-top
   from vit_jax.tools import classifiers  # pylint: disable=g-import-not-at-top
 
   _, step = saved_state.find_checkpoint(workdir, step)
@@ -69,29 +67,14 @@ def predict_split(
   sources.check_split(source, split, '--split')
   records = source.examples(split)
   classifier = classifiers.load_run(workdir, step)
-  labels, probabilities, all_logits, kept = [], [], [], []
-  batches = data.eval_iterator(config, split, local_batch_size=_BATCH)
-  try:
-    for b, batch in enumerate(batches):
-      mask = batch['mask']
-      logits = np.asarray(classifier.logits_fn(preprocess.model_input(batch['image'])), np.float32)
-      probs = classifiers.probabilities(logits, classifier.loss)
-      labels.append(batch['labels' if 'labels' in batch else 'label'][mask])
-      probabilities.append(probs[mask])
-      all_logits.append(logits[mask])
-      kept += [b * _BATCH + row for row in np.flatnonzero(mask)]  # Unreadable rows are masked.
-  finally:
-    batches.close()
-  if not kept:
-    raise ValueError(f'split {split!r} has no readable example: nothing to evaluate')
+  logits, labels, kept = classifiers.split_logits(config, split, classifier.logits_fn)
   examples = [source.describe(records.read(k)) for k in kept]
-  labels = np.concatenate(labels)
   predictions = Predictions(
       labels if labels.dtype == bool else labels.astype(np.int64),
-      np.concatenate(probabilities),
+      classifiers.probabilities(logits, classifier.loss),
       examples,
       classifier.class_names,
-      np.concatenate(all_logits) if classifiers.softmax_trained(classifier.loss) else None,
+      logits if classifiers.softmax_trained(classifier.loss) else None,
   )
   return predictions, step, split
 
@@ -221,7 +204,7 @@ def write_files(predictions: Predictions, out: str, threshold: float = 0.5) -> l
       ],
   }
   if predictions.logits is not None:
-    tables['calibration.csv'] = calibration.table(predictions.probabilities, predictions.labels)
+    tables['calibration.csv'] = calibration.table(predictions.logits, predictions.labels)
   paths = [_write_csv(out, name, rows) for name, rows in tables.items()]
   if len(names) <= _PICTURED_CLASSES:
     paths.append(str(epath.Path(out) / 'confusion.png'))

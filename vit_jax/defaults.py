@@ -227,6 +227,10 @@ def get_config() -> ml_collections.ConfigDict:
   config.keep_pre_logits = False
   # 'bilinear' (the original code's) | 'bicubic' (timm's) | 'bilinear_antialiased' (NaFlex's).
   config.posemb_interpolation = 'bilinear'
+  # A checkpoint of another patch size (model.patch_size) has its patch embedding resampled to the
+  # model's by FlexiViT's pseudo-inverse of a resize: 'bilinear' (big_vision's FlexiViT) | 'bicubic'
+  # (timm's resample_patch_embed) | 'bilinear_antialiased' (timm's with interpolation='bilinear').
+  config.patch_interpolation = 'bilinear'
 
   # 'classification', or 'mpp': masked patch prediction, the paper's self-supervised pretraining.
   config.task = 'classification'

@@ -106,12 +106,14 @@ def _siglip(tree: dict) -> dict:
   }
 
 
-def _timm(path: str, pool: str, original: bool = False) -> torch.nn.Module:
+def _timm(
+    path: str, pool: str, original: bool = False, size: int = SIZE, patch: int = PATCH
+) -> torch.nn.Module:
   """timm's ViT of big_vision's function (tanh GELU, 1e-6 LayerNorms, the class token without a
-  position embedding), loaded by timm from the file."""
+  position embedding), loaded by timm from the file (at another `patch` size: resampled by timm)."""
   model = timm.models.VisionTransformer(
-      img_size=SIZE,
-      patch_size=PATCH,
+      img_size=size,
+      patch_size=patch,
       embed_dim=WIDTH,
       depth=DEPTH,
       num_heads=HEADS,
@@ -159,6 +161,33 @@ def test_a_big_vision_vit_gives_timms_logits(tmp_path, case):
       'layernorm_epsilon': 1e-6,
   }
   assert {field: run.model_config[field] for field in expected} == expected
+
+
+@pytest.mark.parametrize('patch', [2, 7])
+def test_a_big_vision_vit_at_another_patch_size_gives_timms_logits(tmp_path, patch):
+  """A GAP ViT of patch 4 with a 7x7 grid (FlexiViT's checkpoints: patch 32, 7x7) at patch 2 on
+  28 px (14x14) or patch 7 on 49 px (7x7): timm's npz loader resamples the patch embedding and the
+  position embeddings bilinear at pixel centres, not antialiased, as big_vision's FlexiViT
+  resamples its kernel: --config.patch_interpolation=bilinear, and posemb_interpolation=
+  bilinear_antialiased (FlexiViT's own; the embeddings grow, where antialiasing changes nothing)."""
+  path = str(tmp_path / 'flexi.npz')
+  np.savez(path, **_tree('gap'))
+  size = patch * (SIZE // PATCH) * (2 if patch == 2 else 1)
+  reference = _timm(path, 'gap', size=size, patch=patch)
+  run = prepared_from_checkpoint(
+      tmp_path / 'workdir',
+      path,
+      size,
+      **{
+          'model.patch_size': patch,
+          'patch_interpolation': 'bilinear',
+          'posemb_interpolation': 'bilinear_antialiased',
+      },
+  )
+  assert run.model_config['patch_size'] == patch
+  inputs = np.random.RandomState(0).uniform(-1, 1, (2, size, size, 3)).astype(np.float32)
+  ours = np.asarray(run.model.apply({'params': run.init_params}, inputs))
+  np.testing.assert_allclose(ours, torch_outputs(reference, inputs).numpy(), atol=1e-4)
 
 
 def test_the_pre_logits_and_a_narrower_map_heads_mlp_are_read(tmp_path):

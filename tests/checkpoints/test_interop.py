@@ -442,13 +442,14 @@ def test_a_new_head_drops_the_checkpoints_attention_pooling():
 @pytest.mark.parametrize(
     'loaded_model,image_size,target_model,kwargs,message',
     [
-        # Another patch size: the token count differs too, but the kernel is what names the problem.
+        # Another width: the parameters that tell architectures apart most plainly come first
+        # (another patch size is resampled: test_patch_embedding.py).
         (
             dict(),
             16,
-            dict(patch_size=8),
+            dict(hidden_size=64),
             {},
-            r'^embedding/kernel: checkpoint \(4, 4, 3, 32\) vs model \(8, 8, 3, 32\): the checkpoint is '
+            r'^cls: checkpoint \(1, 1, 32\) vs model \(1, 1, 64\): the checkpoint is '
             r'another architecture; set --config.variant',
         ),
         (

@@ -9,7 +9,7 @@ import timm.models.vision_transformer as timm_vit
 import torch
 
 import helpers
-from vit_jax.checkpoints import adapting, npz_files, posemb_resizing
+from vit_jax.checkpoints import adapting, npz_files, patch_resizing, posemb_resizing
 from vit_jax.models import variants as model_variants
 from test_interop import _model
 
@@ -51,12 +51,14 @@ def test_bicubic_posemb_matches_timms_resample_abs_pos_embed(old, new, prefix):
   np.testing.assert_allclose(resized, expected, atol=1e-5)
 
 
-def _timm_vit(classifier: str, num_classes: int, image_size: int) -> timm_vit.VisionTransformer:
-  """timm's ViT with the dimensions and numerics of ViT-testing_4."""
+def _timm_vit(
+    classifier: str, num_classes: int, image_size: int, patch_size: int = 4
+) -> timm_vit.VisionTransformer:
+  """timm's ViT with the dimensions and numerics of ViT-testing_4 (at another `patch_size`)."""
   cfg = model_variants.get_model_config('ViT-testing_4')
   return timm_vit.VisionTransformer(
       img_size=image_size,
-      patch_size=cfg['patch_size'],
+      patch_size=patch_size,
       embed_dim=cfg['hidden_size'],
       depth=cfg['num_layers'],
       num_heads=cfg['num_heads'],
@@ -152,3 +154,63 @@ def test_we_read_timm_weights_with_equal_logits(tmp_path, classifier):
       _timm_logits(reference, images),
       atol=1e-4,
   )
+
+
+@pytest.mark.parametrize('old,new', [(4, 8), (8, 4), (6, 4), (4, 14), (32, 10)])
+@pytest.mark.parametrize(
+    'method,interpolation,antialias',
+    [
+        ('bicubic', 'bicubic', True),  # timm's default.
+        # big_vision's FlexiViT: tf.image.resize's bilinear, pixel centres, not antialiased.
+        ('bilinear', 'bilinear', False),
+        ('bilinear_antialiased', 'bilinear', True),
+    ],
+)
+def test_a_patch_embedding_resampled_as_timms_resample_patch_embed(
+    old, new, method, interpolation, antialias
+):
+  from timm.layers import resample_patch_embed  # pylint: disable=g-import-not-at-top
+
+  kernel = np.random.RandomState(old * new).randn(old, old, 3, 5).astype(np.float32)
+  expected = resample_patch_embed(  # timm's [out, in, h, w].
+      torch.from_numpy(kernel.transpose(3, 2, 0, 1)),
+      [new, new],
+      interpolation=interpolation,
+      antialias=antialias,
+  ).numpy()
+  resampled = patch_resizing.resample_kernel(kernel, (new, new), method)
+  np.testing.assert_allclose(resampled.transpose(3, 2, 0, 1), expected, atol=2e-5 * old)
+
+
+@pytest.mark.parametrize('patch_size,image_size', [(8, 24), (2, 12)])
+def test_timm_weights_at_another_patch_size_match_timms_own_resampling(
+    tmp_path, patch_size, image_size
+):
+  """A patch-4 ViT at 12 px read into a ViT of another patch size (and grid: 12 px at patch 2 is 6x6)
+  gives the logits of timm's model of that patch size loaded by its own checkpoint filter, which
+  resamples the patch embedding (resample_patch_embed) and position embeddings, bicubic."""
+  torch.manual_seed(0)
+  reference = _timm_vit('token', 6, 12)
+  with torch.no_grad():
+    for p in reference.parameters():
+      p.add_(0.1 * torch.randn_like(p))
+  timm_to_npz(reference, str(tmp_path / 'timm.npz'))
+  resampled = _timm_vit('token', 6, image_size, patch_size)
+  resampled.load_state_dict(timm_vit.checkpoint_filter_fn(reference.state_dict(), resampled))
+  model = _model(num_classes=6, patch_size=patch_size)
+  params, notes = adapting.adapt_params(
+      npz_files.load_npz(str(tmp_path / 'timm.npz')),
+      adapting.param_shapes(model, image_size),
+      keep_head=True,
+      keep_pre_logits=False,
+      posemb_method='bicubic',
+      patch_method='bicubic',
+  )
+  assert notes[-1] == (
+      f'resampled the patch embedding 4x4 -> {patch_size}x{patch_size} pixels (pseudo-inverse, '
+      'bicubic)'
+  )
+  images = _images(4, image_size, seed=2)
+  ours = np.asarray(model.apply({'params': params}, images))
+  np.testing.assert_allclose(ours, _timm_logits(resampled, images), atol=1e-4)
+  assert np.abs(ours).max() > 0.1

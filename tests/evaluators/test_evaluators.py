@@ -241,6 +241,74 @@ def test_an_image_size_the_patches_do_not_divide_is_a_one_line_error(
   assert not (tmp_path / 'run').exists()
 
 
+def test_an_evaluator_at_another_patch_size_measures_the_resampled_model(tmp_path, data_dir):
+  """A run at patch 4 on 8 px measured as it trains at patch 2 (a 4x4 grid) and at patch 8 on 16 px
+  (its 2x2 grid, FlexiViT's), its patch embedding resampled as the model runs; the checkpoint
+  fine-tuned to each with no step (resampled once on the host, as config.init_from does): the same
+  metrics."""
+  config = helpers.load_config(
+      'demo',
+      {**helpers.TINY, 'data_dir': data_dir, 'total_steps': 4, 'eval_every_steps': 4},
+  )
+  config.patch_interpolation = 'bicubic'
+  config.evals.p2 = dict(type='classification', split='test', every_steps=4, patch_size=2)
+  config.evals.p8 = dict(
+      type='classification', split='test', every_steps=4, patch_size=8, image_size=16
+  )
+  run = str(tmp_path / 'run')
+  loop.train_and_evaluate(train_setup.prepare(config, run))
+  logged = helpers.read_scalars(run)
+  for name, patch_size, image_size in (('p2', 2, 8), ('p8', 8, 16)):
+    assert logged[f'{name}_loss'][4] != logged['eval_loss'][4]
+    resampled = helpers.load_config(
+        'demo',
+        {
+            **helpers.TINY,
+            'data_dir': data_dir,
+            'image_size': image_size,
+            'model.patch_size': patch_size,
+            'patch_interpolation': 'bicubic',
+            'init_from': run,
+            'keep_head': True,
+            'total_steps': 0,
+        },
+    )
+    workdir = str(tmp_path / name)
+    loop.train_and_evaluate(train_setup.prepare(resampled, workdir))
+    reference = helpers.read_scalars(workdir)
+    assert logged[f'{name}_top1'][4] == pytest.approx(reference['eval_top1'][0], abs=1e-6)
+    assert logged[f'{name}_loss'][4] == pytest.approx(reference['eval_loss'][0], rel=1e-5)
+
+
+@pytest.mark.parametrize(
+    'fields,message',
+    [
+        (
+            {'patch_size': 3},
+            r"^Evaluator 'hi': image_size=8 must be a multiple of the patch size 3 \(in input "
+            r'pixels\) of patch_size=3, e.g. 6$',
+        ),
+        (
+            {'patch_size': 0},
+            r"^Evaluator 'hi': patch_size=0 must be a whole number of pixels, e.g. 8$",
+        ),
+        ({'patch_size': '2'}, r"patch_size='2' must be a whole number"),
+        (
+            {'patch_size': 2, 'image_size': 9},
+            r'image_size=9 must be a multiple of the patch size 2',
+        ),
+    ],
+)
+def test_a_patch_size_the_images_do_not_divide_into_is_a_one_line_error(
+    tmp_path, data_dir, fields, message
+):
+  config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': data_dir})
+  config.evals.hi = dict(type='classification', split='test', every_steps=4, **fields)
+  with pytest.raises(ValueError, match=message):
+    train_setup.prepare(config, str(tmp_path / 'run'))
+  assert not (tmp_path / 'run').exists()
+
+
 def test_subset_indices_are_where_the_run_has_each_class():
   assert split_evaluator.subset_indices(('b', 'a'), ('a', 'b', 'c')) == (1, 0)
   assert split_evaluator.subset_indices(('a', 'd'), ('a', 'b', 'c')) is None

@@ -200,6 +200,14 @@ def test_what_only_a_vit_has_is_a_one_line_error(tmp_path, data_dir, overrides, 
   assert '\n' not in str(error.value)
 
 
+def test_an_evaluator_at_another_patch_size_refuses_a_bit(tmp_path, data_dir):
+  config = _tiny_config(data_dir)
+  config.evals.hi = dict(type='classification', split='test', every_steps=4, patch_size=8)
+  with pytest.raises(ValueError, match=r"^Evaluator 'hi': patch_size is for a ViT, and BiT-R50x1 "):
+    train_setup.prepare(config, str(tmp_path / 'run'))
+  assert not (tmp_path / 'run').exists()
+
+
 @pytest.mark.slow  # Tens of seconds of training: make test-all's.
 @pytest.mark.devices(8)
 def test_the_vit_tools_refuse_a_bit(tiny_run, tmp_path, data_dir):

@@ -216,6 +216,7 @@ INVALID = {
     ),
     'polyak_decay': (1.0, {}, r'polyak_decay=1.0 must be in \[0, 1\)'),
     'posemb_interpolation': ('nearest', {}, "Unknown config.posemb_interpolation 'nearest'"),
+    'patch_interpolation': ('area', {}, "Unknown config.patch_interpolation 'area'"),
     'pp.crop': ('centre', {}, "Unknown config.pp.crop 'centre'"),
     'pp.min_area': (0.0, {'pp.crop': 'inception'}, r'min_area=0.0 must be in \(0, 1\]'),
     'pp.pad': (-1, {'pp.crop': 'random'}, 'pad=-1 must be >= 0'),

@@ -1,5 +1,6 @@
-"""Fitting a loaded parameter tree to a model of another resolution or class count (position-embedding
-interpolation, head surgery; a new head may pool otherwise than the checkpoint's). A model with
+"""Fitting a loaded parameter tree to a model of another resolution, patch size or class count
+(position-embedding interpolation, patch-embedding resampling, head surgery; a new head may pool
+otherwise than the checkpoint's). A model with
 fixed position embeddings (`posemb='sincos2d'`) has no `pos_embedding`: there is nothing to resize,
 and a checkpoint with learned ones is an error, not a drop.
 
@@ -27,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import traverse_util
 
-from vit_jax.checkpoints import posemb_resizing, tree_mismatch
+from vit_jax.checkpoints import patch_resizing, posemb_resizing, tree_mismatch
 from vit_jax.models import lora, scan_layout, vit
 from vit_jax.models.pooling import MAP_HEAD
 
@@ -106,6 +107,7 @@ def adapt_params(
     keep_head: bool,
     keep_pre_logits: bool,
     posemb_method: str = 'bilinear',
+    patch_method: str = 'bilinear',
     draw_map_head: Optional[Callable[[], Any]] = None,
     seed: int = 0,
 ) -> tuple[dict[str, Any], list[str]]:
@@ -116,12 +118,14 @@ def adapt_params(
   that pools by attention and a checkpoint that does not); the pre-logits layer is dropped unless
   `keep_pre_logits` and the model has one; the position embeddings are resized to the model's grid.
   Low-rank adapters of the model (lora.py) that the checkpoint lacks are drawn from `seed`, their `b`
-  zeros, so the model starts as the checkpoint. Everything else must match exactly. Returns the
+  zeros, so the model starts as the checkpoint; a patch embedding of another patch size is resampled
+  to the model's by `patch_method` (patch_resizing.py). Everything else must match exactly. Returns the
   fitted numpy tree and lines for the log saying what changed; raises ValueError naming the
   parameter on a mismatch.
   """
   # Also when this checkpoint needs no resizing: a typo is a typo.
   posemb_resizing.check_posemb_method(posemb_method)
+  patch_resizing.check_patch_method(patch_method)
   params = traverse_util.flatten_dict(loaded, sep='/')
   targets = traverse_util.flatten_dict(target_shapes, sep='/')
   notes = []
@@ -188,6 +192,9 @@ def adapt_params(
     for key in sorted(set(params) & set(targets)):
       note = posemb_resizing.resize_param(params, key, targets[key].shape, prefix, posemb_method)
       notes.extend([note] if note else [])
+  if patch_resizing.KERNEL in targets:
+    note = patch_resizing.resize_param(params, targets[patch_resizing.KERNEL].shape, patch_method)
+    notes.extend([note] if note else [])
 
   # The parameters that tell architectures apart most plainly (patch size, classifier) come first.
   for key in sorted(set(params) | set(targets), key=lambda k: (not k.startswith(_REPORT_FIRST), k)):

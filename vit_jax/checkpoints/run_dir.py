@@ -288,6 +288,7 @@ def load_init_params(config: ml_collections.ConfigDict, model: nn.Module) -> Any
       keep_head=config.keep_head,
       keep_pre_logits=config.keep_pre_logits,
       posemb_method=config.posemb_interpolation,
+      patch_method=config.patch_interpolation,
       seed=config.seed,
       # As the model draws its own from scratch (its width does not depend on the tokens).
       draw_map_head=lambda: pooling.map_head(model).init(

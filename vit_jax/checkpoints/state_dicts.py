@@ -184,7 +184,8 @@ def _same(a: Any, b: Any) -> bool:
 def fill(model: Mapping[str, Any], path: str, keep_head: bool = True) -> dict[str, Any]:
   """`model` (config.model's fields, None where unset) with its unset fields set to what the
   checkpoint at `path` fixes (`architecture`): config.variant='checkpoint'. A one-line ValueError for
-  a set field the checkpoint contradicts (but `POOLING_FIELDS` without `keep_head`), and for a field
+  a set field the checkpoint contradicts (but `POOLING_FIELDS` without `keep_head`, and the patch
+  size, to which the patch embedding is resampled), and for a field
   without tensors it does not say (no config.json beside it)."""
   filled = dict(model)
   fixed = architecture(path)
@@ -195,10 +196,12 @@ def fill(model: Mapping[str, Any], path: str, keep_head: bool = True) -> dict[st
       # The checkpoint's MAP head's fields are no field of another pooling.
       if not (own_pooling and field in _MAP_FIELDS and model['classifier'] != 'map'):
         filled[field] = value
-    # Layer scale's value is the scales' initial one, which the checkpoint's replace.
+    # Layer scale's value is the scales' initial one, which the checkpoint's replace; a patch
+    # embedding of another patch size is resampled to the model's (adapting.py).
     elif not (
         _same(given, value)
         or (field == 'layer_scale' and value is not None)
+        or field == 'patch_size'
         or (field in POOLING_FIELDS and not keep_head)
     ):
       raise ValueError(

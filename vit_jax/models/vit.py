@@ -18,7 +18,7 @@ import chex
 import flax.linen as nn
 import jax.numpy as jnp
 
-from vit_jax.models import lora, norms, resnet
+from vit_jax.models import lora, norms, patch_embedding, resnet
 from vit_jax.models.encoder import Encoder
 from vit_jax.models.pooling import CLASS_TOKEN_POOLINGS, CLASSIFIERS
 
@@ -163,14 +163,8 @@ class ViTBackbone(nn.Module):
           x, num_layers=self.resnet_layers, width_factor=self.resnet_width_factor, dtype=self.dtype
       )
     p = self.patch_size
-    x = nn.Conv(
-        self.hidden_size,
-        (p, p),
-        strides=(p, p),
-        padding='VALID',
-        use_bias=not self.pre_norm,
-        dtype=self.dtype,
-        name='embedding',
+    x = patch_embedding.PatchEmbedding(
+        p, self.hidden_size, use_bias=not self.pre_norm, dtype=self.dtype, name='embedding'
     )(x)
     n, h, w, d = x.shape
     x = jnp.reshape(x, (n, h * w, d))

@@ -10,7 +10,7 @@ import ml_collections
 from jax.sharding import Mesh
 
 from vit_jax import defaults, sharding
-from vit_jax.checkpoints import posemb_resizing
+from vit_jax.checkpoints import patch_resizing, posemb_resizing
 
 DTYPES = ('float32', 'bfloat16', 'float16')
 # Steps between the loop's periodic actions, and checkpoints kept: each at least 1.
@@ -130,3 +130,4 @@ def check_numbers(config: ml_collections.ConfigDict) -> None:
         f'config.data_shards={config.data_shards} must be at least 1 (or unset: one per ' 'process)'
     )
   posemb_resizing.check_posemb_method(config.posemb_interpolation)
+  patch_resizing.check_patch_method(config.patch_interpolation)

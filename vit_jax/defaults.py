@@ -231,6 +231,10 @@ def get_config() -> ml_collections.ConfigDict:
   # model's by FlexiViT's pseudo-inverse of a resize: 'bilinear' (big_vision's FlexiViT) | 'bicubic'
   # (timm's resample_patch_embed) | 'bilinear_antialiased' (timm's with interpolation='bilinear').
   config.patch_interpolation = 'bilinear'
+  # FlexiViT (vit_jax/train/flexi.py): each step at a patch size drawn from patch_sizes (by weights,
+  # empty: equal), the parameters kept at model.patch_size's shapes and resampled to it in the step
+  # (patch_interpolation, posemb_interpolation). Empty: every step at model.patch_size.
+  config.flexi = ml_collections.ConfigDict(dict(patch_sizes=(), weights=()))
 
   # 'classification', or 'mpp': masked patch prediction, the paper's self-supervised pretraining.
   config.task = 'classification'

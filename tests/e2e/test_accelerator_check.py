@@ -34,6 +34,7 @@ OPTIONAL = (
     'finetune',
     'lora',
     'soup',
+    'flexi',
     'jpegs',
     'b16_synthetic',
     'b16_fp8',
@@ -109,6 +110,10 @@ def test_the_optional_steps_run_where_only_names_them(tmp_path):
       r"uniform soup of 2 of 2 checkpoints: top-1 [\d.]+ on split 'test' calibration: ECE [\d.]+",
       results['soup'],
   ), results['soup']
+  assert re.fullmatch(
+      r'eval_top1 [\d.]+ at step 60 p2_top1 [\d.]+ at step 60 p8_top1 [\d.]+ at step 60',
+      results['flexi'],
+  ), results['flexi']
 
 
 @pytest.mark.slow  # The suite in a process of its own.

@@ -192,6 +192,11 @@ def test_fsdp_x_tensor_training_has_the_losses_of_one_device(tmp_path, data_dir)
             {'task': 'mpp'},
             r"^config.task='mpp' \(masked patches of a ViT's tokens\) needs a ViT variant",
         ),
+        (
+            {'flexi.patch_sizes': (2, 4)},
+            r'^config.flexi.patch_sizes trains a ViT classifier at several patch sizes, and this '
+            r'run is BiT-R50x1: unset --config.flexi.patch_sizes$',
+        ),
     ],
 )
 def test_what_only_a_vit_has_is_a_one_line_error(tmp_path, data_dir, overrides, message):

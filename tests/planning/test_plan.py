@@ -308,6 +308,16 @@ def test_json_output():
   assert out['plans'][0]['mesh'] == {'data': 8} and out['suggestions'][0]['fits']
 
 
+def test_a_flexivit_is_planned_at_its_smallest_patches():
+  args = ('--devices=8', '--chip=tpu-v5e', '--json', '--num_classes=10', '--suggestions=0')
+  flexi, smallest = (
+      json.loads(_plan(*args, *extra).stdout)['plans']
+      for extra in (['--config.flexi.patch_sizes=(2, 4, 8)'], ['--config.model.patch_size=2'])
+  )
+  assert flexi == smallest
+  assert flexi != json.loads(_plan(*args).stdout)['plans']  # Patch 4's: fewer tokens.
+
+
 def test_table_output_and_one_line_errors():
   run = _plan('--devices=8', '--chip=h100-80gb')
   assert run.returncode == 0, run.stderr

@@ -217,6 +217,12 @@ INVALID = {
     'polyak_decay': (1.0, {}, r'polyak_decay=1.0 must be in \[0, 1\)'),
     'posemb_interpolation': ('nearest', {}, "Unknown config.posemb_interpolation 'nearest'"),
     'patch_interpolation': ('area', {}, "Unknown config.patch_interpolation 'area'"),
+    'flexi.patch_sizes': ((4, 4), {}, r'^config.flexi.patch_sizes=\(4, 4\) must be distinct whole'),
+    'flexi.weights': (
+        (1.0, 0.0),
+        {'flexi.patch_sizes': (2, 4)},
+        r'^config.flexi.weights=\(1.0, 0.0\) must be one positive number per patch size \(2\)',
+    ),
     'pp.crop': ('centre', {}, "Unknown config.pp.crop 'centre'"),
     'pp.min_area': (0.0, {'pp.crop': 'inception'}, r'min_area=0.0 must be in \(0, 1\]'),
     'pp.pad': (-1, {'pp.crop': 'random'}, 'pad=-1 must be >= 0'),

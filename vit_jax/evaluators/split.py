@@ -4,11 +4,11 @@ minival held out of train, or a split of another dataset with the same classes (
     config.evals.minival = dict(type='classification', split='train[98%:]', every_steps=1000)
 
 Optional fields: `image_size` (default the run's): the images prepared at that size, the position
-embeddings resized to its grid as the model runs (posemb.fitted_to_grid, by config.posemb_interpolation),
-as a ViT fine-tuned at one resolution is measured at a higher one (FixRes, DeiT III); `patch_size`
+embeddings resized to its grid as the model runs (resolution.py, by config.posemb_interpolation), as
+a ViT fine-tuned at one resolution is measured at a higher one (FixRes, DeiT III); `patch_size`
 (default the run's): a ViT cutting patches of that size, its patch embedding resampled to it as the
-model runs (FlexiViT's pseudo-inverse resize, models/patch_embedding.py, by
-config.patch_interpolation), the position embeddings to the grid as for `image_size`;
+model runs (FlexiViT's pseudo-inverse resize, by config.patch_interpolation), the position embeddings
+to the new grid;
 `dataset` and `data_dir` (default the run's), and `label_feature`, the tfds feature
 whose classes it measures (default the run's, config.label_feature); they must be the run's classes,
 or some of them named as the run names them (ImageNet-R's and ImageNet-A's 200 of ImageNet's 1000,
@@ -27,9 +27,9 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from vit_jax import data, sharding
 from vit_jax.runtime import dispatch
-from vit_jax.evaluators import average_precision
+from vit_jax.evaluators import average_precision, resolution
 from vit_jax.evaluators.base import Context, check_fields
-from vit_jax.models import patch_embedding, posemb, variants
+from vit_jax.models import patch_embedding
 from vit_jax.tasks import classification
 
 # A metric -> the sum of `eval_step` it is the mean of, and the count of examples it is over (absent:
@@ -194,74 +194,6 @@ def require_examples(name: str, split: str, count: int) -> None:
     )
 
 
-def _whole(value: Any, least: int) -> bool:
-  return not isinstance(value, bool) and isinstance(value, int) and value >= least
-
-
-def at_resolution(
-    name: str,
-    config: ml_collections.ConfigDict,
-    fields: ml_collections.ConfigDict,
-    context: Context,
-) -> tuple[ml_collections.ConfigDict, Any]:
-  """`config` and the run's model reading images of the evaluator's `image_size` cut into patches of
-  its `patch_size` (a classifier's; the patches a ViT's), whose position embeddings and patch
-  embedding `fitted_eval_step` fits to them; a one-line ValueError for a size the patches do not
-  divide."""
-  image_size, patch_size = fields.get('image_size'), fields.get('patch_size')
-  given = 'image_size' if image_size is not None else 'patch_size'
-  if context.config.task != 'classification':
-    raise ValueError(
-        f'Evaluator {name!r}: {given} evaluates a classifier at another resolution, and '
-        f'config.task={context.config.task!r}: drop config.evals.{name}.{given}'
-    )
-  model_config, model = context.model_config, context.model
-  if patch_size is not None:
-    if 'patch_size' not in model_config:
-      raise ValueError(
-          f'Evaluator {name!r}: patch_size is for a ViT, and {config.variant} has no patches: '
-          f'drop config.evals.{name}.patch_size'
-      )
-    if not _whole(patch_size, 1):
-      raise ValueError(
-          f'Evaluator {name!r}: patch_size={patch_size!r} must be a whole number of pixels, e.g. '
-          f'{2 * model_config["patch_size"]}'
-      )
-    model_config = {**model_config, 'patch_size': patch_size}
-    model = model.clone(patch_size=patch_size)
-  stride = variants.FAMILIES[variants.family(config.variant)].input_stride(model_config)
-  size = config.image_size if image_size is None else image_size
-  if not _whole(size, stride) or size % stride:
-    patches = config.variant if patch_size is None else f'patch_size={patch_size}'
-    example = (
-        2 * context.config.image_size
-        if patch_size is None
-        else stride * max(1, config.image_size // stride)
-    )
-    raise ValueError(
-        f'Evaluator {name!r}: image_size={size!r} must be a multiple of the patch size {stride} '
-        f'(in input pixels) of {patches}, e.g. {example}'
-    )
-  config = config.copy_and_resolve_references()
-  config.image_size = size
-  if patch_size is not None:
-    config.model.patch_size = patch_size
-  return config, model
-
-
-def fitted_eval_step(eval_step: Callable, posemb_method: str, patch_method: str) -> Callable:
-  """`eval_step` tracing its model in posemb.fitted_to_grid and patch_embedding.resampled_patches:
-  on images of another size or patches of another size than the parameters', the position
-  embeddings resized to their grid (timm's dynamic_img_size) and the patch embedding resampled
-  (FlexiViT's)."""
-
-  def fitted(params: Any, batch: dict[str, jax.Array]) -> dict[str, Any]:
-    with posemb.fitted_to_grid(posemb_method), patch_embedding.resampled_patches(patch_method):
-      return eval_step(params, batch)
-
-  return fitted
-
-
 def build(name: str, fields: ml_collections.ConfigDict, context: Context) -> SplitEvaluator:
   check_fields(
       name,
@@ -300,7 +232,7 @@ def build(name: str, fields: ml_collections.ConfigDict, context: Context) -> Spl
   require_examples(name, fields.split, count)
   model = context.model
   if fields.get('image_size') is not None or fields.get('patch_size') is not None:
-    config, model = at_resolution(name, config, fields, context)
+    config, model = resolution.at_resolution(name, config, fields, context)
   label_sets = (
       data.is_label_set(config, label_feature) if label_feature else context.info.multi_label
   )
@@ -310,7 +242,9 @@ def build(name: str, fields: ml_collections.ConfigDict, context: Context) -> Spl
       else classification.make_eval_step(config, model, classes)
   )
   if config.image_size != context.config.image_size or model is not context.model:
-    eval_step = fitted_eval_step(eval_step, config.posemb_interpolation, config.patch_interpolation)
+    eval_step = patch_embedding.fitted_to_images(
+        eval_step, config.posemb_interpolation, config.patch_interpolation
+    )
   return SplitEvaluator(
       name,
       fields.every_steps,

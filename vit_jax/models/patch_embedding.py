@@ -4,11 +4,13 @@
 Within `resampled_patches(method)`, a model of another patch size than its stored kernel resamples the
 kernel to its own by FlexiViT's pseudo-inverse resize (checkpoints/patch_resizing.py), in the traced
 computation, as fine-tuning at a new patch size resamples it once on the host: the evaluators at
-another patch size trace their step in it.
+another patch size and FlexiViT's steps (train/flexi.py) trace their model in it
+(`fitted_to_images`).
 """
 
 import contextlib
-from typing import Iterator
+import functools
+from typing import Any, Callable, Iterator
 
 import flax.linen as nn
 import jax.numpy as jnp
@@ -16,10 +18,10 @@ from flax.linen import dtypes
 from jax import lax
 
 from vit_jax.checkpoints import patch_resizing
+from vit_jax.models import posemb
 
-_RESAMPLING: list[str] = (
-    []
-)  # The methods of the `resampled_patches` contexts entered, innermost last.
+# The methods of the `resampled_patches` contexts entered, innermost last.
+_RESAMPLING: list[str] = []
 
 
 @contextlib.contextmanager
@@ -32,6 +34,19 @@ def resampled_patches(method: str) -> Iterator[None]:
     yield
   finally:
     _RESAMPLING.pop()
+
+
+def fitted_to_images(fn: Callable, posemb_method: str, patch_method: str) -> Callable:
+  """`fn` tracing its model in posemb.fitted_to_grid and `resampled_patches`: a model of another
+  image or patch size than its parameters' resizes their position embeddings to its grid (timm's
+  dynamic_img_size) and resamples their patch embedding (FlexiViT's) as it runs."""
+
+  @functools.wraps(fn)
+  def fitted(*args: Any) -> Any:
+    with posemb.fitted_to_grid(posemb_method), resampled_patches(patch_method):
+      return fn(*args)
+
+  return fitted
 
 
 class PatchEmbedding(nn.Module):

@@ -4,6 +4,7 @@ value is a one-line ValueError that names the fix."""
 import difflib
 import math
 import threading
+from typing import Any
 
 import jax
 import ml_collections
@@ -87,6 +88,29 @@ def check_batch(name: str, batch_size: int, mesh: Mesh, accum_steps: int = 1) ->
     )
 
 
+def whole_number(value: Any, least: int = 1) -> bool:
+  """Whether `value` is an int (not a bool) of at least `least`."""
+  return not isinstance(value, bool) and isinstance(value, int) and value >= least
+
+
+def _check_flexi(flexi: ml_collections.ConfigDict) -> None:
+  sizes, weights = tuple(flexi.patch_sizes), tuple(flexi.weights)
+  if not all(whole_number(size) for size in sizes) or len(set(sizes)) != len(sizes):
+    raise ValueError(
+        f'config.flexi.patch_sizes={sizes!r} must be distinct whole numbers of pixels, e.g. '
+        "--config.flexi.patch_sizes='(8, 10, 12, 15, 16, 20, 24, 30, 40, 48)' (FlexiViT's at 240 px)"
+    )
+  if weights and (
+      len(weights) != len(sizes)
+      or not all(isinstance(w, (int, float)) and not isinstance(w, bool) for w in weights)
+      or not all(w > 0 for w in weights)
+  ):
+    raise ValueError(
+        f'config.flexi.weights={weights!r} must be one positive number per patch size '
+        f'({len(sizes)}), or empty for equal ones'
+    )
+
+
 def check_numbers(config: ml_collections.ConfigDict) -> None:
   """The fields that no other module reads before the loop does."""
   if config.seed not in _SEEDS:
@@ -131,3 +155,4 @@ def check_numbers(config: ml_collections.ConfigDict) -> None:
     )
   posemb_resizing.check_posemb_method(config.posemb_interpolation)
   patch_resizing.check_patch_method(config.patch_interpolation)
+  _check_flexi(config.flexi)

@@ -17,7 +17,7 @@ from vit_jax import data, evaluators, sharding, tasks
 from vit_jax.checkpoints import run_dir
 from vit_jax.runtime import hf_hub
 from vit_jax.runtime import paths
-from vit_jax.train import best_checkpoint, field_checks, optim, param_groups
+from vit_jax.train import best_checkpoint, field_checks, flexi, optim, param_groups
 from vit_jax.checkpoints import adapting
 from vit_jax.checkpoints import teacher as teacher_lib
 from vit_jax.models import fp8, variants
@@ -119,6 +119,7 @@ def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
         f'input pixels) of {config.variant}: use a multiple of {stride}, e.g. '
         f'--config.image_size={max(stride, config.image_size // stride * stride)}'
     )
+  flexi.check(config, model_config)
   mesh = sharding.make_mesh(config.mesh)
   sharding.check_model_fits(mesh, config.variant, family.tensor_split(model_config))
   field_checks.check_batch('batch_size', config.batch_size, mesh, config.accum_steps)

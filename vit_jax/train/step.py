@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import optax
 
 from vit_jax import sharding
-from vit_jax.train import optim, param_groups
+from vit_jax.train import flexi, optim, param_groups
 from vit_jax.data import on_device
 from vit_jax.train.setup import Setup
 from vit_jax.train.state import TrainState
@@ -113,9 +113,17 @@ def jit_train_step(
   config, mesh = setup.config, setup.mesh
   seed_key = jax.random.key(config.seed)
   teacher = setup.teacher
+
+  def make_loss(model: Any) -> Callable:
+    return setup.task.make_loss(config, model, None if teacher is None else teacher.model)
+
   step = functools.partial(
       train_step,
-      loss_fn=setup.task.make_loss(config, setup.model, None if teacher is None else teacher.model),
+      loss_fn=(
+          flexi.make_loss(config, setup.model, make_loss)
+          if flexi.enabled(config)
+          else make_loss(setup.model)
+      ),
       tx=setup.tx,
       schedule=setup.schedule,
       dropout_key=jax.random.fold_in(seed_key, 1),

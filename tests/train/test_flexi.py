@@ -1,0 +1,153 @@
+"""FlexiViT training (vit_jax/train/flexi.py): each step's loss is the loss of the model at a drawn
+patch size on parameters resampled to it (equal to adapt_params' host-side resampling), drawn by
+the weights; the gradient reaches the stored kernel through the pseudo-inverse (its chain rule in
+NumPy); a run resumes bit for bit; the errors."""
+
+import functools
+
+import jax
+import numpy as np
+import pytest
+
+import helpers
+from vit_jax.checkpoints import adapting, patch_resizing
+from vit_jax.train import flexi, loop, setup as train_setup
+
+SIZES = (2, 4, 8)  # Of 8 px images, the parameters' at 4: grids of 4x4, 2x2 and 1x1.
+
+
+def _setup(tmp_path, data_dir, **overrides):
+  config = helpers.load_config(
+      'demo',
+      {
+          **helpers.TINY,
+          'data_dir': data_dir,
+          'flexi.patch_sizes': SIZES,
+          'patch_interpolation': 'bicubic',
+          **overrides,
+      },
+  )
+  return train_setup.prepare(config, str(tmp_path / 'run'))
+
+
+def _batch(size: int = 8, n: int = 6):
+  rng = np.random.default_rng(1)
+  return rng.uniform(-1, 1, (n, size, size, 3)).astype(np.float32), rng.integers(0, 10, n)
+
+
+def _resampled_losses(setup, params, images, labels, key):
+  """The task's loss of the model at each size, on parameters resampled once on the host."""
+  losses = {}
+  for size in SIZES:
+    model = setup.model.clone(patch_size=size)
+    fitted, _ = adapting.adapt_params(
+        params,
+        adapting.param_shapes(model, setup.config.image_size),
+        keep_head=True,
+        keep_pre_logits=False,
+        patch_method=setup.config.patch_interpolation,
+    )
+    loss = setup.task.make_loss(setup.config, model)
+    losses[size] = float(loss(fitted, images, labels, key))
+  return losses
+
+
+def test_each_step_is_the_loss_of_the_model_at_a_drawn_patch_size(tmp_path, data_dir):
+  """Without dropout, the loss at each size is one number: every key's loss is one of them (the
+  parameters resampled on the host), drawn 1:2:1 as the weights say."""
+  setup = _setup(
+      tmp_path,
+      data_dir,
+      **{
+          'flexi.weights': (1.0, 2.0, 1.0),
+          'model.dropout_rate': 0.0,
+          'model.head_dropout_rate': 0.0,
+      },
+  )
+  params = helpers.random_params(setup.model, 8)
+  images, labels = _batch()
+  expected = _resampled_losses(setup, params, images, labels, jax.random.key(0))
+  assert len({round(v, 3) for v in expected.values()}) == len(SIZES)  # Tells them apart.
+  loss_fn = flexi.make_loss(
+      setup.config, setup.model, functools.partial(setup.task.make_loss, setup.config)
+  )
+  keys = jax.random.split(jax.random.key(1), 800)
+  losses = np.asarray(jax.jit(jax.vmap(lambda k: loss_fn(params, images, labels, k)))(keys))
+  drawn = np.array([min(SIZES, key=lambda s: abs(expected[s] - loss)) for loss in losses])
+  np.testing.assert_allclose(losses, [expected[s] for s in drawn], rtol=1e-5)
+  frequencies = [np.mean(drawn == size) for size in SIZES]
+  np.testing.assert_allclose(frequencies, [0.25, 0.5, 0.25], atol=0.05)
+
+
+def test_the_gradient_reaches_the_stored_kernel_through_the_resampling(tmp_path, data_dir):
+  """A step drawn at patch 8: the stored 4x4 kernel's gradient is the 8x8 kernel's, pulled back
+  through the pseudo-inverse resize, as NumPy's chain rule of its matrices computes it."""
+  setup = _setup(tmp_path, data_dir, **{'flexi.weights': (1e-9, 1e-9, 1.0)})
+  params = helpers.random_params(setup.model, 8)
+  images, labels = _batch()
+  key = jax.random.key(3)
+  grads = jax.grad(
+      flexi.make_loss(
+          setup.config, setup.model, functools.partial(setup.task.make_loss, setup.config)
+      )
+  )(params, images, labels, key)
+  model = setup.model.clone(patch_size=8)
+  fitted, _ = adapting.adapt_params(
+      params,
+      adapting.param_shapes(model, 8),
+      keep_head=True,
+      keep_pre_logits=False,
+      patch_method='bicubic',
+  )
+  expected = jax.grad(setup.task.make_loss(setup.config, model))(fitted, images, labels, key)
+  pinv = patch_resizing.pinv_resize(4, 8, 'bicubic')  # (4, 8): the resize's pseudo-inverse.
+  pulled_back = np.einsum(
+      'hH,wW,HW...->hw...', pinv, pinv, np.asarray(expected['embedding']['kernel'], np.float64)
+  )
+  np.testing.assert_allclose(grads['embedding']['kernel'], pulled_back, rtol=1e-4, atol=1e-6)
+  np.testing.assert_allclose(
+      grads['head']['kernel'], expected['head']['kernel'], rtol=1e-4, atol=1e-7
+  )
+  assert np.abs(pulled_back).max() > 1e-3
+
+
+def test_a_flexi_run_trains_and_resumes_bit_exact(tmp_path, data_dir):
+  config = helpers.load_config(
+      'demo',
+      {
+          **helpers.TINY,
+          'data_dir': data_dir,
+          'flexi.patch_sizes': SIZES,
+          'total_steps': 8,
+          'log_every_steps': 4,
+          'eval_every_steps': 8,
+      },
+  )
+  config.evals.p8 = dict(type='classification', split='test', every_steps=8, patch_size=8)
+  full = str(tmp_path / 'full')
+  metrics = loop.train_and_evaluate(train_setup.prepare(config, full))
+  assert {'eval_top1', 'p8_top1'} <= set(metrics)
+  assert np.isfinite(helpers.read_scalars(full)['train_loss'][8])
+  helpers.assert_resume_is_bit_exact(config, full, str(tmp_path / 'resumed'))
+
+
+@pytest.mark.parametrize(
+    'overrides,message',
+    [
+        (
+            {'flexi.patch_sizes': (2, 3)},
+            r'^config.flexi.patch_sizes has 3, which does not divide config.image_size=8: use sizes',
+        ),
+        (
+            {'task': 'mpp', 'model.head_dropout_rate': None},
+            r'^config.flexi.patch_sizes trains a ViT classifier at several patch sizes, and this run '
+            r"is config.task='mpp': unset --config.flexi.patch_sizes$",
+        ),
+        ({'flexi.patch_sizes': (2, 0)}, r'^config.flexi.patch_sizes=\(2, 0\) must be distinct'),
+        ({'flexi.weights': (1.0,)}, r'must be one positive number per patch size \(3\)'),
+    ],
+)
+def test_what_flexi_cannot_do_is_a_one_line_error(tmp_path, data_dir, overrides, message):
+  with pytest.raises(ValueError, match=message):
+    _setup(tmp_path, data_dir, **overrides)
+  assert not (tmp_path / 'run').exists()

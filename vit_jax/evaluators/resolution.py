@@ -1,0 +1,64 @@
+"""An evaluator at another image size or patch size than the run's (a classifier's
+`config.evals.X.image_size` / `patch_size`): its config and model, whose eval step fits the
+parameters to them as the model runs (patch_embedding.fitted_to_images), as fine-tuning to that size
+fits them once on the host.
+"""
+
+from typing import Any
+
+import ml_collections
+
+from vit_jax.evaluators.base import Context
+from vit_jax.models import variants
+from vit_jax.train import field_checks
+
+
+def at_resolution(
+    name: str,
+    config: ml_collections.ConfigDict,
+    fields: ml_collections.ConfigDict,
+    context: Context,
+) -> tuple[ml_collections.ConfigDict, Any]:
+  """`config` and the run's model reading images of the evaluator's `image_size` cut into patches of
+  its `patch_size` (a classifier's; the patches a ViT's), whose position embeddings and patch
+  embedding `fitted_eval_step` fits to them; a one-line ValueError for a size the patches do not
+  divide."""
+  image_size, patch_size = fields.get('image_size'), fields.get('patch_size')
+  given = 'image_size' if image_size is not None else 'patch_size'
+  if context.config.task != 'classification':
+    raise ValueError(
+        f'Evaluator {name!r}: {given} evaluates a classifier at another resolution, and '
+        f'config.task={context.config.task!r}: drop config.evals.{name}.{given}'
+    )
+  model_config, model = context.model_config, context.model
+  if patch_size is not None:
+    if 'patch_size' not in model_config:
+      raise ValueError(
+          f'Evaluator {name!r}: patch_size is for a ViT, and {config.variant} has no patches: '
+          f'drop config.evals.{name}.patch_size'
+      )
+    if not field_checks.whole_number(patch_size, 1):
+      raise ValueError(
+          f'Evaluator {name!r}: patch_size={patch_size!r} must be a whole number of pixels, e.g. '
+          f'{2 * model_config["patch_size"]}'
+      )
+    model_config = {**model_config, 'patch_size': patch_size}
+    model = model.clone(patch_size=patch_size)
+  stride = variants.FAMILIES[variants.family(config.variant)].input_stride(model_config)
+  size = config.image_size if image_size is None else image_size
+  if not field_checks.whole_number(size, stride) or size % stride:
+    patches = config.variant if patch_size is None else f'patch_size={patch_size}'
+    example = (
+        2 * context.config.image_size
+        if patch_size is None
+        else stride * max(1, config.image_size // stride)
+    )
+    raise ValueError(
+        f'Evaluator {name!r}: image_size={size!r} must be a multiple of the patch size {stride} '
+        f'(in input pixels) of {patches}, e.g. {example}'
+    )
+  config = config.copy_and_resolve_references()
+  config.image_size = size
+  if patch_size is not None:
+    config.model.patch_size = patch_size
+  return config, model

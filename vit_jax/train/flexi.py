@@ -1,0 +1,82 @@
+"""FlexiViT training (Beyer et al. 2023, "FlexiViT: One Model for All Patch Sizes"; big_vision's
+trainers/proj/flexi): each step cuts the batch's images into patches of a size drawn from
+`config.flexi.patch_sizes` (by `weights`, default equal), so that one set of parameters serves every
+patch size: a speed / accuracy trade-off picked at deployment.
+
+The parameters keep the shapes of `model.patch_size` (the patch kernel, the grid of learned position
+embeddings at `image_size`); each step's model resamples them to the drawn size as it runs
+(models/patch_embedding.py's pseudo-inverse resize by config.patch_interpolation, posemb.py's resize
+by config.posemb_interpolation), so the gradient reaches the stored ones through the resampling, as
+in big_vision. The step holds one branch per size (`jax.lax.switch`): one compiled program, and the
+draw, a function of the loss's key, follows the step (and its micro-batch with accum_steps) as
+dropout does, so a resumed run draws what an uninterrupted one would. Evaluators measure any patch
+size (`config.evals.X.patch_size`); the run's `eval` measures `model.patch_size`.
+"""
+
+from typing import Any, Callable, Mapping
+
+import flax.linen as nn
+import jax
+import ml_collections
+import numpy as np
+
+from vit_jax.models import patch_embedding, variants
+
+# The key stream of the draws, apart from the dropout that the same key feeds.
+_DRAW_STREAM = 0x464C4558
+
+
+def enabled(config: ml_collections.ConfigDict) -> bool:
+  return bool(config.flexi.patch_sizes)
+
+
+def check(config: ml_collections.ConfigDict, model_config: Mapping[str, Any]) -> None:
+  """What config.flexi needs of the run: a ViT classifier whose images divide into every size."""
+  if not enabled(config):
+    return
+  if config.task != 'classification' or 'patch_size' not in model_config:
+    what = f'config.task={config.task!r}' if config.task != 'classification' else config.variant
+    raise ValueError(
+        f'config.flexi.patch_sizes trains a ViT classifier at several patch sizes, and this run '
+        f'is {what}: unset --config.flexi.patch_sizes'
+    )
+  family = variants.FAMILIES['ViT']
+  for size in config.flexi.patch_sizes:
+    stride = family.input_stride({**model_config, 'patch_size': size})
+    if config.image_size % stride:
+      raise ValueError(
+          f'config.flexi.patch_sizes has {size}, which does not divide config.image_size='
+          f'{config.image_size}: use sizes that divide it (240 px: 8, 10, 12, 15, 16, 20, 24, 30, '
+          '40, 48)'
+      )
+
+
+def sizes(config: ml_collections.ConfigDict) -> tuple[tuple[int, ...], np.ndarray]:
+  """The patch sizes and the probability of each."""
+  patch_sizes = tuple(config.flexi.patch_sizes)
+  weights = np.asarray(config.flexi.weights or (1.0,) * len(patch_sizes), np.float64)
+  return patch_sizes, weights / weights.sum()
+
+
+def make_loss(
+    config: ml_collections.ConfigDict, model: nn.Module, make: Callable[[nn.Module], Callable]
+) -> Callable[..., jax.Array]:
+  """The loss of a step at a drawn patch size: `make(model)` (the task's loss of a model) for the
+  model at each size, one of them chosen by the loss's key."""
+  patch_sizes, probabilities = sizes(config)
+
+  branches = [
+      patch_embedding.fitted_to_images(
+          make(model.clone(patch_size=size)),
+          config.posemb_interpolation,
+          config.patch_interpolation,
+      )
+      for size in patch_sizes
+  ]
+  log_probabilities = np.log(probabilities).astype(np.float32)
+
+  def loss_fn(params: Any, images: jax.Array, labels: jax.Array, key: jax.Array, *teacher):
+    index = jax.random.categorical(jax.random.fold_in(key, _DRAW_STREAM), log_probabilities)
+    return jax.lax.switch(index, branches, params, images, labels, key, *teacher)
+
+  return loss_fn

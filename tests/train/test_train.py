@@ -415,9 +415,9 @@ def test_scanned_training_keeps_per_block_checkpoints_that_resume_either_way(tmp
             {'init_from': '/nonexistent/ViT-B_16.npz'},
             "no checkpoint file at '/nonexistent/ViT-B_16.npz'",
         ),
-        (
-            {'model.patch_size': 2},
-            r'embedding/kernel: checkpoint \(4, 4, 3, 32\) vs model \(2, 2, 3, 32\)',
+        (  # Another patch size is resampled (tests/models/test_patch_embedding.py); another MLP is not.
+            {'model.mlp_dim': 32},
+            r'encoderblock_0/MlpBlock_3/Dense_0/bias: checkpoint \(64,\) vs model \(32,\)',
         ),
         (
             {'keep_head': True, 'dataset': 'folder'},

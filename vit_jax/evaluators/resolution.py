@@ -10,7 +10,10 @@ import ml_collections
 
 from vit_jax.evaluators.base import Context
 from vit_jax.models import variants
-from vit_jax.train import field_checks
+
+
+def _whole(value: Any, least: int) -> bool:
+  return not isinstance(value, bool) and isinstance(value, int) and value >= least
 
 
 def at_resolution(
@@ -37,7 +40,7 @@ def at_resolution(
           f'Evaluator {name!r}: patch_size is for a ViT, and {config.variant} has no patches: '
           f'drop config.evals.{name}.patch_size'
       )
-    if not field_checks.whole_number(patch_size, 1):
+    if not _whole(patch_size, 1):
       raise ValueError(
           f'Evaluator {name!r}: patch_size={patch_size!r} must be a whole number of pixels, e.g. '
           f'{2 * model_config["patch_size"]}'
@@ -46,7 +49,7 @@ def at_resolution(
     model = model.clone(patch_size=patch_size)
   stride = variants.FAMILIES[variants.family(config.variant)].input_stride(model_config)
   size = config.image_size if image_size is None else image_size
-  if not field_checks.whole_number(size, stride) or size % stride:
+  if not _whole(size, stride) or size % stride:
     patches = config.variant if patch_size is None else f'patch_size={patch_size}'
     example = (
         2 * context.config.image_size

@@ -27,7 +27,6 @@ from vit_jax.checkpoints import run_dir, teacher as teacher_lib
 from vit_jax.models import variants
 from vit_jax.planning import chips, footprint, meshes
 from vit_jax.runtime import cli, config_files
-from vit_jax.train import flexi
 
 
 def _gib(n: float) -> str:
@@ -156,7 +155,7 @@ def main(argv: list[str]) -> None:
       )
     run_dir.fill_from_checkpoint(config)
     model_config = variants.get_model_config(config.variant, config.model.to_dict())
-    if flexi.enabled(config):  # A FlexiViT step's costliest branch: its smallest patches.
+    if config.flexi.patch_sizes:  # A FlexiViT step's costliest branch: its smallest patches.
       model_config = {**model_config, 'patch_size': min(config.flexi.patch_sizes)}
     mesh = meshes.check(config, model_config, args.devices)
     teacher = teacher_lib.architecture(config) if config.distill.teacher else None

@@ -88,14 +88,14 @@ def check_batch(name: str, batch_size: int, mesh: Mesh, accum_steps: int = 1) ->
     )
 
 
-def whole_number(value: Any, least: int = 1) -> bool:
+def _whole_number(value: Any, least: int = 1) -> bool:
   """Whether `value` is an int (not a bool) of at least `least`."""
   return not isinstance(value, bool) and isinstance(value, int) and value >= least
 
 
 def _check_flexi(flexi: ml_collections.ConfigDict) -> None:
   sizes, weights = tuple(flexi.patch_sizes), tuple(flexi.weights)
-  if not all(whole_number(size) for size in sizes) or len(set(sizes)) != len(sizes):
+  if not all(_whole_number(size) for size in sizes) or len(set(sizes)) != len(sizes):
     raise ValueError(
         f'config.flexi.patch_sizes={sizes!r} must be distinct whole numbers of pixels, e.g. '
         "--config.flexi.patch_sizes='(8, 10, 12, 15, 16, 20, 24, 30, 40, 48)' (FlexiViT's at 240 px)"

@@ -5,14 +5,16 @@ Expected top-1 on ImageNet validation: DeiT-S 79.8%, DeiT-B 81.8% after 300 epoc
 days on 8 V100s). Recipe: batch 1024, AdamW lr 5e-4 x 1024 / 512 = 1e-3, weight decay 0.05, 5 warmup
 epochs then cosine to 1e-5, no clipping, label smoothing 0.1, inception crop + flip + RandAugment
 (2 layers, magnitude 9), random erasing 0.25, Mixup 0.8 / CutMix 1.0 (switch 0.5) on every batch,
-stochastic depth 0.1, class token, learned position embeddings, no pre-logits layer; evaluation at the
+repeated augmentation (3 copies of each image in a batch), stochastic depth 0.1, class token, learned position embeddings, no pre-logits layer; evaluation at the
 0.875 central crop.
 
   python -m vit_jax.main --config=configs/deit_i1k.py:S --workdir=W    # or :B
 
 Differences from DeiT: RandAugment is the TF reference's op set (big_vision's) at a fixed magnitude,
-not timm's rand-m9-mstd0.5-inc1 (magnitude noise, "increasing" ops); no repeated augmentation; weights
-initialised as the original ViT (xavier), not truncated normal.
+not timm's rand-m9-mstd0.5-inc1 (magnitude noise, "increasing" ops); repeated augmentation shows each
+image three times in a row, each pass over the split in three epochs (DeiT's RASampler draws a third
+of the split anew each epoch); weights initialised as the original ViT (xavier), not truncated
+normal.
 """
 
 from vit_jax import defaults
@@ -46,6 +48,7 @@ def get_config(size: str = 'S'):
   config.pp.flip = True
   config.pp.randaug_layers, config.pp.randaug_magnitude = 2, 9
   config.pp.erase_prob = 0.25
+  config.aug_repeats = 3  # DeiT's --repeated-aug (RASampler, 3 repeats).
   config.pp_eval.crop, config.pp_eval.crop_fraction = 'central', 0.875
   config.mix.mixup_alpha, config.mix.cutmix_alpha = 0.8, 1.0
   config.mix.prob, config.mix.switch_prob = 1.0, 0.5

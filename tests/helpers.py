@@ -433,6 +433,7 @@ def data_config(data_dir: str | None, **overrides) -> ml_collections.ConfigDict:
           seed=0,
           data_shards=None,
           data_workers=0,
+          aug_repeats=1,
           pp=pp,
           pp_eval=pp_eval,
       )

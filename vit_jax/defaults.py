@@ -60,6 +60,11 @@ def get_config() -> ml_collections.ConfigDict:
   # decodes a JPEG at 1/2, 1/4 or 1/8 of its size where its crop keeps this many times the output
   # size, as PIL's thumbnail does (3: "indistinguishable from fair resampling in most cases"): for
   # images far larger than image_size (a 12-megapixel photo decodes ~5x faster).
+  # Repeated augmentation (Hoffer et al. 2020; DeiT's RASampler, timm's --aug-repeats): each image of
+  # the train stream comes this many times in a row, each copy augmented apart, so a batch holds the
+  # copies side by side; a pass over the split then takes this many epochs (an epoch is still as many
+  # examples as the split has). 1: off; DeiT's 3.
+  config.aug_repeats = 1
   config.pp_eval = ml_collections.ConfigDict(
       dict(crop='resize', crop_fraction=0.875, antialias=True, reducing_gap=0.0)
   )

@@ -107,6 +107,38 @@ def test_every_epoch_visits_every_example_once(sources, name):
   assert not np.array_equal(orders[0], orders[1]) and not np.array_equal(orders[1], orders[2])
 
 
+@pytest.mark.parametrize('name', ['folder', 'digits'])
+def test_repeated_augmentation_shows_each_image_in_a_row_and_each_epoch_once_in_three(
+    sources, name
+):
+  """config.aug_repeats=3: positions 3k..3k+2 are one image (the same pixels unaugmented, the same
+  label but other pixels with random crops); three epochs of positions visit the split once, each
+  image three times (1437 = 3 * 479: nine batches of 479)."""
+  plain = take(
+      data.train_iterator(make_config(sources[name], aug_repeats=3), local_batch_size=479), 9
+  )
+  images = np.concatenate([as_uint8(b['image']) for b in plain])
+  labels = np.concatenate([b['label'] for b in plain])
+  by_three = images.reshape(-1, 3, *images.shape[1:])
+  assert (by_three == by_three[:, :1]).all()
+  assert (labels.reshape(-1, 3) == labels[::3, None]).all()
+  assert multiset(images[::3], labels[::3]) == multiset(*SPLITS['train'])
+  # The first epoch of positions is a third of the split: not its first third in the split's order.
+  assert not np.array_equal(labels[:1437:3], TRAIN_LABELS[:479])
+  cropped = take(
+      data.train_iterator(
+          make_config(sources[name], aug_repeats=3, pp={'crop': 'inception', 'min_area': 0.3}),
+          local_batch_size=479,
+      ),
+      3,
+  )
+  crops = np.concatenate([as_uint8(b['image']) for b in cropped])
+  crop_labels = np.concatenate([b['label'] for b in cropped])
+  assert (crop_labels.reshape(-1, 3) == crop_labels[::3, None]).all()
+  triples = crops.reshape(-1, 3, *crops.shape[1:])
+  assert np.mean([len({t.tobytes() for t in triple}) == 3 for triple in triples]) > 0.9
+
+
 @pytest.mark.parametrize('name', ['folder', 'array_record'])
 @pytest.mark.parametrize('process_count', [2, 3])
 def test_random_access_shards_are_disjoint_balanced_and_cover_the_split(

@@ -94,8 +94,9 @@ def test_the_recipes_set_what_their_papers_use():
       deit.pp.erase_prob,
       deit.model.drop_path_rate,
       deit.label_smoothing,
+      deit.aug_repeats,
       deit.variant,
-  ) == (0.8, 1.0, 0.25, 0.1, 0.1, 'ViT-S_16')
+  ) == (0.8, 1.0, 0.25, 0.1, 0.1, 3, 'ViT-S_16')
   assert helpers.load_config('finetune_layer_decay').optim.layer_decay == 0.65
   mae = _get_config('finetune_layer_decay', 'mae')
   assert (mae.variant, mae.model.classifier, mae.model.fc_norm, mae.optim.layer_decay) == (
@@ -111,7 +112,7 @@ def test_the_recipes_set_what_their_papers_use():
 
 
 # Every recipe knob at once: RandAugment, random erasing, Mixup + CutMix, stochastic depth, layer decay,
-# bfloat16 first moment (applied to the tiny model on the digits).
+# repeated augmentation, bfloat16 first moment (applied to the tiny model on the digits).
 ALL_KNOBS = {
     **helpers.TINY,
     'pp.randaug_layers': 2,
@@ -123,6 +124,7 @@ ALL_KNOBS = {
     'optim.layer_decay': 0.75,
     'optim.mu_dtype': 'bfloat16',
     'label_smoothing': 0.1,
+    'aug_repeats': 2,
 }
 
 

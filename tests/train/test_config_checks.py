@@ -217,6 +217,7 @@ INVALID = {
     'polyak_decay': (1.0, {}, r'polyak_decay=1.0 must be in \[0, 1\)'),
     'posemb_interpolation': ('nearest', {}, "Unknown config.posemb_interpolation 'nearest'"),
     'patch_interpolation': ('area', {}, "Unknown config.patch_interpolation 'area'"),
+    'aug_repeats': (0, {}, r'^config.aug_repeats=0 must be a whole number of copies of each image'),
     'flexi.patch_sizes': ((4, 4), {}, r'^config.flexi.patch_sizes=\(4, 4\) must be distinct whole'),
     'flexi.weights': (
         (1.0, 0.0),

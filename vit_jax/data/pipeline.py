@@ -2,8 +2,9 @@
 config's source (sources.py), evaluation's batches from eval_pipeline.py.
 
 Resumability: each data shard's train stream is a pure function of (config.seed, shard, stream
-position). Epoch e is a seeded permutation of the shard (order.py); the augmentation of the example
-at stream position p is seeded from (seed, shard, p). So the batch of step s is a pure function of s:
+position). Epoch e is a seeded permutation of the shard (order.py), each record of it at
+`config.aug_repeats` positions in a row (repeated augmentation); the augmentation of the example
+at stream position p is seeded from (seed, shard, p), so each copy is augmented apart. So the batch of step s is a pure function of s:
 starting at step s reads nothing before it, and every batch is the same whether it is built in this
 process or in any of grain's worker processes (`config.data_workers`).
 """
@@ -86,13 +87,14 @@ class _TrainStream:
     self._augment_seed = (config.seed, shard, _AUGMENT)
     self._pp = config.pp
     self._image_size = config.image_size
+    self._repeats = config.aug_repeats
 
   def __call__(self, position: int) -> dict[str, np.ndarray]:
     """The example at stream `position`. A record that cannot be decoded is named (once a process)
     and replaced by the next one of the epoch's order, so a stream with unreadable files is still a
     pure function of the position."""
     n = self._records.num_records
-    epoch, offset = divmod(position, n)
+    epoch, offset = divmod(position // self._repeats, n)
     for skipped in range(n):
       record = self._records.read(
           order.index_at(n, self._order_seed, epoch * n + (offset + skipped) % n)

@@ -122,6 +122,11 @@ def check_numbers(config: ml_collections.ConfigDict) -> None:
   for name in _POSITIVE_COUNTS:
     if config[name] < 1:
       raise ValueError(f'config.{name}={config[name]} must be at least 1')
+  if not _whole_number(config.aug_repeats):
+    raise ValueError(
+        f'config.aug_repeats={config.aug_repeats!r} must be a whole number of copies of each '
+        "image, e.g. 3 (DeiT's; 1: off)"
+    )
   if config.accum_steps < 1:
     raise ValueError(f'config.accum_steps={config.accum_steps} must be at least 1')
   if config.polyak_decay is not None and not 0.0 <= config.polyak_decay < 1.0:

@@ -11,8 +11,8 @@ R is a resize at pixel centres: 'bilinear' is big_vision's FlexiViT (tf.image.re
 antialiased: what its checkpoints were trained with), 'bicubic' timm's `resample_patch_embed`
 (interpolate 'bicubic', antialias=True), 'bilinear_antialiased' timm's with
 interpolation='bilinear'; the antialiased ones as PIL when shrinking. Growing, antialiasing changes
-nothing. `resize_param` fits a loaded tree's patch embedding to a model
-(adapting.py); models/patch_embedding.py resamples the stored kernel as the model runs.
+nothing. `resize_param` fits a loaded tree's patch embedding to a model (adapting.py);
+models/patch_embedding.py resamples the stored kernel as the model runs.
 """
 
 import functools

@@ -23,9 +23,9 @@ def at_resolution(
     context: Context,
 ) -> tuple[ml_collections.ConfigDict, Any]:
   """`config` and the run's model reading images of the evaluator's `image_size` cut into patches of
-  its `patch_size` (a classifier's; the patches a ViT's), whose position embeddings and patch
-  embedding `fitted_eval_step` fits to them; a one-line ValueError for a size the patches do not
-  divide."""
+  its `patch_size` (a classifier's; the patches a ViT's), to which its eval step, wrapped in
+  patch_embedding.fitted_to_images, fits the position embeddings and the patch embedding; a one-line
+  ValueError for a size the patches do not divide."""
   image_size, patch_size = fields.get('image_size'), fields.get('patch_size')
   given = 'image_size' if image_size is not None else 'patch_size'
   if context.config.task != 'classification':

@@ -5,8 +5,9 @@ Resumability: each data shard's train stream is a pure function of (config.seed,
 position). Epoch e is a seeded permutation of the shard (order.py), each record of it at
 `config.aug_repeats` positions in a row (repeated augmentation); the augmentation of the example at
 stream position p is seeded from (seed, shard, p), so each copy is augmented apart. So the batch of
-step s is a pure function of s: starting at step s reads nothing before it, and every batch is the same whether it is built in this
-process or in any of grain's worker processes (`config.data_workers`).
+step s is a pure function of s: starting at step s reads nothing before it, and every batch is the
+same whether it is built in this process or in any of grain's worker processes
+(`config.data_workers`).
 """
 
 from typing import Sequence

@@ -62,6 +62,4 @@ def at_resolution(
     )
   config = config.copy_and_resolve_references()
   config.image_size = size
-  if patch_size is not None:
-    config.model.patch_size = patch_size
   return config, model

@@ -51,20 +51,15 @@ def check(config: ml_collections.ConfigDict, model_config: Mapping[str, Any]) ->
       )
 
 
-def sizes(config: ml_collections.ConfigDict) -> tuple[tuple[int, ...], np.ndarray]:
-  """The patch sizes and the probability of each."""
-  patch_sizes = tuple(config.flexi.patch_sizes)
-  weights = np.asarray(config.flexi.weights or (1.0,) * len(patch_sizes), np.float64)
-  return patch_sizes, weights / weights.sum()
-
-
 def make_loss(
     config: ml_collections.ConfigDict, model: nn.Module, make: Callable[[nn.Module], Callable]
 ) -> Callable[..., jax.Array]:
   """The loss of a step at a drawn patch size: `make(model)` (the task's loss of a model) for the
-  model at each size, one of them chosen by the loss's key."""
-  patch_sizes, probabilities = sizes(config)
-
+  model at each size, one of them chosen by the loss's key (by config.flexi.weights, default equal).
+  """
+  patch_sizes = tuple(config.flexi.patch_sizes)
+  weights = np.asarray(config.flexi.weights or (1.0,) * len(patch_sizes), np.float64)
+  log_probabilities = np.log(weights / weights.sum()).astype(np.float32)
   branches = [
       patch_embedding.fitted_to_images(
           make(model.clone(patch_size=size)),
@@ -73,7 +68,6 @@ def make_loss(
       )
       for size in patch_sizes
   ]
-  log_probabilities = np.log(probabilities).astype(np.float32)
 
   def loss_fn(params: Any, images: jax.Array, labels: jax.Array, key: jax.Array, *teacher):
     index = jax.random.categorical(jax.random.fold_in(key, _DRAW_STREAM), log_probabilities)

@@ -241,12 +241,27 @@ def get_config() -> ml_collections.ConfigDict:
   # (patch_interpolation, posemb_interpolation). Empty: every step at model.patch_size.
   config.flexi = ml_collections.ConfigDict(dict(patch_sizes=(), weights=()))
 
-  # 'classification', or 'mpp': masked patch prediction, the paper's self-supervised pretraining.
+  # 'classification'; 'mpp': masked patch prediction, the paper's self-supervised pretraining; 'mae':
+  # the masked autoencoder (He et al. 2022), today's (vit_jax/tasks/mae.py).
   config.task = 'classification'
   config.mpp = ml_collections.ConfigDict(
       dict(
           mask_rate=0.5,  # Fraction of patches corrupted (80% [mask], 10% another patch, 10% kept).
           num_bits=3,  # Bits per colour channel of the predicted mean colour: 2^(3*3) = 512 classes.
+      )
+  )
+  config.mae = ml_collections.ConfigDict(
+      dict(
+          mask_ratio=0.75,  # The share of each image's patches hidden from the encoder.
+          # The targets: each patch's pixels normalised by their own mean and standard deviation.
+          norm_pix_loss=True,
+          # The decoder: MAE's 8 blocks of width 512 (its ablations' best), fixed 2-D sin-cos
+          # position embeddings ('sincos2d') or learned ones ('learn').
+          decoder_hidden_size=512,
+          decoder_num_layers=8,
+          decoder_num_heads=16,
+          decoder_mlp_dim=2048,
+          decoder_posemb='sincos2d',
       )
   )
 

@@ -490,3 +490,37 @@ def test_step_time_counts_only_the_gradients_computed():
   assert step_s(**{'optim.trained': ('^head',)}) / full == pytest.approx(1 / 3, abs=0.01)
   # The head alone frozen: every gradient below it, the head's weights' none.
   assert full * 0.99 < step_s(**{'optim.frozen': ('^head',)}) < full
+
+
+def test_the_analytic_mae_flops_agree_with_xla():
+  """A masked autoencoder's encoder over a quarter of the patches and its decoder over all of them:
+  within the few percent XLA adds for norms, softmax and activations."""
+  from vit_jax.models import mae, mpp, variants  # pylint: disable=g-import-not-at-top
+
+  model = variants.get_model_config(
+      'ViT-testing_8', {'hidden_size': 256, 'mlp_dim': 1024, 'num_layers': 2, 'num_heads': 4}
+  )
+  fields = dict(
+      mask_ratio=0.75,
+      decoder_hidden_size=128,
+      decoder_mlp_dim=512,
+      decoder_num_heads=4,
+      decoder_num_layers=2,
+  )
+  module = mae.MaskedAutoencoder(**mpp.backbone_fields(model), **fields)
+  images, noise = jnp.zeros((2, 64, 64, 3)), jnp.zeros((2, 64))
+  params = jax.eval_shape(module.init, jax.random.key(0), images)
+  apply = lambda p, x, n: module.apply(p, x, noise=n)
+  xla = jax.jit(apply).lower(params, images, noise).compile().cost_analysis()['flops']
+  analytic = 2 * chips.mae_flops(model, 64, fields)[0]
+  assert analytic <= xla <= 1.05 * analytic
+
+
+def test_a_masked_autoencoders_step_time_is_its_own_flops():
+  config = helpers.load_config('mae_vit_b16_i1k')
+  traced = footprint.trace(config, helpers.model_config(config), 1000)
+  target = chips.Target(chips.get('tpu-v4'), devices=128)
+  step = footprint.estimate(config, traced, {'data': 128}, None, 1, target).step_s
+  forward = chips.mae_flops(traced.model, 224, config.mae)[0]
+  assert step == pytest.approx(3 * forward * 4096 / 128 / (275e12 * 0.4))
+  assert forward < 0.6 * chips.vit_flops(traced.model, 224)  # MAE's point: a cheaper step.

@@ -192,6 +192,12 @@ INVALID = {
     'model.representation_size': (0, {}, 'representation_size=0'),
     'model.resnet_layers': ((3, -1), {}, r'resnet_layers=\(3, -1\)'),
     'model.resnet_width_factor': (0.0, {}, 'resnet_width_factor=0.0'),
+    'mae.mask_ratio': (1.0, {}, r'mae.mask_ratio=1.0 must be in \(0, 1\)'),
+    'mae.decoder_hidden_size': (30, {}, r'decoder_hidden_size=30 does not divide into .*16 heads'),
+    'mae.decoder_num_layers': (0, {}, 'mae.decoder_num_layers=0 must be a positive whole number'),
+    'mae.decoder_num_heads': (0, {}, 'mae.decoder_num_heads=0 must be a positive whole number'),
+    'mae.decoder_mlp_dim': (-1, {}, 'mae.decoder_mlp_dim=-1 must be a positive whole number'),
+    'mae.decoder_posemb': ('rope', {}, "Unknown config.mae.decoder_posemb 'rope': use one of"),
     'mpp.mask_rate': (0.0, {}, r'mpp.mask_rate=0.0 must be in \(0, 1\]'),
     'mpp.num_bits': (0, {}, 'mpp.num_bits=0 must be in 1..8'),
     'num_epochs': (-1.0, {'total_steps': None}, 'The run has -'),
@@ -304,6 +310,7 @@ ON_EIGHT_DEVICES = ('eval_batch_size', 'mesh')
 # Fields for which every value of their type is valid.
 ALWAYS_VALID = {
     'model.scan': 'a bool',
+    'mae.norm_pix_loss': 'a bool',
     'model.pre_norm': 'a bool',
     'model.qk_norm': 'a bool',
     'model.key_bias': 'a bool',
@@ -320,6 +327,7 @@ ALWAYS_VALID = {
     'pp.three_augment': 'a bool',
 }
 MPP = {'task': 'mpp', 'model.head_dropout_rate': None}
+MAE = {'task': 'mae', 'model.head_dropout_rate': None, 'label_smoothing': 0.0}
 # More invalid values, each once a traceback (at once, or at the first step after the workdir was
 # written) or a run that ignored the field: (overrides, a pattern of the message).
 ALSO_INVALID = {
@@ -420,6 +428,29 @@ ALSO_INVALID = {
         {**MPP, 'loss': 'sigmoid_xent'},
         r'^config\.task=mpp trains on the softmax_xent .*, not '
         r"config\.loss='sigmoid_xent': set --config\.loss=softmax_xent$",
+    ),
+    'mae with label smoothing': (
+        {**MAE, 'label_smoothing': 0.1},
+        r"^config\.task=mae trains on the squared error of the hidden patches' pixels: leave "
+        r"config\.loss at 'softmax_xent' and config\.label_smoothing at 0$",
+    ),
+    'mae with mixup': ({**MAE, 'mix.mixup_alpha': 0.8}, r'^config\.task=mae has no labels to mix'),
+    'mae of a hybrid': (
+        {**MAE, 'model.resnet_layers': (1,), 'image_size': 16},
+        r"^config\.task=mae: a hybrid's ResNet stem would see the hidden patches' pixels",
+    ),
+    'mae with relative position embeddings': (
+        {**MAE, 'model.posemb': 'relative'},
+        r"^config\.task=mae: .*config\.model\.posemb other than 'relative'$",
+    ),
+    'mae with rope': ({**MAE, 'model.rope': True}, r'^config\.task=mae: RoPE of a masked grid'),
+    'mae hiding every patch': (
+        {**MAE, 'mae.mask_ratio': 0.99},
+        r'^config\.mae\.mask_ratio=0\.99 hides all 4 patches of an image: lower it',
+    ),
+    'mae with a sin-cos decoder of odd width': (
+        {**MAE, 'mae.decoder_hidden_size': 18, 'mae.decoder_num_heads': 2},
+        r"^config\.mae\.decoder_posemb='sincos2d' needs a config\.mae\.decoder_hidden_size",
     ),
     'misspelt field': (
         {'lr.warmup': 5},

@@ -15,7 +15,7 @@ one-line error from vit_jax/checkpoints/tree_mismatch.py naming the flags that m
 A BiT (bit.py) is a ResNet: it has no position embeddings, so fitting it to another resolution
 changes nothing but the head.
 
-It knows the models' parameter names (vit.py, mpp.py, bit.py), so it lives beside them; the
+It knows the models' parameter names (vit.py, mpp.py, mae.py, bit.py), so it lives beside them; the
 original `.npz` layout, read and written, is vit_jax/checkpoints/npz_files.py; orbax checkpoints of
 whole train states are vit_jax/checkpoints/checkpoint.py.
 """
@@ -33,8 +33,15 @@ from vit_jax.models import lora, scan_layout, vit
 from vit_jax.models.pooling import MAP_HEAD
 
 _REPORT_FIRST = ('embedding/', 'cls', 'dist', 'reg')
-# Parameters of the masked-patch-prediction model that a classifier does not have.
-_SELF_SUPERVISION_ONLY = ('mask_token', 'mpp_head')
+# Parameters of the self-supervised models (masked patch prediction, the masked autoencoder's decoder)
+# that a classifier does not have.
+_SELF_SUPERVISION_ONLY = ('mask_token', 'mpp_head', 'decoder')
+
+
+def without_self_supervision(params: Mapping[str, Any]) -> dict[str, Any]:
+  """A nested parameter tree without the self-supervised models' own layers (MPP's head and mask
+  token, MAE's decoder): the backbone's."""
+  return {name: value for name, value in params.items() if name not in _SELF_SUPERVISION_ONLY}
 
 
 def num_prefix_tokens(params: Mapping[str, Any]) -> int:
@@ -180,7 +187,7 @@ def adapt_params(
         k == layer or k.startswith(f'{layer}/') for k in targets
     ):
       params = {k: v for k, v in params.items() if k != layer and not k.startswith(f'{layer}/')}
-      notes.append(f'dropped {layer} (masked patch prediction only)')
+      notes.append(f'dropped {layer} (self-supervised pretraining only)')
 
   fresh = {k: t for k, t in targets.items() if lora.ADAPTER_PATH.search(k) and k not in params}
   if fresh:

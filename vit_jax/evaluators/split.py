@@ -252,6 +252,6 @@ def build(name: str, fields: ml_collections.ConfigDict, context: Context) -> Spl
       split=fields.split,
       eval_step=eval_step,
       mesh=context.mesh,
-      metrics=('top1', 'top5', 'loss', *(('map',) if label_sets else ())),
+      metrics=(*context.task.METRICS, *(('map',) if label_sets else ())),
       label_feature=label_feature,
   )

@@ -19,6 +19,7 @@ parameter), so training keeps them stacked (`stack_blocks`) and unstacks at the 
 import contextvars
 from typing import Any, Optional, Sequence, Union
 
+import chex
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -191,9 +192,29 @@ class Encoder(nn.Module):
   lora: Optional[LoraSpec] = None  # Low-rank adapters of the blocks' layers (lora.py).
 
   @nn.compact
-  def __call__(self, x: jnp.ndarray, *, grid: tuple[int, int], train: bool) -> jnp.ndarray:
-    """Tokens [b, prefix + h * w, D] of the patch grid `grid` = (h, w) -> encoded tokens, same shape."""
+  def __call__(
+      self,
+      x: jnp.ndarray,
+      *,
+      grid: tuple[int, int],
+      train: bool,
+      keep: Optional[jnp.ndarray] = None,
+  ) -> jnp.ndarray:
+    """Tokens [b, prefix + h * w, D] of the patch grid `grid` = (h, w) -> encoded tokens, same shape.
+
+    `keep` [b, k]: the indices of the patches that go on into the blocks once they have their position
+    embeddings (a masked autoencoder's visible patches; the prefix tokens always go on): the encoded
+    tokens are then [b, prefix + k, D]. Only position embeddings added at the input say where a
+    kept patch was, so the other kinds, RoPE and axial blocks (which need the whole grid) refuse it.
+    """
     kind, where, shared = self.posemb, self.posemb_where, None
+    if keep is not None and (
+        where != 'input' or kind == 'relative' or self.rope or self.block != 'standard'
+    ):
+      raise ValueError(
+          'masking patches needs position embeddings added at the input (posemb_where=input, not '
+          'relative ones), no RoPE and standard blocks'
+      )
     if where == 'input' and kind != 'relative':  # Relative ones enter each block's attention.
       x = POSEMBS[kind](name='posembed_input')(x, grid)
     elif where == 'shared_every_layer':
@@ -201,6 +222,11 @@ class Encoder(nn.Module):
       shared = POSEMBS[kind](name='posembed_input')(
           jnp.zeros((1,) + x.shape[1:], jnp.float32), grid
       )
+    if keep is not None:
+      prefix = x.shape[1] - grid[0] * grid[1]
+      chex.assert_shape(keep, (x.shape[0], None))
+      patches = jnp.take_along_axis(x[:, prefix:], keep[..., None], axis=1)
+      x = jnp.concatenate([x[:, :prefix], patches], axis=1)
     x = nn.Dropout(self.dropout_rate)(x, deterministic=not train)
     if self.pre_norm:
       x = norms.norm(self.norm_layer, self.layernorm_epsilon, self.dtype, 'pre_norm')(x)

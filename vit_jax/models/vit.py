@@ -2,7 +2,8 @@
 
 Module and parameter names follow the original `vit_jax` code, so the parameter tree is the tree of the
 published `.npz` checkpoints (ViT-B_16.npz, the AugReg files) and they load without renaming. The
-classifier and the masked patch predictor (mpp.py) share that layout: both are a `ViTBackbone`.
+classifier, the masked patch predictor (mpp.py) and the masked autoencoder (mae.py) share that layout:
+all are a `ViTBackbone`.
 
 The parts live in their own modules: the encoder, its fast paths and stochastic depth (encoder.py), the
 position embeddings (posemb.py), the poolings incl. the MAP head (pooling.py), the per-block and
@@ -176,10 +177,19 @@ class ViTBackbone(nn.Module):
     """The (rows, columns) of patches `embed_patches` cuts `images` into."""
     return images.shape[1] // self.input_stride, images.shape[2] // self.input_stride
 
-  def encode(self, x: jnp.ndarray, *, grid: tuple[int, int], train: bool) -> jnp.ndarray:
+  def encode(
+      self,
+      x: jnp.ndarray,
+      *,
+      grid: tuple[int, int],
+      train: bool,
+      keep: Optional[jnp.ndarray] = None,
+  ) -> jnp.ndarray:
     """Patch embeddings [b, h * w, D] of the grid (h, w) -> encoded tokens
     [b, num_prefix_tokens + h * w, D]: the class token, the distillation token, the registers, the
-    patches (timm's order); not normalised when `fc_norm` (see `apply_fc_norm`)."""
+    patches (timm's order); not normalised when `fc_norm` (see `apply_fc_norm`). `keep` [b, k]: the
+    patches that the blocks see (the Encoder's; a masked autoencoder's), the tokens then
+    [b, num_prefix_tokens + k, D]."""
     n, _, d = x.shape
     if self.classifier not in CLASSIFIERS:
       raise ValueError(
@@ -230,7 +240,7 @@ class ViTBackbone(nn.Module):
         block=self.block,
         lora=lora.spec(self.lora_rank, self.lora_alpha, self.lora_dropout, self.lora_targets),
         name='Transformer',
-    )(x, grid=grid, train=train)
+    )(x, grid=grid, train=train, keep=keep)
 
   def apply_fc_norm(self, x: jnp.ndarray) -> jnp.ndarray:
     """The final LayerNorm `fc_norm` over the last axis when `fc_norm` (else `x` as it is)."""

@@ -12,7 +12,7 @@ import dataclasses
 import math
 from typing import Any, Mapping, Optional
 
-from vit_jax.models import bit, vit, vit_variants
+from vit_jax.models import bit, mae as mae_model, vit, vit_variants
 from vit_jax.models.encoder import blocks_kv_heads
 
 GiB = 2**30
@@ -136,6 +136,32 @@ def vit_flops(model: Mapping[str, Any], image_size: int, num_classes: int = 1000
   return 2.0 * macs
 
 
+def mae_flops(
+    model: Mapping[str, Any], image_size: int, mae: Mapping[str, Any]
+) -> tuple[float, int, int]:
+  """A masked autoencoder's (config.task='mae', `mae` config.mae) forward FLOPs of one image, and the
+  multiply-adds of its blocks (all, the attention's batched ones), as `vit_flops` and `_blocks_macs`
+  count them: the patch embedding of every patch, the encoder's blocks over the prefix and the visible
+  patches, the decoder's embedding of those, its blocks over the prefix and every patch, and its pixel
+  predictions."""
+  p, d = vit_variants.input_stride(model), model['hidden_size']
+  patches, tokens = _tokens(model, image_size)
+  seen = tokens - patches + mae_model.visible_patches(patches, mae['mask_ratio'])
+  width = mae['decoder_hidden_size']
+  decoder = {
+      'hidden_size': width,
+      'mlp_dim': mae['decoder_mlp_dim'],
+      'num_heads': mae['decoder_num_heads'],
+      'num_layers': mae['decoder_num_layers'],
+  }
+  encoder_blocks, encoder_attention = _blocks_macs(model, seen)
+  decoder_blocks, decoder_attention = _blocks_macs(decoder, tokens)
+  pixels = p * p * 3
+  macs = patches * pixels * d + encoder_blocks + seen * d * width + decoder_blocks
+  macs += patches * width * pixels
+  return 2.0 * macs, encoder_blocks + decoder_blocks, encoder_attention + decoder_attention
+
+
 def _conv_macs(
     size: int, kernel: int, stride: int, pad: int, channels: tuple[int, int]
 ) -> tuple[int, int]:
@@ -190,17 +216,22 @@ def train_flops(
     num_classes: int,
     remat: str | None,
     gradients: tuple[float, float] = (1.0, 1.0),
+    mae: Optional[Mapping[str, Any]] = None,
 ) -> float:
-  """Training FLOPs of one image: the forward pass, the backward pass and the remat recomputation.
+  """Training FLOPs of one image: the forward pass, the backward pass and the remat recomputation;
+  of a masked autoencoder's (`mae_flops`) where `mae` (config.mae of a task='mae' run) is given.
 
   `gradients`: (whether the activations' gradients are computed through the blocks, the share of the
   weights whose gradients are), each as many FLOPs as the forward pass when whole: (1, 1), the
   backward twice the forward, when everything trains; (1, ~0) for low-rank adapters; (0, ~0) for a
   linear probe (train/step.py computes no gradient of a frozen parameter)."""
-  blocks, attention = _blocks_macs(model, _tokens(model, image_size)[1])
+  if mae is None:
+    forward = vit_flops(model, image_size, num_classes)
+    blocks, attention = _blocks_macs(model, _tokens(model, image_size)[1])
+  else:
+    forward, blocks, attention = mae_flops(model, image_size, mae)
   recomputed = {'blocks': blocks, 'attention': attention}.get(RECOMPUTED.get(remat), 0)
   through_blocks, weight_share = gradients
-  forward = vit_flops(model, image_size, num_classes)
   return (1 + through_blocks + weight_share) * forward + 2.0 * recomputed * through_blocks
 
 

@@ -236,7 +236,12 @@ def estimate(
   # them into micro-batches, a copy.
   inputs = images * (config.image_size**2 * 3 * 4 + 4) * (2 if accum_steps > 1 else 1)
   flops = chips.train_flops(
-      traced.model, config.image_size, traced.num_classes, remat, traced.gradients
+      traced.model,
+      config.image_size,
+      traced.num_classes,
+      remat,
+      traced.gradients,
+      mae=config.mae if config.task == 'mae' else None,
   )
   teacher = 0
   if traced.teacher is not None:  # Its forward pass runs in the step, on each micro-batch.

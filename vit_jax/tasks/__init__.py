@@ -12,16 +12,17 @@
                                      train step's transform of the global batch (Mixup, CutMix);
   make_eval_step(config, model)      eval_step(params, batch) -> sums of correct, correct_top5,
                                      loss_sum and count over a batch;
-  MIN_CLASSES                        the fewest classes of config.label_feature it trains on.
+  MIN_CLASSES                        the fewest classes of config.label_feature it trains on;
+  METRICS                            the means its eval step's sums give (evaluators/split.py).
 
 Adding a task is one module and one entry in TASKS.
 """
 
 from types import ModuleType
 
-from vit_jax.tasks import classification, mpp
+from vit_jax.tasks import classification, mae, mpp
 
-TASKS: dict[str, ModuleType] = {'classification': classification, 'mpp': mpp}
+TASKS: dict[str, ModuleType] = {'classification': classification, 'mpp': mpp, 'mae': mae}
 
 
 def get(name: str) -> ModuleType:

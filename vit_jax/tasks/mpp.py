@@ -16,6 +16,7 @@ from vit_jax.tasks import classification, mixing
 
 # Its targets are the patches' colours, not the labels: an unlabelled folder (one class) will do.
 MIN_CLASSES = 1
+METRICS = ('top1', 'top5', 'loss')  # Of the colour classes.
 
 
 # The loss of the colour classes: the only config.loss this task takes.
@@ -118,7 +119,7 @@ def mix(config: ml_collections.ConfigDict, num_classes: int) -> None:
   del config, num_classes
 
 
-def _example_keys(images: jax.Array) -> jax.Array:
+def example_keys(images: jax.Array) -> jax.Array:
   """A key per image [b], a function of its pixels alone: its corruption pattern in evaluations.
 
   The hash is a weighted sum of the 8-bit pixel values in wrapping uint32 arithmetic, exact in any
@@ -142,7 +143,7 @@ def make_eval_step(
     # Every evaluation of a run scores the same task, whatever the eval batch size and mesh.
     images = on_device.model_input(batch['image'])
     logits, corrupted = model.apply(
-        {'params': params}, images, train=False, corruption_keys=_example_keys(images)
+        {'params': params}, images, train=False, corruption_keys=example_keys(images)
     )
     targets = _targets(model, images, logits)
     weight = corrupted * batch['mask'][:, None].astype(jnp.float32)

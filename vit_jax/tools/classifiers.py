@@ -65,6 +65,12 @@ def load_export(export_dir: str) -> Classifier:
   from vit_jax.checkpoints import run_dir  # pylint: disable=g-import-not-at-top
 
   description, infer = run_dir.load_export(export_dir)
+  task = description.get('task', 'classification')  # Exports older than the field: classifiers.
+  if task != 'classification':
+    raise ValueError(
+        f"{export_dir!r} is the export of a {task!r} run's encoder, which has no classifier: "
+        'fine-tune the run (config.init_from) and predict with that run'
+    )
   return Classifier(
       jax.jit(infer),
       description['image_size'],

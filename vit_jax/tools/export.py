@@ -21,6 +21,9 @@ writes, from checkpoint N of W (default: the latest), using the Polyak average w
                        pretrained=True, num_classes=N), 'DIR/peft'), or transformers'
                        AutoModelForImageClassification.from_pretrained(BASE, num_labels=N)
                        .load_adapter('DIR/peft') (config.json's "peft" says why where not written).
+Of a self-supervised run (config.task mpp or mae) the files hold its encoder alone, as the hub's MAE
+weights do: model.jaxexport returns its pooled features [batch, hidden_size], timm/ has num_classes 0,
+and the task's own layers (MPP's head, MAE's decoder) are left out (the workdir keeps them).
 """
 
 if (
@@ -62,6 +65,19 @@ def serialize_inference(model: Any, params: Any, image_size: int) -> bytes:
   return jax.export.export(jax.jit(infer), platforms=PLATFORMS)(images).serialize()
 
 
+def _encoder_of(trained: Any) -> Any:
+  """A self-supervised run's backbone (images -> pooled features), its task's own layers dropped."""
+  from vit_jax import tasks  # pylint: disable=g-import-not-at-top
+  from vit_jax.checkpoints import adapting  # pylint: disable=g-import-not-at-top
+
+  config = trained.config
+  return dataclasses.replace(
+      trained,
+      model=tasks.get(config.task).features_model(config, trained.model_config),
+      params=adapting.without_self_supervision(trained.params),
+  )
+
+
 def export(
     workdir: str, out: str, step: int | str | None = None, *, overwrite: bool = False
 ) -> dict[str, Any]:
@@ -72,6 +88,11 @@ def export(
   from vit_jax.checkpoints import npz_files, peft_export, timm_export, torch_files  # pylint: disable=g-import-not-at-top
 
   trained = run_dir.load_trained(workdir, step)
+  classifier = trained.config.task == 'classification'
+  if (
+      not classifier
+  ):  # A self-supervised run's product is its encoder, as the hub's MAE weights are.
+    trained = _encoder_of(trained)
   cli.make_out_dir(out)
   # Checked after make_out_dir, which answers a cloud path that does not answer within a time limit.
   existing = [name for name in ('model.npz', 'config.json') if (epath.Path(out) / name).exists()]
@@ -96,8 +117,8 @@ def export(
         trained.params,
         model,
         config.image_size,
-        info.num_classes,
-        list(info.class_names),
+        info.num_classes if classifier else None,
+        list(info.class_names) if classifier else None,
         pp_eval=config.pp_eval.to_dict(),
     )
   except ValueError as e:
@@ -125,14 +146,19 @@ def export(
       'dtype': config.dtype,
       'image_size': config.image_size,
       'pp_eval': config.pp_eval.to_dict(),  # How to prepare an image: see vit_jax.tools.classifiers.model_input.
-      'num_classes': info.num_classes,
+      'task': config.task,
+      'num_classes': info.num_classes if classifier else 0,
       'loss': config.loss,  # softmax_xent, sigmoid_xent or asl: how logits become probabilities.
-      'class_names': list(info.class_names),
+      'class_names': list(info.class_names) if classifier else [],
       'parameters': trained.parameters,
       'step': trained.step,
       'checkpoint': trained.checkpoint_dir,
       'input': 'float32 images [batch, image_size, image_size, 3] in [-1, 1]',
-      'output': 'float32 logits [batch, num_classes]',
+      'output': (
+          'float32 logits [batch, num_classes]'
+          if classifier
+          else f"float32 features [batch, {model['hidden_size']}] (the encoder's, pooled)"
+      ),
       'jax_export_platforms': list(PLATFORMS),
       'timm': timm_files,
       **({'peft': peft_files} if trained.adapted else {}),  # Said only of a run with adapters.

@@ -1,0 +1,132 @@
+"""The masked autoencoder (config.task='mae'): what the encoder sees, the model's tree, the loop's 'mae'
+task and fine-tuning from it (its numbers against transformers' ViTMAE: test_mae_vs_torch.py)."""
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import helpers
+from vit_jax.checkpoints import run_dir
+from vit_jax.models import VisionTransformer, mae as mae_model, mpp, variants
+from vit_jax.tasks import mae
+from vit_jax.train import loop, setup as train_setup
+
+
+def _mae_and_classifier(**overrides):
+  fields = mpp.backbone_fields(variants.get_model_config('ViT-testing_4', overrides))
+  decoder = dict(
+      decoder_hidden_size=16, decoder_num_layers=1, decoder_num_heads=2, decoder_mlp_dim=32
+  )
+  return (
+      mae_model.MaskedAutoencoder(**fields, **decoder),
+      VisionTransformer(num_classes=None, representation_size=None, **fields),
+  )
+
+
+def _images(n=4, size=16, seed=1):
+  return jax.random.uniform(jax.random.key(seed), (n, size, size, 3), minval=-1, maxval=1)
+
+
+def test_patch_pixels_orders_patches_by_rows_and_each_ones_pixels_row_column_channel():
+  images = np.arange(2 * 4 * 6 * 3, dtype=np.float32).reshape(2, 4, 6, 3)
+  patches = np.asarray(mae_model.patch_pixels(jnp.asarray(images), 2))
+  assert patches.shape == (2, 6, 12)
+  # Patch 4 is row 1, column 1: pixels (2..3, 2..3).
+  np.testing.assert_array_equal(patches[1, 4], images[1, 2:4, 2:4].reshape(-1))
+
+
+@pytest.mark.parametrize('overrides', [{}, {'classifier': 'gap'}, {'num_registers': 2}])
+def test_the_encoder_never_sees_the_hidden_patches(overrides):
+  """MAE's premise: the predictions are a function of the visible patches alone. Repainting every
+  hidden patch changes no predicted pixel; repainting one visible patch changes them."""
+  model, _ = _mae_and_classifier(**overrides)
+  images = _images()
+  params = model.init({'params': jax.random.key(0)}, images)['params']
+  noise = jax.random.uniform(jax.random.key(2), (4, 16))
+  apply = jax.jit(lambda x: model.apply({'params': params}, x, noise=noise))
+  pixels, hidden = apply(images)
+  np.testing.assert_array_equal(hidden.sum(axis=1), 16 - mae_model.visible_patches(16, 0.75))
+  # The hidden patches are those of the largest noise.
+  np.testing.assert_array_equal(hidden, noise >= jnp.sort(noise)[:, 4:5])
+  as_pixels = mae_model.patch_pixels(images, 4)
+  repainted = jnp.where(hidden[..., None] > 0, -as_pixels, as_pixels)
+  to_images = (
+      lambda p: p.reshape(4, 4, 4, 4, 4, 3).transpose(0, 1, 3, 2, 4, 5).reshape(4, 16, 16, 3)
+  )
+  np.testing.assert_array_equal(to_images(as_pixels), images)
+  np.testing.assert_array_equal(apply(to_images(repainted))[0], pixels)
+  visible = jnp.where(hidden[..., None] > 0, as_pixels, -as_pixels)
+  assert not np.allclose(apply(to_images(visible))[0], pixels)
+
+
+def test_without_noise_nothing_is_hidden_and_the_tree_is_the_classifiers_plus_the_decoder():
+  model, classifier = _mae_and_classifier()
+  images = _images(2)
+  params = model.init({'params': jax.random.key(0)}, images)['params']
+  chex.assert_trees_all_equal_shapes_and_dtypes(
+      {k: v for k, v in params.items() if k != 'decoder'},
+      jax.eval_shape(classifier.init, jax.random.key(0), images)['params'],
+  )
+  assert set(params['decoder']) == {'embed', 'mask_token', 'Transformer', 'pred'}
+  pixels, hidden = model.apply({'params': params}, images)
+  chex.assert_shape(pixels, (2, 16, 4 * 4 * 3))
+  assert not hidden.any()
+
+
+def test_norm_pix_loss_targets_are_each_patchs_standardised_pixels():
+  images = _images(2)
+  targets = np.asarray(mae.pixel_targets(images, 4, True))
+  raw = np.asarray(mae_model.patch_pixels(images, 4))
+  expected = (raw - raw.mean(-1, keepdims=True)) / np.sqrt(
+      raw.var(-1, ddof=1, keepdims=True) + 1e-6
+  )
+  np.testing.assert_allclose(targets, expected, rtol=1e-5, atol=1e-5)
+  np.testing.assert_array_equal(mae.pixel_targets(images, 4, False), raw)
+
+
+def test_mae_eval_scores_the_same_patches_at_any_eval_batch_size(tmp_path):
+  metrics = {}
+  for eval_batch_size in (8, 64):  # 360 test images: other rows, other padding.
+    config = helpers.load_config(
+        'mae_demo',
+        {**helpers.TINY, 'data_dir': str(tmp_path / 'tfds'), 'eval_batch_size': eval_batch_size},
+    )
+    evaluator, model = helpers.evaluator(config, 'eval')
+    metrics[eval_batch_size] = evaluator(helpers.random_params(model, config.image_size))
+  assert set(metrics[8]) == {'loss'}
+  assert metrics[8] == pytest.approx(metrics[64], rel=1e-5)
+
+
+@pytest.mark.slow  # Tens of seconds of training: make test-all's.
+def test_mae_pretraining_resumes_then_finetunes(tmp_path):
+  data_dir = str(tmp_path / 'tfds')
+  overrides = {**helpers.TINY, 'data_dir': data_dir, 'image_size': 16, 'total_steps': 8}
+  workdir = str(tmp_path / 'mae')
+  metrics = loop.train_and_evaluate(
+      train_setup.prepare(helpers.load_config('mae_demo', overrides), workdir)
+  )
+  assert 0 < metrics['eval_loss'] < 5 and 'eval_top1' not in metrics
+  params, _ = run_dir.load_params(workdir)
+  assert params['decoder']['pred']['kernel'].shape == (32, 48)
+  helpers.assert_resume_is_bit_exact(
+      helpers.load_config('mae_demo', overrides), workdir, str(tmp_path / 'resumed')
+  )
+
+  finetune = helpers.load_config('demo', {**overrides, 'init_from': workdir, 'total_steps': 2})
+  setup = train_setup.prepare(finetune, str(tmp_path / 'finetune'))
+  assert 'decoder' not in setup.init_params
+  np.testing.assert_array_equal(
+      setup.init_params['embedding']['kernel'], params['embedding']['kernel']
+  )
+  assert np.isfinite(loop.train_and_evaluate(setup)['eval_loss'])
+
+
+@pytest.mark.parametrize(
+    'overrides', [{'posemb': 'relative'}, {'posemb_where': 'every_layer'}, {'rope': True}]
+)
+def test_the_encoder_refuses_to_mask_what_cannot_say_where_a_patch_was(overrides):
+  model, _ = _mae_and_classifier(**overrides)
+  with pytest.raises(ValueError, match='masking patches needs position embeddings added at the'):
+    model.init({'params': jax.random.key(0)}, _images(1), noise=jnp.zeros((1, 16)))

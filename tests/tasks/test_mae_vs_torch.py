@@ -1,0 +1,191 @@
+"""config.task='mae' against Hugging Face transformers' ViTMAEForPreTraining (MAE's reference port,
+the hub's facebook/vit-mae-*): the same random parameters and masking noise give the same hidden
+patches, predicted pixels, loss and gradients; and an MAE run's export against timm."""
+
+import re
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+import safetensors.numpy
+import timm
+import torch
+import transformers
+
+import helpers
+from torch_references import randomize
+from vit_jax.checkpoints import run_dir, transformers_layout
+from vit_jax.models.mae import MaskedAutoencoder
+from vit_jax.tasks import mae
+from vit_jax.tools import classifiers, export
+from vit_jax.train import loop, setup as train_setup
+
+IMAGE, PATCH, HEADS, DECODER_HEADS = 16, 4, 4, 2
+
+
+def _reference(norm_pix_loss: bool, mask_ratio: float) -> transformers.ViTMAEForPreTraining:
+  return randomize(
+      transformers.ViTMAEForPreTraining(
+          transformers.ViTMAEConfig(
+              image_size=IMAGE,
+              patch_size=PATCH,
+              hidden_size=32,
+              num_hidden_layers=2,
+              num_attention_heads=HEADS,
+              intermediate_size=64,
+              decoder_hidden_size=16,
+              decoder_num_hidden_layers=2,
+              decoder_num_attention_heads=DECODER_HEADS,
+              decoder_intermediate_size=24,
+              mask_ratio=mask_ratio,
+              norm_pix_loss=norm_pix_loss,
+              attn_implementation='eager',
+          )
+      )
+  )
+
+
+def _dense(state, name):
+  return {'kernel': state[f'{name}.weight'].T, 'bias': state[f'{name}.bias']}
+
+
+def _ours(
+    reference: transformers.ViTMAEForPreTraining, directory
+) -> tuple[MaskedAutoencoder, dict]:
+  """Our model and the reference's parameters in our tree, from the file `save_pretrained` writes.
+  The encoder and the decoder's blocks are read by vit_jax's transformers reader (the decoder's under
+  a ViTModel's names), the rest here."""
+  reference.save_pretrained(directory)
+  state = safetensors.numpy.load_file(directory / 'model.safetensors')
+  params = transformers_layout.from_state_dict(state, HEADS)
+  width = state['decoder.decoder_embed.weight'].shape[0]
+  # The decoder's blocks, norm and position embeddings as a ViTModel's: a stand-in patch embedding and
+  # class token complete it.
+  as_vit = {
+      'embeddings.patch_embeddings.projection.weight': np.zeros(
+          (width, 3, PATCH, PATCH), np.float32
+      ),
+      'embeddings.patch_embeddings.projection.bias': np.zeros((width,), np.float32),
+      'embeddings.cls_token': np.zeros((1, 1, width), np.float32),
+      'embeddings.position_embeddings': state['decoder.decoder_pos_embed'],
+      'layernorm.weight': state['decoder.decoder_norm.weight'],
+      'layernorm.bias': state['decoder.decoder_norm.bias'],
+  }
+  for name, value in state.items():
+    # The hub's files say decoder.decoder_layers.{i}; transformers 5's save_pretrained writes
+    # decoder.decoder_encoder.layer.{i}.
+    block = re.match(r'decoder\.decoder_(layers|encoder\.layer)\.(.*)', name)
+    if block:
+      as_vit['encoder.layer.' + block[2]] = value
+  params['decoder'] = {
+      'Transformer': transformers_layout.from_state_dict(as_vit, DECODER_HEADS)['Transformer'],
+      'embed': _dense(state, 'decoder.decoder_embed'),
+      'pred': _dense(state, 'decoder.decoder_pred'),
+      'mask_token': state['decoder.mask_token'],
+  }
+  config = reference.config
+  model = MaskedAutoencoder(
+      patch_size=PATCH,
+      hidden_size=config.hidden_size,
+      num_layers=config.num_hidden_layers,
+      mlp_dim=config.intermediate_size,
+      num_heads=HEADS,
+      mlp_activation='gelu',  # transformers' 'gelu' is the exact one.
+      layernorm_epsilon=config.layer_norm_eps,
+      mask_ratio=config.mask_ratio,
+      decoder_hidden_size=width,
+      decoder_num_layers=config.decoder_num_hidden_layers,
+      decoder_num_heads=DECODER_HEADS,
+      decoder_mlp_dim=config.decoder_intermediate_size,
+      decoder_posemb='learn',  # The reference's fixed sin-cos values, as parameters here.
+  )
+  return model, params
+
+
+def _inputs(n: int = 3) -> tuple[np.ndarray, np.ndarray]:
+  rng = np.random.default_rng(0)
+  images = rng.uniform(-1, 1, (n, IMAGE, IMAGE, 3)).astype(np.float32)
+  return images, rng.uniform(size=(n, (IMAGE // PATCH) ** 2)).astype(np.float32)
+
+
+def _loss(model, params, images, noise, norm_pix_loss):
+  pixels, hidden = model.apply({'params': params}, images, noise=noise)
+  errors = mae.patch_errors(model, pixels, images, norm_pix_loss)
+  return jnp.sum(errors * hidden) / jnp.sum(hidden), (pixels, hidden)
+
+
+@pytest.mark.parametrize('norm_pix_loss', [True, False])
+@pytest.mark.parametrize('mask_ratio', [0.75, 0.4])
+def test_mae_matches_transformers_vitmae_for_pretraining(norm_pix_loss, mask_ratio, tmp_path):
+  reference = _reference(norm_pix_loss, mask_ratio)
+  model, params = _ours(reference, tmp_path)
+  images, noise = _inputs()
+  pixel_values = torch.tensor(images.transpose(0, 3, 1, 2), requires_grad=False)
+  out = reference(pixel_values=pixel_values, noise=torch.tensor(noise))
+  out.loss.backward()
+
+  (loss, (pixels, hidden)), grads = jax.value_and_grad(_loss, argnums=1, has_aux=True)(
+      model, params, images, noise, norm_pix_loss
+  )
+  np.testing.assert_array_equal(hidden, out.mask.numpy())
+  assert int(hidden.sum()) == 3 * (16 - mae.visible_patches(16, mask_ratio))
+  np.testing.assert_allclose(pixels, out.logits.detach().numpy(), rtol=2e-4, atol=2e-4)
+  np.testing.assert_allclose(loss, out.loss.item(), rtol=1e-5)
+  # Through both halves: the decoder's last layer, and the patch embedding under the encoder.
+  named = dict(reference.named_parameters())
+  np.testing.assert_allclose(
+      grads['decoder']['pred']['bias'], named['decoder.decoder_pred.bias'].grad.numpy(), atol=1e-6
+  )
+  np.testing.assert_allclose(
+      grads['embedding']['bias'],
+      named['vit.embeddings.patch_embeddings.projection.bias'].grad.numpy(),
+      rtol=2e-4,
+      atol=1e-6,
+  )
+
+
+def test_the_task_loss_is_the_reference_loss_of_its_drawn_noise(tmp_path):
+  """make_loss draws the noise from the step's key (after dropout's split) and otherwise is the loss
+  the reference computes for that noise."""
+  reference = _reference(True, 0.75)
+  model, params = _ours(reference, tmp_path)
+  images, _ = _inputs()
+  config = ml_collections.ConfigDict({'mae': {'norm_pix_loss': True}})
+  key = jax.random.key(3)
+  loss = mae.make_loss(config, model)(params, images, None, key)
+  noise = jax.random.uniform(jax.random.split(key)[1], (3, 16))
+  expected = reference(
+      pixel_values=torch.tensor(images.transpose(0, 3, 1, 2)), noise=torch.tensor(np.asarray(noise))
+  ).loss.item()
+  np.testing.assert_allclose(loss, expected, rtol=1e-5)
+
+
+def test_the_export_of_an_mae_run_is_its_encoder_as_timm_reads_it(tmp_path, data_dir):
+  """Exported, a masked autoencoder is its encoder (as the hub's MAE weights are): the jax.export and
+  timm's model built from timm/ (num_classes 0) both give the backbone's pooled features."""
+  config = helpers.load_config(
+      'mae_demo', {**helpers.TINY, 'data_dir': data_dir, 'total_steps': 2, 'mae.mask_ratio': 0.5}
+  )
+  workdir = str(tmp_path / 'mae')
+  loop.train_and_evaluate(train_setup.prepare(config, workdir))
+  out = tmp_path / 'export'
+  description = export.export(workdir, str(out))
+  assert (description['task'], description['num_classes'], description['class_names']) == (
+      'mae',
+      0,
+      [],
+  )
+  assert description['output'].startswith('float32 features [batch, 32]')
+  trained = run_dir.load_trained(workdir, features=True)
+  images = np.random.default_rng(1).uniform(-1, 1, (3, 8, 8, 3)).astype(np.float32)
+  expected = trained.model.apply({'params': trained.params}, images)
+  _, infer = run_dir.load_export(str(out))
+  np.testing.assert_allclose(infer(images), expected, rtol=1e-5, atol=1e-5)
+  reference = timm.create_model(f'local-dir:{out / "timm"}', pretrained=True).eval()
+  with torch.no_grad():  # timm's mean = std = 0.5: our [-1, 1] images are its normalised input.
+    theirs = reference(torch.tensor(images.transpose(0, 3, 1, 2))).numpy()
+  np.testing.assert_allclose(theirs, expected, rtol=1e-4, atol=1e-4)
+  with pytest.raises(ValueError, match="is the export of a 'mae' run's encoder, which has no"):
+    classifiers.load_export(str(out))

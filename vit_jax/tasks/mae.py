@@ -1,0 +1,221 @@
+"""Masked autoencoding (He et al. 2022, "Masked Autoencoders Are Scalable Vision Learners"): the
+encoder sees a random `config.mae.mask_ratio` share of each image's patches hidden, and the decoder
+predicts the hidden ones' pixels (models/mae.py).
+
+The loss is MAE's (and Hugging Face's `ViTMAEForPreTraining`'s): the squared error of the predicted
+pixels of each hidden patch, averaged over its pixels, then over the hidden patches of the batch; with
+`norm_pix_loss` the targets are each patch's pixels less their mean, over their standard deviation
+(the unbiased one, + 1e-6 under the root, as MAE's). The pixels are the model's input, in the run's
+input normalisation.
+"""
+
+from typing import Any, Callable, Mapping
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+
+from vit_jax.data import on_device
+from vit_jax.models import variants
+from vit_jax.models.mae import MaskedAutoencoder, patch_pixels, visible_patches
+from vit_jax.models.mpp import backbone_fields
+from vit_jax.tasks import classification, mixing, mpp
+
+# Its targets are the images' pixels, not the labels: an unlabelled folder (one class) will do.
+MIN_CLASSES = 1
+METRICS = ('loss',)
+
+# The position embeddings the decoder may add at its input.
+DECODER_POSEMBS = ('sincos2d', 'learn')
+_DECODER_SIZES = (
+    'decoder_hidden_size',
+    'decoder_num_layers',
+    'decoder_num_heads',
+    'decoder_mlp_dim',
+)
+
+
+def check(config: ml_collections.ConfigDict) -> None:
+  mae = config.mae
+  if not 0.0 < mae.mask_ratio < 1.0:
+    raise ValueError(f'config.mae.mask_ratio={mae.mask_ratio} must be in (0, 1), e.g. 0.75')
+  for name in _DECODER_SIZES:
+    if isinstance(mae[name], bool) or not mae[name] >= 1:
+      raise ValueError(f'config.mae.{name}={mae[name]!r} must be a positive whole number')
+  if mae.decoder_hidden_size % mae.decoder_num_heads:
+    raise ValueError(
+        f'config.mae.decoder_hidden_size={mae.decoder_hidden_size} does not divide into '
+        f'config.mae.decoder_num_heads={mae.decoder_num_heads} heads: use a multiple of it'
+    )
+  if mae.decoder_posemb not in DECODER_POSEMBS:
+    raise ValueError(
+        f'Unknown config.mae.decoder_posemb {mae.decoder_posemb!r}: use one of '
+        f'{", ".join(DECODER_POSEMBS)}'
+    )
+  if mae.decoder_posemb == 'sincos2d' and (
+      mae.decoder_hidden_size % 4 or mae.decoder_hidden_size < 8
+  ):
+    raise ValueError(
+        f"config.mae.decoder_posemb='sincos2d' needs a config.mae.decoder_hidden_size that is a "
+        f'multiple of 4 (at least 8), got {mae.decoder_hidden_size}'
+    )
+  if config.task != 'mae':  # Every task checks every config; the rest is for this task's runs.
+    return
+  variants.require_vit(config.variant, "config.task='mae' (masked patches of a ViT's tokens)")
+  if config.distill.teacher:
+    raise ValueError(
+        "config.distill.teacher distils a classifier's predictions, which config.task='mae' "
+        'has not: unset it, or set --config.task=classification'
+    )
+  if mixing.enabled(config.mix):
+    raise ValueError(
+        'config.task=mae has no labels to mix: set config.mix.mixup_alpha and '
+        'config.mix.cutmix_alpha to 0'
+    )
+  if config.loss != mpp.LOSS or config.label_smoothing:
+    raise ValueError(
+        "config.task=mae trains on the squared error of the hidden patches' pixels: leave "
+        f'config.loss at {mpp.LOSS!r} and config.label_smoothing at 0'
+    )
+
+
+def _check_model(config: ml_collections.ConfigDict, model: Mapping[str, Any]) -> None:
+  """The backbone fields masking cannot run with, by their config names."""
+  refused = {
+      'representation_size': (
+          model['representation_size'] is not None,
+          'MAE has no pre-logits layer: unset config.model.representation_size',
+      ),
+      'head_dropout_rate': (
+          bool(model['head_dropout_rate']),
+          'MAE has no classifier head to drop the features of: set config.model.head_dropout_rate=0',
+      ),
+      'resnet_layers': (
+          bool(model['resnet_layers']),
+          "a hybrid's ResNet stem would see the hidden patches' pixels: use a pure ViT",
+      ),
+      'posemb': (
+          model['posemb'] == 'relative' or model['posemb_where'] != 'input',
+          'a kept patch says where it was by position embeddings added at the input: set '
+          "config.model.posemb_where='input' and a config.model.posemb other than 'relative'",
+      ),
+      'rope': (
+          model['rope'],
+          'RoPE of a masked grid is not supported: set config.model.rope=False',
+      ),
+      'block': (
+          model['block'] != 'standard',
+          "axial blocks attend over the whole grid: set config.model.block='standard'",
+      ),
+  }
+  for problem, fix in refused.values():
+    if problem:
+      raise ValueError(f'config.task=mae: {fix}')
+  patches = (config.image_size // model['patch_size']) ** 2
+  if visible_patches(patches, config.mae.mask_ratio) < 1:
+    raise ValueError(
+        f'config.mae.mask_ratio={config.mae.mask_ratio} hides all {patches} patches of an image: '
+        'lower it, or use more patches'
+    )
+
+
+def features_model(config: ml_collections.ConfigDict, model_config: Mapping[str, Any]) -> nn.Module:
+  """The ViT backbone of the run: its parameters are the classifier's plus the decoder."""
+  return classification.features_model(config, model_config)
+
+
+def make_model(
+    config: ml_collections.ConfigDict, model_config: Mapping[str, Any], num_classes: int | None
+) -> nn.Module:
+  """The masked autoencoder (it has no classes: `num_classes` is not used)."""
+  del num_classes
+  _check_model(config, model_config)
+  mae = config.mae
+  return MaskedAutoencoder(
+      mask_ratio=mae.mask_ratio,
+      decoder_hidden_size=mae.decoder_hidden_size,
+      decoder_num_layers=mae.decoder_num_layers,
+      decoder_num_heads=mae.decoder_num_heads,
+      decoder_mlp_dim=mae.decoder_mlp_dim,
+      decoder_posemb=mae.decoder_posemb,
+      dtype=jnp.dtype(config.dtype),
+      **backbone_fields(model_config),
+  )
+
+
+def pixel_targets(images: jax.Array, stride: int, norm_pix_loss: bool) -> jax.Array:
+  """The decoder's targets [b, patches, stride^2 * 3]: each patch's pixels (`patch_pixels`), with
+  `norm_pix_loss` less their mean, over sqrt(their unbiased variance + 1e-6)."""
+  targets = patch_pixels(images.astype(jnp.float32), stride)
+  if not norm_pix_loss:
+    return targets
+  mean = targets.mean(axis=-1, keepdims=True)
+  variance = targets.var(axis=-1, ddof=1, keepdims=True)
+  return (targets - mean) / jnp.sqrt(variance + 1e-6)
+
+
+def patch_errors(
+    model: nn.Module, pixels: jax.Array, images: jax.Array, norm_pix_loss: bool
+) -> jax.Array:
+  """The mean squared error of each patch's predicted pixels [b, patches]."""
+  targets = pixel_targets(images, model.input_stride, norm_pix_loss)
+  return jnp.mean(jnp.square(pixels - targets), axis=-1)
+
+
+def _noise(images: jax.Array, stride: int, key: jax.Array) -> jax.Array:
+  """Uniform noise [b, patches] drawn by `key`, or by each image's key of `key` [b]."""
+  shape = (images.shape[1] // stride) * (images.shape[2] // stride)
+  if key.ndim == 0:
+    return jax.random.uniform(key, (images.shape[0], shape))
+  return jax.vmap(lambda k: jax.random.uniform(k, (shape,)))(key)
+
+
+def make_loss(
+    config: ml_collections.ConfigDict, model: nn.Module, teacher: nn.Module | None = None
+) -> Callable[..., jax.Array]:
+  """loss(params, images, labels, key): the squared error of the hidden patches' pixels (labels are
+  not used). No teacher: `check` refuses config.distill for this task."""
+  del teacher
+  norm_pix_loss = config.mae.norm_pix_loss
+
+  def loss_fn(params: Any, images: jax.Array, labels: jax.Array, key: jax.Array) -> jax.Array:
+    del labels
+    dropout_key, noise_key = jax.random.split(key)
+    pixels, hidden = model.apply(
+        {'params': params},
+        images,
+        train=True,
+        noise=_noise(images, model.input_stride, noise_key),
+        rngs={'dropout': dropout_key},
+    )
+    errors = patch_errors(model, pixels, images, norm_pix_loss)
+    return jnp.sum(errors * hidden) / jnp.maximum(jnp.sum(hidden), 1)
+
+  return loss_fn
+
+
+def mix(config: ml_collections.ConfigDict, num_classes: int) -> None:
+  """No batch mixing (`check` refuses config.mix for this task)."""
+  del config, num_classes
+
+
+def make_eval_step(
+    config: ml_collections.ConfigDict, model: nn.Module
+) -> Callable[[Any, dict[str, jax.Array]], dict[str, jax.Array]]:
+  """eval_step(params, batch) -> the sum of the real examples' losses (each the mean error of its
+  hidden patches) and their count. Each image hides the patches its own pixels draw
+  (`mpp.example_keys`): every evaluation of a run scores the same task, whatever the batch and mesh.
+  """
+  norm_pix_loss = config.mae.norm_pix_loss
+
+  def eval_step(params: Any, batch: dict[str, jax.Array]) -> dict[str, jax.Array]:
+    images = on_device.model_input(batch['image'])
+    noise = _noise(images, model.input_stride, mpp.example_keys(images))
+    pixels, hidden = model.apply({'params': params}, images, train=False, noise=noise)
+    errors = patch_errors(model, pixels, images, norm_pix_loss)
+    losses = jnp.sum(errors * hidden, axis=1) / jnp.maximum(jnp.sum(hidden, axis=1), 1)
+    real = batch['mask'].astype(jnp.float32)
+    return {'loss_sum': jnp.sum(losses * real), 'count': jnp.sum(real)}
+
+  return eval_step

@@ -12,7 +12,7 @@ import pytest
 
 import helpers
 from vit_jax import data, sharding
-from vit_jax.checkpoints import checkpoint
+from vit_jax.checkpoints import checkpoint, run_dir
 from vit_jax.train import loop, setup as train_setup, state as train_state, step as train_step
 
 # The tiny model's shape; the recipe keeps its pooling, position embeddings and regularisation.
@@ -32,9 +32,10 @@ def _get_config(name: str, arg: str | None = None):
   return get_config() if arg is None else get_config(arg)
 
 
-def _recipe(name: str, data_dir: str, **overrides):
-  arg, needs = RECIPES[name]
-  config = _get_config(name, arg)
+def _recipe(name: str, data_dir: str, arg: str | None = None, **overrides):
+  """configs/<name>.py (RECIPES' argument, or `arg`) on the digits with the tiny model's shape."""
+  default_arg, needs = RECIPES[name]
+  config = _get_config(name, arg or default_arg)
   stand_ins = {
       **TINY_SHAPE,
       'dataset': 'digits',
@@ -78,6 +79,30 @@ def test_each_recipe_trains_a_step_with_its_knobs_on_the_digits(name, data_dir, 
     assert 0.0 <= metrics['eval_top1'] <= 1.0
   scalars = helpers.read_scalars(str(tmp_path))
   assert sorted(scalars['train_loss']) == [1, 2]
+
+
+@pytest.mark.slow  # Two runs: make test-all's.
+def test_an_mae_pretraining_fine_tunes_by_maes_layer_decay_recipe(data_dir, tmp_path):
+  """configs/mae_vit_b16_i1k.py's run, then configs/finetune_layer_decay.py:mae from its workdir as
+  the pretraining config's docstring says (the variant and the sin-cos position embeddings named):
+  the encoder carried over, the decoder dropped, a new patches'-mean head with its fc_norm."""
+  pretrain = str(tmp_path / 'mae')
+  loop.train_and_evaluate(train_setup.prepare(_recipe('mae_vit_b16_i1k', data_dir), pretrain))
+  config = _recipe(
+      'finetune_layer_decay',
+      data_dir,
+      arg='mae',
+      init_from=pretrain,
+      **{'model.posemb': 'sincos2d'},
+  )
+  setup = train_setup.prepare(config, str(tmp_path / 'finetune'))
+  assert 'decoder' not in setup.init_params and 'fc_norm' in setup.init_params
+  encoder, _ = run_dir.load_params(pretrain)
+  np.testing.assert_array_equal(
+      setup.init_params['Transformer']['encoderblock_1']['LayerNorm_0']['scale'],
+      encoder['Transformer']['encoderblock_1']['LayerNorm_0']['scale'],
+  )
+  assert 0.0 <= loop.train_and_evaluate(setup)['eval_top1'] <= 1.0
 
 
 def test_the_recipes_set_what_their_papers_use():

@@ -2,7 +2,8 @@
 the hub's facebook/vit-mae-*): the same random parameters and masking noise give the same hidden
 patches, predicted pixels, loss and gradients; and an MAE run's export against timm."""
 
-import re
+import dataclasses
+import json
 
 import jax
 import jax.numpy as jnp
@@ -16,7 +17,7 @@ import transformers
 
 import helpers
 from torch_references import randomize
-from vit_jax.checkpoints import run_dir, transformers_layout
+from vit_jax.checkpoints import run_dir, transformers_layout, transformers_mae
 from vit_jax.models.mae import MaskedAutoencoder
 from vit_jax.tasks import mae
 from vit_jax.tools import classifiers, export
@@ -47,44 +48,15 @@ def _reference(norm_pix_loss: bool, mask_ratio: float) -> transformers.ViTMAEFor
   )
 
 
-def _dense(state, name):
-  return {'kernel': state[f'{name}.weight'].T, 'bias': state[f'{name}.bias']}
-
-
 def _ours(
     reference: transformers.ViTMAEForPreTraining, directory
 ) -> tuple[MaskedAutoencoder, dict]:
-  """Our model and the reference's parameters in our tree, from the file `save_pretrained` writes.
-  The encoder and the decoder's blocks are read by vit_jax's transformers reader (the decoder's under
-  a ViTModel's names), the rest here."""
+  """Our model and the reference's parameters in our tree, read by vit_jax's transformers readers
+  (the encoder's and the MAE decoder's) from the file `save_pretrained` writes."""
   reference.save_pretrained(directory)
   state = safetensors.numpy.load_file(directory / 'model.safetensors')
   params = transformers_layout.from_state_dict(state, HEADS)
   width = state['decoder.decoder_embed.weight'].shape[0]
-  # The decoder's blocks, norm and position embeddings as a ViTModel's: a stand-in patch embedding and
-  # class token complete it.
-  as_vit = {
-      'embeddings.patch_embeddings.projection.weight': np.zeros(
-          (width, 3, PATCH, PATCH), np.float32
-      ),
-      'embeddings.patch_embeddings.projection.bias': np.zeros((width,), np.float32),
-      'embeddings.cls_token': np.zeros((1, 1, width), np.float32),
-      'embeddings.position_embeddings': state['decoder.decoder_pos_embed'],
-      'layernorm.weight': state['decoder.decoder_norm.weight'],
-      'layernorm.bias': state['decoder.decoder_norm.bias'],
-  }
-  for name, value in state.items():
-    # The hub's files say decoder.decoder_layers.{i}; transformers 5's save_pretrained writes
-    # decoder.decoder_encoder.layer.{i}.
-    block = re.match(r'decoder\.decoder_(layers|encoder\.layer)\.(.*)', name)
-    if block:
-      as_vit['encoder.layer.' + block[2]] = value
-  params['decoder'] = {
-      'Transformer': transformers_layout.from_state_dict(as_vit, DECODER_HEADS)['Transformer'],
-      'embed': _dense(state, 'decoder.decoder_embed'),
-      'pred': _dense(state, 'decoder.decoder_pred'),
-      'mask_token': state['decoder.mask_token'],
-  }
   config = reference.config
   model = MaskedAutoencoder(
       patch_size=PATCH,
@@ -100,6 +72,10 @@ def _ours(
       decoder_num_heads=DECODER_HEADS,
       decoder_mlp_dim=config.decoder_intermediate_size,
       decoder_posemb='learn',  # The reference's fixed sin-cos values, as parameters here.
+  )
+  fields = {field.name: getattr(model, field.name) for field in dataclasses.fields(model)}
+  params['decoder'] = transformers_mae.decoder(
+      state, json.loads((directory / 'config.json').read_text()), fields, str(directory)
   )
   return model, params
 
@@ -189,3 +165,76 @@ def test_the_export_of_an_mae_run_is_its_encoder_as_timm_reads_it(tmp_path, data
   np.testing.assert_allclose(theirs, expected, rtol=1e-4, atol=1e-4)
   with pytest.raises(ValueError, match="is the export of a 'mae' run's encoder, which has no"):
     classifiers.load_export(str(out))
+
+
+def test_configs_mae_continue_resumes_the_pretraining_of_a_transformers_mae(tmp_path, data_dir):
+  """configs/mae_continue.py from a saved ViTMAEForPreTraining (the hub's layout): the encoder, the
+  pixel decoder and the configured fields read from the files give the reference's loss for the same
+  noise; a step keeps the position embeddings (MAE's fixed ones) as they were."""
+  reference = _reference(True, 0.75)
+  reference.save_pretrained(tmp_path / 'hub')
+  overrides = {
+      **{k: v for k, v in helpers.TINY.items() if not k.startswith(('model.', 'variant'))},
+      'data_dir': data_dir,
+      'dataset': 'digits',
+      'train_split': 'train',
+      'eval_split': 'test',
+      'init_from': str(tmp_path / 'hub'),
+      'image_size': IMAGE,
+      'num_epochs': None,
+      'total_steps': 1,
+      'lr.warmup_steps': 0,
+      'dtype': 'float32',
+      'mae.decoder_hidden_size': 16,
+      'mae.decoder_num_layers': 2,
+      'mae.decoder_num_heads': DECODER_HEADS,
+      'mae.decoder_mlp_dim': 24,
+  }
+  config = helpers.load_config('mae_continue', overrides)
+  setup = train_setup.prepare(config, str(tmp_path / 'run'))
+  images, noise = _inputs()
+  loss, _ = _loss(setup.model, setup.init_params, images, noise, True)
+  expected = reference(
+      pixel_values=torch.tensor(images.transpose(0, 3, 1, 2)), noise=torch.tensor(noise)
+  ).loss.item()
+  np.testing.assert_allclose(loss, expected, rtol=1e-5)
+  loop.train_and_evaluate(setup)
+  trained, _ = run_dir.load_params(str(tmp_path / 'run'))
+  for part in (trained, trained['decoder']):
+    np.testing.assert_array_equal(
+        part['Transformer']['posembed_input']['pos_embedding'],
+        (setup.init_params if part is trained else setup.init_params['decoder'])['Transformer'][
+            'posembed_input'
+        ]['pos_embedding'],
+    )
+  assert not np.array_equal(
+      trained['decoder']['pred']['kernel'], setup.init_params['decoder']['pred']['kernel']
+  )
+
+
+@pytest.mark.parametrize(
+    'field,value', [('decoder_num_layers', 3), ('decoder_num_heads', 4), ('decoder_mlp_dim', 32)]
+)
+def test_a_decoder_of_another_shape_than_the_checkpoints_is_a_one_line_error(
+    field, value, tmp_path, data_dir
+):
+  _reference(True, 0.75).save_pretrained(tmp_path / 'hub')
+  config = helpers.load_config(
+      'mae_continue',
+      {
+          'data_dir': data_dir,
+          'dataset': 'digits',
+          'eval_split': 'test',
+          'init_from': str(tmp_path / 'hub'),
+          'image_size': IMAGE,
+          'batch_size': 8,
+          'eval_batch_size': 8,
+          'mae.decoder_hidden_size': 16,
+          'mae.decoder_num_layers': 2,
+          'mae.decoder_num_heads': DECODER_HEADS,
+          'mae.decoder_mlp_dim': 24,
+          f'mae.{field}': value,
+      },
+  )
+  with pytest.raises(ValueError, match=rf'MAE decoder has {field}=.*: set --config\.mae\.{field}='):
+    train_setup.prepare(config, str(tmp_path / 'run'))

@@ -33,6 +33,7 @@ from vit_jax.checkpoints import (
     timm_layout,
     torch_files,
     transformers_layout,
+    transformers_mae,
 )
 from vit_jax.checkpoints.torch_files import StateDict
 from vit_jax.models import lora
@@ -266,6 +267,9 @@ def load(
   # The checkpoint's MAP head is read as it was trained, also when the model drops it.
   map_heads = model.get('map_heads') if map_head else fixed.get('map_heads')
   tree = layout.from_state_dict(state_dict, model['num_heads'], path, map_heads)
+  if 'decoder_hidden_size' in model and transformers_mae.has_decoder(state_dict):
+    tree['decoder'] = transformers_mae.decoder(state_dict, config, model, path)
+    notes.append("read its MAE pixel decoder (config.task='mae' continues its pretraining)")
   if updates:
     changes = {k: np.broadcast_to(np.float32(0), np.shape(v)) for k, v in state_dict.items()}
     changes = layout.from_state_dict({**changes, **updates}, model['num_heads'], path, map_heads)

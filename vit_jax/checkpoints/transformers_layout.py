@@ -2,7 +2,8 @@
 config.json may be absent); transformers_families.py maps each family:
 
 - `ViTModel` / `ViTForImageClassification` (model_type 'vit'), and the encoders of `ViTMAEModel`,
-  `ViTMAEForPreTraining` ('vit_mae': its decoder dropped) and `ViTMSNModel` ('vit_msn');
+  `ViTMAEForPreTraining` ('vit_mae': its decoder dropped; transformers_mae.py reads it for
+  config.task='mae') and `ViTMSNModel` ('vit_msn');
 - `DeiTModel`, `DeiTForImageClassificationWithTeacher` ('deit');
 - `IJepaModel`, `IJepaForImageClassification` ('ijepa');
 - `Dinov2Model` ('dinov2') and `Dinov2WithRegistersModel` ('dinov2_with_registers');

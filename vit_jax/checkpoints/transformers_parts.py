@@ -37,7 +37,8 @@ def unprefixed(state_dict: StateDict) -> StateDict:
   the text tower, the projections into the shared space and the logit scale are not of an image
   classifier (but the `classifier` of a SiglipForImageClassification over one, which peft's adapters
   over a whole SigLIP save beside it). Of a masked autoencoder's pretraining model (ViTMAEForPreTraining: the hub's
-  facebook/vit-mae-*), the encoder alone: its pixel decoder is not of one either."""
+  facebook/vit-mae-*), the encoder alone: its pixel decoder is not of one either (transformers_mae.py
+  reads it apart)."""
   if any(name.startswith('text_model.') for name in state_dict):
     state_dict = {
         k: v for k, v in state_dict.items() if k.startswith(('vision_model.', 'classifier.'))

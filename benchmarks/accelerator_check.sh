@@ -36,6 +36,8 @@
 #                   the test digits, and the confusion tool's calibration of the soup (after both)
 #   flexi           configs/demo_flexi.py (the demo as a FlexiViT: patches of 2, 4 or 8 px, a branch
 #                   of the step each): its final eval top-1 at each patch size
+#   mae             configs/mae_demo.py (the demo's ViT pretrained as a masked autoencoder: the
+#                   encoder's gather of the visible patches, the decoder's unshuffle): its eval_loss
 #   b16_lora        b16_synthetic with --lora_rank=16 (query and value): the adapters and the head
 #                   train, no gradient of the frozen weights
 #   tests           the test suite's fast tier (make test's tests; TESTS='tests/models ...' another
@@ -106,7 +108,7 @@ else
   B16=(--config.batch_size=256 --config.num_epochs=25 --config.log_every_steps=50
        --config.lr.warmup_steps=30)
 fi
-OPTIONAL='b16_fp8 l16_fp8 b16_folder_at_step lora soup flexi b16_lora tests'
+OPTIONAL='b16_fp8 l16_fp8 b16_folder_at_step lora soup flexi mae b16_lora tests'
 # The input pipeline's worker processes, where it has them (the TensorFlow-free pipeline).
 WORKERS=()
 grep -q -- "'--workers'" benchmarks/input_pipeline.py && WORKERS=(--workers="$CORES")
@@ -237,6 +239,12 @@ check_flexi() (
   for metric in eval_top1 p2_top1 p8_top1; do helper metric "$WORK/demo_flexi" "$metric"; done
 )
 
+check_mae() (
+  set -eo pipefail
+  main configs/mae_demo.py "$WORK/demo_mae" "${DEMO[@]}"
+  helper metric "$WORK/demo_mae" eval_loss
+)
+
 check_soup() (
   set -eo pipefail
   py -m vit_jax.tools.soup --out="$WORK/soup" --split=test "$WORK/demo_finetune" \
@@ -326,6 +334,7 @@ step finetune 120 check_finetune
 step lora 150 check_lora
 step soup 90 check_soup
 step flexi 240 check_flexi
+step mae 150 check_mae
 step input_pipeline 120 check_input_pipeline
 step jpegs 60 check_jpegs
 for ATTENTION in "${ATTENTIONS[@]}"; do

@@ -1,8 +1,9 @@
 #!/bin/bash
-# The masked autoencoder on the digits: configs/mae_demo.py pretrains the demo ViT on the train split's
-# images (no labels), then configs/demo.py fine-tunes it, and trains it from scratch, on a share of the
-# train split's labels (LABELLED, default train[:10%]: about 144 images) for STEPS steps, three seeds
-# each; prints each run's test top-1 and the pretraining's eval_loss. Run from the repository root:
+# The masked autoencoder on the digits: configs/mae_demo.py pretrains the demo ViT on the train
+# split's images (no labels), then configs/demo.py fine-tunes it, and trains it from scratch, on a
+# share of the train split's labels (LABELLED, default train[:10%]: about 144 images) for STEPS
+# steps, three seeds each; prints each run's test top-1 and the pretraining's eval_loss. Run from
+# the repository root:
 #   bash benchmarks/mae_digits.sh        # ROOT=workdirs/mae_digits
 set -euo pipefail
 ROOT=${ROOT:-workdirs/mae_digits}

@@ -52,6 +52,7 @@ def get_config(weights: str = 'npz'):
     config.variant = 'checkpoint'  # ViT-B/16 as the checkpoint says (vit_variants.FROM_CHECKPOINT).
     config.init_from = 'checkpoints/mae'  # Set it: --config.init_from=/path/to/downloaded/dir.
     config.model.classifier = 'gap'
+    config.model.class_token = True  # MAE's, kept in the sequence and not pooled.
     config.model.fc_norm = True
   else:
     config.variant = 'ViT-B_16'

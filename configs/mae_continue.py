@@ -8,8 +8,8 @@ configs/mae_vit_b16_i1k.py trains (config.task='mae').
       --config.init_from=checkpoints/vit-mae-base --config.dataset=folder \\
       --config.data_dir=/path/to/images --config.num_epochs=100 --config.lr.warmup_steps=2000
 
-The checkpoint's position embeddings (MAE's fixed sin-cos values, tensors of the file) are kept fixed,
-as MAE keeps them: `optim.frozen`. Its decoder's shape (8 blocks of width 512, 16 heads, MLP 2048 for
+The checkpoint's position embeddings (MAE's fixed sin-cos values, tensors of the file) are kept
+fixed, as MAE keeps them: `optim.frozen`. Its decoder's shape (8 blocks of width 512, 16 heads, MLP 2048 for
 all three sizes) is config.mae's default; another is a one-line error naming the field to set. The
 schedule is MAE's (batch 4096, lr 2.4e-3, 40 ImageNet epochs of warmup): set num_epochs and
 lr.warmup_steps for your data. Fine-tune the result as configs/mae_vit_b16_i1k.py's runs

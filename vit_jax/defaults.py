@@ -424,3 +424,10 @@ def get_config() -> ml_collections.ConfigDict:
   #   config.evals.minival = dict(type='classification', split='train[98%:]', every_steps=500)
   config.evals = ml_collections.ConfigDict()
   return config
+
+
+def changed(config: ml_collections.ConfigDict, section: str) -> list[str]:
+  """The fields of `config.<section>` that differ from the defaults': what a run that does not use
+  the section would silently ignore."""
+  default = get_config()[section]
+  return [name for name in config[section] if config[section][name] != default[name]]

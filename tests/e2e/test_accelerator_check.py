@@ -35,6 +35,7 @@ OPTIONAL = (
     'lora',
     'soup',
     'flexi',
+    'mae',
     'jpegs',
     'b16_synthetic',
     'b16_fp8',
@@ -114,6 +115,7 @@ def test_the_optional_steps_run_where_only_names_them(tmp_path):
       r'eval_top1 [\d.]+ at step 60 p2_top1 [\d.]+ at step 60 p8_top1 [\d.]+ at step 60',
       results['flexi'],
   ), results['flexi']
+  assert re.fullmatch(r'eval_loss [\d.]+ at step 60', results['mae']), results['mae']
 
 
 @pytest.mark.slow  # The suite in a process of its own.

@@ -1,7 +1,8 @@
 """The recipe configs (configs/plain_vit_s16_i1k.py, deit_i1k.py, augreg_b16_i21k.py,
-finetune_layer_decay.py, mae_vit_b16_i1k.py) load, pass every check, and train a step with every knob they set: their
-datasets are not here, so the digits and a tiny model of the same kind stand in. And every recipe knob
-at once trains alike on any mesh (resume with them all: tests/train/test_train.py)."""
+finetune_layer_decay.py, mae_vit_b16_i1k.py) load, pass every check, and train a step with every
+knob they set: their datasets are not here, so the digits and a tiny model of the same kind stand
+in. And every recipe knob at once trains alike on any mesh (resume with them all:
+tests/train/test_train.py)."""
 
 import dataclasses
 import importlib

@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import traverse_util
 
 import helpers
 from vit_jax.checkpoints import run_dir
@@ -130,3 +131,32 @@ def test_the_encoder_refuses_to_mask_what_cannot_say_where_a_patch_was(overrides
   model, _ = _mae_and_classifier(**overrides)
   with pytest.raises(ValueError, match='masking patches needs position embeddings added at the'):
     model.init({'params': jax.random.key(0)}, _images(1), noise=jnp.zeros((1, 16)))
+
+
+@pytest.mark.parametrize('scan', [False, True])
+@pytest.mark.slow  # Tens of seconds of training: make test-all's.
+@pytest.mark.devices(8)
+def test_mae_training_on_fsdp_x_tensor_has_the_losses_of_one_device(tmp_path, data_dir, scan):
+  """The masking noise drawn for the global batch, the encoder's gather and the decoder's unshuffle
+  give every mesh one device's losses and parameters (the blocks scanned or not)."""
+  overrides = {
+      **helpers.TINY,
+      'data_dir': data_dir,
+      'image_size': 16,
+      'mesh': (('fsdp', 4), ('tensor', 2)),
+      'model.scan': scan,
+  }
+  setup = train_setup.prepare(helpers.load_config('mae_demo', overrides), str(tmp_path / 'mesh'))
+  (losses, state), (reference, one_state) = helpers.train_on_mesh_and_one_device(
+      setup, str(tmp_path / 'one')
+  )
+  np.testing.assert_allclose(losses, reference, rtol=1e-5)
+  assert np.all(np.isfinite(losses)) and losses[-1] < losses[0]
+  # A key's bias adds the same to every logit of a query, which the softmax cancels: its gradient is
+  # rounding noise, which Adam scales up to the step size. Those are compared on their scale.
+  params, one_params = (
+      traverse_util.flatten_dict(jax.device_get(s.params), sep='/') for s in (state, one_state)
+  )
+  for name, value in params.items():
+    atol = 1e-4 if name.endswith('key/bias') else 1e-6
+    np.testing.assert_allclose(value, one_params[name], rtol=1e-5, atol=atol, err_msg=name)

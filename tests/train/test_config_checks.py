@@ -198,6 +198,13 @@ INVALID = {
     'mae.decoder_num_heads': (0, {}, 'mae.decoder_num_heads=0 must be a positive whole number'),
     'mae.decoder_mlp_dim': (-1, {}, 'mae.decoder_mlp_dim=-1 must be a positive whole number'),
     'mae.decoder_posemb': ('rope', {}, "Unknown config.mae.decoder_posemb 'rope': use one of"),
+    # Valid of a task='mae' run, and nothing it could do in another.
+    'mae.norm_pix_loss': (
+        False,
+        {},
+        r'^config\.mae\.norm_pix_loss=False shapes the masked autoencoder, and '
+        r"config\.task='classification': set --config\.task=mae, or leave config\.mae as it is$",
+    ),
     'mpp.mask_rate': (0.0, {}, r'mpp.mask_rate=0.0 must be in \(0, 1\]'),
     'mpp.num_bits': (0, {}, 'mpp.num_bits=0 must be in 1..8'),
     'num_epochs': (-1.0, {'total_steps': None}, 'The run has -'),
@@ -310,7 +317,6 @@ ON_EIGHT_DEVICES = ('eval_batch_size', 'mesh')
 # Fields for which every value of their type is valid.
 ALWAYS_VALID = {
     'model.scan': 'a bool',
-    'mae.norm_pix_loss': 'a bool',
     'model.pre_norm': 'a bool',
     'model.qk_norm': 'a bool',
     'model.key_bias': 'a bool',
@@ -442,6 +448,11 @@ ALSO_INVALID = {
     'mae with relative position embeddings': (
         {**MAE, 'model.posemb': 'relative'},
         r"^config\.task=mae: .*config\.model\.posemb other than 'relative'$",
+    ),
+    'mpp field without mpp': (
+        {'mpp.num_bits': 4},
+        r'^config\.mpp\.num_bits=4 shapes masked patch prediction, and '
+        r"config\.task='classification': set --config\.task=mpp, or leave config\.mpp as it is$",
     ),
     'mae with rope': ({**MAE, 'model.rope': True}, r'^config\.task=mae: RoPE of a masked grid'),
     'mae hiding every patch': (

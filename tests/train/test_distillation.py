@@ -92,12 +92,21 @@ def test_the_teacher_is_sharded_by_the_students_rules_on_a_tensor_mesh(trained_t
             r"^config.distill.teacher distils a classifier's predictions, which config.task='mpp'",
         ),
         (
+            {
+                'distill.teacher': 'TEACHER',
+                'task': 'mae',
+                'model.head_dropout_rate': None,
+                'label_smoothing': 0.0,
+            },
+            r"^config.distill.teacher distils a classifier's predictions, which config.task='mae'",
+        ),
+        (
             {'distill.teacher': 'teacher.npz'},
             r"^config.distill.teacher='teacher.npz': an .npz that is not a plain ViT's does not "
             r'say its model; pass the workdir',
         ),
     ],
-    ids=['alpha', 'kind', 'unknown_kind', 'alpha_range', 'temperature', 'mpp', 'npz'],
+    ids=['alpha', 'kind', 'unknown_kind', 'alpha_range', 'temperature', 'mpp', 'mae', 'npz'],
 )
 def test_distillation_knobs_without_effect_or_out_of_range_are_one_line_errors(
     trained_tiny_run, tmp_path, monkeypatch, overrides, message

@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
+from vit_jax import defaults
 from vit_jax.data import on_device
 from vit_jax.models import variants
 from vit_jax.models.mae import MaskedAutoencoder, patch_pixels, visible_patches
@@ -61,6 +62,12 @@ def check(config: ml_collections.ConfigDict) -> None:
         f'multiple of 4 (at least 8), got {mae.decoder_hidden_size}'
     )
   if config.task != 'mae':  # Every task checks every config; the rest is for this task's runs.
+    changed = defaults.changed(config, 'mae')
+    if changed:
+      raise ValueError(
+          f'config.mae.{changed[0]}={mae[changed[0]]!r} shapes the masked autoencoder, and '
+          f'config.task={config.task!r}: set --config.task=mae, or leave config.mae as it is'
+      )
     return
   variants.require_vit(config.variant, "config.task='mae' (masked patches of a ViT's tokens)")
   if config.distill.teacher:

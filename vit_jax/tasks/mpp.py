@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
+from vit_jax import defaults
 from vit_jax.data import on_device
 from vit_jax.models import variants
 from vit_jax.models.mpp import MaskedPatchPredictor, backbone_fields, colour_targets
@@ -32,6 +33,12 @@ def check(config: ml_collections.ConfigDict) -> None:
         'channel, e.g. 3'
     )
   if config.task != 'mpp':  # Every task checks every config; the rest is for this task's runs.
+    changed = defaults.changed(config, 'mpp')
+    if changed:
+      raise ValueError(
+          f'config.mpp.{changed[0]}={config.mpp[changed[0]]!r} shapes masked patch prediction, '
+          f'and config.task={config.task!r}: set --config.task=mpp, or leave config.mpp as it is'
+      )
     return
   variants.require_vit(config.variant, "config.task='mpp' (masked patches of a ViT's tokens)")
   if config.distill.teacher:

@@ -16,12 +16,10 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from vit_jax import defaults
 from vit_jax.data import on_device
-from vit_jax.models import variants
 from vit_jax.models.mae import MaskedAutoencoder, patch_pixels, visible_patches
 from vit_jax.models.mpp import backbone_fields
-from vit_jax.tasks import classification, mixing, mpp
+from vit_jax.tasks import classification, mpp, self_supervised
 
 # Its targets are the images' pixels, not the labels: an unlabelled folder (one class) will do.
 MIN_CLASSES = 1
@@ -61,25 +59,9 @@ def check(config: ml_collections.ConfigDict) -> None:
         f"config.mae.decoder_posemb='sincos2d' needs a config.mae.decoder_hidden_size that is a "
         f'multiple of 4 (at least 8), got {mae.decoder_hidden_size}'
     )
-  if config.task != 'mae':  # Every task checks every config; the rest is for this task's runs.
-    changed = defaults.changed(config, 'mae')
-    if changed:
-      raise ValueError(
-          f'config.mae.{changed[0]}={mae[changed[0]]!r} shapes the masked autoencoder, and '
-          f'config.task={config.task!r}: set --config.task=mae, or leave config.mae as it is'
-      )
+  # Every task checks every config; the rest is for this task's runs.
+  if not self_supervised.check(config, 'mae', 'the masked autoencoder'):
     return
-  variants.require_vit(config.variant, "config.task='mae' (masked patches of a ViT's tokens)")
-  if config.distill.teacher:
-    raise ValueError(
-        "config.distill.teacher distils a classifier's predictions, which config.task='mae' "
-        'has not: unset it, or set --config.task=classification'
-    )
-  if mixing.enabled(config.mix):
-    raise ValueError(
-        'config.task=mae has no labels to mix: set config.mix.mixup_alpha and '
-        'config.mix.cutmix_alpha to 0'
-    )
   if config.loss != mpp.LOSS or config.label_smoothing:
     raise ValueError(
         "config.task=mae trains on the squared error of the hidden patches' pixels: leave "

@@ -9,11 +9,9 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from vit_jax import defaults
 from vit_jax.data import on_device
-from vit_jax.models import variants
 from vit_jax.models.mpp import MaskedPatchPredictor, backbone_fields, colour_targets
-from vit_jax.tasks import classification, mixing
+from vit_jax.tasks import classification, mixing, self_supervised
 
 # Its targets are the patches' colours, not the labels: an unlabelled folder (one class) will do.
 MIN_CLASSES = 1
@@ -32,25 +30,9 @@ def check(config: ml_collections.ConfigDict) -> None:
         f'config.mpp.num_bits={config.mpp.num_bits} must be in 1..8 bits per colour '
         'channel, e.g. 3'
     )
-  if config.task != 'mpp':  # Every task checks every config; the rest is for this task's runs.
-    changed = defaults.changed(config, 'mpp')
-    if changed:
-      raise ValueError(
-          f'config.mpp.{changed[0]}={config.mpp[changed[0]]!r} shapes masked patch prediction, '
-          f'and config.task={config.task!r}: set --config.task=mpp, or leave config.mpp as it is'
-      )
+  # Every task checks every config; the rest is for this task's runs.
+  if not self_supervised.check(config, 'mpp', 'masked patch prediction'):
     return
-  variants.require_vit(config.variant, "config.task='mpp' (masked patches of a ViT's tokens)")
-  if config.distill.teacher:
-    raise ValueError(
-        "config.distill.teacher distils a classifier's predictions, which config.task='mpp' "
-        'has not: unset it, or set --config.task=classification'
-    )
-  if mixing.enabled(config.mix):
-    raise ValueError(
-        'config.task=mpp has no labels to mix: set config.mix.mixup_alpha and '
-        'config.mix.cutmix_alpha to 0'
-    )
   if (
       config.loss != LOSS
   ):  # One colour class of many per patch: a softmax, never a multi-label loss.

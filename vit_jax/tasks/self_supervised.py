@@ -1,0 +1,34 @@
+"""What the self-supervised tasks (mpp.py, mae.py) check alike: each has a config section of its own,
+which another task would ignore, and learns a ViT from the images alone."""
+
+import ml_collections
+
+from vit_jax import defaults
+from vit_jax.models import variants
+from vit_jax.tasks import mixing
+
+
+def check(config: ml_collections.ConfigDict, task: str, what: str) -> bool:
+  """One-line ValueErrors for a run of another task that sets config.<task> (`what` it shapes), and
+  for a run of `task` with a BiT, a distillation teacher or batch mixing. Returns whether the run is
+  one of `task`'s (its own checks follow)."""
+  if config.task != task:
+    changed = defaults.changed(config, task)
+    if changed:
+      raise ValueError(
+          f'config.{task}.{changed[0]}={config[task][changed[0]]!r} shapes {what}, and '
+          f'config.task={config.task!r}: set --config.task={task}, or leave config.{task} as it is'
+      )
+    return False
+  variants.require_vit(config.variant, f"config.task={task!r} (masked patches of a ViT's tokens)")
+  if config.distill.teacher:
+    raise ValueError(
+        "config.distill.teacher distils a classifier's predictions, which "
+        f'config.task={task!r} has not: unset it, or set --config.task=classification'
+    )
+  if mixing.enabled(config.mix):
+    raise ValueError(
+        f'config.task={task} has no labels to mix: set config.mix.mixup_alpha and '
+        'config.mix.cutmix_alpha to 0'
+    )
+  return True

@@ -1,10 +1,13 @@
 """The masked autoencoder (config.task='mae'): what the encoder sees, the model's tree, the loop's 'mae'
 task and fine-tuning from it (its numbers against transformers' ViTMAE: test_mae_vs_torch.py)."""
 
+import os
+
 import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+import PIL.Image
 import pytest
 from flax import traverse_util
 
@@ -12,6 +15,7 @@ import helpers
 from vit_jax.checkpoints import run_dir
 from vit_jax.models import VisionTransformer, mae as mae_model, mpp, variants
 from vit_jax.tasks import mae
+from vit_jax.tools import pictures
 from vit_jax.train import loop, setup as train_setup
 
 
@@ -76,6 +80,35 @@ def test_without_noise_nothing_is_hidden_and_the_tree_is_the_classifiers_plus_th
   assert not hidden.any()
 
 
+def test_pixels_image_is_patch_pixels_inverse():
+  images = _images(2, 16)
+  np.testing.assert_array_equal(
+      mae_model.pixels_image(mae_model.patch_pixels(images, 4), (4, 4), 4), images
+  )
+
+
+@pytest.mark.parametrize('norm_pix_loss', [True, False])
+def test_the_reconstruction_keeps_the_visible_patches_and_unstandardises_the_drawn_ones(
+    norm_pix_loss,
+):
+  model, _ = _mae_and_classifier()
+  images = _images(3)
+  params = model.init({'params': jax.random.key(0)}, images)['params']
+  drawn, hidden = mae.reconstruction(model, params, images, norm_pix_loss)
+  drawn, hidden = mae_model.patch_pixels(drawn, 4), np.asarray(hidden) > 0
+  original = np.asarray(mae_model.patch_pixels(images, 4))
+  np.testing.assert_array_equal(np.asarray(drawn)[~hidden], original[~hidden])
+  # The evaluation's patches: its eval step's mask for the same images.
+  noise = mae._evaluation_noise(model, images)  # pylint: disable=protected-access
+  pixels, eval_hidden = model.apply({'params': params}, images, noise=noise)
+  np.testing.assert_array_equal(hidden, np.asarray(eval_hidden) > 0)
+  pixels = np.asarray(pixels)
+  if norm_pix_loss:
+    scale = np.sqrt(original.var(-1, ddof=1, keepdims=True) + 1e-6)
+    pixels = pixels * scale + original.mean(-1, keepdims=True)
+  np.testing.assert_allclose(np.asarray(drawn)[hidden], pixels[hidden], rtol=1e-5, atol=1e-5)
+
+
 def test_norm_pix_loss_targets_are_each_patchs_standardised_pixels():
   images = _images(2)
   targets = np.asarray(mae.pixel_targets(images, 4, True))
@@ -111,6 +144,10 @@ def test_mae_pretraining_resumes_then_finetunes(tmp_path):
   assert 0 < metrics['eval_loss'] < 5 and 'eval_top1' not in metrics
   params, _ = run_dir.load_params(workdir)
   assert params['decoder']['pred']['kernel'].shape == (32, 48)
+  image = tmp_path / 'digit.png'
+  PIL.Image.fromarray(np.uint8(np.arange(16 * 16 * 3).reshape(16, 16, 3) % 256)).save(image)
+  drawn = pictures.draw_run(workdir, str(image), str(tmp_path / 'pictures'))
+  assert os.path.basename(drawn[-1]) == 'mae_reconstruction.png' and os.path.getsize(drawn[-1])
   helpers.assert_resume_is_bit_exact(
       helpers.load_config('mae_demo', overrides), workdir, str(tmp_path / 'resumed')
   )

@@ -45,6 +45,15 @@ def patch_pixels(images: jnp.ndarray, stride: int) -> jnp.ndarray:
   return patches.reshape(b, (h // s) * (w // s), s * s * c)
 
 
+def pixels_image(patches: jnp.ndarray, grid: tuple[int, int], stride: int) -> jnp.ndarray:
+  """`patch_pixels`' inverse: patches [b, h * w, s * s * C] of the grid (h, w) -> images
+  [b, h * s, w * s, C]."""
+  b, _, size = patches.shape
+  (h, w), s = grid, stride
+  images = patches.reshape(b, h, w, s, s, size // (s * s)).transpose(0, 1, 3, 2, 4, 5)
+  return images.reshape(b, h * s, w * s, -1)
+
+
 class MaeDecoder(nn.Module):
   """Encoded visible tokens [b, prefix + k, D] -> every patch's predicted pixels [b, patches, out]."""
 
@@ -52,7 +61,8 @@ class MaeDecoder(nn.Module):
   num_layers: int
   num_heads: int
   mlp_dim: int
-  posemb: str  # A key of posemb.POSEMBS added at its input: MAE's fixed 'sincos2d', or 'learn'.
+  # A key of posemb.POSEMBS added at its input: fixed 'sincos2d' (as MAE's), or 'learn'.
+  posemb: str
   num_prefix_tokens: int
   out_features: int
   mlp_activation: str = 'gelu_tanh'

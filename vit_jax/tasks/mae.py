@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import ml_collections
 
 from vit_jax.data import on_device
-from vit_jax.models.mae import MaskedAutoencoder, patch_pixels, visible_patches
+from vit_jax.models.mae import MaskedAutoencoder, patch_pixels, pixels_image, visible_patches
 from vit_jax.models.mpp import backbone_fields
 from vit_jax.tasks import classification, mpp, self_supervised
 
@@ -139,9 +139,14 @@ def pixel_targets(images: jax.Array, stride: int, norm_pix_loss: bool) -> jax.Ar
   targets = patch_pixels(images.astype(jnp.float32), stride)
   if not norm_pix_loss:
     return targets
-  mean = targets.mean(axis=-1, keepdims=True)
-  variance = targets.var(axis=-1, ddof=1, keepdims=True)
-  return (targets - mean) / jnp.sqrt(variance + 1e-6)
+  mean, scale = _standardisation(targets)
+  return (targets - mean) / scale
+
+
+def _standardisation(patches: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """Each patch's mean and MAE's scale of it, sqrt(unbiased variance + 1e-6): [b, patches, 1] each."""
+  variance = patches.var(axis=-1, ddof=1, keepdims=True)
+  return patches.mean(axis=-1, keepdims=True), jnp.sqrt(variance + 1e-6)
 
 
 def patch_errors(
@@ -152,12 +157,37 @@ def patch_errors(
   return jnp.mean(jnp.square(pixels - targets), axis=-1)
 
 
+def reconstruction(
+    model: nn.Module, params: Any, images: jax.Array, norm_pix_loss: bool
+) -> tuple[jax.Array, jax.Array]:
+  """The images with their hidden patches (those the evaluation hides) drawn by the decoder, and the hidden mask [b, patches]. With `norm_pix_loss` the decoder predicts standardised
+  pixels: they are scaled back by each hidden patch's own mean and standard deviation (MAE's
+  figures). The visible patches are the images' own."""
+  stride = model.input_stride
+  pixels, hidden = model.apply(
+      {'params': params}, images, train=False, noise=_evaluation_noise(model, images)
+  )
+  original = patch_pixels(images.astype(jnp.float32), stride)
+  if norm_pix_loss:
+    mean, scale = _standardisation(original)
+    pixels = pixels * scale + mean
+  drawn = jnp.where(hidden[..., None] > 0, pixels, original)
+  grid = (images.shape[1] // stride, images.shape[2] // stride)
+  return pixels_image(drawn, grid, stride), hidden
+
+
 def _noise(images: jax.Array, stride: int, key: jax.Array) -> jax.Array:
   """Uniform noise [b, patches] drawn by `key`, or by each image's key of `key` [b]."""
   shape = (images.shape[1] // stride) * (images.shape[2] // stride)
   if key.ndim == 0:
     return jax.random.uniform(key, (images.shape[0], shape))
   return jax.vmap(lambda k: jax.random.uniform(k, (shape,)))(key)
+
+
+def _evaluation_noise(model: nn.Module, images: jax.Array) -> jax.Array:
+  """The noise each image's own pixels draw (`mpp.example_keys`): the same patches hidden in every
+  evaluation, whatever the batch and mesh."""
+  return _noise(images, model.input_stride, mpp.example_keys(images))
 
 
 def make_loss(
@@ -200,8 +230,9 @@ def make_eval_step(
 
   def eval_step(params: Any, batch: dict[str, jax.Array]) -> dict[str, jax.Array]:
     images = on_device.model_input(batch['image'])
-    noise = _noise(images, model.input_stride, mpp.example_keys(images))
-    pixels, hidden = model.apply({'params': params}, images, train=False, noise=noise)
+    pixels, hidden = model.apply(
+        {'params': params}, images, train=False, noise=_evaluation_noise(model, images)
+    )
     errors = patch_errors(model, pixels, images, norm_pix_loss)
     losses = jnp.sum(errors * hidden, axis=1) / jnp.maximum(jnp.sum(hidden, axis=1), 1)
     real = batch['mask'].astype(jnp.float32)

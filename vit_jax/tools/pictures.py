@@ -21,7 +21,6 @@ if (
 
   startup.prepare_process()
 
-import io
 import math
 from typing import Any, Mapping
 
@@ -38,28 +37,11 @@ matplotlib.use('Agg')  # Files only: no display needed.
 from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from vit_jax.runtime import cli  # pylint: disable=g-import-not-at-top,wrong-import-position
-from vit_jax.tools import introspection  # pylint: disable=g-import-not-at-top,wrong-import-position
+from vit_jax.tools import figures, introspection  # pylint: disable=g-import-not-at-top,wrong-import-position
 from vit_jax.tools import classifiers  # pylint: disable=g-import-not-at-top,wrong-import-position
 from vit_jax.models import variants  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _USAGE = '--workdir=W [--step=N|best] --image=X --out=DIR'
-
-
-def _mosaic(tiles: np.ndarray, columns: int, gap: float) -> np.ndarray:
-  """Tiles [n, h, w, ...] laid out in rows of `columns`, `gap` (e.g. NaN or white) between them."""
-  n, h, w = tiles.shape[:3]
-  rows = -(-n // columns)
-  out = np.full((rows * (h + 1) - 1, columns * (w + 1) - 1, *tiles.shape[3:]), gap, np.float64)
-  for i, tile in enumerate(tiles):
-    r, c = divmod(i, columns)
-    out[r * (h + 1) : r * (h + 1) + h, c * (w + 1) : c * (w + 1) + w] = tile
-  return out
-
-
-def _show(ax: Any, picture: np.ndarray, title: str, **kwargs: Any) -> None:
-  ax.imshow(picture, **kwargs)
-  ax.set_title(title, fontsize=9)
-  ax.axis('off')
 
 
 def attended(image: np.ndarray, heat: np.ndarray) -> np.ndarray:
@@ -69,19 +51,10 @@ def attended(image: np.ndarray, heat: np.ndarray) -> np.ndarray:
   return np.clip(image / 255 * np.asarray(mask)[..., None], 0, 1)
 
 
-def _save(fig: Any, path: str) -> str:
-  """Writes `fig` as a PNG to `path`, local or on cloud storage (matplotlib writes only local files)."""
-  png = io.BytesIO()
-  fig.savefig(png, format='png', dpi=100, bbox_inches='tight')
-  plt.close(fig)
-  epath.Path(path).write_bytes(png.getvalue())
-  return path
-
-
 def plot_rollout(image: np.ndarray, maps: np.ndarray, query: str, path: str) -> str:
   fig, (left, middle, right) = plt.subplots(1, 3, figsize=(8, 3.2))
-  _show(left, image, 'input')
-  _show(
+  figures.show(left, image, 'input')
+  figures.show(
       middle,
       maps[-1] / maps[-1].max(),
       f'rollout through all {len(maps)} layers',
@@ -89,25 +62,44 @@ def plot_rollout(image: np.ndarray, maps: np.ndarray, query: str, path: str) -> 
       vmin=0,
       vmax=1,
   )
-  _show(right, attended(image, maps[-1]), 'input x rollout')
+  figures.show(right, attended(image, maps[-1]), 'input x rollout')
   fig.suptitle(f'Attention rollout: {query}', fontsize=10)
-  return _save(fig, path)
+  return figures.save_png(fig, path)
 
 
 def plot_rollout_layers(image: np.ndarray, maps: np.ndarray, query: str, path: str) -> str:
   fig, axes = plt.subplots(1, len(maps), figsize=(2.2 * len(maps), 2.6), squeeze=False)
   for i, (ax, heat) in enumerate(zip(axes[0], maps)):
     title = 'layer 1' if i == 0 else f'layers 1-{i + 1}'
-    _show(ax, attended(image, heat), title + (' (joint)' if i == len(maps) - 1 else ''))
+    figures.show(ax, attended(image, heat), title + (' (joint)' if i == len(maps) - 1 else ''))
   fig.suptitle(f'Attention rollout up to each layer: {query}', fontsize=10)
-  return _save(fig, path)
+  return figures.save_png(fig, path)
+
+
+def plot_reconstruction(
+    image: np.ndarray, hidden: np.ndarray, drawn: np.ndarray, stride: int, path: str
+) -> str:
+  """A masked autoencoder's figure: the model's input (pixels in [-1, 1]), its hidden patches
+  (`hidden` [h * w]) greyed out, and the decoder's pixels in their place."""
+  grid = image.shape[0] // stride, image.shape[1] // stride
+  masked = np.kron(hidden.reshape(grid), np.ones((stride, stride)))[..., None] > 0
+  shown = [np.clip((x + 1) / 2, 0, 1) for x in (image, np.where(masked, 0.0, image), drawn)]
+  fig, axes = plt.subplots(1, 3, figsize=(8, 3.2))
+  titles = ('input', f'{int(hidden.sum())} of {hidden.size} patches hidden', 'reconstruction')
+  for ax, picture, title in zip(axes, shown, titles):
+    figures.show(ax, picture, title)
+  fig.suptitle('Masked autoencoder: the hidden patches drawn by the decoder', fontsize=10)
+  return figures.save_png(fig, path)
 
 
 def plot_position_similarity(similarity: np.ndarray, path: str) -> str:
   gh, gw = similarity.shape[:2]
   fig, ax = plt.subplots(figsize=(6, 5.4))
   image = ax.imshow(
-      _mosaic(similarity.reshape(gh * gw, gh, gw), gw, np.nan), cmap='viridis', vmin=-1, vmax=1
+      figures.mosaic(similarity.reshape(gh * gw, gh, gw), gw, np.nan),
+      cmap='viridis',
+      vmin=-1,
+      vmax=1,
   )
   ax.set_xticks([(gw + 1) * c + (gw - 1) / 2 for c in range(gw)], range(1, gw + 1))
   ax.set_yticks([(gh + 1) * r + (gh - 1) / 2 for r in range(gh)], range(1, gh + 1))
@@ -115,7 +107,7 @@ def plot_position_similarity(similarity: np.ndarray, path: str) -> str:
   ax.set_ylabel('input patch row')
   fig.colorbar(image, ax=ax, label='cosine similarity')
   ax.set_title('Position embedding similarity', fontsize=10)
-  return _save(fig, path)
+  return figures.save_png(fig, path)
 
 
 def plot_embedding_components(components: np.ndarray, path: str) -> str:
@@ -123,10 +115,10 @@ def plot_embedding_components(components: np.ndarray, path: str) -> str:
   high = components.max(axis=(1, 2, 3), keepdims=True)
   tiles = (components - low) / np.maximum(high - low, 1e-12)  # Each component's own range, as RGB.
   fig, ax = plt.subplots(figsize=(6, 3.8))
-  ax.imshow(_mosaic(tiles, 7, 1.0))
+  ax.imshow(figures.mosaic(tiles, 7, 1.0))
   ax.axis('off')
   ax.set_title(f'RGB embedding filters (first {len(components)} principal components)', fontsize=10)
-  return _save(fig, path)
+  return figures.save_png(fig, path)
 
 
 def plot_attention_distance(distances: np.ndarray, image_size: int, path: str) -> str:
@@ -142,7 +134,7 @@ def plot_attention_distance(distances: np.ndarray, image_size: int, path: str) -
   if heads <= 16:
     ax.legend(fontsize=7, ncol=2)
   ax.set_title('Size of attended area by head and depth', fontsize=10)
-  return _save(fig, path)
+  return figures.save_png(fig, path)
 
 
 def _join(directory: str, name: str) -> str:
@@ -254,8 +246,29 @@ def draw_run(workdir: str, image_path: str, out: str, step: int | str | None = N
         'along rows and columns only'
     )
   image = classifiers.read_image(image_path)
-  return write_pictures(
-      run.model, run.params, image, run.config.image_size, out, run.config.pp_eval.to_dict()
+  pp_eval = run.config.pp_eval.to_dict()
+  written = write_pictures(run.model, run.params, image, run.config.image_size, out, pp_eval)
+  if run.config.task == 'mae':
+    written.append(_draw_reconstruction(workdir, step, image, out))
+  return written
+
+
+def _draw_reconstruction(workdir: str, step: int | str | None, image: np.ndarray, out: str) -> str:
+  """A masked autoencoder run's reconstruction of `image`, its patches hidden as in evaluation."""
+  from vit_jax.checkpoints import run_dir  # pylint: disable=g-import-not-at-top
+  from vit_jax.tasks import mae  # pylint: disable=g-import-not-at-top
+
+  run = run_dir.load_trained(workdir, step)
+  inputs = classifiers.model_input(image, run.config.image_size, run.config.pp_eval.to_dict())[None]
+  drawn, hidden = mae.reconstruction(
+      run.model, run.params, jnp.asarray(inputs), run.config.mae.norm_pix_loss
+  )
+  return plot_reconstruction(
+      inputs[0],
+      np.asarray(hidden[0]),
+      np.asarray(drawn[0]),
+      run.model.input_stride,
+      _join(out, 'mae_reconstruction.png'),
   )
 
 

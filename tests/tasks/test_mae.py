@@ -6,6 +6,7 @@ import os
 import chex
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import PIL.Image
 import pytest
@@ -13,7 +14,7 @@ from flax import traverse_util
 
 import helpers
 from vit_jax.checkpoints import run_dir
-from vit_jax.models import VisionTransformer, mae as mae_model, mpp, variants
+from vit_jax.models import VisionTransformer, freezing, mae as mae_model, mpp, variants
 from vit_jax.tasks import mae
 from vit_jax.tools import pictures
 from vit_jax.train import loop, setup as train_setup
@@ -197,3 +198,19 @@ def test_mae_training_on_fsdp_x_tensor_has_the_losses_of_one_device(tmp_path, da
   for name, value in params.items():
     atol = 1e-4 if name.endswith('key/bias') else 1e-6
     np.testing.assert_allclose(value, one_params[name], rtol=1e-5, atol=atol, err_msg=name)
+
+
+def test_low_rank_adapters_train_the_decoder_beside_them():
+  """With adapters in the encoder and optim.trained unset, the decoder (new, the task's own) trains
+  whole; the encoder's pretrained weights stay as loaded."""
+  model, _ = _mae_and_classifier(lora_rank=2)
+  params = model.init({'params': jax.random.key(0)}, _images(1))['params']
+  optim = ml_collections.ConfigDict({'frozen': (), 'trained': None})
+  trained = freezing.trained_regexes(optim, params)
+  frozen = {
+      path: freezing.is_frozen(optim, trained, path)
+      for path in traverse_util.flatten_dict(params, sep='/')
+  }
+  assert not any(is_frozen for path, is_frozen in frozen.items() if path.startswith('decoder/'))
+  assert frozen['embedding/kernel'] and frozen['Transformer/encoderblock_0/LayerNorm_0/scale']
+  assert not all(frozen.values()) and sum(not f for f in frozen.values()) > len(params['decoder'])

@@ -4,12 +4,14 @@ fine-tuning from it."""
 import chex
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import pytest
+from flax import traverse_util
 
 import helpers
 from vit_jax.checkpoints import run_dir
-from vit_jax.models import VisionTransformer, mpp, variants
+from vit_jax.models import VisionTransformer, freezing, mpp, variants
 from vit_jax.train import loop, setup as train_setup
 
 
@@ -161,3 +163,17 @@ def test_mpp_has_no_pre_logits_and_no_head(tmp_path, field, value, fix):
   )
   with pytest.raises(ValueError, match=fix):
     train_setup.prepare(config, str(tmp_path / 'w'))
+
+
+def test_low_rank_adapters_train_the_mpp_head_and_mask_token_beside_them():
+  model, _ = _mpp_and_classifier('ViT-testing_4', lora_rank=2)
+  images = jnp.zeros((1, 16, 16, 3))
+  params = model.init({'params': jax.random.key(0), 'mpp': jax.random.key(1)}, images)['params']
+  optim = ml_collections.ConfigDict({'frozen': (), 'trained': None})
+  trained = freezing.trained_regexes(optim, params)
+  frozen = {
+      path: freezing.is_frozen(optim, trained, path)
+      for path in traverse_util.flatten_dict(params, sep='/')
+  }
+  assert not frozen['mpp_head/kernel'] and not frozen['mask_token']
+  assert frozen['embedding/kernel']

@@ -4,8 +4,9 @@ optimizer (train/param_groups.py) and by the tools that load a trained run (the 
 
 A parameter is frozen when a regex of `frozen` matches it, or when `trained` is set and none of its
 regexes does (a low-rank adapter, lora.py, trains then all the same); with adapters in the model and
-`trained` unset, the adapters and the head train (`TRAINED_WITH_ADAPTERS`, peft's modules_to_save of
-a classifier), the pretrained weights they adapt stay as loaded.
+`trained` unset, the adapters and the task's own layers train (`TRAINED_WITH_ADAPTERS`: a classifier's
+head(s), peft's modules_to_save of a classifier; masked patch prediction's head and mask token; a
+masked autoencoder's decoder), the pretrained weights they adapt stay as loaded.
 """
 
 import re
@@ -15,8 +16,9 @@ import ml_collections
 
 from vit_jax.models import lora
 
-# config.optim.trained's value for a model with adapters when it is unset: the classifier's head(s).
-TRAINED_WITH_ADAPTERS = ('^head',)
+# config.optim.trained's value for a model with adapters when it is unset: the task's own layers, which
+# start new (the classifier's head(s); tasks/mpp.py's, tasks/mae.py's).
+TRAINED_WITH_ADAPTERS = ('^head', '^mpp_head/', '^mask_token$', '^decoder/')
 
 
 def trained_regexes(optim: ml_collections.ConfigDict, tree: Any) -> Optional[tuple[str, ...]]:

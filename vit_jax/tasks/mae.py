@@ -71,34 +71,34 @@ def check(config: ml_collections.ConfigDict) -> None:
 
 def _check_model(config: ml_collections.ConfigDict, model: Mapping[str, Any]) -> None:
   """The backbone fields masking cannot run with, by their config names."""
-  refused = {
-      'representation_size': (
+  refused = (
+      (
           model['representation_size'] is not None,
           'MAE has no pre-logits layer: unset config.model.representation_size',
       ),
-      'head_dropout_rate': (
+      (
           bool(model['head_dropout_rate']),
           'MAE has no classifier head to drop the features of: set config.model.head_dropout_rate=0',
       ),
-      'resnet_layers': (
+      (
           bool(model['resnet_layers']),
           "a hybrid's ResNet stem would see the hidden patches' pixels: use a pure ViT",
       ),
-      'posemb': (
+      (
           model['posemb'] == 'relative' or model['posemb_where'] != 'input',
           'a kept patch says where it was by position embeddings added at the input: set '
           "config.model.posemb_where='input' and a config.model.posemb other than 'relative'",
       ),
-      'rope': (
+      (
           model['rope'],
           'RoPE of a masked grid is not supported: set config.model.rope=False',
       ),
-      'block': (
+      (
           model['block'] != 'standard',
           "axial blocks attend over the whole grid: set config.model.block='standard'",
       ),
-  }
-  for problem, fix in refused.values():
+  )
+  for problem, fix in refused:
     if problem:
       raise ValueError(f'config.task=mae: {fix}')
   patches = (config.image_size // model['patch_size']) ** 2
@@ -160,9 +160,10 @@ def patch_errors(
 def reconstruction(
     model: nn.Module, params: Any, images: jax.Array, norm_pix_loss: bool
 ) -> tuple[jax.Array, jax.Array]:
-  """The images with their hidden patches (those the evaluation hides) drawn by the decoder, and the hidden mask [b, patches]. With `norm_pix_loss` the decoder predicts standardised
-  pixels: they are scaled back by each hidden patch's own mean and standard deviation (MAE's
-  figures). The visible patches are the images' own."""
+  """The images with their hidden patches (those the evaluation hides) drawn by the decoder, and the
+  hidden mask [b, patches]. With `norm_pix_loss` the decoder predicts standardised pixels: they are
+  scaled back by each hidden patch's own mean and standard deviation (MAE's figures). The visible
+  patches are the images' own."""
   stride = model.input_stride
   pixels, hidden = model.apply(
       {'params': params}, images, train=False, noise=_evaluation_noise(model, images)

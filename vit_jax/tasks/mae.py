@@ -71,15 +71,8 @@ def check(config: ml_collections.ConfigDict) -> None:
 
 def _check_model(config: ml_collections.ConfigDict, model: Mapping[str, Any]) -> None:
   """The backbone fields masking cannot run with, by their config names."""
+  self_supervised.check_backbone('mae', model)
   refused = (
-      (
-          model['representation_size'] is not None,
-          'MAE has no pre-logits layer: unset config.model.representation_size',
-      ),
-      (
-          bool(model['head_dropout_rate']),
-          'MAE has no classifier head to drop the features of: set config.model.head_dropout_rate=0',
-      ),
       (
           bool(model['resnet_layers']),
           "a hybrid's ResNet stem would see the hidden patches' pixels: use a pure ViT",

@@ -52,16 +52,7 @@ def make_model(
 ) -> nn.Module:
   """The masked-patch-prediction model (it has no classes: `num_classes` is not used)."""
   del num_classes
-  if model_config['representation_size'] is not None:
-    raise ValueError(
-        'config.task=mpp predicts colours from patch tokens and has no pre-logits '
-        'layer: unset config.model.representation_size'
-    )
-  if model_config['head_dropout_rate']:
-    raise ValueError(
-        'config.task=mpp has no classifier head to drop the features of: set '
-        'config.model.head_dropout_rate=0 (or use model.dropout_rate)'
-    )
+  self_supervised.check_backbone('mpp', model_config)
   return MaskedPatchPredictor(
       mask_rate=config.mpp.mask_rate,
       num_bits=config.mpp.num_bits,

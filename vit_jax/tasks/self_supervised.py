@@ -1,5 +1,8 @@
 """What the self-supervised tasks (mpp.py, mae.py) check alike: each has a config section of its own,
-which another task would ignore, and learns a ViT from the images alone."""
+which another task would ignore, and learns a ViT backbone, without a classifier's parts, from the
+images alone."""
+
+from typing import Any, Mapping
 
 import ml_collections
 
@@ -32,3 +35,18 @@ def check(config: ml_collections.ConfigDict, task: str, what: str) -> bool:
         'config.mix.cutmix_alpha to 0'
     )
   return True
+
+
+def check_backbone(task: str, model: Mapping[str, Any]) -> None:
+  """One-line ValueErrors for the classifier's parts beyond the backbone in the resolved model fields
+  `model` (mpp.CLASSIFIER_FIELDS), which the task's model has not."""
+  if model['representation_size'] is not None:
+    raise ValueError(
+        f'config.task={task} predicts from patch tokens and has no pre-logits layer: unset '
+        'config.model.representation_size'
+    )
+  if model['head_dropout_rate']:
+    raise ValueError(
+        f'config.task={task} has no classifier head to drop the features of: set '
+        'config.model.head_dropout_rate=0 (or use model.dropout_rate)'
+    )

@@ -249,25 +249,25 @@ def draw_run(workdir: str, image_path: str, out: str, step: int | str | None = N
   pp_eval = run.config.pp_eval.to_dict()
   written = write_pictures(run.model, run.params, image, run.config.image_size, out, pp_eval)
   if run.config.task == 'mae':
-    written.append(_draw_reconstruction(workdir, step, image, out))
+    written.append(_draw_reconstruction(run, image, out))
   return written
 
 
-def _draw_reconstruction(workdir: str, step: int | str | None, image: np.ndarray, out: str) -> str:
-  """A masked autoencoder run's reconstruction of `image`, its patches hidden as in evaluation."""
-  from vit_jax.checkpoints import run_dir  # pylint: disable=g-import-not-at-top
+def _draw_reconstruction(run: Any, image: np.ndarray, out: str) -> str:
+  """A masked autoencoder run's (`run`: run_dir.load_trained's, its parameters the whole model's)
+  reconstruction of `image`, its patches hidden as in evaluation."""
   from vit_jax.tasks import mae  # pylint: disable=g-import-not-at-top
 
-  run = run_dir.load_trained(workdir, step)
+  model = mae.make_model(run.config, run.model_config, None)
   inputs = classifiers.model_input(image, run.config.image_size, run.config.pp_eval.to_dict())[None]
   drawn, hidden = mae.reconstruction(
-      run.model, run.params, jnp.asarray(inputs), run.config.mae.norm_pix_loss
+      model, run.params, jnp.asarray(inputs), run.config.mae.norm_pix_loss
   )
   return plot_reconstruction(
       inputs[0],
       np.asarray(hidden[0]),
       np.asarray(drawn[0]),
-      run.model.input_stride,
+      model.input_stride,
       _join(out, 'mae_reconstruction.png'),
   )
 

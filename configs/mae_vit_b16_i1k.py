@@ -12,10 +12,10 @@ as MAE's, but a LeCun-normal patch embedding).
 
   python -m vit_jax.main --config=configs/mae_vit_b16_i1k.py --workdir=gs://bucket/mae_b16
   python -m vit_jax.main --config=configs/finetune_layer_decay.py:mae --workdir=W \\
-      --config.init_from=gs://bucket/mae_b16 --config.variant=ViT-B_16 --config.model.posemb=sincos2d
+      --config.init_from=gs://bucket/mae_b16
 
 The fine-tuning (MAE's Table 9, 83.6% top-1 in 100 epochs from the paper's weights) keeps the
-encoder and drops the decoder. Its eval_loss is the reconstruction error of the validation images.
+encoder, whose model its variant='checkpoint' reads from the run, and drops the decoder. Its eval_loss is the reconstruction error of the validation images.
 """
 
 from vit_jax import defaults

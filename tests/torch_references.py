@@ -8,7 +8,7 @@ import timm
 import torch
 
 import helpers
-from vit_jax.checkpoints import run_dir, timm_export, torch_files
+from vit_jax.checkpoints import timm_export, torch_files, warm_start
 from vit_jax.tasks import classification
 from vit_jax.train import setup
 
@@ -107,7 +107,7 @@ def ours(init_from: str, num_classes=None, inputs=None, **overrides) -> np.ndarr
       'demo', {**MODEL, 'init_from': init_from, 'keep_head': num_classes is not None, **overrides}
   )
   model = classification.make_model(config, helpers.model_config(config), num_classes)
-  params = run_dir.load_init_params(config, model)
+  params = warm_start.load_init_params(config, model)
   return np.asarray(model.apply({'params': params}, images() if inputs is None else inputs))
 
 

@@ -81,7 +81,8 @@ def get_config() -> ml_collections.ConfigDict:
   config.data_shards = config_dict.placeholder(int)
 
   # Model: a variant name from vit_jax/models/variants.py; fields of `model` that are set override the preset.
-  # 'checkpoint': the ViT of init_from (a timm or Hugging Face checkpoint), every unset field read from it.
+  # 'checkpoint': the model of init_from (a timm or Hugging Face checkpoint, an .npz ViT, a vit_jax
+  # run's workdir), every unset field read from it.
   config.variant = 'ViT-B_16'
   config.model = ml_collections.ConfigDict(
       dict(

@@ -24,7 +24,7 @@ from torch_references import (
     timm_rebuilt,
     torch_outputs,
 )
-from vit_jax.checkpoints import run_dir, timm_arguments, torch_files
+from vit_jax.checkpoints import timm_arguments, torch_files, warm_start
 from vit_jax.tasks import classification
 
 SIZE = 28
@@ -121,10 +121,10 @@ def _ours(path: str, has_head: bool, inputs: np.ndarray) -> tuple[np.ndarray, di
           'keep_head': has_head,
       },
   )
-  run_dir.fill_from_checkpoint(config)
+  warm_start.fill_from_checkpoint(config)
   model_config = helpers.model_config(config)
   model = classification.make_model(config, model_config, EMBEDDING if has_head else None)
-  params = run_dir.load_init_params(config, model)
+  params = warm_start.load_init_params(config, model)
   return np.asarray(model.apply({'params': params}, inputs)), model_config
 
 

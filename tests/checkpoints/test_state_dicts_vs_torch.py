@@ -38,7 +38,7 @@ from torch_references import (
     timm_saved,
     torch_outputs,
 )
-from vit_jax.checkpoints import run_dir
+from vit_jax.checkpoints import run_dir, warm_start
 from vit_jax.checkpoints import timm_export, timm_export_tensors
 from vit_jax.checkpoints import torch_files
 from vit_jax.models import variants
@@ -110,7 +110,7 @@ def test_timms_dinov2_loads_with_equal_logits_and_exports_back(tmp_path):
       },
   )
   model = classification.make_model(config, helpers.model_config(config), NUM_CLASSES)
-  params = run_dir.load_init_params(config, model)
+  params = warm_start.load_init_params(config, model)
   images = np.random.RandomState(2).uniform(-1, 1, (3, size, size, 3)).astype(np.float32)
   np.testing.assert_allclose(
       model.apply({'params': params}, images),
@@ -143,7 +143,7 @@ def test_timms_dinov2_with_registers_loads_with_equal_logits_at_its_size_and_ano
   images = np.random.RandomState(2).uniform(-1, 1, (3, size, size, 3)).astype(np.float32)
   config = helpers.load_config('demo', {**fields, 'image_size': size})
   model = classification.make_model(config, helpers.model_config(config), NUM_CLASSES)
-  params = run_dir.load_init_params(config, model)
+  params = warm_start.load_init_params(config, model)
   np.testing.assert_allclose(
       model.apply({'params': params}, images),
       torch_outputs(reference, timm_input(reference, images)).numpy(),
@@ -151,7 +151,7 @@ def test_timms_dinov2_with_registers_loads_with_equal_logits_at_its_size_and_ano
   )
   larger = helpers.load_config('demo', {**fields, 'image_size': 42})
   model = classification.make_model(larger, helpers.model_config(larger), NUM_CLASSES)
-  resized = run_dir.load_init_params(larger, model)['Transformer']['posembed_input']
+  resized = warm_start.load_init_params(larger, model)['Transformer']['posembed_input']
   assert resized['pos_embedding'].shape == (1, 5 + 9, 32)
   np.testing.assert_array_equal(resized['pos_embedding'][:, :5], 0)  # The prefix tokens' zeros.
   without = helpers.load_config('demo', {**fields, 'image_size': size, 'model.num_registers': 0})
@@ -159,7 +159,7 @@ def test_timms_dinov2_with_registers_loads_with_equal_logits_at_its_size_and_ano
   with pytest.raises(
       ValueError, match=r'^reg: checkpoint \(1, 4, 32\) vs model none: .*num_registers=4$'
   ):
-    run_dir.load_init_params(without, model)
+    warm_start.load_init_params(without, model)
 
 
 def test_timms_siglip_loads_with_equal_logits_and_exports_back(tmp_path):
@@ -177,7 +177,7 @@ def test_timms_siglip_loads_with_equal_logits_and_exports_back(tmp_path):
       'demo', {**MODEL, **overrides, 'init_from': str(tmp_path / 'siglip'), 'keep_head': True}
   )
   model = classification.make_model(config, helpers.model_config(config), NUM_CLASSES)
-  exported = timm_export_tensors.to_state_dict(run_dir.load_init_params(config, model))
+  exported = timm_export_tensors.to_state_dict(warm_start.load_init_params(config, model))
   assert_exported_tensors(exported, reference)
 
 
@@ -202,7 +202,7 @@ def test_timms_clip_loads_with_equal_logits_and_exports_for_timm(tmp_path, name,
   config = helpers.load_config('demo', fields)
   model_config = helpers.model_config(config)
   model = classification.make_model(config, model_config, NUM_CLASSES)
-  params = run_dir.load_init_params(config, model)
+  params = warm_start.load_init_params(config, model)
   np.testing.assert_allclose(model.apply({'params': params}, images()), expected, atol=1e-4)
   # CLIP's normalisation is folded into the patch kernel and, without a patch bias, the position
   # embeddings.
@@ -343,7 +343,7 @@ def test_head_dropout_rate_drops_as_timms_drop_rate(tmp_path):
       },
   )
   model = classification.make_model(config, helpers.model_config(config), NUM_CLASSES)
-  params = run_dir.load_init_params(config, model)
+  params = warm_start.load_init_params(config, model)
   repeated = np.repeat(images(2), 2000, axis=0)
   ours = np.asarray(
       model.apply({'params': params}, repeated, train=True, rngs={'dropout': jax.random.key(0)})
@@ -464,7 +464,7 @@ def test_our_export_loads_into_timm_with_equal_logits(trained_tiny_run, exported
   config = helpers.load_config('demo', {**helpers.TINY, 'init_from': timm_dir, 'keep_head': True})
   model = classification.make_model(config, helpers.model_config(config), NUM_CLASSES)
   np.testing.assert_allclose(
-      np.asarray(model.apply({'params': run_dir.load_init_params(config, model)}, images)),
+      np.asarray(model.apply({'params': warm_start.load_init_params(config, model)}, images)),
       ours,
       atol=1e-5,
   )

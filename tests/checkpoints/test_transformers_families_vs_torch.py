@@ -22,7 +22,7 @@ from torch_references import (
     randomize,
     torch_outputs,
 )
-from vit_jax.checkpoints import run_dir, state_dicts, torch_names
+from vit_jax.checkpoints import state_dicts, torch_names, warm_start
 from vit_jax.tasks import classification
 
 # The tiny shape of every reference: MLP width 64 (DINOv2's from its mlp_ratio).
@@ -451,11 +451,11 @@ def test_variant_checkpoint_builds_a_transformers_familys_vit_from_its_files(tmp
       'demo',
       {**unset, 'variant': 'checkpoint', 'init_from': path, 'image_size': IMAGE_SIZE},
   )
-  run_dir.fill_from_checkpoint(config)
+  warm_start.fill_from_checkpoint(config)
   model_config = helpers.model_config(config)
   assert {name: model_config[name] for name in fields} == fields
   model = classification.make_model(config, model_config, None)
-  features = model.apply({'params': run_dir.load_init_params(config, model)}, images())
+  features = model.apply({'params': warm_start.load_init_params(config, model)}, images())
   expected = output(torch_outputs(reference, images())).numpy()
   np.testing.assert_allclose(features, expected, atol=1e-4 * np.abs(expected).max())
 
@@ -638,7 +638,7 @@ def test_the_image_tower_of_a_whole_siglip_or_clip_model_loads(tmp_path, kind):
           'image_size': IMAGE_SIZE,
       },
   )
-  run_dir.fill_from_checkpoint(config)
+  warm_start.fill_from_checkpoint(config)
   model_config = helpers.model_config(config)
   vision = reference.config.vision_config
   assert model_config['num_heads'] == vision.num_attention_heads == 2
@@ -646,7 +646,7 @@ def test_the_image_tower_of_a_whole_siglip_or_clip_model_loads(tmp_path, kind):
   assert model_config['layernorm_epsilon'] == epsilon
   assert model_config['mlp_activation'] == torch_names.activation(vision.hidden_act, 'x')
   model = classification.make_model(config, model_config, None)
-  ours = model.apply({'params': run_dir.load_init_params(config, model)}, images())
+  ours = model.apply({'params': warm_start.load_init_params(config, model)}, images())
   expected = features(reference, images()).numpy()
   np.testing.assert_allclose(ours, expected, atol=1e-4 * np.abs(expected).max())
 

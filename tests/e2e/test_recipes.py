@@ -85,8 +85,9 @@ def test_each_recipe_trains_a_step_with_its_knobs_on_the_digits(name, data_dir, 
 @pytest.mark.slow  # Two runs: make test-all's.
 def test_an_mae_pretraining_fine_tunes_by_maes_layer_decay_recipe(data_dir, tmp_path):
   """configs/mae_vit_b16_i1k.py's run, then configs/finetune_layer_decay.py:mae from its workdir as
-  the pretraining config's docstring says (the variant and the sin-cos position embeddings named):
-  the encoder carried over, the decoder dropped, a new patches'-mean head with its fc_norm."""
+  the pretraining config's docstring says (its variant='checkpoint' reads the run's model, the
+  sin-cos position embeddings too): the encoder carried over, the decoder dropped, a new
+  patches'-mean head with its fc_norm."""
   pretrain = str(tmp_path / 'mae')
   loop.train_and_evaluate(train_setup.prepare(_recipe('mae_vit_b16_i1k', data_dir), pretrain))
   config = _recipe(
@@ -94,9 +95,11 @@ def test_an_mae_pretraining_fine_tunes_by_maes_layer_decay_recipe(data_dir, tmp_
       data_dir,
       arg='mae',
       init_from=pretrain,
-      **{'model.posemb': 'sincos2d'},
+      variant='checkpoint',  # The config's own: the tiny shape's stand-ins unset.
+      **helpers.UNSET_SIZES,
   )
   setup = train_setup.prepare(config, str(tmp_path / 'finetune'))
+  assert (setup.config.variant, setup.model_config['posemb']) == ('ViT-testing_4', 'sincos2d')
   assert 'decoder' not in setup.init_params and 'fc_norm' in setup.init_params
   encoder, _ = run_dir.load_params(pretrain)
   np.testing.assert_array_equal(

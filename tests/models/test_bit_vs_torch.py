@@ -16,7 +16,7 @@ from timm.layers import StdConv2d
 from timm.models.resnetv2 import ResNetV2
 
 import helpers
-from vit_jax.checkpoints import run_dir
+from vit_jax.checkpoints import warm_start
 from vit_jax.tools import classifiers, export
 from vit_jax.checkpoints import adapting, npz_files
 from vit_jax.models import bit, variants
@@ -99,7 +99,7 @@ def test_the_published_npz_gives_timms_logits_through_init_from(tmp_path, timm_r
       },
   )
   # Nothing is resized at any resolution: a ResNet has no position embeddings.
-  params = run_dir.load_init_params(config, R50)
+  params = warm_start.load_init_params(config, R50)
   images = _images(2, size)
   expected = _timm_logits(timm_r50, images)
   np.testing.assert_allclose(

@@ -153,7 +153,17 @@ def test_mae_pretraining_resumes_then_finetunes(tmp_path):
       helpers.load_config('mae_demo', overrides), workdir, str(tmp_path / 'resumed')
   )
 
-  finetune = helpers.load_config('demo', {**overrides, 'init_from': workdir, 'total_steps': 2})
+  # The fine-tune's model is the run's (variant, sizes; as it was pretrained, without the decoder).
+  finetune = helpers.load_config(
+      'demo',
+      {
+          **overrides,
+          **helpers.UNSET_SIZES,
+          'variant': 'checkpoint',
+          'init_from': workdir,
+          'total_steps': 2,
+      },
+  )
   setup = train_setup.prepare(finetune, str(tmp_path / 'finetune'))
   assert 'decoder' not in setup.init_params
   np.testing.assert_array_equal(

@@ -184,12 +184,27 @@ def _same(a: Any, b: Any) -> bool:
 
 def fill(model: Mapping[str, Any], path: str, keep_head: bool = True) -> dict[str, Any]:
   """`model` (config.model's fields, None where unset) with its unset fields set to what the
-  checkpoint at `path` fixes (`architecture`): config.variant='checkpoint'. A one-line ValueError for
-  a set field the checkpoint contradicts (but `POOLING_FIELDS` without `keep_head`, and the patch
-  size, to which the patch embedding is resampled), and for a field
-  without tensors it does not say (no config.json beside it)."""
+  checkpoint at `path` fixes (`architecture`, by `fill_fields`): config.variant='checkpoint'. A
+  one-line ValueError also for a field without tensors it does not say (no config.json beside it).
+  """
+  filled = fill_fields(model, architecture(path), keep_head)
+  for field, what in _WITHOUT_TENSORS.items():
+    if filled.get(field) is None:
+      raise ValueError(
+          f'{path} does not say its {what} (model.{field}): there is no config.json beside it, or '
+          f'one that leaves it out; set --config.model.{field}'
+      )
+  return filled
+
+
+def fill_fields(
+    model: Mapping[str, Any], fixed: Mapping[str, Any], keep_head: bool = True
+) -> dict[str, Any]:
+  """`model` (config.model's fields, None where unset) with its unset fields set to those `fixed` by
+  config.init_from. A one-line ValueError for a set field that `fixed` contradicts (but
+  `POOLING_FIELDS` without `keep_head`, and the patch size, to which the patch embedding is
+  resampled)."""
   filled = dict(model)
-  fixed = architecture(path)
   own_pooling = not keep_head and model.get('classifier') not in (None, fixed.get('classifier'))
   for field, value in fixed.items():
     given = model.get(field)
@@ -215,12 +230,6 @@ def fill(model: Mapping[str, Any], path: str, keep_head: bool = True) -> dict[st
               else ''
           )
           + ', or load another checkpoint'
-      )
-  for field, what in _WITHOUT_TENSORS.items():
-    if filled.get(field) is None:
-      raise ValueError(
-          f'{path} does not say its {what} (model.{field}): there is no config.json beside it, or '
-          f'one that leaves it out; set --config.model.{field}'
       )
   return filled
 

@@ -13,7 +13,7 @@ import ml_collections
 from etils import epath
 
 from vit_jax.checkpoints import adapting, hub, run_dir, state_dicts, torch_files
-from vit_jax.models import lora, variants, vit_variants
+from vit_jax.models import variants, vit_variants
 from vit_jax.runtime import paths
 
 
@@ -46,13 +46,9 @@ def architecture(config: ml_collections.ConfigDict) -> tuple[str, dict[str, Any]
         vit_variants.FROM_CHECKPOINT, fields
     )
   try:
-    stored, _ = run_dir.load_run_info(path)
+    return run_dir.run_model(path)
   except (ValueError, FileNotFoundError) as e:
     raise ValueError(f'config.distill.teacher={given!r}: {e}') from None
-  # As run_dir.load_trained builds it: low-rank adapters folded into their kernels.
-  return stored.variant, lora.without_adapters(
-      variants.get_model_config(stored.variant, stored.model.to_dict())
-  )
 
 
 def load_teacher(config: ml_collections.ConfigDict, num_classes: int) -> Teacher:

@@ -33,6 +33,8 @@ TARGETS = {
 }
 # model.lora_targets unset: peft's (and the LoRA paper's) choice for a ViT's attention.
 DEFAULT_TARGETS = ('query', 'value')
+# The model fields of the adapters.
+FIELDS = ('lora_rank', 'lora_alpha', 'lora_dropout', 'lora_targets')
 SUFFIX = '_lora'
 # An adapter's parameters in '/'-joined paths (param_groups.py trains them; `merge` folds them).
 ADAPTER_PATH = re.compile(rf'{SUFFIX}/[ab]$')

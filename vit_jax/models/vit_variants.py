@@ -42,8 +42,9 @@ AXIAL = ('Axial-ViT-B_16', 'Axial-ViT-B_32')  # Appendix D.7's.
 _NAME = re.compile(
     r'^(?:(?P<hybrid>R50\+)|(?P<axial>Axial-))?ViT-(?P<size>[A-Za-z]+)_(?P<patch>[0-9]+)$'
 )
-# The ViT of config.init_from, a timm or transformers checkpoint: setup fills config.model's unset
-# fields with what the checkpoint fixes (run_dir.fill_from_checkpoint), so config.model has its sizes.
+# The model of config.init_from: setup fills config.model's unset fields with what a timm or
+# transformers checkpoint fixes, or sets the variant and fields of a vit_jax run
+# (warm_start.fill_from_checkpoint), so config.model has its sizes.
 FROM_CHECKPOINT = 'checkpoint'
 _SIZE_FIELDS = ('patch_size', 'hidden_size', 'num_layers', 'mlp_dim', 'num_heads')
 

@@ -23,7 +23,7 @@ import ml_collections
 from absl import flags
 from ml_collections import config_flags
 
-from vit_jax.checkpoints import run_dir, teacher as teacher_lib
+from vit_jax.checkpoints import teacher as teacher_lib, warm_start
 from vit_jax.models import variants
 from vit_jax.planning import chips, footprint, meshes
 from vit_jax.runtime import cli, config_files
@@ -153,7 +153,7 @@ def main(argv: list[str]) -> None:
           f'--num_classes={args.num_classes} must be at least 1 and '
           f'--suggestions={args.suggestions} at least 0'
       )
-    run_dir.fill_from_checkpoint(config)
+    warm_start.fill_from_checkpoint(config)
     model_config = variants.get_model_config(config.variant, config.model.to_dict())
     if config.flexi.patch_sizes:  # A FlexiViT step's costliest branch: its smallest patches.
       model_config = {**model_config, 'patch_size': min(config.flexi.patch_sizes)}

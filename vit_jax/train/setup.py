@@ -14,7 +14,7 @@ import optax
 from jax.sharding import Mesh
 
 from vit_jax import data, evaluators, sharding, tasks
-from vit_jax.checkpoints import run_dir
+from vit_jax.checkpoints import run_dir, warm_start
 from vit_jax.runtime import hf_hub
 from vit_jax.runtime import paths
 from vit_jax.train import best_checkpoint, field_checks, flexi, optim, param_groups
@@ -109,7 +109,7 @@ def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
   for each_task in tasks.TASKS.values():  # A typo in another task's fields is still a typo.
     each_task.check(config)
   field_checks.check_numbers(config)
-  run_dir.fill_from_checkpoint(config)
+  warm_start.fill_from_checkpoint(config)
   model_config = variants.get_model_config(config.variant, config.model.to_dict())
   family = variants.FAMILIES[variants.family(config.variant)]
   stride = family.input_stride(model_config)
@@ -195,7 +195,7 @@ def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
           f'config.{name}=True keeps part of the config.init_from checkpoint, which is unset: '
           f'set --config.init_from=PATH or --config.{name}=False'
       )
-  init_params = run_dir.load_init_params(config, model) if config.init_from else None
+  init_params = warm_start.load_init_params(config, model) if config.init_from else None
   teacher = teacher_lib.load_teacher(config, info.num_classes) if config.distill.teacher else None
   workdir = paths.absolute(workdir)
   paths.check_writable(workdir, config.storage_timeout_s)

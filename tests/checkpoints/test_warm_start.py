@@ -1,0 +1,151 @@
+"""config.variant='checkpoint' over a vit_jax run's workdir: the model of the run that trained the
+parameters, its variant and the fields that fix their function, not how it was trained."""
+
+import os
+
+import numpy as np
+import pytest
+
+import helpers
+from vit_jax import data, defaults
+from vit_jax.checkpoints import run_dir, warm_start
+from vit_jax.models import variants
+from vit_jax.train import setup as train_setup
+
+
+def _run(tmp_path, variant: str, **model) -> str:
+  """A run's directory as the loop leaves it, its config.json saying `variant` and `model`, with an
+  (empty) checkpoint of step 4: all that the model's fields are read from."""
+  workdir = tmp_path / 'run'
+  os.makedirs(workdir / 'checkpoints' / '4' / 'default')
+  config = defaults.get_config()
+  config.variant = variant
+  config.model.update(model)
+  run_dir.write_run_info(
+      str(workdir), config, data.DatasetInfo(num_classes=3, num_train=9, num_eval=3, class_names=())
+  )
+  return str(workdir)
+
+
+def _filled(init_from: str, **overrides):
+  config = defaults.get_config()
+  config.variant = 'checkpoint'
+  config.init_from = init_from
+  for key, value in overrides.items():
+    *parents, field = key.split('.')
+    node = config
+    for parent in parents:
+      node = node[parent]
+    node[field] = value
+  warm_start.fill_from_checkpoint(config)
+  return config
+
+
+@pytest.mark.parametrize(
+    'variant, model',
+    [
+        ('ViT-testing_4', {'hidden_size': 48, 'qk_norm': True, 'num_registers': 2}),
+        ('Axial-ViT-testing_4', {}),  # Its axial blocks are the name's alone.
+        ('R50+ViT-testing_16', {'resnet_layers': (1, 1, 1)}),
+        ('BiT-R50x1', {'resnet_width_factor': 0.5, 'resnet_layers': (1, 2, 1, 1)}),
+    ],
+)
+def test_a_workdir_gives_its_variant_and_the_model_its_parameters_compute(tmp_path, variant, model):
+  config = _filled(_run(tmp_path, variant, **model))
+  assert config.variant == variant
+  trained = variants.get_model_config(variant, model)
+  ours = variants.get_model_config(config.variant, config.model.to_dict())
+  assert {k: v for k, v in ours.items() if k != 'class_token'} == {
+      k: v for k, v in trained.items() if k != 'class_token'
+  }
+
+
+def test_a_step_directory_reads_as_its_workdir(tmp_path):
+  run = _run(tmp_path, 'ViT-testing_4', hidden_size=48)
+  config = _filled(os.path.join(run, 'checkpoints', '4'))
+  assert (config.variant, config.model.hidden_size) == ('ViT-testing_4', 48)
+
+
+def test_how_the_run_trained_is_the_fine_tunes_own_choice(tmp_path):
+  """Regularisation, kernels, scanning and adapters are not the parameters' function: the fine-tune's
+  own (unset: the variant's defaults), as its config says."""
+  run = _run(
+      tmp_path,
+      'ViT-testing_4',
+      dropout_rate=0.3,
+      drop_path_rate=0.2,
+      head_dropout_rate=0.1,
+      scan=True,
+      remat='nothing_saveable',
+      lora_rank=4,
+  )
+  config = _filled(run, **{'model.drop_path_rate': 0.05})
+  assert config.model.drop_path_rate == 0.05
+  for field in ('dropout_rate', 'head_dropout_rate', 'scan', 'remat', 'lora_rank', 'lora_alpha'):
+    assert config.model[field] is None, field
+
+
+def test_a_field_the_run_contradicts_is_a_one_line_error(tmp_path):
+  run = _run(tmp_path, 'ViT-testing_4', hidden_size=48)
+  with pytest.raises(
+      ValueError,
+      match=r'^config.model.hidden_size=64 contradicts config.init_from, whose hidden_size is 48: '
+      r"drop that setting \(config.variant='checkpoint' takes it from the checkpoint\), or load",
+  ):
+    _filled(run, **{'model.hidden_size': 64})
+
+
+def test_a_new_head_may_pool_a_class_token_run_otherwise(tmp_path):
+  """MAE's and BEiT's fine-tuning: the patches' mean of a class-token backbone, normalised after."""
+  run = _run(tmp_path, 'ViT-testing_4')  # classifier 'token': a class token, by its pooling.
+  gap = {'model.classifier': 'gap', 'model.fc_norm': True}
+  config = _filled(run, **gap)
+  assert (config.model.classifier, config.model.class_token, config.model.fc_norm) == (
+      'gap',
+      True,
+      True,
+  )
+  with pytest.raises(ValueError, match='set --config.keep_head=False for a new head that pools'):
+    _filled(run, keep_head=True, **gap)
+
+
+def test_a_directory_that_is_no_run_names_what_init_from_takes(tmp_path):
+  with pytest.raises(
+      ValueError,
+      match=r"^config.variant='checkpoint' builds the model of .* or the "
+      r'workdir of a vit_jax run, not .*: set --config.init_from, or name a variant',
+  ):
+    _filled(str(tmp_path))
+  (tmp_path / 'config.json').write_text('{}')  # A Hugging Face model's directory without weights.
+  with pytest.raises(
+      ValueError, match=r'has no checkpoints/ directory: pass the workdir of a vit_jax run that'
+  ):
+    _filled(str(tmp_path))
+
+
+def test_finetuning_a_workdir_starts_from_its_parameters_in_its_model(
+    tmp_path, data_dir, trained_tiny_run
+):
+  """The tiny run's sizes unset in the fine-tune's config: its model is the run's, and its parameters
+  all but the head are the run's."""
+  config = helpers.load_config(
+      'demo',
+      {
+          **helpers.TINY,
+          **helpers.UNSET_SIZES,
+          'variant': 'checkpoint',
+          'init_from': trained_tiny_run,
+          'data_dir': data_dir,
+          'total_steps': 2,
+      },
+  )
+  setup = train_setup.prepare(config, str(tmp_path / 'finetune'))
+  stored, _ = run_dir.load_run_info(trained_tiny_run)
+  assert setup.config.variant == stored.variant
+  assert setup.model_config['hidden_size'] == stored.model.hidden_size == 32
+  trained = helpers.flat_params(run_dir.load_params(trained_tiny_run)[0])
+  started = helpers.flat_params(setup.init_params)
+  assert set(started) == set(trained)
+  for name, value in trained.items():
+    if not name.startswith('head/'):  # A new head, as keep_head=False says.
+      np.testing.assert_array_equal(started[name], value, err_msg=name)

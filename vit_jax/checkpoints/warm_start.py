@@ -1,0 +1,123 @@
+"""What `config.init_from` gives a run: the model config.variant='checkpoint' reads from it
+(`fill_from_checkpoint`) and the parameters to start from, fitted to the run's model
+(`load_init_params`)."""
+
+import dataclasses
+import os
+from typing import Any, Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+from absl import logging
+from etils import epath
+
+from vit_jax.checkpoints import adapting, hub, run_dir, saved_state, state_dicts, torch_files
+
+from vit_jax.models import lora, pooling, variants, vit_variants
+from vit_jax.models.vit import has_class_token
+from vit_jax.runtime import paths
+
+
+def _missing_init_from(given: str, fix: str) -> str:
+  """The one-line error for a `config.init_from` that does not exist: the path as given and as
+  resolved, and `fix`, what to pass (a relative path's fix ends in how to pass it)."""
+  resolved = paths.absolute(given)
+  if given == resolved:
+    return f'config.init_from={given!r} does not exist: {fix}'
+  return (
+      f'config.init_from={given!r} does not exist: a relative path is taken from the current '
+      f'directory, here {os.getcwd()!r}, so it is {resolved!r}; {fix} by an absolute path, e.g. '
+      '--config.init_from=/abs/path/to/it, or run from the directory it is relative to'
+  )
+
+
+def _run_architecture(path: str, model_fields: Sequence[str]) -> tuple[str, dict[str, Any]]:
+  """The variant of the run at `path` and the fields among `model_fields` (config.model's) that fix
+  the function its parameters compute: not how it was trained (variants.RESUMABLE_FIELDS: dropout,
+  kernels, scanning), nor its adapters (a fine-tune chooses its own)."""
+  variant, model = run_dir.run_model(path)
+  if 'classifier' in model:  # A ViT's class token, where unset, is its pooling's.
+    model['class_token'] = has_class_token(model['classifier'], model['class_token'])
+  resumable = variants.RESUMABLE_FIELDS | set(lora.FIELDS)
+  return variant, {f: v for f, v in model.items() if f in model_fields and f not in resumable}
+
+
+def fill_from_checkpoint(config: ml_collections.ConfigDict) -> None:
+  """config.variant='checkpoint' (vit_variants.FROM_CHECKPOINT): sets config.model's unset fields to
+  the architecture of config.init_from, a timm, transformers or OpenCLIP ViT or an .npz ViT
+  (state_dicts.fill), or a vit_jax run (its variant too, any family's), so that the config, and the
+  run's config.json that export and predict rebuild the model from, hold it. Other variants are left
+  as they are."""
+  if config.variant != vit_variants.FROM_CHECKPOINT:
+    return
+  init_from = hub.local(config.init_from) if config.init_from else None
+  if init_from and not paths.is_url(init_from) and not os.path.exists(init_from):
+    raise ValueError(
+        _missing_init_from(
+            config.init_from,
+            "download the checkpoint there (the config file's docstring says from where) or pass it",
+        )
+    )
+  if init_from:
+    paths.check_reachable(init_from, config.storage_timeout_s, 'config.init_from')
+  if init_from and (torch_files.is_state_dict_path(init_from) or init_from.endswith('.npz')):
+    filled = state_dicts.fill(config.model.to_dict(), init_from, config.keep_head)
+  elif init_from and (
+      saved_state.is_step_dir(init_from) or (epath.Path(init_from) / 'config.json').exists()
+  ):  # A run's workdir or checkpoint.
+    config.variant, fixed = _run_architecture(init_from, list(config.model))
+    filled = state_dicts.fill_fields(config.model.to_dict(), fixed, config.keep_head)
+  else:
+    given = f'not {config.init_from!r}' if config.init_from else 'unset'
+    raise ValueError(
+        f"config.variant='{vit_variants.FROM_CHECKPOINT}' builds the model of config.init_from, "
+        'which must be a timm, Hugging Face transformers or OpenCLIP ViT (a .safetensors / .pth / '
+        '.bin file, or a directory holding model.safetensors), an .npz ViT (original or '
+        f'big_vision layout) or the workdir of a vit_jax run, {given}: set --config.init_from, or '
+        'name a variant (e.g. --config.variant=ViT-B_16)'
+    )
+  if not config.keep_pre_logits:  # Dropped, as the paper's fine-tuning drops it.
+    filled['representation_size'] = None
+  for field, value in filled.items():
+    if config.model[field] is None and value is not None:
+      config.model[field] = value
+  logging.info(
+      'Model from %s: %s',
+      config.init_from,
+      ', '.join(
+          [f'variant={config.variant}'] + [f'{k}={v}' for k, v in filled.items() if v is not None]
+      ),
+  )
+
+
+def load_init_params(config: ml_collections.ConfigDict, model: nn.Module) -> Any:
+  """The parameters of `config.init_from`, with head and position embeddings fitted to `model`."""
+  init_from = hub.local(config.init_from)
+  paths.check_reachable(init_from, config.storage_timeout_s, 'config.init_from')
+  # A missing workdir: a config file's relative init_from (configs/demo_finetune.py's) read from
+  # another directory would otherwise be "has no checkpoints/ directory", naming neither the field
+  # nor the directory it was read from. Missing files say so when loaded, with a download hint.
+  names_a_file = init_from.endswith('.npz') or torch_files.is_state_dict_path(init_from)
+  if not paths.is_url(init_from) and not names_a_file and not os.path.exists(init_from):
+    raise ValueError(_missing_init_from(config.init_from, 'pass the workdir of a vit_jax run'))
+  # The module's fields: a ViT's are checked against a timm or transformers checkpoint (a BiT has no
+  # heads: its checkpoints are .npz files and workdirs, which need none).
+  fields = {f.name: getattr(model, f.name) for f in dataclasses.fields(model)}
+  loaded, source = run_dir.load_params(init_from, fields, config.keep_head)
+  params, notes = adapting.adapt_params(
+      loaded,
+      adapting.param_shapes(model, config.image_size),
+      keep_head=config.keep_head,
+      keep_pre_logits=config.keep_pre_logits,
+      posemb_method=config.posemb_interpolation,
+      patch_method=config.patch_interpolation,
+      seed=config.seed,
+      # As the model draws its own from scratch (its width does not depend on the tokens).
+      draw_map_head=lambda: pooling.map_head(model).init(
+          jax.random.key(config.seed), jnp.zeros((1, 1, model.hidden_size))
+      )['params'],
+  )
+  logging.info('Initialising from %s: %s', config.init_from, '; '.join([source, *notes]))
+  return params

@@ -14,6 +14,11 @@ all three sizes) is config.mae's default; another is a one-line error naming the
 schedule is MAE's (batch 4096, lr 2.4e-3, 40 ImageNet epochs of warmup): set num_epochs and
 lr.warmup_steps for your data. Fine-tune the result as configs/mae_vit_b16_i1k.py's runs
 (docs/recipes.md).
+
+From an encoder alone (timm's vit_*_patch16_224.mae, another ViT's checkpoint, a vit_jax run's
+workdir), the decoder starts as a run from scratch with config.seed draws it: add
+--config.mae.decoder_posemb=sincos2d for fixed position embeddings there too (a learned one would
+start random and stay frozen).
 """
 
 from configs import mae_vit_b16_i1k

@@ -8,9 +8,9 @@ import pytest
 
 import helpers
 from vit_jax import data, defaults
-from vit_jax.checkpoints import run_dir, warm_start
+from vit_jax.checkpoints import checkpoint, run_dir, warm_start
 from vit_jax.models import variants
-from vit_jax.train import setup as train_setup
+from vit_jax.train import loop, setup as train_setup, state as train_state
 
 
 def _run(tmp_path, variant: str, **model) -> str:
@@ -149,3 +149,28 @@ def test_finetuning_a_workdir_starts_from_its_parameters_in_its_model(
   for name, value in trained.items():
     if not name.startswith('head/'):  # A new head, as keep_head=False says.
       np.testing.assert_array_equal(started[name], value, err_msg=name)
+
+
+@pytest.mark.parametrize('task', ['mae_demo', pytest.param('mpp_demo', marks=pytest.mark.slow)])
+def test_a_self_supervised_run_from_a_classifier_draws_its_own_layers_as_from_scratch(
+    tmp_path, data_dir, trained_tiny_run, task
+):
+  """Continuing self-supervised pretraining from a checkpoint without the task's layers (a classifier,
+  timm's encoder-only MAE weights): the encoder is the checkpoint's, MAE's decoder (MPP's head and
+  mask token) what a run from scratch with the same seed starts from."""
+  overrides = {**helpers.TINY, 'data_dir': data_dir, 'total_steps': 2}
+  config = helpers.load_config(
+      task,
+      {**overrides, **helpers.UNSET_SIZES, 'variant': 'checkpoint', 'init_from': trained_tiny_run},
+  )
+  setup = train_setup.prepare(config, str(tmp_path / 'continued'))
+  scratch = train_setup.prepare(helpers.load_config(task, overrides), str(tmp_path / 'scratch'))
+  state, _, _ = train_state.create_state(scratch, checkpoint.make_manager(scratch.workdir, keep=1))
+  drawn, started = helpers.flat_params(state.params), helpers.flat_params(setup.init_params)
+  trained = helpers.flat_params(run_dir.load_params(trained_tiny_run)[0])
+  own = ('decoder/',) if task == 'mae_demo' else ('mpp_head/', 'mask_token')
+  assert set(started) == set(drawn) and any(name.startswith(own) for name in started)
+  for name, value in started.items():
+    expected = drawn[name] if name.startswith(own) else trained[name]
+    np.testing.assert_array_equal(value, expected, err_msg=name)
+  assert np.isfinite(loop.train_and_evaluate(setup)['eval_loss'])

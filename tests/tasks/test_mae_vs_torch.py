@@ -212,6 +212,55 @@ def test_configs_mae_continue_resumes_the_pretraining_of_a_transformers_mae(tmp_
   )
 
 
+def test_configs_mae_continue_from_timms_encoder_alone_draws_the_decoder(
+    tmp_path, data_dir, caplog
+):
+  """timm's MAE weights (vit_*_patch16_224.mae) are the encoder alone: configs/mae_continue.py reads
+  it (variant='checkpoint') and starts the decoder as a run from scratch draws it, its position
+  embeddings fixed sin-cos ones; the encoder's, a tensor of the file, stays as it was."""
+  tiny = dict(img_size=IMAGE, patch_size=PATCH, embed_dim=32, depth=2, num_heads=HEADS)
+  reference = timm.create_model('vit_base_patch16_224.mae', num_classes=0, **tiny).eval()
+  timm.models.save_for_hf(reference, tmp_path / 'timm', safe_serialization=True)
+  timm_config = json.loads((tmp_path / 'timm' / 'config.json').read_text())
+  timm_config['model_args'] = {'num_heads': HEADS}  # What the tensors cannot show, as the hub's.
+  (tmp_path / 'timm' / 'config.json').write_text(json.dumps(timm_config))
+  overrides = {
+      **{k: v for k, v in helpers.TINY.items() if not k.startswith(('model.', 'variant'))},
+      'data_dir': data_dir,
+      'dataset': 'digits',
+      'train_split': 'train',
+      'eval_split': 'test',
+      'init_from': str(tmp_path / 'timm'),
+      'image_size': IMAGE,
+      'num_epochs': None,
+      'total_steps': 1,
+      'lr.warmup_steps': 0,
+      'dtype': 'float32',
+      'mae.decoder_hidden_size': 16,
+      'mae.decoder_num_layers': 1,
+      'mae.decoder_num_heads': DECODER_HEADS,
+      'mae.decoder_mlp_dim': 24,
+      'mae.decoder_posemb': 'sincos2d',
+  }
+  with caplog.at_level('INFO'):
+    setup = train_setup.prepare(
+        helpers.load_config('mae_continue', overrides), str(tmp_path / 'run')
+    )
+  assert 'drew decoder as a run from scratch draws them: the checkpoint has none' in caplog.text
+  np.testing.assert_array_equal(
+      setup.init_params['Transformer']['encoderblock_1']['MlpBlock_3']['Dense_0']['kernel'],
+      reference.blocks[1].mlp.fc1.weight.detach().numpy().T,
+  )
+  assert 'posembed_input' not in setup.init_params['decoder']['Transformer']  # Fixed sin-cos.
+  loop.train_and_evaluate(setup)
+  trained, _ = run_dir.load_params(str(tmp_path / 'run'))
+  posemb = lambda params: params['Transformer']['posembed_input']['pos_embedding']
+  np.testing.assert_array_equal(posemb(trained), posemb(setup.init_params))
+  assert not np.array_equal(
+      trained['decoder']['pred']['kernel'], setup.init_params['decoder']['pred']['kernel']
+  )
+
+
 @pytest.mark.parametrize(
     'field,value', [('decoder_num_layers', 3), ('decoder_num_heads', 4), ('decoder_mlp_dim', 32)]
 )

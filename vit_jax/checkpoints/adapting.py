@@ -44,6 +44,15 @@ def without_self_supervision(params: Mapping[str, Any]) -> dict[str, Any]:
   return {name: value for name, value in params.items() if name not in _SELF_SUPERVISION_ONLY}
 
 
+def _under(key: str, layer: str) -> bool:
+  """Whether a flattened parameter name is `layer` or one of its parameters."""
+  return key == layer or key.startswith(f'{layer}/')
+
+
+def _has(flat: Mapping[str, Any], layer: str) -> bool:
+  return any(_under(key, layer) for key in flat)
+
+
 def num_prefix_tokens(params: Mapping[str, Any]) -> int:
   """The tokens before the patches (the class, distillation and register tokens, which have no place
   on the grid) of a ViT's parameters, nested or flat: their top-level names say."""
@@ -116,6 +125,7 @@ def adapt_params(
     posemb_method: str = 'bilinear',
     patch_method: str = 'bilinear',
     draw_map_head: Optional[Callable[[], Any]] = None,
+    draw_params: Optional[Callable[[], Any]] = None,
     seed: int = 0,
 ) -> tuple[dict[str, Any], list[str]]:
   """Fits a loaded parameter tree to a model's tree (of arrays or `jax.ShapeDtypeStruct`s).
@@ -125,7 +135,9 @@ def adapt_params(
   that pools by attention and a checkpoint that does not); the pre-logits layer is dropped unless
   `keep_pre_logits` and the model has one; the position embeddings are resized to the model's grid.
   Low-rank adapters of the model (lora.py) that the checkpoint lacks are drawn from `seed`, their `b`
-  zeros, so the model starts as the checkpoint; a patch embedding of another patch size is resampled
+  zeros, so the model starts as the checkpoint; the layers of a self-supervised task (MAE's decoder,
+  MPP's head and mask token) that the checkpoint lacks are taken from `draw_params()`, the model's
+  parameters as a run from scratch draws them; a patch embedding of another patch size is resampled
   to the model's by `patch_method` (patch_resizing.py). Everything else must match exactly. Returns the
   fitted numpy tree and lines for the log saying what changed; raises ValueError naming the
   parameter on a mismatch.
@@ -183,11 +195,18 @@ def adapt_params(
     notes.extend(pooling_notes)
 
   for layer in _SELF_SUPERVISION_ONLY:
-    if any(k == layer or k.startswith(f'{layer}/') for k in params) and not any(
-        k == layer or k.startswith(f'{layer}/') for k in targets
-    ):
-      params = {k: v for k, v in params.items() if k != layer and not k.startswith(f'{layer}/')}
+    if _has(params, layer) and not _has(targets, layer):
+      params = {k: v for k, v in params.items() if not _under(k, layer)}
       notes.append(f'dropped {layer} (self-supervised pretraining only)')
+  missing = [
+      layer for layer in _SELF_SUPERVISION_ONLY if _has(targets, layer) and not _has(params, layer)
+  ]
+  if missing and draw_params is not None:
+    drawn = traverse_util.flatten_dict(draw_params(), sep='/')
+    params.update({k: v for k, v in drawn.items() if any(_under(k, layer) for layer in missing)})
+    notes.append(
+        f'drew {" and ".join(missing)} as a run from scratch draws them: the checkpoint has none'
+    )
 
   fresh = {k: t for k, t in targets.items() if lora.ADAPTER_PATH.search(k) and k not in params}
   if fresh:

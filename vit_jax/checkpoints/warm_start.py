@@ -3,6 +3,7 @@
 (`load_init_params`)."""
 
 import dataclasses
+import functools
 import os
 from typing import Any, Sequence
 
@@ -15,7 +16,7 @@ from etils import epath
 
 from vit_jax.checkpoints import adapting, hub, run_dir, saved_state, state_dicts, torch_files
 
-from vit_jax.models import lora, pooling, variants, vit_variants
+from vit_jax.models import inits, lora, pooling, variants, vit_variants
 from vit_jax.models.vit import has_class_token
 from vit_jax.runtime import paths
 
@@ -115,6 +116,11 @@ def load_init_params(config: ml_collections.ConfigDict, model: nn.Module) -> Any
       patch_method=config.patch_interpolation,
       seed=config.seed,
       # As the model draws its own from scratch (its width does not depend on the tokens).
+      draw_params=lambda: jax.device_get(
+          jax.jit(functools.partial(inits.fresh_params, model, config.image_size))(
+              jax.random.key(config.seed)
+          )
+      ),
       draw_map_head=lambda: pooling.map_head(model).init(
           jax.random.key(config.seed), jnp.zeros((1, 1, model.hidden_size))
       )['params'],

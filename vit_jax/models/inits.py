@@ -15,9 +15,12 @@ head starts random instead of zero: on small models and short schedules the two 
 
 from typing import Any, Callable, Optional
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 from flax import traverse_util
+
+from vit_jax.models import scan_layout
 
 Params = Any
 _STD = 0.02
@@ -85,3 +88,15 @@ def redraw(weight_init: str, params: Params, key: jax.Array) -> Params:
   """The freshly initialised `params` under the scheme `weight_init` (a key of WEIGHT_INITS)."""
   draw = WEIGHT_INITS[weight_init]
   return params if draw is None else draw(params, jax.random.fold_in(key, 1))
+
+
+def fresh_params(model: nn.Module, image_size: int, key: jax.Array) -> Params:
+  """The parameters a run from scratch starts from (`key`: jax.random.key(config.seed)), in the
+  checkpoints' per-block layout: the modules' initialisers, then the model's weight_init (`redraw`).
+  """
+  # Initialised as a loop of blocks even when scanned (a scan splits the key its own way): the fast
+  # paths change the speed of a run, never its results.
+  params = scan_layout.per_block(model).init(
+      {'params': key, 'mpp': key}, jnp.zeros((1, image_size, image_size, 3)), train=False
+  )['params']
+  return redraw(getattr(model, 'weight_init', 'original'), params, key)  # BiT has one way.

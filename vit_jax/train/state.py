@@ -46,12 +46,7 @@ def init_state(
 ) -> TrainState:
   """A fresh state in the checkpoint layout (per-block parameters); `frozen_labels`
   (`param_groups.labeller`) of the parameters, for the Polyak average of those that train."""
-  # Initialised as a loop of blocks even when scanned (a scan splits the key its own way): the fast
-  # paths change the speed of a run, never its results.
-  params = scan_layout.per_block(model).init(
-      {'params': key, 'mpp': key}, jnp.zeros((1, image_size, image_size, 3)), train=False
-  )['params']
-  params = inits.redraw(getattr(model, 'weight_init', 'original'), params, key)  # BiT has one way.
+  params = inits.fresh_params(model, image_size, key)
   return TrainState(
       step=jnp.zeros((), jnp.int32),
       params=params,

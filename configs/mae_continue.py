@@ -17,7 +17,7 @@ lr.warmup_steps for your data. Fine-tune the result as configs/mae_vit_b16_i1k.p
 
 From an encoder alone (timm's vit_*_patch16_224.mae, another ViT's checkpoint, a vit_jax run's
 workdir), the decoder starts as a run from scratch with config.seed draws it: add
---config.mae.decoder_posemb=sincos2d for fixed position embeddings there too (a learned one would
+--config.mae.decoder_posemb=sincos2d_mae for fixed position embeddings there too (a learned one would
 start random and stay frozen).
 """
 

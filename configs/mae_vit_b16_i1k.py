@@ -5,17 +5,17 @@ Autoencoders Are Scalable Vision Learners", Appendix A.1, Table 8): no labels ar
 pixels, each patch normalised by its own mean and standard deviation (norm_pix_loss). AdamW (0.9, 0.95),
 weight decay 0.05, batch 4096, learning rate 1.5e-4 x 4096 / 256 = 2.4e-3 after 40 warmup epochs, cosine
 decay, 1600 epochs (800 for the paper's ablations), random resized crops of 20-100% of the area and
-flips, no dropout, no gradient clipping, fixed 2-D sin-cos position embeddings in the encoder and the
-decoder. Ours differ in the sin-cos frequencies (big_vision's: 10000^(-k / (D/4 - 1)), MAE's
-10000^(-k / (D/4))) and the initialisation (model.weight_init='original': Xavier-uniform matrices,
-as MAE's, but a LeCun-normal patch embedding).
+flips, no dropout, no gradient clipping, MAE's fixed 2-D sin-cos position embeddings in the encoder
+and the decoder ('sincos2d_mae'). Ours differ in the initialisation (model.weight_init='original':
+Xavier-uniform matrices, as MAE's, but a LeCun-normal patch embedding).
 
   python -m vit_jax.main --config=configs/mae_vit_b16_i1k.py --workdir=gs://bucket/mae_b16
   python -m vit_jax.main --config=configs/finetune_layer_decay.py:mae --workdir=W \\
       --config.init_from=gs://bucket/mae_b16
 
 The fine-tuning (MAE's Table 9, 83.6% top-1 in 100 epochs from the paper's weights) keeps the
-encoder, whose model its variant='checkpoint' reads from the run, and drops the decoder. Its eval_loss is the reconstruction error of the validation images.
+encoder, whose model its variant='checkpoint' reads from the run, and drops the decoder. Its
+eval_loss is the reconstruction error of the validation images.
 """
 
 from vit_jax import defaults
@@ -36,7 +36,7 @@ def get_config():
   config.pp.flip = True
 
   config.variant = 'ViT-B_16'
-  config.model.posemb = 'sincos2d'
+  config.model.posemb = 'sincos2d_mae'
   config.dtype = 'bfloat16'
   config.label_smoothing = 0.0
   config.mae.mask_ratio = 0.75
@@ -45,7 +45,7 @@ def get_config():
   config.mae.decoder_num_layers = 8
   config.mae.decoder_num_heads = 16
   config.mae.decoder_mlp_dim = 2048
-  config.mae.decoder_posemb = 'sincos2d'
+  config.mae.decoder_posemb = 'sincos2d_mae'
 
   config.batch_size = _BATCH
   config.num_epochs = 1600.0

@@ -111,7 +111,7 @@ def get_config() -> ml_collections.ConfigDict:
           fc_norm=config_dict.placeholder(bool),
           final_norm=config_dict.placeholder(bool),
           # Position embeddings (the paper's Table 8): 'learn' (1-D) | 'learn2d' | 'sincos2d' (fixed,
-          # big_vision's) | 'relative' (a learned bias per head and offset in every block's attention) |
+          # big_vision's) | 'sincos2d_mae' (fixed, MAE's frequencies) | 'relative' (a learned bias per head and offset in every block's attention) |
           # 'none'; added at 'input' | 'every_layer' (each block its own) | 'shared_every_layer'.
           posemb=config_dict.placeholder(str),
           posemb_where=config_dict.placeholder(str),
@@ -257,12 +257,13 @@ def get_config() -> ml_collections.ConfigDict:
           # The targets: each patch's pixels normalised by their own mean and standard deviation.
           norm_pix_loss=True,
           # The decoder: MAE's 8 blocks of width 512 (its ablations' best), fixed 2-D sin-cos
-          # position embeddings ('sincos2d') or learned ones ('learn').
+          # position embeddings of MAE's frequencies ('sincos2d_mae'), big_vision's ('sincos2d') or
+          # learned ones ('learn').
           decoder_hidden_size=512,
           decoder_num_layers=8,
           decoder_num_heads=16,
           decoder_mlp_dim=2048,
-          decoder_posemb='sincos2d',
+          decoder_posemb='sincos2d_mae',
       )
   )
 

@@ -492,7 +492,10 @@ def test_the_safetensors_we_write_are_read_by_the_safetensors_package(tmp_path):
     'overrides,message',
     [
         ({'model.representation_size': 16}, "timm's VisionTransformer has no pre-logits layer"),
-        ({'model.posemb': 'sincos2d'}, 'no fixed sincos2d position embeddings'),
+        (
+            {'model.posemb': 'learn2d'},
+            r'as a tensor: learned 1-D ones .* not 2-D, relative or none',
+        ),
     ],
 )
 def test_what_timm_cannot_hold_is_said_and_not_written(overrides, message):
@@ -681,6 +684,9 @@ def test_an_mlp_activation_our_vit_has_not_is_a_one_line_error(tmp_path):
         (56, 488, {}),  # 56 * (488 / 56) = 487.99...
         (32, 64, {'model.layer_scale': 1e-5, 'model.num_registers': 2}),
         (32, 64, {'model.classifier': 'map'}),
+        # Fixed position embeddings, written as the tensor they are at the export's resolution.
+        (32, 64, {'model.posemb': 'sincos2d'}),
+        (32, 64, {'model.posemb': 'sincos2d_mae', 'model.num_registers': 2}),
     ],
 )
 def test_timms_config_we_write_builds_an_mlp_of_our_width(

@@ -328,7 +328,10 @@ def test_aimv2_in_apples_naming_loads_as_timm_loads_it(tmp_path):
   torch_files.write_safetensors(
       {k: v.numpy() for k, v in apple.items()}, str(directory / 'model.safetensors')
   )
-  with pytest.raises(ValueError, match=r'an AIMv2 of native resolution .* load one of a fixed'):
+  with pytest.raises(
+      ValueError,
+      match=r"an AIMv2 of native resolution in Apple's own naming, .* load its transformers files",
+  ):
     prepared_from_checkpoint(tmp_path / 'native', str(directory), SIZE)
   assert not (tmp_path / 'native').exists()
 

@@ -365,6 +365,12 @@ _FAMILIES = {
         _mean_of_tokens,
         {**_AIMV2_FIELDS, 'classifier': 'gap', 'key_bias': False},
     ),
+    # Of native resolution: MAE's sin-cos position embeddings of each image's grid, no tensor.
+    'aimv2_native': (
+        lambda: _aimv2(use_head=False, is_native=True),
+        _mean_of_tokens,
+        {**_AIMV2_FIELDS, 'classifier': 'gap', 'key_bias': False, 'posemb': 'sincos2d_mae'},
+    ),
     # With biases, and the LiT models' attention-pooling head: our MAP head.
     'aimv2_head_biases': (
         lambda: _aimv2(use_head=True, qkv_bias=True, mlp_bias=True),
@@ -569,13 +575,16 @@ def test_a_transformers_model_with_parts_ours_has_not_is_a_one_line_error(
   assert '\n' not in str(error.value)
 
 
-def test_a_native_resolution_aimv2_is_a_one_line_error(tmp_path):
-  """Its sin-cos position embeddings have no tensor; vit_jax's sincos2d spaces the frequencies
-  otherwise: neither the fields nor the weights are read as another function."""
-  randomize(_aimv2(use_head=False, is_native=True)).save_pretrained(tmp_path / 'native')
-  for read in (state_dicts.architecture, lambda path: state_dicts.load(path, {'num_heads': 2})):
-    with pytest.raises(ValueError, match=r'an AIMv2 of native resolution .* load one of a fixed'):
-      read(str(tmp_path / 'native'))
+@pytest.mark.parametrize('size', [IMAGE_SIZE, 2 * IMAGE_SIZE])
+def test_a_native_resolution_aimv2_is_maes_fixed_sin_cos_at_any_resolution(tmp_path, size):
+  """Its position embeddings have no tensor: transformers computes MAE's sin-cos table for each
+  image's grid, as model.posemb='sincos2d_mae' (read from the files) does."""
+  reference, path = _saved('aimv2_native', tmp_path / 'native')
+  assert state_dicts.architecture(path)['posemb'] == 'sincos2d_mae'
+  inputs = np.random.RandomState(1).uniform(-1, 1, (3, size, size, 3)).astype(np.float32)
+  features = ours(path, inputs=inputs, image_size=size, **_overrides(_FAMILIES['aimv2_native'][2]))
+  expected = _mean_of_tokens(torch_outputs(reference, inputs)).numpy()
+  np.testing.assert_allclose(features, expected, atol=1e-4 * np.abs(expected).max())
 
 
 def _whole(cls, config_cls, **vision) -> torch.nn.Module:

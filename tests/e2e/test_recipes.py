@@ -99,7 +99,7 @@ def test_an_mae_pretraining_fine_tunes_by_maes_layer_decay_recipe(data_dir, tmp_
       **helpers.UNSET_SIZES,
   )
   setup = train_setup.prepare(config, str(tmp_path / 'finetune'))
-  assert (setup.config.variant, setup.model_config['posemb']) == ('ViT-testing_4', 'sincos2d')
+  assert (setup.config.variant, setup.model_config['posemb']) == ('ViT-testing_4', 'sincos2d_mae')
   assert 'decoder' not in setup.init_params and 'fc_norm' in setup.init_params
   encoder, _ = run_dir.load_params(pretrain)
   np.testing.assert_array_equal(

@@ -106,6 +106,32 @@ def test_sincos2d_is_big_visions_formula(h, w, width):
   np.testing.assert_allclose(ours, _numpy_sincos_2d(h, w, width), atol=1e-5)
 
 
+def _maes_sincos_2d(h, w, width):
+  """facebookresearch/mae's util/pos_embed.py, its steps as written there (for an h x w grid): a
+  meshgrid of (columns, rows), each half of the channels the 1-D sin-cos of one of them, at
+  frequencies 1 / 10000^(k / (width / 4))."""
+
+  def one_d(dim, pos):
+    omega = 1.0 / 10000 ** (np.arange(dim // 2, dtype=np.float64) / (dim / 2.0))
+    out = np.einsum('m,d->md', pos.reshape(-1), omega)
+    return np.concatenate([np.sin(out), np.cos(out)], axis=1)
+
+  grid = np.stack(np.meshgrid(np.arange(w, dtype=np.float32), np.arange(h, dtype=np.float32)))
+  return np.concatenate([one_d(width // 2, grid[0]), one_d(width // 2, grid[1])], axis=1)[None]
+
+
+@pytest.mark.parametrize('h,w,width', [(4, 4, 32), (2, 3, 16), (7, 5, 64)])
+def test_sincos2d_mae_is_maes_own_code(h, w, width):
+  ours = posemb.posemb_sincos_2d(h, w, width, mae=True)
+  np.testing.assert_allclose(ours, _maes_sincos_2d(h, w, width), atol=1e-5)
+  assert not np.allclose(posemb.posemb_sincos_2d(h, w, width), ours, atol=1e-3)
+  model = posemb.POSEMBS['sincos2d_mae']()
+  tokens = np.zeros((1, 1 + h * w, width), np.float32)  # A class token's embedding is zero.
+  np.testing.assert_allclose(
+      model.apply({}, tokens, (h, w)), np.pad(ours, ((0, 0), (1, 0), (0, 0))), atol=0
+  )
+
+
 @pytest.mark.parametrize('classifier', ['token', 'gap'])
 def test_sincos2d_model_is_the_learned_one_with_those_embeddings(classifier):
   """On a 2x3 grid (8x12 images): rows first, and a zero embedding for the class token."""
@@ -234,7 +260,7 @@ def test_mpp_keeps_the_classifier_tree_with_fc_norm_and_sincos():
         ),
         (
             {'posemb': 'sincos'},
-            r"^Unknown model.posemb 'sincos': use one of learn, sincos2d, none, learn2d, relative$",
+            r"^Unknown model.posemb 'sincos': use one of learn, sincos2d, sincos2d_mae, none, learn2d, relative$",
         ),
         ({'drop_path_rate': 1.0}, r'^model.drop_path_rate=1.0 must be in \[0, 1\)'),
         ({'drop_path_rate': -0.1}, r'^model.drop_path_rate=-0.1 must be in \[0, 1\)'),
@@ -264,7 +290,14 @@ def test_model_config_presets_of_the_new_fields():
       0.0,
   )
   assert list(pooling.CLASSIFIERS) == ['token', 'gap', 'map', 'token_gap']
-  assert list(posemb.POSEMBS) == ['learn', 'sincos2d', 'none', 'learn2d', 'relative']
+  assert list(posemb.POSEMBS) == [
+      'learn',
+      'sincos2d',
+      'sincos2d_mae',
+      'none',
+      'learn2d',
+      'relative',
+  ]
   assert config['posemb_where'] == 'input' and list(posemb.POSEMB_WHERE) == [
       'input',
       'every_layer',

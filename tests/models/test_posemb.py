@@ -411,7 +411,7 @@ def test_fitted_to_grid_the_model_computes_what_resized_parameters_compute(overr
             {'posemb': 'none'},
             {'posemb': 'learn2d'},
             r'the checkpoint has no learned position embeddings; '
-            r'set --config.model.posemb=sincos2d \(or none\)',
+            r'set --config.model.posemb=sincos2d \(or sincos2d_mae, none\)',
         ),
     ],
 )

@@ -14,6 +14,7 @@ import safetensors.numpy
 import timm
 import torch
 import transformers
+from transformers.models.vit_mae import modeling_vit_mae
 
 import helpers
 from torch_references import randomize
@@ -120,6 +121,37 @@ def test_mae_matches_transformers_vitmae_for_pretraining(norm_pix_loss, mask_rat
       rtol=2e-4,
       atol=1e-6,
   )
+
+
+def _maes_table(config: transformers.ViTMAEConfig, width: int) -> torch.Tensor:
+  """The fixed sin-cos table transformers' ViTMAE gives an embedding of `width` (MAE's own)."""
+  embeddings = modeling_vit_mae.ViTMAEEmbeddings(
+      transformers.ViTMAEConfig(**{**config.to_dict(), 'hidden_size': width})
+  )
+  embeddings.patch_embeddings.projection._is_hf_initialized = False
+  embeddings.initialize_weights()
+  return embeddings.position_embeddings.detach()
+
+
+def test_sincos2d_mae_is_vitmaes_fixed_position_embeddings(tmp_path):
+  """The reference with MAE's fixed sin-cos tables in its encoder and decoder; our model of
+  posemb='sincos2d_mae' and decoder_posemb='sincos2d_mae', without those tensors, gives its loss."""
+  reference = _reference(True, 0.75)
+  with torch.no_grad():
+    reference.vit.embeddings.position_embeddings.copy_(_maes_table(reference.config, 32))
+    reference.decoder.decoder_pos_embed.copy_(_maes_table(reference.config, 16))
+  model, params = _ours(reference, tmp_path)
+  model = model.clone(posemb='sincos2d_mae', decoder_posemb='sincos2d_mae')
+  for part in (params, params['decoder']):
+    del part['Transformer']['posembed_input']
+  images, noise = _inputs()
+  loss, _ = _loss(model, params, images, noise, True)
+  expected = reference(
+      pixel_values=torch.tensor(images.transpose(0, 3, 1, 2)), noise=torch.tensor(noise)
+  ).loss.item()
+  np.testing.assert_allclose(loss, expected, rtol=1e-5)
+  big_vision = model.clone(posemb='sincos2d', decoder_posemb='sincos2d')
+  assert abs(_loss(big_vision, params, images, noise, True)[0] - expected) > 1e-3
 
 
 def test_the_task_loss_is_the_reference_loss_of_its_drawn_noise(tmp_path):
@@ -240,7 +272,7 @@ def test_configs_mae_continue_from_timms_encoder_alone_draws_the_decoder(
       'mae.decoder_num_layers': 1,
       'mae.decoder_num_heads': DECODER_HEADS,
       'mae.decoder_mlp_dim': 24,
-      'mae.decoder_posemb': 'sincos2d',
+      'mae.decoder_posemb': 'sincos2d_mae',
   }
   with caplog.at_level('INFO'):
     setup = train_setup.prepare(

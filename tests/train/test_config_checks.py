@@ -260,8 +260,8 @@ INVALID = {
     'distill.teacher': (
         '/nonexistent/run',
         {},
-        r"config\.distill\.teacher='/nonexistent/run': /nonexistent/run/config\.json is missing: "
-        r"is '/nonexistent/run' the --workdir of a vit_jax run\?$",
+        r"config\.distill\.teacher='/nonexistent/run': '/nonexistent/run' has no checkpoints/ "
+        r'directory: pass the workdir of a vit_jax run that has saved a checkpoint$',
     ),
     # Without a teacher the other distill fields would do nothing (their ranges: test_distillation).
     'distill.kind': ('kl', {}, r"config\.distill\.kind='kl' has no teacher to distil from"),
@@ -461,7 +461,7 @@ ALSO_INVALID = {
     ),
     'mae with a sin-cos decoder of odd width': (
         {**MAE, 'mae.decoder_hidden_size': 18, 'mae.decoder_num_heads': 2},
-        r"^config\.mae\.decoder_posemb='sincos2d' needs a config\.mae\.decoder_hidden_size",
+        r"^config\.mae\.decoder_posemb='sincos2d_mae' needs a config\.mae\.decoder_hidden_size",
     ),
     'misspelt field': (
         {'lr.warmup': 5},

@@ -5,13 +5,13 @@ reads them as timm's aimv2 architectures (RMSNorms, of the patch embeddings too,
 biases, GAP); their config.json, Apple's, says its heads and epsilon as that architecture's
 model_args (`timm_config`), and the preprocessor_config.json beside them the normalisation.
 
-A native-resolution AIMv2 (computed sin-cos position embeddings, no `preprocessor.pos_embed`) is
-transformers_aimv2.py's one-line error.
+A native-resolution AIMv2 in this naming (computed sin-cos position embeddings, no
+`preprocessor.pos_embed`) is a one-line error: its transformers files (transformers_aimv2.py) load.
 """
 
 from typing import Any, Mapping
 
-from vit_jax.checkpoints import torch_names, transformers_aimv2
+from vit_jax.checkpoints import torch_names
 from vit_jax.checkpoints.torch_files import StateDict
 
 # (Apple's, timm's) parts of the names, replaced in this order (timm's): the MLP's fc1 is SwiGLU's
@@ -39,7 +39,10 @@ def recognises(state_dict: StateDict) -> bool:
 def timm_names(state_dict: StateDict, source: str) -> StateDict:
   """The state dict in the names of timm's VisionTransformer."""
   if 'preprocessor.pos_embed' not in state_dict:
-    raise transformers_aimv2.native_resolution(source)
+    raise ValueError(
+        f"{source}: an AIMv2 of native resolution in Apple's own naming, which timm does not "
+        "read: load its transformers files (the hub's current revision of the repository)"
+    )
   renamed = {}
   for name, tensor in state_dict.items():
     renamed[torch_names.replaced(name, _RENAMED)] = tensor

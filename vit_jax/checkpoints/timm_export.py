@@ -8,8 +8,11 @@ model arguments of our fields (timm_export_args.py) and the eval crop as timm's 
 import math
 from typing import Any, Mapping, Optional
 
-from vit_jax.checkpoints import timm_export_args, timm_export_beit, timm_export_tensors
+import numpy as np
+
+from vit_jax.checkpoints import adapting, timm_export_args, timm_export_beit, timm_export_tensors
 from vit_jax.checkpoints.torch_files import StateDict
+from vit_jax.models import posemb
 
 # The model_args of each timm class an export builds (timm_export_args.timm_class), by the class.
 ARGUMENTS = {
@@ -42,6 +45,19 @@ def eval_crop(pp_eval: Mapping[str, Any], image_size: int) -> dict[str, Any]:
   return {'crop_pct': crop_pct, 'crop_mode': 'center'}
 
 
+def _fixed_posemb_as_tensor(
+    params: Any, model: Mapping[str, Any], image_size: int
+) -> tuple[Any, dict[str, Any]]:
+  """The parameters and model of learned position embeddings holding the fixed sin-cos ones of
+  `image_size`'s grid, zero for the prefix tokens (as MAE's published weights hold theirs): the same
+  function at that size, which timm's VisionTransformer computes."""
+  grid = image_size // model['patch_size']
+  tokens = np.zeros((1, adapting.num_prefix_tokens(params) + grid * grid, model['hidden_size']))
+  table = posemb.POSEMBS[model['posemb']]().apply({}, tokens.astype(np.float32), (grid, grid))
+  encoder = {**params['Transformer'], 'posembed_input': {'pos_embedding': np.asarray(table)}}
+  return {**params, 'Transformer': encoder}, {**model, 'posemb': 'learn'}
+
+
 def export(
     params: Any,
     model: Mapping[str, Any],
@@ -56,8 +72,9 @@ def export(
   [-1, 1]: mean = std = 0.5. Its preprocessing is the run's `pp_eval` (`eval_crop`), resized with
   PIL's bilinear filter, which always antialiases: pp_eval.antialias=True's resize (without it, a
   shrunk image differs) of the image decoded at its full size (with pp_eval.reducing_gap, a JPEG
-  far larger than the crop differs by its reduced decoding). What timm's class cannot compute is a
-  one-line ValueError."""
+  far larger than the crop differs by its reduced decoding). Fixed sin-cos position embeddings are
+  written as the tensor they are at `image_size`. What timm's class cannot compute is a one-line
+  ValueError."""
   pools = timm_export_args.GLOBAL_POOLS
   if model['classifier'] not in pools:
     raise ValueError(
@@ -69,6 +86,8 @@ def export(
         "timm's ViTs add position embeddings only at the input "
         f"(model.posemb_where={model['posemb_where']})"
     )
+  if model['posemb'] in posemb.SINCOS:
+    params, model = _fixed_posemb_as_tensor(params, model, image_size)
   cls = timm_export_args.timm_class(model)
   architecture, model_args = ARGUMENTS[cls](model)
   pretrained_cfg = {

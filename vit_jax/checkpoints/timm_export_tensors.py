@@ -34,8 +34,8 @@ def to_state_dict(params: Any, cls: str = 'vision_transformer') -> StateDict:
     raise ValueError("timm's VisionTransformer has no axial blocks (Axial-ViT)")
   if 'Transformer/posembed_input/pos_embedding' not in flat and not eva:
     raise ValueError(
-        "timm's VisionTransformer has no fixed sincos2d position embeddings, nor 2-D, "
-        'relative or none (model.posemb): only learned 1-D ones'
+        "timm's VisionTransformer holds its position embeddings as a tensor: learned 1-D ones "
+        '(or fixed ones, which timm_export.export writes), not 2-D, relative or none (model.posemb)'
     )
   d = flat['embedding/kernel'].shape[-1]
   out = {'patch_embed.proj.weight': flat.pop('embedding/kernel').transpose(3, 2, 0, 1)}

@@ -12,7 +12,7 @@
   unprojected, over the tokens' key and value projections, then `output_proj`: our MAP head with the
   identity as its query projection and an MLP of zeros, since AIMv2's head has none to add.
 - Its native-resolution models (is_native: fixed sin-cos embeddings of each image's grid, with no
-  tensor in the file) are a one-line error: vit_jax's sincos2d spaces the frequencies otherwise.
+  tensor in the file) are model.posemb='sincos2d_mae': MAE's frequencies and layout, columns first.
 """
 
 from typing import Any, Mapping
@@ -33,21 +33,6 @@ _BLOCKS = parts.Blocks(
     ('ffn.gate_proj', 'ffn.up_proj', 'ffn.down_proj'),
     biases_optional=True,
 )
-
-
-def native_resolution(source: str) -> ValueError:
-  """The one-line error of an AIMv2 of native resolution (its file, of either naming, has no
-  position embeddings)."""
-  return ValueError(
-      f'{source}: an AIMv2 of native resolution (is_native: fixed sin-cos position embeddings of '
-      "each image's grid, spaced unlike vit_jax's sincos2d): load one of a fixed resolution, "
-      'e.g. apple/aimv2-large-patch14-224'
-  )
-
-
-def _check_positions(state_dict: StateDict, source: str) -> None:
-  if _POSITIONS not in state_dict:
-    raise native_resolution(source)
 
 
 def _head(r: torch_names.Reader, num_heads: int, mlp_dim: int) -> dict[str, np.ndarray]:
@@ -78,23 +63,25 @@ def _head(r: torch_names.Reader, num_heads: int, mlp_dim: int) -> dict[str, np.n
 
 
 def _tree(r: torch_names.Reader, state_dict: StateDict, num_heads: int, source: str):
-  _check_positions(state_dict, source)
+  del source
   tree = {
       **parts.patches(r, _PATCHES),
       **r.norm('embeddings.rms_norm', 'embedding_norm'),
-      parts.POSEMB: r.take(_POSITIONS)[None],
       **_BLOCKS.tree(r, state_dict, num_heads),
       **r.norm('rms_norm', torch_names.ENCODER_NORM),
   }
+  if r.has(_POSITIONS):  # Else of native resolution: fixed ones.
+    tree[parts.POSEMB] = r.take(_POSITIONS)[None]
   if r.has('head.cls_token'):
     tree.update(_head(r, num_heads, _BLOCKS.mlp_dim(state_dict)))
   return tree
 
 
 def _fields(state_dict: StateDict, config: Mapping[str, Any], path: str) -> dict[str, Any]:
-  del config
-  _check_positions(state_dict, path)
+  del config, path
+  native = {} if _POSITIONS in state_dict else {'posemb': 'sincos2d_mae'}
   return {
+      **native,
       **parts.sizes(state_dict, _PATCHES, _BLOCKS),
       'classifier': 'map' if 'head.cls_token' in state_dict else 'gap',
       'class_token': False,

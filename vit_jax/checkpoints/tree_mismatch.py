@@ -32,7 +32,10 @@ def _posemb_kind(flat: dict[str, Any]) -> tuple[str, str]:
   a model with them)."""
   names = [k for k in flat if posemb_resizing.POSEMB_PARAM.search(k)]
   if not names:
-    return 'no learned position embeddings', '--config.model.posemb=sincos2d (or none)'
+    return (
+        'no learned position embeddings',
+        '--config.model.posemb=sincos2d (or sincos2d_mae, none)',
+    )
   if any('relative_posemb/' in k for k in names):
     return 'relative position embeddings', '--config.model.posemb=relative'
   two_d = any(posemb_resizing.POSEMB_AXIS.search(k) for k in names)

@@ -61,7 +61,7 @@ class MaeDecoder(nn.Module):
   num_layers: int
   num_heads: int
   mlp_dim: int
-  # A key of posemb.POSEMBS added at its input: fixed 'sincos2d' (as MAE's), or 'learn'.
+  # A key of posemb.POSEMBS added at its input: fixed 'sincos2d_mae' (MAE's), 'sincos2d', or 'learn'.
   posemb: str
   num_prefix_tokens: int
   out_features: int

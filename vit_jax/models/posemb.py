@@ -9,6 +9,8 @@ Kinds. Each added one is a module called with the tokens [b, prefix + h * w, D] 
               column c gets concat(X[c], Y[r]). The class token gets its own learned `prefix_embedding`
               (1, D), as in 1-D: at every layer it is not redundant with the learned `cls`.
   'sincos2d'  fixed 2-D sin-cos (big_vision's), no parameters.
+  'sincos2d_mae'  the same with MAE's frequencies (MAE's, I-JEPA's, a native-resolution AIMv2's;
+              transformers' ViTMAE): no parameters.
   'none'      nothing: the encoder sees the patches as a set.
   'relative'  a learned bias per head for each relative offset (dy, dx) between query and key patches,
               added to every block's attention logits (each block has its own `relative_posemb`; the
@@ -22,6 +24,7 @@ take 'input' (Table 8's N/A cells).
 """
 
 import contextlib
+import functools
 from typing import Callable, Iterator, Optional
 
 import flax.linen as nn
@@ -33,19 +36,23 @@ from vit_jax.checkpoints import posemb_resizing
 _INIT = nn.initializers.normal(stddev=0.02)
 
 
-def posemb_sincos_2d(h: int, w: int, width: int, temperature: float = 10_000.0) -> jnp.ndarray:
+def posemb_sincos_2d(
+    h: int, w: int, width: int, temperature: float = 10_000.0, *, mae: bool = False
+) -> jnp.ndarray:
   """big_vision's fixed 2-D position embeddings (MoCo v3): float32 (1, h * w, width), rows first.
 
   A quarter of the channels each is sin(x w_k), cos(x w_k), sin(y w_k), cos(y w_k), for the column x,
-  the row y and w_k = temperature^(-k / (width / 4 - 1)), k < width / 4.
+  the row y and w_k = temperature^(-k / (width / 4 - 1)), k < width / 4; `mae`: MAE's
+  temperature^(-k / (width / 4)), which its code lays out the same way (its "h" half is the columns').
   """
-  if width % 4 or width < 8:
+  quarter = width // 4
+  if width % 4 or quarter < (1 if mae else 2):
     raise ValueError(
-        f'sincos2d position embeddings need a width that is a multiple of 4 (at least 8), '
-        f'got {width}'
+        f'sin-cos position embeddings need a width that is a multiple of 4 (at least '
+        f'{4 if mae else 8}), got {width}'
     )
   y, x = jnp.mgrid[:h, :w]
-  omega = 1.0 / temperature ** (jnp.arange(width // 4) / (width // 4 - 1))
+  omega = 1.0 / temperature ** (jnp.arange(quarter) / (quarter if mae else quarter - 1))
   y = jnp.einsum('m,d->md', y.flatten(), omega)
   x = jnp.einsum('m,d->md', x.flatten(), omega)
   return jnp.concatenate([jnp.sin(x), jnp.cos(x), jnp.sin(y), jnp.cos(y)], axis=1)[None]
@@ -149,16 +156,18 @@ class Add2DPositionEmbs(nn.Module):
 
 
 class AddSincosPositionEmbs(nn.Module):
-  """Adds `posemb_sincos_2d` to the patch tokens.
+  """Adds `posemb_sincos_2d` (of MAE's frequencies with `mae`) to the patch tokens.
 
   A class token gets a zero embedding (as MAE and timm do): big_vision adds the embeddings before
   prepending its class token, which is the same.
   """
 
+  mae: bool = False
+
   @nn.compact
   def __call__(self, inputs: jnp.ndarray, grid: tuple[int, int]) -> jnp.ndarray:
     h, w = grid
-    posemb = posemb_sincos_2d(h, w, inputs.shape[-1])
+    posemb = posemb_sincos_2d(h, w, inputs.shape[-1], mae=self.mae)
     posemb = jnp.pad(posemb, ((0, 0), (inputs.shape[1] - h * w, 0), (0, 0)))
     return inputs + posemb.astype(inputs.dtype)
 
@@ -222,12 +231,14 @@ class RelativePositionBias(nn.Module):
 POSEMBS = {
     'learn': AddPositionEmbs,
     'sincos2d': AddSincosPositionEmbs,
+    'sincos2d_mae': functools.partial(AddSincosPositionEmbs, mae=True),
     'none': NoPositionEmbs,
     'learn2d': Add2DPositionEmbs,
     'relative': RelativePositionBias,
 }
 # model.posemb_where -> the kinds that can enter there: only added embeddings enter at every layer.
-_ADDED = ('learn', 'sincos2d', 'learn2d')
+_ADDED = ('learn', 'sincos2d', 'sincos2d_mae', 'learn2d')
+SINCOS = ('sincos2d', 'sincos2d_mae')  # Fixed: no parameters, any grid.
 POSEMB_WHERE = {'input': tuple(POSEMBS), 'every_layer': _ADDED, 'shared_every_layer': _ADDED}
 # Tensor parallelism (see encoder.TENSOR_RULES): the relative biases split over heads like the
 # attention whose logits they join.

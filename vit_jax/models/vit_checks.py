@@ -11,7 +11,7 @@ from vit_jax.models.fp8 import MATMULS
 from vit_jax.models.inits import WEIGHT_INITS
 from vit_jax.models.norms import NORM_LAYERS
 from vit_jax.models.pooling import CLASS_TOKEN_POOLINGS, CLASSIFIERS
-from vit_jax.models.posemb import POSEMB_WHERE, POSEMBS
+from vit_jax.models.posemb import POSEMB_WHERE, POSEMBS, SINCOS
 from vit_jax.models.vit import has_class_token
 
 # Fast paths (encoder.py; the attention kernels are the keys of attention.ATTENTION_FNS). The remat
@@ -70,7 +70,7 @@ def _check_axial(model: dict[str, Any]) -> None:
           'False: a class token is in no row or column',
       ),
       'posemb_where': (model['posemb_where'] != 'input', 'input'),
-      'posemb': (model['posemb'] == 'relative', 'learn (or learn2d, sincos2d, none)'),
+      'posemb': (model['posemb'] == 'relative', 'learn (or learn2d, sincos2d, sincos2d_mae, none)'),
       'drop_path_rate': (
           model['drop_path_rate'] > 0,
           '0: stochastic depth would drop rows, not images',
@@ -232,10 +232,10 @@ def _check_fields(model: dict[str, Any]) -> None:
     )
   if model['posemb'] not in POSEMBS:
     raise ValueError(f"Unknown model.posemb {model['posemb']!r}: use one of {', '.join(POSEMBS)}")
-  if model['posemb'] == 'sincos2d' and (model['hidden_size'] % 4 or model['hidden_size'] < 8):
+  if model['posemb'] in SINCOS and (model['hidden_size'] % 4 or model['hidden_size'] < 8):
     raise ValueError(
         f"model.hidden_size={model['hidden_size']} must be a multiple of 4 (at least 8) "
-        "for model.posemb='sincos2d': change it or set --config.model.posemb=learn"
+        f"for model.posemb='{model['posemb']}': change it or set --config.model.posemb=learn"
     )
   if model['posemb'] == 'learn2d' and model['hidden_size'] % 2:
     raise ValueError(

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import ml_collections
 
 from vit_jax.data import on_device
+from vit_jax.models import posemb
 from vit_jax.models.mae import MaskedAutoencoder, patch_pixels, pixels_image, visible_patches
 from vit_jax.models.mpp import backbone_fields
 from vit_jax.tasks import classification, mpp, self_supervised
@@ -26,7 +27,7 @@ MIN_CLASSES = 1
 METRICS = ('loss',)
 
 # The position embeddings the decoder may add at its input.
-DECODER_POSEMBS = ('sincos2d', 'learn')
+DECODER_POSEMBS = ('sincos2d', 'sincos2d_mae', 'learn')
 _DECODER_SIZES = (
     'decoder_hidden_size',
     'decoder_num_layers',
@@ -52,12 +53,12 @@ def check(config: ml_collections.ConfigDict) -> None:
         f'Unknown config.mae.decoder_posemb {mae.decoder_posemb!r}: use one of '
         f'{", ".join(DECODER_POSEMBS)}'
     )
-  if mae.decoder_posemb == 'sincos2d' and (
+  if mae.decoder_posemb in posemb.SINCOS and (
       mae.decoder_hidden_size % 4 or mae.decoder_hidden_size < 8
   ):
     raise ValueError(
-        f"config.mae.decoder_posemb='sincos2d' needs a config.mae.decoder_hidden_size that is a "
-        f'multiple of 4 (at least 8), got {mae.decoder_hidden_size}'
+        f"config.mae.decoder_posemb='{mae.decoder_posemb}' needs a config.mae.decoder_hidden_size "
+        f'that is a multiple of 4 (at least 8), got {mae.decoder_hidden_size}'
     )
   # Every task checks every config; the rest is for this task's runs.
   if not self_supervised.check(config, 'mae', 'the masked autoencoder'):

@@ -214,10 +214,10 @@ def write_files(predictions: Predictions, out: str, threshold: float = 0.5) -> l
 
 def _picture(confusion: np.ndarray, names: list[str]) -> bytes:
   """The confusion matrix, each row as shares of its class's examples, as a PNG."""
-  import matplotlib  # pylint: disable=g-import-not-at-top
+  # Here, not at the top: matplotlib is loaded only to draw.
+  from vit_jax.tools import figures  # pylint: disable=g-import-not-at-top
 
-  matplotlib.use('Agg')  # Files only: no display needed.
-  from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
+  plt = figures.plt
 
   shares = confusion / np.maximum(confusion.sum(1, keepdims=True), 1)
   size = 3 + 0.25 * len(names)
@@ -229,10 +229,7 @@ def _picture(confusion: np.ndarray, names: list[str]) -> bytes:
   axes.set_ylabel('true class')
   figure.colorbar(image, ax=axes, label="share of the class's examples")
   figure.tight_layout()
-  png = io.BytesIO()
-  figure.savefig(png, format='png', dpi=100)
-  plt.close(figure)
-  return png.getvalue()
+  return figures.png(figure)
 
 
 def _define_flags() -> None:

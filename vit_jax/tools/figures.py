@@ -1,5 +1,5 @@
-"""The plotting of vit_jax.tools.pictures: tiles laid out in a mosaic, a panel, a figure written as a
-PNG (local or on cloud storage)."""
+"""The tools' plotting: tiles laid out in a mosaic, a panel (pictures), a figure as a PNG's bytes
+(report, scaling, confusion) or written as a PNG, local or on cloud storage."""
 
 import io
 from typing import Any
@@ -29,10 +29,16 @@ def show(ax: Any, picture: np.ndarray, title: str, **kwargs: Any) -> None:
   ax.axis('off')
 
 
-def save_png(fig: Any, path: str) -> str:
-  """Writes `fig` as a PNG to `path`, local or on cloud storage (matplotlib writes only local files)."""
-  png = io.BytesIO()
-  fig.savefig(png, format='png', dpi=100, bbox_inches='tight')
+def png(fig: Any, dpi: int = 100, tight: bool = False) -> bytes:
+  """`fig` as a PNG's bytes (`tight`: cropped to what it draws), and closed: what the tools write, to
+  cloud storage too (matplotlib writes only local files), and embed in their HTML."""
+  buffer = io.BytesIO()
+  fig.savefig(buffer, format='png', dpi=dpi, bbox_inches='tight' if tight else None)
   plt.close(fig)
-  epath.Path(path).write_bytes(png.getvalue())
+  return buffer.getvalue()
+
+
+def save_png(fig: Any, path: str) -> str:
+  """Writes `fig`, cropped, as a PNG to `path`, local or on cloud storage."""
+  epath.Path(path).write_bytes(png(fig, tight=True))
   return path

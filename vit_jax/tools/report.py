@@ -22,7 +22,6 @@ if __name__ == '__main__':  # Before anything loads TensorFlow (epath does, for 
 
 import base64
 import html
-import io
 import json
 import math
 from typing import Any, Sequence
@@ -35,6 +34,7 @@ matplotlib.use('Agg')  # Files only: no display needed.
 from matplotlib import pyplot as plt, ticker  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from vit_jax.runtime import cli  # pylint: disable=g-import-not-at-top,wrong-import-position
+from vit_jax.tools import figures  # pylint: disable=g-import-not-at-top,wrong-import-position
 from vit_jax.tools.runs import Run, eval_metrics, find_runs, load_run  # pylint: disable=g-import-not-at-top,wrong-import-position
 from vit_jax.train import events  # pylint: disable=g-import-not-at-top,wrong-import-position
 
@@ -121,10 +121,7 @@ def plot(runs: Sequence[Run], tags: Sequence[str]) -> bytes:
   fig.legend(
       list(lines.values()), list(lines), loc='outside lower center', ncol=columns, frameon=False
   )
-  buffer = io.BytesIO()
-  fig.savefig(buffer, format='png', dpi=DPI)
-  plt.close(fig)
-  return buffer.getvalue()
+  return figures.png(fig, DPI)
 
 
 def _cell(value: Any) -> str:

@@ -17,7 +17,6 @@ if __name__ == '__main__':  # Before anything loads TensorFlow (epath does, for 
   quiet.quiet_tensorflow()
 
 import dataclasses
-import io
 import json
 from typing import Any, Sequence
 
@@ -30,6 +29,7 @@ from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top,wron
 
 from vit_jax.planning import chips  # pylint: disable=g-import-not-at-top,wrong-import-position
 from vit_jax.runtime import cli  # pylint: disable=g-import-not-at-top,wrong-import-position
+from vit_jax.tools import figures  # pylint: disable=g-import-not-at-top,wrong-import-position
 from vit_jax.tools.runs import Run, eval_metrics, find_runs, load_run  # pylint: disable=g-import-not-at-top,wrong-import-position
 from vit_jax.models import variants, vit_variants  # pylint: disable=g-import-not-at-top,wrong-import-position
 
@@ -152,10 +152,7 @@ def plot(found: Sequence[Point], metric: str) -> bytes:
   ax.margins(x=0.15)  # Room for the rightmost point's name.
   ax.grid(alpha=0.3, which='both')
   ax.legend(frameon=False)
-  buffer = io.BytesIO()
-  fig.savefig(buffer, format='png', dpi=DPI)
-  plt.close(fig)
-  return buffer.getvalue()
+  return figures.png(fig, DPI)
 
 
 def scaling(roots: Sequence[str], out: str, metric: str) -> tuple[str, list[str]]:

@@ -48,6 +48,13 @@ def _filled(init_from: str, **overrides):
         ('Axial-ViT-testing_4', {}),  # Its axial blocks are the name's alone.
         ('R50+ViT-testing_16', {'resnet_layers': (1, 1, 1)}),
         ('BiT-R50x1', {'resnet_width_factor': 0.5, 'resnet_layers': (1, 2, 1, 1)}),
+        # A run that was itself fine-tuned from a timm or transformers checkpoint.
+        (
+            'checkpoint',
+            dict(
+                patch_size=4, hidden_size=48, num_layers=2, mlp_dim=64, num_heads=2, layer_scale=0.1
+            ),
+        ),
     ],
 )
 def test_a_workdir_gives_its_variant_and_the_model_its_parameters_compute(tmp_path, variant, model):

@@ -15,7 +15,6 @@ from absl import logging
 from etils import epath
 
 from vit_jax.checkpoints import adapting, hub, run_dir, saved_state, state_dicts, torch_files
-
 from vit_jax.models import inits, lora, pooling, variants, vit_variants
 from vit_jax.models.vit import has_class_token
 from vit_jax.runtime import paths
@@ -116,14 +115,15 @@ def load_init_params(config: ml_collections.ConfigDict, model: nn.Module) -> Any
       patch_method=config.patch_interpolation,
       seed=config.seed,
       # As the model draws its own from scratch (its width does not depend on the tokens).
+      draw_map_head=lambda: pooling.map_head(model).init(
+          jax.random.key(config.seed), jnp.zeros((1, 1, model.hidden_size))
+      )['params'],
+      # A run from scratch with this seed: a self-supervised task's layers (MAE's decoder) from it.
       draw_params=lambda: jax.device_get(
           jax.jit(functools.partial(inits.fresh_params, model, config.image_size))(
               jax.random.key(config.seed)
           )
       ),
-      draw_map_head=lambda: pooling.map_head(model).init(
-          jax.random.key(config.seed), jnp.zeros((1, 1, model.hidden_size))
-      )['params'],
   )
   logging.info('Initialising from %s: %s', config.init_from, '; '.join([source, *notes]))
   return params

@@ -146,6 +146,42 @@ def test_peft_loads_a_runs_adapters_over_the_timm_checkpoint_it_started_from(
   np.testing.assert_allclose(np.asarray(ours), expected, atol=1e-4)
 
 
+def test_peft_loads_an_mae_runs_encoder_adapters_over_timms_encoder_it_started_from(
+    tmp_path, data_dir
+):
+  """Continued MAE pretraining with adapters from timm's encoder-only MAE weights: the export is the
+  encoder, and peft's adapters over the base give its features (the decoder, the task's own, is
+  not among them)."""
+  timm_saved(tmp_path / 'base', 'vit_base_patch16_224.mae', num_classes=0)
+  description, out = _exported_run(
+      tmp_path,
+      'mae',
+      data_dir,
+      str(tmp_path / 'base'),
+      8,
+      ALL,
+      task='mae',
+      **{
+          'model.head_dropout_rate': None,
+          'mae.mask_ratio': 0.5,
+          'mae.decoder_hidden_size': 16,
+          'mae.decoder_num_layers': 1,
+          'mae.decoder_num_heads': 2,
+          'mae.decoder_mlp_dim': 24,
+          'label_smoothing': 0.0,
+      },
+  )
+  assert description['task'] == 'mae' and description['peft'].startswith('peft/')
+  inputs = np.random.default_rng(0).uniform(-1, 1, (6, 8, 8, 3)).astype(np.float32)
+  _, infer = run_dir.load_export(str(out))
+  base = timm.create_model(f'local-dir:{tmp_path / "base"}', pretrained=True).eval()
+  model = peft.PeftModel.from_pretrained(base, str(out / 'peft')).eval()
+  theirs = torch_outputs(model, timm_input(base, inputs)).numpy()
+  np.testing.assert_allclose(theirs, np.asarray(infer(inputs)), atol=1e-4)
+  adapters = torch_files.read(str(out / 'peft' / 'adapter_model.safetensors'))[0]
+  assert adapters and not any('decoder' in name for name in adapters)
+
+
 @pytest.mark.parametrize('model_type', list(TRANSFORMERS_BASES))
 def test_transformers_loads_a_runs_adapters_over_the_transformers_checkpoint_it_started_from(
     tmp_path, data_dir, model_type

@@ -66,15 +66,21 @@ def serialize_inference(model: Any, params: Any, image_size: int) -> bytes:
 
 
 def _encoder_of(trained: Any) -> Any:
-  """A self-supervised run's backbone (images -> pooled features), its task's own layers dropped."""
+  """A self-supervised run's backbone (images -> pooled features), its task's own layers dropped (from
+  its adapted parameters too: peft's adapters are the encoder's)."""
   from vit_jax import tasks  # pylint: disable=g-import-not-at-top
   from vit_jax.checkpoints import adapting  # pylint: disable=g-import-not-at-top
 
   config = trained.config
+  adapted = trained.adapted and (
+      trained.adapted[0],
+      adapting.without_self_supervision(trained.adapted[1]),
+  )
   return dataclasses.replace(
       trained,
       model=tasks.get(config.task).features_model(config, trained.model_config),
       params=adapting.without_self_supervision(trained.params),
+      adapted=adapted,
   )
 
 

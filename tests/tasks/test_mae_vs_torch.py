@@ -199,30 +199,38 @@ def test_the_export_of_an_mae_run_is_its_encoder_as_timm_reads_it(tmp_path, data
     classifiers.load_export(str(out))
 
 
+def _mae_continue(data_dir: str, init_from, decoder_layers: int, **overrides):
+  """configs/mae_continue.py from `init_from` on the digits, one step, with a tiny decoder."""
+  return helpers.load_config(
+      'mae_continue',
+      {
+          **{k: v for k, v in helpers.TINY.items() if not k.startswith(('model.', 'variant'))},
+          'data_dir': data_dir,
+          'dataset': 'digits',
+          'train_split': 'train',
+          'eval_split': 'test',
+          'init_from': str(init_from),
+          'image_size': IMAGE,
+          'num_epochs': None,
+          'total_steps': 1,
+          'lr.warmup_steps': 0,
+          'dtype': 'float32',
+          'mae.decoder_hidden_size': 16,
+          'mae.decoder_num_layers': decoder_layers,
+          'mae.decoder_num_heads': DECODER_HEADS,
+          'mae.decoder_mlp_dim': 24,
+          **overrides,
+      },
+  )
+
+
 def test_configs_mae_continue_resumes_the_pretraining_of_a_transformers_mae(tmp_path, data_dir):
   """configs/mae_continue.py from a saved ViTMAEForPreTraining (the hub's layout): the encoder, the
   pixel decoder and the configured fields read from the files give the reference's loss for the same
   noise; a step keeps the position embeddings (MAE's fixed ones) as they were."""
   reference = _reference(True, 0.75)
   reference.save_pretrained(tmp_path / 'hub')
-  overrides = {
-      **{k: v for k, v in helpers.TINY.items() if not k.startswith(('model.', 'variant'))},
-      'data_dir': data_dir,
-      'dataset': 'digits',
-      'train_split': 'train',
-      'eval_split': 'test',
-      'init_from': str(tmp_path / 'hub'),
-      'image_size': IMAGE,
-      'num_epochs': None,
-      'total_steps': 1,
-      'lr.warmup_steps': 0,
-      'dtype': 'float32',
-      'mae.decoder_hidden_size': 16,
-      'mae.decoder_num_layers': 2,
-      'mae.decoder_num_heads': DECODER_HEADS,
-      'mae.decoder_mlp_dim': 24,
-  }
-  config = helpers.load_config('mae_continue', overrides)
+  config = _mae_continue(data_dir, tmp_path / 'hub', decoder_layers=2)
   setup = train_setup.prepare(config, str(tmp_path / 'run'))
   images, noise = _inputs()
   loss, _ = _loss(setup.model, setup.init_params, images, noise, True)
@@ -256,28 +264,11 @@ def test_configs_mae_continue_from_timms_encoder_alone_draws_the_decoder(
   timm_config = json.loads((tmp_path / 'timm' / 'config.json').read_text())
   timm_config['model_args'] = {'num_heads': HEADS}  # What the tensors cannot show, as the hub's.
   (tmp_path / 'timm' / 'config.json').write_text(json.dumps(timm_config))
-  overrides = {
-      **{k: v for k, v in helpers.TINY.items() if not k.startswith(('model.', 'variant'))},
-      'data_dir': data_dir,
-      'dataset': 'digits',
-      'train_split': 'train',
-      'eval_split': 'test',
-      'init_from': str(tmp_path / 'timm'),
-      'image_size': IMAGE,
-      'num_epochs': None,
-      'total_steps': 1,
-      'lr.warmup_steps': 0,
-      'dtype': 'float32',
-      'mae.decoder_hidden_size': 16,
-      'mae.decoder_num_layers': 1,
-      'mae.decoder_num_heads': DECODER_HEADS,
-      'mae.decoder_mlp_dim': 24,
-      'mae.decoder_posemb': 'sincos2d_mae',
-  }
+  config = _mae_continue(
+      data_dir, tmp_path / 'timm', decoder_layers=1, **{'mae.decoder_posemb': 'sincos2d_mae'}
+  )
   with caplog.at_level('INFO'):
-    setup = train_setup.prepare(
-        helpers.load_config('mae_continue', overrides), str(tmp_path / 'run')
-    )
+    setup = train_setup.prepare(config, str(tmp_path / 'run'))
   assert 'drew decoder as a run from scratch draws them: the checkpoint has none' in caplog.text
   np.testing.assert_array_equal(
       setup.init_params['Transformer']['encoderblock_1']['MlpBlock_3']['Dense_0']['kernel'],

@@ -140,7 +140,7 @@ def test_variant_checkpoint_without_a_timm_or_transformers_checkpoint_names_the_
     init_from = str(tmp_path / init_from)
   with pytest.raises(
       ValueError,
-      match=r"^config.variant='checkpoint' builds the ViT of config.init_from.*" + message,
+      match=r"^config.variant='checkpoint' builds the model of config.init_from.*" + message,
   ) as error:
     _prepare(tmp_path, init_from, keep_head=False)
   assert 'set --config.init_from' in str(error.value) and '\n' not in str(error.value)

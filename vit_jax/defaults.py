@@ -111,8 +111,9 @@ def get_config() -> ml_collections.ConfigDict:
           fc_norm=config_dict.placeholder(bool),
           final_norm=config_dict.placeholder(bool),
           # Position embeddings (the paper's Table 8): 'learn' (1-D) | 'learn2d' | 'sincos2d' (fixed,
-          # big_vision's) | 'sincos2d_mae' (fixed, MAE's frequencies) | 'relative' (a learned bias per head and offset in every block's attention) |
-          # 'none'; added at 'input' | 'every_layer' (each block its own) | 'shared_every_layer'.
+          # big_vision's) | 'sincos2d_mae' (fixed, MAE's frequencies) | 'relative' (a learned bias per
+          # head and offset in every block's attention) | 'none'; added at 'input' | 'every_layer' (each
+          # block its own) | 'shared_every_layer'.
           posemb=config_dict.placeholder(str),
           posemb_where=config_dict.placeholder(str),
           # Stochastic depth: per-sample drop of each residual branch, at a rate growing linearly with

@@ -224,18 +224,3 @@ def test_low_rank_adapters_train_the_decoder_beside_them():
   assert not any(is_frozen for path, is_frozen in frozen.items() if path.startswith('decoder/'))
   assert frozen['embedding/kernel'] and frozen['Transformer/encoderblock_0/LayerNorm_0/scale']
   assert not all(frozen.values()) and sum(not f for f in frozen.values()) > len(params['decoder'])
-
-
-@pytest.mark.parametrize(
-    'field,value,fix',
-    [
-        ('model.representation_size', 16, 'unset config.model.representation_size'),
-        ('model.head_dropout_rate', 0.1, 'set config.model.head_dropout_rate=0'),
-    ],
-)
-def test_mae_has_no_pre_logits_and_no_head(tmp_path, field, value, fix):
-  config = helpers.load_config(
-      'mae_demo', {**helpers.TINY, 'data_dir': str(tmp_path / 'tfds'), field: value}
-  )
-  with pytest.raises(ValueError, match=rf'^config\.task=mae .*{fix}'):
-    train_setup.prepare(config, str(tmp_path / 'w'))

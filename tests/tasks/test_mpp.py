@@ -150,21 +150,6 @@ def test_mpp_pretraining_then_finetuning(tmp_path):
   assert np.isfinite(loop.train_and_evaluate(setup)['eval_loss'])
 
 
-@pytest.mark.parametrize(
-    'field,value,fix',
-    [
-        ('model.representation_size', 16, 'unset config.model.representation_size'),
-        ('model.head_dropout_rate', 0.1, 'set config.model.head_dropout_rate=0'),
-    ],
-)
-def test_mpp_has_no_pre_logits_and_no_head(tmp_path, field, value, fix):
-  config = helpers.load_config(
-      'mpp_demo', {**helpers.TINY, 'data_dir': str(tmp_path / 'tfds'), field: value}
-  )
-  with pytest.raises(ValueError, match=fix):
-    train_setup.prepare(config, str(tmp_path / 'w'))
-
-
 def test_low_rank_adapters_train_the_mpp_head_and_mask_token_beside_them():
   model, _ = _mpp_and_classifier('ViT-testing_4', lora_rank=2)
   images = jnp.zeros((1, 16, 16, 3))

@@ -52,8 +52,10 @@ def _fixed_posemb_as_tensor(
   `image_size`'s grid, zero for the prefix tokens (as MAE's published weights hold theirs): the same
   function at that size, which timm's VisionTransformer computes."""
   grid = image_size // model['patch_size']
-  tokens = np.zeros((1, adapting.num_prefix_tokens(params) + grid * grid, model['hidden_size']))
-  table = posemb.POSEMBS[model['posemb']]().apply({}, tokens.astype(np.float32), (grid, grid))
+  tokens = np.zeros(
+      (1, adapting.num_prefix_tokens(params) + grid * grid, model['hidden_size']), np.float32
+  )
+  table = posemb.POSEMBS[model['posemb']]().apply({}, tokens, (grid, grid))
   encoder = {**params['Transformer'], 'posembed_input': {'pos_embedding': np.asarray(table)}}
   return {**params, 'Transformer': encoder}, {**model, 'posemb': 'learn'}
 

@@ -33,8 +33,9 @@ TARGETS = {
 }
 # model.lora_targets unset: peft's (and the LoRA paper's) choice for a ViT's attention.
 DEFAULT_TARGETS = ('query', 'value')
-# The model fields of the adapters.
-FIELDS = ('lora_rank', 'lora_alpha', 'lora_dropout', 'lora_targets')
+# The model fields of the adapters, as a model without them has them.
+_WITHOUT = dict(lora_rank=None, lora_alpha=None, lora_dropout=0.0, lora_targets=DEFAULT_TARGETS)
+FIELDS = tuple(_WITHOUT)
 SUFFIX = '_lora'
 # An adapter's parameters in '/'-joined paths (param_groups.py trains them; `merge` folds them).
 ADAPTER_PATH = re.compile(rf'{SUFFIX}/[ab]$')
@@ -279,5 +280,4 @@ def without_adapters(model_config: dict[str, Any]) -> dict[str, Any]:
   """The model config of `folded`'s plain model."""
   if not enabled(model_config):
     return model_config
-  plain = dict(lora_rank=None, lora_alpha=None, lora_dropout=0.0, lora_targets=DEFAULT_TARGETS)
-  return {**model_config, **plain}
+  return {**model_config, **_WITHOUT}

@@ -301,9 +301,17 @@ def get_config() -> ml_collections.ConfigDict:
   # classifier of the same classes, a BiT too) or a timm / Hugging Face ViT checkpoint; unset: none.
   # kind: 'hard' (the teacher's top class) | 'soft' (KL at `temperature`); alpha weighs the
   # distillation loss, 1 - alpha the labels'. With model.distilled the distillation token's head
-  # learns from the teacher, the class token's from the labels.
+  # learns from the teacher, the class token's from the labels. teacher_image_size: the teacher sees
+  # the student's images resized on the device to it (antialiased bilinear: a 384 px teacher of a 224
+  # px student, FlexiViT's); unset: config.image_size.
   config.distill = ml_collections.ConfigDict(
-      dict(teacher=config_dict.placeholder(str), kind='hard', alpha=0.5, temperature=1.0)
+      dict(
+          teacher=config_dict.placeholder(str),
+          kind='hard',
+          alpha=0.5,
+          temperature=1.0,
+          teacher_image_size=config_dict.placeholder(int),
+      )
   )
 
   # Optimisation. Exactly one of total_steps / num_epochs; 0 (with init_from) evaluates init_from's

@@ -444,6 +444,23 @@ def test_a_distillation_teacher_adds_its_parameters_forward_pass_and_flops(train
   )
 
 
+def test_a_teacher_at_its_own_image_size_is_counted_at_it(trained_tiny_run):
+  """distill.teacher_image_size: the teacher's position embeddings, forward pass and FLOPs at 64 px
+  (256 patch tokens), the student's at 32."""
+  from vit_jax.checkpoints import teacher  # pylint: disable=g-import-not-at-top
+
+  config = tiny(**{'distill.teacher': trained_tiny_run, 'distill.teacher_image_size': 64})
+  model_config = helpers.model_config(config)
+  traced = footprint.trace(config, model_config, NUM_CLASSES, teacher.architecture(config))
+  assert traced.teacher.params['Transformer']['posembed_input']['pos_embedding'].shape == (
+      1,
+      257,
+      32,
+  )
+  assert traced.teacher.flops == chips.vit_flops(model_config, 64, NUM_CLASSES)
+  assert traced.teacher.transient == 257 * (64 + 2 * 257) * 4
+
+
 def _plan_with_teacher(teacher: str, *json_flag: str) -> str:
   run = subprocess.run(
       [

@@ -267,6 +267,11 @@ INVALID = {
     'distill.kind': ('kl', {}, r"config\.distill\.kind='kl' has no teacher to distil from"),
     'distill.alpha': (1.5, {}, r'config\.distill\.alpha=1\.5 has no teacher to distil from'),
     'distill.temperature': (0.0, {}, r'config\.distill\.temperature=0\.0 has no teacher'),
+    'distill.teacher_image_size': (
+        16,
+        {},
+        r'config\.distill\.teacher_image_size=16 has no teacher',
+    ),
     'mix.switch_prob': (-0.5, {}, r'mix\.switch_prob=-0\.5 must be in \[0, 1\]'),
     'mix.until_step': (0, {}, r'mix\.until_step=0 must be at least 1'),
     'seed': (

@@ -1,12 +1,16 @@
 """config.distill: a teacher loaded from a vit_jax workdir into the run's step, on its mesh, and the
 one-line errors. DeiT's formulas against DeiT's code, and teachers from timm: *_vs_torch.py."""
 
+import jax
 import numpy as np
 import pytest
+from PIL import Image
 
 import helpers
 from vit_jax import sharding
-from vit_jax.checkpoints import checkpoint
+from vit_jax.checkpoints import checkpoint, run_dir
+from vit_jax.data import on_device
+from vit_jax.tasks import distillation
 from vit_jax.train import setup as train_setup
 from vit_jax.train import state as train_state
 from vit_jax.train import step as train_step
@@ -52,6 +56,76 @@ def test_a_workdir_teacher_runs_in_the_step_and_alpha_weighs_its_loss(trained_ti
   )
   losses, _ = helpers.train_losses(distilled, _batches())
   assert np.all(np.isfinite(losses)) and not np.allclose(losses, plain, rtol=1e-3)
+
+
+@pytest.mark.parametrize('size,teacher_size', [(28, 40), (40, 24), (240, 384), (384, 240)])
+def test_the_teachers_images_are_the_students_resized_as_pil_resizes(size, teacher_size):
+  """teacher_input against PIL's BILINEAR resize of each float channel: up, down (its filter widened
+  by the factor), whole and fractional factors."""
+  images = np.random.default_rng(size).uniform(-1, 1, (2, size, size, 3)).astype(np.float32)
+  expected = [
+      [
+          np.asarray(
+              Image.fromarray(image[..., c], 'F').resize((teacher_size,) * 2, Image.BILINEAR)
+          )
+          for c in range(3)
+      ]
+      for image in images
+  ]
+  np.testing.assert_allclose(
+      distillation.teacher_input(images, teacher_size),
+      np.moveaxis(np.array(expected), 1, -1),
+      atol=1e-4,
+  )
+
+
+def test_a_teacher_at_its_own_image_size_sees_the_students_images_resized(
+    trained_tiny_run, tmp_path
+):
+  """distill.teacher_image_size=16: the 8 px run's teacher gets 4x4 position embeddings (resized
+  from its 2x2) and the loss is the KL of its logits of the PIL-resized images, the student's of its
+  own, computed by NumPy."""
+  run = train_setup.prepare(
+      _config(
+          **{
+              'distill.teacher': trained_tiny_run,
+              'distill.teacher_image_size': 16,
+              'distill.kind': 'soft',
+              'distill.alpha': 1.0,
+          }
+      ),
+      str(tmp_path / 'w'),
+  )
+  teacher = run.teacher
+  assert teacher.params['Transformer']['posembed_input']['pos_embedding'].shape == (1, 17, 32)
+  student_params = run_dir.load_trained(trained_tiny_run).params
+  batch = _batches(1)[0]
+  images = on_device.model_input(batch['image'])
+  key = jax.random.key(3)
+  loss = run.task.make_loss(run.config, run.model, teacher.model)(
+      student_params, images, batch['label'], key, teacher.params
+  )
+  resized = np.array(
+      [
+          [
+              np.asarray(
+                  Image.fromarray(np.asarray(image[..., c]), 'F').resize((16, 16), Image.BILINEAR)
+              )
+              for c in range(3)
+          ]
+          for image in images
+      ]
+  )
+  teacher_logits = teacher.model.apply(
+      {'params': teacher.params}, np.moveaxis(resized, 1, -1), train=False
+  )
+  student_logits = run.model.apply(
+      {'params': student_params}, images, train=True, rngs={'dropout': key}
+  )
+  log_p = np.asarray(jax.nn.log_softmax(teacher_logits), np.float64)
+  log_q = np.asarray(jax.nn.log_softmax(student_logits), np.float64)
+  expected = np.sum(np.exp(log_p) * (log_p - log_q)) / log_p.size
+  np.testing.assert_allclose(float(loss), expected, rtol=1e-4)
 
 
 @pytest.mark.devices(8)
@@ -105,8 +179,36 @@ def test_the_teacher_is_sharded_by_the_students_rules_on_a_tensor_mesh(trained_t
             r"^config.distill.teacher='teacher.npz': an .npz that is not a plain ViT's does not "
             r'say its model; pass the workdir',
         ),
+        (
+            {'distill.teacher': 'TEACHER', 'distill.teacher_image_size': 0},
+            r'^config.distill.teacher_image_size=0 must be positive, e.g. 384',
+        ),
+        (
+            {'distill.teacher': 'TEACHER', 'distill.teacher_image_size': 10},
+            r"^config.distill.teacher='.+' cuts 4 px patches, which do not tile its 10 px images "
+            r'\(config.distill.teacher_image_size\): set --config.distill.teacher_image_size to a '
+            r'multiple of 4, e.g. 8$',
+        ),
+        (
+            {'distill.teacher': 'TEACHER', 'image_size': 6, 'model.patch_size': 2},
+            r"^config.distill.teacher='.+' cuts 4 px patches, which do not tile its 6 px images "
+            r'\(config.image_size\): set --config.distill.teacher_image_size to a multiple of 4, '
+            r'e.g. 4$',
+        ),
     ],
-    ids=['alpha', 'kind', 'unknown_kind', 'alpha_range', 'temperature', 'mpp', 'mae', 'npz'],
+    ids=[
+        'alpha',
+        'kind',
+        'unknown_kind',
+        'alpha_range',
+        'temperature',
+        'mpp',
+        'mae',
+        'npz',
+        'teacher_image_size',
+        'teacher_patches',
+        'teacher_patches_of_the_run',
+    ],
 )
 def test_distillation_knobs_without_effect_or_out_of_range_are_one_line_errors(
     trained_tiny_run, tmp_path, monkeypatch, overrides, message

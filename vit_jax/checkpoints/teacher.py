@@ -15,11 +15,12 @@ from etils import epath
 from vit_jax.checkpoints import adapting, hub, run_dir, state_dicts, torch_files
 from vit_jax.models import variants, vit_variants
 from vit_jax.runtime import paths
+from vit_jax.tasks import distillation
 
 
 @dataclasses.dataclass(frozen=True)
 class Teacher:
-  model: nn.Module  # The teacher's classifier, for images of the run's size.
+  model: nn.Module  # The teacher's classifier, for images of its size.
   params: Any  # numpy arrays, fitted to `model` (position embeddings resized).
   source: str  # For the log: what was loaded.
 
@@ -27,7 +28,21 @@ class Teacher:
 def architecture(config: ml_collections.ConfigDict) -> tuple[str, dict[str, Any]]:
   """The teacher's variant and resolved model fields, read without its parameters (a checkpoint's
   header and config.json, a workdir's config.json): what the planner counts. A one-line ValueError
-  when config.distill.teacher cannot be read."""
+  when config.distill.teacher cannot be read or its patches do not tile its images."""
+  variant, model_config = _read_architecture(config)
+  stride = variants.FAMILIES[variants.family(variant)].input_stride(model_config)
+  image_size = distillation.teacher_image_size(config)
+  if image_size % stride:
+    field = 'distill.teacher_image_size' if config.distill.teacher_image_size else 'image_size'
+    raise ValueError(
+        f'config.distill.teacher={config.distill.teacher!r} cuts {stride} px patches, which do not '
+        f'tile its {image_size} px images (config.{field}): set --config.distill.teacher_image_size '
+        f'to a multiple of {stride}, e.g. {max(stride, image_size // stride * stride)}'
+    )
+  return variant, model_config
+
+
+def _read_architecture(config: ml_collections.ConfigDict) -> tuple[str, dict[str, Any]]:
   given = config.distill.teacher
   path = hub.local(given)
   paths.check_reachable(path, config.storage_timeout_s, 'config.distill.teacher')
@@ -52,11 +67,13 @@ def architecture(config: ml_collections.ConfigDict) -> tuple[str, dict[str, Any]
 
 
 def load_teacher(config: ml_collections.ConfigDict, num_classes: int) -> Teacher:
-  """The teacher of `config.distill.teacher`, for images of config.image_size in config.dtype; a
-  one-line ValueError when it cannot be read or predicts other classes than the run's."""
+  """The teacher of `config.distill.teacher`, for images of its size (`distillation.
+  teacher_image_size`) in config.dtype; a one-line ValueError when it cannot be read or predicts other
+  classes than the run's."""
   given = config.distill.teacher
   path = hub.local(given)
   variant, model_config = architecture(config)
+  image_size = distillation.teacher_image_size(config)
   model = variants.build(
       variant, model_config, num_classes=num_classes, dtype=jnp.dtype(config.dtype)
   )
@@ -80,10 +97,10 @@ def load_teacher(config: ml_collections.ConfigDict, num_classes: int) -> Teacher
     )
   params, _ = adapting.adapt_params(
       loaded,
-      adapting.param_shapes(model, config.image_size),
+      adapting.param_shapes(model, image_size),
       keep_head=True,
       keep_pre_logits=True,
       posemb_method=config.posemb_interpolation,
   )
-  logging.info('Distilling from %s: %s', given, source)
+  logging.info('Distilling from %s at %d px: %s', given, image_size, source)
   return Teacher(model, params, source)

@@ -22,6 +22,7 @@ from jax.sharding import AbstractMesh
 
 from vit_jax import sharding, tasks
 from vit_jax.planning import chips, residuals
+from vit_jax.tasks import distillation
 from vit_jax.train import optim, param_groups
 from vit_jax.models import lora, scan_layout, variants, vit
 
@@ -166,19 +167,22 @@ def _teacher(
     config: ml_collections.ConfigDict, variant: str, model: dict[str, Any], num_classes: int
 ) -> Teacher:
   family = variants.family(variant)
+  image_size = distillation.teacher_image_size(config)
   module = variants.build(variant, model, num_classes=num_classes, dtype=jnp.float32)
-  params = jax.eval_shape(lambda: residuals.init_params(module, config.image_size))
-  flops = chips.FLOPS[family](model, config.image_size, num_classes)
-  return Teacher(params, flops, _transient(family, model, config))
+  params = jax.eval_shape(lambda: residuals.init_params(module, image_size))
+  flops = chips.FLOPS[family](model, image_size, num_classes)
+  return Teacher(params, flops, _transient(family, model, config, image_size))
 
 
-def _transient(family: str, model: dict[str, Any], config: ml_collections.ConfigDict) -> float:
-  """What a forward pass holds at a time per image beside its residuals: its widest block's MLP
-  units and attention weights, in the compute dtype (a BiT's convolutions are counted by their
-  parameters and FLOPs alone)."""
+def _transient(
+    family: str, model: dict[str, Any], config: ml_collections.ConfigDict, image_size: int
+) -> float:
+  """What a forward pass holds at a time per image (of `image_size`) beside its residuals: its
+  widest block's MLP units and attention weights, in the compute dtype (a BiT's convolutions are
+  counted by their parameters and FLOPs alone)."""
   if family != 'ViT':
     return 0.0
-  tokens = chips.vit_tokens(model, config.image_size)
+  tokens = chips.vit_tokens(model, image_size)
   return (
       tokens * (model['mlp_dim'] + model['num_heads'] * tokens) * jnp.dtype(config.dtype).itemsize
   )
@@ -226,9 +230,9 @@ def estimate(
     working = micro * kept * recomputed
   # A block's forward pass holds its widest activations at once; the residuals count them where the
   # block trains, not in a linear probe's frozen blocks (which keep none).
-  forward = _transient(variants.family(config.variant), traced.model, config) - per_device(
-      res.block
-  )
+  forward = _transient(
+      variants.family(config.variant), traced.model, config, config.image_size
+  ) - per_device(res.block)
   working = max(working, micro * forward)
   # fsdp all-gathers each block's weights before using them: the one in use and the next one.
   gathered = 2 * traced.block_params / tensor if mesh.get('fsdp', 1) > 1 else 0

@@ -167,7 +167,8 @@ def make_loss(
     # A ViT returns its class and distillation heads' logits (the class head's twice without a
     # distillation token); a BiT has one head.
     logits, distilled = apply(both_heads=True) if hasattr(model, 'distilled') else (apply(),) * 2
-    teacher_logits = teacher.apply({'params': teacher_params}, images, train=False)
+    teacher_images = distillation.teacher_input(images, distillation.teacher_image_size(config))
+    teacher_logits = teacher.apply({'params': teacher_params}, teacher_images, train=False)
     base = compute_loss(
         logits, labels, loss=loss_of_examples(config), label_smoothing=config.label_smoothing
     )

@@ -9,11 +9,16 @@ token's head (`model.distilled`; a student without one distils through its singl
   'soft': KL(teacher || student) of the softmaxes at `temperature`, times temperature^2, summed over
           the batch and classes and divided by their product (DeiT's `reduction='sum' / numel`).
 The teacher (vit_jax/checkpoints/teacher.py) runs in the train step on the same mesh, its parameters
-sharded as the student's, without gradients or optimizer state (vit_jax/train/step.py).
+sharded as the student's, without gradients or optimizer state (vit_jax/train/step.py), on the
+student's images or, with `teacher_image_size`, on them resized on the device (`teacher_input`): the
+same crop, flip and mix at the teacher's resolution, as FlexiViT's 384 px teacher saw its 240 px
+student's (big_vision resizes the crop twice on the host; here the student's image is resized, which
+keeps one image a batch example on the host and in the transfer).
 """
 
 from typing import Callable
 
+import chex
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -31,6 +36,22 @@ def soft_loss(student: jax.Array, teacher: jax.Array, temperature: float) -> jax
   log_teacher = jax.nn.log_softmax(teacher / temperature, axis=-1)
   kl = jnp.sum(jnp.exp(log_teacher) * (log_teacher - log_student))
   return kl * temperature**2 / student.size
+
+
+def teacher_image_size(config: ml_collections.ConfigDict) -> int:
+  """The side of the teacher's input images: config.distill.teacher_image_size, else the run's."""
+  return config.distill.teacher_image_size or config.image_size
+
+
+def teacher_input(images: jax.Array, image_size: int) -> jax.Array:
+  """The student's float images [b, h, w, c] as the teacher sees them: resized to `image_size` by
+  antialiased bilinear interpolation (PIL's BILINEAR: its triangle filter widened by the factor when it
+  shrinks, the image edge's weights renormalised), as they are where the sizes agree."""
+  chex.assert_rank(images, 4)
+  if images.shape[1:3] == (image_size, image_size):
+    return images
+  shape = (images.shape[0], image_size, image_size, images.shape[3])
+  return jax.image.resize(images, shape, method='linear', antialias=True)
 
 
 # config.distill.kind -> (the distillation head's logits, the teacher's, temperature) -> the loss.
@@ -59,7 +80,12 @@ def check(config: ml_collections.ConfigDict) -> None:
     # Without a teacher these would change nothing.
     changed = [
         f'{name}={distill[name]!r}'
-        for name, default in (('kind', 'hard'), ('alpha', 0.5), ('temperature', 1.0))
+        for name, default in (
+            ('kind', 'hard'),
+            ('alpha', 0.5),
+            ('temperature', 1.0),
+            ('teacher_image_size', None),
+        )
         if distill[name] != default
     ]
     if changed:
@@ -76,3 +102,8 @@ def check(config: ml_collections.ConfigDict) -> None:
     raise ValueError(f'config.distill.alpha={distill.alpha} must be in [0, 1], e.g. 0.5')
   if not distill.temperature > 0:
     raise ValueError(f'config.distill.temperature={distill.temperature} must be positive, e.g. 1.0')
+  if distill.teacher_image_size is not None and distill.teacher_image_size <= 0:
+    raise ValueError(
+        f'config.distill.teacher_image_size={distill.teacher_image_size} must be positive, e.g. '
+        "384 (the teacher's own resolution), or unset: the run's config.image_size"
+    )

@@ -299,7 +299,8 @@ def get_config() -> ml_collections.ConfigDict:
   # Knowledge distillation (DeiT's; vit_jax/tasks/distillation.py): the student also learns from a
   # frozen teacher's predictions on the same (mixed) images. teacher: a vit_jax run's workdir (any
   # classifier of the same classes, a BiT too) or a timm / Hugging Face ViT checkpoint; unset: none.
-  # kind: 'hard' (the teacher's top class) | 'soft' (KL at `temperature`); alpha weighs the
+  # kind: 'hard' (the teacher's top class) | 'soft' (DeiT's KL at `temperature`, a mean over the
+  # batch and classes) | 'kl' (the KL per example, a mean over the batch: FunMatch's); alpha weighs the
   # distillation loss, 1 - alpha the labels'. With model.distilled the distillation token's head
   # learns from the teacher, the class token's from the labels. teacher_image_size: the teacher sees
   # the student's images resized on the device to it (antialiased bilinear: a 384 px teacher of a 224

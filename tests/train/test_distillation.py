@@ -150,8 +150,8 @@ def test_the_teacher_is_sharded_by_the_students_rules_on_a_tensor_mesh(trained_t
         ),
         ({'distill.kind': 'kl'}, r"^config.distill.kind='kl' has no teacher"),
         (
-            {'distill.teacher': 'TEACHER', 'distill.kind': 'kl'},
-            r"^Unknown config.distill.kind 'kl': use one of hard, soft$",
+            {'distill.teacher': 'TEACHER', 'distill.kind': 'l2'},
+            r"^Unknown config.distill.kind 'l2': use one of hard, soft, kl$",
         ),
         (
             {'distill.teacher': 'TEACHER', 'distill.alpha': 1.5},

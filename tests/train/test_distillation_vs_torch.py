@@ -64,6 +64,23 @@ def test_the_distillation_loss_is_deits_on_fixed_logits(kind, alpha, tau, smooth
   np.testing.assert_allclose(float(ours), float(expected), rtol=1e-5)
 
 
+@pytest.mark.parametrize('tau', [1.0, 2.5])
+def test_the_kl_distillation_loss_is_pytorchs_batchmean_kl_divergence(tau):
+  """kind='kl': Hinton's distillation loss as PyTorch users write it (`F.kl_div(..., 'batchmean')`
+  times T^2), as big_vision's `kl` distance averages it: the KL summed over the classes, a mean over
+  the examples; with alpha 1 the labels do not count."""
+  rng = np.random.RandomState(1)
+  student, teacher = (3 * rng.randn(6, 7).astype(np.float32) for _ in range(2))
+  distill = ml_collections.ConfigDict(dict(teacher='t', kind='kl', alpha=1.0, temperature=tau))
+  ours = distillation.combine(distill, np.float32(123.0), student, teacher)
+  expected = F.kl_div(
+      F.log_softmax(torch.from_numpy(student) / tau, dim=1),
+      F.softmax(torch.from_numpy(teacher) / tau, dim=1),
+      reduction='batchmean',
+  ) * (tau * tau)
+  np.testing.assert_allclose(float(ours), float(expected), rtol=1e-5)
+
+
 def test_a_timm_teacher_predicts_as_timm_and_must_know_the_runs_classes(tmp_path):
   reference = timm_saved(tmp_path / 'teacher')
   config = helpers.load_config(

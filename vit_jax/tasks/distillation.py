@@ -7,7 +7,10 @@ and mixing included) of the class token's head, plus alpha * the distillation lo
 token's head (`model.distilled`; a student without one distils through its single head):
   'hard': cross-entropy with the teacher's top class (DeiT's best, alpha 0.5);
   'soft': KL(teacher || student) of the softmaxes at `temperature`, times temperature^2, summed over
-          the batch and classes and divided by their product (DeiT's `reduction='sum' / numel`).
+          the batch and classes and divided by their product (DeiT's `reduction='sum' / numel`);
+  'kl':   the same KL summed over the classes and averaged over the batch (Hinton's, PyTorch's
+          `reduction='batchmean'`, big_vision's `kl` distance of FunMatch and FlexiViT): 'soft' times
+          the number of classes, which sets its weight against the labels' loss and gradient clipping.
 The teacher (vit_jax/checkpoints/teacher.py) runs in the train step on the same mesh, its parameters
 sharded as the student's, without gradients or optimizer state (vit_jax/train/step.py), on the
 student's images or, with `teacher_image_size`, on them resized on the device (`teacher_input`): the
@@ -31,11 +34,19 @@ def hard_loss(student: jax.Array, teacher: jax.Array, temperature: float) -> jax
   return optax.softmax_cross_entropy_with_integer_labels(student, labels).mean()
 
 
-def soft_loss(student: jax.Array, teacher: jax.Array, temperature: float) -> jax.Array:
+def _kl_sum(student: jax.Array, teacher: jax.Array, temperature: float) -> jax.Array:
+  """KL(teacher || student) at `temperature` summed over the batch, times temperature^2."""
   log_student = jax.nn.log_softmax(student / temperature, axis=-1)
   log_teacher = jax.nn.log_softmax(teacher / temperature, axis=-1)
-  kl = jnp.sum(jnp.exp(log_teacher) * (log_teacher - log_student))
-  return kl * temperature**2 / student.size
+  return jnp.sum(jnp.exp(log_teacher) * (log_teacher - log_student)) * temperature**2
+
+
+def soft_loss(student: jax.Array, teacher: jax.Array, temperature: float) -> jax.Array:
+  return _kl_sum(student, teacher, temperature) / student.size
+
+
+def kl_loss(student: jax.Array, teacher: jax.Array, temperature: float) -> jax.Array:
+  return _kl_sum(student, teacher, temperature) / student.shape[0]
 
 
 def teacher_image_size(config: ml_collections.ConfigDict) -> int:
@@ -58,6 +69,7 @@ def teacher_input(images: jax.Array, image_size: int) -> jax.Array:
 LOSSES: dict[str, Callable[[jax.Array, jax.Array, float], jax.Array]] = {
     'hard': hard_loss,
     'soft': soft_loss,
+    'kl': kl_loss,
 }
 
 

@@ -1,5 +1,5 @@
 """The recipe configs (configs/plain_vit_s16_i1k.py, deit_i1k.py, augreg_b16_i21k.py,
-finetune_layer_decay.py, mae_vit_b16_i1k.py) load, pass every check, and train a step with every
+finetune_layer_decay.py, mae_vit_b16_i1k.py, flexivit_i1k_distill.py) load, pass every check, and train a step with every
 knob they set: their datasets are not here, so the digits and a tiny model of the same kind stand
 in. And every recipe knob at once trains alike on any mesh (resume with them all:
 tests/train/test_train.py)."""
@@ -33,35 +33,39 @@ def _get_config(name: str, arg: str | None = None):
   return get_config() if arg is None else get_config(arg)
 
 
-def _recipe(name: str, data_dir: str, arg: str | None = None, **overrides):
-  """configs/<name>.py (RECIPES' argument, or `arg`) on the digits with the tiny model's shape."""
-  default_arg, needs = RECIPES[name]
-  config = _get_config(name, arg or default_arg)
-  stand_ins = {
-      **TINY_SHAPE,
-      'dataset': 'digits',
-      'data_dir': data_dir,
-      'train_split': 'train',
-      'eval_split': 'test',
-      'image_size': 8,
-      'batch_size': 16,
-      'eval_batch_size': 64,
-      'num_epochs': None,
-      'total_steps': 2,
-      'lr.warmup_steps': 1,
-      'log_every_steps': 1,
-      'eval_every_steps': 2,
-      'checkpoint_every_steps': 2,
-      'dtype': 'float32',
-      **needs,
-      **overrides,
-  }
-  for key, value in stand_ins.items():
+# The digits and a short run in place of the recipe's dataset and schedule.
+_STAND_INS = {
+    'dataset': 'digits',
+    'train_split': 'train',
+    'eval_split': 'test',
+    'image_size': 8,
+    'batch_size': 16,
+    'eval_batch_size': 64,
+    'num_epochs': None,
+    'total_steps': 2,
+    'lr.warmup_steps': 1,
+    'log_every_steps': 1,
+    'eval_every_steps': 2,
+    'checkpoint_every_steps': 2,
+    'dtype': 'float32',
+}
+
+
+def _set(config, overrides: dict) -> None:
+  """Sets each '.'-joined field of `overrides` in `config`."""
+  for key, value in overrides.items():
     *parents, field = key.split('.')
     node = config
     for parent in parents:
       node = node[parent]
     node[field] = value
+
+
+def _recipe(name: str, data_dir: str, arg: str | None = None, **overrides):
+  """configs/<name>.py (RECIPES' argument, or `arg`) on the digits with the tiny model's shape."""
+  default_arg, needs = RECIPES[name]
+  config = _get_config(name, arg or default_arg)
+  _set(config, {**TINY_SHAPE, **_STAND_INS, 'data_dir': data_dir, **needs, **overrides})
   for evaluator in config.evals.values():  # Held-out slices of the digits instead of the dataset's.
     evaluator.split, evaluator.every_steps = 'train[90%:]', 2
     if 'dataset' in evaluator:  # Another dataset with the same classes (ImageNet-V2).
@@ -109,6 +113,37 @@ def test_an_mae_pretraining_fine_tunes_by_maes_layer_decay_recipe(data_dir, tmp_
   assert 0.0 <= loop.train_and_evaluate(setup)['eval_top1'] <= 1.0
 
 
+def test_the_flexivit_distillation_recipe_trains_from_a_run_at_the_teachers_own_size(
+    trained_tiny_run, data_dir, tmp_path
+):
+  """configs/flexivit_i1k_distill.py with the tiny run for DeiT III: the student starts as the run
+  (its head too) at patch sizes 2, 4, 8 of its 8 px images, the teacher sees them at 16 px, the loss
+  is the teacher's KL alone."""
+  config = _get_config('flexivit_i1k_distill')
+  sizes = {
+      'init_from': trained_tiny_run,
+      'distill.teacher': trained_tiny_run,
+      **helpers.UNSET_SIZES,
+  }
+  stand_ins = {
+      **_STAND_INS,
+      **sizes,
+      'data_dir': data_dir,
+      'flexi.patch_sizes': (2, 4, 8),
+      'distill.teacher_image_size': 16,
+  }
+  _set(config, stand_ins)
+  config.evals = {'p2': dict(type='classification', split='test', patch_size=2, every_steps=2)}
+  setup = train_setup.prepare(config, str(tmp_path))
+  assert setup.teacher.params['Transformer']['posembed_input']['pos_embedding'].shape[1] == 17
+  np.testing.assert_array_equal(
+      setup.init_params['head']['kernel'],
+      run_dir.load_params(trained_tiny_run)[0]['head']['kernel'],
+  )
+  metrics = loop.train_and_evaluate(setup)
+  assert 0.0 <= metrics['p2_top1'] <= 1.0 and np.isfinite(metrics['eval_loss'])
+
+
 def test_the_recipes_set_what_their_papers_use():
   plain = helpers.load_config('plain_vit_s16_i1k')
   assert (
@@ -151,6 +186,29 @@ def test_the_recipes_set_what_their_papers_use():
   ) == ('mae', 0.75, 8, 512, True, 0.95, 0.05, 0.2, 1600.0)
   assert pretrain.lr.base == pytest.approx(2.4e-3)
   assert pretrain.lr.warmup_steps * pretrain.batch_size / 1_281_167 == pytest.approx(40, abs=0.01)
+  flexi = _get_config('flexivit_i1k_distill', '300')
+  assert (
+      flexi.image_size,
+      flexi.flexi.patch_sizes,
+      flexi.distill.teacher_image_size,
+      flexi.distill.kind,
+      flexi.distill.alpha,
+      flexi.mix.mixup_alpha,
+      flexi.lr.base * flexi.optim.weight_decay,
+      flexi.num_epochs,
+  ) == (
+      240,
+      (48, 40, 30, 24, 20, 16, 15, 12, 10, 8),
+      384,
+      'kl',
+      1.0,
+      1.0,
+      pytest.approx(1e-5),
+      300.0,
+  )
+  assert all(240 % size == 0 for size in flexi.flexi.patch_sizes)
+  with pytest.raises(ValueError, match="Unknown schedule '100'"):
+    _get_config('flexivit_i1k_distill', '100')
   with pytest.raises(ValueError, match="Unknown weights 'beit'"):
     _get_config('finetune_layer_decay', 'beit')
   with pytest.raises(ValueError, match="Unknown DeiT size 'L'"):

@@ -15,7 +15,8 @@ Adam with a bfloat16 first moment, lr 1e-4, 5,000 warmup steps, cosine decay, de
 1e-5 (big_vision's is not multiplied by the learning rate: here 0.1 x lr 1e-4), clipping at 1.0; the
 teacher sees the student's crop at 384 px (distill.teacher_image_size), its position embeddings
 resized from DeiT III's 24x24 once, the student's to 15x15. Evaluation resizes to 274 and takes the
-central 240: `eval` measures patch 16, `p8`..`p48` the other sizes.
+central 240: `eval` measures patch 16, `p8`..`p48` the other sizes, `teacher` the teacher at 384 px
+(the shorter side resized to 438, the central 384, as big_vision measures it; once).
 
 Differences from big_vision: the teacher's image is the student's 240 px crop resized on the device
 (big_vision resizes the decoded crop to both sizes on the host); the student's parameters keep DeiT
@@ -47,6 +48,7 @@ def get_config(epochs: str = '90'):
       config.evals[f'p{size}'] = dict(
           type='classification', split='validation', patch_size=size, every_steps=10_000
       )
+  config.evals.teacher = dict(type='teacher', split='validation', every_steps=10_000)  # Once.
   config.image_size = 240
   config.pp.crop = 'inception'
   config.pp.min_area = 0.05  # big_vision's inception_crop.

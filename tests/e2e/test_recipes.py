@@ -133,7 +133,10 @@ def test_the_flexivit_distillation_recipe_trains_from_a_run_at_the_teachers_own_
       'distill.teacher_image_size': 16,
   }
   _set(config, stand_ins)
-  config.evals = {'p2': dict(type='classification', split='test', patch_size=2, every_steps=2)}
+  config.evals = {
+      'p2': dict(type='classification', split='test', patch_size=2, every_steps=2),
+      'teacher': dict(type='teacher', split='test', every_steps=2),
+  }
   setup = train_setup.prepare(config, str(tmp_path))
   assert setup.teacher.params['Transformer']['posembed_input']['pos_embedding'].shape[1] == 17
   np.testing.assert_array_equal(
@@ -142,6 +145,7 @@ def test_the_flexivit_distillation_recipe_trains_from_a_run_at_the_teachers_own_
   )
   metrics = loop.train_and_evaluate(setup)
   assert 0.0 <= metrics['p2_top1'] <= 1.0 and np.isfinite(metrics['eval_loss'])
+  assert 0.0 <= metrics['teacher_top1'] <= 1.0
 
 
 def test_the_recipes_set_what_their_papers_use():

@@ -1,6 +1,8 @@
 """config.distill: a teacher loaded from a vit_jax workdir into the run's step, on its mesh, and the
 one-line errors. DeiT's formulas against DeiT's code, and teachers from timm: *_vs_torch.py."""
 
+import dataclasses
+
 import jax
 import numpy as np
 import pytest
@@ -11,7 +13,7 @@ from vit_jax import sharding
 from vit_jax.checkpoints import checkpoint, run_dir
 from vit_jax.data import on_device
 from vit_jax.tasks import distillation
-from vit_jax.train import setup as train_setup
+from vit_jax.train import loop, setup as train_setup
 from vit_jax.train import state as train_state
 from vit_jax.train import step as train_step
 
@@ -128,6 +130,40 @@ def test_a_teacher_at_its_own_image_size_sees_the_students_images_resized(
   np.testing.assert_allclose(float(loss), expected, rtol=1e-4)
 
 
+def test_a_teacher_evaluator_measures_the_teacher_once_as_its_own_run_measured_it(
+    trained_tiny_run, tmp_path
+):
+  """type='teacher' on the split the teacher's run evaluated: its run's last eval metrics, at every
+  evaluation while the student trains, loaded once (the step's teacher), with no _polyak twin."""
+  config = _config(
+      **{
+          'distill.teacher': trained_tiny_run,
+          'total_steps': 2,
+          'eval_every_steps': 1,
+          'polyak_decay': 0.9,
+      }
+  )
+  config.evals.teacher = dict(type='teacher', split='test', every_steps=1)
+  run = train_setup.prepare(config, str(tmp_path / 'w'))
+  evaluator = next(e for e in run.evaluators if e.name == 'teacher')
+  context = evaluator._context  # pylint: disable=protected-access
+  assert context.teacher() is run.teacher  # Read once, for the step and the evaluator.
+  loaded = []
+  evaluator._context = dataclasses.replace(  # pylint: disable=protected-access
+      context, teacher=lambda: loaded.append(1) or run.teacher
+  )
+  metrics = loop.train_and_evaluate(run)
+  teachers_run = helpers.read_scalars(trained_tiny_run)
+  logged = helpers.read_scalars(str(tmp_path / 'w'))
+  for metric in ('top1', 'top5', 'loss'):
+    expected = teachers_run[f'eval_{metric}'][max(teachers_run[f'eval_{metric}'])]
+    assert sorted(logged[f'teacher_{metric}']) == [1, 2]
+    for value in logged[f'teacher_{metric}'].values():
+      assert value == pytest.approx(expected, rel=1e-6)
+  assert loaded == [1]  # Measured once.
+  assert 'eval_polyak_top1' in metrics and not any('teacher_polyak' in name for name in logged)
+
+
 @pytest.mark.devices(8)
 def test_the_teacher_is_sharded_by_the_students_rules_on_a_tensor_mesh(trained_tiny_run, tmp_path):
   run = train_setup.prepare(
@@ -180,6 +216,11 @@ def test_the_teacher_is_sharded_by_the_students_rules_on_a_tensor_mesh(trained_t
             r'say its model; pass the workdir',
         ),
         (
+            {'evals': {'t': {'type': 'teacher', 'split': 'test', 'every_steps': 1}}},
+            r"^Evaluator 't' of type 'teacher' measures config.distill.teacher, which is unset: "
+            r'set --config.distill.teacher=WORKDIR',
+        ),
+        (
             {'distill.teacher': 'TEACHER', 'distill.teacher_image_size': 0},
             r'^config.distill.teacher_image_size=0 must be positive, e.g. 384',
         ),
@@ -205,6 +246,7 @@ def test_the_teacher_is_sharded_by_the_students_rules_on_a_tensor_mesh(trained_t
         'mpp',
         'mae',
         'npz',
+        'teacher_evaluator',
         'teacher_image_size',
         'teacher_patches',
         'teacher_patches_of_the_run',

@@ -10,7 +10,9 @@ averaging, on their average too; its metrics are logged as `<name>_<metric>` and
   knn            DINO's weighted k-NN accuracy from config.knn, when config.knn.every_steps is set;
   config.evals   any number more, name -> dict(type=<a key of EVALUATORS>, every_steps=N, ...), e.g.
                  config.evals.minival = dict(type='classification', split='train[98%:]', every_steps=500),
-                 config.evals.real = dict(type='real', every_steps=500) (ImageNet-ReaL); a name is
+                 config.evals.real = dict(type='real', every_steps=500) (ImageNet-ReaL),
+                 config.evals.teacher = dict(type='teacher', split='test', every_steps=500) (the
+                 distillation teacher's, measured once); a name is
                  none of the built-in ones, nor train (the loop's train_loss), nor ends in _polyak.
 
 Adding an evaluator is one module with a `build(name, settings, context)` and one entry in EVALUATORS.
@@ -21,17 +23,18 @@ from typing import Callable
 import ml_collections
 
 from vit_jax import tasks
-from vit_jax.evaluators import fewshot, knn, real, split
-from vit_jax.evaluators.base import Context, Evaluator
+from vit_jax.evaluators import fewshot, knn, real, split, teacher
+from vit_jax.evaluators.base import Context, Evaluator, measures_average
 
 Builder = Callable[[str, ml_collections.ConfigDict, Context], Evaluator]
 # The task's own metrics on a split, under the task's name; few-shot and k-NN on the backbone's
-# features; ImageNet-ReaL's multi-label top-1.
+# features; ImageNet-ReaL's multi-label top-1; the distillation teacher's own metrics.
 EVALUATORS: dict[str, Builder] = {
     **{name: split.build for name in tasks.TASKS},
     'fewshot': fewshot.build,
     'knn': knn.build,
     'real': real.build,
+    'teacher': teacher.build,
 }
 _BUILT_IN = ('eval', 'fewshot', 'knn')
 # Metric names are <name>_<metric>: an evaluator named 'train' would log train_loss over the loop's own
@@ -88,7 +91,7 @@ def logged_metrics(built: list[Evaluator], polyak: bool) -> dict[str, tuple[Eval
   return {
       metric_name(evaluator.name, metric, averaged): (evaluator, averaged)
       for evaluator in built
-      for averaged in ((False, True) if polyak else (False,))
+      for averaged in ((False, True) if polyak and measures_average(evaluator) else (False,))
       for metric in evaluator.metrics
   }
 

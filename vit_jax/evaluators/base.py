@@ -2,7 +2,7 @@
 
 import dataclasses
 from types import ModuleType
-from typing import Any, Mapping, Protocol
+from typing import Any, Callable, Mapping, Optional, Protocol
 
 import flax.linen as nn
 import ml_collections
@@ -15,6 +15,8 @@ class Evaluator(Protocol):
   name: str  # The prefix of its metrics.
   every_steps: int
   metrics: tuple[str, ...]  # The names of the metrics it returns, known when it is built.
+  # Whether the loop measures the parameters' Polyak average too (an evaluator whose metrics do not
+  # depend on the parameters sets it False); `measures_average` reads it, True where unset.
 
   def __call__(self, params: Any) -> dict[str, float]:
     """Metrics of `params` (in any layout the model applies), names without the prefix."""
@@ -26,7 +28,8 @@ class Evaluator(Protocol):
 @dataclasses.dataclass(frozen=True)
 class Context:
   """What evaluators are built from: the run's config, dataset, task, model, mesh and the model's
-  resolved fields (`variants.get_model_config`)."""
+  resolved fields (`variants.get_model_config`); `teacher`, with config.distill.teacher, loads it
+  (checkpoints/teacher.py's Teacher, once for the run)."""
 
   config: ml_collections.ConfigDict
   info: data.DatasetInfo
@@ -34,6 +37,7 @@ class Context:
   model: nn.Module
   mesh: Mesh
   model_config: Mapping[str, Any]
+  teacher: Optional[Callable[[], Any]] = None
 
   def count(self, split: str) -> int:
     """Examples in `split`; the run's train and eval splits are already counted in `info`. A split
@@ -70,3 +74,8 @@ def check_fields(
         f'Evaluator {name!r}: every_steps={fields.every_steps} must be a number of steps '
         '>= 1' + (' (--config.eval_every_steps)' if name == 'eval' else '')
     )
+
+
+def measures_average(evaluator: Evaluator) -> bool:
+  """Whether the loop also measures `evaluator` on the parameters' Polyak average, where it keeps one."""
+  return getattr(evaluator, 'measures_average', True)

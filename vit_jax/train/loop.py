@@ -29,7 +29,8 @@ def evaluate(evaluator: Any, state: TrainState) -> dict[str, float]:
   """`<name>_<metric>` of the parameters and, with Polyak averaging, `<name>_polyak_<metric>` of
   their average (not at step 0, where it is the parameters: total_steps=0 measures each once)."""
   measured = {False: evaluator(state.params)}
-  if state.ema_params is not None and int(state.step) > 0:
+  averaged = state.ema_params is not None and evaluators.measures_average(evaluator)
+  if averaged and int(state.step) > 0:
     measured[True] = evaluator(param_groups.with_trained(state.ema_params, state.params))
   for values in measured.values():  # config.best_checkpoint was checked against `metrics`.
     if set(values) != set(evaluator.metrics):

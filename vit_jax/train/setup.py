@@ -2,6 +2,7 @@
 touched or anything is compiled, and a bad one is a one-line ValueError that names the fix."""
 
 import dataclasses
+import functools
 import math
 from types import ModuleType
 from typing import Any, Optional
@@ -182,8 +183,14 @@ def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
     param_groups.check_param_groups(
         config.optim, model_config, adapting.param_shapes(model, config.image_size)
     )
+  # The teacher, read once (below) for the step and for a teacher evaluator.
+  load_teacher = (
+      functools.cache(lambda: teacher_lib.load_teacher(config, info.num_classes))
+      if config.distill.teacher
+      else None
+  )
   built = evaluators.make_evaluators(
-      evaluators.Context(config, info, task, model, mesh, model_config)
+      evaluators.Context(config, info, task, model, mesh, model_config, load_teacher)
   )
   best = best_checkpoint.resolve(
       config, evaluators.logged_metrics(built, config.polyak_decay is not None), steps
@@ -196,7 +203,7 @@ def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
           f'set --config.init_from=PATH or --config.{name}=False'
       )
   init_params = warm_start.load_init_params(config, model) if config.init_from else None
-  teacher = teacher_lib.load_teacher(config, info.num_classes) if config.distill.teacher else None
+  teacher = load_teacher() if load_teacher else None
   workdir = paths.absolute(workdir)
   paths.check_writable(workdir, config.storage_timeout_s)
   run_dir.check_trainable(workdir)  # Once storage has answered in time.

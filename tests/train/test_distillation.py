@@ -164,6 +164,30 @@ def test_a_teacher_evaluator_measures_the_teacher_once_as_its_own_run_measured_i
   assert 'eval_polyak_top1' in metrics and not any('teacher_polyak' in name for name in logged)
 
 
+def test_a_teacher_trained_at_another_size_is_named_with_the_field_that_runs_it_there(
+    trained_tiny_run, tmp_path, caplog
+):
+  caplog.set_level('INFO')
+  overrides = {'distill.teacher': trained_tiny_run, 'image_size': 16}
+  train_setup.prepare(_config(**overrides), str(tmp_path / 'w'))
+  assert (
+      "was trained at 8 px and runs at the run's 16 px, its position embeddings resized: "
+      '--config.distill.teacher_image_size=8 runs it at its own' in caplog.text
+  )
+  caplog.clear()
+  run = train_setup.prepare(
+      _config(**overrides, **{'distill.teacher_image_size': 8}), str(tmp_path / 'w')
+  )
+  assert 'was trained at' not in caplog.text and 'at 8 px: ' in caplog.text
+  # Its own size: the checkpoint's position embeddings as they are.
+  np.testing.assert_array_equal(
+      run.teacher.params['Transformer']['posembed_input']['pos_embedding'],
+      run_dir.load_trained(trained_tiny_run).params['Transformer']['posembed_input'][
+          'pos_embedding'
+      ],
+  )
+
+
 @pytest.mark.devices(8)
 def test_the_teacher_is_sharded_by_the_students_rules_on_a_tensor_mesh(trained_tiny_run, tmp_path):
   run = train_setup.prepare(

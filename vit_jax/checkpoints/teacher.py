@@ -4,7 +4,8 @@ CNN), a timm / Hugging Face / OpenCLIP ViT checkpoint (hf-hub:<repo> too) or a V
 or big_vision layout), built for the run's images and classes."""
 
 import dataclasses
-from typing import Any
+import math
+from typing import Any, Optional
 
 from absl import logging
 import flax.linen as nn
@@ -30,7 +31,7 @@ def architecture(config: ml_collections.ConfigDict) -> tuple[str, dict[str, Any]
   header and config.json, a workdir's config.json): what the planner counts. A one-line ValueError
   when config.distill.teacher cannot be read or its patches do not tile its images."""
   variant, model_config = _read_architecture(config)
-  stride = variants.FAMILIES[variants.family(variant)].input_stride(model_config)
+  stride = _stride(variant, model_config)
   image_size = distillation.teacher_image_size(config)
   if image_size % stride:
     field = 'distill.teacher_image_size' if config.distill.teacher_image_size else 'image_size'
@@ -40,6 +41,21 @@ def architecture(config: ml_collections.ConfigDict) -> tuple[str, dict[str, Any]
         f'to a multiple of {stride}, e.g. {max(stride, image_size // stride * stride)}'
     )
   return variant, model_config
+
+
+def _stride(variant: str, model_config: dict[str, Any]) -> int:
+  return variants.FAMILIES[variants.family(variant)].input_stride(model_config)
+
+
+def _trained_image_size(params: dict[str, Any], stride: int) -> Optional[int]:
+  """The image size a ViT's learned position embeddings [1, tokens, width] were trained at: their
+  square grid of patches times the patch stride; None for any other layout."""
+  posemb = params.get('Transformer', {}).get('posembed_input', {}).get('pos_embedding')
+  if posemb is None or posemb.ndim != 3:
+    return None
+  patches = posemb.shape[1] - adapting.num_prefix_tokens(params)
+  side = math.isqrt(max(patches, 0))
+  return side * stride if side and side * side == patches else None
 
 
 def _read_architecture(config: ml_collections.ConfigDict) -> tuple[str, dict[str, Any]]:
@@ -94,6 +110,16 @@ def load_teacher(config: ml_collections.ConfigDict, num_classes: int) -> Teacher
     raise ValueError(
         f'config.distill.teacher={given!r} {predicts}, and the run has {num_classes}: the '
         'teacher must be a classifier of the same classes, in the same order'
+    )
+  trained_at = _trained_image_size(loaded, _stride(variant, model_config))
+  if trained_at and trained_at != image_size and not config.distill.teacher_image_size:
+    logging.warning(
+        "config.distill.teacher=%r was trained at %d px and runs at the run's %d px, its position "
+        'embeddings resized: --config.distill.teacher_image_size=%d runs it at its own',
+        given,
+        trained_at,
+        image_size,
+        trained_at,
     )
   params, _ = adapting.adapt_params(
       loaded,

@@ -381,3 +381,64 @@ def test_fewshot_seeds_and_shots_of_the_wrong_type_are_one_line_errors(
   with pytest.raises(ValueError, match=error) as raised:
     train_setup.prepare(config, str(tmp_path / 'run'))
   assert '\n' not in str(raised.value) and not (tmp_path / 'run').exists()
+
+
+def test_fewshot_and_knn_at_another_patch_or_image_size_measure_the_resampled_model(
+    trained_tiny_run, tmp_path
+):
+  """config.evals entries of type fewshot / knn with patch_size or image_size (FlexiViT's transfer at
+  every patch size): the features of the model fitted as it runs, the numbers of the run fine-tuned
+  to that size with no step (resampled once on the host, as config.init_from does)."""
+  shots = {'shots': (1, 2), 'seeds': 1, 'l2_reg': 4.0}
+  config = helpers.load_config(
+      'demo', {**helpers.TINY, 'total_steps': 0, 'init_from': trained_tiny_run, 'keep_head': True}
+  )
+  config.evals.fs_p2 = dict(type='fewshot', every_steps=1, patch_size=2, **shots)
+  config.evals.knn_16 = dict(type='knn', every_steps=1, ks=(5,), image_size=16)
+  config.evals.fs = dict(type='fewshot', every_steps=1, **shots)  # At the run's own size.
+  measured = loop.train_and_evaluate(train_setup.prepare(config, str(tmp_path / 'sized')))
+  for name, kind, size_fields, evaluator in (
+      ('fs_p2', 'fewshot', {'model.patch_size': 2}, {f'fewshot.{k}': v for k, v in shots.items()}),
+      ('knn_16', 'knn', {'image_size': 16}, {'knn.ks': (5,)}),
+  ):
+    reference = helpers.load_config(
+        'demo',
+        {
+            **helpers.TINY,
+            **size_fields,
+            **evaluator,
+            f'{kind}.every_steps': 1,
+            'total_steps': 0,
+            'init_from': trained_tiny_run,
+            'keep_head': True,
+        },
+    )
+    expected = loop.train_and_evaluate(train_setup.prepare(reference, str(tmp_path / name)))
+    metrics = [m for m in expected if m.startswith(f'{kind}_')]
+    assert metrics
+    for metric in metrics:
+      assert measured[metric.replace(kind, name, 1)] == pytest.approx(expected[metric], abs=1e-6)
+  # The model at its own size scores otherwise: the size is not ignored.
+  assert any(measured[f'fs_p2_{n}shot'] != measured[f'fs_{n}shot'] for n in (1, 2))
+
+
+@pytest.mark.parametrize(
+    'fields,message',
+    [
+        (
+            {'type': 'fewshot', 'shots': (1,), 'seeds': 1, 'l2_reg': 4.0, 'patch_size': 3},
+            r"^Evaluator 'hi': image_size=8 must be a multiple of the patch size 3",
+        ),
+        (
+            {'type': 'knn', 'image_size': 10},
+            r"^Evaluator 'hi': image_size=10 must be a multiple of the patch size 4",
+        ),
+    ],
+)
+def test_fewshot_and_knn_sizes_the_patches_do_not_tile_are_one_line_errors(
+    tmp_path, fields, message
+):
+  config = helpers.load_config('demo', helpers.TINY)
+  config.evals.hi = dict(every_steps=1, **fields)
+  with pytest.raises(ValueError, match=message):
+    train_setup.prepare(config, str(tmp_path / 'run'))

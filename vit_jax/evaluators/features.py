@@ -17,6 +17,7 @@ from jax.sharding import Mesh
 from vit_jax import data, sharding
 from vit_jax.data import on_device
 from vit_jax.evaluators.base import Context
+from vit_jax.models import patch_embedding
 
 
 def check_one_class(where: str, context: Context) -> None:
@@ -45,8 +46,9 @@ class SplitFeatures:
   """Features [n, D] and labels [n] of every example of the given splits.
 
   `model` returns features (a task's `features_model`); the parameters may carry a head, which it
-  ignores. Works on any mesh and any number of hosts. The data passes keep their worker processes
-  between calls until `close`.
+  ignores. `fitted`: the model is of another image or patch size than the parameters
+  (resolution.sized), which it fits as it runs. Works on any mesh and any number of hosts. The data
+  passes keep their worker processes between calls until `close`.
   """
 
   def __init__(
@@ -56,6 +58,7 @@ class SplitFeatures:
       *,
       model: nn.Module,
       mesh: Mesh,
+      fitted: bool = False,
   ):
     self._mesh = mesh
     self._passes = {
@@ -69,6 +72,10 @@ class SplitFeatures:
         for split in dict.fromkeys(splits)
     }
     features_fn = functools.partial(_features_of_batch, model=model)
+    if fitted:
+      features_fn = patch_embedding.fitted_to_images(
+          features_fn, config.posemb_interpolation, config.patch_interpolation
+      )
     replicated = sharding.replicated(mesh)
     self._features_fn = jax.jit(features_fn, out_shardings=replicated)
     self._split_features_fn = jax.jit(

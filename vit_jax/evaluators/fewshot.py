@@ -18,7 +18,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from vit_jax import data
-from vit_jax.evaluators import features
+from vit_jax.evaluators import features, resolution
 from vit_jax.evaluators.base import Context, check_fields
 
 
@@ -120,10 +120,13 @@ class FewShotEvaluator:
       l2_reg: float,
       train_split: Optional[str] = None,
       eval_split: Optional[str] = None,
+      fitted: bool = False,
   ):
     self.name, self.every_steps = name, every_steps
     self._splits = (train_split or config.train_split, eval_split or config.eval_split)
-    self.features = features.SplitFeatures(config, self._splits, model=model, mesh=mesh)
+    self.features = features.SplitFeatures(
+        config, self._splits, model=model, mesh=mesh, fitted=fitted
+    )
     self._shots, self._seeds, self._l2_reg = tuple(shots), seeds, l2_reg
     self.metrics = tuple(f'{n}shot' for n in self._shots)
     self._num_classes = num_classes
@@ -176,7 +179,10 @@ class FewShotEvaluator:
 
 def build(name: str, fields: ml_collections.ConfigDict, context: Context) -> FewShotEvaluator:
   check_fields(
-      name, fields, ('every_steps', 'shots', 'seeds', 'l2_reg'), ('train_split', 'eval_split')
+      name,
+      fields,
+      ('every_steps', 'shots', 'seeds', 'l2_reg'),
+      ('train_split', 'eval_split', 'image_size', 'patch_size'),
   )
   where = f'config.{name}' if name == 'fewshot' else f'config.evals.{name}'
   features.check_one_class(where, context)
@@ -200,7 +206,9 @@ def build(name: str, fields: ml_collections.ConfigDict, context: Context) -> Few
         f'{where}.shots={shots} must be positive numbers of images per class, '
         'e.g. (1, 5, 10, 25)'
     )
-  config = context.config
+  config, model_config = context.config, context.model_config
+  if resolution.is_sized(fields):
+    config, model_config = resolution.sized(name, config, fields, context)
   # Unset (None, or absent from a config.evals entry): the run's splits.
   train_split = fields.get('train_split') or config.train_split
   eval_split = fields.get('eval_split') or config.eval_split
@@ -231,7 +239,7 @@ def build(name: str, fields: ml_collections.ConfigDict, context: Context) -> Few
       name,
       fields.every_steps,
       config=config,
-      model=context.task.features_model(config, context.model_config),
+      model=context.task.features_model(config, model_config),
       mesh=context.mesh,
       num_classes=num_classes,
       shots=fields.shots,
@@ -239,4 +247,5 @@ def build(name: str, fields: ml_collections.ConfigDict, context: Context) -> Few
       l2_reg=fields.l2_reg,
       train_split=train_split,
       eval_split=eval_split,
+      fitted=resolution.is_sized(fields),
   )

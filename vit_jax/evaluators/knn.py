@@ -29,7 +29,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from vit_jax import sharding
-from vit_jax.evaluators import features
+from vit_jax.evaluators import features, resolution
 from vit_jax.evaluators.base import Context, check_fields
 
 # Similarities of one chunk of eval examples with a device's share of the train examples: at most
@@ -188,11 +188,14 @@ class KnnEvaluator:
       temperature: float,
       train_split: Optional[str] = None,
       eval_split: Optional[str] = None,
+      fitted: bool = False,
   ):
     self.name, self.every_steps = name, every_steps
     self._mesh = mesh
     self._splits = (train_split or config.train_split, eval_split or config.eval_split)
-    self.features = features.SplitFeatures(config, self._splits, model=model, mesh=mesh)
+    self.features = features.SplitFeatures(
+        config, self._splits, model=model, mesh=mesh, fitted=fitted
+    )
     self._ks, self._temperature = tuple(ks), temperature
     self.metrics = tuple(f'{k}nn' for k in self._ks)
 
@@ -231,10 +234,17 @@ def check_ks(ks: Any, temperature: Any, where: str) -> None:
 
 
 def build(name: str, fields: ml_collections.ConfigDict, context: Context) -> KnnEvaluator:
-  check_fields(name, fields, ('every_steps',), ('ks', 'temperature', 'train_split', 'eval_split'))
+  check_fields(
+      name,
+      fields,
+      ('every_steps',),
+      ('ks', 'temperature', 'train_split', 'eval_split', 'image_size', 'patch_size'),
+  )
   where = f'config.{name}' if name == 'knn' else f'config.evals.{name}'
   features.check_one_class(where, context)
-  config = context.config
+  config, model_config = context.config, context.model_config
+  if resolution.is_sized(fields):
+    config, model_config = resolution.sized(name, config, fields, context)
   # Left out of a config.evals entry: config.knn's (DINO's k = 20 and temperature 0.07, k = 10 too).
   ks = fields.get('ks', config.knn.ks)
   temperature = fields.get('temperature', config.knn.temperature)
@@ -257,10 +267,11 @@ def build(name: str, fields: ml_collections.ConfigDict, context: Context) -> Knn
       name,
       fields.every_steps,
       config=config,
-      model=context.task.features_model(config, context.model_config),
+      model=context.task.features_model(config, model_config),
       mesh=context.mesh,
       ks=ks,
       temperature=temperature,
       train_split=train_split,
       eval_split=eval_split,
+      fitted=resolution.is_sized(fields),
   )

@@ -1,7 +1,7 @@
-"""An evaluator at another image size or patch size than the run's (a classifier's
-`config.evals.X.image_size` / `patch_size`): its config and model, whose eval step fits the
-parameters to them as the model runs (patch_embedding.fitted_to_images), as fine-tuning to that size
-fits them once on the host.
+"""An evaluator at another image size or patch size than the run's (`config.evals.X.image_size` /
+`patch_size`: a classifier's split metrics, few-shot and k-NN of any task's features): its config and
+model, whose steps fit the parameters to them as the model runs (patch_embedding.fitted_to_images),
+as fine-tuning to that size fits them once on the host.
 """
 
 from typing import Any
@@ -16,6 +16,11 @@ def _whole(value: Any, least: int) -> bool:
   return not isinstance(value, bool) and isinstance(value, int) and value >= least
 
 
+def is_sized(fields: ml_collections.ConfigDict) -> bool:
+  """Whether an evaluator's fields set its own image or patch size."""
+  return fields.get('image_size') is not None or fields.get('patch_size') is not None
+
+
 def at_resolution(
     name: str,
     config: ml_collections.ConfigDict,
@@ -26,14 +31,29 @@ def at_resolution(
   its `patch_size` (a classifier's; the patches a ViT's), to which its eval step, wrapped in
   patch_embedding.fitted_to_images, fits the position embeddings and the patch embedding; a one-line
   ValueError for a size the patches do not divide."""
-  image_size, patch_size = fields.get('image_size'), fields.get('patch_size')
-  given = 'image_size' if image_size is not None else 'patch_size'
+  given = 'image_size' if fields.get('image_size') is not None else 'patch_size'
   if context.config.task != 'classification':
     raise ValueError(
         f'Evaluator {name!r}: {given} evaluates a classifier at another resolution, and '
         f'config.task={context.config.task!r}: drop config.evals.{name}.{given}'
     )
-  model_config, model = context.model_config, context.model
+  config, model_config = sized(name, config, fields, context)
+  if model_config.get('patch_size') == context.model_config.get('patch_size'):
+    return config, context.model
+  return config, context.model.clone(patch_size=model_config['patch_size'])
+
+
+def sized(
+    name: str,
+    config: ml_collections.ConfigDict,
+    fields: ml_collections.ConfigDict,
+    context: Context,
+) -> tuple[ml_collections.ConfigDict, dict[str, Any]]:
+  """`config` at the evaluator's `image_size` and the run's model fields with its `patch_size` (a
+  ViT's), unset ones the run's: the model of any task that the parameters fit as it runs
+  (patch_embedding.fitted_to_images); a one-line ValueError for a size the patches do not divide."""
+  image_size, patch_size = fields.get('image_size'), fields.get('patch_size')
+  model_config = dict(context.model_config)
   if patch_size is not None:
     if 'patch_size' not in model_config:
       raise ValueError(
@@ -45,8 +65,7 @@ def at_resolution(
           f'Evaluator {name!r}: patch_size={patch_size!r} must be a whole number of pixels, e.g. '
           f'{2 * model_config["patch_size"]}'
       )
-    model_config = {**model_config, 'patch_size': patch_size}
-    model = model.clone(patch_size=patch_size)
+    model_config['patch_size'] = patch_size
   stride = variants.FAMILIES[variants.family(config.variant)].input_stride(model_config)
   size = config.image_size if image_size is None else image_size
   if not _whole(size, stride) or size % stride:
@@ -62,4 +81,4 @@ def at_resolution(
     )
   config = config.copy_and_resolve_references()
   config.image_size = size
-  return config, model
+  return config, model_config

@@ -231,7 +231,7 @@ def build(name: str, fields: ml_collections.ConfigDict, context: Context) -> Spl
     count = context.count(fields.split)
   require_examples(name, fields.split, count)
   model = context.model
-  if fields.get('image_size') is not None or fields.get('patch_size') is not None:
+  if resolution.is_sized(fields):
     config, model = resolution.at_resolution(name, config, fields, context)
   label_sets = (
       data.is_label_set(config, label_feature) if label_feature else context.info.multi_label

@@ -20,7 +20,9 @@ import helpers
 from vit_jax.checkpoints import checkpoint, run_dir
 from vit_jax.tools import export
 from vit_jax.checkpoints import adapting, npz_files
+from vit_jax.models import patch_embedding
 from vit_jax.tasks import classification
+from vit_jax.train import loop, setup as train_setup
 
 EXPORT_CMD = [sys.executable, '-m', 'vit_jax.tools.export']
 
@@ -247,6 +249,15 @@ def test_command_line_exports_the_chosen_step(workdir, tmp_path):
         ),
         ([], r'^error: flag --workdir=None'),
         (['--workdir={workdir}', 'extra'], r"^error: unexpected arguments \['extra'\]"),
+        (
+            ['--workdir={workdir}', '--patch_size=3'],
+            r'^error: image_size=8 is not a multiple of the patch size 3 \(in input pixels\): use a '
+            r'multiple, e.g. 6$',
+        ),
+        (
+            ['--workdir={workdir}', '--image_size=0'],
+            r"^error: --image_size=0 must be a positive number of pixels, or left out: the run's$",
+        ),
     ],
 )
 def test_command_line_bad_input_is_one_line(workdir, tmp_path, args, message):
@@ -262,6 +273,51 @@ def test_command_line_bad_input_is_one_line(workdir, tmp_path, args, message):
   assert len(run.stderr.strip().splitlines()) == 1, run.stderr[-2000:]
   assert __import__('re').search(message, run.stderr), run.stderr
   assert not os.path.exists(tmp_path / 'out')
+
+
+@pytest.mark.parametrize('image_size,patch_size', [(None, 2), (16, 8), (16, None)])
+def test_an_export_at_another_size_computes_what_the_run_computes_fitted_as_it_runs(
+    workdir, tmp_path, image_size, patch_size
+):
+  """--image_size / --patch_size (a FlexiViT deployed at one patch size): the artefact and the .npz are
+  a plain model of that size, fitted once on the host, whose logits are the run's model fitted to
+  those images as it runs (what an evaluator at that size measures), and config.json says the sizes.
+  """
+  description = export.export(workdir, str(tmp_path), image_size=image_size, patch_size=patch_size)
+  size, patch = image_size or 8, patch_size or 4
+  assert (description['image_size'], description['model']['patch_size']) == (size, patch)
+  trained = run_dir.load_trained(workdir)
+  images = _images(3, size)
+  fitted = patch_embedding.fitted_to_images(
+      lambda params, x: trained.model.clone(patch_size=patch).apply(
+          {'params': params}, x, train=False
+      ),
+      trained.config.posemb_interpolation,
+      trained.config.patch_interpolation,
+  )
+  expected = fitted(trained.params, images)
+  artefact = jax.export.deserialize((tmp_path / 'model.jaxexport').read_bytes())
+  np.testing.assert_allclose(artefact.call(images), expected, atol=2e-5)
+  npz = npz_files.load_npz(str(tmp_path / 'model.npz'))
+  assert npz['embedding']['kernel'].shape[:2] == (patch, patch)
+  np.testing.assert_allclose(
+      trained.model.clone(patch_size=patch).apply({'params': npz}, images, train=False),
+      expected,
+      atol=2e-5,
+  )
+
+
+def test_an_adapted_run_exported_at_another_size_holds_its_adapters_folded_in(tmp_path):
+  config = helpers.load_config(
+      'demo', {**helpers.TINY, 'model.lora_rank': 2, 'total_steps': 2, 'lr.warmup_steps': 0}
+  )
+  loop.train_and_evaluate(train_setup.prepare(config, str(tmp_path / 'run')))
+  description = export.export(str(tmp_path / 'run'), str(tmp_path / 'out'), patch_size=2)
+  assert description['peft'] == (
+      "not written: the adapters are of the run's size; the files hold them folded in"
+  )
+  npz = npz_files.load_npz(str(tmp_path / 'out' / 'model.npz'))
+  assert not any('lora' in key for key in flax.traverse_util.flatten_dict(npz, sep='/'))
 
 
 def test_export_of_a_directory_that_is_not_a_run_is_a_clear_error(workdir, tmp_path):

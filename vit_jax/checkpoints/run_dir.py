@@ -14,7 +14,7 @@ from etils import epath
 from flax import traverse_util
 
 from vit_jax import data, defaults, tasks
-from vit_jax.checkpoints import npz_files, saved_state, state_dicts, torch_files
+from vit_jax.checkpoints import adapting, npz_files, saved_state, state_dicts, torch_files
 from vit_jax.models import lora, variants
 
 _RUN_FILES = ('config.json', 'dataset_info.json')
@@ -219,4 +219,37 @@ def run_model(path: str) -> tuple[str, dict[str, Any]]:
   run, _ = load_run_info(saved_state.workdir_of(checkpoint_dir))
   return run.variant, lora.without_adapters(
       variants.get_model_config(run.variant, run.model.to_dict())
+  )
+
+
+def at_size(
+    trained: TrainedModel, image_size: Optional[int], patch_size: Optional[int]
+) -> TrainedModel:
+  """`trained` as the model of `image_size` px images cut into `patch_size` px
+  patches (None: the run's), its parameters fitted once on the host; a one-line ValueError for sizes
+  its patches do not tile. Low-rank adapters stay folded into the kernels they adapt."""
+  config = trained.config.copy_and_resolve_references()
+  model_config, model = dict(trained.model_config), trained.model
+  if patch_size is not None:
+    if 'patch_size' not in model_config:
+      raise ValueError(f'a patch size is for a ViT, and {config.variant} has no patches')
+    model_config['patch_size'] = config.model.patch_size = patch_size
+    model = model.clone(patch_size=patch_size)
+  config.image_size = image_size or config.image_size
+  stride = variants.FAMILIES[variants.family(config.variant)].input_stride(model_config)
+  if config.image_size % stride:
+    raise ValueError(
+        f'image_size={config.image_size} is not a multiple of the patch size {stride} (in input '
+        f'pixels): use a multiple, e.g. {max(stride, config.image_size // stride * stride)}'
+    )
+  params, _ = adapting.adapt_params(
+      trained.params,
+      adapting.param_shapes(model, config.image_size),
+      keep_head=True,
+      keep_pre_logits=True,
+      posemb_method=config.posemb_interpolation,
+      patch_method=config.patch_interpolation,
+  )
+  return dataclasses.replace(
+      trained, config=config, model_config=model_config, model=model, params=params, adapted=None
   )

@@ -1,8 +1,14 @@
 """Exports a run's parameters for serving and for other code.
 
   python -m vit_jax.tools.export --workdir=W --out=DIR [--step=N|best] [--overwrite]
+      [--image_size=S] [--patch_size=P]
 
-writes, from checkpoint N of W (default: the latest), using the Polyak average when the run kept one:
+writes, from checkpoint N of W (default: the latest), using the Polyak average when the run kept one,
+at the run's image size and patch size or at `--image_size` / `--patch_size` (a FlexiViT deployed at
+the patch size its speed allows; a ViT served at a higher resolution): the position embeddings
+resized and the patch embedding resampled once, as config.init_from fits a checkpoint, by the run's
+config.posemb_interpolation and config.patch_interpolation, so every file below is a plain model of
+that size:
   DIR/model.npz        the parameters under flat '/'-joined keys: the original ViT layout, which the
                        original code and timm's ViT `load_pretrained` read (for a BiT the published
                        BiT layout, which timm's resnetv2 `load_pretrained` reads);
@@ -85,10 +91,17 @@ def _encoder_of(trained: Any) -> Any:
 
 
 def export(
-    workdir: str, out: str, step: int | str | None = None, *, overwrite: bool = False
+    workdir: str,
+    out: str,
+    step: int | str | None = None,
+    *,
+    overwrite: bool = False,
+    image_size: int | None = None,
+    patch_size: int | None = None,
 ) -> dict[str, Any]:
-  """Writes the three files for checkpoint `step` (default: latest) of `workdir`; returns config.json.
-  Refuses an `out` that already holds an export unless `overwrite`."""
+  """Writes the files for checkpoint `step` (default: latest) of `workdir`, at `image_size` and
+  `patch_size` (None: the run's); returns config.json. Refuses an `out` that already holds an export
+  unless `overwrite`."""
   # Imported here so that bad flags are answered before TensorFlow (the input pipeline's) loads.
   from vit_jax.checkpoints import run_dir  # pylint: disable=g-import-not-at-top
   from vit_jax.checkpoints import npz_files, peft_export, timm_export, torch_files  # pylint: disable=g-import-not-at-top
@@ -99,6 +112,10 @@ def export(
       not classifier
   ):  # A self-supervised run's product is its encoder, as the hub's MAE weights are.
     trained = _encoder_of(trained)
+  resized = image_size is not None or patch_size is not None
+  adapters = trained.adapted is not None
+  if resized:
+    trained = run_dir.at_size(trained, image_size, patch_size)
   cli.make_out_dir(out)
   # Checked after make_out_dir, which answers a cloud path that does not answer within a time limit.
   existing = [name for name in ('model.npz', 'config.json') if (epath.Path(out) / name).exists()]
@@ -135,9 +152,13 @@ def export(
     torch_files.write_safetensors(timm_tensors, str(timm_dir / torch_files.SAFETENSORS))
     (timm_dir / 'config.json').write_text(json.dumps(timm_config, indent=2))
     timm_files = 'timm/model.safetensors, timm/config.json'
-  peft_files = (
-      _write_peft(trained, out_dir) if trained.adapted else 'not written: no low-rank adapters'
-  )
+  if trained.adapted:
+    peft_files = _write_peft(trained, out_dir)
+  elif adapters:
+    peft_files = "not written: the adapters are of the run's size; the files hold them folded in"
+  else:
+    peft_files = 'not written: no low-rank adapters'
+
   # What an earlier export wrote there (--overwrite) would pass for this run's.
   for written, folder, names in (
       (timm_files, 'timm', (torch_files.SAFETENSORS, 'config.json')),
@@ -167,7 +188,7 @@ def export(
       ),
       'jax_export_platforms': list(PLATFORMS),
       'timm': timm_files,
-      **({'peft': peft_files} if trained.adapted else {}),  # Said only of a run with adapters.
+      **({'peft': peft_files} if adapters else {}),  # Said only of a run with adapters.
   }
   (out_dir / 'config.json').write_text(json.dumps(description, indent=2))
   return description
@@ -198,7 +219,7 @@ def _write_peft(trained: Any, out_dir: epath.Path) -> str:
   return f'peft/{peft_export.WEIGHTS}, peft/{peft_export.CONFIG} over {base.name}'
 
 
-_USAGE = '--workdir=W --out=DIR [--step=N|best] [--overwrite]'
+_USAGE = '--workdir=W --out=DIR [--step=N|best] [--overwrite] [--image_size=S] [--patch_size=P]'
 
 
 def main(argv: list[str]) -> None:
@@ -207,9 +228,22 @@ def main(argv: list[str]) -> None:
   logging.set_verbosity(logging.ERROR)
   if len(argv) > 1:
     cli.fail(f'unexpected arguments {argv[1:]}: use {_USAGE}')
-  workdir, out = flags.FLAGS.workdir, flags.FLAGS.out
+  args = flags.FLAGS
+  workdir, out = args.workdir, args.out
+  for flag in ('image_size', 'patch_size'):
+    if args[flag].value is not None and args[flag].value < 1:
+      cli.fail(
+          f"--{flag}={args[flag].value} must be a positive number of pixels, or left out: the run's"
+      )
   try:
-    description = export(workdir, out, flags.FLAGS.step, overwrite=flags.FLAGS.overwrite)
+    description = export(
+        workdir,
+        out,
+        args.step,
+        overwrite=args.overwrite,
+        image_size=args.image_size,
+        patch_size=args.patch_size,
+    )
   except ValueError as e:
     cli.fail(str(e))
   unwritten = [
@@ -231,6 +265,8 @@ def _define_flags() -> None:
   )
   cli.define_step_flag()
   flags.DEFINE_bool('overwrite', False, 'Replace the export that --out already holds.')
+  flags.DEFINE_integer('image_size', None, "The exported model's image size (default: the run's).")
+  flags.DEFINE_integer('patch_size', None, "The exported ViT's patch size (default: the run's).")
   flags.mark_flags_as_required(['workdir', 'out'])
 
 

@@ -157,7 +157,14 @@ def test_the_command_uses_the_runs_fewshot_settings_where_no_flag_is_given(
 
   accuracies, used = command.evaluate_checkpoint(workdir)
   knn_accuracies = used.pop('knn')
-  assert used == {'step': 12, 'shots': (2,), 'seeds': 1, 'l2_reg': 0.01, 'temperature': 0.5}
+  assert used == {
+      'step': 12,
+      'image_size': 8,
+      'shots': (2,),
+      'seeds': 1,
+      'l2_reg': 0.01,
+      'temperature': 0.5,
+  }
   config, _ = run_dir.load_run_info(workdir)
   params, _ = saved_state.restore_params(saved_state.find_checkpoint(workdir)[0])
   mesh = sharding.make_mesh((('data', -1),))
@@ -231,6 +238,11 @@ def test_in_the_loop_shots_a_class_cannot_fill_are_nan_and_the_run_goes_on(
         (
             '--temperature=0',
             'error: --temperature=0.0 must be positive, e.g. --temperature=0.07',
+        ),
+        (
+            '--patch_size=3',
+            'error: image_size=8 is not a multiple of the patch size 3 (in input pixels): use a '
+            'multiple, e.g. 6',
         ),
     ],
 )
@@ -420,6 +432,16 @@ def test_fewshot_and_knn_at_another_patch_or_image_size_measure_the_resampled_mo
       assert measured[metric.replace(kind, name, 1)] == pytest.approx(expected[metric], abs=1e-6)
   # The model at its own size scores otherwise: the size is not ignored.
   assert any(measured[f'fs_p2_{n}shot'] != measured[f'fs_{n}shot'] for n in (1, 2))
+  # The command at those sizes: the parameters fitted once on the host, the same numbers.
+  from vit_jax.tools import fewshot as command  # pylint: disable=g-import-not-at-top
+
+  accuracies, used = command.evaluate_checkpoint(trained_tiny_run, **shots, patch_size=2, knn=())
+  assert used['image_size'] == 8
+  for n in (1, 2):
+    assert accuracies[n] == pytest.approx(measured[f'fs_p2_{n}shot'], abs=1e-6)
+  _, used = command.evaluate_checkpoint(trained_tiny_run, **shots, image_size=16, knn=(5,))
+  assert used['image_size'] == 16
+  assert used['knn'][5] == pytest.approx(measured['knn_16_5nn'], abs=1e-6)
 
 
 @pytest.mark.parametrize(

@@ -256,7 +256,8 @@ def test_command_line_exports_the_chosen_step(workdir, tmp_path):
         ),
         (
             ['--workdir={workdir}', '--image_size=0'],
-            r"^error: --image_size=0 must be a positive number of pixels, or left out: the run's$",
+            r'^error: flag --image_size=0: must be a positive number of pixels, or left out: the '
+            r"run's: use ",
         ),
     ],
 )

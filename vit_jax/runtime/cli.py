@@ -57,6 +57,18 @@ def define_step_flag(of: str = '') -> None:
   )
 
 
+def define_size_flags(of: str) -> None:
+  """--image_size and --patch_size: the resolution and patch size a tool reads a run's model at
+  (run_dir.at_size; None: the run's)."""
+  for name, what in (('image_size', 'image size'), ('patch_size', "patch size (a ViT's)")):
+    flags.DEFINE_integer(name, None, f"{of}'s {what}; default: the run's.")
+    flags.register_validator(
+        name,
+        lambda size: size is None or size >= 1,
+        message="must be a positive number of pixels, or left out: the run's",
+    )
+
+
 def flags_parser(usage: str) -> Callable[[list[str]], list[str]]:
   """An absl `flags_parser` that reports a missing or bad flag in one line naming the usage."""
 

@@ -230,11 +230,6 @@ def main(argv: list[str]) -> None:
     cli.fail(f'unexpected arguments {argv[1:]}: use {_USAGE}')
   args = flags.FLAGS
   workdir, out = args.workdir, args.out
-  for flag in ('image_size', 'patch_size'):
-    if args[flag].value is not None and args[flag].value < 1:
-      cli.fail(
-          f"--{flag}={args[flag].value} must be a positive number of pixels, or left out: the run's"
-      )
   try:
     description = export(
         workdir,
@@ -265,8 +260,7 @@ def _define_flags() -> None:
   )
   cli.define_step_flag()
   flags.DEFINE_bool('overwrite', False, 'Replace the export that --out already holds.')
-  flags.DEFINE_integer('image_size', None, "The exported model's image size (default: the run's).")
-  flags.DEFINE_integer('patch_size', None, "The exported ViT's patch size (default: the run's).")
+  cli.define_size_flags('The exported model')
   flags.mark_flags_as_required(['workdir', 'out'])
 
 

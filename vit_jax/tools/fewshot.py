@@ -2,7 +2,7 @@
 and knn.py):
 
   python -m vit_jax.tools.fewshot --workdir=W [--step=N|best] [--shots=1,5,10,25] [--seeds=3] [--l2_reg=4]
-      [--knn=10,20 [--temperature=0.07]]
+      [--knn=10,20 [--temperature=0.07]] [--image_size=S] [--patch_size=P]
 
 prints the accuracy per number of shots, for the run's ViT backbone (its Polyak average if kept) on
 the run's unaugmented train and eval splits. A flag left out is the run's config.fewshot setting (its
@@ -10,6 +10,8 @@ splits too), so the numbers are those the run logged as fewshot_<n>shot at that 
 prints the weighted k-NN accuracy (DINO's) for each k, of the same features: the eval split's
 examples classified by their nearest train examples; left out, the run's config.knn.ks where the run
 measured them (config.knn.every_steps), at its config.knn.temperature unless `--temperature`.
+`--image_size` / `--patch_size` measure the backbone at another resolution or patch size (a
+FlexiViT's transfer at each patch size), its parameters fitted once as `export` fits them.
 """
 
 if (
@@ -27,7 +29,7 @@ from vit_jax.runtime import cli
 
 _USAGE = (
     '--workdir=W [--step=N|best] [--shots=1,5,10,25] [--seeds=3] [--l2_reg=4] '
-    '[--knn=10,20 [--temperature=0.07]]'
+    '[--knn=10,20 [--temperature=0.07]] [--image_size=S] [--patch_size=P]'
 )
 
 
@@ -40,11 +42,14 @@ def evaluate_checkpoint(
     l2_reg: Optional[float] = None,
     knn: Optional[Sequence[int]] = None,
     temperature: Optional[float] = None,
+    image_size: Optional[int] = None,
+    patch_size: Optional[int] = None,
 ) -> tuple[dict[int, float], dict[str, Any]]:
   """Few-shot accuracies of checkpoint `step` (default: the latest) of a run, and the settings used:
   the step, and shots / seeds / l2_reg, each the run's config.fewshot one where None. With k-NN (`knn`
   or, where None, the run's config.knn.ks if it measured them) the settings also hold 'knn': the k-NN
-  accuracy of each k at `temperature` (None: the run's), of the same features."""
+  accuracy of each k at `temperature` (None: the run's), of the same features; the backbone at
+  `image_size` and `patch_size` (None: the run's; run_dir.at_size)."""
   # Imported here so that bad flags are answered before TensorFlow (the input pipeline's) loads.
   import jax  # pylint: disable=g-import-not-at-top
   from vit_jax import sharding  # pylint: disable=g-import-not-at-top
@@ -52,6 +57,8 @@ def evaluate_checkpoint(
   from vit_jax.evaluators import features, fewshot, knn as knn_lib  # pylint: disable=g-import-not-at-top
 
   trained = run_dir.load_trained(workdir, step, features=True)
+  if image_size is not None or patch_size is not None:
+    trained = run_dir.at_size(trained, image_size, patch_size)
   config = trained.config
   if trained.info.multi_label:
     raise ValueError(
@@ -65,6 +72,7 @@ def evaluate_checkpoint(
   run = config.fewshot
   used = {
       'step': trained.step,
+      'image_size': config.image_size,
       'shots': tuple(run.shots if shots is None else shots),
       'seeds': run.seeds if seeds is None else seeds,
       'l2_reg': run.l2_reg if l2_reg is None else l2_reg,
@@ -130,6 +138,7 @@ def _define_flags() -> None:
   flags.DEFINE_float(
       'temperature', None, "The k-NN votes' temperature (default: the run's, DINO's 0.07)."
   )
+  cli.define_size_flags('The backbone')
   flags.mark_flags_as_required(['workdir'])
 
 
@@ -155,12 +164,14 @@ def main(argv: list[str]) -> None:
         l2_reg=args.l2_reg,
         knn=knn,
         temperature=args.temperature,
+        image_size=args.image_size,
+        patch_size=args.patch_size,
     )
   except ValueError as e:
     cli.fail(str(e))
   print(
-      f'few-shot linear accuracy of step {used["step"]} of {args.workdir} (mean of {used["seeds"]} '
-      f'seeds, l2_reg={used["l2_reg"]:g}):'
+      f'few-shot linear accuracy of step {used["step"]} of {args.workdir} at {used["image_size"]} px '
+      f'(mean of {used["seeds"]} seeds, l2_reg={used["l2_reg"]:g}):'
   )
   print(format_table(accuracies))
   if 'knn' in used:

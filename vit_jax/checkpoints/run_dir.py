@@ -225,9 +225,9 @@ def run_model(path: str) -> tuple[str, dict[str, Any]]:
 def at_size(
     trained: TrainedModel, image_size: Optional[int], patch_size: Optional[int]
 ) -> TrainedModel:
-  """`trained` as the model of `image_size` px images cut into `patch_size` px
-  patches (None: the run's), its parameters fitted once on the host; a one-line ValueError for sizes
-  its patches do not tile. Low-rank adapters stay folded into the kernels they adapt."""
+  """`trained` as the model of `image_size` px images cut into `patch_size` px patches (None: the
+  run's), its parameters fitted once on the host as config.init_from fits a checkpoint; a one-line
+  ValueError for sizes its patches do not tile. Low-rank adapters stay folded into their kernels."""
   config = trained.config.copy_and_resolve_references()
   model_config, model = dict(trained.model_config), trained.model
   if patch_size is not None:

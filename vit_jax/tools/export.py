@@ -112,9 +112,8 @@ def export(
       not classifier
   ):  # A self-supervised run's product is its encoder, as the hub's MAE weights are.
     trained = _encoder_of(trained)
-  resized = image_size is not None or patch_size is not None
   adapters = trained.adapted is not None
-  if resized:
+  if image_size is not None or patch_size is not None:
     trained = run_dir.at_size(trained, image_size, patch_size)
   cli.make_out_dir(out)
   # Checked after make_out_dir, which answers a cloud path that does not answer within a time limit.
@@ -158,7 +157,6 @@ def export(
     peft_files = "not written: the adapters are of the run's size; the files hold them folded in"
   else:
     peft_files = 'not written: no low-rank adapters'
-
   # What an earlier export wrote there (--overwrite) would pass for this run's.
   for written, folder, names in (
       (timm_files, 'timm', (torch_files.SAFETENSORS, 'config.json')),

@@ -22,8 +22,8 @@ from vit_jax.tasks import classification, distillation
 
 
 class TeacherEvaluator:
-  """`split`'s classification metrics of the teacher that `load` returns (loaded once for the run and
-  its step), measured at the first call and kept."""
+  """`split`'s classification metrics of the teacher (`context.teacher()`: read once, for the run's
+  step and this evaluator), measured at the first call and kept."""
 
   measures_average = False  # Its metrics do not depend on the parameters it is given.
 

@@ -236,7 +236,7 @@ def at_size(
     model_config['patch_size'] = config.model.patch_size = patch_size
     model = model.clone(patch_size=patch_size)
   config.image_size = image_size or config.image_size
-  stride = variants.FAMILIES[variants.family(config.variant)].input_stride(model_config)
+  stride = variants.stride_of(config.variant, model_config)
   if config.image_size % stride:
     raise ValueError(
         f'image_size={config.image_size} is not a multiple of the patch size {stride} (in input '

@@ -31,7 +31,7 @@ def architecture(config: ml_collections.ConfigDict) -> tuple[str, dict[str, Any]
   header and config.json, a workdir's config.json): what the planner counts. A one-line ValueError
   when config.distill.teacher cannot be read or its patches do not tile its images."""
   variant, model_config = _read_architecture(config)
-  stride = _stride(variant, model_config)
+  stride = variants.stride_of(variant, model_config)
   image_size = distillation.teacher_image_size(config)
   if image_size % stride:
     field = 'distill.teacher_image_size' if config.distill.teacher_image_size else 'image_size'
@@ -41,10 +41,6 @@ def architecture(config: ml_collections.ConfigDict) -> tuple[str, dict[str, Any]
         f'to a multiple of {stride}, e.g. {max(stride, image_size // stride * stride)}'
     )
   return variant, model_config
-
-
-def _stride(variant: str, model_config: dict[str, Any]) -> int:
-  return variants.FAMILIES[variants.family(variant)].input_stride(model_config)
 
 
 def _trained_image_size(params: dict[str, Any], stride: int) -> Optional[int]:
@@ -111,7 +107,7 @@ def load_teacher(config: ml_collections.ConfigDict, num_classes: int) -> Teacher
         f'config.distill.teacher={given!r} {predicts}, and the run has {num_classes}: the '
         'teacher must be a classifier of the same classes, in the same order'
     )
-  trained_at = _trained_image_size(loaded, _stride(variant, model_config))
+  trained_at = _trained_image_size(loaded, variants.stride_of(variant, model_config))
   if trained_at and trained_at != image_size and not config.distill.teacher_image_size:
     logging.warning(
         "config.distill.teacher=%r was trained at %d px and runs at the run's %d px, its position "

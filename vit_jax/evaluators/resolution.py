@@ -66,7 +66,7 @@ def sized(
           f'{2 * model_config["patch_size"]}'
       )
     model_config['patch_size'] = patch_size
-  stride = variants.FAMILIES[variants.family(config.variant)].input_stride(model_config)
+  stride = variants.stride_of(config.variant, model_config)
   size = config.image_size if image_size is None else image_size
   if not _whole(size, stride) or size % stride:
     patches = config.variant if patch_size is None else f'patch_size={patch_size}'

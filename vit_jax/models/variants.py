@@ -78,6 +78,12 @@ def family(variant: str) -> str:
   )
 
 
+def stride_of(variant: str, model_config: Mapping[str, Any]) -> int:
+  """The pixels a token of `variant` with the resolved fields `model_config` spans: its images' side
+  must be a multiple of it."""
+  return FAMILIES[family(variant)].input_stride(model_config)
+
+
 def get_model_config(variant: str, overrides: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
   """Keyword arguments of the variant's model (without num_classes/dtype): `VisionTransformer` or
   `bit.BiT`. `overrides` replaces preset fields; entries that are None keep the preset."""

@@ -124,6 +124,23 @@ def test_an_image_folders_mistakes_are_named_by_path_and_unreadable_files_left_o
   )
 
 
+def test_a_run_is_evaluated_at_another_size_and_patch_size(trained_tiny_run):
+  """--image_size / --patch_size: the split prepared at that size for the model fitted to it."""
+  from vit_jax import data  # pylint: disable=g-import-not-at-top
+  from vit_jax.checkpoints import run_dir  # pylint: disable=g-import-not-at-top
+  from vit_jax.data import preprocess  # pylint: disable=g-import-not-at-top
+
+  predictions, _, _ = confusion.predict_split(trained_tiny_run, None, None, 16, 8)
+  trained = run_dir.at_size(run_dir.load_trained(trained_tiny_run), 16, 8)
+  batch = next(data.eval_iterator(trained.config, 'test', local_batch_size=64))
+  assert batch['image'].shape[1:3] == (16, 16)
+  logits = trained.model.apply(
+      {'params': trained.params}, preprocess.model_input(batch['image']), train=False
+  )
+  np.testing.assert_allclose(predictions.logits[:64], np.asarray(logits), atol=1e-4)
+  assert len(predictions.labels) == 360
+
+
 def test_the_command_prints_the_classes_and_writes_the_tables(trained_tiny_run, tmp_path):
   out = tmp_path / 'out'
   run = subprocess.run(
@@ -178,6 +195,7 @@ def test_the_command_prints_the_classes_and_writes_the_tables(trained_tiny_run, 
         (['--top=0'], r'^error: --top=0 must be at least 1$'),
         (['--split=nope'], r"^error: .*'nope'.*set --split to one of \['train', 'test'\]"),
         (['extra'], r"^error: unexpected arguments \['extra'\]"),
+        (['--patch_size=3'], r'^error: image_size=8 is not a multiple of the patch size 3 '),
         (['--threshold=1'], r'^error: --threshold=1.0 must be a probability in \(0, 1\)'),
         (
             ['--threshold=0.3'],

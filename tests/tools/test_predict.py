@@ -116,6 +116,25 @@ def test_an_export_predicts_what_its_run_predicts(trained_tiny_run, tmp_path):
     np.testing.assert_allclose([p for _, p in a[1]], [p for _, p in b[1]], atol=1e-5)
 
 
+def test_a_run_predicts_at_another_size_and_patch_size(trained_tiny_run, tmp_path):
+  """--image_size / --patch_size: each image prepared at that size for the model fitted to it."""
+  raw, _, _ = _test_images(trained_tiny_run, 2)
+  paths = []
+  for i, image in enumerate(raw):
+    Image.fromarray(image).save(tmp_path / f'{i}.png')
+    paths.append(str(tmp_path / f'{i}.png'))
+  classifier = classifiers.load_run(trained_tiny_run, image_size=16, patch_size=8)
+  assert classifier.image_size == 16
+  results = predict.predict(paths, classifier, top_k=10)
+  trained = run_dir.at_size(run_dir.load_trained(trained_tiny_run), 16, 8)
+  inputs = np.stack([classifiers.read_model_input(path, classifier) for path in paths])
+  assert inputs.shape == (2, 16, 16, 3)
+  expected = jax.nn.softmax(trained.model.apply({'params': trained.params}, inputs, train=False))
+  for (_, top), probs in zip(results, np.asarray(expected)):
+    assert [label for label, _ in top] == [str(i) for i in np.argsort(-probs, kind='stable')]
+    np.testing.assert_allclose([p for _, p in top], np.sort(probs)[::-1], atol=1e-5)
+
+
 @pytest.mark.parametrize('loss', ['sigmoid_xent', 'asl'])
 def test_a_sigmoid_trained_model_gets_independent_class_probabilities(loss):
   logits = np.array([[2.0, -1.0, 0.0]])
@@ -199,6 +218,11 @@ def test_command_line_exits_1_when_no_image_could_be_predicted(trained_tiny_run,
         ),
         (['--export=E', '--step=3', 'x.png'], '^error: --step chooses a checkpoint of --workdir'),
         (['--workdir=W'], '^error: no images given'),
+        (
+            ['--export=E', '--patch_size=2', 'x.png'],
+            '^error: an export runs at the size it was exported at',
+        ),
+        (['--workdir=W', '--image_size=0', 'x.png'], '^error: flag --image_size=0: must be'),
         (['--workdir=W', '--top_k=none', 'x.png'], '^error: flag --top_k=none'),
         (['--workdir=W', '--temperature=0', 'x.png'], '^error: --temperature=0.0 must be positive'),
     ],

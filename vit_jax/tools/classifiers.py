@@ -37,12 +37,20 @@ class Classifier:
   pp_eval: dict[str, Any] = dataclasses.field(default_factory=lambda: dict(DEFAULT_PP_EVAL))
 
 
-def load_run(workdir: str, step: int | str | None = None) -> Classifier:
-  """The classifier of checkpoint `step` (default: the latest) of a run; its Polyak average if kept."""
+def load_run(
+    workdir: str,
+    step: int | str | None = None,
+    image_size: int | None = None,
+    patch_size: int | None = None,
+) -> Classifier:
+  """The classifier of checkpoint `step` (default: the latest) of a run; its Polyak average if kept;
+  at `image_size` and `patch_size` (None: the run's; run_dir.at_size)."""
   # Imported here so that bad flags are answered before the model code loads.
   from vit_jax.checkpoints import run_dir  # pylint: disable=g-import-not-at-top
 
   trained = run_dir.load_trained(workdir, step)
+  if image_size is not None or patch_size is not None:
+    trained = run_dir.at_size(trained, image_size, patch_size)
   config = trained.config
   if config.task != 'classification':
     raise ValueError(

@@ -2,12 +2,13 @@
 is taken for, and the most confident mistakes:
 
   python -m vit_jax.tools.confusion --workdir=W [--step=N|best] [--split=SPLIT] [--out=DIR] [--top=30]
-      [--threshold=0.5]
+      [--threshold=0.5] [--image_size=S] [--patch_size=P]
 
 prints the classes worst recall first (`--top` of them), then the `--top` most confident mistakes
 (the example as the run's warnings name it: an image folder's path), for the run's classifier (its
 Polyak average if kept) on `--split` (default: the run's eval split), its images prepared as its
-evaluation prepares them. With `--out`, writes every class to DIR/per_class.csv, the confusion
+evaluation prepares them (at `--image_size`, with `--patch_size` patches: the run's by default;
+run_dir.at_size fits the model). With `--out`, writes every class to DIR/per_class.csv, the confusion
 matrix to DIR/confusion.csv (a row a true class, a column a predicted one) and, up to 100 classes,
 DIR/confusion.png, and every mistake to DIR/mistakes.csv. A softmax-trained model's calibration
 (calibration.py) is reported too, its bins written to DIR/calibration.csv. A run on label sets is
@@ -34,7 +35,10 @@ import numpy as np
 from vit_jax.runtime import cli
 from vit_jax.tools import calibration, label_set_report
 
-_USAGE = '--workdir=W [--step=N|best] [--split=SPLIT] [--out=DIR] [--top=30] [--threshold=0.5]'
+_USAGE = (
+    '--workdir=W [--step=N|best] [--split=SPLIT] [--out=DIR] [--top=30] [--threshold=0.5] '
+    '[--image_size=S] [--patch_size=P]'
+)
 _PICTURED_CLASSES = 100  # Beyond this many classes a confusion picture is unreadable.
 
 
@@ -51,10 +55,15 @@ class Predictions:
 
 
 def predict_split(
-    workdir: str, step: int | str | None, split: Optional[str]
+    workdir: str,
+    step: int | str | None,
+    split: Optional[str],
+    image_size: Optional[int] = None,
+    patch_size: Optional[int] = None,
 ) -> tuple[Predictions, int, str]:
   """The predictions of checkpoint `step` (default: the latest) of a run on `split` (default: its
-  eval split), the step and the split; a one-line ValueError for what cannot be evaluated so."""
+  eval split), the step and the split; the model at `image_size` and `patch_size` (None: the run's);
+  a one-line ValueError for what cannot be evaluated so."""
   # Imported here so that bad flags are answered before the model and the input pipeline load.
   from vit_jax.checkpoints import run_dir, saved_state  # pylint: disable=g-import-not-at-top
   from vit_jax.data import sources  # pylint: disable=g-import-not-at-top
@@ -66,7 +75,8 @@ def predict_split(
   source = sources.checked_source(config)
   sources.check_split(source, split, '--split')
   records = source.examples(split)
-  classifier = classifiers.load_run(workdir, step)
+  classifier = classifiers.load_run(workdir, step, image_size, patch_size)
+  config.image_size = classifier.image_size
   logits, labels, kept = classifiers.split_logits(config, split, classifier.logits_fn)
   examples = [source.describe(records.read(k)) for k in kept]
   predictions = Predictions(
@@ -242,6 +252,7 @@ def _define_flags() -> None:
   flags.DEFINE_float(
       'threshold', 0.5, 'Of a run on label sets: the probability at which a class is predicted.'
   )
+  cli.define_size_flags('The model')
   flags.mark_flags_as_required(['workdir'])
 
 
@@ -264,7 +275,9 @@ def main(argv: list[str]) -> None:
       )
     if args.out is not None:
       cli.make_out_dir(args.out)
-    predictions, step, split = predict_split(args.workdir, args.step, args.split)
+    predictions, step, split = predict_split(
+        args.workdir, args.step, args.split, args.image_size, args.patch_size
+    )
   except ValueError as e:
     cli.fail(str(e))
   print(f'per-class results of step {step} of {args.workdir} on split {split!r}:')

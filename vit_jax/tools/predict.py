@@ -9,7 +9,9 @@ Of a model trained with a sigmoid loss (label sets), `--threshold=P` or `--thres
 Folders are searched recursively for the image folders' files (.jpg/.jpeg/.png/.bmp/.gif/.webp, in any
 case); a file named on the command line is read whatever its name. Each image (any size; greyscale and
 RGBA become RGB; decoded as in training, whatever its extension says) gets the eval preprocessing of
-training, so the model sees what evaluation showed it. `--export=DIR` runs `DIR/model.jaxexport` (from
+training, so the model sees what evaluation showed it; `--image_size` / `--patch_size` run the model at
+another resolution or (a FlexiViT's) patch size, its position embeddings and patch kernels fitted as
+`config.init_from` fits them. `--export=DIR` runs `DIR/model.jaxexport` (from
 `vit_jax.tools.export`) and needs no model code. A file that cannot be read or decoded is reported on stderr
 in one line and skipped. Exit status: 0 if at least one image was predicted, 1 if none, 2 on bad input.
 """
@@ -35,7 +37,7 @@ from vit_jax.tools import classifiers, label_set_report
 BATCH_SIZE = 64
 
 _USAGE = (
-    '--workdir=W [--step=N|best] (or --export=DIR) [--top_k=5 [--temperature=T] | --threshold=P | '
+    '--workdir=W [--step=N|best] [--image_size=S] [--patch_size=P] (or --export=DIR) [--top_k=5 [--temperature=T] | --threshold=P | '
     '--thresholds=CSV] IMAGES_OR_FOLDERS...'
 )
 
@@ -134,6 +136,7 @@ def _define_flags() -> None:
   flags.DEFINE_string(
       'export', None, 'Directory written by vit_jax.tools.export, instead of --workdir.'
   )
+  cli.define_size_flags('The model of --workdir')
   flags.DEFINE_integer('top_k', 5, 'Labels to print per image.')
   flags.DEFINE_float(
       'threshold',
@@ -157,6 +160,11 @@ def main(argv: list[str]) -> None:
     cli.fail(f'pass exactly one of --workdir and --export: use {_USAGE}')
   if args.export is not None and args.step is not None:
     cli.fail('--step chooses a checkpoint of --workdir; an export has one model: drop --step')
+  if args.export is not None and (args.image_size is not None or args.patch_size is not None):
+    cli.fail(
+        'an export runs at the size it was exported at: export at that size '
+        '(vit_jax.tools.export --image_size/--patch_size), or predict with --workdir'
+    )
   if args.top_k < 1:
     cli.fail(f'--top_k={args.top_k} must be at least 1')
   if not args.temperature > 0:
@@ -169,7 +177,7 @@ def main(argv: list[str]) -> None:
     classifier = (
         classifiers.load_export(args.export)
         if args.export is not None
-        else classifiers.load_run(args.workdir, args.step)
+        else classifiers.load_run(args.workdir, args.step, args.image_size, args.patch_size)
     )
   except ValueError as e:
     cli.fail(str(e))

@@ -121,7 +121,9 @@ def test_metadata_files_read_as_datasets_loads_them(tmp_path, kind):
   assert names.class_names == ('heron', 'owl', 'wren')
 
 
-@pytest.mark.parametrize('method', [zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED, zipfile.ZIP_BZIP2])
+@pytest.mark.parametrize(
+    'method', [zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED, zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA]
+)
 def test_zip_archives_with_metadata_files_read_as_datasets_loads_them(tmp_path, method):
   """A split's zip archives hold its images and the metadata file that lists them, in a folder."""
   for split, count in (('train', 6), ('test', 3)):

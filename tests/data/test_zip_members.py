@@ -1,4 +1,4 @@
-"""zip_members against zipfile and `datasets`: on random archives (stored, deflated and bzip2 files,
+"""zip_members against zipfile and `datasets`: on random archives (stored, deflated, bzip2 and LZMA files,
 zip64 headers, data descriptors, extra fields, folders, hidden files), the files listed and their
 order are those datasets reads from the extracted archive, and each file's bytes are zipfile's."""
 
@@ -19,7 +19,7 @@ datasets = pytest.importorskip('datasets')
 
 _FOLDERS = ['cat', 'Dog', 'b c', 'é', '__MACOSX', '.git', 'x.y', '_under', '0']
 _FILES = ['a.jpg', 'B.PNG', '.DS_Store', '._a.jpg', '__init__.py', 'z', 'c d.jpeg', 'metadata.csv']
-_METHODS = [zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED, zipfile.ZIP_BZIP2]
+_METHODS = [zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED, zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA]
 
 
 class _Unseekable(io.RawIOBase):
@@ -102,29 +102,30 @@ def test_a_path_goes_through_an_archive_as_through_a_folder(tmp_path):
   assert zip_members.folders(archive) == {'': ({'cat'}, []), 'cat': (set(), ['a.jpg'])}
 
 
-def _zipped(path, method=zipfile.ZIP_STORED, encrypted: bool = False) -> bytes:
+def _zipped(path, encrypted: bool = False, method: int = zipfile.ZIP_STORED) -> bytes:
+  """An archive of one stored file; zipfile writes no encrypted file, nor one of a method it does
+  not read (e.g. 98, PPMd): `encrypted`'s flag and `method` are set in both headers."""
   data = b'an image, or so'
-  info = zipfile.ZipInfo('cat/a.jpg')
-  info.compress_type = method
   with zipfile.ZipFile(path, 'w') as archive:
-    archive.writestr(info, data)
-  if encrypted:  # zipfile writes no encrypted file: its flag set in both headers.
-    written = bytearray(path.read_bytes())
-    for signature, flags in ((b'PK\x03\x04', 6), (b'PK\x01\x02', 8)):
-      written[written.index(signature) + flags] |= 0x1
-    path.write_bytes(bytes(written))
+    archive.writestr(zipfile.ZipInfo('cat/a.jpg'), data)
+  written = bytearray(path.read_bytes())
+  for signature, flags in ((b'PK\x03\x04', 6), (b'PK\x01\x02', 8)):
+    at = written.index(signature) + flags
+    written[at] |= int(encrypted)
+    written[at + 2 : at + 4] = struct.pack('<H', method)
+  path.write_bytes(bytes(written))
   return data
 
 
 def test_what_cannot_be_read_is_a_one_line_error(tmp_path):
   _zipped(tmp_path / 'locked.zip', encrypted=True)
-  _zipped(tmp_path / 'lzma.zip', zipfile.ZIP_LZMA)
+  _zipped(tmp_path / 'ppmd.zip', method=98)
   (tmp_path / 'not.zip').write_bytes(b'PK, but no more')
   data = _zipped(tmp_path / 'cut.zip')
   (tmp_path / 'cut.zip').write_bytes((tmp_path / 'cut.zip').read_bytes()[:40])
   for name, expected in (
       ('locked.zip', 'is encrypted: zip the images again without a password'),
-      ('lzma.zip', 'compressed by method 14, which vit_jax does not read: zip the images again'),
+      ('ppmd.zip', 'compressed by method 98, which vit_jax does not read: zip the images again'),
       ('not.zip', 'not.zip is not a readable zip archive (File is not a zip file): download it'),
       ('cut.zip', 'cut.zip is not a readable zip archive'),
   ):
@@ -192,3 +193,18 @@ def test_names_of_the_same_hash_are_told_apart(tmp_path, monkeypatch):
   with pytest.raises(images.UnreadableImage, match='has no file'):
     zip_members.read(path, 'xx/f')
   _fresh_process()
+
+
+@pytest.mark.parametrize('lc, lp, pb', [(3, 0, 2), (0, 4, 0), (1, 3, 4)])
+def test_lzma_properties_other_than_zipfiles_are_read(lc, lp, pb):
+  """zipfile writes LZMA's default lc/lp/pb; other archivers may not: a member of other properties
+  (their byte as liblzma encodes it; it takes lc + lp <= 4) reads back."""
+  import lzma  # pylint: disable=g-import-not-at-top
+
+  data = np.random.default_rng(lc).bytes(5000) * 3
+  lzma1 = dict(id=lzma.FILTER_LZMA1, dict_size=1 << 16, lc=lc, lp=lp, pb=pb)
+  properties = lzma._encode_filter_properties(lzma1)  # pylint: disable=protected-access
+  assert properties == bytes([(pb * 5 + lp) * 9 + lc]) + (1 << 16).to_bytes(4, 'little')
+  stream = lzma.LZMACompressor(lzma.FORMAT_RAW, filters=[lzma1])
+  member = b'\x09\x14' + struct.pack('<H', 5) + properties + stream.compress(data) + stream.flush()
+  assert zip_members._unlzma(member) == data  # pylint: disable=protected-access

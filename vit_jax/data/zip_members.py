@@ -10,6 +10,7 @@ read of its bytes, inflated and checked against its CRC: nothing is extracted or
 import bz2
 import collections
 import functools
+import lzma
 import os
 import posixpath
 import struct
@@ -32,10 +33,32 @@ _SIGNATURE = b'PK\x03\x04'
 # Bytes read past the central directory's name and extra field: a local header's own extra field
 # may be longer (Info-ZIP's timestamps); where it is longer still, a second read.
 _SLACK = 64
+
+
+def _unlzma(data: bytes) -> bytes:
+  """A file of method 14 (APPNOTE 5.8.8; 7-Zip's LZMA, zipfile's ZIP_LZMA): the LZMA SDK's version
+  (2 bytes), the properties' length (2 bytes), the properties (lc/lp/pb in a byte, the dictionary's
+  size in 4), then the raw LZMA1 stream."""
+  (length,) = struct.unpack('<H', data[2:4])
+  properties = data[4 : 4 + length]
+  if len(properties) != 5:
+    raise ValueError(f'LZMA properties of {len(properties)} bytes, not 5')
+  lc_lp_pb, dict_size = properties[0], int.from_bytes(properties[1:], 'little')
+  lzma1 = dict(
+      id=lzma.FILTER_LZMA1,
+      dict_size=dict_size,
+      lc=lc_lp_pb % 9,
+      lp=lc_lp_pb // 9 % 5,
+      pb=lc_lp_pb // 45,
+  )
+  return lzma.LZMADecompressor(lzma.FORMAT_RAW, filters=[lzma1]).decompress(data[4 + length :])
+
+
 _INFLATE = {
     zipfile.ZIP_STORED: bytes,
     zipfile.ZIP_DEFLATED: lambda data: zlib.decompress(data, -15),
     zipfile.ZIP_BZIP2: bz2.decompress,
+    zipfile.ZIP_LZMA: _unlzma,
 }
 _ARCHIVES_FOR_FORMAT = 10  # datasets' ARCHIVES_MAX_NUMBER_FOR_MODULE_INFERENCE.
 # A file's entry in an archive's index (dataset_cache.py), which each process maps: zipfile's
@@ -102,7 +125,8 @@ def _files(archive: str) -> dict[str, zipfile.ZipInfo]:
     if info.compress_type not in _INFLATE:
       raise ValueError(
           f'{os.path.join(archive, name)} is compressed by method {info.compress_type}, which '
-          "vit_jax does not read: zip the images again with deflate (zip's default) or none"
+          "vit_jax does not read: zip the images again with deflate (zip's default), bzip2, "
+          'LZMA or none'
       )
   return files
 
@@ -229,7 +253,7 @@ def read(archive: str, name: str) -> bytes:
     stored = hf_data_files.read_range(archive, offset + start, size)
   try:
     content = _INFLATE[int(entry['method'])](stored)
-  except (zlib.error, OSError, ValueError, EOFError) as e:
+  except (zlib.error, lzma.LZMAError, OSError, ValueError, EOFError, struct.error) as e:
     raise images.UnreadableImage(f'damaged in its archive ({e})') from None
   if len(content) != entry['file_size'] or zlib.crc32(content) != entry['crc']:
     raise images.UnreadableImage(

@@ -40,6 +40,14 @@ def _test_images(workdir, n):
   return raw, on_device.model_input(jax.numpy.asarray(batch['image'])), config
 
 
+def _saved_test_images(workdir, n, folder) -> list[str]:
+  """The first `n` raw test images saved as PNGs in `folder`: their paths."""
+  raw, _, _ = _test_images(workdir, n)
+  for i, image in enumerate(raw):
+    Image.fromarray(image).save(folder / f'{i}.png')
+  return [str(folder / f'{i}.png') for i in range(n)]
+
+
 def test_images_in_any_format_are_predicted_as_evaluation_sees_them(trained_tiny_run, tmp_path):
   raw, eval_images, config = _test_images(trained_tiny_run, 4)
   # The same pixels as RGB, greyscale (the digits are grey) and RGBA PNGs, and a BMP.
@@ -103,11 +111,7 @@ def test_folders_are_searched_recursively_for_images(tmp_path):
 
 
 def test_an_export_predicts_what_its_run_predicts(trained_tiny_run, tmp_path):
-  raw, _, _ = _test_images(trained_tiny_run, 3)
-  paths = []
-  for i, image in enumerate(raw):
-    Image.fromarray(image).save(tmp_path / f'{i}.png')
-    paths.append(str(tmp_path / f'{i}.png'))
+  paths = _saved_test_images(trained_tiny_run, 3, tmp_path)
   export.export(trained_tiny_run, str(tmp_path / 'export'))
   from_export = predict.predict(paths, classifiers.load_export(str(tmp_path / 'export')), top_k=10)
   from_run = predict.predict(paths, classifiers.load_run(trained_tiny_run), top_k=10)
@@ -118,11 +122,7 @@ def test_an_export_predicts_what_its_run_predicts(trained_tiny_run, tmp_path):
 
 def test_a_run_predicts_at_another_size_and_patch_size(trained_tiny_run, tmp_path):
   """--image_size / --patch_size: each image prepared at that size for the model fitted to it."""
-  raw, _, _ = _test_images(trained_tiny_run, 2)
-  paths = []
-  for i, image in enumerate(raw):
-    Image.fromarray(image).save(tmp_path / f'{i}.png')
-    paths.append(str(tmp_path / f'{i}.png'))
+  paths = _saved_test_images(trained_tiny_run, 2, tmp_path)
   classifier = classifiers.load_run(trained_tiny_run, image_size=16, patch_size=8)
   assert classifier.image_size == 16
   results = predict.predict(paths, classifier, top_k=10)

@@ -76,6 +76,7 @@ class Timm(step_harness.Steps):
         num_classes=NUM_CLASSES,
         global_pool='token' if model['classifier'] == 'token' else 'avg',
         class_token=model['classifier'] == 'token',
+        patch_drop_rate=model['patch_dropout'],
         act_layer=functools.partial(torch.nn.GELU, approximate='tanh'),
     )  # Ours is the tanh GELU.
 

@@ -11,7 +11,7 @@ and shardings from a config of vit_jax/defaults.py; a scanned model's blocks sta
 training keeps them) and jitted with the state donated; `--mode=inference` times the jitted forward
 pass. One markdown row per framework: images/s at the median and at the fastest step, median step ms,
 compile s, model TFLOP/s and MFU at the median, peak memory. Model FLOPs are the analytic count of
-`vit_flops` (training: 3x the forward pass), printed beside XLA's cost analysis of the compiled program.
+`vit_flops` (training: 3x the forward pass, of the patches `--patch_dropout` keeps), printed beside XLA's cost analysis of the compiled program.
 Each step is waited for before the next is dispatched, unless `--in-flight`: then a round's steps are
 dispatched back to back and waited for once, as the training loop runs them (on an accelerator the
 default leaves it idle while each step is dispatched; the CLI's images/s compare with --in-flight's).
@@ -86,7 +86,7 @@ def make_config(args: argparse.Namespace) -> ml_collections.ConfigDict:
       args.remat,
       args.scan,
   )
-  config.model.matmul = args.matmul
+  config.model.matmul, config.model.patch_dropout = args.matmul, args.patch_dropout
   if args.lora_rank:  # Low-rank adapters: they and the head train (vit_jax/models/lora.py).
     config.model.lora_rank, config.model.lora_targets = args.lora_rank, tuple(args.lora_targets)
   return config
@@ -96,7 +96,7 @@ def step_flops(model: dict[str, Any], args: argparse.Namespace) -> float:
   """Model FLOPs of a step of one image: the forward pass, and in training the gradients of the
   activations (as many) and of the trained weights (as many again; adapters: next to none)."""
   passes = 1 if args.mode == 'inference' else (2 if args.lora_rank else 3)
-  return passes * vit_flops(model, args.image_size)
+  return passes * vit_flops(model, args.image_size, train=args.mode == 'train')
 
 
 HEADER = (
@@ -129,12 +129,14 @@ def row(
             ('matmul=fp8 (MFU against the bf16 peak)', args.matmul == 'fp8'),
             (f'remat={args.remat}', args.remat),
             ('scan', args.scan),
+            (f'patch_dropout={args.patch_dropout}', args.patch_dropout),
             (f'LoRA rank {args.lora_rank} of {",".join(args.lora_targets)}', args.lora_rank),
         )
         if on
     )
   else:  # One PyTorch process with its own attention (scaled_dot_product_attention).
     devices, fast = '-', f'{name} defaults'
+    fast += f', patch_drop_rate={args.patch_dropout}' if args.patch_dropout else ''
   return (
       f'| {name} | {args.variant} | {args.image_size} | {args.batch} | {args.dtype} | {args.mode}'
       f'{" (in flight)" if args.in_flight else ""} '
@@ -160,6 +162,12 @@ def make_parser() -> argparse.ArgumentParser:
   parser.add_argument('--matmul', default='default', choices=tuple(fp8.MATMULS))
   parser.add_argument('--remat', default=None, choices=vit_checks.REMAT_POLICIES)
   parser.add_argument('--scan', action='store_true')
+  parser.add_argument(
+      '--patch_dropout',
+      type=float,
+      default=0.0,
+      help="model.patch_dropout (the peer's patch_drop_rate): the share of the patches dropped",
+  )
   parser.add_argument(
       '--peer',
       default=None,

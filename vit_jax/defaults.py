@@ -127,6 +127,10 @@ def get_config() -> ml_collections.ConfigDict:
           dropout_rate=config_dict.placeholder(float),
           attention_dropout_rate=config_dict.placeholder(float),
           head_dropout_rate=config_dict.placeholder(float),
+          # Patch dropout (timm's patch_drop_rate, FLIP's masking): the share of each image's patches
+          # its blocks do not see at train time, once they have their position embeddings; a step
+          # costs about what the rest cost. Evaluation sees them all.
+          patch_dropout=config_dict.placeholder(float),
           # 'gelu_tanh' (the original checkpoints') | 'gelu' (exact: timm's and Hugging Face's models) |
           # 'quick_gelu' (OpenAI CLIP's) | 'silu' (SwiGLU's, with mlp_gated).
           mlp_activation=config_dict.placeholder(str),

@@ -355,6 +355,52 @@ def test_head_dropout_rate_drops_as_timms_drop_rate(tmp_path):
   np.testing.assert_allclose(ours.mean(axis=1), theirs.mean(axis=1), atol=0.15 * spread.max())
 
 
+@pytest.mark.parametrize(
+    'timm_kwargs,overrides',
+    [
+        ({}, {}),
+        (
+            {'class_token': False, 'global_pool': 'avg', 'reg_tokens': 2},
+            {'model.classifier': 'gap', 'model.fc_norm': True, 'model.num_registers': 2},
+        ),
+    ],
+    ids=['token', 'gap_registers'],
+)
+def test_patch_dropout_keeps_the_patches_timms_patch_drop_rate_keeps(
+    tmp_path, monkeypatch, timm_kwargs, overrides
+):
+  """The same weights in training mode and the same noise (timm draws torch.randn [b, patches]):
+  timm's logits with patch_drop_rate=0.5 are ours with model.patch_dropout=0.5, the prefix tokens
+  kept and half the patches (2 of 4) dropped, and differ from those without it."""
+  import timm.layers.patch_dropout as timm_patch_dropout  # pylint: disable=g-import-not-at-top
+
+  reference = _timm_model(patch_drop_rate=0.5, **timm_kwargs)
+  path = str(tmp_path / 'model.safetensors')
+  safetensors.torch.save_file(reference.state_dict(), path)
+  inputs = images(6)
+  noise = np.random.default_rng(0).standard_normal((len(inputs), 4)).astype(np.float32)
+  monkeypatch.setattr(timm_patch_dropout.torch, 'randn', lambda *a, **k: torch.from_numpy(noise))
+  theirs = torch_outputs(reference.train(), inputs).numpy()
+  config = helpers.load_config(
+      'demo',
+      {
+          **MODEL,
+          'init_from': path,
+          'keep_head': True,
+          'model.dropout_rate': 0.0,
+          'model.head_dropout_rate': 0.0,
+          'model.patch_dropout': 0.5,
+          **overrides,
+      },
+  )
+  model = classification.make_model(config, helpers.model_config(config), NUM_CLASSES)
+  params = warm_start.load_init_params(config, model)
+  apply = lambda **kw: np.asarray(model.apply({'params': params}, inputs, **kw))
+  np.testing.assert_allclose(apply(train=True, patch_noise=noise), theirs, atol=1e-4)
+  np.testing.assert_allclose(apply(), torch_outputs(reference.eval(), inputs).numpy(), atol=1e-4)
+  assert not np.allclose(apply(), theirs, atol=1e-3)
+
+
 def test_a_timm_checkpoint_in_pytorch_format_and_in_bfloat16_loads_too(tmp_path):
   reference = _timm_model()
   torch.save(

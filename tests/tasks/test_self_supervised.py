@@ -12,6 +12,7 @@ from vit_jax.train import setup as train_setup
     [
         ('model.representation_size', 16, 'unset config.model.representation_size'),
         ('model.head_dropout_rate', 0.1, 'set config.model.head_dropout_rate=0'),
+        ('model.patch_dropout', 0.5, 'itself: set config.model.patch_dropout=0'),
     ],
 )
 def test_a_self_supervised_task_has_no_pre_logits_and_no_head(tmp_path, task, field, value, fix):

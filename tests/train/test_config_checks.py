@@ -127,6 +127,12 @@ INVALID = {
     'model.dropout_rate': (-0.1, {}, 'dropout_rate=-0.1'),
     'model.head_dropout_rate': (1.0, {}, r'model.head_dropout_rate=1.0 must be in \[0, 1\)'),
     'model.drop_path_rate': (1.0, {}, r'model.drop_path_rate=1.0 must be in \[0, 1\)'),
+    'model.patch_dropout': (
+        1.0,
+        {},
+        r'^model\.patch_dropout=1\.0 must be in \[0, 1\): the share of the patches dropped at '
+        r'train time, e\.g\. 0\.5 \(0: none\)$',
+    ),
     'model.fc_norm': (
         True,
         {},
@@ -494,6 +500,16 @@ ALSO_INVALID = {
     'end of a constant rate': (
         {'lr.decay': 'constant', 'lr.end': 1e-5},
         r"^config\.lr\.end=1e-05 is where a decay ends, and lr\.decay='constant'",
+    ),
+    'patch dropout with relative position embeddings': (
+        {'model.patch_dropout': 0.5, 'model.posemb': 'relative'},
+        r'^model\.patch_dropout=0\.5 keeps a random share of the patches, which only position '
+        r"embeddings added at the input locate, and the model has model\.posemb='relative': set "
+        r'--config\.model\.patch_dropout=0, or',
+    ),
+    'patch dropout with axial blocks': (
+        {'model.patch_dropout': 0.5, 'variant': 'Axial-ViT-testing_4'},
+        r"^model\.patch_dropout=0\.5 .* the model has model\.block='axial': set",
     ),
     'b2 of sgd': (
         {'optim.name': 'sgd', 'optim.b2': 0.99},

@@ -98,6 +98,7 @@ RESUMABLE_FIELDS = frozenset(
         'dropout_rate',
         'attention_dropout_rate',
         'head_dropout_rate',
+        'patch_dropout',
         'drop_path_rate',
         'attention',
         'matmul',

@@ -17,9 +17,10 @@ from typing import Any, Optional, Sequence, Union
 
 import chex
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 
-from vit_jax.models import lora, norms, patch_embedding, resnet
+from vit_jax.models import lora, norms, patch_dropout as patch_dropout_lib, patch_embedding, resnet
 from vit_jax.models.encoder import Encoder
 from vit_jax.models.pooling import CLASS_TOKEN_POOLINGS, CLASSIFIERS
 
@@ -269,12 +270,28 @@ class VisionTransformer(ViTBackbone, kw_only=True):
   # Dropout of the pooled features before the head at train time (timm's `drop_rate`, train.py's
   # --drop); the original model has none: its `dropout_rate` acts inside the encoder.
   head_dropout_rate: float = 0.0
+  # The share of each image's patches its blocks do not see at train time (patch_dropout.py).
+  patch_dropout: float = 0.0
 
   @nn.compact
   def __call__(
-      self, images: jnp.ndarray, *, train: bool = False, both_heads: bool = False
+      self,
+      images: jnp.ndarray,
+      *,
+      train: bool = False,
+      both_heads: bool = False,
+      patch_noise: Optional[jnp.ndarray] = None,
   ) -> Union[jnp.ndarray, tuple[jnp.ndarray, jnp.ndarray]]:
-    tokens = self.encode(self.embed_patches(images), grid=self.patch_grid(images), train=train)
+    """`patch_noise` [b, patches]: the noise of `patch_dropout`'s draw at train time (timm's randn;
+    default: drawn from the 'dropout' stream)."""
+    x = self.embed_patches(images)
+    keep = None
+    if train and self.patch_dropout:
+      if patch_noise is None:
+        patch_noise = jax.random.normal(self.make_rng('dropout'), x.shape[:2])
+      chex.assert_shape(patch_noise, x.shape[:2])
+      keep = patch_dropout_lib.kept_patches(patch_noise, self.patch_dropout)
+    tokens = self.encode(x, grid=self.patch_grid(images), train=train, keep=keep)
     x = self.apply_fc_norm(CLASSIFIERS[self.classifier](tokens, self))
 
     if self.representation_size is not None:

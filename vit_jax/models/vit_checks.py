@@ -4,7 +4,7 @@ policies `model.remat` takes."""
 
 from typing import Any
 
-from vit_jax.models import lora, resnet, rope
+from vit_jax.models import lora, patch_dropout, resnet, rope
 from vit_jax.models.attention import ATTENTION_FNS
 from vit_jax.models.block import MLP_ACTIVATIONS
 from vit_jax.models.fp8 import MATMULS
@@ -32,6 +32,7 @@ def check(model: dict[str, Any]) -> None:
   and fail on (or silently misuse) later."""
   _check_fields(model)
   lora.check(model)
+  patch_dropout.check(model)
   if model['block'] == 'axial':
     _check_axial(model)
   if model['hidden_size'] % model['num_heads']:

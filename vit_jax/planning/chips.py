@@ -12,7 +12,7 @@ import dataclasses
 import math
 from typing import Any, Mapping, Optional
 
-from vit_jax.models import bit, mae as mae_model, vit, vit_variants
+from vit_jax.models import bit, mae as mae_model, patch_dropout, vit, vit_variants
 from vit_jax.models.encoder import blocks_kv_heads
 
 GiB = 2**30
@@ -105,23 +105,31 @@ def _blocks_macs(model: Mapping[str, Any], tokens: int) -> tuple[int, int]:
   return sum(m for m, _ in each), sum(a for _, a in each)
 
 
-def vit_tokens(model: Mapping[str, Any], image_size: int) -> int:
-  """The tokens a ViT's blocks attend over: the patches and the tokens before them."""
-  return _tokens(model, image_size)[1]
+def vit_tokens(model: Mapping[str, Any], image_size: int, train: bool = False) -> int:
+  """The tokens a ViT's blocks attend over: the patches (at train time those `patch_dropout` keeps)
+  and the tokens before them."""
+  return _tokens(model, image_size, train)[1]
 
 
-def _tokens(model: Mapping[str, Any], image_size: int) -> tuple[int, int]:
+def _tokens(model: Mapping[str, Any], image_size: int, train: bool = False) -> tuple[int, int]:
+  """(the patches, the tokens the blocks see: those before the patches and the patches, at train
+  time those `model.patch_dropout` keeps)."""
   patches = (image_size // vit_variants.input_stride(model)) ** 2  # A hybrid's stem strides first.
   prefix = (
       vit.has_class_token(model['classifier'], model['class_token'])
       + model['distilled']
       + model['num_registers']
   )
-  return patches, patches + prefix
+  rate = model.get('patch_dropout') or 0.0
+  seen = patch_dropout.kept(patches, rate) if train else patches
+  return patches, prefix + seen
 
 
-def vit_flops(model: Mapping[str, Any], image_size: int, num_classes: int = 1000) -> float:
-  """Forward FLOPs of one image (2 per multiply-add): patch embedding, blocks, pre-logits, head.
+def vit_flops(
+    model: Mapping[str, Any], image_size: int, num_classes: int = 1000, train: bool = False
+) -> float:
+  """Forward FLOPs of one image (2 per multiply-add): patch embedding, blocks, pre-logits, head;
+  with `train`, the blocks over the patches that `model.patch_dropout` keeps.
 
   Per block with N tokens of width D: Q, K, V and output projections 4 N D^2 (K and V of fewer heads
   with num_kv_heads), attention scores and weighted values 2 N^2 D (3 N^2 D differential), MLP 2 N D
@@ -129,7 +137,7 @@ def vit_flops(model: Mapping[str, Any], image_size: int, num_classes: int = 1000
   stem are not counted.
   """
   p, d = model['patch_size'], model['hidden_size']
-  patches, tokens = _tokens(model, image_size)
+  patches, tokens = _tokens(model, image_size, train)
   macs = patches * p * p * 3 * d + _blocks_macs(model, tokens)[0]
   width = model['representation_size'] or d
   macs += d * width * (model['representation_size'] is not None) + width * num_classes
@@ -226,8 +234,8 @@ def train_flops(
   backward twice the forward, when everything trains; (1, ~0) for low-rank adapters; (0, ~0) for a
   linear probe (train/step.py computes no gradient of a frozen parameter)."""
   if mae is None:
-    forward = vit_flops(model, image_size, num_classes)
-    blocks, attention = _blocks_macs(model, _tokens(model, image_size)[1])
+    forward = vit_flops(model, image_size, num_classes, train=True)
+    blocks, attention = _blocks_macs(model, _tokens(model, image_size, train=True)[1])
   else:
     forward, blocks, attention = mae_flops(model, image_size, mae)
   recomputed = {'blocks': blocks, 'attention': attention}.get(RECOMPUTED.get(remat), 0)

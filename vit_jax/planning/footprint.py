@@ -171,18 +171,22 @@ def _teacher(
   module = variants.build(variant, model, num_classes=num_classes, dtype=jnp.float32)
   params = jax.eval_shape(lambda: residuals.init_params(module, image_size))
   flops = chips.FLOPS[family](model, image_size, num_classes)
-  return Teacher(params, flops, _transient(family, model, config, image_size))
+  return Teacher(params, flops, _transient(family, model, config, image_size, train=False))
 
 
 def _transient(
-    family: str, model: dict[str, Any], config: ml_collections.ConfigDict, image_size: int
+    family: str,
+    model: dict[str, Any],
+    config: ml_collections.ConfigDict,
+    image_size: int,
+    train: bool = True,
 ) -> float:
-  """What a forward pass holds at a time per image (of `image_size`) beside its residuals: its
-  widest block's MLP units and attention weights, in the compute dtype (a BiT's convolutions are
-  counted by their parameters and FLOPs alone)."""
+  """What a forward pass (a train step's, or with `train=False` an evaluation's) holds at a time per
+  image (of `image_size`) beside its residuals: its widest block's MLP units and attention weights,
+  in the compute dtype (a BiT's convolutions are counted by their parameters and FLOPs alone)."""
   if family != 'ViT':
     return 0.0
-  tokens = chips.vit_tokens(model, image_size)
+  tokens = chips.vit_tokens(model, image_size, train)
   return (
       tokens * (model['mlp_dim'] + model['num_heads'] * tokens) * jnp.dtype(config.dtype).itemsize
   )

@@ -3,7 +3,7 @@
   python -m vit_jax.tools.scaling SWEEP_ROOT [SWEEP_ROOT ...] --out=DIR [--metric=eval_top1]
 
 A run's pre-training compute is 3 forward passes (the backward pass costs two) of
-vit_jax.planning.chips.vit_flops (a BiT's: bit_flops) per image, times the images it has trained on when it last
+vit_jax.planning.chips.vit_flops (a BiT's: bit_flops; with patch dropout, of the patches kept) per image, times the images it has trained on when it last
 logged the metric (batch_size x that step), in exaFLOPs (1e18 FLOPs): the paper's count (Table 6:
 ViT-B/32 for 7 epochs of JFT-300M's 303M images is 55 exaFLOPs). Writes DIR/scaling.png (log-scale
 compute, a colour a model family: ViT, the R50+ViT hybrid, BiT) and DIR/scaling.md (a row a run:
@@ -61,7 +61,12 @@ def model_config(config: dict[str, Any]) -> dict[str, Any]:
 def pretraining_exaflops(
     variant: str, model: dict[str, Any], image_size: int, num_classes: int, images: int
 ) -> float:
-  return 3 * chips.FLOPS[variants.family(variant)](model, image_size, num_classes) * images / EXA
+  family = variants.family(variant)
+  if family == 'ViT':  # Its blocks see the patches that model.patch_dropout keeps.
+    per_image = chips.train_flops(model, image_size, num_classes, remat=None)
+  else:
+    per_image = 3 * chips.FLOPS[family](model, image_size, num_classes)
+  return per_image * images / EXA
 
 
 def _vit_shape(model: dict[str, Any]) -> tuple[str, str]:

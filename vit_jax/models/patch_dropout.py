@@ -1,0 +1,56 @@
+"""Patch dropout (`model.patch_dropout`; Liu et al. 2022, "PatchDropout: Economizing Vision
+Transformers Using Patch Dropout", and FLIP's masking; timm's `patch_drop_rate`): at train time the
+blocks of a ViT classifier see a random share of each image's patches, once they have their position
+embeddings; the tokens before them (class token, registers) all. A step then costs about what that
+share of the tokens costs. Evaluation sees every patch.
+
+timm's draw: each image keeps the `kept(patches, rate)` patches of the smallest standard normal noise,
+in that order (attention and the poolings do not depend on it).
+"""
+
+from typing import Any, Mapping
+
+import chex
+import jax
+import jax.numpy as jnp
+
+
+def kept(num_patches: int, rate: float) -> int:
+  """The patches an image keeps: timm's max(1, int(patches * (1 - rate)))."""
+  return max(1, int(num_patches * (1.0 - rate)))
+
+
+def kept_patches(noise: jax.Array, rate: float) -> jax.Array:
+  """int32 [b, kept] indices of the patches each image keeps, for `noise` [b, patches]."""
+  chex.assert_rank(noise, 2)
+  return jnp.argsort(noise, axis=1)[:, : kept(noise.shape[1], rate)]
+
+
+def check(model: Mapping[str, Any]) -> None:
+  """One-line ValueErrors for a `patch_dropout` of a resolved ViT model config that the model would
+  refuse (or misuse) as it runs."""
+  rate = model['patch_dropout']
+  if not 0.0 <= rate < 1.0:
+    raise ValueError(
+        f'model.patch_dropout={rate} must be in [0, 1): the share of the patches dropped at train '
+        'time, e.g. 0.5 (0: none)'
+    )
+  if not rate:
+    return
+  where = [
+      f'model.{field}={model[field]!r}'
+      for field, refused in (
+          ('posemb_where', model['posemb_where'] != 'input'),
+          ('posemb', model['posemb'] == 'relative'),
+          ('rope', model['rope']),
+          ('block', model['block'] != 'standard'),
+      )
+      if refused
+  ]
+  if where:
+    raise ValueError(
+        f'model.patch_dropout={rate} keeps a random share of the patches, which only position '
+        f'embeddings added at the input locate, and the model has {where[0]}: set '
+        "--config.model.patch_dropout=0, or posemb_where='input', a posemb other than 'relative', "
+        "rope=False and block='standard'"
+    )

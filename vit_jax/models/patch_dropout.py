@@ -8,9 +8,10 @@ timm's draw: each image keeps the `kept(patches, rate)` patches of the smallest 
 in that order (attention and the poolings do not depend on it).
 """
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 import chex
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
@@ -24,6 +25,17 @@ def kept_patches(noise: jax.Array, rate: float) -> jax.Array:
   """int32 [b, kept] indices of the patches each image keeps, for `noise` [b, patches]."""
   chex.assert_rank(noise, 2)
   return jnp.argsort(noise, axis=1)[:, : kept(noise.shape[1], rate)]
+
+
+def drawn(
+    module: nn.Module, patches: jax.Array, rate: float, noise: Optional[jax.Array] = None
+) -> jax.Array:
+  """`kept_patches` of `module`'s patch embeddings [b, patches, D] for `noise` [b, patches] (timm's
+  randn), or where None for noise drawn from the module's 'dropout' stream."""
+  if noise is None:
+    noise = jax.random.normal(module.make_rng('dropout'), patches.shape[:2])
+  chex.assert_shape(noise, patches.shape[:2])
+  return kept_patches(noise, rate)
 
 
 def check(model: Mapping[str, Any]) -> None:

@@ -17,7 +17,6 @@ from typing import Any, Optional, Sequence, Union
 
 import chex
 import flax.linen as nn
-import jax
 import jax.numpy as jnp
 
 from vit_jax.models import lora, norms, patch_dropout as patch_dropout_lib, patch_embedding, resnet
@@ -69,9 +68,8 @@ class ViTBackbone(nn.Module):
   final_norm: bool = True
   posemb: str = 'learn'  # A key of posemb.POSEMBS.
   posemb_where: str = 'input'  # A key of posemb.POSEMB_WHERE: where the position embeddings enter.
-  drop_path_rate: float = (
-      0.0  # Stochastic depth: the rate of the last block (encoder.drop_path_rates).
-  )
+  # Stochastic depth: the rate of the last block (encoder.drop_path_rates).
+  drop_path_rate: float = 0.0
   dropout_rate: float = 0.0
   attention_dropout_rate: float = 0.0
   mlp_activation: str = 'gelu_tanh'  # A key of block.MLP_ACTIVATIONS.
@@ -287,10 +285,7 @@ class VisionTransformer(ViTBackbone, kw_only=True):
     x = self.embed_patches(images)
     keep = None
     if train and self.patch_dropout:
-      if patch_noise is None:
-        patch_noise = jax.random.normal(self.make_rng('dropout'), x.shape[:2])
-      chex.assert_shape(patch_noise, x.shape[:2])
-      keep = patch_dropout_lib.kept_patches(patch_noise, self.patch_dropout)
+      keep = patch_dropout_lib.drawn(self, x, self.patch_dropout, patch_noise)
     tokens = self.encode(x, grid=self.patch_grid(images), train=train, keep=keep)
     x = self.apply_fc_norm(CLASSIFIERS[self.classifier](tokens, self))
 

@@ -399,6 +399,19 @@ def get_config() -> ml_collections.ConfigDict:
           patience=config_dict.placeholder(int),
       )
   )
+  # Weights & Biases (optional: pip install "wandb==0.31.0"): with `project` set, the process that
+  # writes the event files also logs the scalars and the config to a W&B run of `entity` (unset:
+  # W&B's default), `name` (unset: the workdir's name), `group` and `tags`; a run started again in
+  # its workdir logs to the same W&B run. W&B's own variables (WANDB_MODE=offline, ...) apply.
+  config.wandb = ml_collections.ConfigDict(
+      dict(
+          project=config_dict.placeholder(str),
+          entity=config_dict.placeholder(str),
+          name=config_dict.placeholder(str),
+          group=config_dict.placeholder(str),
+          tags=(),
+      )
+  )
   # A profiler trace (TensorBoard's Profile tab) of this many steps into the workdir, from the third
   # step of each start on (the first compiles); 0: none.
   config.profile_steps = 0

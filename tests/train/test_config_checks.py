@@ -127,6 +127,20 @@ INVALID = {
     'model.dropout_rate': (-0.1, {}, 'dropout_rate=-0.1'),
     'model.head_dropout_rate': (1.0, {}, r'model.head_dropout_rate=1.0 must be in \[0, 1\)'),
     'model.drop_path_rate': (1.0, {}, r'model.drop_path_rate=1.0 must be in \[0, 1\)'),
+    'wandb.project': ('', {}, r"^config\.wandb\.project='' must be a non-empty string, or unset$"),
+    'wandb.entity': (
+        'my-team',
+        {},
+        r'^config\.wandb\.entity is for a Weights & Biases run, and config\.wandb\.project is '
+        r'unset, so nothing is logged there: set --config\.wandb\.project=PROJECT$',
+    ),
+    'wandb.name': ('', {'wandb.project': 'p'}, r"^config\.wandb\.name='' must be a non-empty"),
+    'wandb.group': ('', {'wandb.project': 'p'}, r"^config\.wandb\.group='' must be a non-empty"),
+    'wandb.tags': (
+        ('a', 1),
+        {'wandb.project': 'p'},
+        r"^config\.wandb\.tags=\('a', 1\) must be a tuple of strings",
+    ),
     'model.patch_dropout': (
         1.0,
         {},

@@ -13,6 +13,7 @@ from tensorboard.util import tensor_util
 
 import helpers
 
+from vit_jax import defaults
 from vit_jax.train import events
 from vit_jax.train import event_writer, pace
 
@@ -74,7 +75,7 @@ def test_a_writer_flushes_by_itself_after_flush_secs(tmp_path):
 def test_only_the_first_process_writes_event_files(tmp_path):
   for just_logging in (True, False):
     writer = event_writer.create_writer(
-        str(tmp_path / str(just_logging)), just_logging=just_logging
+        str(tmp_path / str(just_logging)), defaults.get_config(), just_logging=just_logging
     )
     writer.write_scalars(1, {'train_loss': 0.5})
     writer.close()

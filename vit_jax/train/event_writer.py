@@ -13,13 +13,14 @@ from typing import Any, Mapping, Protocol, Sequence
 
 from absl import logging
 from etils import epath
+import ml_collections
 import numpy as np
 from tensorboard.compat.proto import event_pb2
 from tensorboard.compat.proto import summary_pb2
 from tensorboard.plugins.hparams import summary_v2 as hparams_summary
 from tensorboard.plugins.scalar import summary_v2 as scalar_summary
 
-from vit_jax.train import events
+from vit_jax.train import events, wandb_writer
 
 
 class MetricWriter(Protocol):
@@ -152,6 +153,14 @@ class BackgroundWriter:
       self._thread.shutdown()
 
 
-def create_writer(workdir: str, *, just_logging: bool) -> BackgroundWriter:
-  """The training loop's writer: log lines, and on the process that writes metrics the event files."""
-  return BackgroundWriter([LogWriter()] + ([] if just_logging else [EventWriter(workdir)]))
+def create_writer(
+    workdir: str, config: ml_collections.ConfigDict, *, just_logging: bool
+) -> BackgroundWriter:
+  """The training loop's writer: log lines, and on the process that writes metrics the event files
+  and, with config.wandb.project, a Weights & Biases run (wandb_writer.py)."""
+  writers: list[MetricWriter] = [LogWriter()]
+  if not just_logging:
+    writers.append(EventWriter(workdir))
+    if wandb_writer.enabled(config):
+      writers.append(wandb_writer.WandbWriter(workdir, config))
+  return BackgroundWriter(writers)

@@ -114,7 +114,7 @@ def _train(setup: Setup, watchdog: Watchdog) -> dict[str, float]:
   config = setup.config
   changes = check_resumable(setup)  # Before anything in the workdir is written.
   run_dir.write_run_info(setup.workdir, config, setup.info, changes)
-  writer = event_writer.create_writer(setup.workdir, just_logging=jax.process_index() > 0)
+  writer = event_writer.create_writer(setup.workdir, config, just_logging=jax.process_index() > 0)
   writer.write_hparams({k: str(v) for k, v in config.items()})
   manager = checkpoint.make_manager(setup.workdir, config.keep_checkpoints)
   state, state_shardings, to_checkpoint = create_state(setup, manager)

@@ -18,7 +18,7 @@ from vit_jax import data, evaluators, sharding, tasks
 from vit_jax.checkpoints import run_dir, warm_start
 from vit_jax.runtime import hf_hub
 from vit_jax.runtime import paths
-from vit_jax.train import best_checkpoint, field_checks, flexi, optim, param_groups
+from vit_jax.train import best_checkpoint, field_checks, flexi, optim, param_groups, wandb_writer
 from vit_jax.checkpoints import adapting
 from vit_jax.checkpoints import teacher as teacher_lib
 from vit_jax.models import fp8, variants
@@ -110,6 +110,7 @@ def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
   for each_task in tasks.TASKS.values():  # A typo in another task's fields is still a typo.
     each_task.check(config)
   field_checks.check_numbers(config)
+  wandb_writer.check(config)
   warm_start.fill_from_checkpoint(config)
   model_config = variants.get_model_config(config.variant, config.model.to_dict())
   family = variants.FAMILIES[variants.family(config.variant)]

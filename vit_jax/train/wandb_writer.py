@@ -1,0 +1,101 @@
+"""Weights & Biases (`config.wandb`): the run's scalars and config logged to a W&B project beside the
+event files, by the process that writes them. W&B is optional (`pip install "wandb==0.31.0"`); its own
+environment variables (WANDB_MODE=offline, WANDB_DIR, WANDB_API_KEY, ...) apply.
+
+A run started again in its workdir (resumed, requeued) logs to the same W&B run: its id is kept in
+WORKDIR/wandb_run.json. W&B keeps one value a step: a resumed run's steps up to the last one logged
+before it stopped are left as they were logged.
+"""
+
+import importlib.util
+import json
+import uuid
+from typing import Any, Mapping
+
+from etils import epath
+import ml_collections
+
+RUN_FILE = 'wandb_run.json'
+_INSTALL = 'pip install "wandb==0.31.0" (into .venv: .venv/bin/pip install "wandb==0.31.0")'
+
+
+def enabled(config: ml_collections.ConfigDict) -> bool:
+  return config.wandb.project is not None
+
+
+def check(config: ml_collections.ConfigDict) -> None:
+  """One-line ValueErrors for config.wandb: its fields' types, fields set without a project, and a
+  project without W&B installed."""
+  fields = config.wandb
+  for name in ('project', 'entity', 'name', 'group'):
+    if fields[name] is not None and not (isinstance(fields[name], str) and fields[name]):
+      raise ValueError(f'config.wandb.{name}={fields[name]!r} must be a non-empty string, or unset')
+  if not (
+      isinstance(fields.tags, (tuple, list)) and all(isinstance(t, str) and t for t in fields.tags)
+  ):
+    raise ValueError(
+        f"config.wandb.tags={fields.tags!r} must be a tuple of strings, e.g. \"('vit', 'i1k')\""
+    )
+  if not enabled(config):
+    named = [f for f in ('entity', 'name', 'group', 'tags') if fields[f]]
+    if named:
+      raise ValueError(
+          f'config.wandb.{named[0]} is for a Weights & Biases run, and config.wandb.project is '
+          'unset, so nothing is logged there: set --config.wandb.project=PROJECT'
+      )
+    return
+  if importlib.util.find_spec('wandb') is None:
+    raise ValueError(
+        f'config.wandb.project={fields.project!r} logs to Weights & Biases, which is not '
+        f'installed: {_INSTALL}, or unset config.wandb.project'
+    )
+
+
+def run_id(workdir: str) -> str:
+  """The W&B run id of `workdir`'s run: the one kept in its RUN_FILE, else a new one, kept there."""
+  path = epath.Path(workdir) / RUN_FILE
+  if path.exists():
+    return json.loads(path.read_text())['id']
+  new = uuid.uuid4().hex[:16]
+  path.write_text(json.dumps({'id': new}))
+  return new
+
+
+class WandbWriter:
+  """A MetricWriter (event_writer.py) logging to a W&B run of config.wandb."""
+
+  def __init__(self, workdir: str, config: ml_collections.ConfigDict):
+    import wandb  # pylint: disable=g-import-not-at-top
+
+    fields = config.wandb
+    try:
+      self._run = wandb.init(
+          project=fields.project,
+          entity=fields.entity,
+          name=fields.name or epath.Path(workdir).name,
+          group=fields.group,
+          tags=list(fields.tags) or None,
+          id=run_id(workdir),
+          resume='allow',
+          config=config.to_dict(),
+      )
+    except Exception as e:  # pylint: disable=broad-exception-caught
+      # W&B's errors (no API key, no network) are many and their own: one line says which.
+      first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+      raise ValueError(
+          f'Weights & Biases could not start the run of config.wandb.project={fields.project!r} '
+          f'({first}): log in with `wandb login` (or set WANDB_API_KEY), run offline with '
+          'WANDB_MODE=offline, or unset config.wandb.project'
+      ) from None
+
+  def write_scalars(self, step: int, scalars: Mapping[str, float]) -> None:
+    self._run.log({k: float(v) for k, v in scalars.items()}, step=step)
+
+  def write_hparams(self, hparams: Mapping[str, Any]) -> None:
+    del hparams  # The config went to wandb.init with its values, not these strings.
+
+  def flush(self) -> None:
+    pass
+
+  def close(self) -> None:
+    self._run.finish()

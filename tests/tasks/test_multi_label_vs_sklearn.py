@@ -181,6 +181,7 @@ def test_an_evaluator_of_another_split_measures_it_alike(tmp_path, label_set_dir
   assert evaluators['test_sets'](params) == evaluators['eval'](params)
 
 
+@pytest.mark.slow  # 400 steps of training each: make test-all's.
 @pytest.mark.parametrize('loss', ['sigmoid_xent', 'asl'])
 def test_a_run_learns_the_label_sets(tmp_path, label_set_dir, loss):
   config = run_config(

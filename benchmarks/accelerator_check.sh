@@ -40,6 +40,7 @@
 #                   encoder's gather of the visible patches, the decoder's unshuffle): its eval_loss
 #   b16_lora        b16_synthetic with --lora_rank=16 (query and value): the adapters and the head
 #                   train, no gradient of the frozen weights
+#   b16_patch_dropout  b16_synthetic with model.patch_dropout=0.5: the blocks see half the patches
 #   tests           the test suite's fast tier (make test's tests; TESTS='tests/models ...' another
 #                   selection) on the accelerator, every matmul at float32's full precision
 #                   (JAX_DEFAULT_MATMUL_PRECISION=highest, as the CPU computes), a worker per two
@@ -108,7 +109,7 @@ else
   B16=(--config.batch_size=256 --config.num_epochs=25 --config.log_every_steps=50
        --config.lr.warmup_steps=30)
 fi
-OPTIONAL='b16_fp8 l16_fp8 b16_folder_at_step lora soup flexi mae b16_lora tests'
+OPTIONAL='b16_fp8 l16_fp8 b16_folder_at_step lora soup flexi mae b16_lora b16_patch_dropout tests'
 # The input pipeline's worker processes, where it has them (the TensorFlow-free pipeline).
 WORKERS=()
 grep -q -- "'--workers'" benchmarks/input_pipeline.py && WORKERS=(--workers="$CORES")
@@ -282,6 +283,11 @@ check_b16_fp8() ( set -eo pipefail; synthetic b16_fp8 "${MODEL[@]}" --matmul=fp8
 
 check_b16_lora() ( set -eo pipefail; synthetic b16_lora "${MODEL[@]}" --lora_rank=16; )
 
+check_b16_patch_dropout() (
+  set -eo pipefail
+  synthetic b16_patch_dropout "${MODEL[@]}" --patch_dropout=0.5
+)
+
 check_l16_fp8() ( set -eo pipefail; synthetic l16_fp8 "${LARGE[@]}" --matmul=fp8; )
 
 check_revisions() (
@@ -345,6 +351,7 @@ done
 ATTENTION=${ATTENTIONS[0]}
 step b16_fp8 150 check_b16_fp8
 step b16_lora 150 check_b16_lora
+step b16_patch_dropout 150 check_b16_patch_dropout
 step l16_synthetic 150 check_l16_synthetic
 step l16_fp8 150 check_l16_fp8
 step b16_folder_at_step 240 check_b16_folder_at_step

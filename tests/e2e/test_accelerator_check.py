@@ -40,6 +40,7 @@ OPTIONAL = (
     'b16_synthetic',
     'b16_fp8',
     'b16_lora',
+    'b16_patch_dropout',
     'l16_fp8',
     'b16_folder_at_step',
 )

@@ -16,7 +16,7 @@ import pytest
 import helpers
 from vit_jax.checkpoints import run_dir, saved_state
 from vit_jax.models import lora
-from vit_jax.tools import confusion, soup
+from vit_jax.tools import confusion, soup, soup_ingredients
 
 COMMAND = [sys.executable, '-m', 'vit_jax.tools.soup']
 # Runs of a sweep, each fine-tuned for 4 steps from the tiny run: another learning rate and seed, and
@@ -55,7 +55,7 @@ def _folded_params(workdir: str) -> dict[str, np.ndarray]:
 
 
 def test_a_uniform_soup_is_the_mean_of_the_checkpoints(sweep, tmp_path):
-  checkpoint_dirs = soup.find_ingredients([sweep], None)
+  checkpoint_dirs = soup_ingredients.find_ingredients([sweep], None)
   assert [saved_state.workdir_of(d) for d in checkpoint_dirs] == [
       os.path.join(sweep, name) for name in sorted(SWEEP)
   ]
@@ -65,8 +65,8 @@ def test_a_uniform_soup_is_the_mean_of_the_checkpoints(sweep, tmp_path):
   # Written inside the sweep's root, it is not one of the sweep's runs; named, it is an input.
   soup.write(os.path.join(sweep, 'soup'), made, 'uniform')
   try:
-    assert soup.find_ingredients([sweep], None) == checkpoint_dirs
-    assert len(soup.find_ingredients([sweep, os.path.join(sweep, 'soup')], None)) == 4
+    assert soup_ingredients.find_ingredients([sweep], None) == checkpoint_dirs
+    assert len(soup_ingredients.find_ingredients([sweep, os.path.join(sweep, 'soup')], None)) == 4
   finally:
     shutil.rmtree(os.path.join(sweep, 'soup'))
   runs = [_folded_params(os.path.join(sweep, name)) for name in SWEEP]
@@ -89,7 +89,7 @@ def test_a_uniform_soup_is_the_mean_of_the_checkpoints(sweep, tmp_path):
 def test_the_scores_are_the_runs_evaluations(sweep, tmp_path):
   """Each checkpoint's score on the test split is its run's eval_top1, and the soup's is what the
   confusion tool measures of the written soup."""
-  made = soup.make_soup(soup.find_ingredients([sweep], None), 'uniform', 'test')
+  made = soup.make_soup(soup_ingredients.find_ingredients([sweep], None), 'uniform', 'test')
   assert made.split == 'test' and all(t.in_soup for t in made.ingredients)
   for tasted in made.ingredients:
     logged = helpers.read_scalars(saved_state.workdir_of(tasted.checkpoint_dir))['eval_top1'][4]
@@ -103,6 +103,34 @@ def test_the_scores_are_the_runs_evaluations(sweep, tmp_path):
   record = json.loads((tmp_path / 'soup' / run_dir.SOUP).read_text())
   assert record['score'] == made.score and record['metric'] == 'top1'
   assert [i['score'] for i in record['ingredients']] == [t.score for t in made.ingredients]
+
+
+def test_a_report_split_scores_the_inputs_and_the_soup_and_decides_nothing(sweep, tmp_path):
+  """A greedy soup picked on the train split, reported on the test split: each input's report is
+  its run's eval_top1, the soup's what the confusion tool measures of it; the same soup as without
+  the report split."""
+  checkpoint_dirs = soup_ingredients.find_ingredients([sweep], None)
+  made = soup.make_soup(checkpoint_dirs, 'greedy', 'train', report_split='test')
+  alone = soup.make_soup(checkpoint_dirs, 'greedy', 'train')
+  assert [t.in_soup for t in made.ingredients] == [t.in_soup for t in alone.ingredients]
+  assert made.score == alone.score and alone.reported is None
+  for tasted in made.ingredients:
+    logged = helpers.read_scalars(saved_state.workdir_of(tasted.checkpoint_dir))['eval_top1'][4]
+    assert tasted.reported == pytest.approx(logged, abs=1e-6), tasted.checkpoint_dir
+  soup.write(str(tmp_path / 'soup'), made, 'greedy')
+  predictions, _, _ = confusion.predict_split(str(tmp_path / 'soup'), None, 'test')
+  assert made.reported == pytest.approx(
+      np.mean(predictions.probabilities.argmax(-1) == predictions.labels), abs=1e-6
+  )
+  record = json.loads((tmp_path / 'soup' / run_dir.SOUP).read_text())
+  assert (record['report_split'], record['reported']) == ('test', made.reported)
+  assert (
+      soup.format_report(made, 'greedy')
+      .splitlines()[-1]
+      .endswith(f"top-1 {made.reported:.4f} on split 'test' (reported)")
+  )
+  with pytest.raises(ValueError, match=r'^--report_split=train is the split the soup is scored on'):
+    soup.make_soup(checkpoint_dirs, 'greedy', 'train', report_split='train')
 
 
 def test_a_greedy_soup_adds_in_order_of_score_what_does_not_lower_it(trained_tiny_run, monkeypatch):
@@ -138,7 +166,7 @@ def test_a_greedy_soup_adds_in_order_of_score_what_does_not_lower_it(trained_tin
 
 
 def test_a_greedy_soup_of_runs_is_no_worse_than_its_best(sweep, tmp_path):
-  made = soup.make_soup(soup.find_ingredients([sweep], None), 'greedy')
+  made = soup.make_soup(soup_ingredients.find_ingredients([sweep], None), 'greedy')
   best = max(made.ingredients, key=lambda t: t.score)
   assert best.in_soup and made.score >= best.score
   assert made.model.checkpoint_dir == best.checkpoint_dir
@@ -174,17 +202,19 @@ def test_other_models_are_refused_in_one_line(trained_tiny_run):
       ),
   ):
     with pytest.raises(ValueError, match='is not the model of') as error:
-      soup.check_same_model(real, dataclasses.replace(other, checkpoint_dir='other'))
+      soup_ingredients.check_same_model(real, dataclasses.replace(other, checkpoint_dir='other'))
     assert says in str(error.value) and '\n' not in str(error.value)
 
 
 def test_runs_of_another_start_are_warned_of(trained_tiny_run, sweep):
   """The sweep's runs start from the tiny run's checkpoint; the tiny run from scratch."""
-  checkpoint_dirs = soup.find_ingredients([trained_tiny_run, os.path.join(sweep, 'lr_0.01')], None)
+  checkpoint_dirs = soup_ingredients.find_ingredients(
+      [trained_tiny_run, os.path.join(sweep, 'lr_0.01')], None
+  )
   made = soup.make_soup(checkpoint_dirs, 'uniform')
   assert len(made.warnings) == 1 and 'config.init_from' in made.warnings[0]
   # Checkpoints of one run started from the same parameters, whatever its init_from.
-  one_run = soup.find_ingredients(
+  one_run = soup_ingredients.find_ingredients(
       [os.path.join(trained_tiny_run, 'checkpoints', step) for step in ('8', '12')], '4'
   )
   assert soup.make_soup(one_run, 'uniform').warnings == []
@@ -197,7 +227,7 @@ def test_training_in_a_soup_is_refused(trained_tiny_run, tmp_path):
   soup.write(
       out,
       soup.make_soup(
-          soup.find_ingredients(
+          soup_ingredients.find_ingredients(
               [os.path.join(trained_tiny_run, 'checkpoints', s) for s in ('8', '12')], None
           ),
           'uniform',

@@ -2,8 +2,8 @@
 fine-tuned from the same checkpoint (a sweep's runs), or of one run's checkpoints (timm's
 avg_checkpoints.py), written as a run directory that every tool reads:
 
-  python -m vit_jax.tools.soup --out=DIR [--recipe=uniform|greedy] [--split=SPLIT] [--step=N|best]
-      RUN_OR_CHECKPOINT...
+  python -m vit_jax.tools.soup --out=DIR [--recipe=uniform|greedy] [--split=SPLIT]
+      [--report_split=SPLIT] [--step=N|best] RUN_OR_CHECKPOINT...
 
 Each input is a run's workdir (its checkpoint `--step`, default the latest; its Polyak average if it
 kept one, low-rank adapters folded into their kernels), a sweep's root (each run under it, soups
@@ -11,11 +11,13 @@ left out) or a checkpoint's directory (W/checkpoints/N, W/best/N). `uniform` ave
 paper's greedy soup) ranks them by their score on `--split` (default: the eval split of the first
 input), starts from the best and adds each next one only if the average with it scores at least as
 well: top-1 accuracy, or the mAP of a run on label sets. With `--split`, the uniform soup and its
-inputs are scored too. Pick the split that decides a greedy soup out of those you report.
+inputs are scored too. Pick the split that decides a greedy soup out of those you report:
+`--report_split` (e.g. test, beside a held-out `--split='train[98%:]'`) scores each input and the
+soup on another split too, which decides nothing.
 
 DIR gets the first input's config.json (the best input's, greedy), its dataset info, the soup's
 parameters as checkpoint DIR/checkpoints/<the latest input step> and soup.json (the inputs, their
-scores, which are in). The tools read it with --workdir=DIR, --config.init_from=DIR fine-tunes from
+scores, which are in; the report split's scores). The tools read it with --workdir=DIR, --config.init_from=DIR fine-tunes from
 it; it has no train state to resume.
 """
 
@@ -33,19 +35,18 @@ from typing import Any, Callable, Optional, Sequence, TYPE_CHECKING
 
 from absl import flags, logging
 from etils import epath
-from flax import traverse_util
 import jax
 import numpy as np
 
 from vit_jax.runtime import cli
-from vit_jax.tools import classifiers
+from vit_jax.tools import classifiers, soup_ingredients
 
 if TYPE_CHECKING:  # Loaded once the flags are checked.
   from vit_jax.checkpoints import run_dir
 
 _USAGE = (
-    '--out=DIR [--recipe=uniform|greedy] [--split=SPLIT] [--step=N|best] RUN_OR_CHECKPOINT '
-    'RUN_OR_CHECKPOINT...'
+    '--out=DIR [--recipe=uniform|greedy] [--split=SPLIT] [--report_split=SPLIT] [--step=N|best] '
+    'RUN_OR_CHECKPOINT RUN_OR_CHECKPOINT...'
 )
 RECIPES = ('uniform', 'greedy')
 
@@ -60,79 +61,13 @@ class Tasted:
   score: Optional[float] = None
   in_soup: bool = False
   with_it: Optional[float] = None  # Greedy: the score of the soup so far with it added.
-
-
-def find_ingredients(inputs: Sequence[str], step: Optional[str]) -> list[str]:
-  """The checkpoint directories `inputs` name (see the module's docstring), in order; a one-line
-  ValueError for an input that names none, or a checkpoint named twice."""
-  from vit_jax.checkpoints import run_dir  # pylint: disable=g-import-not-at-top
-  from vit_jax.checkpoints import saved_state  # pylint: disable=g-import-not-at-top
-  from vit_jax.runtime import paths  # pylint: disable=g-import-not-at-top
-  from vit_jax.tools import runs  # pylint: disable=g-import-not-at-top
-
-  found = {}  # checkpoint directory -> the input that named it.
-  for given in inputs:
-    if saved_state.is_step_dir(given):
-      named = [saved_state.find_checkpoint(given)[0]]
-    else:  # A soup found under a sweep's root (--out inside it) is not one of its runs.
-      named = [
-          saved_state.find_checkpoint(str(run), step)[0]
-          for _, run in runs.find_runs([given])
-          if run == epath.Path(paths.absolute(given)) or not (run / run_dir.SOUP).exists()
-      ]
-    for checkpoint_dir in named:
-      if checkpoint_dir in found:
-        raise ValueError(
-            f'{checkpoint_dir} is named twice ({found[checkpoint_dir]!r} and {given!r}): name each '
-            'checkpoint once'
-        )
-      found[checkpoint_dir] = given
-  if len(found) < 2:
-    raise ValueError(
-        f'a soup averages two or more checkpoints, and {" ".join(inputs)} name one: pass runs, '
-        "a sweep's root, or checkpoint directories such as W/checkpoints/1000"
-    )
-  return list(found)
+  reported: Optional[float] = None  # Its score on the report split (None: none given).
 
 
 def load(checkpoint_dir: str) -> 'run_dir.TrainedModel':
   from vit_jax.checkpoints import run_dir  # pylint: disable=g-import-not-at-top
 
   return run_dir.load_trained(checkpoint_dir)
-
-
-def check_same_model(first: 'run_dir.TrainedModel', other: 'run_dir.TrainedModel') -> None:
-  """A one-line ValueError unless `other` computes the function of `first` with parameters of the same
-  shapes: an average of two other models is neither."""
-  from vit_jax.models import variants  # pylint: disable=g-import-not-at-top
-
-  a, b = first.config, other.config
-  differences = [
-      (field, a[field], b[field])
-      for field in ('task', 'variant', 'image_size', 'loss')
-      if a[field] != b[field]
-  ]
-  differences += variants.function_changes(
-      (a.variant, first.model_config), (b.variant, other.model_config)
-  )
-  if first.info.class_names != other.info.class_names:
-    differences.append(('class names', first.info.class_names[:5], other.info.class_names[:5]))
-  shapes = [
-      {name: np.shape(x) for name, x in traverse_util.flatten_dict(t.params, sep='/').items()}
-      for t in (first, other)
-  ]
-  differences += [
-      (f'parameter {name}', shapes[0].get(name, 'none'), shapes[1].get(name, 'none'))
-      for name in sorted(shapes[0].keys() | shapes[1].keys())
-      if shapes[0].get(name) != shapes[1].get(name)
-  ]
-  if differences:
-    field, there, here = differences[0]
-    raise ValueError(
-        f'{other.checkpoint_dir} is not the model of {first.checkpoint_dir} ({field}: {here!r} '
-        f'here, {there!r} there): a soup averages checkpoints of one model, fine-tuned from the '
-        'same parameters'
-    )
 
 
 def _added(total: Any, params: Any) -> Any:
@@ -155,12 +90,20 @@ class Soup:
   split: Optional[str]  # The split scored; None: none was.
   score: Optional[float]
   warnings: list[str]  # For the user: ingredients that did not start from the same parameters.
+  report_split: Optional[str] = None  # The split only reported on; None: none.
+  reported: Optional[float] = None  # The soup's score on it.
 
 
-def make_soup(checkpoint_dirs: Sequence[str], recipe: str, split: Optional[str] = None) -> Soup:
+def make_soup(
+    checkpoint_dirs: Sequence[str],
+    recipe: str,
+    split: Optional[str] = None,
+    report_split: Optional[str] = None,
+) -> Soup:
   """The `recipe` soup of `checkpoint_dirs`, each read once more for each soup a greedy one tastes.
-  Scored on `split` (default: the first's eval split) when given, and always for `greedy`."""
-  first, tasted, total, score, warnings = None, [], None, None, []
+  Scored on `split` (default: the first's eval split) when given, and always for `greedy`; each input
+  and the soup also on `report_split` where given, which decides nothing."""
+  first, tasted, total, score, report, warnings = None, [], None, None, None, []
   for checkpoint_dir in checkpoint_dirs:  # One at a time: a sweep of ViT-Ls need not fit in memory.
     trained = load(checkpoint_dir)
     if first is None:
@@ -168,8 +111,15 @@ def make_soup(checkpoint_dirs: Sequence[str], recipe: str, split: Optional[str] 
       if recipe == 'greedy' or split is not None:
         split = split or first.config.eval_split
         score = classifiers.split_scorer(first, split)
-    check_same_model(first, trained)
-    if not _same_start(first, trained):
+      if report_split is not None:
+        if report_split == split:
+          raise ValueError(
+              f'--report_split={report_split} is the split the soup is scored on (--split): '
+              'report on another one, e.g. test beside --split=train[98%:]'
+          )
+        report = classifiers.split_scorer(first, report_split)
+    soup_ingredients.check_same_model(first, trained)
+    if not soup_ingredients.same_start(first, trained):
       warnings.append(
           f'{trained.checkpoint_dir} and {first.checkpoint_dir} are runs of another '
           f'config.init_from ({trained.config.init_from!r}, {first.config.init_from!r}): the '
@@ -182,6 +132,7 @@ def make_soup(checkpoint_dirs: Sequence[str], recipe: str, split: Optional[str] 
             trained.parameters,
             score(trained.params) if score else None,
             in_soup=recipe == 'uniform',
+            reported=report(trained.params) if report else None,
         )
     )
     if recipe == 'uniform':
@@ -195,18 +146,8 @@ def make_soup(checkpoint_dirs: Sequence[str], recipe: str, split: Optional[str] 
       split,
       score(params) if score else None,
       warnings,
-  )
-
-
-def _same_start(first: 'run_dir.TrainedModel', other: 'run_dir.TrainedModel') -> bool:
-  """Whether two checkpoints are of one run, or of runs fine-tuned from the same config.init_from."""
-  from vit_jax.checkpoints import saved_state  # pylint: disable=g-import-not-at-top
-
-  runs = {saved_state.workdir_of(t.checkpoint_dir) for t in (first, other)}
-  return (
-      len(runs) == 1
-      or bool(first.config.init_from)
-      and (first.config.init_from == other.config.init_from)
+      report_split,
+      report(params) if report else None,
   )
 
 
@@ -249,6 +190,8 @@ def write(out: str, soup: Soup, recipe: str) -> str:
       'split': soup.split,
       'metric': ('map' if trained.info.multi_label else 'top1') if soup.split else None,
       'score': soup.score,
+      'report_split': soup.report_split,
+      'reported': soup.reported,
       'ingredients': [dataclasses.asdict(t) for t in soup.ingredients],
   }
   (epath.Path(out) / run_dir.SOUP).write_text(json.dumps(record, indent=2))
@@ -262,11 +205,17 @@ def format_report(soup: Soup, recipe: str) -> str:
     scored = f'  {metric} {t.score:.4f}' if t.score is not None else ''
     average = ' (Polyak average)' if t.parameters == 'polyak' else ''
     added = f' (the soup with it: {t.with_it:.4f})' if t.with_it is not None else ''
-    lines.append(f'{"in " if t.in_soup else "out"}  {t.checkpoint_dir}{average}{scored}{added}')
+    reported = f'  {soup.report_split}: {t.reported:.4f}' if t.reported is not None else ''
+    lines.append(
+        f'{"in " if t.in_soup else "out"}  {t.checkpoint_dir}{average}{scored}{added}{reported}'
+    )
   chosen = sum(t.in_soup for t in soup.ingredients)
   summary = f'{recipe} soup of {chosen} of {len(soup.ingredients)} checkpoints'
   if soup.score is not None:
     summary += f': {metric} {soup.score:.4f} on split {soup.split!r}'
+  if soup.reported is not None:
+    summary += f'{"," if soup.score is not None else ":"} {metric} {soup.reported:.4f} on split '
+    summary += f'{soup.report_split!r} (reported)'
   return '\n'.join([*lines, summary])
 
 
@@ -274,6 +223,9 @@ def _define_flags() -> None:
   flags.DEFINE_string('out', None, 'Directory to write the soup to (new or empty).', required=True)
   flags.DEFINE_enum('recipe', 'uniform', RECIPES, 'uniform: all of them; greedy: those that help.')
   flags.DEFINE_string('split', None, 'Split to score on (greedy: default the eval split).')
+  flags.DEFINE_string(
+      'report_split', None, 'Another split to score each input and the soup on, deciding nothing.'
+  )
   cli.define_step_flag(' of each run given')
 
 
@@ -286,9 +238,9 @@ def main(argv: list[str]) -> None:
     out = epath.Path(args.out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
       raise ValueError(f'--out={args.out} is not an empty directory: name a new one')
-    checkpoint_dirs = find_ingredients(argv[1:], args.step)
+    checkpoint_dirs = soup_ingredients.find_ingredients(argv[1:], args.step)
     cli.make_out_dir(args.out)  # Before the soup: scoring a greedy one can take long.
-    soup = make_soup(checkpoint_dirs, args.recipe, args.split)
+    soup = make_soup(checkpoint_dirs, args.recipe, args.split, args.report_split)
   except ValueError as e:
     cli.fail(str(e))
   for warning in soup.warnings:

@@ -79,11 +79,13 @@ def timm_recipe(steps: int) -> dict[str, Any]:
       'num_heads': model['num_heads'],
       'mlp_ratio': model['mlp_dim'] / model['hidden_size'],
       # timm's drop_rate (train.py --drop) drops the pooled features before the head, as ours'
-      # head_dropout_rate; its pos_drop_rate and proj_drop_rate are where ours' dropout_rate drops.
+      # head_dropout_rate; its pos_drop_rate and proj_drop_rate are where ours' dropout_rate drops;
+      # its patch_drop_rate is ours' patch_dropout (named where set).
       'dropout': {
           'drop_rate': model['head_dropout_rate'],
           'pos_drop_rate': model['dropout_rate'],
           'proj_drop_rate': model['dropout_rate'],
+          **({'patch_drop_rate': model['patch_dropout']} if model['patch_dropout'] else {}),
       },
       'min_area': config.pp.min_area,
       'flip': config.pp.flip,

@@ -57,6 +57,7 @@ def _original_hybrid_layout(num_classes):
   return layout
 
 
+@pytest.mark.slow  # A real-size R50+ViT-B/16 compiled and run at 224 px: make test-all's.
 def test_hybrid_loads_a_checkpoint_in_the_original_layout(tmp_path):
   model = VisionTransformer(num_classes=5, **variants.get_model_config('R50+ViT-B_16'))
   shapes = jax.eval_shape(model.init, jax.random.key(0), jnp.zeros((1, 224, 224, 3)))['params']

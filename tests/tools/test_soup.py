@@ -243,6 +243,7 @@ def test_training_in_a_soup_is_refused(trained_tiny_run, tmp_path):
   assert helpers.files_of(out) == before
 
 
+@pytest.mark.slow  # The command and predict in processes of their own: make test-all's.
 def test_the_command(trained_tiny_run, sweep, tmp_path):
   """A greedy soup of a sweep's root, read by predict; then the one-line errors."""
   out = str(tmp_path / 'soup')

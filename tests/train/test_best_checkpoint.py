@@ -112,6 +112,7 @@ def test_a_loss_is_minimised_by_default_and_a_polyak_metric_keeps_the_average(tm
   assert metrics['eval_loss'] == pytest.approx(losses[step], rel=1e-5)
 
 
+@pytest.mark.slow  # Runs of the loop killed and resumed: make test-all's.
 def test_a_best_the_resumed_run_retraces_is_kept_and_another_metric_replaces_it(tmp_path, data_dir):
   """Checkpoints after 4 lost: the best of step 12 stays while steps 6..12 are retrained (bit-exact,
   no evaluation beats it); a resume that keeps the best by another metric replaces it at its first

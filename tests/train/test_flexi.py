@@ -111,6 +111,7 @@ def test_the_gradient_reaches_the_stored_kernel_through_the_resampling(tmp_path,
   assert np.abs(pulled_back).max() > 1e-3
 
 
+@pytest.mark.slow  # Three runs of the loop, one resumed: make test-all's.
 def test_a_flexi_run_trains_and_resumes_bit_exact(tmp_path, data_dir):
   config = helpers.load_config(
       'demo',

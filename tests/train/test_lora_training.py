@@ -184,6 +184,7 @@ def test_a_lora_step_computes_no_gradient_of_the_pretrained_weights(tmp_path):
   assert adapted < 0.75 * full, (adapted, full)
 
 
+@pytest.mark.slow  # A run, its export and a run from it, end to end: make test-all's.
 def test_a_run_with_adapters_folds_them_for_the_tools_export_and_the_next_run(
     tmp_path, data_dir, trained_tiny_run, caplog
 ):

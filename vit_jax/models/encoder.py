@@ -17,7 +17,7 @@ parameter), so training keeps them stacked (`stack_blocks`) and unstacks at the 
 """
 
 import contextvars
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Mapping, Optional, Sequence, Union
 
 import chex
 import flax.linen as nn
@@ -40,6 +40,19 @@ ACTIVATION_SHARDING: contextvars.ContextVar[Optional[jax.sharding.Sharding]] = (
 )
 # model.block: what each of the encoder's `num_layers` blocks is.
 BLOCKS = {'standard': Encoder1DBlock, 'axial': AxialBlock}
+
+
+def keep_refused_by(model: Mapping[str, Any]) -> Optional[str]:
+  """The first of the model fields posemb_where, posemb, rope and block whose value leaves a kept
+  patch (the Encoder's `keep`: a masked autoencoder's, patch dropout's) no way to say where it was,
+  or that needs the whole grid; None where none does."""
+  refused = {
+      'posemb_where': model['posemb_where'] != 'input',
+      'posemb': model['posemb'] == 'relative',
+      'rope': bool(model['rope']),
+      'block': model['block'] != 'standard',
+  }
+  return next((field for field, refuses in refused.items() if refuses), None)
 
 
 def drop_path_rates(rate: float, num_layers: int) -> np.ndarray:
@@ -208,9 +221,8 @@ class Encoder(nn.Module):
     kept patch was, so the other kinds, RoPE and axial blocks (which need the whole grid) refuse it.
     """
     kind, where, shared = self.posemb, self.posemb_where, None
-    if keep is not None and (
-        where != 'input' or kind == 'relative' or self.rope or self.block != 'standard'
-    ):
+    fields = dict(posemb_where=where, posemb=kind, rope=self.rope, block=self.block)
+    if keep is not None and keep_refused_by(fields):
       raise ValueError(
           'masking patches needs position embeddings added at the input (posemb_where=input, not '
           'relative ones), no RoPE and standard blocks'

@@ -15,6 +15,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from vit_jax.models import encoder
+
 
 def kept(num_patches: int, rate: float) -> int:
   """The patches an image keeps: timm's max(1, int(patches * (1 - rate)))."""
@@ -49,20 +51,11 @@ def check(model: Mapping[str, Any]) -> None:
     )
   if not rate:
     return
-  where = [
-      f'model.{field}={model[field]!r}'
-      for field, refused in (
-          ('posemb_where', model['posemb_where'] != 'input'),
-          ('posemb', model['posemb'] == 'relative'),
-          ('rope', model['rope']),
-          ('block', model['block'] != 'standard'),
-      )
-      if refused
-  ]
-  if where:
+  field = encoder.keep_refused_by(model)
+  if field:
     raise ValueError(
         f'model.patch_dropout={rate} keeps a random share of the patches, which only position '
-        f'embeddings added at the input locate, and the model has {where[0]}: set '
+        f'embeddings added at the input locate, and the model has model.{field}={model[field]!r}: set '
         "--config.model.patch_dropout=0, or posemb_where='input', a posemb other than 'relative', "
         "rope=False and block='standard'"
     )

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import ml_collections
 
 from vit_jax.data import on_device
-from vit_jax.models import posemb
+from vit_jax.models import encoder, posemb
 from vit_jax.models.mae import MaskedAutoencoder, patch_pixels, pixels_image, visible_patches
 from vit_jax.models.mpp import backbone_fields
 from vit_jax.tasks import classification, mpp, self_supervised
@@ -70,31 +70,30 @@ def check(config: ml_collections.ConfigDict) -> None:
     )
 
 
+# What masking needs of the backbone (encoder.keep_refused_by), by the field that refuses it.
+_POSEMB_FIX = (
+    'a kept patch says where it was by position embeddings added at the input: set '
+    "config.model.posemb_where='input' and a config.model.posemb other than 'relative'"
+)
+_KEEP_FIXES = {
+    'posemb_where': _POSEMB_FIX,
+    'posemb': _POSEMB_FIX,
+    'rope': 'RoPE of a masked grid is not supported: set config.model.rope=False',
+    'block': "axial blocks attend over the whole grid: set config.model.block='standard'",
+}
+
+
 def _check_model(config: ml_collections.ConfigDict, model: Mapping[str, Any]) -> None:
   """The backbone fields masking cannot run with, by their config names."""
   self_supervised.check_backbone('mae', model)
-  refused = (
-      (
-          bool(model['resnet_layers']),
-          "a hybrid's ResNet stem would see the hidden patches' pixels: use a pure ViT",
-      ),
-      (
-          model['posemb'] == 'relative' or model['posemb_where'] != 'input',
-          'a kept patch says where it was by position embeddings added at the input: set '
-          "config.model.posemb_where='input' and a config.model.posemb other than 'relative'",
-      ),
-      (
-          model['rope'],
-          'RoPE of a masked grid is not supported: set config.model.rope=False',
-      ),
-      (
-          model['block'] != 'standard',
-          "axial blocks attend over the whole grid: set config.model.block='standard'",
-      ),
-  )
-  for problem, fix in refused:
-    if problem:
-      raise ValueError(f'config.task=mae: {fix}')
+  if model['resnet_layers']:
+    raise ValueError(
+        "config.task=mae: a hybrid's ResNet stem would see the hidden patches' pixels: use a pure "
+        'ViT'
+    )
+  refused = encoder.keep_refused_by(model)
+  if refused:
+    raise ValueError(f'config.task=mae: {_KEEP_FIXES[refused]}')
   patches = (config.image_size // model['patch_size']) ** 2
   if visible_patches(patches, config.mae.mask_ratio) < 1:
     raise ValueError(

@@ -68,6 +68,8 @@ class WandbWriter:
     import wandb  # pylint: disable=g-import-not-at-top
 
     fields = config.wandb
+    # Outside the try: the workdir's storage failing is not W&B's, and says so itself.
+    kept_id = run_id(workdir)
     try:
       self._run = wandb.init(
           project=fields.project,
@@ -75,7 +77,7 @@ class WandbWriter:
           name=fields.name or epath.Path(workdir).name,
           group=fields.group,
           tags=list(fields.tags) or None,
-          id=run_id(workdir),
+          id=kept_id,
           resume='allow',
           config=config.to_dict(),
       )

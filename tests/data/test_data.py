@@ -1076,8 +1076,27 @@ def test_unknown_split(data_dir):
 def test_folder_errors(tmp_path, image_folder):
   expect_error(make_config(None, dataset='folder'), r"'folder' needs config.data_dir")
   expect_error(make_config(str(tmp_path), dataset='folder'), rf'{tmp_path}/train does not exist')
+  expect_error(
+      make_config(str(tmp_path / 'nothing'), dataset='folder'),
+      rf'^config.data_dir={tmp_path}/nothing does not exist: set it to a folder of split folders$',
+  )
   root, _ = image_folder
-  expect_error(make_config(root, dataset='folder', eval_split='val'), rf'{root}/val does not exist')
+  # A missing split names the folders there are, and the field that picks one.
+  expect_error(
+      make_config(root, dataset='folder', eval_split='val'),
+      rf"^Image folder {root}/val does not exist; {root} holds \['test', 'train'\]: name one with "
+      r'--config.eval_split=test \(',
+  )
+  expect_error(
+      make_config(root, dataset='folder', train_split='tr'),
+      rf'{root}/tr does not exist; .*: name one with --config.train_split=train \(',
+  )
+  # A data_dir that is one split's class folders (a common slip) is named as such.
+  expect_error(
+      make_config(f'{root}/train', dataset='folder'),
+      rf"the sub-folders of {root}/train hold images \(\['cat', 'dog'\]\): they are one split's "
+      rf'class folders; set config.data_dir to the folder that holds train/',
+  )
   for split in ('train_split', 'eval_split'):  # A tfds slice is no folder: name the folder to make.
     expect_error(
         make_config(root, dataset='folder', **{split: 'train[:90%]'}),

@@ -123,7 +123,7 @@ def read_file(path: str) -> bytes:
     return f.read()
 
 
-def _split_dir(root: str, split: str) -> str:
+def _split_dir(root: str, split: str, train_split: str = 'train') -> str:
   path = os.path.join(root, split)
   if _is_dir(path):
     return path
@@ -140,6 +140,25 @@ def _split_dir(root: str, split: str) -> str:
           f'Zip archive {root} has no {split}/ folder at its top, which holds {tops[:3]}: set '
           f'config.data_dir={os.path.join(root, tops[0])} (a folder in the archive)'
       )
+  if not _is_dir(root):
+    raise ValueError(f'config.data_dir={root} does not exist: set it to a folder of split folders')
+  present = [name for name in _sub_folders(root) if name != split]
+  if present and all(_listing(os.path.join(root, name))[1] for name in present[:3]):
+    raise ValueError(
+        f'Image folder {path} does not exist, and the sub-folders of {root} hold images '
+        f"({present[:3]}): they are one split's class folders; set config.data_dir to the folder "
+        f"that holds {split}/ and the other splits' folders"
+    )
+  if present:
+    if split == train_split:
+      field, others = 'train_split', [name for name in present if 'train' in name.lower()]
+    else:
+      field, others = 'eval_split', [name for name in present if name != train_split]
+    others = others or present
+    raise ValueError(
+        f'Image folder {path} does not exist; {root} holds {present[:5]}: name one with '
+        f'--config.{field}={others[0]} (a split is a sub-folder of class folders)'
+    )
   raise ValueError(
       f'Image folder {path} does not exist: config.data_dir must hold a {split}/ '
       'sub-folder of class folders'
@@ -219,7 +238,7 @@ class FolderSource:
   def __init__(self, root: str, train_split: str):
     self._root = root
     self._train_split = train_split
-    self._train_dir = train_dir = _split_dir(root, train_split)
+    self._train_dir = train_dir = _split_dir(root, train_split, train_split)
     self.class_names = tuple(_sub_folders(train_dir))
     if not self.class_names:
       raise ValueError(
@@ -233,7 +252,7 @@ class FolderSource:
     checks that its images can be read (a sample of them: `_check_readable`). Its class folders are
     listed _LISTING_THREADS at a time: on cloud storage, a request or more each."""
     if split not in self._files:
-      split_dir = _split_dir(self._root, split)
+      split_dir = _split_dir(self._root, split, self._train_split)
       labels = {name: label for label, name in enumerate(self.class_names)}
       class_folders = _sub_folders(split_dir)
       for name in class_folders:

@@ -13,17 +13,24 @@ those runs instead of CONFIG (and may be swept too: one task a config argument, 
 Each run gets its own workdir, named after its overrides, under --workdir. Arguments after `--` go to
 every run (e.g. `-- --config.seed=1`); one that sets a field the sweep file sets (or --config, or
 --workdir) is an error: it would make the runs of that field the same, in folders named apart.
+
+WORKDIR/sweep.json records the sweep file and its runs' commands; a run logging to Weights & Biases
+(config.wandb.project) whose workdir it lists is in the W&B group named after WORKDIR, unless
+config.wandb.group names another (vit_jax/train/wandb_writer.py reads it).
 """
 
 import argparse
 import importlib.util
 import itertools
+import json
 import os
 import re
 import shlex
 import subprocess
 import sys
 from typing import Any
+
+from etils import epath
 
 
 def expand(sweep: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -111,6 +118,18 @@ def commands(sweep_file: str, workdir: str, extra_args: list[str]) -> list[list[
   ]
 
 
+def write_sweep_file(sweep_file: str, workdir: str, runs: list[list[str]]) -> None:
+  """WORKDIR/sweep.json (a local folder or cloud storage): the sweep file, and each run's
+  vit_jax.main arguments by its workdir's name."""
+  listed = {'sweep': os.path.abspath(sweep_file), 'runs': {}}
+  for cmd in runs:
+    run_workdir = next(a for a in cmd if a.startswith('--workdir=')).partition('=')[2]
+    listed['runs'][run_workdir.rpartition('/')[2]] = cmd[3:]
+  root = epath.Path(workdir)
+  root.mkdir(parents=True, exist_ok=True)
+  (root / 'sweep.json').write_text(json.dumps(listed, indent=2))
+
+
 def slurm_array(runs: list[list[str]], workdir: str, sbatch_options: str) -> list[str]:
   """Writes WORKDIR/sweep_runs.txt (each run's vit_jax.main arguments, a line each, as launch/slurm.sbatch
   reads them) and returns the sbatch command of the job array that runs them."""
@@ -154,6 +173,7 @@ def main() -> None:
     print(f'error: {e}', file=sys.stderr)
     sys.exit(2)
   if args.slurm is not None:
+    write_sweep_file(args.sweep, args.workdir, runs)  # With --print too: the sbatch line runs them.
     sbatch = slurm_array(runs, args.workdir, args.slurm)
     print(shlex.join(sbatch), flush=True)
     if not args.print:
@@ -166,6 +186,7 @@ def main() -> None:
   if args.print:
     print('\n'.join(shlex.join(cmd) for cmd in runs))
     return
+  write_sweep_file(args.sweep, args.workdir, runs)
   failed = []
   for i, cmd in enumerate(runs, 1):
     print(f'[{i}/{len(runs)}] {shlex.join(cmd)}', flush=True)

@@ -1,5 +1,6 @@
 """launch/sweep.py: sweep files expand into runs with their own workdirs."""
 
+import json
 import subprocess
 import sys
 
@@ -7,6 +8,7 @@ import pytest
 
 import helpers
 from vit_jax.checkpoints import run_dir
+from vit_jax.train import wandb_writer
 import sweep
 
 
@@ -119,6 +121,14 @@ def test_slurm_mode_writes_the_runs_file_that_the_array_job_reads(tmp_path):
       '--config.seed=1',
       '--config.model.hidden_size=64',
   ]
+  # sweep.json lists the runs by workdir: W&B groups them under the sweep's folder name.
+  listed = json.loads((tmp_path / 'sweep.json').read_text())
+  assert listed['sweep'] == f'{helpers.REPO}/configs/sweeps/demo_lr_steps.py'
+  assert listed['runs']['lr.base=0.001,total_steps=1000'] == parsed
+  assert len(listed['runs']) == 6
+  assert wandb_writer.sweep_group(f'{tmp_path}/lr.base=0.001,total_steps=1000') == tmp_path.name
+  assert wandb_writer.sweep_group(f'{tmp_path}/another_run') is None
+  assert wandb_writer.sweep_group(str(tmp_path)) is None
 
 
 def test_an_argument_for_every_run_that_sets_a_swept_field_is_one_line_and_runs_nothing(tmp_path):

@@ -87,6 +87,23 @@ def test_a_run_logs_its_scalars_and_config_and_a_resumed_run_logs_to_the_same_ru
   assert min(step for _, step, _ in logs) > 12
 
 
+def test_a_run_of_a_sweep_is_in_the_sweep_s_group_unless_the_config_names_one(
+    tmp_path, data_dir, fake_wandb
+):
+  sweep_root = tmp_path / 'lr_sweep'
+  sweep_root.mkdir()
+  (sweep_root / wandb_writer.SWEEP_FILE).write_text(json.dumps({'runs': {'lr.base=0.1': []}}))
+  for workdir, overrides, group in [
+      (sweep_root / 'lr.base=0.1', {}, 'lr_sweep'),
+      (sweep_root / 'lr.base=0.1', {'wandb.group': 'mine'}, 'mine'),
+      (sweep_root / 'not_listed', {}, None),
+      (tmp_path / 'alone', {}, None),
+  ]:
+    workdir.mkdir(exist_ok=True)
+    wandb_writer.WandbWriter(str(workdir), _config(data_dir, **overrides))
+    assert fake_wandb.pop()[1]['group'] == group, (workdir, overrides)
+
+
 def test_a_run_that_w_and_b_cannot_start_is_one_line(tmp_path, data_dir, monkeypatch, fake_wandb):
   def refuse(**kwargs):
     raise RuntimeError(

@@ -4,18 +4,24 @@ environment variables (WANDB_MODE=offline, WANDB_DIR, WANDB_API_KEY, ...) apply.
 
 A run started again in its workdir (resumed, requeued) logs to the same W&B run: its id is kept in
 WORKDIR/wandb_run.json. W&B keeps one value a step: a resumed run's steps up to the last one logged
-before it stopped are left as they were logged.
+before it stopped are left as they were logged. A run of a sweep (its workdir listed in the
+sweep.json that launch/sweep.py writes in the folder above it) is in the group named after that
+folder, unless config.wandb.group names one.
 """
 
 import importlib.util
 import json
+import os
 import uuid
 from typing import Any, Mapping
 
 from etils import epath
 import ml_collections
 
+from vit_jax.runtime import paths
+
 RUN_FILE = 'wandb_run.json'
+SWEEP_FILE = 'sweep.json'  # launch/sweep.py's, in the root of its runs' workdirs.
 _INSTALL = 'pip install "wandb==0.31.0" (into .venv: .venv/bin/pip install "wandb==0.31.0")'
 
 
@@ -61,6 +67,16 @@ def run_id(workdir: str) -> str:
   return new
 
 
+def sweep_group(workdir: str) -> str | None:
+  """The name of the sweep `workdir` is a run of (the folder above it, if its SWEEP_FILE lists the
+  run), else None."""
+  run = epath.Path(workdir if paths.is_url(workdir) else os.path.abspath(workdir))
+  listing = run.parent / SWEEP_FILE
+  if not listing.exists():
+    return None
+  return run.parent.name if run.name in json.loads(listing.read_text()).get('runs', {}) else None
+
+
 class WandbWriter:
   """A MetricWriter (event_writer.py) logging to a W&B run of config.wandb."""
 
@@ -70,12 +86,13 @@ class WandbWriter:
     fields = config.wandb
     # Outside the try: the workdir's storage failing is not W&B's, and says so itself.
     kept_id = run_id(workdir)
+    group = fields.group or sweep_group(workdir)
     try:
       self._run = wandb.init(
           project=fields.project,
           entity=fields.entity,
           name=fields.name or epath.Path(workdir).name,
-          group=fields.group,
+          group=group,
           tags=list(fields.tags) or None,
           id=kept_id,
           resume='allow',

@@ -22,6 +22,7 @@ from vit_jax.data import folder
 from vit_jax.data import order
 from vit_jax.data import images as data_images
 from vit_jax.data import preprocess
+from vit_jax.data import readable
 from vit_jax.data import unreadable
 from vit_jax.train import loop, setup as train_setup
 
@@ -1000,9 +1001,11 @@ def test_the_readability_probe_decodes_a_bounded_sample(tmp_path, monkeypatch):
       for i in range(5):
         _save(tmp_path / split / name / f'{i}.png', np.zeros((2, 2, 3), np.uint8))
   probed = []
-  why_unreadable = folder._why_unreadable  # pylint: disable=protected-access
+  why_unreadable = readable._why_unreadable  # pylint: disable=protected-access
   monkeypatch.setattr(
-      folder, '_why_unreadable', lambda path: probed.append(path) or why_unreadable(path)
+      readable,
+      '_why_unreadable',
+      lambda path, read: probed.append(path) or why_unreadable(path, read),
   )
   data.get_info(make_config(str(tmp_path), dataset='folder'))
   # 3 files of each of 64 classes a split, spread over the sorted ones: the same on every run.

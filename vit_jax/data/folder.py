@@ -20,6 +20,7 @@ import numpy as np
 from vit_jax.data import images as data_images
 from vit_jax.data import order
 from vit_jax.data import packed_strings
+from vit_jax.data import readable
 from vit_jax.data import zip_members
 from vit_jax.runtime import paths
 
@@ -165,70 +166,9 @@ def _split_dir(root: str, split: str, train_split: str = 'train') -> str:
   )
 
 
-# The readability probe decodes this many files of a class, of this many classes of a split (each
-# evenly spread over the sorted ones): at most 192 files, whatever the size of the split. Reads run
-# _PROBE_THREADS at a time, so the latency of cloud storage is paid about 12 times, not 192.
-_PROBE_PER_CLASS = 3
-_PROBE_CLASSES = 64
-_PROBE_THREADS = 16
 # Class folders listed at once: on cloud storage each is a request or more, and ImageNet's 1000
 # one by one would wait on a thousand round trips at every start.
 _LISTING_THREADS = 16
-_PROBE_FIX = 'check that they are images (a git-lfs checkout needs `git lfs pull`)'
-
-
-def spread(items: list, k: int) -> list:
-  """`k` of `items`, evenly spread, in order (all of them if there are no more)."""
-  n = len(items)
-  return list(items) if n <= k else [items[i * n // k] for i in range(k)]
-
-
-def _why_unreadable(path: str) -> str | None:
-  """None if the file decodes as the pipeline decodes it, else why not, in one line."""
-  try:
-    data_images.check(read_file(path))
-    return None
-  except data_images.UnreadableImage as e:
-    return str(e)
-  except OSError as e:
-    return e.strerror or str(e)
-
-
-def probe(split: str, sampled: list[str]) -> dict[str, str | None]:
-  """Why each of the split's `sampled` files does not decode as the pipeline decodes it (None where
-  it does), read _PROBE_THREADS at a time; a one-line ValueError where none does (a git-lfs
-  checkout's pointers): the run would skip each, with a warning, and train on nothing."""
-  with concurrent.futures.ThreadPoolExecutor(_PROBE_THREADS) as pool:
-    reasons = dict(zip(sampled, pool.map(_why_unreadable, sampled)))
-  if reasons and all(reasons.values()):
-    raise ValueError(
-        f'No image of split {split!r} decodes: none of {len(sampled)} sampled, e.g. '
-        f'{sampled[0]} ({reasons[sampled[0]]}); {_PROBE_FIX}'
-    )
-  return reasons
-
-
-def _check_readable(
-    split: str, split_dir: str, files: dict[str, list[str]], *, train: bool
-) -> None:
-  """Raises a ValueError if none of a sample of the split's images decodes, or in the train split none
-  of a class's: without it a folder of files that are not images (a git-lfs checkout without `git lfs
-  pull`) would train on nothing, each file skipped with a warning."""
-  probed = {
-      name: spread(names, _PROBE_PER_CLASS)
-      for name, names in spread([(n, f) for n, f in files.items() if f], _PROBE_CLASSES)
-  }
-  sampled = [os.path.join(split_dir, name, f) for name, names in probed.items() for f in names]
-  reasons = probe(split, sampled)
-  if not train:
-    return  # An evaluation skips unreadable files; a class without images is no obstacle there.
-  for name, names in probed.items():
-    path = os.path.join(split_dir, name, names[0])
-    if all(reasons[os.path.join(split_dir, name, f)] for f in names):
-      raise ValueError(
-          f'Class {name!r} has no readable train image: none of {len(names)} sampled '
-          f'decodes, e.g. {path} ({reasons[path]}); {_PROBE_FIX}, or remove the class folder'
-      )
 
 
 class FolderSource:
@@ -249,7 +189,7 @@ class FolderSource:
 
   def split_files(self, split: str) -> tuple[packed_strings.PackedStrings, np.ndarray]:
     """All image paths of a split, sorted by class then name, and their int32 labels. Listing a split
-    checks that its images can be read (a sample of them: `_check_readable`). Its class folders are
+    checks that its images can be read (a sample of them: readable.check_classes). Its class folders are
     listed _LISTING_THREADS at a time: on cloud storage, a request or more each."""
     if split not in self._files:
       split_dir = _split_dir(self._root, split, self._train_split)
@@ -277,7 +217,7 @@ class FolderSource:
             f'{", ".join(map(repr, empty[:5]))}{" ..." if len(empty) > 5 else ""}; '
             'put images in each or remove it'
         )
-      _check_readable(split, split_dir, files, train=train)
+      readable.check_classes(split, split_dir, files, read_file, train=train)
       listed = [os.path.join(split_dir, name, f) for name, names in files.items() for f in names]
       path_labels = [labels[name] for name, names in files.items() for _ in names]
       self._files[split] = (packed_strings.PackedStrings(listed), np.array(path_labels, np.int32))

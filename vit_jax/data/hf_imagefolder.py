@@ -21,6 +21,7 @@ from vit_jax.data import hf_layout
 from vit_jax.data import images
 from vit_jax.data import label_sets
 from vit_jax.data import packed_strings
+from vit_jax.data import readable
 
 _PROBED = 16  # Images of a split decoded before the run: a git-lfs checkout's pointers fail here.
 
@@ -77,7 +78,7 @@ class Rows:
         )
       else:
         self._labels[split] = np.array(labels)
-      folder.probe(split, folder.spread(self._files[split], _PROBED))
+      readable.probe(split, readable.spread(self._files[split], _PROBED), folder.read_file)
     self.sizes = {split: len(files) for split, files in self._files.items()}
 
   @staticmethod

@@ -19,7 +19,8 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from vit_jax.models import resnet
-from vit_jax.models.encoder import ACTIVATION_SHARDING, TENSOR_RULES as ENCODER_TENSOR_RULES
+from vit_jax.models.encoder import TENSOR_RULES as ENCODER_TENSOR_RULES
+from vit_jax.models.scanned import ACTIVATION_SHARDING
 from vit_jax.models.scan_layout import STACKED_BLOCKS
 
 AXES = ('data', 'fsdp', 'tensor')
@@ -94,7 +95,7 @@ def num_batch_shards(mesh: Mesh) -> int:
 
 
 def with_activation_sharding(fn: Any, mesh: Mesh) -> Any:
-  """`fn`, traced with encoder.ACTIVATION_SHARDING set to the batch split of `mesh`: the scanned
+  """`fn`, traced with scanned.ACTIVATION_SHARDING set to the batch split of `mesh`: the scanned
   blocks keep their activations split over the batch. For what jits a model over the mesh (the train
   and eval steps)."""
 

@@ -339,7 +339,7 @@ def test_table_output_and_one_line_errors():
 
 
 def test_scanned_blocks_under_fsdp_compute_only_each_devices_share_of_the_batch():
-  # Without encoder.ACTIVATION_SHARDING, XLA's sharding propagation into the scan followed the
+  # Without scanned.ACTIVATION_SHARDING, XLA's sharding propagation into the scan followed the
   # fsdp-split parameters and every device computed the whole global batch (3.4x these bytes here).
   fsdp = xla_bytes(tiny(**{'model.scan': True, 'mesh': (('fsdp', -1),)}))
   data_parallel = xla_bytes(tiny(**{'model.scan': True, 'mesh': (('data', -1),)}))

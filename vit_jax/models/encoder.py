@@ -6,9 +6,9 @@ row-then-column pairs of them (axial.py).
 Fast paths (none changes the parameter tree): `attention` picks the attention kernel (attention.py);
 `matmul` how the blocks' projections and MLPs multiply (fp8.py: 'fp8' for FP8 tensor cores);
 `remat=POLICY` recomputes each block's activations in the backward pass except what the
-`jax.checkpoint_policies` policy saves; `scan=True` compiles one block and loops over `nn.scan`, so
-compile time does not grow with depth. Stochastic depth (`drop_path_rate`) drops each block's residual
-branches per sample at train time; it has no parameters either.
+`jax.checkpoint_policies` policy saves; `scan=True` compiles one block and loops over `nn.scan`
+(scanned.py), so compile time does not grow with depth. Stochastic depth (`drop_path_rate`) drops each
+block's residual branches per sample at train time; it has no parameters either.
 
 A scanned encoder reads its blocks stacked (scan_layout.py). `init` still returns the per-block tree of
 the checkpoints, and `apply` takes either layout: per-block parameters are stacked inside the program,
@@ -16,7 +16,6 @@ which is cheap to run but not to compile (the gradient of the stacking is one sl
 parameter), so training keeps them stacked (`stack_blocks`) and unstacks at the checkpoint boundary.
 """
 
-import contextvars
 from typing import Any, Mapping, Optional, Sequence, Union
 
 import chex
@@ -25,19 +24,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vit_jax.models import differential, norms
+from vit_jax.models import differential, norms, scanned
 from vit_jax.models.attention import token_padding
 from vit_jax.models.axial import AxialBlock
-from vit_jax.models.block import Dtype, Encoder1DBlock, Rate
+from vit_jax.models.block import Dtype, Encoder1DBlock
 from vit_jax.models.lora import Spec as LoraSpec
 from vit_jax.models.posemb import POSEMBS, TENSOR_RULES as POSEMB_TENSOR_RULES
 from vit_jax.models.scan_layout import BLOCK, stack_blocks, unstack_blocks
 
-# The sharding of a [batch, tokens, D] activation while a step over a mesh is traced (set by
-# sharding.with_activation_sharding); None elsewhere (init, export, the tools): see ScanBlock.
-ACTIVATION_SHARDING: contextvars.ContextVar[Optional[jax.sharding.Sharding]] = (
-    contextvars.ContextVar('activation_sharding', default=None)
-)
 # model.block: what each of the encoder's `num_layers` blocks is.
 BLOCKS = {'standard': Encoder1DBlock, 'axial': AxialBlock}
 
@@ -92,68 +86,6 @@ TENSOR_RULES = (
     (r'MlpBlock_\d+/Dense_(0|linear)_lora/b$', 1),  # (rank, mlp)
     (r'MlpBlock_\d+/Dense_1_lora/a$', 0),  # (mlp, rank)
 ) + POSEMB_TENSOR_RULES
-
-
-class ScanBlock(Encoder1DBlock):
-  """A block as an `nn.scan` body: (carry, deterministic, this layer's rate, the shared position
-  embeddings, this layer's lambda_init) -> (carry, no output).
-
-  Its input is constrained to stay split over the batch (ACTIVATION_SHARDING, when set): XLA's
-  sharding propagation into the scan's loop otherwise follows the fsdp-split parameters and has every
-  device compute the whole global batch (8x the memory and FLOPs on 8 devices).
-  """
-
-  @nn.compact
-  def __call__(
-      self,
-      inputs: jnp.ndarray,
-      deterministic: bool,
-      drop_path_rate: Rate = None,
-      shared_posemb: Optional[jnp.ndarray] = None,
-      lambda_init: Rate = None,
-  ) -> tuple[jnp.ndarray, None]:
-    if (activation_sharding := ACTIVATION_SHARDING.get()) is not None:
-      inputs = jax.lax.with_sharding_constraint(inputs, activation_sharding)
-    return super().__call__(inputs, deterministic, drop_path_rate, shared_posemb, lambda_init), None
-
-
-class ScannedBlocks(nn.Module):
-  """`num_layers` blocks as one `nn.scan`: parameters stacked under `encoderblock` (layer axis first)."""
-
-  num_layers: int
-  block_kwargs: dict[str, Any]
-  remat: Optional[str] = None
-
-  @nn.compact
-  def __call__(
-      self,
-      x: jnp.ndarray,
-      deterministic: bool,
-      rates: Optional[jax.Array],
-      shared_posemb: Optional[jnp.ndarray],
-      lambda_inits: Optional[jax.Array],
-  ) -> jnp.ndarray:
-    """`rates`: each layer's stochastic-depth rate (scanned over), or None for none; `shared_posemb`:
-    the position embeddings every block adds to its input, or None; `lambda_inits`: each layer's
-    differential attention's lambda_init (scanned over), or None."""
-    block = ScanBlock
-    if self.remat:
-      # prevent_cse=False: scan already keeps XLA from merging the recomputation into the forward pass.
-      block = nn.remat(
-          block,
-          policy=getattr(jax.checkpoint_policies, self.remat),
-          prevent_cse=False,
-          static_argnums=(2,),
-      )
-    # Each layer gets its own initialisation and dropout keys (split, not broadcast).
-    x, _ = nn.scan(
-        block,
-        variable_axes={'params': 0},
-        split_rngs={'params': True, 'dropout': True},
-        in_axes=(nn.broadcast, 0, nn.broadcast, 0),
-        length=self.num_layers,
-    )(**self.block_kwargs, name=BLOCK)(x, deterministic, rates, shared_posemb, lambda_inits)
-    return x
 
 
 class Encoder(nn.Module):
@@ -290,7 +222,7 @@ class Encoder(nn.Module):
       # The scanned blocks read stacked parameters; per-block ones (from checkpoints) are stacked on
       # the way in, and `init` unstacks what the scan creates, so the stored tree is per-block.
       blocks = nn.map_variables(
-          ScannedBlocks,
+          scanned.ScannedBlocks,
           'params',
           init=True,
           trans_in_fn=lambda v: {**v, 'params': stack_blocks(v.get('params', {}), self.num_layers)},

@@ -105,4 +105,4 @@ FAULTS = {
 if __name__ == '__main__':
   kind, *args = os.environ['FAULT'].split(':')
   FAULTS[kind](*args)
-  cli.run(vit_main.main, flags_parser=config_files.parse_flags)
+  cli.run(vit_main.main, flags_parser=config_files.flags_parser(vit_main.USAGE))

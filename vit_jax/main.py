@@ -30,6 +30,10 @@ _CONFIG = config_flags.DEFINE_config_file(
 )
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Directory for checkpoints, metrics and exports.')
 flags.mark_flags_as_required(['config', 'workdir'])
+USAGE = (
+    '--config=FILE[:ARG] --workdir=DIR [--config.FIELD=VALUE ...], e.g. '
+    'python -m vit_jax.main --config=configs/demo.py --workdir=workdirs/demo'
+)
 # Multi-host. On TPU pods and SLURM, jax.distributed finds its peers by itself ('auto'); elsewhere
 # (e.g. several processes on one machine, see launch/local.py) give the coordinator explicitly.
 _DISTRIBUTED = flags.DEFINE_enum(
@@ -156,4 +160,4 @@ def _train() -> None:
 
 
 if __name__ == '__main__':
-  cli.run(main, flags_parser=config_files.parse_flags)
+  cli.run(main, flags_parser=config_files.flags_parser(USAGE))

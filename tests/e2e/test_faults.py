@@ -449,7 +449,7 @@ async def read_only(path, *args, **kwargs):
     raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
   return await mkdir(path, *args, **kwargs)
 async_path.mkdir = read_only
-cli.run(main.main, flags_parser=config_files.parse_flags)
+cli.run(main.main, flags_parser=config_files.flags_parser(main.USAGE))
 """
 
 

@@ -329,7 +329,7 @@ def test_table_output_and_one_line_errors():
           ('--devices=6', '--chip=tpu-v4', "--config.mesh=(('fsdp', -1), ('tensor', 4))"),
           'does not fit 6 devices',
       ),
-      (('--devices=8',), 'Flag --chip must have a value'),
+      (('--devices=8',), '--chip is required: use --config=FILE --devices=N --chip=NAME'),
       (('--devices=8', '--chip=tpu-v4', '--config.no_such_field=1'), 'bad config override'),
   ]:
     run = _plan(*args)

@@ -59,6 +59,21 @@ def test_a_config_file_whose_get_config_raises_names_its_line(tmp_path, body, li
   assert errors[0].startswith(f'error: {tmp_path / "raises.py"}:{line}: {error}'), errors
 
 
+def test_a_flag_left_out_is_required_and_the_usage_shown():
+  run = subprocess.run(
+      [sys.executable, '-m', 'vit_jax.main', '--config=configs/demo.py'],
+      cwd=helpers.REPO,
+      capture_output=True,
+      text=True,
+      timeout=300,
+  )
+  assert run.returncode == 2 and run.stderr.strip() == (
+      'error: --workdir is required: use --config=FILE[:ARG] --workdir=DIR '
+      '[--config.FIELD=VALUE ...], e.g. python -m vit_jax.main --config=configs/demo.py '
+      '--workdir=workdirs/demo'
+  ), run.stderr
+
+
 def test_a_misspelt_override_suggests_the_field():
   errors = _errors(['--config=configs/demo.py', '--config.lr.warmup=10'])
   assert errors == [

@@ -4,6 +4,7 @@ finished command ends its process without the interpreter's teardown (`run`)."""
 import atexit
 import gc
 import os
+import re
 import signal
 import sys
 import threading
@@ -69,6 +70,14 @@ def define_size_flags(of: str) -> None:
     )
 
 
+def flag_error(error: flags.Error) -> str:
+  """absl's error for a flag, in words: a required flag left out is '--NAME is required' (absl says
+  'flag --NAME=None: Flag --NAME must have a value other than None.')."""
+  first = str(error).strip().splitlines()[0]
+  missing = re.search(r'Flag (--\w+) must have a value other than None', first)
+  return f'{missing[1]} is required' if missing else first
+
+
 def flags_parser(usage: str) -> Callable[[list[str]], list[str]]:
   """An absl `flags_parser` that reports a missing or bad flag in one line naming the usage."""
 
@@ -76,7 +85,7 @@ def flags_parser(usage: str) -> Callable[[list[str]], list[str]]:
     try:
       return flags.FLAGS(argv)
     except flags.Error as e:
-      fail(f'{str(e).splitlines()[0]}: use {usage}')
+      fail(f'{flag_error(e)}: use {usage}')
     except SystemExit as e:
       help_exits_0(e, argv)
       raise

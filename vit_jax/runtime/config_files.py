@@ -7,11 +7,12 @@ above the file's outermost package (the last parent holding an `__init__.py`) go
 """
 
 import difflib
+import functools
 import os
 import re
 import sys
 import traceback
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import ml_collections
 from absl import flags
@@ -59,10 +60,14 @@ def make_importable(argv: Sequence[str], flag: str = 'config') -> None:
   sys.path.insert(0, import_root(path))
 
 
-def parse_flags(argv: list[str]) -> list[str]:
+def flags_parser(usage: str) -> Callable[[list[str]], list[str]]:
   """absl's flag parsing for a command with a config_flags `--config`: a bad override or a config file
-  that cannot be loaded is one `error:` line, not a traceback; `--config.FIELD=None` unsets a field that
-  may be unset; `--help` exits with status 0."""
+  that cannot be loaded is one `error:` line, not a traceback (a missing or bad flag names the
+  `usage`); `--config.FIELD=None` unsets a field that may be unset; `--help` exits with status 0."""
+  return functools.partial(_parse_flags, usage=usage)
+
+
+def _parse_flags(argv: list[str], usage: str) -> list[str]:
   make_importable(argv)  # The config file's `from configs import ...`, from any directory.
   given = list(argv)  # absl returns the arguments that are not flags.
   overrides = _overrides(argv)
@@ -75,7 +80,7 @@ def parse_flags(argv: list[str]) -> list[str]:
     cli.help_exits_0(exit_, given)
     raise
   except Exception as e:  # pylint: disable=broad-except
-    message = _parse_error(e, given, overrides)
+    message = _parse_error(e, given, overrides, usage)
     if message is None:
       raise
     cli.fail(message)
@@ -108,7 +113,7 @@ def _is_unset(arg: str) -> bool:
 
 
 def _parse_error(
-    error: Exception, argv: Sequence[str], overrides: dict[str, Optional[str]]
+    error: Exception, argv: Sequence[str], overrides: dict[str, Optional[str]], usage: str
 ) -> Optional[str]:
   """The one line that says what went wrong in parsing the flags, None for an unexpected error."""
   located = _config_file_error(error, config_path(argv))
@@ -117,9 +122,9 @@ def _parse_error(
   if isinstance(error, (AttributeError, KeyError)):
     return _unknown_field(argv, overrides)
   if isinstance(error, flags.Error):
-    lines = str(error).strip().splitlines()
-    # A traceback in the message: its last line, without the exception's type, is the fix.
-    return lines[-1].split(': ', 1)[-1] if 'Traceback' in str(error) else lines[0]
+    if 'Traceback' in str(error):  # Its last line, without the exception's type, is the fix.
+      return str(error).strip().splitlines()[-1].split(': ', 1)[-1]
+    return f'{cli.flag_error(error)}: use {usage}'
   if isinstance(error, (TypeError, ValueError)):
     return f'bad config override: {error}'
   return None

@@ -182,4 +182,4 @@ def main(argv: list[str]) -> None:
 
 if __name__ == '__main__':
   _define_flags()
-  cli.run(main, flags_parser=config_files.parse_flags)
+  cli.run(main, flags_parser=config_files.flags_parser(_USAGE))

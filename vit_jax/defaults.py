@@ -245,7 +245,17 @@ def get_config() -> ml_collections.ConfigDict:
   # FlexiViT (vit_jax/train/flexi.py): each step at a patch size drawn from patch_sizes (by weights,
   # empty: equal), the parameters kept at model.patch_size's shapes and resampled to it in the step
   # (patch_interpolation, posemb_interpolation). Empty: every step at model.patch_size.
-  config.flexi = ml_collections.ConfigDict(dict(patch_sizes=(), weights=()))
+  # kernel_size, posemb_grid: the parameters kept instead as big_vision's FlexiViT keeps them, the
+  # patch kernel at kernel_size px (32) and the learned position embeddings at a posemb_grid square
+  # grid (7), resampled to every step's and evaluation's size; None: model.patch_size's.
+  config.flexi = ml_collections.ConfigDict(
+      dict(
+          patch_sizes=(),
+          weights=(),
+          kernel_size=config_dict.placeholder(int),
+          posemb_grid=config_dict.placeholder(int),
+      )
+  )
 
   # 'classification'; 'mpp': masked patch prediction, the paper's self-supervised pretraining; 'mae':
   # the masked autoencoder (He et al. 2022), today's (vit_jax/tasks/mae.py).

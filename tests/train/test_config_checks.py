@@ -257,6 +257,16 @@ INVALID = {
         {'flexi.patch_sizes': (2, 4)},
         r'^config.flexi.weights=\(1.0, 0.0\) must be one positive number per patch size \(2\)',
     ),
+    'flexi.kernel_size': (
+        0,
+        {'flexi.patch_sizes': (2, 4)},
+        r'^config.flexi.kernel_size=0 must be a positive whole number',
+    ),
+    'flexi.posemb_grid': (
+        -7,
+        {'flexi.patch_sizes': (2, 4)},
+        r'^config.flexi.posemb_grid=-7 must be a positive whole number',
+    ),
     'pp.crop': ('centre', {}, "Unknown config.pp.crop 'centre'"),
     'pp.min_area': (0.0, {'pp.crop': 'inception'}, r'min_area=0.0 must be in \(0, 1\]'),
     'pp.pad': (-1, {'pp.crop': 'random'}, 'pad=-1 must be >= 0'),

@@ -1,7 +1,8 @@
 """FlexiViT training (vit_jax/train/flexi.py): each step's loss is the loss of the model at a drawn
 patch size on parameters resampled to it (equal to adapt_params' host-side resampling), drawn by
 the weights; the gradient reaches the stored kernel through the pseudo-inverse (its chain rule in
-NumPy); a run resumes bit for bit; the errors."""
+NumPy); parameters kept at FlexiViT's own shapes (flexi.kernel_size, posemb_grid) load unresampled
+and are fitted wherever they are used; a run resumes bit for bit; the errors."""
 
 import functools
 
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 
 import helpers
-from vit_jax.checkpoints import adapting, patch_resizing
+from vit_jax.checkpoints import adapting, npz_files, patch_resizing, run_dir
 from vit_jax.train import flexi, loop, setup as train_setup
 
 SIZES = (2, 4, 8)  # Of 8 px images, the parameters' at 4: grids of 4x4, 2x2 and 1x1.
@@ -52,7 +53,13 @@ def _resampled_losses(setup, params, images, labels, key):
   return losses
 
 
-def test_each_step_is_the_loss_of_the_model_at_a_drawn_patch_size(tmp_path, data_dir):
+# FlexiViT's way of keeping the parameters (its 32 px kernel and 7x7 grid): here an 8 px kernel and a
+# 3x3 grid, neither model.patch_size's (4) nor the images' grid (2).
+KEPT = {'flexi.kernel_size': 8, 'flexi.posemb_grid': 3}
+
+
+@pytest.mark.parametrize('kept', [{}, KEPT], ids=['model_shapes', 'kept_shapes'])
+def test_each_step_is_the_loss_of_the_model_at_a_drawn_patch_size(tmp_path, data_dir, kept):
   """Without dropout, the loss at each size is one number: every key's loss is one of them (the
   parameters resampled on the host), drawn 1:2:1 as the weights say."""
   setup = _setup(
@@ -62,9 +69,13 @@ def test_each_step_is_the_loss_of_the_model_at_a_drawn_patch_size(tmp_path, data
           'flexi.weights': (1.0, 2.0, 1.0),
           'model.dropout_rate': 0.0,
           'model.head_dropout_rate': 0.0,
+          **kept,
       },
   )
-  params = helpers.random_params(setup.model, 8)
+  params = helpers.random_params(*adapting.kept_model(setup.config, setup.model))
+  if kept:
+    assert params['embedding']['kernel'].shape[:2] == (8, 8)
+    assert params['Transformer']['posembed_input']['pos_embedding'].shape[1] == 3 * 3 + 1
   images, labels = _batch()
   expected = _resampled_losses(setup, params, images, labels, jax.random.key(0))
   assert len({round(v, 3) for v in expected.values()}) == len(SIZES)  # Tells them apart.
@@ -111,6 +122,51 @@ def test_the_gradient_reaches_the_stored_kernel_through_the_resampling(tmp_path,
   assert np.abs(pulled_back).max() > 1e-3
 
 
+def test_parameters_kept_at_their_own_shapes_load_unresampled_and_are_fitted_where_used(
+    tmp_path, data_dir
+):
+  """A checkpoint of the kept shapes (as FlexiViT's 32 px kernel and 7x7 grid) loads as it is; the
+  run keeps those shapes; its evaluation measures them fitted to model.patch_size as the model runs,
+  which is the evaluation of the parameters fitted once on the host; the tools read them fitted."""
+  overrides = {**KEPT, 'total_steps': 4, 'eval_every_steps': 4, 'checkpoint_every_steps': 4}
+  plain = _setup(tmp_path / 'plain', data_dir, **overrides)
+  checkpoint = helpers.random_params(*adapting.kept_model(plain.config, plain.model), seed=5)
+  npz_files.save_npz(checkpoint, str(tmp_path / 'flexivit.npz'))
+  setup = _setup(
+      tmp_path, data_dir, **overrides, init_from=str(tmp_path / 'flexivit.npz'), keep_head=True
+  )
+  for kept in (('embedding', 'kernel'), ('Transformer', 'posembed_input', 'pos_embedding')):
+    loaded, given = setup.init_params, checkpoint
+    for key in kept:
+      loaded, given = loaded[key], given[key]
+    np.testing.assert_array_equal(loaded, given)  # Not resampled: FlexiViT's own tensors.
+
+  loop.train_and_evaluate(setup)
+  saved = helpers.checkpoint_params(setup.workdir, 4)
+  assert saved['embedding']['kernel'].shape[:2] == (8, 8)
+  assert saved['Transformer']['posembed_input']['pos_embedding'].shape[1] == 10
+  fitted, _ = adapting.adapt_params(
+      saved,
+      adapting.param_shapes(setup.model, 8),
+      keep_head=True,
+      keep_pre_logits=False,
+      posemb_method=setup.config.posemb_interpolation,
+      patch_method=setup.config.patch_interpolation,
+  )
+  trained = run_dir.load_trained(setup.workdir)
+  for got, want in zip(jax.tree.leaves(trained.params), jax.tree.leaves(fitted)):
+    np.testing.assert_array_equal(got, want)
+  # The run's own evaluation, fitting as it runs, is the evaluation of the fitted parameters by a run
+  # that keeps model.patch_size's shapes.
+  unkept = setup.config.copy_and_resolve_references()
+  unkept.flexi.kernel_size = unkept.flexi.posemb_grid = None
+  evaluator, _ = helpers.evaluator(unkept, 'eval')
+  expected = evaluator(jax.tree.map(np.asarray, fitted))
+  logged = helpers.read_scalars(setup.workdir)
+  assert logged['eval_top1'][4] == pytest.approx(float(expected['top1']), abs=1e-6)
+  assert logged['eval_loss'][4] == pytest.approx(float(expected['loss']), rel=1e-4)
+
+
 @pytest.mark.slow  # Three runs of the loop, one resumed: make test-all's.
 def test_a_flexi_run_trains_and_resumes_bit_exact(tmp_path, data_dir):
   config = helpers.load_config(
@@ -146,6 +202,16 @@ def test_a_flexi_run_trains_and_resumes_bit_exact(tmp_path, data_dir):
         ),
         ({'flexi.patch_sizes': (2, 0)}, r'^config.flexi.patch_sizes=\(2, 0\) must be distinct'),
         ({'flexi.weights': (1.0,)}, r'must be one positive number per patch size \(3\)'),
+        (
+            {'flexi.patch_sizes': (), 'flexi.kernel_size': 32},
+            r'^config.flexi.kernel_size keeps the parameters of a FlexiViT run, and '
+            r'config.flexi.patch_sizes is empty: set the patch sizes, or unset it$',
+        ),
+        (
+            {'flexi.posemb_grid': 7, 'model.posemb': 'sincos2d'},
+            r'^config.flexi.posemb_grid keeps learned position embeddings on a grid, and '
+            r"model.posemb='sincos2d' has none: unset config.flexi.posemb_grid$",
+        ),
     ],
 )
 def test_what_flexi_cannot_do_is_a_one_line_error(tmp_path, data_dir, overrides, message):

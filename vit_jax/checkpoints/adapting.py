@@ -25,6 +25,7 @@ from typing import Any, Callable, Mapping, Optional
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 from flax import traverse_util
 
@@ -230,6 +231,22 @@ def adapt_params(
       raise tree_mismatch.explain(key, got, want, params, targets)
   fitted = {key: np.asarray(params[key], targets[key].dtype) for key in targets}
   return traverse_util.unflatten_dict(fitted, sep='/'), notes
+
+
+def keeps_own_shapes(config: ml_collections.ConfigDict) -> bool:
+  """Whether the run's parameters have other shapes than its model at its image size reads."""
+  return config.flexi.kernel_size is not None or config.flexi.posemb_grid is not None
+
+
+def kept_model(config: ml_collections.ConfigDict, model: nn.Module) -> tuple[nn.Module, int]:
+  """The model and image size whose parameters (`param_shapes`) have the shapes a run of `config`
+  keeps: `model` at config.image_size, or with `keeps_own_shapes` (a FlexiViT's, train/flexi.py) the
+  model cutting flexi.kernel_size px patches out of images of flexi.posemb_grid of them."""
+  if not keeps_own_shapes(config):
+    return model, config.image_size
+  kernel = config.flexi.kernel_size or model.patch_size
+  grid = config.flexi.posemb_grid or config.image_size // model.patch_size
+  return model.clone(patch_size=kernel), grid * kernel
 
 
 def param_shapes(model: nn.Module, image_size: int) -> Any:

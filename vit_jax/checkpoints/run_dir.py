@@ -141,7 +141,8 @@ def load_trained(
   """The model of checkpoint `step` of a run (saved_state.find_checkpoint's: a number, 'best' or None,
   the latest; or `workdir` is a checkpoint's directory), as the run's task built it, or
   (`features=True`) its backbone, whatever the task; low-rank adapters folded into their kernels
-  (lora.folded: a plain ViT of the same function)."""
+  (lora.folded: a plain ViT of the same function); parameters a run keeps at other shapes than its
+  model reads (a FlexiViT's flexi.kernel_size, posemb_grid) fitted to it once."""
   checkpoint_dir, step = saved_state.find_checkpoint(workdir, step)
   config, info = load_run_info(saved_state.workdir_of(checkpoint_dir))  # `workdir` may be a step's.
   task = tasks.get(config.task)
@@ -153,7 +154,7 @@ def load_trained(
       if features
       else task.make_model(config, model_config, info.num_classes)
   )
-  return TrainedModel(
+  trained = TrainedModel(
       config,
       model_config,
       info,
@@ -164,6 +165,7 @@ def load_trained(
       'polyak' if name == 'ema_params' else 'raw',
       (adapted_config, adapted_params) if lora.enabled(adapted_config) else None,
   )
+  return at_size(trained, None, None) if adapting.keeps_own_shapes(config) else trained
 
 
 def load_export(export_dir: str) -> tuple[dict[str, Any], Callable[[jax.Array], jax.Array]]:

@@ -5,7 +5,7 @@
 import dataclasses
 import functools
 import os
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 import flax.linen as nn
 import jax
@@ -92,8 +92,12 @@ def fill_from_checkpoint(config: ml_collections.ConfigDict) -> None:
   )
 
 
-def load_init_params(config: ml_collections.ConfigDict, model: nn.Module) -> Any:
-  """The parameters of `config.init_from`, with head and position embeddings fitted to `model`."""
+def load_init_params(
+    config: ml_collections.ConfigDict, model: nn.Module, image_size: Optional[int] = None
+) -> Any:
+  """The parameters of `config.init_from`, with head and position embeddings fitted to `model` at
+  `image_size` (None: config.image_size)."""
+  image_size = image_size or config.image_size
   init_from = hub.local(config.init_from)
   paths.check_reachable(init_from, config.storage_timeout_s, 'config.init_from')
   # A missing workdir: a config file's relative init_from (configs/demo_finetune.py's) read from
@@ -108,7 +112,7 @@ def load_init_params(config: ml_collections.ConfigDict, model: nn.Module) -> Any
   loaded, source = run_dir.load_params(init_from, fields, config.keep_head)
   params, notes = adapting.adapt_params(
       loaded,
-      adapting.param_shapes(model, config.image_size),
+      adapting.param_shapes(model, image_size),
       keep_head=config.keep_head,
       keep_pre_logits=config.keep_pre_logits,
       posemb_method=config.posemb_interpolation,
@@ -120,7 +124,7 @@ def load_init_params(config: ml_collections.ConfigDict, model: nn.Module) -> Any
       )['params'],
       # A run from scratch with this seed: a self-supervised task's layers (MAE's decoder) from it.
       draw_params=lambda: jax.device_get(
-          jax.jit(functools.partial(inits.fresh_params, model, config.image_size))(
+          jax.jit(functools.partial(inits.fresh_params, model, image_size))(
               jax.random.key(config.seed)
           )
       ),

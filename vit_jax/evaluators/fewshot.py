@@ -18,6 +18,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from vit_jax import data
+from vit_jax.checkpoints import adapting
 from vit_jax.evaluators import features, resolution
 from vit_jax.evaluators.base import Context, check_fields
 
@@ -247,5 +248,5 @@ def build(name: str, fields: ml_collections.ConfigDict, context: Context) -> Few
       l2_reg=fields.l2_reg,
       train_split=train_split,
       eval_split=eval_split,
-      fitted=resolution.is_sized(fields),
+      fitted=resolution.is_sized(fields) or adapting.keeps_own_shapes(context.config),
   )

@@ -29,6 +29,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from vit_jax import sharding
+from vit_jax.checkpoints import adapting
 from vit_jax.evaluators import features, resolution
 from vit_jax.evaluators.base import Context, check_fields
 
@@ -273,5 +274,5 @@ def build(name: str, fields: ml_collections.ConfigDict, context: Context) -> Knn
       temperature=temperature,
       train_split=train_split,
       eval_split=eval_split,
-      fitted=resolution.is_sized(fields),
+      fitted=resolution.is_sized(fields) or adapting.keeps_own_shapes(context.config),
   )

@@ -16,9 +16,11 @@ import jax.numpy as jnp
 import ml_collections
 
 from vit_jax import data
+from vit_jax.checkpoints import adapting
 from vit_jax.data import on_device
 from vit_jax.evaluators import split
 from vit_jax.evaluators.base import Context, check_fields
+from vit_jax.models import patch_embedding
 from vit_jax.tasks import classification
 
 DEFAULTS = {'dataset': 'imagenet2012_real', 'split': 'validation', 'label_feature': 'real_label'}
@@ -58,12 +60,17 @@ def build(name: str, fields: ml_collections.ConfigDict, context: Context) -> spl
       settings['split'],  # A split that does not exist fails here.
       data.num_examples(config, settings['split'], settings['label_feature']),
   )
+  step = functools.partial(eval_step, model=context.model)
+  if adapting.keeps_own_shapes(context.config):  # A FlexiViT's kept shapes: fitted as it runs.
+    step = patch_embedding.fitted_to_images(
+        step, context.config.posemb_interpolation, context.config.patch_interpolation
+    )
   return split.SplitEvaluator(
       name,
       fields.every_steps,
       config=config,
       split=settings['split'],
-      eval_step=functools.partial(eval_step, model=context.model),
+      eval_step=step,
       mesh=context.mesh,
       metrics=('top1', 'top5'),
       label_feature=settings['label_feature'],

@@ -21,6 +21,7 @@ import ml_collections
 from jax.sharding import AbstractMesh
 
 from vit_jax import sharding, tasks
+from vit_jax.checkpoints import adapting
 from vit_jax.planning import chips, residuals
 from vit_jax.tasks import distillation
 from vit_jax.train import optim, param_groups
@@ -101,7 +102,7 @@ def abstract_state(
   frozen_labels = param_groups.labeller(config.optim, model_config)
 
   def init():
-    params = residuals.init_params(model, config.image_size)
+    params = residuals.init_params(*adapting.kept_model(config, model))
     state = {
         'params': params,
         'opt_state': tx.init(params),

@@ -11,6 +11,12 @@ in big_vision. The step holds one branch per size (`jax.lax.switch`): one compil
 draw, a function of the loss's key, follows the step (and its micro-batch with accum_steps) as
 dropout does, so a resumed run draws what an uninterrupted one would. Evaluators measure any patch
 size (`config.evals.X.patch_size`); the run's `eval` measures `model.patch_size`.
+
+`flexi.kernel_size` and `flexi.posemb_grid` keep the parameters as big_vision's FlexiViT keeps them
+(checkpoints/adapting.py's `kept_model`): the patch kernel at 32 px and the position embeddings on a
+7x7 grid, whatever `model.patch_size` and `image_size`; a checkpoint of those shapes loads
+unresampled, and every step, evaluation and tool resamples them once to its size, not through
+`model.patch_size`'s.
 """
 
 from typing import Any, Callable, Mapping
@@ -20,6 +26,7 @@ import jax
 import ml_collections
 import numpy as np
 
+from vit_jax.checkpoints import adapting
 from vit_jax.models import patch_embedding, variants
 
 # The key stream of the draws, apart from the dropout that the same key feeds.
@@ -30,9 +37,19 @@ def enabled(config: ml_collections.ConfigDict) -> bool:
   return bool(config.flexi.patch_sizes)
 
 
+# Position embeddings without parameters: nothing for flexi.posemb_grid to keep.
+_UNLEARNED_POSEMBS = ('sincos2d', 'sincos2d_mae', 'none')
+
+
 def check(config: ml_collections.ConfigDict, model_config: Mapping[str, Any]) -> None:
   """What config.flexi needs of the run: a ViT classifier whose images divide into every size."""
   if not enabled(config):
+    if adapting.keeps_own_shapes(config):
+      field = 'kernel_size' if config.flexi.kernel_size is not None else 'posemb_grid'
+      raise ValueError(
+          f'config.flexi.{field} keeps the parameters of a FlexiViT run, and '
+          'config.flexi.patch_sizes is empty: set the patch sizes, or unset it'
+      )
     return
   if config.task != 'classification' or 'patch_size' not in model_config:
     what = f'config.task={config.task!r}' if config.task != 'classification' else config.variant
@@ -49,6 +66,18 @@ def check(config: ml_collections.ConfigDict, model_config: Mapping[str, Any]) ->
           f'{config.image_size}: use sizes that divide it (240 px: 8, 10, 12, 15, 16, 20, 24, 30, '
           '40, 48)'
       )
+  for field in ('kernel_size', 'posemb_grid'):
+    value = config.flexi[field]
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+      raise ValueError(
+          f"config.flexi.{field}={value!r} must be a positive whole number (FlexiViT's: "
+          'kernel_size=32, posemb_grid=7), or unset'
+      )
+  if config.flexi.posemb_grid is not None and model_config['posemb'] in _UNLEARNED_POSEMBS:
+    raise ValueError(
+        f'config.flexi.posemb_grid keeps learned position embeddings on a grid, and '
+        f"model.posemb={model_config['posemb']!r} has none: unset config.flexi.posemb_grid"
+    )
 
 
 def make_loss(

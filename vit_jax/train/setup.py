@@ -182,7 +182,7 @@ def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
   model = task.make_model(config, model_config, info.num_classes)
   if param_groups.names_parameters(config.optim):  # Tracing the model's init costs start-up time.
     param_groups.check_param_groups(
-        config.optim, model_config, adapting.param_shapes(model, config.image_size)
+        config.optim, model_config, adapting.param_shapes(*adapting.kept_model(config, model))
     )
   # The teacher, read once (below) for the step and for a teacher evaluator.
   load_teacher = (
@@ -203,7 +203,11 @@ def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
           f'config.{name}=True keeps part of the config.init_from checkpoint, which is unset: '
           f'set --config.init_from=PATH or --config.{name}=False'
       )
-  init_params = warm_start.load_init_params(config, model) if config.init_from else None
+  init_params = (
+      warm_start.load_init_params(config, *adapting.kept_model(config, model))
+      if config.init_from
+      else None
+  )
   teacher = load_teacher() if load_teacher else None
   workdir = paths.absolute(workdir)
   paths.check_writable(workdir, config.storage_timeout_s)

@@ -17,7 +17,7 @@ from absl import logging
 from etils import epath
 
 from vit_jax import sharding
-from vit_jax.checkpoints import checkpoint, run_dir, saved_state
+from vit_jax.checkpoints import adapting, checkpoint, run_dir, saved_state
 from vit_jax.models import inits, scan_layout, variants
 from vit_jax.train import param_groups
 from vit_jax.train.setup import Setup
@@ -69,11 +69,12 @@ def _layout(params: Any, opt_state: Any, ema_params: Any) -> tuple[Any, ...]:
 
 def _init_fn(setup: Setup) -> Callable[[jax.Array], TrainState]:
   """key -> the run's fresh state (`init_state` with the setup's model, optimizer and options)."""
+  model, image_size = adapting.kept_model(setup.config, setup.model)
   return functools.partial(
       init_state,
-      model=setup.model,
+      model=model,
       tx=setup.tx,
-      image_size=setup.config.image_size,
+      image_size=image_size,
       polyak=setup.config.polyak_decay is not None,
       frozen_labels=param_groups.labeller(setup.config.optim, setup.model_config),
   )

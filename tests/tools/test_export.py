@@ -248,7 +248,7 @@ def test_command_line_exports_the_chosen_step(workdir, tmp_path):
             ['--workdir={workdir}', '--step=many'],
             r'^error: flag --step=many: pass a checkpoint step \(a number\) or best: use ',
         ),
-        ([], r'^error: flag --workdir=None'),
+        ([], r'^error: --workdir is required: use --workdir=W --out=DIR'),
         (['--workdir={workdir}', 'extra'], r"^error: unexpected arguments \['extra'\]"),
         (
             ['--workdir={workdir}', '--patch_size=3'],

@@ -14,15 +14,17 @@ the loss the teacher's KL alone (no labels: distill.alpha 1, big_vision's `kl`: 
 Adam with a bfloat16 first moment, lr 1e-4, 5,000 warmup steps, cosine decay, decoupled weight decay
 1e-5 (big_vision's is not multiplied by the learning rate: here 0.1 x lr 1e-4), clipping at 1.0; the
 teacher sees the student's crop at 384 px (distill.teacher_image_size), its position embeddings
-resized from DeiT III's 24x24 once, the student's to 15x15. Evaluation resizes to 274 and takes the
+resized from DeiT III's 24x24 once. The student keeps DeiT III's 16 px kernel and, as big_vision's
+FlexiViT, its position embeddings on a 7x7 grid (flexi.posemb_grid), both resampled to each step's
+size (the grid bilinearly, antialiased when it shrinks: jax.image.resize's 'linear', big_vision's).
+Evaluation resizes to 274 and takes the
 central 240: `eval` measures patch 16, `p8`..`p48` the other sizes, `teacher` the teacher at 384 px
 (the shorter side resized to 438, the central 384, as big_vision measures it; once).
 
 Differences from big_vision: the teacher's image is the student's 240 px crop resized on the device
-(big_vision resizes the decoded crop to both sizes on the host); the student's parameters keep DeiT
-III's 16 px patch embedding and a 15x15 position-embedding grid, resampled to each step's size
-(big_vision's FlexiViT stores a 32 px kernel and a 7x7 grid); Mixup pairs each image with the batch
-reversed (big_vision: rolled by one).
+(big_vision resizes the decoded crop to both sizes on the host); DeiT III's 24x24 position
+embeddings are resized to the 7x7 grid by the same antialiased bilinear (big_vision's loader: scipy's
+linear zoom); Mixup pairs each image with the batch reversed (big_vision: rolled by one).
 """
 
 from vit_jax import defaults
@@ -62,6 +64,8 @@ def get_config(epochs: str = '90'):
   config.init_from = 'hf-hub:timm/deit3_base_patch16_384.fb_in1k'
   config.keep_head = True
   config.flexi.patch_sizes = PATCH_SIZES
+  config.flexi.posemb_grid = 7  # big_vision's proj/flexi/vit.py posemb_size.
+  config.posemb_interpolation = 'bilinear_antialiased'
   config.dtype = 'bfloat16'
 
   config.distill.teacher = 'hf-hub:timm/deit3_base_patch16_384.fb_in1k'

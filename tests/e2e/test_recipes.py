@@ -139,6 +139,8 @@ def test_the_flexivit_distillation_recipe_trains_from_a_run_at_the_teachers_own_
   }
   setup = train_setup.prepare(config, str(tmp_path))
   assert setup.teacher.params['Transformer']['posembed_input']['pos_embedding'].shape[1] == 17
+  # The student's position embeddings on big_vision's 7x7 grid, whatever its images' grid (2x2).
+  assert setup.init_params['Transformer']['posembed_input']['pos_embedding'].shape[1] == 7 * 7 + 1
   np.testing.assert_array_equal(
       setup.init_params['head']['kernel'],
       run_dir.load_params(trained_tiny_run)[0]['head']['kernel'],
@@ -194,6 +196,8 @@ def test_the_recipes_set_what_their_papers_use():
   assert (
       flexi.image_size,
       flexi.flexi.patch_sizes,
+      flexi.flexi.posemb_grid,
+      flexi.posemb_interpolation,
       flexi.distill.teacher_image_size,
       flexi.distill.kind,
       flexi.distill.alpha,
@@ -203,6 +207,8 @@ def test_the_recipes_set_what_their_papers_use():
   ) == (
       240,
       (48, 40, 30, 24, 20, 16, 15, 12, 10, 8),
+      7,
+      'bilinear_antialiased',
       384,
       'kl',
       1.0,

@@ -168,7 +168,8 @@ def test_parameters_kept_at_their_own_shapes_load_unresampled_and_are_fitted_whe
 
 
 @pytest.mark.slow  # Three runs of the loop, one resumed: make test-all's.
-def test_a_flexi_run_trains_and_resumes_bit_exact(tmp_path, data_dir):
+@pytest.mark.parametrize('kept', [{}, KEPT], ids=['model_shapes', 'kept_shapes'])
+def test_a_flexi_run_trains_and_resumes_bit_exact(tmp_path, data_dir, kept):
   config = helpers.load_config(
       'demo',
       {
@@ -178,12 +179,16 @@ def test_a_flexi_run_trains_and_resumes_bit_exact(tmp_path, data_dir):
           'total_steps': 8,
           'log_every_steps': 4,
           'eval_every_steps': 8,
+          **kept,
       },
   )
   config.evals.p8 = dict(type='classification', split='test', every_steps=8, patch_size=8)
+  # The backbone's evaluators too: they fit kept shapes as the split's does.
+  config.evals.shots = dict(type='fewshot', every_steps=8, shots=(2,), seeds=1, l2_reg=4.0)
+  config.evals.neighbours = dict(type='knn', every_steps=8, ks=(5,), temperature=0.07)
   full = str(tmp_path / 'full')
   metrics = loop.train_and_evaluate(train_setup.prepare(config, full))
-  assert {'eval_top1', 'p8_top1'} <= set(metrics)
+  assert {'eval_top1', 'p8_top1', 'shots_2shot', 'neighbours_5nn'} <= set(metrics), metrics
   assert np.isfinite(helpers.read_scalars(full)['train_loss'][8])
   helpers.assert_resume_is_bit_exact(config, full, str(tmp_path / 'resumed'))
 

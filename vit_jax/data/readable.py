@@ -37,8 +37,9 @@ def _why_unreadable(path: str, read: Callable[[str], bytes]) -> str | None:
 
 def probe(split: str, sampled: list[str], read: Callable[[str], bytes]) -> dict[str, str | None]:
   """Why each of the split's `sampled` files (their bytes `read(path)`) does not decode as the
-  pipeline decodes it (None where it does), read _PROBE_THREADS at a time; a one-line ValueError where none does (a git-lfs
-  checkout's pointers): the run would skip each, with a warning, and train on nothing."""
+  pipeline decodes it (None where it does), read _PROBE_THREADS at a time; a one-line ValueError
+  where none does (a git-lfs checkout's pointers): the run would skip each, with a warning, and
+  train on nothing."""
   with concurrent.futures.ThreadPoolExecutor(_PROBE_THREADS) as pool:
     reasons = dict(zip(sampled, pool.map(lambda path: _why_unreadable(path, read), sampled)))
   if reasons and all(reasons.values()):

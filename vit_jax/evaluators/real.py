@@ -16,9 +16,8 @@ import jax.numpy as jnp
 import ml_collections
 
 from vit_jax import data
-from vit_jax.checkpoints import adapting
 from vit_jax.data import on_device
-from vit_jax.evaluators import split
+from vit_jax.evaluators import resolution, split
 from vit_jax.evaluators.base import Context, check_fields
 from vit_jax.models import patch_embedding
 from vit_jax.tasks import classification
@@ -61,7 +60,7 @@ def build(name: str, fields: ml_collections.ConfigDict, context: Context) -> spl
       data.num_examples(config, settings['split'], settings['label_feature']),
   )
   step = functools.partial(eval_step, model=context.model)
-  if adapting.keeps_own_shapes(context.config):  # A FlexiViT's kept shapes: fitted as it runs.
+  if resolution.fits_as_it_runs(context, sized=False):
     step = patch_embedding.fitted_to_images(
         step, context.config.posemb_interpolation, context.config.patch_interpolation
     )

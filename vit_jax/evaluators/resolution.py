@@ -8,6 +8,7 @@ from typing import Any
 
 import ml_collections
 
+from vit_jax.checkpoints import adapting
 from vit_jax.evaluators.base import Context
 from vit_jax.models import variants
 
@@ -19,6 +20,14 @@ def _whole(value: Any, least: int) -> bool:
 def is_sized(fields: ml_collections.ConfigDict) -> bool:
   """Whether an evaluator's fields set its own image or patch size."""
   return fields.get('image_size') is not None or fields.get('patch_size') is not None
+
+
+def fits_as_it_runs(context: Context, sized: bool) -> bool:
+  """Whether an evaluator's step must fit the run's parameters to its model as it runs
+  (patch_embedding.fitted_to_images): it measures another image or patch size (`sized`), or the run
+  keeps its parameters at other shapes than its model reads (adapting.keeps_own_shapes: FlexiViT's).
+  """
+  return sized or adapting.keeps_own_shapes(context.config)
 
 
 def at_resolution(

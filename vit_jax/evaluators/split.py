@@ -27,7 +27,6 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from vit_jax import data, sharding
 from vit_jax.runtime import dispatch
-from vit_jax.checkpoints import adapting
 from vit_jax.evaluators import average_precision, resolution
 from vit_jax.evaluators.base import Context, check_fields
 from vit_jax.models import patch_embedding
@@ -242,11 +241,8 @@ def build(name: str, fields: ml_collections.ConfigDict, context: Context) -> Spl
       if classes is None
       else classification.make_eval_step(config, model, classes)
   )
-  if (
-      config.image_size != context.config.image_size
-      or model is not context.model
-      or adapting.keeps_own_shapes(context.config)
-  ):
+  sized = config.image_size != context.config.image_size or model is not context.model
+  if resolution.fits_as_it_runs(context, sized):
     eval_step = patch_embedding.fitted_to_images(
         eval_step, config.posemb_interpolation, config.patch_interpolation
     )

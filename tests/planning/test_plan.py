@@ -308,14 +308,36 @@ def test_json_output():
   assert out['plans'][0]['mesh'] == {'data': 8} and out['suggestions'][0]['fits']
 
 
-def test_a_flexivit_is_planned_at_its_smallest_patches():
+_STATE = ('params', 'gradients', 'optimizer_state', 'polyak')
+
+
+def _plans(*extra):
   args = ('--devices=8', '--chip=tpu-v5e', '--json', '--num_classes=10', '--suggestions=0')
-  flexi, smallest = (
-      json.loads(_plan(*args, *extra).stdout)['plans']
-      for extra in (['--config.flexi.patch_sizes=(2, 4, 8)'], ['--config.model.patch_size=2'])
-  )
-  assert flexi == smallest
-  assert flexi != json.loads(_plan(*args).stdout)['plans']  # Patch 4's: fewer tokens.
+  run = _plan(*args, *extra)
+  assert run.returncode == 0, run.stderr
+  return json.loads(run.stdout)['plans']
+
+
+def test_a_flexivit_is_planned_with_its_parameters_and_its_smallest_patches_activations():
+  # The demo: 16 px images, 4 px patches, learned position embeddings.
+  flexi = _plans('--config.flexi.patch_sizes=(2, 4, 8)')
+  own, smallest = _plans(), _plans('--config.model.patch_size=2')
+  for plan, at_4, at_2 in zip(flexi, own, smallest):
+    # The parameters are patch 4's (a 4x4 kernel, 4x4 position embeddings): the run's state.
+    assert {k: plan[k] for k in _STATE} == {k: at_4[k] for k in _STATE}
+    assert {k: at_4[k] for k in _STATE} != {k: at_2[k] for k in _STATE}
+    # The step's costliest branch, patch 2's 64 tokens, holds the most and takes the longest.
+    assert (plan['activations'], plan['step_s']) == (at_2['activations'], at_2['step_s'])
+  # FlexiViT's own shapes (flexi.kernel_size, flexi.posemb_grid): an 8 px kernel and position
+  # embeddings on patch 4's grid (4x4), or on posemb_grid's: a model of 8 px patches at 32 or 16 px.
+  for grid_flags, image_size in [((), 32), (('--config.flexi.posemb_grid=2',), 16)]:
+    kept = _plans(
+        '--config.flexi.patch_sizes=(2, 4, 8)', '--config.flexi.kernel_size=8', *grid_flags
+    )
+    same_shapes = _plans('--config.model.patch_size=8', f'--config.image_size={image_size}')
+    for plan, at_8, at_2 in zip(kept, same_shapes, smallest):
+      assert {k: plan[k] for k in _STATE} == {k: at_8[k] for k in _STATE}
+      assert plan['activations'] == at_2['activations']
 
 
 def test_table_output_and_one_line_errors():
@@ -331,6 +353,16 @@ def test_table_output_and_one_line_errors():
       ),
       (('--devices=8',), '--chip is required: use --config=FILE --devices=N --chip=NAME'),
       (('--devices=8', '--chip=tpu-v4', '--config.no_such_field=1'), 'bad config override'),
+      # What a run refuses of its fields, FlexiViT's included, before anything is traced.
+      (
+          ('--devices=8', '--chip=tpu-v4', '--config.flexi.kernel_size=8'),
+          'config.flexi.kernel_size keeps the parameters of a FlexiViT run',
+      ),
+      (
+          ('--devices=8', '--chip=tpu-v4', '--config.flexi.patch_sizes=(3, 4)'),
+          'config.flexi.patch_sizes has 3, which does not divide config.image_size=16',
+      ),
+      (('--devices=8', '--chip=tpu-v4', '--config.task=nope'), 'nope'),
   ]:
     run = _plan(*args)
     assert run.returncode == 2 and run.stdout == '', run

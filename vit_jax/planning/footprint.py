@@ -24,7 +24,7 @@ from vit_jax import sharding, tasks
 from vit_jax.checkpoints import adapting
 from vit_jax.planning import chips, residuals
 from vit_jax.tasks import distillation
-from vit_jax.train import optim, param_groups
+from vit_jax.train import flexi, optim, param_groups
 from vit_jax.models import lora, scan_layout, variants, vit
 
 # XLA fuses the elementwise chains of LayerNorm, GELU and softmax and recomputes some of their
@@ -42,7 +42,8 @@ REMATS = (
 class Traced:
   """What the plans of one config share: the train state's shapes and each remat policy's residuals."""
 
-  model: dict[str, Any]  # variants.get_model_config of the config.
+  # variants.get_model_config of the config, at the step's costliest (flexi.costliest_branch).
+  model: dict[str, Any]
   num_classes: int
   state: dict[str, Any]
   # state['params'] less the frozen ones (param_groups.trained_part): what has gradients.
@@ -123,8 +124,10 @@ def trace(
 ) -> Traced:
   """Shapes, and the residuals of REMATS and the config's own remat policy; `model_config`: the
   variant's resolved fields (variants.get_model_config); `teacher`: config.distill's teacher's
-  (variant, resolved fields), or None."""
+  (variant, resolved fields), or None. The state has the run's shapes; the activations and FLOPs are
+  a FlexiViT step's at its smallest patches."""
   state = abstract_state(config, model_config, num_classes)
+  model_config = flexi.costliest_branch(config, model_config)
   in_blocks = [
       x
       for path, x in jax.tree_util.tree_leaves_with_path(state['params'])

@@ -23,10 +23,10 @@ import ml_collections
 from absl import flags
 from ml_collections import config_flags
 
-from vit_jax.checkpoints import teacher as teacher_lib, warm_start
-from vit_jax.models import variants
+from vit_jax.checkpoints import teacher as teacher_lib
 from vit_jax.planning import chips, footprint, meshes
 from vit_jax.runtime import cli, config_files
+from vit_jax.train import setup as train_setup
 
 
 def _gib(n: float) -> str:
@@ -153,10 +153,8 @@ def main(argv: list[str]) -> None:
           f'--num_classes={args.num_classes} must be at least 1 and '
           f'--suggestions={args.suggestions} at least 0'
       )
-    warm_start.fill_from_checkpoint(config)
-    model_config = variants.get_model_config(config.variant, config.model.to_dict())
-    if config.flexi.patch_sizes:  # A FlexiViT step's costliest branch: its smallest patches.
-      model_config = {**model_config, 'patch_size': min(config.flexi.patch_sizes)}
+    train_setup.check_fields(config)
+    model_config = train_setup.resolve_model(config)
     mesh = meshes.check(config, model_config, args.devices)
     teacher = teacher_lib.architecture(config) if config.distill.teacher else None
     traced = footprint.trace(config, model_config, args.num_classes, teacher)

@@ -80,6 +80,16 @@ def check(config: ml_collections.ConfigDict, model_config: Mapping[str, Any]) ->
     )
 
 
+def costliest_branch(
+    config: ml_collections.ConfigDict, model_config: Mapping[str, Any]
+) -> dict[str, Any]:
+  """The fields of the model a step runs at its costliest: a FlexiViT's at its smallest patches (the
+  most tokens); `model_config` itself otherwise."""
+  if not enabled(config):
+    return dict(model_config)
+  return {**model_config, 'patch_size': min(config.flexi.patch_sizes)}
+
+
 def make_loss(
     config: ml_collections.ConfigDict, model: nn.Module, make: Callable[[nn.Module], Callable]
 ) -> Callable[..., jax.Array]:

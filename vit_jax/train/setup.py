@@ -102,15 +102,19 @@ def _too_few_classes(config: ml_collections.ConfigDict, info: data.DatasetInfo, 
   return f'{where}: config.task={config.task!r} needs {needed} or more classes; {fix}'
 
 
-def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
-  """Checks the config, data and workdir; raises ValueError with a one-line fix on bad input."""
+def check_fields(config: ml_collections.ConfigDict) -> None:
+  """The config's fields, each on its own (names, types, ranges): what a run and the planner refuse
+  before reading anything."""
   field_checks.check_field_names(config)  # First: the other checks read the fields.
-  absolute_data_dir(config)
-  task = tasks.get(config.task)
+  tasks.get(config.task)
   for each_task in tasks.TASKS.values():  # A typo in another task's fields is still a typo.
     each_task.check(config)
   field_checks.check_numbers(config)
-  wandb_writer.check(config)
+
+
+def resolve_model(config: ml_collections.ConfigDict) -> dict[str, Any]:
+  """The variant's fields with config.model's overrides (filled from a variant='checkpoint' file),
+  checked against the images and FlexiViT's patch sizes."""
   warm_start.fill_from_checkpoint(config)
   model_config = variants.get_model_config(config.variant, config.model.to_dict())
   family = variants.FAMILIES[variants.family(config.variant)]
@@ -122,6 +126,17 @@ def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
         f'--config.image_size={max(stride, config.image_size // stride * stride)}'
     )
   flexi.check(config, model_config)
+  return model_config
+
+
+def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
+  """Checks the config, data and workdir; raises ValueError with a one-line fix on bad input."""
+  check_fields(config)
+  absolute_data_dir(config)
+  task = tasks.get(config.task)
+  wandb_writer.check(config)  # Before a variant='checkpoint' file is read: it may be downloaded.
+  model_config = resolve_model(config)
+  family = variants.FAMILIES[variants.family(config.variant)]
   mesh = sharding.make_mesh(config.mesh)
   sharding.check_model_fits(mesh, config.variant, family.tensor_split(model_config))
   field_checks.check_batch('batch_size', config.batch_size, mesh, config.accum_steps)

@@ -167,6 +167,33 @@ def test_parameters_kept_at_their_own_shapes_load_unresampled_and_are_fitted_whe
   assert logged['eval_loss'][4] == pytest.approx(float(expected['loss']), rel=1e-4)
 
 
+def test_a_kept_kernel_read_from_a_file_is_not_the_runs_patch_size(tmp_path, data_dir):
+  """variant='checkpoint' takes a file's patch size from its kernel: a kept one (FlexiViT's 32 px) says
+  nothing of the size the run evaluates, which the user sets."""
+  plain = _setup(tmp_path / 'plain', data_dir, **KEPT)
+  checkpoint = helpers.random_params(*adapting.kept_model(plain.config, plain.model), seed=5)
+  npz_files.save_npz(checkpoint, str(tmp_path / 'flexivit.npz'))
+  from_file = {
+      **KEPT,
+      **helpers.UNSET_SIZES,
+      'variant': 'checkpoint',
+      'init_from': str(tmp_path / 'flexivit.npz'),
+  }
+  with pytest.raises(
+      ValueError,
+      match=r"^config.flexi.kernel_size keeps config.init_from's 8 px patch kernel, which is not the "
+      r'patch size the run evaluates: set it, one of config.flexi.patch_sizes, e.g. '
+      r'--config.model.patch_size=4$',
+  ):
+    _setup(tmp_path, data_dir, **from_file)
+  assert not (tmp_path / 'run').exists()
+  setup = _setup(tmp_path, data_dir, **from_file, **{'model.patch_size': 2})
+  assert setup.model_config['patch_size'] == 2 and setup.model_config['hidden_size'] == 32
+  np.testing.assert_array_equal(
+      setup.init_params['embedding']['kernel'], checkpoint['embedding']['kernel']
+  )
+
+
 @pytest.mark.slow  # Three runs of the loop, one resumed: make test-all's.
 @pytest.mark.parametrize('kept', [{}, KEPT], ids=['model_shapes', 'kept_shapes'])
 def test_a_flexi_run_trains_and_resumes_bit_exact(tmp_path, data_dir, kept):

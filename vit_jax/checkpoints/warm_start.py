@@ -64,6 +64,8 @@ def fill_from_checkpoint(config: ml_collections.ConfigDict) -> None:
     paths.check_reachable(init_from, config.storage_timeout_s, 'config.init_from')
   if init_from and (torch_files.is_state_dict_path(init_from) or init_from.endswith('.npz')):
     filled = state_dicts.fill(config.model.to_dict(), init_from, config.keep_head)
+    if config.flexi.kernel_size is not None:
+      _flexi_patch_size(config, filled.pop('patch_size', None))
   elif init_from and (
       saved_state.is_step_dir(init_from) or (epath.Path(init_from) / 'config.json').exists()
   ):  # A run's workdir or checkpoint.
@@ -90,6 +92,18 @@ def fill_from_checkpoint(config: ml_collections.ConfigDict) -> None:
           [f'variant={config.variant}'] + [f'{k}={v}' for k, v in filled.items() if v is not None]
       ),
   )
+
+
+def _flexi_patch_size(config: ml_collections.ConfigDict, kernel: Optional[int]) -> None:
+  """A FlexiViT file's kernel is the one flexi.kernel_size keeps (its 32 px), not the patches its
+  evaluation cuts: model.patch_size, which the file cannot say, is the user's."""
+  sizes = sorted(config.flexi.patch_sizes)  # Empty: flexi.check refuses the kept kernel.
+  if config.model.patch_size is None and sizes:
+    raise ValueError(
+        f"config.flexi.kernel_size keeps config.init_from's {kernel} px patch kernel, which is not "
+        'the patch size the run evaluates: set it, one of config.flexi.patch_sizes, e.g. '
+        f'--config.model.patch_size={sizes[len(sizes) // 2]}'
+    )
 
 
 def load_init_params(

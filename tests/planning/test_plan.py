@@ -308,36 +308,34 @@ def test_json_output():
   assert out['plans'][0]['mesh'] == {'data': 8} and out['suggestions'][0]['fits']
 
 
-_STATE = ('params', 'gradients', 'optimizer_state', 'polyak')
-
-
-def _plans(*extra):
-  args = ('--devices=8', '--chip=tpu-v5e', '--json', '--num_classes=10', '--suggestions=0')
-  run = _plan(*args, *extra)
-  assert run.returncode == 0, run.stderr
-  return json.loads(run.stdout)['plans']
-
-
 def test_a_flexivit_is_planned_with_its_parameters_and_its_smallest_patches_activations():
-  # The demo: 16 px images, 4 px patches, learned position embeddings.
-  flexi = _plans('--config.flexi.patch_sizes=(2, 4, 8)')
-  own, smallest = _plans(), _plans('--config.model.patch_size=2')
-  for plan, at_4, at_2 in zip(flexi, own, smallest):
-    # The parameters are patch 4's (a 4x4 kernel, 4x4 position embeddings): the run's state.
-    assert {k: plan[k] for k in _STATE} == {k: at_4[k] for k in _STATE}
-    assert {k: at_4[k] for k in _STATE} != {k: at_2[k] for k in _STATE}
-    # The step's costliest branch, patch 2's 64 tokens, holds the most and takes the longest.
-    assert (plan['activations'], plan['step_s']) == (at_2['activations'], at_2['step_s'])
-  # FlexiViT's own shapes (flexi.kernel_size, flexi.posemb_grid): an 8 px kernel and position
-  # embeddings on patch 4's grid (4x4), or on posemb_grid's: a model of 8 px patches at 32 or 16 px.
-  for grid_flags, image_size in [((), 32), (('--config.flexi.posemb_grid=2',), 16)]:
-    kept = _plans(
-        '--config.flexi.patch_sizes=(2, 4, 8)', '--config.flexi.kernel_size=8', *grid_flags
-    )
-    same_shapes = _plans('--config.model.patch_size=8', f'--config.image_size={image_size}')
-    for plan, at_8, at_2 in zip(kept, same_shapes, smallest):
-      assert {k: plan[k] for k in _STATE} == {k: at_8[k] for k in _STATE}
-      assert plan['activations'] == at_2['activations']
+  """The state of the shapes the run keeps; the activations and step time of its costliest branch."""
+  target = chips.Target(chips.get('tpu-v5e'), devices=8)
+
+  def plans(**overrides):  # The demo's: 16 px images, 4 px patches, learned position embeddings.
+    config = helpers.load_config('demo', {'batch_size': 64, **overrides})
+    traced = footprint.trace(config, train_setup.resolve_model(config), NUM_CLASSES)
+    return [
+        footprint.estimate(config, traced, {'data': 8}, remat, 1, target)
+        for remat in footprint.REMATS
+    ]
+
+  state = lambda e: (e.params, e.gradients, e.optimizer_state, e.polyak)
+  flexi = {'flexi.patch_sizes': (2, 4, 8)}
+  smallest = plans(**{'model.patch_size': 2})
+  # Patch 4's parameters (a 4x4 kernel, 4x4 position embeddings): the run's state; patch 2's 64
+  # tokens hold the most and take the longest.
+  for plan, at_4, at_2 in zip(plans(**flexi), plans(), smallest):
+    assert state(plan) == state(at_4) != state(at_2)
+    assert (plan.activations, plan.step_s) == (at_2.activations, at_2.step_s)
+  # FlexiViT's own shapes: an 8 px kernel and position embeddings on patch 4's grid (4x4), or on
+  # posemb_grid's (2x2): a model of 8 px patches at 32 or 16 px.
+  for grid, image_size in [({}, 32), ({'flexi.posemb_grid': 2}, 16)]:
+    kept = plans(**flexi, **grid, **{'flexi.kernel_size': 8})
+    same = plans(**{'model.patch_size': 8, 'image_size': image_size})
+    for plan, at_8, at_2 in zip(kept, same, smallest):
+      assert state(plan) == state(at_8)
+      assert plan.activations == at_2.activations
 
 
 def test_table_output_and_one_line_errors():

@@ -44,8 +44,8 @@ BASES = {
 }
 
 
-# transformers' models, tiny: (their *ForImageClassification, a model of their files' kind, the
-# run's model.classifier: the class's pooling).
+# transformers' models, tiny: (their classifier class, a model of their files' kind, the run's
+# model.classifier: the class's pooling).
 _SIZES = dict(
     hidden_size=32, num_hidden_layers=2, num_attention_heads=2, image_size=8, patch_size=4
 )
@@ -67,6 +67,24 @@ TRANSFORMERS_BASES = {
             transformers.Dinov2WithRegistersConfig(**_SIZES, mlp_ratio=2, num_register_tokens=2)
         ),
         'token_gap',
+    ),
+    # A distillation token beside the class token: the mean of their two classifiers.
+    'deit': (
+        transformers.DeiTForImageClassificationWithTeacher,
+        lambda: transformers.DeiTModel(transformers.DeiTConfig(**_SIZES, intermediate_size=48)),
+        'token',
+    ),
+    # The patches' mean, LayerNormed by its pooler (our fc_norm); no key bias; layer scale.
+    'beit': (
+        transformers.BeitForImageClassification,
+        lambda: transformers.BeitModel(transformers.BeitConfig(**_SIZES, intermediate_size=48)),
+        'gap',
+    ),
+    # No class token: every token's mean.
+    'ijepa': (
+        transformers.IJepaForImageClassification,
+        lambda: transformers.IJepaModel(transformers.IJepaConfig(**_SIZES, intermediate_size=48)),
+        'gap',
     ),
     # A whole SigLIP (the hub's google/siglip-*), whose image tower the class reads.
     'siglip': (
@@ -196,7 +214,8 @@ def test_transformers_loads_a_runs_adapters_over_the_transformers_checkpoint_it_
       f'peft/adapter_model.safetensors, peft/adapter_config.json over {init_from}'
   )
   adapter_config = json.loads((out / 'peft' / 'adapter_config.json').read_text())
-  assert adapter_config['modules_to_save'] == ['classifier']
+  heads = ['cls_classifier', 'distillation_classifier'] if model_type == 'deit' else ['classifier']
+  assert adapter_config['modules_to_save'] == heads
   assert len(adapter_config['target_modules']) == 2 * 6  # Each block's six projections.
   inputs = np.random.default_rng(0).uniform(-1, 1, (6, 8, 8, 3)).astype(np.float32)
   _, infer = run_dir.load_export(str(out))
@@ -223,15 +242,18 @@ def test_transformers_loads_a_runs_adapters_over_the_transformers_checkpoint_it_
   ours = again.model.apply({'params': again.init_params}, inputs)
   np.testing.assert_allclose(np.asarray(ours), expected, atol=1e-4)
 
-  # Another pooling than the class's classifier: one line, and the merged export.
+  # Another pooling than the class's classifier: one line, and the merged export. (DeiT's distilled
+  # model pools its class token alone.)
+  if model_type == 'deit':
+    return
   other = {'token': 'gap', 'token_gap': 'token', 'gap': 'map'}[pooling]
   description, _ = _exported_run(
       tmp_path, 'other', data_dir, init_from, 8, ('query',), **{'model.classifier': other}
   )
   assert description['peft'] == (
-      f"not written: transformers' {model_type} *ForImageClassification pools {pooling!r} into its "
-      f'classifier, and the run {other!r}: train with --config.model.classifier={pooling} (and no '
-      'model.representation_size) for peft adapters of it, or use the merged timm/ export'
+      f"not written: transformers' {classifier_class.__name__} computes its logits otherwise than "
+      f'the run (model.classifier={other!r}): train with --config.model.classifier={pooling} (and '
+      'no model.representation_size) for peft adapters of it, or use the merged timm/ export'
   )
 
 
@@ -299,10 +321,10 @@ def test_what_peft_cannot_hold_over_a_transformers_checkpoint_is_one_line(tmp_pa
           'another model_type',
           head,
           run.model_config,
-          dataclasses.replace(base, config={**base.config, 'model_type': 'deit'}),
+          dataclasses.replace(base, config={**base.config, 'model_type': 'clip'}),
           "peft's adapters over {path} name the modules of transformers' *ForImageClassification "
-          "of its model_type, 'deit': vit_jax writes those of vit, dinov2, dinov2_with_registers, "
-          'siglip (the merged timm/ export holds the run)',
+          "of its model_type, 'clip': vit_jax writes those of vit, deit, beit, ijepa, dinov2, "
+          'dinov2_with_registers, siglip (the merged timm/ export holds the run)',
       ),
       (
           'a trained LayerNorm',
@@ -318,15 +340,28 @@ def test_what_peft_cannot_hold_over_a_transformers_checkpoint_is_one_line(tmp_pa
           head,
           {**run.model_config, 'classifier': 'gap'},
           base,
-          "transformers' vit *ForImageClassification pools 'token' into its classifier, and the "
-          "run 'gap': train with --config.model.classifier=token (and no "
+          "transformers' ViTForImageClassification computes its logits otherwise than the run "
+          "(model.classifier='gap'): train with --config.model.classifier=token (and no "
+          'model.representation_size) for peft adapters of it, or use the merged timm/ export',
+      ),
+      (
+          'a distillation token',
+          head,
+          {**run.model_config, 'distilled': True},
+          base,
+          "transformers' ViTForImageClassification computes its logits otherwise than the run "
+          '(model.distilled=True): train with --config.model.distilled=False (and no '
           'model.representation_size) for peft adapters of it, or use the merged timm/ export',
       ),
   ):
     with pytest.raises(ValueError, match=re.escape(message.format(path=base.path))):
       peft_export.export(params, spec, trained, model_config, checkpoint)
   with_pre_logits = {**params, 'pre_logits': {'kernel': np.zeros((32, 32)), 'bias': np.zeros(32)}}
-  with pytest.raises(ValueError, match="the run 'token' through a pre-logits layer: train with"):
+  with pytest.raises(
+      ValueError,
+      match=r'otherwise than the run \(a pre-logits layer\): train with no model.representation_size '
+      'for peft',
+  ):
     peft_export.export(with_pre_logits, spec, head, run.model_config, base)
   # An adapted layer the base holds in no projection of its own.
   renamed = {**params, 'Transformer': dict(params['Transformer'])}

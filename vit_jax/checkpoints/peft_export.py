@@ -1,6 +1,6 @@
 """A run's low-rank adapters as Hugging Face peft's (`export`): the `adapter_model.safetensors` and
 `adapter_config.json` that `PeftModel.from_pretrained(base, DIR)` loads over timm's model of the
-checkpoint the run started from, or over transformers' *ForImageClassification of it
+checkpoint the run started from, or over transformers' classifier class of it
 (peft_transformers.py names those), and that `config.init_from=DIR` reads back (peft_adapters.py).
 
 Over a timm checkpoint, adapters are named for timm's modules (timm_export_tensors.py's naming).
@@ -234,7 +234,7 @@ def export(
     )
     factors = _adapters(flat, shapes, adapters.rank, module_of)
     factors = {live(module): pair for module, pair in factors.items()}
-    saved = [peft_transformers.HEAD] if whole else []
+    saved = sorted({name.rpartition('.')[0] for name in whole})
   tensors = {
       f'{peft_adapters.PREFIX}{module}.{factor}.weight': value
       for module, pair in factors.items()

@@ -1,7 +1,7 @@
 """The modules of a Hugging Face transformers checkpoint that a run's peft adapters over it name
-(peft_export.py's other kind of base): those of the `*ForImageClassification` class of its
-model_type (`CLASSES`), whose `classifier` holds the head the run trained (peft's
-`modules_to_save`), as transformers 5 names them.
+(peft_export.py's other kind of base): those of the classifier class of its model_type (`CLASSES`:
+ViT's, DeiT's, BEiT's, I-JEPA's, DINOv2's, SigLIP's), whose classifiers hold the heads the run
+trained (peft's `modules_to_save`), as transformers 5 names them.
 
 Which of the base's tensors each of our parameters is read from is found by reading, as init_from
 does (transformers_layout.py), a state dict of the base's names whose every tensor holds its own
@@ -11,6 +11,7 @@ Those are the names transformers 4 gave the modules, which its files keep
 (`RENAMED`), and peft names the model's modules. peft_adapters.py reads adapters of either naming.
 """
 
+import dataclasses
 import re
 from typing import Any, Callable, Mapping
 
@@ -20,17 +21,46 @@ from flax import traverse_util
 from vit_jax.checkpoints import transformers_layout
 from vit_jax.models import lora
 
-# model_type -> (the module of its *ForImageClassification that holds the base model, which prefixes
-# its modules' names where the files do not; the pooling its classifier reads, as our
-# model.classifier): ViT's reads the class token, DINOv2's it beside the patches' mean, SigLIP's
-# every token's mean.
+
+@dataclasses.dataclass(frozen=True)
+class Classifier:
+  """transformers' classifier class of a model_type, which peft's adapters over its files wrap."""
+
+  name: str
+  prefix: (
+      str  # The module that holds the base model, prefixing its modules' names (not the files').
+  )
+  # The model fields of the run whose logits the class computes: the pooling its classifier reads
+  # (model.classifier) and where the final LayerNorm is (model.fc_norm), a distillation token.
+  fields: Mapping[str, Any]
+  heads: Mapping[str, str] = dataclasses.field(default_factory=lambda: {'head': 'classifier'})
+
+
+def _fields(classifier: str, fc_norm: bool = False, distilled: bool = False) -> dict[str, Any]:
+  return {'classifier': classifier, 'fc_norm': fc_norm, 'distilled': distilled}
+
+
+# model_type -> its classifier class: ViT's reads the class token, DINOv2's it beside the patches'
+# mean, SigLIP's and I-JEPA's every token's mean, BEiT's the patches' mean LayerNormed (its pooler, our
+# fc_norm; a file without use_mean_pooling its class token: `classifier`), DeiT's the mean of its
+# class token's and distillation token's classifiers (the hub's facebook/deit-*-distilled-*'s class).
 CLASSES = {
-    'vit': ('vit.', 'token'),
-    'dinov2': ('dinov2.', 'token_gap'),
-    'dinov2_with_registers': ('dinov2_with_registers.', 'token_gap'),  # Not the registers' mean.
-    'siglip': ('vision_model.', 'gap'),  # A whole SigLIP's (its vision tower alone loads no class).
+    'vit': Classifier('ViTForImageClassification', 'vit.', _fields('token')),
+    'deit': Classifier(
+        'DeiTForImageClassificationWithTeacher',
+        'deit.',
+        _fields('token', distilled=True),
+        {'head': 'cls_classifier', 'head_dist': 'distillation_classifier'},
+    ),
+    'beit': Classifier('BeitForImageClassification', 'beit.', _fields('gap', fc_norm=True)),
+    'ijepa': Classifier('IJepaForImageClassification', 'ijepa.', _fields('gap')),
+    'dinov2': Classifier('Dinov2ForImageClassification', 'dinov2.', _fields('token_gap')),
+    'dinov2_with_registers': Classifier(  # Not the registers' mean.
+        'Dinov2WithRegistersForImageClassification', 'dinov2_with_registers.', _fields('token_gap')
+    ),
+    # A whole SigLIP's (its vision tower alone loads no class).
+    'siglip': Classifier('SiglipForImageClassification', 'vision_model.', _fields('gap')),
 }
-HEAD = 'classifier'
 # transformers 5's renames of the modules its files name, in the order it applies them (its
 # conversion_mapping.py: ViTModel's, Dinov2Model's and Dinov2WithRegistersModel's), as (the files'
 # dotted names, the model's).
@@ -40,13 +70,18 @@ _VIT_ATTENTION = (
     ('attention.attention.value', 'attention.v_proj'),
     ('attention.output.dense', 'attention.o_proj'),
 )
+_VIT_MODEL = (
+    ('encoder.layer', 'layers'),
+    *_VIT_ATTENTION,
+    ('intermediate.dense', 'mlp.fc1'),
+    ('output.dense', 'mlp.fc2'),
+)
 RENAMED = {
-    'vit': (
-        ('encoder.layer', 'layers'),
-        *_VIT_ATTENTION,
-        ('intermediate.dense', 'mlp.fc1'),
-        ('output.dense', 'mlp.fc2'),
-    ),
+    'vit': _VIT_MODEL,
+    # Its _MODEL_TO_CONVERSION_PATTERN gives DeiTModel, BeitModel and IJepaModel ViTModel's.
+    'deit': _VIT_MODEL,
+    'beit': _VIT_MODEL,
+    'ijepa': _VIT_MODEL,
     'dinov2': _VIT_ATTENTION,
     'dinov2_with_registers': _VIT_ATTENTION,
 }
@@ -71,7 +106,9 @@ def file_name(name: str, model_type: str) -> str:
   return _renamed(name, tuple((new, old) for old, new in reversed(pairs)))
 
 
-def _model_type(config: Mapping[str, Any], path: str) -> str:
+def classifier_class(config: Mapping[str, Any], path: str) -> Classifier:
+  """The class peft's adapters over the transformers checkpoint at `path` (of config.json `config`)
+  name the modules of; a one-line ValueError for a model_type without one here."""
   model_type = config.get('model_type')
   if model_type not in CLASSES:
     raise ValueError(
@@ -79,7 +116,9 @@ def _model_type(config: Mapping[str, Any], path: str) -> str:
         f'of its model_type, {model_type!r}: vit_jax writes those of {", ".join(CLASSES)} (the '
         'merged timm/ export holds the run)'
     )
-  return model_type
+  if model_type == 'beit' and not config.get('use_mean_pooling', True):
+    return dataclasses.replace(CLASSES[model_type], fields=_fields('token'))
+  return CLASSES[model_type]
 
 
 def sources(shapes: Mapping[str, tuple[int, ...]], config: Mapping[str, Any], path: str) -> dict:
@@ -109,18 +148,20 @@ def naming(
 ) -> tuple[Callable[[str], tuple[str, int]], Callable[[str], str], dict[str, np.ndarray]]:
   """How peft names the adapters of `flat` (our '/'-joined parameters; `trained(path)` says which
   train) over the transformers checkpoint at `path`: (our adapted layer -> (the checkpoint's module,
-  part 0), a module of its files -> its name in *ForImageClassification, the tensors peft saves whole
-  by those names: the trained classifier). One-line ValueErrors for what peft cannot hold there."""
-  model_type = _model_type(config, path)
-  prefix, pooling = CLASSES[model_type]
+  part 0), a module of its files -> its name in the classifier class, the tensors peft saves whole
+  by those names: the trained heads). One-line ValueErrors for what peft cannot hold there."""
+  cls = classifier_class(config, path)
+  wrong = [f for f, v in cls.fields.items() if model_config.get(f, False) != v]
   pre_logits = any(p.startswith('pre_logits/') for p in flat)
-  if model_config['classifier'] != pooling or pre_logits:
+  if wrong or pre_logits:
+    runs = [f'model.{f}={model_config.get(f)!r}' for f in wrong]
     raise ValueError(
-        f"transformers' {model_type} *ForImageClassification pools {pooling!r} into its "
-        f"classifier, and the run {model_config['classifier']!r}"
-        + (' through a pre-logits layer' if pre_logits else '')
-        + f': train with --config.model.classifier={pooling} (and no model.representation_size) for '
-        'peft adapters of it, or use the merged timm/ export'
+        f"transformers' {cls.name} computes its logits otherwise than the run ("
+        + ', '.join(runs + ['a pre-logits layer'] * pre_logits)
+        + '): train with '
+        + ' '.join([f'--config.model.{f}={cls.fields[f]}' for f in wrong] or ['no'])
+        + (' (and no model.representation_size)' if wrong else ' model.representation_size')
+        + ' for peft adapters of it, or use the merged timm/ export'
     )
   found = sources(shapes, config, path)
   modules: dict[str, str] = {}
@@ -134,17 +175,22 @@ def naming(
       )
     return tensor.removesuffix('.weight'), 0
 
-  live = lambda name: module_name(name if name.startswith(prefix) else prefix + name, model_type)
+  model_type = config['model_type']
+  live = lambda name: module_name(
+      name if name.startswith(cls.prefix) else cls.prefix + name, model_type
+  )
   saved = {}
   for param, value in flat.items():
     if lora.ADAPTER_PATH.search(param) or not trained(param):
       continue
-    if param not in ('head/kernel', 'head/bias'):
+    head, _, leaf = param.partition('/')
+    if head not in cls.heads or leaf not in ('kernel', 'bias'):
       raise ValueError(
           f"peft saves trained modules whole, and the run's {param} trains outside transformers' "
-          f'{HEAD}: keep it frozen (config.optim.trained), or use the merged timm/ export'
+          f'{" and ".join(cls.heads.values())}: keep it frozen (config.optim.trained), or use the '
+          'merged timm/ export'
       )
-    saved[f'{HEAD}.{param.rpartition("/")[2].replace("kernel", "weight")}'] = (
-        np.asarray(value).T if param.endswith('kernel') else np.asarray(value)
+    saved[f'{cls.heads[head]}.{leaf.replace("kernel", "weight")}'] = (
+        np.asarray(value).T if leaf == 'kernel' else np.asarray(value)
     )
   return module, live, saved

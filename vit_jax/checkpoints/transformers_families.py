@@ -53,6 +53,8 @@ _VIT_HEADS = (
     ('distillation_classifier', 'head_dist'),
 )
 
+_CLASSIFIERS = ('classifier', 'cls_classifier')
+
 
 def _vit_tree(r: torch_names.Reader, state_dict: StateDict, num_heads: int, source: str):
   tree = parts.patches(r, parts.VIT_PATCHES)
@@ -73,9 +75,10 @@ def _vit_tree(r: torch_names.Reader, state_dict: StateDict, num_heads: int, sour
           **r.norm('layernorm', torch_names.ENCODER_NORM),
       }
   )
-  if r.has('classifier.weight') and r.has('pooler.dense.weight'):
-    # ViTForImageClassification has no pooler: beside its classifier, one is its base ViTModel's
-    # (peft's adapters over a ViTModel save the classifier alone), which the classifier never reads.
+  if r.has('pooler.dense.weight') and any(r.has(f'{h}.weight') for h in _CLASSIFIERS):
+    # ViTForImageClassification and DeiTForImageClassificationWithTeacher have no pooler: beside
+    # their classifiers, one is their base model's (peft's adapters over a ViTModel or DeiTModel
+    # save the classifiers alone), which the classifiers never read.
     for kind in ('weight', 'bias'):
       r.take(f'pooler.dense.{kind}')
   for theirs, ours in _VIT_HEADS:

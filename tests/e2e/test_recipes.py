@@ -266,7 +266,7 @@ def test_every_knob_on_gives_the_same_losses_on_8_devices_with_fsdp_as_on_one(tm
 
 
 @pytest.mark.slow  # The whole demo, 4000 steps: the bar its README line and its recipe choices rest on.
-def test_the_demo_reaches_97_percent_on_the_digits(data_dir, tmp_path):
+def test_the_demo_reaches_96_percent_on_the_digits(data_dir, tmp_path):
   # `make demo`'s command on one CPU device, as users run it: 8 fake devices would add and reduce
   # the gradients in another order (and, alone, take a third longer).
   run = helpers.run_main(
@@ -279,4 +279,6 @@ def test_the_demo_reaches_97_percent_on_the_digits(data_dir, tmp_path):
   assert run.returncode == 0, run.stderr[-3000:]
   assert 'batch 128 on 1 device (mesh data=1)' in run.stderr, run.stderr[-3000:]
   top1 = helpers.read_scalars(str(tmp_path))['eval_top1']
-  assert max(top1) == 4000 and top1[4000] >= 0.97, top1
+  # Seed 0 has measured 0.9722 to 0.9833 by CPU (AMD Zen 3 and Zen 4, an Intel Xeon with AMX: float32
+  # rounds differently on each; benchmarks/RESULTS.md): the bar is four images of 360 below the lowest.
+  assert max(top1) == 4000 and top1[4000] >= 0.96, top1

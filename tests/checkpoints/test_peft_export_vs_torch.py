@@ -80,6 +80,14 @@ TRANSFORMERS_BASES = {
         lambda: transformers.BeitModel(transformers.BeitConfig(**_SIZES, intermediate_size=48)),
         'gap',
     ),
+    # A BEiT without use_mean_pooling: its class token, after the final LayerNorm.
+    'beit_class_token': (
+        transformers.BeitForImageClassification,
+        lambda: transformers.BeitModel(
+            transformers.BeitConfig(**_SIZES, intermediate_size=48, use_mean_pooling=False)
+        ),
+        'token',
+    ),
     # No class token: every token's mean.
     'ijepa': (
         transformers.IJepaForImageClassification,

@@ -27,9 +27,8 @@ class Classifier:
   """transformers' classifier class of a model_type, which peft's adapters over its files wrap."""
 
   name: str
-  prefix: (
-      str  # The module that holds the base model, prefixing its modules' names (not the files').
-  )
+  # The module that holds the base model, prefixing its modules' names (where the files do not).
+  prefix: str
   # The model fields of the run whose logits the class computes: the pooling its classifier reads
   # (model.classifier) and where the final LayerNorm is (model.fc_norm), a distillation token.
   fields: Mapping[str, Any]

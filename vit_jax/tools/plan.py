@@ -9,7 +9,8 @@ headroom, and the step time at the assumed MFU; then the mesh / remat / accum_st
 first (`--json`: the same as one JSON object).
 
 The estimates are vit_jax/planning/footprint.py's; the config's mesh (checked as training would) and
-the suggested ones, vit_jax/planning/meshes.py's.
+the suggested ones, vit_jax/planning/meshes.py's. The config's fields and model are checked as a run
+checks them (train/setup.py's check_fields and resolve_model) before anything is traced.
 """
 
 import dataclasses

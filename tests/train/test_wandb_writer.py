@@ -5,6 +5,7 @@ A real W&B run's files (offline) are read back in tests/e2e/test_wandb.py."""
 import importlib.machinery
 import importlib.util
 import json
+import shutil
 import sys
 import types
 
@@ -15,13 +16,17 @@ from vit_jax.train import loop, setup as train_setup, wandb_writer
 
 
 class _Run:
+  """W&B's run: `starting_step`, the step after the last one logged to the run of its id (W&B's
+  server's on a resume)."""
 
-  def __init__(self, calls: list, kwargs: dict):
-    self.calls, self.kwargs = calls, kwargs
+  def __init__(self, calls: list, kwargs: dict, last_steps: dict):
+    self.calls, self.kwargs, self._last_steps = calls, kwargs, last_steps
+    self.starting_step = last_steps.get(kwargs['id'], -1) + 1
     calls.append(('init', kwargs))
 
   def log(self, data, step):
     self.calls.append(('log', step, dict(data)))
+    self._last_steps[self.kwargs['id']] = max(step, self._last_steps.get(self.kwargs['id'], -1))
 
   def finish(self):
     self.calls.append(('finish',))
@@ -30,10 +35,10 @@ class _Run:
 @pytest.fixture
 def fake_wandb(monkeypatch) -> list:
   """A `wandb` module whose init, log and finish append to the list returned."""
-  calls = []
+  calls, last_steps = [], {}
   module = types.ModuleType('wandb')
   module.__spec__ = importlib.machinery.ModuleSpec('wandb', None)
-  module.init = lambda **kwargs: _Run(calls, kwargs)
+  module.init = lambda **kwargs: _Run(calls, kwargs, last_steps)
   monkeypatch.setitem(sys.modules, 'wandb', module)
   return calls
 
@@ -85,6 +90,23 @@ def test_a_run_logs_its_scalars_and_config_and_a_resumed_run_logs_to_the_same_ru
   (_, init), *logs, _ = fake_wandb
   assert (init['id'], init['name']) == (run_id, 'longer')
   assert min(step for _, step, _ in logs) > 12
+
+
+def test_a_run_resumed_from_before_its_last_logged_step_sends_only_later_steps(
+    tmp_path, data_dir, fake_wandb
+):
+  """W&B refuses, with a warning, a step below the last one it holds: the steps a resumed run computes
+  again (from its last checkpoint to where it stopped) are not sent; the later ones are."""
+  workdir = tmp_path / 'run'
+  loop.train_and_evaluate(train_setup.prepare(_config(data_dir), str(workdir)))
+  for step in (8, 12):  # Stopped after logging step 12 with its last checkpoint at step 4.
+    shutil.rmtree(workdir / 'checkpoints' / str(step))
+  fake_wandb.clear()
+  longer = _config(data_dir, total_steps=16)
+  loop.train_and_evaluate(train_setup.prepare(longer, str(workdir)))
+  logged = sorted({step for call in fake_wandb if call[0] == 'log' for step in [call[1]]})
+  assert logged == [16]
+  assert helpers.read_scalars(str(workdir))['train_loss'].keys() >= {8, 12, 16}  # Computed again.
 
 
 def test_a_run_of_a_sweep_is_in_the_sweep_s_group_unless_the_config_names_one(

@@ -3,8 +3,10 @@ event files, by the process that writes them. W&B is optional (`pip install "wan
 environment variables (WANDB_MODE=offline, WANDB_DIR, WANDB_API_KEY, ...) apply.
 
 A run started again in its workdir (resumed, requeued) logs to the same W&B run: its id is kept in
-WORKDIR/wandb_run.json. W&B keeps one value a step: a resumed run's steps up to the last one logged
-before it stopped are left as they were logged. A run of a sweep (its workdir listed in the
+WORKDIR/wandb_run.json. W&B keeps one value a step and refuses, with a warning, a step below the last
+one it holds: a resumed run's steps up to the last one logged before it stopped (from its last
+checkpoint, computed again to the same values; the timings aside) are left as they were logged and
+not sent again. A run of a sweep (its workdir listed in the
 sweep.json that launch/sweep.py writes in the folder above it) is in the group named after that
 folder, unless config.wandb.group names one.
 """
@@ -15,6 +17,7 @@ import os
 import uuid
 from typing import Any, Mapping
 
+from absl import logging
 from etils import epath
 import ml_collections
 
@@ -106,8 +109,18 @@ class WandbWriter:
           f'({first}): log in with `wandb login` (or set WANDB_API_KEY), run offline with '
           'WANDB_MODE=offline, or unset config.wandb.project'
       ) from None
+    # The step after the last one the W&B run holds (0: a new run, or one offline).
+    self._first_new_step = self._run.starting_step
+    if self._first_new_step:
+      logging.info(
+          'Weights & Biases run %s holds steps before %d: they are not sent again',
+          kept_id,
+          self._first_new_step,
+      )
 
   def write_scalars(self, step: int, scalars: Mapping[str, float]) -> None:
+    if step < self._first_new_step:
+      return
     self._run.log({k: float(v) for k, v in scalars.items()}, step=step)
 
   def write_hparams(self, hparams: Mapping[str, Any]) -> None:

@@ -35,7 +35,7 @@ from PIL import Image
 
 from vit_jax import data  # pylint: disable=wrong-import-position
 from vit_jax import defaults  # pylint: disable=wrong-import-position
-from vit_jax.data import preprocess  # pylint: disable=wrong-import-position
+from vit_jax.data import train_ops  # pylint: disable=wrong-import-position
 
 
 def write_jpegs(
@@ -83,7 +83,7 @@ def main() -> None:
   parser.add_argument('--source', default='digits', choices=('digits', 'folder'))
   parser.add_argument('--image_size', type=int, default=224)
   parser.add_argument('--batch', type=int, default=32)
-  parser.add_argument('--crop', default='inception', choices=tuple(preprocess.CROPS))
+  parser.add_argument('--crop', default='inception', choices=tuple(train_ops.CROPS))
   parser.add_argument(
       '--randaug',
       default=None,

@@ -12,6 +12,7 @@ from vit_jax.data import augment
 from vit_jax.data import crops
 from vit_jax.data import images
 from vit_jax.data import preprocess
+from vit_jax.data import train_ops
 
 
 def random_image(shape, seed=0) -> np.ndarray:
@@ -36,14 +37,14 @@ def assert_float32_like(got: np.ndarray, image: np.ndarray) -> None:
 # The chain: op i draws from its own generator, and the defaults are crop, flip and normalize.
 
 
-@pytest.mark.parametrize('crop', list(preprocess.CROPS))
+@pytest.mark.parametrize('crop', list(train_ops.CROPS))
 def test_default_train_preprocess_is_crop_flip_normalize(crop):
   pp = pp_config(crop=crop, pad=3)
   image = random_image((20, 26, 3))
   flips = set()
   for i in range(12):
     seed = (i, 3)
-    cropped = preprocess.CROPS[crop].apply(image, np.random.default_rng([*seed, 0]), pp, 16)
+    cropped = train_ops.CROPS[crop].apply(image, np.random.default_rng([*seed, 0]), pp, 16)
     got = preprocess.model_input(preprocess.train_preprocess(image, seed, pp=pp, image_size=16))
     flipped = not np.array_equal(got, images.normalize(cropped))
     if flipped:
@@ -76,7 +77,7 @@ def test_train_preprocess_applies_op_i_with_generator_seed_i():
   image = random_image((20, 26, 3))
   for seed in [(0, 5), (7, 1)]:
     want = image
-    for i, op in enumerate((preprocess.CROPS[pp.crop], *preprocess.AUGMENTS)):
+    for i, op in enumerate((train_ops.CROPS[pp.crop], *train_ops.AUGMENTS)):
       if op.on(pp):
         want = op.apply(want, np.random.default_rng([*seed, i]), pp, 16)
     got = preprocess.train_preprocess(image, seed, pp=pp, image_size=16)

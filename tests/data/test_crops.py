@@ -16,6 +16,7 @@ from vit_jax.data import crops
 from vit_jax.data import images
 from vit_jax.data import preprocess
 from vit_jax.data import resizing
+from vit_jax.data import train_ops
 
 _RATIO = (3 / 4, 4 / 3)
 
@@ -152,7 +153,7 @@ def test_pad_and_random_crop_shifts_by_each_offset_up_to_twice_the_pad():
 
 def test_flip_mirrors_half_the_images_and_only_when_asked():
   image = _image(5, 8).astype(np.float32)
-  flip = preprocess.AUGMENTS[0].apply
+  flip = train_ops.AUGMENTS[0].apply
   mirrored = 0
   for seed in range(400):
     got = flip(image, np.random.default_rng(seed), _pp(flip=True), 8)
@@ -161,9 +162,7 @@ def test_flip_mirrors_half_the_images_and_only_when_asked():
     assert is_mirror or np.array_equal(got, image)
     mirrored += is_mirror
   assert stats.binomtest(mirrored, 400).pvalue > 1e-3
-  assert preprocess.AUGMENTS[0].on(_pp(flip=True)) and not preprocess.AUGMENTS[0].on(
-      _pp(flip=False)
-  )
+  assert train_ops.AUGMENTS[0].on(_pp(flip=True)) and not train_ops.AUGMENTS[0].on(_pp(flip=False))
 
 
 def test_normalize_maps_0_255_to_minus_1_1_in_a_new_contiguous_array():
@@ -180,7 +179,7 @@ def test_normalize_maps_0_255_to_minus_1_1_in_a_new_contiguous_array():
 # train_preprocess: op i draws from default_rng([*seed, i]).
 
 
-@pytest.mark.parametrize('crop', list(preprocess.CROPS))
+@pytest.mark.parametrize('crop', list(train_ops.CROPS))
 def test_train_preprocess_is_its_ops_each_with_the_stream_of_its_position(crop):
   """Prefix-stable: op i's stream is default_rng([*seed, i]) whatever follows it, so an op added
   at the end (or off) leaves the others' draws as they were."""
@@ -188,7 +187,7 @@ def test_train_preprocess_is_its_ops_each_with_the_stream_of_its_position(crop):
   image = _image(20, 26)
   for seed in [(0, 3), (5, 3), (1, 2, 3)]:
     expected = image
-    for i, op in enumerate((preprocess.CROPS[crop], *preprocess.AUGMENTS)):
+    for i, op in enumerate((train_ops.CROPS[crop], *train_ops.AUGMENTS)):
       if op.on(pp):
         expected = op.apply(expected, np.random.default_rng([*seed, i]), pp, 16)
     got = preprocess.train_preprocess(image, seed, pp=pp, image_size=16)

@@ -10,7 +10,7 @@ import torch
 from torchvision import transforms
 
 from vit_jax.data import crops
-from vit_jax.data import preprocess
+from vit_jax.data import train_ops
 from test_crops import _RATIO, _image, _inception_boxes, _pp
 
 
@@ -65,7 +65,7 @@ def test_the_random_resized_crop_is_timms_to_the_bit(monkeypatch, min_area, size
   for seed in range(20):
     monkeypatch.setattr(timm.data.transforms, 'random', _PythonRandom(np.random.default_rng(seed)))
     expected = np.asarray(timm_crop(Image.fromarray(image)), np.float32)
-    got = preprocess.CROPS['random_resized'].apply(image, np.random.default_rng(seed), pp, size)
+    got = train_ops.CROPS['random_resized'].apply(image, np.random.default_rng(seed), pp, size)
     assert got.dtype == np.uint8  # As timm's PIL image; normalize makes it float32.
     np.testing.assert_array_equal(got, expected)
 

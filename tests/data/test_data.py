@@ -23,6 +23,7 @@ from vit_jax.data import order
 from vit_jax.data import images as data_images
 from vit_jax.data import preprocess
 from vit_jax.data import readable
+from vit_jax.data import train_ops
 from vit_jax.data import unreadable
 from vit_jax.train import loop, setup as train_setup
 
@@ -108,7 +109,7 @@ def test_a_run_does_not_import_tensorflow(image_folder):
 # Train batches.
 
 
-@pytest.mark.parametrize('crop', list(preprocess.CROPS))
+@pytest.mark.parametrize('crop', list(train_ops.CROPS))
 def test_train_batches(data_dir, crop):
   pad = 2 if crop == 'random' else 0  # Only that crop pads.
   config = make_config(data_dir, image_size=16, pp=dict(crop=crop, pad=pad, flip=True))

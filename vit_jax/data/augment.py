@@ -1,7 +1,7 @@
 """Augmentations after the crop besides RandAugment (randaugment.py): DeiT III's 3-Augment, timm's
 colour jitter and random erasing, in numpy.
 
-Each draws all its randomness from the `np.random.Generator` it is given; preprocess.AUGMENTS
+Each draws all its randomness from the `np.random.Generator` it is given; train_ops.AUGMENTS
 applies them where their value range is (3-Augment and colour jitter on float32 [h, w, 3] pixels in
 [0, 255], erasing on normalised images, as timm does).
 """

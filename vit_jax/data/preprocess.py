@@ -1,6 +1,6 @@
-"""The train and eval preprocessing of a decoded image: the registries of ops (`CROPS`, `AUGMENTS`,
-`EVAL_CROPS`), their config checks and dtypes. The pixels are read and resized in `images`, the crop
-boxes drawn in `crops`.
+"""The train and eval preprocessing of a decoded image: the train ops' registries applied
+(`train_ops.CROPS`, `train_ops.AUGMENTS`), the eval crops' (`EVAL_CROPS`), their config checks and
+dtypes. The pixels are read and resized in `images`, the crop boxes drawn in `crops`.
 
 Every random op draws only from the `np.random.Generator` it is given, so an augmented example is a
 pure function of its bytes and its seed: the same example at the same stream position looks the same
@@ -12,187 +12,31 @@ apart (`Op.channelwise`: the crops, the flip, `normalize`) work on the one chann
 pixels, and the image becomes RGB before any other op and at the end, so its pixels are the RGB
 image's to the bit.
 
-Train preprocessing is the crop named by `config.pp.crop` (a key of `CROPS`), then each op of
-`AUGMENTS` in order. An op is `apply(image, rng, pp, image_size) -> image`, a `check(pp)` of the
+Train preprocessing is the crop named by `config.pp.crop` (a key of `train_ops.CROPS`), then each
+op of `train_ops.AUGMENTS` in order. An op is `apply(image, rng, pp, image_size) -> image`, a `check(pp)` of the
 `config.pp` fields it reads and `on(pp)`; a crop maps uint8 [h, w, c] (or an `images.Encoded`
 image, which it decodes: at a fraction of its size where `pp.reducing_gap` allows) to
 [image_size, image_size, c] in [0, 255], uint8 with `pp.antialias` (PIL's 8-bit resize) and float32
-without; the augmentations keep that shape and the range: [0, 255] before the `normalize` entry of `AUGMENTS`, [-1, 1] (plus
-what they add) after it, where timm's random erasing works. Where every op that is on keeps 8-bit
+without; the augmentations keep that shape and the range: [0, 255] before the `normalize` entry
+(`train_ops.NORMALIZE`), [-1, 1] (plus what they add) after it, where timm's random erasing works. Where every op that is on keeps 8-bit
 pixels and none after `normalize` is on, the images stop before it, uint8 (`train_dtype`), and the
 step normalises them on the device. Each augmentation is off (skipped, no generator made) unless
-its `pp` field is set, so an op is one entry of three functions. Op i draws from `np.random.default_rng([*seed, i])`:
-a prefix-stable sequence of streams, so op i's draws do not depend on the ops after it.
+its `pp` field is set, so an op is one entry of three functions. Op i draws from
+`np.random.default_rng([*seed, i])`: a prefix-stable sequence of streams, so op i's draws do not
+depend on the ops after it.
 
 Eval preprocessing is the crop named by `config.pp_eval.crop` (a key of `EVAL_CROPS`): uint8 pixels
 with `pp_eval.antialias`, else `normalize`d (`eval_dtype`).
 """
 
-import dataclasses
 from typing import Callable
 
 import ml_collections
 import numpy as np
 
-from vit_jax.data import augment
 from vit_jax.data import crops
 from vit_jax.data import images
-from vit_jax.data import randaugment
-from vit_jax.data import resizing
-
-# Largest RandAugment magnitude: AugReg's strongest recipes use 20; above it the reference's
-# Posterize would keep more than 8 bits.
-_MAX_RANDAUG_MAGNITUDE = 20
-
-
-def _no_check(pp: ml_collections.ConfigDict) -> None:
-  del pp  # Reads no field that can be wrong.
-
-
-def _always(pp: ml_collections.ConfigDict) -> bool:
-  del pp  # On in every config.
-  return True
-
-
-@dataclasses.dataclass(frozen=True)
-class Op:
-  """A train-time image op, the check (a one-line ValueError naming the field) of its fields, and
-  whether `pp` turns it on. An op that is off is skipped before its generator is made: seeding one
-  costs about as much as a small image's flip, for each example and op. A `channelwise` op does to
-  each channel what it does to the others, whatever their values (the geometry, an affine map of
-  the values), so it takes a greyscale [h, w, 1] image and gives what it gives its RGB image's
-  channels; any other op is given the RGB image."""
-
-  apply: Callable[[np.ndarray, np.random.Generator, ml_collections.ConfigDict, int], np.ndarray]
-  check: Callable[[ml_collections.ConfigDict], None] = _no_check
-  on: Callable[[ml_collections.ConfigDict], bool] = _always
-  channelwise: bool = False
-
-
-def _whole(image_size: int) -> images.Geometry:
-  """The whole image, resized to the square of `image_size`."""
-  return lambda height, width: ((0, 0, height, width), (image_size, image_size))
-
-
-def _inception(image, rng, pp, image_size):
-  geometry = lambda *shape: (crops.inception_box(shape, rng, pp.min_area), (image_size, image_size))
-  return images.crop_and_resize(image, geometry, pp.antialias, pp.reducing_gap)
-
-
-def _random_resized(image, rng, pp, image_size):
-  geometry = lambda *shape: (
-      crops.random_resized_box(shape, rng, pp.min_area),
-      (image_size, image_size),
-  )
-  return images.crop_and_resize(image, geometry, pp.antialias, pp.reducing_gap)
-
-
-def _check_min_area(pp: ml_collections.ConfigDict) -> None:
-  if not 0 < pp.min_area <= 1:
-    raise ValueError(f'config.pp.min_area={pp.min_area} must be in (0, 1], e.g. 0.05')
-
-
-def _random(image, rng, pp, image_size):
-  resized = images.crop_and_resize(image, _whole(image_size), pp.antialias, pp.reducing_gap)
-  return crops.pad_and_random_crop(resized, rng, pp.pad)
-
-
-def _check_pad(pp: ml_collections.ConfigDict) -> None:
-  if pp.pad < 0:
-    raise ValueError(f'config.pp.pad={pp.pad} must be >= 0 pixels')
-
-
-def _resize(image, rng, pp, image_size):
-  del rng  # Deterministic.
-  return images.crop_and_resize(image, _whole(image_size), pp.antialias, pp.reducing_gap)
-
-
-def _flip(image, rng, pp, image_size):
-  del pp, image_size  # Keeps the size.
-  if rng.random() >= 0.5:
-    return image
-  height, width, channels = image.shape
-  mirrored = resizing.flat_columns(np.arange(width - 1, -1, -1), channels)
-  return np.take(image.reshape(height, width * channels), mirrored, 1).reshape(image.shape)
-
-
-def _randaug(image, rng, pp, image_size):
-  del image_size  # Keeps the size.
-  return randaugment.randaugment(image, rng, pp.randaug_layers, pp.randaug_magnitude)
-
-
-def _check_randaug(pp: ml_collections.ConfigDict) -> None:
-  if pp.randaug_layers < 0:  # The config keeps it an integer.
-    raise ValueError(f'config.pp.randaug_layers={pp.randaug_layers} must be >= 0, e.g. 2 (0: off)')
-  if not 0 <= pp.randaug_magnitude <= _MAX_RANDAUG_MAGNITUDE:
-    raise ValueError(
-        f'config.pp.randaug_magnitude={pp.randaug_magnitude} must be in '
-        f'[0, {_MAX_RANDAUG_MAGNITUDE}], e.g. 10'
-    )
-
-
-def _three_augment(image, rng, pp, image_size):
-  del pp, image_size  # Keeps the size.
-  return augment.three_augment(image, rng)
-
-
-def _color_jitter(image, rng, pp, image_size):
-  del image_size  # Keeps the size.
-  return augment.color_jitter(image, rng, pp.color_jitter)
-
-
-def _check_color_jitter(pp: ml_collections.ConfigDict) -> None:
-  if not pp.color_jitter >= 0:
-    raise ValueError(f'config.pp.color_jitter={pp.color_jitter} must be >= 0, e.g. 0.3 (0: off)')
-
-
-def _normalize(image, rng, pp, image_size):
-  del rng, pp, image_size  # Deterministic, and reads no field.
-  return images.normalize(image)
-
-
-_NORMALIZE = Op(_normalize, channelwise=True)
-
-
-def _erase(image, rng, pp, image_size):
-  del image_size  # Keeps the size.
-  return augment.random_erase(image, rng, pp.erase_prob, pp.erase_area, pp.erase_aspect)
-
-
-def _check_erase(pp: ml_collections.ConfigDict) -> None:
-  if not 0 <= pp.erase_prob <= 1:
-    raise ValueError(f'config.pp.erase_prob={pp.erase_prob} must be in [0, 1], e.g. 0.25 (0: off)')
-  if len(pp.erase_area) != 2 or not 0 < pp.erase_area[0] <= pp.erase_area[1] <= 1:
-    raise ValueError(
-        f'config.pp.erase_area={pp.erase_area} must be (min, max) area fractions with '
-        '0 < min <= max <= 1, e.g. (0.02, 0.33)'
-    )
-  if len(pp.erase_aspect) != 2 or not 0 < pp.erase_aspect[0] <= pp.erase_aspect[1]:
-    raise ValueError(
-        f'config.pp.erase_aspect={pp.erase_aspect} must be (min, max) aspect ratios '
-        'with 0 < min <= max, e.g. (0.3, 3.3)'
-    )
-
-
-# config.pp.crop -> the crop: TensorFlow's random resized crop (the original code's), torchvision's
-# (timm's); resize, pad `pp.pad`, random crop; resize only.
-CROPS: dict[str, Op] = {
-    'inception': Op(_inception, _check_min_area, channelwise=True),
-    'random_resized': Op(_random_resized, _check_min_area, channelwise=True),
-    'random': Op(_random, _check_pad, channelwise=True),
-    'resize': Op(_resize, channelwise=True),
-}
-# Applied after the crop, in this order; each but `normalize` is off unless its `pp` field is set.
-# Add an op where its value range is (before or after normalize): its stream is the one of its
-# position, so ops off at their defaults leave default runs bit-identical.
-AUGMENTS: tuple[Op, ...] = (
-    Op(_flip, on=lambda pp: pp.flip, channelwise=True),
-    Op(_randaug, _check_randaug, on=lambda pp: pp.randaug_layers > 0),
-    Op(_three_augment, on=lambda pp: pp.three_augment),  # A boolean field, always valid.
-    Op(_color_jitter, _check_color_jitter, on=lambda pp: pp.color_jitter > 0),
-    _NORMALIZE,
-    Op(_erase, _check_erase, on=lambda pp: pp.erase_prob > 0),  # timm erases normalised images.
-)
+from vit_jax.data import train_ops
 
 
 def _check_reducing_gap(field: str, reducing_gap: float) -> None:
@@ -205,12 +49,12 @@ def _check_reducing_gap(field: str, reducing_gap: float) -> None:
 
 def check_pp(pp: ml_collections.ConfigDict) -> None:
   """Raises ValueError, naming the field to fix, if the train preprocessing config is invalid."""
-  if pp.crop not in CROPS:
+  if pp.crop not in train_ops.CROPS:
     raise ValueError(
-        f'Unknown config.pp.crop {pp.crop!r}: use one of {", ".join(map(repr, CROPS))}'
+        f'Unknown config.pp.crop {pp.crop!r}: use one of {", ".join(map(repr, train_ops.CROPS))}'
     )
   _check_reducing_gap('config.pp.reducing_gap', pp.reducing_gap)
-  for op in (CROPS[pp.crop], *AUGMENTS):
+  for op in (train_ops.CROPS[pp.crop], *train_ops.AUGMENTS):
     op.check(pp)
   if pp.pad and pp.crop != 'random':  # Only that crop pads: with another the field does nothing.
     raise ValueError(
@@ -250,8 +94,8 @@ def train_preprocess(
   `seed`: non-negative integers; op i draws from np.random.default_rng([*seed, i]). `pp` must have
   passed `check_pp`."""
   dtype = train_dtype(pp)
-  for i, op in enumerate((CROPS[pp.crop], *AUGMENTS)):
-    if op is _NORMALIZE and dtype == np.uint8:
+  for i, op in enumerate((train_ops.CROPS[pp.crop], *train_ops.AUGMENTS)):
+    if op is train_ops.NORMALIZE and dtype == np.uint8:
       break  # The step normalises; no op after it is on.
     if op.on(pp):
       if not op.channelwise:
@@ -273,7 +117,9 @@ def _central(image, pp_eval, image_size):
 
 
 def _eval_resize(image, pp_eval, image_size):
-  return images.crop_and_resize(image, _whole(image_size), pp_eval.antialias, pp_eval.reducing_gap)
+  return images.crop_and_resize(
+      image, train_ops.whole(image_size), pp_eval.antialias, pp_eval.reducing_gap
+  )
 
 
 # config.pp_eval.crop -> (image, pp_eval, image_size) -> float32 [image_size, image_size, 3] in

@@ -5,6 +5,7 @@ timm's and torchvision's ImageFolder train on): through `images.decode`, an imag
 
 import io
 import struct
+import warnings
 import zlib
 
 import numpy as np
@@ -214,6 +215,15 @@ def test_each_variant_decodes_to_pils_pixels(name):
   channels = 1 if image.mode == 'L' else 3
   assert decoded.dtype == np.uint8 and decoded.shape == (image.height, image.width, channels)
   np.testing.assert_array_equal(images.rgb(decoded), _pil(encoded))
+
+
+def test_a_palette_with_alpha_bytes_decodes_without_pils_warning():
+  # PIL's convert('RGB') of it warns (a UserWarning in each worker process's log), to these pixels.
+  encoded = AS_PIL['palette_alpha.png']()
+  assert isinstance(Image.open(io.BytesIO(encoded)).info['transparency'], bytes)
+  with warnings.catch_warnings():
+    warnings.simplefilter('error')
+    images.decode(encoded)
 
 
 def test_the_variants_pil_reads_arguably_are_read_as_pil_reads_them():

@@ -124,6 +124,10 @@ def _array(image: Image.Image) -> np.ndarray:
   """The decoded pixels of a PIL image: [h, w, 1] for 'L', else of its RGB conversion."""
   if image.mode == 'L':  # Its RGB is this channel thrice: the ops before `rgb` do a third.
     return np.asarray(image)[..., None]
+  if image.mode == 'P' and isinstance(image.info.get('transparency'), bytes):
+    # A palette's alpha bytes, which convert('RGB') drops with a UserWarning (once in each worker
+    # process's log): dropped through RGBA instead, to the same pixels.
+    image = image.convert('RGBA')
   # convert('RGB') of an RGB image is a copy: skipping it saves one copy of the pixels.
   return np.asarray(image if image.mode == 'RGB' else image.convert('RGB'))
 

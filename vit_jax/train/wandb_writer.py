@@ -6,9 +6,10 @@ A run started again in its workdir (resumed, requeued) logs to the same W&B run:
 WORKDIR/wandb_run.json. W&B keeps one value a step and refuses, with a warning, a step below the last
 one it holds: a resumed run's steps up to the last one logged before it stopped (from its last
 checkpoint, computed again to the same values; the timings aside) are left as they were logged and
-not sent again. A run of a sweep (its workdir listed in the
-sweep.json that launch/sweep.py writes in the folder above it) is in the group named after that
-folder, unless config.wandb.group names one.
+not sent again.
+
+A run of a sweep (its workdir listed in the sweep.json that launch/sweep.py writes in the folder
+above it) is in the group named after that folder, unless config.wandb.group names one.
 """
 
 import importlib.util

@@ -351,16 +351,12 @@ def test_table_output_and_one_line_errors():
       ),
       (('--devices=8',), '--chip is required: use --config=FILE --devices=N --chip=NAME'),
       (('--devices=8', '--chip=tpu-v4', '--config.no_such_field=1'), 'bad config override'),
-      # What a run refuses of its fields, FlexiViT's included, before anything is traced.
+      # What a run refuses of its fields (train/setup.py's check_fields, resolve_model: FlexiViT's
+      # included), before anything is traced.
       (
           ('--devices=8', '--chip=tpu-v4', '--config.flexi.kernel_size=8'),
           'config.flexi.kernel_size keeps the parameters of a FlexiViT run',
       ),
-      (
-          ('--devices=8', '--chip=tpu-v4', '--config.flexi.patch_sizes=(3, 4)'),
-          'config.flexi.patch_sizes has 3, which does not divide config.image_size=16',
-      ),
-      (('--devices=8', '--chip=tpu-v4', '--config.task=nope'), 'nope'),
   ]:
     run = _plan(*args)
     assert run.returncode == 2 and run.stdout == '', run

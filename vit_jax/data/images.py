@@ -53,6 +53,11 @@ Box = tuple[int, int, int, int]
 Geometry = Callable[[int, int], tuple[Box, tuple[int, int]]]
 
 
+def whole(image_size: int) -> Geometry:
+  """The whole image, resized to the square of `image_size`."""
+  return lambda height, width: ((0, 0, height, width), (image_size, image_size))
+
+
 class UnreadableImage(ValueError):
   """Bytes that `decode` cannot read as an image; the message is a one-line reason."""
 

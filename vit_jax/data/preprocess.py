@@ -13,15 +13,14 @@ pixels, and the image becomes RGB before any other op and at the end, so its pix
 image's to the bit.
 
 Train preprocessing is the crop named by `config.pp.crop` (a key of `train_ops.CROPS`), then each
-op of `train_ops.AUGMENTS` in order. An op is `apply(image, rng, pp, image_size) -> image`, a `check(pp)` of the
-`config.pp` fields it reads and `on(pp)`; a crop maps uint8 [h, w, c] (or an `images.Encoded`
-image, which it decodes: at a fraction of its size where `pp.reducing_gap` allows) to
-[image_size, image_size, c] in [0, 255], uint8 with `pp.antialias` (PIL's 8-bit resize) and float32
-without; the augmentations keep that shape and the range: [0, 255] before the `normalize` entry
-(`train_ops.NORMALIZE`), [-1, 1] (plus what they add) after it, where timm's random erasing works. Where every op that is on keeps 8-bit
-pixels and none after `normalize` is on, the images stop before it, uint8 (`train_dtype`), and the
-step normalises them on the device. Each augmentation is off (skipped, no generator made) unless
-its `pp` field is set, so an op is one entry of three functions. Op i draws from
+op of `train_ops.AUGMENTS` in order (an op: train_ops.py's `Op`). A crop maps uint8 [h, w, c] (or an
+`images.Encoded` image, which it decodes: at a fraction of its size where `pp.reducing_gap` allows)
+to [image_size, image_size, c] in [0, 255], uint8 with `pp.antialias` (PIL's 8-bit resize) and
+float32 without; the augmentations keep that shape and the range: [0, 255] before the `normalize`
+entry (`train_ops.NORMALIZE`), [-1, 1] (plus what they add) after it, where timm's random erasing
+works. Where every op that is on keeps 8-bit pixels and none after `normalize` is on, the images
+stop before it, uint8 (`train_dtype`), and the step normalises them on the device. Each augmentation
+is off (skipped, no generator made) unless its `pp` field is set. Op i draws from
 `np.random.default_rng([*seed, i])`: a prefix-stable sequence of streams, so op i's draws do not
 depend on the ops after it.
 
@@ -118,7 +117,7 @@ def _central(image, pp_eval, image_size):
 
 def _eval_resize(image, pp_eval, image_size):
   return images.crop_and_resize(
-      image, train_ops.whole(image_size), pp_eval.antialias, pp_eval.reducing_gap
+      image, images.whole(image_size), pp_eval.antialias, pp_eval.reducing_gap
   )
 
 

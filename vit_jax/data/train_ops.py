@@ -46,11 +46,6 @@ class Op:
   channelwise: bool = False
 
 
-def whole(image_size: int) -> images.Geometry:
-  """The whole image, resized to the square of `image_size`."""
-  return lambda height, width: ((0, 0, height, width), (image_size, image_size))
-
-
 def _inception(image, rng, pp, image_size):
   geometry = lambda *shape: (crops.inception_box(shape, rng, pp.min_area), (image_size, image_size))
   return images.crop_and_resize(image, geometry, pp.antialias, pp.reducing_gap)
@@ -70,7 +65,7 @@ def _check_min_area(pp: ml_collections.ConfigDict) -> None:
 
 
 def _random(image, rng, pp, image_size):
-  resized = images.crop_and_resize(image, whole(image_size), pp.antialias, pp.reducing_gap)
+  resized = images.crop_and_resize(image, images.whole(image_size), pp.antialias, pp.reducing_gap)
   return crops.pad_and_random_crop(resized, rng, pp.pad)
 
 
@@ -81,7 +76,7 @@ def _check_pad(pp: ml_collections.ConfigDict) -> None:
 
 def _resize(image, rng, pp, image_size):
   del rng  # Deterministic.
-  return images.crop_and_resize(image, whole(image_size), pp.antialias, pp.reducing_gap)
+  return images.crop_and_resize(image, images.whole(image_size), pp.antialias, pp.reducing_gap)
 
 
 def _flip(image, rng, pp, image_size):

@@ -122,6 +122,15 @@ def test_the_gradient_reaches_the_stored_kernel_through_the_resampling(tmp_path,
   assert np.abs(pulled_back).max() > 1e-3
 
 
+def _kept_checkpoint(tmp_path, data_dir, overrides):
+  """Random parameters of the shapes a run of `overrides` keeps, saved as tmp_path/flexivit.npz (as
+  a FlexiViT's file, its 32 px kernel and 7x7 grid)."""
+  plain = _setup(tmp_path / 'plain', data_dir, **overrides)
+  checkpoint = helpers.random_params(*adapting.kept_model(plain.config, plain.model), seed=5)
+  npz_files.save_npz(checkpoint, str(tmp_path / 'flexivit.npz'))
+  return checkpoint
+
+
 def test_parameters_kept_at_their_own_shapes_load_unresampled_and_are_fitted_where_used(
     tmp_path, data_dir
 ):
@@ -129,9 +138,7 @@ def test_parameters_kept_at_their_own_shapes_load_unresampled_and_are_fitted_whe
   run keeps those shapes; its evaluation measures them fitted to model.patch_size as the model runs,
   which is the evaluation of the parameters fitted once on the host; the tools read them fitted."""
   overrides = {**KEPT, 'total_steps': 4, 'eval_every_steps': 4, 'checkpoint_every_steps': 4}
-  plain = _setup(tmp_path / 'plain', data_dir, **overrides)
-  checkpoint = helpers.random_params(*adapting.kept_model(plain.config, plain.model), seed=5)
-  npz_files.save_npz(checkpoint, str(tmp_path / 'flexivit.npz'))
+  checkpoint = _kept_checkpoint(tmp_path, data_dir, overrides)
   setup = _setup(
       tmp_path, data_dir, **overrides, init_from=str(tmp_path / 'flexivit.npz'), keep_head=True
   )
@@ -170,9 +177,7 @@ def test_parameters_kept_at_their_own_shapes_load_unresampled_and_are_fitted_whe
 def test_a_kept_kernel_read_from_a_file_is_not_the_runs_patch_size(tmp_path, data_dir):
   """variant='checkpoint' takes a file's patch size from its kernel: a kept one (FlexiViT's 32 px) says
   nothing of the size the run evaluates, which the user sets."""
-  plain = _setup(tmp_path / 'plain', data_dir, **KEPT)
-  checkpoint = helpers.random_params(*adapting.kept_model(plain.config, plain.model), seed=5)
-  npz_files.save_npz(checkpoint, str(tmp_path / 'flexivit.npz'))
+  checkpoint = _kept_checkpoint(tmp_path, data_dir, KEPT)
   from_file = {
       **KEPT,
       **helpers.UNSET_SIZES,

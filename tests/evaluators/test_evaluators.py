@@ -119,21 +119,27 @@ def test_evaluators_keep_their_workers_between_evaluations_and_the_run_ends_them
   assert metrics['fewshot_run_1shot'] > 0
 
 
-def test_another_dataset_with_other_classes_is_a_one_line_error(tmp_path, data_dir):
+@pytest.mark.parametrize('named', [True, False])
+def test_another_dataset_with_other_classes_is_a_one_line_error(
+    tmp_path, data_dir, sorted_digits_folder, named
+):
+  """Named by its dataset (beside the digits), or by its data_dir alone: another image folder than
+  the run's, read as the run's dataset (not the run's own folder, silently)."""
   for split in ('train', 'test'):  # An image folder's classes are its train split's sub-folders.
     for name in ('cat', 'dog', 'eel'):
       (tmp_path / 'other' / split / name).mkdir(parents=True)
       Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(
           tmp_path / 'other' / split / name / '0.png'
       )
-  config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': data_dir})
-  config.evals.other = dict(
-      type='classification',
-      dataset='folder',
-      data_dir=str(tmp_path / 'other'),
-      split='test',
-      every_steps=4,
+  run_data = (
+      {'data_dir': data_dir} if named else {'dataset': 'folder', 'data_dir': sorted_digits_folder}
   )
+  config = helpers.load_config('demo', {**helpers.TINY, **run_data})
+  config.evals.other = dict(
+      type='classification', data_dir=str(tmp_path / 'other'), split='test', every_steps=4
+  )
+  if named:
+    config.evals.other.dataset = 'folder'
   with pytest.raises(
       ValueError,
       match=r"^Evaluator 'other': dataset 'folder' has 3 classes "

@@ -208,7 +208,8 @@ def build(name: str, fields: ml_collections.ConfigDict, context: Context) -> Spl
     )
   label_feature = fields.get('label_feature')  # None: the run's.
   classes = None  # The run's classes that the split's labels are; None: all, in order.
-  if fields.get('dataset') or label_feature:  # Other labels: their classes must be the run's.
+  # Another dataset, copy or labels: their classes must be the run's.
+  if fields.get('dataset') or fields.get('data_dir') or label_feature:
     config, classes = other_dataset(
         name,
         fields.get('dataset') or context.config.dataset,

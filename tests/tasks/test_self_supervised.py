@@ -11,6 +11,8 @@ from vit_jax.train import setup as train_setup
     'field,value,fix',
     [
         ('model.representation_size', 16, 'unset config.model.representation_size'),
+        # Its parameters would be absent from the features the few-shot and k-NN evaluators read.
+        ('model.classifier', 'map', 'set config.model.classifier to token, gap or token_gap'),
         ('model.head_dropout_rate', 0.1, 'set config.model.head_dropout_rate=0'),
         ('model.patch_dropout', 0.5, 'itself: set config.model.patch_dropout=0'),
     ],

@@ -53,9 +53,11 @@ def check(model: Mapping[str, Any]) -> None:
     return
   field = encoder.keep_refused_by(model)
   if field:
+    # model.block is no config field: the variant's name sets it.
+    has = 'is an Axial-ViT' if field == 'block' else f'has model.{field}={model[field]!r}'
     raise ValueError(
         f'model.patch_dropout={rate} keeps a random share of the patches, which only position '
-        f'embeddings added at the input locate, and the model has model.{field}={model[field]!r}: set '
+        f'embeddings added at the input locate, and the model {has}: set '
         "--config.model.patch_dropout=0, or posemb_where='input', a posemb other than 'relative', "
-        "rope=False and block='standard'"
+        'rope=False and a ViT-* variant'
     )

@@ -79,7 +79,7 @@ _KEEP_FIXES = {
     'posemb_where': _POSEMB_FIX,
     'posemb': _POSEMB_FIX,
     'rope': 'RoPE of a masked grid is not supported: set config.model.rope=False',
-    'block': "axial blocks attend over the whole grid: set config.model.block='standard'",
+    'block': 'axial blocks attend over the whole grid: use a ViT-* variant, not an Axial-ViT',
 }
 
 

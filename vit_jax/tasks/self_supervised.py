@@ -45,6 +45,12 @@ def check_backbone(task: str, model: Mapping[str, Any]) -> None:
         f'config.task={task} predicts from patch tokens and has no pre-logits layer: unset '
         'config.model.representation_size'
     )
+  if model['classifier'] == 'map':
+    raise ValueError(
+        f'config.task={task} pools no tokens as it trains, so a MAP head would stay untrained (and '
+        'missing from the features few-shot and k-NN read): set config.model.classifier to token, '
+        'gap or token_gap'
+    )
   if model['head_dropout_rate']:
     raise ValueError(
         f'config.task={task} has no classifier head to drop the features of: set '

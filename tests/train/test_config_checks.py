@@ -489,6 +489,15 @@ ALSO_INVALID = {
         r'^config\.mpp\.num_bits=4 shapes masked patch prediction, and '
         r"config\.task='classification': set --config\.task=mpp, or leave config\.mpp as it is$",
     ),
+    # Unused by the run (no every_steps), but the fewshot tool's defaults for its checkpoints.
+    'fewshot seeds of a run without few-shot': (
+        {'fewshot.seeds': 0},
+        r'^config\.fewshot needs seeds >= 1 \(a whole number\) and l2_reg > 0',
+    ),
+    'knn temperature of a run without k-NN': (
+        {'knn.temperature': -1.0},
+        r'^config\.knn\.temperature=-1\.0 must be > 0',
+    ),
     'mae with rope': ({**MAE, 'model.rope': True}, r'^config\.task=mae: RoPE of a masked grid'),
     # The fix is a variant: model.block is no field (its name sets it).
     'mae of an axial vit': (

@@ -80,6 +80,14 @@ def settings(config: ml_collections.ConfigDict) -> dict[str, ml_collections.Conf
   return named
 
 
+def check_values(config: ml_collections.ConfigDict) -> None:
+  """config.fewshot's and config.knn's values, also where their every_steps is unset: the fewshot tool
+  takes them as its defaults for the run's checkpoints."""
+  run = config.fewshot
+  fewshot.check_values(run.shots, run.seeds, run.l2_reg, 'config.fewshot')
+  knn.check_ks(config.knn.ks, config.knn.temperature, 'config.knn')
+
+
 def metric_name(evaluator: str, metric: str, polyak: bool) -> str:
   """What the loop logs `metric` of `evaluator` as: of the parameters, or of their Polyak average."""
   return f'{evaluator}{_POLYAK if polyak else ""}_{metric}'

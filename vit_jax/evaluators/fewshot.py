@@ -177,26 +177,15 @@ class FewShotEvaluator:
     self.features.close()
 
 
-def build(name: str, fields: ml_collections.ConfigDict, context: Context) -> FewShotEvaluator:
-  check_fields(
-      name,
-      fields,
-      ('every_steps', 'shots', 'seeds', 'l2_reg'),
-      ('train_split', 'eval_split', 'image_size', 'patch_size'),
-  )
-  where = f'config.{name}' if name == 'fewshot' else f'config.evals.{name}'
-  features.check_one_class(where, context)
+def check_values(shots: Any, seeds: Any, l2_reg: Any, where: str) -> None:
+  """One-line ValueErrors for seeds that are not a whole number >= 1, an l2_reg not > 0, or shots
+  that are not positive whole numbers."""
   # Checked as types too: a float seeds or shot count would pass the comparisons and fail only at the
   # first few-shot evaluation (range(), slicing), after the run has trained for a while.
-  if (
-      not isinstance(fields.seeds, (int, np.integer))
-      or fields.seeds < 1
-      or not 0 < fields.l2_reg < math.inf
-  ):
+  if not isinstance(seeds, (int, np.integer)) or seeds < 1 or not 0 < l2_reg < math.inf:
     raise ValueError(
         f'{where} needs seeds >= 1 (a whole number) and l2_reg > 0, e.g. seeds=3, l2_reg=4'
     )
-  shots = fields.shots
   if (
       not isinstance(shots, (list, tuple))
       or not shots
@@ -206,6 +195,18 @@ def build(name: str, fields: ml_collections.ConfigDict, context: Context) -> Few
         f'{where}.shots={shots} must be positive numbers of images per class, '
         'e.g. (1, 5, 10, 25)'
     )
+
+
+def build(name: str, fields: ml_collections.ConfigDict, context: Context) -> FewShotEvaluator:
+  check_fields(
+      name,
+      fields,
+      ('every_steps', 'shots', 'seeds', 'l2_reg'),
+      ('train_split', 'eval_split', 'image_size', 'patch_size'),
+  )
+  where = f'config.{name}' if name == 'fewshot' else f'config.evals.{name}'
+  features.check_one_class(where, context)
+  check_values(fields.shots, fields.seeds, fields.l2_reg, where)
   config, model_config = context.config, context.model_config
   if resolution.is_sized(fields):
     config, model_config = resolution.sized(name, config, fields, context)

@@ -110,6 +110,7 @@ def check_fields(config: ml_collections.ConfigDict) -> None:
   for each_task in tasks.TASKS.values():  # A typo in another task's fields is still a typo.
     each_task.check(config)
   field_checks.check_numbers(config)
+  evaluators.check_values(config)
 
 
 def resolve_model(config: ml_collections.ConfigDict) -> dict[str, Any]:

@@ -339,9 +339,11 @@ def get_config() -> ml_collections.ConfigDict:
       dict(
           name='adamw',  # 'adamw' | 'sgd' | 'lion' | 'adafactor'
           # adamw, lion; b2 unset: the optimizer's own (adamw 0.999, lion 0.99; optim.DEFAULT_B2).
+          # Each optimizer refuses a changed decay it does not read (sgd's is momentum).
           b1=0.9,
           b2=config_dict.placeholder(float),
-          # Decoupled and multiplied by the learning rate (optax.adamw), applied to kernels only.
+          # Decoupled and multiplied by the learning rate (optax.adamw), applied to kernels only; with
+          # sgd an L2 term added to the gradient (so through the momentum, as torch's SGD).
           weight_decay=0.1,
           momentum=0.9,  # sgd
           mu_dtype=config_dict.placeholder(str),  # adamw's first moment dtype, e.g. 'bfloat16'

@@ -549,6 +549,20 @@ ALSO_INVALID = {
         {'model.patch_dropout': 0.5, 'variant': 'Axial-ViT-testing_4'},
         r'^model\.patch_dropout=0\.5 .* the model is an Axial-ViT: .* a ViT-\* variant$',
     ),
+    'b1 of sgd': (
+        {'optim.name': 'sgd', 'optim.b1': 0.95},
+        r"^config\.optim\.b1=0\.95 does nothing with optim\.name='sgd', whose first-moment decay "
+        r'is optim\.momentum: set config\.optim\.momentum instead$',
+    ),
+    'momentum of adamw': (
+        {'optim.momentum': 0.0},
+        r"^config\.optim\.momentum=0\.0 does nothing with optim\.name='adamw', .*optim\.b1",
+    ),
+    'b1 of adafactor': (
+        {'optim.name': 'adafactor', 'optim.b1': 0.0},
+        r"^config\.optim\.b1=0\.0 does nothing with optim\.name='adafactor', which keeps no "
+        r'first moment: leave it at 0\.9$',
+    ),
     'b2 of sgd': (
         {'optim.name': 'sgd', 'optim.b2': 0.99},
         r'^config\.optim\.b2=0\.99 is the second-moment decay of adamw and lion, which sgd does '

@@ -125,7 +125,7 @@ def test_schedule_step_is_the_step_whose_rate_the_update_applies(name, frozen):
       'demo',
       {
           'optim.name': name,
-          'optim.momentum': 0.0,
+          **({'optim.momentum': 0.0} if name == 'sgd' else {}),
           'optim.weight_decay': 0.0,
           'optim.frozen': frozen,
           'grad_clip_norm': 0.0,

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
+from vit_jax import defaults
 from vit_jax.train import param_groups
 from vit_jax.models import variants
 
@@ -143,6 +144,7 @@ def _check_update(config: ml_collections.ConfigDict, model_config: dict[str, Any
       )
   _check_range('optim.weight_decay', optim.weight_decay, math.inf, '0.1 (0: none)')
   _check_range('optim.momentum', optim.momentum, 1, '0.9 (0: none)')
+  _check_first_moment(optim)
   _check_range('grad_clip_norm', config.grad_clip_norm, math.inf, '1.0 (0: no clipping)')
   if config.skip_nonfinite_steps < 0:
     raise ValueError(
@@ -155,6 +157,23 @@ def _check_update(config: ml_collections.ConfigDict, model_config: dict[str, Any
     variants.require_vit(config.variant, 'config.optim.layer_decay (a learning rate per ViT block)')
   if optim.name == 'adafactor':
     _check_adafactor(config, model_config)
+
+
+# The first-moment decay each optimizer reads (adafactor keeps none): the other is refused when changed
+# from its default, which the optimizer would silently ignore.
+_FIRST_MOMENT = {'adamw': 'b1', 'lion': 'b1', 'sgd': 'momentum', 'adafactor': None}
+
+
+def _check_first_moment(optim: ml_collections.ConfigDict) -> None:
+  read, default = _FIRST_MOMENT[optim.name], defaults.get_config().optim
+  for field in ('b1', 'momentum'):
+    if field != read and optim[field] != default[field]:
+      fix = f'set config.optim.{read} instead' if read else f'leave it at {default[field]}'
+      reads = f'whose first-moment decay is optim.{read}' if read else 'which keeps no first moment'
+      raise ValueError(
+          f'config.optim.{field}={optim[field]} does nothing with optim.name={optim.name!r}, '
+          f'{reads}: {fix}'
+      )
 
 
 def _check_mu_dtype(optim: ml_collections.ConfigDict) -> None:

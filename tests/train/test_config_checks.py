@@ -528,10 +528,22 @@ ALSO_INVALID = {
         r'config\.pp one by one instead of replacing the dict',
     ),
     'dict unset': ({'pp_eval': None}, r'^config\.pp_eval=None must be the dict of fields'),
+    # A field only another crop reads, changed from its default (it would do nothing).
     'pad without its crop': (
         {'pp.pad': 4},
-        r"^config\.pp\.pad=4 pads the 'random' crop only, not "
-        r"config\.pp\.crop='inception': set --config\.pp\.crop=random",
+        r"^config\.pp\.pad=4 is a field of the crop 'random' only, not "
+        r"config\.pp\.crop='inception': set --config\.pp\.crop=random, or --config\.pp\.pad=0$",
+    ),
+    'min_area without its crop': (
+        {'pp.crop': 'resize', 'pp.min_area': 0.3},
+        r"^config\.pp\.min_area=0\.3 is a field of the crop 'inception' or 'random_resized' only, "
+        r"not config\.pp\.crop='resize': set --config\.pp\.crop=inception, or "
+        r'--config\.pp\.min_area=0\.05$',
+    ),
+    'crop_fraction without its crop': (
+        {'pp_eval.crop_fraction': 0.5},
+        r'^config\.pp_eval\.crop_fraction=0\.5 is a field of the crop .central. only, not '
+        r"config\.pp_eval\.crop='resize': set --config\.pp_eval\.crop=central",
     ),
     'infinite few-shot l2_reg': ({**FEWSHOT_ON, 'fewshot.l2_reg': float('inf')}, 'l2_reg > 0'),
     'NaN few-shot l2_reg': ({**FEWSHOT_ON, 'fewshot.l2_reg': float('nan')}, 'l2_reg > 0'),

@@ -33,6 +33,7 @@ from typing import Callable
 import ml_collections
 import numpy as np
 
+from vit_jax import defaults
 from vit_jax.data import crops
 from vit_jax.data import images
 from vit_jax.data import train_ops
@@ -55,11 +56,38 @@ def check_pp(pp: ml_collections.ConfigDict) -> None:
   _check_reducing_gap('config.pp.reducing_gap', pp.reducing_gap)
   for op in (train_ops.CROPS[pp.crop], *train_ops.AUGMENTS):
     op.check(pp)
-  if pp.pad and pp.crop != 'random':  # Only that crop pads: with another the field does nothing.
-    raise ValueError(
-        f"config.pp.pad={pp.pad} pads the 'random' crop only, not config.pp.crop="
-        f'{pp.crop!r}: set --config.pp.crop=random, or --config.pp.pad=0'
-    )
+
+
+# The fields that only some crops read, by the crops that read them: with another crop a value other
+# than the default would silently do nothing.
+CROP_FIELDS = {
+    'pp': {'min_area': ('inception', 'random_resized'), 'pad': ('random',)},
+    'pp_eval': {'crop_fraction': ('central',)},
+}
+
+
+def check_run(config: ml_collections.ConfigDict) -> None:
+  """A run's checks of config.pp and config.pp_eval: `check_pp`, `check_pp_eval`, and (not the
+  pipelines', which read earlier runs' configs too) no `CROP_FIELDS` changed from their defaults with
+  a crop that does not read them."""
+  check_pp(config.pp)
+  check_pp_eval(config.pp_eval)
+  for section, fields in CROP_FIELDS.items():
+    _check_crop_fields(section, config[section], fields)
+
+
+def _check_crop_fields(
+    section: str, pp: ml_collections.ConfigDict, fields: dict[str, tuple[str, ...]]
+) -> None:
+  default = defaults.get_config()[section]
+  for field, crops_reading in fields.items():
+    if pp.crop not in crops_reading and pp[field] != default[field]:
+      raise ValueError(
+          f'config.{section}.{field}={pp[field]} is a field of the crop '
+          f'{" or ".join(map(repr, crops_reading))} only, not config.{section}.crop={pp.crop!r}: '
+          f'set --config.{section}.crop={crops_reading[0]}, or --config.{section}.{field}='
+          f'{default[field]}'
+      )
 
 
 def train_dtype(pp: ml_collections.ConfigDict) -> type[np.generic]:

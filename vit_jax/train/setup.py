@@ -16,6 +16,7 @@ from jax.sharding import Mesh
 
 from vit_jax import data, evaluators, sharding, tasks
 from vit_jax.checkpoints import run_dir, warm_start
+from vit_jax.data import preprocess
 from vit_jax.runtime import hf_hub
 from vit_jax.runtime import paths
 from vit_jax.train import best_checkpoint, field_checks, flexi, optim, param_groups, wandb_writer
@@ -111,6 +112,7 @@ def check_fields(config: ml_collections.ConfigDict) -> None:
     each_task.check(config)
   field_checks.check_numbers(config)
   evaluators.check_values(config)
+  preprocess.check_run(config)
 
 
 def resolve_model(config: ml_collections.ConfigDict) -> dict[str, Any]:

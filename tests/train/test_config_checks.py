@@ -500,6 +500,10 @@ ALSO_INVALID = {
     ),
     'mae with rope': ({**MAE, 'model.rope': True}, r'^config\.task=mae: RoPE of a masked grid'),
     # The fix is a variant: model.block is no field (its name sets it).
+    'resnet width of a pure vit': (
+        {'model.resnet_width_factor': 2.0},
+        r"^model\.resnet_width_factor=2\.0 widens a hybrid's ResNet stem, which a pure ViT has not",
+    ),
     'mae of an axial vit': (
         {**MAE, 'variant': 'Axial-ViT-testing_4', 'model.classifier': 'gap'},
         r'^config\.task=mae: axial blocks .*: use a ViT-\* variant, not an Axial-ViT$',

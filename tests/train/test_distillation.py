@@ -221,6 +221,11 @@ def test_the_teacher_is_sharded_by_the_students_rules_on_a_tensor_mesh(trained_t
             {'distill.teacher': 'TEACHER', 'distill.temperature': 0.0},
             r'^config.distill.temperature=0.0 must be positive',
         ),
+        (  # The default kind, 'hard', takes the teacher's top class: no temperature.
+            {'distill.teacher': 'TEACHER', 'distill.temperature': 3.0},
+            r"^config.distill.temperature=3.0 softens .* distill.kind='hard' takes its top class: "
+            r'set --config.distill.kind=soft',
+        ),
         (
             {'distill.teacher': 'TEACHER', 'task': 'mpp', 'model.head_dropout_rate': None},
             r"^config.distill.teacher distils a classifier's predictions, which config.task='mpp'",
@@ -267,6 +272,7 @@ def test_the_teacher_is_sharded_by_the_students_rules_on_a_tensor_mesh(trained_t
         'unknown_kind',
         'alpha_range',
         'temperature',
+        'hard_temperature',
         'mpp',
         'mae',
         'npz',

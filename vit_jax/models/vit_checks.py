@@ -271,6 +271,12 @@ def _check_fields(model: dict[str, Any]) -> None:
     raise ValueError(
         f"model.resnet_width_factor={model['resnet_width_factor']} must be positive, e.g. 1"
     )
+  if layers is None and model['resnet_width_factor'] != 1:  # No ResNet stem to widen.
+    raise ValueError(
+        f"model.resnet_width_factor={model['resnet_width_factor']} widens a hybrid's ResNet stem, "
+        'which a pure ViT has not: set --config.model.resnet_layers (e.g. (3, 4, 9) for R50), or '
+        'leave resnet_width_factor unset'
+    )
 
 
 def _check_kv_heads(model: dict[str, Any]) -> None:

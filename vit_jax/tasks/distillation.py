@@ -114,6 +114,12 @@ def check(config: ml_collections.ConfigDict) -> None:
     raise ValueError(f'config.distill.alpha={distill.alpha} must be in [0, 1], e.g. 0.5')
   if not distill.temperature > 0:
     raise ValueError(f'config.distill.temperature={distill.temperature} must be positive, e.g. 1.0')
+  if distill.kind == 'hard' and distill.temperature != 1.0:  # The top class has no temperature.
+    raise ValueError(
+        f"config.distill.temperature={distill.temperature} softens the teacher's probabilities, "
+        "and distill.kind='hard' takes its top class: set --config.distill.kind=soft, or leave "
+        'the temperature at 1.0'
+    )
   if distill.teacher_image_size is not None and distill.teacher_image_size <= 0:
     raise ValueError(
         f'config.distill.teacher_image_size={distill.teacher_image_size} must be positive, e.g. '

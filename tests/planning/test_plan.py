@@ -308,6 +308,7 @@ def test_json_output():
   assert out['plans'][0]['mesh'] == {'data': 8} and out['suggestions'][0]['fits']
 
 
+@pytest.mark.slow  # Seven plans, each tracing every remat policy: 15 s.
 def test_a_flexivit_is_planned_with_its_parameters_and_its_smallest_patches_activations():
   """The state of the shapes the run keeps; the activations and step time of its costliest branch."""
   target = chips.Target(chips.get('tpu-v5e'), devices=8)
@@ -517,6 +518,7 @@ def test_the_plan_command_counts_a_teacher(trained_tiny_run):
   assert '| distillation teacher | 0.00 |' in _plan_with_teacher(trained_tiny_run)
 
 
+@pytest.mark.slow  # Four plans of ViT-B/16: 10 s.
 def test_step_time_counts_only_the_gradients_computed():
   """A frozen parameter gets no gradient (train/step.py): low-rank adapters' steps skip the frozen
   weights' gradients (XLA counts 0.68x full training's FLOPs for ViT-B/16: test_benchmarks.py), a
@@ -560,7 +562,8 @@ def test_the_analytic_mae_flops_agree_with_xla():
 
 
 def test_a_masked_autoencoders_step_time_is_its_own_flops():
-  config = helpers.load_config('mae_vit_b16_i1k')
+  # Two decoder blocks of MAE's eight: each trace of the residuals holds the whole decoder.
+  config = helpers.load_config('mae_vit_b16_i1k', {'mae.decoder_num_layers': 2})
   traced = footprint.trace(config, helpers.model_config(config), 1000)
   target = chips.Target(chips.get('tpu-v4'), devices=128)
   step = footprint.estimate(config, traced, {'data': 128}, None, 1, target).step_s

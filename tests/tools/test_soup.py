@@ -18,6 +18,8 @@ from vit_jax.checkpoints import run_dir, saved_state
 from vit_jax.models import lora
 from vit_jax.tools import confusion, soup, soup_ingredients
 
+# The sweep is trained once, in one worker (a module fixture is set up in each worker its tests go to).
+pytestmark = pytest.mark.xdist_group('soup_sweep')
 COMMAND = [sys.executable, '-m', 'vit_jax.tools.soup']
 # Runs of a sweep, each fine-tuned for 4 steps from the tiny run: another learning rate and seed, and
 # one with low-rank adapters (its soup ingredient is the plain model they fold into).

@@ -38,7 +38,7 @@ padding after them do not.
 """
 
 import math
-from typing import Any, Callable, NamedTuple, Optional
+from typing import Any, Callable, Mapping, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -58,6 +58,37 @@ def check_head_dim(head_dim: int) -> None:
         f'model.rope=True rotates pairs of channels by the row and the column: the head width '
         f'hidden_size / num_heads = {head_dim} must be a multiple of 4; change model.num_heads or '
         'hidden_size, or set --config.model.rope=False'
+    )
+
+
+def check(model: Mapping[str, Any]) -> None:
+  """One-line ValueErrors for the rotary fields of a resolved ViT model config (rope, rope_grid,
+  rope_style) that the embeddings would fail on or silently ignore."""
+  if model['rope']:
+    check_head_dim(model['hidden_size'] // model['num_heads'])
+  grid = model['rope_grid']
+  if grid is not None and not (
+      model['rope'] and len(grid) == 2 and all(isinstance(n, int) and n > 0 for n in grid)
+  ):
+    raise ValueError(
+        f'model.rope_grid={grid} must be the (rows, columns) of patches that rotary embeddings '
+        "span (EVA-02's pretraining grid, e.g. (16, 16)), with model.rope=True; or unset"
+    )
+  style = model['rope_style']
+  if style not in STYLES or (style != 'eva02' and not model['rope']):
+    raise ValueError(
+        f'model.rope_style={style!r} must be one of {", ".join(STYLES)}, with '
+        'model.rope=True for any but eva02 (the default)'
+    )
+  if style == 'dinov3' and grid is not None:
+    raise ValueError(
+        f"model.rope_grid={grid} rescales positions, which model.rope_style='dinov3' normalises to "
+        '[-1, 1] at any grid: unset model.rope_grid'
+    )
+  if style == 'rope_mixed' and grid is not None:
+    raise ValueError(
+        f"model.rope_grid={grid} rescales positions, which model.rope_style='rope_mixed' counts "
+        "at any grid (its learned frequencies' scale): unset model.rope_grid"
     )
 
 

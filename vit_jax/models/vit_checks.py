@@ -33,6 +33,7 @@ def check(model: dict[str, Any]) -> None:
   _check_fields(model)
   lora.check(model)
   patch_dropout.check(model)
+  rope.check(model)
   if model['block'] == 'axial':
     _check_axial(model)
   if model['hidden_size'] % model['num_heads']:
@@ -194,32 +195,6 @@ def _check_fields(model: dict[str, Any]) -> None:
     raise ValueError(
         f"model.layernorm_epsilon={model['layernorm_epsilon']} must be in (0, 1), e.g. 1e-6 "
         "(the original checkpoints' and timm's) or 1e-12 (Hugging Face's ViT)"
-    )
-  if model['rope']:
-    rope.check_head_dim(model['hidden_size'] // model['num_heads'])
-  grid = model['rope_grid']
-  if grid is not None and not (
-      model['rope'] and len(grid) == 2 and all(isinstance(n, int) and n > 0 for n in grid)
-  ):
-    raise ValueError(
-        f'model.rope_grid={grid} must be the (rows, columns) of patches that rotary embeddings '
-        "span (EVA-02's pretraining grid, e.g. (16, 16)), with model.rope=True; or unset"
-    )
-  style = model['rope_style']
-  if style not in rope.STYLES or (style != 'eva02' and not model['rope']):
-    raise ValueError(
-        f'model.rope_style={style!r} must be one of {", ".join(rope.STYLES)}, with '
-        'model.rope=True for any but eva02 (the default)'
-    )
-  if style == 'dinov3' and grid is not None:
-    raise ValueError(
-        f"model.rope_grid={grid} rescales positions, which model.rope_style='dinov3' normalises to "
-        '[-1, 1] at any grid: unset model.rope_grid'
-    )
-  if style == 'rope_mixed' and grid is not None:
-    raise ValueError(
-        f"model.rope_grid={grid} rescales positions, which model.rope_style='rope_mixed' counts "
-        "at any grid (its learned frequencies' scale): unset model.rope_grid"
     )
   if model['weight_init'] not in WEIGHT_INITS:
     raise ValueError(

@@ -79,6 +79,38 @@ def test_a_zipped_folder_reads_as_the_folder(tmp_path, method):
   )
 
 
+class _InfoZipName(zipfile.ZipInfo):
+  """A name as Info-ZIP's zip (Linux's, macOS's) writes it: its UTF-8 bytes, without the UTF-8 flag
+  that Python's zipfile sets (so zipfile reads them back as CP437)."""
+
+  def _encodeFilenameFlags(self):  # pylint: disable=invalid-name
+    return self.filename.encode('utf-8'), self.flag_bits
+
+
+def test_an_info_zip_archive_reads_as_unzip_extracts_it(tmp_path):
+  """Non-ASCII class names without the UTF-8 flag, './'-prefixed names, an upper-case .ZIP: the
+  classes, files and labels of the folder `unzip` extracts."""
+  root = tmp_path / 'pets'
+  names = ['train/cat/a.png', 'train/À/b.png', 'train/Û/c.png', 'train/é/d.png', 'test/À/e.png']
+  archive = tmp_path / 'PETS.ZIP'
+  with zipfile.ZipFile(archive, 'w') as zipped:
+    for k, name in enumerate(names):
+      (root / name).parent.mkdir(parents=True, exist_ok=True)
+      (root / name).write_bytes(helpers.encoded(np.full((4, 4, 3), k, np.uint8), 'PNG'))
+      zipped.writestr(_InfoZipName(f'./pets/{name}'), (root / name).read_bytes())
+  assert not any(i.flag_bits & 0x800 for i in zipfile.ZipFile(archive).infolist())
+  unzipped = folder.FolderSource(str(root), 'train')
+  zipped = folder.FolderSource(f'{archive}/pets', 'train')
+  assert zipped.class_names == unzipped.class_names == ('cat', 'À', 'Û', 'é')
+  for split in ('train', 'test'):
+    (files, labels), (theirs, their_labels) = zipped.split_files(split), unzipped.split_files(split)
+    assert [os.path.relpath(f, f'{archive}/pets') for f in files] == [
+        os.path.relpath(f, root) for f in theirs
+    ]
+    np.testing.assert_array_equal(labels, their_labels)
+  assert folder.read_file(files[0]) == (root / 'test/À/e.png').read_bytes()
+
+
 def test_an_archive_of_a_folder_in_a_folder_names_the_data_dir_to_set(tmp_path):
   _, archive = _folder_and_its_zip(tmp_path, zipfile.ZIP_DEFLATED)
   error = helpers.data_error(archive, dataset='folder')

@@ -85,13 +85,16 @@ def _is_file(path: str) -> bool:
 def in_archive(path: str) -> tuple[str, str] | None:
   """(zip archive, the path in it) where `path` goes through a zip archive ('pets.zip/train/cat':
   'train/cat'; '' for the archive itself); None elsewhere."""
-  if path.endswith(hf_data_files.ARCHIVE):
+  # In any case, as image extensions ('PETS.ZIP'): the path's own spelling is kept.
+  lowered, suffix = path.lower(), hf_data_files.ARCHIVE
+  if lowered.endswith(suffix):
     archive, inside = path, ''
   else:
-    before, found, inside = path.partition(hf_data_files.ARCHIVE + '/')
-    if not found:
+    end = lowered.find(suffix + '/')
+    if end < 0:
       return None
-    archive, inside = before + hf_data_files.ARCHIVE, inside.strip('/')
+    end += len(suffix)
+    archive, inside = path[:end], path[end:].strip('/')
   return (archive, inside) if _is_file(archive) else None
 
 
@@ -108,6 +111,22 @@ def _walk_order(name: str) -> list[tuple[int, str]]:
   return [(1, folder) for folder in folders] + [(0, file)]
 
 
+def _name(info: zipfile.ZipInfo) -> str:
+  """A file's name as `unzip` extracts it: zipfile decodes a name without the UTF-8 flag (bit 11) as
+  CP437, and Info-ZIP's zip (Linux's, macOS's) writes UTF-8 names without it: where those bytes are
+  UTF-8, so is the name. A leading './' (bsdtar's, a script's `zip -r x.zip ./train`) is no folder.
+  """
+  name = info.filename
+  if not info.flag_bits & 0x800:
+    try:
+      name = name.encode('cp437').decode('utf-8')
+    except (UnicodeEncodeError, UnicodeDecodeError):
+      pass
+  while name.startswith('./'):
+    name = name[2:]
+  return name
+
+
 def _files(archive: str) -> dict[str, zipfile.ZipInfo]:
   """The files of `archive`, by name, in its order, as zipfile lists its central directory; a
   one-line ValueError where it is not a zip archive vit_jax reads."""
@@ -116,7 +135,7 @@ def _files(archive: str) -> dict[str, zipfile.ZipInfo]:
       infos = zipfile.ZipFile(f).infolist()
   except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError) as e:
     raise hf_data_files.unreadable(archive, e, 'zip archive', 'download it again') from None
-  files = {i.filename: i for i in infos if not i.is_dir()}
+  files = {_name(i): i for i in infos if not i.is_dir()}
   for name, info in files.items():
     if info.flag_bits & 0x1:
       raise ValueError(
@@ -177,7 +196,10 @@ def _write_index(archive: str, directory: str) -> None:
   entries['name_end'] = np.cumsum([len(e) for e in encoded])
   entries['header_offset'] = [i.header_offset for i in infos]
   entries['header_bytes'] = [
-      _LOCAL_HEADER.size + len(i.orig_filename.encode()) + len(i.extra) for i in infos
+      _LOCAL_HEADER.size
+      + len(i.orig_filename.encode('utf-8' if i.flag_bits & 0x800 else 'cp437'))
+      + len(i.extra)
+      for i in infos
   ]
   entries['stored_size'] = [i.compress_size for i in infos]
   entries['file_size'] = [i.file_size for i in infos]
@@ -201,7 +223,8 @@ class _Index(NamedTuple):
 
 @functools.cache  # Once a process: the index made once a machine, mapped by each process.
 def _index(archive: str) -> _Index:
-  path = dataset_cache.cache_path((archive,), 'zip index', '.zipindex')
+  # Versioned: an index of an earlier vit_jax's names (CP437's, './' kept) is not this one's.
+  path = dataset_cache.cache_path((archive,), ('zip index', 2), '.zipindex')
   dataset_cache.made_once(
       path, 0, f'Indexing zip archive {archive}', lambda d: _write_index(archive, d)
   )

@@ -592,6 +592,22 @@ def test_folder_info(image_folder):
   assert data.num_examples(make_config(root, dataset='folder'), 'train') == info.num_train
 
 
+def test_a_symbolic_link_that_loops_back_is_a_one_line_error(tmp_path):
+  for split in ('train', 'test'):
+    (tmp_path / split / 'a').mkdir(parents=True)
+    Image.new('RGB', (8, 8)).save(tmp_path / split / 'a' / '0.png')
+  (tmp_path / 'train' / 'a' / 'loop').symlink_to('..')  # A folder in its own sub-folder: no end.
+  assert helpers.data_error(str(tmp_path), dataset='folder') == (
+      f"Image folder {tmp_path / 'train/a/loop'} is a symbolic link to {tmp_path / 'train'}, "
+      'which holds it: its images would be listed without end; remove the link'
+  )
+  # A folder listed twice by links that do not loop is read twice, as torchvision's ImageFolder.
+  (tmp_path / 'train' / 'a' / 'loop').unlink()
+  (tmp_path / 'train' / 'a' / 'again').symlink_to(tmp_path / 'test' / 'a')
+  files, _ = folder.FolderSource(str(tmp_path), 'train').split_files('train')
+  assert [os.path.relpath(f, tmp_path) for f in files] == ['train/a/0.png', 'train/a/again/0.png']
+
+
 def test_a_folder_is_listed_once_per_split_however_often_it_is_read(tmp_path, monkeypatch):
   for split in ('train', 'test'):
     for name in ('a', 'b'):

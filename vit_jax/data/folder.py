@@ -70,6 +70,8 @@ def _listing(path: str) -> tuple[list[str], list[str]]:
         f'Image folder {path} holds a name that is not UTF-8: {e.object!r}; rename it '
         '(e.g. `convmv -f latin1 -t utf8 --notest -r ROOT`)'
     ) from None
+  except OSError as e:  # A folder this user may not read, a broken mount.
+    raise ValueError(f'Image folder {path} cannot be listed: {e.strerror or e}') from None
   for name, is_dir in entries:
     if name.startswith('.'):
       continue
@@ -101,9 +103,21 @@ def _sub_folders(path: str) -> list[str]:
 def _image_files(path: str) -> list[str]:
   """The images under `path` at any depth, relative to it: its own (sorted), then each sub-folder's."""
   folders, images = _listing(path)
+  local = not paths.is_url(path) and not zip_members.in_archive(path)
   for sub in folders:
-    images += [os.path.join(sub, name) for name in _image_files(os.path.join(path, sub))]
+    sub_path = os.path.join(path, sub)
+    # A symbolic link to a folder that holds this one (itself included) would be listed without end.
+    if local and _holds(os.path.realpath(sub_path), os.path.realpath(path)):
+      raise ValueError(
+          f'Image folder {sub_path} is a symbolic link to {os.path.realpath(sub_path)}, which '
+          'holds it: its images would be listed without end; remove the link'
+      )
+    images += [os.path.join(sub, name) for name in _image_files(sub_path)]
   return images
+
+
+def _holds(folder: str, path: str) -> bool:
+  return os.path.commonpath([folder, path]) == folder
 
 
 def _is_dir(path: str) -> bool:

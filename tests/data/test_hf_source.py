@@ -222,6 +222,26 @@ def test_labels_without_a_class_label_are_numbers_or_the_train_strings(tmp_path,
   np.testing.assert_array_equal(source.split_labels('test'), expected)
 
 
+@pytest.mark.parametrize('encoding', ['dictionary', 'string_view'])
+def test_string_labels_stored_otherwise_are_the_strings_datasets_reads(tmp_path, encoding):
+  """A label column of pandas' Categorical (dictionary-encoded strings) or Arrow's string_view, which
+  `datasets` reads as strings."""
+  import pyarrow as pa  # pylint: disable=g-import-not-at-top
+  import pyarrow.parquet as pq  # pylint: disable=g-import-not-at-top
+
+  for split, (n, seed) in {'train': (8, 0), 'test': (4, 1)}.items():
+    table = _dataset(n, seed, 'kind', datasets.Value('string')).flatten_indices().data.table
+    kind = table.column('kind')
+    stored = kind.dictionary_encode() if encoding == 'dictionary' else kind.cast(pa.string_view())
+    table = table.set_column(table.schema.get_field_index('kind'), 'kind', stored)
+    (tmp_path / 'data').mkdir(exist_ok=True)
+    pq.write_table(table.replace_schema_metadata(None), tmp_path / f'data/{split}.parquet')
+  source = hf_source.HuggingFaceSource(str(tmp_path), 'train', 'kind')
+  assert source.class_names == tuple(NAMES)
+  theirs = datasets.load_dataset(str(tmp_path))['test']['kind']
+  np.testing.assert_array_equal(source.split_labels('test'), [NAMES.index(x) for x in theirs])
+
+
 def test_the_digits_as_a_hugging_face_dataset_train_and_evaluate_as_the_digits(tmp_path):
   """The bundled digits written by datasets (greyscale PNGs, in the split's order): the same train
   and eval batches as `dataset='digits'`, and the same labels for few-shot."""

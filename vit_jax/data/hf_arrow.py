@@ -21,6 +21,16 @@ from vit_jax.data import images
 from vit_jax.data import label_sets
 
 
+def _decoded_type(arrow_type):
+  """The type of a column's values as `datasets` returns them: a dictionary-encoded column's (pandas'
+  Categorical) its values', a string_view column's strings."""
+  import pyarrow as pa  # pylint: disable=g-import-not-at-top
+
+  if pa.types.is_dictionary(arrow_type):
+    arrow_type = arrow_type.value_type
+  return pa.string() if pa.types.is_string_view(arrow_type) else arrow_type
+
+
 def _column_kind(feature: Any, arrow_type) -> str:
   """'image', a label kind (hf_features.LABEL_KINDS), a list of labels ('class_label_set',
   'integer_set', 'string_set'), or '' for a column no run reads."""
@@ -29,6 +39,7 @@ def _column_kind(feature: Any, arrow_type) -> str:
   if hf_features.is_list(arrow_type):
     kind = _column_kind(hf_features.element_feature(feature), arrow_type.value_type)
     return kind + hf_features.SET if kind in hf_features.LABEL_KINDS else ''
+  arrow_type = _decoded_type(arrow_type)
   kind = feature.get('_type') if isinstance(feature, dict) else None
   if kind == 'Image':
     return 'image'
@@ -192,6 +203,7 @@ class Rows:
     if missing:
       raise hf_features.unlabelled(self._layout.root, split, missing, self._label)
     column = pa.chunked_array([chunk for part in values for chunk in part.chunks], values[0].type)
+    column = column.cast(_decoded_type(column.type))
     if hf_features.is_list(column.type):
       return label_sets.from_lengths(
           pc.list_value_length(column).to_numpy(), pc.list_flatten(column).to_numpy()

@@ -44,8 +44,9 @@ BASES = {
 }
 
 
-# transformers' models, tiny: (their classifier class, a model of their files' kind, the run's
-# model.classifier: the class's pooling).
+# transformers' models, tiny: (their classifier class, a model of their files' kind, the run's model
+# fields the class's logits need: its pooling, model.classifier, and any other the checkpoint's
+# fields are not).
 _SIZES = dict(
     hidden_size=32, num_hidden_layers=2, num_attention_heads=2, image_size=8, patch_size=4
 )
@@ -53,32 +54,32 @@ TRANSFORMERS_BASES = {
     'vit': (
         transformers.ViTForImageClassification,
         lambda: transformers.ViTModel(transformers.ViTConfig(**_SIZES, intermediate_size=48)),
-        'token',
+        {'classifier': 'token'},
     ),
     # The class token beside the patches' mean, which its Dinov2Model does not pool.
     'dinov2': (
         transformers.Dinov2ForImageClassification,
         lambda: transformers.Dinov2Model(transformers.Dinov2Config(**_SIZES, mlp_ratio=2)),
-        'token_gap',
+        {'classifier': 'token_gap'},
     ),
     'dinov2_with_registers': (
         transformers.Dinov2WithRegistersForImageClassification,
         lambda: transformers.Dinov2WithRegistersModel(
             transformers.Dinov2WithRegistersConfig(**_SIZES, mlp_ratio=2, num_register_tokens=2)
         ),
-        'token_gap',
+        {'classifier': 'token_gap'},
     ),
     # A distillation token beside the class token: the mean of their two classifiers.
     'deit': (
         transformers.DeiTForImageClassificationWithTeacher,
         lambda: transformers.DeiTModel(transformers.DeiTConfig(**_SIZES, intermediate_size=48)),
-        'token',
+        {'classifier': 'token'},
     ),
     # The patches' mean, LayerNormed by its pooler (our fc_norm); no key bias; layer scale.
     'beit': (
         transformers.BeitForImageClassification,
         lambda: transformers.BeitModel(transformers.BeitConfig(**_SIZES, intermediate_size=48)),
-        'gap',
+        {'classifier': 'gap'},
     ),
     # A BEiT without use_mean_pooling: its class token, after the final LayerNorm.
     'beit_class_token': (
@@ -86,13 +87,13 @@ TRANSFORMERS_BASES = {
         lambda: transformers.BeitModel(
             transformers.BeitConfig(**_SIZES, intermediate_size=48, use_mean_pooling=False)
         ),
-        'token',
+        {'classifier': 'token'},
     ),
     # No class token: every token's mean.
     'ijepa': (
         transformers.IJepaForImageClassification,
         lambda: transformers.IJepaModel(transformers.IJepaConfig(**_SIZES, intermediate_size=48)),
-        'gap',
+        {'classifier': 'gap'},
     ),
     # A whole SigLIP (the hub's google/siglip-*), whose image tower the class reads.
     'siglip': (
@@ -103,7 +104,19 @@ TRANSFORMERS_BASES = {
                 text_config=dict(_SIZES, intermediate_size=48, vocab_size=64),
             )
         ),
-        'gap',
+        {'classifier': 'gap'},
+    ),
+    # A whole CLIP (the hub's openai/clip-*; its tower alone loads no class): the patches' mean of
+    # the blocks' output, with no final LayerNorm (its post_layernorm, the class token's, unread).
+    'clip': (
+        transformers.CLIPForImageClassification,
+        lambda: transformers.CLIPModel(
+            transformers.CLIPConfig(
+                vision_config=dict(**_SIZES, intermediate_size=48),
+                text_config=dict(_SIZES, intermediate_size=48, vocab_size=64),
+            )
+        ),
+        {'classifier': 'gap', 'final_norm': False},
     ),
 }
 
@@ -212,12 +225,11 @@ def test_peft_loads_an_mae_runs_encoder_adapters_over_timms_encoder_it_started_f
 def test_transformers_loads_a_runs_adapters_over_the_transformers_checkpoint_it_started_from(
     tmp_path, data_dir, model_type
 ):
-  classifier_class, base_model, pooling = TRANSFORMERS_BASES[model_type]
+  classifier_class, base_model, fields = TRANSFORMERS_BASES[model_type]
+  overrides = {f'model.{name}': value for name, value in fields.items()}
   randomize(base_model()).save_pretrained(tmp_path / 'base')
   init_from = str(tmp_path / 'base')
-  description, out = _exported_run(
-      tmp_path, 'run', data_dir, init_from, 8, ALL, **{'model.classifier': pooling}
-  )
+  description, out = _exported_run(tmp_path, 'run', data_dir, init_from, 8, ALL, **overrides)
   assert description['peft'] == (
       f'peft/adapter_model.safetensors, peft/adapter_config.json over {init_from}'
   )
@@ -244,24 +256,28 @@ def test_transformers_loads_a_runs_adapters_over_the_transformers_checkpoint_it_
         p.zero_()
   assert np.abs(torch_outputs(model, inputs).logits.numpy() - expected).max() > 0.1
   # config.init_from reads them back over the base: the run's model.
-  again = prepared_from_checkpoint(
-      tmp_path / 'again', str(out / 'peft'), 8, **{'model.classifier': pooling}
-  )
+  again = prepared_from_checkpoint(tmp_path / 'again', str(out / 'peft'), 8, **overrides)
   ours = again.model.apply({'params': again.init_params}, inputs)
   np.testing.assert_allclose(np.asarray(ours), expected, atol=1e-4)
 
-  # Another pooling than the class's classifier: one line, and the merged export. (DeiT's distilled
-  # model pools its class token alone.)
+  # Another pooling than the class's classifier, the other fields the checkpoint's (CLIP's final
+  # LayerNorm): one line naming every flag to set, and the merged export. (DeiT's distilled model
+  # pools its class token alone.)
   if model_type == 'deit':
     return
+  pooling = fields['classifier']
   other = {'token': 'gap', 'token_gap': 'token', 'gap': 'map'}[pooling]
   description, _ = _exported_run(
       tmp_path, 'other', data_dir, init_from, 8, ('query',), **{'model.classifier': other}
   )
+  rest = {name: value for name, value in fields.items() if name != 'classifier'}  # Booleans.
+  runs = ''.join(f', model.{name}={not value!r}' for name, value in rest.items())
+  flags = ''.join(f' --config.model.{name}={value}' for name, value in rest.items())
   assert description['peft'] == (
       f"not written: transformers' {classifier_class.__name__} computes its logits otherwise than "
-      f'the run (model.classifier={other!r}): train with --config.model.classifier={pooling} (and '
-      'no model.representation_size) for peft adapters of it, or use the merged timm/ export'
+      f'the run (model.classifier={other!r}{runs}): train with --config.model.classifier={pooling}'
+      f'{flags} (and no model.representation_size) for peft adapters of it, or use the merged '
+      'timm/ export'
   )
 
 
@@ -329,10 +345,10 @@ def test_what_peft_cannot_hold_over_a_transformers_checkpoint_is_one_line(tmp_pa
           'another model_type',
           head,
           run.model_config,
-          dataclasses.replace(base, config={**base.config, 'model_type': 'clip'}),
+          dataclasses.replace(base, config={**base.config, 'model_type': 'clip_vision_model'}),
           "peft's adapters over {path} name the modules of transformers' *ForImageClassification "
-          "of its model_type, 'clip': vit_jax writes those of vit, deit, beit, ijepa, dinov2, "
-          'dinov2_with_registers, siglip (the merged timm/ export holds the run)',
+          "of its model_type, 'clip_vision_model': vit_jax writes those of vit, deit, beit, ijepa, "
+          'dinov2, dinov2_with_registers, siglip, clip (the merged timm/ export holds the run)',
       ),
       (
           'a trained LayerNorm',
@@ -359,6 +375,15 @@ def test_what_peft_cannot_hold_over_a_transformers_checkpoint_is_one_line(tmp_pa
           base,
           "transformers' ViTForImageClassification computes its logits otherwise than the run "
           '(model.distilled=True): train with --config.model.distilled=False (and no '
+          'model.representation_size) for peft adapters of it, or use the merged timm/ export',
+      ),
+      (
+          'no final LayerNorm',
+          head,
+          {**run.model_config, 'final_norm': False},
+          base,
+          "transformers' ViTForImageClassification computes its logits otherwise than the run "
+          '(model.final_norm=False): train with --config.model.final_norm=True (and no '
           'model.representation_size) for peft adapters of it, or use the merged timm/ export',
       ),
   ):

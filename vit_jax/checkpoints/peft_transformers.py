@@ -1,7 +1,7 @@
 """The modules of a Hugging Face transformers checkpoint that a run's peft adapters over it name
 (peft_export.py's other kind of base): those of the classifier class of its model_type (`CLASSES`:
-ViT's, DeiT's, BEiT's, I-JEPA's, DINOv2's, SigLIP's), whose classifiers hold the heads the run
-trained (peft's `modules_to_save`), as transformers 5 names them.
+ViT's, DeiT's, BEiT's, I-JEPA's, DINOv2's, SigLIP's, CLIP's), whose classifiers hold the heads the
+run trained (peft's `modules_to_save`), as transformers 5 names them.
 
 Which of the base's tensors each of our parameters is read from is found by reading, as init_from
 does (transformers_layout.py), a state dict of the base's names whose every tensor holds its own
@@ -19,7 +19,7 @@ import numpy as np
 from flax import traverse_util
 
 from vit_jax.checkpoints import transformers_layout
-from vit_jax.models import lora
+from vit_jax.models import lora, vit
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,19 +30,29 @@ class Classifier:
   # The module that holds the base model, prefixing its modules' names (where the files do not).
   prefix: str
   # The model fields of the run whose logits the class computes: the pooling its classifier reads
-  # (model.classifier) and where the final LayerNorm is (model.fc_norm), a distillation token.
+  # (model.classifier), where the final LayerNorm is (model.fc_norm) or that there is none
+  # (model.final_norm), a distillation token.
   fields: Mapping[str, Any]
   heads: Mapping[str, str] = dataclasses.field(default_factory=lambda: {'head': 'classifier'})
 
 
-def _fields(classifier: str, fc_norm: bool = False, distilled: bool = False) -> dict[str, Any]:
-  return {'classifier': classifier, 'fc_norm': fc_norm, 'distilled': distilled}
+def _fields(
+    classifier: str, fc_norm: bool = False, distilled: bool = False, final_norm: bool = True
+) -> dict[str, Any]:
+  return {
+      'classifier': classifier,
+      'fc_norm': fc_norm,
+      'distilled': distilled,
+      'final_norm': final_norm,
+  }
 
 
 # model_type -> its classifier class: ViT's reads the class token, DINOv2's it beside the patches'
-# mean, SigLIP's and I-JEPA's every token's mean, BEiT's the patches' mean LayerNormed (its pooler, our
-# fc_norm; a file without use_mean_pooling its class token: `classifier`), DeiT's the mean of its
-# class token's and distillation token's classifiers (the hub's facebook/deit-*-distilled-*'s class).
+# mean, SigLIP's and I-JEPA's every token's mean, BEiT's the patches' mean LayerNormed (its pooler,
+# our fc_norm; a file without use_mean_pooling its class token: `classifier`), DeiT's the mean of
+# its class token's and distillation token's classifiers (the hub's facebook/deit-*-distilled-*'s
+# class), CLIP's the patches' mean of the blocks' output, which its `post_layernorm` (the class
+# token's alone, for its CLIPVisionModel's pooler_output) never normalises: no final LayerNorm.
 CLASSES = {
     'vit': Classifier('ViTForImageClassification', 'vit.', _fields('token')),
     'deit': Classifier(
@@ -59,10 +69,15 @@ CLASSES = {
     ),
     # A whole SigLIP's (its vision tower alone loads no class).
     'siglip': Classifier('SiglipForImageClassification', 'vision_model.', _fields('gap')),
+    # A whole CLIP's too (its CLIPVisionModel's config.json builds a default CLIP, not its own).
+    'clip': Classifier(
+        'CLIPForImageClassification', 'vision_model.', _fields('gap', final_norm=False)
+    ),
 }
 # transformers 5's renames of the modules its files name, in the order it applies them (its
-# conversion_mapping.py: ViTModel's, Dinov2Model's and Dinov2WithRegistersModel's), as (the files'
-# dotted names, the model's).
+# conversion_mapping.py: ViTModel's, Dinov2Model's and Dinov2WithRegistersModel's; SigLIP's and
+# CLIP's towers only drop the `vision_model.` that transformers 4's files of a tower alone prefix),
+# as (the files' dotted names, the model's).
 _VIT_ATTENTION = (
     ('attention.attention.query', 'attention.q_proj'),
     ('attention.attention.key', 'attention.k_proj'),
@@ -120,6 +135,15 @@ def classifier_class(config: Mapping[str, Any], path: str) -> Classifier:
   return CLASSES[model_type]
 
 
+# The model's own value of a field the run's config leaves unset.
+_MODEL_DEFAULTS = {f.name: f.default for f in dataclasses.fields(vit.VisionTransformer)}
+
+
+def _field(model_config: Mapping[str, Any], name: str) -> Any:
+  value = model_config.get(name)
+  return _MODEL_DEFAULTS[name] if value is None else value
+
+
 def sources(shapes: Mapping[str, tuple[int, ...]], config: Mapping[str, Any], path: str) -> dict:
   """Our '/'-joined parameter -> the name of the tensor of the transformers checkpoint at `path` (of
   tensor `shapes` and config.json `config`) that init_from reads it from, for those read from one.
@@ -150,10 +174,11 @@ def naming(
   part 0), a module of its files -> its name in the classifier class, the tensors peft saves whole
   by those names: the trained heads). One-line ValueErrors for what peft cannot hold there."""
   cls = classifier_class(config, path)
-  wrong = [f for f, v in cls.fields.items() if model_config.get(f, False) != v]
+  run = {f: _field(model_config, f) for f in cls.fields}
+  wrong = [f for f, v in cls.fields.items() if run[f] != v]
   pre_logits = any(p.startswith('pre_logits/') for p in flat)
   if wrong or pre_logits:
-    runs = [f'model.{f}={model_config.get(f)!r}' for f in wrong]
+    runs = [f'model.{f}={run[f]!r}' for f in wrong]
     raise ValueError(
         f"transformers' {cls.name} computes its logits otherwise than the run ("
         + ', '.join(runs + ['a pre-logits layer'] * pre_logits)

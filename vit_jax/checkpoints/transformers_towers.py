@@ -11,7 +11,10 @@ every family): `SiglipVisionModel`, `Siglip2VisionModel` and `CLIPVisionModel`, 
 - CLIP's: a LayerNorm `pre_layrnorm` (sic) before the blocks and no patch bias: our model.pre_norm.
   transformers applies `post_layernorm` to the class token alone: a LayerNorm acts per token, so ours
   over every token, then the class token's, is the same. CLIPVisionModelWithProjection's
-  `visual_projection` is a leftover (a one-line error).
+  `visual_projection` is a leftover (a one-line error). transformers' CLIPForImageClassification
+  (a whole CLIP's) pools the patches' mean of the blocks' output, never normalised: beside its
+  `classifier` (our head; peft's adapters over a whole CLIP save it beside the base), our GAP with
+  no final LayerNorm (model.final_norm=False), `post_layernorm` dropped as its tower's unread.
 """
 
 from typing import Any, Mapping
@@ -94,21 +97,29 @@ def _siglip_fields(state_dict: StateDict, config: Mapping[str, Any], path: str) 
 
 def _clip_tree(r: torch_names.Reader, state_dict: StateDict, num_heads: int, source: str):
   del source
-  return {
+  tree = {
       **parts.patches(r, 'embeddings.patch_embedding'),
       'cls': r.take('embeddings.class_embedding').reshape(1, 1, -1),
       parts.POSEMB: _tower_posemb(r),
       **r.norm('pre_layrnorm', 'Transformer/pre_norm'),
       **_TOWER_BLOCKS.tree(r, state_dict, num_heads),
-      **r.norm('post_layernorm', torch_names.ENCODER_NORM),
   }
+  # Taken either way: a CLIPForImageClassification's tower keeps it, unread.
+  post_norm = r.norm('post_layernorm', torch_names.ENCODER_NORM)
+  if r.has('classifier.weight'):
+    tree.update(parts.dense(r, 'classifier', 'head'))
+  else:
+    tree.update(post_norm)
+  return tree
 
 
 def _clip_fields(state_dict: StateDict, config: Mapping[str, Any], path: str) -> dict[str, Any]:
   del config, path
+  classifies = 'classifier.weight' in state_dict
   return {
       **parts.sizes(state_dict, 'embeddings.patch_embedding', _TOWER_BLOCKS),
-      'classifier': 'token',
+      'classifier': 'gap' if classifies else 'token',
+      'final_norm': not classifies,
       'class_token': True,
       'pre_norm': True,
       'num_registers': 0,

@@ -26,6 +26,8 @@ from vit_jax.data import resizing
 IMAGE_EXTENSIONS = (
     '.jpg',
     '.jpeg',
+    '.jfif',  # JPEGs as browsers and Windows save some.
+    '.jpe',
     '.png',
     '.bmp',
     '.gif',
@@ -37,6 +39,7 @@ IMAGE_EXTENSIONS = (
     '.pbm',
     '.pnm',
     '.jp2',
+    '.avif',
 )
 # What a file checked out without `git lfs pull` holds instead of the image.
 LFS_POINTER = b'version https://git-lfs'

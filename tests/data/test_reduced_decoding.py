@@ -4,6 +4,7 @@ be the full-size pixels to the bit; a gap must draw the same crops, keep images 
 pixels nearer the full-size ones than another resampling filter would, on real photographs."""
 
 import importlib.resources
+import io
 
 import numpy as np
 from PIL import Image
@@ -71,6 +72,21 @@ def test_a_jpeg_is_decoded_at_the_smallest_scale_that_leaves_the_gap(gap, scale,
   got = images.crop_and_resize(encoded, whole, True, gap)
   assert got.shape == (100, 100, 3)
   assert jpeg_draft_scales == ([] if scale is None else [scale])
+
+
+def test_a_jpeg_that_holds_more_images_is_reduced_as_its_first(jpeg_draft_scales):
+  """An MPO file (a camera's JPEG with a depth map or a stereo pair after it) decodes reduced, as
+  PIL's thumbnail decodes it."""
+  first, second = (Image.fromarray(np.full((1200, 1600, 3), v, np.uint8)) for v in (40, 200))
+  mpo = io.BytesIO()
+  first.save(mpo, format='MPO', save_all=True, append_images=[second])
+  with Image.open(mpo) as opened:
+    assert opened.format == 'MPO'
+  whole = lambda height, width: ((0, 0, height, width), (100, 100))
+  got = images.crop_and_resize(images.Encoded(mpo.getvalue()), whole, True, 3)
+  assert jpeg_draft_scales == [4]
+  want = images.crop_and_resize(images.Encoded(helpers.encoded(np.asarray(first))), whole, True, 3)
+  np.testing.assert_array_equal(got, want)
 
 
 def test_the_crop_box_picks_the_scale(jpeg_draft_scales):

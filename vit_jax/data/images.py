@@ -47,7 +47,9 @@ LFS_POINTER = b'version https://git-lfs'
 
 # EXIF orientations that turn an image a quarter: its upright height is its stored width.
 _QUARTER_TURNS = (5, 6, 7, 8)
-# libjpeg's DCT scalings that PIL's JPEG `draft` decodes at: 1/8, 1/4, 1/2 of each side.
+# libjpeg's DCT scalings that PIL's JPEG `draft` decodes at: 1/8, 1/4, 1/2 of each side; of JPEGs and
+# of MPO files (a JPEG that holds more images after it: cameras' depth maps, stereo pairs).
+_JPEG_FORMATS = ('JPEG', 'MPO')
 _JPEG_SCALES = (8, 4, 2)
 
 # (top, left, height, width) of a crop, in pixels of the upright image.
@@ -180,7 +182,7 @@ def _reduced(
   (at its full size unless it is a JPEG), and the box in those pixels."""
   with _read_by_pil():
     image = _opened(encoded.data)
-  if image.format != 'JPEG':
+  if image.format not in _JPEG_FORMATS:
     decoded = decode(encoded.data, encoded.exif_orientation)
     return decoded, *geometry(*decoded.shape[:2])
   with _read_by_pil():

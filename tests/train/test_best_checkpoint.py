@@ -11,7 +11,7 @@ import pytest
 
 import helpers
 from vit_jax.checkpoints import run_dir, saved_state
-from vit_jax.tools import export
+from vit_jax.tools import confusion, export
 from vit_jax.train import best_checkpoint, loop, param_groups, setup as train_setup
 
 # Evaluations every 2 steps, a checkpoint of each (none removed), so that any best has a checkpoint.
@@ -83,6 +83,13 @@ def test_the_best_evaluation_is_kept_measured_again_and_kept_across_a_resume(
     assert evaluator(params)['loss'] == pytest.approx(losses[step], rel=1e-5)
   finally:
     evaluator.close()
+  # The confusion tool's --step=best reads best/<step>, also once keep_checkpoints has removed
+  # checkpoints/<step>.
+  shutil.rmtree(os.path.join(workdir, 'checkpoints', str(step)))
+  predictions, found, _ = confusion.predict_split(workdir, 'best', None)
+  top1 = np.mean(predictions.probabilities.argmax(-1) == predictions.labels)
+  assert found == step
+  assert top1 == pytest.approx(helpers.read_scalars(workdir)['eval_top1'][step], abs=1e-6)
 
 
 def test_a_loss_is_minimised_by_default_and_a_polyak_metric_keeps_the_average(tmp_path, data_dir):

@@ -69,12 +69,13 @@ def predict_split(
   from vit_jax.data import sources  # pylint: disable=g-import-not-at-top
   from vit_jax.tools import classifiers  # pylint: disable=g-import-not-at-top
 
-  _, step = saved_state.find_checkpoint(workdir, step)
+  _, step_number = saved_state.find_checkpoint(workdir, step)  # Fails here on a bad step.
   config, _ = run_dir.load_run_info(workdir)
   split = split or config.eval_split
   source = sources.checked_source(config)
   sources.check_split(source, split, '--split')
   records = source.examples(split)
+  # The step as asked: 'best' is best/<n>, not checkpoints/<n> (which may hold the Polyak average).
   classifier = classifiers.load_run(workdir, step, image_size, patch_size)
   config.image_size = classifier.image_size
   logits, labels, kept = classifiers.split_logits(config, split, classifier.logits_fn)
@@ -86,7 +87,7 @@ def predict_split(
       classifier.class_names,
       logits if classifiers.softmax_trained(classifier.loss) else None,
   )
-  return predictions, step, split
+  return predictions, step_number, split
 
 
 def confusion_matrix(predictions: Predictions) -> np.ndarray:

@@ -151,6 +151,13 @@ def test_predict_prints_the_classes_at_their_thresholds(label_set_run, tmp_path)
     assert names == expected_names
   with pytest.raises(ValueError, match=r'holds thresholds of 12 classes, not of this model.s 3'):
     label_set_report.read_thresholds(os.path.join(out, 'thresholds.csv'), ('a', 'b', 'c'))
+  # Above every probability: no class, said so.
+  (none,) = predict.predict(paths[:1], classifier, thresholds=np.full(12, np.inf))
+  assert predict.format_prediction(*none) == f'{paths[0]}\n  no class'
+  edited = tmp_path / 'edited.csv'
+  edited.write_text('class,threshold\n' + ''.join(f'{n},nan\n' for n in classifier.class_names))
+  with pytest.raises(ValueError, match=r'holds thresholds that are no probability \(.*: nan'):
+    label_set_report.read_thresholds(str(edited), classifier.class_names)
   with pytest.raises(
       ValueError, match=r'^--threshold picks a set of classes an image, .*softmax_xent'
   ):

@@ -199,6 +199,13 @@ def read_thresholds(path: str, class_names: tuple[str, ...]) -> np.ndarray:
         + (f' (none for {", ".join(missing)})' if missing else '')
         + ': write it from a run of these classes'
     )
+  # inf: a class no example had (f1_thresholds), never predicted.
+  bad = [f'{name}: {t}' for name, t in by_class.items() if not (0 <= t <= 1 or t == np.inf)]
+  if bad:
+    raise ValueError(
+        f'{path} holds thresholds that are no probability ({", ".join(bad[:3])}): each must be in '
+        '[0, 1] (or inf: never)'
+    )
   return np.array([by_class[name] for name in class_names])
 
 

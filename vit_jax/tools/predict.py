@@ -125,7 +125,9 @@ def predict(
 
 
 def format_prediction(path: str, top: list[tuple[str, float]]) -> str:
-  return '\n'.join([path, *(f'  {prob:.4f}  {label}' for label, prob in top)] or ['  no class'])
+  """The image's path, then a line of each (label, probability), or `no class` where none is over
+  its threshold."""
+  return '\n'.join([path, *([f'  {prob:.4f}  {label}' for label, prob in top] or ['  no class'])])
 
 
 def _define_flags() -> None:

@@ -100,11 +100,15 @@ def test_the_temperature_decides_between_one_close_neighbour_and_two_farther_one
   labels = np.array([[0, 1, 1]])
   # exp(0.9 / T) against exp(0.5 / T) + exp(0.45 / T): the close one wins at 0.07, the two at 1.
   votes = knn.weighted_votes(similarities, labels, 3, 0.07)
-  np.testing.assert_allclose(
-      votes, [[np.exp(0.9 / 0.07), np.exp(0.5 / 0.07) + np.exp(0.45 / 0.07), 0]]
+  np.testing.assert_allclose(  # Relative to the closest's weight.
+      votes * np.exp(0.9 / 0.07),
+      [[np.exp(0.9 / 0.07), np.exp(0.5 / 0.07) + np.exp(0.45 / 0.07), 0]],
   )
   assert votes.argmax() == 0
   assert knn.weighted_votes(similarities, labels, 3, 1.0).argmax() == 1
+  # Near 0 the closest neighbour decides, where exp(similarity / T) overflows float64 (T < 1/709).
+  with np.errstate(over='raise'):
+    assert knn.weighted_votes(similarities, labels, 3, 1e-4).argmax() == 0
 
 
 def test_features_of_any_scale_are_normalised_and_k_beyond_the_train_set_is_an_error():

@@ -137,11 +137,15 @@ def _nearest(
 def weighted_votes(
     similarities: np.ndarray, neighbour_labels: np.ndarray, num_classes: int, temperature: float
 ) -> np.ndarray:
-  """[n, num_classes]: each class's sum of exp(similarity / temperature) over the neighbours of it."""
+  """[n, num_classes]: each class's sum of exp(similarity / temperature) over the neighbours of it,
+  each row divided by exp(its largest similarity / temperature) (the same argmax): a temperature
+  under 1/709 would overflow float64 otherwise."""
   chex.assert_equal_shape((similarities, neighbour_labels))
   votes = np.zeros((len(similarities), num_classes), np.float64)
   rows = np.broadcast_to(np.arange(len(similarities))[:, None], neighbour_labels.shape)
-  np.add.at(votes, (rows, neighbour_labels), np.exp(similarities.astype(np.float64) / temperature))
+  similarities = similarities.astype(np.float64)
+  largest = similarities.max(axis=1, keepdims=True) if similarities.size else 0.0
+  np.add.at(votes, (rows, neighbour_labels), np.exp((similarities - largest) / temperature))
   return votes
 
 

@@ -236,9 +236,10 @@ def test_in_the_loop_shots_a_class_cannot_fill_are_nan_and_the_run_goes_on(
         ('--knn=0,20', 'error: --knn=0,20 must be positive integers, e.g. --knn=10,20'),
         ('--knn=5000', 'error: k=5000 neighbours of 1437 train examples: use 1 <= k <= 1437'),
         (
-            '--temperature=0',
-            'error: --temperature=0.0 must be positive, e.g. --temperature=0.07',
+            '--temperature=inf',
+            'error: --temperature=inf must be positive and finite, e.g. --temperature=0.07',
         ),
+        ('--l2_reg=nan', 'error: --l2_reg=nan must be positive and finite, e.g. --l2_reg=4'),
         (
             '--patch_size=3',
             'error: image_size=8 is not a multiple of the patch size 3 (in input pixels): use a '

@@ -225,6 +225,10 @@ def test_command_line_exits_1_when_no_image_could_be_predicted(trained_tiny_run,
         (['--workdir=W', '--image_size=0', 'x.png'], '^error: flag --image_size=0: must be'),
         (['--workdir=W', '--top_k=none', 'x.png'], '^error: flag --top_k=none'),
         (['--workdir=W', '--temperature=0', 'x.png'], '^error: --temperature=0.0 must be positive'),
+        (
+            ['--workdir=W', '--temperature=inf', 'x.png'],
+            '^error: --temperature=inf must be positive',
+        ),
     ],
 )
 def test_command_line_bad_input_is_one_line(args, message):

@@ -21,6 +21,7 @@ if (
 
   startup.prepare_process()
 
+import math
 from typing import Any, Optional, Sequence
 
 from absl import flags, logging
@@ -151,10 +152,12 @@ def main(argv: list[str]) -> None:
   knn = None if args.knn is None else _parse_counts('knn', args.knn, '10,20')
   if args.seeds is not None and args.seeds < 1:
     cli.fail(f'--seeds={args.seeds} must be at least 1')
-  if args.l2_reg is not None and args.l2_reg <= 0:
-    cli.fail(f'--l2_reg={args.l2_reg} must be positive, e.g. --l2_reg=4')
-  if args.temperature is not None and not args.temperature > 0:
-    cli.fail(f'--temperature={args.temperature} must be positive, e.g. --temperature=0.07')
+  if args.l2_reg is not None and not 0 < args.l2_reg < math.inf:
+    cli.fail(f'--l2_reg={args.l2_reg} must be positive and finite, e.g. --l2_reg=4')
+  if args.temperature is not None and not 0 < args.temperature < math.inf:
+    cli.fail(
+        f'--temperature={args.temperature} must be positive and finite, e.g. --temperature=0.07'
+    )
   try:
     accuracies, used = evaluate_checkpoint(
         args.workdir,

@@ -24,6 +24,7 @@ if (
   startup.prepare_process()
 
 import itertools
+import math
 import sys
 from typing import Iterable, Iterator, Sequence
 
@@ -169,9 +170,10 @@ def main(argv: list[str]) -> None:
     )
   if args.top_k < 1:
     cli.fail(f'--top_k={args.top_k} must be at least 1')
-  if not args.temperature > 0:
+  if not 0 < args.temperature < math.inf:
     cli.fail(
-        f'--temperature={args.temperature} must be positive, e.g. 1.5 (1: the logits as they are)'
+        f'--temperature={args.temperature} must be positive and finite, e.g. 1.5 (1: the logits as '
+        'they are)'
     )
   if len(argv) < 2:
     cli.fail(f'no images given: use {_USAGE}')

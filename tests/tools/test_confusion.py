@@ -203,9 +203,10 @@ def test_the_command_prints_the_classes_and_writes_the_tables(trained_tiny_run, 
         ),
     ],
 )
-def test_bad_flags_are_one_line_errors(trained_tiny_run, args, message):
+def test_bad_flags_are_one_line_errors(trained_tiny_run, tmp_path, args, message):
+  out = tmp_path / 'out'  # Made before the long part, removed again on bad input.
   run = subprocess.run(
-      [*COMMAND, f'--workdir={trained_tiny_run}', *args],
+      [*COMMAND, f'--workdir={trained_tiny_run}', f'--out={out}', *args],
       cwd=helpers.REPO,
       capture_output=True,
       text=True,
@@ -214,3 +215,21 @@ def test_bad_flags_are_one_line_errors(trained_tiny_run, args, message):
   assert run.returncode == 2
   assert len(run.stderr.strip().splitlines()) == 1, run.stderr[-2000:]
   assert re.search(message, run.stderr.strip()), run.stderr
+  assert not out.exists()
+
+
+def test_a_report_piped_into_a_reader_that_stops_writes_its_files_and_ends_quietly(
+    trained_tiny_run, tmp_path
+):
+  out = tmp_path / 'out'
+  run = subprocess.Popen(
+      [*COMMAND, f'--workdir={trained_tiny_run}', f'--out={out}'],
+      cwd=helpers.REPO,
+      stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE,
+      text=True,
+  )
+  run.stdout.close()  # As `| head` does once it has its lines: every write finds the pipe broken.
+  stderr = run.stderr.read()
+  assert run.wait(timeout=300) == 0 and stderr == '', stderr[-2000:]
+  assert len(os.listdir(out)) == 5

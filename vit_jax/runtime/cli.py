@@ -2,6 +2,7 @@
 finished command ends its process without the interpreter's teardown (`run`)."""
 
 import atexit
+import contextlib
 import gc
 import os
 import re
@@ -9,9 +10,10 @@ import signal
 import sys
 import threading
 import traceback
-from typing import Any, Callable, NoReturn, Sequence
+from typing import Any, Callable, Iterator, NoReturn, Sequence
 
 from absl import app, flags
+from etils import epath
 
 from vit_jax.runtime import paths
 from vit_jax.runtime import startup
@@ -98,6 +100,22 @@ def make_out_dir(out: str, timeout_s: float = 60.0) -> None:
   paths.check_writable(out, timeout_s, flag='--out')
 
 
+@contextlib.contextmanager
+def out_dir(out: str | None) -> Iterator[None]:
+  """--out made (and found writable) before the block, so that a long command fails at once where
+  it cannot write; removed again where the block raises a ValueError (bad input) and leaves the
+  directory this made empty: bad input leaves nothing behind."""
+  made = out is not None and not epath.Path(out).exists()
+  if out is not None:
+    make_out_dir(out)
+  try:
+    yield
+  except ValueError:
+    if made and not any(epath.Path(out).iterdir()):
+      epath.Path(out).rmdir()
+    raise
+
+
 def run(
     main: Callable[[list[str]], Any], flags_parser: Callable[[list[str]], list[str]]
 ) -> NoReturn:
@@ -116,10 +134,21 @@ def run(
   if signal.getsignal(signal.SIGINT) is startup.stop_while_starting:
     signal.signal(signal.SIGINT, interrupt)  # The command's to handle now.
   status = None
+
+  def main_flushed(argv: list[str]) -> Any:
+    result = main(argv)
+    sys.stdout.flush()  # Here a reader that stopped reading is a BrokenPipeError, caught below.
+    return result
+
   try:
-    app.run(main, flags_parser=flags_parser)
+    app.run(main_flushed, flags_parser=flags_parser)
   except SystemExit as exit_:  # app.run ends in sys.exit(the value main returns), or main's own.
     status = exit_.code
+  except BrokenPipeError:
+    # The reader of stdout stopped reading (`| head`): it has what it wanted. The flush at exit goes
+    # to /dev/null, not into another BrokenPipeError's traceback.
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    status = 0
   except Exception:  # pylint: disable=broad-except
     traceback.print_exc()
     status = 1
@@ -170,6 +199,9 @@ def raise_if_interrupted() -> None:
 
 
 def _exit(status: int) -> NoReturn:
-  sys.stdout.flush()
-  sys.stderr.flush()
+  for stream in (sys.stdout, sys.stderr):
+    try:
+      stream.flush()
+    except OSError:  # A reader that stopped reading: nothing to say, and no one to say it to.
+      pass
   os._exit(status)

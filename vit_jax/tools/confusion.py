@@ -274,18 +274,18 @@ def main(argv: list[str]) -> None:
           f'--threshold is for a run on label sets; {args.workdir} trained on one class an image: '
           'drop --threshold'
       )
-    if args.out is not None:
-      cli.make_out_dir(args.out)
-    predictions, step, split = predict_split(
-        args.workdir, args.step, args.split, args.image_size, args.patch_size
-    )
+    with cli.out_dir(args.out):
+      predictions, step, split = predict_split(
+          args.workdir, args.step, args.split, args.image_size, args.patch_size
+      )
   except ValueError as e:
     cli.fail(str(e))
+  # Written before anything is printed: a reader that stops reading (`| head`) loses no file.
+  written = [] if args.out is None else write_files(predictions, args.out, args.threshold)
   print(f'per-class results of step {step} of {args.workdir} on split {split!r}:')
   print(format_report(predictions, args.top, args.threshold))
-  if args.out is not None:
-    for path in write_files(predictions, args.out, args.threshold):
-      print(f'wrote {path}')
+  for path in written:
+    print(f'wrote {path}')
 
 
 if __name__ == '__main__':

@@ -15,8 +15,6 @@ checks them (train/setup.py's check_fields and resolve_model) before anything is
 
 import dataclasses
 import json
-import os
-import sys
 from typing import Any
 
 import jax
@@ -166,17 +164,11 @@ def main(argv: list[str]) -> None:
       for remat in dict.fromkeys((config.model.remat, *footprint.REMATS))
   ]
   found = meshes.suggest(config, traced, target)[: args.suggestions] if args.suggestions else None
-  try:
-    print(
-        json.dumps(as_json(config, plans, found or [], target))
-        if args.json
-        else render(config, traced, plans, found, target)
-    )
-    sys.stdout.flush()
-  except BrokenPipeError:
-    # The reader stopped reading (`| head`): it has what it wanted. Later writes, and the flush at exit,
-    # go to /dev/null, not into another BrokenPipeError's traceback.
-    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+  print(  # A reader that stops reading (`| head`): cli.run ends quietly.
+      json.dumps(as_json(config, plans, found or [], target))
+      if args.json
+      else render(config, traced, plans, found, target)
+  )
 
 
 if __name__ == '__main__':

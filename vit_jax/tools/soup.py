@@ -239,14 +239,15 @@ def main(argv: list[str]) -> None:
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
       raise ValueError(f'--out={args.out} is not an empty directory: name a new one')
     checkpoint_dirs = soup_ingredients.find_ingredients(argv[1:], args.step)
-    cli.make_out_dir(args.out)  # Before the soup: scoring a greedy one can take long.
-    soup = make_soup(checkpoint_dirs, args.recipe, args.split, args.report_split)
+    with cli.out_dir(args.out):  # Before the soup: scoring a greedy one can take long.
+      soup = make_soup(checkpoint_dirs, args.recipe, args.split, args.report_split)
   except ValueError as e:
     cli.fail(str(e))
+  written = write(args.out, soup, args.recipe)  # Before any print: `| head` loses nothing.
   for warning in soup.warnings:
     print(f'warning: {warning}', file=sys.stderr)
   print(format_report(soup, args.recipe))
-  print(f'wrote {write(args.out, soup, args.recipe)}: read it with --workdir={args.out}')
+  print(f'wrote {written}: read it with --workdir={args.out}')
 
 
 if __name__ == '__main__':

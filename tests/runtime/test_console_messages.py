@@ -145,6 +145,29 @@ def test_export_over_an_earlier_export_is_refused_unless_overwrite(
   assert os.path.getsize(out / 'model.npz') > 0
 
 
+def test_an_export_and_a_run_refuse_each_others_directories(
+    trained_tiny_run, exported_tiny_run, tmp_path, data_dir
+):
+  """Each would overwrite the other's config.json: an export over a run's (--overwrite too), a run
+  over an export's. Nothing is written."""
+  from vit_jax.tools import export  # pylint: disable=g-import-not-at-top
+
+  run, exported = tmp_path / 'run', tmp_path / 'exported'
+  shutil.copytree(trained_tiny_run, run)
+  shutil.copytree(exported_tiny_run, exported)
+  before = helpers.files_of(str(run)), helpers.files_of(str(exported))
+  with pytest.raises(ValueError, match=f"^--out='{run}' holds a run's workdir: export to another"):
+    export.export(str(run), str(run), overwrite=True)
+  config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': data_dir})
+  with pytest.raises(
+      ValueError,
+      match=f'^--workdir={exported} holds an export .*: train in another --workdir '
+      rf'\(--config.init_from={exported}/model.npz fine-tunes from it\)$',
+  ):
+    train_setup.prepare(config, str(exported))
+  assert (helpers.files_of(str(run)), helpers.files_of(str(exported))) == before
+
+
 def test_a_run_starts_with_one_header_line_and_the_full_config_at_verbosity_1(tmp_path, data_dir):
   overrides = {
       **helpers.TINY,

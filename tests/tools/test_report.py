@@ -217,6 +217,10 @@ def test_a_sweep_root_expands_to_its_runs_and_a_workdir_is_one_run(sweep_root, t
   # Sweeps under a root: paths under it; runs named alike in two roots: their full paths.
   for group in ('a', 'b'):
     shutil.copytree(one, tmp_path / 'root' / group / 'run')
+  # An export beside them (the walk-through's exported/demo) is no run: its config.json is its own.
+  (tmp_path / 'root' / 'exported' / 'demo').mkdir(parents=True)
+  for name in ('config.json', 'model.npz', 'model.jaxexport'):
+    (tmp_path / 'root' / 'exported' / 'demo' / name).write_text('{}')
   assert [name for name, _ in find_runs([str(tmp_path / 'root')])] == ['a/run', 'b/run']
   assert [name for name, _ in find_runs([str(tmp_path / 'root' / g) for g in 'ab'])] == [
       str(tmp_path / 'root' / g / 'run') for g in 'ab'

@@ -16,6 +16,7 @@ import pytest
 import helpers
 from vit_jax.checkpoints import run_dir, saved_state
 from vit_jax.models import lora
+from vit_jax.runtime import workdir_files
 from vit_jax.tools import confusion, soup, soup_ingredients
 
 # The sweep is trained once, in one worker (a module fixture is set up in each worker its tests go to).
@@ -102,7 +103,7 @@ def test_the_scores_are_the_runs_evaluations(sweep, tmp_path):
   counts = confusion.confusion_matrix(predictions)
   accuracy = confusion.macro_average(confusion.per_class(counts), counts)['accuracy']
   assert step == 4 and made.score == pytest.approx(accuracy, abs=1e-6)
-  record = json.loads((tmp_path / 'soup' / run_dir.SOUP).read_text())
+  record = json.loads((tmp_path / 'soup' / workdir_files.SOUP).read_text())
   assert record['score'] == made.score and record['metric'] == 'top1'
   assert [i['score'] for i in record['ingredients']] == [t.score for t in made.ingredients]
 
@@ -124,7 +125,7 @@ def test_a_report_split_scores_the_inputs_and_the_soup_and_decides_nothing(sweep
   assert made.reported == pytest.approx(
       np.mean(predictions.probabilities.argmax(-1) == predictions.labels), abs=1e-6
   )
-  record = json.loads((tmp_path / 'soup' / run_dir.SOUP).read_text())
+  record = json.loads((tmp_path / 'soup' / workdir_files.SOUP).read_text())
   assert (record['report_split'], record['reported']) == ('test', made.reported)
   assert (
       soup.format_report(made, 'greedy')

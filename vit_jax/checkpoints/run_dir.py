@@ -16,10 +16,7 @@ from flax import traverse_util
 from vit_jax import data, defaults, tasks
 from vit_jax.checkpoints import adapting, npz_files, saved_state, state_dicts, torch_files
 from vit_jax.models import lora, variants
-
-_RUN_FILES = ('config.json', 'dataset_info.json')
-# What vit_jax.tools.soup writes beside a soup's parameters: a run directory without a train state.
-SOUP = 'soup.json'
+from vit_jax.runtime import workdir_files
 
 
 def write_run_info(
@@ -47,13 +44,28 @@ def write_run_info(
 
 
 def check_trainable(workdir: str) -> None:
-  """A one-line ValueError for a workdir that a run cannot train in: a model soup's."""
-  if (epath.Path(workdir) / SOUP).exists():
+  """A one-line ValueError for a workdir that a run cannot train in: a model soup's, an export's."""
+  if (epath.Path(workdir) / workdir_files.SOUP).exists():
     raise ValueError(
         f'--workdir={workdir} holds a model soup (vit_jax.tools.soup): its parameters without a '
         f'train state to resume; fine-tune from it with --config.init_from={workdir} and another '
         '--workdir'
     )
+  if (epath.Path(workdir) / workdir_files.EXPORT).exists():
+    raise ValueError(
+        f'--workdir={workdir} holds an export (vit_jax.tools.export), whose config.json a run '
+        f'would overwrite: train in another --workdir (--config.init_from={workdir}/model.npz '
+        'fine-tunes from it)'
+    )
+
+
+def is_workdir(path: str) -> bool:
+  """Whether `path` holds a run (its config and dataset facts), or a soup, as no export does."""
+  root = epath.Path(path)
+  return (
+      all((root / name).exists() for name in workdir_files.RUN)
+      or (root / workdir_files.SOUP).exists()
+  )
 
 
 def config_changes(
@@ -101,7 +113,7 @@ def changes_to_set_back(changes: Sequence[tuple[str, Any, Any]]) -> list[tuple[s
 
 def load_run_info(workdir: str) -> tuple[ml_collections.ConfigDict, data.DatasetInfo]:
   """What `write_run_info` wrote: the run's config and dataset info."""
-  files = {name: epath.Path(workdir) / name for name in _RUN_FILES}
+  files = {name: epath.Path(workdir) / name for name in workdir_files.RUN}
   for path in files.values():
     if not path.exists():
       raise ValueError(f'{path} is missing: is {workdir!r} the --workdir of a vit_jax run?')

@@ -48,7 +48,7 @@ import jax.numpy as jnp
 from absl import flags, logging
 from etils import epath
 
-from vit_jax.runtime import cli
+from vit_jax.runtime import cli, workdir_files
 from vit_jax.models import variants
 
 # The artefact carries one lowering per platform, so a model trained on TPU also serves on CPU or GPU.
@@ -117,6 +117,8 @@ def export(
     trained = run_dir.at_size(trained, image_size, patch_size)
   cli.make_out_dir(out)
   # Checked after make_out_dir, which answers a cloud path that does not answer within a time limit.
+  if run_dir.is_workdir(out):  # Its config.json is the run's: --overwrite would replace it.
+    raise ValueError(f"--out={out!r} holds a run's workdir: export to another directory")
   existing = [name for name in ('model.npz', 'config.json') if (epath.Path(out) / name).exists()]
   if existing and not overwrite:
     raise ValueError(
@@ -128,7 +130,7 @@ def export(
   out_dir = epath.Path(out)
   family = variants.FAMILIES[variants.family(config.variant)]
   npz_files.save_npz(family.to_npz(trained.params), str(out_dir / 'model.npz'))
-  (out_dir / 'model.jaxexport').write_bytes(
+  (out_dir / workdir_files.EXPORT).write_bytes(
       serialize_inference(trained.model, trained.params, config.image_size)
   )
   model = trained.model_config

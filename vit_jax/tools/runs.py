@@ -8,7 +8,7 @@ from typing import Any, Sequence
 
 from etils import epath
 
-from vit_jax.runtime import paths
+from vit_jax.runtime import paths, workdir_files
 from vit_jax.train.events import EVENTS, read_scalars
 
 # What the training loop logs about itself (vit_jax/train/loop.py and pace.py); every other
@@ -33,6 +33,8 @@ class Run:
 
 
 def _is_run(path: epath.Path) -> bool:
+  if (path / workdir_files.EXPORT).exists():  # Its config.json is the export's description.
+    return False
   return (path / 'config.json').exists() or any(path.glob(EVENTS))
 
 

@@ -38,7 +38,7 @@ from etils import epath
 import jax
 import numpy as np
 
-from vit_jax.runtime import cli
+from vit_jax.runtime import cli, workdir_files
 from vit_jax.tools import classifiers, soup_ingredients
 
 if TYPE_CHECKING:  # Loaded once the flags are checked.
@@ -194,7 +194,7 @@ def write(out: str, soup: Soup, recipe: str) -> str:
       'reported': soup.reported,
       'ingredients': [dataclasses.asdict(t) for t in soup.ingredients],
   }
-  (epath.Path(out) / run_dir.SOUP).write_text(json.dumps(record, indent=2))
+  (epath.Path(out) / workdir_files.SOUP).write_text(json.dumps(record, indent=2))
   return str(epath.Path(out) / 'checkpoints' / str(step))
 
 

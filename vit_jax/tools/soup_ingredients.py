@@ -8,6 +8,8 @@ from etils import epath
 from flax import traverse_util
 import numpy as np
 
+from vit_jax.runtime import workdir_files
+
 if TYPE_CHECKING:  # Loaded once the flags are checked.
   from vit_jax.checkpoints import run_dir
 
@@ -15,7 +17,6 @@ if TYPE_CHECKING:  # Loaded once the flags are checked.
 def find_ingredients(inputs: Sequence[str], step: Optional[str]) -> list[str]:
   """The checkpoint directories `inputs` name (see the module's docstring), in order; a one-line
   ValueError for an input that names none, or a checkpoint named twice."""
-  from vit_jax.checkpoints import run_dir  # pylint: disable=g-import-not-at-top
   from vit_jax.checkpoints import saved_state  # pylint: disable=g-import-not-at-top
   from vit_jax.runtime import paths  # pylint: disable=g-import-not-at-top
   from vit_jax.tools import runs  # pylint: disable=g-import-not-at-top
@@ -28,7 +29,7 @@ def find_ingredients(inputs: Sequence[str], step: Optional[str]) -> list[str]:
       named = [
           saved_state.find_checkpoint(str(run), step)[0]
           for _, run in runs.find_runs([given])
-          if run == epath.Path(paths.absolute(given)) or not (run / run_dir.SOUP).exists()
+          if run == epath.Path(paths.absolute(given)) or not (run / workdir_files.SOUP).exists()
       ]
     for checkpoint_dir in named:
       if checkpoint_dir in found:

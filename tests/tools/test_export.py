@@ -330,6 +330,32 @@ def test_export_of_a_directory_that_is_not_a_run_is_a_clear_error(workdir, tmp_p
     export.export(str(tmp_path), str(tmp_path / 'out'))
 
 
+@pytest.mark.parametrize(
+    'damage, message',
+    [
+        (
+            {'model.jaxexport': b''},
+            r'model\.jaxexport cannot be read \(\w+\): export the run again',
+        ),
+        ('cut', r'model\.jaxexport cannot be read \(\w+\): export the run again'),
+        ({'config.json': b'{'}, r'config\.json is not JSON \(.*\): export the run again'),
+        ({'config.json': b'{}'}, r'config\.json is not the description an export writes'),
+    ],
+)
+def test_a_damaged_export_is_a_one_line_error_naming_its_file(exported, tmp_path, damage, message):
+  """A copy cut short (an interrupted download), another file of the name."""
+  out = tmp_path / 'export'
+  shutil.copytree(exported, out)
+  if damage == 'cut':
+    data = (out / 'model.jaxexport').read_bytes()
+    damage = {'model.jaxexport': data[: len(data) // 2]}
+  for name, data in damage.items():
+    (out / name).write_bytes(data)
+  with pytest.raises(ValueError, match=message) as error:
+    run_dir.load_export(str(out))
+  assert '\n' not in str(error.value)
+
+
 def test_export_to_an_unwritable_directory_is_a_clear_error(workdir, tmp_path):
   (tmp_path / 'a_file').write_text('')
   with pytest.raises(

@@ -190,8 +190,22 @@ def load_export(export_dir: str) -> tuple[dict[str, Any], Callable[[jax.Array], 
           f'{path} is missing: is {export_dir!r} a directory written by '
           'python -m vit_jax.tools.export?'
       )
-  exported = jax.export.deserialize(bytearray(files['model.jaxexport'].read_bytes()))
-  return json.loads(files['config.json'].read_text()), exported.call
+  again = 'export the run again (python -m vit_jax.tools.export), or copy the whole file'
+  try:
+    description = json.loads(files['config.json'].read_text())
+  except ValueError as e:
+    raise ValueError(f"{files['config.json']} is not JSON ({e}): {again}") from None
+  if not isinstance(description, dict) or 'image_size' not in description:
+    raise ValueError(
+        f"{files['config.json']} is not the description an export writes (no image_size): {again}"
+    )
+  try:  # A copy cut short, or another file of the name: flatbuffers' own errors name no file.
+    exported = jax.export.deserialize(bytearray(files['model.jaxexport'].read_bytes()))
+  except Exception as e:  # pylint: disable=broad-except
+    raise ValueError(
+        f"{files['model.jaxexport']} cannot be read ({type(e).__name__}): {again}"
+    ) from None
+  return description, exported.call
 
 
 def load_params(

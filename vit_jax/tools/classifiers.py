@@ -79,6 +79,11 @@ def load_export(export_dir: str) -> Classifier:
         f"{export_dir!r} is the export of a {task!r} run's encoder, which has no classifier: "
         'fine-tune the run (config.init_from) and predict with that run'
     )
+  if 'class_names' not in description:
+    raise ValueError(
+        f'{export_dir}/config.json names no class_names: export the run again (python -m '
+        'vit_jax.tools.export)'
+    )
   return Classifier(
       jax.jit(infer),
       description['image_size'],

@@ -59,6 +59,29 @@ def test_a_config_file_whose_get_config_raises_names_its_line(tmp_path, body, li
   assert errors[0].startswith(f'error: {tmp_path / "raises.py"}:{line}: {error}'), errors
 
 
+def test_a_config_file_that_is_no_config_says_what_it_is(tmp_path):
+  (tmp_path / 'ViT-B_16.npz').write_bytes(b'PK\x03\x04\x00\x00')  # A checkpoint given as --config.
+  checkpoint, sweep = tmp_path / 'ViT-B_16.npz', 'configs/sweeps/demo_lr_steps.py'
+  for args, error in [
+      (
+          [f'--config={checkpoint}'],
+          f'error: cannot load the --config file {checkpoint}: it is not a Python config file (a file '
+          'such as configs/demo.py); a checkpoint to start from is --config.init_from=FILE',
+      ),
+      (
+          [f'--config={sweep}'],
+          f'error: --config file {sweep} has no get_config() (a sweep: run it with python '
+          f'launch/sweep.py --sweep={sweep} --workdir=ROOT): pass a config file',
+      ),
+      (
+          ['--config=configs/demo.py:B'],
+          'error: --config=configs/demo.py:ARG: its get_config() takes no argument (get_config() '
+          'takes 0 positional arguments but 1 was given): drop the :ARG',
+      ),
+  ]:
+    assert _errors(args) == [error]
+
+
 def test_a_flag_left_out_is_required_and_the_usage_shown():
   run = subprocess.run(
       [sys.executable, '-m', 'vit_jax.main', '--config=configs/demo.py'],

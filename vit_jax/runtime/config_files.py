@@ -116,9 +116,13 @@ def _parse_error(
     error: Exception, argv: Sequence[str], overrides: dict[str, Optional[str]], usage: str
 ) -> Optional[str]:
   """The one line that says what went wrong in parsing the flags, None for an unexpected error."""
-  located = _config_file_error(error, config_path(argv))
+  path = config_path(argv)
+  located = _config_file_error(error, path)
   if located is not None:
     return located
+  unloadable = _unloadable_config_file(error, path)
+  if unloadable is not None:
+    return unloadable
   if isinstance(error, (AttributeError, KeyError)):
     return _unknown_field(argv, overrides)
   if isinstance(error, flags.Error):
@@ -159,6 +163,40 @@ def _config_file_error(error: BaseException, path: Optional[str]) -> Optional[st
       return f'{path}:{frames[-1].lineno}: {raised}{detail}'
     error = error.__cause__ or error.__context__
   return None
+
+
+def _unloadable_config_file(error: BaseException, path: Optional[str]) -> Optional[str]:
+  """The one line for a --config file that is no config: not Python (a checkpoint given as
+  --config), without get_config (a sweep file), or whose get_config takes no `:ARG`; else None."""
+  causes = []
+  while error is not None and error not in causes:
+    causes.append(error)
+    error = error.__cause__ or error.__context__
+  for cause in causes:
+    text = str(cause)
+    if isinstance(cause, SyntaxError) and 'null bytes' in text:
+      return (
+          f'cannot load the --config file {path}: it is not a Python config file (a file such as '
+          'configs/demo.py); a checkpoint to start from is --config.init_from=FILE'
+      )
+    if isinstance(cause, AttributeError) and "has no attribute 'get_config'" in text:
+      sweep = (
+          f' (a sweep: run it with python launch/sweep.py --sweep={path} --workdir=ROOT)'
+          if _defines(path, 'get_sweep')
+          else ''
+      )
+      return f'--config file {path} has no get_config(){sweep}: pass a config file'
+    if isinstance(cause, TypeError) and text.startswith('get_config() takes'):
+      return f'--config={path}:ARG: its get_config() takes no argument ({text}): drop the :ARG'
+  return None
+
+
+def _defines(path: Optional[str], name: str) -> bool:
+  try:
+    with open(path, encoding='utf-8') as f:
+      return f'def {name}(' in f.read()
+  except (OSError, TypeError, UnicodeDecodeError):
+    return False
 
 
 def _unknown_field(argv: Sequence[str], overrides: dict[str, Optional[str]]) -> str:

@@ -292,6 +292,14 @@ def test_conversion_errors_are_one_line(tmp_path, capsys):
       r'give its version folder, the one with dataset_info.json',
   ):
     tfds_source.to_array_record(str(tmp_path))
+  # Another dataset_info.json: a vit_jax workdir's, a Hugging Face save_to_disk folder's.
+  (tmp_path / 'dataset_info.json').write_text('{"num_classes": 10, "class_names": ["0"]}')
+  with pytest.raises(
+      ValueError,
+      match=rf'^{tmp_path}/dataset_info.json is not the one tensorflow_datasets writes \(.*\): '
+      'give the version folder of a dataset tfds prepared$',
+  ):
+    tfds_source.to_array_record(str(tmp_path))
   with pytest.raises(SystemExit) as exit_:
     tfds_source.convert_main(['to_array_record'])
   assert exit_.value.code == 2

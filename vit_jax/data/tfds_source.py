@@ -13,6 +13,7 @@ from typing import Any, NamedTuple, Sequence
 
 from array_record.python import array_record_module
 from etils import epath
+from google.protobuf import json_format
 import numpy as np
 import tensorflow_datasets as tfds
 
@@ -227,11 +228,17 @@ def to_array_record(dataset_dir: str) -> bool:
         f'No prepared tensorflow_datasets dataset in {dataset_dir}: give its version '
         'folder, the one with dataset_info.json (e.g. DATA_DIR/cifar10/3.0.2)'
     )
+  try:  # A vit_jax workdir, a Hugging Face save_to_disk folder: a dataset_info.json of their own.
+    info = tfds.builder_from_directory(dataset_dir).info
+  except json_format.ParseError as e:
+    raise ValueError(
+        f'{dataset_dir}/dataset_info.json is not the one tensorflow_datasets writes ('
+        f'{str(e).splitlines()[0]}): give the version folder of a dataset tfds prepared'
+    ) from None
   try:
     import tensorflow as tf  # pylint: disable=g-import-not-at-top: only this conversion needs it.
   except ImportError:
     raise ValueError("Reading TFRecord files needs TensorFlow: pip install '.[tfrecord]'") from None
-  info = tfds.builder_from_directory(dataset_dir).info
   if _ARRAY_RECORD in info.available_file_formats():
     return False
   for split in info.splits.values():

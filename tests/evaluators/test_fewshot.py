@@ -240,6 +240,11 @@ def test_in_the_loop_shots_a_class_cannot_fill_are_nan_and_the_run_goes_on(
             'error: --temperature=inf must be positive and finite, e.g. --temperature=0.07',
         ),
         ('--l2_reg=nan', 'error: --l2_reg=nan must be positive and finite, e.g. --l2_reg=4'),
+        (  # The tiny run measured no k-NN.
+            '--temperature=0.1',
+            'error: --temperature weighs the k-NN votes, and no k-NN is measured (the run measured '
+            'none): add --knn=10,20, or drop --temperature',
+        ),
         (
             '--patch_size=3',
             'error: image_size=8 is not a multiple of the patch size 3 (in input pixels): use a '

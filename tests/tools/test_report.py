@@ -283,8 +283,13 @@ USAGE = 'WORKDIR [WORKDIR ...] --out=DIR | --pivot=ROW_FIELD,COLUMN_FIELD [--met
             'error: --pivot=lr.base,total_steps,seed names 3 fields: give a row and a column field, e.g. '
             '--pivot=model.posemb,model.posemb_where',
         ),
+        (
+            ['{tmp}/started', '--out={tmp}/out', '--metric=eval_top5'],
+            'error: --metric picks what a --pivot table shows, and none is asked for: add '
+            '--pivot=ROW_FIELD,COLUMN_FIELD, or drop --metric (the report shows every eval metric)',
+        ),
     ],
-    ids=['missing', 'no-run', 'no-metrics-yet', 'no-workdir', 'no-out', 'pivot-fields'],
+    ids=['missing', 'no-run', 'no-metrics-yet', 'no-workdir', 'no-out', 'pivot-fields', 'metric'],
 )
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, args, error):
   (tmp_path / 'empty' / 'sub').mkdir(parents=True)

@@ -209,6 +209,15 @@ def test_other_models_are_refused_in_one_line(trained_tiny_run):
     assert says in str(error.value) and '\n' not in str(error.value)
 
 
+def test_a_step_beside_checkpoint_directories_is_refused_in_one_line(trained_tiny_run):
+  checkpoint = os.path.join(trained_tiny_run, 'checkpoints', '12')
+  with pytest.raises(
+      ValueError,
+      match=f'^--step=8 picks a checkpoint of each run, and {checkpoint} is a checkpoint',
+  ):
+    soup_ingredients.find_ingredients([checkpoint, trained_tiny_run], '8')
+
+
 def test_runs_of_another_start_are_warned_of(trained_tiny_run, sweep):
   """The sweep's runs start from the tiny run's checkpoint; the tiny run from scratch."""
   checkpoint_dirs = soup_ingredients.find_ingredients(

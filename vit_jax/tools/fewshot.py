@@ -80,6 +80,11 @@ def evaluate_checkpoint(
   }
   if knn is None:
     knn = config.knn.ks if config.knn.every_steps is not None else ()
+  if not knn and temperature is not None:
+    raise ValueError(
+        '--temperature weighs the k-NN votes, and no k-NN is measured (the run measured none): add '
+        '--knn=10,20, or drop --temperature'
+    )
   # (train, eval) splits of each evaluation, the run's where its settings leave them unset.
   splits = {
       name: (

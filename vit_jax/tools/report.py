@@ -225,6 +225,11 @@ def main(argv: list[str]) -> None:
         f'--pivot={",".join(fields)} names {len(fields)} fields: give a row and a column field, '
         'e.g. --pivot=model.posemb,model.posemb_where'
     )
+  if flags.FLAGS['metric'].present and not fields:
+    cli.fail(
+        '--metric picks what a --pivot table shows, and none is asked for: add '
+        '--pivot=ROW_FIELD,COLUMN_FIELD, or drop --metric (the report shows every eval metric)'
+    )
   try:
     if fields:
       runs = [load_run(name, path) for name, path in find_runs(argv[1:])]

@@ -24,6 +24,11 @@ def find_ingredients(inputs: Sequence[str], step: Optional[str]) -> list[str]:
   found = {}  # checkpoint directory -> the input that named it.
   for given in inputs:
     if saved_state.is_step_dir(given):
+      if step is not None:
+        raise ValueError(
+            f'--step={step} picks a checkpoint of each run, and {given} is a checkpoint: drop '
+            '--step, or pass its run'
+        )
       named = [saved_state.find_checkpoint(given)[0]]
     else:  # A soup found under a sweep's root (--out inside it) is not one of its runs.
       named = [

@@ -392,6 +392,17 @@ def main_args(config_file: str, workdir: str, overrides: dict) -> list[str]:
   ]
 
 
+def run_piped_into_a_reader_that_stops(command: Sequence[str]) -> tuple[int, str]:
+  """The exit status and stderr of `command` run from the repository with its stdout closed at once,
+  as `| head` closes it once it has its lines: every write finds the pipe broken."""
+  run = subprocess.Popen(
+      command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+  )
+  run.stdout.close()
+  stderr = run.stderr.read()
+  return run.wait(timeout=300), stderr
+
+
 def run_main(
     config_file: str, workdir: str, overrides: dict, extra_args: Sequence[str] = (), **kwargs
 ) -> subprocess.CompletedProcess:

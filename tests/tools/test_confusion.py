@@ -222,14 +222,8 @@ def test_a_report_piped_into_a_reader_that_stops_writes_its_files_and_ends_quiet
     trained_tiny_run, tmp_path
 ):
   out = tmp_path / 'out'
-  run = subprocess.Popen(
-      [*COMMAND, f'--workdir={trained_tiny_run}', f'--out={out}'],
-      cwd=helpers.REPO,
-      stdout=subprocess.PIPE,
-      stderr=subprocess.PIPE,
-      text=True,
+  status, stderr = helpers.run_piped_into_a_reader_that_stops(
+      [*COMMAND, f'--workdir={trained_tiny_run}', f'--out={out}']
   )
-  run.stdout.close()  # As `| head` does once it has its lines: every write finds the pipe broken.
-  stderr = run.stderr.read()
-  assert run.wait(timeout=300) == 0 and stderr == '', stderr[-2000:]
+  assert status == 0 and stderr == '', stderr[-2000:]
   assert len(os.listdir(out)) == 5

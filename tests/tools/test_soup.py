@@ -227,7 +227,7 @@ def test_runs_of_another_start_are_warned_of(trained_tiny_run, sweep):
   assert len(made.warnings) == 1 and 'config.init_from' in made.warnings[0]
   # Checkpoints of one run started from the same parameters, whatever its init_from.
   one_run = soup_ingredients.find_ingredients(
-      [os.path.join(trained_tiny_run, 'checkpoints', step) for step in ('8', '12')], '4'
+      [os.path.join(trained_tiny_run, 'checkpoints', step) for step in ('8', '12')], None
   )
   assert soup.make_soup(one_run, 'uniform').warnings == []
 

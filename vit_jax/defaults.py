@@ -329,8 +329,9 @@ def get_config() -> ml_collections.ConfigDict:
       )
   )
 
-  # Optimisation. Exactly one of total_steps / num_epochs; 0 (with init_from) evaluates init_from's
-  # parameters without training: every evaluator once, at step 0.
+  # Optimisation. Exactly one of total_steps / num_epochs (steps: ceil(num_epochs x train examples /
+  # batch_size)); 0 (with init_from) evaluates init_from's parameters without training: every
+  # evaluator once, at step 0.
   config.batch_size = 4096
   config.eval_batch_size = 1024
   config.total_steps = config_dict.placeholder(int)
@@ -366,7 +367,9 @@ def get_config() -> ml_collections.ConfigDict:
           base=1e-3,
           warmup_steps=10_000,
           decay='linear',  # 'linear' | 'cosine' | 'constant'
-          end=0.0,  # Value reached at the last step (linear and cosine).
+          # Where the decay ends (linear and cosine): the rate after the last step; step t of T
+          # applies the schedule at t - 1 (optax's count), so the last update's is one step short.
+          end=0.0,
       )
   )
   config.grad_clip_norm = 1.0  # Global-norm clipping; 0 disables it.

@@ -15,7 +15,7 @@ from jax.sharding import PartitionSpec as P
 from PIL import Image
 
 import helpers
-from vit_jax import sharding
+from vit_jax import data, sharding
 from vit_jax.checkpoints import checkpoint, npz_files, run_dir, saved_state
 from vit_jax.train import loop, pace, setup as train_setup, state as train_state
 
@@ -177,6 +177,22 @@ def test_bad_config_is_a_clear_error(tmp_path, data_dir, overrides, message):
     train_setup.prepare(config, str(tmp_path / 'workdir'))
   assert '\n' not in str(error.value)
   assert not os.path.exists(tmp_path / 'workdir')
+
+
+@pytest.mark.parametrize(
+    'epochs, examples, batch, steps',
+    [(0.56, 1400, 16, 49), (0.5, 1437, 32, 23), (90, 1281167, 4096, 28151)],
+)
+def test_epochs_are_the_steps_of_the_decimal_given_rounded_up(epochs, examples, batch, steps):
+  """ceil(epochs x examples / batch) of the number as written: 0.56 x 1400 / 16 is 49, which float
+  arithmetic makes 49.00000000000001 (50 steps)."""
+  config = helpers.load_config(
+      'demo', {'total_steps': None, 'num_epochs': epochs, 'batch_size': batch}
+  )
+  info = data.DatasetInfo(
+      num_classes=10, num_train=examples, num_eval=1, class_names=tuple('0123456789')
+  )
+  assert train_setup.total_steps(config, info) == steps
 
 
 def test_unwritable_workdir_is_a_clear_error(tmp_path, data_dir):

@@ -2,6 +2,7 @@
 touched or anything is compiled, and a bad one is a one-line ValueError that names the fix."""
 
 import dataclasses
+import fractions
 import functools
 import math
 from types import ModuleType
@@ -67,8 +68,10 @@ def total_steps(config: ml_collections.ConfigDict, info: data.DatasetInfo) -> in
     )
   if config.total_steps is not None:
     steps = config.total_steps
-  else:
-    steps = math.ceil(config.num_epochs * info.num_train / config.batch_size)
+  else:  # The decimal given: 0.56 epochs of 1400 at batch 16 is 49 steps, not float's 49.000...01.
+    steps = math.ceil(
+        fractions.Fraction(repr(config.num_epochs)) * info.num_train / config.batch_size
+    )
   if steps < 0:
     raise ValueError(f'The run has {steps} steps: raise config.total_steps or config.num_epochs')
   if steps == 0 and not config.init_from:

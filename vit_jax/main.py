@@ -6,6 +6,7 @@ if (
   from vit_jax.runtime import startup  # pylint: disable=g-import-not-at-top
 
   startup.prepare_process()
+  startup.requeue_on_sigterm()
 
 import logging as python_logging
 import os

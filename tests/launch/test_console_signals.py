@@ -181,6 +181,27 @@ print('not interrupted')
 """
 
 
+def test_sigterm_while_a_run_starts_is_one_line_and_status_75_for_a_requeue():
+  """A preemption before the train steps take SIGTERM over (train/preemption.py): not the default
+  death (143), which launch/slurm.sbatch would not requeue."""
+  script = _INTERRUPTED_WHILE_STARTING.replace(
+      'startup.prepare_process()', 'startup.prepare_process()\nstartup.requeue_on_sigterm()'
+  ).replace('signal.SIGINT', 'signal.SIGTERM')
+  run = subprocess.run(
+      [sys.executable, '-c', script],
+      cwd=helpers.REPO,
+      env=dict(os.environ, VIT_JAX_ALLOCATOR='system'),
+      capture_output=True,
+      text=True,
+      timeout=60,
+  )
+  assert (run.returncode, run.stdout) == (75, ''), run.stderr
+  assert run.stderr == (
+      'error: terminated outside the train steps (SIGTERM): nothing new was saved; the same '
+      'command resumes from the last checkpoint, if there is one\n'
+  )
+
+
 @pytest.mark.parametrize('inherited', [signal.SIG_DFL, signal.SIG_IGN])
 def test_ctrl_c_while_a_command_imports_is_one_line_unless_sigint_is_ignored(inherited):
   with _children_inherit_sigint(inherited):

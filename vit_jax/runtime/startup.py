@@ -31,3 +31,21 @@ def stop_while_starting(signum: int, frame) -> None:
   sys.stderr.write('error: interrupted while starting: nothing was done\n')
   sys.stderr.flush()
   os._exit(130)  # pylint: disable=protected-access
+
+
+def requeue_on_sigterm() -> None:
+  """A run's SIGTERM (preemption, a scheduler's time limit) outside its train steps, which
+  train/preemption.py takes over: status 75, which launch/slurm.sbatch requeues on, not the default
+  death (143) that loses the job. An ignored SIGTERM stays ignored."""
+  if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+    signal.signal(signal.SIGTERM, _terminated_outside_the_steps)
+
+
+def _terminated_outside_the_steps(signum: int, frame) -> None:
+  del signum, frame
+  sys.stderr.write(
+      'error: terminated outside the train steps (SIGTERM): nothing new was saved; the same '
+      'command resumes from the last checkpoint, if there is one\n'
+  )
+  sys.stderr.flush()
+  os._exit(75)  # pylint: disable=protected-access

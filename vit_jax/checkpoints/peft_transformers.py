@@ -19,7 +19,7 @@ import numpy as np
 from flax import traverse_util
 
 from vit_jax.checkpoints import transformers_layout
-from vit_jax.models import lora, vit
+from vit_jax.models import lora
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,15 +135,6 @@ def classifier_class(config: Mapping[str, Any], path: str) -> Classifier:
   return CLASSES[model_type]
 
 
-# The model's own value of a field the run's config leaves unset.
-_MODEL_DEFAULTS = {f.name: f.default for f in dataclasses.fields(vit.VisionTransformer)}
-
-
-def _field(model_config: Mapping[str, Any], name: str) -> Any:
-  value = model_config.get(name)
-  return _MODEL_DEFAULTS[name] if value is None else value
-
-
 def sources(shapes: Mapping[str, tuple[int, ...]], config: Mapping[str, Any], path: str) -> dict:
   """Our '/'-joined parameter -> the name of the tensor of the transformers checkpoint at `path` (of
   tensor `shapes` and config.json `config`) that init_from reads it from, for those read from one.
@@ -174,7 +165,7 @@ def naming(
   part 0), a module of its files -> its name in the classifier class, the tensors peft saves whole
   by those names: the trained heads). One-line ValueErrors for what peft cannot hold there."""
   cls = classifier_class(config, path)
-  run = {f: _field(model_config, f) for f in cls.fields}
+  run = {f: model_config[f] for f in cls.fields}  # A resolved model config holds every field.
   wrong = [f for f, v in cls.fields.items() if run[f] != v]
   pre_logits = any(p.startswith('pre_logits/') for p in flat)
   if wrong or pre_logits:

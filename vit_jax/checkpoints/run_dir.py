@@ -183,7 +183,7 @@ def load_trained(
 def load_export(export_dir: str) -> tuple[dict[str, Any], Callable[[jax.Array], jax.Array]]:
   """What `vit_jax.tools.export` wrote to `export_dir`: its description (config.json) and the deserialized
   inference function, float32 images [b, H, W, 3] in [-1, 1] -> logits; no model code involved."""
-  files = {name: epath.Path(export_dir) / name for name in ('config.json', 'model.jaxexport')}
+  files = {name: epath.Path(export_dir) / name for name in ('config.json', workdir_files.EXPORT)}
   for path in files.values():
     if not path.is_file():
       raise ValueError(
@@ -200,10 +200,10 @@ def load_export(export_dir: str) -> tuple[dict[str, Any], Callable[[jax.Array], 
         f"{files['config.json']} is not the description an export writes (no image_size): {again}"
     )
   try:  # A copy cut short, or another file of the name: flatbuffers' own errors name no file.
-    exported = jax.export.deserialize(bytearray(files['model.jaxexport'].read_bytes()))
+    exported = jax.export.deserialize(bytearray(files[workdir_files.EXPORT].read_bytes()))
   except Exception as e:  # pylint: disable=broad-except
     raise ValueError(
-        f"{files['model.jaxexport']} cannot be read ({type(e).__name__}): {again}"
+        f'{files[workdir_files.EXPORT]} cannot be read ({type(e).__name__}): {again}'
     ) from None
   return description, exported.call
 

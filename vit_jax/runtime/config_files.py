@@ -145,9 +145,7 @@ def _config_file_error(error: BaseException, path: Optional[str]) -> Optional[st
     return None
   target = os.path.abspath(path)
   shown = lambda name: path if os.path.abspath(name) == target else os.path.relpath(name)
-  seen = set()
-  while error is not None and id(error) not in seen:  # Outermost first: what the file raised last.
-    seen.add(id(error))
+  for error in _causes(error):  # Outermost first: what the file raised last.
     if isinstance(error, SyntaxError) and error.filename and os.path.isfile(error.filename):
       return f'{shown(error.filename)}:{error.lineno}: {type(error).__name__}: {error.msg}'
     frames = [
@@ -161,18 +159,22 @@ def _config_file_error(error: BaseException, path: Optional[str]) -> Optional[st
       detail = f'{type(error).__name__}: {text.splitlines()[0]}' if text else type(error).__name__
       raised = 'get_config raised ' if any(f.name == 'get_config' for f in frames) else ''
       return f'{path}:{frames[-1].lineno}: {raised}{detail}'
-    error = error.__cause__ or error.__context__
   return None
+
+
+def _causes(error: Optional[BaseException]) -> list[BaseException]:
+  """`error` and the chain of exceptions it was raised from or while handling, outermost first."""
+  causes = []
+  while error is not None and all(error is not seen for seen in causes):
+    causes.append(error)
+    error = error.__cause__ or error.__context__
+  return causes
 
 
 def _unloadable_config_file(error: BaseException, path: Optional[str]) -> Optional[str]:
   """The one line for a --config file that is no config: not Python (a checkpoint given as
   --config), without get_config (a sweep file), or whose get_config takes no `:ARG`; else None."""
-  causes = []
-  while error is not None and error not in causes:
-    causes.append(error)
-    error = error.__cause__ or error.__context__
-  for cause in causes:
+  for cause in _causes(error):
     text = str(cause)
     if isinstance(cause, SyntaxError) and 'null bytes' in text:
       return (

@@ -50,6 +50,18 @@ BASES = {
 _SIZES = dict(
     hidden_size=32, num_hidden_layers=2, num_attention_heads=2, image_size=8, patch_size=4
 )
+
+
+def _image_and_text(model, config):
+  """A whole tiny two-tower model (SigLIP's, CLIP's), as the hub holds them."""
+  return lambda: model(
+      config(
+          vision_config=dict(**_SIZES, intermediate_size=48),
+          text_config=dict(_SIZES, intermediate_size=48, vocab_size=64),
+      )
+  )
+
+
 TRANSFORMERS_BASES = {
     'vit': (
         transformers.ViTForImageClassification,
@@ -98,24 +110,14 @@ TRANSFORMERS_BASES = {
     # A whole SigLIP (the hub's google/siglip-*), whose image tower the class reads.
     'siglip': (
         transformers.SiglipForImageClassification,
-        lambda: transformers.SiglipModel(
-            transformers.SiglipConfig(
-                vision_config=dict(**_SIZES, intermediate_size=48),
-                text_config=dict(_SIZES, intermediate_size=48, vocab_size=64),
-            )
-        ),
+        _image_and_text(transformers.SiglipModel, transformers.SiglipConfig),
         {'classifier': 'gap'},
     ),
     # A whole CLIP (the hub's openai/clip-*; its tower alone loads no class): the patches' mean of
     # the blocks' output, with no final LayerNorm (its post_layernorm, the class token's, unread).
     'clip': (
         transformers.CLIPForImageClassification,
-        lambda: transformers.CLIPModel(
-            transformers.CLIPConfig(
-                vision_config=dict(**_SIZES, intermediate_size=48),
-                text_config=dict(_SIZES, intermediate_size=48, vocab_size=64),
-            )
-        ),
+        _image_and_text(transformers.CLIPModel, transformers.CLIPConfig),
         {'classifier': 'gap', 'final_norm': False},
     ),
 }

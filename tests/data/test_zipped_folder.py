@@ -111,6 +111,23 @@ def test_an_info_zip_archive_reads_as_unzip_extracts_it(tmp_path):
   assert folder.read_file(files[0]) == (root / 'test/À/e.png').read_bytes()
 
 
+@pytest.mark.parametrize('empty', ['train/Yak', 'test/Yak'])
+def test_an_empty_folder_in_an_archive_is_the_empty_folder_unzip_extracts(tmp_path, empty):
+  """A class folder without files, zipped as `zip -r` zips it (an entry of its own): the error of
+  the folder extracted, not a class left out."""
+  root, archive = _folder_and_its_zip(tmp_path, zipfile.ZIP_STORED)
+  (tmp_path / 'pets' / empty).mkdir()
+  with zipfile.ZipFile(archive, 'a') as zipped:
+    zipped.mkdir(f'pets/{empty}')
+  errors = []
+  for data_dir in (root, f'{archive}/pets'):
+    with pytest.raises(ValueError) as error:
+      folder.FolderSource(data_dir, 'train').split_files(empty.split('/')[0])
+    errors.append(str(error.value).replace(data_dir, '<data_dir>'))
+  assert errors[0] == errors[1]
+  assert 'Yak' in errors[0]
+
+
 def test_an_archive_of_a_folder_in_a_folder_names_the_data_dir_to_set(tmp_path):
   _, archive = _folder_and_its_zip(tmp_path, zipfile.ZIP_DEFLATED)
   error = helpers.data_error(archive, dataset='folder')

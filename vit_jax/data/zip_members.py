@@ -127,9 +127,10 @@ def _name(info: zipfile.ZipInfo) -> str:
   return name
 
 
-def _files(archive: str) -> dict[str, zipfile.ZipInfo]:
-  """The files of `archive`, by name, in its order, as zipfile lists its central directory; a
-  one-line ValueError where it is not a zip archive vit_jax reads."""
+def _files(archive: str) -> tuple[dict[str, zipfile.ZipInfo], list[str]]:
+  """The files of `archive`, by name, in its order, as zipfile lists its central directory, and the
+  names of its folders' own entries (an empty folder is one, as `unzip` makes it); a one-line
+  ValueError where it is not a zip archive vit_jax reads."""
   try:
     with hf_data_files.open_file(archive) as f:
       infos = zipfile.ZipFile(f).infolist()
@@ -147,7 +148,8 @@ def _files(archive: str) -> dict[str, zipfile.ZipInfo]:
           "vit_jax does not read: zip the images again with deflate (zip's default), bzip2, "
           'LZMA or none'
       )
-  return files
+  folder_entries = [_name(i).rstrip('/') for i in infos if i.is_dir()]
+  return files, [name for name in folder_entries if name]
 
 
 def names(archive: str) -> list[str]:
@@ -158,13 +160,15 @@ def names(archive: str) -> list[str]:
 @functools.cache
 def folders(archive: str) -> dict[str, tuple[set[str], list[str]]]:
   """Each folder of `archive` ('' its top, 'train/cat'): the names of its sub-folders and of its
-  files, as the archive extracted would hold them."""
+  files, as the archive extracted would hold them (an empty folder among them)."""
   tree = {'': (set(), [])}
-  for name in _names(archive):
+  for name in [*_names(archive), *(f'{folder}/' for folder in _index(archive).folders.tolist())]:
     *parents, file = name.split('/')
     for depth, sub in enumerate(parents):
       tree.setdefault('/'.join(parents[:depth]), (set(), []))[0].add(sub)
-    tree.setdefault('/'.join(parents), (set(), []))[1].append(file)
+    files = tree.setdefault('/'.join(parents), (set(), []))[1]
+    if file:
+      files.append(file)
   return tree
 
 
@@ -189,7 +193,7 @@ def _name_hash(encoded: bytes) -> int:
 def _write_index(archive: str, directory: str) -> None:
   """The index of `archive`'s files, in its order: each file's entry, their names' bytes end to end;
   and their names' hashes sorted, with the order that sorts them."""
-  files = _files(archive)
+  files, folder_entries = _files(archive)
   encoded = [name.encode('utf-8', 'surrogateescape') for name in files]
   infos = list(files.values())
   entries = np.zeros(len(infos), _ENTRY)
@@ -212,6 +216,7 @@ def _write_index(archive: str, directory: str) -> None:
   np.save(os.path.join(directory, 'names.npy'), np.frombuffer(b''.join(encoded), np.uint8))
   np.save(os.path.join(directory, 'hashes.npy'), hashes[by_hash])
   np.save(os.path.join(directory, 'by_hash.npy'), by_hash)
+  np.save(os.path.join(directory, 'folders.npy'), np.array(folder_entries, str))
 
 
 class _Index(NamedTuple):
@@ -219,12 +224,14 @@ class _Index(NamedTuple):
   names: np.ndarray  # uint8: the names' UTF-8 bytes, end to end.
   hashes: np.ndarray  # Sorted.
   by_hash: np.ndarray  # hashes[j] is the hash of file by_hash[j]'s name.
+  folders: np.ndarray  # str: the names of the folders' own entries.
 
 
 @functools.cache  # Once a process: the index made once a machine, mapped by each process.
 def _index(archive: str) -> _Index:
-  # Versioned: an index of an earlier vit_jax's names (CP437's, './' kept) is not this one's.
-  path = dataset_cache.cache_path((archive,), ('zip index', 2), '.zipindex')
+  # Versioned: an index of an earlier vit_jax's names (CP437's, './' kept; no folders) is not this
+  # one's.
+  path = dataset_cache.cache_path((archive,), ('zip index', 3), '.zipindex')
   dataset_cache.made_once(
       path, 0, f'Indexing zip archive {archive}', lambda d: _write_index(archive, d)
   )

@@ -10,6 +10,7 @@ import numpy as np
 from PIL import Image, ImageOps
 import pytest
 from scipy import optimize, stats
+from timm.data import constants as timm_constants
 import timm.data.random_erasing
 import torch
 import torchvision.transforms.functional as TF
@@ -215,21 +216,28 @@ def test_random_erasing_is_timms_algorithm_draw_for_draw(monkeypatch, height, wi
 
 def test_random_erasing_matches_timm():
   size, prob, area, aspect, n = 40, 0.6, (0.02, 1 / 3), (0.3, 1 / 0.3), 2000
-  ours = (
-      over_seeds(
-          lambda rng: augment.random_erase(
-              np.zeros([size, size, 3], np.float32), rng, prob, area, aspect
-          ),
-          n,
-      )
-      != 0
+  our_images = over_seeds(
+      lambda rng: augment.random_erase(
+          np.zeros([size, size, 3], np.float32), rng, prob, area, aspect
+      ),
+      n,
   )
   erase = timm.data.random_erasing.RandomErasing(
       prob, area[0], area[1], aspect[0], aspect[1], mode='pixel', device='cpu'
   )
   random.seed(0)
   torch.manual_seed(0)
-  theirs = np.stack([numpy_hwc(erase(torch.zeros(3, size, size))) for _ in range(n)]) != 0
+  their_images = np.stack([numpy_hwc(erase(torch.zeros(3, size, size))) for _ in range(n)])
+  ours, theirs = our_images != 0, their_images != 0
+  # The noise as [0, 1] pixels: ours from [-1, 1], timm's from its ImageNet-normalised space.
+  our_pixels = (our_images[ours.all(-1)] + 1) / 2
+  mean, std = (
+      np.float32(c)
+      for c in (timm_constants.IMAGENET_DEFAULT_MEAN, timm_constants.IMAGENET_DEFAULT_STD)
+  )
+  their_pixels = their_images[theirs.all(-1)] * std + mean
+  np.testing.assert_allclose(our_pixels.mean(0), their_pixels.mean(0), atol=0.003)
+  np.testing.assert_allclose(our_pixels.std(0), their_pixels.std(0), atol=0.003)
   assert (ours.all(-1) == ours.any(-1)).all()  # Every channel of an erased pixel.
   stats = []
   for erased in (ours[..., 0], theirs[..., 0]):
@@ -283,7 +291,7 @@ def test_random_erasing_boxes_and_positions_match_timm_on_non_square_images(
   ours = (
       over_seeds(
           lambda rng: augment.random_erase(
-              np.zeros([height, width, 1], np.float32), rng, prob, area, aspect
+              np.zeros([height, width, 3], np.float32), rng, prob, area, aspect
           ),
           n,
       )[..., 0]

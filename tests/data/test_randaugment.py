@@ -48,8 +48,26 @@ def test_lookup_ops_equal_pil(shape, name, pil_fn, args):
 
 
 def test_posterize_to_zero_bits_is_black():
-  # PIL refuses 0 bits; magnitudes below 2.5 ask for them.
+  # PIL refuses 0 bits; no magnitude asks for them (see test_magnitude_to_fixed_args).
   assert not op('Posterize', random_image((8, 8)), 0).any()
+
+
+@pytest.mark.parametrize('magnitude', [0, 2, 5, 9, 10, 12, 15, 20])
+def test_solarize_and_posterize_equal_the_tf_reference_as_tf_data_runs_it(magnitude):
+  """big_vision's autoaugment.py ops, traced as tf.data traces them, with its level_to_arg's Python
+  int: the threshold becomes a uint8 (256 is 0), and a shift of 8 bits is clamped to 7."""
+  tf = pytest.importorskip('tensorflow')
+  image = random_image((16, 24))
+  level = magnitude / 10
+  threshold, shift = int(level * 256), 8 - int(level * 4)
+  solarized = tf.function(lambda im: tf.where(im < threshold, im, 255 - im))
+  posterized = tf.function(
+      lambda im: tf.bitwise.left_shift(tf.bitwise.right_shift(im, shift), shift)
+  )
+  rng = np.random.default_rng(0)
+  for name, reference in (('Solarize', solarized), ('Posterize', posterized)):
+    want = reference(tf.constant(image)).numpy()
+    np.testing.assert_array_equal(op(name, image, *ra.op_args(name, magnitude, rng, image)), want)
 
 
 def test_constant_channels_are_kept_as_pil_does():
@@ -218,9 +236,13 @@ def args_at(name, magnitude, seed=(1, 2)):
         ('Invert', 10, ()),
         ('Posterize', 10, (4,)),
         ('Posterize', 5, (2,)),
-        ('Posterize', 2, (0,)),
+        ('Posterize', 2, (1,)),  # TF's reference shifts by at most 7 bits: 1 bit is kept.
+        ('Posterize', 0, (1,)),
         ('Posterize', 20, (8,)),
-        ('Solarize', 10, (256,)),
+        ('Solarize', 10, (0,)),  # 256 as TF's uint8 (big_vision issue #110): all inverted.
+        ('Solarize', 15, (128,)),  # AugReg's strongest recipes.
+        ('Solarize', 20, (0,)),
+        ('Solarize', 9, (230,)),
         ('Solarize', 5, (128,)),
         ('SolarizeAdd', 10, (110,)),
         ('SolarizeAdd', 5, (55,)),

@@ -16,6 +16,11 @@ import numpy as np
 _BLUR_SIGMA_RANGE = (0.1, 2.0)
 _BLUR_KERNEL_SIZE = 23
 _ERASE_ATTEMPTS = 10  # Boxes tried per image by timm's RandomErasing before it gives up.
+# timm's erasing fills N(0, 1) in its input space, pixels normalised by ImageNet's mean and std (per
+# channel, of [0, 1] pixels): the same pixels here, where images are normalised to [-1, 1], are
+# N(2 mean - 1, 2 std), the spread of the image's own values (N(0, 1) here would be 2.2 times it).
+_ERASE_MEAN = 2 * np.float32([0.485, 0.456, 0.406]) - 1
+_ERASE_STD = 2 * np.float32([0.229, 0.224, 0.225])
 # torchvision's rgb_to_grayscale weights (ITU-R 601-2 luma, as TensorFlow's rgb_to_grayscale).
 _LUMA = np.float32([0.2989, 0.587, 0.114])
 
@@ -127,11 +132,11 @@ def random_erase(
     area: tuple[float, float],
     aspect: tuple[float, float],
 ) -> np.ndarray:
-  """timm's RandomErasing(mode='pixel') of a normalised float32 [h, w, c]: with probability `prob`,
+  """timm's RandomErasing(mode='pixel') of a normalised float32 [h, w, 3]: with probability `prob`,
   of up to 10 boxes of an area fraction in `area` and a log-uniform aspect ratio (height / width)
-  in `aspect`, the first that fits is filled with N(0, 1) noise (the mean and std of a normalised
-  image); `image` itself where nothing is erased. timm's draws, in timm's order, from `rng` instead
-  of Python's `random`."""
+  in `aspect`, the first that fits is filled with the noise timm's fills it with (N(0, 1) in its
+  ImageNet-normalised space: _ERASE_MEAN, _ERASE_STD here); `image` itself where nothing is erased.
+  timm's draws, in timm's order, from `rng` instead of Python's `random`."""
   if rng.random() > prob:
     return image
   height, width, channels = image.shape
@@ -146,8 +151,7 @@ def random_erase(
       top = rng.integers(height - box_height + 1)
       left = rng.integers(width - box_width + 1)
       erased = image.copy()
-      erased[top : top + box_height, left : left + box_width] = rng.standard_normal(
-          (box_height, box_width, channels), np.float32
-      )
+      noise = rng.standard_normal((box_height, box_width, channels), np.float32)
+      erased[top : top + box_height, left : left + box_width] = noise * _ERASE_STD + _ERASE_MEAN
       return erased
   return image

@@ -11,10 +11,11 @@ The reference's ops were meant as PIL's, so they call PIL on uint8 images where 
 (the earlier TF port had been fixed to PIL's where the reference missed: Contrast's mean grey,
 Sharpness's rounding, integer luma), and numpy table lookups and slices where those are the same
 and faster. Shear and translate sample input pixel round(M (x, y) + t) for output pixel (x, y), as
-the reference; Rotate is PIL's rotate, the same map about the centre. Kept from the reference, as
-they shape the published recipes: Solarize's threshold grows with the magnitude (256 at magnitude
-10: no pixel changes); Posterize keeps int(0.4 * magnitude) bits (0 bits, a black image, below
-magnitude 2.5, which PIL refuses).
+the reference; Rotate is PIL's rotate, the same map about the centre. Kept from the reference as
+TF runs it, as that shaped the published recipes: Solarize's threshold int(25.6 * magnitude) is
+compared with the uint8 pixels as a uint8, modulo 256 (magnitude 10: 0, every pixel inverted; 15:
+128; big_vision issue #110), and Posterize keeps int(0.4 * magnitude) bits but at least 1 (TF
+clamps its shift of 8 bits to 7).
 """
 
 from typing import Callable
@@ -184,8 +185,8 @@ _ARGS: dict[str, Callable[[float, np.random.Generator, np.ndarray], tuple]] = {
     'Equalize': lambda level, rng, image: (),
     'Invert': lambda level, rng, image: (),
     'Rotate': lambda level, rng, image: (_random_sign(level * 30.0, rng),),
-    'Posterize': lambda level, rng, image: (int(level * 4),),
-    'Solarize': lambda level, rng, image: (int(level * 256),),
+    'Posterize': lambda level, rng, image: (max(int(level * 4), 1),),
+    'Solarize': lambda level, rng, image: (int(level * 256) % 256,),
     'Color': lambda level, rng, image: (_enhance_factor(level),),
     'Contrast': lambda level, rng, image: (_enhance_factor(level),),
     'Brightness': lambda level, rng, image: (_enhance_factor(level),),

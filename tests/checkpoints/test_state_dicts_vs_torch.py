@@ -776,11 +776,8 @@ def _timm_input(pretrained_cfg: dict, image: np.ndarray) -> np.ndarray:
     [
         ('resize', 0.875, 16),
         ('central', 0.875, 16),
-        (
-            'central',
-            0.9,
-            16,
-        ),  # 16 / 0.9 = 17.8: we round to 18, timm floors; the crop_pct makes it 18.
+        ('central', 0.9, 16),  # 16 / 0.9 = 17.8: 17, as timm floors it.
+        ('central', 0.9, 224),  # 248.9: 248.
     ],
 )
 @pytest.mark.parametrize('shape', [(40, 120), (70, 50)])

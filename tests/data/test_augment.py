@@ -195,7 +195,7 @@ def pil_resize(
 
 def pil_central_crop(image: np.ndarray, size: int, crop_fraction: float) -> np.ndarray:
   """PIL's bilinear resize of the shorter side to size / crop_fraction, then the central square."""
-  target = round(size / crop_fraction)
+  target = int(size / crop_fraction)
   h, w = image.shape[:2]
   new_h, new_w = round(h * target / min(h, w)), round(w * target / min(h, w))
   resized = pil_resize(image, new_h, new_w)

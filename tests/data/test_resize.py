@@ -158,7 +158,7 @@ def test_central_crop_without_antialiasing_is_tensorflows_resize_then_the_centra
     height, width, size, crop_fraction
 ):
   image = _image(height, width)
-  target = round(size / crop_fraction)
+  target = int(size / crop_fraction)
   scaled_h, scaled_w = (int(side * target / min(height, width)) for side in (height, width))
   top, left = round((scaled_h - size) / 2), round((scaled_w - size) / 2)
   expected = _tensorflow(image, scaled_h, scaled_w)[top : top + size, left : left + size]

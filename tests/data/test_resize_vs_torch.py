@@ -19,6 +19,7 @@ from test_resize import _image
         (375, 500, 224, 0.875),
         (500, 375, 224, 0.875),
         (20, 30, 48, 0.9),
+        (375, 500, 224, 0.9),  # 248.9: timm's int(size / crop_pct) is 248.
         (40, 30, 16, 0.5),
         (160, 240, 125, 1.0),
         (50, 50, 24, 1.0),
@@ -31,7 +32,7 @@ def test_antialiased_central_crop_is_torchvisions_resize_and_center_crop(
   image = _image(height, width)
   reference = transforms.Compose(
       [
-          transforms.Resize(round(size / crop_fraction), transforms.InterpolationMode.BILINEAR),
+          transforms.Resize(int(size / crop_fraction), transforms.InterpolationMode.BILINEAR),
           transforms.CenterCrop(size),
       ]
   )
@@ -41,7 +42,7 @@ def test_antialiased_central_crop_is_torchvisions_resize_and_center_crop(
   np.testing.assert_array_equal(got, expected)
   # torchvision on tensors (antialiased, in float) agrees within a level: its resize does not round.
   tensor = transforms.functional.resize(
-      torch.from_numpy(image).permute(2, 0, 1).float(), round(size / crop_fraction), antialias=True
+      torch.from_numpy(image).permute(2, 0, 1).float(), int(size / crop_fraction), antialias=True
   )
   tensor = transforms.functional.center_crop(tensor, size).permute(1, 2, 0).numpy()
   np.testing.assert_allclose(got, tensor, atol=1.5)

@@ -5,7 +5,6 @@ the MLP's norm: EVA-02, DINOv3), or its `Beit` for relative position biases (`ti
 model arguments of our fields (timm_export_args.py) and the eval crop as timm's (`eval_crop`).
 """
 
-import math
 from typing import Any, Mapping, Optional
 
 import numpy as np
@@ -27,8 +26,8 @@ def eval_crop(pp_eval: Mapping[str, Any], image_size: int) -> dict[str, Any]:
   timm's `resolve_data_config` + `create_transform` prepare images as vit_jax's evaluation does.
 
   'resize' squashes the whole image to the square: timm's 'squash' at crop_pct 1. 'central' resizes the
-  shorter side to round(image_size / crop_fraction), then takes the central square: timm's 'center',
-  whose shorter side is floor(image_size / crop_pct), so crop_pct is chosen to floor to the same size.
+  shorter side to int(image_size / crop_fraction), then takes the central square: timm's 'center'
+  at crop_pct = crop_fraction.
   """
   if pp_eval['crop'] == 'resize':
     return {'crop_pct': 1.0, 'crop_mode': 'squash'}
@@ -37,12 +36,7 @@ def eval_crop(pp_eval: Mapping[str, Any], image_size: int) -> dict[str, Any]:
         f"config.pp_eval.crop={pp_eval['crop']!r} has no timm counterpart: use 'resize' or "
         "'central'"
     )
-  target = round(image_size / pp_eval['crop_fraction'])
-  crop_pct = pp_eval['crop_fraction']
-  if math.floor(image_size / crop_pct) != target:
-    # E.g. 384 / 0.875 = 438.9 rounds to 439, floors to 438: aim timm's division at the middle of 439.
-    crop_pct = image_size / (target + 0.5)
-  return {'crop_pct': crop_pct, 'crop_mode': 'center'}
+  return {'crop_pct': pp_eval['crop_fraction'], 'crop_mode': 'center'}
 
 
 def _fixed_posemb_as_tensor(

@@ -109,9 +109,9 @@ def central_scaled_size(
     height: int, width: int, size: int, crop_fraction: float
 ) -> tuple[int, int]:
   """The (height, width) `central_crop` resizes an image of (height, width) to before it takes the
-  central size x size square: the shorter side round(size / crop_fraction), the longer one's
-  proportion rounded down."""
-  target = round(size / crop_fraction)
+  central size x size square: the shorter side int(size / crop_fraction), as timm's eval transform
+  (and DeiT's, MAE's) takes it from its crop_pct, the longer one's proportion rounded down."""
+  target = math.floor(size / crop_fraction)
   longer = int(target * max(height, width) / min(height, width))
   return (longer, target) if height > width else (target, longer)
 
@@ -123,7 +123,7 @@ def central_crop(
     antialias: bool = False,
     reducing_gap: float = 0.0,
 ) -> np.ndarray:
-  """Bilinear resize keeping the aspect ratio, the shorter side to round(size / crop_fraction), then
+  """Bilinear resize keeping the aspect ratio, the shorter side to int(size / crop_fraction), then
   the central size x size square (ImageNet's eval: 256 -> 224 at 0.875), in the input's range and
   of `resizing.resize`'s dtype; `antialias` and `reducing_gap` as in `images.crop_and_resize`. The
   geometry is torchvision's Resize(int) + CenterCrop (timm's eval transform), so with `antialias`

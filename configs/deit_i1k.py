@@ -3,7 +3,7 @@ data-efficient image transformers" (facebookresearch/deit main.py defaults, timm
 
 Expected top-1 on ImageNet validation: DeiT-S 79.8%, DeiT-B 81.8% after 300 epochs (DeiT-B: about 3
 days on 8 V100s). Recipe: batch 1024, AdamW lr 5e-4 x 1024 / 512 = 1e-3, weight decay 0.05, 5 warmup
-epochs then cosine to 1e-5, no clipping, label smoothing 0.1, inception crop + flip + RandAugment
+epochs then cosine to 1e-5, no clipping, label smoothing 0.1, RandomResizedCrop + flip + RandAugment
 (2 layers, magnitude 9), random erasing 0.25, Mixup 0.8 / CutMix 1.0 (switch 0.5) on every batch,
 repeated augmentation (3 copies of each image in a batch), stochastic depth 0.1, class token, learned position embeddings, no pre-logits layer; evaluation at the
 0.875 central crop.
@@ -13,8 +13,8 @@ repeated augmentation (3 copies of each image in a batch), stochastic depth 0.1,
 Differences from DeiT: RandAugment is the TF reference's op set (big_vision's) at a fixed magnitude,
 not timm's rand-m9-mstd0.5-inc1 (magnitude noise, "increasing" ops); repeated augmentation shows each
 image three times in a row, each pass over the split in three epochs (DeiT's RASampler draws a third
-of the split anew each epoch); weights initialised as the original ViT (xavier), not truncated
-normal.
+of the split anew each epoch); the crop is resized bilinearly (DeiT's bicubically); weights
+initialised as the original ViT (xavier), not truncated normal.
 """
 
 from vit_jax import defaults
@@ -43,8 +43,8 @@ def get_config(size: str = 'S'):
       type='real', dataset='imagenet2012_real', split='validation', every_steps=2500
   )
   config.image_size = 224
-  config.pp.crop = 'inception'
-  config.pp.min_area = 0.08  # torchvision's RandomResizedCrop scale, which DeiT uses.
+  config.pp.crop = 'random_resized'  # torchvision's RandomResizedCrop, as DeiT (timm) samples it.
+  config.pp.min_area = 0.08
   config.pp.flip = True
   config.pp.randaug_layers, config.pp.randaug_magnitude = 2, 9
   config.pp.erase_prob = 0.25

@@ -8,8 +8,10 @@ configs/finetune_mae.py), pooled as MAE fine-tunes them: the patches' mean and a
 it (model.classifier='gap', fc_norm=True); MAE reports 83.6% top-1 in 100 epochs. Recipe: batch 1024,
 AdamW (0.9, 0.999) lr 5e-4 x 1024 / 256 = 2e-3, layer decay 0.65 (block i of 12 learns at
 0.65^(12 - i) of the rate, the embeddings at 0.65^13, the head at 1), weight decay 0.05, 5 warmup
-epochs then cosine, label smoothing 0.1, RandAugment(2, 9), random erasing 0.25, Mixup 0.8 / CutMix
-1.0, stochastic depth 0.1, central 0.875 crop for evaluation.
+epochs then cosine, label smoothing 0.1, RandomResizedCrop, RandAugment(2, 9), random erasing 0.25,
+Mixup 0.8 / CutMix 1.0, stochastic depth 0.1, central 0.875 crop for evaluation. Differences from
+MAE's: RandAugment is the TF reference's op set at a fixed magnitude (timm's rand-m9-mstd0.5-inc1
+in MAE), and crops are resized bilinearly (bicubically in MAE).
 
   python -m vit_jax.main --config=configs/finetune_layer_decay.py --workdir=W \\
       --config.init_from=/path/to/ViT-B_16.npz
@@ -39,7 +41,7 @@ def get_config(weights: str = 'npz'):
       type='real', dataset='imagenet2012_real', split='validation', every_steps=2500
   )
   config.image_size = 224
-  config.pp.crop = 'inception'
+  config.pp.crop = 'random_resized'  # MAE's RandomResizedCrop (timm's), at its scale (0.08, 1).
   config.pp.min_area = 0.08
   config.pp.flip = True
   config.pp.randaug_layers, config.pp.randaug_magnitude = 2, 9

@@ -169,8 +169,10 @@ def test_the_recipes_set_what_their_papers_use():
       deit.label_smoothing,
       deit.aug_repeats,
       deit.variant,
-  ) == (0.8, 1.0, 0.25, 0.1, 0.1, 3, 'ViT-S_16')
-  assert helpers.load_config('finetune_layer_decay').optim.layer_decay == 0.65
+      deit.pp.crop,
+  ) == (0.8, 1.0, 0.25, 0.1, 0.1, 3, 'ViT-S_16', 'random_resized')
+  beit = helpers.load_config('finetune_layer_decay')
+  assert (beit.optim.layer_decay, beit.pp.crop) == (0.65, 'random_resized')
   mae = _get_config('finetune_layer_decay', 'mae')
   assert (mae.variant, mae.model.classifier, mae.model.fc_norm, mae.optim.layer_decay) == (
       'checkpoint',

@@ -30,6 +30,8 @@ TIMM_NAMES = (
     (r'^patch_embed\.backbone\.stem\.norm\.', 'gn_root/'),
     (r'^patch_embed\.backbone\.stages\.0\.', 'block1/'),
     (r'^patch_embed\.proj\.', 'embedding/'),
+    (r'^patch_embed\.norm\.', 'embedding_norm/'),
+    (r'^norm_pre\.', 'Transformer/pre_norm/'),
     (r'^blocks\.(\d+)\.', r'Transformer/encoderblock_\1/'),
     (r'^norm\.', 'Transformer/encoder_norm/'),
     (r'^fc_norm\.', 'fc_norm/'),
@@ -48,6 +50,9 @@ MODEL_KINDS = {
     ),
     'map': ({'model.classifier': 'map'}, dict(global_pool='map', class_token=False)),
     'registers': ({'model.num_registers': 2}, dict(reg_tokens=2)),
+    # CLIP's norm before the blocks; AIMv2's norm of the patch embedding.
+    'pre_norm': ({'model.pre_norm': True}, dict(pre_norm=True)),
+    'embed_norm': ({'model.embed_norm': True}, dict(embed_norm_layer=torch.nn.LayerNorm)),
     # DeiT's distillation token and head: timm's VisionTransformerDistilled.
     'distilled': ({'model.distilled': True}, dict(timm_class=VisionTransformerDistilled)),
     'hybrid': (

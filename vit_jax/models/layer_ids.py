@@ -9,12 +9,13 @@ import re
 
 from vit_jax.models.scan_layout import BLOCK
 
-# The stem, layer id 0: the patch embedding, the class, distillation, register and mask tokens, the
-# position embeddings and the hybrid's ResNet stem (conv_root, gn_root, block1..blockN at the top of
-# the tree), as timm's group_matcher's stem (cls_token, dist_token, reg_token, pos_embed, patch_embed).
+# The stem, layer id 0: the patch embedding and its norm, the class, distillation, register and mask
+# tokens, the position embeddings, the norm before the first block and the hybrid's ResNet stem
+# (conv_root, gn_root, block1..blockN at the top of the tree), as timm's group_matcher's stem
+# (cls_token, dist_token, reg_token, pos_embed, patch_embed, norm_pre).
 _STEM = re.compile(
-    r'^(embedding|cls|dist|reg|mask_token|conv_root|gn_root|block\d+|Transformer/posembed_input)'
-    r'(/|$)'
+    r'^(embedding|embedding_norm|cls|dist|reg|mask_token|conv_root|gn_root|block\d+'
+    r'|Transformer/posembed_input|Transformer/pre_norm)(/|$)'
 )
 _BLOCK = re.compile(rf'^Transformer/{BLOCK}_(\d+)/')
 # The encoder's final norm goes with its last block, as timm groups it (MATCH_PREV_GROUP).

@@ -349,7 +349,8 @@ def get_config() -> ml_collections.ConfigDict:
           momentum=0.9,  # sgd
           mu_dtype=config_dict.placeholder(str),  # adamw's first moment dtype, e.g. 'bfloat16'
           # Parameter groups, by regex over '/'-joined parameter paths (first match wins):
-          # ((regex, multiplier), ...) of the learning rate and of the weight decay; frozen: regexes of
+          # ((regex, multiplier), ...) of the learning rate and of the weight decay (of any parameter
+          # it matches; an unmatched kernel decays at 1, nothing else); frozen: regexes of
           # parameters that are not updated and keep no optimizer state; trained: regexes of the only
           # parameters that train, with model.lora_rank's adapters (unset: all; with adapters, the
           # adapters and ('^head',); a linear probe: "('^head',)").

@@ -133,7 +133,12 @@ MULTS = {
         ('Dense_0/kernel$', 0.5),
         ('Dense_0', 7.0),
     ),
-    'optim.wd_mults': (('encoderblock_0/MlpBlock_3/Dense_1/', 3.0), ('^head', 0.0)),
+    # Any parameter: a bias and the position embeddings too, as big_vision's wd_mults.
+    'optim.wd_mults': (
+        ('encoderblock_0/MlpBlock_3/Dense_1/', 3.0),
+        ('^head', 0.0),
+        ('posembed_input', 2.0),
+    ),
 }
 
 
@@ -146,9 +151,13 @@ def _lr_mult(path):  # MULTS, written out.
 
 
 def _wd_mult(path):
-  if not path.endswith('kernel') or path.startswith('head/'):
+  if 'encoderblock_0/MlpBlock_3/Dense_1/' in path:
+    return 3.0
+  if path.startswith('head/'):
     return 0.0
-  return 3.0 if 'encoderblock_0/MlpBlock_3/Dense_1/' in path else 1.0
+  if 'posembed_input' in path:
+    return 2.0
+  return 1.0 if path.endswith('kernel') else 0.0
 
 
 @pytest.mark.parametrize('scan', [False, True])

@@ -53,8 +53,8 @@ def _per_leaf(tree: Any, value: Callable[[str], Any]) -> Any:
   return jax.tree_util.tree_map_with_path(leaf, tree)
 
 
-def _first_match(groups: tuple[tuple[str, float], ...], path: str) -> float:
-  return next((mult for regex, mult in groups if re.search(regex, path)), 1.0)
+def _first_match(groups: tuple[tuple[str, float], ...], path: str, default: float = 1.0) -> float:
+  return next((mult for regex, mult in groups if re.search(regex, path)), default)
 
 
 def scales_updates(optim: ml_collections.ConfigDict) -> bool:
@@ -79,8 +79,10 @@ def lr_multipliers(optim: ml_collections.ConfigDict, num_layers: int, tree: Any)
 
 
 def wd_multipliers(optim: ml_collections.ConfigDict, tree: Any) -> Any:
-  """The multiplier of each parameter's weight decay: its wd_mults entry for kernels, else 0."""
-  return _per_leaf(tree, lambda path: _first_match(optim.wd_mults, path) if _decays(path) else 0.0)
+  """The multiplier of each parameter's weight decay: its wd_mults entry, any parameter's (as
+  big_vision's wd_mults: `(('posembed_input', 1.0),)` decays the position embeddings), else 1 for
+  kernels and 0 for the rest."""
+  return _per_leaf(tree, lambda path: _first_match(optim.wd_mults, path, float(_decays(path))))
 
 
 def scale_by_lr_multipliers(
@@ -100,7 +102,8 @@ def scale_by_lr_multipliers(
 
 
 def add_decayed_weights(optim: ml_collections.ConfigDict) -> optax.GradientTransformation:
-  """Adds optim.weight_decay times each kernel, times its `wd_multipliers` value, to its update."""
+  """Adds optim.weight_decay times each parameter, times its `wd_multipliers` value, to its
+  update."""
   if not optim.wd_mults:  # optax's own, as optax.adamw and optax.lion chain it.
     return optax.add_decayed_weights(optim.weight_decay, mask=kernels_only)
 

@@ -555,6 +555,10 @@ ALSO_INVALID = {
         {'lr.decay': 'constant', 'lr.end': 1e-5},
         r"^config\.lr\.end=1e-05 is where a decay ends, and lr\.decay='constant'",
     ),
+    'cosine from 0 to an end': (
+        {'lr.decay': 'cosine', 'lr.base': 0.0, 'lr.end': 1e-5},
+        r'^config\.lr\.end=1e-05 with lr\.base=0: a cosine decay .* --config\.lr\.decay=linear$',
+    ),
     'patch dropout with relative position embeddings': (
         {'model.patch_dropout': 0.5, 'model.posemb': 'relative'},
         r'^model\.patch_dropout=0\.5 keeps a random share of the patches, which only position '

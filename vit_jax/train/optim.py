@@ -129,6 +129,11 @@ def _check_lr(lr: ml_collections.ConfigDict) -> None:
   _check_range('lr.base', lr.base, math.inf, '1e-3')
   _check_range('lr.warmup_steps', lr.warmup_steps, math.inf, '10000 (0: no warmup)')
   _check_range('lr.end', lr.end, math.inf, '0.0')
+  if lr.decay == 'cosine' and lr.end and not lr.base:  # optax's alpha: end as a fraction of base.
+    raise ValueError(
+        f'config.lr.end={lr.end} with lr.base=0: a cosine decay ends at a fraction of its base, so '
+        'stays at 0; set --config.lr.base above 0, or --config.lr.decay=linear'
+    )
 
 
 def _check_update(config: ml_collections.ConfigDict, model_config: dict[str, Any]) -> None:

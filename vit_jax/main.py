@@ -21,7 +21,7 @@ quiet.quiet_tensorflow()  # Before epath can load TensorFlow (for gs://, where i
 from absl import flags, logging  # pylint: disable=g-import-not-at-top,wrong-import-position
 from ml_collections import config_flags
 
-from vit_jax.runtime import allocator, cli, config_files, cpu_kernels
+from vit_jax.runtime import allocator, cli, config_files, cpu_kernels, slurm_gpus
 
 _CONFIG = config_flags.DEFINE_config_file(
     'config',
@@ -87,6 +87,7 @@ def init_distributed() -> None:
       num_processes=_NUM_PROCESSES.value,
       process_id=_PROCESS_ID.value,
       initialization_timeout=_DISTRIBUTED_TIMEOUT.value,
+      local_device_ids=slurm_gpus.local_device_ids(),
   )
 
 

@@ -86,10 +86,16 @@ def launch(
     if signalled:  # While they started: tell those started after the signal too.
       forward()
     deadline = None if timeout is None else time.time() + timeout
-    while any(p.poll() is None for p in procs):
-      failed = [p.returncode for p in procs if p.returncode not in (None, 0, REQUEUE_STATUS)]
-      if failed or (deadline is not None and time.time() > deadline):
-        for p in procs:
+    failures = []  # The exit codes of the processes that failed, in the order they ended.
+    while True:
+      codes = [p.poll() for p in procs]  # Every one, each time: any of them may fail first.
+      failures += [c for c in codes if c not in (None, 0, REQUEUE_STATUS) and c not in failures]
+      if None not in codes:
+        break
+      if failures or (deadline is not None and time.time() > deadline):
+        for (
+            p
+        ) in procs:  # The others would wait on the failed one's collectives until they time out.
           if p.poll() is None:
             p.kill()
         break
@@ -101,8 +107,10 @@ def launch(
     console.close()
     for signum, handler in previous.items():
       signal.signal(signum, handler)
+  if failures:  # The first: the others' are those of processes it stopped, or the launcher killed.
+    return failures[0]
   codes = [p.returncode for p in procs]
-  # A failure (or a kill) over the others' requeue: a run whose processes did not all save is not
+  # A kill at the timeout over the others' requeue: a run whose processes did not all save is not
   # one to requeue.
   return next(
       (code for code in codes if code not in (0, REQUEUE_STATUS)),

@@ -82,6 +82,15 @@ def test_a_config_file_that_is_no_config_says_what_it_is(tmp_path):
     assert _errors(args) == [error]
 
 
+@pytest.mark.parametrize('overrides', [[], ['--config.lr.base=0.1']])
+def test_a_config_file_that_is_not_there_is_one_line_with_or_without_overrides(overrides):
+  """An override reads the file in applying itself, a path of its own through config_flags."""
+  assert _errors(['--config=configs/nonexistent.py', *overrides]) == [
+      'error: cannot load the --config file: [Errno 2] No such file or directory: '
+      "'configs/nonexistent.py'"
+  ]
+
+
 def test_a_flag_left_out_is_required_and_the_usage_shown():
   run = subprocess.run(
       [sys.executable, '-m', 'vit_jax.main', '--config=configs/demo.py'],

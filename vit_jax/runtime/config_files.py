@@ -89,11 +89,17 @@ def _parse_flags(argv: list[str], usage: str) -> list[str]:
     # of many lines: ask now, and say its last line (e.g. "[Errno 2] No such file or directory: ...").
     flags.FLAGS.config.get('variant')
   except OSError as e:
-    cli.fail(f'cannot load the --config file: {str(e).strip().splitlines()[-1].strip()}')
+    cli.fail(_cannot_load(e))
   for field in unset:
     _unset(flags.FLAGS.config, field)
   _check_one_of(flags.FLAGS.config, config_path(given), overrides)
   return argv
+
+
+def _cannot_load(error: OSError) -> str:
+  """The line for a --config file that cannot be read: the last of config_flags' message (e.g.
+  "[Errno 2] No such file or directory: ...")."""
+  return f'cannot load the --config file: {str(error).strip().splitlines()[-1].strip()}'
 
 
 def _overrides(argv: Sequence[str]) -> dict[str, Optional[str]]:
@@ -123,6 +129,9 @@ def _parse_error(
   unloadable = _unloadable_config_file(error, path)
   if unloadable is not None:
     return unloadable
+  missing = next((cause for cause in _causes(error) if isinstance(cause, OSError)), None)
+  if missing is not None:  # The file read to apply an override to it (none read without one).
+    return _cannot_load(missing)
   if isinstance(error, (AttributeError, KeyError)):
     return _unknown_field(argv, overrides)
   if isinstance(error, flags.Error):

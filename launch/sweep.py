@@ -10,9 +10,14 @@ A sweep file names the experiment config (`CONFIG = 'configs/X.py[:arg]'`) and d
 a list of dicts of config overrides. In each dict, a value that is a list is swept: the dict stands for
 the product of its lists. The list of dicts is concatenated. The key 'config' is the config file of
 those runs instead of CONFIG (and may be swept too: one task a config argument, e.g. vtab_lr.py).
-Each run gets its own workdir, named after its overrides, under --workdir. Arguments after `--` go to
-every run (e.g. `-- --config.seed=1`); one that sets a field the sweep file sets (or --config, or
---workdir) is an error: it would make the runs of that field the same, in folders named apart.
+Each run gets its own workdir, named after its overrides, under --workdir (two runs whose names would
+be the same are an error). Arguments after `--` go to every run (e.g. `-- --config.seed=1`); one that
+sets a field the sweep file sets (or --config, or --workdir) is an error: it would make the runs of
+that field the same, in folders named apart. So is a field a run's config does not have; each is one
+line before any run starts.
+
+Runs one after another stop as one run does: Ctrl-C or SIGTERM saves the run at its step, and the
+sweep exits with its status 75; the same command resumes it (a finished run only evaluates again).
 
 WORKDIR/sweep.json records the sweep file and its runs' commands; a run logging to Weights & Biases
 (config.wandb.project) whose workdir it lists is in the W&B group named after WORKDIR, unless
@@ -20,17 +25,26 @@ config.wandb.group names another (vit_jax/train/wandb_writer.py reads it).
 """
 
 import argparse
+import difflib
 import importlib.util
 import itertools
 import json
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 from typing import Any
 
 from etils import epath
+
+from vit_jax.runtime import config_files
+
+# A run that stopped to be resumed (vit_jax.train.preemption.REQUEUE_STATUS): Ctrl-C or SIGTERM.
+REQUEUE_STATUS = 75
+_NAME_BYTES = 255  # The longest file name most file systems take.
+_REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def expand(sweep: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -52,15 +66,16 @@ def run_name(overrides: dict[str, Any]) -> str:
 def config_file(config: str, sweep_file: str) -> str:
   """A sweep's `FILE[:ARG]` config: as written when FILE is found from the current directory, else
   FILE under the sweep file's directory or the nearest of its parents that has it (a sweep file names
-  `configs/X.py` from its repository's root), absolute; unchanged if none has it (vit_jax.main says so).
-  """
+  `configs/X.py` from its repository's root), else in this checkout (its shipped configs), absolute;
+  unchanged if none has it."""
   path, colon, arg = config.partition(':')
   if os.path.isabs(path) or os.path.isfile(path):
     return config
   directory = os.path.dirname(os.path.abspath(sweep_file))
   while not os.path.isfile(os.path.join(directory, path)):
     if os.path.dirname(directory) == directory:
-      return config
+      shipped = os.path.join(_REPOSITORY, path)  # A config this checkout ships.
+      return shipped + colon + arg if os.path.isfile(shipped) else config
     directory = os.path.dirname(directory)
   return os.path.join(directory, path) + colon + arg
 
@@ -78,7 +93,7 @@ def _field_of(arg: str) -> str | None:
 def check_extra_args(runs: list[dict[str, Any]], extra_args: list[str]) -> None:
   """Raises SweepError where an argument for every run sets what the sweep sets: a field (or a field
   inside it, or one it is inside), the config file, or the workdir (each run has its own)."""
-  set_by_sweep = {key for overrides in runs for key in overrides} | {'workdir'}
+  set_by_sweep = {key for overrides in runs for key in overrides} | {'config', 'workdir'}
   for arg in extra_args:
     field = _field_of(arg)
     clash = field and next(
@@ -93,28 +108,126 @@ def check_extra_args(runs: list[dict[str, Any]], extra_args: list[str]) -> None:
       values = sorted({str(overrides[clash]) for overrides in runs if clash in overrides})
       raise SweepError(
           f'{arg} (after --) sets {clash!r}, which the sweep file sets '
-          f'({", ".join(values) or "each run its own"}): the runs would differ only in '
+          f'({", ".join(values) or ("its CONFIG" if clash == "config" else "each run its own")}): '
+          'the runs would differ only in '
           f'their folder names; change {clash!r} in the sweep file, or leave the flag out'
       )
 
 
+def load(sweep_file: str) -> tuple[list[dict[str, Any]], list[str]]:
+  """The runs of `sweep_file` (each its overrides) and each one's config file as the sweep file
+  names it; SweepError for a file that is no sweep file."""
+  try:
+    spec = importlib.util.spec_from_file_location('sweep', sweep_file)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+  except (OSError, SyntaxError) as e:
+    raise SweepError(f'cannot load --sweep={sweep_file}: {e}') from None
+  sweep = module.get_sweep() if hasattr(module, 'get_sweep') else None
+  if not isinstance(sweep, list) or not all(isinstance(entry, dict) for entry in sweep):
+    raise SweepError(
+        f'--sweep={sweep_file} must define get_sweep() returning a list of dicts of config '
+        "overrides, e.g. [{'lr.base': [1e-3, 3e-3]}]"
+    )
+  runs = expand(sweep)
+  if not runs:
+    raise SweepError(
+        f'--sweep={sweep_file} has no runs: get_sweep() gives no dict, or an empty list'
+    )
+  configs = [overrides.get('config') or getattr(module, 'CONFIG', None) for overrides in runs]
+  if not all(configs):
+    raise SweepError(
+        f"--sweep={sweep_file} names no config: set CONFIG = 'configs/X.py' in it, or 'config' in "
+        'each of its dicts'
+    )
+  return runs, configs
+
+
+def _check_fields(
+    runs: list[dict[str, Any]], configs: list[str], sweep_file: str, extra_args: list[str]
+) -> None:
+  """SweepError for a field that a run's config lacks (a typo), before any run starts: each run
+  would say so only once it started, every element of a job array once submitted. A config file
+  that does not load is left to vit_jax.main, which says why."""
+  given = [_field_of(arg) for arg in extra_args]
+  for config in sorted(set(configs)):
+    path = config_file(config, sweep_file).partition(':')[0]
+    if not os.path.isfile(path):
+      raise SweepError(
+          f'config file {path} of --sweep={sweep_file} does not exist (from here, nor from the '
+          "sweep file's folder or those above it): fix its name"
+      )
+    loaded = _loaded_config(config_file(config, sweep_file))
+    if loaded is None:
+      continue
+    fields = set(_fields(loaded))
+    swept = [k for overrides, c in zip(runs, configs) if c == config for k in overrides]
+    for field in [*swept, *given]:
+      if field not in (None, 'config', 'workdir') and field not in fields:
+        close = difflib.get_close_matches(field, fields, n=1)
+        raise SweepError(
+            f'{field!r} is no field of the config of --config={config}'
+            + (f': did you mean {close[0]!r}?' if close else '')
+        )
+
+
+def _loaded_config(config: str) -> Any:
+  """The ConfigDict of `FILE[:ARG]`, or None where it does not load."""
+  path, _, arg = config.partition(':')
+  sys.path.insert(0, config_files.import_root(path))  # Its `from configs import ...`, as main's.
+  try:
+    spec = importlib.util.spec_from_file_location('config', path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.get_config(arg) if arg else module.get_config()
+  except Exception:  # pylint: disable=broad-except
+    return None
+  finally:
+    del sys.path[0]
+
+
+def _fields(config: Any, prefix: str = '') -> list[str]:
+  """Every field of a ConfigDict, dotted ('lr', 'lr.base', ...), as --config.FIELD overrides name
+  them."""
+  found = []
+  for key, value in config.items():
+    found.append(prefix + key)
+    if hasattr(value, 'items'):
+      found += _fields(value, f'{prefix}{key}.')
+  return found
+
+
 def commands(sweep_file: str, workdir: str, extra_args: list[str]) -> list[list[str]]:
-  """Each run's vit_jax.main command; raises SweepError for an argument that clashes with the sweep."""
-  spec = importlib.util.spec_from_file_location('sweep', sweep_file)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  check_extra_args(expand(module.get_sweep()), extra_args)
+  """Each run's vit_jax.main command; raises SweepError for a sweep that cannot run as asked: an
+  argument that clashes with it, a field its config lacks, two runs in one workdir."""
+  runs, configs = load(sweep_file)
+  check_extra_args(runs, extra_args)
+  _check_fields(runs, configs, sweep_file, extra_args)
+  named = {}
+  for overrides, config in zip(runs, configs):
+    name = run_name(overrides)
+    if name in named:
+      raise SweepError(
+          f'two runs of the sweep would share the workdir {name!r} ({named[name]} and '
+          f'{overrides}): give them values that differ in more than punctuation, or drop the repeat'
+      )
+    if len(name.encode()) > _NAME_BYTES:
+      raise SweepError(
+          f'the workdir name of run {overrides} is {len(name.encode())} bytes, more than a file '
+          f'name may have ({_NAME_BYTES}): sweep fewer fields in one dict, or shorter values'
+      )
+    named[name] = overrides
   return [
       [
           sys.executable,
           '-m',
           'vit_jax.main',
-          f'--config={config_file(overrides.get("config") or module.CONFIG, sweep_file)}',
+          f'--config={config_file(config, sweep_file)}',
           f'--workdir={workdir.rstrip("/")}/{run_name(overrides)}',
           *(f'--config.{k}={v}' for k, v in overrides.items() if k != 'config'),
           *extra_args,
       ]
-      for overrides in expand(module.get_sweep())
+      for overrides, config in zip(runs, configs)
   ]
 
 
@@ -132,7 +245,9 @@ def write_sweep_file(sweep_file: str, workdir: str, runs: list[list[str]]) -> No
 
 def slurm_array(runs: list[list[str]], workdir: str, sbatch_options: str) -> list[str]:
   """Writes WORKDIR/sweep_runs.txt (each run's vit_jax.main arguments, a line each, as launch/slurm.sbatch
-  reads them) and returns the sbatch command of the job array that runs them."""
+  reads them) and returns the sbatch command of the job array that runs them. Submitted from the
+  current directory, where the job starts (SLURM_SUBMIT_DIR): the runs' relative paths are read
+  there, as when they run one after another; the job runs this Python (VIT_JAX_PYTHON)."""
   os.makedirs(workdir, exist_ok=True)
   runs_file = os.path.abspath(os.path.join(workdir, 'sweep_runs.txt'))
   with open(runs_file, 'w') as f:
@@ -141,10 +256,35 @@ def slurm_array(runs: list[list[str]], workdir: str, sbatch_options: str) -> lis
       'sbatch',
       f'--array=0-{len(runs) - 1}',
       f'--output={os.path.abspath(workdir)}/slurm-%A_%a.out',
+      f'--export=ALL,VIT_JAX_PYTHON={sys.executable}',
       *shlex.split(sbatch_options),
-      'launch/slurm.sbatch',
+      os.path.join(os.path.dirname(os.path.abspath(__file__)), 'slurm.sbatch'),
       f'--sweep_runs={runs_file}',
   ]
+
+
+def run_one(cmd: list[str]) -> tuple[int, bool]:
+  """Runs `cmd` to its end; (its exit status, whether the sweep was asked to stop meanwhile). Ctrl-C
+  and SIGTERM to the sweep reach the run as SIGTERM, a preemption: it saves and exits 75 (Ctrl-C
+  reaches it from the terminal too; a second SIGINT would stop it unsaved)."""
+  running, stopping = [], []
+
+  def forward(signum, frame) -> None:
+    del signum, frame
+    stopping.append(True)
+    for process in running:
+      process.send_signal(signal.SIGTERM)
+
+  # Before the run starts: the sweep must not die of a signal and leave it running, orphaned.
+  previous = {signum: signal.signal(signum, forward) for signum in (signal.SIGINT, signal.SIGTERM)}
+  try:
+    running.append(subprocess.Popen(cmd))
+    if stopping:  # While it started.
+      forward(None, None)
+    return running[0].wait(), bool(stopping)
+  finally:
+    for signum, handler in previous.items():
+      signal.signal(signum, handler)
 
 
 def main() -> None:
@@ -177,11 +317,7 @@ def main() -> None:
     sbatch = slurm_array(runs, args.workdir, args.slurm)
     print(shlex.join(sbatch), flush=True)
     if not args.print:
-      sys.exit(
-          subprocess.run(
-              sbatch, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-          ).returncode
-      )
+      sys.exit(subprocess.run(sbatch).returncode)
     return
   if args.print:
     print('\n'.join(shlex.join(cmd) for cmd in runs))
@@ -190,7 +326,15 @@ def main() -> None:
   failed = []
   for i, cmd in enumerate(runs, 1):
     print(f'[{i}/{len(runs)}] {shlex.join(cmd)}', flush=True)
-    if subprocess.run(cmd).returncode:
+    status, stopping = run_one(cmd)
+    if stopping or status == REQUEUE_STATUS:
+      print(
+          f'error: the sweep stopped at run {i} of {len(runs)} (status {status}): the same command '
+          'resumes it, each finished run only evaluated again',
+          file=sys.stderr,
+      )
+      sys.exit(status if status > 0 else 128 - status if status < 0 else REQUEUE_STATUS)
+    if status:
       failed.append(cmd)
   if failed:
     sys.exit(

@@ -149,6 +149,8 @@ def test_a_job_preempted_with_sigterm_is_requeued_and_ends_bit_identical(
 
 
 def test_a_sweep_runs_as_a_job_array(cluster, data_dir, tmp_path):
+  """Submitted from the user's directory, outside the repository: the runs' relative paths (the
+  workdir) are read there, as when the runs go one after another."""
   sweep_file = tmp_path / 'tiny_sweep.py'
   sweep_file.write_text(
       "CONFIG = 'configs/demo.py'\n\ndef get_sweep():\n" "  return [{'lr.base': [0.001, 0.003]}]\n"
@@ -157,13 +159,13 @@ def test_a_sweep_runs_as_a_job_array(cluster, data_dir, tmp_path):
   root = tmp_path / 'sweep'
   run = cluster.run(
       sys.executable,
-      'launch/sweep.py',
-      f'--sweep={sweep_file}',
-      f'--workdir={root}',
+      os.path.join(helpers.REPO, 'launch/sweep.py'),
+      '--sweep=tiny_sweep.py',
+      '--workdir=sweep',
       '--slurm=--nodes=1 --ntasks-per-node=1 --gpus-per-node=0 --cpus-per-task=1',
       '--',
       *(f'--config.{k}={v}' for k, v in tiny.items()),
-      cwd=helpers.REPO,
+      cwd=tmp_path,
   )
   job = re.search(r'Submitted batch job (\d+)', run.stdout)[1]
   deadline = time.time() + 600

@@ -1,8 +1,13 @@
 """launch/sweep.py: sweep files expand into runs with their own workdirs."""
 
 import json
+import os
+import re
+import signal
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
@@ -94,9 +99,11 @@ def test_slurm_mode_writes_the_runs_file_that_the_array_job_reads(tmp_path):
       text=True,
       check=True,
   ).stdout
+  # Submitted from here, with this Python: the runs' relative paths are this directory's.
   assert out.strip() == (
-      f'sbatch --array=0-5 --output={tmp_path}/slurm-%A_%a.out --nodes=1 --gpus-per-node=0 '
-      f'launch/slurm.sbatch --sweep_runs={tmp_path}/sweep_runs.txt'
+      f'sbatch --array=0-5 --output={tmp_path}/slurm-%A_%a.out '
+      f'--export=ALL,VIT_JAX_PYTHON={sys.executable} --nodes=1 --gpus-per-node=0 '
+      f'{helpers.REPO}/launch/slurm.sbatch --sweep_runs={tmp_path}/sweep_runs.txt'
   )
   lines = (tmp_path / 'sweep_runs.txt').read_text().splitlines()
   assert len(lines) == 6
@@ -166,3 +173,118 @@ def test_the_fields_an_argument_for_every_run_may_not_set():
     with pytest.raises(sweep.SweepError, match='which the sweep file sets'):
       sweep.check_extra_args(runs, [arg])
   sweep.check_extra_args(runs, ['--config.lr.warmup_steps=5', '--config.seed=1', '--verbosity=1'])
+
+
+@pytest.mark.parametrize(
+    'sweep_text, extra, error',
+    [
+        ('CONFIG = 1\n', [], r'must define get_sweep\(\) returning a list of dicts'),
+        (
+            "CONFIG = 'configs/demo.py'\ndef get_sweep():\n  return {'seed': [1, 2]}\n",
+            [],
+            r'must define get_sweep\(\) returning a list of dicts',
+        ),
+        (
+            "CONFIG = 'configs/demo.py'\ndef get_sweep():\n  return [{'seed': []}]\n",
+            [],
+            'has no runs',
+        ),
+        ("def get_sweep():\n  return [{'seed': [1, 2]}]\n", [], 'names no config: set CONFIG = '),
+        (
+            "CONFIG = 'configs/demo.py'\ndef get_sweep():\n  return [{'lr.bas': [1, 2]}]\n",
+            [],
+            r"'lr\.bas' is no field of the config of --config=configs/demo\.py: did you mean "
+            r"'lr\.base'\?",
+        ),
+        (
+            "CONFIG = 'configs/demo.py'\ndef get_sweep():\n  return [{'seed': [1, 2]}]\n",
+            ['--config.totl_steps=5'],
+            r"'totl_steps' is no field .* did you mean 'total_steps'\?",
+        ),
+        (
+            "CONFIG = 'configs/nonexistent.py'\ndef get_sweep():\n  return [{'seed': [1, 2]}]\n",
+            [],
+            r'config file configs/nonexistent\.py of --sweep=.* does not exist',
+        ),
+        (  # The same folder name: '%' and '_' are both '_' in it.
+            "CONFIG = 'configs/demo.py'\n"
+            "def get_sweep():\n  return [{'train_split': ['train[:50%]', 'train[:50_]']}]\n",
+            [],
+            r"two runs of the sweep would share the workdir 'train_split=train__50__'",
+        ),
+        (
+            "CONFIG = 'configs/demo.py'\ndef get_sweep():\n  return [{'seed': [1, 1]}]\n",
+            [],
+            'two runs of the sweep would share the workdir',
+        ),
+        (
+            "CONFIG = 'configs/demo.py'\ndef get_sweep():\n  return [{'seed': [1, 2]}]\n",
+            ['--config=configs/mae_demo.py'],
+            r"sets 'config', which the sweep file sets \(its CONFIG\)",
+        ),
+    ],
+)
+def test_a_sweep_that_cannot_run_as_asked_is_one_line_before_any_run(
+    sweep_text, extra, error, tmp_path
+):
+  (tmp_path / 'sweep.py').write_text(sweep_text)
+  run = subprocess.run(
+      [
+          sys.executable,
+          'launch/sweep.py',
+          f'--sweep={tmp_path / "sweep.py"}',
+          f'--workdir={tmp_path / "runs"}',
+          '--slurm',
+          '--',
+          *extra,
+      ],
+      cwd=helpers.REPO,
+      capture_output=True,
+      text=True,
+      timeout=120,
+  )
+  assert run.returncode == 2 and run.stdout == '', run.stderr
+  assert len(run.stderr.splitlines()) == 1 and run.stderr.startswith('error: '), run.stderr
+  assert re.search(error, run.stderr), run.stderr
+  assert not (tmp_path / 'runs').exists()
+
+
+def test_a_missing_sweep_file_is_one_line(tmp_path):
+  with pytest.raises(sweep.SweepError, match=r'^cannot load --sweep=.*No such file'):
+    sweep.commands(str(tmp_path / 'none.py'), str(tmp_path), [])
+
+
+# A stand-in for a run: it stops as vit_jax.main does on SIGTERM (saves, exits 75), and counts the
+# signals it got.
+_RUN = """
+import signal, sys, time
+got = []
+signal.signal(signal.SIGTERM, lambda *_: got.append('TERM'))
+signal.signal(signal.SIGINT, lambda *_: got.append('INT'))
+open(sys.argv[1], 'w').write('started')
+deadline = time.time() + 30
+while not got and time.time() < deadline:
+  time.sleep(0.05)
+time.sleep(0.5)  # Saving: a second signal here would be a second stop.
+open(sys.argv[1], 'w').write(','.join(got))
+sys.exit(75 if got else 0)
+"""
+
+
+@pytest.mark.parametrize('signum', [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_to_the_sweep_reaches_its_run_once_as_sigterm_and_the_sweep_waits(
+    signum, tmp_path
+):
+  marker = tmp_path / 'marker'
+
+  def signal_once_started():
+    deadline = time.time() + 30
+    while not marker.exists() and time.time() < deadline:
+      time.sleep(0.05)
+    os.kill(os.getpid(), signum)  # To the sweep only: a terminal's Ctrl-C would reach both.
+
+  threading.Thread(target=signal_once_started, daemon=True).start()
+  status, stopping = sweep.run_one([sys.executable, '-c', _RUN, str(marker)])
+  assert (status, stopping) == (75, True)
+  assert marker.read_text() == 'TERM'
+  assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # Given back.

@@ -146,9 +146,9 @@ def load(sweep_file: str) -> tuple[list[dict[str, Any]], list[str]]:
 def _check_fields(
     runs: list[dict[str, Any]], configs: list[str], sweep_file: str, extra_args: list[str]
 ) -> None:
-  """SweepError for a field that a run's config lacks (a typo), before any run starts: each run
-  would say so only once it started, every element of a job array once submitted. A config file
-  that does not load is left to vit_jax.main, which says why."""
+  """SweepError for a config file that is not there, or a field a run's config lacks (a typo),
+  before any run starts: each run would say so only once started, every element of a job array once
+  submitted. A config file that does not load is left to vit_jax.main, which says why."""
   given = [_field_of(arg) for arg in extra_args]
   for config in sorted(set(configs)):
     path = config_file(config, sweep_file).partition(':')[0]

@@ -94,7 +94,9 @@ def _affine(image: np.ndarray, matrix: tuple[float, ...]) -> np.ndarray:
   """Output pixel (x, y) takes input pixel round(a x + b y + c, d x + e y + f); [a..f] = matrix.
 
   Pixels mapped from outside the image are grey. PIL samples input floor(M (x + 1/2, y + 1/2) + t')
-  (nearest), the same map for t' = t + 1/2 - M (1/2, 1/2).
+  (nearest), the same map for t' = t + 1/2 - M (1/2, 1/2), which rounds a half up where the TF
+  reference rounds it away from 0: a negative shear's rows at exact halves (every tenth at level
+  0.3) shift one pixel less.
   """
   a, b, c, d, e, f = matrix
   data = (a, b, c + 0.5 - (a + b) / 2, d, e, f + 0.5 - (d + e) / 2)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import safetensors.torch
 import torch
+import transformers
 
 import helpers
 from torch_references import (
@@ -310,15 +311,21 @@ def test_timms_deit_distilled_and_deit3_load_with_equal_logits_and_export_back(
       )
 
 
-def test_a_hub_snapshots_image_processor_normalisation_is_folded_into_the_patch_embedding(tmp_path):
+@pytest.mark.parametrize(
+    'mean, std',
+    [
+        ([0.48145466, 0.4578275, 0.40821073], [0.26862954, 0.26130258, 0.27577711]),
+        (0.45, 0.25),  # One for every channel, as transformers' processors also take them.
+    ],
+)
+def test_a_hub_snapshots_image_processor_normalisation_is_folded_into_the_patch_embedding(
+    tmp_path, mean, std
+):
   """A transformers hub snapshot has the image processor's preprocessor_config.json beside the
   weights (OpenAI CLIP's mean and std here): our images of the same pixels give transformers' logits
   on its normalised ones; without the file, the weights load as they are."""
   vit = transformers_vit_saved(tmp_path / 'hf', SIZE, 7)
-  mean, std = [0.48145466, 0.4578275, 0.40821073], [0.26862954, 0.26130258, 0.27577711]
-  (tmp_path / 'hf' / 'preprocessor_config.json').write_text(
-      json.dumps({'do_normalize': True, 'image_mean': mean, 'image_std': std})
-  )
+  transformers.ViTImageProcessor(image_mean=mean, image_std=std).save_pretrained(tmp_path / 'hf')
   run = _prepare(tmp_path, str(tmp_path / 'hf'))
   inputs = _images(2)
   theirs = (((inputs + 1) / 2 - np.asarray(mean)) / np.asarray(std)).astype(np.float32)

@@ -41,6 +41,7 @@ from torch_references import (
 from vit_jax.checkpoints import run_dir, warm_start
 from vit_jax.checkpoints import timm_export, timm_export_tensors
 from vit_jax.checkpoints import torch_files
+from vit_jax.models import vit_variants
 from vit_jax.models import variants
 from vit_jax.tasks import classification
 
@@ -492,6 +493,23 @@ def test_a_transformers_vit_model_brings_its_pooler_as_the_pre_logits_layer(tmp_
       None,
       **{'model.representation_size': 32, 'keep_pre_logits': True, **HF_EPSILON},
   )
+  np.testing.assert_allclose(features, expected, atol=1e-4)
+  # Its size read from the file, as every field of variant='checkpoint' is.
+  unset = {f'model.{name}': None for name in ('hidden_size', 'num_layers', 'num_heads', 'mlp_dim')}
+  config = helpers.load_config(
+      'demo',
+      {
+          **unset,
+          'variant': vit_variants.FROM_CHECKPOINT,
+          'init_from': str(tmp_path / 'hf'),
+          'keep_pre_logits': True,
+          'image_size': IMAGE_SIZE,
+      },
+  )
+  warm_start.fill_from_checkpoint(config)
+  assert config.model.representation_size == 32
+  model = classification.make_model(config, helpers.model_config(config), None)
+  features = model.apply({'params': warm_start.load_init_params(config, model)}, images())
   np.testing.assert_allclose(features, expected, atol=1e-4)
 
 

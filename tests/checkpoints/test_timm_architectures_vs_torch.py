@@ -448,3 +448,16 @@ def test_every_registered_architecture_is_timms_function_or_one_line(tmp_path, a
     assert '\n' not in str(error)
     return
   _assert_timms_logits(run, reference)
+
+
+@pytest.mark.parametrize(
+    'architecture', ['vit_relpos_small_patch16_224', 'vit_srelpos_small_patch16_224']
+)
+def test_a_timm_model_of_another_class_is_named_as_one(tmp_path, architecture):
+  """Another class of timm's (relative position MLPs here): one line naming the architecture the
+  config.json names, not a field it does not say, as for an unnamed checkpoint."""
+  _saved(tmp_path / 'timm', architecture)
+  with pytest.raises(ValueError, match=f"names timm's '{architecture}', none of timm") as error:
+    prepared_from_checkpoint(tmp_path / 'workdir', str(tmp_path / 'timm'), SIZE)
+  assert '\n' not in str(error.value)
+  assert not (tmp_path / 'workdir').exists()

@@ -29,6 +29,7 @@ from vit_jax.checkpoints import (
     open_clip_layout,
     peft_adapters,
     sapiens_layout,
+    timm_arguments,
     timm_architecture,
     timm_layout,
     torch_files,
@@ -190,6 +191,14 @@ def fill(model: Mapping[str, Any], path: str, keep_head: bool = True) -> dict[st
   filled = fill_fields(model, architecture(path), keep_head)
   for field, what in _WITHOUT_TENSORS.items():
     if filled.get(field) is None:
+      named = torch_files.beside(path, 'config.json').get('architecture')
+      if named and named.partition('.')[0] not in timm_arguments.architectures():
+        raise ValueError(
+            f"{path}: its config.json names timm's {named!r}, none of timm "
+            f"{timm_arguments.timm_version()}'s ViTs that vit_jax reads (another model class, or a "
+            f"newer timm's), and does not say its {what}: if it is a ViT, set "
+            f'--config.model.{field}'
+        )
       raise ValueError(
           f'{path} does not say its {what} (model.{field}): there is no config.json beside it, or '
           f'one that leaves it out; set --config.model.{field}'

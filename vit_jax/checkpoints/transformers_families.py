@@ -90,7 +90,12 @@ def _vit_tree(r: torch_names.Reader, state_dict: StateDict, num_heads: int, sour
 def _vit_fields(state_dict: StateDict, config: Mapping[str, Any], path: str) -> dict[str, Any]:
   del config, path
   class_token = 'embeddings.cls_token' in state_dict
+  # A ViTModel's pooler is its pre-logits layer; beside a classifier, one the classifier never read.
+  pooler = 'pooler.dense.weight' in state_dict and not any(
+      f'{head}.weight' in state_dict for head in _CLASSIFIERS
+  )
   return {
+      **({'representation_size': np.shape(state_dict['pooler.dense.weight'])[0]} if pooler else {}),
       **parts.sizes(state_dict, parts.VIT_PATCHES, parts.VIT_BLOCKS),
       'classifier': 'token' if class_token else 'gap',
       'class_token': class_token,

@@ -24,6 +24,7 @@ a key out.
 from typing import Any, Mapping, Optional
 
 from flax import traverse_util
+import numpy as np
 
 from vit_jax.checkpoints import torch_files, torch_names
 from vit_jax.checkpoints import transformers_families as families
@@ -111,5 +112,7 @@ def normalization(
   del config
   processor = torch_files.beside(path, 'preprocessor_config.json')
   if processor.get('do_normalize', True) and 'image_mean' in processor and 'image_std' in processor:
-    return list(processor['image_mean']), list(processor['image_std'])
+    # One value is every channel's, as transformers' processors broadcast it.
+    mean, std = (np.broadcast_to(processor[k], 3).tolist() for k in ('image_mean', 'image_std'))
+    return mean, std
   return None

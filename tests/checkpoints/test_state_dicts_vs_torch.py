@@ -404,13 +404,18 @@ def test_patch_dropout_keeps_the_patches_timms_patch_drop_rate_keeps(
 
 def test_a_timm_checkpoint_in_pytorch_format_and_in_bfloat16_loads_too(tmp_path):
   reference = _timm_model()
-  torch.save(
-      {'state_dict': reference.state_dict()}, tmp_path / 'checkpoint.pth'
-  )  # A training checkpoint.
+  # A training checkpoint, as timm's train.py writes it (model_best.pth.tar): its EMA beside.
+  training = {
+      'epoch': 3,
+      'arch': 'vit_tiny_patch16_224',
+      'state_dict': reference.state_dict(),
+      'state_dict_ema': {k: v + 1 for k, v in reference.state_dict().items()},
+  }
+  torch.save(training, tmp_path / 'checkpoint.pth')
+  torch.save(training, tmp_path / 'model_best.pth.tar')
   expected = torch_outputs(reference, images()).numpy()
-  np.testing.assert_allclose(
-      ours(str(tmp_path / 'checkpoint.pth'), NUM_CLASSES), expected, atol=1e-4
-  )
+  for name in ('checkpoint.pth', 'model_best.pth.tar'):
+    np.testing.assert_allclose(ours(str(tmp_path / name), NUM_CLASSES), expected, atol=1e-4)
   safetensors.torch.save_file(
       {k: v.bfloat16() for k, v in reference.state_dict().items()}, tmp_path / 'bf16.safetensors'
   )

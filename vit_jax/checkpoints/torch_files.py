@@ -14,7 +14,7 @@ from vit_jax.checkpoints import torch_pickle
 
 StateDict = dict[str, np.ndarray]
 SAFETENSORS = 'model.safetensors'
-_TORCH_SUFFIXES = ('.pth', '.pt', '.bin')
+_TORCH_SUFFIXES = ('.pth', '.pt', '.bin', '.pth.tar')  # The last: timm train.py's checkpoints.
 ADAPTER_CONFIG = 'adapter_config.json'  # peft's LoRA adapters (peft_adapters.py).
 # The weights a model directory may hold, in the order `read` prefers them: timm's or transformers'
 # (sharded: its index), then OpenCLIP's (open_clip's constants.py; laion's directories hold

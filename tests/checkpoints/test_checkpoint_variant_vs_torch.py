@@ -22,7 +22,8 @@ from torch_references import (
     timm_saved,
     torch_outputs,
 )
-from vit_jax.checkpoints import state_dicts, timm_export_tensors
+from vit_jax.checkpoints import label_order, state_dicts, timm_export_tensors
+from vit_jax.data import digits
 from vit_jax.tasks import classification
 from vit_jax.train import setup
 
@@ -332,6 +333,28 @@ def test_a_hub_snapshots_image_processor_normalisation_is_folded_into_the_patch_
   np.testing.assert_allclose(
       _logits(run, inputs), torch_outputs(vit, theirs).logits.numpy(), atol=1e-4
   )
+
+
+def test_a_kept_heads_classes_are_read_in_the_datasets_order(tmp_path):
+  """A classifier's config.json names its classes (id2label) in another order than the dataset's
+  (the digits' '0' to '9'): each of our logits is the one transformers gives the same class."""
+  vit = transformers_vit_saved(tmp_path / 'hf', SIZE, 7)
+  names = [str(d) for d in (3, 1, 4, 0, 5, 9, 2, 6, 8, 7)]
+  config = json.loads((tmp_path / 'hf' / 'config.json').read_text())
+  config['id2label'] = dict(enumerate(names))
+  config['label2id'] = {name: i for i, name in enumerate(names)}
+  (tmp_path / 'hf' / 'config.json').write_text(json.dumps(config))
+  run = _prepare(tmp_path, str(tmp_path / 'hf'))
+  inputs = _images(2)
+  theirs = torch_outputs(vit, inputs).logits.numpy()
+  order = [names.index(name) for name in digits.CLASS_NAMES]
+  np.testing.assert_allclose(_logits(run, inputs), theirs[:, order], atol=1e-4)
+  assert label_order.checkpoint_classes(str(tmp_path / 'hf')) == names
+  # transformers' names of no class: the head's own order.
+  (tmp_path / 'hf' / 'config.json').write_text(
+      json.dumps({**config, 'id2label': {i: f'LABEL_{i}' for i in range(10)}})
+  )
+  assert label_order.checkpoint_classes(str(tmp_path / 'hf')) is None
 
 
 @pytest.mark.parametrize('fc_norm', [True, False])

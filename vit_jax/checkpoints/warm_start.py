@@ -14,7 +14,8 @@ import ml_collections
 from absl import logging
 from etils import epath
 
-from vit_jax.checkpoints import adapting, hub, run_dir, saved_state, state_dicts, torch_files
+from vit_jax.checkpoints import adapting, hub, label_order, run_dir, saved_state, state_dicts
+from vit_jax.checkpoints import torch_files
 from vit_jax.models import inits, lora, pooling, variants, vit_variants
 from vit_jax.models.vit import has_class_token
 from vit_jax.runtime import paths
@@ -107,10 +108,14 @@ def _flexi_patch_size(config: ml_collections.ConfigDict, kernel: Optional[int]) 
 
 
 def load_init_params(
-    config: ml_collections.ConfigDict, model: nn.Module, image_size: Optional[int] = None
+    config: ml_collections.ConfigDict,
+    model: nn.Module,
+    image_size: Optional[int] = None,
+    class_names: Optional[Sequence[str]] = None,
 ) -> Any:
   """The parameters of `config.init_from`, with head and position embeddings fitted to `model` at
-  `image_size` (None: config.image_size)."""
+  `image_size` (None: config.image_size); a kept head's outputs in the order of the dataset's
+  `class_names` where the checkpoint names the same classes in another (label_order.py)."""
   image_size = image_size or config.image_size
   init_from = hub.local(config.init_from)
   paths.check_reachable(init_from, config.storage_timeout_s, 'config.init_from')
@@ -144,4 +149,6 @@ def load_init_params(
       ),
   )
   logging.info('Initialising from %s: %s', config.init_from, '; '.join([source, *notes]))
+  if config.keep_head and class_names is not None and not paths.is_url(init_from):
+    params = label_order.aligned(params, label_order.checkpoint_classes(init_from), class_names)
   return params

@@ -225,7 +225,9 @@ def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
           f'set --config.init_from=PATH or --config.{name}=False'
       )
   init_params = (
-      warm_start.load_init_params(config, *adapting.kept_model(config, model))
+      warm_start.load_init_params(
+          config, *adapting.kept_model(config, model), class_names=info.class_names
+      )
       if config.init_from
       else None
   )

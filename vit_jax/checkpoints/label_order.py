@@ -1,0 +1,74 @@
+"""A kept head's classes in the dataset's order (config.keep_head). A classifier checkpoint names its
+classes (transformers' config.json `id2label`, timm's `pretrained_cfg.label_names`, a vit_jax run's
+dataset), and a dataset may hold the same classes in another order (an image folder's are its folder
+names, sorted): logit i would be read as the dataset's class i, another class. Where the names are
+the same set, the head's outputs are permuted to the dataset's order; where they are not, a warning
+says so (a dataset of other names, e.g. WordNet ids for ImageNet's words, is read in the head's
+order, as before).
+"""
+
+import re
+from typing import Any, Optional, Sequence
+
+from absl import logging
+from etils import epath
+import numpy as np
+
+from vit_jax.checkpoints import run_dir, saved_state, torch_files
+
+_HEADS = ('head', 'head_dist')  # The classifiers whose outputs are the classes (DeiT's two).
+_UNNAMED = re.compile(r'LABEL_\d+')  # transformers' names of a config that names no class.
+
+
+def checkpoint_classes(path: str) -> Optional[list[str]]:
+  """The class names of the checkpoint at `path` (a local path), in its head's order; None where it
+  names none."""
+  if torch_files.is_state_dict_path(path):
+    config = torch_files.beside(path, 'config.json')
+    id2label = config.get('id2label') or {}
+    names = [id2label[k] for k in sorted(id2label, key=int)] if id2label else None
+    if names and all(_UNNAMED.fullmatch(str(n)) for n in names):
+      names = None
+    return names or config.get('pretrained_cfg', {}).get('label_names') or None
+  workdir = saved_state.workdir_of(path) if saved_state.is_step_dir(path) else path
+  if run_dir.is_workdir(workdir) and (epath.Path(workdir) / 'config.json').exists():
+    try:
+      return list(run_dir.load_run_info(workdir)[1].class_names) or None
+    except ValueError:  # A soup, or files of an older vit_jax: no names to go by.
+      return None
+  return None
+
+
+def aligned(
+    params: dict[str, Any], checkpoint: Optional[Sequence[str]], dataset: Sequence[str]
+) -> dict[str, Any]:
+  """`params` with its heads' outputs in the order of the `dataset`'s class names, where the
+  `checkpoint`'s head names the same classes in another order."""
+  if not checkpoint or list(checkpoint) == list(dataset):
+    return params
+  if sorted(map(str, checkpoint)) != sorted(dataset) or len(set(dataset)) != len(dataset):
+    shared = set(map(str, checkpoint)) & set(dataset)
+    logging.warning(
+        'config.keep_head: the checkpoint names %d classes (e.g. %s), the dataset %d (e.g. %s), %d '
+        "of them the same: the head's output i is read as the dataset's class i",
+        len(checkpoint),
+        ', '.join(map(repr, list(checkpoint)[:3])),
+        len(dataset),
+        ', '.join(map(repr, list(dataset)[:3])),
+        len(shared),
+    )
+    return params
+  order = [list(map(str, checkpoint)).index(name) for name in dataset]
+  permuted = dict(params)
+  for head in _HEADS:
+    if head in params:
+      permuted[head] = {  # A kernel's and a bias's last axis: the classes.
+          name: np.asarray(value)[..., order] if name in ('kernel', 'bias') else value
+          for name, value in params[head].items()
+      }
+  logging.info(
+      "config.keep_head: the checkpoint's head reordered to the dataset's classes (its own order: "
+      '%s)',
+      ', '.join(map(repr, list(checkpoint)[:10])) + (', ...' if len(checkpoint) > 10 else ''),
+  )
+  return permuted

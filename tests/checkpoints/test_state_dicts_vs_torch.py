@@ -489,6 +489,18 @@ def test_a_transformers_directory_of_pickled_weights_loads_as_transformers_loads
     )
 
 
+def test_a_state_dict_of_transformers_in_memory_names_is_one_line(tmp_path):
+  """transformers 5 names its modules otherwise than the hub (save_pretrained renames them): a
+  `model.state_dict()` saved by torch.save says so."""
+  vit = transformers.ViTForImageClassification(_transformers_config())
+  vit.config.save_pretrained(tmp_path / 'hf')
+  torch.save(vit.state_dict(), tmp_path / 'hf' / 'pytorch_model.bin')
+  with pytest.raises(
+      ValueError, match=r"transformers 5's in-memory names .* save_pretrained\(DIR\)"
+  ):
+    ours(str(tmp_path / 'hf'), NUM_CLASSES)
+
+
 def test_a_transformers_vit_model_brings_its_pooler_as_the_pre_logits_layer(tmp_path):
   reference = randomize(transformers.ViTModel(_transformers_config(), add_pooling_layer=True))
   reference.save_pretrained(tmp_path / 'hf')

@@ -56,7 +56,19 @@ _VIT_HEADS = (
 _CLASSIFIERS = ('classifier', 'cls_classifier')
 
 
+def _check_hub_names(state_dict: StateDict, source: str) -> None:
+  """A one-line ValueError for a state dict of transformers 5's modules' own names (`layers.0.
+  attention.q_proj`: a `model.state_dict()` saved by torch.save), which save_pretrained renames."""
+  hub_names = any(name.startswith(parts.VIT_BLOCKS.layers) for name in state_dict)
+  if 'layers.0.attention.q_proj.weight' in state_dict and not hub_names:
+    raise ValueError(
+        f"{source}: its tensors have transformers 5's in-memory names (layers.0.attention.q_proj), "
+        "not the hub's that vit_jax reads: save the model with save_pretrained(DIR) and pass DIR"
+    )
+
+
 def _vit_tree(r: torch_names.Reader, state_dict: StateDict, num_heads: int, source: str):
+  _check_hub_names(state_dict, source)
   tree = parts.patches(r, parts.VIT_PATCHES)
   if r.has('embeddings.cls_token'):  # IJepa's has none.
     tree['cls'] = r.take('embeddings.cls_token')
@@ -88,7 +100,8 @@ def _vit_tree(r: torch_names.Reader, state_dict: StateDict, num_heads: int, sour
 
 
 def _vit_fields(state_dict: StateDict, config: Mapping[str, Any], path: str) -> dict[str, Any]:
-  del config, path
+  del config
+  _check_hub_names(state_dict, path)
   class_token = 'embeddings.cls_token' in state_dict
   # A ViTModel's pooler is its pre-logits layer; beside a classifier, one the classifier never read.
   pooler = 'pooler.dense.weight' in state_dict and not any(

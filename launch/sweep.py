@@ -275,8 +275,13 @@ def run_one(cmd: list[str]) -> tuple[int, bool]:
     for process in running:
       process.send_signal(signal.SIGTERM)
 
-  # Before the run starts: the sweep must not die of a signal and leave it running, orphaned.
-  previous = {signum: signal.signal(signum, forward) for signum in (signal.SIGINT, signal.SIGTERM)}
+  # Before the run starts: the sweep must not die of a signal and leave it running, orphaned. An
+  # ignored signal (nohup's SIGINT, a job in the background) stays ignored, as by vit_jax.main.
+  previous = {
+      signum: signal.signal(signum, forward)
+      for signum in (signal.SIGINT, signal.SIGTERM)
+      if signal.getsignal(signum) is not signal.SIG_IGN
+  }
   try:
     running.append(subprocess.Popen(cmd))
     if stopping:  # While it started.

@@ -283,8 +283,17 @@ def test_a_signal_to_the_sweep_reaches_its_run_once_as_sigterm_and_the_sweep_wai
       time.sleep(0.05)
     os.kill(os.getpid(), signum)  # To the sweep only: a terminal's Ctrl-C would reach both.
 
-  threading.Thread(target=signal_once_started, daemon=True).start()
-  status, stopping = sweep.run_one([sys.executable, '-c', _RUN, str(marker)])
-  assert (status, stopping) == (75, True)
-  assert marker.read_text() == 'TERM'
-  assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # Given back.
+  # Python's handlers, as in a terminal (tests in the background have SIGINT ignored, which the
+  # sweep leaves ignored).
+  handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+  signal.signal(signal.SIGINT, signal.default_int_handler)
+  signal.signal(signal.SIGTERM, signal.SIG_DFL)
+  try:
+    threading.Thread(target=signal_once_started, daemon=True).start()
+    status, stopping = sweep.run_one([sys.executable, '-c', _RUN, str(marker)])
+    assert (status, stopping) == (75, True)
+    assert marker.read_text() == 'TERM'
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # Given back.
+  finally:
+    for s, handler in handlers.items():
+      signal.signal(s, handler)

@@ -93,9 +93,8 @@ def launch(
       if None not in codes:
         break
       if failures or (deadline is not None and time.time() > deadline):
-        for (
-            p
-        ) in procs:  # The others would wait on the failed one's collectives until they time out.
+        # The others would wait on the failed one's collectives until they time out.
+        for p in procs:
           if p.poll() is None:
             p.kill()
         break

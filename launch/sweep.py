@@ -114,13 +114,19 @@ def check_extra_args(runs: list[dict[str, Any]], extra_args: list[str]) -> None:
       )
 
 
+def _module(path: str, name: str) -> Any:
+  """The Python file at `path`, run as the module `name`."""
+  spec = importlib.util.spec_from_file_location(name, path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
 def load(sweep_file: str) -> tuple[list[dict[str, Any]], list[str]]:
   """The runs of `sweep_file` (each its overrides) and each one's config file as the sweep file
   names it; SweepError for a file that is no sweep file."""
   try:
-    spec = importlib.util.spec_from_file_location('sweep', sweep_file)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _module(sweep_file, 'sweep')
   except (OSError, SyntaxError) as e:
     raise SweepError(f'cannot load --sweep={sweep_file}: {e}') from None
   sweep = module.get_sweep() if hasattr(module, 'get_sweep') else None
@@ -144,20 +150,25 @@ def load(sweep_file: str) -> tuple[list[dict[str, Any]], list[str]]:
 
 
 def _check_fields(
-    runs: list[dict[str, Any]], configs: list[str], sweep_file: str, extra_args: list[str]
+    runs: list[dict[str, Any]],
+    configs: list[str],
+    resolved: dict[str, str],
+    sweep_file: str,
+    extra_args: list[str],
 ) -> None:
   """SweepError for a config file that is not there, or a field a run's config lacks (a typo),
   before any run starts: each run would say so only once started, every element of a job array once
-  submitted. A config file that does not load is left to vit_jax.main, which says why."""
+  submitted. A config file that does not load is left to vit_jax.main, which says why. `resolved`:
+  each config as `config_file` finds it."""
   given = [_field_of(arg) for arg in extra_args]
   for config in sorted(set(configs)):
-    path = config_file(config, sweep_file).partition(':')[0]
+    path = resolved[config].partition(':')[0]
     if not os.path.isfile(path):
       raise SweepError(
           f'config file {path} of --sweep={sweep_file} does not exist (from here, nor from the '
           "sweep file's folder or those above it): fix its name"
       )
-    loaded = _loaded_config(config_file(config, sweep_file))
+    loaded = _loaded_config(resolved[config])
     if loaded is None:
       continue
     fields = set(_fields(loaded))
@@ -176,9 +187,7 @@ def _loaded_config(config: str) -> Any:
   path, _, arg = config.partition(':')
   sys.path.insert(0, config_files.import_root(path))  # Its `from configs import ...`, as main's.
   try:
-    spec = importlib.util.spec_from_file_location('config', path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _module(path, 'config')
     return module.get_config(arg) if arg else module.get_config()
   except Exception:  # pylint: disable=broad-except
     return None
@@ -202,8 +211,9 @@ def commands(sweep_file: str, workdir: str, extra_args: list[str]) -> list[list[
   argument that clashes with it, a field its config lacks, two runs in one workdir."""
   runs, configs = load(sweep_file)
   check_extra_args(runs, extra_args)
-  _check_fields(runs, configs, sweep_file, extra_args)
-  named = {}
+  resolved = {config: config_file(config, sweep_file) for config in set(configs)}
+  _check_fields(runs, configs, resolved, sweep_file, extra_args)
+  named, cmds = {}, []
   for overrides, config in zip(runs, configs):
     name = run_name(overrides)
     if name in named:
@@ -217,18 +227,18 @@ def commands(sweep_file: str, workdir: str, extra_args: list[str]) -> list[list[
           f'name may have ({_NAME_BYTES}): sweep fewer fields in one dict, or shorter values'
       )
     named[name] = overrides
-  return [
-      [
-          sys.executable,
-          '-m',
-          'vit_jax.main',
-          f'--config={config_file(config, sweep_file)}',
-          f'--workdir={workdir.rstrip("/")}/{run_name(overrides)}',
-          *(f'--config.{k}={v}' for k, v in overrides.items() if k != 'config'),
-          *extra_args,
-      ]
-      for overrides, config in zip(runs, configs)
-  ]
+    cmds.append(
+        [
+            sys.executable,
+            '-m',
+            'vit_jax.main',
+            f'--config={resolved[config]}',
+            f'--workdir={workdir.rstrip("/")}/{name}',
+            *(f'--config.{k}={v}' for k, v in overrides.items() if k != 'config'),
+            *extra_args,
+        ]
+    )
+  return cmds
 
 
 def write_sweep_file(sweep_file: str, workdir: str, runs: list[list[str]]) -> None:

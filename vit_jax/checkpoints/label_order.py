@@ -11,7 +11,6 @@ import re
 from typing import Any, Optional, Sequence
 
 from absl import logging
-from etils import epath
 import numpy as np
 
 from vit_jax.checkpoints import run_dir, saved_state, torch_files
@@ -31,7 +30,7 @@ def checkpoint_classes(path: str) -> Optional[list[str]]:
       names = None
     return names or config.get('pretrained_cfg', {}).get('label_names') or None
   workdir = saved_state.workdir_of(path) if saved_state.is_step_dir(path) else path
-  if run_dir.is_workdir(workdir) and (epath.Path(workdir) / 'config.json').exists():
+  if run_dir.is_workdir(workdir):
     try:
       return list(run_dir.load_run_info(workdir)[1].class_names) or None
     except ValueError:  # A soup, or files of an older vit_jax: no names to go by.
@@ -44,21 +43,22 @@ def aligned(
 ) -> dict[str, Any]:
   """`params` with its heads' outputs in the order of the `dataset`'s class names, where the
   `checkpoint`'s head names the same classes in another order."""
-  if not checkpoint or list(checkpoint) == list(dataset):
+  names = [str(name) for name in checkpoint or ()]
+  if not names or names == list(dataset):
     return params
-  if sorted(map(str, checkpoint)) != sorted(dataset) or len(set(dataset)) != len(dataset):
-    shared = set(map(str, checkpoint)) & set(dataset)
+  if sorted(names) != sorted(dataset) or len(set(dataset)) != len(dataset):
+    shared = set(names) & set(dataset)
     logging.warning(
         'config.keep_head: the checkpoint names %d classes (e.g. %s), the dataset %d (e.g. %s), %d '
         "of them the same: the head's output i is read as the dataset's class i",
-        len(checkpoint),
-        ', '.join(map(repr, list(checkpoint)[:3])),
+        len(names),
+        ', '.join(map(repr, names[:3])),
         len(dataset),
         ', '.join(map(repr, list(dataset)[:3])),
         len(shared),
     )
     return params
-  order = [list(map(str, checkpoint)).index(name) for name in dataset]
+  order = [names.index(name) for name in dataset]
   permuted = dict(params)
   for head in _HEADS:
     if head in params:
@@ -69,6 +69,6 @@ def aligned(
   logging.info(
       "config.keep_head: the checkpoint's head reordered to the dataset's classes (its own order: "
       '%s)',
-      ', '.join(map(repr, list(checkpoint)[:10])) + (', ...' if len(checkpoint) > 10 else ''),
+      ', '.join(map(repr, names[:10])) + (', ...' if len(names) > 10 else ''),
   )
   return permuted

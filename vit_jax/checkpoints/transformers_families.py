@@ -68,7 +68,6 @@ def _check_hub_names(state_dict: StateDict, source: str) -> None:
 
 
 def _vit_tree(r: torch_names.Reader, state_dict: StateDict, num_heads: int, source: str):
-  _check_hub_names(state_dict, source)
   tree = parts.patches(r, parts.VIT_PATCHES)
   if r.has('embeddings.cls_token'):  # IJepa's has none.
     tree['cls'] = r.take('embeddings.cls_token')
@@ -101,7 +100,7 @@ def _vit_tree(r: torch_names.Reader, state_dict: StateDict, num_heads: int, sour
 
 def _vit_fields(state_dict: StateDict, config: Mapping[str, Any], path: str) -> dict[str, Any]:
   del config
-  _check_hub_names(state_dict, path)
+  _check_hub_names(state_dict, path)  # Every reader asks for the fields before the tree.
   class_token = 'embeddings.cls_token' in state_dict
   # A ViTModel's pooler is its pre-logits layer; beside a classifier, one the classifier never read.
   pooler = 'pooler.dense.weight' in state_dict and not any(

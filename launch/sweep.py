@@ -39,10 +39,9 @@ from typing import Any
 
 from etils import epath
 
+from local import REQUEUE_STATUS  # A run that stopped to be resumed: Ctrl-C or SIGTERM.
 from vit_jax.runtime import config_files
 
-# A run that stopped to be resumed (vit_jax.train.preemption.REQUEUE_STATUS): Ctrl-C or SIGTERM.
-REQUEUE_STATUS = 75
 _NAME_BYTES = 255  # The longest file name most file systems take.
 _REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -122,6 +122,64 @@ def test_timms_dinov2_loads_with_equal_logits_and_exports_back(tmp_path):
   assert_exported_tensors(exported, reference, folded=('patch_embed.',))
 
 
+_DINOV2 = ('vit_small_patch14_dinov2', 14, {'mlp_ratio': 4.0}, {'model.layer_scale': 1e-5})
+# CLIP's patch embedding has no bias: the constant is in the patches' position embeddings.
+_CLIP = (
+    'vit_base_patch16_clip_224',
+    16,
+    {'mlp_ratio': 4.0},
+    {'model.pre_norm': True, 'model.layernorm_epsilon': 1e-5},
+)
+
+
+@pytest.mark.parametrize(
+    'architecture,patch_size,image_size',
+    [(_DINOV2, 7, 14), (_DINOV2, 4, 16), (_DINOV2, 28, 56), (_CLIP, 8, 16)],
+    ids=['dinov2_7', 'dinov2_4', 'dinov2_28', 'clip_8'],
+)
+def test_a_normalised_timm_vit_at_another_patch_size_matches_timms_own_resampling(
+    tmp_path, architecture, patch_size, image_size
+):
+  """ImageNet's (DINOv2's) and OpenAI's (CLIP's) normalisation folded in and the patch embedding
+  resampled (smaller: least squares; larger: exact) gives the logits of timm's model of that patch
+  size, loaded by timm's checkpoint filter (resample_patch_embed, bicubic) and fed its normalised
+  pixels: the constant the normalisation adds is the resampled kernel's, as timm's model computes
+  it."""
+  name, saved_patch, timm_kwargs, fields = architecture
+  path = str(tmp_path / name)
+  saved = timm_saved(path, name, img_size=2 * saved_patch, patch_size=saved_patch, **timm_kwargs)
+  reference = timm.create_model(
+      name,
+      pretrained=False,
+      **{**TIMM_TINY, 'img_size': image_size, 'patch_size': patch_size, **timm_kwargs},
+  )
+  reference.load_state_dict(timm_vit.checkpoint_filter_fn(saved.state_dict(), reference))
+  reference.eval()
+  config = helpers.load_config(
+      'demo',
+      {
+          **MODEL,
+          **fields,
+          'model.patch_size': patch_size,
+          'model.mlp_dim': 128,
+          'image_size': image_size,
+          'init_from': path,
+          'keep_head': True,
+          'patch_interpolation': 'bicubic',
+          'posemb_interpolation': 'bicubic',
+      },
+  )
+  model = classification.make_model(config, helpers.model_config(config), NUM_CLASSES)
+  params = warm_start.load_init_params(config, model)
+  inputs = np.random.RandomState(3).uniform(-1, 1, (3, image_size, image_size, 3))
+  inputs = inputs.astype(np.float32)
+  np.testing.assert_allclose(
+      model.apply({'params': params}, inputs),
+      torch_outputs(reference, timm_input(saved, inputs)).numpy(),
+      atol=1e-4,
+  )
+
+
 def test_timms_dinov2_with_registers_loads_with_equal_logits_at_its_size_and_another(tmp_path):
   """vit_small_patch14_reg4_dinov2's shape (4 registers after the class token, position embeddings
   for the patches only, layer scale; smaller here): timm's logits at its size; at a larger one the

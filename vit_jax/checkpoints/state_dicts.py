@@ -168,6 +168,21 @@ def architecture(path: str) -> dict[str, Any]:
   return LAYOUTS[layout_name(shapes, path)].architecture(shapes, config, path)
 
 
+def normalization(path: str) -> Optional[tuple[list[float], list[float]]]:
+  """The (mean, std) per channel the timm or transformers ViT at `path` was trained to read pixels in
+  [0, 1] with, which `load` folds into its patch embedding; None where its files say none or the
+  identity's (0.5, 0.5: vit_jax's own images)."""
+  shapes, config = _read(path, shapes_only=True)
+  return _folded_normalization(LAYOUTS[layout_name(shapes, path)], config, path)
+
+
+def _folded_normalization(
+    layout: Layout, config: Mapping[str, Any], path: str
+) -> Optional[tuple[list[float], list[float]]]:
+  said = layout.normalization(config, path)
+  return None if said is None or np.allclose(said, 0.5) else said
+
+
 def _read(path: str, shapes_only: bool = False) -> tuple[StateDict, dict[str, Any]]:
   """torch_files.read, or for peft's LoRA adapters their base with them folded in."""
   if peft_adapters.is_adapter_dir(path):
@@ -301,10 +316,10 @@ def load(
             else ''
         )
     )
-  normalization = layout.normalization(config, path)
-  if normalization is not None and not np.allclose(normalization, 0.5):
-    tree = input_normalization.fold(tree, *normalization)
-    mean, std = (', '.join(f'{x:g}' for x in values) for values in normalization)
+  said = _folded_normalization(layout, config, path)
+  if said is not None:
+    tree = input_normalization.fold(tree, *said)
+    mean, std = (', '.join(f'{x:g}' for x in values) for values in said)
     notes.append(
         f'folded its input normalisation (mean {mean}, std {std}) into the patch embedding, '
         "so that it reads vit_jax's images in [-1, 1]"

@@ -14,8 +14,8 @@ import ml_collections
 from absl import logging
 from etils import epath
 
-from vit_jax.checkpoints import adapting, hub, label_order, run_dir, saved_state, state_dicts
-from vit_jax.checkpoints import torch_files
+from vit_jax.checkpoints import adapting, hub, input_normalization, label_order, run_dir
+from vit_jax.checkpoints import saved_state, state_dicts, torch_files
 from vit_jax.models import inits, lora, pooling, variants, vit_variants
 from vit_jax.models.vit import has_class_token
 from vit_jax.runtime import paths
@@ -148,6 +148,11 @@ def load_init_params(
           )
       ),
   )
+  # A ViT's (state_dicts.load folded its normalisation in) with its patch embedding resampled.
+  if torch_files.is_state_dict_path(init_from) and (
+      loaded['embedding']['kernel'].shape != params['embedding']['kernel'].shape
+  ):
+    params = input_normalization.refold(loaded, params, state_dicts.normalization(init_from))
   logging.info('Initialising from %s: %s', config.init_from, '; '.join([source, *notes]))
   if config.keep_head and class_names is not None and not paths.is_url(init_from):
     params = label_order.aligned(params, label_order.checkpoint_classes(init_from), class_names)

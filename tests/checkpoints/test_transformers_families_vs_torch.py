@@ -237,6 +237,39 @@ _FAMILIES = {
             'layernorm_epsilon': 1e-6,
         },
     ),
+    # qkv_bias=False: no query, key or value biases (the query's and value's zeros, no key bias).
+    'dinov2_without_qkv_bias': (
+        lambda: _dinov2(qkv_bias=False),
+        _pooled,
+        {
+            'classifier': 'token',
+            'class_token': True,
+            'pre_norm': False,
+            'num_registers': 0,
+            'layer_scale': 1e-5,
+            'key_bias': False,
+            'mlp_activation': 'gelu',
+            'layernorm_epsilon': 1e-6,
+        },
+    ),
+    'vit_without_qkv_bias': (
+        lambda: transformers.ViTModel(
+            transformers.ViTConfig(**_TINY, intermediate_size=64, qkv_bias=False),
+            add_pooling_layer=False,
+        ),
+        lambda outputs: outputs.last_hidden_state[:, 0],  # The class token, LayerNormed.
+        {
+            'classifier': 'token',
+            'class_token': True,
+            'pre_norm': False,
+            'num_registers': 0,
+            'layer_scale': None,
+            'key_bias': False,
+            'distilled': False,
+            'mlp_activation': 'gelu',
+            'layernorm_epsilon': 1e-12,
+        },
+    ),
     'dinov3': (
         lambda: _dinov3(num_register_tokens=2),
         _pooled,

@@ -115,6 +115,7 @@ def _vit_fields(state_dict: StateDict, config: Mapping[str, Any], path: str) -> 
       'pre_norm': False,
       'num_registers': 0,
       'layer_scale': None,
+      'key_bias': parts.VIT_BLOCKS.key_bias(state_dict),
   }
 
 
@@ -174,6 +175,7 @@ def _dinov2_fields(state_dict: StateDict, config: Mapping[str, Any], path: str) 
       'pre_norm': False,
       'num_registers': 0 if registers is None else registers.shape[1],
       'layer_scale': float(config.get('layerscale_value', 1.0)),
+      'key_bias': blocks.key_bias(state_dict),
   }
   if blocks.packed_gate:  # transformers' Dinov2SwiGLUFFN applies SiLU whatever its hidden_act.
     fields['mlp_activation'] = 'silu'
@@ -232,7 +234,7 @@ def _dinov3_fields(state_dict: StateDict, config: Mapping[str, Any], path: str) 
       'num_registers': state_dict['embeddings.register_tokens'].shape[1],
       'layer_scale': float(config.get('layerscale_value', 1.0)),
       'posemb': 'none',
-      'key_bias': f'{blocks.layers}0.attention.k_proj.bias' in state_dict,
+      'key_bias': blocks.key_bias(state_dict),
       'rope': True,
       'rope_grid': None,
       'rope_style': 'dinov3',

@@ -64,7 +64,8 @@ class Blocks:
   linear layer it multiplies, the output layer (DINOv3's gate_proj, up_proj, down_proj); or two with
   `packed_gate`, the first packing the gate's and the linear layer's outputs, gate first (DINOv2's
   SwiGLU weights_in, weights_out). With `biases_optional`, a projection's or MLP layer's bias
-  the file lacks is zeros (AIMv2's qkv_bias=False, mlp_bias=False), the key's none.
+  the file lacks is zeros (AIMv2's qkv_bias=False, mlp_bias=False; ViT's and DINOv2's qkv_bias=False),
+  the key's none.
   """
 
   layers: str
@@ -84,6 +85,10 @@ class Blocks:
 
   def gated(self) -> bool:
     return self.packed_gate or len(self.mlp) == 3
+
+  def key_bias(self, state_dict: StateDict) -> bool:
+    """Whether the file's key projections have a bias (model.key_bias)."""
+    return f'{self.layers}0.{self.attention[1]}.bias' in state_dict
 
   def tree(
       self, r: torch_names.Reader, state_dict: StateDict, num_heads: int
@@ -130,6 +135,7 @@ VIT_BLOCKS = Blocks(
     ),
     ('layernorm_before', 'layernorm_after'),
     ('intermediate.dense', 'output.dense'),
+    biases_optional=True,  # ViTConfig's qkv_bias=False.
 )
 
 

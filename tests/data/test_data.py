@@ -614,9 +614,9 @@ def test_a_folder_is_listed_once_per_split_however_often_it_is_read(tmp_path, mo
       (tmp_path / split / name).mkdir(parents=True)
       Image.new('RGB', (8, 8)).save(tmp_path / split / name / '0.png')
   listed = collections.Counter()
-  image_files = folder._image_files  # pylint: disable=protected-access
+  image_files = folder.image_files
   monkeypatch.setattr(
-      folder, '_image_files', lambda path: listed.update([path]) or image_files(path)
+      folder, 'image_files', lambda path: listed.update([path]) or image_files(path)
   )
   config = make_config(str(tmp_path), dataset='folder', eval_batch_size=2)
   data.get_info(config)
@@ -636,7 +636,7 @@ def test_class_folders_are_listed_at_once_in_their_order(tmp_path, monkeypatch):
     for k in range(2):
       Image.new('RGB', (8, 8)).save(tmp_path / 'train' / name / f'{k}.png')
   lock, running, most = threading.Lock(), [0], [0]
-  image_files = folder._image_files  # pylint: disable=protected-access
+  image_files = folder.image_files
 
   def slow_image_files(path):
     with lock:
@@ -647,7 +647,7 @@ def test_class_folders_are_listed_at_once_in_their_order(tmp_path, monkeypatch):
       running[0] -= 1
     return image_files(path)
 
-  monkeypatch.setattr(folder, '_image_files', slow_image_files)
+  monkeypatch.setattr(folder, 'image_files', slow_image_files)
   files, labels = folder.FolderSource(str(tmp_path), 'train').split_files('train')
   assert list(files) == [
       str(tmp_path / 'train' / name / f'{k}.png') for name in 'abcdef' for k in range(2)
@@ -831,7 +831,7 @@ def test_hidden_entries_are_not_data_and_subfolders_belong_to_their_class(tmp_pa
   assert info.class_names == ('cat', 'dog') and (info.num_train, info.num_eval) == (6, 2)
   assert _eval_rows(config, 'train') == want
   # A class's own images first, then each sub-folder's: sorted, whatever order the disk lists them in.
-  assert folder._image_files(str(tmp_path / 'train' / 'cat')) == [  # pylint: disable=protected-access
+  assert folder.image_files(str(tmp_path / 'train' / 'cat')) == [
       '0.png',
       'sub/1.png',
       'sub/deeper/2.png',
@@ -847,11 +847,11 @@ def test_images_of_formats_not_read_are_warned_of_once_per_extension(tmp_path, c
     _save(tmp_path / 'train' / name / '1.tif', np.zeros((8, 8, 3), np.uint8))  # PIL reads TIFF.
     for i in range(3):
       (tmp_path / 'train' / name / f'{i}.HEIC').write_bytes(b'not read')
-  assert folder._image_files(str(tmp_path / 'train' / 'cat')) == [  # pylint: disable=protected-access
+  assert folder.image_files(str(tmp_path / 'train' / 'cat')) == [
       '0.png',
       '1.tif',
   ]
-  folder._image_files(str(tmp_path / 'train' / 'dog'))  # pylint: disable=protected-access
+  folder.image_files(str(tmp_path / 'train' / 'dog'))
   warnings = [
       r.getMessage() for r in caplog.records if '.heic files are not read' in r.getMessage()
   ]
@@ -884,7 +884,7 @@ def test_a_cloud_listing_costs_no_request_per_image(monkeypatch):
   # A name with an image's extension (or one of a format not read) is taken for a file unasked.
   monkeypatch.setattr(folder.epath, 'Path', _CloudPath)
   monkeypatch.setattr(_CloudPath, 'asked', [])
-  assert folder._image_files('gs://b/train/cat') == [  # pylint: disable=protected-access
+  assert folder.image_files('gs://b/train/cat') == [
       '1.png',
       '5.TIF',
       'sub/2.JPG',
@@ -1018,7 +1018,7 @@ def test_the_readability_probe_decodes_a_bounded_sample(tmp_path, monkeypatch):
       for i in range(5):
         _save(tmp_path / split / name / f'{i}.png', np.zeros((2, 2, 3), np.uint8))
   probed = []
-  why_unreadable = readable._why_unreadable  # pylint: disable=protected-access
+  why_unreadable = readable._why_unreadable
   monkeypatch.setattr(
       readable,
       '_why_unreadable',

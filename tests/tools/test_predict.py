@@ -4,6 +4,7 @@
 read: trained once per session, whichever file asks first.
 """
 
+import dataclasses
 import json
 import os
 import shutil
@@ -110,6 +111,17 @@ def test_folders_are_searched_recursively_for_images(tmp_path):
   ]  # A file named explicitly is tried whatever its name.
 
 
+def test_folders_reached_by_symbolic_links_are_searched_as_image_folders_search_them(tmp_path):
+  (tmp_path / 'elsewhere').mkdir()
+  (tmp_path / 'elsewhere/a.png').write_bytes(b'')
+  (tmp_path / 'inputs').mkdir()
+  (tmp_path / 'inputs/linked').symlink_to(tmp_path / 'elsewhere')
+  assert predict.find_images([str(tmp_path / 'inputs')]) == [f'{tmp_path}/inputs/linked/a.png']
+  (tmp_path / 'inputs/loop').symlink_to(tmp_path / 'inputs')
+  with pytest.raises(ValueError, match=r'is a symbolic link to .*, which holds it'):
+    predict.find_images([str(tmp_path / 'inputs')])
+
+
 def test_an_export_predicts_what_its_run_predicts(trained_tiny_run, tmp_path):
   paths = _saved_test_images(trained_tiny_run, 3, tmp_path)
   export.export(trained_tiny_run, str(tmp_path / 'export'))
@@ -118,6 +130,13 @@ def test_an_export_predicts_what_its_run_predicts(trained_tiny_run, tmp_path):
   for a, b in zip(from_export, from_run):
     assert a[0] == b[0] and [label for label, _ in a[1]] == [label for label, _ in b[1]]
     np.testing.assert_allclose([p for _, p in a[1]], [p for _, p in b[1]], atol=1e-5)
+  # How an image file is decoded travels with the export (the digits: as PIL opens it).
+  description = tmp_path / 'export/config.json'
+  assert json.loads(description.read_text())['exif_orientation'] is False
+  description.write_text(
+      json.dumps({**json.loads(description.read_text()), 'exif_orientation': True})
+  )
+  assert classifiers.load_export(str(tmp_path / 'export')).exif_orientation
 
 
 def test_a_run_predicts_at_another_size_and_patch_size(trained_tiny_run, tmp_path):
@@ -279,3 +298,31 @@ def test_thresholds_on_a_model_of_one_class_an_image_are_one_line(
   assert run.returncode == 2, run.stderr[-2000:]
   assert len(run.stderr.strip().splitlines()) == 1, run.stderr[-2000:]
   assert __import__('re').search(message, run.stderr.strip()), run.stderr
+
+
+@pytest.mark.parametrize('dataset,upright', [('huggingface', True), ('folder', False)])
+def test_an_exif_rotated_file_is_predicted_as_the_runs_evaluation_decoded_it(
+    tmp_path, dataset, upright
+):
+  """A Hugging Face dataset's images decode upright by their EXIF orientation (as `datasets` does),
+  an image folder's as PIL opens them: predict, and an export's description, prepare a file as the
+  run's evaluation did."""
+  pixels = np.random.RandomState(0).randint(0, 256, (12, 20, 3), dtype=np.uint8)
+  for split in ('train', 'test'):
+    for name in ('cat', 'dog'):
+      path = tmp_path / 'data' / split / name / 'rotated.jpg'
+      path.parent.mkdir(parents=True)
+      path.write_bytes(helpers.encoded(pixels, orientation=6))
+  config = helpers.data_config(str(tmp_path / 'data'), dataset=dataset, image_size=8)
+  source = sources.make_source(config)
+  evaluated = classifiers.model_input(
+      source.load(source.examples('test').read(0))['image'], 8, config.pp_eval.to_dict()
+  )
+  assert classifiers.exif_upright(config) == upright
+  classifier = classifiers.Classifier(
+      lambda x: x, 8, ('cat', 'dog'), pp_eval=config.pp_eval.to_dict(), exif_orientation=upright
+  )
+  path = str(tmp_path / 'data/test/cat/rotated.jpg')
+  np.testing.assert_array_equal(classifiers.read_model_input(path, classifier), evaluated)
+  turned = dataclasses.replace(classifier, exif_orientation=not upright)
+  assert np.abs(classifiers.read_model_input(path, turned) - evaluated).max() > 0.1

@@ -100,7 +100,7 @@ def _sub_folders(path: str) -> list[str]:
   return _listing(path)[0]
 
 
-def _image_files(path: str) -> list[str]:
+def image_files(path: str) -> list[str]:
   """The images under `path` at any depth, relative to it: its own (sorted), then each sub-folder's."""
   folders, images = _listing(path)
   local = not paths.is_url(path) and not zip_members.in_archive(path)
@@ -112,7 +112,7 @@ def _image_files(path: str) -> list[str]:
           f'Image folder {sub_path} is a symbolic link to {os.path.realpath(sub_path)}, which '
           'holds it: its images would be listed without end; remove the link'
       )
-    images += [os.path.join(sub, name) for name in _image_files(sub_path)]
+    images += [os.path.join(sub, name) for name in image_files(sub_path)]
   return images
 
 
@@ -216,7 +216,7 @@ class FolderSource:
               f'{self._train_dir}: every class needs a folder of train images'
           )
       with concurrent.futures.ThreadPoolExecutor(_LISTING_THREADS) as pool:
-        listings = pool.map(lambda name: _image_files(os.path.join(split_dir, name)), class_folders)
+        listings = pool.map(lambda name: image_files(os.path.join(split_dir, name)), class_folders)
         files = dict(zip(class_folders, listings))
       if not any(files.values()):
         raise ValueError(

@@ -120,6 +120,12 @@ SOURCES: dict[str, Callable[[ml_collections.ConfigDict, str], Source]] = {
 }
 
 
+# The config.datasets whose images decode turned upright by their EXIF orientation (hf_source.py's,
+# as `datasets` decodes them; the others' as PIL opens them): the tools decode an image file as the
+# run's evaluation did.
+EXIF_UPRIGHT = frozenset({'huggingface'})
+
+
 def make_source(config: ml_collections.ConfigDict, label_feature: str | None = None) -> Source:
   """The source named by config.dataset, its labels read from `label_feature` (a tfds feature;
   None: the run's); raises a one-line ValueError that says what to fix."""

@@ -35,6 +35,15 @@ class Classifier:
   loss: str = 'softmax_xent'  # How the model was trained, so how logits become probabilities.
   # The run's eval crop (config.pp_eval), so images are prepared as its evaluation prepared them.
   pp_eval: dict[str, Any] = dataclasses.field(default_factory=lambda: dict(DEFAULT_PP_EVAL))
+  # Whether its evaluation turned images upright by their EXIF orientation (`exif_upright`).
+  exif_orientation: bool = False
+
+
+def exif_upright(config: ml_collections.ConfigDict) -> bool:
+  """Whether a run of `config` evaluated images turned upright by their EXIF orientation."""
+  from vit_jax.data import sources  # pylint: disable=g-import-not-at-top
+
+  return config.dataset in sources.EXIF_UPRIGHT
 
 
 def load_run(
@@ -65,6 +74,7 @@ def load_run(
       trained.info.class_names,
       config.loss,
       config.pp_eval.to_dict(),
+      exif_upright(config),
   )
 
 
@@ -88,9 +98,11 @@ def load_export(export_dir: str) -> Classifier:
       jax.jit(infer),
       description['image_size'],
       tuple(description['class_names']),
+      # Exports older than a field: its default, what they prepared images with.
       description.get('loss', 'softmax_xent'),
       description.get('pp_eval', DEFAULT_PP_EVAL),
-  )  # Exports older than the field.
+      description.get('exif_orientation', False),
+  )
 
 
 def _decoded(path: str, decode: Callable[[bytes], np.ndarray]) -> np.ndarray:
@@ -107,12 +119,13 @@ def _decoded(path: str, decode: Callable[[bytes], np.ndarray]) -> np.ndarray:
     raise ValueError(f'cannot decode {path}: {e}') from None
 
 
-def read_image(path: str) -> np.ndarray:
-  """The image in a file as uint8 [h, w, 3]; raises ValueError saying why it cannot be read."""
+def read_image(path: str, exif_orientation: bool = False) -> np.ndarray:
+  """The image in a file as uint8 [h, w, 3], turned upright by its EXIF orientation if
+  `exif_orientation`; raises ValueError saying why it cannot be read."""
   from vit_jax.data import images  # pylint: disable=g-import-not-at-top
 
   # The decoder of the input pipeline, so that an image decodes to the same pixels as in training.
-  return _decoded(path, lambda data: images.rgb(images.decode(data)))
+  return _decoded(path, lambda data: images.rgb(images.decode(data, exif_orientation)))
 
 
 def model_input(
@@ -153,7 +166,11 @@ def read_model_input(path: str, classifier: Classifier) -> np.ndarray:
 
   return _decoded(
       path,
-      lambda data: model_input(images.Encoded(data), classifier.image_size, classifier.pp_eval),
+      lambda data: model_input(
+          images.Encoded(data, classifier.exif_orientation),
+          classifier.image_size,
+          classifier.pp_eval,
+      ),
   )
 
 

@@ -50,6 +50,7 @@ from etils import epath
 
 from vit_jax.runtime import cli, workdir_files
 from vit_jax.models import variants
+from vit_jax.tools import classifiers
 
 # The artefact carries one lowering per platform, so a model trained on TPU also serves on CPU or GPU.
 PLATFORMS = ('cpu', 'cuda', 'tpu')
@@ -173,6 +174,8 @@ def export(
       'dtype': config.dtype,
       'image_size': config.image_size,
       'pp_eval': config.pp_eval.to_dict(),  # How to prepare an image: see vit_jax.tools.classifiers.model_input.
+      # Whether an image is turned upright by its EXIF orientation first, as evaluation turned it.
+      'exif_orientation': classifiers.exif_upright(config),
       'task': config.task,
       'num_classes': info.num_classes if classifier else 0,
       'loss': config.loss,  # softmax_xent, sigmoid_xent or asl: how logits become probabilities.

@@ -245,7 +245,7 @@ def draw_run(workdir: str, image_path: str, out: str, step: int | str | None = N
         f'the pictures show attention over all patches; an {run.config.variant} attends '
         'along rows and columns only'
     )
-  image = classifiers.read_image(image_path)
+  image = classifiers.read_image(image_path, classifiers.exif_upright(run.config))
   pp_eval = run.config.pp_eval.to_dict()
   written = write_pictures(run.model, run.params, image, run.config.image_size, out, pp_eval)
   if run.config.task == 'mae':

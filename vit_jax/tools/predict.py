@@ -25,6 +25,7 @@ if (
 
 import itertools
 import math
+import os
 import sys
 from typing import Iterable, Iterator, Sequence
 
@@ -46,24 +47,18 @@ Prediction = tuple[str, list[tuple[str, float]]]  # (path, [(label, probability)
 
 
 def find_images(inputs: Sequence[str]) -> list[str]:
-  """The files named in `inputs`, with each folder replaced by the images under it (sorted), hidden
-  entries left out as image folders leave them out (.ipynb_checkpoints, macOS's ._x.png)."""
-  from vit_jax.data.images import IMAGE_EXTENSIONS  # pylint: disable=g-import-not-at-top
+  """The files named in `inputs`, with each folder replaced by the images under it as an image folder
+  lists them (folder.image_files: sorted, symbolic links followed, hidden entries such as
+  .ipynb_checkpoints and macOS's ._x.png left out); a one-line ValueError for a folder it cannot
+  list."""
+  from vit_jax.data import folder  # pylint: disable=g-import-not-at-top
 
   paths = []
   for path in inputs:
     if not epath.Path(path).is_dir():
       paths.append(path)  # Whatever its name: a missing or unreadable file is reported when read.
       continue
-    for root, dirs, files in epath.Path(path).walk():
-      dirs[:] = sorted(
-          d for d in dirs if not d.startswith('.')
-      )  # A fixed order; hidden: not walked.
-      paths += [
-          str(root / name)
-          for name in sorted(files)
-          if name.lower().endswith(IMAGE_EXTENSIONS) and not name.startswith('.')
-      ]
+    paths += [os.path.join(path, name) for name in folder.image_files(path)]
   return paths
 
 
@@ -185,7 +180,10 @@ def main(argv: list[str]) -> None:
     )
   except ValueError as e:
     cli.fail(str(e))
-  paths = find_images(argv[1:])
+  try:
+    paths = find_images(argv[1:])
+  except ValueError as e:
+    cli.fail(str(e))
   if not paths:  # Empty folders, or folders of other files: "none of 0 predicted" would not say so.
     from vit_jax.data.images import IMAGE_EXTENSIONS  # pylint: disable=g-import-not-at-top
 

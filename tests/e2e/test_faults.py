@@ -128,6 +128,28 @@ def test_refusing_other_classes_names_those_that_differ(old, new, said):
   assert state.class_changes(old, new) == said
 
 
+def test_a_resume_on_other_data_shards_warns_that_its_batches_change(
+    trained_tiny_run, tmp_path, caplog
+):
+  """A run's data shards (unset: one per process) are stored with it; resumed on another number of
+  processes, its batches change: a warning names the flag that keeps them."""
+  workdir = helpers.copy_of(trained_tiny_run, tmp_path)
+  config_json = os.path.join(workdir, 'config.json')
+  stored = json.loads(open(config_json).read())
+  assert stored['data_shards'] == 1  # Resolved for the one process that trained it.
+  with open(config_json, 'w') as f:
+    json.dump({**stored, 'data_shards': 2}, f)  # As two processes would have stored it.
+  config, _ = run_dir.load_run_info(workdir)
+  config.data_shards, config.total_steps = None, 14
+  with caplog.at_level('INFO'):
+    loop.train_and_evaluate(train_setup.prepare(config, workdir))
+  warnings = [r.getMessage() for r in caplog.records if r.levelname == 'WARNING']
+  assert any(
+      'trained on 2 data shards and resumes on 1' in w and '--config.data_shards=2' in w
+      for w in warnings
+  ), warnings
+
+
 def test_a_safe_change_resumes_and_keeps_the_config_history(trained_tiny_run, tmp_path, caplog):
   workdir = helpers.copy_of(trained_tiny_run, tmp_path)
   first = open(os.path.join(workdir, 'config.json')).read()

@@ -99,6 +99,7 @@ RESUMABLE_FIELDS = frozenset(
         'profile_steps',
         'eval_batch_size',
         'data_workers',
+        'data_shards',  # Unset, one per host: other hosts resume it (state.check_resumable warns).
         'mesh',
         'storage_timeout_s',
         'hang_timeout_s',

@@ -148,6 +148,8 @@ def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
   field_checks.check_batch('batch_size', config.batch_size, mesh, config.accum_steps)
   field_checks.check_batch('eval_batch_size', config.eval_batch_size, mesh)
   shards = data.num_data_shards(config, jax.process_count())
+  # Resolved once and stored with the run: its batches depend on it (a resume on other hosts says so).
+  config.data_shards = shards
   if config.batch_size % shards:
     raise ValueError(
         f'config.batch_size={config.batch_size} does not split into '

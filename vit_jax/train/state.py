@@ -171,6 +171,17 @@ def check_resumable(setup: Setup) -> list[tuple[str, Any, Any]] | None:
     )
   if changes:
     logging.info('Resuming %s with changed config fields: %s', workdir, describe(changes))
+  for field, old, new in changes:
+    if field == 'data_shards':
+      logging.warning(
+          '%s was trained on %d data shards and resumes on %d: its batches from here on are '
+          'not those it would have read; --config.data_shards=%d reads them (on a number of '
+          'processes that divides it)',
+          workdir,
+          old,
+          new,
+          old,
+      )
   return changes
 
 

@@ -68,7 +68,8 @@ def _asl(
 
 PerExampleLoss = Callable[[jax.Array, jax.Array], jax.Array]
 # config.loss -> (config -> the loss of each example [b] from logits and targets [b, classes]); the
-# sigmoid ones are summed over the classes, as big_vision's and timm's.
+# sigmoid ones are summed over the classes, as big_vision's (timm's BinaryCrossEntropy with
+# sum_classes=True; its default is their mean, 1 / classes of ours).
 LOSSES: dict[str, Callable[[ml_collections.ConfigDict], PerExampleLoss]] = {
     'softmax_xent': lambda config: optax.softmax_cross_entropy,
     'sigmoid_xent': lambda config: _sigmoid_xent,

@@ -147,6 +147,19 @@ def _clip(cls=transformers.CLIPVisionModel, **kwargs) -> transformers.PreTrained
   return cls(transformers.CLIPVisionConfig(**_TINY, intermediate_size=64, **kwargs))
 
 
+class _ClipWithProjection(torch.nn.Module):
+  """transformers' CLIPVisionModelWithProjection (an image encoder of the hub's diffusion pipelines):
+  its tower's pooler_output, before the image-text projection, which a classifier has no use for."""
+
+  def __init__(self):
+    super().__init__()
+    self.inner = _clip(transformers.CLIPVisionModelWithProjection, projection_dim=16)
+    self.config, self.save_pretrained = self.inner.config, self.inner.save_pretrained
+
+  def forward(self, images: torch.Tensor):
+    return self.inner.vision_model(pixel_values=images)
+
+
 def _beit(cls=transformers.BeitModel, config_cls=transformers.BeitConfig, **kwargs):
   # Data2VecVisionModel has no pooler by default.
   return cls(config_cls(**_TINY, intermediate_size=64, **kwargs), add_pooling_layer=True)
@@ -424,6 +437,7 @@ _FAMILIES = {
         },
     ),
 }
+_FAMILIES['clip_with_projection'] = (_ClipWithProjection, _pooled, _FAMILIES['clip'][2])
 
 
 def _saved(family: str, directory) -> tuple[torch.nn.Module, str]:
@@ -590,14 +604,16 @@ def test_a_field_without_tensors_that_differs_is_a_one_line_error(tmp_path, fami
 @pytest.mark.parametrize(
     'reference,overrides,message',
     [
-        (
-            lambda: _clip(transformers.CLIPVisionModelWithProjection, projection_dim=16),
-            _overrides(_FAMILIES['clip'][2]),
-            r"transformers tensor 'visual_projection.weight' \(16, 32\) has no counterpart in "
-            r"vit_jax's ViT \(1 such\)",
+        (  # SimMIM's pixel decoder (a 1x1 convolution and a pixel shuffle).
+            lambda: transformers.ViTForMaskedImageModeling(
+                transformers.ViTConfig(**_TINY, intermediate_size=64)
+            ),
+            {'model.layernorm_epsilon': 1e-12},
+            r"transformers tensor 'decoder.0.bias' \(768,\) has no counterpart in "
+            r"vit_jax's ViT \(3 such\)",
         ),
     ],
-    ids=['clip_with_projection'],
+    ids=['vit_simmim'],
 )
 def test_a_transformers_model_with_parts_ours_has_not_is_a_one_line_error(
     tmp_path, reference, overrides, message

@@ -36,13 +36,18 @@ def unprefixed(state_dict: StateDict) -> StateDict:
   image and a text tower, as the hub's google/siglip-*, openai/clip-* hold), the image tower alone:
   the text tower, the projections into the shared space and the logit scale are not of an image
   classifier (but the `classifier` of a SiglipForImageClassification over one, which peft's adapters
-  over a whole SigLIP save beside it). Of a masked autoencoder's pretraining model (ViTMAEForPreTraining: the hub's
+  over a whole SigLIP save beside it); nor is CLIPVisionModelWithProjection's `visual_projection`. Of a masked autoencoder's pretraining model (ViTMAEForPreTraining: the hub's
   facebook/vit-mae-*), the encoder alone: its pixel decoder is not of one either (transformers_mae.py
   reads it apart)."""
   if any(name.startswith('text_model.') for name in state_dict):
     state_dict = {
         k: v for k, v in state_dict.items() if k.startswith(('vision_model.', 'classifier.'))
     }
+  if (
+      'visual_projection.weight' in state_dict
+      and 'vision_model.post_layernorm.weight' in state_dict
+  ):
+    state_dict = {k: v for k, v in state_dict.items() if not k.startswith('visual_projection.')}
   if any(name.startswith('decoder.decoder_') for name in state_dict):
     state_dict = {k: v for k, v in state_dict.items() if k.startswith('vit.')}
   out = {}

@@ -11,7 +11,8 @@ every family): `SiglipVisionModel`, `Siglip2VisionModel` and `CLIPVisionModel`, 
 - CLIP's: a LayerNorm `pre_layrnorm` (sic) before the blocks and no patch bias: our model.pre_norm.
   transformers applies `post_layernorm` to the class token alone: a LayerNorm acts per token, so ours
   over every token, then the class token's, is the same. CLIPVisionModelWithProjection's
-  `visual_projection` is a leftover (a one-line error). transformers' CLIPForImageClassification
+  `visual_projection` (into the image-text space) is left out, as a whole CLIP's is.
+  transformers' CLIPForImageClassification
   (a whole CLIP's) pools the patches' mean of the blocks' output, never normalised: beside its
   `classifier` (our head; peft's adapters over a whole CLIP save it beside the base), our GAP with
   no final LayerNorm (model.final_norm=False), `post_layernorm` dropped as its tower's unread.

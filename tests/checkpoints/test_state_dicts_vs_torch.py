@@ -38,7 +38,7 @@ from torch_references import (
     timm_saved,
     torch_outputs,
 )
-from vit_jax.checkpoints import run_dir, warm_start
+from vit_jax.checkpoints import run_dir, state_dicts, warm_start
 from vit_jax.checkpoints import timm_export, timm_export_tensors
 from vit_jax.checkpoints import torch_files
 from vit_jax.models import vit_variants
@@ -942,3 +942,14 @@ def test_timm_and_our_export_agree_on_a_wide_image_where_the_crops_disagree(
       reference.pretrained_cfg['crop_mode'] == 'squash'
       and reference.pretrained_cfg['crop_pct'] == 1.0
   )
+
+
+def test_timms_hybrid_vit_is_one_line_naming_the_npz_that_loads(tmp_path):
+  timm.models.save_for_hf(
+      timm.create_model('vit_tiny_r_s16_p8_224', pretrained=False, depth=1, img_size=32),
+      tmp_path / 'hybrid',
+      safe_serialization=True,
+  )
+  with pytest.raises(ValueError, match=r"timm's hybrid ViT .*--config.variant=R50\+ViT-B_16$") as e:
+    state_dicts.architecture(str(tmp_path / 'hybrid'))
+  assert '\n' not in str(e.value)

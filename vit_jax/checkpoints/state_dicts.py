@@ -140,6 +140,12 @@ POOLING_FIELDS = ('classifier', 'fc_norm', 'final_norm', *_MAP_FIELDS)
 def layout_name(state_dict: StateDict, path: str) -> str:
   """The `LAYOUTS` name of the state dict of the checkpoint at `path`; a one-line ValueError for
   another model's."""
+  if any(name.startswith('patch_embed.backbone.') for name in state_dict):
+    raise ValueError(
+        f"{path}: timm's hybrid ViT (vit_*_r*_s*: a ResNet stem, its patch_embed.backbone), which "
+        "vit_jax does not read from timm's files: the paper's R50+ViT-B_16 .npz (timm's "
+        'vit_base_r50_s16_* were converted from it) loads with --config.variant=R50+ViT-B_16'
+    )
   for name, layout in LAYOUTS.items():
     if layout.recognises(state_dict):
       return name

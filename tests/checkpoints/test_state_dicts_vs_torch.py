@@ -953,3 +953,12 @@ def test_timms_hybrid_vit_is_one_line_naming_the_npz_that_loads(tmp_path):
   with pytest.raises(ValueError, match=r"timm's hybrid ViT .*--config.variant=R50\+ViT-B_16$") as e:
     state_dicts.architecture(str(tmp_path / 'hybrid'))
   assert '\n' not in str(e.value)
+
+
+@pytest.mark.parametrize('img_size', [(16, 24), (16, 20)])
+def test_a_timm_vit_of_a_grid_that_is_not_square_is_one_line(tmp_path, img_size):
+  # 1 + 4 x 6 position embeddings are as many as a 5 x 5 grid without a class token's would be.
+  timm_saved(tmp_path / 'wide', img_size=img_size)
+  with pytest.raises(ValueError, match=rf'made for {img_size[0]}x{img_size[1]} px images') as e:
+    ours(str(tmp_path / 'wide'), NUM_CLASSES)
+  assert '\n' not in str(e.value)

@@ -19,6 +19,7 @@ def architecture(state_dict: StateDict, config: Mapping[str, Any], path: str) ->
   has = lambda name: f'blocks.0.{name}' in state_dict
   args = timm_arguments.Arguments(config, timm_layout.tensor_class(state_dict))
   timm_arguments.check(args, path)
+  _check_square_grid(state_dict, args, path)
   parallel = has('in_proj.weight')  # timm's ParallelScalingBlock (model.parallel_block).
   if not (parallel or has('mlp.fc2.weight')):
     raise ValueError(
@@ -96,6 +97,21 @@ def architecture(state_dict: StateDict, config: Mapping[str, Any], path: str) ->
   if fields['rope'] is None:
     del fields['rope'], fields['rope_grid'], fields['rope_style']
   return fields
+
+
+def _check_square_grid(state_dict: StateDict, args: timm_arguments.Arguments, path: str) -> None:
+  """A one-line ValueError for learned position embeddings of a grid that is not square (timm's
+  img_size=(h, w)): vit_jax's ViTs take square images, and such a grid's rows may pass for a square
+  one (1 + 4 x 6 rows are 5 x 5 without a class token's)."""
+  size = args.get('img_size')
+  if 'pos_embed' not in state_dict or not isinstance(size, (list, tuple)) or size[0] == size[-1]:
+    return
+  raise ValueError(
+      f'{path}: {args.describe()} was made for {size[0]}x{size[-1]} px images (img_size), its '
+      "position embeddings a grid that is not square, and vit_jax's ViTs take square images: "
+      'resize its pos_embed to a square grid in timm (timm.layers.resample_abs_pos_embed) and save '
+      'that, or pick another checkpoint'
+  )
 
 
 def _kv_heads(

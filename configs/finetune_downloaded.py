@@ -7,8 +7,9 @@ pooling, activation, LayerNorm epsilon, rotary embeddings, SwiGLU) is read from 
 directory's tensors and config.json, so none is spelt here. The recipe is today's for fine-tuning such backbones (BEiT / MAE
 style, as timm and FT-CLIP use): AdamW with layer-wise learning-rate decay, weight decay 0.05,
 stochastic depth 0.1, label smoothing 0.1, cosine decay after a warmup, 224 px, Polyak averaging.
-The position embeddings are resized to 224 px's patch grid (DINOv2's 518 px grid of 37x37 to 16x16),
-and the head is a new zero-initialised one for the dataset's classes. The checkpoint's input
+The position embeddings are resized to 224 px's patch grid (DINOv2's 518 px grid of 37x37 to 16x16)
+bicubically, as timm resizes them for these checkpoints (and a patch embedding resampled to another
+patch size), and the head is a new zero-initialised one for the dataset's classes. The checkpoint's input
 normalisation (ImageNet's mean and std for DINOv2, OpenAI's for CLIP) is folded into its patch
 embedding, so it reads vit_jax's images in [-1, 1] as it read its own. Instead of a downloaded
 directory, `--config.init_from=hf-hub:<repository>` (e.g.
@@ -62,6 +63,7 @@ def get_config(family: str = 'dinov2', dataset: str = 'cifar10') -> ml_collectio
   config = finetune.get_config('checkpoint', dataset)
   config.init_from = FAMILIES[family][1]  # Set it: --config.init_from=/path/to/downloaded/dir.
   config.image_size = 224
+  config.posemb_interpolation = config.patch_interpolation = 'bicubic'  # timm's.
   config.model.drop_path_rate = 0.1
   config.label_smoothing = 0.1
   config.optim.name = 'adamw'

@@ -2,6 +2,8 @@
 traceback), `--help` is a success and a plan piped into `head` ends quietly. Each error here is raised
 while the flags are parsed, before anything compiles."""
 
+import json
+import os
 import subprocess
 import sys
 
@@ -48,6 +50,11 @@ def test_a_config_file_with_a_syntax_error_names_its_line(tmp_path):
             "get_config raised AttributeError: 'no_such_dict'",
         ),
         ("  return {'a': 1}['b']\n", 5, "get_config raised KeyError: 'b'"),
+        (  # ml_collections' own message, quoted once more: read as it says it.
+            '  return config.lr.bse\n',
+            5,
+            'get_config raised AttributeError: \'bse\'. Did you mean "base" instead of "bse"?',
+        ),
     ],
 )
 def test_a_config_file_whose_get_config_raises_names_its_line(tmp_path, body, line, error):
@@ -190,3 +197,119 @@ def test_a_plan_piped_into_a_reader_that_stops_ends_quietly():
       ]
   )
   assert status == 0 and stderr == '', stderr[-2000:]
+
+
+# A command's flags as vit_jax.main defines them, parsed: the config that reaches the run.
+_PARSED = """
+import sys
+from absl import flags
+from ml_collections import config_flags
+from vit_jax.runtime import config_files
+config_flags.DEFINE_config_file('config', None, '', lock_config=True)
+flags.DEFINE_string('workdir', None, '')
+config_files.flags_parser('USAGE')(sys.argv)
+print(flags.FLAGS.config.to_json())
+"""
+
+
+def _parsed(args: list[str]) -> dict:
+  run = subprocess.run(
+      [sys.executable, '-c', _PARSED, '--workdir=unused', *args],
+      cwd=helpers.REPO,
+      capture_output=True,
+      text=True,
+      timeout=300,
+  )
+  assert run.returncode == 0, run.stderr[-3000:]
+  return json.loads(run.stdout)
+
+
+def test_words_given_to_a_tuple_field_are_its_elements():
+  config = _parsed(
+      [
+          '--config=configs/demo.py',
+          '--config.wandb.tags=vit,i1k',  # config_flags kept them whole: ('vit,i1k',).
+          '--config.optim.frozen=head, embedding',
+          '--config.flexi.patch_sizes=2,4',
+          "--config.fewshot.shots=('a,b',)",  # Quoted: one element, as written.
+      ]
+  )
+  assert config['wandb']['tags'] == ['vit', 'i1k']
+  assert config['optim']['frozen'] == ['head', 'embedding']
+  assert config['flexi']['patch_sizes'] == [2, 4]
+  assert config['fewshot']['shots'] == ['a,b']
+
+
+def test_an_evaluator_is_added_replaced_or_dropped_whole():
+  flexi = '--config=configs/demo_flexi.py'
+  config = _parsed(
+      [
+          flexi,
+          "--config.evals.minival=dict(type='classification', split='train[:10%]', every_steps=2)",
+          "--config.evals.p8={'type': 'classification', 'split': 'test', 'every_steps': 3}",
+          '--config.evals.p2=None',
+      ]
+  )
+  assert config['evals'] == {
+      'p8': {'type': 'classification', 'split': 'test', 'every_steps': 3},
+      'minival': {'type': 'classification', 'split': 'train[:10%]', 'every_steps': 2},
+  }
+  example = "--config.evals.NAME=\"dict(type='classification', split='test', every_steps=1000)\""
+  for args, message in (
+      (['--config.evals.m=3'], 'an evaluator is a dict of literals: ' + example),
+      (
+          ['--config.evals.zz=None'],
+          "config.evals has no evaluator 'zz' to drop (the file's: p2, p8)",
+      ),
+      (
+          ['--config.evals.m.type=classification'],
+          "the file's evaluators are p2, p8; a new one is given whole: " + example,
+      ),
+  ):
+    errors = _errors([flexi, *args])
+    assert errors[0].endswith(message.replace('NAME', args[0].split('.')[2].split('=')[0])), errors
+
+
+@pytest.mark.parametrize(
+    'command,flag',
+    [
+        (['vit_jax.main', '--config=configs/demo.py', '--config.total_steps=2'], '--workdir='),
+        (['vit_jax.tools.export', '--workdir=workdirs/demo'], '--out='),
+    ],
+)
+def test_an_empty_directory_flag_is_one_line_and_writes_nothing(tmp_path, command, flag):
+  # `--workdir=$WORKDIR` with WORKDIR unset would train into the current directory.
+  env = {**os.environ, 'PYTHONPATH': str(helpers.REPO)}
+  command = [
+      sys.executable,
+      '-m',
+      command[0],
+      *(a.replace('configs/', f'{helpers.REPO}/configs/') for a in command[1:]),
+  ]
+  run = subprocess.run(
+      [*command, flag], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+  )
+  assert run.returncode == 2 and run.stderr.strip().endswith(
+      f'is empty (an unset shell variable?), which would be the current directory: pass the '
+      f'directory, {flag}DIR'
+  ), run.stderr[-2000:]
+  assert not os.listdir(tmp_path)
+
+
+def test_config_file_mistakes_are_one_line_naming_the_fix(tmp_path):
+  (tmp_path / 'none.py').write_text('def get_config():\n  pass\n')
+  assert _errors([f'--config={tmp_path / "none.py"}']) == [
+      f'error: {tmp_path / "none.py"}: its get_config() returned None: return the config (a '
+      'missing return?)'
+  ]
+  assert _errors(
+      ['--config=configs/demo.py', '--config=configs/mpp_demo.py', '--config.seed=1']
+  ) == [
+      'error: --config is given 2 times (configs/demo.py, configs/mpp_demo.py): pass one config file'
+  ]
+  assert _errors(['--config=configs/demo.py', '--config.batch_size=32.0'])[0].endswith(
+      ': config.batch_size takes an integer, e.g. --config.batch_size=4096'
+  )
+  assert _errors(['--config=configs/demo.py', '--config.total_steps=1e3'])[0].endswith(
+      ': config.total_steps takes an integer, or None (unset)'
+  )

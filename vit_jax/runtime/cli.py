@@ -80,12 +80,31 @@ def flag_error(error: flags.Error) -> str:
   return f'{missing[1]} is required' if missing else first
 
 
+# The flags that name a directory a command reads or writes: given empty (`--workdir=$DIR` with DIR
+# unset) they would name the current directory, which a run or an export would then write into.
+_DIRECTORY_FLAGS = ('workdir', 'out', 'export')
+
+
+def check_directory_flags() -> None:
+  """A one-line failure for a directory flag given as an empty string."""
+  for name in _DIRECTORY_FLAGS:
+    value = flags.FLAGS[name].value if name in flags.FLAGS else None
+    if isinstance(value, str) and not value.strip():
+      fail(
+          f'--{name} is empty (an unset shell variable?), which would be the current directory: '
+          f'pass the directory, --{name}=DIR'
+      )
+
+
 def flags_parser(usage: str) -> Callable[[list[str]], list[str]]:
-  """An absl `flags_parser` that reports a missing or bad flag in one line naming the usage."""
+  """An absl `flags_parser` that reports a missing or bad flag in one line naming the usage, and an
+  empty directory flag in one line (`check_directory_flags`)."""
 
   def parse(argv: list[str]) -> list[str]:
     try:
-      return flags.FLAGS(argv)
+      parsed = flags.FLAGS(argv)
+      check_directory_flags()
+      return parsed
     except flags.Error as e:
       fail(f'{flag_error(e)}: use {usage}')
     except SystemExit as e:

@@ -4,8 +4,13 @@ ml_collections loads `--config=FILE` by its path, but the imports inside it are 
 where only the current directory stands for the repository: `configs/demo_finetune.py` loaded from
 elsewhere failed with "No module named 'configs'". So, as pytest does for a test file, the directory
 above the file's outermost package (the last parent holding an `__init__.py`) goes on `sys.path`.
+
+`flags_parser` parses a command's flags with them: a config file that cannot be loaded, or a bad
+flag, is one `error:` line naming the fix; the overrides config_flags does not parse are
+config_overrides.py's.
 """
 
+import ast
 import difflib
 import functools
 import os
@@ -17,23 +22,24 @@ from typing import Callable, Optional, Sequence
 import ml_collections
 from absl import flags
 
-from vit_jax import defaults
-from vit_jax.runtime import cli
+from vit_jax.runtime import cli, config_overrides
 
-_OVERRIDE = re.compile(r'^--?(?:no)?config\.([^=]+)(?:=(.*))?$')
-# Fields of which a run takes exactly one (train/setup.py checks it too, without the command line).
-_ONE_OF = ('total_steps', 'num_epochs')
+
+def _config_args(argv: Sequence[str], flag: str = 'config') -> list[str]:
+  """The values of every `--config=FILE[:ARG]` (or `--config FILE[:ARG]`) in `argv`."""
+  values = []
+  for i, arg in enumerate(argv):
+    for prefix in (f'--{flag}', f'-{flag}'):
+      if arg.startswith(prefix + '='):
+        values.append(arg[len(prefix) + 1 :])
+      elif arg == prefix and i + 1 < len(argv):
+        values.append(argv[i + 1])
+  return values
 
 
 def config_arg(argv: Sequence[str], flag: str = 'config') -> Optional[str]:
   """The value of `--config=FILE[:ARG]` (or `--config FILE[:ARG]`) in `argv`, None if not given."""
-  for i, arg in enumerate(argv):
-    for prefix in (f'--{flag}', f'-{flag}'):
-      if arg.startswith(prefix + '='):
-        return arg[len(prefix) + 1 :]
-      if arg == prefix and i + 1 < len(argv):
-        return argv[i + 1]
-  return None
+  return next(iter(_config_args(argv, flag)), None)
 
 
 def config_path(argv: Sequence[str], flag: str = 'config') -> Optional[str]:
@@ -63,19 +69,36 @@ def make_importable(argv: Sequence[str], flag: str = 'config') -> None:
 def flags_parser(usage: str) -> Callable[[list[str]], list[str]]:
   """absl's flag parsing for a command with a config_flags `--config`: a bad override or a config file
   that cannot be loaded is one `error:` line, not a traceback (a missing or bad flag names the
-  `usage`); `--config.FIELD=None` unsets a field that may be unset; `--help` exits with status 0."""
+  `usage`), and so is an empty directory flag (cli.check_directory_flags); `--config.FIELD=None`
+  unsets a field that may be unset; `--help` exits with status 0."""
   return functools.partial(_parse_flags, usage=usage)
 
 
 def _parse_flags(argv: list[str], usage: str) -> list[str]:
+  files = _config_args(argv)
+  if len(files) > 1:  # absl keeps the last, or with an override fails on its flags defined twice.
+    cli.fail(f'--config is given {len(files)} times ({", ".join(files)}): pass one config file')
   make_importable(argv)  # The config file's `from configs import ...`, from any directory.
   given = list(argv)  # absl returns the arguments that are not flags.
-  overrides = _overrides(argv)
+  overrides = config_overrides.overrides(argv)
   # config_flags would parse 'None' as the field's type ("could not convert string to float"): those
   # flags are left out here and applied below, when the last value given for the field is None.
   unset = [field for field, value in overrides.items() if value == 'None']
+  # An evaluator given whole (config.evals is a dict of them, and the file's config is locked): added
+  # or replaced below, after the file's config is read.
+  evaluators = {
+      field: value
+      for field, value in overrides.items()
+      if config_overrides.evaluator_name(field) and value != 'None'
+  }
+  parsed = [
+      arg
+      for arg in argv
+      if not config_overrides.is_unset(arg) and config_overrides.field_of(arg) not in evaluators
+  ]
+  given_argv, sys.argv = sys.argv, parsed  # config_flags finds the override flags in sys.argv.
   try:
-    argv = flags.FLAGS([arg for arg in argv if not _is_unset(arg)])
+    argv = flags.FLAGS(parsed)
   except SystemExit as exit_:
     cli.help_exits_0(exit_, given)
     raise
@@ -84,15 +107,21 @@ def _parse_flags(argv: list[str], usage: str) -> list[str]:
     if message is None:
       raise
     cli.fail(message)
+  finally:
+    sys.argv = given_argv
   try:
     # config_flags keeps a file it could not load as an object that raises on first use, a traceback
     # of many lines: ask now, and say its last line (e.g. "[Errno 2] No such file or directory: ...").
     flags.FLAGS.config.get('variant')
   except OSError as e:
     cli.fail(_cannot_load(e))
+  cli.check_directory_flags()
+  config_overrides.split_bare_words(flags.FLAGS.config, overrides)
+  for field, value in evaluators.items():
+    config_overrides.set_evaluator(flags.FLAGS.config, field, value)
   for field in unset:
-    _unset(flags.FLAGS.config, field)
-  _check_one_of(flags.FLAGS.config, config_path(given), overrides)
+    config_overrides.unset(flags.FLAGS.config, field)
+  config_overrides.check_one_of(flags.FLAGS.config, config_path(given), overrides)
   return argv
 
 
@@ -100,22 +129,6 @@ def _cannot_load(error: OSError) -> str:
   """The line for a --config file that cannot be read: the last of config_flags' message (e.g.
   "[Errno 2] No such file or directory: ...")."""
   return f'cannot load the --config file: {str(error).strip().splitlines()[-1].strip()}'
-
-
-def _overrides(argv: Sequence[str]) -> dict[str, Optional[str]]:
-  """field -> the last value given for it by `--config.FIELD=VALUE` (None for `--config.FIELD`)."""
-  found = {}
-  for arg in argv:
-    match = _OVERRIDE.match(arg)
-    if match:
-      found.pop(match[1], None)  # Ordered as the last of each, as config_flags applies them.
-      found[match[1]] = match[2]
-  return found
-
-
-def _is_unset(arg: str) -> bool:
-  match = _OVERRIDE.match(arg)
-  return bool(match) and match[2] == 'None' and not arg.lstrip('-').startswith('no')
 
 
 def _parse_error(
@@ -137,7 +150,13 @@ def _parse_error(
   if isinstance(error, flags.Error):
     if 'Traceback' in str(error):  # Its last line, without the exception's type, is the fix.
       return str(error).strip().splitlines()[-1].split(': ', 1)[-1]
-    return f'{cli.flag_error(error)}: use {usage}'
+    said = cli.flag_error(error)
+    if said == '--config is required' and path is not None:  # Given: config_flags read None.
+      return f'{path}: its get_config() returned None: return the config (a missing return?)'
+    bad_value = re.match(r'flag --config\.([\w.]+)=(.*?): ', said)
+    if bad_value:
+      return f'{said}: {config_overrides.expected_value(bad_value[1])}'
+    return f'{said}: use {usage}'
   if isinstance(error, (TypeError, ValueError)):
     return f'bad config override: {error}'
   return None
@@ -163,12 +182,25 @@ def _config_file_error(error: BaseException, path: Optional[str]) -> Optional[st
         if os.path.abspath(f.filename) == target
     ]
     if frames:
-      # ml_collections' AttributeError quotes its KeyError's "'name'" once more.
-      text = str(error).strip().strip('"')
-      detail = f'{type(error).__name__}: {text.splitlines()[0]}' if text else type(error).__name__
+      text = '. '.join(line.strip() for line in _unquoted(str(error)).splitlines() if line.strip())
+      detail = f'{type(error).__name__}: {text}' if text else type(error).__name__
       raised = 'get_config raised ' if any(f.name == 'get_config' for f in frames) else ''
       return f'{path}:{frames[-1].lineno}: {raised}{detail}'
   return None
+
+
+def _unquoted(text: str) -> str:
+  """An exception's text that quotes a KeyError's once more (ml_collections' AttributeError: the
+  repr of "'name'", with a newline and "Did you mean ..." after it) as that KeyError's; other text
+  (a KeyError's own "'name'") as it is."""
+  text = text.strip()
+  if len(text) > 1 and text[0] == text[-1] and text[0] in '"\'':
+    try:
+      unquoted = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+      return text
+    return unquoted if isinstance(unquoted, str) and unquoted[:1] in '"\'' else text
+  return text
 
 
 def _causes(error: Optional[BaseException]) -> list[BaseException]:
@@ -230,6 +262,11 @@ def _unknown_field(argv: Sequence[str], overrides: dict[str, Optional[str]]) -> 
           meant = '.'.join(parts[:i] + close + parts[i + 1 :])
           return f'{bad}. Did you mean "{meant}" ({given(meant, value)})?'
         parent = '.'.join(parts[:i])
+        if parent == 'evals':
+          return (
+              f"{bad}: the file's evaluators are {', '.join(node.keys()) or 'none'}; a new one is "
+              f'given whole: --config.evals.{part}={config_overrides.EVALUATOR_EXAMPLE}'
+          )
         if parent and len(node) <= 20:
           return f'{bad}: config.{parent} has the fields {", ".join(node.keys())}'
         return f'{bad}: vit_jax/defaults.py lists the fields'
@@ -237,40 +274,4 @@ def _unknown_field(argv: Sequence[str], overrides: dict[str, Optional[str]]) -> 
   return (
       f'bad config override: the config has no field of '
       f'{" ".join(given(f, v) for f, v in overrides.items())}; vit_jax/defaults.py lists the fields'
-  )
-
-
-def _unset(config: ml_collections.ConfigDict, field: str) -> None:
-  """`--config.FIELD=None`: sets the field to None if it may be None (its default is, or its value)."""
-  *parents, name = field.split('.')
-  node, default = config, defaults.get_config()
-  for parent in parents:
-    node = node[parent]
-    default = default.get(parent) if isinstance(default, ml_collections.ConfigDict) else None
-  optional = node[name] is None or (
-      isinstance(default, ml_collections.ConfigDict) and name in default and default[name] is None
-  )
-  if not optional:
-    cli.fail(
-        f'--config.{field}=None: config.{field} cannot be unset, only a field whose default is '
-        f'unset (vit_jax/defaults.py) can: give it a value, e.g. --config.{field}={node[name]!r}'
-    )
-  node[name] = None
-
-
-def _check_one_of(
-    config: ml_collections.ConfigDict, path: Optional[str], overrides: dict[str, Optional[str]]
-) -> None:
-  """One of `_ONE_OF` given on the command line while the config file sets the other: the file's is
-  in the way of the flag just given, so say how to clear it."""
-  if not all(name in config for name in _ONE_OF) or any(config[name] is None for name in _ONE_OF):
-    return
-  given = [name for name in _ONE_OF if name in overrides]
-  if len(given) != 1:  # Both from the file, or both given: train/setup.py says to set one.
-    return
-  other = next(name for name in _ONE_OF if name != given[0])
-  cli.fail(
-      f'--config.{given[0]}={config[given[0]]} is given, but {path} sets '
-      f'config.{other}={config[other]}, and a run takes exactly one of them: add '
-      f"--config.{other}=None to clear the file's"
   )

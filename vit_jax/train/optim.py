@@ -115,7 +115,7 @@ def _lookup(registry: dict, field: str, name: str):
 def _check_range(field: str, value: float, high: float, example: str) -> None:
   """`value` must be in [0, high) (NaN is not)."""
   if not 0 <= value < high:
-    bounds = '>= 0' if high == math.inf else f'in [0, {high})'
+    bounds = 'a finite number >= 0' if high == math.inf else f'in [0, {high})'
     raise ValueError(f'config.{field}={value} must be {bounds}: set it to e.g. {example}')
 
 

@@ -1,0 +1,158 @@
+"""`--config.FIELD=VALUE` overrides beyond what ml_collections' config_flags parses: `=None` unsets a
+field that may be unset (`unset`), `evals.NAME=dict(...)` adds or replaces an evaluator and
+`evals.NAME=None` drops one (`set_evaluator`), `a,b` of a tuple field is two words
+(`split_bare_words`), total_steps over a file's num_epochs says how to clear it (`check_one_of`), and
+a value of the wrong type says what the field takes (`expected_value`). config_files.py applies them
+around config_flags' parsing.
+"""
+
+import ast
+import re
+from typing import Optional, Sequence
+
+import ml_collections
+
+from vit_jax import defaults
+from vit_jax.runtime import cli
+
+_OVERRIDE = re.compile(r'^--?(?:no)?config\.([^=]+)(?:=(.*))?$')
+
+# Fields of which a run takes exactly one (train/setup.py checks it too, without the command line).
+_ONE_OF = ('total_steps', 'num_epochs')
+
+
+def overrides(argv: Sequence[str]) -> dict[str, Optional[str]]:
+  """field -> the last value given for it by `--config.FIELD=VALUE` (None for `--config.FIELD`)."""
+  found = {}
+  for arg in argv:
+    match = _OVERRIDE.match(arg)
+    if match:
+      found.pop(match[1], None)  # Ordered as the last of each, as config_flags applies them.
+      found[match[1]] = match[2]
+  return found
+
+
+def split_bare_words(
+    config: ml_collections.ConfigDict, overrides: dict[str, Optional[str]]
+) -> None:
+  """`--config.FIELD=a,b` of a tuple field as ('a', 'b'): config_flags keeps words it cannot read
+  as literals whole, ('a,b',), where `2,4` is (2, 4)."""
+  for field, value in overrides.items():
+    *parents, name = field.split('.')
+    node = config
+    for parent in parents:
+      node = node.get(parent) if isinstance(node, ml_collections.ConfigDict) else None
+    if value and ',' in value and isinstance(node, ml_collections.ConfigDict):
+      if name in node and isinstance(node[name], tuple) and node[name] == (value,):
+        node[name] = tuple(word.strip() for word in value.split(','))
+
+
+def field_of(arg: str) -> Optional[str]:
+  match = _OVERRIDE.match(arg)
+  return match[1] if match else None
+
+
+def evaluator_name(field: str) -> Optional[str]:
+  """NAME of an override `evals.NAME`, which gives an evaluator whole; None for another field."""
+  parts = field.split('.')
+  return parts[1] if len(parts) == 2 and parts[0] == 'evals' else None
+
+
+EVALUATOR_EXAMPLE = "\"dict(type='classification', split='test', every_steps=1000)\""
+
+
+def set_evaluator(config: ml_collections.ConfigDict, field: str, value: Optional[str]) -> None:
+  """`--config.evals.NAME=dict(...)` (or `{...}`): adds the evaluator NAME, or replaces the file's."""
+  bad = f'bad config override --config.{field}={value}: '
+  try:
+    tree = ast.parse(value or '', mode='eval').body
+    if isinstance(tree, ast.Call) and getattr(tree.func, 'id', None) == 'dict' and not tree.args:
+      evaluator = {keyword.arg: ast.literal_eval(keyword.value) for keyword in tree.keywords}
+    else:
+      evaluator = ast.literal_eval(tree)
+  except (ValueError, SyntaxError, TypeError):
+    evaluator = None
+  if not isinstance(evaluator, dict) or not all(isinstance(k, str) for k in evaluator):
+    cli.fail(f'{bad}an evaluator is a dict of literals: --config.{field}={EVALUATOR_EXAMPLE}')
+  with config.evals.unlocked():
+    config.evals[evaluator_name(field)] = evaluator
+
+
+def is_unset(arg: str) -> bool:
+  match = _OVERRIDE.match(arg)
+  return bool(match) and match[2] == 'None' and not arg.lstrip('-').startswith('no')
+
+
+# A field's type -> what to write for it on the command line.
+_KINDS = {
+    bool: 'True or False',
+    int: 'an integer',
+    float: 'a number',
+    str: 'a string',
+    tuple: 'values separated by commas',
+    list: 'values separated by commas',
+}
+
+
+def expected_value(field: str) -> str:
+  """What `--config.FIELD=` takes, from its type in vit_jax/defaults.py, with its default."""
+  *parents, name = field.split('.')
+  node = defaults.get_config()
+  for parent in parents:
+    node = node.get(parent) if isinstance(node, ml_collections.ConfigDict) else None
+  if not isinstance(node, ml_collections.ConfigDict) or name not in node:
+    return f'give config.{field} a value of its type'
+  kind = _KINDS.get(node.get_type(name), node.get_type(name).__name__)
+  value = node[name]
+  if value is None:
+    return f'config.{field} takes {kind}, or None (unset)'
+  if isinstance(value, (tuple, list)) and not value:
+    return f'config.{field} takes {kind}'
+  example = ','.join(map(str, value)) if isinstance(value, (tuple, list)) else value
+  return f'config.{field} takes {kind}, e.g. --config.{field}={example}'
+
+
+def unset(config: ml_collections.ConfigDict, field: str) -> None:
+  """`--config.FIELD=None`: sets the field to None if it may be None (its default is, or its value);
+  `--config.evals.NAME=None` drops the evaluator NAME."""
+  *parents, name = field.split('.')
+  if evaluator_name(field):
+    if name not in config.evals:
+      cli.fail(
+          f"--config.{field}=None: config.evals has no evaluator {name!r} to drop (the file's: "
+          f'{", ".join(config.evals.keys()) or "none"})'
+      )
+    with config.evals.unlocked():
+      del config.evals[name]
+    return
+  node, default = config, defaults.get_config()
+  for parent in parents:
+    node = node[parent]
+    default = default.get(parent) if isinstance(default, ml_collections.ConfigDict) else None
+  optional = node[name] is None or (
+      isinstance(default, ml_collections.ConfigDict) and name in default and default[name] is None
+  )
+  if not optional:
+    cli.fail(
+        f'--config.{field}=None: config.{field} cannot be unset, only a field whose default is '
+        f'unset (vit_jax/defaults.py) can: give it a value, e.g. --config.{field}={node[name]!r}'
+    )
+  node[name] = None
+
+
+def check_one_of(
+    config: ml_collections.ConfigDict, path: Optional[str], overrides: dict[str, Optional[str]]
+) -> None:
+  """One of `_ONE_OF` given on the command line while the config file sets the other: the file's is
+  in the way of the flag just given, so say how to clear it."""
+  if not all(name in config for name in _ONE_OF) or any(config[name] is None for name in _ONE_OF):
+    return
+  given = [name for name in _ONE_OF if name in overrides]
+  if len(given) != 1:  # Both from the file, or both given: train/setup.py says to set one.
+    return
+  other = next(name for name in _ONE_OF if name != given[0])
+  cli.fail(
+      f'--config.{given[0]}={config[given[0]]} is given, but {path} sets '
+      f'config.{other}={config[other]}, and a run takes exactly one of them: add '
+      f"--config.{other}=None to clear the file's"
+  )

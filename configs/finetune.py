@@ -26,7 +26,7 @@ def get_config(
   if dataset not in DATASETS:
     raise ValueError(
         f'Unknown fine-tuning dataset {dataset!r}: use one of {", ".join(DATASETS)} '
-        '(e.g. --config=configs/vit_b16_finetune.py:cifar10)'
+        "(the config file's argument, e.g. --config=FILE:cifar10)"
     )
   train_split, eval_split, total_steps, resolution = DATASETS[dataset]
   config = defaults.get_config()

@@ -35,7 +35,7 @@ SCHEDULES = (90, 300, 1200)  # Epochs: the paper's.
 
 
 def get_config(epochs: str = '90'):
-  if int(epochs) not in SCHEDULES:
+  if not epochs.isdigit() or int(epochs) not in SCHEDULES:
     raise ValueError(
         f'Unknown schedule {epochs!r}: use one of {", ".join(map(str, SCHEDULES))} '
         '(e.g. --config=configs/flexivit_i1k_distill.py:300)'

@@ -21,7 +21,7 @@ EXPECTED_TOP1 = {90: 76.5, 150: 78.5, 300: 80.0}
 
 
 def get_config(epochs: str = '90'):
-  if int(epochs) not in EXPECTED_TOP1:
+  if not epochs.isdigit() or int(epochs) not in EXPECTED_TOP1:
     raise ValueError(
         f'Unknown schedule {epochs!r}: use one of {", ".join(map(str, EXPECTED_TOP1))} '
         '(e.g. --config=configs/plain_vit_s16_i1k.py:300)'

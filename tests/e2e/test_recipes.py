@@ -219,8 +219,13 @@ def test_the_recipes_set_what_their_papers_use():
       300.0,
   )
   assert all(240 % size == 0 for size in flexi.flexi.patch_sizes)
-  with pytest.raises(ValueError, match="Unknown schedule '100'"):
-    _get_config('flexivit_i1k_distill', '100')
+  for schedule in ('100', 'abc'):  # Not a number: the schedules too, not int()'s error.
+    for name in ('flexivit_i1k_distill', 'plain_vit_s16_i1k'):
+      with pytest.raises(ValueError, match=f"Unknown schedule '{schedule}': use one of 90, "):
+        _get_config(name, schedule)
+  # The dataset of any fine-tuning config: its own file's argument, not another file's.
+  with pytest.raises(ValueError, match=r'use one of cifar10, .*e\.g\. --config=FILE:cifar10\)$'):
+    _get_config('vit_l16_finetune', 'foo')
   with pytest.raises(ValueError, match="Unknown weights 'beit'"):
     _get_config('finetune_layer_decay', 'beit')
   with pytest.raises(ValueError, match="Unknown DeiT size 'L'"):

@@ -25,9 +25,10 @@ def test_colour_targets_quantise_mean_colour_to_3_bits_per_channel():
   )
 
 
+@pytest.mark.parametrize('length', [4, 256])  # 4: a patch's own embedding would be 1 in 4 "others".
 @pytest.mark.parametrize('per_example_keys', [False, True])
-def test_corruption_follows_the_bert_proportions(per_example_keys):
-  n, length = 64, 256
+def test_corruption_follows_the_bert_proportions(per_example_keys, length):
+  n = 16384 // length
   x = jnp.broadcast_to(jnp.arange(length, dtype=jnp.float32)[None, :, None] + 1, (n, length, 1))
   key = jax.random.split(jax.random.key(0), n) if per_example_keys else jax.random.key(0)
   out, corrupted = mpp.corrupt_patches(x, jnp.full((1, 1, 1), -7.0), key, 0.5)
@@ -36,7 +37,7 @@ def test_corruption_follows_the_bert_proportions(per_example_keys):
   assert np.array_equal(out[~corrupted], x[~corrupted])  # Untouched outside the corrupted set.
   masked = (out == -7.0)[corrupted].mean()
   changed = ((out != x) & (out != -7.0))[corrupted].mean()  # Another patch's embedding.
-  assert abs(masked - 0.8) < 0.02 and 0.08 < changed < 0.11
+  assert abs(masked - 0.8) < 0.02 and 0.09 < changed < 0.11
 
 
 def test_an_examples_own_key_gives_it_its_own_pattern_in_any_row():

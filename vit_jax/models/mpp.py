@@ -50,7 +50,8 @@ def corrupt_patches(
   """BERT-style corruption of patch embeddings x [b, patches, D]; returns them and the corrupted mask.
 
   Each patch is corrupted with probability `mask_rate`; a corrupted one becomes `mask_token` (80%),
-  another patch of the same image (10%), or stays as it is (10%). `key` draws the whole batch's
+  another patch of the same image (10%: uniformly one of the others, never itself), or stays as it is
+  (10%). `key` draws the whole batch's
   pattern, or is one key per example [b]: each example's pattern then is its own, whatever batch and
   row it is in.
   """
@@ -61,7 +62,8 @@ def corrupt_patches(
     return (
         jax.random.bernoulli(corrupt_key, mask_rate, (rows, length)),
         jax.random.uniform(kind_key, (rows, length)),
-        jax.random.randint(source_key, (rows, length, 1), 0, length),
+        # One of the `length - 1` others: drawn below it, then past it.
+        jax.random.randint(source_key, (rows, length, 1), 0, max(length - 1, 1)),
     )
 
   if key.ndim == 0:
@@ -69,6 +71,8 @@ def corrupt_patches(
   else:
     chex.assert_shape(key, (n,))
     corrupted, kind, source = (a[:, 0] for a in jax.vmap(draws, (0, None))(key, 1))
+  own = jnp.arange(length)[None, :, None]
+  source = jnp.minimum(source + (source >= own), length - 1)  # An image of one patch: itself.
   other = jnp.take_along_axis(x, source, axis=1)
   x = jnp.where((corrupted & (kind < 0.8))[..., None], mask_token.astype(x.dtype), x)
   x = jnp.where((corrupted & (kind >= 0.8) & (kind < 0.9))[..., None], other, x)

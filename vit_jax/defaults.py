@@ -271,6 +271,11 @@ def get_config() -> ml_collections.ConfigDict:
           mask_ratio=0.75,  # The share of each image's patches hidden from the encoder.
           # The targets: each patch's pixels normalised by their own mean and standard deviation.
           norm_pix_loss=True,
+          # The pixels the decoder predicts: those u in [0, 1] normalised as (u - mean) / std per
+          # channel, a checkpoint's own, which a run continuing its pretraining (config.init_from with
+          # its pixel decoder) sets; unset: vit_jax's images in [-1, 1].
+          target_mean=config_dict.placeholder(tuple),
+          target_std=config_dict.placeholder(tuple),
           # The decoder: MAE's 8 blocks of width 512 (its ablations' best), fixed 2-D sin-cos
           # position embeddings of MAE's frequencies ('sincos2d_mae'), big_vision's ('sincos2d') or
           # learned ones ('learn').

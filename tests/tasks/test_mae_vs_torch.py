@@ -160,7 +160,9 @@ def test_the_task_loss_is_the_reference_loss_of_its_drawn_noise(tmp_path):
   reference = _reference(True, 0.75)
   model, params = _ours(reference, tmp_path)
   images, _ = _inputs()
-  config = ml_collections.ConfigDict({'mae': {'norm_pix_loss': True}})
+  config = ml_collections.ConfigDict(
+      {'mae': {'norm_pix_loss': True, 'target_mean': None, 'target_std': None}}
+  )
   key = jax.random.key(3)
   loss = mae.make_loss(config, model)(params, images, None, key)
   noise = jax.random.uniform(jax.random.split(key)[1], (3, 16))
@@ -250,6 +252,50 @@ def test_configs_mae_continue_resumes_the_pretraining_of_a_transformers_mae(tmp_
   assert not np.array_equal(
       trained['decoder']['pred']['kernel'], setup.init_params['decoder']['pred']['kernel']
   )
+
+
+@pytest.mark.parametrize('norm_pix_loss', [False, True])  # facebook/vit-mae-*'s config.json: False.
+def test_mae_continue_predicts_the_pixels_a_hub_maes_decoder_was_trained_on(
+    tmp_path, data_dir, norm_pix_loss, caplog
+):
+  """A hub snapshot with ImageNet's mean and std (its preprocessor_config.json): the encoder reads
+  vit_jax's images (folded), and the targets are the pixels normalised as transformers normalises
+  them, which its decoder predicts: the reference's loss on the same pixels and noise. A run's
+  norm_pix_loss other than the checkpoint's is one line."""
+  mean, std = np.array([0.485, 0.456, 0.406]), np.array([0.229, 0.224, 0.225])
+  reference = _reference(norm_pix_loss, 0.75)
+  reference.save_pretrained(tmp_path / 'hub')
+  (tmp_path / 'hub' / 'preprocessor_config.json').write_text(
+      json.dumps({'image_mean': mean.tolist(), 'image_std': std.tolist()})
+  )
+  other = _mae_continue(data_dir, tmp_path / 'hub', 2, **{'mae.norm_pix_loss': not norm_pix_loss})
+  with pytest.raises(ValueError, match=f'set --config.mae.norm_pix_loss={norm_pix_loss} to ') as e:
+    train_setup.prepare(other, str(tmp_path / 'other'))
+  assert '\n' not in str(e.value)
+  config = _mae_continue(data_dir, tmp_path / 'hub', 2, **{'mae.norm_pix_loss': norm_pix_loss})
+  with caplog.at_level('INFO'):
+    setup = train_setup.prepare(config, str(tmp_path / 'run'))
+  assert 'MAE targets: the pixels normalised as' in caplog.text
+  images, noise = _inputs()
+  pixels, hidden = setup.model.apply({'params': setup.init_params}, images, noise=noise)
+  errors = mae.patch_errors(
+      setup.model, pixels, images, norm_pix_loss, mae.normalization(setup.config)
+  )
+  normalised = ((images + 1) / 2 - mean) / std
+  expected = reference(
+      pixel_values=torch.tensor(normalised.transpose(0, 3, 1, 2), dtype=torch.float32),
+      noise=torch.tensor(noise),
+  )
+  np.testing.assert_allclose(
+      jnp.sum(errors * hidden) / jnp.sum(hidden), expected.loss.item(), rtol=1e-5
+  )
+  np.testing.assert_allclose(pixels, expected.logits.detach().numpy(), atol=1e-4)
+  # The reconstruction is of vit_jax's images: a patch the decoder did not hide is the image's own.
+  drawn, hidden = mae.reconstruction(
+      setup.model, setup.init_params, images, norm_pix_loss, mae.normalization(setup.config)
+  )
+  visible = np.repeat(np.repeat(np.asarray(hidden).reshape(3, 4, 4) == 0, PATCH, 1), PATCH, 2)
+  np.testing.assert_allclose(np.asarray(drawn)[visible], images[visible], atol=1e-5)
 
 
 def test_configs_mae_continue_from_timms_encoder_alone_draws_the_decoder(

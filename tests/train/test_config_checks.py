@@ -218,6 +218,16 @@ INVALID = {
     'mae.decoder_num_heads': (0, {}, 'mae.decoder_num_heads=0 must be a positive whole number'),
     'mae.decoder_mlp_dim': (-1, {}, 'mae.decoder_mlp_dim=-1 must be a positive whole number'),
     'mae.decoder_posemb': ('rope', {}, "Unknown config.mae.decoder_posemb 'rope': use one of"),
+    'mae.target_mean': (
+        (0.5,),
+        {},
+        r'^config\.mae\.target_mean=\(0\.5,\) and target_std=None go together: 3 means',
+    ),
+    'mae.target_std': (
+        (0.2, 0.2, 0.0),
+        {'mae.target_mean': (0.5, 0.5, 0.5)},
+        r'target_std=\(0\.2, 0\.2, 0\.0\) go together: 3 means and 3 positive stds',
+    ),
     # Valid of a task='mae' run, and nothing it could do in another.
     'mae.norm_pix_loss': (
         False,

@@ -182,6 +182,20 @@ def normalization(path: str) -> Optional[tuple[list[float], list[float]]]:
   return _folded_normalization(LAYOUTS[layout_name(shapes, path)], config, path)
 
 
+def pixel_decoder(path: str) -> Optional[dict[str, Any]]:
+  """What the pixel decoder of the MAE checkpoint at `path` (transformers_mae.py) predicts: the
+  pixels normalised as its images were ('normalization', `normalization`'s), per patch or not
+  ('norm_pix_loss', None where its config.json does not say); None without a decoder."""
+  shapes, config = _read(path, shapes_only=True)
+  if not transformers_mae.has_decoder(shapes):
+    return None
+  layout = LAYOUTS[layout_name(shapes, path)]
+  return {
+      'normalization': _folded_normalization(layout, config, path),
+      'norm_pix_loss': config.get('norm_pix_loss'),
+  }
+
+
 def _folded_normalization(
     layout: Layout, config: Mapping[str, Any], path: str
 ) -> Optional[tuple[list[float], list[float]]]:

@@ -95,6 +95,37 @@ def fill_from_checkpoint(config: ml_collections.ConfigDict) -> None:
   )
 
 
+def fill_mae_targets(config: ml_collections.ConfigDict) -> None:
+  """config.task='mae' continuing the pretraining of a checkpoint with MAE's pixel decoder: its
+  targets are the pixels that decoder predicts, normalised as the checkpoint's images were
+  (config.mae.target_mean / target_std, where unset), and config.mae.norm_pix_loss must be its."""
+  path = hub.local(config.init_from) if config.init_from else None
+  if config.task != 'mae' or not path or paths.is_url(path) or not os.path.exists(path):
+    return
+  if not torch_files.is_state_dict_path(path):
+    return
+  decoder = state_dicts.pixel_decoder(path)
+  if decoder is None:
+    return
+  said = decoder['norm_pix_loss']
+  if said is not None and said != config.mae.norm_pix_loss:
+    raise ValueError(
+        f'config.init_from={config.init_from!r}: its MAE decoder predicts pixels '
+        f"{'standardised per patch' if said else 'as they are'} (norm_pix_loss={said}), and "
+        f'config.mae.norm_pix_loss={config.mae.norm_pix_loss}: set '
+        f'--config.mae.norm_pix_loss={said} to continue its pretraining'
+    )
+  if decoder['normalization'] is not None and config.mae.target_mean is None:
+    config.mae.target_mean, config.mae.target_std = (tuple(v) for v in decoder['normalization'])
+    logging.info(
+        'MAE targets: the pixels normalised as %s normalised its images (mean %s, std %s), which '
+        'its decoder predicts',
+        config.init_from,
+        config.mae.target_mean,
+        config.mae.target_std,
+    )
+
+
 def _flexi_patch_size(config: ml_collections.ConfigDict, kernel: Optional[int]) -> None:
   """A FlexiViT file's kernel is the one flexi.kernel_size keeps (its 32 px), not the patches its
   evaluation cuts: model.patch_size, which the file cannot say, is the user's."""

@@ -5,11 +5,12 @@ predicts the hidden ones' pixels (models/mae.py).
 The loss is MAE's (and Hugging Face's `ViTMAEForPreTraining`'s): the squared error of the predicted
 pixels of each hidden patch, averaged over its pixels, then over the hidden patches of the batch; with
 `norm_pix_loss` the targets are each patch's pixels less their mean, over their standard deviation
-(the unbiased one, + 1e-6 under the root, as MAE's). The pixels are the model's input, in the run's
-input normalisation.
+(the unbiased one, + 1e-6 under the root, as MAE's). The pixels are the model's input, vit_jax's
+[-1, 1], or with config.mae.target_mean / target_std those of pixels u in [0, 1] normalised as
+(u - mean) / std: a checkpoint's, whose pretraining a run continues (its decoder predicts them).
 """
 
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import flax.linen as nn
 import jax
@@ -47,6 +48,17 @@ def check(config: ml_collections.ConfigDict) -> None:
     raise ValueError(
         f'config.mae.decoder_hidden_size={mae.decoder_hidden_size} does not divide into '
         f'config.mae.decoder_num_heads={mae.decoder_num_heads} heads: use a multiple of it'
+    )
+  said = (mae.target_mean, mae.target_std)
+  if (
+      (said[0] is None) != (said[1] is None)
+      or said[0] is not None
+      and not (len(said[0]) == len(said[1]) == 3 and all(s > 0 for s in said[1]))
+  ):
+    raise ValueError(
+        f'config.mae.target_mean={said[0]!r} and target_std={said[1]!r} go together: 3 means and 3 '
+        'positive stds (of pixels in [0, 1]), e.g. (0.485, 0.456, 0.406) and (0.229, 0.224, '
+        "0.225), or both unset: vit_jax's [-1, 1]"
     )
   if mae.decoder_posemb not in DECODER_POSEMBS:
     raise ValueError(
@@ -126,10 +138,32 @@ def make_model(
   )
 
 
-def pixel_targets(images: jax.Array, stride: int, norm_pix_loss: bool) -> jax.Array:
-  """The decoder's targets [b, patches, stride^2 * 3]: each patch's pixels (`patch_pixels`), with
-  `norm_pix_loss` less their mean, over sqrt(their unbiased variance + 1e-6)."""
-  targets = patch_pixels(images.astype(jnp.float32), stride)
+Normalization = Optional[tuple[Sequence[float], Sequence[float]]]
+
+
+def normalization(config: ml_collections.ConfigDict) -> Normalization:
+  """The (mean, std) of the pixels the decoder predicts (config.mae.target_mean / target_std), None
+  for vit_jax's own [-1, 1]."""
+  mae = config.mae
+  return None if mae.target_mean is None else (mae.target_mean, mae.target_std)
+
+
+def _affine(said: Normalization) -> tuple[jax.Array, jax.Array]:
+  """(scale, offset) per channel taking images x in [-1, 1] to (u - mean) / std of u = (x + 1) / 2."""
+  if said is None:
+    return jnp.ones(3), jnp.zeros(3)
+  mean, std = (jnp.asarray(v, jnp.float32) for v in said)
+  return 1 / (2 * std), (0.5 - mean) / std
+
+
+def pixel_targets(
+    images: jax.Array, stride: int, norm_pix_loss: bool, said: Normalization = None
+) -> jax.Array:
+  """The decoder's targets [b, patches, stride^2 * 3]: each patch's pixels (`patch_pixels`, of the
+  images normalised as `said`, a `normalization`), with `norm_pix_loss` less their mean, over
+  sqrt(their unbiased variance + 1e-6)."""
+  scale, offset = _affine(said)
+  targets = patch_pixels(images.astype(jnp.float32) * scale + offset, stride)
   if not norm_pix_loss:
     return targets
   mean, scale = _standardisation(targets)
@@ -143,31 +177,41 @@ def _standardisation(patches: jax.Array) -> tuple[jax.Array, jax.Array]:
 
 
 def patch_errors(
-    model: nn.Module, pixels: jax.Array, images: jax.Array, norm_pix_loss: bool
+    model: nn.Module,
+    pixels: jax.Array,
+    images: jax.Array,
+    norm_pix_loss: bool,
+    said: Normalization = None,
 ) -> jax.Array:
   """The mean squared error of each patch's predicted pixels [b, patches]."""
-  targets = pixel_targets(images, model.input_stride, norm_pix_loss)
+  targets = pixel_targets(images, model.input_stride, norm_pix_loss, said)
   return jnp.mean(jnp.square(pixels - targets), axis=-1)
 
 
 def reconstruction(
-    model: nn.Module, params: Any, images: jax.Array, norm_pix_loss: bool
+    model: nn.Module,
+    params: Any,
+    images: jax.Array,
+    norm_pix_loss: bool,
+    said: Normalization = None,
 ) -> tuple[jax.Array, jax.Array]:
-  """The images with their hidden patches (those the evaluation hides) drawn by the decoder, and the
-  hidden mask [b, patches]. With `norm_pix_loss` the decoder predicts standardised pixels: they are
-  scaled back by each hidden patch's own mean and standard deviation (MAE's figures). The visible
-  patches are the images' own."""
+  """The images (in [-1, 1]) with their hidden patches (those the evaluation hides) drawn by the
+  decoder, and the hidden mask [b, patches]. With `norm_pix_loss` the decoder predicts standardised
+  pixels: they are scaled back by each hidden patch's own mean and standard deviation (MAE's
+  figures); pixels normalised as `said` are taken back to [-1, 1]. The visible patches are the
+  images' own."""
   stride = model.input_stride
   pixels, hidden = model.apply(
       {'params': params}, images, train=False, noise=_evaluation_noise(model, images)
   )
-  original = patch_pixels(images.astype(jnp.float32), stride)
+  scale, offset = _affine(said)
+  original = patch_pixels(images.astype(jnp.float32) * scale + offset, stride)
   if norm_pix_loss:
-    mean, scale = _standardisation(original)
-    pixels = pixels * scale + mean
+    mean, spread = _standardisation(original)
+    pixels = pixels * spread + mean
   drawn = jnp.where(hidden[..., None] > 0, pixels, original)
   grid = (images.shape[1] // stride, images.shape[2] // stride)
-  return pixels_image(drawn, grid, stride), hidden
+  return (pixels_image(drawn, grid, stride) - offset) / scale, hidden
 
 
 def _noise(images: jax.Array, stride: int, key: jax.Array) -> jax.Array:
@@ -190,7 +234,7 @@ def make_loss(
   """loss(params, images, labels, key): the squared error of the hidden patches' pixels (labels are
   not used). No teacher: `check` refuses config.distill for this task."""
   del teacher
-  norm_pix_loss = config.mae.norm_pix_loss
+  norm_pix_loss, said = config.mae.norm_pix_loss, normalization(config)
 
   def loss_fn(params: Any, images: jax.Array, labels: jax.Array, key: jax.Array) -> jax.Array:
     del labels
@@ -202,7 +246,7 @@ def make_loss(
         noise=_noise(images, model.input_stride, noise_key),
         rngs={'dropout': dropout_key},
     )
-    errors = patch_errors(model, pixels, images, norm_pix_loss)
+    errors = patch_errors(model, pixels, images, norm_pix_loss, said)
     return jnp.sum(errors * hidden) / jnp.maximum(jnp.sum(hidden), 1)
 
   return loss_fn
@@ -220,14 +264,14 @@ def make_eval_step(
   hidden patches) and their count. Each image hides the patches its own pixels draw
   (`mpp.example_keys`): every evaluation of a run scores the same task, whatever the batch and mesh.
   """
-  norm_pix_loss = config.mae.norm_pix_loss
+  norm_pix_loss, said = config.mae.norm_pix_loss, normalization(config)
 
   def eval_step(params: Any, batch: dict[str, jax.Array]) -> dict[str, jax.Array]:
     images = on_device.model_input(batch['image'])
     pixels, hidden = model.apply(
         {'params': params}, images, train=False, noise=_evaluation_noise(model, images)
     )
-    errors = patch_errors(model, pixels, images, norm_pix_loss)
+    errors = patch_errors(model, pixels, images, norm_pix_loss, said)
     losses = jnp.sum(errors * hidden, axis=1) / jnp.maximum(jnp.sum(hidden, axis=1), 1)
     real = batch['mask'].astype(jnp.float32)
     return {'loss_sum': jnp.sum(losses * real), 'count': jnp.sum(real)}

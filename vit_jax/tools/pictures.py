@@ -261,7 +261,11 @@ def _draw_reconstruction(run: Any, image: np.ndarray, out: str) -> str:
   model = mae.make_model(run.config, run.model_config, None)
   inputs = classifiers.model_input(image, run.config.image_size, run.config.pp_eval.to_dict())[None]
   drawn, hidden = mae.reconstruction(
-      model, run.params, jnp.asarray(inputs), run.config.mae.norm_pix_loss
+      model,
+      run.params,
+      jnp.asarray(inputs),
+      run.config.mae.norm_pix_loss,
+      mae.normalization(run.config),
   )
   return plot_reconstruction(
       inputs[0],

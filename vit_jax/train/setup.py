@@ -122,6 +122,7 @@ def resolve_model(config: ml_collections.ConfigDict) -> dict[str, Any]:
   """The variant's fields with config.model's overrides (filled from a variant='checkpoint' file),
   checked against the images and FlexiViT's patch sizes."""
   warm_start.fill_from_checkpoint(config)
+  warm_start.fill_mae_targets(config)
   model_config = variants.get_model_config(config.variant, config.model.to_dict())
   family = variants.FAMILIES[variants.family(config.variant)]
   stride = family.input_stride(model_config)

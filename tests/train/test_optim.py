@@ -94,13 +94,21 @@ def test_registries_name_what_the_config_accepts():
 @pytest.mark.parametrize(
     'field,value,match',
     [
-        ('lr.base', -1e-3, r'^config.lr.base=-0.001 must be a finite number >= 0: set it to e.g. 1e-3$'),
+        (
+            'lr.base',
+            -1e-3,
+            r'^config.lr.base=-0.001 must be a finite number >= 0: set it to e.g. 1e-3$',
+        ),
         ('lr.warmup_steps', -1, r'config.lr.warmup_steps=-1 must be a finite number >= 0'),
         ('lr.end', -0.1, r'config.lr.end=-0.1 must be a finite number >= 0'),
         ('lr.base', float('nan'), r'config.lr.base=nan must be a finite number >= 0'),
         ('optim.b1', 1.0, r'^config.optim.b1=1.0 must be in \[0, 1\): set it to e.g. 0.9$'),
         ('optim.b2', -0.5, r'config.optim.b2=-0.5 must be in \[0, 1\)'),
-        ('optim.weight_decay', -0.1, r'config.optim.weight_decay=-0.1 must be a finite number >= 0'),
+        (
+            'optim.weight_decay',
+            -0.1,
+            r'config.optim.weight_decay=-0.1 must be a finite number >= 0',
+        ),
         ('optim.momentum', 1.5, r'config.optim.momentum=1.5 must be in \[0, 1\)'),
         ('grad_clip_norm', -1.0, r'config.grad_clip_norm=-1.0 must be a finite number >= 0'),
         ('lr.base', float('inf'), r'config.lr.base=inf must be a finite number >= 0'),

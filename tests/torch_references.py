@@ -154,4 +154,7 @@ def timm_rebuilt(
   )
   torch_files.write_safetensors(tensors, str(directory / torch_files.SAFETENSORS))
   (directory / 'config.json').write_text(json.dumps(config))
+  for classes in (0, NUM_CLASSES + 1):  # Its head dropped, or a new one: as timm users fine-tune.
+    other = timm.create_model(f'local-dir:{directory}', pretrained=True, num_classes=classes)
+    assert other.num_classes == classes
   return timm.create_model(f'local-dir:{directory}', pretrained=True).eval()

@@ -94,6 +94,8 @@ def export(
       'interpolation': 'bilinear',
       **eval_crop(pp_eval, image_size),
       'num_classes': num_classes or 0,
+      # What timm drops for another num_classes (a new head, or none): its own save_for_hf's key.
+      'classifier': ['head', 'head_dist'] if model.get('distilled') else 'head',
   }
   if class_names:
     pretrained_cfg['label_names'] = list(class_names)

@@ -9,7 +9,7 @@ import pytest
 import helpers
 from vit_jax import data, defaults
 from vit_jax.checkpoints import checkpoint, run_dir, warm_start
-from vit_jax.models import variants
+from vit_jax.models import freezing, variants
 from vit_jax.train import loop, setup as train_setup, state as train_state
 
 
@@ -156,6 +156,62 @@ def test_finetuning_a_workdir_starts_from_its_parameters_in_its_model(
   for name, value in trained.items():
     if not name.startswith('head/'):  # A new head, as keep_head=False says.
       np.testing.assert_array_equal(started[name], value, err_msg=name)
+
+
+@pytest.mark.parametrize(
+    'task,frozen,fresh',
+    [
+        # keep_head=False: a new zero head, which would never train.
+        ('demo', '^head/', 'head/bias'),
+        # A learned decoder position embedding the checkpoint has none of (configs/mae_continue.py's
+        # frozen posembs over an encoder alone): random, and it would stay so.
+        ('mae_demo', 'posembed_input/', 'decoder/Transformer/posembed_input/pos_embedding'),
+    ],
+)
+def test_freezing_what_starts_afresh_is_a_one_line_error(
+    tmp_path, data_dir, trained_tiny_run, task, frozen, fresh
+):
+  overrides = {
+      **helpers.TINY,
+      **helpers.UNSET_SIZES,
+      'data_dir': data_dir,
+      'total_steps': 2,
+      'variant': 'checkpoint',
+      'init_from': trained_tiny_run,
+      'optim.frozen': (frozen,),
+  }
+  if task == 'mae_demo':
+    overrides['mae.decoder_posemb'] = 'learn'
+  config = helpers.load_config(task, overrides)
+  with pytest.raises(ValueError, match=f'^{fresh} starts afresh .* freeze it at that start') as e:
+    train_setup.prepare(config, str(tmp_path / 'run'))
+  assert '\n' not in str(e.value)
+  assert ('decoder_posemb=sincos2d_mae' in str(e.value)) == (task == 'mae_demo')
+
+
+def test_a_new_map_head_trains_beside_low_rank_adapters(tmp_path, data_dir, trained_tiny_run):
+  """Adapters freeze what they adapt; a MAP head the checkpoint has none of starts random, so it
+  trains, as the head does (it stayed random and frozen)."""
+  config = helpers.load_config(
+      'demo',
+      {
+          **helpers.TINY,
+          **helpers.UNSET_SIZES,
+          'data_dir': data_dir,
+          'total_steps': 2,
+          'variant': 'checkpoint',
+          'init_from': trained_tiny_run,
+          'model.classifier': 'map',
+          'model.lora_rank': 2,
+      },
+  )
+  setup = train_setup.prepare(config, str(tmp_path / 'run'))
+  assert setup.config.optim.trained == (*freezing.TRAINED_WITH_ADAPTERS, '^MAPHead_0/')
+  started = helpers.flat_params(setup.init_params)
+  loop.train_and_evaluate(setup)
+  trained = helpers.flat_params(run_dir.load_params(str(tmp_path / 'run'))[0])
+  kernel = 'MAPHead_0/MlpBlock_0/Dense_0/kernel'
+  assert not np.array_equal(trained[kernel], started[kernel])
 
 
 @pytest.mark.parametrize('task', ['mae_demo', pytest.param('mpp_demo', marks=pytest.mark.slow)])

@@ -5,6 +5,7 @@
 import dataclasses
 import functools
 import os
+import re
 from typing import Any, Optional, Sequence
 
 import flax.linen as nn
@@ -13,10 +14,11 @@ import jax.numpy as jnp
 import ml_collections
 from absl import logging
 from etils import epath
+from flax import traverse_util
 
 from vit_jax.checkpoints import adapting, hub, input_normalization, label_order, run_dir
 from vit_jax.checkpoints import saved_state, state_dicts, torch_files
-from vit_jax.models import inits, lora, pooling, variants, vit_variants
+from vit_jax.models import freezing, inits, lora, pooling, variants, vit_variants
 from vit_jax.models.vit import has_class_token
 from vit_jax.runtime import paths
 
@@ -126,6 +128,49 @@ def fill_mae_targets(config: ml_collections.ConfigDict) -> None:
     )
 
 
+def _check_fresh_trains(config: ml_collections.ConfigDict, loaded: Any, params: Any) -> None:
+  """Parameters the run starts afresh (config.init_from has none, or a new head) that would stay at
+  their random or zero start, frozen: beside low-rank adapters with config.optim.trained unset, their
+  layers train too (set here, once, as the adapters' own head does: a new MAP head's); frozen by
+  config.optim.frozen or .trained, a one-line ValueError. A new normalisation layer starts as the
+  identity's scale and bias: frozen, as peft freezes a base's (a LoRA run's new fc_norm), it
+  computes a defined function."""
+  had = traverse_util.flatten_dict(loaded, sep='/')
+  flat = traverse_util.flatten_dict(params, sep='/')
+  new_heads = () if config.keep_head else ('head/', 'head_dist/')
+  trained = freezing.trained_regexes(config.optim, params)
+  frozen = []
+  for path in sorted(flat):
+    *layers, name = path.split('/')
+    normalisation = name in ('scale', 'bias') and bool(layers) and 'norm' in layers[-1].lower()
+    fresh = path not in had or path.startswith(new_heads)
+    if fresh and not normalisation and freezing.is_frozen(config.optim, trained, path):
+      frozen.append(path)
+  if not frozen:
+    return
+  adapters_alone = config.optim.trained is None and not any(
+      re.search(regex, path) for regex in config.optim.frozen for path in frozen
+  )
+  if adapters_alone and lora.has_adapters(params):
+    layers = sorted({f'^{path.split("/")[0]}/' for path in frozen})
+    config.optim.trained = (*freezing.TRAINED_WITH_ADAPTERS, *layers)
+    logging.info(
+        'Low-rank adapters: %s train beside them, as the head does (config.init_from has none)',
+        ', '.join(layers),
+    )
+    return
+  sincos = (
+      ', or --config.mae.decoder_posemb=sincos2d_mae for fixed ones'
+      if frozen[0].startswith('decoder/') and 'posembed_input' in frozen[0]
+      else ''
+  )
+  raise ValueError(
+      f'{frozen[0]} starts afresh (config.init_from={config.init_from!r} has none to keep), and '
+      f'config.optim.frozen={tuple(config.optim.frozen)!r} / trained={config.optim.trained!r} '
+      f'freeze it at that start: let it train by narrowing them{sincos}'
+  )
+
+
 def _flexi_patch_size(config: ml_collections.ConfigDict, kernel: Optional[int]) -> None:
   """A FlexiViT file's kernel is the one flexi.kernel_size keeps (its 32 px), not the patches its
   evaluation cuts: model.patch_size, which the file cannot say, is the user's."""
@@ -184,6 +229,7 @@ def load_init_params(
       loaded['embedding']['kernel'].shape != params['embedding']['kernel'].shape
   ):
     params = input_normalization.refold(loaded, params, state_dicts.normalization(init_from))
+  _check_fresh_trains(config, loaded, params)
   logging.info('Initialising from %s: %s', config.init_from, '; '.join([source, *notes]))
   if config.keep_head and class_names is not None and not paths.is_url(init_from):
     params = label_order.aligned(params, label_order.checkpoint_classes(init_from), class_names)

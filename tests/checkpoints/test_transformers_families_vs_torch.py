@@ -206,64 +206,44 @@ def _mean_of_tokens(outputs) -> torch.Tensor:
   return outputs.last_hidden_state.mean(dim=1)
 
 
+_DINOV2_FIELDS = {
+    'classifier': 'token',
+    'class_token': True,
+    'pre_norm': False,
+    'num_registers': 0,
+    'layer_scale': 1e-5,
+    'mlp_activation': 'gelu',
+    'layernorm_epsilon': 1e-6,
+}
+
 # id: (the reference, its output ours equals, the fields it fixes but the sizes).
 _FAMILIES = {
     'dinov2': (
         _dinov2,
         _pooled,
-        {
-            'classifier': 'token',
-            'class_token': True,
-            'pre_norm': False,
-            'num_registers': 0,
-            'layer_scale': 1e-5,
-            'mlp_activation': 'gelu',
-            'layernorm_epsilon': 1e-6,
-        },
+        _DINOV2_FIELDS,
     ),
     'dinov2_registers': (
         _dinov2_registers,
         _pooled,
-        {
-            'classifier': 'token',
-            'class_token': True,
-            'pre_norm': False,
-            'num_registers': 2,
-            'layer_scale': 1e-5,
-            'mlp_activation': 'gelu',
-            'layernorm_epsilon': 1e-6,
-        },
+        {**_DINOV2_FIELDS, 'num_registers': 2},
     ),
     'dinov2_swiglu': (
         lambda: _dinov2(use_swiglu_ffn=True),
         _pooled,
         {
-            'classifier': 'token',
-            'class_token': True,
-            'pre_norm': False,
-            'num_registers': 0,
-            'layer_scale': 1e-5,
+            **_DINOV2_FIELDS,
             # transformers' hidden units: 2/3 of mlp_ratio's, rounded up to a multiple of 8.
             'mlp_dim': 48,
             'mlp_gated': True,
             'mlp_activation': 'silu',  # What Dinov2SwiGLUFFN applies, whatever its hidden_act.
-            'layernorm_epsilon': 1e-6,
         },
     ),
     # qkv_bias=False: no query, key or value biases (the query's and value's zeros, no key bias).
     'dinov2_without_qkv_bias': (
         lambda: _dinov2(qkv_bias=False),
         _pooled,
-        {
-            'classifier': 'token',
-            'class_token': True,
-            'pre_norm': False,
-            'num_registers': 0,
-            'layer_scale': 1e-5,
-            'key_bias': False,
-            'mlp_activation': 'gelu',
-            'layernorm_epsilon': 1e-6,
-        },
+        {**_DINOV2_FIELDS, 'key_bias': False},
     ),
     'vit_without_qkv_bias': (
         lambda: transformers.ViTModel(

@@ -13,8 +13,6 @@ import numpy as np
 
 from vit_jax.checkpoints import adapting
 
-_POSEMB = ('Transformer', 'posembed_input', 'pos_embedding')
-
 
 def _response(kernel: np.ndarray, shift: np.ndarray) -> np.ndarray:
   """(D,) float64: the patch embedding `kernel` (p, p, 3, D) of a patch of the constant `shift`."""
@@ -28,7 +26,7 @@ def _added_to_tokens(tree: dict[str, Any], constant: np.ndarray) -> dict[str, An
   if 'bias' in embedding:
     embedding['bias'] = (embedding['bias'] + constant).astype(np.float32)
     return {**tree, 'embedding': embedding}
-  posemb = np.array(tree[_POSEMB[0]][_POSEMB[1]][_POSEMB[2]], np.float64)
+  posemb = np.array(tree['Transformer']['posembed_input']['pos_embedding'], np.float64)
   posemb[:, adapting.num_prefix_tokens(tree) :] += constant
   return {
       **tree,

@@ -128,7 +128,7 @@ def fill_mae_targets(config: ml_collections.ConfigDict) -> None:
     )
 
 
-def _check_fresh_trains(config: ml_collections.ConfigDict, loaded: Any, params: Any) -> None:
+def _train_fresh_layers(config: ml_collections.ConfigDict, loaded: Any, params: Any) -> None:
   """Parameters the run starts afresh (config.init_from has none, or a new head) that would stay at
   their random or zero start, frozen: beside low-rank adapters with config.optim.trained unset, their
   layers train too (set here, once, as the adapters' own head does: a new MAP head's); frozen by
@@ -229,7 +229,7 @@ def load_init_params(
       loaded['embedding']['kernel'].shape != params['embedding']['kernel'].shape
   ):
     params = input_normalization.refold(loaded, params, state_dicts.normalization(init_from))
-  _check_fresh_trains(config, loaded, params)
+  _train_fresh_layers(config, loaded, params)
   logging.info('Initialising from %s: %s', config.init_from, '; '.join([source, *notes]))
   if config.keep_head and class_names is not None and not paths.is_url(init_from):
     params = label_order.aligned(params, label_order.checkpoint_classes(init_from), class_names)

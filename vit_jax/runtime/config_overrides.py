@@ -32,16 +32,24 @@ def overrides(argv: Sequence[str]) -> dict[str, Optional[str]]:
   return found
 
 
+def _parent(
+    config: Optional[ml_collections.ConfigDict], field: str
+) -> tuple[Optional[ml_collections.ConfigDict], str]:
+  """The ConfigDict that holds dotted `field` in `config` (None where a parent is missing or not a
+  ConfigDict), and the field's own name."""
+  *parents, name = field.split('.')
+  for parent in parents:
+    config = config.get(parent) if isinstance(config, ml_collections.ConfigDict) else None
+  return config, name
+
+
 def split_bare_words(
     config: ml_collections.ConfigDict, overrides: dict[str, Optional[str]]
 ) -> None:
   """`--config.FIELD=a,b` of a tuple field as ('a', 'b'): config_flags keeps words it cannot read
   as literals whole, ('a,b',), where `2,4` is (2, 4)."""
   for field, value in overrides.items():
-    *parents, name = field.split('.')
-    node = config
-    for parent in parents:
-      node = node.get(parent) if isinstance(node, ml_collections.ConfigDict) else None
+    node, name = _parent(config, field)
     if value and ',' in value and isinstance(node, ml_collections.ConfigDict):
       if name in node and isinstance(node[name], tuple) and node[name] == (value,):
         node[name] = tuple(word.strip() for word in value.split(','))
@@ -96,10 +104,7 @@ _KINDS = {
 
 def expected_value(field: str) -> str:
   """What `--config.FIELD=` takes, from its type in vit_jax/defaults.py, with its default."""
-  *parents, name = field.split('.')
-  node = defaults.get_config()
-  for parent in parents:
-    node = node.get(parent) if isinstance(node, ml_collections.ConfigDict) else None
+  node, name = _parent(defaults.get_config(), field)
   if not isinstance(node, ml_collections.ConfigDict) or name not in node:
     return f'give config.{field} a value of its type'
   kind = _KINDS.get(node.get_type(name), node.get_type(name).__name__)
@@ -125,10 +130,10 @@ def unset(config: ml_collections.ConfigDict, field: str) -> None:
     with config.evals.unlocked():
       del config.evals[name]
     return
-  node, default = config, defaults.get_config()
+  node = config
   for parent in parents:
     node = node[parent]
-    default = default.get(parent) if isinstance(default, ml_collections.ConfigDict) else None
+  default, _ = _parent(defaults.get_config(), field)
   optional = node[name] is None or (
       isinstance(default, ml_collections.ConfigDict) and name in default and default[name] is None
   )

@@ -15,8 +15,9 @@ from vit_jax import defaults
 
 def get_config():
   config = defaults.get_config()
-  # Prepare it yourself with tfds (it is not downloadable automatically); the first 51200 images of
-  # 'full' are held out for evaluation, as big_vision does.
+  # big_vision's tfds ImageNet-21k: tfds has no public builder for it, so set config.data_dir to
+  # where it was prepared (or use the hub's copy, above). The first 51200 images of 'full' are held
+  # out for evaluation, as big_vision does.
   config.dataset = 'imagenet21k'
   config.train_split = 'full[51200:]'
   config.eval_split = 'full[:51200]'

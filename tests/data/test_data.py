@@ -1054,7 +1054,8 @@ def expect_error(config, match):
 def test_unknown_dataset(data_dir):
   expect_error(
       make_config(data_dir, dataset='foo'),
-      r"^Unknown dataset 'foo': use 'digits' \(bundled, offline\), 'folder' .*imagenet21k",
+      rf"^Unknown dataset 'foo': tensorflow_datasets has no builder of that name and none is "
+      rf"prepared in {data_dir}: set config.data_dir to where it is prepared, or use 'digits' ",
   )
 
 

@@ -21,11 +21,14 @@ from vit_jax.runtime import cli
 from vit_jax.data import images
 from vit_jax.data import order
 
+# tfds reads a dataset it has no builder for (imagenet21k, one's own) from the folder it was prepared
+# in, so an unknown name may only be a data_dir away.
 UNKNOWN_DATASET = (
-    "Unknown dataset {name!r}: use 'digits' (bundled, offline), 'folder' (set config.data_dir to a "
-    "root with train/ and test/ sub-folders of class folders), 'huggingface' (set config.data_dir to "
-    'a Hugging Face dataset on disk), or a tensorflow_datasets name such as '
-    'cifar10, cifar100, oxford_iiit_pet, oxford_flowers102, imagenet2012, imagenet21k '
+    'Unknown dataset {name!r}: tensorflow_datasets has no builder of that name and none is prepared '
+    "in {root}: set config.data_dir to where it is prepared, or use 'digits' (bundled, offline), "
+    "'folder' (set config.data_dir to a root with train/ and test/ sub-folders of class folders), "
+    "'huggingface' (set config.data_dir to a Hugging Face dataset on disk), or a tensorflow_datasets "
+    'name such as cifar10, cifar100, oxford_iiit_pet, oxford_flowers102, imagenet2012 '
     '(see tfds.list_builders())'
 )
 
@@ -43,7 +46,8 @@ def prepared_builder(name: str, data_dir: str | None) -> tfds.core.DatasetBuilde
   try:
     builder = tfds.builder(name, data_dir=data_dir)
   except tfds.core.DatasetNotFoundError:
-    raise ValueError(UNKNOWN_DATASET.format(name=name)) from None
+    root = data_dir or tfds.core.constants.DATA_DIR
+    raise ValueError(UNKNOWN_DATASET.format(name=name, root=root)) from None
   except (AssertionError, ValueError) as e:  # A version or config tfds does not know.
     first_line = str(e).strip().splitlines()[0]
     raise ValueError(f'Cannot load tensorflow_datasets dataset {name!r}: {first_line}') from None

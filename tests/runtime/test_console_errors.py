@@ -69,6 +69,8 @@ def test_a_config_file_whose_get_config_raises_names_its_line(tmp_path, body, li
 def test_a_config_file_that_is_no_config_says_what_it_is(tmp_path):
   (tmp_path / 'ViT-B_16.npz').write_bytes(b'PK\x03\x04\x00\x00')  # A checkpoint given as --config.
   checkpoint, sweep = tmp_path / 'ViT-B_16.npz', 'configs/sweeps/demo_lr_steps.py'
+  one_arg = tmp_path / 'one_arg.py'
+  one_arg.write_text('def get_config(dataset):\n  return None\n')
   for args, error in [
       (
           [f'--config={checkpoint}'],
@@ -84,6 +86,23 @@ def test_a_config_file_that_is_no_config_says_what_it_is(tmp_path):
           ['--config=configs/demo.py:B'],
           'error: --config=configs/demo.py:ARG: its get_config() takes no argument (get_config() '
           'takes 0 positional arguments but 1 was given): drop the :ARG',
+      ),
+      (
+          [f'--config={one_arg}'],
+          f'error: --config={one_arg}: its get_config() needs an argument (get_config() missing 1 '
+          f"required positional argument: 'dataset'): pass --config={one_arg}:ARG",
+      ),
+      *(
+          (
+              [f'--config=configs/finetune.py{arg}'],
+              'error: --config=configs/finetune.py: its get_config() needs more arguments than the '
+              f'one :ARG gives (get_config() missing {missing}): it is a recipe other config files '
+              'call (its docstring names them): pass one of those',
+          )
+          for arg, missing in [
+              ('', "2 required positional arguments: 'variant' and 'dataset'"),
+              (':cifar10', "1 required positional argument: 'dataset'"),
+          ]
       ),
   ]:
     assert _errors(args) == [error]

@@ -139,7 +139,7 @@ def _parse_error(
   located = _config_file_error(error, path)
   if located is not None:
     return located
-  unloadable = _unloadable_config_file(error, path)
+  unloadable = _unloadable_config_file(error, path, ':' in (config_arg(argv) or ''))
   if unloadable is not None:
     return unloadable
   missing = next((cause for cause in _causes(error) if isinstance(cause, OSError)), None)
@@ -212,9 +212,12 @@ def _causes(error: Optional[BaseException]) -> list[BaseException]:
   return causes
 
 
-def _unloadable_config_file(error: BaseException, path: Optional[str]) -> Optional[str]:
+def _unloadable_config_file(
+    error: BaseException, path: Optional[str], arg_given: bool
+) -> Optional[str]:
   """The one line for a --config file that is no config: not Python (a checkpoint given as
-  --config), without get_config (a sweep file), or whose get_config takes no `:ARG`; else None."""
+  --config), without get_config (a sweep file), whose get_config takes no `:ARG`, or needs one not
+  given, or more than the one `:ARG` gives (a recipe other config files call); else None."""
   for cause in _causes(error):
     text = str(cause)
     if isinstance(cause, SyntaxError) and 'null bytes' in text:
@@ -231,6 +234,14 @@ def _unloadable_config_file(error: BaseException, path: Optional[str]) -> Option
       return f'--config file {path} has no get_config(){sweep}: pass a config file'
     if isinstance(cause, TypeError) and text.startswith('get_config() takes'):
       return f'--config={path}:ARG: its get_config() takes no argument ({text}): drop the :ARG'
+    missing = re.match(r'get_config\(\) missing (\d+) required', text)
+    if isinstance(cause, TypeError) and missing:
+      if missing[1] == '1' and not arg_given:
+        return f'--config={path}: its get_config() needs an argument ({text}): pass --config={path}:ARG'
+      return (
+          f'--config={path}: its get_config() needs more arguments than the one :ARG gives ({text}): '
+          'it is a recipe other config files call (its docstring names them): pass one of those'
+      )
   return None
 
 

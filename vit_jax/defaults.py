@@ -451,7 +451,7 @@ def get_config() -> ml_collections.ConfigDict:
           seeds=3,
           # Features are standardised before the fit, so one value serves features of any scale. Of
           # 2^-4..2^14, 2^2 is within 1% of the best at 1-25 shots on the digits, for the demo model and a
-          # barely trained tiny one (the best grows with the shots: big_vision picks it on held-out data).
+          # barely trained tiny one (the best grows with the shots; big_vision's configs fix 2^10).
           l2_reg=4.0,
           train_split=config_dict.placeholder(str),
           eval_split=config_dict.placeholder(str),

@@ -343,16 +343,18 @@ def get_config() -> ml_collections.ConfigDict:
   config.num_epochs = config_dict.placeholder(float)
   config.optim = ml_collections.ConfigDict(
       dict(
-          name='adamw',  # 'adamw' | 'sgd' | 'lion' | 'adafactor'
-          # adamw, lion; b2 unset: the optimizer's own (adamw 0.999, lion 0.99; optim.DEFAULT_B2).
+          name='adamw',  # 'adamw' | 'sgd' | 'lion' | 'adafactor' | 'big_vision_adafactor'
+          # adamw, lion; b2 unset: the optimizer's own (adamw 0.999, lion 0.99; optim.DEFAULT_B2);
+          # big_vision_adafactor's cap on its second-moment decay (0.999).
           # Each optimizer refuses a changed decay it does not read (sgd's is momentum).
           b1=0.9,
           b2=config_dict.placeholder(float),
           # Decoupled and multiplied by the learning rate (optax.adamw), applied to kernels only; with
           # sgd an L2 term added to the gradient (so through the momentum, as torch's SGD).
           weight_decay=0.1,
-          momentum=0.9,  # sgd
-          mu_dtype=config_dict.placeholder(str),  # adamw's first moment dtype, e.g. 'bfloat16'
+          momentum=0.9,  # sgd, big_vision_adafactor (0: none)
+          # The first moment's dtype (adamw, lion, big_vision_adafactor), e.g. 'bfloat16'.
+          mu_dtype=config_dict.placeholder(str),
           # Parameter groups, by regex over '/'-joined parameter paths (first match wins):
           # ((regex, multiplier), ...) of the learning rate and of the weight decay (of any parameter
           # it matches; an unmatched kernel decays at 1, nothing else); frozen: regexes of

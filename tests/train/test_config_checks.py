@@ -595,8 +595,13 @@ ALSO_INVALID = {
     ),
     'b2 of sgd': (
         {'optim.name': 'sgd', 'optim.b2': 0.99},
-        r'^config\.optim\.b2=0\.99 is the second-moment decay of adamw and lion, which sgd does '
-        r'not use: unset it$',
+        r'^config\.optim\.b2=0\.99 is the second-moment decay of adamw, lion, '
+        r'big_vision_adafactor, which sgd does not use: unset it$',
+    ),
+    'b1 of big_vision_adafactor': (
+        {'optim.name': 'big_vision_adafactor', 'optim.b1': 0.0},
+        r"^config\.optim\.b1=0\.0 does nothing with optim\.name='big_vision_adafactor', whose "
+        r'first-moment decay is optim\.momentum: set config\.optim\.momentum instead$',
     ),
 }
 BAD_EVALS = {

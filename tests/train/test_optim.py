@@ -77,7 +77,8 @@ def test_adamw_decays_kernels_only():
 def test_unknown_optimizer_is_an_error():
   config = helpers.load_config('demo', {'optim.name': 'lamb'})
   with pytest.raises(
-      ValueError, match="^Unknown optim.name 'lamb': use one of adamw, sgd, lion, adafactor$"
+      ValueError,
+      match="^Unknown optim.name 'lamb': use one of adamw, sgd, lion, adafactor, big_vision_adafactor$",
   ):
     optim.check_optim(config, helpers.model_config(config))
   with pytest.raises(ValueError, match="Unknown optim.name 'lamb'"):
@@ -85,7 +86,7 @@ def test_unknown_optimizer_is_an_error():
 
 
 def test_registries_name_what_the_config_accepts():
-  assert set(optim.OPTIMIZERS) == {'adamw', 'sgd', 'lion', 'adafactor'}
+  assert set(optim.OPTIMIZERS) == {'adamw', 'sgd', 'lion', 'adafactor', 'big_vision_adafactor'}
   assert set(optim.DECAYS) == {'linear', 'cosine', 'constant'}
   demo = helpers.load_config('demo')
   optim.check_optim(demo, helpers.model_config(demo))  # A valid config passes.
@@ -125,7 +126,7 @@ def test_bad_numbers_are_one_line_errors(field, value, match):
     assert '\n' not in str(e.value)
 
 
-@pytest.mark.parametrize('name', ['adamw', 'sgd', 'adafactor'])
+@pytest.mark.parametrize('name', ['adamw', 'sgd', 'adafactor', 'big_vision_adafactor'])
 @pytest.mark.parametrize('frozen', [(), ('^frozen$',)])
 def test_schedule_step_is_the_step_whose_rate_the_update_applies(name, frozen):
   # A step skipped for non-finite gradients leaves the optimizer's count behind the train state's
@@ -134,7 +135,7 @@ def test_schedule_step_is_the_step_whose_rate_the_update_applies(name, frozen):
       'demo',
       {
           'optim.name': name,
-          **({'optim.momentum': 0.0} if name == 'sgd' else {}),
+          **({'optim.momentum': 0.0} if name in ('sgd', 'big_vision_adafactor') else {}),
           'optim.weight_decay': 0.0,
           'optim.frozen': frozen,
           'grad_clip_norm': 0.0,
@@ -155,7 +156,7 @@ def test_schedule_step_is_the_step_whose_rate_the_update_applies(name, frozen):
     reported.append(float(schedule(optim.schedule_step(state, jnp.asarray(step)))))
     updates, state = one_step({'w': jnp.asarray(grad), 'frozen': jnp.ones(())}, state, params)
     # A gradient of 1 on a parameter of 1: each optimizer's update is -lr (Adam's m / sqrt(v) is 1,
-    # Adafactor's relative step is scaled by the parameter's RMS of 1).
+    # Adafactor's relative step is scaled by the parameter's RMS of 1, big_vision's g / sqrt(g^2)).
     applied.append(-float(updates['w']))
     if frozen:  # A frozen parameter is in no count and never moves.
       assert not np.any(updates['frozen'])

@@ -288,6 +288,75 @@ def test_adafactor_weight_decay_is_decoupled_and_times_the_learning_rate():
   jax.tree.map(functools.partial(np.testing.assert_allclose, rtol=1e-6), updates, want)
 
 
+def _big_vision_adafactor(params, grads, lr, weight_decay, momentum, cap):
+  """The updates of big_vision's Adafactor (Shazeer & Stern 2018's factored second moment, Alg. 4,
+  with decay min(cap, 1 - t^-0.8); no clipping or parameter scale; an EMA of the result as momentum)
+  on a list of gradient trees, plus decoupled weight decay of the kernels, times -lr, in NumPy."""
+  eps, v, m, all_updates = 1e-30, {}, {}, []
+  for t, grad in enumerate(grads, start=1):
+    decay = min(cap, 1.0 - t**-0.8)
+    updates = {}
+    for path, g in _flat(grad).items():
+      g = np.asarray(g, np.float64)
+      squared = g * g + eps
+      dims = np.argsort(g.shape, kind='stable')
+      if g.ndim >= 2 and g.shape[dims[-2]] >= 32:  # Factored over its two largest dimensions.
+        rows, cols = int(dims[-2]), int(dims[-1])
+        row, col = v.get(path, (0.0, 0.0))
+        row = decay * row + (1 - decay) * squared.mean(axis=cols, keepdims=True)
+        col = decay * col + (1 - decay) * squared.mean(axis=rows, keepdims=True)
+        v[path] = row, col
+        u = g / np.sqrt(row / row.mean(axis=rows, keepdims=True)) / np.sqrt(col)
+      else:
+        v[path] = decay * v.get(path, 0.0) + (1 - decay) * squared
+        u = g / np.sqrt(v[path])
+      m[path] = momentum * m.get(path, 0.0) + (1 - momentum) * u
+      p = np.asarray(_flat(params)[path], np.float64)
+      step = m[path] + (weight_decay * p if path.endswith('kernel') else 0.0)
+      updates[path] = -lr * step
+    all_updates.append(updates)
+    params = jax.tree_util.tree_map_with_path(
+        lambda key_path, x, u=updates: x + u[_path(key_path)].astype(np.float32), params
+    )
+  return all_updates
+
+
+def test_big_vision_adafactor_is_the_factored_rule_with_momentum():
+  """Its MLP kernels (32 x 64) are factored, the rest (qkv's 32 x 2 x 16, biases, the head) not."""
+  config = _config(
+      PLAIN, {'optim.name': 'big_vision_adafactor', 'optim.momentum': 0.8, 'optim.b2': 0.5}
+  )
+  params = _params(config)
+  ours, _, _ = _updates(optim.make_optimizer(config, 10, helpers.model_config(config))[0], params)
+  grads = [_params_like(params, seed + 10) for seed in range(3)]
+  # b2 0.5 caps the decay from the second step on (1 - 2^-0.8 = 0.43, 1 - 3^-0.8 = 0.58).
+  expected = _big_vision_adafactor(params, grads, lr=0.1, weight_decay=0.1, momentum=0.8, cap=0.5)
+  assert any(len(x.shape) == 2 and min(x.shape) >= 32 for x in jax.tree.leaves(params))
+  for step, want in zip(ours, expected):
+    for path, got in _flat(step).items():
+      np.testing.assert_allclose(got, want[path], rtol=2e-5, atol=1e-7, err_msg=path)
+
+
+def test_big_vision_adafactor_keeps_its_first_moment_in_mu_dtype():
+  updates = {}
+  for mu_dtype in (None, 'bfloat16'):
+    config = _config(PLAIN, {'optim.name': 'big_vision_adafactor', 'optim.mu_dtype': mu_dtype})
+    params = _params(config)
+    tx = optim.make_optimizer(config, 10, helpers.model_config(config))[0]
+    updates[mu_dtype], state, _ = _updates(tx, params)
+    [ema] = [s for s in jax.tree.leaves(state, is_leaf=_is_ema) if _is_ema(s)]
+    assert {x.dtype for x in jax.tree.leaves(ema.ema)} == {jnp.dtype(mu_dtype or jnp.float32)}
+  jax.tree.map(
+      functools.partial(np.testing.assert_allclose, rtol=2e-2, atol=1e-3),
+      updates['bfloat16'],
+      updates[None],
+  )
+
+
+def _is_ema(node):
+  return isinstance(node, optax.EmaState)
+
+
 @pytest.mark.parametrize('name,reference', [('adamw', optax.adamw), ('lion', optax.lion)])
 def test_bfloat16_first_moment(name, reference):
   config = _config(PLAIN, {'optim.name': name, 'optim.mu_dtype': 'bfloat16'})
@@ -378,16 +447,29 @@ def test_bad_fields_are_one_line_errors(field, value, match):
     [
         (
             {'optim.name': 'sgd', 'optim.mu_dtype': 'bfloat16'},
-            r"^config.optim.mu_dtype='bfloat16' is the first moment of adamw and lion, which sgd does not "
-            'keep',
+            r"^config.optim.mu_dtype='bfloat16' is the first moment of adamw, lion, "
+            'big_vision_adafactor, which sgd does not keep',
         ),
         (
             {'optim.name': 'adafactor', 'optim.wd_mults': (('head', 0.0),)},
             r'^config.optim.wd_mults are not supported by adafactor',
         ),
+        *(
+            (
+                {'optim.name': name, 'model.scan': True},
+                rf'^config.optim.name={name} factors and scales each parameter array, which a '
+                'scanned model',
+            )
+            for name in ('adafactor', 'big_vision_adafactor')
+        ),
         (
-            {'optim.name': 'adafactor', 'model.scan': True},
-            r'^config.optim.name=adafactor scales each parameter array by its RMS',
+            {
+                'optim.name': 'big_vision_adafactor',
+                'optim.momentum': 0.0,
+                'optim.mu_dtype': 'bfloat16',
+            },
+            r"^config.optim.mu_dtype='bfloat16' is the first moment, which optim.momentum=0 turns "
+            'off: unset it',
         ),
     ],
 )

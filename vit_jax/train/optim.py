@@ -1,5 +1,5 @@
 """Optimizers and learning-rate schedules from the config: AdamW pretraining, SGD-momentum fine-tuning,
-Lion and Adafactor; per-parameter multipliers, layer decay and freezing are param_groups.py's.
+Lion, optax's Adafactor and big_vision's; per-parameter multipliers, layer decay and freezing are param_groups.py's.
 
 `OPTIMIZERS` and `DECAYS` map the names `config.optim.name` and `config.lr.decay` accept to the function
 that builds each: adding one is a function and an entry.
@@ -36,7 +36,8 @@ def _decoupled(
 
 # config.optim.b2 unset: each optimizer's own, as its paper and optax have it (Lion's 0.99 averages
 # the gradients it keeps over far fewer steps than Adam's second moment).
-DEFAULT_B2 = {'adamw': 0.999, 'lion': 0.99}
+# big_vision's Adafactor reads it as the cap of its growing second-moment decay, 1 - t^-0.8.
+DEFAULT_B2 = {'adamw': 0.999, 'lion': 0.99, 'big_vision_adafactor': 0.999}
 
 
 def beta2(optim: ml_collections.ConfigDict) -> float:
@@ -72,6 +73,30 @@ def _adafactor(
   )
 
 
+def _big_vision_adafactor(
+    optim: ml_collections.ConfigDict, schedule: optax.Schedule
+) -> optax.GradientTransformation:
+  # The Adafactor big_vision trains its largest ViTs with (Zhai et al. 2022, "Scaling Vision
+  # Transformers"; big_vision/optax.py's scale_by_adafactor at its defaults): optax's
+  # factored second moment over arrays whose two largest dimensions are at least 32, no update
+  # clipping and no scaling by the parameters' RMS, then a first moment that is not debiased.
+  cap = beta2(optim)
+  second_moment = optax.scale_by_factored_rms(
+      decay_rate=0.8,
+      min_dim_size_to_factor=32,
+      epsilon=1e-30,
+      decay_rate_fn=lambda step, exponent: jnp.minimum(
+          cap, 1.0 - (jnp.asarray(step, jnp.float32) + 1.0) ** -exponent
+      ),
+  )
+  first_moment = (
+      optax.ema(optim.momentum, debias=False, accumulator_dtype=optim.mu_dtype)
+      if optim.momentum
+      else optax.identity()
+  )
+  return _decoupled(optax.chain(second_moment, first_moment), optim, schedule)
+
+
 def _sgd(
     optim: ml_collections.ConfigDict, schedule: optax.Schedule
 ) -> optax.GradientTransformation:
@@ -100,9 +125,10 @@ OPTIMIZERS: dict[str, Optimizer] = {
     'sgd': _sgd,
     'lion': _lion,
     'adafactor': _adafactor,
+    'big_vision_adafactor': _big_vision_adafactor,
 }
 # The optimizers whose first moment config.optim.mu_dtype sets.
-MU_DTYPE_OPTIMIZERS = ('adamw', 'lion')
+MU_DTYPE_OPTIMIZERS = ('adamw', 'lion', 'big_vision_adafactor')
 DECAYS: dict[str, Decay] = {'linear': _linear, 'cosine': _cosine, 'constant': _constant}
 
 
@@ -145,7 +171,7 @@ def _check_update(config: ml_collections.ConfigDict, model_config: dict[str, Any
     if optim.name not in DEFAULT_B2:  # sgd, adafactor: the field would do nothing.
       raise ValueError(
           f'config.optim.b2={optim.b2} is the second-moment decay of '
-          f'{" and ".join(DEFAULT_B2)}, which {optim.name} does not use: unset it'
+          f'{", ".join(DEFAULT_B2)}, which {optim.name} does not use: unset it'
       )
   _check_range('optim.weight_decay', optim.weight_decay, math.inf, '0.1 (0: none)')
   _check_range('optim.momentum', optim.momentum, 1, '0.9 (0: none)')
@@ -160,13 +186,19 @@ def _check_update(config: ml_collections.ConfigDict, model_config: dict[str, Any
   param_groups.check_config(optim)
   if optim.layer_decay is not None:
     variants.require_vit(config.variant, 'config.optim.layer_decay (a learning rate per ViT block)')
-  if optim.name == 'adafactor':
+  if optim.name in ('adafactor', 'big_vision_adafactor'):
     _check_adafactor(config, model_config)
 
 
 # The first-moment decay each optimizer reads (adafactor keeps none): the other is refused when changed
 # from its default, which the optimizer would silently ignore.
-_FIRST_MOMENT = {'adamw': 'b1', 'lion': 'b1', 'sgd': 'momentum', 'adafactor': None}
+_FIRST_MOMENT = {
+    'adamw': 'b1',
+    'lion': 'b1',
+    'sgd': 'momentum',
+    'adafactor': None,
+    'big_vision_adafactor': 'momentum',
+}
 
 
 def _check_first_moment(optim: ml_collections.ConfigDict) -> None:
@@ -187,7 +219,12 @@ def _check_mu_dtype(optim: ml_collections.ConfigDict) -> None:
   if optim.name not in MU_DTYPE_OPTIMIZERS:
     raise ValueError(
         f'config.optim.mu_dtype={optim.mu_dtype!r} is the first moment of '
-        f'{" and ".join(MU_DTYPE_OPTIMIZERS)}, which {optim.name} does not keep: unset it'
+        f'{", ".join(MU_DTYPE_OPTIMIZERS)}, which {optim.name} does not keep: unset it'
+    )
+  if optim.name == 'big_vision_adafactor' and not optim.momentum:
+    raise ValueError(
+        f'config.optim.mu_dtype={optim.mu_dtype!r} is the first moment, which optim.momentum=0 '
+        'turns off: unset it, or set optim.momentum, e.g. 0.9'
     )
   try:
     floating = jnp.issubdtype(jnp.dtype(optim.mu_dtype), jnp.floating)
@@ -201,17 +238,19 @@ def _check_mu_dtype(optim: ml_collections.ConfigDict) -> None:
 
 
 def _check_adafactor(config: ml_collections.ConfigDict, model_config: dict[str, Any]) -> None:
-  if config.optim.wd_mults:
+  name = config.optim.name
+  if name == 'adafactor' and config.optim.wd_mults:
     raise ValueError(
         'config.optim.wd_mults are not supported by adafactor (its weight decay is '
-        "optax's, one rate for all kernels): unset them, or use adamw"
+        "optax's, one rate for all kernels): unset them, or use adamw or big_vision_adafactor"
     )
   if model_config.get('scan'):  # Only a ViT has it.
-    # Its clipping and parameter scale take the RMS of each array: of all layers at once if stacked.
+    # Both factor each array's second moment over its two largest dimensions, and optax's clips and
+    # scales each by its RMS: a stacked array's are of all blocks at once.
     raise ValueError(
-        'config.optim.name=adafactor scales each parameter array by its RMS, which a '
-        'scanned model (config.model.scan) computes over all blocks at once: set '
-        '--config.model.scan=False, or use adamw'
+        f'config.optim.name={name} factors and scales each parameter array, which a scanned '
+        'model (config.model.scan) stacks over its blocks: set --config.model.scan=False, or use '
+        'adamw'
     )
 
 

@@ -127,6 +127,8 @@ def get_config() -> ml_collections.ConfigDict:
           dropout_rate=config_dict.placeholder(float),
           attention_dropout_rate=config_dict.placeholder(float),
           head_dropout_rate=config_dict.placeholder(float),
+          # The head's initial bias (0; big_vision's AugReg i21k runs: -10 with the sigmoid loss).
+          head_bias_init=config_dict.placeholder(float),
           # Patch dropout (timm's patch_drop_rate, FLIP's masking): the share of each image's patches
           # its blocks do not see at train time, once they have their position embeddings; a step
           # costs about what the rest cost. Evaluation sees them all.

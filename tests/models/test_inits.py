@@ -7,6 +7,7 @@ deviation, bounds, zeros), since two random draws are never equal.
 
 import jax
 import numpy as np
+import optax
 import pytest
 from flax import traverse_util
 
@@ -75,9 +76,34 @@ def test_position_embeddings_and_norms_are_left_as_drawn():
     np.testing.assert_array_equal(ours[path], timm_like[path], err_msg=path)
 
 
+@pytest.mark.parametrize('weight_init', ['original', 'timm'])
+def test_head_bias_init_starts_a_sigmoid_loss_near_the_rarity_of_each_class(weight_init):
+  params = _fresh_params(**{'model.weight_init': weight_init, 'model.head_bias_init': -10.0})
+  np.testing.assert_array_equal(params['head/bias'], np.full(10, -10.0, np.float32))
+  if weight_init == 'timm':  # Its head's kernel is random: the logits are not the bias alone.
+    return
+  config = helpers.load_config(
+      'demo', {**SHAPE, 'model.head_bias_init': -10.0, 'loss': 'sigmoid_xent'}
+  )
+  model = classification.make_model(config, helpers.model_config(config), 10)
+  logits = model.apply(
+      {'params': traverse_util.unflatten_dict(params, sep='/')}, np.ones((2, 16, 16, 3))
+  )
+  targets = np.eye(10, dtype=np.float32)[[3, 7]]
+  # Ten classes: -log(sigmoid(-10)) for the one positive, -log(1 - sigmoid(-10)) for nine negatives.
+  per_class = targets * np.logaddexp(0, 10) + (1 - targets) * np.logaddexp(0, -10)
+  np.testing.assert_allclose(
+      optax.sigmoid_binary_cross_entropy(logits, targets).sum(-1), per_class.sum(-1), rtol=1e-5
+  )
+
+
 @pytest.mark.parametrize(
     'overrides,message',
     [
+        (
+            {'model.head_bias_init': float('nan')},
+            r'^model.head_bias_init=nan must be a finite number, e.g. -10.0$',
+        ),
         (
             {'model.weight_init': 'xavier'},
             "Unknown model.weight_init 'xavier': use one of original, timm",

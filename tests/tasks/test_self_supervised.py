@@ -14,6 +14,7 @@ from vit_jax.train import setup as train_setup
         # Its parameters would be absent from the features the few-shot and k-NN evaluators read.
         ('model.classifier', 'map', 'set config.model.classifier to token, gap or token_gap'),
         ('model.head_dropout_rate', 0.1, 'set config.model.head_dropout_rate=0'),
+        ('model.head_bias_init', -10.0, 'set config.model.head_bias_init=0'),
         ('model.patch_dropout', 0.5, 'itself: set config.model.patch_dropout=0'),
     ],
 )

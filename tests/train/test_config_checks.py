@@ -126,6 +126,7 @@ INVALID = {
     'model.classifier': ('mean', {}, "Unknown model.classifier 'mean'"),
     'model.dropout_rate': (-0.1, {}, 'dropout_rate=-0.1'),
     'model.head_dropout_rate': (1.0, {}, r'model.head_dropout_rate=1.0 must be in \[0, 1\)'),
+    'model.head_bias_init': (float('inf'), {}, r'model.head_bias_init=inf must be a finite number'),
     'model.drop_path_rate': (1.0, {}, r'model.drop_path_rate=1.0 must be in \[0, 1\)'),
     'wandb.project': ('', {}, r"^config\.wandb\.project='' must be a non-empty string, or unset$"),
     'wandb.entity': (

@@ -21,6 +21,7 @@ import jax.numpy as jnp
 from flax import traverse_util
 
 from vit_jax.models import scan_layout
+from vit_jax.models.vit import HEADS
 
 Params = Any
 _STD = 0.02
@@ -56,6 +57,8 @@ def _timm_leaf(
     return None
   if name == 'kernel':
     return lambda key: _truncated_normal(key, value.shape, _STD)
+  if name == 'bias' and parent in HEADS:  # timm's 0, or model.head_bias_init where set.
+    return None
   if name == 'bias':
     return lambda key: jnp.zeros(value.shape, jnp.float32)
   return None  # Position embeddings (already ~N(0, 0.02)), MPP's mask token.

@@ -18,9 +18,9 @@ import jax.numpy as jnp
 from vit_jax.models.vit import ViTBackbone
 
 # Fields of a ViT model config (variants.get_model_config) for the classifier's parts beyond the
-# backbone, a pre-logits layer and dropout before the head, and its patch dropout: the predictor has
-# none of them (a masked autoencoder hides patches by its own mask_ratio).
-CLASSIFIER_FIELDS = ('representation_size', 'head_dropout_rate', 'patch_dropout')
+# backbone, a pre-logits layer, dropout before the head, the head's bias, and its patch dropout: the
+# predictor has none of them (a masked autoencoder hides patches by its own mask_ratio).
+CLASSIFIER_FIELDS = ('representation_size', 'head_dropout_rate', 'head_bias_init', 'patch_dropout')
 
 
 def backbone_fields(model: Mapping[str, Any]) -> dict[str, Any]:

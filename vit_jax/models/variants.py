@@ -98,6 +98,7 @@ RESUMABLE_FIELDS = frozenset(
         'dropout_rate',
         'attention_dropout_rate',
         'head_dropout_rate',
+        'head_bias_init',
         'patch_dropout',
         'drop_path_rate',
         'attention',

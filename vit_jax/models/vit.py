@@ -268,6 +268,9 @@ class VisionTransformer(ViTBackbone, kw_only=True):
   # Dropout of the pooled features before the head at train time (timm's `drop_rate`, train.py's
   # --drop); the original model has none: its `dropout_rate` acts inside the encoder.
   head_dropout_rate: float = 0.0
+  # The heads' first bias (big_vision's init_head_bias: -10 starts a sigmoid loss over 21k classes
+  # near each class's rarity, not at log 2 per class); their kernels start at zero.
+  head_bias_init: float = 0.0
   # The share of each image's patches its blocks do not see at train time (patch_dropout.py).
   patch_dropout: float = 0.0
 
@@ -303,7 +306,11 @@ class VisionTransformer(ViTBackbone, kw_only=True):
   def _head(self, x: jnp.ndarray, name: str, train: bool) -> jnp.ndarray:
     x = nn.Dropout(self.head_dropout_rate)(x, deterministic=not train)
     # Zero-initialised head: the fine-tuning recipe of the paper, and harmless for pretraining.
-    x = nn.Dense(self.num_classes, dtype=self.dtype, kernel_init=nn.initializers.zeros, name=name)(
-        x
-    )
+    x = nn.Dense(
+        self.num_classes,
+        dtype=self.dtype,
+        kernel_init=nn.initializers.zeros,
+        bias_init=nn.initializers.constant(self.head_bias_init),
+        name=name,
+    )(x)
     return x.astype(jnp.float32)

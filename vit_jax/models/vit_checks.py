@@ -2,6 +2,7 @@
 field's value refused in one line, naming the fix, before any module is built with it; and the remat
 policies `model.remat` takes."""
 
+import math
 from typing import Any
 
 from vit_jax.models import lora, patch_dropout, resnet, rope
@@ -115,6 +116,10 @@ def _check_fields(model: dict[str, Any]) -> None:
   for name in ('dropout_rate', 'attention_dropout_rate', 'head_dropout_rate', 'drop_path_rate'):
     if not 0.0 <= model[name] < 1.0:
       raise ValueError(f'model.{name}={model[name]} must be in [0, 1), e.g. 0.1')
+  if not math.isfinite(model['head_bias_init']):
+    raise ValueError(
+        f"model.head_bias_init={model['head_bias_init']} must be a finite number, e.g. -10.0"
+    )
   if model['classifier'] not in CLASSIFIERS:
     raise ValueError(
         f"Unknown model.classifier {model['classifier']!r}: use one of " f"{', '.join(CLASSIFIERS)}"

@@ -102,6 +102,7 @@ def vit_model_config(variant: str, overrides: Optional[Mapping[str, Any]] = None
       dropout_rate=0.0,
       attention_dropout_rate=0.0,
       head_dropout_rate=0.0,
+      head_bias_init=0.0,
       patch_dropout=0.0,
       attention='xla',
       matmul='default',

@@ -56,6 +56,11 @@ def check_backbone(task: str, model: Mapping[str, Any]) -> None:
         f'config.task={task} has no classifier head to drop the features of: set '
         'config.model.head_dropout_rate=0 (or use model.dropout_rate)'
     )
+  if model['head_bias_init']:
+    raise ValueError(
+        f'config.task={task} has no classifier head to start the bias of: set '
+        'config.model.head_bias_init=0'
+    )
   if model['patch_dropout']:
     chosen = 'hides (config.mae.mask_ratio)' if task == 'mae' else 'corrupts (config.mpp)'
     raise ValueError(

@@ -1,7 +1,7 @@
 """FlexiViT training (vit_jax/train/flexi.py): each step's loss is the loss of the model at a drawn
 patch size on parameters resampled to it (equal to adapt_params' host-side resampling), drawn by
 the weights; the gradient reaches the stored kernel through the pseudo-inverse (its chain rule in
-NumPy); parameters kept at FlexiViT's own shapes (flexi.kernel_size, posemb_grid) load unresampled
+NumPy); a step keeps the activations of the drawn size alone; parameters kept at FlexiViT's own shapes (flexi.kernel_size, posemb_grid) load unresampled
 and are fitted wherever they are used; a run resumes bit for bit; the errors."""
 
 import functools
@@ -120,6 +120,26 @@ def test_the_gradient_reaches_the_stored_kernel_through_the_resampling(tmp_path,
       grads['head']['kernel'], expected['head']['kernel'], rtol=1e-4, atol=1e-7
   )
   assert np.abs(pulled_back).max() > 1e-3
+
+
+def test_a_step_needs_the_memory_of_the_smallest_patches_alone(tmp_path, data_dir):
+  """Differentiated through the switch, a step would keep every size's activations (1.13x the
+  smallest patches' here: grids of 16x16, 8x8 and 4x4); each branch's own backward pass keeps one's.
+  """
+
+  def temp_bytes(sizes):
+    setup = _setup(
+        tmp_path / str(sizes), data_dir, **{'image_size': 32, 'flexi.patch_sizes': sizes}
+    )
+    loss = flexi.make_loss(
+        setup.config, setup.model, functools.partial(setup.task.make_loss, setup.config)
+    )
+    params = helpers.random_params(setup.model, 32)
+    images, labels = _batch(32, 8)
+    step = jax.jit(jax.value_and_grad(loss)).lower(params, images, labels, jax.random.key(0))
+    return step.compile().memory_analysis().temp_size_in_bytes
+
+  assert temp_bytes(SIZES) < 1.03 * temp_bytes(SIZES[:1])
 
 
 def _kept_checkpoint(tmp_path, data_dir, overrides):

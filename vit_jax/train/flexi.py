@@ -7,7 +7,8 @@ The parameters keep the shapes of `model.patch_size` (the patch kernel, the grid
 embeddings at `image_size`); each step's model resamples them to the drawn size as it runs
 (models/patch_embedding.py's pseudo-inverse resize by config.patch_interpolation, posemb.py's resize
 by config.posemb_interpolation), so the gradient reaches the stored ones through the resampling, as
-in big_vision. The step holds one branch per size (`jax.lax.switch`): one compiled program, and the
+in big_vision. The step holds one branch per size (`jax.lax.switch`, each with its own backward pass, so
+it needs the memory of the smallest patches' alone): one compiled program, and the
 draw, a function of the loss's key, follows the step (and its micro-batch with accum_steps) as
 dropout does, so a resumed run draws what an uninterrupted one would. Evaluators measure any patch
 size (`config.evals.X.patch_size`); the run's `eval` measures `model.patch_size`.
@@ -108,8 +109,25 @@ def make_loss(
       for size in patch_sizes
   ]
 
-  def loss_fn(params: Any, images: jax.Array, labels: jax.Array, key: jax.Array, *teacher):
-    index = jax.random.categorical(jax.random.fold_in(key, _DRAW_STREAM), log_probabilities)
-    return jax.lax.switch(index, branches, params, images, labels, key, *teacher)
+  def drawn(key: jax.Array) -> jax.Array:
+    return jax.random.categorical(jax.random.fold_in(key, _DRAW_STREAM), log_probabilities)
 
-  return loss_fn
+  # Differentiated through the switch, JAX keeps every branch's activations for the backward pass (a
+  # switch's residuals are all its branches'): 1.25x the smallest patches' at sizes (8, 16, 32), more
+  # with FlexiViT's ten. So each branch computes its own gradient, and only the drawn size's
+  # activations live; the switch hands on a gradient of the parameters' shapes.
+  @jax.custom_vjp
+  def loss_fn(params: Any, inputs: tuple) -> jax.Array:
+    return jax.lax.switch(drawn(inputs[2]), branches, params, *inputs)
+
+  def forward(params: Any, inputs: tuple) -> tuple[jax.Array, Any]:
+    gradients = [jax.value_and_grad(branch) for branch in branches]
+    return jax.lax.switch(drawn(inputs[2]), gradients, params, *inputs)
+
+  def backward(grads: Any, cotangent: jax.Array) -> tuple[Any, None]:
+    return jax.tree.map(lambda g: g * cotangent.astype(g.dtype), grads), None  # None: no inputs'.
+
+  loss_fn.defvjp(forward, backward)
+  return lambda params, images, labels, key, *teacher: loss_fn(
+      params, (images, labels, key, *teacher)
+  )

@@ -29,7 +29,9 @@ from vit_jax.models import lora, scan_layout, variants, vit
 
 # XLA fuses the elementwise chains of LayerNorm, GELU and softmax and recomputes some of their
 # residuals in the backward pass's fusions: XLA:CPU keeps 76-93% of an unscanned block's (float32, the
-# test models and ViT-S/16). A scanned block hands them across the loop as JAX keeps them.
+# test models and ViT-S/16), but every attention map (so a block of hundreds of tokens keeps ~all:
+# ViT-Ti/8 at 224 px as much unscanned as scanned). A scanned block hands them across the loop as JAX
+# keeps them.
 KEPT_UNSCANNED = 0.85
 REMATS = (
     None,
@@ -223,10 +225,11 @@ def estimate(
   shard = params / _bytes(state['params'])  # The fraction of the parameters one device holds.
   images = config.batch_size // (mesh.get('data', 1) * mesh.get('fsdp', 1))  # Per device.
   micro = images // accum_steps
-  per_device = lambda r: r[0] + r[1] / tensor
+  per_device = lambda r: r[0] + (r[1] + r[2]) / tensor
   res, full = traced.residuals[remat], traced.residuals[None]
   kept = 1.0 if config.model.scan else KEPT_UNSCANNED
-  saved = micro * (layers * kept * per_device(res.block) + per_device(res.rest))
+  block = kept * (res.block[0] + res.block[1] / tensor) + res.block[2] / tensor
+  saved = micro * (layers * block + per_device(res.rest))
   saved += (res.weights_rest + layers * res.weights_block) * shard
   # The backward pass through one block holds what remat recomputes of it; a scanned block's also
   # copies its residuals out of the loop's stacked buffers and its gradients into them (about half a

@@ -18,8 +18,9 @@ from vit_jax.train import param_groups
 
 @dataclasses.dataclass(frozen=True)
 class Residuals:
-  """Bytes the backward pass keeps, as [replicated over `tensor`, split over it] per image: of one
-  block and of the rest of the model; and the weight copies (compute-dtype casts) it keeps."""
+  """Bytes the backward pass keeps, as [replicated over `tensor`, split over it, attention maps
+  (split over it)] per image: of one block and of the rest of the model; and the weight copies
+  (compute-dtype casts) it keeps."""
 
   block: np.ndarray
   rest: np.ndarray
@@ -34,11 +35,15 @@ def init_params(model: Any, size: int) -> Any:
   ]
 
 
-def _split_over_tensor(shape: tuple[int, ...], model: dict[str, Any]) -> bool:
+def _kind(shape: tuple[int, ...], model: dict[str, Any]) -> int:
+  """A residual's index in Residuals' bytes: 0 replicated over `tensor`, 1 split over it, 2 an
+  attention map ([b, heads, tokens, tokens]: split, and kept whole by XLA, footprint.py)."""
   # Tensor parallelism splits heads and MLP units (encoder.TENSOR_RULES): activations with a heads axis
   # (q, k, v, attention weights: [b, heads, ...] or [b, tokens, heads, ...]) or MLP units last.
   heads = len(shape) == 4 and model['num_heads'] in shape[1:3]
-  return heads or (len(shape) > 1 and shape[-1] == model['mlp_dim'] != model['hidden_size'])
+  if heads and shape[1] == model['num_heads'] and shape[2] == shape[3] > 1:
+    return 2
+  return int(heads or (len(shape) > 1 and shape[-1] == model['mlp_dim'] != model['hidden_size']))
 
 
 def _traced(
@@ -48,7 +53,8 @@ def _traced(
     layers: int,
     batch: int,
 ) -> np.ndarray:
-  """[replicated, split] bytes of the residuals of the task's loss on `batch` images, `layers` blocks."""
+  """[replicated, split, attention maps] bytes of the residuals of the task's loss on `batch` images,
+  `layers` blocks."""
   task = tasks.get(config.task)
   model = task.make_model(
       config, {**model_config, 'num_layers': layers, 'scan': False}, num_classes
@@ -74,14 +80,14 @@ def _traced(
   jaxpr = jax.make_jaxpr(backward)(*args).jaxpr
   # The vjp closure's leaves are the residuals; the arguments among them (the float32 parameters) are
   # the state's own buffers, not extra memory.
-  inputs, seen, totals = set(jaxpr.invars), set(), np.zeros(2)
+  inputs, seen, totals = set(jaxpr.invars), set(), np.zeros(3)
   for var in jaxpr.outvars:
     if isinstance(var, jax_core.Literal) or var in inputs or var in seen:
       continue
     seen.add(var)
     # A dropout mask (bool) is a compare away from its random bits, and XLA keeps those (uint32).
     itemsize = 4 if var.aval.dtype == jnp.bool_ else var.aval.dtype.itemsize
-    totals[int(_split_over_tensor(var.aval.shape, model_config))] += var.aval.size * itemsize
+    totals[_kind(var.aval.shape, model_config)] += var.aval.size * itemsize
   return totals
 
 

@@ -142,7 +142,13 @@ def _train() -> None:
   )
   # Imported here so that `--help` and flag errors answer before TensorFlow and JAX load.
   from vit_jax.checkpoints import checkpoint  # pylint: disable=g-import-not-at-top
-  from vit_jax.train import loop, preemption, setup, state  # pylint: disable=g-import-not-at-top
+  from vit_jax.train import (  # pylint: disable=g-import-not-at-top
+      loop,
+      preemption,
+      setup,
+      state,
+      wandb_writer,
+  )
 
   try:
     run = setup.prepare(_CONFIG.value, _WORKDIR.value)
@@ -151,7 +157,7 @@ def _train() -> None:
   logging.debug('Config:\n%s', run.config)
   try:
     metrics = loop.train_and_evaluate(run)
-  except state.ResumeError as e:
+  except (state.ResumeError, wandb_writer.CannotStart) as e:
     cli.fail(str(e))
   except (loop.DivergedError, checkpoint.SaveError) as e:
     cli.fail(str(e), status=1)

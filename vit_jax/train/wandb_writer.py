@@ -81,6 +81,10 @@ def sweep_group(workdir: str) -> str | None:
   return run.parent.name if run.name in json.loads(listing.read_text()).get('runs', {}) else None
 
 
+class CannotStart(ValueError):
+  """W&B could not start the run (no login, no network): raised as the loop starts, a one-line error."""
+
+
 class WandbWriter:
   """A MetricWriter (event_writer.py) logging to a W&B run of config.wandb."""
 
@@ -105,7 +109,7 @@ class WandbWriter:
     except Exception as e:  # pylint: disable=broad-exception-caught
       # W&B's errors (no API key, no network) are many and their own: one line says which.
       first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-      raise ValueError(
+      raise CannotStart(
           f'Weights & Biases could not start the run of config.wandb.project={fields.project!r} '
           f'({first}): log in with `wandb login` (or set WANDB_API_KEY), run offline with '
           'WANDB_MODE=offline, or unset config.wandb.project'

@@ -77,9 +77,37 @@ def make_mesh(axes: Sequence[tuple[str, int]], devices: Sequence[jax.Device] | N
         f'config.mesh sizes {dict(zip(names, sizes))} multiply to {math.prod(sizes)}, but '
         f'there are {len(devices)} devices: make the product {len(devices)} or use -1 for one axis'
     )
-  # Devices in the order jax lists them: process by process, so a host's devices are neighbours on
-  # the last axes and the batch axes span the hosts.
-  return Mesh(np.asarray(devices).reshape(sizes), names)
+  # Devices in the order jax lists them (process by process) laid out on the axes in AXES' order,
+  # whatever order config.mesh lists them in: the batch axes span the hosts, data then fsdp as
+  # batch_axes splits the batch, so a host's rows are one block of it, and tensor (the most
+  # communication) stays inside a host.
+  order = sorted(range(len(names)), key=lambda i: AXES.index(names[i]))
+  grid = np.asarray(devices).reshape([sizes[i] for i in order])
+  mesh = Mesh(grid.transpose(np.argsort(order)), names)
+  _check_hosts_hold_their_own_rows(mesh)
+  return mesh
+
+
+def _batch_shard(mesh: Mesh, index: tuple[int, ...]) -> tuple[int, ...]:
+  """The batch shard of the device at `index` of `mesh.devices`: its coordinates on the batch axes."""
+  return tuple(index[mesh.axis_names.index(name)] for name in batch_axes(mesh))
+
+
+def _check_hosts_hold_their_own_rows(mesh: Mesh) -> None:
+  """Each process loads its own rows of the batch: two holding one batch shard would each take theirs
+  for the other's copy."""
+  # The planner's stand-ins for devices (integers) are of no process.
+  process = lambda device: getattr(device, 'process_index', 0)
+  owners = {}
+  for index, device in np.ndenumerate(mesh.devices):
+    owners.setdefault(_batch_shard(mesh, index), set()).add(process(device))
+  if any(len(processes) > 1 for processes in owners.values()):
+    processes = len({process(device) for device in mesh.devices.flat})
+    raise ValueError(
+        f'config.mesh {dict(mesh.shape)} cuts the batch into {len(owners)} shards for {processes} '
+        f"processes, each of which loads rows of its own: make the 'data' x 'fsdp' size a "
+        f'multiple of {processes}'
+    )
 
 
 def axis_size(mesh: Mesh, name: str) -> int:
@@ -200,4 +228,13 @@ def global_batch(local_batch: dict[str, np.ndarray], mesh: Mesh) -> dict[str, ja
   # Images, labels and masks must stay row-aligned: a short one would pair examples with other labels.
   chex.assert_equal_shape_prefix(list(local_batch.values()), 1)
   sharding = batch_sharding(mesh)
-  return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in local_batch.items()}
+  local_shards = {
+      _batch_shard(mesh, index)
+      for index, device in np.ndenumerate(mesh.devices)
+      if device.process_index == jax.process_index()
+  }
+  rows = len(next(iter(local_batch.values()))) * num_batch_shards(mesh) // len(local_shards)
+  return {
+      k: jax.make_array_from_process_local_data(sharding, v, (rows, *v.shape[1:]))
+      for k, v in local_batch.items()
+  }

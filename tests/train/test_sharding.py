@@ -1,6 +1,7 @@
 """Sharded training on any mesh: partition rules, equal results across meshes and hosts, accumulation,
 checkpoints moved between meshes, and the errors for meshes that do not fit."""
 
+import dataclasses
 import functools
 import logging
 import os
@@ -204,6 +205,44 @@ def test_meshes_that_do_not_fit_are_clear_errors(tmp_path, data_dir, overrides, 
     _tiny_setup(tmp_path, data_dir, **overrides)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Device:
+  id: int
+  process_index: int
+
+
+_TWO_HOSTS = [_Device(i, process_index=i // 4) for i in range(8)]
+
+
+@pytest.mark.parametrize(
+    'axes',
+    [
+        (('tensor', 2), ('data', 4)),
+        (('fsdp', 4), ('data', 2)),
+        (('tensor', 2), ('fsdp', 2), ('data', 2)),
+        (('data', 2), ('tensor', 4)),
+    ],
+)
+def test_each_host_holds_one_block_of_the_batch_in_any_axis_order(axes):
+  """Batch shard s (data-major, as batch_sharding splits the rows) lies on host s // (shards / 2),
+  and a tensor group inside one host."""
+  mesh = sharding.make_mesh(axes, _TWO_HOSTS)
+  shards = sharding.num_batch_shards(mesh)
+  for index, device in np.ndenumerate(mesh.devices):
+    coords = dict(zip(mesh.axis_names, index))
+    shard = coords.get('data', 0) * sharding.axis_size(mesh, 'fsdp') + coords.get('fsdp', 0)
+    assert device.process_index == shard // (shards // 2), (axes, index, device)
+
+
+def test_a_mesh_whose_batch_shards_are_fewer_than_the_hosts_is_one_line():
+  with pytest.raises(
+      ValueError,
+      match=r"^config.mesh \{'data': 1, 'tensor': 8\} cuts the batch into 1 shards for 2 processes, "
+      r"each of which loads rows of its own: make the 'data' x 'fsdp' size a multiple of 2$",
+  ):
+    sharding.make_mesh((('data', 1), ('tensor', 8)), _TWO_HOSTS)
+
+
 def test_unreachable_coordinator_fails_within_the_timeout(tmp_path):
   # A port bound and never listened on refuses connections, and no other process can take it (a
   # free port could become another run's coordinator, which the probe would reach).
@@ -267,14 +306,20 @@ def test_loss_trajectory_is_the_same_on_every_mesh_and_across_hosts(tmp_path, da
     assert run.returncode == 0, run.stderr[-3000:]
     np.testing.assert_allclose(_losses(str(tmp_path / name)), reference, rtol=1e-5, err_msg=name)
 
-  workdir = str(tmp_path / 'two_hosts')
-  code = local.launch(
-      helpers.main_args('configs/demo.py', workdir, overrides)[3:],
-      num_processes=2,
-      devices_per_process=4,
-      timeout=600,
-  )
-  assert code == 0
-  np.testing.assert_allclose(
-      _losses(workdir), reference, rtol=1e-5, err_msg='2 processes x 4 devices'
-  )
+  # Whatever order config.mesh lists the axes in, each host's devices hold its own block of the batch:
+  # tensor first would split it inside each host and take the hosts' rows for copies of each other,
+  # fsdp first would interleave them.
+  for name, mesh in [
+      ('two_hosts', "(('data', -1),)"),
+      ('two_hosts_tensor2_data4', "(('tensor', 2), ('data', 4))"),
+      ('two_hosts_fsdp4_data2', "(('fsdp', 4), ('data', 2))"),
+  ]:
+    workdir = str(tmp_path / name)
+    code = local.launch(
+        helpers.main_args('configs/demo.py', workdir, {**overrides, 'mesh': mesh})[3:],
+        num_processes=2,
+        devices_per_process=4,
+        timeout=600,
+    )
+    assert code == 0, name
+    np.testing.assert_allclose(_losses(workdir), reference, rtol=1e-5, err_msg=name)

@@ -219,7 +219,8 @@ def test_a_sweep_root_expands_to_its_runs_and_a_workdir_is_one_run(sweep_root, t
     shutil.copytree(one, tmp_path / 'root' / group / 'run')
   # An export beside them (the walk-through's exported/demo) is no run: its config.json is its own.
   (tmp_path / 'root' / 'exported' / 'demo').mkdir(parents=True)
-  for name in ('config.json', 'model.npz', 'model.jaxexport'):
+  for name in ('config.json', 'model.npz', 'model.jaxexport', 'timm/config.json', 'peft/x.json'):
+    (tmp_path / 'root' / 'exported' / 'demo' / name).parent.mkdir(exist_ok=True)
     (tmp_path / 'root' / 'exported' / 'demo' / name).write_text('{}')
   assert [name for name, _ in find_runs([str(tmp_path / 'root')])] == ['a/run', 'b/run']
   assert [name for name, _ in find_runs([str(tmp_path / 'root' / g) for g in 'ab'])] == [
@@ -276,6 +277,20 @@ USAGE = 'WORKDIR [WORKDIR ...] --out=DIR | --pivot=ROW_FIELD,COLUMN_FIELD [--met
             'error: no run in {tmp}/started has logged its train loss or an eval metric yet (its '
             'events.out.tfevents.* files)',
         ),
+        *(
+            (
+                [f'{{tmp}}/{name}', '--out={tmp}/out'],
+                f'error: {{tmp}}/{name}/config.json is not the config a vit_jax run writes (a JSON '
+                f'object of its fields{said}): pass the workdirs of runs',
+            )
+            for name, said in [
+                ('listed', ''),
+                (
+                    'broken',
+                    ': Expecting property name enclosed in double quotes: line 1 column 2 (char 1)',
+                ),
+            ]
+        ),
         (['--out={tmp}/out'], 'error: no WORKDIR given: use ' + USAGE),
         (['{tmp}/started'], 'error: no --out or --pivot given: use ' + USAGE),
         (
@@ -289,12 +304,25 @@ USAGE = 'WORKDIR [WORKDIR ...] --out=DIR | --pivot=ROW_FIELD,COLUMN_FIELD [--met
             '--pivot=ROW_FIELD,COLUMN_FIELD, or drop --metric (the report shows every eval metric)',
         ),
     ],
-    ids=['missing', 'no-run', 'no-metrics-yet', 'no-workdir', 'no-out', 'pivot-fields', 'metric'],
+    ids=[
+        'missing',
+        'no-run',
+        'no-metrics-yet',
+        'config-list',
+        'config-not-json',
+        'no-workdir',
+        'no-out',
+        'pivot-fields',
+        'metric',
+    ],
 )
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, args, error):
   (tmp_path / 'empty' / 'sub').mkdir(parents=True)
   (tmp_path / 'started').mkdir()
   (tmp_path / 'started' / 'config.json').write_text('{}')  # A run that has not logged anything yet.
+  for name, text in [('listed', '[]'), ('broken', '{bad')]:
+    (tmp_path / name).mkdir()
+    (tmp_path / name / 'config.json').write_text(text)
   run = subprocess.run(
       [*REPORT_CMD, *(a.format(tmp=tmp_path) for a in args)],
       cwd=helpers.REPO,

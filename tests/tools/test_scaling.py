@@ -4,6 +4,7 @@ digits (a ViT and a hybrid)."""
 
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 
@@ -196,6 +197,19 @@ def test_a_metric_no_run_logged_is_a_one_line_error_naming_those_logged(trained_
       "no run logged 'fewshot_5shot': use --metric= one of eval_loss, " 'eval_top1, eval_top5'
   )
   assert not (tmp_path / 'out').exists()
+
+
+def test_a_run_without_its_config_is_a_one_line_error(trained_tiny_run, tmp_path):
+  run = tmp_path / 'root' / 'run'
+  run.mkdir(parents=True)
+  for name in os.listdir(trained_tiny_run):
+    if name.startswith('events.out') or name == 'dataset_info.json':
+      shutil.copy(os.path.join(trained_tiny_run, name), run)
+  with pytest.raises(ValueError) as error:
+    scaling.scaling([str(tmp_path / 'root')], str(tmp_path / 'out'), 'eval_top1')
+  assert str(error.value) == (
+      f'{run} has no config.json (its model and batch): is it a vit_jax run?'
+  )
 
 
 @pytest.mark.slow  # Tens of seconds of training: make test-all's.

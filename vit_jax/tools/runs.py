@@ -32,8 +32,12 @@ class Run:
   scalars: dict[str, dict[int, float]]  # tag -> step -> value.
 
 
+def _is_export(path: epath.Path) -> bool:
+  return (path / workdir_files.EXPORT).exists()
+
+
 def _is_run(path: epath.Path) -> bool:
-  if (path / workdir_files.EXPORT).exists():  # Its config.json is the export's description.
+  if _is_export(path):  # Its config.json is the export's description.
     return False
   return (path / 'config.json').exists() or any(path.glob(EVENTS))
 
@@ -50,11 +54,11 @@ def find_runs(workdirs: Sequence[str]) -> list[tuple[str, epath.Path]]:
       found.append((root.name, root))
       continue
     under, stack = [], [root]
-    while stack:  # A run's own subdirectories (checkpoints/) are never entered.
+    while stack:  # A run's own subdirectories (checkpoints/) are never entered, nor an export's.
       for child in (p for p in stack.pop().iterdir() if p.is_dir()):
         if _is_run(child):
           under.append(child)
-        else:
+        elif not _is_export(child):  # Its timm/ and peft/ hold config.json files of their own.
           stack.append(child)
     if not under:
       raise ValueError(
@@ -81,7 +85,17 @@ def load_run(name: str, path: epath.Path) -> Run:
   """A run's scalars and config; a resumed run's latest config.resume_<k>.json is what it runs now."""
   configs = sorted(path.glob('config.resume_*.json'), key=lambda p: int(p.stem.split('_')[-1]))
   configs = configs or [path / 'config.json']
-  config = json.loads(configs[-1].read_text()) if configs[-1].exists() else {}
+  config = {}
+  if configs[-1].exists():
+    try:
+      config = json.loads(configs[-1].read_text())
+    except json.JSONDecodeError as e:
+      config = e
+    if not isinstance(config, dict):
+      raise ValueError(
+          f'{configs[-1]} is not the config a vit_jax run writes (a JSON object of its fields'
+          f'{f": {config}" if isinstance(config, ValueError) else ""}): pass the workdirs of runs'
+      )
   return Run(name, _flat(config), read_scalars(str(path)))
 
 

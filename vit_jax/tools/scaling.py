@@ -91,6 +91,8 @@ def point(run: Run, path: epath.Path, metric: str) -> Point:
   info = path / 'dataset_info.json'
   if not info.exists():
     raise ValueError(f'{path} has no dataset_info.json (its head size): is it a vit_jax run?')
+  if not run.config:
+    raise ValueError(f'{path} has no config.json (its model and batch): is it a vit_jax run?')
   model, variant = model_config(run.config), run.config['variant']
   step = max(run.scalars[metric])
   images = run.config['batch_size'] * step

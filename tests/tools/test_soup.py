@@ -232,6 +232,15 @@ def test_runs_of_another_start_are_warned_of(trained_tiny_run, sweep):
   assert soup.make_soup(one_run, 'uniform').warnings == []
 
 
+def test_two_runs_from_scratch_are_warned_of_as_such(trained_tiny_run, tmp_path):
+  shutil.copytree(trained_tiny_run, tmp_path / 'again')
+  checkpoint_dirs = soup_ingredients.find_ingredients(
+      [trained_tiny_run, str(tmp_path / 'again')], None
+  )
+  [warning] = soup.make_soup(checkpoint_dirs, 'uniform').warnings
+  assert ' are two runs trained from scratch (no config.init_from): the average' in warning
+
+
 def test_training_in_a_soup_is_refused(trained_tiny_run, tmp_path):
   from vit_jax.train import setup  # pylint: disable=g-import-not-at-top
 

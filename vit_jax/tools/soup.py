@@ -120,10 +120,15 @@ def make_soup(
         report = classifiers.split_scorer(first, report_split)
     soup_ingredients.check_same_model(first, trained)
     if not soup_ingredients.same_start(first, trained):
+      starts = (trained.config.init_from, first.config.init_from)
+      how = (
+          'two runs trained from scratch (no config.init_from)'
+          if not any(starts)
+          else f'runs of another config.init_from ({starts[0]!r}, {starts[1]!r})'
+      )
       warnings.append(
-          f'{trained.checkpoint_dir} and {first.checkpoint_dir} are runs of another '
-          f'config.init_from ({trained.config.init_from!r}, {first.config.init_from!r}): the '
-          'average of runs that did not start from the same parameters is rarely a model'
+          f'{trained.checkpoint_dir} and {first.checkpoint_dir} are {how}: the average of runs '
+          'that did not start from the same parameters is rarely a model'
       )
     tasted.append(
         Tasted(

@@ -177,12 +177,14 @@ def check_model_fits(mesh: Mesh, variant: str, split: Mapping[str, int]) -> None
         f"units' widths, which {variant} has none of: use only 'data' and 'fsdp' axes in "
         '--config.mesh'
     )
-  for name, value in split.items():
-    if value % tensor:
+  # A value may be one per block (num_kv_heads).
+  widths = {name: np.ravel(value).tolist() for name, value in split.items()}
+  for name, values in widths.items():
+    if any(value % tensor for value in values):
+      divisor = math.gcd(*[value for each in widths.values() for value in each])
       raise ValueError(
-          f"the mesh axis tensor={tensor} does not divide the model's {name}={value}: use "
-          f'a tensor size that divides {name} (e.g. a divisor of {math.gcd(*split.values())}) '
-          'in --config.mesh'
+          f"the mesh axis tensor={tensor} does not divide the model's {name}={split[name]}: use "
+          f'a tensor size that divides {name} (e.g. a divisor of {divisor}) in --config.mesh'
       )
 
 

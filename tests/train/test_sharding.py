@@ -182,6 +182,17 @@ def test_one_process_saves_replicated_arrays_without_slicing_them(tmp_path, monk
             'tensor=4 does not divide the model.s num_heads=2',
             marks=pytest.mark.devices(8),
         ),
+        # What else it splits would be kept whole on every device.
+        pytest.param(
+            {'mesh': (('data', 4), ('tensor', 2)), 'model.num_kv_heads': 1},
+            r'tensor=2 does not divide the model.s num_kv_heads=1: .*a divisor of 1\)',
+            marks=pytest.mark.devices(8),
+        ),
+        pytest.param(
+            {'mesh': (('data', 4), ('tensor', 2)), 'model.classifier': 'map', 'model.map_heads': 1},
+            'tensor=2 does not divide the model.s map_heads=1',
+            marks=pytest.mark.devices(8),
+        ),
         pytest.param(
             {'mesh': (('data', 4), ('fsdp', 4))},
             'multiply to 16, but there are 8 devices',

@@ -40,6 +40,18 @@ class Family:
   to_npz: Callable[[Any], Any]  # Parameters -> the tree of the family's published .npz layout.
 
 
+def _vit_tensor_split(model: Mapping[str, Any]) -> dict[str, Any]:
+  """What tensor parallelism splits in a ViT (encoder.TENSOR_RULES): the heads and MLP units of its
+  blocks, their key/value heads, and its MAP head's."""
+  split = {'num_heads': model['num_heads'], 'mlp_dim': model['mlp_dim']}
+  if model.get('num_kv_heads') is not None:
+    split['num_kv_heads'] = model['num_kv_heads']
+  if model.get('classifier') == 'map':
+    split['map_heads'] = model.get('map_heads') or model['num_heads']
+    split['map_mlp_dim'] = model.get('map_mlp_dim') or model['mlp_dim']
+  return split
+
+
 FAMILIES: dict[str, Family] = {
     'ViT': Family(
         'a Vision Transformer',
@@ -48,7 +60,7 @@ FAMILIES: dict[str, Family] = {
         vit_model_config,
         VisionTransformer,
         input_stride,
-        lambda model: {'num_heads': model['num_heads'], 'mlp_dim': model['mlp_dim']},
+        lambda model: _vit_tensor_split(model),
         lambda params: params,
     ),
     'BiT': Family(

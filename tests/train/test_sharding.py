@@ -182,6 +182,11 @@ def test_one_process_saves_replicated_arrays_without_slicing_them(tmp_path, monk
             'tensor=4 does not divide the model.s num_heads=2',
             marks=pytest.mark.devices(8),
         ),
+        pytest.param(  # A multiple of 3 alone would not split over the 4 batch shards.
+            {'mesh': (('data', 4), ('tensor', 2)), 'data_shards': 3, 'batch_size': 16},
+            r'config.data_shards=3 equal parts: use a multiple of 12, e.g. --config.batch_size=12$',
+            marks=pytest.mark.devices(8),
+        ),
         # What else it splits would be kept whole on every device.
         pytest.param(
             {'mesh': (('data', 4), ('tensor', 2)), 'model.num_kv_heads': 1},

@@ -152,9 +152,14 @@ def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
   # Resolved once and stored with the run: its batches depend on it (a resume on other hosts says so).
   config.data_shards = shards
   if config.batch_size % shards:
+    # The batch passed check_batch: the multiple that passes both.
+    multiple = math.lcm(
+        shards, sharding.num_batch_shards(mesh) * config.accum_steps, jax.process_count()
+    )
     raise ValueError(
         f'config.batch_size={config.batch_size} does not split into '
-        f'config.data_shards={shards} equal parts: use a multiple of {shards}'
+        f'config.data_shards={shards} equal parts: use a multiple of {multiple}, e.g. '
+        f'--config.batch_size={max(multiple, config.batch_size // multiple * multiple)}'
     )
   info = data.get_info(config)
   if info.num_train < shards:  # A data shard without examples would stop the run at its first step.

@@ -1059,6 +1059,13 @@ def test_unknown_dataset(data_dir):
   )
 
 
+def test_unknown_vtab_task_names_the_tasks(data_dir):
+  expect_error(
+      make_config(data_dir, dataset='vtab/cifar1000'),
+      r"^Unknown VTAB task 'vtab/cifar1000': use one of vtab/caltech101, vtab/cifar100, .*vtab/svhn",
+  )
+
+
 def test_tfds_dataset_not_prepared(tmp_path):
   expect_error(
       make_config(str(tmp_path), dataset='cifar10'),

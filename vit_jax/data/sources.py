@@ -129,6 +129,8 @@ EXIF_UPRIGHT = frozenset({'huggingface'})
 def make_source(config: ml_collections.ConfigDict, label_feature: str | None = None) -> Source:
   """The source named by config.dataset, its labels read from `label_feature` (a tfds feature;
   None: the run's); raises a one-line ValueError that says what to fix."""
+  if config.dataset.startswith('vtab/') and config.dataset not in SOURCES:
+    raise ValueError(f'Unknown VTAB task {config.dataset!r}: use one of {", ".join(vtab.SOURCES)}')
   return SOURCES.get(config.dataset, _tfds)(config, label_feature or config.label_feature)
 
 

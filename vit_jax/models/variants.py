@@ -60,7 +60,7 @@ FAMILIES: dict[str, Family] = {
         vit_model_config,
         VisionTransformer,
         input_stride,
-        lambda model: _vit_tensor_split(model),
+        _vit_tensor_split,
         lambda params: params,
     ),
     'BiT': Family(

@@ -7,10 +7,10 @@ The parameters keep the shapes of `model.patch_size` (the patch kernel, the grid
 embeddings at `image_size`); each step's model resamples them to the drawn size as it runs
 (models/patch_embedding.py's pseudo-inverse resize by config.patch_interpolation, posemb.py's resize
 by config.posemb_interpolation), so the gradient reaches the stored ones through the resampling, as
-in big_vision. The step holds one branch per size (`jax.lax.switch`, each with its own backward pass, so
-it needs the memory of the smallest patches' alone): one compiled program, and the
-draw, a function of the loss's key, follows the step (and its micro-batch with accum_steps) as
-dropout does, so a resumed run draws what an uninterrupted one would. Evaluators measure any patch
+in big_vision. The step holds one branch per size (`jax.lax.switch`, each with its own backward pass,
+so it needs the memory of the smallest patches' alone): one compiled program, and the draw, a
+function of the loss's key, follows the step (and its micro-batch with accum_steps) as dropout does,
+so a resumed run draws what an uninterrupted one would. Evaluators measure any patch
 size (`config.evals.X.patch_size`); the run's `eval` measures `model.patch_size`.
 
 `flexi.kernel_size` and `flexi.posemb_grid` keep the parameters as big_vision's FlexiViT keeps them

@@ -1,5 +1,6 @@
 """Optimizers and learning-rate schedules from the config: AdamW pretraining, SGD-momentum fine-tuning,
-Lion, optax's Adafactor and big_vision's; per-parameter multipliers, layer decay and freezing are param_groups.py's.
+Lion, optax's Adafactor and big_vision's; per-parameter multipliers, layer decay and freezing are
+param_groups.py's.
 
 `OPTIMIZERS` and `DECAYS` map the names `config.optim.name` and `config.lr.decay` accept to the function
 that builds each: adding one is a function and an entry.

@@ -1,7 +1,7 @@
 """config.wandb with the real W&B client, offline: the run's files (WANDB_DIR/wandb/offline-run-*/
 run-<id>.wandb, what `wandb sync` uploads) read back with W&B's own protobuf records hold every scalar
 of the event files at its step, the config, and the run's name and tags; a run started again in its
-workdir appends to the same W&B run."""
+workdir appends to the same W&B run; one W&B cannot start is the command's one error line."""
 
 import glob
 import json
@@ -91,3 +91,25 @@ def test_an_offline_run_holds_the_scalars_config_and_names_and_a_resumed_run_app
   runs, history = _logged(str(tmp_path), run_id)
   assert len(runs) == 2 and {r.run_id for r in runs} == {run_id}
   assert sorted(history['train_loss']) == [4, 8, 12, 16]
+
+
+def test_the_command_says_a_w_and_b_that_cannot_start_in_one_line(tmp_path, data_dir):
+  """The real wandb, logged in nowhere (a fresh HOME, no WANDB_API_KEY), online."""
+  env = {k: v for k, v in helpers.on_devices(1).items() if k != 'WANDB_API_KEY'}
+  env.update(HOME=str(tmp_path / 'home'), WANDB_MODE='online')
+  run = helpers.run_main(
+      'configs/demo.py',
+      str(tmp_path / 'w'),
+      {**helpers.TINY, 'data_dir': data_dir, 'wandb.project': 'vit-digits'},
+      env=env,
+      timeout=300,
+  )
+  assert run.returncode == 2, run.stderr[-3000:]
+  assert 'Traceback' not in run.stderr, run.stderr[-3000:]
+  assert (
+      run.stderr.strip()
+      .splitlines()[-1]
+      .startswith(
+          "error: Weights & Biases could not start the run of config.wandb.project='vit-digits' ("
+      )
+  )

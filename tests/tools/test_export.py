@@ -83,6 +83,7 @@ def test_export_writes_the_latest_parameters_in_the_original_layout(workdir, exp
       'dropout_rate': 0.0,
       'attention_dropout_rate': 0.0,
       'head_dropout_rate': 0.1,
+      'head_bias_init': 0.0,
       'patch_dropout': 0.0,
       'attention': 'xla',
       'matmul': 'default',

@@ -142,28 +142,6 @@ def test_a_run_that_w_and_b_cannot_start_is_one_line(tmp_path, data_dir, monkeyp
   )
 
 
-def test_the_command_says_a_w_and_b_that_cannot_start_in_one_line(tmp_path, data_dir):
-  """The real wandb, logged in nowhere (a fresh HOME, no WANDB_API_KEY), online."""
-  env = {k: v for k, v in helpers.on_devices(1).items() if k != 'WANDB_API_KEY'}
-  env.update(HOME=str(tmp_path / 'home'), WANDB_MODE='online')
-  run = helpers.run_main(
-      'configs/demo.py',
-      str(tmp_path / 'w'),
-      {**helpers.TINY, 'data_dir': data_dir, 'wandb.project': 'vit-digits'},
-      env=env,
-      timeout=300,
-  )
-  assert run.returncode == 2, run.stderr[-3000:]
-  assert 'Traceback' not in run.stderr, run.stderr[-3000:]
-  assert (
-      run.stderr.strip()
-      .splitlines()[-1]
-      .startswith(
-          "error: Weights & Biases could not start the run of config.wandb.project='vit-digits' ("
-      )
-  )
-
-
 def test_a_project_without_w_and_b_installed_is_one_line_before_the_workdir(
     tmp_path, data_dir, monkeypatch
 ):

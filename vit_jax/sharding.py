@@ -93,16 +93,22 @@ def _batch_shard(mesh: Mesh, index: tuple[int, ...]) -> tuple[int, ...]:
   return tuple(index[mesh.axis_names.index(name)] for name in batch_axes(mesh))
 
 
+@functools.cache
+def _batch_shard_processes(mesh: Mesh) -> dict[tuple[int, ...], frozenset[int]]:
+  """The processes whose devices hold each batch shard of `mesh` (the planner's stand-ins for
+  devices, integers, are of process 0). Cached: global_batch asks for every batch."""
+  owners = {}
+  for index, device in np.ndenumerate(mesh.devices):
+    owners.setdefault(_batch_shard(mesh, index), set()).add(getattr(device, 'process_index', 0))
+  return {shard: frozenset(processes) for shard, processes in owners.items()}
+
+
 def _check_hosts_hold_their_own_rows(mesh: Mesh) -> None:
   """Each process loads its own rows of the batch: two holding one batch shard would each take theirs
   for the other's copy."""
-  # The planner's stand-ins for devices (integers) are of no process.
-  process = lambda device: getattr(device, 'process_index', 0)
-  owners = {}
-  for index, device in np.ndenumerate(mesh.devices):
-    owners.setdefault(_batch_shard(mesh, index), set()).add(process(device))
+  owners = _batch_shard_processes(mesh)
   if any(len(processes) > 1 for processes in owners.values()):
-    processes = len({process(device) for device in mesh.devices.flat})
+    processes = len(set().union(*owners.values()))
     raise ValueError(
         f'config.mesh {dict(mesh.shape)} cuts the batch into {len(owners)} shards for {processes} '
         f"processes, each of which loads rows of its own: make the 'data' x 'fsdp' size a "
@@ -230,12 +236,9 @@ def global_batch(local_batch: dict[str, np.ndarray], mesh: Mesh) -> dict[str, ja
   # Images, labels and masks must stay row-aligned: a short one would pair examples with other labels.
   chex.assert_equal_shape_prefix(list(local_batch.values()), 1)
   sharding = batch_sharding(mesh)
-  local_shards = {
-      _batch_shard(mesh, index)
-      for index, device in np.ndenumerate(mesh.devices)
-      if device.process_index == jax.process_index()
-  }
-  rows = len(next(iter(local_batch.values()))) * num_batch_shards(mesh) // len(local_shards)
+  owners = _batch_shard_processes(mesh)
+  local_shards = sum(jax.process_index() in processes for processes in owners.values())
+  rows = len(next(iter(local_batch.values()))) * len(owners) // local_shards
   return {
       k: jax.make_array_from_process_local_data(sharding, v, (rows, *v.shape[1:]))
       for k, v in local_batch.items()

@@ -85,16 +85,16 @@ def load_run(name: str, path: epath.Path) -> Run:
   """A run's scalars and config; a resumed run's latest config.resume_<k>.json is what it runs now."""
   configs = sorted(path.glob('config.resume_*.json'), key=lambda p: int(p.stem.split('_')[-1]))
   configs = configs or [path / 'config.json']
-  config = {}
+  config, why = {}, ''
   if configs[-1].exists():
     try:
       config = json.loads(configs[-1].read_text())
     except json.JSONDecodeError as e:
-      config = e
+      config, why = None, f': {e}'
     if not isinstance(config, dict):
       raise ValueError(
           f'{configs[-1]} is not the config a vit_jax run writes (a JSON object of its fields'
-          f'{f": {config}" if isinstance(config, ValueError) else ""}): pass the workdirs of runs'
+          f'{why}): pass the workdirs of runs'
       )
   return Run(name, _flat(config), read_scalars(str(path)))
 

@@ -181,6 +181,23 @@ def test_the_encoder_refuses_to_mask_what_cannot_say_where_a_patch_was(overrides
     model.init({'params': jax.random.key(0)}, _images(1), noise=jnp.zeros((1, 16)))
 
 
+@pytest.mark.parametrize('field,size', [('mae.decoder_num_heads', 1), ('mae.decoder_mlp_dim', 63)])
+@pytest.mark.devices(8)
+def test_tensor_parallelism_refuses_a_decoder_it_cannot_split(tmp_path, data_dir, field, size):
+  """The decoder's blocks split by heads and MLP units as the encoder's: one the axis does not divide
+  would be kept whole on every device, so training and the planner refuse it."""
+  from vit_jax.planning import meshes  # pylint: disable=g-import-not-at-top
+
+  overrides = {'data_dir': data_dir, 'mesh': (('data', 4), ('tensor', 2)), field: size}
+  config = helpers.load_config('mae_demo', overrides)
+  message = f"tensor=2 does not divide the model's {field}={size}"
+  with pytest.raises(ValueError, match=message):
+    meshes.check(config, helpers.model_config(config), 8)
+  with pytest.raises(ValueError, match=message):
+    train_setup.prepare(config, str(tmp_path / 'run'))
+  assert not os.listdir(tmp_path)
+
+
 @pytest.mark.parametrize('scan', [False, True])
 @pytest.mark.slow  # Tens of seconds of training: make test-all's.
 @pytest.mark.devices(8)

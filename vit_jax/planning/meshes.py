@@ -30,7 +30,9 @@ def check(
 ) -> dict[str, int]:
   """The config's mesh on `devices` chips; a one-line ValueError for what training would refuse.
   `model_config`: the variant's resolved fields (variants.get_model_config)."""
-  tasks.get(config.task)  # An image size the patches do not divide is the model's error, in trace.
+  task = tasks.get(
+      config.task
+  )  # An image size the patches do not divide: the model's error, in trace.
   variants.require_vit(
       config.variant, "vit_jax.tools.plan (it models the memory of a ViT's blocks)"
   )
@@ -46,7 +48,7 @@ def check(
   sharding.check_model_fits(
       AbstractMesh(tuple(mesh.values()), tuple(mesh)),
       config.variant,
-      variants.FAMILIES['ViT'].tensor_split(model_config),
+      variants.FAMILIES['ViT'].tensor_split(model_config) | task.tensor_split(config),
   )
   multiple = mesh.get('data', 1) * mesh.get('fsdp', 1) * config.accum_steps
   if config.batch_size % multiple:

@@ -10,6 +10,8 @@
                                      for the train step (teacher: config.distill's model, or None);
   mix(config, num_classes)           None, or (images, labels, key, step) -> (images, labels): the
                                      train step's transform of the global batch (Mixup, CutMix);
+  tensor_split(config)               what tensor parallelism splits in the task's own layers beyond
+                                     the variant's ({name: size}: sharding.check_model_fits);
   make_eval_step(config, model)      eval_step(params, batch) -> sums of correct, correct_top5,
                                      loss_sum and count over a batch;
   MIN_CLASSES                        the fewest classes of config.label_feature it trains on;

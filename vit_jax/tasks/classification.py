@@ -178,6 +178,12 @@ def make_loss(
   return loss_fn
 
 
+def tensor_split(config: ml_collections.ConfigDict) -> dict[str, int]:
+  """Nothing beyond the variant's: its head stays whole on every device."""
+  del config
+  return {}
+
+
 def mix(config: ml_collections.ConfigDict, num_classes: int) -> mixing.MixFn | None:
   """The train step's Mixup / CutMix of `config.mix` (None: off)."""
   if not mixing.enabled(config.mix):

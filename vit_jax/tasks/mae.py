@@ -252,6 +252,14 @@ def make_loss(
   return loss_fn
 
 
+def tensor_split(config: ml_collections.ConfigDict) -> dict[str, int]:
+  """The decoder's blocks split as the encoder's (encoder.TENSOR_RULES): by heads and MLP units."""
+  return {
+      'mae.decoder_num_heads': config.mae.decoder_num_heads,
+      'mae.decoder_mlp_dim': config.mae.decoder_mlp_dim,
+  }
+
+
 def mix(config: ml_collections.ConfigDict, num_classes: int) -> None:
   """No batch mixing (`check` refuses config.mix for this task)."""
   del config, num_classes

@@ -94,6 +94,12 @@ def make_loss(
   return loss_fn
 
 
+def tensor_split(config: ml_collections.ConfigDict) -> dict[str, int]:
+  """Nothing beyond the variant's: its head stays whole on every device."""
+  del config
+  return {}
+
+
 def mix(config: ml_collections.ConfigDict, num_classes: int) -> None:
   """No batch mixing (`check` refuses config.mix for this task)."""
   del config, num_classes

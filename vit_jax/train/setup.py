@@ -145,7 +145,9 @@ def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
   model_config = resolve_model(config)
   family = variants.FAMILIES[variants.family(config.variant)]
   mesh = sharding.make_mesh(config.mesh)
-  sharding.check_model_fits(mesh, config.variant, family.tensor_split(model_config))
+  sharding.check_model_fits(
+      mesh, config.variant, family.tensor_split(model_config) | task.tensor_split(config)
+  )
   field_checks.check_batch('batch_size', config.batch_size, mesh, config.accum_steps)
   field_checks.check_batch('eval_batch_size', config.eval_batch_size, mesh)
   shards = data.num_data_shards(config, jax.process_count())

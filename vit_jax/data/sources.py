@@ -42,7 +42,9 @@ class Source(Protocol):
   def examples(
       self, split: str, shard: int = 0, num_shards: int = 1, with_shards: Sequence[int] = ()
   ) -> order.Records:
-    """Shard `shard` of `num_shards` of `split` (disjoint, sizes within one), nothing decoded yet.
+    """Shard `shard` of `num_shards` of `split`, nothing decoded yet: its examples shard, shard +
+    num_shards, shard + 2 num_shards, ... (strided: each shard holds every class; the features
+    evaluators put the hosts' rows back in the split's order by it).
     `with_shards`: the other shards the same process reads (a source that copies the rows it reads,
     a Hugging Face Parquet split, copies theirs at once)."""
 

@@ -30,6 +30,14 @@ def check_one_class(where: str, context: Context) -> None:
     )
 
 
+def _split_indices(batch: int, local_batch_size: int) -> np.ndarray:
+  """Where in the split the rows of this host's `batch`-th eval batch are: its shard is every
+  process_count-th example from its index (sources.Source.examples); padding rows' are past the end.
+  """
+  rows = batch * local_batch_size + np.arange(local_batch_size)
+  return jax.process_index() + jax.process_count() * rows
+
+
 def _features_of_batch(
     params: Any, batch: dict[str, jax.Array], *, model: nn.Module
 ) -> dict[str, jax.Array]:
@@ -37,8 +45,7 @@ def _features_of_batch(
       'features': model.apply(
           {'params': params}, on_device.model_input(batch['image']), train=False
       ),
-      'label': batch['label'],
-      'mask': batch['mask'],
+      **{name: batch[name] for name in ('label', 'mask', 'index') if name in batch},
   }
 
 
@@ -88,12 +95,17 @@ class SplitFeatures:
     )
 
   def __call__(self, params: Any, split: str) -> tuple[np.ndarray, np.ndarray]:
-    feats, labels = [], []
-    for local in self._passes[split]():
+    """The rows in the split's order, however many hosts read it: the few-shot shots a seed draws
+    are of the examples at given places of the split."""
+    feats, labels, indices = [], [], []
+    for b, local in enumerate(self._passes[split]()):
+      local = {**local, 'index': _split_indices(b, len(local['mask']))}
       out = jax.device_get(self._features_fn(params, sharding.global_batch(local, self._mesh)))
       feats.append(out['features'][out['mask']])
       labels.append(out['label'][out['mask']])
-    return np.concatenate(feats), np.concatenate(labels)
+      indices.append(out['index'][out['mask']])
+    order = np.argsort(np.concatenate(indices), kind='stable')
+    return np.concatenate(feats)[order], np.concatenate(labels)[order]
 
   def on_devices(self, params: Any, split: str) -> tuple[jax.Array, np.ndarray]:
     """Features [n, D] of every example of `split` left on the devices that computed them, rows

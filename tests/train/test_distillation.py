@@ -209,6 +209,10 @@ def test_the_teacher_is_sharded_by_the_students_rules_on_a_tensor_mesh(trained_t
             r'--config.distill.teacher=',
         ),
         ({'distill.kind': 'kl'}, r"^config.distill.kind='kl' has no teacher"),
+        (  # As `--config.distill.teacher=$TEACHER` with TEACHER unset: it trained without one.
+            {'distill.teacher': '', 'distill.kind': 'soft'},
+            r'^config.distill.teacher is empty: set it to the teacher run.s WORKDIR',
+        ),
         (
             {'distill.teacher': 'TEACHER', 'distill.kind': 'l2'},
             r"^Unknown config.distill.kind 'l2': use one of hard, soft, kl$",
@@ -269,6 +273,7 @@ def test_the_teacher_is_sharded_by_the_students_rules_on_a_tensor_mesh(trained_t
     ids=[
         'alpha',
         'kind',
+        'empty_teacher',
         'unknown_kind',
         'alpha_range',
         'temperature',

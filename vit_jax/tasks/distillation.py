@@ -88,6 +88,12 @@ def combine(
 
 def check(config: ml_collections.ConfigDict) -> None:
   distill = config.distill
+  if distill.teacher == '':  # pylint: disable=g-explicit-bool-comparison
+    # As from `--config.distill.teacher=$TEACHER` with TEACHER unset: not a run without one.
+    raise ValueError(
+        "config.distill.teacher is empty: set it to the teacher run's WORKDIR (or a timm / Hugging "
+        'Face checkpoint), or leave it unset to train without one'
+    )
   if distill.teacher is None:
     # Without a teacher these would change nothing.
     changed = [

@@ -43,6 +43,37 @@ def test_a_model_of_the_same_shapes_but_another_function_is_refused(
   assert helpers.files_of(workdir) == before
 
 
+@pytest.mark.parametrize('field, value', [('grad_clip_norm', 0.0), ('optim.layer_decay', 0.75)])
+def test_an_optimizer_whose_state_arrays_sit_elsewhere_is_refused(
+    trained_tiny_run, tmp_path, field, value
+):
+  """Same shapes in another chain (no clipping: its empty state gone; layer decay's scaling around
+  it): orbax could not restore it, and said that every checkpoint was unreadable."""
+  workdir = helpers.copy_of(trained_tiny_run, tmp_path)
+  before = helpers.files_of(workdir)
+  config = _config(workdir, **{field: value})
+  with pytest.raises(
+      state.ResumeError,
+      match=rf'^the checkpoint of step 12 .* does not fit the model and optimizer of this config '
+      rf'\(changed fields: {field} .* -> {value}\): use another --workdir',
+  ):
+    loop.train_and_evaluate(train_setup.prepare(config, workdir))
+  assert helpers.files_of(workdir) == before
+
+
+def test_other_frozen_parameters_of_the_same_shapes_are_refused(tmp_path, data_dir):
+  """The optimizer state of block 0 is not that of block 1: restored, it failed in the first step."""
+  workdir = str(tmp_path / 'run')
+  frozen = {**helpers.TINY, 'data_dir': data_dir, 'total_steps': 4, 'eval_every_steps': 4}
+  config = helpers.load_config('demo', {**frozen, 'optim.frozen': ('encoderblock_0/',)})
+  loop.train_and_evaluate(train_setup.prepare(config, workdir))
+  before = helpers.files_of(workdir)
+  config = _config(workdir, **{'optim.frozen': ('encoderblock_1/',)})
+  with pytest.raises(state.ResumeError, match=r'does not fit .*changed fields: optim.frozen'):
+    loop.train_and_evaluate(train_setup.prepare(config, workdir))
+  assert helpers.files_of(workdir) == before
+
+
 def test_regularisation_and_the_attention_kernel_may_change(trained_tiny_run, tmp_path):
   workdir = helpers.copy_of(trained_tiny_run, tmp_path)
   config = _config(workdir, **{'model.dropout_rate': 0.1, 'model.drop_path_rate': 0.1})

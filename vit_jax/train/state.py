@@ -59,12 +59,26 @@ class ResumeError(ValueError):
   """The workdir holds a run that this config cannot continue."""
 
 
-def _layout(params: Any, opt_state: Any, ema_params: Any) -> tuple[Any, ...]:
-  """What a checkpoint must match to be restored: the parameter tree's shapes, and the shapes of the
-  optimizer state and the Polyak average (as sorted lists: their containers are stored as plain ones).
-  """
-  shapes = lambda tree: sorted(str(x.shape) for x in jax.tree.leaves(tree))
-  return jax.tree.map(lambda x: tuple(x.shape), params), shapes(opt_state), shapes(ema_params)
+def _is_empty(node: Any) -> bool:
+  """A node without arrays: None, or an empty named tuple (optax's EmptyState, a frozen parameter's
+  MaskedNode), which a checkpoint stores as None."""
+  return node is None or (isinstance(node, tuple) and not node)
+
+
+def _key(entry: Any) -> Any:
+  """A path entry as a checkpoint stores its container: a named tuple's field as a dict key."""
+  return getattr(entry, 'key', getattr(entry, 'name', getattr(entry, 'idx', entry)))
+
+
+def _layout(tree: Any) -> dict[tuple[Any, ...], Any]:
+  """What a checkpoint's tree must match to be restored into `tree`: the shape at every path, and
+  where it has no arrays. Paths, not only shapes: another optimizer chain (gradient clipping added)
+  or other frozen parameters of the same shapes put the state's arrays elsewhere."""
+  leaves = jax.tree_util.tree_flatten_with_path(tree, is_leaf=_is_empty)[0]
+  return {
+      tuple(map(_key, path)): None if _is_empty(leaf) else tuple(leaf.shape)
+      for path, leaf in leaves
+  }
 
 
 def _init_fn(setup: Setup) -> Callable[[jax.Array], TrainState]:
@@ -108,9 +122,12 @@ def _check_fits(setup: Setup, described: str) -> None:
     return
   step, saved = latest
   wanted = jax.eval_shape(_init_fn(setup), jax.random.key(0))
-  fits = lambda ema_params: _layout(
-      saved['params'], saved['opt_state'], saved['ema_params']
-  ) == _layout(wanted.params, wanted.opt_state, ema_params)
+  saved_layout = [_layout(saved[name]) for name in ('params', 'opt_state', 'ema_params')]
+  fits = lambda ema_params: saved_layout == [
+      _layout(wanted.params),
+      _layout(wanted.opt_state),
+      _layout(ema_params),
+  ]
   # A run saved before the Polyak average left out the frozen parameters holds an average of every
   # one: restoring it takes those that train.
   if not fits(wanted.ema_params) and not (wanted.ema_params is not None and fits(wanted.params)):

@@ -2,6 +2,8 @@
 one-line errors. DeiT's formulas against DeiT's code, and teachers from timm: *_vs_torch.py."""
 
 import dataclasses
+import json
+import os
 
 import jax
 import numpy as np
@@ -162,6 +164,29 @@ def test_a_teacher_evaluator_measures_the_teacher_once_as_its_own_run_measured_i
       assert value == pytest.approx(expected, rel=1e-6)
   assert loaded == [1]  # Measured once.
   assert 'eval_polyak_top1' in metrics and not any('teacher_polyak' in name for name in logged)
+
+
+def test_a_teacher_of_the_same_classes_in_another_order_predicts_in_the_runs_order(
+    trained_tiny_run, tmp_path
+):
+  """Its head permuted by class name, as config.keep_head's: read in its own order, logit i was the
+  teacher's class i, another class of the run (the teacher scored 0.30 where its run measured 1.0).
+  """
+  from vit_jax.checkpoints import teacher as teacher_lib  # pylint: disable=g-import-not-at-top
+
+  workdir = helpers.copy_of(trained_tiny_run, tmp_path)
+  info_file = os.path.join(workdir, 'dataset_info.json')
+  info = json.load(open(info_file))
+  run_order = info['class_names']
+  info['class_names'] = run_order[::-1]  # The teacher's head: class i is the run's 9 - i.
+  json.dump(info, open(info_file, 'w'))
+  config = _config(**{'distill.teacher': workdir})
+  own = teacher_lib.load_teacher(config, 10)  # No class names to order by: its own order.
+  reordered = teacher_lib.load_teacher(config, 10, run_order)
+  for name in ('kernel', 'bias'):
+    np.testing.assert_array_equal(
+        reordered.params['head'][name], np.asarray(own.params['head'][name])[..., ::-1]
+    )
 
 
 def test_a_teacher_trained_at_another_size_is_named_with_the_field_that_runs_it_there(

@@ -39,18 +39,23 @@ def checkpoint_classes(path: str) -> Optional[list[str]]:
 
 
 def aligned(
-    params: dict[str, Any], checkpoint: Optional[Sequence[str]], dataset: Sequence[str]
+    params: dict[str, Any],
+    checkpoint: Optional[Sequence[str]],
+    dataset: Sequence[str],
+    field: str = 'config.keep_head',
 ) -> dict[str, Any]:
   """`params` with its heads' outputs in the order of the `dataset`'s class names, where the
-  `checkpoint`'s head names the same classes in another order."""
+  `checkpoint`'s head names the same classes in another order; `field`: what kept the head, for
+  the log (config.keep_head, config.distill.teacher)."""
   names = [str(name) for name in checkpoint or ()]
   if not names or names == list(dataset):
     return params
   if sorted(names) != sorted(dataset) or len(set(dataset)) != len(dataset):
     shared = set(names) & set(dataset)
     logging.warning(
-        'config.keep_head: the checkpoint names %d classes (e.g. %s), the dataset %d (e.g. %s), %d '
+        '%s: the checkpoint names %d classes (e.g. %s), the dataset %d (e.g. %s), %d '
         "of them the same: the head's output i is read as the dataset's class i",
+        field,
         len(names),
         ', '.join(map(repr, names[:3])),
         len(dataset),
@@ -67,8 +72,8 @@ def aligned(
           for name, value in params[head].items()
       }
   logging.info(
-      "config.keep_head: the checkpoint's head reordered to the dataset's classes (its own order: "
-      '%s)',
+      "%s: the checkpoint's head reordered to the dataset's classes (its own order: %s)",
+      field,
       ', '.join(map(repr, names[:10])) + (', ...' if len(names) > 10 else ''),
   )
   return permuted

@@ -5,7 +5,7 @@ or big_vision layout), built for the run's images and classes."""
 
 import dataclasses
 import math
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from absl import logging
 import flax.linen as nn
@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import ml_collections
 from etils import epath
 
-from vit_jax.checkpoints import adapting, hub, run_dir, state_dicts, torch_files
+from vit_jax.checkpoints import adapting, hub, label_order, run_dir, state_dicts, torch_files
 from vit_jax.models import variants, vit_variants
 from vit_jax.runtime import paths
 from vit_jax.tasks import distillation
@@ -78,10 +78,13 @@ def _read_architecture(config: ml_collections.ConfigDict) -> tuple[str, dict[str
     raise ValueError(f'config.distill.teacher={given!r}: {e}') from None
 
 
-def load_teacher(config: ml_collections.ConfigDict, num_classes: int) -> Teacher:
+def load_teacher(
+    config: ml_collections.ConfigDict, num_classes: int, class_names: Sequence[str] = ()
+) -> Teacher:
   """The teacher of `config.distill.teacher`, for images of its size (`distillation.
-  teacher_image_size`) in config.dtype; a one-line ValueError when it cannot be read or predicts other
-  classes than the run's."""
+  teacher_image_size`) in config.dtype, its outputs in the order of the run's `class_names` where it
+  names the same classes in another (label_order.py); a one-line ValueError when it cannot be read or
+  predicts other classes than the run's."""
   given = config.distill.teacher
   path = hub.local(given)
   variant, model_config = architecture(config)
@@ -106,6 +109,10 @@ def load_teacher(config: ml_collections.ConfigDict, num_classes: int) -> Teacher
     raise ValueError(
         f'config.distill.teacher={given!r} {predicts}, and the run has {num_classes}: the '
         'teacher must be a classifier of the same classes, in the same order'
+    )
+  if class_names and not paths.is_url(path):
+    loaded = label_order.aligned(
+        loaded, label_order.checkpoint_classes(path), class_names, 'config.distill.teacher'
     )
   trained_at = _trained_image_size(loaded, variants.stride_of(variant, model_config))
   if trained_at and trained_at != image_size and not config.distill.teacher_image_size:

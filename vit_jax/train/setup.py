@@ -217,7 +217,7 @@ def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
     )
   # The teacher, read once (below) for the step and for a teacher evaluator.
   load_teacher = (
-      functools.cache(lambda: teacher_lib.load_teacher(config, info.num_classes))
+      functools.cache(lambda: teacher_lib.load_teacher(config, info.num_classes, info.class_names))
       if config.distill.teacher
       else None
   )

@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 import helpers
-from vit_jax.checkpoints import run_dir, saved_state
+from etils import epath
+
+from vit_jax.checkpoints import checkpoint, run_dir, saved_state
 from vit_jax.tools import confusion, export
 from vit_jax.train import best_checkpoint, loop, param_groups, setup as train_setup
 
@@ -142,6 +144,45 @@ def test_a_best_the_resumed_run_retraces_is_kept_and_another_metric_replaces_it(
   _run(workdir, data_dir, **{'best_checkpoint.metric': 'eval_top1'})
   top1 = {s: v for s, v in helpers.read_scalars(workdir)['eval_top1'].items()}
   assert _best_steps(workdir) == [_arg_best({s: top1[s] for s in range(6, 13, 2)}, 'max')]
+
+
+class _Killed(Exception):
+  pass
+
+
+@pytest.mark.slow  # Runs of the loop killed and resumed: make test-all's.
+def test_a_best_being_replaced_at_or_after_the_new_step_survives_a_run_killed_in_that_save(
+    tmp_path, data_dir, monkeypatch
+):
+  """Orbax saves no step at or before its latest, so the best a resumed run passes is moved aside
+  (it was deleted) and removed once its replacement is saved: a run killed in that save left no
+  best at all; the next start puts it back."""
+  workdir = str(tmp_path)
+  _run(workdir, data_dir, **{'best_checkpoint.metric': 'eval_loss'})
+  (step,) = _best_steps(workdir)
+  assert step > 4
+  kept = saved_state.restore_params(os.path.join(workdir, 'best', str(step)))[0]
+  for lost in range(6, 13, 2):
+    shutil.rmtree(os.path.join(workdir, 'checkpoints', str(lost)))
+  save = checkpoint.Saver.save
+
+  def killed_in_best_saves(saver, *args, **kwargs):
+    if os.path.basename(str(saver._manager.directory)) == 'best':  # pylint: disable=protected-access
+      raise _Killed
+    return save(saver, *args, **kwargs)
+
+  monkeypatch.setattr(checkpoint.Saver, 'save', killed_in_best_saves)
+  with pytest.raises(_Killed):  # Another metric: its first evaluation, at step 6, is its best.
+    _run(workdir, data_dir, **{'best_checkpoint.metric': 'eval_top1'})
+  assert not _best_steps(workdir)
+  replaced = os.path.join(workdir, 'best', f'{step}.replaced')
+  assert saved_state.find_checkpoint(workdir, 'best') == (replaced, step)  # What the tools read.
+  monkeypatch.undo()
+  best_checkpoint._settle_replaced(epath.Path(workdir) / 'best')  # pylint: disable=protected-access
+  assert os.listdir(os.path.join(workdir, 'best')) == [str(step)]
+  _tree_equal(saved_state.restore_params(os.path.join(workdir, 'best', str(step)))[0], kept)
+  _run(workdir, data_dir, **{'best_checkpoint.metric': 'eval_top1'})  # Replaced, nothing left.
+  assert len(_best_steps(workdir)) == 1 and len(os.listdir(os.path.join(workdir, 'best'))) == 1
 
 
 def test_tools_read_the_best_as_a_step_and_name_what_is_missing(tmp_path, data_dir):

@@ -19,6 +19,7 @@ from vit_jax.runtime import paths
 
 # A workdir's directory of its best parameters by an evaluation metric (config.best_checkpoint).
 BEST = 'best'
+REPLACED = '.replaced'  # A best/<step> moved aside while a new best is saved.
 
 
 def find_checkpoint(path: str, step: Optional[int | str] = None) -> tuple[str, int]:
@@ -70,6 +71,11 @@ def _best(workdir: str) -> tuple[str, int]:
   beat beside it)."""
   root = epath.Path(workdir) / BEST
   steps = steps_in(root)
+  # A run killed while it saved a best at or before the step of the one it beat left that one here
+  # (best_checkpoint.Keeper); its next start puts it back.
+  replaced = sorted(root.glob(f'*{REPLACED}*')) if not steps and root.is_dir() else []
+  if replaced:
+    return str(replaced[-1]), int(replaced[-1].name.split('.')[0])
   if not steps:
     raise ValueError(
         f'{workdir!r} holds no best parameters ({root} is empty or missing): the run keeps them '

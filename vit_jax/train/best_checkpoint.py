@@ -17,13 +17,13 @@ run was stopped between them) is kept: the same steps retrace it; an evaluation 
 
 import dataclasses
 import math
-import os
 from typing import Any, Mapping, Optional
 
 from absl import logging
 import jax
 import ml_collections
 import orbax.checkpoint as ocp
+from etils import epath
 
 from vit_jax.checkpoints import checkpoint, saved_state
 from vit_jax.models import scan_layout
@@ -115,9 +115,10 @@ class Keeper:
         best_fn=lambda saved: saved[best.metric] if self._measures(saved) else worst,
         best_mode=best.mode,
     )
-    self._manager = ocp.CheckpointManager(
-        os.path.join(paths.absolute(workdir), saved_state.BEST), options=options
-    )
+    directory = epath.Path(paths.absolute(workdir)) / saved_state.BEST
+    _settle_replaced(directory)
+    self._manager = ocp.CheckpointManager(directory, options=options)
+    self._replaced: list[epath.Path | None] = []  # Bests moved aside for a save in flight.
     self._saver = checkpoint.Saver(self._manager)
     self._layout = jax.jit(scan_layout.unstack_blocks) if scan_layout.scanned(model) else None
     self.value, self.step = None, None
@@ -156,10 +157,16 @@ class Keeper:
     )
     if self._layout is not None:
       params = self._layout(params)
-    # Orbax saves no step at or before its latest: a best the resumed run passed is removed first.
-    for stale in [s for s in self._manager.all_steps() if s >= step]:
-      self._saver.wait()
-      self._manager.delete(stale)
+    self._saver.wait()
+    self._drop_replaced()
+    # Orbax saves no step at or before its latest: a best the resumed run passed is moved aside,
+    # and removed once this save is complete (a run killed in it gets it back: `_settle_replaced`).
+    stale = [s for s in self._manager.all_steps() if s >= step]
+    if stale:
+      if jax.process_index() == 0:
+        self._replaced = [_moved_or_deleted(self._manager, s) for s in stale]
+      ocp.multihost.sync_global_processes('vit_jax_best_moved_aside')
+      self._manager.reload()
     logging.info(
         'New best %s: %.6g at step %d (was %s): saving its parameters to %s',
         self._best.metric,
@@ -191,6 +198,52 @@ class Keeper:
         and step - self.step >= best.patience * best.every_steps
     )
 
+  def _drop_replaced(self) -> None:
+    """Removes the bests moved aside once their replacement is saved (after a failed save, the next
+    start puts them back: `_settle_replaced`)."""
+    if saved_state.steps_in(self._manager.directory):
+      for replaced in self._replaced:
+        if replaced is not None:
+          replaced.rmtree()
+    self._replaced = []
+
   def close(self) -> None:
     """Waits for the save in flight (a failed one raises checkpoint.SaveError)."""
     self._saver.close()
+    self._drop_replaced()
+
+
+def _move(path: epath.Path) -> epath.Path:
+  """`path` renamed to `<path>.replaced` (or `-2`, `-3`... when taken), a name orbax neither lists
+  as a step nor removes as a temporary; the new path."""
+  target, k = path.parent / f'{path.name}{saved_state.REPLACED}', 1
+  while target.exists():
+    k += 1
+    target = path.parent / f'{path.name}{saved_state.REPLACED}-{k}'
+  path.rename(target)
+  return target
+
+
+def _moved_or_deleted(manager: ocp.CheckpointManager, step: int) -> epath.Path | None:
+  """Best `step` moved aside (`_move`); deleted (None) on storage that cannot rename a directory."""
+  path = epath.Path(manager.directory) / str(step)
+  try:
+    return _move(path)
+  except Exception:  # pylint: disable=broad-except  # A file system's errors, of any kind.
+    path.rmtree()
+    return None
+
+
+def _settle_replaced(directory: epath.Path) -> None:
+  """A best moved aside for a save that the run was killed in comes back (its step was the best
+  saved); where a best was saved since, it is removed. Process 0 decides; the others wait for it."""
+  if jax.process_index() == 0 and directory.is_dir():
+    for path in sorted(directory.glob(f'*{saved_state.REPLACED}*')):
+      if saved_state.steps_in(directory):
+        path.rmtree()
+        continue
+      step = directory / path.name.split('.')[0]
+      if step.exists():  # The killed save's own (cloud storage writes there, uncommitted).
+        step.rmtree()
+      path.rename(step)
+  ocp.multihost.sync_global_processes('vit_jax_best_settled')

@@ -380,6 +380,11 @@ def test_a_fewshot_evaluator_without_splits_reads_the_runs(tmp_path, data_dir):
             {'shots': (1, 2.5)},
             r'shots=\(1, 2.5\) must be positive numbers',
         ),  # Was a slice error, later.
+        (  # Was a traceback at its first evaluation, after the run had trained and saved.
+            {'eval_split': 'test[:0]'},
+            r"^Evaluator 'fewshot_x': split 'test\[:0\]' has no examples: set "
+            r'config.evals.fewshot_x.eval_split',
+        ),
     ],
 )
 def test_fewshot_seeds_and_shots_of_the_wrong_type_are_one_line_errors(

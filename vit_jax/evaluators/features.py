@@ -30,6 +30,18 @@ def check_one_class(where: str, context: Context) -> None:
     )
 
 
+def count_eval_split(name: str, where: str, split: str, context: Context) -> int:
+  """The examples of the split a features evaluator measures on; none (or a split that does not
+  exist) is one line."""
+  count = context.count(split)
+  if not count:
+    raise ValueError(
+        f'Evaluator {name!r}: split {split!r} has no examples: set {where}.eval_split to a '
+        'split with some'
+    )
+  return count
+
+
 def _split_indices(batch: int, local_batch_size: int) -> np.ndarray:
   """Where in the split the rows of this host's `batch`-th eval batch are: its shard is every
   process_count-th example from its index (sources.Source.examples); padding rows' are past the end.

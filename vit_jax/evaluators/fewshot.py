@@ -215,7 +215,7 @@ def build(name: str, fields: ml_collections.ConfigDict, context: Context) -> Few
   train_split = fields.get('train_split') or config.train_split
   eval_split = fields.get('eval_split') or config.eval_split
   num_train = context.count(train_split)
-  context.count(eval_split)  # A split that does not exist fails here.
+  features.count_eval_split(name, where, eval_split, context)
   num_classes = context.info.num_classes
   if max(fields.shots) * num_classes > num_train:
     raise ValueError(

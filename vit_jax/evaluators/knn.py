@@ -257,11 +257,7 @@ def build(name: str, fields: ml_collections.ConfigDict, context: Context) -> Knn
   train_split = fields.get('train_split') or config.train_split
   eval_split = fields.get('eval_split') or config.eval_split
   num_train = context.count(train_split)
-  if not context.count(eval_split):  # A split that does not exist fails here.
-    raise ValueError(
-        f'Evaluator {name!r}: split {eval_split!r} has no examples: set {where}.eval_split to a '
-        'split with some'
-    )
+  features.count_eval_split(name, where, eval_split, context)
   if max(ks) > num_train:
     raise ValueError(
         f'{where}.ks={ks}: {max(ks)} neighbours of the {num_train} images of {train_split!r}: '

@@ -380,6 +380,11 @@ def test_a_fewshot_evaluator_without_splits_reads_the_runs(tmp_path, data_dir):
             {'shots': (1, 2.5)},
             r'shots=\(1, 2.5\) must be positive numbers',
         ),  # Was a slice error, later.
+        # True passed as 1 (1 shot, 1 seed, l2 1.0), logged as x_Trueshot.
+        ({'shots': (True,)}, r'shots=\(True,\) must be positive numbers'),
+        ({'seeds': True}, r'needs seeds >= 1 \(a whole number\) and l2_reg > 0'),
+        ({'l2_reg': True}, r'needs seeds >= 1 \(a whole number\) and l2_reg > 0'),
+        ({'every_steps': True}, r"^Evaluator 'fewshot_x': every_steps=True must be a number"),
         (  # Was a traceback at its first evaluation, after the run had trained and saved.
             {'eval_split': 'test[:0]'},
             r"^Evaluator 'fewshot_x': split 'test\[:0\]' has no examples: set "

@@ -128,6 +128,7 @@ def test_features_of_any_scale_are_normalised_and_k_beyond_the_train_set_is_an_e
         ({'knn.ks': (0, 20)}, r'^config.knn.ks=\(0, 20\) must be positive numbers of neighbours'),
         ({'knn.ks': (2.5,)}, r'^config.knn.ks=\(2.5,\) must be positive'),
         ({'knn.ks': ()}, r'^config.knn.ks=\(\) must be positive'),
+        ({'knn.ks': (True,)}, r'^config.knn.ks=\(True,\) must be positive'),  # Was k=1.
         ({'knn.temperature': 0.0}, r'^config.knn.temperature=0.0 must be > 0, e.g. 0.07'),
         ({'knn.temperature': float('inf')}, r'^config.knn.temperature=inf must be > 0'),
         (

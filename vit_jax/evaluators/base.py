@@ -6,6 +6,7 @@ from typing import Any, Callable, Mapping, Optional, Protocol
 
 import flax.linen as nn
 import ml_collections
+import numpy as np
 from jax.sharding import Mesh
 
 from vit_jax import data
@@ -69,11 +70,16 @@ def check_fields(
         f'Evaluator {name!r} needs {", ".join(missing)}: its required fields are '
         f'type, {", ".join(required)}' + (f' (optional: {", ".join(optional)})' if optional else '')
     )
-  if not isinstance(fields.every_steps, int) or fields.every_steps < 1:
+  if not whole_number(fields.every_steps):
     raise ValueError(
         f'Evaluator {name!r}: every_steps={fields.every_steps} must be a number of steps '
         '>= 1' + (' (--config.eval_every_steps)' if name == 'eval' else '')
     )
+
+
+def whole_number(value: Any, least: int = 1) -> bool:
+  """Whether `value` is an integer (not a bool: True would count as 1) of at least `least`."""
+  return not isinstance(value, bool) and isinstance(value, (int, np.integer)) and value >= least
 
 
 def measures_average(evaluator: Evaluator) -> bool:

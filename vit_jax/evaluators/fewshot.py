@@ -20,7 +20,7 @@ from jax.sharding import Mesh
 
 from vit_jax import data
 from vit_jax.evaluators import features, resolution
-from vit_jax.evaluators.base import Context, check_fields
+from vit_jax.evaluators.base import Context, check_fields, whole_number
 
 
 def sample_shots(
@@ -183,15 +183,12 @@ def check_values(shots: Any, seeds: Any, l2_reg: Any, where: str) -> None:
   that are not positive whole numbers."""
   # Checked as types too: a float seeds or shot count would pass the comparisons and fail only at the
   # first few-shot evaluation (range(), slicing), after the run has trained for a while.
-  if not isinstance(seeds, (int, np.integer)) or seeds < 1 or not 0 < l2_reg < math.inf:
+  real = not isinstance(l2_reg, bool) and isinstance(l2_reg, (int, float, np.floating))
+  if not whole_number(seeds) or not (real and 0 < l2_reg < math.inf):
     raise ValueError(
         f'{where} needs seeds >= 1 (a whole number) and l2_reg > 0, e.g. seeds=3, l2_reg=4'
     )
-  if (
-      not isinstance(shots, (list, tuple))
-      or not shots
-      or not all(isinstance(n, (int, np.integer)) and n >= 1 for n in shots)
-  ):
+  if not isinstance(shots, (list, tuple)) or not shots or not all(whole_number(n) for n in shots):
     raise ValueError(
         f'{where}.shots={shots} must be positive numbers of images per class, '
         'e.g. (1, 5, 10, 25)'

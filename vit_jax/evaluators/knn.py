@@ -30,7 +30,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from vit_jax import sharding
 from vit_jax.evaluators import features, resolution
-from vit_jax.evaluators.base import Context, check_fields
+from vit_jax.evaluators.base import Context, check_fields, whole_number
 
 # Similarities of one chunk of eval examples with a device's share of the train examples: at most
 # this many float32s (128 MB), so that ImageNet-21k's 13M train features fit any accelerator.
@@ -225,11 +225,7 @@ class KnnEvaluator:
 
 def check_ks(ks: Any, temperature: Any, where: str) -> None:
   """One-line ValueErrors for ks that are not positive whole numbers or a temperature not > 0."""
-  if (
-      not isinstance(ks, (list, tuple))
-      or not ks
-      or not all(isinstance(k, (int, np.integer)) and k >= 1 for k in ks)
-  ):
+  if not isinstance(ks, (list, tuple)) or not ks or not all(whole_number(k) for k in ks):
     raise ValueError(f'{where}.ks={ks} must be positive numbers of neighbours, e.g. (10, 20)')
   if isinstance(temperature, bool) or not (
       isinstance(temperature, (int, float)) and 0 < temperature < math.inf

@@ -9,12 +9,8 @@ from typing import Any
 import ml_collections
 
 from vit_jax.checkpoints import adapting
-from vit_jax.evaluators.base import Context
+from vit_jax.evaluators.base import Context, whole_number
 from vit_jax.models import variants
-
-
-def _whole(value: Any, least: int) -> bool:
-  return not isinstance(value, bool) and isinstance(value, int) and value >= least
 
 
 def is_sized(fields: ml_collections.ConfigDict) -> bool:
@@ -69,7 +65,7 @@ def sized(
           f'Evaluator {name!r}: patch_size is for a ViT, and {config.variant} has no patches: '
           f'drop config.evals.{name}.patch_size'
       )
-    if not _whole(patch_size, 1):
+    if not whole_number(patch_size):
       raise ValueError(
           f'Evaluator {name!r}: patch_size={patch_size!r} must be a whole number of pixels, e.g. '
           f'{2 * model_config["patch_size"]}'
@@ -77,7 +73,7 @@ def sized(
     model_config['patch_size'] = patch_size
   stride = variants.stride_of(config.variant, model_config)
   size = config.image_size if image_size is None else image_size
-  if not _whole(size, stride) or size % stride:
+  if not whole_number(size, stride) or size % stride:
     patches = config.variant if patch_size is None else f'patch_size={patch_size}'
     example = (
         2 * context.config.image_size

@@ -189,6 +189,8 @@ def test_rope_mixeds_frequencies_show_its_rotary_embeddings_without_a_config_jso
         ),
         ({'num_registers': 2}, r'model.num_registers=2: it needs num_registers=0$'),
         ({'layernorm_epsilon': 1e-5}, r'model.layernorm_epsilon=1e-05: it needs layernorm_epsilon'),
+        # gap pools no class token, and Beit always has one: a KeyError of its tensors.
+        ({'class_token': None}, r'model.class_token=None: it needs class_token=True$'),
     ],
 )
 def test_what_timms_beit_cannot_hold_is_one_line(fields, message):
@@ -197,6 +199,7 @@ def test_what_timms_beit_cannot_hold_is_one_line(fields, message):
       **helpers.model_config(helpers.load_config('demo')),
       'posemb': 'relative',
       'classifier': 'gap',
+      'class_token': True,
       'fc_norm': True,
       'key_bias': False,
       'mlp_activation': 'gelu',

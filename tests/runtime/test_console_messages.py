@@ -133,10 +133,22 @@ def test_export_over_an_earlier_export_is_refused_unless_overwrite(
   refused = subprocess.run(export, cwd=helpers.REPO, capture_output=True, text=True, timeout=300)
   assert refused.returncode == 2, refused.stderr[-2000:]
   assert refused.stderr.strip().splitlines() == [
-      f"error: --out='{out}' already holds an export (model.npz, config.json): pass --overwrite to "
-      'replace it, or another --out'
+      f"error: --out='{out}' already holds files an export writes (model.npz, model.jaxexport, "
+      'config.json, timm/model.safetensors, timm/config.json): pass --overwrite to replace them, '
+      'or another --out'
   ], refused.stderr[-2000:]
   assert helpers.files_of(str(out)) == before
+  # A directory of the user's own timm or peft files: replaced or deleted without a word.
+  for own in ('timm/config.json', 'peft/adapter_model.safetensors'):
+    mine = tmp_path / 'mine'
+    (mine / own).parent.mkdir(parents=True)
+    (mine / own).write_text('mine')
+    refused = subprocess.run(
+        [*export[:-2], f'--out={mine}'], cwd=helpers.REPO, capture_output=True, text=True
+    )
+    assert refused.returncode == 2 and f'({own}): pass --overwrite' in refused.stderr, own
+    assert (mine / own).read_text() == 'mine'
+    shutil.rmtree(mine)
   replaced = subprocess.run(
       [*export, '--overwrite'], cwd=helpers.REPO, capture_output=True, text=True, timeout=300
   )

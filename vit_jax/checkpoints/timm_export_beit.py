@@ -5,6 +5,7 @@ writes them into the config.json beside the tensors."""
 from typing import Any, Mapping
 
 from vit_jax.checkpoints import timm_export_args
+from vit_jax.models import vit
 
 # The options Beit does not have.
 _BEIT_LACKS = (
@@ -42,7 +43,14 @@ def beit_args(model: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
           (model['num_kv_heads'],) if timm_export_args.kv_heads(model) is None else (),
           'num_kv_heads unset',
       ),
-      ('class_token', (True, None), 'class_token=True'),
+      # Unset, a class token where the classifier pools one (vit.has_class_token): gap's has none.
+      (
+          'class_token',
+          (model['class_token'],)
+          if vit.has_class_token(model['classifier'], model['class_token'])
+          else (),
+          'class_token=True',
+      ),
       ('fc_norm', (model['classifier'] == 'gap',), 'fc_norm with gap only'),
   )
   for field, values, fix in fixed:

@@ -120,11 +120,20 @@ def export(
   # Checked after make_out_dir, which answers a cloud path that does not answer within a time limit.
   if run_dir.is_workdir(out):  # Its config.json is the run's: --overwrite would replace it.
     raise ValueError(f"--out={out!r} holds a run's workdir: export to another directory")
-  existing = [name for name in ('model.npz', 'config.json') if (epath.Path(out) / name).exists()]
+  written = (
+      'model.npz',
+      workdir_files.EXPORT,
+      'config.json',
+      f'timm/{torch_files.SAFETENSORS}',
+      'timm/config.json',
+      f'peft/{peft_export.WEIGHTS}',
+      f'peft/{peft_export.CONFIG}',
+  )  # Every file an export writes, or removes where this one has none of its kind.
+  existing = [name for name in written if (epath.Path(out) / name).exists()]
   if existing and not overwrite:
     raise ValueError(
-        f'--out={out!r} already holds an export ({", ".join(existing)}): pass '
-        '--overwrite to replace it, or another --out'
+        f'--out={out!r} already holds files an export writes ({", ".join(existing)}): pass '
+        '--overwrite to replace them, or another --out'
     )
   config, info = trained.config, trained.info
 

@@ -10,8 +10,10 @@ resized and the patch embedding resampled once, as config.init_from fits a check
 config.posemb_interpolation and config.patch_interpolation, so every file below is a plain model of
 that size:
   DIR/model.npz        the parameters under flat '/'-joined keys: the original ViT layout, which the
-                       original code and timm's ViT `load_pretrained` read (for a BiT the published
-                       BiT layout, which timm's resnetv2 `load_pretrained` reads);
+                       original code and, for a plain ViT, timm's ViT `load_pretrained` read (it
+                       leaves registers, layer scale, qk-norm... at their initial values: timm/
+                       below holds them); for a BiT the published BiT layout, which timm's resnetv2
+                       `load_pretrained` reads;
   DIR/model.jaxexport  a serialized `jax.export` of the inference function, float32 images
                        [batch, H, W, 3] in [-1, 1] -> float32 logits [batch, classes], batch symbolic,
                        parameters inside; it needs only jax:
@@ -101,7 +103,7 @@ def export(
     patch_size: int | None = None,
 ) -> dict[str, Any]:
   """Writes the files for checkpoint `step` (default: latest) of `workdir`, at `image_size` and
-  `patch_size` (None: the run's); returns config.json. Refuses an `out` that already holds an export
+  `patch_size` (None: the run's); returns config.json. Refuses an `out` that already holds a file it writes
   unless `overwrite`."""
   # Imported here so that bad flags are answered before TensorFlow (the input pipeline's) loads.
   from vit_jax.checkpoints import run_dir  # pylint: disable=g-import-not-at-top

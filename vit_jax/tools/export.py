@@ -103,8 +103,8 @@ def export(
     patch_size: int | None = None,
 ) -> dict[str, Any]:
   """Writes the files for checkpoint `step` (default: latest) of `workdir`, at `image_size` and
-  `patch_size` (None: the run's); returns config.json. Refuses an `out` that already holds a file it writes
-  unless `overwrite`."""
+  `patch_size` (None: the run's); returns config.json. Refuses an `out` that already holds a file
+  it writes unless `overwrite`."""
   # Imported here so that bad flags are answered before TensorFlow (the input pipeline's) loads.
   from vit_jax.checkpoints import run_dir  # pylint: disable=g-import-not-at-top
   from vit_jax.checkpoints import npz_files, peft_export, timm_export, torch_files  # pylint: disable=g-import-not-at-top

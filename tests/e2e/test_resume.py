@@ -26,7 +26,12 @@ def _config(workdir: str, **changes):
 
 
 @pytest.mark.parametrize(
-    'field, value', [('model.mlp_activation', 'gelu'), ('model.posemb_where', 'shared_every_layer')]
+    'field, value',
+    [
+        ('model.mlp_activation', 'gelu'),
+        ('model.posemb_where', 'shared_every_layer'),
+        ('loss', 'sigmoid_xent'),  # predict and export read the first start's softmax_xent.
+    ],
 )
 def test_a_model_of_the_same_shapes_but_another_function_is_refused(
     trained_tiny_run, tmp_path, field, value

@@ -179,6 +179,9 @@ def check_resumable(setup: Setup) -> list[tuple[str, Any, Any]] | None:
   )
   if old_config.task != setup.config.task:
     model_changes.insert(0, ('task', old_config.task, setup.config.task))
+  # How its logits become probabilities: the tools read it from the first start's config.
+  if old_config.loss != setup.config.loss:
+    model_changes.append(('loss', old_config.loss, setup.config.loss))
   if model_changes:
     raise ResumeError(
         f'{workdir} holds a run of another model ('

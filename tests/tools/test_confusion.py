@@ -52,6 +52,21 @@ def test_the_metrics_are_scikit_learns(seed):
   assert average['accuracy'] == pytest.approx(report['accuracy'], rel=1e-12)
 
 
+def test_a_label_sets_ap_ranks_confident_logits_as_the_run_does():
+  """float32 sigmoids of 25, 20 and 18 are all 1.0: tied, the tool's AP was 0.667 where the run's
+  eval_map (and scikit-learn on the logits) is 0.583."""
+  from vit_jax.tools import classifiers, label_set_report  # pylint: disable=g-import-not-at-top
+
+  logits = np.array([[25.0], [20.0], [18.0], [-3.0]], np.float32)
+  labels = np.array([[False], [True], [True], [False]])
+  probabilities = classifiers.probabilities(logits, 'sigmoid_xent')
+  assert label_set_report.per_class(labels, probabilities, 0.5)['ap'][0] == pytest.approx(2 / 3)
+  ap = label_set_report.per_class(labels, probabilities, 0.5, logits)['ap']
+  assert ap[0] == pytest.approx(sk_metrics.average_precision_score(labels[:, 0], logits[:, 0]))
+  predictions = confusion.Predictions(labels, probabilities, ['a'] * 4, ('c',), None, logits)
+  assert 'mAP 0.5833' in confusion.format_report(predictions, 5)
+
+
 def test_a_softmax_runs_calibration_is_of_its_logits(trained_tiny_run):
   """The logits kept for calibration are those whose softmax the report's probabilities are, and
   the temperature fit to them lowers their NLL."""

@@ -52,6 +52,8 @@ class Predictions:
   class_names: tuple[str, ...]
   # float32 [n, classes] of a softmax-trained model, whose calibration is reported; else None.
   logits: Optional[np.ndarray] = None
+  # Those of a sigmoid-trained one: what its classes' AP ranks (label_set_report.per_class).
+  sigmoid_logits: Optional[np.ndarray] = None
 
 
 def predict_split(
@@ -85,7 +87,7 @@ def predict_split(
       classifiers.probabilities(logits, classifier.loss),
       examples,
       classifier.class_names,
-      logits if classifiers.softmax_trained(classifier.loss) else None,
+      *((logits, None) if classifiers.softmax_trained(classifier.loss) else (None, logits)),
   )
   return predictions, step_number, split
 
@@ -140,7 +142,7 @@ def format_report(predictions: Predictions, top: int, threshold: float = 0.5) ->
   if is_label_sets(predictions):
     p = predictions
     return label_set_report.format_report(
-        p.labels, p.probabilities, p.examples, p.class_names, top, threshold
+        p.labels, p.probabilities, p.examples, p.class_names, top, threshold, p.sigmoid_logits
     )
   confusion = confusion_matrix(predictions)
   metrics = per_class(confusion)
@@ -187,7 +189,7 @@ def write_files(predictions: Predictions, out: str, threshold: float = 0.5) -> l
   if is_label_sets(predictions):
     p = predictions
     written = label_set_report.tables(
-        p.labels, p.probabilities, p.examples, p.class_names, threshold
+        p.labels, p.probabilities, p.examples, p.class_names, threshold, p.sigmoid_logits
     )
     return [_write_csv(out, name, rows) for name, rows in written.items()]
   confusion = confusion_matrix(predictions)

@@ -7,6 +7,7 @@ each class's threshold of the best F1 on the split (thresholds.csv, which `predi
 
 import csv
 import io
+from typing import Optional
 
 from etils import epath
 import numpy as np
@@ -35,13 +36,19 @@ def scores_of_counts(
 
 
 def per_class(
-    labels: np.ndarray, probabilities: np.ndarray, threshold: float
+    labels: np.ndarray,
+    probabilities: np.ndarray,
+    threshold: float,
+    logits: Optional[np.ndarray] = None,
 ) -> dict[str, np.ndarray]:
   """Each class's AP (NaN without a positive), and `scores_of_counts` at `threshold`, from multi-hot
-  `labels` and `probabilities` [n, classes]."""
+  `labels` and `probabilities` [n, classes]; the AP ranks the `logits` where given, as the run's
+  eval_map does (float32 sigmoids are all 1.0 from a logit of 16.6 on: tied)."""
   predicted = probabilities >= threshold
   return {
-      'ap': average_precision.average_precisions(probabilities, labels),
+      'ap': average_precision.average_precisions(
+          probabilities if logits is None else logits, labels
+      ),
       **scores_of_counts(np.sum(predicted & labels, 0), predicted.sum(0), labels.sum(0)),
   }
 
@@ -109,10 +116,11 @@ def format_report(
     class_names: tuple[str, ...],
     top: int,
     threshold: float,
+    logits: Optional[np.ndarray] = None,
 ) -> str:
   """The classes worst AP first (`top` of them), the averages, then the `top` most confident
-  mistakes."""
-  metrics = per_class(labels, probabilities, threshold)
+  mistakes (`logits`: see per_class)."""
+  metrics = per_class(labels, probabilities, threshold, logits)
   width = max(12, *(len(n) for n in class_names))
   lines = [f'{"class":{width}}  ap      precision  recall  f1      support']
   present = np.flatnonzero(metrics['support'] > 0)
@@ -147,9 +155,10 @@ def tables(
     examples: list[str],
     class_names: tuple[str, ...],
     threshold: float,
+    logits: Optional[np.ndarray] = None,
 ) -> dict[str, list[list]]:
-  """per_class.csv's, mistakes.csv's and thresholds.csv's rows."""
-  metrics = per_class(labels, probabilities, threshold)
+  """per_class.csv's, mistakes.csv's and thresholds.csv's rows (`logits`: see per_class)."""
+  metrics = per_class(labels, probabilities, threshold, logits)
   thresholds, best_f1 = f1_thresholds(labels, probabilities)
   return {
       'per_class.csv': [

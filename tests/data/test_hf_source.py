@@ -287,8 +287,9 @@ def _error(root, **overrides) -> str:
 
 def test_bad_input_is_one_line_naming_the_fix(tmp_path):
   _hub(tmp_path / 'hub')
-  assert "set --config.label_feature to one of ['label']" in _error(
-      tmp_path / 'hub', label_feature='fine_label'
+  assert (
+      "set --config.label_feature (or the evaluator's label_feature) to one of ['label']"
+      in _error(tmp_path / 'hub', label_feature='fine_label')
   )
   assert "set --config.eval_split to one of ['train', 'test']" in _error(
       tmp_path / 'hub', eval_split='validation'

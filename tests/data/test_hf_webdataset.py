@@ -285,8 +285,9 @@ def test_bad_shards_are_one_line_errors_naming_the_fix(tmp_path):
   helpers.webdataset_tar(tmp_path / 'mixed/train.tar', mixed)
   assert 'do not have the same extensions' in _error(tmp_path / 'mixed')
 
-  assert "set --config.label_feature to one of ['cls', 'json.width']" in _error(
-      tmp_path / 'unlabelled', label_feature='label'
+  assert (
+      "set --config.label_feature (or the evaluator's label_feature) to one of ['cls', 'json.width']"
+      in _error(tmp_path / 'unlabelled', label_feature='label')
   )
 
 

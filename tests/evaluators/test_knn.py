@@ -136,6 +136,10 @@ def test_features_of_any_scale_are_normalised_and_k_beyond_the_train_set_is_an_e
             r"^config.knn.ks=\(20, 5000\): 5000 neighbours of the 1437 images of 'train': "
             r'use fewer, e.g. ks=\(20,\)$',
         ),
+        (  # It said "use fewer, e.g. ks=(0,)".
+            {'knn.train_split': 'train[:0]'},
+            r"^Evaluator 'knn': split 'train\[:0\]' has no examples: set config.knn.train_split",
+        ),
         (
             {'knn.eval_split': 'test[:0]'},
             r"^Evaluator 'knn': split 'test\[:0\]' has no examples: set config.knn.eval_split",

@@ -69,7 +69,8 @@ class HuggingFaceSource:
         )
       raise ValueError(
           f'Dataset {root} has no label column {label_feature!r} (a ClassLabel, integers or '
-          f'strings, or a list of them): set --config.label_feature to one of {labels}'
+          f"strings, or a list of them): set --config.label_feature (or the evaluator's "
+          f'label_feature) to one of {labels}'
       )
     self._label_column = label_feature
     self._rows = reader.Rows(layout, self._image_column, label_feature)

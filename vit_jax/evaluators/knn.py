@@ -254,6 +254,11 @@ def build(name: str, fields: ml_collections.ConfigDict, context: Context) -> Knn
   eval_split = fields.get('eval_split') or config.eval_split
   num_train = context.count(train_split)
   features.count_eval_split(name, where, eval_split, context)
+  if not num_train:  # "use fewer, e.g. ks=(0,)" would not do.
+    raise ValueError(
+        f'Evaluator {name!r}: split {train_split!r} has no examples: set {where}.train_split to a '
+        'split with some'
+    )
   if max(ks) > num_train:
     raise ValueError(
         f'{where}.ks={ks}: {max(ks)} neighbours of the {num_train} images of {train_split!r}: '

@@ -15,6 +15,7 @@ from vit_jax.train import setup as train_setup
         ('model.classifier', 'map', 'set config.model.classifier to token, gap or token_gap'),
         ('model.head_dropout_rate', 0.1, 'set config.model.head_dropout_rate=0'),
         ('model.head_bias_init', -10.0, 'set config.model.head_bias_init=0'),
+        ('model.distilled', True, 'set config.model.distilled=False'),  # A token nothing trains.
         ('model.patch_dropout', 0.5, 'itself: set config.model.patch_dropout=0'),
     ],
 )

@@ -234,6 +234,11 @@ def test_the_teacher_is_sharded_by_the_students_rules_on_a_tensor_mesh(trained_t
             r'--config.distill.teacher=',
         ),
         ({'distill.kind': 'kl'}, r"^config.distill.kind='kl' has no teacher"),
+        (  # Unread: the labels' loss is weighed 0.
+            {'distill.teacher': 'TEACHER', 'distill.alpha': 1.0, 'label_smoothing': 0.1},
+            r'^config.label_smoothing=0.1 smooths the labels. loss, which config.distill.alpha=1.0 '
+            'weighs 0',
+        ),
         (  # As `--config.distill.teacher=$TEACHER` with TEACHER unset: it trained without one.
             {'distill.teacher': '', 'distill.kind': 'soft'},
             r'^config.distill.teacher is empty: set it to the teacher run.s WORKDIR',
@@ -298,6 +303,7 @@ def test_the_teacher_is_sharded_by_the_students_rules_on_a_tensor_mesh(trained_t
     ids=[
         'alpha',
         'kind',
+        'alpha_1_smoothing',
         'empty_teacher',
         'unknown_kind',
         'alpha_range',

@@ -126,6 +126,11 @@ def check(config: ml_collections.ConfigDict) -> None:
         "and distill.kind='hard' takes its top class: set --config.distill.kind=soft, or leave "
         'the temperature at 1.0'
     )
+  if distill.alpha == 1.0 and config.label_smoothing:  # The labels' loss is weighed 0.
+    raise ValueError(
+        f"config.label_smoothing={config.label_smoothing} smooths the labels' loss, which "
+        'config.distill.alpha=1.0 weighs 0: set --config.label_smoothing=0, or an alpha below 1'
+    )
   if distill.teacher_image_size is not None and distill.teacher_image_size <= 0:
     raise ValueError(
         f'config.distill.teacher_image_size={distill.teacher_image_size} must be positive, e.g. '

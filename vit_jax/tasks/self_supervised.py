@@ -56,6 +56,11 @@ def check_backbone(task: str, model: Mapping[str, Any]) -> None:
         f'config.task={task} has no classifier head to drop the features of: set '
         'config.model.head_dropout_rate=0 (or use model.dropout_rate)'
     )
+  if model['distilled']:
+    raise ValueError(
+        f'config.task={task} has no teacher, so a distillation token would learn nothing: set '
+        'config.model.distilled=False'
+    )
   if model['head_bias_init']:
     raise ValueError(
         f'config.task={task} has no classifier head to start the bias of: set '

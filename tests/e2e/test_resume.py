@@ -79,6 +79,30 @@ def test_other_frozen_parameters_of_the_same_shapes_are_refused(tmp_path, data_d
   assert helpers.files_of(workdir) == before
 
 
+@pytest.mark.parametrize('variant', ['checkpoint', None])
+def test_a_fine_tune_resumes_without_the_checkpoint_it_started_from(
+    trained_tiny_run, tmp_path, data_dir, caplog, variant
+):
+  """Its checkpoint holds the whole state, and its config.json the model a variant='checkpoint' run
+  read from there: a requeue on a node without that file (or hub) resumes (it refused, and read and
+  adapted every weight of the source on each start only to drop them)."""
+  source = helpers.copy_of(trained_tiny_run, tmp_path / 'source')
+  overrides = {**helpers.TINY, 'data_dir': data_dir, 'total_steps': 4, 'init_from': source}
+  if variant:
+    overrides['variant'] = variant
+    for field in ('hidden_size', 'num_layers', 'num_heads', 'mlp_dim', 'patch_size'):
+      overrides[f'model.{field}'] = None  # The demo's: the checkpoint says them.
+  config = helpers.load_config('demo', overrides)
+  workdir = str(tmp_path / 'fine_tune')
+  loop.train_and_evaluate(train_setup.prepare(config, workdir))
+  shutil.rmtree(source)
+  config = helpers.load_config('demo', {**overrides, 'total_steps': 6})
+  caplog.set_level('INFO')
+  assert loop.train_and_evaluate(train_setup.prepare(config, workdir))['eval_top1'] >= 0.0
+  assert 'Initialising from' not in caplog.text and 'Resumed from' in caplog.text
+  assert max(helpers.read_scalars(workdir)['train_loss']) == 6
+
+
 def test_regularisation_and_the_attention_kernel_may_change(trained_tiny_run, tmp_path):
   workdir = helpers.copy_of(trained_tiny_run, tmp_path)
   config = _config(workdir, **{'model.dropout_rate': 0.1, 'model.drop_path_rate': 0.1})

@@ -16,7 +16,7 @@ import optax
 from jax.sharding import Mesh
 
 from vit_jax import data, evaluators, sharding, tasks
-from vit_jax.checkpoints import run_dir, warm_start
+from vit_jax.checkpoints import run_dir, saved_state, warm_start
 from vit_jax.data import preprocess
 from vit_jax.runtime import hf_hub
 from vit_jax.runtime import paths
@@ -44,7 +44,8 @@ class Setup:
   model_config: dict[str, Any]  # The variant's fields with config.model's overrides: resolved once.
   tx: optax.GradientTransformation  # The run's optimizer over total_steps, built once.
   schedule: optax.Schedule  # Its learning rate by step.
-  init_params: Any = None  # From config.init_from, fitted to the model (numpy); None: from scratch.
+  # From config.init_from, fitted to the model (numpy); None: from scratch, or resumed.
+  init_params: Any = None
   teacher: Optional[teacher_lib.Teacher] = None  # config.distill's; None: no distillation.
   best: Optional[best_checkpoint.Best] = None  # config.best_checkpoint's; None: none kept.
 
@@ -118,11 +119,13 @@ def check_fields(config: ml_collections.ConfigDict) -> None:
   preprocess.check_run(config)
 
 
-def resolve_model(config: ml_collections.ConfigDict) -> dict[str, Any]:
-  """The variant's fields with config.model's overrides (filled from a variant='checkpoint' file),
-  checked against the images and FlexiViT's patch sizes."""
-  warm_start.fill_from_checkpoint(config)
-  warm_start.fill_mae_targets(config)
+def resolve_model(config: ml_collections.ConfigDict, workdir: str | None = None) -> dict[str, Any]:
+  """The variant's fields with config.model's overrides (filled from a variant='checkpoint' file,
+  or from the first start of the run that `workdir` resumes), checked against the images and
+  FlexiViT's patch sizes."""
+  if not (workdir and warm_start.fill_from_resumed_run(config, workdir)):
+    warm_start.fill_from_checkpoint(config)
+    warm_start.fill_mae_targets(config)
   model_config = variants.get_model_config(config.variant, config.model.to_dict())
   family = variants.FAMILIES[variants.family(config.variant)]
   stride = family.input_stride(model_config)
@@ -142,7 +145,7 @@ def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
   absolute_data_dir(config)
   task = tasks.get(config.task)
   wandb_writer.check(config)  # Before a variant='checkpoint' file is read: it may be downloaded.
-  model_config = resolve_model(config)
+  model_config = resolve_model(config, workdir)
   family = variants.FAMILIES[variants.family(config.variant)]
   mesh = sharding.make_mesh(config.mesh)
   sharding.check_model_fits(
@@ -234,17 +237,19 @@ def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
           f'config.{name}=True keeps part of the config.init_from checkpoint, which is unset: '
           f'set --config.init_from=PATH or --config.{name}=False'
       )
-  init_params = (
-      warm_start.load_init_params(
-          config, *adapting.kept_model(config, model), class_names=info.class_names
-      )
-      if config.init_from
-      else None
-  )
   teacher = load_teacher() if load_teacher else None
   workdir = paths.absolute(workdir)
   paths.check_writable(workdir, config.storage_timeout_s)
   run_dir.check_trainable(workdir)  # Once storage has answered in time.
+  # A resume restores the whole state from its own checkpoint: what it started from may be gone (a
+  # requeue on another node, a hub out of reach) and is not read again.
+  init_params = (
+      warm_start.load_init_params(
+          config, *adapting.kept_model(config, model), class_names=info.class_names
+      )
+      if config.init_from and not saved_state.saved_steps(workdir)
+      else None
+  )
   # Last of the checks: a Parquet split's copy of the rows this process reads can take hours.
   data.prepare(config, jax.process_index(), jax.process_count(), train=steps > 0)
   return Setup(

@@ -331,6 +331,22 @@ def test_export_of_a_directory_that_is_not_a_run_is_a_clear_error(workdir, tmp_p
     export.export(str(tmp_path), str(tmp_path / 'out'))
 
 
+def test_a_damaged_checkpoint_is_one_line_naming_the_others(workdir, tmp_path):
+  """It was the bare error of the file (`Unterminated string starting at: line 1 column 27295`),
+  naming neither the checkpoint nor the ones that can be read."""
+  run = helpers.copy_of(workdir, tmp_path)
+  metadata = os.path.join(run, 'checkpoints', '12', 'default', '_METADATA')
+  with open(metadata, 'r+') as f:
+    f.truncate(100)
+  with pytest.raises(
+      ValueError,
+      match=r'^checkpoint .*/checkpoints/12 cannot be read \(.+\): read another of '
+      r'.*/checkpoints \(\[4, 8\]: --step=N, or .*/checkpoints/N\), or restore it from a backup$',
+  ):
+    export.export(run, str(tmp_path / 'out'))
+  assert export.export(run, str(tmp_path / 'out'), step=8)['step'] == 8
+
+
 @pytest.mark.parametrize(
     'damage, message',
     [

@@ -128,8 +128,22 @@ def restore_params(checkpoint_dir: str) -> tuple[dict[str, Any], str]:
 
   The Polyak average (`ema_params`) when the run kept one, with the raw `params` of the frozen
   parameters it leaves out (train/state.py), else the raw `params`. Only those arrays are read, onto
-  the host, so any number of devices can read a checkpoint that any mesh wrote.
+  the host, so any number of devices can read a checkpoint that any mesh wrote. One that cannot be
+  read (damaged, cut short) is a one-line ValueError naming the others.
   """
+  try:
+    return _restore_params(checkpoint_dir)
+  except Exception as e:  # pylint: disable=broad-except  # orbax's and tensorstore's, of any kind.
+    root = epath.Path(checkpoint_dir).parent
+    others = [s for s in steps_in(root) if str(s) != epath.Path(checkpoint_dir).name]
+    reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+    raise ValueError(
+        f'checkpoint {checkpoint_dir} cannot be read ({reason}): read another of {root} '
+        f'({others or "none"}: --step=N, or {root}/N), or restore it from a backup'
+    ) from None
+
+
+def _restore_params(checkpoint_dir: str) -> tuple[dict[str, Any], str]:
   tree = _metadata_tree(checkpoint_dir)
   if tree.get('ema_params') is None:
     return _restore(checkpoint_dir, {'params': tree['params']})['params'], 'params'

@@ -325,7 +325,9 @@ def get_config() -> ml_collections.ConfigDict:
   # distillation loss, 1 - alpha the labels'. With model.distilled the distillation token's head
   # learns from the teacher, the class token's from the labels. teacher_image_size: the teacher sees
   # the student's images resized on the device to it (antialiased bilinear: a 384 px teacher of a 224
-  # px student, FlexiViT's); unset: config.image_size.
+  # px student, FlexiViT's); unset: config.image_size. teacher_step: the checkpoint of a teacher
+  # workdir; unset: its latest at the run's first start, which the run stores (config.json), so that a
+  # resume distils from the same one while the teacher's run goes on.
   config.distill = ml_collections.ConfigDict(
       dict(
           teacher=config_dict.placeholder(str),
@@ -333,6 +335,7 @@ def get_config() -> ml_collections.ConfigDict:
           alpha=0.5,
           temperature=1.0,
           teacher_image_size=config_dict.placeholder(int),
+          teacher_step=config_dict.placeholder(int),
       )
   )
 

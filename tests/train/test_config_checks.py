@@ -313,6 +313,7 @@ INVALID = {
         {},
         r'config\.distill\.teacher_image_size=16 has no teacher',
     ),
+    'distill.teacher_step': (8, {}, r'config\.distill\.teacher_step=8 has no teacher'),
     'mix.switch_prob': (-0.5, {}, r'mix\.switch_prob=-0\.5 must be in \[0, 1\]'),
     'mix.until_step': (0, {}, r'mix\.until_step=0 must be at least 1'),
     'seed': (

@@ -4,6 +4,7 @@ one-line errors. DeiT's formulas against DeiT's code, and teachers from timm: *_
 import dataclasses
 import json
 import os
+import shutil
 
 import jax
 import numpy as np
@@ -54,6 +55,7 @@ def test_a_workdir_teacher_runs_in_the_step_and_alpha_weighs_its_loss(trained_ti
               'distill.alpha': 1.0,
               'distill.kind': 'soft',
               'model.distilled': True,
+              'label_smoothing': 0.0,  # Of the labels' loss, weighed 0.
           }
       ),
       str(tmp_path / 'a1'),
@@ -96,6 +98,7 @@ def test_a_teacher_at_its_own_image_size_sees_the_students_images_resized(
               'distill.teacher_image_size': 16,
               'distill.kind': 'soft',
               'distill.alpha': 1.0,
+              'label_smoothing': 0.0,
           }
       ),
       str(tmp_path / 'w'),
@@ -189,6 +192,30 @@ def test_a_teacher_of_the_same_classes_in_another_order_predicts_in_the_runs_ord
     )
 
 
+def test_a_resume_distils_from_the_teacher_checkpoint_its_first_start_read(
+    trained_tiny_run, tmp_path, data_dir
+):
+  """The teacher's run went on (a checkpoint 16 since): the resume read it, and its state was not an
+  uninterrupted run's. A new run reads the latest; distill.teacher_step picks one."""
+  teacher = helpers.copy_of(trained_tiny_run, tmp_path)
+  overrides = {'data_dir': data_dir, 'distill.teacher': teacher, 'total_steps': 2}
+  workdir = str(tmp_path / 'student')
+  first = train_setup.prepare(_config(**overrides), workdir)
+  assert first.config.distill.teacher_step == 12 and 'step 12 of' in first.teacher.source
+  loop.train_and_evaluate(first)
+  shutil.copytree(
+      os.path.join(teacher, 'checkpoints', '12'), os.path.join(teacher, 'checkpoints', '16')
+  )
+  resumed = train_setup.prepare(_config(**{**overrides, 'total_steps': 4}), workdir)
+  assert resumed.config.distill.teacher_step == 12 and 'step 12 of' in resumed.teacher.source
+  fresh = train_setup.prepare(_config(**overrides), str(tmp_path / 'other'))
+  assert fresh.config.distill.teacher_step == 16
+  chosen = train_setup.prepare(
+      _config(**overrides, **{'distill.teacher_step': 8}), str(tmp_path / 'chosen')
+  )
+  assert 'step 8 of' in chosen.teacher.source
+
+
 def test_a_teacher_trained_at_another_size_is_named_with_the_field_that_runs_it_there(
     trained_tiny_run, tmp_path, caplog
 ):
@@ -234,6 +261,11 @@ def test_the_teacher_is_sharded_by_the_students_rules_on_a_tensor_mesh(trained_t
             r'--config.distill.teacher=',
         ),
         ({'distill.kind': 'kl'}, r"^config.distill.kind='kl' has no teacher"),
+        ({'distill.teacher_step': 8}, r'^config.distill.teacher_step=8 has no teacher'),
+        (
+            {'distill.teacher': 'teacher.npz', 'distill.teacher_step': 8},
+            r'^config.distill.teacher_step=8 picks a checkpoint of a vit_jax workdir',
+        ),
         (  # Unread: the labels' loss is weighed 0.
             {'distill.teacher': 'TEACHER', 'distill.alpha': 1.0, 'label_smoothing': 0.1},
             r'^config.label_smoothing=0.1 smooths the labels. loss, which config.distill.alpha=1.0 '
@@ -303,6 +335,8 @@ def test_the_teacher_is_sharded_by_the_students_rules_on_a_tensor_mesh(trained_t
     ids=[
         'alpha',
         'kind',
+        'teacher_step_without_teacher',
+        'teacher_step_of_a_file',
         'alpha_1_smoothing',
         'empty_teacher',
         'unknown_kind',

@@ -13,7 +13,8 @@ import jax.numpy as jnp
 import ml_collections
 from etils import epath
 
-from vit_jax.checkpoints import adapting, hub, label_order, run_dir, state_dicts, torch_files
+from vit_jax.checkpoints import adapting, hub, label_order, run_dir, saved_state, state_dicts
+from vit_jax.checkpoints import torch_files
 from vit_jax.models import variants, vit_variants
 from vit_jax.runtime import paths
 from vit_jax.tasks import distillation
@@ -30,6 +31,12 @@ def architecture(config: ml_collections.ConfigDict) -> tuple[str, dict[str, Any]
   """The teacher's variant and resolved model fields, read without its parameters (a checkpoint's
   header and config.json, a workdir's config.json): what the planner counts. A one-line ValueError
   when config.distill.teacher cannot be read or its patches do not tile its images."""
+  given, step = config.distill.teacher, config.distill.teacher_step
+  if step is not None and not run_dir.is_workdir(hub.local(given)):
+    raise ValueError(
+        f'config.distill.teacher_step={step} picks a checkpoint of a vit_jax workdir, and '
+        f'config.distill.teacher={given!r} is not one: unset it'
+    )
   variant, model_config = _read_architecture(config)
   stride = variants.stride_of(variant, model_config)
   image_size = distillation.teacher_image_size(config)
@@ -78,6 +85,29 @@ def _read_architecture(config: ml_collections.ConfigDict) -> tuple[str, dict[str
     raise ValueError(f'config.distill.teacher={given!r}: {e}') from None
 
 
+def pin_step(config: ml_collections.ConfigDict, workdir: str) -> None:
+  """Sets an unset config.distill.teacher_step of a teacher workdir: the step the run's first start
+  distilled from (its config.json), else the teacher's latest. Stored with the run, it keeps a resume
+  on the teacher it started with while the teacher's run saves more checkpoints."""
+  distill = config.distill
+  path = hub.local(distill.teacher) if distill.teacher else None
+  if not path or distill.teacher_step is not None or not run_dir.is_workdir(path):
+    return
+  if saved_state.saved_steps(workdir) and run_dir.is_workdir(workdir):
+    try:
+      stored, _ = run_dir.load_run_info(workdir)
+    except ValueError:  # The resume says so (state.check_resumable).
+      stored = None
+    if stored is not None and stored.distill.teacher == distill.teacher:
+      distill.teacher_step = stored.distill.teacher_step
+      if distill.teacher_step is not None:
+        return
+  try:
+    distill.teacher_step = saved_state.find_checkpoint(path)[1]
+  except (ValueError, FileNotFoundError):  # load_teacher says why.
+    pass
+
+
 def load_teacher(
     config: ml_collections.ConfigDict, num_classes: int, class_names: Sequence[str] = ()
 ) -> Teacher:
@@ -96,7 +126,7 @@ def load_teacher(
     loaded, source = run_dir.load_params(path, model_config)
   else:
     try:
-      trained = run_dir.load_trained(path)
+      trained = run_dir.load_trained(path, config.distill.teacher_step)
     except (ValueError, FileNotFoundError) as e:
       raise ValueError(f'config.distill.teacher={given!r}: {e}') from None
     loaded = trained.params

@@ -103,6 +103,7 @@ def check(config: ml_collections.ConfigDict) -> None:
             ('alpha', 0.5),
             ('temperature', 1.0),
             ('teacher_image_size', None),
+            ('teacher_step', None),
         )
         if distill[name] != default
     ]
@@ -130,6 +131,11 @@ def check(config: ml_collections.ConfigDict) -> None:
     raise ValueError(
         f"config.label_smoothing={config.label_smoothing} smooths the labels' loss, which "
         'config.distill.alpha=1.0 weighs 0: set --config.label_smoothing=0, or an alpha below 1'
+    )
+  if distill.teacher_step is not None and distill.teacher_step < 0:
+    raise ValueError(
+        f'config.distill.teacher_step={distill.teacher_step} must be a checkpoint step of the '
+        'teacher workdir (>= 0), or unset: its latest'
     )
   if distill.teacher_image_size is not None and distill.teacher_image_size <= 0:
     raise ValueError(

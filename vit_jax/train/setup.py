@@ -218,6 +218,7 @@ def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
     param_groups.check_param_groups(
         config.optim, model_config, adapting.param_shapes(*adapting.kept_model(config, model))
     )
+  teacher_lib.pin_step(config, workdir)
   # The teacher, read once (below) for the step and for a teacher evaluator.
   load_teacher = (
       functools.cache(lambda: teacher_lib.load_teacher(config, info.num_classes, info.class_names))
@@ -237,10 +238,6 @@ def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
           f'config.{name}=True keeps part of the config.init_from checkpoint, which is unset: '
           f'set --config.init_from=PATH or --config.{name}=False'
       )
-  teacher = load_teacher() if load_teacher else None
-  workdir = paths.absolute(workdir)
-  paths.check_writable(workdir, config.storage_timeout_s)
-  run_dir.check_trainable(workdir)  # Once storage has answered in time.
   # A resume restores the whole state from its own checkpoint: what it started from may be gone (a
   # requeue on another node, a hub out of reach) and is not read again.
   init_params = (
@@ -250,6 +247,10 @@ def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
       if config.init_from and not saved_state.saved_steps(workdir)
       else None
   )
+  teacher = load_teacher() if load_teacher else None
+  workdir = paths.absolute(workdir)
+  paths.check_writable(workdir, config.storage_timeout_s)
+  run_dir.check_trainable(workdir)  # Once storage has answered in time.
   # Last of the checks: a Parquet split's copy of the rows this process reads can take hours.
   data.prepare(config, jax.process_index(), jax.process_count(), train=steps > 0)
   return Setup(

@@ -101,3 +101,8 @@ def test_a_relative_data_dir_is_stored_absolute_for_the_tools_run_from_elsewhere
     config = helpers.load_config('demo', {'data_dir': kept})
     train_setup.absolute_data_dir(config)
     assert config.data_dir == kept
+  # The shell leaves --config.data_dir=~/x as it is: it was <cwd>/~/x.
+  monkeypatch.setenv('HOME', str(tmp_path))
+  config = helpers.load_config('demo', {'data_dir': '~/tfds'})
+  train_setup.absolute_data_dir(config)
+  assert config.data_dir == str(tmp_path / 'tfds')

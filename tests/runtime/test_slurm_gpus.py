@@ -32,6 +32,11 @@ def _task(local_id: int, tasks_per_node: str, node: int = 0, **environ) -> dict[
         (_task(5, '8(x2)', CUDA_VISIBLE_DEVICES='5'), [0]),
         # Eight tasks that see the node's eight GPUs: one each, by rank (jax's own choice).
         (_task(3, '8', CUDA_VISIBLE_DEVICES=_EIGHT), [3]),
+        # --ntasks-per-node=2 --gpus-per-task=4: each sees its own four (it drove two of them).
+        (_task(1, '2', CUDA_VISIBLE_DEVICES='4,5,6,7', SLURM_GPUS_PER_TASK='4'), [0, 1, 2, 3]),
+        (_task(0, '2', CUDA_VISIBLE_DEVICES='0,1,2,3', SLURM_GPUS_PER_TASK='h100:4'), [0, 1, 2, 3]),
+        # The same, every task seeing the node's eight (--gpu-bind=none): four each.
+        (_task(1, '2', CUDA_VISIBLE_DEVICES=_EIGHT, SLURM_GPUS_PER_TASK='4'), [4, 5, 6, 7]),
         # Two tasks sharing eight: four each.
         (_task(1, '2', CUDA_VISIBLE_DEVICES=_EIGHT), [4, 5, 6, 7]),
         # Nodes with different task counts: this one (the third) has 1.

@@ -28,8 +28,9 @@ def is_url(path: str) -> bool:
 
 
 def absolute(path: str) -> str:
-  """`path` resolved against the current working directory; a URL unchanged."""
-  return path if is_url(path) else os.path.abspath(path)
+  """`path` resolved against the current working directory, with a leading ~ as the shell's (which
+  leaves `--flag=~/x` as it is); a URL unchanged."""
+  return path if is_url(path) else os.path.abspath(os.path.expanduser(path))
 
 
 def user_cache(*parts: str) -> str:

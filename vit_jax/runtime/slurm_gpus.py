@@ -24,6 +24,12 @@ def _visible_gpus(environ: Mapping[str, str], dev: str) -> int | None:
   return found or None
 
 
+def _gpus_per_task(environ: Mapping[str, str]) -> int | None:
+  """SLURM_GPUS_PER_TASK, which `--gpus-per-task=[type:]n` sets: n; None where unset."""
+  count = environ.get('SLURM_GPUS_PER_TASK', '').rsplit(':', 1)[-1]
+  return int(count) if count.isdigit() else None
+
+
 def _tasks_on_node(environ: Mapping[str, str]) -> int | None:
   """The step's tasks on this node: SLURM_STEP_TASKS_PER_NODE ('2(x3),1': 2 on each of the first
   three nodes, 1 on the fourth) at SLURM_NODEID."""
@@ -45,15 +51,15 @@ def local_device_ids(
   """The ordinals, among the GPUs the process sees, that a SLURM task drives; None to leave the choice
   to jax.distributed (not SLURM, JAX_LOCAL_DEVICE_IDS set, no GPU, or a layout this cannot tell).
 
-  The only task on its node, or a task that sees fewer GPUs than its node has tasks (bound to its
-  own): every GPU it sees. Tasks that see the same n GPUs: n / tasks each, in rank order (jax's one
-  each where n equals the tasks)."""
+  The only task on its node, a task that sees fewer GPUs than its node has tasks, or as many as
+  `--gpus-per-task` gave it (SLURM_GPUS_PER_TASK; bound to its own): every GPU it sees. Tasks that see
+  the same n GPUs: n / tasks each, in rank order (jax's one each where n equals the tasks)."""
   if 'SLURM_LOCALID' not in environ or environ.get('JAX_LOCAL_DEVICE_IDS'):
     return None
   gpus, tasks = _visible_gpus(environ, dev), _tasks_on_node(environ)
   if not gpus or tasks is None:
     return None
-  if tasks == 1 or gpus < tasks:
+  if tasks == 1 or gpus < tasks or gpus == _gpus_per_task(environ):
     return list(range(gpus))
   if gpus % tasks:
     return None

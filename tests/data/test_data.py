@@ -1108,6 +1108,11 @@ def test_folder_errors(tmp_path, image_folder):
       make_config(str(tmp_path / 'nothing'), dataset='folder'),
       rf'^config.data_dir={tmp_path}/nothing does not exist: set it to a folder of split folders$',
   )
+  (tmp_path / 'a_file').write_text('')  # It said "does not exist".
+  expect_error(
+      make_config(str(tmp_path / 'a_file'), dataset='folder'),
+      rf'^config.data_dir={tmp_path}/a_file is a file: set it to a folder of split folders$',
+  )
   root, _ = image_folder
   # A missing split names the folders there are, and the field that picks one.
   expect_error(

@@ -161,6 +161,17 @@ def test_random_access_shards_are_disjoint_balanced_and_cover_the_split(
   assert union == multiset(*SPLITS['train'])
 
 
+def test_a_process_of_several_shards_draws_each_epochs_order_once_a_shard(sources):
+  """A batch's rows switch between the process's shards: with one order cached for two, each shard
+  drew its epoch's permutation again for every few rows (27 times over an epoch of 6 shards)."""
+  from vit_jax.data import order  # pylint: disable=g-import-not-at-top
+
+  config = make_config(sources[SOURCES[0]], data_shards=6)
+  order._permutation.cache_clear()  # pylint: disable=protected-access
+  take(data.train_iterator(config, local_batch_size=48, start_step=0), 4)
+  assert order._permutation.cache_info().misses <= 2 * 6  # pylint: disable=protected-access
+
+
 @pytest.mark.parametrize('name', SOURCES)
 def test_global_batches_depend_on_data_shards_not_on_hosts(sources, name):
   config = make_config(sources[name], data_shards=4)

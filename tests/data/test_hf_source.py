@@ -321,7 +321,7 @@ def test_bad_input_is_one_line_naming_the_fix(tmp_path):
       test.cast_column('label', datasets.ClassLabel(names=NAMES)),
       unlabelled / 'data/test-00000-of-00001.parquet',
   )
-  assert 'evaluate on a labelled split' in _error(unlabelled)
+  assert 'use a labelled split, or drop those rows' in _error(unlabelled)
 
   strings = tmp_path / 'strings'
   _parquet(_dataset(3, 0, 'label', datasets.Value('string')), strings / 'train.parquet')

@@ -156,7 +156,8 @@ def _split_dir(root: str, split: str, train_split: str = 'train') -> str:
           f'config.data_dir={os.path.join(root, tops[0])} (a folder in the archive)'
       )
   if not _is_dir(root):
-    raise ValueError(f'config.data_dir={root} does not exist: set it to a folder of split folders')
+    what = 'is a file' if os.path.isfile(root) else 'does not exist'
+    raise ValueError(f'config.data_dir={root} {what}: set it to a folder of split folders')
   present = [name for name in _sub_folders(root) if name != split]
   if present and all(_listing(os.path.join(root, name))[1] for name in present[:3]):
     raise ValueError(

@@ -132,7 +132,7 @@ class HuggingFaceSource:
       raise ValueError(
           f'Split {split!r} of dataset {self._root} has {bad.size} labels that are not '
           f'one of its {len(self.class_names)} classes (e.g. {int(bad[0])}; -1 marks an '
-          'unlabelled example): evaluate on a labelled split'
+          'unlabelled example): use a labelled split, or drop those rows'
       )
     return raw.astype(np.int32)
 

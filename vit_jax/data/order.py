@@ -44,7 +44,10 @@ def words(*seed: int) -> list[int]:
   return [int(s) % _UINT64 for s in seed]
 
 
-@functools.lru_cache(maxsize=2)  # The epoch being read, and the next one once a stream reaches it.
+# The epoch being read and the next one, of each data shard a process reads (a batch's rows switch
+# between its shards): 2 entries recomputed one for every few rows of 2 shards. The shards partition
+# the split, so their permutations hold as many indices as two of the split's.
+@functools.lru_cache(maxsize=64)
 def _permutation(num_records: int, seed: tuple[int, ...], epoch: int) -> np.ndarray:
   permutation = np.random.default_rng(words(*seed, epoch)).permutation(num_records)
   return permutation.astype(np.int32 if num_records < 2**31 else np.int64)

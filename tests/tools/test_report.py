@@ -226,6 +226,9 @@ def test_a_sweep_root_expands_to_its_runs_and_a_workdir_is_one_run(sweep_root, t
   assert [name for name, _ in find_runs([str(tmp_path / 'root' / g) for g in 'ab'])] == [
       str(tmp_path / 'root' / g / 'run') for g in 'ab'
   ]
+  # Passed itself, an export's timm/ passed for a run named timm.
+  with pytest.raises(ValueError, match=r"^'.*/exported/demo' holds an export, not a run: pass"):
+    find_runs([str(tmp_path / 'root' / 'exported' / 'demo')])
 
 
 @pytest.mark.parametrize('cut', [2, 9, 30])

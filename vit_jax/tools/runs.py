@@ -50,6 +50,10 @@ def find_runs(workdirs: Sequence[str]) -> list[tuple[str, epath.Path]]:
     if not root.is_dir():
       problem = 'is not a directory' if root.exists() else 'does not exist'
       raise ValueError(f'{workdir!r} {problem}: pass run workdirs or the root of a sweep')
+    if _is_export(root):  # Its timm/ (a config.json of its own) would pass for a run.
+      raise ValueError(
+          f'{workdir!r} holds an export, not a run: pass the workdir it was exported from'
+      )
     if _is_run(root):
       found.append((root.name, root))
       continue

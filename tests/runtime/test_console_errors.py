@@ -157,6 +157,12 @@ def test_none_unsets_a_field_that_may_be_unset():
       'error: --config.lr.base=None: config.lr.base cannot be unset'
   ), errors
   assert errors[0].endswith('e.g. --config.lr.base=0.001'), errors
+  # A field that does not exist: one line naming the closest (it was a KeyError's traceback).
+  errors = _errors(['--config=configs/demo.py', '--config.lr.bse=None'])
+  assert errors == [
+      'error: bad config override --config.lr.bse=None: the config has no field lr.bse. Did you '
+      'mean "lr.base" (--config.lr.base=None)?'
+  ]
 
 
 def test_total_steps_over_a_file_with_num_epochs_says_how_to_clear_it():

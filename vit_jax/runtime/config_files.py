@@ -11,7 +11,6 @@ config_overrides.py's.
 """
 
 import ast
-import difflib
 import functools
 import os
 import re
@@ -19,7 +18,6 @@ import sys
 import traceback
 from typing import Callable, Optional, Sequence
 
-import ml_collections
 from absl import flags
 
 from vit_jax.runtime import cli, config_overrides
@@ -262,26 +260,9 @@ def _unknown_field(argv: Sequence[str], overrides: dict[str, Optional[str]]) -> 
   except Exception:  # pylint: disable=broad-except
     config = None
   for field, value in overrides.items():
-    node, parts = config, field.split('.')
-    for i, part in enumerate(parts):
-      if not isinstance(node, ml_collections.ConfigDict):
-        break
-      if part not in node:
-        bad = f'bad config override {given(field, value)}: the config has no field {field}'
-        close = difflib.get_close_matches(part, list(node.keys()), n=1)
-        if close:
-          meant = '.'.join(parts[:i] + close + parts[i + 1 :])
-          return f'{bad}. Did you mean "{meant}" ({given(meant, value)})?'
-        parent = '.'.join(parts[:i])
-        if parent == 'evals':
-          return (
-              f"{bad}: the file's evaluators are {', '.join(node.keys()) or 'none'}; a new one is "
-              f'given whole: --config.evals.{part}={config_overrides.EVALUATOR_EXAMPLE}'
-          )
-        if parent and len(node) <= 20:
-          return f'{bad}: config.{parent} has the fields {", ".join(node.keys())}'
-        return f'{bad}: vit_jax/defaults.py lists the fields'
-      node = node[part]
+    unknown = config_overrides.unknown_field(config, field, value)
+    if unknown:
+      return unknown
   return (
       f'bad config override: the config has no field of '
       f'{" ".join(given(f, v) for f, v in overrides.items())}; vit_jax/defaults.py lists the fields'

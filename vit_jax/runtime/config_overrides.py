@@ -7,6 +7,7 @@ around config_flags' parsing.
 """
 
 import ast
+import difflib
 import re
 from typing import Optional, Sequence
 
@@ -117,6 +118,38 @@ def expected_value(field: str) -> str:
   return f'config.{field} takes {kind}, e.g. --config.{field}={example}'
 
 
+def _given(field: str, value: Optional[str]) -> str:
+  return f'--config.{field}' + ('' if value is None else f'={value}')
+
+
+def unknown_field(
+    config: Optional[ml_collections.ConfigDict], field: str, value: Optional[str]
+) -> Optional[str]:
+  """The one-line error of an override `--config.field[=value]` that names no field of `config`,
+  with the field it likely meant; None where `field` is one (or `config` is None: unknown)."""
+  node, parts = config, field.split('.')
+  for i, part in enumerate(parts):
+    if not isinstance(node, ml_collections.ConfigDict):
+      return None
+    if part not in node:
+      bad = f'bad config override {_given(field, value)}: the config has no field {field}'
+      close = difflib.get_close_matches(part, list(node.keys()), n=1)
+      if close:
+        meant = '.'.join(parts[:i] + close + parts[i + 1 :])
+        return f'{bad}. Did you mean "{meant}" ({_given(meant, value)})?'
+      parent = '.'.join(parts[:i])
+      if parent == 'evals':
+        return (
+            f"{bad}: the file's evaluators are {', '.join(node.keys()) or 'none'}; a new one is "
+            f'given whole: --config.evals.{part}={EVALUATOR_EXAMPLE}'
+        )
+      if parent and len(node) <= 20:
+        return f'{bad}: config.{parent} has the fields {", ".join(node.keys())}'
+      return f'{bad}: vit_jax/defaults.py lists the fields'
+    node = node[part]
+  return None
+
+
 def unset(config: ml_collections.ConfigDict, field: str) -> None:
   """`--config.FIELD=None`: sets the field to None if it may be None (its default is, or its value);
   `--config.evals.NAME=None` drops the evaluator NAME."""
@@ -130,6 +163,9 @@ def unset(config: ml_collections.ConfigDict, field: str) -> None:
     with config.evals.unlocked():
       del config.evals[name]
     return
+  unknown = unknown_field(config, field, 'None')
+  if unknown:
+    cli.fail(unknown)
   node = config
   for parent in parents:
     node = node[parent]

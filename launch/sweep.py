@@ -84,8 +84,9 @@ class SweepError(ValueError):
 
 
 def _field_of(arg: str) -> str | None:
-  """The config field an argument of vit_jax.main sets ('config' for the file, 'workdir'), or None."""
-  match = re.fullmatch(r'--(config(?:\.[\w.]+)?|workdir)(=.*)?', arg)
+  """The config field an argument of vit_jax.main sets ('config' for the file, 'workdir'), or None;
+  in each of absl's spellings: one dash or two, a boolean's --noconfig.FIELD."""
+  match = re.fullmatch(r'--?(?:no)?(config(?:\.[\w.]+)?|workdir)(=.*)?', arg)
   return match and match.group(1).removeprefix('config.')
 
 

@@ -169,7 +169,16 @@ def test_an_argument_for_every_run_that_sets_a_swept_field_is_one_line_and_runs_
 
 def test_the_fields_an_argument_for_every_run_may_not_set():
   runs = sweep.expand([{'lr.base': [0.1, 0.2], 'config': 'configs/demo.py'}])
-  for arg in ('--config.lr.base=1', '--config.lr={}', '--config=configs/x.py', '--workdir=/w'):
+  for arg in (
+      '--config.lr.base=1',
+      '--config.lr={}',
+      '--config=configs/x.py',
+      '--workdir=/w',
+      # absl's other spellings: every run in one workdir, or the same value in each.
+      '-workdir=/w',
+      '-config.lr.base=1',
+      '--noconfig.lr.base',
+  ):
     with pytest.raises(sweep.SweepError, match='which the sweep file sets'):
       sweep.check_extra_args(runs, [arg])
   sweep.check_extra_args(runs, ['--config.lr.warmup_steps=5', '--config.seed=1', '--verbosity=1'])

@@ -213,9 +213,14 @@ def commands(sweep_file: str, workdir: str, extra_args: list[str]) -> list[list[
   check_extra_args(runs, extra_args)
   resolved = {config: config_file(config, sweep_file) for config in set(configs)}
   _check_fields(runs, configs, resolved, sweep_file, extra_args)
-  named, cmds = {}, []
+  named, same, cmds = {}, {}, []
   for overrides, config in zip(runs, configs):
     name = run_name(overrides)
+    # The same overrides in another order: the same run in two workdirs.
+    run = repr((config, sorted(overrides.items())))
+    if run in same:
+      raise SweepError(f'the sweep runs {overrides} twice (as {same[run]} too): drop the repeat')
+    same[run] = overrides
     if name in named:
       raise SweepError(
           f'two runs of the sweep would share the workdir {name!r} ({named[name]} and '

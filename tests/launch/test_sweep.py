@@ -221,10 +221,16 @@ def test_the_fields_an_argument_for_every_run_may_not_set():
             [],
             r"two runs of the sweep would share the workdir 'train_split=train__50__'",
         ),
+        (  # Two workdirs, one run.
+            "CONFIG = 'configs/demo.py'\n"
+            "def get_sweep():\n  return [{'seed': 1, 'lr.base': 0.1}, {'lr.base': 0.1, 'seed': 1}]\n",
+            [],
+            r"the sweep runs \{'lr.base': 0.1, 'seed': 1\} twice \(as \{'seed': 1, 'lr.base': 0.1\} too\)",
+        ),
         (
             "CONFIG = 'configs/demo.py'\ndef get_sweep():\n  return [{'seed': [1, 1]}]\n",
             [],
-            'two runs of the sweep would share the workdir',
+            r"the sweep runs \{'seed': 1\} twice",
         ),
         (
             "CONFIG = 'configs/demo.py'\ndef get_sweep():\n  return [{'seed': [1, 2]}]\n",

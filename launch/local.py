@@ -128,6 +128,10 @@ def main() -> None:
       'main_args', nargs=argparse.REMAINDER, help='Arguments for the module, after --.'
   )
   args = parser.parse_args()
+  for flag in ('num_processes', 'devices_per_process'):
+    if getattr(args, flag) < 1:  # 0 processes ran nothing and exited 0.
+      print(f'error: --{flag}={getattr(args, flag)} must be at least 1', file=sys.stderr)
+      sys.exit(2)
   main_args = args.main_args[1:] if args.main_args[:1] == ['--'] else args.main_args
   code = launch(
       main_args,

@@ -1,6 +1,8 @@
 """launch/local.py's exit: the first process to fail stops the others and gives its status, whichever
 process it is."""
 
+import subprocess
+import sys
 import textwrap
 import time
 
@@ -35,3 +37,15 @@ def test_the_first_failure_stops_the_others_and_is_the_status(plan, want, tmp_pa
   code = local.launch([], num_processes=2, devices_per_process=1, module='stand_in', timeout=120)
   assert code == want
   assert time.time() - start < 30  # Not the minute of process 0.
+
+
+@pytest.mark.parametrize('flag', ['--num_processes=0', '--devices_per_process=0'])
+def test_no_processes_or_devices_is_one_line(flag):
+  """0 processes ran nothing and exited 0, as if the run had trained."""
+  run = subprocess.run(
+      [sys.executable, local.__file__, flag, '--', '--config=configs/demo.py'],
+      capture_output=True,
+      text=True,
+      timeout=60,
+  )
+  assert run.returncode == 2 and run.stderr == f'error: {flag} must be at least 1\n', run.stderr

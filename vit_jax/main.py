@@ -82,13 +82,22 @@ def init_distributed() -> None:
     _wait_for_coordinator(_COORDINATOR.value, _DISTRIBUTED_TIMEOUT.value)
   # Collectives between CPU processes (local multi-process runs and tests) go over gloo.
   jax.config.update('jax_cpu_collectives_implementation', 'gloo')
-  jax.distributed.initialize(
-      coordinator_address=_COORDINATOR.value,
-      num_processes=_NUM_PROCESSES.value,
-      process_id=_PROCESS_ID.value,
-      initialization_timeout=_DISTRIBUTED_TIMEOUT.value,
-      local_device_ids=slurm_gpus.local_device_ids(),
-  )
+  try:
+    jax.distributed.initialize(
+        coordinator_address=_COORDINATOR.value,
+        num_processes=_NUM_PROCESSES.value,
+        process_id=_PROCESS_ID.value,
+        initialization_timeout=_DISTRIBUTED_TIMEOUT.value,
+        local_device_ids=slurm_gpus.local_device_ids(),
+    )
+  except ValueError as e:  # jax's cluster detection found none: it cannot tell the coordinator.
+    if explicit:
+      raise
+    cli.fail(
+        f'--distributed={_DISTRIBUTED.value} found no cluster to join ({e}): run it in a TPU pod or '
+        'a SLURM job, give --coordinator_address, --num_processes and --process_id, or leave '
+        '--distributed=auto'
+    )
 
 
 def _wait_for_coordinator(address: str, timeout: float) -> None:

@@ -338,3 +338,12 @@ def test_config_file_mistakes_are_one_line_naming_the_fix(tmp_path):
   assert _errors(['--config=configs/demo.py', '--config.total_steps=1e3'])[0].endswith(
       ': config.total_steps takes an integer, or None (unset)'
   )
+
+
+def test_distributed_on_without_a_cluster_is_one_line(monkeypatch):
+  """jax.distributed's ValueError was a traceback."""
+  for name in ('SLURM_JOB_ID', 'SLURM_NTASKS', 'TPU_WORKER_HOSTNAMES'):
+    monkeypatch.delenv(name, raising=False)
+  errors = _errors(['--config=configs/demo.py', '--distributed=on'])
+  assert errors[0].startswith('error: --distributed=on found no cluster to join ('), errors
+  assert errors[0].endswith('or leave --distributed=auto'), errors

@@ -1002,10 +1002,19 @@ def test_a_train_class_without_a_readable_image_is_refused(tmp_path):
   config = _garbage_folder(tmp_path / 'a', train_garbage=('dog',), test_garbage=('dog',))
   expect_error(
       config,
-      rf"^Class 'dog' has no readable train image: none of 3 sampled decodes, e.g. "
+      rf"^Class 'dog' has no readable train image: none of its 4 decodes, e.g. "
       rf'{tmp_path}/a/train/dog/0.png \(a git-lfs pointer, not the image\); check .*, or remove the '
       'class folder$',
   )
+  # One it did not sample decodes: the class trains on it (removing the folder would lose it).
+  from vit_jax.data import readable  # pylint: disable=g-import-not-at-top
+
+  dog = tmp_path / 'a' / 'train' / 'dog'
+  names = sorted(os.listdir(dog))
+  sampled = readable.spread(names, readable._PROBE_PER_CLASS)  # pylint: disable=protected-access
+  (unsampled,) = set(names) - set(sampled)
+  _save(dog / unsampled, np.zeros((8, 8, 3), np.uint8))
+  assert data.get_info(config).num_train == 8
   # In the eval split it is only skipped, each file named once (as any unreadable file).
   config = _garbage_folder(tmp_path / 'b', train_garbage=(), test_garbage=('dog',))
   assert data.get_info(config).num_eval == 8

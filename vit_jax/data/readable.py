@@ -72,7 +72,11 @@ def check_classes(
   for name, names in probed.items():
     path = os.path.join(split_dir, name, names[0])
     if all(reasons[os.path.join(split_dir, name, f)] for f in names):
+      # Its other files, until one decodes: a class whose sampled files are broken may have others.
+      rest = (os.path.join(split_dir, name, f) for f in files[name] if f not in names)
+      if any(_why_unreadable(other, read) is None for other in rest):
+        continue
       raise ValueError(
-          f'Class {name!r} has no readable train image: none of {len(names)} sampled '
+          f'Class {name!r} has no readable train image: none of its {len(files[name])} '
           f'decodes, e.g. {path} ({reasons[path]}); {_PROBE_FIX}, or remove the class folder'
       )

@@ -40,7 +40,7 @@ from typing import Any
 from etils import epath
 
 from local import REQUEUE_STATUS  # A run that stopped to be resumed: Ctrl-C or SIGTERM.
-from vit_jax.runtime import config_files
+from vit_jax.runtime import config_files, config_overrides
 
 _NAME_BYTES = 255  # The longest file name most file systems take.
 _REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -174,6 +174,9 @@ def _check_fields(
     fields = set(_fields(loaded))
     swept = [k for overrides, c in zip(runs, configs) if c == config for k in overrides]
     for field in [*swept, *given]:
+      # An evaluator is given whole (evals.NAME=dict(...)), or dropped: vit_jax.main checks it.
+      if config_overrides.evaluator_name(field or ''):
+        continue
       if field not in (None, 'config', 'workdir') and field not in fields:
         close = difflib.get_close_matches(field, fields, n=1)
         raise SweepError(

@@ -54,6 +54,41 @@ def test_shipped_sweep_prints_one_command_per_run():
   )
 
 
+def test_a_sweep_gives_evaluators_as_vit_jax_main_takes_them(tmp_path):
+  """evals.NAME=dict(...), in the sweep file or after --: it was 'no field of the config'."""
+  sweep_file = tmp_path / 'evals.py'
+  sweep_file.write_text(
+      "CONFIG = 'configs/demo.py'\n"
+      'def get_sweep():\n'
+      "  return [{'seed': [1, 2], 'evals.minival': dict(type='classification', split='train[:5]',"
+      ' every_steps=2)}]\n'
+  )
+  extra = "--config.evals.knn2=dict(type='knn', every_steps=4)"
+  out = subprocess.run(
+      [sys.executable, 'launch/sweep.py', f'--sweep={sweep_file}', '--workdir=/runs', '--print'],
+      cwd=helpers.REPO,
+      capture_output=True,
+      text=True,
+  )
+  assert out.returncode == 0, out.stderr
+  assert len(out.stdout.splitlines()) == 2 and '--config.evals.minival=' in out.stdout
+  out = subprocess.run(
+      [
+          sys.executable,
+          'launch/sweep.py',
+          f'--sweep={sweep_file}',
+          '--workdir=/runs',
+          '--print',
+          '--',
+          extra,
+      ],
+      cwd=helpers.REPO,
+      capture_output=True,
+      text=True,
+  )
+  assert out.returncode == 0, out.stderr
+
+
 @pytest.mark.slow  # Two runs in subprocesses: make test-all's.
 def test_sweep_runs_each_config_in_its_own_workdir(tmp_path):
   sweep_file = tmp_path / 'tiny_sweep.py'

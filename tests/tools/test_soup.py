@@ -18,6 +18,7 @@ from vit_jax.checkpoints import run_dir, saved_state
 from vit_jax.models import lora
 from vit_jax.runtime import workdir_files
 from vit_jax.tools import confusion, soup, soup_ingredients
+from vit_jax.tools import runs as runs_lib
 
 # The sweep is trained once, in one worker (a module fixture is set up in each worker its tests go to).
 pytestmark = pytest.mark.xdist_group('soup_sweep')
@@ -70,6 +71,8 @@ def test_a_uniform_soup_is_the_mean_of_the_checkpoints(sweep, tmp_path):
   try:
     assert soup_ingredients.find_ingredients([sweep], None) == checkpoint_dirs
     assert len(soup_ingredients.find_ingredients([sweep, os.path.join(sweep, 'soup')], None)) == 4
+    # Nor one of report's runs (it listed an empty row, and --pivot met the first run twice).
+    assert [name for name, _ in runs_lib.find_runs([sweep])] == sorted(SWEEP)
   finally:
     shutil.rmtree(os.path.join(sweep, 'soup'))
   runs = [_folded_params(os.path.join(sweep, name)) for name in SWEEP]
@@ -84,6 +87,12 @@ def test_a_uniform_soup_is_the_mean_of_the_checkpoints(sweep, tmp_path):
     np.testing.assert_allclose(
         value, np.mean([run[name] for run in runs], 0), atol=1e-7, err_msg=name
     )
+  # Runs without adapters: the soup's adapter fields stay unset as theirs (report showed them as
+  # differing config of every run).
+  plain = soup.make_soup([d for d in checkpoint_dirs if '/lora/' not in d], 'uniform')
+  soup.write(str(tmp_path / 'plain_soup'), plain, 'uniform')
+  model = json.load(open(tmp_path / 'plain_soup' / 'config.json'))['model']
+  assert model['lora_targets'] is None and model['lora_dropout'] is None
   # What config.init_from reads from it is the same.
   for name, value in helpers.flat_params(run_dir.load_params(str(tmp_path / 'soup'))[0]).items():
     np.testing.assert_array_equal(value, written[name], err_msg=name)

@@ -60,6 +60,8 @@ def find_runs(workdirs: Sequence[str]) -> list[tuple[str, epath.Path]]:
     under, stack = [], [root]
     while stack:  # A run's own subdirectories (checkpoints/) are never entered, nor an export's.
       for child in (p for p in stack.pop().iterdir() if p.is_dir()):
+        if (child / workdir_files.SOUP).exists():  # A soup of the runs beside it is no run.
+          continue
         if _is_run(child):
           under.append(child)
         elif not _is_export(child):  # Its timm/ and peft/ hold config.json files of their own.

@@ -183,7 +183,14 @@ def write(out: str, soup: Soup, recipe: str) -> str:
   epath.Path(out).mkdir(parents=True, exist_ok=True)
   config = trained.config.copy_and_resolve_references()
   # Low-rank adapters are folded into the averaged kernels: the soup is the plain model.
-  config.model.update({k: v for k, v in trained.model_config.items() if k.startswith('lora_')})
+  # Those a run without them leaves unset stay so: set, they would differ from the runs' in report.
+  config.model.update(
+      {
+          k: v
+          for k, v in trained.model_config.items()
+          if k.startswith('lora_') and config.model.get(k) is not None
+      }
+  )
   run_dir.write_run_info(out, config, trained.info)
   step = max(t.step for t in soup.ingredients)
   manager = checkpoint.make_manager(out, keep=1)

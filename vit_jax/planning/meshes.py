@@ -30,9 +30,8 @@ def check(
 ) -> dict[str, int]:
   """The config's mesh on `devices` chips; a one-line ValueError for what training would refuse.
   `model_config`: the variant's resolved fields (variants.get_model_config)."""
-  task = tasks.get(
-      config.task
-  )  # An image size the patches do not divide: the model's error, in trace.
+  # An image size the patches do not divide is the model's error, in trace.
+  task = tasks.get(config.task)
   variants.require_vit(
       config.variant, "vit_jax.tools.plan (it models the memory of a ViT's blocks)"
   )

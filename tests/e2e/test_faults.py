@@ -165,6 +165,13 @@ def test_a_safe_change_resumes_and_keeps_the_config_history(trained_tiny_run, tm
       sorted(int(d) for d in os.listdir(os.path.join(workdir, 'checkpoints')) if d.isdigit())[-1]
       == 16
   )
+  # Started again as it is (a requeued job): no copy of the same config; another one is kept.
+  loop.train_and_evaluate(train_setup.prepare(config, workdir))
+  config.total_steps = 18
+  loop.train_and_evaluate(train_setup.prepare(config, workdir))
+  resumes = sorted(f for f in os.listdir(workdir) if f.startswith('config.resume_'))
+  assert resumes == ['config.resume_1.json', 'config.resume_2.json']
+  assert json.loads(open(os.path.join(workdir, 'config.resume_2.json')).read())['total_steps'] == 18
 
 
 def _damage(checkpoint_dir: str, how: str) -> None:

@@ -40,7 +40,11 @@ def write_run_info(
     (root / 'dataset_info.json').write_text(json.dumps(dataclasses.asdict(info), indent=2))
   elif changes:
     resumes = len(list(root.glob('config.resume_*.json')))
-    (root / f'config.resume_{resumes + 1}.json').write_text(config.to_json_best_effort(indent=2))
+    text = config.to_json_best_effort(indent=2)
+    latest = root / f'config.resume_{resumes}.json'
+    # The same config started again (a requeued job): its history has it already.
+    if not (resumes and latest.exists() and latest.read_text() == text):
+      (root / f'config.resume_{resumes + 1}.json').write_text(text)
 
 
 def check_trainable(workdir: str) -> None:

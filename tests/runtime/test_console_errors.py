@@ -157,6 +157,13 @@ def test_none_unsets_a_field_that_may_be_unset():
       'error: --config.lr.base=None: config.lr.base cannot be unset'
   ), errors
   assert errors[0].endswith('e.g. --config.lr.base=0.001'), errors
+  # A group of fields: one line naming them (its printed ConfigDict was the error's lines).
+  for value in ('None', '3'):
+    errors = _errors(['--config=configs/demo.py', f'--config.lr={value}'])
+    assert errors[0].endswith(
+        'config.lr is a group of fields (base, decay, end, warmup_steps): set each, e.g. '
+        '--config.lr.base=0.001'
+    ), errors
   # A field that does not exist: one line naming the closest (it was a KeyError's traceback).
   errors = _errors(['--config=configs/demo.py', '--config.lr.bse=None'])
   assert errors == [

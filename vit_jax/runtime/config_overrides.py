@@ -108,8 +108,12 @@ def expected_value(field: str) -> str:
   node, name = _parent(defaults.get_config(), field)
   if not isinstance(node, ml_collections.ConfigDict) or name not in node:
     return f'give config.{field} a value of its type'
-  kind = _KINDS.get(node.get_type(name), node.get_type(name).__name__)
   value = node[name]
+  if isinstance(value, ml_collections.ConfigDict):  # Its fields are set one by one.
+    first = next(iter(value.keys()), None)
+    example = f', e.g. --config.{field}.{first}={value[first]}' if first else ''
+    return f'config.{field} is a group of fields ({", ".join(value.keys())}): set each{example}'
+  kind = _KINDS.get(node.get_type(name), node.get_type(name).__name__)
   if value is None:
     return f'config.{field} takes {kind}, or None (unset)'
   if isinstance(value, (tuple, list)) and not value:
@@ -173,6 +177,8 @@ def unset(config: ml_collections.ConfigDict, field: str) -> None:
   optional = node[name] is None or (
       isinstance(default, ml_collections.ConfigDict) and name in default and default[name] is None
   )
+  if isinstance(node[name], ml_collections.ConfigDict):
+    cli.fail(f'--config.{field}=None: {expected_value(field)}')
   if not optional:
     cli.fail(
         f'--config.{field}=None: config.{field} cannot be unset, only a field whose default is '

@@ -25,6 +25,14 @@ def _config(workdir: str, **changes):
   return config
 
 
+def _refused(workdir: str, config, match: str) -> None:
+  """The start is refused with a ResumeError matching `match`, and nothing in `workdir` changed."""
+  before = helpers.files_of(workdir)
+  with pytest.raises(state.ResumeError, match=match):
+    loop.train_and_evaluate(train_setup.prepare(config, workdir))
+  assert helpers.files_of(workdir) == before
+
+
 @pytest.mark.parametrize(
     'field, value',
     [
@@ -37,15 +45,11 @@ def test_a_model_of_the_same_shapes_but_another_function_is_refused(
     trained_tiny_run, tmp_path, field, value
 ):
   workdir = helpers.copy_of(trained_tiny_run, tmp_path)
-  before = helpers.files_of(workdir)
-  config = _config(workdir, **{field: value})
-  with pytest.raises(
-      state.ResumeError,
-      match=rf'holds a run of another model \({field} .* -> '
-      rf"'{value}'; changed fields: .*{field}",
-  ):
-    loop.train_and_evaluate(train_setup.prepare(config, workdir))
-  assert helpers.files_of(workdir) == before
+  _refused(
+      workdir,
+      _config(workdir, **{field: value}),
+      rf"holds a run of another model \({field} .* -> '{value}'; changed fields: .*{field}",
+  )
 
 
 @pytest.mark.parametrize('field, value', [('grad_clip_norm', 0.0), ('optim.layer_decay', 0.75)])
@@ -55,15 +59,12 @@ def test_an_optimizer_whose_state_arrays_sit_elsewhere_is_refused(
   """Same shapes in another chain (no clipping: its empty state gone; layer decay's scaling around
   it): orbax could not restore it, and said that every checkpoint was unreadable."""
   workdir = helpers.copy_of(trained_tiny_run, tmp_path)
-  before = helpers.files_of(workdir)
-  config = _config(workdir, **{field: value})
-  with pytest.raises(
-      state.ResumeError,
-      match=rf'^the checkpoint of step 12 .* does not fit the model and optimizer of this config '
+  _refused(
+      workdir,
+      _config(workdir, **{field: value}),
+      rf'^the checkpoint of step 12 .* does not fit the model and optimizer of this config '
       rf'\(changed fields: {field} .* -> {value}\): use another --workdir',
-  ):
-    loop.train_and_evaluate(train_setup.prepare(config, workdir))
-  assert helpers.files_of(workdir) == before
+  )
 
 
 def test_other_frozen_parameters_of_the_same_shapes_are_refused(tmp_path, data_dir):
@@ -72,11 +73,8 @@ def test_other_frozen_parameters_of_the_same_shapes_are_refused(tmp_path, data_d
   frozen = {**helpers.TINY, 'data_dir': data_dir, 'total_steps': 4, 'eval_every_steps': 4}
   config = helpers.load_config('demo', {**frozen, 'optim.frozen': ('encoderblock_0/',)})
   loop.train_and_evaluate(train_setup.prepare(config, workdir))
-  before = helpers.files_of(workdir)
   config = _config(workdir, **{'optim.frozen': ('encoderblock_1/',)})
-  with pytest.raises(state.ResumeError, match=r'does not fit .*changed fields: optim.frozen'):
-    loop.train_and_evaluate(train_setup.prepare(config, workdir))
-  assert helpers.files_of(workdir) == before
+  _refused(workdir, config, r'does not fit .*changed fields: optim.frozen')
 
 
 @pytest.mark.parametrize('variant', ['checkpoint', None])
@@ -126,15 +124,13 @@ def test_a_run_whose_config_is_lost_resumes_only_a_model_its_checkpoint_fits(
   workdir = helpers.copy_of(trained_tiny_run, tmp_path)
   config = _config(workdir)
   os.remove(os.path.join(workdir, 'config.json'))
-  before = helpers.files_of(workdir)
   config.model.hidden_size = 16
-  with pytest.raises(
-      state.ResumeError,
-      match=r'the checkpoint of step 12 .* does not fit the model '
+  _refused(
+      workdir,
+      config,
+      r'the checkpoint of step 12 .* does not fit the model '
       r'and optimizer of this config \(and .*config.json, the run.s config, is missing\)',
-  ):
-    loop.train_and_evaluate(train_setup.prepare(config, workdir))
-  assert helpers.files_of(workdir) == before
+  )
   config.model.hidden_size = 32
   loop.train_and_evaluate(train_setup.prepare(config, workdir))
   assert json.load(open(os.path.join(workdir, 'config.json')))['model']['hidden_size'] == 32

@@ -47,6 +47,16 @@ def write_run_info(
       (root / f'config.resume_{resumes + 1}.json').write_text(text)
 
 
+def resumed_config(workdir: str) -> Optional[ml_collections.ConfigDict]:
+  """The config of the run that a start in `workdir`, which has saved checkpoints, resumes: its
+  first start's (config.json); None where its run info does not read (the resume says why:
+  train/state.check_resumable)."""
+  try:
+    return load_run_info(workdir)[0]
+  except ValueError:
+    return None
+
+
 def check_trainable(workdir: str) -> None:
   """A one-line ValueError for a workdir that a run cannot train in: a model soup's, an export's."""
   if (epath.Path(workdir) / workdir_files.SOUP).exists():

@@ -85,23 +85,21 @@ def _read_architecture(config: ml_collections.ConfigDict) -> tuple[str, dict[str
     raise ValueError(f'config.distill.teacher={given!r}: {e}') from None
 
 
-def pin_step(config: ml_collections.ConfigDict, workdir: str) -> None:
+def pin_step(
+    config: ml_collections.ConfigDict, stored: Optional[ml_collections.ConfigDict]
+) -> None:
   """Sets an unset config.distill.teacher_step of a teacher workdir: the step the run's first start
-  distilled from (its config.json), else the teacher's latest. Stored with the run, it keeps a resume
-  on the teacher it started with while the teacher's run saves more checkpoints."""
+  distilled from (`stored`, its config: run_dir.resumed_config), else the teacher's latest. Stored
+  with the run, it keeps a resume on the teacher it started with while the teacher's run saves more
+  checkpoints."""
   distill = config.distill
   path = hub.local(distill.teacher) if distill.teacher else None
   if not path or distill.teacher_step is not None or not run_dir.is_workdir(path):
     return
-  if saved_state.saved_steps(workdir) and run_dir.is_workdir(workdir):
-    try:
-      stored, _ = run_dir.load_run_info(workdir)
-    except ValueError:  # The resume says so (state.check_resumable).
-      stored = None
-    if stored is not None and stored.distill.teacher == distill.teacher:
-      distill.teacher_step = stored.distill.teacher_step
-      if distill.teacher_step is not None:
-        return
+  if stored is not None and stored.distill.teacher == distill.teacher:
+    distill.teacher_step = stored.distill.teacher_step
+    if distill.teacher_step is not None:
+      return
   try:
     distill.teacher_step = saved_state.find_checkpoint(path)[1]
   except (ValueError, FileNotFoundError):  # load_teacher says why.

@@ -97,19 +97,19 @@ def fill_from_checkpoint(config: ml_collections.ConfigDict) -> None:
   )
 
 
-def fill_from_resumed_run(config: ml_collections.ConfigDict, workdir: str) -> bool:
+def fill_from_resumed_run(
+    config: ml_collections.ConfigDict, stored: Optional[ml_collections.ConfigDict]
+) -> bool:
   """A resume of a variant='checkpoint' run from config.init_from: its variant, model fields and MAE
-  targets as its first start filled them from that checkpoint (its config.json), which is not read
-  again: it may be gone, or on a hub out of reach (a requeue on another node). The same unset fields
-  as `fill_from_checkpoint`'s; fields the command sets are the resume's changes (state.py). Returns
-  whether it filled them."""
-  if config.variant != vit_variants.FROM_CHECKPOINT or not saved_state.saved_steps(workdir):
-    return False
-  try:
-    stored, _ = run_dir.load_run_info(workdir)
-  except ValueError:  # Damaged or missing: the resume says so (state.check_resumable).
-    return False
-  if stored.init_from != config.init_from:
+  targets as its first start filled them from that checkpoint (`stored`, its config:
+  run_dir.resumed_config), which is not read again: it may be gone, or on a hub out of reach (a
+  requeue on another node). The same unset fields as `fill_from_checkpoint`'s; fields the command
+  sets are the resume's changes (state.py). Returns whether it filled them."""
+  if (
+      config.variant != vit_variants.FROM_CHECKPOINT
+      or stored is None
+      or stored.init_from != config.init_from
+  ):
     return False
   config.variant = stored.variant
   for field, value in stored.model.items():
@@ -117,7 +117,7 @@ def fill_from_resumed_run(config: ml_collections.ConfigDict, workdir: str) -> bo
       config.model[field] = value
   if config.mae.target_mean is None:
     config.mae.target_mean, config.mae.target_std = stored.mae.target_mean, stored.mae.target_std
-  logging.info('Model from the first start of %s (config.init_from=%s)', workdir, config.init_from)
+  logging.info("Model from the run's first start (config.init_from=%s)", config.init_from)
   return True
 
 

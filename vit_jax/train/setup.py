@@ -119,11 +119,13 @@ def check_fields(config: ml_collections.ConfigDict) -> None:
   preprocess.check_run(config)
 
 
-def resolve_model(config: ml_collections.ConfigDict, workdir: str | None = None) -> dict[str, Any]:
+def resolve_model(
+    config: ml_collections.ConfigDict, resumed: Optional[ml_collections.ConfigDict] = None
+) -> dict[str, Any]:
   """The variant's fields with config.model's overrides (filled from a variant='checkpoint' file,
-  or from the first start of the run that `workdir` resumes), checked against the images and
+  or from `resumed`, the config of the run this start resumes), checked against the images and
   FlexiViT's patch sizes."""
-  if not (workdir and warm_start.fill_from_resumed_run(config, workdir)):
+  if not warm_start.fill_from_resumed_run(config, resumed):
     warm_start.fill_from_checkpoint(config)
     warm_start.fill_mae_targets(config)
   model_config = variants.get_model_config(config.variant, config.model.to_dict())
@@ -145,7 +147,12 @@ def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
   absolute_data_dir(config)
   task = tasks.get(config.task)
   wandb_writer.check(config)  # Before a variant='checkpoint' file is read: it may be downloaded.
-  model_config = resolve_model(config, workdir)
+  # A resume restores the whole state from its own checkpoint: what it started from (config.init_from,
+  # a variant='checkpoint' file) may be gone (a requeue on another node, a hub out of reach) and is not
+  # read again; its first start's config says what it was.
+  resuming = bool(saved_state.saved_steps(workdir))
+  resumed = run_dir.resumed_config(workdir) if resuming else None
+  model_config = resolve_model(config, resumed)
   family = variants.FAMILIES[variants.family(config.variant)]
   mesh = sharding.make_mesh(config.mesh)
   sharding.check_model_fits(
@@ -218,7 +225,7 @@ def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
     param_groups.check_param_groups(
         config.optim, model_config, adapting.param_shapes(*adapting.kept_model(config, model))
     )
-  teacher_lib.pin_step(config, workdir)
+  teacher_lib.pin_step(config, resumed)
   # The teacher, read once (below) for the step and for a teacher evaluator.
   load_teacher = (
       functools.cache(lambda: teacher_lib.load_teacher(config, info.num_classes, info.class_names))
@@ -238,13 +245,11 @@ def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
           f'config.{name}=True keeps part of the config.init_from checkpoint, which is unset: '
           f'set --config.init_from=PATH or --config.{name}=False'
       )
-  # A resume restores the whole state from its own checkpoint: what it started from may be gone (a
-  # requeue on another node, a hub out of reach) and is not read again.
   init_params = (
       warm_start.load_init_params(
           config, *adapting.kept_model(config, model), class_names=info.class_names
       )
-      if config.init_from and not saved_state.saved_steps(workdir)
+      if config.init_from and not resuming
       else None
   )
   teacher = load_teacher() if load_teacher else None

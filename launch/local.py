@@ -8,17 +8,17 @@ localhost; process 0 prints, the others log warnings only, and a message process
 shown once (launch/console.py). If any process fails, the rest are stopped.
 Ctrl-C or SIGTERM to the launcher stops the run as a preemption does: every process saves the same
 step and the launcher exits with their status 75 (REQUEUE_STATUS); the same command resumes there.
+A second signal kills them unsaved; a launcher killed outright leaves none running (stopping.py).
 """
 
 import argparse
 import os
-import signal
 import socket
-import subprocess
 import sys
 import time
 
 import console as console_lib
+import stopping
 
 # A process that stopped to be preempted (vit_jax.train.preemption.REQUEUE_STATUS) is not a failure:
 # the others are finishing the same save.
@@ -45,7 +45,8 @@ def launch(
 
   SIGINT and SIGTERM to the launcher reach the processes as SIGTERM, the preemption signal their
   coordination service acts on. SIGTERM for Ctrl-C too: a terminal's Ctrl-C also reaches them (the
-  same process group), and a second SIGINT would interrupt them at once, unsaved.
+  same process group), and a second SIGINT would interrupt them at once, unsaved; a second signal
+  to the launcher kills them (stopping.Stopper).
   """
   address = f'127.0.0.1:{port or free_port()}'
   env = dict(
@@ -53,59 +54,42 @@ def launch(
       JAX_PLATFORMS='cpu',
       XLA_FLAGS=f'--xla_force_host_platform_device_count={devices_per_process}',
   )
-  procs: list[subprocess.Popen] = []
   console = console_lib.Console()
-  signalled = False
-
-  def forward(signum: int | None = None, frame=None) -> None:
-    del signum, frame
-    nonlocal signalled
-    signalled = True
-    for p in procs:
-      p.send_signal(signal.SIGTERM)  # Nothing once it has ended.
-
-  # Before the first process starts: the launcher must not die of a signal and leave them orphaned.
-  previous = {signum: signal.signal(signum, forward) for signum in (signal.SIGINT, signal.SIGTERM)}
-  try:
-    for i in range(num_processes):
-      procs.append(
-          console.popen(
-              i,
-              [
-                  sys.executable,
-                  '-m',
-                  module,
-                  *main_args,
-                  f'--coordinator_address={address}',
-                  f'--num_processes={num_processes}',
-                  f'--process_id={i}',
-              ],
-              env=env,
-          )
-      )
-    if signalled:  # While they started: tell those started after the signal too.
-      forward()
-    deadline = None if timeout is None else time.time() + timeout
-    failures = []  # The exit codes of the processes that failed, in the order they ended.
-    while True:
-      codes = [p.poll() for p in procs]  # Every one, each time: any of them may fail first.
-      failures += [c for c in codes if c not in (None, 0, REQUEUE_STATUS) and c not in failures]
-      if None not in codes:
-        break
-      if failures or (deadline is not None and time.time() > deadline):
-        # The others would wait on the failed one's collectives until they time out.
-        for p in procs:
-          if p.poll() is None:
-            p.kill()
-        break
-      console.flush()
-      time.sleep(0.2)
-  finally:
-    for p in procs:
-      p.wait()
-    console.close()
-    for signum, handler in previous.items():
-      signal.signal(signum, handler)
+  with stopping.Stopper() as stopper:
+    procs = stopper.processes
+    try:
+      for i in range(num_processes):
+        command = [
+            sys.executable,
+            '-m',
+            module,
+            *main_args,
+            f'--coordinator_address={address}',
+            f'--num_processes={num_processes}',
+            f'--process_id={i}',
+        ]
+        stopper.add(console.popen(i, stopping.ended_with_launcher(command), env=env))
+      deadline = None if timeout is None else time.time() + timeout
+      failures = []  # The exit codes of the processes that failed, in the order they ended.
+      while True:
+        codes = [p.poll() for p in procs]  # Every one, each time: any of them may fail first.
+        failures += [c for c in codes if c not in (None, 0, REQUEUE_STATUS) and c not in failures]
+        if None not in codes:
+          break
+        if failures or (deadline is not None and time.time() > deadline):
+          # The others would wait on the failed one's collectives until they time out.
+          for p in procs:
+            if p.poll() is None:
+              p.kill()
+          break
+        console.flush()
+        time.sleep(0.2)
+    finally:
+      for p in procs:
+        p.wait()
+      console.close()
+  if stopper.killed:
+    print('error: killed the processes unsaved (a second signal to the launcher)', file=sys.stderr)
   if failures:  # The first: the others' are those of processes it stopped, or the launcher killed.
     return failures[0]
   codes = [p.returncode for p in procs]

@@ -18,6 +18,7 @@ line before any run starts.
 
 Runs one after another stop as one run does: Ctrl-C or SIGTERM saves the run at its step, and the
 sweep exits with its status 75; the same command resumes it (a finished run only evaluates again).
+A second signal kills the run unsaved; a sweep killed outright leaves no run going (stopping.py).
 
 WORKDIR/sweep.json records the sweep file and its runs' commands; a run logging to Weights & Biases
 (config.wandb.project) whose workdir it lists is in the W&B group named after WORKDIR, unless
@@ -32,13 +33,13 @@ import json
 import os
 import re
 import shlex
-import signal
 import subprocess
 import sys
 from typing import Any
 
 from etils import epath
 
+import stopping
 from local import REQUEUE_STATUS  # A run that stopped to be resumed: Ctrl-C or SIGTERM.
 from vit_jax.runtime import config_files, config_overrides
 
@@ -281,33 +282,14 @@ def slurm_array(runs: list[list[str]], workdir: str, sbatch_options: str) -> lis
   ]
 
 
-def run_one(cmd: list[str]) -> tuple[int, bool]:
-  """Runs `cmd` to its end; (its exit status, whether the sweep was asked to stop meanwhile). Ctrl-C
-  and SIGTERM to the sweep reach the run as SIGTERM, a preemption: it saves and exits 75 (Ctrl-C
-  reaches it from the terminal too; a second SIGINT would stop it unsaved)."""
-  running, stopping = [], []
-
-  def forward(signum, frame) -> None:
-    del signum, frame
-    stopping.append(True)
-    for process in running:
-      process.send_signal(signal.SIGTERM)
-
-  # Before the run starts: the sweep must not die of a signal and leave it running, orphaned. An
-  # ignored signal (nohup's SIGINT, a job in the background) stays ignored, as by vit_jax.main.
-  previous = {
-      signum: signal.signal(signum, forward)
-      for signum in (signal.SIGINT, signal.SIGTERM)
-      if signal.getsignal(signum) is not signal.SIG_IGN
-  }
-  try:
-    running.append(subprocess.Popen(cmd))
-    if stopping:  # While it started.
-      forward(None, None)
-    return running[0].wait(), bool(stopping)
-  finally:
-    for signum, handler in previous.items():
-      signal.signal(signum, handler)
+def run_one(cmd: list[str]) -> tuple[int, int]:
+  """Runs `cmd` to its end; (its exit status, how many times the sweep was signalled meanwhile).
+  Ctrl-C and SIGTERM to the sweep reach the run as SIGTERM, a preemption: it saves and exits 75
+  (Ctrl-C reaches it from the terminal too; a second SIGINT would stop it unsaved). A second signal
+  to the sweep kills it (stopping.Stopper)."""
+  with stopping.Stopper() as stopper:
+    stopper.add(subprocess.Popen(stopping.ended_with_launcher(cmd)))
+    return stopper.processes[0].wait(), stopper.signals
 
 
 def main() -> None:
@@ -349,11 +331,12 @@ def main() -> None:
   failed = []
   for i, cmd in enumerate(runs, 1):
     print(f'[{i}/{len(runs)}] {shlex.join(cmd)}', flush=True)
-    status, stopping = run_one(cmd)
-    if stopping or status == REQUEUE_STATUS:
+    status, signals = run_one(cmd)
+    if signals or status == REQUEUE_STATUS:
+      unsaved = ', killed unsaved by a second signal' if signals > 1 else ''
       print(
-          f'error: the sweep stopped at run {i} of {len(runs)} (status {status}): the same command '
-          'resumes it, each finished run only evaluated again',
+          f'error: the sweep stopped at run {i} of {len(runs)} (status {status}{unsaved}): the '
+          'same command resumes it, each finished run only evaluated again',
           file=sys.stderr,
       )
       sys.exit(status if status > 0 else 128 - status if status < 0 else REQUEUE_STATUS)

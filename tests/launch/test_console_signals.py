@@ -7,6 +7,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -136,6 +137,34 @@ def test_sigterm_to_the_launcher_alone_stops_its_processes_and_exits_with_their_
   assert not orphans, output[-3000:]
   assert status == preemption.REQUEUE_STATUS, output[-3000:]
   _assert_both_saved_the_same_step(workdir, output)
+
+
+@pytest.mark.slow
+def test_sigkill_to_the_launcher_stops_its_processes_which_save(tmp_path, data_dir):
+  """No handler runs in a launcher killed outright: the kernel's SIGTERM at its death
+  (launch/stopping.py) stops its processes as a preemption, though their console is gone."""
+  workdir = str(tmp_path / 'run')
+  with open(tmp_path / 'log', 'w') as log:
+    proc = _launcher(workdir, data_dir, log)
+  children = []
+  try:
+    helpers.wait_for_checkpoint(workdir, [proc])
+    children = _children(proc.pid)
+    proc.kill()
+    proc.wait()
+    saved_before = saved_state.saved_steps(workdir)
+    deadline = time.time() + 300
+    while any(helpers.running(child) for child in children) and time.time() < deadline:
+      time.sleep(0.2)
+    orphans = [child for child in children if helpers.running(child)]
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+    for child in children or _children(proc.pid):
+      if helpers.running(child):
+        os.kill(child, signal.SIGKILL)
+  assert len(children) == 2 and not orphans  # Without the signal they would train on, orphaned.
+  assert saved_state.saved_steps(workdir)[-1] > saved_before[-1]
 
 
 def test_ctrl_c_before_the_first_step_is_one_line_and_status_130(tmp_path, data_dir):

@@ -340,8 +340,8 @@ def test_a_signal_to_the_sweep_reaches_its_run_once_as_sigterm_and_the_sweep_wai
   signal.signal(signal.SIGTERM, signal.SIG_DFL)
   try:
     threading.Thread(target=signal_once_started, daemon=True).start()
-    status, stopping = sweep.run_one([sys.executable, '-c', _RUN, str(marker)])
-    assert (status, stopping) == (75, True)
+    status, signals = sweep.run_one([sys.executable, '-c', _RUN, str(marker)])
+    assert (status, signals) == (75, 1)
     assert marker.read_text() == 'TERM'
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # Given back.
   finally:

@@ -22,7 +22,9 @@ A second signal kills the run unsaved; a sweep killed outright leaves no run goi
 
 WORKDIR/sweep.json records the sweep file and its runs' commands; a run logging to Weights & Biases
 (config.wandb.project) whose workdir it lists is in the W&B group named after WORKDIR, unless
-config.wandb.group names another (vit_jax/train/wandb_writer.py reads it).
+config.wandb.group names another (vit_jax/train/wandb_writer.py reads it). --print alone writes
+nothing (its commands may run where WORKDIR is another folder): `-- --config.wandb.group=NAME` groups
+its runs.
 """
 
 import argparse
@@ -41,7 +43,8 @@ from etils import epath
 
 import stopping
 from local import REQUEUE_STATUS  # A run that stopped to be resumed: Ctrl-C or SIGTERM.
-from vit_jax.runtime import config_files, config_overrides
+from vit_jax import defaults
+from vit_jax.runtime import config_files, config_overrides, paths
 
 _NAME_BYTES = 255  # The longest file name most file systems take.
 _REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -250,6 +253,20 @@ def commands(sweep_file: str, workdir: str, extra_args: list[str]) -> list[list[
   return cmds
 
 
+def check_root(workdir: str, slurm: bool) -> None:
+  """SweepError unless the sweep can write in its root `workdir` (and, for a SLURM job array, the
+  job can read its runs there), checked before anything is written or submitted."""
+  if slurm and paths.is_url(workdir):
+    raise SweepError(
+        f'--slurm needs a --workdir on a file system the nodes share, where the job reads its '
+        f'runs (sweep_runs.txt), not {workdir}: run the sweep without --slurm, or from such a folder'
+    )
+  try:
+    paths.check_writable(workdir, defaults.get_config().storage_timeout_s)
+  except ValueError as e:
+    raise SweepError(str(e)) from None
+
+
 def write_sweep_file(sweep_file: str, workdir: str, runs: list[list[str]]) -> None:
   """WORKDIR/sweep.json (a local folder or cloud storage): the sweep file, and each run's
   vit_jax.main arguments by its workdir's name."""
@@ -312,22 +329,24 @@ def main() -> None:
   parser.add_argument('extra', nargs=argparse.REMAINDER, help='After --: arguments for every run.')
   args = parser.parse_args()
   extra = args.extra[1:] if args.extra[:1] == ['--'] else args.extra
+  only_print = args.print and args.slurm is None  # Writes nothing: the commands may run elsewhere.
   try:
     runs = commands(args.sweep, args.workdir, extra)
+    if not only_print:
+      check_root(args.workdir, slurm=args.slurm is not None)
   except SweepError as e:
     print(f'error: {e}', file=sys.stderr)
     sys.exit(2)
+  if only_print:
+    print('\n'.join(shlex.join(cmd) for cmd in runs))
+    return
+  write_sweep_file(args.sweep, args.workdir, runs)  # With --slurm --print too: its line runs them.
   if args.slurm is not None:
-    write_sweep_file(args.sweep, args.workdir, runs)  # With --print too: the sbatch line runs them.
     sbatch = slurm_array(runs, args.workdir, args.slurm)
     print(shlex.join(sbatch), flush=True)
     if not args.print:
       sys.exit(subprocess.run(sbatch).returncode)
     return
-  if args.print:
-    print('\n'.join(shlex.join(cmd) for cmd in runs))
-    return
-  write_sweep_file(args.sweep, args.workdir, runs)
   failed = []
   for i, cmd in enumerate(runs, 1):
     print(f'[{i}/{len(runs)}] {shlex.join(cmd)}', flush=True)

@@ -299,6 +299,59 @@ def test_a_sweep_that_cannot_run_as_asked_is_one_line_before_any_run(
   assert not (tmp_path / 'runs').exists()
 
 
+@pytest.mark.parametrize(
+    'root, slurm, error',
+    [
+        ('a_file', None, r"--workdir='.*a_file' is not writable \(it is a file, not a directory\)"),
+        (
+            'gs://bucket/sweep',
+            '--slurm',
+            r'--slurm needs a --workdir on a file system the nodes share',
+        ),
+    ],
+)
+def test_a_sweep_root_it_cannot_write_is_one_line_before_any_run(root, slurm, error, tmp_path):
+  """A root that is a file was a traceback after the checks; with --slurm a URL root made a local
+  folder 'gs:' holding the job's runs file."""
+  (tmp_path / 'a_file').write_text('')
+  run = subprocess.run(
+      [
+          sys.executable,
+          os.path.join(helpers.REPO, 'launch', 'sweep.py'),
+          f'--sweep={helpers.REPO}/configs/sweeps/demo_lr_steps.py',
+          f'--workdir={root}',
+          *([slurm] if slurm else []),
+      ],
+      cwd=tmp_path,
+      capture_output=True,
+      text=True,
+      timeout=120,
+  )
+  assert run.returncode == 2 and run.stdout == '', run.stderr
+  assert len(run.stderr.splitlines()) == 1 and run.stderr.startswith('error: '), run.stderr
+  assert re.search(error, run.stderr), run.stderr
+  assert sorted(os.listdir(tmp_path)) == ['a_file']
+
+
+def test_print_alone_writes_nothing(tmp_path):
+  """Its commands may run where the root is another folder (a cluster's)."""
+  run = subprocess.run(
+      [
+          sys.executable,
+          os.path.join(helpers.REPO, 'launch', 'sweep.py'),
+          f'--sweep={helpers.REPO}/configs/sweeps/demo_lr_steps.py',
+          '--workdir=runs',
+          '--print',
+      ],
+      cwd=tmp_path,
+      capture_output=True,
+      text=True,
+      timeout=120,
+  )
+  assert run.returncode == 0 and len(run.stdout.splitlines()) == 6, run.stderr
+  assert os.listdir(tmp_path) == []
+
+
 def test_a_missing_sweep_file_is_one_line(tmp_path):
   with pytest.raises(sweep.SweepError, match=r'^cannot load --sweep=.*No such file'):
     sweep.commands(str(tmp_path / 'none.py'), str(tmp_path), [])

@@ -256,6 +256,27 @@ def _parsed(args: list[str]) -> dict:
   return json.loads(run.stdout)
 
 
+def test_a_value_after_a_space_is_the_fields_as_after_an_equals_sign():
+  """absl takes `--config.FIELD VALUE`: None there was parsed as the field's type ("takes an
+  integer, or None")."""
+  config = _parsed(
+      [
+          '--config=configs/demo.py',
+          '--config.total_steps',
+          'None',
+          '--config.num_epochs',
+          '2',
+          '--config.wandb.tags',
+          'vit,i1k',
+          '--config.evals.extra',
+          "dict(type='classification', split='test', every_steps=3)",
+      ]
+  )
+  assert (config['total_steps'], config['num_epochs']) == (None, 2)
+  assert config['wandb']['tags'] == ['vit', 'i1k']
+  assert config['evals']['extra']['every_steps'] == 3
+
+
 def test_words_given_to_a_tuple_field_are_its_elements():
   config = _parsed(
       [
@@ -286,6 +307,15 @@ def test_an_evaluator_is_added_replaced_or_dropped_whole():
       'p8': {'type': 'classification', 'split': 'test', 'every_steps': 3},
       'minival': {'type': 'classification', 'split': 'train[:10%]', 'every_steps': 2},
   }
+  # Added, then dropped, on one line: it is not there (was "no evaluator 'minival' to drop").
+  config = _parsed(
+      [
+          flexi,
+          "--config.evals.minival=dict(type='classification', split='test', every_steps=2)",
+          '--config.evals.minival=None',
+      ]
+  )
+  assert sorted(config['evals']) == ['p2', 'p8']
   example = "--config.evals.NAME=\"dict(type='classification', split='test', every_steps=1000)\""
   for args, message in (
       (['--config.evals.m=3'], 'an evaluator is a dict of literals: ' + example),

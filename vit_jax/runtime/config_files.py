@@ -73,6 +73,7 @@ def flags_parser(usage: str) -> Callable[[list[str]], list[str]]:
 
 
 def _parse_flags(argv: list[str], usage: str) -> list[str]:
+  argv = config_overrides.with_values_joined(argv)
   files = _config_args(argv)
   if len(files) > 1:  # absl keeps the last, or with an override fails on its flags defined twice.
     cli.fail(f'--config is given {len(files)} times ({", ".join(files)}): pass one config file')
@@ -92,7 +93,8 @@ def _parse_flags(argv: list[str], usage: str) -> list[str]:
   parsed = [
       arg
       for arg in argv
-      if not config_overrides.is_unset(arg) and config_overrides.field_of(arg) not in evaluators
+      if not config_overrides.is_unset(arg)
+      and not config_overrides.evaluator_name(config_overrides.field_of(arg) or '')
   ]
   given_argv, sys.argv = sys.argv, parsed  # config_flags finds the override flags in sys.argv.
   try:
@@ -118,7 +120,7 @@ def _parse_flags(argv: list[str], usage: str) -> list[str]:
   for field, value in evaluators.items():
     config_overrides.set_evaluator(flags.FLAGS.config, field, value)
   for field in unset:
-    config_overrides.unset(flags.FLAGS.config, field)
+    config_overrides.unset(flags.FLAGS.config, field, argv=given)
   config_overrides.check_one_of(flags.FLAGS.config, config_path(given), overrides)
   return argv
 

@@ -22,6 +22,26 @@ _OVERRIDE = re.compile(r'^--?(?:no)?config\.([^=]+)(?:=(.*))?$')
 _ONE_OF = ('total_steps', 'num_epochs')
 
 
+def with_values_joined(argv: Sequence[str]) -> list[str]:
+  """`--config.FIELD VALUE` (absl's other spelling of a flag's value) as `--config.FIELD=VALUE`, so
+  that `=None` and an evaluator given whole are seen in it too. A boolean's `--config.FIELD` before
+  another flag stays as it is; one before a word would leave the word an unexpected argument."""
+  joined = []
+  for arg in argv:
+    previous = joined[-1] if joined else ''
+    if (
+        '--' not in joined
+        and not arg.startswith('-')
+        and '=' not in previous
+        and _OVERRIDE.match(previous)
+        and not previous.lstrip('-').startswith('no')
+    ):
+      joined[-1] = f'{previous}={arg}'
+    else:
+      joined.append(arg)
+  return joined
+
+
 def overrides(argv: Sequence[str]) -> dict[str, Optional[str]]:
   """field -> the last value given for it by `--config.FIELD=VALUE` (None for `--config.FIELD`)."""
   found = {}
@@ -154,11 +174,15 @@ def unknown_field(
   return None
 
 
-def unset(config: ml_collections.ConfigDict, field: str) -> None:
+def unset(config: ml_collections.ConfigDict, field: str, argv: Sequence[str] = ()) -> None:
   """`--config.FIELD=None`: sets the field to None if it may be None (its default is, or its value);
-  `--config.evals.NAME=None` drops the evaluator NAME."""
+  `--config.evals.NAME=None` drops the evaluator NAME, of the file or added earlier in `argv`."""
   *parents, name = field.split('.')
   if evaluator_name(field):
+    if name not in config.evals and any(
+        field_of(arg) == field and not is_unset(arg) for arg in argv
+    ):
+      return  # Added, then dropped, on one command line.
     if name not in config.evals:
       cli.fail(
           f"--config.{field}=None: config.evals has no evaluator {name!r} to drop (the file's: "

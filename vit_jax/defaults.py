@@ -409,7 +409,8 @@ def get_config() -> ml_collections.ConfigDict:
   # hung collective or file system); 0: no watchdog.
   config.hang_timeout_s = 1800.0
 
-  # Bookkeeping (in steps).
+  # Bookkeeping (in steps). The train metrics logged every log_every_steps are means over the steps
+  # since the last log (train_loss, grad_norm...), but learning_rate: the rate of the logged step.
   config.log_every_steps = 100
   config.eval_every_steps = 1000
   config.checkpoint_every_steps = 1000

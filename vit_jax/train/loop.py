@@ -75,14 +75,19 @@ def _checked_history(
   return history
 
 
+# Metrics of the logged step itself, not means over the window: the rate its update applied (as
+# big_vision and timm log it; a mean mixes a warmup's end with what follows), the run's count.
+_AT_THE_STEP = ('learning_rate', 'skipped_steps')
+
+
 def _mean_metrics(history: list[dict[str, float]]) -> dict[str, float]:
-  """Means over the window's steps, of the finite values (skipped steps have none); the count of
-  skipped steps is the run's so far."""
+  """Means over the window's steps, of the finite values (skipped steps have none), but for
+  `_AT_THE_STEP`'s, the last step's."""
   means = {}
   for k in history[0]:
     values = [metrics[k] for metrics in history]
     finite = [v for v in values if np.isfinite(v)]
-    means[k] = float(values[-1] if k == 'skipped_steps' else np.mean(finite) if finite else np.nan)
+    means[k] = float(values[-1] if k in _AT_THE_STEP else np.mean(finite) if finite else np.nan)
   return means
 
 

@@ -146,3 +146,21 @@ def test_a_dataset_cache_that_cannot_be_written_is_named_not_the_images(tmp_path
       f'Indexing zip archive {archive}: the dataset cache {archive}/cache cannot be written '
       f'(Not a directory): set {dataset_cache.CACHE_VARIABLE} to a folder this process may write'
   )
+
+
+def test_a_run_reads_an_archive_rewritten_since_the_last_in_the_process(tmp_path):
+  """A notebook's second run: the archive at the same path holds other images (its index in the
+  process was the first's, keyed by the path: the old files, at the old offsets)."""
+  root, archive = _folder_and_its_zip(tmp_path, zipfile.ZIP_DEFLATED)
+  config = helpers.data_config(f'{archive}/pets', dataset='folder', data_workers=0)
+  assert data.get_info(config).num_train == 4
+  with zipfile.ZipFile(archive, 'w') as zipped:  # Fewer classes, more images in each.
+    for k in range(6):
+      pixels = np.full((8, 8, 3), 40 * k, np.uint8)
+      zipped.writestr(f'pets/train/{"ab"[k % 2]}/{k}.png', helpers.encoded(pixels, 'PNG'))
+      zipped.writestr(f'pets/test/{"ab"[k % 2]}/{k}.png', helpers.encoded(pixels, 'PNG'))
+  info = data.get_info(config)
+  assert (info.class_names, info.num_train, info.num_eval) == (('a', 'b'), 6, 6)
+  (batch,) = data.eval_iterator(config, 'test', local_batch_size=6)
+  assert sorted(batch['label'][batch['mask']].tolist()) == [0, 0, 0, 1, 1, 1]
+  assert sorted(batch['image'][batch['mask']][:, 0, 0, 0].tolist()) == [0, 40, 80, 120, 160, 200]

@@ -19,6 +19,7 @@ from vit_jax.data import order
 from vit_jax.data import preprocess
 from vit_jax.data import tfds_source
 from vit_jax.data import vtab
+from vit_jax.data import zip_members
 from vit_jax.runtime import cpuinfo
 
 
@@ -158,9 +159,11 @@ def check_split(source: Any, split: str, flag: str) -> None:
 
 def get_info(config: ml_collections.ConfigDict) -> DatasetInfo:
   """Sizes and class names of config.label_feature; validates the data config. A run starts here: an
-  image folder is listed anew (a notebook may have added images since the last run)."""
+  image folder is listed anew, a zip archive read anew (a notebook may have added images since the
+  last run)."""
   _listed_folder.cache_clear()
   _listed_huggingface.cache_clear()
+  zip_members.forget()
   source = checked_source(config)
   for field in ('train_split', 'eval_split'):
     check_split(source, config[field], f'--config.{field}')

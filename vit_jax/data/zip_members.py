@@ -152,6 +152,13 @@ def _files(archive: str) -> tuple[dict[str, zipfile.ZipInfo], list[str]]:
   return files, [name for name in folder_entries if name]
 
 
+def forget() -> None:
+  """Forgets what this process read of archives: a run starts (a notebook may have rewritten one at
+  the same path since the last, and its index is another)."""
+  for cached in (_is_file, folders, _index):
+    cached.cache_clear()
+
+
 def names(archive: str) -> list[str]:
   """The files of `archive` datasets reads (hidden ones left out), in the order it reads them."""
   return sorted((n for n in _names(archive) if not hidden(n)), key=_walk_order)

@@ -389,7 +389,7 @@ def test_a_dataset_on_the_hub_downloads_its_parquet_files_and_readme(tmp_path, m
   assert (info.num_train, info.num_eval, info.class_names) == (10, 5, tuple(NAMES))
   from vit_jax.train import setup  # pylint: disable=g-import-not-at-top
 
-  setup.absolute_data_dir(config)
+  setup.absolute_paths(config)
   assert config.data_dir == 'hf-hub:org/pictures@v1'  # Not a path under the working directory.
 
   listing[:] = ['README.md', 'train.csv']

@@ -88,21 +88,28 @@ def test_the_import_root_is_above_the_outermost_package(tmp_path):
 
 
 def test_a_relative_data_dir_is_stored_absolute_for_the_tools_run_from_elsewhere(
-    data_dir, tmp_path, monkeypatch
+    data_dir, trained_tiny_run, tmp_path, monkeypatch
 ):
   # The run's config.json is setup's config: fewshot, predict... read data_dir from it, from any directory.
   monkeypatch.chdir(os.path.dirname(data_dir))
   config = helpers.load_config('demo', {**helpers.TINY, 'data_dir': os.path.basename(data_dir)})
   assert train_setup.prepare(config, str(tmp_path / 'w')).config.data_dir == data_dir
+  # So is what a fine-tune starts from: soup compared two runs' config.init_from as text.
+  monkeypatch.chdir(os.path.dirname(trained_tiny_run))
+  config = helpers.load_config(
+      'demo',
+      {**helpers.TINY, 'data_dir': data_dir, 'init_from': os.path.basename(trained_tiny_run)},
+  )
+  assert train_setup.prepare(config, str(tmp_path / 'w2')).config.init_from == trained_tiny_run
   for kept in (
       None,
       'gs://bucket/tfds',
   ):  # Unset stays unset (tfds' default); a URL is no local path.
     config = helpers.load_config('demo', {'data_dir': kept})
-    train_setup.absolute_data_dir(config)
+    train_setup.absolute_paths(config)
     assert config.data_dir == kept
   # The shell leaves --config.data_dir=~/x as it is: it was <cwd>/~/x.
   monkeypatch.setenv('HOME', str(tmp_path))
   config = helpers.load_config('demo', {'data_dir': '~/tfds'})
-  train_setup.absolute_data_dir(config)
+  train_setup.absolute_paths(config)
   assert config.data_dir == str(tmp_path / 'tfds')

@@ -6,7 +6,7 @@ import fractions
 import functools
 import math
 from types import ModuleType
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from absl import logging
 import flax.linen as nn
@@ -84,12 +84,17 @@ def total_steps(config: ml_collections.ConfigDict, info: data.DatasetInfo) -> in
   return steps
 
 
-def absolute_data_dir(config: ml_collections.ConfigDict) -> None:
-  """Makes a relative `config.data_dir` absolute (a URL, a hub name and unset stay as they are), in
-  place: the run's config.json is read by tools (fewshot, predict...) run later from other
-  directories."""
-  if config.data_dir and not hf_hub.is_hub(config.data_dir):
-    config.data_dir = paths.absolute(config.data_dir)
+def absolute_paths(
+    config: ml_collections.ConfigDict, fields: Sequence[str] = ('data_dir',)
+) -> None:
+  """Makes relative paths of the dotted `fields` of `config` absolute (a URL, a hub name and unset
+  stay as they are), in place: the run's config.json is read by tools (fewshot, predict, soup's
+  "fine-tuned from the same parameters"...) run later from other directories."""
+  for field in fields:
+    *parents, name = field.split('.')
+    node = functools.reduce(lambda node, parent: node[parent], parents, config)
+    if node[name] and not hf_hub.is_hub(node[name]):
+      node[name] = paths.absolute(node[name])
 
 
 def _too_few_classes(config: ml_collections.ConfigDict, info: data.DatasetInfo, needed: int) -> str:
@@ -144,7 +149,7 @@ def resolve_model(
 def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
   """Checks the config, data and workdir; raises ValueError with a one-line fix on bad input."""
   check_fields(config)
-  absolute_data_dir(config)
+  absolute_paths(config)
   task = tasks.get(config.task)
   wandb_writer.check(config)  # Before a variant='checkpoint' file is read: it may be downloaded.
   # A resume restores the whole state from its own checkpoint: what it started from (config.init_from,
@@ -258,6 +263,8 @@ def prepare(config: ml_collections.ConfigDict, workdir: str) -> Setup:
   run_dir.check_trainable(workdir)  # Once storage has answered in time.
   # Last of the checks: a Parquet split's copy of the rows this process reads can take hours.
   data.prepare(config, jax.process_index(), jax.process_count(), train=steps > 0)
+  # Once read: an error about them names them as given (a relative path, from where).
+  absolute_paths(config, ('init_from', 'distill.teacher'))
   return Setup(
       config,
       workdir,

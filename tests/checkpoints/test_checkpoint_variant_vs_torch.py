@@ -9,6 +9,7 @@ import ml_collections
 import numpy as np
 import pytest
 import safetensors.torch
+import timm
 import torch
 import transformers
 
@@ -355,6 +356,27 @@ def test_a_kept_heads_classes_are_read_in_the_datasets_order(tmp_path):
       json.dumps({**config, 'id2label': {i: f'LABEL_{i}' for i in range(10)}})
   )
   assert label_order.checkpoint_classes(str(tmp_path / 'hf')) is None
+
+
+@pytest.mark.parametrize('as_dict', [False, True])
+def test_the_classes_timms_save_for_hf_names_are_the_checkpoints(tmp_path, as_dict):
+  """timm writes label_names beside pretrained_cfg in config.json (and reads them there): a kept
+  head was read in its own order, each logit as another class."""
+  names = [str(d) for d in (3, 1, 4, 0, 5, 9, 2, 6, 8, 7)]
+  model = timm.create_model(
+      'vit_tiny_patch16_224',
+      img_size=8,
+      patch_size=4,
+      num_classes=10,
+      embed_dim=16,
+      depth=1,
+      num_heads=2,
+  )
+  label_names = {str(i): name for i, name in enumerate(names)} if as_dict else names
+  timm.models.save_for_hf(model, str(tmp_path / 'timm'), model_config={'label_names': label_names})
+  saved = json.loads((tmp_path / 'timm' / 'config.json').read_text())
+  assert saved['label_names'] == label_names and 'label_names' not in saved['pretrained_cfg']
+  assert label_order.checkpoint_classes(str(tmp_path / 'timm')) == names
 
 
 @pytest.mark.parametrize('fc_norm', [True, False])

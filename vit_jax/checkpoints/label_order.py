@@ -1,5 +1,5 @@
 """A kept head's classes in the dataset's order (config.keep_head). A classifier checkpoint names its
-classes (transformers' config.json `id2label`, timm's `pretrained_cfg.label_names`, a vit_jax run's
+classes (transformers' config.json `id2label`, timm's `label_names` there or in `pretrained_cfg`, a vit_jax run's
 dataset), and a dataset may hold the same classes in another order (an image folder's are its folder
 names, sorted): logit i would be read as the dataset's class i, another class. Where the names are
 the same set, the head's outputs are permuted to the dataset's order; where they are not, a warning
@@ -24,11 +24,16 @@ def checkpoint_classes(path: str) -> Optional[list[str]]:
   names none."""
   if torch_files.is_state_dict_path(path):
     config = torch_files.beside(path, 'config.json')
-    id2label = config.get('id2label') or {}
-    names = [id2label[k] for k in sorted(id2label, key=int)] if id2label else None
+    names = _listed(config.get('id2label'))
     if names and all(_UNNAMED.fullmatch(str(n)) for n in names):
       names = None
-    return names or config.get('pretrained_cfg', {}).get('label_names') or None
+    # timm's: save_for_hf writes label_names beside pretrained_cfg (timm reads it from there);
+    # vit_jax's export, inside it.
+    return (
+        names
+        or _listed(config.get('label_names'))
+        or _listed(config.get('pretrained_cfg', {}).get('label_names'))
+    )
   workdir = saved_state.workdir_of(path) if saved_state.is_step_dir(path) else path
   if run_dir.is_workdir(workdir):
     try:
@@ -36,6 +41,17 @@ def checkpoint_classes(path: str) -> Optional[list[str]]:
     except ValueError:  # A soup, or files of an older vit_jax: no names to go by.
       return None
   return None
+
+
+def _listed(names: Any) -> Optional[list[str]]:
+  """Class names given as a list, or as a dict by index ({'0': 'cat'}: transformers' id2label,
+  timm's label_names either way); None where there are none."""
+  if isinstance(names, dict):
+    try:
+      return [names[k] for k in sorted(names, key=int)] or None
+    except ValueError:  # Keys that are no indices.
+      return None
+  return list(names) if isinstance(names, (list, tuple)) and names else None
 
 
 def aligned(

@@ -131,13 +131,18 @@ def load(sweep_file: str) -> tuple[list[dict[str, Any]], list[str]]:
   names it; SweepError for a file that is no sweep file."""
   try:
     module = _module(sweep_file, 'sweep')
-  except (OSError, SyntaxError) as e:
-    raise SweepError(f'cannot load --sweep={sweep_file}: {e}') from None
-  sweep = module.get_sweep() if hasattr(module, 'get_sweep') else None
-  if not isinstance(sweep, list) or not all(isinstance(entry, dict) for entry in sweep):
+    sweep = module.get_sweep() if hasattr(module, 'get_sweep') else None
+  except Exception as e:  # pylint: disable=broad-except  # Its own code: an import, a typo.
+    said = str(e).strip().splitlines()[-1] if str(e).strip() else ''
+    raise SweepError(f'cannot load --sweep={sweep_file}: {type(e).__name__}: {said}') from None
+  if (
+      not isinstance(sweep, list)
+      or not all(isinstance(entry, dict) for entry in sweep)
+      or not all(isinstance(key, str) for entry in sweep for key in entry)
+  ):
     raise SweepError(
         f'--sweep={sweep_file} must define get_sweep() returning a list of dicts of config '
-        "overrides, e.g. [{'lr.base': [1e-3, 3e-3]}]"
+        "overrides by field name, e.g. [{'lr.base': [1e-3, 3e-3]}]"
     )
   runs = expand(sweep)
   if not runs:
@@ -187,6 +192,30 @@ def _check_fields(
             f'{field!r} is no field of the config of --config={config}'
             + (f': did you mean {close[0]!r}?' if close else '')
         )
+    for overrides in (o for o, c in zip(runs, configs) if c == config):
+      _check_values(loaded, overrides)
+
+
+def _check_values(config: Any, overrides: dict[str, Any]) -> None:
+  """SweepError for a value of another type than its field's (each run would fail at its start;
+  one of a job array, once it is scheduled). None and evaluators are left to vit_jax.main."""
+  for field, value in overrides.items():
+    if field == 'config' or value is None or config_overrides.evaluator_name(field):
+      continue
+    *parents, name = field.split('.')
+    node = config
+    for parent in parents:
+      node = node[parent]
+    kept = node[name]
+    try:
+      node[name] = value  # A ConfigDict checks the type.
+    except (TypeError, ValueError):
+      raise SweepError(
+          f'the sweep sets {field}={value!r} (run {overrides}): '
+          f'{config_overrides.expected_value(field)}'
+      ) from None
+    finally:
+      node[name] = kept
 
 
 def _loaded_config(config: str) -> Any:

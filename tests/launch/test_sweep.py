@@ -272,6 +272,33 @@ def test_the_fields_an_argument_for_every_run_may_not_set():
             ['--config=configs/mae_demo.py'],
             r"sets 'config', which the sweep file sets \(its CONFIG\)",
         ),
+        (  # Each run failed at its start; with [2, 'x'] the first trained to its end first.
+            "CONFIG = 'configs/demo.py'\n"
+            "def get_sweep():\n  return [{'total_steps': [2, 'x'], 'lr.base': [0.1]}]\n",
+            [],
+            r"the sweep sets total_steps='x' \(run \{'total_steps': 'x', 'lr.base': 0.1\}\): "
+            r'config.total_steps takes an integer',
+        ),
+        (
+            "CONFIG = 'configs/demo.py'\ndef get_sweep():\n  return [{'model.hidden_size': 32.5}]\n",
+            [],
+            r'the sweep sets model.hidden_size=32.5 .*: config.model.hidden_size takes an integer',
+        ),
+        (  # Tracebacks of the sweep file's own code.
+            'import no_such_module\n',
+            [],
+            r"cannot load --sweep=.*: ModuleNotFoundError: No module named 'no_such_module'",
+        ),
+        (
+            "CONFIG = 'configs/demo.py'\ndef get_sweep():\n  return [{'seed': 1 / 0}]\n",
+            [],
+            r'cannot load --sweep=.*: ZeroDivisionError: division by zero',
+        ),
+        (
+            "CONFIG = 'configs/demo.py'\ndef get_sweep():\n  return [{1: [2]}]\n",
+            [],
+            r'must define get_sweep\(\) returning a list of dicts of config overrides by field name',
+        ),
     ],
 )
 def test_a_sweep_that_cannot_run_as_asked_is_one_line_before_any_run(

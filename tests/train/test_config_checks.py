@@ -384,6 +384,12 @@ MAE = {'task': 'mae', 'model.head_dropout_rate': None, 'label_smoothing': 0.0}
 # More invalid values, each once a traceback (at once, or at the first step after the workdir was
 # written) or a run that ignored the field: (overrides, a pattern of the message).
 ALSO_INVALID = {
+    # --config.init_from=$CKPT with CKPT unset: a fine-tune trained from scratch, silently.
+    'an empty init_from': (
+        {'init_from': ''},
+        r'^config\.init_from is empty \(--config\.init_from=\$VAR of an unset variable\?\): give',
+    ),
+    'an empty data_dir': ({'data_dir': ''}, r'^config\.data_dir is empty'),
     'a MAP head width without a MAP head': (
         {'model.map_mlp_dim': 64},
         r"^model\.map_mlp_dim=64 shapes the MAP head, and model\.classifier='token' has none",

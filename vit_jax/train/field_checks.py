@@ -119,6 +119,12 @@ def check_numbers(config: ml_collections.ConfigDict) -> None:
     )
   if config.dtype not in DTYPES:
     raise ValueError(f'Unknown config.dtype {config.dtype!r}: use one of {", ".join(DTYPES)}')
+  for name in ('init_from', 'data_dir'):  # '' read as unset: a fine-tune trained from scratch.
+    if config[name] == '':  # pylint: disable=g-explicit-bool-comparison
+      raise ValueError(
+          f'config.{name} is empty (--config.{name}=$VAR of an unset variable?): give it a '
+          'path, or leave it unset'
+      )
   for name in _POSITIVE_COUNTS:
     if config[name] < 1:
       raise ValueError(f'config.{name}={config[name]} must be at least 1')

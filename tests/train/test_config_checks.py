@@ -522,6 +522,12 @@ ALSO_INVALID = {
         {'model.resnet_width_factor': 2.0},
         r"^model\.resnet_width_factor=2\.0 widens a hybrid's ResNet stem, which a pure ViT has not",
     ),
+    # GroupNorm's 32 groups of 16 channels: a traceback at the model's init.
+    'a hybrid stem too narrow for its groups': (
+        {'variant': 'R50+ViT-testing_16', 'model.resnet_width_factor': 0.25},
+        r'^model\.resnet_width_factor=0\.25 gives 16 root channels, not a positive multiple of '
+        r"GroupNorm's 32 groups: use a multiple of 0\.5$",
+    ),
     'mae of an axial vit': (
         {**MAE, 'variant': 'Axial-ViT-testing_4', 'model.classifier': 'gap'},
         r'^config\.task=mae: axial blocks .*: use a ViT-\* variant, not an Axial-ViT$',

@@ -24,15 +24,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import traverse_util
 
-from vit_jax.models.resnet import StdConv
+from vit_jax.models.resnet import GROUPS, StdConv, root_width
 
 Dtype = Any
-GROUPS = 32  # GroupNorm's groups: every width must be a multiple of it.
-
-
-def root_width(width_factor: float) -> int:
-  """Channels of the root convolution; stage s has units of `root_width * 2**s` (x4 at their output)."""
-  return int(64 * width_factor)
 
 
 def _conv(*args, **kwargs) -> StdConv:

@@ -5,7 +5,7 @@
 import re
 from typing import Any, Mapping, Optional
 
-from vit_jax.models import bit
+from vit_jax.models import resnet
 
 # depth: units per stage (BiT's R50, R101, R152).
 BIT_DEPTHS = {50: (3, 4, 6, 3), 101: (3, 4, 23, 3), 152: (3, 8, 36, 3)}
@@ -42,9 +42,5 @@ def bit_model_config(variant: str, overrides: Optional[Mapping[str, Any]] = None
         f'model.resnet_layers={layers} must be positive numbers of units per stage, e.g. '
         f'{BIT_DEPTHS[50]}'
     )
-  if not width > 0 or bit.root_width(width) % bit.GROUPS:
-    raise ValueError(
-        f'model.resnet_width_factor={width} gives {bit.root_width(width)} root channels, '
-        f"not a positive multiple of GroupNorm's {bit.GROUPS} groups: use a multiple of 0.5"
-    )
+  resnet.check_width(width)
   return model

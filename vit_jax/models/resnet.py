@@ -102,6 +102,23 @@ def stem_stride(num_layers: Optional[Sequence[int]]) -> int:
   return 4 * 2 ** (len(num_layers) - 1) if num_layers else 1
 
 
+GROUPS = 32  # GroupNorm's groups (flax's default): every width must be a multiple of it.
+
+
+def root_width(width_factor: float) -> int:
+  """Channels of the root convolution; stage s has units of `root_width * 2**s` (x4 at their output)."""
+  return int(64 * width_factor)
+
+
+def check_width(width_factor: float) -> None:
+  """A one-line ValueError for a `model.resnet_width_factor` whose widths GroupNorm cannot split."""
+  if not width_factor > 0 or root_width(width_factor) % GROUPS:
+    raise ValueError(
+        f'model.resnet_width_factor={width_factor} gives {root_width(width_factor)} root channels, '
+        f"not a positive multiple of GroupNorm's {GROUPS} groups: use a multiple of 0.5"
+    )
+
+
 def resnet_stem(
     x: jnp.ndarray, *, num_layers: Sequence[int], width_factor: float, dtype: jnp.dtype
 ) -> jnp.ndarray:
@@ -110,7 +127,7 @@ def resnet_stem(
   A function, not a module: called inside the ViT's compact `__call__`, its layers live at the top of
   the parameter tree, where the original hybrid checkpoints have them.
   """
-  width = int(64 * width_factor)
+  width = root_width(width_factor)
   x = StdConv(width, (7, 7), strides=(2, 2), use_bias=False, dtype=dtype, name='conv_root')(x)
   x = nn.relu(nn.GroupNorm(dtype=dtype, name='gn_root')(x))
   x = nn.max_pool(x, window_shape=(3, 3), strides=(2, 2), padding='SAME')

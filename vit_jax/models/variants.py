@@ -12,7 +12,7 @@ from typing import Any, Callable, Mapping, Optional
 
 import flax.linen as nn
 
-from vit_jax.models import bit
+from vit_jax.models import bit, resnet
 from vit_jax.models.bit_variants import PUBLISHED_BIT, bit_model_config
 from vit_jax.models.vit import VisionTransformer
 from vit_jax.models.vit_variants import (
@@ -71,7 +71,7 @@ FAMILIES: dict[str, Family] = {
         bit.BiT,
         lambda model: 1,
         # Every unit's width is a multiple of the root's (resnet.TENSOR_RULES).
-        lambda model: {'root width': bit.root_width(model['resnet_width_factor'])},
+        lambda model: {'root width': resnet.root_width(model['resnet_width_factor'])},
         bit.to_bit_npz,
     ),
 }

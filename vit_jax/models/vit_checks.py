@@ -247,7 +247,9 @@ def _check_fields(model: dict[str, Any]) -> None:
         f'model.resnet_layers={layers} must be positive numbers of units per stage, e.g. '
         f'{resnet.R50_LAYERS} (or unset for a pure ViT)'
     )
-  if not model['resnet_width_factor'] > 0:
+  if layers is not None:
+    resnet.check_width(model['resnet_width_factor'])
+  elif not model['resnet_width_factor'] > 0:
     raise ValueError(
         f"model.resnet_width_factor={model['resnet_width_factor']} must be positive, e.g. 1"
     )

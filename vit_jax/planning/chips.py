@@ -12,7 +12,7 @@ import dataclasses
 import math
 from typing import Any, Mapping, Optional
 
-from vit_jax.models import bit, mae as mae_model, patch_dropout, vit, vit_variants
+from vit_jax.models import mae as mae_model, patch_dropout, resnet, vit, vit_variants
 from vit_jax.models.encoder import blocks_kv_heads
 
 GiB = 2**30
@@ -187,7 +187,7 @@ def bit_flops(model: Mapping[str, Any], image_size: int, num_classes: int = 1000
   counted; nor are the taps of the 3x3 and 7x7 kernels on zero padding, as XLA counts them (whole
   windows, the count of most papers, are 3.6% more for BiT-R50x1 at 224 px).
   """
-  width = bit.root_width(model['resnet_width_factor'])
+  width = resnet.root_width(model['resnet_width_factor'])
   size, macs = _conv_macs(image_size, 7, 2, 3, (3, width))
   size = (size + 2 - 3) // 2 + 1  # The max-pool of the zero-padded root.
   channels = width

@@ -139,6 +139,24 @@ def test_an_image_folders_mistakes_are_named_by_path_and_unreadable_files_left_o
   )
 
 
+def test_data_whose_classes_changed_since_the_run_is_one_line(
+    trained_tiny_run, sorted_digits_folder, tmp_path
+):
+  """A class renamed after training: its images were reported under the old names, each label
+  another class's (rc 0); a class added: an IndexError's traceback."""
+  folder = str(tmp_path / 'digits')
+  shutil.copytree(sorted_digits_folder, folder)
+  workdir = _on_folder(trained_tiny_run, folder, tmp_path)
+  for split in ('train', 'test'):
+    os.rename(os.path.join(folder, split, '0'), os.path.join(folder, split, 'zero'))
+  with pytest.raises(
+      ValueError,
+      match=r'^the data of the run \(folder at .*\) has changed since it trained: 1 class gone '
+      r"\('0'\), 1 class new \('zero'\); its labels would name other classes: restore",
+  ):
+    confusion.predict_split(workdir, None, None)
+
+
 def test_a_run_is_evaluated_at_another_size_and_patch_size(trained_tiny_run):
   """--image_size / --patch_size: the split prepared at that size for the model fitted to it."""
   from vit_jax import data  # pylint: disable=g-import-not-at-top

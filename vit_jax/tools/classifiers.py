@@ -4,7 +4,7 @@ its images; a model's score on a split with any parameters."""
 
 import dataclasses
 import functools
-from typing import Any, Callable, Mapping, TYPE_CHECKING
+from typing import Any, Callable, Mapping, Sequence, TYPE_CHECKING
 
 import jax
 import ml_collections
@@ -175,15 +175,28 @@ def read_model_input(path: str, classifier: Classifier) -> np.ndarray:
 
 
 def split_logits(
-    config: ml_collections.ConfigDict, split: str, logits_fn: Callable[[np.ndarray], Any]
+    config: ml_collections.ConfigDict,
+    split: str,
+    logits_fn: Callable[[np.ndarray], Any],
+    class_names: Sequence[str],
 ) -> tuple[np.ndarray, np.ndarray, list[int]]:
   """One pass of `split` prepared as the run's evaluation prepares it (its images and labels as
   config says): float32 `logits_fn` of its readable examples [n, classes], their labels (int [n], or
   of label sets multi-hot bool [n, classes]) and their indices in the split (unreadable ones are
-  left out, as evaluations mask them); a one-line ValueError for a split with none."""
+  left out, as evaluations mask them); a one-line ValueError for a split with none, or for data
+  whose classes are no longer the run's `class_names` (its labels would name other classes)."""
   from vit_jax import data  # pylint: disable=g-import-not-at-top
   from vit_jax.data import preprocess  # pylint: disable=g-import-not-at-top
+  from vit_jax.train import state  # pylint: disable=g-import-not-at-top
 
+  now = data.class_names(config)
+  if tuple(now) != tuple(class_names):
+    raise ValueError(
+        f'the data of the run ({config.dataset}'
+        + (f' at {config.data_dir}' if config.data_dir else '')
+        + f') has changed since it trained: {state.class_changes(class_names, now)}; its labels '
+        'would name other classes: restore the data as it was'
+    )
   logits, labels, kept = [], [], []
   batches = data.eval_iterator(config, split, local_batch_size=SPLIT_BATCH)
   try:
@@ -212,7 +225,9 @@ def split_scorer(trained: 'run_dir.TrainedModel', split: str) -> Callable[[Any],
 
   def score(params: Any) -> float:
     params = jax.device_put(params)  # Once, not at every batch.
-    logits, labels, _ = split_logits(config, split, functools.partial(apply, params))
+    logits, labels, _ = split_logits(
+        config, split, functools.partial(apply, params), trained.info.class_names
+    )
     if trained.info.multi_label:
       return float(np.nanmean(average_precision.average_precisions(logits, labels)))
     return float(np.mean(logits.argmax(-1) == labels))

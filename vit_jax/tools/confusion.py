@@ -80,7 +80,9 @@ def predict_split(
   # The step as asked: 'best' is best/<n>, not checkpoints/<n> (which may hold the Polyak average).
   classifier = classifiers.load_run(workdir, step, image_size, patch_size)
   config.image_size = classifier.image_size
-  logits, labels, kept = classifiers.split_logits(config, split, classifier.logits_fn)
+  logits, labels, kept = classifiers.split_logits(
+      config, split, classifier.logits_fn, classifier.class_names
+  )
   examples = [source.describe(records.read(k)) for k in kept]
   predictions = Predictions(
       labels if labels.dtype == bool else labels.astype(np.int64),

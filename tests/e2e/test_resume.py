@@ -145,3 +145,41 @@ def test_damaged_run_info_is_a_one_line_refusal(trained_tiny_run, tmp_path):
       state.ResumeError, match=r'^the run info in .* cannot be read \(.*\): restore ' 'config.json'
   ):
     loop.train_and_evaluate(train_setup.prepare(config, workdir))
+
+
+def test_a_train_split_of_more_or_fewer_images_resumes_at_its_first_length(
+    sorted_digits_folder, tmp_path, caplog
+):
+  """Images removed before a resume: num_epochs over the split as it is now made the run shorter and
+  moved its schedule, silently; with the length kept, the other batches are said."""
+  folder = str(tmp_path / 'digits')
+  shutil.copytree(sorted_digits_folder, folder)
+  workdir = str(tmp_path / 'run')
+  overrides = {
+      **helpers.TINY,
+      'dataset': 'folder',
+      'data_dir': folder,
+      'total_steps': None,
+      'num_epochs': 16 * 12 / 1437,  # 12 steps of the 1437 train images.
+      'checkpoint_every_steps': 6,
+  }
+  stop_at_6 = train_setup.prepare(helpers.load_config('demo', overrides), workdir)
+  assert stop_at_6.total_steps == 12
+  loop.train_and_evaluate(stop_at_6)
+  shutil.rmtree(os.path.join(workdir, 'checkpoints', '12'))  # As if stopped at step 6.
+  for digit in '345':
+    for name in sorted(os.listdir(os.path.join(folder, 'train', digit)))[:100]:
+      os.remove(os.path.join(folder, 'train', digit, name))
+  _refused(
+      workdir,
+      helpers.load_config('demo', overrides),
+      r'started on a train split of 1437 examples, which has 1137 now: config\.num_epochs=.* makes '
+      r'the run 10 steps, not 12, and moves its learning rate schedule: restore the data, or resume '
+      r'with --config\.total_steps=12 --config\.num_epochs=None$',
+  )
+  config = helpers.load_config('demo', {**overrides, 'total_steps': 12, 'num_epochs': None})
+  with caplog.at_level('WARNING'):
+    loop.train_and_evaluate(train_setup.prepare(config, workdir))
+  assert 'which has 1137 now: its batches from here on are not those it would have read' in (
+      caplog.text
+  )

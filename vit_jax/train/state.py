@@ -20,6 +20,7 @@ from vit_jax import sharding
 from vit_jax.checkpoints import adapting, checkpoint, run_dir, saved_state
 from vit_jax.models import inits, scan_layout, variants
 from vit_jax.train import param_groups
+from vit_jax.train import setup as train_setup
 from vit_jax.train.setup import Setup
 
 
@@ -115,6 +116,26 @@ def class_changes(old: Sequence[str], new: Sequence[str]) -> str:
   return ', '.join(parts)
 
 
+def _train_split_changed(setup: Setup, old_info: Any) -> None:
+  """A resume whose train split has more or fewer examples than at the run's first start (images
+  added or removed): its batches differ from here on, which is said; its length and schedule must
+  not, which config.num_epochs would change (ResumeError)."""
+  said = (
+      f'{setup.workdir} started on a train split of {old_info.num_train} examples, which has '
+      f'{setup.info.num_train} now'
+  )
+  if setup.config.num_epochs is not None:
+    first = train_setup.total_steps(setup.config, old_info)
+    if first != setup.total_steps:
+      raise ResumeError(
+          f'{said}: config.num_epochs={setup.config.num_epochs} makes the run '
+          f'{setup.total_steps} steps, not {first}, and moves its learning rate schedule: '
+          f'restore the data, or resume with --config.total_steps={first} '
+          '--config.num_epochs=None'
+      )
+  logging.warning('%s: its batches from here on are not those it would have read', said)
+
+
 def _check_fits(setup: Setup, described: str) -> None:
   """The latest checkpoint whose metadata reads must have this config's state shapes."""
   latest = saved_state.latest_saved_shapes(setup.workdir)
@@ -170,6 +191,8 @@ def check_resumable(setup: Setup) -> list[tuple[str, Any, Any]] | None:
         f'({class_changes(old_info.class_names, setup.info.class_names)}; changed fields: '
         f"{described}): use another --workdir, or the run's data"
     )
+  if old_info.num_train != setup.info.num_train:
+    _train_split_changed(setup, old_info)
   _check_fits(setup, f'changed fields: {described}')
   # Parameters of the same shapes may compute another function (another activation, position
   # embeddings elsewhere): the tools would rebuild the first start's model around them.

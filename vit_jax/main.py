@@ -168,7 +168,7 @@ def _train() -> None:
     metrics = loop.train_and_evaluate(run)
   except (state.ResumeError, wandb_writer.CannotStart) as e:
     cli.fail(str(e))
-  except (loop.DivergedError, checkpoint.SaveError) as e:
+  except (loop.DivergedError, loop.InputError, checkpoint.SaveError) as e:
     cli.fail(str(e), status=1)
   except preemption.Preempted as e:
     logging.warning('%s', e)

@@ -5,6 +5,7 @@ import errno
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -838,3 +839,42 @@ def test_two_processes_of_four_devices_run_without_a_hang(tmp_path, data_dir, ca
     args = helpers.main_args('configs/demo.py', str(tmp_path / str(run)), overrides)[3:]
     code = local.launch(args, num_processes=2, devices_per_process=4, timeout=600)
     assert code == 0, (run, code, capfd.readouterr().err[-5000:])
+
+
+@pytest.mark.parametrize('data_workers', [0, 2])
+def test_train_data_gone_mid_run_is_one_line_and_the_steps_so_far_are_saved(
+    data_workers, sorted_digits_folder, tmp_path, data_dir
+):
+  """An image folder deleted (a mount lost) while a run trains: hundreds of lines of traceback
+  ("check that the files are images"), and the steps since the last checkpoint were lost."""
+  folder = str(tmp_path / 'digits')
+  shutil.copytree(sorted_digits_folder, folder)
+  workdir = str(tmp_path / 'run')
+  overrides = {
+      **helpers.LONG,
+      'dataset': 'folder',
+      'data_dir': folder,
+      'data_workers': data_workers,
+  }
+  proc = subprocess.Popen(
+      helpers.main_args('configs/demo.py', workdir, overrides) + ['--config.total_steps=100000'],
+      cwd=helpers.REPO,
+      stderr=subprocess.PIPE,
+      text=True,
+  )
+  try:
+    helpers.wait_for_checkpoint(workdir, [proc])
+    shutil.rmtree(folder)
+    _, stderr = proc.communicate(timeout=300)
+  finally:
+    proc.kill()
+  errors = [line for line in stderr.splitlines() if line.startswith('error: ')]
+  assert proc.returncode == 1 and 'Traceback' not in stderr, stderr[-3000:]
+  (error,) = errors
+  match = re.fullmatch(
+      r'error: the train data could not be read for step (\d+) \(.*\): step (\d+) is saved, where '
+      r'the same command resumes once the data is back',
+      error,
+  )
+  assert match and int(match[2]) == int(match[1]) - 1 > 4, error
+  assert saved_state.saved_steps(workdir)[-1] == int(match[2])

@@ -49,6 +49,26 @@ class DivergedError(RuntimeError):
   """A non-finite loss or gradient norm: the run stops before the poisoned state is saved."""
 
 
+class InputError(RuntimeError):
+  """The train data could not be read mid-run (its files gone, a mount lost): the run saved the step
+  before, where one process trains."""
+
+
+def _input_error(step: int, error: Exception, saved: bool) -> InputError:
+  """`saved`: whether step - 1 is saved."""
+  lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+  said = lines[-1] if lines else type(error).__name__  # A worker's error ends its traceback.
+  if step == 1:
+    kept = 'nothing was trained; the same command starts the run'
+  elif saved:
+    kept = f'step {step - 1} is saved, where the same command resumes'
+  else:
+    kept = 'the same command resumes from the last checkpoint'
+  return InputError(
+      f'the train data could not be read for step {step} ({said}): {kept} once the data is back'
+  )
+
+
 def _checked_history(
     history: list[dict[str, jax.Array]], first_step: int, budget: int
 ) -> list[dict[str, float]]:
@@ -224,6 +244,7 @@ def _run_steps(
   profiler = observe.StepProfiler(setup.workdir, first + 2, config.profile_steps)
   in_flight = dispatch.BoundedDispatch()
   batches = device_batches(train_iter, setup.mesh, config.device_prefetch)
+  saved = first - 1  # The step of the latest checkpoint.
   try:
     for step in range(first, end_step + 1):
       # Steps are dispatched ahead of the devices: a hung step stops the loop dispatch.AHEAD later.
@@ -231,7 +252,17 @@ def _run_steps(
       profiler.before(step)
       with jax.profiler.StepTraceAnnotation('train', step_num=step):
         with run_pace.waiting_for_input():
-          batch = next(batches)
+          try:
+            batch = next(batches)
+          except Exception as e:  # pylint: disable=broad-except  # Whatever the reader raised.
+            # The steps since the last save are kept. Not with several processes: the others wait
+            # in this step's collectives, and a save waits for every process.
+            save_now = jax.process_count() == 1 and step - 1 > saved
+            if save_now:
+              _checked_history(history, step - len(history), budget)  # Never a poisoned state.
+              watchdog.phase(f'saving checkpoint {step - 1}')
+              save(step - 1, state)
+            raise _input_error(step, e, save_now or step - 1 == saved) from e
         state, metrics = step_fn(state, batch)
       profiler.after(step, state)
       if step == first:
@@ -271,6 +302,7 @@ def _run_steps(
         writer.flush()  # The curves up to a checkpoint are kept with it: a resumed run has no gap.
         with run_pace.timed('checkpoint', after=state):
           save(step, state)
+        saved = step
       if stop:
         raise preemption.Preempted(step)
       if exhausted:

@@ -336,6 +336,23 @@ def test_a_hub_snapshots_image_processor_normalisation_is_folded_into_the_patch_
   )
 
 
+def test_a_transformers_directory_without_its_image_processor_says_so(tmp_path, caplog):
+  """save_pretrained of a model alone writes no preprocessor_config.json: DINOv2's weights then read
+  un-normalised pixels, silently."""
+  transformers_vit_saved(tmp_path / 'hf', SIZE, 7)
+  with caplog.at_level('INFO'):
+    _prepare(tmp_path, str(tmp_path / 'hf'))
+  assert 'found no preprocessor_config.json beside it (a save_pretrained of the model alone' in (
+      caplog.text
+  )
+  transformers.ViTImageProcessor().save_pretrained(tmp_path / 'hf')
+  caplog.clear()
+  with caplog.at_level('INFO'):
+    _prepare(tmp_path, str(tmp_path / 'hf'))
+  assert 'found no preprocessor_config.json' not in caplog.text
+  assert 'folded its input normalisation' not in caplog.text  # ViT's 0.5, 0.5: ours.
+
+
 def test_a_kept_heads_classes_are_read_in_the_datasets_order(tmp_path):
   """A classifier's config.json names its classes (id2label) in another order than the dataset's
   (the digits' '0' to '9'): each of our logits is the one transformers gives the same class."""

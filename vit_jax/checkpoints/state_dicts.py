@@ -337,6 +337,15 @@ def load(
         )
     )
   said = _folded_normalization(layout, config, path)
+  if layout.normalization is transformers_layout.normalization and not torch_files.beside(
+      path, transformers_layout.PROCESSOR
+  ):
+    notes.append(
+        f'found no {transformers_layout.PROCESSOR} beside it (a save_pretrained of the model '
+        "alone writes none), so its weights read vit_jax's images as they are, in [-1, 1]: a "
+        "model trained on other pixels (ImageNet's mean and std...) needs its image "
+        "processor's file there"
+    )
   if said is not None:
     tree = input_normalization.fold(tree, *said)
     mean, std = (', '.join(f'{x:g}' for x in values) for values in said)

@@ -103,6 +103,9 @@ def _family(state_dict: StateDict, source: str) -> parts.Family:
   return family
 
 
+PROCESSOR = 'preprocessor_config.json'  # The image processor's settings, beside the weights.
+
+
 def normalization(
     config: Mapping[str, Any], path: str
 ) -> Optional[tuple[list[float], list[float]]]:
@@ -110,7 +113,7 @@ def normalization(
   weights (a hub snapshot has one; `save_pretrained` of a model alone writes none), if it normalises.
   """
   del config
-  processor = torch_files.beside(path, 'preprocessor_config.json')
+  processor = torch_files.beside(path, PROCESSOR)
   if processor.get('do_normalize', True) and 'image_mean' in processor and 'image_std' in processor:
     # One value is every channel's, as transformers' processors broadcast it.
     mean, std = (np.broadcast_to(processor[k], 3).tolist() for k in ('image_mean', 'image_std'))

@@ -502,10 +502,35 @@ def test_adapt_params_mismatch_is_a_one_line_error(
     loaded_model, image_size, target_model, kwargs, message
 ):
   loaded = helpers.random_params(_model(**loaded_model), image_size)
-  kwargs = {'keep_head': False, 'keep_pre_logits': True, **kwargs}
+  kwargs = {'keep_head': False, 'keep_pre_logits': False, **kwargs}
   with pytest.raises(ValueError, match=message) as error:
     adapting.adapt_params(loaded, adapting.param_shapes(_model(**target_model), 16), **kwargs)
   assert '\n' not in str(error.value)
+
+
+@pytest.mark.parametrize(
+    'loaded_model, target_model, message',
+    [
+        (dict(), dict(), r'the checkpoint has none: set --config\.keep_pre_logits=False$'),
+        (
+            dict(representation_size=16),
+            dict(),
+            r'the model has none: add it with --config\.model\.representation_size=16$',
+        ),
+    ],
+)
+def test_keep_pre_logits_without_a_layer_to_keep_is_a_one_line_error(
+    loaded_model, target_model, message
+):
+  """It did nothing: the checkpoint's layer dropped, or none to keep."""
+  loaded = helpers.random_params(_model(**loaded_model), 8)
+  with pytest.raises(ValueError, match=r'^config\.keep_pre_logits=True keeps .*' + message):
+    adapting.adapt_params(
+        loaded,
+        adapting.param_shapes(_model(**target_model), 8),
+        keep_head=False,
+        keep_pre_logits=True,
+    )
 
 
 def test_adapt_params_rejects_an_unknown_interpolation_even_without_resizing():

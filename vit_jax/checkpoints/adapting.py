@@ -160,6 +160,15 @@ def adapt_params(
         f'and --config.model.representation_size={old[1]} to keep both, or '
         '--config.keep_head=False for a new zero-initialised head'
     )
+  if keep_pre_logits and not new:  # The flag would do nothing.
+    raise ValueError(
+        "config.keep_pre_logits=True keeps the checkpoint's pre-logits layer, but "
+        + (
+            f'the model has none: add it with --config.model.representation_size={old[1]}'
+            if old
+            else 'the checkpoint has none: set --config.keep_pre_logits=False'
+        )
+    )
   if old and not (keep_pre_logits and new):
     params = _without(params, 'pre_logits')
     notes.append(f'dropped pre_logits {old}')

@@ -256,6 +256,10 @@ def test_command_line_exports_the_chosen_step(workdir, tmp_path):
             r'^error: image_size=8 is not a multiple of the patch size 3 \(in input pixels\): use a '
             r'multiple, e.g. 6$',
         ),
+        (  # It hung, building 625,000,000 patches' position embeddings.
+            ['--workdir={workdir}', '--image_size=100000'],
+            r'^error: image_size=100000 cuts each image into 625,000,000 tokens of 4 px, more than ',
+        ),
         (
             ['--workdir={workdir}', '--image_size=0'],
             r'^error: flag --image_size=0: must be a positive number of pixels, or left out: the '

@@ -390,6 +390,12 @@ ALSO_INVALID = {
         r'^config\.init_from is empty \(--config\.init_from=\$VAR of an unset variable\?\): give',
     ),
     'an empty data_dir': ({'data_dir': ''}, r'^config\.data_dir is empty'),
+    # 625,000,000 patches: it wrote the workdir's files, then allocated and compiled for hours.
+    'an image of more tokens than any device holds': (
+        {'image_size': 100_000},
+        r'^--config\.image_size=100000 cuts each image into 625,000,000 tokens of 4 px, more than '
+        r'1,048,576 \(a 4096 px image\): use a smaller image size or larger patches$',
+    ),
     'a MAP head width without a MAP head': (
         {'model.map_mlp_dim': 64},
         r"^model\.map_mlp_dim=64 shapes the MAP head, and model\.classifier='token' has none",

@@ -285,11 +285,12 @@ def at_size(
         f'image_size={config.image_size} is not a multiple of the patch size {stride} (in input '
         f'pixels): use a multiple, e.g. {max(stride, config.image_size // stride * stride)}'
     )
+  variants.check_tokens(config.image_size, stride, 'image_size')
   params, _ = adapting.adapt_params(
       trained.params,
       adapting.param_shapes(model, config.image_size),
       keep_head=True,
-      keep_pre_logits=True,
+      keep_pre_logits=bool(model_config.get('representation_size')),  # The run's, if any.
       posemb_method=config.posemb_interpolation,
       patch_method=config.patch_interpolation,
   )

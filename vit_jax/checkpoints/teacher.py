@@ -156,7 +156,7 @@ def load_teacher(
       loaded,
       adapting.param_shapes(model, image_size),
       keep_head=True,
-      keep_pre_logits=True,
+      keep_pre_logits=bool(model_config.get('representation_size')),  # The teacher's, if any.
       posemb_method=config.posemb_interpolation,
   )
   logging.info('Distilling from %s at %d px: %s', given, image_size, source)

@@ -96,6 +96,23 @@ def stride_of(variant: str, model_config: Mapping[str, Any]) -> int:
   return FAMILIES[family(variant)].input_stride(model_config)
 
 
+# The most tokens (patches, or a ResNet's feature-map cells) an image may have: a 16384 px image of
+# 16 px patches. More (image_size=100000 for 10000) allocated and compiled for hours, silently.
+MAX_TOKENS = 2**20
+
+
+def check_tokens(image_size: int, stride: int, flag: str) -> None:
+  """A one-line ValueError for images of `image_size` px (given as `flag`) with more than MAX_TOKENS
+  tokens of `stride` px."""
+  tokens = (image_size // stride) ** 2
+  if tokens > MAX_TOKENS:
+    raise ValueError(
+        f'{flag}={image_size} cuts each image into {tokens:,} tokens of {stride} px, more than '
+        f'{MAX_TOKENS:,} (a {int(MAX_TOKENS**0.5) * stride} px image): use a smaller image size '
+        'or larger patches'
+    )
+
+
 def get_model_config(variant: str, overrides: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
   """Keyword arguments of the variant's model (without num_classes/dtype): `VisionTransformer` or
   `bit.BiT`. `overrides` replaces preset fields; entries that are None keep the preset."""

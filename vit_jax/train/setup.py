@@ -142,6 +142,7 @@ def resolve_model(
         f'input pixels) of {config.variant}: use a multiple of {stride}, e.g. '
         f'--config.image_size={max(stride, config.image_size // stride * stride)}'
     )
+  variants.check_tokens(config.image_size, stride, '--config.image_size')
   flexi.check(config, model_config)
   return model_config
 

@@ -390,6 +390,15 @@ ALSO_INVALID = {
         r'^config\.init_from is empty \(--config\.init_from=\$VAR of an unset variable\?\): give',
     ),
     'an empty data_dir': ({'data_dir': ''}, r'^config\.data_dir is empty'),
+    # Tracebacks: 1.5 is no tuple; 3.5 passed its check and failed in the model, after writing.
+    'key heads of a fraction': (
+        {'model.num_kv_heads': 1.5},
+        r'^model\.num_kv_heads=1\.5 must be a number of key/value heads that divides',
+    ),
+    'a fraction of resnet units': (
+        {'model.resnet_layers': (3.5,)},
+        r'^model\.resnet_layers=\(3\.5,\) must be positive numbers of units per stage',
+    ),
     # 625,000,000 patches: it wrote the workdir's files, then allocated and compiled for hours.
     'an image of more tokens than any device holds': (
         {'image_size': 100_000},

@@ -242,7 +242,10 @@ def _check_fields(model: dict[str, Any]) -> None:
         'set --config.model.attention=xla'
     )
   layers = model['resnet_layers']
-  if layers is not None and (not layers or min(layers) < 1):
+  if layers is not None and (
+      not layers
+      or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in layers)
+  ):
     raise ValueError(
         f'model.resnet_layers={layers} must be positive numbers of units per stage, e.g. '
         f'{resnet.R50_LAYERS} (or unset for a pure ViT)'
@@ -267,7 +270,7 @@ def _check_kv_heads(model: dict[str, Any]) -> None:
   given, heads = model['num_kv_heads'], model['num_heads']
   if given is None:
     return
-  each = (given,) * model['num_layers'] if isinstance(given, int) else tuple(given)
+  each = tuple(given) if isinstance(given, (tuple, list)) else (given,) * model['num_layers']
   if len(each) != model['num_layers'] or not all(
       isinstance(n, int) and not isinstance(n, bool) and n > 0 and heads % n == 0 for n in each
   ):

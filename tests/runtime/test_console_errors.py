@@ -291,6 +291,12 @@ def test_words_given_to_a_tuple_field_are_its_elements():
   assert config['optim']['frozen'] == ['head', 'embedding']
   assert config['flexi']['patch_sizes'] == [2, 4]
   assert config['fewshot']['shots'] == ['a,b']
+  # A dict: config_flags took the tuple of its keys (every parameter named with an 'a' frozen).
+  errors = _errors(['--config=configs/demo.py', "--config.optim.frozen={'a': 1}"])
+  assert errors == [
+      "error: bad config override --config.optim.frozen={'a': 1}: config.optim.frozen takes "
+      'values separated by commas'
+  ]
 
 
 def test_an_evaluator_is_added_replaced_or_dropped_whole():

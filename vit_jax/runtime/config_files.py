@@ -116,6 +116,7 @@ def _parse_flags(argv: list[str], usage: str) -> list[str]:
   except OSError as e:
     cli.fail(_cannot_load(e))
   cli.check_directory_flags()
+  config_overrides.refuse_dicts(flags.FLAGS.config, overrides)
   config_overrides.split_bare_words(flags.FLAGS.config, overrides)
   for field, value in evaluators.items():
     config_overrides.set_evaluator(flags.FLAGS.config, field, value)

@@ -76,6 +76,19 @@ def split_bare_words(
         node[name] = tuple(word.strip() for word in value.split(','))
 
 
+def refuse_dicts(config: ml_collections.ConfigDict, overrides: dict[str, Optional[str]]) -> None:
+  """A dict given to a tuple field: config_flags takes it as the tuple of its keys
+  (`--config.optim.frozen={'a': 1}` froze every parameter named with an 'a')."""
+  for field, value in overrides.items():
+    node, name = _parent(config, field)
+    if (
+        (value or '').lstrip().startswith('{')
+        and isinstance(node, ml_collections.ConfigDict)
+        and isinstance(node.get(name), tuple)
+    ):
+      cli.fail(f'bad config override --config.{field}={value}: {expected_value(field)}')
+
+
 def field_of(arg: str) -> Optional[str]:
   match = _OVERRIDE.match(arg)
   return match[1] if match else None

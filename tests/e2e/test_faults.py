@@ -18,7 +18,7 @@ import pytest
 from PIL import Image
 
 import helpers
-from vit_jax.checkpoints import checkpoint, run_dir, saved_state
+from vit_jax.checkpoints import checkpoint, label_order, run_dir, saved_state
 from vit_jax.runtime import dispatch
 from vit_jax.tools import export
 from vit_jax.train import loop, preemption, setup as train_setup, state, watchdog
@@ -126,7 +126,7 @@ def test_resuming_on_other_classes_is_refused(trained_tiny_run, tmp_path):
     ],
 )
 def test_refusing_other_classes_names_those_that_differ(old, new, said):
-  assert state.class_changes(old, new) == said
+  assert label_order.class_changes(old, new) == said
 
 
 def test_a_resume_on_other_data_shards_warns_that_its_batches_change(

@@ -87,7 +87,10 @@ def test_a_launcher_killed_outright_stops_its_run_as_a_preemption(kind, tmp_path
     proc.kill()
     proc.wait()
     assert _wait_until_ended(run), 'the run goes on, orphaned'
-    assert open(marker).read() == f'{run}:TERM'  # It saved: SIGTERM, once.
+    # It saved. SIGTERM once a thread of the launcher that ends (the kernel's rule): local.py's
+    # console threads send more, which a run takes as the one stop.
+    pid, got = open(marker).read().split(':')
+    assert pid == str(run) and set(got.split(',')) == {'TERM'}, got
   finally:
     if helpers.running(run):
       os.kill(run, signal.SIGKILL)
@@ -101,8 +104,8 @@ def test_a_second_signal_to_a_launcher_kills_a_hung_run(kind, tmp_path):
     proc.send_signal(signal.SIGTERM)
     time.sleep(0.5)
     assert helpers.running(run)  # Saving (hung): the first signal waits for it.
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=30)
+    proc.send_signal(signal.SIGTERM)  # Not SIGINT: a test run in the background ignores it.
+    out, err = proc.communicate(timeout=60)
     assert _wait_until_ended(run)
   finally:
     if helpers.running(run):

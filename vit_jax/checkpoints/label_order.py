@@ -93,3 +93,24 @@ def aligned(
       ', '.join(map(repr, names[:10])) + (', ...' if len(names) > 10 else ''),
   )
   return permuted
+
+
+def _some(names: Sequence[str], shown: int = 3) -> str:
+  """The first `shown` names, quoted, and how many more."""
+  quoted = ', '.join(repr(name) for name in names[:shown])
+  return quoted + (f' and {len(names) - shown} more' if len(names) > shown else '')
+
+
+def class_changes(old: Sequence[str], new: Sequence[str]) -> str:
+  """How the class names of a run (`old`) and of a dataset (`new`) differ, for a one-line error: the
+  classes gone and new (a few of each, with their count), or the first label whose class moved."""
+  old_set, new_set = set(old), set(new)  # Once: ImageNet-21k has 21,843 classes.
+  gone = [name for name in old if name not in new_set]
+  added = [name for name in new if name not in old_set]
+  if not gone and not added:
+    label = next(i for i, (was, now) in enumerate(zip(old, new)) if was != now)
+    return f'the same classes in another order: label {label} is {new[label]!r}, was {old[label]!r}'
+  counted = lambda names, what: f'{len(names)} {"class" if len(names) == 1 else "classes"} {what}'
+  parts = [f'{counted(gone, "gone")} ({_some(gone)})'] if gone else []
+  parts += [f'{counted(added, "new")} ({_some(added)})'] if added else []
+  return ', '.join(parts)

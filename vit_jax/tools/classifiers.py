@@ -187,14 +187,14 @@ def split_logits(
   whose classes are no longer the run's `class_names` (its labels would name other classes)."""
   from vit_jax import data  # pylint: disable=g-import-not-at-top
   from vit_jax.data import preprocess  # pylint: disable=g-import-not-at-top
-  from vit_jax.train import state  # pylint: disable=g-import-not-at-top
+  from vit_jax.checkpoints import label_order  # pylint: disable=g-import-not-at-top
 
   now = data.class_names(config)
   if tuple(now) != tuple(class_names):
     raise ValueError(
         f'the data of the run ({config.dataset}'
         + (f' at {config.data_dir}' if config.data_dir else '')
-        + f') has changed since it trained: {state.class_changes(class_names, now)}; its labels '
+        + f') has changed since it trained: {label_order.class_changes(class_names, now)}; its labels '
         'would name other classes: restore the data as it was'
     )
   logits, labels, kept = [], [], []

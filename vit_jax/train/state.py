@@ -6,7 +6,7 @@ scan at all. Checkpoints keep the per-block layout of the original ViT (`scan_la
 """
 
 import functools
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import flax
 import flax.linen as nn
@@ -17,7 +17,7 @@ from absl import logging
 from etils import epath
 
 from vit_jax import sharding
-from vit_jax.checkpoints import adapting, checkpoint, run_dir, saved_state
+from vit_jax.checkpoints import adapting, checkpoint, label_order, run_dir, saved_state
 from vit_jax.models import inits, scan_layout, variants
 from vit_jax.train import param_groups
 from vit_jax.train import setup as train_setup
@@ -95,27 +95,6 @@ def _init_fn(setup: Setup) -> Callable[[jax.Array], TrainState]:
   )
 
 
-def _some(names: Sequence[str], shown: int = 3) -> str:
-  """The first `shown` names, quoted, and how many more."""
-  quoted = ', '.join(repr(name) for name in names[:shown])
-  return quoted + (f' and {len(names) - shown} more' if len(names) > shown else '')
-
-
-def class_changes(old: Sequence[str], new: Sequence[str]) -> str:
-  """How the class names of a run (`old`) and of a dataset (`new`) differ, for a one-line error: the
-  classes gone and new (a few of each, with their count), or the first label whose class moved."""
-  old_set, new_set = set(old), set(new)  # Once: ImageNet-21k has 21,843 classes.
-  gone = [name for name in old if name not in new_set]
-  added = [name for name in new if name not in old_set]
-  if not gone and not added:
-    label = next(i for i, (was, now) in enumerate(zip(old, new)) if was != now)
-    return f'the same classes in another order: label {label} is {new[label]!r}, was {old[label]!r}'
-  counted = lambda names, what: f'{len(names)} {"class" if len(names) == 1 else "classes"} {what}'
-  parts = [f'{counted(gone, "gone")} ({_some(gone)})'] if gone else []
-  parts += [f'{counted(added, "new")} ({_some(added)})'] if added else []
-  return ', '.join(parts)
-
-
 def _train_split_changed(setup: Setup, old_info: Any) -> None:
   """A resume whose train split has more or fewer examples than at the run's first start (images
   added or removed): its batches differ from here on, which is said; its length and schedule must
@@ -188,7 +167,7 @@ def check_resumable(setup: Setup) -> list[tuple[str, Any, Any]] | None:
     raise ResumeError(
         f'{workdir} holds a run on the {old_info.num_classes} classes of other data '
         f"than this dataset's {setup.info.num_classes} "
-        f'({class_changes(old_info.class_names, setup.info.class_names)}; changed fields: '
+        f'({label_order.class_changes(old_info.class_names, setup.info.class_names)}; changed fields: '
         f"{described}): use another --workdir, or the run's data"
     )
   if old_info.num_train != setup.info.num_train:

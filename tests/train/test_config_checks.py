@@ -283,7 +283,7 @@ INVALID = {
     'pp.pad': (-1, {'pp.crop': 'random'}, 'pad=-1 must be >= 0'),
     'pp.randaug_layers': (-1, {}, r'config\.pp\.randaug_layers=-1 must be >= 0'),
     'pp.randaug_magnitude': (25, {}, r'config\.pp\.randaug_magnitude=25 must be in \[0, 20\]'),
-    'pp.color_jitter': (-0.1, {}, r'config\.pp\.color_jitter=-0\.1 must be >= 0'),
+    'pp.color_jitter': (-0.1, {}, r'config\.pp\.color_jitter=-0\.1 must be finite and >= 0'),
     'pp.erase_prob': (1.5, {}, r'config\.pp\.erase_prob=1\.5 must be in \[0, 1\]'),
     'pp.erase_area': (
         (0.5, 0.2),
@@ -390,6 +390,16 @@ ALSO_INVALID = {
         r'^config\.init_from is empty \(--config\.init_from=\$VAR of an unset variable\?\): give',
     ),
     'an empty data_dir': ({'data_dir': ''}, r'^config\.data_dir is empty'),
+    # `--config.optim.frozen=`: ('',), a pattern every parameter matches; the run trained nothing.
+    'an empty frozen pattern': (
+        {'optim.frozen': ('',)},
+        r"^config\.optim\.frozen\[0\]='' matches every parameter, freezing them all: give",
+    ),
+    # It failed in the first batch's augmentation, as data that could not be read.
+    'an infinite colour jitter': (
+        {'pp.color_jitter': float('inf')},
+        r'^config\.pp\.color_jitter=inf must be finite and >= 0',
+    ),
     # Tracebacks: 1.5 is no tuple; 3.5 passed its check and failed in the model, after writing.
     'key heads of a fraction': (
         {'model.num_kv_heads': 1.5},

@@ -25,6 +25,7 @@ from vit_jax.data.eval_pipeline import num_eval_batches
 from vit_jax.data.pipeline import num_data_shards
 from vit_jax.data.pipeline import prepare
 from vit_jax.data.pipeline import train_iterator
+from vit_jax.data.pipeline import UnreadableSplit
 from vit_jax.data.sources import DatasetInfo
 from vit_jax.data.sources import class_names
 from vit_jax.data.sources import get_info

@@ -28,6 +28,10 @@ _MANY = 2**62
 _ORDER, _AUGMENT = 0, 1
 
 
+class UnreadableSplit(ValueError):
+  """No example of a train split's epoch can be read (its files gone, a mount lost)."""
+
+
 def num_data_shards(config: ml_collections.ConfigDict, process_count: int) -> int:
   """Streams the train split is cut into: `config.data_shards`, or one per process if unset."""
   shards = config.data_shards or process_count
@@ -112,7 +116,7 @@ class _TrainStream:
       except images.UnreadableImage as e:
         unreadable.name_once(self._source.describe(record), str(e))
     else:
-      raise ValueError(
+      raise UnreadableSplit(
           f'No example of the train split could be read (e.g. '
           f'{self._source.describe(record)}): check that the files are images'
       )

@@ -114,8 +114,10 @@ def _color_jitter(image, rng, pp, image_size):
 
 
 def _check_color_jitter(pp: ml_collections.ConfigDict) -> None:
-  if not pp.color_jitter >= 0:
-    raise ValueError(f'config.pp.color_jitter={pp.color_jitter} must be >= 0, e.g. 0.3 (0: off)')
+  if not 0 <= pp.color_jitter < float('inf'):
+    raise ValueError(
+        f'config.pp.color_jitter={pp.color_jitter} must be finite and >= 0, e.g. 0.3 (0: off)'
+    )
 
 
 def _normalize(image, rng, pp, image_size):

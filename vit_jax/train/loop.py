@@ -254,7 +254,8 @@ def _run_steps(
         with run_pace.waiting_for_input():
           try:
             batch = next(batches)
-          except Exception as e:  # pylint: disable=broad-except  # Whatever the reader raised.
+          # Not a config's error found late in the pipeline (an augmentation's range): a traceback.
+          except (OSError, data.UnreadableSplit) as e:
             # The steps since the last save are kept. Not with several processes: the others wait
             # in this step's collectives, and a save waits for every process.
             save_now = jax.process_count() == 1 and step - 1 > saved

@@ -223,6 +223,11 @@ def check_config(optim: ml_collections.ConfigDict) -> None:
   _check_groups('lr_mults', optim.lr_mults, "(('head', 10.0),)", positive=True)
   _check_groups('wd_mults', optim.wd_mults, "(('head', 0.0),)", positive=False)
   for i, regex in enumerate(optim.frozen):
+    if regex == '':  # pylint: disable=g-explicit-bool-comparison  # `--config.optim.frozen=`.
+      raise ValueError(
+          f"config.optim.frozen[{i}]='' matches every parameter, freezing them all: give "
+          "patterns, e.g. ('^embedding/',), or leave it empty: --config.optim.frozen='()'"
+      )
     _check_regex(f'optim.frozen[{i}]', regex, "('^embedding/', 'Transformer/posembed_input')")
   if optim.trained is not None:
     if isinstance(optim.trained, str):

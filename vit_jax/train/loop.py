@@ -262,6 +262,7 @@ def _run_steps(
             if save_now:
               _checked_history(history, step - len(history), budget)  # Never a poisoned state.
               watchdog.phase(f'saving checkpoint {step - 1}')
+              writer.flush()
               save(step - 1, state)
             raise _input_error(step, e, save_now or step - 1 == saved) from e
         state, metrics = step_fn(state, batch)

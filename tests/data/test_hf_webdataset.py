@@ -229,10 +229,25 @@ def test_a_split_is_indexed_once_and_again_when_a_shard_changes(tmp_path, monkey
   assert [label for _, label in again] == [label for _, label in first]
   assert list(cache.glob('*.webdataset')) == [index]
   assert (index / 'extents.npy').stat().st_mtime_ns == written
+  # A label edited in place, the size and modification time kept (as `cp -p` and `rsync -a` copy).
+  shard = root / 'train-0.tar'
+  kept = shard.stat()
+  with tarfile.open(shard) as tar:
+    member = next(m for m in tar.getmembers() if m.name.endswith('.cls'))
+  contents = bytearray(shard.read_bytes())
+  old_label = contents[member.offset_data]
+  contents[member.offset_data] = ord('2') if old_label != ord('2') else ord('1')
+  shard.write_bytes(contents)
+  os.utime(shard, ns=(kept.st_atime_ns, kept.st_mtime_ns))
+  assert (shard.stat().st_size, shard.stat().st_mtime_ns) == (kept.st_size, kept.st_mtime_ns)
+  edited = _rows(hf_source.HuggingFaceSource(str(root), 'train', 'cls'), 'train')
+  assert [label for _, label in edited] != [label for _, label in first]
+  _assert_rows(edited, datasets.load_dataset(str(root))['train'], 'cls')
+  assert len(list(cache.glob('*.webdataset'))) == 2
   helpers.webdataset_tar(root / 'train-0.tar', _samples(7, 1))
   changed = _rows(hf_source.HuggingFaceSource(str(root), 'train', 'cls'), 'train')
   _assert_rows(changed, datasets.load_dataset(str(root))['train'], 'cls')
-  assert len(list(cache.glob('*.webdataset'))) == 2
+  assert len(list(cache.glob('*.webdataset'))) == 3
   assert not list(cache.glob('*.partial'))
 
 

@@ -1,8 +1,10 @@
 """What a machine writes once to read a dataset by index: a split's Parquet files copied into one
 Arrow file, a split's WebDataset tar files indexed. In $VIT_JAX_DATASETS_CACHE (default
 $XDG_CACHE_HOME/vit_jax/datasets, ~/.cache/...), named by the paths, sizes and modification times of
-the files it was made from (as `datasets` names its cache), so a changed file is read again, and
-hosts that share the folder (a cluster's shared file system) share what one of them made.
+the files it was made from (as `datasets` names its cache) and, on local disks, their inode change
+times and inode numbers: `cp -p` and `rsync -a` keep a changed file's size and modification time
+but not those, so a changed file is read again. Hosts that share the folder (a cluster's shared file
+system) share what one of them made from the same files; hosts with their own copies make their own.
 """
 
 import concurrent.futures
@@ -36,6 +38,15 @@ def size_and_time(path: str) -> tuple[int, float]:
   return stat.st_size, stat.st_mtime_ns
 
 
+def _identity(path: str) -> tuple[Any, ...]:
+  """What tells a file's contents apart without reading them: its size and times (a cloud object's
+  time is its last upload's) and, on a local disk, its inode."""
+  if paths.is_url(path):
+    return size_and_time(path)
+  stat = os.stat(path)
+  return stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino
+
+
 def of_each(files: Sequence[str], look: Callable[[str], T]) -> list[T]:
   """`look(file)` of each of `files`, in order; on cloud storage _STAT_THREADS at a time: a request
   or a few each (a thousand shards looked at one by one took ~30 s at every start)."""
@@ -46,7 +57,7 @@ def of_each(files: Sequence[str], look: Callable[[str], T]) -> list[T]:
 
 def cache_path(files: tuple[str, ...], what: Any, suffix: str) -> str:
   """Where what is made of `files` (`what`: JSON, e.g. the columns copied) goes."""
-  stats = of_each(files, lambda f: (paths.absolute(f), *size_and_time(f)))
+  stats = of_each(files, lambda f: (paths.absolute(f), *_identity(f)))
   key = hashlib.sha256(json.dumps([stats, what]).encode()).hexdigest()[:24]
   return os.path.join(cache_dir(), f'{key}{suffix}')
 

@@ -28,6 +28,7 @@ from vit_jax import tasks
 from vit_jax.checkpoints import run_dir, saved_state
 from vit_jax.data import digits
 from vit_jax.models import variants
+from vit_jax.runtime import workdir_files
 from vit_jax.tasks import classification
 from vit_jax.train import events
 
@@ -598,14 +599,18 @@ def copy_of(run: str, tmp_path) -> str:
 
 
 def files_of(workdir: str) -> dict[str, bytes]:
-  """Every file under `workdir` by relative path, with its bytes: what a refusal must leave as it was."""
-  return {
+  """Every file under `workdir` by relative path, with its bytes: what a refusal must leave as it was
+  (all but the lock's file, which names the process that last held it: vit_jax/train/workdir_lock.py).
+  """
+  files = {
       os.path.relpath(os.path.join(root, name), workdir): open(
           os.path.join(root, name), 'rb'
       ).read()
       for root, _, names in os.walk(workdir)
       for name in names
   }
+  files.pop(workdir_files.LOCK, None)
+  return files
 
 
 def checkpoint_state(workdir: str, step: int) -> dict:

@@ -157,6 +157,7 @@ def _train() -> None:
       setup,
       state,
       wandb_writer,
+      workdir_lock,
   )
 
   try:
@@ -166,7 +167,7 @@ def _train() -> None:
   logging.debug('Config:\n%s', run.config)
   try:
     metrics = loop.train_and_evaluate(run)
-  except (state.ResumeError, wandb_writer.CannotStart) as e:
+  except (state.ResumeError, wandb_writer.CannotStart, workdir_lock.InUse) as e:
     cli.fail(str(e))
   except (loop.DivergedError, loop.InputError, checkpoint.SaveError) as e:
     cli.fail(str(e), status=1)

@@ -8,3 +8,5 @@ RUN = ('config.json', 'dataset_info.json')
 SOUP = 'soup.json'
 # What vit_jax.tools.export writes beside model.npz and its config.json: the jax.export artefact.
 EXPORT = 'model.jaxexport'
+# The file whose lock a run's process 0 holds while it trains (vit_jax/train/workdir_lock.py).
+LOCK = '.vit_jax.lock'

@@ -18,7 +18,7 @@ from vit_jax import data, evaluators, sharding
 from vit_jax.checkpoints import checkpoint, run_dir
 from vit_jax.runtime import dispatch
 from vit_jax.train import best_checkpoint, event_writer, observe, pace, param_groups, preemption
-from vit_jax.train import progress
+from vit_jax.train import progress, workdir_lock
 from vit_jax.train.setup import Setup
 from vit_jax.train.state import TrainState, check_resumable, create_state
 from vit_jax.train.step import jit_train_step
@@ -132,7 +132,8 @@ def device_batches(
 def train_and_evaluate(setup: Setup) -> dict[str, float]:
   """Runs (or resumes) training to `setup.total_steps`; returns the last metrics of every evaluator."""
   with Watchdog(setup.config.hang_timeout_s, jax.process_index(), jax.process_count()) as watchdog:
-    return _train(setup, watchdog)
+    with workdir_lock.held(setup.workdir):
+      return _train(setup, watchdog)
 
 
 def _train(setup: Setup, watchdog: Watchdog) -> dict[str, float]:

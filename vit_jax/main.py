@@ -153,6 +153,7 @@ def _train() -> None:
   from vit_jax.checkpoints import checkpoint  # pylint: disable=g-import-not-at-top
   from vit_jax.train import (  # pylint: disable=g-import-not-at-top
       loop,
+      memory_fit,
       preemption,
       setup,
       state,
@@ -169,7 +170,7 @@ def _train() -> None:
     metrics = loop.train_and_evaluate(run)
   except (state.ResumeError, wandb_writer.CannotStart, workdir_lock.InUse) as e:
     cli.fail(str(e))
-  except (loop.DivergedError, loop.InputError, checkpoint.SaveError) as e:
+  except (loop.DivergedError, loop.InputError, checkpoint.SaveError, memory_fit.OutOfMemory) as e:
     cli.fail(str(e), status=1)
   except preemption.Preempted as e:
     logging.warning('%s', e)

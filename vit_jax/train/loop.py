@@ -17,11 +17,12 @@ from clu import parameter_overview
 from vit_jax import data, evaluators, sharding
 from vit_jax.checkpoints import checkpoint, run_dir
 from vit_jax.runtime import dispatch
-from vit_jax.train import best_checkpoint, event_writer, observe, pace, param_groups, preemption
+from vit_jax.train import best_checkpoint, event_writer, memory_fit, observe, pace, param_groups
+from vit_jax.train import preemption
 from vit_jax.train import progress, workdir_lock
 from vit_jax.train.setup import Setup
 from vit_jax.train.state import TrainState, check_resumable, create_state
-from vit_jax.train.step import jit_train_step
+from vit_jax.train.step import TrainStep, jit_train_step
 from vit_jax.train.watchdog import Watchdog
 
 
@@ -196,6 +197,10 @@ def _train(setup: Setup, watchdog: Watchdog) -> dict[str, float]:
         watchdog,
         bar,
     )
+  except jax.errors.JaxRuntimeError as e:
+    if not memory_fit.out_of_memory(e):
+      raise
+    raise memory_fit.ran_out(e, watchdog.current, config) from None
   finally:  # Also when the run stops early: the saves in flight complete, or stay unread temporaries.
     # Now, not when the interpreter ends, where grain's clean-up of its worker processes would find
     # its modules gone (a traceback on the console per worker).
@@ -223,7 +228,7 @@ def _run_steps(
     setup: Setup,
     state: TrainState,
     end_step: int,
-    step_fn: Callable,
+    step_fn: TrainStep,
     train_iter: Iterator,
     writer: event_writer.MetricWriter,
     run_pace: pace.Pace,
@@ -266,6 +271,8 @@ def _run_steps(
               writer.flush()
               save(step - 1, state)
             raise _input_error(step, e, save_now or step - 1 == saved) from e
+        if step == first:  # Before the step runs out of memory (on CPU, the OOM killer's SIGKILL).
+          memory_fit.check_train_step(step_fn, state, batch, config)
         state, metrics = step_fn(state, batch)
       profiler.after(step, state)
       if step == first:

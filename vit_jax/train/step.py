@@ -1,5 +1,6 @@
 """One optimizer update on a global batch: the function the loop jits over the mesh."""
 
+import dataclasses
 import functools
 from typing import Any, Callable
 
@@ -104,9 +105,25 @@ def _trained_only(grad_fn: Callable, labels: Any) -> Callable:
   return trained_grad_fn
 
 
-def jit_train_step(
-    setup: Setup, state_shardings: Any
-) -> Callable[[TrainState, dict[str, jax.Array]], tuple[TrainState, dict[str, jax.Array]]]:
+@dataclasses.dataclass(frozen=True)
+class TrainStep:
+  """The jitted train step as a function of (state, batch): the arguments every step passes the same
+  (a distillation teacher's parameters) are `fixed`."""
+
+  jitted: Any  # jax.jit's.
+  fixed: tuple[Any, ...] = ()
+
+  def __call__(
+      self, state: TrainState, batch: dict[str, jax.Array]
+  ) -> tuple[TrainState, dict[str, jax.Array]]:
+    return self.jitted(state, batch, *self.fixed)
+
+  def lower(self, state: TrainState, batch: dict[str, jax.Array]) -> Any:
+    """jax.jit's `lower`, for the compiled program's memory analysis (train/memory_fit.py)."""
+    return self.jitted.lower(state, batch, *self.fixed)
+
+
+def jit_train_step(setup: Setup, state_shardings: Any) -> TrainStep:
   """The run's train step, jitted over its mesh; the state (in `state_shardings`) is donated. A
   distillation teacher's parameters are placed once, sharded by the same rules as the student's, and
   passed to every step."""
@@ -145,6 +162,5 @@ def jit_train_step(
       donate_argnums=0,
   )
   if teacher is None:
-    return jitted
-  teacher_params = jax.device_put(teacher.params, teacher_shardings)
-  return lambda state, batch: jitted(state, batch, teacher_params)
+    return TrainStep(jitted)
+  return TrainStep(jitted, (jax.device_put(teacher.params, teacher_shardings),))

@@ -39,6 +39,11 @@ class Watchdog:
   def phase(self, what: str) -> None:
     self._current = (what, time.monotonic())
 
+  @property
+  def current(self) -> str:
+    """The phase the run is in."""
+    return self._current[0]
+
   def __enter__(self) -> 'Watchdog':
     return self
 

@@ -71,7 +71,11 @@ INVALID = {
     'knn.ks': ((0, 5), KNN_ON, r'knn.ks=\(0, 5\) must be positive'),
     'knn.temperature': (0.0, KNN_ON, r'knn.temperature=0.0 must be > 0'),
     'knn.train_split': ('validation', KNN_ON, "'validation'"),
-    'hang_timeout_s': (-1.0, {}, r'config\.hang_timeout_s=-1\.0 must be at least 0 seconds'),
+    'hang_timeout_s': (
+        0.5,
+        {},
+        r'config\.hang_timeout_s=0\.5 must be 0 \(no watchdog\) or at least 10 seconds, e\.g\. 1800',
+    ),
     'skip_nonfinite_steps': (
         -1,
         {},

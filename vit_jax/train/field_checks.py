@@ -14,6 +14,8 @@ from vit_jax import defaults, sharding
 from vit_jax.checkpoints import patch_resizing, posemb_resizing
 
 DTYPES = ('float32', 'bfloat16', 'float16')
+# The shortest watchdog limit (config.hang_timeout_s) a run takes.
+MIN_HANG_TIMEOUT_S = 10.0
 # Steps between the loop's periodic actions, and checkpoints kept: each at least 1.
 _POSITIVE_COUNTS = ('log_every_steps', 'checkpoint_every_steps', 'keep_checkpoints')
 # Dicts of the config whose keys are names the user picks, not fields (evaluators checks config.evals).
@@ -155,10 +157,13 @@ def check_numbers(config: ml_collections.ConfigDict) -> None:
         f'config.storage_timeout_s={config.storage_timeout_s} must be a positive number '
         f'of seconds up to {threading.TIMEOUT_MAX:.0f}, e.g. 60'
     )
-  if not config.hang_timeout_s >= 0:
+  # Below seconds, the watchdog ends every run in its first phase, and a scheduler that requeues a
+  # hung run (launch/slurm.sbatch) would start it again and again.
+  if not (config.hang_timeout_s == 0 or config.hang_timeout_s >= MIN_HANG_TIMEOUT_S):
     raise ValueError(
-        f'config.hang_timeout_s={config.hang_timeout_s} must be at least 0 seconds, e.g. '
-        '1800 (0: no watchdog)'
+        f'config.hang_timeout_s={config.hang_timeout_s} must be 0 (no watchdog) or at least '
+        f'{MIN_HANG_TIMEOUT_S:g} seconds, e.g. 1800: the longest a compile, an evaluation or a '
+        'save may take'
     )
   if config.data_shards is not None and config.data_shards < 1:
     raise ValueError(

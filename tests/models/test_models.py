@@ -305,9 +305,12 @@ def test_a_distilled_model_has_a_second_token_and_head_and_averages_them():
     variants.get_model_config('ViT-testing_4', {'distilled': True, 'classifier': 'gap'})
 
 
-def test_layer_scale_must_be_positive():
-  with pytest.raises(ValueError, match=r'model.layer_scale=0.0 must be a positive initial scale'):
-    variants.get_model_config('ViT-testing_4', {'layer_scale': 0.0})
+@pytest.mark.parametrize('scale', [0.0, float('inf'), float('nan')])
+def test_layer_scale_must_be_positive_and_finite(scale):
+  with pytest.raises(
+      ValueError, match=rf'model.layer_scale={scale} must be a positive finite initial scale'
+  ):
+    variants.get_model_config('ViT-testing_4', {'layer_scale': scale})
 
 
 def test_zero_head_gives_zero_logits_and_dropout_needs_train():

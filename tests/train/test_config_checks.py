@@ -174,7 +174,7 @@ INVALID = {
     'model.layer_scale': (
         -1e-5,
         {},
-        r'model.layer_scale=-1e-05 must be a positive initial scale',
+        r'model.layer_scale=-1e-05 must be a positive finite initial scale',
     ),
     'model.layer_scale_mlp': (
         False,

@@ -174,9 +174,9 @@ def _check_fields(model: dict[str, Any]) -> None:
         'classifier without fc_norm or a pre-logits layer: set --config.model.classifier=token, '
         'fc_norm=False and representation_size=None, or distilled=False'
     )
-  if model['layer_scale'] is not None and not model['layer_scale'] > 0:
+  if model['layer_scale'] is not None and not 0 < model['layer_scale'] < math.inf:
     raise ValueError(
-        f"model.layer_scale={model['layer_scale']} must be a positive initial scale, e.g. 1e-5 "
+        f"model.layer_scale={model['layer_scale']} must be a positive finite initial scale, e.g. 1e-5 "
         '(or unset for no layer scale)'
     )
   if not model['layer_scale_mlp'] and model['layer_scale'] is None:

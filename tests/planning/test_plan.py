@@ -386,6 +386,8 @@ def test_flags_the_plan_cannot_use_are_one_line_errors():
       # A head of no classes divided by zero in a traceback.
       (('--devices=8', '--chip=tpu-v4', '--num_classes=0'), '--num_classes=0 must be at least 1'),
       (('--devices=8', '--chip=tpu-v4', '--suggestions=-1'), '--suggestions=-1 at least 0'),
+      # Its mesh of that many integers took minutes to build.
+      (('--devices=100000000', '--chip=tpu-v4'), '--devices=100000000 must be from 1 to 1048576'),
   ]:
     run = _plan(*args)
     assert run.returncode == 2 and run.stdout == '', run

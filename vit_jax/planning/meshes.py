@@ -14,12 +14,14 @@ from vit_jax.train import optim
 from vit_jax.models import variants
 
 MESH_ORDER = ('data', 'fsdp', 'tensor')  # Simplest (least communication) first.
+MAX_DEVICES = 2**20  # Many times the largest pods' chips.
 
 
 def mesh_shape(axes: Any, devices: int) -> dict[str, int]:
   """The axis sizes `config.mesh` takes on `devices` chips, or the ValueError training would raise."""
-  if devices < 1:
-    raise ValueError(f'--devices={devices} must be at least 1')
+  # The mesh below is an array of that many integers: a hundred million took minutes.
+  if not 1 <= devices <= MAX_DEVICES:
+    raise ValueError(f'--devices={devices} must be from 1 to {MAX_DEVICES}')
   # make_mesh only reshapes the device list: integers stand in for devices, so its checks and messages
   # serve any device count, not only this machine's.
   return dict(sharding.make_mesh(axes, devices=range(devices)).shape)

@@ -327,8 +327,8 @@ INVALID = {
         r'--config\.seed=0$',
     ),
     'profile_steps': (-1, {}, r'config\.profile_steps=-1 must be at least 0 \(0: no trace\)'),
-    'data_workers': (-1, {}, r'config\.data_workers=-1 must be >= 0 worker processes'),
-    'device_prefetch': (-1, {}, r'config\.device_prefetch=-1 must be at least 0 batches'),
+    'data_workers': (-1, {}, r'config\.data_workers=-1 must be from 0 worker processes'),
+    'device_prefetch': (-1, {}, r'config\.device_prefetch=-1 must be from 0 to 32 batches'),
     'storage_timeout_s': (0.0, {}, 'storage_timeout_s=0.0 must be a positive number'),
     'task': ('detection', {}, "Unknown config.task 'detection'"),
     'total_steps': (0, {}, 'The run has 0 steps'),
@@ -394,6 +394,17 @@ ALSO_INVALID = {
         r'^config\.init_from is empty \(--config\.init_from=\$VAR of an unset variable\?\): give',
     ),
     'an empty data_dir': ({'data_dir': ''}, r'^config\.data_dir is empty'),
+    # Each spawned for minutes, then the machine ran out of memory.
+    'a thousand data workers': (
+        {'data_workers': 1000},
+        r'^config\.data_workers=1000 must be from 0 worker processes \(threads of this process '
+        r'only\) to \d+ \(4 for each of the \d+ cores this process may use\)',
+    ),
+    # The first step waited for that many batches on the devices: hours of reading, then out of memory.
+    'a hundred thousand batches ahead': (
+        {'device_prefetch': 100000},
+        r'^config\.device_prefetch=100000 must be from 0 to 32 batches',
+    ),
     # `--config.optim.frozen=`: ('',), a pattern every parameter matches; the run trained nothing.
     'an empty frozen pattern': (
         {'optim.frozen': ('',)},

@@ -127,6 +127,8 @@ SOURCES: dict[str, Callable[[ml_collections.ConfigDict, str], Source]] = {
 # as `datasets` decodes them; the others' as PIL opens them): the tools decode an image file as the
 # run's evaluation did.
 EXIF_UPRIGHT = frozenset({'huggingface'})
+# The most grain worker processes a core (config.data_workers): one a core keeps every core busy.
+WORKERS_A_CORE = 4
 
 
 def make_source(config: ml_collections.ConfigDict, label_feature: str | None = None) -> Source:
@@ -141,10 +143,14 @@ def checked_source(config: ml_collections.ConfigDict, label_feature: str | None 
   """The source of a validated data config, reading `label_feature` (None: the run's)."""
   if config.image_size < 1:
     raise ValueError(f'config.image_size={config.image_size} must be a positive number of pixels')
-  if config.data_workers is not None and config.data_workers < 0:
+  # Each worker is a process of its own interpreter and buffers: a thousand on 2 cores spawned for
+  # minutes, then ran out of memory.
+  most = WORKERS_A_CORE * cpuinfo.usable_cores()
+  if config.data_workers is not None and not 0 <= config.data_workers <= most:
     raise ValueError(
-        f'config.data_workers={config.data_workers} must be >= 0 worker processes (0: '
-        'threads of this process only), or unset for one a core'
+        f'config.data_workers={config.data_workers} must be from 0 worker processes (threads of '
+        f'this process only) to {most} ({WORKERS_A_CORE} for each of the {cpuinfo.usable_cores()} '
+        'cores this process may use), or unset for one a core'
     )
   preprocess.check_pp(config.pp)
   preprocess.check_pp_eval(config.pp_eval)

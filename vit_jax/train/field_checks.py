@@ -16,6 +16,7 @@ from vit_jax.checkpoints import patch_resizing, posemb_resizing
 DTYPES = ('float32', 'bfloat16', 'float16')
 # The shortest watchdog limit (config.hang_timeout_s) a run takes.
 MIN_HANG_TIMEOUT_S = 10.0
+MAX_DEVICE_PREFETCH = 32  # Batches on the devices ahead of their step: a few overlap the copies.
 # Steps between the loop's periodic actions, and checkpoints kept: each at least 1.
 _POSITIVE_COUNTS = ('log_every_steps', 'checkpoint_every_steps', 'keep_checkpoints')
 # Dicts of the config whose keys are names the user picks, not fields (evaluators checks config.evals).
@@ -142,10 +143,12 @@ def check_numbers(config: ml_collections.ConfigDict) -> None:
         f'config.polyak_decay={config.polyak_decay} must be in [0, 1), e.g. 0.9999 '
         '(or unset to turn Polyak averaging off)'
     )
-  if config.device_prefetch < 0:
+  # Each batch ahead is held on the devices: the first step waited for all of them (100000: hours
+  # of reading, then out of memory).
+  if not 0 <= config.device_prefetch <= MAX_DEVICE_PREFETCH:
     raise ValueError(
-        f'config.device_prefetch={config.device_prefetch} must be at least 0 batches, e.g. 2 '
-        '(0: each batch goes to the devices at its step)'
+        f'config.device_prefetch={config.device_prefetch} must be from 0 to '
+        f'{MAX_DEVICE_PREFETCH} batches, e.g. 2 (0: each batch goes to the devices at its step)'
     )
   if config.profile_steps < 0:
     raise ValueError(

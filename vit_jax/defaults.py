@@ -238,7 +238,8 @@ def get_config() -> ml_collections.ConfigDict:
   config.init_from = config_dict.placeholder(str)
   config.keep_head = False
   config.keep_pre_logits = False
-  # 'bilinear' (the original code's) | 'bicubic' (timm's) | 'bilinear_antialiased' (NaFlex's).
+  # 'bilinear' (the original code's) | 'bicubic' (timm's) | 'bilinear_antialiased' (NaFlex's) |
+  # 'bicubic_torch' (Hugging Face transformers' interpolate_pos_encoding).
   config.posemb_interpolation = 'bilinear'
   # A checkpoint of another patch size (model.patch_size) has its patch embedding resampled to the
   # model's by FlexiViT's pseudo-inverse of a resize: 'bilinear' (big_vision's FlexiViT) | 'bicubic'

@@ -49,6 +49,14 @@ def test_bicubic_posemb_matches_timms_resample_abs_pos_embed(old, new, prefix):
       posemb, (new, new), num_prefix_tokens=prefix, method='bilinear_antialiased'
   )
   np.testing.assert_allclose(resized, expected, atol=1e-5)
+  # 'bicubic_torch' is torch's bicubic never antialiased (transformers' interpolate_pos_encoding).
+  expected = resample_abs_pos_embed(
+      torch.from_numpy(posemb), [new, new], num_prefix_tokens=prefix, antialias=False
+  ).numpy()
+  resized = posemb_resizing.interpolate_posemb(
+      posemb, (new, new), num_prefix_tokens=prefix, method='bicubic_torch'
+  )
+  np.testing.assert_allclose(resized, expected, atol=1e-5)
 
 
 def _timm_vit(

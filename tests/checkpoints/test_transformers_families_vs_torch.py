@@ -467,6 +467,34 @@ def test_siglip2_elsewhere_than_its_grid_is_ours_resized_bilinear_antialiased(tm
   np.testing.assert_allclose(features, expected, atol=1e-4 * np.abs(expected).max())
 
 
+@pytest.mark.parametrize(
+    'family,method,kwargs',
+    [
+        ('dinov2', 'bicubic_torch', {}),  # Always resized to the image's grid.
+        ('vit_without_qkv_bias', 'bicubic_torch', {'interpolate_pos_encoding': True}),
+        ('dinov2_registers', 'bicubic', {}),  # Its interpolate_pos_encoding antialiases.
+    ],
+)
+@pytest.mark.parametrize('size', [12, 28])
+def test_a_transformers_model_at_another_image_size_is_ours_resized_by_its_method(
+    tmp_path, family, method, kwargs, size
+):
+  """transformers resizes a checkpoint's position embeddings to each image's grid as it runs: ours,
+  resized once to the run's grid by config.posemb_interpolation, computes the same features at
+  3 x 3 and 7 x 7 patches from the checkpoint's 2 x 2."""
+  reference, path = _saved(family, tmp_path / family)
+  inputs = np.random.RandomState(1).uniform(-1, 1, (3, size, size, 3)).astype(np.float32)
+  expected = _FAMILIES[family][1](torch_outputs(reference, inputs, **kwargs)).numpy()
+  features = ours(
+      path,
+      inputs=inputs,
+      image_size=size,
+      posemb_interpolation=method,
+      **_overrides(_FAMILIES[family][2]),
+  )
+  np.testing.assert_allclose(features, expected, atol=1e-4 * np.abs(expected).max())
+
+
 @pytest.mark.parametrize('family', list(_FAMILIES))
 def test_a_transformers_familys_fields_are_read_from_its_files(tmp_path, family):
   _, path = _saved(family, tmp_path / family)

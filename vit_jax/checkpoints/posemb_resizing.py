@@ -1,7 +1,8 @@
 """Learned position embeddings resized to another patch grid, the arrays alone: the 1-D ones of a
 square grid (the class, distillation and register tokens before it kept), the first one or two axes
 of the others (2-D embeddings, relative biases). 'bilinear' as the original ViT code, 'bicubic' as
-timm, or 'bilinear_antialiased' as big_vision's NaFlex ViT.
+timm, 'bilinear_antialiased' as big_vision's NaFlex ViT, or 'bicubic_torch' as Hugging Face
+transformers' models at another image size (`interpolate_pos_encoding`).
 `resize_param` tells them apart by their names in a flat tree (posemb.py's); which trees are fitted
 to which model is vit_jax/checkpoints/adapting.py's.
 """
@@ -23,7 +24,8 @@ _RELATIVE = re.compile(r'(^|/)relative_posemb/relative_bias$')
 # The methods jax.image.resize computes (pixel centres, antialiased when shrinking: PIL's kernels),
 # by their names there.
 _RESIZED_BY_JAX = {'bicubic': 'bicubic', 'bilinear_antialiased': 'linear'}
-POSEMB_METHODS = ('bilinear', *_RESIZED_BY_JAX)
+POSEMB_METHODS = ('bilinear', *_RESIZED_BY_JAX, 'bicubic_torch')
+_KEYS_A_TORCH = -0.75  # torch's bicubic kernel (PIL's and jax.image.resize's: -0.5).
 
 
 def _linear_weights(size_in: int, size_out: int) -> np.ndarray:
@@ -42,6 +44,23 @@ def _linear_weights(size_in: int, size_out: int) -> np.ndarray:
   return weights
 
 
+def _torch_bicubic_weights(size_in: int, size_out: int) -> np.ndarray:
+  """(size_out, size_in) weights of torch.nn.functional.interpolate's bicubic (align_corners=False,
+  no antialiasing): output i samples input position (i + 0.5) * size_in / size_out - 0.5 with Keys'
+  cubic of a=-0.75 over its 4 nearest inputs, those past an edge read as the edge's (torch clamps
+  their indices)."""
+  positions = (np.arange(size_out) + 0.5) * size_in / size_out - 0.5
+  left = np.floor(positions).astype(int)
+  t = positions - left
+  a = _KEYS_A_TORCH
+  near = lambda x: ((a + 2) * x - (a + 3)) * x * x + 1  # |x| <= 1
+  far = lambda x: ((a * x - 5 * a) * x + 8 * a) * x - 4 * a  # 1 < |x| < 2
+  weights = np.zeros((size_out, size_in))
+  for offset, w in zip((-1, 0, 1, 2), (far(t + 1), near(t), near(1 - t), far(2 - t))):
+    np.add.at(weights, (np.arange(size_out), np.clip(left + offset, 0, size_in - 1)), w)
+  return weights
+
+
 def check_posemb_method(method: str) -> None:
   if method not in POSEMB_METHODS:
     raise ValueError(
@@ -54,8 +73,9 @@ def resize_leading(
     array: np.ndarray | jax.Array, sizes: tuple[int, ...], method: str = 'bilinear'
 ) -> np.ndarray | jax.Array:
   """`array` with its first one or two axes resized to `sizes`, the others kept (the embedding width,
-  the heads); float64 for 'bilinear' (see `interpolate_posemb` for the methods). A jax array (in a
-  traced model: models/posemb.py's `fitted_to_grid`) is resized in float32, into a jax array."""
+  the heads); float64 for 'bilinear' and 'bicubic_torch' (see `interpolate_posemb` for the methods).
+  A jax array (in a traced model: models/posemb.py's `fitted_to_grid`) is resized in float32, into a
+  jax array."""
   check_posemb_method(method)
   traced = isinstance(array, jax.Array)
   if method in _RESIZED_BY_JAX:
@@ -65,7 +85,8 @@ def resize_leading(
         _RESIZED_BY_JAX[method],
     )
     return resized if traced else np.asarray(resized)
-  weights = [_linear_weights(n, size) for n, size in zip(array.shape, sizes)]
+  weigh = _torch_bicubic_weights if method == 'bicubic_torch' else _linear_weights
+  weights = [weigh(n, size) for n, size in zip(array.shape, sizes)]
   spec = {1: 'aA,A...->a...', 2: 'aA,bB,AB...->ab...'}[len(sizes)]
   if traced:
     return jnp.einsum(spec, *(w.astype(np.float32) for w in weights), array.astype(jnp.float32))
@@ -85,7 +106,9 @@ def interpolate_posemb(
   'bilinear' aligns the corner samples, exactly as the original code's `scipy.ndimage.zoom(order=1)`;
   'bicubic' is `jax.image.resize` (half-pixel centres, Keys cubic a=-0.5, antialiased when shrinking;
   the same as PIL's bicubic resize), 'bilinear_antialiased' its linear one (PIL's bilinear resize;
-  big_vision's NaFlex ViT resizes its position embeddings so to each image's grid).
+  big_vision's NaFlex ViT resizes its position embeddings so to each image's grid), 'bicubic_torch'
+  torch's bicubic (half-pixel centres, a=-0.75, never antialiased), which Hugging Face transformers'
+  `interpolate_pos_encoding` applies (ViT, DeiT, DINOv2, CLIP, SigLIP).
   """
   check_posemb_method(method)
   prefix, grid = posemb[:, :num_prefix_tokens], posemb[0, num_prefix_tokens:]

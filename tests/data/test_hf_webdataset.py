@@ -271,6 +271,12 @@ def test_bad_shards_are_one_line_errors_naming_the_fix(tmp_path):
   whole = (tmp_path / 'plain.tar').read_bytes()
   (cut / 'train.tar').write_bytes(whole[: len(whole) // 2 + 100])  # Cut inside its second sample.
   assert 'not a readable uncompressed tar file (unexpected end of data)' in _error(cut)
+  # Cut at a header, or in one: tarfile reads the samples before it, without a word.
+  with tarfile.open(tmp_path / 'plain.tar') as tar:
+    second = tar.getmembers()[3].offset  # The second sample's first header.
+  for end in (second, second + 100):
+    (cut / 'train.tar').write_bytes(whole[:end])
+    assert 'not a readable uncompressed tar file (unexpected end of data)' in _error(cut)
 
   lfs = tmp_path / 'lfs'
   lfs.mkdir()

@@ -63,19 +63,24 @@ def _pax_records(data: bytes) -> dict[str, str]:
 
 def regular_files(f: BinaryIO) -> Iterator[Member]:
   """The regular files of the tar in seekable `f` (a file is sought over, not read), in order, as
-  tarfile lists them; `tarfile.ReadError` where it is not a tar (compressed, say) or is cut short.
+  tarfile lists them; `tarfile.ReadError` where it is not a tar (compressed, say) or is cut short
+  (also before its end-of-archive zero blocks, which tarfile does not require).
   """
   end = f.seek(0, 2)
   position, long_name, pax, global_pax = 0, None, None, {}
   while True:
     f.seek(position)
     header = f.read(_BLOCK)
+    # Cut short at or in a header (a partial download's chunk ends on a block's): tarfile reads such
+    # an archive to its last whole member, without a word; one ends at its zero blocks.
+    if position > 0 and len(header) < _BLOCK:
+      raise tarfile.ReadError('unexpected end of data')
     pending = long_name is not None or pax is not None  # A header that names the next one.
     try:
       if not header or header == bytes(_BLOCK):
         raise tarfile.ReadError('empty file' if not header else 'end of file header')
       if len(header) < _BLOCK:
-        raise tarfile.ReadError('truncated header')
+        raise tarfile.ReadError('truncated header')  # The first.
       if not _checksum_matches(header):
         raise tarfile.ReadError('bad checksum')
       kind, size, data = header[156:157], _number(header[124:136]), position + _BLOCK

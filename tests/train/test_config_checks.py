@@ -394,6 +394,16 @@ ALSO_INVALID = {
         r'^config\.init_from is empty \(--config\.init_from=\$VAR of an unset variable\?\): give',
     ),
     'an empty data_dir': ({'data_dir': ''}, r'^config\.data_dir is empty'),
+    # The demo's config with a folder of one's own images: it trained on the digits, without a word.
+    'a data_dir of images with the digits': (
+        {'data_dir': os.path.join(helpers.REPO, 'tests')},
+        r"^config\.data_dir='.*/tests' is not read: config\.dataset='digits' is the bundled digits; "
+        r'train on it with --config\.dataset=folder \(class folders\) or huggingface',
+    ),
+    'a hub dataset with the digits': (
+        {'data_dir': 'hf-hub:org/pets'},
+        r"^config\.data_dir='hf-hub:org/pets' is not read: config\.dataset='digits'",
+    ),
     # Each spawned for minutes, then the machine ran out of memory.
     'a thousand data workers': (
         {'data_workers': 1000},

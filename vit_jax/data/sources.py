@@ -7,6 +7,7 @@ make the batches.
 
 import dataclasses
 import functools
+import os
 from typing import Any, Callable, Protocol, Sequence
 
 import ml_collections
@@ -20,7 +21,7 @@ from vit_jax.data import preprocess
 from vit_jax.data import tfds_source
 from vit_jax.data import vtab
 from vit_jax.data import zip_members
-from vit_jax.runtime import cpuinfo
+from vit_jax.runtime import cpuinfo, paths
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,8 +66,22 @@ def _digits(config: ml_collections.ConfigDict, label_feature: str) -> Source:
         f"{label_feature!r}: set --config.label_feature (or the evaluator's "
         "label_feature) to 'label'"
     )
-  del config  # The digits are the same for every config.
+  if config.data_dir and _holds_data(config.data_dir):
+    raise ValueError(
+        f"config.data_dir={config.data_dir!r} is not read: config.dataset='digits' is the bundled "
+        'digits; train on it with --config.dataset=folder (class folders) or huggingface (a Hugging '
+        'Face dataset), or unset config.data_dir'
+    )
   return digits.DigitsSource()
+
+
+def _holds_data(data_dir: str) -> bool:
+  """Whether `data_dir` names data (a hub dataset, cloud storage, a file, a folder not empty): what a
+  user meant to train on, set on a config of the digits (the demo's) without its dataset. An empty
+  folder (a tfds data_dir the digits leave as it is) holds none."""
+  if data_dir.startswith('hf-hub:') or paths.is_url(data_dir) or os.path.isfile(data_dir):
+    return True
+  return os.path.isdir(data_dir) and any(os.scandir(data_dir))
 
 
 def _folder(config: ml_collections.ConfigDict, label_feature: str) -> Source:

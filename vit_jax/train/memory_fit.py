@@ -10,6 +10,8 @@ import jax
 import ml_collections
 from absl import logging
 
+from vit_jax.runtime import hosts
+
 _MEMINFO = '/proc/meminfo'
 
 
@@ -73,11 +75,17 @@ def check_train_step(
       _size(stats.argument_size_in_bytes),
       'unknown' if free is None else _size(free),
   )
-  if free is not None and needed > free:
+  short = free is not None and needed > free
+  # Every process stops, also where its own devices have room: the others would wait for it.
+  if hosts.any_of(short):
+    where = (
+        f'{device.device_kind} {device.id} has {_size(free)} free'
+        if short
+        else 'another process of the run has less free'
+    )
     raise OutOfMemory(
         f'the train step needs {_size(needed)} of memory a device beyond its state and batch '
-        f"({_size(stats.argument_size_in_bytes)}), XLA's count, where {device.device_kind} "
-        f'{device.id} has {_size(free)} free: {advice(config)}'
+        f"({_size(stats.argument_size_in_bytes)}), XLA's count, where {where}: {advice(config)}"
     )
 
 

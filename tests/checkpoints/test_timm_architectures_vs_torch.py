@@ -135,6 +135,38 @@ def test_an_architecture_vit_jax_computes_gives_timms_logits(tmp_path, architect
   _assert_timms_logits(run, reference)
 
 
+@pytest.mark.parametrize('size', [44, 20])
+@pytest.mark.parametrize(
+    'architecture,kwargs',
+    [('beit_base_patch16_224', {'global_pool': 'token'}), ('beitv2_base_patch16_224', {})],
+)
+def test_beits_relative_biases_at_another_size_are_resized_as_timm_resizes_them(
+    tmp_path, architecture, kwargs, size
+):
+  """timm loads a BEiT at another image size by reading its relative bias tables linearly at
+  geometric offsets (resize_rel_pos_bias_table): config.posemb_interpolation='bicubic' (timm's)
+  resizes ours so, from 7 x 7 patches to 11 x 11 and to 5 x 5."""
+  _saved(tmp_path / 'timm', architecture, **kwargs)
+  reference = timm.create_model(
+      architecture,
+      pretrained=True,
+      # Its head too: timm drops one of other classes than the overlay's.
+      pretrained_cfg_overlay={
+          'file': str(tmp_path / 'timm' / 'model.safetensors'),
+          'num_classes': 10,
+      },
+      **dict(img_size=size, patch_size=4, embed_dim=32, depth=2, num_heads=2, num_classes=10),
+      **kwargs,
+  ).eval()
+  run = prepared_from_checkpoint(
+      tmp_path / 'workdir', str(tmp_path / 'timm'), size, posemb_interpolation='bicubic'
+  )
+  inputs = np.random.RandomState(0).uniform(-1, 1, (2, size, size, 3)).astype(np.float32)
+  ours = np.asarray(run.model.apply({'params': run.init_params}, inputs))
+  theirs = torch_outputs(reference, timm_input(reference, inputs)).numpy()
+  np.testing.assert_allclose(ours, theirs, atol=1e-4, rtol=1e-5)
+
+
 @pytest.mark.parametrize(
     'architecture,kwargs,fields',
     [

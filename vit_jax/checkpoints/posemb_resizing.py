@@ -2,7 +2,8 @@
 square grid (the class, distillation and register tokens before it kept), the first one or two axes
 of the others (2-D embeddings, relative biases). 'bilinear' as the original ViT code, 'bicubic' as
 timm, 'bilinear_antialiased' as big_vision's NaFlex ViT, or 'bicubic_torch' as Hugging Face
-transformers' models at another image size (`interpolate_pos_encoding`).
+transformers' models at another image size (`interpolate_pos_encoding`); relative biases by
+'bicubic' as timm resizes BEiT's (`resize_relative`).
 `resize_param` tells them apart by their names in a flat tree (posemb.py's); which trees are fitted
 to which model is vit_jax/checkpoints/adapting.py's.
 """
@@ -59,6 +60,56 @@ def _torch_bicubic_weights(size_in: int, size_out: int) -> np.ndarray:
   for offset, w in zip((-1, 0, 1, 2), (far(t + 1), near(t), near(1 - t), far(2 - t))):
     np.add.at(weights, (np.arange(size_out), np.clip(left + offset, 0, size_in - 1)), w)
   return weights
+
+
+def _geometric_positions(size_in: int, size_out: int) -> np.ndarray:
+  """Where BEiT's fine-tuning code places the `size_in` offsets of a relative bias table to resize it
+  to `size_out` (unilm's run_class_finetuning.py, timm's resize_rel_pos_bias_table): 0 and, on each
+  side, steps 1, q, q^2... whose sum reaches the new table's last offset, q found by bisection (1.01
+  when shrinking: the old offsets about where they were)."""
+  steps, reach = size_in // 2, size_out // 2
+  low, high = 1.01, 1.5
+  while high - low > 1e-6:
+    q = (low + high) / 2.0
+    if (1.0 - q**steps) / (1.0 - q) > reach:
+      high = q
+    else:
+      low = q
+  side = np.cumsum([q**i for i in range(steps)])
+  return np.concatenate([-side[::-1], [0.0], side])
+
+
+def _geometric_weights(size_in: int, size_out: int) -> np.ndarray:
+  """(size_out, size_in) weights that read offsets -(size_out // 2) .. size_out // 2 off a relative
+  bias table of `size_in` offsets at `_geometric_positions`, linearly, the table's edges beyond its
+  last (timm's resize_rel_pos_bias_table without scipy, its default)."""
+  if size_in == 1:  # One offset (a grid of one patch): every offset reads it.
+    return np.ones((size_out, 1))
+  positions = _geometric_positions(size_in, size_out)
+  targets = np.arange(size_out, dtype=np.float64) - size_out // 2
+  weights = np.zeros((size_out, size_in))
+  right = np.clip(np.searchsorted(positions, targets), 1, size_in - 1)
+  frac = np.clip((targets - positions[right - 1]) / (positions[right] - positions[right - 1]), 0, 1)
+  weights[np.arange(size_out), right - 1] = 1 - frac
+  weights[np.arange(size_out), right] += frac
+  return weights
+
+
+def resize_relative(
+    table: np.ndarray | jax.Array, sizes: tuple[int, int], method: str
+) -> np.ndarray | jax.Array:
+  """A relative bias table (2h - 1, 2w - 1, heads) resized to `sizes` offsets: by `method` as
+  `resize_leading` resizes, but with 'bicubic' (timm's) as timm resizes BEiT's, linearly on its
+  geometric positions (a table of offsets is no image: bicubic resizing put its logits 4% off timm's).
+  """
+  if method != 'bicubic':
+    return resize_leading(table, sizes, method)
+  if tuple(table.shape[:2]) == tuple(sizes):  # The positions would not be the offsets.
+    return table
+  weights = [_geometric_weights(n, size) for n, size in zip(table.shape, sizes)]
+  if isinstance(table, jax.Array):
+    return jnp.einsum('aA,bB,AB...->ab...', *(w.astype(np.float32) for w in weights), table)
+  return np.einsum('aA,bB,AB...->ab...', *weights, table.astype(np.float64))
 
 
 def check_posemb_method(method: str) -> None:
@@ -148,6 +199,6 @@ def resize_param(
     unit = 'columns' if axis['axis'] == 'x' else 'rows'
     return f'resized {name} {old[0]} -> {new[0]} {unit} ({method})'
   if _RELATIVE.search(key):
-    params[key] = resize_leading(params[key], new[:2], method).astype(params[key].dtype)
+    params[key] = resize_relative(params[key], new[:2], method).astype(params[key].dtype)
     return f'resized {name} {old[0]}x{old[1]} -> {new[0]}x{new[1]} offsets ({method})'
   return None

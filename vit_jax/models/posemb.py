@@ -217,7 +217,7 @@ class RelativePositionBias(nn.Module):
         'relative_bias',
         (2 * h - 1, 2 * w - 1, self.num_heads),
         {0: 'row offsets', 1: 'column offsets'},
-        fit=lambda stored, method: posemb_resizing.resize_leading(
+        fit=lambda stored, method: posemb_resizing.resize_relative(
             stored, (2 * h - 1, 2 * w - 1), method
         ),
     ).reshape(-1, self.num_heads)

@@ -41,6 +41,9 @@
 #   b16_lora        b16_synthetic with --lora_rank=16 (query and value): the adapters and the head
 #                   train, no gradient of the frozen weights
 #   b16_patch_dropout  b16_synthetic with model.patch_dropout=0.5: the blocks see half the patches
+#   out_of_memory   the demo at 1024 px (65,536 patches: attention scores no device holds) through
+#                   the CLI: exit status 1 before its first step, with one line giving the sizes and
+#                   the fields that lower them (train/memory_fit.py)
 #   tests           the test suite's fast tier (make test's tests; TESTS='tests/models ...' another
 #                   selection) on the accelerator, every matmul at float32's full precision
 #                   (JAX_DEFAULT_MATMUL_PRECISION=highest, as the CPU computes), a worker per two
@@ -109,7 +112,8 @@ else
   B16=(--config.batch_size=256 --config.num_epochs=25 --config.log_every_steps=50
        --config.lr.warmup_steps=30)
 fi
-OPTIONAL='b16_fp8 l16_fp8 b16_folder_at_step lora soup flexi mae b16_lora b16_patch_dropout tests'
+OPTIONAL='b16_fp8 l16_fp8 b16_folder_at_step lora soup flexi mae b16_lora b16_patch_dropout'
+OPTIONAL+=' out_of_memory tests'
 # The input pipeline's worker processes, where it has them (the TensorFlow-free pipeline).
 WORKERS=()
 grep -q -- "'--workers'" benchmarks/input_pipeline.py && WORKERS=(--workers="$CORES")
@@ -240,6 +244,15 @@ check_flexi() (
   for metric in eval_top1 p2_top1 p8_top1; do helper metric "$WORK/demo_flexi" "$metric"; done
 )
 
+check_out_of_memory() (
+  local rc=0 last
+  main configs/demo.py "$WORK/out_of_memory" --config.image_size=1024 --config.batch_size=8 \
+    --config.total_steps=1 2> "$WORK/out_of_memory.err" || rc=$?
+  last=$(grep -v '^\s*$' "$WORK/out_of_memory.err" | tail -1)
+  note "exit $rc: ${last:0:120}"
+  [[ $rc == 1 && $last == 'error: the train step needs '* ]]
+)
+
 check_mae() (
   set -eo pipefail
   main configs/mae_demo.py "$WORK/demo_mae" "${DEMO[@]}"
@@ -355,6 +368,7 @@ step b16_patch_dropout 150 check_b16_patch_dropout
 step l16_synthetic 150 check_l16_synthetic
 step l16_fp8 150 check_l16_fp8
 step b16_folder_at_step 240 check_b16_folder_at_step
+step out_of_memory 150 check_out_of_memory
 [[ -n ${REVISIONS:-} ]] && step revisions 240 check_revisions
 step tests 540 check_tests
 

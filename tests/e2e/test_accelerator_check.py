@@ -43,6 +43,7 @@ OPTIONAL = (
     'b16_patch_dropout',
     'l16_fp8',
     'b16_folder_at_step',
+    'out_of_memory',
 )
 # Two of the suite's tests for the `tests` step: one runs on any device, one needs 8.
 SOME_TESTS = (
@@ -117,6 +118,10 @@ def test_the_optional_steps_run_where_only_names_them(tmp_path):
       results['flexi'],
   ), results['flexi']
   assert re.fullmatch(r'eval_loss [\d.]+ at step 60', results['mae']), results['mae']
+  assert re.fullmatch(
+      r'exit 1: error: the train step needs [\d.]+ GiB of memory a device beyond .*',
+      results['out_of_memory'],
+  ), results['out_of_memory']
 
 
 @pytest.mark.slow  # The suite in a process of its own.
